@@ -1,0 +1,197 @@
+//! Reserved pages: fixed-size pages that the host persists, checkpoints and state-transfers.
+//!
+//! ccron keeps everything that must survive a crash or a state transfer (periodic schedules,
+//! delayed tasks, outbox records) in reserved pages. The host owns them: it includes them in its
+//! checkpoint digest and ships them to a lagging replica, which then calls ccron's reload entry
+//! points. Page writes happen only inside execution of a committed batch.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+/// Index of a reserved page.
+pub type PageId = u32;
+
+/// Errors of a [`ReservedPages`] implementation.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PagesError {
+    /// The page id is outside `0..num_pages`.
+    #[error("page {id} is out of range (the store has {num_pages} pages)")]
+    OutOfRange {
+        /// The requested page.
+        id: PageId,
+        /// How many pages the store has.
+        num_pages: u32,
+    },
+    /// The data is larger than a page.
+    #[error("{len} bytes do not fit a page of {page_size} bytes")]
+    TooLarge {
+        /// Length of the rejected data.
+        len: usize,
+        /// The store's page size.
+        page_size: usize,
+    },
+    /// The backing storage failed (file-backed stores).
+    #[error("storage failure: {0}")]
+    Io(String),
+    /// Stored bytes failed their integrity check (torn or corrupt write).
+    #[error("page {id} is corrupt: {reason}")]
+    Corrupt {
+        /// The corrupt page.
+        id: PageId,
+        /// What the check found.
+        reason: String,
+    },
+}
+
+/// Fixed-size pages that the host persists, checkpoints and transfers.
+///
+/// A page that was never written, or was zeroed, reads as `None`. A written page reads back as
+/// exactly the bytes written (which may be shorter than the page size).
+pub trait ReservedPages {
+    /// Size in bytes of every page.
+    fn page_size(&self) -> usize;
+    /// Number of pages: valid ids are `0..num_pages()`.
+    fn num_pages(&self) -> u32;
+    /// The content of page `id`, or `None` when it is empty.
+    fn load(&self, id: PageId) -> Result<Option<&[u8]>, PagesError>;
+    /// Replaces the content of page `id` with `data` (at most [`page_size`](Self::page_size) bytes).
+    fn save(&mut self, id: PageId, data: &[u8]) -> Result<(), PagesError>;
+    /// Empties page `id`.
+    fn zero(&mut self, id: PageId) -> Result<(), PagesError>;
+}
+
+/// An in-memory [`ReservedPages`], as a host that checkpoints its own state would keep them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemPages {
+    page_size: usize,
+    num_pages: u32,
+    pages: BTreeMap<PageId, Vec<u8>>,
+}
+
+impl MemPages {
+    /// An empty store of `num_pages` pages of `page_size` bytes.
+    pub fn new(page_size: usize, num_pages: u32) -> Self {
+        Self {
+            page_size,
+            num_pages,
+            pages: BTreeMap::new(),
+        }
+    }
+
+    /// The non-empty pages in ascending id order (what a checkpoint or a state transfer carries).
+    pub fn snapshot(&self) -> Vec<(PageId, Vec<u8>)> {
+        self.pages
+            .iter()
+            .map(|(id, data)| (*id, data.clone()))
+            .collect()
+    }
+
+    /// Replaces every page with `pages` (the receiving side of a state transfer).
+    ///
+    /// Validates everything before changing anything: on error the store is unchanged.
+    pub fn restore(&mut self, pages: &[(PageId, Vec<u8>)]) -> Result<(), PagesError> {
+        for (id, data) in pages {
+            self.check(*id, data.len())?;
+        }
+        self.pages = pages
+            .iter()
+            .filter(|(_, data)| !data.is_empty())
+            .map(|(id, data)| (*id, data.clone()))
+            .collect();
+        Ok(())
+    }
+
+    /// SHA-256 over the non-empty pages in ascending id order (id, length, bytes).
+    pub fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for (id, data) in &self.pages {
+            h.update(id.to_le_bytes());
+            h.update((data.len() as u64).to_le_bytes());
+            h.update(data);
+        }
+        h.finalize().into()
+    }
+
+    fn check(&self, id: PageId, len: usize) -> Result<(), PagesError> {
+        if id >= self.num_pages {
+            return Err(PagesError::OutOfRange {
+                id,
+                num_pages: self.num_pages,
+            });
+        }
+        if len > self.page_size {
+            return Err(PagesError::TooLarge {
+                len,
+                page_size: self.page_size,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl ReservedPages for MemPages {
+    fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    fn num_pages(&self) -> u32 {
+        self.num_pages
+    }
+
+    fn load(&self, id: PageId) -> Result<Option<&[u8]>, PagesError> {
+        self.check(id, 0)?;
+        Ok(self.pages.get(&id).map(Vec::as_slice))
+    }
+
+    fn save(&mut self, id: PageId, data: &[u8]) -> Result<(), PagesError> {
+        self.check(id, data.len())?;
+        if data.is_empty() {
+            self.pages.remove(&id);
+        } else {
+            self.pages.insert(id, data.to_vec());
+        }
+        Ok(())
+    }
+
+    fn zero(&mut self, id: PageId) -> Result<(), PagesError> {
+        self.check(id, 0)?;
+        self.pages.remove(&id);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_load_zero_and_bounds() {
+        let mut p = MemPages::new(8, 2);
+        assert_eq!(p.load(0), Ok(None));
+        p.save(1, b"abc").unwrap();
+        assert_eq!(p.load(1), Ok(Some(&b"abc"[..])));
+        assert_eq!(
+            p.save(2, b"x"),
+            Err(PagesError::OutOfRange {
+                id: 2,
+                num_pages: 2
+            })
+        );
+        assert_eq!(
+            p.save(0, &[0; 9]),
+            Err(PagesError::TooLarge {
+                len: 9,
+                page_size: 8
+            })
+        );
+        let before = p.digest();
+        let snap = p.snapshot();
+        p.zero(1).unwrap();
+        assert_eq!(p.load(1), Ok(None));
+        assert_ne!(p.digest(), before);
+        p.restore(&snap).unwrap();
+        assert_eq!(p.digest(), before);
+    }
+}

@@ -1,0 +1,11 @@
+//! sim-bft: a simulated Byzantine-fault-tolerant cluster to test ccron tables.
+//!
+//! Real protocol (PBFT-style normal case, checkpoints, view change, state transfer), real
+//! signatures (ed25519), seeded faults, reproducible from one seed.
+#![forbid(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod node;

@@ -1,0 +1,5 @@
+//! The `sim-bft` command line.
+
+fn main() {
+    println!("sim-bft: under construction");
+}
