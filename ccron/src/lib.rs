@@ -13,8 +13,21 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod codec;
+pub mod entry;
+pub mod file_pages;
+mod index;
 pub mod pages;
+pub mod periodic;
+pub mod registry;
+pub mod table;
 pub mod tick;
 
-pub use pages::{MemPages, PageId, PagesError, ReservedPages};
+pub use codec::CodecError;
+pub use entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
+pub use file_pages::FilePages;
+pub use pages::{MemPages, PageAllocator, PageId, PageRange, PagesError, ReservedPages};
+pub use periodic::{MisfirePolicy, Periodic, PeriodicError};
+pub use registry::{CronTableRegistry, RegistryError};
+pub use table::{CronTable, Fired, Persistence, TableError, TickOutcome};
 pub use tick::{ComponentId, Tick, TimeMs};

@@ -12,8 +12,106 @@ use sha2::{Digest, Sha256};
 /// Index of a reserved page.
 pub type PageId = u32;
 
+/// A contiguous range of reserved pages `first .. first + len`, owned by one persistence user.
+///
+/// Every user of reserved pages inside ccron (each table's periodic schedule, later the delay
+/// queue and the outbox) is given its own range, so that two users can never overwrite each
+/// other's pages. [`PageAllocator`] hands out disjoint ranges deterministically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PageRange {
+    first: PageId,
+    len: u32,
+}
+
+impl PageRange {
+    /// The range `first .. first + len`, or `None` when it is empty or overflows the id space.
+    pub fn new(first: PageId, len: u32) -> Option<Self> {
+        if len == 0 {
+            return None;
+        }
+        first.checked_add(len)?;
+        Some(Self { first, len })
+    }
+
+    /// The first page of the range.
+    pub fn first(&self) -> PageId {
+        self.first
+    }
+
+    /// How many pages the range holds (at least one).
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Always false: a range holds at least one page (kept for clippy's `len_without_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// One past the last page of the range.
+    pub fn end(&self) -> PageId {
+        // `new` checked that this does not overflow.
+        self.first.saturating_add(self.len)
+    }
+
+    /// The ids of the range, ascending.
+    pub fn ids(&self) -> std::ops::Range<PageId> {
+        self.first..self.end()
+    }
+
+    /// Whether `id` lies in the range.
+    pub fn contains(&self, id: PageId) -> bool {
+        self.ids().contains(&id)
+    }
+
+    /// Whether the two ranges share at least one page.
+    pub fn overlaps(&self, other: &PageRange) -> bool {
+        self.first < other.end() && other.first < self.end()
+    }
+
+    /// Whether the whole range exists in `pages`.
+    pub fn fits(&self, pages: &dyn ReservedPages) -> bool {
+        self.end() <= pages.num_pages()
+    }
+}
+
+/// Hands out disjoint [`PageRange`]s from a region of reserved pages, in request order.
+///
+/// Every replica must allocate the same ranges in the same order (allocation is part of the
+/// identical application setup), so the allocator is a plain bump pointer with no state besides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageAllocator {
+    next: PageId,
+    end: PageId,
+}
+
+impl PageAllocator {
+    /// An allocator over the pages `first .. first + len`.
+    pub fn new(first: PageId, len: u32) -> Self {
+        Self {
+            next: first,
+            end: first.saturating_add(len),
+        }
+    }
+
+    /// The next `len` pages, or `None` when fewer remain (or `len` is zero).
+    pub fn allocate(&mut self, len: u32) -> Option<PageRange> {
+        let range = PageRange::new(self.next, len)?;
+        if range.end() > self.end {
+            return None;
+        }
+        self.next = range.end();
+        Some(range)
+    }
+
+    /// How many pages are still free.
+    pub fn remaining(&self) -> u32 {
+        self.end - self.next
+    }
+}
+
 /// Errors of a [`ReservedPages`] implementation.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PagesError {
     /// The page id is outside `0..num_pages`.

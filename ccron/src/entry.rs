@@ -1,0 +1,221 @@
+//! Cron entries and the context their callbacks see.
+//!
+//! # Why the context looks like this
+//!
+//! Entries act on the application's state, which the host passes to every evaluation
+//! explicitly: tables are generic over the state type `S`, and
+//! [`CronTable::evaluate`](crate::CronTable::evaluate) takes `&mut S` and the reserved pages.
+//! A rule gets a [`RuleCtx`] with *shared* access (it decides, it must not act), an action gets an
+//! [`ActionCtx`] with *exclusive* access to both. There are no globals, no `Rc<RefCell<_>>`, no
+//! captured handles to the ledger: the borrow checker proves that nothing else touches the state
+//! during a pass, and the same table can be driven by a simulator, a test or a real engine.
+//!
+//! Callbacks cannot change the table they run in (the table is borrowed by the pass). They
+//! *request* changes ([`ActionCtx::request_add`] and friends); the table applies them after the
+//! pass, in request order, so a pass always runs over one fixed set of entries and every replica
+//! applies the same changes in the same order.
+
+use std::fmt;
+
+use crate::pages::ReservedPages;
+use crate::periodic::Periodic;
+use crate::tick::{ComponentId, Tick, TimeMs};
+
+/// What a rule sees: the tick, the entry's position, and shared access to state and pages.
+pub struct RuleCtx<'a, S> {
+    /// The committed tick being evaluated.
+    pub tick: &'a Tick,
+    /// The position of the entry whose rule runs.
+    pub position: u32,
+    /// The application's state, read-only.
+    pub state: &'a S,
+    /// The reserved pages, read-only.
+    pub pages: &'a dyn ReservedPages,
+}
+
+/// What an action (and a schedule-next callback) sees: exclusive access to state and pages, and
+/// a way to request table changes that apply after the pass.
+pub struct ActionCtx<'a, S> {
+    /// The committed tick being evaluated.
+    pub tick: &'a Tick,
+    /// The position of the entry that runs.
+    pub position: u32,
+    /// For periodic entries, the due time of this run (on the drift-free grid); `None` for
+    /// entries with a user rule. With [`MisfirePolicy::FireEach`](crate::MisfirePolicy::FireEach)
+    /// each catch-up run sees its own due time, which makes a good idempotence key.
+    pub due_ms: Option<TimeMs>,
+    /// The application's state.
+    pub state: &'a mut S,
+    /// The reserved pages (writes happen inside execution of the committed tick).
+    pub pages: &'a mut dyn ReservedPages,
+    pub(crate) changes: &'a mut Vec<TableChange<S>>,
+}
+
+impl<S> ActionCtx<'_, S> {
+    /// Requests that `entry` be added after the pass (a taken position is reported as an error
+    /// in the tick's outcome, like [`CronTable::add`](crate::CronTable::add)).
+    pub fn request_add(&mut self, entry: CronEntry<S>) {
+        self.changes.push(TableChange::Add(entry));
+    }
+
+    /// Requests that the entry at `position` be removed after the pass (its on_remove runs then).
+    pub fn request_remove(&mut self, position: u32) {
+        self.changes.push(TableChange::Remove(position));
+    }
+
+    /// Requests that `entry` replace the entry at its position after the pass.
+    pub fn request_replace(&mut self, entry: CronEntry<S>) {
+        self.changes.push(TableChange::Replace(entry));
+    }
+}
+
+/// A change to a table requested during a pass, applied after it in request order.
+pub enum TableChange<S> {
+    /// Add an entry (error if its position is taken).
+    Add(CronEntry<S>),
+    /// Remove the entry at this position (nothing if absent).
+    Remove(u32),
+    /// Replace the entry at the new entry's position (error if absent).
+    Replace(CronEntry<S>),
+}
+
+impl<S> fmt::Debug for TableChange<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TableChange::Add(e) => f.debug_tuple("Add").field(&e.position).finish(),
+            TableChange::Remove(p) => f.debug_tuple("Remove").field(p).finish(),
+            TableChange::Replace(e) => f.debug_tuple("Replace").field(&e.position).finish(),
+        }
+    }
+}
+
+/// A user rule: decides from the tick, the state and the pages whether the action runs.
+pub type RuleFn<S> = Box<dyn Fn(&RuleCtx<'_, S>) -> bool + Send>;
+/// An action, or a schedule-next callback (called before the action when the rule holds).
+pub type ActionFn<S> = Box<dyn FnMut(&mut ActionCtx<'_, S>) + Send>;
+/// Called with `(component_id, position)` when the entry is removed from its table.
+///
+/// It gets no state and no pages on purpose: removal may happen during application setup, and
+/// page writes outside execution would diverge replicas. Built-in entries drop their own
+/// persisted records through the table instead.
+pub type OnRemoveFn = Box<dyn FnMut(ComponentId, u32) + Send>;
+
+/// When an entry runs.
+pub enum Rule<S> {
+    /// User code, called on every tick (in position order with the other entries).
+    Custom(RuleFn<S>),
+    /// A periodic schedule on agreed time: indexed by next due time, so a tick only touches
+    /// the entries that are due.
+    Periodic(Periodic),
+}
+
+impl<S> fmt::Debug for Rule<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::Custom(_) => f.write_str("Custom(..)"),
+            Rule::Periodic(p) => f.debug_tuple("Periodic").field(p).finish(),
+        }
+    }
+}
+
+/// One entry of a cron table: position, rule, action, optional schedule-next and on-remove.
+pub struct CronEntry<S> {
+    pub(crate) position: u32,
+    pub(crate) rule: Rule<S>,
+    pub(crate) action: ActionFn<S>,
+    pub(crate) schedule_next: Option<ActionFn<S>>,
+    pub(crate) on_remove: Option<OnRemoveFn>,
+}
+
+impl<S> fmt::Debug for CronEntry<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CronEntry")
+            .field("position", &self.position)
+            .field("rule", &self.rule)
+            .field("schedule_next", &self.schedule_next.is_some())
+            .field("on_remove", &self.on_remove.is_some())
+            .finish()
+    }
+}
+
+impl<S> CronEntry<S> {
+    /// An entry at `position` whose action runs on every tick for which `rule` holds.
+    pub fn new(
+        position: u32,
+        rule: impl Fn(&RuleCtx<'_, S>) -> bool + Send + 'static,
+        action: impl FnMut(&mut ActionCtx<'_, S>) + Send + 'static,
+    ) -> Self {
+        Self {
+            position,
+            rule: Rule::Custom(Box::new(rule)),
+            action: Box::new(action),
+            schedule_next: None,
+            on_remove: None,
+        }
+    }
+
+    /// The periodic-action factory: an entry at `position` running `action` on `schedule`.
+    ///
+    /// The rule is false without agreed time, true on the first tick with time that finds no
+    /// stored schedule for the position (or at the schedule's start), then on the drift-free
+    /// grid. The table persists the schedule in its page range (see [`crate::periodic`]).
+    pub fn periodic(
+        position: u32,
+        schedule: Periodic,
+        action: impl FnMut(&mut ActionCtx<'_, S>) + Send + 'static,
+    ) -> Self {
+        Self {
+            position,
+            rule: Rule::Periodic(schedule),
+            action: Box::new(action),
+            schedule_next: None,
+            on_remove: None,
+        }
+    }
+
+    /// Adds a schedule-next callback, called before the action whenever the rule holds.
+    pub fn with_schedule_next(
+        mut self,
+        schedule_next: impl FnMut(&mut ActionCtx<'_, S>) + Send + 'static,
+    ) -> Self {
+        self.schedule_next = Some(Box::new(schedule_next));
+        self
+    }
+
+    /// Adds an on-remove callback, called with `(component_id, position)` on removal.
+    pub fn with_on_remove(
+        mut self,
+        on_remove: impl FnMut(ComponentId, u32) + Send + 'static,
+    ) -> Self {
+        self.on_remove = Some(Box::new(on_remove));
+        self
+    }
+
+    /// The entry's position (its key in the table).
+    pub fn position(&self) -> u32 {
+        self.position
+    }
+
+    /// The entry's rule.
+    pub fn rule(&self) -> &Rule<S> {
+        &self.rule
+    }
+
+    /// The periodic schedule, when the entry is periodic.
+    pub fn periodic_schedule(&self) -> Option<&Periodic> {
+        match &self.rule {
+            Rule::Periodic(p) => Some(p),
+            Rule::Custom(_) => None,
+        }
+    }
+
+    /// Whether the entry has a schedule-next callback.
+    pub fn has_schedule_next(&self) -> bool {
+        self.schedule_next.is_some()
+    }
+
+    /// Whether the entry has an on-remove callback.
+    pub fn has_on_remove(&self) -> bool {
+        self.on_remove.is_some()
+    }
+}

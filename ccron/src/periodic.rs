@@ -1,0 +1,309 @@
+//! Periodic actions: the schedule kind, its misfire policies and its persisted schedule.
+//!
+//! A periodic entry ([`crate::CronEntry::periodic`]) fires at once on the first tick that carries
+//! agreed time (or at its configured start), then every `period_ms` on a drift-free grid: the
+//! next due time is the previous *due* time plus a whole number of periods, never "tick time plus
+//! period", so late ticks do not shift the phase. What happens to occurrences a late tick has
+//! missed is the entry's [`MisfirePolicy`].
+//!
+//! The schedule (the next due time of every periodic entry of a table) is owned by the table
+//! instance, never by a static: several replicas in one process each have their own. It lives in
+//! the table's [`PageRange`](crate::PageRange) through [`crate::codec`], is written at most once
+//! per tick (at the end of the pass, only when it changed), and is read back by
+//! [`CronTable::reload`](crate::CronTable::reload), which the host calls after a restart and after
+//! a state transfer.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+
+use crate::tick::{ComponentId, TimeMs};
+
+/// What a late tick does with the occurrences it missed.
+///
+/// Occurrences are the grid `due, due + period, due + 2·period, …`; a tick at time `t` has
+/// *reached* every occurrence `<= t`. Let `k` be how many it reached (`k >= 1` when the entry is
+/// due at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MisfirePolicy {
+    /// Run once for the latest reached occurrence; the earlier `k - 1` are dropped. The default.
+    #[default]
+    FireOnce,
+    /// Run only when the tick is on time (`k == 1`, no whole period missed); a late tick runs
+    /// nothing and the entry waits for the next occurrence after `t` (Quartz's "do nothing").
+    SkipMissed,
+    /// Run once per reached occurrence, the latest `min(k, cap)` of them in chronological order;
+    /// older ones beyond the cap are dropped.
+    FireEach {
+        /// The most runs one tick may cause for this entry.
+        cap: NonZeroU32,
+    },
+    /// Concord's behaviour: run once and schedule the next run at *tick time* + period. The
+    /// phase drifts by the lateness of every tick and missed occurrences never catch up.
+    FromTickTime,
+}
+
+/// Errors of building a periodic schedule.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PeriodicError {
+    /// The period is zero or negative: the entry would fire on every tick forever.
+    #[error("a period must be positive, got {period_ms} ms")]
+    NonPositivePeriod {
+        /// The rejected period.
+        period_ms: i64,
+    },
+}
+
+/// The schedule of a periodic entry: period, misfire policy and optional first due time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Periodic {
+    period_ms: i64,
+    misfire: MisfirePolicy,
+    start_ms: Option<TimeMs>,
+}
+
+/// What one tick does to one periodic entry (computed by [`Periodic::step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// How many times the action runs (0 when the tick only moves the schedule).
+    pub runs: u32,
+    /// Due time of the first run; run `i` is due at `first_due_ms + i * period`.
+    pub first_due_ms: TimeMs,
+    /// The new next due time, strictly after the tick's time.
+    pub next_ms: TimeMs,
+}
+
+impl Periodic {
+    /// Every `period_ms` milliseconds, with [`MisfirePolicy::FireOnce`], first run at once.
+    pub fn every_ms(period_ms: i64) -> Result<Self, PeriodicError> {
+        if period_ms <= 0 {
+            return Err(PeriodicError::NonPositivePeriod { period_ms });
+        }
+        Ok(Self {
+            period_ms,
+            misfire: MisfirePolicy::FireOnce,
+            start_ms: None,
+        })
+    }
+
+    /// The same schedule with misfire policy `misfire`.
+    pub fn with_misfire(mut self, misfire: MisfirePolicy) -> Self {
+        self.misfire = misfire;
+        self
+    }
+
+    /// The same schedule, first due at agreed time `start_ms` instead of at once.
+    ///
+    /// Spreading the starts of many entries spreads their load over the period.
+    pub fn starting_at(mut self, start_ms: TimeMs) -> Self {
+        self.start_ms = Some(start_ms);
+        self
+    }
+
+    /// The period in milliseconds (positive).
+    pub fn period_ms(&self) -> i64 {
+        self.period_ms
+    }
+
+    /// The misfire policy.
+    pub fn misfire(&self) -> MisfirePolicy {
+        self.misfire
+    }
+
+    /// The configured first due time, if any.
+    pub fn start_ms(&self) -> Option<TimeMs> {
+        self.start_ms
+    }
+
+    /// When the entry is due given its stored next due time (`None`: never ran): the key of
+    /// the due index. `TimeMs::MIN` means "on the first tick with agreed time".
+    pub fn due_key(&self, stored_next_ms: Option<TimeMs>) -> TimeMs {
+        stored_next_ms.or(self.start_ms).unwrap_or(TimeMs::MIN)
+    }
+
+    /// What a tick at agreed time `now_ms` does, given the stored next due time.
+    ///
+    /// `None` when the entry is not due (nothing changes). This is the rule of the periodic
+    /// entry together with its schedule-next step, shared by the indexed and the linear
+    /// evaluation so that they cannot disagree.
+    pub fn step(&self, stored_next_ms: Option<TimeMs>, now_ms: TimeMs) -> Option<Step> {
+        let p = i128::from(self.period_ms);
+        let clamp = |v: i128| -> TimeMs {
+            v.clamp(i128::from(TimeMs::MIN), i128::from(TimeMs::MAX)) as TimeMs
+        };
+        let due = match (stored_next_ms, self.start_ms) {
+            (Some(d), _) | (None, Some(d)) => d,
+            (None, None) => {
+                // Never ran and no start: run at once and anchor the grid on this tick.
+                return Some(Step {
+                    runs: 1,
+                    first_due_ms: now_ms,
+                    next_ms: clamp(i128::from(now_ms) + p),
+                });
+            }
+        };
+        if now_ms < due {
+            return None;
+        }
+        let late = i128::from(now_ms) - i128::from(due);
+        let reached = late / p + 1;
+        let grid_next = clamp(i128::from(due) + reached * p);
+        let latest = clamp(i128::from(due) + (reached - 1) * p);
+        let step = match self.misfire {
+            MisfirePolicy::FireOnce => Step {
+                runs: 1,
+                first_due_ms: latest,
+                next_ms: grid_next,
+            },
+            MisfirePolicy::SkipMissed => Step {
+                runs: u32::from(reached == 1),
+                first_due_ms: due,
+                next_ms: grid_next,
+            },
+            MisfirePolicy::FireEach { cap } => {
+                let runs = reached.min(i128::from(cap.get()));
+                Step {
+                    runs: runs as u32,
+                    first_due_ms: clamp(i128::from(due) + (reached - runs) * p),
+                    next_ms: grid_next,
+                }
+            }
+            MisfirePolicy::FromTickTime => Step {
+                runs: 1,
+                first_due_ms: due,
+                next_ms: clamp(i128::from(now_ms) + p),
+            },
+        };
+        // A saturated grid (times near TimeMs::MAX) is the only way next can fail to pass now.
+        debug_assert!(step.next_ms > now_ms || step.next_ms == TimeMs::MAX);
+        Some(step)
+    }
+}
+
+/// The persisted form of one table's periodic schedule (what goes through [`crate::codec`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+pub struct PersistedSchedule {
+    /// The component whose table wrote it (a misconfigured page range is caught on reload).
+    pub component_id: ComponentId,
+    /// `(position, next due time)` for every periodic entry that has run, ascending position.
+    pub records: Vec<(u32, TimeMs)>,
+}
+
+impl PersistedSchedule {
+    /// Encoded size in bytes of a schedule with `records` records (fixed-width encoding).
+    pub fn encoded_len_for(records: usize) -> usize {
+        // component id (4) + vector length (8) + records of position (4) and time (8).
+        4 + 8 + records.saturating_mul(12)
+    }
+}
+
+/// The in-memory schedule of one table: next due time per position, and whether it changed
+/// since it was last written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ScheduleStore {
+    pub(crate) next_ms: BTreeMap<u32, TimeMs>,
+    pub(crate) dirty: bool,
+}
+
+impl ScheduleStore {
+    pub(crate) fn get(&self, position: u32) -> Option<TimeMs> {
+        self.next_ms.get(&position).copied()
+    }
+
+    pub(crate) fn set(&mut self, position: u32, next_ms: TimeMs) {
+        if self.next_ms.insert(position, next_ms) != Some(next_ms) {
+            self.dirty = true;
+        }
+    }
+
+    pub(crate) fn remove(&mut self, position: u32) {
+        if self.next_ms.remove(&position).is_some() {
+            self.dirty = true;
+        }
+    }
+
+    pub(crate) fn to_persisted(&self, component_id: ComponentId) -> PersistedSchedule {
+        PersistedSchedule {
+            component_id,
+            records: self.next_ms.iter().map(|(p, t)| (*p, *t)).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every(p: i64) -> Periodic {
+        Periodic::every_ms(p).unwrap()
+    }
+
+    #[test]
+    fn rejects_non_positive_periods() {
+        assert_eq!(
+            Periodic::every_ms(0),
+            Err(PeriodicError::NonPositivePeriod { period_ms: 0 })
+        );
+        assert!(Periodic::every_ms(-5).is_err());
+    }
+
+    #[test]
+    fn first_run_is_immediate_then_on_the_grid() {
+        let p = every(2_000);
+        let s = p.step(None, 1_000).unwrap();
+        assert_eq!((s.runs, s.first_due_ms, s.next_ms), (1, 1_000, 3_000));
+        assert_eq!(p.step(Some(3_000), 2_999), None, "not due before next");
+        let s = p.step(Some(3_000), 3_000).unwrap();
+        assert_eq!(s.next_ms, 5_000, "inclusive, and next = due + period");
+        let s = p.step(Some(3_000), 3_700).unwrap();
+        assert_eq!(s.next_ms, 5_000, "a late tick does not shift the phase");
+    }
+
+    #[test]
+    fn misfire_policies_differ_on_a_tick_three_periods_late() {
+        // Due at 10 s, period 2 s, tick at 16.5 s: occurrences 10, 12, 14, 16 reached (k = 4).
+        let base = every(2_000);
+        let once = base.step(Some(10_000), 16_500).unwrap();
+        assert_eq!(
+            (once.runs, once.first_due_ms, once.next_ms),
+            (1, 16_000, 18_000)
+        );
+        let skip = base
+            .with_misfire(MisfirePolicy::SkipMissed)
+            .step(Some(10_000), 16_500)
+            .unwrap();
+        assert_eq!((skip.runs, skip.next_ms), (0, 18_000));
+        let on_time = base
+            .with_misfire(MisfirePolicy::SkipMissed)
+            .step(Some(10_000), 11_999)
+            .unwrap();
+        assert_eq!(on_time.runs, 1);
+        let cap = NonZeroU32::new(3).unwrap();
+        let each = base
+            .with_misfire(MisfirePolicy::FireEach { cap })
+            .step(Some(10_000), 16_500)
+            .unwrap();
+        assert_eq!(
+            (each.runs, each.first_due_ms, each.next_ms),
+            (3, 12_000, 18_000)
+        );
+        let drift = base
+            .with_misfire(MisfirePolicy::FromTickTime)
+            .step(Some(10_000), 16_500)
+            .unwrap();
+        assert_eq!((drift.runs, drift.next_ms), (1, 18_500));
+    }
+
+    #[test]
+    fn start_time_delays_the_first_run_and_extremes_saturate() {
+        let p = every(1_000).starting_at(5_000);
+        assert_eq!(p.due_key(None), 5_000);
+        assert_eq!(p.step(None, 4_999), None);
+        assert_eq!(p.step(None, 5_000).unwrap().next_ms, 6_000);
+        let huge = every(i64::MAX);
+        let s = huge.step(Some(TimeMs::MAX - 1), TimeMs::MAX).unwrap();
+        assert_eq!(s.next_ms, TimeMs::MAX);
+        let s = every(1).step(Some(TimeMs::MIN), TimeMs::MAX).unwrap();
+        assert_eq!(s.runs, 1);
+    }
+}

@@ -1,0 +1,225 @@
+//! The registry: one cron table per component, and the dispatch of committed ticks.
+//!
+//! Tables are created only by explicit registration (identical application setup on every
+//! replica). A tick for an unregistered component is a typed error, counted and traced, and
+//! creates no state: Concord created a table on any access, so a stray tick grew the state.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use crate::entry::Rule;
+use crate::pages::ReservedPages;
+use crate::periodic::MisfirePolicy;
+use crate::table::{CronTable, TableError, TickOutcome};
+use crate::tick::{ComponentId, Tick};
+
+/// Errors of the registry.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// A tick (or a lookup) for a component with no registered table.
+    #[error("no cron table is registered for component {0}")]
+    UnknownComponent(ComponentId),
+    /// `register` for a component that already has a table.
+    #[error("component {0} already has a cron table")]
+    AlreadyRegistered(ComponentId),
+    /// Two tables would persist into overlapping page ranges.
+    #[error("page range of component {component_id} overlaps that of component {other}")]
+    OverlappingPages {
+        /// The component being registered.
+        component_id: ComponentId,
+        /// The component already holding part of the range.
+        other: ComponentId,
+    },
+    /// The table of `component_id` failed.
+    #[error("component {component_id}: {source}")]
+    Table {
+        /// The failing table's component.
+        component_id: ComponentId,
+        /// What failed.
+        source: TableError,
+    },
+}
+
+/// All cron tables of a replica, by component id.
+pub struct CronTableRegistry<S> {
+    tables: BTreeMap<ComponentId, CronTable<S>>,
+    unknown_ticks: u64,
+}
+
+impl<S> Default for CronTableRegistry<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> std::fmt::Debug for CronTableRegistry<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CronTableRegistry")
+            .field("tables", &self.tables)
+            .field("unknown_ticks", &self.unknown_ticks)
+            .finish()
+    }
+}
+
+impl<S> CronTableRegistry<S> {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self {
+            tables: BTreeMap::new(),
+            unknown_ticks: 0,
+        }
+    }
+
+    /// Registers `table` under its component id. Its page range must not overlap another
+    /// table's.
+    pub fn register(&mut self, table: CronTable<S>) -> Result<(), RegistryError> {
+        let component_id = table.component_id();
+        if self.tables.contains_key(&component_id) {
+            return Err(RegistryError::AlreadyRegistered(component_id));
+        }
+        if let Some(mine) = table.persistence() {
+            for (other, t) in &self.tables {
+                if let Some(theirs) = t.persistence()
+                    && mine.range.overlaps(&theirs.range)
+                {
+                    {
+                        return Err(RegistryError::OverlappingPages {
+                            component_id,
+                            other: *other,
+                        });
+                    }
+                }
+            }
+        }
+        self.tables.insert(component_id, table);
+        Ok(())
+    }
+
+    /// Removes the table of `component` and returns it, calling no on_remove (its persisted
+    /// schedule stays in the pages).
+    pub fn disassociate(&mut self, component: ComponentId) -> Option<CronTable<S>> {
+        self.tables.remove(&component)
+    }
+
+    /// The table of `component`.
+    pub fn get(&self, component: ComponentId) -> Option<&CronTable<S>> {
+        self.tables.get(&component)
+    }
+
+    /// The table of `component`, mutably.
+    pub fn get_mut(&mut self, component: ComponentId) -> Option<&mut CronTable<S>> {
+        self.tables.get_mut(&component)
+    }
+
+    /// The registered components, ascending.
+    pub fn components(&self) -> impl Iterator<Item = ComponentId> + '_ {
+        self.tables.keys().copied()
+    }
+
+    /// Number of registered tables.
+    pub fn len(&self) -> usize {
+        self.tables.len()
+    }
+
+    /// Whether no table is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+
+    /// How many ticks named an unregistered component.
+    pub fn unknown_ticks(&self) -> u64 {
+        self.unknown_ticks
+    }
+
+    /// Dispatches a committed tick to its component's table ([`CronTable::evaluate`]).
+    pub fn evaluate(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        pages: &mut dyn ReservedPages,
+    ) -> Result<TickOutcome, RegistryError> {
+        let Some(table) = self.tables.get_mut(&tick.component_id) else {
+            self.unknown_ticks += 1;
+            tracing::warn!(
+                component_id = tick.component_id,
+                seq = tick.bft_sequence_num,
+                "tick for an unregistered component"
+            );
+            return Err(RegistryError::UnknownComponent(tick.component_id));
+        };
+        table
+            .evaluate(tick, state, pages)
+            .map_err(|source| RegistryError::Table {
+                component_id: tick.component_id,
+                source,
+            })
+    }
+
+    /// Reloads every table's schedule from the pages (after restart or state transfer).
+    /// Stops at the first failing table and reports it.
+    pub fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), RegistryError> {
+        for (component_id, table) in &mut self.tables {
+            table.reload(pages).map_err(|source| RegistryError::Table {
+                component_id: *component_id,
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// A digest of what is registered (components, positions, rule kinds, periods, policies,
+    /// page ranges). Replicas that set up different tables get different digests, so a setup
+    /// mismatch can be detected instead of diverging silently. User rules are opaque code and
+    /// contribute only their position.
+    pub fn setup_digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for (component_id, table) in &self.tables {
+            h.update(b"T");
+            h.update(component_id.to_le_bytes());
+            if let Some(p) = table.persistence() {
+                h.update(p.range.first().to_le_bytes());
+                h.update(p.range.len().to_le_bytes());
+                h.update(p.max_periodic.to_le_bytes());
+            }
+            for position in table.positions() {
+                h.update(b"E");
+                h.update(position.to_le_bytes());
+                match table.get(position).map(|e| e.rule()) {
+                    Some(Rule::Periodic(p)) => {
+                        h.update(b"P");
+                        h.update(p.period_ms().to_le_bytes());
+                        h.update(p.start_ms().unwrap_or(i64::MIN).to_le_bytes());
+                        let (tag, cap) = match p.misfire() {
+                            MisfirePolicy::FireOnce => (0u8, 0u32),
+                            MisfirePolicy::SkipMissed => (1, 0),
+                            MisfirePolicy::FireEach { cap } => (2, cap.get()),
+                            MisfirePolicy::FromTickTime => (3, 0),
+                        };
+                        h.update([tag]);
+                        h.update(cap.to_le_bytes());
+                    }
+                    Some(Rule::Custom(_)) | None => h.update(b"C"),
+                }
+            }
+        }
+        h.finalize().into()
+    }
+
+    /// Checks every table's invariants.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (component_id, table) in &self.tables {
+            if table.component_id() != *component_id {
+                return Err(format!(
+                    "table of {} filed under {component_id}",
+                    table.component_id()
+                ));
+            }
+            table
+                .check_invariants()
+                .map_err(|e| format!("component {component_id}: {e}"))?;
+        }
+        Ok(())
+    }
+}

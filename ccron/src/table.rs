@@ -1,0 +1,685 @@
+//! The cron table of one component: entries by position, indexed evaluation, persisted schedule.
+//!
+//! Entries run in ascending position. Periodic entries sit in a due index ([`crate::index`]), so
+//! [`CronTable::evaluate`] only visits the due ones plus the entries with a user rule (which must
+//! be asked on every tick); the candidates are merged into position order, so the firing order
+//! is exactly that of [`CronTable::evaluate_linear`], the plain scan kept as the reference model
+//! and benchmark baseline.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::codec::{self, BlobKind, CodecError};
+use crate::entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
+use crate::index::DueIndex;
+use crate::pages::{PageRange, ReservedPages};
+use crate::periodic::{PersistedSchedule, ScheduleStore};
+use crate::tick::{ComponentId, Tick, TimeMs};
+
+/// Errors of a cron table.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TableError {
+    /// `add` at a position that already holds an entry (use `replace`).
+    #[error("position {position} of component {component_id} is taken")]
+    PositionTaken {
+        /// The table's component.
+        component_id: ComponentId,
+        /// The taken position.
+        position: u32,
+    },
+    /// `replace` of a position that holds no entry.
+    #[error("position {position} of component {component_id} holds no entry")]
+    NoSuchPosition {
+        /// The table's component.
+        component_id: ComponentId,
+        /// The empty position.
+        position: u32,
+    },
+    /// A tick for another component was handed to this table; nothing ran.
+    #[error("tick for component {got} handed to the table of component {expected}")]
+    WrongComponent {
+        /// The table's component.
+        expected: ComponentId,
+        /// The tick's component.
+        got: ComponentId,
+    },
+    /// A periodic entry was added to a table without a page range for its schedule.
+    #[error("component {component_id} has no persistence configured for periodic entries")]
+    NoPersistence {
+        /// The table's component.
+        component_id: ComponentId,
+    },
+    /// The configured bound on periodic entries is reached.
+    #[error("component {component_id} already has the maximum of {max} periodic entries")]
+    ScheduleFull {
+        /// The table's component.
+        component_id: ComponentId,
+        /// The configured bound.
+        max: u32,
+    },
+    /// The page range cannot hold the configured number of periodic records.
+    #[error("a schedule of {needed} bytes does not fit the range's {capacity} bytes")]
+    RangeTooSmall {
+        /// Bytes the configured bound needs.
+        needed: usize,
+        /// Bytes the range holds.
+        capacity: usize,
+    },
+    /// The pages hold the schedule of another component (overlapping page ranges?).
+    #[error("pages of component {expected} hold the schedule of component {found}")]
+    ForeignSchedule {
+        /// The table's component.
+        expected: ComponentId,
+        /// The component found in the pages.
+        found: ComponentId,
+    },
+    /// The persisted schedule holds more records than the configured bound.
+    #[error("persisted schedule holds {found} records, the bound is {max}")]
+    TooManyRecords {
+        /// Records found.
+        found: usize,
+        /// The configured bound.
+        max: u32,
+    },
+    /// Reading or writing the schedule's pages failed.
+    #[error("schedule persistence: {0}")]
+    Persist(#[from] CodecError),
+}
+
+/// Where a table persists its periodic schedule, and the bound on its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Persistence {
+    /// The table's own page range.
+    pub range: PageRange,
+    /// The most periodic entries the table accepts (the typed bound instead of an abort).
+    pub max_periodic: u32,
+}
+
+/// One run of an action during a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fired {
+    /// The entry's position.
+    pub position: u32,
+    /// The run's due time for periodic entries, `None` for user rules.
+    pub due_ms: Option<TimeMs>,
+}
+
+/// What one evaluation did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickOutcome {
+    /// Every action run, in the order they ran.
+    pub fired: Vec<Fired>,
+    /// Requested changes that failed, and a failed schedule write; the pass itself completed.
+    pub errors: Vec<TableError>,
+    /// Whether the schedule was written to the pages at the end of the pass.
+    pub persisted: bool,
+}
+
+/// The cron table of one component, over application state `S`.
+pub struct CronTable<S> {
+    component_id: ComponentId,
+    entries: BTreeMap<u32, CronEntry<S>>,
+    /// Positions whose rule is user code: asked on every tick.
+    custom: BTreeSet<u32>,
+    /// Positions whose rule is a known schedule, by next due time.
+    index: DueIndex,
+    /// Next due time of every periodic entry that has run (owned by this instance).
+    schedule: ScheduleStore,
+    persistence: Option<Persistence>,
+    periodic_count: u32,
+    /// Scratch buffer for due candidates, kept to avoid an allocation per tick.
+    scratch: Vec<u32>,
+}
+
+impl<S> std::fmt::Debug for CronTable<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CronTable")
+            .field("component_id", &self.component_id)
+            .field("entries", &self.entries.len())
+            .field("custom", &self.custom.len())
+            .field("indexed", &self.index.len())
+            .field("persistence", &self.persistence)
+            .finish()
+    }
+}
+
+/// The fields one entry run needs besides the entry itself (split from the table so that an
+/// entry can be borrowed mutably at the same time).
+struct Pass<'a, 'p, S> {
+    component_id: ComponentId,
+    tick: &'a Tick,
+    state: &'a mut S,
+    pages: &'a mut (dyn ReservedPages + 'p),
+    schedule: &'a mut ScheduleStore,
+    index: &'a mut DueIndex,
+    changes: &'a mut Vec<TableChange<S>>,
+    fired: &'a mut Vec<Fired>,
+}
+
+impl<S> Pass<'_, '_, S> {
+    /// Evaluates one entry: its rule, then schedule-next and the action(s) when it holds.
+    fn run(&mut self, entry: &mut CronEntry<S>) {
+        let position = entry.position;
+        match &entry.rule {
+            Rule::Custom(rule) => {
+                let holds = rule(&RuleCtx {
+                    tick: self.tick,
+                    position,
+                    state: &*self.state,
+                    pages: &*self.pages,
+                });
+                if holds {
+                    self.fire(entry, None);
+                }
+            }
+            Rule::Periodic(periodic) => {
+                // Periodic actions never fire without agreed time (the time service is off).
+                let Some(now_ms) = self.tick.agreed_time_ms else {
+                    return;
+                };
+                let Some(step) = periodic.step(self.schedule.get(position), now_ms) else {
+                    return;
+                };
+                let period_ms = periodic.period_ms();
+                // The built-in schedule-next: persist the new due time before the action runs.
+                self.schedule.set(position, step.next_ms);
+                self.index.set(position, step.next_ms);
+                for i in 0..step.runs {
+                    let due = step
+                        .first_due_ms
+                        .saturating_add(i64::from(i).saturating_mul(period_ms));
+                    self.fire(entry, Some(due));
+                }
+            }
+        }
+    }
+
+    fn fire(&mut self, entry: &mut CronEntry<S>, due_ms: Option<TimeMs>) {
+        let mut ctx = ActionCtx {
+            tick: self.tick,
+            position: entry.position,
+            due_ms,
+            state: &mut *self.state,
+            pages: &mut *self.pages,
+            changes: &mut *self.changes,
+        };
+        if let Some(next) = entry.schedule_next.as_mut() {
+            next(&mut ctx);
+        }
+        (entry.action)(&mut ctx);
+        self.fired.push(Fired {
+            position: entry.position,
+            due_ms,
+        });
+        tracing::trace!(
+            component_id = self.component_id,
+            position = entry.position,
+            seq = self.tick.bft_sequence_num,
+            ?due_ms,
+            "cron entry fired"
+        );
+    }
+}
+
+impl<S> CronTable<S> {
+    /// An empty table for `component_id`, without persistence (user rules only).
+    pub fn new(component_id: ComponentId) -> Self {
+        Self {
+            component_id,
+            entries: BTreeMap::new(),
+            custom: BTreeSet::new(),
+            index: DueIndex::default(),
+            schedule: ScheduleStore::default(),
+            persistence: None,
+            periodic_count: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// An empty table for `component_id` that persists its periodic schedule in `range`
+    /// and accepts at most `max_periodic` periodic entries.
+    ///
+    /// Whether the range is large enough for `max_periodic` records is checked against the
+    /// pages' size by [`reload`](Self::reload) (which the host calls at start-up) and at every
+    /// write, giving [`TableError::RangeTooSmall`].
+    pub fn with_persistence(
+        component_id: ComponentId,
+        range: PageRange,
+        max_periodic: u32,
+    ) -> Self {
+        let mut t = Self::new(component_id);
+        t.persistence = Some(Persistence {
+            range,
+            max_periodic,
+        });
+        t
+    }
+
+    /// The component this table serves.
+    pub fn component_id(&self) -> ComponentId {
+        self.component_id
+    }
+
+    /// Where the periodic schedule is persisted, if configured.
+    pub fn persistence(&self) -> Option<Persistence> {
+        self.persistence
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the table has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry at `position`.
+    pub fn get(&self, position: u32) -> Option<&CronEntry<S>> {
+        self.entries.get(&position)
+    }
+
+    /// The positions in ascending order.
+    pub fn positions(&self) -> impl Iterator<Item = u32> + '_ {
+        self.entries.keys().copied()
+    }
+
+    /// The stored next due time of the periodic entry at `position` (`None` if it never ran).
+    pub fn next_due_ms(&self, position: u32) -> Option<TimeMs> {
+        self.schedule.get(position)
+    }
+
+    /// The earliest time at which an indexed entry is due (`TimeMs::MIN`: at the next tick with
+    /// time), or `None` when none is indexed. Entries with user rules are not covered.
+    pub fn earliest_due_ms(&self) -> Option<TimeMs> {
+        self.index.next_due()
+    }
+
+    /// Adds `entry`. A taken position is an error (the table is unchanged); use
+    /// [`replace`](Self::replace) to change an entry.
+    pub fn add(&mut self, entry: CronEntry<S>) -> Result<(), TableError> {
+        let position = entry.position;
+        if self.entries.contains_key(&position) {
+            return Err(TableError::PositionTaken {
+                component_id: self.component_id,
+                position,
+            });
+        }
+        self.check_can_hold(&entry, 0)?;
+        self.insert_unchecked(entry);
+        Ok(())
+    }
+
+    /// Replaces the entry at `entry`'s position and returns the old one.
+    ///
+    /// The old entry is removed as by [`remove`](Self::remove) (its on_remove runs and its
+    /// persisted record is dropped), so a replacing periodic entry starts afresh.
+    pub fn replace(&mut self, entry: CronEntry<S>) -> Result<CronEntry<S>, TableError> {
+        let position = entry.position;
+        let Some(old) = self.entries.get(&position) else {
+            return Err(TableError::NoSuchPosition {
+                component_id: self.component_id,
+                position,
+            });
+        };
+        let freed = u32::from(matches!(old.rule, Rule::Periodic(_)));
+        self.check_can_hold(&entry, freed)?;
+        let old = self.take(position);
+        self.insert_unchecked(entry);
+        // `take` found the entry checked above.
+        old.ok_or(TableError::NoSuchPosition {
+            component_id: self.component_id,
+            position,
+        })
+    }
+
+    /// Removes the entry at `position`, calling its on_remove first; false (and no callback)
+    /// when absent. A periodic entry's record is dropped from the schedule; the pages change at
+    /// the next evaluation or [`persist`](Self::persist), inside execution.
+    pub fn remove(&mut self, position: u32) -> bool {
+        self.take(position).is_some()
+    }
+
+    /// Removes every entry, calling on_remove in ascending position; returns how many.
+    pub fn remove_all(&mut self) -> usize {
+        let positions: Vec<u32> = self.entries.keys().copied().collect();
+        for p in &positions {
+            self.take(*p);
+        }
+        positions.len()
+    }
+
+    fn check_can_hold(&self, entry: &CronEntry<S>, freed: u32) -> Result<(), TableError> {
+        if let Rule::Periodic(_) = entry.rule {
+            let Some(persistence) = self.persistence else {
+                return Err(TableError::NoPersistence {
+                    component_id: self.component_id,
+                });
+            };
+            if self.periodic_count - freed >= persistence.max_periodic {
+                return Err(TableError::ScheduleFull {
+                    component_id: self.component_id,
+                    max: persistence.max_periodic,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn insert_unchecked(&mut self, entry: CronEntry<S>) {
+        let position = entry.position;
+        match &entry.rule {
+            Rule::Custom(_) => {
+                self.custom.insert(position);
+            }
+            Rule::Periodic(p) => {
+                self.periodic_count += 1;
+                self.index
+                    .set(position, p.due_key(self.schedule.get(position)));
+            }
+        }
+        let old = self.entries.insert(position, entry);
+        debug_assert!(old.is_none(), "insert over a live entry at {position}");
+    }
+
+    fn take(&mut self, position: u32) -> Option<CronEntry<S>> {
+        let mut entry = self.entries.remove(&position)?;
+        if let Some(on_remove) = entry.on_remove.as_mut() {
+            on_remove(self.component_id, position);
+        }
+        match entry.rule {
+            Rule::Custom(_) => {
+                self.custom.remove(&position);
+            }
+            Rule::Periodic(_) => {
+                self.periodic_count -= 1;
+                self.index.remove(position);
+                // Removing an entry removes only its own record.
+                self.schedule.remove(position);
+            }
+        }
+        Some(entry)
+    }
+
+    /// Evaluates `tick` with the due index: runs every entry whose rule holds, in position order.
+    ///
+    /// Cost: O(due · log n + custom), where custom is the number of entries with user rules.
+    /// Changes requested by callbacks are applied after the pass in request order; then the
+    /// schedule is written once if it changed. A tick for another component runs nothing.
+    pub fn evaluate(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        pages: &mut dyn ReservedPages,
+    ) -> Result<TickOutcome, TableError> {
+        self.check_component(tick)?;
+        let mut candidates = std::mem::take(&mut self.scratch);
+        candidates.clear();
+        if let Some(now_ms) = tick.agreed_time_ms {
+            self.index.due_at(now_ms, &mut candidates);
+        }
+        if !self.custom.is_empty() {
+            candidates.extend(self.custom.iter().copied());
+        }
+        // Indexed candidates come in (due, position) order; firing order is position order.
+        // Custom and indexed positions are disjoint, so no duplicates arise.
+        candidates.sort_unstable();
+        debug_assert!(candidates.windows(2).all(|w| w[0] < w[1]));
+        let mut changes = Vec::new();
+        let mut fired = Vec::new();
+        let mut pass = Pass {
+            component_id: self.component_id,
+            tick,
+            state,
+            pages: &mut *pages,
+            schedule: &mut self.schedule,
+            index: &mut self.index,
+            changes: &mut changes,
+            fired: &mut fired,
+        };
+        for position in &candidates {
+            if let Some(entry) = self.entries.get_mut(position) {
+                pass.run(entry);
+            } else {
+                debug_assert!(false, "candidate {position} has no entry");
+            }
+        }
+        self.scratch = candidates;
+        Ok(self.finish_pass(changes, fired, pages))
+    }
+
+    /// Evaluates `tick` by asking every entry's rule in position order: the reference model.
+    ///
+    /// Same observable behaviour as [`evaluate`](Self::evaluate) (the property tests check it on
+    /// random operation sequences), at O(n) per tick: kept as the baseline of the benchmark and
+    /// the model of the tests, as Concord's table evaluates.
+    pub fn evaluate_linear(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        pages: &mut dyn ReservedPages,
+    ) -> Result<TickOutcome, TableError> {
+        self.check_component(tick)?;
+        let mut changes = Vec::new();
+        let mut fired = Vec::new();
+        let mut pass = Pass {
+            component_id: self.component_id,
+            tick,
+            state,
+            pages: &mut *pages,
+            schedule: &mut self.schedule,
+            index: &mut self.index,
+            changes: &mut changes,
+            fired: &mut fired,
+        };
+        for entry in self.entries.values_mut() {
+            pass.run(entry);
+        }
+        Ok(self.finish_pass(changes, fired, pages))
+    }
+
+    fn check_component(&self, tick: &Tick) -> Result<(), TableError> {
+        if tick.component_id != self.component_id {
+            tracing::warn!(
+                table = self.component_id,
+                tick = tick.component_id,
+                "tick for another component ignored"
+            );
+            return Err(TableError::WrongComponent {
+                expected: self.component_id,
+                got: tick.component_id,
+            });
+        }
+        Ok(())
+    }
+
+    fn finish_pass(
+        &mut self,
+        changes: Vec<TableChange<S>>,
+        fired: Vec<Fired>,
+        pages: &mut dyn ReservedPages,
+    ) -> TickOutcome {
+        let mut outcome = TickOutcome {
+            fired,
+            ..TickOutcome::default()
+        };
+        for change in changes {
+            let result = match change {
+                TableChange::Add(e) => self.add(e),
+                TableChange::Remove(p) => {
+                    self.remove(p);
+                    Ok(())
+                }
+                TableChange::Replace(e) => self.replace(e).map(drop),
+            };
+            if let Err(e) = result {
+                tracing::warn!(component_id = self.component_id, error = %e, "requested table change failed");
+                outcome.errors.push(e);
+            }
+        }
+        match self.persist(pages) {
+            Ok(written) => outcome.persisted = written,
+            Err(e) => {
+                tracing::error!(component_id = self.component_id, error = %e, "schedule write failed");
+                outcome.errors.push(e);
+            }
+        }
+        debug_assert!(
+            self.check_invariants().is_ok(),
+            "{:?}",
+            self.check_invariants()
+        );
+        outcome
+    }
+
+    /// Writes the schedule to the table's pages if it changed since the last write; returns
+    /// whether it wrote. Call it only inside execution (evaluation calls it itself).
+    pub fn persist(&mut self, pages: &mut dyn ReservedPages) -> Result<bool, TableError> {
+        let Some(persistence) = self.persistence else {
+            return Ok(false);
+        };
+        if !self.schedule.dirty {
+            return Ok(false);
+        }
+        self.check_range(persistence, pages)?;
+        let persisted = self.schedule.to_persisted(self.component_id);
+        codec::save(
+            pages,
+            persistence.range,
+            BlobKind::PeriodicSchedule,
+            &persisted,
+        )?;
+        self.schedule.dirty = false;
+        Ok(true)
+    }
+
+    fn check_range(&self, p: Persistence, pages: &dyn ReservedPages) -> Result<(), TableError> {
+        let needed = PersistedSchedule::encoded_len_for(p.max_periodic as usize);
+        let capacity = codec::capacity(p.range, pages.page_size());
+        if needed > capacity {
+            return Err(TableError::RangeTooSmall { needed, capacity });
+        }
+        Ok(())
+    }
+
+    /// Reloads the schedule from the pages: the host calls it at start-up (a fresh store reads
+    /// as empty), after a restart and after a state transfer, inside its execution thread.
+    ///
+    /// Entries may be registered before or after the reload; either way each periodic entry
+    /// honours the stored schedule of its position. Records of positions with no entry are kept
+    /// (their entry may be registered later). On error the in-memory schedule is unchanged.
+    pub fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), TableError> {
+        let Some(persistence) = self.persistence else {
+            return Ok(());
+        };
+        self.check_range(persistence, pages)?;
+        let loaded: PersistedSchedule =
+            codec::load(pages, persistence.range, BlobKind::PeriodicSchedule)?.unwrap_or(
+                PersistedSchedule {
+                    component_id: self.component_id,
+                    records: Vec::new(),
+                },
+            );
+        if loaded.component_id != self.component_id {
+            return Err(TableError::ForeignSchedule {
+                expected: self.component_id,
+                found: loaded.component_id,
+            });
+        }
+        if loaded.records.len() > persistence.max_periodic as usize {
+            return Err(TableError::TooManyRecords {
+                found: loaded.records.len(),
+                max: persistence.max_periodic,
+            });
+        }
+        let next_ms: BTreeMap<u32, TimeMs> = loaded.records.iter().copied().collect();
+        if next_ms.len() != loaded.records.len() {
+            return Err(TableError::Persist(CodecError::Decode(
+                "duplicate positions in the schedule".into(),
+            )));
+        }
+        self.schedule.next_ms = next_ms;
+        self.schedule.dirty = false;
+        for (position, entry) in &self.entries {
+            if let Rule::Periodic(p) = &entry.rule {
+                self.index
+                    .set(*position, p.due_key(self.schedule.get(*position)));
+            }
+        }
+        tracing::debug!(
+            component_id = self.component_id,
+            records = self.schedule.next_ms.len(),
+            "periodic schedule reloaded"
+        );
+        debug_assert!(self.check_invariants().is_ok());
+        Ok(())
+    }
+
+    /// Clears the persistence: zeroes the table's pages and forgets every stored schedule (the
+    /// periodic entries then run at once on the next tick with time). Inside execution only.
+    pub fn clear_persistence(&mut self, pages: &mut dyn ReservedPages) -> Result<(), TableError> {
+        let Some(persistence) = self.persistence else {
+            return Ok(());
+        };
+        codec::clear(pages, persistence.range)?;
+        self.schedule = ScheduleStore::default();
+        for (position, entry) in &self.entries {
+            if let Rule::Periodic(p) = &entry.rule {
+                self.index.set(*position, p.due_key(None));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the table's internal consistency (for tests and the simulator, after every step).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.index.check()?;
+        let mut periodic = 0u32;
+        for (position, entry) in &self.entries {
+            if entry.position != *position {
+                return Err(format!("entry {} stored at {position}", entry.position));
+            }
+            match &entry.rule {
+                Rule::Custom(_) => {
+                    if !self.custom.contains(position) || self.index.key(*position).is_some() {
+                        return Err(format!("custom entry {position} misfiled"));
+                    }
+                }
+                Rule::Periodic(p) => {
+                    periodic += 1;
+                    let want = p.due_key(self.schedule.get(*position));
+                    if self.index.key(*position) != Some(want) || self.custom.contains(position) {
+                        return Err(format!(
+                            "periodic entry {position} indexed at {:?}, schedule says {want}",
+                            self.index.key(*position)
+                        ));
+                    }
+                }
+            }
+        }
+        if periodic != self.periodic_count {
+            return Err(format!(
+                "{periodic} periodic entries, count says {}",
+                self.periodic_count
+            ));
+        }
+        if self.index.len() != periodic as usize {
+            return Err("index holds positions without a periodic entry".into());
+        }
+        if self.custom.len() + periodic as usize != self.entries.len() {
+            return Err("custom set holds positions without an entry".into());
+        }
+        if let Some(p) = self.persistence
+            && periodic > p.max_periodic
+        {
+            {
+                return Err(format!(
+                    "{periodic} periodic entries over the bound {}",
+                    p.max_periodic
+                ));
+            }
+        }
+        Ok(())
+    }
+}
