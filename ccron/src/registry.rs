@@ -84,12 +84,10 @@ impl<S> CronTableRegistry<S> {
                 if let Some(theirs) = t.persistence()
                     && mine.range.overlaps(&theirs.range)
                 {
-                    {
-                        return Err(RegistryError::OverlappingPages {
-                            component_id,
-                            other: *other,
-                        });
-                    }
+                    return Err(RegistryError::OverlappingPages {
+                        component_id,
+                        other: *other,
+                    });
                 }
             }
         }

@@ -673,12 +673,10 @@ impl<S> CronTable<S> {
         if let Some(p) = self.persistence
             && periodic > p.max_periodic
         {
-            {
-                return Err(format!(
-                    "{periodic} periodic entries over the bound {}",
-                    p.max_periodic
-                ));
-            }
+            return Err(format!(
+                "{periodic} periodic entries over the bound {}",
+                p.max_periodic
+            ));
         }
         Ok(())
     }
