@@ -1,0 +1,160 @@
+//! Cost of one tick: indexed evaluation vs the linear-scan reference, measured in the same run.
+//!
+//! Tables of 10^3, 10^5 and 10^6 periodic entries (period 100 s, starts spread over 100 one-second
+//! slots, so a tick on a slot finds 1% of the entries due). Two cases per size:
+//! - nothing due: a repeated tick at a time between slots;
+//! - 1% due: a tick on the next slot (this includes writing the whole schedule to the pages once,
+//!   as every tick that changes it does).
+//!
+//! Run: `cargo bench -p ccron --bench tick` (a few minutes; `CCRON_BENCH_MAX=100000` stops at
+//! 10^5). Prints one row per size and case with the ratio linear / indexed.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use ccron::{CronEntry, CronTable, MemPages, PageRange, Periodic, Tick};
+
+const C: u32 = 1;
+const PERIOD_MS: i64 = 100_000;
+const SLOT_MS: i64 = 1_000;
+const BASE_MS: i64 = 1_000_000_000;
+
+struct Bench {
+    table: CronTable<u64>,
+    pages: MemPages,
+    fires: u64,
+    seq: u64,
+    /// Index of the next slot to tick (slot k is at BASE + k * SLOT_MS).
+    slot: i64,
+}
+
+impl Bench {
+    fn new(n: u32) -> Self {
+        let page_size = 4096;
+        let bytes = 12 + 12 * n as usize;
+        let num_pages = (bytes / (page_size - 32) + 2) as u32;
+        let range = PageRange::new(0, num_pages).expect("non-empty range");
+        let pages = MemPages::new(page_size, num_pages);
+        let mut table = CronTable::with_persistence(C, range, n);
+        table.reload(&pages).expect("empty pages reload");
+        for i in 0..n {
+            let start = BASE_MS + i64::from(i % 100) * SLOT_MS;
+            let schedule = Periodic::every_ms(PERIOD_MS)
+                .expect("positive period")
+                .starting_at(start);
+            table
+                .add(CronEntry::<u64>::periodic(i, schedule, |ctx| {
+                    *ctx.state += 1
+                }))
+                .expect("free position");
+        }
+        Self {
+            table,
+            pages,
+            fires: 0,
+            seq: 0,
+            slot: 0,
+        }
+    }
+
+    fn tick(&mut self, time_ms: i64, linear: bool) -> usize {
+        self.seq += 1;
+        let t = Tick::new(C, self.seq, Some(time_ms));
+        let out = if linear {
+            self.table
+                .evaluate_linear(&t, &mut self.fires, &mut self.pages)
+        } else {
+            self.table.evaluate(&t, &mut self.fires, &mut self.pages)
+        };
+        out.expect("tick for the table's component").fired.len()
+    }
+
+    /// Ticks the next slot (1% due).
+    fn tick_slot(&mut self, linear: bool) -> usize {
+        let time = BASE_MS + self.slot * SLOT_MS;
+        self.slot += 1;
+        self.tick(time, linear)
+    }
+
+    /// A tick between the last slot and the next: nothing is due.
+    fn tick_idle(&mut self, linear: bool) -> usize {
+        let time = BASE_MS + self.slot * SLOT_MS - SLOT_MS / 2;
+        self.tick(time, linear)
+    }
+}
+
+// The benchmark is a driver: reading the real clock is its whole point.
+#[allow(clippy::disallowed_methods)]
+fn time_per_iter(iters: u32, mut f: impl FnMut() -> usize) -> (Duration, usize) {
+    let start = Instant::now();
+    let mut fired = 0;
+    for _ in 0..iters {
+        fired += black_box(f());
+    }
+    (start.elapsed() / iters, fired)
+}
+
+fn fmt(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns < 10_000 {
+        format!("{ns} ns")
+    } else if ns < 10_000_000 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    }
+}
+
+fn main() {
+    let max: u32 = std::env::var("CCRON_BENCH_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    println!("ccron tick cost: indexed evaluate vs linear-scan reference (same table, same run)");
+    println!(
+        "{:>9} | {:<9} | {:>8} | {:>12} | {:>12} | {:>9}",
+        "entries", "case", "fired", "indexed", "linear", "ratio"
+    );
+    for n in [1_000u32, 100_000, 1_000_000] {
+        if n > max {
+            continue;
+        }
+        let mut b = Bench::new(n);
+        // Warm up: one full period of slots, so every entry has run once and has a record.
+        for _ in 0..100 {
+            b.tick_slot(false);
+        }
+        let b_idle = b.tick_idle(false);
+        assert_eq!(b_idle, 0, "idle tick fires nothing");
+
+        let (idle_iters, lin_idle_iters) = match n {
+            1_000 => (200_000, 2_000),
+            100_000 => (200_000, 20),
+            _ => (200_000, 5),
+        };
+        let (ix_idle, f1) = time_per_iter(idle_iters, || b.tick_idle(false));
+        let (lin_idle, f2) = time_per_iter(lin_idle_iters, || b.tick_idle(true));
+        assert_eq!(f1 + f2, 0);
+        row(n, "nothing", 0, ix_idle, lin_idle);
+
+        let due_iters = match n {
+            1_000 => 200,
+            100_000 => 20,
+            _ => 4,
+        };
+        let (ix_due, f1) = time_per_iter(due_iters, || b.tick_slot(false));
+        let (lin_due, f2) = time_per_iter(due_iters, || b.tick_slot(true));
+        assert_eq!(f1, f2, "both paths fire 1% per slot");
+        row(n, "1% due", f1 / due_iters as usize, ix_due, lin_due);
+        b.table.check_invariants().expect("table invariants");
+    }
+}
+
+fn row(n: u32, case: &str, fired: usize, indexed: Duration, linear: Duration) {
+    let ratio = linear.as_secs_f64() / indexed.as_secs_f64().max(1e-12);
+    println!(
+        "{n:>9} | {case:<9} | {fired:>8} | {:>12} | {:>12} | {ratio:>8.0}x",
+        fmt(indexed),
+        fmt(linear)
+    );
+}
