@@ -147,6 +147,28 @@ fn main() {
         assert_eq!(f1, f2, "both paths fire 1% per slot");
         row(n, "1% due", f1 / due_iters as usize, ix_due, lin_due);
         b.table.check_invariants().expect("table invariants");
+
+        // How much of a 1%-due tick is the schedule write alone (n records, every page).
+        let schedule = ccron::periodic::PersistedSchedule {
+            component_id: C,
+            records: (0..n).map(|p| (p, BASE_MS + i64::from(p))).collect(),
+        };
+        let range = b.table.persistence().expect("configured").range;
+        let (write, _) = time_per_iter(due_iters, || {
+            ccron::codec::save(
+                &mut b.pages,
+                range,
+                ccron::codec::BlobKind::PeriodicSchedule,
+                &schedule,
+            )
+            .expect("fits the range");
+            0
+        });
+        println!(
+            "{:>9} | schedule write alone ({n} records): {}",
+            "",
+            fmt(write)
+        );
     }
 }
 
