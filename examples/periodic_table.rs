@@ -102,7 +102,7 @@ fn main() {
         let fired: Vec<String> = outcome
             .fired
             .iter()
-            .map(|f| match f.due_ms {
+            .map(|f| match f.due.and_then(|d| d.time_ms()) {
                 Some(due) => format!("{}@{}m", name(f.position), (due - START_MS) / MINUTE_MS),
                 None => name(f.position).to_string(),
             })

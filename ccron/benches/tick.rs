@@ -31,7 +31,7 @@ struct Bench {
 impl Bench {
     fn new(n: u32) -> Self {
         let page_size = 4096;
-        let bytes = 12 + 12 * n as usize;
+        let bytes = 12 + 16 * n as usize;
         let num_pages = (bytes / (page_size - 32) + 2) as u32;
         let range = PageRange::new(0, num_pages).expect("non-empty range");
         let pages = MemPages::new(page_size, num_pages);
@@ -151,7 +151,9 @@ fn main() {
         // How much of a 1%-due tick is the schedule write alone (n records, every page).
         let schedule = ccron::periodic::PersistedSchedule {
             component_id: C,
-            records: (0..n).map(|p| (p, BASE_MS + i64::from(p))).collect(),
+            records: (0..n)
+                .map(|p| (p, ccron::Due::Time(BASE_MS + i64::from(p))))
+                .collect(),
         };
         let range = b.table.persistence().expect("configured").range;
         let (write, _) = time_per_iter(due_iters, || {

@@ -17,6 +17,7 @@
 
 use std::fmt;
 
+use crate::due::{Due, Schedule};
 use crate::pages::ReservedPages;
 use crate::periodic::Periodic;
 use crate::tick::{ComponentId, Tick, TimeMs};
@@ -40,10 +41,11 @@ pub struct ActionCtx<'a, S> {
     pub tick: &'a Tick,
     /// The position of the entry that runs.
     pub position: u32,
-    /// For periodic entries, the due time of this run (on the drift-free grid); `None` for
-    /// entries with a user rule. With [`MisfirePolicy::FireEach`](crate::MisfirePolicy::FireEach)
-    /// each catch-up run sees its own due time, which makes a good idempotence key.
-    pub due_ms: Option<TimeMs>,
+    /// For indexed entries (periodic and other [`Schedule`]s), the due point of this run (on
+    /// the drift-free grid); `None` for entries with a user rule. With
+    /// [`MisfirePolicy::FireEach`](crate::MisfirePolicy::FireEach) each catch-up run sees its
+    /// own due point, which makes a good idempotence key.
+    pub due: Option<Due>,
     /// The application's state.
     pub state: &'a mut S,
     /// The reserved pages (writes happen inside execution of the committed tick).
@@ -52,6 +54,11 @@ pub struct ActionCtx<'a, S> {
 }
 
 impl<S> ActionCtx<'_, S> {
+    /// The due time of this run, for time-keyed schedules such as periodic entries.
+    pub fn due_ms(&self) -> Option<TimeMs> {
+        self.due.and_then(|d| d.time_ms())
+    }
+
     /// Requests that `entry` be added after the pass (a taken position is reported as an error
     /// in the tick's outcome, like [`CronTable::add`](crate::CronTable::add)).
     pub fn request_add(&mut self, entry: CronEntry<S>) {
@@ -107,6 +114,20 @@ pub enum Rule<S> {
     /// A periodic schedule on agreed time: indexed by next due time, so a tick only touches
     /// the entries that are due.
     Periodic(Periodic),
+    /// Any other known schedule (every N sequence numbers, cron expressions, delays): indexed
+    /// like periodic entries.
+    Scheduled(Box<dyn Schedule>),
+}
+
+impl<S> Rule<S> {
+    /// The known schedule of an indexed rule, `None` for user code.
+    pub fn schedule(&self) -> Option<&dyn Schedule> {
+        match self {
+            Rule::Custom(_) => None,
+            Rule::Periodic(p) => Some(p),
+            Rule::Scheduled(s) => Some(s.as_ref()),
+        }
+    }
 }
 
 impl<S> fmt::Debug for Rule<S> {
@@ -114,6 +135,7 @@ impl<S> fmt::Debug for Rule<S> {
         match self {
             Rule::Custom(_) => f.write_str("Custom(..)"),
             Rule::Periodic(p) => f.debug_tuple("Periodic").field(p).finish(),
+            Rule::Scheduled(s) => f.debug_tuple("Scheduled").field(s).finish(),
         }
     }
 }
@@ -173,6 +195,23 @@ impl<S> CronEntry<S> {
         }
     }
 
+    /// An indexed entry at `position` running `action` on any known `schedule` (for example
+    /// [`EverySeq`](crate::EverySeq), or a cron expression implementing [`Schedule`]). Its
+    /// next due point is persisted like a periodic entry's.
+    pub fn scheduled(
+        position: u32,
+        schedule: impl Schedule,
+        action: impl FnMut(&mut ActionCtx<'_, S>) + Send + 'static,
+    ) -> Self {
+        Self {
+            position,
+            rule: Rule::Scheduled(Box::new(schedule)),
+            action: Box::new(action),
+            schedule_next: None,
+            on_remove: None,
+        }
+    }
+
     /// Adds a schedule-next callback, called before the action whenever the rule holds.
     pub fn with_schedule_next(
         mut self,
@@ -205,7 +244,7 @@ impl<S> CronEntry<S> {
     pub fn periodic_schedule(&self) -> Option<&Periodic> {
         match &self.rule {
             Rule::Periodic(p) => Some(p),
-            Rule::Custom(_) => None,
+            Rule::Custom(_) | Rule::Scheduled(_) => None,
         }
     }
 

@@ -1,58 +1,71 @@
-//! The due index: entries whose rule is a known schedule, ordered by (due, position).
+//! The due index: indexed entries ordered by (due point, position).
 //!
-//! A tick at agreed time `t` only visits the index range `..= (t, u32::MAX)`, so it costs
-//! O(due · log n) instead of one rule call per entry. The order (due, position) is canonical,
-//! so replicas agree on it without sorting, and positions break ties.
-//!
-//! Only time-keyed schedules exist today (periodic). A later kind keyed on the sequence number
-//! ("due at seq S") gets a second ordered set keyed by `(seq, position)` and is merged the same
-//! way: [`DueIndex::due_at`] returns candidates and the table re-sorts them into position order.
+//! A tick at agreed time `t` and sequence number `s` visits only the ranges `..= (Time(t), MAX)`
+//! and `(Seq(0), 0) ..= (Seq(s), MAX)`, so it costs O(due · log n) instead of one rule call per
+//! entry. The order (due, position) is canonical, so replicas agree on it without sorting.
+//! Any [`Schedule`](crate::due::Schedule) kind keyed on time or on sequence numbers plugs in
+//! without touching this module; the table merges the candidates into position order.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::tick::TimeMs;
+use crate::due::Due;
+use crate::tick::{Tick, TimeMs};
 
-/// Positions keyed by the agreed time at which they are next due.
+/// Positions keyed by the point at which they are next due.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct DueIndex {
-    by_time: BTreeSet<(TimeMs, u32)>,
-    key_of: BTreeMap<u32, TimeMs>,
+    ordered: BTreeSet<(Due, u32)>,
+    key_of: BTreeMap<u32, Due>,
 }
 
 impl DueIndex {
-    /// Sets (or moves) `position` to be due at `due_ms`.
-    pub(crate) fn set(&mut self, position: u32, due_ms: TimeMs) {
-        if let Some(old) = self.key_of.insert(position, due_ms) {
-            if old == due_ms {
+    /// Sets (or moves) `position` to be due at `due`.
+    pub(crate) fn set(&mut self, position: u32, due: Due) {
+        if let Some(old) = self.key_of.insert(position, due) {
+            if old == due {
                 return;
             }
-            let removed = self.by_time.remove(&(old, position));
+            let removed = self.ordered.remove(&(old, position));
             debug_assert!(removed, "index out of sync at position {position}");
         }
-        self.by_time.insert((due_ms, position));
+        self.ordered.insert((due, position));
     }
 
     /// Removes `position` from the index (nothing if absent).
     pub(crate) fn remove(&mut self, position: u32) {
         if let Some(old) = self.key_of.remove(&position) {
-            let removed = self.by_time.remove(&(old, position));
+            let removed = self.ordered.remove(&(old, position));
             debug_assert!(removed, "index out of sync at position {position}");
         }
     }
 
     /// The due key of `position`, if indexed.
-    pub(crate) fn key(&self, position: u32) -> Option<TimeMs> {
+    pub(crate) fn key(&self, position: u32) -> Option<Due> {
         self.key_of.get(&position).copied()
     }
 
-    /// Appends to `out` every position due at or before `now_ms`, in (due, position) order.
-    pub(crate) fn due_at(&self, now_ms: TimeMs, out: &mut Vec<u32>) {
-        out.extend(self.by_time.range(..=(now_ms, u32::MAX)).map(|(_, p)| *p));
+    /// Appends to `out` every position whose key `tick` has reached: time keys in (time,
+    /// position) order (only when the tick carries time), then sequence keys likewise.
+    pub(crate) fn due_at(&self, tick: &Tick, out: &mut Vec<u32>) {
+        if let Some(now_ms) = tick.agreed_time_ms {
+            let range = (Due::Time(TimeMs::MIN), 0)..=(Due::Time(now_ms), u32::MAX);
+            out.extend(self.ordered.range(range).map(|(_, p)| *p));
+        }
+        let range = (Due::Seq(0), 0)..=(Due::Seq(tick.bft_sequence_num), u32::MAX);
+        out.extend(self.ordered.range(range).map(|(_, p)| *p));
     }
 
-    /// The earliest due time, if any entry is indexed.
-    pub(crate) fn next_due(&self) -> Option<TimeMs> {
-        self.by_time.first().map(|(t, _)| *t)
+    /// The earliest due time among time-keyed positions.
+    pub(crate) fn next_time(&self) -> Option<TimeMs> {
+        self.ordered.first().and_then(|(d, _)| d.time_ms())
+    }
+
+    /// The earliest due sequence number among sequence-keyed positions.
+    pub(crate) fn next_seq(&self) -> Option<u64> {
+        self.ordered
+            .range((Due::Seq(0), 0)..)
+            .next()
+            .and_then(|(d, _)| d.seq())
     }
 
     /// How many positions are indexed.
@@ -62,16 +75,16 @@ impl DueIndex {
 
     /// Checks that the two views agree; returns a description of the first mismatch.
     pub(crate) fn check(&self) -> Result<(), String> {
-        if self.by_time.len() != self.key_of.len() {
+        if self.ordered.len() != self.key_of.len() {
             return Err(format!(
                 "index has {} keys but {} ordered entries",
                 self.key_of.len(),
-                self.by_time.len()
+                self.ordered.len()
             ));
         }
-        for (t, p) in &self.by_time {
-            if self.key_of.get(p) != Some(t) {
-                return Err(format!("ordered entry ({t}, {p}) has no matching key"));
+        for (d, p) in &self.ordered {
+            if self.key_of.get(p) != Some(d) {
+                return Err(format!("ordered entry ({d:?}, {p}) has no matching key"));
             }
         }
         Ok(())
@@ -83,22 +96,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn due_range_is_inclusive_and_ordered_by_due_then_position() {
+    fn due_ranges_are_inclusive_and_ordered_by_due_then_position() {
         let mut ix = DueIndex::default();
-        ix.set(5, 100);
-        ix.set(1, 200);
-        ix.set(3, 100);
-        ix.set(9, TimeMs::MIN);
+        ix.set(5, Due::Time(100));
+        ix.set(1, Due::Time(200));
+        ix.set(3, Due::Time(100));
+        ix.set(9, Due::Time(TimeMs::MIN));
+        ix.set(4, Due::Seq(7));
+        ix.set(2, Due::Seq(8));
         let mut out = Vec::new();
-        ix.due_at(100, &mut out);
-        assert_eq!(out, vec![9, 3, 5]);
-        ix.set(3, 300);
+        ix.due_at(&Tick::new(1, 7, Some(100)), &mut out);
+        assert_eq!(out, vec![9, 3, 5, 4]);
+        out.clear();
+        ix.due_at(&Tick::new(1, 8, None), &mut out);
+        assert_eq!(out, vec![4, 2], "no time: only sequence keys");
+        ix.set(3, Due::Time(300));
         ix.remove(9);
         out.clear();
-        ix.due_at(250, &mut out);
+        ix.due_at(&Tick::new(1, 0, Some(250)), &mut out);
         assert_eq!(out, vec![5, 1]);
-        assert_eq!(ix.next_due(), Some(100));
-        assert_eq!(ix.len(), 3);
+        assert_eq!(ix.next_time(), Some(100));
+        assert_eq!(ix.next_seq(), Some(7));
+        assert_eq!(ix.len(), 5);
         ix.check().unwrap();
     }
 }

@@ -77,6 +77,7 @@
 )]
 
 pub mod codec;
+pub mod due;
 pub mod entry;
 pub mod file_pages;
 mod index;
@@ -87,6 +88,7 @@ pub mod table;
 pub mod tick;
 
 pub use codec::CodecError;
+pub use due::{Due, EverySeq, Schedule};
 pub use entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
 pub use file_pages::FilePages;
 pub use pages::{MemPages, PageAllocator, PageId, PageRange, PagesError, ReservedPages};

@@ -16,7 +16,8 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
-use crate::tick::{ComponentId, TimeMs};
+use crate::due::{Due, Schedule};
+use crate::tick::{ComponentId, Tick, TimeMs};
 
 /// What a late tick does with the occurrences it missed.
 ///
@@ -117,7 +118,7 @@ impl Periodic {
 
     /// When the entry is due given its stored next due time (`None`: never ran): the key of
     /// the due index. `TimeMs::MIN` means "on the first tick with agreed time".
-    pub fn due_key(&self, stored_next_ms: Option<TimeMs>) -> TimeMs {
+    pub fn due_key_ms(&self, stored_next_ms: Option<TimeMs>) -> TimeMs {
         stored_next_ms.or(self.start_ms).unwrap_or(TimeMs::MIN)
     }
 
@@ -126,7 +127,7 @@ impl Periodic {
     /// `None` when the entry is not due (nothing changes). This is the rule of the periodic
     /// entry together with its schedule-next step, shared by the indexed and the linear
     /// evaluation so that they cannot disagree.
-    pub fn step(&self, stored_next_ms: Option<TimeMs>, now_ms: TimeMs) -> Option<Step> {
+    pub fn step_at(&self, stored_next_ms: Option<TimeMs>, now_ms: TimeMs) -> Option<Step> {
         let p = i128::from(self.period_ms);
         let clamp = |v: i128| -> TimeMs {
             v.clamp(i128::from(TimeMs::MIN), i128::from(TimeMs::MAX)) as TimeMs
@@ -180,20 +181,54 @@ impl Periodic {
     }
 }
 
+impl Schedule for Periodic {
+    fn due_key(&self, stored: Option<Due>) -> Due {
+        Due::Time(self.due_key_ms(stored.and_then(|d| d.time_ms())))
+    }
+
+    fn step(&self, stored: Option<Due>, tick: &Tick, runs: &mut Vec<Due>) -> Option<Due> {
+        // Periodic actions never fire without agreed time (the time service is off).
+        let now_ms = tick.agreed_time_ms?;
+        let step = self.step_at(stored.and_then(|d| d.time_ms()), now_ms)?;
+        for i in 0..step.runs {
+            let offset = i64::from(i).saturating_mul(self.period_ms);
+            runs.push(Due::Time(step.first_due_ms.saturating_add(offset)));
+        }
+        Some(Due::Time(step.next_ms))
+    }
+
+    fn fingerprint(&self) -> Vec<u8> {
+        let mut v = b"periodic".to_vec();
+        v.extend_from_slice(&self.period_ms.to_le_bytes());
+        v.extend_from_slice(&self.start_ms.unwrap_or(TimeMs::MIN).to_le_bytes());
+        v.push(u8::from(self.start_ms.is_some()));
+        let (tag, cap) = match self.misfire {
+            MisfirePolicy::FireOnce => (0u8, 0u32),
+            MisfirePolicy::SkipMissed => (1, 0),
+            MisfirePolicy::FireEach { cap } => (2, cap.get()),
+            MisfirePolicy::FromTickTime => (3, 0),
+        };
+        v.push(tag);
+        v.extend_from_slice(&cap.to_le_bytes());
+        v
+    }
+}
+
 /// The persisted form of one table's periodic schedule (what goes through [`crate::codec`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
 pub struct PersistedSchedule {
     /// The component whose table wrote it (a misconfigured page range is caught on reload).
     pub component_id: ComponentId,
-    /// `(position, next due time)` for every periodic entry that has run, ascending position.
-    pub records: Vec<(u32, TimeMs)>,
+    /// `(position, next due point)` for every indexed entry that has run, ascending position.
+    pub records: Vec<(u32, Due)>,
 }
 
 impl PersistedSchedule {
     /// Encoded size in bytes of a schedule with `records` records (fixed-width encoding).
     pub fn encoded_len_for(records: usize) -> usize {
-        // component id (4) + vector length (8) + records of position (4) and time (8).
-        4 + 8 + records.saturating_mul(12)
+        // component id (4) + vector length (8) + records of position (4), variant tag (4) and
+        // value (8).
+        4 + 8 + records.saturating_mul(16)
     }
 }
 
@@ -201,23 +236,23 @@ impl PersistedSchedule {
 /// since it was last written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ScheduleStore {
-    pub(crate) next_ms: BTreeMap<u32, TimeMs>,
+    pub(crate) next: BTreeMap<u32, Due>,
     pub(crate) dirty: bool,
 }
 
 impl ScheduleStore {
-    pub(crate) fn get(&self, position: u32) -> Option<TimeMs> {
-        self.next_ms.get(&position).copied()
+    pub(crate) fn get(&self, position: u32) -> Option<Due> {
+        self.next.get(&position).copied()
     }
 
-    pub(crate) fn set(&mut self, position: u32, next_ms: TimeMs) {
-        if self.next_ms.insert(position, next_ms) != Some(next_ms) {
+    pub(crate) fn set(&mut self, position: u32, next: Due) {
+        if self.next.insert(position, next) != Some(next) {
             self.dirty = true;
         }
     }
 
     pub(crate) fn remove(&mut self, position: u32) {
-        if self.next_ms.remove(&position).is_some() {
+        if self.next.remove(&position).is_some() {
             self.dirty = true;
         }
     }
@@ -225,7 +260,7 @@ impl ScheduleStore {
     pub(crate) fn to_persisted(&self, component_id: ComponentId) -> PersistedSchedule {
         PersistedSchedule {
             component_id,
-            records: self.next_ms.iter().map(|(p, t)| (*p, *t)).collect(),
+            records: self.next.iter().map(|(p, d)| (*p, *d)).collect(),
         }
     }
 }
@@ -236,6 +271,18 @@ mod tests {
 
     fn every(p: i64) -> Periodic {
         Periodic::every_ms(p).unwrap()
+    }
+
+    #[test]
+    fn encoded_len_for_matches_the_codec() {
+        let s = PersistedSchedule {
+            component_id: 1,
+            records: vec![(1, Due::Time(-5)), (2, Due::Seq(9)), (7, Due::Time(0))],
+        };
+        assert_eq!(
+            crate::codec::encoded_len(&s).unwrap(),
+            PersistedSchedule::encoded_len_for(3)
+        );
     }
 
     #[test]
@@ -250,12 +297,12 @@ mod tests {
     #[test]
     fn first_run_is_immediate_then_on_the_grid() {
         let p = every(2_000);
-        let s = p.step(None, 1_000).unwrap();
+        let s = p.step_at(None, 1_000).unwrap();
         assert_eq!((s.runs, s.first_due_ms, s.next_ms), (1, 1_000, 3_000));
-        assert_eq!(p.step(Some(3_000), 2_999), None, "not due before next");
-        let s = p.step(Some(3_000), 3_000).unwrap();
+        assert_eq!(p.step_at(Some(3_000), 2_999), None, "not due before next");
+        let s = p.step_at(Some(3_000), 3_000).unwrap();
         assert_eq!(s.next_ms, 5_000, "inclusive, and next = due + period");
-        let s = p.step(Some(3_000), 3_700).unwrap();
+        let s = p.step_at(Some(3_000), 3_700).unwrap();
         assert_eq!(s.next_ms, 5_000, "a late tick does not shift the phase");
     }
 
@@ -263,25 +310,25 @@ mod tests {
     fn misfire_policies_differ_on_a_tick_three_periods_late() {
         // Due at 10 s, period 2 s, tick at 16.5 s: occurrences 10, 12, 14, 16 reached (k = 4).
         let base = every(2_000);
-        let once = base.step(Some(10_000), 16_500).unwrap();
+        let once = base.step_at(Some(10_000), 16_500).unwrap();
         assert_eq!(
             (once.runs, once.first_due_ms, once.next_ms),
             (1, 16_000, 18_000)
         );
         let skip = base
             .with_misfire(MisfirePolicy::SkipMissed)
-            .step(Some(10_000), 16_500)
+            .step_at(Some(10_000), 16_500)
             .unwrap();
         assert_eq!((skip.runs, skip.next_ms), (0, 18_000));
         let on_time = base
             .with_misfire(MisfirePolicy::SkipMissed)
-            .step(Some(10_000), 11_999)
+            .step_at(Some(10_000), 11_999)
             .unwrap();
         assert_eq!(on_time.runs, 1);
         let cap = NonZeroU32::new(3).unwrap();
         let each = base
             .with_misfire(MisfirePolicy::FireEach { cap })
-            .step(Some(10_000), 16_500)
+            .step_at(Some(10_000), 16_500)
             .unwrap();
         assert_eq!(
             (each.runs, each.first_due_ms, each.next_ms),
@@ -289,7 +336,7 @@ mod tests {
         );
         let drift = base
             .with_misfire(MisfirePolicy::FromTickTime)
-            .step(Some(10_000), 16_500)
+            .step_at(Some(10_000), 16_500)
             .unwrap();
         assert_eq!((drift.runs, drift.next_ms), (1, 18_500));
     }
@@ -297,13 +344,13 @@ mod tests {
     #[test]
     fn start_time_delays_the_first_run_and_extremes_saturate() {
         let p = every(1_000).starting_at(5_000);
-        assert_eq!(p.due_key(None), 5_000);
-        assert_eq!(p.step(None, 4_999), None);
-        assert_eq!(p.step(None, 5_000).unwrap().next_ms, 6_000);
+        assert_eq!(p.due_key_ms(None), 5_000);
+        assert_eq!(p.step_at(None, 4_999), None);
+        assert_eq!(p.step_at(None, 5_000).unwrap().next_ms, 6_000);
         let huge = every(i64::MAX);
-        let s = huge.step(Some(TimeMs::MAX - 1), TimeMs::MAX).unwrap();
+        let s = huge.step_at(Some(TimeMs::MAX - 1), TimeMs::MAX).unwrap();
         assert_eq!(s.next_ms, TimeMs::MAX);
-        let s = every(1).step(Some(TimeMs::MIN), TimeMs::MAX).unwrap();
+        let s = every(1).step_at(Some(TimeMs::MIN), TimeMs::MAX).unwrap();
         assert_eq!(s.runs, 1);
     }
 }

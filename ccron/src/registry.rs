@@ -8,9 +8,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::entry::Rule;
 use crate::pages::ReservedPages;
-use crate::periodic::MisfirePolicy;
 use crate::table::{CronTable, TableError, TickOutcome};
 use crate::tick::{ComponentId, Tick};
 
@@ -167,7 +165,7 @@ impl<S> CronTableRegistry<S> {
         Ok(())
     }
 
-    /// A digest of what is registered (components, positions, rule kinds, periods, policies,
+    /// A digest of what is registered (components, positions, rule kinds, schedule parameters,
     /// page ranges). Replicas that set up different tables get different digests, so a setup
     /// mismatch can be detected instead of diverging silently. User rules are opaque code and
     /// contribute only their position.
@@ -179,26 +177,19 @@ impl<S> CronTableRegistry<S> {
             if let Some(p) = table.persistence() {
                 h.update(p.range.first().to_le_bytes());
                 h.update(p.range.len().to_le_bytes());
-                h.update(p.max_periodic.to_le_bytes());
+                h.update(p.max_scheduled.to_le_bytes());
             }
             for position in table.positions() {
                 h.update(b"E");
                 h.update(position.to_le_bytes());
-                match table.get(position).map(|e| e.rule()) {
-                    Some(Rule::Periodic(p)) => {
-                        h.update(b"P");
-                        h.update(p.period_ms().to_le_bytes());
-                        h.update(p.start_ms().unwrap_or(i64::MIN).to_le_bytes());
-                        let (tag, cap) = match p.misfire() {
-                            MisfirePolicy::FireOnce => (0u8, 0u32),
-                            MisfirePolicy::SkipMissed => (1, 0),
-                            MisfirePolicy::FireEach { cap } => (2, cap.get()),
-                            MisfirePolicy::FromTickTime => (3, 0),
-                        };
-                        h.update([tag]);
-                        h.update(cap.to_le_bytes());
+                match table.get(position).and_then(|e| e.rule().schedule()) {
+                    Some(schedule) => {
+                        let fingerprint = schedule.fingerprint();
+                        h.update(b"S");
+                        h.update((fingerprint.len() as u64).to_le_bytes());
+                        h.update(&fingerprint);
                     }
-                    Some(Rule::Custom(_)) | None => h.update(b"C"),
+                    None => h.update(b"C"),
                 }
             }
         }

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::codec::{self, BlobKind, CodecError};
+use crate::due::Due;
 use crate::entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
 use crate::index::DueIndex;
 use crate::pages::{PageRange, ReservedPages};
@@ -43,21 +44,22 @@ pub enum TableError {
         /// The tick's component.
         got: ComponentId,
     },
-    /// A periodic entry was added to a table without a page range for its schedule.
-    #[error("component {component_id} has no persistence configured for periodic entries")]
+    /// An indexed (periodic or other scheduled) entry was added to a table without a page
+    /// range for its schedule.
+    #[error("component {component_id} has no persistence configured for scheduled entries")]
     NoPersistence {
         /// The table's component.
         component_id: ComponentId,
     },
-    /// The configured bound on periodic entries is reached.
-    #[error("component {component_id} already has the maximum of {max} periodic entries")]
+    /// The configured bound on indexed entries is reached.
+    #[error("component {component_id} already has the maximum of {max} scheduled entries")]
     ScheduleFull {
         /// The table's component.
         component_id: ComponentId,
         /// The configured bound.
         max: u32,
     },
-    /// The page range cannot hold the configured number of periodic records.
+    /// The page range cannot hold the configured number of schedule records.
     #[error("a schedule of {needed} bytes does not fit the range's {capacity} bytes")]
     RangeTooSmall {
         /// Bytes the configured bound needs.
@@ -91,8 +93,9 @@ pub enum TableError {
 pub struct Persistence {
     /// The table's own page range.
     pub range: PageRange,
-    /// The most periodic entries the table accepts (the typed bound instead of an abort).
-    pub max_periodic: u32,
+    /// The most indexed (periodic and other scheduled) entries the table accepts: the typed
+    /// bound instead of an abort.
+    pub max_scheduled: u32,
 }
 
 /// One run of an action during a tick.
@@ -100,8 +103,8 @@ pub struct Persistence {
 pub struct Fired {
     /// The entry's position.
     pub position: u32,
-    /// The run's due time for periodic entries, `None` for user rules.
-    pub due_ms: Option<TimeMs>,
+    /// The run's due point for indexed entries, `None` for user rules.
+    pub due: Option<Due>,
 }
 
 /// What one evaluation did.
@@ -121,12 +124,12 @@ pub struct CronTable<S> {
     entries: BTreeMap<u32, CronEntry<S>>,
     /// Positions whose rule is user code: asked on every tick.
     custom: BTreeSet<u32>,
-    /// Positions whose rule is a known schedule, by next due time.
+    /// Positions whose rule is a known schedule, by next due point.
     index: DueIndex,
-    /// Next due time of every periodic entry that has run (owned by this instance).
+    /// Next due point of every indexed entry that has run (owned by this instance).
     schedule: ScheduleStore,
     persistence: Option<Persistence>,
-    periodic_count: u32,
+    scheduled_count: u32,
     /// Scratch buffer for due candidates, kept to avoid an allocation per tick.
     scratch: Vec<u32>,
 }
@@ -154,6 +157,8 @@ struct Pass<'a, 'p, S> {
     index: &'a mut DueIndex,
     changes: &'a mut Vec<TableChange<S>>,
     fired: &'a mut Vec<Fired>,
+    /// Scratch for the due points of one entry's runs.
+    runs: Vec<Due>,
 }
 
 impl<S> Pass<'_, '_, S> {
@@ -172,33 +177,41 @@ impl<S> Pass<'_, '_, S> {
                     self.fire(entry, None);
                 }
             }
-            Rule::Periodic(periodic) => {
-                // Periodic actions never fire without agreed time (the time service is off).
-                let Some(now_ms) = self.tick.agreed_time_ms else {
+            Rule::Periodic(_) | Rule::Scheduled(_) => {
+                let Some(schedule) = entry.rule.schedule() else {
                     return;
                 };
-                let Some(step) = periodic.step(self.schedule.get(position), now_ms) else {
+                let stored = self.schedule.get(position);
+                let mut runs = std::mem::take(&mut self.runs);
+                runs.clear();
+                let Some(next) = schedule.step(stored, self.tick, &mut runs) else {
+                    self.runs = runs;
                     return;
                 };
-                let period_ms = periodic.period_ms();
-                // The built-in schedule-next: persist the new due time before the action runs.
-                self.schedule.set(position, step.next_ms);
-                self.index.set(position, step.next_ms);
-                for i in 0..step.runs {
-                    let due = step
-                        .first_due_ms
-                        .saturating_add(i64::from(i).saturating_mul(period_ms));
-                    self.fire(entry, Some(due));
+                debug_assert!(
+                    schedule.due_key(stored).reached_by(self.tick),
+                    "schedule {schedule:?} ran at {position} before its due key"
+                );
+                debug_assert!(
+                    !next.reached_by(self.tick),
+                    "schedule {schedule:?} at {position} is due again at the same tick"
+                );
+                // The built-in schedule-next: record the new due point before the action runs.
+                self.schedule.set(position, next);
+                self.index.set(position, next);
+                for due in &runs {
+                    self.fire(entry, Some(*due));
                 }
+                self.runs = runs;
             }
         }
     }
 
-    fn fire(&mut self, entry: &mut CronEntry<S>, due_ms: Option<TimeMs>) {
+    fn fire(&mut self, entry: &mut CronEntry<S>, due: Option<Due>) {
         let mut ctx = ActionCtx {
             tick: self.tick,
             position: entry.position,
-            due_ms,
+            due,
             state: &mut *self.state,
             pages: &mut *self.pages,
             changes: &mut *self.changes,
@@ -209,13 +222,13 @@ impl<S> Pass<'_, '_, S> {
         (entry.action)(&mut ctx);
         self.fired.push(Fired {
             position: entry.position,
-            due_ms,
+            due,
         });
         tracing::trace!(
             component_id = self.component_id,
             position = entry.position,
             seq = self.tick.bft_sequence_num,
-            ?due_ms,
+            ?due,
             "cron entry fired"
         );
     }
@@ -231,26 +244,26 @@ impl<S> CronTable<S> {
             index: DueIndex::default(),
             schedule: ScheduleStore::default(),
             persistence: None,
-            periodic_count: 0,
+            scheduled_count: 0,
             scratch: Vec::new(),
         }
     }
 
-    /// An empty table for `component_id` that persists its periodic schedule in `range`
-    /// and accepts at most `max_periodic` periodic entries.
+    /// An empty table for `component_id` that persists its schedule in `range` and accepts at
+    /// most `max_scheduled` indexed (periodic and other scheduled) entries.
     ///
-    /// Whether the range is large enough for `max_periodic` records is checked against the
+    /// Whether the range is large enough for `max_scheduled` records is checked against the
     /// pages' size by [`reload`](Self::reload) (which the host calls at start-up) and at every
     /// write, giving [`TableError::RangeTooSmall`].
     pub fn with_persistence(
         component_id: ComponentId,
         range: PageRange,
-        max_periodic: u32,
+        max_scheduled: u32,
     ) -> Self {
         let mut t = Self::new(component_id);
         t.persistence = Some(Persistence {
             range,
-            max_periodic,
+            max_scheduled,
         });
         t
     }
@@ -285,15 +298,25 @@ impl<S> CronTable<S> {
         self.entries.keys().copied()
     }
 
-    /// The stored next due time of the periodic entry at `position` (`None` if it never ran).
-    pub fn next_due_ms(&self, position: u32) -> Option<TimeMs> {
+    /// The stored next due point of the indexed entry at `position` (`None` if it never ran).
+    pub fn next_due(&self, position: u32) -> Option<Due> {
         self.schedule.get(position)
     }
 
-    /// The earliest time at which an indexed entry is due (`TimeMs::MIN`: at the next tick with
-    /// time), or `None` when none is indexed. Entries with user rules are not covered.
+    /// The stored next due time of the periodic entry at `position` (`None` if it never ran).
+    pub fn next_due_ms(&self, position: u32) -> Option<TimeMs> {
+        self.schedule.get(position).and_then(|d| d.time_ms())
+    }
+
+    /// The earliest time at which a time-keyed entry is due (`TimeMs::MIN`: at the next tick
+    /// with time), or `None` when none is indexed. Entries with user rules are not covered.
     pub fn earliest_due_ms(&self) -> Option<TimeMs> {
-        self.index.next_due()
+        self.index.next_time()
+    }
+
+    /// The earliest sequence number at which a sequence-keyed entry is due.
+    pub fn earliest_due_seq(&self) -> Option<u64> {
+        self.index.next_seq()
     }
 
     /// Adds `entry`. A taken position is an error (the table is unchanged); use
@@ -323,7 +346,7 @@ impl<S> CronTable<S> {
                 position,
             });
         };
-        let freed = u32::from(matches!(old.rule, Rule::Periodic(_)));
+        let freed = u32::from(old.rule.schedule().is_some());
         self.check_can_hold(&entry, freed)?;
         let old = self.take(position);
         self.insert_unchecked(entry);
@@ -351,16 +374,16 @@ impl<S> CronTable<S> {
     }
 
     fn check_can_hold(&self, entry: &CronEntry<S>, freed: u32) -> Result<(), TableError> {
-        if let Rule::Periodic(_) = entry.rule {
+        if entry.rule.schedule().is_some() {
             let Some(persistence) = self.persistence else {
                 return Err(TableError::NoPersistence {
                     component_id: self.component_id,
                 });
             };
-            if self.periodic_count - freed >= persistence.max_periodic {
+            if self.scheduled_count - freed >= persistence.max_scheduled {
                 return Err(TableError::ScheduleFull {
                     component_id: self.component_id,
-                    max: persistence.max_periodic,
+                    max: persistence.max_scheduled,
                 });
             }
         }
@@ -369,14 +392,14 @@ impl<S> CronTable<S> {
 
     fn insert_unchecked(&mut self, entry: CronEntry<S>) {
         let position = entry.position;
-        match &entry.rule {
-            Rule::Custom(_) => {
+        match entry.rule.schedule() {
+            None => {
                 self.custom.insert(position);
             }
-            Rule::Periodic(p) => {
-                self.periodic_count += 1;
+            Some(schedule) => {
+                self.scheduled_count += 1;
                 self.index
-                    .set(position, p.due_key(self.schedule.get(position)));
+                    .set(position, schedule.due_key(self.schedule.get(position)));
             }
         }
         let old = self.entries.insert(position, entry);
@@ -388,12 +411,12 @@ impl<S> CronTable<S> {
         if let Some(on_remove) = entry.on_remove.as_mut() {
             on_remove(self.component_id, position);
         }
-        match entry.rule {
-            Rule::Custom(_) => {
+        match entry.rule.schedule() {
+            None => {
                 self.custom.remove(&position);
             }
-            Rule::Periodic(_) => {
-                self.periodic_count -= 1;
+            Some(_) => {
+                self.scheduled_count -= 1;
                 self.index.remove(position);
                 // Removing an entry removes only its own record.
                 self.schedule.remove(position);
@@ -416,9 +439,7 @@ impl<S> CronTable<S> {
         self.check_component(tick)?;
         let mut candidates = std::mem::take(&mut self.scratch);
         candidates.clear();
-        if let Some(now_ms) = tick.agreed_time_ms {
-            self.index.due_at(now_ms, &mut candidates);
-        }
+        self.index.due_at(tick, &mut candidates);
         if !self.custom.is_empty() {
             candidates.extend(self.custom.iter().copied());
         }
@@ -437,6 +458,7 @@ impl<S> CronTable<S> {
             index: &mut self.index,
             changes: &mut changes,
             fired: &mut fired,
+            runs: Vec::new(),
         };
         for position in &candidates {
             if let Some(entry) = self.entries.get_mut(position) {
@@ -472,6 +494,7 @@ impl<S> CronTable<S> {
             index: &mut self.index,
             changes: &mut changes,
             fired: &mut fired,
+            runs: Vec::new(),
         };
         for entry in self.entries.values_mut() {
             pass.run(entry);
@@ -555,7 +578,7 @@ impl<S> CronTable<S> {
     }
 
     fn check_range(&self, p: Persistence, pages: &dyn ReservedPages) -> Result<(), TableError> {
-        let needed = PersistedSchedule::encoded_len_for(p.max_periodic as usize);
+        let needed = PersistedSchedule::encoded_len_for(p.max_scheduled as usize);
         let capacity = codec::capacity(p.range, pages.page_size());
         if needed > capacity {
             return Err(TableError::RangeTooSmall { needed, capacity });
@@ -587,29 +610,29 @@ impl<S> CronTable<S> {
                 found: loaded.component_id,
             });
         }
-        if loaded.records.len() > persistence.max_periodic as usize {
+        if loaded.records.len() > persistence.max_scheduled as usize {
             return Err(TableError::TooManyRecords {
                 found: loaded.records.len(),
-                max: persistence.max_periodic,
+                max: persistence.max_scheduled,
             });
         }
-        let next_ms: BTreeMap<u32, TimeMs> = loaded.records.iter().copied().collect();
-        if next_ms.len() != loaded.records.len() {
+        let next: BTreeMap<u32, Due> = loaded.records.iter().copied().collect();
+        if next.len() != loaded.records.len() {
             return Err(TableError::Persist(CodecError::Decode(
                 "duplicate positions in the schedule".into(),
             )));
         }
-        self.schedule.next_ms = next_ms;
+        self.schedule.next = next;
         self.schedule.dirty = false;
         for (position, entry) in &self.entries {
-            if let Rule::Periodic(p) = &entry.rule {
+            if let Some(schedule) = entry.rule.schedule() {
                 self.index
-                    .set(*position, p.due_key(self.schedule.get(*position)));
+                    .set(*position, schedule.due_key(self.schedule.get(*position)));
             }
         }
         tracing::debug!(
             component_id = self.component_id,
-            records = self.schedule.next_ms.len(),
+            records = self.schedule.next.len(),
             "periodic schedule reloaded"
         );
         debug_assert!(self.check_invariants().is_ok());
@@ -625,8 +648,8 @@ impl<S> CronTable<S> {
         codec::clear(pages, persistence.range)?;
         self.schedule = ScheduleStore::default();
         for (position, entry) in &self.entries {
-            if let Rule::Periodic(p) = &entry.rule {
-                self.index.set(*position, p.due_key(None));
+            if let Some(schedule) = entry.rule.schedule() {
+                self.index.set(*position, schedule.due_key(None));
             }
         }
         Ok(())
@@ -635,47 +658,47 @@ impl<S> CronTable<S> {
     /// Checks the table's internal consistency (for tests and the simulator, after every step).
     pub fn check_invariants(&self) -> Result<(), String> {
         self.index.check()?;
-        let mut periodic = 0u32;
+        let mut scheduled = 0u32;
         for (position, entry) in &self.entries {
             if entry.position != *position {
                 return Err(format!("entry {} stored at {position}", entry.position));
             }
-            match &entry.rule {
-                Rule::Custom(_) => {
+            match entry.rule.schedule() {
+                None => {
                     if !self.custom.contains(position) || self.index.key(*position).is_some() {
                         return Err(format!("custom entry {position} misfiled"));
                     }
                 }
-                Rule::Periodic(p) => {
-                    periodic += 1;
-                    let want = p.due_key(self.schedule.get(*position));
+                Some(schedule) => {
+                    scheduled += 1;
+                    let want = schedule.due_key(self.schedule.get(*position));
                     if self.index.key(*position) != Some(want) || self.custom.contains(position) {
                         return Err(format!(
-                            "periodic entry {position} indexed at {:?}, schedule says {want}",
+                            "scheduled entry {position} indexed at {:?}, schedule says {want:?}",
                             self.index.key(*position)
                         ));
                     }
                 }
             }
         }
-        if periodic != self.periodic_count {
+        if scheduled != self.scheduled_count {
             return Err(format!(
-                "{periodic} periodic entries, count says {}",
-                self.periodic_count
+                "{scheduled} scheduled entries, count says {}",
+                self.scheduled_count
             ));
         }
-        if self.index.len() != periodic as usize {
-            return Err("index holds positions without a periodic entry".into());
+        if self.index.len() != scheduled as usize {
+            return Err("index holds positions without a scheduled entry".into());
         }
-        if self.custom.len() + periodic as usize != self.entries.len() {
+        if self.custom.len() + scheduled as usize != self.entries.len() {
             return Err("custom set holds positions without an entry".into());
         }
         if let Some(p) = self.persistence
-            && periodic > p.max_periodic
+            && scheduled > p.max_scheduled
         {
             return Err(format!(
-                "{periodic} periodic entries over the bound {}",
-                p.max_periodic
+                "{scheduled} scheduled entries over the bound {}",
+                p.max_scheduled
             ));
         }
         Ok(())

@@ -1,20 +1,20 @@
 //! Property tests: the indexed evaluation agrees with the linear reference, a restart from the
 //! pages changes no future fire, the codec round-trips and detects every corruption.
 
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 
 use ccron::codec::{self, BlobKind, CodecError};
 use ccron::periodic::PersistedSchedule;
 use ccron::{
-    CronEntry, CronTable, MemPages, MisfirePolicy, PageRange, Periodic, ReservedPages, Tick,
-    TickOutcome,
+    CronEntry, CronTable, Due, EverySeq, MemPages, MisfirePolicy, PageRange, Periodic,
+    ReservedPages, Tick, TickOutcome,
 };
 use proptest::prelude::*;
 
 const C: u32 = 3;
 
 /// What ran: (position, sequence number, due time).
-type World = Vec<(u32, u64, Option<i64>)>;
+type World = Vec<(u32, u64, Option<Due>)>;
 
 /// A recipe for an entry, so that the same entry can be built for several tables.
 #[derive(Debug, Clone)]
@@ -24,8 +24,10 @@ enum Spec {
         policy: u8,
         start_ms: Option<i64>,
     },
+    /// Indexed schedule on the sequence number.
+    SeqIndexed { every: u64 },
     /// User rule on the sequence number.
-    EverySeq { modulo: u64 },
+    SeqRule { modulo: u64 },
     /// User rule reading the state: holds while fewer than `max` runs happened overall.
     WhileFewerThan { max: usize },
     /// Runs when seq % modulo == 0 and requests its own removal.
@@ -52,7 +54,7 @@ fn policy(code: u8) -> MisfirePolicy {
 
 fn record(ctx: &mut ccron::ActionCtx<'_, World>) {
     ctx.state
-        .push((ctx.position, ctx.tick.bft_sequence_num, ctx.due_ms));
+        .push((ctx.position, ctx.tick.bft_sequence_num, ctx.due));
 }
 
 fn build(position: u32, spec: &Spec) -> CronEntry<World> {
@@ -70,7 +72,12 @@ fn build(position: u32, spec: &Spec) -> CronEntry<World> {
             }
             CronEntry::<World>::periodic(position, p, record)
         }
-        Spec::EverySeq { modulo } => CronEntry::<World>::new(
+        Spec::SeqIndexed { every } => CronEntry::<World>::scheduled(
+            position,
+            EverySeq::new(NonZeroU64::new(every).unwrap()),
+            record,
+        ),
+        Spec::SeqRule { modulo } => CronEntry::<World>::new(
             position,
             move |ctx| ctx.tick.bft_sequence_num % modulo == 0,
             record,
@@ -102,7 +109,7 @@ fn build(position: u32, spec: &Spec) -> CronEntry<World> {
                     start_ms: None,
                 };
                 ctx.request_add(build(target, &spawned));
-                ctx.request_replace(build(victim, &Spec::EverySeq { modulo: 2 }));
+                ctx.request_replace(build(victim, &Spec::SeqRule { modulo: 2 }));
             },
         ),
     }
@@ -125,7 +132,8 @@ fn periodic_spec() -> impl Strategy<Value = Spec> + Clone {
 fn any_spec() -> impl Strategy<Value = Spec> + Clone {
     prop_oneof![
         4 => periodic_spec(),
-        1 => (1u64..4).prop_map(|modulo| Spec::EverySeq { modulo }),
+        1 => (1u64..4).prop_map(|every| Spec::SeqIndexed { every }),
+        1 => (1u64..4).prop_map(|modulo| Spec::SeqRule { modulo }),
         1 => (0usize..30).prop_map(|max| Spec::WhileFewerThan { max }),
         1 => (1u64..5).prop_map(|modulo| Spec::SelfRemoving { modulo }),
         1 => (1u64..6, 0u32..12, 0u32..12).prop_map(|(modulo, target, victim)| Spec::Spawner {
@@ -141,7 +149,8 @@ fn any_spec() -> impl Strategy<Value = Spec> + Clone {
 fn static_spec() -> impl Strategy<Value = Spec> + Clone {
     prop_oneof![
         4 => periodic_spec(),
-        1 => (1u64..4).prop_map(|modulo| Spec::EverySeq { modulo }),
+        1 => (1u64..4).prop_map(|every| Spec::SeqIndexed { every }),
+        1 => (1u64..4).prop_map(|modulo| Spec::SeqRule { modulo }),
         1 => (0usize..30).prop_map(|max| Spec::WhileFewerThan { max }),
     ]
 }
@@ -335,7 +344,7 @@ proptest! {
                     let t = Tick::new(C, seq, timed.then_some(now_ms));
                     r.tick(&t, false);
                     let again = r.tick(&t, false);
-                    prop_assert!(again.fired.iter().all(|f| f.due_ms.is_none()), "{:?}", again);
+                    prop_assert!(again.fired.iter().all(|f| f.due.is_none()), "{:?}", again);
                 }
                 _ => { r.host(op); }
             }
@@ -344,9 +353,13 @@ proptest! {
 }
 
 fn schedule() -> impl Strategy<Value = PersistedSchedule> {
+    let due = prop_oneof![
+        any::<i64>().prop_map(Due::Time),
+        any::<u64>().prop_map(Due::Seq)
+    ];
     (
         any::<u32>(),
-        prop::collection::vec((any::<u32>(), any::<i64>()), 0..200),
+        prop::collection::vec((any::<u32>(), due), 0..200),
     )
         .prop_map(|(component_id, records)| PersistedSchedule {
             component_id,
@@ -359,7 +372,7 @@ proptest! {
 
     #[test]
     fn codec_round_trips_over_any_page_size(s in schedule(), page_size in 40usize..600) {
-        let pages_needed = 3000 / (page_size - 32) + 2;
+        let pages_needed = 3_400 / (page_size - 32) + 2;
         let r = PageRange::new(2, pages_needed as u32).unwrap();
         let mut p = MemPages::new(page_size, r.end() + 1);
         codec::save(&mut p, r, BlobKind::PeriodicSchedule, &s).unwrap();
@@ -377,8 +390,8 @@ proptest! {
         flip in 1u8..=255,
         cut_pick in any::<prop::sample::Index>(),
     ) {
-        let r = PageRange::new(0, 40).unwrap();
-        let mut p = MemPages::new(100, 40);
+        let r = PageRange::new(0, 60).unwrap();
+        let mut p = MemPages::new(100, 60);
         codec::save(&mut p, r, BlobKind::PeriodicSchedule, &s).unwrap();
         let written = p.snapshot();
         let (id, bytes) = written[page_pick.index(written.len())].clone();
@@ -414,7 +427,7 @@ proptest! {
         let r = PageRange::new(0, 4).unwrap();
         let mut p = MemPages::new(120, 4);
         if seed_valid {
-            let s = PersistedSchedule { component_id: 1, records: vec![(1, 2); 5] };
+            let s = PersistedSchedule { component_id: 1, records: vec![(1, Due::Time(2)); 5] };
             codec::save(&mut p, r, BlobKind::PeriodicSchedule, &s).unwrap();
         }
         for (i, bytes) in pages.iter().enumerate() {

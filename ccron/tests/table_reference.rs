@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use ccron::periodic::PersistedSchedule;
 use ccron::{
-    CronEntry, CronTable, CronTableRegistry, Fired, MemPages, PageRange, Periodic, RegistryError,
-    ReservedPages, TableError, Tick,
+    CronEntry, CronTable, CronTableRegistry, Due, Fired, MemPages, PageRange, Periodic,
+    RegistryError, ReservedPages, TableError, Tick,
 };
 
 /// The application state of these tests: a log of what ran.
@@ -48,11 +48,11 @@ fn entries_run_in_position_order_and_a_false_rule_is_skipped() {
         [
             Fired {
                 position: 0,
-                due_ms: None
+                due: None
             },
             Fired {
                 position: 2,
-                due_ms: None
+                due: None
             }
         ]
     );
@@ -319,7 +319,7 @@ fn periodic_scenario_over_ticks_at_one_to_seven_seconds() {
     );
     assert_eq!(
         stored(&p).unwrap().records,
-        [(0, 9_000)],
+        [(0, Due::Time(9_000))],
         "next due after 7 s is 9 s"
     );
     // Repeated ticks (same seq, same time) are idempotent.
@@ -344,12 +344,15 @@ fn periodic_scenario_over_ticks_at_one_to_seven_seconds() {
     t2.evaluate(&tick(11, Some(9_500)), &mut log, &mut p)
         .unwrap();
     assert_eq!(log.lines, ["periodic 1 at 9s"]);
-    assert_eq!(stored(&p).unwrap().records, [(0, 11_000), (1, 11_500)]);
+    assert_eq!(
+        stored(&p).unwrap().records,
+        [(0, Due::Time(11_000)), (1, Due::Time(11_500))]
+    );
 
     // Removal removes only its record (written inside execution: at the next tick, or persist).
     assert!(t2.remove(1));
     assert_eq!(t2.persist(&mut p), Ok(true));
-    assert_eq!(stored(&p).unwrap().records, [(0, 11_000)]);
+    assert_eq!(stored(&p).unwrap().records, [(0, Due::Time(11_000))]);
     assert_eq!(
         t2.persist(&mut p),
         Ok(false),
@@ -447,4 +450,44 @@ fn reload_rejects_another_components_schedule() {
             found: C
         })
     );
+}
+
+#[test]
+fn a_sequence_keyed_schedule_plugs_into_the_index_in_position_order() {
+    use std::num::NonZeroU64;
+    let mut p = pages();
+    let mut t = periodic_table();
+    let every3 = ccron::EverySeq::new(NonZeroU64::new(3).unwrap());
+    t.add(CronEntry::<Log>::scheduled(2, every3, |ctx| {
+        let line = format!("seq-schedule at {}", ctx.tick.bft_sequence_num);
+        ctx.state.lines.push(line)
+    }))
+    .unwrap();
+    t.add(periodic(1)).unwrap();
+    t.add(logging(0, true)).unwrap();
+    let mut log = Log::default();
+    // No agreed time: the sequence schedule still runs, the periodic one does not.
+    t.evaluate(&tick(5, None), &mut log, &mut p).unwrap();
+    t.evaluate(&tick(6, Some(1_000)), &mut log, &mut p).unwrap();
+    t.evaluate(&tick(8, Some(2_000)), &mut log, &mut p).unwrap();
+    assert_eq!(
+        log.lines,
+        [
+            "action 0",
+            "seq-schedule at 5",
+            "action 0",
+            "periodic 1 at 1s",
+            "action 0",
+            "seq-schedule at 8",
+        ]
+    );
+    assert_eq!(t.next_due(2), Some(Due::Seq(11)));
+    assert_eq!(t.earliest_due_seq(), Some(11));
+    // Its record is persisted with the others and honoured after a restart.
+    let mut t2 = periodic_table();
+    t2.reload(&p).unwrap();
+    t2.add(CronEntry::<Log>::scheduled(2, every3, |_| {}))
+        .unwrap();
+    assert_eq!(t2.earliest_due_seq(), Some(11));
+    t2.check_invariants().unwrap();
 }
