@@ -491,3 +491,69 @@ fn a_sequence_keyed_schedule_plugs_into_the_index_in_position_order() {
     assert_eq!(t2.earliest_due_seq(), Some(11));
     t2.check_invariants().unwrap();
 }
+
+/// A replica's setup: the same on every replica and after a restart.
+fn replica_registry() -> CronTableRegistry<Log> {
+    let mut r = CronTableRegistry::new();
+    let mut t = periodic_table();
+    t.add(periodic(0)).unwrap();
+    t.add(periodic(1)).unwrap();
+    r.register(t).unwrap();
+    r
+}
+
+#[test]
+fn state_transfer_then_reload_continues_on_the_transferred_schedule() {
+    // Replica A executes ticks; lagging replica B receives A's pages by state transfer.
+    let (mut pa, mut pb) = (pages(), pages());
+    let (mut ra, mut rb) = (replica_registry(), replica_registry());
+    ra.reload(&pa).unwrap();
+    rb.reload(&pb).unwrap();
+    let (mut la, mut lb) = (Log::default(), Log::default());
+    for (seq, s) in [(1, 1), (2, 2), (3, 3), (4, 4)] {
+        ra.evaluate(&tick(seq, Some(s * 1000)), &mut la, &mut pa)
+            .unwrap();
+    }
+    // B saw only the first tick before falling behind.
+    rb.evaluate(&tick(1, Some(1000)), &mut lb, &mut pb).unwrap();
+    pb.restore(&pa.snapshot()).unwrap();
+    lb = la.clone();
+    rb.reload(&pb).unwrap();
+    for (seq, s) in [(5, 5), (6, 6), (7, 7), (8, 9)] {
+        let oa = ra
+            .evaluate(&tick(seq, Some(s * 1000)), &mut la, &mut pa)
+            .unwrap();
+        let ob = rb
+            .evaluate(&tick(seq, Some(s * 1000)), &mut lb, &mut pb)
+            .unwrap();
+        assert_eq!(oa, ob, "seq {seq}");
+    }
+    assert_eq!(la, lb);
+    assert_eq!(pa.digest(), pb.digest());
+}
+
+#[test]
+fn file_backed_pages_survive_a_restart() {
+    let dir = std::env::temp_dir().join(format!("ccron-table-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut log = Log::default();
+    {
+        let mut p = ccron::FilePages::open(&dir, 4096, 64).unwrap();
+        let mut r = replica_registry();
+        r.reload(&p).unwrap();
+        r.evaluate(&tick(1, Some(1_000)), &mut log, &mut p).unwrap();
+    }
+    let mut p = ccron::FilePages::open(&dir, 4096, 64).unwrap();
+    let mut r = replica_registry();
+    r.reload(&p).unwrap();
+    assert_eq!(r.get(C).unwrap().next_due_ms(1), Some(3_000));
+    log.lines.clear();
+    r.evaluate(&tick(2, Some(2_000)), &mut log, &mut p).unwrap();
+    assert!(
+        log.lines.is_empty(),
+        "the restarted replica honours the stored schedule"
+    );
+    r.evaluate(&tick(3, Some(3_000)), &mut log, &mut p).unwrap();
+    assert_eq!(log.lines, ["periodic 0 at 3s", "periodic 1 at 3s"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
