@@ -519,17 +519,23 @@ fn state_transfer_then_reload_continues_on_the_transferred_schedule() {
     pb.restore(&pa.snapshot()).unwrap();
     lb = la.clone();
     rb.reload(&pb).unwrap();
-    for (seq, s) in [(5, 5), (6, 6), (7, 7), (8, 9)] {
-        let oa = ra
-            .evaluate(&tick(seq, Some(s * 1000)), &mut la, &mut pa)
-            .unwrap();
-        let ob = rb
-            .evaluate(&tick(seq, Some(s * 1000)), &mut lb, &mut pb)
-            .unwrap();
+    // Replica C gets the same pages but skips the reload: it runs on its own stale (empty)
+    // schedule, as Concord's statics did after a state transfer.
+    let (mut rc, mut pc, mut lc) = (replica_registry(), pages(), la.clone());
+    pc.restore(&pa.snapshot()).unwrap();
+    let mut c_diverged = false;
+    for (seq, s) in [(5, 6), (6, 7), (7, 8), (8, 9)] {
+        let t = tick(seq, Some(s * 1000));
+        let oa = ra.evaluate(&t, &mut la, &mut pa).unwrap();
+        let ob = rb.evaluate(&t, &mut lb, &mut pb).unwrap();
+        let oc = rc.evaluate(&t, &mut lc, &mut pc).unwrap();
         assert_eq!(oa, ob, "seq {seq}");
+        c_diverged |= oa != oc;
     }
     assert_eq!(la, lb);
     assert_eq!(pa.digest(), pb.digest());
+    assert!(c_diverged, "without the reload the schedule diverges");
+    assert_ne!(pa.digest(), pc.digest());
 }
 
 #[test]
