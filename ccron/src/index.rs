@@ -16,6 +16,8 @@ use crate::tick::{Tick, TimeMs};
 pub(crate) struct DueIndex {
     ordered: BTreeSet<(Due, u32)>,
     key_of: BTreeMap<u32, Due>,
+    /// How many keys are sequence numbers: an idle tick skips the sequence range when none is.
+    seq_keys: usize,
 }
 
 impl DueIndex {
@@ -27,7 +29,9 @@ impl DueIndex {
             }
             let removed = self.ordered.remove(&(old, position));
             debug_assert!(removed, "index out of sync at position {position}");
+            self.seq_keys -= usize::from(old.seq().is_some());
         }
+        self.seq_keys += usize::from(due.seq().is_some());
         self.ordered.insert((due, position));
     }
 
@@ -36,6 +40,7 @@ impl DueIndex {
         if let Some(old) = self.key_of.remove(&position) {
             let removed = self.ordered.remove(&(old, position));
             debug_assert!(removed, "index out of sync at position {position}");
+            self.seq_keys -= usize::from(old.seq().is_some());
         }
     }
 
@@ -51,8 +56,10 @@ impl DueIndex {
             let range = (Due::Time(TimeMs::MIN), 0)..=(Due::Time(now_ms), u32::MAX);
             out.extend(self.ordered.range(range).map(|(_, p)| *p));
         }
-        let range = (Due::Seq(0), 0)..=(Due::Seq(tick.bft_sequence_num), u32::MAX);
-        out.extend(self.ordered.range(range).map(|(_, p)| *p));
+        if self.seq_keys > 0 {
+            let range = (Due::Seq(0), 0)..=(Due::Seq(tick.bft_sequence_num), u32::MAX);
+            out.extend(self.ordered.range(range).map(|(_, p)| *p));
+        }
     }
 
     /// The earliest due time among time-keyed positions.
@@ -86,6 +93,13 @@ impl DueIndex {
             if self.key_of.get(p) != Some(d) {
                 return Err(format!("ordered entry ({d:?}, {p}) has no matching key"));
             }
+        }
+        let seq_keys = self.key_of.values().filter(|d| d.seq().is_some()).count();
+        if seq_keys != self.seq_keys {
+            return Err(format!(
+                "{seq_keys} sequence keys, count says {}",
+                self.seq_keys
+            ));
         }
         Ok(())
     }
