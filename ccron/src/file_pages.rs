@@ -104,6 +104,18 @@ impl FilePages {
                 tracing::warn!(id, num_pages, "page file beyond the store's pages ignored");
                 continue;
             }
+            // Bound what a hostile or corrupt file can make us allocate: a valid page file is
+            // never longer than the header plus a page.
+            let len = item
+                .metadata()
+                .map_err(|e| io_err("inspecting", &path, e))?
+                .len();
+            if len > (HEADER_BYTES + page_size) as u64 {
+                let reason = format!("{len}-byte file exceeds header plus page size");
+                tracing::error!(id, %reason, "corrupt page file");
+                store.corrupt.insert(id, reason);
+                continue;
+            }
             let bytes = fs::read(&path).map_err(|e| io_err("reading", &path, e))?;
             match store.check_file(id, &bytes) {
                 Ok(data) => {
@@ -303,6 +315,17 @@ mod tests {
             q.save(0, b"fresh").unwrap();
             assert_eq!(q.load(0).unwrap(), Some(&b"fresh"[..]));
         }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_oversized_page_file_is_corrupt_without_being_read() {
+        let dir = temp_dir("oversized");
+        let mut p = FilePages::open(&dir, 16, 2).unwrap();
+        p.save(1, b"ok").unwrap();
+        fs::write(p.path(1, "bin"), vec![0u8; 4096]).unwrap();
+        let q = FilePages::open(&dir, 16, 2).unwrap();
+        assert!(matches!(q.load(1), Err(PagesError::Corrupt { id: 1, .. })));
         fs::remove_dir_all(&dir).unwrap();
     }
 
