@@ -1,6 +1,7 @@
 //! The cron table of one component: entries by position, indexed evaluation, persisted schedule.
 //!
-//! Entries run in ascending position. Periodic entries sit in a due index ([`crate::index`]), so
+//! Entries run in ascending position. Indexed entries (periodic, or any other known
+//! [`Schedule`](crate::Schedule)) sit in a due index (module `index`), so
 //! [`CronTable::evaluate`] only visits the due ones plus the entries with a user rule (which must
 //! be asked on every tick); the candidates are merged into position order, so the firing order
 //! is exactly that of [`CronTable::evaluate_linear`], the plain scan kept as the reference model
@@ -88,7 +89,7 @@ pub enum TableError {
     Persist(#[from] CodecError),
 }
 
-/// Where a table persists its periodic schedule, and the bound on its size.
+/// Where a table persists its schedule (next due points of indexed entries), and its bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Persistence {
     /// The table's own page range.
@@ -273,7 +274,7 @@ impl<S> CronTable<S> {
         self.component_id
     }
 
-    /// Where the periodic schedule is persisted, if configured.
+    /// Where the schedule is persisted, if configured.
     pub fn persistence(&self) -> Option<Persistence> {
         self.persistence
     }
@@ -358,7 +359,7 @@ impl<S> CronTable<S> {
     }
 
     /// Removes the entry at `position`, calling its on_remove first; false (and no callback)
-    /// when absent. A periodic entry's record is dropped from the schedule; the pages change at
+    /// when absent. An indexed entry's record is dropped from the schedule; the pages change at
     /// the next evaluation or [`persist`](Self::persist), inside execution.
     pub fn remove(&mut self, position: u32) -> bool {
         self.take(position).is_some()
@@ -589,7 +590,7 @@ impl<S> CronTable<S> {
     /// Reloads the schedule from the pages: the host calls it at start-up (a fresh store reads
     /// as empty), after a restart and after a state transfer, inside its execution thread.
     ///
-    /// Entries may be registered before or after the reload; either way each periodic entry
+    /// Entries may be registered before or after the reload; either way each indexed entry
     /// honours the stored schedule of its position. Records of positions with no entry are kept
     /// (their entry may be registered later). On error the in-memory schedule is unchanged.
     pub fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), TableError> {
@@ -640,7 +641,8 @@ impl<S> CronTable<S> {
     }
 
     /// Clears the persistence: zeroes the table's pages and forgets every stored schedule (the
-    /// periodic entries then run at once on the next tick with time). Inside execution only.
+    /// indexed entries then start afresh: periodic ones at once on the next tick with time).
+    /// Inside execution only.
     pub fn clear_persistence(&mut self, pages: &mut dyn ReservedPages) -> Result<(), TableError> {
         let Some(persistence) = self.persistence else {
             return Ok(());
