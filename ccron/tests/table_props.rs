@@ -439,3 +439,20 @@ proptest! {
         prop_assert_eq!(t.check_invariants(), Ok(()));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
+
+    /// Long campaign (20,000 cases, ~30 s in the test profile):
+    /// `cargo test -p ccron --test table_props -- --ignored`.
+    #[test]
+    #[ignore]
+    fn long_campaign_indexed_equals_linear_and_restarts_change_nothing(
+        ops in ops(any_spec()),
+        static_ops in ops(static_spec()),
+        at in 0usize..80,
+    ) {
+        run(&ops, Mode::Linear)?;
+        run(&static_ops, Mode::Restart(at % static_ops.len()))?;
+    }
+}
