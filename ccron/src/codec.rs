@@ -364,8 +364,9 @@ fn parse_page(id: PageId, bytes: &[u8], expected: BlobKind) -> Result<Header, Co
 
 /// Reads the blob stored in `range` (checking every page), or `None` when nothing is stored.
 ///
-/// "Nothing stored" means the first page of the range is empty; any other inconsistency is an
-/// error.
+/// "Nothing stored" means every page of the range is empty; any other inconsistency is an
+/// error. (A one-page value whose page is emptied entirely is indistinguishable from nothing
+/// stored at this level; [`crate::FilePages`] catches that case at the file level.)
 pub fn load_blob(
     pages: &dyn ReservedPages,
     range: PageRange,
@@ -374,6 +375,16 @@ pub fn load_blob(
     let per_page = check_store(pages, range)?;
     let first = range.first();
     let Some(bytes) = pages.load(first)? else {
+        // An empty first page with data after it is a first page lost or truncated to nothing,
+        // not an empty store: report it rather than silently starting from scratch.
+        for id in range.ids().skip(1) {
+            if pages.load(id)?.is_some() {
+                return Err(CodecError::Corrupt {
+                    page: first,
+                    reason: format!("first page is empty but page {id} holds data"),
+                });
+            }
+        }
         return Ok(None);
     };
     let head = parse_page(first, bytes, kind)?;
