@@ -153,6 +153,32 @@ impl<S> CronTableRegistry<S> {
             })
     }
 
+    /// Dispatches a committed tick with the linear-scan reference evaluation
+    /// ([`CronTable::evaluate_linear`]): same outcome as [`evaluate`](Self::evaluate), O(n) per
+    /// tick. For cross-checking runs (a simulator mode) and baselines, not for production.
+    pub fn evaluate_linear(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        pages: &mut dyn ReservedPages,
+    ) -> Result<TickOutcome, RegistryError> {
+        let Some(table) = self.tables.get_mut(&tick.component_id) else {
+            self.unknown_ticks += 1;
+            tracing::warn!(
+                component_id = tick.component_id,
+                seq = tick.bft_sequence_num,
+                "tick for an unregistered component"
+            );
+            return Err(RegistryError::UnknownComponent(tick.component_id));
+        };
+        table
+            .evaluate_linear(tick, state, pages)
+            .map_err(|source| RegistryError::Table {
+                component_id: tick.component_id,
+                source,
+            })
+    }
+
     /// Reloads every table's schedule from the pages (after restart or state transfer).
     /// Stops at the first failing table and reports it.
     pub fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), RegistryError> {

@@ -217,6 +217,14 @@ fn registry_rejects_unknown_components_without_creating_state() {
     );
     r.evaluate(&tick(2, Some(0)), &mut log, &mut p).unwrap();
     assert_eq!(log.lines, ["action 0"]);
+    r.evaluate_linear(&tick(3, Some(0)), &mut log, &mut p)
+        .unwrap();
+    assert_eq!(log.lines, ["action 0", "action 0"]);
+    assert_eq!(
+        r.evaluate_linear(&Tick::new(C + 5, 4, None), &mut log, &mut p),
+        Err(RegistryError::UnknownComponent(C + 5))
+    );
+    assert_eq!(r.unknown_ticks(), 2);
     assert_eq!(r.components().collect::<Vec<_>>(), [C]);
     r.check_invariants().unwrap();
 }
