@@ -147,6 +147,9 @@ pub struct CronEntry<S> {
     pub(crate) action: ActionFn<S>,
     pub(crate) schedule_next: Option<ActionFn<S>>,
     pub(crate) on_remove: Option<OnRemoveFn>,
+    /// For an indexed entry in a table: its next due point (`None`: never ran). Kept in the
+    /// entry, not in a side map, so that a fire updates one map (the index) besides the entry.
+    pub(crate) stored_next: Option<Due>,
 }
 
 impl<S> fmt::Debug for CronEntry<S> {
@@ -173,6 +176,7 @@ impl<S> CronEntry<S> {
             action: Box::new(action),
             schedule_next: None,
             on_remove: None,
+            stored_next: None,
         }
     }
 
@@ -192,6 +196,7 @@ impl<S> CronEntry<S> {
             action: Box::new(action),
             schedule_next: None,
             on_remove: None,
+            stored_next: None,
         }
     }
 
@@ -209,6 +214,7 @@ impl<S> CronEntry<S> {
             action: Box::new(action),
             schedule_next: None,
             on_remove: None,
+            stored_next: None,
         }
     }
 

@@ -6,47 +6,51 @@
 //! Any [`Schedule`](crate::due::Schedule) kind keyed on time or on sequence numbers plugs in
 //! without touching this module; the table merges the candidates into position order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::due::Due;
 use crate::tick::{Tick, TimeMs};
 
 /// Positions keyed by the point at which they are next due.
+///
+/// The index does not remember each position's key: the table derives it from the entry's
+/// stored next due point (`Schedule::due_key`) and passes it in, which saves one ordered-map
+/// update per fire. `CronTable::check_invariants` checks that the two agree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct DueIndex {
     ordered: BTreeSet<(Due, u32)>,
-    key_of: BTreeMap<u32, Due>,
     /// How many keys are sequence numbers: an idle tick skips the sequence range when none is.
     seq_keys: usize,
 }
 
 impl DueIndex {
-    /// Sets (or moves) `position` to be due at `due`.
-    pub(crate) fn set(&mut self, position: u32, due: Due) {
-        if let Some(old) = self.key_of.insert(position, due) {
-            if old == due {
-                return;
-            }
-            let removed = self.ordered.remove(&(old, position));
-            debug_assert!(removed, "index out of sync at position {position}");
-            self.seq_keys -= usize::from(old.seq().is_some());
-        }
+    /// Indexes `position` at `due` (it must not be indexed yet).
+    pub(crate) fn insert(&mut self, position: u32, due: Due) {
+        let fresh = self.ordered.insert((due, position));
+        debug_assert!(fresh, "position {position} indexed twice at {due:?}");
         self.seq_keys += usize::from(due.seq().is_some());
-        self.ordered.insert((due, position));
     }
 
-    /// Removes `position` from the index (nothing if absent).
-    pub(crate) fn remove(&mut self, position: u32) {
-        if let Some(old) = self.key_of.remove(&position) {
-            let removed = self.ordered.remove(&(old, position));
-            debug_assert!(removed, "index out of sync at position {position}");
-            self.seq_keys -= usize::from(old.seq().is_some());
+    /// Removes `position`, currently indexed at `due`.
+    pub(crate) fn remove(&mut self, position: u32, due: Due) {
+        let removed = self.ordered.remove(&(due, position));
+        debug_assert!(removed, "position {position} was not indexed at {due:?}");
+        if removed {
+            self.seq_keys -= usize::from(due.seq().is_some());
         }
     }
 
-    /// The due key of `position`, if indexed.
-    pub(crate) fn key(&self, position: u32) -> Option<Due> {
-        self.key_of.get(&position).copied()
+    /// Moves `position` from `old` to `new`.
+    pub(crate) fn move_key(&mut self, position: u32, old: Due, new: Due) {
+        if old != new {
+            self.remove(position, old);
+            self.insert(position, new);
+        }
+    }
+
+    /// Whether `position` is indexed at `due`.
+    pub(crate) fn contains(&self, position: u32, due: Due) -> bool {
+        self.ordered.contains(&(due, position))
     }
 
     /// Appends to `out` every position whose key `tick` has reached: time keys in (time,
@@ -77,29 +81,27 @@ impl DueIndex {
 
     /// How many positions are indexed.
     pub(crate) fn len(&self) -> usize {
-        self.key_of.len()
+        self.ordered.len()
     }
 
-    /// Checks that the two views agree; returns a description of the first mismatch.
+    /// Checks the index's own bookkeeping; returns a description of the first mismatch.
     pub(crate) fn check(&self) -> Result<(), String> {
-        if self.ordered.len() != self.key_of.len() {
-            return Err(format!(
-                "index has {} keys but {} ordered entries",
-                self.key_of.len(),
-                self.ordered.len()
-            ));
-        }
-        for (d, p) in &self.ordered {
-            if self.key_of.get(p) != Some(d) {
-                return Err(format!("ordered entry ({d:?}, {p}) has no matching key"));
-            }
-        }
-        let seq_keys = self.key_of.values().filter(|d| d.seq().is_some()).count();
+        let seq_keys = self
+            .ordered
+            .iter()
+            .filter(|(d, _)| d.seq().is_some())
+            .count();
         if seq_keys != self.seq_keys {
             return Err(format!(
                 "{seq_keys} sequence keys, count says {}",
                 self.seq_keys
             ));
+        }
+        let mut positions = BTreeSet::new();
+        for (_, p) in &self.ordered {
+            if !positions.insert(*p) {
+                return Err(format!("position {p} indexed twice"));
+            }
         }
         Ok(())
     }
@@ -112,26 +114,33 @@ mod tests {
     #[test]
     fn due_ranges_are_inclusive_and_ordered_by_due_then_position() {
         let mut ix = DueIndex::default();
-        ix.set(5, Due::Time(100));
-        ix.set(1, Due::Time(200));
-        ix.set(3, Due::Time(100));
-        ix.set(9, Due::Time(TimeMs::MIN));
-        ix.set(4, Due::Seq(7));
-        ix.set(2, Due::Seq(8));
+        ix.insert(5, Due::Time(100));
+        ix.insert(1, Due::Time(200));
+        ix.insert(3, Due::Time(100));
+        ix.insert(9, Due::Time(TimeMs::MIN));
+        ix.insert(4, Due::Seq(7));
+        ix.insert(2, Due::Seq(8));
         let mut out = Vec::new();
         ix.due_at(&Tick::new(1, 7, Some(100)), &mut out);
         assert_eq!(out, vec![9, 3, 5, 4]);
         out.clear();
         ix.due_at(&Tick::new(1, 8, None), &mut out);
         assert_eq!(out, vec![4, 2], "no time: only sequence keys");
-        ix.set(3, Due::Time(300));
-        ix.remove(9);
+        ix.move_key(3, Due::Time(100), Due::Time(300));
+        ix.remove(9, Due::Time(TimeMs::MIN));
         out.clear();
         ix.due_at(&Tick::new(1, 0, Some(250)), &mut out);
         assert_eq!(out, vec![5, 1]);
         assert_eq!(ix.next_time(), Some(100));
         assert_eq!(ix.next_seq(), Some(7));
         assert_eq!(ix.len(), 5);
+        assert!(ix.contains(3, Due::Time(300)));
         ix.check().unwrap();
+        ix.remove(4, Due::Seq(7));
+        ix.remove(2, Due::Seq(8));
+        out.clear();
+        ix.due_at(&Tick::new(1, u64::MAX, None), &mut out);
+        assert!(out.is_empty());
+        assert_eq!(ix.next_seq(), None);
     }
 }

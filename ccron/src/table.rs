@@ -14,7 +14,7 @@ use crate::due::Due;
 use crate::entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
 use crate::index::DueIndex;
 use crate::pages::{PageRange, ReservedPages};
-use crate::periodic::{PersistedSchedule, ScheduleStore};
+use crate::periodic::PersistedSchedule;
 use crate::tick::{ComponentId, Tick, TimeMs};
 
 /// Errors of a cron table.
@@ -127,8 +127,12 @@ pub struct CronTable<S> {
     custom: BTreeSet<u32>,
     /// Positions whose rule is a known schedule, by next due point.
     index: DueIndex,
-    /// Next due point of every indexed entry that has run (owned by this instance).
-    schedule: ScheduleStore,
+    /// Stored next due points of positions that hold no indexed entry (reloaded before their
+    /// entry is registered, or left by a user-rule entry at that position). The next due point
+    /// of an indexed entry lives in the entry itself. Both are owned by this instance.
+    orphans: BTreeMap<u32, Due>,
+    /// Whether the schedule changed since it was last written to the pages.
+    dirty: bool,
     persistence: Option<Persistence>,
     scheduled_count: u32,
     /// Scratch buffer for due candidates, kept to avoid an allocation per tick.
@@ -154,7 +158,7 @@ struct Pass<'a, 'p, S> {
     tick: &'a Tick,
     state: &'a mut S,
     pages: &'a mut (dyn ReservedPages + 'p),
-    schedule: &'a mut ScheduleStore,
+    dirty: &'a mut bool,
     index: &'a mut DueIndex,
     changes: &'a mut Vec<TableChange<S>>,
     fired: &'a mut Vec<Fired>,
@@ -182,24 +186,27 @@ impl<S> Pass<'_, '_, S> {
                 let Some(schedule) = entry.rule.schedule() else {
                     return;
                 };
-                let stored = self.schedule.get(position);
+                let stored = entry.stored_next;
                 let mut runs = std::mem::take(&mut self.runs);
                 runs.clear();
                 let Some(next) = schedule.step(stored, self.tick, &mut runs) else {
                     self.runs = runs;
                     return;
                 };
+                let old_key = schedule.due_key(stored);
                 debug_assert!(
-                    schedule.due_key(stored).reached_by(self.tick),
+                    old_key.reached_by(self.tick),
                     "schedule {schedule:?} ran at {position} before its due key"
                 );
+                debug_assert_eq!(schedule.due_key(Some(next)), next, "{schedule:?}");
                 debug_assert!(
                     !next.reached_by(self.tick),
                     "schedule {schedule:?} at {position} is due again at the same tick"
                 );
                 // The built-in schedule-next: record the new due point before the action runs.
-                self.schedule.set(position, next);
-                self.index.set(position, next);
+                entry.stored_next = Some(next);
+                *self.dirty = true;
+                self.index.move_key(position, old_key, next);
                 for due in &runs {
                     self.fire(entry, Some(*due));
                 }
@@ -243,7 +250,8 @@ impl<S> CronTable<S> {
             entries: BTreeMap::new(),
             custom: BTreeSet::new(),
             index: DueIndex::default(),
-            schedule: ScheduleStore::default(),
+            orphans: BTreeMap::new(),
+            dirty: false,
             persistence: None,
             scheduled_count: 0,
             scratch: Vec::new(),
@@ -301,12 +309,15 @@ impl<S> CronTable<S> {
 
     /// The stored next due point of the indexed entry at `position` (`None` if it never ran).
     pub fn next_due(&self, position: u32) -> Option<Due> {
-        self.schedule.get(position)
+        match self.entries.get(&position) {
+            Some(e) if e.rule.schedule().is_some() => e.stored_next,
+            _ => self.orphans.get(&position).copied(),
+        }
     }
 
     /// The stored next due time of the periodic entry at `position` (`None` if it never ran).
     pub fn next_due_ms(&self, position: u32) -> Option<TimeMs> {
-        self.schedule.get(position).and_then(|d| d.time_ms())
+        self.next_due(position).and_then(|d| d.time_ms())
     }
 
     /// The earliest time at which a time-keyed entry is due (`TimeMs::MIN`: at the next tick
@@ -391,16 +402,21 @@ impl<S> CronTable<S> {
         Ok(())
     }
 
-    fn insert_unchecked(&mut self, entry: CronEntry<S>) {
+    fn insert_unchecked(&mut self, mut entry: CronEntry<S>) {
         let position = entry.position;
         match entry.rule.schedule() {
             None => {
+                entry.stored_next = None;
                 self.custom.insert(position);
             }
             Some(schedule) => {
+                // A stored record of this position (reloaded before the entry was registered)
+                // moves into the entry: the persisted set is unchanged, so not dirty. A record
+                // the entry carried from an earlier table was dropped with it.
+                let stored = self.orphans.remove(&position);
                 self.scheduled_count += 1;
-                self.index
-                    .set(position, schedule.due_key(self.schedule.get(position)));
+                self.index.insert(position, schedule.due_key(stored));
+                entry.stored_next = stored;
             }
         }
         let old = self.entries.insert(position, entry);
@@ -416,11 +432,14 @@ impl<S> CronTable<S> {
             None => {
                 self.custom.remove(&position);
             }
-            Some(_) => {
+            Some(schedule) => {
                 self.scheduled_count -= 1;
-                self.index.remove(position);
+                self.index
+                    .remove(position, schedule.due_key(entry.stored_next));
                 // Removing an entry removes only its own record.
-                self.schedule.remove(position);
+                if entry.stored_next.is_some() {
+                    self.dirty = true;
+                }
             }
         }
         Some(entry)
@@ -455,7 +474,7 @@ impl<S> CronTable<S> {
             tick,
             state,
             pages: &mut *pages,
-            schedule: &mut self.schedule,
+            dirty: &mut self.dirty,
             index: &mut self.index,
             changes: &mut changes,
             fired: &mut fired,
@@ -491,7 +510,7 @@ impl<S> CronTable<S> {
             tick,
             state,
             pages: &mut *pages,
-            schedule: &mut self.schedule,
+            dirty: &mut self.dirty,
             index: &mut self.index,
             changes: &mut changes,
             fired: &mut fired,
@@ -563,19 +582,44 @@ impl<S> CronTable<S> {
         let Some(persistence) = self.persistence else {
             return Ok(false);
         };
-        if !self.schedule.dirty {
+        if !self.dirty {
             return Ok(false);
         }
         self.check_range(persistence, pages)?;
-        let persisted = self.schedule.to_persisted(self.component_id);
+        let persisted = PersistedSchedule {
+            component_id: self.component_id,
+            records: self.records(),
+        };
         codec::save(
             pages,
             persistence.range,
             BlobKind::PeriodicSchedule,
             &persisted,
         )?;
-        self.schedule.dirty = false;
+        self.dirty = false;
         Ok(true)
+    }
+
+    /// Every stored next due point, ascending position: the indexed entries' own, merged with
+    /// the orphans (never at the same position).
+    fn records(&self) -> Vec<(u32, Due)> {
+        let mut out = Vec::with_capacity(self.scheduled_count as usize + self.orphans.len());
+        let mut orphans = self.orphans.iter().peekable();
+        for (position, entry) in &self.entries {
+            let Some(next) = entry.stored_next else {
+                continue;
+            };
+            while let Some((p, d)) = orphans.next_if(|(p, _)| **p < *position) {
+                out.push((*p, *d));
+            }
+            out.push((*position, next));
+        }
+        out.extend(orphans.map(|(p, d)| (*p, *d)));
+        debug_assert!(
+            out.windows(2).all(|w| w[0].0 < w[1].0),
+            "records out of order"
+        );
+        out
     }
 
     fn check_range(&self, p: Persistence, pages: &dyn ReservedPages) -> Result<(), TableError> {
@@ -617,24 +661,29 @@ impl<S> CronTable<S> {
                 max: persistence.max_scheduled,
             });
         }
-        let next: BTreeMap<u32, Due> = loaded.records.iter().copied().collect();
+        let mut next: BTreeMap<u32, Due> = loaded.records.iter().copied().collect();
         if next.len() != loaded.records.len() {
             return Err(TableError::Persist(CodecError::Decode(
                 "duplicate positions in the schedule".into(),
             )));
         }
-        self.schedule.next = next;
-        self.schedule.dirty = false;
-        for (position, entry) in &self.entries {
+        // Validated: from here on nothing fails. Each indexed entry takes its record; the rest
+        // wait as orphans for their entry.
+        for (position, entry) in self.entries.iter_mut() {
             if let Some(schedule) = entry.rule.schedule() {
+                let old_key = schedule.due_key(entry.stored_next);
+                let stored = next.remove(position);
                 self.index
-                    .set(*position, schedule.due_key(self.schedule.get(*position)));
+                    .move_key(*position, old_key, schedule.due_key(stored));
+                entry.stored_next = stored;
             }
         }
+        self.orphans = next;
+        self.dirty = false;
         tracing::debug!(
             component_id = self.component_id,
-            records = self.schedule.next.len(),
-            "periodic schedule reloaded"
+            records = loaded.records.len(),
+            "schedule reloaded"
         );
         debug_assert!(self.check_invariants().is_ok());
         Ok(())
@@ -648,12 +697,17 @@ impl<S> CronTable<S> {
             return Ok(());
         };
         codec::clear(pages, persistence.range)?;
-        self.schedule = ScheduleStore::default();
-        for (position, entry) in &self.entries {
+        for (position, entry) in self.entries.iter_mut() {
             if let Some(schedule) = entry.rule.schedule() {
-                self.index.set(*position, schedule.due_key(None));
+                let old_key = schedule.due_key(entry.stored_next);
+                self.index
+                    .move_key(*position, old_key, schedule.due_key(None));
+                entry.stored_next = None;
             }
         }
+        self.orphans.clear();
+        // The pages are empty and so is the schedule: nothing to write.
+        self.dirty = false;
         Ok(())
     }
 
@@ -667,17 +721,21 @@ impl<S> CronTable<S> {
             }
             match entry.rule.schedule() {
                 None => {
-                    if !self.custom.contains(position) || self.index.key(*position).is_some() {
+                    if !self.custom.contains(position) || entry.stored_next.is_some() {
                         return Err(format!("custom entry {position} misfiled"));
                     }
                 }
                 Some(schedule) => {
                     scheduled += 1;
-                    let want = schedule.due_key(self.schedule.get(*position));
-                    if self.index.key(*position) != Some(want) || self.custom.contains(position) {
+                    let want = schedule.due_key(entry.stored_next);
+                    if !self.index.contains(*position, want) || self.custom.contains(position) {
                         return Err(format!(
-                            "scheduled entry {position} indexed at {:?}, schedule says {want:?}",
-                            self.index.key(*position)
+                            "scheduled entry {position} is not indexed at {want:?}"
+                        ));
+                    }
+                    if self.orphans.contains_key(position) {
+                        return Err(format!(
+                            "scheduled entry {position} also has an orphan record"
                         ));
                     }
                 }
