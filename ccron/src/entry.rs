@@ -147,9 +147,6 @@ pub struct CronEntry<S> {
     pub(crate) action: ActionFn<S>,
     pub(crate) schedule_next: Option<ActionFn<S>>,
     pub(crate) on_remove: Option<OnRemoveFn>,
-    /// For an indexed entry in a table: its next due point (`None`: never ran). Kept in the
-    /// entry, not in a side map, so that a fire updates one map (the index) besides the entry.
-    pub(crate) stored_next: Option<Due>,
 }
 
 impl<S> fmt::Debug for CronEntry<S> {
@@ -176,7 +173,6 @@ impl<S> CronEntry<S> {
             action: Box::new(action),
             schedule_next: None,
             on_remove: None,
-            stored_next: None,
         }
     }
 
@@ -196,7 +192,6 @@ impl<S> CronEntry<S> {
             action: Box::new(action),
             schedule_next: None,
             on_remove: None,
-            stored_next: None,
         }
     }
 
@@ -214,7 +209,6 @@ impl<S> CronEntry<S> {
             action: Box::new(action),
             schedule_next: None,
             on_remove: None,
-            stored_next: None,
         }
     }
 

@@ -13,6 +13,7 @@
 //! [`CronTable::reload`](crate::CronTable::reload), which the host calls after a restart and after
 //! a state transfer.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
 use crate::due::{Due, Schedule};
@@ -228,6 +229,33 @@ impl PersistedSchedule {
         // component id (4) + vector length (8) + records of position (4), variant tag (4) and
         // value (8).
         4 + 8 + records.saturating_mul(16)
+    }
+}
+
+/// The in-memory schedule of one table: next due time per position, and whether it changed
+/// since it was last written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ScheduleStore {
+    pub(crate) next: BTreeMap<u32, Due>,
+    pub(crate) dirty: bool,
+}
+
+impl ScheduleStore {
+    pub(crate) fn get(&self, position: u32) -> Option<Due> {
+        self.next.get(&position).copied()
+    }
+
+    pub(crate) fn remove(&mut self, position: u32) {
+        if self.next.remove(&position).is_some() {
+            self.dirty = true;
+        }
+    }
+
+    pub(crate) fn to_persisted(&self, component_id: ComponentId) -> PersistedSchedule {
+        PersistedSchedule {
+            component_id,
+            records: self.next.iter().map(|(p, d)| (*p, *d)).collect(),
+        }
     }
 }
 

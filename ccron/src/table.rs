@@ -7,6 +7,7 @@
 //! is exactly that of [`CronTable::evaluate_linear`], the plain scan kept as the reference model
 //! and benchmark baseline.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::codec::{self, BlobKind, CodecError};
@@ -14,7 +15,7 @@ use crate::due::Due;
 use crate::entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
 use crate::index::DueIndex;
 use crate::pages::{PageRange, ReservedPages};
-use crate::periodic::PersistedSchedule;
+use crate::periodic::{PersistedSchedule, ScheduleStore};
 use crate::tick::{ComponentId, Tick, TimeMs};
 
 /// Errors of a cron table.
@@ -127,12 +128,8 @@ pub struct CronTable<S> {
     custom: BTreeSet<u32>,
     /// Positions whose rule is a known schedule, by next due point.
     index: DueIndex,
-    /// Stored next due points of positions that hold no indexed entry (reloaded before their
-    /// entry is registered, or left by a user-rule entry at that position). The next due point
-    /// of an indexed entry lives in the entry itself. Both are owned by this instance.
-    orphans: BTreeMap<u32, Due>,
-    /// Whether the schedule changed since it was last written to the pages.
-    dirty: bool,
+    /// Next due point of every indexed entry that has run (owned by this instance).
+    schedule: ScheduleStore,
     persistence: Option<Persistence>,
     scheduled_count: u32,
     /// Scratch buffer for due candidates, kept to avoid an allocation per tick.
@@ -158,7 +155,7 @@ struct Pass<'a, 'p, S> {
     tick: &'a Tick,
     state: &'a mut S,
     pages: &'a mut (dyn ReservedPages + 'p),
-    dirty: &'a mut bool,
+    schedule: &'a mut ScheduleStore,
     index: &'a mut DueIndex,
     changes: &'a mut Vec<TableChange<S>>,
     fired: &'a mut Vec<Fired>,
@@ -186,7 +183,12 @@ impl<S> Pass<'_, '_, S> {
                 let Some(schedule) = entry.rule.schedule() else {
                     return;
                 };
-                let stored = entry.stored_next;
+                // One descent of the schedule map serves both the read and the write.
+                let slot = self.schedule.next.entry(position);
+                let stored = match &slot {
+                    Entry::Occupied(o) => Some(*o.get()),
+                    Entry::Vacant(_) => None,
+                };
                 let mut runs = std::mem::take(&mut self.runs);
                 runs.clear();
                 let Some(next) = schedule.step(stored, self.tick, &mut runs) else {
@@ -204,8 +206,15 @@ impl<S> Pass<'_, '_, S> {
                     "schedule {schedule:?} at {position} is due again at the same tick"
                 );
                 // The built-in schedule-next: record the new due point before the action runs.
-                entry.stored_next = Some(next);
-                *self.dirty = true;
+                match slot {
+                    Entry::Occupied(mut o) => {
+                        o.insert(next);
+                    }
+                    Entry::Vacant(v) => {
+                        v.insert(next);
+                    }
+                }
+                self.schedule.dirty = true;
                 self.index.move_key(position, old_key, next);
                 for due in &runs {
                     self.fire(entry, Some(*due));
@@ -250,8 +259,7 @@ impl<S> CronTable<S> {
             entries: BTreeMap::new(),
             custom: BTreeSet::new(),
             index: DueIndex::default(),
-            orphans: BTreeMap::new(),
-            dirty: false,
+            schedule: ScheduleStore::default(),
             persistence: None,
             scheduled_count: 0,
             scratch: Vec::new(),
@@ -309,15 +317,12 @@ impl<S> CronTable<S> {
 
     /// The stored next due point of the indexed entry at `position` (`None` if it never ran).
     pub fn next_due(&self, position: u32) -> Option<Due> {
-        match self.entries.get(&position) {
-            Some(e) if e.rule.schedule().is_some() => e.stored_next,
-            _ => self.orphans.get(&position).copied(),
-        }
+        self.schedule.get(position)
     }
 
     /// The stored next due time of the periodic entry at `position` (`None` if it never ran).
     pub fn next_due_ms(&self, position: u32) -> Option<TimeMs> {
-        self.next_due(position).and_then(|d| d.time_ms())
+        self.schedule.get(position).and_then(|d| d.time_ms())
     }
 
     /// The earliest time at which a time-keyed entry is due (`TimeMs::MIN`: at the next tick
@@ -402,21 +407,16 @@ impl<S> CronTable<S> {
         Ok(())
     }
 
-    fn insert_unchecked(&mut self, mut entry: CronEntry<S>) {
+    fn insert_unchecked(&mut self, entry: CronEntry<S>) {
         let position = entry.position;
         match entry.rule.schedule() {
             None => {
-                entry.stored_next = None;
                 self.custom.insert(position);
             }
             Some(schedule) => {
-                // A stored record of this position (reloaded before the entry was registered)
-                // moves into the entry: the persisted set is unchanged, so not dirty. A record
-                // the entry carried from an earlier table was dropped with it.
-                let stored = self.orphans.remove(&position);
                 self.scheduled_count += 1;
-                self.index.insert(position, schedule.due_key(stored));
-                entry.stored_next = stored;
+                self.index
+                    .insert(position, schedule.due_key(self.schedule.get(position)));
             }
         }
         let old = self.entries.insert(position, entry);
@@ -435,11 +435,9 @@ impl<S> CronTable<S> {
             Some(schedule) => {
                 self.scheduled_count -= 1;
                 self.index
-                    .remove(position, schedule.due_key(entry.stored_next));
+                    .remove(position, schedule.due_key(self.schedule.get(position)));
                 // Removing an entry removes only its own record.
-                if entry.stored_next.is_some() {
-                    self.dirty = true;
-                }
+                self.schedule.remove(position);
             }
         }
         Some(entry)
@@ -474,7 +472,7 @@ impl<S> CronTable<S> {
             tick,
             state,
             pages: &mut *pages,
-            dirty: &mut self.dirty,
+            schedule: &mut self.schedule,
             index: &mut self.index,
             changes: &mut changes,
             fired: &mut fired,
@@ -510,7 +508,7 @@ impl<S> CronTable<S> {
             tick,
             state,
             pages: &mut *pages,
-            dirty: &mut self.dirty,
+            schedule: &mut self.schedule,
             index: &mut self.index,
             changes: &mut changes,
             fired: &mut fired,
@@ -582,44 +580,19 @@ impl<S> CronTable<S> {
         let Some(persistence) = self.persistence else {
             return Ok(false);
         };
-        if !self.dirty {
+        if !self.schedule.dirty {
             return Ok(false);
         }
         self.check_range(persistence, pages)?;
-        let persisted = PersistedSchedule {
-            component_id: self.component_id,
-            records: self.records(),
-        };
+        let persisted = self.schedule.to_persisted(self.component_id);
         codec::save(
             pages,
             persistence.range,
             BlobKind::PeriodicSchedule,
             &persisted,
         )?;
-        self.dirty = false;
+        self.schedule.dirty = false;
         Ok(true)
-    }
-
-    /// Every stored next due point, ascending position: the indexed entries' own, merged with
-    /// the orphans (never at the same position).
-    fn records(&self) -> Vec<(u32, Due)> {
-        let mut out = Vec::with_capacity(self.scheduled_count as usize + self.orphans.len());
-        let mut orphans = self.orphans.iter().peekable();
-        for (position, entry) in &self.entries {
-            let Some(next) = entry.stored_next else {
-                continue;
-            };
-            while let Some((p, d)) = orphans.next_if(|(p, _)| **p < *position) {
-                out.push((*p, *d));
-            }
-            out.push((*position, next));
-        }
-        out.extend(orphans.map(|(p, d)| (*p, *d)));
-        debug_assert!(
-            out.windows(2).all(|w| w[0].0 < w[1].0),
-            "records out of order"
-        );
-        out
     }
 
     fn check_range(&self, p: Persistence, pages: &dyn ReservedPages) -> Result<(), TableError> {
@@ -661,29 +634,26 @@ impl<S> CronTable<S> {
                 max: persistence.max_scheduled,
             });
         }
-        let mut next: BTreeMap<u32, Due> = loaded.records.iter().copied().collect();
+        let next: BTreeMap<u32, Due> = loaded.records.iter().copied().collect();
         if next.len() != loaded.records.len() {
             return Err(TableError::Persist(CodecError::Decode(
                 "duplicate positions in the schedule".into(),
             )));
         }
-        // Validated: from here on nothing fails. Each indexed entry takes its record; the rest
-        // wait as orphans for their entry.
-        for (position, entry) in self.entries.iter_mut() {
+        // Validated: from here on nothing fails.
+        for (position, entry) in &self.entries {
             if let Some(schedule) = entry.rule.schedule() {
-                let old_key = schedule.due_key(entry.stored_next);
-                let stored = next.remove(position);
-                self.index
-                    .move_key(*position, old_key, schedule.due_key(stored));
-                entry.stored_next = stored;
+                let old_key = schedule.due_key(self.schedule.get(*position));
+                let new_key = schedule.due_key(next.get(position).copied());
+                self.index.move_key(*position, old_key, new_key);
             }
         }
-        self.orphans = next;
-        self.dirty = false;
+        self.schedule.next = next;
+        self.schedule.dirty = false;
         tracing::debug!(
             component_id = self.component_id,
-            records = loaded.records.len(),
-            "schedule reloaded"
+            records = self.schedule.next.len(),
+            "periodic schedule reloaded"
         );
         debug_assert!(self.check_invariants().is_ok());
         Ok(())
@@ -697,17 +667,15 @@ impl<S> CronTable<S> {
             return Ok(());
         };
         codec::clear(pages, persistence.range)?;
-        for (position, entry) in self.entries.iter_mut() {
+        for (position, entry) in &self.entries {
             if let Some(schedule) = entry.rule.schedule() {
-                let old_key = schedule.due_key(entry.stored_next);
+                let old_key = schedule.due_key(self.schedule.get(*position));
                 self.index
                     .move_key(*position, old_key, schedule.due_key(None));
-                entry.stored_next = None;
             }
         }
-        self.orphans.clear();
         // The pages are empty and so is the schedule: nothing to write.
-        self.dirty = false;
+        self.schedule = ScheduleStore::default();
         Ok(())
     }
 
@@ -721,21 +689,18 @@ impl<S> CronTable<S> {
             }
             match entry.rule.schedule() {
                 None => {
-                    if !self.custom.contains(position) || entry.stored_next.is_some() {
+                    if !self.custom.contains(position) {
                         return Err(format!("custom entry {position} misfiled"));
                     }
                 }
                 Some(schedule) => {
                     scheduled += 1;
-                    let want = schedule.due_key(entry.stored_next);
+                    let want = schedule.due_key(self.schedule.get(*position));
+                    // With the count check below (and no position indexed twice) this makes
+                    // the index exactly the set of indexed entries at their keys.
                     if !self.index.contains(*position, want) || self.custom.contains(position) {
                         return Err(format!(
                             "scheduled entry {position} is not indexed at {want:?}"
-                        ));
-                    }
-                    if self.orphans.contains_key(position) {
-                        return Err(format!(
-                            "scheduled entry {position} also has an orphan record"
                         ));
                     }
                 }
