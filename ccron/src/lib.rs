@@ -13,8 +13,11 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod cron;
+pub mod outbox;
 pub mod pages;
 pub mod tick;
+pub mod ticks;
 
 pub use pages::{MemPages, PageId, PagesError, ReservedPages};
 pub use tick::{ComponentId, Tick, TimeMs};
