@@ -1,1 +1,391 @@
-//! placeholder
+//! Cron expressions evaluated on agreed time, in UTC or in zone rules held as data.
+//!
+//! [`CronSchedule`] wraps a croner (4.0.3, pinned) pattern validated at admission: a malformed
+//! pattern is a typed error, and a pattern that can never fire (`0 0 30 2 *`) is rejected by a
+//! bounded calendar scan (at most one 400-year Gregorian cycle of matching months), never found
+//! out by a multi-millisecond search on some later tick. `next_after(t)` gives the first fire
+//! instant strictly after `t`; hosts store it and compare ticks against it rather than searching
+//! on every tick.
+//!
+//! Time zones never come from the host: a schedule evaluates local times through the
+//! [`ZoneRules`] it carries (UTC by default), which are plain data stored in replicated state.
+//!
+//! DST, as croner defines it (see `docs/cron-expressions.md`): a *fixed-time* job (single second,
+//! minute and hour, e.g. `30 2 * * *`) whose wall time falls in a spring-forward gap runs once, at
+//! the first instant after the gap; in a fall-back overlap it runs once, at the earlier instant.
+//! An *interval* job (any of those fields a wildcard, step, range or list) runs at every real
+//! instant whose wall time matches: wall times inside a gap do not exist and are skipped, wall
+//! times in an overlap happen twice and run twice.
+
+mod zone;
+mod zoned;
+
+use croner::parser::{CronParser, Seconds, Year};
+use serde::{Deserialize, Serialize};
+
+pub use zone::{
+    LocalResolution, MAX_OFFSET_S, MAX_TRANSITIONS, MAX_ZONE_NAME_LEN, RULES_HORIZON_S,
+    RULES_START_S, ZoneRules, ZoneTransition,
+};
+use zoned::{ZonedSecond, days_from_civil, weekday_from_days};
+
+use crate::tick::TimeMs;
+
+/// Longest cron expression accepted, in bytes.
+pub const MAX_EXPRESSION_LEN: usize = 128;
+
+/// Most instants one preview may return.
+pub const MAX_PREVIEW_COUNT: usize = 1_000;
+
+/// Searches start no earlier than 1900-01-01T00:00:00Z (the start of stored zone rules).
+pub const MIN_SEARCH_S: i64 = RULES_START_S;
+
+/// Searches never start at or after 4000-01-01T00:00:00Z: `next_after` returns `None` there.
+pub const MAX_SEARCH_S: i64 = 64_060_588_800;
+
+/// Errors of cron expressions, zones and previews. Every message is one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CronError {
+    /// The expression is longer than [`MAX_EXPRESSION_LEN`].
+    #[error("cron expression is {len} bytes long, more than {max}")]
+    ExpressionTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The expression does not parse.
+    #[error("invalid cron expression {expression:?}: {reason}")]
+    InvalidExpression {
+        /// The expression as given.
+        expression: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The expression parses but no date in a whole 400-year Gregorian cycle matches it, so it
+    /// can never fire.
+    #[error("cron expression {expression:?} can never fire")]
+    NeverFires {
+        /// The expression as given.
+        expression: String,
+    },
+    /// The zone name is not in the tz database compiled into this binary.
+    #[error("unknown time zone {zone:?}")]
+    UnknownZone {
+        /// The name as given.
+        zone: String,
+    },
+    /// Stored zone rules violate a structural constraint.
+    #[error("invalid zone rules: {reason}")]
+    InvalidZoneRules {
+        /// The violated constraint.
+        reason: String,
+    },
+    /// The instant is not an RFC 3339 date-time.
+    #[error("invalid RFC 3339 instant {input:?}: {reason}")]
+    InvalidInstant {
+        /// The input as given.
+        input: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A preview asked for more than [`MAX_PREVIEW_COUNT`] instants.
+    #[error("preview of {count} instants requested, at most {max} allowed")]
+    PreviewTooLong {
+        /// The requested count.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// A validated cron expression together with the zone rules its local times are read in.
+///
+/// Stored form (serde and bincode): the expression text and the zone rules; decoding re-parses
+/// and re-validates, so a schedule that exists is always valid.
+#[derive(Debug, Clone)]
+pub struct CronSchedule {
+    expression: String,
+    zone: ZoneRules,
+    cron: croner::Cron,
+}
+
+impl PartialEq for CronSchedule {
+    fn eq(&self, other: &Self) -> bool {
+        self.expression == other.expression && self.zone == other.zone
+    }
+}
+
+impl Eq for CronSchedule {}
+
+/// The stored shape of a [`CronSchedule`].
+#[derive(Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+struct CronScheduleData {
+    expression: String,
+    zone: ZoneRules,
+}
+
+impl CronSchedule {
+    /// Parses `expression` evaluated in UTC.
+    ///
+    /// Syntax: 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first);
+    /// ranges, steps, lists, names (`MON`, `JAN`), `L`, `W`, `#`, `+` (day-of-month AND
+    /// day-of-week, as a prefix of the day-of-week field) and nicknames (`@daily`, …). A year field is not accepted.
+    ///
+    /// # Errors
+    /// [`CronError::ExpressionTooLong`], [`CronError::InvalidExpression`] or
+    /// [`CronError::NeverFires`].
+    pub fn parse(expression: &str) -> Result<Self, CronError> {
+        Self::parse_in(expression, ZoneRules::utc())
+    }
+
+    /// Parses `expression` evaluated in the local time of `zone`.
+    ///
+    /// # Errors
+    /// As [`CronSchedule::parse`].
+    pub fn parse_in(expression: &str, zone: ZoneRules) -> Result<Self, CronError> {
+        if expression.len() > MAX_EXPRESSION_LEN {
+            return Err(CronError::ExpressionTooLong {
+                len: expression.len(),
+                max: MAX_EXPRESSION_LEN,
+            });
+        }
+        let invalid = |reason: String| CronError::InvalidExpression {
+            expression: expression.to_owned(),
+            reason,
+        };
+        // croner upper-cases and substitutes names; keep its input to plain printable ASCII so
+        // no Unicode case mapping can change a pattern's length or meaning.
+        if let Some(c) = expression
+            .chars()
+            .find(|c| !(c.is_ascii_graphic() || *c == ' '))
+        {
+            return Err(invalid(format!("character {c:?} not allowed")));
+        }
+        let parser = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .year(Year::Disallowed)
+            .build();
+        let cron = parser
+            .parse(expression)
+            .map_err(|e| invalid(e.to_string()))?;
+        if !can_ever_fire(&cron) {
+            tracing::debug!(expression, "cron: pattern can never fire; rejected");
+            return Err(CronError::NeverFires {
+                expression: expression.to_owned(),
+            });
+        }
+        Ok(Self {
+            expression: expression.to_owned(),
+            zone,
+            cron,
+        })
+    }
+
+    /// The expression as given.
+    pub fn expression(&self) -> &str {
+        &self.expression
+    }
+
+    /// The zone rules local times are read in.
+    pub fn zone(&self) -> &ZoneRules {
+        &self.zone
+    }
+
+    /// The first fire instant strictly after `time_ms` (ms since the Unix epoch), or `None` when
+    /// there is none before year 4000 (or `time_ms` is at or beyond it).
+    pub fn next_after(&self, time_ms: TimeMs) -> Option<TimeMs> {
+        let from_s = time_ms.div_euclid(1_000);
+        if from_s >= MAX_SEARCH_S {
+            return None;
+        }
+        // Before 1900 the zone rules are a single offset anyway; start just before 1900 (the
+        // answer is still strictly after `time_ms`).
+        let from_s = from_s.max(MIN_SEARCH_S - 1);
+        let start = ZonedSecond::new(from_s, &self.zone);
+        // Exclusive search from the whole second: fire instants are whole seconds, so "after
+        // the second containing time_ms" is exactly "strictly after time_ms".
+        match self.cron.find_next_occurrence(&start, false) {
+            Ok(next) if next.utc_s < MAX_SEARCH_S => {
+                let next_ms = next.utc_s.checked_mul(1_000)?;
+                debug_assert!(next_ms > time_ms);
+                Some(next_ms)
+            }
+            Ok(_) => None,
+            Err(error) => {
+                tracing::debug!(
+                    expression = %self.expression,
+                    time_ms,
+                    %error,
+                    "cron: no next occurrence"
+                );
+                None
+            }
+        }
+    }
+
+    /// Up to `count` successive fire instants strictly after `from_ms`.
+    pub fn preview(&self, from_ms: TimeMs, count: usize) -> Vec<TimeMs> {
+        let mut out = Vec::with_capacity(count.min(MAX_PREVIEW_COUNT));
+        let mut at_ms = from_ms;
+        while out.len() < count {
+            match self.next_after(at_ms) {
+                Some(next_ms) => {
+                    out.push(next_ms);
+                    at_ms = next_ms;
+                }
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+impl TryFrom<CronScheduleData> for CronSchedule {
+    type Error = CronError;
+
+    fn try_from(data: CronScheduleData) -> Result<Self, Self::Error> {
+        Self::parse_in(&data.expression, data.zone)
+    }
+}
+
+impl From<CronSchedule> for CronScheduleData {
+    fn from(schedule: CronSchedule) -> Self {
+        Self {
+            expression: schedule.expression,
+            zone: schedule.zone,
+        }
+    }
+}
+
+impl Serialize for CronSchedule {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        CronScheduleData {
+            expression: self.expression.clone(),
+            zone: self.zone.clone(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for CronSchedule {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let data = CronScheduleData::deserialize(deserializer)?;
+        Self::try_from(data).map_err(serde::de::Error::custom)
+    }
+}
+
+impl bincode::Encode for CronSchedule {
+    fn encode<E: bincode::enc::Encoder>(
+        &self,
+        encoder: &mut E,
+    ) -> Result<(), bincode::error::EncodeError> {
+        // Same field order as `CronScheduleData`.
+        self.expression.encode(encoder)?;
+        self.zone.encode(encoder)
+    }
+}
+
+impl<Context> bincode::Decode<Context> for CronSchedule {
+    fn decode<D: bincode::de::Decoder<Context = Context>>(
+        decoder: &mut D,
+    ) -> Result<Self, bincode::error::DecodeError> {
+        let data = CronScheduleData::decode(decoder)?;
+        Self::try_from(data).map_err(|e| bincode::error::DecodeError::OtherString(e.to_string()))
+    }
+}
+
+bincode::impl_borrow_decode!(CronSchedule);
+
+/// Whether any date of one full 400-year Gregorian cycle matches the pattern's month and day
+/// fields. Calendars (dates and weekdays) repeat exactly every 400 years and the pattern has no
+/// year field, so this decides "can ever fire": every pattern has at least one second, minute
+/// and hour, and a fixed-time job in a DST gap still fires after the gap. Cost: one check per day
+/// of the matching months, stopping at the first match (real patterns stop within days).
+fn can_ever_fire(cron: &croner::Cron) -> bool {
+    for year in 2000..2400_i32 {
+        for month in 1..=12_u32 {
+            if !cron.pattern.month_match(month).unwrap_or(false) {
+                continue;
+            }
+            let first_days = days_from_civil(i64::from(year), month, 1);
+            let month_len = month_len_days(year, month);
+            for day in 1..=month_len {
+                let weekday = weekday_from_days(first_days + i64::from(day) - 1);
+                if cron
+                    .pattern
+                    .day_match(year, month, day, weekday)
+                    .unwrap_or(false)
+                {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+fn month_len_days(year: i32, month: u32) -> u32 {
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// The next `count` fire instants of `expression` strictly after `from` (RFC 3339), in the zone
+/// named `zone` (IANA, from this binary's tz database; `None` = UTC), formatted RFC 3339 in UTC
+/// with a `Z` suffix (`2026-03-29T01:00:00Z`). This is what `sim-bft preview` prints.
+///
+/// # Errors
+/// A bad expression, zone or instant, or `count` above [`MAX_PREVIEW_COUNT`]; each error's
+/// message is one line.
+pub fn preview(
+    expression: &str,
+    zone: Option<&str>,
+    from: &str,
+    count: usize,
+) -> Result<Vec<String>, CronError> {
+    if count > MAX_PREVIEW_COUNT {
+        return Err(CronError::PreviewTooLong {
+            count,
+            max: MAX_PREVIEW_COUNT,
+        });
+    }
+    let from_ms = parse_rfc3339_ms(from)?;
+    let rules = match zone {
+        None => ZoneRules::utc(),
+        Some(name) => ZoneRules::from_iana(name)?,
+    };
+    let schedule = CronSchedule::parse_in(expression, rules)?;
+    Ok(schedule
+        .preview(from_ms, count)
+        .into_iter()
+        .map(format_rfc3339_ms)
+        .collect())
+}
+
+/// Parses an RFC 3339 instant to milliseconds since the Unix epoch.
+///
+/// # Errors
+/// [`CronError::InvalidInstant`].
+pub fn parse_rfc3339_ms(input: &str) -> Result<TimeMs, CronError> {
+    chrono::DateTime::parse_from_rfc3339(input.trim())
+        .map(|dt| dt.timestamp_millis())
+        .map_err(|e| CronError::InvalidInstant {
+            input: input.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+/// Formats milliseconds since the Unix epoch as RFC 3339 UTC (`Z`), with milliseconds only when
+/// they are not zero. Out-of-range values fall back to the raw number with an `ms` suffix.
+pub fn format_rfc3339_ms(time_ms: TimeMs) -> String {
+    match chrono::DateTime::from_timestamp_millis(time_ms) {
+        Some(dt) => dt.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+        None => format!("{time_ms}ms"),
+    }
+}
