@@ -7,7 +7,8 @@
 //! - in a fall-back overlap, a fixed-time job (single minute and hour) fires at the earlier
 //!   instant only, an interval job at both;
 //! - in a spring-forward gap, a fixed-time job fires once at the first instant after the gap
-//!   (if that wall date still matches the day fields), an interval job skips the missing time.
+//!   (if that wall date still matches the day fields), an interval job skips the missing time;
+//!   a fixed time more than two hours before the end of a longer jump is skipped too.
 
 use std::collections::BTreeSet;
 
@@ -131,9 +132,11 @@ fn reference_next(spec: &Spec, tz: chrono_tz::Tz, t_ms: i64) -> Option<i64> {
                         }
                     }
                     chrono::LocalResult::None if fixed => {
-                        // First wall minute after the gap that exists.
+                        // First wall minute after the gap that exists, looking at most two
+                        // hours ahead (the documented limit: wall times deeper inside a longer
+                        // jump are skipped).
                         let mut after = wall;
-                        for _ in 0..(6 * 60) {
+                        for _ in 0..120 {
                             after += chrono::TimeDelta::minutes(1);
                             if let Some(u) = tz.from_local_datetime(&after).earliest() {
                                 if spec.day_matches(after.date()) {
@@ -215,8 +218,9 @@ fn spec() -> impl Strategy<Value = Spec> {
         })
 }
 
-const ZONES: [&str; 5] = [
+const ZONES: [&str; 6] = [
     "UTC",
+    "Pacific/Apia",
     "Europe/Berlin",
     "America/New_York",
     "Australia/Lord_Howe",

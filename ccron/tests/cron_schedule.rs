@@ -355,3 +355,41 @@ fn zone_rules_resolve_local_berlin() {
         LocalResolution::Single(7_200)
     );
 }
+
+#[test]
+fn a_day_long_clock_jump_skips_the_missing_day_and_keeps_firing() {
+    // Pacific/Apia skipped 2011-12-30 entirely (-10 h to +14 h at 2011-12-30T10:00Z). croner
+    // gives up inside jumps longer than two hours; the schedule resumes after the jump.
+    assert_eq!(
+        prev_n(
+            "0 12 * * *",
+            Some("Pacific/Apia"),
+            "2011-12-29T00:00:00Z",
+            3
+        ),
+        [
+            "2011-12-29T22:00:00Z", // 12:00 on the 29th at -10 h
+            "2011-12-30T22:00:00Z", // 12:00 on the 31st at +14 h (the 30th never happened)
+            "2011-12-31T22:00:00Z",
+        ]
+    );
+}
+
+#[test]
+fn a_fixed_time_within_two_hours_of_the_end_of_a_long_jump_runs_after_it() {
+    // 23:30 on 2011-12-30 never happened in Apia; it is 30 minutes before the end of the jump
+    // (local 2011-12-31T00:00 +14 h = 2011-12-30T10:00Z), so it runs right after it.
+    assert_eq!(
+        prev_n(
+            "30 23 * * *",
+            Some("Pacific/Apia"),
+            "2011-12-29T12:00:00Z",
+            3
+        ),
+        [
+            "2011-12-30T09:30:00Z", // 23:30 on the 29th at -10 h
+            "2011-12-30T10:00:00Z", // the 30th's 23:30 never happened: right after the jump
+            "2011-12-31T09:30:00Z", // 23:30 on the 31st at +14 h
+        ]
+    );
+}

@@ -202,27 +202,42 @@ impl CronSchedule {
         }
         // Before 1900 the zone rules are a single offset anyway; start just before 1900 (the
         // answer is still strictly after `time_ms`).
-        let from_s = from_s.max(MIN_SEARCH_S - 1);
-        let start = ZonedSecond::new(from_s, &self.zone);
-        // Exclusive search from the whole second: fire instants are whole seconds, so "after
-        // the second containing time_ms" is exactly "strictly after time_ms".
-        match self.cron.find_next_occurrence(&start, false) {
-            Ok(next) if next.utc_s < MAX_SEARCH_S => {
-                let next_ms = next.utc_s.checked_mul(1_000)?;
-                debug_assert!(next_ms > time_ms);
-                Some(next_ms)
-            }
-            Ok(_) => None,
-            Err(error) => {
-                tracing::debug!(
-                    expression = %self.expression,
-                    time_ms,
-                    %error,
-                    "cron: no next occurrence"
-                );
-                None
+        let mut from_s = from_s.max(MIN_SEARCH_S - 1);
+        // croner gives up inside a clock jump longer than two hours (Pacific/Apia skipped all of
+        // 2011-12-30). Rather than let the schedule die, resume once past each such jump: the
+        // wall times it swallowed are skipped, later ones fire normally. Bounded by the attempts.
+        let mut inclusive = false;
+        for _attempt in 0..4 {
+            let start = ZonedSecond::new(from_s, &self.zone);
+            // Exclusive search from the whole second: fire instants are whole seconds, so
+            // "after the second containing time_ms" is exactly "strictly after time_ms".
+            // A resumed search starts at a transition instant, which is after `time_ms` and may
+            // itself fire (e.g. local midnight right after the jump): inclusive.
+            match self.cron.find_next_occurrence(&start, inclusive) {
+                Ok(next) if next.utc_s < MAX_SEARCH_S => {
+                    let next_ms = next.utc_s.checked_mul(1_000)?;
+                    debug_assert!(next_ms > time_ms);
+                    return Some(next_ms);
+                }
+                Ok(_) => return None,
+                Err(error) => {
+                    tracing::debug!(
+                        expression = %self.expression,
+                        time_ms,
+                        %error,
+                        "cron: search failed; resuming after the next zone transition"
+                    );
+                    let transitions = self.zone.transitions();
+                    let next_jump = transitions
+                        [transitions.partition_point(|t| t.at_utc_s <= from_s)..]
+                        .first()
+                        .map(|t| t.at_utc_s)?;
+                    from_s = next_jump;
+                    inclusive = true;
+                }
             }
         }
+        None
     }
 
     /// Up to `count` successive fire instants strictly after `from_ms`.
