@@ -83,8 +83,8 @@ impl SeenSet {
         self.ids.contains(id)
     }
 
-    /// Inserts `id`; returns `false` if it was already there. Evicts the oldest id when full and
-    /// returns it through `evicted` so callers can log it.
+    /// Inserts `id`; returns `false` if it was already there. When full, evicts the oldest
+    /// insertion (traced at `trace` level).
     pub fn insert(&mut self, id: OccurrenceId) -> bool {
         if !self.ids.insert(id) {
             return false;
