@@ -59,9 +59,12 @@ pub(crate) fn decode<T: bincode::Decode<()>>(bytes: &[u8]) -> Result<T, CodecErr
             bytes.len()
         )));
     }
-    let (value, used) =
-        bincode::decode_from_slice(bytes, cfg()).map_err(|e| CodecError::Decode(e.to_string()))?;
+    let (value, used) = bincode::decode_from_slice(bytes, cfg()).map_err(|e| {
+        tracing::warn!(len = bytes.len(), error = %e, "outbox codec: undecodable bytes");
+        CodecError::Decode(e.to_string())
+    })?;
     if used != bytes.len() {
+        tracing::warn!(len = bytes.len(), used, "outbox codec: trailing bytes");
         return Err(CodecError::Trailing {
             trailing: bytes.len() - used,
         });

@@ -302,6 +302,13 @@ mod tests {
         assert_eq!(FileProgressStore::new(&path).load(), Ok(42));
         assert!(!store.tmp_path().exists());
 
+        // A crash before the rename leaves a stray temporary file: the old value still loads,
+        // and the next save replaces the stray.
+        fs::write(store.tmp_path(), b"torn").unwrap();
+        assert_eq!(store.load(), Ok(42));
+        store.save(43).unwrap();
+        assert_eq!(store.load(), Ok(43));
+
         let mut bytes = fs::read(&path).unwrap();
         bytes[12] ^= 1;
         fs::write(&path, &bytes).unwrap();
