@@ -19,7 +19,7 @@
 //! Time is an argument (`now_ms`); nothing here reads a clock or does I/O. See
 //! [`super::PersistentConsumer`] for the thin layer that persists progress and dead letters.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use super::id::OccurrenceId;
@@ -310,7 +310,23 @@ struct Slot {
     state: SlotState,
 }
 
+impl SlotState {
+    /// The time at which this state needs attention, if any: the acknowledgement deadline of an
+    /// attempt in flight, or the due time of a retry.
+    fn timer_ms(self) -> Option<TimeMs> {
+        match self {
+            Self::InFlight { deadline_ms, .. } => Some(deadline_ms),
+            Self::Waiting { retry_at_ms, .. } => Some(retry_at_ms),
+            Self::Done | Self::Dead => None,
+        }
+    }
+}
+
 /// The pure outbox consumer (see the module documentation).
+///
+/// Cost: a poll or an acknowledgement costs O((k + 1) · log S) for k expired, retried or
+/// dispatched records and S = `max_search_ahead` tracked records: timers are kept in an ordered
+/// index `(time, index)`, so nothing scans the tracked window.
 #[derive(Debug, Clone)]
 pub struct Consumer {
     config: ConsumerConfig,
@@ -319,6 +335,8 @@ pub struct Consumer {
     /// Lowest index never dispatched by this instance; `slots` covers `progress+1 .. next_index`.
     next_index: u64,
     slots: BTreeMap<u64, Slot>,
+    /// `(timer_ms, index)` for every slot in flight or waiting (see [`SlotState::timer_ms`]).
+    timers: BTreeSet<(TimeMs, u64)>,
     in_flight: usize,
     /// Dead letters not yet handed to the host by [`Consumer::take_dead_letters`].
     dead_letters: Vec<DeadLetter>,
@@ -333,6 +351,7 @@ impl Consumer {
             progress,
             next_index: progress.saturating_add(1),
             slots: BTreeMap::new(),
+            timers: BTreeSet::new(),
             in_flight: 0,
             dead_letters: Vec::new(),
         })
@@ -373,32 +392,22 @@ impl Consumer {
     ///
     /// New records are not covered: call `poll` when the source signals new records too.
     pub fn next_wakeup_ms(&self) -> Option<TimeMs> {
-        self.slots
-            .values()
-            .filter_map(|s| match s.state {
-                SlotState::InFlight { deadline_ms, .. } => Some(deadline_ms),
-                SlotState::Waiting { retry_at_ms, .. } => Some(retry_at_ms),
-                SlotState::Done | SlotState::Dead => None,
-            })
-            .min()
+        self.timers.first().map(|&(at_ms, _)| at_ms)
     }
 
-    /// Expires overdue attempts, then returns the deliveries to make now: due retries first (in
-    /// index order), then new records, within the in-flight and search-ahead bounds.
+    /// Expires overdue attempts, then returns the deliveries to make now: due retries first
+    /// (earliest due first), then new records in index order, within the in-flight and
+    /// search-ahead bounds.
     pub fn poll(&mut self, jobs: &impl Jobs, now_ms: TimeMs) -> Vec<Delivery> {
         self.expire(now_ms);
         let mut out = Vec::new();
-        let limit = self.window_end();
 
-        // Retries first: they are the oldest records, and progress waits on the lowest one.
+        // Retries first: they are the oldest records, and progress waits on them.
         let due: Vec<(u64, u32)> = self
-            .slots
-            .iter()
-            .filter_map(|(&index, s)| match s.state {
-                SlotState::Waiting {
-                    attempt,
-                    retry_at_ms,
-                } if retry_at_ms <= now_ms => Some((index, attempt)),
+            .timers
+            .range(..=(now_ms, u64::MAX))
+            .filter_map(|&(_, index)| match self.slots.get(&index)?.state {
+                SlotState::Waiting { attempt, .. } => Some((index, attempt)),
                 _ => None,
             })
             .take(self.config.max_processing.saturating_sub(self.in_flight))
@@ -414,9 +423,10 @@ impl Consumer {
         }
 
         let head = jobs.head();
+        let window_end = self.progress.saturating_add(self.config.max_search_ahead);
         while self.in_flight < self.config.max_processing
             && self.next_index <= head
-            && self.next_index <= limit
+            && self.next_index <= window_end
         {
             let index = self.next_index;
             let Some(record) = jobs.at_index(index) else {
@@ -444,18 +454,15 @@ impl Consumer {
         outcome: AckOutcome,
         now_ms: TimeMs,
     ) -> AckEffect {
-        let Some(slot) = self.slots.get_mut(&index) else {
+        let Some(state) = self.slots.get(&index).map(|s| s.state) else {
             return AckEffect::Ignored(IgnoredAck::NotTracked);
         };
-        match (slot.state, outcome) {
+        match (state, outcome) {
             (SlotState::Done | SlotState::Dead, _) => {
                 AckEffect::Ignored(IgnoredAck::AlreadyFinished)
             }
-            (state, AckOutcome::Done) => {
-                if matches!(state, SlotState::InFlight { .. }) {
-                    self.in_flight -= 1;
-                }
-                slot.state = SlotState::Done;
+            (_, AckOutcome::Done) => {
+                self.transition(index, SlotState::Done);
                 self.advance();
                 AckEffect::Completed {
                     progress: self.progress,
@@ -487,6 +494,17 @@ impl Consumer {
             return Err(format!(
                 "{} in flight over max {}",
                 self.in_flight, self.config.max_processing
+            ));
+        }
+        let expected: BTreeSet<(TimeMs, u64)> = self
+            .slots
+            .iter()
+            .filter_map(|(&index, s)| Some((s.state.timer_ms()?, index)))
+            .collect();
+        if expected != self.timers {
+            return Err(format!(
+                "timer index {:?} disagrees with slots {expected:?}",
+                self.timers
             ));
         }
         if self.next_index <= self.progress {
@@ -521,9 +539,24 @@ impl Consumer {
         Ok(())
     }
 
-    /// Highest index the search-ahead bound lets this consumer dispatch.
-    fn window_end(&self) -> u64 {
-        self.progress.saturating_add(self.config.max_search_ahead)
+    /// Moves tracked slot `index` to `state`, keeping the timer index and in-flight count exact.
+    fn transition(&mut self, index: u64, state: SlotState) {
+        let Some(slot) = self.slots.get_mut(&index) else {
+            return;
+        };
+        if let Some(at_ms) = slot.state.timer_ms() {
+            self.timers.remove(&(at_ms, index));
+        }
+        if matches!(slot.state, SlotState::InFlight { .. }) {
+            self.in_flight -= 1;
+        }
+        if let Some(at_ms) = state.timer_ms() {
+            self.timers.insert((at_ms, index));
+        }
+        if matches!(state, SlotState::InFlight { .. }) {
+            self.in_flight += 1;
+        }
+        slot.state = state;
     }
 
     fn dispatch(
@@ -533,19 +566,18 @@ impl Consumer {
         record: OutboxRecord,
         now_ms: TimeMs,
     ) -> Delivery {
-        let deadline_ms = now_ms.saturating_add(self.config.ack_timeout_ms);
-        self.slots.insert(
-            index,
-            Slot {
-                id: record.id,
-                handler: record.handler.clone(),
-                state: SlotState::InFlight {
-                    attempt,
-                    deadline_ms,
-                },
-            },
-        );
-        self.in_flight += 1;
+        let state = SlotState::InFlight {
+            attempt,
+            deadline_ms: now_ms.saturating_add(self.config.ack_timeout_ms),
+        };
+        // A new slot starts as finished (no timer, not in flight) so that `transition` does all
+        // the accounting; a retried slot is already there.
+        self.slots.entry(index).or_insert_with(|| Slot {
+            id: record.id,
+            handler: record.handler.clone(),
+            state: SlotState::Done,
+        });
+        self.transition(index, state);
         tracing::trace!(index, attempt, id = %record.id, "outbox dispatch");
         Delivery {
             index,
@@ -556,12 +588,14 @@ impl Consumer {
 
     fn expire(&mut self, now_ms: TimeMs) {
         let overdue: Vec<u64> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| {
-                matches!(s.state, SlotState::InFlight { deadline_ms, .. } if deadline_ms <= now_ms)
+            .timers
+            .range(..=(now_ms, u64::MAX))
+            .filter(|&&(_, index)| {
+                self.slots
+                    .get(&index)
+                    .is_some_and(|s| matches!(s.state, SlotState::InFlight { .. }))
             })
-            .map(|(&index, _)| index)
+            .map(|&(_, index)| index)
             .collect();
         for index in overdue {
             self.fail(index, FailureReason::Timeout, now_ms);
@@ -570,15 +604,13 @@ impl Consumer {
 
     /// The in-flight attempt of `index` failed: schedule a retry or give up.
     fn fail(&mut self, index: u64, reason: FailureReason, now_ms: TimeMs) -> AckEffect {
-        let Some(slot) = self.slots.get_mut(&index) else {
+        let Some(slot) = self.slots.get(&index) else {
             return AckEffect::Ignored(IgnoredAck::NotTracked);
         };
         let SlotState::InFlight { attempt, .. } = slot.state else {
             return AckEffect::Ignored(IgnoredAck::StaleFailure);
         };
-        self.in_flight -= 1;
         if attempt >= self.config.max_attempts {
-            slot.state = SlotState::Dead;
             let letter = DeadLetter {
                 index,
                 id: slot.id,
@@ -587,18 +619,28 @@ impl Consumer {
                 reason,
                 at_ms: now_ms,
             };
-            tracing::warn!(index, id = %slot.id, attempts = attempt, reason = %letter.reason, "outbox record dead-lettered");
+            tracing::warn!(
+                index,
+                id = %letter.id,
+                attempts = attempt,
+                reason = %letter.reason,
+                "outbox record dead-lettered"
+            );
             self.dead_letters.push(letter);
+            self.transition(index, SlotState::Dead);
             self.advance();
             AckEffect::DeadLettered
         } else {
             let retry_at_ms =
                 now_ms.saturating_add(self.config.backoff.delay_ms(&slot.id, attempt));
-            slot.state = SlotState::Waiting {
-                attempt,
-                retry_at_ms,
-            };
             tracing::debug!(index, attempt, retry_at_ms, reason = %reason, "outbox attempt failed");
+            self.transition(
+                index,
+                SlotState::Waiting {
+                    attempt,
+                    retry_at_ms,
+                },
+            );
             AckEffect::RetryScheduled { retry_at_ms }
         }
     }
