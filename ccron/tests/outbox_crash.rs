@@ -297,3 +297,100 @@ fn runs_are_reproducible_from_the_seed() {
     let b = run(&s).unwrap();
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
 }
+
+/// The same story with the crash-safe file stores: a consumer dropped midway resumes from the
+/// file, and dead letters written before the crash are still there afterwards.
+#[test]
+fn file_stores_survive_a_crash() {
+    use ccron::outbox::{FileDeadLetters, FileProgressStore};
+
+    let dir = std::env::temp_dir().join(format!("ccron-outbox-crash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut outbox = Outbox::new(OutboxLimits::default());
+    for k in 0..20u64 {
+        let handler = if k == 2 { "poison" } else { "ok" };
+        outbox
+            .append(OutboxRecord::new(
+                OccurrenceId::new(1, 0, k),
+                handler,
+                vec![],
+            ))
+            .unwrap();
+    }
+    let cfg = ConsumerConfig {
+        max_processing: 3,
+        max_search_ahead: 6,
+        max_attempts: 2,
+        ack_timeout_ms: 50,
+        backoff: Backoff {
+            base_ms: 0,
+            cap_ms: 0,
+            jitter_permille: 0,
+        },
+    };
+    let open = || {
+        PersistentConsumer::open(
+            cfg,
+            FileProgressStore::new(dir.join("progress")),
+            FileDeadLetters::new(dir.join("dead")),
+        )
+        .unwrap()
+    };
+    let mut performed: BTreeMap<OccurrenceId, u32> = BTreeMap::new();
+    let mut seen = SeenSet::new(12);
+    let mut step = |pc: &mut PersistentConsumer<FileProgressStore, FileDeadLetters>, now: i64| {
+        for d in pc.poll(&outbox, now).unwrap() {
+            let outcome = if d.record.handler == "poison" {
+                AckOutcome::Failed {
+                    reason: "poison".into(),
+                }
+            } else {
+                if seen.insert(d.record.id) {
+                    *performed.entry(d.record.id).or_default() += 1;
+                }
+                AckOutcome::Done
+            };
+            // Every acknowledgement of a multiple of 3 is lost: those records time out on every
+            // attempt and end as dead letters, although the worker performed them (once).
+            if d.index % 3 != 0 {
+                pc.on_ack(d.index, d.attempt, outcome, now).unwrap();
+            }
+        }
+    };
+    let mut pc = open();
+    for t in 0..4 {
+        step(&mut pc, t * 10);
+    }
+    let before = pc.persisted_progress();
+    assert!(before > 0 && before < 20, "crash midway, at {before}");
+    drop(pc);
+    let mut pc = open();
+    assert_eq!(pc.persisted_progress(), before);
+    for t in 4..200 {
+        step(&mut pc, t * 10);
+        if pc.persisted_progress() == 20 {
+            break;
+        }
+    }
+    assert_eq!(pc.persisted_progress(), 20);
+    drop(pc);
+    let dead = FileDeadLetters::new(dir.join("dead"))
+        .read_all(1 << 20)
+        .unwrap();
+    let dead_indices: BTreeSet<u64> = dead.iter().map(|l| l.index).collect();
+    for (index, record) in outbox.iter() {
+        let n = performed.get(&record.id).copied().unwrap_or(0);
+        if record.handler == "poison" {
+            assert_eq!((n, dead_indices.contains(&index)), (0, true));
+        } else {
+            assert_eq!(n, 1, "record {index}");
+            assert_eq!(
+                dead_indices.contains(&index),
+                index % 3 == 0,
+                "record {index}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
