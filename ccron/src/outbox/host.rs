@@ -109,12 +109,18 @@ impl<P: ProgressStore, D: DeadLetterSink> PersistentConsumer<P, D> {
     pub fn flush(&mut self) -> Result<(), ConsumerError> {
         self.unrecorded.extend(self.consumer.take_dead_letters());
         while let Some(letter) = self.unrecorded.front() {
-            self.dead_letters.record(letter)?;
+            if let Err(e) = self.dead_letters.record(letter) {
+                tracing::error!(index = letter.index, error = %e, "cannot record dead letter; progress not saved");
+                return Err(e.into());
+            }
             self.unrecorded.pop_front();
         }
         let progress = self.consumer.progress();
         if progress != self.persisted {
-            self.progress_store.save(progress)?;
+            if let Err(e) = self.progress_store.save(progress) {
+                tracing::error!(progress, error = %e, "cannot save consumer progress");
+                return Err(e.into());
+            }
             self.persisted = progress;
         }
         Ok(())
