@@ -2,7 +2,10 @@
 //! once, across a consumer crash.
 //!
 //! 1. A replicated-state stand-in fires a few cron entries and, as actions would, appends one
-//!    [`OutboxRecord`] per occurrence (deterministic [`OccurrenceId`]) to an [`Outbox`].
+//!    [`OutboxRecord`] per occurrence (deterministic [`OccurrenceId`]) to an [`Outbox`]. There are
+//!    four replicas (f = 1); one is Byzantine and serves altered payloads plus invented records.
+//!    The consumer reads through [`QuorumJobs`] with quorum f+1, so it only sees what a correct
+//!    replica vouches for.
 //! 2. A worker listens on 127.0.0.1 (port 0). It deduplicates by occurrence id with a
 //!    [`SeenSet`], performs each effect (counts it), and acknowledges; a seeded share of its
 //!    acknowledgements is lost, and one handler always fails (its records end as dead letters).
@@ -11,7 +14,8 @@
 //!    worker may have performed records whose acknowledgements never arrived.
 //! 4. A new consumer resumes from the persisted progress and finishes.
 //!
-//! The run checks that every record was performed exactly once at the worker or dead-lettered,
+//! The run checks that every record was performed exactly once at the worker (with the honest
+//! payload) or dead-lettered, that nothing the Byzantine replica invented was performed,
 //! prints a summary, and exits non-zero if that fails. Everything is bounded: it stops by itself
 //! within seconds (a 30 s guard turns a hang into a failure).
 //!
@@ -29,8 +33,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccron::outbox::{
-    AckOutcome, Backoff, ConsumerConfig, FileDeadLetters, FileProgressStore, OccurrenceId, Outbox,
-    OutboxLimits, OutboxRecord, PersistentConsumer, SeenSet,
+    AckOutcome, Backoff, ConsumerConfig, FileDeadLetters, FileProgressStore, Jobs, OccurrenceId,
+    Outbox, OutboxLimits, OutboxRecord, PersistentConsumer, QuorumJobs, SeenSet,
 };
 use clap::Parser;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -64,6 +68,8 @@ struct WorkerState {
     seen: SeenSet,
     /// Effects performed per occurrence id (the invariant: at most one).
     effects: BTreeMap<OccurrenceId, u32>,
+    /// The payload each effect was performed with (hex, as received).
+    payloads: BTreeMap<OccurrenceId, String>,
     deliveries: u64,
     duplicates: u64,
     acks_lost: u64,
@@ -75,7 +81,7 @@ impl WorkerState {
     /// Handles one delivery line; returns the acknowledgement to send, if it is not "lost".
     fn handle(&mut self, line: &str) -> Option<String> {
         let mut parts = line.split(' ');
-        let (Some("DELIVER"), Some(index), Some(attempt), Some(id), Some(handler), Some(_payload)) = (
+        let (Some("DELIVER"), Some(index), Some(attempt), Some(id), Some(handler), Some(payload)) = (
             parts.next(),
             parts.next(),
             parts.next(),
@@ -103,6 +109,7 @@ impl WorkerState {
                 self.duplicates += 1;
             } else {
                 *self.effects.entry(id).or_default() += 1;
+                self.payloads.insert(id, payload.to_string());
                 self.seen.insert(id);
             }
             format!("ACK {index} {attempt} DONE")
@@ -153,7 +160,7 @@ async fn serve(listener: TcpListener, state: Arc<Mutex<WorkerState>>, open: Arc<
 
 /// A stand-in for the replicated state: cron entries firing on ticks, each occurrence appending
 /// one record exactly as an action would (same ids on every replica).
-fn fill_outbox(records: u64) -> Result<Outbox, BoxError> {
+fn fill_outbox(records: u64, byzantine: bool) -> Result<Outbox, BoxError> {
     let mut outbox = Outbox::new(OutboxLimits::default());
     // (entry, period in ticks, handler)
     let entries = [
@@ -173,8 +180,19 @@ fn fill_outbox(records: u64) -> Result<Outbox, BoxError> {
             let occurrence = occurrences.entry(entry).or_default();
             let id = OccurrenceId::new(1, entry, *occurrence);
             *occurrence += 1;
-            let payload = format!("{{\"seq\":{seq},\"entry\":{entry}}}");
+            let payload = if byzantine {
+                format!("{{\"seq\":{seq},\"entry\":{entry},\"pay_to\":\"mallory\"}}")
+            } else {
+                format!("{{\"seq\":{seq},\"entry\":{entry}}}")
+            };
             outbox.append(OutboxRecord::new(id, handler, payload.into_bytes()))?;
+        }
+    }
+    if byzantine {
+        // Records no correct replica has: the quorum must never let them through.
+        for k in 0..10 {
+            let id = OccurrenceId::new(1, 99, k);
+            outbox.append(OutboxRecord::new(id, "send-invoice", b"invented".to_vec()))?;
         }
     }
     Ok(outbox)
@@ -223,7 +241,7 @@ fn parse_ack(line: &str) -> Option<(u64, u32, AckOutcome)> {
 /// Runs one consumer incarnation against the worker at `addr`.
 async fn run_consumer(
     addr: SocketAddr,
-    outbox: &Outbox,
+    outbox: &impl Jobs,
     dir: &Path,
     started: Instant,
     crash_after: Option<u64>,
@@ -319,6 +337,10 @@ async fn run_consumer(
     Ok(end)
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn scratch_dir() -> Result<PathBuf, BoxError> {
     let dir = std::env::temp_dir().join(format!("ccron-outbox-worker-{}", std::process::id()));
     if dir.exists() {
@@ -340,7 +362,12 @@ async fn main() -> Result<(), BoxError> {
     if args.records == 0 || args.records > 4000 || args.ack_loss_permille > 900 {
         return Err("--records must be 1..=4000 and --ack-loss-permille at most 900".into());
     }
-    let outbox = fill_outbox(args.records)?;
+    // Four replicas (f = 1): three correct ones hold identical outboxes, the Byzantine one lies.
+    let outbox = fill_outbox(args.records, false)?;
+    let replicas = [outbox.clone(), outbox.clone(), outbox.clone()];
+    let byzantine = fill_outbox(args.records, true)?;
+    let sources: Vec<&Outbox> = vec![&byzantine, &replicas[0], &replicas[1], &replicas[2]];
+    let quorum = QuorumJobs::new(sources, 2)?;
     let dir = scratch_dir()?;
 
     let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -348,6 +375,7 @@ async fn main() -> Result<(), BoxError> {
     let worker = Arc::new(Mutex::new(WorkerState {
         seen: SeenSet::new(2 * config().max_search_ahead as usize),
         effects: BTreeMap::new(),
+        payloads: BTreeMap::new(),
         deliveries: 0,
         duplicates: 0,
         acks_lost: 0,
@@ -365,11 +393,11 @@ async fn main() -> Result<(), BoxError> {
     #[allow(clippy::disallowed_methods)]
     let started = Instant::now();
     let crash_after = args.crash_after.unwrap_or(args.records / 3).max(1);
-    let first = run_consumer(addr, &outbox, &dir, started, Some(crash_after)).await?;
+    let first = run_consumer(addr, &quorum, &dir, started, Some(crash_after)).await?;
     let second = if first == RunEnd::Finished {
         RunEnd::Finished
     } else {
-        run_consumer(addr, &outbox, &dir, started, None).await?
+        run_consumer(addr, &quorum, &dir, started, None).await?
     };
 
     // Let the worker drain both connections (bounded wait), then stop it.
@@ -390,6 +418,12 @@ async fn main() -> Result<(), BoxError> {
     }
     for (index, record) in outbox.iter() {
         let effects = w.effects.get(&record.id).copied().unwrap_or(0);
+        let honest_payload = hex(&record.payload);
+        if let Some(p) = w.payloads.get(&record.id)
+            && *p != honest_payload
+        {
+            failures.push(format!("record {index} performed with an altered payload"));
+        }
         let broken = record.handler == BROKEN_HANDLER;
         match (broken, effects, dead_indices.contains(&index)) {
             (true, 0, true) | (false, 1, false) => {}
@@ -401,6 +435,10 @@ async fn main() -> Result<(), BoxError> {
                 record.id
             )),
         }
+    }
+    let invented = w.effects.keys().filter(|id| id.entry == 99).count();
+    if invented > 0 {
+        failures.push(format!("{invented} invented records were performed"));
     }
     println!(
         "summary: {} records, {} deliveries ({} duplicates deduplicated by id, {} acks lost), \
