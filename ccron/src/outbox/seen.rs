@@ -136,6 +136,35 @@ impl SeenSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Agrees with a naive model (a list of distinct ids, oldest dropped beyond capacity),
+        /// and survives an encode/decode round trip at every step.
+        #[test]
+        fn matches_a_fifo_model(capacity in 1usize..8, ops in prop::collection::vec(0u64..12, 0..60)) {
+            let mut set = SeenSet::new(capacity);
+            let mut model: Vec<u64> = Vec::new();
+            for n in ops {
+                let id = OccurrenceId::new(0, n % 3, n);
+                let fresh = !model.contains(&n);
+                prop_assert_eq!(set.insert(id), fresh);
+                if fresh {
+                    model.push(n);
+                    if model.len() > capacity {
+                        model.remove(0);
+                    }
+                }
+                prop_assert_eq!(set.len(), model.len());
+                for m in 0..12u64 {
+                    prop_assert_eq!(set.contains(&OccurrenceId::new(0, m % 3, m)), model.contains(&m));
+                }
+                prop_assert_eq!(&SeenSet::decode(&set.encode().unwrap(), capacity).unwrap(), &set);
+            }
+        }
+    }
 
     #[test]
     fn evicts_oldest_and_round_trips() {
@@ -162,5 +191,14 @@ mod tests {
             })
         );
         assert!(SeenSet::decode(&bytes[..bytes.len() - 1], 3).is_err());
+        let dup = codec::encode(&Wire {
+            version: FORMAT_VERSION,
+            ids: vec![id(1), id(1)],
+        })
+        .unwrap();
+        assert_eq!(
+            SeenSet::decode(&dup, 3),
+            Err(SeenSetError::Duplicate(id(1)))
+        );
     }
 }
