@@ -313,6 +313,72 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Admission rejects exactly the patterns whose day fields match no date of a whole
+    /// 400-year Gregorian cycle (ccron scans only 28 years; this checks that argument).
+    #[test]
+    fn never_fires_iff_no_date_in_400_years(
+        dom in prop_oneof![
+            (28u32..=31).prop_map(Field::Value),
+            (28u32..31).prop_flat_map(|a| (Just(a), a + 1..=31)).prop_map(|(a, b)| Field::Range(a, b)),
+            (1u32..=31).prop_map(Field::Value),
+        ],
+        month in prop_oneof![
+            2 => prop::sample::select(vec![2u32, 4, 6, 9, 11]).prop_map(Field::Value),
+            1 => prop::sample::select(vec![(2u32, 4u32), (4, 6), (9, 11), (2, 11)])
+                .prop_map(|(a, b)| Field::List(a, b)),
+            1 => month_field(),
+        ],
+        dow in prop_oneof![3 => Just(Field::Any), 1 => dow_field()],
+        and in any::<bool>(),
+    ) {
+        let spec = Spec { minute: Field::Value(0), hour: Field::Value(0), dom, month, dow };
+        // With `+` (AND) the reference must require both fields.
+        let and = and && !matches!(spec.dow, Field::Any);
+        let expression = format!(
+            "0 0 {} {} {}{}",
+            spec.dom.render(),
+            spec.month.render(),
+            if and { "+" } else { "" },
+            spec.dow.render()
+        );
+        let (doms, months, dows) = (spec.dom.values(1, 31), spec.month.values(1, 12), spec.dow.values(0, 6));
+        let day_ok = |d: NaiveDate| {
+            if !months.contains(&d.month()) {
+                return false;
+            }
+            let dom_ok = doms.contains(&d.day());
+            let dow_ok = dows.contains(&d.weekday().num_days_from_sunday());
+            match (&spec.dom, &spec.dow) {
+                (Field::Any, Field::Any) => true,
+                (Field::Any, _) => dow_ok,
+                (_, Field::Any) => dom_ok,
+                _ if and => dom_ok && dow_ok,
+                _ => dom_ok || dow_ok,
+            }
+        };
+        let mut d = NaiveDate::from_ymd_opt(2000, 1, 1).unwrap();
+        let end = NaiveDate::from_ymd_opt(2400, 1, 1).unwrap();
+        let mut possible = false;
+        while d < end {
+            if day_ok(d) {
+                possible = true;
+                break;
+            }
+            d = d.succ_opt().unwrap();
+        }
+        match CronSchedule::parse(&expression) {
+            Ok(_) => prop_assert!(possible, "{} admitted but never fires", expression),
+            Err(CronError::NeverFires { .. }) => {
+                prop_assert!(!possible, "{} rejected but fires on {}", expression, d)
+            }
+            Err(e) => prop_assert!(false, "{} rejected: {}", expression, e),
+        }
+    }
+}
+
 /// Sanity of the reference itself on a hand-checked case (Berlin spring-forward 2026).
 #[test]
 fn reference_handles_the_gap_like_the_docs_say() {

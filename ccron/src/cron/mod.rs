@@ -313,19 +313,33 @@ impl<Context> bincode::Decode<Context> for CronSchedule {
 
 bincode::impl_borrow_decode!(CronSchedule);
 
-/// Whether any date of one full 400-year Gregorian cycle matches the pattern's month and day
-/// fields. Calendars (dates and weekdays) repeat exactly every 400 years and the pattern has no
-/// year field, so this decides "can ever fire": every pattern has at least one second, minute
-/// and hour, and a fixed-time job in a DST gap still fires after the gap. Cost: one check per day
-/// of the matching months, stopping at the first match (real patterns stop within days).
+/// Whether any date matches the pattern's month and day fields, i.e. whether it can ever fire:
+/// every pattern has at least one second, minute and hour, and a fixed-time job in a DST gap
+/// still fires after the gap.
+///
+/// Exact and bounded. Without a year field, whether a day matches depends only on the month, the
+/// month's length and the weekday of its 1st (that is all `L`, `W` and `#` look at). The 28 years
+/// 2000–2027 contain every such combination that the Gregorian calendar has: within them the
+/// weekday of any month's 1st takes each value four times, and the seven leap Februaries start on
+/// seven different weekdays. So the scan visits each distinct (month, length, weekday of the 1st)
+/// once, at most 91 month shapes of at most 31 days, and stops at the first matching day (real
+/// patterns stop within days).
 fn can_ever_fire(cron: &croner::Cron) -> bool {
-    for year in 2000..2400_i32 {
+    // seen[month][leap-length February][weekday of the 1st]
+    let mut seen = [[[false; 7]; 2]; 13];
+    for year in 2000..2028_i32 {
         for month in 1..=12_u32 {
             if !cron.pattern.month_match(month).unwrap_or(false) {
                 continue;
             }
             let first_days = days_from_civil(i64::from(year), month, 1);
             let month_len = month_len_days(year, month);
+            let first_weekday = weekday_from_days(first_days).num_days_from_sunday() as usize;
+            let shape = &mut seen[month as usize][usize::from(month_len == 29)][first_weekday % 7];
+            if *shape {
+                continue;
+            }
+            *shape = true;
             for day in 1..=month_len {
                 let weekday = weekday_from_days(first_days + i64::from(day) - 1);
                 if cron
