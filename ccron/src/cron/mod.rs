@@ -16,6 +16,25 @@
 //! An *interval* job (any of those fields a wildcard, step, range or list) runs at every real
 //! instant whose wall time matches: wall times inside a gap do not exist and are skipped, wall
 //! times in an overlap happen twice and run twice.
+//!
+//! ```
+//! use ccron::cron::{CronSchedule, ZoneRules, format_rfc3339_ms, parse_rfc3339_ms};
+//!
+//! # fn main() -> Result<(), ccron::cron::CronError> {
+//! // Admission: rules become data, the pattern is validated once.
+//! let berlin = ZoneRules::from_iana("Europe/Berlin")?;
+//! let schedule = CronSchedule::parse_in("30 2 * * *", berlin)?;
+//! // 02:30 does not exist on 2026-03-29: the job runs once, right after the gap (03:00 CEST).
+//! let from_ms = parse_rfc3339_ms("2026-03-28T12:00:00Z")?;
+//! let next_ms = schedule.next_after(from_ms).expect("fires daily");
+//! assert_eq!(format_rfc3339_ms(next_ms), "2026-03-29T01:00:00Z");
+//! assert!(matches!(
+//!     CronSchedule::parse("0 0 30 2 *"),
+//!     Err(ccron::cron::CronError::NeverFires { .. })
+//! ));
+//! # Ok(())
+//! # }
+//! ```
 
 mod zone;
 mod zoned;
