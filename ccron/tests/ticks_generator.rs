@@ -370,3 +370,62 @@ fn driver_counts_a_full_channel_instead_of_blocking() {
     assert_eq!(rx.try_recv().unwrap(), TickInternalMsg { component: A });
     drop(generator); // joins the thread; must not hang
 }
+
+#[derive(Debug, Clone)]
+enum TimerOp {
+    Start(u32, u64),
+    Stop(u32),
+    Advance(u64),
+}
+
+fn timer_op() -> impl Strategy<Value = TimerOp> {
+    prop_oneof![
+        (0u32..4, prop_oneof![Just(0u64), 1u64..3_000]).prop_map(|(c, p)| TimerOp::Start(c, p)),
+        (0u32..4).prop_map(TimerOp::Stop),
+        (0u64..4_000).prop_map(TimerOp::Advance),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// The timer core against a naive list model: after every advance, `evaluate` returns
+    /// exactly the started components whose expiry passed, each once, in start order, and
+    /// `next_deadline` is the earliest expiry.
+    #[test]
+    fn timers_match_a_naive_model(ops in proptest::collection::vec(timer_op(), 1..60)) {
+        let mut t = TickTimers::new();
+        // (component, period, next_due) in start order.
+        let mut model: Vec<(u32, u64, i64)> = Vec::new();
+        let mut now: i64 = 0;
+        for op in ops {
+            match op {
+                TimerOp::Start(c, p) => {
+                    t.start(c, p, now);
+                    model.retain(|m| m.0 != c);
+                    if p > 0 {
+                        model.push((c, p, now + p as i64));
+                    }
+                }
+                TimerOp::Stop(c) => {
+                    let was = model.iter().any(|m| m.0 == c);
+                    prop_assert_eq!(t.stop(c), was);
+                    model.retain(|m| m.0 != c);
+                }
+                TimerOp::Advance(d) => {
+                    now += d as i64;
+                    let expected: Vec<u32> =
+                        model.iter().filter(|m| m.2 <= now).map(|m| m.0).collect();
+                    for m in model.iter_mut().filter(|m| m.2 <= now) {
+                        m.2 = now + m.1 as i64;
+                    }
+                    prop_assert_eq!(t.evaluate(now), expected);
+                }
+            }
+            prop_assert_eq!(t.next_deadline(), model.iter().map(|m| m.2).min());
+            for c in 0..4 {
+                prop_assert_eq!(t.is_generating(c), model.iter().any(|m| m.0 == c));
+            }
+        }
+    }
+}
