@@ -2,13 +2,15 @@
 //! independent of croner and of ccron's `ZoneRules`: it walks the zone's local calendar day by
 //! day and minute by minute and resolves wall times through chrono-tz directly.
 //!
-//! The reference encodes the documented DST semantics (docs/cron-expressions.md):
+//! The reference encodes the documented DST semantics (docs/cron-expressions.md). A
+//! *wall-clock* job names specific hours (its hour field is neither `*` nor `*/n`); any other job
+//! is an *interval* job.
 //! - a wall time that happens once fires at that instant;
-//! - in a fall-back overlap, a fixed-time job (single minute and hour) fires at the earlier
-//!   instant only, an interval job at both;
-//! - in a spring-forward gap, a fixed-time job fires once at the first instant after the gap
-//!   (if that wall date still matches the day fields), an interval job skips the missing time;
-//!   a fixed time more than two hours before the end of a longer jump is skipped too.
+//! - in a fall-back overlap, a wall-clock job fires at the earlier instant only, an interval job
+//!   at both;
+//! - in a spring-forward gap (of any length), a wall-clock job whose matching wall time was
+//!   swallowed fires once at the first instant after the gap, if that wall date still matches the
+//!   day fields; an interval job skips the missing times.
 
 use std::collections::BTreeSet;
 
@@ -44,11 +46,6 @@ impl Field {
             Field::Range(a, b) => (a..=b).collect(),
             Field::List(a, b) => [a, b].into(),
         }
-    }
-
-    /// croner's "fixed" test: not a wildcard or step, and exactly one value.
-    fn single(&self, min: u32, max: u32) -> bool {
-        !matches!(self, Field::Any | Field::Step(_)) && self.values(min, max).len() == 1
     }
 }
 
@@ -91,14 +88,14 @@ impl Spec {
         }
     }
 
-    fn fixed(&self) -> bool {
-        self.minute.single(0, 59) && self.hour.single(0, 23)
+    fn wall_clock(&self) -> bool {
+        !matches!(self.hour, Field::Any | Field::Step(_))
     }
 }
 
 /// The reference: the first fire instant (UTC seconds) strictly after `t_ms`.
 fn reference_next(spec: &Spec, tz: chrono_tz::Tz, t_ms: i64) -> Option<i64> {
-    let fixed = spec.fixed();
+    let fixed = spec.wall_clock();
     let minutes = spec.minute.values(0, 59);
     let hours = spec.hour.values(0, 23);
     let t_s_floor = t_ms.div_euclid(1000);
@@ -132,11 +129,9 @@ fn reference_next(spec: &Spec, tz: chrono_tz::Tz, t_ms: i64) -> Option<i64> {
                         }
                     }
                     chrono::LocalResult::None if fixed => {
-                        // First wall minute after the gap that exists, looking at most two
-                        // hours ahead (the documented limit: wall times deeper inside a longer
-                        // jump are skipped).
+                        // First wall minute after the gap that exists (gaps of any length).
                         let mut after = wall;
-                        for _ in 0..120 {
+                        for _ in 0..(30 * 60) {
                             after += chrono::TimeDelta::minutes(1);
                             if let Some(u) = tz.from_local_datetime(&after).earliest() {
                                 if spec.day_matches(after.date()) {

@@ -205,8 +205,9 @@ fn berlin_fall_back_fixed_job_runs_once() {
 }
 
 #[test]
-fn new_york_interval_job_skips_the_gap_and_repeats_the_overlap() {
-    // 2026-03-08: 02:00 EST -> 03:00 EDT at 07:00Z. Every 30 minutes of wall time.
+fn new_york_wall_clock_list_and_step_jobs_run_each_wall_time_once() {
+    // 2026-03-08: 02:00 EST -> 03:00 EDT at 07:00Z. 02:00 and 02:30 do not exist: one run right
+    // after the gap, which is also the 03:00 run.
     assert_eq!(
         prev_n(
             "*/30 1-3 * * *",
@@ -215,28 +216,84 @@ fn new_york_interval_job_skips_the_gap_and_repeats_the_overlap() {
             4
         ),
         [
-            "2026-03-08T06:00:00Z".replace("06:00", "06:30").as_str(), // 01:30 EST
-            "2026-03-08T07:00:00Z", // 03:00 EDT (02:00 and 02:30 do not exist)
+            "2026-03-08T06:30:00Z", // 01:30 EST
+            "2026-03-08T07:00:00Z", // 03:00 EDT, right after the gap
             "2026-03-08T07:30:00Z", // 03:30 EDT
             "2026-03-09T05:00:00Z", // 01:00 EDT next day
         ]
     );
-    // 2026-11-01: 02:00 EDT -> 01:00 EST at 06:00Z; 01:00 and 01:30 happen twice.
+    // A list of hours is about wall times too: 01:00 runs once on 2026-11-01 (EDT -> EST at
+    // 06:00Z repeats 01:00-01:59), not twice as in Kubernetes.
+    assert_eq!(
+        prev_n(
+            "0 1,13 * * *",
+            Some("America/New_York"),
+            "2026-11-01T00:00:00Z",
+            3
+        ),
+        [
+            "2026-11-01T05:00:00Z", // 01:00 EDT, the earlier instant only
+            "2026-11-01T18:00:00Z", // 13:00 EST
+            "2026-11-02T06:00:00Z",
+        ]
+    );
     assert_eq!(
         prev_n(
             "*/30 1 * * *",
             Some("America/New_York"),
             "2026-11-01T04:00:00Z",
-            5
+            3
         ),
         [
             "2026-11-01T05:00:00Z", // 01:00 EDT
             "2026-11-01T05:30:00Z", // 01:30 EDT
-            "2026-11-01T06:00:00Z", // 01:00 EST
-            "2026-11-01T06:30:00Z", // 01:30 EST
-            "2026-11-02T06:00:00Z",
+            "2026-11-02T06:00:00Z", // the repeated 01:00 and 01:30 EST do not run again
         ]
     );
+    // A spring-forward gap swallowing a listed hour: 02:00 runs right after the gap.
+    assert_eq!(
+        prev_n(
+            "0 2,14 * * *",
+            Some("America/New_York"),
+            "2026-03-08T00:00:00Z",
+            2
+        ),
+        ["2026-03-08T07:00:00Z", "2026-03-08T18:00:00Z"]
+    );
+}
+
+#[test]
+fn new_york_interval_job_runs_on_real_time() {
+    // A wildcard hour means elapsed time: the repeated hour runs twice, the missing hour never.
+    assert_eq!(
+        prev_n(
+            "*/30 * * * *",
+            Some("America/New_York"),
+            "2026-11-01T05:10:00Z",
+            4
+        ),
+        [
+            "2026-11-01T05:30:00Z", // 01:30 EDT
+            "2026-11-01T06:00:00Z", // 01:00 EST
+            "2026-11-01T06:30:00Z", // 01:30 EST
+            "2026-11-01T07:00:00Z", // 02:00 EST
+        ]
+    );
+    assert_eq!(
+        prev_n(
+            "0 * * * *",
+            Some("America/New_York"),
+            "2026-03-08T06:30:00Z",
+            2
+        ),
+        ["2026-03-08T07:00:00Z", "2026-03-08T08:00:00Z"] // 03:00 EDT, 04:00 EDT
+    );
+    assert!(
+        !CronSchedule::parse_in("0 * * * *", ZoneRules::utc())
+            .unwrap()
+            .is_wall_clock()
+    );
+    assert!(CronSchedule::parse("0 1,13 * * *").unwrap().is_wall_clock());
 }
 
 #[test]
@@ -357,9 +414,10 @@ fn zone_rules_resolve_local_berlin() {
 }
 
 #[test]
-fn a_day_long_clock_jump_skips_the_missing_day_and_keeps_firing() {
+fn a_day_long_clock_jump_runs_the_swallowed_time_once_after_it() {
     // Pacific/Apia skipped 2011-12-30 entirely (-10 h to +14 h at 2011-12-30T10:00Z). croner
-    // gives up inside jumps longer than two hours; the schedule resumes after the jump.
+    // alone gives up inside jumps longer than two hours; ccron runs the swallowed 12:00 once,
+    // right after the jump, and carries on.
     assert_eq!(
         prev_n(
             "0 12 * * *",
@@ -369,14 +427,24 @@ fn a_day_long_clock_jump_skips_the_missing_day_and_keeps_firing() {
         ),
         [
             "2011-12-29T22:00:00Z", // 12:00 on the 29th at -10 h
-            "2011-12-30T22:00:00Z", // 12:00 on the 31st at +14 h (the 30th never happened)
-            "2011-12-31T22:00:00Z",
+            "2011-12-30T10:00:00Z", // the 30th's 12:00 never happened: 00:00 on the 31st
+            "2011-12-30T22:00:00Z", // 12:00 on the 31st at +14 h
         ]
+    );
+    // An interval job simply has no runs in the missing day.
+    assert_eq!(
+        prev_n(
+            "0 */12 * * *",
+            Some("Pacific/Apia"),
+            "2011-12-29T12:00:00Z",
+            2
+        ),
+        ["2011-12-29T22:00:00Z", "2011-12-30T10:00:00Z"] // 12:00 on the 29th, 00:00 on the 31st
     );
 }
 
 #[test]
-fn a_fixed_time_within_two_hours_of_the_end_of_a_long_jump_runs_after_it() {
+fn a_fixed_time_near_the_end_of_a_long_jump_runs_after_it() {
     // 23:30 on 2011-12-30 never happened in Apia; it is 30 minutes before the end of the jump
     // (local 2011-12-31T00:00 +14 h = 2011-12-30T10:00Z), so it runs right after it.
     assert_eq!(

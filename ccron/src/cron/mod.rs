@@ -10,12 +10,14 @@
 //! Time zones never come from the host: a schedule evaluates local times through the
 //! [`ZoneRules`] it carries (UTC by default), which are plain data stored in replicated state.
 //!
-//! DST, as croner defines it (see `docs/cron-expressions.md`): a *fixed-time* job (single second,
-//! minute and hour, e.g. `30 2 * * *`) whose wall time falls in a spring-forward gap runs once, at
-//! the first instant after the gap; in a fall-back overlap it runs once, at the earlier instant.
-//! An *interval* job (any of those fields a wildcard, step, range or list) runs at every real
-//! instant whose wall time matches: wall times inside a gap do not exist and are skipped, wall
-//! times in an overlap happen twice and run twice.
+//! DST (see `docs/cron-expressions.md`). A *wall-clock* job names specific hours (its hour
+//! field is neither `*` nor `*/n`, e.g. `30 2 * * *`, `0 1,13 * * *`, `*/15 9-17 * * *`): each
+//! matching wall time runs once. A matching wall time swallowed by a spring-forward gap runs once,
+//! at the first instant after the gap (if that wall date still matches the day fields); a wall
+//! time repeated by a fall-back runs only at its earlier instant. An *interval* job (`*/15 * * *
+//! *`, `0 */2 * * *`) runs on elapsed time: at every real instant whose wall time matches, so
+//! nothing in a gap and twice in an overlap. croner 4.0.3 applies the wall-clock rule only to
+//! single-time patterns (and only to gaps up to two hours); ccron extends it on top of croner.
 //!
 //! ```
 //! use ccron::cron::{CronSchedule, ZoneRules, format_rfc3339_ms, parse_rfc3339_ms};
@@ -221,28 +223,46 @@ impl CronSchedule {
         }
         // Before 1900 the zone rules are a single offset anyway; start just before 1900 (the
         // answer is still strictly after `time_ms`).
-        let mut from_s = from_s.max(MIN_SEARCH_S - 1);
+        let from_s = from_s.max(MIN_SEARCH_S - 1);
+        let next_s = if self.is_wall_clock() {
+            self.next_wall_clock_s(from_s)
+        } else {
+            self.croner_next_s(from_s)
+        }?;
+        if next_s >= MAX_SEARCH_S {
+            return None;
+        }
+        let next_ms = next_s.checked_mul(1_000)?;
+        debug_assert!(next_ms > time_ms);
+        Some(next_ms)
+    }
+
+    /// Whether the pattern names specific hours (its hour field is neither `*` nor `*/n`): such a
+    /// job is about wall-clock times, so each matching wall time runs once even across DST (see
+    /// the module documentation). Jobs with a wildcard hour run on real elapsed time.
+    pub fn is_wall_clock(&self) -> bool {
+        !self.cron.pattern.hours.from_wildcard
+    }
+
+    /// croner's answer strictly after `from_s` (UTC seconds).
+    fn croner_next_s(&self, from_s: i64) -> Option<i64> {
+        let mut from_s = from_s;
         // croner gives up inside a clock jump longer than two hours (Pacific/Apia skipped all of
-        // 2011-12-30). Rather than let the schedule die, resume once past each such jump: the
-        // wall times it swallowed are skipped, later ones fire normally. Bounded by the attempts.
+        // 2011-12-30). Rather than let the schedule die, resume once past each such jump.
+        // Bounded by the attempts.
         let mut inclusive = false;
         for _attempt in 0..4 {
             let start = ZonedSecond::new(from_s, &self.zone);
             // Exclusive search from the whole second: fire instants are whole seconds, so
             // "after the second containing time_ms" is exactly "strictly after time_ms".
-            // A resumed search starts at a transition instant, which is after `time_ms` and may
-            // itself fire (e.g. local midnight right after the jump): inclusive.
+            // A resumed search starts at a transition instant, which is after the original start
+            // and may itself fire (e.g. local midnight right after the jump): inclusive.
             match self.cron.find_next_occurrence(&start, inclusive) {
-                Ok(next) if next.utc_s < MAX_SEARCH_S => {
-                    let next_ms = next.utc_s.checked_mul(1_000)?;
-                    debug_assert!(next_ms > time_ms);
-                    return Some(next_ms);
-                }
-                Ok(_) => return None,
+                Ok(next) => return Some(next.utc_s),
                 Err(error) => {
                     tracing::debug!(
                         expression = %self.expression,
-                        time_ms,
+                        from_s,
                         %error,
                         "cron: search failed; resuming after the next zone transition"
                     );
@@ -257,6 +277,103 @@ impl CronSchedule {
             }
         }
         None
+    }
+
+    /// The next run of a wall-clock job strictly after `from_s`: croner's answer, corrected so
+    /// that a matching wall time inside a spring-forward gap runs once at the end of the gap and
+    /// a wall time repeated by a fall-back runs only at its earlier instant. (croner already
+    /// does both for single-time patterns; this extends it to lists, ranges and minute steps
+    /// within specific hours, e.g. `0 1,13 * * *` or `*/15 2 * * *`.)
+    fn next_wall_clock_s(&self, from_s: i64) -> Option<i64> {
+        let mut cur_s = from_s;
+        // Each round either returns or moves past one fall-back overlap; a handful suffices (a
+        // zone has at most a few transitions between two runs of a job that fires at all).
+        for _round in 0..16 {
+            let found = self.croner_next_s(cur_s);
+            let upper_s = found.unwrap_or(MAX_SEARCH_S);
+            if let Some(gap_run_s) = self.first_gap_run_s(cur_s, upper_s) {
+                return Some(gap_run_s);
+            }
+            let found_s = found?;
+            match self.later_fold_end_s(found_s) {
+                // On the repeated half of an overlap: that wall time already had its run at the
+                // earlier instant; search on from the end of the overlap.
+                Some(end_s) => cur_s = end_s - 1,
+                None => return Some(found_s),
+            }
+        }
+        None
+    }
+
+    /// The first forward clock jump at `at` with `from_s < at <= upper_s` that swallowed a
+    /// matching wall time, provided the wall date right after the jump still matches the day
+    /// fields (croner's own rule for single-time jobs): the job runs at `at`.
+    fn first_gap_run_s(&self, from_s: i64, upper_s: i64) -> Option<i64> {
+        let transitions = self.zone.transitions();
+        let first = transitions.partition_point(|t| t.at_utc_s <= from_s);
+        let utc = ZoneRules::utc();
+        for index in first..transitions.len() {
+            let t = transitions.get(index)?;
+            if t.at_utc_s > upper_s {
+                break;
+            }
+            let before_s = match index.checked_sub(1) {
+                Some(i) => transitions.get(i).map_or(0, |p| p.offset_s),
+                None => self.zone.initial_offset_s(),
+            };
+            if t.offset_s <= before_s {
+                continue;
+            }
+            let gap_start_local_s = t.at_utc_s + i64::from(before_s);
+            let gap_end_local_s = t.at_utc_s + i64::from(t.offset_s);
+            // Search wall time as if it were UTC: the first matching wall second in the gap.
+            let probe = ZonedSecond::new(gap_start_local_s - 1, &utc);
+            let swallowed = self
+                .cron
+                .find_next_occurrence(&probe, false)
+                .is_ok_and(|m| m.utc_s < gap_end_local_s);
+            if swallowed && self.day_fields_match(gap_end_local_s) {
+                return Some(t.at_utc_s);
+            }
+        }
+        None
+    }
+
+    /// If `utc_s` is on the later half of a fall-back overlap, the UTC instant where that half
+    /// ends (the first instant whose wall time is no longer repeated).
+    fn later_fold_end_s(&self, utc_s: i64) -> Option<i64> {
+        let offset_s = self.zone.offset_at(utc_s);
+        let local_s = utc_s + i64::from(offset_s);
+        match self.zone.resolve_local(local_s) {
+            LocalResolution::Ambiguous(earlier, later) if later == offset_s && earlier != later => {
+                let transitions = self.zone.transitions();
+                let index = transitions
+                    .partition_point(|t| t.at_utc_s <= utc_s)
+                    .checked_sub(1)?;
+                let at_s = transitions.get(index)?.at_utc_s;
+                let before_s = match index.checked_sub(1) {
+                    Some(i) => transitions.get(i).map_or(0, |p| p.offset_s),
+                    None => self.zone.initial_offset_s(),
+                };
+                Some(at_s + i64::from(before_s) - i64::from(offset_s))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the wall date of local time `local_s` matches the month and day fields.
+    fn day_fields_match(&self, local_s: i64) -> bool {
+        let days = local_s.div_euclid(86_400);
+        let (year, month, day) = zoned::civil_from_days(days);
+        let Ok(year) = i32::try_from(year) else {
+            return false;
+        };
+        self.cron.pattern.month_match(month).unwrap_or(false)
+            && self
+                .cron
+                .pattern
+                .day_match(year, month, day, weekday_from_days(days))
+                .unwrap_or(false)
     }
 
     /// Up to `count` successive fire instants strictly after `from_ms`.
