@@ -429,3 +429,19 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn driver_with_the_system_clock_ticks_and_stops_cleanly() {
+    let (tx, rx) = crossbeam_channel::bounded(64);
+    let config = DriverConfig { poll_period_ms: 5 };
+    let mut generator =
+        TicksGenerator::spawn(ccron::ticks::SystemClock::new(), config, tx).unwrap();
+    generator.start(A, 10);
+    // Only that a tick arrives is asserted, never when.
+    assert_eq!(recv(&rx), TickInternalMsg { component: A });
+    generator.start(A, 0);
+    assert!(!generator.is_generating(A));
+    generator.stop_thread();
+    generator.stop_thread(); // idempotent
+    assert!(!generator.is_running());
+}
