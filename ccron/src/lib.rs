@@ -77,15 +77,18 @@
 )]
 
 pub mod codec;
+pub mod cron;
 pub mod due;
 pub mod entry;
 pub mod file_pages;
 mod index;
+pub mod outbox;
 pub mod pages;
 pub mod periodic;
 pub mod registry;
 pub mod table;
 pub mod tick;
+pub mod ticks;
 
 pub use codec::CodecError;
 pub use due::{Due, EverySeq, Schedule};

@@ -1,0 +1,303 @@
+//! The replicated outbox: an append-only, densely indexed log of external effects to perform.
+//!
+//! Actions running inside consensus must not talk to the outside world (replicas would do it n
+//! times, at different moments, and Byzantine ones would lie about it). Instead an action appends
+//! an [`OutboxRecord`] naming its deterministic [`OccurrenceId`]; every replica appends the same
+//! record at the same index. A consumer outside consensus (see [`super::Consumer`]) reads records
+//! by index and delivers them to workers, which deduplicate by id.
+//!
+//! The outbox is pure replicated state: no clock, no I/O, bounded size (typed error when full),
+//! deterministic encoding ([`Outbox::encode`] / [`Outbox::decode`]). The host trims records below
+//! an index once it knows they are delivered (for example after the consumers' acknowledgements
+//! are themselves agreed through consensus).
+
+use std::collections::VecDeque;
+
+use super::codec::{self, CodecError};
+use super::id::OccurrenceId;
+
+/// Version byte of [`Outbox::encode`]'s format.
+const FORMAT_VERSION: u8 = 1;
+
+/// One external effect to perform, named by the occurrence that produced it.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct OutboxRecord {
+    /// The deterministic id of the firing that produced the record (the worker's dedupe key).
+    pub id: OccurrenceId,
+    /// Which worker-side handler performs the effect.
+    pub handler: String,
+    /// Opaque argument for the handler.
+    pub payload: Vec<u8>,
+}
+
+impl OutboxRecord {
+    /// A record for occurrence `id`, to be performed by `handler` with `payload`.
+    pub fn new(id: OccurrenceId, handler: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            id,
+            handler: handler.into(),
+            payload: payload.into(),
+        }
+    }
+
+    /// Bytes this record counts against [`OutboxLimits`]: handler plus payload length.
+    pub fn size_bytes(&self) -> usize {
+        self.handler.len().saturating_add(self.payload.len())
+    }
+}
+
+/// Size bounds of an [`Outbox`]. Every replica must configure the same limits, since a full
+/// outbox rejects an append and that rejection is part of the replicated outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxLimits {
+    /// Most records held at once (appended and not yet trimmed).
+    pub max_records: usize,
+    /// Largest [`OutboxRecord::size_bytes`] of one record.
+    pub max_record_bytes: usize,
+    /// Largest sum of [`OutboxRecord::size_bytes`] over the held records.
+    pub max_total_bytes: usize,
+}
+
+impl Default for OutboxLimits {
+    /// 4,096 records, 64 KiB each, 16 MiB in total.
+    fn default() -> Self {
+        Self {
+            max_records: 4096,
+            max_record_bytes: 64 * 1024,
+            max_total_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why the outbox refused an operation or some bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxError {
+    /// The outbox already holds [`OutboxLimits::max_records`] records.
+    #[error("the outbox is full ({max_records} records); trim delivered records first")]
+    Full {
+        /// The configured bound.
+        max_records: usize,
+    },
+    /// One record is larger than [`OutboxLimits::max_record_bytes`].
+    #[error("a record of {size_bytes} bytes exceeds the {max_record_bytes}-byte limit")]
+    RecordTooLarge {
+        /// Size of the rejected record.
+        size_bytes: usize,
+        /// The configured bound.
+        max_record_bytes: usize,
+    },
+    /// Appending would exceed [`OutboxLimits::max_total_bytes`].
+    #[error("the outbox would hold {total_bytes} bytes, over the {max_total_bytes}-byte limit")]
+    TotalTooLarge {
+        /// Bytes the outbox would hold after the append.
+        total_bytes: usize,
+        /// The configured bound.
+        max_total_bytes: usize,
+    },
+    /// The index space is exhausted (after 2^64 - 1 appends).
+    #[error("the outbox index space is exhausted")]
+    IndexExhausted,
+    /// Encoding or decoding failed.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// Decoded bytes describe an outbox that violates its invariants or the given limits.
+    #[error("decoded outbox is invalid: {0}")]
+    Invalid(String),
+}
+
+/// The replicated outbox (see the module documentation).
+///
+/// Indices are dense and start at 1: the `k`-th record ever appended has index `k`, forever,
+/// whatever was trimmed since. Index 0 means "nothing" (e.g. a consumer that has done nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbox {
+    limits: OutboxLimits,
+    /// Index of `records[0]` (equals `next_index` when empty).
+    first_index: u64,
+    records: VecDeque<OutboxRecord>,
+    total_bytes: usize,
+}
+
+/// What [`Outbox::encode`] writes: limits are configuration, not state, so they are not encoded.
+#[derive(bincode::Encode, bincode::Decode)]
+struct Wire {
+    version: u8,
+    first_index: u64,
+    records: Vec<OutboxRecord>,
+}
+
+impl Outbox {
+    /// An empty outbox whose first record will get index 1.
+    pub fn new(limits: OutboxLimits) -> Self {
+        Self {
+            limits,
+            first_index: 1,
+            records: VecDeque::new(),
+            total_bytes: 0,
+        }
+    }
+
+    /// The limits this outbox enforces.
+    pub fn limits(&self) -> OutboxLimits {
+        self.limits
+    }
+
+    /// Appends `record`, returning its index. On error the outbox is unchanged.
+    pub fn append(&mut self, record: OutboxRecord) -> Result<u64, OutboxError> {
+        let size_bytes = record.size_bytes();
+        if size_bytes > self.limits.max_record_bytes {
+            return Err(OutboxError::RecordTooLarge {
+                size_bytes,
+                max_record_bytes: self.limits.max_record_bytes,
+            });
+        }
+        if self.records.len() >= self.limits.max_records {
+            return Err(OutboxError::Full {
+                max_records: self.limits.max_records,
+            });
+        }
+        let total_bytes = self.total_bytes.saturating_add(size_bytes);
+        if total_bytes > self.limits.max_total_bytes {
+            return Err(OutboxError::TotalTooLarge {
+                total_bytes,
+                max_total_bytes: self.limits.max_total_bytes,
+            });
+        }
+        let index = self.next_index();
+        // Keep next_index representable so head() and the consumer's arithmetic never overflow.
+        if index == u64::MAX {
+            return Err(OutboxError::IndexExhausted);
+        }
+        self.records.push_back(record);
+        self.total_bytes = total_bytes;
+        tracing::trace!(index, "outbox append");
+        Ok(index)
+    }
+
+    /// The record at `index`, if it was appended and not trimmed.
+    pub fn get(&self, index: u64) -> Option<&OutboxRecord> {
+        let offset = index.checked_sub(self.first_index)?;
+        self.records.get(usize::try_from(offset).ok()?)
+    }
+
+    /// Index the next append will get.
+    pub fn next_index(&self) -> u64 {
+        self.first_index.saturating_add(self.records.len() as u64)
+    }
+
+    /// Index of the last record ever appended (0 when nothing was ever appended).
+    pub fn head(&self) -> u64 {
+        self.next_index() - 1
+    }
+
+    /// Index of the oldest record still held (equals [`next_index`](Self::next_index) when empty).
+    pub fn first_index(&self) -> u64 {
+        self.first_index
+    }
+
+    /// Number of records held.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Sum of [`OutboxRecord::size_bytes`] over the held records.
+    pub fn total_bytes(&self) -> usize {
+        self.total_bytes
+    }
+
+    /// Drops every record whose index is below `index`; returns how many were dropped.
+    ///
+    /// Trimming past the head is clamped: indices are never reused.
+    pub fn trim_below(&mut self, index: u64) -> usize {
+        let upto = index.min(self.next_index());
+        let mut dropped = 0;
+        while self.first_index < upto {
+            if let Some(r) = self.records.pop_front() {
+                self.total_bytes = self.total_bytes.saturating_sub(r.size_bytes());
+            }
+            self.first_index += 1;
+            dropped += 1;
+        }
+        if dropped > 0 {
+            tracing::debug!(dropped, first_index = self.first_index, "outbox trimmed");
+        }
+        dropped
+    }
+
+    /// Held records with their indices, in index order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &OutboxRecord)> {
+        (self.first_index..).zip(self.records.iter())
+    }
+
+    /// The canonical encoding: identical bytes on every replica holding the same outbox.
+    pub fn encode(&self) -> Result<Vec<u8>, OutboxError> {
+        // The wire struct borrows nothing so it can derive Decode; the clone is the price of
+        // keeping one derive for both directions (encoding happens at checkpoints only).
+        let wire = Wire {
+            version: FORMAT_VERSION,
+            first_index: self.first_index,
+            records: self.records.iter().cloned().collect(),
+        };
+        Ok(codec::encode(&wire)?)
+    }
+
+    /// Decodes bytes from [`encode`](Self::encode), checking them against `limits`.
+    pub fn decode(bytes: &[u8], limits: OutboxLimits) -> Result<Self, OutboxError> {
+        let wire: Wire = codec::decode(bytes)?;
+        if wire.version != FORMAT_VERSION {
+            return Err(CodecError::Version {
+                found: wire.version,
+                expected: FORMAT_VERSION,
+            }
+            .into());
+        }
+        if wire.first_index == 0 {
+            return Err(OutboxError::Invalid(
+                "first index 0 (indices start at 1)".into(),
+            ));
+        }
+        if wire.records.len() > limits.max_records {
+            return Err(OutboxError::Invalid(format!(
+                "{} records over the limit of {}",
+                wire.records.len(),
+                limits.max_records
+            )));
+        }
+        if wire
+            .first_index
+            .checked_add(wire.records.len() as u64)
+            .is_none()
+        {
+            return Err(OutboxError::Invalid("index range overflows".into()));
+        }
+        let mut total_bytes = 0usize;
+        for r in &wire.records {
+            let size_bytes = r.size_bytes();
+            if size_bytes > limits.max_record_bytes {
+                return Err(OutboxError::Invalid(format!(
+                    "a record of {size_bytes} bytes exceeds the {}-byte limit",
+                    limits.max_record_bytes
+                )));
+            }
+            total_bytes = total_bytes.saturating_add(size_bytes);
+        }
+        if total_bytes > limits.max_total_bytes {
+            return Err(OutboxError::Invalid(format!(
+                "{total_bytes} bytes over the limit of {}",
+                limits.max_total_bytes
+            )));
+        }
+        Ok(Self {
+            limits,
+            first_index: wire.first_index,
+            records: wire.records.into(),
+            total_bytes,
+        })
+    }
+}

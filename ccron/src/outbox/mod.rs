@@ -1,0 +1,68 @@
+//! Idempotent external effects: the replicated outbox and its consumer outside consensus.
+//!
+//! * [`OccurrenceId`]: the deterministic name of one firing of one action.
+//! * [`Outbox`]: replicated state; actions append [`OutboxRecord`]s, which get dense indices.
+//! * [`Consumer`]: a pure state machine delivering records at least once, with bounded work in
+//!   flight, deterministic retries and dead letters; [`PersistentConsumer`] adds its durable
+//!   progress ([`ProgressStore`]) and dead letters ([`DeadLetterSink`]).
+//! * [`QuorumJobs`]: reads records from several replicas, believing only what f+1 agree on.
+//! * [`SeenSet`]: the worker's deduplication by id, turning at-least-once into effectively once.
+//!
+//! See `docs/outbox.md` for the model and how a ledger uses it.
+//!
+//! ```
+//! use ccron::outbox::{AckOutcome, Consumer, ConsumerConfig, OccurrenceId, Outbox, OutboxLimits,
+//!                     OutboxRecord, SeenSet};
+//!
+//! // Inside consensus: the action for occurrence 0 of entry 7 of component 1 records its effect.
+//! let mut outbox = Outbox::new(OutboxLimits::default());
+//! let id = OccurrenceId::new(1, 7, 0);
+//! let index = outbox.append(OutboxRecord::new(id, "send-mail", b"to=ops".to_vec()))?;
+//! assert_eq!((index, id.to_string().as_str()), (1, "00000001-0000000000000007-0000000000000000"));
+//!
+//! // Outside consensus: the consumer delivers, the worker deduplicates by id.
+//! let mut consumer = Consumer::new(ConsumerConfig::default(), 0)?;
+//! let mut seen = SeenSet::new(2 * 256);
+//! let mut performed = 0;
+//! for round in 0..2 {
+//!     for d in consumer.poll(&outbox, 0) {
+//!         if !seen.contains(&d.record.id) {
+//!             performed += 1; // the effect
+//!             seen.insert(d.record.id);
+//!         }
+//!         if round == 1 {
+//!             consumer.on_ack(d.index, d.attempt, AckOutcome::Done, 1);
+//!         }
+//!     }
+//!     // Round 0 "loses" its acknowledgement; a restarted consumer delivers again.
+//!     if round == 0 {
+//!         consumer = Consumer::new(ConsumerConfig::default(), consumer.progress())?;
+//!     }
+//! }
+//! assert_eq!((consumer.progress(), performed), (1, 1));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod codec;
+mod consumer;
+mod host;
+mod id;
+mod log;
+mod progress;
+mod quorum;
+mod seen;
+
+pub use codec::{CodecError, MAX_ENCODED_BYTES};
+pub use consumer::{
+    AckEffect, AckOutcome, Backoff, ConfigError, Consumer, ConsumerConfig, DeadLetter, Delivery,
+    FailureReason, IgnoredAck, Jobs,
+};
+pub use host::{ConsumerError, PersistentConsumer};
+pub use id::{IdParseError, OCCURRENCE_ID_BYTES, OCCURRENCE_ID_TEXT_LEN, OccurrenceId};
+pub use log::{Outbox, OutboxError, OutboxLimits, OutboxRecord};
+pub use progress::{
+    DeadLetterSink, FileDeadLetters, FileProgressStore, MemDeadLetters, MemProgressStore,
+    ProgressStore, StoreError,
+};
+pub use quorum::{QuorumError, QuorumJobs};
+pub use seen::{SeenSet, SeenSetError};
