@@ -9,3 +9,4 @@
 )]
 
 pub mod node;
+pub mod sim;
