@@ -8,5 +8,9 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod app;
+pub mod crypto;
 pub mod node;
+pub mod protocol;
+pub mod replica;
 pub mod sim;
