@@ -13,4 +13,6 @@ pub mod crypto;
 pub mod node;
 pub mod protocol;
 pub mod replica;
+pub mod report;
+pub mod runtime;
 pub mod sim;

@@ -31,6 +31,8 @@ pub enum ViolationKind {
     TimeOutOfBounds,
     /// An honest replica made no progress within the liveness bound after healing.
     NoProgress,
+    /// A node's own internal invariant check failed.
+    NodeInvariant,
     /// The run hit its event budget (a livelock or runaway message storm).
     EventLimit,
 }
@@ -294,6 +296,13 @@ impl Checker {
                     format!("executed nothing above seq {h} after healing"),
                 );
             }
+        }
+    }
+
+    /// Records that honest `node`'s own invariant check failed.
+    pub fn node_invariant(&mut self, at_ms: u64, node: NodeId, detail: String) {
+        if self.honest.get(node as usize).copied().unwrap_or(false) {
+            self.violate(at_ms, Some(node), ViolationKind::NodeInvariant, detail);
         }
     }
 

@@ -37,6 +37,9 @@ pub enum ConfigError {
     /// A period or duration of zero where one is required.
     #[error("{0} must be positive")]
     ZeroPeriod(&'static str),
+    /// A duration that does not parse.
+    #[error("bad duration {0:?} (expected e.g. 500ms, 60s, 10m, 1h)")]
+    BadDuration(String),
     /// An unknown name for an enumerated knob.
     #[error("unknown {what} {name:?} (expected one of: {expected})")]
     UnknownName {
@@ -100,6 +103,71 @@ impl fmt::Display for PartitionKind {
     }
 }
 
+/// How replicas decide the agreed time of a batch (a replica setting the harness applies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum TimeServiceMode {
+    /// Batches carry no agreed time.
+    Off,
+    /// The reference rule: the primary stamps its clock, backups check bounds.
+    Reference,
+    /// Byzantine-robust: the median of 2f+1 signed clock samples. The simulator also checks
+    /// agreed time against the honest clocks.
+    #[default]
+    Robust,
+}
+
+impl TimeServiceMode {
+    /// Every mode's CLI name.
+    pub const NAMES: &'static str = "off, reference, robust";
+}
+
+impl FromStr for TimeServiceMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "off" => Self::Off,
+            "reference" => Self::Reference,
+            "robust" => Self::Robust,
+            _ => {
+                return Err(ConfigError::UnknownName {
+                    what: "time service mode",
+                    name: s.to_string(),
+                    expected: Self::NAMES,
+                });
+            }
+        })
+    }
+}
+
+impl fmt::Display for TimeServiceMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Off => "off",
+            Self::Reference => "reference",
+            Self::Robust => "robust",
+        })
+    }
+}
+
+/// Parses a duration such as `250ms`, `60s`, `10m`, `1h` (a bare number means seconds) into ms.
+pub fn parse_duration_ms(s: &str) -> Result<u64, ConfigError> {
+    let bad = || ConfigError::BadDuration(s.to_string());
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: u64 = num.parse().map_err(|_| bad())?;
+    let mul = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(bad()),
+    };
+    v.checked_mul(mul).ok_or_else(bad)
+}
+
 /// What a Byzantine replica does.
 ///
 /// The first three are generic and done by the simulator on the replica's outgoing bytes; the
@@ -126,15 +194,20 @@ pub enum ByzantineKind {
     LyingTime,
     /// Floods ticks for its components.
     TickFlood,
+    /// Corrupts the signature of everything it signs.
+    BadSignatures,
+    /// Votes with wrong digests.
+    BadDigests,
 }
 
 impl ByzantineKind {
     /// Every kind's CLI name.
     pub const NAMES: &'static str = "silent, replay, corrupt, equivocate, bogus-view-change, \
-                                     corrupt-state-transfer, lying-time, tick-flood";
+                                     corrupt-state-transfer, lying-time, tick-flood, \
+                                     bad-signatures, bad-digests";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 8] = [
+    pub const ALL: [ByzantineKind; 10] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -143,6 +216,8 @@ impl ByzantineKind {
         Self::CorruptStateTransfer,
         Self::LyingTime,
         Self::TickFlood,
+        Self::BadSignatures,
+        Self::BadDigests,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -177,6 +252,8 @@ impl fmt::Display for ByzantineKind {
             Self::CorruptStateTransfer => "corrupt-state-transfer",
             Self::LyingTime => "lying-time",
             Self::TickFlood => "tick-flood",
+            Self::BadSignatures => "bad-signatures",
+            Self::BadDigests => "bad-digests",
         })
     }
 }
@@ -259,7 +336,9 @@ pub struct SimConfig {
     pub request_interval_ms: u64,
     /// The faults.
     pub faults: FaultConfig,
-    /// Check agreed time against honest clocks (Byzantine-robust time service).
+    /// The time service the replicas run (the harness applies it).
+    pub time_service: TimeServiceMode,
+    /// Check agreed time against honest clocks (set with the robust time service).
     pub check_time_bounds: bool,
     /// How far agreed time may run ahead of the fastest honest clock.
     pub time_ahead_slack_ms: Millis,
@@ -283,7 +362,8 @@ impl Default for SimConfig {
             clients: 2,
             request_interval_ms: 100,
             faults: FaultConfig::default(),
-            check_time_bounds: false,
+            time_service: TimeServiceMode::Robust,
+            check_time_bounds: true,
             time_ahead_slack_ms: 5_000,
             time_behind_slack_ms: 60_000,
             // 2026-01-01T00:00:00Z.
@@ -553,6 +633,18 @@ mod tests {
             );
         }
         assert!("bogus".parse::<PartitionKind>().is_err());
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration_ms("250ms"), Ok(250));
+        assert_eq!(parse_duration_ms("60s"), Ok(60_000));
+        assert_eq!(parse_duration_ms("10m"), Ok(600_000));
+        assert_eq!(parse_duration_ms("2h"), Ok(7_200_000));
+        assert_eq!(parse_duration_ms("7"), Ok(7_000));
+        for bad in ["", "ms", "1d", "-1s", "1.5s", "99999999999999999999h"] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! configuration give the same trace hash, run after run.
 
 pub mod checker;
+pub mod cluster;
 pub mod config;
 pub mod disk;
 pub mod rng;
@@ -29,7 +30,7 @@ use sha2::{Digest, Sha256};
 pub use checker::{Checker, TimeBounds, Violation, ViolationKind};
 pub use config::{
     ByzantineKind, ConfigError, CrashPlan, FaultConfig, JumpPlan, PartitionKind, PartitionPlan,
-    SimConfig, SimParams,
+    SimConfig, SimParams, TimeServiceMode, parse_duration_ms,
 };
 pub use disk::{Disk, DiskImage};
 pub use rng::SimRng;
@@ -56,6 +57,11 @@ pub trait Harness {
 
     /// The encoded request number `number` of user client `client`.
     fn client_request(&mut self, client: u32, number: u64) -> Vec<u8>;
+
+    /// Checks `node`'s internal invariants (called after every step of an honest node).
+    fn check(&self, _node: &Self::Node) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Actions fired so far by `node`, keyed `"<component>/<position>"` (empty by default).
     fn fires(&self, _node: &Self::Node) -> BTreeMap<String, u64> {
@@ -180,10 +186,10 @@ pub fn replay_command(cfg: &SimConfig) -> String {
         push(format!("--crash {}", fc.crashes));
     }
     if fc.byzantine > 0 {
-        push(format!(
-            "--byzantine {} --byzantine-kind {}",
-            fc.byzantine, fc.byzantine_kind
-        ));
+        push(format!("--byzantine {}", fc.byzantine));
+    }
+    if fc.byzantine > 0 || !fc.pinned_byzantine.is_empty() {
+        push(format!("--byzantine-kind {}", fc.byzantine_kind));
     }
     if fc.max_clock_skew_ms > 0 {
         push(format!("--clock-skew {}ms", fc.max_clock_skew_ms));
@@ -194,8 +200,20 @@ pub fn replay_command(cfg: &SimConfig) -> String {
             fc.clock_jumps, fc.max_clock_jump_ms
         ));
     }
-    if cfg.check_time_bounds {
-        push("--time-service".to_string());
+    push(format!("--time-service {}", cfg.time_service));
+    if fc.max_drift_ppm > 0 {
+        push(format!("--drift-ppm {}", fc.max_drift_ppm));
+    }
+    if fc.max_delay_ms != FaultConfig::default().max_delay_ms {
+        push(format!("--max-delay {}ms", fc.max_delay_ms));
+    }
+    if cfg.components != SimConfig::default().components {
+        let c: Vec<String> = cfg.components.iter().map(|c| c.to_string()).collect();
+        push(format!("--components {}", c.join(",")));
+    }
+    if !fc.pinned_byzantine.is_empty() {
+        let c: Vec<String> = fc.pinned_byzantine.iter().map(|c| c.to_string()).collect();
+        push(format!("--byzantine-ids {}", c.join(",")));
     }
     s
 }
@@ -486,6 +504,12 @@ impl<H: Harness> Simulator<H> {
             self.perform(node, o);
         }
         self.out = out;
+        if self.slots[i].role == Role::Honest
+            && let Some(n) = self.slots[i].node.as_ref()
+            && let Err(e) = self.harness.check(n)
+        {
+            self.checker.node_invariant(self.now_ms, node, e);
+        }
         self.reschedule_timer(node);
     }
 
