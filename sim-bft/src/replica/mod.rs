@@ -1534,8 +1534,13 @@ impl Replica {
         sig: SigBytes,
         out: &mut Vec<Output>,
     ) {
-        if seq <= self.stable.seq || !seq.is_multiple_of(self.cfg.checkpoint_interval) {
-            return self.drop_msg("drop_stale_checkpoint", Some(from));
+        if seq <= self.stable.seq {
+            // A late vote for a checkpoint that is already stable: normal, not a fault.
+            self.metrics.inc("late_checkpoint");
+            return;
+        }
+        if !seq.is_multiple_of(self.cfg.checkpoint_interval) {
+            return self.drop_msg("drop_invalid_checkpoint", Some(from));
         }
         // Bound what one sender can make us hold: at most 4 distinct checkpoint seqs each.
         let held: Vec<u64> = self
