@@ -11,6 +11,8 @@ use sim_bft::protocol::client_request_bytes;
 use sim_bft::replica::{Replica, ReplicaConfig};
 
 pub const SEED: u64 = 42;
+
+type SeqRecord = (NodeId, [u8; 32], [u8; 32], Option<Millis>);
 pub const T0: Millis = 1_700_000_000_000;
 
 pub struct Harness {
@@ -179,8 +181,7 @@ impl Harness {
     /// Asserts that every pair of replicas in `set` executed identical prefixes (same seq ->
     /// same batch and state digest) and returns the smallest executed count.
     pub fn assert_agreement(&self, set: &[NodeId]) -> usize {
-        let mut by_seq: BTreeMap<u64, (NodeId, [u8; 32], [u8; 32], Option<Millis>)> =
-            BTreeMap::new();
+        let mut by_seq: BTreeMap<u64, SeqRecord> = BTreeMap::new();
         for &i in set {
             for e in &self.executed[i as usize] {
                 if let Some((j, bd, sd, t)) = by_seq.get(&e.seq) {
