@@ -276,6 +276,11 @@ impl Checker {
         self.heal_seq
     }
 
+    /// Per replica: executed a batch above the heal sequence number since the heal.
+    pub fn progressed(&self) -> &[bool] {
+        &self.progressed
+    }
+
     /// True when every honest replica has progressed since the heal.
     pub fn all_progressed(&self) -> bool {
         self.honest

@@ -188,6 +188,11 @@ impl Harness for ClusterHarness {
         )
     }
 
+    fn status(&self, node: &SimReplica) -> Option<(u64, [u8; 32])> {
+        node.replica()
+            .map(|r| (r.last_executed(), r.state_digest_now()))
+    }
+
     fn check(&self, node: &SimReplica) -> Result<(), String> {
         match node.replica() {
             Some(r) => r.check_invariants().map_err(|e| e.to_string()),

@@ -58,6 +58,14 @@ pub trait Harness {
     /// The encoded request number `number` of user client `client`.
     fn client_request(&mut self, client: u32, number: u64) -> Vec<u8>;
 
+    /// The node's own account of its progress: last executed sequence number and the state
+    /// digest there. Nodes that catch up by state transfer execute without reporting `Executed`;
+    /// this lets the summary show where they really are. `None` (the default): use what the
+    /// node reported.
+    fn status(&self, _node: &Self::Node) -> Option<(u64, [u8; 32])> {
+        None
+    }
+
     /// Checks `node`'s internal invariants (called after every step of an honest node).
     fn check(&self, _node: &Self::Node) -> Result<(), String> {
         Ok(())
@@ -111,6 +119,8 @@ pub struct NodeSummary {
     pub batches_executed: u64,
     /// Ticks it executed.
     pub ticks_executed: u64,
+    /// Executed a batch above the heal sequence number during the liveness phase.
+    pub progressed_after_heal: bool,
     /// Actions fired, per `"<component>/<position>"`.
     pub fires: BTreeMap<String, u64>,
 }
@@ -858,18 +868,31 @@ impl<H: Harness> Simulator<H> {
             .slots
             .iter()
             .enumerate()
-            .map(|(i, s)| NodeSummary {
-                id: i as NodeId,
-                honest: s.role == Role::Honest,
-                last_executed_seq: s.last_seq,
-                state_digest: s.state_digest,
-                batches_executed: s.batches,
-                ticks_executed: s.ticks,
-                fires: s
-                    .node
-                    .as_ref()
-                    .map(|n| self.harness.fires(n))
-                    .unwrap_or_default(),
+            .map(|(i, s)| {
+                let status = s.node.as_ref().and_then(|n| self.harness.status(n));
+                let (last_executed_seq, state_digest) = match status {
+                    Some((seq, d)) if seq >= s.last_seq => (seq, d),
+                    _ => (s.last_seq, s.state_digest),
+                };
+                NodeSummary {
+                    id: i as NodeId,
+                    honest: s.role == Role::Honest,
+                    last_executed_seq,
+                    state_digest,
+                    batches_executed: s.batches,
+                    ticks_executed: s.ticks,
+                    progressed_after_heal: self
+                        .checker
+                        .progressed()
+                        .get(i)
+                        .copied()
+                        .unwrap_or(false),
+                    fires: s
+                        .node
+                        .as_ref()
+                        .map(|n| self.harness.fires(n))
+                        .unwrap_or_default(),
+                }
             })
             .collect();
         let mut trace = self.trace;
