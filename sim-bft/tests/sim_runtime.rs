@@ -44,7 +44,7 @@ fn four_replica_threaded_cluster_commits_client_requests() {
     let mut digests = std::collections::BTreeMap::new();
     // A generous bound on real time: the cluster normally needs well under a second.
     let deadline = wall_clock_ms() + 30_000;
-    while (user.iter().any(|u| *u < want) || ticks.iter().any(|t| *t == 0))
+    while (user.iter().any(|u| *u < want) || ticks.contains(&0))
         && wall_clock_ms() < deadline
     {
         if let Ok((id, e)) = cluster.executed().recv_timeout(Duration::from_millis(100)) {
