@@ -56,6 +56,16 @@ fn normal_case_commits_batches_identically() {
         ok += 1;
     }
     assert_eq!(ok, 200 * 4);
+    // A reply whose result or position was altered does not verify.
+    let (_, bytes) = &h.replies[5];
+    let mut signed: SignedReply = sim_bft::protocol::codec::decode(bytes, 1 << 20).unwrap();
+    signed.reply.result.push(1);
+    let tampered = sim_bft::protocol::codec::encode(&signed).unwrap();
+    assert!(SignedReply::open(&tampered, &ring).is_err());
+    signed.reply.result.pop();
+    signed.reply.index ^= 1;
+    let tampered = sim_bft::protocol::codec::encode(&signed).unwrap();
+    assert!(SignedReply::open(&tampered, &ring).is_err());
     // Agreed time strictly increases.
     let times: Vec<i64> = h.executed[0]
         .iter()

@@ -373,6 +373,11 @@ pub enum Wire {
 }
 
 /// A replica's reply to a client.
+///
+/// Replies are signed once per executed batch, not once per request: the replica signs a
+/// [`ReplyHeader`] naming the digest of the list of every reply of the batch, and each reply
+/// carries that list (`batch_entries`, 32 bytes per request) and its own position in it. A
+/// client recomputes its entry, checks it is at `index`, and verifies the one signature.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct Reply {
     /// The replying replica.
@@ -387,25 +392,74 @@ pub struct Reply {
     pub req_seq: u64,
     /// The application's result.
     pub result: Vec<u8>,
+    /// [`reply_entry`] of every reply of the batch, in batch order.
+    pub batch_entries: Vec<Digest32>,
+    /// Position of this reply in `batch_entries`.
+    pub index: u32,
 }
 
-/// A reply with the replica's signature over the encoded [`Reply`].
+/// What a replica signs for a batch of replies.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ReplyHeader {
+    /// The replying replica.
+    pub replica: NodeId,
+    /// View.
+    pub view: u64,
+    /// Batch sequence number.
+    pub seq: u64,
+    /// SHA-256 over the concatenated entries.
+    pub entries_digest: Digest32,
+}
+
+/// The digest identifying one reply inside its batch's reply list.
+pub fn reply_entry(client: ClientId, req_seq: u64, result: &[u8]) -> Digest32 {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(client.to_le_bytes());
+    h.update(req_seq.to_le_bytes());
+    h.update(result);
+    h.finalize().into()
+}
+
+/// SHA-256 over concatenated reply entries.
+pub fn entries_digest(entries: &[Digest32]) -> Digest32 {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for e in entries {
+        h.update(e);
+    }
+    h.finalize().into()
+}
+
+/// A reply with the replica's signature over the [`ReplyHeader`] of its batch.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct SignedReply {
     /// The reply.
     pub reply: Reply,
-    /// Signature over `codec::encode(&reply)`.
+    /// Signature over `codec::encode(&ReplyHeader)`.
     pub sig: SigBytes,
 }
 
 impl SignedReply {
-    /// Decodes reply bytes and checks the replica's signature (what a client does).
+    /// Decodes reply bytes and checks them and the replica's signature (what a client does).
     pub fn open(bytes: &[u8], ring: &Keyring) -> Result<Reply, OpenError> {
-        let signed: SignedReply = codec::decode(bytes, 1 << 20)?;
+        let signed: SignedReply = codec::decode(bytes, 4 << 20)?;
+        let r = &signed.reply;
         let key = ring
-            .replica(signed.reply.replica)
-            .ok_or(OpenError::UnknownSender(signed.reply.replica))?;
-        let bytes = codec::encode(&signed.reply)?;
+            .replica(r.replica)
+            .ok_or(OpenError::UnknownSender(r.replica))?;
+        if r.batch_entries.get(r.index as usize)
+            != Some(&reply_entry(r.client, r.req_seq, &r.result))
+        {
+            return Err(OpenError::BadSignature);
+        }
+        let header = ReplyHeader {
+            replica: r.replica,
+            view: r.view,
+            seq: r.seq,
+            entries_digest: entries_digest(&r.batch_entries),
+        };
+        let bytes = codec::encode(&header)?;
         if !crypto::verify(key, &bytes, &signed.sig, None) {
             return Err(OpenError::BadSignature);
         }

@@ -54,6 +54,7 @@ pub enum Admission {
 pub struct ClientsManager {
     records: BTreeMap<ClientId, ClientRecord>,
     pending: BTreeMap<(ClientId, u64), (u64, Pending)>,
+    /// The *unproposed* pending requests by arrival (what the next batch takes from).
     order: BTreeMap<u64, (ClientId, u64)>,
     per_client: BTreeMap<ClientId, usize>,
     next_arrival: u64,
@@ -143,13 +144,11 @@ impl ClientsManager {
     /// Up to `max` unproposed pending requests in arrival order, marking them proposed in `seq`.
     pub fn take_batch(&mut self, max: usize, seq: u64) -> Vec<SignedRequest> {
         let mut out = Vec::new();
-        for key in self.order.values() {
-            if out.len() >= max {
+        while out.len() < max {
+            let Some((_, key)) = self.order.pop_first() else {
                 break;
-            }
-            if let Some((_, p)) = self.pending.get_mut(key)
-                && p.proposed_in.is_none()
-            {
+            };
+            if let Some((_, p)) = self.pending.get_mut(&key) {
                 p.proposed_in = Some(seq);
                 out.push(p.request.clone());
             }
@@ -159,31 +158,39 @@ impl ClientsManager {
 
     /// Arrival time of the oldest unproposed pending request and how many are unproposed.
     pub fn unproposed(&self) -> (Option<i64>, usize) {
-        let mut oldest = None;
-        let mut n = 0;
-        for key in self.order.values() {
-            if let Some((_, p)) = self.pending.get(key)
-                && p.proposed_in.is_none()
-            {
-                oldest.get_or_insert(p.arrived_ms);
-                n += 1;
-            }
-        }
-        (oldest, n)
+        let oldest = self
+            .order
+            .first_key_value()
+            .and_then(|(_, k)| self.pending.get(k))
+            .map(|(_, p)| p.arrived_ms);
+        (oldest, self.order.len())
     }
 
     /// Marks `(client, req_seq)` proposed in `seq` (when it appears in an accepted batch).
     pub fn mark_proposed(&mut self, client: ClientId, req_seq: u64, seq: u64) {
-        if let Some((_, p)) = self.pending.get_mut(&(client, req_seq)) {
+        if let Some((arrival, p)) = self.pending.get_mut(&(client, req_seq)) {
             p.proposed_in = Some(seq);
+            self.order.remove(arrival);
         }
     }
 
     /// Forgets every proposal mark (a new view re-proposes from scratch).
     pub fn clear_proposed(&mut self) {
-        for (_, p) in self.pending.values_mut() {
-            p.proposed_in = None;
+        for (key, (arrival, p)) in self.pending.iter_mut() {
+            if p.proposed_in.take().is_some() {
+                self.order.insert(*arrival, *key);
+            }
         }
+    }
+
+    /// The pending requests not proposed in the current view, in arrival order (at most `max`).
+    pub fn unproposed_requests(&self, max: usize) -> Vec<SignedRequest> {
+        self.order
+            .values()
+            .take(max)
+            .filter_map(|k| self.pending.get(k))
+            .map(|(_, p)| p.request.clone())
+            .collect()
     }
 
     /// Records that `client`'s `req_seq` executed in batch `seq` with `result`, and drops every
@@ -229,11 +236,16 @@ impl ClientsManager {
 
     /// Consistency of the internal indexes (for `check_invariants`).
     pub fn check(&self) -> Result<(), String> {
-        if self.order.len() != self.pending.len() {
+        let unproposed = self
+            .pending
+            .values()
+            .filter(|(_, p)| p.proposed_in.is_none())
+            .count();
+        if self.order.len() != unproposed {
             return Err(format!(
-                "order index has {} keys for {} pending",
+                "order index has {} keys for {} unproposed",
                 self.order.len(),
-                self.pending.len()
+                unproposed
             ));
         }
         let total: usize = self.per_client.values().sum();

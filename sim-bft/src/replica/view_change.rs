@@ -19,6 +19,9 @@ use crate::crypto::Digest32;
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Batch, Body, CheckpointProof, Payload, SignedMsg, ViewChange, Wire, codec};
 
+/// Most pending requests a backup re-forwards to a new primary.
+const REFORWARD_MAX: usize = 4_096;
+
 impl Replica {
     pub(super) fn start_view_change(&mut self, now: Millis, target: u64, out: &mut Vec<Output>) {
         if target <= self.view {
@@ -308,6 +311,16 @@ impl Replica {
                     && let Some(e) = self.log.get_mut(&seq)
                 {
                     e.prepares.insert(self.cfg.id, (digest, sig));
+                }
+            }
+        }
+        if !is_primary {
+            // Requests this replica holds that the new log does not order may never have
+            // reached the new primary (forwarded to the old one): forward them again.
+            let primary = self.primary_of(view);
+            for r in self.clients.unproposed_requests(REFORWARD_MAX) {
+                if let Ok(bytes) = codec::encode(&Wire::Request(r)) {
+                    out.push(Output::Send { to: primary, bytes });
                 }
             }
         }
