@@ -29,6 +29,8 @@ pub struct ReplicaReport {
     pub batches_executed: u64,
     /// Ticks executed.
     pub ticks_executed: u64,
+    /// Requests executed, ticks included.
+    pub requests_executed: u64,
     /// Actions fired, keyed `"<component>/<position>"`.
     pub fires: BTreeMap<String, u64>,
 }
@@ -89,6 +91,7 @@ impl Report {
                     state_digest: hex(&n.state_digest),
                     batches_executed: n.batches_executed,
                     ticks_executed: n.ticks_executed,
+                    requests_executed: n.requests_executed,
                     fires: n.fires.clone(),
                 })
                 .collect(),

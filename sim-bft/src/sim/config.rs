@@ -348,6 +348,10 @@ pub struct SimConfig {
     pub epoch_ms: Millis,
     /// Bound on processed events (a runaway run stops with a violation).
     pub max_events: u64,
+    /// Run the harness's node invariant check after every this many inputs of each honest node
+    /// (1: after every step; 0: never). Checks can be costly (the replica hashes its stable
+    /// snapshot); benchmarks turn them off.
+    pub node_check_every: u64,
 }
 
 impl Default for SimConfig {
@@ -369,6 +373,7 @@ impl Default for SimConfig {
             // 2026-01-01T00:00:00Z.
             epoch_ms: 1_767_225_600_000,
             max_events: 50_000_000,
+            node_check_every: 1,
         }
     }
 }

@@ -119,6 +119,8 @@ pub struct NodeSummary {
     pub batches_executed: u64,
     /// Ticks it executed.
     pub ticks_executed: u64,
+    /// Requests it executed, ticks included.
+    pub requests_executed: u64,
     /// Executed a batch above the heal sequence number during the liveness phase.
     pub progressed_after_heal: bool,
     /// Actions fired, per `"<component>/<position>"`.
@@ -254,6 +256,8 @@ struct Slot<N> {
     state_digest: [u8; 32],
     batches: u64,
     ticks: u64,
+    requests: u64,
+    inputs: u64,
     /// Old messages a replaying Byzantine replica can re-send.
     history: VecDeque<Vec<u8>>,
 }
@@ -313,6 +317,8 @@ impl<H: Harness> Simulator<H> {
                     state_digest: [0; 32],
                     batches: 0,
                     ticks: 0,
+                    requests: 0,
+                    inputs: 0,
                     history: VecDeque::new(),
                 }
             })
@@ -514,7 +520,11 @@ impl<H: Harness> Simulator<H> {
             self.perform(node, o);
         }
         self.out = out;
-        if self.slots[i].role == Role::Honest
+        self.slots[i].inputs += 1;
+        let every = self.cfg.node_check_every;
+        if every > 0
+            && self.slots[i].inputs % every == 0
+            && self.slots[i].role == Role::Honest
             && let Some(n) = self.slots[i].node.as_ref()
             && let Err(e) = self.harness.check(n)
         {
@@ -589,6 +599,7 @@ impl<H: Harness> Simulator<H> {
         }
         s.batches += 1;
         s.ticks += e.ticks.len() as u64;
+        s.requests += u64::from(e.requests);
     }
 
     /// Applies the sender's Byzantine behaviour, then the network faults.
@@ -881,6 +892,7 @@ impl<H: Harness> Simulator<H> {
                     state_digest,
                     batches_executed: s.batches,
                     ticks_executed: s.ticks,
+                    requests_executed: s.requests,
                     progressed_after_heal: self
                         .checker
                         .progressed()
