@@ -523,7 +523,7 @@ impl<H: Harness> Simulator<H> {
         self.slots[i].inputs += 1;
         let every = self.cfg.node_check_every;
         if every > 0
-            && self.slots[i].inputs % every == 0
+            && self.slots[i].inputs.is_multiple_of(every)
             && self.slots[i].role == Role::Honest
             && let Some(n) = self.slots[i].node.as_ref()
             && let Err(e) = self.harness.check(n)
