@@ -35,7 +35,7 @@ fn run(requests: u64, shared_cache: bool, ticks: bool) -> (f64, f64) {
     let start = std::time::Instant::now();
     for k in 0..requests {
         if ticks {
-            h.tick((k % 4) as u32, (k % 4096) as u32);
+            h.tick((k % 4) as u32, (k % 256) as u32);
         } else {
             let bytes = std::mem::take(&mut reqs[k as usize]);
             for i in 0..4 {
