@@ -164,6 +164,10 @@ fn crashed_replica_recovers_from_storage_and_rejoins() {
         h.replica(2).state_digest_now(),
         h.replica(0).state_digest_now()
     );
+    assert_eq!(
+        h.replica(2).last_agreed_time_ms(),
+        h.replica(0).last_agreed_time_ms()
+    );
     h.assert_agreement(&[0, 1, 2, 3]);
 }
 
@@ -184,4 +188,43 @@ fn tick_throttle_allows_one_pending_per_component() {
     let ticks: Vec<u32> = h.executed[0].iter().flat_map(|e| e.ticks.clone()).collect();
     assert_eq!(ticks, vec![5, 6, 5]);
     let _ = Input::Timer;
+}
+
+#[test]
+fn failed_tick_enqueue_does_not_leak_the_mark() {
+    let mut h = Harness::new(4, |c| c.max_pending = 1);
+    h.put(0, "fill", "the queue"); // replica 1 now holds one pending request
+    h.tick(1, 4);
+    let m = h.replica(1).metrics();
+    assert_eq!(m.get("tick_enqueue_failed"), 1);
+    assert_eq!(m.get("drop_pending_full"), 1);
+    assert_eq!(h.replica(1).ticks_pending().count(), 0);
+    h.deliver_all();
+    h.tick(1, 4);
+    assert_eq!(h.replica(1).ticks_pending().collect::<Vec<_>>(), vec![4]);
+}
+
+#[test]
+fn view_change_clears_tick_marks_and_ticks_flow_in_the_new_view() {
+    let mut h = Harness::new(4, |c| {
+        if c.id == 0 {
+            c.byzantine = Byzantine::Silent;
+        }
+    });
+    h.tick(2, 8);
+    h.deliver_all();
+    assert_eq!(h.replica(2).ticks_pending().collect::<Vec<_>>(), vec![8]);
+    h.advance(5_000);
+    assert!(h.replica(2).view() >= 1);
+    // The old tick was re-forwarded to the new primary and executed, clearing the mark; in
+    // any case the mark no longer blocks the component.
+    h.tick(2, 8);
+    h.advance(100);
+    let ticks: Vec<u32> = h.executed[2].iter().flat_map(|e| e.ticks.clone()).collect();
+    assert!(
+        !ticks.is_empty() && ticks.iter().all(|c| *c == 8),
+        "{ticks:?}"
+    );
+    assert_eq!(h.replica(2).ticks_pending().count(), 0);
+    h.assert_agreement(&[1, 2, 3]);
 }

@@ -173,3 +173,51 @@ fn agreed_time_survives_state_transfer_in_the_time_page() {
     assert_eq!(r2.last_agreed_time_ms(), h.replica(0).last_agreed_time_ms());
     assert_eq!(r2.pages().snapshot()[0], h.replica(0).pages().snapshot()[0]);
 }
+
+#[test]
+fn replayed_old_time_certificate_is_refused() {
+    use sim_bft::crypto::replica_signing_key;
+    use sim_bft::node::Input;
+    use sim_bft::protocol::{Body, Payload, SignedMsg, Wire, codec};
+
+    let mut h = Harness::new(4, |c| c.max_in_flight = 1);
+    let mut old_batch = None;
+    for k in 0..12 {
+        h.put(0, &format!("k{k}"), "v");
+        // Capture the primary's pre-prepare for seq 4 (it carries a certificate for seq 3).
+        for (from, _, bytes) in h.queue.iter() {
+            if *from != 0 || old_batch.is_some() {
+                continue;
+            }
+            if let Ok(Wire::Signed(m)) = codec::decode::<Wire>(bytes, 1 << 22)
+                && let Ok(p) = codec::decode::<Payload>(&m.payload, 1 << 22)
+                && let Body::PrePrepare { seq: 4, batch, .. } = p.body
+            {
+                old_batch = Some(batch);
+            }
+        }
+        h.advance(10);
+    }
+    let mut batch = old_batch.expect("captured seq 4");
+    assert_eq!(batch.time_cert.as_ref().map(|c| c.seq), Some(3));
+    let executed = h.replica(1).last_executed();
+    assert!(executed >= 12);
+    // A Byzantine primary re-proposes with the stale certificate to freeze time.
+    h.put(1, "fresh", "v");
+    batch.requests = vec![codec::decode(&h.request_bytes(2, b"x".to_vec()), 1 << 20).unwrap()];
+    let payload = Payload {
+        from: 0,
+        body: Body::PrePrepare {
+            view: 0,
+            seq: executed + 2,
+            batch,
+        },
+    };
+    let msg = SignedMsg::sign(&replica_signing_key(replica_support::SEED, 0), &payload).unwrap();
+    let bytes = codec::encode(&Wire::Signed(msg)).unwrap();
+    h.queue.clear();
+    h.input(1, Input::Peer { from: 0, bytes });
+    assert_eq!(h.replica(1).metrics().get("time_cert_replayed"), 1);
+    // The backup withheld its prepare.
+    assert!(h.queue.iter().all(|(from, _, _)| *from != 1));
+}

@@ -659,9 +659,17 @@ impl Replica {
         if let Some(r) = fwd
             && let Ok(bytes) = codec::encode(&Wire::Request(r))
         {
-            out.push(Output::Send {
-                to: self.primary(),
-                bytes,
+            // A backup's own internal requests go to every replica, so that all of them
+            // watch for their ordering (a primary that ignores them gets replaced: one
+            // replica's timer alone cannot gather a view-change quorum). Other requests are
+            // broadcast by their clients; the backup only relays them to the primary.
+            out.push(if own.is_some() {
+                Output::Broadcast { bytes }
+            } else {
+                Output::Send {
+                    to: self.primary(),
+                    bytes,
+                }
             });
         }
         if self.vc_deadline.is_none() {
