@@ -62,6 +62,10 @@ struct RunArgs {
     /// Internal tick period per component (0 disables ticks).
     #[arg(long, default_value = "1s", value_parser = parse_duration_arg)]
     tick_period: u64,
+    /// Replicas' tick timers start within this spread of each other (default: a whole period;
+    /// 0: every replica ticks at the same instants).
+    #[arg(long, value_parser = parse_duration_arg)]
+    tick_spread: Option<u64>,
     /// Components that tick, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     components: Vec<u32>,
@@ -153,6 +157,7 @@ impl RunArgs {
             liveness_ms: self.liveness,
             tick_period_ms: self.tick_period,
             components: self.components.clone(),
+            tick_spread_ms: self.tick_spread,
             clients: self.clients,
             request_interval_ms: self.request_interval,
             time_service: self.time_service,

@@ -330,6 +330,10 @@ pub struct SimConfig {
     pub tick_period_ms: u64,
     /// Components that tick.
     pub components: Vec<u32>,
+    /// Replicas' tick timers start at a seeded phase in `0..tick_spread_ms` (`None`: anywhere
+    /// within one period; `Some(0)`: all replicas tick at the same instants, as timers aligned
+    /// on clock boundaries would).
+    pub tick_spread_ms: Option<u64>,
     /// Number of user clients.
     pub clients: u32,
     /// Interval between two requests of one client (0: no client requests).
@@ -363,6 +367,7 @@ impl Default for SimConfig {
             liveness_ms: 30_000,
             tick_period_ms: 1_000,
             components: vec![1],
+            tick_spread_ms: None,
             clients: 2,
             request_interval_ms: 100,
             faults: FaultConfig::default(),

@@ -223,6 +223,9 @@ pub fn replay_command(cfg: &SimConfig) -> String {
         let c: Vec<String> = cfg.components.iter().map(|c| c.to_string()).collect();
         push(format!("--components {}", c.join(",")));
     }
+    if let Some(spread) = cfg.tick_spread_ms {
+        push(format!("--tick-spread {spread}ms"));
+    }
     if !fc.pinned_byzantine.is_empty() {
         let c: Vec<String> = fc.pinned_byzantine.iter().map(|c| c.to_string()).collect();
         push(format!("--byzantine-ids {}", c.join(",")));
