@@ -1343,7 +1343,7 @@ impl Replica {
             let (Some(batch), Some(digest)) = (e.batch.clone(), e.digest) else {
                 break;
             };
-            self.execute(seq, &batch, digest, out);
+            self.execute(now, seq, &batch, digest, out);
             self.vc_deadline = if self.has_pending_work() {
                 Some(now + self.vc_timeout())
             } else {
@@ -1379,7 +1379,14 @@ impl Replica {
         })
     }
 
-    fn execute(&mut self, seq: u64, batch: &Batch, digest: Digest32, out: &mut Vec<Output>) {
+    fn execute(
+        &mut self,
+        now: Millis,
+        seq: u64,
+        batch: &Batch,
+        digest: Digest32,
+        out: &mut Vec<Output>,
+    ) {
         let agreed = self.agreed_time(batch);
         if let Some(t) = agreed {
             self.last_agreed_time_ms = Some(t);
@@ -1465,7 +1472,7 @@ impl Replica {
             ticks,
         }));
         if seq.is_multiple_of(self.cfg.checkpoint_interval) {
-            self.take_checkpoint(seq, out);
+            self.take_checkpoint(now, seq, out);
         }
     }
 
@@ -1543,7 +1550,7 @@ impl Replica {
 
     // ----- checkpoints -----------------------------------------------------------------------
 
-    fn take_checkpoint(&mut self, seq: u64, out: &mut Vec<Output>) {
+    fn take_checkpoint(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
         let Ok((digest, bytes)) = self.make_snapshot() else {
             self.metrics.inc("encode_error");
             return;
@@ -1556,7 +1563,7 @@ impl Replica {
                 .insert(self.cfg.id, (digest, sig));
         }
         self.metrics.inc("checkpoints_taken");
-        self.check_stable(0, seq, out);
+        self.check_stable(now, seq, out);
     }
 
     fn on_checkpoint(
@@ -1811,5 +1818,32 @@ impl Node for Replica {
         .into_iter()
         .flatten()
         .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_is_send_and_config_is_validated() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Replica>();
+        assert!(Replica::new(ReplicaConfig::new(0, 4, 1, 1)).is_ok());
+        assert!(Replica::new(ReplicaConfig::new(4, 4, 1, 1)).is_err());
+        assert!(Replica::new(ReplicaConfig::new(0, 5, 1, 1)).is_err());
+        let mut c = ReplicaConfig::new(0, 4, 1, 1);
+        c.log_window = c.checkpoint_interval;
+        assert!(Replica::new(c).is_err());
+    }
+
+    #[test]
+    fn genesis_state_is_identical_and_invariants_hold() {
+        let a = Replica::new(ReplicaConfig::new(0, 4, 1, 1)).unwrap();
+        let b = Replica::new(ReplicaConfig::new(3, 4, 1, 1)).unwrap();
+        assert_eq!(a.state_digest_now(), b.state_digest_now());
+        assert_eq!(a.stable.digest, b.stable.digest);
+        a.check_invariants().unwrap();
+        assert_eq!(a.next_deadline(), None);
     }
 }
