@@ -507,7 +507,11 @@ impl SimParams {
         let mut r = SimRng::split(cfg.seed, "clocks");
         let clock_offset_ms = (0..n).map(|_| r.symmetric(fc.max_clock_skew_ms)).collect();
         let drift_ppm = (0..n).map(|_| r.symmetric(fc.max_drift_ppm)).collect();
-        let tick_phase_ms = (0..n).map(|_| r.below(cfg.tick_period_ms.max(1))).collect();
+        let tick_spread_ms = cfg
+            .tick_spread_ms
+            .unwrap_or(cfg.tick_period_ms)
+            .min(cfg.tick_period_ms);
+        let tick_phase_ms = (0..n).map(|_| r.below(tick_spread_ms)).collect();
         let mut jumps: Vec<JumpPlan> = (0..fc.clock_jumps)
             .map(|_| JumpPlan {
                 node: r.below(u64::from(n)) as NodeId,
@@ -630,6 +634,18 @@ impl fmt::Display for SimParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tick_spread_bounds_the_phases() {
+        let mut c = SimConfig::default();
+        c.tick_spread_ms = Some(0);
+        assert!(SimParams::derive(&c).tick_phase_ms.iter().all(|p| *p == 0));
+        c.tick_spread_ms = Some(10);
+        assert!(SimParams::derive(&c).tick_phase_ms.iter().all(|p| *p < 10));
+        c.tick_spread_ms = None;
+        c.seed = 3;
+        assert!(SimParams::derive(&c).tick_phase_ms.iter().any(|p| *p >= 10));
+    }
 
     #[test]
     fn names_round_trip() {
