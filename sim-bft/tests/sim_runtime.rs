@@ -44,9 +44,7 @@ fn four_replica_threaded_cluster_commits_client_requests() {
     let mut digests = std::collections::BTreeMap::new();
     // A generous bound on real time: the cluster normally needs well under a second.
     let deadline = wall_clock_ms() + 30_000;
-    while (user.iter().any(|u| *u < want) || ticks.contains(&0))
-        && wall_clock_ms() < deadline
-    {
+    while (user.iter().any(|u| *u < want) || ticks.contains(&0)) && wall_clock_ms() < deadline {
         if let Ok((id, e)) = cluster.executed().recv_timeout(Duration::from_millis(100)) {
             user[id as usize] += u64::from(e.requests) - e.ticks.len() as u64;
             ticks[id as usize] += e.ticks.len() as u64;

@@ -637,8 +637,10 @@ mod tests {
 
     #[test]
     fn tick_spread_bounds_the_phases() {
-        let mut c = SimConfig::default();
-        c.tick_spread_ms = Some(0);
+        let mut c = SimConfig {
+            tick_spread_ms: Some(0),
+            ..SimConfig::default()
+        };
         assert!(SimParams::derive(&c).tick_phase_ms.iter().all(|p| *p == 0));
         c.tick_spread_ms = Some(10);
         assert!(SimParams::derive(&c).tick_phase_ms.iter().all(|p| *p < 10));
