@@ -297,6 +297,12 @@ impl<H: Harness> Simulator<H> {
             tracing::debug!("tick period 0: no internal ticks");
         }
         let params = SimParams::derive(&cfg);
+        tracing::info!(
+            seed = cfg.seed,
+            replay = %replay_command(&cfg),
+            params = %params,
+            "simulation parameters"
+        );
         let n = cfg.replicas;
         let honest: Vec<bool> = (0..n).map(|i| !params.byzantine.contains(&i)).collect();
         let slots = (0..n)

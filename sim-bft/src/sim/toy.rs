@@ -250,8 +250,10 @@ impl Node for ToyNode {
             }
             Input::Timer => self.on_timer(out),
         }
+        // A deadline further away than one period means the clock jumped back: re-arm, or the
+        // node would stay silent for the length of the jump.
         match self.deadline {
-            Some(d) if d > now => {}
+            Some(d) if d > now && d <= now + RESEND_MS => {}
             _ => self.deadline = Some(now + RESEND_MS),
         }
     }
