@@ -266,6 +266,25 @@ pub enum Body {
         /// The bytes.
         data: Vec<u8>,
     },
+    /// "I executed up to `last_executed` and I am stuck": peers that are further along answer
+    /// with [`Body::Committed`] certificates (retransmission after message loss).
+    Status {
+        /// The sender's view.
+        view: u64,
+        /// The sender's last executed sequence number.
+        last_executed: u64,
+    },
+    /// A batch with 2f+1 signed commits for it (all of view `view`): proof that it committed.
+    Committed {
+        /// The view of the commits.
+        view: u64,
+        /// Sequence number.
+        seq: u64,
+        /// The batch.
+        batch: Batch,
+        /// (replica, clock carried by its commit, signature of its commit).
+        commits: Vec<(NodeId, Millis, SigBytes)>,
+    },
 }
 
 impl Body {
@@ -281,6 +300,8 @@ impl Body {
             Body::StateRequest { .. } => "state_request",
             Body::StateMeta { .. } => "state_meta",
             Body::StateChunk { .. } => "state_chunk",
+            Body::Status { .. } => "status",
+            Body::Committed { .. } => "committed",
         }
     }
 }

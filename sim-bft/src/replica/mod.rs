@@ -192,6 +192,8 @@ pub struct Replica {
     verified_order: VecDeque<Digest32>,
     sent_history: VecDeque<Vec<u8>>,
     last_state_digest: Digest32,
+    /// The executed seq at which this replica last broadcast a `Status` (asks once per stall).
+    status_asked_at: Option<u64>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -271,6 +273,7 @@ impl Replica {
             verified_order: VecDeque::new(),
             sent_history: VecDeque::new(),
             last_state_digest: [0; 32],
+            status_asked_at: None,
             cfg,
         };
         r.last_state_digest = r.state_digest();
@@ -738,9 +741,15 @@ impl Replica {
             }
             Err(_) => return self.drop_msg("drop_malformed", Some(from)),
         };
-        if payload.from != from {
-            return self.drop_msg("drop_sender_mismatch", Some(from));
-        }
+        // A new-view is self-certifying and may be relayed by any replica (to show a lagging
+        // peer the current view); everything else must come from its signer.
+        let from = match payload.body {
+            Body::NewView { .. } => payload.from,
+            _ if payload.from != from => {
+                return self.drop_msg("drop_sender_mismatch", Some(from));
+            }
+            _ => from,
+        };
         if from == self.cfg.id {
             return self.drop_msg("drop_from_self", Some(from));
         }
@@ -828,6 +837,16 @@ impl Replica {
             Body::StateChunk { seq, index, data } => {
                 self.on_state_chunk(now, from, seq, index, data, out)
             }
+            Body::Status {
+                view,
+                last_executed,
+            } => self.on_status(from, view, last_executed, out),
+            Body::Committed {
+                view,
+                seq,
+                batch,
+                commits,
+            } => self.on_committed(now, from, view, seq, batch, commits, out),
         }
     }
 
@@ -1350,6 +1369,7 @@ impl Replica {
                 None
             };
             self.view_change_attempts = 0;
+            self.status_asked_at = None;
         }
     }
 
@@ -1715,8 +1735,38 @@ impl Replica {
             && now >= d
         {
             self.vc_deadline = None;
-            let target = self.view + 1;
-            self.start_view_change(now, target, out);
+            if !self.in_view_change && self.status_asked_at != Some(self.last_executed) {
+                // First expiry without progress: maybe we only lost messages. Ask the others
+                // for what committed; change view only if the next expiry finds us still stuck.
+                self.status_asked_at = Some(self.last_executed);
+                self.metrics.inc("status_sent");
+                let (view, last_executed) = (self.view, self.last_executed);
+                self.send(
+                    Body::Status {
+                        view,
+                        last_executed,
+                    },
+                    Dest::All,
+                    out,
+                );
+                self.vc_deadline = Some(now + self.vc_timeout());
+            } else {
+                if self.in_view_change {
+                    // Stuck in a view change: keep catching up on what the others commit
+                    // (commit certificates are valid in any view).
+                    let (view, last_executed) = (self.view, self.last_executed);
+                    self.send(
+                        Body::Status {
+                            view,
+                            last_executed,
+                        },
+                        Dest::All,
+                        out,
+                    );
+                }
+                let target = self.view + 1;
+                self.start_view_change(now, target, out);
+            }
         }
         if let Some((d, proof)) = self.behind_since.clone()
             && now >= d
@@ -1730,6 +1780,118 @@ impl Replica {
             self.metrics.inc("state_transfer_timeouts");
             self.next_transfer_source(now, out);
         }
+    }
+
+    /// A peer is stuck at `last_executed`: send it the commit certificates it lacks (at most a
+    /// log window), or, when it is below our log, our checkpoint vote so that it can gather a
+    /// checkpoint certificate and state-transfer.
+    fn on_status(&mut self, from: NodeId, view: u64, last_executed: u64, out: &mut Vec<Output>) {
+        if last_executed >= self.last_executed {
+            return;
+        }
+        if view < self.view
+            && let Some(nv) = self.last_new_view.clone()
+            && self.new_view_resent.insert((from, self.view))
+            && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
+        {
+            out.push(Output::Send { to: from, bytes });
+        }
+        if last_executed < self.stable.seq {
+            let (seq, digest) = (self.stable.seq, self.stable.digest);
+            self.send(Body::Checkpoint { seq, digest }, Dest::One(from), out);
+            return;
+        }
+        let quorum = self.quorum();
+        let certs: Vec<Body> = self
+            .log
+            .range(last_executed + 1..=self.last_executed)
+            .filter_map(|(seq, e)| {
+                let (batch, digest) = (e.batch.as_ref()?, e.digest?);
+                let commits: Vec<(NodeId, Millis, SigBytes)> = e
+                    .commits
+                    .iter()
+                    .filter(|(_, v)| v.digest == digest && v.view == e.view)
+                    .take(quorum)
+                    .map(|(n, v)| (*n, v.clock_ms, v.sig))
+                    .collect();
+                (e.committed && commits.len() >= quorum).then(|| Body::Committed {
+                    view: e.view,
+                    seq: *seq,
+                    batch: batch.clone(),
+                    commits,
+                })
+            })
+            .collect();
+        self.metrics.add("committed_certs_sent", certs.len() as u64);
+        for body in certs {
+            self.send(body, Dest::One(from), out);
+        }
+    }
+
+    /// A commit certificate for a batch: execute it if it is the one we are missing.
+    #[allow(clippy::too_many_arguments)]
+    fn on_committed(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        view: u64,
+        seq: u64,
+        batch: Batch,
+        commits: Vec<(NodeId, Millis, SigBytes)>,
+        out: &mut Vec<Output>,
+    ) {
+        if seq <= self.last_executed {
+            self.metrics.inc("late_committed_cert");
+            return;
+        }
+        if seq <= self.stable.seq || seq > self.high_watermark() {
+            return self.drop_msg("drop_out_of_window", Some(from));
+        }
+        let Ok(digest) = batch.digest() else {
+            return self.drop_msg("drop_malformed", Some(from));
+        };
+        let mut seen = BTreeSet::new();
+        let valid = commits.len() >= self.quorum()
+            && commits.iter().all(|(n, clock_ms, sig)| {
+                seen.insert(*n)
+                    && crate::protocol::verify_body(
+                        &self.ring,
+                        *n,
+                        Body::Commit {
+                            view,
+                            seq,
+                            digest,
+                            clock_ms: *clock_ms,
+                        },
+                        sig,
+                        self.cfg.verify_cache.as_ref(),
+                    )
+            });
+        if !valid {
+            return self.drop_msg("drop_invalid_committed_cert", Some(from));
+        }
+        let cur = self.view;
+        let e = self.log.entry(seq).or_insert_with(|| Entry {
+            view: cur,
+            ..Entry::default()
+        });
+        if e.committed {
+            if e.digest != Some(digest) {
+                // Two commit certificates for one seq would mean more than f faults.
+                warn!(
+                    replica = self.cfg.id,
+                    seq, "conflicting commit certificates"
+                );
+                self.metrics.inc("conflicting_commit_certificates");
+            }
+            return;
+        }
+        e.digest = Some(digest);
+        e.batch = Some(batch);
+        e.committed = true;
+        self.metrics.inc("committed_certs_applied");
+        self.store_entry(seq, out);
+        self.execute_ready(now, out);
     }
 
     /// Checks internal invariants (the simulator calls it after every step).

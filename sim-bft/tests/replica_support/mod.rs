@@ -28,6 +28,25 @@ pub struct Harness {
     pub clock_offset_ms: Vec<Millis>,
     pub next_req: BTreeMap<ClientId, u64>,
     pub delivered: u64,
+    /// When set, `deliver_all` picks messages in a seeded random order and drops some.
+    pub chaos: Option<Chaos>,
+}
+
+/// Seeded reordering and loss for `deliver_all`.
+pub struct Chaos {
+    pub state: u64,
+    /// Drop probability in per mille.
+    pub drop_per_mille: u64,
+}
+
+impl Chaos {
+    pub fn next(&mut self) -> u64 {
+        // xorshift64*: a stable algorithm, so a seed reproduces a run.
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        self.state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
 }
 
 impl Harness {
@@ -55,6 +74,7 @@ impl Harness {
             clock_offset_ms: vec![0; n as usize],
             next_req: BTreeMap::new(),
             delivered: 0,
+            chaos: None,
         }
     }
 
@@ -102,7 +122,22 @@ impl Harness {
     /// Delivers queued messages in FIFO order until none is left.
     pub fn deliver_all(&mut self) {
         let mut steps = 0u64;
-        while let Some((from, to, bytes)) = self.queue.pop_front() {
+        loop {
+            let next = match &mut self.chaos {
+                None => self.queue.pop_front(),
+                Some(c) if !self.queue.is_empty() => {
+                    let i = (c.next() % self.queue.len() as u64) as usize;
+                    let m = self.queue.swap_remove_back(i);
+                    if c.next() % 1000 < c.drop_per_mille {
+                        continue;
+                    }
+                    m
+                }
+                Some(_) => None,
+            };
+            let Some((from, to, bytes)) = next else {
+                break;
+            };
             steps += 1;
             assert!(steps < 5_000_000, "runaway message loop");
             if self.isolated.contains(&from) || self.isolated.contains(&to) {
