@@ -836,10 +836,19 @@ impl<H: Harness> Simulator<H> {
     }
 
     /// Ends the safety phase: partitions end, loss stops, crashed replicas restart, clocks stop
-    /// jumping. Byzantine replicas stay Byzantine.
+    /// jumping and the jumps are undone (skew and drift stay). Byzantine replicas stay Byzantine.
     pub fn heal(&mut self) {
         self.healed = true;
         self.blocked.clear();
+        // Clocks resynchronise (as NTP would): the jumps are undone, the seeded skew and drift stay.
+        for node in 0..self.cfg.replicas {
+            let i = node as usize;
+            if self.slots[i].offset_ms != self.params.clock_offset_ms[i] {
+                self.slots[i].offset_ms = self.params.clock_offset_ms[i];
+                self.slots[i].timer = None;
+                self.reschedule_timer(node);
+            }
+        }
         for node in 0..self.cfg.replicas {
             self.restart(node);
         }
