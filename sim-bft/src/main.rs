@@ -254,6 +254,7 @@ fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigErr
 
 fn sim_replica(cfg: SimConfig, progress: bool, verbose: bool) -> Result<Report, ConfigError> {
     let h = ClusterHarness::new(&cfg);
+    h.validate()?;
     simulate(cfg, h, progress, verbose)
 }
 

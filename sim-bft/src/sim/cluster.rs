@@ -134,6 +134,16 @@ impl ClusterHarness {
         c
     }
 
+    /// Checks that the replicas accept their configuration (e.g. n = 3f+1 with f >= 1).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for id in 0..self.n {
+            self.replica_config(id, Role::Honest)
+                .validate()
+                .map_err(|e| ConfigError::Node(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// Boots that failed (each also logged).
     pub fn boot_failures(&self) -> u64 {
         self.boot_failures
@@ -285,6 +295,7 @@ impl Cluster {
     /// The simulator.
     pub fn build(self) -> Result<Simulator<ClusterHarness>, ConfigError> {
         let h = ClusterHarness::new(&self.cfg);
+        h.validate()?;
         Simulator::new(self.cfg, h)
     }
 
@@ -294,6 +305,7 @@ impl Cluster {
         tweak: impl Fn(&mut ReplicaConfig) + 'static,
     ) -> Result<Simulator<ClusterHarness>, ConfigError> {
         let h = ClusterHarness::new(&self.cfg).with_tweak(tweak);
+        h.validate()?;
         Simulator::new(self.cfg, h)
     }
 }

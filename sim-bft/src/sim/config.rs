@@ -37,6 +37,9 @@ pub enum ConfigError {
     /// A period or duration of zero where one is required.
     #[error("{0} must be positive")]
     ZeroPeriod(&'static str),
+    /// The system under test rejected the configuration.
+    #[error("{0}")]
+    Node(String),
     /// A duration that does not parse.
     #[error("bad duration {0:?} (expected e.g. 500ms, 60s, 10m, 1h)")]
     BadDuration(String),
