@@ -225,3 +225,37 @@ fn replayed_old_time_certificate_is_refused() {
     // The backup withheld its prepare.
     assert!(h.queue.iter().all(|(from, _, _)| *from != 1));
 }
+
+#[test]
+fn extreme_clock_values_from_a_byzantine_primary_do_not_panic() {
+    use sim_bft::crypto::replica_signing_key;
+    use sim_bft::node::Input;
+    use sim_bft::protocol::{Batch, Body, Payload, SignedMsg, Wire, codec};
+
+    for mode in [TimeMode::Reference, TimeMode::Robust] {
+        for clock in [i64::MIN, i64::MAX] {
+            let mut h = Harness::new(4, |c| c.time.mode = mode);
+            let req = codec::decode(&h.request_bytes(1, b"x".to_vec()), 1 << 20).unwrap();
+            let batch = Batch {
+                requests: vec![req],
+                primary_clock_ms: clock,
+                time_cert: None,
+                null: false,
+            };
+            let payload = Payload {
+                from: 0,
+                body: Body::PrePrepare {
+                    view: 0,
+                    seq: 1,
+                    batch,
+                },
+            };
+            let msg =
+                SignedMsg::sign(&replica_signing_key(replica_support::SEED, 0), &payload).unwrap();
+            let bytes = codec::encode(&Wire::Signed(msg)).unwrap();
+            h.input(1, Input::Peer { from: 0, bytes });
+            assert_eq!(h.replica(1).metrics().get("time_hard_exceeded"), 1);
+            assert!(h.queue.is_empty(), "votes must be withheld");
+        }
+    }
+}

@@ -1088,11 +1088,12 @@ impl Replica {
     fn check_batch_time(&mut self, now: Millis, seq: u64, batch: &Batch) -> bool {
         let t = self.cfg.time;
         let bounds = |m: &mut Metrics, ts: Millis, hard: Millis| -> bool {
-            let d = (ts - now).abs();
-            if d > t.soft_limit_ms {
+            // abs_diff: a hostile clock (i64::MIN) must not overflow.
+            let d = ts.abs_diff(now);
+            if d > t.soft_limit_ms.unsigned_abs() {
                 m.inc("time_soft_exceeded");
             }
-            if d > hard {
+            if d > hard.unsigned_abs() {
                 m.inc("time_hard_exceeded");
                 return false;
             }
@@ -1153,7 +1154,7 @@ impl Replica {
                         return false;
                     }
                     match cert.median_ms() {
-                        Some(m) if m <= now + t.hard_limit_ms => true,
+                        Some(m) if m <= now.saturating_add(t.hard_limit_ms) => true,
                         _ => {
                             self.metrics.inc("time_hard_exceeded");
                             false
@@ -1385,7 +1386,7 @@ impl Replica {
         let eps = self.cfg.time.epsilon_ms;
         let base = match self.cfg.time.mode {
             TimeMode::Off => return None,
-            _ if batch.null => return self.last_agreed_time_ms.map(|t| t + eps),
+            _ if batch.null => return self.last_agreed_time_ms.map(|t| t.saturating_add(eps)),
             TimeMode::Reference => batch.primary_clock_ms,
             TimeMode::Robust => batch
                 .time_cert

@@ -343,7 +343,7 @@ impl Replica {
         let mut seqs = BTreeSet::new();
         vc.prepared.iter().all(|p| {
             if p.seq <= vc.stable.seq
-                || p.seq > vc.stable.seq + self.cfg.log_window
+                || p.seq > vc.stable.seq.saturating_add(self.cfg.log_window)
                 || p.view >= vc.new_view
                 || !seqs.insert(p.seq)
                 || p.sigs.len() < 2 * self.f()
