@@ -549,4 +549,48 @@ mod tests {
         };
         assert_eq!(cert.median_ms(), Some(20));
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// With at most f of 2f+1 samples from liars (any values), the median lies within the
+        /// range of the honest samples.
+        #[test]
+        fn median_stays_in_the_honest_range(
+            f in 1usize..5,
+            honest in proptest::collection::vec(0i64..1_000_000, 9),
+            liars in proptest::collection::vec(any::<i64>(), 4),
+            liar_count in 0usize..5,
+        ) {
+            let liar_count = liar_count.min(f);
+            let honest = &honest[..2 * f + 1 - liar_count];
+            let s = |c| ClockSample { replica: 0, view: 0, clock_ms: c, sig: [0; 64] };
+            let mut samples: Vec<ClockSample> = honest.iter().map(|c| s(*c)).collect();
+            samples.extend(liars.iter().take(liar_count).map(|c| s(*c)));
+            let cert = TimeCert { seq: 1, digest: [0; 32], samples };
+            let m = cert.median_ms().unwrap();
+            let lo = *honest.iter().min().unwrap();
+            let hi = *honest.iter().max().unwrap();
+            prop_assert!(lo <= m && m <= hi, "median {m} outside [{lo}, {hi}]");
+        }
+
+        /// Every body round-trips through the codec, and re-encoding is byte-identical.
+        #[test]
+        fn codec_round_trip_is_canonical(view in any::<u64>(), seq in any::<u64>(), d in any::<[u8; 32]>(), clock in any::<i64>()) {
+            for body in [
+                Body::Prepare { view, seq, digest: d },
+                Body::Commit { view, seq, digest: d, clock_ms: clock },
+                Body::Checkpoint { seq, digest: d },
+                Body::Status { view, last_executed: seq },
+            ] {
+                let p = Payload { from: 3, body };
+                let bytes = codec::encode(&p).unwrap();
+                let back: Payload = codec::decode(&bytes, 1 << 20).unwrap();
+                prop_assert_eq!(&back, &p);
+                prop_assert_eq!(codec::encode(&back).unwrap(), bytes);
+            }
+        }
+    }
 }
