@@ -348,7 +348,9 @@ impl Drop for ThreadedCluster {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         for inbox in &self.inboxes {
-            let _ = inbox.try_send(Msg::Stop);
+            // Blocking is safe: workers always drain their inbox (they never block on a send),
+            // and a stopped worker's inbox is disconnected, so this returns at once.
+            let _ = inbox.send(Msg::Stop);
         }
     }
 }
