@@ -27,7 +27,9 @@ pub struct TimeConfig {
     pub epsilon_ms: Millis,
     /// A robust certificate must be for a seq at most this far below the proposed seq.
     pub cert_window: u64,
-    /// Robust mode without a certificate (first seqs): the primary's clock must be this close.
+    /// Robust mode without a certificate (the first seqs, or after a restart): the primary's
+    /// clock must be this close to the backup's. Defaults to the hard limit: tighter values stall
+    /// clusters whose honest clocks are that far apart (no primary satisfies every backup).
     pub genesis_bound_ms: Millis,
 }
 
@@ -39,7 +41,7 @@ impl Default for TimeConfig {
             hard_limit_ms: 3_000,
             epsilon_ms: 1,
             cert_window: 64,
-            genesis_bound_ms: 500,
+            genesis_bound_ms: 3_000,
         }
     }
 }

@@ -194,6 +194,8 @@ pub struct Replica {
     last_state_digest: Digest32,
     /// The executed seq at which this replica last broadcast a `Status` (asks once per stall).
     status_asked_at: Option<u64>,
+    /// When this replica last sent its status to each peer (rate limit).
+    status_peer_ms: BTreeMap<NodeId, Millis>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -274,6 +276,7 @@ impl Replica {
             sent_history: VecDeque::new(),
             last_state_digest: [0; 32],
             status_asked_at: None,
+            status_peer_ms: BTreeMap::new(),
             cfg,
         };
         r.last_state_digest = r.state_digest();
@@ -773,6 +776,7 @@ impl Replica {
         match body {
             Body::PrePrepare { view, seq, batch } => {
                 if self.defer_by_view(
+                    now,
                     from,
                     view,
                     &msg,
@@ -788,7 +792,14 @@ impl Replica {
                 self.on_pre_prepare(now, from, seq, batch, out)
             }
             Body::Prepare { view, seq, digest } => {
-                if self.defer_by_view(from, view, &msg, Body::Prepare { view, seq, digest }, out) {
+                if self.defer_by_view(
+                    now,
+                    from,
+                    view,
+                    &msg,
+                    Body::Prepare { view, seq, digest },
+                    out,
+                ) {
                     return;
                 }
                 self.on_prepare(now, from, seq, digest, msg.sig, out)
@@ -805,7 +816,7 @@ impl Replica {
                     digest,
                     clock_ms,
                 };
-                if self.defer_by_view(from, view, &msg, body, out) {
+                if self.defer_by_view(now, from, view, &msg, body, out) {
                     return;
                 }
                 self.on_commit(
@@ -855,6 +866,7 @@ impl Replica {
     /// Returns true when the message must not be processed now.
     fn defer_by_view(
         &mut self,
+        now: Millis,
         from: NodeId,
         view: u64,
         msg: &SignedMsg,
@@ -866,6 +878,11 @@ impl Replica {
         }
         if view < self.view {
             self.drop_msg("drop_wrong_view", Some(from));
+            if self.in_view_change {
+                // We moved ahead alone while `from` still makes progress in its view: follow
+                // the log through its commit certificates (view-independent) meanwhile.
+                self.ask_status(now, from, out);
+            }
             if let Some(nv) = self.last_new_view.clone()
                 && self.new_view_resent.insert((from, self.view))
                 && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
@@ -879,6 +896,10 @@ impl Replica {
             return true;
         }
         // view > self.view, or our current view while its new-view has not arrived yet.
+        if view > self.view {
+            // `from` is in a later view: our status makes it relay the new-view to us.
+            self.ask_status(now, from, out);
+        }
         if self.future.len() >= FUTURE_BUFFER_CAPACITY {
             self.drop_msg("drop_future_buffer_full", Some(from));
             return true;
@@ -886,6 +907,29 @@ impl Replica {
         self.metrics.inc("buffered_future_view");
         self.future.push_back((from, body, msg.sig));
         true
+    }
+
+    /// Sends our status to `from`, at most once per quarter view-change timeout per peer.
+    fn ask_status(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
+        let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
+        if self
+            .status_peer_ms
+            .get(&from)
+            .is_some_and(|last| now < last.saturating_add(gap))
+        {
+            return;
+        }
+        self.status_peer_ms.insert(from, now);
+        self.metrics.inc("status_sent");
+        let (view, last_executed) = (self.view, self.last_executed);
+        self.send(
+            Body::Status {
+                view,
+                last_executed,
+            },
+            Dest::One(from),
+            out,
+        );
     }
 
     fn replay_future(&mut self, now: Millis, out: &mut Vec<Output>) {
@@ -1787,15 +1831,16 @@ impl Replica {
     /// log window), or, when it is below our log, our checkpoint vote so that it can gather a
     /// checkpoint certificate and state-transfer.
     fn on_status(&mut self, from: NodeId, view: u64, last_executed: u64, out: &mut Vec<Output>) {
-        if last_executed >= self.last_executed {
-            return;
-        }
         if view < self.view
+            && !self.in_view_change
             && let Some(nv) = self.last_new_view.clone()
             && self.new_view_resent.insert((from, self.view))
             && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
         {
             out.push(Output::Send { to: from, bytes });
+        }
+        if last_executed >= self.last_executed {
+            return;
         }
         if last_executed < self.stable.seq {
             let (seq, digest) = (self.stable.seq, self.stable.digest);
