@@ -271,7 +271,7 @@ fn campaign() {
                 crashes: 2,
                 byzantine: 1,
                 byzantine_kind: kind,
-                max_clock_skew_ms: 300,
+                max_clock_skew_ms: 200,
                 max_drift_ppm: 200,
                 partition: if seed % 2 == 0 {
                     PartitionKind::Symmetric
