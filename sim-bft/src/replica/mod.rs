@@ -691,6 +691,12 @@ impl Replica {
         }
         let copies = if flood { TICK_FLOOD_FACTOR } else { 1 };
         for _ in 0..copies {
+            if !self.clients.has_room(internal_client_id(self.cfg.id)) {
+                // Check before signing: a full queue must not cost a signature per tick.
+                self.metrics.inc("tick_enqueue_failed");
+                self.metrics.inc("drop_pending_full");
+                return;
+            }
             let request = Request {
                 client: internal_client_id(self.cfg.id),
                 req_seq: self.next_internal_req,
