@@ -129,6 +129,23 @@ impl<S> CronTableRegistry<S> {
         self.unknown_ticks
     }
 
+    /// The table a committed tick is for. An unregistered component is counted, traced and
+    /// reported as a typed error; no table is created for it.
+    fn table_for(&mut self, tick: &Tick) -> Result<&mut CronTable<S>, RegistryError> {
+        match self.tables.get_mut(&tick.component_id) {
+            Some(table) => Ok(table),
+            None => {
+                self.unknown_ticks += 1;
+                tracing::warn!(
+                    component_id = tick.component_id,
+                    seq = tick.bft_sequence_num,
+                    "tick for an unregistered component"
+                );
+                Err(RegistryError::UnknownComponent(tick.component_id))
+            }
+        }
+    }
+
     /// Dispatches a committed tick to its component's table ([`CronTable::evaluate`]).
     pub fn evaluate(
         &mut self,
@@ -136,16 +153,7 @@ impl<S> CronTableRegistry<S> {
         state: &mut S,
         pages: &mut dyn ReservedPages,
     ) -> Result<TickOutcome, RegistryError> {
-        let Some(table) = self.tables.get_mut(&tick.component_id) else {
-            self.unknown_ticks += 1;
-            tracing::warn!(
-                component_id = tick.component_id,
-                seq = tick.bft_sequence_num,
-                "tick for an unregistered component"
-            );
-            return Err(RegistryError::UnknownComponent(tick.component_id));
-        };
-        table
+        self.table_for(tick)?
             .evaluate(tick, state, pages)
             .map_err(|source| RegistryError::Table {
                 component_id: tick.component_id,
@@ -162,16 +170,7 @@ impl<S> CronTableRegistry<S> {
         state: &mut S,
         pages: &mut dyn ReservedPages,
     ) -> Result<TickOutcome, RegistryError> {
-        let Some(table) = self.tables.get_mut(&tick.component_id) else {
-            self.unknown_ticks += 1;
-            tracing::warn!(
-                component_id = tick.component_id,
-                seq = tick.bft_sequence_num,
-                "tick for an unregistered component"
-            );
-            return Err(RegistryError::UnknownComponent(tick.component_id));
-        };
-        table
+        self.table_for(tick)?
             .evaluate_linear(tick, state, pages)
             .map_err(|source| RegistryError::Table {
                 component_id: tick.component_id,
