@@ -212,6 +212,18 @@ impl<S> CronEntry<S> {
         }
     }
 
+    /// The cron-expression factory: an indexed entry at `position` running `action` at the
+    /// instants of `schedule` (see [`CronRule`](crate::schedule::CronRule): armed by the first
+    /// tick with agreed time, then once per reached instant; the next instant is stored in the
+    /// due index and the table's pages). Validation happened when `schedule` was parsed.
+    pub fn cron(
+        position: u32,
+        schedule: crate::cron::CronSchedule,
+        action: impl FnMut(&mut ActionCtx<'_, S>) + Send + 'static,
+    ) -> Self {
+        Self::scheduled(position, crate::schedule::CronRule::new(schedule), action)
+    }
+
     /// Adds a schedule-next callback, called before the action whenever the rule holds.
     pub fn with_schedule_next(
         mut self,
