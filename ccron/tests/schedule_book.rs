@@ -20,6 +20,9 @@ struct Ledger {
 
 const MIN: i64 = 60_000;
 
+/// Recognises an expected error.
+type ErrCheck = fn(&ScheduleError) -> bool;
+
 fn handlers() -> Handlers<Ledger> {
     let mut h: Handlers<Ledger> = Handlers::new();
     for name in ["expire", "report"] {
@@ -163,7 +166,7 @@ fn rejected_requests_change_nothing() {
     )
     .unwrap();
     let before = r.book.clone();
-    let bad: Vec<(ScheduleRequest, fn(&ScheduleError) -> bool)> = vec![
+    let bad: Vec<(ScheduleRequest, ErrCheck)> = vec![
         (
             ScheduleRequest::Create(NewSchedule::new("nope", Timing::AfterMs(5))),
             |e| matches!(e, ScheduleError::UnknownHandler(h) if h == "nope"),
