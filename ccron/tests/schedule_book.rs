@@ -554,7 +554,7 @@ fn preview_and_load_per_slot() {
 }
 
 fn range() -> PageRange {
-    PageRange::new(2, 40).unwrap()
+    PageRange::new(2, 170).unwrap()
 }
 
 #[test]
@@ -582,7 +582,7 @@ fn persistence_round_trips_across_pages_and_rejects_garbage() {
         0,
     )
     .unwrap();
-    let mut pages = MemPages::new(1024, 64);
+    let mut pages = MemPages::new(1024, 200);
     assert!(r.book.is_dirty());
     r.book.save(&mut pages, range()).unwrap();
     assert!(!r.book.is_dirty());
@@ -590,14 +590,19 @@ fn persistence_round_trips_across_pages_and_rejects_garbage() {
     assert_eq!(loaded, r.book);
     loaded.check_invariants().unwrap();
     assert_eq!(loaded.id_of("order-5"), r.book.id_of("order-5"));
-    // A book that does not fit its range is an error, and writes nothing.
+    // A range too small to split, or parts too small for the shards: errors, nothing written.
     let small = PageRange::new(50, 2).unwrap();
     assert!(matches!(
-        r.book.save(&mut pages, small),
+        r.book.save_all(&mut pages, small),
+        Err(ScheduleError::Limit(_))
+    ));
+    let mid = PageRange::new(180, 17).unwrap();
+    assert!(matches!(
+        r.book.save_all(&mut pages, mid),
         Err(ScheduleError::Codec(_))
     ));
     assert!(
-        Scheduler::load(7, Limits::default(), &pages, small)
+        Scheduler::load(7, Limits::default(), &pages, mid)
             .unwrap()
             .is_empty()
     );
@@ -712,6 +717,20 @@ fn drive(ops: &[Op], restarts: bool) -> (Vec<(u64, Due, u64)>, Scheduler) {
         }
         r.book.check_invariants().unwrap();
     }
+    // Incremental saves (above) leave the same pages as one full save of the final book.
+    if restarts {
+        r.book
+            .save(&mut pages, PageRange::new(0, 64).unwrap())
+            .unwrap();
+        let mut full = MemPages::new(512, 64);
+        r.book
+            .save_all(&mut full, PageRange::new(0, 64).unwrap())
+            .unwrap();
+        let ours = Scheduler::load(7, limits, &pages, PageRange::new(0, 64).unwrap()).unwrap();
+        let theirs = Scheduler::load(7, limits, &full, PageRange::new(0, 64).unwrap()).unwrap();
+        assert_eq!(ours, theirs);
+        assert_eq!(ours, r.book);
+    }
     (runs, r.book)
 }
 
@@ -737,26 +756,44 @@ proptest! {
         }
     }
 
-    /// Arbitrary blobs, and valid books with bytes flipped, never panic the loader.
+    /// Arbitrary blobs, and valid books with bytes flipped (header or shard), never panic the
+    /// loader; whatever loads satisfies the invariants.
     #[test]
     fn garbage_books_never_panic(
-        bytes in prop::collection::vec(any::<u8>(), 0..2048),
+        bytes in prop::collection::vec(any::<u8>(), 0..1900),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        in_header in any::<bool>(),
     ) {
+        let limits = Limits { persist_shards: 1, ..Limits::default() };
         let range = PageRange::new(0, 8).unwrap();
+        let header = PageRange::new(0, 4).unwrap();
+        let shard = PageRange::new(4, 4).unwrap();
         let mut pages = MemPages::new(512, 8);
-        codec::save_blob(&mut pages, range, BlobKind::ScheduleBook, &bytes).unwrap();
-        let _ = Scheduler::load(7, Limits::default(), &pages, range);
-        let (_, book) = drive(&[Op::Delay(5, 1), Op::Every(10, 2), Op::Upsert(1, 3), Op::Tick(7)], false);
-        let mut book = book;
-        book.save(&mut pages, range).unwrap();
-        let mut blob = codec::load_blob(&pages, range, BlobKind::ScheduleBook).unwrap().unwrap();
+        codec::save_blob(&mut pages, shard, BlobKind::ScheduleBook, &bytes).unwrap();
+        let _ = Scheduler::load(7, limits, &pages, range);
+        let mut one = Scheduler::new(7, limits);
+        let h = handlers();
+        one.apply(ScheduleRequest::InstallZone(ZoneRules::fixed("X", 3_600).unwrap()), &h, 0, Some(0)).unwrap();
+        for req in [
+            NewSchedule::new("expire", Timing::AfterMs(5)).with_key("a").with_priority(2),
+            NewSchedule::new("report", Timing::Every { period_ms: 10, start_ms: None })
+                .with_misfire(Misfire::FireEach { cap: 2 }),
+            NewSchedule::new("report", Timing::Cron { expression: "*/5 * * * *".into(), zone: Some("X".into()) }),
+            NewSchedule::new("expire", Timing::AfterSeqs(4)).with_payload(b"p".to_vec()),
+        ] {
+            one.apply(ScheduleRequest::Create(req), &h, 0, Some(0)).unwrap();
+        }
+        let mut wire = MemPages::new(512, 8);
+        one.save_all(&mut wire, range).unwrap();
+        prop_assert_eq!(&Scheduler::load(7, limits, &wire, range).unwrap(), &one);
+        let part = if in_header { header } else { shard };
+        let mut blob = codec::load_blob(&wire, part, BlobKind::ScheduleBook).unwrap().unwrap();
         for (i, b) in flips {
             let i = i.index(blob.len());
             blob[i] ^= b.max(1);
         }
-        codec::save_blob(&mut pages, range, BlobKind::ScheduleBook, &blob).unwrap();
-        if let Ok(loaded) = Scheduler::load(7, Limits::default(), &pages, range) {
+        codec::save_blob(&mut wire, part, BlobKind::ScheduleBook, &blob).unwrap();
+        if let Ok(loaded) = Scheduler::load(7, limits, &wire, range) {
             prop_assert!(loaded.check_invariants().is_ok());
         }
     }

@@ -181,6 +181,10 @@ pub struct Limits {
     pub max_name_bytes: usize,
     /// Most zones installed.
     pub max_zones: usize,
+    /// Record shards the book is persisted in: a save rewrites only the shards whose records
+    /// changed (plus a small header), so a change costs O(n / shards) bytes, not O(n). The page
+    /// range is split into `persist_shards + 1` equal parts (header first). At least 1.
+    pub persist_shards: u32,
     /// Most schedules one tick steps (the fire budget); what does not fit stays due and runs on
     /// later ticks, higher priority first, then earlier due point, then lower id.
     pub budget_per_tick: usize,
@@ -193,6 +197,7 @@ impl Default for Limits {
             max_payload_bytes: 4_096,
             max_name_bytes: 128,
             max_zones: 64,
+            persist_shards: 16,
             budget_per_tick: 10_000,
         }
     }
@@ -255,13 +260,20 @@ struct Record {
     runs: u64,
 }
 
-/// What the pages hold.
+/// What the header part of the page range holds.
 #[derive(bincode::Encode, bincode::Decode)]
-struct Wire {
+struct Header {
     version: u8,
     component: ComponentId,
     next_id: u64,
+    shards: u32,
     zones: Vec<ZoneRules>,
+}
+
+/// What one record shard holds: the records whose id maps to it, ascending.
+#[derive(bincode::Encode, bincode::Decode)]
+struct Shard {
+    shard: u32,
     records: Vec<(u64, Record)>,
 }
 
@@ -436,7 +448,10 @@ pub struct Scheduler {
     index: BTreeSet<(u8, Due, u64)>,
     /// Active index entries per inverted priority (a tick probes only levels in use).
     levels: BTreeMap<u8, usize>,
-    dirty: bool,
+    /// Whether the header (next id, zones) changed since the last save or load.
+    header_dirty: bool,
+    /// Record shards changed since the last save or load.
+    dirty_shards: BTreeSet<u32>,
 }
 
 /// Deterministic jitter offset of schedule `id` (splitmix64 finaliser).
@@ -469,7 +484,8 @@ impl Scheduler {
             crons: BTreeMap::new(),
             index: BTreeSet::new(),
             levels: BTreeMap::new(),
-            dirty: false,
+            header_dirty: false,
+            dirty_shards: BTreeSet::new(),
         }
     }
 
@@ -490,7 +506,20 @@ impl Scheduler {
 
     /// Whether the book changed since the last [`Scheduler::save`] or load.
     pub fn is_dirty(&self) -> bool {
-        self.dirty
+        self.header_dirty || !self.dirty_shards.is_empty()
+    }
+
+    /// The persistence shard holding record `id`.
+    fn shard_of(&self, id: u64) -> u32 {
+        let shards = u64::from(self.limits.persist_shards.max(1));
+        // The remainder is below `persist_shards`, a u32.
+        u32::try_from(id % shards).unwrap_or(0)
+    }
+
+    /// Marks record `id`'s shard for the next save.
+    fn touch(&mut self, id: u64) {
+        let shard = self.shard_of(id);
+        self.dirty_shards.insert(shard);
     }
 
     /// The id of the schedule holding `key`.
@@ -716,7 +745,7 @@ impl Scheduler {
                 if let Some(r) = self.records.get_mut(&id) {
                     r.paused = true;
                 }
-                self.dirty = true;
+                self.touch(id);
                 Ok(Some(id))
             }
             ScheduleRequest::Resume(target) => {
@@ -726,7 +755,7 @@ impl Scheduler {
                     r.paused = false;
                 }
                 self.reindex(id);
-                self.dirty = true;
+                self.touch(id);
                 Ok(Some(id))
             }
             ScheduleRequest::Cancel(target) => {
@@ -743,7 +772,7 @@ impl Scheduler {
                     )));
                 }
                 self.zones.insert(name, rules);
-                self.dirty = true;
+                self.header_dirty = true;
                 Ok(None)
             }
         }
@@ -783,7 +812,8 @@ impl Scheduler {
             },
         );
         self.reindex(id);
-        self.dirty = true;
+        self.touch(id);
+        self.header_dirty = true;
         Ok(id)
     }
 
@@ -813,7 +843,7 @@ impl Scheduler {
             self.crons.insert(id, c);
         }
         self.reindex(id);
-        self.dirty = true;
+        self.touch(id);
         Ok(id)
     }
 
@@ -825,7 +855,7 @@ impl Scheduler {
             self.keys.remove(&k);
         }
         self.crons.remove(&id);
-        self.dirty = true;
+        self.touch(id);
     }
 
     /// The first occurrence of `id`'s timing strictly after `after` (time timings only).
@@ -982,7 +1012,7 @@ impl Scheduler {
             } else {
                 self.reindex(id);
             }
-            self.dirty = true;
+            self.touch(id);
             if runs.is_empty() {
                 report.skipped.push(id);
                 continue;
@@ -1103,29 +1133,107 @@ impl Scheduler {
             .collect()
     }
 
-    /// Writes the book into `range` (multi-page, through [`crate::codec`]) and clears the
-    /// dirty flag. Nothing is written on error.
+    /// The header part and the record parts of `range` (see [`Limits::persist_shards`]).
+    fn parts(range: PageRange, shards: u32) -> Result<(PageRange, Vec<PageRange>), ScheduleError> {
+        let shards = shards.max(1);
+        let part_len = range.len() / shards.saturating_add(1);
+        let part = |k: u32| PageRange::new(range.first() + k * part_len, part_len);
+        let header = part(0).ok_or_else(|| {
+            ScheduleError::Limit(format!(
+                "a range of {} pages cannot hold a header and {shards} shards",
+                range.len()
+            ))
+        })?;
+        let mut out = Vec::new();
+        for k in 1..=shards {
+            out.push(part(k).ok_or_else(|| ScheduleError::Limit("empty shard part".into()))?);
+        }
+        Ok((header, out))
+    }
+
+    /// Writes what changed since the last save or load into `range` (the header and the dirty
+    /// record shards, each through [`crate::codec`], multi-page) and clears the dirty marks.
+    /// Encodes and size-checks everything before writing, so a size error writes nothing.
     ///
     /// # Errors
-    /// [`ScheduleError::Codec`] (pages, or the book does not fit the range).
+    /// [`ScheduleError::Codec`] (pages, or a part does not fit), [`ScheduleError::Limit`]
+    /// (the range is too small to split).
     pub fn save(
         &mut self,
         pages: &mut dyn ReservedPages,
         range: PageRange,
     ) -> Result<(), ScheduleError> {
-        let wire = Wire {
-            version: WIRE_VERSION,
-            component: self.component,
-            next_id: self.next_id,
-            zones: self.zones.values().cloned().collect(),
-            records: self
-                .records
-                .iter()
-                .map(|(&id, r)| (id, r.clone()))
-                .collect(),
+        self.write(pages, range, false)
+    }
+
+    /// Writes the whole book (header and every shard), as after a layout change.
+    ///
+    /// # Errors
+    /// As [`Scheduler::save`].
+    pub fn save_all(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        range: PageRange,
+    ) -> Result<(), ScheduleError> {
+        self.write(pages, range, true)
+    }
+
+    fn write(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        range: PageRange,
+        all: bool,
+    ) -> Result<(), ScheduleError> {
+        let shards = self.limits.persist_shards.max(1);
+        let (header_range, shard_ranges) = Self::parts(range, shards)?;
+        let mut blobs: Vec<(PageRange, Vec<u8>)> = Vec::new();
+        if all || self.header_dirty {
+            let header = Header {
+                version: WIRE_VERSION,
+                component: self.component,
+                next_id: self.next_id,
+                shards,
+                zones: self.zones.values().cloned().collect(),
+            };
+            blobs.push((header_range, codec::to_blob(&header)?));
+        }
+        let dirty: Vec<u32> = if all {
+            (0..shards).collect()
+        } else {
+            self.dirty_shards.iter().copied().collect()
         };
-        codec::save(pages, range, BlobKind::ScheduleBook, &wire)?;
-        self.dirty = false;
+        // One pass over the records, grouped by shard (ids ascending within each).
+        let mut grouped: BTreeMap<u32, Vec<(u64, Record)>> =
+            dirty.iter().map(|&k| (k, Vec::new())).collect();
+        if !grouped.is_empty() {
+            for (&id, r) in &self.records {
+                if let Some(v) = grouped.get_mut(&self.shard_of(id)) {
+                    v.push((id, r.clone()));
+                }
+            }
+        }
+        for (shard, records) in grouped {
+            let Some(&part) = shard_ranges.get(shard as usize) else {
+                continue;
+            };
+            blobs.push((part, codec::to_blob(&Shard { shard, records })?));
+        }
+        let page_size = pages.page_size();
+        for (part, blob) in &blobs {
+            let capacity = codec::capacity(*part, page_size);
+            if blob.len() > capacity {
+                return Err(CodecError::TooLarge {
+                    len: blob.len(),
+                    capacity,
+                }
+                .into());
+            }
+        }
+        for (part, blob) in &blobs {
+            codec::save_blob(pages, *part, BlobKind::ScheduleBook, blob)?;
+        }
+        self.header_dirty = false;
+        self.dirty_shards.clear();
         Ok(())
     }
 
@@ -1134,7 +1242,7 @@ impl Scheduler {
     /// checked here: a record naming an unregistered handler is reported when it fires.
     ///
     /// # Errors
-    /// [`ScheduleError::Codec`] or [`ScheduleError::Corrupt`].
+    /// [`ScheduleError::Codec`], [`ScheduleError::Corrupt`] or [`ScheduleError::Limit`].
     pub fn load(
         component: ComponentId,
         limits: Limits,
@@ -1142,54 +1250,81 @@ impl Scheduler {
         range: PageRange,
     ) -> Result<Self, ScheduleError> {
         let mut book = Self::new(component, limits);
-        let Some(wire) = codec::load::<Wire>(pages, range, BlobKind::ScheduleBook)? else {
+        let shards = limits.persist_shards.max(1);
+        let (header_range, shard_ranges) = Self::parts(range, shards)?;
+        let Some(header) = codec::load::<Header>(pages, header_range, BlobKind::ScheduleBook)?
+        else {
             return Ok(book);
         };
         let corrupt = |m: String| {
             tracing::warn!(component, reason = %m, "stored schedule book rejected");
             ScheduleError::Corrupt(m)
         };
-        if wire.version != WIRE_VERSION || wire.component != component {
+        if header.version != WIRE_VERSION || header.component != component {
             return Err(corrupt(format!(
                 "version {} component {}",
-                wire.version, wire.component
+                header.version, header.component
             )));
         }
-        if wire.records.len() > limits.max_schedules || wire.zones.len() > limits.max_zones {
-            return Err(corrupt("more schedules or zones than the limits".into()));
+        if header.shards != shards {
+            return Err(corrupt(format!(
+                "stored with {} shards, configured {shards}",
+                header.shards
+            )));
         }
-        for z in wire.zones {
+        if header.zones.len() > limits.max_zones {
+            return Err(corrupt("more zones than the limits".into()));
+        }
+        for z in header.zones {
             book.zones.insert(z.name().to_owned(), z);
         }
-        for (id, rec) in wire.records {
-            if id == 0 || id >= wire.next_id || book.records.contains_key(&id) {
-                return Err(corrupt(format!("schedule id {id} out of order")));
+        for (k, part) in shard_ranges.iter().enumerate() {
+            let Some(shard) = codec::load::<Shard>(pages, *part, BlobKind::ScheduleBook)? else {
+                continue;
+            };
+            if shard.shard as usize != k {
+                return Err(corrupt(format!("part {k} holds shard {}", shard.shard)));
             }
-            // Stored timings are normalised at admission: relative ones never reach the pages.
-            if matches!(
-                rec.def.timing,
-                Timing::AfterMs(_) | Timing::AfterSeqs(_) | Timing::Every { start_ms: None, .. }
-            ) {
-                return Err(corrupt(format!("schedule {id}: timing not normalised")));
+            if book.records.len().saturating_add(shard.records.len()) > limits.max_schedules {
+                return Err(corrupt("more schedules than the limits".into()));
             }
-            // Re-admit the stored definition (all timings are absolute or have a start, so no
-            // time is needed except for cron, whose instant is stored anyway).
-            let (_, _, cron) = book
-                .admit(&rec.def, |_| true, 0, Some(0))
-                .map_err(|e| corrupt(format!("schedule {id}: {e}")))?;
-            if let Some(k) = &rec.def.key
-                && book.keys.insert(k.clone(), id).is_some()
-            {
-                return Err(corrupt(format!("key {k:?} held twice")));
+            for (id, rec) in shard.records {
+                if id == 0 || id >= header.next_id || book.shard_of(id) as usize != k {
+                    return Err(corrupt(format!("schedule id {id} misplaced")));
+                }
+                book.load_record(id, rec).map_err(corrupt)?;
             }
-            if let Some(c) = cron {
-                book.crons.insert(id, c);
-            }
-            book.records.insert(id, rec);
-            book.reindex(id);
         }
-        book.next_id = wire.next_id;
+        book.next_id = header.next_id;
         Ok(book)
+    }
+
+    fn load_record(&mut self, id: u64, rec: Record) -> Result<(), String> {
+        if self.records.contains_key(&id) {
+            return Err(format!("schedule id {id} stored twice"));
+        }
+        // Stored timings are normalised at admission: relative ones never reach the pages.
+        if matches!(
+            rec.def.timing,
+            Timing::AfterMs(_) | Timing::AfterSeqs(_) | Timing::Every { start_ms: None, .. }
+        ) {
+            return Err(format!("schedule {id}: timing not normalised"));
+        }
+        // Re-admit the stored definition (validation only: the stored next point is kept).
+        let (_, _, cron) = self
+            .admit(&rec.def, |_| true, 0, Some(0))
+            .map_err(|e| format!("schedule {id}: {e}"))?;
+        if let Some(k) = &rec.def.key
+            && self.keys.insert(k.clone(), id).is_some()
+        {
+            return Err(format!("key {k:?} held twice"));
+        }
+        if let Some(c) = cron {
+            self.crons.insert(id, c);
+        }
+        self.records.insert(id, rec);
+        self.reindex(id);
+        Ok(())
     }
 
     /// Checks the index against the records; returns the first mismatch.
