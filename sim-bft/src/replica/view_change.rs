@@ -39,7 +39,7 @@ impl Replica {
         self.metrics.inc("view_changes_started");
         // Ticks waiting in the old view may never be ordered: clear the throttle marks so that
         // the components keep ticking (a duplicate tick is harmless, a stuck one is not).
-        self.tick_pending.clear();
+        self.throttle.on_view_change_cleared();
         self.clients.clear_proposed();
         self.batch_deadline = None;
         let prepared = self
