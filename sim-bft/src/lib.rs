@@ -8,4 +8,11 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod app;
+pub mod crypto;
 pub mod node;
+pub mod protocol;
+pub mod replica;
+pub mod report;
+pub mod runtime;
+pub mod sim;

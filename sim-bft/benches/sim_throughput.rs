@@ -1,0 +1,148 @@
+//! sim-bft throughput benchmark (a plain bench binary; prints figures against their targets).
+//!
+//! Run: `cargo bench -p sim-bft --bench sim_throughput`
+//!
+//! 1. Committed client-signed requests per second of wall time, n = 4, batching on (the clients'
+//!    signing is inside the measured time).
+//! 2. Committed internal requests (ticks) per second of wall time, n = 4, many components.
+//! 3. Simulated time over wall time for a tick-only workload (the baseline is real time: the ratio
+//!    says how many times faster than real time the cluster is simulated).
+//!
+//! Wall time is read only here, in the driver (the simulator itself never reads a clock).
+
+use std::time::{Duration, Instant};
+
+use sim_bft::sim::cluster::Cluster;
+use sim_bft::sim::{SimConfig, SimOutcome, TimeServiceMode};
+
+/// The benchmark configuration: per-step replica invariant checks off (they hash the stable
+/// snapshot on every step and would dominate; the tests keep them on).
+fn bench_cluster(seed: u64) -> Cluster {
+    Cluster::from_config(SimConfig {
+        seed,
+        node_check_every: 0,
+        ..SimConfig::default()
+    })
+}
+
+#[allow(clippy::disallowed_methods)]
+fn timed(f: impl FnOnce() -> SimOutcome) -> (SimOutcome, Duration) {
+    // The benchmark driver's one real-clock read pair.
+    let t0 = Instant::now();
+    let o = f();
+    (o, t0.elapsed())
+}
+
+fn check(o: &SimOutcome) {
+    if !o.ok() {
+        eprintln!("warning: checker failed: {:?}", o.violations);
+    }
+}
+
+fn min_user_requests(o: &SimOutcome) -> u64 {
+    o.nodes
+        .iter()
+        .map(|n| n.requests_executed - n.ticks_executed)
+        .min()
+        .unwrap_or(0)
+}
+
+fn min_ticks(o: &SimOutcome) -> u64 {
+    o.nodes.iter().map(|n| n.ticks_executed).min().unwrap_or(0)
+}
+
+fn mean_batch(o: &SimOutcome) -> f64 {
+    let n = &o.nodes[0];
+    n.requests_executed as f64 / n.batches_executed.max(1) as f64
+}
+
+fn main() {
+    // Cargo passes `--bench`; any other argument filters nothing here.
+    println!("sim-bft throughput (n = 4, release build)");
+
+    // 1. Client-signed requests: 32 clients, one request each per simulated ms (32k/s offered).
+    let (o, wall) = timed(|| {
+        bench_cluster(1)
+            .time_service(TimeServiceMode::Robust)
+            .duration_ms(2_000, 1_000)
+            .clients(32, 1)
+            .ticks(vec![1], 1_000)
+            .build_with(|c| {
+                c.batch_max = 256;
+                c.batch_delay_ms = 2;
+                c.max_in_flight = 8;
+                c.max_pending_per_client = 4_096;
+                c.max_pending = 200_000;
+            })
+            .map(|s| s.run())
+            .unwrap_or_else(|e| panic!("bench config: {e}"))
+    });
+    check(&o);
+    let req = min_user_requests(&o);
+    let rate = req as f64 / wall.as_secs_f64();
+    println!(
+        "client-signed requests: {req} committed on every replica in {:.2} s wall = {:.0} req/s \
+         (target >= 3,000; mean batch {:.1} requests)",
+        wall.as_secs_f64(),
+        rate,
+        mean_batch(&o)
+    );
+
+    // 2. Internal requests (ticks): C components ticking every P ms on every replica; a small
+    //    sweep, since the replica throttles ticks (at most one pending per component).
+    for (count, period_ms) in [(256u32, 5u64), (1024, 20), (4096, 100)] {
+        let components: Vec<u32> = (0..count).collect();
+        let (o, wall) = timed(|| {
+            bench_cluster(2)
+                .duration_ms(2_000, 1_000)
+                .clients(0, 0)
+                .ticks(components.clone(), period_ms)
+                .build_with(|c| {
+                    c.batch_max = 1_024;
+                    c.batch_delay_ms = 2;
+                    c.max_in_flight = 8;
+                    c.max_pending = 200_000;
+                })
+                .map(|s| s.run())
+                .unwrap_or_else(|e| panic!("bench config: {e}"))
+        });
+        check(&o);
+        let ticks = min_ticks(&o);
+        println!(
+            "internal requests (ticks), {count} components every {period_ms} ms: {ticks} \
+             committed on every replica in {:.2} s wall = {:.0} req/s (target >= 10,000; mean \
+             batch {:.1})",
+            wall.as_secs_f64(),
+            ticks as f64 / wall.as_secs_f64(),
+            mean_batch(&o)
+        );
+    }
+
+    // 3. Simulation speed, tick-only workload: one component ticking every second for 1 hour,
+    //    every replica's tick timer on the same second boundaries (as cron-aligned timers are),
+    //    so the primary batches the replicas' ticks of one second together.
+    let simulated_ms = 3_600_000;
+    let (o, wall) = timed(|| {
+        let mut cfg = bench_cluster(3)
+            .duration_ms(simulated_ms, 10_000)
+            .clients(0, 0)
+            .ticks(vec![1], 1_000)
+            .config()
+            .clone();
+        cfg.tick_spread_ms = Some(0);
+        Cluster::from_config(cfg)
+            .build_with(|c| c.batch_delay_ms = 10)
+            .map(|s| s.run())
+            .unwrap_or_else(|e| panic!("bench config: {e}"))
+    });
+    check(&o);
+    let ratio = o.end_ms as f64 / 1_000.0 / wall.as_secs_f64();
+    println!(
+        "simulation speed, tick-only: {} s simulated in {:.2} s wall = {:.0}x real time \
+         (baseline: real time = 1x; target >= 1,000x; {} ticks executed per replica)",
+        o.end_ms / 1_000,
+        wall.as_secs_f64(),
+        ratio,
+        min_ticks(&o)
+    );
+}

@@ -1,0 +1,596 @@
+//! Protocol messages of sim-bft: client requests and replies, PBFT messages, their signatures.
+//!
+//! Wire layout: a peer message is a [`Wire`]: either a replica-signed [`SignedMsg`] (the signature
+//! covers the encoded [`Payload`], which names its sender) or a forwarded client
+//! [`SignedRequest`] (authenticated by the client's own signature). Client input bytes are one
+//! encoded [`SignedRequest`]; replies are encoded [`SignedReply`]s. All encodings go through
+//! [`codec`].
+
+pub mod codec;
+
+use bincode::{Decode, Encode};
+use ed25519_dalek::SigningKey;
+
+use crate::crypto::{self, Digest32, Keyring, SigBytes, VerifyCache};
+use crate::node::{ClientId, Millis, NodeId};
+pub use codec::CodecError;
+
+/// What a client request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub enum RequestKind {
+    /// An ordinary request for the application.
+    Write,
+    /// A tick from a replica's internal client; the payload is the component id (4 bytes LE).
+    Tick,
+}
+
+/// A client request, as signed by its client.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct Request {
+    /// The issuing client.
+    pub client: ClientId,
+    /// The client's request sequence number (executes at most once).
+    pub req_seq: u64,
+    /// Ordinary request or tick.
+    pub kind: RequestKind,
+    /// Application payload (for a tick: the component id, little endian u32).
+    pub payload: Vec<u8>,
+}
+
+/// A request with its client's signature over the encoded [`Request`].
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct SignedRequest {
+    /// The request.
+    pub request: Request,
+    /// ed25519 signature of the client over `codec::encode(&request)`.
+    pub sig: SigBytes,
+}
+
+impl SignedRequest {
+    /// Signs `request` with `key`.
+    pub fn sign(key: &SigningKey, request: Request) -> Result<Self, CodecError> {
+        let bytes = codec::encode(&request)?;
+        Ok(Self {
+            sig: crypto::sign(key, &bytes),
+            request,
+        })
+    }
+
+    /// Encodes the signed request as client input bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, CodecError> {
+        codec::encode(self)
+    }
+
+    /// Checks the client's signature (the caller checks authorisation).
+    pub fn verify(&self, ring: &Keyring, cache: Option<&VerifyCache>) -> bool {
+        let Some(key) = ring.client(self.request.client) else {
+            return false;
+        };
+        match codec::encode(&self.request) {
+            Ok(bytes) => crypto::verify(key, &bytes, &self.sig, cache),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Builds the client input bytes of a signed request (what a simulated client sends).
+pub fn client_request_bytes(
+    key: &SigningKey,
+    client: ClientId,
+    req_seq: u64,
+    payload: Vec<u8>,
+) -> Result<Vec<u8>, CodecError> {
+    SignedRequest::sign(
+        key,
+        Request {
+            client,
+            req_seq,
+            kind: RequestKind::Write,
+            payload,
+        },
+    )?
+    .to_bytes()
+}
+
+/// One replica's signed clock reading, taken from its commit message for the certificate's seq.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ClockSample {
+    /// The replica that sent the commit.
+    pub replica: NodeId,
+    /// The view of that commit.
+    pub view: u64,
+    /// The clock reading the commit carried.
+    pub clock_ms: Millis,
+    /// The replica's signature over its commit payload.
+    pub sig: SigBytes,
+}
+
+/// A certificate of 2f+1 signed clock readings from the commits of an earlier sequence number
+/// (the Byzantine-robust time service).
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct TimeCert {
+    /// The sequence number the commits were for.
+    pub seq: u64,
+    /// The batch digest the commits were for.
+    pub digest: Digest32,
+    /// At least 2f+1 samples from distinct replicas.
+    pub samples: Vec<ClockSample>,
+}
+
+impl TimeCert {
+    /// The median of the samples' clocks (the lower median for even counts), if any.
+    pub fn median_ms(&self) -> Option<Millis> {
+        let mut clocks: Vec<Millis> = self.samples.iter().map(|s| s.clock_ms).collect();
+        clocks.sort_unstable();
+        clocks.get(clocks.len().saturating_sub(1) / 2).copied()
+    }
+}
+
+/// A batch of requests ordered at one sequence number, with its time evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct Batch {
+    /// The requests, executed in this order.
+    pub requests: Vec<SignedRequest>,
+    /// The primary's clock when it proposed the batch (the reference time rule).
+    pub primary_clock_ms: Millis,
+    /// Certificate of signed clocks (the robust time rule), absent for the first seqs.
+    pub time_cert: Option<TimeCert>,
+    /// A null batch fills a gap after a view change; it executes nothing.
+    pub null: bool,
+}
+
+impl Batch {
+    /// The null batch a new view uses to fill a sequence number nobody prepared.
+    pub fn null() -> Self {
+        Self {
+            requests: Vec::new(),
+            primary_clock_ms: 0,
+            time_cert: None,
+            null: true,
+        }
+    }
+
+    /// SHA-256 of the canonical encoding: the batch digest that the votes are about.
+    pub fn digest(&self) -> Result<Digest32, CodecError> {
+        Ok(crypto::sha256(&codec::encode(self)?))
+    }
+}
+
+/// A list of signatures by distinct replicas over one reconstructible payload.
+pub type SigList = Vec<(NodeId, SigBytes)>;
+
+/// Proof that a checkpoint is stable: 2f+1 signed checkpoint messages with the same digest.
+/// The genesis checkpoint (seq 0) needs no signatures.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct CheckpointProof {
+    /// Checkpoint sequence number.
+    pub seq: u64,
+    /// State digest at `seq`.
+    pub digest: Digest32,
+    /// Signatures over `Payload { from, Body::Checkpoint { seq, digest } }`.
+    pub sigs: SigList,
+}
+
+/// Proof that a batch prepared at (view, seq): 2f prepares from backups of `view`.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct PreparedProof {
+    /// View in which it prepared.
+    pub view: u64,
+    /// Sequence number.
+    pub seq: u64,
+    /// The batch (its digest is what the prepares signed).
+    pub batch: Batch,
+    /// Signatures over `Payload { from, Body::Prepare { view, seq, digest } }`.
+    pub sigs: SigList,
+}
+
+/// A view-change message.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ViewChange {
+    /// The view the sender moves to.
+    pub new_view: u64,
+    /// The sender's last stable checkpoint, with proof.
+    pub stable: CheckpointProof,
+    /// Batches the sender prepared above its stable checkpoint.
+    pub prepared: Vec<PreparedProof>,
+}
+
+/// The body of a replica-signed message.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum Body {
+    /// Primary proposes `batch` at (`view`, `seq`).
+    PrePrepare {
+        /// View.
+        view: u64,
+        /// Sequence number.
+        seq: u64,
+        /// The proposed batch.
+        batch: Batch,
+    },
+    /// A backup accepted the pre-prepare for (`view`, `seq`, `digest`).
+    Prepare {
+        /// View.
+        view: u64,
+        /// Sequence number.
+        seq: u64,
+        /// Batch digest.
+        digest: Digest32,
+    },
+    /// The sender prepared (`view`, `seq`, `digest`); carries its signed clock.
+    Commit {
+        /// View.
+        view: u64,
+        /// Sequence number.
+        seq: u64,
+        /// Batch digest.
+        digest: Digest32,
+        /// The sender's clock when it committed (a robust time sample).
+        clock_ms: Millis,
+    },
+    /// The sender's state digest after executing `seq`.
+    Checkpoint {
+        /// Sequence number.
+        seq: u64,
+        /// State digest.
+        digest: Digest32,
+    },
+    /// The sender moves to a new view.
+    ViewChange(ViewChange),
+    /// The primary of `view` starts it, justified by 2f+1 signed view changes (as wire bytes).
+    NewView {
+        /// The new view.
+        view: u64,
+        /// 2f+1 encoded [`SignedMsg`]s each carrying a [`Body::ViewChange`] for `view`.
+        view_changes: Vec<SignedMsg>,
+    },
+    /// Asks for the sender's latest stable checkpoint at or above `seq`.
+    StateRequest {
+        /// The lowest acceptable checkpoint.
+        seq: u64,
+    },
+    /// Describes the snapshot whose chunks follow.
+    StateMeta {
+        /// Proof of the checkpoint the snapshot is for.
+        proof: CheckpointProof,
+        /// Total snapshot length.
+        total_len: u64,
+        /// Number of chunks.
+        chunks: u32,
+    },
+    /// One chunk of a snapshot.
+    StateChunk {
+        /// Checkpoint sequence number.
+        seq: u64,
+        /// Index of the chunk.
+        index: u32,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// "I executed up to `last_executed` and I am stuck": peers that are further along answer
+    /// with [`Body::Committed`] certificates (retransmission after message loss).
+    Status {
+        /// The sender's view.
+        view: u64,
+        /// The sender's last executed sequence number.
+        last_executed: u64,
+    },
+    /// A batch with 2f+1 signed commits for it (all of view `view`): proof that it committed.
+    Committed {
+        /// The view of the commits.
+        view: u64,
+        /// Sequence number.
+        seq: u64,
+        /// The batch.
+        batch: Batch,
+        /// (replica, clock carried by its commit, signature of its commit).
+        commits: Vec<(NodeId, Millis, SigBytes)>,
+    },
+}
+
+impl Body {
+    /// A short name of the message type (for traces and counters).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Body::PrePrepare { .. } => "pre_prepare",
+            Body::Prepare { .. } => "prepare",
+            Body::Commit { .. } => "commit",
+            Body::Checkpoint { .. } => "checkpoint",
+            Body::ViewChange(_) => "view_change",
+            Body::NewView { .. } => "new_view",
+            Body::StateRequest { .. } => "state_request",
+            Body::StateMeta { .. } => "state_meta",
+            Body::StateChunk { .. } => "state_chunk",
+            Body::Status { .. } => "status",
+            Body::Committed { .. } => "committed",
+        }
+    }
+}
+
+/// What a replica signs: its id and the body.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct Payload {
+    /// The signer.
+    pub from: NodeId,
+    /// The message.
+    pub body: Body,
+}
+
+/// An encoded [`Payload`] with its sender's signature over exactly these bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct SignedMsg {
+    /// `codec::encode(&Payload)`.
+    pub payload: Vec<u8>,
+    /// Signature over `payload`.
+    pub sig: SigBytes,
+}
+
+impl SignedMsg {
+    /// Encodes and signs `payload`.
+    pub fn sign(key: &SigningKey, payload: &Payload) -> Result<Self, CodecError> {
+        let bytes = codec::encode(payload)?;
+        Ok(Self {
+            sig: crypto::sign(key, &bytes),
+            payload: bytes,
+        })
+    }
+
+    /// Decodes the payload and checks the signature with the claimed sender's key.
+    pub fn open(
+        &self,
+        ring: &Keyring,
+        limit_bytes: usize,
+        cache: Option<&VerifyCache>,
+    ) -> Result<Payload, OpenError> {
+        let payload: Payload = codec::decode(&self.payload, limit_bytes)?;
+        let key = ring
+            .replica(payload.from)
+            .ok_or(OpenError::UnknownSender(payload.from))?;
+        if !crypto::verify(key, &self.payload, &self.sig, cache) {
+            return Err(OpenError::BadSignature);
+        }
+        Ok(payload)
+    }
+}
+
+/// Verifies that `sig` is `from`'s signature over `Payload { from, body }`.
+pub fn verify_body(
+    ring: &Keyring,
+    from: NodeId,
+    body: Body,
+    sig: &SigBytes,
+    cache: Option<&VerifyCache>,
+) -> bool {
+    let Some(key) = ring.replica(from) else {
+        return false;
+    };
+    match codec::encode(&Payload { from, body }) {
+        Ok(bytes) => crypto::verify(key, &bytes, sig, cache),
+        Err(_) => false,
+    }
+}
+
+/// Why a [`SignedMsg`] could not be opened.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The payload does not decode.
+    #[error("codec: {0}")]
+    Codec(#[from] CodecError),
+    /// The claimed sender is not a replica.
+    #[error("unknown sender {0}")]
+    UnknownSender(NodeId),
+    /// The signature does not verify.
+    #[error("bad signature")]
+    BadSignature,
+}
+
+/// Everything a replica sends to another replica.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum Wire {
+    /// A replica-signed protocol message.
+    Signed(SignedMsg),
+    /// A client request forwarded to the primary (the client's signature authenticates it).
+    Request(SignedRequest),
+}
+
+/// A replica's reply to a client.
+///
+/// Replies are signed once per executed batch, not once per request: the replica signs a
+/// [`ReplyHeader`] naming the digest of the list of every reply of the batch, and each reply
+/// carries that list (`batch_entries`, 32 bytes per request) and its own position in it. A
+/// client recomputes its entry, checks it is at `index`, and verifies the one signature.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct Reply {
+    /// The replying replica.
+    pub replica: NodeId,
+    /// The view the request executed in.
+    pub view: u64,
+    /// Sequence number of the batch that executed it.
+    pub seq: u64,
+    /// The client.
+    pub client: ClientId,
+    /// The client's request number.
+    pub req_seq: u64,
+    /// The application's result.
+    pub result: Vec<u8>,
+    /// [`reply_entry`] of every reply of the batch, in batch order.
+    pub batch_entries: Vec<Digest32>,
+    /// Position of this reply in `batch_entries`.
+    pub index: u32,
+}
+
+/// What a replica signs for a batch of replies.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ReplyHeader {
+    /// The replying replica.
+    pub replica: NodeId,
+    /// View.
+    pub view: u64,
+    /// Batch sequence number.
+    pub seq: u64,
+    /// SHA-256 over the concatenated entries.
+    pub entries_digest: Digest32,
+}
+
+/// The digest identifying one reply inside its batch's reply list.
+pub fn reply_entry(client: ClientId, req_seq: u64, result: &[u8]) -> Digest32 {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(client.to_le_bytes());
+    h.update(req_seq.to_le_bytes());
+    h.update(result);
+    h.finalize().into()
+}
+
+/// SHA-256 over concatenated reply entries.
+pub fn entries_digest(entries: &[Digest32]) -> Digest32 {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for e in entries {
+        h.update(e);
+    }
+    h.finalize().into()
+}
+
+/// A reply with the replica's signature over the [`ReplyHeader`] of its batch.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct SignedReply {
+    /// The reply.
+    pub reply: Reply,
+    /// Signature over `codec::encode(&ReplyHeader)`.
+    pub sig: SigBytes,
+}
+
+impl SignedReply {
+    /// Decodes reply bytes and checks them and the replica's signature (what a client does).
+    pub fn open(bytes: &[u8], ring: &Keyring) -> Result<Reply, OpenError> {
+        let signed: SignedReply = codec::decode(bytes, 4 << 20)?;
+        let r = &signed.reply;
+        let key = ring
+            .replica(r.replica)
+            .ok_or(OpenError::UnknownSender(r.replica))?;
+        if r.batch_entries.get(r.index as usize)
+            != Some(&reply_entry(r.client, r.req_seq, &r.result))
+        {
+            return Err(OpenError::BadSignature);
+        }
+        let header = ReplyHeader {
+            replica: r.replica,
+            view: r.view,
+            seq: r.seq,
+            entries_digest: entries_digest(&r.batch_entries),
+        };
+        let bytes = codec::encode(&header)?;
+        if !crypto::verify(key, &bytes, &signed.sig, None) {
+            return Err(OpenError::BadSignature);
+        }
+        Ok(signed.reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::{client_signing_key, replica_signing_key};
+
+    #[test]
+    fn signed_msg_round_trip_and_tamper() {
+        let ring = Keyring::from_seed(3, 4, 1);
+        let key = replica_signing_key(3, 1);
+        let p = Payload {
+            from: 1,
+            body: Body::Prepare {
+                view: 0,
+                seq: 5,
+                digest: [9; 32],
+            },
+        };
+        let m = SignedMsg::sign(&key, &p).unwrap();
+        assert_eq!(m.open(&ring, 1 << 20, None).unwrap(), p);
+        assert!(verify_body(&ring, 1, p.body.clone(), &m.sig, None));
+        assert!(!verify_body(&ring, 2, p.body.clone(), &m.sig, None));
+        let mut t = m.clone();
+        t.sig[0] ^= 1;
+        assert_eq!(t.open(&ring, 1 << 20, None), Err(OpenError::BadSignature));
+        // A message claiming another sender fails with that sender's key.
+        let forged = SignedMsg::sign(
+            &key,
+            &Payload {
+                from: 2,
+                body: p.body.clone(),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            forged.open(&ring, 1 << 20, None),
+            Err(OpenError::BadSignature)
+        );
+    }
+
+    #[test]
+    fn request_signature_and_median() {
+        let ring = Keyring::from_seed(3, 4, 2);
+        let bytes = client_request_bytes(&client_signing_key(3, 1), 1, 1, b"x".to_vec()).unwrap();
+        let r: SignedRequest = codec::decode(&bytes, 1 << 20).unwrap();
+        assert!(r.verify(&ring, None));
+        let mut wrong = r.clone();
+        wrong.request.client = 0;
+        assert!(!wrong.verify(&ring, None));
+        let s = |c| ClockSample {
+            replica: 0,
+            view: 0,
+            clock_ms: c,
+            sig: [0; 64],
+        };
+        let cert = TimeCert {
+            seq: 1,
+            digest: [0; 32],
+            samples: vec![s(30), s(10), s(20)],
+        };
+        assert_eq!(cert.median_ms(), Some(20));
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// With at most f of 2f+1 samples from liars (any values), the median lies within the
+        /// range of the honest samples.
+        #[test]
+        fn median_stays_in_the_honest_range(
+            f in 1usize..5,
+            honest in proptest::collection::vec(0i64..1_000_000, 9),
+            liars in proptest::collection::vec(any::<i64>(), 4),
+            liar_count in 0usize..5,
+        ) {
+            let liar_count = liar_count.min(f);
+            let honest = &honest[..2 * f + 1 - liar_count];
+            let s = |c| ClockSample { replica: 0, view: 0, clock_ms: c, sig: [0; 64] };
+            let mut samples: Vec<ClockSample> = honest.iter().map(|c| s(*c)).collect();
+            samples.extend(liars.iter().take(liar_count).map(|c| s(*c)));
+            let cert = TimeCert { seq: 1, digest: [0; 32], samples };
+            let m = cert.median_ms().unwrap();
+            let lo = *honest.iter().min().unwrap();
+            let hi = *honest.iter().max().unwrap();
+            prop_assert!(lo <= m && m <= hi, "median {m} outside [{lo}, {hi}]");
+        }
+
+        /// Every body round-trips through the codec, and re-encoding is byte-identical.
+        #[test]
+        fn codec_round_trip_is_canonical(view in any::<u64>(), seq in any::<u64>(), d in any::<[u8; 32]>(), clock in any::<i64>()) {
+            for body in [
+                Body::Prepare { view, seq, digest: d },
+                Body::Commit { view, seq, digest: d, clock_ms: clock },
+                Body::Checkpoint { seq, digest: d },
+                Body::Status { view, last_executed: seq },
+            ] {
+                let p = Payload { from: 3, body };
+                let bytes = codec::encode(&p).unwrap();
+                let back: Payload = codec::decode(&bytes, 1 << 20).unwrap();
+                prop_assert_eq!(&back, &p);
+                prop_assert_eq!(codec::encode(&back).unwrap(), bytes);
+            }
+        }
+    }
+}

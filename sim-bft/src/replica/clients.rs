@@ -1,0 +1,257 @@
+//! ClientsManager: exactly-once bookkeeping, pending requests and the reply cache.
+//!
+//! A client's request `req_seq` executes at most once: a request at or below the client's last
+//! executed `req_seq` is a duplicate (the cached result is re-sent for an exact repeat). Pending
+//! requests are kept in arrival order (a `BTreeMap` keyed by an arrival counter) so that batches
+//! are formed deterministically, and are bounded in total and per client.
+
+use std::collections::BTreeMap;
+
+use bincode::{Decode, Encode};
+
+use crate::node::ClientId;
+use crate::protocol::SignedRequest;
+
+/// What the replicated state remembers of a client (part of checkpoints).
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ClientRecord {
+    /// The client.
+    pub client: ClientId,
+    /// Its last executed request number.
+    pub last_req_seq: u64,
+    /// Sequence number of the batch that executed it.
+    pub last_batch_seq: u64,
+    /// The result of that request (the reply cache).
+    pub last_result: Vec<u8>,
+}
+
+/// A request waiting to be ordered.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// The request.
+    pub request: SignedRequest,
+    /// Local clock when it arrived.
+    pub arrived_ms: i64,
+    /// Sequence number of the batch that proposes it in the current view, if any.
+    pub proposed_in: Option<u64>,
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Newly pending.
+    Added,
+    /// Already pending (same client and number).
+    AlreadyPending,
+    /// Already executed.
+    Executed,
+    /// Pending limits reached.
+    Full,
+}
+
+/// The ClientsManager.
+#[derive(Debug, Clone, Default)]
+pub struct ClientsManager {
+    records: BTreeMap<ClientId, ClientRecord>,
+    pending: BTreeMap<(ClientId, u64), (u64, Pending)>,
+    /// The *unproposed* pending requests by arrival (what the next batch takes from).
+    order: BTreeMap<u64, (ClientId, u64)>,
+    per_client: BTreeMap<ClientId, usize>,
+    next_arrival: u64,
+    max_pending: usize,
+    max_per_client: usize,
+}
+
+impl ClientsManager {
+    /// A manager holding at most `max_pending` requests, `max_per_client` per client.
+    pub fn new(max_pending: usize, max_per_client: usize) -> Self {
+        Self {
+            max_pending,
+            max_per_client,
+            ..Self::default()
+        }
+    }
+
+    /// The record of `client`.
+    pub fn record(&self, client: ClientId) -> Option<&ClientRecord> {
+        self.records.get(&client)
+    }
+
+    /// The last executed request number of `client` (0 when none).
+    pub fn last_req_seq(&self, client: ClientId) -> u64 {
+        self.records.get(&client).map_or(0, |r| r.last_req_seq)
+    }
+
+    /// Admits `request` as pending.
+    pub fn admit(&mut self, request: SignedRequest, now_ms: i64) -> Admission {
+        let key = (request.request.client, request.request.req_seq);
+        if key.1 <= self.last_req_seq(key.0) {
+            return Admission::Executed;
+        }
+        if self.pending.contains_key(&key) {
+            return Admission::AlreadyPending;
+        }
+        let count = self.per_client.get(&key.0).copied().unwrap_or(0);
+        if self.pending.len() >= self.max_pending || count >= self.max_per_client {
+            return Admission::Full;
+        }
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        self.order.insert(arrival, key);
+        self.per_client.insert(key.0, count + 1);
+        self.pending.insert(
+            key,
+            (
+                arrival,
+                Pending {
+                    request,
+                    arrived_ms: now_ms,
+                    proposed_in: None,
+                },
+            ),
+        );
+        Admission::Added
+    }
+
+    /// Whether `(client, req_seq)` is pending.
+    pub fn is_pending(&self, client: ClientId, req_seq: u64) -> bool {
+        self.pending.contains_key(&(client, req_seq))
+    }
+
+    /// The pending request `(client, req_seq)`.
+    pub fn pending(&self, client: ClientId, req_seq: u64) -> Option<&Pending> {
+        self.pending.get(&(client, req_seq)).map(|(_, p)| p)
+    }
+
+    /// Number of pending requests.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Removes a pending request.
+    pub fn remove(&mut self, client: ClientId, req_seq: u64) {
+        if let Some((arrival, _)) = self.pending.remove(&(client, req_seq)) {
+            self.order.remove(&arrival);
+            if let Some(c) = self.per_client.get_mut(&client) {
+                *c = c.saturating_sub(1);
+                if *c == 0 {
+                    self.per_client.remove(&client);
+                }
+            }
+        }
+    }
+
+    /// Up to `max` unproposed pending requests in arrival order, marking them proposed in `seq`.
+    pub fn take_batch(&mut self, max: usize, seq: u64) -> Vec<SignedRequest> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some((_, key)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some((_, p)) = self.pending.get_mut(&key) {
+                p.proposed_in = Some(seq);
+                out.push(p.request.clone());
+            }
+        }
+        out
+    }
+
+    /// Arrival time of the oldest unproposed pending request and how many are unproposed.
+    pub fn unproposed(&self) -> (Option<i64>, usize) {
+        let oldest = self
+            .order
+            .first_key_value()
+            .and_then(|(_, k)| self.pending.get(k))
+            .map(|(_, p)| p.arrived_ms);
+        (oldest, self.order.len())
+    }
+
+    /// Marks `(client, req_seq)` proposed in `seq` (when it appears in an accepted batch).
+    pub fn mark_proposed(&mut self, client: ClientId, req_seq: u64, seq: u64) {
+        if let Some((arrival, p)) = self.pending.get_mut(&(client, req_seq)) {
+            p.proposed_in = Some(seq);
+            self.order.remove(arrival);
+        }
+    }
+
+    /// Forgets every proposal mark (a new view re-proposes from scratch).
+    pub fn clear_proposed(&mut self) {
+        for (key, (arrival, p)) in self.pending.iter_mut() {
+            if p.proposed_in.take().is_some() {
+                self.order.insert(*arrival, *key);
+            }
+        }
+    }
+
+    /// The pending requests not proposed in the current view, in arrival order (at most `max`).
+    pub fn unproposed_requests(&self, max: usize) -> Vec<SignedRequest> {
+        self.order
+            .values()
+            .take(max)
+            .filter_map(|k| self.pending.get(k))
+            .map(|(_, p)| p.request.clone())
+            .collect()
+    }
+
+    /// Records that `client`'s `req_seq` executed in batch `seq` with `result`, and drops every
+    /// pending request of the client at or below it.
+    pub fn record_executed(&mut self, client: ClientId, req_seq: u64, seq: u64, result: Vec<u8>) {
+        self.records.insert(
+            client,
+            ClientRecord {
+                client,
+                last_req_seq: req_seq,
+                last_batch_seq: seq,
+                last_result: result,
+            },
+        );
+        let stale: Vec<u64> = self
+            .pending
+            .range((client, 0)..=(client, req_seq))
+            .map(|((_, r), _)| *r)
+            .collect();
+        for r in stale {
+            self.remove(client, r);
+        }
+    }
+
+    /// The replicated part (records), in client order, for checkpoints.
+    pub fn records_snapshot(&self) -> Vec<ClientRecord> {
+        self.records.values().cloned().collect()
+    }
+
+    /// Replaces the records (state transfer), dropping pending requests they cover.
+    pub fn restore_records(&mut self, records: Vec<ClientRecord>) {
+        self.records = records.into_iter().map(|r| (r.client, r)).collect();
+        let stale: Vec<(ClientId, u64)> = self
+            .pending
+            .keys()
+            .filter(|(c, r)| *r <= self.last_req_seq(*c))
+            .copied()
+            .collect();
+        for (c, r) in stale {
+            self.remove(c, r);
+        }
+    }
+
+    /// Consistency of the internal indexes (for `check_invariants`).
+    pub fn check(&self) -> Result<(), String> {
+        let unproposed = self
+            .pending
+            .values()
+            .filter(|(_, p)| p.proposed_in.is_none())
+            .count();
+        if self.order.len() != unproposed {
+            return Err(format!(
+                "order index has {} keys for {} unproposed",
+                self.order.len(),
+                unproposed
+            ));
+        }
+        let total: usize = self.per_client.values().sum();
+        if total != self.pending.len() {
+            return Err("per-client counts disagree with pending".into());
+        }
+        Ok(())
+    }
+}

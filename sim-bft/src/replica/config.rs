@@ -1,0 +1,247 @@
+//! Replica configuration: cluster shape, batching, protocol windows, time service, faults.
+
+use std::collections::BTreeMap;
+
+use crate::crypto::VerifyCache;
+use crate::node::{Millis, NodeId};
+
+/// How the agreed time of a batch is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeMode {
+    /// No time service: batches carry no agreed time.
+    Off,
+    /// Concord's rule: the primary stamps its clock; backups check soft/hard bounds.
+    Reference,
+    /// Byzantine-robust: the median of a certificate of 2f+1 signed commit clocks (default).
+    Robust,
+}
+
+/// Time-service parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeConfig {
+    /// The rule.
+    pub mode: TimeMode,
+    /// Beyond this distance (exclusive: equal is fine) a backup counts and warns.
+    pub soft_limit_ms: Millis,
+    /// Beyond this distance (exclusive) a backup withholds its votes.
+    pub hard_limit_ms: Millis,
+    /// Minimum increase of agreed time per batch.
+    pub epsilon_ms: Millis,
+    /// A robust certificate must be for a seq at most this far below the proposed seq.
+    pub cert_window: u64,
+    /// Robust mode without a certificate (the first seqs, or after a restart): the primary's
+    /// clock must be this close to the backup's. Defaults to the hard limit: tighter values stall
+    /// clusters whose honest clocks are that far apart (no primary satisfies every backup).
+    pub genesis_bound_ms: Millis,
+}
+
+impl Default for TimeConfig {
+    fn default() -> Self {
+        Self {
+            mode: TimeMode::Robust,
+            soft_limit_ms: 500,
+            hard_limit_ms: 3_000,
+            epsilon_ms: 1,
+            cert_window: 64,
+            genesis_bound_ms: 3_000,
+        }
+    }
+}
+
+/// Byzantine behaviours (only the simulator sets them; honest replicas must tolerate each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Byzantine {
+    /// Follows the protocol.
+    #[default]
+    Honest,
+    /// Ignores every input and sends nothing.
+    Silent,
+    /// As primary, sends different batches to different backups.
+    EquivocatingPrimary,
+    /// Corrupts the signature of everything it signs.
+    BadSignatures,
+    /// Votes (prepare/commit/checkpoint) with wrong digests.
+    BadDigests,
+    /// Re-sends old messages alongside new ones.
+    ReplayOld,
+    /// Its clock is off by `offset_ms` (in pre-prepares and commits).
+    LyingClock {
+        /// Offset added to every clock reading.
+        offset_ms: Millis,
+    },
+    /// Sends view changes with forged proofs for future views.
+    BogusViewChange,
+    /// Serves state transfer with corrupted chunks.
+    CorruptStateChunks,
+    /// Submits many ticks per timer, ignoring the throttle.
+    TickFlood,
+}
+
+/// Configuration of one replica. Every replica of a cluster must agree on everything except
+/// `id`, `byzantine` and `verify_cache`.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// This replica.
+    pub id: NodeId,
+    /// Number of replicas, 3f+1.
+    pub n: u32,
+    /// Seed from which all keys derive.
+    pub key_seed: u64,
+    /// User clients `0..num_clients` are known.
+    pub num_clients: u64,
+    /// Most requests per batch.
+    pub batch_max: usize,
+    /// How long the primary may wait to fill a batch (0: propose at once).
+    pub batch_delay_ms: Millis,
+    /// Most proposed-but-unexecuted sequence numbers.
+    pub max_in_flight: u64,
+    /// Checkpoint every this many sequence numbers (K).
+    pub checkpoint_interval: u64,
+    /// Log window above the low watermark (L, a multiple of K).
+    pub log_window: u64,
+    /// View-change timeout (doubles per consecutive failed view change).
+    pub view_change_timeout_ms: Millis,
+    /// How long a replica that saw a newer stable checkpoint waits before state transfer.
+    pub state_transfer_grace_ms: Millis,
+    /// Per-source state-transfer timeout.
+    pub state_transfer_timeout_ms: Millis,
+    /// Size of state-transfer chunks.
+    pub chunk_bytes: usize,
+    /// Largest accepted peer message.
+    pub max_message_bytes: usize,
+    /// Largest accepted client request.
+    pub max_request_bytes: usize,
+    /// Largest accepted snapshot.
+    pub max_snapshot_bytes: usize,
+    /// Most pending requests in total.
+    pub max_pending: usize,
+    /// Most pending requests per client (bounds tick flooding).
+    pub max_pending_per_client: usize,
+    /// Forward client requests received by a backup to the primary.
+    pub forward_requests: bool,
+    /// Reserved pages: page size.
+    pub page_size: usize,
+    /// Reserved pages: number of pages.
+    pub num_pages: u32,
+    /// The reserved page that holds the agreed time.
+    pub time_page: u32,
+    /// Time service.
+    pub time: TimeConfig,
+    /// Fault mode.
+    pub byzantine: Byzantine,
+    /// Shared memo of successful signature verifications (simulator only).
+    pub verify_cache: Option<VerifyCache>,
+    /// The components this cluster ticks, with their tick period in ms. When non-empty, ticks
+    /// for other components are rejected at admission, and the per-period rules below apply to
+    /// the listed ones. Empty: any component may tick, every replica sends every tick, no bound.
+    pub tick_components: BTreeMap<u32, u64>,
+    /// Which replicas send the ticks of a listed component in a given period.
+    pub tick_senders: TickSenders,
+}
+
+/// Which replicas send the ticks of a component (listed in `tick_components`) in one period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TickSenders {
+    /// Every replica sends one tick per period (the reference): n ordered ticks per period.
+    All,
+    /// Only F+1 replicas per period, rotating: the senders of period
+    /// `p = floor(local time / period)` are replicas `(p*(F+1) + k) mod n` for `k` in `0..F+1`.
+    /// Any F+1 replicas include an honest one, so every period still gets a tick.
+    #[default]
+    Rotating,
+}
+
+impl TickSenders {
+    /// Whether replica `id` of an `n`-replica cluster tolerating `f` faults sends in period `p`.
+    pub fn sends(self, id: NodeId, n: u32, f: u32, period_index: i64) -> bool {
+        match self {
+            TickSenders::All => true,
+            TickSenders::Rotating => {
+                let (n, id, k) = (i128::from(n.max(1)), i128::from(id), i128::from(f) + 1);
+                let first = (i128::from(period_index) * k).rem_euclid(n);
+                (id - first).rem_euclid(n) < k
+            }
+        }
+    }
+}
+
+impl ReplicaConfig {
+    /// Defaults for replica `id` of an `n`-replica cluster with keys from `key_seed`.
+    pub fn new(id: NodeId, n: u32, key_seed: u64, num_clients: u64) -> Self {
+        Self {
+            id,
+            n,
+            key_seed,
+            num_clients,
+            batch_max: 64,
+            batch_delay_ms: 0,
+            max_in_flight: 4,
+            checkpoint_interval: 32,
+            log_window: 128,
+            view_change_timeout_ms: 2_000,
+            state_transfer_grace_ms: 200,
+            state_transfer_timeout_ms: 1_000,
+            chunk_bytes: 64 << 10,
+            max_message_bytes: 8 << 20,
+            max_request_bytes: 64 << 10,
+            max_snapshot_bytes: 32 << 20,
+            max_pending: 20_000,
+            max_pending_per_client: 1_024,
+            forward_requests: true,
+            page_size: 4_096,
+            num_pages: 64,
+            time_page: 0,
+            time: TimeConfig::default(),
+            byzantine: Byzantine::Honest,
+            verify_cache: None,
+            tick_components: BTreeMap::new(),
+            tick_senders: TickSenders::default(),
+        }
+    }
+
+    /// Tolerated faults: f = (n - 1) / 3.
+    pub fn f(&self) -> u32 {
+        self.n.saturating_sub(1) / 3
+    }
+
+    /// Checks the configuration.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |s: &str| Err(ConfigError(s.to_string()));
+        if self.n < 4 || self.n % 3 != 1 {
+            return bad("n must be 3f+1 with f >= 1");
+        }
+        if self.id >= self.n {
+            return bad("id must be below n");
+        }
+        if self.checkpoint_interval == 0 || self.log_window < 2 * self.checkpoint_interval {
+            return bad("need checkpoint_interval > 0 and log_window >= 2 * checkpoint_interval");
+        }
+        if self.batch_max == 0 || self.max_in_flight == 0 {
+            return bad("batch_max and max_in_flight must be positive");
+        }
+        if self.time_page >= self.num_pages || self.page_size < 64 {
+            return bad("time_page must be a valid page and pages at least 64 bytes");
+        }
+        if self.chunk_bytes == 0 || self.chunk_bytes + 1024 > self.max_message_bytes {
+            return bad("chunk_bytes must be positive and fit a message");
+        }
+        if self
+            .tick_components
+            .values()
+            .any(|p| *p == 0 || *p > i64::MAX as u64)
+        {
+            return bad("tick periods must be positive");
+        }
+        if self.time.epsilon_ms <= 0 || self.time.soft_limit_ms > self.time.hard_limit_ms {
+            return bad("time: epsilon must be positive and soft <= hard");
+        }
+        Ok(())
+    }
+}
+
+/// An invalid configuration.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("invalid replica configuration: {0}")]
+pub struct ConfigError(pub String);

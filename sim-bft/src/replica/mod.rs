@@ -1,0 +1,2216 @@
+//! The sim-bft replica: one sans-IO state machine implementing [`Node`].
+//!
+//! PBFT (Castro & Liskov) with request batching: the primary of view `v` (replica `v mod n`)
+//! orders batches with pre-prepares; a batch *prepares* at a replica once it holds the
+//! pre-prepare and 2f matching prepares from backups, and *commits* once 2f+1 replicas sent
+//! matching commits. Committed batches execute strictly in sequence order. Every K sequence
+//! numbers replicas exchange signed checkpoints; 2f+1 matching ones make a checkpoint stable,
+//! which moves the low watermark and garbage-collects the log. A replica whose timer on pending
+//! work expires moves to the next view (view change / new view); a replica that fell behind the
+//! stable checkpoint fetches a snapshot (application, clients, reserved pages, time) by state
+//! transfer and verifies it against the checkpoint certificate.
+//!
+//! Submodules: [`config`], [`metrics`], [`clients`] (ClientsManager); view change and state
+//! transfer live in private submodules.
+
+pub mod clients;
+pub mod config;
+pub mod metrics;
+mod state_transfer;
+mod view_change;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+
+use bincode::{Decode, Encode};
+use ccron::ticks::{TickDecision, TickThrottle};
+use ccron::{MemPages, ReservedPages, Tick};
+use ed25519_dalek::SigningKey;
+use sha2::{Digest, Sha256};
+use tracing::{debug, trace, warn};
+
+use crate::app::{Application, ExecContext, KvLedger, TickCounter, TickExecutor, WithTicks};
+use crate::crypto::{self, Digest32, Keyring, SigBytes, internal_client_id, internal_client_owner};
+use crate::node::{Executed, Input, Millis, Node, NodeId, Output};
+use crate::protocol::{
+    Batch, Body, CheckpointProof, ClockSample, Payload, PreparedProof, Request, RequestKind,
+    SigList, SignedMsg, SignedReply, SignedRequest, TimeCert, Wire, codec,
+};
+use clients::{Admission, ClientRecord, ClientsManager};
+pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
+pub use metrics::Metrics;
+
+/// Errors of constructing or recovering a replica.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReplicaError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Durable storage holds something unusable.
+    #[error("corrupt storage: {0}")]
+    Storage(String),
+}
+
+/// A violated internal invariant (reported by [`Replica::check_invariants`]).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("invariant violated: {0}")]
+pub struct InvariantError(pub String);
+
+/// Storage key of the view number.
+pub const KEY_VIEW: &[u8] = b"view";
+/// Storage key of the last stable checkpoint (proof and snapshot).
+pub const KEY_CHECKPOINT: &[u8] = b"ckpt";
+/// Prefix of the storage keys of log entries (followed by the seq, big endian).
+pub const KEY_LOG_PREFIX: &[u8] = b"log/";
+
+fn log_key(seq: u64) -> Vec<u8> {
+    let mut k = KEY_LOG_PREFIX.to_vec();
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// A commit vote as remembered for the commit quorum and the time certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CommitVote {
+    view: u64,
+    digest: Digest32,
+    clock_ms: Millis,
+    sig: SigBytes,
+}
+
+/// One sequence number of the log, in the current view.
+#[derive(Debug, Clone, Default)]
+struct Entry {
+    view: u64,
+    batch: Option<Batch>,
+    digest: Option<Digest32>,
+    /// False when the time check failed: the replica keeps the batch but withholds its votes.
+    vote_ok: bool,
+    prepares: BTreeMap<NodeId, (Digest32, SigBytes)>,
+    commits: BTreeMap<NodeId, CommitVote>,
+    prepared: bool,
+    commit_sent: bool,
+    committed: bool,
+    /// The highest-view prepared certificate this replica holds for the seq (survives views).
+    proof: Option<PreparedProof>,
+}
+
+/// What durable storage keeps of a log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+struct StoredEntry {
+    view: u64,
+    seq: u64,
+    batch: Batch,
+    proof: Option<PreparedProof>,
+    committed: bool,
+}
+
+/// What durable storage keeps of the stable checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+struct StoredCheckpoint {
+    proof: CheckpointProof,
+    snapshot: Vec<u8>,
+}
+
+/// The replicated state at a checkpoint (its SHA-256 is the checkpoint digest).
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+struct Snapshot {
+    seq: u64,
+    app: Vec<u8>,
+    pages: Vec<(u32, Vec<u8>)>,
+    pages_digest: Digest32,
+    clients: Vec<ClientRecord>,
+    last_agreed_time_ms: Option<Millis>,
+    last_cert_seq: u64,
+    state_digest: Digest32,
+    /// Execution-time tick bound: `(component, sender, period index of agreed time)` of the
+    /// last evaluated tick of each sender per component.
+    tick_evals: Vec<(u32, u32, i64)>,
+}
+
+/// What the time page holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+struct TimeRecord {
+    seq: u64,
+    agreed_time_ms: Millis,
+    cert_seq: u64,
+}
+
+/// An in-progress state transfer.
+#[derive(Debug, Clone)]
+struct Transfer {
+    target: CheckpointProof,
+    sources: Vec<NodeId>,
+    source_idx: usize,
+    meta: Option<(CheckpointProof, u64, u32)>,
+    chunks: BTreeMap<u32, Vec<u8>>,
+    deadline_ms: Millis,
+}
+
+/// Where a signed message goes.
+#[derive(Debug, Clone, Copy)]
+enum Dest {
+    All,
+    One(NodeId),
+}
+
+/// The PBFT replica.
+pub struct Replica {
+    cfg: ReplicaConfig,
+    key: SigningKey,
+    ring: Keyring,
+    app: Box<dyn Application>,
+    pages: MemPages,
+    clients: ClientsManager,
+    metrics: Metrics,
+
+    view: u64,
+    in_view_change: bool,
+    view_change_attempts: u32,
+    /// View changes received, per target view and sender (validated).
+    view_changes: BTreeMap<u64, BTreeMap<NodeId, (SignedMsg, crate::protocol::ViewChange)>>,
+    last_new_view: Option<SignedMsg>,
+    new_view_resent: BTreeSet<(NodeId, u64)>,
+    future: VecDeque<(NodeId, Body, SigBytes)>,
+
+    next_seq: u64,
+    last_executed: u64,
+    last_agreed_time_ms: Option<Millis>,
+    last_cert_seq: u64,
+    log: BTreeMap<u64, Entry>,
+    recent_certs: BTreeMap<u64, TimeCert>,
+
+    stable: CheckpointProof,
+    stable_snapshot: Vec<u8>,
+    own_checkpoints: BTreeMap<u64, (Digest32, Vec<u8>)>,
+    checkpoint_votes: BTreeMap<u64, BTreeMap<NodeId, (Digest32, SigBytes)>>,
+    behind_since: Option<(Millis, CheckpointProof)>,
+    transfer: Option<Transfer>,
+
+    vc_deadline: Option<Millis>,
+    batch_deadline: Option<Millis>,
+    /// The one tick throttle (ccron's): at most one pending tick per component.
+    throttle: TickThrottle,
+    /// Per listed component, the local period index in which this replica last sent a tick.
+    tick_sent_period: BTreeMap<u32, i64>,
+    /// Replicated: per (component, sender), the agreed-time period index of the last tick
+    /// evaluated (at most one evaluation per sender, component and period).
+    tick_evals: BTreeMap<(u32, u32), i64>,
+    next_internal_req: u64,
+    verified_requests: HashSet<Digest32>,
+    verified_order: VecDeque<Digest32>,
+    sent_history: VecDeque<Vec<u8>>,
+    last_state_digest: Digest32,
+    /// The executed seq at which this replica last broadcast a `Status` (asks once per stall).
+    status_asked_at: Option<u64>,
+    /// When this replica last sent its status to each peer (rate limit).
+    status_peer_ms: BTreeMap<NodeId, Millis>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.cfg.id)
+            .field("view", &self.view)
+            .field("in_view_change", &self.in_view_change)
+            .field("last_executed", &self.last_executed)
+            .field("stable", &self.stable.seq)
+            .finish_non_exhaustive()
+    }
+}
+
+const VERIFIED_MEMO_CAPACITY: usize = 65_536;
+const FUTURE_BUFFER_CAPACITY: usize = 8_192;
+const REPLAY_HISTORY: usize = 64;
+const TICK_FLOOD_FACTOR: u32 = 16;
+
+impl Replica {
+    /// A fresh replica running the demo [`KvLedger`] and [`TickCounter`].
+    pub fn new(cfg: ReplicaConfig) -> Result<Self, ReplicaError> {
+        let ticks = TickCounter::new(
+            if cfg.time_page == 0 { 1 } else { 0 },
+            cfg.num_pages.saturating_sub(1).max(1),
+        );
+        Self::with_parts(cfg, Box::new(KvLedger::new()), Box::new(ticks))
+    }
+
+    /// A fresh replica running `app` for user requests and `ticks` for ticks.
+    pub fn with_parts(
+        cfg: ReplicaConfig,
+        app: Box<dyn Application>,
+        ticks: Box<dyn TickExecutor>,
+    ) -> Result<Self, ReplicaError> {
+        Self::with_app(cfg, Box::new(WithTicks::new(app, ticks)))
+    }
+
+    /// A fresh replica running `app` for user requests and ticks alike (e.g. a
+    /// [`crate::app::CronLedger`], whose cron actions change the ledger's state).
+    pub fn with_app(cfg: ReplicaConfig, app: Box<dyn Application>) -> Result<Self, ReplicaError> {
+        cfg.validate()?;
+        let key = crypto::replica_signing_key(cfg.key_seed, cfg.id);
+        let ring = Keyring::from_seed(cfg.key_seed, cfg.n, cfg.num_clients);
+        let pages = MemPages::new(cfg.page_size, cfg.num_pages);
+        let clients = ClientsManager::new(cfg.max_pending, cfg.max_pending_per_client);
+        let mut r = Self {
+            key,
+            ring,
+            app,
+            pages,
+            clients,
+            metrics: Metrics::default(),
+            view: 0,
+            in_view_change: false,
+            view_change_attempts: 0,
+            view_changes: BTreeMap::new(),
+            last_new_view: None,
+            new_view_resent: BTreeSet::new(),
+            future: VecDeque::new(),
+            next_seq: 1,
+            last_executed: 0,
+            last_agreed_time_ms: None,
+            last_cert_seq: 0,
+            log: BTreeMap::new(),
+            recent_certs: BTreeMap::new(),
+            stable: CheckpointProof {
+                seq: 0,
+                digest: [0; 32],
+                sigs: Vec::new(),
+            },
+            stable_snapshot: Vec::new(),
+            own_checkpoints: BTreeMap::new(),
+            checkpoint_votes: BTreeMap::new(),
+            behind_since: None,
+            transfer: None,
+            vc_deadline: None,
+            batch_deadline: None,
+            // The safety net clears a mark lost by some unforeseen path after a few view-change
+            // timeouts instead of silencing the component forever.
+            throttle: TickThrottle::with_max_pending_ms(
+                u64::try_from(cfg.view_change_timeout_ms.saturating_mul(4)).unwrap_or(u64::MAX),
+            ),
+            tick_sent_period: BTreeMap::new(),
+            tick_evals: BTreeMap::new(),
+            next_internal_req: 1,
+            verified_requests: HashSet::new(),
+            verified_order: VecDeque::new(),
+            sent_history: VecDeque::new(),
+            last_state_digest: [0; 32],
+            status_asked_at: None,
+            status_peer_ms: BTreeMap::new(),
+            cfg,
+        };
+        r.last_state_digest = r.state_digest();
+        let (digest, bytes) = r.make_snapshot()?;
+        r.stable.digest = digest;
+        r.stable_snapshot = bytes;
+        Ok(r)
+    }
+
+    /// Rebuilds a replica after a crash from what its durable storage holds (`stored`: the
+    /// key-value pairs its `Output::Store`s left, up to the last `Sync` at least).
+    ///
+    /// Loads the stable checkpoint, re-executes the committed log entries above it and keeps the
+    /// other accepted pre-prepares and prepared certificates (so it never votes against them).
+    /// Outputs of the re-execution are not re-emitted. The replica then catches up with the
+    /// cluster by the normal protocol (and state transfer if it is behind a stable checkpoint).
+    pub fn recover(
+        cfg: ReplicaConfig,
+        app: Box<dyn Application>,
+        ticks: Box<dyn TickExecutor>,
+        stored: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<Self, ReplicaError> {
+        Self::recover_app(cfg, Box::new(WithTicks::new(app, ticks)), stored)
+    }
+
+    /// [`Replica::recover`] for a replica running one [`Application`] for requests and ticks.
+    pub fn recover_app(
+        cfg: ReplicaConfig,
+        app: Box<dyn Application>,
+        stored: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<Self, ReplicaError> {
+        let mut r = Self::with_app(cfg, app)?;
+        let limit = r.cfg.max_snapshot_bytes + r.cfg.max_message_bytes;
+        if let Some(bytes) = stored.get(KEY_CHECKPOINT) {
+            let ck: StoredCheckpoint = codec::decode(bytes, limit)
+                .map_err(|e| ReplicaError::Storage(format!("checkpoint: {e}")))?;
+            if crypto::sha256(&ck.snapshot) != ck.proof.digest {
+                return Err(ReplicaError::Storage("checkpoint digest mismatch".into()));
+            }
+            r.install_snapshot(ck.proof, ck.snapshot)
+                .map_err(|e| ReplicaError::Storage(format!("checkpoint: {e}")))?;
+        }
+        if let Some(bytes) = stored.get(KEY_VIEW) {
+            let view: u64 = codec::decode(bytes, 16)
+                .map_err(|e| ReplicaError::Storage(format!("view: {e}")))?;
+            r.view = view;
+        }
+        for (k, v) in stored.range(KEY_LOG_PREFIX.to_vec()..) {
+            if !k.starts_with(KEY_LOG_PREFIX) {
+                break;
+            }
+            let e: StoredEntry = codec::decode(v, r.cfg.max_message_bytes)
+                .map_err(|e| ReplicaError::Storage(format!("log entry: {e}")))?;
+            if e.seq <= r.stable.seq || e.seq > r.stable.seq + r.cfg.log_window {
+                continue;
+            }
+            let digest = e
+                .batch
+                .digest()
+                .map_err(|e| ReplicaError::Storage(format!("log entry: {e}")))?;
+            let entry = r.log.entry(e.seq).or_default();
+            entry.view = e.view;
+            entry.digest = Some(digest);
+            entry.batch = Some(e.batch);
+            entry.proof = e.proof;
+            entry.committed = e.committed;
+            entry.vote_ok = true;
+        }
+        let mut discard = Vec::new();
+        r.execute_ready(0, &mut discard);
+        let known = r.log.keys().next_back().copied().unwrap_or(0);
+        r.next_seq = known.max(r.last_executed) + 1;
+        // Entries above what executed were accepted in some view; only the current view's may
+        // still gather votes. Older ones stay as evidence (proofs) for the next view change.
+        let view = r.view;
+        for e in r.log.values_mut() {
+            if e.view != view && !e.committed {
+                e.batch = None;
+                e.digest = None;
+            }
+        }
+        r.next_internal_req = r.clients.last_req_seq(internal_client_id(r.cfg.id)) + 1;
+        Ok(r)
+    }
+
+    // ----- accessors -------------------------------------------------------------------------
+
+    /// This replica's id.
+    pub fn id(&self) -> NodeId {
+        self.cfg.id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ReplicaConfig {
+        &self.cfg
+    }
+
+    /// Per-reason counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Current view.
+    pub fn view(&self) -> u64 {
+        self.view
+    }
+
+    /// Whether a view change is in progress.
+    pub fn in_view_change(&self) -> bool {
+        self.in_view_change
+    }
+
+    /// The primary of the current view.
+    pub fn primary(&self) -> NodeId {
+        self.primary_of(self.view)
+    }
+
+    /// Last executed sequence number.
+    pub fn last_executed(&self) -> u64 {
+        self.last_executed
+    }
+
+    /// Sequence number of the last stable checkpoint (the low watermark).
+    pub fn stable_seq(&self) -> u64 {
+        self.stable.seq
+    }
+
+    /// Agreed time of the last executed batch.
+    pub fn last_agreed_time_ms(&self) -> Option<Millis> {
+        self.last_agreed_time_ms
+    }
+
+    /// Digest of the replicated state after the last executed batch.
+    pub fn state_digest_now(&self) -> Digest32 {
+        self.last_state_digest
+    }
+
+    /// The reserved pages.
+    pub fn pages(&self) -> &MemPages {
+        &self.pages
+    }
+
+    /// The application.
+    pub fn app(&self) -> &dyn Application {
+        self.app.as_ref()
+    }
+
+    /// Whether a state transfer is in progress.
+    pub fn in_state_transfer(&self) -> bool {
+        self.transfer.is_some()
+    }
+
+    /// Number of pending client requests.
+    pub fn pending_requests(&self) -> usize {
+        self.clients.pending_len()
+    }
+
+    /// Components with a tick pending (the throttle's marks).
+    pub fn ticks_pending(&self) -> impl Iterator<Item = u32> + '_ {
+        self.throttle.pending_components()
+    }
+
+    /// The tick throttle's counters.
+    pub fn tick_throttle_stats(&self) -> ccron::ticks::ThrottleStats {
+        self.throttle.stats()
+    }
+
+    /// Number of log entries held.
+    pub fn log_len(&self) -> usize {
+        self.log.len()
+    }
+
+    // ----- helpers ---------------------------------------------------------------------------
+
+    fn primary_of(&self, view: u64) -> NodeId {
+        (view % u64::from(self.cfg.n)) as NodeId
+    }
+
+    fn is_primary(&self) -> bool {
+        self.primary() == self.cfg.id
+    }
+
+    fn f(&self) -> usize {
+        self.cfg.f() as usize
+    }
+
+    fn quorum(&self) -> usize {
+        2 * self.f() + 1
+    }
+
+    fn high_watermark(&self) -> u64 {
+        self.stable.seq + self.cfg.log_window
+    }
+
+    fn drop_msg(&mut self, reason: &'static str, from: Option<NodeId>) {
+        self.metrics.inc(reason);
+        debug!(replica = self.cfg.id, ?from, reason, "dropped input");
+    }
+
+    /// Signs and sends `body`, returning the signature (used for our own votes).
+    fn send(&mut self, body: Body, dest: Dest, out: &mut Vec<Output>) -> Option<SigBytes> {
+        let mut body = body;
+        if self.cfg.byzantine == Byzantine::BadDigests {
+            match &mut body {
+                Body::Prepare { digest, .. }
+                | Body::Commit { digest, .. }
+                | Body::Checkpoint { digest, .. } => digest[0] ^= 0x5a,
+                _ => {}
+            }
+        }
+        let payload = Payload {
+            from: self.cfg.id,
+            body,
+        };
+        let mut msg = match SignedMsg::sign(&self.key, &payload) {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(replica = self.cfg.id, error = %e, "cannot encode own message");
+                self.metrics.inc("encode_error");
+                return None;
+            }
+        };
+        let sig = msg.sig;
+        if self.cfg.byzantine == Byzantine::BadSignatures {
+            msg.sig[7] ^= 0x01;
+        }
+        let bytes = match codec::encode(&Wire::Signed(msg)) {
+            Ok(b) => b,
+            Err(_) => {
+                self.metrics.inc("encode_error");
+                return None;
+            }
+        };
+        if self.cfg.byzantine == Byzantine::ReplayOld {
+            if let Some(old) = self.sent_history.front().cloned() {
+                out.push(Output::Broadcast { bytes: old });
+            }
+            self.sent_history.push_back(bytes.clone());
+            if self.sent_history.len() > REPLAY_HISTORY {
+                self.sent_history.pop_front();
+            }
+        }
+        out.push(match dest {
+            Dest::All => Output::Broadcast { bytes },
+            Dest::One(to) => Output::Send { to, bytes },
+        });
+        Some(sig)
+    }
+
+    fn store_entry(&self, seq: u64, out: &mut Vec<Output>) {
+        if let Some(e) = self.log.get(&seq)
+            && let Some(batch) = &e.batch
+        {
+            let stored = StoredEntry {
+                view: e.view,
+                seq,
+                batch: batch.clone(),
+                proof: e.proof.clone(),
+                committed: e.committed,
+            };
+            if let Ok(value) = codec::encode(&stored) {
+                out.push(Output::Store {
+                    key: log_key(seq),
+                    value: Some(value),
+                });
+            }
+        }
+    }
+
+    fn store_view(&self, out: &mut Vec<Output>) {
+        if let Ok(v) = codec::encode(&self.view) {
+            out.push(Output::Store {
+                key: KEY_VIEW.to_vec(),
+                value: Some(v),
+            });
+        }
+    }
+
+    fn remember_verified(&mut self, d: Digest32) {
+        if self.verified_requests.insert(d) {
+            self.verified_order.push_back(d);
+            if self.verified_order.len() > VERIFIED_MEMO_CAPACITY
+                && let Some(old) = self.verified_order.pop_front()
+            {
+                self.verified_requests.remove(&old);
+            }
+        }
+    }
+
+    /// Checks a request's form, authorisation and signature. `signer_vouched` is true when the
+    /// request's signer also signed the enclosing message (a primary's own tick in its
+    /// pre-prepare), so the enclosing signature already authenticates it.
+    fn validate_request(
+        &mut self,
+        r: &SignedRequest,
+        signer_vouched: Option<NodeId>,
+    ) -> Result<(), &'static str> {
+        let internal = internal_client_owner(r.request.client);
+        match r.request.kind {
+            RequestKind::Tick => {
+                let Some(owner) = internal else {
+                    return Err("drop_unauthorized_tick");
+                };
+                if owner >= self.cfg.n {
+                    return Err("drop_unknown_client");
+                }
+                let Ok(component) = <[u8; 4]>::try_from(r.request.payload.as_slice()) else {
+                    return Err("drop_malformed_tick");
+                };
+                if !self.cfg.tick_components.is_empty()
+                    && !self
+                        .cfg
+                        .tick_components
+                        .contains_key(&u32::from_le_bytes(component))
+                {
+                    return Err("drop_unknown_tick_component");
+                }
+                if signer_vouched == Some(owner) {
+                    return Ok(());
+                }
+            }
+            RequestKind::Write => {
+                if internal.is_some() {
+                    return Err("drop_unauthorized_internal_write");
+                }
+            }
+        }
+        if r.request.req_seq == 0 {
+            return Err("drop_invalid_request");
+        }
+        let Ok(bytes) = codec::encode(&r.request) else {
+            return Err("drop_invalid_request");
+        };
+        let mut h = Sha256::new();
+        h.update(&bytes);
+        h.update(r.sig);
+        let memo: Digest32 = h.finalize().into();
+        if self.verified_requests.contains(&memo) {
+            return Ok(());
+        }
+        let Some(key) = self.ring.client(r.request.client) else {
+            return Err("drop_unknown_client");
+        };
+        if !crypto::verify(key, &bytes, &r.sig, self.cfg.verify_cache.as_ref()) {
+            return Err("drop_bad_request_signature");
+        }
+        self.remember_verified(memo);
+        Ok(())
+    }
+
+    // ----- inputs ----------------------------------------------------------------------------
+
+    fn on_client(&mut self, now: Millis, bytes: &[u8], out: &mut Vec<Output>) {
+        let req: SignedRequest = match codec::decode(bytes, self.cfg.max_request_bytes) {
+            Ok(r) => r,
+            Err(codec::CodecError::TooLarge { .. }) => {
+                return self.drop_msg("drop_oversized", None);
+            }
+            Err(_) => return self.drop_msg("drop_malformed", None),
+        };
+        self.admit_request(now, req, true, out);
+    }
+
+    /// Admits a client request (from a client, or forwarded by a replica).
+    fn admit_request(
+        &mut self,
+        now: Millis,
+        req: SignedRequest,
+        direct: bool,
+        out: &mut Vec<Output>,
+    ) {
+        let (client, req_seq) = (req.request.client, req.request.req_seq);
+        if req.request.kind == RequestKind::Tick && internal_client_owner(client).is_none() {
+            return self.drop_msg("drop_unauthorized_tick", None);
+        }
+        if req_seq <= self.clients.last_req_seq(client) {
+            // Exactly once: re-send the cached reply for an exact repeat of the last request.
+            self.metrics.inc("duplicate_request");
+            if let Some(rec) = self.clients.record(client)
+                && rec.last_req_seq == req_seq
+                && direct
+                && internal_client_owner(client).is_none()
+            {
+                let (seq, result) = (rec.last_batch_seq, rec.last_result.clone());
+                self.reply(client, req_seq, seq, result, out);
+            }
+            return;
+        }
+        if self.clients.is_pending(client, req_seq) {
+            self.metrics.inc("duplicate_request");
+            return;
+        }
+        // Our own internal client's requests were signed a moment ago by this replica.
+        let own = (req.request.client == internal_client_id(self.cfg.id)).then_some(self.cfg.id);
+        if let Err(reason) = self.validate_request(&req, own) {
+            return self.drop_msg(reason, None);
+        }
+        let forward = direct && self.cfg.forward_requests && !self.is_primary();
+        let fwd = if forward { Some(req.clone()) } else { None };
+        match self.clients.admit(req, now) {
+            Admission::Added => {}
+            Admission::Full => return self.drop_msg("drop_pending_full", None),
+            Admission::AlreadyPending | Admission::Executed => {
+                self.metrics.inc("duplicate_request");
+                return;
+            }
+        }
+        if let Some(r) = fwd
+            && let Ok(bytes) = codec::encode(&Wire::Request(r))
+        {
+            // A backup's own internal requests go to every replica, so that all of them
+            // watch for their ordering (a primary that ignores them gets replaced: one
+            // replica's timer alone cannot gather a view-change quorum). Other requests are
+            // broadcast by their clients; the backup only relays them to the primary.
+            out.push(if own.is_some() {
+                Output::Broadcast { bytes }
+            } else {
+                Output::Send {
+                    to: self.primary(),
+                    bytes,
+                }
+            });
+        }
+        if self.vc_deadline.is_none() {
+            self.vc_deadline = Some(now + self.vc_timeout());
+        }
+    }
+
+    fn on_internal_tick(&mut self, now: Millis, component: u32, out: &mut Vec<Output>) {
+        let flood = self.cfg.byzantine == Byzantine::TickFlood;
+        if !self.cfg.tick_components.is_empty()
+            && !self.cfg.tick_components.contains_key(&component)
+        {
+            debug!(
+                replica = self.cfg.id,
+                component, "internal tick for an unlisted component"
+            );
+            self.metrics.inc("tick_unknown_component");
+            return;
+        }
+        // Rotation: only F+1 replicas send a component's tick in each period of local time, and
+        // a sender sends at most one per period.
+        let period_index = self
+            .cfg
+            .tick_components
+            .get(&component)
+            .map(|p| now.div_euclid(i64::try_from(*p).unwrap_or(i64::MAX).max(1)));
+        if let Some(p) = period_index
+            && !flood
+        {
+            if !self
+                .cfg
+                .tick_senders
+                .sends(self.cfg.id, self.cfg.n, self.cfg.f(), p)
+            {
+                self.metrics.inc("tick_not_my_turn");
+                return;
+            }
+            if self.tick_sent_period.get(&component) == Some(&p) {
+                self.metrics.inc("tick_already_sent_in_period");
+                return;
+            }
+        }
+        if flood {
+            // Byzantine: ignores the throttle and the rotation, sends many copies.
+            for _ in 0..TICK_FLOOD_FACTOR {
+                let req_seq = self.next_internal_req;
+                if self.submit_tick(now, component, req_seq, out) {
+                    self.next_internal_req += 1;
+                }
+            }
+            return;
+        }
+        let candidate = self.next_internal_req;
+        match self.throttle.on_internal_tick(component, now, || candidate) {
+            TickDecision::Throttled { .. } => self.metrics.inc("tick_throttled"),
+            TickDecision::Send { req_seq } => {
+                if self.submit_tick(now, component, req_seq, out) {
+                    // Admitted: the request is pending in the clients manager (the replica has
+                    // no separate external queue, so "popped" is immediate).
+                    self.next_internal_req += 1;
+                    self.throttle.on_tick_popped(component, req_seq);
+                    if let Some(p) = period_index {
+                        self.tick_sent_period.insert(component, p);
+                    }
+                } else {
+                    // A failed enqueue must not leak the mark (the reference's defect).
+                    self.throttle.on_enqueue_failed(component, req_seq);
+                }
+            }
+        }
+    }
+
+    /// Signs and admits this replica's tick request; true when it became pending.
+    fn submit_tick(
+        &mut self,
+        now: Millis,
+        component: u32,
+        req_seq: u64,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let request = Request {
+            client: internal_client_id(self.cfg.id),
+            req_seq,
+            kind: RequestKind::Tick,
+            payload: component.to_le_bytes().to_vec(),
+        };
+        let Ok(signed) = SignedRequest::sign(&self.key, request) else {
+            self.metrics.inc("encode_error");
+            return false;
+        };
+        let before = self.clients.pending_len();
+        self.admit_request(now, signed, true, out);
+        if self.clients.pending_len() > before {
+            self.metrics.inc("ticks_submitted");
+            true
+        } else {
+            self.metrics.inc("tick_enqueue_failed");
+            false
+        }
+    }
+
+    fn on_peer(&mut self, now: Millis, from: NodeId, bytes: &[u8], out: &mut Vec<Output>) {
+        if from >= self.cfg.n {
+            return self.drop_msg("drop_unknown_sender", Some(from));
+        }
+        let wire: Wire = match codec::decode(bytes, self.cfg.max_message_bytes) {
+            Ok(w) => w,
+            Err(codec::CodecError::TooLarge { .. }) => {
+                return self.drop_msg("drop_oversized", Some(from));
+            }
+            Err(_) => return self.drop_msg("drop_malformed", Some(from)),
+        };
+        let msg = match wire {
+            Wire::Request(r) => return self.admit_request(now, r, false, out),
+            Wire::Signed(m) => m,
+        };
+        let payload = match msg.open(
+            &self.ring,
+            self.cfg.max_message_bytes,
+            self.cfg.verify_cache.as_ref(),
+        ) {
+            Ok(p) => p,
+            Err(crate::protocol::OpenError::BadSignature) => {
+                return self.drop_msg("drop_bad_signature", Some(from));
+            }
+            Err(crate::protocol::OpenError::UnknownSender(_)) => {
+                return self.drop_msg("drop_unknown_sender", Some(from));
+            }
+            Err(_) => return self.drop_msg("drop_malformed", Some(from)),
+        };
+        // A new-view is self-certifying and may be relayed by any replica (to show a lagging
+        // peer the current view); everything else must come from its signer.
+        let from = match payload.body {
+            Body::NewView { .. } => payload.from,
+            _ if payload.from != from => {
+                return self.drop_msg("drop_sender_mismatch", Some(from));
+            }
+            _ => from,
+        };
+        if from == self.cfg.id {
+            return self.drop_msg("drop_from_self", Some(from));
+        }
+        trace!(
+            replica = self.cfg.id,
+            from,
+            kind = payload.body.kind(),
+            "message"
+        );
+        self.dispatch(now, from, payload.body, msg, out);
+    }
+
+    fn dispatch(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        body: Body,
+        msg: SignedMsg,
+        out: &mut Vec<Output>,
+    ) {
+        match body {
+            Body::PrePrepare { view, seq, batch } => {
+                if self.defer_by_view(
+                    now,
+                    from,
+                    view,
+                    &msg,
+                    Body::PrePrepare {
+                        view,
+                        seq,
+                        batch: batch.clone(),
+                    },
+                    out,
+                ) {
+                    return;
+                }
+                self.on_pre_prepare(now, from, seq, batch, out)
+            }
+            Body::Prepare { view, seq, digest } => {
+                if self.defer_by_view(
+                    now,
+                    from,
+                    view,
+                    &msg,
+                    Body::Prepare { view, seq, digest },
+                    out,
+                ) {
+                    return;
+                }
+                self.on_prepare(now, from, seq, digest, msg.sig, out)
+            }
+            Body::Commit {
+                view,
+                seq,
+                digest,
+                clock_ms,
+            } => {
+                let body = Body::Commit {
+                    view,
+                    seq,
+                    digest,
+                    clock_ms,
+                };
+                if self.defer_by_view(now, from, view, &msg, body, out) {
+                    return;
+                }
+                self.on_commit(
+                    now,
+                    from,
+                    seq,
+                    CommitVote {
+                        view,
+                        digest,
+                        clock_ms,
+                        sig: msg.sig,
+                    },
+                    out,
+                )
+            }
+            Body::Checkpoint { seq, digest } => {
+                self.on_checkpoint(now, from, seq, digest, msg.sig, out)
+            }
+            Body::ViewChange(vc) => self.on_view_change(now, from, vc, msg, out),
+            Body::NewView { view, view_changes } => {
+                self.on_new_view(now, from, view, view_changes, msg, out)
+            }
+            Body::StateRequest { seq } => self.on_state_request(from, seq, out),
+            Body::StateMeta {
+                proof,
+                total_len,
+                chunks,
+            } => self.on_state_meta(now, from, proof, total_len, chunks, out),
+            Body::StateChunk { seq, index, data } => {
+                self.on_state_chunk(now, from, seq, index, data, out)
+            }
+            Body::Status {
+                view,
+                last_executed,
+            } => self.on_status(from, view, last_executed, out),
+            Body::Committed {
+                view,
+                seq,
+                batch,
+                commits,
+            } => self.on_committed(now, from, view, seq, batch, commits, out),
+        }
+    }
+
+    /// Handles messages of other views: older ones are dropped (and the sender, apparently
+    /// behind, gets our latest new-view message), future ones are buffered until we get there.
+    /// Returns true when the message must not be processed now.
+    fn defer_by_view(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        view: u64,
+        msg: &SignedMsg,
+        body: Body,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        if view == self.view && !self.in_view_change {
+            return false;
+        }
+        if view < self.view {
+            self.drop_msg("drop_wrong_view", Some(from));
+            if self.in_view_change {
+                // We moved ahead alone while `from` still makes progress in its view: follow
+                // the log through its commit certificates (view-independent) meanwhile.
+                self.ask_status(now, from, out);
+            }
+            if let Some(nv) = self.last_new_view.clone()
+                && self.new_view_resent.insert((from, self.view))
+                && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
+            {
+                out.push(Output::Send { to: from, bytes });
+            }
+            return true;
+        }
+        if view > self.view + u64::from(self.cfg.n) {
+            self.drop_msg("drop_wrong_view", Some(from));
+            return true;
+        }
+        // view > self.view, or our current view while its new-view has not arrived yet.
+        if view > self.view {
+            // `from` is in a later view: our status makes it relay the new-view to us.
+            self.ask_status(now, from, out);
+        }
+        if self.future.len() >= FUTURE_BUFFER_CAPACITY {
+            self.drop_msg("drop_future_buffer_full", Some(from));
+            return true;
+        }
+        self.metrics.inc("buffered_future_view");
+        self.future.push_back((from, body, msg.sig));
+        true
+    }
+
+    /// Sends our status to `from`, at most once per quarter view-change timeout per peer.
+    fn ask_status(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
+        let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
+        if self
+            .status_peer_ms
+            .get(&from)
+            .is_some_and(|last| now < last.saturating_add(gap))
+        {
+            return;
+        }
+        self.status_peer_ms.insert(from, now);
+        self.metrics.inc("status_sent");
+        let (view, last_executed) = (self.view, self.last_executed);
+        self.send(
+            Body::Status {
+                view,
+                last_executed,
+            },
+            Dest::One(from),
+            out,
+        );
+    }
+
+    fn replay_future(&mut self, now: Millis, out: &mut Vec<Output>) {
+        let items: Vec<(NodeId, Body, SigBytes)> = self.future.drain(..).collect();
+        for (from, body, sig) in items {
+            let payload = Payload { from, body };
+            match codec::encode(&payload) {
+                Ok(bytes) => {
+                    let msg = SignedMsg {
+                        payload: bytes,
+                        sig,
+                    };
+                    self.dispatch(now, from, payload.body, msg, out);
+                }
+                Err(_) => self.metrics.inc("encode_error"),
+            }
+        }
+    }
+
+    // ----- normal case -----------------------------------------------------------------------
+
+    fn vc_timeout(&self) -> Millis {
+        let factor = 1i64 << self.view_change_attempts.min(6);
+        self.cfg.view_change_timeout_ms.saturating_mul(factor)
+    }
+
+    fn clock(&self, now: Millis) -> Millis {
+        match self.cfg.byzantine {
+            Byzantine::LyingClock { offset_ms } => now.saturating_add(offset_ms),
+            _ => now,
+        }
+    }
+
+    fn try_propose(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if !self.is_primary() || self.in_view_change || self.transfer.is_some() {
+            return;
+        }
+        loop {
+            let in_flight = self.next_seq.saturating_sub(self.last_executed + 1);
+            if in_flight >= self.cfg.max_in_flight || self.next_seq > self.high_watermark() {
+                return;
+            }
+            let (oldest, count) = self.clients.unproposed();
+            let Some(oldest) = oldest else {
+                self.batch_deadline = None;
+                return;
+            };
+            if count < self.cfg.batch_max && now < oldest + self.cfg.batch_delay_ms {
+                self.batch_deadline = Some(oldest + self.cfg.batch_delay_ms);
+                return;
+            }
+            self.batch_deadline = None;
+            let seq = self.next_seq;
+            let requests = self.clients.take_batch(self.cfg.batch_max, seq);
+            let time_cert = match self.cfg.time.mode {
+                TimeMode::Robust => self.select_cert(seq),
+                _ => None,
+            };
+            let batch = Batch {
+                requests,
+                primary_clock_ms: self.clock(now),
+                time_cert,
+                null: false,
+            };
+            self.next_seq += 1;
+            self.propose(seq, batch, out);
+        }
+    }
+
+    /// The newest certificate usable for `seq`: below it, within the window, not older than the
+    /// last one used by the log before `seq`.
+    fn select_cert(&self, seq: u64) -> Option<TimeCert> {
+        let floor = self.cert_floor(seq);
+        self.recent_certs
+            .range(..seq)
+            .next_back()
+            .filter(|(s, _)| **s >= floor && **s + self.cfg.time.cert_window >= seq)
+            .map(|(_, c)| c.clone())
+    }
+
+    /// The last certificate seq used by batches before `seq` (executed or in the log).
+    fn cert_floor(&self, seq: u64) -> u64 {
+        self.log
+            .range(..seq)
+            .filter_map(|(_, e)| e.batch.as_ref()?.time_cert.as_ref().map(|c| c.seq))
+            .max()
+            .unwrap_or(0)
+            .max(self.last_cert_seq)
+    }
+
+    fn propose(&mut self, seq: u64, batch: Batch, out: &mut Vec<Output>) {
+        let Ok(digest) = batch.digest() else {
+            self.metrics.inc("encode_error");
+            return;
+        };
+        let view = self.view;
+        let entry = self.log.entry(seq).or_default();
+        *entry = Entry {
+            view,
+            digest: Some(digest),
+            batch: Some(batch.clone()),
+            vote_ok: true,
+            proof: entry.proof.take(),
+            ..Entry::default()
+        };
+        self.store_entry(seq, out);
+        out.push(Output::Sync);
+        self.metrics.inc("batches_proposed");
+        if self.cfg.byzantine == Byzantine::EquivocatingPrimary {
+            // Odd backups get a different batch (other clock), hence another digest.
+            let mut other = batch.clone();
+            other.primary_clock_ms += 1;
+            for to in 0..self.cfg.n {
+                if to == self.cfg.id {
+                    continue;
+                }
+                let b = if to % 2 == 1 {
+                    other.clone()
+                } else {
+                    batch.clone()
+                };
+                self.send(
+                    Body::PrePrepare {
+                        view,
+                        seq,
+                        batch: b,
+                    },
+                    Dest::One(to),
+                    out,
+                );
+            }
+        } else {
+            self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
+        }
+    }
+
+    fn on_pre_prepare(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        seq: u64,
+        batch: Batch,
+        out: &mut Vec<Output>,
+    ) {
+        let view = self.view;
+        if from != self.primary_of(view) {
+            return self.drop_msg("drop_not_primary", Some(from));
+        }
+        if seq <= self.stable.seq || seq > self.high_watermark() {
+            return self.drop_msg("drop_out_of_window", Some(from));
+        }
+        if batch.null || batch.requests.is_empty() || batch.requests.len() > self.cfg.batch_max {
+            return self.drop_msg("drop_invalid_batch", Some(from));
+        }
+        let Ok(digest) = batch.digest() else {
+            return self.drop_msg("drop_malformed", Some(from));
+        };
+        if let Some(e) = self.log.get(&seq)
+            && e.view == view
+            && let Some(d) = e.digest
+        {
+            let reason = if d == digest {
+                "drop_duplicate"
+            } else {
+                "drop_equivocation"
+            };
+            return self.drop_msg(reason, Some(from));
+        }
+        for r in &batch.requests {
+            if let Err(reason) = self.validate_request(r, Some(from)) {
+                self.metrics.inc(reason);
+                return self.drop_msg("drop_invalid_batch", Some(from));
+            }
+        }
+        let vote_ok = self.check_batch_time(now, seq, &batch);
+        for r in &batch.requests {
+            self.clients
+                .mark_proposed(r.request.client, r.request.req_seq, seq);
+        }
+        let entry = self.log.entry(seq).or_default();
+        entry.view = view;
+        entry.digest = Some(digest);
+        entry.batch = Some(batch);
+        entry.vote_ok = vote_ok;
+        self.store_entry(seq, out);
+        out.push(Output::Sync);
+        if vote_ok
+            && let Some(sig) = self.send(Body::Prepare { view, seq, digest }, Dest::All, out)
+            && let Some(e) = self.log.get_mut(&seq)
+        {
+            e.prepares.insert(self.cfg.id, (digest, sig));
+        }
+        if self.vc_deadline.is_none() {
+            self.vc_deadline = Some(now + self.vc_timeout());
+        }
+        self.progress(now, seq, out);
+    }
+
+    /// The backup's time check on a pre-prepare; false means "withhold votes".
+    fn check_batch_time(&mut self, now: Millis, seq: u64, batch: &Batch) -> bool {
+        let t = self.cfg.time;
+        let bounds = |m: &mut Metrics, ts: Millis, hard: Millis| -> bool {
+            // abs_diff: a hostile clock (i64::MIN) must not overflow.
+            let d = ts.abs_diff(now);
+            if d > t.soft_limit_ms.unsigned_abs() {
+                m.inc("time_soft_exceeded");
+            }
+            if d > hard.unsigned_abs() {
+                m.inc("time_hard_exceeded");
+                return false;
+            }
+            true
+        };
+        match t.mode {
+            TimeMode::Off => true,
+            TimeMode::Reference => {
+                let ok = bounds(&mut self.metrics, batch.primary_clock_ms, t.hard_limit_ms);
+                if !ok {
+                    warn!(
+                        replica = self.cfg.id,
+                        seq,
+                        primary_clock_ms = batch.primary_clock_ms,
+                        now,
+                        "primary clock beyond hard limit: withholding votes"
+                    );
+                }
+                ok
+            }
+            TimeMode::Robust => match &batch.time_cert {
+                None => {
+                    // Only acceptable when no usable certificate exists (the first seqs, or
+                    // right after a restart), and then bounded tightly.
+                    let floor = self.cert_floor(seq);
+                    let known = self
+                        .recent_certs
+                        .range(..seq)
+                        .next_back()
+                        .is_some_and(|(s, _)| {
+                            *s >= floor && *s + t.cert_window >= seq && *s + 2 < seq
+                        });
+                    if known {
+                        self.metrics.inc("time_cert_missing");
+                        return false;
+                    }
+                    bounds(
+                        &mut self.metrics,
+                        batch.primary_clock_ms,
+                        t.genesis_bound_ms,
+                    )
+                }
+                Some(cert) => {
+                    let floor = self.cert_floor(seq);
+                    if cert.seq < floor || cert.seq >= seq || cert.seq + t.cert_window < seq {
+                        self.metrics.inc("time_cert_replayed");
+                        warn!(
+                            replica = self.cfg.id,
+                            seq,
+                            cert_seq = cert.seq,
+                            floor,
+                            "stale or replayed time certificate"
+                        );
+                        return false;
+                    }
+                    if !self.verify_time_cert(cert) {
+                        self.metrics.inc("time_cert_invalid");
+                        return false;
+                    }
+                    match cert.median_ms() {
+                        Some(m) if m <= now.saturating_add(t.hard_limit_ms) => true,
+                        _ => {
+                            self.metrics.inc("time_hard_exceeded");
+                            false
+                        }
+                    }
+                }
+            },
+        }
+    }
+
+    fn verify_time_cert(&self, cert: &TimeCert) -> bool {
+        if cert.samples.len() < self.quorum() {
+            return false;
+        }
+        let mut seen = BTreeSet::new();
+        cert.samples.iter().all(|s| {
+            seen.insert(s.replica)
+                && crate::protocol::verify_body(
+                    &self.ring,
+                    s.replica,
+                    Body::Commit {
+                        view: s.view,
+                        seq: cert.seq,
+                        digest: cert.digest,
+                        clock_ms: s.clock_ms,
+                    },
+                    &s.sig,
+                    self.cfg.verify_cache.as_ref(),
+                )
+        })
+    }
+
+    fn on_prepare(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        seq: u64,
+        digest: Digest32,
+        sig: SigBytes,
+        out: &mut Vec<Output>,
+    ) {
+        if from == self.primary() {
+            return self.drop_msg("drop_prepare_from_primary", Some(from));
+        }
+        if seq <= self.stable.seq || seq > self.high_watermark() {
+            return self.drop_msg("drop_out_of_window", Some(from));
+        }
+        let view = self.view;
+        let e = self.log.entry(seq).or_insert_with(|| Entry {
+            view,
+            ..Entry::default()
+        });
+        if let Some((d, _)) = e.prepares.get(&from) {
+            let reason = if *d == digest {
+                "drop_duplicate"
+            } else {
+                "drop_equivocation"
+            };
+            return self.drop_msg(reason, Some(from));
+        }
+        e.prepares.insert(from, (digest, sig));
+        self.progress(now, seq, out);
+    }
+
+    fn on_commit(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        seq: u64,
+        vote: CommitVote,
+        out: &mut Vec<Output>,
+    ) {
+        if seq <= self.stable.seq || seq > self.high_watermark() {
+            return self.drop_msg("drop_out_of_window", Some(from));
+        }
+        let view = self.view;
+        let e = self.log.entry(seq).or_insert_with(|| Entry {
+            view,
+            ..Entry::default()
+        });
+        if let Some(v) = e.commits.get(&from) {
+            let reason = if v.digest == vote.digest {
+                "drop_duplicate"
+            } else {
+                "drop_equivocation"
+            };
+            return self.drop_msg(reason, Some(from));
+        }
+        e.commits.insert(from, vote);
+        self.progress(now, seq, out);
+    }
+
+    /// Advances entry `seq`: prepared -> send commit; 2f+1 commits -> committed -> execute.
+    fn progress(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
+        let stamp_ms = self.clock(now);
+        let primary = self.primary();
+        let quorum = self.quorum();
+        let f2 = 2 * self.f();
+        let id = self.cfg.id;
+        let view = self.view;
+        let Some(e) = self.log.get_mut(&seq) else {
+            return;
+        };
+        let Some(digest) = e.digest else {
+            return;
+        };
+        if !e.prepared && e.vote_ok {
+            let sigs: SigList = e
+                .prepares
+                .iter()
+                .filter(|(n, (d, _))| **n != primary && *d == digest)
+                .map(|(n, (_, s))| (*n, *s))
+                .collect();
+            if sigs.len() >= f2 {
+                e.prepared = true;
+                if let Some(batch) = &e.batch {
+                    e.proof = Some(PreparedProof {
+                        view,
+                        seq,
+                        batch: batch.clone(),
+                        sigs,
+                    });
+                }
+            }
+        }
+        let send_commit = e.prepared && !e.commit_sent;
+        if send_commit {
+            e.commit_sent = true;
+            self.store_entry(seq, out);
+            out.push(Output::Sync);
+            let clock_ms = stamp_ms;
+            if let Some(sig) = self.send(
+                Body::Commit {
+                    view,
+                    seq,
+                    digest,
+                    clock_ms,
+                },
+                Dest::All,
+                out,
+            ) && let Some(e) = self.log.get_mut(&seq)
+            {
+                e.commits.insert(
+                    id,
+                    CommitVote {
+                        view,
+                        digest,
+                        clock_ms,
+                        sig,
+                    },
+                );
+            }
+        }
+        let Some(e) = self.log.get_mut(&seq) else {
+            return;
+        };
+        if !e.committed && e.batch.is_some() {
+            let matching: Vec<(NodeId, CommitVote)> = e
+                .commits
+                .iter()
+                .filter(|(_, v)| v.digest == digest && v.view == view)
+                .map(|(n, v)| (*n, *v))
+                .collect();
+            if matching.len() >= quorum {
+                // 2f+1 matching commits imply f+1 honest replicas prepared: safe to execute
+                // even where this replica withheld its own votes.
+                e.committed = true;
+                let samples = matching
+                    .iter()
+                    .take(quorum)
+                    .map(|(n, v)| ClockSample {
+                        replica: *n,
+                        view: v.view,
+                        clock_ms: v.clock_ms,
+                        sig: v.sig,
+                    })
+                    .collect();
+                self.recent_certs.insert(
+                    seq,
+                    TimeCert {
+                        seq,
+                        digest,
+                        samples,
+                    },
+                );
+                while self.recent_certs.len() > 16 {
+                    self.recent_certs.pop_first();
+                }
+                self.store_entry(seq, out);
+                self.execute_ready(now, out);
+            }
+        }
+    }
+
+    // ----- execution -------------------------------------------------------------------------
+
+    fn execute_ready(&mut self, now: Millis, out: &mut Vec<Output>) {
+        while self.transfer.is_none() {
+            let seq = self.last_executed + 1;
+            let Some(e) = self.log.get(&seq) else {
+                break;
+            };
+            if !e.committed {
+                break;
+            }
+            let (Some(batch), Some(digest)) = (e.batch.clone(), e.digest) else {
+                break;
+            };
+            self.execute(now, seq, &batch, digest, out);
+            self.vc_deadline = if self.has_pending_work() {
+                Some(now + self.vc_timeout())
+            } else {
+                None
+            };
+            self.view_change_attempts = 0;
+            self.status_asked_at = None;
+        }
+    }
+
+    fn has_pending_work(&self) -> bool {
+        self.clients.pending_len() > 0
+            || self
+                .log
+                .range(self.last_executed + 1..)
+                .any(|(_, e)| e.batch.is_some())
+    }
+
+    fn agreed_time(&self, batch: &Batch) -> Option<Millis> {
+        let eps = self.cfg.time.epsilon_ms;
+        let base = match self.cfg.time.mode {
+            TimeMode::Off => return None,
+            _ if batch.null => return self.last_agreed_time_ms.map(|t| t.saturating_add(eps)),
+            TimeMode::Reference => batch.primary_clock_ms,
+            TimeMode::Robust => batch
+                .time_cert
+                .as_ref()
+                .and_then(TimeCert::median_ms)
+                .unwrap_or(batch.primary_clock_ms),
+        };
+        Some(match self.last_agreed_time_ms {
+            Some(prev) => base.max(prev.saturating_add(eps)),
+            None => base,
+        })
+    }
+
+    fn execute(
+        &mut self,
+        now: Millis,
+        seq: u64,
+        batch: &Batch,
+        digest: Digest32,
+        out: &mut Vec<Output>,
+    ) {
+        let agreed = self.agreed_time(batch);
+        if let Some(t) = agreed {
+            self.last_agreed_time_ms = Some(t);
+            if let Some(c) = &batch.time_cert {
+                self.last_cert_seq = self.last_cert_seq.max(c.seq);
+            }
+            let rec = TimeRecord {
+                seq,
+                agreed_time_ms: t,
+                cert_seq: self.last_cert_seq,
+            };
+            let saved = codec::encode(&rec)
+                .map_err(|e| e.to_string())
+                .and_then(|b| {
+                    self.pages
+                        .save(self.cfg.time_page, &b)
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(e) = saved {
+                warn!(replica = self.cfg.id, error = %e, "cannot persist agreed time");
+                self.metrics.inc("time_page_error");
+            }
+        }
+        let ctx = ExecContext {
+            seq,
+            agreed_time_ms: agreed,
+        };
+        let own_internal = internal_client_id(self.cfg.id);
+        let mut ticks = Vec::new();
+        let mut replies = Vec::new();
+        for r in &batch.requests {
+            let (client, req_seq) = (r.request.client, r.request.req_seq);
+            if req_seq <= self.clients.last_req_seq(client) {
+                self.metrics.inc("duplicate_execution_skipped");
+                continue;
+            }
+            let result = match r.request.kind {
+                RequestKind::Tick => {
+                    let component = <[u8; 4]>::try_from(r.request.payload.as_slice())
+                        .ok()
+                        .map(u32::from_le_bytes);
+                    match (component, internal_client_owner(client)) {
+                        (Some(component), Some(sender)) => {
+                            if client == own_internal {
+                                self.throttle.on_executed(component, req_seq);
+                            }
+                            ticks.push(component);
+                            if self.admit_tick_evaluation(component, sender, agreed) {
+                                self.metrics.inc("ticks_evaluated");
+                                let tick = Tick::new(component, seq, agreed);
+                                if let Err(e) = self.app.on_tick(tick, &mut self.pages) {
+                                    warn!(replica = self.cfg.id, seq, component, error = %e, "tick rejected");
+                                    self.metrics.inc("tick_rejected");
+                                }
+                            }
+                        }
+                        _ => self.metrics.inc("tick_malformed_at_execution"),
+                    }
+                    Vec::new()
+                }
+                RequestKind::Write => {
+                    if internal_client_owner(client).is_some() {
+                        self.metrics.inc("internal_write_rejected");
+                        Vec::new()
+                    } else {
+                        let res = self.app.execute(ctx, client, &r.request.payload);
+                        replies.push((client, req_seq, res.clone()));
+                        res
+                    }
+                }
+            };
+            self.clients.record_executed(client, req_seq, seq, result);
+        }
+        self.send_replies(seq, replies, out);
+        self.last_executed = seq;
+        self.last_state_digest = self.state_digest();
+        self.metrics.inc("batches_executed");
+        self.metrics
+            .add("requests_executed", batch.requests.len() as u64);
+        out.push(Output::Executed(Executed {
+            seq,
+            batch_digest: digest,
+            agreed_time_ms: agreed,
+            state_digest: self.last_state_digest,
+            requests: u32::try_from(batch.requests.len()).unwrap_or(u32::MAX),
+            ticks,
+        }));
+        if seq.is_multiple_of(self.cfg.checkpoint_interval) {
+            self.take_checkpoint(now, seq, out);
+        }
+    }
+
+    fn reply(
+        &mut self,
+        client: u64,
+        req_seq: u64,
+        seq: u64,
+        result: Vec<u8>,
+        out: &mut Vec<Output>,
+    ) {
+        self.send_replies(seq, vec![(client, req_seq, result)], out);
+    }
+
+    /// Signs the replies of one batch once and emits one `Output::Reply` per request.
+    fn send_replies(&mut self, seq: u64, replies: Vec<(u64, u64, Vec<u8>)>, out: &mut Vec<Output>) {
+        if replies.is_empty() {
+            return;
+        }
+        let entries: Vec<Digest32> = replies
+            .iter()
+            .map(|(c, r, res)| crate::protocol::reply_entry(*c, *r, res))
+            .collect();
+        let header = crate::protocol::ReplyHeader {
+            replica: self.cfg.id,
+            view: self.view,
+            seq,
+            entries_digest: crate::protocol::entries_digest(&entries),
+        };
+        let Ok(bytes) = codec::encode(&header) else {
+            return;
+        };
+        let sig = crypto::sign(&self.key, &bytes);
+        for (index, (client, req_seq, result)) in replies.into_iter().enumerate() {
+            let reply = crate::protocol::Reply {
+                replica: self.cfg.id,
+                view: self.view,
+                seq,
+                client,
+                req_seq,
+                result,
+                batch_entries: entries.clone(),
+                index: u32::try_from(index).unwrap_or(u32::MAX),
+            };
+            if let Ok(bytes) = codec::encode(&SignedReply { reply, sig }) {
+                out.push(Output::Reply { client, bytes });
+            }
+        }
+    }
+
+    /// The execution-time tick bound: for a listed component, at most one tick per sender and
+    /// period of agreed time is evaluated; the others are counted and skipped. Deterministic (a
+    /// function of replicated state), so every honest replica skips the same ticks, and a
+    /// Byzantine replica flooding ticks costs at most one evaluation per component and period.
+    fn admit_tick_evaluation(
+        &mut self,
+        component: u32,
+        sender: NodeId,
+        agreed: Option<Millis>,
+    ) -> bool {
+        if !self.cfg.tick_components.is_empty()
+            && !self.cfg.tick_components.contains_key(&component)
+        {
+            warn!(
+                replica = self.cfg.id,
+                component, "ordered tick for an unlisted component"
+            );
+            self.metrics.inc("tick_rejected_unknown_component");
+            return false;
+        }
+        let (Some(period_ms), Some(t)) = (self.cfg.tick_components.get(&component), agreed) else {
+            return true;
+        };
+        let p = t.div_euclid(i64::try_from(*period_ms).unwrap_or(i64::MAX).max(1));
+        if self.tick_evals.get(&(component, sender)) == Some(&p) {
+            debug!(
+                replica = self.cfg.id,
+                component,
+                sender,
+                period = p,
+                "tick coalesced"
+            );
+            self.metrics.inc("tick_coalesced");
+            return false;
+        }
+        self.tick_evals.insert((component, sender), p);
+        true
+    }
+
+    /// Digest of the replicated state reported after every batch.
+    fn state_digest(&self) -> Digest32 {
+        let mut h = Sha256::new();
+        h.update(b"sim-bft-state");
+        h.update(self.app.digest());
+        h.update(self.pages.digest());
+        h.update(self.last_agreed_time_ms.unwrap_or(i64::MIN).to_le_bytes());
+        if !self.tick_evals.is_empty() {
+            h.update(b"tick-evals");
+            for ((c, s), p) in &self.tick_evals {
+                h.update(c.to_le_bytes());
+                h.update(s.to_le_bytes());
+                h.update(p.to_le_bytes());
+            }
+        }
+        h.finalize().into()
+    }
+
+    fn make_snapshot(&self) -> Result<(Digest32, Vec<u8>), ReplicaError> {
+        let snap = Snapshot {
+            seq: self.last_executed,
+            app: self.app.snapshot(),
+            pages: self.pages.snapshot(),
+            pages_digest: self.pages.digest(),
+            clients: self.clients.records_snapshot(),
+            last_agreed_time_ms: self.last_agreed_time_ms,
+            last_cert_seq: self.last_cert_seq,
+            state_digest: self.last_state_digest,
+            tick_evals: self
+                .tick_evals
+                .iter()
+                .map(|((c, s), p)| (*c, *s, *p))
+                .collect(),
+        };
+        let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;
+        Ok((crypto::sha256(&bytes), bytes))
+    }
+
+    // ----- checkpoints -----------------------------------------------------------------------
+
+    fn take_checkpoint(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
+        let Ok((digest, bytes)) = self.make_snapshot() else {
+            self.metrics.inc("encode_error");
+            return;
+        };
+        self.own_checkpoints.insert(seq, (digest, bytes));
+        if let Some(sig) = self.send(Body::Checkpoint { seq, digest }, Dest::All, out) {
+            self.checkpoint_votes
+                .entry(seq)
+                .or_default()
+                .insert(self.cfg.id, (digest, sig));
+        }
+        self.metrics.inc("checkpoints_taken");
+        self.check_stable(now, seq, out);
+    }
+
+    fn on_checkpoint(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        seq: u64,
+        digest: Digest32,
+        sig: SigBytes,
+        out: &mut Vec<Output>,
+    ) {
+        if seq <= self.stable.seq {
+            // A late vote for a checkpoint that is already stable: normal, not a fault.
+            self.metrics.inc("late_checkpoint");
+            return;
+        }
+        if !seq.is_multiple_of(self.cfg.checkpoint_interval) {
+            return self.drop_msg("drop_invalid_checkpoint", Some(from));
+        }
+        // Bound what one sender can make us hold: at most 4 distinct checkpoint seqs each.
+        let held: Vec<u64> = self
+            .checkpoint_votes
+            .iter()
+            .filter(|(_, m)| m.contains_key(&from))
+            .map(|(s, _)| *s)
+            .collect();
+        if held.contains(&seq) {
+            return self.drop_msg("drop_duplicate", Some(from));
+        }
+        if held.len() >= 4
+            && let Some(lowest) = held.first()
+            && let Some(m) = self.checkpoint_votes.get_mut(lowest)
+        {
+            m.remove(&from);
+        }
+        self.checkpoint_votes
+            .entry(seq)
+            .or_default()
+            .insert(from, (digest, sig));
+        self.check_stable(now, seq, out);
+    }
+
+    /// Makes `seq`'s checkpoint stable when 2f+1 agree, or notices that we are behind it.
+    fn check_stable(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
+        let Some(votes) = self.checkpoint_votes.get(&seq) else {
+            return;
+        };
+        let mut by_digest: BTreeMap<Digest32, SigList> = BTreeMap::new();
+        for (n, (d, s)) in votes {
+            by_digest.entry(*d).or_default().push((*n, *s));
+        }
+        let quorum = self.quorum();
+        let Some((digest, sigs)) = by_digest.into_iter().find(|(_, s)| s.len() >= quorum) else {
+            return;
+        };
+        let proof = CheckpointProof { seq, digest, sigs };
+        match self.own_checkpoints.get(&seq) {
+            Some((own, bytes)) if *own == digest => {
+                let bytes = bytes.clone();
+                self.make_stable(proof, bytes, out);
+            }
+            Some(_) => {
+                warn!(
+                    replica = self.cfg.id,
+                    seq, "own checkpoint differs from the certified one: state transfer"
+                );
+                self.metrics.inc("checkpoint_divergence");
+                self.start_transfer(now, proof, out);
+            }
+            None if seq > self.last_executed => {
+                if seq >= self.last_executed + self.cfg.log_window / 2 {
+                    self.start_transfer(now, proof, out);
+                } else if self.behind_since.as_ref().is_none_or(|(_, p)| p.seq < seq) {
+                    self.behind_since = Some((now + self.cfg.state_transfer_grace_ms, proof));
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn make_stable(&mut self, proof: CheckpointProof, snapshot: Vec<u8>, out: &mut Vec<Output>) {
+        let seq = proof.seq;
+        if seq <= self.stable.seq {
+            return;
+        }
+        let stored = StoredCheckpoint {
+            proof: proof.clone(),
+            snapshot: snapshot.clone(),
+        };
+        if let Ok(value) = codec::encode(&stored) {
+            out.push(Output::Store {
+                key: KEY_CHECKPOINT.to_vec(),
+                value: Some(value),
+            });
+            out.push(Output::Sync);
+        }
+        let old: Vec<u64> = self.log.range(..=seq).map(|(s, _)| *s).collect();
+        for s in old {
+            self.log.remove(&s);
+            out.push(Output::Store {
+                key: log_key(s),
+                value: None,
+            });
+        }
+        self.stable = proof;
+        self.stable_snapshot = snapshot;
+        self.own_checkpoints = self.own_checkpoints.split_off(&(seq + 1));
+        self.checkpoint_votes = self.checkpoint_votes.split_off(&(seq + 1));
+        if self
+            .behind_since
+            .as_ref()
+            .is_some_and(|(_, p)| p.seq <= seq)
+        {
+            self.behind_since = None;
+        }
+        self.metrics.inc("checkpoints_stable");
+        debug!(replica = self.cfg.id, seq, "stable checkpoint");
+    }
+
+    fn verify_checkpoint_proof(&self, proof: &CheckpointProof) -> bool {
+        if proof.seq == 0 {
+            return proof.sigs.is_empty();
+        }
+        if !proof.seq.is_multiple_of(self.cfg.checkpoint_interval)
+            || proof.sigs.len() < self.quorum()
+        {
+            return false;
+        }
+        let mut seen = BTreeSet::new();
+        proof.sigs.iter().all(|(n, s)| {
+            seen.insert(*n)
+                && crate::protocol::verify_body(
+                    &self.ring,
+                    *n,
+                    Body::Checkpoint {
+                        seq: proof.seq,
+                        digest: proof.digest,
+                    },
+                    s,
+                    self.cfg.verify_cache.as_ref(),
+                )
+        })
+    }
+
+    // ----- timers ----------------------------------------------------------------------------
+
+    fn on_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if let Some(d) = self.vc_deadline
+            && now >= d
+        {
+            self.vc_deadline = None;
+            if !self.in_view_change && self.status_asked_at != Some(self.last_executed) {
+                // First expiry without progress: maybe we only lost messages. Ask the others
+                // for what committed; change view only if the next expiry finds us still stuck.
+                self.status_asked_at = Some(self.last_executed);
+                self.metrics.inc("status_sent");
+                let (view, last_executed) = (self.view, self.last_executed);
+                self.send(
+                    Body::Status {
+                        view,
+                        last_executed,
+                    },
+                    Dest::All,
+                    out,
+                );
+                self.vc_deadline = Some(now + self.vc_timeout());
+            } else {
+                if self.in_view_change {
+                    // Stuck in a view change: keep catching up on what the others commit
+                    // (commit certificates are valid in any view).
+                    let (view, last_executed) = (self.view, self.last_executed);
+                    self.send(
+                        Body::Status {
+                            view,
+                            last_executed,
+                        },
+                        Dest::All,
+                        out,
+                    );
+                }
+                let target = self.view + 1;
+                self.start_view_change(now, target, out);
+            }
+        }
+        if let Some((d, proof)) = self.behind_since.clone()
+            && now >= d
+        {
+            self.behind_since = None;
+            if proof.seq > self.last_executed {
+                self.start_transfer(now, proof, out);
+            }
+        }
+        if self.transfer.as_ref().is_some_and(|t| now >= t.deadline_ms) {
+            self.metrics.inc("state_transfer_timeouts");
+            self.next_transfer_source(now, out);
+        }
+    }
+
+    /// A peer is stuck at `last_executed`: send it the commit certificates it lacks (at most a
+    /// log window), or, when it is below our log, our checkpoint vote so that it can gather a
+    /// checkpoint certificate and state-transfer.
+    fn on_status(&mut self, from: NodeId, view: u64, last_executed: u64, out: &mut Vec<Output>) {
+        if view < self.view
+            && !self.in_view_change
+            && let Some(nv) = self.last_new_view.clone()
+            && self.new_view_resent.insert((from, self.view))
+            && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
+        {
+            out.push(Output::Send { to: from, bytes });
+        }
+        if last_executed >= self.last_executed {
+            return;
+        }
+        if last_executed < self.stable.seq {
+            let (seq, digest) = (self.stable.seq, self.stable.digest);
+            self.send(Body::Checkpoint { seq, digest }, Dest::One(from), out);
+            return;
+        }
+        let quorum = self.quorum();
+        let certs: Vec<Body> = self
+            .log
+            .range(last_executed + 1..=self.last_executed)
+            .filter_map(|(seq, e)| {
+                let (batch, digest) = (e.batch.as_ref()?, e.digest?);
+                let commits: Vec<(NodeId, Millis, SigBytes)> = e
+                    .commits
+                    .iter()
+                    .filter(|(_, v)| v.digest == digest && v.view == e.view)
+                    .take(quorum)
+                    .map(|(n, v)| (*n, v.clock_ms, v.sig))
+                    .collect();
+                (e.committed && commits.len() >= quorum).then(|| Body::Committed {
+                    view: e.view,
+                    seq: *seq,
+                    batch: batch.clone(),
+                    commits,
+                })
+            })
+            .collect();
+        self.metrics.add("committed_certs_sent", certs.len() as u64);
+        for body in certs {
+            self.send(body, Dest::One(from), out);
+        }
+    }
+
+    /// A commit certificate for a batch: execute it if it is the one we are missing.
+    #[allow(clippy::too_many_arguments)]
+    fn on_committed(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        view: u64,
+        seq: u64,
+        batch: Batch,
+        commits: Vec<(NodeId, Millis, SigBytes)>,
+        out: &mut Vec<Output>,
+    ) {
+        if seq <= self.last_executed {
+            self.metrics.inc("late_committed_cert");
+            return;
+        }
+        if seq <= self.stable.seq || seq > self.high_watermark() {
+            return self.drop_msg("drop_out_of_window", Some(from));
+        }
+        let Ok(digest) = batch.digest() else {
+            return self.drop_msg("drop_malformed", Some(from));
+        };
+        let mut seen = BTreeSet::new();
+        let valid = commits.len() >= self.quorum()
+            && commits.iter().all(|(n, clock_ms, sig)| {
+                seen.insert(*n)
+                    && crate::protocol::verify_body(
+                        &self.ring,
+                        *n,
+                        Body::Commit {
+                            view,
+                            seq,
+                            digest,
+                            clock_ms: *clock_ms,
+                        },
+                        sig,
+                        self.cfg.verify_cache.as_ref(),
+                    )
+            });
+        if !valid {
+            return self.drop_msg("drop_invalid_committed_cert", Some(from));
+        }
+        let cur = self.view;
+        let e = self.log.entry(seq).or_insert_with(|| Entry {
+            view: cur,
+            ..Entry::default()
+        });
+        if e.committed {
+            if e.digest != Some(digest) {
+                // Two commit certificates for one seq would mean more than f faults.
+                warn!(
+                    replica = self.cfg.id,
+                    seq, "conflicting commit certificates"
+                );
+                self.metrics.inc("conflicting_commit_certificates");
+            }
+            return;
+        }
+        e.digest = Some(digest);
+        e.batch = Some(batch);
+        e.committed = true;
+        self.metrics.inc("committed_certs_applied");
+        self.store_entry(seq, out);
+        self.execute_ready(now, out);
+    }
+
+    /// Checks internal invariants (the simulator calls it after every step).
+    pub fn check_invariants(&self) -> Result<(), InvariantError> {
+        let fail = |s: String| Err(InvariantError(s));
+        if self.stable.seq > self.last_executed && self.transfer.is_none() {
+            return fail(format!(
+                "stable {} above executed {}",
+                self.stable.seq, self.last_executed
+            ));
+        }
+        if let Some((first, _)) = self.log.first_key_value()
+            && *first <= self.stable.seq
+        {
+            return fail(format!(
+                "log entry {first} at or below stable {}",
+                self.stable.seq
+            ));
+        }
+        if let Some((last, _)) = self.log.last_key_value()
+            && *last > self.high_watermark()
+        {
+            return fail(format!("log entry {last} above high watermark"));
+        }
+        if self.last_executed > self.high_watermark() {
+            return fail("executed beyond the window".into());
+        }
+        if self.is_primary() && !self.in_view_change && self.next_seq <= self.last_executed {
+            return fail("primary's next seq not above executed".into());
+        }
+        // The O(state) checks run in debug builds only, so hosts may call this after every
+        // step of a release-mode benchmark.
+        if !cfg!(debug_assertions) {
+            return Ok(());
+        }
+        if crypto::sha256(&self.stable_snapshot) != self.stable.digest {
+            return fail("stable snapshot does not match its digest".into());
+        }
+        for (s, e) in &self.log {
+            if e.committed && e.batch.is_none() {
+                return fail(format!("entry {s} committed without a batch"));
+            }
+            if let (Some(b), Some(d)) = (&e.batch, e.digest)
+                && b.digest().ok() != Some(d)
+            {
+                return fail(format!("entry {s} digest does not match its batch"));
+            }
+        }
+        self.clients.check().map_err(InvariantError)?;
+        Ok(())
+    }
+}
+
+impl Node for Replica {
+    fn handle(&mut self, now: Millis, input: Input, out: &mut Vec<Output>) {
+        if self.cfg.byzantine == Byzantine::Silent {
+            return;
+        }
+        match input {
+            Input::Peer { from, bytes } => self.on_peer(now, from, &bytes, out),
+            Input::Client { bytes } => self.on_client(now, &bytes, out),
+            Input::Timer => self.on_timer(now, out),
+            Input::InternalTick { component } => self.on_internal_tick(now, component, out),
+        }
+        if self.cfg.byzantine == Byzantine::BogusViewChange && self.metrics.get("bogus_sent") < 64 {
+            self.send_bogus_view_change(out);
+        }
+        self.try_propose(now, out);
+        if self.vc_deadline.is_none() && self.has_pending_work() && !self.in_view_change {
+            self.vc_deadline = Some(now + self.vc_timeout());
+        }
+        debug_assert!(
+            self.check_invariants().is_ok(),
+            "{:?}",
+            self.check_invariants()
+        );
+    }
+
+    fn next_deadline(&self) -> Option<Millis> {
+        [
+            self.vc_deadline,
+            self.batch_deadline,
+            self.behind_since.as_ref().map(|(d, _)| *d),
+            self.transfer.as_ref().map(|t| t.deadline_ms),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_is_send_and_config_is_validated() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Replica>();
+        assert!(Replica::new(ReplicaConfig::new(0, 4, 1, 1)).is_ok());
+        assert!(Replica::new(ReplicaConfig::new(4, 4, 1, 1)).is_err());
+        assert!(Replica::new(ReplicaConfig::new(0, 5, 1, 1)).is_err());
+        let mut c = ReplicaConfig::new(0, 4, 1, 1);
+        c.log_window = c.checkpoint_interval;
+        assert!(Replica::new(c).is_err());
+    }
+
+    #[test]
+    fn genesis_state_is_identical_and_invariants_hold() {
+        let a = Replica::new(ReplicaConfig::new(0, 4, 1, 1)).unwrap();
+        let b = Replica::new(ReplicaConfig::new(3, 4, 1, 1)).unwrap();
+        assert_eq!(a.state_digest_now(), b.state_digest_now());
+        assert_eq!(a.stable.digest, b.stable.digest);
+        a.check_invariants().unwrap();
+        assert_eq!(a.next_deadline(), None);
+    }
+}

@@ -1,0 +1,393 @@
+//! View change (PBFT §4.4): leaving a stalled view, and the new primary's new-view message.
+//!
+//! A replica whose timer on pending work expires moves to view v+1 and broadcasts a view-change
+//! carrying its stable checkpoint proof and a prepared certificate for every batch it prepared
+//! above it. A replica that sees f+1 view changes for higher views joins the smallest (so f
+//! faulty replicas cannot force a change, and one honest replica's timeout is not needed by
+//! all). The primary of v+1 collects 2f+1 valid view changes and broadcasts them in a new-view.
+//! Every replica recomputes the new view's log from those view changes alone: above the highest
+//! stable checkpoint, each sequence number gets the batch of the highest-view prepared
+//! certificate, or a null batch. There is nothing for a Byzantine new primary to choose except
+//! which 2f+1 view changes it includes, and any 2f+1 intersect every commit quorum.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tracing::{info, warn};
+
+use super::{Byzantine, Dest, Entry, Replica};
+use crate::crypto::Digest32;
+use crate::node::{Millis, NodeId, Output};
+use crate::protocol::{Batch, Body, CheckpointProof, Payload, SignedMsg, ViewChange, Wire, codec};
+
+/// Most pending requests a backup re-forwards to a new primary.
+const REFORWARD_MAX: usize = 4_096;
+
+impl Replica {
+    pub(super) fn start_view_change(&mut self, now: Millis, target: u64, out: &mut Vec<Output>) {
+        if target <= self.view {
+            return;
+        }
+        info!(
+            replica = self.cfg.id,
+            from_view = self.view,
+            to_view = target,
+            "view change"
+        );
+        self.view = target;
+        self.in_view_change = true;
+        self.view_change_attempts = self.view_change_attempts.saturating_add(1);
+        self.metrics.inc("view_changes_started");
+        // Ticks waiting in the old view may never be ordered: clear the throttle marks so that
+        // the components keep ticking (a duplicate tick is harmless, a stuck one is not).
+        self.throttle.on_view_change_cleared();
+        self.clients.clear_proposed();
+        self.batch_deadline = None;
+        let prepared = self
+            .log
+            .range(self.stable.seq + 1..)
+            .filter_map(|(_, e)| e.proof.clone())
+            .collect();
+        let vc = ViewChange {
+            new_view: target,
+            stable: self.stable.clone(),
+            prepared,
+        };
+        self.store_view(out);
+        out.push(Output::Sync);
+        let payload = Payload {
+            from: self.cfg.id,
+            body: Body::ViewChange(vc.clone()),
+        };
+        if let Ok(msg) = SignedMsg::sign(&self.key, &payload) {
+            self.view_changes
+                .entry(target)
+                .or_default()
+                .insert(self.cfg.id, (msg, vc.clone()));
+        }
+        self.send(Body::ViewChange(vc), Dest::All, out);
+        self.vc_deadline = Some(now + self.vc_timeout());
+        self.maybe_send_new_view(now, out);
+    }
+
+    pub(super) fn on_view_change(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        vc: ViewChange,
+        msg: SignedMsg,
+        out: &mut Vec<Output>,
+    ) {
+        let target = vc.new_view;
+        if target < self.view || (target == self.view && !self.in_view_change) {
+            // The sender lags behind a view we already entered: show it the new-view.
+            if let Some(nv) = self.last_new_view.clone()
+                && self.new_view_resent.insert((from, self.view))
+                && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
+            {
+                out.push(Output::Send { to: from, bytes });
+            }
+            return self.drop_msg("drop_stale_view_change", Some(from));
+        }
+        if target > self.view + u64::from(self.cfg.n) {
+            return self.drop_msg("drop_wrong_view", Some(from));
+        }
+        if self
+            .view_changes
+            .get(&target)
+            .is_some_and(|m| m.contains_key(&from))
+        {
+            return self.drop_msg("drop_duplicate", Some(from));
+        }
+        if !self.validate_view_change(&vc) {
+            warn!(replica = self.cfg.id, from, target, "invalid view change");
+            return self.drop_msg("drop_invalid_view_change", Some(from));
+        }
+        self.view_changes
+            .entry(target)
+            .or_default()
+            .insert(from, (msg, vc));
+        // Join rule: f+1 distinct replicas asking for views above ours.
+        let floor = self.view + 1;
+        let mut senders = BTreeSet::new();
+        let mut lowest = None;
+        for (v, m) in self.view_changes.range(floor..) {
+            for n in m.keys() {
+                if *n != self.cfg.id {
+                    senders.insert(*n);
+                }
+            }
+            lowest.get_or_insert(*v);
+        }
+        if senders.len() > self.f()
+            && let Some(v) = lowest
+        {
+            self.start_view_change(now, v, out);
+        }
+        self.maybe_send_new_view(now, out);
+    }
+
+    fn maybe_send_new_view(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if !self.in_view_change || self.primary_of(self.view) != self.cfg.id {
+            return;
+        }
+        let quorum = self.quorum();
+        let Some(m) = self.view_changes.get(&self.view) else {
+            return;
+        };
+        if m.len() < quorum {
+            return;
+        }
+        let chosen: Vec<(SignedMsg, ViewChange)> = m.values().take(quorum).cloned().collect();
+        let view = self.view;
+        let body = Body::NewView {
+            view,
+            view_changes: chosen.iter().map(|(s, _)| s.clone()).collect(),
+        };
+        let payload = Payload {
+            from: self.cfg.id,
+            body: body.clone(),
+        };
+        if let Ok(msg) = SignedMsg::sign(&self.key, &payload) {
+            self.last_new_view = Some(msg);
+        }
+        self.send(body, Dest::All, out);
+        let vcs = chosen.into_iter().map(|(_, v)| v).collect();
+        self.enter_new_view(now, view, vcs, out);
+    }
+
+    pub(super) fn on_new_view(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        view: u64,
+        msgs: Vec<SignedMsg>,
+        msg: SignedMsg,
+        out: &mut Vec<Output>,
+    ) {
+        if view < self.view || (view == self.view && !self.in_view_change) {
+            return self.drop_msg("drop_stale_new_view", Some(from));
+        }
+        if from != self.primary_of(view) {
+            return self.drop_msg("drop_not_primary", Some(from));
+        }
+        if msgs.len() > self.cfg.n as usize {
+            return self.drop_msg("drop_invalid_new_view", Some(from));
+        }
+        let mut vcs = Vec::new();
+        let mut senders = BTreeSet::new();
+        for m in &msgs {
+            let ok = match m.open(
+                &self.ring,
+                self.cfg.max_message_bytes,
+                self.cfg.verify_cache.as_ref(),
+            ) {
+                Ok(Payload {
+                    from: sender,
+                    body: Body::ViewChange(vc),
+                }) if vc.new_view == view
+                    && senders.insert(sender)
+                    && self.validate_view_change(&vc) =>
+                {
+                    vcs.push(vc);
+                    true
+                }
+                _ => false,
+            };
+            if !ok {
+                warn!(replica = self.cfg.id, from, view, "invalid new view");
+                return self.drop_msg("drop_invalid_new_view", Some(from));
+            }
+        }
+        if vcs.len() < self.quorum() {
+            return self.drop_msg("drop_invalid_new_view", Some(from));
+        }
+        if view > self.view {
+            self.metrics.inc("view_changes_started");
+        }
+        self.view = view;
+        self.last_new_view = Some(msg);
+        self.enter_new_view(now, view, vcs, out);
+    }
+
+    fn enter_new_view(
+        &mut self,
+        now: Millis,
+        view: u64,
+        vcs: Vec<ViewChange>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(best) = vcs.iter().map(|v| &v.stable).max_by_key(|p| p.seq).cloned() else {
+            return;
+        };
+        let min_s = best.seq;
+        let mut chosen: BTreeMap<u64, (u64, Batch)> = BTreeMap::new();
+        for vc in &vcs {
+            for p in &vc.prepared {
+                if p.seq <= min_s {
+                    continue;
+                }
+                if chosen.get(&p.seq).is_none_or(|(v, _)| *v < p.view) {
+                    chosen.insert(p.seq, (p.view, p.batch.clone()));
+                }
+            }
+        }
+        let max_s = chosen
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(min_s)
+            .max(min_s);
+        self.view = view;
+        self.in_view_change = false;
+        self.view_changes = self.view_changes.split_off(&(view + 1));
+        self.new_view_resent.retain(|(_, v)| *v >= view);
+        self.metrics.inc("view_changes_completed");
+        info!(
+            replica = self.cfg.id,
+            view, min_s, max_s, "entered new view"
+        );
+        self.store_view(out);
+
+        // Adopt the quorum's stable checkpoint when we executed it ourselves with that digest;
+        // otherwise fetch it.
+        if min_s > self.stable.seq {
+            match self.own_checkpoints.get(&min_s) {
+                Some((d, bytes)) if *d == best.digest => {
+                    let bytes = bytes.clone();
+                    self.make_stable(best.clone(), bytes, out);
+                }
+                _ if min_s > self.last_executed => self.start_transfer(now, best.clone(), out),
+                _ => {}
+            }
+        }
+
+        let mut old = std::mem::take(&mut self.log);
+        self.clients.clear_proposed();
+        let is_primary = self.primary_of(view) == self.cfg.id;
+        let mut to_vote: Vec<(u64, Digest32)> = Vec::new();
+        for seq in (min_s + 1)..=max_s {
+            if seq <= self.stable.seq || seq > self.high_watermark() {
+                continue;
+            }
+            let batch = chosen
+                .remove(&seq)
+                .map(|(_, b)| b)
+                .unwrap_or_else(Batch::null);
+            let Ok(digest) = batch.digest() else {
+                continue;
+            };
+            for r in &batch.requests {
+                self.clients
+                    .mark_proposed(r.request.client, r.request.req_seq, seq);
+            }
+            let proof = old.get_mut(&seq).and_then(|e| e.proof.take());
+            self.log.insert(
+                seq,
+                Entry {
+                    view,
+                    batch: Some(batch),
+                    digest: Some(digest),
+                    vote_ok: true,
+                    proof,
+                    ..Entry::default()
+                },
+            );
+            self.store_entry(seq, out);
+            to_vote.push((seq, digest));
+        }
+        // Entries above max_s (and old votes) belonged to the old view; their proofs are kept
+        // only where the new log has the seq. Delete their durable copies.
+        for (seq, _) in old.range(max_s + 1..) {
+            out.push(Output::Store {
+                key: super::log_key(*seq),
+                value: None,
+            });
+        }
+        out.push(Output::Sync);
+        self.next_seq = max_s.max(self.last_executed).max(self.stable.seq) + 1;
+        if !is_primary {
+            for (seq, digest) in to_vote {
+                if let Some(sig) = self.send(Body::Prepare { view, seq, digest }, Dest::All, out)
+                    && let Some(e) = self.log.get_mut(&seq)
+                {
+                    e.prepares.insert(self.cfg.id, (digest, sig));
+                }
+            }
+        }
+        if !is_primary {
+            // Requests this replica holds that the new log does not order may never have
+            // reached the new primary (forwarded to the old one): forward them again.
+            let primary = self.primary_of(view);
+            for r in self.clients.unproposed_requests(REFORWARD_MAX) {
+                if let Ok(bytes) = codec::encode(&Wire::Request(r)) {
+                    out.push(Output::Send { to: primary, bytes });
+                }
+            }
+        }
+        self.vc_deadline = if self.has_pending_work() {
+            Some(now + self.vc_timeout())
+        } else {
+            None
+        };
+        self.replay_future(now, out);
+    }
+
+    /// Checks a view change's checkpoint proof and prepared certificates (signatures included).
+    pub(super) fn validate_view_change(&self, vc: &ViewChange) -> bool {
+        if !self.verify_checkpoint_proof(&vc.stable) {
+            return false;
+        }
+        if vc.prepared.len() as u64 > self.cfg.log_window {
+            return false;
+        }
+        let mut seqs = BTreeSet::new();
+        vc.prepared.iter().all(|p| {
+            if p.seq <= vc.stable.seq
+                || p.seq > vc.stable.seq.saturating_add(self.cfg.log_window)
+                || p.view >= vc.new_view
+                || !seqs.insert(p.seq)
+                || p.sigs.len() < 2 * self.f()
+            {
+                return false;
+            }
+            let Ok(digest) = p.batch.digest() else {
+                return false;
+            };
+            let primary = self.primary_of(p.view);
+            let mut seen = BTreeSet::new();
+            p.sigs.iter().all(|(n, s)| {
+                *n != primary
+                    && seen.insert(*n)
+                    && crate::protocol::verify_body(
+                        &self.ring,
+                        *n,
+                        Body::Prepare {
+                            view: p.view,
+                            seq: p.seq,
+                            digest,
+                        },
+                        s,
+                        self.cfg.verify_cache.as_ref(),
+                    )
+            })
+        })
+    }
+
+    /// Byzantine mode: a view change for the next view with a forged checkpoint proof.
+    pub(super) fn send_bogus_view_change(&mut self, out: &mut Vec<Output>) {
+        if self.cfg.byzantine != Byzantine::BogusViewChange {
+            return;
+        }
+        self.metrics.inc("bogus_sent");
+        let vc = ViewChange {
+            new_view: self.view + 1,
+            stable: CheckpointProof {
+                seq: self.stable.seq + self.cfg.checkpoint_interval,
+                digest: [0xee; 32],
+                sigs: (0..self.cfg.n).map(|n| (n, [n as u8; 64])).collect(),
+            },
+            prepared: Vec::new(),
+        };
+        self.send(Body::ViewChange(vc), Dest::All, out);
+    }
+}

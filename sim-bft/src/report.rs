@@ -1,0 +1,213 @@
+//! The JSON report of a simulated run (a contract: documented in `docs/simulator.md`).
+//!
+//! Field names are stable; new fields may be added, none removed or renamed without a format
+//! version bump. Digests are lower-case hex.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::sim::checker::hex;
+use crate::sim::{SimOutcome, SimStats};
+
+/// Version of the report format.
+pub const REPORT_VERSION: u32 = 1;
+
+/// One replica in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplicaReport {
+    /// Replica id.
+    pub id: u32,
+    /// False for Byzantine replicas.
+    pub honest: bool,
+    /// Highest sequence number it executed (0 if none).
+    pub last_executed_seq: u64,
+    /// Its state digest after that batch, hex.
+    pub state_digest: String,
+    /// Batches executed (re-executions after restarts included).
+    pub batches_executed: u64,
+    /// Ticks executed.
+    pub ticks_executed: u64,
+    /// Requests executed, ticks included.
+    pub requests_executed: u64,
+    /// Actions fired, keyed `"<component>/<position>"`.
+    pub fires: BTreeMap<String, u64>,
+}
+
+/// The report of one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Report format version ([`REPORT_VERSION`]).
+    pub version: u32,
+    /// The seed.
+    pub seed: u64,
+    /// Number of replicas n.
+    pub replicas: u32,
+    /// Byzantine replicas tolerated, f.
+    pub f: u32,
+    /// Simulated length of the safety phase, ms.
+    pub duration_ms: u64,
+    /// Simulated time at the end of the run, ms.
+    pub end_ms: u64,
+    /// Highest sequence number executed before the faults healed.
+    pub heal_seq: u64,
+    /// Per replica.
+    pub nodes: Vec<ReplicaReport>,
+    /// True when no two honest replicas disagreed on a batch or state digest.
+    pub honest_agree: bool,
+    /// Broken invariants, one line each; empty when every checker held.
+    pub violations: Vec<String>,
+    /// SHA-256 over every processed event and executed batch, hex.
+    pub trace_hash: String,
+    /// The command that replays this run.
+    pub replay: String,
+    /// Counters.
+    pub stats: SimStats,
+}
+
+impl Report {
+    /// The report of `o`.
+    pub fn from_outcome(o: &SimOutcome) -> Self {
+        let mut violations: Vec<String> = o.violations.iter().map(|v| v.to_string()).collect();
+        if o.dropped_violations > 0 {
+            violations.push(format!("... and {} more violations", o.dropped_violations));
+        }
+        Self {
+            version: REPORT_VERSION,
+            seed: o.config.seed,
+            replicas: o.config.replicas,
+            f: o.params.f,
+            duration_ms: o.config.duration_ms,
+            end_ms: o.end_ms,
+            heal_seq: o.heal_seq,
+            nodes: o
+                .nodes
+                .iter()
+                .map(|n| ReplicaReport {
+                    id: n.id,
+                    honest: n.honest,
+                    last_executed_seq: n.last_executed_seq,
+                    state_digest: hex(&n.state_digest),
+                    batches_executed: n.batches_executed,
+                    ticks_executed: n.ticks_executed,
+                    requests_executed: n.requests_executed,
+                    fires: n.fires.clone(),
+                })
+                .collect(),
+            honest_agree: o.honest_agree,
+            violations,
+            trace_hash: hex(&o.trace_hash),
+            replay: o.replay_command(),
+            stats: o.stats.clone(),
+        }
+    }
+
+    /// True when every checker held.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
+    }
+
+    /// A readable multi-line summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "seed {}  n = {}  f = {}  simulated {} ms (faults healed at {} ms, seq {})",
+            self.seed, self.replicas, self.f, self.end_ms, self.duration_ms, self.heal_seq
+        );
+        let _ = writeln!(
+            s,
+            "  {:>2}  {:<9} {:>10} {:>10} {:>8}  state digest",
+            "id", "role", "last seq", "batches", "ticks"
+        );
+        for n in &self.nodes {
+            let _ = writeln!(
+                s,
+                "  {:>2}  {:<9} {:>10} {:>10} {:>8}  {}",
+                n.id,
+                if n.honest { "honest" } else { "byzantine" },
+                n.last_executed_seq,
+                n.batches_executed,
+                n.ticks_executed,
+                n.state_digest.get(..16).unwrap_or(&n.state_digest)
+            );
+        }
+        let st = &self.stats;
+        let _ = writeln!(
+            s,
+            "  events {}  delivered {}  dropped {}  duplicated {}  reordered {}  crashes {} \
+             (lost writes {})  client requests {}  replies {}",
+            st.events,
+            st.delivered,
+            st.dropped,
+            st.duplicated,
+            st.reordered,
+            st.crashes,
+            st.lost_writes,
+            st.client_requests,
+            st.replies
+        );
+        let _ = writeln!(s, "  trace hash {}", self.trace_hash);
+        if self.ok() {
+            let _ = writeln!(s, "  all checkers held (honest replicas agree)");
+        } else {
+            let _ = writeln!(s, "  {} VIOLATION(S):", self.violations.len());
+            for v in &self.violations {
+                let _ = writeln!(s, "    {v}");
+            }
+            let _ = writeln!(s, "  replay with: {}", self.replay);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::toy::ToyHarness;
+    use crate::sim::{SimConfig, Simulator};
+
+    #[test]
+    fn report_has_the_contract_fields() {
+        let cfg = SimConfig {
+            duration_ms: 2_000,
+            liveness_ms: 2_000,
+            ..SimConfig::default()
+        };
+        let o = Simulator::new(cfg, ToyHarness { n: 4 }).unwrap().run();
+        let r = Report::from_outcome(&o);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json().unwrap()).unwrap();
+        for k in [
+            "seed",
+            "replicas",
+            "f",
+            "nodes",
+            "honest_agree",
+            "violations",
+            "trace_hash",
+        ] {
+            assert!(v.get(k).is_some(), "missing {k}");
+        }
+        let n0 = &v["nodes"][0];
+        for k in [
+            "id",
+            "honest",
+            "last_executed_seq",
+            "state_digest",
+            "ticks_executed",
+            "fires",
+        ] {
+            assert!(n0.get(k).is_some(), "missing nodes[].{k}");
+        }
+        assert_eq!(v["trace_hash"].as_str().unwrap().len(), 64);
+        assert_eq!(v["replicas"], 4);
+        assert!(r.ok());
+        assert!(r.summary().contains("all checkers held"));
+    }
+}

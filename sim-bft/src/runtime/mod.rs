@@ -1,0 +1,395 @@
+//! The threaded runtime: the same sans-IO nodes, on real threads, with real time.
+//!
+//! Each replica gets one messaging thread, the only thread that touches it. Replicas talk over
+//! bounded crossbeam channels (a full channel drops the message and counts it, as a congested
+//! network would; the protocol recovers). A ticker thread delivers internal ticks per component
+//! every tick period. The runtime reads the real clock in exactly one place, [`wall_clock_ms`].
+//! Storage writes go to an in-memory map per replica (this runtime does not crash replicas).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
+
+use crate::node::{ClientId, Executed, Input, Millis, Node, NodeId, Output};
+
+/// Capacity of each replica's inbox.
+pub const INBOX_CAPACITY: usize = 1 << 16;
+/// Capacity of the reply and execution observation channels.
+pub const OBSERVER_CAPACITY: usize = 1 << 18;
+/// Longest a messaging thread sleeps without a deadline (it re-checks for shutdown).
+const IDLE_WAIT_MS: u64 = 50;
+
+/// The real clock: milliseconds since the Unix epoch. The runtime's only clock read.
+pub fn wall_clock_ms() -> Millis {
+    // The driver's one real-clock read: everything else receives `now` from here.
+    #[allow(clippy::disallowed_methods)]
+    let now = std::time::SystemTime::now();
+    now.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis().min(i64::MAX as u128) as i64)
+        .unwrap_or(0)
+}
+
+/// Errors of the threaded runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// A thread could not be spawned.
+    #[error("cannot spawn a thread: {0}")]
+    Spawn(#[from] std::io::Error),
+    /// A replica thread panicked.
+    #[error("replica {0} thread panicked")]
+    Panicked(NodeId),
+    /// No replica with this id.
+    #[error("no replica {0}")]
+    NoSuchReplica(NodeId),
+}
+
+/// Runtime settings (the default: no ticks).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RuntimeConfig {
+    /// Internal tick period per component (0: no ticks).
+    pub tick_period_ms: u64,
+    /// Components that tick.
+    pub components: Vec<u32>,
+}
+
+/// A reply a replica sent to a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientReply {
+    /// The replica that replied.
+    pub from: NodeId,
+    /// The client.
+    pub client: ClientId,
+    /// The encoded reply.
+    pub bytes: Vec<u8>,
+}
+
+/// What a replica thread did, returned when it stops.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThreadStats {
+    /// Inputs handled.
+    pub inputs: u64,
+    /// Batches executed.
+    pub batches: u64,
+    /// Requests executed (ticks included).
+    pub requests: u64,
+    /// Highest sequence number executed.
+    pub last_executed_seq: u64,
+    /// Keys in its in-memory storage at the end.
+    pub stored_keys: usize,
+}
+
+enum Msg {
+    Input(Input),
+    Stop,
+}
+
+/// A running threaded cluster.
+pub struct ThreadedCluster {
+    inboxes: Vec<Sender<Msg>>,
+    threads: Vec<JoinHandle<ThreadStats>>,
+    ticker: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    replies: Receiver<ClientReply>,
+    executed: Receiver<(NodeId, Executed)>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for ThreadedCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadedCluster")
+            .field("replicas", &self.inboxes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn try_deliver(to: &Sender<Msg>, input: Input, dropped: &AtomicU64) {
+    match to.try_send(Msg::Input(input)) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+            dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+struct Worker<N> {
+    id: NodeId,
+    node: N,
+    inbox: Receiver<Msg>,
+    peers: Vec<Sender<Msg>>,
+    replies: Sender<ClientReply>,
+    executed: Sender<(NodeId, Executed)>,
+    dropped: Arc<AtomicU64>,
+    disk: BTreeMap<Vec<u8>, Vec<u8>>,
+    stats: ThreadStats,
+}
+
+impl<N: Node> Worker<N> {
+    fn step(&mut self, input: Input, out: &mut Vec<Output>) {
+        out.clear();
+        self.node.handle(wall_clock_ms(), input, out);
+        self.stats.inputs += 1;
+        for o in out.drain(..) {
+            match o {
+                Output::Send { to, bytes } => {
+                    if to != self.id
+                        && let Some(p) = self.peers.get(to as usize)
+                    {
+                        let input = Input::Peer {
+                            from: self.id,
+                            bytes,
+                        };
+                        try_deliver(p, input, &self.dropped);
+                    }
+                }
+                Output::Broadcast { bytes } => {
+                    for (to, p) in self.peers.iter().enumerate() {
+                        if to as NodeId != self.id {
+                            let input = Input::Peer {
+                                from: self.id,
+                                bytes: bytes.clone(),
+                            };
+                            try_deliver(p, input, &self.dropped);
+                        }
+                    }
+                }
+                Output::Reply { client, bytes } => {
+                    let r = ClientReply {
+                        from: self.id,
+                        client,
+                        bytes,
+                    };
+                    if self.replies.try_send(r).is_err() {
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Output::Store { key, value } => match value {
+                    Some(v) => {
+                        self.disk.insert(key, v);
+                    }
+                    None => {
+                        self.disk.remove(&key);
+                    }
+                },
+                // Memory is as durable as this runtime gets.
+                Output::Sync => {}
+                Output::Executed(e) => {
+                    self.stats.batches += 1;
+                    self.stats.requests += u64::from(e.requests);
+                    self.stats.last_executed_seq = self.stats.last_executed_seq.max(e.seq);
+                    if self.executed.try_send((self.id, e)).is_err() {
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    fn run(mut self) -> ThreadStats {
+        let mut out = Vec::new();
+        loop {
+            let now = wall_clock_ms();
+            if let Some(d) = self.node.next_deadline()
+                && d <= now
+            {
+                self.step(Input::Timer, &mut out);
+                continue;
+            }
+            let wait_ms = match self.node.next_deadline() {
+                Some(d) => (d - now).clamp(1, IDLE_WAIT_MS as i64) as u64,
+                None => IDLE_WAIT_MS,
+            };
+            match self.inbox.recv_timeout(Duration::from_millis(wait_ms)) {
+                Ok(Msg::Input(i)) => self.step(i, &mut out),
+                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+        self.stats.stored_keys = self.disk.len();
+        self.stats
+    }
+}
+
+impl ThreadedCluster {
+    /// Starts one messaging thread per node (node `i` gets id `i`) and, if configured, a ticker.
+    pub fn start<N: Node + Send + 'static>(
+        nodes: Vec<N>,
+        cfg: RuntimeConfig,
+    ) -> Result<Self, RuntimeError> {
+        let n = nodes.len();
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..n).map(|_| bounded::<Msg>(INBOX_CAPACITY)).unzip();
+        let (reply_tx, replies) = bounded(OBSERVER_CAPACITY);
+        let (exec_tx, executed) = bounded(OBSERVER_CAPACITY);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::with_capacity(n);
+        for (i, (node, inbox)) in nodes.into_iter().zip(receivers).enumerate() {
+            let w = Worker {
+                id: i as NodeId,
+                node,
+                inbox,
+                peers: senders.clone(),
+                replies: reply_tx.clone(),
+                executed: exec_tx.clone(),
+                dropped: dropped.clone(),
+                disk: BTreeMap::new(),
+                stats: ThreadStats::default(),
+            };
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("replica-{i}"))
+                    .spawn(move || w.run())?,
+            );
+        }
+        let ticker = if cfg.tick_period_ms > 0 && !cfg.components.is_empty() {
+            let inboxes = senders.clone();
+            let stop = stop.clone();
+            let dropped = dropped.clone();
+            let period = Duration::from_millis(cfg.tick_period_ms);
+            let components = cfg.components.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("ticker".into())
+                    .spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            std::thread::sleep(period);
+                            for inbox in &inboxes {
+                                for c in &components {
+                                    let input = Input::InternalTick { component: *c };
+                                    try_deliver(inbox, input, &dropped);
+                                }
+                            }
+                        }
+                    })?,
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            inboxes: senders,
+            threads,
+            ticker,
+            stop,
+            replies,
+            executed,
+            dropped,
+        })
+    }
+
+    /// Number of replicas.
+    pub fn len(&self) -> usize {
+        self.inboxes.len()
+    }
+
+    /// True when there are no replicas.
+    pub fn is_empty(&self) -> bool {
+        self.inboxes.is_empty()
+    }
+
+    /// Hands an encoded client request to replica `to`.
+    pub fn submit_to(&self, to: NodeId, bytes: Vec<u8>) -> Result<(), RuntimeError> {
+        let inbox = self
+            .inboxes
+            .get(to as usize)
+            .ok_or(RuntimeError::NoSuchReplica(to))?;
+        try_deliver(inbox, Input::Client { bytes }, &self.dropped);
+        Ok(())
+    }
+
+    /// Hands an encoded client request to every replica.
+    pub fn submit(&self, bytes: &[u8]) {
+        for inbox in &self.inboxes {
+            let input = Input::Client {
+                bytes: bytes.to_vec(),
+            };
+            try_deliver(inbox, input, &self.dropped);
+        }
+    }
+
+    /// Replies sent to clients.
+    pub fn replies(&self) -> &Receiver<ClientReply> {
+        &self.replies
+    }
+
+    /// Executed batches, per replica.
+    pub fn executed(&self) -> &Receiver<(NodeId, Executed)> {
+        &self.executed
+    }
+
+    /// Messages dropped because a channel was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Stops every thread and returns each replica's statistics.
+    pub fn stop(mut self) -> Result<Vec<ThreadStats>, RuntimeError> {
+        self.stop.store(true, Ordering::Relaxed);
+        for inbox in &self.inboxes {
+            // A blocking send: Stop must get through even behind a full inbox.
+            let _ = inbox.send(Msg::Stop);
+        }
+        let mut stats = Vec::with_capacity(self.threads.len());
+        for (i, t) in std::mem::take(&mut self.threads).into_iter().enumerate() {
+            stats.push(t.join().map_err(|_| RuntimeError::Panicked(i as NodeId))?);
+        }
+        if let Some(t) = self.ticker.take() {
+            let _ = t.join();
+        }
+        Ok(stats)
+    }
+}
+
+impl Drop for ThreadedCluster {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for inbox in &self.inboxes {
+            // Blocking is safe: workers always drain their inbox (they never block on a send),
+            // and a stopped worker's inbox is disconnected, so this returns at once.
+            let _ = inbox.send(Msg::Stop);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::DiskImage;
+    use crate::sim::toy::ToyNode;
+
+    #[test]
+    fn toy_cluster_orders_requests_on_threads() {
+        let nodes: Vec<ToyNode> = (0..4)
+            .map(|i| ToyNode::new(i, 4, &DiskImage::new()))
+            .collect();
+        let c = ThreadedCluster::start(
+            nodes,
+            RuntimeConfig {
+                tick_period_ms: 10,
+                components: vec![5],
+            },
+        )
+        .unwrap();
+        for i in 0..20u32 {
+            c.submit(&i.to_le_bytes());
+        }
+        let mut seen = [0u64; 4];
+        let deadline = wall_clock_ms() + 10_000;
+        while seen.iter().any(|s| *s < 20) && wall_clock_ms() < deadline {
+            if let Ok((id, e)) = c.executed().recv_timeout(Duration::from_millis(100)) {
+                seen[id as usize] = seen[id as usize].max(e.seq);
+            }
+        }
+        let stats = c.stop().unwrap();
+        assert!(seen.iter().all(|s| *s >= 20), "{seen:?}");
+        assert!(
+            stats
+                .iter()
+                .all(|s| s.last_executed_seq >= 20 && s.stored_keys >= 20)
+        );
+    }
+}

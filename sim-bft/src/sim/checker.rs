@@ -1,0 +1,453 @@
+//! Invariant checkers the simulator runs after every step.
+//!
+//! - Agreement: no two honest replicas execute different batch digests at one sequence number.
+//! - State: honest replicas that executed the same sequence number report the same state digest.
+//! - Order: each replica executes strictly increasing sequence numbers (between restarts).
+//! - Time: agreed time never decreases along the log, and when first agreed it lies within the
+//!   honest clocks' bounds (Byzantine-robust mode).
+//! - Liveness (after healing): every honest replica executes a batch beyond the highest sequence
+//!   number executed before the heal.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::node::{Executed, Millis, NodeId};
+
+/// Which invariant a [`Violation`] broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[non_exhaustive]
+pub enum ViolationKind {
+    /// Two honest replicas executed different batches at one sequence number.
+    Agreement,
+    /// Two honest replicas report different state digests after the same sequence number.
+    StateDivergence,
+    /// A replica executed a sequence number not above its previous one.
+    SeqRegression,
+    /// Agreed time decreased along the log.
+    TimeRegression,
+    /// Agreed time lay outside the honest clocks' bounds when first agreed.
+    TimeOutOfBounds,
+    /// An honest replica made no progress within the liveness bound after healing.
+    NoProgress,
+    /// A node's own internal invariant check failed.
+    NodeInvariant,
+    /// The run hit its event budget (a livelock or runaway message storm).
+    EventLimit,
+}
+
+/// One broken invariant, with enough context to debug it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// Simulated time of detection, in ms since the start of the run.
+    pub at_ms: u64,
+    /// The replica that exposed it, when one did.
+    pub node: Option<NodeId>,
+    /// The invariant.
+    pub kind: ViolationKind,
+    /// Human-readable details.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.node {
+            Some(n) => write!(
+                f,
+                "[t={}ms replica {}] {:?}: {}",
+                self.at_ms, n, self.kind, self.detail
+            ),
+            None => write!(f, "[t={}ms] {:?}: {}", self.at_ms, self.kind, self.detail),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Agreed {
+    by: NodeId,
+    batch: [u8; 32],
+    state: [u8; 32],
+    time_ms: Option<Millis>,
+}
+
+/// Bounds on the agreed time relative to honest clocks when a batch is first executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeBounds {
+    /// Lowest honest clock reading at that moment.
+    pub min_honest_ms: Millis,
+    /// Highest honest clock reading at that moment.
+    pub max_honest_ms: Millis,
+}
+
+/// The safety and liveness checkers' state.
+#[derive(Debug, Clone)]
+pub struct Checker {
+    agreed: BTreeMap<u64, Agreed>,
+    last_seq: Vec<Option<u64>>,
+    honest: Vec<bool>,
+    check_time: bool,
+    ahead_slack_ms: Millis,
+    behind_slack_ms: Millis,
+    heal_seq: Option<u64>,
+    progressed: Vec<bool>,
+    violations: Vec<Violation>,
+    /// Violations are capped so a diverged run does not eat memory; the count keeps going.
+    dropped: u64,
+}
+
+/// At most this many violations are kept in detail.
+const MAX_VIOLATIONS: usize = 64;
+
+impl Checker {
+    /// A checker for `honest.len()` replicas; `honest[i]` says whether replica `i` is honest.
+    pub fn new(
+        honest: Vec<bool>,
+        check_time: bool,
+        ahead_slack_ms: Millis,
+        behind_slack_ms: Millis,
+    ) -> Self {
+        let n = honest.len();
+        Self {
+            agreed: BTreeMap::new(),
+            last_seq: vec![None; n],
+            honest,
+            check_time,
+            ahead_slack_ms,
+            behind_slack_ms,
+            heal_seq: None,
+            progressed: vec![false; n],
+            violations: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    fn violate(&mut self, at_ms: u64, node: Option<NodeId>, kind: ViolationKind, detail: String) {
+        tracing::warn!(at_ms, ?node, ?kind, %detail, "invariant violated");
+        if self.violations.len() < MAX_VIOLATIONS {
+            self.violations.push(Violation {
+                at_ms,
+                node,
+                kind,
+                detail,
+            });
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// Records a replica restart: its executed-sequence history starts afresh (it may re-execute
+    /// from its persisted state).
+    pub fn restarted(&mut self, node: NodeId) {
+        if let Some(s) = self.last_seq.get_mut(node as usize) {
+            *s = None;
+        }
+    }
+
+    /// Checks one `Executed` observation from `node` at simulated time `at_ms`.
+    pub fn executed(&mut self, at_ms: u64, node: NodeId, e: &Executed, bounds: TimeBounds) {
+        let i = node as usize;
+        if !self.honest.get(i).copied().unwrap_or(false) {
+            return;
+        }
+        if let Some(prev) = self.last_seq[i]
+            && e.seq <= prev
+        {
+            self.violate(
+                at_ms,
+                Some(node),
+                ViolationKind::SeqRegression,
+                format!("executed seq {} after seq {}", e.seq, prev),
+            );
+        }
+        self.last_seq[i] = Some(e.seq);
+        if let Some(h) = self.heal_seq
+            && e.seq > h
+        {
+            self.progressed[i] = true;
+        }
+        match self.agreed.get(&e.seq).cloned() {
+            Some(a) => {
+                if a.batch != e.batch_digest {
+                    self.violate(
+                        at_ms,
+                        Some(node),
+                        ViolationKind::Agreement,
+                        format!(
+                            "seq {}: batch {} but replica {} executed {}",
+                            e.seq,
+                            short_hex(&e.batch_digest),
+                            a.by,
+                            short_hex(&a.batch)
+                        ),
+                    );
+                } else if a.state != e.state_digest {
+                    self.violate(
+                        at_ms,
+                        Some(node),
+                        ViolationKind::StateDivergence,
+                        format!(
+                            "seq {}: state {} but replica {} has {}",
+                            e.seq,
+                            short_hex(&e.state_digest),
+                            a.by,
+                            short_hex(&a.state)
+                        ),
+                    );
+                }
+            }
+            None => {
+                self.first_execution(at_ms, node, e, bounds);
+                self.agreed.insert(
+                    e.seq,
+                    Agreed {
+                        by: node,
+                        batch: e.batch_digest,
+                        state: e.state_digest,
+                        time_ms: e.agreed_time_ms,
+                    },
+                );
+            }
+        }
+    }
+
+    fn first_execution(&mut self, at_ms: u64, node: NodeId, e: &Executed, b: TimeBounds) {
+        let Some(t) = e.agreed_time_ms else { return };
+        // Monotonic along the log: compare with the nearest agreed neighbours on both sides.
+        let before = self
+            .agreed
+            .range(..e.seq)
+            .rev()
+            .find_map(|(s, a)| a.time_ms.map(|x| (*s, x)));
+        if let Some((s, x)) = before
+            && t < x
+        {
+            self.violate(
+                at_ms,
+                Some(node),
+                ViolationKind::TimeRegression,
+                format!("seq {}: agreed time {} < {} at seq {}", e.seq, t, x, s),
+            );
+        }
+        let after = self
+            .agreed
+            .range(e.seq + 1..)
+            .find_map(|(s, a)| a.time_ms.map(|x| (*s, x)));
+        if let Some((s, x)) = after
+            && t > x
+        {
+            self.violate(
+                at_ms,
+                Some(node),
+                ViolationKind::TimeRegression,
+                format!(
+                    "seq {}: agreed time {} > {} at later seq {}",
+                    e.seq, t, x, s
+                ),
+            );
+        }
+        if self.check_time {
+            let hi = b.max_honest_ms.saturating_add(self.ahead_slack_ms);
+            let lo = b.min_honest_ms.saturating_sub(self.behind_slack_ms);
+            if t > hi || t < lo {
+                self.violate(
+                    at_ms,
+                    Some(node),
+                    ViolationKind::TimeOutOfBounds,
+                    format!(
+                        "seq {}: agreed time {} outside honest bounds [{}, {}]",
+                        e.seq, t, lo, hi
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Marks the start of the liveness phase: progress now means a sequence number above the
+    /// highest executed so far.
+    pub fn heal(&mut self) {
+        let h = self.agreed.keys().next_back().copied().unwrap_or(0);
+        self.heal_seq = Some(h);
+        self.progressed.iter_mut().for_each(|p| *p = false);
+    }
+
+    /// The highest sequence executed before the heal, once healed.
+    pub fn heal_seq(&self) -> Option<u64> {
+        self.heal_seq
+    }
+
+    /// Per replica: executed a batch above the heal sequence number since the heal.
+    pub fn progressed(&self) -> &[bool] {
+        &self.progressed
+    }
+
+    /// True when every honest replica has progressed since the heal.
+    pub fn all_progressed(&self) -> bool {
+        self.honest
+            .iter()
+            .zip(&self.progressed)
+            .all(|(h, p)| !*h || *p)
+    }
+
+    /// Ends the liveness phase: every honest replica that did not progress is a violation.
+    pub fn finish_liveness(&mut self, at_ms: u64) {
+        let Some(h) = self.heal_seq else { return };
+        for i in 0..self.honest.len() {
+            if self.honest[i] && !self.progressed[i] {
+                self.violate(
+                    at_ms,
+                    Some(i as NodeId),
+                    ViolationKind::NoProgress,
+                    format!("executed nothing above seq {h} after healing"),
+                );
+            }
+        }
+    }
+
+    /// Records that honest `node`'s own invariant check failed.
+    pub fn node_invariant(&mut self, at_ms: u64, node: NodeId, detail: String) {
+        if self.honest.get(node as usize).copied().unwrap_or(false) {
+            self.violate(at_ms, Some(node), ViolationKind::NodeInvariant, detail);
+        }
+    }
+
+    /// Records that the run exhausted its event budget.
+    pub fn event_limit(&mut self, at_ms: u64, limit: u64) {
+        self.violate(
+            at_ms,
+            None,
+            ViolationKind::EventLimit,
+            format!("more than {limit} events"),
+        );
+    }
+
+    /// The violations found so far (at most 64 in detail).
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    /// Violations found beyond the detailed ones.
+    pub fn dropped_violations(&self) -> u64 {
+        self.dropped
+    }
+
+    /// True when no honest replicas disagreed on any batch or state digest.
+    pub fn honest_agree(&self) -> bool {
+        !self.violations.iter().any(|v| {
+            matches!(
+                v.kind,
+                ViolationKind::Agreement | ViolationKind::StateDivergence
+            )
+        })
+    }
+}
+
+/// The first 8 bytes of a digest in hex, for messages.
+pub fn short_hex(d: &[u8; 32]) -> String {
+    hex(&d[..8])
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 0xf) as usize] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ex(seq: u64, batch: u8, state: u8, t: Option<Millis>) -> Executed {
+        Executed {
+            seq,
+            batch_digest: [batch; 32],
+            agreed_time_ms: t,
+            state_digest: [state; 32],
+            requests: 1,
+            ticks: vec![],
+        }
+    }
+
+    const B: TimeBounds = TimeBounds {
+        min_honest_ms: 1000,
+        max_honest_ms: 2000,
+    };
+
+    fn checker() -> Checker {
+        Checker::new(vec![true, true, true, false], true, 100, 100)
+    }
+
+    #[test]
+    fn agreement_and_state_divergence_are_caught() {
+        let mut c = checker();
+        c.executed(0, 0, &ex(1, 1, 1, None), B);
+        c.executed(0, 1, &ex(1, 1, 1, None), B);
+        assert!(c.violations().is_empty());
+        c.executed(0, 2, &ex(1, 2, 1, None), B);
+        assert_eq!(c.violations()[0].kind, ViolationKind::Agreement);
+        c.executed(0, 1, &ex(2, 3, 3, None), B);
+        c.executed(0, 2, &ex(2, 3, 4, None), B);
+        assert_eq!(c.violations()[1].kind, ViolationKind::StateDivergence);
+        assert!(!c.honest_agree());
+    }
+
+    #[test]
+    fn byzantine_observations_are_ignored() {
+        let mut c = checker();
+        c.executed(0, 0, &ex(1, 1, 1, None), B);
+        c.executed(0, 3, &ex(1, 9, 9, None), B);
+        assert!(c.violations().is_empty());
+    }
+
+    #[test]
+    fn seq_regression_resets_on_restart() {
+        let mut c = checker();
+        c.executed(0, 0, &ex(2, 1, 1, None), B);
+        c.executed(0, 0, &ex(2, 1, 1, None), B);
+        assert_eq!(c.violations()[0].kind, ViolationKind::SeqRegression);
+        c.restarted(0);
+        c.executed(0, 0, &ex(2, 1, 1, None), B);
+        assert_eq!(c.violations().len(), 1);
+    }
+
+    #[test]
+    fn time_regression_and_bounds() {
+        let mut c = checker();
+        c.executed(0, 0, &ex(1, 1, 1, Some(1500)), B);
+        c.executed(0, 0, &ex(2, 2, 2, Some(1400)), B);
+        assert_eq!(c.violations()[0].kind, ViolationKind::TimeRegression);
+        c.executed(0, 0, &ex(3, 3, 3, Some(2101)), B);
+        assert_eq!(c.violations()[1].kind, ViolationKind::TimeOutOfBounds);
+        assert_eq!(c.violations().len(), 2);
+        // Exactly at the slack edge is fine.
+        let mut c = checker();
+        c.executed(0, 0, &ex(1, 1, 1, Some(2100)), B);
+        c.executed(0, 0, &ex(2, 2, 2, Some(2100)), B);
+        assert!(c.violations().is_empty());
+    }
+
+    #[test]
+    fn liveness_requires_every_honest_replica() {
+        let mut c = checker();
+        c.executed(0, 0, &ex(5, 1, 1, None), B);
+        c.heal();
+        assert_eq!(c.heal_seq(), Some(5));
+        c.executed(0, 0, &ex(6, 2, 2, None), B);
+        c.executed(0, 1, &ex(6, 2, 2, None), B);
+        assert!(!c.all_progressed());
+        c.finish_liveness(10);
+        assert_eq!(c.violations().len(), 1);
+        assert_eq!(c.violations()[0].node, Some(2));
+        assert_eq!(c.violations()[0].kind, ViolationKind::NoProgress);
+    }
+
+    #[test]
+    fn hex_is_lowercase() {
+        assert_eq!(hex(&[0x0f, 0xa0]), "0fa0");
+    }
+}

@@ -1,0 +1,987 @@
+//! The deterministic simulator: one seed, virtual time, seeded faults, checkers after every step.
+//!
+//! The simulator is generic over any [`Node`]: a [`Harness`] boots nodes (from a disk image, with
+//! a role) and makes client requests. Events sit in a queue ordered by (simulated time, insertion
+//! number), so two events at one instant are processed in a fixed order. Between a node's outputs
+//! and another node's inputs sits the fault layer (loss, duplication, reordering, delay,
+//! partitions, Byzantine byte-level behaviour). Each node sees its own clock: true time plus a
+//! seeded offset and drift, plus any seeded jumps.
+//!
+//! A run has two phases. The safety phase (`duration_ms`) runs with every fault active and the
+//! [`checker`] watching every executed batch. Then every fault heals (partitions end, crashed
+//! replicas restart, loss stops; Byzantine replicas stay Byzantine) and the liveness phase requires
+//! every honest replica to execute a batch beyond the highest sequence number seen at the heal,
+//! within `liveness_ms`.
+//!
+//! Every processed event and executed batch is hashed into a trace hash: the same seed and
+//! configuration give the same trace hash, run after run.
+
+pub mod checker;
+pub mod cluster;
+pub mod config;
+pub mod disk;
+pub mod rng;
+pub mod toy;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use ccron::ticks::TickTimers;
+use sha2::{Digest, Sha256};
+
+pub use checker::{Checker, TimeBounds, Violation, ViolationKind};
+pub use config::{
+    ByzantineKind, ConfigError, CrashPlan, FaultConfig, JumpPlan, PartitionKind, PartitionPlan,
+    SimConfig, SimParams, TimeServiceMode, parse_duration_ms,
+};
+pub use disk::{Disk, DiskImage};
+pub use rng::SimRng;
+
+use crate::node::{Executed, Input, Millis, Node, NodeId, Output};
+
+/// Whether a replica runs honest code or misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Follows the protocol.
+    Honest,
+    /// Misbehaves. For generic kinds ([`ByzantineKind::is_generic`]) the simulator does the
+    /// misbehaving on the bytes, and the harness may boot honest code.
+    Byzantine(ByzantineKind),
+}
+
+/// What the simulator needs from the system under test.
+pub trait Harness {
+    /// The replica type.
+    type Node: Node;
+
+    /// Boots replica `id` from `disk` (empty on first boot) with `role`.
+    fn boot(&mut self, id: NodeId, disk: &DiskImage, role: Role) -> Self::Node;
+
+    /// The encoded request number `number` of user client `client`.
+    fn client_request(&mut self, client: u32, number: u64) -> Vec<u8>;
+
+    /// The node's own account of its progress: last executed sequence number and the state
+    /// digest there. Nodes that catch up by state transfer execute without reporting `Executed`;
+    /// this lets the summary show where they really are. `None` (the default): use what the
+    /// node reported.
+    fn status(&self, _node: &Self::Node) -> Option<(u64, [u8; 32])> {
+        None
+    }
+
+    /// Checks `node`'s internal invariants (called after every step of an honest node).
+    fn check(&self, _node: &Self::Node) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Actions fired so far by `node`, keyed `"<component>/<position>"` (empty by default).
+    fn fires(&self, _node: &Self::Node) -> BTreeMap<String, u64> {
+        BTreeMap::new()
+    }
+}
+
+/// Counters of what happened in a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SimStats {
+    /// Events processed.
+    pub events: u64,
+    /// Messages handed to replicas.
+    pub delivered: u64,
+    /// Messages lost (loss, partitions, crashed receivers, silent senders).
+    pub dropped: u64,
+    /// Extra copies delivered.
+    pub duplicated: u64,
+    /// Messages given a reordering delay.
+    pub reordered: u64,
+    /// Messages a Byzantine replica corrupted.
+    pub corrupted: u64,
+    /// Old messages a Byzantine replica replayed.
+    pub replayed: u64,
+    /// Client requests sent.
+    pub client_requests: u64,
+    /// Replies replicas sent to clients.
+    pub replies: u64,
+    /// Crashes performed.
+    pub crashes: u64,
+    /// Writes lost by crashes.
+    pub lost_writes: u64,
+}
+
+/// One replica's state at the end of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSummary {
+    /// Replica id.
+    pub id: NodeId,
+    /// False for Byzantine replicas.
+    pub honest: bool,
+    /// Highest sequence number it executed (0 if none).
+    pub last_executed_seq: u64,
+    /// Its state digest after that batch (zeros if none).
+    pub state_digest: [u8; 32],
+    /// Batches it executed (re-executions after restarts included).
+    pub batches_executed: u64,
+    /// Ticks it executed.
+    pub ticks_executed: u64,
+    /// Requests it executed, ticks included.
+    pub requests_executed: u64,
+    /// Executed a batch above the heal sequence number during the liveness phase.
+    pub progressed_after_heal: bool,
+    /// Actions fired, per `"<component>/<position>"`.
+    pub fires: BTreeMap<String, u64>,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone)]
+pub struct SimOutcome {
+    /// The configuration.
+    pub config: SimConfig,
+    /// What the seed derived.
+    pub params: SimParams,
+    /// Per-replica summaries.
+    pub nodes: Vec<NodeSummary>,
+    /// Broken invariants (empty when every checker held).
+    pub violations: Vec<Violation>,
+    /// Violations beyond those kept in detail.
+    pub dropped_violations: u64,
+    /// True when no two honest replicas disagreed on a batch or state digest.
+    pub honest_agree: bool,
+    /// SHA-256 over every processed event and executed batch.
+    pub trace_hash: [u8; 32],
+    /// Counters.
+    pub stats: SimStats,
+    /// Simulated time at the end of the run.
+    pub end_ms: u64,
+    /// Highest sequence executed before the heal.
+    pub heal_seq: u64,
+}
+
+impl SimOutcome {
+    /// True when every checker held.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty() && self.dropped_violations == 0
+    }
+
+    /// The command that replays this run.
+    pub fn replay_command(&self) -> String {
+        replay_command(&self.config)
+    }
+}
+
+/// The `sim-bft run` command line that reproduces a run of `cfg`.
+pub fn replay_command(cfg: &SimConfig) -> String {
+    let fc = &cfg.faults;
+    let mut s = format!(
+        "sim-bft run --seed {} --replicas {} --duration {}ms --liveness {}ms --tick-period {}ms \
+         --clients {} --request-interval {}ms",
+        cfg.seed,
+        cfg.replicas,
+        cfg.duration_ms,
+        cfg.liveness_ms,
+        cfg.tick_period_ms,
+        cfg.clients,
+        cfg.request_interval_ms
+    );
+    let mut push = |x: String| {
+        s.push(' ');
+        s.push_str(&x);
+    };
+    if fc.drop_rate > 0.0 {
+        push(format!("--drop-rate {}", fc.drop_rate));
+    }
+    if fc.duplicate_rate > 0.0 {
+        push(format!("--duplicate-rate {}", fc.duplicate_rate));
+    }
+    if fc.reorder_rate > 0.0 {
+        push(format!("--reorder-rate {}", fc.reorder_rate));
+    }
+    if fc.partition != PartitionKind::None {
+        push(format!("--partition {}", fc.partition));
+    }
+    if fc.crashes > 0 {
+        push(format!("--crash {}", fc.crashes));
+    }
+    if fc.byzantine > 0 {
+        push(format!("--byzantine {}", fc.byzantine));
+    }
+    if fc.byzantine > 0 || !fc.pinned_byzantine.is_empty() {
+        push(format!("--byzantine-kind {}", fc.byzantine_kind));
+    }
+    if fc.max_clock_skew_ms > 0 {
+        push(format!("--clock-skew {}ms", fc.max_clock_skew_ms));
+    }
+    if fc.clock_jumps > 0 {
+        push(format!(
+            "--clock-jumps {} --clock-jump {}ms",
+            fc.clock_jumps, fc.max_clock_jump_ms
+        ));
+    }
+    push(format!("--time-service {}", cfg.time_service));
+    if fc.max_drift_ppm > 0 {
+        push(format!("--drift-ppm {}", fc.max_drift_ppm));
+    }
+    if fc.max_delay_ms != FaultConfig::default().max_delay_ms {
+        push(format!("--max-delay {}ms", fc.max_delay_ms));
+    }
+    if cfg.components != SimConfig::default().components {
+        let c: Vec<String> = cfg.components.iter().map(|c| c.to_string()).collect();
+        push(format!("--components {}", c.join(",")));
+    }
+    if let Some(spread) = cfg.tick_spread_ms {
+        push(format!("--tick-spread {spread}ms"));
+    }
+    if !fc.pinned_byzantine.is_empty() {
+        let c: Vec<String> = fc.pinned_byzantine.iter().map(|c| c.to_string()).collect();
+        push(format!("--byzantine-ids {}", c.join(",")));
+    }
+    s
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Deliver {
+        to: NodeId,
+        input: Input,
+    },
+    Timer {
+        node: NodeId,
+        generation: u64,
+    },
+    /// Poll of a replica's TicksGenerator timer core (at the next local expiry).
+    Tick {
+        node: NodeId,
+    },
+    ClientSend {
+        client: u32,
+    },
+    Crash {
+        node: NodeId,
+    },
+    Restart {
+        node: NodeId,
+    },
+    PartitionOn {
+        index: usize,
+    },
+    PartitionOff {
+        index: usize,
+    },
+    ClockJump {
+        node: NodeId,
+        delta_ms: Millis,
+    },
+}
+
+struct Slot<N> {
+    node: Option<N>,
+    disk: Disk,
+    role: Role,
+    offset_ms: Millis,
+    drift_ppm: i64,
+    /// Deadline (local clock) of the pending timer event, and that event's generation.
+    timer: Option<(Millis, u64)>,
+    generation: u64,
+    last_seq: u64,
+    state_digest: [u8; 32],
+    batches: u64,
+    ticks: u64,
+    requests: u64,
+    inputs: u64,
+    /// The replica's TicksGenerator timer core, driven by its local clock in virtual time.
+    timers: TickTimers,
+    /// Old messages a replaying Byzantine replica can re-send.
+    history: VecDeque<Vec<u8>>,
+}
+
+/// Bytes kept for replay by a Byzantine replica.
+const REPLAY_HISTORY: usize = 64;
+
+/// The simulator.
+pub struct Simulator<H: Harness> {
+    cfg: SimConfig,
+    params: SimParams,
+    harness: H,
+    slots: Vec<Slot<H::Node>>,
+    queue: BTreeMap<(u64, u64), Event>,
+    next_seq: u64,
+    now_ms: u64,
+    net_rng: SimRng,
+    crash_rng: SimRng,
+    byz_rng: SimRng,
+    blocked: BTreeMap<(NodeId, NodeId), u32>,
+    checker: Checker,
+    trace: Sha256,
+    healed: bool,
+    client_numbers: Vec<u64>,
+    stats: SimStats,
+    out: Vec<Output>,
+}
+
+impl<H: Harness> Simulator<H> {
+    /// A simulator for `cfg` driving nodes booted by `harness`.
+    pub fn new(cfg: SimConfig, mut harness: H) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        if cfg.tick_period_ms == 0 && !cfg.components.is_empty() {
+            tracing::debug!("tick period 0: no internal ticks");
+        }
+        let params = SimParams::derive(&cfg);
+        tracing::info!(
+            seed = cfg.seed,
+            replay = %replay_command(&cfg),
+            params = %params,
+            "simulation parameters"
+        );
+        let n = cfg.replicas;
+        let honest: Vec<bool> = (0..n).map(|i| !params.byzantine.contains(&i)).collect();
+        let slots = (0..n)
+            .map(|i| {
+                let role = if honest[i as usize] {
+                    Role::Honest
+                } else {
+                    Role::Byzantine(cfg.faults.byzantine_kind)
+                };
+                let disk = Disk::new();
+                let node = harness.boot(i, disk.image(), role);
+                Slot {
+                    node: Some(node),
+                    disk,
+                    role,
+                    offset_ms: params.clock_offset_ms[i as usize],
+                    drift_ppm: params.drift_ppm[i as usize],
+                    timer: None,
+                    generation: 0,
+                    last_seq: 0,
+                    state_digest: [0; 32],
+                    batches: 0,
+                    ticks: 0,
+                    requests: 0,
+                    inputs: 0,
+                    timers: TickTimers::new(),
+                    history: VecDeque::new(),
+                }
+            })
+            .collect();
+        let checker = Checker::new(
+            honest,
+            cfg.check_time_bounds,
+            cfg.time_ahead_slack_ms,
+            cfg.time_behind_slack_ms,
+        );
+        let mut trace = Sha256::new();
+        trace.update(b"sim-bft trace v1");
+        trace.update(cfg.seed.to_le_bytes());
+        let mut sim = Self {
+            net_rng: SimRng::split(cfg.seed, "network"),
+            crash_rng: SimRng::split(cfg.seed, "disk-loss"),
+            byz_rng: SimRng::split(cfg.seed, "byzantine-bytes"),
+            client_numbers: vec![0; cfg.clients as usize],
+            cfg,
+            params,
+            harness,
+            slots,
+            queue: BTreeMap::new(),
+            next_seq: 0,
+            now_ms: 0,
+            blocked: BTreeMap::new(),
+            checker,
+            trace,
+            healed: false,
+            stats: SimStats::default(),
+            out: Vec::new(),
+        };
+        sim.schedule_initial();
+        Ok(sim)
+    }
+
+    /// The seed-derived parameters.
+    pub fn params(&self) -> &SimParams {
+        &self.params
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.cfg
+    }
+
+    /// Current simulated time (ms since the start).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Violations found so far.
+    pub fn violations(&self) -> &[Violation] {
+        self.checker.violations()
+    }
+
+    fn push(&mut self, at_ms: u64, ev: Event) {
+        self.queue.insert((at_ms, self.next_seq), ev);
+        self.next_seq += 1;
+    }
+
+    fn schedule_initial(&mut self) {
+        let n = self.cfg.replicas;
+        let ticking = self
+            .cfg
+            .components
+            .iter()
+            .any(|c| self.cfg.tick_period_of(*c) > 0);
+        if ticking {
+            for node in 0..n {
+                // The application starts its generator at boot: each component's first tick
+                // is due at the seeded phase, then every period of the replica's local clock.
+                let at = self.params.tick_phase_ms[node as usize];
+                let local = self.local(node, at);
+                for c in self.cfg.components.clone() {
+                    let period = self.cfg.tick_period_of(c);
+                    let start = local.saturating_sub(i64::try_from(period).unwrap_or(i64::MAX));
+                    self.slots[node as usize].timers.start(c, period, start);
+                }
+                self.push(at, Event::Tick { node });
+            }
+        }
+        if self.cfg.request_interval_ms > 0 {
+            for client in 0..self.cfg.clients {
+                // Spread clients over one interval so they do not all fire together.
+                let at = u64::from(client) * self.cfg.request_interval_ms
+                    / u64::from(self.cfg.clients.max(1));
+                self.push(at, Event::ClientSend { client });
+            }
+        }
+        for c in self.params.crashes.clone() {
+            self.push(c.at_ms, Event::Crash { node: c.node });
+            self.push(c.restart_ms, Event::Restart { node: c.node });
+        }
+        for (index, p) in self.params.partitions.clone().into_iter().enumerate() {
+            self.push(p.from_ms, Event::PartitionOn { index });
+            self.push(p.until_ms, Event::PartitionOff { index });
+        }
+        for j in self.params.jumps.clone() {
+            self.push(
+                j.at_ms,
+                Event::ClockJump {
+                    node: j.node,
+                    delta_ms: j.delta_ms,
+                },
+            );
+        }
+        for node in 0..n {
+            self.reschedule_timer(node);
+        }
+    }
+
+    /// Replica `node`'s clock reading at simulated time `t_ms`.
+    fn local(&self, node: NodeId, t_ms: u64) -> Millis {
+        let s = &self.slots[node as usize];
+        let t = i128::from(t_ms);
+        let drift = t * i128::from(s.drift_ppm) / 1_000_000;
+        let v = i128::from(self.cfg.epoch_ms) + i128::from(s.offset_ms) + t + drift;
+        v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+    }
+
+    /// The earliest simulated time at which `node`'s clock reads at least `deadline`.
+    fn global_for(&self, node: NodeId, deadline: Millis) -> u64 {
+        let s = &self.slots[node as usize];
+        let want = i128::from(deadline) - i128::from(self.cfg.epoch_ms) - i128::from(s.offset_ms);
+        let denom = 1_000_000 + i128::from(s.drift_ppm);
+        let mut t = if denom > 0 {
+            (want * 1_000_000 / denom).max(0)
+        } else {
+            want.max(0)
+        };
+        t = t.max(i128::from(self.now_ms));
+        let mut t = t.min(i128::from(u64::MAX / 2)) as u64;
+        // Integer division may land a millisecond early; a few steps fix it.
+        for _ in 0..4 {
+            if self.local(node, t) >= deadline {
+                break;
+            }
+            t += 1;
+        }
+        t
+    }
+
+    fn reschedule_timer(&mut self, node: NodeId) {
+        let i = node as usize;
+        let Some(n) = self.slots[i].node.as_ref() else {
+            self.slots[i].timer = None;
+            return;
+        };
+        let Some(deadline) = n.next_deadline() else {
+            self.slots[i].timer = None;
+            return;
+        };
+        if let Some((d, _)) = self.slots[i].timer
+            && d == deadline
+        {
+            return;
+        }
+        self.slots[i].generation += 1;
+        let generation = self.slots[i].generation;
+        self.slots[i].timer = Some((deadline, generation));
+        // At least one millisecond ahead: a node that keeps returning a past deadline gets its
+        // timer once per simulated millisecond instead of livelocking the simulator at one instant.
+        let at = self.global_for(node, deadline).max(self.now_ms + 1);
+        self.push(at, Event::Timer { node, generation });
+    }
+
+    fn honest_bounds(&self) -> TimeBounds {
+        let mut lo = i64::MAX;
+        let mut hi = i64::MIN;
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.role == Role::Honest {
+                let t = self.local(i as NodeId, self.now_ms);
+                lo = lo.min(t);
+                hi = hi.max(t);
+            }
+        }
+        TimeBounds {
+            min_honest_ms: lo,
+            max_honest_ms: hi,
+        }
+    }
+
+    /// Hands `input` to `node` (if it is up) and performs its outputs.
+    fn deliver(&mut self, node: NodeId, input: Input) {
+        let i = node as usize;
+        let now = self.local(node, self.now_ms);
+        self.trace_input(node, &input);
+        if let (Role::Byzantine(ByzantineKind::Replay), Input::Peer { bytes, .. }) =
+            (self.slots[i].role, &input)
+        {
+            let h = &mut self.slots[i].history;
+            if h.len() >= REPLAY_HISTORY {
+                h.pop_front();
+            }
+            h.push_back(bytes.clone());
+        }
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        match self.slots[i].node.as_mut() {
+            Some(n) => n.handle(now, input, &mut out),
+            None => {
+                self.stats.dropped += 1;
+                self.out = out;
+                return;
+            }
+        }
+        self.stats.delivered += 1;
+        for o in out.drain(..) {
+            self.perform(node, o);
+        }
+        self.out = out;
+        self.slots[i].inputs += 1;
+        let every = self.cfg.node_check_every;
+        if every > 0
+            && self.slots[i].inputs.is_multiple_of(every)
+            && self.slots[i].role == Role::Honest
+            && let Some(n) = self.slots[i].node.as_ref()
+            && let Err(e) = self.harness.check(n)
+        {
+            self.checker.node_invariant(self.now_ms, node, e);
+        }
+        self.reschedule_timer(node);
+    }
+
+    fn trace_input(&mut self, node: NodeId, input: &Input) {
+        self.trace.update(self.now_ms.to_le_bytes());
+        self.trace.update(node.to_le_bytes());
+        match input {
+            Input::Peer { from, bytes } => {
+                self.trace.update([b'P']);
+                self.trace.update(from.to_le_bytes());
+                self.trace.update((bytes.len() as u64).to_le_bytes());
+                self.trace.update(bytes);
+            }
+            Input::Client { bytes } => {
+                self.trace.update([b'C']);
+                self.trace.update((bytes.len() as u64).to_le_bytes());
+                self.trace.update(bytes);
+            }
+            Input::Timer => self.trace.update([b'T']),
+            Input::InternalTick { component } => {
+                self.trace.update([b'I']);
+                self.trace.update(component.to_le_bytes());
+            }
+        }
+    }
+
+    fn perform(&mut self, from: NodeId, o: Output) {
+        match o {
+            Output::Send { to, bytes } => {
+                if to != from && to < self.cfg.replicas {
+                    self.send_from(from, to, bytes);
+                }
+            }
+            Output::Broadcast { bytes } => {
+                for to in 0..self.cfg.replicas {
+                    if to != from {
+                        self.send_from(from, to, bytes.clone());
+                    }
+                }
+            }
+            Output::Reply { client, bytes } => {
+                self.stats.replies += 1;
+                self.trace.update([b'R']);
+                self.trace.update(client.to_le_bytes());
+                self.trace.update(&bytes);
+            }
+            Output::Store { key, value } => self.slots[from as usize].disk.store(key, value),
+            Output::Sync => self.slots[from as usize].disk.sync(),
+            Output::Executed(e) => self.executed(from, e),
+        }
+    }
+
+    fn executed(&mut self, node: NodeId, e: Executed) {
+        self.trace.update([b'E']);
+        self.trace.update(node.to_le_bytes());
+        self.trace.update(e.seq.to_le_bytes());
+        self.trace.update(e.batch_digest);
+        self.trace.update(e.state_digest);
+        self.trace
+            .update(e.agreed_time_ms.unwrap_or(i64::MIN).to_le_bytes());
+        let bounds = self.honest_bounds();
+        self.checker.executed(self.now_ms, node, &e, bounds);
+        let s = &mut self.slots[node as usize];
+        s.last_seq = s.last_seq.max(e.seq);
+        if s.last_seq == e.seq {
+            s.state_digest = e.state_digest;
+        }
+        s.batches += 1;
+        s.ticks += e.ticks.len() as u64;
+        s.requests += u64::from(e.requests);
+    }
+
+    /// Applies the sender's Byzantine behaviour, then the network faults.
+    fn send_from(&mut self, from: NodeId, to: NodeId, mut bytes: Vec<u8>) {
+        match self.slots[from as usize].role {
+            Role::Byzantine(ByzantineKind::Silent) => {
+                self.stats.dropped += 1;
+                return;
+            }
+            Role::Byzantine(ByzantineKind::Corrupt)
+                if !bytes.is_empty() && self.byz_rng.chance(0.5) =>
+            {
+                let flips = 1 + self.byz_rng.below(3);
+                for _ in 0..flips {
+                    let at = self.byz_rng.below(bytes.len() as u64) as usize;
+                    bytes[at] ^= 1 << self.byz_rng.below(8);
+                }
+                if self.byz_rng.chance(0.1) {
+                    let keep = self.byz_rng.below(bytes.len() as u64) as usize;
+                    bytes.truncate(keep);
+                }
+                self.stats.corrupted += 1;
+            }
+            Role::Byzantine(ByzantineKind::Replay) => {
+                let h = &self.slots[from as usize].history;
+                if !h.is_empty() && self.byz_rng.chance(0.3) {
+                    let k = self.byz_rng.below(h.len() as u64) as usize;
+                    let old = h[k].clone();
+                    let target = self.byz_rng.below(u64::from(self.cfg.replicas)) as NodeId;
+                    self.stats.replayed += 1;
+                    if target != from {
+                        self.transmit(from, target, old);
+                    }
+                }
+                let h = &mut self.slots[from as usize].history;
+                if h.len() >= REPLAY_HISTORY {
+                    h.pop_front();
+                }
+                h.push_back(bytes.clone());
+            }
+            _ => {}
+        }
+        self.transmit(from, to, bytes);
+    }
+
+    /// The network: partitions, loss, duplication, delay and reordering.
+    fn transmit(&mut self, from: NodeId, to: NodeId, bytes: Vec<u8>) {
+        if !self.healed {
+            if self.blocked.contains_key(&(from, to)) {
+                self.stats.dropped += 1;
+                return;
+            }
+            if self.net_rng.chance(self.cfg.faults.drop_rate) {
+                self.stats.dropped += 1;
+                return;
+            }
+            if self.net_rng.chance(self.cfg.faults.duplicate_rate) {
+                self.stats.duplicated += 1;
+                let d = self.delay();
+                let input = Input::Peer {
+                    from,
+                    bytes: bytes.clone(),
+                };
+                self.push(self.now_ms + d, Event::Deliver { to, input });
+            }
+        }
+        let d = self.delay();
+        self.push(
+            self.now_ms + d,
+            Event::Deliver {
+                to,
+                input: Input::Peer { from, bytes },
+            },
+        );
+    }
+
+    fn delay(&mut self) -> u64 {
+        let fc = &self.cfg.faults;
+        let (lo, hi, rr, rd) = (
+            fc.min_delay_ms,
+            fc.max_delay_ms,
+            fc.reorder_rate,
+            fc.reorder_delay_ms,
+        );
+        let mut d = self.net_rng.range(lo, hi);
+        if !self.healed && self.net_rng.chance(rr) {
+            self.stats.reordered += 1;
+            d += self.net_rng.range(1, rd.max(1));
+        }
+        d
+    }
+
+    fn crash(&mut self, node: NodeId) {
+        let i = node as usize;
+        if self.slots[i].node.is_none() {
+            return;
+        }
+        self.slots[i].node = None;
+        self.slots[i].timer = None;
+        let lost = self.slots[i].disk.crash(&mut self.crash_rng);
+        self.stats.crashes += 1;
+        self.stats.lost_writes += lost;
+        self.trace.update([b'X']);
+        self.trace.update(node.to_le_bytes());
+        self.trace.update(lost.to_le_bytes());
+        tracing::debug!(node, at_ms = self.now_ms, lost, "crash");
+    }
+
+    fn restart(&mut self, node: NodeId) {
+        let i = node as usize;
+        if self.slots[i].node.is_some() {
+            return;
+        }
+        let role = self.slots[i].role;
+        let n = self.harness.boot(node, self.slots[i].disk.image(), role);
+        self.slots[i].node = Some(n);
+        self.checker.restarted(node);
+        self.trace.update([b'B']);
+        self.trace.update(node.to_le_bytes());
+        tracing::debug!(node, at_ms = self.now_ms, "restart");
+        self.reschedule_timer(node);
+    }
+
+    fn process(&mut self, ev: Event) {
+        self.stats.events += 1;
+        match ev {
+            Event::Deliver { to, input } => self.deliver(to, input),
+            Event::Timer { node, generation } => {
+                let i = node as usize;
+                match self.slots[i].timer {
+                    Some((deadline, g)) if g == generation => {
+                        self.slots[i].timer = None;
+                        if self.local(node, self.now_ms) >= deadline {
+                            self.deliver(node, Input::Timer);
+                        } else {
+                            // A clock jump moved the deadline away: wait again.
+                            self.reschedule_timer(node);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Event::Tick { node } => {
+                let local = self.local(node, self.now_ms);
+                let due = self.slots[node as usize].timers.evaluate(local);
+                for component in due {
+                    if self.slots[node as usize].node.is_some() {
+                        self.deliver(node, Input::InternalTick { component });
+                    }
+                }
+                if let Some(deadline) = self.slots[node as usize].timers.next_deadline() {
+                    // Drift and jumps make this approximate: an early wake re-polls and waits.
+                    let wait = u64::try_from(deadline.saturating_sub(local)).unwrap_or(0);
+                    self.push(self.now_ms + wait.max(1), Event::Tick { node });
+                }
+            }
+            Event::ClientSend { client } => {
+                let number = self.client_numbers[client as usize];
+                self.client_numbers[client as usize] += 1;
+                let bytes = self.harness.client_request(client, number);
+                self.stats.client_requests += 1;
+                for to in 0..self.cfg.replicas {
+                    if !self.healed && self.net_rng.chance(self.cfg.faults.drop_rate) {
+                        self.stats.dropped += 1;
+                        continue;
+                    }
+                    let d = self.delay();
+                    let input = Input::Client {
+                        bytes: bytes.clone(),
+                    };
+                    self.push(self.now_ms + d, Event::Deliver { to, input });
+                }
+                let next = self.now_ms + self.cfg.request_interval_ms;
+                self.push(next, Event::ClientSend { client });
+            }
+            Event::Crash { node } => {
+                if !self.healed {
+                    self.crash(node);
+                }
+            }
+            Event::Restart { node } => self.restart(node),
+            Event::PartitionOn { index } => {
+                if !self.healed {
+                    for l in self.params.partitions[index].blocked.clone() {
+                        *self.blocked.entry(l).or_insert(0) += 1;
+                    }
+                }
+            }
+            Event::PartitionOff { index } => {
+                for l in self.params.partitions[index].blocked.clone() {
+                    if let Some(c) = self.blocked.get_mut(&l) {
+                        *c -= 1;
+                        if *c == 0 {
+                            self.blocked.remove(&l);
+                        }
+                    }
+                }
+            }
+            Event::ClockJump { node, delta_ms } => {
+                if !self.healed {
+                    let s = &mut self.slots[node as usize];
+                    s.offset_ms = s.offset_ms.saturating_add(delta_ms);
+                    self.trace.update([b'J']);
+                    self.trace.update(node.to_le_bytes());
+                    self.trace.update(delta_ms.to_le_bytes());
+                    // The pending timer was computed with the old clock.
+                    self.slots[node as usize].timer = None;
+                    self.reschedule_timer(node);
+                }
+            }
+        }
+    }
+
+    /// Processes every event up to simulated time `until_ms` (inclusive). Returns false when the
+    /// event budget ran out.
+    pub fn run_until(&mut self, until_ms: u64) -> bool {
+        while let Some(entry) = self.queue.first_entry() {
+            let (t, _) = *entry.key();
+            if t > until_ms {
+                break;
+            }
+            let ev = entry.remove();
+            self.now_ms = t;
+            self.process(ev);
+            if self.stats.events >= self.cfg.max_events {
+                self.checker.event_limit(self.now_ms, self.cfg.max_events);
+                return false;
+            }
+        }
+        self.now_ms = self.now_ms.max(until_ms);
+        true
+    }
+
+    /// Ends the safety phase: partitions end, loss stops, crashed replicas restart, clocks stop
+    /// jumping and the jumps are undone (skew and drift stay). Byzantine replicas stay Byzantine.
+    pub fn heal(&mut self) {
+        self.healed = true;
+        self.blocked.clear();
+        // Clocks resynchronise (as NTP would): the jumps are undone, the seeded skew and drift stay.
+        for node in 0..self.cfg.replicas {
+            let i = node as usize;
+            if self.slots[i].offset_ms != self.params.clock_offset_ms[i] {
+                self.slots[i].offset_ms = self.params.clock_offset_ms[i];
+                self.slots[i].timer = None;
+                self.reschedule_timer(node);
+            }
+        }
+        for node in 0..self.cfg.replicas {
+            self.restart(node);
+        }
+        self.checker.heal();
+        self.trace.update([b'H']);
+        tracing::debug!(at_ms = self.now_ms, "heal");
+    }
+
+    /// Runs both phases, calling `progress(now_ms, end_ms)` about once per simulated second
+    /// (the end is the worst case: the liveness phase may finish early).
+    pub fn run_with(mut self, mut progress: impl FnMut(u64, u64)) -> SimOutcome {
+        let safety_end = self.cfg.duration_ms;
+        let end = safety_end + self.cfg.liveness_ms;
+        let step = 1_000;
+        let mut ok = true;
+        let mut t = 0;
+        while ok && t < safety_end {
+            t = (t + step).min(safety_end);
+            ok = self.run_until(t);
+            progress(t, end);
+        }
+        if ok {
+            self.heal();
+            while t < end {
+                t = (t + step.min(100)).min(end);
+                ok = self.run_until(t);
+                progress(t, end);
+                if !ok || self.checker.all_progressed() {
+                    break;
+                }
+            }
+            if ok {
+                self.checker.finish_liveness(self.now_ms);
+            }
+        }
+        self.finish()
+    }
+
+    /// Runs both phases without progress reports.
+    pub fn run(self) -> SimOutcome {
+        self.run_with(|_, _| {})
+    }
+
+    fn finish(self) -> SimOutcome {
+        let nodes = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let status = s.node.as_ref().and_then(|n| self.harness.status(n));
+                let (last_executed_seq, state_digest) = match status {
+                    Some((seq, d)) if seq >= s.last_seq => (seq, d),
+                    _ => (s.last_seq, s.state_digest),
+                };
+                NodeSummary {
+                    id: i as NodeId,
+                    honest: s.role == Role::Honest,
+                    last_executed_seq,
+                    state_digest,
+                    batches_executed: s.batches,
+                    ticks_executed: s.ticks,
+                    requests_executed: s.requests,
+                    progressed_after_heal: self
+                        .checker
+                        .progressed()
+                        .get(i)
+                        .copied()
+                        .unwrap_or(false),
+                    fires: s
+                        .node
+                        .as_ref()
+                        .map(|n| self.harness.fires(n))
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        let mut trace = self.trace;
+        trace.update(self.now_ms.to_le_bytes());
+        SimOutcome {
+            honest_agree: self.checker.honest_agree(),
+            violations: self.checker.violations().to_vec(),
+            dropped_violations: self.checker.dropped_violations(),
+            heal_seq: self.checker.heal_seq().unwrap_or(0),
+            trace_hash: trace.finalize().into(),
+            config: self.cfg,
+            params: self.params,
+            nodes,
+            stats: self.stats,
+            end_ms: self.now_ms,
+        }
+    }
+}

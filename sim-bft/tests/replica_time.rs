@@ -1,0 +1,261 @@
+//! Time service: inclusive soft/hard bounds with counters (reference rule), strictly increasing
+//! agreed time, robust median with f lying clocks, and time surviving state transfer.
+
+mod replica_support;
+
+use replica_support::{Harness, T0};
+use sim_bft::replica::TimeMode;
+
+/// Reference rule, primary's clock ahead by `offset`: returns backup 1's (soft, hard) counters
+/// and whether the cluster stayed in view 0.
+fn reference_with_primary_offset(offset: i64) -> (u64, u64, bool, Harness) {
+    let mut h = Harness::new(4, |c| c.time.mode = TimeMode::Reference);
+    h.clock_offset_ms[0] = offset;
+    h.put(1, "a", "1");
+    h.deliver_all();
+    let m = h.replica(1).metrics();
+    (
+        m.get("time_soft_exceeded"),
+        m.get("time_hard_exceeded"),
+        h.executed[1].len() == 1,
+        h,
+    )
+}
+
+#[test]
+fn reference_bounds_are_inclusive_and_counted() {
+    assert_eq!(reference_with_primary_offset(0).0, 0);
+    let (soft, hard, ok, _) = reference_with_primary_offset(500);
+    assert_eq!(
+        (soft, hard, ok),
+        (0, 0, true),
+        "500 ms is within the soft limit"
+    );
+    let (soft, hard, ok, _) = reference_with_primary_offset(-501);
+    assert_eq!(
+        (soft, hard, ok),
+        (1, 0, true),
+        "501 ms exceeds the soft limit only"
+    );
+    let (soft, hard, ok, _) = reference_with_primary_offset(3_000);
+    assert_eq!(
+        (soft, hard, ok),
+        (1, 0, true),
+        "3 s is within the hard limit"
+    );
+    let (soft, hard, ok, mut h) = reference_with_primary_offset(3_001);
+    assert_eq!(
+        (soft, hard, ok),
+        (1, 1, false),
+        "beyond 3 s the backups withhold votes"
+    );
+    // The withheld votes lead to a view change, after which the request executes with an
+    // honest primary's time.
+    h.advance(6_000);
+    assert!(h.replica(1).view() >= 1);
+    h.assert_agreement(&[1, 2, 3]);
+    let e = h.executed[1].last().unwrap();
+    assert!(e.agreed_time_ms.unwrap() <= h.now);
+}
+
+#[test]
+fn agreed_time_is_strictly_increasing_even_with_a_stopped_clock() {
+    for mode in [TimeMode::Reference, TimeMode::Robust] {
+        let mut h = Harness::new(4, |c| {
+            c.time.mode = mode;
+            c.max_in_flight = 1;
+        });
+        for k in 0..30 {
+            h.put(k % 3, &format!("k{k}"), "v");
+            h.deliver_all(); // virtual time never advances
+        }
+        let times: Vec<i64> = h.executed[2]
+            .iter()
+            .map(|e| e.agreed_time_ms.unwrap())
+            .collect();
+        assert!(times.len() >= 10);
+        assert!(times.windows(2).all(|w| w[1] > w[0]), "{mode:?}: {times:?}");
+        assert_eq!(times[0], T0);
+    }
+}
+
+#[test]
+fn time_off_gives_no_agreed_time() {
+    let mut h = Harness::new(4, |c| c.time.mode = TimeMode::Off);
+    h.put(0, "a", "b");
+    h.deliver_all();
+    assert_eq!(h.executed[0][0].agreed_time_ms, None);
+}
+
+/// Robust rule with one liar (f = 1) at `liar` whose clock is off by `offset`: agreed time
+/// must stay within the honest clocks' range.
+fn robust_with_liar(liar: u32, offset: i64) -> Harness {
+    let mut h = Harness::new(4, |c| c.time.mode = TimeMode::Robust);
+    h.clock_offset_ms[liar as usize] = offset;
+    let start = h.now;
+    for k in 0..60 {
+        h.put(k % 3, &format!("k{k}"), "v");
+        h.advance(50);
+    }
+    h.advance(8_000);
+    for k in 0..20 {
+        h.put(k % 3, &format!("m{k}"), "v");
+        h.advance(50);
+    }
+    let honest: Vec<u32> = (0..4).filter(|i| *i != liar).collect();
+    h.assert_agreement(&honest);
+    let e = &h.executed[honest[0] as usize];
+    let users: u64 = e
+        .iter()
+        .map(|x| u64::from(x.requests) - x.ticks.len() as u64)
+        .sum();
+    assert_eq!(users, 80, "every request executed");
+    let mut prev = i64::MIN;
+    for x in e {
+        let t = x.agreed_time_ms.unwrap();
+        // Honest clocks read between `start` and `h.now`; epsilon steps may add a few ms.
+        assert!(
+            t >= start && t <= h.now + 100,
+            "time {t} outside honest range"
+        );
+        assert!(t > prev);
+        prev = t;
+    }
+    h
+}
+
+#[test]
+fn robust_time_ignores_a_lying_backup() {
+    robust_with_liar(3, 3_600_000);
+    robust_with_liar(2, -3_600_000);
+}
+
+#[test]
+fn robust_time_ignores_a_lying_primary() {
+    let h = robust_with_liar(0, 3_600_000);
+    // The liar's first batches (no certificate yet) were refused by the tight genesis bound.
+    assert!(h.replica(1).metrics().get("time_hard_exceeded") >= 1);
+    // A lying primary *within* the hard limit once certificates exist cannot move time either.
+    let h = robust_with_liar(0, 400);
+    let last = h.executed[1].last().unwrap().agreed_time_ms.unwrap();
+    assert!(last <= h.now);
+}
+
+#[test]
+fn robust_batches_carry_certificates_after_the_first_commits() {
+    let mut h = Harness::new(4, |c| c.max_in_flight = 1);
+    for k in 0..10 {
+        h.put(0, &format!("k{k}"), "v");
+        h.advance(10);
+    }
+    let m = h.replica(1).metrics();
+    assert_eq!(m.get("time_cert_invalid"), 0);
+    assert_eq!(m.get("time_cert_replayed"), 0);
+    assert_eq!(m.get("time_cert_missing"), 0);
+    assert!(h.executed[1].len() >= 10);
+}
+
+#[test]
+fn agreed_time_survives_state_transfer_in_the_time_page() {
+    let mut h = Harness::new(4, |c| {
+        c.checkpoint_interval = 4;
+        c.log_window = 8;
+    });
+    h.isolated.insert(2);
+    for k in 0..40 {
+        h.put(k % 3, &format!("k{k}"), "v");
+        h.advance(25);
+    }
+    h.isolated.clear();
+    for k in 0..20 {
+        h.put(0, &format!("z{k}"), "v");
+        h.advance(25);
+    }
+    h.advance(3_000);
+    let r2 = h.replica(2);
+    assert!(r2.metrics().get("state_transfers_completed") >= 1);
+    assert_eq!(r2.last_agreed_time_ms(), h.replica(0).last_agreed_time_ms());
+    assert_eq!(r2.pages().snapshot()[0], h.replica(0).pages().snapshot()[0]);
+}
+
+#[test]
+fn replayed_old_time_certificate_is_refused() {
+    use sim_bft::crypto::replica_signing_key;
+    use sim_bft::node::Input;
+    use sim_bft::protocol::{Body, Payload, SignedMsg, Wire, codec};
+
+    let mut h = Harness::new(4, |c| c.max_in_flight = 1);
+    let mut old_batch = None;
+    for k in 0..12 {
+        h.put(0, &format!("k{k}"), "v");
+        // Capture the primary's pre-prepare for seq 4 (it carries a certificate for seq 3).
+        for (from, _, bytes) in h.queue.iter() {
+            if *from != 0 || old_batch.is_some() {
+                continue;
+            }
+            if let Ok(Wire::Signed(m)) = codec::decode::<Wire>(bytes, 1 << 22)
+                && let Ok(p) = codec::decode::<Payload>(&m.payload, 1 << 22)
+                && let Body::PrePrepare { seq: 4, batch, .. } = p.body
+            {
+                old_batch = Some(batch);
+            }
+        }
+        h.advance(10);
+    }
+    let mut batch = old_batch.expect("captured seq 4");
+    assert_eq!(batch.time_cert.as_ref().map(|c| c.seq), Some(3));
+    let executed = h.replica(1).last_executed();
+    assert!(executed >= 12);
+    // A Byzantine primary re-proposes with the stale certificate to freeze time.
+    h.put(1, "fresh", "v");
+    batch.requests = vec![codec::decode(&h.request_bytes(2, b"x".to_vec()), 1 << 20).unwrap()];
+    let payload = Payload {
+        from: 0,
+        body: Body::PrePrepare {
+            view: 0,
+            seq: executed + 2,
+            batch,
+        },
+    };
+    let msg = SignedMsg::sign(&replica_signing_key(replica_support::SEED, 0), &payload).unwrap();
+    let bytes = codec::encode(&Wire::Signed(msg)).unwrap();
+    h.queue.clear();
+    h.input(1, Input::Peer { from: 0, bytes });
+    assert_eq!(h.replica(1).metrics().get("time_cert_replayed"), 1);
+    // The backup withheld its prepare.
+    assert!(h.queue.iter().all(|(from, _, _)| *from != 1));
+}
+
+#[test]
+fn extreme_clock_values_from_a_byzantine_primary_do_not_panic() {
+    use sim_bft::crypto::replica_signing_key;
+    use sim_bft::node::Input;
+    use sim_bft::protocol::{Batch, Body, Payload, SignedMsg, Wire, codec};
+
+    for mode in [TimeMode::Reference, TimeMode::Robust] {
+        for clock in [i64::MIN, i64::MAX] {
+            let mut h = Harness::new(4, |c| c.time.mode = mode);
+            let req = codec::decode(&h.request_bytes(1, b"x".to_vec()), 1 << 20).unwrap();
+            let batch = Batch {
+                requests: vec![req],
+                primary_clock_ms: clock,
+                time_cert: None,
+                null: false,
+            };
+            let payload = Payload {
+                from: 0,
+                body: Body::PrePrepare {
+                    view: 0,
+                    seq: 1,
+                    batch,
+                },
+            };
+            let msg =
+                SignedMsg::sign(&replica_signing_key(replica_support::SEED, 0), &payload).unwrap();
+            let bytes = codec::encode(&Wire::Signed(msg)).unwrap();
+            h.input(1, Input::Peer { from: 0, bytes });
+            assert_eq!(h.replica(1).metrics().get("time_hard_exceeded"), 1);
+            assert!(h.queue.is_empty(), "votes must be withheld");
+        }
+    }
+}
