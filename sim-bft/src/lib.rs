@@ -15,4 +15,5 @@ pub mod protocol;
 pub mod replica;
 pub mod report;
 pub mod runtime;
+pub mod sched_app;
 pub mod sim;

@@ -10,152 +10,25 @@
 
 mod replica_support;
 
-use std::collections::BTreeMap;
-
-use ccron::codec;
-use ccron::outbox::{Outbox, OutboxLimits};
-use ccron::schedule::{
-    Handlers, Limits, Misfire, NewSchedule, ScheduleRequest, Scheduler, Target, Timing,
-};
-use ccron::{MemPages, PageRange, Tick};
+use ccron::schedule::{NewSchedule, ScheduleRequest, Scheduler, Target, Timing};
 use replica_support::Harness;
-use sha2::{Digest, Sha256};
-use sim_bft::app::{AppError, Application, ExecContext};
 use sim_bft::node::{ClientId, Input};
 use sim_bft::replica::Replica;
+use sim_bft::sched_app::{Orders, SchedAppConfig, ScheduledLedger};
+use sim_bft::sim::cluster::Cluster;
+use sim_bft::sim::{FaultConfig, TimeServiceMode};
 
 const COMPONENT: u32 = 1;
-const BOOK_PAGES: u32 = 20;
 
-fn limits() -> Limits {
-    Limits {
-        persist_shards: 4,
-        ..Limits::default()
-    }
-}
-
-fn book_range() -> PageRange {
-    PageRange::new(0, BOOK_PAGES).unwrap()
-}
-
-/// The replicated ledger state the handlers change: how often each order expired.
-type Orders = BTreeMap<String, u32>;
-
-/// A ledger whose client requests are encoded `ScheduleRequest`s.
-struct ScheduledLedger {
-    book: Scheduler,
-    handlers: Handlers<Orders>,
-    orders: Orders,
-    outbox: Outbox,
-    pages: MemPages,
-}
-
-/// What the snapshot holds: the book's pages, the ledger state and the outbox.
-type SnapshotWire = (Vec<(u32, Vec<u8>)>, Vec<(String, u32)>, Vec<u8>);
-
-impl ScheduledLedger {
-    fn new() -> Self {
-        let mut handlers: Handlers<Orders> = Handlers::new();
-        handlers.register("expire-order", |ctx| {
-            let order = String::from_utf8_lossy(ctx.payload).into_owned();
-            *ctx.state.entry(order.clone()).or_insert(0) += 1;
-            // The external effect (tell the shop), idempotent by occurrence id downstream.
-            if let Err(e) = ctx.emit("shop.cancel", order.into_bytes()) {
-                tracing::warn!(error = %e, "emit failed");
-            }
-        });
-        Self {
-            book: Scheduler::new(COMPONENT, limits()),
-            handlers,
-            orders: Orders::new(),
-            outbox: Outbox::new(OutboxLimits::default()),
-            pages: MemPages::new(4_096, BOOK_PAGES),
-        }
-    }
-
-    fn persist(&mut self) {
-        if let Err(e) = self.book.save(&mut self.pages, book_range()) {
-            tracing::error!(error = %e, "schedule book not saved");
-        }
-    }
-
-    fn decode_snapshot(bytes: &[u8]) -> Result<(MemPages, Scheduler, Orders, Outbox), String> {
-        let (pages, orders, outbox): SnapshotWire =
-            codec::from_blob(bytes).map_err(|e| e.to_string())?;
-        let mut mem = MemPages::new(4_096, BOOK_PAGES);
-        mem.restore(&pages).map_err(|e| e.to_string())?;
-        let book =
-            Scheduler::load(COMPONENT, limits(), &mem, book_range()).map_err(|e| e.to_string())?;
-        let outbox = Outbox::decode(&outbox, OutboxLimits::default()).map_err(|e| e.to_string())?;
-        Ok((mem, book, orders.into_iter().collect(), outbox))
-    }
-}
-
-impl Application for ScheduledLedger {
-    fn execute(&mut self, ctx: ExecContext, _client: ClientId, payload: &[u8]) -> Vec<u8> {
-        let reply = match codec::from_blob::<ScheduleRequest>(payload) {
-            Err(e) => format!("err malformed: {e}"),
-            Ok(req) => match self
-                .book
-                .apply(req, &self.handlers, ctx.seq, ctx.agreed_time_ms)
-            {
-                Ok(id) => format!("ok {id:?}"),
-                Err(e) => format!("err {e}"),
-            },
-        };
-        self.persist();
-        reply.into_bytes()
-    }
-
-    fn digest(&self) -> [u8; 32] {
-        let mut h = Sha256::new();
-        h.update(self.pages.digest());
-        h.update(self.snapshot());
-        h.finalize().into()
-    }
-
-    fn snapshot(&self) -> Vec<u8> {
-        let wire: SnapshotWire = (
-            self.pages.snapshot(),
-            self.orders.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            self.outbox.encode().unwrap_or_default(),
-        );
-        codec::to_blob(&wire).unwrap_or_default()
-    }
-
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        let (pages, book, orders, outbox) =
-            Self::decode_snapshot(snapshot).map_err(AppError::BadSnapshot)?;
-        self.pages = pages;
-        self.book = book;
-        self.orders = orders;
-        self.outbox = outbox;
-        Ok(())
-    }
-
-    fn on_tick(&mut self, tick: Tick, _pages: &mut MemPages) -> Result<(), AppError> {
-        if tick.component_id != COMPONENT {
-            return Err(AppError::UnknownComponent(tick.component_id));
-        }
-        let report = self.book.on_tick(
-            &tick,
-            &mut self.orders,
-            &mut self.handlers,
-            &mut self.outbox,
-        );
-        if !report.errors.is_empty() {
-            tracing::warn!(errors = ?report.errors, "scheduler tick errors");
-        }
-        self.persist();
-        Ok(())
-    }
+fn app_cfg() -> SchedAppConfig {
+    SchedAppConfig::default()
 }
 
 fn boot(h: &mut Harness) {
     for i in 0..h.n {
         let cfg = h.cfgs[i as usize].clone();
         h.replicas[i as usize] =
-            Some(Replica::with_app(cfg, Box::new(ScheduledLedger::new())).unwrap());
+            Some(Replica::with_app(cfg, Box::new(ScheduledLedger::new(app_cfg()))).unwrap());
     }
 }
 
@@ -163,7 +36,7 @@ fn restart(h: &mut Harness, i: u32) {
     let cfg = h.cfgs[i as usize].clone();
     let r = Replica::recover_app(
         cfg,
-        Box::new(ScheduledLedger::new()),
+        Box::new(ScheduledLedger::new(app_cfg())),
         &h.storage[i as usize],
     )
     .unwrap();
@@ -171,7 +44,7 @@ fn restart(h: &mut Harness, i: u32) {
 }
 
 fn send(h: &mut Harness, client: ClientId, req: ScheduleRequest) {
-    let bytes = h.request_bytes(client, codec::to_blob(&req).unwrap());
+    let bytes = h.request_bytes(client, ScheduledLedger::payload(&req).unwrap());
     for i in 0..h.n {
         if !h.isolated.contains(&i) {
             h.input(
@@ -200,16 +73,12 @@ fn run(h: &mut Harness, ms: i64) {
 }
 
 fn expiry(order: &str, delay_ms: i64) -> NewSchedule {
-    NewSchedule::new("expire-order", Timing::AfterMs(delay_ms))
-        .with_key(order)
-        .with_payload(order.as_bytes().to_vec())
-        .with_misfire(Misfire::FireOnce)
+    ScheduledLedger::expiry(order, delay_ms)
 }
 
-fn state_of(h: &Harness, i: u32) -> (Scheduler, Orders, Outbox) {
-    let (_, book, orders, outbox) =
-        ScheduledLedger::decode_snapshot(&h.replica(i).app().snapshot()).unwrap();
-    (book, orders, outbox)
+fn state_of(h: &Harness, i: u32) -> (Scheduler, Orders, ccron::outbox::Outbox) {
+    let s = ScheduledLedger::decode_snapshot(app_cfg(), &h.replica(i).app().snapshot()).unwrap();
+    (s.book, s.orders, s.outbox)
 }
 
 #[test]
@@ -329,4 +198,49 @@ fn delayed_tasks_fire_exactly_once_across_restart_and_state_transfer() {
             "replica {i}"
         );
     }
+}
+
+/// The full simulator with seeded faults (a crash and restart, loss, reordering, clock skew):
+/// the stock clients' key-value traffic becomes order traffic (a `Put` places an order and
+/// upserts its expiry, a `Delete` would pay it). Every checker holds, honest replicas agree on
+/// every state digest, and orders expire. (Clients re-place the same keys, so an order may
+/// legitimately expire more than once here; exactly-once is the test above.)
+#[test]
+fn simulated_cluster_with_faults_expires_orders_placed_by_clients() {
+    let app_cfg = SchedAppConfig {
+        puts_as_orders: true,
+        expiry_ms: 2_000,
+        ..SchedAppConfig::default()
+    };
+    let sim = Cluster::builder()
+        .seed(7)
+        .replicas(4)
+        .time_service(TimeServiceMode::Robust)
+        .duration_ms(8_000, 20_000)
+        .clients(2, 250)
+        .ticks(vec![COMPONENT], 500)
+        .faults(FaultConfig {
+            crashes: 1,
+            drop_rate: 0.02,
+            reorder_rate: 0.05,
+            max_clock_skew_ms: 100,
+            ..FaultConfig::default()
+        })
+        .build_with_app(|_| {}, move |_| Box::new(ScheduledLedger::new(app_cfg)))
+        .unwrap();
+    let outcome = sim.run();
+    assert!(
+        outcome.ok(),
+        "{:#?}\n{}",
+        outcome.violations,
+        outcome.replay_command()
+    );
+    assert!(outcome.honest_agree);
+    let runs: u64 = outcome
+        .nodes
+        .iter()
+        .map(|n| n.fires.values().sum::<u64>())
+        .max()
+        .unwrap_or(0);
+    assert!(runs > 0, "no order ever expired: {:#?}", outcome.nodes);
 }
