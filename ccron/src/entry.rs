@@ -59,6 +59,27 @@ impl<S> ActionCtx<'_, S> {
         self.due.and_then(|d| d.time_ms())
     }
 
+    /// The deterministic id of this run, for outbox records of its external effects
+    /// (`ctx.state.outbox.append(OutboxRecord::new(ctx.occurrence_id(), …))` with the ledger's
+    /// [`Outbox`](crate::outbox::Outbox) in its replicated state): `(component, position,
+    /// occurrence)` where the occurrence is the run's due point (a time's milliseconds mapped
+    /// order-preservingly to `u64`, or a sequence number) for indexed entries, and the tick's
+    /// sequence number for entries with a user rule (they run at most once per tick). Replicas,
+    /// replays and restarts derive the same id; two runs of one entry never share one.
+    pub fn occurrence_id(&self) -> crate::outbox::OccurrenceId {
+        let occurrence = match self.due {
+            // Flipping the sign bit maps i64 order onto u64 order.
+            Some(Due::Time(t)) => (t as u64) ^ (1 << 63),
+            Some(Due::Seq(s)) => s,
+            None => self.tick.bft_sequence_num,
+        };
+        crate::outbox::OccurrenceId::new(
+            self.tick.component_id,
+            u64::from(self.position),
+            occurrence,
+        )
+    }
+
     /// Requests that `entry` be added after the pass (a taken position is reported as an error
     /// in the tick's outcome, like [`CronTable::add`](crate::CronTable::add)).
     pub fn request_add(&mut self, entry: CronEntry<S>) {

@@ -798,3 +798,61 @@ proptest! {
         }
     }
 }
+
+/// Table actions (code, not data) reach an outbox in the ledger's state through
+/// `ActionCtx::occurrence_id`: distinct per run, identical on a replay.
+#[test]
+fn table_actions_emit_outbox_records_with_occurrence_ids() {
+    use ccron::outbox::OutboxRecord;
+    use ccron::{CronEntry, CronTable, EverySeq, Periodic};
+
+    struct State {
+        outbox: Outbox,
+    }
+    let run = || {
+        let mut table = CronTable::<State>::with_persistence(9, PageRange::new(0, 2).unwrap(), 4);
+        let emit = |ctx: &mut ccron::ActionCtx<'_, State>| {
+            let id = ctx.occurrence_id();
+            ctx.state
+                .outbox
+                .append(OutboxRecord::new(id, "effect", vec![]))
+                .unwrap();
+        };
+        table
+            .add(CronEntry::periodic(
+                0,
+                Periodic::every_ms(1_000).unwrap(),
+                emit,
+            ))
+            .unwrap();
+        table
+            .add(CronEntry::scheduled(
+                1,
+                EverySeq::new(std::num::NonZeroU64::new(2).unwrap()),
+                emit,
+            ))
+            .unwrap();
+        table
+            .add(CronEntry::new(
+                2,
+                |ctx| ctx.tick.bft_sequence_num % 3 == 0,
+                emit,
+            ))
+            .unwrap();
+        let mut pages = MemPages::new(1024, 2);
+        let mut state = State {
+            outbox: Outbox::new(OutboxLimits::default()),
+        };
+        for seq in 1..=12u64 {
+            let tick = Tick::new(9, seq, Some(-2_000 + seq as i64 * 700));
+            table.evaluate(&tick, &mut state, &mut pages).unwrap();
+        }
+        state.outbox.iter().map(|(_, r)| r.id).collect::<Vec<_>>()
+    };
+    let ids = run();
+    assert!(ids.len() > 12, "{ids:?}");
+    let distinct: std::collections::BTreeSet<_> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), ids.len(), "two runs shared an id: {ids:?}");
+    assert!(ids.iter().all(|id| id.component == 9 && id.entry <= 2));
+    assert_eq!(run(), ids, "a replay derives the same ids");
+}
