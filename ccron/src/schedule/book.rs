@@ -1,6 +1,6 @@
 //! [`Scheduler`]: schedules as replicated data, naming handlers registered as code.
 //!
-//! Layout. The book maps a [`ScheduleId`](u64, assigned densely by the book, so every replica
+//! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
 //! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
 //! jitter, payload, pause flag, nominal next due point, run counter), optionally under a unique
 //! client key. A due index ordered by (priority, due key, id) holds every active record, so a
