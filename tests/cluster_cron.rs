@@ -328,3 +328,38 @@ fn byzantine_tick_flood_is_bounded_and_changes_no_fire() {
     }
     assert!(coalesced > 0, "the flood was never coalesced");
 }
+
+/// Ordered ticks per component over a run of `secs` simulated seconds on replica 0.
+fn ordered_ticks(n: u32, rotate: bool, secs: u64) -> u64 {
+    let mut sim = Cluster::builder()
+        .replicas(n)
+        .seed(5)
+        .clients(0, 0)
+        .tick_periods(BTreeMap::from([(1, 1_000)]), rotate)
+        .build()
+        .expect("cluster");
+    assert!(sim.run_until(secs * 1_000));
+    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+    let m = sim
+        .node(0)
+        .and_then(|n| n.replica())
+        .expect("replica")
+        .metrics();
+    m.get("ticks_evaluated") + m.get("tick_coalesced")
+}
+
+#[test]
+fn rotation_orders_f_plus_one_ticks_per_period() {
+    let all = ordered_ticks(7, false, 10);
+    let rotating = ordered_ticks(7, true, 10);
+    // 10 periods: about 70 ticks from all senders, about 30 from 3 rotating ones.
+    assert!(all >= 60, "all-replica: {all}");
+    assert!(
+        rotating >= 25,
+        "rotating still ticks every period: {rotating}"
+    );
+    assert!(
+        rotating * 7 <= all * 3 + 7,
+        "rotating {rotating} vs all {all}"
+    );
+}
