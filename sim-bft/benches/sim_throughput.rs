@@ -93,8 +93,9 @@ fn main() {
     for (count, period_ms) in [(256u32, 5u64), (1024, 20), (4096, 100)] {
         let components: Vec<u32> = (0..count).collect();
         let (o, wall) = timed(|| {
+            // A 5 s liveness bound: long enough for a view change (2 s timeout) to complete.
             bench_cluster(2)
-                .duration_ms(2_000, 1_000)
+                .duration_ms(2_000, 5_000)
                 .clients(0, 0)
                 .ticks(components.clone(), period_ms)
                 .build_with(|c| {

@@ -77,9 +77,9 @@ pub trait Application: Send {
         Ok(())
     }
 
-    /// Cron actions this replica ran so far, per `(component, position)` (for reports; not part
-    /// of the replicated state: a replica that caught up by state transfer did not run the
-    /// actions of the transferred batches). Empty by default.
+    /// Cron actions run so far, per `(component, position)` (for reports). Empty by default;
+    /// [`CronLedger`] keeps them in its replicated state, so they agree across honest replicas
+    /// at the same sequence number, restarts and state transfers included.
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
         BTreeMap::new()
     }
@@ -206,15 +206,27 @@ impl<S: Application> Application for CronLedger<S> {
         h.update(b"cron-ledger");
         h.update(self.state.digest());
         h.update(self.registry.setup_digest());
+        for ((c, p), n) in &self.fires {
+            h.update(c.to_le_bytes());
+            h.update(p.to_le_bytes());
+            h.update(n.to_le_bytes());
+        }
         h.finalize().into()
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        self.state.snapshot()
+        let fires: Vec<(u32, u32, u64)> =
+            self.fires.iter().map(|((c, p), n)| (*c, *p, *n)).collect();
+        codec::encode(&(self.state.snapshot(), fires)).unwrap_or_default()
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        self.state.restore(snapshot)
+        let (state, fires): (Vec<u8>, Vec<(u32, u32, u64)>) =
+            codec::decode(snapshot, snapshot.len())
+                .map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+        self.state.restore(&state)?;
+        self.fires = fires.into_iter().map(|(c, p, n)| ((c, p), n)).collect();
+        Ok(())
     }
 
     fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError> {

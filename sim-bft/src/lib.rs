@@ -10,6 +10,7 @@
 
 pub mod app;
 pub mod crypto;
+pub mod demo;
 pub mod node;
 pub mod protocol;
 pub mod replica;

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use sim_bft::demo::{DemoTables, demo_ledger};
 use sim_bft::report::Report;
 use sim_bft::sim::cluster::ClusterHarness;
 use sim_bft::sim::toy::ToyHarness;
@@ -80,6 +81,25 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// What the replicas run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LedgerKind {
+    /// The demo key-value ledger with ccron tables: prune old entries (component 1) and call a
+    /// contract (component 2), both periodic actions on agreed time.
+    Demo,
+    /// The plain key-value ledger; ticks only counted in the reserved pages.
+    Kv,
+}
+
+/// Which replicas send the ticks of a period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SendersKind {
+    /// F+1 replicas per period, rotating (ccron's improvement).
+    Rotating,
+    /// Every replica (the reference design).
+    All,
 }
 
 /// Which node implementation the simulator drives.
@@ -172,6 +192,12 @@ struct RunArgs {
     /// Which node implementation to drive.
     #[arg(long, value_enum, default_value_t = NodeKind::Replica)]
     node: NodeKind,
+    /// What the replicas run (the demo ledger's tables use components 1 and 2).
+    #[arg(long, value_enum, default_value_t = LedgerKind::Kv)]
+    ledger: LedgerKind,
+    /// Which replicas send each period's ticks.
+    #[arg(long, value_enum, default_value_t = SendersKind::Rotating)]
+    tick_senders: SendersKind,
     /// Print only the final verdict.
     #[arg(long, short)]
     quiet: bool,
@@ -206,6 +232,7 @@ impl RunArgs {
             liveness_ms: self.liveness,
             tick_period_ms: self.tick_period,
             components: self.components.clone(),
+            rotate_ticks: self.tick_senders == SendersKind::Rotating,
             tick_spread_ms: self.tick_spread,
             clients: self.clients,
             request_interval_ms: self.request_interval,
@@ -246,6 +273,8 @@ impl RunArgs {
         a.drop_rate = 0.02;
         a.reorder_rate = 0.05;
         a.clock_skew = 200;
+        a.ledger = LedgerKind::Demo;
+        a.components = DemoTables::default().components();
         a
     }
 }
@@ -293,16 +322,40 @@ fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigErr
     let verbose = single && !args.quiet;
     let mut report = match args.node {
         NodeKind::Toy => simulate(cfg.clone(), boot_toy(&cfg), single, verbose)?,
-        NodeKind::Replica => sim_replica(cfg, single, verbose)?,
+        NodeKind::Replica => sim_replica(cfg, args.ledger, single, verbose)?,
     };
     if args.node == NodeKind::Toy {
         report.replay.push_str(" --node toy");
     }
+    if args.ledger == LedgerKind::Demo {
+        report.replay.push_str(" --ledger demo");
+    }
+    if args.tick_senders == SendersKind::All {
+        report.replay.push_str(" --tick-senders all");
+    }
     Ok(report)
 }
 
-fn sim_replica(cfg: SimConfig, progress: bool, verbose: bool) -> Result<Report, ConfigError> {
-    let h = ClusterHarness::new(&cfg);
+fn sim_replica(
+    cfg: SimConfig,
+    ledger: LedgerKind,
+    progress: bool,
+    verbose: bool,
+) -> Result<Report, ConfigError> {
+    let mut h = ClusterHarness::new(&cfg);
+    if ledger == LedgerKind::Demo {
+        let tables = DemoTables::default();
+        // Fail early (exit 2) rather than boot replicas without their tables.
+        demo_ledger(&tables).map_err(|e| ConfigError::Node(e.to_string()))?;
+        h = h.with_app(move |id| match demo_ledger(&tables) {
+            Ok(l) => Box::new(l),
+            Err(e) => {
+                // Checked above; a replica without tables rejects every tick (counted).
+                tracing::error!(id, error = %e, "demo tables");
+                Box::new(sim_bft::app::KvLedger::new())
+            }
+        });
+    }
     h.validate()?;
     simulate(cfg, h, progress, verbose)
 }

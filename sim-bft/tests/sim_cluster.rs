@@ -6,9 +6,7 @@
 //! (or `sim-bft run --seeds 0..1000 ...`, see docs/simulator.md).
 
 use sim_bft::sim::cluster::Cluster;
-use sim_bft::sim::{
-    ByzantineKind, FaultConfig, PartitionKind, SimOutcome, TimeServiceMode, ViolationKind,
-};
+use sim_bft::sim::{ByzantineKind, FaultConfig, PartitionKind, SimOutcome, TimeServiceMode};
 
 /// A short run: 6 s of faults, then up to 20 s to converge.
 fn cluster(seed: u64) -> Cluster {
@@ -41,31 +39,6 @@ fn assert_ok(o: &SimOutcome) {
     for n in &honest {
         assert!(n.last_executed_seq > o.heal_seq, "{}", explain(o));
     }
-}
-
-/// Safety held, and the cluster as a whole stayed live after healing: at least 2f+1 honest
-/// replicas executed new batches. A single honest replica may stay behind because of a known
-/// replica issue (it moves to a higher view alone and never rejoins; see
-/// sim-bft/NODE-API-NOTES.md); the strict per-replica check is [`assert_ok`].
-fn assert_cluster_live(o: &SimOutcome) {
-    assert_safe(o);
-    let live = o
-        .nodes
-        .iter()
-        .filter(|n| n.honest && n.progressed_after_heal)
-        .count();
-    assert!(live as u32 > 2 * o.params.f, "{}", explain(o));
-}
-
-/// Only the safety checkers held (liveness may not).
-fn assert_safe(o: &SimOutcome) {
-    let unsafe_v: Vec<_> = o
-        .violations
-        .iter()
-        .filter(|v| v.kind != ViolationKind::NoProgress)
-        .collect();
-    assert!(unsafe_v.is_empty(), "{}", explain(o));
-    assert!(o.honest_agree);
 }
 
 #[test]
@@ -110,7 +83,7 @@ fn loss_duplication_reordering_and_delay() {
     for seed in 0..2 {
         let o = run(cluster(seed).faults(lossy()));
         assert!(o.stats.dropped > 0 && o.stats.duplicated > 0 && o.stats.reordered > 0);
-        assert_cluster_live(&o);
+        assert_ok(&o);
     }
 }
 
@@ -137,15 +110,14 @@ fn partitions_of_every_kind_are_safe_and_the_cluster_recovers() {
             ..FaultConfig::default()
         }));
         assert!(!o.params.partitions.is_empty());
-        assert_cluster_live(&o);
+        assert_ok(&o);
     }
 }
 
-/// Strict liveness under loss and partitions: every honest replica executes again after healing.
-/// Fails today because of a known replica issue (see sim-bft/NODE-API-NOTES.md): a replica that
-/// moved to a higher view alone never rejoins the others' view.
+/// Strict liveness under loss and partitions over more seeds: every honest replica executes again
+/// after healing, including one that moved to a higher view alone while isolated (it follows the
+/// others' log by `Status`/`Committed` until they reach its view).
 #[test]
-#[ignore = "replica: a replica alone in a higher view never executes again (NODE-API-NOTES.md)"]
 fn every_replica_rejoins_after_loss_and_partitions() {
     let mut failures = Vec::new();
     for seed in 0..2 {
@@ -178,14 +150,15 @@ fn crashes_and_restarts_from_persisted_storage() {
             ..FaultConfig::default()
         }));
         assert!(o.stats.crashes > 0);
-        assert_cluster_live(&o);
+        assert_ok(&o);
     }
 }
 
 #[test]
 fn clock_skew_and_drift_keep_agreed_time_in_bounds() {
-    let o = run(cluster(1).faults(FaultConfig {
-        max_clock_skew_ms: 400,
+    // Honest clocks up to 2 s apart: within the time service's hard limit (3 s).
+    let o = run(cluster(7).faults(FaultConfig {
+        max_clock_skew_ms: 1_000,
         max_drift_ppm: 300,
         ..FaultConfig::default()
     }));
@@ -201,7 +174,7 @@ fn clock_jumps_are_safe() {
         ..FaultConfig::default()
     }));
     assert_eq!(o.params.jumps.len(), 3);
-    assert_cluster_live(&o);
+    assert_ok(&o);
 }
 
 #[test]
@@ -234,7 +207,7 @@ fn seeded_byzantine_backups_with_loss_and_a_crash() {
             ..FaultConfig::default()
         }));
         assert_eq!(o.nodes.iter().filter(|n| !n.honest).count(), 1);
-        assert_cluster_live(&o);
+        assert_ok(&o);
     }
 }
 
@@ -251,7 +224,7 @@ fn seven_replicas_tolerate_two_byzantine() {
             ..FaultConfig::default()
         }));
     assert_eq!(o.params.f, 2);
-    assert_cluster_live(&o);
+    assert_ok(&o);
 }
 
 /// The long campaign: many seeds, every fault at once (except the known-stuck kinds' liveness).

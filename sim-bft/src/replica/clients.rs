@@ -113,6 +113,12 @@ impl ClientsManager {
         Admission::Added
     }
 
+    /// Whether one more request of `client` would fit the pending limits.
+    pub fn has_room(&self, client: ClientId) -> bool {
+        self.pending.len() < self.max_pending
+            && self.per_client.get(&client).copied().unwrap_or(0) < self.max_per_client
+    }
+
     /// Whether `(client, req_seq)` is pending.
     pub fn is_pending(&self, client: ClientId, req_seq: u64) -> bool {
         self.pending.contains_key(&(client, req_seq))

@@ -798,6 +798,12 @@ impl Replica {
         req_seq: u64,
         out: &mut Vec<Output>,
     ) -> bool {
+        if !self.clients.has_room(internal_client_id(self.cfg.id)) {
+            // Check before signing: a full queue must not cost a signature per tick.
+            self.metrics.inc("tick_enqueue_failed");
+            self.metrics.inc("drop_pending_full");
+            return false;
+        }
         let request = Request {
             client: internal_client_id(self.cfg.id),
             req_seq,
@@ -1267,12 +1273,18 @@ impl Replica {
                     // Only acceptable when no usable certificate exists (the first seqs, or
                     // right after a restart), and then bounded tightly.
                     let floor = self.cert_floor(seq);
+                    // An honest primary proposes `seq` only after executing
+                    // `seq - max_in_flight - 1`, so it holds a certificate at least that recent:
+                    // only a certificate older than that proves the omission deliberate.
+                    let lag = self.cfg.max_in_flight + 1;
                     let known = self
                         .recent_certs
                         .range(..seq)
                         .next_back()
                         .is_some_and(|(s, _)| {
-                            *s >= floor && *s + t.cert_window >= seq && *s + 2 < seq
+                            *s >= floor
+                                && s.saturating_add(t.cert_window) >= seq
+                                && s.saturating_add(lag) < seq
                         });
                     if known {
                         self.metrics.inc("time_cert_missing");
@@ -1488,7 +1500,7 @@ impl Replica {
                         samples,
                     },
                 );
-                while self.recent_certs.len() > 16 {
+                while self.recent_certs.len() > self.recent_certs_capacity() {
                     self.recent_certs.pop_first();
                 }
                 self.store_entry(seq, out);
@@ -1520,6 +1532,14 @@ impl Replica {
             self.view_change_attempts = 0;
             self.status_asked_at = None;
         }
+    }
+
+    /// How many recent time certificates to keep: enough for every pipelined proposal.
+    fn recent_certs_capacity(&self) -> usize {
+        usize::try_from(self.cfg.max_in_flight)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(2)
+            .saturating_add(16)
     }
 
     fn has_pending_work(&self) -> bool {
@@ -2095,6 +2115,27 @@ impl Replica {
         e.batch = Some(batch);
         e.committed = true;
         self.metrics.inc("committed_certs_applied");
+        // The certificate's signed commit clocks are a time certificate like any other.
+        let samples = commits
+            .iter()
+            .map(|(n, clock_ms, sig)| ClockSample {
+                replica: *n,
+                view,
+                clock_ms: *clock_ms,
+                sig: *sig,
+            })
+            .collect();
+        self.recent_certs.insert(
+            seq,
+            TimeCert {
+                seq,
+                digest,
+                samples,
+            },
+        );
+        while self.recent_certs.len() > self.recent_certs_capacity() {
+            self.recent_certs.pop_first();
+        }
         self.store_entry(seq, out);
         self.execute_ready(now, out);
     }

@@ -405,6 +405,16 @@ impl<H: Harness> Simulator<H> {
         self.now_ms
     }
 
+    /// Replica `id` as hosted now (`None` while it is crashed).
+    pub fn node(&self, id: NodeId) -> Option<&H::Node> {
+        self.slots.get(id as usize).and_then(|s| s.node.as_ref())
+    }
+
+    /// The harness.
+    pub fn harness(&self) -> &H {
+        &self.harness
+    }
+
     /// Violations found so far.
     pub fn violations(&self) -> &[Violation] {
         self.checker.violations()
