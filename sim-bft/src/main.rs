@@ -91,6 +91,10 @@ enum LedgerKind {
     Demo,
     /// The plain key-value ledger; ticks only counted in the reserved pages.
     Kv,
+    /// Order expiries as schedules held in replicated data (component 1): a client put places
+    /// an order and upserts its delayed expiry task by key (2 s of agreed time later); ticks run
+    /// the due expiries (`sim_bft::sched_app`).
+    Orders,
 }
 
 /// Which replicas send the ticks of a period.
@@ -330,6 +334,9 @@ fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigErr
     if args.ledger == LedgerKind::Demo {
         report.replay.push_str(" --ledger demo");
     }
+    if args.ledger == LedgerKind::Orders {
+        report.replay.push_str(" --ledger orders");
+    }
     if args.tick_senders == SendersKind::All {
         report.replay.push_str(" --tick-senders all");
     }
@@ -355,6 +362,14 @@ fn sim_replica(
                 Box::new(sim_bft::app::KvLedger::new())
             }
         });
+    }
+    if ledger == LedgerKind::Orders {
+        let app = sim_bft::sched_app::SchedAppConfig {
+            puts_as_orders: true,
+            expiry_ms: 2_000,
+            ..Default::default()
+        };
+        h = h.with_app(move |_| Box::new(sim_bft::sched_app::ScheduledLedger::new(app)));
     }
     h.validate()?;
     simulate(cfg, h, progress, verbose)

@@ -76,3 +76,27 @@ fn errors_are_one_line_and_exit_2() {
         assert!(err.starts_with("sim-bft preview: "), "{err}");
     }
 }
+
+/// `sim-bft run --ledger orders`: client puts become order-expiry schedules held as replicated
+/// data; every checker holds and expiries run.
+#[test]
+fn run_with_the_orders_ledger() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sim-bft"))
+        .args([
+            "run",
+            "--ledger",
+            "orders",
+            "--duration",
+            "4s",
+            "--liveness",
+            "10s",
+            "--crash",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("all checkers held"), "{text}");
+    assert!(text.contains(" 1/0: "), "expiries ran: {text}");
+}
