@@ -220,6 +220,13 @@ fn rejected_requests_change_nothing() {
         ),
         (
             ScheduleRequest::Create(
+                NewSchedule::new("report", Timing::AfterMs(5))
+                    .with_misfire(Misfire::FireEach { cap: 1_001 }),
+            ),
+            |e| matches!(e, ScheduleError::Invalid(_)),
+        ),
+        (
+            ScheduleRequest::Create(
                 NewSchedule::new("report", Timing::AfterMs(5)).with_payload(vec![0; 5]),
             ),
             |e| matches!(e, ScheduleError::Limit(_)),

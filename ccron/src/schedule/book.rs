@@ -279,6 +279,10 @@ struct Shard {
 
 const WIRE_VERSION: u8 = 1;
 
+/// Largest [`Misfire::FireEach`] cap: bounds the occurrences one tick enumerates for one
+/// schedule (a cron job every second after a year-long stall must not walk 31 million instants).
+pub const MAX_FIRE_EACH_CAP: u32 = 1_000;
+
 /// A read-only view of one schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleInfo {
@@ -623,10 +627,10 @@ impl Scheduler {
             return Err(ScheduleError::UnknownHandler(def.handler.clone()));
         }
         match def.misfire {
-            Misfire::FireEach { cap: 0 } => {
-                return Err(ScheduleError::Invalid(
-                    "fire-each cap must be at least 1".into(),
-                ));
+            Misfire::FireEach { cap } if cap == 0 || cap > MAX_FIRE_EACH_CAP => {
+                return Err(ScheduleError::Invalid(format!(
+                    "fire-each cap must be in 1..={MAX_FIRE_EACH_CAP}, got {cap}"
+                )));
             }
             Misfire::ExpireAfter { deadline_ms } if deadline_ms < 0 => {
                 return Err(ScheduleError::Invalid("negative expiry deadline".into()));
@@ -977,7 +981,8 @@ impl Scheduler {
         outbox: &mut Outbox,
     ) -> TickReport {
         let mut report = TickReport::default();
-        let (ids, more) = self.due_ids(tick, self.limits.budget_per_tick);
+        // A zero budget would starve every schedule forever: treat it as 1.
+        let (ids, more) = self.due_ids(tick, self.limits.budget_per_tick.max(1));
         report.carried_over = more;
         // Handlers may queue requests naming handlers; the set never changes during a tick.
         let names: BTreeSet<String> = if ids.is_empty() {

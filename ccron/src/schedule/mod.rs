@@ -18,7 +18,7 @@ mod book;
 mod cron_rule;
 
 pub use book::{
-    FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, Misfire, NewSchedule, ScheduleError,
-    ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
+    FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, Misfire, NewSchedule,
+    ScheduleError, ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
 };
 pub use cron_rule::CronRule;
