@@ -1524,6 +1524,10 @@ impl Replica {
                 break;
             };
             self.execute(now, seq, &batch, digest, out);
+            // A batch may execute without this replica having proposed or accepted it (a
+            // commit certificate from a later view, after a restart into a stale view): a
+            // primary must never propose again at a seq that already executed.
+            self.next_seq = self.next_seq.max(seq + 1);
             self.vc_deadline = if self.has_pending_work() {
                 Some(now + self.vc_timeout())
             } else {
