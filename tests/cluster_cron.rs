@@ -153,7 +153,11 @@ fn expected_periodic(ticks: &[(u64, i64)], period_ms: i64) -> Vec<u64> {
 
 fn book(sim: &Simulator<ClusterHarness>, id: NodeId) -> Option<Book> {
     let r = sim.node(id)?.replica()?;
-    serde_json::from_slice(&r.app().snapshot()).ok()
+    // A CronLedger's snapshot is (state snapshot, fire counts) in the protocol codec.
+    let bytes = r.app().snapshot();
+    let (state, _fires): (Vec<u8>, Vec<(u32, u32, u64)>) =
+        sim_bft::protocol::codec::decode(&bytes, bytes.len()).ok()?;
+    serde_json::from_slice(&state).ok()
 }
 
 /// Checks one replica's book against the reference model; returns its periodic fire count.
