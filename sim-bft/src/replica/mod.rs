@@ -1524,6 +1524,10 @@ impl Replica {
                 break;
             };
             self.execute(now, seq, &batch, digest, out);
+            // A batch may execute without this replica having proposed or accepted it (a
+            // commit certificate from a later view, after a restart into a stale view): a
+            // primary must never propose again at a seq that already executed.
+            self.next_seq = self.next_seq.max(seq + 1);
             self.vc_deadline = if self.has_pending_work() {
                 Some(now + self.vc_timeout())
             } else {
@@ -1610,6 +1614,13 @@ impl Replica {
             let (client, req_seq) = (r.request.client, r.request.req_seq);
             if req_seq <= self.clients.last_req_seq(client) {
                 self.metrics.inc("duplicate_execution_skipped");
+                if client == own_internal
+                    && r.request.kind == RequestKind::Tick
+                    && let Ok(c) = <[u8; 4]>::try_from(r.request.payload.as_slice())
+                {
+                    // Our tick was superseded: it will never execute, so its mark goes.
+                    self.throttle.on_dropped(u32::from_le_bytes(c), req_seq);
+                }
                 continue;
             }
             let result = match r.request.kind {
