@@ -301,6 +301,37 @@ fn cron_in_installed_zone_runs_once_after_the_spring_gap() {
 }
 
 #[test]
+fn cron_in_installed_zone_runs_once_in_the_fall_back_hour() {
+    let mut r = Rig::new(Limits::default());
+    let berlin = ZoneRules::from_iana("Europe/Berlin").unwrap();
+    r.apply(ScheduleRequest::InstallZone(berlin), 0).unwrap();
+    // 2026-10-25: 03:00 CEST falls back to 02:00 CET, so 02:30 happens twice.
+    let t0 = parse_rfc3339_ms("2026-10-24T12:00:00Z").unwrap();
+    let id = r
+        .apply(
+            ScheduleRequest::Create(NewSchedule::new(
+                "report",
+                Timing::Cron {
+                    expression: "30 2 * * *".into(),
+                    zone: Some("Europe/Berlin".into()),
+                },
+            )),
+            t0,
+        )
+        .unwrap()
+        .unwrap();
+    let first = parse_rfc3339_ms("2026-10-25T00:30:00Z").unwrap(); // 02:30 CEST
+    let next_day = parse_rfc3339_ms("2026-10-26T01:30:00Z").unwrap(); // 02:30 CET
+    let mut runs = Vec::new();
+    let mut t = t0;
+    while t <= next_day {
+        runs.extend(r.tick(t));
+        t += 5 * MIN;
+    }
+    assert_eq!(runs, vec![at(id, first), at(id, next_day)]);
+}
+
+#[test]
 fn misfire_policies_on_a_late_tick() {
     // Every minute from 0; the tick at 5.5 min has reached 0..=5 min (6 occurrences).
     let run = |misfire| {
