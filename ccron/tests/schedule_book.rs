@@ -894,3 +894,35 @@ fn table_actions_emit_outbox_records_with_occurrence_ids() {
     assert!(ids.iter().all(|id| id.component == 9 && id.entry <= 2));
     assert_eq!(run(), ids, "a replay derives the same ids");
 }
+
+/// A catch-up run (fire-each) that cancels its own schedule ends the catch-up.
+#[test]
+fn a_run_cancelling_its_own_schedule_stops_the_catch_up() {
+    let mut h: Handlers<Ledger> = Handlers::new();
+    h.register("once-then-stop", |ctx| {
+        ctx.state.log.push(("stop".into(), ctx.id, ctx.due));
+        ctx.request(ScheduleRequest::Cancel(Target::Id(ctx.id)));
+    });
+    let mut book = Scheduler::new(1, Limits::default());
+    let every = NewSchedule::new(
+        "once-then-stop",
+        Timing::Every {
+            period_ms: 10,
+            start_ms: Some(0),
+        },
+    )
+    .with_misfire(Misfire::FireEach { cap: 5 });
+    book.apply(ScheduleRequest::Create(every), &h, 1, Some(0))
+        .unwrap();
+    let mut ledger = Ledger::default();
+    let mut outbox = Outbox::new(OutboxLimits::default());
+    let rep = book.on_tick(
+        &Tick::new(1, 2, Some(100)),
+        &mut ledger,
+        &mut h,
+        &mut outbox,
+    );
+    assert_eq!(rep.fired.len(), 1, "{rep:?}");
+    assert!(book.is_empty());
+    book.check_invariants().unwrap();
+}

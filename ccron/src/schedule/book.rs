@@ -1059,6 +1059,15 @@ impl Scheduler {
                         report.errors.push(e);
                     }
                 }
+                // A run that cancelled, paused or replaced its own schedule ends its catch-up.
+                if self
+                    .records
+                    .get(&id)
+                    .is_none_or(|r| r.paused || r.def.handler != handler_name)
+                    && !one_shot
+                {
+                    break;
+                }
             }
         }
         report
