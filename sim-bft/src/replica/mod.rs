@@ -959,7 +959,11 @@ impl Replica {
 
     fn vc_timeout(&self) -> Millis {
         let factor = 1i64 << self.view_change_attempts.min(6);
-        self.cfg.view_change_timeout_ms.saturating_mul(factor)
+        self.cfg.view_change_timeout_ms.saturating_mul(factor).min(
+            self.cfg
+                .view_change_timeout_max_ms
+                .max(self.cfg.view_change_timeout_ms),
+        )
     }
 
     fn clock(&self, now: Millis) -> Millis {
@@ -1833,8 +1837,10 @@ impl Replica {
                         out,
                     );
                 }
-                let target = self.view + 1;
-                self.start_view_change(now, target, out);
+                if !self.in_view_change || !self.retransmit_lone_view_change(now, out) {
+                    let target = self.view + 1;
+                    self.start_view_change(now, target, out);
+                }
             }
         }
         if let Some((d, proof)) = self.behind_since.clone()
