@@ -630,7 +630,7 @@ impl Replica {
         if req.request.kind == RequestKind::Tick && internal_client_owner(client).is_none() {
             return self.drop_msg("drop_unauthorized_tick", None);
         }
-        if req_seq <= self.clients.last_req_seq(client) {
+        if self.clients.is_executed(client, req_seq) {
             // Exactly once: re-send the cached reply for an exact repeat of the last request.
             self.metrics.inc("duplicate_request");
             if let Some(rec) = self.clients.record(client)
@@ -1512,7 +1512,7 @@ impl Replica {
         let mut replies = Vec::new();
         for r in &batch.requests {
             let (client, req_seq) = (r.request.client, r.request.req_seq);
-            if req_seq <= self.clients.last_req_seq(client) {
+            if self.clients.is_executed(client, req_seq) {
                 self.metrics.inc("duplicate_execution_skipped");
                 continue;
             }
