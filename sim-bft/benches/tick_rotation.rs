@@ -11,13 +11,18 @@
 use std::collections::BTreeMap;
 
 use sim_bft::sim::cluster::Cluster;
-use sim_bft::sim::{FaultConfig, SimConfig};
+use sim_bft::sim::{ByzantineKind, FaultConfig, SimConfig};
 
 const SECONDS: u64 = 120;
 const PERIOD_MS: u64 = 1_000;
 
 /// (ordered ticks, evaluated ticks) per period on replica 0.
 fn measure(n: u32, rotate: bool, seed: u64) -> (f64, f64) {
+    measure_with(n, rotate, seed, FaultConfig::default())
+}
+
+/// Like [`measure`], with extra faults (e.g. a Byzantine replica flooding ticks).
+fn measure_with(n: u32, rotate: bool, seed: u64, faults: FaultConfig) -> (f64, f64) {
     let cfg = SimConfig {
         seed,
         replicas: n,
@@ -26,7 +31,7 @@ fn measure(n: u32, rotate: bool, seed: u64) -> (f64, f64) {
         request_interval_ms: 0,
         faults: FaultConfig {
             max_clock_skew_ms: 50,
-            ..FaultConfig::default()
+            ..faults
         },
         ..SimConfig::default()
     };
@@ -65,6 +70,23 @@ fn main() {
             "n = {n}: all-replica {all:.2} ordered ({all_eval:.2} evaluated), rotating {rot:.2} ordered ({rot_eval:.2} evaluated); ratio {ratio:.3} (target <= {target:.3})"
         );
         failed |= ratio > target + 0.02;
+    }
+    // A Byzantine replica flooding ticks (16 per timer firing, ignoring throttle and rotation):
+    // the ordered count grows, the evaluated count stays within one per sender and period.
+    for n in [4u32, 7] {
+        let flood = FaultConfig {
+            byzantine: 1,
+            byzantine_kind: ByzantineKind::TickFlood,
+            pinned_byzantine: vec![n - 1],
+            ..FaultConfig::default()
+        };
+        let (ordered, evaluated) = measure_with(n, true, 1, flood);
+        let f = (n - 1) / 3;
+        let bound = f64::from(f + 1) + 1.0;
+        println!(
+            "n = {n}, rotating, one tick flooder: {ordered:.2} ordered, {evaluated:.2} evaluated per period (bound: F+1 honest + 1 flooder = {bound:.0})"
+        );
+        failed |= evaluated > bound + 0.05;
     }
     if failed {
         std::process::exit(1);

@@ -271,7 +271,8 @@ impl<S: Application> Application for CronLedger<S> {
     }
 }
 
-/// Executes committed ticks (issue 4 plugs ccron's registry in here).
+/// Executes committed ticks apart from the application (joined to one by [`WithTicks`]; a ledger
+/// whose cron actions change its own state uses [`CronLedger`] instead).
 pub trait TickExecutor: Send {
     /// Handles a committed tick; replicated state it keeps lives in `pages`.
     fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError>;

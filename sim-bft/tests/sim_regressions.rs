@@ -52,3 +52,36 @@ fn assert_ok(o: &SimOutcome) {
 fn primary_next_seq_follows_certificate_execution() {
     assert_ok(&campaign_run(33, 4, ByzantineKind::CorruptStateTransfer));
 }
+
+/// Whole-cluster stall after healing: a replica that ran ahead alone kept moving to later views
+/// at every timer expiry while the others climbed one view per (doubling, unbounded) timeout,
+/// so the honest replicas never shared a view again and the Byzantine one withheld the quorum.
+/// `sim-bft run --seed 92 ... --byzantine-kind corrupt` (also seeds 2, 3, 6, 19, 48, 53, 60, 87)
+#[test]
+fn lone_replica_ahead_waits_for_the_others_corrupt() {
+    for seed in [92, 3, 6] {
+        assert_ok(&campaign_run(seed, 4, ByzantineKind::Corrupt));
+    }
+}
+
+/// The same stall with a Byzantine state-transfer source:
+/// `sim-bft run --seed 48 ... --byzantine-kind corrupt-state-transfer`.
+#[test]
+fn stall_after_healing_corrupt_state_transfer() {
+    assert_ok(&campaign_run(48, 4, ByzantineKind::CorruptStateTransfer));
+}
+
+/// The same stall with forged view changes: `sim-bft run --seed 15 ... --byzantine-kind bogus-view-change`.
+#[test]
+fn stall_after_healing_bogus_view_change() {
+    assert_ok(&campaign_run(15, 4, ByzantineKind::BogusViewChange));
+}
+
+/// A replica state-transferred from a source whose checkpoint was not yet stable there and
+/// installed the source's unsigned proof instead of the certified one; every view change it sent
+/// afterwards was rejected as invalid, so it could never help form a view-change quorum.
+/// `sim-bft run --seed 16 ... --byzantine-kind corrupt`
+#[test]
+fn state_transfer_installs_the_certified_checkpoint_proof() {
+    assert_ok(&campaign_run(16, 4, ByzantineKind::Corrupt));
+}

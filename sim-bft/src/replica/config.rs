@@ -102,6 +102,10 @@ pub struct ReplicaConfig {
     pub log_window: u64,
     /// View-change timeout (doubles per consecutive failed view change).
     pub view_change_timeout_ms: Millis,
+    /// Ceiling of the doubled view-change timeout. Without one, a long faulty period leaves
+    /// the timer at 64x the base (minutes) and a healed cluster behind a faulty primary waits
+    /// that long before it moves on.
+    pub view_change_timeout_max_ms: Millis,
     /// How long a replica that saw a newer stable checkpoint waits before state transfer.
     pub state_transfer_grace_ms: Millis,
     /// Per-source state-transfer timeout.
@@ -181,6 +185,7 @@ impl ReplicaConfig {
             checkpoint_interval: 32,
             log_window: 128,
             view_change_timeout_ms: 2_000,
+            view_change_timeout_max_ms: 8_000,
             state_transfer_grace_ms: 200,
             state_transfer_timeout_ms: 1_000,
             chunk_bytes: 64 << 10,

@@ -672,7 +672,7 @@ impl Replica {
         if req.request.kind == RequestKind::Tick && internal_client_owner(client).is_none() {
             return self.drop_msg("drop_unauthorized_tick", None);
         }
-        if req_seq <= self.clients.last_req_seq(client) {
+        if self.clients.is_executed(client, req_seq) {
             // Exactly once: re-send the cached reply for an exact repeat of the last request.
             self.metrics.inc("duplicate_request");
             if let Some(rec) = self.clients.record(client)
@@ -1063,7 +1063,11 @@ impl Replica {
 
     fn vc_timeout(&self) -> Millis {
         let factor = 1i64 << self.view_change_attempts.min(6);
-        self.cfg.view_change_timeout_ms.saturating_mul(factor)
+        self.cfg.view_change_timeout_ms.saturating_mul(factor).min(
+            self.cfg
+                .view_change_timeout_max_ms
+                .max(self.cfg.view_change_timeout_ms),
+        )
     }
 
     fn clock(&self, now: Millis) -> Millis {
@@ -1612,7 +1616,7 @@ impl Replica {
         let mut replies = Vec::new();
         for r in &batch.requests {
             let (client, req_seq) = (r.request.client, r.request.req_seq);
-            if req_seq <= self.clients.last_req_seq(client) {
+            if self.clients.is_executed(client, req_seq) {
                 self.metrics.inc("duplicate_execution_skipped");
                 if client == own_internal
                     && r.request.kind == RequestKind::Tick
@@ -1999,8 +2003,10 @@ impl Replica {
                         out,
                     );
                 }
-                let target = self.view + 1;
-                self.start_view_change(now, target, out);
+                if !self.in_view_change || !self.retransmit_lone_view_change(now, out) {
+                    let target = self.view + 1;
+                    self.start_view_change(now, target, out);
+                }
             }
         }
         if let Some((d, proof)) = self.behind_since.clone()

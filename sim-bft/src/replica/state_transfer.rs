@@ -156,6 +156,14 @@ impl Replica {
         if !valid {
             return self.drop_msg("drop_invalid_state_meta", Some(from));
         }
+        // A source serving a checkpoint that is not yet stable on its side sends a proof
+        // without signatures: keep our certified target instead, or the installed checkpoint
+        // (and every view change carrying it) would fail verification at every other replica.
+        let proof = if proof.seq == t.target.seq {
+            t.target.clone()
+        } else {
+            proof
+        };
         if let Some(t) = &mut self.transfer {
             t.meta = Some((proof, total_len, chunks));
             t.chunks.clear();
