@@ -51,6 +51,8 @@ pub const MAX_BLOB_BYTES: usize = 64 << 20;
 pub enum BlobKind {
     /// The periodic schedule of one cron table ([`crate::periodic`]).
     PeriodicSchedule,
+    /// The schedule book of a [`crate::schedule::Scheduler`].
+    ScheduleBook,
     /// A kind this version does not know (read from a page written by a newer version).
     Unknown(u16),
 }
@@ -59,6 +61,7 @@ impl BlobKind {
     fn to_u16(self) -> u16 {
         match self {
             BlobKind::PeriodicSchedule => 1,
+            BlobKind::ScheduleBook => 2,
             BlobKind::Unknown(k) => k,
         }
     }
@@ -66,6 +69,7 @@ impl BlobKind {
     fn from_u16(k: u16) -> Self {
         match k {
             1 => BlobKind::PeriodicSchedule,
+            2 => BlobKind::ScheduleBook,
             other => BlobKind::Unknown(other),
         }
     }

@@ -59,6 +59,27 @@ impl<S> ActionCtx<'_, S> {
         self.due.and_then(|d| d.time_ms())
     }
 
+    /// The deterministic id of this run, for outbox records of its external effects
+    /// (`ctx.state.outbox.append(OutboxRecord::new(ctx.occurrence_id(), …))` with the ledger's
+    /// [`Outbox`](crate::outbox::Outbox) in its replicated state): `(component, position,
+    /// occurrence)` where the occurrence is the run's due point (a time's milliseconds mapped
+    /// order-preservingly to `u64`, or a sequence number) for indexed entries, and the tick's
+    /// sequence number for entries with a user rule (they run at most once per tick). Replicas,
+    /// replays and restarts derive the same id; two runs of one entry never share one.
+    pub fn occurrence_id(&self) -> crate::outbox::OccurrenceId {
+        let occurrence = match self.due {
+            // Flipping the sign bit maps i64 order onto u64 order.
+            Some(Due::Time(t)) => (t as u64) ^ (1 << 63),
+            Some(Due::Seq(s)) => s,
+            None => self.tick.bft_sequence_num,
+        };
+        crate::outbox::OccurrenceId::new(
+            self.tick.component_id,
+            u64::from(self.position),
+            occurrence,
+        )
+    }
+
     /// Requests that `entry` be added after the pass (a taken position is reported as an error
     /// in the tick's outcome, like [`CronTable::add`](crate::CronTable::add)).
     pub fn request_add(&mut self, entry: CronEntry<S>) {
@@ -210,6 +231,18 @@ impl<S> CronEntry<S> {
             schedule_next: None,
             on_remove: None,
         }
+    }
+
+    /// The cron-expression factory: an indexed entry at `position` running `action` at the
+    /// instants of `schedule` (see [`CronRule`](crate::schedule::CronRule): armed by the first
+    /// tick with agreed time, then once per reached instant; the next instant is stored in the
+    /// due index and the table's pages). Validation happened when `schedule` was parsed.
+    pub fn cron(
+        position: u32,
+        schedule: crate::cron::CronSchedule,
+        action: impl FnMut(&mut ActionCtx<'_, S>) + Send + 'static,
+    ) -> Self {
+        Self::scheduled(position, crate::schedule::CronRule::new(schedule), action)
     }
 
     /// Adds a schedule-next callback, called before the action whenever the rule holds.

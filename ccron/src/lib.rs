@@ -86,6 +86,7 @@ pub mod outbox;
 pub mod pages;
 pub mod periodic;
 pub mod registry;
+pub mod schedule;
 pub mod table;
 pub mod tick;
 pub mod ticks;

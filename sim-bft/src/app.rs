@@ -1,17 +1,20 @@
-//! What a replica executes: the [`Application`] (user requests) and the [`TickExecutor`] (ticks).
+//! What a replica executes: one [`Application`] for user requests *and* ticks.
 //!
 //! Committed batches execute in sequence order, and the requests of one batch in batch order:
-//! a user request goes to the application, a tick to the tick executor with the batch's sequence
-//! number and agreed time. Issue 4 plugs a `ccron::CronTableRegistry` in as a [`TickExecutor`].
+//! a user request goes to [`Application::execute`], a tick to [`Application::on_tick`] with the
+//! batch's sequence number and agreed time and the reserved pages. Because both reach the same
+//! object, a ledger's cron actions can change the ledger's own state: [`CronLedger`] holds a
+//! state `S` and a `ccron::CronTableRegistry<S>` and evaluates the registry on every tick.
 //!
-//! Two deterministic demos ship here: [`KvLedger`], a key-value ledger whose digest covers its
-//! whole state, and [`TickCounter`], which records every tick in the reserved pages (so that
-//! checkpoints and state transfer visibly carry pages).
+//! Deterministic demos: [`KvLedger`], a key-value ledger whose digest covers its whole state,
+//! and [`TickCounter`], a [`TickExecutor`] recording every tick in the reserved pages (so that
+//! checkpoints and state transfer visibly carry pages); [`WithTicks`] joins an application and a
+//! separate tick executor into one [`Application`].
 
 use std::collections::BTreeMap;
 
 use bincode::{Decode, Encode};
-use ccron::{MemPages, PageId, ReservedPages, Tick};
+use ccron::{CronTableRegistry, MemPages, PageId, RegistryError, ReservedPages, Tick};
 use sha2::{Digest, Sha256};
 
 use crate::crypto::Digest32;
@@ -25,9 +28,12 @@ pub enum AppError {
     /// A snapshot does not decode or violates the application's invariants.
     #[error("bad snapshot: {0}")]
     BadSnapshot(String),
-    /// A tick could not be handled (e.g. unknown component); the batch still executes on.
+    /// A tick could not be handled; the batch still executes on.
     #[error("tick rejected: {0}")]
     TickRejected(String),
+    /// A tick named a component without a cron table (no state is created for it).
+    #[error("no cron table for component {0}")]
+    UnknownComponent(u32),
     /// The reserved pages refused an operation.
     #[error("pages: {0}")]
     Pages(#[from] ccron::PagesError),
@@ -56,9 +62,217 @@ pub trait Application: Send {
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot; on error the state is unchanged.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError>;
+
+    /// Handles a committed tick (sequence number and agreed time of its batch); replicated
+    /// state it keeps outside the application state lives in `pages`. The default rejects every
+    /// tick: an application without cron tables has no component to tick.
+    fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError> {
+        let _ = pages;
+        Err(AppError::UnknownComponent(tick.component_id))
+    }
+
+    /// Reloads whatever it caches from `pages` (after state transfer or restart).
+    fn reload(&mut self, pages: &MemPages) -> Result<(), AppError> {
+        let _ = pages;
+        Ok(())
+    }
+
+    /// Cron actions run so far, per `(component, position)` (for reports). Empty by default;
+    /// [`CronLedger`] keeps them in its replicated state, so they agree across honest replicas
+    /// at the same sequence number, restarts and state transfers included.
+    fn fires(&self) -> BTreeMap<(u32, u32), u64> {
+        BTreeMap::new()
+    }
 }
 
-/// Executes committed ticks (issue 4 plugs ccron's registry in here).
+/// An [`Application`] for user requests joined with a separate [`TickExecutor`] for ticks.
+pub struct WithTicks {
+    app: Box<dyn Application>,
+    ticks: Box<dyn TickExecutor>,
+}
+
+impl WithTicks {
+    /// Joins `app` and `ticks`.
+    pub fn new(app: Box<dyn Application>, ticks: Box<dyn TickExecutor>) -> Self {
+        Self { app, ticks }
+    }
+}
+
+impl Application for WithTicks {
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        self.app.execute(ctx, client, payload)
+    }
+
+    fn digest(&self) -> Digest32 {
+        self.app.digest()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.app.snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        self.app.restore(snapshot)
+    }
+
+    fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError> {
+        self.ticks.on_tick(tick, pages)
+    }
+
+    fn reload(&mut self, pages: &MemPages) -> Result<(), AppError> {
+        self.app.reload(pages)?;
+        self.ticks.reload(pages)
+    }
+
+    fn fires(&self) -> BTreeMap<(u32, u32), u64> {
+        self.app.fires()
+    }
+}
+
+/// A ledger with cron tables: state `S` (an [`Application`] for user requests) plus a
+/// [`CronTableRegistry`] over `S`, whose actions therefore change the ledger's own state.
+///
+/// Register the same tables, in the same way, on every replica before the replica starts
+/// ([`CronLedger::registry_mut`]); the registry's persisted schedules live in the replica's
+/// reserved pages, which the replica checkpoints, digests and transfers, and
+/// [`Application::reload`] reloads them after a restart or a state transfer. A tick for a
+/// component without a table is rejected ([`AppError::UnknownComponent`]), counted, traced, and
+/// creates no state.
+pub struct CronLedger<S> {
+    state: S,
+    registry: CronTableRegistry<S>,
+    fires: BTreeMap<(u32, u32), u64>,
+    unknown_component_ticks: u64,
+    table_errors: u64,
+}
+
+impl<S> std::fmt::Debug for CronLedger<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CronLedger")
+            .field("registry", &self.registry)
+            .field("fires", &self.fires)
+            .field("unknown_component_ticks", &self.unknown_component_ticks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Application> CronLedger<S> {
+    /// A ledger over `state` with the tables of `registry`.
+    pub fn new(state: S, registry: CronTableRegistry<S>) -> Self {
+        Self {
+            state,
+            registry,
+            fires: BTreeMap::new(),
+            unknown_component_ticks: 0,
+            table_errors: 0,
+        }
+    }
+
+    /// The ledger state.
+    pub fn state(&self) -> &S {
+        &self.state
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &CronTableRegistry<S> {
+        &self.registry
+    }
+
+    /// The registry, mutably (register tables at start, identically on every replica).
+    pub fn registry_mut(&mut self) -> &mut CronTableRegistry<S> {
+        &mut self.registry
+    }
+
+    /// Ticks rejected because their component has no table.
+    pub fn unknown_component_ticks(&self) -> u64 {
+        self.unknown_component_ticks
+    }
+
+    /// Evaluations that reported a table error (the pass itself completed).
+    pub fn table_errors(&self) -> u64 {
+        self.table_errors
+    }
+}
+
+impl<S: Application> Application for CronLedger<S> {
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        self.state.execute(ctx, client, payload)
+    }
+
+    fn digest(&self) -> Digest32 {
+        // The replica's state digest adds the reserved pages (the persisted schedules); the
+        // setup digest makes replicas that registered different tables visibly diverge.
+        let mut h = Sha256::new();
+        h.update(b"cron-ledger");
+        h.update(self.state.digest());
+        h.update(self.registry.setup_digest());
+        for ((c, p), n) in &self.fires {
+            h.update(c.to_le_bytes());
+            h.update(p.to_le_bytes());
+            h.update(n.to_le_bytes());
+        }
+        h.finalize().into()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let fires: Vec<(u32, u32, u64)> =
+            self.fires.iter().map(|((c, p), n)| (*c, *p, *n)).collect();
+        codec::encode(&(self.state.snapshot(), fires)).unwrap_or_default()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        let (state, fires): (Vec<u8>, Vec<(u32, u32, u64)>) =
+            codec::decode(snapshot, snapshot.len())
+                .map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+        self.state.restore(&state)?;
+        self.fires = fires.into_iter().map(|(c, p, n)| ((c, p), n)).collect();
+        Ok(())
+    }
+
+    fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError> {
+        match self.registry.evaluate(&tick, &mut self.state, pages) {
+            Ok(outcome) => {
+                for f in &outcome.fired {
+                    *self
+                        .fires
+                        .entry((tick.component_id, f.position))
+                        .or_insert(0) += 1;
+                }
+                if !outcome.errors.is_empty() {
+                    self.table_errors = self.table_errors.saturating_add(1);
+                    tracing::warn!(
+                        component = tick.component_id,
+                        seq = tick.bft_sequence_num,
+                        errors = ?outcome.errors,
+                        "cron table pass reported errors"
+                    );
+                }
+                Ok(())
+            }
+            Err(RegistryError::UnknownComponent(c)) => {
+                self.unknown_component_ticks = self.unknown_component_ticks.saturating_add(1);
+                Err(AppError::UnknownComponent(c))
+            }
+            Err(e) => {
+                self.table_errors = self.table_errors.saturating_add(1);
+                Err(AppError::TickRejected(e.to_string()))
+            }
+        }
+    }
+
+    fn reload(&mut self, pages: &MemPages) -> Result<(), AppError> {
+        self.registry
+            .reload(pages)
+            .map_err(|e| AppError::TickRejected(format!("reload: {e}")))
+    }
+
+    fn fires(&self) -> BTreeMap<(u32, u32), u64> {
+        self.fires.clone()
+    }
+}
+
+/// Executes committed ticks apart from the application (joined to one by [`WithTicks`]; a ledger
+/// whose cron actions change its own state uses [`CronLedger`] instead).
 pub trait TickExecutor: Send {
     /// Handles a committed tick; replicated state it keeps lives in `pages`.
     fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError>;

@@ -10,9 +10,11 @@
 
 pub mod app;
 pub mod crypto;
+pub mod demo;
 pub mod node;
 pub mod protocol;
 pub mod replica;
 pub mod report;
 pub mod runtime;
+pub mod sched_app;
 pub mod sim;

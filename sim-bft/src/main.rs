@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use sim_bft::demo::{DemoTables, demo_ledger};
 use sim_bft::report::Report;
 use sim_bft::sim::cluster::ClusterHarness;
 use sim_bft::sim::toy::ToyHarness;
@@ -31,6 +32,78 @@ struct Cli {
 enum Command {
     /// Run a simulated cluster (safety phase under faults, then a liveness phase).
     Run(RunArgs),
+    /// Print the next fire instants of a cron expression (RFC 3339 UTC, one per line), computed
+    /// by the code the replicas run, with zone rules from the tz database compiled in.
+    Preview(PreviewArgs),
+}
+
+/// Arguments of `sim-bft preview`.
+#[derive(Debug, Clone, Args)]
+struct PreviewArgs {
+    /// The cron expression (5 fields, or 6 with seconds first; quote it).
+    expression: String,
+    /// IANA time zone the expression's wall times are read in (default UTC).
+    #[arg(long)]
+    tz: Option<String>,
+    /// Instants strictly after this RFC 3339 instant (default: now, from this machine's clock).
+    #[arg(long)]
+    from: Option<String>,
+    /// How many instants to print (at most 1000).
+    #[arg(long, default_value_t = 5)]
+    count: usize,
+}
+
+/// `sim-bft preview`: exit 0 with the instants on stdout, or 2 with a one-line error on stderr.
+fn preview(args: &PreviewArgs) -> ExitCode {
+    let from = match &args.from {
+        Some(f) => f.clone(),
+        None => ccron::cron::format_rfc3339_ms(now_ms()),
+    };
+    match ccron::cron::preview(&args.expression, args.tz.as_deref(), &from, args.count) {
+        Ok(lines) => {
+            for l in lines {
+                println!("{l}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sim-bft preview: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The real clock, for `preview`'s default `--from` only: the CLI is a driver, replicas never
+/// read a clock.
+#[allow(clippy::disallowed_methods)]
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// What the replicas run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LedgerKind {
+    /// The demo key-value ledger with ccron tables: prune old entries (component 1) and call a
+    /// contract (component 2), both periodic actions on agreed time.
+    Demo,
+    /// The plain key-value ledger; ticks only counted in the reserved pages.
+    Kv,
+    /// Order expiries as schedules held in replicated data (component 1): a client put places
+    /// an order and upserts its delayed expiry task by key (2 s of agreed time later); ticks run
+    /// the due expiries (`sim_bft::sched_app`).
+    Orders,
+}
+
+/// Which replicas send the ticks of a period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SendersKind {
+    /// F+1 replicas per period, rotating (ccron's improvement).
+    Rotating,
+    /// Every replica (the reference design).
+    All,
 }
 
 /// Which node implementation the simulator drives.
@@ -123,6 +196,12 @@ struct RunArgs {
     /// Which node implementation to drive.
     #[arg(long, value_enum, default_value_t = NodeKind::Replica)]
     node: NodeKind,
+    /// What the replicas run (the demo ledger's tables use components 1 and 2).
+    #[arg(long, value_enum, default_value_t = LedgerKind::Kv)]
+    ledger: LedgerKind,
+    /// Which replicas send each period's ticks.
+    #[arg(long, value_enum, default_value_t = SendersKind::Rotating)]
+    tick_senders: SendersKind,
     /// Print only the final verdict.
     #[arg(long, short)]
     quiet: bool,
@@ -157,6 +236,7 @@ impl RunArgs {
             liveness_ms: self.liveness,
             tick_period_ms: self.tick_period,
             components: self.components.clone(),
+            rotate_ticks: self.tick_senders == SendersKind::Rotating,
             tick_spread_ms: self.tick_spread,
             clients: self.clients,
             request_interval_ms: self.request_interval,
@@ -197,6 +277,8 @@ impl RunArgs {
         a.drop_rate = 0.02;
         a.reorder_rate = 0.05;
         a.clock_skew = 200;
+        a.ledger = LedgerKind::Demo;
+        a.components = DemoTables::default().components();
         a
     }
 }
@@ -244,16 +326,51 @@ fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigErr
     let verbose = single && !args.quiet;
     let mut report = match args.node {
         NodeKind::Toy => simulate(cfg.clone(), boot_toy(&cfg), single, verbose)?,
-        NodeKind::Replica => sim_replica(cfg, single, verbose)?,
+        NodeKind::Replica => sim_replica(cfg, args.ledger, single, verbose)?,
     };
     if args.node == NodeKind::Toy {
         report.replay.push_str(" --node toy");
     }
+    if args.ledger == LedgerKind::Demo {
+        report.replay.push_str(" --ledger demo");
+    }
+    if args.ledger == LedgerKind::Orders {
+        report.replay.push_str(" --ledger orders");
+    }
+    if args.tick_senders == SendersKind::All {
+        report.replay.push_str(" --tick-senders all");
+    }
     Ok(report)
 }
 
-fn sim_replica(cfg: SimConfig, progress: bool, verbose: bool) -> Result<Report, ConfigError> {
-    let h = ClusterHarness::new(&cfg);
+fn sim_replica(
+    cfg: SimConfig,
+    ledger: LedgerKind,
+    progress: bool,
+    verbose: bool,
+) -> Result<Report, ConfigError> {
+    let mut h = ClusterHarness::new(&cfg);
+    if ledger == LedgerKind::Demo {
+        let tables = DemoTables::default();
+        // Fail early (exit 2) rather than boot replicas without their tables.
+        demo_ledger(&tables).map_err(|e| ConfigError::Node(e.to_string()))?;
+        h = h.with_app(move |id| match demo_ledger(&tables) {
+            Ok(l) => Box::new(l),
+            Err(e) => {
+                // Checked above; a replica without tables rejects every tick (counted).
+                tracing::error!(id, error = %e, "demo tables");
+                Box::new(sim_bft::app::KvLedger::new())
+            }
+        });
+    }
+    if ledger == LedgerKind::Orders {
+        let app = sim_bft::sched_app::SchedAppConfig {
+            puts_as_orders: true,
+            expiry_ms: 2_000,
+            ..Default::default()
+        };
+        h = h.with_app(move |_| Box::new(sim_bft::sched_app::ScheduledLedger::new(app)));
+    }
     h.validate()?;
     simulate(cfg, h, progress, verbose)
 }
@@ -353,6 +470,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Run(args)) => run(&args),
+        Some(Command::Preview(args)) => preview(&args),
         None => {
             println!("sim-bft demo: 4 replicas, 20 s simulated with a crash, 2% loss, reordering");
             println!(

@@ -138,6 +138,13 @@ impl Report {
                 n.state_digest.get(..16).unwrap_or(&n.state_digest)
             );
         }
+        if self.nodes.iter().any(|n| !n.fires.is_empty()) {
+            let _ = writeln!(s, "  cron fires per replica (component/position: count):");
+            for n in &self.nodes {
+                let fires: Vec<String> = n.fires.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                let _ = writeln!(s, "  {:>2}  {}", n.id, fires.join(", "));
+            }
+        }
         let st = &self.stats;
         let _ = writeln!(
             s,

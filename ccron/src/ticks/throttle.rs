@@ -218,6 +218,11 @@ impl TickThrottle {
         self.pending.contains_key(&component)
     }
 
+    /// The components with a pending tick, ascending.
+    pub fn pending_components(&self) -> impl Iterator<Item = ComponentId> + '_ {
+        self.pending.keys().copied()
+    }
+
     /// Number of components with a pending tick.
     pub fn pending_count(&self) -> usize {
         self.pending.len()

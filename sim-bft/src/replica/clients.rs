@@ -1,7 +1,13 @@
 //! ClientsManager: exactly-once bookkeeping, pending requests and the reply cache.
 //!
-//! A client's request `req_seq` executes at most once: a request at or below the client's last
-//! executed `req_seq` is a duplicate (the cached result is re-sent for an exact repeat). Pending
+//! A client's request `req_seq` executes at most once. A client may have several requests
+//! outstanding and the network may reorder them, so requests need not execute in `req_seq`
+//! order: each record keeps the highest executed number and, within [`EXECUTED_WINDOW`] below
+//! it, the exact set of numbers *not* executed yet (the gaps). A request is a duplicate when it
+//! is the highest, lies below the window, or lies in the window and is not a gap; anything else
+//! is still executable. (The first design compared against the highest number only, so a lower
+//! request overtaken by a higher one was skipped as a duplicate and lost.) The reply cache holds
+//! the highest request's result (re-sent for an exact repeat). Pending
 //! requests are kept in arrival order (a `BTreeMap` keyed by an arrival counter) so that batches
 //! are formed deterministically, and are bounded in total and per client.
 
@@ -12,13 +18,22 @@ use bincode::{Decode, Encode};
 use crate::node::ClientId;
 use crate::protocol::SignedRequest;
 
+/// How far below a client's highest executed request number a lower one may still execute.
+/// Requests delayed by more than this many of their client's later requests are refused as
+/// too old (exactly-once is kept; the client must resend under a new number). Bounds the gap
+/// list a hostile client can make a record hold.
+pub const EXECUTED_WINDOW: u64 = 256;
+
 /// What the replicated state remembers of a client (part of checkpoints).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct ClientRecord {
     /// The client.
     pub client: ClientId,
-    /// Its last executed request number.
+    /// Its highest executed request number.
     pub last_req_seq: u64,
+    /// Request numbers in `(last_req_seq - EXECUTED_WINDOW, last_req_seq)` not executed yet,
+    /// ascending (normally empty: only reordering leaves gaps).
+    pub gaps: Vec<u64>,
     /// Sequence number of the batch that executed it.
     pub last_batch_seq: u64,
     /// The result of that request (the reply cache).
@@ -77,15 +92,30 @@ impl ClientsManager {
         self.records.get(&client)
     }
 
-    /// The last executed request number of `client` (0 when none).
+    /// The highest executed request number of `client` (0 when none).
     pub fn last_req_seq(&self, client: ClientId) -> u64 {
         self.records.get(&client).map_or(0, |r| r.last_req_seq)
+    }
+
+    /// Whether `client`'s request `req_seq` must not execute (again): it executed, or it is
+    /// older than the window below the client's highest executed request.
+    pub fn is_executed(&self, client: ClientId, req_seq: u64) -> bool {
+        let Some(r) = self.records.get(&client) else {
+            return req_seq == 0;
+        };
+        if req_seq > r.last_req_seq {
+            return false;
+        }
+        if req_seq.saturating_add(EXECUTED_WINDOW) <= r.last_req_seq {
+            return true;
+        }
+        r.gaps.binary_search(&req_seq).is_err()
     }
 
     /// Admits `request` as pending.
     pub fn admit(&mut self, request: SignedRequest, now_ms: i64) -> Admission {
         let key = (request.request.client, request.request.req_seq);
-        if key.1 <= self.last_req_seq(key.0) {
+        if self.is_executed(key.0, key.1) {
             return Admission::Executed;
         }
         if self.pending.contains_key(&key) {
@@ -199,24 +229,38 @@ impl ClientsManager {
             .collect()
     }
 
-    /// Records that `client`'s `req_seq` executed in batch `seq` with `result`, and drops every
-    /// pending request of the client at or below it.
+    /// Records that `client`'s `req_seq` executed in batch `seq` with `result` (the caller
+    /// checked [`Self::is_executed`] first), and drops the pending requests it settles: this one,
+    /// and those that fell below the window.
     pub fn record_executed(&mut self, client: ClientId, req_seq: u64, seq: u64, result: Vec<u8>) {
-        self.records.insert(
+        let rec = self.records.entry(client).or_insert_with(|| ClientRecord {
             client,
-            ClientRecord {
-                client,
-                last_req_seq: req_seq,
-                last_batch_seq: seq,
-                last_result: result,
-            },
-        );
-        let stale: Vec<u64> = self
+            last_req_seq: 0,
+            gaps: Vec::new(),
+            last_batch_seq: 0,
+            last_result: Vec::new(),
+        });
+        if req_seq > rec.last_req_seq {
+            // Everything skipped between the old highest and this one is a new gap (within
+            // the window; older numbers are settled as too old).
+            let floor = req_seq.saturating_sub(EXECUTED_WINDOW - 1).max(1);
+            let first_new = rec.last_req_seq.saturating_add(1).max(floor);
+            rec.gaps.retain(|g| *g >= floor);
+            rec.gaps.extend(first_new..req_seq);
+            rec.last_req_seq = req_seq;
+            rec.last_batch_seq = seq;
+            rec.last_result = result;
+        } else if let Ok(i) = rec.gaps.binary_search(&req_seq) {
+            rec.gaps.remove(i);
+        }
+        let low = rec.last_req_seq.saturating_sub(EXECUTED_WINDOW - 1);
+        let mut settled: Vec<u64> = self
             .pending
-            .range((client, 0)..=(client, req_seq))
+            .range((client, 0)..(client, low))
             .map(|((_, r), _)| *r)
             .collect();
-        for r in stale {
+        settled.push(req_seq);
+        for r in settled {
             self.remove(client, r);
         }
     }
@@ -232,7 +276,7 @@ impl ClientsManager {
         let stale: Vec<(ClientId, u64)> = self
             .pending
             .keys()
-            .filter(|(c, r)| *r <= self.last_req_seq(*c))
+            .filter(|(c, r)| self.is_executed(*c, *r))
             .copied()
             .collect();
         for (c, r) in stale {
@@ -254,10 +298,77 @@ impl ClientsManager {
                 unproposed
             ));
         }
+        for r in self.records.values() {
+            let low = r.last_req_seq.saturating_sub(EXECUTED_WINDOW);
+            if !r.gaps.windows(2).all(|w| w[0] < w[1])
+                || r.gaps.iter().any(|g| *g <= low || *g >= r.last_req_seq)
+            {
+                return Err(format!("client {} gaps out of order or window", r.client));
+            }
+        }
         let total: usize = self.per_client.values().sum();
         if total != self.pending.len() {
             return Err("per-client counts disagree with pending".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn exec(m: &mut ClientsManager, client: ClientId, req_seq: u64) -> bool {
+        if m.is_executed(client, req_seq) {
+            return false;
+        }
+        m.record_executed(client, req_seq, req_seq, req_seq.to_le_bytes().to_vec());
+        true
+    }
+
+    #[test]
+    fn a_lower_request_overtaken_by_a_higher_one_still_executes_once() {
+        let mut m = ClientsManager::new(16, 16);
+        assert!(exec(&mut m, 7, 2));
+        assert!(exec(&mut m, 7, 1), "request 1 arrived after 2 and was lost");
+        assert!(!exec(&mut m, 7, 1));
+        assert!(!exec(&mut m, 7, 2));
+        assert!(exec(&mut m, 7, 5));
+        assert_eq!(m.record(7).unwrap().gaps, vec![3, 4]);
+        assert!(exec(&mut m, 7, 4));
+        assert!(exec(&mut m, 7, 3));
+        assert!(m.record(7).unwrap().gaps.is_empty());
+        assert_eq!(m.last_req_seq(7), 5);
+        assert_eq!(m.record(7).unwrap().last_result, 5u64.to_le_bytes());
+        m.check().unwrap();
+    }
+
+    #[test]
+    fn requests_older_than_the_window_are_refused() {
+        let mut m = ClientsManager::new(16, 16);
+        assert!(exec(&mut m, 1, EXECUTED_WINDOW + 10));
+        // Numbers 1..=10 fell below the window: settled as too old, never executed.
+        assert!(!exec(&mut m, 1, 10));
+        assert!(exec(&mut m, 1, 11));
+        assert_eq!(m.record(1).unwrap().gaps.len() as u64, EXECUTED_WINDOW - 2);
+        m.check().unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Any arrival order with repeats: every number within the window executes exactly once.
+        #[test]
+        fn exactly_once_under_any_order(
+            order in proptest::collection::vec(1u64..64, 1..200),
+        ) {
+            let mut m = ClientsManager::new(16, 16);
+            let mut done = std::collections::BTreeSet::new();
+            for r in order {
+                let ran = exec(&mut m, 3, r);
+                prop_assert_eq!(ran, done.insert(r), "request {} ran={}", r, ran);
+                m.check().map_err(TestCaseError::fail)?;
+            }
+        }
     }
 }

@@ -1,5 +1,7 @@
 //! Replica configuration: cluster shape, batching, protocol windows, time service, faults.
 
+use std::collections::BTreeMap;
+
 use crate::crypto::VerifyCache;
 use crate::node::{Millis, NodeId};
 
@@ -100,6 +102,10 @@ pub struct ReplicaConfig {
     pub log_window: u64,
     /// View-change timeout (doubles per consecutive failed view change).
     pub view_change_timeout_ms: Millis,
+    /// Ceiling of the doubled view-change timeout. Without one, a long faulty period leaves
+    /// the timer at 64x the base (minutes) and a healed cluster behind a faulty primary waits
+    /// that long before it moves on.
+    pub view_change_timeout_max_ms: Millis,
     /// How long a replica that saw a newer stable checkpoint waits before state transfer.
     pub state_transfer_grace_ms: Millis,
     /// Per-source state-transfer timeout.
@@ -130,6 +136,39 @@ pub struct ReplicaConfig {
     pub byzantine: Byzantine,
     /// Shared memo of successful signature verifications (simulator only).
     pub verify_cache: Option<VerifyCache>,
+    /// The components this cluster ticks, with their tick period in ms. When non-empty, ticks
+    /// for other components are rejected at admission, and the per-period rules below apply to
+    /// the listed ones. Empty: any component may tick, every replica sends every tick, no bound.
+    pub tick_components: BTreeMap<u32, u64>,
+    /// Which replicas send the ticks of a listed component in a given period.
+    pub tick_senders: TickSenders,
+}
+
+/// Which replicas send the ticks of a component (listed in `tick_components`) in one period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TickSenders {
+    /// Every replica sends one tick per period (the reference): n ordered ticks per period.
+    All,
+    /// Only F+1 replicas per period, rotating: the senders of period
+    /// `p = floor(local time / period)` are replicas `(p*(F+1) + k) mod n` for `k` in `0..F+1`.
+    /// Any F+1 replicas include an honest one, so every period still gets a tick.
+    #[default]
+    Rotating,
+}
+
+impl TickSenders {
+    /// Whether replica `id` of an `n`-replica cluster tolerating `f` faults sends in period `p`.
+    pub fn sends(self, id: NodeId, n: u32, f: u32, period_index: i64) -> bool {
+        match self {
+            TickSenders::All => true,
+            TickSenders::Rotating => {
+                let (n, id, k) = (i128::from(n.max(1)), i128::from(id), i128::from(f) + 1);
+                let first = (i128::from(period_index) * k).rem_euclid(n);
+                (id - first).rem_euclid(n) < k
+            }
+        }
+    }
 }
 
 impl ReplicaConfig {
@@ -146,6 +185,7 @@ impl ReplicaConfig {
             checkpoint_interval: 32,
             log_window: 128,
             view_change_timeout_ms: 2_000,
+            view_change_timeout_max_ms: 8_000,
             state_transfer_grace_ms: 200,
             state_transfer_timeout_ms: 1_000,
             chunk_bytes: 64 << 10,
@@ -161,6 +201,8 @@ impl ReplicaConfig {
             time: TimeConfig::default(),
             byzantine: Byzantine::Honest,
             verify_cache: None,
+            tick_components: BTreeMap::new(),
+            tick_senders: TickSenders::default(),
         }
     }
 
@@ -189,6 +231,13 @@ impl ReplicaConfig {
         }
         if self.chunk_bytes == 0 || self.chunk_bytes + 1024 > self.max_message_bytes {
             return bad("chunk_bytes must be positive and fit a message");
+        }
+        if self
+            .tick_components
+            .values()
+            .any(|p| *p == 0 || *p > i64::MAX as u64)
+        {
+            return bad("tick periods must be positive");
         }
         if self.time.epsilon_ms <= 0 || self.time.soft_limit_ms > self.time.hard_limit_ms {
             return bad("time: epsilon must be positive and soft <= hard");

@@ -22,12 +22,13 @@ mod view_change;
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 use bincode::{Decode, Encode};
+use ccron::ticks::{TickDecision, TickThrottle};
 use ccron::{MemPages, ReservedPages, Tick};
 use ed25519_dalek::SigningKey;
 use sha2::{Digest, Sha256};
 use tracing::{debug, trace, warn};
 
-use crate::app::{Application, ExecContext, KvLedger, TickCounter, TickExecutor};
+use crate::app::{Application, ExecContext, KvLedger, TickCounter, TickExecutor, WithTicks};
 use crate::crypto::{self, Digest32, Keyring, SigBytes, internal_client_id, internal_client_owner};
 use crate::node::{Executed, Input, Millis, Node, NodeId, Output};
 use crate::protocol::{
@@ -35,7 +36,7 @@ use crate::protocol::{
     SigList, SignedMsg, SignedReply, SignedRequest, TimeCert, Wire, codec,
 };
 use clients::{Admission, ClientRecord, ClientsManager};
-pub use config::{Byzantine, ConfigError, ReplicaConfig, TimeConfig, TimeMode};
+pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
 
 /// Errors of constructing or recovering a replica.
@@ -122,6 +123,9 @@ struct Snapshot {
     last_agreed_time_ms: Option<Millis>,
     last_cert_seq: u64,
     state_digest: Digest32,
+    /// Execution-time tick bound: `(component, sender, period index of agreed time)` of the
+    /// last evaluated tick of each sender per component.
+    tick_evals: Vec<(u32, u32, i64)>,
 }
 
 /// What the time page holds.
@@ -156,7 +160,6 @@ pub struct Replica {
     key: SigningKey,
     ring: Keyring,
     app: Box<dyn Application>,
-    ticks: Box<dyn TickExecutor>,
     pages: MemPages,
     clients: ClientsManager,
     metrics: Metrics,
@@ -186,7 +189,13 @@ pub struct Replica {
 
     vc_deadline: Option<Millis>,
     batch_deadline: Option<Millis>,
-    tick_pending: BTreeSet<u32>,
+    /// The one tick throttle (ccron's): at most one pending tick per component.
+    throttle: TickThrottle,
+    /// Per listed component, the local period index in which this replica last sent a tick.
+    tick_sent_period: BTreeMap<u32, i64>,
+    /// Replicated: per (component, sender), the agreed-time period index of the last tick
+    /// evaluated (at most one evaluation per sender, component and period).
+    tick_evals: BTreeMap<(u32, u32), i64>,
     next_internal_req: u64,
     verified_requests: HashSet<Digest32>,
     verified_order: VecDeque<Digest32>,
@@ -225,12 +234,18 @@ impl Replica {
         Self::with_parts(cfg, Box::new(KvLedger::new()), Box::new(ticks))
     }
 
-    /// A fresh replica running `app` and `ticks` (issue 4 passes ccron's registry as `ticks`).
+    /// A fresh replica running `app` for user requests and `ticks` for ticks.
     pub fn with_parts(
         cfg: ReplicaConfig,
         app: Box<dyn Application>,
         ticks: Box<dyn TickExecutor>,
     ) -> Result<Self, ReplicaError> {
+        Self::with_app(cfg, Box::new(WithTicks::new(app, ticks)))
+    }
+
+    /// A fresh replica running `app` for user requests and ticks alike (e.g. a
+    /// [`crate::app::CronLedger`], whose cron actions change the ledger's state).
+    pub fn with_app(cfg: ReplicaConfig, app: Box<dyn Application>) -> Result<Self, ReplicaError> {
         cfg.validate()?;
         let key = crypto::replica_signing_key(cfg.key_seed, cfg.id);
         let ring = Keyring::from_seed(cfg.key_seed, cfg.n, cfg.num_clients);
@@ -240,7 +255,6 @@ impl Replica {
             key,
             ring,
             app,
-            ticks,
             pages,
             clients,
             metrics: Metrics::default(),
@@ -269,7 +283,13 @@ impl Replica {
             transfer: None,
             vc_deadline: None,
             batch_deadline: None,
-            tick_pending: BTreeSet::new(),
+            // The safety net clears a mark lost by some unforeseen path after a few view-change
+            // timeouts instead of silencing the component forever.
+            throttle: TickThrottle::with_max_pending_ms(
+                u64::try_from(cfg.view_change_timeout_ms.saturating_mul(4)).unwrap_or(u64::MAX),
+            ),
+            tick_sent_period: BTreeMap::new(),
+            tick_evals: BTreeMap::new(),
             next_internal_req: 1,
             verified_requests: HashSet::new(),
             verified_order: VecDeque::new(),
@@ -299,7 +319,16 @@ impl Replica {
         ticks: Box<dyn TickExecutor>,
         stored: &BTreeMap<Vec<u8>, Vec<u8>>,
     ) -> Result<Self, ReplicaError> {
-        let mut r = Self::with_parts(cfg, app, ticks)?;
+        Self::recover_app(cfg, Box::new(WithTicks::new(app, ticks)), stored)
+    }
+
+    /// [`Replica::recover`] for a replica running one [`Application`] for requests and ticks.
+    pub fn recover_app(
+        cfg: ReplicaConfig,
+        app: Box<dyn Application>,
+        stored: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<Self, ReplicaError> {
+        let mut r = Self::with_app(cfg, app)?;
         let limit = r.cfg.max_snapshot_bytes + r.cfg.max_message_bytes;
         if let Some(bytes) = stored.get(KEY_CHECKPOINT) {
             let ck: StoredCheckpoint = codec::decode(bytes, limit)
@@ -427,7 +456,12 @@ impl Replica {
 
     /// Components with a tick pending (the throttle's marks).
     pub fn ticks_pending(&self) -> impl Iterator<Item = u32> + '_ {
-        self.tick_pending.iter().copied()
+        self.throttle.pending_components()
+    }
+
+    /// The tick throttle's counters.
+    pub fn tick_throttle_stats(&self) -> ccron::ticks::ThrottleStats {
+        self.throttle.stats()
     }
 
     /// Number of log entries held.
@@ -569,8 +603,16 @@ impl Replica {
                 if owner >= self.cfg.n {
                     return Err("drop_unknown_client");
                 }
-                if r.request.payload.len() != 4 {
+                let Ok(component) = <[u8; 4]>::try_from(r.request.payload.as_slice()) else {
                     return Err("drop_malformed_tick");
+                };
+                if !self.cfg.tick_components.is_empty()
+                    && !self
+                        .cfg
+                        .tick_components
+                        .contains_key(&u32::from_le_bytes(component))
+                {
+                    return Err("drop_unknown_tick_component");
                 }
                 if signer_vouched == Some(owner) {
                     return Ok(());
@@ -630,7 +672,7 @@ impl Replica {
         if req.request.kind == RequestKind::Tick && internal_client_owner(client).is_none() {
             return self.drop_msg("drop_unauthorized_tick", None);
         }
-        if req_seq <= self.clients.last_req_seq(client) {
+        if self.clients.is_executed(client, req_seq) {
             // Exactly once: re-send the cached reply for an exact repeat of the last request.
             self.metrics.inc("duplicate_request");
             if let Some(rec) = self.clients.record(client)
@@ -685,39 +727,101 @@ impl Replica {
 
     fn on_internal_tick(&mut self, now: Millis, component: u32, out: &mut Vec<Output>) {
         let flood = self.cfg.byzantine == Byzantine::TickFlood;
-        if !flood && self.tick_pending.contains(&component) {
-            self.metrics.inc("tick_throttled");
+        if !self.cfg.tick_components.is_empty()
+            && !self.cfg.tick_components.contains_key(&component)
+        {
+            debug!(
+                replica = self.cfg.id,
+                component, "internal tick for an unlisted component"
+            );
+            self.metrics.inc("tick_unknown_component");
             return;
         }
-        let copies = if flood { TICK_FLOOD_FACTOR } else { 1 };
-        for _ in 0..copies {
-            if !self.clients.has_room(internal_client_id(self.cfg.id)) {
-                // Check before signing: a full queue must not cost a signature per tick.
-                self.metrics.inc("tick_enqueue_failed");
-                self.metrics.inc("drop_pending_full");
+        // Rotation: only F+1 replicas send a component's tick in each period of local time, and
+        // a sender sends at most one per period.
+        let period_index = self
+            .cfg
+            .tick_components
+            .get(&component)
+            .map(|p| now.div_euclid(i64::try_from(*p).unwrap_or(i64::MAX).max(1)));
+        if let Some(p) = period_index
+            && !flood
+        {
+            if !self
+                .cfg
+                .tick_senders
+                .sends(self.cfg.id, self.cfg.n, self.cfg.f(), p)
+            {
+                self.metrics.inc("tick_not_my_turn");
                 return;
             }
-            let request = Request {
-                client: internal_client_id(self.cfg.id),
-                req_seq: self.next_internal_req,
-                kind: RequestKind::Tick,
-                payload: component.to_le_bytes().to_vec(),
-            };
-            let Ok(signed) = SignedRequest::sign(&self.key, request) else {
-                self.metrics.inc("encode_error");
+            if self.tick_sent_period.get(&component) == Some(&p) {
+                self.metrics.inc("tick_already_sent_in_period");
                 return;
-            };
-            let before = self.clients.pending_len();
-            self.admit_request(now, signed, true, out);
-            if self.clients.pending_len() > before {
-                // Only a request that really became pending marks the component: a failed
-                // enqueue must not leak the mark (Concord's defect).
-                self.next_internal_req += 1;
-                self.tick_pending.insert(component);
-                self.metrics.inc("ticks_submitted");
-            } else {
-                self.metrics.inc("tick_enqueue_failed");
             }
+        }
+        if flood {
+            // Byzantine: ignores the throttle and the rotation, sends many copies.
+            for _ in 0..TICK_FLOOD_FACTOR {
+                let req_seq = self.next_internal_req;
+                if self.submit_tick(now, component, req_seq, out) {
+                    self.next_internal_req += 1;
+                }
+            }
+            return;
+        }
+        let candidate = self.next_internal_req;
+        match self.throttle.on_internal_tick(component, now, || candidate) {
+            TickDecision::Throttled { .. } => self.metrics.inc("tick_throttled"),
+            TickDecision::Send { req_seq } => {
+                if self.submit_tick(now, component, req_seq, out) {
+                    // Admitted: the request is pending in the clients manager (the replica has
+                    // no separate external queue, so "popped" is immediate).
+                    self.next_internal_req += 1;
+                    self.throttle.on_tick_popped(component, req_seq);
+                    if let Some(p) = period_index {
+                        self.tick_sent_period.insert(component, p);
+                    }
+                } else {
+                    // A failed enqueue must not leak the mark (the reference's defect).
+                    self.throttle.on_enqueue_failed(component, req_seq);
+                }
+            }
+        }
+    }
+
+    /// Signs and admits this replica's tick request; true when it became pending.
+    fn submit_tick(
+        &mut self,
+        now: Millis,
+        component: u32,
+        req_seq: u64,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        if !self.clients.has_room(internal_client_id(self.cfg.id)) {
+            // Check before signing: a full queue must not cost a signature per tick.
+            self.metrics.inc("tick_enqueue_failed");
+            self.metrics.inc("drop_pending_full");
+            return false;
+        }
+        let request = Request {
+            client: internal_client_id(self.cfg.id),
+            req_seq,
+            kind: RequestKind::Tick,
+            payload: component.to_le_bytes().to_vec(),
+        };
+        let Ok(signed) = SignedRequest::sign(&self.key, request) else {
+            self.metrics.inc("encode_error");
+            return false;
+        };
+        let before = self.clients.pending_len();
+        self.admit_request(now, signed, true, out);
+        if self.clients.pending_len() > before {
+            self.metrics.inc("ticks_submitted");
+            true
+        } else {
+            self.metrics.inc("tick_enqueue_failed");
+            false
         }
     }
 
@@ -959,7 +1063,11 @@ impl Replica {
 
     fn vc_timeout(&self) -> Millis {
         let factor = 1i64 << self.view_change_attempts.min(6);
-        self.cfg.view_change_timeout_ms.saturating_mul(factor)
+        self.cfg.view_change_timeout_ms.saturating_mul(factor).min(
+            self.cfg
+                .view_change_timeout_max_ms
+                .max(self.cfg.view_change_timeout_ms),
+        )
     }
 
     fn clock(&self, now: Millis) -> Millis {
@@ -1420,6 +1528,10 @@ impl Replica {
                 break;
             };
             self.execute(now, seq, &batch, digest, out);
+            // A batch may execute without this replica having proposed or accepted it (a
+            // commit certificate from a later view, after a restart into a stale view): a
+            // primary must never propose again at a seq that already executed.
+            self.next_seq = self.next_seq.max(seq + 1);
             self.vc_deadline = if self.has_pending_work() {
                 Some(now + self.vc_timeout())
             } else {
@@ -1504,8 +1616,15 @@ impl Replica {
         let mut replies = Vec::new();
         for r in &batch.requests {
             let (client, req_seq) = (r.request.client, r.request.req_seq);
-            if req_seq <= self.clients.last_req_seq(client) {
+            if self.clients.is_executed(client, req_seq) {
                 self.metrics.inc("duplicate_execution_skipped");
+                if client == own_internal
+                    && r.request.kind == RequestKind::Tick
+                    && let Ok(c) = <[u8; 4]>::try_from(r.request.payload.as_slice())
+                {
+                    // Our tick was superseded: it will never execute, so its mark goes.
+                    self.throttle.on_dropped(u32::from_le_bytes(c), req_seq);
+                }
                 continue;
             }
             let result = match r.request.kind {
@@ -1514,15 +1633,18 @@ impl Replica {
                         .ok()
                         .map(u32::from_le_bytes);
                     match (component, internal_client_owner(client)) {
-                        (Some(component), Some(_)) => {
-                            ticks.push(component);
-                            let tick = Tick::new(component, seq, agreed);
-                            if let Err(e) = self.ticks.on_tick(tick, &mut self.pages) {
-                                warn!(replica = self.cfg.id, seq, component, error = %e, "tick rejected");
-                                self.metrics.inc("tick_rejected");
-                            }
+                        (Some(component), Some(sender)) => {
                             if client == own_internal {
-                                self.tick_pending.remove(&component);
+                                self.throttle.on_executed(component, req_seq);
+                            }
+                            ticks.push(component);
+                            if self.admit_tick_evaluation(component, sender, agreed) {
+                                self.metrics.inc("ticks_evaluated");
+                                let tick = Tick::new(component, seq, agreed);
+                                if let Err(e) = self.app.on_tick(tick, &mut self.pages) {
+                                    warn!(replica = self.cfg.id, seq, component, error = %e, "tick rejected");
+                                    self.metrics.inc("tick_rejected");
+                                }
                             }
                         }
                         _ => self.metrics.inc("tick_malformed_at_execution"),
@@ -1608,6 +1730,45 @@ impl Replica {
         }
     }
 
+    /// The execution-time tick bound: for a listed component, at most one tick per sender and
+    /// period of agreed time is evaluated; the others are counted and skipped. Deterministic (a
+    /// function of replicated state), so every honest replica skips the same ticks, and a
+    /// Byzantine replica flooding ticks costs at most one evaluation per component and period.
+    fn admit_tick_evaluation(
+        &mut self,
+        component: u32,
+        sender: NodeId,
+        agreed: Option<Millis>,
+    ) -> bool {
+        if !self.cfg.tick_components.is_empty()
+            && !self.cfg.tick_components.contains_key(&component)
+        {
+            warn!(
+                replica = self.cfg.id,
+                component, "ordered tick for an unlisted component"
+            );
+            self.metrics.inc("tick_rejected_unknown_component");
+            return false;
+        }
+        let (Some(period_ms), Some(t)) = (self.cfg.tick_components.get(&component), agreed) else {
+            return true;
+        };
+        let p = t.div_euclid(i64::try_from(*period_ms).unwrap_or(i64::MAX).max(1));
+        if self.tick_evals.get(&(component, sender)) == Some(&p) {
+            debug!(
+                replica = self.cfg.id,
+                component,
+                sender,
+                period = p,
+                "tick coalesced"
+            );
+            self.metrics.inc("tick_coalesced");
+            return false;
+        }
+        self.tick_evals.insert((component, sender), p);
+        true
+    }
+
     /// Digest of the replicated state reported after every batch.
     fn state_digest(&self) -> Digest32 {
         let mut h = Sha256::new();
@@ -1615,6 +1776,14 @@ impl Replica {
         h.update(self.app.digest());
         h.update(self.pages.digest());
         h.update(self.last_agreed_time_ms.unwrap_or(i64::MIN).to_le_bytes());
+        if !self.tick_evals.is_empty() {
+            h.update(b"tick-evals");
+            for ((c, s), p) in &self.tick_evals {
+                h.update(c.to_le_bytes());
+                h.update(s.to_le_bytes());
+                h.update(p.to_le_bytes());
+            }
+        }
         h.finalize().into()
     }
 
@@ -1628,6 +1797,11 @@ impl Replica {
             last_agreed_time_ms: self.last_agreed_time_ms,
             last_cert_seq: self.last_cert_seq,
             state_digest: self.last_state_digest,
+            tick_evals: self
+                .tick_evals
+                .iter()
+                .map(|((c, s), p)| (*c, *s, *p))
+                .collect(),
         };
         let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;
         Ok((crypto::sha256(&bytes), bytes))
@@ -1829,8 +2003,10 @@ impl Replica {
                         out,
                     );
                 }
-                let target = self.view + 1;
-                self.start_view_change(now, target, out);
+                if !self.in_view_change || !self.retransmit_lone_view_change(now, out) {
+                    let target = self.view + 1;
+                    self.start_view_change(now, target, out);
+                }
             }
         }
         if let Some((d, proof)) = self.behind_since.clone()

@@ -156,6 +156,14 @@ impl Replica {
         if !valid {
             return self.drop_msg("drop_invalid_state_meta", Some(from));
         }
+        // A source serving a checkpoint that is not yet stable on its side sends a proof
+        // without signatures: keep our certified target instead, or the installed checkpoint
+        // (and every view change carrying it) would fail verification at every other replica.
+        let proof = if proof.seq == t.target.seq {
+            t.target.clone()
+        } else {
+            proof
+        };
         if let Some(t) = &mut self.transfer {
             t.meta = Some((proof, total_len, chunks));
             t.chunks.clear();
@@ -259,14 +267,21 @@ impl Replica {
         let old_pages = std::mem::replace(&mut self.pages, pages);
         let old_time = self.last_agreed_time_ms;
         self.last_agreed_time_ms = snap.last_agreed_time_ms;
+        let tick_evals = snap
+            .tick_evals
+            .iter()
+            .map(|(c, s, p)| ((*c, *s), *p))
+            .collect();
+        let old_evals = std::mem::replace(&mut self.tick_evals, tick_evals);
         if self.state_digest() != snap.state_digest {
             self.pages = old_pages;
             self.last_agreed_time_ms = old_time;
+            self.tick_evals = old_evals;
             // Restoring a snapshot we took ourselves cannot fail.
             let _ = self.app.restore(&backup);
             return Err("state digest mismatch".into());
         }
-        if let Err(e) = self.ticks.reload(&self.pages) {
+        if let Err(e) = self.app.reload(&self.pages) {
             warn!(replica = self.cfg.id, error = %e, "tick executor reload failed");
             self.metrics.inc("tick_reload_error");
         }
@@ -287,7 +302,8 @@ impl Replica {
         self.next_internal_req = self
             .next_internal_req
             .max(self.clients.last_req_seq(own) + 1);
-        self.tick_pending.clear();
+        // Every admitted tick was pending in consensus; the transfer replaced that state.
+        self.throttle.on_view_change_cleared();
         if self
             .behind_since
             .as_ref()

@@ -39,7 +39,7 @@ impl Replica {
         self.metrics.inc("view_changes_started");
         // Ticks waiting in the old view may never be ordered: clear the throttle marks so that
         // the components keep ticking (a duplicate tick is harmless, a stuck one is not).
-        self.tick_pending.clear();
+        self.throttle.on_view_change_cleared();
         self.clients.clear_proposed();
         self.batch_deadline = None;
         let prepared = self
@@ -124,6 +124,41 @@ impl Replica {
             self.start_view_change(now, v, out);
         }
         self.maybe_send_new_view(now, out);
+    }
+
+    /// The view-change timer expired while this replica waits for the new-view of its view.
+    /// When fewer than 2f+1 replicas (itself included) asked for this view or a later one, the
+    /// primary of the view never had a quorum to build a new-view from: moving on alone would
+    /// only run further ahead of the others (who then never gather a quorum with this replica
+    /// again, the stall the simulator found after healing). Instead it sends its view change
+    /// again (it may have been lost) and waits another timeout. Returns true when it did so.
+    pub(super) fn retransmit_lone_view_change(
+        &mut self,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let mut supporters = BTreeSet::new();
+        supporters.insert(self.cfg.id);
+        for m in self.view_changes.range(self.view..).map(|(_, m)| m) {
+            supporters.extend(m.keys().copied());
+        }
+        if supporters.len() >= self.quorum() {
+            return false;
+        }
+        let own = self
+            .view_changes
+            .get(&self.view)
+            .and_then(|m| m.get(&self.cfg.id))
+            .map(|(msg, _)| msg.clone());
+        match own.map(|msg| codec::encode(&Wire::Signed(msg))) {
+            Some(Ok(bytes)) => {
+                self.metrics.inc("view_change_retransmitted");
+                out.push(Output::Broadcast { bytes });
+                self.vc_deadline = Some(now + self.vc_timeout());
+                true
+            }
+            _ => false,
+        }
     }
 
     fn maybe_send_new_view(&mut self, now: Millis, out: &mut Vec<Output>) {

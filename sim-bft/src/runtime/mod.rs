@@ -2,8 +2,11 @@
 //!
 //! Each replica gets one messaging thread, the only thread that touches it. Replicas talk over
 //! bounded crossbeam channels (a full channel drops the message and counts it, as a congested
-//! network would; the protocol recovers). A ticker thread delivers internal ticks per component
-//! every tick period. The runtime reads the real clock in exactly one place, [`wall_clock_ms`].
+//! network would; the protocol recovers). Each replica also runs ccron's real TicksGenerator
+//! thread ([`ccron::ticks::TicksGenerator`] on the real monotonic clock): its tick messages
+//! arrive on the replica's internal channel and the messaging thread hands them to the replica as
+//! [`Input::InternalTick`]. The runtime reads the wall clock in exactly one place,
+//! [`wall_clock_ms`] (the generator's monotonic clock is ccron's `SystemClock`).
 //! Storage writes go to an in-memory map per replica (this runtime does not crash replicas).
 
 use std::collections::BTreeMap;
@@ -12,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
+use ccron::ticks::{DriverConfig, SystemClock, TickInternalMsg, TicksGenerator};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::node::{ClientId, Executed, Input, Millis, Node, NodeId, Output};
 
@@ -92,7 +96,8 @@ enum Msg {
 pub struct ThreadedCluster {
     inboxes: Vec<Sender<Msg>>,
     threads: Vec<JoinHandle<ThreadStats>>,
-    ticker: Option<JoinHandle<()>>,
+    /// One TicksGenerator per replica (dropping one stops and joins its thread).
+    generators: Vec<TicksGenerator<SystemClock>>,
     stop: Arc<AtomicBool>,
     replies: Receiver<ClientReply>,
     executed: Receiver<(NodeId, Executed)>,
@@ -126,6 +131,8 @@ struct Worker<N> {
     dropped: Arc<AtomicU64>,
     disk: BTreeMap<Vec<u8>, Vec<u8>>,
     stats: ThreadStats,
+    /// The internal queue fed by this replica's TicksGenerator.
+    ticks: Receiver<TickInternalMsg>,
 }
 
 impl<N: Node> Worker<N> {
@@ -203,10 +210,19 @@ impl<N: Node> Worker<N> {
                 Some(d) => (d - now).clamp(1, IDLE_WAIT_MS as i64) as u64,
                 None => IDLE_WAIT_MS,
             };
-            match self.inbox.recv_timeout(Duration::from_millis(wait_ms)) {
-                Ok(Msg::Input(i)) => self.step(i, &mut out),
-                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => {}
+            crossbeam_channel::select! {
+                recv(self.inbox) -> m => match m {
+                    Ok(Msg::Input(i)) => self.step(i, &mut out),
+                    Ok(Msg::Stop) | Err(_) => break,
+                },
+                recv(self.ticks) -> t => match t {
+                    Ok(TickInternalMsg { component }) => {
+                        self.step(Input::InternalTick { component }, &mut out);
+                    }
+                    // The generator stopped: no more ticks; keep serving the inbox.
+                    Err(_) => self.ticks = crossbeam_channel::never(),
+                },
+                default(Duration::from_millis(wait_ms)) => {}
             }
         }
         self.stats.stored_keys = self.disk.len();
@@ -228,7 +244,23 @@ impl ThreadedCluster {
         let dropped = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::with_capacity(n);
+        let mut generators = Vec::with_capacity(n);
+        let ticking = cfg.tick_period_ms > 0 && !cfg.components.is_empty();
         for (i, (node, inbox)) in nodes.into_iter().zip(receivers).enumerate() {
+            let ticks = if ticking {
+                let (tx, rx) = bounded(ccron::ticks::DEFAULT_CHANNEL_CAPACITY);
+                // Poll a few times per period so a tick is at most a fraction of a period late.
+                let poll_period_ms = (cfg.tick_period_ms / 4).clamp(1, 250);
+                let g =
+                    TicksGenerator::spawn(SystemClock::new(), DriverConfig { poll_period_ms }, tx)?;
+                for c in &cfg.components {
+                    g.start(*c, cfg.tick_period_ms);
+                }
+                generators.push(g);
+                rx
+            } else {
+                crossbeam_channel::never()
+            };
             let w = Worker {
                 id: i as NodeId,
                 node,
@@ -239,6 +271,7 @@ impl ThreadedCluster {
                 dropped: dropped.clone(),
                 disk: BTreeMap::new(),
                 stats: ThreadStats::default(),
+                ticks,
             };
             threads.push(
                 std::thread::Builder::new()
@@ -246,34 +279,10 @@ impl ThreadedCluster {
                     .spawn(move || w.run())?,
             );
         }
-        let ticker = if cfg.tick_period_ms > 0 && !cfg.components.is_empty() {
-            let inboxes = senders.clone();
-            let stop = stop.clone();
-            let dropped = dropped.clone();
-            let period = Duration::from_millis(cfg.tick_period_ms);
-            let components = cfg.components.clone();
-            Some(
-                std::thread::Builder::new()
-                    .name("ticker".into())
-                    .spawn(move || {
-                        while !stop.load(Ordering::Relaxed) {
-                            std::thread::sleep(period);
-                            for inbox in &inboxes {
-                                for c in &components {
-                                    let input = Input::InternalTick { component: *c };
-                                    try_deliver(inbox, input, &dropped);
-                                }
-                            }
-                        }
-                    })?,
-            )
-        } else {
-            None
-        };
         Ok(Self {
             inboxes: senders,
             threads,
-            ticker,
+            generators,
             stop,
             replies,
             executed,
@@ -337,9 +346,8 @@ impl ThreadedCluster {
         for (i, t) in std::mem::take(&mut self.threads).into_iter().enumerate() {
             stats.push(t.join().map_err(|_| RuntimeError::Panicked(i as NodeId))?);
         }
-        if let Some(t) = self.ticker.take() {
-            let _ = t.join();
-        }
+        // The generators' threads stop and join when dropped.
+        self.generators.clear();
         Ok(stats)
     }
 }

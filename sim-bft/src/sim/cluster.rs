@@ -11,11 +11,11 @@ use ed25519_dalek::SigningKey;
 
 use super::{ByzantineKind, ConfigError, DiskImage, FaultConfig, Harness, Role, SimConfig};
 use super::{SimRng, Simulator, TimeServiceMode};
-use crate::app::{KvLedger, KvOp, TickCounter};
+use crate::app::{Application, KvLedger, KvOp, TickCounter, WithTicks};
 use crate::crypto::{self, VerifyCache};
 use crate::node::{Input, Millis, Node, NodeId, Output};
 use crate::protocol::client_request_bytes;
-use crate::replica::{Byzantine, Replica, ReplicaConfig, TimeMode};
+use crate::replica::{Byzantine, Replica, ReplicaConfig, TickSenders, TimeMode};
 
 /// How far a lying clock is off (ahead), when the Byzantine kind is `lying-time`.
 pub const LYING_CLOCK_OFFSET_MS: Millis = 120_000;
@@ -52,6 +52,10 @@ impl Node for SimReplica {
 /// Adjusts a replica's configuration before boot.
 pub type ConfigTweak = Box<dyn Fn(&mut ReplicaConfig)>;
 
+/// Builds replica `id`'s application at every boot (first boot and restarts alike): the same
+/// tables, registered the same way, on every replica.
+pub type AppFactory = Box<dyn Fn(NodeId) -> Box<dyn Application>>;
+
 /// Boots [`Replica`]s for the simulator.
 pub struct ClusterHarness {
     n: u32,
@@ -61,6 +65,9 @@ pub struct ClusterHarness {
     client_keys: Vec<SigningKey>,
     verify_cache: VerifyCache,
     tweak: Option<ConfigTweak>,
+    app_factory: Option<AppFactory>,
+    tick_components: BTreeMap<u32, u64>,
+    tick_senders: TickSenders,
     boot_failures: u64,
 }
 
@@ -110,6 +117,18 @@ impl ClusterHarness {
                 .collect(),
             verify_cache: VerifyCache::new(VERIFY_MEMO),
             tweak: None,
+            app_factory: None,
+            tick_components: cfg
+                .components
+                .iter()
+                .map(|c| (*c, cfg.tick_period_of(*c)))
+                .filter(|(_, p)| *p > 0)
+                .collect(),
+            tick_senders: if cfg.rotate_ticks {
+                TickSenders::Rotating
+            } else {
+                TickSenders::All
+            },
             boot_failures: 0,
         }
     }
@@ -120,11 +139,20 @@ impl ClusterHarness {
         self
     }
 
+    /// Boots every replica with the application `factory` builds (e.g. a
+    /// [`crate::app::CronLedger`]) instead of the demo key-value ledger and tick counter.
+    pub fn with_app(mut self, factory: impl Fn(NodeId) -> Box<dyn Application> + 'static) -> Self {
+        self.app_factory = Some(Box::new(factory));
+        self
+    }
+
     /// Replica `id`'s configuration with fault mode `role`.
     pub fn replica_config(&self, id: NodeId, role: Role) -> ReplicaConfig {
         let mut c = ReplicaConfig::new(id, self.n, self.key_seed, self.num_clients);
         c.time.mode = self.time_mode;
         c.verify_cache = Some(self.verify_cache.clone());
+        c.tick_components = self.tick_components.clone();
+        c.tick_senders = self.tick_senders;
         if let Role::Byzantine(kind) = role {
             c.byzantine = replica_fault(kind);
         }
@@ -155,22 +183,25 @@ impl Harness for ClusterHarness {
 
     fn boot(&mut self, id: NodeId, disk: &DiskImage, role: Role) -> SimReplica {
         let cfg = self.replica_config(id, role);
-        let ticks = TickCounter::new(
-            if cfg.time_page == 0 { 1 } else { 0 },
-            cfg.num_pages.saturating_sub(1).max(1),
-        );
-        match Replica::recover(
-            cfg.clone(),
-            Box::new(KvLedger::new()),
-            Box::new(ticks),
-            disk,
-        ) {
+        let app = |h: &Self| -> Box<dyn Application> {
+            match &h.app_factory {
+                Some(f) => f(id),
+                None => Box::new(WithTicks::new(
+                    Box::new(KvLedger::new()),
+                    Box::new(TickCounter::new(
+                        if cfg.time_page == 0 { 1 } else { 0 },
+                        cfg.num_pages.saturating_sub(1).max(1),
+                    )),
+                )),
+            }
+        };
+        match Replica::recover_app(cfg.clone(), app(self), disk) {
             Ok(r) => SimReplica(Some(r)),
             Err(e) => {
                 // Unreadable storage: start empty and catch up by state transfer.
                 tracing::error!(id, error = %e, "recovery failed; booting empty");
                 self.boot_failures += 1;
-                match Replica::new(cfg) {
+                match Replica::with_app(cfg.clone(), app(self)) {
                     Ok(r) => SimReplica(Some(r)),
                     Err(e) => {
                         tracing::error!(id, error = %e, "boot failed");
@@ -210,9 +241,16 @@ impl Harness for ClusterHarness {
         }
     }
 
-    fn fires(&self, _node: &SimReplica) -> BTreeMap<String, u64> {
-        // Filled by the ticks issue (ccron's registry reports its fires); empty until then.
-        BTreeMap::new()
+    fn fires(&self, node: &SimReplica) -> BTreeMap<String, u64> {
+        node.replica()
+            .map(|r| {
+                r.app()
+                    .fires()
+                    .into_iter()
+                    .map(|((c, p), n)| (format!("{c}/{p}"), n))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -297,6 +335,28 @@ impl Cluster {
         let h = ClusterHarness::new(&self.cfg);
         h.validate()?;
         Simulator::new(self.cfg, h)
+    }
+
+    /// The simulator running the application `factory` builds on every replica (at every
+    /// boot), with every replica's configuration adjusted by `tweak`.
+    pub fn build_with_app(
+        self,
+        tweak: impl Fn(&mut ReplicaConfig) + 'static,
+        factory: impl Fn(NodeId) -> Box<dyn Application> + 'static,
+    ) -> Result<Simulator<ClusterHarness>, ConfigError> {
+        let h = ClusterHarness::new(&self.cfg)
+            .with_tweak(tweak)
+            .with_app(factory);
+        h.validate()?;
+        Simulator::new(self.cfg, h)
+    }
+
+    /// Tick periods per component (overriding the common period) and the sender rotation.
+    pub fn tick_periods(mut self, periods_ms: BTreeMap<u32, u64>, rotate: bool) -> Self {
+        self.cfg.components = periods_ms.keys().copied().collect();
+        self.cfg.component_periods_ms = periods_ms;
+        self.cfg.rotate_ticks = rotate;
+        self
     }
 
     /// The simulator, with every replica's configuration adjusted by `tweak`.

@@ -1,5 +1,6 @@
 //! Simulation configuration (the knobs a user sets) and parameters (everything the seed derives).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -333,6 +334,11 @@ pub struct SimConfig {
     pub tick_period_ms: u64,
     /// Components that tick.
     pub components: Vec<u32>,
+    /// Per-component tick periods overriding `tick_period_ms` (components still come from
+    /// `components`).
+    pub component_periods_ms: BTreeMap<u32, u64>,
+    /// Rotate tick senders (F+1 replicas per period) instead of every replica ticking.
+    pub rotate_ticks: bool,
     /// Replicas' tick timers start at a seeded phase in `0..tick_spread_ms` (`None`: anywhere
     /// within one period; `Some(0)`: all replicas tick at the same instants, as timers aligned
     /// on clock boundaries would).
@@ -370,6 +376,8 @@ impl Default for SimConfig {
             liveness_ms: 30_000,
             tick_period_ms: 1_000,
             components: vec![1],
+            component_periods_ms: BTreeMap::new(),
+            rotate_ticks: true,
             tick_spread_ms: None,
             clients: 2,
             request_interval_ms: 100,
@@ -387,6 +395,14 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// The tick period of `component` (0: it does not tick).
+    pub fn tick_period_of(&self, component: u32) -> u64 {
+        self.component_periods_ms
+            .get(&component)
+            .copied()
+            .unwrap_or(self.tick_period_ms)
+    }
+
     /// f = floor((n - 1) / 3), the Byzantine replicas tolerated.
     pub fn f(&self) -> u32 {
         self.replicas.saturating_sub(1) / 3

@@ -25,6 +25,7 @@ pub mod toy;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use ccron::ticks::TickTimers;
 use sha2::{Digest, Sha256};
 
 pub use checker::{Checker, TimeBounds, Violation, ViolationKind};
@@ -235,15 +236,37 @@ pub fn replay_command(cfg: &SimConfig) -> String {
 
 #[derive(Debug, Clone)]
 enum Event {
-    Deliver { to: NodeId, input: Input },
-    Timer { node: NodeId, generation: u64 },
-    Tick { node: NodeId, component: u32 },
-    ClientSend { client: u32 },
-    Crash { node: NodeId },
-    Restart { node: NodeId },
-    PartitionOn { index: usize },
-    PartitionOff { index: usize },
-    ClockJump { node: NodeId, delta_ms: Millis },
+    Deliver {
+        to: NodeId,
+        input: Input,
+    },
+    Timer {
+        node: NodeId,
+        generation: u64,
+    },
+    /// Poll of a replica's TicksGenerator timer core (at the next local expiry).
+    Tick {
+        node: NodeId,
+    },
+    ClientSend {
+        client: u32,
+    },
+    Crash {
+        node: NodeId,
+    },
+    Restart {
+        node: NodeId,
+    },
+    PartitionOn {
+        index: usize,
+    },
+    PartitionOff {
+        index: usize,
+    },
+    ClockJump {
+        node: NodeId,
+        delta_ms: Millis,
+    },
 }
 
 struct Slot<N> {
@@ -261,6 +284,8 @@ struct Slot<N> {
     ticks: u64,
     requests: u64,
     inputs: u64,
+    /// The replica's TicksGenerator timer core, driven by its local clock in virtual time.
+    timers: TickTimers,
     /// Old messages a replaying Byzantine replica can re-send.
     history: VecDeque<Vec<u8>>,
 }
@@ -328,6 +353,7 @@ impl<H: Harness> Simulator<H> {
                     ticks: 0,
                     requests: 0,
                     inputs: 0,
+                    timers: TickTimers::new(),
                     history: VecDeque::new(),
                 }
             })
@@ -379,6 +405,16 @@ impl<H: Harness> Simulator<H> {
         self.now_ms
     }
 
+    /// Replica `id` as hosted now (`None` while it is crashed).
+    pub fn node(&self, id: NodeId) -> Option<&H::Node> {
+        self.slots.get(id as usize).and_then(|s| s.node.as_ref())
+    }
+
+    /// The harness.
+    pub fn harness(&self) -> &H {
+        &self.harness
+    }
+
     /// Violations found so far.
     pub fn violations(&self) -> &[Violation] {
         self.checker.violations()
@@ -391,12 +427,23 @@ impl<H: Harness> Simulator<H> {
 
     fn schedule_initial(&mut self) {
         let n = self.cfg.replicas;
-        if self.cfg.tick_period_ms > 0 {
+        let ticking = self
+            .cfg
+            .components
+            .iter()
+            .any(|c| self.cfg.tick_period_of(*c) > 0);
+        if ticking {
             for node in 0..n {
+                // The application starts its generator at boot: each component's first tick
+                // is due at the seeded phase, then every period of the replica's local clock.
+                let at = self.params.tick_phase_ms[node as usize];
+                let local = self.local(node, at);
                 for c in self.cfg.components.clone() {
-                    let at = self.params.tick_phase_ms[node as usize];
-                    self.push(at, Event::Tick { node, component: c });
+                    let period = self.cfg.tick_period_of(c);
+                    let start = local.saturating_sub(i64::try_from(period).unwrap_or(i64::MAX));
+                    self.slots[node as usize].timers.start(c, period, start);
                 }
+                self.push(at, Event::Tick { node });
             }
         }
         if self.cfg.request_interval_ms > 0 {
@@ -751,12 +798,19 @@ impl<H: Harness> Simulator<H> {
                     _ => {}
                 }
             }
-            Event::Tick { node, component } => {
-                if self.slots[node as usize].node.is_some() {
-                    self.deliver(node, Input::InternalTick { component });
+            Event::Tick { node } => {
+                let local = self.local(node, self.now_ms);
+                let due = self.slots[node as usize].timers.evaluate(local);
+                for component in due {
+                    if self.slots[node as usize].node.is_some() {
+                        self.deliver(node, Input::InternalTick { component });
+                    }
                 }
-                let next = self.now_ms + self.cfg.tick_period_ms;
-                self.push(next, Event::Tick { node, component });
+                if let Some(deadline) = self.slots[node as usize].timers.next_deadline() {
+                    // Drift and jumps make this approximate: an early wake re-polls and waits.
+                    let wait = u64::try_from(deadline.saturating_sub(local)).unwrap_or(0);
+                    self.push(self.now_ms + wait.max(1), Event::Tick { node });
+                }
             }
             Event::ClientSend { client } => {
                 let number = self.client_numbers[client as usize];

@@ -1,0 +1,1374 @@
+//! [`Scheduler`]: schedules as replicated data, naming handlers registered as code.
+//!
+//! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
+//! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
+//! jitter, payload, pause flag, nominal next due point, run counter), optionally under a unique
+//! client key. A due index ordered by (priority, due key, id) holds every active record, so a
+//! tick visits only what is due: O(fired · log n), plus one range probe per priority level in
+//! use, whatever the number of schedules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::codec::{self, BlobKind, CodecError};
+use crate::cron::{CronError, CronSchedule, ZoneRules};
+use crate::due::Due;
+use crate::outbox::{OccurrenceId, Outbox, OutboxError, OutboxRecord};
+use crate::pages::{PageRange, ReservedPages};
+use crate::tick::{ComponentId, Tick, TimeMs};
+
+/// When a schedule fires.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum Timing {
+    /// A cron expression read in the zone named `zone` (rules installed in the book with
+    /// [`ScheduleRequest::InstallZone`]; `None` = UTC). First fire: strictly after admission.
+    Cron {
+        /// The expression (`docs/cron-expressions.md`).
+        expression: String,
+        /// The zone's name, or `None` for UTC.
+        zone: Option<String>,
+    },
+    /// Every `period_ms` of agreed time on the grid `start_ms + k·period_ms` (`start_ms`
+    /// defaults to the admission time: the first run is due at once).
+    Every {
+        /// The period, positive.
+        period_ms: i64,
+        /// The grid's origin.
+        start_ms: Option<TimeMs>,
+    },
+    /// Once, at an agreed time or sequence number (a delayed one-shot task).
+    At(Due),
+    /// Once, `delay_ms` of agreed time after admission (stored as [`Timing::At`]).
+    AfterMs(i64),
+    /// Once, `delay` sequence numbers after admission (stored as [`Timing::At`]).
+    AfterSeqs(u64),
+}
+
+/// What a tick does with the occurrences of a schedule it reached late.
+///
+/// The tick at time `now` has reached the occurrences `r1 < r2 < … <= now` (at least one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+pub enum Misfire {
+    /// Run only when the tick is on time (only `r1` reached); otherwise run nothing and wait for
+    /// the next occurrence after `now`.
+    Skip,
+    /// Run once, for `r1`. The default.
+    #[default]
+    FireOnce,
+    /// Run once per reached occurrence, the first `cap` of them in order; the rest are dropped.
+    FireEach {
+        /// The most runs one tick may cause for this schedule (at least 1).
+        cap: u32,
+    },
+    /// Run once, for the earliest reached occurrence at most `deadline_ms` old; when every
+    /// reached occurrence is older (e.g. an order-expiry task after a long outage), run nothing.
+    ExpireAfter {
+        /// How late a run may still happen.
+        deadline_ms: i64,
+    },
+}
+
+/// A schedule as requested (see [`ScheduleRequest`]).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct NewSchedule {
+    /// A unique client key (create-or-replace by key, cancel by key), or none.
+    pub key: Option<String>,
+    /// The registered handler it runs.
+    pub handler: String,
+    /// When it fires.
+    pub timing: Timing,
+    /// What a late tick does.
+    pub misfire: Misfire,
+    /// Higher runs first when the per-tick budget cannot fit everything due.
+    pub priority: u8,
+    /// Each time occurrence's run is delayed by `hash(id) mod (jitter_ms + 1)` ms: spreads
+    /// schedules sharing an instant, identically on every replica.
+    pub jitter_ms: u32,
+    /// Opaque bytes handed to the handler.
+    pub payload: Vec<u8>,
+}
+
+impl NewSchedule {
+    /// A schedule running `handler` on `timing`, default policy (fire once, priority 0, no
+    /// jitter, empty payload, no key).
+    pub fn new(handler: impl Into<String>, timing: Timing) -> Self {
+        Self {
+            key: None,
+            handler: handler.into(),
+            timing,
+            misfire: Misfire::default(),
+            priority: 0,
+            jitter_ms: 0,
+            payload: Vec::new(),
+        }
+    }
+
+    /// With a client key.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// With a misfire policy.
+    pub fn with_misfire(mut self, misfire: Misfire) -> Self {
+        self.misfire = misfire;
+        self
+    }
+
+    /// With a priority.
+    pub fn with_priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// With jitter.
+    pub fn with_jitter_ms(mut self, jitter_ms: u32) -> Self {
+        self.jitter_ms = jitter_ms;
+        self
+    }
+
+    /// With a payload.
+    pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = payload.into();
+        self
+    }
+}
+
+/// Which schedule a request addresses.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum Target {
+    /// By the id the book assigned.
+    Id(u64),
+    /// By client key.
+    Key(String),
+}
+
+/// A change to the book: what a client request executed by the ledger, or a handler, carries.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum ScheduleRequest {
+    /// A new schedule (its key, if any, must be free).
+    Create(NewSchedule),
+    /// Create, or replace the schedule holding the same key (the key is required).
+    Upsert(NewSchedule),
+    /// Replace an existing schedule's definition (it keeps its id and run counter, and is
+    /// re-armed from the admission point; a paused one stays paused).
+    Replace {
+        /// The schedule.
+        target: Target,
+        /// Its new definition (its key must be the target's or free).
+        schedule: NewSchedule,
+    },
+    /// Stop firing, keeping the next due point (the phase).
+    Pause(Target),
+    /// Fire again from the kept next due point; occurrences passed meanwhile go through the
+    /// misfire policy on the next tick.
+    Resume(Target),
+    /// Remove the schedule.
+    Cancel(Target),
+    /// Install (or update) zone rules cron schedules may name. Cron schedules already using the
+    /// zone keep the rules they were admitted with until replaced.
+    InstallZone(ZoneRules),
+}
+
+/// Bounds on what the book admits (configuration, identical on every replica).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most schedules held.
+    pub max_schedules: usize,
+    /// Longest payload, bytes.
+    pub max_payload_bytes: usize,
+    /// Longest key or handler name, bytes.
+    pub max_name_bytes: usize,
+    /// Most zones installed.
+    pub max_zones: usize,
+    /// Record shards the book is persisted in: a save rewrites only the shards whose records
+    /// changed (plus a small header), so a change costs O(n / shards) bytes, not O(n). The page
+    /// range is split into `persist_shards + 1` equal parts (header first). At least 1.
+    pub persist_shards: u32,
+    /// Most schedules one tick steps (the fire budget); what does not fit stays due and runs on
+    /// later ticks, higher priority first, then earlier due point, then lower id.
+    pub budget_per_tick: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_schedules: 2_000_000,
+            max_payload_bytes: 4_096,
+            max_name_bytes: 128,
+            max_zones: 64,
+            persist_shards: 16,
+            budget_per_tick: 10_000,
+        }
+    }
+}
+
+/// Errors of admitting requests, running ticks and persisting the book.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScheduleError {
+    /// No handler of this name is registered.
+    #[error("unknown handler {0:?}")]
+    UnknownHandler(String),
+    /// No schedule has this id or key.
+    #[error("no schedule {0:?}")]
+    UnknownSchedule(Target),
+    /// The key is held by another schedule.
+    #[error("key {0:?} already used")]
+    KeyInUse(String),
+    /// An upsert without a key.
+    #[error("upsert needs a key")]
+    MissingKey,
+    /// The cron expression or zone is invalid.
+    #[error(transparent)]
+    Cron(#[from] CronError),
+    /// A cron schedule names a zone not installed in the book.
+    #[error("zone {0:?} is not installed")]
+    UnknownZone(String),
+    /// A period or delay is not positive, or a misfire parameter is out of range.
+    #[error("invalid schedule: {0}")]
+    Invalid(String),
+    /// The timing is relative to admission time but the request was executed without agreed
+    /// time.
+    #[error("the schedule needs agreed time at admission")]
+    NeedsTime,
+    /// A limit of [`Limits`] would be exceeded.
+    #[error("limit exceeded: {0}")]
+    Limit(String),
+    /// A handler emitted a second outbox record for one occurrence (its id would repeat).
+    #[error("one outbox record per occurrence")]
+    SecondEmit,
+    /// Appending to the outbox failed.
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+    /// The pages failed or held a corrupt or oversized book.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// A decoded book violates its invariants.
+    #[error("stored schedule book is invalid: {0}")]
+    Corrupt(String),
+}
+
+/// A stored schedule (normalised: relative timings resolved).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct Record {
+    def: NewSchedule,
+    paused: bool,
+    /// The nominal next occurrence (before jitter); `None` for a cron schedule past its horizon.
+    next: Option<Due>,
+    /// Runs so far: the occurrence number of the next run (outbox ids).
+    runs: u64,
+}
+
+/// What the header part of the page range holds.
+#[derive(bincode::Encode, bincode::Decode)]
+struct Header {
+    version: u8,
+    component: ComponentId,
+    next_id: u64,
+    shards: u32,
+    zones: Vec<ZoneRules>,
+}
+
+/// What one record shard holds: the records whose id maps to it, ascending.
+#[derive(bincode::Encode, bincode::Decode)]
+struct Shard {
+    shard: u32,
+    records: Vec<(u64, Record)>,
+}
+
+const WIRE_VERSION: u8 = 1;
+
+/// Largest [`Misfire::FireEach`] cap: bounds the occurrences one tick enumerates for one
+/// schedule (a cron job every second after a year-long stall must not walk 31 million instants).
+pub const MAX_FIRE_EACH_CAP: u32 = 1_000;
+
+/// A read-only view of one schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleInfo {
+    /// Its id.
+    pub id: u64,
+    /// Its definition (relative timings resolved to [`Timing::At`]).
+    pub schedule: NewSchedule,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Its nominal next occurrence.
+    pub next: Option<Due>,
+    /// Its runs so far.
+    pub runs: u64,
+}
+
+/// One run of a handler in a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FireRecord {
+    /// The schedule.
+    pub id: u64,
+    /// The nominal occurrence it ran for.
+    pub due: Due,
+    /// Its occurrence number (the third part of its [`OccurrenceId`]).
+    pub occurrence: u64,
+}
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickReport {
+    /// Handler runs, in execution order.
+    pub fired: Vec<FireRecord>,
+    /// Schedules whose reached occurrences the misfire policy dropped without a run.
+    pub skipped: Vec<u64>,
+    /// Whether the budget stopped the tick with schedules still due (they carry over).
+    pub carried_over: bool,
+    /// Errors: requests emitted by handlers that were rejected, failed emits, missing handlers.
+    pub errors: Vec<ScheduleError>,
+}
+
+/// The context of one handler run.
+pub struct HandlerCtx<'a, S> {
+    /// The tick.
+    pub tick: &'a Tick,
+    /// The schedule's id.
+    pub id: u64,
+    /// The nominal occurrence.
+    pub due: Due,
+    /// The occurrence's deterministic id (component, schedule id, occurrence number).
+    pub occurrence: OccurrenceId,
+    /// The schedule's payload.
+    pub payload: &'a [u8],
+    /// The ledger's state.
+    pub state: &'a mut S,
+    outbox: &'a mut Outbox,
+    emitted: bool,
+    requests: Vec<ScheduleRequest>,
+}
+
+impl<S> HandlerCtx<'_, S> {
+    /// Appends an outbox record for an external effect, identified by this occurrence's id so a
+    /// worker can deduplicate. One per occurrence.
+    ///
+    /// # Errors
+    /// [`ScheduleError::SecondEmit`], or the outbox's limits.
+    pub fn emit(
+        &mut self,
+        effect: impl Into<String>,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<u64, ScheduleError> {
+        if self.emitted {
+            return Err(ScheduleError::SecondEmit);
+        }
+        let index = self
+            .outbox
+            .append(OutboxRecord::new(self.occurrence, effect, payload))?;
+        self.emitted = true;
+        Ok(index)
+    }
+
+    /// Queues a change to the book, applied right after this run (with this tick as the
+    /// admission point); rejections are reported in [`TickReport::errors`].
+    pub fn request(&mut self, request: ScheduleRequest) {
+        self.requests.push(request);
+    }
+}
+
+impl<S> fmt::Debug for HandlerCtx<'_, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerCtx")
+            .field("id", &self.id)
+            .field("due", &self.due)
+            .field("occurrence", &self.occurrence)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handler: code registered under a name on every replica.
+pub type HandlerFn<S> = Box<dyn FnMut(&mut HandlerCtx<'_, S>) + Send>;
+
+/// The handlers schedules may name (registered identically on every replica).
+pub struct Handlers<S> {
+    map: BTreeMap<String, HandlerFn<S>>,
+}
+
+impl<S> Default for Handlers<S> {
+    fn default() -> Self {
+        Self {
+            map: BTreeMap::new(),
+        }
+    }
+}
+
+impl<S> fmt::Debug for Handlers<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.map.keys()).finish()
+    }
+}
+
+impl<S> Handlers<S> {
+    /// No handlers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `handler` under `name`; returns `false` (and changes nothing) when the name is
+    /// taken.
+    pub fn register(
+        &mut self,
+        name: impl Into<String>,
+        handler: impl FnMut(&mut HandlerCtx<'_, S>) + Send + 'static,
+    ) -> bool {
+        let name = name.into();
+        if self.map.contains_key(&name) {
+            return false;
+        }
+        self.map.insert(name, Box::new(handler));
+        true
+    }
+
+    /// Whether `name` is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+}
+
+/// Load per time slot (see [`Scheduler::load_per_slot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotLoad {
+    /// The slot's first instant.
+    pub slot_start_ms: TimeMs,
+    /// How many runs fall in it.
+    pub runs: u64,
+}
+
+/// The replicated schedule book with its due index (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    component: ComponentId,
+    limits: Limits,
+    next_id: u64,
+    zones: BTreeMap<String, ZoneRules>,
+    records: BTreeMap<u64, Record>,
+    keys: BTreeMap<String, u64>,
+    /// Parsed cron schedules of the cron records (derived; rebuilt on load).
+    crons: BTreeMap<u64, CronSchedule>,
+    /// (255 - priority, due key, id) of every active record with a next due point.
+    index: BTreeSet<(u8, Due, u64)>,
+    /// Active index entries per inverted priority (a tick probes only levels in use).
+    levels: BTreeMap<u8, usize>,
+    /// Whether the header (next id, zones) changed since the last save or load.
+    header_dirty: bool,
+    /// Record shards changed since the last save or load.
+    dirty_shards: BTreeSet<u32>,
+}
+
+/// Deterministic jitter offset of schedule `id` (splitmix64 finaliser).
+fn jitter_offset_ms(id: u64, jitter_ms: u32) -> i64 {
+    if jitter_ms == 0 {
+        return 0;
+    }
+    let mut z = id.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    // The remainder is at most u32::MAX, so the conversion cannot fail.
+    i64::try_from(z % (u64::from(jitter_ms) + 1)).unwrap_or(0)
+}
+
+fn target_of(id: u64) -> Target {
+    Target::Id(id)
+}
+
+impl Scheduler {
+    /// An empty book for `component` (the first part of its occurrence ids).
+    pub fn new(component: ComponentId, limits: Limits) -> Self {
+        Self {
+            component,
+            limits,
+            next_id: 1,
+            zones: BTreeMap::new(),
+            records: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            crons: BTreeMap::new(),
+            index: BTreeSet::new(),
+            levels: BTreeMap::new(),
+            header_dirty: false,
+            dirty_shards: BTreeSet::new(),
+        }
+    }
+
+    /// The component.
+    pub fn component(&self) -> ComponentId {
+        self.component
+    }
+
+    /// How many schedules the book holds.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the book is empty.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Whether the book changed since the last [`Scheduler::save`] or load.
+    pub fn is_dirty(&self) -> bool {
+        self.header_dirty || !self.dirty_shards.is_empty()
+    }
+
+    /// The persistence shard holding record `id`.
+    fn shard_of(&self, id: u64) -> u32 {
+        let shards = u64::from(self.limits.persist_shards.max(1));
+        // The remainder is below `persist_shards`, a u32.
+        u32::try_from(id % shards).unwrap_or(0)
+    }
+
+    /// Marks record `id`'s shard for the next save.
+    fn touch(&mut self, id: u64) {
+        let shard = self.shard_of(id);
+        self.dirty_shards.insert(shard);
+    }
+
+    /// The id of the schedule holding `key`.
+    pub fn id_of(&self, key: &str) -> Option<u64> {
+        self.keys.get(key).copied()
+    }
+
+    /// A view of schedule `id`.
+    pub fn get(&self, id: u64) -> Option<ScheduleInfo> {
+        self.records.get(&id).map(|r| ScheduleInfo {
+            id,
+            schedule: r.def.clone(),
+            paused: r.paused,
+            next: r.next,
+            runs: r.runs,
+        })
+    }
+
+    /// Every schedule id, ascending.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.records.keys().copied()
+    }
+
+    /// The earliest due time in the index (for a host's timer), jitter included.
+    pub fn earliest_due_ms(&self) -> Option<TimeMs> {
+        self.levels
+            .keys()
+            .filter_map(|&inv| {
+                self.index
+                    .range(
+                        (inv, Due::Time(TimeMs::MIN), 0)..=(inv, Due::Time(TimeMs::MAX), u64::MAX),
+                    )
+                    .next()
+                    .and_then(|(_, d, _)| d.time_ms())
+            })
+            .min()
+    }
+
+    fn resolve(&self, target: &Target) -> Result<u64, ScheduleError> {
+        let id = match target {
+            Target::Id(id) => Some(*id).filter(|id| self.records.contains_key(id)),
+            Target::Key(k) => self.keys.get(k).copied(),
+        };
+        id.ok_or_else(|| ScheduleError::UnknownSchedule(target.clone()))
+    }
+
+    fn key_of(id: u64, rec: &Record) -> Option<(u8, Due, u64)> {
+        if rec.paused {
+            return None;
+        }
+        let next = rec.next?;
+        let key = match next {
+            Due::Time(t) => Due::Time(t.saturating_add(jitter_offset_ms(id, rec.def.jitter_ms))),
+            seq => seq,
+        };
+        Some((u8::MAX - rec.def.priority, key, id))
+    }
+
+    fn unindex(&mut self, id: u64) {
+        if let Some(k) = self.records.get(&id).and_then(|r| Self::key_of(id, r))
+            && self.index.remove(&k)
+            && let Some(n) = self.levels.get_mut(&k.0)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.levels.remove(&k.0);
+            }
+        }
+    }
+
+    fn reindex(&mut self, id: u64) {
+        if let Some(k) = self.records.get(&id).and_then(|r| Self::key_of(id, r))
+            && self.index.insert(k)
+        {
+            *self.levels.entry(k.0).or_insert(0) += 1;
+        }
+    }
+
+    /// Validates `def` and computes its stored form and first due point.
+    fn admit(
+        &self,
+        def: &NewSchedule,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<(NewSchedule, Option<Due>, Option<CronSchedule>), ScheduleError> {
+        let max = self.limits.max_name_bytes;
+        if def.handler.len() > max || def.key.as_ref().is_some_and(|k| k.len() > max) {
+            return Err(ScheduleError::Limit(format!(
+                "names are at most {max} bytes"
+            )));
+        }
+        if def.payload.len() > self.limits.max_payload_bytes {
+            return Err(ScheduleError::Limit(format!(
+                "payload of {} bytes, at most {}",
+                def.payload.len(),
+                self.limits.max_payload_bytes
+            )));
+        }
+        if !handlers_ok(&def.handler) {
+            return Err(ScheduleError::UnknownHandler(def.handler.clone()));
+        }
+        match def.misfire {
+            Misfire::FireEach { cap } if cap == 0 || cap > MAX_FIRE_EACH_CAP => {
+                return Err(ScheduleError::Invalid(format!(
+                    "fire-each cap must be in 1..={MAX_FIRE_EACH_CAP}, got {cap}"
+                )));
+            }
+            Misfire::ExpireAfter { deadline_ms } if deadline_ms < 0 => {
+                return Err(ScheduleError::Invalid("negative expiry deadline".into()));
+            }
+            _ => {}
+        }
+        let mut stored = def.clone();
+        let (next, cron) = match &def.timing {
+            Timing::Cron { expression, zone } => {
+                let rules = match zone {
+                    None => ZoneRules::utc(),
+                    Some(name) => self
+                        .zones
+                        .get(name)
+                        .cloned()
+                        .ok_or_else(|| ScheduleError::UnknownZone(name.clone()))?,
+                };
+                let cron = CronSchedule::parse_in(expression, rules)?;
+                let now = now_ms.ok_or(ScheduleError::NeedsTime)?;
+                (cron.next_after(now).map(Due::Time), Some(cron))
+            }
+            Timing::Every {
+                period_ms,
+                start_ms,
+            } => {
+                if *period_ms <= 0 {
+                    return Err(ScheduleError::Invalid(format!(
+                        "period must be positive, got {period_ms} ms"
+                    )));
+                }
+                let start = match start_ms {
+                    Some(s) => *s,
+                    None => now_ms.ok_or(ScheduleError::NeedsTime)?,
+                };
+                stored.timing = Timing::Every {
+                    period_ms: *period_ms,
+                    start_ms: Some(start),
+                };
+                (Some(Due::Time(start)), None)
+            }
+            Timing::At(due) => (Some(*due), None),
+            Timing::AfterMs(delay_ms) => {
+                if *delay_ms < 0 {
+                    return Err(ScheduleError::Invalid("negative delay".into()));
+                }
+                let now = now_ms.ok_or(ScheduleError::NeedsTime)?;
+                let due = Due::Time(now.saturating_add(*delay_ms));
+                stored.timing = Timing::At(due);
+                (Some(due), None)
+            }
+            Timing::AfterSeqs(delay) => {
+                let due = Due::Seq(seq.saturating_add(*delay));
+                stored.timing = Timing::At(due);
+                (Some(due), None)
+            }
+        };
+        Ok((stored, next, cron))
+    }
+
+    /// Applies `request`, admitted at sequence number `seq` and agreed time `now_ms` (the
+    /// executing batch's). Returns the id it created or changed. On error nothing changes.
+    ///
+    /// # Errors
+    /// See [`ScheduleError`]: unknown handler, schedule, key or zone; invalid timing or
+    /// policy; a limit; [`ScheduleError::NeedsTime`].
+    pub fn apply<S>(
+        &mut self,
+        request: ScheduleRequest,
+        handlers: &Handlers<S>,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        let result = self.apply_with(request, |h| handlers.contains(h), seq, now_ms);
+        if let Err(e) = &result {
+            tracing::debug!(component = self.component, error = %e, "schedule request rejected");
+        }
+        result
+    }
+
+    fn apply_with(
+        &mut self,
+        request: ScheduleRequest,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        match request {
+            ScheduleRequest::Create(def) => {
+                if let Some(k) = &def.key
+                    && self.keys.contains_key(k)
+                {
+                    return Err(ScheduleError::KeyInUse(k.clone()));
+                }
+                self.insert_new(def, handlers_ok, seq, now_ms).map(Some)
+            }
+            ScheduleRequest::Upsert(def) => {
+                let key = def.key.clone().ok_or(ScheduleError::MissingKey)?;
+                match self.keys.get(&key).copied() {
+                    Some(id) => self.replace(id, def, handlers_ok, seq, now_ms).map(Some),
+                    None => self.insert_new(def, handlers_ok, seq, now_ms).map(Some),
+                }
+            }
+            ScheduleRequest::Replace { target, schedule } => {
+                let id = self.resolve(&target)?;
+                if let Some(k) = &schedule.key
+                    && self.keys.get(k).is_some_and(|&holder| holder != id)
+                {
+                    return Err(ScheduleError::KeyInUse(k.clone()));
+                }
+                self.replace(id, schedule, handlers_ok, seq, now_ms)
+                    .map(Some)
+            }
+            ScheduleRequest::Pause(target) => {
+                let id = self.resolve(&target)?;
+                self.unindex(id);
+                if let Some(r) = self.records.get_mut(&id) {
+                    r.paused = true;
+                }
+                self.touch(id);
+                Ok(Some(id))
+            }
+            ScheduleRequest::Resume(target) => {
+                let id = self.resolve(&target)?;
+                self.unindex(id);
+                if let Some(r) = self.records.get_mut(&id) {
+                    r.paused = false;
+                }
+                self.reindex(id);
+                self.touch(id);
+                Ok(Some(id))
+            }
+            ScheduleRequest::Cancel(target) => {
+                let id = self.resolve(&target)?;
+                self.remove(id);
+                Ok(Some(id))
+            }
+            ScheduleRequest::InstallZone(rules) => {
+                let name = rules.name().to_owned();
+                if !self.zones.contains_key(&name) && self.zones.len() >= self.limits.max_zones {
+                    return Err(ScheduleError::Limit(format!(
+                        "at most {} zones",
+                        self.limits.max_zones
+                    )));
+                }
+                self.zones.insert(name, rules);
+                self.header_dirty = true;
+                Ok(None)
+            }
+        }
+    }
+
+    fn insert_new(
+        &mut self,
+        def: NewSchedule,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<u64, ScheduleError> {
+        if self.records.len() >= self.limits.max_schedules {
+            return Err(ScheduleError::Limit(format!(
+                "at most {} schedules",
+                self.limits.max_schedules
+            )));
+        }
+        let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        let id = self.next_id;
+        self.next_id = id
+            .checked_add(1)
+            .ok_or_else(|| ScheduleError::Limit("schedule ids exhausted".into()))?;
+        if let Some(k) = &stored.key {
+            self.keys.insert(k.clone(), id);
+        }
+        if let Some(c) = cron {
+            self.crons.insert(id, c);
+        }
+        self.records.insert(
+            id,
+            Record {
+                def: stored,
+                paused: false,
+                next,
+                runs: 0,
+            },
+        );
+        self.reindex(id);
+        self.touch(id);
+        self.header_dirty = true;
+        Ok(id)
+    }
+
+    fn replace(
+        &mut self,
+        id: u64,
+        def: NewSchedule,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<u64, ScheduleError> {
+        let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        self.unindex(id);
+        let Some(rec) = self.records.get_mut(&id) else {
+            return Err(ScheduleError::UnknownSchedule(target_of(id)));
+        };
+        if let Some(old) = rec.def.key.take() {
+            self.keys.remove(&old);
+        }
+        if let Some(k) = &stored.key {
+            self.keys.insert(k.clone(), id);
+        }
+        rec.def = stored;
+        rec.next = next;
+        self.crons.remove(&id);
+        if let Some(c) = cron {
+            self.crons.insert(id, c);
+        }
+        self.reindex(id);
+        self.touch(id);
+        Ok(id)
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.unindex(id);
+        if let Some(rec) = self.records.remove(&id)
+            && let Some(k) = rec.def.key
+        {
+            self.keys.remove(&k);
+        }
+        self.crons.remove(&id);
+        self.touch(id);
+    }
+
+    /// The first occurrence of `id`'s timing strictly after `after` (time timings only).
+    fn occurrence_after(&self, id: u64, rec: &Record, after_ms: TimeMs) -> Option<TimeMs> {
+        match &rec.def.timing {
+            Timing::Cron { .. } => self.crons.get(&id)?.next_after(after_ms),
+            Timing::Every {
+                period_ms,
+                start_ms,
+            } => {
+                let start = (*start_ms)?;
+                if after_ms < start {
+                    return Some(start);
+                }
+                let k = (after_ms - start).div_euclid(*period_ms);
+                start.checked_add(k.checked_add(1)?.checked_mul(*period_ms)?)
+            }
+            _ => None,
+        }
+    }
+
+    /// The due points `id`'s next tick at `now` runs for, and its next nominal point.
+    fn plan(&self, id: u64, rec: &Record, due: Due, tick: &Tick) -> (Vec<Due>, Option<Due>) {
+        let one_shot = matches!(rec.def.timing, Timing::At(_));
+        let now_ms = tick.agreed_time_ms;
+        if one_shot {
+            let runs = match (rec.def.misfire, due, now_ms) {
+                (Misfire::ExpireAfter { deadline_ms }, Due::Time(t), Some(now))
+                    if now.saturating_sub(t) > deadline_ms =>
+                {
+                    Vec::new()
+                }
+                _ => vec![due],
+            };
+            return (runs, None);
+        }
+        let (Due::Time(r1), Some(now)) = (due, now_ms) else {
+            return (Vec::new(), rec.next);
+        };
+        let next = self.occurrence_after(id, rec, now).map(Due::Time);
+        let runs = match rec.def.misfire {
+            Misfire::FireOnce => vec![due],
+            Misfire::Skip => {
+                let r2 = self.occurrence_after(id, rec, r1);
+                if r2.is_none_or(|r2| r2 > now) {
+                    vec![due]
+                } else {
+                    Vec::new()
+                }
+            }
+            Misfire::FireEach { cap } => {
+                let mut runs = vec![due];
+                let mut at = r1;
+                while runs.len() < cap as usize {
+                    match self.occurrence_after(id, rec, at) {
+                        Some(r) if r <= now => {
+                            runs.push(Due::Time(r));
+                            at = r;
+                        }
+                        _ => break,
+                    }
+                }
+                runs
+            }
+            Misfire::ExpireAfter { deadline_ms } => {
+                let oldest_ok = now.saturating_sub(deadline_ms);
+                if r1 >= oldest_ok {
+                    vec![due]
+                } else {
+                    match self.occurrence_after(id, rec, oldest_ok.saturating_sub(1)) {
+                        Some(r) if r <= now => vec![Due::Time(r)],
+                        _ => Vec::new(),
+                    }
+                }
+            }
+        };
+        (runs, next)
+    }
+
+    /// Up to `budget` due schedule ids in canonical order: priority (high first), then due
+    /// key (time keys before sequence keys), then id. Also whether more were due.
+    fn due_ids(&self, tick: &Tick, budget: usize) -> (Vec<u64>, bool) {
+        let mut out = Vec::new();
+        for &inv in self.levels.keys() {
+            let mut push = |range: std::collections::btree_set::Range<'_, (u8, Due, u64)>| {
+                for (_, _, id) in range {
+                    if out.len() == budget {
+                        return true;
+                    }
+                    out.push(*id);
+                }
+                false
+            };
+            if let Some(now) = tick.agreed_time_ms {
+                let r = self
+                    .index
+                    .range((inv, Due::Time(TimeMs::MIN), 0)..=(inv, Due::Time(now), u64::MAX));
+                if push(r) {
+                    return (out, true);
+                }
+            }
+            let r = self
+                .index
+                .range((inv, Due::Seq(0), 0)..=(inv, Due::Seq(tick.bft_sequence_num), u64::MAX));
+            if push(r) {
+                return (out, true);
+            }
+        }
+        (out, false)
+    }
+
+    /// Runs every due schedule (within the budget) on the committed `tick`: handlers get
+    /// `state`, may emit one record each into `outbox`, and may queue book changes.
+    pub fn on_tick<S>(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        handlers: &mut Handlers<S>,
+        outbox: &mut Outbox,
+    ) -> TickReport {
+        let mut report = TickReport::default();
+        // A zero budget would starve every schedule forever: treat it as 1.
+        let (ids, more) = self.due_ids(tick, self.limits.budget_per_tick.max(1));
+        report.carried_over = more;
+        // Handlers may queue requests naming handlers; the set never changes during a tick.
+        let names: BTreeSet<String> = if ids.is_empty() {
+            BTreeSet::new()
+        } else {
+            handlers.map.keys().cloned().collect()
+        };
+        for id in ids {
+            // A handler earlier in this tick may have cancelled, paused or moved it.
+            let Some(rec) = self.records.get(&id) else {
+                continue;
+            };
+            let Some(key) = Self::key_of(id, rec) else {
+                continue;
+            };
+            if !self.index.contains(&key) || !key.1.reached_by(tick) {
+                continue;
+            }
+            let Some(due) = rec.next else { continue };
+            let (runs, next) = self.plan(id, rec, due, tick);
+            let handler_name = rec.def.handler.clone();
+            let payload = rec.def.payload.clone();
+            let first_run = rec.runs;
+            let one_shot = matches!(rec.def.timing, Timing::At(_));
+            self.unindex(id);
+            if let Some(r) = self.records.get_mut(&id) {
+                r.next = next;
+                r.runs = first_run.saturating_add(runs.len() as u64);
+            }
+            if one_shot {
+                self.remove(id);
+            } else {
+                self.reindex(id);
+            }
+            self.touch(id);
+            if runs.is_empty() {
+                report.skipped.push(id);
+                continue;
+            }
+            let Some(handler) = handlers.map.get_mut(&handler_name) else {
+                tracing::warn!(id, handler = %handler_name, "schedule names an unregistered handler");
+                report
+                    .errors
+                    .push(ScheduleError::UnknownHandler(handler_name));
+                continue;
+            };
+            for (i, run_due) in runs.into_iter().enumerate() {
+                let occurrence = first_run.saturating_add(i as u64);
+                let mut ctx = HandlerCtx {
+                    tick,
+                    id,
+                    due: run_due,
+                    occurrence: OccurrenceId::new(self.component, id, occurrence),
+                    payload: &payload,
+                    state: &mut *state,
+                    outbox: &mut *outbox,
+                    emitted: false,
+                    requests: Vec::new(),
+                };
+                handler(&mut ctx);
+                let requests = std::mem::take(&mut ctx.requests);
+                report.fired.push(FireRecord {
+                    id,
+                    due: run_due,
+                    occurrence,
+                });
+                for req in requests {
+                    if let Err(e) = self.apply_with(
+                        req,
+                        |h| names.contains(h),
+                        tick.bft_sequence_num,
+                        tick.agreed_time_ms,
+                    ) {
+                        report.errors.push(e);
+                    }
+                }
+                // A run that cancelled, paused or replaced its own schedule ends its catch-up.
+                if self
+                    .records
+                    .get(&id)
+                    .is_none_or(|r| r.paused || r.def.handler != handler_name)
+                    && !one_shot
+                {
+                    break;
+                }
+            }
+        }
+        report
+    }
+
+    /// The next `count` nominal fire instants of schedule `id` (time timings; a one-shot at a
+    /// time gives one), ignoring pause. Empty for an unknown id.
+    pub fn preview(&self, id: u64, count: usize) -> Vec<Due> {
+        let Some(rec) = self.records.get(&id) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let Some(first) = rec.next else { return out };
+        if count == 0 {
+            return out;
+        }
+        out.push(first);
+        if let Due::Time(mut at) = first {
+            while out.len() < count {
+                match self.occurrence_after(id, rec, at) {
+                    Some(t) => {
+                        out.push(Due::Time(t));
+                        at = t;
+                    }
+                    None => break,
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs per time slot of `slot_ms` in `[from_ms, to_ms)` over every active schedule (jitter
+    /// included), counting at most `max_per_schedule` runs of one schedule. Slots without runs
+    /// are omitted. Costs O(schedules + runs counted).
+    pub fn load_per_slot(
+        &self,
+        from_ms: TimeMs,
+        to_ms: TimeMs,
+        slot_ms: i64,
+        max_per_schedule: usize,
+    ) -> Vec<SlotLoad> {
+        let mut slots: BTreeMap<TimeMs, u64> = BTreeMap::new();
+        if slot_ms <= 0 || to_ms <= from_ms {
+            return Vec::new();
+        }
+        for (&id, rec) in &self.records {
+            if rec.paused {
+                continue;
+            }
+            let jitter = jitter_offset_ms(id, rec.def.jitter_ms);
+            let Some(Due::Time(mut at)) = rec.next else {
+                continue;
+            };
+            let mut counted = 0;
+            while counted < max_per_schedule {
+                let eff = at.saturating_add(jitter);
+                if eff >= to_ms {
+                    break;
+                }
+                if eff >= from_ms {
+                    let slot = from_ms + (eff - from_ms) / slot_ms * slot_ms;
+                    *slots.entry(slot).or_insert(0) += 1;
+                    counted += 1;
+                }
+                match self.occurrence_after(id, rec, at) {
+                    Some(t) => at = t,
+                    None => break,
+                }
+            }
+        }
+        slots
+            .into_iter()
+            .map(|(slot_start_ms, runs)| SlotLoad {
+                slot_start_ms,
+                runs,
+            })
+            .collect()
+    }
+
+    /// The header part and the record parts of `range` (see [`Limits::persist_shards`]).
+    fn parts(range: PageRange, shards: u32) -> Result<(PageRange, Vec<PageRange>), ScheduleError> {
+        let shards = shards.max(1);
+        let part_len = range.len() / shards.saturating_add(1);
+        let part = |k: u32| PageRange::new(range.first() + k * part_len, part_len);
+        let header = part(0).ok_or_else(|| {
+            ScheduleError::Limit(format!(
+                "a range of {} pages cannot hold a header and {shards} shards",
+                range.len()
+            ))
+        })?;
+        let mut out = Vec::new();
+        for k in 1..=shards {
+            out.push(part(k).ok_or_else(|| ScheduleError::Limit("empty shard part".into()))?);
+        }
+        Ok((header, out))
+    }
+
+    /// Writes what changed since the last save or load into `range` (the header and the dirty
+    /// record shards, each through [`crate::codec`], multi-page) and clears the dirty marks.
+    /// Encodes and size-checks everything before writing, so a size error writes nothing.
+    ///
+    /// # Errors
+    /// [`ScheduleError::Codec`] (pages, or a part does not fit), [`ScheduleError::Limit`]
+    /// (the range is too small to split).
+    pub fn save(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        range: PageRange,
+    ) -> Result<(), ScheduleError> {
+        self.write(pages, range, false)
+    }
+
+    /// Writes the whole book (header and every shard), as after a layout change.
+    ///
+    /// # Errors
+    /// As [`Scheduler::save`].
+    pub fn save_all(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        range: PageRange,
+    ) -> Result<(), ScheduleError> {
+        self.write(pages, range, true)
+    }
+
+    fn write(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        range: PageRange,
+        all: bool,
+    ) -> Result<(), ScheduleError> {
+        let shards = self.limits.persist_shards.max(1);
+        let (header_range, shard_ranges) = Self::parts(range, shards)?;
+        let mut blobs: Vec<(PageRange, Vec<u8>)> = Vec::new();
+        if all || self.header_dirty {
+            let header = Header {
+                version: WIRE_VERSION,
+                component: self.component,
+                next_id: self.next_id,
+                shards,
+                zones: self.zones.values().cloned().collect(),
+            };
+            blobs.push((header_range, codec::to_blob(&header)?));
+        }
+        let dirty: Vec<u32> = if all {
+            (0..shards).collect()
+        } else {
+            self.dirty_shards.iter().copied().collect()
+        };
+        // One pass over the records, grouped by shard (ids ascending within each).
+        let mut grouped: BTreeMap<u32, Vec<(u64, Record)>> =
+            dirty.iter().map(|&k| (k, Vec::new())).collect();
+        if !grouped.is_empty() {
+            for (&id, r) in &self.records {
+                if let Some(v) = grouped.get_mut(&self.shard_of(id)) {
+                    v.push((id, r.clone()));
+                }
+            }
+        }
+        for (shard, records) in grouped {
+            let Some(&part) = shard_ranges.get(shard as usize) else {
+                continue;
+            };
+            blobs.push((part, codec::to_blob(&Shard { shard, records })?));
+        }
+        let page_size = pages.page_size();
+        for (part, blob) in &blobs {
+            let capacity = codec::capacity(*part, page_size);
+            if blob.len() > capacity {
+                return Err(CodecError::TooLarge {
+                    len: blob.len(),
+                    capacity,
+                }
+                .into());
+            }
+        }
+        for (part, blob) in &blobs {
+            codec::save_blob(pages, *part, BlobKind::ScheduleBook, blob)?;
+        }
+        self.header_dirty = false;
+        self.dirty_shards.clear();
+        Ok(())
+    }
+
+    /// Reads the book stored in `range` (an empty book when nothing is stored), validating
+    /// every record against `limits` and re-parsing every cron expression. Handlers are not
+    /// checked here: a record naming an unregistered handler is reported when it fires.
+    ///
+    /// # Errors
+    /// [`ScheduleError::Codec`], [`ScheduleError::Corrupt`] or [`ScheduleError::Limit`].
+    pub fn load(
+        component: ComponentId,
+        limits: Limits,
+        pages: &dyn ReservedPages,
+        range: PageRange,
+    ) -> Result<Self, ScheduleError> {
+        let mut book = Self::new(component, limits);
+        let shards = limits.persist_shards.max(1);
+        let (header_range, shard_ranges) = Self::parts(range, shards)?;
+        let Some(header) = codec::load::<Header>(pages, header_range, BlobKind::ScheduleBook)?
+        else {
+            return Ok(book);
+        };
+        let corrupt = |m: String| {
+            tracing::warn!(component, reason = %m, "stored schedule book rejected");
+            ScheduleError::Corrupt(m)
+        };
+        if header.version != WIRE_VERSION || header.component != component {
+            return Err(corrupt(format!(
+                "version {} component {}",
+                header.version, header.component
+            )));
+        }
+        if header.shards != shards {
+            return Err(corrupt(format!(
+                "stored with {} shards, configured {shards}",
+                header.shards
+            )));
+        }
+        if header.zones.len() > limits.max_zones {
+            return Err(corrupt("more zones than the limits".into()));
+        }
+        for z in header.zones {
+            book.zones.insert(z.name().to_owned(), z);
+        }
+        for (k, part) in shard_ranges.iter().enumerate() {
+            let Some(shard) = codec::load::<Shard>(pages, *part, BlobKind::ScheduleBook)? else {
+                continue;
+            };
+            if shard.shard as usize != k {
+                return Err(corrupt(format!("part {k} holds shard {}", shard.shard)));
+            }
+            if book.records.len().saturating_add(shard.records.len()) > limits.max_schedules {
+                return Err(corrupt("more schedules than the limits".into()));
+            }
+            for (id, rec) in shard.records {
+                if id == 0 || id >= header.next_id || book.shard_of(id) as usize != k {
+                    return Err(corrupt(format!("schedule id {id} misplaced")));
+                }
+                book.load_record(id, rec).map_err(corrupt)?;
+            }
+        }
+        book.next_id = header.next_id;
+        Ok(book)
+    }
+
+    fn load_record(&mut self, id: u64, rec: Record) -> Result<(), String> {
+        if self.records.contains_key(&id) {
+            return Err(format!("schedule id {id} stored twice"));
+        }
+        // Stored timings are normalised at admission: relative ones never reach the pages.
+        if matches!(
+            rec.def.timing,
+            Timing::AfterMs(_) | Timing::AfterSeqs(_) | Timing::Every { start_ms: None, .. }
+        ) {
+            return Err(format!("schedule {id}: timing not normalised"));
+        }
+        // Re-admit the stored definition (validation only: the stored next point is kept).
+        let (_, _, cron) = self
+            .admit(&rec.def, |_| true, 0, Some(0))
+            .map_err(|e| format!("schedule {id}: {e}"))?;
+        if let Some(k) = &rec.def.key
+            && self.keys.insert(k.clone(), id).is_some()
+        {
+            return Err(format!("key {k:?} held twice"));
+        }
+        if let Some(c) = cron {
+            self.crons.insert(id, c);
+        }
+        self.records.insert(id, rec);
+        self.reindex(id);
+        Ok(())
+    }
+
+    /// Checks the index against the records; returns the first mismatch.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let expected: BTreeSet<_> = self
+            .records
+            .iter()
+            .filter_map(|(&id, r)| Self::key_of(id, r))
+            .collect();
+        if expected != self.index {
+            return Err("due index differs from the records".into());
+        }
+        let total: usize = self.levels.values().sum();
+        if total != self.index.len() {
+            return Err("priority level counts differ from the index".into());
+        }
+        for (k, id) in &self.keys {
+            if self.records.get(id).and_then(|r| r.def.key.as_ref()) != Some(k) {
+                return Err(format!("key {k:?} maps to {id}, which does not hold it"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl PartialEq for Scheduler {
+    fn eq(&self, other: &Self) -> bool {
+        self.component == other.component
+            && self.next_id == other.next_id
+            && self.zones == other.zones
+            && self.records == other.records
+    }
+}

@@ -1,0 +1,143 @@
+//! [`CronRule`]: a cron expression as a known [`Schedule`] of the table's due index.
+
+use crate::cron::CronSchedule;
+use crate::due::{Due, Schedule};
+use crate::tick::{Tick, TimeMs};
+
+/// A cron expression as an indexed table rule.
+///
+/// - Without a stored due point (a new entry, or one never evaluated), the rule *arms* on the
+///   first tick with agreed time: it stores the first fire instant strictly after that tick's time
+///   (or after [`CronRule::starting_after`]'s instant, when given) and runs nothing.
+/// - A tick whose time has reached the stored instant runs the action once, for that instant
+///   (the earliest missed one: a tick after a long stall or a jump forward runs once, not once per
+///   missed minute), and stores the first instant strictly after the tick's time.
+/// - Ticks without agreed time never run nor move a cron rule.
+///
+/// The stored instant lives in the table's due index and page range like a periodic entry's, so
+/// an idle tick costs no cron search at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronRule {
+    schedule: CronSchedule,
+    after_ms: Option<TimeMs>,
+}
+
+impl CronRule {
+    /// A rule running on `schedule`, armed by the first tick with time.
+    pub fn new(schedule: CronSchedule) -> Self {
+        Self {
+            schedule,
+            after_ms: None,
+        }
+    }
+
+    /// Arms at the first instant strictly after `after_ms` instead of after the first tick: the
+    /// first run is due then even if the first tick comes later (replicas agree either way).
+    pub fn starting_after(mut self, after_ms: TimeMs) -> Self {
+        self.after_ms = Some(after_ms);
+        self
+    }
+
+    /// The cron schedule.
+    pub fn schedule(&self) -> &CronSchedule {
+        &self.schedule
+    }
+
+    /// The stored point for "no fire before the end of the search horizon".
+    fn never() -> Due {
+        Due::Time(TimeMs::MAX)
+    }
+
+    fn next_after(&self, time_ms: TimeMs) -> Due {
+        self.schedule
+            .next_after(time_ms)
+            .map_or_else(Self::never, Due::Time)
+    }
+}
+
+impl Schedule for CronRule {
+    fn due_key(&self, stored: Option<Due>) -> Due {
+        match (stored, self.after_ms) {
+            (Some(Due::Time(t)), _) => Due::Time(t),
+            (_, Some(after)) => self.next_after(after),
+            // Never armed: due on the first tick with time, which arms it.
+            (_, None) => Due::Time(TimeMs::MIN),
+        }
+    }
+
+    fn step(&self, stored: Option<Due>, tick: &Tick, runs: &mut Vec<Due>) -> Option<Due> {
+        let now_ms = tick.agreed_time_ms?;
+        match self.due_key(stored) {
+            Due::Time(due_ms) if stored.is_none() && self.after_ms.is_none() => {
+                // Arming: nothing runs (a cron job runs at its instants, not at creation).
+                debug_assert_eq!(due_ms, TimeMs::MIN);
+                Some(self.next_after(now_ms))
+            }
+            Due::Time(due_ms) if due_ms <= now_ms && due_ms != TimeMs::MAX => {
+                runs.push(Due::Time(due_ms));
+                Some(self.next_after(now_ms))
+            }
+            _ => None,
+        }
+    }
+
+    fn fingerprint(&self) -> Vec<u8> {
+        let mut v = b"cron".to_vec();
+        v.extend_from_slice(self.schedule.expression().as_bytes());
+        v.push(0);
+        v.extend_from_slice(self.schedule.zone().name().as_bytes());
+        v.push(0);
+        for t in self.schedule.zone().transitions() {
+            v.extend_from_slice(&t.at_utc_s.to_le_bytes());
+            v.extend_from_slice(&t.offset_s.to_le_bytes());
+        }
+        v.extend_from_slice(&self.schedule.zone().initial_offset_s().to_le_bytes());
+        v.extend_from_slice(&self.after_ms.unwrap_or(TimeMs::MIN).to_le_bytes());
+        v.push(u8::from(self.after_ms.is_some()));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(time_ms: TimeMs) -> Tick {
+        Tick::new(1, 1, Some(time_ms))
+    }
+
+    #[test]
+    fn arms_then_runs_once_per_reached_instant() {
+        let rule = CronRule::new(CronSchedule::parse("* * * * *").unwrap());
+        let mut runs = Vec::new();
+        assert_eq!(rule.due_key(None), Due::Time(TimeMs::MIN));
+        assert_eq!(rule.step(None, &Tick::new(1, 1, None), &mut runs), None);
+        let next = rule.step(None, &t(90_000), &mut runs);
+        assert_eq!(next, Some(Due::Time(120_000)));
+        assert!(runs.is_empty(), "arming runs nothing");
+        assert_eq!(rule.step(next, &t(119_999), &mut runs), None);
+        // A jump forward over many minutes runs once, for the earliest missed instant.
+        let next = rule.step(next, &t(600_500), &mut runs);
+        assert_eq!(runs, [Due::Time(120_000)]);
+        assert_eq!(next, Some(Due::Time(660_000)));
+        // The same tick again runs nothing (idempotent under repeated ticks).
+        assert_eq!(rule.step(next, &t(600_500), &mut runs), None);
+    }
+
+    #[test]
+    fn starting_after_is_due_without_arming() {
+        let rule = CronRule::new(CronSchedule::parse("0 * * * *").unwrap()).starting_after(0);
+        assert_eq!(rule.due_key(None), Due::Time(3_600_000));
+        let mut runs = Vec::new();
+        assert_eq!(rule.step(None, &t(3_599_999), &mut runs), None);
+        assert_eq!(
+            rule.step(None, &t(3_600_000), &mut runs),
+            Some(Due::Time(7_200_000))
+        );
+        assert_eq!(runs, [Due::Time(3_600_000)]);
+        assert_ne!(
+            rule.fingerprint(),
+            CronRule::new(CronSchedule::parse("0 * * * *").unwrap()).fingerprint()
+        );
+    }
+}

@@ -1,0 +1,24 @@
+//! Scheduling beyond periodic: cron entries in tables, and schedules as replicated data.
+//!
+//! Two ways to schedule work, both evaluated on committed ticks only:
+//! - [`CronRule`] plugs a validated [`CronSchedule`](crate::cron::CronSchedule) into a cron
+//!   table's due index (an entry's action is code; its next fire instant is stored in the table
+//!   and its pages, never recomputed on an idle tick).
+//! - [`Scheduler`] holds *schedules as data* (cron, periodic, one-shot delayed) that name
+//!   [`Handlers`] every replica registers identically. Client requests executed by the ledger,
+//!   and handlers themselves, create, replace, pause, resume and cancel them through
+//!   [`ScheduleRequest`]; a request naming an unknown handler or carrying an invalid schedule is
+//!   rejected with a typed [`ScheduleError`] and changes nothing. The book is persisted in
+//!   reserved pages through [`crate::codec`] and reloaded after restart and state transfer.
+//!
+//! See `docs/scheduling.md` for the semantics (misfire policies, budget, priorities, jitter,
+//! pause and resume) and `docs/benchmarks.md` ("delayed tasks") for costs.
+
+mod book;
+mod cron_rule;
+
+pub use book::{
+    FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, Misfire, NewSchedule,
+    ScheduleError, ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
+};
+pub use cron_rule::CronRule;
