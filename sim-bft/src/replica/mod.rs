@@ -1496,17 +1496,11 @@ impl Replica {
                         sig: v.sig,
                     })
                     .collect();
-                self.recent_certs.insert(
+                self.remember_time_cert(TimeCert {
                     seq,
-                    TimeCert {
-                        seq,
-                        digest,
-                        samples,
-                    },
-                );
-                while self.recent_certs.len() > self.recent_certs_capacity() {
-                    self.recent_certs.pop_first();
-                }
+                    digest,
+                    samples,
+                });
                 self.store_entry(seq, out);
                 self.execute_ready(now, out);
             }
@@ -2142,19 +2136,22 @@ impl Replica {
                 sig: *sig,
             })
             .collect();
-        self.recent_certs.insert(
+        self.remember_time_cert(TimeCert {
             seq,
-            TimeCert {
-                seq,
-                digest,
-                samples,
-            },
-        );
+            digest,
+            samples,
+        });
+        self.store_entry(seq, out);
+        self.execute_ready(now, out);
+    }
+
+    /// Keeps a time certificate (2f+1 signed commit clocks for one seq) for later pre-prepares,
+    /// bounded to the most recent `recent_certs_capacity()` sequence numbers.
+    fn remember_time_cert(&mut self, cert: TimeCert) {
+        self.recent_certs.insert(cert.seq, cert);
         while self.recent_certs.len() > self.recent_certs_capacity() {
             self.recent_certs.pop_first();
         }
-        self.store_entry(seq, out);
-        self.execute_ready(now, out);
     }
 
     /// Checks internal invariants (the simulator calls it after every step).
