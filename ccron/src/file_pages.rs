@@ -28,7 +28,7 @@ use std::fs;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
-use crate::pages::{PageId, PagesError, ReservedPages};
+use crate::pages::{PageId, PagesError, ReservedPages, check_page};
 
 const MAGIC: [u8; 4] = *b"CCPG";
 const VERSION: u16 = 1;
@@ -178,19 +178,7 @@ impl FilePages {
     }
 
     fn check(&self, id: PageId, len: usize) -> Result<(), PagesError> {
-        if id >= self.num_pages {
-            return Err(PagesError::OutOfRange {
-                id,
-                num_pages: self.num_pages,
-            });
-        }
-        if len > self.page_size {
-            return Err(PagesError::TooLarge {
-                len,
-                page_size: self.page_size,
-            });
-        }
-        Ok(())
+        check_page(id, len, self.num_pages, self.page_size)
     }
 
     fn sync_dir(&self) -> Result<(), PagesError> {

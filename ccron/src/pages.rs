@@ -143,6 +143,23 @@ pub enum PagesError {
     },
 }
 
+/// The bounds every [`ReservedPages`] store enforces: `id` within `0..num_pages`, `len` at most
+/// `page_size` bytes.
+pub(crate) fn check_page(
+    id: PageId,
+    len: usize,
+    num_pages: u32,
+    page_size: usize,
+) -> Result<(), PagesError> {
+    if id >= num_pages {
+        return Err(PagesError::OutOfRange { id, num_pages });
+    }
+    if len > page_size {
+        return Err(PagesError::TooLarge { len, page_size });
+    }
+    Ok(())
+}
+
 /// Fixed-size pages that the host persists, checkpoints and transfers.
 ///
 /// A page that was never written, or was zeroed, reads as `None`. A written page reads back as
@@ -213,19 +230,7 @@ impl MemPages {
     }
 
     fn check(&self, id: PageId, len: usize) -> Result<(), PagesError> {
-        if id >= self.num_pages {
-            return Err(PagesError::OutOfRange {
-                id,
-                num_pages: self.num_pages,
-            });
-        }
-        if len > self.page_size {
-            return Err(PagesError::TooLarge {
-                len,
-                page_size: self.page_size,
-            });
-        }
-        Ok(())
+        check_page(id, len, self.num_pages, self.page_size)
     }
 }
 
