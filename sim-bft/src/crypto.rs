@@ -5,6 +5,16 @@
 //! the public keys of all replicas and of all user clients (a [`Keyring`]); a replica's internal
 //! client (the one that submits ticks) signs with the replica's own key.
 //!
+//! Verification uses the **cofactored** ed25519 equation `[8]([s]B - [k]A - R) = 0`, both for
+//! one signature ([`verify`]) and for many at once ([`verify_many`], a random-linear-combination
+//! batch check with one multiscalar multiplication). With the cofactored equation a batch
+//! accepts exactly the signatures that single checks accept (up to a 2^-128 chance), so which
+//! path a replica happens to use (a memo hit, a bundle, a pre-prepare) cannot make honest
+//! replicas disagree on a request's validity; with the cofactorless equation of
+//! `ed25519_dalek::Verifier` a signature whose `R` carries a small-order component passes a batch
+//! with probability 1/8 (grindable) while failing alone. Every signature an honest ed25519 signer
+//! produces passes both. Signatures with a non-canonical `s` or an undecodable `R` are rejected.
+//!
 //! Verification may be memoised through a [`VerifyCache`]. This is safe because only *successful*
 //! verifications are remembered and the memo key is a SHA-256 over the public key, the message and
 //! the signature: a hit proves that exactly this (key, message, signature) triple verified before.
@@ -12,8 +22,12 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
-use sha2::{Digest, Sha256};
+use curve25519_dalek::constants::ED25519_BASEPOINT_POINT;
+use curve25519_dalek::edwards::{CompressedEdwardsY, EdwardsPoint};
+use curve25519_dalek::scalar::Scalar;
+use curve25519_dalek::traits::{IsIdentity, VartimeMultiscalarMul};
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use sha2::{Digest, Sha256, Sha512};
 
 use crate::node::{ClientId, NodeId};
 
@@ -107,7 +121,8 @@ impl Keyring {
     }
 }
 
-/// Verifies `sig` over `msg` with `key`, consulting and feeding `cache` when given.
+/// Verifies `sig` over `msg` with `key` (cofactored equation, see the module docs),
+/// consulting and feeding `cache` when given.
 pub fn verify(key: &VerifyingKey, msg: &[u8], sig: &SigBytes, cache: Option<&VerifyCache>) -> bool {
     let memo = cache.map(|c| (c, memo_key(key, msg, sig)));
     if let Some((c, k)) = &memo
@@ -115,11 +130,149 @@ pub fn verify(key: &VerifyingKey, msg: &[u8], sig: &SigBytes, cache: Option<&Ver
     {
         return true;
     }
-    let ok = key.verify(msg, &Signature::from_bytes(sig)).is_ok();
+    let ok = Parsed::new(key, msg, sig).is_some_and(|p| p.verify_one());
     if ok && let Some((c, k)) = memo {
         c.insert(k);
     }
     ok
+}
+
+/// One signature to check: `sig` over `msg` by `key`.
+#[derive(Debug, Clone, Copy)]
+pub struct SigCheck<'a> {
+    /// The signer's public key.
+    pub key: &'a VerifyingKey,
+    /// The signed bytes.
+    pub msg: &'a [u8],
+    /// The signature.
+    pub sig: &'a SigBytes,
+}
+
+/// Batches smaller than this are checked one by one (a multiscalar multiplication only pays
+/// off from a few signatures on).
+const MIN_BATCH: usize = 4;
+
+/// Verifies many signatures at once: `result[i]` says whether `checks[i]` verified, exactly as
+/// [`verify`] would say (see the module docs). Memo hits in `cache` are not checked again;
+/// the others are checked together in one batch equation and, only if that fails, one by one
+/// to find the bad ones. Successes feed `cache`.
+pub fn verify_many(checks: &[SigCheck<'_>], cache: Option<&VerifyCache>) -> Vec<bool> {
+    let mut result = vec![false; checks.len()];
+    let mut todo = Vec::new();
+    for (i, c) in checks.iter().enumerate() {
+        let memo = cache.map(|_| memo_key(c.key, c.msg, c.sig));
+        if let (Some(cache), Some(k)) = (cache, &memo)
+            && cache.contains(k)
+        {
+            result[i] = true;
+            continue;
+        }
+        todo.push((i, memo, Parsed::new(c.key, c.msg, c.sig)));
+    }
+    let parsed: Option<Vec<&Parsed>> = todo.iter().map(|(_, _, p)| p.as_ref()).collect();
+    let batch_ok = todo.len() >= MIN_BATCH
+        && parsed.is_some_and(|ps| batch_equation_holds(&ps, checks, &todo));
+    for (i, memo, p) in &todo {
+        let ok = batch_ok || p.as_ref().is_some_and(Parsed::verify_one);
+        result[*i] = ok;
+        if ok && let (Some(cache), Some(k)) = (cache, memo) {
+            cache.insert(*k);
+        }
+    }
+    result
+}
+
+/// A signature decoded for the verification equation.
+#[derive(Debug)]
+struct Parsed {
+    r: EdwardsPoint,
+    s: Scalar,
+    k: Scalar,
+    a: EdwardsPoint,
+    a_bytes: [u8; 32],
+}
+
+impl Parsed {
+    /// Decodes `sig`; `None` for a non-canonical `s` or an `R` that is not a curve point.
+    fn new(key: &VerifyingKey, msg: &[u8], sig: &SigBytes) -> Option<Self> {
+        let mut r_bytes = [0u8; 32];
+        let mut s_bytes = [0u8; 32];
+        r_bytes.copy_from_slice(&sig[..32]);
+        s_bytes.copy_from_slice(&sig[32..]);
+        let s = Option::<Scalar>::from(Scalar::from_canonical_bytes(s_bytes))?;
+        let r = CompressedEdwardsY(r_bytes).decompress()?;
+        let mut h = Sha512::new();
+        h.update(r_bytes);
+        h.update(key.as_bytes());
+        h.update(msg);
+        let k = Scalar::from_bytes_mod_order_wide(&h.finalize().into());
+        Some(Self {
+            r,
+            s,
+            k,
+            a: key.to_edwards(),
+            a_bytes: *key.as_bytes(),
+        })
+    }
+
+    /// `[8]([s]B - [k]A - R) == 0`.
+    fn verify_one(&self) -> bool {
+        let sb_minus_ka =
+            EdwardsPoint::vartime_double_scalar_mul_basepoint(&-self.k, &self.a, &self.s);
+        (sb_minus_ka - self.r).mul_by_cofactor().is_identity()
+    }
+}
+
+/// `[8](sum z_i R_i + sum (z_i k_i) A_i - (sum z_i s_i) B) == 0` for 128-bit coefficients
+/// `z_i` derived from a hash of every key, signature and message of the batch (deterministic,
+/// and fixed only once the signatures are). Terms of one key are merged.
+fn batch_equation_holds(
+    parsed: &[&Parsed],
+    checks: &[SigCheck<'_>],
+    todo: &[(usize, Option<Digest32>, Option<Parsed>)],
+) -> bool {
+    let mut seed = Sha512::new();
+    seed.update(b"sim-bft batch verify v1");
+    seed.update((todo.len() as u64).to_le_bytes());
+    for (i, _, _) in todo {
+        let Some(c) = checks.get(*i) else {
+            return false;
+        };
+        seed.update(c.key.as_bytes());
+        seed.update(c.sig);
+        seed.update((c.msg.len() as u64).to_le_bytes());
+        seed.update(c.msg);
+    }
+    let seed = seed.finalize();
+    let mut b_coeff = Scalar::ZERO;
+    let mut scalars = Vec::with_capacity(parsed.len() + 8);
+    let mut points = Vec::with_capacity(parsed.len() + 8);
+    // Per key: the merged coefficient of its A (a few keys sign most requests).
+    let mut keys: std::collections::BTreeMap<[u8; 32], (Scalar, EdwardsPoint)> =
+        std::collections::BTreeMap::new();
+    for (i, p) in parsed.iter().enumerate() {
+        let mut h = Sha512::new();
+        h.update(seed);
+        h.update((i as u64).to_le_bytes());
+        let wide = h.finalize();
+        let mut z16 = [0u8; 16];
+        z16.copy_from_slice(&wide[..16]);
+        let z = Scalar::from(u128::from_le_bytes(z16) | 1);
+        b_coeff -= z * p.s;
+        scalars.push(z);
+        points.push(p.r);
+        let e = keys.entry(p.a_bytes).or_insert((Scalar::ZERO, p.a));
+        e.0 += z * p.k;
+    }
+    for (coeff, point) in keys.into_values() {
+        scalars.push(coeff);
+        points.push(point);
+    }
+    scalars.push(b_coeff);
+    points.push(ED25519_BASEPOINT_POINT);
+    EdwardsPoint::vartime_multiscalar_mul(scalars, points)
+        .mul_by_cofactor()
+        .is_identity()
 }
 
 fn memo_key(key: &VerifyingKey, msg: &[u8], sig: &SigBytes) -> Digest32 {
@@ -181,6 +334,107 @@ impl VerifyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ed25519_dalek::{Signature, Verifier};
+    use proptest::prelude::*;
+
+    /// A signature whose `R` carries a small-order component `T` (a "torsion" signature):
+    /// `R = rB + T`, `s = r + H(R, A, M) a`. Cofactored checks accept it; a cofactorless single
+    /// check rejects it; a cofactorless batch would accept it one time in eight.
+    fn torsion_signature(key: &SigningKey, msg: &[u8]) -> SigBytes {
+        let a = key.to_scalar();
+        let r = Scalar::from(0x1234_5678_9abc_def0_u64);
+        let big_r = EdwardsPoint::mul_base(&r) + curve25519_dalek::constants::EIGHT_TORSION[1];
+        let r_bytes = big_r.compress().to_bytes();
+        let mut h = Sha512::new();
+        h.update(r_bytes);
+        h.update(key.verifying_key().as_bytes());
+        h.update(msg);
+        let k = Scalar::from_bytes_mod_order_wide(&h.finalize().into());
+        let s = r + k * a;
+        let mut sig = [0u8; 64];
+        sig[..32].copy_from_slice(&r_bytes);
+        sig[32..].copy_from_slice(s.as_bytes());
+        sig
+    }
+
+    #[test]
+    fn single_and_batch_checks_agree_on_torsion_signatures() {
+        let key = replica_signing_key(3, 1);
+        let vk = key.verifying_key();
+        let msgs: Vec<Vec<u8>> = (0..16u8).map(|i| vec![i; 40]).collect();
+        let mut sigs: Vec<SigBytes> = msgs.iter().map(|m| sign(&key, m)).collect();
+        sigs[5] = torsion_signature(&key, &msgs[5]);
+        // The cofactorless rule of `Verifier::verify` rejects it alone...
+        assert!(
+            vk.verify(&msgs[5], &Signature::from_bytes(&sigs[5]))
+                .is_err()
+        );
+        // ...ours accepts it alone and in every batch: one rule whichever path is taken.
+        assert!(verify(&vk, &msgs[5], &sigs[5], None));
+        let checks: Vec<SigCheck<'_>> = msgs
+            .iter()
+            .zip(&sigs)
+            .map(|(m, s)| SigCheck {
+                key: &vk,
+                msg: m,
+                sig: s,
+            })
+            .collect();
+        assert!(verify_many(&checks, None).into_iter().all(|ok| ok));
+    }
+
+    #[test]
+    fn batch_with_a_noncanonical_s_or_bad_point_falls_back_per_signature() {
+        let key = replica_signing_key(3, 2);
+        let vk = key.verifying_key();
+        let msgs: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 10]).collect();
+        let mut sigs: Vec<SigBytes> = msgs.iter().map(|m| sign(&key, m)).collect();
+        sigs[1][63] |= 0xf0; // s >= l: non-canonical
+        sigs[4][..32].copy_from_slice(&[0xff; 32]); // not a point encoding
+        let checks: Vec<SigCheck<'_>> = msgs
+            .iter()
+            .zip(&sigs)
+            .map(|(m, s)| SigCheck {
+                key: &vk,
+                msg: m,
+                sig: s,
+            })
+            .collect();
+        let got = verify_many(&checks, None);
+        let want: Vec<bool> = (0..8).map(|i| i != 1 && i != 4).collect();
+        assert_eq!(got, want);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// The batch check says exactly what one check per signature says, memo or not.
+        #[test]
+        fn verify_many_equals_verify_each(
+            corrupt in proptest::collection::vec((0usize..40, 0usize..64, 1u8..=255), 0..4),
+            n in 0usize..40,
+            memo in any::<bool>(),
+        ) {
+            let keys = [replica_signing_key(9, 0), replica_signing_key(9, 1), client_signing_key(9, 0)];
+            let vks: Vec<VerifyingKey> = keys.iter().map(SigningKey::verifying_key).collect();
+            let msgs: Vec<Vec<u8>> = (0..n).map(|i| format!("request {i}").into_bytes()).collect();
+            let mut sigs: Vec<SigBytes> =
+                msgs.iter().enumerate().map(|(i, m)| sign(&keys[i % 3], m)).collect();
+            for (i, byte, x) in corrupt {
+                if let Some(s) = sigs.get_mut(i) {
+                    s[byte] ^= x;
+                }
+            }
+            let checks: Vec<SigCheck<'_>> = (0..n)
+                .map(|i| SigCheck { key: &vks[i % 3], msg: &msgs[i], sig: &sigs[i] })
+                .collect();
+            let cache = VerifyCache::new(64);
+            let cache = memo.then_some(&cache);
+            let want: Vec<bool> = checks.iter().map(|c| verify(c.key, c.msg, c.sig, None)).collect();
+            prop_assert_eq!(verify_many(&checks, cache), want.clone());
+            // Second time through: memo hits must give the same answers.
+            prop_assert_eq!(verify_many(&checks, cache), want);
+        }
+    }
 
     #[test]
     fn keys_are_deterministic_and_distinct() {

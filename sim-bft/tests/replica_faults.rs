@@ -156,6 +156,60 @@ fn forged_client_requests_and_ticks_are_rejected() {
     assert!(h.queue.is_empty());
 }
 
+/// A replica's tick request signed by `signer` (a forgery when `signer` is not `owner`).
+fn tick_request(
+    owner: u32,
+    signer: u32,
+    req_seq: u64,
+    component: u32,
+) -> sim_bft::protocol::SignedRequest {
+    sim_bft::protocol::SignedRequest::sign(
+        &sim_bft::crypto::replica_signing_key(replica_support::SEED, signer),
+        sim_bft::protocol::Request {
+            client: sim_bft::crypto::internal_client_id(owner),
+            req_seq,
+            kind: sim_bft::protocol::RequestKind::Tick,
+            payload: component.to_le_bytes().to_vec(),
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn request_bundles_admit_the_good_requests_and_drop_forged_or_malformed_ones() {
+    let mut h = Harness::new(4, |_| {});
+    // Replica 2 relays a bundle of its own ticks with one forged by replica 3 in the middle.
+    let bundle = vec![
+        tick_request(2, 2, 1, 10),
+        tick_request(2, 2, 2, 11),
+        tick_request(2, 3, 3, 12),
+        tick_request(2, 2, 4, 13),
+        tick_request(2, 2, 5, 14),
+    ];
+    let bytes = codec::encode(&Wire::Requests(bundle)).unwrap();
+    h.input(0, Input::Peer { from: 2, bytes });
+    let m = h.replica(0).metrics();
+    assert_eq!(m.get("bundles_received"), 1, "{m:?}");
+    assert_eq!(m.get("drop_bad_request_signature"), 1, "{m:?}");
+    assert_eq!(m.get("requests_batch_verified"), 4, "{m:?}");
+    assert_eq!(h.replica(0).pending_requests(), 4);
+    // An empty bundle and one over the size limit are dropped unread and change nothing.
+    for requests in [
+        Vec::new(),
+        vec![tick_request(2, 2, 9, 1); sim_bft::replica::MAX_BUNDLE_REQUESTS + 1],
+    ] {
+        let bytes = codec::encode(&Wire::Requests(requests)).unwrap();
+        h.input(0, Input::Peer { from: 2, bytes });
+    }
+    let m = h.replica(0).metrics();
+    assert_eq!(m.get("drop_bad_bundle"), 2, "{m:?}");
+    assert_eq!(h.replica(0).pending_requests(), 4);
+    // The four good ticks execute, in bundle order.
+    h.advance(50);
+    let ticks: Vec<u32> = h.executed[0].iter().flat_map(|e| e.ticks.clone()).collect();
+    assert_eq!(ticks, vec![10, 11, 13, 14]);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 

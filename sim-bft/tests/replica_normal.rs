@@ -4,7 +4,7 @@
 mod replica_support;
 
 use replica_support::Harness;
-use sim_bft::node::Input;
+use sim_bft::node::{Input, Node};
 use sim_bft::protocol::SignedReply;
 use sim_bft::replica::Byzantine;
 
@@ -180,14 +180,21 @@ fn tick_throttle_allows_one_pending_per_component() {
     h.tick(1, 6);
     assert_eq!(h.replica(1).metrics().get("tick_throttled"), 1);
     assert_eq!(h.replica(1).ticks_pending().collect::<Vec<_>>(), vec![5, 6]);
+    // The backup's own ticks leave together, in one bundle, when its flush deadline fires.
     h.deliver_all();
+    assert_eq!(h.replica(1).metrics().get("bundles_sent"), 0);
+    assert_eq!(h.replica(1).next_deadline(), Some(h.now));
+    h.input(1, Input::Timer);
+    assert_eq!(h.replica(1).metrics().get("bundles_sent"), 1);
+    h.deliver_all();
+    assert_eq!(h.replica(0).metrics().get("bundles_received"), 1);
     assert_eq!(h.replica(1).ticks_pending().count(), 0);
     h.tick(1, 5);
     assert_eq!(h.replica(1).metrics().get("ticks_submitted"), 3);
+    h.input(1, Input::Timer);
     h.deliver_all();
     let ticks: Vec<u32> = h.executed[0].iter().flat_map(|e| e.ticks.clone()).collect();
     assert_eq!(ticks, vec![5, 6, 5]);
-    let _ = Input::Timer;
 }
 
 #[test]

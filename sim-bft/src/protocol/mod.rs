@@ -391,6 +391,9 @@ pub enum Wire {
     Signed(SignedMsg),
     /// A client request forwarded to the primary (the client's signature authenticates it).
     Request(SignedRequest),
+    /// Several requests sent together, in order: a replica's own internal requests (ticks)
+    /// produced at one instant. Each request is authenticated by its own signature.
+    Requests(Vec<SignedRequest>),
 }
 
 /// A replica's reply to a client.

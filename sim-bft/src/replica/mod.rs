@@ -189,6 +189,11 @@ pub struct Replica {
 
     vc_deadline: Option<Millis>,
     batch_deadline: Option<Millis>,
+    /// This replica's own internal requests (ticks) admitted but not yet broadcast: they leave
+    /// together in one [`Wire::Requests`] at `flush_deadline`, so a burst of ticks reaches every
+    /// replica in request-number order (no reordering gaps) and costs one message.
+    own_outgoing: Vec<SignedRequest>,
+    flush_deadline: Option<Millis>,
     /// The one tick throttle (ccron's): at most one pending tick per component.
     throttle: TickThrottle,
     /// Per listed component, the local period index in which this replica last sent a tick.
@@ -220,6 +225,8 @@ impl std::fmt::Debug for Replica {
 }
 
 const VERIFIED_MEMO_CAPACITY: usize = 65_536;
+/// Most requests one [`Wire::Requests`] bundle may carry (a longer one is dropped unread).
+pub const MAX_BUNDLE_REQUESTS: usize = 4_096;
 const FUTURE_BUFFER_CAPACITY: usize = 8_192;
 const REPLAY_HISTORY: usize = 64;
 const TICK_FLOOD_FACTOR: u32 = 16;
@@ -288,6 +295,8 @@ impl Replica {
             throttle: TickThrottle::with_max_pending_ms(
                 u64::try_from(cfg.view_change_timeout_ms.saturating_mul(4)).unwrap_or(u64::MAX),
             ),
+            own_outgoing: Vec::new(),
+            flush_deadline: None,
             tick_sent_period: BTreeMap::new(),
             tick_evals: BTreeMap::new(),
             next_internal_req: 1,
@@ -586,6 +595,71 @@ impl Replica {
         }
     }
 
+    /// The canonical bytes a request's signature covers and its verification memo key.
+    fn request_memo(r: &SignedRequest) -> Option<(Vec<u8>, Digest32)> {
+        let bytes = codec::encode(&r.request).ok()?;
+        let mut h = Sha256::new();
+        h.update(&bytes);
+        h.update(r.sig);
+        let memo: Digest32 = h.finalize().into();
+        Some((bytes, memo))
+    }
+
+    /// Checks the signatures of many requests in one batch equation ([`crypto::verify_many`])
+    /// and remembers the good ones, so that [`Self::validate_request`] finds them verified.
+    /// Requests it cannot judge here (vouched, unknown client, malformed) are left to
+    /// `validate_request`; a bad signature is found again there and dropped as usual.
+    fn preverify_requests<'a>(
+        &mut self,
+        requests: impl Iterator<Item = &'a SignedRequest>,
+        signer_vouched: Option<NodeId>,
+    ) {
+        let mut todo = Vec::new();
+        for r in requests {
+            let owner = internal_client_owner(r.request.client);
+            let (client, req_seq) = (r.request.client, r.request.req_seq);
+            if req_seq == 0
+                || (r.request.kind == RequestKind::Tick
+                    && owner.is_some()
+                    && owner == signer_vouched)
+                || self.clients.is_executed(client, req_seq)
+                || self.clients.is_pending(client, req_seq)
+            {
+                continue;
+            }
+            if let Some((bytes, memo)) = Self::request_memo(r)
+                && !self.verified_requests.contains(&memo)
+                && self.ring.client(r.request.client).is_some()
+            {
+                todo.push((bytes, memo, r));
+            }
+        }
+        if todo.len() < 2 {
+            return;
+        }
+        let checks: Vec<crypto::SigCheck<'_>> = todo
+            .iter()
+            .filter_map(|(bytes, _, r)| {
+                Some(crypto::SigCheck {
+                    key: self.ring.client(r.request.client)?,
+                    msg: bytes,
+                    sig: &r.sig,
+                })
+            })
+            .collect();
+        let verdicts = crypto::verify_many(&checks, self.cfg.verify_cache.as_ref());
+        let good: Vec<Digest32> = todo
+            .iter()
+            .zip(verdicts)
+            .filter_map(|((_, memo, _), ok)| ok.then_some(*memo))
+            .collect();
+        self.metrics
+            .add("requests_batch_verified", good.len() as u64);
+        for memo in good {
+            self.remember_verified(memo);
+        }
+    }
+
     /// Checks a request's form, authorisation and signature. `signer_vouched` is true when the
     /// request's signer also signed the enclosing message (a primary's own tick in its
     /// pre-prepare), so the enclosing signature already authenticates it.
@@ -627,13 +701,9 @@ impl Replica {
         if r.request.req_seq == 0 {
             return Err("drop_invalid_request");
         }
-        let Ok(bytes) = codec::encode(&r.request) else {
+        let Some((bytes, memo)) = Self::request_memo(r) else {
             return Err("drop_invalid_request");
         };
-        let mut h = Sha256::new();
-        h.update(&bytes);
-        h.update(r.sig);
-        let memo: Digest32 = h.finalize().into();
         if self.verified_requests.contains(&memo) {
             return Ok(());
         }
@@ -704,21 +774,22 @@ impl Replica {
                 return;
             }
         }
-        if let Some(r) = fwd
-            && let Ok(bytes) = codec::encode(&Wire::Request(r))
-        {
-            // A backup's own internal requests go to every replica, so that all of them
-            // watch for their ordering (a primary that ignores them gets replaced: one
-            // replica's timer alone cannot gather a view-change quorum). Other requests are
-            // broadcast by their clients; the backup only relays them to the primary.
-            out.push(if own.is_some() {
-                Output::Broadcast { bytes }
-            } else {
-                Output::Send {
+        if let Some(r) = fwd {
+            if own.is_some() {
+                // A backup's own internal requests go to every replica, so that all of them
+                // watch for their ordering (a primary that ignores them gets replaced: one
+                // replica's timer alone cannot gather a view-change quorum). They leave
+                // together at the flush deadline (see `own_outgoing`).
+                self.own_outgoing.push(r);
+                self.flush_deadline.get_or_insert(now);
+            } else if let Ok(bytes) = codec::encode(&Wire::Request(r)) {
+                // Other requests are broadcast by their clients; the backup only relays them
+                // to the primary.
+                out.push(Output::Send {
                     to: self.primary(),
                     bytes,
-                }
-            });
+                });
+            }
         }
         if self.vc_deadline.is_none() {
             self.vc_deadline = Some(now + self.vc_timeout());
@@ -825,6 +896,58 @@ impl Replica {
         }
     }
 
+    /// Admits the requests of a [`Wire::Requests`] bundle from replica `from`, in order.
+    /// Each request stands on its own signature; the bundle only saves messages and keeps
+    /// the requests' order.
+    fn admit_bundle(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        requests: Vec<SignedRequest>,
+        out: &mut Vec<Output>,
+    ) {
+        if requests.is_empty() || requests.len() > MAX_BUNDLE_REQUESTS {
+            return self.drop_msg("drop_bad_bundle", Some(from));
+        }
+        self.metrics.inc("bundles_received");
+        self.preverify_requests(requests.iter(), None);
+        for r in requests {
+            self.admit_request(now, r, false, out);
+        }
+    }
+
+    /// Broadcasts this replica's pending own requests (see `own_outgoing`) in bundles of at
+    /// most [`MAX_BUNDLE_REQUESTS`] requests and about a quarter of the message size limit.
+    fn flush_own_requests(&mut self, out: &mut Vec<Output>) {
+        self.flush_deadline = None;
+        let mut rest = std::mem::take(&mut self.own_outgoing)
+            .into_iter()
+            .peekable();
+        let budget = self.cfg.max_message_bytes / 4;
+        while rest.peek().is_some() {
+            let mut bundle = Vec::new();
+            let mut bytes = 0usize;
+            while let Some(r) = rest.next_if(|r| {
+                bundle.is_empty()
+                    || (bundle.len() < MAX_BUNDLE_REQUESTS
+                        && bytes.saturating_add(r.request.payload.len() + 128) <= budget)
+            }) {
+                bytes = bytes.saturating_add(r.request.payload.len() + 128);
+                bundle.push(r);
+            }
+            match codec::encode(&Wire::Requests(bundle)) {
+                Ok(bytes) => {
+                    self.metrics.inc("bundles_sent");
+                    out.push(Output::Broadcast { bytes });
+                }
+                Err(e) => {
+                    warn!(replica = self.cfg.id, error = %e, "cannot encode a request bundle");
+                    self.metrics.inc("encode_error");
+                }
+            }
+        }
+    }
+
     fn on_peer(&mut self, now: Millis, from: NodeId, bytes: &[u8], out: &mut Vec<Output>) {
         if from >= self.cfg.n {
             return self.drop_msg("drop_unknown_sender", Some(from));
@@ -838,6 +961,7 @@ impl Replica {
         };
         let msg = match wire {
             Wire::Request(r) => return self.admit_request(now, r, false, out),
+            Wire::Requests(rs) => return self.admit_bundle(now, from, rs, out),
             Wire::Signed(m) => m,
         };
         let payload = match msg.open(
@@ -1212,6 +1336,7 @@ impl Replica {
             };
             return self.drop_msg(reason, Some(from));
         }
+        self.preverify_requests(batch.requests.iter(), Some(from));
         for r in &batch.requests {
             if let Err(reason) = self.validate_request(r, Some(from)) {
                 self.metrics.inc(reason);
@@ -1964,6 +2089,9 @@ impl Replica {
     // ----- timers ----------------------------------------------------------------------------
 
     fn on_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if self.flush_deadline.is_some_and(|d| now >= d) {
+            self.flush_own_requests(out);
+        }
         if let Some(d) = self.vc_deadline
             && now >= d
         {
@@ -2234,6 +2362,7 @@ impl Node for Replica {
         [
             self.vc_deadline,
             self.batch_deadline,
+            self.flush_deadline,
             self.behind_since.as_ref().map(|(d, _)| *d),
             self.transfer.as_ref().map(|t| t.deadline_ms),
         ]

@@ -26,6 +26,9 @@ pub const INBOX_CAPACITY: usize = 1 << 16;
 pub const OBSERVER_CAPACITY: usize = 1 << 18;
 /// Longest a messaging thread sleeps without a deadline (it re-checks for shutdown).
 const IDLE_WAIT_MS: u64 = 50;
+/// Most queued ticks the messaging thread takes in one go after a first one (bounded so the
+/// network inbox is never starved).
+const TICK_DRAIN_MAX: usize = 4_096;
 
 /// The real clock: milliseconds since the Unix epoch. The runtime's only clock read.
 pub fn wall_clock_ms() -> Millis {
@@ -218,6 +221,16 @@ impl<N: Node> Worker<N> {
                 recv(self.ticks) -> t => match t {
                     Ok(TickInternalMsg { component }) => {
                         self.step(Input::InternalTick { component }, &mut out);
+                        // Ticks the generator sent at the same instant are taken now, so that
+                        // the replica's own requests leave in one bundle.
+                        for _ in 0..TICK_DRAIN_MAX {
+                            match self.ticks.try_recv() {
+                                Ok(TickInternalMsg { component }) => {
+                                    self.step(Input::InternalTick { component }, &mut out);
+                                }
+                                Err(_) => break,
+                            }
+                        }
                     }
                     // The generator stopped: no more ticks; keep serving the inbox.
                     Err(_) => self.ticks = crossbeam_channel::never(),
