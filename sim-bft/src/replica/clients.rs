@@ -75,6 +75,10 @@ pub struct ClientsManager {
     next_arrival: u64,
     max_pending: usize,
     max_per_client: usize,
+    /// The cap of replicas' internal clients (at least `max_per_client`): a replica's tick
+    /// throttle keeps at most one tick pending per component, so this is sized from the
+    /// number of listed components, not from what a user client may queue.
+    max_per_internal_client: usize,
 }
 
 impl ClientsManager {
@@ -83,7 +87,23 @@ impl ClientsManager {
         Self {
             max_pending,
             max_per_client,
+            max_per_internal_client: max_per_client,
             ..Self::default()
+        }
+    }
+
+    /// Lets each replica's internal client hold up to `cap` pending requests (never fewer
+    /// than a user client may).
+    pub fn with_internal_cap(mut self, cap: usize) -> Self {
+        self.max_per_internal_client = cap.max(self.max_per_client);
+        self
+    }
+
+    fn cap_of(&self, client: ClientId) -> usize {
+        if crate::crypto::internal_client_owner(client).is_some() {
+            self.max_per_internal_client
+        } else {
+            self.max_per_client
         }
     }
 
@@ -122,7 +142,7 @@ impl ClientsManager {
             return Admission::AlreadyPending;
         }
         let count = self.per_client.get(&key.0).copied().unwrap_or(0);
-        if self.pending.len() >= self.max_pending || count >= self.max_per_client {
+        if self.pending.len() >= self.max_pending || count >= self.cap_of(key.0) {
             return Admission::Full;
         }
         let arrival = self.next_arrival;
@@ -146,7 +166,7 @@ impl ClientsManager {
     /// Whether one more request of `client` would fit the pending limits.
     pub fn has_room(&self, client: ClientId) -> bool {
         self.pending.len() < self.max_pending
-            && self.per_client.get(&client).copied().unwrap_or(0) < self.max_per_client
+            && self.per_client.get(&client).copied().unwrap_or(0) < self.cap_of(client)
     }
 
     /// Whether `(client, req_seq)` is pending.
@@ -325,6 +345,37 @@ mod tests {
         }
         m.record_executed(client, req_seq, req_seq, req_seq.to_le_bytes().to_vec());
         true
+    }
+
+    fn request(client: ClientId, req_seq: u64) -> SignedRequest {
+        SignedRequest {
+            request: crate::protocol::Request {
+                client,
+                req_seq,
+                kind: crate::protocol::RequestKind::Write,
+                payload: Vec::new(),
+            },
+            sig: [0; 64],
+        }
+    }
+
+    #[test]
+    fn internal_clients_get_their_own_pending_cap() {
+        let internal = crate::crypto::internal_client_id(1);
+        let mut m = ClientsManager::new(100, 2).with_internal_cap(5);
+        for seq in 1..=5 {
+            assert!(m.has_room(internal));
+            assert_eq!(m.admit(request(internal, seq), 0), Admission::Added);
+        }
+        assert!(!m.has_room(internal));
+        assert_eq!(m.admit(request(internal, 6), 0), Admission::Full);
+        assert_eq!(m.admit(request(3, 1), 0), Admission::Added);
+        assert_eq!(m.admit(request(3, 2), 0), Admission::Added);
+        assert_eq!(m.admit(request(3, 3), 0), Admission::Full);
+        // Never below a user client's cap.
+        let m = ClientsManager::new(100, 4).with_internal_cap(0);
+        assert_eq!(m.max_per_internal_client, 4);
+        m.check().unwrap();
     }
 
     #[test]

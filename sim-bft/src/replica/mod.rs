@@ -257,7 +257,8 @@ impl Replica {
         let key = crypto::replica_signing_key(cfg.key_seed, cfg.id);
         let ring = Keyring::from_seed(cfg.key_seed, cfg.n, cfg.num_clients);
         let pages = MemPages::new(cfg.page_size, cfg.num_pages);
-        let clients = ClientsManager::new(cfg.max_pending, cfg.max_pending_per_client);
+        let clients = ClientsManager::new(cfg.max_pending, cfg.max_pending_per_client)
+            .with_internal_cap(cfg.tick_components.len());
         let mut r = Self {
             key,
             ring,
