@@ -259,3 +259,41 @@ fn extreme_clock_values_from_a_byzantine_primary_do_not_panic() {
         }
     }
 }
+
+#[test]
+fn restarted_primary_keeps_its_view_and_its_next_batches_commit() {
+    // Restarts right after each of the first checkpoints too, when the log holds no batch
+    // whose certificate the primary could reuse.
+    for writes in 3..=12 {
+        let mut h = Harness::new(4, |c| {
+            c.max_in_flight = 1;
+            c.checkpoint_interval = 4;
+            c.log_window = 8;
+        });
+        for k in 0..writes {
+            h.put(0, &format!("k{k}"), "v");
+            h.advance(10);
+        }
+        let before = h.replica(1).last_executed();
+        // The primary crashes and restarts from its storage at once.
+        h.crash(0);
+        h.recover(0);
+        for k in 0..5 {
+            h.put(0, &format!("after{k}"), "v");
+            h.advance(10);
+        }
+        // Its next proposals are accepted (with a certificate from its log, or bounded tightly
+        // when it has none yet): no view change.
+        for i in 0..4 {
+            assert_eq!(
+                h.replica(i).view(),
+                0,
+                "{writes} writes: replica {i} changed view"
+            );
+            assert!(
+                h.replica(i).last_executed() >= before + 5,
+                "{writes} writes: replica {i} stalled"
+            );
+        }
+    }
+}
