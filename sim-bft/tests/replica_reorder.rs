@@ -43,10 +43,21 @@ fn a_lower_request_arriving_after_a_higher_one_executes_exactly_once() {
     for i in 0..4 {
         assert_eq!(h.replica(i).metrics().get("duplicate_execution_skipped"), 0);
     }
+    // Both replies are cached (the client's most recent ones), so both are re-sent.
     assert_eq!(
         h.replies.len(),
-        12,
-        "only the cached reply of request 2 is re-sent"
+        16,
+        "each repeat gets its cached reply again"
+    );
+    assert_eq!(
+        h.replies[8..12],
+        h.replies[4..8],
+        "request 1's reply, unchanged"
+    );
+    assert_eq!(
+        h.replies[12..16],
+        h.replies[0..4],
+        "request 2's reply, unchanged"
     );
     h.assert_agreement(&[0, 1, 2, 3]);
 }

@@ -34,10 +34,47 @@ pub struct ClientRecord {
     /// Request numbers in `(last_req_seq - EXECUTED_WINDOW, last_req_seq)` not executed yet,
     /// ascending (normally empty: only reordering leaves gaps).
     pub gaps: Vec<u64>,
+    /// The reply cache: the replies of the client's [`REPLY_CACHE`] highest executed requests,
+    /// ascending by request number, so a retransmission of any of them (a client may keep
+    /// several requests outstanding) is answered again, not only the highest one's.
+    pub replies: Vec<CachedReply>,
+}
+
+/// How many of a client's most recent replies its record keeps for re-sending.
+pub const REPLY_CACHE: usize = 16;
+
+/// One cached reply (part of checkpoints).
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct CachedReply {
+    /// The client's request number.
+    pub req_seq: u64,
     /// Sequence number of the batch that executed it.
-    pub last_batch_seq: u64,
-    /// The result of that request (the reply cache).
-    pub last_result: Vec<u8>,
+    pub batch_seq: u64,
+    /// The application's result.
+    pub result: Vec<u8>,
+}
+
+impl ClientRecord {
+    /// The cached reply of request `req_seq`, if it is among the most recent ones.
+    pub fn reply(&self, req_seq: u64) -> Option<&CachedReply> {
+        self.replies
+            .binary_search_by_key(&req_seq, |r| r.req_seq)
+            .ok()
+            .and_then(|i| self.replies.get(i))
+    }
+
+    fn cache_reply(&mut self, reply: CachedReply) {
+        match self
+            .replies
+            .binary_search_by_key(&reply.req_seq, |r| r.req_seq)
+        {
+            Ok(i) => self.replies[i] = reply,
+            Err(i) => self.replies.insert(i, reply),
+        }
+        if self.replies.len() > REPLY_CACHE {
+            self.replies.remove(0);
+        }
+    }
 }
 
 /// A request waiting to be ordered.
@@ -257,8 +294,7 @@ impl ClientsManager {
             client,
             last_req_seq: 0,
             gaps: Vec::new(),
-            last_batch_seq: 0,
-            last_result: Vec::new(),
+            replies: Vec::new(),
         });
         if req_seq > rec.last_req_seq {
             // Everything skipped between the old highest and this one is a new gap (within
@@ -268,11 +304,14 @@ impl ClientsManager {
             rec.gaps.retain(|g| *g >= floor);
             rec.gaps.extend(first_new..req_seq);
             rec.last_req_seq = req_seq;
-            rec.last_batch_seq = seq;
-            rec.last_result = result;
         } else if let Ok(i) = rec.gaps.binary_search(&req_seq) {
             rec.gaps.remove(i);
         }
+        rec.cache_reply(CachedReply {
+            req_seq,
+            batch_seq: seq,
+            result,
+        });
         let low = rec.last_req_seq.saturating_sub(EXECUTED_WINDOW - 1);
         let mut settled: Vec<u64> = self
             .pending
@@ -324,6 +363,15 @@ impl ClientsManager {
                 || r.gaps.iter().any(|g| *g <= low || *g >= r.last_req_seq)
             {
                 return Err(format!("client {} gaps out of order or window", r.client));
+            }
+            if r.replies.len() > REPLY_CACHE
+                || !r.replies.windows(2).all(|w| w[0].req_seq < w[1].req_seq)
+                || r.replies.iter().any(|c| c.req_seq > r.last_req_seq)
+            {
+                return Err(format!(
+                    "client {} reply cache out of order or bounds",
+                    r.client
+                ));
             }
         }
         let total: usize = self.per_client.values().sum();
@@ -391,7 +439,26 @@ mod tests {
         assert!(exec(&mut m, 7, 3));
         assert!(m.record(7).unwrap().gaps.is_empty());
         assert_eq!(m.last_req_seq(7), 5);
-        assert_eq!(m.record(7).unwrap().last_result, 5u64.to_le_bytes());
+        let rec = m.record(7).unwrap();
+        // Every executed request's reply is cached, not only the highest one's.
+        for r in 1..=5u64 {
+            assert_eq!(rec.reply(r).unwrap().result, r.to_le_bytes());
+            assert_eq!(rec.reply(r).unwrap().batch_seq, r);
+        }
+        assert!(rec.reply(6).is_none());
+        m.check().unwrap();
+    }
+
+    #[test]
+    fn the_reply_cache_keeps_the_most_recent_replies_in_order() {
+        let mut m = ClientsManager::new(16, 16);
+        for r in (1..=40u64).rev().step_by(2).chain((1..=40).step_by(2)) {
+            exec(&mut m, 4, r);
+        }
+        let rec = m.record(4).unwrap();
+        let kept: Vec<u64> = rec.replies.iter().map(|c| c.req_seq).collect();
+        assert_eq!(kept, (40 - REPLY_CACHE as u64 + 1..=40).collect::<Vec<_>>());
+        assert!(rec.reply(40 - REPLY_CACHE as u64).is_none());
         m.check().unwrap();
     }
 

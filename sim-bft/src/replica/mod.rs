@@ -744,14 +744,14 @@ impl Replica {
             return self.drop_msg("drop_unauthorized_tick", None);
         }
         if self.clients.is_executed(client, req_seq) {
-            // Exactly once: re-send the cached reply for an exact repeat of the last request.
+            // Exactly once: re-send the cached reply of a repeated request (one of the client's
+            // most recent ones; see `clients::REPLY_CACHE`).
             self.metrics.inc("duplicate_request");
-            if let Some(rec) = self.clients.record(client)
-                && rec.last_req_seq == req_seq
-                && direct
+            if direct
                 && internal_client_owner(client).is_none()
+                && let Some(c) = self.clients.record(client).and_then(|r| r.reply(req_seq))
             {
-                let (seq, result) = (rec.last_batch_seq, rec.last_result.clone());
+                let (seq, result) = (c.batch_seq, c.result.clone());
                 self.reply(client, req_seq, seq, result, out);
             }
             return;
