@@ -391,6 +391,50 @@ impl CronSchedule {
         }
         out
     }
+
+    /// The latest `count` fire instants in `(after_ms, through_ms]`, ascending (fewer when the
+    /// interval holds fewer).
+    ///
+    /// A catch-up after a long stall wants the *most recent* missed instants without walking
+    /// every one of them (a job every second, a year late, has 31 million): the interval is
+    /// walked forward only when it holds few instants; otherwise it is halved, latest half
+    /// first. Fire instants are distinct whole seconds, so a half of fewer than
+    /// `2·count + 8` seconds is always walked: the recursion ends, after O(count · log(span))
+    /// searches.
+    pub fn latest_in(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Vec<TimeMs> {
+        if count == 0 || through_ms <= after_ms {
+            return Vec::new();
+        }
+        let walk_limit = count.saturating_mul(2).saturating_add(8);
+        let mut ring = std::collections::VecDeque::with_capacity(count.min(MAX_PREVIEW_COUNT));
+        let mut at_ms = after_ms;
+        let mut walked = 0usize;
+        loop {
+            match self.next_after(at_ms) {
+                Some(t) if t <= through_ms => {
+                    if ring.len() == count {
+                        ring.pop_front();
+                    }
+                    ring.push_back(t);
+                    at_ms = t;
+                    walked += 1;
+                    if walked >= walk_limit {
+                        break;
+                    }
+                }
+                _ => return ring.into(),
+            }
+        }
+        // Too many to walk: the latest half first, then what is still missing from the earlier.
+        let mid_ms = ((i128::from(after_ms) + i128::from(through_ms)) / 2) as TimeMs;
+        let mut latest = self.latest_in(mid_ms, through_ms, count);
+        if latest.len() < count {
+            let mut earlier = self.latest_in(after_ms, mid_ms, count - latest.len());
+            earlier.append(&mut latest);
+            latest = earlier;
+        }
+        latest
+    }
 }
 
 impl TryFrom<CronScheduleData> for CronSchedule {
