@@ -7,8 +7,10 @@
 //! [`ccron::schedule::ScheduleRequest`] create, upsert, replace, pause, resume and cancel
 //! schedules (applied with the batch's sequence number and agreed time); a committed tick of the
 //! book's component runs what is due (and the ledger's cron tables of that component, if any);
-//! the ledger snapshot carries the book's pages and the outbox, so a restart or a state transfer
-//! restores both with the tables (the tables' schedules live in the replica's reserved pages).
+//! the book and the outbox live in the book's own reserved pages (the book's range, then the
+//! outbox's, both through `ccron::codec`), which the ledger snapshot carries, so a restart or a
+//! state transfer restores both with the tables (the tables' schedules live in the replica's
+//! reserved pages) and a restarted replica's outbox consumer sees the same records.
 //!
 //! [`ScheduledLedger`] is the `--ledger orders` demo built that way: a [`CronLedger`] over
 //! [`OrderState`] with no tables and a book whose handler `expire-order` marks an order expired
@@ -51,10 +53,58 @@ pub struct BookConfig {
     pub limits: Limits,
     /// Reserved pages of the book (4 KiB each), carried by the ledger snapshot.
     pub book_pages: u32,
+    /// Reserved pages of the outbox (4 KiB each), after the book's. The outbox's limits are
+    /// derived from them ([`BookConfig::outbox_limits`]) so that a full outbox always fits: an
+    /// append beyond them is a typed error of the emitting handler, never a lost save.
+    pub outbox_pages: u32,
 }
 
-/// What the ledger snapshot holds for the book: its pages and the encoded outbox.
-pub(crate) type BookWire = (Vec<(u32, Vec<u8>)>, Vec<u8>);
+/// Page size of a book's pages.
+const PAGE_BYTES: usize = 4_096;
+
+/// Most records a ledger outbox holds (the demo never trims: see `docs/outbox.md`).
+const OUTBOX_MAX_RECORDS: usize = 1_024;
+
+/// Encoded bytes per outbox record beyond its counted size: occurrence id (20) and two length
+/// prefixes (16).
+const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 36;
+
+impl BookConfig {
+    /// The outbox limits the outbox pages can always hold (all zero without outbox pages).
+    pub fn outbox_limits(&self) -> OutboxLimits {
+        let capacity = self
+            .outbox_range()
+            .map_or(0, |r| codec::capacity(r, PAGE_BYTES));
+        // At least ~128 bytes of capacity per record held, so small ranges still hold some.
+        let max_records = OUTBOX_MAX_RECORDS.min(capacity / 128);
+        // Version, first index and the vector length (rounded up), plus per-record overhead.
+        let fixed = 64 + max_records * OUTBOX_RECORD_OVERHEAD_BYTES;
+        let total = capacity.saturating_sub(fixed);
+        OutboxLimits {
+            max_records,
+            max_record_bytes: total.min(OutboxLimits::default().max_record_bytes),
+            max_total_bytes: total,
+        }
+    }
+
+    /// The book's pages.
+    fn book_range(&self) -> Option<PageRange> {
+        PageRange::new(0, self.book_pages)
+    }
+
+    /// The outbox's pages, right after the book's.
+    fn outbox_range(&self) -> Option<PageRange> {
+        PageRange::new(self.book_pages, self.outbox_pages)
+    }
+
+    /// Pages of the store holding both.
+    fn total_pages(&self) -> u32 {
+        self.book_pages.saturating_add(self.outbox_pages)
+    }
+}
+
+/// The ledger snapshot's part for the book: its pages (book, then outbox).
+pub(crate) type BookWire = Vec<(u32, Vec<u8>)>;
 
 /// The schedule-book part of a [`CronLedger`] (see the module documentation).
 pub struct LedgerScheduler<S> {
@@ -84,8 +134,8 @@ impl<S> LedgerScheduler<S> {
             cfg,
             book: Scheduler::new(cfg.component, cfg.limits),
             handlers,
-            outbox: Outbox::new(OutboxLimits::default()),
-            pages: MemPages::new(4_096, cfg.book_pages),
+            outbox: Outbox::new(cfg.outbox_limits()),
+            pages: MemPages::new(PAGE_BYTES, cfg.total_pages()),
             translate: None,
         }
     }
@@ -117,8 +167,13 @@ impl<S> LedgerScheduler<S> {
     }
 
     fn range(cfg: BookConfig) -> Result<PageRange, AppError> {
-        PageRange::new(0, cfg.book_pages)
+        cfg.book_range()
             .ok_or_else(|| AppError::BadSnapshot("no pages for the schedule book".into()))
+    }
+
+    fn outbox_range(cfg: BookConfig) -> Result<PageRange, AppError> {
+        cfg.outbox_range()
+            .ok_or_else(|| AppError::BadSnapshot("no pages for the outbox".into()))
     }
 
     /// The schedule request `payload` carries, if any.
@@ -144,6 +199,7 @@ impl<S> LedgerScheduler<S> {
 
     /// Runs what is due on `tick` against `state`; returns the handler runs.
     pub(crate) fn on_tick(&mut self, tick: &Tick, state: &mut S) -> u64 {
+        let head = self.outbox.head();
         let report = self
             .book
             .on_tick(tick, state, &mut self.handlers, &mut self.outbox);
@@ -151,6 +207,17 @@ impl<S> LedgerScheduler<S> {
             tracing::warn!(errors = ?report.errors, "scheduler tick errors");
         }
         self.persist();
+        // Only handler runs append: rewrite the outbox's pages when they did.
+        if self.outbox.head() != head {
+            let saved = Self::outbox_range(self.cfg).and_then(|range| {
+                self.outbox
+                    .save(&mut self.pages, range)
+                    .map_err(|e| AppError::TickRejected(e.to_string()))
+            });
+            if let Err(e) = saved {
+                tracing::error!(error = %e, "outbox not saved");
+            }
+        }
         report.fired.len() as u64
     }
 
@@ -165,26 +232,24 @@ impl<S> LedgerScheduler<S> {
         }
     }
 
-    /// The book's part of the ledger snapshot.
+    /// The book's part of the ledger snapshot: its pages (book and outbox).
     pub(crate) fn to_wire(&self) -> BookWire {
-        (
-            self.pages.snapshot(),
-            self.outbox.encode().unwrap_or_default(),
-        )
+        self.pages.snapshot()
     }
 
-    /// Decodes the book's part of a snapshot (nothing changes here: see [`Self::install`]).
+    /// Decodes the book's part of a snapshot, reloading the book and the outbox from the pages
+    /// (nothing changes here: see [`Self::install`]).
     pub(crate) fn decode_wire(
         cfg: BookConfig,
-        (pages, outbox): BookWire,
+        pages: BookWire,
     ) -> Result<(MemPages, Scheduler, Outbox), AppError> {
         let bad = |e: String| AppError::BadSnapshot(e);
-        let mut mem = MemPages::new(4_096, cfg.book_pages);
+        let mut mem = MemPages::new(PAGE_BYTES, cfg.total_pages());
         mem.restore(&pages).map_err(|e| bad(e.to_string()))?;
         let book = Scheduler::load(cfg.component, cfg.limits, &mem, Self::range(cfg)?)
             .map_err(|e| bad(e.to_string()))?;
-        let outbox =
-            Outbox::decode(&outbox, OutboxLimits::default()).map_err(|e| bad(e.to_string()))?;
+        let outbox = Outbox::load(&mem, Self::outbox_range(cfg)?, cfg.outbox_limits())
+            .map_err(|e| bad(e.to_string()))?;
         Ok((mem, book, outbox))
     }
 
@@ -205,6 +270,8 @@ pub struct SchedAppConfig {
     pub limits: Limits,
     /// Reserved pages of the book (4 KiB each).
     pub book_pages: u32,
+    /// Reserved pages of the outbox (4 KiB each; see [`BookConfig::outbox_pages`]).
+    pub outbox_pages: u32,
     /// Expiry delay of an order placed by a `Put`.
     pub expiry_ms: i64,
     /// Whether key-value `Put`/`Delete` requests place and pay orders (see the module docs).
@@ -220,6 +287,7 @@ impl Default for SchedAppConfig {
                 ..Limits::default()
             },
             book_pages: 40,
+            outbox_pages: 64,
             expiry_ms: 3_000,
             puts_as_orders: false,
         }
@@ -312,6 +380,7 @@ impl ScheduledLedger {
             position: 0,
             limits: cfg.limits,
             book_pages: cfg.book_pages,
+            outbox_pages: cfg.outbox_pages,
         };
         let mut book = LedgerScheduler::new(book_cfg, order_handlers());
         if cfg.puts_as_orders {
@@ -446,6 +515,7 @@ mod tests {
                 ..Limits::default()
             },
             book_pages: 9,
+            outbox_pages: 3,
         };
         CronLedger::new(OrderState::default(), registry)
             .with_scheduler(LedgerScheduler::new(cfg, order_handlers()))
@@ -453,6 +523,43 @@ mod tests {
 
     fn req(r: &ScheduleRequest) -> Vec<u8> {
         ScheduledLedger::payload(r).unwrap()
+    }
+
+    /// A full outbox (at its derived limits, largest records) always fits its pages.
+    #[test]
+    fn derived_outbox_limits_always_fit_the_pages() {
+        for outbox_pages in [1, 3, 64] {
+            let cfg = BookConfig {
+                component: 1,
+                position: 0,
+                limits: Limits::default(),
+                book_pages: 2,
+                outbox_pages,
+            };
+            let limits = cfg.outbox_limits();
+            assert!(
+                limits.max_records > 0 && limits.max_total_bytes > 0,
+                "{limits:?}"
+            );
+            let mut outbox = Outbox::new(limits);
+            let per = (limits.max_total_bytes / limits.max_records).min(limits.max_record_bytes);
+            let mut n = 0;
+            while outbox
+                .append(ccron::outbox::OutboxRecord::new(
+                    ccron::outbox::OccurrenceId::new(1, 2, n),
+                    "",
+                    vec![7; per],
+                ))
+                .is_ok()
+            {
+                n += 1;
+            }
+            assert_eq!(outbox.len(), limits.max_records);
+            let mut pages = MemPages::new(PAGE_BYTES, cfg.total_pages());
+            outbox
+                .save(&mut pages, cfg.outbox_range().unwrap())
+                .unwrap();
+        }
     }
 
     #[test]
@@ -512,6 +619,12 @@ mod tests {
         b.reload(&pages).unwrap();
         assert_eq!(b.digest(), a.digest());
         assert_eq!(b.scheduler().unwrap().book(), a.scheduler().unwrap().book());
+        // The outbox came back from the book's pages, record for record.
+        assert_eq!(
+            b.scheduler().unwrap().outbox(),
+            a.scheduler().unwrap().outbox()
+        );
+        assert_eq!(b.scheduler().unwrap().outbox().len(), 2);
         let mut pages_b = pages.clone();
         let step = |l: &mut CronLedger<OrderState>, p: &mut MemPages| {
             l.execute(
