@@ -1005,6 +1005,11 @@ fn budget_counts_runs_and_a_partial_catch_up_resumes() {
         .unwrap()
         .unwrap();
     assert_eq!(r2.tick(late).len(), 4); // 2..=5 min; 6..=11 owed
+    assert_eq!(
+        r2.book.get(a).unwrap().owed,
+        Some((6 * MIN, 11 * MIN)),
+        "visible in the view"
+    );
     assert_eq!(r2.tick(late).len(), 4); // 6..=9 min
     let runs = r2.tick(14 * MIN + MIN / 2);
     assert_eq!(
@@ -1277,4 +1282,66 @@ proptest! {
         capped_sorted.sort();
         prop_assert_eq!(capped_sorted, free_sorted);
     }
+}
+
+/// With jitter, an occurrence counts as reached at its jittered instant: a tick between an
+/// occurrence's nominal and jittered instants neither runs it early nor drops it.
+#[test]
+fn jitter_delays_reaching_without_dropping() {
+    let mut r = Rig::new(Limits::default());
+    // Find a schedule id whose jitter offset is large (ids are dense: try a few).
+    let mut chosen = None;
+    for _ in 0..20 {
+        let id = r
+            .apply(
+                ScheduleRequest::Create(
+                    NewSchedule::new(
+                        "report",
+                        Timing::Every {
+                            period_ms: 10_000,
+                            start_ms: Some(10_000),
+                        },
+                    )
+                    .with_jitter_ms(5_000),
+                ),
+                0,
+            )
+            .unwrap()
+            .unwrap();
+        let offset = match r.book.preview(id, 1)[0] {
+            Due::Time(t) => t,
+            Due::Seq(_) => unreachable!(),
+        };
+        assert_eq!(offset, 10_000, "previews are nominal");
+        chosen.get_or_insert(id);
+    }
+    // Learn each schedule's offset from the tick that first runs it, 1 ms at a time, then
+    // check a tick between a later nominal and jittered instant.
+    let mut offsets = std::collections::BTreeMap::new();
+    let mut t = 10_000;
+    while offsets.len() < 20 {
+        for (id, due) in r.tick(t) {
+            assert_eq!(due, Due::Time(10_000));
+            offsets.entry(id).or_insert(t - 10_000);
+        }
+        t += 1;
+        assert!(t <= 15_001, "every offset is within the jitter");
+    }
+    let (&id, &offset) = offsets.iter().max_by_key(|(_, o)| **o).unwrap();
+    assert!(offset > 1_000, "{offsets:?}");
+    // Nominal 20 s and 30 s have passed at 30 s + offset/2, but 30 s's jittered instant has
+    // not: the tick runs 20 s (fire once: the latest *reached*), and 30 s stays next.
+    let runs: Vec<_> = r
+        .tick(30_000 + offset / 2)
+        .into_iter()
+        .filter(|(i, _)| *i == id)
+        .collect();
+    assert_eq!(runs, vec![at(id, 20_000)]);
+    assert_eq!(r.book.get(id).unwrap().next, Some(Due::Time(30_000)));
+    let runs: Vec<_> = r
+        .tick(30_000 + offset)
+        .into_iter()
+        .filter(|(i, _)| *i == id)
+        .collect();
+    assert_eq!(runs, vec![at(id, 30_000)]);
 }

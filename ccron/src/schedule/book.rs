@@ -313,6 +313,9 @@ pub struct ScheduleInfo {
     pub next: Option<Due>,
     /// Its runs so far.
     pub runs: u64,
+    /// Runs of a catch-up the fire budget carried over: the first and last owed occurrence
+    /// (run before `next`, on the next ticks).
+    pub owed: Option<(TimeMs, TimeMs)>,
 }
 
 /// One run of a handler in a tick.
@@ -560,6 +563,7 @@ impl Scheduler {
             paused: r.paused,
             next: r.next,
             runs: r.runs,
+            owed: r.owed,
         })
     }
 
@@ -1072,6 +1076,13 @@ impl Scheduler {
         let (Due::Time(r1), Some(now)) = (due, now_ms) else {
             return (Vec::new(), rec.next);
         };
+        // An occurrence is reached when its *jittered* instant has passed: with jitter J, the
+        // tick at `now` has reached the nominal occurrences <= now - J. One nominally past but
+        // not yet at its jittered instant is neither run early nor dropped: it stays next.
+        // (The record was taken because r1 + J <= now, so r1 is reached.)
+        let now = now
+            .saturating_sub(jitter_offset_ms(id, rec.def.jitter_ms))
+            .max(r1);
         let next = self.occurrence_after(id, rec, now).map(Due::Time);
         let runs = match rec.def.misfire {
             Misfire::FireOnce => self.latest_reached(id, rec, r1, now, 1),
