@@ -999,7 +999,8 @@ impl Scheduler {
 
     /// The latest `count` occurrences of `id`'s timing in `[r1, now]`, ascending (`r1`, an
     /// occurrence, is reached, so there is at least one): closed form on a periodic grid, a
-    /// backward search from `now` for cron ([`CronSchedule::latest_in`]) (never a walk over every missed instant).
+    /// backward search from `now` for cron ([`CronSchedule::latest_in`]), never a walk over
+    /// every missed instant.
     fn latest_reached(
         &self,
         id: u64,
