@@ -66,8 +66,9 @@ pub enum Misfire {
         /// The most runs one tick may cause for this schedule (at least 1).
         cap: u32,
     },
-    /// Run once, for the earliest reached occurrence at most `deadline_ms` old; when every
-    /// reached occurrence is older (e.g. an order-expiry task after a long outage), run nothing.
+    /// Fire once with a deadline: run once, for the latest reached occurrence, if it is at most
+    /// `deadline_ms` old; when it is older (e.g. an order-expiry task after a long outage), run
+    /// nothing.
     ExpireAfter {
         /// How late a run may still happen.
         deadline_ms: i64,
@@ -1097,15 +1098,13 @@ impl Scheduler {
             }
             Misfire::FireEach { cap } => self.latest_reached(id, rec, r1, now, cap as usize),
             Misfire::ExpireAfter { deadline_ms } => {
-                let oldest_ok = now.saturating_sub(deadline_ms);
-                if r1 >= oldest_ok {
-                    vec![due]
-                } else {
-                    match self.occurrence_after(id, rec, oldest_ok.saturating_sub(1)) {
-                        Some(r) if r <= now => vec![Due::Time(r)],
-                        _ => Vec::new(),
-                    }
-                }
+                // Fire once for the latest reached occurrence, unless even that one is stale.
+                let mut latest = self.latest_reached(id, rec, r1, now, 1);
+                latest.retain(|d| {
+                    d.time_ms()
+                        .is_some_and(|t| now.saturating_sub(t) <= deadline_ms)
+                });
+                latest
             }
         };
         (runs, next)
