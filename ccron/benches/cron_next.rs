@@ -1,5 +1,6 @@
 //! Costs of cron schedules: admission (parse + never-fires scan), `next_after` in UTC and in a
-//! DST zone, and building zone rules from the compiled tz database.
+//! DST zone, building zone rules from the compiled tz database, and `latest_in` (the catch-up
+//! search for the most recent missed instants) against walking every missed instant.
 //!
 //! Run: `cargo bench -p ccron --bench cron_next`.
 
@@ -53,5 +54,39 @@ fn next_after(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, admission, next_after);
+fn latest_in(c: &mut Criterion) {
+    // A per-minute job one week late: 10,080 missed instants. The baseline walks them all
+    // (what a forward catch-up would do); latest_in halves backwards.
+    let minute = CronSchedule::parse("* * * * *").unwrap();
+    let from = T_MS - 7 * 86_400_000;
+    c.bench_function(
+        "catch-up baseline: walk a week of minutes, keep the last 10",
+        |b| {
+            b.iter(|| {
+                let mut at = black_box(from);
+                let mut last = std::collections::VecDeque::with_capacity(10);
+                while let Some(t) = minute.next_after(at).filter(|&t| t <= T_MS) {
+                    if last.len() == 10 {
+                        last.pop_front();
+                    }
+                    last.push_back(t);
+                    at = t;
+                }
+                last
+            })
+        },
+    );
+    c.bench_function("latest_in: last 10 of a week of minutes", |b| {
+        b.iter(|| minute.latest_in(black_box(from), T_MS, 10))
+    });
+    c.bench_function("latest_in: last 1 of a week of minutes", |b| {
+        b.iter(|| minute.latest_in(black_box(from), T_MS, 1))
+    });
+    let second = CronSchedule::parse("* * * * * *").unwrap();
+    c.bench_function("latest_in: last 10 of a year of seconds", |b| {
+        b.iter(|| second.latest_in(black_box(T_MS - 365 * 86_400_000), T_MS, 10))
+    });
+}
+
+criterion_group!(benches, admission, next_after, latest_in);
 criterion_main!(benches);

@@ -53,6 +53,8 @@ pub enum BlobKind {
     PeriodicSchedule,
     /// The schedule book of a [`crate::schedule::Scheduler`].
     ScheduleBook,
+    /// A replicated [`crate::outbox::Outbox`] ([`crate::outbox::Outbox::save`]).
+    Outbox,
     /// A kind this version does not know (read from a page written by a newer version).
     Unknown(u16),
 }
@@ -62,6 +64,8 @@ impl BlobKind {
         match self {
             BlobKind::PeriodicSchedule => 1,
             BlobKind::ScheduleBook => 2,
+            // Numbered apart from the schedule book's kinds, which may grow.
+            BlobKind::Outbox => 16,
             BlobKind::Unknown(k) => k,
         }
     }
@@ -70,6 +74,7 @@ impl BlobKind {
         match k {
             1 => BlobKind::PeriodicSchedule,
             2 => BlobKind::ScheduleBook,
+            16 => BlobKind::Outbox,
             other => BlobKind::Unknown(other),
         }
     }

@@ -93,6 +93,72 @@ impl Spec {
     }
 }
 
+/// Every fire instant (UTC seconds) of the wall times of local day `day`, by the documented
+/// DST semantics (candidates only: callers filter by range).
+fn reference_day_instants(spec: &Spec, tz: chrono_tz::Tz, day: NaiveDate) -> Vec<i64> {
+    let mut out = Vec::new();
+    if !spec.day_matches(day) {
+        return out;
+    }
+    let fixed = spec.wall_clock();
+    for h in spec.hour.values(0, 23) {
+        for m in spec.minute.values(0, 59) {
+            let wall: NaiveDateTime = day.and_hms_opt(h, m, 0).unwrap();
+            match tz.from_local_datetime(&wall) {
+                chrono::LocalResult::Single(u) => out.push(u.timestamp()),
+                chrono::LocalResult::Ambiguous(e, l) => {
+                    out.push(e.timestamp());
+                    if !fixed {
+                        out.push(l.timestamp());
+                    }
+                }
+                chrono::LocalResult::None if fixed => {
+                    let mut after = wall;
+                    for _ in 0..(30 * 60) {
+                        after += chrono::TimeDelta::minutes(1);
+                        if let Some(u) = tz.from_local_datetime(&after).earliest() {
+                            if spec.day_matches(after.date()) {
+                                out.push(u.timestamp());
+                            }
+                            break;
+                        }
+                    }
+                }
+                chrono::LocalResult::None => {}
+            }
+        }
+    }
+    out
+}
+
+/// The reference: the latest fire instant (UTC seconds) `u` with `after_ms < u·1000 <=
+/// through_ms`, walking local days backwards from the last one that can hold it.
+fn reference_latest(spec: &Spec, tz: chrono_tz::Tz, after_ms: i64, through_ms: i64) -> Option<i64> {
+    let last_day = chrono::DateTime::from_timestamp(through_ms.div_euclid(1000), 0)?.date_naive()
+        + chrono::Days::new(2);
+    let first_day = chrono::DateTime::from_timestamp(after_ms.div_euclid(1000), 0)?.date_naive()
+        - chrono::Days::new(2);
+    let mut best: Option<i64> = None;
+    let mut day = last_day;
+    while day >= first_day {
+        let day_end_s = (day + chrono::Days::new(1))
+            .and_hms_opt(0, 0, 0)?
+            .and_utc()
+            .timestamp();
+        // No wall time of this day (or earlier) can be later than best: offsets are < 1 day.
+        if best.is_some_and(|b| day_end_s + 86_400 < b) {
+            break;
+        }
+        for u in reference_day_instants(spec, tz, day) {
+            if u * 1000 > after_ms && u * 1000 <= through_ms && best.is_none_or(|b| u > b) {
+                best = Some(u);
+            }
+        }
+        day = day.pred_opt()?;
+    }
+    best
+}
+
 /// The reference: the first fire instant (UTC seconds) strictly after `t_ms`.
 fn reference_next(spec: &Spec, tz: chrono_tz::Tz, t_ms: i64) -> Option<i64> {
     let fixed = spec.wall_clock();
@@ -410,15 +476,35 @@ fn time_steps() -> impl Strategy<Value = Vec<i64>> {
 
 /// What the documented semantics say a table does over agreed times `times`: arm at the first
 /// tick (next = first instant after it), then at each tick that reached `next`, run once for
-/// `next` and move to the first instant after the tick. Computed with the brute-force reference.
-fn reference_fires(spec: &Spec, tz: chrono_tz::Tz, times: &[i64]) -> Vec<(usize, i64)> {
+/// the *latest* instant the tick reached (fire once = latest only) and move to the first
+/// instant after the tick. With `each = Some(cap)`, run the latest `cap` reached instants
+/// instead, ascending (fire each). Computed with the brute-force reference.
+fn reference_fires(
+    spec: &Spec,
+    tz: chrono_tz::Tz,
+    times: &[i64],
+    each: Option<usize>,
+) -> Vec<(usize, i64)> {
     let mut fires = Vec::new();
     let mut next = reference_next(spec, tz, times[0]).map(|s| s * 1000);
     for (i, &t) in times.iter().enumerate().skip(1) {
         if let Some(n) = next
             && n <= t
         {
-            fires.push((i, n));
+            // The reached instants, latest first, as many as the policy runs.
+            let mut reached = Vec::new();
+            let mut through = t;
+            while reached.len() < each.unwrap_or(1) {
+                match reference_latest(spec, tz, n - 1, through) {
+                    Some(u) => {
+                        reached.push(u * 1000);
+                        through = u * 1000 - 1;
+                    }
+                    None => break,
+                }
+            }
+            assert!(!reached.is_empty(), "the reference reached {n}");
+            fires.extend(reached.into_iter().rev().map(|u| (i, u)));
             next = reference_next(spec, tz, t).map(|s| s * 1000);
         }
     }
@@ -430,7 +516,8 @@ proptest! {
 
     /// Table-level fires over agreed-time sequences (DST transitions, jumps forward, repeated
     /// ticks) equal the brute-force reference, for a cron entry of a `CronTable` (due index)
-    /// and for a cron schedule held as data in a `Scheduler` with the zone installed.
+    /// and for cron schedules held as data in a `Scheduler` with the zone installed (fire once:
+    /// the latest reached instant; fire each with a cap of 3: the latest three, ascending).
     #[test]
     fn table_fires_match_brute_force(
         (zone, t0) in zone_and_start(),
@@ -438,7 +525,9 @@ proptest! {
         steps in time_steps(),
         restart in any::<prop::sample::Index>(),
     ) {
-        use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Scheduler, Timing};
+        use ccron::schedule::{
+            Handlers, Limits, Misfire, NewSchedule, ScheduleRequest, Scheduler, Timing,
+        };
         use ccron::{CronEntry, CronTable, MemPages, Tick};
 
         let expression = spec.render();
@@ -453,7 +542,7 @@ proptest! {
             let last = *times.last().unwrap();
             times.push(last + s);
         }
-        let expected = reference_fires(&spec, tz, &times);
+        let expected = reference_fires(&spec, tz, &times, None);
 
         // A cron table entry (persisted; rebuilt from its pages before tick `restart_at`, as
         // after a restart or state transfer).
@@ -484,29 +573,38 @@ proptest! {
         }
         prop_assert_eq!(&got, &expected, "table: {} in {} over {:?}", expression, zone, times);
 
-        // The same schedule as data, admitted at the first tick's time.
-        let mut handlers: Handlers<Vec<i64>> = Handlers::new();
-        handlers.register("h", |ctx| {
-            let due = ctx.due.time_ms().unwrap();
-            ctx.state.push(due);
-        });
-        let mut book = Scheduler::new(1, Limits::default());
-        book.apply(ScheduleRequest::InstallZone(rules), &handlers, 0, Some(t0)).unwrap();
-        book.apply(
-            ScheduleRequest::Create(NewSchedule::new(
-                "h",
-                Timing::Cron { expression: expression.clone(), zone: Some(zone.to_string()) },
-            )),
-            &handlers,
-            0,
-            Some(t0),
-        ).unwrap();
-        let mut outbox = ccron::outbox::Outbox::new(ccron::outbox::OutboxLimits::default());
-        let mut got = Vec::new();
-        for (i, &t) in times.iter().enumerate() {
-            book.on_tick(&Tick::new(1, i as u64 + 1, Some(t)), &mut fired, &mut handlers, &mut outbox);
-            got.extend(fired.drain(..).map(|due| (i, due)));
+        // The same schedule as data, admitted at the first tick's time, fire once and fire each.
+        let expected_each = reference_fires(&spec, tz, &times, Some(3));
+        for (misfire, expected) in [
+            (Misfire::FireOnce, &expected),
+            (Misfire::FireEach { cap: 3 }, &expected_each),
+        ] {
+            let mut handlers: Handlers<Vec<i64>> = Handlers::new();
+            handlers.register("h", |ctx| {
+                let due = ctx.due.time_ms().unwrap();
+                ctx.state.push(due);
+            });
+            let mut book = Scheduler::new(1, Limits::default());
+            book.apply(ScheduleRequest::InstallZone(rules.clone()), &handlers, 0, Some(t0)).unwrap();
+            book.apply(
+                ScheduleRequest::Create(
+                    NewSchedule::new(
+                        "h",
+                        Timing::Cron { expression: expression.clone(), zone: Some(zone.to_string()) },
+                    )
+                    .with_misfire(misfire),
+                ),
+                &handlers,
+                0,
+                Some(t0),
+            ).unwrap();
+            let mut outbox = ccron::outbox::Outbox::new(ccron::outbox::OutboxLimits::default());
+            let mut got = Vec::new();
+            for (i, &t) in times.iter().enumerate() {
+                book.on_tick(&Tick::new(1, i as u64 + 1, Some(t)), &mut fired, &mut handlers, &mut outbox);
+                got.extend(fired.drain(..).map(|due| (i, due)));
+            }
+            prop_assert_eq!(&got, expected, "book {:?}: {} in {} over {:?}", misfire, expression, zone, times);
         }
-        prop_assert_eq!(&got, &expected, "book: {} in {} over {:?}", expression, zone, times);
     }
 }

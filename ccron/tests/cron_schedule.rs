@@ -461,3 +461,62 @@ fn a_fixed_time_near_the_end_of_a_long_jump_runs_after_it() {
         ]
     );
 }
+
+/// `latest_in` equals the tail of a forward walk over the interval, for intervals short
+/// enough to walk and long ones that need the halving search (a year of a per-second job is
+/// not walked: this test would take minutes if it were).
+#[test]
+fn latest_in_is_the_tail_of_the_forward_walk() {
+    let zones = ["UTC", "Europe/Berlin", "America/New_York"];
+    let exprs = [
+        "* * * * *",
+        "*/7 * * * *",
+        "30 2 * * *",
+        "0 9 * * 1-5",
+        "0 0 29 2 *",
+        "* * * * * *",
+    ];
+    let starts = [
+        ms("2026-03-28T12:00:00Z"),
+        ms("2026-10-24T23:59:59.500Z"),
+        ms("2027-01-01T00:00:00Z"),
+    ];
+    for zone in zones {
+        for expr in exprs {
+            let s = CronSchedule::parse_in(expr, ZoneRules::from_iana(zone).unwrap()).unwrap();
+            for &from in &starts {
+                for span_ms in [0, 999, 61_000, 3 * 3_600_000 + 17, 2 * 86_400_000] {
+                    let to = from + span_ms;
+                    let mut walk = Vec::new();
+                    let mut at = from;
+                    while let Some(t) = s.next_after(at).filter(|&t| t <= to) {
+                        walk.push(t);
+                        at = t;
+                    }
+                    for count in [1, 3, 50] {
+                        let tail = walk[walk.len().saturating_sub(count)..].to_vec();
+                        assert_eq!(
+                            s.latest_in(from, to, count),
+                            tail,
+                            "{expr} in {zone} over ({from}, {to}] x{count}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // A per-second job a year late: the latest three, without walking 31 million instants.
+    let s = CronSchedule::parse("* * * * * *").unwrap();
+    let to = ms("2027-03-01T00:00:00.400Z");
+    assert_eq!(
+        s.latest_in(ms("2026-03-01T00:00:00Z"), to, 3),
+        vec![to - 2_400, to - 1_400, to - 400]
+    );
+    let leap = CronSchedule::parse("0 0 29 2 *").unwrap();
+    assert_eq!(
+        leap.latest_in(ms("2000-01-01T00:00:00Z"), ms("2031-01-01T00:00:00Z"), 2),
+        vec![ms("2024-02-29T00:00:00Z"), ms("2028-02-29T00:00:00Z")]
+    );
+    assert!(leap.latest_in(5, 5, 3).is_empty());
+    assert!(leap.latest_in(0, 10, 0).is_empty());
+}

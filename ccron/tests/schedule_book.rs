@@ -362,17 +362,24 @@ fn misfire_policies_on_a_late_tick() {
         )
     };
     let t = |m: i64| Due::Time(m * MIN);
-    assert_eq!(run(Misfire::FireOnce), (vec![t(0)], Some(t(6)), 1));
+    // Fire once stands for the latest missed occurrence; fire each runs the latest `cap`,
+    // ascending; the grid (next = 6 min) never drifts.
+    assert_eq!(run(Misfire::FireOnce), (vec![t(5)], Some(t(6)), 1));
     assert_eq!(run(Misfire::Skip), (vec![], Some(t(6)), 1));
     assert_eq!(
         run(Misfire::FireEach { cap: 3 }),
-        (vec![t(0), t(1), t(2)], Some(t(6)), 1)
+        (vec![t(3), t(4), t(5)], Some(t(6)), 1)
     );
+    assert_eq!(
+        run(Misfire::FireEach { cap: 10 }),
+        (vec![t(0), t(1), t(2), t(3), t(4), t(5)], Some(t(6)), 1)
+    );
+    // Fire once with a deadline: the latest reached (5 min, 30 s old) is within 2 min.
     assert_eq!(
         run(Misfire::ExpireAfter {
             deadline_ms: 2 * MIN
         }),
-        (vec![t(4)], Some(t(6)), 1)
+        (vec![t(5)], Some(t(6)), 1)
     );
     assert_eq!(
         run(Misfire::ExpireAfter { deadline_ms: 10 }),
@@ -925,4 +932,417 @@ fn a_run_cancelling_its_own_schedule_stops_the_catch_up() {
     assert_eq!(rep.fired.len(), 1, "{rep:?}");
     assert!(book.is_empty());
     book.check_invariants().unwrap();
+}
+
+/// The fire budget counts handler runs: a fire-each catch-up of 10 runs under a budget of 3
+/// runs 3 per tick, in ascending order with consecutive occurrence numbers, and a partially
+/// caught-up schedule resumes where it stopped, ahead of later due points.
+#[test]
+fn budget_counts_runs_and_a_partial_catch_up_resumes() {
+    let mut r = Rig::new(Limits {
+        budget_per_tick: 3,
+        ..Limits::default()
+    });
+    let every = |start_ms| {
+        NewSchedule::new(
+            "report",
+            Timing::Every {
+                period_ms: MIN,
+                start_ms: Some(start_ms),
+            },
+        )
+        .with_misfire(Misfire::FireEach { cap: 10 })
+    };
+    let a = r
+        .apply(ScheduleRequest::Create(every(0)), 0)
+        .unwrap()
+        .unwrap();
+    // A one-shot due later than every missed occurrence of `a`.
+    let b = r
+        .apply(
+            ScheduleRequest::Create(NewSchedule::new("expire", Timing::At(Due::Time(11 * MIN)))),
+            0,
+        )
+        .unwrap()
+        .unwrap();
+    // At 11.5 min, `a` reached 0..=11 (12 occurrences): the latest 10 are 2..=11 min.
+    let late = 11 * MIN + MIN / 2;
+    let mut seen = Vec::new();
+    let mut reports = Vec::new();
+    for _ in 0..5 {
+        r.seq += 1;
+        let rep = r.book.on_tick(
+            &Tick::new(7, r.seq, Some(late)),
+            &mut r.ledger,
+            &mut r.handlers,
+            &mut r.outbox,
+        );
+        r.book.check_invariants().unwrap();
+        assert!(rep.fired.len() <= 3, "{rep:?}");
+        seen.extend(rep.fired.iter().map(|f| (f.id, f.due, f.occurrence)));
+        reports.push((rep.fired.len(), rep.carried_over));
+    }
+    // 10 runs of `a` then `b`: 3 + 3 + 3 + (1 of a, b) = 11 runs over 4 ticks.
+    assert_eq!(
+        reports,
+        vec![(3, true), (3, true), (3, true), (2, false), (0, false)]
+    );
+    let expected: Vec<_> = (2..=11)
+        .map(|m| (a, Due::Time(m * MIN), (m - 2) as u64))
+        .chain([(b, Due::Time(11 * MIN), 0)])
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(r.book.get(a).unwrap().next, Some(Due::Time(12 * MIN)));
+
+    // Cut short again, then resumed by a tick two periods later: the owed runs come first,
+    // then the same tick plans the new window (what an unbudgeted tick at 11.5 min and one at
+    // 14.5 min would have run together).
+    let mut r2 = Rig::new(Limits {
+        budget_per_tick: 4,
+        ..Limits::default()
+    });
+    let a = r2
+        .apply(ScheduleRequest::Create(every(0)), 0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(r2.tick(late).len(), 4); // 2..=5 min; 6..=11 owed
+    assert_eq!(
+        r2.book.get(a).unwrap().owed,
+        Some((6 * MIN, 11 * MIN)),
+        "visible in the view"
+    );
+    assert_eq!(r2.tick(late).len(), 4); // 6..=9 min
+    let runs = r2.tick(14 * MIN + MIN / 2);
+    assert_eq!(
+        runs,
+        vec![
+            at(a, 10 * MIN),
+            at(a, 11 * MIN),
+            at(a, 12 * MIN),
+            at(a, 13 * MIN)
+        ]
+    );
+    assert_eq!(r2.tick(14 * MIN + MIN / 2), vec![at(a, 14 * MIN)]);
+    assert_eq!(r2.book.get(a).unwrap().runs, 13);
+
+    // Owed runs survive a restart from the pages.
+    let mut r3 = Rig::new(Limits {
+        budget_per_tick: 4,
+        ..Limits::default()
+    });
+    r3.apply(ScheduleRequest::Create(every(0)), 0).unwrap();
+    assert_eq!(r3.tick(late).len(), 4);
+    let mut pages = MemPages::new(1024, 200);
+    r3.book.save(&mut pages, range()).unwrap();
+    let loaded = Scheduler::load(7, r3.book_limits(), &pages, range()).unwrap();
+    assert_eq!(loaded, r3.book);
+    r3.book = loaded;
+    assert_eq!(r3.tick(late).len(), 4);
+    assert_eq!(r3.tick(late).len(), 2);
+    assert!(r3.tick(late).is_empty());
+}
+
+impl Rig {
+    fn book_limits(&self) -> Limits {
+        Limits {
+            budget_per_tick: 4,
+            ..Limits::default()
+        }
+    }
+}
+
+/// Installing new rules for a zone re-evaluates the cron schedules admitted in it (running
+/// or paused), not those of other zones; the zone index survives a reload.
+#[test]
+fn install_zone_re_evaluates_admitted_schedules() {
+    let mut r = Rig::new(Limits::default());
+    let t0 = parse_rfc3339_ms("2026-05-01T00:00:00Z").unwrap();
+    r.apply(
+        ScheduleRequest::InstallZone(ZoneRules::fixed("Shop", 3_600).unwrap()),
+        t0,
+    )
+    .unwrap();
+    r.apply(
+        ScheduleRequest::InstallZone(ZoneRules::fixed("Other", 3_600).unwrap()),
+        t0,
+    )
+    .unwrap();
+    let cron = |zone: &str| {
+        ScheduleRequest::Create(NewSchedule::new(
+            "report",
+            Timing::Cron {
+                expression: "0 9 * * *".into(),
+                zone: Some(zone.into()),
+            },
+        ))
+    };
+    let shop = r.apply(cron("Shop"), t0).unwrap().unwrap();
+    let paused = r.apply(cron("Shop"), t0).unwrap().unwrap();
+    let other = r.apply(cron("Other"), t0).unwrap().unwrap();
+    r.apply(ScheduleRequest::Pause(Target::Id(paused)), t0)
+        .unwrap();
+    let nine_at_plus1 = parse_rfc3339_ms("2026-05-01T08:00:00Z").unwrap();
+    let nine_at_plus3 = parse_rfc3339_ms("2026-05-01T06:00:00Z").unwrap();
+    assert_eq!(
+        r.book.get(shop).unwrap().next,
+        Some(Due::Time(nine_at_plus1))
+    );
+    // The shop's zone moves to UTC+3 at 01:00Z.
+    let change = parse_rfc3339_ms("2026-05-01T01:00:00Z").unwrap();
+    assert_eq!(r.tick(change), vec![]);
+    r.apply(
+        ScheduleRequest::InstallZone(ZoneRules::fixed("Shop", 3 * 3_600).unwrap()),
+        change,
+    )
+    .unwrap();
+    for id in [shop, paused] {
+        assert_eq!(r.book.get(id).unwrap().next, Some(Due::Time(nine_at_plus3)));
+    }
+    assert_eq!(
+        r.book.get(other).unwrap().next,
+        Some(Due::Time(nine_at_plus1))
+    );
+    assert_eq!(r.tick(nine_at_plus3), vec![at(shop, nine_at_plus3)]);
+    assert_eq!(r.tick(nine_at_plus1), vec![at(other, nine_at_plus1)]);
+    // The next day, the shop's job keeps the new rules.
+    let next_day = nine_at_plus3 + 86_400_000;
+    assert_eq!(r.book.get(shop).unwrap().next, Some(Due::Time(next_day)));
+    // After a reload the zone index is rebuilt: a further change still reaches the schedule.
+    let mut pages = MemPages::new(1024, 200);
+    r.book.save_all(&mut pages, range()).unwrap();
+    r.book = Scheduler::load(7, Limits::default(), &pages, range()).unwrap();
+    r.book.check_invariants().unwrap();
+    r.apply(
+        ScheduleRequest::InstallZone(ZoneRules::fixed("Shop", 0).unwrap()),
+        nine_at_plus1 + 1,
+    )
+    .unwrap();
+    let nine_utc = parse_rfc3339_ms("2026-05-01T09:00:00Z").unwrap();
+    assert_eq!(r.book.get(shop).unwrap().next, Some(Due::Time(nine_utc)));
+    // A cancelled schedule leaves the zone index (check_invariants in `apply` compares it).
+    r.apply(ScheduleRequest::Cancel(Target::Id(shop)), nine_utc)
+        .unwrap();
+}
+
+/// An overdue schedule (reached, carried over by the budget) keeps its run when its zone's
+/// rules change before it runs.
+#[test]
+fn install_zone_keeps_an_overdue_run() {
+    let mut r = Rig::new(Limits {
+        budget_per_tick: 1,
+        ..Limits::default()
+    });
+    r.apply(
+        ScheduleRequest::InstallZone(ZoneRules::fixed("Z", 0).unwrap()),
+        0,
+    )
+    .unwrap();
+    let mk = |p: u8| {
+        ScheduleRequest::Create(
+            NewSchedule::new(
+                "report",
+                Timing::Cron {
+                    expression: "0 * * * *".into(),
+                    zone: Some("Z".into()),
+                },
+            )
+            .with_priority(p),
+        )
+    };
+    let high = r.apply(mk(1), 0).unwrap().unwrap();
+    let low = r.apply(mk(0), 0).unwrap().unwrap();
+    let hour = 3_600_000;
+    assert_eq!(r.tick(hour + 5), vec![at(high, hour)]);
+    // `low` is overdue at 1 h; a zone change with the same hourly instants keeps it due.
+    r.apply(
+        ScheduleRequest::InstallZone(ZoneRules::fixed("Z", 1_800).unwrap()),
+        hour + 10,
+    )
+    .unwrap();
+    // Under UTC+0:30 the hourly instants are at xx:30Z: the first at or after 1 h is 1.5 h.
+    assert_eq!(
+        r.book.get(low).unwrap().next,
+        Some(Due::Time(hour + hour / 2))
+    );
+    assert_eq!(
+        r.book.get(high).unwrap().next,
+        Some(Due::Time(hour + hour / 2))
+    );
+}
+
+#[derive(Debug, Clone)]
+enum Sched {
+    Every(i64, u8, u32),
+    Cron(&'static str, u8),
+    Once(i64, u8),
+}
+
+fn sched() -> impl Strategy<Value = Sched> {
+    prop_oneof![
+        3 => (1..20i64, 0..4u8, 0..3u32).prop_map(|(p, m, j)| Sched::Every(p * 20_000, m, j * 7_000)),
+        2 => (prop::sample::select(vec!["* * * * *", "*/7 * * * *", "0,5,6 * * * *"]), 0..4u8)
+            .prop_map(|(e, m)| Sched::Cron(e, m)),
+        1 => (0..3_000_000i64, 0..4u8).prop_map(|(t, p)| Sched::Once(t, p)),
+    ]
+}
+
+/// Runs `schedules` over ticks at the cumulative `steps` (ms) with `budget`; each instant is
+/// repeated (same sequence number: a backlog drained by further ticks of one batch) until
+/// nothing is carried over. Returns every run as (id, due, occurrence), and the most runs of
+/// one tick.
+fn run_budgeted(
+    schedules: &[Sched],
+    steps: &[i64],
+    budget: usize,
+) -> (Vec<(u64, Due, u64)>, usize) {
+    let mut r = Rig::new(Limits {
+        budget_per_tick: budget,
+        ..Limits::default()
+    });
+    for (i, s) in schedules.iter().enumerate() {
+        let misfire = |m: u8| match m {
+            0 => Misfire::FireOnce,
+            1 => Misfire::Skip,
+            2 => Misfire::FireEach {
+                cap: 1 + (i as u32 % 6),
+            },
+            _ => Misfire::ExpireAfter {
+                deadline_ms: 90_000,
+            },
+        };
+        let def = match *s {
+            Sched::Every(p, m, j) => NewSchedule::new(
+                "report",
+                Timing::Every {
+                    period_ms: p,
+                    start_ms: Some(0),
+                },
+            )
+            .with_misfire(misfire(m))
+            .with_jitter_ms(j)
+            .with_priority((i % 3) as u8),
+            Sched::Cron(e, m) => NewSchedule::new(
+                "report",
+                Timing::Cron {
+                    expression: e.into(),
+                    zone: None,
+                },
+            )
+            .with_misfire(misfire(m))
+            .with_priority((i % 2) as u8),
+            Sched::Once(t, p) => {
+                NewSchedule::new("expire", Timing::At(Due::Time(t))).with_priority(p)
+            }
+        };
+        r.apply(ScheduleRequest::Create(def), 0).unwrap();
+    }
+    let mut now = 0;
+    let mut runs = Vec::new();
+    let mut most = 0;
+    for step in steps {
+        now += step;
+        r.seq += 1;
+        let tick = Tick::new(7, r.seq, Some(now));
+        for _ in 0..10_000 {
+            let rep = r
+                .book
+                .on_tick(&tick, &mut r.ledger, &mut r.handlers, &mut r.outbox);
+            r.book.check_invariants().unwrap();
+            most = most.max(rep.fired.len());
+            runs.extend(rep.fired.iter().map(|f| (f.id, f.due, f.occurrence)));
+            if !rep.carried_over {
+                break;
+            }
+        }
+    }
+    (runs, most)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// With any budget >= 1, the runs over enough ticks are exactly the unbudgeted runs (same
+    /// multiset of (schedule, due, occurrence), none lost or duplicated), each schedule's runs
+    /// stay in ascending order, and no tick exceeds the budget.
+    #[test]
+    fn budget_loses_and_duplicates_nothing(
+        schedules in prop::collection::vec(sched(), 1..12),
+        steps in prop::collection::vec(prop_oneof![1 => Just(0i64), 3 => 1..600_000i64, 1 => 600_000..3_600_000i64], 1..25),
+        budget in 1..6usize,
+    ) {
+        let (free, _) = run_budgeted(&schedules, &steps, usize::MAX);
+        let (capped, most) = run_budgeted(&schedules, &steps, budget);
+        prop_assert!(most <= budget, "a tick ran {} > {}", most, budget);
+        for id in 1..=schedules.len() as u64 {
+            let per: Vec<_> = capped.iter().filter(|r| r.0 == id).map(|r| (r.1, r.2)).collect();
+            prop_assert!(per.windows(2).all(|w| w[0] < w[1]), "schedule {} out of order: {:?}", id, per);
+        }
+        let mut free_sorted = free.clone();
+        free_sorted.sort();
+        let mut capped_sorted = capped.clone();
+        capped_sorted.sort();
+        prop_assert_eq!(capped_sorted, free_sorted);
+    }
+}
+
+/// With jitter, an occurrence counts as reached at its jittered instant: a tick between an
+/// occurrence's nominal and jittered instants neither runs it early nor drops it.
+#[test]
+fn jitter_delays_reaching_without_dropping() {
+    let mut r = Rig::new(Limits::default());
+    // Find a schedule id whose jitter offset is large (ids are dense: try a few).
+    let mut chosen = None;
+    for _ in 0..20 {
+        let id = r
+            .apply(
+                ScheduleRequest::Create(
+                    NewSchedule::new(
+                        "report",
+                        Timing::Every {
+                            period_ms: 10_000,
+                            start_ms: Some(10_000),
+                        },
+                    )
+                    .with_jitter_ms(5_000),
+                ),
+                0,
+            )
+            .unwrap()
+            .unwrap();
+        let offset = match r.book.preview(id, 1)[0] {
+            Due::Time(t) => t,
+            Due::Seq(_) => unreachable!(),
+        };
+        assert_eq!(offset, 10_000, "previews are nominal");
+        chosen.get_or_insert(id);
+    }
+    // Learn each schedule's offset from the tick that first runs it, 1 ms at a time, then
+    // check a tick between a later nominal and jittered instant.
+    let mut offsets = std::collections::BTreeMap::new();
+    let mut t = 10_000;
+    while offsets.len() < 20 {
+        for (id, due) in r.tick(t) {
+            assert_eq!(due, Due::Time(10_000));
+            offsets.entry(id).or_insert(t - 10_000);
+        }
+        t += 1;
+        assert!(t <= 15_001, "every offset is within the jitter");
+    }
+    let (&id, &offset) = offsets.iter().max_by_key(|(_, o)| **o).unwrap();
+    assert!(offset > 1_000, "{offsets:?}");
+    // Nominal 20 s and 30 s have passed at 30 s + offset/2, but 30 s's jittered instant has
+    // not: the tick runs 20 s (fire once: the latest *reached*), and 30 s stays next.
+    let runs: Vec<_> = r
+        .tick(30_000 + offset / 2)
+        .into_iter()
+        .filter(|(i, _)| *i == id)
+        .collect();
+    assert_eq!(runs, vec![at(id, 20_000)]);
+    assert_eq!(r.book.get(id).unwrap().next, Some(Due::Time(30_000)));
+    let runs: Vec<_> = r
+        .tick(30_000 + offset)
+        .into_iter()
+        .filter(|(i, _)| *i == id)
+        .collect();
+    assert_eq!(runs, vec![at(id, 30_000)]);
 }

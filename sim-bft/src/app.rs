@@ -4,7 +4,9 @@
 //! a user request goes to [`Application::execute`], a tick to [`Application::on_tick`] with the
 //! batch's sequence number and agreed time and the reserved pages. Because both reach the same
 //! object, a ledger's cron actions can change the ledger's own state: [`CronLedger`] holds a
-//! state `S` and a `ccron::CronTableRegistry<S>` and evaluates the registry on every tick.
+//! state `S` and a `ccron::CronTableRegistry<S>` and evaluates the registry on every tick, and
+//! optionally a schedule book ([`crate::sched_app::LedgerScheduler`]: schedules as replicated
+//! data, created and changed by client requests, whose handlers change the same state).
 //!
 //! Deterministic demos: [`KvLedger`], a key-value ledger whose digest covers its whole state,
 //! and [`TickCounter`], a [`TickExecutor`] recording every tick in the reserved pages (so that
@@ -20,6 +22,7 @@ use sha2::{Digest, Sha256};
 use crate::crypto::Digest32;
 use crate::node::{ClientId, Millis};
 use crate::protocol::codec;
+use crate::sched_app::{BookWire, LedgerScheduler};
 
 /// Errors of applications and tick executors.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -138,9 +141,16 @@ impl Application for WithTicks {
 /// [`Application::reload`] reloads them after a restart or a state transfer. A tick for a
 /// component without a table is rejected ([`AppError::UnknownComponent`]), counted, traced, and
 /// creates no state.
+///
+/// With a schedule book ([`CronLedger::with_scheduler`]): a request payload that is an encoded
+/// `ccron::schedule::ScheduleRequest` (or that the book's translator maps to one) is applied to
+/// the book instead of `S`; a tick of the book's component runs the due schedules against `S`
+/// (then that component's table, if one is registered); the book's pages and outbox travel in
+/// the snapshot, so restart and state transfer restore the book with `S`.
 pub struct CronLedger<S> {
     state: S,
     registry: CronTableRegistry<S>,
+    scheduler: Option<LedgerScheduler<S>>,
     fires: BTreeMap<(u32, u32), u64>,
     unknown_component_ticks: u64,
     table_errors: u64,
@@ -150,6 +160,7 @@ impl<S> std::fmt::Debug for CronLedger<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CronLedger")
             .field("registry", &self.registry)
+            .field("scheduler", &self.scheduler)
             .field("fires", &self.fires)
             .field("unknown_component_ticks", &self.unknown_component_ticks)
             .finish_non_exhaustive()
@@ -162,10 +173,22 @@ impl<S: Application> CronLedger<S> {
         Self {
             state,
             registry,
+            scheduler: None,
             fires: BTreeMap::new(),
             unknown_component_ticks: 0,
             table_errors: 0,
         }
+    }
+
+    /// The same ledger with a schedule book (set up identically on every replica).
+    pub fn with_scheduler(mut self, scheduler: LedgerScheduler<S>) -> Self {
+        self.scheduler = Some(scheduler);
+        self
+    }
+
+    /// The schedule book, if any.
+    pub fn scheduler(&self) -> Option<&LedgerScheduler<S>> {
+        self.scheduler.as_ref()
     }
 
     /// The ledger state.
@@ -196,12 +219,18 @@ impl<S: Application> CronLedger<S> {
 
 impl<S: Application> Application for CronLedger<S> {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        if let Some(book) = &mut self.scheduler
+            && let Some(req) = book.request_of(payload)
+        {
+            return book.execute(ctx, req);
+        }
         self.state.execute(ctx, client, payload)
     }
 
     fn digest(&self) -> Digest32 {
         // The replica's state digest adds the reserved pages (the persisted schedules); the
-        // setup digest makes replicas that registered different tables visibly diverge.
+        // setup digest makes replicas that registered different tables visibly diverge; the
+        // book (pages and outbox) is part of the ledger's own state.
         let mut h = Sha256::new();
         h.update(b"cron-ledger");
         h.update(self.state.digest());
@@ -211,25 +240,64 @@ impl<S: Application> Application for CronLedger<S> {
             h.update(p.to_le_bytes());
             h.update(n.to_le_bytes());
         }
+        if let Some(book) = &self.scheduler {
+            h.update(b"schedule-book");
+            h.update(codec::encode(&book.to_wire()).unwrap_or_default());
+        }
         h.finalize().into()
     }
 
     fn snapshot(&self) -> Vec<u8> {
         let fires: Vec<(u32, u32, u64)> =
             self.fires.iter().map(|((c, p), n)| (*c, *p, *n)).collect();
-        codec::encode(&(self.state.snapshot(), fires)).unwrap_or_default()
+        // Without a book the snapshot keeps its original two-part form.
+        match &self.scheduler {
+            None => codec::encode(&(self.state.snapshot(), fires)),
+            Some(book) => codec::encode(&(self.state.snapshot(), fires, book.to_wire())),
+        }
+        .unwrap_or_default()
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        let (state, fires): (Vec<u8>, Vec<(u32, u32, u64)>) =
-            codec::decode(snapshot, snapshot.len())
-                .map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+        let bad = |e: String| AppError::BadSnapshot(e);
+        // Decode and validate everything before changing anything.
+        let (state, fires, book) = match &self.scheduler {
+            None => {
+                let (state, fires): (Vec<u8>, Vec<(u32, u32, u64)>) =
+                    codec::decode(snapshot, snapshot.len()).map_err(|e| bad(e.to_string()))?;
+                (state, fires, None)
+            }
+            Some(sched) => {
+                let (state, fires, wire): (Vec<u8>, Vec<(u32, u32, u64)>, BookWire) =
+                    codec::decode(snapshot, snapshot.len()).map_err(|e| bad(e.to_string()))?;
+                let parts = LedgerScheduler::<S>::decode_wire(sched.config(), wire)?;
+                (state, fires, Some(parts))
+            }
+        };
         self.state.restore(&state)?;
         self.fires = fires.into_iter().map(|(c, p, n)| ((c, p), n)).collect();
+        if let (Some(sched), Some(parts)) = (&mut self.scheduler, book) {
+            sched.install(parts);
+        }
         Ok(())
     }
 
     fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError> {
+        let mut book_ran = false;
+        if let Some(book) = &mut self.scheduler
+            && book.config().component == tick.component_id
+        {
+            let runs = book.on_tick(&tick, &mut self.state);
+            let key = (tick.component_id, book.config().position);
+            if runs > 0 {
+                *self.fires.entry(key).or_insert(0) += runs;
+            }
+            book_ran = true;
+        }
+        if book_ran && self.registry.get(tick.component_id).is_none() {
+            // The book's component needs no table.
+            return Ok(());
+        }
         match self.registry.evaluate(&tick, &mut self.state, pages) {
             Ok(outcome) => {
                 for f in &outcome.fired {

@@ -1,18 +1,23 @@
-//! [`ScheduledLedger`]: an [`Application`] whose schedules are replicated data.
+//! Schedules as replicated data inside the one [`Application`] a replica runs.
 //!
-//! Clients send encoded [`ccron::schedule::ScheduleRequest`]s (create, upsert, replace, pause,
-//! resume, cancel); the ledger applies them with the batch's sequence number and agreed time,
-//! and every committed tick of its component runs what is due through the registered handlers.
-//! The demo handler `expire-order` marks an order expired in the ledger state and emits one
-//! outbox record per run (the idempotent external effect, keyed by occurrence id).
+//! [`LedgerScheduler`] is the schedule-book part of a [`CronLedger`]
+//! ([`CronLedger::with_scheduler`]): a `ccron::schedule::Scheduler` whose handlers change the
+//! ledger's own state `S`, its replicated outbox, and the reserved pages the book is persisted
+//! in. Through the ledger, client requests carrying an encoded
+//! [`ccron::schedule::ScheduleRequest`] create, upsert, replace, pause, resume and cancel
+//! schedules (applied with the batch's sequence number and agreed time); a committed tick of the
+//! book's component runs what is due (and the ledger's cron tables of that component, if any);
+//! the book and the outbox live in the book's own reserved pages (the book's range, then the
+//! outbox's, both through `ccron::codec`), which the ledger snapshot carries, so a restart or a
+//! state transfer restores both with the tables (the tables' schedules live in the replica's
+//! reserved pages) and a restarted replica's outbox consumer sees the same records.
 //!
+//! [`ScheduledLedger`] is the `--ledger orders` demo built that way: a [`CronLedger`] over
+//! [`OrderState`] with no tables and a book whose handler `expire-order` marks an order expired
+//! and emits one outbox record per run (the idempotent external effect, keyed by occurrence id).
 //! With [`SchedAppConfig::puts_as_orders`], the simulator's stock client traffic (key-value
 //! `Put`s and `Delete`s) becomes order traffic: a `Put` of key `k` places (or re-places) order `k`
 //! and upserts its expiry task keyed `k`, a `Delete` pays it (cancels the task by key).
-//!
-//! Persistence: the schedule book lives in the ledger's own reserved pages (the sharded
-//! multi-page codec of [`Scheduler::save`]), which the application snapshot carries; restart and
-//! state transfer restore them and rebuild the book with [`Scheduler::load`].
 
 use std::collections::BTreeMap;
 
@@ -21,10 +26,10 @@ use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{
     Handlers, Limits, Misfire, NewSchedule, ScheduleRequest, Scheduler, Target, Timing,
 };
-use ccron::{MemPages, PageRange, Tick};
+use ccron::{CronTableRegistry, MemPages, PageRange, Tick};
 use sha2::{Digest, Sha256};
 
-use crate::app::{AppError, Application, ExecContext, KvOp};
+use crate::app::{AppError, Application, CronLedger, ExecContext, KvOp};
 use crate::crypto::Digest32;
 use crate::node::ClientId;
 use crate::protocol::codec as wire;
@@ -32,7 +37,231 @@ use crate::protocol::codec as wire;
 /// The handler every replica registers.
 pub const EXPIRE_ORDER: &str = "expire-order";
 
-/// Configuration (identical on every replica).
+/// Turns a request payload that is not an encoded [`ScheduleRequest`] into one, or leaves it to
+/// the ledger state (`None`).
+pub type RequestTranslator = Box<dyn Fn(&[u8]) -> Option<ScheduleRequest> + Send>;
+
+/// Configuration of a ledger's schedule book (identical on every replica).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BookConfig {
+    /// The component whose ticks run the schedules.
+    pub component: u32,
+    /// The position the book's runs are counted under in [`Application::fires`] (with
+    /// `component`); choose one no cron table of that component uses.
+    pub position: u32,
+    /// The book's limits.
+    pub limits: Limits,
+    /// Reserved pages of the book (4 KiB each), carried by the ledger snapshot.
+    pub book_pages: u32,
+    /// Reserved pages of the outbox (4 KiB each), after the book's. The outbox's limits are
+    /// derived from them ([`BookConfig::outbox_limits`]) so that a full outbox always fits: an
+    /// append beyond them is a typed error of the emitting handler, never a lost save.
+    pub outbox_pages: u32,
+}
+
+/// Page size of a book's pages.
+const PAGE_BYTES: usize = 4_096;
+
+/// Most records a ledger outbox holds (the demo never trims: see `docs/outbox.md`).
+const OUTBOX_MAX_RECORDS: usize = 1_024;
+
+/// Encoded bytes per outbox record beyond its counted size: occurrence id (20) and two length
+/// prefixes (16).
+const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 36;
+
+impl BookConfig {
+    /// The outbox limits the outbox pages can always hold (all zero without outbox pages).
+    pub fn outbox_limits(&self) -> OutboxLimits {
+        let capacity = self
+            .outbox_range()
+            .map_or(0, |r| codec::capacity(r, PAGE_BYTES));
+        // At least ~128 bytes of capacity per record held, so small ranges still hold some.
+        let max_records = OUTBOX_MAX_RECORDS.min(capacity / 128);
+        // Version, first index and the vector length (rounded up), plus per-record overhead.
+        let fixed = 64 + max_records * OUTBOX_RECORD_OVERHEAD_BYTES;
+        let total = capacity.saturating_sub(fixed);
+        OutboxLimits {
+            max_records,
+            max_record_bytes: total.min(OutboxLimits::default().max_record_bytes),
+            max_total_bytes: total,
+        }
+    }
+
+    /// The book's pages.
+    fn book_range(&self) -> Option<PageRange> {
+        PageRange::new(0, self.book_pages)
+    }
+
+    /// The outbox's pages, right after the book's.
+    fn outbox_range(&self) -> Option<PageRange> {
+        PageRange::new(self.book_pages, self.outbox_pages)
+    }
+
+    /// Pages of the store holding both.
+    fn total_pages(&self) -> u32 {
+        self.book_pages.saturating_add(self.outbox_pages)
+    }
+}
+
+/// The ledger snapshot's part for the book: its pages (book, then outbox).
+pub(crate) type BookWire = Vec<(u32, Vec<u8>)>;
+
+/// The schedule-book part of a [`CronLedger`] (see the module documentation).
+pub struct LedgerScheduler<S> {
+    cfg: BookConfig,
+    book: Scheduler,
+    handlers: Handlers<S>,
+    outbox: Outbox,
+    pages: MemPages,
+    translate: Option<RequestTranslator>,
+}
+
+impl<S> std::fmt::Debug for LedgerScheduler<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerScheduler")
+            .field("cfg", &self.cfg)
+            .field("schedules", &self.book.len())
+            .field("handlers", &self.handlers)
+            .field("outbox", &self.outbox.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> LedgerScheduler<S> {
+    /// An empty book running `handlers` (registered identically on every replica).
+    pub fn new(cfg: BookConfig, handlers: Handlers<S>) -> Self {
+        Self {
+            cfg,
+            book: Scheduler::new(cfg.component, cfg.limits),
+            handlers,
+            outbox: Outbox::new(cfg.outbox_limits()),
+            pages: MemPages::new(PAGE_BYTES, cfg.total_pages()),
+            translate: None,
+        }
+    }
+
+    /// With a translator for payloads that are not encoded schedule requests.
+    pub fn with_translator(mut self, translate: RequestTranslator) -> Self {
+        self.translate = Some(translate);
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> BookConfig {
+        self.cfg
+    }
+
+    /// The schedule book.
+    pub fn book(&self) -> &Scheduler {
+        &self.book
+    }
+
+    /// The replicated outbox the handlers emit into.
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// The book's reserved pages.
+    pub fn pages(&self) -> &MemPages {
+        &self.pages
+    }
+
+    fn range(cfg: BookConfig) -> Result<PageRange, AppError> {
+        cfg.book_range()
+            .ok_or_else(|| AppError::BadSnapshot("no pages for the schedule book".into()))
+    }
+
+    fn outbox_range(cfg: BookConfig) -> Result<PageRange, AppError> {
+        cfg.outbox_range()
+            .ok_or_else(|| AppError::BadSnapshot("no pages for the outbox".into()))
+    }
+
+    /// The schedule request `payload` carries, if any.
+    pub(crate) fn request_of(&self, payload: &[u8]) -> Option<ScheduleRequest> {
+        if let Ok(req) = codec::from_blob::<ScheduleRequest>(payload) {
+            return Some(req);
+        }
+        self.translate.as_ref().and_then(|t| t(payload))
+    }
+
+    /// Applies `req` (the batch's sequence number and agreed time) and persists the book.
+    pub(crate) fn execute(&mut self, ctx: ExecContext, req: ScheduleRequest) -> Vec<u8> {
+        let reply = match self
+            .book
+            .apply(req, &self.handlers, ctx.seq, ctx.agreed_time_ms)
+        {
+            Ok(id) => format!("ok {}", id.unwrap_or(0)),
+            Err(e) => format!("err {e}"),
+        };
+        self.persist();
+        reply.into_bytes()
+    }
+
+    /// Runs what is due on `tick` against `state`; returns the handler runs.
+    pub(crate) fn on_tick(&mut self, tick: &Tick, state: &mut S) -> u64 {
+        let head = self.outbox.head();
+        let report = self
+            .book
+            .on_tick(tick, state, &mut self.handlers, &mut self.outbox);
+        if !report.errors.is_empty() {
+            tracing::warn!(errors = ?report.errors, "scheduler tick errors");
+        }
+        self.persist();
+        // Only handler runs append: rewrite the outbox's pages when they did.
+        if self.outbox.head() != head {
+            let saved = Self::outbox_range(self.cfg).and_then(|range| {
+                self.outbox
+                    .save(&mut self.pages, range)
+                    .map_err(|e| AppError::TickRejected(e.to_string()))
+            });
+            if let Err(e) = saved {
+                tracing::error!(error = %e, "outbox not saved");
+            }
+        }
+        report.fired.len() as u64
+    }
+
+    fn persist(&mut self) {
+        let result = Self::range(self.cfg).and_then(|range| {
+            self.book
+                .save(&mut self.pages, range)
+                .map_err(|e| AppError::TickRejected(e.to_string()))
+        });
+        if let Err(e) = result {
+            tracing::error!(error = %e, "schedule book not saved");
+        }
+    }
+
+    /// The book's part of the ledger snapshot: its pages (book and outbox).
+    pub(crate) fn to_wire(&self) -> BookWire {
+        self.pages.snapshot()
+    }
+
+    /// Decodes the book's part of a snapshot, reloading the book and the outbox from the pages
+    /// (nothing changes here: see [`Self::install`]).
+    pub(crate) fn decode_wire(
+        cfg: BookConfig,
+        pages: BookWire,
+    ) -> Result<(MemPages, Scheduler, Outbox), AppError> {
+        let bad = |e: String| AppError::BadSnapshot(e);
+        let mut mem = MemPages::new(PAGE_BYTES, cfg.total_pages());
+        mem.restore(&pages).map_err(|e| bad(e.to_string()))?;
+        let book = Scheduler::load(cfg.component, cfg.limits, &mem, Self::range(cfg)?)
+            .map_err(|e| bad(e.to_string()))?;
+        let outbox = Outbox::load(&mem, Self::outbox_range(cfg)?, cfg.outbox_limits())
+            .map_err(|e| bad(e.to_string()))?;
+        Ok((mem, book, outbox))
+    }
+
+    /// Replaces the book, its pages and the outbox with decoded ones.
+    pub(crate) fn install(&mut self, (pages, book, outbox): (MemPages, Scheduler, Outbox)) {
+        self.pages = pages;
+        self.book = book;
+        self.outbox = outbox;
+    }
+}
+
+/// Configuration of the `--ledger orders` demo (identical on every replica).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedAppConfig {
     /// The component whose ticks run the schedules.
@@ -41,6 +270,8 @@ pub struct SchedAppConfig {
     pub limits: Limits,
     /// Reserved pages of the book (4 KiB each).
     pub book_pages: u32,
+    /// Reserved pages of the outbox (4 KiB each; see [`BookConfig::outbox_pages`]).
+    pub outbox_pages: u32,
     /// Expiry delay of an order placed by a `Put`.
     pub expiry_ms: i64,
     /// Whether key-value `Put`/`Delete` requests place and pay orders (see the module docs).
@@ -56,6 +287,7 @@ impl Default for SchedAppConfig {
                 ..Limits::default()
             },
             book_pages: 40,
+            outbox_pages: 64,
             expiry_ms: 3_000,
             puts_as_orders: false,
         }
@@ -65,7 +297,41 @@ impl Default for SchedAppConfig {
 /// The replicated ledger state the handlers change: how often each order expired.
 pub type Orders = BTreeMap<String, u32>;
 
-/// What a snapshot decodes to.
+/// The orders demo's ledger state as an [`Application`]: requests that are not schedule
+/// requests are malformed here (the book takes every valid one).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OrderState(pub Orders);
+
+impl Application for OrderState {
+    fn execute(&mut self, _ctx: ExecContext, _client: ClientId, _payload: &[u8]) -> Vec<u8> {
+        b"err malformed request".to_vec()
+    }
+
+    fn digest(&self) -> Digest32 {
+        let mut h = Sha256::new();
+        h.update(b"orders");
+        h.update(self.snapshot());
+        h.finalize().into()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let v: Vec<(&String, &u32)> = self.0.iter().collect();
+        wire::encode(&v).unwrap_or_default()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        let v: Vec<(String, u32)> = wire::decode(snapshot, snapshot.len())
+            .map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+        let orders: Orders = v.iter().cloned().collect();
+        if orders.len() != v.len() {
+            return Err(AppError::BadSnapshot("duplicate order".into()));
+        }
+        self.0 = orders;
+        Ok(())
+    }
+}
+
+/// What a snapshot of the orders demo decodes to.
 #[derive(Debug)]
 pub struct SchedState {
     /// The book's reserved pages.
@@ -78,35 +344,26 @@ pub struct SchedState {
     pub outbox: Outbox,
 }
 
-/// What the snapshot holds: the book's pages, the ledger state and the outbox.
-type SnapshotWire = (Vec<(u32, Vec<u8>)>, Vec<(String, u32)>, Vec<u8>);
-
-/// The ledger (see the module documentation).
+/// The `--ledger orders` demo (see the module documentation): one [`CronLedger`] over
+/// [`OrderState`] whose schedule book holds the order-expiry tasks.
 pub struct ScheduledLedger {
-    cfg: SchedAppConfig,
-    book: Scheduler,
-    handlers: Handlers<Orders>,
-    orders: Orders,
-    outbox: Outbox,
-    pages: MemPages,
-    /// Handler runs on this replica (for reports; not replicated state).
-    runs: u64,
+    inner: CronLedger<OrderState>,
 }
 
 impl std::fmt::Debug for ScheduledLedger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScheduledLedger")
-            .field("schedules", &self.book.len())
-            .field("orders", &self.orders.len())
-            .finish_non_exhaustive()
+            .field("ledger", &self.inner)
+            .finish()
     }
 }
 
-fn handlers() -> Handlers<Orders> {
-    let mut handlers: Handlers<Orders> = Handlers::new();
+/// The demo's handlers: `expire-order` counts the expiry and emits `shop.cancel`.
+pub fn order_handlers() -> Handlers<OrderState> {
+    let mut handlers: Handlers<OrderState> = Handlers::new();
     handlers.register(EXPIRE_ORDER, |ctx| {
         let order = String::from_utf8_lossy(ctx.payload).into_owned();
-        *ctx.state.entry(order.clone()).or_insert(0) += 1;
+        *ctx.state.0.entry(order.clone()).or_insert(0) += 1;
         // The external effect (tell the shop), deduplicated downstream by occurrence id.
         if let Err(e) = ctx.emit("shop.cancel", order.into_bytes()) {
             tracing::warn!(error = %e, "expire-order: emit failed");
@@ -118,15 +375,39 @@ fn handlers() -> Handlers<Orders> {
 impl ScheduledLedger {
     /// An empty ledger.
     pub fn new(cfg: SchedAppConfig) -> Self {
-        Self {
-            cfg,
-            book: Scheduler::new(cfg.component, cfg.limits),
-            handlers: handlers(),
-            orders: Orders::new(),
-            outbox: Outbox::new(OutboxLimits::default()),
-            pages: MemPages::new(4_096, cfg.book_pages),
-            runs: 0,
+        let book_cfg = BookConfig {
+            component: cfg.component,
+            position: 0,
+            limits: cfg.limits,
+            book_pages: cfg.book_pages,
+            outbox_pages: cfg.outbox_pages,
+        };
+        let mut book = LedgerScheduler::new(book_cfg, order_handlers());
+        if cfg.puts_as_orders {
+            let expiry_ms = cfg.expiry_ms;
+            book = book.with_translator(Box::new(move |payload| {
+                match wire::decode::<KvOp>(payload, payload.len()) {
+                    Ok(KvOp::Put { key, .. }) => {
+                        let order = String::from_utf8_lossy(&key).into_owned();
+                        Some(ScheduleRequest::Upsert(Self::expiry(&order, expiry_ms)))
+                    }
+                    Ok(KvOp::Delete { key }) => {
+                        let order = String::from_utf8_lossy(&key).into_owned();
+                        Some(ScheduleRequest::Cancel(Target::Key(order)))
+                    }
+                    _ => None,
+                }
+            }));
         }
+        Self {
+            inner: CronLedger::new(OrderState::default(), CronTableRegistry::new())
+                .with_scheduler(book),
+        }
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &CronLedger<OrderState> {
+        &self.inner
     }
 
     /// The expiry task of order `order`, `delay_ms` after admission, keyed by the order.
@@ -150,124 +431,222 @@ impl ScheduledLedger {
     /// # Errors
     /// [`AppError::BadSnapshot`].
     pub fn decode_snapshot(cfg: SchedAppConfig, bytes: &[u8]) -> Result<SchedState, AppError> {
-        let bad = |e: String| AppError::BadSnapshot(e);
-        let (pages, orders, outbox): SnapshotWire =
-            codec::from_blob(bytes).map_err(|e| bad(e.to_string()))?;
-        let mut mem = MemPages::new(4_096, cfg.book_pages);
-        mem.restore(&pages).map_err(|e| bad(e.to_string()))?;
-        let range = Self::range(cfg)?;
-        let book = Scheduler::load(cfg.component, cfg.limits, &mem, range)
-            .map_err(|e| bad(e.to_string()))?;
-        let outbox =
-            Outbox::decode(&outbox, OutboxLimits::default()).map_err(|e| bad(e.to_string()))?;
+        let mut ledger = Self::new(cfg);
+        ledger.restore(bytes)?;
+        let book = ledger
+            .inner
+            .scheduler()
+            .ok_or_else(|| AppError::BadSnapshot("no schedule book".into()))?;
         Ok(SchedState {
-            pages: mem,
-            book,
-            orders: orders.into_iter().collect(),
-            outbox,
+            pages: book.pages().clone(),
+            book: book.book().clone(),
+            orders: ledger.inner.state().0.clone(),
+            outbox: book.outbox().clone(),
         })
-    }
-
-    fn range(cfg: SchedAppConfig) -> Result<PageRange, AppError> {
-        PageRange::new(0, cfg.book_pages)
-            .ok_or_else(|| AppError::BadSnapshot("no pages for the schedule book".into()))
-    }
-
-    fn persist(&mut self) {
-        let result = Self::range(self.cfg).and_then(|range| {
-            self.book
-                .save(&mut self.pages, range)
-                .map_err(|e| AppError::TickRejected(e.to_string()))
-        });
-        if let Err(e) = result {
-            tracing::error!(error = %e, "schedule book not saved");
-        }
-    }
-
-    fn request_of(&self, payload: &[u8]) -> Result<ScheduleRequest, String> {
-        if let Ok(req) = codec::from_blob::<ScheduleRequest>(payload) {
-            return Ok(req);
-        }
-        if self.cfg.puts_as_orders {
-            match wire::decode::<KvOp>(payload, payload.len()) {
-                Ok(KvOp::Put { key, .. }) => {
-                    let order = String::from_utf8_lossy(&key).into_owned();
-                    return Ok(ScheduleRequest::Upsert(Self::expiry(
-                        &order,
-                        self.cfg.expiry_ms,
-                    )));
-                }
-                Ok(KvOp::Delete { key }) => {
-                    let order = String::from_utf8_lossy(&key).into_owned();
-                    return Ok(ScheduleRequest::Cancel(Target::Key(order)));
-                }
-                _ => {}
-            }
-        }
-        Err("malformed request".into())
     }
 }
 
 impl Application for ScheduledLedger {
-    fn execute(&mut self, ctx: ExecContext, _client: ClientId, payload: &[u8]) -> Vec<u8> {
-        let reply = match self.request_of(payload) {
-            Err(e) => format!("err {e}"),
-            Ok(req) => match self
-                .book
-                .apply(req, &self.handlers, ctx.seq, ctx.agreed_time_ms)
-            {
-                Ok(id) => format!("ok {}", id.unwrap_or(0)),
-                Err(e) => format!("err {e}"),
-            },
-        };
-        self.persist();
-        reply.into_bytes()
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        self.inner.execute(ctx, client, payload)
     }
 
     fn digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
-        h.update(b"scheduled-ledger");
-        h.update(self.snapshot());
-        h.finalize().into()
+        self.inner.digest()
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        let wire: SnapshotWire = (
-            self.pages.snapshot(),
-            self.orders.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            self.outbox.encode().unwrap_or_default(),
-        );
-        codec::to_blob(&wire).unwrap_or_default()
+        self.inner.snapshot()
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        let s = Self::decode_snapshot(self.cfg, snapshot)?;
-        self.pages = s.pages;
-        self.book = s.book;
-        self.orders = s.orders;
-        self.outbox = s.outbox;
-        Ok(())
+        self.inner.restore(snapshot)
     }
 
-    fn on_tick(&mut self, tick: Tick, _pages: &mut MemPages) -> Result<(), AppError> {
-        if tick.component_id != self.cfg.component {
-            return Err(AppError::UnknownComponent(tick.component_id));
-        }
-        let report = self.book.on_tick(
-            &tick,
-            &mut self.orders,
-            &mut self.handlers,
-            &mut self.outbox,
-        );
-        self.runs = self.runs.saturating_add(report.fired.len() as u64);
-        if !report.errors.is_empty() {
-            tracing::warn!(errors = ?report.errors, "scheduler tick errors");
-        }
-        self.persist();
-        Ok(())
+    fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError> {
+        self.inner.on_tick(tick, pages)
+    }
+
+    fn reload(&mut self, pages: &MemPages) -> Result<(), AppError> {
+        self.inner.reload(pages)
     }
 
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
-        [((self.cfg.component, 0), self.runs)].into()
+        self.inner.fires()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccron::cron::ZoneRules;
+    use ccron::{CronEntry, CronTable, Periodic};
+
+    const BOOK: u32 = 3;
+
+    fn ctx(seq: u64, t: i64) -> ExecContext {
+        ExecContext {
+            seq,
+            agreed_time_ms: Some(t),
+        }
+    }
+
+    /// A ledger with a cron table (component 1, every second: count) and a schedule book
+    /// (component 3) whose handler changes the same state.
+    fn ledger() -> CronLedger<OrderState> {
+        let mut registry = CronTableRegistry::new();
+        let mut table =
+            CronTable::<OrderState>::with_persistence(1, PageRange::new(0, 1).unwrap(), 4);
+        table
+            .add(CronEntry::periodic(
+                0,
+                Periodic::every_ms(1_000).unwrap(),
+                |ctx: &mut ccron::ActionCtx<'_, OrderState>| {
+                    *ctx.state.0.entry("table".into()).or_insert(0) += 1
+                },
+            ))
+            .unwrap();
+        registry.register(table).unwrap();
+        let cfg = BookConfig {
+            component: BOOK,
+            position: 0,
+            limits: Limits {
+                persist_shards: 2,
+                ..Limits::default()
+            },
+            book_pages: 9,
+            outbox_pages: 3,
+        };
+        CronLedger::new(OrderState::default(), registry)
+            .with_scheduler(LedgerScheduler::new(cfg, order_handlers()))
+    }
+
+    fn req(r: &ScheduleRequest) -> Vec<u8> {
+        ScheduledLedger::payload(r).unwrap()
+    }
+
+    /// A full outbox (at its derived limits, largest records) always fits its pages.
+    #[test]
+    fn derived_outbox_limits_always_fit_the_pages() {
+        for outbox_pages in [1, 3, 64] {
+            let cfg = BookConfig {
+                component: 1,
+                position: 0,
+                limits: Limits::default(),
+                book_pages: 2,
+                outbox_pages,
+            };
+            let limits = cfg.outbox_limits();
+            assert!(
+                limits.max_records > 0 && limits.max_total_bytes > 0,
+                "{limits:?}"
+            );
+            let mut outbox = Outbox::new(limits);
+            let per = (limits.max_total_bytes / limits.max_records).min(limits.max_record_bytes);
+            let mut n = 0;
+            while outbox
+                .append(ccron::outbox::OutboxRecord::new(
+                    ccron::outbox::OccurrenceId::new(1, 2, n),
+                    "",
+                    vec![7; per],
+                ))
+                .is_ok()
+            {
+                n += 1;
+            }
+            assert_eq!(outbox.len(), limits.max_records);
+            let mut pages = MemPages::new(PAGE_BYTES, cfg.total_pages());
+            outbox
+                .save(&mut pages, cfg.outbox_range().unwrap())
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn one_ledger_runs_tables_and_schedules_and_restores_both() {
+        let mut a = ledger();
+        let mut pages = MemPages::new(4_096, 4);
+        let every = NewSchedule::new(
+            EXPIRE_ORDER,
+            Timing::Every {
+                period_ms: 2_000,
+                start_ms: Some(0),
+            },
+        )
+        .with_key("o")
+        .with_payload(b"o".to_vec());
+        assert_eq!(
+            a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every))),
+            b"ok 1"
+        );
+        assert!(
+            String::from_utf8_lossy(&a.execute(ctx(2, 0), 0, b"junk")).starts_with("err"),
+            "other payloads go to the state"
+        );
+        let rejected = a.execute(
+            ctx(3, 0),
+            0,
+            &req(&ScheduleRequest::Create(NewSchedule::new(
+                "nope",
+                Timing::AfterMs(1),
+            ))),
+        );
+        assert!(String::from_utf8_lossy(&rejected).contains("unknown handler"));
+        for (seq, t) in [(4, 0), (5, 1_000), (6, 2_500)] {
+            a.on_tick(Tick::new(1, seq, Some(t)), &mut pages).unwrap();
+            a.on_tick(Tick::new(BOOK, seq, Some(t)), &mut pages)
+                .unwrap();
+        }
+        assert_eq!(
+            a.on_tick(Tick::new(9, 7, Some(3_000)), &mut pages),
+            Err(AppError::UnknownComponent(9))
+        );
+        let state = a.state().0.clone();
+        assert_eq!(state.get("table"), Some(&3));
+        assert_eq!(state.get("o"), Some(&2), "due at 0 and 2 s");
+        assert_eq!(a.fires(), [((1, 0), 3), ((BOOK, 0), 2)].into());
+        assert_eq!(a.scheduler().unwrap().outbox().len(), 2);
+
+        // Pause through a client request; a restored copy (restart / state transfer: the
+        // snapshot plus the replica's pages) continues identically.
+        a.execute(
+            ctx(8, 3_000),
+            0,
+            &req(&ScheduleRequest::Pause(Target::Key("o".into()))),
+        );
+        let mut b = ledger();
+        b.restore(&a.snapshot()).unwrap();
+        b.reload(&pages).unwrap();
+        assert_eq!(b.digest(), a.digest());
+        assert_eq!(b.scheduler().unwrap().book(), a.scheduler().unwrap().book());
+        // The outbox came back from the book's pages, record for record.
+        assert_eq!(
+            b.scheduler().unwrap().outbox(),
+            a.scheduler().unwrap().outbox()
+        );
+        assert_eq!(b.scheduler().unwrap().outbox().len(), 2);
+        let mut pages_b = pages.clone();
+        let step = |l: &mut CronLedger<OrderState>, p: &mut MemPages| {
+            l.execute(
+                ctx(9, 4_000),
+                0,
+                &req(&ScheduleRequest::Resume(Target::Key("o".into()))),
+            );
+            l.on_tick(Tick::new(1, 10, Some(6_000)), p).unwrap();
+            l.on_tick(Tick::new(BOOK, 10, Some(6_000)), p).unwrap();
+        };
+        step(&mut a, &mut pages);
+        step(&mut b, &mut pages_b);
+        assert_eq!(a.digest(), b.digest());
+        assert_eq!(a.state().0.get("o"), Some(&3), "fire once after the pause");
+        assert_eq!(pages, pages_b);
+
+        // Zones are data too: installed by a request.
+        let z = ScheduleRequest::InstallZone(ZoneRules::fixed("Z", 3_600).unwrap());
+        assert_eq!(a.execute(ctx(11, 6_000), 0, &req(&z)), b"ok 0");
+        // A corrupt snapshot changes nothing.
+        let before = a.digest();
+        assert!(a.restore(b"junk").is_err());
+        assert_eq!(a.digest(), before);
     }
 }

@@ -244,3 +244,129 @@ fn simulated_cluster_with_faults_expires_orders_placed_by_clients() {
         .unwrap_or(0);
     assert!(runs > 0, "no order ever expired: {:#?}", outcome.nodes);
 }
+
+/// One ledger, tables and schedules: a `CronLedger` whose state is changed both by a periodic
+/// cron table (component 2, every second) and by a schedule book (component 1) whose tasks
+/// clients create, pause, resume and cancel. One replica restarts from storage, another catches
+/// up by state transfer; afterwards every replica holds the same state, book, outbox and fire
+/// counts, and every executed batch agreed on the state digest.
+#[test]
+fn tables_and_schedules_in_one_ledger_survive_restart_and_state_transfer() {
+    use ccron::schedule::Misfire;
+    use ccron::{CronEntry, CronTable, CronTableRegistry, PageRange, Periodic};
+    use sim_bft::app::{Application, CronLedger};
+    use sim_bft::sched_app::{BookConfig, LedgerScheduler, OrderState, order_handlers};
+
+    const TABLE: u32 = 2;
+    fn ledger() -> CronLedger<OrderState> {
+        let mut registry = CronTableRegistry::new();
+        let mut table =
+            CronTable::<OrderState>::with_persistence(TABLE, PageRange::new(1, 4).unwrap(), 16);
+        table
+            .add(CronEntry::periodic(
+                0,
+                Periodic::every_ms(1_000).unwrap(),
+                |ctx: &mut ccron::ActionCtx<'_, OrderState>| {
+                    *ctx.state.0.entry("table".into()).or_insert(0) += 1;
+                },
+            ))
+            .unwrap();
+        registry.register(table).unwrap();
+        let book = BookConfig {
+            component: COMPONENT,
+            position: 0,
+            limits: SchedAppConfig::default().limits,
+            book_pages: 40,
+            outbox_pages: 16,
+        };
+        CronLedger::new(OrderState::default(), registry)
+            .with_scheduler(LedgerScheduler::new(book, order_handlers()))
+    }
+    let ledger_snapshot = |h: &Harness, i: u32| h.replica(i).app().snapshot();
+
+    let mut h = Harness::new(7, |c| {
+        c.checkpoint_interval = 4;
+        c.log_window = 8;
+    });
+    for i in 0..h.n {
+        let cfg = h.cfgs[i as usize].clone();
+        h.replicas[i as usize] = Some(Replica::with_app(cfg, Box::new(ledger())).unwrap());
+    }
+    let run_both = |h: &mut Harness, ms: i64| {
+        let end = h.now + ms;
+        while h.now < end {
+            for i in 0..h.n {
+                if !h.isolated.contains(&i) {
+                    h.tick(i, COMPONENT);
+                    h.tick(i, TABLE);
+                }
+            }
+            h.deliver_all();
+            h.advance(250);
+        }
+    };
+    run_both(&mut h, 1_000);
+    // A recurring report every 2 s (fire each: catch up on what a pause skipped), two delayed
+    // tasks of which one is cancelled.
+    let every = NewSchedule::new(
+        "expire-order",
+        Timing::Every {
+            period_ms: 2_000,
+            start_ms: None,
+        },
+    )
+    .with_key("report")
+    .with_payload(b"report".to_vec())
+    .with_misfire(Misfire::FireEach { cap: 10 });
+    send(&mut h, 0, ScheduleRequest::Create(every));
+    send(&mut h, 0, ScheduleRequest::Create(expiry("a", 3_000)));
+    send(&mut h, 0, ScheduleRequest::Create(expiry("b", 4_000)));
+    send(&mut h, 1, ScheduleRequest::Cancel(Target::Key("b".into())));
+    run_both(&mut h, 2_000);
+    send(
+        &mut h,
+        1,
+        ScheduleRequest::Pause(Target::Key("report".into())),
+    );
+
+    h.crash(2);
+    h.isolated.insert(3);
+    run_both(&mut h, 5_000);
+    send(
+        &mut h,
+        1,
+        ScheduleRequest::Resume(Target::Key("report".into())),
+    );
+    let cfg = h.cfgs[2].clone();
+    h.replicas[2] = Some(Replica::recover_app(cfg, Box::new(ledger()), &h.storage[2]).unwrap());
+    h.isolated.clear();
+    run_both(&mut h, 10_000);
+
+    assert!(
+        h.replica(3).metrics().get("state_transfers_completed") >= 1,
+        "{:?}",
+        h.replica(3).metrics()
+    );
+    let reference = ledger_snapshot(&h, 0);
+    let mut probe = ledger();
+    probe.restore(&reference).unwrap();
+    let state = probe.state().0.clone();
+    assert_eq!(state.get("a"), Some(&1), "{state:?}");
+    assert_eq!(state.get("b"), None, "cancelled");
+    assert!(state.get("table").is_some_and(|&n| n >= 10), "{state:?}");
+    let report_runs = *state.get("report").unwrap();
+    assert!(report_runs >= 8, "the pause was caught up: {state:?}");
+    let book = probe.scheduler().unwrap();
+    assert_eq!(book.outbox().len() as u32, 1 + report_runs);
+    assert_eq!(
+        probe.fires().get(&(COMPONENT, 0)).copied(),
+        Some(u64::from(1 + report_runs))
+    );
+    assert!(probe.fires().get(&(TABLE, 0)).is_some_and(|&n| n >= 10));
+    let digest0 = h.replica(0).state_digest_now();
+    for i in 0..7 {
+        assert_eq!(ledger_snapshot(&h, i), reference, "replica {i}");
+        assert_eq!(h.replica(i).state_digest_now(), digest0, "replica {i}");
+    }
+    h.assert_agreement(&[0, 1, 2, 3, 4, 5, 6]);
+}

@@ -391,6 +391,74 @@ impl CronSchedule {
         }
         out
     }
+
+    /// The latest `count` fire instants in `(after_ms, through_ms]`, ascending (fewer when the
+    /// interval holds fewer).
+    ///
+    /// A catch-up after a long stall wants the *most recent* missed instants without walking
+    /// every one of them (a job every second, a year late, has 31 million). The search walks a
+    /// window ending at `through_ms` that doubles (from `count` seconds) until it holds `count`
+    /// instants or reaches `after_ms`; a window found too dense to walk (instants crowded in its
+    /// older half) is halved instead, latest half first. Fire instants are distinct whole
+    /// seconds, so a span of fewer than `2·count + 8` seconds is always walked: both searches
+    /// end, after O(count + log(span)) searches for evenly spread instants and
+    /// O(count · log(span)) at worst.
+    pub fn latest_in(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Vec<TimeMs> {
+        if count == 0 || through_ms <= after_ms {
+            return Vec::new();
+        }
+        let mut window_ms = i128::try_from(count)
+            .unwrap_or(i128::MAX)
+            .saturating_mul(1_000);
+        loop {
+            let lower_ms = (i128::from(through_ms) - window_ms).max(i128::from(after_ms)) as TimeMs;
+            match self.walk_tail(lower_ms, through_ms, count) {
+                Some(tail) if tail.len() == count || lower_ms == after_ms => return tail,
+                Some(_) => window_ms = window_ms.saturating_mul(2),
+                None => return self.latest_by_halving(lower_ms, through_ms, count),
+            }
+        }
+    }
+
+    /// The last `count` instants of `(after_ms, through_ms]` by walking forward, or `None` when
+    /// the interval holds more than `2·count + 8` (too many to walk).
+    fn walk_tail(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Option<Vec<TimeMs>> {
+        let walk_limit = count.saturating_mul(2).saturating_add(8);
+        let mut ring = std::collections::VecDeque::with_capacity(count.min(MAX_PREVIEW_COUNT));
+        let mut at_ms = after_ms;
+        let mut walked = 0usize;
+        while let Some(t) = self.next_after(at_ms).filter(|&t| t <= through_ms) {
+            walked += 1;
+            if walked > walk_limit {
+                return None;
+            }
+            if ring.len() == count {
+                ring.pop_front();
+            }
+            ring.push_back(t);
+            at_ms = t;
+        }
+        Some(ring.into())
+    }
+
+    /// [`Self::latest_in`] by halving: the latest half first, then what is still missing from
+    /// the earlier half.
+    fn latest_by_halving(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Vec<TimeMs> {
+        if count == 0 || through_ms <= after_ms {
+            return Vec::new();
+        }
+        if let Some(tail) = self.walk_tail(after_ms, through_ms, count) {
+            return tail;
+        }
+        let mid_ms = ((i128::from(after_ms) + i128::from(through_ms)) / 2) as TimeMs;
+        let mut latest = self.latest_by_halving(mid_ms, through_ms, count);
+        if latest.len() < count {
+            let mut earlier = self.latest_by_halving(after_ms, mid_ms, count - latest.len());
+            earlier.append(&mut latest);
+            latest = earlier;
+        }
+        latest
+    }
 }
 
 impl TryFrom<CronScheduleData> for CronSchedule {

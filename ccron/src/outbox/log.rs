@@ -7,7 +7,10 @@
 //! by index and delivers them to workers, which deduplicate by id.
 //!
 //! The outbox is pure replicated state: no clock, no I/O, bounded size (typed error when full),
-//! deterministic encoding ([`Outbox::encode`] / [`Outbox::decode`]). The host trims records below
+//! deterministic encoding ([`Outbox::encode`] / [`Outbox::decode`]). A host keeps it in reserved
+//! pages with [`Outbox::save`] / [`Outbox::load`] (through [`crate::codec`], multi-page,
+//! checksummed, size-limited), so it is checkpointed and transferred with the rest of the
+//! replicated state and reloaded after a restart or a state transfer. The host trims records below
 //! an index once it knows they are delivered (for example after the consumers' acknowledgements
 //! are themselves agreed through consensus).
 
@@ -101,6 +104,10 @@ pub enum OutboxError {
     /// Encoding or decoding failed.
     #[error(transparent)]
     Codec(#[from] CodecError),
+    /// The reserved pages failed, or held a corrupt, foreign or oversized outbox, or the outbox
+    /// does not fit the page range ([`Outbox::save`] / [`Outbox::load`]).
+    #[error("outbox pages: {0}")]
+    Pages(#[from] crate::codec::CodecError),
     /// Decoded bytes describe an outbox that violates its invariants or the given limits.
     #[error("decoded outbox is invalid: {0}")]
     Invalid(String),
@@ -239,17 +246,70 @@ impl Outbox {
     pub fn encode(&self) -> Result<Vec<u8>, OutboxError> {
         // The wire struct borrows nothing so it can derive Decode; the clone is the price of
         // keeping one derive for both directions (encoding happens at checkpoints only).
-        let wire = Wire {
+        Ok(codec::encode(&self.to_wire())?)
+    }
+
+    /// Writes the outbox into the pages of `range` through [`crate::codec`] (kind
+    /// [`BlobKind::Outbox`](crate::codec::BlobKind::Outbox)), clearing the range's pages it does
+    /// not need. The size is checked before any page is written: an outbox larger than the
+    /// range's capacity is [`OutboxError::Pages`] (`TooLarge`) and no page changes. The whole
+    /// outbox is rewritten (O(held bytes)): call it after a tick or request that appended or
+    /// trimmed, not on every tick.
+    ///
+    /// # Errors
+    /// [`OutboxError::Pages`].
+    pub fn save(
+        &self,
+        pages: &mut dyn crate::pages::ReservedPages,
+        range: crate::pages::PageRange,
+    ) -> Result<(), OutboxError> {
+        crate::codec::save(
+            pages,
+            range,
+            crate::codec::BlobKind::Outbox,
+            &self.to_wire(),
+        )?;
+        Ok(())
+    }
+
+    /// Reads the outbox stored in `range` by [`save`](Self::save) (an empty outbox when nothing
+    /// is stored), checking it against `limits` like [`decode`](Self::decode). Every length is
+    /// checked against the range before anything is allocated.
+    ///
+    /// # Errors
+    /// [`OutboxError::Pages`] (pages failing their checks, another kind of record, a blob that
+    /// does not decode), [`OutboxError::Codec`] (`Version`) or [`OutboxError::Invalid`].
+    pub fn load(
+        pages: &dyn crate::pages::ReservedPages,
+        range: crate::pages::PageRange,
+        limits: OutboxLimits,
+    ) -> Result<Self, OutboxError> {
+        match crate::codec::load::<Wire>(pages, range, crate::codec::BlobKind::Outbox) {
+            Ok(None) => Ok(Self::new(limits)),
+            Ok(Some(wire)) => Self::from_wire(wire, limits),
+            Err(e) => {
+                tracing::warn!(error = %e, "stored outbox rejected");
+                Err(e.into())
+            }
+        }
+    }
+
+    fn to_wire(&self) -> Wire {
+        Wire {
             version: FORMAT_VERSION,
             first_index: self.first_index,
             records: self.records.iter().cloned().collect(),
-        };
-        Ok(codec::encode(&wire)?)
+        }
     }
 
     /// Decodes bytes from [`encode`](Self::encode), checking them against `limits`.
     pub fn decode(bytes: &[u8], limits: OutboxLimits) -> Result<Self, OutboxError> {
         let wire: Wire = codec::decode(bytes)?;
+        Self::from_wire(wire, limits)
+    }
+
+    /// Checks a decoded outbox against its invariants and `limits`.
+    fn from_wire(wire: Wire, limits: OutboxLimits) -> Result<Self, OutboxError> {
         if wire.version != FORMAT_VERSION {
             return Err(CodecError::Version {
                 found: wire.version,

@@ -46,22 +46,29 @@ pub enum Timing {
 
 /// What a tick does with the occurrences of a schedule it reached late.
 ///
-/// The tick at time `now` has reached the occurrences `r1 < r2 < … <= now` (at least one).
+/// The tick at time `now` has reached the occurrences `r1 < r2 < … <= rk <= now` (at least
+/// one). The recurring policies follow the same rule as the periodic table entries'
+/// [`crate::MisfirePolicy`]: a catch-up stands for the *most recent* missed occurrences
+/// (Kubernetes' "latest only", Quartz's fire-once-now), and the phase never drifts (the next
+/// occurrence is the first of the timing after `now`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
 pub enum Misfire {
     /// Run only when the tick is on time (only `r1` reached); otherwise run nothing and wait for
     /// the next occurrence after `now`.
     Skip,
-    /// Run once, for `r1`. The default.
+    /// Run once, for the latest reached occurrence `rk`; the earlier ones are dropped. The
+    /// default.
     #[default]
     FireOnce,
-    /// Run once per reached occurrence, the first `cap` of them in order; the rest are dropped.
+    /// Run once per reached occurrence, the latest `min(k, cap)` of them in ascending order;
+    /// older ones beyond the cap are dropped.
     FireEach {
         /// The most runs one tick may cause for this schedule (at least 1).
         cap: u32,
     },
-    /// Run once, for the earliest reached occurrence at most `deadline_ms` old; when every
-    /// reached occurrence is older (e.g. an order-expiry task after a long outage), run nothing.
+    /// Fire once with a deadline: run once, for the latest reached occurrence, if it is at most
+    /// `deadline_ms` old; when it is older (e.g. an order-expiry task after a long outage), run
+    /// nothing.
     ExpireAfter {
         /// How late a run may still happen.
         deadline_ms: i64,
@@ -151,7 +158,8 @@ pub enum ScheduleRequest {
     /// Create, or replace the schedule holding the same key (the key is required).
     Upsert(NewSchedule),
     /// Replace an existing schedule's definition (it keeps its id and run counter, and is
-    /// re-armed from the admission point; a paused one stays paused).
+    /// re-armed from the admission point, dropping runs still owed from a catch-up; a paused one
+    /// stays paused).
     Replace {
         /// The schedule.
         target: Target,
@@ -165,8 +173,11 @@ pub enum ScheduleRequest {
     Resume(Target),
     /// Remove the schedule.
     Cancel(Target),
-    /// Install (or update) zone rules cron schedules may name. Cron schedules already using the
-    /// zone keep the rules they were admitted with until replaced.
+    /// Install (or update) zone rules cron schedules may name. Every admitted cron schedule in
+    /// that zone (running or paused) is re-evaluated under the new rules: its next due point
+    /// becomes the first instant of the new rules after the request's agreed time, or at or
+    /// after its old point when that was already reached (see `docs/scheduling.md`, "Zone rule
+    /// changes").
     InstallZone(ZoneRules),
 }
 
@@ -185,8 +196,10 @@ pub struct Limits {
     /// changed (plus a small header), so a change costs O(n / shards) bytes, not O(n). The page
     /// range is split into `persist_shards + 1` equal parts (header first). At least 1.
     pub persist_shards: u32,
-    /// Most schedules one tick steps (the fire budget); what does not fit stays due and runs on
-    /// later ticks, higher priority first, then earlier due point, then lower id.
+    /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
+    /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
+    /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
+    /// middle of a catch-up resumes it where it stopped. 0 is treated as 1.
     pub budget_per_tick: usize,
 }
 
@@ -258,6 +271,11 @@ struct Record {
     next: Option<Due>,
     /// Runs so far: the occurrence number of the next run (outbox ids).
     runs: u64,
+    /// Runs of a catch-up the fire budget cut short, still owed: the occurrences from the first
+    /// through the second instant (inclusive, consecutive occurrences of the timing, all reached
+    /// when the catch-up was planned). While set, the record is due at the first, ahead of
+    /// `next` (the resume point after the catch-up).
+    owed: Option<(TimeMs, TimeMs)>,
 }
 
 /// What the header part of the page range holds.
@@ -296,6 +314,9 @@ pub struct ScheduleInfo {
     pub next: Option<Due>,
     /// Its runs so far.
     pub runs: u64,
+    /// Runs of a catch-up the fire budget carried over: the first and last owed occurrence
+    /// (run before `next`, on the next ticks).
+    pub owed: Option<(TimeMs, TimeMs)>,
 }
 
 /// One run of a handler in a tick.
@@ -448,6 +469,9 @@ pub struct Scheduler {
     keys: BTreeMap<String, u64>,
     /// Parsed cron schedules of the cron records (derived; rebuilt on load).
     crons: BTreeMap<u64, CronSchedule>,
+    /// Zone name -> ids of the cron records naming it (derived, maintained by `reindex` and
+    /// `remove`): an `InstallZone` re-evaluates exactly the k schedules of its zone.
+    zoned: BTreeMap<String, BTreeSet<u64>>,
     /// (255 - priority, due key, id) of every active record with a next due point.
     index: BTreeSet<(u8, Due, u64)>,
     /// Active index entries per inverted priority (a tick probes only levels in use).
@@ -486,6 +510,7 @@ impl Scheduler {
             records: BTreeMap::new(),
             keys: BTreeMap::new(),
             crons: BTreeMap::new(),
+            zoned: BTreeMap::new(),
             index: BTreeSet::new(),
             levels: BTreeMap::new(),
             header_dirty: false,
@@ -539,6 +564,7 @@ impl Scheduler {
             paused: r.paused,
             next: r.next,
             runs: r.runs,
+            owed: r.owed,
         })
     }
 
@@ -574,6 +600,11 @@ impl Scheduler {
         if rec.paused {
             return None;
         }
+        if let Some((owed_ms, _)) = rec.owed {
+            // Owed runs were reached when planned: due at their nominal instant, without
+            // jitter, so any later tick with time takes them (in the canonical order).
+            return Some((u8::MAX - rec.def.priority, Due::Time(owed_ms), id));
+        }
         let next = rec.next?;
         let key = match next {
             Due::Time(t) => Due::Time(t.saturating_add(jitter_offset_ms(id, rec.def.jitter_ms))),
@@ -594,11 +625,42 @@ impl Scheduler {
         }
     }
 
+    /// Indexes record `id` (due index, and zone index for a cron record in a named zone).
+    ///
+    /// Every path that creates or changes a record, including loading one from the pages, ends
+    /// here, which is why the zone index is maintained here too (linking is idempotent).
     fn reindex(&mut self, id: u64) {
-        if let Some(k) = self.records.get(&id).and_then(|r| Self::key_of(id, r))
+        let Some(rec) = self.records.get(&id) else {
+            return;
+        };
+        if let Timing::Cron {
+            zone: Some(zone), ..
+        } = &rec.def.timing
+            && !self.zoned.get(zone).is_some_and(|ids| ids.contains(&id))
+        {
+            self.zoned.entry(zone.clone()).or_default().insert(id);
+        }
+        if let Some(k) = Self::key_of(id, rec)
             && self.index.insert(k)
         {
             *self.levels.entry(k.0).or_insert(0) += 1;
+        }
+    }
+
+    /// Removes record `id` from the zone index (before its timing changes or it leaves).
+    fn unlink_zone(&mut self, id: u64) {
+        let Some(Timing::Cron {
+            zone: Some(zone), ..
+        }) = self.records.get(&id).map(|r| &r.def.timing)
+        else {
+            return;
+        };
+        if let Some(ids) = self.zoned.get_mut(zone) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                let zone = zone.clone();
+                self.zoned.remove(&zone);
+            }
         }
     }
 
@@ -775,11 +837,62 @@ impl Scheduler {
                         self.limits.max_zones
                     )));
                 }
-                self.zones.insert(name, rules);
-                self.header_dirty = true;
+                self.install_zone(name, rules, now_ms)?;
                 Ok(None)
             }
         }
+    }
+
+    /// Installs `rules` under `name` and re-evaluates the cron schedules of that zone (through
+    /// the zone index: O(k log n) for its k schedules, plus one cron search each).
+    ///
+    /// A schedule's new next due point is the first instant of the new rules strictly after the
+    /// request's agreed time `now_ms`; a schedule already overdue (its old point reached but not
+    /// yet run, e.g. carried over by the budget) keeps that run: its new point is the first
+    /// instant of the new rules at or after its old one. Owed catch-up runs stay owed (they were
+    /// reached under the old rules). Every expression is re-parsed under the new rules first, so
+    /// a failure changes nothing.
+    fn install_zone(
+        &mut self,
+        name: String,
+        rules: ZoneRules,
+        now_ms: Option<TimeMs>,
+    ) -> Result<(), ScheduleError> {
+        let ids: Vec<u64> = self
+            .zoned
+            .get(&name)
+            .map(|ids| ids.iter().copied().collect())
+            .unwrap_or_default();
+        let mut reparsed = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(Timing::Cron { expression, .. }) =
+                self.records.get(&id).map(|r| &r.def.timing)
+            else {
+                continue;
+            };
+            reparsed.push((id, CronSchedule::parse_in(expression, rules.clone())?));
+        }
+        for (id, cron) in reparsed {
+            let old = self.records.get(&id).and_then(|r| r.next);
+            let from_ms = match (old, now_ms) {
+                (Some(Due::Time(t)), Some(now)) => t.saturating_sub(1).min(now),
+                (Some(Due::Time(t)), None) => t.saturating_sub(1),
+                (_, Some(now)) => now,
+                // Past the horizon and no time to search from: stays so, with the new rules.
+                (_, None) => TimeMs::MAX,
+            };
+            let next = cron.next_after(from_ms).map(Due::Time);
+            self.unindex(id);
+            if let Some(r) = self.records.get_mut(&id) {
+                r.next = next;
+            }
+            self.crons.insert(id, cron);
+            self.reindex(id);
+            self.touch(id);
+        }
+        self.zones.insert(name, rules);
+        self.header_dirty = true;
+        Ok(())
     }
 
     fn insert_new(
@@ -813,6 +926,7 @@ impl Scheduler {
                 paused: false,
                 next,
                 runs: 0,
+                owed: None,
             },
         );
         self.reindex(id);
@@ -831,6 +945,7 @@ impl Scheduler {
     ) -> Result<u64, ScheduleError> {
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
         self.unindex(id);
+        self.unlink_zone(id);
         let Some(rec) = self.records.get_mut(&id) else {
             return Err(ScheduleError::UnknownSchedule(target_of(id)));
         };
@@ -842,6 +957,7 @@ impl Scheduler {
         }
         rec.def = stored;
         rec.next = next;
+        rec.owed = None;
         self.crons.remove(&id);
         if let Some(c) = cron {
             self.crons.insert(id, c);
@@ -853,6 +969,7 @@ impl Scheduler {
 
     fn remove(&mut self, id: u64) {
         self.unindex(id);
+        self.unlink_zone(id);
         if let Some(rec) = self.records.remove(&id)
             && let Some(k) = rec.def.key
         {
@@ -881,6 +998,68 @@ impl Scheduler {
         }
     }
 
+    /// The latest `count` occurrences of `id`'s timing in `[r1, now]`, ascending (`r1`, an
+    /// occurrence, is reached, so there is at least one): closed form on a periodic grid, a
+    /// backward search from `now` for cron ([`CronSchedule::latest_in`]), never a walk over
+    /// every missed instant.
+    fn latest_reached(
+        &self,
+        id: u64,
+        rec: &Record,
+        r1: TimeMs,
+        now: TimeMs,
+        count: usize,
+    ) -> Vec<Due> {
+        let count = count.max(1);
+        let times = match &rec.def.timing {
+            Timing::Every { period_ms, .. } if *period_ms > 0 && now >= r1 => {
+                let p = i128::from(*period_ms);
+                let reached = (i128::from(now) - i128::from(r1)) / p + 1;
+                let m = reached.min(count as i128);
+                let first = i128::from(r1) + (reached - m) * p;
+                (0..m)
+                    .map(|i| first + i * p)
+                    .filter_map(|t| TimeMs::try_from(t).ok())
+                    .collect()
+            }
+            Timing::Cron { .. } => self
+                .crons
+                .get(&id)
+                .map(|c| c.latest_in(r1.saturating_sub(1), now, count))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        if times.is_empty() {
+            return vec![Due::Time(r1)];
+        }
+        times.into_iter().map(Due::Time).collect()
+    }
+
+    /// The occurrences of `id`'s timing from `from_ms` through `last_ms` (owed runs), at most
+    /// `max`, ascending; and the first one left over, if any.
+    fn owed_runs(
+        &self,
+        id: u64,
+        rec: &Record,
+        from_ms: TimeMs,
+        last_ms: TimeMs,
+        max: usize,
+    ) -> (Vec<Due>, Option<TimeMs>) {
+        let mut runs = Vec::new();
+        let mut at = Some(from_ms);
+        while let Some(t) = at {
+            if t > last_ms {
+                return (runs, None);
+            }
+            if runs.len() == max {
+                return (runs, Some(t));
+            }
+            runs.push(Due::Time(t));
+            at = self.occurrence_after(id, rec, t);
+        }
+        (runs, None)
+    }
+
     /// The due points `id`'s next tick at `now` runs for, and its next nominal point.
     fn plan(&self, id: u64, rec: &Record, due: Due, tick: &Tick) -> (Vec<Due>, Option<Due>) {
         let one_shot = matches!(rec.def.timing, Timing::At(_));
@@ -899,9 +1078,16 @@ impl Scheduler {
         let (Due::Time(r1), Some(now)) = (due, now_ms) else {
             return (Vec::new(), rec.next);
         };
+        // An occurrence is reached when its *jittered* instant has passed: with jitter J, the
+        // tick at `now` has reached the nominal occurrences <= now - J. One nominally past but
+        // not yet at its jittered instant is neither run early nor dropped: it stays next.
+        // (The record was taken because r1 + J <= now, so r1 is reached.)
+        let now = now
+            .saturating_sub(jitter_offset_ms(id, rec.def.jitter_ms))
+            .max(r1);
         let next = self.occurrence_after(id, rec, now).map(Due::Time);
         let runs = match rec.def.misfire {
-            Misfire::FireOnce => vec![due],
+            Misfire::FireOnce => self.latest_reached(id, rec, r1, now, 1),
             Misfire::Skip => {
                 let r2 = self.occurrence_after(id, rec, r1);
                 if r2.is_none_or(|r2| r2 > now) {
@@ -910,30 +1096,15 @@ impl Scheduler {
                     Vec::new()
                 }
             }
-            Misfire::FireEach { cap } => {
-                let mut runs = vec![due];
-                let mut at = r1;
-                while runs.len() < cap as usize {
-                    match self.occurrence_after(id, rec, at) {
-                        Some(r) if r <= now => {
-                            runs.push(Due::Time(r));
-                            at = r;
-                        }
-                        _ => break,
-                    }
-                }
-                runs
-            }
+            Misfire::FireEach { cap } => self.latest_reached(id, rec, r1, now, cap as usize),
             Misfire::ExpireAfter { deadline_ms } => {
-                let oldest_ok = now.saturating_sub(deadline_ms);
-                if r1 >= oldest_ok {
-                    vec![due]
-                } else {
-                    match self.occurrence_after(id, rec, oldest_ok.saturating_sub(1)) {
-                        Some(r) if r <= now => vec![Due::Time(r)],
-                        _ => Vec::new(),
-                    }
-                }
+                // Fire once for the latest reached occurrence, unless even that one is stale.
+                let mut latest = self.latest_reached(id, rec, r1, now, 1);
+                latest.retain(|d| {
+                    d.time_ms()
+                        .is_some_and(|t| now.saturating_sub(t) <= deadline_ms)
+                });
+                latest
             }
         };
         (runs, next)
@@ -973,6 +1144,12 @@ impl Scheduler {
 
     /// Runs every due schedule (within the budget) on the committed `tick`: handlers get
     /// `state`, may emit one record each into `outbox`, and may queue book changes.
+    ///
+    /// The budget ([`Limits::budget_per_tick`]) bounds the handler runs (and the schedules
+    /// stepped). Schedules are taken in the canonical order; one whose catch-up does not fit
+    /// runs what fits and keeps the rest owed, taken first (by its earlier due point) on the
+    /// next ticks, so nothing is lost or run twice. Schedules created by handlers during the
+    /// tick wait for the next tick.
     pub fn on_tick<S>(
         &mut self,
         tick: &Tick,
@@ -982,8 +1159,8 @@ impl Scheduler {
     ) -> TickReport {
         let mut report = TickReport::default();
         // A zero budget would starve every schedule forever: treat it as 1.
-        let (ids, more) = self.due_ids(tick, self.limits.budget_per_tick.max(1));
-        report.carried_over = more;
+        let mut left = self.limits.budget_per_tick.max(1);
+        let (ids, _) = self.due_ids(tick, left);
         // Handlers may queue requests naming handlers; the set never changes during a tick.
         let names: BTreeSet<String> = if ids.is_empty() {
             BTreeSet::new()
@@ -991,18 +1168,70 @@ impl Scheduler {
             handlers.map.keys().cloned().collect()
         };
         for id in ids {
+            if left == 0 {
+                break;
+            }
+            self.step_schedule(
+                id,
+                tick,
+                &mut left,
+                &names,
+                state,
+                handlers,
+                outbox,
+                &mut report,
+            );
+        }
+        report.carried_over = !self.due_ids(tick, 1).0.is_empty();
+        report
+    }
+
+    /// Steps schedule `id` (taken from the due snapshot) within `left` runs: its owed runs
+    /// first, then, when they are done and its next point is reached too, a fresh plan.
+    #[allow(clippy::too_many_arguments)]
+    fn step_schedule<S>(
+        &mut self,
+        id: u64,
+        tick: &Tick,
+        left: &mut usize,
+        names: &BTreeSet<String>,
+        state: &mut S,
+        handlers: &mut Handlers<S>,
+        outbox: &mut Outbox,
+        report: &mut TickReport,
+    ) {
+        loop {
             // A handler earlier in this tick may have cancelled, paused or moved it.
             let Some(rec) = self.records.get(&id) else {
-                continue;
+                return;
             };
             let Some(key) = Self::key_of(id, rec) else {
-                continue;
+                return;
             };
-            if !self.index.contains(&key) || !key.1.reached_by(tick) {
-                continue;
+            if *left == 0 || !self.index.contains(&key) || !key.1.reached_by(tick) {
+                return;
             }
-            let Some(due) = rec.next else { continue };
-            let (runs, next) = self.plan(id, rec, due, tick);
+            let was_owed = rec.owed.is_some();
+            let (mut runs, next, owed_first) = match rec.owed {
+                Some((from_ms, last_ms)) => {
+                    let (runs, rest) = self.owed_runs(id, rec, from_ms, last_ms, *left);
+                    (runs, rec.next, rest.map(|r| (r, last_ms)))
+                }
+                None => {
+                    let Some(due) = rec.next else { return };
+                    let (mut runs, next) = self.plan(id, rec, due, tick);
+                    let rest = if runs.len() > *left {
+                        runs.split_off(*left)
+                    } else {
+                        Vec::new()
+                    };
+                    let owed = match (rest.first(), rest.last()) {
+                        (Some(Due::Time(a)), Some(Due::Time(b))) => Some((*a, *b)),
+                        _ => None,
+                    };
+                    (runs, next, owed)
+                }
+            };
             let handler_name = rec.def.handler.clone();
             let payload = rec.def.payload.clone();
             let first_run = rec.runs;
@@ -1010,6 +1239,7 @@ impl Scheduler {
             self.unindex(id);
             if let Some(r) = self.records.get_mut(&id) {
                 r.next = next;
+                r.owed = owed_first;
                 r.runs = first_run.saturating_add(runs.len() as u64);
             }
             if one_shot {
@@ -1020,16 +1250,17 @@ impl Scheduler {
             self.touch(id);
             if runs.is_empty() {
                 report.skipped.push(id);
-                continue;
+                return;
             }
+            *left = left.saturating_sub(runs.len());
             let Some(handler) = handlers.map.get_mut(&handler_name) else {
                 tracing::warn!(id, handler = %handler_name, "schedule names an unregistered handler");
                 report
                     .errors
                     .push(ScheduleError::UnknownHandler(handler_name));
-                continue;
+                return;
             };
-            for (i, run_due) in runs.into_iter().enumerate() {
+            for (i, run_due) in runs.drain(..).enumerate() {
                 let occurrence = first_run.saturating_add(i as u64);
                 let mut ctx = HandlerCtx {
                     tick,
@@ -1059,18 +1290,30 @@ impl Scheduler {
                         report.errors.push(e);
                     }
                 }
-                // A run that cancelled, paused or replaced its own schedule ends its catch-up.
-                if self
-                    .records
-                    .get(&id)
-                    .is_none_or(|r| r.paused || r.def.handler != handler_name)
-                    && !one_shot
+                // A run that cancelled, paused or replaced its own schedule ends its catch-up
+                // (runs still owed are dropped too).
+                if !one_shot
+                    && self
+                        .records
+                        .get(&id)
+                        .is_none_or(|r| r.paused || r.def.handler != handler_name)
                 {
-                    break;
+                    if self.records.get(&id).is_some_and(|r| r.owed.is_some()) {
+                        self.unindex(id);
+                        if let Some(r) = self.records.get_mut(&id) {
+                            r.owed = None;
+                        }
+                        self.reindex(id);
+                    }
+                    return;
                 }
             }
+            // Only a finished owed catch-up can leave the schedule due again in this tick (its
+            // resume point may be reached): plan it now, as an unbudgeted tick would have.
+            if one_shot || !was_owed {
+                return;
+            }
         }
-        report
     }
 
     /// The next `count` nominal fire instants of schedule `id` (time timings; a one-shot at a
@@ -1359,6 +1602,18 @@ impl Scheduler {
             if self.records.get(id).and_then(|r| r.def.key.as_ref()) != Some(k) {
                 return Err(format!("key {k:?} maps to {id}, which does not hold it"));
             }
+        }
+        let mut zoned: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for (&id, r) in &self.records {
+            if let Timing::Cron {
+                zone: Some(zone), ..
+            } = &r.def.timing
+            {
+                zoned.entry(zone.clone()).or_default().insert(id);
+            }
+        }
+        if zoned != self.zoned {
+            return Err("zone index differs from the records".into());
         }
         Ok(())
     }

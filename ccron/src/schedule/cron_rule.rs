@@ -9,9 +9,11 @@ use crate::tick::{Tick, TimeMs};
 /// - Without a stored due point (a new entry, or one never evaluated), the rule *arms* on the
 ///   first tick with agreed time: it stores the first fire instant strictly after that tick's time
 ///   (or after [`CronRule::starting_after`]'s instant, when given) and runs nothing.
-/// - A tick whose time has reached the stored instant runs the action once, for that instant
-///   (the earliest missed one: a tick after a long stall or a jump forward runs once, not once per
-///   missed minute), and stores the first instant strictly after the tick's time.
+/// - A tick whose time has reached the stored instant runs the action once, for the *latest*
+///   instant it reached (a tick after a long stall or a jump forward runs once, not once per
+///   missed minute, and stands for the most recent missed instant: the fire-once rule of
+///   [`crate::MisfirePolicy::FireOnce`] and [`crate::schedule::Misfire::FireOnce`]), and stores
+///   the first instant strictly after the tick's time.
 /// - Ticks without agreed time never run nor move a cron rule.
 ///
 /// The stored instant lives in the table's due index and page range like a periodic entry's, so
@@ -74,7 +76,13 @@ impl Schedule for CronRule {
                 Some(self.next_after(now_ms))
             }
             Due::Time(due_ms) if due_ms <= now_ms && due_ms != TimeMs::MAX => {
-                runs.push(Due::Time(due_ms));
+                // The latest reached instant; the stored one is reached, so there is one.
+                let latest = self
+                    .schedule
+                    .latest_in(due_ms.saturating_sub(1), now_ms, 1)
+                    .pop()
+                    .unwrap_or(due_ms);
+                runs.push(Due::Time(latest));
                 Some(self.next_after(now_ms))
             }
             _ => None,
@@ -116,9 +124,9 @@ mod tests {
         assert_eq!(next, Some(Due::Time(120_000)));
         assert!(runs.is_empty(), "arming runs nothing");
         assert_eq!(rule.step(next, &t(119_999), &mut runs), None);
-        // A jump forward over many minutes runs once, for the earliest missed instant.
+        // A jump forward over many minutes runs once, for the latest missed instant.
         let next = rule.step(next, &t(600_500), &mut runs);
-        assert_eq!(runs, [Due::Time(120_000)]);
+        assert_eq!(runs, [Due::Time(600_000)]);
         assert_eq!(next, Some(Due::Time(660_000)));
         // The same tick again runs nothing (idempotent under repeated ticks).
         assert_eq!(rule.step(next, &t(600_500), &mut runs), None);
