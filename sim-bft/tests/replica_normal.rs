@@ -198,6 +198,37 @@ fn tick_throttle_allows_one_pending_per_component() {
 }
 
 #[test]
+fn a_lost_tick_is_sent_again_when_its_component_ticks_next() {
+    let mut h = Harness::new(4, |_| {});
+    h.tick(1, 5);
+    h.input(1, Input::Timer);
+    // The network loses the bundle: no replica ever sees the tick.
+    assert!(!h.queue.is_empty());
+    h.queue.clear();
+    h.advance(100);
+    assert!(h.executed[0].iter().all(|e| e.ticks.is_empty()));
+    assert_eq!(h.replica(1).ticks_pending().collect::<Vec<_>>(), vec![5]);
+    // The next tick of the component is throttled and re-sends the pending one, unchanged.
+    h.tick(1, 5);
+    let m = h.replica(1).metrics();
+    assert_eq!(
+        (m.get("tick_throttled"), m.get("tick_retransmitted")),
+        (1, 1)
+    );
+    assert_eq!(
+        m.get("ticks_submitted"),
+        1,
+        "no new request, no new signature"
+    );
+    h.advance(100);
+    for i in 0..4 {
+        let ticks: Vec<u32> = h.executed[i].iter().flat_map(|e| e.ticks.clone()).collect();
+        assert_eq!(ticks, vec![5], "replica {i}");
+    }
+    assert_eq!(h.replica(1).ticks_pending().count(), 0);
+}
+
+#[test]
 fn failed_tick_enqueue_does_not_leak_the_mark() {
     let mut h = Harness::new(4, |c| c.max_pending = 1);
     h.put(0, "fill", "the queue"); // replica 1 now holds one pending request

@@ -844,7 +844,10 @@ impl Replica {
         }
         let candidate = self.next_internal_req;
         match self.throttle.on_internal_tick(component, now, || candidate) {
-            TickDecision::Throttled { .. } => self.metrics.inc("tick_throttled"),
+            TickDecision::Throttled { pending } => {
+                self.metrics.inc("tick_throttled");
+                self.retransmit_pending_tick(now, pending);
+            }
             TickDecision::Send { req_seq } => {
                 if self.submit_tick(now, component, req_seq, out) {
                     // Admitted: the request is pending in the clients manager (the replica has
@@ -859,6 +862,27 @@ impl Replica {
                     self.throttle.on_enqueue_failed(component, req_seq);
                 }
             }
+        }
+    }
+
+    /// A backup's tick still pending a period later, never seen in a pre-prepare: the primary
+    /// may have lost it (or its bundle), so it is sent again, as it is (same number and
+    /// signature: the replicas that hold it count a duplicate and drop it). Without this, a lost
+    /// tick would hold its component's throttle mark until a view change or the safety net.
+    fn retransmit_pending_tick(&mut self, now: Millis, pending: ccron::ticks::PendingTick) {
+        let ccron::ticks::PendingTick::InConsensus { req_seq, .. } = pending else {
+            return;
+        };
+        if self.is_primary() || !self.cfg.forward_requests {
+            return;
+        }
+        let client = internal_client_id(self.cfg.id);
+        if let Some(p) = self.clients.pending(client, req_seq)
+            && p.proposed_in.is_none()
+        {
+            self.own_outgoing.push(p.request.clone());
+            self.flush_deadline.get_or_insert(now);
+            self.metrics.inc("tick_retransmitted");
         }
     }
 
