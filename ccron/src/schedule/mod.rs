@@ -16,6 +16,7 @@
 
 mod book;
 mod cron_rule;
+mod store;
 
 pub use book::{
     FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, Misfire, NewSchedule,
