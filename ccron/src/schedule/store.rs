@@ -351,23 +351,25 @@ mod tests {
             (p.page_of(1), p.page_of(2), p.page_of(3)),
             (Some(0), Some(0), Some(1))
         );
-        p.put(1, 50);
+        p.put(1, 60);
+        assert_eq!(p.page_of(1), Some(0), "grew within page 0's room: stays");
+        p.put(1, 61);
         assert_eq!(
             p.page_of(1),
-            Some(1),
-            "grew past page 0's room: moves to page 1"
+            Some(2),
+            "grew past page 0's room: moves to the lowest page that fits"
         );
         p.put(2, 30);
         assert_eq!(p.page_of(2), Some(0), "shrinks in place");
         p.remove(3);
-        assert_eq!(p.members(1), &[1]);
+        assert!(p.members(1).is_empty());
         p.put(4, 60);
-        assert_eq!(p.page_of(4), Some(0));
+        assert_eq!(p.page_of(4), Some(0), "room freed on page 0 is reused");
         p.put(5, 101);
         assert!(p.oversize.contains(&5) && p.page_of(5).is_none());
         assert_eq!(
             p.dirty_pages.iter().copied().collect::<Vec<_>>(),
-            vec![0, 1]
+            vec![0, 1, 2]
         );
         assert!(Layout::of(PageRange::new(0, 3).unwrap()).is_none());
         let l = Layout::of(PageRange::new(10, 70).unwrap()).unwrap();
