@@ -1219,7 +1219,7 @@ impl Scheduler {
     /// Writes what changed since the last save or load into `range`: a journal, then the meta
     /// page, the zones when they changed and the record pages whose records changed (see
     /// [`store`]): O(records changed) single-page writes. Encodes and size-checks everything
-    /// before writing, so a size error writes nothing; a crash part-way leaves pages that load
+    /// before writing, so a size error writes nothing new (a journal found at load is completed first); a crash part-way leaves pages that load
     /// as the book before or after this save, never a mix.
     ///
     /// A failed save (an error from the pages) keeps the change marks; the host should reload
@@ -1257,7 +1257,20 @@ impl Scheduler {
         all: bool,
     ) -> Result<(), ScheduleError> {
         let layout = self.layout(pages, range)?;
-        if !all && !self.is_dirty() && !self.placement.replay_pending {
+        // Complete a journal found at load before anything can overwrite it (it rewrites what
+        // that save wrote, so the pages match those of a replica that never stopped).
+        if self.placement.replay_pending {
+            let kept = Self::replay_in_place(pages, layout, self.component)?;
+            // Leftovers of a longer journal the crash did not get to zero.
+            for id in
+                layout.journal.first() + kept..layout.journal.first() + self.placement.journal_len
+            {
+                pages.zero(id).map_err(CodecError::from)?;
+            }
+            self.placement.journal_len = kept;
+            self.placement.replay_pending = false;
+        }
+        if !all && !self.is_dirty() {
             return Ok(());
         }
         if let Some(id) = self.placement.oversize.first() {
@@ -1375,11 +1388,7 @@ impl Scheduler {
                 .into());
             }
         }
-        // Writes: complete a journal found at load, then the new journal (its leftover pages
-        // zeroed), then the pages it describes.
-        if self.placement.replay_pending {
-            Self::replay_in_place(pages, layout, self.component)?;
-        }
+        // Writes: the journal (its leftover pages zeroed), then the pages it describes.
         let per_page = page_size - codec::HEADER_BYTES;
         let journal_len = u32::try_from(journal.len().div_ceil(per_page).max(1)).unwrap_or(1);
         let journal_part = PageRange::new(layout.journal.first(), journal_len)
@@ -1400,23 +1409,33 @@ impl Scheduler {
             }
         }
         self.placement.zones_crc = Some(zones_crc);
-        self.placement.replay_pending = false;
         self.placement.saved();
         self.header_dirty = false;
         Ok(())
     }
 
-    /// The journal stored in `layout`, or `None` when there is none or it is torn (the codec's
-    /// checks fail or it does not decode: a crash hit its write, and the pages still hold the
-    /// save before). Store failures are errors.
+    /// The journal stored in `layout` and the pages it spans, or `None` when there is none or
+    /// it is torn (the codec's checks fail or it does not decode: a crash hit its write, and
+    /// the pages still hold the save before). Store failures are errors.
     fn read_journal(
         pages: &dyn ReservedPages,
         layout: Layout,
         component: ComponentId,
-    ) -> Result<Option<Journal>, ScheduleError> {
-        match codec::load::<Journal>(pages, layout.journal, BlobKind::BookJournal) {
-            Ok(Some(j)) if j.0 == WIRE_VERSION && j.2.component == component => Ok(Some(j)),
-            Ok(Some(j)) => Err(ScheduleError::Corrupt(format!(
+    ) -> Result<Option<(Journal, u32)>, ScheduleError> {
+        let per_page = pages.page_size().saturating_sub(codec::HEADER_BYTES).max(1);
+        let decoded =
+            codec::load_blob(pages, layout.journal, BlobKind::BookJournal).and_then(|b| {
+                b.map(|b| {
+                    let len = u32::try_from(b.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX);
+                    codec::from_blob::<Journal>(&b).map(|j| (j, len))
+                })
+                .transpose()
+            });
+        match decoded {
+            Ok(Some((j, len))) if j.0 == WIRE_VERSION && j.2.component == component => {
+                Ok(Some((j, len)))
+            }
+            Ok(Some((j, _))) => Err(ScheduleError::Corrupt(format!(
                 "journal of version {} component {}",
                 j.0, j.2.component
             ))),
@@ -1458,10 +1477,12 @@ impl Scheduler {
         named: &BTreeSet<u64>,
         p: u32,
     ) -> Result<Vec<(u64, Record)>, ScheduleError> {
+        // The stored page is read even after a full save: a damaged page is reported.
+        let stored = Self::read_page(pages, layout, p)?;
         let mut out: BTreeMap<u64, Record> = if journal.1 {
             BTreeMap::new()
         } else {
-            Self::read_page(pages, layout, p)?
+            stored
                 .into_iter()
                 .filter(|(id, _)| !named.contains(id))
                 .collect()
@@ -1485,14 +1506,15 @@ impl Scheduler {
         (placed, named)
     }
 
-    /// Completes the stored journal's save in place (after a load that found one).
+    /// Completes the stored journal's save in place (after a load that found one); returns the
+    /// pages the journal spans (0 without one).
     fn replay_in_place(
         pages: &mut dyn ReservedPages,
         layout: Layout,
         component: ComponentId,
-    ) -> Result<(), ScheduleError> {
-        let Some(journal) = Self::read_journal(pages, layout, component)? else {
-            return Ok(());
+    ) -> Result<u32, ScheduleError> {
+        let Some((journal, len)) = Self::read_journal(pages, layout, component)? else {
+            return Ok(0);
         };
         let (placed, named) = Self::journal_index(&journal);
         let mut writes = Vec::new();
@@ -1518,7 +1540,7 @@ impl Scheduler {
                 None => pages.zero(part.first()).map_err(CodecError::from)?,
             }
         }
-        Ok(())
+        Ok(len)
     }
 
     /// Reads the book stored in `range` (an empty book when nothing is stored), replaying a
@@ -1542,7 +1564,7 @@ impl Scheduler {
             tracing::warn!(component, reason = %m, "stored schedule book rejected");
             ScheduleError::Corrupt(m)
         };
-        let journal = Self::read_journal(pages, layout, component)?;
+        let journal = Self::read_journal(pages, layout, component)?.map(|(j, _)| j);
         let mut journal_len = 0;
         for (i, id) in layout.journal.ids().enumerate() {
             if pages.load(id).map_err(CodecError::from)?.is_some() {
@@ -1550,9 +1572,14 @@ impl Scheduler {
             }
         }
         book.placement.journal_len = journal_len;
+        // The stored meta and zones are read even when a journal supersedes them, so that a
+        // damaged page is reported.
+        let stored_meta = codec::load::<Meta>(pages, layout.meta, BlobKind::ScheduleBook)?;
+        let stored_zones =
+            codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?;
         let meta = match &journal {
             Some(j) => Some(j.2.clone()),
-            None => codec::load::<Meta>(pages, layout.meta, BlobKind::ScheduleBook)?,
+            None => stored_meta,
         };
         let Some(meta) = meta else {
             // Nothing stored: every part must be empty too (a lost meta page is not a fresh
@@ -1583,8 +1610,7 @@ impl Scheduler {
         }
         let zones = match journal.as_ref().and_then(|j| j.3.clone()) {
             Some(z) => z,
-            None => codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?
-                .ok_or_else(|| corrupt("the zones part is empty".into()))?,
+            None => stored_zones.ok_or_else(|| corrupt("the zones part is empty".into()))?,
         };
         if zones.len() != meta.zones as usize
             || crc32fast::hash(&codec::to_blob(&zones)?) != meta.zones_crc
