@@ -177,19 +177,47 @@ fn changes(book: &mut Scheduler) {
 /// save, and the replica then converges to the page images of one that never crashed.
 #[test]
 fn a_crash_at_every_page_write_of_a_save_reloads_old_or_new() {
-    let (old_book, old_pages) = saved_book(120);
+    crash_at_every_write(false);
+}
+
+/// The same for a full save, whose journal spans several parts.
+#[test]
+fn a_crash_at_every_page_write_of_a_full_save_reloads_old_or_new() {
+    crash_at_every_write(true);
+}
+
+fn save(
+    book: &mut Scheduler,
+    pages: &mut dyn ReservedPages,
+    full: bool,
+) -> Result<(), ScheduleError> {
+    if full {
+        book.save_all(pages, range())
+    } else {
+        book.save(pages, range())
+    }
+}
+
+fn crash_at_every_write(full_save: bool) {
+    let (old_book, old_pages) = saved_book(if full_save { 200 } else { 120 });
     let mut new_book = old_book.clone();
     changes(&mut new_book);
     let mut full = Crashing::new(old_pages.clone(), usize::MAX);
-    new_book.clone().save(&mut full, range()).unwrap();
+    save(&mut new_book.clone(), &mut full, full_save).unwrap();
     let writes = full.writes.len();
+    // Journal pages (10..106 in this range) that start a blob: one per journal part.
+    let parts = (10..106)
+        .filter_map(|id| full.inner.load(id).unwrap())
+        .filter(|page| page[8..12] == [0, 0, 0, 0])
+        .count();
+    assert!(parts >= 1 && (!full_save || parts > 1), "journal parts: {parts}");
     assert!(writes > 6, "the save spans several pages: {writes}");
     let expected = full.inner.snapshot();
     let (mut saw_old, mut saw_new) = (false, false);
     for k in 0..writes {
         let mut crashed = Crashing::new(old_pages.clone(), k);
         let mut book = new_book.clone();
-        assert!(book.save(&mut crashed, range()).is_err(), "k = {k}");
+        assert!(save(&mut book, &mut crashed, full_save).is_err(), "k = {k}");
         let mut pages = crashed.inner;
         let mut reloaded = match Scheduler::load(7, limits(), &pages, range()) {
             Ok(b) => b,
@@ -200,6 +228,9 @@ fn a_crash_at_every_page_write_of_a_save_reloads_old_or_new() {
             saw_old = true;
             // The host re-executes what it had not persisted.
             changes(&mut reloaded);
+            if full_save {
+                save(&mut reloaded, &mut pages, true).unwrap();
+            }
         } else {
             assert_eq!(
                 reloaded, new_book,

@@ -304,6 +304,21 @@ type Journal = (
     Vec<Change>,
 );
 
+/// The head of one journal part: ([`WIRE_VERSION`], part index, part count, CRC-32 of every
+/// part's body, which binds the parts of one save together).
+type JournalHead = (u8, u32, u32, u32);
+
+/// Encoded bytes of a [`JournalHead`] (fixed-width integers).
+const JOURNAL_HEAD_BYTES: usize = 13;
+
+/// The body of one journal part: (full save, meta, zones (part 0 only), record pages written
+/// (part 0 only), changes).
+type JournalBody = (bool, Meta, Option<Vec<ZoneRules>>, Vec<u32>, Vec<Change>);
+
+/// Pages' worth of changes one journal part carries: parts keep every decode small (a codec
+/// blob is at most [`codec::MAX_BLOB_BYTES`]) whatever the size of a save.
+const JOURNAL_PART_PAGES: usize = 16;
+
 /// A journal's records by record page (borrowed from the journal).
 type Placed<'a> = BTreeMap<u32, Vec<(u64, &'a Record)>>;
 
@@ -1366,16 +1381,56 @@ impl Scheduler {
                 .collect()
         };
         let zones_in_journal = zones_blob.as_ref().map(|_| &zone_list);
-        let journal = codec::to_blob(&(
-            WIRE_VERSION,
-            all,
-            &meta,
-            zones_in_journal,
-            &listed,
-            &changes,
-        ))?;
+        // The journal in parts of about JOURNAL_PART_PAGES pages of changes each; part 0 also
+        // carries the zones and the page list.
+        let per_page = page_size - codec::HEADER_BYTES;
+        let part_bytes = (per_page * JOURNAL_PART_PAGES).min(codec::MAX_BLOB_BYTES / 2);
+        let mut bounds = vec![0usize];
+        let mut acc = 0usize;
+        for (i, (id, change)) in changes.iter().enumerate() {
+            let est = 9 + change.map_or(0, |_| 4 + self.placement.len_of(*id) as usize);
+            if acc + est > part_bytes && bounds.last().is_some_and(|&b| b < i) {
+                bounds.push(i);
+                acc = 0;
+            }
+            acc += est;
+        }
+        bounds.push(changes.len());
+        let count = u32::try_from(bounds.len() - 1).unwrap_or(u32::MAX);
+        let mut bodies = Vec::with_capacity(bounds.len() - 1);
+        for (k, w) in bounds.windows(2).enumerate() {
+            let slice = changes.get(w[0]..w[1]).unwrap_or_default();
+            let (pages_k, zones_k) = if k == 0 {
+                (&listed[..], zones_in_journal)
+            } else {
+                (&[][..], None)
+            };
+            bodies.push(codec::to_blob(&(all, &meta, zones_k, pages_k, slice))?);
+        }
+        let mut tag = crc32fast::Hasher::new();
+        for b in &bodies {
+            tag.update(b);
+        }
+        let tag = tag.finalize();
+        let mut journal_parts = Vec::with_capacity(bodies.len());
+        for (k, body) in bodies.into_iter().enumerate() {
+            let mut blob = codec::to_blob(&(WIRE_VERSION, k as u32, count, tag))?;
+            blob.extend_from_slice(&body);
+            journal_parts.push(blob);
+        }
+        let journal_pages: usize = journal_parts
+            .iter()
+            .map(|b| b.len().div_ceil(per_page).max(1))
+            .sum();
+        if journal_pages > layout.journal.len() as usize {
+            return Err(CodecError::TooLarge {
+                len: journal_parts.iter().map(Vec::len).sum(),
+                capacity: codec::capacity(layout.journal, page_size),
+            }
+            .into());
+        }
         let meta_blob = codec::to_blob(&meta)?;
-        for (part, blob) in [(layout.journal, &journal), (layout.meta, &meta_blob)]
+        for (part, blob) in [(layout.meta, &meta_blob)]
             .into_iter()
             .chain(zones_blob.as_ref().map(|(b, _)| (layout.zones, b)))
         {
@@ -1389,15 +1444,18 @@ impl Scheduler {
             }
         }
         // Writes: the journal (its leftover pages zeroed), then the pages it describes.
-        let per_page = page_size - codec::HEADER_BYTES;
-        let journal_len = u32::try_from(journal.len().div_ceil(per_page).max(1)).unwrap_or(1);
-        let journal_part = PageRange::new(layout.journal.first(), journal_len)
-            .ok_or_else(|| ScheduleError::Limit("journal part".into()))?;
-        codec::save_blob(pages, journal_part, BlobKind::BookJournal, &journal)?;
-        for id in journal_part.end()..layout.journal.first() + self.placement.journal_len {
+        let mut at = layout.journal.first();
+        for blob in &journal_parts {
+            let len = u32::try_from(blob.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX);
+            let part = PageRange::new(at, len)
+                .ok_or_else(|| ScheduleError::Limit("journal part".into()))?;
+            codec::save_blob(pages, part, BlobKind::BookJournal, blob)?;
+            at = part.end();
+        }
+        for id in at..layout.journal.first() + self.placement.journal_len {
             pages.zero(id).map_err(CodecError::from)?;
         }
-        self.placement.journal_len = journal_len;
+        self.placement.journal_len = at - layout.journal.first();
         codec::save_blob(pages, layout.meta, BlobKind::ScheduleBook, &meta_blob)?;
         if let Some((blob, _)) = &zones_blob {
             codec::save_blob(pages, layout.zones, BlobKind::ScheduleBook, blob)?;
@@ -1405,7 +1463,15 @@ impl Scheduler {
         for (part, blob) in &page_blobs {
             match blob {
                 Some(b) => codec::save_blob(pages, *part, BlobKind::BookRecords, b)?,
-                None => pages.zero(part.first()).map_err(CodecError::from)?,
+                // A full save lists never-used pages too: zero only what holds data.
+                None if pages
+                    .load(part.first())
+                    .map_err(CodecError::from)?
+                    .is_some() =>
+                {
+                    pages.zero(part.first()).map_err(CodecError::from)?;
+                }
+                None => {}
             }
         }
         self.placement.zones_crc = Some(zones_crc);
@@ -1415,37 +1481,70 @@ impl Scheduler {
     }
 
     /// The journal stored in `layout` and the pages it spans, or `None` when there is none or
-    /// it is torn (the codec's checks fail or it does not decode: a crash hit its write, and
-    /// the pages still hold the save before). Store failures are errors.
+    /// it is torn (a part fails the codec's checks, does not decode, is missing, or belongs to
+    /// another save: a crash hit the journal's write, and the pages still hold the save
+    /// before). Store failures are errors.
     fn read_journal(
         pages: &dyn ReservedPages,
         layout: Layout,
         component: ComponentId,
     ) -> Result<Option<(Journal, u32)>, ScheduleError> {
+        let torn = |why: String| {
+            tracing::info!(component, reason = %why, "torn schedule book journal ignored");
+            Ok(None)
+        };
         let per_page = pages.page_size().saturating_sub(codec::HEADER_BYTES).max(1);
-        let decoded =
-            codec::load_blob(pages, layout.journal, BlobKind::BookJournal).and_then(|b| {
-                b.map(|b| {
-                    let len = u32::try_from(b.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX);
-                    codec::from_blob::<Journal>(&b).map(|j| (j, len))
-                })
-                .transpose()
-            });
-        match decoded {
-            Ok(Some((j, len))) if j.0 == WIRE_VERSION && j.2.component == component => {
-                Ok(Some((j, len)))
+        let mut at = layout.journal.first();
+        let mut head0: Option<JournalHead> = None;
+        let mut merged: Option<Journal> = None;
+        let mut part = 0u32;
+        let mut tag = crc32fast::Hasher::new();
+        loop {
+            let Some(range) = PageRange::new(at, layout.journal.end().saturating_sub(at)) else {
+                return torn(format!("part {part} missing"));
+            };
+            let blob = match codec::load_blob(pages, range, BlobKind::BookJournal) {
+                Ok(Some(b)) => b,
+                Ok(None) if part == 0 => return Ok(None),
+                Ok(None) => return torn(format!("part {part} missing")),
+                Err(e @ (CodecError::Pages(_) | CodecError::RangeOutOfStore { .. })) => {
+                    return Err(e.into());
+                }
+                Err(e) => return torn(e.to_string()),
+            };
+            let Ok((head, body)) = codec::from_blob::<(JournalHead, JournalBody)>(&blob) else {
+                return torn(format!("part {part} does not decode"));
+            };
+            let body_bytes = blob.get(JOURNAL_HEAD_BYTES..).unwrap_or_default();
+            let expected = head0.unwrap_or(head);
+            if head.0 != WIRE_VERSION || body.1.component != component {
+                return Err(ScheduleError::Corrupt(format!(
+                    "journal of version {} component {}",
+                    head.0, body.1.component
+                )));
             }
-            Ok(Some((j, _))) => Err(ScheduleError::Corrupt(format!(
-                "journal of version {} component {}",
-                j.0, j.2.component
-            ))),
-            Ok(None) => Ok(None),
-            Err(e @ (CodecError::Pages(_) | CodecError::RangeOutOfStore { .. })) => Err(e.into()),
-            Err(e) => {
-                tracing::info!(component, error = %e, "torn schedule book journal ignored");
-                Ok(None)
+            if head.1 != part || head.2 != expected.2 || head.3 != expected.3 {
+                return torn(format!("part {part} belongs to another save"));
+            }
+            head0 = Some(expected);
+            let (full, meta, zones, listed, changes) = body;
+            match merged.as_mut() {
+                None => merged = Some((head.0, full, meta, zones, listed, changes)),
+                Some(j) => j.5.extend(changes),
+            }
+            tag.update(body_bytes);
+            at = at.saturating_add(
+                u32::try_from(blob.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX),
+            );
+            part += 1;
+            if part >= expected.2 {
+                break;
             }
         }
+        if head0.map(|h| h.3) != Some(tag.finalize()) {
+            return torn("parts of different saves".into());
+        }
+        Ok(merged.map(|j| (j, at - layout.journal.first())))
     }
 
     /// Record page `p` as stored (empty when the page is).

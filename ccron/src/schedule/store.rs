@@ -221,6 +221,11 @@ impl Placement {
         self.members.get(page as usize).map_or(&[], Vec::as_slice)
     }
 
+    /// The encoded bytes of record `id`'s entry (0 when it is not placed).
+    pub fn len_of(&self, id: u64) -> u32 {
+        self.loc.get(&id).map_or(0, |&(_, len)| len)
+    }
+
     /// The page of record `id`.
     pub fn page_of(&self, id: u64) -> Option<u32> {
         self.loc.get(&id).map(|&(p, _)| p)
