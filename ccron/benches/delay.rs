@@ -119,9 +119,10 @@ fn main() {
     // Persist (record pages, journaled): the whole book once, then single changes, then the
     // saves after the 1% ticks below.
     let page_size = 4096;
-    // About 78 bytes per stored task, about 51 per 4 KiB record page; the record pages are a
-    // little under half of the range (see ccron::schedule's storage docs).
-    let num_pages = (n * 80 / (page_size - 44)) as u32 * 2 + n as u32 / 400 + 64;
+    // About 78 bytes per stored task, about 51 per 4 KiB record page; the record pages are
+    // 15/32 of what the range keeps after its meta and zone pages (docs/scheduling.md).
+    let record_pages = (n * 80 / (page_size - 44)) as u32 + 16;
+    let num_pages = record_pages * 32 / 15 * 33 / 32 + 64;
     let mut pages = MemPages::new(page_size, num_pages);
     let range = PageRange::new(0, num_pages).expect("non-empty range");
     let (saved, d_save) = timed(|| book.save_all(&mut pages, range));

@@ -811,13 +811,13 @@ proptest! {
         part in 0..4usize,
     ) {
         let limits = Limits { page_bytes: 512, ..Limits::default() };
-        // 8 pages: meta 0, zones 1, journal 2..5, record pages 5..8.
+        // 8 pages: meta 0, zones 1, journal 2..6, record pages 6..8.
         let range = PageRange::new(0, 8).unwrap();
         let parts = [
             (PageRange::new(0, 1).unwrap(), BlobKind::ScheduleBook),
             (PageRange::new(1, 1).unwrap(), BlobKind::ScheduleBook),
-            (PageRange::new(2, 3).unwrap(), BlobKind::BookJournal),
-            (PageRange::new(5, 1).unwrap(), BlobKind::BookRecords),
+            (PageRange::new(2, 4).unwrap(), BlobKind::BookJournal),
+            (PageRange::new(6, 1).unwrap(), BlobKind::BookRecords),
         ];
         let mut pages = MemPages::new(512, 8);
         codec::save_blob(&mut pages, parts[3].0, BlobKind::BookRecords, &bytes).unwrap();

@@ -19,8 +19,9 @@
 //! The range. A book's range of `R` pages is cut (a pure function of `R`) into:
 //! 1 meta page (version, component, next id, record count, zone summary), a zones part of
 //! `max(1, R/32)` pages (the installed zone rules, one multi-page blob, rewritten only when they
-//! change), a journal part of half of the rest, and the record pages. The journal is as large as
-//! the record part so that even a full rewrite fits it; unused journal pages are empty, and
+//! change), a journal part of 17/32 of the rest, and the record pages (15/32). The journal is a
+//! little larger than the record part so that even a full rewrite fits it; unused journal pages
+//! are empty, and
 //! [`crate::MemPages`] stores only non-empty pages.
 //!
 //! Crash atomicity. A save first writes a *journal* (one multi-page codec blob: the meta, the
@@ -72,8 +73,11 @@ impl Layout {
         let r = range.len();
         let zones_len = (r / 32).max(1);
         let rest = r.checked_sub(1 + zones_len)?;
-        let journal_len = rest / 2;
-        let record_pages = rest - journal_len;
+        // The journal gets 17/32 of the rest: a change takes 5 bytes more in the journal than
+        // in a record page (its page number and presence tag), so a full save of full record
+        // pages still fits it.
+        let record_pages = rest * 15 / 32;
+        let journal_len = rest - record_pages;
         if journal_len == 0 || record_pages == 0 {
             return None;
         }
@@ -380,8 +384,9 @@ mod tests {
         let l = Layout::of(PageRange::new(10, 70).unwrap()).unwrap();
         assert_eq!(
             (l.zones.len(), l.journal.len(), l.record_pages),
-            (2, 33, 34)
+            (2, 36, 31)
         );
-        assert_eq!(l.record_page(33).unwrap().first(), 79);
+        assert_eq!(l.record_page(30).unwrap().first(), 79);
+        assert!(l.record_page(31).is_none());
     }
 }
