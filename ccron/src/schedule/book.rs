@@ -6,6 +6,10 @@
 //! client key. A due index ordered by (priority, due key, id) holds every active record, so a
 //! tick visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
+//!
+//! Persistence ([`Scheduler::save`], [`Scheduler::load`]): one record page per record behind a
+//! write-ahead journal, laid out and placed by `store.rs`; a save writes O(records changed)
+//! pages and a crash at any page write reloads as the book before or after the save.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -1233,8 +1237,9 @@ impl Scheduler {
 
     /// Writes what changed since the last save or load into `range`: a journal, then the meta
     /// page, the zones when they changed and the record pages whose records changed (see
-    /// [`store`]): O(records changed) single-page writes. Encodes and size-checks everything
-    /// before writing, so a size error writes nothing new (a journal found at load is completed first); a crash part-way leaves pages that load
+    /// `schedule/store.rs` and `docs/scheduling.md`): O(records changed) single-page writes.
+    /// Encodes and size-checks everything before writing, so a size error writes nothing new
+    /// (a journal found at load is completed first); a crash part-way leaves pages that load
     /// as the book before or after this save, never a mix.
     ///
     /// A failed save (an error from the pages) keeps the change marks; the host should reload
