@@ -1238,9 +1238,9 @@ impl Scheduler {
     /// Writes what changed since the last save or load into `range`: a journal, then the meta
     /// page, the zones when they changed and the record pages whose records changed (see
     /// `schedule/store.rs` and `docs/scheduling.md`): O(records changed) single-page writes.
-    /// Encodes and size-checks everything before writing, so a size error writes nothing new
-    /// (a journal found at load is completed first); a crash part-way leaves pages that load
-    /// as the book before or after this save, never a mix.
+    /// Size-checks everything before writing (record pages fit by construction), so a size
+    /// error writes nothing new (a journal found at load is completed first); a crash part-way
+    /// leaves pages that load as the book before or after this save, never a mix.
     ///
     /// A failed save (an error from the pages) keeps the change marks; the host should reload
     /// from the pages, as after a crash, before saving again.
@@ -1341,32 +1341,6 @@ impl Scheduler {
                 )));
             }
         }
-        // The new record pages (None: empty, zeroed).
-        let mut page_blobs: Vec<(PageRange, Option<Vec<u8>>)> = Vec::with_capacity(listed.len());
-        for &p in &listed {
-            let Some(part) = layout.record_page(p) else {
-                continue;
-            };
-            let members = self.placement.members(p);
-            if members.is_empty() {
-                page_blobs.push((part, None));
-                continue;
-            }
-            let records: Vec<(u64, &Record)> = members
-                .iter()
-                .filter_map(|id| self.records.get(id).map(|r| (*id, r)))
-                .collect();
-            let blob = codec::to_blob(&(p, records))?;
-            let capacity = codec::capacity(part, page_size);
-            if blob.len() > capacity {
-                return Err(CodecError::TooLarge {
-                    len: blob.len(),
-                    capacity,
-                }
-                .into());
-            }
-            page_blobs.push((part, Some(blob)));
-        }
         let changes: Vec<(u64, Option<(u32, &Record)>)> = if all {
             self.records
                 .iter()
@@ -1465,19 +1439,31 @@ impl Scheduler {
         if let Some((blob, _)) = &zones_blob {
             codec::save_blob(pages, layout.zones, BlobKind::ScheduleBook, blob)?;
         }
-        for (part, blob) in &page_blobs {
-            match blob {
-                Some(b) => codec::save_blob(pages, *part, BlobKind::BookRecords, b)?,
+        // Record pages are encoded as they are written (holding every blob of a large save
+        // would cost its size in memory): each fits its page by the placement's accounting
+        // (`Limits::page_bytes` is at most the page size, checked above).
+        for &p in &listed {
+            let Some(part) = layout.record_page(p) else {
+                continue;
+            };
+            let members = self.placement.members(p);
+            if members.is_empty() {
                 // A full save lists never-used pages too: zero only what holds data.
-                None if pages
+                if pages
                     .load(part.first())
                     .map_err(CodecError::from)?
-                    .is_some() =>
+                    .is_some()
                 {
                     pages.zero(part.first()).map_err(CodecError::from)?;
                 }
-                None => {}
+                continue;
             }
+            let records: Vec<(u64, &Record)> = members
+                .iter()
+                .filter_map(|id| self.records.get(id).map(|r| (*id, r)))
+                .collect();
+            let blob = codec::to_blob(&(p, records))?;
+            codec::save_blob(pages, part, BlobKind::BookRecords, &blob)?;
         }
         self.placement.zones_crc = Some(zones_crc);
         self.placement.saved();
