@@ -327,6 +327,9 @@ enum Op {
     Restart,
     /// Replica B saves, then takes replica A's pages by state transfer.
     Transfer,
+    /// Replica B crashes after this many page writes of its save, restarts from its pages
+    /// and re-executes what it had not persisted.
+    Crash(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -340,6 +343,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Save),
         1 => Just(Op::Restart),
         1 => Just(Op::Transfer),
+        2 => (0..12usize).prop_map(Op::Crash),
     ]
 }
 
@@ -376,14 +380,18 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Two replicas fed the same operations and saving at the same points, one of them also
-    /// restarting from its pages or taking the other's pages by state transfer at random
-    /// points, hold identical books and identical page images at every save.
+    /// restarting from its pages, taking the other's pages by state transfer, or crashing in
+    /// the middle of a save (then reloading and re-executing what it had not persisted) at
+    /// random points, hold identical books and identical page images at every save.
     #[test]
     fn replicas_keep_identical_page_images(ops in prop::collection::vec(op(), 1..120)) {
         let (mut ha, mut hb) = (handlers(), handlers());
         let mut a = Scheduler::new(7, limits());
         let mut b = Scheduler::new(7, limits());
         let (mut pa, mut pb) = (store(), store());
+        // B's book at its last save, and what it executed since.
+        let mut b_saved = b.clone();
+        let mut since_save: Vec<(Op, u64, i64)> = Vec::new();
         let mut now = 0i64;
         for (seq, op) in ops.iter().enumerate() {
             let seq = seq as u64 + 1;
@@ -392,18 +400,41 @@ proptest! {
             }
             step(&mut a, &mut ha, op, seq, now);
             step(&mut b, &mut hb, op, seq, now);
+            since_save.push((op.clone(), seq, now));
             match op {
-                Op::Save | Op::Restart | Op::Transfer => {
+                Op::Save | Op::Restart | Op::Transfer | Op::Crash(_) => {
                     a.save(&mut pa, range()).unwrap();
+                    if let Op::Crash(k) = op {
+                        let mut crashing = Crashing::new(pb.clone(), *k);
+                        let crashed = b.save(&mut crashing, range()).is_err();
+                        pb = crashing.inner;
+                        if crashed {
+                            let reloaded = Scheduler::load(7, limits(), &pb, range()).unwrap();
+                            // The old book (the host re-executes what it had not
+                            // persisted: also when the unsaved requests changed nothing), or
+                            // the new one.
+                            if reloaded == b_saved {
+                                b = reloaded;
+                                for (op, seq, now) in &since_save {
+                                    step(&mut b, &mut hb, op, *seq, *now);
+                                }
+                            } else {
+                                prop_assert_eq!(&reloaded, &b, "neither old nor new");
+                                b = reloaded;
+                            }
+                        }
+                    }
                     b.save(&mut pb, range()).unwrap();
                     prop_assert!(pa.snapshot() == pb.snapshot(), "page images differ");
                     if matches!(op, Op::Transfer) {
                         pb.restore(&pa.snapshot()).unwrap();
                     }
-                    if !matches!(op, Op::Save) {
+                    if matches!(op, Op::Restart | Op::Transfer) {
                         b = Scheduler::load(7, limits(), &pb, range()).unwrap();
                         b.check_invariants().unwrap();
                     }
+                    b_saved = b.clone();
+                    since_save.clear();
                 }
                 _ => {}
             }
