@@ -558,9 +558,11 @@ impl Scheduler {
         self.records.is_empty()
     }
 
-    /// Whether the book changed since the last [`Scheduler::save`] or load.
+    /// Whether the next [`Scheduler::save`] has something to write: the book changed since the
+    /// last save or load, or the load found a journal whose pages the save must first rewrite
+    /// (after which the pages are byte-identical to those of a replica that never stopped).
     pub fn is_dirty(&self) -> bool {
-        self.header_dirty || !self.placement.dirty_ids.is_empty()
+        self.header_dirty || !self.placement.dirty_ids.is_empty() || self.placement.replay_pending
     }
 
     /// Records that record `id` changed (or left the book) for the next save: re-measures its
