@@ -8,19 +8,26 @@
 //!   measured in the same run: one linear pass over the same (due, id) pairs, which is what a
 //!   scheduler without a due index pays per tick (the printed ratio);
 //! - 1% due: a tick on a due second (10^4 handler runs, each task leaving the book);
-//! - persist: writing the whole book to reserved pages once (multi-page codec, sharded), and
-//!   the incremental save after one change (the header and one of the 16 shards).
+//! - persist (record pages with a write-ahead journal): writing the whole book once, the save
+//!   after one change (averaged over 200), and the save after each 1%-due tick; next to a
+//!   baseline measured in the same run: the previous layout's cost (16 multi-page shard blobs
+//!   by id mod 16, a change rewriting its whole shard; a 1% tick dirtied all 16), printed as
+//!   ratios.
 //!
 //! Run: `cargo bench -p ccron --bench delay` (about a minute; `CCRON_BENCH_N=100000` for 10^5).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use ccron::codec::{self, BlobKind};
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Scheduler, Target, Timing};
 use ccron::{Due, MemPages, PageRange, Tick};
 
 const BASE_MS: i64 = 1_000_000_000;
+
+/// A record as the previous layout stored it: (id, (definition, paused, next, runs)).
+type OldRecord = (u64, (NewSchedule, bool, Option<Due>, u64));
 
 /// Times `f`, returning its result and the elapsed wall time (benchmarks are drivers: the one
 /// place allowed to read the real clock).
@@ -109,21 +116,42 @@ fn main() {
         }
     });
 
-    // Persist: the whole book once, then what one more insert dirtied (header + one shard).
+    // Persist (record pages, journaled): the whole book once, then single changes, then the
+    // saves after the 1% ticks below.
     let page_size = 4096;
-    let shards = limits.persist_shards + 1;
-    let num_pages = ((n * 128 / (page_size - 32)) as u32 / shards + 2) * shards;
+    // About 78 bytes per stored task, about 51 per 4 KiB record page; the record pages are
+    // 15/32 of what the range keeps after its meta and zone pages (docs/scheduling.md).
+    let record_pages = (n * 80 / (page_size - 44)) as u32 + 16;
+    let num_pages = record_pages * 32 / 15 * 33 / 32 + 64;
     let mut pages = MemPages::new(page_size, num_pages);
     let range = PageRange::new(0, num_pages).expect("non-empty range");
     let (saved, d_save) = timed(|| book.save_all(&mut pages, range));
     saved.expect("the book fits its range");
-    let req = ScheduleRequest::Create(NewSchedule::new("expire", Timing::At(Due::Time(0))));
-    let extra = book.apply(req, &handlers, 0, Some(0)).ok().flatten();
-    let (saved, d_save_one) = timed(|| book.save(&mut pages, range));
-    saved.expect("the book fits its range");
-    if let Some(id) = extra {
+    let full_pages = pages.snapshot().len();
+    // The first save after the full one also zeroes the full save's journal: not timed.
+    book.apply(ScheduleRequest::Pause(Target::Id(2)), &handlers, 0, Some(0))
+        .ok();
+    book.save(&mut pages, range)
+        .expect("the book fits its range");
+    let one_changes = 200;
+    let (_, d_save_one) = {
+        let mut total = Duration::ZERO;
+        for k in 0..one_changes {
+            let req = if k % 2 == 0 {
+                ScheduleRequest::Resume(Target::Id(2))
+            } else {
+                ScheduleRequest::Pause(Target::Id(2))
+            };
+            book.apply(req, &handlers, 0, Some(0)).ok();
+            let (saved, d) = timed(|| book.save(&mut pages, range));
+            saved.expect("the book fits its range");
+            total += d;
+        }
+        ((), total)
+    };
+    if book.get(2).is_some_and(|s| s.paused) {
         book.apply(
-            ScheduleRequest::Cancel(Target::Id(id)),
+            ScheduleRequest::Resume(Target::Id(2)),
             &handlers,
             0,
             Some(0),
@@ -133,22 +161,63 @@ fn main() {
             .expect("the book fits its range");
     }
 
-    // Ticks with 1% due: five consecutive due seconds.
+    // Ticks with 1% due: five consecutive due seconds, each followed by a save.
     let due_ticks = 5;
     let before = fired;
-    let (_, d_due) = timed(|| {
-        for s in 0..due_ticks {
-            seq += 1;
-            let tick = Tick::new(1, seq, Some(BASE_MS + s * 1_000));
+    let mut d_due = Duration::ZERO;
+    let mut d_tick_save = Duration::ZERO;
+    for s in 0..due_ticks {
+        seq += 1;
+        let tick = Tick::new(1, seq, Some(BASE_MS + s * 1_000));
+        let (_, d) = timed(|| {
             black_box(
                 book.on_tick(&tick, &mut fired, &mut handlers, &mut outbox)
                     .fired
                     .len(),
-            );
-        }
-    });
+            )
+        });
+        d_due += d;
+        let (saved, d) = timed(|| book.save(&mut pages, range));
+        saved.expect("the book fits its range");
+        d_tick_save += d;
+    }
     let runs = (fired - before) as usize;
     assert_eq!(runs, due_ticks as usize * n / 100);
+    let reloaded = Scheduler::load(1, limits, &pages, range).expect("the pages reload");
+    assert!(reloaded == book, "the saved pages reload as the book");
+    drop(reloaded);
+
+    // Baseline measured in the same run: the previous layout (16 multi-page shard blobs by
+    // id mod 16, each the records' (id, definition, paused, next, runs) list, rewritten whole
+    // when one of its records changed; one pass over the records grouped the dirty shards).
+    let shards = 16u64;
+    let shard_pages = (n * 100 / (page_size - 32)) as u32 / shards as u32 + 2;
+    let mut old_pages = MemPages::new(page_size, shard_pages * shards as u32);
+    let mut old_write = |dirty: &[u64]| {
+        let mut groups: Vec<Vec<OldRecord>> = vec![Vec::new(); shards as usize];
+        for id in book.ids() {
+            if dirty.contains(&(id % shards))
+                && let Some(info) = book.get(id)
+            {
+                groups[(id % shards) as usize]
+                    .push((id, (info.schedule, info.paused, info.next, info.runs)));
+            }
+        }
+        for &k in dirty {
+            let part = PageRange::new(k as u32 * shard_pages, shard_pages).expect("shard part");
+            let shard = (k as u32, std::mem::take(&mut groups[k as usize]));
+            codec::save(&mut old_pages, part, BlobKind::ScheduleBook, &shard)
+                .expect("the shard fits its part");
+        }
+    };
+    let all_shards: Vec<u64> = (0..shards).collect();
+    let (_, d_old_all) = timed(|| old_write(&all_shards));
+    let old_one_reps = 5;
+    let (_, d_old_one) = timed(|| {
+        for k in 0..old_one_reps {
+            old_write(&[k % shards]);
+        }
+    });
 
     let idle_ns = per_op_ns(d_idle, idle_ticks);
     let linear_ns = per_op_ns(d_linear, linear_passes);
@@ -173,14 +242,30 @@ fn main() {
         runs / due_ticks as usize,
         per_op_ns(d_due, runs)
     );
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let new_full = ms(d_save);
+    let new_one = ms(d_save_one) / one_changes as f64;
+    let new_tick = ms(d_tick_save) / due_ticks as f64;
+    let old_all = ms(d_old_all);
+    let old_one = ms(d_old_one) / old_one_reps as f64;
     println!(
-        "  persist, full    {:>12.1} ms       ({} pages of {page_size} B, {} shards)",
-        d_save.as_secs_f64() * 1e3,
-        num_pages,
-        limits.persist_shards
+        "  persist, full    {:>12.1} ms       ({full_pages} pages of {page_size} B written, range {num_pages})",
+        new_full
     );
     println!(
-        "  persist, 1 change{:>12.1} ms       (header + one shard)",
-        d_save_one.as_secs_f64() * 1e3
+        "  persist, 1 change{:>12.3} ms       (journal + meta + 1 record page; old layout {:.1} ms, ratio {:.0}x)",
+        new_one,
+        old_one,
+        old_one / new_one.max(1e-9)
+    );
+    println!(
+        "  persist, 1% tick {:>12.1} ms/save  (after each due tick; old layout, all 16 shards {:.1} ms, ratio {:.1}x)",
+        new_tick,
+        old_all,
+        old_all / new_tick.max(1e-9)
+    );
+    println!(
+        "  persist, full vs old full rewrite: {:.1} ms vs {:.1} ms",
+        new_full, old_all
     );
 }

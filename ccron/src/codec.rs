@@ -51,8 +51,12 @@ pub const MAX_BLOB_BYTES: usize = 64 << 20;
 pub enum BlobKind {
     /// The periodic schedule of one cron table ([`crate::periodic`]).
     PeriodicSchedule,
-    /// The schedule book of a [`crate::schedule::Scheduler`].
+    /// The schedule book of a [`crate::schedule::Scheduler`]: its meta page and zone rules.
     ScheduleBook,
+    /// One record page of a schedule book (a single-page blob of records).
+    BookRecords,
+    /// The journal a schedule book writes before its pages (crash atomicity).
+    BookJournal,
     /// A replicated [`crate::outbox::Outbox`] ([`crate::outbox::Outbox::save`]).
     Outbox,
     /// A kind this version does not know (read from a page written by a newer version).
@@ -64,6 +68,8 @@ impl BlobKind {
         match self {
             BlobKind::PeriodicSchedule => 1,
             BlobKind::ScheduleBook => 2,
+            BlobKind::BookRecords => 3,
+            BlobKind::BookJournal => 4,
             // Numbered apart from the schedule book's kinds, which may grow.
             BlobKind::Outbox => 16,
             BlobKind::Unknown(k) => k,
@@ -74,6 +80,8 @@ impl BlobKind {
         match k {
             1 => BlobKind::PeriodicSchedule,
             2 => BlobKind::ScheduleBook,
+            3 => BlobKind::BookRecords,
+            4 => BlobKind::BookJournal,
             16 => BlobKind::Outbox,
             other => BlobKind::Unknown(other),
         }

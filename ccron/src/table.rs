@@ -131,6 +131,9 @@ pub struct CronTable<S> {
     /// Next due point of every indexed entry that has run (owned by this instance).
     schedule: ScheduleStore,
     persistence: Option<Persistence>,
+    /// Writes of the schedule so far in alternate-slot mode (see [`CronTable::persist`]); 0
+    /// when nothing is stored.
+    generation: u64,
     scheduled_count: u32,
     /// Scratch buffer for due candidates, kept to avoid an allocation per tick.
     scratch: Vec<u32>,
@@ -261,6 +264,7 @@ impl<S> CronTable<S> {
             index: DueIndex::default(),
             schedule: ScheduleStore::default(),
             persistence: None,
+            generation: 0,
             scheduled_count: 0,
             scratch: Vec::new(),
         }
@@ -271,7 +275,9 @@ impl<S> CronTable<S> {
     ///
     /// Whether the range is large enough for `max_scheduled` records is checked against the
     /// pages' size by [`reload`](Self::reload) (which the host calls at start-up) and at every
-    /// write, giving [`TableError::RangeTooSmall`].
+    /// write, giving [`TableError::RangeTooSmall`]. A range whose halves each hold a full
+    /// schedule (and an 8-byte generation) is written crash-atomically, alternating halves (see
+    /// [`persist`](Self::persist)).
     pub fn with_persistence(
         component_id: ComponentId,
         range: PageRange,
@@ -576,6 +582,14 @@ impl<S> CronTable<S> {
 
     /// Writes the schedule to the table's pages if it changed since the last write; returns
     /// whether it wrote. Call it only inside execution (evaluation calls it itself).
+    ///
+    /// When each half of the range holds a full schedule (a function of the configuration and
+    /// the page size, so the same on every replica), writes alternate between the halves, each
+    /// copy tagged with a generation: a crash in the middle of a multi-page write leaves the
+    /// other half intact, and [`reload`](Self::reload) takes the newest copy that passes its
+    /// checks (the schedule before or after the write, never `Corrupt`). Otherwise the
+    /// schedule is one blob over the whole range, and a torn multi-page write is detected as
+    /// corrupt at reload.
     pub fn persist(&mut self, pages: &mut dyn ReservedPages) -> Result<bool, TableError> {
         let Some(persistence) = self.persistence else {
             return Ok(false);
@@ -585,14 +599,88 @@ impl<S> CronTable<S> {
         }
         self.check_range(persistence, pages)?;
         let persisted = self.schedule.to_persisted(self.component_id);
-        codec::save(
-            pages,
-            persistence.range,
-            BlobKind::PeriodicSchedule,
-            &persisted,
-        )?;
+        match Self::slots(persistence, pages.page_size()) {
+            Some(halves) => {
+                let generation = self.generation.saturating_add(1);
+                let half = if generation % 2 == 1 {
+                    halves.0
+                } else {
+                    halves.1
+                };
+                codec::save(
+                    pages,
+                    half,
+                    BlobKind::PeriodicSchedule,
+                    &(generation, &persisted),
+                )?;
+                self.generation = generation;
+            }
+            None => codec::save(
+                pages,
+                persistence.range,
+                BlobKind::PeriodicSchedule,
+                &persisted,
+            )?,
+        }
         self.schedule.dirty = false;
         Ok(true)
+    }
+
+    /// The two halves of the range when each holds a full schedule with its generation (the
+    /// alternate-slot, crash-atomic layout), else `None` (one blob over the range).
+    fn slots(p: Persistence, page_size: usize) -> Option<(PageRange, PageRange)> {
+        let half_len = p.range.len() / 2;
+        let a = PageRange::new(p.range.first(), half_len)?;
+        let b = PageRange::new(a.end(), half_len)?;
+        let needed = 8 + PersistedSchedule::encoded_len_for(p.max_scheduled as usize);
+        (page_size > codec::HEADER_BYTES && codec::capacity(a, page_size) >= needed)
+            .then_some((a, b))
+    }
+
+    /// Reads the stored schedule and its generation (0 for the one-blob layout or nothing
+    /// stored). In the alternate-slot layout a half that fails its checks (a write a crash
+    /// interrupted) is ignored when the other half passes; store failures are errors.
+    fn read_stored(
+        &self,
+        persistence: Persistence,
+        pages: &dyn ReservedPages,
+    ) -> Result<(u64, Option<PersistedSchedule>), TableError> {
+        let Some((a, b)) = Self::slots(persistence, pages.page_size()) else {
+            let stored = codec::load(pages, persistence.range, BlobKind::PeriodicSchedule)?;
+            return Ok((0, stored));
+        };
+        let read = |half: PageRange| {
+            codec::load::<(u64, PersistedSchedule)>(pages, half, BlobKind::PeriodicSchedule)
+        };
+        let mut copies = Vec::new();
+        let mut failure = None;
+        for half in [a, b] {
+            match read(half) {
+                Ok(copy) => copies.push(copy),
+                Err(e @ (CodecError::Pages(_) | CodecError::RangeOutOfStore { .. })) => {
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        component_id = self.component_id,
+                        first_page = half.first(),
+                        error = %e,
+                        "torn or damaged schedule copy ignored"
+                    );
+                    failure = Some(e);
+                }
+            }
+        }
+        if copies.is_empty()
+            && let Some(e) = failure
+        {
+            return Err(e.into());
+        }
+        Ok(copies
+            .into_iter()
+            .flatten()
+            .max_by_key(|(generation, _)| *generation)
+            .map_or((0, None), |(g, s)| (g, Some(s))))
     }
 
     fn check_range(&self, p: Persistence, pages: &dyn ReservedPages) -> Result<(), TableError> {
@@ -615,13 +703,11 @@ impl<S> CronTable<S> {
             return Ok(());
         };
         self.check_range(persistence, pages)?;
-        let loaded: PersistedSchedule =
-            codec::load(pages, persistence.range, BlobKind::PeriodicSchedule)?.unwrap_or(
-                PersistedSchedule {
-                    component_id: self.component_id,
-                    records: Vec::new(),
-                },
-            );
+        let (generation, stored) = self.read_stored(persistence, pages)?;
+        let loaded = stored.unwrap_or(PersistedSchedule {
+            component_id: self.component_id,
+            records: Vec::new(),
+        });
         if loaded.component_id != self.component_id {
             return Err(TableError::ForeignSchedule {
                 expected: self.component_id,
@@ -650,6 +736,7 @@ impl<S> CronTable<S> {
         }
         self.schedule.next = next;
         self.schedule.dirty = false;
+        self.generation = generation;
         tracing::debug!(
             component_id = self.component_id,
             records = self.schedule.next.len(),
@@ -676,6 +763,7 @@ impl<S> CronTable<S> {
         }
         // The pages are empty and so is the schedule: nothing to write.
         self.schedule = ScheduleStore::default();
+        self.generation = 0;
         Ok(())
     }
 

@@ -292,8 +292,22 @@ fn periodic(position: u32) -> CronEntry<Log> {
     })
 }
 
+/// The newest stored copy: with 4 KiB pages each page of `range()` holds a full schedule, so
+/// the table alternates between them, each copy tagged with its generation.
 fn stored(p: &MemPages) -> Option<PersistedSchedule> {
-    ccron::codec::load(p, range(), ccron::codec::BlobKind::PeriodicSchedule).unwrap()
+    range()
+        .ids()
+        .filter_map(|id| {
+            let half = PageRange::new(id, 1).unwrap();
+            ccron::codec::load::<(u64, PersistedSchedule)>(
+                p,
+                half,
+                ccron::codec::BlobKind::PeriodicSchedule,
+            )
+            .unwrap()
+        })
+        .max_by_key(|(generation, _)| *generation)
+        .map(|(_, s)| s)
 }
 
 #[test]

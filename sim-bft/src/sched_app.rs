@@ -282,10 +282,7 @@ impl Default for SchedAppConfig {
     fn default() -> Self {
         Self {
             component: 1,
-            limits: Limits {
-                persist_shards: 4,
-                ..Limits::default()
-            },
+            limits: Limits::default(),
             book_pages: 40,
             outbox_pages: 64,
             expiry_ms: 3_000,
@@ -510,10 +507,7 @@ mod tests {
         let cfg = BookConfig {
             component: BOOK,
             position: 0,
-            limits: Limits {
-                persist_shards: 2,
-                ..Limits::default()
-            },
+            limits: Limits::default(),
             book_pages: 9,
             outbox_pages: 3,
         };

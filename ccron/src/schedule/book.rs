@@ -6,10 +6,15 @@
 //! client key. A due index ordered by (priority, due key, id) holds every active record, so a
 //! tick visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
+//!
+//! Persistence ([`Scheduler::save`], [`Scheduler::load`]): one record page per record behind a
+//! write-ahead journal, laid out and placed by `store.rs`; a save writes O(records changed)
+//! pages and a crash at any page write reloads as the book before or after the save.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use super::store::{self, Layout, Placement};
 use crate::codec::{self, BlobKind, CodecError};
 use crate::cron::{CronError, CronSchedule, ZoneRules};
 use crate::due::Due;
@@ -192,10 +197,12 @@ pub struct Limits {
     pub max_name_bytes: usize,
     /// Most zones installed.
     pub max_zones: usize,
-    /// Record shards the book is persisted in: a save rewrites only the shards whose records
-    /// changed (plus a small header), so a change costs O(n / shards) bytes, not O(n). The page
-    /// range is split into `persist_shards + 1` equal parts (header first). At least 1.
-    pub persist_shards: u32,
+    /// Size of the reserved pages the book is saved into (the store's page size may be larger,
+    /// never smaller). Every stored record must fit one page: admission rejects a schedule
+    /// whose stored form exceeds `page_bytes` minus 44 bytes of page and blob headers with
+    /// [`ScheduleError::Limit`]. Part of the stored layout: loading pages saved with another
+    /// value is an error.
+    pub page_bytes: usize,
     /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
     /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
     /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
@@ -210,7 +217,7 @@ impl Default for Limits {
             max_payload_bytes: 4_096,
             max_name_bytes: 128,
             max_zones: 64,
-            persist_shards: 16,
+            page_bytes: 4_096,
             budget_per_tick: 10_000,
         }
     }
@@ -278,24 +285,62 @@ struct Record {
     owed: Option<(TimeMs, TimeMs)>,
 }
 
-/// What the header part of the page range holds.
-#[derive(bincode::Encode, bincode::Decode)]
-struct Header {
+/// What the meta page holds (see [`store`] for the layout).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct Meta {
+    /// [`WIRE_VERSION`].
     version: u8,
     component: ComponentId,
     next_id: u64,
-    shards: u32,
-    zones: Vec<ZoneRules>,
+    /// `Limits::page_bytes` of the writer: placement depends on it.
+    page_bytes: u64,
+    /// How many records the record pages hold.
+    records: u64,
+    /// How many zones the zones part holds, and the CRC-32 of its blob.
+    zones: u32,
+    zones_crc: u32,
 }
 
-/// What one record shard holds: the records whose id maps to it, ascending.
-#[derive(bincode::Encode, bincode::Decode)]
-struct Shard {
-    shard: u32,
-    records: Vec<(u64, Record)>,
-}
+/// A record page's blob: its page number (within the record pages) and its records, ascending
+/// by id (written from references, read as [`PageBlob`]; the bytes are the same).
+type PageBlob = (u32, Vec<(u64, Record)>);
 
-const WIRE_VERSION: u8 = 1;
+/// One change a journal carries: a record id and its new page and content, or `None` when it
+/// left the book.
+type Change = (u64, Option<(u32, Record)>);
+
+/// A save's journal: ([`WIRE_VERSION`], whether every record page was rewritten, the meta, the
+/// zones when they changed, the record pages the save writes, the changed records). A tuple so
+/// that the writer can encode borrowed records with the same bytes.
+type Journal = (
+    u8,
+    bool,
+    Meta,
+    Option<Vec<ZoneRules>>,
+    Vec<u32>,
+    Vec<Change>,
+);
+
+/// The head of one journal part: ([`WIRE_VERSION`], part index, part count, CRC-32 of every
+/// part's body, which binds the parts of one save together).
+type JournalHead = (u8, u32, u32, u32);
+
+/// Encoded bytes of a [`JournalHead`] (fixed-width integers).
+const JOURNAL_HEAD_BYTES: usize = 13;
+
+/// The body of one journal part: (full save, meta, zones (part 0 only), record pages written
+/// (part 0 only), changes).
+type JournalBody = (bool, Meta, Option<Vec<ZoneRules>>, Vec<u32>, Vec<Change>);
+
+/// Pages' worth of changes one journal part carries: parts keep every decode small (a codec
+/// blob is at most [`codec::MAX_BLOB_BYTES`]) whatever the size of a save.
+const JOURNAL_PART_PAGES: usize = 16;
+
+/// A journal's records by record page (borrowed from the journal).
+type Placed<'a> = BTreeMap<u32, Vec<(u64, &'a Record)>>;
+
+/// Version of the stored book: 2 = meta page, zones, journal, record pages ([`store`]).
+const WIRE_VERSION: u8 = 2;
 
 /// Largest [`Misfire::FireEach`] cap: bounds the occurrences one tick enumerates for one
 /// schedule (a cron job every second after a year-long stall must not walk 31 million instants).
@@ -478,8 +523,8 @@ pub struct Scheduler {
     levels: BTreeMap<u8, usize>,
     /// Whether the header (next id, zones) changed since the last save or load.
     header_dirty: bool,
-    /// Record shards changed since the last save or load.
-    dirty_shards: BTreeSet<u32>,
+    /// Which record page holds each record, page fill, and what changed since the last save.
+    placement: Placement,
 }
 
 /// Deterministic jitter offset of schedule `id` (splitmix64 finaliser).
@@ -514,7 +559,7 @@ impl Scheduler {
             index: BTreeSet::new(),
             levels: BTreeMap::new(),
             header_dirty: false,
-            dirty_shards: BTreeSet::new(),
+            placement: Placement::new(limits.page_bytes),
         }
     }
 
@@ -533,22 +578,25 @@ impl Scheduler {
         self.records.is_empty()
     }
 
-    /// Whether the book changed since the last [`Scheduler::save`] or load.
+    /// Whether the next [`Scheduler::save`] has something to write: the book changed since the
+    /// last save or load, or the load found a journal whose pages the save must first rewrite
+    /// (after which the pages are byte-identical to those of a replica that never stopped).
     pub fn is_dirty(&self) -> bool {
-        self.header_dirty || !self.dirty_shards.is_empty()
+        self.header_dirty || !self.placement.dirty_ids.is_empty() || self.placement.replay_pending
     }
 
-    /// The persistence shard holding record `id`.
-    fn shard_of(&self, id: u64) -> u32 {
-        let shards = u64::from(self.limits.persist_shards.max(1));
-        // The remainder is below `persist_shards`, a u32.
-        u32::try_from(id % shards).unwrap_or(0)
-    }
-
-    /// Marks record `id`'s shard for the next save.
+    /// Records that record `id` changed (or left the book) for the next save: re-measures its
+    /// stored size and keeps, moves or frees its record page (see [`store`]). O(log n).
     fn touch(&mut self, id: u64) {
-        let shard = self.shard_of(id);
-        self.dirty_shards.insert(shard);
+        match self.records.get(&id) {
+            Some(rec) => {
+                // Encoding to a size counter cannot fail for an admitted record; an error makes
+                // it oversize, which the next save reports.
+                let len = codec::encoded_len(&(id, rec)).unwrap_or(usize::MAX);
+                self.placement.put(id, len);
+            }
+            None => self.placement.remove(id),
+        }
     }
 
     /// The id of the schedule holding `key`.
@@ -749,6 +797,16 @@ impl Scheduler {
                 (Some(due), None)
             }
         };
+        // The stored record must fit one record page (no overflow chains): measured with a
+        // next due point, the largest form its fixed-size fields take.
+        let entry = codec::encoded_len(&(0u64, &stored, false, Some(Due::Seq(0)), 0u64))?;
+        let room = store::record_room(self.limits.page_bytes);
+        if entry > room {
+            return Err(ScheduleError::Limit(format!(
+                "the stored schedule takes {entry} bytes, a page of {} bytes holds at most {room}",
+                self.limits.page_bytes
+            )));
+        }
         Ok((stored, next, cron))
     }
 
@@ -1390,31 +1448,47 @@ impl Scheduler {
             .collect()
     }
 
-    /// The header part and the record parts of `range` (see [`Limits::persist_shards`]).
-    fn parts(range: PageRange, shards: u32) -> Result<(PageRange, Vec<PageRange>), ScheduleError> {
-        let shards = shards.max(1);
-        let part_len = range.len() / shards.saturating_add(1);
-        let part = |k: u32| PageRange::new(range.first() + k * part_len, part_len);
-        let header = part(0).ok_or_else(|| {
+    /// The layout of `range` in `pages`, after checking that the store has the range and pages
+    /// of at least `Limits::page_bytes`.
+    fn layout(&self, pages: &dyn ReservedPages, range: PageRange) -> Result<Layout, ScheduleError> {
+        let layout = Layout::of(range).ok_or_else(|| {
             ScheduleError::Limit(format!(
-                "a range of {} pages cannot hold a header and {shards} shards",
+                "a range of {} pages cannot hold the book's meta, zones, journal and record pages",
                 range.len()
             ))
         })?;
-        let mut out = Vec::new();
-        for k in 1..=shards {
-            out.push(part(k).ok_or_else(|| ScheduleError::Limit("empty shard part".into()))?);
+        if !range.fits(pages) {
+            return Err(CodecError::RangeOutOfStore {
+                first: range.first(),
+                end: range.end(),
+                num_pages: pages.num_pages(),
+            }
+            .into());
         }
-        Ok((header, out))
+        if pages.page_size() < self.limits.page_bytes {
+            return Err(ScheduleError::Limit(format!(
+                "pages of {} bytes, the book is configured for {}",
+                pages.page_size(),
+                self.limits.page_bytes
+            )));
+        }
+        Ok(layout)
     }
 
-    /// Writes what changed since the last save or load into `range` (the header and the dirty
-    /// record shards, each through [`crate::codec`], multi-page) and clears the dirty marks.
-    /// Encodes and size-checks everything before writing, so a size error writes nothing.
+    /// Writes what changed since the last save or load into `range`: a journal, then the meta
+    /// page, the zones when they changed and the record pages whose records changed (see
+    /// `schedule/store.rs` and `docs/scheduling.md`): O(records changed) single-page writes.
+    /// Size-checks everything before writing (record pages fit by construction), so a size
+    /// error writes nothing new (a journal found at load is completed first); a crash part-way
+    /// leaves pages that load as the book before or after this save, never a mix.
+    ///
+    /// A failed save (an error from the pages) keeps the change marks; the host should reload
+    /// from the pages, as after a crash, before saving again.
     ///
     /// # Errors
-    /// [`ScheduleError::Codec`] (pages, or a part does not fit), [`ScheduleError::Limit`]
-    /// (the range is too small to split).
+    /// [`ScheduleError::Codec`] (pages, or the journal or zones do not fit their part),
+    /// [`ScheduleError::Limit`] (the range is too small to lay out, its record pages are all
+    /// used, or its pages are smaller than `Limits::page_bytes`).
     pub fn save(
         &mut self,
         pages: &mut dyn ReservedPages,
@@ -1423,7 +1497,8 @@ impl Scheduler {
         self.write(pages, range, false)
     }
 
-    /// Writes the whole book (header and every shard), as after a layout change.
+    /// Writes the whole book (meta, zones and every record page, empty ones zeroed), as after a
+    /// layout change. Journaled like [`Scheduler::save`].
     ///
     /// # Errors
     /// As [`Scheduler::save`].
@@ -1441,43 +1516,144 @@ impl Scheduler {
         range: PageRange,
         all: bool,
     ) -> Result<(), ScheduleError> {
-        let shards = self.limits.persist_shards.max(1);
-        let (header_range, shard_ranges) = Self::parts(range, shards)?;
-        let mut blobs: Vec<(PageRange, Vec<u8>)> = Vec::new();
-        if all || self.header_dirty {
-            let header = Header {
-                version: WIRE_VERSION,
-                component: self.component,
-                next_id: self.next_id,
-                shards,
-                zones: self.zones.values().cloned().collect(),
-            };
-            blobs.push((header_range, codec::to_blob(&header)?));
-        }
-        let dirty: Vec<u32> = if all {
-            (0..shards).collect()
-        } else {
-            self.dirty_shards.iter().copied().collect()
-        };
-        // One pass over the records, grouped by shard (ids ascending within each).
-        let mut grouped: BTreeMap<u32, Vec<(u64, Record)>> =
-            dirty.iter().map(|&k| (k, Vec::new())).collect();
-        if !grouped.is_empty() {
-            for (&id, r) in &self.records {
-                if let Some(v) = grouped.get_mut(&self.shard_of(id)) {
-                    v.push((id, r.clone()));
-                }
+        let layout = self.layout(pages, range)?;
+        // Complete a journal found at load before anything can overwrite it (it rewrites what
+        // that save wrote, so the pages match those of a replica that never stopped).
+        if self.placement.replay_pending {
+            let kept = Self::replay_in_place(pages, layout, self.component)?;
+            // Leftovers of a longer journal the crash did not get to zero.
+            for id in
+                layout.journal.first() + kept..layout.journal.first() + self.placement.journal_len
+            {
+                pages.zero(id).map_err(CodecError::from)?;
             }
+            self.placement.journal_len = kept;
+            self.placement.replay_pending = false;
         }
-        for (shard, records) in grouped {
-            let Some(&part) = shard_ranges.get(shard as usize) else {
-                continue;
-            };
-            blobs.push((part, codec::to_blob(&Shard { shard, records })?));
+        if !all && !self.is_dirty() {
+            return Ok(());
+        }
+        if let Some(id) = self.placement.oversize.first() {
+            return Err(ScheduleError::Limit(format!(
+                "schedule {id} does not fit a page of {} bytes",
+                self.limits.page_bytes
+            )));
         }
         let page_size = pages.page_size();
-        for (part, blob) in &blobs {
-            let capacity = codec::capacity(*part, page_size);
+        // Zones change only through requests that mark the header; re-encode them only then.
+        let zone_list: Vec<&ZoneRules> = self.zones.values().collect();
+        let zones_blob = if all || self.header_dirty || self.placement.zones_crc.is_none() {
+            let blob = codec::to_blob(&zone_list)?;
+            let crc = crc32fast::hash(&blob);
+            (all || self.placement.zones_crc != Some(crc)).then_some((blob, crc))
+        } else {
+            None
+        };
+        let zones_crc = zones_blob
+            .as_ref()
+            .map(|(_, crc)| *crc)
+            .or(self.placement.zones_crc)
+            .unwrap_or(0);
+        let meta = Meta {
+            version: WIRE_VERSION,
+            component: self.component,
+            next_id: self.next_id,
+            page_bytes: self.limits.page_bytes as u64,
+            records: self.records.len() as u64,
+            zones: u32::try_from(zone_list.len()).unwrap_or(u32::MAX),
+            zones_crc,
+        };
+        let listed: Vec<u32> = if all {
+            (0..layout.record_pages).collect()
+        } else {
+            self.placement.dirty_pages.iter().copied().collect()
+        };
+        let in_use = if all {
+            (0..self.placement.pages_in_use()).collect()
+        } else {
+            listed.clone()
+        };
+        for &p in &in_use {
+            if p >= layout.record_pages && !self.placement.members(p).is_empty() {
+                return Err(ScheduleError::Limit(format!(
+                    "the book needs more than the {} record pages of its range",
+                    layout.record_pages
+                )));
+            }
+        }
+        let changes: Vec<(u64, Option<(u32, &Record)>)> = if all {
+            self.records
+                .iter()
+                .filter_map(|(id, r)| Some((*id, Some((self.placement.page_of(*id)?, r)))))
+                .collect()
+        } else {
+            self.placement
+                .dirty_ids
+                .iter()
+                .map(|id| {
+                    let placed = self
+                        .records
+                        .get(id)
+                        .and_then(|r| Some((self.placement.page_of(*id)?, r)));
+                    (*id, placed)
+                })
+                .collect()
+        };
+        let zones_in_journal = zones_blob.as_ref().map(|_| &zone_list);
+        // The journal in parts of about JOURNAL_PART_PAGES pages of changes each; part 0 also
+        // carries the zones and the page list.
+        let per_page = page_size - codec::HEADER_BYTES;
+        let part_bytes = (per_page * JOURNAL_PART_PAGES).min(codec::MAX_BLOB_BYTES / 2);
+        let mut bounds = vec![0usize];
+        let mut acc = 0usize;
+        for (i, (id, change)) in changes.iter().enumerate() {
+            let est = 9 + change.map_or(0, |_| 4 + self.placement.len_of(*id) as usize);
+            if acc + est > part_bytes && bounds.last().is_some_and(|&b| b < i) {
+                bounds.push(i);
+                acc = 0;
+            }
+            acc += est;
+        }
+        bounds.push(changes.len());
+        let count = u32::try_from(bounds.len() - 1).unwrap_or(u32::MAX);
+        let mut bodies = Vec::with_capacity(bounds.len() - 1);
+        for (k, w) in bounds.windows(2).enumerate() {
+            let slice = changes.get(w[0]..w[1]).unwrap_or_default();
+            let (pages_k, zones_k) = if k == 0 {
+                (&listed[..], zones_in_journal)
+            } else {
+                (&[][..], None)
+            };
+            bodies.push(codec::to_blob(&(all, &meta, zones_k, pages_k, slice))?);
+        }
+        let mut tag = crc32fast::Hasher::new();
+        for b in &bodies {
+            tag.update(b);
+        }
+        let tag = tag.finalize();
+        let mut journal_parts = Vec::with_capacity(bodies.len());
+        for (k, body) in bodies.into_iter().enumerate() {
+            let mut blob = codec::to_blob(&(WIRE_VERSION, k as u32, count, tag))?;
+            blob.extend_from_slice(&body);
+            journal_parts.push(blob);
+        }
+        let journal_pages: usize = journal_parts
+            .iter()
+            .map(|b| b.len().div_ceil(per_page).max(1))
+            .sum();
+        if journal_pages > layout.journal.len() as usize {
+            return Err(CodecError::TooLarge {
+                len: journal_parts.iter().map(Vec::len).sum(),
+                capacity: codec::capacity(layout.journal, page_size),
+            }
+            .into());
+        }
+        let meta_blob = codec::to_blob(&meta)?;
+        for (part, blob) in [(layout.meta, &meta_blob)]
+            .into_iter()
+            .chain(zones_blob.as_ref().map(|(b, _)| (layout.zones, b)))
+        {
+            let capacity = codec::capacity(part, page_size);
             if blob.len() > capacity {
                 return Err(CodecError::TooLarge {
                     len: blob.len(),
@@ -1486,20 +1662,226 @@ impl Scheduler {
                 .into());
             }
         }
-        for (part, blob) in &blobs {
-            codec::save_blob(pages, *part, BlobKind::ScheduleBook, blob)?;
+        // Writes: the journal (its leftover pages zeroed), then the pages it describes.
+        let mut at = layout.journal.first();
+        for blob in &journal_parts {
+            let len = u32::try_from(blob.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX);
+            let part = PageRange::new(at, len)
+                .ok_or_else(|| ScheduleError::Limit("journal part".into()))?;
+            codec::save_blob(pages, part, BlobKind::BookJournal, blob)?;
+            at = part.end();
         }
+        for id in at..layout.journal.first() + self.placement.journal_len {
+            pages.zero(id).map_err(CodecError::from)?;
+        }
+        self.placement.journal_len = at - layout.journal.first();
+        codec::save_blob(pages, layout.meta, BlobKind::ScheduleBook, &meta_blob)?;
+        if let Some((blob, _)) = &zones_blob {
+            codec::save_blob(pages, layout.zones, BlobKind::ScheduleBook, blob)?;
+        }
+        // Record pages are encoded as they are written (holding every blob of a large save
+        // would cost its size in memory): each fits its page by the placement's accounting
+        // (`Limits::page_bytes` is at most the page size, checked above).
+        for &p in &listed {
+            let Some(part) = layout.record_page(p) else {
+                continue;
+            };
+            let members = self.placement.members(p);
+            if members.is_empty() {
+                // A full save lists never-used pages too: zero only what holds data.
+                if pages
+                    .load(part.first())
+                    .map_err(CodecError::from)?
+                    .is_some()
+                {
+                    pages.zero(part.first()).map_err(CodecError::from)?;
+                }
+                continue;
+            }
+            let records: Vec<(u64, &Record)> = members
+                .iter()
+                .filter_map(|id| self.records.get(id).map(|r| (*id, r)))
+                .collect();
+            let blob = codec::to_blob(&(p, records))?;
+            codec::save_blob(pages, part, BlobKind::BookRecords, &blob)?;
+        }
+        self.placement.zones_crc = Some(zones_crc);
+        self.placement.saved();
         self.header_dirty = false;
-        self.dirty_shards.clear();
         Ok(())
     }
 
-    /// Reads the book stored in `range` (an empty book when nothing is stored), validating
-    /// every record against `limits` and re-parsing every cron expression. Handlers are not
-    /// checked here: a record naming an unregistered handler is reported when it fires.
+    /// The journal stored in `layout` and the pages it spans, or `None` when there is none or
+    /// it is torn (a part fails the codec's checks, does not decode, is missing, or belongs to
+    /// another save: a crash hit the journal's write, and the pages still hold the save
+    /// before). Store failures are errors.
+    fn read_journal(
+        pages: &dyn ReservedPages,
+        layout: Layout,
+        component: ComponentId,
+    ) -> Result<Option<(Journal, u32)>, ScheduleError> {
+        let torn = |why: String| {
+            tracing::info!(component, reason = %why, "torn schedule book journal ignored");
+            Ok(None)
+        };
+        let per_page = pages.page_size().saturating_sub(codec::HEADER_BYTES).max(1);
+        let mut at = layout.journal.first();
+        let mut head0: Option<JournalHead> = None;
+        let mut merged: Option<Journal> = None;
+        let mut part = 0u32;
+        let mut tag = crc32fast::Hasher::new();
+        loop {
+            let Some(range) = PageRange::new(at, layout.journal.end().saturating_sub(at)) else {
+                return torn(format!("part {part} missing"));
+            };
+            let blob = match codec::load_blob(pages, range, BlobKind::BookJournal) {
+                Ok(Some(b)) => b,
+                Ok(None) if part == 0 => return Ok(None),
+                Ok(None) => return torn(format!("part {part} missing")),
+                Err(e @ (CodecError::Pages(_) | CodecError::RangeOutOfStore { .. })) => {
+                    return Err(e.into());
+                }
+                Err(e) => return torn(e.to_string()),
+            };
+            let Ok((head, body)) = codec::from_blob::<(JournalHead, JournalBody)>(&blob) else {
+                return torn(format!("part {part} does not decode"));
+            };
+            let body_bytes = blob.get(JOURNAL_HEAD_BYTES..).unwrap_or_default();
+            let expected = head0.unwrap_or(head);
+            if head.0 != WIRE_VERSION || body.1.component != component {
+                return Err(ScheduleError::Corrupt(format!(
+                    "journal of version {} component {}",
+                    head.0, body.1.component
+                )));
+            }
+            if head.1 != part || head.2 != expected.2 || head.3 != expected.3 {
+                return torn(format!("part {part} belongs to another save"));
+            }
+            head0 = Some(expected);
+            let (full, meta, zones, listed, changes) = body;
+            match merged.as_mut() {
+                None => merged = Some((head.0, full, meta, zones, listed, changes)),
+                Some(j) => j.5.extend(changes),
+            }
+            tag.update(body_bytes);
+            at = at.saturating_add(
+                u32::try_from(blob.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX),
+            );
+            part += 1;
+            if part >= expected.2 {
+                break;
+            }
+        }
+        if head0.map(|h| h.3) != Some(tag.finalize()) {
+            return torn("parts of different saves".into());
+        }
+        Ok(merged.map(|j| (j, at - layout.journal.first())))
+    }
+
+    /// Record page `p` as stored (empty when the page is).
+    fn read_page(
+        pages: &dyn ReservedPages,
+        layout: Layout,
+        p: u32,
+    ) -> Result<Vec<(u64, Record)>, ScheduleError> {
+        let Some(part) = layout.record_page(p) else {
+            return Ok(Vec::new());
+        };
+        match codec::load::<PageBlob>(pages, part, BlobKind::BookRecords)? {
+            None => Ok(Vec::new()),
+            Some((at, records)) if at == p => Ok(records),
+            Some((at, _)) => Err(ScheduleError::Corrupt(format!(
+                "record page {p} holds page {at}"
+            ))),
+        }
+    }
+
+    /// The records of page `p` once `journal` is applied: the stored records the journal does
+    /// not name, plus the journal's records placed on `p` (only the latter after a full save).
+    /// Idempotent: the result is the same whether the stored page is old or already new.
+    fn journal_page(
+        pages: &dyn ReservedPages,
+        layout: Layout,
+        journal: &Journal,
+        placed: &Placed<'_>,
+        named: &BTreeSet<u64>,
+        p: u32,
+    ) -> Result<Vec<(u64, Record)>, ScheduleError> {
+        // The stored page is read even after a full save: a damaged page is reported.
+        let stored = Self::read_page(pages, layout, p)?;
+        let mut out: BTreeMap<u64, Record> = if journal.1 {
+            BTreeMap::new()
+        } else {
+            stored
+                .into_iter()
+                .filter(|(id, _)| !named.contains(id))
+                .collect()
+        };
+        for (id, r) in placed.get(&p).into_iter().flatten() {
+            out.insert(*id, (*r).clone());
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// The journal's records by page, and every id it names.
+    fn journal_index(journal: &Journal) -> (Placed<'_>, BTreeSet<u64>) {
+        let mut placed: Placed<'_> = BTreeMap::new();
+        let mut named = BTreeSet::new();
+        for (id, change) in &journal.5 {
+            named.insert(*id);
+            if let Some((p, r)) = change {
+                placed.entry(*p).or_default().push((*id, r));
+            }
+        }
+        (placed, named)
+    }
+
+    /// Completes the stored journal's save in place (after a load that found one); returns the
+    /// pages the journal spans (0 without one).
+    fn replay_in_place(
+        pages: &mut dyn ReservedPages,
+        layout: Layout,
+        component: ComponentId,
+    ) -> Result<u32, ScheduleError> {
+        let Some((journal, len)) = Self::read_journal(pages, layout, component)? else {
+            return Ok(0);
+        };
+        let (placed, named) = Self::journal_index(&journal);
+        let mut writes = Vec::new();
+        for &p in &journal.4 {
+            let Some(part) = layout.record_page(p) else {
+                continue;
+            };
+            let records = Self::journal_page(pages, layout, &journal, &placed, &named, p)?;
+            let blob = if records.is_empty() {
+                None
+            } else {
+                Some(codec::to_blob(&(p, records))?)
+            };
+            writes.push((part, blob));
+        }
+        codec::save(pages, layout.meta, BlobKind::ScheduleBook, &journal.2)?;
+        if let Some(zones) = &journal.3 {
+            codec::save(pages, layout.zones, BlobKind::ScheduleBook, zones)?;
+        }
+        for (part, blob) in writes {
+            match blob {
+                Some(b) => codec::save_blob(pages, part, BlobKind::BookRecords, &b)?,
+                None => pages.zero(part.first()).map_err(CodecError::from)?,
+            }
+        }
+        Ok(len)
+    }
+
+    /// Reads the book stored in `range` (an empty book when nothing is stored), replaying a
+    /// valid journal (a save a crash interrupted) and ignoring a torn one, validating every
+    /// record against `limits` and re-parsing every cron expression. Handlers are not checked
+    /// here: a record naming an unregistered handler is reported when it fires. Costs one read
+    /// of every page of the range.
     ///
     /// # Errors
-    /// [`ScheduleError::Codec`], [`ScheduleError::Corrupt`] or [`ScheduleError::Limit`].
+    /// [`ScheduleError::Codec`] (a page fails its checks: any flipped byte of the meta, zones or
+    /// record pages), [`ScheduleError::Corrupt`] or [`ScheduleError::Limit`].
     pub fn load(
         component: ComponentId,
         limits: Limits,
@@ -1507,52 +1889,116 @@ impl Scheduler {
         range: PageRange,
     ) -> Result<Self, ScheduleError> {
         let mut book = Self::new(component, limits);
-        let shards = limits.persist_shards.max(1);
-        let (header_range, shard_ranges) = Self::parts(range, shards)?;
-        let Some(header) = codec::load::<Header>(pages, header_range, BlobKind::ScheduleBook)?
-        else {
-            return Ok(book);
-        };
+        let layout = book.layout(pages, range)?;
         let corrupt = |m: String| {
             tracing::warn!(component, reason = %m, "stored schedule book rejected");
             ScheduleError::Corrupt(m)
         };
-        if header.version != WIRE_VERSION || header.component != component {
+        let journal = Self::read_journal(pages, layout, component)?.map(|(j, _)| j);
+        let mut journal_len = 0;
+        for (i, id) in layout.journal.ids().enumerate() {
+            if pages.load(id).map_err(CodecError::from)?.is_some() {
+                journal_len = i as u32 + 1;
+            }
+        }
+        book.placement.journal_len = journal_len;
+        // The stored meta and zones are read even when a journal supersedes them, so that a
+        // damaged page is reported.
+        let stored_meta = codec::load::<Meta>(pages, layout.meta, BlobKind::ScheduleBook)?;
+        let stored_zones =
+            codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?;
+        let meta = match &journal {
+            Some(j) => Some(j.2.clone()),
+            None => stored_meta,
+        };
+        let Some(meta) = meta else {
+            // Nothing stored: every part must be empty too (a lost meta page is not a fresh
+            // store).
+            for id in layout.zones.ids().chain(layout.records_first..range.end()) {
+                if pages.load(id).map_err(CodecError::from)?.is_some() {
+                    return Err(corrupt(format!(
+                        "page {id} holds data but the meta page is empty"
+                    )));
+                }
+            }
+            return Ok(book);
+        };
+        if meta.version != WIRE_VERSION || meta.component != component {
             return Err(corrupt(format!(
                 "version {} component {}",
-                header.version, header.component
+                meta.version, meta.component
             )));
         }
-        if header.shards != shards {
+        if meta.page_bytes != limits.page_bytes as u64 {
             return Err(corrupt(format!(
-                "stored with {} shards, configured {shards}",
-                header.shards
+                "stored for pages of {} bytes, configured {}",
+                meta.page_bytes, limits.page_bytes
             )));
         }
-        if header.zones.len() > limits.max_zones {
-            return Err(corrupt("more zones than the limits".into()));
+        if meta.zones as usize > limits.max_zones || meta.records > limits.max_schedules as u64 {
+            return Err(corrupt("more zones or schedules than the limits".into()));
         }
-        for z in header.zones {
+        let zones = match journal.as_ref().and_then(|j| j.3.clone()) {
+            Some(z) => z,
+            None => stored_zones.ok_or_else(|| corrupt("the zones part is empty".into()))?,
+        };
+        if zones.len() != meta.zones as usize
+            || crc32fast::hash(&codec::to_blob(&zones)?) != meta.zones_crc
+        {
+            return Err(corrupt("zones differ from the meta page".into()));
+        }
+        for z in zones {
             book.zones.insert(z.name().to_owned(), z);
         }
-        for (k, part) in shard_ranges.iter().enumerate() {
-            let Some(shard) = codec::load::<Shard>(pages, *part, BlobKind::ScheduleBook)? else {
-                continue;
+        book.placement.zones_crc = Some(meta.zones_crc);
+        let (placed, named, listed) = match &journal {
+            Some(j) => {
+                let (placed, named) = Self::journal_index(j);
+                if placed.keys().any(|&p| p >= layout.record_pages) {
+                    return Err(corrupt(
+                        "journal places a record past the record pages".into(),
+                    ));
+                }
+                (placed, named, j.4.iter().copied().collect())
+            }
+            None => (BTreeMap::new(), BTreeSet::new(), BTreeSet::new()),
+        };
+        let room = book.placement.room() as usize;
+        for p in 0..layout.record_pages {
+            let records = match &journal {
+                Some(j) if listed.contains(&p) => {
+                    Self::journal_page(pages, layout, j, &placed, &named, p)?
+                }
+                _ => Self::read_page(pages, layout, p)?,
             };
-            if shard.shard as usize != k {
-                return Err(corrupt(format!("part {k} holds shard {}", shard.shard)));
+            if book.records.len().saturating_add(records.len()) as u64 > meta.records {
+                return Err(corrupt("more schedules than the meta page counts".into()));
             }
-            if book.records.len().saturating_add(shard.records.len()) > limits.max_schedules {
-                return Err(corrupt("more schedules than the limits".into()));
-            }
-            for (id, rec) in shard.records {
-                if id == 0 || id >= header.next_id || book.shard_of(id) as usize != k {
-                    return Err(corrupt(format!("schedule id {id} misplaced")));
+            let mut last = 0;
+            let mut used = 0usize;
+            for (id, rec) in records {
+                if id <= last || id >= meta.next_id {
+                    return Err(corrupt(format!("schedule id {id} misplaced on page {p}")));
+                }
+                last = id;
+                let len = codec::encoded_len(&(id, &rec))?;
+                used = used.saturating_add(len);
+                if used > room {
+                    return Err(corrupt(format!("page {p} holds more than a page's room")));
                 }
                 book.load_record(id, rec).map_err(corrupt)?;
+                book.placement.load(id, p, len).map_err(corrupt)?;
             }
         }
-        book.next_id = header.next_id;
+        if book.records.len() as u64 != meta.records {
+            return Err(corrupt(format!(
+                "{} schedules stored, the meta page counts {}",
+                book.records.len(),
+                meta.records
+            )));
+        }
+        book.next_id = meta.next_id;
+        book.placement.replay_pending = journal.is_some();
         Ok(book)
     }
 

@@ -9,13 +9,16 @@
 //!   and handlers themselves, create, replace, pause, resume and cancel them through
 //!   [`ScheduleRequest`]; a request naming an unknown handler or carrying an invalid schedule is
 //!   rejected with a typed [`ScheduleError`] and changes nothing. The book is persisted in
-//!   reserved pages through [`crate::codec`] and reloaded after restart and state transfer.
+//!   reserved pages through [`crate::codec`], one record page per record behind a write-ahead
+//!   journal (`store.rs`: a save writes O(records changed) pages and is crash-atomic), and
+//!   reloaded after restart and state transfer.
 //!
 //! See `docs/scheduling.md` for the semantics (misfire policies, budget, priorities, jitter,
 //! pause and resume) and `docs/benchmarks.md` ("delayed tasks") for costs.
 
 mod book;
 mod cron_rule;
+mod store;
 
 pub use book::{
     FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, Misfire, NewSchedule,

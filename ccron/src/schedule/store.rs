@@ -1,0 +1,392 @@
+//! Page layout and record placement of the schedule book's persistence (layout version 2).
+//!
+//! Why record pages. The first layout kept the records in 16 multi-page shard blobs, so one
+//! changed record rewrote a sixteenth of the book (65-86 ms at 10^6 schedules). Here each record
+//! lives in exactly one *record page*, a single-page [`crate::codec`] blob holding the page's
+//! number and its records ascending by id, so a save writes only the pages whose records
+//! changed: O(records changed) bounded single-page encodes, whatever the book's size.
+//!
+//! Placement. A record goes to the lowest-numbered page whose free room fits it, found in
+//! O(log P) through a max-free segment tree ([`FreeTree`]). Free room is a function of the page's
+//! contents only (the exact encoded size of its records), so a replica that restarted or
+//! received the pages by state transfer rebuilds the same tree and keeps placing records where a
+//! replica that never stopped does: identical operations give identical page bytes. A record
+//! that grows past its page's room moves to the lowest page that fits it; a shrinking or
+//! unchanged record stays. A record larger than one page is rejected at admission
+//! ([`super::ScheduleError::Limit`], sized from `Limits::page_bytes`): there are no overflow
+//! chains, which keeps every page write a bounded encode.
+//!
+//! The range. A book's range of `R` pages is cut (a pure function of `R`) into:
+//! 1 meta page (version, component, next id, record count, zone summary), a zones part of
+//! `max(1, R/32)` pages (the installed zone rules, one multi-page blob, rewritten only when they
+//! change), a journal part of 17/32 of the rest, and the record pages (15/32). The journal is a
+//! little larger than the record part so that even a full rewrite fits it; unused journal pages
+//! are empty, and
+//! [`crate::MemPages`] stores only non-empty pages.
+//!
+//! Crash atomicity. A save first writes a *journal* (one multi-page codec blob: the meta, the
+//! zones when they changed, the list of record pages the save rewrites, and every changed
+//! record with its new page or its removal), then the meta, zones and record pages. A crash
+//! inside the journal write leaves a torn journal (the codec's blob checksum fails), which load
+//! ignores: the pages still hold the previous save. A crash after it leaves a valid journal,
+//! which load replays: the content of a listed page is its stored content minus every record
+//! the journal names plus the journal's records placed on it, an idempotent rule that gives the
+//! new page whether the stored one is old or already new. The journal is not cleared after a
+//! save (that would cost writes and replaying it is harmless); the next save overwrites it and
+//! zeroes its leftover pages, so page images stay identical on every replica.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::codec::HEADER_BYTES;
+use crate::pages::{PageId, PageRange};
+
+/// Bytes of a record page's blob before its records: the page number (u32) and the vector
+/// length (u64, fixed-width integers).
+pub(super) const PAGE_BASE_BYTES: usize = 12;
+
+/// Bytes of one page's blob available to records (each counted as its encoded `(id, record)`),
+/// for pages of `page_bytes`.
+pub(super) fn record_room(page_bytes: usize) -> usize {
+    page_bytes
+        .saturating_sub(HEADER_BYTES)
+        .saturating_sub(PAGE_BASE_BYTES)
+}
+
+/// Where the parts of a book's page range lie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Layout {
+    /// The meta page.
+    pub meta: PageRange,
+    /// The zone rules.
+    pub zones: PageRange,
+    /// The journal.
+    pub journal: PageRange,
+    /// The first record page.
+    pub records_first: PageId,
+    /// How many record pages.
+    pub record_pages: u32,
+}
+
+impl Layout {
+    /// The layout of `range`, or `None` when the range is too small (fewer than 4 pages).
+    pub fn of(range: PageRange) -> Option<Self> {
+        let r = range.len();
+        let zones_len = (r / 32).max(1);
+        let rest = r.checked_sub(1 + zones_len)?;
+        // The journal gets 17/32 of the rest: a change takes 5 bytes more in the journal than
+        // in a record page (its page number and presence tag), so a full save of full record
+        // pages still fits it.
+        let record_pages = rest * 15 / 32;
+        let journal_len = rest - record_pages;
+        if journal_len == 0 || record_pages == 0 {
+            return None;
+        }
+        let first = range.first();
+        Some(Self {
+            meta: PageRange::new(first, 1)?,
+            zones: PageRange::new(first + 1, zones_len)?,
+            journal: PageRange::new(first + 1 + zones_len, journal_len)?,
+            records_first: first + 1 + zones_len + journal_len,
+            record_pages,
+        })
+    }
+
+    /// The page id of record page `page`, if the range has it.
+    pub fn record_page(&self, page: u32) -> Option<PageRange> {
+        if page >= self.record_pages {
+            return None;
+        }
+        PageRange::new(self.records_first + page, 1)
+    }
+}
+
+/// A max-free segment tree over record pages: the lowest page with at least `need` free bytes
+/// in O(log P). Pages past the ones in use are empty (full room); the tree doubles when every
+/// leaf is in use.
+#[derive(Debug, Clone)]
+pub(super) struct FreeTree {
+    room: u32,
+    leaves: usize,
+    tree: Vec<u32>,
+}
+
+impl FreeTree {
+    /// A tree whose pages each offer `room` bytes.
+    pub fn new(room: u32) -> Self {
+        Self {
+            room,
+            leaves: 1,
+            tree: vec![room; 2],
+        }
+    }
+
+    fn grow(&mut self) {
+        let old = self.leaves;
+        let leaves = old * 2;
+        let mut tree = vec![self.room; 2 * leaves];
+        tree[leaves..leaves + old].copy_from_slice(&self.tree[old..2 * old]);
+        for i in (1..leaves).rev() {
+            tree[i] = tree[2 * i].max(tree[2 * i + 1]);
+        }
+        self.leaves = leaves;
+        self.tree = tree;
+    }
+
+    /// Sets page `page`'s free bytes.
+    pub fn set(&mut self, page: u32, free: u32) {
+        let page = page as usize;
+        while page >= self.leaves {
+            self.grow();
+        }
+        let mut i = self.leaves + page;
+        self.tree[i] = free;
+        while i > 1 {
+            i /= 2;
+            self.tree[i] = self.tree[2 * i].max(self.tree[2 * i + 1]);
+        }
+    }
+
+    /// The lowest page with at least `need` free bytes (`need` must not exceed the room).
+    pub fn first_fit(&mut self, need: u32) -> u32 {
+        while self.tree[1] < need {
+            self.grow();
+        }
+        let mut i = 1;
+        while i < self.leaves {
+            i = if self.tree[2 * i] >= need {
+                2 * i
+            } else {
+                2 * i + 1
+            };
+        }
+        // `i - leaves` is below `leaves`, itself at most twice the pages in use.
+        u32::try_from(i - self.leaves).unwrap_or(u32::MAX)
+    }
+}
+
+/// The persistence state of a book: which page holds each record, each page's members and fill,
+/// and what changed since the last save (all derived from the records; rebuilt at load).
+#[derive(Debug, Clone)]
+pub(super) struct Placement {
+    room: u32,
+    /// Record id -> (page, encoded bytes of its `(id, record)` entry).
+    loc: BTreeMap<u64, (u32, u32)>,
+    /// Each page's record ids, ascending.
+    members: Vec<Vec<u64>>,
+    /// Each page's used entry bytes.
+    used: Vec<u32>,
+    free: FreeTree,
+    /// Records changed (created, updated, moved, removed) since the last save.
+    pub dirty_ids: BTreeSet<u64>,
+    /// Pages whose content changed since the last save.
+    pub dirty_pages: BTreeSet<u32>,
+    /// Records too large for any page (admission prevents them; a save reports them).
+    pub oversize: BTreeSet<u64>,
+    /// Pages the journal part held after the last save or load (leftovers to zero).
+    pub journal_len: u32,
+    /// Whether the stored journal must be replayed in place before the next save overwrites it
+    /// (set at load when a valid journal was found).
+    pub replay_pending: bool,
+    /// Checksum of the zone rules' encoding as stored (`None`: nothing stored yet).
+    pub zones_crc: Option<u32>,
+}
+
+impl Placement {
+    /// Empty, for pages of `page_bytes`.
+    pub fn new(page_bytes: usize) -> Self {
+        let room = u32::try_from(record_room(page_bytes)).unwrap_or(u32::MAX);
+        Self {
+            room,
+            loc: BTreeMap::new(),
+            members: Vec::new(),
+            used: Vec::new(),
+            free: FreeTree::new(room),
+            dirty_ids: BTreeSet::new(),
+            dirty_pages: BTreeSet::new(),
+            oversize: BTreeSet::new(),
+            journal_len: 0,
+            replay_pending: false,
+            zones_crc: None,
+        }
+    }
+
+    /// Bytes of entries one page holds.
+    pub fn room(&self) -> u32 {
+        self.room
+    }
+
+    /// Pages that may hold records (one past the highest page ever used since load).
+    pub fn pages_in_use(&self) -> u32 {
+        u32::try_from(self.members.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The ids on `page`, ascending.
+    pub fn members(&self, page: u32) -> &[u64] {
+        self.members.get(page as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The encoded bytes of record `id`'s entry (0 when it is not placed).
+    pub fn len_of(&self, id: u64) -> u32 {
+        self.loc.get(&id).map_or(0, |&(_, len)| len)
+    }
+
+    /// The page of record `id`.
+    pub fn page_of(&self, id: u64) -> Option<u32> {
+        self.loc.get(&id).map(|&(p, _)| p)
+    }
+
+    fn ensure(&mut self, page: u32) {
+        let page = page as usize;
+        if self.members.len() <= page {
+            self.members.resize_with(page + 1, Vec::new);
+            self.used.resize(page + 1, 0);
+        }
+    }
+
+    fn attach(&mut self, id: u64, page: u32, len: u32) {
+        self.ensure(page);
+        let p = page as usize;
+        if let Err(at) = self.members[p].binary_search(&id) {
+            self.members[p].insert(at, id);
+        }
+        self.used[p] = self.used[p].saturating_add(len);
+        self.free.set(page, self.room.saturating_sub(self.used[p]));
+        self.loc.insert(id, (page, len));
+    }
+
+    fn detach(&mut self, id: u64) -> Option<u32> {
+        let (page, len) = self.loc.remove(&id)?;
+        let p = page as usize;
+        if let Some(m) = self.members.get_mut(p)
+            && let Ok(at) = m.binary_search(&id)
+        {
+            m.remove(at);
+        }
+        if let Some(u) = self.used.get_mut(p) {
+            *u = u.saturating_sub(len);
+            let free = self.room.saturating_sub(*u);
+            self.free.set(page, free);
+        }
+        Some(page)
+    }
+
+    /// Records that `id`'s entry now takes `len` bytes: it stays on its page when it fits,
+    /// otherwise it goes to the lowest page with room. Marks what changed.
+    pub fn put(&mut self, id: u64, len: usize) {
+        self.dirty_ids.insert(id);
+        let Ok(len) = u32::try_from(len).map(|l| l.min(u32::MAX - 1)) else {
+            return;
+        };
+        if len > self.room {
+            if let Some(old) = self.detach(id) {
+                self.dirty_pages.insert(old);
+            }
+            self.oversize.insert(id);
+            return;
+        }
+        self.oversize.remove(&id);
+        if let Some(&(page, old_len)) = self.loc.get(&id) {
+            self.dirty_pages.insert(page);
+            let used = self.used.get(page as usize).copied().unwrap_or(0);
+            if used - old_len + len <= self.room {
+                let p = page as usize;
+                self.used[p] = used - old_len + len;
+                self.free.set(page, self.room - self.used[p]);
+                self.loc.insert(id, (page, len));
+                return;
+            }
+            self.detach(id);
+        }
+        let page = self.free.first_fit(len);
+        self.attach(id, page, len);
+        self.dirty_pages.insert(page);
+    }
+
+    /// Records that `id` left the book.
+    pub fn remove(&mut self, id: u64) {
+        self.dirty_ids.insert(id);
+        self.oversize.remove(&id);
+        if let Some(page) = self.detach(id) {
+            self.dirty_pages.insert(page);
+        }
+    }
+
+    /// Places a record read from page `page` at load (nothing becomes dirty).
+    pub fn load(&mut self, id: u64, page: u32, len: usize) -> Result<(), String> {
+        let len = u32::try_from(len).map_err(|_| format!("record {id} too large"))?;
+        let used = self.used.get(page as usize).copied().unwrap_or(0);
+        if used.saturating_add(len) > self.room {
+            return Err(format!("page {page} holds more than its room"));
+        }
+        self.attach(id, page, len);
+        Ok(())
+    }
+
+    /// Clears the change marks (after a successful save).
+    pub fn saved(&mut self) {
+        self.dirty_ids.clear();
+        self.dirty_pages.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_fit_takes_the_lowest_page_with_room_and_grows() {
+        let mut t = FreeTree::new(100);
+        assert_eq!(t.first_fit(100), 0);
+        t.set(0, 10);
+        assert_eq!(t.first_fit(11), 1);
+        t.set(1, 50);
+        t.set(2, 0);
+        t.set(3, 0);
+        assert_eq!(t.first_fit(40), 1);
+        assert_eq!(t.first_fit(60), 4, "grows past the pages in use");
+        t.set(4, 0);
+        t.set(0, 90);
+        assert_eq!(t.first_fit(60), 0, "room freed on a lower page is reused");
+    }
+
+    #[test]
+    fn records_stay_move_when_they_grow_and_free_room_on_removal() {
+        let mut p = Placement::new(HEADER_BYTES + PAGE_BASE_BYTES + 100);
+        assert_eq!(p.room(), 100);
+        p.put(1, 40);
+        p.put(2, 40);
+        p.put(3, 40);
+        assert_eq!(
+            (p.page_of(1), p.page_of(2), p.page_of(3)),
+            (Some(0), Some(0), Some(1))
+        );
+        p.put(1, 60);
+        assert_eq!(p.page_of(1), Some(0), "grew within page 0's room: stays");
+        p.put(1, 61);
+        assert_eq!(
+            p.page_of(1),
+            Some(2),
+            "grew past page 0's room: moves to the lowest page that fits"
+        );
+        p.put(2, 30);
+        assert_eq!(p.page_of(2), Some(0), "shrinks in place");
+        p.remove(3);
+        assert!(p.members(1).is_empty());
+        p.put(4, 60);
+        assert_eq!(p.page_of(4), Some(0), "room freed on page 0 is reused");
+        p.put(5, 101);
+        assert!(p.oversize.contains(&5) && p.page_of(5).is_none());
+        assert_eq!(
+            p.dirty_pages.iter().copied().collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        assert!(Layout::of(PageRange::new(0, 3).unwrap()).is_none());
+        let l = Layout::of(PageRange::new(10, 70).unwrap()).unwrap();
+        assert_eq!(
+            (l.zones.len(), l.journal.len(), l.record_pages),
+            (2, 36, 31)
+        );
+        assert_eq!(l.record_page(30).unwrap().first(), 79);
+        assert!(l.record_page(31).is_none());
+    }
+}
