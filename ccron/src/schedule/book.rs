@@ -2017,6 +2017,13 @@ impl Scheduler {
         let (_, _, cron) = self
             .admit(&rec.def, |_| true, 0, Some(0))
             .map_err(|e| format!("schedule {id}: {e}"))?;
+        // Owed catch-up runs exist only for time-keyed recurring schedules, first <= last.
+        if let Some((first_ms, last_ms)) = rec.owed
+            && (first_ms > last_ms
+                || !matches!(rec.def.timing, Timing::Every { .. } | Timing::Cron { .. }))
+        {
+            return Err(format!("schedule {id}: invalid owed runs"));
+        }
         if let Some(k) = &rec.def.key
             && self.keys.insert(k.clone(), id).is_some()
         {
