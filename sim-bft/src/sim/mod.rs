@@ -76,6 +76,11 @@ pub trait Harness {
     fn fires(&self, _node: &Self::Node) -> BTreeMap<String, u64> {
         BTreeMap::new()
     }
+
+    /// Called once for every message a node sends, before its copies are scheduled. A harness
+    /// may prepare work whose result only affects speed, never a run (the cluster offers the
+    /// message's signatures for batch verification). Default: nothing.
+    fn on_send(&self, _bytes: &[u8]) {}
 }
 
 /// Counters of what happened in a run.
@@ -616,10 +621,12 @@ impl<H: Harness> Simulator<H> {
         match o {
             Output::Send { to, bytes } => {
                 if to != from && to < self.cfg.replicas {
+                    self.harness.on_send(&bytes);
                     self.send_from(from, to, bytes);
                 }
             }
             Output::Broadcast { bytes } => {
+                self.harness.on_send(&bytes);
                 for to in 0..self.cfg.replicas {
                     if to != from {
                         self.send_from(from, to, bytes.clone());
