@@ -265,9 +265,77 @@ impl ReservedPages for MemPages {
     }
 }
 
+/// A page store that crashes after a number of writes, for crash-atomicity tests of anything
+/// persisted in reserved pages (a cron table's schedule, a schedule book, an outbox): it records
+/// every write (saves and zeroes alike) and fails each write after the first `budget` ones with
+/// [`PagesError::Io`], leaving `inner` exactly as a crash between two page writes would.
+///
+/// Run the persist once with `budget = usize::MAX` to learn how many writes it makes, then
+/// once per `k` below that with `budget = k`, and reload from `inner` each time.
+#[derive(Debug, Clone)]
+pub struct CrashAfter<P> {
+    /// The store written through.
+    pub inner: P,
+    /// The pages written so far, in order (failed writes are not recorded).
+    pub writes: Vec<PageId>,
+    /// How many writes succeed before the crash.
+    pub budget: usize,
+}
+
+impl<P> CrashAfter<P> {
+    /// `inner`, crashing after `budget` writes.
+    pub fn new(inner: P, budget: usize) -> Self {
+        Self {
+            inner,
+            writes: Vec::new(),
+            budget,
+        }
+    }
+
+    fn write(&mut self, id: PageId) -> Result<(), PagesError> {
+        if self.writes.len() >= self.budget {
+            return Err(PagesError::Io(format!("crashed before writing page {id}")));
+        }
+        self.writes.push(id);
+        Ok(())
+    }
+}
+
+impl<P: ReservedPages> ReservedPages for CrashAfter<P> {
+    fn page_size(&self) -> usize {
+        self.inner.page_size()
+    }
+    fn num_pages(&self) -> u32 {
+        self.inner.num_pages()
+    }
+    fn load(&self, id: PageId) -> Result<Option<&[u8]>, PagesError> {
+        self.inner.load(id)
+    }
+    fn save(&mut self, id: PageId, data: &[u8]) -> Result<(), PagesError> {
+        self.write(id)?;
+        self.inner.save(id, data)
+    }
+    fn zero(&mut self, id: PageId) -> Result<(), PagesError> {
+        self.write(id)?;
+        self.inner.zero(id)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crash_after_fails_every_write_past_its_budget_and_leaves_the_rest() {
+        let mut p = CrashAfter::new(MemPages::new(8, 4), 2);
+        p.save(0, b"a").unwrap();
+        p.zero(1).unwrap();
+        assert!(matches!(p.save(2, b"c"), Err(PagesError::Io(_))));
+        assert!(matches!(p.zero(0), Err(PagesError::Io(_))));
+        assert_eq!(p.writes, vec![0, 1]);
+        assert_eq!(p.load(0), Ok(Some(&b"a"[..])));
+        assert_eq!(p.inner.load(2), Ok(None));
+    }
 
     #[test]
     fn save_load_zero_and_bounds() {

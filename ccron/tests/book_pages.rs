@@ -5,58 +5,14 @@
 
 use ccron::cron::ZoneRules;
 use ccron::outbox::{Outbox, OutboxLimits};
-use ccron::pages::PagesError;
 use ccron::schedule::{
     Handlers, Limits, NewSchedule, ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
-use ccron::{Due, MemPages, PageId, PageRange, ReservedPages, Tick};
+use ccron::{Due, MemPages, PageRange, ReservedPages, Tick};
 use proptest::prelude::*;
 
-/// Pages that count their writes (saves and zeroes) and fail every write after the first
-/// `budget` ones, as a crash between two page writes would leave them.
-struct Crashing {
-    inner: MemPages,
-    writes: Vec<PageId>,
-    budget: usize,
-}
-
-impl Crashing {
-    fn new(inner: MemPages, budget: usize) -> Self {
-        Self {
-            inner,
-            writes: Vec::new(),
-            budget,
-        }
-    }
-
-    fn write(&mut self, id: PageId) -> Result<(), PagesError> {
-        if self.writes.len() >= self.budget {
-            return Err(PagesError::Io("crashed".into()));
-        }
-        self.writes.push(id);
-        Ok(())
-    }
-}
-
-impl ReservedPages for Crashing {
-    fn page_size(&self) -> usize {
-        self.inner.page_size()
-    }
-    fn num_pages(&self) -> u32 {
-        self.inner.num_pages()
-    }
-    fn load(&self, id: PageId) -> Result<Option<&[u8]>, PagesError> {
-        self.inner.load(id)
-    }
-    fn save(&mut self, id: PageId, data: &[u8]) -> Result<(), PagesError> {
-        self.write(id)?;
-        self.inner.save(id, data)
-    }
-    fn zero(&mut self, id: PageId) -> Result<(), PagesError> {
-        self.write(id)?;
-        self.inner.zero(id)
-    }
-}
+/// Pages that fail every write after the first `budget` ones.
+type Crashing = ccron::pages::CrashAfter<MemPages>;
 
 const PAGE: usize = 512;
 

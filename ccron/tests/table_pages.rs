@@ -3,45 +3,10 @@
 //! before or after it (never corrupt), and the replica then writes the same pages as one that
 //! never crashed.
 
-use ccron::pages::PagesError;
-use ccron::{CronEntry, CronTable, MemPages, PageId, PageRange, Periodic, ReservedPages, Tick};
+use ccron::{CronEntry, CronTable, MemPages, PageRange, Periodic, Tick};
 
 /// Pages that fail every write after the first `budget` ones.
-struct Crashing {
-    inner: MemPages,
-    writes: usize,
-    budget: usize,
-}
-
-impl Crashing {
-    fn write(&mut self) -> Result<(), PagesError> {
-        if self.writes >= self.budget {
-            return Err(PagesError::Io("crashed".into()));
-        }
-        self.writes += 1;
-        Ok(())
-    }
-}
-
-impl ReservedPages for Crashing {
-    fn page_size(&self) -> usize {
-        self.inner.page_size()
-    }
-    fn num_pages(&self) -> u32 {
-        self.inner.num_pages()
-    }
-    fn load(&self, id: PageId) -> Result<Option<&[u8]>, PagesError> {
-        self.inner.load(id)
-    }
-    fn save(&mut self, id: PageId, data: &[u8]) -> Result<(), PagesError> {
-        self.write()?;
-        self.inner.save(id, data)
-    }
-    fn zero(&mut self, id: PageId) -> Result<(), PagesError> {
-        self.write()?;
-        self.inner.zero(id)
-    }
-}
+type Crashing = ccron::pages::CrashAfter<MemPages>;
 
 const C: u32 = 3;
 const ENTRIES: u32 = 60;
@@ -86,11 +51,7 @@ fn a_crash_at_every_page_write_of_a_multi_page_persist_reloads_old_or_new() {
     let old_pages = pages.clone();
     let old = schedule(&t);
     let second = Tick::new(C, 2, Some(3_000));
-    let mut full = Crashing {
-        inner: pages,
-        writes: 0,
-        budget: usize::MAX,
-    };
+    let mut full = Crashing::new(pages, usize::MAX);
     assert!(
         t.evaluate(&second, &mut state, &mut full)
             .unwrap()
@@ -99,15 +60,15 @@ fn a_crash_at_every_page_write_of_a_multi_page_persist_reloads_old_or_new() {
     );
     let new = schedule(&t);
     assert_ne!(old, new);
-    assert!(full.writes >= 3, "a multi-page write: {}", full.writes);
+    assert!(
+        full.writes.len() >= 3,
+        "a multi-page write: {}",
+        full.writes.len()
+    );
     let expected = full.inner.snapshot();
     let mut saw_old = false;
-    for k in 0..full.writes {
-        let mut crashed = Crashing {
-            inner: old_pages.clone(),
-            writes: 0,
-            budget: k,
-        };
+    for k in 0..full.writes.len() {
+        let mut crashed = Crashing::new(old_pages.clone(), k);
         let mut before = table();
         before.reload(&old_pages).unwrap();
         let mut s = 0;
