@@ -443,6 +443,18 @@ mod tests {
         sig
     }
 
+    /// `msgs[i]` signed `sigs[i]` by `vk`, as batch checks.
+    fn one_key_checks<'a>(
+        vk: &'a VerifyingKey,
+        msgs: &'a [Vec<u8>],
+        sigs: &'a [SigBytes],
+    ) -> Vec<SigCheck<'a>> {
+        msgs.iter()
+            .zip(sigs)
+            .map(|(msg, sig)| SigCheck { key: vk, msg, sig })
+            .collect()
+    }
+
     #[test]
     fn single_and_batch_checks_agree_on_torsion_signatures() {
         let key = replica_signing_key(3, 1);
@@ -457,15 +469,7 @@ mod tests {
         );
         // ...ours accepts it alone and in every batch: one rule whichever path is taken.
         assert!(verify(&vk, &msgs[5], &sigs[5], None));
-        let checks: Vec<SigCheck<'_>> = msgs
-            .iter()
-            .zip(&sigs)
-            .map(|(m, s)| SigCheck {
-                key: &vk,
-                msg: m,
-                sig: s,
-            })
-            .collect();
+        let checks = one_key_checks(&vk, &msgs, &sigs);
         assert!(verify_many(&checks, None).into_iter().all(|ok| ok));
     }
 
@@ -477,15 +481,7 @@ mod tests {
         let mut sigs: Vec<SigBytes> = msgs.iter().map(|m| sign(&key, m)).collect();
         sigs[1][63] |= 0xf0; // s >= l: non-canonical
         sigs[4][..32].copy_from_slice(&[0xff; 32]); // not a point encoding
-        let checks: Vec<SigCheck<'_>> = msgs
-            .iter()
-            .zip(&sigs)
-            .map(|(m, s)| SigCheck {
-                key: &vk,
-                msg: m,
-                sig: s,
-            })
-            .collect();
+        let checks = one_key_checks(&vk, &msgs, &sigs);
         let got = verify_many(&checks, None);
         let want: Vec<bool> = (0..8).map(|i| i != 1 && i != 4).collect();
         assert_eq!(got, want);
