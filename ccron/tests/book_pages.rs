@@ -260,7 +260,7 @@ fn a_record_larger_than_a_page_is_refused_at_admission() {
         Err(ScheduleError::Limit(_))
     ));
     assert!(book.is_empty());
-    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 120]);
+    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 140]);
     book.apply(ScheduleRequest::Create(fits), &h, 0, Some(0))
         .unwrap();
     let mut pages = store();
@@ -407,5 +407,61 @@ proptest! {
         b.save(&mut pb, range()).unwrap();
         prop_assert!(pa.snapshot() == pb.snapshot(), "final page images differ");
         prop_assert_eq!(Scheduler::load(7, limits(), &pa, range()).unwrap(), a);
+    }
+}
+
+/// With `max_record_pages` set from the range, a schedule no record page could hold is rejected
+/// when requested (typed, nothing changes), so the save never meets a full book; removing one
+/// makes room again. Without it, the same book fails at save.
+#[test]
+fn a_full_book_rejects_new_schedules_at_admission_not_at_save() {
+    let small = PageRange::new(3, 12).unwrap();
+    let max_pages = ccron::schedule::record_pages_of(small);
+    assert!(max_pages >= 1);
+    let h = handlers();
+    let mut book = Scheduler::new(
+        7,
+        Limits {
+            max_record_pages: Some(max_pages),
+            ..limits()
+        },
+    );
+    let def = |i: i64| {
+        NewSchedule::new("run", Timing::At(Due::Time(1_000 + i))).with_payload(vec![7; 100])
+    };
+    let mut admitted = 0;
+    let err = loop {
+        match book.apply(ScheduleRequest::Create(def(admitted)), &h, 0, Some(0)) {
+            Ok(_) => admitted += 1,
+            Err(e) => break e,
+        }
+        assert!(admitted < 10_000, "never full");
+    };
+    assert!(matches!(err, ScheduleError::Limit(_)), "{err}");
+    assert_eq!(book.len(), admitted as usize);
+    let mut pages = store();
+    book.save(&mut pages, small).unwrap();
+    let loaded = Scheduler::load(7, book_limits(max_pages), &pages, small).unwrap();
+    assert_eq!(loaded, book);
+    // Cancelling one frees room for one more.
+    book.apply(ScheduleRequest::Cancel(Target::Id(1)), &h, 0, Some(0))
+        .unwrap();
+    book.apply(ScheduleRequest::Create(def(admitted)), &h, 0, Some(0))
+        .unwrap();
+    book.save(&mut pages, small).unwrap();
+    // The same creations without the bound are all admitted, and the save fails instead.
+    let mut unbounded = Scheduler::new(7, limits());
+    for i in 0..=admitted {
+        unbounded
+            .apply(ScheduleRequest::Create(def(i)), &h, 0, Some(0))
+            .unwrap();
+    }
+    assert!(unbounded.save(&mut store(), small).is_err());
+}
+
+fn book_limits(max_pages: u32) -> Limits {
+    Limits {
+        max_record_pages: Some(max_pages),
+        ..limits()
     }
 }

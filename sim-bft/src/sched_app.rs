@@ -92,6 +92,18 @@ impl BookConfig {
         PageRange::new(0, self.book_pages)
     }
 
+    /// The book's limits, with admission bounded by its record pages (a schedule that would
+    /// not fit is rejected when requested, not when the book is saved).
+    fn book_limits(&self) -> Limits {
+        Limits {
+            max_record_pages: self
+                .limits
+                .max_record_pages
+                .or_else(|| self.book_range().map(ccron::schedule::record_pages_of)),
+            ..self.limits
+        }
+    }
+
     /// The outbox's pages, right after the book's.
     fn outbox_range(&self) -> Option<PageRange> {
         PageRange::new(self.book_pages, self.outbox_pages)
@@ -132,7 +144,7 @@ impl<S> LedgerScheduler<S> {
     pub fn new(cfg: BookConfig, handlers: Handlers<S>) -> Self {
         Self {
             cfg,
-            book: Scheduler::new(cfg.component, cfg.limits),
+            book: Scheduler::new(cfg.component, cfg.book_limits()),
             handlers,
             outbox: Outbox::new(cfg.outbox_limits()),
             pages: MemPages::new(PAGE_BYTES, cfg.total_pages()),
@@ -246,7 +258,7 @@ impl<S> LedgerScheduler<S> {
         let bad = |e: String| AppError::BadSnapshot(e);
         let mut mem = MemPages::new(PAGE_BYTES, cfg.total_pages());
         mem.restore(&pages).map_err(|e| bad(e.to_string()))?;
-        let book = Scheduler::load(cfg.component, cfg.limits, &mem, Self::range(cfg)?)
+        let book = Scheduler::load(cfg.component, cfg.book_limits(), &mem, Self::range(cfg)?)
             .map_err(|e| bad(e.to_string()))?;
         let outbox = Outbox::load(&mem, Self::outbox_range(cfg)?, cfg.outbox_limits())
             .map_err(|e| bad(e.to_string()))?;

@@ -203,6 +203,11 @@ pub struct Limits {
     /// [`ScheduleError::Limit`]. Part of the stored layout: loading pages saved with another
     /// value is an error.
     pub page_bytes: usize,
+    /// The record pages of the range the book is saved into ([`record_pages_of`]); when set, a
+    /// new schedule that no record page could hold is rejected at admission
+    /// ([`ScheduleError::Limit`], nothing changes) instead of failing the next save. `None`:
+    /// checked only by the save.
+    pub max_record_pages: Option<u32>,
     /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
     /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
     /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
@@ -218,9 +223,16 @@ impl Default for Limits {
             max_name_bytes: 128,
             max_zones: 64,
             page_bytes: 4_096,
+            max_record_pages: None,
             budget_per_tick: 10_000,
         }
     }
+}
+
+/// How many record pages a book saved into `range` has (0 when the range is too small to lay
+/// out): the value for [`Limits::max_record_pages`].
+pub fn record_pages_of(range: PageRange) -> u32 {
+    Layout::of(range).map_or(0, |l| l.record_pages)
 }
 
 /// Errors of admitting requests, running ticks and persisting the book.
@@ -797,9 +809,8 @@ impl Scheduler {
                 (Some(due), None)
             }
         };
-        // The stored record must fit one record page (no overflow chains): measured with a
-        // next due point, the largest form its fixed-size fields take.
-        let entry = codec::encoded_len(&(0u64, &stored, false, Some(Due::Seq(0)), 0u64))?;
+        // The stored record must fit one record page (no overflow chains).
+        let entry = Self::entry_bound(&stored)?;
         let room = store::record_room(self.limits.page_bytes);
         if entry > room {
             return Err(ScheduleError::Limit(format!(
@@ -808,6 +819,21 @@ impl Scheduler {
             )));
         }
         Ok((stored, next, cron))
+    }
+
+    /// The most bytes the stored `(id, record)` entry of `def` can take: measured with a next
+    /// due point and owed runs, the largest forms its fixed-size fields take (`Record`'s fields
+    /// in order).
+    fn entry_bound(def: &NewSchedule) -> Result<usize, ScheduleError> {
+        let owed: Option<(TimeMs, TimeMs)> = Some((0, 0));
+        Ok(codec::encoded_len(&(
+            0u64,
+            def,
+            false,
+            Some(Due::Seq(0)),
+            0u64,
+            owed,
+        ))?)
     }
 
     /// Applies `request`, admitted at sequence number `seq` and agreed time `now_ms` (the
@@ -967,6 +993,14 @@ impl Scheduler {
             )));
         }
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        if let Some(max_pages) = self.limits.max_record_pages {
+            let need = Self::entry_bound(&stored)?;
+            if !self.placement.can_place(need, max_pages) {
+                return Err(ScheduleError::Limit(format!(
+                    "the book's {max_pages} record pages are full"
+                )));
+            }
+        }
         let id = self.next_id;
         self.next_id = id
             .checked_add(1)

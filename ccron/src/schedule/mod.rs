@@ -23,5 +23,6 @@ mod store;
 pub use book::{
     FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, Misfire, NewSchedule,
     ScheduleError, ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
+    record_pages_of,
 };
 pub use cron_rule::CronRule;

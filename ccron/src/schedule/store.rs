@@ -146,6 +146,23 @@ impl FreeTree {
         }
     }
 
+    /// What [`Self::first_fit`] would return, without growing the tree (pages past the
+    /// tree's leaves are empty, so the first of them fits when no leaf does).
+    pub fn first_fit_within(&self, need: u32) -> u32 {
+        if self.tree[1] < need {
+            return u32::try_from(self.leaves).unwrap_or(u32::MAX);
+        }
+        let mut i = 1;
+        while i < self.leaves {
+            i = if self.tree[2 * i] >= need {
+                2 * i
+            } else {
+                2 * i + 1
+            };
+        }
+        u32::try_from(i - self.leaves).unwrap_or(u32::MAX)
+    }
+
     /// The lowest page with at least `need` free bytes (`need` must not exceed the room).
     pub fn first_fit(&mut self, need: u32) -> u32 {
         while self.tree[1] < need {
@@ -300,6 +317,15 @@ impl Placement {
         let page = self.free.first_fit(len);
         self.attach(id, page, len);
         self.dirty_pages.insert(page);
+    }
+
+    /// Whether a new entry of `need` bytes would land on a page below `max_pages` (the lowest
+    /// page with room, as [`Self::put`] would choose; nothing changes).
+    pub fn can_place(&self, need: usize, max_pages: u32) -> bool {
+        let Ok(need) = u32::try_from(need) else {
+            return false;
+        };
+        need <= self.room && self.free.first_fit_within(need) < max_pages
     }
 
     /// Records that `id` left the book.
