@@ -1253,12 +1253,13 @@ impl Scheduler {
         // A zero budget would starve every schedule forever: treat it as 1.
         let mut left = self.limits.budget_per_tick.max(1);
         let (ids, _) = self.due_ids(tick, left);
+        if ids.is_empty() {
+            // Nothing due, nothing ran: nothing can be left over (the idle tick's only cost is
+            // the due index probe).
+            return report;
+        }
         // Handlers may queue requests naming handlers; the set never changes during a tick.
-        let names: BTreeSet<String> = if ids.is_empty() {
-            BTreeSet::new()
-        } else {
-            handlers.map.keys().cloned().collect()
-        };
+        let names: BTreeSet<String> = handlers.map.keys().cloned().collect();
         for id in ids {
             if left == 0 {
                 break;
