@@ -160,6 +160,7 @@ impl FreeTree {
                 2 * i + 1
             };
         }
+        // `i - leaves` is below `leaves`, itself at most twice the pages in use.
         u32::try_from(i - self.leaves).unwrap_or(u32::MAX)
     }
 
@@ -168,16 +169,7 @@ impl FreeTree {
         while self.tree[1] < need {
             self.grow();
         }
-        let mut i = 1;
-        while i < self.leaves {
-            i = if self.tree[2 * i] >= need {
-                2 * i
-            } else {
-                2 * i + 1
-            };
-        }
-        // `i - leaves` is below `leaves`, itself at most twice the pages in use.
-        u32::try_from(i - self.leaves).unwrap_or(u32::MAX)
+        self.first_fit_within(need)
     }
 }
 
@@ -358,6 +350,26 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_fit_within_predicts_first_fit_without_growing() {
+        let mut t = FreeTree::new(100);
+        for (page, free) in [(0, 10), (1, 60), (2, 5), (3, 100), (4, 0), (5, 30)] {
+            t.set(page, free);
+        }
+        for need in [0, 1, 10, 11, 30, 60, 61, 100] {
+            let leaves = t.leaves;
+            let predicted = t.first_fit_within(need);
+            assert_eq!(t.leaves, leaves);
+            assert_eq!(predicted, t.clone().first_fit(need), "need {need}");
+        }
+        // Every leaf full: the first page past the leaves.
+        let mut full = FreeTree::new(100);
+        full.set(0, 0);
+        full.set(1, 0);
+        assert_eq!(full.first_fit_within(1), 2);
+        assert_eq!(full.first_fit(1), 2);
+    }
 
     #[test]
     fn first_fit_takes_the_lowest_page_with_room_and_grows() {
