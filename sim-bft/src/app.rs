@@ -219,10 +219,13 @@ impl<S: Application> CronLedger<S> {
 
 impl<S: Application> Application for CronLedger<S> {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
-        if let Some(book) = &mut self.scheduler
-            && let Some(req) = book.request_of(payload)
-        {
-            return book.execute(ctx, req);
+        if let Some(book) = &mut self.scheduler {
+            if let Some(upto) = crate::sched_app::outbox_delivered_of(payload) {
+                return book.trim_outbox(upto);
+            }
+            if let Some(req) = book.request_of(payload) {
+                return book.execute(ctx, req);
+            }
         }
         self.state.execute(ctx, client, payload)
     }

@@ -37,6 +37,25 @@ use crate::protocol::codec as wire;
 /// The handler every replica registers.
 pub const EXPIRE_ORDER: &str = "expire-order";
 
+/// Prefix of an outbox consumer's progress request ([`outbox_delivered_payload`]).
+const OUTBOX_DELIVERED: &[u8; 16] = b"ccron-outbox-ack";
+
+/// The payload of a client request reporting that an outbox consumer has delivered every record
+/// up to index `upto`: a ledger with a schedule book trims its outbox below `upto + 1` when the
+/// request executes (docs/outbox.md, "Trim"). Only progress the consumer has persisted may be
+/// reported: a trimmed record can never be delivered again.
+pub fn outbox_delivered_payload(upto: u64) -> Vec<u8> {
+    let mut p = OUTBOX_DELIVERED.to_vec();
+    p.extend_from_slice(&upto.to_le_bytes());
+    p
+}
+
+/// The index an outbox progress payload reports, if `payload` is one.
+pub fn outbox_delivered_of(payload: &[u8]) -> Option<u64> {
+    let rest = payload.strip_prefix(OUTBOX_DELIVERED.as_slice())?;
+    Some(u64::from_le_bytes(rest.try_into().ok()?))
+}
+
 /// Turns a request payload that is not an encoded [`ScheduleRequest`] into one, or leaves it to
 /// the ledger state (`None`).
 pub type RequestTranslator = Box<dyn Fn(&[u8]) -> Option<ScheduleRequest> + Send>;
@@ -186,6 +205,24 @@ impl<S> LedgerScheduler<S> {
     fn outbox_range(cfg: BookConfig) -> Result<PageRange, AppError> {
         cfg.outbox_range()
             .ok_or_else(|| AppError::BadSnapshot("no pages for the outbox".into()))
+    }
+
+    /// Trims the outbox below `upto + 1` (an outbox consumer's committed progress: every record
+    /// up to `upto` is delivered) and saves it; the reply says how many records went. Every
+    /// replica trims at the same point of the log, so the outbox stays replicated state.
+    pub(crate) fn trim_outbox(&mut self, upto: u64) -> Vec<u8> {
+        let trimmed = self.outbox.trim_below(upto.saturating_add(1));
+        if trimmed > 0 {
+            let saved = Self::outbox_range(self.cfg).and_then(|range| {
+                self.outbox
+                    .save(&mut self.pages, range)
+                    .map_err(|e| AppError::TickRejected(e.to_string()))
+            });
+            if let Err(e) = saved {
+                tracing::error!(error = %e, "outbox not saved");
+            }
+        }
+        format!("ok trimmed {trimmed}").into_bytes()
     }
 
     /// The schedule request `payload` carries, if any.
@@ -566,6 +603,57 @@ mod tests {
                 .save(&mut pages, cfg.outbox_range().unwrap())
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn a_consumer_progress_request_trims_the_outbox_on_every_replica_alike() {
+        let mut a = ledger();
+        let mut pages = MemPages::new(4_096, 4);
+        let every = NewSchedule::new(
+            EXPIRE_ORDER,
+            Timing::Every {
+                period_ms: 1_000,
+                start_ms: Some(0),
+            },
+        )
+        .with_payload(b"o".to_vec());
+        a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every)));
+        for (seq, t) in (2..7).zip((0..5).map(|s| s * 1_000)) {
+            a.on_tick(Tick::new(BOOK, seq, Some(t)), &mut pages)
+                .unwrap();
+        }
+        let outbox = |l: &CronLedger<OrderState>| {
+            let o = l.scheduler().unwrap().outbox();
+            (o.first_index(), o.len())
+        };
+        assert_eq!(outbox(&a), (1, 5));
+        // The consumer delivered records 1..=3: they go, at this point of the log.
+        assert_eq!(
+            a.execute(ctx(8, 5_000), 0, &outbox_delivered_payload(3)),
+            b"ok trimmed 3"
+        );
+        assert_eq!(outbox(&a), (4, 2));
+        // Repeating or reporting older progress changes nothing; progress past the end stops
+        // at the end.
+        assert_eq!(
+            a.execute(ctx(9, 5_000), 0, &outbox_delivered_payload(2)),
+            b"ok trimmed 0"
+        );
+        // A restored replica (snapshot plus pages) holds the same trimmed outbox.
+        let mut b = ledger();
+        b.restore(&a.snapshot()).unwrap();
+        b.reload(&pages).unwrap();
+        assert_eq!(outbox(&b), (4, 2));
+        assert_eq!(b.digest(), a.digest());
+        assert_eq!(
+            a.execute(ctx(10, 5_000), 0, &outbox_delivered_payload(u64::MAX)),
+            b"ok trimmed 2"
+        );
+        assert_eq!(outbox(&a), (6, 0));
+        // Not a progress payload: wrong length or prefix.
+        assert_eq!(outbox_delivered_of(b"ccron-outbox-ack"), None);
+        assert_eq!(outbox_delivered_of(&[0; 24]), None);
+        assert_eq!(outbox_delivered_of(&outbox_delivered_payload(7)), Some(7));
     }
 
     #[test]
