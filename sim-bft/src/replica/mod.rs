@@ -681,12 +681,7 @@ impl Replica {
                 let Ok(component) = <[u8; 4]>::try_from(r.request.payload.as_slice()) else {
                     return Err("drop_malformed_tick");
                 };
-                if !self.cfg.tick_components.is_empty()
-                    && !self
-                        .cfg
-                        .tick_components
-                        .contains_key(&u32::from_le_bytes(component))
-                {
+                if !self.ticks_component(u32::from_le_bytes(component)) {
                     return Err("drop_unknown_tick_component");
                 }
                 if signer_vouched == Some(owner) {
@@ -797,11 +792,15 @@ impl Replica {
         }
     }
 
+    /// Whether ticks of `component` are accepted: it is listed in `tick_components`, or no
+    /// list is configured.
+    fn ticks_component(&self, component: u32) -> bool {
+        self.cfg.tick_components.is_empty() || self.cfg.tick_components.contains_key(&component)
+    }
+
     fn on_internal_tick(&mut self, now: Millis, component: u32, out: &mut Vec<Output>) {
         let flood = self.cfg.byzantine == Byzantine::TickFlood;
-        if !self.cfg.tick_components.is_empty()
-            && !self.cfg.tick_components.contains_key(&component)
-        {
+        if !self.ticks_component(component) {
             debug!(
                 replica = self.cfg.id,
                 component, "internal tick for an unlisted component"
@@ -1884,9 +1883,7 @@ impl Replica {
         sender: NodeId,
         agreed: Option<Millis>,
     ) -> bool {
-        if !self.cfg.tick_components.is_empty()
-            && !self.cfg.tick_components.contains_key(&component)
-        {
+        if !self.ticks_component(component) {
             warn!(
                 replica = self.cfg.id,
                 component, "ordered tick for an unlisted component"
