@@ -17,13 +17,7 @@ use sim_bft::sim::{ByzantineKind, FaultConfig, SimConfig};
 const MINUTE_MS: i64 = 60_000;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    ccron_suite::init_example_tracing();
     let run = DemoRun {
         tables: DemoTables {
             prune_every_ms: Some(MINUTE_MS),
@@ -71,22 +65,5 @@ fn main() -> ExitCode {
             r.fires
         );
     }
-    let counts: Vec<usize> = outcome
-        .replicas
-        .iter()
-        .flatten()
-        .filter(|r| r.honest)
-        .map(|r| outcome.actions_until_common(r, PRUNE_COMPONENT))
-        .collect();
-    println!("  prunes up to the common agreed time, per honest replica: {counts:?}");
-    for v in &outcome.violations {
-        println!("  VIOLATION: {v}");
-    }
-    if outcome.agree() && counts.iter().all(|c| *c == counts[0] && *c > 0) {
-        println!("  honest replicas agree");
-        ExitCode::SUCCESS
-    } else {
-        println!("  honest replicas DISAGREE (or a replica is down)");
-        ExitCode::from(1)
-    }
+    ccron_suite::report_agreement(&outcome, PRUNE_COMPONENT, "prunes")
 }
