@@ -443,6 +443,34 @@ fn a_full_book_rejects_new_schedules_at_admission_not_at_save() {
     book.save(&mut pages, small).unwrap();
     let loaded = Scheduler::load(7, book_limits(max_pages), &pages, small).unwrap();
     assert_eq!(loaded, book);
+    // In the full book, a replacement of the same size stays on its page; one grown past
+    // what any page could take is refused and changes nothing.
+    book.apply(
+        ScheduleRequest::Replace {
+            target: Target::Id(2),
+            schedule: def(2),
+        },
+        &h,
+        0,
+        Some(0),
+    )
+    .unwrap();
+    let before = book.clone();
+    let grown = NewSchedule::new("run", Timing::At(Due::Time(5))).with_payload(vec![7; 300]);
+    let refused = book.apply(
+        ScheduleRequest::Replace {
+            target: Target::Id(2),
+            schedule: grown,
+        },
+        &h,
+        0,
+        Some(0),
+    );
+    assert!(
+        matches!(refused, Err(ScheduleError::Limit(_))),
+        "{refused:?}"
+    );
+    assert_eq!(book, before);
     // Cancelling one frees room for one more.
     book.apply(ScheduleRequest::Cancel(Target::Id(1)), &h, 0, Some(0))
         .unwrap();

@@ -1036,6 +1036,14 @@ impl Scheduler {
         now_ms: Option<TimeMs>,
     ) -> Result<u64, ScheduleError> {
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        if let Some(max_pages) = self.limits.max_record_pages {
+            let need = Self::entry_bound(&stored)?;
+            if !self.placement.can_hold(id, need, max_pages) {
+                return Err(ScheduleError::Limit(format!(
+                    "the replacement does not fit the book's {max_pages} record pages"
+                )));
+            }
+        }
         self.unindex(id);
         self.unlink_zone(id);
         let Some(rec) = self.records.get_mut(&id) else {

@@ -320,6 +320,20 @@ impl Placement {
         need <= self.room && self.free.first_fit_within(need) < max_pages
     }
 
+    /// Whether record `id`, grown or shrunk to `need` bytes, stays on its page or lands on one
+    /// below `max_pages` (nothing changes).
+    pub fn can_hold(&self, id: u64, need: usize, max_pages: u32) -> bool {
+        if let Some(&(page, old_len)) = self.loc.get(&id)
+            && let Ok(need32) = u32::try_from(need)
+        {
+            let used = self.used.get(page as usize).copied().unwrap_or(0);
+            if used.saturating_sub(old_len).saturating_add(need32) <= self.room {
+                return true;
+            }
+        }
+        self.can_place(need, max_pages)
+    }
+
     /// Records that `id` left the book.
     pub fn remove(&mut self, id: u64) {
         self.dirty_ids.insert(id);
