@@ -605,18 +605,22 @@ mod tests {
         }
     }
 
+    /// An order-expiry schedule every `period_ms`, from time 0.
+    fn every_ms(period_ms: i64) -> NewSchedule {
+        NewSchedule::new(
+            EXPIRE_ORDER,
+            Timing::Every {
+                period_ms,
+                start_ms: Some(0),
+            },
+        )
+    }
+
     #[test]
     fn a_consumer_progress_request_trims_the_outbox_on_every_replica_alike() {
         let mut a = ledger();
         let mut pages = MemPages::new(4_096, 4);
-        let every = NewSchedule::new(
-            EXPIRE_ORDER,
-            Timing::Every {
-                period_ms: 1_000,
-                start_ms: Some(0),
-            },
-        )
-        .with_payload(b"o".to_vec());
+        let every = every_ms(1_000).with_payload(b"o".to_vec());
         a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every)));
         for (seq, t) in (2..7).zip((0..5).map(|s| s * 1_000)) {
             a.on_tick(Tick::new(BOOK, seq, Some(t)), &mut pages)
@@ -660,15 +664,7 @@ mod tests {
     fn one_ledger_runs_tables_and_schedules_and_restores_both() {
         let mut a = ledger();
         let mut pages = MemPages::new(4_096, 4);
-        let every = NewSchedule::new(
-            EXPIRE_ORDER,
-            Timing::Every {
-                period_ms: 2_000,
-                start_ms: Some(0),
-            },
-        )
-        .with_key("o")
-        .with_payload(b"o".to_vec());
+        let every = every_ms(2_000).with_key("o").with_payload(b"o".to_vec());
         assert_eq!(
             a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every))),
             b"ok 1"
