@@ -12,7 +12,7 @@
 
 use std::process::ExitCode;
 
-use sim_bft::demo::{CONTRACT_COMPONENT, DemoRun, DemoTables};
+use sim_bft::ledgers::demo::{CONTRACT_COMPONENT, DemoRun, DemoTables};
 use sim_bft::sim::{ByzantineKind, FaultConfig, SimConfig};
 
 const MINUTE_MS: i64 = 60_000;

@@ -6,7 +6,7 @@
 //! occurrence id, and the book survives a restart from its reserved pages.
 //!
 //! Part 2 (the simulated PBFT cluster): 4 replicas whose clients' key-value puts become orders
-//! (`sim_bft::sched_app::ScheduledLedger` with `puts_as_orders`), under a crash, loss,
+//! (`sim_bft::ledgers::orders::ScheduledLedger` with `puts_as_orders`), under a crash, loss,
 //! reordering and clock skew; prints the checkers' verdict and what each replica ran.
 //!
 //! Run: `cargo run --release --example order_expiry`.
@@ -17,7 +17,7 @@ use ccron::schedule::{
     Handlers, Limits, Misfire, NewSchedule, ScheduleRequest, Scheduler, Target, Timing,
 };
 use ccron::{MemPages, PageRange, Tick};
-use sim_bft::sched_app::{SchedAppConfig, ScheduledLedger};
+use sim_bft::ledgers::orders::{SchedAppConfig, ScheduledLedger};
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{FaultConfig, TimeServiceMode};
 

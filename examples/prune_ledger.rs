@@ -11,7 +11,7 @@
 
 use std::process::ExitCode;
 
-use sim_bft::demo::{DemoRun, DemoTables, PRUNE_COMPONENT};
+use sim_bft::ledgers::demo::{DemoRun, DemoTables, PRUNE_COMPONENT};
 use sim_bft::sim::{ByzantineKind, FaultConfig, SimConfig};
 
 const MINUTE_MS: i64 = 60_000;

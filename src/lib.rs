@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use sim_bft::demo::DemoOutcome;
+use sim_bft::ledgers::demo::DemoOutcome;
 
 /// Logs to stderr, `error` and above unless `RUST_LOG` says otherwise (what every example does).
 pub fn init_example_tracing() {

@@ -10,11 +10,10 @@
 
 pub mod app;
 pub mod crypto;
-pub mod demo;
+pub mod ledgers;
 pub mod node;
 pub mod protocol;
 pub mod replica;
 pub mod report;
 pub mod runtime;
-pub mod sched_app;
 pub mod sim;

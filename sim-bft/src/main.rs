@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use sim_bft::demo::{DemoTables, demo_ledger};
+use sim_bft::ledgers::demo::{DemoTables, demo_ledger};
 use sim_bft::report::Report;
 use sim_bft::sim::cluster::ClusterHarness;
 use sim_bft::sim::toy::ToyHarness;
@@ -93,7 +93,7 @@ enum LedgerKind {
     Kv,
     /// Order expiries as schedules held in replicated data (component 1): a client put places
     /// an order and upserts its delayed expiry task by key (2 s of agreed time later); ticks run
-    /// the due expiries (`sim_bft::sched_app`).
+    /// the due expiries (`sim_bft::ledgers::orders`).
     Orders,
 }
 
@@ -359,17 +359,17 @@ fn sim_replica(
             Err(e) => {
                 // Checked above; a replica without tables rejects every tick (counted).
                 tracing::error!(id, error = %e, "demo tables");
-                Box::new(sim_bft::app::KvLedger::new())
+                Box::new(sim_bft::ledgers::KvLedger::new())
             }
         });
     }
     if ledger == LedgerKind::Orders {
-        let app = sim_bft::sched_app::SchedAppConfig {
+        let app = sim_bft::ledgers::orders::SchedAppConfig {
             puts_as_orders: true,
             expiry_ms: 2_000,
             ..Default::default()
         };
-        h = h.with_app(move |_| Box::new(sim_bft::sched_app::ScheduledLedger::new(app)));
+        h = h.with_app(move |_| Box::new(sim_bft::ledgers::orders::ScheduledLedger::new(app)));
     }
     h.validate()?;
     simulate(cfg, h, progress, verbose)

@@ -35,7 +35,7 @@ fn chaos_run(seed: u64, bad: Option<(u32, Byzantine)>) {
     h.chaos = None;
     h.advance(20_000);
     for c in 0..3u64 {
-        let payload = sim_bft::app::KvOp::Get {
+        let payload = sim_bft::ledgers::KvOp::Get {
             key: b"k0".to_vec(),
         }
         .to_payload();

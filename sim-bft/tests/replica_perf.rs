@@ -4,8 +4,8 @@
 mod replica_support;
 
 use replica_support::Harness;
-use sim_bft::app::KvOp;
 use sim_bft::crypto::VerifyCache;
+use sim_bft::ledgers::KvOp;
 
 fn run(requests: u64, shared_cache: bool, ticks: bool) -> (f64, f64) {
     let cache = VerifyCache::new(1 << 20);

@@ -4,7 +4,7 @@
 mod replica_support;
 
 use replica_support::Harness;
-use sim_bft::app::KvOp;
+use sim_bft::ledgers::KvOp;
 use sim_bft::node::Input;
 
 fn put_payload(key: &str) -> Vec<u8> {

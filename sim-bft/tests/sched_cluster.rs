@@ -12,9 +12,9 @@ mod replica_support;
 
 use ccron::schedule::{NewSchedule, ScheduleRequest, Scheduler, Target, Timing};
 use replica_support::Harness;
+use sim_bft::ledgers::orders::{Orders, SchedAppConfig, ScheduledLedger};
 use sim_bft::node::{ClientId, Input};
 use sim_bft::replica::Replica;
-use sim_bft::sched_app::{Orders, SchedAppConfig, ScheduledLedger};
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{FaultConfig, TimeServiceMode};
 
@@ -254,8 +254,10 @@ fn simulated_cluster_with_faults_expires_orders_placed_by_clients() {
 fn tables_and_schedules_in_one_ledger_survive_restart_and_state_transfer() {
     use ccron::schedule::Misfire;
     use ccron::{CronEntry, CronTable, CronTableRegistry, PageRange, Periodic};
-    use sim_bft::app::{Application, CronLedger};
-    use sim_bft::sched_app::{BookConfig, LedgerScheduler, OrderState, order_handlers};
+    use sim_bft::app::Application;
+    use sim_bft::ledgers::CronLedger;
+    use sim_bft::ledgers::orders::{OrderState, order_handlers};
+    use sim_bft::ledgers::{BookConfig, LedgerScheduler};
 
     const TABLE: u32 = 2;
     fn ledger() -> CronLedger<OrderState> {

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use sim_bft::app::KvOp;
 use sim_bft::crypto::client_signing_key;
+use sim_bft::ledgers::KvOp;
 use sim_bft::protocol::client_request_bytes;
 use sim_bft::replica::{Replica, ReplicaConfig};
 use sim_bft::runtime::{RuntimeConfig, ThreadedCluster, wall_clock_ms};

@@ -28,8 +28,9 @@ use ed25519_dalek::SigningKey;
 use sha2::{Digest, Sha256};
 use tracing::{debug, trace, warn};
 
-use crate::app::{Application, ExecContext, KvLedger, TickCounter, TickExecutor, WithTicks};
+use crate::app::{Application, ExecContext, TickExecutor, WithTicks};
 use crate::crypto::{self, Digest32, Keyring, SigBytes, internal_client_id, internal_client_owner};
+use crate::ledgers::{KvLedger, TickCounter};
 use crate::node::{Executed, Input, Millis, Node, NodeId, Output};
 use crate::protocol::{
     Batch, Body, CheckpointProof, ClockSample, Payload, PreparedProof, Request, RequestKind,
@@ -251,7 +252,7 @@ impl Replica {
     }
 
     /// A fresh replica running `app` for user requests and ticks alike (e.g. a
-    /// [`crate::app::CronLedger`], whose cron actions change the ledger's state).
+    /// [`crate::ledgers::CronLedger`], whose cron actions change the ledger's state).
     pub fn with_app(cfg: ReplicaConfig, app: Box<dyn Application>) -> Result<Self, ReplicaError> {
         cfg.validate()?;
         let key = crypto::replica_signing_key(cfg.key_seed, cfg.id);

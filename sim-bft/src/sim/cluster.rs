@@ -11,8 +11,9 @@ use ed25519_dalek::SigningKey;
 
 use super::{ByzantineKind, ConfigError, DiskImage, FaultConfig, Harness, Role, SimConfig};
 use super::{SimRng, Simulator, TimeServiceMode};
-use crate::app::{Application, KvLedger, KvOp, TickCounter, WithTicks};
+use crate::app::{Application, WithTicks};
 use crate::crypto::{self, Keyring, VerifyCache};
+use crate::ledgers::{KvLedger, KvOp, TickCounter};
 use crate::node::{Input, Millis, Node, NodeId, Output};
 use crate::protocol::codec::{decode, encode};
 use crate::protocol::{Payload, SignedRequest, Wire, client_request_bytes};
@@ -154,7 +155,7 @@ impl ClusterHarness {
     }
 
     /// Boots every replica with the application `factory` builds (e.g. a
-    /// [`crate::app::CronLedger`]) instead of the demo key-value ledger and tick counter.
+    /// [`crate::ledgers::CronLedger`]) instead of the demo key-value ledger and tick counter.
     pub fn with_app(mut self, factory: impl Fn(NodeId) -> Box<dyn Application> + 'static) -> Self {
         self.app_factory = Some(Box::new(factory));
         self

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use sim_bft::app::KvOp;
 use sim_bft::crypto::client_signing_key;
+use sim_bft::ledgers::KvOp;
 use sim_bft::node::{ClientId, Executed, Input, Millis, Node, NodeId, Output};
 use sim_bft::protocol::client_request_bytes;
 use sim_bft::replica::{Replica, ReplicaConfig};
@@ -202,10 +202,10 @@ impl Harness {
 
     pub fn recover(&mut self, i: NodeId) {
         let cfg = self.cfgs[i as usize].clone();
-        let ticks = sim_bft::app::TickCounter::new(1, cfg.num_pages - 1);
+        let ticks = sim_bft::ledgers::TickCounter::new(1, cfg.num_pages - 1);
         let r = Replica::recover(
             cfg,
-            Box::new(sim_bft::app::KvLedger::new()),
+            Box::new(sim_bft::ledgers::KvLedger::new()),
             Box::new(ticks),
             &self.storage[i as usize],
         )

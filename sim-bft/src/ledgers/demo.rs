@@ -16,7 +16,9 @@ use bincode::{Decode, Encode};
 use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
 use sha2::{Digest, Sha256};
 
-use crate::app::{AppError, Application, CronLedger, ExecContext, KvLedger, KvOp};
+use super::cron_ledger::CronLedger;
+use super::kv::{KvLedger, KvOp};
+use crate::app::{AppError, Application, ExecContext};
 use crate::crypto::Digest32;
 use crate::node::{ClientId, Millis, NodeId};
 use crate::protocol::codec;

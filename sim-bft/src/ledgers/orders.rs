@@ -1,20 +1,9 @@
-//! Schedules as replicated data inside the one [`Application`] a replica runs.
+//! [`ScheduledLedger`]: the `--ledger orders` demo, a [`CronLedger`] whose schedule book holds
+//! order-expiry tasks.
 //!
-//! [`LedgerScheduler`] is the schedule-book part of a [`CronLedger`]
-//! ([`CronLedger::with_scheduler`]): a `ccron::schedule::Scheduler` whose handlers change the
-//! ledger's own state `S`, its replicated outbox, and the reserved pages the book is persisted
-//! in. Through the ledger, client requests carrying an encoded
-//! [`ccron::schedule::ScheduleRequest`] create, upsert, replace, pause, resume and cancel
-//! schedules (applied with the batch's sequence number and agreed time); a committed tick of the
-//! book's component runs what is due (and the ledger's cron tables of that component, if any);
-//! the book and the outbox live in the book's own reserved pages (the book's range, then the
-//! outbox's, both through `ccron::codec`), which the ledger snapshot carries, so a restart or a
-//! state transfer restores both with the tables (the tables' schedules live in the replica's
-//! reserved pages) and a restarted replica's outbox consumer sees the same records.
-//!
-//! [`ScheduledLedger`] is the `--ledger orders` demo built that way: a [`CronLedger`] over
-//! [`OrderState`] with no tables and a book whose handler `expire-order` marks an order expired
-//! and emits one outbox record per run (the idempotent external effect, keyed by occurrence id).
+//! [`ScheduledLedger`] is a [`CronLedger`] over [`OrderState`] with no tables and a book
+//! ([`LedgerScheduler`]) whose handler `expire-order` marks an order expired and emits one outbox
+//! record per run (the idempotent external effect, keyed by occurrence id).
 //! With [`SchedAppConfig::puts_as_orders`], the simulator's stock client traffic (key-value
 //! `Put`s and `Delete`s) becomes order traffic: a `Put` of key `k` places (or re-places) order `k`
 //! and upserts its expiry task keyed `k`, a `Delete` pays it (cancels the task by key).
@@ -22,294 +11,23 @@
 use std::collections::BTreeMap;
 
 use ccron::codec;
-use ccron::outbox::{Outbox, OutboxLimits};
+use ccron::outbox::Outbox;
 use ccron::schedule::{
     Handlers, Limits, Misfire, NewSchedule, ScheduleRequest, Scheduler, Target, Timing,
 };
-use ccron::{CronTableRegistry, MemPages, PageRange, Tick};
+use ccron::{CronTableRegistry, MemPages, Tick};
 use sha2::{Digest, Sha256};
 
-use crate::app::{AppError, Application, CronLedger, ExecContext, KvOp};
+use super::cron_ledger::CronLedger;
+use super::kv::KvOp;
+use super::scheduler::{BookConfig, LedgerScheduler};
+use crate::app::{AppError, Application, ExecContext};
 use crate::crypto::Digest32;
 use crate::node::ClientId;
 use crate::protocol::codec as wire;
 
 /// The handler every replica registers.
 pub const EXPIRE_ORDER: &str = "expire-order";
-
-/// Prefix of an outbox consumer's progress request ([`outbox_delivered_payload`]).
-const OUTBOX_DELIVERED: &[u8; 16] = b"ccron-outbox-ack";
-
-/// The payload of a client request reporting that an outbox consumer has delivered every record
-/// up to index `upto`: a ledger with a schedule book trims its outbox below `upto + 1` when the
-/// request executes (docs/outbox.md, "Trim"). Only progress the consumer has persisted may be
-/// reported: a trimmed record can never be delivered again.
-pub fn outbox_delivered_payload(upto: u64) -> Vec<u8> {
-    let mut p = OUTBOX_DELIVERED.to_vec();
-    p.extend_from_slice(&upto.to_le_bytes());
-    p
-}
-
-/// The index an outbox progress payload reports, if `payload` is one.
-pub fn outbox_delivered_of(payload: &[u8]) -> Option<u64> {
-    let rest = payload.strip_prefix(OUTBOX_DELIVERED.as_slice())?;
-    Some(u64::from_le_bytes(rest.try_into().ok()?))
-}
-
-/// Turns a request payload that is not an encoded [`ScheduleRequest`] into one, or leaves it to
-/// the ledger state (`None`).
-pub type RequestTranslator = Box<dyn Fn(&[u8]) -> Option<ScheduleRequest> + Send>;
-
-/// Configuration of a ledger's schedule book (identical on every replica).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BookConfig {
-    /// The component whose ticks run the schedules.
-    pub component: u32,
-    /// The position the book's runs are counted under in [`Application::fires`] (with
-    /// `component`); choose one no cron table of that component uses.
-    pub position: u32,
-    /// The book's limits.
-    pub limits: Limits,
-    /// Reserved pages of the book (4 KiB each), carried by the ledger snapshot.
-    pub book_pages: u32,
-    /// Reserved pages of the outbox (4 KiB each), after the book's. The outbox's limits are
-    /// derived from them ([`BookConfig::outbox_limits`]) so that a full outbox always fits: an
-    /// append beyond them is a typed error of the emitting handler, never a lost save.
-    pub outbox_pages: u32,
-}
-
-/// Page size of a book's pages.
-const PAGE_BYTES: usize = 4_096;
-
-/// Most records a ledger outbox holds (the demo never trims: see `docs/outbox.md`).
-const OUTBOX_MAX_RECORDS: usize = 1_024;
-
-/// Encoded bytes per outbox record beyond its counted size: occurrence id (20) and two length
-/// prefixes (16).
-const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 36;
-
-impl BookConfig {
-    /// The outbox limits the outbox pages can always hold (all zero without outbox pages).
-    pub fn outbox_limits(&self) -> OutboxLimits {
-        let capacity = self
-            .outbox_range()
-            .map_or(0, |r| codec::capacity(r, PAGE_BYTES));
-        // At least ~128 bytes of capacity per record held, so small ranges still hold some.
-        let max_records = OUTBOX_MAX_RECORDS.min(capacity / 128);
-        // Version, first index and the vector length (rounded up), plus per-record overhead.
-        let fixed = 64 + max_records * OUTBOX_RECORD_OVERHEAD_BYTES;
-        let total = capacity.saturating_sub(fixed);
-        OutboxLimits {
-            max_records,
-            max_record_bytes: total.min(OutboxLimits::default().max_record_bytes),
-            max_total_bytes: total,
-        }
-    }
-
-    /// The book's pages.
-    fn book_range(&self) -> Option<PageRange> {
-        PageRange::new(0, self.book_pages)
-    }
-
-    /// The book's limits, with admission bounded by its record pages (a schedule that would
-    /// not fit is rejected when requested, not when the book is saved).
-    fn book_limits(&self) -> Limits {
-        Limits {
-            max_record_pages: self
-                .limits
-                .max_record_pages
-                .or_else(|| self.book_range().map(ccron::schedule::record_pages_of)),
-            ..self.limits
-        }
-    }
-
-    /// The outbox's pages, right after the book's.
-    fn outbox_range(&self) -> Option<PageRange> {
-        PageRange::new(self.book_pages, self.outbox_pages)
-    }
-
-    /// Pages of the store holding both.
-    fn total_pages(&self) -> u32 {
-        self.book_pages.saturating_add(self.outbox_pages)
-    }
-}
-
-/// The ledger snapshot's part for the book: its pages (book, then outbox).
-pub(crate) type BookWire = Vec<(u32, Vec<u8>)>;
-
-/// The schedule-book part of a [`CronLedger`] (see the module documentation).
-pub struct LedgerScheduler<S> {
-    cfg: BookConfig,
-    book: Scheduler,
-    handlers: Handlers<S>,
-    outbox: Outbox,
-    pages: MemPages,
-    translate: Option<RequestTranslator>,
-}
-
-impl<S> std::fmt::Debug for LedgerScheduler<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LedgerScheduler")
-            .field("cfg", &self.cfg)
-            .field("schedules", &self.book.len())
-            .field("handlers", &self.handlers)
-            .field("outbox", &self.outbox.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> LedgerScheduler<S> {
-    /// An empty book running `handlers` (registered identically on every replica).
-    pub fn new(cfg: BookConfig, handlers: Handlers<S>) -> Self {
-        Self {
-            cfg,
-            book: Scheduler::new(cfg.component, cfg.book_limits()),
-            handlers,
-            outbox: Outbox::new(cfg.outbox_limits()),
-            pages: MemPages::new(PAGE_BYTES, cfg.total_pages()),
-            translate: None,
-        }
-    }
-
-    /// With a translator for payloads that are not encoded schedule requests.
-    pub fn with_translator(mut self, translate: RequestTranslator) -> Self {
-        self.translate = Some(translate);
-        self
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> BookConfig {
-        self.cfg
-    }
-
-    /// The schedule book.
-    pub fn book(&self) -> &Scheduler {
-        &self.book
-    }
-
-    /// The replicated outbox the handlers emit into.
-    pub fn outbox(&self) -> &Outbox {
-        &self.outbox
-    }
-
-    /// The book's reserved pages.
-    pub fn pages(&self) -> &MemPages {
-        &self.pages
-    }
-
-    fn range(cfg: BookConfig) -> Result<PageRange, AppError> {
-        cfg.book_range()
-            .ok_or_else(|| AppError::BadSnapshot("no pages for the schedule book".into()))
-    }
-
-    fn outbox_range(cfg: BookConfig) -> Result<PageRange, AppError> {
-        cfg.outbox_range()
-            .ok_or_else(|| AppError::BadSnapshot("no pages for the outbox".into()))
-    }
-
-    /// Trims the outbox below `upto + 1` (an outbox consumer's committed progress: every record
-    /// up to `upto` is delivered) and saves it; the reply says how many records went. Every
-    /// replica trims at the same point of the log, so the outbox stays replicated state.
-    pub(crate) fn trim_outbox(&mut self, upto: u64) -> Vec<u8> {
-        let trimmed = self.outbox.trim_below(upto.saturating_add(1));
-        if trimmed > 0 {
-            let saved = Self::outbox_range(self.cfg).and_then(|range| {
-                self.outbox
-                    .save(&mut self.pages, range)
-                    .map_err(|e| AppError::TickRejected(e.to_string()))
-            });
-            if let Err(e) = saved {
-                tracing::error!(error = %e, "outbox not saved");
-            }
-        }
-        format!("ok trimmed {trimmed}").into_bytes()
-    }
-
-    /// The schedule request `payload` carries, if any.
-    pub(crate) fn request_of(&self, payload: &[u8]) -> Option<ScheduleRequest> {
-        if let Ok(req) = codec::from_blob::<ScheduleRequest>(payload) {
-            return Some(req);
-        }
-        self.translate.as_ref().and_then(|t| t(payload))
-    }
-
-    /// Applies `req` (the batch's sequence number and agreed time) and persists the book.
-    pub(crate) fn execute(&mut self, ctx: ExecContext, req: ScheduleRequest) -> Vec<u8> {
-        let reply = match self
-            .book
-            .apply(req, &self.handlers, ctx.seq, ctx.agreed_time_ms)
-        {
-            Ok(id) => format!("ok {}", id.unwrap_or(0)),
-            Err(e) => format!("err {e}"),
-        };
-        self.persist();
-        reply.into_bytes()
-    }
-
-    /// Runs what is due on `tick` against `state`; returns the handler runs.
-    pub(crate) fn on_tick(&mut self, tick: &Tick, state: &mut S) -> u64 {
-        let head = self.outbox.head();
-        let report = self
-            .book
-            .on_tick(tick, state, &mut self.handlers, &mut self.outbox);
-        if !report.errors.is_empty() {
-            tracing::warn!(errors = ?report.errors, "scheduler tick errors");
-        }
-        self.persist();
-        // Only handler runs append: rewrite the outbox's pages when they did.
-        if self.outbox.head() != head {
-            let saved = Self::outbox_range(self.cfg).and_then(|range| {
-                self.outbox
-                    .save(&mut self.pages, range)
-                    .map_err(|e| AppError::TickRejected(e.to_string()))
-            });
-            if let Err(e) = saved {
-                tracing::error!(error = %e, "outbox not saved");
-            }
-        }
-        report.fired.len() as u64
-    }
-
-    fn persist(&mut self) {
-        let result = Self::range(self.cfg).and_then(|range| {
-            self.book
-                .save(&mut self.pages, range)
-                .map_err(|e| AppError::TickRejected(e.to_string()))
-        });
-        if let Err(e) = result {
-            tracing::error!(error = %e, "schedule book not saved");
-        }
-    }
-
-    /// The book's part of the ledger snapshot: its pages (book and outbox).
-    pub(crate) fn to_wire(&self) -> BookWire {
-        self.pages.snapshot()
-    }
-
-    /// Decodes the book's part of a snapshot, reloading the book and the outbox from the pages
-    /// (nothing changes here: see [`Self::install`]).
-    pub(crate) fn decode_wire(
-        cfg: BookConfig,
-        pages: BookWire,
-    ) -> Result<(MemPages, Scheduler, Outbox), AppError> {
-        let bad = |e: String| AppError::BadSnapshot(e);
-        let mut mem = MemPages::new(PAGE_BYTES, cfg.total_pages());
-        mem.restore(&pages).map_err(|e| bad(e.to_string()))?;
-        let book = Scheduler::load(cfg.component, cfg.book_limits(), &mem, Self::range(cfg)?)
-            .map_err(|e| bad(e.to_string()))?;
-        let outbox = Outbox::load(&mem, Self::outbox_range(cfg)?, cfg.outbox_limits())
-            .map_err(|e| bad(e.to_string()))?;
-        Ok((mem, book, outbox))
-    }
-
-    /// Replaces the book, its pages and the outbox with decoded ones.
-    pub(crate) fn install(&mut self, (pages, book, outbox): (MemPages, Scheduler, Outbox)) {
-        self.pages = pages;
-        self.book = book;
-        self.outbox = outbox;
-    }
-}
-
 /// Configuration of the `--ledger orders` demo (identical on every replica).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedAppConfig {
@@ -525,6 +243,8 @@ impl Application for ScheduledLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledgers::scheduler::{outbox_delivered_of, outbox_delivered_payload};
+    use ccron::PageRange;
     use ccron::cron::ZoneRules;
     use ccron::{CronEntry, CronTable, Periodic};
 
@@ -566,43 +286,6 @@ mod tests {
 
     fn req(r: &ScheduleRequest) -> Vec<u8> {
         ScheduledLedger::payload(r).unwrap()
-    }
-
-    /// A full outbox (at its derived limits, largest records) always fits its pages.
-    #[test]
-    fn derived_outbox_limits_always_fit_the_pages() {
-        for outbox_pages in [1, 3, 64] {
-            let cfg = BookConfig {
-                component: 1,
-                position: 0,
-                limits: Limits::default(),
-                book_pages: 2,
-                outbox_pages,
-            };
-            let limits = cfg.outbox_limits();
-            assert!(
-                limits.max_records > 0 && limits.max_total_bytes > 0,
-                "{limits:?}"
-            );
-            let mut outbox = Outbox::new(limits);
-            let per = (limits.max_total_bytes / limits.max_records).min(limits.max_record_bytes);
-            let mut n = 0;
-            while outbox
-                .append(ccron::outbox::OutboxRecord::new(
-                    ccron::outbox::OccurrenceId::new(1, 2, n),
-                    "",
-                    vec![7; per],
-                ))
-                .is_ok()
-            {
-                n += 1;
-            }
-            assert_eq!(outbox.len(), limits.max_records);
-            let mut pages = MemPages::new(PAGE_BYTES, cfg.total_pages());
-            outbox
-                .save(&mut pages, cfg.outbox_range().unwrap())
-                .unwrap();
-        }
     }
 
     /// An order-expiry schedule every `period_ms`, from time 0.
