@@ -141,6 +141,45 @@ pub enum PagesError {
         /// What the check found.
         reason: String,
     },
+    /// The page directory holds an entry the store never writes (file-backed stores): a name in
+    /// the page namespace that is not the exact form the store writes, or something other than a
+    /// regular file under a page name. Nothing is read through such an entry; the store refuses
+    /// to open until the operator removes it.
+    #[error("page directory entry {path} rejected: {problem}")]
+    UnexpectedEntry {
+        /// The offending entry.
+        path: String,
+        /// What is wrong with it.
+        problem: DirEntryProblem,
+    },
+}
+
+/// Why a page directory entry was rejected ([`PagesError::UnexpectedEntry`]).
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DirEntryProblem {
+    /// Named like a page or temp file (`page-…`) but not exactly as the store writes it
+    /// (`page-<id, 10 digits>.bin` / `.tmp`): an alias such as `page-5.bin` or `page-+5.bin`.
+    #[error("not a canonical page file name")]
+    NonCanonicalName,
+    /// A symbolic link (never followed).
+    #[error("a symbolic link")]
+    Symlink,
+    /// A directory.
+    #[error("a directory")]
+    Directory,
+    /// A FIFO (named pipe).
+    #[error("a FIFO")]
+    Fifo,
+    /// A socket.
+    #[error("a socket")]
+    Socket,
+    /// A block or character device.
+    #[error("a device node")]
+    Device,
+    /// Some other kind of non-regular file.
+    #[error("not a regular file")]
+    NotRegular,
 }
 
 /// The bounds every [`ReservedPages`] store enforces: `id` within `0..num_pages`, `len` at most
