@@ -1,0 +1,406 @@
+//! Admission: client requests, this replica's internal ticks and request bundles.
+//!
+//! Every request is validated (form, authorisation, signature) before it becomes pending in the
+//! [`ClientsManager`](super::clients::ClientsManager); signatures of many requests are checked in
+//! one batch equation and remembered. A replica's own ticks pass ccron's tick throttle and the
+//! sender rotation, and leave in one bundle per flush.
+
+use ccron::ticks::TickDecision;
+use sha2::{Digest, Sha256};
+use tracing::{debug, warn};
+
+use super::clients::Admission;
+use super::{Byzantine, MAX_BUNDLE_REQUESTS, Replica};
+use crate::crypto::{self, Digest32, internal_client_id, internal_client_owner};
+use crate::node::{Millis, NodeId, Output};
+use crate::protocol::{Request, RequestKind, SignedRequest, Wire, codec};
+
+const VERIFIED_MEMO_CAPACITY: usize = 65_536;
+const TICK_FLOOD_FACTOR: u32 = 16;
+
+impl Replica {
+    fn remember_verified(&mut self, d: Digest32) {
+        if self.verified_requests.insert(d) {
+            self.verified_order.push_back(d);
+            if self.verified_order.len() > VERIFIED_MEMO_CAPACITY
+                && let Some(old) = self.verified_order.pop_front()
+            {
+                self.verified_requests.remove(&old);
+            }
+        }
+    }
+
+    /// The canonical bytes a request's signature covers and its verification memo key.
+    fn request_memo(r: &SignedRequest) -> Option<(Vec<u8>, Digest32)> {
+        let bytes = codec::encode(&r.request).ok()?;
+        let mut h = Sha256::new();
+        h.update(&bytes);
+        h.update(r.sig);
+        let memo: Digest32 = h.finalize().into();
+        Some((bytes, memo))
+    }
+
+    /// Checks the signatures of many requests in one batch equation ([`crypto::verify_many`])
+    /// and remembers the good ones, so that [`Self::validate_request`] finds them verified.
+    /// Requests it cannot judge here (vouched, unknown client, malformed) are left to
+    /// `validate_request`; a bad signature is found again there and dropped as usual.
+    pub(super) fn preverify_requests<'a>(
+        &mut self,
+        requests: impl Iterator<Item = &'a SignedRequest>,
+        signer_vouched: Option<NodeId>,
+    ) {
+        let mut todo = Vec::new();
+        for r in requests {
+            let owner = internal_client_owner(r.request.client);
+            let (client, req_seq) = (r.request.client, r.request.req_seq);
+            if req_seq == 0
+                || (r.request.kind == RequestKind::Tick
+                    && owner.is_some()
+                    && owner == signer_vouched)
+                || self.clients.is_executed(client, req_seq)
+                || self.clients.is_pending(client, req_seq)
+            {
+                continue;
+            }
+            if let Some((bytes, memo)) = Self::request_memo(r)
+                && !self.verified_requests.contains(&memo)
+                && self.ring.client(r.request.client).is_some()
+            {
+                todo.push((bytes, memo, r));
+            }
+        }
+        if todo.len() < 2 {
+            return;
+        }
+        let checks: Vec<crypto::SigCheck<'_>> = todo
+            .iter()
+            .filter_map(|(bytes, _, r)| {
+                Some(crypto::SigCheck {
+                    key: self.ring.client(r.request.client)?,
+                    msg: bytes,
+                    sig: &r.sig,
+                })
+            })
+            .collect();
+        let verdicts = crypto::verify_many(&checks, self.cfg.verify_cache.as_ref());
+        let good: Vec<Digest32> = todo
+            .iter()
+            .zip(verdicts)
+            .filter_map(|((_, memo, _), ok)| ok.then_some(*memo))
+            .collect();
+        self.metrics
+            .add("requests_batch_verified", good.len() as u64);
+        for memo in good {
+            self.remember_verified(memo);
+        }
+    }
+
+    /// Checks a request's form, authorisation and signature. `signer_vouched` is true when the
+    /// request's signer also signed the enclosing message (a primary's own tick in its
+    /// pre-prepare), so the enclosing signature already authenticates it.
+    pub(super) fn validate_request(
+        &mut self,
+        r: &SignedRequest,
+        signer_vouched: Option<NodeId>,
+    ) -> Result<(), &'static str> {
+        let internal = internal_client_owner(r.request.client);
+        match r.request.kind {
+            RequestKind::Tick => {
+                let Some(owner) = internal else {
+                    return Err("drop_unauthorized_tick");
+                };
+                if owner >= self.cfg.n {
+                    return Err("drop_unknown_client");
+                }
+                let Ok(component) = <[u8; 4]>::try_from(r.request.payload.as_slice()) else {
+                    return Err("drop_malformed_tick");
+                };
+                if !self.ticks_component(u32::from_le_bytes(component)) {
+                    return Err("drop_unknown_tick_component");
+                }
+                if signer_vouched == Some(owner) {
+                    return Ok(());
+                }
+            }
+            RequestKind::Write => {
+                if internal.is_some() {
+                    return Err("drop_unauthorized_internal_write");
+                }
+            }
+        }
+        if r.request.req_seq == 0 {
+            return Err("drop_invalid_request");
+        }
+        let Some((bytes, memo)) = Self::request_memo(r) else {
+            return Err("drop_invalid_request");
+        };
+        if self.verified_requests.contains(&memo) {
+            return Ok(());
+        }
+        let Some(key) = self.ring.client(r.request.client) else {
+            return Err("drop_unknown_client");
+        };
+        if !crypto::verify(key, &bytes, &r.sig, self.cfg.verify_cache.as_ref()) {
+            return Err("drop_bad_request_signature");
+        }
+        self.remember_verified(memo);
+        Ok(())
+    }
+
+    pub(super) fn on_client(&mut self, now: Millis, bytes: &[u8], out: &mut Vec<Output>) {
+        let req: SignedRequest = match codec::decode(bytes, self.cfg.max_request_bytes) {
+            Ok(r) => r,
+            Err(codec::CodecError::TooLarge { .. }) => {
+                return self.drop_msg("drop_oversized", None);
+            }
+            Err(_) => return self.drop_msg("drop_malformed", None),
+        };
+        self.admit_request(now, req, true, out);
+    }
+
+    /// Admits a client request (from a client, or forwarded by a replica).
+    pub(super) fn admit_request(
+        &mut self,
+        now: Millis,
+        req: SignedRequest,
+        direct: bool,
+        out: &mut Vec<Output>,
+    ) {
+        let (client, req_seq) = (req.request.client, req.request.req_seq);
+        if req.request.kind == RequestKind::Tick && internal_client_owner(client).is_none() {
+            return self.drop_msg("drop_unauthorized_tick", None);
+        }
+        if self.clients.is_executed(client, req_seq) {
+            // Exactly once: re-send the cached reply of a repeated request (one of the client's
+            // most recent ones; see `clients::REPLY_CACHE`).
+            self.metrics.inc("duplicate_request");
+            if direct
+                && internal_client_owner(client).is_none()
+                && let Some(c) = self.clients.record(client).and_then(|r| r.reply(req_seq))
+            {
+                let (seq, result) = (c.batch_seq, c.result.clone());
+                self.reply(client, req_seq, seq, result, out);
+            }
+            return;
+        }
+        if self.clients.is_pending(client, req_seq) {
+            self.metrics.inc("duplicate_request");
+            return;
+        }
+        // Our own internal client's requests were signed a moment ago by this replica.
+        let own = (req.request.client == internal_client_id(self.cfg.id)).then_some(self.cfg.id);
+        if let Err(reason) = self.validate_request(&req, own) {
+            return self.drop_msg(reason, None);
+        }
+        let forward = direct && self.cfg.forward_requests && !self.is_primary();
+        let fwd = if forward { Some(req.clone()) } else { None };
+        match self.clients.admit(req, now) {
+            Admission::Added => {}
+            Admission::Full => return self.drop_msg("drop_pending_full", None),
+            Admission::AlreadyPending | Admission::Executed => {
+                self.metrics.inc("duplicate_request");
+                return;
+            }
+        }
+        if let Some(r) = fwd {
+            if own.is_some() {
+                // A backup's own internal requests go to every replica, so that all of them
+                // watch for their ordering (a primary that ignores them gets replaced: one
+                // replica's timer alone cannot gather a view-change quorum). They leave
+                // together at the flush deadline (see `own_outgoing`).
+                self.own_outgoing.push(r);
+                self.flush_deadline.get_or_insert(now);
+            } else if let Ok(bytes) = codec::encode(&Wire::Request(r)) {
+                // Other requests are broadcast by their clients; the backup only relays them
+                // to the primary.
+                out.push(Output::Send {
+                    to: self.primary(),
+                    bytes,
+                });
+            }
+        }
+        if self.vc_deadline.is_none() {
+            self.vc_deadline = Some(now + self.vc_timeout());
+        }
+    }
+
+    /// Whether ticks of `component` are accepted: it is listed in `tick_components`, or no
+    /// list is configured.
+    pub(super) fn ticks_component(&self, component: u32) -> bool {
+        self.cfg.tick_components.is_empty() || self.cfg.tick_components.contains_key(&component)
+    }
+
+    pub(super) fn on_internal_tick(&mut self, now: Millis, component: u32, out: &mut Vec<Output>) {
+        let flood = self.cfg.byzantine == Byzantine::TickFlood;
+        if !self.ticks_component(component) {
+            debug!(
+                replica = self.cfg.id,
+                component, "internal tick for an unlisted component"
+            );
+            self.metrics.inc("tick_unknown_component");
+            return;
+        }
+        // Rotation: only F+1 replicas send a component's tick in each period of local time, and
+        // a sender sends at most one per period.
+        let period_index = self
+            .cfg
+            .tick_components
+            .get(&component)
+            .map(|p| now.div_euclid(i64::try_from(*p).unwrap_or(i64::MAX).max(1)));
+        if let Some(p) = period_index
+            && !flood
+        {
+            if !self
+                .cfg
+                .tick_senders
+                .sends(self.cfg.id, self.cfg.n, self.cfg.f(), p)
+            {
+                self.metrics.inc("tick_not_my_turn");
+                return;
+            }
+            if self.tick_sent_period.get(&component) == Some(&p) {
+                self.metrics.inc("tick_already_sent_in_period");
+                return;
+            }
+        }
+        if flood {
+            // Byzantine: ignores the throttle and the rotation, sends many copies.
+            for _ in 0..TICK_FLOOD_FACTOR {
+                let req_seq = self.next_internal_req;
+                if self.submit_tick(now, component, req_seq, out) {
+                    self.next_internal_req += 1;
+                }
+            }
+            return;
+        }
+        let candidate = self.next_internal_req;
+        match self.throttle.on_internal_tick(component, now, || candidate) {
+            TickDecision::Throttled { pending } => {
+                self.metrics.inc("tick_throttled");
+                self.retransmit_pending_tick(now, pending);
+            }
+            TickDecision::Send { req_seq } => {
+                if self.submit_tick(now, component, req_seq, out) {
+                    // Admitted: the request is pending in the clients manager (the replica has
+                    // no separate external queue, so "popped" is immediate).
+                    self.next_internal_req += 1;
+                    self.throttle.on_tick_popped(component, req_seq);
+                    if let Some(p) = period_index {
+                        self.tick_sent_period.insert(component, p);
+                    }
+                } else {
+                    // A failed enqueue must not leak the mark (the reference's defect).
+                    self.throttle.on_enqueue_failed(component, req_seq);
+                }
+            }
+        }
+    }
+
+    /// A backup's tick still pending a period later, never seen in a pre-prepare: the primary
+    /// may have lost it (or its bundle), so it is sent again, as it is (same number and
+    /// signature: the replicas that hold it count a duplicate and drop it). Without this, a lost
+    /// tick would hold its component's throttle mark until a view change or the safety net.
+    fn retransmit_pending_tick(&mut self, now: Millis, pending: ccron::ticks::PendingTick) {
+        let ccron::ticks::PendingTick::InConsensus { req_seq, .. } = pending else {
+            return;
+        };
+        if self.is_primary() || !self.cfg.forward_requests {
+            return;
+        }
+        let client = internal_client_id(self.cfg.id);
+        if let Some(p) = self.clients.pending(client, req_seq)
+            && p.proposed_in.is_none()
+        {
+            self.own_outgoing.push(p.request.clone());
+            self.flush_deadline.get_or_insert(now);
+            self.metrics.inc("tick_retransmitted");
+        }
+    }
+
+    /// Signs and admits this replica's tick request; true when it became pending.
+    fn submit_tick(
+        &mut self,
+        now: Millis,
+        component: u32,
+        req_seq: u64,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        if !self.clients.has_room(internal_client_id(self.cfg.id)) {
+            // Check before signing: a full queue must not cost a signature per tick.
+            self.metrics.inc("tick_enqueue_failed");
+            self.metrics.inc("drop_pending_full");
+            return false;
+        }
+        let request = Request {
+            client: internal_client_id(self.cfg.id),
+            req_seq,
+            kind: RequestKind::Tick,
+            payload: component.to_le_bytes().to_vec(),
+        };
+        let Ok(signed) = SignedRequest::sign(&self.key, request) else {
+            self.metrics.inc("encode_error");
+            return false;
+        };
+        let before = self.clients.pending_len();
+        self.admit_request(now, signed, true, out);
+        if self.clients.pending_len() > before {
+            self.metrics.inc("ticks_submitted");
+            true
+        } else {
+            self.metrics.inc("tick_enqueue_failed");
+            false
+        }
+    }
+
+    /// Admits the requests of a [`Wire::Requests`] bundle from replica `from`, in order.
+    /// Each request stands on its own signature; the bundle only saves messages and keeps
+    /// the requests' order.
+    pub(super) fn admit_bundle(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        requests: Vec<SignedRequest>,
+        out: &mut Vec<Output>,
+    ) {
+        if requests.is_empty() || requests.len() > MAX_BUNDLE_REQUESTS {
+            return self.drop_msg("drop_bad_bundle", Some(from));
+        }
+        self.metrics.inc("bundles_received");
+        self.preverify_requests(requests.iter(), None);
+        for r in requests {
+            self.admit_request(now, r, false, out);
+        }
+    }
+
+    /// Broadcasts this replica's pending own requests (see `own_outgoing`) in bundles of at
+    /// most [`MAX_BUNDLE_REQUESTS`] requests and about a quarter of the message size limit.
+    pub(super) fn flush_own_requests(&mut self, out: &mut Vec<Output>) {
+        self.flush_deadline = None;
+        let mut rest = std::mem::take(&mut self.own_outgoing)
+            .into_iter()
+            .peekable();
+        let budget = self.cfg.max_message_bytes / 4;
+        while rest.peek().is_some() {
+            let mut bundle = Vec::new();
+            let mut bytes = 0usize;
+            while let Some(r) = rest.next_if(|r| {
+                bundle.is_empty()
+                    || (bundle.len() < MAX_BUNDLE_REQUESTS
+                        && bytes.saturating_add(r.request.payload.len() + 128) <= budget)
+            }) {
+                bytes = bytes.saturating_add(r.request.payload.len() + 128);
+                bundle.push(r);
+            }
+            match codec::encode(&Wire::Requests(bundle)) {
+                Ok(bytes) => {
+                    self.metrics.inc("bundles_sent");
+                    out.push(Output::Broadcast { bytes });
+                }
+                Err(e) => {
+                    warn!(replica = self.cfg.id, error = %e, "cannot encode a request bundle");
+                    self.metrics.inc("encode_error");
+                }
+            }
+        }
+    }
+}

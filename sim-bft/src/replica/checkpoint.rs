@@ -1,0 +1,199 @@
+//! Checkpoints: snapshots, signed checkpoint votes and stable checkpoints.
+//!
+//! 2f+1 matching checkpoint votes make a checkpoint stable: it is persisted with its snapshot,
+//! becomes the low watermark and garbage-collects the log. A replica whose own checkpoint
+//! differs from the certified one, or that is far behind it, starts a state transfer.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tracing::{debug, warn};
+
+use super::{Dest, KEY_CHECKPOINT, Replica, ReplicaError, Snapshot, StoredCheckpoint, log_key};
+use crate::crypto::{self, Digest32, SigBytes};
+use crate::node::{Millis, NodeId, Output};
+use crate::protocol::{Body, CheckpointProof, SigList, codec};
+
+impl Replica {
+    pub(super) fn make_snapshot(&self) -> Result<(Digest32, Vec<u8>), ReplicaError> {
+        let snap = Snapshot {
+            seq: self.last_executed,
+            app: self.app.snapshot(),
+            pages: self.pages.snapshot(),
+            pages_digest: self.pages.digest(),
+            clients: self.clients.records_snapshot(),
+            last_agreed_time_ms: self.last_agreed_time_ms,
+            last_cert_seq: self.last_cert_seq,
+            state_digest: self.last_state_digest,
+            tick_evals: self
+                .tick_evals
+                .iter()
+                .map(|((c, s), p)| (*c, *s, *p))
+                .collect(),
+        };
+        let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;
+        Ok((crypto::sha256(&bytes), bytes))
+    }
+
+    pub(super) fn take_checkpoint(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
+        let Ok((digest, bytes)) = self.make_snapshot() else {
+            self.metrics.inc("encode_error");
+            return;
+        };
+        self.own_checkpoints.insert(seq, (digest, bytes));
+        if let Some(sig) = self.send(Body::Checkpoint { seq, digest }, Dest::All, out) {
+            self.checkpoint_votes
+                .entry(seq)
+                .or_default()
+                .insert(self.cfg.id, (digest, sig));
+        }
+        self.metrics.inc("checkpoints_taken");
+        self.check_stable(now, seq, out);
+    }
+
+    pub(super) fn on_checkpoint(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        seq: u64,
+        digest: Digest32,
+        sig: SigBytes,
+        out: &mut Vec<Output>,
+    ) {
+        if seq <= self.stable.seq {
+            // A late vote for a checkpoint that is already stable: normal, not a fault.
+            self.metrics.inc("late_checkpoint");
+            return;
+        }
+        if !seq.is_multiple_of(self.cfg.checkpoint_interval) {
+            return self.drop_msg("drop_invalid_checkpoint", Some(from));
+        }
+        // Bound what one sender can make us hold: at most 4 distinct checkpoint seqs each.
+        let held: Vec<u64> = self
+            .checkpoint_votes
+            .iter()
+            .filter(|(_, m)| m.contains_key(&from))
+            .map(|(s, _)| *s)
+            .collect();
+        if held.contains(&seq) {
+            return self.drop_msg("drop_duplicate", Some(from));
+        }
+        if held.len() >= 4
+            && let Some(lowest) = held.first()
+            && let Some(m) = self.checkpoint_votes.get_mut(lowest)
+        {
+            m.remove(&from);
+        }
+        self.checkpoint_votes
+            .entry(seq)
+            .or_default()
+            .insert(from, (digest, sig));
+        self.check_stable(now, seq, out);
+    }
+
+    /// Makes `seq`'s checkpoint stable when 2f+1 agree, or notices that we are behind it.
+    fn check_stable(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
+        let Some(votes) = self.checkpoint_votes.get(&seq) else {
+            return;
+        };
+        let mut by_digest: BTreeMap<Digest32, SigList> = BTreeMap::new();
+        for (n, (d, s)) in votes {
+            by_digest.entry(*d).or_default().push((*n, *s));
+        }
+        let quorum = self.quorum();
+        let Some((digest, sigs)) = by_digest.into_iter().find(|(_, s)| s.len() >= quorum) else {
+            return;
+        };
+        let proof = CheckpointProof { seq, digest, sigs };
+        match self.own_checkpoints.get(&seq) {
+            Some((own, bytes)) if *own == digest => {
+                let bytes = bytes.clone();
+                self.make_stable(proof, bytes, out);
+            }
+            Some(_) => {
+                warn!(
+                    replica = self.cfg.id,
+                    seq, "own checkpoint differs from the certified one: state transfer"
+                );
+                self.metrics.inc("checkpoint_divergence");
+                self.start_transfer(now, proof, out);
+            }
+            None if seq > self.last_executed => {
+                if seq >= self.last_executed + self.cfg.log_window / 2 {
+                    self.start_transfer(now, proof, out);
+                } else if self.behind_since.as_ref().is_none_or(|(_, p)| p.seq < seq) {
+                    self.behind_since = Some((now + self.cfg.state_transfer_grace_ms, proof));
+                }
+            }
+            None => {}
+        }
+    }
+
+    pub(super) fn make_stable(
+        &mut self,
+        proof: CheckpointProof,
+        snapshot: Vec<u8>,
+        out: &mut Vec<Output>,
+    ) {
+        let seq = proof.seq;
+        if seq <= self.stable.seq {
+            return;
+        }
+        let stored = StoredCheckpoint {
+            proof: proof.clone(),
+            snapshot: snapshot.clone(),
+        };
+        if let Ok(value) = codec::encode(&stored) {
+            out.push(Output::Store {
+                key: KEY_CHECKPOINT.to_vec(),
+                value: Some(value),
+            });
+            out.push(Output::Sync);
+        }
+        let old: Vec<u64> = self.log.range(..=seq).map(|(s, _)| *s).collect();
+        for s in old {
+            self.log.remove(&s);
+            out.push(Output::Store {
+                key: log_key(s),
+                value: None,
+            });
+        }
+        self.stable = proof;
+        self.stable_snapshot = snapshot;
+        self.own_checkpoints = self.own_checkpoints.split_off(&(seq + 1));
+        self.checkpoint_votes = self.checkpoint_votes.split_off(&(seq + 1));
+        if self
+            .behind_since
+            .as_ref()
+            .is_some_and(|(_, p)| p.seq <= seq)
+        {
+            self.behind_since = None;
+        }
+        self.metrics.inc("checkpoints_stable");
+        debug!(replica = self.cfg.id, seq, "stable checkpoint");
+    }
+
+    pub(super) fn verify_checkpoint_proof(&self, proof: &CheckpointProof) -> bool {
+        if proof.seq == 0 {
+            return proof.sigs.is_empty();
+        }
+        if !proof.seq.is_multiple_of(self.cfg.checkpoint_interval)
+            || proof.sigs.len() < self.quorum()
+        {
+            return false;
+        }
+        let mut seen = BTreeSet::new();
+        proof.sigs.iter().all(|(n, s)| {
+            seen.insert(*n)
+                && crate::protocol::verify_body(
+                    &self.ring,
+                    *n,
+                    Body::Checkpoint {
+                        seq: proof.seq,
+                        digest: proof.digest,
+                    },
+                    s,
+                    self.cfg.verify_cache.as_ref(),
+                )
+        })
+    }
+}

@@ -1,0 +1,445 @@
+//! Inputs from peers and timers: decoding, routing by message, and catching up.
+//!
+//! Peer bytes are decoded and opened (signature checked) once, then dispatched by body;
+//! messages of other views are dropped or buffered. Timers flush own requests, ask peers for
+//! their status before changing view, and drive state transfer. A peer's status is answered
+//! with the commit certificates it lacks, which are verified and executed on arrival.
+
+use std::collections::BTreeSet;
+
+use tracing::{trace, warn};
+
+use super::{CommitVote, Dest, Entry, Replica};
+use crate::crypto::SigBytes;
+use crate::node::{Millis, NodeId, Output};
+use crate::protocol::{Batch, Body, ClockSample, Payload, SignedMsg, TimeCert, Wire, codec};
+
+const FUTURE_BUFFER_CAPACITY: usize = 8_192;
+
+impl Replica {
+    pub(super) fn on_peer(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        bytes: &[u8],
+        out: &mut Vec<Output>,
+    ) {
+        if from >= self.cfg.n {
+            return self.drop_msg("drop_unknown_sender", Some(from));
+        }
+        let wire: Wire = match codec::decode(bytes, self.cfg.max_message_bytes) {
+            Ok(w) => w,
+            Err(codec::CodecError::TooLarge { .. }) => {
+                return self.drop_msg("drop_oversized", Some(from));
+            }
+            Err(_) => return self.drop_msg("drop_malformed", Some(from)),
+        };
+        let msg = match wire {
+            Wire::Request(r) => return self.admit_request(now, r, false, out),
+            Wire::Requests(rs) => return self.admit_bundle(now, from, rs, out),
+            Wire::Signed(m) => m,
+        };
+        let payload = match msg.open(
+            &self.ring,
+            self.cfg.max_message_bytes,
+            self.cfg.verify_cache.as_ref(),
+        ) {
+            Ok(p) => p,
+            Err(crate::protocol::OpenError::BadSignature) => {
+                return self.drop_msg("drop_bad_signature", Some(from));
+            }
+            Err(crate::protocol::OpenError::UnknownSender(_)) => {
+                return self.drop_msg("drop_unknown_sender", Some(from));
+            }
+            Err(_) => return self.drop_msg("drop_malformed", Some(from)),
+        };
+        // A new-view is self-certifying and may be relayed by any replica (to show a lagging
+        // peer the current view); everything else must come from its signer.
+        let from = match payload.body {
+            Body::NewView { .. } => payload.from,
+            _ if payload.from != from => {
+                return self.drop_msg("drop_sender_mismatch", Some(from));
+            }
+            _ => from,
+        };
+        if from == self.cfg.id {
+            return self.drop_msg("drop_from_self", Some(from));
+        }
+        trace!(
+            replica = self.cfg.id,
+            from,
+            kind = payload.body.kind(),
+            "message"
+        );
+        self.dispatch(now, from, payload.body, msg, out);
+    }
+
+    fn dispatch(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        body: Body,
+        msg: SignedMsg,
+        out: &mut Vec<Output>,
+    ) {
+        match body {
+            Body::PrePrepare { view, seq, batch } => {
+                if self.defer_by_view(
+                    now,
+                    from,
+                    view,
+                    &msg,
+                    Body::PrePrepare {
+                        view,
+                        seq,
+                        batch: batch.clone(),
+                    },
+                    out,
+                ) {
+                    return;
+                }
+                self.on_pre_prepare(now, from, seq, batch, out)
+            }
+            Body::Prepare { view, seq, digest } => {
+                if self.defer_by_view(
+                    now,
+                    from,
+                    view,
+                    &msg,
+                    Body::Prepare { view, seq, digest },
+                    out,
+                ) {
+                    return;
+                }
+                self.on_prepare(now, from, seq, digest, msg.sig, out)
+            }
+            Body::Commit {
+                view,
+                seq,
+                digest,
+                clock_ms,
+            } => {
+                let body = Body::Commit {
+                    view,
+                    seq,
+                    digest,
+                    clock_ms,
+                };
+                if self.defer_by_view(now, from, view, &msg, body, out) {
+                    return;
+                }
+                self.on_commit(
+                    now,
+                    from,
+                    seq,
+                    CommitVote {
+                        view,
+                        digest,
+                        clock_ms,
+                        sig: msg.sig,
+                    },
+                    out,
+                )
+            }
+            Body::Checkpoint { seq, digest } => {
+                self.on_checkpoint(now, from, seq, digest, msg.sig, out)
+            }
+            Body::ViewChange(vc) => self.on_view_change(now, from, vc, msg, out),
+            Body::NewView { view, view_changes } => {
+                self.on_new_view(now, from, view, view_changes, msg, out)
+            }
+            Body::StateRequest { seq } => self.on_state_request(from, seq, out),
+            Body::StateMeta {
+                proof,
+                total_len,
+                chunks,
+            } => self.on_state_meta(now, from, proof, total_len, chunks, out),
+            Body::StateChunk { seq, index, data } => {
+                self.on_state_chunk(now, from, seq, index, data, out)
+            }
+            Body::Status {
+                view,
+                last_executed,
+            } => self.on_status(from, view, last_executed, out),
+            Body::Committed {
+                view,
+                seq,
+                batch,
+                commits,
+            } => self.on_committed(now, from, view, seq, batch, commits, out),
+        }
+    }
+
+    /// Handles messages of other views: older ones are dropped (and the sender, apparently
+    /// behind, gets our latest new-view message), future ones are buffered until we get there.
+    /// Returns true when the message must not be processed now.
+    fn defer_by_view(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        view: u64,
+        msg: &SignedMsg,
+        body: Body,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        if view == self.view && !self.in_view_change {
+            return false;
+        }
+        if view < self.view {
+            self.drop_msg("drop_wrong_view", Some(from));
+            if self.in_view_change {
+                // We moved ahead alone while `from` still makes progress in its view: follow
+                // the log through its commit certificates (view-independent) meanwhile.
+                self.ask_status(now, from, out);
+            }
+            if let Some(nv) = self.last_new_view.clone()
+                && self.new_view_resent.insert((from, self.view))
+                && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
+            {
+                out.push(Output::Send { to: from, bytes });
+            }
+            return true;
+        }
+        if view > self.view + u64::from(self.cfg.n) {
+            self.drop_msg("drop_wrong_view", Some(from));
+            return true;
+        }
+        // view > self.view, or our current view while its new-view has not arrived yet.
+        if view > self.view {
+            // `from` is in a later view: our status makes it relay the new-view to us.
+            self.ask_status(now, from, out);
+        }
+        if self.future.len() >= FUTURE_BUFFER_CAPACITY {
+            self.drop_msg("drop_future_buffer_full", Some(from));
+            return true;
+        }
+        self.metrics.inc("buffered_future_view");
+        self.future.push_back((from, body, msg.sig));
+        true
+    }
+
+    /// Sends our status to `from`, at most once per quarter view-change timeout per peer.
+    fn ask_status(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
+        let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
+        if self
+            .status_peer_ms
+            .get(&from)
+            .is_some_and(|last| now < last.saturating_add(gap))
+        {
+            return;
+        }
+        self.status_peer_ms.insert(from, now);
+        self.metrics.inc("status_sent");
+        let (view, last_executed) = (self.view, self.last_executed);
+        self.send(
+            Body::Status {
+                view,
+                last_executed,
+            },
+            Dest::One(from),
+            out,
+        );
+    }
+
+    pub(super) fn replay_future(&mut self, now: Millis, out: &mut Vec<Output>) {
+        let items: Vec<(NodeId, Body, SigBytes)> = self.future.drain(..).collect();
+        for (from, body, sig) in items {
+            let payload = Payload { from, body };
+            match codec::encode(&payload) {
+                Ok(bytes) => {
+                    let msg = SignedMsg {
+                        payload: bytes,
+                        sig,
+                    };
+                    self.dispatch(now, from, payload.body, msg, out);
+                }
+                Err(_) => self.metrics.inc("encode_error"),
+            }
+        }
+    }
+
+    pub(super) fn on_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if self.flush_deadline.is_some_and(|d| now >= d) {
+            self.flush_own_requests(out);
+        }
+        if let Some(d) = self.vc_deadline
+            && now >= d
+        {
+            self.vc_deadline = None;
+            if !self.in_view_change && self.status_asked_at != Some(self.last_executed) {
+                // First expiry without progress: maybe we only lost messages. Ask the others
+                // for what committed; change view only if the next expiry finds us still stuck.
+                self.status_asked_at = Some(self.last_executed);
+                self.metrics.inc("status_sent");
+                let (view, last_executed) = (self.view, self.last_executed);
+                self.send(
+                    Body::Status {
+                        view,
+                        last_executed,
+                    },
+                    Dest::All,
+                    out,
+                );
+                self.vc_deadline = Some(now + self.vc_timeout());
+            } else {
+                if self.in_view_change {
+                    // Stuck in a view change: keep catching up on what the others commit
+                    // (commit certificates are valid in any view).
+                    let (view, last_executed) = (self.view, self.last_executed);
+                    self.send(
+                        Body::Status {
+                            view,
+                            last_executed,
+                        },
+                        Dest::All,
+                        out,
+                    );
+                }
+                if !self.in_view_change || !self.retransmit_lone_view_change(now, out) {
+                    let target = self.view + 1;
+                    self.start_view_change(now, target, out);
+                }
+            }
+        }
+        if let Some((d, proof)) = self.behind_since.clone()
+            && now >= d
+        {
+            self.behind_since = None;
+            if proof.seq > self.last_executed {
+                self.start_transfer(now, proof, out);
+            }
+        }
+        if self.transfer.as_ref().is_some_and(|t| now >= t.deadline_ms) {
+            self.metrics.inc("state_transfer_timeouts");
+            self.next_transfer_source(now, out);
+        }
+    }
+
+    /// A peer is stuck at `last_executed`: send it the commit certificates it lacks (at most a
+    /// log window), or, when it is below our log, our checkpoint vote so that it can gather a
+    /// checkpoint certificate and state-transfer.
+    fn on_status(&mut self, from: NodeId, view: u64, last_executed: u64, out: &mut Vec<Output>) {
+        if view < self.view
+            && !self.in_view_change
+            && let Some(nv) = self.last_new_view.clone()
+            && self.new_view_resent.insert((from, self.view))
+            && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
+        {
+            out.push(Output::Send { to: from, bytes });
+        }
+        if last_executed >= self.last_executed {
+            return;
+        }
+        if last_executed < self.stable.seq {
+            let (seq, digest) = (self.stable.seq, self.stable.digest);
+            self.send(Body::Checkpoint { seq, digest }, Dest::One(from), out);
+            return;
+        }
+        let quorum = self.quorum();
+        let certs: Vec<Body> = self
+            .log
+            .range(last_executed + 1..=self.last_executed)
+            .filter_map(|(seq, e)| {
+                let (batch, digest) = (e.batch.as_ref()?, e.digest?);
+                let commits: Vec<(NodeId, Millis, SigBytes)> = e
+                    .commits
+                    .iter()
+                    .filter(|(_, v)| v.digest == digest && v.view == e.view)
+                    .take(quorum)
+                    .map(|(n, v)| (*n, v.clock_ms, v.sig))
+                    .collect();
+                (e.committed && commits.len() >= quorum).then(|| Body::Committed {
+                    view: e.view,
+                    seq: *seq,
+                    batch: batch.clone(),
+                    commits,
+                })
+            })
+            .collect();
+        self.metrics.add("committed_certs_sent", certs.len() as u64);
+        for body in certs {
+            self.send(body, Dest::One(from), out);
+        }
+    }
+
+    /// A commit certificate for a batch: execute it if it is the one we are missing.
+    #[allow(clippy::too_many_arguments)]
+    fn on_committed(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        view: u64,
+        seq: u64,
+        batch: Batch,
+        commits: Vec<(NodeId, Millis, SigBytes)>,
+        out: &mut Vec<Output>,
+    ) {
+        if seq <= self.last_executed {
+            self.metrics.inc("late_committed_cert");
+            return;
+        }
+        if seq <= self.stable.seq || seq > self.high_watermark() {
+            return self.drop_msg("drop_out_of_window", Some(from));
+        }
+        let Ok(digest) = batch.digest() else {
+            return self.drop_msg("drop_malformed", Some(from));
+        };
+        let mut seen = BTreeSet::new();
+        let valid = commits.len() >= self.quorum()
+            && commits.iter().all(|(n, clock_ms, sig)| {
+                seen.insert(*n)
+                    && crate::protocol::verify_body(
+                        &self.ring,
+                        *n,
+                        Body::Commit {
+                            view,
+                            seq,
+                            digest,
+                            clock_ms: *clock_ms,
+                        },
+                        sig,
+                        self.cfg.verify_cache.as_ref(),
+                    )
+            });
+        if !valid {
+            return self.drop_msg("drop_invalid_committed_cert", Some(from));
+        }
+        let cur = self.view;
+        let e = self.log.entry(seq).or_insert_with(|| Entry {
+            view: cur,
+            ..Entry::default()
+        });
+        if e.committed {
+            if e.digest != Some(digest) {
+                // Two commit certificates for one seq would mean more than f faults.
+                warn!(
+                    replica = self.cfg.id,
+                    seq, "conflicting commit certificates"
+                );
+                self.metrics.inc("conflicting_commit_certificates");
+            }
+            return;
+        }
+        e.digest = Some(digest);
+        e.batch = Some(batch);
+        e.committed = true;
+        self.metrics.inc("committed_certs_applied");
+        // The certificate's signed commit clocks are a time certificate like any other.
+        let samples = commits
+            .iter()
+            .map(|(n, clock_ms, sig)| ClockSample {
+                replica: *n,
+                view,
+                clock_ms: *clock_ms,
+                sig: *sig,
+            })
+            .collect();
+        self.remember_time_cert(TimeCert {
+            seq,
+            digest,
+            samples,
+        });
+        self.store_entry(seq, out);
+        self.execute_ready(now, out);
+    }
+}
