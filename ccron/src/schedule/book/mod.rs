@@ -10,6 +10,13 @@
 //! Persistence ([`Scheduler::save`], [`Scheduler::load`]): one record page per record behind a
 //! write-ahead journal, laid out and placed by `store.rs`; a save writes O(records changed)
 //! pages and a crash at any page write reloads as the book before or after the save.
+//!
+//! Files. This module owns the state ([`Scheduler`] and its stored `Record`); the others add
+//! `impl Scheduler` blocks by concern: `types.rs` (the public vocabulary: timings, misfire
+//! policies, requests, limits, errors, views and reports), `handlers.rs` (registered handlers
+//! and a run's context), `timing.rs` (occurrences, jitter, the misfire plan), `index.rs` (due
+//! and zone index upkeep, invariant check), `admission.rs` (validating and applying requests),
+//! `tick.rs` (the budgeted tick), `preview.rs` (looks ahead) and `persist.rs` (save and load).
 
 mod admission;
 mod handlers;
