@@ -1,0 +1,381 @@
+//! Admission: validating requests against the limits and registered handlers, and applying
+//! them (create, upsert, replace, pause, resume, cancel, zone installation).
+
+use super::{
+    Handlers, MAX_FIRE_EACH_CAP, Misfire, NewSchedule, Record, ScheduleError, ScheduleRequest,
+    Scheduler, Target, Timing,
+};
+use crate::codec;
+use crate::cron::{CronSchedule, ZoneRules};
+use crate::due::Due;
+use crate::schedule::store;
+use crate::tick::TimeMs;
+
+fn target_of(id: u64) -> Target {
+    Target::Id(id)
+}
+
+impl Scheduler {
+    fn resolve(&self, target: &Target) -> Result<u64, ScheduleError> {
+        let id = match target {
+            Target::Id(id) => Some(*id).filter(|id| self.records.contains_key(id)),
+            Target::Key(k) => self.keys.get(k).copied(),
+        };
+        id.ok_or_else(|| ScheduleError::UnknownSchedule(target.clone()))
+    }
+
+    /// Validates `def` and computes its stored form and first due point.
+    pub(super) fn admit(
+        &self,
+        def: &NewSchedule,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<(NewSchedule, Option<Due>, Option<CronSchedule>), ScheduleError> {
+        let max = self.limits.max_name_bytes;
+        if def.handler.len() > max || def.key.as_ref().is_some_and(|k| k.len() > max) {
+            return Err(ScheduleError::Limit(format!(
+                "names are at most {max} bytes"
+            )));
+        }
+        if def.payload.len() > self.limits.max_payload_bytes {
+            return Err(ScheduleError::Limit(format!(
+                "payload of {} bytes, at most {}",
+                def.payload.len(),
+                self.limits.max_payload_bytes
+            )));
+        }
+        if !handlers_ok(&def.handler) {
+            return Err(ScheduleError::UnknownHandler(def.handler.clone()));
+        }
+        match def.misfire {
+            Misfire::FireEach { cap } if cap == 0 || cap > MAX_FIRE_EACH_CAP => {
+                return Err(ScheduleError::Invalid(format!(
+                    "fire-each cap must be in 1..={MAX_FIRE_EACH_CAP}, got {cap}"
+                )));
+            }
+            Misfire::ExpireAfter { deadline_ms } if deadline_ms < 0 => {
+                return Err(ScheduleError::Invalid("negative expiry deadline".into()));
+            }
+            _ => {}
+        }
+        let mut stored = def.clone();
+        let (next, cron) = match &def.timing {
+            Timing::Cron { expression, zone } => {
+                let rules = match zone {
+                    None => ZoneRules::utc(),
+                    Some(name) => self
+                        .zones
+                        .get(name)
+                        .cloned()
+                        .ok_or_else(|| ScheduleError::UnknownZone(name.clone()))?,
+                };
+                let cron = CronSchedule::parse_in(expression, rules)?;
+                let now = now_ms.ok_or(ScheduleError::NeedsTime)?;
+                (cron.next_after(now).map(Due::Time), Some(cron))
+            }
+            Timing::Every {
+                period_ms,
+                start_ms,
+            } => {
+                if *period_ms <= 0 {
+                    return Err(ScheduleError::Invalid(format!(
+                        "period must be positive, got {period_ms} ms"
+                    )));
+                }
+                let start = match start_ms {
+                    Some(s) => *s,
+                    None => now_ms.ok_or(ScheduleError::NeedsTime)?,
+                };
+                stored.timing = Timing::Every {
+                    period_ms: *period_ms,
+                    start_ms: Some(start),
+                };
+                (Some(Due::Time(start)), None)
+            }
+            Timing::At(due) => (Some(*due), None),
+            Timing::AfterMs(delay_ms) => {
+                if *delay_ms < 0 {
+                    return Err(ScheduleError::Invalid("negative delay".into()));
+                }
+                let now = now_ms.ok_or(ScheduleError::NeedsTime)?;
+                let due = Due::Time(now.saturating_add(*delay_ms));
+                stored.timing = Timing::At(due);
+                (Some(due), None)
+            }
+            Timing::AfterSeqs(delay) => {
+                let due = Due::Seq(seq.saturating_add(*delay));
+                stored.timing = Timing::At(due);
+                (Some(due), None)
+            }
+        };
+        // The stored record must fit one record page (no overflow chains).
+        let entry = Self::entry_bound(&stored)?;
+        let room = store::record_room(self.limits.page_bytes);
+        if entry > room {
+            return Err(ScheduleError::Limit(format!(
+                "the stored schedule takes {entry} bytes, a page of {} bytes holds at most {room}",
+                self.limits.page_bytes
+            )));
+        }
+        Ok((stored, next, cron))
+    }
+
+    /// The most bytes the stored `(id, record)` entry of `def` can take: measured with a next
+    /// due point and owed runs, the largest forms its fixed-size fields take (`Record`'s fields
+    /// in order).
+    fn entry_bound(def: &NewSchedule) -> Result<usize, ScheduleError> {
+        let owed: Option<(TimeMs, TimeMs)> = Some((0, 0));
+        Ok(codec::encoded_len(&(
+            0u64,
+            def,
+            false,
+            Some(Due::Seq(0)),
+            0u64,
+            owed,
+        ))?)
+    }
+
+    /// Applies `request`, admitted at sequence number `seq` and agreed time `now_ms` (the
+    /// executing batch's). Returns the id it created or changed. On error nothing changes.
+    ///
+    /// # Errors
+    /// See [`ScheduleError`]: unknown handler, schedule, key or zone; invalid timing or
+    /// policy; a limit; [`ScheduleError::NeedsTime`].
+    pub fn apply<S>(
+        &mut self,
+        request: ScheduleRequest,
+        handlers: &Handlers<S>,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        let result = self.apply_with(request, |h| handlers.contains(h), seq, now_ms);
+        if let Err(e) = &result {
+            tracing::debug!(component = self.component, error = %e, "schedule request rejected");
+        }
+        result
+    }
+
+    pub(super) fn apply_with(
+        &mut self,
+        request: ScheduleRequest,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        match request {
+            ScheduleRequest::Create(def) => {
+                if let Some(k) = &def.key
+                    && self.keys.contains_key(k)
+                {
+                    return Err(ScheduleError::KeyInUse(k.clone()));
+                }
+                self.insert_new(def, handlers_ok, seq, now_ms).map(Some)
+            }
+            ScheduleRequest::Upsert(def) => {
+                let key = def.key.clone().ok_or(ScheduleError::MissingKey)?;
+                match self.keys.get(&key).copied() {
+                    Some(id) => self.replace(id, def, handlers_ok, seq, now_ms).map(Some),
+                    None => self.insert_new(def, handlers_ok, seq, now_ms).map(Some),
+                }
+            }
+            ScheduleRequest::Replace { target, schedule } => {
+                let id = self.resolve(&target)?;
+                if let Some(k) = &schedule.key
+                    && self.keys.get(k).is_some_and(|&holder| holder != id)
+                {
+                    return Err(ScheduleError::KeyInUse(k.clone()));
+                }
+                self.replace(id, schedule, handlers_ok, seq, now_ms)
+                    .map(Some)
+            }
+            ScheduleRequest::Pause(target) => {
+                let id = self.resolve(&target)?;
+                self.unindex(id);
+                if let Some(r) = self.records.get_mut(&id) {
+                    r.paused = true;
+                }
+                self.touch(id);
+                Ok(Some(id))
+            }
+            ScheduleRequest::Resume(target) => {
+                let id = self.resolve(&target)?;
+                self.unindex(id);
+                if let Some(r) = self.records.get_mut(&id) {
+                    r.paused = false;
+                }
+                self.reindex(id);
+                self.touch(id);
+                Ok(Some(id))
+            }
+            ScheduleRequest::Cancel(target) => {
+                let id = self.resolve(&target)?;
+                self.remove(id);
+                Ok(Some(id))
+            }
+            ScheduleRequest::InstallZone(rules) => {
+                let name = rules.name().to_owned();
+                if !self.zones.contains_key(&name) && self.zones.len() >= self.limits.max_zones {
+                    return Err(ScheduleError::Limit(format!(
+                        "at most {} zones",
+                        self.limits.max_zones
+                    )));
+                }
+                self.install_zone(name, rules, now_ms)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Installs `rules` under `name` and re-evaluates the cron schedules of that zone (through
+    /// the zone index: O(k log n) for its k schedules, plus one cron search each).
+    ///
+    /// A schedule's new next due point is the first instant of the new rules strictly after the
+    /// request's agreed time `now_ms`; a schedule already overdue (its old point reached but not
+    /// yet run, e.g. carried over by the budget) keeps that run: its new point is the first
+    /// instant of the new rules at or after its old one. Owed catch-up runs stay owed (they were
+    /// reached under the old rules). Every expression is re-parsed under the new rules first, so
+    /// a failure changes nothing.
+    fn install_zone(
+        &mut self,
+        name: String,
+        rules: ZoneRules,
+        now_ms: Option<TimeMs>,
+    ) -> Result<(), ScheduleError> {
+        let ids: Vec<u64> = self
+            .zoned
+            .get(&name)
+            .map(|ids| ids.iter().copied().collect())
+            .unwrap_or_default();
+        let mut reparsed = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(Timing::Cron { expression, .. }) =
+                self.records.get(&id).map(|r| &r.def.timing)
+            else {
+                continue;
+            };
+            reparsed.push((id, CronSchedule::parse_in(expression, rules.clone())?));
+        }
+        for (id, cron) in reparsed {
+            let old = self.records.get(&id).and_then(|r| r.next);
+            let from_ms = match (old, now_ms) {
+                (Some(Due::Time(t)), Some(now)) => t.saturating_sub(1).min(now),
+                (Some(Due::Time(t)), None) => t.saturating_sub(1),
+                (_, Some(now)) => now,
+                // Past the horizon and no time to search from: stays so, with the new rules.
+                (_, None) => TimeMs::MAX,
+            };
+            let next = cron.next_after(from_ms).map(Due::Time);
+            self.unindex(id);
+            if let Some(r) = self.records.get_mut(&id) {
+                r.next = next;
+            }
+            self.crons.insert(id, cron);
+            self.reindex(id);
+            self.touch(id);
+        }
+        self.zones.insert(name, rules);
+        self.header_dirty = true;
+        Ok(())
+    }
+
+    fn insert_new(
+        &mut self,
+        def: NewSchedule,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<u64, ScheduleError> {
+        if self.records.len() >= self.limits.max_schedules {
+            return Err(ScheduleError::Limit(format!(
+                "at most {} schedules",
+                self.limits.max_schedules
+            )));
+        }
+        let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        if let Some(max_pages) = self.limits.max_record_pages {
+            let need = Self::entry_bound(&stored)?;
+            if !self.placement.can_place(need, max_pages) {
+                return Err(ScheduleError::Limit(format!(
+                    "the book's {max_pages} record pages are full"
+                )));
+            }
+        }
+        let id = self.next_id;
+        self.next_id = id
+            .checked_add(1)
+            .ok_or_else(|| ScheduleError::Limit("schedule ids exhausted".into()))?;
+        if let Some(k) = &stored.key {
+            self.keys.insert(k.clone(), id);
+        }
+        if let Some(c) = cron {
+            self.crons.insert(id, c);
+        }
+        self.records.insert(
+            id,
+            Record {
+                def: stored,
+                paused: false,
+                next,
+                runs: 0,
+                owed: None,
+            },
+        );
+        self.reindex(id);
+        self.touch(id);
+        self.header_dirty = true;
+        Ok(id)
+    }
+
+    fn replace(
+        &mut self,
+        id: u64,
+        def: NewSchedule,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<u64, ScheduleError> {
+        let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        if let Some(max_pages) = self.limits.max_record_pages {
+            let need = Self::entry_bound(&stored)?;
+            if !self.placement.can_hold(id, need, max_pages) {
+                return Err(ScheduleError::Limit(format!(
+                    "the replacement does not fit the book's {max_pages} record pages"
+                )));
+            }
+        }
+        self.unindex(id);
+        self.unlink_zone(id);
+        let Some(rec) = self.records.get_mut(&id) else {
+            return Err(ScheduleError::UnknownSchedule(target_of(id)));
+        };
+        if let Some(old) = rec.def.key.take() {
+            self.keys.remove(&old);
+        }
+        if let Some(k) = &stored.key {
+            self.keys.insert(k.clone(), id);
+        }
+        rec.def = stored;
+        rec.next = next;
+        rec.owed = None;
+        self.crons.remove(&id);
+        if let Some(c) = cron {
+            self.crons.insert(id, c);
+        }
+        self.reindex(id);
+        self.touch(id);
+        Ok(id)
+    }
+
+    pub(super) fn remove(&mut self, id: u64) {
+        self.unindex(id);
+        self.unlink_zone(id);
+        if let Some(rec) = self.records.remove(&id)
+            && let Some(k) = rec.def.key
+        {
+            self.keys.remove(&k);
+        }
+        self.crons.remove(&id);
+        self.touch(id);
+    }
+}

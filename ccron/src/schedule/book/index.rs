@@ -1,0 +1,112 @@
+//! The due index (inverted priority, due key, id) with its per-priority counts, and the zone
+//! index: keys, their upkeep on every change, and the invariant check.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::timing::jitter_offset_ms;
+use super::{Record, Scheduler, Timing};
+use crate::due::Due;
+
+impl Scheduler {
+    pub(super) fn key_of(id: u64, rec: &Record) -> Option<(u8, Due, u64)> {
+        if rec.paused {
+            return None;
+        }
+        if let Some((owed_ms, _)) = rec.owed {
+            // Owed runs were reached when planned: due at their nominal instant, without
+            // jitter, so any later tick with time takes them (in the canonical order).
+            return Some((u8::MAX - rec.def.priority, Due::Time(owed_ms), id));
+        }
+        let next = rec.next?;
+        let key = match next {
+            Due::Time(t) => Due::Time(t.saturating_add(jitter_offset_ms(id, rec.def.jitter_ms))),
+            seq => seq,
+        };
+        Some((u8::MAX - rec.def.priority, key, id))
+    }
+
+    pub(super) fn unindex(&mut self, id: u64) {
+        if let Some(k) = self.records.get(&id).and_then(|r| Self::key_of(id, r))
+            && self.index.remove(&k)
+            && let Some(n) = self.levels.get_mut(&k.0)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.levels.remove(&k.0);
+            }
+        }
+    }
+
+    /// Indexes record `id` (due index, and zone index for a cron record in a named zone).
+    ///
+    /// Every path that creates or changes a record, including loading one from the pages, ends
+    /// here, which is why the zone index is maintained here too (linking is idempotent).
+    pub(super) fn reindex(&mut self, id: u64) {
+        let Some(rec) = self.records.get(&id) else {
+            return;
+        };
+        if let Timing::Cron {
+            zone: Some(zone), ..
+        } = &rec.def.timing
+            && !self.zoned.get(zone).is_some_and(|ids| ids.contains(&id))
+        {
+            self.zoned.entry(zone.clone()).or_default().insert(id);
+        }
+        if let Some(k) = Self::key_of(id, rec)
+            && self.index.insert(k)
+        {
+            *self.levels.entry(k.0).or_insert(0) += 1;
+        }
+    }
+
+    /// Removes record `id` from the zone index (before its timing changes or it leaves).
+    pub(super) fn unlink_zone(&mut self, id: u64) {
+        let Some(Timing::Cron {
+            zone: Some(zone), ..
+        }) = self.records.get(&id).map(|r| &r.def.timing)
+        else {
+            return;
+        };
+        if let Some(ids) = self.zoned.get_mut(zone) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                let zone = zone.clone();
+                self.zoned.remove(&zone);
+            }
+        }
+    }
+
+    /// Checks the index against the records; returns the first mismatch.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let expected: BTreeSet<_> = self
+            .records
+            .iter()
+            .filter_map(|(&id, r)| Self::key_of(id, r))
+            .collect();
+        if expected != self.index {
+            return Err("due index differs from the records".into());
+        }
+        let total: usize = self.levels.values().sum();
+        if total != self.index.len() {
+            return Err("priority level counts differ from the index".into());
+        }
+        for (k, id) in &self.keys {
+            if self.records.get(id).and_then(|r| r.def.key.as_ref()) != Some(k) {
+                return Err(format!("key {k:?} maps to {id}, which does not hold it"));
+            }
+        }
+        let mut zoned: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for (&id, r) in &self.records {
+            if let Timing::Cron {
+                zone: Some(zone), ..
+            } = &r.def.timing
+            {
+                zoned.entry(zone.clone()).or_default().insert(id);
+            }
+        }
+        if zoned != self.zoned {
+            return Err("zone index differs from the records".into());
+        }
+        Ok(())
+    }
+}

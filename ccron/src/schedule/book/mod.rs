@@ -1,0 +1,155 @@
+//! [`Scheduler`]: schedules as replicated data, naming handlers registered as code.
+//!
+//! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
+//! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
+//! jitter, payload, pause flag, nominal next due point, run counter), optionally under a unique
+//! client key. A due index ordered by (priority, due key, id) holds every active record, so a
+//! tick visits only what is due: O(fired · log n), plus one range probe per priority level in
+//! use, whatever the number of schedules.
+//!
+//! Persistence ([`Scheduler::save`], [`Scheduler::load`]): one record page per record behind a
+//! write-ahead journal, laid out and placed by `store.rs`; a save writes O(records changed)
+//! pages and a crash at any page write reloads as the book before or after the save.
+//!
+//! Files. This module owns the state ([`Scheduler`] and its stored `Record`); the others add
+//! `impl Scheduler` blocks by concern: `types.rs` (the public vocabulary: timings, misfire
+//! policies, requests, limits, errors, views and reports), `handlers.rs` (registered handlers
+//! and a run's context), `timing.rs` (occurrences, jitter, the misfire plan), `index.rs` (due
+//! and zone index upkeep, invariant check), `admission.rs` (validating and applying requests),
+//! `tick.rs` (the budgeted tick), `preview.rs` (looks ahead) and `persist.rs` (save and load).
+
+mod admission;
+mod handlers;
+mod index;
+mod persist;
+mod preview;
+mod tick;
+mod timing;
+mod types;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::store::Placement;
+use crate::cron::{CronSchedule, ZoneRules};
+use crate::due::Due;
+use crate::tick::{ComponentId, TimeMs};
+
+pub use handlers::{HandlerCtx, HandlerFn, Handlers};
+pub use preview::SlotLoad;
+pub use types::{
+    FireRecord, Limits, MAX_FIRE_EACH_CAP, Misfire, NewSchedule, ScheduleError, ScheduleInfo,
+    ScheduleRequest, Target, TickReport, Timing, record_pages_of,
+};
+
+/// A stored schedule (normalised: relative timings resolved).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct Record {
+    def: NewSchedule,
+    paused: bool,
+    /// The nominal next occurrence (before jitter); `None` for a cron schedule past its horizon.
+    next: Option<Due>,
+    /// Runs so far: the occurrence number of the next run (outbox ids).
+    runs: u64,
+    /// Runs of a catch-up the fire budget cut short, still owed: the occurrences from the first
+    /// through the second instant (inclusive, consecutive occurrences of the timing, all reached
+    /// when the catch-up was planned). While set, the record is due at the first, ahead of
+    /// `next` (the resume point after the catch-up).
+    owed: Option<(TimeMs, TimeMs)>,
+}
+
+/// The replicated schedule book with its due index (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    component: ComponentId,
+    limits: Limits,
+    next_id: u64,
+    zones: BTreeMap<String, ZoneRules>,
+    records: BTreeMap<u64, Record>,
+    keys: BTreeMap<String, u64>,
+    /// Parsed cron schedules of the cron records (derived; rebuilt on load).
+    crons: BTreeMap<u64, CronSchedule>,
+    /// Zone name -> ids of the cron records naming it (derived, maintained by `reindex` and
+    /// `remove`): an `InstallZone` re-evaluates exactly the k schedules of its zone.
+    zoned: BTreeMap<String, BTreeSet<u64>>,
+    /// (255 - priority, due key, id) of every active record with a next due point.
+    index: BTreeSet<(u8, Due, u64)>,
+    /// Active index entries per inverted priority (a tick probes only levels in use).
+    levels: BTreeMap<u8, usize>,
+    /// Whether the header (next id, zones) changed since the last save or load.
+    header_dirty: bool,
+    /// Which record page holds each record, page fill, and what changed since the last save.
+    placement: Placement,
+}
+
+impl Scheduler {
+    /// An empty book for `component` (the first part of its occurrence ids).
+    pub fn new(component: ComponentId, limits: Limits) -> Self {
+        Self {
+            component,
+            limits,
+            next_id: 1,
+            zones: BTreeMap::new(),
+            records: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            crons: BTreeMap::new(),
+            zoned: BTreeMap::new(),
+            index: BTreeSet::new(),
+            levels: BTreeMap::new(),
+            header_dirty: false,
+            placement: Placement::new(limits.page_bytes),
+        }
+    }
+
+    /// The component.
+    pub fn component(&self) -> ComponentId {
+        self.component
+    }
+
+    /// How many schedules the book holds.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the book is empty.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Whether the next [`Scheduler::save`] has something to write: the book changed since the
+    /// last save or load, or the load found a journal whose pages the save must first rewrite
+    /// (after which the pages are byte-identical to those of a replica that never stopped).
+    pub fn is_dirty(&self) -> bool {
+        self.header_dirty || !self.placement.dirty_ids.is_empty() || self.placement.replay_pending
+    }
+
+    /// The id of the schedule holding `key`.
+    pub fn id_of(&self, key: &str) -> Option<u64> {
+        self.keys.get(key).copied()
+    }
+
+    /// A view of schedule `id`.
+    pub fn get(&self, id: u64) -> Option<ScheduleInfo> {
+        self.records.get(&id).map(|r| ScheduleInfo {
+            id,
+            schedule: r.def.clone(),
+            paused: r.paused,
+            next: r.next,
+            runs: r.runs,
+            owed: r.owed,
+        })
+    }
+
+    /// Every schedule id, ascending.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.records.keys().copied()
+    }
+}
+
+impl PartialEq for Scheduler {
+    fn eq(&self, other: &Self) -> bool {
+        self.component == other.component
+            && self.next_id == other.next_id
+            && self.zones == other.zones
+            && self.records == other.records
+    }
+}

@@ -1,0 +1,218 @@
+//! A committed tick: the due schedules in canonical order within the fire budget, each stepped
+//! through its owed runs and its misfire plan, with its handler run for every planned occurrence.
+
+use std::collections::BTreeSet;
+
+use super::{FireRecord, HandlerCtx, Handlers, ScheduleError, Scheduler, TickReport, Timing};
+use crate::due::Due;
+use crate::outbox::{OccurrenceId, Outbox};
+use crate::tick::{Tick, TimeMs};
+
+impl Scheduler {
+    /// Up to `budget` due schedule ids in canonical order: priority (high first), then due
+    /// key (time keys before sequence keys), then id. Also whether more were due.
+    fn due_ids(&self, tick: &Tick, budget: usize) -> (Vec<u64>, bool) {
+        let mut out = Vec::new();
+        for &inv in self.levels.keys() {
+            let mut push = |range: std::collections::btree_set::Range<'_, (u8, Due, u64)>| {
+                for (_, _, id) in range {
+                    if out.len() == budget {
+                        return true;
+                    }
+                    out.push(*id);
+                }
+                false
+            };
+            if let Some(now) = tick.agreed_time_ms {
+                let r = self
+                    .index
+                    .range((inv, Due::Time(TimeMs::MIN), 0)..=(inv, Due::Time(now), u64::MAX));
+                if push(r) {
+                    return (out, true);
+                }
+            }
+            let r = self
+                .index
+                .range((inv, Due::Seq(0), 0)..=(inv, Due::Seq(tick.bft_sequence_num), u64::MAX));
+            if push(r) {
+                return (out, true);
+            }
+        }
+        (out, false)
+    }
+
+    /// Runs every due schedule (within the budget) on the committed `tick`: handlers get
+    /// `state`, may emit one record each into `outbox`, and may queue book changes.
+    ///
+    /// The budget ([`Limits::budget_per_tick`](super::Limits::budget_per_tick)) bounds the handler runs (and the schedules
+    /// stepped). Schedules are taken in the canonical order; one whose catch-up does not fit
+    /// runs what fits and keeps the rest owed, taken first (by its earlier due point) on the
+    /// next ticks, so nothing is lost or run twice. Schedules created by handlers during the
+    /// tick wait for the next tick.
+    pub fn on_tick<S>(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        handlers: &mut Handlers<S>,
+        outbox: &mut Outbox,
+    ) -> TickReport {
+        let mut report = TickReport::default();
+        // A zero budget would starve every schedule forever: treat it as 1.
+        let mut left = self.limits.budget_per_tick.max(1);
+        let (ids, _) = self.due_ids(tick, left);
+        if ids.is_empty() {
+            // Nothing due, nothing ran: nothing can be left over (the idle tick's only cost is
+            // the due index probe).
+            return report;
+        }
+        // Handlers may queue requests naming handlers; the set never changes during a tick.
+        let names: BTreeSet<String> = handlers.map.keys().cloned().collect();
+        for id in ids {
+            if left == 0 {
+                break;
+            }
+            self.step_schedule(
+                id,
+                tick,
+                &mut left,
+                &names,
+                state,
+                handlers,
+                outbox,
+                &mut report,
+            );
+        }
+        report.carried_over = !self.due_ids(tick, 1).0.is_empty();
+        report
+    }
+
+    /// Steps schedule `id` (taken from the due snapshot) within `left` runs: its owed runs
+    /// first, then, when they are done and its next point is reached too, a fresh plan.
+    #[allow(clippy::too_many_arguments)]
+    fn step_schedule<S>(
+        &mut self,
+        id: u64,
+        tick: &Tick,
+        left: &mut usize,
+        names: &BTreeSet<String>,
+        state: &mut S,
+        handlers: &mut Handlers<S>,
+        outbox: &mut Outbox,
+        report: &mut TickReport,
+    ) {
+        loop {
+            // A handler earlier in this tick may have cancelled, paused or moved it.
+            let Some(rec) = self.records.get(&id) else {
+                return;
+            };
+            let Some(key) = Self::key_of(id, rec) else {
+                return;
+            };
+            if *left == 0 || !self.index.contains(&key) || !key.1.reached_by(tick) {
+                return;
+            }
+            let was_owed = rec.owed.is_some();
+            let (mut runs, next, owed_first) = match rec.owed {
+                Some((from_ms, last_ms)) => {
+                    let (runs, rest) = self.owed_runs(id, rec, from_ms, last_ms, *left);
+                    (runs, rec.next, rest.map(|r| (r, last_ms)))
+                }
+                None => {
+                    let Some(due) = rec.next else { return };
+                    let (mut runs, next) = self.plan(id, rec, due, tick);
+                    let rest = if runs.len() > *left {
+                        runs.split_off(*left)
+                    } else {
+                        Vec::new()
+                    };
+                    let owed = match (rest.first(), rest.last()) {
+                        (Some(Due::Time(a)), Some(Due::Time(b))) => Some((*a, *b)),
+                        _ => None,
+                    };
+                    (runs, next, owed)
+                }
+            };
+            let handler_name = rec.def.handler.clone();
+            let payload = rec.def.payload.clone();
+            let first_run = rec.runs;
+            let one_shot = matches!(rec.def.timing, Timing::At(_));
+            self.unindex(id);
+            if let Some(r) = self.records.get_mut(&id) {
+                r.next = next;
+                r.owed = owed_first;
+                r.runs = first_run.saturating_add(runs.len() as u64);
+            }
+            if one_shot {
+                self.remove(id);
+            } else {
+                self.reindex(id);
+            }
+            self.touch(id);
+            if runs.is_empty() {
+                report.skipped.push(id);
+                return;
+            }
+            *left = left.saturating_sub(runs.len());
+            let Some(handler) = handlers.map.get_mut(&handler_name) else {
+                tracing::warn!(id, handler = %handler_name, "schedule names an unregistered handler");
+                report
+                    .errors
+                    .push(ScheduleError::UnknownHandler(handler_name));
+                return;
+            };
+            for (i, run_due) in runs.drain(..).enumerate() {
+                let occurrence = first_run.saturating_add(i as u64);
+                let mut ctx = HandlerCtx {
+                    tick,
+                    id,
+                    due: run_due,
+                    occurrence: OccurrenceId::new(self.component, id, occurrence),
+                    payload: &payload,
+                    state: &mut *state,
+                    outbox: &mut *outbox,
+                    emitted: false,
+                    requests: Vec::new(),
+                };
+                handler(&mut ctx);
+                let requests = std::mem::take(&mut ctx.requests);
+                report.fired.push(FireRecord {
+                    id,
+                    due: run_due,
+                    occurrence,
+                });
+                for req in requests {
+                    if let Err(e) = self.apply_with(
+                        req,
+                        |h| names.contains(h),
+                        tick.bft_sequence_num,
+                        tick.agreed_time_ms,
+                    ) {
+                        report.errors.push(e);
+                    }
+                }
+                // A run that cancelled, paused or replaced its own schedule ends its catch-up
+                // (runs still owed are dropped too).
+                if !one_shot
+                    && self
+                        .records
+                        .get(&id)
+                        .is_none_or(|r| r.paused || r.def.handler != handler_name)
+                {
+                    if self.records.get(&id).is_some_and(|r| r.owed.is_some()) {
+                        self.unindex(id);
+                        if let Some(r) = self.records.get_mut(&id) {
+                            r.owed = None;
+                        }
+                        self.reindex(id);
+                    }
+                    return;
+                }
+            }
+            // Only a finished owed catch-up can leave the schedule due again in this tick (its
+            // resume point may be reached): plan it now, as an unbudgeted tick would have.
+            if one_shot || !was_owed {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Occurrences of a schedule's timing: the next one after an instant, the latest reached, owed
+//! catch-up runs, the deterministic jitter offset, and the runs a tick plans under the misfire
+//! policy.
+
+use super::{Misfire, Record, Scheduler, Timing};
+use crate::due::Due;
+use crate::tick::{Tick, TimeMs};
+
+/// Deterministic jitter offset of schedule `id` (splitmix64 finaliser).
+pub(super) fn jitter_offset_ms(id: u64, jitter_ms: u32) -> i64 {
+    if jitter_ms == 0 {
+        return 0;
+    }
+    let mut z = id.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    // The remainder is at most u32::MAX, so the conversion cannot fail.
+    i64::try_from(z % (u64::from(jitter_ms) + 1)).unwrap_or(0)
+}
+
+impl Scheduler {
+    /// The first occurrence of `id`'s timing strictly after `after` (time timings only).
+    pub(super) fn occurrence_after(
+        &self,
+        id: u64,
+        rec: &Record,
+        after_ms: TimeMs,
+    ) -> Option<TimeMs> {
+        match &rec.def.timing {
+            Timing::Cron { .. } => self.crons.get(&id)?.next_after(after_ms),
+            Timing::Every {
+                period_ms,
+                start_ms,
+            } => {
+                let start = (*start_ms)?;
+                if after_ms < start {
+                    return Some(start);
+                }
+                let k = (after_ms - start).div_euclid(*period_ms);
+                start.checked_add(k.checked_add(1)?.checked_mul(*period_ms)?)
+            }
+            _ => None,
+        }
+    }
+
+    /// The latest `count` occurrences of `id`'s timing in `[r1, now]`, ascending (`r1`, an
+    /// occurrence, is reached, so there is at least one): closed form on a periodic grid, a
+    /// backward search from `now` for cron ([`CronSchedule::latest_in`](crate::cron::CronSchedule::latest_in)), never a walk over
+    /// every missed instant.
+    fn latest_reached(
+        &self,
+        id: u64,
+        rec: &Record,
+        r1: TimeMs,
+        now: TimeMs,
+        count: usize,
+    ) -> Vec<Due> {
+        let count = count.max(1);
+        let times = match &rec.def.timing {
+            Timing::Every { period_ms, .. } if *period_ms > 0 && now >= r1 => {
+                let p = i128::from(*period_ms);
+                let reached = (i128::from(now) - i128::from(r1)) / p + 1;
+                let m = reached.min(count as i128);
+                let first = i128::from(r1) + (reached - m) * p;
+                (0..m)
+                    .map(|i| first + i * p)
+                    .filter_map(|t| TimeMs::try_from(t).ok())
+                    .collect()
+            }
+            Timing::Cron { .. } => self
+                .crons
+                .get(&id)
+                .map(|c| c.latest_in(r1.saturating_sub(1), now, count))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        if times.is_empty() {
+            return vec![Due::Time(r1)];
+        }
+        times.into_iter().map(Due::Time).collect()
+    }
+
+    /// The occurrences of `id`'s timing from `from_ms` through `last_ms` (owed runs), at most
+    /// `max`, ascending; and the first one left over, if any.
+    pub(super) fn owed_runs(
+        &self,
+        id: u64,
+        rec: &Record,
+        from_ms: TimeMs,
+        last_ms: TimeMs,
+        max: usize,
+    ) -> (Vec<Due>, Option<TimeMs>) {
+        let mut runs = Vec::new();
+        let mut at = Some(from_ms);
+        while let Some(t) = at {
+            if t > last_ms {
+                return (runs, None);
+            }
+            if runs.len() == max {
+                return (runs, Some(t));
+            }
+            runs.push(Due::Time(t));
+            at = self.occurrence_after(id, rec, t);
+        }
+        (runs, None)
+    }
+
+    /// The due points `id`'s next tick at `now` runs for, and its next nominal point.
+    pub(super) fn plan(
+        &self,
+        id: u64,
+        rec: &Record,
+        due: Due,
+        tick: &Tick,
+    ) -> (Vec<Due>, Option<Due>) {
+        let one_shot = matches!(rec.def.timing, Timing::At(_));
+        let now_ms = tick.agreed_time_ms;
+        if one_shot {
+            let runs = match (rec.def.misfire, due, now_ms) {
+                (Misfire::ExpireAfter { deadline_ms }, Due::Time(t), Some(now))
+                    if now.saturating_sub(t) > deadline_ms =>
+                {
+                    Vec::new()
+                }
+                _ => vec![due],
+            };
+            return (runs, None);
+        }
+        let (Due::Time(r1), Some(now)) = (due, now_ms) else {
+            return (Vec::new(), rec.next);
+        };
+        // An occurrence is reached when its *jittered* instant has passed: with jitter J, the
+        // tick at `now` has reached the nominal occurrences <= now - J. One nominally past but
+        // not yet at its jittered instant is neither run early nor dropped: it stays next.
+        // (The record was taken because r1 + J <= now, so r1 is reached.)
+        let now = now
+            .saturating_sub(jitter_offset_ms(id, rec.def.jitter_ms))
+            .max(r1);
+        let next = self.occurrence_after(id, rec, now).map(Due::Time);
+        let runs = match rec.def.misfire {
+            Misfire::FireOnce => self.latest_reached(id, rec, r1, now, 1),
+            Misfire::Skip => {
+                let r2 = self.occurrence_after(id, rec, r1);
+                if r2.is_none_or(|r2| r2 > now) {
+                    vec![due]
+                } else {
+                    Vec::new()
+                }
+            }
+            Misfire::FireEach { cap } => self.latest_reached(id, rec, r1, now, cap as usize),
+            Misfire::ExpireAfter { deadline_ms } => {
+                // Fire once for the latest reached occurrence, unless even that one is stale.
+                let mut latest = self.latest_reached(id, rec, r1, now, 1);
+                latest.retain(|d| {
+                    d.time_ms()
+                        .is_some_and(|t| now.saturating_sub(t) <= deadline_ms)
+                });
+                latest
+            }
+        };
+        (runs, next)
+    }
+}

@@ -1,0 +1,315 @@
+//! The book's public vocabulary: timings, misfire policies, schedule definitions and requests,
+//! limits, errors, and the views and reports the book hands out.
+
+use crate::codec::CodecError;
+use crate::cron::{CronError, ZoneRules};
+use crate::due::Due;
+use crate::outbox::OutboxError;
+use crate::pages::PageRange;
+use crate::schedule::store::Layout;
+use crate::tick::TimeMs;
+
+/// When a schedule fires.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum Timing {
+    /// A cron expression read in the zone named `zone` (rules installed in the book with
+    /// [`ScheduleRequest::InstallZone`]; `None` = UTC). First fire: strictly after admission.
+    Cron {
+        /// The expression (`docs/cron-expressions.md`).
+        expression: String,
+        /// The zone's name, or `None` for UTC.
+        zone: Option<String>,
+    },
+    /// Every `period_ms` of agreed time on the grid `start_ms + k·period_ms` (`start_ms`
+    /// defaults to the admission time: the first run is due at once).
+    Every {
+        /// The period, positive.
+        period_ms: i64,
+        /// The grid's origin.
+        start_ms: Option<TimeMs>,
+    },
+    /// Once, at an agreed time or sequence number (a delayed one-shot task).
+    At(Due),
+    /// Once, `delay_ms` of agreed time after admission (stored as [`Timing::At`]).
+    AfterMs(i64),
+    /// Once, `delay` sequence numbers after admission (stored as [`Timing::At`]).
+    AfterSeqs(u64),
+}
+
+/// What a tick does with the occurrences of a schedule it reached late.
+///
+/// The tick at time `now` has reached the occurrences `r1 < r2 < … <= rk <= now` (at least
+/// one). The recurring policies follow the same rule as the periodic table entries'
+/// [`crate::MisfirePolicy`]: a catch-up stands for the *most recent* missed occurrences
+/// (Kubernetes' "latest only", Quartz's fire-once-now), and the phase never drifts (the next
+/// occurrence is the first of the timing after `now`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+pub enum Misfire {
+    /// Run only when the tick is on time (only `r1` reached); otherwise run nothing and wait for
+    /// the next occurrence after `now`.
+    Skip,
+    /// Run once, for the latest reached occurrence `rk`; the earlier ones are dropped. The
+    /// default.
+    #[default]
+    FireOnce,
+    /// Run once per reached occurrence, the latest `min(k, cap)` of them in ascending order;
+    /// older ones beyond the cap are dropped.
+    FireEach {
+        /// The most runs one tick may cause for this schedule (at least 1).
+        cap: u32,
+    },
+    /// Fire once with a deadline: run once, for the latest reached occurrence, if it is at most
+    /// `deadline_ms` old; when it is older (e.g. an order-expiry task after a long outage), run
+    /// nothing.
+    ExpireAfter {
+        /// How late a run may still happen.
+        deadline_ms: i64,
+    },
+}
+
+/// A schedule as requested (see [`ScheduleRequest`]).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct NewSchedule {
+    /// A unique client key (create-or-replace by key, cancel by key), or none.
+    pub key: Option<String>,
+    /// The registered handler it runs.
+    pub handler: String,
+    /// When it fires.
+    pub timing: Timing,
+    /// What a late tick does.
+    pub misfire: Misfire,
+    /// Higher runs first when the per-tick budget cannot fit everything due.
+    pub priority: u8,
+    /// Each time occurrence's run is delayed by `hash(id) mod (jitter_ms + 1)` ms: spreads
+    /// schedules sharing an instant, identically on every replica.
+    pub jitter_ms: u32,
+    /// Opaque bytes handed to the handler.
+    pub payload: Vec<u8>,
+}
+
+impl NewSchedule {
+    /// A schedule running `handler` on `timing`, default policy (fire once, priority 0, no
+    /// jitter, empty payload, no key).
+    pub fn new(handler: impl Into<String>, timing: Timing) -> Self {
+        Self {
+            key: None,
+            handler: handler.into(),
+            timing,
+            misfire: Misfire::default(),
+            priority: 0,
+            jitter_ms: 0,
+            payload: Vec::new(),
+        }
+    }
+
+    /// With a client key.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// With a misfire policy.
+    pub fn with_misfire(mut self, misfire: Misfire) -> Self {
+        self.misfire = misfire;
+        self
+    }
+
+    /// With a priority.
+    pub fn with_priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// With jitter.
+    pub fn with_jitter_ms(mut self, jitter_ms: u32) -> Self {
+        self.jitter_ms = jitter_ms;
+        self
+    }
+
+    /// With a payload.
+    pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = payload.into();
+        self
+    }
+}
+
+/// Which schedule a request addresses.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum Target {
+    /// By the id the book assigned.
+    Id(u64),
+    /// By client key.
+    Key(String),
+}
+
+/// A change to the book: what a client request executed by the ledger, or a handler, carries.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum ScheduleRequest {
+    /// A new schedule (its key, if any, must be free).
+    Create(NewSchedule),
+    /// Create, or replace the schedule holding the same key (the key is required).
+    Upsert(NewSchedule),
+    /// Replace an existing schedule's definition (it keeps its id and run counter, and is
+    /// re-armed from the admission point, dropping runs still owed from a catch-up; a paused one
+    /// stays paused).
+    Replace {
+        /// The schedule.
+        target: Target,
+        /// Its new definition (its key must be the target's or free).
+        schedule: NewSchedule,
+    },
+    /// Stop firing, keeping the next due point (the phase).
+    Pause(Target),
+    /// Fire again from the kept next due point; occurrences passed meanwhile go through the
+    /// misfire policy on the next tick.
+    Resume(Target),
+    /// Remove the schedule.
+    Cancel(Target),
+    /// Install (or update) zone rules cron schedules may name. Every admitted cron schedule in
+    /// that zone (running or paused) is re-evaluated under the new rules: its next due point
+    /// becomes the first instant of the new rules after the request's agreed time, or at or
+    /// after its old point when that was already reached (see `docs/scheduling.md`, "Zone rule
+    /// changes").
+    InstallZone(ZoneRules),
+}
+
+/// Bounds on what the book admits (configuration, identical on every replica).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most schedules held.
+    pub max_schedules: usize,
+    /// Longest payload, bytes.
+    pub max_payload_bytes: usize,
+    /// Longest key or handler name, bytes.
+    pub max_name_bytes: usize,
+    /// Most zones installed.
+    pub max_zones: usize,
+    /// Size of the reserved pages the book is saved into (the store's page size may be larger,
+    /// never smaller). Every stored record must fit one page: admission rejects a schedule
+    /// whose stored form exceeds `page_bytes` minus 44 bytes of page and blob headers with
+    /// [`ScheduleError::Limit`]. Part of the stored layout: loading pages saved with another
+    /// value is an error.
+    pub page_bytes: usize,
+    /// The record pages of the range the book is saved into ([`record_pages_of`]); when set, a
+    /// new schedule that no record page could hold is rejected at admission
+    /// ([`ScheduleError::Limit`], nothing changes) instead of failing the next save. `None`:
+    /// checked only by the save.
+    pub max_record_pages: Option<u32>,
+    /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
+    /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
+    /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
+    /// middle of a catch-up resumes it where it stopped. 0 is treated as 1.
+    pub budget_per_tick: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_schedules: 2_000_000,
+            max_payload_bytes: 4_096,
+            max_name_bytes: 128,
+            max_zones: 64,
+            page_bytes: 4_096,
+            max_record_pages: None,
+            budget_per_tick: 10_000,
+        }
+    }
+}
+
+/// How many record pages a book saved into `range` has (0 when the range is too small to lay
+/// out): the value for [`Limits::max_record_pages`].
+pub fn record_pages_of(range: PageRange) -> u32 {
+    Layout::of(range).map_or(0, |l| l.record_pages)
+}
+
+/// Errors of admitting requests, running ticks and persisting the book.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScheduleError {
+    /// No handler of this name is registered.
+    #[error("unknown handler {0:?}")]
+    UnknownHandler(String),
+    /// No schedule has this id or key.
+    #[error("no schedule {0:?}")]
+    UnknownSchedule(Target),
+    /// The key is held by another schedule.
+    #[error("key {0:?} already used")]
+    KeyInUse(String),
+    /// An upsert without a key.
+    #[error("upsert needs a key")]
+    MissingKey,
+    /// The cron expression or zone is invalid.
+    #[error(transparent)]
+    Cron(#[from] CronError),
+    /// A cron schedule names a zone not installed in the book.
+    #[error("zone {0:?} is not installed")]
+    UnknownZone(String),
+    /// A period or delay is not positive, or a misfire parameter is out of range.
+    #[error("invalid schedule: {0}")]
+    Invalid(String),
+    /// The timing is relative to admission time but the request was executed without agreed
+    /// time.
+    #[error("the schedule needs agreed time at admission")]
+    NeedsTime,
+    /// A limit of [`Limits`] would be exceeded.
+    #[error("limit exceeded: {0}")]
+    Limit(String),
+    /// A handler emitted a second outbox record for one occurrence (its id would repeat).
+    #[error("one outbox record per occurrence")]
+    SecondEmit,
+    /// Appending to the outbox failed.
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+    /// The pages failed or held a corrupt or oversized book.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// A decoded book violates its invariants.
+    #[error("stored schedule book is invalid: {0}")]
+    Corrupt(String),
+}
+
+/// Largest [`Misfire::FireEach`] cap: bounds the occurrences one tick enumerates for one
+/// schedule (a cron job every second after a year-long stall must not walk 31 million instants).
+pub const MAX_FIRE_EACH_CAP: u32 = 1_000;
+
+/// A read-only view of one schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleInfo {
+    /// Its id.
+    pub id: u64,
+    /// Its definition (relative timings resolved to [`Timing::At`]).
+    pub schedule: NewSchedule,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Its nominal next occurrence.
+    pub next: Option<Due>,
+    /// Its runs so far.
+    pub runs: u64,
+    /// Runs of a catch-up the fire budget carried over: the first and last owed occurrence
+    /// (run before `next`, on the next ticks).
+    pub owed: Option<(TimeMs, TimeMs)>,
+}
+
+/// One run of a handler in a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FireRecord {
+    /// The schedule.
+    pub id: u64,
+    /// The nominal occurrence it ran for.
+    pub due: Due,
+    /// Its occurrence number (the third part of its [`OccurrenceId`](crate::outbox::OccurrenceId)).
+    pub occurrence: u64,
+}
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickReport {
+    /// Handler runs, in execution order.
+    pub fired: Vec<FireRecord>,
+    /// Schedules whose reached occurrences the misfire policy dropped without a run.
+    pub skipped: Vec<u64>,
+    /// Whether the budget stopped the tick with schedules still due (they carry over).
+    pub carried_over: bool,
+    /// Errors: requests emitted by handlers that were rejected, failed emits, missing handlers.
+    pub errors: Vec<ScheduleError>,
+}
