@@ -41,6 +41,8 @@
 mod zone;
 mod zoned;
 
+use core::cell::Cell;
+
 use croner::parser::{CronParser, Seconds, Year};
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +50,7 @@ pub use zone::{
     LocalResolution, MAX_OFFSET_S, MAX_TRANSITIONS, MAX_ZONE_NAME_LEN, RULES_HORIZON_S,
     RULES_START_S, ZoneRules, ZoneTransition,
 };
-use zoned::{ZonedSecond, days_from_civil, weekday_from_days};
+use zoned::{Budget, Stop, ZonedSecond, days_from_civil, weekday_from_days};
 
 use crate::tick::TimeMs;
 
@@ -63,6 +65,18 @@ pub const MIN_SEARCH_S: i64 = RULES_START_S;
 
 /// Searches never start at or after 4000-01-01T00:00:00Z: `next_after` returns `None` there.
 pub const MAX_SEARCH_S: i64 = 64_060_588_800;
+
+/// Steps one [`CronSchedule::next_after`] may spend: a step is one wall time resolved during a
+/// search (one iteration of croner's walk) or one zone transition examined for a swallowed wall
+/// time. A search that runs out gives `None` ([`CronSchedule::try_next_after`]:
+/// [`CronError::SearchBudgetExhausted`]), at the same step on every replica. Admission
+/// guarantees a matching wall time on every matching day, so real searches spend a handful of
+/// steps, plus one per spring-forward gap and per zone transition crossed.
+pub const SEARCH_STEP_BUDGET: u32 = 4_096;
+
+/// Searches ([`CronSchedule::next_after`]) one [`CronSchedule::latest_in`] may run, besides
+/// `count`: the budget is `LATEST_IN_SEARCH_BUDGET + 4·count` searches.
+pub const LATEST_IN_SEARCH_BUDGET: u32 = 512;
 
 /// Errors of cron expressions, zones and previews. Every message is one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,8 +98,9 @@ pub enum CronError {
         /// Why it was rejected.
         reason: String,
     },
-    /// The expression parses but no date in a whole 400-year Gregorian cycle matches it, so it
-    /// can never fire.
+    /// The expression parses but can never fire: one of its time fields (second, minute, hour)
+    /// matches no value (`0 0 , * * *`), or no date in a whole 400-year Gregorian cycle matches
+    /// its month and day fields (`0 0 30 2 *`).
     #[error("cron expression {expression:?} can never fire")]
     NeverFires {
         /// The expression as given.
@@ -110,6 +125,14 @@ pub enum CronError {
         input: String,
         /// Why it was rejected.
         reason: String,
+    },
+    /// A search ran out of its step budget ([`SEARCH_STEP_BUDGET`],
+    /// [`LATEST_IN_SEARCH_BUDGET`]) before finding its answer; every replica stops at the same
+    /// step.
+    #[error("cron search for {expression:?} ran out of its step budget")]
+    SearchBudgetExhausted {
+        /// The expression searched.
+        expression: String,
     },
     /// A preview asked for more than [`MAX_PREVIEW_COUNT`] instants.
     #[error("preview of {count} instants requested, at most {max} allowed")]
@@ -215,26 +238,51 @@ impl CronSchedule {
     }
 
     /// The first fire instant strictly after `time_ms` (ms since the Unix epoch), or `None` when
-    /// there is none before year 4000 (or `time_ms` is at or beyond it).
+    /// there is none before year 4000 (or `time_ms` is at or beyond it), or when the search
+    /// spends its [`SEARCH_STEP_BUDGET`] (logged; [`Self::try_next_after`] tells the cases
+    /// apart). The outcome is a function of the schedule and `time_ms` only.
     pub fn next_after(&self, time_ms: TimeMs) -> Option<TimeMs> {
+        match self.try_next_after(time_ms) {
+            Ok(next) => next,
+            Err(error) => {
+                tracing::warn!(expression = %self.expression, time_ms, %error, "cron: search stopped");
+                None
+            }
+        }
+    }
+
+    /// [`Self::next_after`], with a spent budget as an error.
+    ///
+    /// # Errors
+    /// [`CronError::SearchBudgetExhausted`] when the search spends [`SEARCH_STEP_BUDGET`] steps.
+    pub fn try_next_after(&self, time_ms: TimeMs) -> Result<Option<TimeMs>, CronError> {
+        let budget = Budget::new(SEARCH_STEP_BUDGET);
+        self.next_after_in(time_ms, &budget)
+            .map_err(|Exhausted| CronError::SearchBudgetExhausted {
+                expression: self.expression.clone(),
+            })
+    }
+
+    /// [`Self::next_after`] under `budget`.
+    fn next_after_in(&self, time_ms: TimeMs, budget: &Budget) -> Result<Option<TimeMs>, Exhausted> {
         let from_s = time_ms.div_euclid(1_000);
         if from_s >= MAX_SEARCH_S {
-            return None;
+            return Ok(None);
         }
         // Before 1900 the zone rules are a single offset anyway; start just before 1900 (the
         // answer is still strictly after `time_ms`).
         let from_s = from_s.max(MIN_SEARCH_S - 1);
         let next_s = if self.is_wall_clock() {
-            self.next_wall_clock_s(from_s)
+            self.next_wall_clock_s(from_s, budget)?
         } else {
-            self.croner_next_s(from_s)
-        }?;
-        if next_s >= MAX_SEARCH_S {
-            return None;
-        }
-        let next_ms = next_s.checked_mul(1_000)?;
-        debug_assert!(next_ms > time_ms);
-        Some(next_ms)
+            self.croner_next_s(from_s, budget)?
+        };
+        let Some(next_s) = next_s.filter(|&s| s < MAX_SEARCH_S) else {
+            return Ok(None);
+        };
+        let next_ms = next_s.checked_mul(1_000);
+        debug_assert!(next_ms.is_none_or(|ms| ms > time_ms));
+        Ok(next_ms)
     }
 
     /// Whether the pattern names specific hours (its hour field is neither `*` nor `*/n`): such a
@@ -244,39 +292,63 @@ impl CronSchedule {
         !self.cron.pattern.hours.from_wildcard
     }
 
-    /// croner's answer strictly after `from_s` (UTC seconds).
-    fn croner_next_s(&self, from_s: i64) -> Option<i64> {
+    /// croner's answer strictly after `from_s` (UTC seconds), `Ok(None)` when croner finds
+    /// none (it gives up at year 5000).
+    ///
+    /// A walk that reaches a wall time inside a spring-forward gap is stopped there (croner
+    /// would step through the gap a second at a time: up to a day of steps, e.g. Pacific/Apia
+    /// skipped all of 2011-12-30) and resumed, inclusive, at the instant the gap ends: no wall
+    /// time in the gap exists, so an interval job's next run is the first match from the end
+    /// of the gap, and a wall-clock job's swallowed run is found by [`Self::first_gap_run_s`].
+    /// Each resumption starts at a later transition and costs at least one step: bounded.
+    fn croner_next_s(&self, from_s: i64, budget: &Budget) -> Result<Option<i64>, Exhausted> {
         let mut from_s = from_s;
-        // croner gives up inside a clock jump longer than two hours (Pacific/Apia skipped all of
-        // 2011-12-30). Rather than let the schedule die, resume once past each such jump.
-        // Bounded by the attempts.
         let mut inclusive = false;
-        for _attempt in 0..4 {
-            let start = ZonedSecond::new(from_s, &self.zone);
+        loop {
+            let start = ZonedSecond::new(from_s, &self.zone, budget);
             // Exclusive search from the whole second: fire instants are whole seconds, so
             // "after the second containing time_ms" is exactly "strictly after time_ms".
             // A resumed search starts at a transition instant, which is after the original start
             // and may itself fire (e.g. local midnight right after the jump): inclusive.
             match self.cron.find_next_occurrence(&start, inclusive) {
-                Ok(next) => return Some(next.utc_s),
-                Err(error) => {
-                    tracing::debug!(
-                        expression = %self.expression,
-                        from_s,
-                        %error,
-                        "cron: search failed; resuming after the next zone transition"
-                    );
-                    let transitions = self.zone.transitions();
-                    let next_jump = transitions
-                        [transitions.partition_point(|t| t.at_utc_s <= from_s)..]
-                        .first()
-                        .map(|t| t.at_utc_s)?;
-                    from_s = next_jump;
-                    inclusive = true;
-                }
+                Ok(next) => return Ok(Some(next.utc_s)),
+                Err(error) => match budget.take_stop() {
+                    Some(Stop::Exhausted) => return Err(Exhausted),
+                    Some(Stop::Gap(local_s)) => {
+                        let Some(end_s) = self.gap_end_after(from_s, local_s) else {
+                            // Not reachable with validated rules; stop deterministically.
+                            tracing::warn!(expression = %self.expression, from_s, local_s,
+                                "cron: gap without a transition; search stopped");
+                            return Err(Exhausted);
+                        };
+                        from_s = end_s;
+                        inclusive = true;
+                    }
+                    None => {
+                        tracing::debug!(expression = %self.expression, from_s, %error,
+                            "cron: croner found no occurrence");
+                        return Ok(None);
+                    }
+                },
             }
         }
-        None
+    }
+
+    /// The UTC instant at which the spring-forward gap holding local second `local_s` ends: the
+    /// first forward transition after `from_s` whose gap contains it.
+    fn gap_end_after(&self, from_s: i64, local_s: i64) -> Option<i64> {
+        let transitions = self.zone.transitions();
+        let first = transitions.partition_point(|t| t.at_utc_s <= from_s);
+        (first..transitions.len()).find_map(|index| {
+            let t = transitions.get(index)?;
+            let before_s = match index.checked_sub(1) {
+                Some(i) => transitions.get(i).map_or(0, |p| p.offset_s),
+                None => self.zone.initial_offset_s(),
+            };
+            let start_local_s = t.at_utc_s + i64::from(before_s);
+            let end_local_s = t.at_utc_s + i64::from(t.offset_s);
+            (start_local_s <= local_s && local_s < end_local_s).then_some(t.at_utc_s)
+        })
     }
 
     /// The next run of a wall-clock job strictly after `from_s`: croner's answer, corrected so
@@ -284,38 +356,49 @@ impl CronSchedule {
     /// a wall time repeated by a fall-back runs only at its earlier instant. (croner already
     /// does both for single-time patterns; this extends it to lists, ranges and minute steps
     /// within specific hours, e.g. `0 1,13 * * *` or `*/15 2 * * *`.)
-    fn next_wall_clock_s(&self, from_s: i64) -> Option<i64> {
+    fn next_wall_clock_s(&self, from_s: i64, budget: &Budget) -> Result<Option<i64>, Exhausted> {
         let mut cur_s = from_s;
         // Each round either returns or moves past one fall-back overlap; a handful suffices (a
         // zone has at most a few transitions between two runs of a job that fires at all).
         for _round in 0..16 {
-            let found = self.croner_next_s(cur_s);
+            let found = self.croner_next_s(cur_s, budget)?;
             let upper_s = found.unwrap_or(MAX_SEARCH_S);
-            if let Some(gap_run_s) = self.first_gap_run_s(cur_s, upper_s) {
-                return Some(gap_run_s);
+            if let Some(gap_run_s) = self.first_gap_run_s(cur_s, upper_s, budget)? {
+                return Ok(Some(gap_run_s));
             }
-            let found_s = found?;
+            let Some(found_s) = found else {
+                return Ok(None);
+            };
             match self.later_fold_end_s(found_s) {
                 // On the repeated half of an overlap: that wall time already had its run at the
                 // earlier instant; search on from the end of the overlap.
                 Some(end_s) => cur_s = end_s - 1,
-                None => return Some(found_s),
+                None => return Ok(Some(found_s)),
             }
         }
-        None
+        Err(Exhausted)
     }
 
     /// The first forward clock jump at `at` with `from_s < at <= upper_s` that swallowed a
     /// matching wall time, provided the wall date right after the jump still matches the day
     /// fields (croner's own rule for single-time jobs): the job runs at `at`.
-    fn first_gap_run_s(&self, from_s: i64, upper_s: i64) -> Option<i64> {
+    fn first_gap_run_s(
+        &self,
+        from_s: i64,
+        upper_s: i64,
+        budget: &Budget,
+    ) -> Result<Option<i64>, Exhausted> {
         let transitions = self.zone.transitions();
         let first = transitions.partition_point(|t| t.at_utc_s <= from_s);
-        let utc = ZoneRules::utc();
         for index in first..transitions.len() {
-            let t = transitions.get(index)?;
+            let Some(t) = transitions.get(index) else {
+                break;
+            };
             if t.at_utc_s > upper_s {
                 break;
+            }
+            if !budget.charge() {
+                return Err(Exhausted);
             }
             let before_s = match index.checked_sub(1) {
                 Some(i) => transitions.get(i).map_or(0, |p| p.offset_s),
@@ -326,14 +409,31 @@ impl CronSchedule {
             }
             let gap_start_local_s = t.at_utc_s + i64::from(before_s);
             let gap_end_local_s = t.at_utc_s + i64::from(t.offset_s);
-            // Search wall time as if it were UTC: the first matching wall second in the gap.
-            let probe = ZonedSecond::new(gap_start_local_s - 1, &utc);
-            let swallowed = self
-                .cron
-                .find_next_occurrence(&probe, false)
-                .is_ok_and(|m| m.utc_s < gap_end_local_s);
+            // Whether a matching wall second lies in the gap, from the field sets (no search).
+            let swallowed = self.first_wall_match(gap_start_local_s, gap_end_local_s).is_some();
             if swallowed && self.day_fields_match(gap_end_local_s) {
-                return Some(t.at_utc_s);
+                return Ok(Some(t.at_utc_s));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The first wall time (local seconds, read as if UTC) in `[from_local_s, to_local_s)` that
+    /// the pattern matches, computed from the field sets: at most a few days (a gap is shorter
+    /// than two days), each costing at most 24 + 2·60 + 2·60 field checks.
+    fn first_wall_match(&self, from_local_s: i64, to_local_s: i64) -> Option<i64> {
+        let p = &self.cron.pattern;
+        let first_day = from_local_s.div_euclid(86_400);
+        let last_day = to_local_s.saturating_sub(1).div_euclid(86_400);
+        for day in first_day..=last_day.min(first_day.saturating_add(3)) {
+            let day_start_s = day * 86_400;
+            if !self.day_fields_match(day_start_s) {
+                continue;
+            }
+            let from_tod = (from_local_s - day_start_s).clamp(0, 86_400) as u32;
+            if let Some(tod) = first_time_of_day_at_or_after(p, from_tod) {
+                let at_s = day_start_s + i64::from(tod);
+                return (at_s < to_local_s).then_some(at_s);
             }
         }
         None
@@ -376,7 +476,9 @@ impl CronSchedule {
                 .unwrap_or(false)
     }
 
-    /// Up to `count` successive fire instants strictly after `from_ms`.
+    /// Up to `count` successive fire instants strictly after `from_ms`. Each is one
+    /// [`Self::next_after`] under its own [`SEARCH_STEP_BUDGET`]; the preview stops at the
+    /// first search that finds nothing or spends its budget.
     pub fn preview(&self, from_ms: TimeMs, count: usize) -> Vec<TimeMs> {
         let mut out = Vec::with_capacity(count.min(MAX_PREVIEW_COUNT));
         let mut at_ms = from_ms;
@@ -403,34 +505,96 @@ impl CronSchedule {
     /// seconds, so a span of fewer than `2·count + 8` seconds is always walked: both searches
     /// end, after O(count + log(span)) searches for evenly spread instants and
     /// O(count · log(span)) at worst.
+    ///
+    /// Budget: at most [`LATEST_IN_SEARCH_BUDGET`] `+ 4·count` searches, each under its own
+    /// [`SEARCH_STEP_BUDGET`]. A catch-up that spends it gets an empty list (logged;
+    /// [`Self::try_latest_in`] returns the error), the same on every replica.
     pub fn latest_in(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Vec<TimeMs> {
+        match self.try_latest_in(after_ms, through_ms, count) {
+            Ok(latest) => latest,
+            Err(error) => {
+                tracing::warn!(expression = %self.expression, after_ms, through_ms, count, %error,
+                    "cron: catch-up search stopped");
+                Vec::new()
+            }
+        }
+    }
+
+    /// [`Self::latest_in`], with a spent budget as an error.
+    ///
+    /// # Errors
+    /// [`CronError::SearchBudgetExhausted`] when the searches spend their budget.
+    pub fn try_latest_in(
+        &self,
+        after_ms: TimeMs,
+        through_ms: TimeMs,
+        count: usize,
+    ) -> Result<Vec<TimeMs>, CronError> {
+        let searches = u32::try_from(count)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(4)
+            .saturating_add(LATEST_IN_SEARCH_BUDGET);
+        let searches = Cell::new(searches);
+        self.latest_in_budgeted(after_ms, through_ms, count, &searches)
+            .map_err(|Exhausted| CronError::SearchBudgetExhausted {
+                expression: self.expression.clone(),
+            })
+    }
+
+    fn latest_in_budgeted(
+        &self,
+        after_ms: TimeMs,
+        through_ms: TimeMs,
+        count: usize,
+        searches: &Cell<u32>,
+    ) -> Result<Vec<TimeMs>, Exhausted> {
         if count == 0 || through_ms <= after_ms {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let mut window_ms = i128::try_from(count)
             .unwrap_or(i128::MAX)
             .saturating_mul(1_000);
         loop {
             let lower_ms = (i128::from(through_ms) - window_ms).max(i128::from(after_ms)) as TimeMs;
-            match self.walk_tail(lower_ms, through_ms, count) {
-                Some(tail) if tail.len() == count || lower_ms == after_ms => return tail,
+            match self.walk_tail(lower_ms, through_ms, count, searches)? {
+                Some(tail) if tail.len() == count || lower_ms == after_ms => return Ok(tail),
                 Some(_) => window_ms = window_ms.saturating_mul(2),
-                None => return self.latest_by_halving(lower_ms, through_ms, count),
+                None => return self.latest_by_halving(lower_ms, through_ms, count, searches),
             }
         }
     }
 
+    /// One budgeted search for [`Self::latest_in`].
+    fn counted_next_after(
+        &self,
+        at_ms: TimeMs,
+        searches: &Cell<u32>,
+    ) -> Result<Option<TimeMs>, Exhausted> {
+        let left = searches.get().checked_sub(1).ok_or(Exhausted)?;
+        searches.set(left);
+        self.next_after_in(at_ms, &Budget::new(SEARCH_STEP_BUDGET))
+    }
+
     /// The last `count` instants of `(after_ms, through_ms]` by walking forward, or `None` when
     /// the interval holds more than `2·count + 8` (too many to walk).
-    fn walk_tail(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Option<Vec<TimeMs>> {
+    fn walk_tail(
+        &self,
+        after_ms: TimeMs,
+        through_ms: TimeMs,
+        count: usize,
+        searches: &Cell<u32>,
+    ) -> Result<Option<Vec<TimeMs>>, Exhausted> {
         let walk_limit = count.saturating_mul(2).saturating_add(8);
         let mut ring = std::collections::VecDeque::with_capacity(count.min(MAX_PREVIEW_COUNT));
         let mut at_ms = after_ms;
         let mut walked = 0usize;
-        while let Some(t) = self.next_after(at_ms).filter(|&t| t <= through_ms) {
+        while let Some(t) = self
+            .counted_next_after(at_ms, searches)?
+            .filter(|&t| t <= through_ms)
+        {
             walked += 1;
             if walked > walk_limit {
-                return None;
+                return Ok(None);
             }
             if ring.len() == count {
                 ring.pop_front();
@@ -438,26 +602,33 @@ impl CronSchedule {
             ring.push_back(t);
             at_ms = t;
         }
-        Some(ring.into())
+        Ok(Some(ring.into()))
     }
 
     /// [`Self::latest_in`] by halving: the latest half first, then what is still missing from
     /// the earlier half.
-    fn latest_by_halving(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Vec<TimeMs> {
+    fn latest_by_halving(
+        &self,
+        after_ms: TimeMs,
+        through_ms: TimeMs,
+        count: usize,
+        searches: &Cell<u32>,
+    ) -> Result<Vec<TimeMs>, Exhausted> {
         if count == 0 || through_ms <= after_ms {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        if let Some(tail) = self.walk_tail(after_ms, through_ms, count) {
-            return tail;
+        if let Some(tail) = self.walk_tail(after_ms, through_ms, count, searches)? {
+            return Ok(tail);
         }
         let mid_ms = ((i128::from(after_ms) + i128::from(through_ms)) / 2) as TimeMs;
-        let mut latest = self.latest_by_halving(mid_ms, through_ms, count);
+        let mut latest = self.latest_by_halving(mid_ms, through_ms, count, searches)?;
         if latest.len() < count {
-            let mut earlier = self.latest_by_halving(after_ms, mid_ms, count - latest.len());
+            let mut earlier =
+                self.latest_by_halving(after_ms, mid_ms, count - latest.len(), searches)?;
             earlier.append(&mut latest);
             latest = earlier;
         }
-        latest
+        Ok(latest)
     }
 }
 
@@ -517,9 +688,45 @@ impl<Context> bincode::Decode<Context> for CronSchedule {
 
 bincode::impl_borrow_decode!(CronSchedule);
 
-/// Whether any date matches the pattern's month and day fields, i.e. whether it can ever fire:
-/// every pattern has at least one second, minute and hour, and a fixed-time job in a DST gap
-/// still fires after the gap.
+/// A search ran out of its budget (internal; [`CronError::SearchBudgetExhausted`] outside).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Exhausted;
+
+/// The first second of the day (0..86 400) at or after `from_tod` whose hour, minute and second
+/// the pattern matches, from the field sets: at most 24 hour checks and two scans of the
+/// minutes and seconds (the first matching hour at or after the start may have no matching
+/// minute left; the next one then matches from minute 0).
+fn first_time_of_day_at_or_after(p: &croner::CronPattern, from_tod: u32) -> Option<u32> {
+    let (from_h, from_m, from_s) = (from_tod / 3_600, from_tod / 60 % 60, from_tod % 60);
+    let hit = |f: Result<bool, croner::errors::CronError>| f.unwrap_or(false);
+    for h in from_h..24 {
+        if !hit(p.hour_match(h)) {
+            continue;
+        }
+        let m0 = if h == from_h { from_m } else { 0 };
+        for m in m0..60 {
+            if !hit(p.minute_match(m)) {
+                continue;
+            }
+            let s0 = if h == from_h && m == from_m { from_s } else { 0 };
+            if let Some(s) = (s0..60).find(|&s| hit(p.second_match(s))) {
+                return Some(h * 3_600 + m * 60 + s);
+            }
+        }
+    }
+    None
+}
+
+/// Whether the pattern can ever fire: its second, minute and hour fields each match some value
+/// (so every matching day has a matching wall time), and some date matches its month and day
+/// fields. Exact in wall time (a fixed-time job in a DST gap still fires after the gap); a job
+/// whose only matching wall times all fall in some zone's gaps is admitted and its searches
+/// end, within their budget, with `None`.
+fn can_ever_fire(cron: &croner::Cron) -> bool {
+    first_time_of_day_at_or_after(&cron.pattern, 0).is_some() && some_day_matches(cron)
+}
+
+/// Whether any date matches the pattern's month and day fields.
 ///
 /// Exact and bounded. Without a year field, whether a day matches depends only on the month, the
 /// month's length and the weekday of its 1st (that is all `L`, `W` and `#` look at). The 28 years
@@ -528,7 +735,7 @@ bincode::impl_borrow_decode!(CronSchedule);
 /// seven different weekdays. So the scan visits each distinct (month, length, weekday of the 1st)
 /// once, at most 91 month shapes of at most 31 days, and stops at the first matching day (real
 /// patterns stop within days).
-fn can_ever_fire(cron: &croner::Cron) -> bool {
+fn some_day_matches(cron: &croner::Cron) -> bool {
     // seen[month][leap-length February][weekday of the 1st]
     let mut seen = [[[false; 7]; 2]; 13];
     for year in 2000..2028_i32 {
