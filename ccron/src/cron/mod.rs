@@ -153,6 +153,8 @@ pub struct CronSchedule {
     expression: String,
     zone: ZoneRules,
     cron: croner::Cron,
+    /// The month and day fields as bit sets per month shape (derived from `cron`).
+    days: DayIndex,
 }
 
 impl PartialEq for CronSchedule {
@@ -214,7 +216,8 @@ impl CronSchedule {
         let cron = parser
             .parse(expression)
             .map_err(|e| invalid(e.to_string()))?;
-        if !can_ever_fire(&cron) {
+        let days = DayIndex::new(&cron.pattern);
+        if !can_ever_fire(&cron, &days) {
             tracing::debug!(expression, "cron: pattern can never fire; rejected");
             return Err(CronError::NeverFires {
                 expression: expression.to_owned(),
@@ -224,6 +227,7 @@ impl CronSchedule {
             expression: expression.to_owned(),
             zone,
             cron,
+            days,
         })
     }
 
@@ -305,6 +309,10 @@ impl CronSchedule {
         let mut from_s = from_s;
         let mut inclusive = false;
         loop {
+            let Some((start_s, start_inclusive)) = self.walk_start(from_s, inclusive) else {
+                return Ok(None);
+            };
+            (from_s, inclusive) = (start_s, start_inclusive);
             let start = ZonedSecond::new(from_s, &self.zone, budget);
             // Exclusive search from the whole second: fire instants are whole seconds, so
             // "after the second containing time_ms" is exactly "strictly after time_ms".
@@ -332,6 +340,44 @@ impl CronSchedule {
                 },
             }
         }
+    }
+
+    /// Where croner's walk from `from_s` should start so that it never walks day by day over
+    /// days that cannot match (croner steps one day at a time, ~40 years of steps for a rare
+    /// `0 0 29 2 +MON`): `from_s` itself when a matching wall time is left on its local day
+    /// (or its wall time comes round again after a fall-back), otherwise, inclusive, the first
+    /// instant of the next matching local day ([`DayIndex`], one lookup per month). `None`:
+    /// no matching day before the search horizon.
+    fn walk_start(&self, from_s: i64, inclusive: bool) -> Option<(i64, bool)> {
+        let offset_s = self.zone.offset_at(from_s);
+        let local_s = from_s.saturating_add(i64::from(offset_s));
+        let day = local_s.div_euclid(86_400);
+        let tod = local_s.rem_euclid(86_400) as u32;
+        let first_tod = if inclusive { Some(tod) } else { tod.checked_add(1) };
+        let today_left = self.days.matches(day)
+            && first_tod.is_some_and(|t| first_time_of_day_at_or_after(&self.cron.pattern, t).is_some());
+        let repeated = matches!(
+            self.zone.resolve_local(local_s),
+            LocalResolution::Ambiguous(earlier, later) if earlier == offset_s && earlier != later
+        );
+        if today_left || repeated {
+            return Some((from_s, inclusive));
+        }
+        let last_day = MAX_SEARCH_S.div_euclid(86_400).saturating_add(2);
+        let next_day = self.days.next_matching_day(day.saturating_add(1), last_day)?;
+        let midnight_s = next_day.saturating_mul(86_400);
+        let start_s = match self.zone.resolve_local(midnight_s) {
+            LocalResolution::Single(o) | LocalResolution::Ambiguous(o, _) => {
+                midnight_s.saturating_sub(i64::from(o))
+            }
+            LocalResolution::Gap => self.gap_end_after(from_s, midnight_s)?,
+        };
+        // Only ever move forward; anything else (not expected) is left to croner.
+        Some(if start_s > from_s {
+            (start_s, true)
+        } else {
+            (from_s, inclusive)
+        })
     }
 
     /// The UTC instant at which the spring-forward gap holding local second `local_s` ends: the
@@ -719,51 +765,107 @@ fn first_time_of_day_at_or_after(p: &croner::CronPattern, from_tod: u32) -> Opti
 
 /// Whether the pattern can ever fire: its second, minute and hour fields each match some value
 /// (so every matching day has a matching wall time), and some date matches its month and day
-/// fields. Exact in wall time (a fixed-time job in a DST gap still fires after the gap); a job
-/// whose only matching wall times all fall in some zone's gaps is admitted and its searches
-/// end, within their budget, with `None`.
-fn can_ever_fire(cron: &croner::Cron) -> bool {
-    first_time_of_day_at_or_after(&cron.pattern, 0).is_some() && some_day_matches(cron)
+/// fields (some month shape has a matching day, see [`DayIndex`]). Exact in wall time (a
+/// fixed-time job in a DST gap still fires after the gap); a job whose only matching wall times
+/// all fall in some zone's gaps is admitted and its searches end, within their budget, with
+/// `None`.
+fn can_ever_fire(cron: &croner::Cron, days: &DayIndex) -> bool {
+    first_time_of_day_at_or_after(&cron.pattern, 0).is_some() && days.any()
 }
 
-/// Whether any date matches the pattern's month and day fields.
+/// The month and day fields of a pattern as one bit set of matching days per *month shape*.
 ///
-/// Exact and bounded. Without a year field, whether a day matches depends only on the month, the
-/// month's length and the weekday of its 1st (that is all `L`, `W` and `#` look at). The 28 years
-/// 2000–2027 contain every such combination that the Gregorian calendar has: within them the
-/// weekday of any month's 1st takes each value four times, and the seven leap Februaries start on
-/// seven different weekdays. So the scan visits each distinct (month, length, weekday of the 1st)
-/// once, at most 91 month shapes of at most 31 days, and stops at the first matching day (real
-/// patterns stop within days).
-fn some_day_matches(cron: &croner::Cron) -> bool {
-    // seen[month][leap-length February][weekday of the 1st]
-    let mut seen = [[[false; 7]; 2]; 13];
-    for year in 2000..2028_i32 {
-        for month in 1..=12_u32 {
-            if !cron.pattern.month_match(month).unwrap_or(false) {
+/// Without a year field, whether a day matches depends only on the month, the month's length
+/// and the weekday of its 1st (that is all `L`, `W` and `#` look at): 12 months × 7 weekdays,
+/// plus 7 leap Februaries, 91 shapes of at most 31 days, computed once at admission. Every shape
+/// occurs in the Gregorian calendar (the 28 years 2000–2027 contain them all), so the pattern
+/// matches some date iff some set is non-empty (exact, no search); and the next matching day
+/// from any date is found month by month with one lookup each, never day by day.
+#[derive(Debug, Clone)]
+struct DayIndex {
+    /// `masks[m][w]`: bit `d - 1` set when day `d` of month `m + 1` (12: a leap February)
+    /// whose 1st is weekday `w` (0 = Sunday) matches the month and day fields.
+    masks: [[u32; 7]; 13],
+}
+
+impl DayIndex {
+    fn new(p: &croner::CronPattern) -> Self {
+        let mut masks = [[0u32; 7]; 13];
+        for (index, shape) in masks.iter_mut().enumerate() {
+            // A common year (2001) and, for the leap February, a leap year (2000): croner's
+            // day match reads the year only for the month's length.
+            let (year, month) = if index == 12 {
+                (2000, 2)
+            } else {
+                (2001, index as u32 + 1)
+            };
+            if !p.month_match(month).unwrap_or(false) {
                 continue;
             }
-            let first_days = days_from_civil(i64::from(year), month, 1);
-            let month_len = month_len_days(year, month);
-            let first_weekday = weekday_from_days(first_days).num_days_from_sunday() as usize;
-            let shape = &mut seen[month as usize][usize::from(month_len == 29)][first_weekday % 7];
-            if *shape {
-                continue;
-            }
-            *shape = true;
-            for day in 1..=month_len {
-                let weekday = weekday_from_days(first_days + i64::from(day) - 1);
-                if cron
-                    .pattern
-                    .day_match(year, month, day, weekday)
-                    .unwrap_or(false)
-                {
-                    return true;
+            let len = month_len_days(year, month);
+            for (first_weekday, mask) in shape.iter_mut().enumerate() {
+                for day in 1..=len {
+                    let weekday =
+                        croner::Weekday::from_days_from_sunday((first_weekday as u32 + day - 1) % 7);
+                    if p.day_match(year, month, day, weekday).unwrap_or(false) {
+                        *mask |= 1 << (day - 1);
+                    }
                 }
             }
         }
+        Self { masks }
     }
-    false
+
+    /// Whether any date matches.
+    fn any(&self) -> bool {
+        self.masks.iter().flatten().any(|&m| m != 0)
+    }
+
+    /// The matching days of month `month` of `year`, and that month's first day (days since the
+    /// epoch).
+    fn month_mask(&self, year: i64, month: u32) -> (u32, i64) {
+        let first = days_from_civil(year, month, 1);
+        let weekday = weekday_from_days(first).num_days_from_sunday() as usize % 7;
+        let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+        let index = if month == 2 && leap {
+            12
+        } else {
+            (month as usize).saturating_sub(1).min(11)
+        };
+        (self.masks[index][weekday], first)
+    }
+
+    /// Whether day `days` (since the epoch) matches.
+    fn matches(&self, days: i64) -> bool {
+        let (year, month, day) = zoned::civil_from_days(days);
+        let (mask, _) = self.month_mask(year, month);
+        mask & (1 << (day - 1)) != 0
+    }
+
+    /// The first matching day at or after `from_days`, if there is one no later than
+    /// `last_days`. One lookup per month: at most 12 per year searched.
+    fn next_matching_day(&self, from_days: i64, last_days: i64) -> Option<i64> {
+        let (mut year, mut month, day) = zoned::civil_from_days(from_days);
+        // Days before `day` in the first month are excluded.
+        let mut skip = (1u32 << (day - 1)) - 1;
+        loop {
+            let (mask, first) = self.month_mask(year, month);
+            if first > last_days {
+                return None;
+            }
+            let left = mask & !skip;
+            if left != 0 {
+                let found = first + i64::from(left.trailing_zeros());
+                return (found <= last_days).then_some(found);
+            }
+            skip = 0;
+            (year, month) = if month == 12 {
+                (year + 1, 1)
+            } else {
+                (year, month + 1)
+            };
+        }
+    }
 }
 
 fn month_len_days(year: i32, month: u32) -> u32 {
