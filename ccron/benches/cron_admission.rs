@@ -186,6 +186,23 @@ fn main() {
     ];
     const REPS: u32 = 3;
 
+    // `CCRON_BENCH_ONE="<expression>"`: time one expression's admission in every zone, and stop.
+    if let Ok(expr) = std::env::var("CCRON_BENCH_ONE") {
+        for zone in &zones {
+            let parse = fastest(20, || CronSchedule::parse_in(&expr, zone.clone()));
+            let admit = fastest(20, || {
+                CronSchedule::parse_in(&expr, zone.clone())
+                    .ok()
+                    .map(|s| s.next_after(T_MS))
+            });
+            println!(
+                "{expr:?} in {}: parse {parse:.1?}, parse + next_after {admit:.1?}",
+                zone.name()
+            );
+        }
+        return;
+    }
+
     // Baseline, same run.
     let base = CronSchedule::parse("* * * * *").expect("baseline parses");
     let base_admit = fastest(50, || {

@@ -74,9 +74,18 @@ pub const MAX_SEARCH_S: i64 = 64_060_588_800;
 /// steps, plus one per spring-forward gap and per zone transition crossed.
 pub const SEARCH_STEP_BUDGET: u32 = 4_096;
 
-/// Searches ([`CronSchedule::next_after`]) one [`CronSchedule::latest_in`] may run, besides
-/// `count`: the budget is `LATEST_IN_SEARCH_BUDGET + 4·count` searches.
+/// Searches ([`CronSchedule::next_after`]) one [`CronSchedule::latest_in`] may run: the budget
+/// is `LATEST_IN_SEARCH_BUDGET + LATEST_IN_SEARCHES_PER_COUNT · count` searches. It covers the
+/// algorithm's worst case by construction (spans are below 2^37 seconds): at most 37
+/// doublings of at most `count + 1` searches each, one failed walk of `2·count + 9`, then a
+/// halving path of at most 37 levels, each a failed walk and a complete sibling walk of at most
+/// `3·count + 10` together: `150·count + 416` in all. So only a search that itself spends its
+/// [`SEARCH_STEP_BUDGET`] can make a catch-up stop.
 pub const LATEST_IN_SEARCH_BUDGET: u32 = 512;
+
+/// Searches per requested instant in the [`CronSchedule::latest_in`] budget (see
+/// [`LATEST_IN_SEARCH_BUDGET`]).
+pub const LATEST_IN_SEARCHES_PER_COUNT: u32 = 160;
 
 /// Errors of cron expressions, zones and previews. Every message is one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,6 +162,8 @@ pub struct CronSchedule {
     expression: String,
     zone: ZoneRules,
     cron: croner::Cron,
+    /// The second, minute and hour fields as bit sets (derived from `cron`).
+    times: TimeIndex,
     /// The month and day fields as bit sets per month shape (derived from `cron`).
     days: DayIndex,
 }
@@ -216,8 +227,15 @@ impl CronSchedule {
         let cron = parser
             .parse(expression)
             .map_err(|e| invalid(e.to_string()))?;
+        let times = TimeIndex::new(&cron.pattern);
+        if times.first_at_or_after(0).is_none() {
+            tracing::debug!(expression, "cron: a time field matches no value; rejected");
+            return Err(CronError::NeverFires {
+                expression: expression.to_owned(),
+            });
+        }
         let days = DayIndex::new(&cron.pattern);
-        if !can_ever_fire(&cron, &days) {
+        if !can_ever_fire(&times, &days) {
             tracing::debug!(expression, "cron: pattern can never fire; rejected");
             return Err(CronError::NeverFires {
                 expression: expression.to_owned(),
@@ -227,6 +245,7 @@ impl CronSchedule {
             expression: expression.to_owned(),
             zone,
             cron,
+            times,
             days,
         })
     }
@@ -353,9 +372,13 @@ impl CronSchedule {
         let local_s = from_s.saturating_add(i64::from(offset_s));
         let day = local_s.div_euclid(86_400);
         let tod = local_s.rem_euclid(86_400) as u32;
-        let first_tod = if inclusive { Some(tod) } else { tod.checked_add(1) };
+        let first_tod = if inclusive {
+            Some(tod)
+        } else {
+            tod.checked_add(1)
+        };
         let today_left = self.days.matches(day)
-            && first_tod.is_some_and(|t| first_time_of_day_at_or_after(&self.cron.pattern, t).is_some());
+            && first_tod.is_some_and(|t| self.times.first_at_or_after(t).is_some());
         let repeated = matches!(
             self.zone.resolve_local(local_s),
             LocalResolution::Ambiguous(earlier, later) if earlier == offset_s && earlier != later
@@ -364,7 +387,9 @@ impl CronSchedule {
             return Some((from_s, inclusive));
         }
         let last_day = MAX_SEARCH_S.div_euclid(86_400).saturating_add(2);
-        let next_day = self.days.next_matching_day(day.saturating_add(1), last_day)?;
+        let next_day = self
+            .days
+            .next_matching_day(day.saturating_add(1), last_day)?;
         let midnight_s = next_day.saturating_mul(86_400);
         let start_s = match self.zone.resolve_local(midnight_s) {
             LocalResolution::Single(o) | LocalResolution::Ambiguous(o, _) => {
@@ -456,7 +481,9 @@ impl CronSchedule {
             let gap_start_local_s = t.at_utc_s + i64::from(before_s);
             let gap_end_local_s = t.at_utc_s + i64::from(t.offset_s);
             // Whether a matching wall second lies in the gap, from the field sets (no search).
-            let swallowed = self.first_wall_match(gap_start_local_s, gap_end_local_s).is_some();
+            let swallowed = self
+                .first_wall_match(gap_start_local_s, gap_end_local_s)
+                .is_some();
             if swallowed && self.day_fields_match(gap_end_local_s) {
                 return Ok(Some(t.at_utc_s));
             }
@@ -466,9 +493,8 @@ impl CronSchedule {
 
     /// The first wall time (local seconds, read as if UTC) in `[from_local_s, to_local_s)` that
     /// the pattern matches, computed from the field sets: at most a few days (a gap is shorter
-    /// than two days), each costing at most 24 + 2·60 + 2·60 field checks.
+    /// than two days), each costing a few bit scans ([`TimeIndex`]).
     fn first_wall_match(&self, from_local_s: i64, to_local_s: i64) -> Option<i64> {
-        let p = &self.cron.pattern;
         let first_day = from_local_s.div_euclid(86_400);
         let last_day = to_local_s.saturating_sub(1).div_euclid(86_400);
         for day in first_day..=last_day.min(first_day.saturating_add(3)) {
@@ -477,7 +503,7 @@ impl CronSchedule {
                 continue;
             }
             let from_tod = (from_local_s - day_start_s).clamp(0, 86_400) as u32;
-            if let Some(tod) = first_time_of_day_at_or_after(p, from_tod) {
+            if let Some(tod) = self.times.first_at_or_after(from_tod) {
                 let at_s = day_start_s + i64::from(tod);
                 return (at_s < to_local_s).then_some(at_s);
             }
@@ -552,8 +578,8 @@ impl CronSchedule {
     /// end, after O(count + log(span)) searches for evenly spread instants and
     /// O(count · log(span)) at worst.
     ///
-    /// Budget: at most [`LATEST_IN_SEARCH_BUDGET`] `+ 4·count` searches, each under its own
-    /// [`SEARCH_STEP_BUDGET`]. A catch-up that spends it gets an empty list (logged;
+    /// Budget: at most [`LATEST_IN_SEARCH_BUDGET`] `+` [`LATEST_IN_SEARCHES_PER_COUNT`]`·count`
+    /// searches, each under its own [`SEARCH_STEP_BUDGET`]. A catch-up that spends it gets an empty list (logged;
     /// [`Self::try_latest_in`] returns the error), the same on every replica.
     pub fn latest_in(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Vec<TimeMs> {
         match self.try_latest_in(after_ms, through_ms, count) {
@@ -578,7 +604,7 @@ impl CronSchedule {
     ) -> Result<Vec<TimeMs>, CronError> {
         let searches = u32::try_from(count)
             .unwrap_or(u32::MAX)
-            .saturating_mul(4)
+            .saturating_mul(LATEST_IN_SEARCHES_PER_COUNT)
             .saturating_add(LATEST_IN_SEARCH_BUDGET);
         let searches = Cell::new(searches);
         self.latest_in_budgeted(after_ms, through_ms, count, &searches)
@@ -738,29 +764,61 @@ bincode::impl_borrow_decode!(CronSchedule);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Exhausted;
 
-/// The first second of the day (0..86 400) at or after `from_tod` whose hour, minute and second
-/// the pattern matches, from the field sets: at most 24 hour checks and two scans of the
-/// minutes and seconds (the first matching hour at or after the start may have no matching
-/// minute left; the next one then matches from minute 0).
-fn first_time_of_day_at_or_after(p: &croner::CronPattern, from_tod: u32) -> Option<u32> {
-    let (from_h, from_m, from_s) = (from_tod / 3_600, from_tod / 60 % 60, from_tod % 60);
-    let hit = |f: Result<bool, croner::errors::CronError>| f.unwrap_or(false);
-    for h in from_h..24 {
-        if !hit(p.hour_match(h)) {
-            continue;
-        }
-        let m0 = if h == from_h { from_m } else { 0 };
-        for m in m0..60 {
-            if !hit(p.minute_match(m)) {
-                continue;
-            }
-            let s0 = if h == from_h && m == from_m { from_s } else { 0 };
-            if let Some(s) = (s0..60).find(|&s| hit(p.second_match(s))) {
-                return Some(h * 3_600 + m * 60 + s);
-            }
+/// The second, minute and hour fields of a pattern as bit sets (bit `v` set when value `v`
+/// matches), so the first matching time of day is a few bit operations, never a scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TimeIndex {
+    seconds: u64,
+    minutes: u64,
+    hours: u32,
+}
+
+impl TimeIndex {
+    fn new(p: &croner::CronPattern) -> Self {
+        let set = |n: u32, f: &dyn Fn(u32) -> Result<bool, croner::errors::CronError>| {
+            (0..n)
+                .filter(|&v| f(v).unwrap_or(false))
+                .fold(0u64, |bits, v| bits | (1 << v))
+        };
+        Self {
+            seconds: set(60, &|v| p.second_match(v)),
+            minutes: set(60, &|v| p.minute_match(v)),
+            hours: set(24, &|v| p.hour_match(v)) as u32,
         }
     }
-    None
+
+    /// The first second of the day (0..86 400) at or after `from_tod` whose hour, minute and
+    /// second match: at most two candidate hours and two candidate minutes, each one bit scan.
+    fn first_at_or_after(&self, from_tod: u32) -> Option<u32> {
+        fn first_from(bits: u64, from: u32) -> Option<u32> {
+            let left = bits.checked_shr(from).unwrap_or(0);
+            (left != 0).then(|| from + left.trailing_zeros())
+        }
+        if self.seconds == 0 || self.minutes == 0 || self.hours == 0 {
+            return None;
+        }
+        let (from_h, from_m, from_s) = (from_tod / 3_600, from_tod / 60 % 60, from_tod % 60);
+        let mut h = first_from(u64::from(self.hours), from_h)?;
+        loop {
+            if h >= 24 {
+                return None;
+            }
+            let same_hour = h == from_h;
+            let mut m = first_from(self.minutes, if same_hour { from_m } else { 0 });
+            while let Some(minute) = m.filter(|&m| m < 60) {
+                let s0 = if same_hour && minute == from_m {
+                    from_s
+                } else {
+                    0
+                };
+                if let Some(second) = first_from(self.seconds, s0).filter(|&s| s < 60) {
+                    return Some(h * 3_600 + minute * 60 + second);
+                }
+                m = first_from(self.minutes, minute + 1);
+            }
+            h = first_from(u64::from(self.hours), h + 1)?;
+        }
+    }
 }
 
 /// Whether the pattern can ever fire: its second, minute and hour fields each match some value
@@ -769,8 +827,8 @@ fn first_time_of_day_at_or_after(p: &croner::CronPattern, from_tod: u32) -> Opti
 /// fixed-time job in a DST gap still fires after the gap); a job whose only matching wall times
 /// all fall in some zone's gaps is admitted and its searches end, within their budget, with
 /// `None`.
-fn can_ever_fire(cron: &croner::Cron, days: &DayIndex) -> bool {
-    first_time_of_day_at_or_after(&cron.pattern, 0).is_some() && days.any()
+fn can_ever_fire(times: &TimeIndex, days: &DayIndex) -> bool {
+    times.first_at_or_after(0).is_some() && days.any()
 }
 
 /// The month and day fields of a pattern as one bit set of matching days per *month shape*.
@@ -805,8 +863,9 @@ impl DayIndex {
             let len = month_len_days(year, month);
             for (first_weekday, mask) in shape.iter_mut().enumerate() {
                 for day in 1..=len {
-                    let weekday =
-                        croner::Weekday::from_days_from_sunday((first_weekday as u32 + day - 1) % 7);
+                    let weekday = croner::Weekday::from_days_from_sunday(
+                        (first_weekday as u32 + day - 1) % 7,
+                    );
                     if p.day_match(year, month, day, weekday).unwrap_or(false) {
                         *mask |= 1 << (day - 1);
                     }
@@ -929,5 +988,122 @@ pub fn format_rfc3339_ms(time_ms: TimeMs) -> String {
     match chrono::DateTime::from_timestamp_millis(time_ms) {
         Some(dt) => dt.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
         None => format!("{time_ms}ms"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rules with a one-hour gap at local midnight on each of `days` days from 2030-01-01
+    /// (and a fall-back at noon, so offsets stay bounded).
+    fn daily_midnight_gaps(days: i64) -> ZoneRules {
+        let first_day = days_from_civil(2030, 1, 1);
+        let transitions = (first_day..first_day + days)
+            .flat_map(|d| {
+                [
+                    ZoneTransition {
+                        at_utc_s: d * 86_400,
+                        offset_s: 3_600,
+                    },
+                    ZoneTransition {
+                        at_utc_s: d * 86_400 + 43_200,
+                        offset_s: 0,
+                    },
+                ]
+            })
+            .collect();
+        ZoneRules::from_parts("Gappy".to_owned(), 0, transitions).unwrap()
+    }
+
+    #[test]
+    fn a_spent_budget_is_a_deterministic_stop() {
+        // `* */24 * * *` is an interval job (wildcard-step hour) matching only hour 0, which
+        // every day's gap swallows: each day costs the search a step or more.
+        let schedule = CronSchedule::parse_in("* */24 * * *", daily_midnight_gaps(100)).unwrap();
+        let from_ms = parse_rfc3339_ms("2029-12-31T12:00:00Z").unwrap();
+        for steps in [1, 10, 50] {
+            let budget = Budget::new(steps);
+            assert_eq!(schedule.next_after_in(from_ms, &budget), Err(Exhausted));
+            // Same input, same budget: same outcome, and nothing left over between searches.
+            let again = Budget::new(steps);
+            assert_eq!(schedule.next_after_in(from_ms, &again), Err(Exhausted));
+        }
+        // With the full budget the search crosses all 100 gaps: the first run is at midnight
+        // after the rules end (2030-04-11, offset 0 from noon on 2030-04-10).
+        let next = schedule.try_next_after(from_ms).unwrap();
+        assert_eq!(
+            next.map(format_rfc3339_ms).as_deref(),
+            Some("2030-04-11T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn time_index_finds_the_first_matching_second() {
+        let cron = |e: &str| CronSchedule::parse(e).unwrap();
+        let times = cron("10,20 30 5,7 * * *").times;
+        assert_eq!(times.first_at_or_after(0), Some(5 * 3_600 + 30 * 60 + 10));
+        assert_eq!(
+            times.first_at_or_after(5 * 3_600 + 30 * 60 + 11),
+            Some(5 * 3_600 + 30 * 60 + 20)
+        );
+        assert_eq!(
+            times.first_at_or_after(5 * 3_600 + 30 * 60 + 21),
+            Some(7 * 3_600 + 30 * 60 + 10)
+        );
+        assert_eq!(times.first_at_or_after(7 * 3_600 + 30 * 60 + 21), None);
+        assert_eq!(times.first_at_or_after(86_399), None);
+        // Brute force agreement on a few patterns.
+        for e in [
+            "*/7 */13 */5 * * *",
+            "59 59 23 * * *",
+            "0 0 0 * * *",
+            "5-10 * 22 * * *",
+        ] {
+            let s = cron(e);
+            let p = &s.cron.pattern;
+            for from in (0..86_400).step_by(37) {
+                let want = (from..86_400).find(|&t| {
+                    p.hour_match(t / 3_600).unwrap()
+                        && p.minute_match(t / 60 % 60).unwrap()
+                        && p.second_match(t % 60).unwrap()
+                });
+                assert_eq!(s.times.first_at_or_after(from), want, "{e} from {from}");
+            }
+        }
+    }
+
+    #[test]
+    fn day_index_agrees_with_croner_day_by_day() {
+        for e in [
+            "0 0 L * *",
+            "0 0 15W * *",
+            "0 0 * * 5#5",
+            "0 0 29 2 +MON",
+            "0 0 LW * *",
+            "0 0 31 * MON",
+        ] {
+            let s = CronSchedule::parse(e).unwrap();
+            let first = days_from_civil(2000, 1, 1);
+            for day in first..first + 2 * 366 {
+                let (y, m, d) = zoned::civil_from_days(day);
+                let want = s.cron.pattern.month_match(m).unwrap()
+                    && s.cron
+                        .pattern
+                        .day_match(y as i32, m, d, weekday_from_days(day))
+                        .unwrap();
+                assert_eq!(s.days.matches(day), want, "{e} on {y}-{m}-{d}");
+                let next = s.days.next_matching_day(day, first + 20 * 366);
+                let brute = (day..first + 20 * 366).find(|&x| {
+                    let (y, m, d) = zoned::civil_from_days(x);
+                    s.cron.pattern.month_match(m).unwrap()
+                        && s.cron
+                            .pattern
+                            .day_match(y as i32, m, d, weekday_from_days(x))
+                            .unwrap()
+                });
+                assert_eq!(next, brute, "{e} from {y}-{m}-{d}");
+            }
+        }
     }
 }
