@@ -1,11 +1,17 @@
 //! Cron expressions evaluated on agreed time, in UTC or in zone rules held as data.
 //!
 //! [`CronSchedule`] wraps a croner (4.0.3, pinned) pattern validated at admission: a malformed
-//! pattern is a typed error, and a pattern that can never fire (`0 0 30 2 *`) is rejected by a
-//! bounded calendar scan (at most one 400-year Gregorian cycle of matching months), never found
-//! out by a multi-millisecond search on some later tick. `next_after(t)` gives the first fire
-//! instant strictly after `t`; hosts store it and compare ticks against it rather than searching
-//! on every tick.
+//! pattern is a typed error, and a pattern that can never fire (`0 0 , * * *`, an empty hour
+//! list; `0 0 30 2 *`) is rejected exactly from its field sets (every field: the time fields
+//! must each match a value, and some month shape must have a matching day), never found out by
+//! a long search on some later tick. `next_after(t)` gives the first fire instant strictly after
+//! `t`; hosts store it and compare ticks against it rather than searching on every tick.
+//!
+//! Every search runs under a deterministic budget of counted steps ([`SEARCH_STEP_BUDGET`],
+//! [`LATEST_IN_SEARCH_BUDGET`]): it skips to the next matching day month by month, stops
+//! croner's walk at DST gaps instead of stepping through them, and a spent budget is the same
+//! outcome on every replica (`None`, or [`CronError::SearchBudgetExhausted`] from the `try_`
+//! variants).
 //!
 //! Time zones never come from the host: a schedule evaluates local times through the
 //! [`ZoneRules`] it carries (UTC by default), which are plain data stored in replicated state.
