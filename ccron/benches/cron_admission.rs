@@ -127,6 +127,8 @@ const MIN_MS: i64 = -2_208_988_800_000;
 const MAX_MS: i64 = 64_060_502_400_000;
 
 /// The fastest of `reps` runs of `f`.
+// A bench measures wall time; the library itself never reads a clock.
+#[allow(clippy::disallowed_methods)]
 fn fastest<T>(reps: u32, mut f: impl FnMut() -> T) -> Duration {
     (0..reps)
         .map(|_| {
