@@ -4,7 +4,8 @@
 //! A seeded PRNG builds a deterministic corpus of expressions (every field form: values, lists,
 //! ranges, steps, empty lists, `L`, `W`, `#`, `+`, names, impossible dates, 5 and 6 fields) and
 //! pairs each with a zone (UTC, Europe/Berlin, America/New_York, Australia/Lord_Howe,
-//! Asia/Kathmandu, fixed offsets). Per input it measures
+//! Asia/Kathmandu, fixed offsets) and a start instant (a fixed date, anywhere in 1900–4000, or
+//! within two hours of one of the zone's transitions). Per input it measures
 //! - admission: `CronSchedule::parse_in` and, when admitted, the first `next_after`;
 //! - `latest_in(after, through, count)` over a random span (seconds to centuries, up to the year
 //!   4000 horizon) for count 1 and 10;
@@ -238,10 +239,15 @@ fn main() {
             None => expression(&mut rng),
         };
         let zone = &zones[(rng.below(zones.len() as u64)) as usize];
-        let from_ms = if rng.below(4) == 0 {
-            T_MS
-        } else {
-            MIN_MS + rng.below((MAX_MS - MIN_MS) as u64) as i64
+        let transitions = zone.transitions();
+        let from_ms = match rng.below(4) {
+            0 => T_MS,
+            // Within two hours of one of the zone's transitions (gaps, overlaps).
+            1 if !transitions.is_empty() => {
+                let t = transitions[rng.below(transitions.len() as u64) as usize];
+                (t.at_utc_s + rng.range(0, 14_400) as i64 - 7_200) * 1_000
+            }
+            _ => MIN_MS + rng.below((MAX_MS - MIN_MS) as u64) as i64,
         };
         let parsed = CronSchedule::parse_in(&expr, zone.clone());
         let t = fastest(REPS, || {
