@@ -5,6 +5,7 @@
 //! rules. All calendar arithmetic is integer arithmetic on the proleptic Gregorian calendar, so
 //! nothing here can fail or consult the host.
 
+use core::cell::Cell;
 use core::cmp::Ordering;
 
 use croner::{CivilDate, CivilDateTime, CivilTime, CronDateTime, Resolution, Weekday};
@@ -13,21 +14,78 @@ use super::zone::{LocalResolution, ZoneRules};
 
 const DAY_S: i64 = 86_400;
 
-/// A UTC instant (whole seconds) together with its zone's offset at that instant.
+/// Why a croner walk over [`ZonedSecond`]s was stopped by ccron (croner only sees an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The walk reached a wall time inside a spring-forward gap (local second given). croner
+    /// would step through the gap second by second (up to a day of steps); the caller resumes
+    /// at the end of the gap instead, which finds the same answer.
+    Gap(i64),
+    /// The search budget is spent.
+    Exhausted,
+}
+
+/// A deterministic step budget shared by every croner walk of one search: each wall time croner
+/// asks us to resolve (one iteration of its walk) costs one step, and so does each zone
+/// transition ccron examines itself. Counted, never timed, so every replica stops at the same
+/// step.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    left: Cell<u32>,
+    stop: Cell<Option<Stop>>,
+}
+
+impl Budget {
+    /// A budget of `steps` steps.
+    pub(crate) fn new(steps: u32) -> Self {
+        Self {
+            left: Cell::new(steps),
+            stop: Cell::new(None),
+        }
+    }
+
+    /// Spends one step; `false` (and the budget marked exhausted) when none is left.
+    pub(crate) fn charge(&self) -> bool {
+        match self.left.get().checked_sub(1) {
+            Some(left) => {
+                self.left.set(left);
+                true
+            }
+            None => {
+                self.stop.set(Some(Stop::Exhausted));
+                false
+            }
+        }
+    }
+
+    /// Why the last walk was stopped (and forgets it), unless the budget is spent (sticky).
+    pub(crate) fn take_stop(&self) -> Option<Stop> {
+        let stop = self.stop.get();
+        if stop != Some(Stop::Exhausted) {
+            self.stop.set(None);
+        }
+        stop
+    }
+}
+
+/// A UTC instant (whole seconds) together with its zone's offset at that instant, and the
+/// budget of the search it belongs to.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ZonedSecond<'z> {
     pub(crate) utc_s: i64,
     offset_s: i32,
     zone: &'z ZoneRules,
+    budget: &'z Budget,
 }
 
 impl<'z> ZonedSecond<'z> {
-    /// The instant `utc_s` in `zone`.
-    pub(crate) fn new(utc_s: i64, zone: &'z ZoneRules) -> Self {
+    /// The instant `utc_s` in `zone`, searched under `budget`.
+    pub(crate) fn new(utc_s: i64, zone: &'z ZoneRules, budget: &'z Budget) -> Self {
         Self {
             utc_s,
             offset_s: zone.offset_at(utc_s),
             zone,
+            budget,
         }
     }
 
@@ -49,23 +107,37 @@ impl CronDateTime for ZonedSecond<'_> {
         &self,
         civil: CivilDateTime,
     ) -> Result<Resolution<Self>, croner::errors::CronError> {
+        // Every iteration of croner's walk resolves one wall time: that is the step counted.
+        if !self.budget.charge() {
+            return Err(croner::errors::CronError::TimeSearchLimitExceeded);
+        }
         let local_s = local_s_from_civil(civil);
         let at = |offset_s: i32| ZonedSecond {
             utc_s: local_s.saturating_sub(i64::from(offset_s)),
             offset_s,
             zone: self.zone,
+            budget: self.budget,
         };
         Ok(match self.zone.resolve_local(local_s) {
             LocalResolution::Single(o) => Resolution::Single(at(o)),
             LocalResolution::Ambiguous(earlier, later) => {
                 Resolution::Ambiguous(at(earlier), at(later))
             }
-            LocalResolution::Gap => Resolution::Gap,
+            LocalResolution::Gap => {
+                // Stop the walk rather than let croner step through the gap a second at a time;
+                // the caller resumes at the end of the gap (see `Stop::Gap`).
+                self.budget.stop.set(Some(Stop::Gap(local_s)));
+                return Err(croner::errors::CronError::TimeSearchLimitExceeded);
+            }
         })
     }
 
     fn checked_add_seconds(&self, seconds: i64) -> Option<Self> {
-        Some(Self::new(self.utc_s.checked_add(seconds)?, self.zone))
+        Some(Self::new(
+            self.utc_s.checked_add(seconds)?,
+            self.zone,
+            self.budget,
+        ))
     }
 
     fn cmp_instant(&self, other: &Self) -> Ordering {
