@@ -95,7 +95,9 @@ pub use codec::CodecError;
 pub use due::{Due, EverySeq, Schedule};
 pub use entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
 pub use file_pages::FilePages;
-pub use pages::{MemPages, PageAllocator, PageId, PageRange, PagesError, ReservedPages};
+pub use pages::{
+    DirEntryProblem, MemPages, PageAllocator, PageId, PageRange, PagesError, ReservedPages,
+};
 pub use periodic::{MisfirePolicy, Periodic, PeriodicError};
 pub use registry::{CronTableRegistry, RegistryError};
 pub use table::{CronTable, Fired, Persistence, TableError, TickOutcome};
