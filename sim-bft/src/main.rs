@@ -528,3 +528,130 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The configuration `sim-bft run` builds from `line` (a replay line).
+    fn parse_replay(line: &str) -> SimConfig {
+        let words: Vec<&str> = line
+            .split('#')
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        match Cli::try_parse_from(words) {
+            Ok(Cli {
+                command: Some(Command::Run(a)),
+            }) => a.config(a.seed),
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    fn one_of<T: Copy + std::fmt::Debug + 'static>(xs: &'static [T]) -> impl Strategy<Value = T> {
+        proptest::sample::select(xs)
+    }
+
+    prop_compose! {
+        fn faults()(
+            rates in (0.0..=1.0f64, 0.0..=1.0f64, 0.0..=1.0f64),
+            max_delay_ms in 1..=10_000u64,
+            partition in one_of(&[
+                PartitionKind::None,
+                PartitionKind::Symmetric,
+                PartitionKind::OneWay,
+                PartitionKind::Isolate,
+            ]),
+            crashes in 0..4u32,
+            byzantine in 0..3u32,
+            kind in one_of(&ByzantineKind::ALL),
+            pinned in proptest::collection::vec(0..10u32, 0..3),
+            skew in 0..=100_000i64,
+            drift in 0..=MAX_DRIFT_PPM,
+            jumps in (0..4u32, 0..=100_000i64),
+        ) -> FaultConfig {
+            FaultConfig {
+                drop_rate: rates.0,
+                duplicate_rate: rates.1,
+                reorder_rate: rates.2,
+                max_delay_ms,
+                partition,
+                crashes,
+                byzantine,
+                // Rendered (and meaningful) only with Byzantine replicas.
+                byzantine_kind: if byzantine > 0 || !pinned.is_empty() {
+                    kind
+                } else {
+                    ByzantineKind::Silent
+                },
+                pinned_byzantine: pinned,
+                max_clock_skew_ms: skew,
+                max_drift_ppm: drift,
+                clock_jumps: jumps.0,
+                max_clock_jump_ms: jumps.1,
+                ..FaultConfig::default()
+            }
+        }
+    }
+
+    prop_compose! {
+        fn configs()(
+            seed in any::<u64>(),
+            replicas in 1..=MAX_REPLICAS,
+            node in one_of(&[NodeKind::Replica, NodeKind::Toy]),
+            ledger in one_of(&[LedgerKind::Demo, LedgerKind::Kv, LedgerKind::Orders]),
+            spans in (0..=1_000_000u64, 1..=1_000_000u64, 0..=100_000u64),
+            tick_spread_ms in proptest::option::of(0..=100_000u64),
+            components in proptest::collection::vec(any::<u32>(), 0..4),
+            rotate_ticks in any::<bool>(),
+            clients in 0..=MAX_CLIENTS,
+            request_interval_ms in 0..=100_000u64,
+            time_service in one_of(&[
+                TimeServiceMode::Off,
+                TimeServiceMode::Reference,
+                TimeServiceMode::Robust,
+            ]),
+            faults in faults(),
+        ) -> SimConfig {
+            SimConfig {
+                seed,
+                replicas,
+                node,
+                ledger,
+                duration_ms: spans.0,
+                liveness_ms: spans.1,
+                tick_period_ms: spans.2,
+                tick_spread_ms,
+                components,
+                rotate_ticks,
+                clients,
+                request_interval_ms,
+                time_service,
+                check_time_bounds: time_service == TimeServiceMode::Robust,
+                faults,
+                ..SimConfig::default()
+            }
+        }
+    }
+
+    proptest! {
+        /// The replay line is the configuration: what the command line builds from it is the
+        /// configuration it was rendered from, knob for knob.
+        #[test]
+        fn the_replay_line_parses_back_to_its_configuration(cfg in configs()) {
+            let line = cfg.command_line();
+            prop_assert!(!line.contains('#'), "{}", line);
+            prop_assert_eq!(parse_replay(&line), cfg);
+        }
+    }
+
+    #[test]
+    fn the_demo_runs_the_demo_ledger_with_its_components() {
+        let cfg = RunArgs::demo().config(1);
+        assert_eq!(cfg.ledger, LedgerKind::Demo);
+        assert_eq!(cfg.components, LedgerKind::Demo.default_components());
+        assert_eq!(parse_replay(&cfg.command_line()), cfg);
+    }
+}
