@@ -1,9 +1,10 @@
 //! The `sim-bft` command line: run a simulated cluster from a seed and report on it.
 //!
 //! `sim-bft` alone runs a short demo of a 4-replica cluster and prints a summary. `sim-bft run`
-//! takes the knobs documented in `docs/simulator.md`; `--json PATH` writes the report, and
-//! `--seeds A..B` runs a campaign. The exit status is 0 when every checker held, 1 when one failed,
-//! 2 on a usage or configuration error.
+//! takes the knobs documented in `docs/simulator.md` (every one checked before the run starts);
+//! `--json PATH` writes the report, and `--seeds A..B` runs a campaign. The first line of a run
+//! is the command that replays it (`SimConfig::command_line`). The exit status is 0 when every
+//! checker held, 1 when one failed, 2 on a usage or configuration error (one line on stderr).
 
 use std::ops::Range;
 use std::process::ExitCode;
@@ -11,13 +12,13 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use sim_bft::ledgers::demo::{DemoTables, demo_ledger};
 use sim_bft::report::Report;
 use sim_bft::sim::cluster::ClusterHarness;
 use sim_bft::sim::toy::ToyHarness;
 use sim_bft::sim::{
-    ByzantineKind, ConfigError, FaultConfig, Harness, PartitionKind, SimConfig, Simulator,
-    TimeServiceMode, parse_duration_ms,
+    ByzantineKind, ConfigError, FaultConfig, Harness, LedgerKind, MAX_CLIENTS, MAX_DRIFT_PPM,
+    MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, SimConfig, Simulator, TimeServiceMode,
+    parse_duration_ms, time_hard_limit_ms,
 };
 
 /// Simulated PBFT cluster running ccron tables, with seeded faults.
@@ -40,12 +41,14 @@ enum Command {
 /// Arguments of `sim-bft preview`.
 #[derive(Debug, Clone, Args)]
 struct PreviewArgs {
-    /// The cron expression (5 fields, or 6 with seconds first; quote it).
+    /// The cron expression (5 fields, or 6 with seconds first; quote it), or a nickname:
+    /// @yearly (@annually), @monthly, @weekly, @daily (@midnight), @hourly.
     expression: String,
     /// IANA time zone the expression's wall times are read in (default UTC).
     #[arg(long)]
     tz: Option<String>,
-    /// Instants strictly after this RFC 3339 instant (default: now, from this machine's clock).
+    /// Instants strictly after this RFC 3339 instant (default: now, from this machine's clock;
+    /// a leap second 23:59:60 counts as 23:59:59.999).
     #[arg(long)]
     from: Option<String>,
     /// How many instants to print (at most 1000).
@@ -83,20 +86,6 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// What the replicas run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LedgerKind {
-    /// The demo key-value ledger with ccron tables: prune old entries (component 1) and call a
-    /// contract (component 2), both periodic actions on agreed time.
-    Demo,
-    /// The plain key-value ledger; ticks only counted in the reserved pages.
-    Kv,
-    /// Order expiries as schedules held in replicated data (component 1): a client put places
-    /// an order and upserts its delayed expiry task by key (2 s of agreed time later); ticks run
-    /// the due expiries (`sim_bft::ledgers::orders`).
-    Orders,
-}
-
 /// Which replicas send the ticks of a period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum SendersKind {
@@ -106,18 +95,9 @@ enum SendersKind {
     All,
 }
 
-/// Which node implementation the simulator drives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum NodeKind {
-    /// The PBFT replica.
-    Replica,
-    /// The toy leader-based node (tests the simulator itself; not Byzantine-tolerant).
-    Toy,
-}
-
 #[derive(Debug, Clone, Args)]
 struct RunArgs {
-    /// Number of replicas n (f = (n-1)/3).
+    /// Number of replicas n (f = (n-1)/3; at most MAX_REPLICAS = 100).
     #[arg(long, default_value_t = 4)]
     replicas: u32,
     /// The seed every random choice derives from.
@@ -126,7 +106,8 @@ struct RunArgs {
     /// Run every seed of a range `A..B` (B exclusive) instead of `--seed`.
     #[arg(long, value_parser = parse_range)]
     seeds: Option<Range<u64>>,
-    /// Simulated length of the safety phase (faults active), e.g. 60s, 10m.
+    /// Simulated length of the safety phase (faults active), e.g. 60s, 10m. With --liveness at
+    /// most 7 days of simulated time in all.
     #[arg(long, default_value = "60s", value_parser = parse_duration_arg)]
     duration: u64,
     /// Bound on the liveness phase after the faults heal.
@@ -139,10 +120,11 @@ struct RunArgs {
     /// 0: every replica ticks at the same instants).
     #[arg(long, value_parser = parse_duration_arg)]
     tick_spread: Option<u64>,
-    /// Components that tick, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    components: Vec<u32>,
-    /// Number of user clients.
+    /// Components that tick, comma-separated, or `none` (default: the ledger's: 1,2 for demo,
+    /// 1 otherwise).
+    #[arg(long, value_parser = parse_components)]
+    components: Option<Components>,
+    /// Number of user clients (at most 1000; wall time grows with clients / request interval).
     #[arg(long, default_value_t = 2)]
     clients: u32,
     /// Interval between two requests of one client (0 disables client requests).
@@ -178,11 +160,13 @@ struct RunArgs {
     /// Partitions: none, symmetric, one-way, isolate.
     #[arg(long, default_value = "none", value_parser = parse_enum::<PartitionKind>)]
     partition: PartitionKind,
-    /// Largest clock offset of a replica.
+    /// Largest clock offset of a replica (offsets are drawn in [-D, D]). Honest clocks farther
+    /// apart than the time service's hard limit (3 s) may stall the cluster: such a run is
+    /// refused without --allow-clock-stall.
     #[arg(long, default_value = "0ms", value_parser = parse_duration_arg)]
     clock_skew: u64,
-    /// Largest clock drift, parts per million.
-    #[arg(long, default_value_t = 0)]
+    /// Largest clock drift magnitude, parts per million (drifts are drawn in [-P, P]; 0..=100000).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     drift_ppm: i64,
     /// Number of clock jumps.
     #[arg(long, default_value_t = 0)]
@@ -190,14 +174,23 @@ struct RunArgs {
     /// Largest clock jump.
     #[arg(long, default_value = "0ms", value_parser = parse_duration_arg)]
     clock_jump: u64,
-    /// Write the JSON report here (with `--seeds`: one JSON array of reports).
+    /// Run even when the clock knobs let honest clocks drift farther apart than the time
+    /// service tolerates (the cluster may stall: a NoProgress violation is then expected).
+    #[arg(long)]
+    allow_clock_stall: bool,
+    /// Write the JSON report here (with `--seeds`: one JSON array of reports). Opened before
+    /// the run starts, so a bad path fails at once.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
-    /// Which node implementation to drive.
-    #[arg(long, value_enum, default_value_t = NodeKind::Replica)]
+    /// Which node implementation to drive: replica (PBFT) or toy (a leader-based node that
+    /// tests the simulator itself; not Byzantine-tolerant).
+    #[arg(long, default_value = "replica", value_parser = parse_enum::<NodeKind>)]
     node: NodeKind,
-    /// What the replicas run (the demo ledger's tables use components 1 and 2).
-    #[arg(long, value_enum, default_value_t = LedgerKind::Kv)]
+    /// What the replicas run. demo (default): the key-value ledger with ccron tables, component
+    /// 1 prunes every 5 s and component 2 calls a contract every 4 s, so fires show; kv: the
+    /// plain key-value ledger, ticks only counted (no fires); orders: every client put places an
+    /// order whose 2 s expiry is a delayed task held as replicated data (component 1).
+    #[arg(long, default_value = "demo", value_parser = parse_enum::<LedgerKind>)]
     ledger: LedgerKind,
     /// Which replicas send each period's ticks.
     #[arg(long, value_enum, default_value_t = SendersKind::Rotating)]
@@ -213,6 +206,24 @@ fn parse_duration_arg(s: &str) -> Result<u64, ConfigError> {
 
 fn parse_enum<T: std::str::FromStr<Err = ConfigError>>(s: &str) -> Result<T, ConfigError> {
     s.parse()
+}
+
+/// A `--components` list (`none`: no component ticks).
+#[derive(Debug, Clone)]
+struct Components(Vec<u32>);
+
+fn parse_components(s: &str) -> Result<Components, String> {
+    if s.trim() == "none" {
+        return Ok(Components(Vec::new()));
+    }
+    s.split(',')
+        .map(|c| {
+            c.trim()
+                .parse::<u32>()
+                .map_err(|e| format!("component {c:?}: {e}"))
+        })
+        .collect::<Result<Vec<u32>, String>>()
+        .map(Components)
 }
 
 fn parse_range(s: &str) -> Result<Range<u64>, String> {
@@ -232,10 +243,15 @@ impl RunArgs {
         SimConfig {
             seed,
             replicas: self.replicas,
+            node: self.node,
+            ledger: self.ledger,
             duration_ms: self.duration,
             liveness_ms: self.liveness,
             tick_period_ms: self.tick_period,
-            components: self.components.clone(),
+            components: match &self.components {
+                Some(c) => c.0.clone(),
+                None => self.ledger.default_components(),
+            },
             rotate_ticks: self.tick_senders == SendersKind::Rotating,
             tick_spread_ms: self.tick_spread,
             clients: self.clients,
@@ -278,7 +294,7 @@ impl RunArgs {
         a.reorder_rate = 0.05;
         a.clock_skew = 200;
         a.ledger = LedgerKind::Demo;
-        a.components = DemoTables::default().components();
+        a.components = None;
         a
     }
 }
@@ -301,14 +317,18 @@ fn simulate<H: Harness>(
 ) -> Result<Report, ConfigError> {
     let sim = Simulator::new(cfg, harness)?;
     if print_params {
-        println!("{}", sim_bft::sim::replay_command(sim.config()));
+        println!("{}", sim.config().command_line());
         print!("{}", sim.params());
     }
-    let total = sim.config().duration_ms + sim.config().liveness_ms;
+    let total = sim
+        .config()
+        .duration_ms
+        .saturating_add(sim.config().liveness_ms);
     let bar = if show_progress {
+        // Drawn only when stderr is a terminal (indicatif hides it otherwise).
         let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         if let Ok(style) = ProgressStyle::with_template(
-            "{spinner} simulated {pos}/{len} ms [{bar:40}] {elapsed_precise} {msg}",
+            "{spinner} simulated {pos}/{len} ms [{bar:40}] {elapsed_precise} (about {eta} left) {msg}",
         ) {
             b.set_style(style);
         }
@@ -324,63 +344,97 @@ fn simulate<H: Harness>(
 fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigError> {
     let cfg = args.config(seed);
     let verbose = single && !args.quiet;
-    let mut report = match args.node {
-        NodeKind::Toy => simulate(cfg.clone(), boot_toy(&cfg), single, verbose)?,
-        NodeKind::Replica => sim_replica(cfg, args.ledger, single, verbose)?,
-    };
-    if args.node == NodeKind::Toy {
-        report.replay.push_str(" --node toy");
+    match cfg.node {
+        NodeKind::Toy => simulate(cfg.clone(), boot_toy(&cfg), single, verbose),
+        _ => {
+            let h = ClusterHarness::new(&cfg);
+            h.validate()?;
+            simulate(cfg, h, single, verbose)
+        }
     }
-    if args.ledger == LedgerKind::Demo {
-        report.replay.push_str(" --ledger demo");
-    }
-    if args.ledger == LedgerKind::Orders {
-        report.replay.push_str(" --ledger orders");
-    }
-    if args.tick_senders == SendersKind::All {
-        report.replay.push_str(" --tick-senders all");
-    }
-    Ok(report)
 }
 
-fn sim_replica(
-    cfg: SimConfig,
-    ledger: LedgerKind,
-    progress: bool,
-    verbose: bool,
-) -> Result<Report, ConfigError> {
-    let mut h = ClusterHarness::new(&cfg);
-    if ledger == LedgerKind::Demo {
-        let tables = DemoTables::default();
-        // Fail early (exit 2) rather than boot replicas without their tables.
-        demo_ledger(&tables).map_err(|e| ConfigError::Node(e.to_string()))?;
-        h = h.with_app(move |id| match demo_ledger(&tables) {
-            Ok(l) => Box::new(l),
-            Err(e) => {
-                // Checked above; a replica without tables rejects every tick (counted).
-                tracing::error!(id, error = %e, "demo tables");
-                Box::new(sim_bft::ledgers::KvLedger::new())
-            }
-        });
+/// Everything checked before a run starts: the configuration (as the first seed gives it), the
+/// clocks against the time service's bound, and the report's path (opened, so a bad path fails
+/// now rather than after the run). Errors are one line for stderr.
+fn preflight(args: &RunArgs) -> Result<Option<std::fs::File>, String> {
+    let seed = args.seeds.as_ref().map_or(args.seed, |r| r.start);
+    let cfg = args.config(seed);
+    cfg.validate().map_err(|e| e.to_string())?;
+    if cfg.node == NodeKind::Replica {
+        ClusterHarness::new(&cfg)
+            .validate()
+            .map_err(|e| e.to_string())?;
     }
-    if ledger == LedgerKind::Orders {
-        let app = sim_bft::ledgers::orders::SchedAppConfig {
-            puts_as_orders: true,
-            expiry_ms: 2_000,
-            ..Default::default()
-        };
-        h = h.with_app(move |_| Box::new(sim_bft::ledgers::orders::ScheduledLedger::new(app)));
+    if cfg.clocks_beyond_time_bound() {
+        let msg = format!(
+            "--clock-skew {}ms and --drift-ppm {} let two honest clocks be up to {} ms apart \
+             over the run, beyond the time service's hard limit of {} ms: backups withhold their \
+             votes from a primary that far off and the cluster may stall (NoProgress)",
+            cfg.faults.max_clock_skew_ms,
+            cfg.faults.max_drift_ppm,
+            cfg.max_honest_clock_distance_ms(),
+            time_hard_limit_ms()
+        );
+        if !args.allow_clock_stall {
+            return Err(format!(
+                "{msg}. Pass --allow-clock-stall to run anyway, or --time-service off."
+            ));
+        }
+        eprintln!("sim-bft: warning: {msg}; running anyway (--allow-clock-stall).");
     }
-    h.validate()?;
-    simulate(cfg, h, progress, verbose)
+    match &args.json {
+        None => Ok(None),
+        Some(p) => std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(p)
+            .map(Some)
+            .map_err(|e| format!("cannot write report to {}: {e}", p.display())),
+    }
 }
 
-fn write_json<T: serde::Serialize>(path: &std::path::Path, value: &T) -> Result<(), String> {
+fn write_json<T: serde::Serialize>(
+    file: &mut std::fs::File,
+    path: &std::path::Path,
+    value: &T,
+) -> Result<(), String> {
+    use std::io::{Seek, Write};
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
-    std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| file.write_all((text + "\n").as_bytes()))
+        .and_then(|()| file.sync_all())
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
+
+/// Writes the report to the file `preflight` opened; false (after saying why) when it failed.
+fn save<T: serde::Serialize>(json: &mut Option<std::fs::File>, args: &RunArgs, value: &T) -> bool {
+    let (Some(file), Some(path)) = (json.as_mut(), args.json.as_ref()) else {
+        return true;
+    };
+    match write_json(file, path, value) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("sim-bft: cannot write report: {e}");
+            false
+        }
+    }
+}
+
+// The limits `--help` states are the library's.
+const _: () = assert!(MAX_REPLICAS == 100 && MAX_CLIENTS == 1_000 && MAX_DRIFT_PPM == 100_000);
+const _: () = assert!(MAX_SIMULATED_MS == 7 * 24 * 3_600_000);
 
 fn run(args: &RunArgs) -> ExitCode {
+    let mut json = match preflight(args) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("sim-bft: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match &args.seeds {
         None => {
             let report = match run_seed(args, args.seed, true) {
@@ -400,10 +454,7 @@ fn run(args: &RunArgs) -> ExitCode {
             } else {
                 print!("{}", report.summary());
             }
-            if let Some(p) = &args.json
-                && let Err(e) = write_json(p, &report)
-            {
-                eprintln!("sim-bft: cannot write report: {e}");
+            if !save(&mut json, args, &report) {
                 return ExitCode::from(2);
             }
             if report.ok() {
@@ -445,10 +496,7 @@ fn run(args: &RunArgs) -> ExitCode {
             }
             bar.finish_and_clear();
             println!("{} seeds, {} failed", range.end - range.start, failed);
-            if let Some(p) = &args.json
-                && let Err(e) = write_json(p, &reports)
-            {
-                eprintln!("sim-bft: cannot write report: {e}");
+            if !save(&mut json, args, &reports) {
                 return ExitCode::from(2);
             }
             if failed == 0 {
@@ -478,5 +526,132 @@ fn main() -> ExitCode {
             );
             run(&RunArgs::demo())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The configuration `sim-bft run` builds from `line` (a replay line).
+    fn parse_replay(line: &str) -> SimConfig {
+        let words: Vec<&str> = line
+            .split('#')
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        match Cli::try_parse_from(words) {
+            Ok(Cli {
+                command: Some(Command::Run(a)),
+            }) => a.config(a.seed),
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    fn one_of<T: Copy + std::fmt::Debug + 'static>(xs: &'static [T]) -> impl Strategy<Value = T> {
+        proptest::sample::select(xs)
+    }
+
+    prop_compose! {
+        fn faults()(
+            rates in (0.0..=1.0f64, 0.0..=1.0f64, 0.0..=1.0f64),
+            max_delay_ms in 1..=10_000u64,
+            partition in one_of(&[
+                PartitionKind::None,
+                PartitionKind::Symmetric,
+                PartitionKind::OneWay,
+                PartitionKind::Isolate,
+            ]),
+            crashes in 0..4u32,
+            byzantine in 0..3u32,
+            kind in one_of(&ByzantineKind::ALL),
+            pinned in proptest::collection::vec(0..10u32, 0..3),
+            skew in 0..=100_000i64,
+            drift in 0..=MAX_DRIFT_PPM,
+            jumps in (0..4u32, 0..=100_000i64),
+        ) -> FaultConfig {
+            FaultConfig {
+                drop_rate: rates.0,
+                duplicate_rate: rates.1,
+                reorder_rate: rates.2,
+                max_delay_ms,
+                partition,
+                crashes,
+                byzantine,
+                // Rendered (and meaningful) only with Byzantine replicas.
+                byzantine_kind: if byzantine > 0 || !pinned.is_empty() {
+                    kind
+                } else {
+                    ByzantineKind::Silent
+                },
+                pinned_byzantine: pinned,
+                max_clock_skew_ms: skew,
+                max_drift_ppm: drift,
+                clock_jumps: jumps.0,
+                max_clock_jump_ms: jumps.1,
+                ..FaultConfig::default()
+            }
+        }
+    }
+
+    prop_compose! {
+        fn configs()(
+            seed in any::<u64>(),
+            replicas in 1..=MAX_REPLICAS,
+            node in one_of(&[NodeKind::Replica, NodeKind::Toy]),
+            ledger in one_of(&[LedgerKind::Demo, LedgerKind::Kv, LedgerKind::Orders]),
+            spans in (0..=1_000_000u64, 1..=1_000_000u64, 0..=100_000u64),
+            tick_spread_ms in proptest::option::of(0..=100_000u64),
+            components in proptest::collection::vec(any::<u32>(), 0..4),
+            rotate_ticks in any::<bool>(),
+            clients in 0..=MAX_CLIENTS,
+            request_interval_ms in 0..=100_000u64,
+            time_service in one_of(&[
+                TimeServiceMode::Off,
+                TimeServiceMode::Reference,
+                TimeServiceMode::Robust,
+            ]),
+            faults in faults(),
+        ) -> SimConfig {
+            SimConfig {
+                seed,
+                replicas,
+                node,
+                ledger,
+                duration_ms: spans.0,
+                liveness_ms: spans.1,
+                tick_period_ms: spans.2,
+                tick_spread_ms,
+                components,
+                rotate_ticks,
+                clients,
+                request_interval_ms,
+                time_service,
+                check_time_bounds: time_service == TimeServiceMode::Robust,
+                faults,
+                ..SimConfig::default()
+            }
+        }
+    }
+
+    proptest! {
+        /// The replay line is the configuration: what the command line builds from it is the
+        /// configuration it was rendered from, knob for knob.
+        #[test]
+        fn the_replay_line_parses_back_to_its_configuration(cfg in configs()) {
+            let line = cfg.command_line();
+            prop_assert!(!line.contains('#'), "{}", line);
+            prop_assert_eq!(parse_replay(&line), cfg);
+        }
+    }
+
+    #[test]
+    fn the_demo_runs_the_demo_ledger_with_its_components() {
+        let cfg = RunArgs::demo().config(1);
+        assert_eq!(cfg.ledger, LedgerKind::Demo);
+        assert_eq!(cfg.components, LedgerKind::Demo.default_components());
+        assert_eq!(parse_replay(&cfg.command_line()), cfg);
     }
 }

@@ -25,8 +25,10 @@ pub struct ReplicaReport {
     pub last_executed_seq: u64,
     /// Its state digest after that batch, hex.
     pub state_digest: String,
-    /// Batches executed (re-executions after restarts included).
+    /// Batches executed for the first time (each sequence number at most once).
     pub batches_executed: u64,
+    /// Batches executed again after a restart (log replay up to where the replica had been).
+    pub batches_reexecuted: u64,
     /// Ticks executed.
     pub ticks_executed: u64,
     /// Requests executed, ticks included.
@@ -90,6 +92,7 @@ impl Report {
                     last_executed_seq: n.last_executed_seq,
                     state_digest: hex(&n.state_digest),
                     batches_executed: n.batches_executed,
+                    batches_reexecuted: n.batches_reexecuted,
                     ticks_executed: n.ticks_executed,
                     requests_executed: n.requests_executed,
                     fires: n.fires.clone(),

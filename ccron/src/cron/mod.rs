@@ -194,7 +194,9 @@ impl CronSchedule {
     ///
     /// Syntax: 5 fields (minute hour day-of-month month day-of-week) or 6 (with seconds first);
     /// ranges, steps, lists, names (`MON`, `JAN`), `L`, `W`, `#`, `+` (day-of-month AND
-    /// day-of-week, as a prefix of the day-of-week field) and nicknames (`@daily`, …). A year field is not accepted.
+    /// day-of-week, as a prefix of the day-of-week field) and the nicknames in [`NICKNAMES`]
+    /// (`@daily`, `@midnight`, …; any other `@name` is rejected and the error lists them). A
+    /// year field is not accepted.
     ///
     /// # Errors
     /// [`CronError::ExpressionTooLong`], [`CronError::InvalidExpression`] or
@@ -230,9 +232,8 @@ impl CronSchedule {
             .seconds(Seconds::Optional)
             .year(Year::Disallowed)
             .build();
-        let cron = parser
-            .parse(expression)
-            .map_err(|e| invalid(e.to_string()))?;
+        let pattern = expand_nickname(expression).map_err(invalid)?;
+        let cron = parser.parse(pattern).map_err(|e| invalid(e.to_string()))?;
         let times = TimeIndex::new(&cron.pattern);
         if times.first_at_or_after(0).is_none() {
             tracing::debug!(expression, "cron: a time field matches no value; rejected");
@@ -975,13 +976,53 @@ pub fn preview(
         .collect())
 }
 
+/// The nicknames a cron expression may be (case-insensitive), with the 5-field pattern each
+/// stands for. `@reboot` has no meaning on agreed time and is not among them.
+pub const NICKNAMES: [(&str, &str); 7] = [
+    ("@yearly", "0 0 1 1 *"),
+    ("@annually", "0 0 1 1 *"),
+    ("@monthly", "0 0 1 * *"),
+    ("@weekly", "0 0 * * 0"),
+    ("@daily", "0 0 * * *"),
+    ("@midnight", "0 0 * * *"),
+    ("@hourly", "0 * * * *"),
+];
+
+/// The pattern croner parses for `expression`: a nickname's 5 fields, else the expression itself.
+/// An unknown `@name` is an error naming the known nicknames.
+fn expand_nickname(expression: &str) -> Result<&str, String> {
+    let trimmed = expression.trim();
+    if !trimmed.starts_with('@') {
+        return Ok(expression);
+    }
+    NICKNAMES
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(trimmed))
+        .map(|(_, pattern)| *pattern)
+        .ok_or_else(|| {
+            let known: Vec<&str> = NICKNAMES.iter().map(|(name, _)| *name).collect();
+            format!("unknown nickname (known: {})", known.join(", "))
+        })
+}
+
 /// Parses an RFC 3339 instant to milliseconds since the Unix epoch.
+///
+/// A leap second (`23:59:60`, chrono's representation of it) is read as the last millisecond
+/// of the minute before it, `23:59:59.999`: it lies before the next midnight, so a search
+/// strictly after it still finds that midnight.
 ///
 /// # Errors
 /// [`CronError::InvalidInstant`].
 pub fn parse_rfc3339_ms(input: &str) -> Result<TimeMs, CronError> {
     chrono::DateTime::parse_from_rfc3339(input.trim())
-        .map(|dt| dt.timestamp_millis())
+        .map(|dt| {
+            use chrono::Timelike as _;
+            if dt.nanosecond() >= 1_000_000_000 {
+                dt.timestamp().saturating_mul(1_000).saturating_add(999)
+            } else {
+                dt.timestamp_millis()
+            }
+        })
         .map_err(|e| CronError::InvalidInstant {
             input: input.to_owned(),
             reason: e.to_string(),

@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use ed25519_dalek::SigningKey;
 
 use super::{ByzantineKind, ConfigError, DiskImage, FaultConfig, Harness, Role, SimConfig};
-use super::{SimRng, Simulator, TimeServiceMode};
+use super::{LedgerKind, SimRng, Simulator, TimeServiceMode};
 use crate::app::{Application, WithTicks};
 use crate::crypto::{self, Keyring, VerifyCache};
+use crate::ledgers::demo::{DemoTables, demo_ledger};
 use crate::ledgers::{KvLedger, KvOp, TickCounter};
 use crate::node::{Input, Millis, Node, NodeId, Output};
 use crate::protocol::codec::{decode, encode};
@@ -70,6 +71,7 @@ pub struct ClusterHarness {
     app_factory: Option<AppFactory>,
     tick_components: BTreeMap<u32, u64>,
     tick_senders: TickSenders,
+    ledger: LedgerKind,
     boot_failures: u64,
     /// The public keys, to offer sent signatures to `verify_cache` (see `on_send`).
     ring: Keyring,
@@ -83,6 +85,36 @@ impl std::fmt::Debug for ClusterHarness {
             .field("key_seed", &self.key_seed)
             .field("num_clients", &self.num_clients)
             .finish_non_exhaustive()
+    }
+}
+
+/// The application factory of a ledger kind (`None`: the key-value ledger and tick counter, or
+/// an application the caller supplies with [`ClusterHarness::with_app`]).
+fn ledger_factory(ledger: LedgerKind) -> Option<AppFactory> {
+    match ledger {
+        LedgerKind::Demo => {
+            let tables = DemoTables::default();
+            Some(Box::new(move |id| match demo_ledger(&tables) {
+                Ok(l) => Box::new(l),
+                Err(e) => {
+                    // `validate` checks this first; a replica without tables rejects every
+                    // tick (counted).
+                    tracing::error!(id, error = %e, "demo tables");
+                    Box::new(KvLedger::new())
+                }
+            }))
+        }
+        LedgerKind::Orders => {
+            let app = crate::ledgers::orders::SchedAppConfig {
+                puts_as_orders: true,
+                expiry_ms: 2_000,
+                ..Default::default()
+            };
+            Some(Box::new(move |_| {
+                Box::new(crate::ledgers::orders::ScheduledLedger::new(app))
+            }))
+        }
+        _ => None,
     }
 }
 
@@ -122,7 +154,7 @@ impl ClusterHarness {
                 .collect(),
             verify_cache: VerifyCache::new(VERIFY_MEMO),
             tweak: None,
-            app_factory: None,
+            app_factory: ledger_factory(cfg.ledger),
             tick_components: cfg
                 .components
                 .iter()
@@ -134,6 +166,7 @@ impl ClusterHarness {
             } else {
                 TickSenders::All
             },
+            ledger: cfg.ledger,
             boot_failures: 0,
             ring: Keyring::from_seed(key_seed, cfg.replicas, num_clients),
             max_message_bytes: ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
@@ -179,6 +212,10 @@ impl ClusterHarness {
 
     /// Checks that the replicas accept their configuration (e.g. n = 3f+1 with f >= 1).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.ledger == LedgerKind::Demo {
+            // Fail early rather than boot replicas without their tables.
+            demo_ledger(&DemoTables::default()).map_err(|e| ConfigError::Node(e.to_string()))?;
+        }
         for id in 0..self.n {
             self.replica_config(id, Role::Honest)
                 .validate()
@@ -376,11 +413,13 @@ impl Cluster {
         tweak: impl Fn(&mut ReplicaConfig) + 'static,
         factory: impl Fn(NodeId) -> Box<dyn Application> + 'static,
     ) -> Result<Simulator<ClusterHarness>, ConfigError> {
-        let h = ClusterHarness::new(&self.cfg)
+        let mut cfg = self.cfg;
+        cfg.ledger = LedgerKind::Custom;
+        let h = ClusterHarness::new(&cfg)
             .with_tweak(tweak)
             .with_app(factory);
         h.validate()?;
-        Simulator::new(self.cfg, h)
+        Simulator::new(cfg, h)
     }
 
     /// Tick periods per component (overriding the common period) and the sender rotation.

@@ -54,6 +54,149 @@ pub enum ConfigError {
         /// The accepted names.
         expected: &'static str,
     },
+    /// A replica id given twice in the pinned Byzantine replicas.
+    #[error("Byzantine replica {0} is listed twice")]
+    DuplicateReplicaId(NodeId),
+    /// A knob outside its documented range.
+    #[error("{name} = {value} is out of range (allowed: {allowed})")]
+    OutOfRange {
+        /// The knob (its command-line name).
+        name: &'static str,
+        /// Its value, with its unit.
+        value: String,
+        /// The accepted range.
+        allowed: String,
+    },
+}
+
+/// Longest simulated run: the safety phase plus the liveness bound, and any single duration
+/// knob, at most 7 days of simulated time (so no deadline arithmetic can overflow).
+pub const MAX_SIMULATED_MS: u64 = 7 * 24 * 3_600_000;
+
+/// Most replicas in one simulated cluster (every message goes to every replica: cost grows
+/// with n squared).
+pub const MAX_REPLICAS: u32 = 100;
+
+/// Most user clients in one run. Wall time grows with `clients / request-interval` (each
+/// request is signed, verified and ordered): 200 clients at 100 ms take about 25 s of wall time
+/// per 7 s simulated in a debug build.
+pub const MAX_CLIENTS: u32 = 1_000;
+
+/// Largest clock drift magnitude, parts per million (10%: a replica clock never stops or runs
+/// backwards).
+pub const MAX_DRIFT_PPM: i64 = 100_000;
+
+/// The replicas' time-service hard limit (`TimeConfig::hard_limit_ms`, 3 s by default): a
+/// backup withholds its votes from a primary whose clock is farther than this from its own.
+pub fn time_hard_limit_ms() -> u64 {
+    crate::replica::TimeConfig::default()
+        .hard_limit_ms
+        .unsigned_abs()
+}
+
+/// What the simulated replicas run (`--ledger`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum LedgerKind {
+    /// `sim_bft::ledgers::demo`: the key-value ledger with ccron tables (component 1 prunes
+    /// every 5 s, component 2 calls a contract every 4 s). The command line's default.
+    Demo,
+    /// The plain key-value ledger with ticks counted in the reserved pages (no cron tables,
+    /// no fires). The library's default.
+    #[default]
+    Kv,
+    /// `sim_bft::ledgers::orders`: every client put places an order whose 2 s expiry is a
+    /// delayed task held as replicated data (component 1).
+    Orders,
+    /// An application built in code (`Cluster::build_with_app`): the command line cannot
+    /// replay it, and the replay line says so.
+    Custom,
+}
+
+impl LedgerKind {
+    /// Every CLI name.
+    pub const NAMES: &'static str = "demo, kv, orders";
+
+    /// The components that have tables in this ledger (what `--components` defaults to).
+    pub fn default_components(self) -> Vec<u32> {
+        match self {
+            Self::Demo => crate::ledgers::demo::DemoTables::default().components(),
+            _ => vec![1],
+        }
+    }
+}
+
+impl FromStr for LedgerKind {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "demo" => Self::Demo,
+            "kv" => Self::Kv,
+            "orders" => Self::Orders,
+            _ => {
+                return Err(ConfigError::UnknownName {
+                    what: "ledger",
+                    name: s.to_string(),
+                    expected: Self::NAMES,
+                });
+            }
+        })
+    }
+}
+
+impl fmt::Display for LedgerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Demo => "demo",
+            Self::Kv => "kv",
+            Self::Orders => "orders",
+            Self::Custom => "custom",
+        })
+    }
+}
+
+/// Which node implementation the simulator drives (`--node`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum NodeKind {
+    /// The PBFT replica.
+    #[default]
+    Replica,
+    /// The toy leader-based node (tests the simulator itself; not Byzantine-tolerant).
+    Toy,
+}
+
+impl NodeKind {
+    /// Every CLI name.
+    pub const NAMES: &'static str = "replica, toy";
+}
+
+impl FromStr for NodeKind {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "replica" => Self::Replica,
+            "toy" => Self::Toy,
+            _ => {
+                return Err(ConfigError::UnknownName {
+                    what: "node kind",
+                    name: s.to_string(),
+                    expected: Self::NAMES,
+                });
+            }
+        })
+    }
+}
+
+impl fmt::Display for NodeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Replica => "replica",
+            Self::Toy => "toy",
+        })
+    }
 }
 
 /// How the network is partitioned during the safety phase.
@@ -326,6 +469,11 @@ pub struct SimConfig {
     pub seed: u64,
     /// Number of replicas n.
     pub replicas: u32,
+    /// The node implementation the run drives.
+    pub node: NodeKind,
+    /// What the replicas run. [`super::cluster::ClusterHarness::new`] boots it; an application
+    /// built in code is [`LedgerKind::Custom`].
+    pub ledger: LedgerKind,
     /// Simulated length of the safety phase (faults active).
     pub duration_ms: u64,
     /// Bound on the liveness phase (faults healed) within which every honest replica must progress.
@@ -372,6 +520,8 @@ impl Default for SimConfig {
         Self {
             seed: 0,
             replicas: 4,
+            node: NodeKind::Replica,
+            ledger: LedgerKind::Kv,
             duration_ms: 10_000,
             liveness_ms: 30_000,
             tick_period_ms: 1_000,
@@ -408,10 +558,118 @@ impl SimConfig {
         self.replicas.saturating_sub(1) / 3
     }
 
-    /// Checks the configuration.
+    /// The largest distance between two honest replicas' clocks the clock knobs allow after the
+    /// heal (twice the skew plus twice the drift over the whole run; clock jumps are undone at
+    /// the heal and not counted). Beyond [`time_hard_limit_ms`] the time service may withhold
+    /// votes for ever and the cluster stall.
+    pub fn max_honest_clock_distance_ms(&self) -> u64 {
+        let fc = &self.faults;
+        let run_ms = u128::from(self.duration_ms.saturating_add(self.liveness_ms));
+        let drift = u128::from(fc.max_drift_ppm.unsigned_abs()) * run_ms / 1_000_000;
+        let d = 2 * u128::from(fc.max_clock_skew_ms.unsigned_abs()) + 2 * drift;
+        u64::try_from(d).unwrap_or(u64::MAX)
+    }
+
+    /// True when the run's honest clocks may be farther apart than the time service tolerates
+    /// (the replica runs a time service and [`Self::max_honest_clock_distance_ms`] exceeds
+    /// [`time_hard_limit_ms`]). `sim-bft run` refuses such a run without `--allow-clock-stall`.
+    pub fn clocks_beyond_time_bound(&self) -> bool {
+        self.node == NodeKind::Replica
+            && self.time_service != TimeServiceMode::Off
+            && self.max_honest_clock_distance_ms() > time_hard_limit_ms()
+    }
+
+    /// Checks the configuration: every knob within its documented range (see the constants of
+    /// this module), so a valid configuration runs to its end.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.replicas == 0 {
             return Err(ConfigError::NoReplicas);
+        }
+        let too_big = |name: &'static str, value: u64, max: u64, unit: &str| {
+            if value > max {
+                Err(ConfigError::OutOfRange {
+                    name,
+                    value: format!("{value}{unit}"),
+                    allowed: format!("at most {max}{unit}"),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        too_big(
+            "replicas",
+            u64::from(self.replicas),
+            u64::from(MAX_REPLICAS),
+            "",
+        )?;
+        too_big(
+            "clients",
+            u64::from(self.clients),
+            u64::from(MAX_CLIENTS),
+            "",
+        )?;
+        let days = " ms (7 days)";
+        let total = self.duration_ms.checked_add(self.liveness_ms);
+        too_big("duration", self.duration_ms, MAX_SIMULATED_MS, " ms")
+            .map_err(|e| with_days(e, days))?;
+        too_big("liveness", self.liveness_ms, MAX_SIMULATED_MS, " ms")
+            .map_err(|e| with_days(e, days))?;
+        if total.is_none_or(|t| t > MAX_SIMULATED_MS) {
+            return Err(ConfigError::OutOfRange {
+                name: "duration + liveness",
+                value: format!(
+                    "{} ms",
+                    u128::from(self.duration_ms) + u128::from(self.liveness_ms)
+                ),
+                allowed: format!("at most {MAX_SIMULATED_MS}{days}"),
+            });
+        }
+        let fc = &self.faults;
+        let mut spans = vec![
+            ("tick-period", self.tick_period_ms),
+            ("tick-spread", self.tick_spread_ms.unwrap_or(0)),
+            ("request-interval", self.request_interval_ms),
+            ("max-delay", fc.max_delay_ms),
+            ("min-delay", fc.min_delay_ms),
+            ("reorder-delay", fc.reorder_delay_ms),
+        ];
+        spans.extend(
+            self.component_periods_ms
+                .values()
+                .map(|p| ("component tick period", *p)),
+        );
+        for (name, v) in spans {
+            too_big(name, v, MAX_SIMULATED_MS, " ms")?;
+        }
+        for (name, v) in [
+            ("clock-skew", fc.max_clock_skew_ms),
+            ("clock-jump", fc.max_clock_jump_ms),
+        ] {
+            if !(0..=MAX_SIMULATED_MS as i64).contains(&v) {
+                return Err(ConfigError::OutOfRange {
+                    name,
+                    value: format!("{v} ms"),
+                    allowed: format!("0..={MAX_SIMULATED_MS} ms (a magnitude: drawn in [-D, D])"),
+                });
+            }
+        }
+        if !(0..=MAX_DRIFT_PPM).contains(&fc.max_drift_ppm) {
+            return Err(ConfigError::OutOfRange {
+                name: "drift-ppm",
+                value: fc.max_drift_ppm.to_string(),
+                allowed: format!("0..={MAX_DRIFT_PPM} (a magnitude: drawn in [-P, P])"),
+            });
+        }
+        if fc.min_delay_ms > fc.max_delay_ms {
+            return Err(ConfigError::OutOfRange {
+                name: "max-delay",
+                value: format!("{} ms", fc.max_delay_ms),
+                allowed: format!("at least the smallest delay, {} ms", fc.min_delay_ms),
+            });
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(dup) = fc.pinned_byzantine.iter().find(|id| !seen.insert(**id)) {
+            return Err(ConfigError::DuplicateReplicaId(*dup));
         }
         let fc = &self.faults;
         for (name, value) in [
@@ -441,6 +699,175 @@ impl SimConfig {
             return Err(ConfigError::ZeroPeriod("liveness bound"));
         }
         Ok(())
+    }
+}
+
+impl SimConfig {
+    /// The `sim-bft run` command line that reproduces a run of this configuration: the one
+    /// rendering of a run's full configuration (the run header, the JSON report's `replay`,
+    /// [`super::SimOutcome::replay_command`]). Every knob that shapes the run is written out,
+    /// defaults included, except fault knobs at their "no fault" value, so a replay does not
+    /// depend on the command line's defaults. Settings the command line cannot express (an
+    /// application built in code, per-component tick periods, checker slacks, …) are listed
+    /// after a shell comment (`# set in code, not reproducible from the command line: …`).
+    pub fn command_line(&self) -> String {
+        let fc = &self.faults;
+        let mut s = format!(
+            "sim-bft run --seed {} --replicas {}",
+            self.seed, self.replicas
+        );
+        let mut push = |x: String| {
+            s.push(' ');
+            s.push_str(&x);
+        };
+        push(format!("--node {}", self.node));
+        if self.ledger != LedgerKind::Custom {
+            push(format!("--ledger {}", self.ledger));
+        }
+        push(format!(
+            "--duration {}ms --liveness {}ms",
+            self.duration_ms, self.liveness_ms
+        ));
+        push(format!("--tick-period {}ms", self.tick_period_ms));
+        if let Some(spread) = self.tick_spread_ms {
+            push(format!("--tick-spread {spread}ms"));
+        }
+        let components: Vec<String> = self.components.iter().map(|c| c.to_string()).collect();
+        push(format!(
+            "--components {}",
+            if components.is_empty() {
+                "none".to_string()
+            } else {
+                components.join(",")
+            }
+        ));
+        push(format!(
+            "--tick-senders {}",
+            if self.rotate_ticks { "rotating" } else { "all" }
+        ));
+        push(format!(
+            "--clients {} --request-interval {}ms",
+            self.clients, self.request_interval_ms
+        ));
+        push(format!("--time-service {}", self.time_service));
+        push(format!("--max-delay {}ms", fc.max_delay_ms));
+        for (name, rate) in [
+            ("--drop-rate", fc.drop_rate),
+            ("--duplicate-rate", fc.duplicate_rate),
+            ("--reorder-rate", fc.reorder_rate),
+        ] {
+            if rate != 0.0 {
+                // `{}` of an f64 is the shortest text that parses back to the same value.
+                push(format!("{name} {rate}"));
+            }
+        }
+        if fc.partition != PartitionKind::None {
+            push(format!("--partition {}", fc.partition));
+        }
+        if fc.crashes > 0 {
+            push(format!("--crash {}", fc.crashes));
+        }
+        if fc.byzantine > 0 {
+            push(format!("--byzantine {}", fc.byzantine));
+        }
+        if !fc.pinned_byzantine.is_empty() {
+            let ids: Vec<String> = fc.pinned_byzantine.iter().map(|c| c.to_string()).collect();
+            push(format!("--byzantine-ids {}", ids.join(",")));
+        }
+        if fc.byzantine > 0 || !fc.pinned_byzantine.is_empty() {
+            push(format!("--byzantine-kind {}", fc.byzantine_kind));
+        }
+        if fc.max_clock_skew_ms != 0 {
+            push(format!("--clock-skew {}ms", fc.max_clock_skew_ms));
+        }
+        if fc.max_drift_ppm != 0 {
+            push(format!("--drift-ppm {}", fc.max_drift_ppm));
+        }
+        if fc.clock_jumps > 0 || fc.max_clock_jump_ms != 0 {
+            push(format!(
+                "--clock-jumps {} --clock-jump {}ms",
+                fc.clock_jumps, fc.max_clock_jump_ms
+            ));
+        }
+        if self.clocks_beyond_time_bound() {
+            push("--allow-clock-stall".to_string());
+        }
+        let in_code = self.settings_only_code_sets();
+        if !in_code.is_empty() {
+            push(format!(
+                "# set in code, not reproducible from the command line: {}",
+                in_code.join(", ")
+            ));
+        }
+        s
+    }
+
+    /// The settings of this configuration that `sim-bft run` cannot express (empty when
+    /// [`Self::command_line`] reproduces the run exactly).
+    pub fn settings_only_code_sets(&self) -> Vec<String> {
+        let d = SimConfig::default();
+        let fd = FaultConfig::default();
+        let mut out = Vec::new();
+        if self.ledger == LedgerKind::Custom {
+            out.push("ledger = an application built in code".to_string());
+        }
+        if !self.component_periods_ms.is_empty() {
+            out.push(format!(
+                "component_periods_ms = {:?}",
+                self.component_periods_ms
+            ));
+        }
+        if self.check_time_bounds != (self.time_service == TimeServiceMode::Robust) {
+            out.push(format!("check_time_bounds = {}", self.check_time_bounds));
+        }
+        for (name, v, dv) in [
+            (
+                "time_ahead_slack_ms",
+                self.time_ahead_slack_ms,
+                d.time_ahead_slack_ms,
+            ),
+            (
+                "time_behind_slack_ms",
+                self.time_behind_slack_ms,
+                d.time_behind_slack_ms,
+            ),
+            ("epoch_ms", self.epoch_ms, d.epoch_ms),
+        ] {
+            if v != dv {
+                out.push(format!("{name} = {v}"));
+            }
+        }
+        for (name, v, dv) in [
+            ("max_events", self.max_events, d.max_events),
+            (
+                "node_check_every",
+                self.node_check_every,
+                d.node_check_every,
+            ),
+            ("min_delay_ms", self.faults.min_delay_ms, fd.min_delay_ms),
+            (
+                "reorder_delay_ms",
+                self.faults.reorder_delay_ms,
+                fd.reorder_delay_ms,
+            ),
+        ] {
+            if v != dv {
+                out.push(format!("{name} = {v}"));
+            }
+        }
+        out
+    }
+}
+
+/// `allowed` of an [`ConfigError::OutOfRange`] for a simulated length, in days too.
+fn with_days(e: ConfigError, days: &str) -> ConfigError {
+    match e {
+        ConfigError::OutOfRange { name, value, .. } => ConfigError::OutOfRange {
+            name,
+            value,
+            allowed: format!("at most {MAX_SIMULATED_MS}{days}"),
+        },
+        other => other,
     }
 }
 
@@ -706,6 +1133,48 @@ mod tests {
         assert_eq!(c.validate(), Ok(()));
         c.faults.drop_rate = 1.5;
         assert!(matches!(c.validate(), Err(ConfigError::BadRate { .. })));
+    }
+
+    #[test]
+    fn validation_bounds_every_cli_knob() {
+        let mut c = SimConfig::default();
+        c.faults.pinned_byzantine = vec![1, 1];
+        assert_eq!(c.validate(), Err(ConfigError::DuplicateReplicaId(1)));
+        let mut c = SimConfig {
+            duration_ms: u64::MAX,
+            ..SimConfig::default()
+        };
+        assert!(matches!(c.validate(), Err(ConfigError::OutOfRange { .. })));
+        c.duration_ms = MAX_SIMULATED_MS;
+        c.liveness_ms = 1;
+        assert!(matches!(c.validate(), Err(ConfigError::OutOfRange { .. })));
+        c.duration_ms = MAX_SIMULATED_MS - 1;
+        assert_eq!(c.validate(), Ok(()));
+        c.faults.max_drift_ppm = -1;
+        assert!(matches!(c.validate(), Err(ConfigError::OutOfRange { .. })));
+        c.faults.max_drift_ppm = MAX_DRIFT_PPM;
+        assert_eq!(c.validate(), Ok(()));
+        c.clients = MAX_CLIENTS + 1;
+        assert!(matches!(c.validate(), Err(ConfigError::OutOfRange { .. })));
+    }
+
+    #[test]
+    fn the_command_line_says_what_only_code_can_set() {
+        let mut c = SimConfig::default();
+        assert!(!c.command_line().contains('#'), "{}", c.command_line());
+        assert!(c.command_line().contains("--ledger kv --"));
+        c.ledger = LedgerKind::Custom;
+        c.component_periods_ms.insert(1, 500);
+        let line = c.command_line();
+        assert!(!line.contains("--ledger"), "{line}");
+        assert!(line.contains("# set in code"), "{line}");
+        assert!(line.contains("component_periods_ms"), "{line}");
+        // A clock spread beyond the time service's bound needs the flag to replay.
+        c.faults.max_clock_skew_ms = 1_501;
+        assert!(c.clocks_beyond_time_bound());
+        assert!(c.command_line().contains("--allow-clock-stall"));
+        c.faults.max_clock_skew_ms = 1_500;
+        assert!(!c.clocks_beyond_time_bound());
     }
 
     #[test]

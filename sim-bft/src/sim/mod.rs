@@ -30,8 +30,9 @@ use sha2::{Digest, Sha256};
 
 pub use checker::{Checker, TimeBounds, Violation, ViolationKind};
 pub use config::{
-    ByzantineKind, ConfigError, CrashPlan, FaultConfig, JumpPlan, PartitionKind, PartitionPlan,
-    SimConfig, SimParams, TimeServiceMode, parse_duration_ms,
+    ByzantineKind, ConfigError, CrashPlan, FaultConfig, JumpPlan, LedgerKind, MAX_CLIENTS,
+    MAX_DRIFT_PPM, MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, PartitionPlan,
+    SimConfig, SimParams, TimeServiceMode, parse_duration_ms, time_hard_limit_ms,
 };
 pub use disk::{Disk, DiskImage};
 pub use rng::SimRng;
@@ -121,11 +122,15 @@ pub struct NodeSummary {
     pub last_executed_seq: u64,
     /// Its state digest after that batch (zeros if none).
     pub state_digest: [u8; 32],
-    /// Batches it executed (re-executions after restarts included).
+    /// Batches it executed for the first time: each sequence number at most once (the
+    /// re-executions after a restart are in `batches_reexecuted`).
     pub batches_executed: u64,
-    /// Ticks it executed.
+    /// Batches it executed again after a restart (replaying its log from the last stable
+    /// checkpoint up to sequence numbers it had executed before the crash).
+    pub batches_reexecuted: u64,
+    /// Ticks in the batches it executed for the first time.
     pub ticks_executed: u64,
-    /// Requests it executed, ticks included.
+    /// Requests in the batches it executed for the first time, ticks included.
     pub requests_executed: u64,
     /// Executed a batch above the heal sequence number during the liveness phase.
     pub progressed_after_heal: bool,
@@ -170,73 +175,9 @@ impl SimOutcome {
     }
 }
 
-/// The `sim-bft run` command line that reproduces a run of `cfg`.
+/// The `sim-bft run` command line that reproduces a run of `cfg` ([`SimConfig::command_line`]).
 pub fn replay_command(cfg: &SimConfig) -> String {
-    let fc = &cfg.faults;
-    let mut s = format!(
-        "sim-bft run --seed {} --replicas {} --duration {}ms --liveness {}ms --tick-period {}ms \
-         --clients {} --request-interval {}ms",
-        cfg.seed,
-        cfg.replicas,
-        cfg.duration_ms,
-        cfg.liveness_ms,
-        cfg.tick_period_ms,
-        cfg.clients,
-        cfg.request_interval_ms
-    );
-    let mut push = |x: String| {
-        s.push(' ');
-        s.push_str(&x);
-    };
-    if fc.drop_rate > 0.0 {
-        push(format!("--drop-rate {}", fc.drop_rate));
-    }
-    if fc.duplicate_rate > 0.0 {
-        push(format!("--duplicate-rate {}", fc.duplicate_rate));
-    }
-    if fc.reorder_rate > 0.0 {
-        push(format!("--reorder-rate {}", fc.reorder_rate));
-    }
-    if fc.partition != PartitionKind::None {
-        push(format!("--partition {}", fc.partition));
-    }
-    if fc.crashes > 0 {
-        push(format!("--crash {}", fc.crashes));
-    }
-    if fc.byzantine > 0 {
-        push(format!("--byzantine {}", fc.byzantine));
-    }
-    if fc.byzantine > 0 || !fc.pinned_byzantine.is_empty() {
-        push(format!("--byzantine-kind {}", fc.byzantine_kind));
-    }
-    if fc.max_clock_skew_ms > 0 {
-        push(format!("--clock-skew {}ms", fc.max_clock_skew_ms));
-    }
-    if fc.clock_jumps > 0 {
-        push(format!(
-            "--clock-jumps {} --clock-jump {}ms",
-            fc.clock_jumps, fc.max_clock_jump_ms
-        ));
-    }
-    push(format!("--time-service {}", cfg.time_service));
-    if fc.max_drift_ppm > 0 {
-        push(format!("--drift-ppm {}", fc.max_drift_ppm));
-    }
-    if fc.max_delay_ms != FaultConfig::default().max_delay_ms {
-        push(format!("--max-delay {}ms", fc.max_delay_ms));
-    }
-    if cfg.components != SimConfig::default().components {
-        let c: Vec<String> = cfg.components.iter().map(|c| c.to_string()).collect();
-        push(format!("--components {}", c.join(",")));
-    }
-    if let Some(spread) = cfg.tick_spread_ms {
-        push(format!("--tick-spread {spread}ms"));
-    }
-    if !fc.pinned_byzantine.is_empty() {
-        let c: Vec<String> = fc.pinned_byzantine.iter().map(|c| c.to_string()).collect();
-        push(format!("--byzantine-ids {}", c.join(",")));
-    }
-    s
+    cfg.command_line()
 }
 
 #[derive(Debug, Clone)]
@@ -286,6 +227,7 @@ struct Slot<N> {
     last_seq: u64,
     state_digest: [u8; 32],
     batches: u64,
+    reexecuted: u64,
     ticks: u64,
     requests: u64,
     inputs: u64,
@@ -355,6 +297,7 @@ impl<H: Harness> Simulator<H> {
                     last_seq: 0,
                     state_digest: [0; 32],
                     batches: 0,
+                    reexecuted: 0,
                     ticks: 0,
                     requests: 0,
                     inputs: 0,
@@ -656,10 +599,14 @@ impl<H: Harness> Simulator<H> {
         let bounds = self.honest_bounds();
         self.checker.executed(self.now_ms, node, &e, bounds);
         let s = &mut self.slots[node as usize];
-        s.last_seq = s.last_seq.max(e.seq);
-        if s.last_seq == e.seq {
-            s.state_digest = e.state_digest;
+        if e.seq <= s.last_seq {
+            // A restarted replica replaying its log: counted apart, so `batches_executed`
+            // counts each sequence number once.
+            s.reexecuted += 1;
+            return;
         }
+        s.last_seq = e.seq;
+        s.state_digest = e.state_digest;
         s.batches += 1;
         s.ticks += e.ticks.len() as u64;
         s.requests += u64::from(e.requests);
@@ -922,7 +869,8 @@ impl<H: Harness> Simulator<H> {
     /// (the end is the worst case: the liveness phase may finish early).
     pub fn run_with(mut self, mut progress: impl FnMut(u64, u64)) -> SimOutcome {
         let safety_end = self.cfg.duration_ms;
-        let end = safety_end + self.cfg.liveness_ms;
+        // Validation bounds both (MAX_SIMULATED_MS); saturate anyway.
+        let end = safety_end.saturating_add(self.cfg.liveness_ms);
         let step = 1_000;
         let mut ok = true;
         let mut t = 0;
@@ -970,6 +918,7 @@ impl<H: Harness> Simulator<H> {
                     last_executed_seq,
                     state_digest,
                     batches_executed: s.batches,
+                    batches_reexecuted: s.reexecuted,
                     ticks_executed: s.ticks,
                     requests_executed: s.requests,
                     progressed_after_heal: self
