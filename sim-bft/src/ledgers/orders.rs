@@ -249,6 +249,8 @@ mod tests {
     use ccron::{CronEntry, CronTable, Periodic};
 
     const BOOK: u32 = 3;
+    /// The outbox consumer's client id in the test ledgers.
+    const CONSUMER: u64 = 42;
 
     fn ctx(seq: u64, t: i64) -> ExecContext {
         ExecContext {
@@ -280,8 +282,10 @@ mod tests {
             book_pages: 9,
             outbox_pages: 3,
         };
-        CronLedger::new(OrderState::default(), registry)
-            .with_scheduler(LedgerScheduler::new(cfg, order_handlers()))
+        CronLedger::new(OrderState::default(), registry).with_scheduler(
+            LedgerScheduler::new(cfg, order_handlers())
+                .with_policy(ccron::Policy::default().with_outbox_consumer(CONSUMER)),
+        )
     }
 
     fn req(r: &ScheduleRequest) -> Vec<u8> {
@@ -314,16 +318,33 @@ mod tests {
             (o.first_index(), o.len())
         };
         assert_eq!(outbox(&a), (1, 5));
+        // A stranger's progress report, and the consumer's past the head, are rejected and
+        // trim nothing (issue 10: any client could drop every undelivered effect).
+        let digest = a.digest();
+        let denied = a.execute(ctx(8, 5_000), 0, &outbox_delivered_payload(u64::MAX));
+        assert!(
+            String::from_utf8_lossy(&denied).contains("may not report outbox progress"),
+            "{}",
+            String::from_utf8_lossy(&denied)
+        );
+        let above = a.execute(ctx(8, 5_000), CONSUMER, &outbox_delivered_payload(6));
+        assert!(
+            String::from_utf8_lossy(&above).contains("past the outbox head 5"),
+            "{}",
+            String::from_utf8_lossy(&above)
+        );
+        assert_eq!(outbox(&a), (1, 5));
+        assert_eq!(a.digest(), digest);
+        assert_eq!(a.scheduler().unwrap().denied(), 2);
         // The consumer delivered records 1..=3: they go, at this point of the log.
         assert_eq!(
-            a.execute(ctx(8, 5_000), 0, &outbox_delivered_payload(3)),
+            a.execute(ctx(8, 5_000), CONSUMER, &outbox_delivered_payload(3)),
             b"ok trimmed 3"
         );
         assert_eq!(outbox(&a), (4, 2));
-        // Repeating or reporting older progress changes nothing; progress past the end stops
-        // at the end.
+        // Repeating or reporting older progress changes nothing.
         assert_eq!(
-            a.execute(ctx(9, 5_000), 0, &outbox_delivered_payload(2)),
+            a.execute(ctx(9, 5_000), CONSUMER, &outbox_delivered_payload(2)),
             b"ok trimmed 0"
         );
         // A restored replica (snapshot plus pages) holds the same trimmed outbox.
@@ -333,7 +354,7 @@ mod tests {
         assert_eq!(outbox(&b), (4, 2));
         assert_eq!(b.digest(), a.digest());
         assert_eq!(
-            a.execute(ctx(10, 5_000), 0, &outbox_delivered_payload(u64::MAX)),
+            a.execute(ctx(10, 5_000), CONSUMER, &outbox_delivered_payload(5)),
             b"ok trimmed 2"
         );
         assert_eq!(outbox(&a), (6, 0));
