@@ -108,7 +108,7 @@ impl<S: Application> Application for CronLedger<S> {
                 return book.trim_outbox(Principal::Client(client), upto);
             }
             if let Some(req) = book.request_of(payload) {
-                return book.execute(ctx, req);
+                return book.execute(ctx, Principal::Client(client), req);
             }
         }
         self.state.execute(ctx, client, payload)

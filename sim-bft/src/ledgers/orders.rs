@@ -251,6 +251,8 @@ mod tests {
     const BOOK: u32 = 3;
     /// The outbox consumer's client id in the test ledgers.
     const CONSUMER: u64 = 42;
+    /// An admin's client id in the test ledgers.
+    const ADMIN: u64 = 77;
 
     fn ctx(seq: u64, t: i64) -> ExecContext {
         ExecContext {
@@ -283,8 +285,11 @@ mod tests {
             outbox_pages: 3,
         };
         CronLedger::new(OrderState::default(), registry).with_scheduler(
-            LedgerScheduler::new(cfg, order_handlers())
-                .with_policy(ccron::Policy::default().with_outbox_consumer(CONSUMER)),
+            LedgerScheduler::new(cfg, order_handlers()).with_policy(
+                ccron::Policy::default()
+                    .with_outbox_consumer(CONSUMER)
+                    .with_admin(ADMIN),
+            ),
         )
     }
 
@@ -364,6 +369,64 @@ mod tests {
         assert_eq!(outbox_delivered_of(&outbox_delivered_payload(7)), Some(7));
     }
 
+    /// Issue 10: any client could cancel, replace or pause anyone's schedules. Client 1 can do
+    /// none of it to client 0's order expiry (each attempt is an `err` reply, counted, and the
+    /// ledger digest does not move); the expiry still fires; client 0 and an admin can.
+    #[test]
+    fn a_client_cannot_cancel_or_change_another_clients_order_expiry() {
+        let mut a = ledger();
+        let mut pages = MemPages::new(4_096, 4);
+        let expiry = ScheduledLedger::expiry("o0", 1_000);
+        assert_eq!(
+            a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Upsert(expiry.clone()))),
+            b"ok 1"
+        );
+        let later = ScheduledLedger::expiry("o0", 1_000_000);
+        let attacks = [
+            ScheduleRequest::Cancel(Target::Key("o0".into())),
+            ScheduleRequest::Cancel(Target::Id(1)),
+            ScheduleRequest::Pause(Target::Key("o0".into())),
+            ScheduleRequest::Upsert(later.clone()),
+            ScheduleRequest::Replace {
+                target: Target::Id(1),
+                schedule: later.clone(),
+            },
+        ];
+        let digest = a.digest();
+        for (seq, attack) in (2..).zip(&attacks) {
+            let reply = String::from_utf8(a.execute(ctx(seq, 10), 1, &req(attack))).unwrap();
+            assert!(
+                reply.starts_with("err client 1 may not"),
+                "{attack:?}: {reply}"
+            );
+            assert_eq!(a.digest(), digest, "{attack:?} changed the ledger");
+        }
+        assert_eq!(a.scheduler().unwrap().denied(), attacks.len() as u64);
+        a.on_tick(Tick::new(BOOK, 10, Some(1_000)), &mut pages)
+            .unwrap();
+        assert_eq!(a.state().0.get("o0"), Some(&1), "the expiry fired");
+
+        // Its owner and an admin may change it.
+        a.execute(ctx(11, 1_000), 0, &req(&ScheduleRequest::Upsert(expiry)));
+        assert_eq!(
+            a.execute(
+                ctx(12, 1_000),
+                0,
+                &req(&ScheduleRequest::Pause(Target::Key("o0".into())))
+            ),
+            b"ok 2"
+        );
+        assert_eq!(
+            a.execute(
+                ctx(13, 1_000),
+                ADMIN,
+                &req(&ScheduleRequest::Cancel(Target::Key("o0".into())))
+            ),
+            b"ok 2"
+        );
+        assert!(a.scheduler().unwrap().book().is_empty());
+    }
+
     #[test]
     fn one_ledger_runs_tables_and_schedules_and_restores_both() {
         let mut a = ledger();
@@ -435,9 +498,13 @@ mod tests {
         assert_eq!(a.state().0.get("o"), Some(&3), "fire once after the pause");
         assert_eq!(pages, pages_b);
 
-        // Zones are data too: installed by a request.
+        // Zones are data too: installed by a request, of an admin only.
         let z = ScheduleRequest::InstallZone(ZoneRules::fixed("Z", 3_600).unwrap());
-        assert_eq!(a.execute(ctx(11, 6_000), 0, &req(&z)), b"ok 0");
+        assert_eq!(
+            a.execute(ctx(11, 6_000), 0, &req(&z)),
+            b"err client 0 may not install zone rules"
+        );
+        assert_eq!(a.execute(ctx(11, 6_000), ADMIN, &req(&z)), b"ok 0");
         // A corrupt snapshot changes nothing.
         let before = a.digest();
         assert!(a.restore(b"junk").is_err());

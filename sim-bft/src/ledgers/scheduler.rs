@@ -167,6 +167,7 @@ impl<S> LedgerScheduler<S> {
     /// ([`Policy::default`]) lets any client create schedules and change only its own, and no
     /// client install zones or report outbox progress.
     pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.book = self.book.with_policy(policy.clone());
         self.policy = policy;
         self
     }
@@ -253,14 +254,26 @@ impl<S> LedgerScheduler<S> {
         self.translate.as_ref().and_then(|t| t(payload))
     }
 
-    /// Applies `req` (the batch's sequence number and agreed time) and persists the book.
-    pub(crate) fn execute(&mut self, ctx: ExecContext, req: ScheduleRequest) -> Vec<u8> {
+    /// Applies `req` on behalf of `by` (the request's authenticated client; the book's policy
+    /// decides, see `ccron::authz`) with the batch's sequence number and agreed time, and
+    /// persists the book. A denial is an `err` reply, counted ([`Self::denied`]).
+    pub(crate) fn execute(
+        &mut self,
+        ctx: ExecContext,
+        by: Principal,
+        req: ScheduleRequest,
+    ) -> Vec<u8> {
         let reply = match self
             .book
-            .apply(req, &self.handlers, ctx.seq, ctx.agreed_time_ms)
+            .apply(&by, req, &self.handlers, ctx.seq, ctx.agreed_time_ms)
         {
             Ok(id) => format!("ok {}", id.unwrap_or(0)),
-            Err(e) => format!("err {e}"),
+            Err(e) => {
+                if matches!(e, ccron::schedule::ScheduleError::Unauthorized { .. }) {
+                    self.denied = self.denied.saturating_add(1);
+                }
+                format!("err {e}")
+            }
         };
         self.persist();
         reply.into_bytes()
@@ -325,7 +338,8 @@ impl<S> LedgerScheduler<S> {
     /// Replaces the book, its pages and the outbox with decoded ones.
     pub(crate) fn install(&mut self, (pages, book, outbox): (MemPages, Scheduler, Outbox)) {
         self.pages = pages;
-        self.book = book;
+        // The policy is configuration: the decoded book gets this replica's.
+        self.book = book.with_policy(self.policy.clone());
         self.outbox = outbox;
     }
 }
