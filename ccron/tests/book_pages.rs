@@ -299,7 +299,8 @@ fn a_record_larger_than_a_page_is_refused_at_admission() {
         Err(ScheduleError::Limit(_))
     ));
     assert!(book.is_empty());
-    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 140]);
+    // (152: page and blob headers plus the record's other fields, its owner included.)
+    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 152]);
     book.apply(
         &Principal::Host,
         ScheduleRequest::Create(fits),
