@@ -11,6 +11,7 @@
 //!
 //! Run: `cargo run --release --example order_expiry`.
 
+use ccron::Principal;
 use ccron::cron::{format_rfc3339_ms, parse_rfc3339_ms};
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{
@@ -75,7 +76,7 @@ fn by_hand() -> Result<(), Box<dyn std::error::Error>> {
     ];
     for (seq, req) in (1..).zip(requests) {
         let what = format!("{req:?}");
-        match book.apply(req, &handlers, seq, Some(t0)) {
+        match book.apply(&Principal::Host, req, &handlers, seq, Some(t0)) {
             Ok(id) => println!("  request {seq}: ok {id:?}"),
             Err(e) => println!(
                 "  request {seq}: rejected ({e}); {}",

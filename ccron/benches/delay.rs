@@ -16,6 +16,7 @@
 //!
 //! Run: `cargo bench -p ccron --bench delay` (about a minute; `CCRON_BENCH_N=100000` for 10^5).
 
+use ccron::Principal;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -63,7 +64,10 @@ fn main() {
         for i in 0..n {
             let due = Due::Time(BASE_MS + (i % 100) as i64 * 1_000);
             let req = ScheduleRequest::Create(NewSchedule::new("expire", Timing::At(due)));
-            black_box(book.apply(req, &handlers, i as u64, Some(0)).ok());
+            black_box(
+                book.apply(&Principal::Host, req, &handlers, i as u64, Some(0))
+                    .ok(),
+            );
         }
     });
     assert_eq!(book.len(), n);
@@ -76,6 +80,7 @@ fn main() {
             let id = 1 + k * stride;
             black_box(
                 book.apply(
+                    &Principal::Host,
                     ScheduleRequest::Cancel(Target::Id(id)),
                     &handlers,
                     0,
@@ -90,7 +95,8 @@ fn main() {
         let i = k * stride as usize;
         let due = Due::Time(BASE_MS + (i % 100) as i64 * 1_000);
         let req = ScheduleRequest::Create(NewSchedule::new("expire", Timing::At(due)));
-        book.apply(req, &handlers, 0, Some(0)).ok();
+        book.apply(&Principal::Host, req, &handlers, 0, Some(0))
+            .ok();
     }
     assert_eq!(book.len(), n);
 
@@ -129,8 +135,14 @@ fn main() {
     saved.expect("the book fits its range");
     let full_pages = pages.snapshot().len();
     // The first save after the full one also zeroes the full save's journal: not timed.
-    book.apply(ScheduleRequest::Pause(Target::Id(2)), &handlers, 0, Some(0))
-        .ok();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Pause(Target::Id(2)),
+        &handlers,
+        0,
+        Some(0),
+    )
+    .ok();
     book.save(&mut pages, range)
         .expect("the book fits its range");
     let one_changes = 200;
@@ -142,7 +154,8 @@ fn main() {
             } else {
                 ScheduleRequest::Pause(Target::Id(2))
             };
-            book.apply(req, &handlers, 0, Some(0)).ok();
+            book.apply(&Principal::Host, req, &handlers, 0, Some(0))
+                .ok();
             let (saved, d) = timed(|| book.save(&mut pages, range));
             saved.expect("the book fits its range");
             total += d;
@@ -151,6 +164,7 @@ fn main() {
     };
     if book.get(2).is_some_and(|s| s.paused) {
         book.apply(
+            &Principal::Host,
             ScheduleRequest::Resume(Target::Id(2)),
             &handlers,
             0,

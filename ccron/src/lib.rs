@@ -76,6 +76,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod authz;
 pub mod codec;
 pub mod cron;
 pub mod due;
@@ -91,6 +92,7 @@ pub mod table;
 pub mod tick;
 pub mod ticks;
 
+pub use authz::{Policy, Principal};
 pub use codec::CodecError;
 pub use due::{Due, EverySeq, Schedule};
 pub use entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};

@@ -3,6 +3,7 @@
 //! after it (never a mix, never corrupt), identical operations give identical page images on
 //! every replica (restarted, state-transferred or not), and a flipped byte is a typed error.
 
+use ccron::Principal;
 use ccron::cron::ZoneRules;
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{
@@ -40,9 +41,15 @@ fn handlers() -> Handlers<u64> {
 
 fn create(book: &mut Scheduler, h: &Handlers<u64>, due_ms: i64, payload: usize) -> u64 {
     let def = NewSchedule::new("run", Timing::At(Due::Time(due_ms))).with_payload(vec![1; payload]);
-    book.apply(ScheduleRequest::Create(def), h, 0, Some(0))
-        .unwrap()
-        .unwrap()
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Create(def),
+        h,
+        0,
+        Some(0),
+    )
+    .unwrap()
+    .unwrap()
 }
 
 fn tick(book: &mut Scheduler, h: &mut Handlers<u64>, seq: u64, now_ms: i64) -> usize {
@@ -73,12 +80,24 @@ fn a_save_writes_only_the_pages_of_changed_records() {
         let h = handlers();
         let mut counting = Crashing::new(pages, usize::MAX);
         // The first small save also zeroes what is left of the big first journal.
-        book.apply(ScheduleRequest::Pause(Target::Id(5)), &h, 0, Some(0))
-            .unwrap();
+        book.apply(
+            &Principal::Host,
+            ScheduleRequest::Pause(Target::Id(5)),
+            &h,
+            0,
+            Some(0),
+        )
+        .unwrap();
         book.save(&mut counting, range()).unwrap();
         counting.writes.clear();
-        book.apply(ScheduleRequest::Resume(Target::Id(5)), &h, 0, Some(0))
-            .unwrap();
+        book.apply(
+            &Principal::Host,
+            ScheduleRequest::Resume(Target::Id(5)),
+            &h,
+            0,
+            Some(0),
+        )
+        .unwrap();
         book.save(&mut counting, range()).unwrap();
         assert_eq!(
             counting.writes.len(),
@@ -111,12 +130,25 @@ fn changes(book: &mut Scheduler) {
     let mut h = handlers();
     create(book, &h, 5_000, 300);
     create(book, &h, 6_000, 0);
-    book.apply(ScheduleRequest::Cancel(Target::Id(3)), &h, 0, Some(0))
-        .unwrap();
-    book.apply(ScheduleRequest::Pause(Target::Id(4)), &h, 0, Some(0))
-        .unwrap();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Cancel(Target::Id(3)),
+        &h,
+        0,
+        Some(0),
+    )
+    .unwrap();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Pause(Target::Id(4)),
+        &h,
+        0,
+        Some(0),
+    )
+    .unwrap();
     let grown = NewSchedule::new("run", Timing::At(Due::Time(7_000))).with_payload(vec![2; 350]);
     book.apply(
+        &Principal::Host,
         ScheduleRequest::Replace {
             target: Target::Id(8),
             schedule: grown,
@@ -127,6 +159,7 @@ fn changes(book: &mut Scheduler) {
     )
     .unwrap();
     book.apply(
+        &Principal::Host,
         ScheduleRequest::InstallZone(ZoneRules::fixed("Z", 7_200).unwrap()),
         &h,
         0,
@@ -256,13 +289,26 @@ fn a_record_larger_than_a_page_is_refused_at_admission() {
     let mut book = Scheduler::new(7, limits());
     let big = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 60]);
     assert!(matches!(
-        book.apply(ScheduleRequest::Create(big), &h, 0, Some(0)),
+        book.apply(
+            &Principal::Host,
+            ScheduleRequest::Create(big),
+            &h,
+            0,
+            Some(0)
+        ),
         Err(ScheduleError::Limit(_))
     ));
     assert!(book.is_empty());
-    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 140]);
-    book.apply(ScheduleRequest::Create(fits), &h, 0, Some(0))
-        .unwrap();
+    // (152: page and blob headers plus the record's other fields, its owner included.)
+    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 152]);
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Create(fits),
+        &h,
+        0,
+        Some(0),
+    )
+    .unwrap();
     let mut pages = store();
     book.save(&mut pages, range()).unwrap();
     assert_eq!(Scheduler::load(7, limits(), &pages, range()).unwrap(), book);
@@ -336,7 +382,7 @@ fn step(book: &mut Scheduler, h: &mut Handlers<u64>, op: &Op, seq: u64, now_ms: 
         }
         _ => return,
     };
-    let _ = book.apply(req, h, seq, Some(now_ms));
+    let _ = book.apply(&Principal::Host, req, h, seq, Some(now_ms));
 }
 
 proptest! {
@@ -431,7 +477,13 @@ fn a_full_book_rejects_new_schedules_at_admission_not_at_save() {
     };
     let mut admitted = 0;
     let err = loop {
-        match book.apply(ScheduleRequest::Create(def(admitted)), &h, 0, Some(0)) {
+        match book.apply(
+            &Principal::Host,
+            ScheduleRequest::Create(def(admitted)),
+            &h,
+            0,
+            Some(0),
+        ) {
             Ok(_) => admitted += 1,
             Err(e) => break e,
         }
@@ -446,6 +498,7 @@ fn a_full_book_rejects_new_schedules_at_admission_not_at_save() {
     // In the full book, a replacement of the same size stays on its page; one grown past
     // what any page could take is refused and changes nothing.
     book.apply(
+        &Principal::Host,
         ScheduleRequest::Replace {
             target: Target::Id(2),
             schedule: def(2),
@@ -458,6 +511,7 @@ fn a_full_book_rejects_new_schedules_at_admission_not_at_save() {
     let before = book.clone();
     let grown = NewSchedule::new("run", Timing::At(Due::Time(5))).with_payload(vec![7; 300]);
     let refused = book.apply(
+        &Principal::Host,
         ScheduleRequest::Replace {
             target: Target::Id(2),
             schedule: grown,
@@ -472,16 +526,34 @@ fn a_full_book_rejects_new_schedules_at_admission_not_at_save() {
     );
     assert_eq!(book, before);
     // Cancelling one frees room for one more.
-    book.apply(ScheduleRequest::Cancel(Target::Id(1)), &h, 0, Some(0))
-        .unwrap();
-    book.apply(ScheduleRequest::Create(def(admitted)), &h, 0, Some(0))
-        .unwrap();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Cancel(Target::Id(1)),
+        &h,
+        0,
+        Some(0),
+    )
+    .unwrap();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Create(def(admitted)),
+        &h,
+        0,
+        Some(0),
+    )
+    .unwrap();
     book.save(&mut pages, small).unwrap();
     // The same creations without the bound are all admitted, and the save fails instead.
     let mut unbounded = Scheduler::new(7, limits());
     for i in 0..=admitted {
         unbounded
-            .apply(ScheduleRequest::Create(def(i)), &h, 0, Some(0))
+            .apply(
+                &Principal::Host,
+                ScheduleRequest::Create(def(i)),
+                &h,
+                0,
+                Some(0),
+            )
             .unwrap();
     }
     assert!(unbounded.save(&mut store(), small).is_err());

@@ -12,6 +12,7 @@
 //!   swallowed fires once at the first instant after the gap, if that wall date still matches the
 //!   day fields; an interval job skips the missing times.
 
+use ccron::Principal;
 use std::collections::BTreeSet;
 
 use ccron::cron::{CronError, CronSchedule, ZoneRules};
@@ -585,8 +586,8 @@ proptest! {
                 ctx.state.push(due);
             });
             let mut book = Scheduler::new(1, Limits::default());
-            book.apply(ScheduleRequest::InstallZone(rules.clone()), &handlers, 0, Some(t0)).unwrap();
-            book.apply(
+            book.apply(&Principal::Host, ScheduleRequest::InstallZone(rules.clone()), &handlers, 0, Some(t0)).unwrap();
+            book.apply(&Principal::Host,
                 ScheduleRequest::Create(
                     NewSchedule::new(
                         "h",

@@ -2,6 +2,7 @@
 //! one-shot tasks, misfire policies, budget and priorities, pause/resume, jitter, outbox emits,
 //! preview, persistence and reload equivalence).
 
+use ccron::Principal;
 use ccron::codec::{self, BlobKind};
 use ccron::cron::{CronError, ZoneRules, parse_rfc3339_ms};
 use ccron::outbox::{OccurrenceId, Outbox, OutboxLimits};
@@ -56,7 +57,13 @@ impl Rig {
 
     fn apply(&mut self, req: ScheduleRequest, now_ms: i64) -> Result<Option<u64>, ScheduleError> {
         self.seq += 1;
-        let r = self.book.apply(req, &self.handlers, self.seq, Some(now_ms));
+        let r = self.book.apply(
+            &Principal::Host,
+            req,
+            &self.handlers,
+            self.seq,
+            Some(now_ms),
+        );
         self.book.check_invariants().unwrap();
         r
     }
@@ -255,6 +262,7 @@ fn rejected_requests_change_nothing() {
     let err = r
         .book
         .apply(
+            &Principal::Host,
             ScheduleRequest::Create(NewSchedule::new("report", Timing::AfterMs(5))),
             &r.handlers,
             9,
@@ -529,6 +537,7 @@ fn handlers_emit_outbox_records_and_chain_schedules() {
     let mut ledger = Ledger::default();
     let id = book
         .apply(
+            &Principal::Host,
             ScheduleRequest::Create(
                 NewSchedule::new("remind", Timing::At(Due::Time(100))).with_payload(b"hi".to_vec()),
             ),
@@ -831,7 +840,7 @@ proptest! {
         prop_assert!(Scheduler::load(7, limits, &pages, range).is_err());
         let mut one = Scheduler::new(7, limits);
         let h = handlers();
-        one.apply(ScheduleRequest::InstallZone(ZoneRules::fixed("X", 3_600).unwrap()), &h, 0, Some(0)).unwrap();
+        one.apply(&Principal::Host, ScheduleRequest::InstallZone(ZoneRules::fixed("X", 3_600).unwrap()), &h, 0, Some(0)).unwrap();
         for req in [
             NewSchedule::new("expire", Timing::AfterMs(5)).with_key("a").with_priority(2),
             NewSchedule::new("report", Timing::Every { period_ms: 10, start_ms: None })
@@ -839,7 +848,7 @@ proptest! {
             NewSchedule::new("report", Timing::Cron { expression: "*/5 * * * *".into(), zone: Some("X".into()) }),
             NewSchedule::new("expire", Timing::AfterSeqs(4)).with_payload(b"p".to_vec()),
         ] {
-            one.apply(ScheduleRequest::Create(req), &h, 0, Some(0)).unwrap();
+            one.apply(&Principal::Host, ScheduleRequest::Create(req), &h, 0, Some(0)).unwrap();
         }
         let mut wire = MemPages::new(512, 8);
         one.save_all(&mut wire, range).unwrap();
@@ -932,8 +941,14 @@ fn a_run_cancelling_its_own_schedule_stops_the_catch_up() {
         },
     )
     .with_misfire(Misfire::FireEach { cap: 5 });
-    book.apply(ScheduleRequest::Create(every), &h, 1, Some(0))
-        .unwrap();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Create(every),
+        &h,
+        1,
+        Some(0),
+    )
+    .unwrap();
     let mut ledger = Ledger::default();
     let mut outbox = Outbox::new(OutboxLimits::default());
     let rep = book.on_tick(

@@ -102,13 +102,19 @@ fn delayed_tasks_fire_exactly_once_across_restart_and_state_transfer() {
     }
     send(
         &mut h,
-        1,
+        0,
         ScheduleRequest::Cancel(Target::Key("order-3".into())),
     );
     send(
         &mut h,
-        1,
+        0,
         ScheduleRequest::Upsert(expiry("order-5", 12_000)),
+    );
+    // Another client may not cancel client 0's order (issue 10): rejected, nothing changes.
+    send(
+        &mut h,
+        1,
+        ScheduleRequest::Cancel(Target::Key("order-4".into())),
     );
     send(
         &mut h,
@@ -143,6 +149,12 @@ fn delayed_tasks_fire_exactly_once_across_restart_and_state_transfer() {
     );
     assert!(
         replies.iter().any(|r| r.contains("can never fire")),
+        "{replies:?}"
+    );
+    assert!(
+        replies
+            .iter()
+            .any(|r| r.contains("client 1 may not cancel this schedule")),
         "{replies:?}"
     );
 
@@ -323,11 +335,11 @@ fn tables_and_schedules_in_one_ledger_survive_restart_and_state_transfer() {
     send(&mut h, 0, ScheduleRequest::Create(every));
     send(&mut h, 0, ScheduleRequest::Create(expiry("a", 3_000)));
     send(&mut h, 0, ScheduleRequest::Create(expiry("b", 4_000)));
-    send(&mut h, 1, ScheduleRequest::Cancel(Target::Key("b".into())));
+    send(&mut h, 0, ScheduleRequest::Cancel(Target::Key("b".into())));
     run_both(&mut h, 2_000);
     send(
         &mut h,
-        1,
+        0,
         ScheduleRequest::Pause(Target::Key("report".into())),
     );
 
@@ -336,7 +348,7 @@ fn tables_and_schedules_in_one_ledger_survive_restart_and_state_transfer() {
     run_both(&mut h, 5_000);
     send(
         &mut h,
-        1,
+        0,
         ScheduleRequest::Resume(Target::Key("report".into())),
     );
     let cfg = h.cfgs[2].clone();

@@ -18,6 +18,7 @@ use std::collections::VecDeque;
 
 use super::codec::{self, CodecError};
 use super::id::OccurrenceId;
+use crate::authz::{Policy, Principal};
 
 /// Version byte of [`Outbox::encode`]'s format.
 const FORMAT_VERSION: u8 = 1;
@@ -111,6 +112,22 @@ pub enum OutboxError {
     /// Decoded bytes describe an outbox that violates its invariants or the given limits.
     #[error("decoded outbox is invalid: {0}")]
     Invalid(String),
+    /// Progress reported by someone other than the configured outbox consumer
+    /// ([`Outbox::accept_progress`]); nothing was trimmed.
+    #[error("{by} may not report outbox progress")]
+    Unauthorized {
+        /// Who reported it.
+        by: Principal,
+    },
+    /// Progress reported past the last record ever appended ([`Outbox::accept_progress`]):
+    /// nothing past the head can have been delivered; nothing was trimmed.
+    #[error("progress {upto} is past the outbox head {head}")]
+    ProgressAboveHead {
+        /// The reported progress.
+        upto: u64,
+        /// The outbox head at the time.
+        head: u64,
+    },
 }
 
 /// The replicated outbox (see the module documentation).
@@ -235,6 +252,33 @@ impl Outbox {
             tracing::debug!(dropped, first_index = self.first_index, "outbox trimmed");
         }
         dropped
+    }
+
+    /// Accepts a consumer's progress report: every record up to `upto` is delivered, so the
+    /// records up to it are trimmed; returns how many went. This is the entry point for
+    /// progress that arrives in a request: only the [`Policy::outbox_consumer`] (or the host)
+    /// may report, and never past [`head`](Self::head) (a record not yet appended cannot have
+    /// been delivered). Progress at or below what was already trimmed trims nothing.
+    ///
+    /// # Errors
+    /// [`OutboxError::Unauthorized`], [`OutboxError::ProgressAboveHead`]; the outbox is then
+    /// unchanged.
+    pub fn accept_progress(
+        &mut self,
+        policy: &Policy,
+        by: &Principal,
+        upto: u64,
+    ) -> Result<usize, OutboxError> {
+        if !policy.may_report_progress(by) {
+            tracing::warn!(%by, upto, "outbox progress rejected: not the consumer");
+            return Err(OutboxError::Unauthorized { by: *by });
+        }
+        let head = self.head();
+        if upto > head {
+            tracing::warn!(%by, upto, head, "outbox progress rejected: past the head");
+            return Err(OutboxError::ProgressAboveHead { upto, head });
+        }
+        Ok(self.trim_below(upto.saturating_add(1)))
     }
 
     /// Held records with their indices, in index order.

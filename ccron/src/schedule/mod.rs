@@ -20,6 +20,7 @@ mod book;
 mod cron_rule;
 mod store;
 
+pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
     FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, Misfire, NewSchedule,
     ScheduleError, ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use ccron::{CronTableRegistry, MemPages, RegistryError, Tick};
+use ccron::{CronTableRegistry, MemPages, Principal, RegistryError, Tick};
 use sha2::{Digest, Sha256};
 
 use super::scheduler::{BookWire, LedgerScheduler};
@@ -105,10 +105,10 @@ impl<S: Application> Application for CronLedger<S> {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
         if let Some(book) = &mut self.scheduler {
             if let Some(upto) = super::scheduler::outbox_delivered_of(payload) {
-                return book.trim_outbox(upto);
+                return book.trim_outbox(Principal::Client(client), upto);
             }
             if let Some(req) = book.request_of(payload) {
-                return book.execute(ctx, req);
+                return book.execute(ctx, Principal::Client(client), req);
             }
         }
         self.state.execute(ctx, client, payload)
@@ -129,6 +129,7 @@ impl<S: Application> Application for CronLedger<S> {
         }
         if let Some(book) = &self.scheduler {
             h.update(b"schedule-book");
+            h.update(book.policy().digest());
             h.update(codec::encode(&book.to_wire()).unwrap_or_default());
         }
         h.finalize().into()

@@ -249,6 +249,10 @@ mod tests {
     use ccron::{CronEntry, CronTable, Periodic};
 
     const BOOK: u32 = 3;
+    /// The outbox consumer's client id in the test ledgers.
+    const CONSUMER: u64 = 42;
+    /// An admin's client id in the test ledgers.
+    const ADMIN: u64 = 77;
 
     fn ctx(seq: u64, t: i64) -> ExecContext {
         ExecContext {
@@ -280,8 +284,13 @@ mod tests {
             book_pages: 9,
             outbox_pages: 3,
         };
-        CronLedger::new(OrderState::default(), registry)
-            .with_scheduler(LedgerScheduler::new(cfg, order_handlers()))
+        CronLedger::new(OrderState::default(), registry).with_scheduler(
+            LedgerScheduler::new(cfg, order_handlers()).with_policy(
+                ccron::Policy::default()
+                    .with_outbox_consumer(CONSUMER)
+                    .with_admin(ADMIN),
+            ),
+        )
     }
 
     fn req(r: &ScheduleRequest) -> Vec<u8> {
@@ -314,16 +323,33 @@ mod tests {
             (o.first_index(), o.len())
         };
         assert_eq!(outbox(&a), (1, 5));
+        // A stranger's progress report, and the consumer's past the head, are rejected and
+        // trim nothing (issue 10: any client could drop every undelivered effect).
+        let digest = a.digest();
+        let denied = a.execute(ctx(8, 5_000), 0, &outbox_delivered_payload(u64::MAX));
+        assert!(
+            String::from_utf8_lossy(&denied).contains("may not report outbox progress"),
+            "{}",
+            String::from_utf8_lossy(&denied)
+        );
+        let above = a.execute(ctx(8, 5_000), CONSUMER, &outbox_delivered_payload(6));
+        assert!(
+            String::from_utf8_lossy(&above).contains("past the outbox head 5"),
+            "{}",
+            String::from_utf8_lossy(&above)
+        );
+        assert_eq!(outbox(&a), (1, 5));
+        assert_eq!(a.digest(), digest);
+        assert_eq!(a.scheduler().unwrap().denied(), 2);
         // The consumer delivered records 1..=3: they go, at this point of the log.
         assert_eq!(
-            a.execute(ctx(8, 5_000), 0, &outbox_delivered_payload(3)),
+            a.execute(ctx(8, 5_000), CONSUMER, &outbox_delivered_payload(3)),
             b"ok trimmed 3"
         );
         assert_eq!(outbox(&a), (4, 2));
-        // Repeating or reporting older progress changes nothing; progress past the end stops
-        // at the end.
+        // Repeating or reporting older progress changes nothing.
         assert_eq!(
-            a.execute(ctx(9, 5_000), 0, &outbox_delivered_payload(2)),
+            a.execute(ctx(9, 5_000), CONSUMER, &outbox_delivered_payload(2)),
             b"ok trimmed 0"
         );
         // A restored replica (snapshot plus pages) holds the same trimmed outbox.
@@ -333,7 +359,7 @@ mod tests {
         assert_eq!(outbox(&b), (4, 2));
         assert_eq!(b.digest(), a.digest());
         assert_eq!(
-            a.execute(ctx(10, 5_000), 0, &outbox_delivered_payload(u64::MAX)),
+            a.execute(ctx(10, 5_000), CONSUMER, &outbox_delivered_payload(5)),
             b"ok trimmed 2"
         );
         assert_eq!(outbox(&a), (6, 0));
@@ -341,6 +367,64 @@ mod tests {
         assert_eq!(outbox_delivered_of(b"ccron-outbox-ack"), None);
         assert_eq!(outbox_delivered_of(&[0; 24]), None);
         assert_eq!(outbox_delivered_of(&outbox_delivered_payload(7)), Some(7));
+    }
+
+    /// Issue 10: any client could cancel, replace or pause anyone's schedules. Client 1 can do
+    /// none of it to client 0's order expiry (each attempt is an `err` reply, counted, and the
+    /// ledger digest does not move); the expiry still fires; client 0 and an admin can.
+    #[test]
+    fn a_client_cannot_cancel_or_change_another_clients_order_expiry() {
+        let mut a = ledger();
+        let mut pages = MemPages::new(4_096, 4);
+        let expiry = ScheduledLedger::expiry("o0", 1_000);
+        assert_eq!(
+            a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Upsert(expiry.clone()))),
+            b"ok 1"
+        );
+        let later = ScheduledLedger::expiry("o0", 1_000_000);
+        let attacks = [
+            ScheduleRequest::Cancel(Target::Key("o0".into())),
+            ScheduleRequest::Cancel(Target::Id(1)),
+            ScheduleRequest::Pause(Target::Key("o0".into())),
+            ScheduleRequest::Upsert(later.clone()),
+            ScheduleRequest::Replace {
+                target: Target::Id(1),
+                schedule: later.clone(),
+            },
+        ];
+        let digest = a.digest();
+        for (seq, attack) in (2..).zip(&attacks) {
+            let reply = String::from_utf8(a.execute(ctx(seq, 10), 1, &req(attack))).unwrap();
+            assert!(
+                reply.starts_with("err client 1 may not"),
+                "{attack:?}: {reply}"
+            );
+            assert_eq!(a.digest(), digest, "{attack:?} changed the ledger");
+        }
+        assert_eq!(a.scheduler().unwrap().denied(), attacks.len() as u64);
+        a.on_tick(Tick::new(BOOK, 10, Some(1_000)), &mut pages)
+            .unwrap();
+        assert_eq!(a.state().0.get("o0"), Some(&1), "the expiry fired");
+
+        // Its owner and an admin may change it.
+        a.execute(ctx(11, 1_000), 0, &req(&ScheduleRequest::Upsert(expiry)));
+        assert_eq!(
+            a.execute(
+                ctx(12, 1_000),
+                0,
+                &req(&ScheduleRequest::Pause(Target::Key("o0".into())))
+            ),
+            b"ok 2"
+        );
+        assert_eq!(
+            a.execute(
+                ctx(13, 1_000),
+                ADMIN,
+                &req(&ScheduleRequest::Cancel(Target::Key("o0".into())))
+            ),
+            b"ok 2"
+        );
+        assert!(a.scheduler().unwrap().book().is_empty());
     }
 
     #[test]
@@ -414,9 +498,13 @@ mod tests {
         assert_eq!(a.state().0.get("o"), Some(&3), "fire once after the pause");
         assert_eq!(pages, pages_b);
 
-        // Zones are data too: installed by a request.
+        // Zones are data too: installed by a request, of an admin only.
         let z = ScheduleRequest::InstallZone(ZoneRules::fixed("Z", 3_600).unwrap());
-        assert_eq!(a.execute(ctx(11, 6_000), 0, &req(&z)), b"ok 0");
+        assert_eq!(
+            a.execute(ctx(11, 6_000), 0, &req(&z)),
+            b"err client 0 may not install zone rules"
+        );
+        assert_eq!(a.execute(ctx(11, 6_000), ADMIN, &req(&z)), b"ok 0");
         // A corrupt snapshot changes nothing.
         let before = a.digest();
         assert!(a.restore(b"junk").is_err());

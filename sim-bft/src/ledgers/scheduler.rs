@@ -16,7 +16,7 @@
 use ccron::codec;
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{Handlers, Limits, ScheduleRequest, Scheduler};
-use ccron::{MemPages, PageRange, Tick};
+use ccron::{MemPages, PageRange, Policy, Principal, Tick};
 
 #[cfg(doc)]
 use super::CronLedger;
@@ -132,6 +132,8 @@ pub struct LedgerScheduler<S> {
     outbox: Outbox,
     pages: MemPages,
     translate: Option<RequestTranslator>,
+    policy: Policy,
+    denied: u64,
 }
 
 impl<S> std::fmt::Debug for LedgerScheduler<S> {
@@ -155,7 +157,30 @@ impl<S> LedgerScheduler<S> {
             outbox: Outbox::new(cfg.outbox_limits()),
             pages: MemPages::new(PAGE_BYTES, cfg.total_pages()),
             translate: None,
+            policy: Policy::default(),
+            denied: 0,
         }
+    }
+
+    /// With `policy` deciding who may change the book and trim the outbox (configured
+    /// identically on every replica; the ledger digest covers it). The default
+    /// ([`Policy::default`]) lets any client create schedules and change only its own, and no
+    /// client install zones or report outbox progress.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.book = self.book.with_policy(policy.clone());
+        self.policy = policy;
+        self
+    }
+
+    /// The authorization policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Requests denied by the policy so far (schedule changes and outbox progress; not
+    /// replicated state: a counter for this replica's metrics).
+    pub fn denied(&self) -> u64 {
+        self.denied
     }
 
     /// With a translator for payloads that are not encoded schedule requests.
@@ -197,8 +222,17 @@ impl<S> LedgerScheduler<S> {
     /// Trims the outbox below `upto + 1` (an outbox consumer's committed progress: every record
     /// up to `upto` is delivered) and saves it; the reply says how many records went. Every
     /// replica trims at the same point of the log, so the outbox stays replicated state.
-    pub(crate) fn trim_outbox(&mut self, upto: u64) -> Vec<u8> {
-        let trimmed = self.outbox.trim_below(upto.saturating_add(1));
+    /// Only the policy's outbox consumer may report, and never past the head
+    /// ([`Outbox::accept_progress`]): anything else is an `err` reply, counted, and trims
+    /// nothing.
+    pub(crate) fn trim_outbox(&mut self, by: Principal, upto: u64) -> Vec<u8> {
+        let trimmed = match self.outbox.accept_progress(&self.policy, &by, upto) {
+            Ok(n) => n,
+            Err(e) => {
+                self.denied = self.denied.saturating_add(1);
+                return format!("err {e}").into_bytes();
+            }
+        };
         if trimmed > 0 {
             let saved = Self::outbox_range(self.cfg).and_then(|range| {
                 self.outbox
@@ -220,14 +254,26 @@ impl<S> LedgerScheduler<S> {
         self.translate.as_ref().and_then(|t| t(payload))
     }
 
-    /// Applies `req` (the batch's sequence number and agreed time) and persists the book.
-    pub(crate) fn execute(&mut self, ctx: ExecContext, req: ScheduleRequest) -> Vec<u8> {
+    /// Applies `req` on behalf of `by` (the request's authenticated client; the book's policy
+    /// decides, see `ccron::authz`) with the batch's sequence number and agreed time, and
+    /// persists the book. A denial is an `err` reply, counted ([`Self::denied`]).
+    pub(crate) fn execute(
+        &mut self,
+        ctx: ExecContext,
+        by: Principal,
+        req: ScheduleRequest,
+    ) -> Vec<u8> {
         let reply = match self
             .book
-            .apply(req, &self.handlers, ctx.seq, ctx.agreed_time_ms)
+            .apply(&by, req, &self.handlers, ctx.seq, ctx.agreed_time_ms)
         {
             Ok(id) => format!("ok {}", id.unwrap_or(0)),
-            Err(e) => format!("err {e}"),
+            Err(e) => {
+                if matches!(e, ccron::schedule::ScheduleError::Unauthorized { .. }) {
+                    self.denied = self.denied.saturating_add(1);
+                }
+                format!("err {e}")
+            }
         };
         self.persist();
         reply.into_bytes()
@@ -292,7 +338,8 @@ impl<S> LedgerScheduler<S> {
     /// Replaces the book, its pages and the outbox with decoded ones.
     pub(crate) fn install(&mut self, (pages, book, outbox): (MemPages, Scheduler, Outbox)) {
         self.pages = pages;
-        self.book = book;
+        // The policy is configuration: the decoded book gets this replica's.
+        self.book = book.with_policy(self.policy.clone());
         self.outbox = outbox;
     }
 }

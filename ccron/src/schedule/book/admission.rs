@@ -5,6 +5,7 @@ use super::{
     Handlers, MAX_FIRE_EACH_CAP, Misfire, NewSchedule, Record, ScheduleError, ScheduleRequest,
     Scheduler, Target, Timing,
 };
+use crate::authz::{Action, Principal};
 use crate::codec;
 use crate::cron::{CronSchedule, ZoneRules};
 use crate::due::Due;
@@ -22,6 +23,29 @@ impl Scheduler {
             Target::Key(k) => self.keys.get(k).copied(),
         };
         id.ok_or_else(|| ScheduleError::UnknownSchedule(target.clone()))
+    }
+
+    /// Whether the policy lets `by` do `action` to schedule `id` (its owner or an admin), or
+    /// create one (`id` = `None`); a typed error otherwise.
+    fn authorize(
+        &self,
+        by: &Principal,
+        action: Action,
+        id: Option<u64>,
+    ) -> Result<(), ScheduleError> {
+        let allowed = match (action, id) {
+            (Action::InstallZone, _) => self.policy.may_install_zone(by),
+            (_, None) => self.policy.may_create(by),
+            (_, Some(id)) => self
+                .records
+                .get(&id)
+                .is_some_and(|r| self.policy.may_mutate(by, &r.owner)),
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err(ScheduleError::Unauthorized { by: *by, action })
+        }
     }
 
     /// Validates `def` and computes its stored form and first due point.
@@ -133,31 +157,46 @@ impl Scheduler {
             Some(Due::Seq(0)),
             0u64,
             owed,
+            Principal::Client(u64::MAX),
         ))?)
     }
 
-    /// Applies `request`, admitted at sequence number `seq` and agreed time `now_ms` (the
-    /// executing batch's). Returns the id it created or changed. On error nothing changes.
+    /// Applies `request` on behalf of `by` (the authenticated requester: see [`crate::authz`]),
+    /// admitted at sequence number `seq` and agreed time `now_ms` (the executing batch's).
+    /// Returns the id it created or changed. On error nothing changes.
+    ///
+    /// Authorization (the book's [`Policy`](crate::authz::Policy)): creating needs
+    /// `may_create`; replacing, pausing, resuming and cancelling a schedule (an upsert of a held
+    /// key too) need its owner or an admin; installing zone rules needs an admin. A new
+    /// schedule is owned by `by`; a replaced one keeps its owner.
     ///
     /// # Errors
-    /// See [`ScheduleError`]: unknown handler, schedule, key or zone; invalid timing or
-    /// policy; a limit; [`ScheduleError::NeedsTime`].
+    /// See [`ScheduleError`]: [`ScheduleError::Unauthorized`]; unknown handler, schedule, key or
+    /// zone; invalid timing or policy; a limit; [`ScheduleError::NeedsTime`].
     pub fn apply<S>(
         &mut self,
+        by: &Principal,
         request: ScheduleRequest,
         handlers: &Handlers<S>,
         seq: u64,
         now_ms: Option<TimeMs>,
     ) -> Result<Option<u64>, ScheduleError> {
-        let result = self.apply_with(request, |h| handlers.contains(h), seq, now_ms);
-        if let Err(e) = &result {
-            tracing::debug!(component = self.component, error = %e, "schedule request rejected");
+        let result = self.apply_with(by, request, |h| handlers.contains(h), seq, now_ms);
+        match &result {
+            Err(e @ ScheduleError::Unauthorized { .. }) => {
+                tracing::warn!(component = self.component, error = %e, "schedule request denied");
+            }
+            Err(e) => {
+                tracing::debug!(component = self.component, error = %e, "schedule request rejected");
+            }
+            Ok(_) => {}
         }
         result
     }
 
     pub(super) fn apply_with(
         &mut self,
+        by: &Principal,
         request: ScheduleRequest,
         handlers_ok: impl Fn(&str) -> bool,
         seq: u64,
@@ -165,22 +204,32 @@ impl Scheduler {
     ) -> Result<Option<u64>, ScheduleError> {
         match request {
             ScheduleRequest::Create(def) => {
+                self.authorize(by, Action::Create, None)?;
                 if let Some(k) = &def.key
                     && self.keys.contains_key(k)
                 {
                     return Err(ScheduleError::KeyInUse(k.clone()));
                 }
-                self.insert_new(def, handlers_ok, seq, now_ms).map(Some)
+                self.insert_new(*by, def, handlers_ok, seq, now_ms)
+                    .map(Some)
             }
             ScheduleRequest::Upsert(def) => {
                 let key = def.key.clone().ok_or(ScheduleError::MissingKey)?;
                 match self.keys.get(&key).copied() {
-                    Some(id) => self.replace(id, def, handlers_ok, seq, now_ms).map(Some),
-                    None => self.insert_new(def, handlers_ok, seq, now_ms).map(Some),
+                    Some(id) => {
+                        self.authorize(by, Action::Replace, Some(id))?;
+                        self.replace(id, def, handlers_ok, seq, now_ms).map(Some)
+                    }
+                    None => {
+                        self.authorize(by, Action::Create, None)?;
+                        self.insert_new(*by, def, handlers_ok, seq, now_ms)
+                            .map(Some)
+                    }
                 }
             }
             ScheduleRequest::Replace { target, schedule } => {
                 let id = self.resolve(&target)?;
+                self.authorize(by, Action::Replace, Some(id))?;
                 if let Some(k) = &schedule.key
                     && self.keys.get(k).is_some_and(|&holder| holder != id)
                 {
@@ -191,6 +240,7 @@ impl Scheduler {
             }
             ScheduleRequest::Pause(target) => {
                 let id = self.resolve(&target)?;
+                self.authorize(by, Action::Pause, Some(id))?;
                 self.unindex(id);
                 if let Some(r) = self.records.get_mut(&id) {
                     r.paused = true;
@@ -200,6 +250,7 @@ impl Scheduler {
             }
             ScheduleRequest::Resume(target) => {
                 let id = self.resolve(&target)?;
+                self.authorize(by, Action::Resume, Some(id))?;
                 self.unindex(id);
                 if let Some(r) = self.records.get_mut(&id) {
                     r.paused = false;
@@ -210,10 +261,12 @@ impl Scheduler {
             }
             ScheduleRequest::Cancel(target) => {
                 let id = self.resolve(&target)?;
+                self.authorize(by, Action::Cancel, Some(id))?;
                 self.remove(id);
                 Ok(Some(id))
             }
             ScheduleRequest::InstallZone(rules) => {
+                self.authorize(by, Action::InstallZone, None)?;
                 let name = rules.name().to_owned();
                 if !self.zones.contains_key(&name) && self.zones.len() >= self.limits.max_zones {
                     return Err(ScheduleError::Limit(format!(
@@ -281,6 +334,7 @@ impl Scheduler {
 
     fn insert_new(
         &mut self,
+        owner: Principal,
         def: NewSchedule,
         handlers_ok: impl Fn(&str) -> bool,
         seq: u64,
@@ -319,6 +373,7 @@ impl Scheduler {
                 next,
                 runs: 0,
                 owed: None,
+                owner,
             },
         );
         self.reindex(id);

@@ -30,6 +30,7 @@ mod types;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::store::Placement;
+use crate::authz::{Policy, Principal};
 use crate::cron::{CronSchedule, ZoneRules};
 use crate::due::Due;
 use crate::tick::{ComponentId, TimeMs};
@@ -55,6 +56,8 @@ struct Record {
     /// when the catch-up was planned). While set, the record is due at the first, ahead of
     /// `next` (the resume point after the catch-up).
     owed: Option<(TimeMs, TimeMs)>,
+    /// Who owns it: the principal that created it (`crate::authz`); replicated and persisted.
+    owner: Principal,
 }
 
 /// The replicated schedule book with its due index (see the module documentation).
@@ -79,6 +82,8 @@ pub struct Scheduler {
     header_dirty: bool,
     /// Which record page holds each record, page fill, and what changed since the last save.
     placement: Placement,
+    /// Who may change what (configuration, like `limits`; not stored).
+    policy: Policy,
 }
 
 impl Scheduler {
@@ -97,7 +102,21 @@ impl Scheduler {
             levels: BTreeMap::new(),
             header_dirty: false,
             placement: Placement::new(limits.page_bytes),
+            policy: Policy::default(),
         }
+    }
+
+    /// The same book with `policy` deciding who may change it ([`Scheduler::apply`]). The policy
+    /// is configuration, identical on every replica and not stored: set it again after
+    /// [`Scheduler::load`]. The default is [`Policy::default`].
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The authorization policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// The component.
@@ -136,6 +155,7 @@ impl Scheduler {
             next: r.next,
             runs: r.runs,
             owed: r.owed,
+            owner: r.owner,
         })
     }
 

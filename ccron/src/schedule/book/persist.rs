@@ -65,8 +65,9 @@ const JOURNAL_PART_PAGES: usize = 16;
 /// A journal's records by record page (borrowed from the journal).
 type Placed<'a> = BTreeMap<u32, Vec<(u64, &'a Record)>>;
 
-/// Version of the stored book: 2 = meta page, zones, journal, record pages ([`store`](crate::schedule::store)).
-const WIRE_VERSION: u8 = 2;
+/// Version of the stored book: 2 = meta page, zones, journal, record pages ([`store`](crate::schedule::store));
+/// 3 = records carry their owner (`crate::authz`). Version 2 pages are not loaded.
+const WIRE_VERSION: u8 = 3;
 
 impl Scheduler {
     /// Records that record `id` changed (or left the book) for the next save: re-measures its

@@ -135,6 +135,8 @@ impl Scheduler {
             let handler_name = rec.def.handler.clone();
             let payload = rec.def.payload.clone();
             let first_run = rec.runs;
+            // The handler's requests act as the schedule's owner (`crate::authz`).
+            let owner = rec.owner;
             let one_shot = matches!(rec.def.timing, Timing::At(_));
             self.unindex(id);
             if let Some(r) = self.records.get_mut(&id) {
@@ -182,6 +184,7 @@ impl Scheduler {
                 });
                 for req in requests {
                     if let Err(e) = self.apply_with(
+                        &owner,
                         req,
                         |h| names.contains(h),
                         tick.bft_sequence_num,

@@ -1,6 +1,7 @@
 //! The book's public vocabulary: timings, misfire policies, schedule definitions and requests,
 //! limits, errors, and the views and reports the book hands out.
 
+use crate::authz::{Action, Principal};
 use crate::codec::CodecError;
 use crate::cron::{CronError, ZoneRules};
 use crate::due::Due;
@@ -266,6 +267,14 @@ pub enum ScheduleError {
     /// A decoded book violates its invariants.
     #[error("stored schedule book is invalid: {0}")]
     Corrupt(String),
+    /// The policy does not let `by` do this ([`crate::authz`]); nothing changed.
+    #[error("{by} may not {action}")]
+    Unauthorized {
+        /// Who asked.
+        by: Principal,
+        /// What was asked.
+        action: Action,
+    },
 }
 
 /// Largest [`Misfire::FireEach`] cap: bounds the occurrences one tick enumerates for one
@@ -288,6 +297,8 @@ pub struct ScheduleInfo {
     /// Runs of a catch-up the fire budget carried over: the first and last owed occurrence
     /// (run before `next`, on the next ticks).
     pub owed: Option<(TimeMs, TimeMs)>,
+    /// Who owns it (the principal that created it).
+    pub owner: Principal,
 }
 
 /// One run of a handler in a tick.

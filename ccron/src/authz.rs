@@ -1,0 +1,228 @@
+//! Who may do what: the [`Principal`] behind a request and the [`Policy`] that decides.
+//!
+//! Every change to replicated ccron state that a request asks for is made on behalf of a
+//! principal, which the host derives from the *authenticated* request (in a BFT ledger: the
+//! client id of the signed request, never a field of the payload):
+//!
+//! * [`Principal::Client`]: a client request.
+//! * [`Principal::Host`]: the host itself, acting on configuration that is identical on every
+//!   replica (set-up at start, its own internal clients, tests). Always authorized. A host must
+//!   never map a client request to it.
+//!
+//! Requests queued by a schedule's handler inside execution act **as the owner of the schedule
+//! the handler runs for**: a handler can do nothing its schedule's owner could not do by a
+//! request of its own, and a schedule it creates belongs to the same owner.
+//!
+//! The [`Policy`] (configuration, identical on every replica, folded into the host's state
+//! digest through [`Policy::digest`] so replicas configured differently visibly diverge):
+//!
+//! | action | who may |
+//! | --- | --- |
+//! | create a schedule (`Create`, an `Upsert` of a free key) | anyone when [`Policy::anyone_may_create`], else admins |
+//! | replace, pause, resume, cancel a schedule (`Upsert` of a held key too) | its owner, admins |
+//! | install or replace zone rules | admins |
+//! | report outbox progress (trim the outbox) | the [`Policy::outbox_consumer`] |
+//!
+//! [`Principal::Host`] may do all of it. A denied request is a typed error
+//! ([`crate::schedule::ScheduleError::Unauthorized`], [`crate::outbox::OutboxError::Unauthorized`])
+//! and changes nothing.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// On whose behalf a request runs (see the module documentation).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, bincode::Encode, bincode::Decode,
+)]
+pub enum Principal {
+    /// The host itself, on configuration identical on every replica: always authorized.
+    Host,
+    /// An authenticated client, by its id.
+    Client(u64),
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Host => f.write_str("host"),
+            Self::Client(id) => write!(f, "client {id}"),
+        }
+    }
+}
+
+/// What a principal asks to do (named in denials).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Create a schedule.
+    Create,
+    /// Replace a schedule's definition (also an upsert of a held key).
+    Replace,
+    /// Pause a schedule.
+    Pause,
+    /// Resume a schedule.
+    Resume,
+    /// Cancel a schedule.
+    Cancel,
+    /// Install or replace zone rules.
+    InstallZone,
+    /// Report outbox progress (trim the outbox).
+    OutboxProgress,
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Create => "create a schedule",
+            Self::Replace => "replace this schedule",
+            Self::Pause => "pause this schedule",
+            Self::Resume => "resume this schedule",
+            Self::Cancel => "cancel this schedule",
+            Self::InstallZone => "install zone rules",
+            Self::OutboxProgress => "report outbox progress",
+        })
+    }
+}
+
+/// Who may mutate what (configuration, identical on every replica; see the module
+/// documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Clients that may mutate every schedule and install zones.
+    pub admins: BTreeSet<u64>,
+    /// The client whose outbox progress reports are accepted (`None`: only the host's).
+    pub outbox_consumer: Option<u64>,
+    /// Whether any client may create schedules (otherwise only admins).
+    pub anyone_may_create: bool,
+}
+
+impl Default for Policy {
+    /// Anyone may create schedules (and mutate only their own), no admins (zones only by the
+    /// host), no outbox consumer (progress only from the host).
+    fn default() -> Self {
+        Self {
+            admins: BTreeSet::new(),
+            outbox_consumer: None,
+            anyone_may_create: true,
+        }
+    }
+}
+
+impl Policy {
+    /// With `client` as an admin.
+    pub fn with_admin(mut self, client: u64) -> Self {
+        self.admins.insert(client);
+        self
+    }
+
+    /// With `client` as the outbox consumer.
+    pub fn with_outbox_consumer(mut self, client: u64) -> Self {
+        self.outbox_consumer = Some(client);
+        self
+    }
+
+    /// With or without creation open to every client.
+    pub fn with_anyone_may_create(mut self, open: bool) -> Self {
+        self.anyone_may_create = open;
+        self
+    }
+
+    /// Whether `by` is an admin (the host is).
+    pub fn is_admin(&self, by: &Principal) -> bool {
+        match by {
+            Principal::Host => true,
+            Principal::Client(id) => self.admins.contains(id),
+        }
+    }
+
+    /// Whether `by` may create a schedule.
+    pub fn may_create(&self, by: &Principal) -> bool {
+        self.anyone_may_create || self.is_admin(by)
+    }
+
+    /// Whether `by` may change or remove a schedule owned by `owner`.
+    pub fn may_mutate(&self, by: &Principal, owner: &Principal) -> bool {
+        by == owner || self.is_admin(by)
+    }
+
+    /// Whether `by` may install or replace zone rules.
+    pub fn may_install_zone(&self, by: &Principal) -> bool {
+        self.is_admin(by)
+    }
+
+    /// Whether `by` may report outbox progress.
+    pub fn may_report_progress(&self, by: &Principal) -> bool {
+        match by {
+            Principal::Host => true,
+            Principal::Client(id) => self.outbox_consumer == Some(*id),
+        }
+    }
+
+    /// A digest of the policy, for a host's setup or state digest.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(b"ccron-policy-v1");
+        h.update((self.admins.len() as u64).to_le_bytes());
+        for a in &self.admins {
+            h.update(a.to_le_bytes());
+        }
+        match self.outbox_consumer {
+            None => h.update([0]),
+            Some(c) => {
+                h.update([1]);
+                h.update(c.to_le_bytes());
+            }
+        }
+        h.update([u8::from(self.anyone_may_create)]);
+        h.finalize().into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_decides_by_role() {
+        let p = Policy::default()
+            .with_admin(9)
+            .with_outbox_consumer(7)
+            .with_anyone_may_create(false);
+        let (owner, stranger, admin) = (
+            Principal::Client(1),
+            Principal::Client(2),
+            Principal::Client(9),
+        );
+        assert!(p.may_mutate(&owner, &owner));
+        assert!(!p.may_mutate(&stranger, &owner));
+        assert!(p.may_mutate(&admin, &owner));
+        assert!(p.may_mutate(&Principal::Host, &owner));
+        assert!(!p.may_mutate(&owner, &Principal::Host));
+        assert!(!p.may_create(&owner));
+        assert!(p.may_create(&admin));
+        assert!(Policy::default().may_create(&owner));
+        assert!(!p.may_install_zone(&owner));
+        assert!(p.may_install_zone(&admin));
+        assert!(p.may_report_progress(&Principal::Client(7)));
+        assert!(!p.may_report_progress(&admin));
+        assert!(!Policy::default().may_report_progress(&Principal::Client(0)));
+        assert!(Policy::default().may_report_progress(&Principal::Host));
+    }
+
+    #[test]
+    fn digest_tells_policies_apart() {
+        let a = Policy::default();
+        let digests = [
+            a.digest(),
+            a.clone().with_admin(1).digest(),
+            a.clone().with_outbox_consumer(1).digest(),
+            a.clone().with_anyone_may_create(false).digest(),
+            a.clone().with_outbox_consumer(0).digest(),
+        ];
+        let distinct: BTreeSet<_> = digests.iter().collect();
+        assert_eq!(distinct.len(), digests.len());
+        assert_eq!(a.digest(), Policy::default().digest());
+    }
+}
