@@ -2,8 +2,8 @@
 //! them (create, upsert, replace, pause, resume, cancel, zone installation).
 
 use super::{
-    Handlers, MAX_FIRE_EACH_CAP, Misfire, NewSchedule, Record, ScheduleError, ScheduleRequest,
-    Scheduler, Target, Timing,
+    Handlers, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
+    NewSchedule, Record, ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
 use crate::codec;
 use crate::cron::{CronSchedule, ZoneRules};
@@ -13,6 +13,28 @@ use crate::tick::TimeMs;
 
 fn target_of(id: u64) -> Target {
     Target::Id(id)
+}
+
+/// `Ok` when `t` is an instant a request may carry (`[MIN_INSTANT_MS, MAX_INSTANT_MS)`).
+fn check_instant(what: &str, t: TimeMs) -> Result<(), ScheduleError> {
+    if (MIN_INSTANT_MS..MAX_INSTANT_MS).contains(&t) {
+        Ok(())
+    } else {
+        Err(ScheduleError::Invalid(format!(
+            "{what} {t} ms is outside [{MIN_INSTANT_MS}, {MAX_INSTANT_MS}) ms"
+        )))
+    }
+}
+
+/// `Ok` when `d` is a span a request may carry (`[min, MAX_PERIOD_MS]`).
+fn check_span(what: &str, d: i64, min: i64) -> Result<(), ScheduleError> {
+    if (min..=MAX_PERIOD_MS).contains(&d) {
+        Ok(())
+    } else {
+        Err(ScheduleError::Invalid(format!(
+            "{what} {d} ms is outside [{min}, {MAX_PERIOD_MS}] ms"
+        )))
+    }
 }
 
 impl Scheduler {
@@ -54,9 +76,7 @@ impl Scheduler {
                     "fire-each cap must be in 1..={MAX_FIRE_EACH_CAP}, got {cap}"
                 )));
             }
-            Misfire::ExpireAfter { deadline_ms } if deadline_ms < 0 => {
-                return Err(ScheduleError::Invalid("negative expiry deadline".into()));
-            }
+            Misfire::ExpireAfter { deadline_ms } => check_span("expiry deadline", deadline_ms, 0)?,
             _ => {}
         }
         let mut stored = def.clone();
@@ -78,13 +98,12 @@ impl Scheduler {
                 period_ms,
                 start_ms,
             } => {
-                if *period_ms <= 0 {
-                    return Err(ScheduleError::Invalid(format!(
-                        "period must be positive, got {period_ms} ms"
-                    )));
-                }
+                check_span("period", *period_ms, 1)?;
                 let start = match start_ms {
-                    Some(s) => *s,
+                    Some(s) => {
+                        check_instant("start", *s)?;
+                        *s
+                    }
                     None => now_ms.ok_or(ScheduleError::NeedsTime)?,
                 };
                 stored.timing = Timing::Every {
@@ -93,11 +112,14 @@ impl Scheduler {
                 };
                 (Some(Due::Time(start)), None)
             }
-            Timing::At(due) => (Some(*due), None),
-            Timing::AfterMs(delay_ms) => {
-                if *delay_ms < 0 {
-                    return Err(ScheduleError::Invalid("negative delay".into()));
+            Timing::At(due) => {
+                if let Due::Time(t) = due {
+                    check_instant("instant", *t)?;
                 }
+                (Some(*due), None)
+            }
+            Timing::AfterMs(delay_ms) => {
+                check_span("delay", *delay_ms, 0)?;
                 let now = now_ms.ok_or(ScheduleError::NeedsTime)?;
                 let due = Due::Time(now.saturating_add(*delay_ms));
                 stored.timing = Timing::At(due);

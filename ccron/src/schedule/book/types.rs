@@ -36,6 +36,21 @@ pub enum Timing {
     AfterSeqs(u64),
 }
 
+/// The earliest instant a request may carry (`Timing::Every::start_ms`, `Timing::At` with
+/// a time): the Unix epoch. Admission rejects an earlier one ([`ScheduleError::Invalid`]).
+pub const MIN_INSTANT_MS: TimeMs = 0;
+
+/// The end of the instants a request may carry: 4000-01-01T00:00:00Z in Unix ms (exclusive).
+/// Admission rejects a later one ([`ScheduleError::Invalid`]); together with
+/// [`MAX_PERIOD_MS`] this keeps `start + k·period` far from `i64` overflow for any tick
+/// before the year 4000, and every occurrence computation is checked beyond it.
+pub const MAX_INSTANT_MS: TimeMs = 64_060_588_800_000;
+
+/// The longest period (`Timing::Every::period_ms`), delay (`Timing::AfterMs`) and expiry
+/// deadline (`Misfire::ExpireAfter`) a request may carry: the width of the instant range
+/// (about 2030 years). Periods are at least 1 ms; delays and deadlines at least 0.
+pub const MAX_PERIOD_MS: i64 = MAX_INSTANT_MS - MIN_INSTANT_MS;
+
 /// What a tick does with the occurrences of a schedule it reached late.
 ///
 /// The tick at time `now` has reached the occurrences `r1 < r2 < … <= rk <= now` (at least
