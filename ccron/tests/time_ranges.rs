@@ -63,6 +63,8 @@ fn every_bound_is_enforced_at_admission_and_the_bounds_themselves_are_admitted()
         (Timing::At(Due::Time(i64::MAX)), Misfire::FireOnce),
         (Timing::AfterMs(-1), Misfire::FireOnce),
         (Timing::AfterMs(MAX_PERIOD_MS + 1), Misfire::FireOnce),
+        // Resolved at admission time 0: past the end of the instant range.
+        (Timing::AfterMs(MAX_PERIOD_MS), Misfire::FireOnce),
         (
             every(1, 0),
             Misfire::ExpireAfter {
@@ -80,12 +82,28 @@ fn every_bound_is_enforced_at_admission_and_the_bounds_themselves_are_admitted()
         );
         assert!(book.is_empty());
     }
+    // A defaulted start is the agreed time, which must lie in the range too (the stored start
+    // is re-validated when the book loads).
+    let mut book = Scheduler::new(1, Limits::default());
+    let r = book.apply(
+        create(
+            Timing::Every {
+                period_ms: 1,
+                start_ms: None,
+            },
+            Misfire::FireOnce,
+        ),
+        &h,
+        1,
+        Some(-1),
+    );
+    assert!(matches!(r, Err(ScheduleError::Invalid(_))), "{r:?}");
     let admitted = [
         (every(1, MIN_INSTANT_MS), Misfire::FireOnce),
         (every(MAX_PERIOD_MS, MAX_INSTANT_MS - 1), Misfire::FireOnce),
         (Timing::At(Due::Time(MAX_INSTANT_MS - 1)), Misfire::FireOnce),
         (Timing::At(Due::Seq(u64::MAX)), Misfire::FireOnce),
-        (Timing::AfterMs(MAX_PERIOD_MS), Misfire::FireOnce),
+        (Timing::AfterMs(MAX_PERIOD_MS - 1), Misfire::FireOnce),
         (
             every(1, 0),
             Misfire::ExpireAfter {

@@ -100,12 +100,12 @@ impl Scheduler {
             } => {
                 check_span("period", *period_ms, 1)?;
                 let start = match start_ms {
-                    Some(s) => {
-                        check_instant("start", *s)?;
-                        *s
-                    }
+                    Some(s) => *s,
                     None => now_ms.ok_or(ScheduleError::NeedsTime)?,
                 };
+                // Also a defaulted start (the agreed time): a stored start outside the range
+                // would not load back.
+                check_instant("start", start)?;
                 stored.timing = Timing::Every {
                     period_ms: *period_ms,
                     start_ms: Some(start),
@@ -121,7 +121,9 @@ impl Scheduler {
             Timing::AfterMs(delay_ms) => {
                 check_span("delay", *delay_ms, 0)?;
                 let now = now_ms.ok_or(ScheduleError::NeedsTime)?;
-                let due = Due::Time(now.saturating_add(*delay_ms));
+                let t = now.saturating_add(*delay_ms);
+                check_instant("instant", t)?;
+                let due = Due::Time(t);
                 stored.timing = Timing::At(due);
                 (Some(due), None)
             }
@@ -146,7 +148,7 @@ impl Scheduler {
     /// The most bytes the stored `(id, record)` entry of `def` can take: measured with a next
     /// due point and owed runs, the largest forms its fixed-size fields take (`Record`'s fields
     /// in order).
-    fn entry_bound(def: &NewSchedule) -> Result<usize, ScheduleError> {
+    pub(super) fn entry_bound(def: &NewSchedule) -> Result<usize, ScheduleError> {
         let owed: Option<(TimeMs, TimeMs)> = Some((0, 0));
         Ok(codec::encoded_len(&(
             0u64,
@@ -242,6 +244,24 @@ impl Scheduler {
                         "at most {} zones",
                         self.limits.max_zones
                     )));
+                }
+                if let Some(max) = self.limits.max_zones_bytes {
+                    // The exact bytes the next save writes to the zones part (the same
+                    // encoding, zones ascending by name).
+                    let mut zones: Vec<&ZoneRules> = self
+                        .zones
+                        .iter()
+                        .filter(|(n, _)| **n != name)
+                        .map(|(_, z)| z)
+                        .collect();
+                    let at = self.zones.range(..name.clone()).count();
+                    zones.insert(at, &rules);
+                    let len = codec::to_blob(&zones)?.len();
+                    if len > max {
+                        return Err(ScheduleError::Limit(format!(
+                            "the zones would take {len} bytes, the book's zones part holds {max}"
+                        )));
+                    }
                 }
                 self.install_zone(name, rules, now_ms)?;
                 Ok(None)
