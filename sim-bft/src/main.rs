@@ -199,6 +199,11 @@ struct RunArgs {
     /// What the replicas run (the demo ledger's tables use components 1 and 2).
     #[arg(long, value_enum, default_value_t = LedgerKind::Kv)]
     ledger: LedgerKind,
+    /// With `--ledger orders`: some client `Put`s install IANA zones (Europe/Berlin,
+    /// America/New_York, ...) into the schedule book instead of placing orders, so that zone
+    /// installs meet the book's one-page zones part, crashes and state transfers.
+    #[arg(long)]
+    zone_installs: bool,
     /// Which replicas send each period's ticks.
     #[arg(long, value_enum, default_value_t = SendersKind::Rotating)]
     tick_senders: SendersKind,
@@ -326,7 +331,7 @@ fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigErr
     let verbose = single && !args.quiet;
     let mut report = match args.node {
         NodeKind::Toy => simulate(cfg.clone(), boot_toy(&cfg), single, verbose)?,
-        NodeKind::Replica => sim_replica(cfg, args.ledger, single, verbose)?,
+        NodeKind::Replica => sim_replica(cfg, args.ledger, args.zone_installs, single, verbose)?,
     };
     if args.node == NodeKind::Toy {
         report.replay.push_str(" --node toy");
@@ -337,6 +342,9 @@ fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigErr
     if args.ledger == LedgerKind::Orders {
         report.replay.push_str(" --ledger orders");
     }
+    if args.zone_installs {
+        report.replay.push_str(" --zone-installs");
+    }
     if args.tick_senders == SendersKind::All {
         report.replay.push_str(" --tick-senders all");
     }
@@ -346,6 +354,7 @@ fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigErr
 fn sim_replica(
     cfg: SimConfig,
     ledger: LedgerKind,
+    zone_installs: bool,
     progress: bool,
     verbose: bool,
 ) -> Result<Report, ConfigError> {
@@ -366,6 +375,7 @@ fn sim_replica(
     if ledger == LedgerKind::Orders {
         let app = sim_bft::ledgers::orders::SchedAppConfig {
             puts_as_orders: true,
+            zone_installs,
             expiry_ms: 2_000,
             ..Default::default()
         };
