@@ -204,8 +204,10 @@ impl<S> Pass<'_, '_, S> {
                     "schedule {schedule:?} ran at {position} before its due key"
                 );
                 debug_assert_eq!(schedule.due_key(Some(next)), next, "{schedule:?}");
+                // The same rule as `Periodic::step_at`'s: the next point passes the tick,
+                // except a grid saturated at `TimeMs::MAX` (a tick at the end of time).
                 debug_assert!(
-                    !next.reached_by(self.tick),
+                    !next.reached_by(self.tick) || next == Due::Time(TimeMs::MAX),
                     "schedule {schedule:?} at {position} is due again at the same tick"
                 );
                 // The built-in schedule-next: record the new due point before the action runs.

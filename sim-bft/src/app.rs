@@ -33,6 +33,11 @@ pub enum AppError {
     /// The reserved pages refused an operation.
     #[error("pages: {0}")]
     Pages(#[from] ccron::PagesError),
+    /// The application could not complete a replicated operation (e.g. a save of its pages
+    /// failed): carrying on would let its pages, snapshot and digest fall behind its memory.
+    /// The replica stops (fail-stop, [`Application::halted`]).
+    #[error("fatal: {0}")]
+    Fatal(String),
 }
 
 /// Where a request executes.
@@ -79,6 +84,14 @@ pub trait Application: Send {
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
         BTreeMap::new()
     }
+
+    /// Why the application stopped, if it did ([`AppError::Fatal`]): a replicated operation
+    /// it could not complete (a failed save of its pages). The replica checks it after every
+    /// request and tick and, once set, stops executing (fail-stop) and fails its invariant
+    /// check with the cause, so the simulator reports it; never a silent divergence.
+    fn halted(&self) -> Option<&AppError> {
+        None
+    }
 }
 
 /// An [`Application`] for user requests joined with a separate [`TickExecutor`] for ticks.
@@ -122,6 +135,10 @@ impl Application for WithTicks {
 
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
         self.app.fires()
+    }
+
+    fn halted(&self) -> Option<&AppError> {
+        self.app.halted()
     }
 }
 

@@ -192,6 +192,11 @@ struct RunArgs {
     /// order whose 2 s expiry is a delayed task held as replicated data (component 1).
     #[arg(long, default_value = "demo", value_parser = parse_enum::<LedgerKind>)]
     ledger: LedgerKind,
+    /// With `--ledger orders`: some client `Put`s install IANA zones (Europe/Berlin,
+    /// America/New_York, ...) into the schedule book instead of placing orders, so that zone
+    /// installs meet the book's one-page zones part, crashes and state transfers.
+    #[arg(long)]
+    zone_installs: bool,
     /// Which replicas send each period's ticks.
     #[arg(long, value_enum, default_value_t = SendersKind::Rotating)]
     tick_senders: SendersKind,
@@ -245,6 +250,7 @@ impl RunArgs {
             replicas: self.replicas,
             node: self.node,
             ledger: self.ledger,
+            zone_installs: self.zone_installs,
             duration_ms: self.duration,
             liveness_ms: self.liveness,
             tick_period_ms: self.tick_period,
@@ -602,6 +608,7 @@ mod tests {
             replicas in 1..=MAX_REPLICAS,
             node in one_of(&[NodeKind::Replica, NodeKind::Toy]),
             ledger in one_of(&[LedgerKind::Demo, LedgerKind::Kv, LedgerKind::Orders]),
+            zone_installs in any::<bool>(),
             spans in (0..=1_000_000u64, 1..=1_000_000u64, 0..=100_000u64),
             tick_spread_ms in proptest::option::of(0..=100_000u64),
             components in proptest::collection::vec(any::<u32>(), 0..4),
@@ -620,6 +627,7 @@ mod tests {
                 replicas,
                 node,
                 ledger,
+                zone_installs,
                 duration_ms: spans.0,
                 liveness_ms: spans.1,
                 tick_period_ms: spans.2,

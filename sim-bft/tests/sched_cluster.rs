@@ -257,6 +257,45 @@ fn simulated_cluster_with_faults_expires_orders_placed_by_clients() {
     assert!(runs > 0, "no order ever expired: {:#?}", outcome.nodes);
 }
 
+/// Issue 10, defect 1, found by the simulator on its own: client traffic that installs IANA
+/// zones (`--zone-installs`: Berlin, New York, Tokyo; two of them no longer fit the orders
+/// book's one-page zones part) with crashes and restarts. The book used to accept the second
+/// zone, fail every later save silently and diverge after a restart (8 of 8 seeds); now the
+/// install is rejected and every checker holds.
+#[test]
+fn simulated_cluster_with_zone_installs_and_crashes_agrees() {
+    let app_cfg = SchedAppConfig {
+        puts_as_orders: true,
+        zone_installs: true,
+        expiry_ms: 2_000,
+        ..SchedAppConfig::default()
+    };
+    for seed in 1..=3 {
+        let sim = Cluster::builder()
+            .seed(seed)
+            .replicas(4)
+            .time_service(TimeServiceMode::Robust)
+            .duration_ms(8_000, 20_000)
+            .clients(2, 250)
+            .ticks(vec![COMPONENT], 500)
+            .faults(FaultConfig {
+                crashes: 2,
+                drop_rate: 0.02,
+                ..FaultConfig::default()
+            })
+            .build_with_app(|_| {}, move |_| Box::new(ScheduledLedger::new(app_cfg)))
+            .unwrap();
+        let outcome = sim.run();
+        assert!(
+            outcome.ok(),
+            "seed {seed}: {:#?}\n{}",
+            outcome.violations,
+            outcome.replay_command()
+        );
+        assert!(outcome.honest_agree, "seed {seed}");
+    }
+}
+
 /// One ledger, tables and schedules: a `CronLedger` whose state is changed both by a periodic
 /// cron table (component 2, every second) and by a schedule book (component 1) whose tasks
 /// clients create, pause, resume and cancel. One replica restarts from storage, another catches

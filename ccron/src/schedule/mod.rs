@@ -22,8 +22,8 @@ mod store;
 
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
-    FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, Misfire, NewSchedule,
-    ScheduleError, ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
-    record_pages_of,
+    FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
+    MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ScheduleError, ScheduleInfo,
+    ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing, record_pages_of,
 };
 pub use cron_rule::CronRule;

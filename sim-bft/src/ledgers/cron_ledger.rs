@@ -225,4 +225,8 @@ impl<S: Application> Application for CronLedger<S> {
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
         self.fires.clone()
     }
+
+    fn halted(&self) -> Option<&AppError> {
+        self.scheduler.as_ref().and_then(|s| s.halted())
+    }
 }

@@ -43,6 +43,26 @@ pub struct SchedAppConfig {
     pub expiry_ms: i64,
     /// Whether key-value `Put`/`Delete` requests place and pay orders (see the module docs).
     pub puts_as_orders: bool,
+    /// With [`Self::puts_as_orders`]: about one `Put` in eight (by a hash of its key) installs
+    /// one of [`INSTALLED_ZONES`] (chosen by the hash) instead of placing an order: zone
+    /// installs in the simulator's workload (`--zone-installs`).
+    pub zone_installs: bool,
+}
+
+/// The IANA zones `zone_installs` traffic installs (Berlin alone fits the 40-page book's
+/// one-page zones part; with New York it does not).
+pub const INSTALLED_ZONES: [&str; 3] = ["Europe/Berlin", "America/New_York", "Asia/Tokyo"];
+
+/// The zone a `Put` of `key` installs under `zone_installs`, if it does.
+fn zone_install_of(key: &[u8]) -> Option<ScheduleRequest> {
+    let h = Sha256::digest(key);
+    if h[0] % 8 != 0 {
+        return None;
+    }
+    let name = INSTALLED_ZONES[usize::from(h[1]) % INSTALLED_ZONES.len()];
+    ccron::cron::ZoneRules::from_iana(name)
+        .ok()
+        .map(ScheduleRequest::InstallZone)
 }
 
 impl Default for SchedAppConfig {
@@ -54,6 +74,7 @@ impl Default for SchedAppConfig {
             outbox_pages: 64,
             expiry_ms: 3_000,
             puts_as_orders: false,
+            zone_installs: false,
         }
     }
 }
@@ -149,8 +170,12 @@ impl ScheduledLedger {
         let mut book = LedgerScheduler::new(book_cfg, order_handlers());
         if cfg.puts_as_orders {
             let expiry_ms = cfg.expiry_ms;
+            let zones = cfg.zone_installs;
             book = book.with_translator(Box::new(move |payload| {
                 match wire::decode::<KvOp>(payload, payload.len()) {
+                    Ok(KvOp::Put { key, .. }) if zones && zone_install_of(&key).is_some() => {
+                        zone_install_of(&key)
+                    }
                     Ok(KvOp::Put { key, .. }) => {
                         let order = String::from_utf8_lossy(&key).into_owned();
                         Some(ScheduleRequest::Upsert(Self::expiry(&order, expiry_ms)))
@@ -237,6 +262,10 @@ impl Application for ScheduledLedger {
 
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
         self.inner.fires()
+    }
+
+    fn halted(&self) -> Option<&AppError> {
+        self.inner.halted()
     }
 }
 
@@ -509,5 +538,64 @@ mod tests {
         let before = a.digest();
         assert!(a.restore(b"junk").is_err());
         assert_eq!(a.digest(), before);
+    }
+
+    /// Issue 10, defect 1: on the orders ledger (40 book pages, a one-page zones part),
+    /// installing Europe/Berlin and then America/New_York used to be accepted while every later
+    /// save failed (only logged): the pages, snapshot and digest stayed behind, and a replica
+    /// restored from the snapshot lost the schedules (and the orders' expiries). Now the second
+    /// install is rejected (typed, in the reply), every later request saves, and a ledger
+    /// restored from the snapshot holds the same book and stays identical.
+    #[test]
+    fn orders_ledger_rejects_a_zone_install_that_would_not_fit_and_restores_equal() {
+        let mut a = ScheduledLedger::new(SchedAppConfig::default());
+        let mut pages = MemPages::new(4_096, 1);
+        let install = |name: &str| {
+            ScheduledLedger::payload(&ScheduleRequest::InstallZone(
+                ZoneRules::from_iana(name).unwrap(),
+            ))
+            .unwrap()
+        };
+        assert_eq!(a.execute(ctx(1, 0), 0, &install("Europe/Berlin")), b"ok 0");
+        let r = a.execute(ctx(2, 0), 0, &install("America/New_York"));
+        let r = String::from_utf8(r).unwrap();
+        assert!(r.starts_with("err limit exceeded: the zones"), "{r}");
+        let berlin = NewSchedule::new(
+            EXPIRE_ORDER,
+            Timing::Cron {
+                expression: "0 9 * * *".into(),
+                zone: Some("Europe/Berlin".into()),
+            },
+        )
+        .with_payload(b"daily".to_vec());
+        for (seq, request) in [
+            ScheduleRequest::Create(berlin),
+            ScheduleRequest::Upsert(ScheduledLedger::expiry("o-1", 1_000)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = a.execute(
+                ctx(3 + seq as u64, 0),
+                0,
+                &ScheduledLedger::payload(&request).unwrap(),
+            );
+            assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
+        }
+        assert!(a.halted().is_none());
+        let mut b = ScheduledLedger::new(SchedAppConfig::default());
+        b.restore(&a.snapshot()).unwrap();
+        assert_eq!(b.digest(), a.digest());
+        let book = |l: &ScheduledLedger| l.ledger().scheduler().unwrap().book().clone();
+        assert_eq!(book(&b).len(), 2);
+        assert_eq!(book(&b), book(&a));
+        let mut pages_b = pages.clone();
+        for (seq, t) in [(10, 2_000), (11, 86_400_000)] {
+            a.on_tick(Tick::new(1, seq, Some(t)), &mut pages).unwrap();
+            b.on_tick(Tick::new(1, seq, Some(t)), &mut pages_b).unwrap();
+            assert_eq!(a.digest(), b.digest());
+        }
+        assert_eq!(a.ledger().state().0.get("o-1"), Some(&1));
+        assert_eq!(a.ledger().state().0.get("daily"), Some(&1));
     }
 }

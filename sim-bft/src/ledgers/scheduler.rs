@@ -101,11 +101,12 @@ impl BookConfig {
     /// The book's limits, with admission bounded by its record pages (a schedule that would
     /// not fit is rejected when requested, not when the book is saved).
     fn book_limits(&self) -> Limits {
+        let fitted = self
+            .book_range()
+            .map_or(self.limits, |r| self.limits.for_range(r));
         Limits {
-            max_record_pages: self
-                .limits
-                .max_record_pages
-                .or_else(|| self.book_range().map(ccron::schedule::record_pages_of)),
+            max_record_pages: self.limits.max_record_pages.or(fitted.max_record_pages),
+            max_zones_bytes: self.limits.max_zones_bytes.or(fitted.max_zones_bytes),
             ..self.limits
         }
     }
@@ -134,6 +135,9 @@ pub struct LedgerScheduler<S> {
     translate: Option<RequestTranslator>,
     policy: Policy,
     denied: u64,
+    /// The first failed save of the book or the outbox ([`AppError::Fatal`]): the ledger has
+    /// stopped (fail-stop) and executes nothing more.
+    fatal: Option<AppError>,
 }
 
 impl<S> std::fmt::Debug for LedgerScheduler<S> {
@@ -159,6 +163,37 @@ impl<S> LedgerScheduler<S> {
             translate: None,
             policy: Policy::default(),
             denied: 0,
+            fatal: None,
+        }
+    }
+
+    /// Why the ledger stopped: a save of the book or the outbox failed (see [`Self::persist`]).
+    pub(crate) fn halted(&self) -> Option<&AppError> {
+        self.fatal.as_ref()
+    }
+
+    /// Records a failed save: the ledger stops (fail-stop). Admission keeps every admitted
+    /// request's save within the pages (`Limits::for_range`, the outbox's derived limits), so
+    /// this is a bug or a store failure, never an outcome to carry on from: the pages (the
+    /// snapshot and the digest's input) would stay behind the memory and a restored replica
+    /// would diverge.
+    fn fail(&mut self, what: &str, e: String) {
+        tracing::error!(error = %e, "{what} not saved: the ledger stops");
+        if self.fatal.is_none() {
+            self.fatal = Some(AppError::Fatal(format!("{what} not saved: {e}")));
+        }
+    }
+
+    fn save_outbox(&mut self) {
+        let saved = Self::outbox_range(self.cfg)
+            .map_err(|e| e.to_string())
+            .and_then(|range| {
+                self.outbox
+                    .save(&mut self.pages, range)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = saved {
+            self.fail("outbox", e);
         }
     }
 
@@ -226,6 +261,9 @@ impl<S> LedgerScheduler<S> {
     /// ([`Outbox::accept_progress`]): anything else is an `err` reply, counted, and trims
     /// nothing.
     pub(crate) fn trim_outbox(&mut self, by: Principal, upto: u64) -> Vec<u8> {
+        if self.fatal.is_some() {
+            return b"err halted".to_vec();
+        }
         let trimmed = match self.outbox.accept_progress(&self.policy, &by, upto) {
             Ok(n) => n,
             Err(e) => {
@@ -234,14 +272,7 @@ impl<S> LedgerScheduler<S> {
             }
         };
         if trimmed > 0 {
-            let saved = Self::outbox_range(self.cfg).and_then(|range| {
-                self.outbox
-                    .save(&mut self.pages, range)
-                    .map_err(|e| AppError::TickRejected(e.to_string()))
-            });
-            if let Err(e) = saved {
-                tracing::error!(error = %e, "outbox not saved");
-            }
+            self.save_outbox();
         }
         format!("ok trimmed {trimmed}").into_bytes()
     }
@@ -263,6 +294,9 @@ impl<S> LedgerScheduler<S> {
         by: Principal,
         req: ScheduleRequest,
     ) -> Vec<u8> {
+        if self.fatal.is_some() {
+            return b"err halted".to_vec();
+        }
         let reply = match self
             .book
             .apply(&by, req, &self.handlers, ctx.seq, ctx.agreed_time_ms)
@@ -281,6 +315,9 @@ impl<S> LedgerScheduler<S> {
 
     /// Runs what is due on `tick` against `state`; returns the handler runs.
     pub(crate) fn on_tick(&mut self, tick: &Tick, state: &mut S) -> u64 {
+        if self.fatal.is_some() {
+            return 0;
+        }
         let head = self.outbox.head();
         let report = self
             .book
@@ -291,26 +328,22 @@ impl<S> LedgerScheduler<S> {
         self.persist();
         // Only handler runs append: rewrite the outbox's pages when they did.
         if self.outbox.head() != head {
-            let saved = Self::outbox_range(self.cfg).and_then(|range| {
-                self.outbox
-                    .save(&mut self.pages, range)
-                    .map_err(|e| AppError::TickRejected(e.to_string()))
-            });
-            if let Err(e) = saved {
-                tracing::error!(error = %e, "outbox not saved");
-            }
+            self.save_outbox();
         }
         report.fired.len() as u64
     }
 
+    /// Saves the book; a failure stops the ledger ([`Self::halted`]), never carries on.
     fn persist(&mut self) {
-        let result = Self::range(self.cfg).and_then(|range| {
-            self.book
-                .save(&mut self.pages, range)
-                .map_err(|e| AppError::TickRejected(e.to_string()))
-        });
+        let result = Self::range(self.cfg)
+            .map_err(|e| e.to_string())
+            .and_then(|range| {
+                self.book
+                    .save(&mut self.pages, range)
+                    .map_err(|e| e.to_string())
+            });
         if let Err(e) = result {
-            tracing::error!(error = %e, "schedule book not saved");
+            self.fail("schedule book", e);
         }
     }
 

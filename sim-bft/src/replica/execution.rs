@@ -17,7 +17,7 @@ use crate::protocol::{Batch, RequestKind, SignedReply, codec};
 
 impl Replica {
     pub(super) fn execute_ready(&mut self, now: Millis, out: &mut Vec<Output>) {
-        while self.transfer.is_none() {
+        while self.transfer.is_none() && self.halted.is_none() {
             let seq = self.last_executed + 1;
             let Some(e) = self.log.get(&seq) else {
                 break;
@@ -72,6 +72,7 @@ impl Replica {
             if let Err(e) = saved {
                 warn!(replica = self.cfg.id, error = %e, "cannot persist agreed time");
                 self.metrics.inc("time_page_error");
+                self.halt(format!("agreed time not saved: {e}"));
             }
         }
         let ctx = ExecContext {
@@ -130,6 +131,10 @@ impl Replica {
                 }
             };
             self.clients.record_executed(client, req_seq, seq, result);
+            if let Some(e) = self.app.halted() {
+                let cause = e.to_string();
+                self.halt(cause);
+            }
         }
         self.send_replies(seq, replies, out);
         self.last_executed = seq;
@@ -147,6 +152,18 @@ impl Replica {
         }));
         if seq.is_multiple_of(self.cfg.checkpoint_interval) {
             self.take_checkpoint(now, seq, out);
+        }
+    }
+
+    /// Stops executing (fail-stop) for `cause`: loud (an error event, a counter, and the
+    /// invariant check fails naming it, which the simulator reports), never a silent
+    /// divergence. The batch in progress completes (every replica that executes it does the
+    /// same); nothing after it executes.
+    fn halt(&mut self, cause: String) {
+        if self.halted.is_none() {
+            tracing::error!(replica = self.cfg.id, cause = %cause, "replica halted (fail-stop)");
+            self.metrics.inc("halted");
+            self.halted = Some(cause);
         }
     }
 

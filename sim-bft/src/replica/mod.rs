@@ -220,6 +220,10 @@ pub struct Replica {
     verified_order: VecDeque<Digest32>,
     sent_history: VecDeque<Vec<u8>>,
     last_state_digest: Digest32,
+    /// Why this replica stopped executing (fail-stop): its application could not complete a
+    /// replicated operation ([`crate::app::Application::halted`]) or its agreed-time page did
+    /// not save. Once set, nothing more executes and the invariant check fails naming it.
+    halted: Option<String>,
     /// The executed seq at which this replica last broadcast a `Status` (asks once per stall).
     status_asked_at: Option<u64>,
     /// When this replica last sent its status to each peer (rate limit).
@@ -316,6 +320,7 @@ impl Replica {
             verified_order: VecDeque::new(),
             sent_history: VecDeque::new(),
             last_state_digest: [0; 32],
+            halted: None,
             status_asked_at: None,
             status_peer_ms: BTreeMap::new(),
             cfg,
@@ -337,6 +342,11 @@ impl Replica {
     /// The configuration.
     pub fn config(&self) -> &ReplicaConfig {
         &self.cfg
+    }
+
+    /// Why this replica stopped executing (fail-stop), if it did.
+    pub fn halted(&self) -> Option<&str> {
+        self.halted.as_deref()
     }
 
     /// Per-reason counters.
@@ -511,6 +521,9 @@ impl Replica {
     /// Checks internal invariants (the simulator calls it after every step).
     pub fn check_invariants(&self) -> Result<(), InvariantError> {
         let fail = |s: String| Err(InvariantError(s));
+        if let Some(cause) = &self.halted {
+            return fail(format!("halted (fail-stop): {cause}"));
+        }
         if self.stable.seq > self.last_executed && self.transfer.is_none() {
             return fail(format!(
                 "stable {} above executed {}",
@@ -577,8 +590,9 @@ impl Node for Replica {
         if self.vc_deadline.is_none() && self.has_pending_work() && !self.in_view_change {
             self.vc_deadline = Some(now + self.vc_timeout());
         }
+        // A halted replica fails its check on purpose (the simulator reports the cause).
         debug_assert!(
-            self.check_invariants().is_ok(),
+            self.halted.is_some() || self.check_invariants().is_ok(),
             "{:?}",
             self.check_invariants()
         );

@@ -90,7 +90,7 @@ impl std::fmt::Debug for ClusterHarness {
 
 /// The application factory of a ledger kind (`None`: the key-value ledger and tick counter, or
 /// an application the caller supplies with [`ClusterHarness::with_app`]).
-fn ledger_factory(ledger: LedgerKind) -> Option<AppFactory> {
+fn ledger_factory(ledger: LedgerKind, zone_installs: bool) -> Option<AppFactory> {
     match ledger {
         LedgerKind::Demo => {
             let tables = DemoTables::default();
@@ -107,6 +107,7 @@ fn ledger_factory(ledger: LedgerKind) -> Option<AppFactory> {
         LedgerKind::Orders => {
             let app = crate::ledgers::orders::SchedAppConfig {
                 puts_as_orders: true,
+                zone_installs,
                 expiry_ms: 2_000,
                 ..Default::default()
             };
@@ -154,7 +155,7 @@ impl ClusterHarness {
                 .collect(),
             verify_cache: VerifyCache::new(VERIFY_MEMO),
             tweak: None,
-            app_factory: ledger_factory(cfg.ledger),
+            app_factory: ledger_factory(cfg.ledger, cfg.zone_installs),
             tick_components: cfg
                 .components
                 .iter()

@@ -474,6 +474,9 @@ pub struct SimConfig {
     /// What the replicas run. [`super::cluster::ClusterHarness::new`] boots it; an application
     /// built in code is [`LedgerKind::Custom`].
     pub ledger: LedgerKind,
+    /// With [`LedgerKind::Orders`]: about one client put in eight installs an IANA zone into the
+    /// schedule book instead of placing an order (`--zone-installs`).
+    pub zone_installs: bool,
     /// Simulated length of the safety phase (faults active).
     pub duration_ms: u64,
     /// Bound on the liveness phase (faults healed) within which every honest replica must progress.
@@ -522,6 +525,7 @@ impl Default for SimConfig {
             replicas: 4,
             node: NodeKind::Replica,
             ledger: LedgerKind::Kv,
+            zone_installs: false,
             duration_ms: 10_000,
             liveness_ms: 30_000,
             tick_period_ms: 1_000,
@@ -723,6 +727,9 @@ impl SimConfig {
         push(format!("--node {}", self.node));
         if self.ledger != LedgerKind::Custom {
             push(format!("--ledger {}", self.ledger));
+        }
+        if self.zone_installs {
+            push("--zone-installs".to_string());
         }
         push(format!(
             "--duration {}ms --liveness {}ms",

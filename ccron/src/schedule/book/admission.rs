@@ -2,8 +2,8 @@
 //! them (create, upsert, replace, pause, resume, cancel, zone installation).
 
 use super::{
-    Handlers, MAX_FIRE_EACH_CAP, Misfire, NewSchedule, Record, ScheduleError, ScheduleRequest,
-    Scheduler, Target, Timing,
+    Handlers, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
+    NewSchedule, Record, ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
 use crate::authz::{Action, Principal};
 use crate::codec;
@@ -14,6 +14,28 @@ use crate::tick::TimeMs;
 
 fn target_of(id: u64) -> Target {
     Target::Id(id)
+}
+
+/// `Ok` when `t` is an instant a request may carry (`[MIN_INSTANT_MS, MAX_INSTANT_MS)`).
+fn check_instant(what: &str, t: TimeMs) -> Result<(), ScheduleError> {
+    if (MIN_INSTANT_MS..MAX_INSTANT_MS).contains(&t) {
+        Ok(())
+    } else {
+        Err(ScheduleError::Invalid(format!(
+            "{what} {t} ms is outside [{MIN_INSTANT_MS}, {MAX_INSTANT_MS}) ms"
+        )))
+    }
+}
+
+/// `Ok` when `d` is a span a request may carry (`[min, MAX_PERIOD_MS]`).
+fn check_span(what: &str, d: i64, min: i64) -> Result<(), ScheduleError> {
+    if (min..=MAX_PERIOD_MS).contains(&d) {
+        Ok(())
+    } else {
+        Err(ScheduleError::Invalid(format!(
+            "{what} {d} ms is outside [{min}, {MAX_PERIOD_MS}] ms"
+        )))
+    }
 }
 
 impl Scheduler {
@@ -78,9 +100,7 @@ impl Scheduler {
                     "fire-each cap must be in 1..={MAX_FIRE_EACH_CAP}, got {cap}"
                 )));
             }
-            Misfire::ExpireAfter { deadline_ms } if deadline_ms < 0 => {
-                return Err(ScheduleError::Invalid("negative expiry deadline".into()));
-            }
+            Misfire::ExpireAfter { deadline_ms } => check_span("expiry deadline", deadline_ms, 0)?,
             _ => {}
         }
         let mut stored = def.clone();
@@ -102,28 +122,32 @@ impl Scheduler {
                 period_ms,
                 start_ms,
             } => {
-                if *period_ms <= 0 {
-                    return Err(ScheduleError::Invalid(format!(
-                        "period must be positive, got {period_ms} ms"
-                    )));
-                }
+                check_span("period", *period_ms, 1)?;
                 let start = match start_ms {
                     Some(s) => *s,
                     None => now_ms.ok_or(ScheduleError::NeedsTime)?,
                 };
+                // Also a defaulted start (the agreed time): a stored start outside the range
+                // would not load back.
+                check_instant("start", start)?;
                 stored.timing = Timing::Every {
                     period_ms: *period_ms,
                     start_ms: Some(start),
                 };
                 (Some(Due::Time(start)), None)
             }
-            Timing::At(due) => (Some(*due), None),
-            Timing::AfterMs(delay_ms) => {
-                if *delay_ms < 0 {
-                    return Err(ScheduleError::Invalid("negative delay".into()));
+            Timing::At(due) => {
+                if let Due::Time(t) = due {
+                    check_instant("instant", *t)?;
                 }
+                (Some(*due), None)
+            }
+            Timing::AfterMs(delay_ms) => {
+                check_span("delay", *delay_ms, 0)?;
                 let now = now_ms.ok_or(ScheduleError::NeedsTime)?;
-                let due = Due::Time(now.saturating_add(*delay_ms));
+                let t = now.saturating_add(*delay_ms);
+                check_instant("instant", t)?;
+                let due = Due::Time(t);
                 stored.timing = Timing::At(due);
                 (Some(due), None)
             }
@@ -148,7 +172,7 @@ impl Scheduler {
     /// The most bytes the stored `(id, record)` entry of `def` can take: measured with a next
     /// due point and owed runs, the largest forms its fixed-size fields take (`Record`'s fields
     /// in order).
-    fn entry_bound(def: &NewSchedule) -> Result<usize, ScheduleError> {
+    pub(super) fn entry_bound(def: &NewSchedule) -> Result<usize, ScheduleError> {
         let owed: Option<(TimeMs, TimeMs)> = Some((0, 0));
         Ok(codec::encoded_len(&(
             0u64,
@@ -273,6 +297,24 @@ impl Scheduler {
                         "at most {} zones",
                         self.limits.max_zones
                     )));
+                }
+                if let Some(max) = self.limits.max_zones_bytes {
+                    // The exact bytes the next save writes to the zones part (the same
+                    // encoding, zones ascending by name).
+                    let mut zones: Vec<&ZoneRules> = self
+                        .zones
+                        .iter()
+                        .filter(|(n, _)| **n != name)
+                        .map(|(_, z)| z)
+                        .collect();
+                    let at = self.zones.range(..name.clone()).count();
+                    zones.insert(at, &rules);
+                    let len = codec::to_blob(&zones)?.len();
+                    if len > max {
+                        return Err(ScheduleError::Limit(format!(
+                            "the zones would take {len} bytes, the book's zones part holds {max}"
+                        )));
+                    }
                 }
                 self.install_zone(name, rules, now_ms)?;
                 Ok(None)

@@ -38,8 +38,9 @@ use crate::tick::{ComponentId, TimeMs};
 pub use handlers::{HandlerCtx, HandlerFn, Handlers};
 pub use preview::SlotLoad;
 pub use types::{
-    FireRecord, Limits, MAX_FIRE_EACH_CAP, Misfire, NewSchedule, ScheduleError, ScheduleInfo,
-    ScheduleRequest, Target, TickReport, Timing, record_pages_of,
+    FireRecord, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
+    NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
+    record_pages_of,
 };
 
 /// A stored schedule (normalised: relative timings resolved).

@@ -75,9 +75,12 @@ impl Scheduler {
     pub(super) fn touch(&mut self, id: u64) {
         match self.records.get(&id) {
             Some(rec) => {
+                // Placed at its largest stored size (with a next point and owed runs: every
+                // other field is fixed after admission), so a record never outgrows its page
+                // at run time and the record pages admission counted always hold the book.
                 // Encoding to a size counter cannot fail for an admitted record; an error makes
                 // it oversize, which the next save reports.
-                let len = codec::encoded_len(&(id, rec)).unwrap_or(usize::MAX);
+                let len = Self::entry_bound(&rec.def).unwrap_or(usize::MAX);
                 self.placement.put(id, len);
             }
             None => self.placement.remove(id),
@@ -622,8 +625,10 @@ impl Scheduler {
                 if used > room {
                     return Err(corrupt(format!("page {p} holds more than a page's room")));
                 }
+                // Placed at its largest size, as `touch` does.
+                let placed = Self::entry_bound(&rec.def)?;
                 book.load_record(id, rec).map_err(corrupt)?;
-                book.placement.load(id, p, len).map_err(corrupt)?;
+                book.placement.load(id, p, placed).map_err(corrupt)?;
             }
         }
         if book.records.len() as u64 != meta.records {

@@ -37,7 +37,13 @@ impl Scheduler {
                 if after_ms < start {
                     return Some(start);
                 }
-                let k = (after_ms - start).div_euclid(*period_ms);
+                // Checked throughout: admission bounds start and period
+                // (`MAX_INSTANT_MS`, `MAX_PERIOD_MS`), but a tick's time is any i64; past
+                // i64 the schedule has no next occurrence.
+                if *period_ms <= 0 {
+                    return None;
+                }
+                let k = after_ms.checked_sub(start)?.div_euclid(*period_ms);
                 start.checked_add(k.checked_add(1)?.checked_mul(*period_ms)?)
             }
             _ => None,

@@ -37,6 +37,21 @@ pub enum Timing {
     AfterSeqs(u64),
 }
 
+/// The earliest instant a request may carry (`Timing::Every::start_ms`, `Timing::At` with
+/// a time): the Unix epoch. Admission rejects an earlier one ([`ScheduleError::Invalid`]).
+pub const MIN_INSTANT_MS: TimeMs = 0;
+
+/// The end of the instants a request may carry: 4000-01-01T00:00:00Z in Unix ms (exclusive).
+/// Admission rejects a later one ([`ScheduleError::Invalid`]); together with
+/// [`MAX_PERIOD_MS`] this keeps `start + k·period` far from `i64` overflow for any tick
+/// before the year 4000, and every occurrence computation is checked beyond it.
+pub const MAX_INSTANT_MS: TimeMs = 64_060_588_800_000;
+
+/// The longest period (`Timing::Every::period_ms`), delay (`Timing::AfterMs`) and expiry
+/// deadline (`Misfire::ExpireAfter`) a request may carry: the width of the instant range
+/// (about 2030 years). Periods are at least 1 ms; delays and deadlines at least 0.
+pub const MAX_PERIOD_MS: i64 = MAX_INSTANT_MS - MIN_INSTANT_MS;
+
 /// What a tick does with the occurrences of a schedule it reached late.
 ///
 /// The tick at time `now` has reached the occurrences `r1 < r2 < … <= rk <= now` (at least
@@ -196,6 +211,11 @@ pub struct Limits {
     /// ([`ScheduleError::Limit`], nothing changes) instead of failing the next save. `None`:
     /// checked only by the save.
     pub max_record_pages: Option<u32>,
+    /// The capacity in bytes of the zones part of the range the book is saved into
+    /// ([`Limits::for_range`]); when set, an `InstallZone` after which the encoded zones would
+    /// not fit is rejected at admission ([`ScheduleError::Limit`], nothing changes) instead of
+    /// failing every later save. `None`: checked only by the save.
+    pub max_zones_bytes: Option<usize>,
     /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
     /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
     /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
@@ -212,7 +232,25 @@ impl Default for Limits {
             max_zones: 64,
             page_bytes: 4_096,
             max_record_pages: None,
+            max_zones_bytes: None,
             budget_per_tick: 10_000,
+        }
+    }
+}
+
+impl Limits {
+    /// These limits with admission bounded by what `range` (a book's range of pages of
+    /// `page_bytes`) can hold: [`Limits::max_record_pages`] and [`Limits::max_zones_bytes`]
+    /// from its layout (0 when the range is too small to lay out), so that every admitted
+    /// request's save fits the range.
+    pub fn for_range(self, range: PageRange) -> Self {
+        let layout = Layout::of(range);
+        Self {
+            max_record_pages: Some(layout.map_or(0, |l| l.record_pages)),
+            max_zones_bytes: Some(
+                layout.map_or(0, |l| crate::codec::capacity(l.zones, self.page_bytes)),
+            ),
+            ..self
         }
     }
 }

@@ -1,0 +1,357 @@
+//! Issue 10, defect 1: every request the book admits saves. With limits fitted to the book's
+//! range (`Limits::for_range`), a zone install whose zones would not fit the zones part is
+//! rejected at admission (typed, nothing changes) instead of failing every later save, and the
+//! book then saves, reloads equal, and a replica restored from its pages stays identical.
+
+use ccron::Principal;
+use ccron::cron::ZoneRules;
+use ccron::outbox::{Outbox, OutboxLimits};
+use ccron::schedule::{
+    Handlers, Limits, NewSchedule, ScheduleError, ScheduleRequest, Scheduler, Timing,
+};
+use ccron::{MemPages, PageRange, Tick};
+
+fn handlers() -> Handlers<u64> {
+    let mut h: Handlers<u64> = Handlers::new();
+    assert!(h.register("run", |ctx| *ctx.state += 1));
+    h
+}
+
+/// The orders ledger's book: 40 pages of 4 KiB, whose zones part is one page. Berlin (3,225
+/// encoded bytes) fits; Berlin and New York together (7.5 KiB) do not. The old book admitted
+/// both, and every later save failed while the in-memory book moved on.
+#[test]
+fn a_zone_install_that_would_not_fit_the_zones_part_is_rejected_and_saves_go_on() {
+    let range = PageRange::new(0, 40).unwrap();
+    let limits = Limits::default().for_range(range);
+    let h = handlers();
+    let mut pages = MemPages::new(4_096, 40);
+    let mut book = Scheduler::new(1, limits);
+    let berlin = ZoneRules::from_iana("Europe/Berlin").unwrap();
+    let new_york = ZoneRules::from_iana("America/New_York").unwrap();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::InstallZone(berlin),
+        &h,
+        1,
+        Some(0),
+    )
+    .unwrap();
+    book.save(&mut pages, range).unwrap();
+    let before = book.clone();
+    let r = book.apply(
+        &Principal::Host,
+        ScheduleRequest::InstallZone(new_york),
+        &h,
+        2,
+        Some(0),
+    );
+    assert!(matches!(r, Err(ScheduleError::Limit(_))), "{r:?}");
+    assert_eq!(book, before, "a rejection changes nothing");
+    // The book goes on saving: a cron schedule in the installed zone and a delayed one.
+    for (i, timing) in [
+        Timing::Cron {
+            expression: "0 9 * * *".into(),
+            zone: Some("Europe/Berlin".into()),
+        },
+        Timing::AfterMs(60_000),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        book.apply(
+            &Principal::Host,
+            ScheduleRequest::Create(NewSchedule::new("run", timing)),
+            &h,
+            3 + i as u64,
+            Some(0),
+        )
+        .unwrap();
+        book.save(&mut pages, range).unwrap();
+    }
+    let restored = Scheduler::load(1, limits, &pages, range).unwrap();
+    assert_eq!(restored, book);
+    assert_eq!(restored.len(), 2);
+    // Without the fitted limits the install is admitted and the save fails: the defect.
+    let mut unfitted = Scheduler::new(1, Limits::default());
+    for z in ["Europe/Berlin", "America/New_York"] {
+        unfitted
+            .apply(
+                &Principal::Host,
+                ScheduleRequest::InstallZone(ZoneRules::from_iana(z).unwrap()),
+                &h,
+                1,
+                Some(0),
+            )
+            .unwrap();
+    }
+    assert!(unfitted.save(&mut MemPages::new(4_096, 40), range).is_err());
+}
+
+/// Records are placed at their largest stored size (with a next point and owed catch-up
+/// runs), so a book whose record pages admission filled still saves after every tick, when
+/// records gain owed runs or next points.
+#[test]
+fn a_full_book_still_saves_when_its_records_grow_at_run_time() {
+    let range = PageRange::new(0, 8).unwrap();
+    let limits = Limits {
+        budget_per_tick: 1,
+        page_bytes: 512,
+        ..Limits::default()
+    }
+    .for_range(range);
+    let mut h = handlers();
+    let mut pages = MemPages::new(512, 8);
+    let mut book = Scheduler::new(1, limits);
+    let mut n = 0;
+    loop {
+        let def = NewSchedule::new(
+            "run",
+            Timing::Every {
+                period_ms: 1_000,
+                start_ms: Some(1_000),
+            },
+        )
+        .with_misfire(ccron::schedule::Misfire::FireEach { cap: 5 });
+        match book.apply(
+            &Principal::Host,
+            ScheduleRequest::Create(def),
+            &h,
+            1,
+            Some(0),
+        ) {
+            Ok(_) => n += 1,
+            Err(ScheduleError::Limit(_)) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(n > 2, "{n}");
+    book.save(&mut pages, range).unwrap();
+    let mut outbox = Outbox::new(OutboxLimits::default());
+    let mut state = 0;
+    // Late ticks with a budget of one: every schedule gains owed runs.
+    for seq in 0..(3 * n as u64) {
+        let tick = Tick::new(1, 10 + seq, Some(10_000 + seq as i64));
+        book.on_tick(&tick, &mut state, &mut h, &mut outbox);
+        book.save(&mut pages, range).unwrap();
+        assert_eq!(Scheduler::load(1, limits, &pages, range).unwrap(), book);
+    }
+    assert!(state > 0);
+}
+
+mod props {
+    use super::*;
+    use ccron::Due;
+    use ccron::schedule::{Misfire, Target};
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    /// IANA rules are costly to build: once per process.
+    fn iana(i: usize) -> ZoneRules {
+        static ZONES: OnceLock<Vec<ZoneRules>> = OnceLock::new();
+        ZONES.get_or_init(|| {
+            ["Europe/Berlin", "America/New_York", "Asia/Tokyo"]
+                .iter()
+                .map(|z| ZoneRules::from_iana(z).unwrap())
+                .collect()
+        })[i % 3]
+            .clone()
+    }
+
+    fn zone_name(i: u8) -> String {
+        match i % 5 {
+            0 => "Europe/Berlin".into(),
+            1 => "America/New_York".into(),
+            2 => "Asia/Tokyo".into(),
+            3 => "F1".into(),
+            _ => "F2".into(),
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Request(ScheduleRequest),
+        /// Advance agreed time by this much and tick.
+        Tick(i64),
+    }
+
+    fn misfire() -> impl Strategy<Value = Misfire> {
+        prop_oneof![
+            Just(Misfire::Skip),
+            Just(Misfire::FireOnce),
+            (1u32..6).prop_map(|cap| Misfire::FireEach { cap }),
+            (0i64..5_000).prop_map(|deadline_ms| Misfire::ExpireAfter { deadline_ms }),
+        ]
+    }
+
+    fn timing() -> impl Strategy<Value = Timing> {
+        prop_oneof![
+            (1i64..5_000, proptest::option::of(0i64..10_000)).prop_map(|(p, s)| Timing::Every {
+                period_ms: p,
+                start_ms: s,
+            }),
+            (0i64..20_000).prop_map(|t| Timing::At(Due::Time(t))),
+            (0u64..50).prop_map(|s| Timing::At(Due::Seq(s))),
+            (0i64..5_000).prop_map(Timing::AfterMs),
+            (0u64..20).prop_map(Timing::AfterSeqs),
+            (any::<u8>(), proptest::option::of(any::<u8>())).prop_map(|(e, z)| {
+                Timing::Cron {
+                    expression: ["* * * * *", "*/5 * * * *", "0 * * * *"][usize::from(e % 3)]
+                        .into(),
+                    zone: z.map(zone_name),
+                }
+            }),
+        ]
+    }
+
+    fn schedule() -> impl Strategy<Value = NewSchedule> {
+        (
+            timing(),
+            misfire(),
+            proptest::option::of(0u8..6),
+            0usize..300,
+            any::<u8>(),
+            0u32..3_000,
+        )
+            .prop_map(|(timing, misfire, key, payload, priority, jitter)| {
+                let mut s = NewSchedule::new("run", timing)
+                    .with_misfire(misfire)
+                    .with_payload(vec![7; payload])
+                    .with_priority(priority % 3)
+                    .with_jitter_ms(jitter);
+                if let Some(k) = key {
+                    s = s.with_key(format!("k{k}"));
+                }
+                s
+            })
+    }
+
+    fn target() -> impl Strategy<Value = Target> {
+        prop_oneof![
+            (1u64..20).prop_map(Target::Id),
+            (0u8..6).prop_map(|k| Target::Key(format!("k{k}"))),
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => schedule().prop_map(|s| Op::Request(ScheduleRequest::Create(s))),
+            2 => schedule().prop_map(|s| Op::Request(ScheduleRequest::Upsert(s))),
+            1 => (target(), schedule()).prop_map(|(target, schedule)| {
+                Op::Request(ScheduleRequest::Replace { target, schedule })
+            }),
+            1 => target().prop_map(|t| Op::Request(ScheduleRequest::Pause(t))),
+            1 => target().prop_map(|t| Op::Request(ScheduleRequest::Resume(t))),
+            1 => target().prop_map(|t| Op::Request(ScheduleRequest::Cancel(t))),
+            2 => any::<u8>().prop_map(|z| {
+                let rules = match z % 5 {
+                    i @ 0..=2 => iana(usize::from(i)),
+                    3 => ZoneRules::fixed("F1", 3_600).unwrap(),
+                    _ => ZoneRules::fixed("F2", -7_200).unwrap(),
+                };
+                Op::Request(ScheduleRequest::InstallZone(rules))
+            }),
+            4 => prop_oneof![0i64..2_000, 0i64..400_000].prop_map(Op::Tick),
+        ]
+    }
+
+    struct Replica {
+        book: Scheduler,
+        pages: MemPages,
+        handlers: Handlers<u64>,
+        outbox: Outbox,
+        state: u64,
+    }
+
+    impl Replica {
+        /// Applies `op` at sequence `seq`, time `now`; then saves (which must succeed).
+        fn step(&mut self, op: &Op, seq: u64, now: i64, range: PageRange) -> Result<(), String> {
+            match op {
+                Op::Request(r) => {
+                    let before = self.book.clone();
+                    if self
+                        .book
+                        .apply(&Principal::Host, r.clone(), &self.handlers, seq, Some(now))
+                        .is_err()
+                        && self.book != before
+                    {
+                        return Err(format!("a rejected {r:?} changed the book"));
+                    }
+                }
+                Op::Tick(_) => {
+                    let tick = Tick::new(1, seq, Some(now));
+                    self.book
+                        .on_tick(&tick, &mut self.state, &mut self.handlers, &mut self.outbox);
+                }
+            }
+            self.book.check_invariants().map_err(|e| e.to_string())?;
+            self.book
+                .save(&mut self.pages, range)
+                .map_err(|e| format!("an admitted sequence failed to save at {op:?}: {e}"))
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Random sequences of every request kind (zones included) and ticks, on random page
+        /// budgets with limits fitted to the range: every admitted sequence saves, reloads
+        /// equal, and a replica restored from the other's pages at a random point stays
+        /// identical (book, state and pages).
+        #[test]
+        fn every_admitted_sequence_saves_reloads_equal_and_restored_replicas_agree(
+            page_bytes in prop_oneof![Just(512usize), Just(1_024usize), Just(4_096usize)],
+            range_len in 5u32..80,
+            budget in 1usize..5,
+            ops in proptest::collection::vec(op(), 1..60),
+            restore_at in any::<proptest::sample::Index>(),
+        ) {
+            let range = PageRange::new(0, range_len).unwrap();
+            let limits = Limits {
+                page_bytes,
+                budget_per_tick: budget,
+                max_payload_bytes: 300,
+                ..Limits::default()
+            }
+            .for_range(range);
+            let new = || Replica {
+                book: Scheduler::new(1, limits),
+                pages: MemPages::new(page_bytes, range_len),
+                handlers: handlers(),
+                outbox: Outbox::new(OutboxLimits::default()),
+                state: 0,
+            };
+            let mut a = new();
+            a.book.save(&mut a.pages, range).unwrap();
+            let mut b: Option<Replica> = None;
+            let k = restore_at.index(ops.len());
+            let mut now = 0i64;
+            for (i, op) in ops.iter().enumerate() {
+                if i == k {
+                    let book = Scheduler::load(1, limits, &a.pages, range).unwrap();
+                    prop_assert_eq!(&book, &a.book);
+                    b = Some(Replica {
+                        book,
+                        pages: a.pages.clone(),
+                        handlers: handlers(),
+                        outbox: Outbox::new(OutboxLimits::default()),
+                        state: a.state,
+                    });
+                }
+                if let Op::Tick(d) = op {
+                    now += d;
+                }
+                let seq = i as u64 + 1;
+                a.step(op, seq, now, range).map_err(TestCaseError::fail)?;
+                let reloaded = Scheduler::load(1, limits, &a.pages, range).unwrap();
+                prop_assert_eq!(&reloaded, &a.book);
+                if let Some(b) = b.as_mut() {
+                    b.step(op, seq, now, range).map_err(TestCaseError::fail)?;
+                    prop_assert_eq!(&b.book, &a.book);
+                    prop_assert_eq!(b.state, a.state);
+                    prop_assert!(b.pages == a.pages, "pages differ after op {}", i);
+                }
+            }
+        }
+    }
+}
