@@ -163,6 +163,12 @@ impl Report {
             st.client_requests,
             st.replies
         );
+        let _ = writeln!(
+            s,
+            "  fault phase: {} batches committed, longest judged stall {} ms (bound {} ms, \
+             judged {} ms)",
+            st.fault_phase_batches, st.max_stall_ms, st.stall_bound_ms, st.judged_ms
+        );
         let _ = writeln!(s, "  trace hash {}", self.trace_hash);
         if self.ok() {
             let _ = writeln!(s, "  all checkers held (honest replicas agree)");
@@ -215,6 +221,16 @@ mod tests {
         ] {
             assert!(n0.get(k).is_some(), "missing nodes[].{k}");
         }
+        for k in [
+            "max_stall_ms",
+            "fault_phase_batches",
+            "judged_ms",
+            "stall_bound_ms",
+        ] {
+            assert!(v["stats"].get(k).is_some(), "missing stats.{k}");
+        }
+        assert_eq!(v["stats"]["fault_phase_batches"], v["heal_seq"]);
+        assert_eq!(v["stats"]["judged_ms"], 2_000);
         assert_eq!(v["trace_hash"].as_str().unwrap().len(), 64);
         assert_eq!(v["replicas"], 4);
         assert!(r.ok());

@@ -285,6 +285,35 @@ pub enum Body {
         /// (replica, clock carried by its commit, signature of its commit).
         commits: Vec<(NodeId, Millis, SigBytes)>,
     },
+    /// Normal-case retransmission: "these sequence numbers have been stuck for a while and this
+    /// is what I hold of each"; each peer answers with exactly its own messages the sender
+    /// lacks (the primary's pre-prepare, the peer's prepare and commit) or, for a sequence
+    /// number the peer has committed, its [`Body::Committed`] certificate.
+    Have {
+        /// The sender's view.
+        view: u64,
+        /// The sender's last executed sequence number.
+        last_executed: u64,
+        /// What the sender holds of each stuck sequence number (at most
+        /// [`MAX_HAVE_SEQS`] entries).
+        seqs: Vec<SeqHave>,
+    },
+}
+
+/// Most sequence numbers one [`Body::Have`] may list.
+pub const MAX_HAVE_SEQS: usize = 64;
+
+/// What a replica holds of one sequence number, in its current view (in a [`Body::Have`]).
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct SeqHave {
+    /// Sequence number.
+    pub seq: u64,
+    /// Digest of the pre-prepared batch, if the sender holds the pre-prepare.
+    pub digest: Option<Digest32>,
+    /// Replicas whose prepare the sender holds.
+    pub prepares: Vec<NodeId>,
+    /// Replicas whose commit (of this view) the sender holds.
+    pub commits: Vec<NodeId>,
 }
 
 impl Body {
@@ -302,6 +331,7 @@ impl Body {
             Body::StateChunk { .. } => "state_chunk",
             Body::Status { .. } => "status",
             Body::Committed { .. } => "committed",
+            Body::Have { .. } => "have",
         }
     }
 }

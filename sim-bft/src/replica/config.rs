@@ -142,6 +142,11 @@ pub struct ReplicaConfig {
     pub tick_components: BTreeMap<u32, u64>,
     /// Which replicas send the ticks of a listed component in a given period.
     pub tick_senders: TickSenders,
+    /// Normal-case retransmission period: a replica with sequence numbers stuck uncommitted
+    /// for this long tells its peers what it holds of them ([`crate::protocol::Body::Have`])
+    /// and they resend what it lacks. 0 disables (loss is then repaired only around view
+    /// changes).
+    pub retransmit_interval_ms: Millis,
 }
 
 /// Which replicas send the ticks of a component (listed in `tick_components`) in one period.
@@ -203,6 +208,7 @@ impl ReplicaConfig {
             verify_cache: None,
             tick_components: BTreeMap::new(),
             tick_senders: TickSenders::default(),
+            retransmit_interval_ms: 50,
         }
     }
 
@@ -238,6 +244,9 @@ impl ReplicaConfig {
             .any(|p| *p == 0 || *p > i64::MAX as u64)
         {
             return bad("tick periods must be positive");
+        }
+        if self.retransmit_interval_ms < 0 {
+            return bad("retransmit_interval_ms must not be negative");
         }
         if self.time.epsilon_ms <= 0 || self.time.soft_limit_ms > self.time.hard_limit_ms {
             return bad("time: epsilon must be positive and soft <= hard");

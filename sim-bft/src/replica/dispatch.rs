@@ -167,6 +167,7 @@ impl Replica {
                 batch,
                 commits,
             } => self.on_committed(now, from, view, seq, batch, commits, out),
+            Body::Have { view, seqs, .. } => self.on_have(now, from, view, seqs, out),
         }
     }
 
@@ -261,6 +262,9 @@ impl Replica {
     pub(super) fn on_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
         if self.flush_deadline.is_some_and(|d| now >= d) {
             self.flush_own_requests(out);
+        }
+        if self.retransmit_deadline.is_some_and(|d| now >= d) {
+            self.on_retransmit_timer(now, out);
         }
         if let Some(d) = self.vc_deadline
             && now >= d

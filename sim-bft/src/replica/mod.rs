@@ -29,6 +29,7 @@ mod execution;
 pub mod metrics;
 mod normal_case;
 mod recovery;
+mod retransmit;
 mod state_transfer;
 mod time_service;
 mod view_change;
@@ -228,6 +229,12 @@ pub struct Replica {
     status_asked_at: Option<u64>,
     /// When this replica last sent its status to each peer (rate limit).
     status_peer_ms: BTreeMap<NodeId, Millis>,
+    /// When the normal-case retransmission timer fires next (see `retransmit`).
+    retransmit_deadline: Option<Millis>,
+    /// The uncommitted sequence numbers seen at the previous retransmission tick.
+    retransmit_prev: BTreeSet<u64>,
+    /// When this replica last answered each peer's `Have` (rate limit).
+    have_answered_ms: BTreeMap<NodeId, Millis>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -323,6 +330,9 @@ impl Replica {
             halted: None,
             status_asked_at: None,
             status_peer_ms: BTreeMap::new(),
+            retransmit_deadline: None,
+            retransmit_prev: BTreeSet::new(),
+            have_answered_ms: BTreeMap::new(),
             cfg,
         };
         r.last_state_digest = r.state_digest();
@@ -590,6 +600,7 @@ impl Node for Replica {
         if self.vc_deadline.is_none() && self.has_pending_work() && !self.in_view_change {
             self.vc_deadline = Some(now + self.vc_timeout());
         }
+        self.arm_retransmit(now);
         // A halted replica fails its check on purpose (the simulator reports the cause).
         debug_assert!(
             self.halted.is_some() || self.check_invariants().is_ok(),
@@ -603,6 +614,7 @@ impl Node for Replica {
             self.vc_deadline,
             self.batch_deadline,
             self.flush_deadline,
+            self.retransmit_deadline,
             self.behind_since.as_ref().map(|(d, _)| *d),
             self.transfer.as_ref().map(|t| t.deadline_ms),
         ]

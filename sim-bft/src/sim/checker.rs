@@ -7,6 +7,9 @@
 //!   honest clocks' bounds (Byzantine-robust mode).
 //! - Liveness (after healing): every honest replica executes a batch beyond the highest sequence
 //!   number executed before the heal.
+//! - Liveness (fault phase): while 2f+1 honest replicas are up and can reach each other (the
+//!   simulator computes these *judged* windows from the seeded fault plan), no interval without a
+//!   newly committed batch may exceed a stated bound.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,6 +38,9 @@ pub enum ViolationKind {
     NodeInvariant,
     /// The run hit its event budget (a livelock or runaway message storm).
     EventLimit,
+    /// During the fault phase, no batch committed for longer than the stall bound while 2f+1
+    /// honest replicas were up and mutually connected.
+    FaultPhaseStall,
 }
 
 /// One broken invariant, with enough context to debug it.
@@ -92,6 +98,14 @@ pub struct Checker {
     heal_seq: Option<u64>,
     progressed: Vec<bool>,
     violations: Vec<Violation>,
+    /// Fault-phase windows (sorted, disjoint, simulated ms) in which stalls are judged.
+    stall_windows: Vec<(u64, u64)>,
+    /// Longest allowed judged stall (0: stalls are measured, never a violation).
+    stall_bound_ms: u64,
+    /// When a new sequence number was last first executed (fault phase).
+    last_commit_ms: u64,
+    /// Longest judged stall so far.
+    max_stall_ms: u64,
     /// Violations are capped so a diverged run does not eat memory; the count keeps going.
     dropped: u64,
 }
@@ -118,7 +132,61 @@ impl Checker {
             heal_seq: None,
             progressed: vec![false; n],
             violations: Vec::new(),
+            stall_windows: Vec::new(),
+            stall_bound_ms: 0,
+            last_commit_ms: 0,
+            max_stall_ms: 0,
             dropped: 0,
+        }
+    }
+
+    /// Judges fault-phase stalls inside `windows` (simulated ms, half-open): a judged stretch
+    /// without a newly committed batch longer than `bound_ms` is a
+    /// [`ViolationKind::FaultPhaseStall`] (`bound_ms` 0: measured only).
+    pub fn judge_stalls(&mut self, mut windows: Vec<(u64, u64)>, bound_ms: u64) {
+        windows.retain(|(a, b)| a < b);
+        windows.sort_unstable();
+        self.stall_windows = windows;
+        self.stall_bound_ms = bound_ms;
+    }
+
+    /// The longest judged fault-phase stretch without a newly committed batch, ms.
+    pub fn max_stall_ms(&self) -> u64 {
+        self.max_stall_ms
+    }
+
+    /// Judges the stretch from the last commit to `end_ms`, piece by judged window.
+    fn close_stall(&mut self, end_ms: u64) {
+        let start = self.last_commit_ms;
+        let pieces: Vec<(u64, u64)> = self
+            .stall_windows
+            .iter()
+            .map(|(a, b)| (start.max(*a), end_ms.min(*b)))
+            .filter(|(a, b)| a < b)
+            .collect();
+        for (a, b) in pieces {
+            let len = b - a;
+            self.max_stall_ms = self.max_stall_ms.max(len);
+            if self.stall_bound_ms > 0 && len > self.stall_bound_ms {
+                self.violate(
+                    b,
+                    None,
+                    ViolationKind::FaultPhaseStall,
+                    format!(
+                        "no batch committed from {a} ms to {b} ms ({len} ms > bound {} ms) while \
+                         2f+1 honest replicas were up and connected",
+                        self.stall_bound_ms
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Ends the fault phase at `at_ms`: the stretch since the last commit is judged.
+    pub fn end_fault_phase(&mut self, at_ms: u64) {
+        if self.heal_seq.is_none() {
+            self.close_stall(at_ms);
+            self.last_commit_ms = at_ms;
         }
     }
 
@@ -197,6 +265,10 @@ impl Checker {
                 }
             }
             None => {
+                if self.heal_seq.is_none() {
+                    self.close_stall(at_ms);
+                    self.last_commit_ms = at_ms;
+                }
                 self.first_execution(at_ms, node, e, bounds);
                 self.agreed.insert(
                     e.seq,
@@ -429,6 +501,31 @@ mod tests {
         c.executed(0, 0, &ex(1, 1, 1, Some(2100)), B);
         c.executed(0, 0, &ex(2, 2, 2, Some(2100)), B);
         assert!(c.violations().is_empty());
+    }
+
+    #[test]
+    fn fault_phase_stalls_are_judged_only_inside_windows() {
+        let mut c = Checker::new(vec![true; 4], false, 0, 0);
+        c.judge_stalls(vec![(0, 1_000), (5_000, 20_000)], 3_000);
+        let b = TimeBounds {
+            min_honest_ms: 0,
+            max_honest_ms: 0,
+        };
+        c.executed(500, 0, &ex(1, 1, 1, None), b);
+        // 500 .. 9_000: judged pieces 500..1_000 and 5_000..9_000 (4 s > 3 s).
+        c.executed(9_000, 0, &ex(2, 2, 2, None), b);
+        assert_eq!(c.max_stall_ms(), 4_000);
+        assert_eq!(c.violations().len(), 1);
+        assert_eq!(c.violations()[0].kind, ViolationKind::FaultPhaseStall);
+        // A re-execution of a known seq is no commit; the phase ends at 11_000 (2 s): fine.
+        c.executed(10_000, 1, &ex(2, 2, 2, None), b);
+        c.end_fault_phase(11_000);
+        assert_eq!(c.violations().len(), 1);
+        // Stalls after the heal are the liveness phase's business.
+        c.heal();
+        c.executed(60_000, 0, &ex(3, 3, 3, None), b);
+        assert_eq!(c.max_stall_ms(), 4_000);
+        assert_eq!(c.violations().len(), 1);
     }
 
     #[test]

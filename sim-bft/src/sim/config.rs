@@ -516,6 +516,10 @@ pub struct SimConfig {
     /// (1: after every step; 0: never). Checks can be costly (the replica hashes its stable
     /// snapshot); benchmarks turn them off.
     pub node_check_every: u64,
+    /// Longest judged fault-phase stall before a [`crate::sim::ViolationKind::FaultPhaseStall`]
+    /// (`None`: derived from the replica's view-change and state-transfer timeouts, see
+    /// `docs/simulator.md`; `Some(0)`: stalls are measured, never a violation).
+    pub stall_bound_ms: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -544,6 +548,7 @@ impl Default for SimConfig {
             epoch_ms: 1_767_225_600_000,
             max_events: 50_000_000,
             node_check_every: 1,
+            stall_bound_ms: None,
         }
     }
 }

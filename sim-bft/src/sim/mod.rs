@@ -109,6 +109,102 @@ pub struct SimStats {
     pub crashes: u64,
     /// Writes lost by crashes.
     pub lost_writes: u64,
+    /// Longest stretch of the fault phase without a newly committed batch while 2f+1 honest
+    /// replicas were up and mutually connected (the judged windows, see `docs/simulator.md`), ms.
+    pub max_stall_ms: u64,
+    /// Batches committed during the fault phase (the highest sequence number executed before the
+    /// heal; null batches of view changes included).
+    pub fault_phase_batches: u64,
+    /// Total length of the fault phase's judged windows, ms (0: nothing was judged).
+    pub judged_ms: u64,
+    /// The stall bound applied, ms (0: stalls were only measured).
+    pub stall_bound_ms: u64,
+}
+
+/// Loss rate up to which the fault phase's stalls are judged.
+pub const JUDGED_MAX_DROP_RATE: f64 = 0.05;
+
+/// The default fault-phase stall bound for `n` replicas, from the replica's default timeouts
+/// (T = `view_change_timeout_ms`, doubling per attempt up to `view_change_timeout_max_ms`): one
+/// timer expiry that only asks for status (T), then f+1 view changes (f faulty primaries in a
+/// row, then an honest one: T, 2T, 4T, ... each capped), plus one state transfer (grace and
+/// timeout). 9.2 s for n = 4, 17.2 s for n = 7.
+pub fn default_stall_bound_ms(n: u32) -> u64 {
+    let rc = crate::replica::ReplicaConfig::new(0, n.max(4), 0, 1);
+    let t = u64::try_from(rc.view_change_timeout_ms).unwrap_or(0);
+    let t_max = u64::try_from(rc.view_change_timeout_max_ms)
+        .unwrap_or(0)
+        .max(t);
+    let view_changes: u64 = (0..=rc.f().min(16))
+        .map(|k| t.saturating_mul(1u64 << k).min(t_max))
+        .sum();
+    let st = u64::try_from(
+        rc.state_transfer_grace_ms
+            .saturating_add(rc.state_transfer_timeout_ms),
+    )
+    .unwrap_or(0);
+    t.saturating_add(view_changes).saturating_add(st)
+}
+
+/// The windows of the fault phase `[0, duration)` in which stalls are judged: loss at most
+/// [`JUDGED_MAX_DROP_RATE`], one-way delays and skew at most 1 s, clients or ticks submitting
+/// work, and at each instant no partition, no clock jump so far, and at least 2f+1 honest
+/// replicas up.
+pub fn judged_windows(cfg: &SimConfig, params: &SimParams) -> Vec<(u64, u64)> {
+    let fc = &cfg.faults;
+    let d = cfg.duration_ms;
+    let work = (cfg.clients > 0 && cfg.request_interval_ms > 0)
+        || (cfg.tick_period_ms > 0 && !cfg.components.is_empty());
+    if !work
+        || fc.drop_rate > JUDGED_MAX_DROP_RATE
+        || fc.max_delay_ms > 1_000
+        || fc.reorder_delay_ms > 1_000
+        || fc.max_clock_skew_ms > 1_000
+    {
+        return Vec::new();
+    }
+    let n = u64::from(cfg.replicas);
+    let quorum = 2 * u64::from(params.f) + 1;
+    let honest = n.saturating_sub(params.byzantine.len() as u64);
+    let may_be_down = honest.saturating_sub(quorum);
+    let first_jump = params.jumps.iter().map(|j| j.at_ms).min().unwrap_or(d);
+    let honest_crashes: Vec<&CrashPlan> = params
+        .crashes
+        .iter()
+        .filter(|c| !params.byzantine.contains(&c.node))
+        .collect();
+    let mut points = vec![0, d, first_jump.min(d)];
+    for p in &params.partitions {
+        points.extend([p.from_ms.min(d), p.until_ms.min(d)]);
+    }
+    for c in &honest_crashes {
+        points.extend([c.at_ms.min(d), c.restart_ms.min(d)]);
+    }
+    points.sort_unstable();
+    points.dedup();
+    let mut windows: Vec<(u64, u64)> = Vec::new();
+    for w in points.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let partitioned = params
+            .partitions
+            .iter()
+            .any(|p| p.from_ms <= a && a < p.until_ms && !p.blocked.is_empty());
+        let mut down: Vec<NodeId> = honest_crashes
+            .iter()
+            .filter(|c| c.at_ms <= a && a < c.restart_ms)
+            .map(|c| c.node)
+            .collect();
+        down.sort_unstable();
+        down.dedup();
+        if partitioned || a >= first_jump || down.len() as u64 > may_be_down {
+            continue;
+        }
+        match windows.last_mut() {
+            Some(last) if last.1 == a => last.1 = b,
+            _ => windows.push((a, b)),
+        }
+    }
+    windows
 }
 
 /// One replica's state at the end of a run.
@@ -306,12 +402,18 @@ impl<H: Harness> Simulator<H> {
                 }
             })
             .collect();
-        let checker = Checker::new(
+        let mut checker = Checker::new(
             honest,
             cfg.check_time_bounds,
             cfg.time_ahead_slack_ms,
             cfg.time_behind_slack_ms,
         );
+        let windows = judged_windows(&cfg, &params);
+        let stall_bound_ms = cfg
+            .stall_bound_ms
+            .unwrap_or_else(|| default_stall_bound_ms(n));
+        let judged_ms = windows.iter().map(|(a, b)| b - a).sum();
+        checker.judge_stalls(windows, stall_bound_ms);
         let mut trace = Sha256::new();
         trace.update(b"sim-bft trace v1");
         trace.update(cfg.seed.to_le_bytes());
@@ -331,7 +433,11 @@ impl<H: Harness> Simulator<H> {
             checker,
             trace,
             healed: false,
-            stats: SimStats::default(),
+            stats: SimStats {
+                judged_ms,
+                stall_bound_ms,
+                ..SimStats::default()
+            },
             out: Vec::new(),
         };
         sim.schedule_initial();
@@ -860,6 +966,7 @@ impl<H: Harness> Simulator<H> {
         for node in 0..self.cfg.replicas {
             self.restart(node);
         }
+        self.checker.end_fault_phase(self.now_ms);
         self.checker.heal();
         self.trace.update([b'H']);
         tracing::debug!(at_ms = self.now_ms, "heal");
@@ -901,7 +1008,9 @@ impl<H: Harness> Simulator<H> {
         self.run_with(|_, _| {})
     }
 
-    fn finish(self) -> SimOutcome {
+    fn finish(mut self) -> SimOutcome {
+        self.stats.max_stall_ms = self.checker.max_stall_ms();
+        self.stats.fault_phase_batches = self.checker.heal_seq().unwrap_or(0);
         let nodes = self
             .slots
             .iter()

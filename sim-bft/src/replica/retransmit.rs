@@ -1,0 +1,210 @@
+//! Normal-case retransmission: recovering lost pre-prepares, prepares and commits.
+//!
+//! With f faulty replicas that contribute no valid votes, every quorum is exactly the honest
+//! replicas, so one lost message stalls a sequence number. Every `retransmit_interval_ms`
+//! (a timer on the injected `now`, armed only while sequence numbers above the last executed
+//! one are uncommitted), a replica lists the sequence numbers that were already uncommitted
+//! at the previous tick, with what it holds of each, in one broadcast [`Body::Have`]. Each
+//! peer answers with exactly its own messages the sender lacks: the pre-prepare when it is the
+//! primary, its prepare, its commit (re-signed: ed25519 signatures are deterministic, so the
+//! bytes are those it sent before), or a [`Body::Committed`] certificate for a sequence number
+//! it has already committed.
+//!
+//! Bounds: at most [`MAX_HAVE_SEQS`] sequence numbers per `Have`, one `Have` per interval,
+//! and a peer's `Have` is answered at most once per half interval (others are dropped and
+//! counted), so an answer costs at most three messages per listed sequence number.
+
+use std::collections::BTreeSet;
+
+use super::{Dest, Replica};
+use crate::node::{Millis, NodeId, Output};
+use crate::protocol::{Body, MAX_HAVE_SEQS, SeqHave};
+
+impl Replica {
+    /// Arms the retransmission timer when there is uncommitted work above the last executed
+    /// sequence number and the timer is not armed yet.
+    pub(super) fn arm_retransmit(&mut self, now: Millis) {
+        let interval = self.cfg.retransmit_interval_ms;
+        if interval <= 0 || self.retransmit_deadline.is_some() {
+            return;
+        }
+        if self.uncommitted_seqs().is_empty() {
+            self.retransmit_prev.clear();
+            return;
+        }
+        self.retransmit_deadline = Some(now.saturating_add(interval));
+    }
+
+    /// Sequence numbers above the last executed one, up to the highest this replica knows of
+    /// (and at most the high watermark), that are not committed here: the lowest
+    /// [`MAX_HAVE_SEQS`] of them.
+    fn uncommitted_seqs(&self) -> Vec<u64> {
+        let Some((&top, _)) = self.log.last_key_value() else {
+            return Vec::new();
+        };
+        let lo = self.last_executed.saturating_add(1);
+        let hi = top.min(self.high_watermark());
+        if hi < lo {
+            return Vec::new();
+        }
+        (lo..=hi)
+            .filter(|s| !self.log.get(s).is_some_and(|e| e.committed))
+            .take(MAX_HAVE_SEQS)
+            .collect()
+    }
+
+    /// The retransmission timer fired: broadcast what we hold of every sequence number that
+    /// was already uncommitted at the previous tick.
+    pub(super) fn on_retransmit_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
+        self.retransmit_deadline = None;
+        if self.in_view_change || self.transfer.is_some() {
+            self.retransmit_prev.clear();
+            return;
+        }
+        let current = self.uncommitted_seqs();
+        let stuck: Vec<u64> = current
+            .iter()
+            .copied()
+            .filter(|s| self.retransmit_prev.contains(s))
+            .collect();
+        self.retransmit_prev = current.into_iter().collect();
+        if !stuck.is_empty() {
+            let view = self.view;
+            let seqs: Vec<SeqHave> = stuck
+                .iter()
+                .map(|s| match self.log.get(s).filter(|e| e.view == view) {
+                    Some(e) => SeqHave {
+                        seq: *s,
+                        digest: e.digest,
+                        prepares: e.prepares.keys().copied().collect(),
+                        commits: e
+                            .commits
+                            .iter()
+                            .filter(|(_, v)| v.view == view)
+                            .map(|(n, _)| *n)
+                            .collect(),
+                    },
+                    None => SeqHave {
+                        seq: *s,
+                        digest: None,
+                        prepares: Vec::new(),
+                        commits: Vec::new(),
+                    },
+                })
+                .collect();
+            self.metrics.inc("have_sent");
+            self.metrics.add("have_seqs_sent", seqs.len() as u64);
+            let last_executed = self.last_executed;
+            self.send(
+                Body::Have {
+                    view,
+                    last_executed,
+                    seqs,
+                },
+                Dest::All,
+                out,
+            );
+        }
+        self.arm_retransmit(now);
+    }
+
+    /// A peer's [`Body::Have`]: resend exactly our own messages it lacks.
+    pub(super) fn on_have(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        view: u64,
+        seqs: Vec<SeqHave>,
+        out: &mut Vec<Output>,
+    ) {
+        let n = self.cfg.n as usize;
+        if seqs.len() > MAX_HAVE_SEQS
+            || seqs
+                .iter()
+                .any(|h| h.prepares.len() > n || h.commits.len() > n)
+        {
+            return self.drop_msg("drop_oversized_have", Some(from));
+        }
+        let gap = (self.cfg.retransmit_interval_ms / 2).max(1);
+        if self
+            .have_answered_ms
+            .get(&from)
+            .is_some_and(|last| now < last.saturating_add(gap))
+        {
+            return self.drop_msg("drop_have_rate_limited", Some(from));
+        }
+        self.have_answered_ms.insert(from, now);
+        self.metrics.inc("have_answered");
+        let id = self.cfg.id;
+        let same_view = view == self.view && !self.in_view_change;
+        let is_primary = self.is_primary();
+        let quorum = self.quorum();
+        let mut seen = BTreeSet::new();
+        let mut resend: Vec<Body> = Vec::new();
+        for h in &seqs {
+            if h.seq <= self.stable.seq || h.seq > self.high_watermark() || !seen.insert(h.seq) {
+                continue;
+            }
+            let Some(e) = self.log.get(&h.seq) else {
+                continue;
+            };
+            let (Some(digest), Some(batch)) = (e.digest, e.batch.as_ref()) else {
+                continue;
+            };
+            if e.committed {
+                let commits: Vec<(NodeId, Millis, crate::crypto::SigBytes)> = e
+                    .commits
+                    .iter()
+                    .filter(|(_, v)| v.digest == digest && v.view == e.view)
+                    .take(quorum)
+                    .map(|(n, v)| (*n, v.clock_ms, v.sig))
+                    .collect();
+                if commits.len() >= quorum {
+                    resend.push(Body::Committed {
+                        view: e.view,
+                        seq: h.seq,
+                        batch: batch.clone(),
+                        commits,
+                    });
+                    continue;
+                }
+            }
+            if !same_view || e.view != view || h.digest.is_some_and(|d| d != digest) {
+                continue;
+            }
+            if is_primary && h.digest.is_none() {
+                resend.push(Body::PrePrepare {
+                    view,
+                    seq: h.seq,
+                    batch: batch.clone(),
+                });
+            }
+            if !is_primary
+                && !h.prepares.contains(&id)
+                && e.prepares.get(&id).is_some_and(|(d, _)| *d == digest)
+            {
+                resend.push(Body::Prepare {
+                    view,
+                    seq: h.seq,
+                    digest,
+                });
+            }
+            if e.commit_sent
+                && !h.commits.contains(&id)
+                && let Some(v) = e.commits.get(&id)
+                && v.view == view
+            {
+                resend.push(Body::Commit {
+                    view,
+                    seq: h.seq,
+                    digest: v.digest,
+                    clock_ms: v.clock_ms,
+                });
+            }
+        }
+        self.metrics.add("retransmitted", resend.len() as u64);
+        for body in resend {
+            self.send(body, Dest::One(from), out);
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Normal-case retransmission (issue 9): with f silent replicas every quorum is exactly the
+//! honest replicas, so one lost prepare, commit or pre-prepare stalls a sequence number. The
+//! `Have` exchange must recover it within a few retransmission intervals, far below the
+//! view-change timeout, and without a view change.
+
+mod replica_support;
+
+use replica_support::Harness;
+use sim_bft::node::{Input, NodeId};
+use sim_bft::protocol::{Body, Payload, Wire, codec};
+use sim_bft::replica::{Byzantine, ReplicaConfig};
+
+fn body_of(bytes: &[u8]) -> Option<Body> {
+    let Ok(Wire::Signed(m)) = codec::decode::<Wire>(bytes, 1 << 20) else {
+        return None;
+    };
+    codec::decode::<Payload>(&m.payload, 1 << 20)
+        .ok()
+        .map(|p| p.body)
+}
+
+/// n = 4 with replica 3 silent: one put, with the first message from `from` to `to` that
+/// `lose` matches lost. Returns the harness after `wait_ms` of virtual time.
+fn one_lost(
+    retransmit_interval_ms: i64,
+    from: NodeId,
+    to: NodeId,
+    lose: fn(&Body) -> bool,
+    wait_ms: i64,
+) -> Harness {
+    let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
+        c.retransmit_interval_ms = retransmit_interval_ms;
+        if c.id == 3 {
+            c.byzantine = Byzantine::Silent;
+        }
+    });
+    h.put(0, "k", "v");
+    let mut lost = false;
+    while let Some((src, dst, bytes)) = h.queue.pop_front() {
+        if !lost && src == from && dst == to && body_of(&bytes).as_ref().is_some_and(lose) {
+            lost = true;
+            continue;
+        }
+        h.input(dst, Input::Peer { from: src, bytes });
+    }
+    assert!(lost, "the message to lose was never sent");
+    h.advance(wait_ms);
+    h
+}
+
+fn assert_recovered(h: &Harness, what: &str) {
+    for i in 0..3 {
+        let r = h.replica(i);
+        assert_eq!(
+            r.last_executed(),
+            1,
+            "replica {i} after a lost {what}: {r:?}"
+        );
+        assert_eq!(r.view(), 0, "replica {i} changed view after a lost {what}");
+    }
+    let retransmitted: u64 = (0..3)
+        .map(|i| h.replica(i).metrics().get("retransmitted"))
+        .sum();
+    assert!(retransmitted > 0, "nothing was retransmitted");
+}
+
+#[test]
+fn a_lost_prepare_is_retransmitted_before_the_view_change_timeout() {
+    let prepare = |b: &Body| matches!(b, Body::Prepare { .. });
+    // Without retransmission (the old code) the lost prepare stalls seq 1 for good: replica 2
+    // never prepares, so no replica gathers 2f+1 = 3 commits.
+    let h = one_lost(0, 1, 2, prepare, 1_000);
+    for i in 0..3 {
+        assert_eq!(h.replica(i).last_executed(), 0, "replica {i}");
+    }
+    // With it, well below the 2 s view-change timeout and in view 0.
+    assert_recovered(&one_lost(50, 1, 2, prepare, 300), "prepare");
+}
+
+#[test]
+fn a_lost_commit_is_retransmitted() {
+    let commit = |b: &Body| matches!(b, Body::Commit { .. });
+    let h = one_lost(0, 2, 0, commit, 1_000);
+    assert_eq!(h.replica(0).last_executed(), 0);
+    assert_recovered(&one_lost(50, 2, 0, commit, 300), "commit");
+}
+
+#[test]
+fn a_lost_pre_prepare_is_retransmitted() {
+    let pre_prepare = |b: &Body| matches!(b, Body::PrePrepare { .. });
+    let h = one_lost(0, 0, 1, pre_prepare, 1_000);
+    assert_eq!(h.replica(1).last_executed(), 0);
+    assert_recovered(&one_lost(50, 0, 1, pre_prepare, 300), "pre-prepare");
+}
+
+#[test]
+fn a_have_is_answered_at_most_once_per_half_interval() {
+    let mut h = one_lost(50, 1, 2, |b| matches!(b, Body::Prepare { .. }), 300);
+    let r = h.replica(2);
+    assert!(r.metrics().get("have_sent") >= 1, "{:?}", r.metrics());
+    // Replay replica 2's `Have` to replica 1 twice at the same instant: the second is dropped.
+    let have = sim_bft::protocol::SignedMsg::sign(
+        &sim_bft::crypto::replica_signing_key(replica_support::SEED, 2),
+        &Payload {
+            from: 2,
+            body: Body::Have {
+                view: 0,
+                last_executed: 0,
+                seqs: Vec::new(),
+            },
+        },
+    )
+    .unwrap();
+    let bytes = codec::encode(&Wire::Signed(have)).unwrap();
+    let before = h.replica(1).metrics().get("drop_have_rate_limited");
+    for _ in 0..2 {
+        h.input(
+            1,
+            Input::Peer {
+                from: 2,
+                bytes: bytes.clone(),
+            },
+        );
+    }
+    assert_eq!(
+        h.replica(1).metrics().get("drop_have_rate_limited"),
+        before + 1
+    );
+}
