@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{debug, warn};
 
 use super::{Dest, KEY_CHECKPOINT, Replica, ReplicaError, Snapshot, StoredCheckpoint, log_key};
-use crate::crypto::{self, Digest32, SigBytes};
+use crate::crypto::{Digest32, SigBytes};
 use crate::node::{Millis, NodeId, Output};
-use crate::protocol::{Body, CheckpointProof, SigList, codec};
+use crate::protocol::{Body, CheckpointProof, SigList, chunks, codec};
 
 impl Replica {
     pub(super) fn make_snapshot(&self) -> Result<(Digest32, Vec<u8>), ReplicaError> {
@@ -31,7 +31,7 @@ impl Replica {
                 .collect(),
         };
         let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;
-        Ok((crypto::sha256(&bytes), bytes))
+        Ok((chunks::snapshot_digest(&bytes, self.cfg.chunk_bytes), bytes))
     }
 
     pub(super) fn take_checkpoint(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
@@ -59,6 +59,7 @@ impl Replica {
         sig: SigBytes,
         out: &mut Vec<Output>,
     ) {
+        self.maybe_flood_state(from, out);
         if seq <= self.stable.seq {
             // A late vote for a checkpoint that is already stable: normal, not a fault.
             self.metrics.inc("late_checkpoint");

@@ -148,15 +148,21 @@ impl Replica {
             Body::NewView { view, view_changes } => {
                 self.on_new_view(now, from, view, view_changes, msg, out)
             }
-            Body::StateRequest { seq } => self.on_state_request(from, seq, out),
+            Body::StateRequest { seq, meta, indices } => {
+                self.on_state_request(now, from, seq, meta, indices, out)
+            }
             Body::StateMeta {
                 proof,
                 total_len,
                 chunks,
-            } => self.on_state_meta(now, from, proof, total_len, chunks, out),
-            Body::StateChunk { seq, index, data } => {
-                self.on_state_chunk(now, from, seq, index, data, out)
-            }
+                root,
+            } => self.on_state_meta(now, from, proof, total_len, chunks, root, out),
+            Body::StateChunk {
+                seq,
+                index,
+                data,
+                path,
+            } => self.on_state_chunk(now, from, seq, index, data, path, out),
             Body::Status {
                 view,
                 last_executed,

@@ -99,6 +99,8 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::TickFlood => Byzantine::TickFlood,
         ByzantineKind::BadSignatures => Byzantine::BadSignatures,
         ByzantineKind::BadDigests => Byzantine::BadDigests,
+        ByzantineKind::StateRequestFlood => Byzantine::StateRequestFlood,
+        ByzantineKind::SlowStateSource => Byzantine::SlowStateSource,
         _ => Byzantine::Honest,
     }
 }

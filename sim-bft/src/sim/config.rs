@@ -202,16 +202,21 @@ pub enum ByzantineKind {
     BadSignatures,
     /// Votes with wrong digests.
     BadDigests,
+    /// Amplification attacker: requests state from every checkpoint voter, again and again.
+    StateRequestFlood,
+    /// Serves state transfer slowly and partially (one chunk per request).
+    SlowStateSource,
 }
 
 impl ByzantineKind {
     /// Every kind's CLI name.
     pub const NAMES: &'static str = "silent, replay, corrupt, equivocate, bogus-view-change, \
                                      corrupt-state-transfer, lying-time, tick-flood, \
-                                     bad-signatures, bad-digests";
+                                     bad-signatures, bad-digests, \
+                                     state-request-flood, slow-state-source";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 10] = [
+    pub const ALL: [ByzantineKind; 12] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -222,6 +227,8 @@ impl ByzantineKind {
         Self::TickFlood,
         Self::BadSignatures,
         Self::BadDigests,
+        Self::StateRequestFlood,
+        Self::SlowStateSource,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -258,6 +265,8 @@ impl fmt::Display for ByzantineKind {
             Self::TickFlood => "tick-flood",
             Self::BadSignatures => "bad-signatures",
             Self::BadDigests => "bad-digests",
+            Self::StateRequestFlood => "state-request-flood",
+            Self::SlowStateSource => "slow-state-source",
         })
     }
 }
