@@ -216,3 +216,39 @@ fn a_chunk_that_fails_its_proof_is_dropped_and_the_source_replaced() {
     );
     let _: Digest32 = h.replica(3).state_digest_now();
 }
+
+#[test]
+fn a_status_answer_is_bounded_in_bytes() {
+    let run = |budget: usize| {
+        let mut h = Harness::new(4, |c| {
+            c.checkpoint_interval = 4;
+            c.log_window = 8;
+            c.status_answer_bytes = budget;
+        });
+        h.isolated.insert(3);
+        fill(&mut h, 3, "k");
+        assert!(h.replica(0).last_executed() >= 3);
+        h.queue.clear();
+        let status = Body::Status {
+            view: 0,
+            last_executed: 0,
+        };
+        h.input(
+            0,
+            Input::Peer {
+                from: 3,
+                bytes: signed(3, status),
+            },
+        );
+        let (bodies, _) = drain(&mut h, 0, 3);
+        let certs = bodies
+            .iter()
+            .filter(|b| matches!(b, Body::Committed { .. }))
+            .count();
+        (certs, h.replica(0).metrics().get("status_answer_truncated"))
+    };
+    // Each certificate carries a 200-byte value: a 1-byte budget still sends one (progress),
+    // an ample budget sends all three.
+    assert_eq!(run(1), (1, 1));
+    assert_eq!(run(1 << 20), (3, 0));
+}

@@ -362,6 +362,22 @@ impl Replica {
                 })
             })
             .collect();
+        // Amplification bound: one answer carries at most `status_answer_bytes` of
+        // certificates (at least one); the peer asks again for the rest.
+        let budget = self.cfg.status_answer_bytes;
+        let mut used = 0usize;
+        let before = certs.len();
+        let certs: Vec<Body> = certs
+            .into_iter()
+            .take_while(|b| {
+                let first = used == 0;
+                used = used.saturating_add(codec::encode(b).map_or(usize::MAX, |v| v.len()));
+                first || used <= budget
+            })
+            .collect();
+        if certs.len() < before {
+            self.metrics.inc("status_answer_truncated");
+        }
         self.metrics.add("committed_certs_sent", certs.len() as u64);
         for body in certs {
             self.send(body, Dest::One(from), out);
