@@ -9,7 +9,7 @@ use sim_bft::crypto::{Digest32, replica_signing_key};
 use sim_bft::node::{Input, NodeId};
 use sim_bft::protocol::chunks::{chunk_count, digest_from_root, verify_chunk};
 use sim_bft::protocol::{Body, Payload, SignedMsg, Wire, codec};
-use sim_bft::replica::{Byzantine, ReplicaConfig};
+use sim_bft::replica::{Byzantine, ReplicaConfig, STATE_FULL_RESULT};
 
 const CHUNK: usize = 256;
 
@@ -251,4 +251,59 @@ fn a_status_answer_is_bounded_in_bytes() {
     // an ample budget sends all three.
     assert_eq!(run(1), (1, 1));
     assert_eq!(run(1 << 20), (3, 0));
+}
+
+/// Issue 9 defect 7: nothing kept the state under `max_snapshot_bytes`, so a large state made
+/// restart and state transfer impossible. Execution now rejects, deterministically and with a
+/// replicated result, a write that could push the snapshot over the limit.
+#[test]
+fn writes_that_would_outgrow_the_snapshot_limit_are_rejected_so_transfer_and_restart_work() {
+    let mut h = Harness::new(4, |c| {
+        c.checkpoint_interval = 4;
+        c.log_window = 8;
+        c.chunk_bytes = 1_024;
+        c.num_pages = 4;
+        c.page_size = 1_024;
+        c.max_snapshot_bytes = 16 << 10;
+    });
+    h.isolated.insert(3);
+    fill(&mut h, 120, "k");
+    // The lagging replica can still state-transfer the (bounded) snapshot...
+    h.isolated.clear();
+    for k in 0..8 {
+        h.put(0, &format!("z{k}"), "w");
+        h.advance(20);
+    }
+    h.advance(5_000);
+    let m = h.replica(3).metrics();
+    assert!(m.get("state_transfers_completed") >= 1, "{m:?}");
+    assert_eq!(
+        h.replica(3).state_digest_now(),
+        h.replica(1).state_digest_now()
+    );
+    h.assert_agreement(&[0, 1, 2, 3]);
+    // ...and a replica restarts from its stored checkpoint.
+    h.crash(1);
+    h.recover(1);
+    h.put(0, "after", "restart");
+    h.advance(2_000);
+    assert_eq!(
+        h.replica(1).state_digest_now(),
+        h.replica(0).state_digest_now()
+    );
+    // Because writes that could outgrow the limit were rejected, identically everywhere.
+    let rejected = h
+        .replies
+        .iter()
+        .filter(|(_, b)| {
+            b.windows(STATE_FULL_RESULT.len())
+                .any(|w| w == STATE_FULL_RESULT)
+        })
+        .count();
+    assert!(rejected > 0, "no write was rejected");
+    for i in 0..3 {
+        let m = h.replica(i).metrics();
+        assert!(m.get("write_rejected_state_full") > 0, "{i}: {m:?}");
+        assert_eq!(m.get("snapshot_too_large"), 0, "{i}: {m:?}");
+    }
 }

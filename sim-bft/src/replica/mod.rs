@@ -49,6 +49,8 @@ use crate::protocol::{
     Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, SignedRequest, TimeCert, Wire,
     codec,
 };
+use checkpoint::SizeBudget;
+pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
@@ -192,6 +194,8 @@ pub struct Replica {
     transfer: Option<Transfer>,
     /// What this replica serves to state-transfer receivers (chunk tree, per-peer rate).
     serving: Serving,
+    /// Deterministic bound of the snapshot size (execution rejects writes that would break it).
+    size: SizeBudget,
 
     vc_deadline: Option<Millis>,
     batch_deadline: Option<Millis>,
@@ -293,6 +297,7 @@ impl Replica {
             behind_since: None,
             transfer: None,
             serving: Serving::default(),
+            size: SizeBudget::default(),
             vc_deadline: None,
             batch_deadline: None,
             // The safety net clears a mark lost by some unforeseen path after a few view-change
@@ -316,6 +321,7 @@ impl Replica {
         r.last_state_digest = r.state_digest();
         let (digest, bytes) = r.make_snapshot()?;
         r.stable.digest = digest;
+        r.size.reset(bytes.len());
         r.stable_snapshot = bytes;
         Ok(r)
     }

@@ -491,6 +491,7 @@ impl Replica {
         self.last_executed = seq;
         self.last_state_digest = snap.state_digest;
         self.stable = proof;
+        self.size.reset(bytes.len());
         self.stable_snapshot = bytes;
         self.log = self.log.split_off(&(seq + 1));
         self.own_checkpoints = self.own_checkpoints.split_off(&(seq + 1));
