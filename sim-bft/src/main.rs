@@ -190,6 +190,10 @@ struct RunArgs {
     /// Largest clock jump.
     #[arg(long, default_value = "0ms", value_parser = parse_duration_arg)]
     clock_jump: u64,
+    /// State growth: each client request writes a fresh key with a value of this many bytes,
+    /// and the replicas' snapshot limit is lowered so the state reaches it (0: off).
+    #[arg(long, default_value_t = 0)]
+    state_growth: u64,
     /// Write the JSON report here (with `--seeds`: one JSON array of reports).
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -256,6 +260,7 @@ impl RunArgs {
                 max_drift_ppm: self.drift_ppm,
                 clock_jumps: self.clock_jumps,
                 max_clock_jump_ms: self.clock_jump.min(i64::MAX as u64) as i64,
+                state_growth_bytes: self.state_growth,
                 ..FaultConfig::default()
             },
             ..SimConfig::default()

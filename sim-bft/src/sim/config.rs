@@ -304,6 +304,11 @@ pub struct FaultConfig {
     pub clock_jumps: u32,
     /// Largest clock jump.
     pub max_clock_jump_ms: Millis,
+    /// State growth (0: off): each client request writes a fresh key with a value of this many
+    /// bytes, and the replicas' `max_snapshot_bytes` is lowered to
+    /// [`super::cluster::STATE_GROWTH_SNAPSHOT_BYTES`], so the state reaches the snapshot limit
+    /// within a run (restart and state transfer must still work).
+    pub state_growth_bytes: u64,
 }
 
 impl Default for FaultConfig {
@@ -324,6 +329,7 @@ impl Default for FaultConfig {
             max_drift_ppm: 0,
             clock_jumps: 0,
             max_clock_jump_ms: 0,
+            state_growth_bytes: 0,
         }
     }
 }

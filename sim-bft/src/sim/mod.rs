@@ -218,6 +218,9 @@ pub fn replay_command(cfg: &SimConfig) -> String {
             fc.clock_jumps, fc.max_clock_jump_ms
         ));
     }
+    if fc.state_growth_bytes > 0 {
+        push(format!("--state-growth {}", fc.state_growth_bytes));
+    }
     push(format!("--time-service {}", cfg.time_service));
     if fc.max_drift_ppm > 0 {
         push(format!("--drift-ppm {}", fc.max_drift_ppm));
