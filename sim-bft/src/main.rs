@@ -178,6 +178,10 @@ struct RunArgs {
     /// service tolerates (the cluster may stall: a NoProgress violation is then expected).
     #[arg(long)]
     allow_clock_stall: bool,
+    /// State growth: each client request writes a fresh key with a value of this many bytes,
+    /// and the replicas' snapshot limit is lowered so the state reaches it (0: off).
+    #[arg(long, default_value_t = 0)]
+    state_growth: u64,
     /// Write the JSON report here (with `--seeds`: one JSON array of reports). Opened before
     /// the run starts, so a bad path fails at once.
     #[arg(long)]
@@ -278,6 +282,7 @@ impl RunArgs {
                 max_drift_ppm: self.drift_ppm,
                 clock_jumps: self.clock_jumps,
                 max_clock_jump_ms: self.clock_jump.min(i64::MAX as u64) as i64,
+                state_growth_bytes: self.state_growth,
                 ..FaultConfig::default()
             },
             ..SimConfig::default()

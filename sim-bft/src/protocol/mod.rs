@@ -6,6 +6,7 @@
 //! encoded [`SignedRequest`]; replies are encoded [`SignedReply`]s. All encodings go through
 //! [`codec`].
 
+pub mod chunks;
 pub mod codec;
 
 use bincode::{Decode, Encode};
@@ -243,12 +244,18 @@ pub enum Body {
         /// 2f+1 encoded [`SignedMsg`]s each carrying a [`Body::ViewChange`] for `view`.
         view_changes: Vec<SignedMsg>,
     },
-    /// Asks for the sender's latest stable checkpoint at or above `seq`.
+    /// Asks for chunks of the sender's latest stable checkpoint at or above `seq` (pull: the
+    /// requester names the chunks it still lacks, a bounded window at a time).
     StateRequest {
         /// The lowest acceptable checkpoint.
         seq: u64,
+        /// Whether the requester also needs the [`Body::StateMeta`] (it has none yet).
+        meta: bool,
+        /// Indices of the wanted chunks (a source serves at most its window of them, and at
+        /// most its per-peer rate).
+        indices: Vec<u32>,
     },
-    /// Describes the snapshot whose chunks follow.
+    /// Describes the snapshot whose chunks the requester pulls.
     StateMeta {
         /// Proof of the checkpoint the snapshot is for.
         proof: CheckpointProof,
@@ -256,8 +263,11 @@ pub enum Body {
         total_len: u64,
         /// Number of chunks.
         chunks: u32,
+        /// Merkle root over the chunks' digests; `proof.digest` commits to it (with
+        /// `total_len` and the chunk size), so each chunk is verified on arrival.
+        root: Digest32,
     },
-    /// One chunk of a snapshot.
+    /// One chunk of a snapshot, with its Merkle path to the root of the [`Body::StateMeta`].
     StateChunk {
         /// Checkpoint sequence number.
         seq: u64,
@@ -265,6 +275,8 @@ pub enum Body {
         index: u32,
         /// The bytes.
         data: Vec<u8>,
+        /// Sibling digests from the chunk's leaf up to the root.
+        path: Vec<Digest32>,
     },
     /// "I executed up to `last_executed` and I am stuck": peers that are further along answer
     /// with [`Body::Committed`] certificates (retransmission after message loss).

@@ -9,11 +9,79 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{debug, warn};
 
 use super::{Dest, KEY_CHECKPOINT, Replica, ReplicaError, Snapshot, StoredCheckpoint, log_key};
-use crate::crypto::{self, Digest32, SigBytes};
+use crate::crypto::{Digest32, SigBytes};
 use crate::node::{Millis, NodeId, Output};
-use crate::protocol::{Body, CheckpointProof, SigList, codec};
+use crate::protocol::{Body, CheckpointProof, SigList, chunks, codec};
+
+/// The result bytes of a write rejected because the state would outgrow
+/// `max_snapshot_bytes` (a replicated outcome: every honest replica records the same).
+pub const STATE_FULL_RESULT: &[u8] = b"ccron:state-full";
+
+/// Bytes a write may add to the snapshot besides its payload and result (record framing).
+const WRITE_OVERHEAD: u64 = 64;
+
+/// Why execution rejected a request (a replicated, deterministic outcome).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExecutionRejection {
+    /// Executing the write could make the snapshot larger than `max_snapshot_bytes`, which
+    /// would make restart and state transfer impossible.
+    #[error("state full: projected snapshot of {projected} bytes exceeds the limit of {limit}")]
+    StateFull {
+        /// The projected snapshot size after the write.
+        projected: u64,
+        /// The usable limit (`max_snapshot_bytes` less the reserved pages' capacity).
+        limit: u64,
+    },
+}
+
+/// A deterministic upper bound of the snapshot size: the exact size at the last checkpoint
+/// (or installed snapshot) plus what the writes executed since may have added.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct SizeBudget {
+    base: u64,
+    growth: u64,
+}
+
+impl SizeBudget {
+    /// Restarts from a snapshot of `len` bytes.
+    pub(super) fn reset(&mut self, len: usize) {
+        *self = Self {
+            base: len as u64,
+            growth: 0,
+        };
+    }
+}
 
 impl Replica {
+    /// Checks that a write of `payload_len` bytes keeps the snapshot within
+    /// `max_snapshot_bytes`. The bound assumes an application grows by at most the payload,
+    /// its result and [`WRITE_OVERHEAD`] per write; the reserved pages are counted at full
+    /// capacity since ticks may fill them.
+    pub(super) fn check_state_room(&self, payload_len: usize) -> Result<(), ExecutionRejection> {
+        let pages = (self.cfg.page_size as u64).saturating_mul(u64::from(self.cfg.num_pages));
+        let limit = (self.cfg.max_snapshot_bytes as u64).saturating_sub(pages);
+        // The result is not known yet: reserve as much as the payload for it.
+        let projected = self
+            .size
+            .base
+            .saturating_add(self.size.growth)
+            .saturating_add((payload_len as u64).saturating_mul(2))
+            .saturating_add(WRITE_OVERHEAD);
+        if projected > limit {
+            return Err(ExecutionRejection::StateFull { projected, limit });
+        }
+        Ok(())
+    }
+
+    /// Accounts an executed write's possible growth.
+    pub(super) fn note_state_growth(&mut self, payload_len: usize, result_len: usize) {
+        let g = (payload_len as u64)
+            .saturating_add(result_len as u64)
+            .saturating_add(WRITE_OVERHEAD);
+        self.size.growth = self.size.growth.saturating_add(g);
+    }
+
     pub(super) fn make_snapshot(&self) -> Result<(Digest32, Vec<u8>), ReplicaError> {
         let snap = Snapshot {
             seq: self.last_executed,
@@ -31,7 +99,7 @@ impl Replica {
                 .collect(),
         };
         let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;
-        Ok((crypto::sha256(&bytes), bytes))
+        Ok((chunks::snapshot_digest(&bytes, self.cfg.chunk_bytes), bytes))
     }
 
     pub(super) fn take_checkpoint(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
@@ -39,6 +107,18 @@ impl Replica {
             self.metrics.inc("encode_error");
             return;
         };
+        self.size.reset(bytes.len());
+        if bytes.len() > self.cfg.max_snapshot_bytes {
+            // The execution-time bound above should make this impossible (an application
+            // that outgrows its per-write allowance).
+            warn!(
+                replica = self.cfg.id,
+                seq,
+                len = bytes.len(),
+                "snapshot exceeds max_snapshot_bytes"
+            );
+            self.metrics.inc("snapshot_too_large");
+        }
         self.own_checkpoints.insert(seq, (digest, bytes));
         if let Some(sig) = self.send(Body::Checkpoint { seq, digest }, Dest::All, out) {
             self.checkpoint_votes
@@ -59,6 +139,7 @@ impl Replica {
         sig: SigBytes,
         out: &mut Vec<Output>,
     ) {
+        self.maybe_flood_state(from, out);
         if seq <= self.stable.seq {
             // A late vote for a checkpoint that is already stable: normal, not a fault.
             self.metrics.inc("late_checkpoint");

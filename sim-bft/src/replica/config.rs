@@ -76,6 +76,11 @@ pub enum Byzantine {
     CorruptStateChunks,
     /// Submits many ticks per timer, ignoring the throttle.
     TickFlood,
+    /// Amplification attacker: asks every checkpoint voter for its whole snapshot, and asks
+    /// again on every state message it gets.
+    StateRequestFlood,
+    /// Serves state transfer slowly: one chunk per request, then lets the receiver time out.
+    SlowStateSource,
 }
 
 /// Configuration of one replica. Every replica of a cluster must agree on everything except
@@ -110,8 +115,19 @@ pub struct ReplicaConfig {
     pub state_transfer_grace_ms: Millis,
     /// Per-source state-transfer timeout.
     pub state_transfer_timeout_ms: Millis,
-    /// Size of state-transfer chunks.
+    /// Size of state-transfer chunks (also the leaf size of the checkpoint digest's Merkle
+    /// tree, so every replica of a cluster must agree on it).
     pub chunk_bytes: usize,
+    /// Most chunks a state-transfer receiver asks for in one request (its window in flight);
+    /// a source serves at most this many per request.
+    pub state_window: u32,
+    /// Most chunks a source serves one peer per `state_rate_interval_ms`.
+    pub state_chunks_per_peer: u32,
+    /// The interval of `state_chunks_per_peer`.
+    pub state_rate_interval_ms: Millis,
+    /// Most bytes of commit certificates one answer to a [`crate::protocol::Body::Status`]
+    /// carries (at least one certificate is sent).
+    pub status_answer_bytes: usize,
     /// Largest accepted peer message.
     pub max_message_bytes: usize,
     /// Largest accepted client request.
@@ -194,6 +210,10 @@ impl ReplicaConfig {
             state_transfer_grace_ms: 200,
             state_transfer_timeout_ms: 1_000,
             chunk_bytes: 64 << 10,
+            state_window: 8,
+            state_chunks_per_peer: 64,
+            state_rate_interval_ms: 1_000,
+            status_answer_bytes: 1 << 20,
             max_message_bytes: 8 << 20,
             max_request_bytes: 64 << 10,
             max_snapshot_bytes: 32 << 20,
@@ -237,6 +257,14 @@ impl ReplicaConfig {
         }
         if self.chunk_bytes == 0 || self.chunk_bytes + 1024 > self.max_message_bytes {
             return bad("chunk_bytes must be positive and fit a message");
+        }
+        if self.state_window == 0
+            || self.state_chunks_per_peer < self.state_window
+            || self.state_rate_interval_ms <= 0
+        {
+            return bad(
+                "need state_window > 0, state_chunks_per_peer >= state_window and a positive rate interval",
+            );
         }
         if self
             .tick_components

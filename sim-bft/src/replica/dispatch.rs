@@ -148,15 +148,21 @@ impl Replica {
             Body::NewView { view, view_changes } => {
                 self.on_new_view(now, from, view, view_changes, msg, out)
             }
-            Body::StateRequest { seq } => self.on_state_request(from, seq, out),
+            Body::StateRequest { seq, meta, indices } => {
+                self.on_state_request(now, from, seq, meta, indices, out)
+            }
             Body::StateMeta {
                 proof,
                 total_len,
                 chunks,
-            } => self.on_state_meta(now, from, proof, total_len, chunks, out),
-            Body::StateChunk { seq, index, data } => {
-                self.on_state_chunk(now, from, seq, index, data, out)
-            }
+                root,
+            } => self.on_state_meta(now, from, proof, total_len, chunks, root, out),
+            Body::StateChunk {
+                seq,
+                index,
+                data,
+                path,
+            } => self.on_state_chunk(now, from, seq, index, data, path, out),
             Body::Status {
                 view,
                 last_executed,
@@ -360,6 +366,22 @@ impl Replica {
                 })
             })
             .collect();
+        // Amplification bound: one answer carries at most `status_answer_bytes` of
+        // certificates (at least one); the peer asks again for the rest.
+        let budget = self.cfg.status_answer_bytes;
+        let mut used = 0usize;
+        let before = certs.len();
+        let certs: Vec<Body> = certs
+            .into_iter()
+            .take_while(|b| {
+                let first = used == 0;
+                used = used.saturating_add(codec::encode(b).map_or(usize::MAX, |v| v.len()));
+                first || used <= budget
+            })
+            .collect();
+        if certs.len() < before {
+            self.metrics.inc("status_answer_truncated");
+        }
         self.metrics.add("committed_certs_sent", certs.len() as u64);
         for body in certs {
             self.send(body, Dest::One(from), out);

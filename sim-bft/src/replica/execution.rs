@@ -124,7 +124,19 @@ impl Replica {
                         self.metrics.inc("internal_write_rejected");
                         Vec::new()
                     } else {
-                        let res = self.app.execute(ctx, client, &r.request.payload);
+                        let payload = &r.request.payload;
+                        let res = match self.check_state_room(payload.len()) {
+                            Ok(()) => {
+                                let res = self.app.execute(ctx, client, payload);
+                                self.note_state_growth(payload.len(), res.len());
+                                res
+                            }
+                            Err(e) => {
+                                warn!(replica = self.cfg.id, seq, client, error = %e, "write rejected");
+                                self.metrics.inc("write_rejected_state_full");
+                                super::STATE_FULL_RESULT.to_vec()
+                            }
+                        };
                         replies.push((client, req_seq, res.clone()));
                         res
                     }

@@ -50,9 +50,12 @@ use crate::protocol::{
     Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, SignedRequest, TimeCert, Wire,
     codec,
 };
+use checkpoint::SizeBudget;
+pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
+use state_transfer::{Serving, Transfer};
 
 /// Errors of constructing or recovering a replica.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -151,17 +154,6 @@ struct TimeRecord {
     cert_seq: u64,
 }
 
-/// An in-progress state transfer.
-#[derive(Debug, Clone)]
-struct Transfer {
-    target: CheckpointProof,
-    sources: Vec<NodeId>,
-    source_idx: usize,
-    meta: Option<(CheckpointProof, u64, u32)>,
-    chunks: BTreeMap<u32, Vec<u8>>,
-    deadline_ms: Millis,
-}
-
 /// Where a signed message goes.
 #[derive(Debug, Clone, Copy)]
 enum Dest {
@@ -201,6 +193,10 @@ pub struct Replica {
     checkpoint_votes: BTreeMap<u64, BTreeMap<NodeId, (Digest32, SigBytes)>>,
     behind_since: Option<(Millis, CheckpointProof)>,
     transfer: Option<Transfer>,
+    /// What this replica serves to state-transfer receivers (chunk tree, per-peer rate).
+    serving: Serving,
+    /// Deterministic bound of the snapshot size (execution rejects writes that would break it).
+    size: SizeBudget,
 
     vc_deadline: Option<Millis>,
     batch_deadline: Option<Millis>,
@@ -311,6 +307,8 @@ impl Replica {
             checkpoint_votes: BTreeMap::new(),
             behind_since: None,
             transfer: None,
+            serving: Serving::default(),
+            size: SizeBudget::default(),
             vc_deadline: None,
             batch_deadline: None,
             // The safety net clears a mark lost by some unforeseen path after a few view-change
@@ -338,6 +336,7 @@ impl Replica {
         r.last_state_digest = r.state_digest();
         let (digest, bytes) = r.make_snapshot()?;
         r.stable.digest = digest;
+        r.size.reset(bytes.len());
         r.stable_snapshot = bytes;
         Ok(r)
     }
@@ -564,7 +563,9 @@ impl Replica {
         if !cfg!(debug_assertions) {
             return Ok(());
         }
-        if crypto::sha256(&self.stable_snapshot) != self.stable.digest {
+        if crate::protocol::chunks::snapshot_digest(&self.stable_snapshot, self.cfg.chunk_bytes)
+            != self.stable.digest
+        {
             return fail("stable snapshot does not match its digest".into());
         }
         for (s, e) in &self.log {

@@ -11,7 +11,7 @@ use super::{
     StoredCheckpoint, StoredEntry, log_key,
 };
 use crate::app::{Application, TickExecutor, WithTicks};
-use crate::crypto::{self, internal_client_id};
+use crate::crypto::internal_client_id;
 use crate::node::Output;
 use crate::protocol::codec;
 
@@ -43,7 +43,9 @@ impl Replica {
         if let Some(bytes) = stored.get(KEY_CHECKPOINT) {
             let ck: StoredCheckpoint = codec::decode(bytes, limit)
                 .map_err(|e| ReplicaError::Storage(format!("checkpoint: {e}")))?;
-            if crypto::sha256(&ck.snapshot) != ck.proof.digest {
+            if crate::protocol::chunks::snapshot_digest(&ck.snapshot, r.cfg.chunk_bytes)
+                != ck.proof.digest
+            {
                 return Err(ReplicaError::Storage("checkpoint digest mismatch".into()));
             }
             r.install_snapshot(ck.proof, ck.snapshot)

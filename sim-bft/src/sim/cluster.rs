@@ -26,6 +26,9 @@ pub const LYING_CLOCK_OFFSET_MS: Millis = 120_000;
 const VERIFY_MEMO: usize = 1 << 16;
 /// Distinct keys each client writes (its requests overwrite them in turn).
 const KEYS_PER_CLIENT: u64 = 64;
+/// The replicas' `max_snapshot_bytes` under `--state-growth` (the reserved pages, 256 KiB by
+/// default, leave 256 KiB for the application and clients).
+pub const STATE_GROWTH_SNAPSHOT_BYTES: usize = 512 << 10;
 
 /// A replica as the simulator hosts it: `None` when it could not be booted (an invalid
 /// configuration or unreadable storage, both reported by a `tracing` error), in which case it
@@ -69,6 +72,8 @@ pub struct ClusterHarness {
     verify_cache: VerifyCache,
     tweak: Option<ConfigTweak>,
     app_factory: Option<AppFactory>,
+    /// `FaultConfig::state_growth_bytes`.
+    state_growth_bytes: u64,
     tick_components: BTreeMap<u32, u64>,
     tick_senders: TickSenders,
     ledger: LedgerKind,
@@ -132,6 +137,8 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::TickFlood => Byzantine::TickFlood,
         ByzantineKind::BadSignatures => Byzantine::BadSignatures,
         ByzantineKind::BadDigests => Byzantine::BadDigests,
+        ByzantineKind::StateRequestFlood => Byzantine::StateRequestFlood,
+        ByzantineKind::SlowStateSource => Byzantine::SlowStateSource,
         _ => Byzantine::Honest,
     }
 }
@@ -156,6 +163,7 @@ impl ClusterHarness {
             verify_cache: VerifyCache::new(VERIFY_MEMO),
             tweak: None,
             app_factory: ledger_factory(cfg.ledger, cfg.zone_installs),
+            state_growth_bytes: cfg.faults.state_growth_bytes,
             tick_components: cfg
                 .components
                 .iter()
@@ -204,6 +212,9 @@ impl ClusterHarness {
         c.tick_senders = self.tick_senders;
         if let Role::Byzantine(kind) = role {
             c.byzantine = replica_fault(kind);
+        }
+        if self.state_growth_bytes > 0 {
+            c.max_snapshot_bytes = STATE_GROWTH_SNAPSHOT_BYTES;
         }
         if let Some(t) = &self.tweak {
             t(&mut c);
@@ -286,9 +297,18 @@ impl Harness for ClusterHarness {
         let Some(key) = self.client_keys.get(client as usize) else {
             return Vec::new();
         };
-        let op = KvOp::Put {
-            key: format!("c{client}/k{}", number % KEYS_PER_CLIENT).into_bytes(),
-            value: number.to_le_bytes().to_vec(),
+        let op = if self.state_growth_bytes > 0 {
+            // A fresh key per request: the state grows until the snapshot limit stops it.
+            let len = usize::try_from(self.state_growth_bytes).unwrap_or(usize::MAX);
+            KvOp::Put {
+                key: format!("c{client}/g{number}").into_bytes(),
+                value: vec![(number % 251) as u8; len.min(STATE_GROWTH_SNAPSHOT_BYTES)],
+            }
+        } else {
+            KvOp::Put {
+                key: format!("c{client}/k{}", number % KEYS_PER_CLIENT).into_bytes(),
+                value: number.to_le_bytes().to_vec(),
+            }
         };
         // Client request numbers start at 1 (0 means "none yet" to the clients manager).
         client_request_bytes(key, u64::from(client), number + 1, op.to_payload()).unwrap_or_else(

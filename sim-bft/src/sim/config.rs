@@ -345,16 +345,21 @@ pub enum ByzantineKind {
     BadSignatures,
     /// Votes with wrong digests.
     BadDigests,
+    /// Amplification attacker: requests state from every checkpoint voter, again and again.
+    StateRequestFlood,
+    /// Serves state transfer slowly and partially (one chunk per request).
+    SlowStateSource,
 }
 
 impl ByzantineKind {
     /// Every kind's CLI name.
     pub const NAMES: &'static str = "silent, replay, corrupt, equivocate, bogus-view-change, \
                                      corrupt-state-transfer, lying-time, tick-flood, \
-                                     bad-signatures, bad-digests";
+                                     bad-signatures, bad-digests, \
+                                     state-request-flood, slow-state-source";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 10] = [
+    pub const ALL: [ByzantineKind; 12] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -365,6 +370,8 @@ impl ByzantineKind {
         Self::TickFlood,
         Self::BadSignatures,
         Self::BadDigests,
+        Self::StateRequestFlood,
+        Self::SlowStateSource,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -401,6 +408,8 @@ impl fmt::Display for ByzantineKind {
             Self::TickFlood => "tick-flood",
             Self::BadSignatures => "bad-signatures",
             Self::BadDigests => "bad-digests",
+            Self::StateRequestFlood => "state-request-flood",
+            Self::SlowStateSource => "slow-state-source",
         })
     }
 }
@@ -438,6 +447,11 @@ pub struct FaultConfig {
     pub clock_jumps: u32,
     /// Largest clock jump.
     pub max_clock_jump_ms: Millis,
+    /// State growth (0: off): each client request writes a fresh key with a value of this many
+    /// bytes, and the replicas' `max_snapshot_bytes` is lowered to
+    /// [`super::cluster::STATE_GROWTH_SNAPSHOT_BYTES`], so the state reaches the snapshot limit
+    /// within a run (restart and state transfer must still work).
+    pub state_growth_bytes: u64,
 }
 
 impl Default for FaultConfig {
@@ -458,6 +472,7 @@ impl Default for FaultConfig {
             max_drift_ppm: 0,
             clock_jumps: 0,
             max_clock_jump_ms: 0,
+            state_growth_bytes: 0,
         }
     }
 }
@@ -800,6 +815,9 @@ impl SimConfig {
                 "--clock-jumps {} --clock-jump {}ms",
                 fc.clock_jumps, fc.max_clock_jump_ms
             ));
+        }
+        if fc.state_growth_bytes > 0 {
+            push(format!("--state-growth {}", fc.state_growth_bytes));
         }
         if self.clocks_beyond_time_bound() {
             push("--allow-clock-stall".to_string());

@@ -1,0 +1,309 @@
+//! State transfer under attack: chunks verified one by one against the certified Merkle root,
+//! bounded cost per request, per-peer rate limit, progress-extended deadlines and chunks kept
+//! across source rotation (issue 9, defect 8).
+
+mod replica_support;
+
+use replica_support::{Chaos, Harness, SEED};
+use sim_bft::crypto::{Digest32, replica_signing_key};
+use sim_bft::node::{Input, NodeId};
+use sim_bft::protocol::chunks::{chunk_count, digest_from_root, verify_chunk};
+use sim_bft::protocol::{Body, Payload, SignedMsg, Wire, codec};
+use sim_bft::replica::{Byzantine, ReplicaConfig, STATE_FULL_RESULT};
+
+const CHUNK: usize = 256;
+
+fn small_chunks(c: &mut ReplicaConfig) {
+    c.checkpoint_interval = 4;
+    c.log_window = 8;
+    c.chunk_bytes = CHUNK;
+    c.state_window = 4;
+    c.state_chunks_per_peer = 12;
+    c.state_rate_interval_ms = 1_000;
+}
+
+/// Fills the state with ~`n` * 200 bytes of values so that the snapshot spans many chunks.
+fn fill(h: &mut Harness, n: usize, tag: &str) {
+    let value = "x".repeat(200);
+    for k in 0..n {
+        h.put((k % 3) as u64, &format!("{tag}{k}"), &value);
+        h.deliver_all();
+    }
+}
+
+fn signed(from: NodeId, body: Body) -> Vec<u8> {
+    let msg = SignedMsg::sign(&replica_signing_key(SEED, from), &Payload { from, body }).unwrap();
+    codec::encode(&Wire::Signed(msg)).unwrap()
+}
+
+/// The bodies (and their total wire bytes) queued from `from` to `to`; the queue is emptied.
+fn drain(h: &mut Harness, from: NodeId, to: NodeId) -> (Vec<Body>, usize) {
+    let mut bodies = Vec::new();
+    let mut bytes = 0;
+    for (f, t, b) in std::mem::take(&mut h.queue) {
+        if f != from || t != to {
+            continue;
+        }
+        bytes += b.len();
+        let Wire::Signed(msg) = codec::decode::<Wire>(&b, 1 << 24).unwrap() else {
+            continue;
+        };
+        let p: Payload = codec::decode(&msg.payload, 1 << 24).unwrap();
+        bodies.push(p.body);
+    }
+    (bodies, bytes)
+}
+
+fn chunks_in(bodies: &[Body]) -> usize {
+    bodies
+        .iter()
+        .filter(|b| matches!(b, Body::StateChunk { .. }))
+        .count()
+}
+
+#[test]
+fn one_state_request_costs_a_bounded_number_of_bytes_and_peers_are_rate_limited() {
+    let mut h = Harness::new(4, small_chunks);
+    fill(&mut h, 60, "k");
+    assert!(h.replica(0).stable_seq() > 0);
+    h.queue.clear();
+    let ask = |seq| Body::StateRequest {
+        seq,
+        meta: true,
+        indices: (0..1_000).collect(),
+    };
+    h.input(
+        0,
+        Input::Peer {
+            from: 3,
+            bytes: signed(3, ask(1)),
+        },
+    );
+    let (bodies, bytes) = drain(&mut h, 0, 3);
+    let Some(Body::StateMeta {
+        proof,
+        total_len,
+        chunks,
+        root,
+    }) = bodies.first().cloned()
+    else {
+        panic!("no meta first: {bodies:?}");
+    };
+    // The snapshot is large; one request returns only a window of it.
+    assert!(
+        chunks >= 20,
+        "snapshot of {total_len} bytes in {chunks} chunks"
+    );
+    assert_eq!(chunk_count(total_len, CHUNK), Some(chunks));
+    assert_eq!(chunks_in(&bodies), 4, "one window of chunks");
+    let bound = 4 * (CHUNK + 32 * 8 + 256) + 2_048;
+    assert!(
+        bytes <= bound,
+        "{bytes} bytes for one request (bound {bound})"
+    );
+    assert!((bytes as u64) < total_len / 2);
+    // The certified digest commits to the root, and every chunk verifies against it.
+    assert_eq!(digest_from_root(total_len, CHUNK, &root), proof.digest);
+    for b in &bodies[1..] {
+        let Body::StateChunk {
+            index, data, path, ..
+        } = b
+        else {
+            panic!("unexpected {b:?}");
+        };
+        assert!(verify_chunk(&root, *index, chunks, data, path));
+        let mut bad = data.clone();
+        bad[0] ^= 1;
+        assert!(!verify_chunk(&root, *index, chunks, &bad, path));
+    }
+    // A flood of requests within one interval is served at most 12 chunks in all.
+    let mut served = chunks_in(&bodies);
+    for _ in 0..20 {
+        h.input(
+            0,
+            Input::Peer {
+                from: 3,
+                bytes: signed(3, ask(1)),
+            },
+        );
+        served += chunks_in(&drain(&mut h, 0, 3).0);
+    }
+    assert_eq!(served, 12);
+    assert!(h.replica(0).metrics().get("state_rate_limited") >= 1);
+    // Another peer has its own budget; the next interval refills ours.
+    h.input(
+        0,
+        Input::Peer {
+            from: 2,
+            bytes: signed(2, ask(1)),
+        },
+    );
+    assert_eq!(chunks_in(&drain(&mut h, 0, 2).0), 4);
+    h.now += 1_000;
+    h.input(
+        0,
+        Input::Peer {
+            from: 3,
+            bytes: signed(3, ask(1)),
+        },
+    );
+    assert_eq!(chunks_in(&drain(&mut h, 0, 3).0), 4);
+}
+
+#[test]
+fn a_large_snapshot_arrives_under_loss_with_a_slow_source_and_chunks_are_kept() {
+    let mut h = Harness::new(4, |c| {
+        small_chunks(c);
+        c.state_chunks_per_peer = 64;
+        // Replica 3's first source (3 % 3 signers) serves one chunk per request and stalls.
+        c.byzantine = if c.id == 0 {
+            Byzantine::SlowStateSource
+        } else {
+            Byzantine::Honest
+        };
+    });
+    h.isolated.insert(3);
+    fill(&mut h, 60, "k");
+    h.isolated.clear();
+    h.chaos = Some(Chaos {
+        state: 7,
+        drop_per_mille: 50,
+    });
+    for k in 0..8 {
+        h.put(0, &format!("z{k}"), "w");
+        h.advance(20);
+    }
+    h.advance(30_000);
+    h.chaos = None;
+    h.advance(5_000);
+    let m = h.replica(3).metrics();
+    assert!(m.get("state_transfers_completed") >= 1, "{m:?}");
+    assert!(m.get("state_transfer_timeouts") >= 1, "{m:?}");
+    // The slow source's chunks were kept when the transfer moved on to the next source.
+    assert!(m.get("state_chunks_kept_on_rotation") >= 1, "{m:?}");
+    assert!(m.get("state_chunks_received") >= 20, "{m:?}");
+    assert_eq!(
+        h.replica(3).state_digest_now(),
+        h.replica(1).state_digest_now()
+    );
+    h.assert_agreement(&[1, 2, 3]);
+}
+
+#[test]
+fn a_chunk_that_fails_its_proof_is_dropped_and_the_source_replaced() {
+    let mut h = Harness::new(4, |c| {
+        small_chunks(c);
+        c.byzantine = if c.id == 0 {
+            Byzantine::CorruptStateChunks
+        } else {
+            Byzantine::Honest
+        };
+    });
+    h.isolated.insert(3);
+    fill(&mut h, 60, "k");
+    h.isolated.clear();
+    for k in 0..8 {
+        h.put(0, &format!("z{k}"), "w");
+        h.advance(20);
+    }
+    h.advance(10_000);
+    let m = h.replica(3).metrics();
+    assert!(m.get("state_transfers_completed") >= 1, "{m:?}");
+    assert!(m.get("drop_invalid_state_chunk") >= 1, "{m:?}");
+    assert_eq!(
+        h.replica(3).state_digest_now(),
+        h.replica(1).state_digest_now()
+    );
+    let _: Digest32 = h.replica(3).state_digest_now();
+}
+
+#[test]
+fn a_status_answer_is_bounded_in_bytes() {
+    let run = |budget: usize| {
+        let mut h = Harness::new(4, |c| {
+            c.checkpoint_interval = 4;
+            c.log_window = 8;
+            c.status_answer_bytes = budget;
+        });
+        h.isolated.insert(3);
+        fill(&mut h, 3, "k");
+        assert!(h.replica(0).last_executed() >= 3);
+        h.queue.clear();
+        let status = Body::Status {
+            view: 0,
+            last_executed: 0,
+        };
+        h.input(
+            0,
+            Input::Peer {
+                from: 3,
+                bytes: signed(3, status),
+            },
+        );
+        let (bodies, _) = drain(&mut h, 0, 3);
+        let certs = bodies
+            .iter()
+            .filter(|b| matches!(b, Body::Committed { .. }))
+            .count();
+        (certs, h.replica(0).metrics().get("status_answer_truncated"))
+    };
+    // Each certificate carries a 200-byte value: a 1-byte budget still sends one (progress),
+    // an ample budget sends all three.
+    assert_eq!(run(1), (1, 1));
+    assert_eq!(run(1 << 20), (3, 0));
+}
+
+/// Issue 9 defect 7: nothing kept the state under `max_snapshot_bytes`, so a large state made
+/// restart and state transfer impossible. Execution now rejects, deterministically and with a
+/// replicated result, a write that could push the snapshot over the limit.
+#[test]
+fn writes_that_would_outgrow_the_snapshot_limit_are_rejected_so_transfer_and_restart_work() {
+    let mut h = Harness::new(4, |c| {
+        c.checkpoint_interval = 4;
+        c.log_window = 8;
+        c.chunk_bytes = 1_024;
+        c.num_pages = 4;
+        c.page_size = 1_024;
+        c.max_snapshot_bytes = 16 << 10;
+    });
+    h.isolated.insert(3);
+    fill(&mut h, 120, "k");
+    // The lagging replica can still state-transfer the (bounded) snapshot...
+    h.isolated.clear();
+    for k in 0..8 {
+        h.put(0, &format!("z{k}"), "w");
+        h.advance(20);
+    }
+    h.advance(5_000);
+    let m = h.replica(3).metrics();
+    assert!(m.get("state_transfers_completed") >= 1, "{m:?}");
+    assert_eq!(
+        h.replica(3).state_digest_now(),
+        h.replica(1).state_digest_now()
+    );
+    h.assert_agreement(&[0, 1, 2, 3]);
+    // ...and a replica restarts from its stored checkpoint.
+    h.crash(1);
+    h.recover(1);
+    h.put(0, "after", "restart");
+    h.advance(2_000);
+    assert_eq!(
+        h.replica(1).state_digest_now(),
+        h.replica(0).state_digest_now()
+    );
+    // Because writes that could outgrow the limit were rejected, identically everywhere.
+    let rejected = h
+        .replies
+        .iter()
+        .filter(|(_, b)| {
+            b.windows(STATE_FULL_RESULT.len())
+                .any(|w| w == STATE_FULL_RESULT)
+        })
+        .count();
+    assert!(rejected > 0, "no write was rejected");
+    for i in 0..3 {
+        let m = h.replica(i).metrics();
+        assert!(m.get("write_rejected_state_full") > 0, "{i}: {m:?}");
+        assert_eq!(m.get("snapshot_too_large"), 0, "{i}: {m:?}");
+    }
+}
