@@ -76,6 +76,9 @@ pub enum Byzantine {
     CorruptStateChunks,
     /// Submits many ticks per timer, ignoring the throttle.
     TickFlood,
+    /// Floods maximal-size pre-prepares (and duplicates of them) for future views, to make
+    /// the others buffer them (see [`super::future`]).
+    FutureFlood,
 }
 
 /// Configuration of one replica. Every replica of a cluster must agree on everything except
@@ -142,6 +145,9 @@ pub struct ReplicaConfig {
     pub tick_components: BTreeMap<u32, u64>,
     /// Which replicas send the ticks of a listed component in a given period.
     pub tick_senders: TickSenders,
+    /// Most bytes the future-view buffer holds for one sender (messages of views this replica
+    /// has not entered yet; see [`super::future`]): what one faulty peer can pin.
+    pub future_bytes_per_sender: usize,
 }
 
 /// Which replicas send the ticks of a component (listed in `tick_components`) in one period.
@@ -203,6 +209,7 @@ impl ReplicaConfig {
             verify_cache: None,
             tick_components: BTreeMap::new(),
             tick_senders: TickSenders::default(),
+            future_bytes_per_sender: 16 << 20,
         }
     }
 

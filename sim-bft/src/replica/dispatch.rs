@@ -14,8 +14,6 @@ use crate::crypto::SigBytes;
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Batch, Body, ClockSample, Payload, SignedMsg, TimeCert, Wire, codec};
 
-const FUTURE_BUFFER_CAPACITY: usize = 8_192;
-
 impl Replica {
     pub(super) fn on_peer(
         &mut self,
@@ -200,7 +198,7 @@ impl Replica {
             }
             return true;
         }
-        if view > self.view + u64::from(self.cfg.n) {
+        if view > self.view.saturating_add(u64::from(self.cfg.n)) {
             self.drop_msg("drop_wrong_view", Some(from));
             return true;
         }
@@ -209,12 +207,14 @@ impl Replica {
             // `from` is in a later view: our status makes it relay the new-view to us.
             self.ask_status(now, from, out);
         }
-        if self.future.len() >= FUTURE_BUFFER_CAPACITY {
-            self.drop_msg("drop_future_buffer_full", Some(from));
-            return true;
+        match self.future.push(from, body, msg.sig, msg.payload.len()) {
+            Ok(()) => {
+                self.metrics.inc("buffered_future_view");
+                self.metrics
+                    .set_max("future_buffer_peak_bytes", self.future.peak_bytes() as u64);
+            }
+            Err(e) => self.drop_msg(e.reason(), Some(from)),
         }
-        self.metrics.inc("buffered_future_view");
-        self.future.push_back((from, body, msg.sig));
         true
     }
 
@@ -242,8 +242,10 @@ impl Replica {
     }
 
     pub(super) fn replay_future(&mut self, now: Millis, out: &mut Vec<Output>) {
-        let items: Vec<(NodeId, Body, SigBytes)> = self.future.drain(..).collect();
-        for (from, body, sig) in items {
+        for super::future::Buffered {
+            from, body, sig, ..
+        } in self.future.drain()
+        {
             let payload = Payload { from, body };
             match codec::encode(&payload) {
                 Ok(bytes) => {
@@ -280,7 +282,7 @@ impl Replica {
                     Dest::All,
                     out,
                 );
-                self.vc_deadline = Some(now + self.vc_timeout());
+                self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
             } else {
                 if self.in_view_change {
                     // Stuck in a view change: keep catching up on what the others commit

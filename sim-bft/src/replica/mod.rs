@@ -26,6 +26,7 @@ pub mod clients;
 pub mod config;
 mod dispatch;
 mod execution;
+pub mod future;
 pub mod metrics;
 mod normal_case;
 mod recovery;
@@ -185,7 +186,7 @@ pub struct Replica {
     view_changes: BTreeMap<u64, BTreeMap<NodeId, (SignedMsg, crate::protocol::ViewChange)>>,
     last_new_view: Option<SignedMsg>,
     new_view_resent: BTreeSet<(NodeId, u64)>,
-    future: VecDeque<(NodeId, Body, SigBytes)>,
+    future: future::FutureBuffer,
 
     next_seq: u64,
     last_executed: u64,
@@ -283,7 +284,10 @@ impl Replica {
             view_changes: BTreeMap::new(),
             last_new_view: None,
             new_view_resent: BTreeSet::new(),
-            future: VecDeque::new(),
+            future: future::FutureBuffer::new(
+                cfg.future_bytes_per_sender,
+                usize::try_from(cfg.log_window.saturating_mul(4)).unwrap_or(usize::MAX),
+            ),
             next_seq: 1,
             last_executed: 0,
             last_agreed_time_ms: None,
@@ -407,6 +411,16 @@ impl Replica {
     /// The tick throttle's counters.
     pub fn tick_throttle_stats(&self) -> ccron::ticks::ThrottleStats {
         self.throttle.stats()
+    }
+
+    /// Charged bytes the future-view buffer holds now (see [`future`]).
+    pub fn future_buffer_bytes(&self) -> usize {
+        self.future.bytes()
+    }
+
+    /// Most charged bytes the future-view buffer ever held at once.
+    pub fn future_buffer_peak_bytes(&self) -> usize {
+        self.future.peak_bytes()
     }
 
     /// Number of log entries held.
@@ -555,6 +569,7 @@ impl Replica {
             }
         }
         self.clients.check().map_err(InvariantError)?;
+        self.future.check().map_err(InvariantError)?;
         Ok(())
     }
 }
@@ -573,9 +588,12 @@ impl Node for Replica {
         if self.cfg.byzantine == Byzantine::BogusViewChange && self.metrics.get("bogus_sent") < 64 {
             self.send_bogus_view_change(out);
         }
+        if self.cfg.byzantine == Byzantine::FutureFlood {
+            self.send_future_flood(now, out);
+        }
         self.try_propose(now, out);
         if self.vc_deadline.is_none() && self.has_pending_work() && !self.in_view_change {
-            self.vc_deadline = Some(now + self.vc_timeout());
+            self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
         }
         debug_assert!(
             self.check_invariants().is_ok(),

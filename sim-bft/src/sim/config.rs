@@ -202,16 +202,19 @@ pub enum ByzantineKind {
     BadSignatures,
     /// Votes with wrong digests.
     BadDigests,
+    /// Floods maximal-size messages for future views (the others must bound what they buffer).
+    FutureFlood,
 }
 
 impl ByzantineKind {
     /// Every kind's CLI name.
     pub const NAMES: &'static str = "silent, replay, corrupt, equivocate, bogus-view-change, \
                                      corrupt-state-transfer, lying-time, tick-flood, \
-                                     bad-signatures, bad-digests";
+                                     bad-signatures, bad-digests, \
+                                     future-flood";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 10] = [
+    pub const ALL: [ByzantineKind; 11] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -222,6 +225,7 @@ impl ByzantineKind {
         Self::TickFlood,
         Self::BadSignatures,
         Self::BadDigests,
+        Self::FutureFlood,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -258,6 +262,7 @@ impl fmt::Display for ByzantineKind {
             Self::TickFlood => "tick-flood",
             Self::BadSignatures => "bad-signatures",
             Self::BadDigests => "bad-digests",
+            Self::FutureFlood => "future-flood",
         })
     }
 }
@@ -544,7 +549,7 @@ impl SimParams {
         let mut crashes: Vec<CrashPlan> = (0..fc.crashes)
             .map(|_| {
                 let at_ms = r.range(d / 10, d * 7 / 10);
-                let restart_ms = (at_ms + r.range(d / 20, d / 4).max(1)).min(d);
+                let restart_ms = at_ms.saturating_add(r.range(d / 20, d / 4).max(1)).min(d);
                 CrashPlan {
                     node: r.below(u64::from(n)) as NodeId,
                     at_ms,
@@ -560,7 +565,7 @@ impl SimParams {
             let windows = 1 + r.below(3);
             for _ in 0..windows {
                 let from_ms = r.below(d * 8 / 10 + 1);
-                let until_ms = (from_ms + r.range(d / 20, d / 4).max(1)).min(d);
+                let until_ms = from_ms.saturating_add(r.range(d / 20, d / 4).max(1)).min(d);
                 let blocked = blocked_links(fc.partition, n, &mut r);
                 partitions.push(PartitionPlan {
                     from_ms,
