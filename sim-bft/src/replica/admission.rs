@@ -220,7 +220,7 @@ impl Replica {
             }
         }
         if self.vc_deadline.is_none() {
-            self.vc_deadline = Some(now + self.vc_timeout());
+            self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
         }
     }
 

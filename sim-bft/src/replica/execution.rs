@@ -34,7 +34,7 @@ impl Replica {
             // primary must never propose again at a seq that already executed.
             self.next_seq = self.next_seq.max(seq + 1);
             self.vc_deadline = if self.has_pending_work() {
-                Some(now + self.vc_timeout())
+                Some(now.saturating_add(self.vc_timeout()))
             } else {
                 None
             };

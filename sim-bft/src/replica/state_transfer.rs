@@ -53,7 +53,7 @@ impl Replica {
             source_idx,
             meta: None,
             chunks: Default::default(),
-            deadline_ms: now + self.cfg.state_transfer_timeout_ms,
+            deadline_ms: now.saturating_add(self.cfg.state_transfer_timeout_ms),
         });
         self.request_state(out);
     }
@@ -73,7 +73,7 @@ impl Replica {
             t.source_idx = (t.source_idx + 1) % t.sources.len().max(1);
             t.meta = None;
             t.chunks.clear();
-            t.deadline_ms = now + timeout;
+            t.deadline_ms = now.saturating_add(timeout);
         }
         self.request_state(out);
     }

@@ -532,7 +532,9 @@ impl<H: Harness> Simulator<H> {
         self.slots[i].timer = Some((deadline, generation));
         // At least one millisecond ahead: a node that keeps returning a past deadline gets its
         // timer once per simulated millisecond instead of livelocking the simulator at one instant.
-        let at = self.global_for(node, deadline).max(self.now_ms + 1);
+        let at = self
+            .global_for(node, deadline)
+            .max(self.now_ms.saturating_add(1));
         self.push(at, Event::Timer { node, generation });
     }
 
@@ -726,12 +728,12 @@ impl<H: Harness> Simulator<H> {
                     from,
                     bytes: bytes.clone(),
                 };
-                self.push(self.now_ms + d, Event::Deliver { to, input });
+                self.push(self.now_ms.saturating_add(d), Event::Deliver { to, input });
             }
         }
         let d = self.delay();
         self.push(
-            self.now_ms + d,
+            self.now_ms.saturating_add(d),
             Event::Deliver {
                 to,
                 input: Input::Peer { from, bytes },
@@ -816,7 +818,10 @@ impl<H: Harness> Simulator<H> {
                 if let Some(deadline) = self.slots[node as usize].timers.next_deadline() {
                     // Drift and jumps make this approximate: an early wake re-polls and waits.
                     let wait = u64::try_from(deadline.saturating_sub(local)).unwrap_or(0);
-                    self.push(self.now_ms + wait.max(1), Event::Tick { node });
+                    self.push(
+                        self.now_ms.saturating_add(wait.max(1)),
+                        Event::Tick { node },
+                    );
                 }
             }
             Event::ClientSend { client } => {
@@ -833,9 +838,9 @@ impl<H: Harness> Simulator<H> {
                     let input = Input::Client {
                         bytes: bytes.clone(),
                     };
-                    self.push(self.now_ms + d, Event::Deliver { to, input });
+                    self.push(self.now_ms.saturating_add(d), Event::Deliver { to, input });
                 }
-                let next = self.now_ms + self.cfg.request_interval_ms;
+                let next = self.now_ms.saturating_add(self.cfg.request_interval_ms);
                 self.push(next, Event::ClientSend { client });
             }
             Event::Crash { node } => {
@@ -922,7 +927,7 @@ impl<H: Harness> Simulator<H> {
     /// (the end is the worst case: the liveness phase may finish early).
     pub fn run_with(mut self, mut progress: impl FnMut(u64, u64)) -> SimOutcome {
         let safety_end = self.cfg.duration_ms;
-        let end = safety_end + self.cfg.liveness_ms;
+        let end = safety_end.saturating_add(self.cfg.liveness_ms);
         let step = 1_000;
         let mut ok = true;
         let mut t = 0;
