@@ -79,7 +79,13 @@ pub enum Byzantine {
     /// Floods maximal-size pre-prepares (and duplicates of them) for future views, to make
     /// the others buffer them (see [`super::future`]).
     FutureFlood,
+    /// Never admits (so, as primary, never proposes) the requests of user client
+    /// [`STARVED_CLIENT`], while ordering everyone else's normally.
+    StarveClient,
 }
+
+/// The client a [`Byzantine::StarveClient`] replica starves.
+pub const STARVED_CLIENT: crate::node::ClientId = 0;
 
 /// Configuration of one replica. Every replica of a cluster must agree on everything except
 /// `id`, `byzantine` and `verify_cache`.

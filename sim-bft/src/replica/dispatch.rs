@@ -268,10 +268,29 @@ impl Replica {
             && now >= d
         {
             self.vc_deadline = None;
-            if !self.in_view_change && self.status_asked_at != Some(self.last_executed) {
+            if !self.in_view_change
+                && let Some(later) = self.request_deadline().filter(|r| *r > now)
+            {
+                // Set by another path (a new request, a pre-prepare) while the oldest waiting
+                // request is not overdue yet: wait for it (if the log is stuck, the requests
+                // in it age and fire this anyway).
+                self.vc_deadline = Some(later);
+                return self.on_timer_rest(now, out);
+            }
+            // Per waiting request: the oldest one's status round happens once, whatever else
+            // executes meanwhile (a primary must not starve one request by ordering others).
+            let oldest = self.clients.oldest_pending().map(|(k, _)| k);
+            let asked = match oldest {
+                Some(k) => self.status_asked_req.is_some_and(|(a, _)| a == k),
+                None => self.status_asked_at == Some(self.last_executed),
+            };
+            if !self.in_view_change && !asked {
                 // First expiry without progress: maybe we only lost messages. Ask the others
                 // for what committed; change view only if the next expiry finds us still stuck.
                 self.status_asked_at = Some(self.last_executed);
+                if let Some(k) = oldest {
+                    self.status_asked_req = Some((k, now));
+                }
                 self.metrics.inc("status_sent");
                 let (view, last_executed) = (self.view, self.last_executed);
                 self.send(
@@ -303,6 +322,11 @@ impl Replica {
                 }
             }
         }
+        self.on_timer_rest(now, out);
+    }
+
+    /// The timers other than the view-change one: state transfer.
+    fn on_timer_rest(&mut self, now: Millis, out: &mut Vec<Output>) {
         if let Some((d, proof)) = self.behind_since.clone()
             && now >= d
         {

@@ -225,6 +225,14 @@ pub struct Replica {
     status_asked_at: Option<u64>,
     /// When this replica last sent its status to each peer (rate limit).
     status_peer_ms: BTreeMap<NodeId, Millis>,
+    /// Local time at which this replica entered its current view (a waiting request's age
+    /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
+    view_started_ms: Millis,
+    /// The `(view, in_view_change)` seen at the end of the previous input (to notice entry).
+    view_seen: (u64, bool),
+    /// The waiting request for which this replica last asked its peers' status, and when: its
+    /// second expiry changes view, whatever executed meanwhile.
+    status_asked_req: Option<((crate::node::ClientId, u64), Millis)>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -322,6 +330,9 @@ impl Replica {
             last_state_digest: [0; 32],
             status_asked_at: None,
             status_peer_ms: BTreeMap::new(),
+            view_started_ms: Millis::MIN,
+            view_seen: (0, false),
+            status_asked_req: None,
             cfg,
         };
         r.last_state_digest = r.state_digest();
@@ -514,6 +525,37 @@ impl Replica {
         )
     }
 
+    /// The view-change deadline due to waiting requests: the oldest pending request (proposed
+    /// or not) must execute within one view-change timeout of when this replica first saw it
+    /// (or of the start of the current view, if later). So a primary that keeps ordering other
+    /// requests cannot hold one back forever: executing other batches does not move this
+    /// deadline. After a status round for that request, one more timeout. `None` when no
+    /// request waits.
+    fn request_deadline(&self) -> Option<Millis> {
+        let (key, arrived) = self.clients.oldest_pending()?;
+        let timeout = self.vc_timeout();
+        let base = arrived.max(self.view_started_ms);
+        let mut d = base.saturating_add(timeout);
+        if let Some((asked, at)) = self.status_asked_req
+            && asked == key
+        {
+            d = d.max(at.saturating_add(timeout));
+        }
+        Some(d)
+    }
+
+    /// The view-change deadline for pending work seen at `now`: the oldest request's
+    /// ([`Self::request_deadline`]), else one timeout from now for unexecuted log entries.
+    fn work_deadline(&self, now: Millis) -> Option<Millis> {
+        if !self.has_pending_work() {
+            return None;
+        }
+        Some(
+            self.request_deadline()
+                .unwrap_or_else(|| now.saturating_add(self.vc_timeout())),
+        )
+    }
+
     fn has_pending_work(&self) -> bool {
         self.clients.pending_len() > 0
             || self
@@ -592,8 +634,15 @@ impl Node for Replica {
             self.send_future_flood(now, out);
         }
         self.try_propose(now, out);
-        if self.vc_deadline.is_none() && self.has_pending_work() && !self.in_view_change {
-            self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+        if (self.view, self.in_view_change) != self.view_seen {
+            self.view_seen = (self.view, self.in_view_change);
+            if !self.in_view_change {
+                self.view_started_ms = now;
+                self.status_asked_req = None;
+            }
+        }
+        if self.vc_deadline.is_none() && !self.in_view_change {
+            self.vc_deadline = self.work_deadline(now);
         }
         debug_assert!(
             self.check_invariants().is_ok(),

@@ -35,6 +35,9 @@ pub enum ViolationKind {
     NodeInvariant,
     /// The run hit its event budget (a livelock or runaway message storm).
     EventLimit,
+    /// A client request that reached 2f+1 honest replicas got no honest reply within the
+    /// bound (see [`super::starvation`]).
+    Starvation,
 }
 
 /// One broken invariant, with enough context to debug it.
@@ -318,6 +321,21 @@ impl Checker {
             None,
             ViolationKind::EventLimit,
             format!("more than {limit} events"),
+        );
+    }
+
+    /// Records a starved client request (see [`super::starvation::StarvationWatch`]).
+    pub fn starvation(&mut self, at_ms: u64, o: super::starvation::Overdue) {
+        let (client, number, sent_ms, reached) = o;
+        self.violate(
+            at_ms,
+            None,
+            ViolationKind::Starvation,
+            format!(
+                "client {client} request {number} sent at {sent_ms} ms reached {reached} honest \
+                 replicas and got no honest reply within {} ms",
+                super::starvation::STARVATION_BOUND_MS
+            ),
         );
     }
 

@@ -23,6 +23,9 @@ use crate::replica::{Byzantine, Replica, ReplicaConfig, TickSenders, TimeMode};
 pub const LYING_CLOCK_OFFSET_MS: Millis = 120_000;
 /// Entries of the shared signature-verification memo.
 const VERIFY_MEMO: usize = 1 << 16;
+/// Bytes a maximal request leaves for its encoding around the Put value (client, number, kind,
+/// key, lengths, signature).
+const MAX_REQUEST_MARGIN: usize = 256;
 /// Distinct keys each client writes (its requests overwrite them in turn).
 const KEYS_PER_CLIENT: u64 = 64;
 
@@ -74,6 +77,9 @@ pub struct ClusterHarness {
     /// The public keys, to offer sent signatures to `verify_cache` (see `on_send`).
     ring: Keyring,
     max_message_bytes: usize,
+    /// Value size of a user request's Put (see [`FaultConfig::max_size_requests`]); 0 for the
+    /// normal small value.
+    request_value_bytes: usize,
 }
 
 impl std::fmt::Debug for ClusterHarness {
@@ -100,6 +106,7 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::BadSignatures => Byzantine::BadSignatures,
         ByzantineKind::BadDigests => Byzantine::BadDigests,
         ByzantineKind::FutureFlood => Byzantine::FutureFlood,
+        ByzantineKind::StarveClient => Byzantine::StarveClient,
         _ => Byzantine::Honest,
     }
 }
@@ -139,6 +146,14 @@ impl ClusterHarness {
             ring: Keyring::from_seed(key_seed, cfg.replicas, num_clients),
             max_message_bytes: ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
                 .max_message_bytes,
+            request_value_bytes: if cfg.faults.max_size_requests {
+                ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
+                    .max_request_bytes
+                    .saturating_sub(MAX_REQUEST_MARGIN)
+                    .max(8)
+            } else {
+                0
+            },
         }
     }
 
@@ -245,13 +260,26 @@ impl Harness for ClusterHarness {
         }
     }
 
+    fn reply_number(&self, bytes: &[u8]) -> Option<(u32, u64)> {
+        let r: crate::protocol::SignedReply = decode(bytes, self.max_message_bytes).ok()?;
+        let client = u32::try_from(r.reply.client).ok()?;
+        // Request numbers on the wire are the simulator's numbers plus one.
+        Some((client, r.reply.req_seq.checked_sub(1)?))
+    }
+
     fn client_request(&mut self, client: u32, number: u64) -> Vec<u8> {
         let Some(key) = self.client_keys.get(client as usize) else {
             return Vec::new();
         };
         let op = KvOp::Put {
             key: format!("c{client}/k{}", number % KEYS_PER_CLIENT).into_bytes(),
-            value: number.to_le_bytes().to_vec(),
+            value: if self.request_value_bytes > 0 {
+                let mut v = vec![0x5a; self.request_value_bytes];
+                v[..8].copy_from_slice(&number.to_le_bytes());
+                v
+            } else {
+                number.to_le_bytes().to_vec()
+            },
         };
         // Client request numbers start at 1 (0 means "none yet" to the clients manager).
         client_request_bytes(key, u64::from(client), number + 1, op.to_payload()).unwrap_or_else(

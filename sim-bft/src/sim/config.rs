@@ -204,6 +204,8 @@ pub enum ByzantineKind {
     BadDigests,
     /// Floods maximal-size messages for future views (the others must bound what they buffer).
     FutureFlood,
+    /// As primary, never proposes client 0's requests (orders everyone else's).
+    StarveClient,
 }
 
 impl ByzantineKind {
@@ -211,10 +213,10 @@ impl ByzantineKind {
     pub const NAMES: &'static str = "silent, replay, corrupt, equivocate, bogus-view-change, \
                                      corrupt-state-transfer, lying-time, tick-flood, \
                                      bad-signatures, bad-digests, \
-                                     future-flood";
+                                     future-flood, starve-client";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 11] = [
+    pub const ALL: [ByzantineKind; 12] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -226,6 +228,7 @@ impl ByzantineKind {
         Self::BadSignatures,
         Self::BadDigests,
         Self::FutureFlood,
+        Self::StarveClient,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -263,6 +266,7 @@ impl fmt::Display for ByzantineKind {
             Self::BadSignatures => "bad-signatures",
             Self::BadDigests => "bad-digests",
             Self::FutureFlood => "future-flood",
+            Self::StarveClient => "starve-client",
         })
     }
 }
@@ -300,6 +304,21 @@ pub struct FaultConfig {
     pub clock_jumps: u32,
     /// Largest clock jump.
     pub max_clock_jump_ms: Millis,
+    /// User clients send maximal admissible requests (a Put whose value fills the replicas'
+    /// `max_request_bytes`, minus a small margin for the encoding) instead of small ones.
+    pub max_size_requests: bool,
+}
+
+impl FaultConfig {
+    /// True when the network and the nodes are fault-free apart from the Byzantine replicas
+    /// and clock skew / drift (no loss, partition, crash or clock jump): what the starvation
+    /// checker needs to judge requests sent before the faults heal.
+    pub fn network_clean(&self) -> bool {
+        self.drop_rate == 0.0
+            && self.partition == PartitionKind::None
+            && self.crashes == 0
+            && self.clock_jumps == 0
+    }
 }
 
 impl Default for FaultConfig {
@@ -320,6 +339,7 @@ impl Default for FaultConfig {
             max_drift_ppm: 0,
             clock_jumps: 0,
             max_clock_jump_ms: 0,
+            max_size_requests: false,
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod cluster;
 pub mod config;
 pub mod disk;
 pub mod rng;
+pub mod starvation;
 pub mod toy;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -81,6 +82,13 @@ pub trait Harness {
     /// may prepare work whose result only affects speed, never a run (the cluster offers the
     /// message's signatures for batch verification). Default: nothing.
     fn on_send(&self, _bytes: &[u8]) {}
+
+    /// The user client and request number a node's reply bytes answer (the number as passed
+    /// to [`Self::client_request`]), for the starvation checker. Default: unknown (`None`),
+    /// which leaves that checker idle.
+    fn reply_number(&self, _bytes: &[u8]) -> Option<(u32, u64)> {
+        None
+    }
 }
 
 /// Counters of what happened in a run.
@@ -314,6 +322,8 @@ pub struct Simulator<H: Harness> {
     checker: Checker,
     trace: Sha256,
     healed: bool,
+    /// The starvation checker's watched requests (see [`starvation`]).
+    starvation: starvation::StarvationWatch,
     client_numbers: Vec<u64>,
     stats: SimStats,
     out: Vec<Output>,
@@ -377,6 +387,7 @@ impl<H: Harness> Simulator<H> {
             crash_rng: SimRng::split(cfg.seed, "disk-loss"),
             byz_rng: SimRng::split(cfg.seed, "byzantine-bytes"),
             client_numbers: vec![0; cfg.clients as usize],
+            starvation: starvation::StarvationWatch::new(2 * cfg.f() as usize + 1),
             cfg,
             params,
             harness,
@@ -636,6 +647,11 @@ impl<H: Harness> Simulator<H> {
                 }
             }
             Output::Reply { client, bytes } => {
+                if self.slots[from as usize].role == Role::Honest
+                    && let Some((c, number)) = self.harness.reply_number(&bytes)
+                {
+                    self.starvation.replied(c, number);
+                }
                 self.stats.replies += 1;
                 self.trace.update([b'R']);
                 self.trace.update(client.to_le_bytes());
@@ -829,10 +845,15 @@ impl<H: Harness> Simulator<H> {
                 self.client_numbers[client as usize] += 1;
                 let bytes = self.harness.client_request(client, number);
                 self.stats.client_requests += 1;
+                let mut honest_reached = 0;
                 for to in 0..self.cfg.replicas {
                     if !self.healed && self.net_rng.chance(self.cfg.faults.drop_rate) {
                         self.stats.dropped += 1;
                         continue;
+                    }
+                    let slot = &self.slots[to as usize];
+                    if slot.role == Role::Honest && slot.node.is_some() {
+                        honest_reached += 1;
                     }
                     let d = self.delay();
                     let input = Input::Client {
@@ -840,6 +861,10 @@ impl<H: Harness> Simulator<H> {
                     };
                     self.push(self.now_ms.saturating_add(d), Event::Deliver { to, input });
                 }
+                let watch = self.healed || self.cfg.faults.network_clean();
+                self.starvation
+                    .sent(client, number, self.now_ms, honest_reached, watch);
+                self.check_starvation();
                 let next = self.now_ms.saturating_add(self.cfg.request_interval_ms);
                 self.push(next, Event::ClientSend { client });
             }
@@ -958,7 +983,14 @@ impl<H: Harness> Simulator<H> {
         self.run_with(|_, _| {})
     }
 
-    fn finish(self) -> SimOutcome {
+    fn check_starvation(&mut self) {
+        for o in self.starvation.overdue(self.now_ms) {
+            self.checker.starvation(self.now_ms, o);
+        }
+    }
+
+    fn finish(mut self) -> SimOutcome {
+        self.check_starvation();
         let nodes = self
             .slots
             .iter()
