@@ -133,6 +133,9 @@ struct RunArgs {
     /// Time service: off, reference or robust.
     #[arg(long, default_value = "robust", value_parser = parse_enum::<TimeServiceMode>)]
     time_service: TimeServiceMode,
+    /// User clients send maximal admissible requests (fault knob).
+    #[arg(long)]
+    max_size_requests: bool,
     /// Number of crashes (each followed by a restart from persisted storage).
     #[arg(long, default_value_t = 0)]
     crash: u32,
@@ -283,6 +286,7 @@ impl RunArgs {
                 clock_jumps: self.clock_jumps,
                 max_clock_jump_ms: self.clock_jump.min(i64::MAX as u64) as i64,
                 state_growth_bytes: self.state_growth,
+                max_size_requests: self.max_size_requests,
                 ..FaultConfig::default()
             },
             ..SimConfig::default()

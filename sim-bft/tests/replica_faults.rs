@@ -394,3 +394,14 @@ fn corrupt_state_chunks_are_detected_and_another_source_used() {
     assert_eq!(r3.state_digest_now(), h.replica(1).state_digest_now());
     h.assert_agreement(&[1, 2, 3]);
 }
+
+#[test]
+fn tolerates_future_view_flooding() {
+    let h = tolerate(1, Byzantine::FutureFlood);
+    assert!(h.replica(1).metrics().get("future_flood_sent") > 0);
+    for i in [0, 2, 3] {
+        let r = h.replica(i);
+        assert!(r.metrics().get("drop_future_duplicate") > 0);
+        assert!(r.future_buffer_peak_bytes() <= r.config().future_bytes_per_sender);
+    }
+}

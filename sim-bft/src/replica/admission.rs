@@ -167,6 +167,11 @@ impl Replica {
         out: &mut Vec<Output>,
     ) {
         let (client, req_seq) = (req.request.client, req.request.req_seq);
+        if self.cfg.byzantine == Byzantine::StarveClient && client == super::config::STARVED_CLIENT
+        {
+            self.metrics.inc("byzantine_starved_request");
+            return;
+        }
         if req.request.kind == RequestKind::Tick && internal_client_owner(client).is_none() {
             return self.drop_msg("drop_unauthorized_tick", None);
         }
@@ -220,7 +225,7 @@ impl Replica {
             }
         }
         if self.vc_deadline.is_none() {
-            self.vc_deadline = Some(now + self.vc_timeout());
+            self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
         }
     }
 

@@ -202,7 +202,8 @@ impl Replica {
                 if seq >= self.last_executed + self.cfg.log_window / 2 {
                     self.start_transfer(now, proof, out);
                 } else if self.behind_since.as_ref().is_none_or(|(_, p)| p.seq < seq) {
-                    self.behind_since = Some((now + self.cfg.state_transfer_grace_ms, proof));
+                    self.behind_since =
+                        Some((now.saturating_add(self.cfg.state_transfer_grace_ms), proof));
                 }
             }
             None => {}

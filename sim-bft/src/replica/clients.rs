@@ -108,6 +108,9 @@ pub struct ClientsManager {
     pending: BTreeMap<(ClientId, u64), (u64, Pending)>,
     /// The *unproposed* pending requests by arrival (what the next batch takes from).
     order: BTreeMap<u64, (ClientId, u64)>,
+    /// Every pending request by arrival, proposed or not (the oldest one bounds the time to a
+    /// view change: see [`Self::oldest_pending`]).
+    by_arrival: BTreeMap<u64, (ClientId, u64)>,
     per_client: BTreeMap<ClientId, usize>,
     next_arrival: u64,
     max_pending: usize,
@@ -185,6 +188,7 @@ impl ClientsManager {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
         self.order.insert(arrival, key);
+        self.by_arrival.insert(arrival, key);
         self.per_client.insert(key.0, count + 1);
         self.pending.insert(
             key,
@@ -225,6 +229,7 @@ impl ClientsManager {
     pub fn remove(&mut self, client: ClientId, req_seq: u64) {
         if let Some((arrival, _)) = self.pending.remove(&(client, req_seq)) {
             self.order.remove(&arrival);
+            self.by_arrival.remove(&arrival);
             if let Some(c) = self.per_client.get_mut(&client) {
                 *c = c.saturating_sub(1);
                 if *c == 0 {
@@ -257,6 +262,14 @@ impl ClientsManager {
             .and_then(|(_, k)| self.pending.get(k))
             .map(|(_, p)| p.arrived_ms);
         (oldest, self.order.len())
+    }
+
+    /// The pending request (proposed or not) this replica admitted first, and its local arrival
+    /// time: the request that has waited longest.
+    pub fn oldest_pending(&self) -> Option<((ClientId, u64), i64)> {
+        let (_, key) = self.by_arrival.first_key_value()?;
+        let (_, p) = self.pending.get(key)?;
+        Some((*key, p.arrived_ms))
     }
 
     /// Marks `(client, req_seq)` proposed in `seq` (when it appears in an accepted batch).
@@ -373,6 +386,14 @@ impl ClientsManager {
                     r.client
                 ));
             }
+        }
+        if self.by_arrival.len() != self.pending.len()
+            || self
+                .by_arrival
+                .iter()
+                .any(|(a, k)| self.pending.get(k).is_none_or(|(pa, _)| pa != a))
+        {
+            return Err("arrival index disagrees with pending".into());
         }
         let total: usize = self.per_client.values().sum();
         if total != self.pending.len() {

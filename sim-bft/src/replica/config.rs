@@ -81,7 +81,16 @@ pub enum Byzantine {
     StateRequestFlood,
     /// Serves state transfer slowly: one chunk per request, then lets the receiver time out.
     SlowStateSource,
+    /// Floods maximal-size pre-prepares (and duplicates of them) for future views, to make
+    /// the others buffer them (see [`super::future`]).
+    FutureFlood,
+    /// Never admits (so, as primary, never proposes) the requests of user client
+    /// [`STARVED_CLIENT`], while ordering everyone else's normally.
+    StarveClient,
 }
+
+/// The client a [`Byzantine::StarveClient`] replica starves.
+pub const STARVED_CLIENT: crate::node::ClientId = 0;
 
 /// Configuration of one replica. Every replica of a cluster must agree on everything except
 /// `id`, `byzantine` and `verify_cache`.
@@ -163,6 +172,9 @@ pub struct ReplicaConfig {
     /// and they resend what it lacks. 0 disables (loss is then repaired only around view
     /// changes).
     pub retransmit_interval_ms: Millis,
+    /// Most bytes the future-view buffer holds for one sender (messages of views this replica
+    /// has not entered yet; see [`super::future`]): what one faulty peer can pin.
+    pub future_bytes_per_sender: usize,
 }
 
 /// Which replicas send the ticks of a component (listed in `tick_components`) in one period.
@@ -229,6 +241,7 @@ impl ReplicaConfig {
             tick_components: BTreeMap::new(),
             tick_senders: TickSenders::default(),
             retransmit_interval_ms: 50,
+            future_bytes_per_sender: 16 << 20,
         }
     }
 

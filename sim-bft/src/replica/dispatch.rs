@@ -14,8 +14,6 @@ use crate::crypto::SigBytes;
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Batch, Body, ClockSample, Payload, SignedMsg, TimeCert, Wire, codec};
 
-const FUTURE_BUFFER_CAPACITY: usize = 8_192;
-
 impl Replica {
     pub(super) fn on_peer(
         &mut self,
@@ -207,7 +205,7 @@ impl Replica {
             }
             return true;
         }
-        if view > self.view + u64::from(self.cfg.n) {
+        if view > self.view.saturating_add(u64::from(self.cfg.n)) {
             self.drop_msg("drop_wrong_view", Some(from));
             return true;
         }
@@ -216,12 +214,14 @@ impl Replica {
             // `from` is in a later view: our status makes it relay the new-view to us.
             self.ask_status(now, from, out);
         }
-        if self.future.len() >= FUTURE_BUFFER_CAPACITY {
-            self.drop_msg("drop_future_buffer_full", Some(from));
-            return true;
+        match self.future.push(from, body, msg.sig, msg.payload.len()) {
+            Ok(()) => {
+                self.metrics.inc("buffered_future_view");
+                self.metrics
+                    .set_max("future_buffer_peak_bytes", self.future.peak_bytes() as u64);
+            }
+            Err(e) => self.drop_msg(e.reason(), Some(from)),
         }
-        self.metrics.inc("buffered_future_view");
-        self.future.push_back((from, body, msg.sig));
         true
     }
 
@@ -249,8 +249,10 @@ impl Replica {
     }
 
     pub(super) fn replay_future(&mut self, now: Millis, out: &mut Vec<Output>) {
-        let items: Vec<(NodeId, Body, SigBytes)> = self.future.drain(..).collect();
-        for (from, body, sig) in items {
+        for super::future::Buffered {
+            from, body, sig, ..
+        } in self.future.drain()
+        {
             let payload = Payload { from, body };
             match codec::encode(&payload) {
                 Ok(bytes) => {
@@ -276,10 +278,29 @@ impl Replica {
             && now >= d
         {
             self.vc_deadline = None;
-            if !self.in_view_change && self.status_asked_at != Some(self.last_executed) {
+            if !self.in_view_change
+                && let Some(later) = self.request_deadline().filter(|r| *r > now)
+            {
+                // Set by another path (a new request, a pre-prepare) while the oldest waiting
+                // request is not overdue yet: wait for it (if the log is stuck, the requests
+                // in it age and fire this anyway).
+                self.vc_deadline = Some(later);
+                return self.on_timer_rest(now, out);
+            }
+            // Per waiting request: the oldest one's status round happens once, whatever else
+            // executes meanwhile (a primary must not starve one request by ordering others).
+            let oldest = self.clients.oldest_pending().map(|(k, _)| k);
+            let asked = match oldest {
+                Some(k) => self.status_asked_req.is_some_and(|(a, _)| a == k),
+                None => self.status_asked_at == Some(self.last_executed),
+            };
+            if !self.in_view_change && !asked {
                 // First expiry without progress: maybe we only lost messages. Ask the others
                 // for what committed; change view only if the next expiry finds us still stuck.
                 self.status_asked_at = Some(self.last_executed);
+                if let Some(k) = oldest {
+                    self.status_asked_req = Some((k, now));
+                }
                 self.metrics.inc("status_sent");
                 let (view, last_executed) = (self.view, self.last_executed);
                 self.send(
@@ -290,7 +311,7 @@ impl Replica {
                     Dest::All,
                     out,
                 );
-                self.vc_deadline = Some(now + self.vc_timeout());
+                self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
             } else {
                 if self.in_view_change {
                     // Stuck in a view change: keep catching up on what the others commit
@@ -311,6 +332,11 @@ impl Replica {
                 }
             }
         }
+        self.on_timer_rest(now, out);
+    }
+
+    /// The timers other than the view-change one: state transfer.
+    fn on_timer_rest(&mut self, now: Millis, out: &mut Vec<Output>) {
         if let Some((d, proof)) = self.behind_since.clone()
             && now >= d
         {

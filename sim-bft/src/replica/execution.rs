@@ -33,11 +33,9 @@ impl Replica {
             // commit certificate from a later view, after a restart into a stale view): a
             // primary must never propose again at a seq that already executed.
             self.next_seq = self.next_seq.max(seq + 1);
-            self.vc_deadline = if self.has_pending_work() {
-                Some(now + self.vc_timeout())
-            } else {
-                None
-            };
+            // Progress restarts the timer of unexecuted log entries, but not of a request
+            // still waiting: its deadline counts from when this replica first saw it.
+            self.vc_deadline = self.work_deadline(now);
             self.view_change_attempts = 0;
             self.status_asked_at = None;
         }

@@ -20,6 +20,12 @@ impl Metrics {
         *self.counts.entry(name).or_insert(0) += by;
     }
 
+    /// Raises gauge `name` to `value` if it is higher (a high-water mark, e.g. peak bytes).
+    pub fn set_max(&mut self, name: &'static str, value: u64) {
+        let v = self.counts.entry(name).or_insert(0);
+        *v = (*v).max(value);
+    }
+
     /// The value of counter `name` (0 when never incremented).
     pub fn get(&self, name: &str) -> u64 {
         self.counts.get(name).copied().unwrap_or(0)

@@ -26,6 +26,7 @@ pub mod clients;
 pub mod config;
 mod dispatch;
 mod execution;
+pub mod future;
 pub mod metrics;
 mod normal_case;
 mod recovery;
@@ -178,7 +179,7 @@ pub struct Replica {
     view_changes: BTreeMap<u64, BTreeMap<NodeId, (SignedMsg, crate::protocol::ViewChange)>>,
     last_new_view: Option<SignedMsg>,
     new_view_resent: BTreeSet<(NodeId, u64)>,
-    future: VecDeque<(NodeId, Body, SigBytes)>,
+    future: future::FutureBuffer,
 
     next_seq: u64,
     last_executed: u64,
@@ -231,6 +232,14 @@ pub struct Replica {
     retransmit_prev: BTreeSet<u64>,
     /// When this replica last answered each peer's `Have` (rate limit).
     have_answered_ms: BTreeMap<NodeId, Millis>,
+    /// Local time at which this replica entered its current view (a waiting request's age
+    /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
+    view_started_ms: Millis,
+    /// The `(view, in_view_change)` seen at the end of the previous input (to notice entry).
+    view_seen: (u64, bool),
+    /// The waiting request for which this replica last asked its peers' status, and when: its
+    /// second expiry changes view, whatever executed meanwhile.
+    status_asked_req: Option<((crate::node::ClientId, u64), Millis)>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -290,7 +299,10 @@ impl Replica {
             view_changes: BTreeMap::new(),
             last_new_view: None,
             new_view_resent: BTreeSet::new(),
-            future: VecDeque::new(),
+            future: future::FutureBuffer::new(
+                cfg.future_bytes_per_sender,
+                usize::try_from(cfg.log_window.saturating_mul(4)).unwrap_or(usize::MAX),
+            ),
             next_seq: 1,
             last_executed: 0,
             last_agreed_time_ms: None,
@@ -331,6 +343,9 @@ impl Replica {
             retransmit_deadline: None,
             retransmit_prev: BTreeSet::new(),
             have_answered_ms: BTreeMap::new(),
+            view_started_ms: Millis::MIN,
+            view_seen: (0, false),
+            status_asked_req: None,
             cfg,
         };
         r.last_state_digest = r.state_digest();
@@ -428,6 +443,16 @@ impl Replica {
         self.throttle.stats()
     }
 
+    /// Charged bytes the future-view buffer holds now (see [`future`]).
+    pub fn future_buffer_bytes(&self) -> usize {
+        self.future.bytes()
+    }
+
+    /// Most charged bytes the future-view buffer ever held at once.
+    pub fn future_buffer_peak_bytes(&self) -> usize {
+        self.future.peak_bytes()
+    }
+
     /// Number of log entries held.
     pub fn log_len(&self) -> usize {
         self.log.len()
@@ -519,6 +544,37 @@ impl Replica {
         )
     }
 
+    /// The view-change deadline due to waiting requests: the oldest pending request (proposed
+    /// or not) must execute within one view-change timeout of when this replica first saw it
+    /// (or of the start of the current view, if later). So a primary that keeps ordering other
+    /// requests cannot hold one back forever: executing other batches does not move this
+    /// deadline. After a status round for that request, one more timeout. `None` when no
+    /// request waits.
+    fn request_deadline(&self) -> Option<Millis> {
+        let (key, arrived) = self.clients.oldest_pending()?;
+        let timeout = self.vc_timeout();
+        let base = arrived.max(self.view_started_ms);
+        let mut d = base.saturating_add(timeout);
+        if let Some((asked, at)) = self.status_asked_req
+            && asked == key
+        {
+            d = d.max(at.saturating_add(timeout));
+        }
+        Some(d)
+    }
+
+    /// The view-change deadline for pending work seen at `now`: the oldest request's
+    /// ([`Self::request_deadline`]), else one timeout from now for unexecuted log entries.
+    fn work_deadline(&self, now: Millis) -> Option<Millis> {
+        if !self.has_pending_work() {
+            return None;
+        }
+        Some(
+            self.request_deadline()
+                .unwrap_or_else(|| now.saturating_add(self.vc_timeout())),
+        )
+    }
+
     fn has_pending_work(&self) -> bool {
         self.clients.pending_len() > 0
             || self
@@ -579,6 +635,7 @@ impl Replica {
             }
         }
         self.clients.check().map_err(InvariantError)?;
+        self.future.check().map_err(InvariantError)?;
         Ok(())
     }
 }
@@ -597,9 +654,19 @@ impl Node for Replica {
         if self.cfg.byzantine == Byzantine::BogusViewChange && self.metrics.get("bogus_sent") < 64 {
             self.send_bogus_view_change(out);
         }
+        if self.cfg.byzantine == Byzantine::FutureFlood {
+            self.send_future_flood(now, out);
+        }
         self.try_propose(now, out);
-        if self.vc_deadline.is_none() && self.has_pending_work() && !self.in_view_change {
-            self.vc_deadline = Some(now + self.vc_timeout());
+        if (self.view, self.in_view_change) != self.view_seen {
+            self.view_seen = (self.view, self.in_view_change);
+            if !self.in_view_change {
+                self.view_started_ms = now;
+                self.status_asked_req = None;
+            }
+        }
+        if self.vc_deadline.is_none() && !self.in_view_change {
+            self.vc_deadline = self.work_deadline(now);
         }
         self.arm_retransmit(now);
         // A halted replica fails its check on purpose (the simulator reports the cause).

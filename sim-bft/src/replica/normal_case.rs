@@ -25,8 +25,8 @@ impl Replica {
                 self.batch_deadline = None;
                 return;
             };
-            if count < self.cfg.batch_max && now < oldest + self.cfg.batch_delay_ms {
-                self.batch_deadline = Some(oldest + self.cfg.batch_delay_ms);
+            if count < self.cfg.batch_max && now < oldest.saturating_add(self.cfg.batch_delay_ms) {
+                self.batch_deadline = Some(oldest.saturating_add(self.cfg.batch_delay_ms));
                 return;
             }
             self.batch_deadline = None;
@@ -151,7 +151,7 @@ impl Replica {
             e.prepares.insert(self.cfg.id, (digest, sig));
         }
         if self.vc_deadline.is_none() {
-            self.vc_deadline = Some(now + self.vc_timeout());
+            self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
         }
         self.progress(now, seq, out);
     }

@@ -28,7 +28,7 @@ impl Replica {
         self.recent_certs
             .range(..seq)
             .next_back()
-            .filter(|(s, _)| **s >= floor && **s + self.cfg.time.cert_window >= seq)
+            .filter(|(s, _)| **s >= floor && s.saturating_add(self.cfg.time.cert_window) >= seq)
             .map(|(_, c)| c.clone())
     }
 
@@ -102,7 +102,10 @@ impl Replica {
                 }
                 Some(cert) => {
                     let floor = self.cert_floor(seq);
-                    if cert.seq < floor || cert.seq >= seq || cert.seq + t.cert_window < seq {
+                    if cert.seq < floor
+                        || cert.seq >= seq
+                        || cert.seq.saturating_add(t.cert_window) < seq
+                    {
                         self.metrics.inc("time_cert_replayed");
                         warn!(
                             replica = self.cfg.id,

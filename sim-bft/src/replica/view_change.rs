@@ -65,7 +65,7 @@ impl Replica {
                 .insert(self.cfg.id, (msg, vc.clone()));
         }
         self.send(Body::ViewChange(vc), Dest::All, out);
-        self.vc_deadline = Some(now + self.vc_timeout());
+        self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
         self.maybe_send_new_view(now, out);
     }
 
@@ -154,7 +154,7 @@ impl Replica {
             Some(Ok(bytes)) => {
                 self.metrics.inc("view_change_retransmitted");
                 out.push(Output::Broadcast { bytes });
-                self.vc_deadline = Some(now + self.vc_timeout());
+                self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
                 true
             }
             _ => false,
@@ -360,7 +360,7 @@ impl Replica {
             }
         }
         self.vc_deadline = if self.has_pending_work() {
-            Some(now + self.vc_timeout())
+            Some(now.saturating_add(self.vc_timeout()))
         } else {
             None
         };

@@ -210,7 +210,7 @@ impl<N: Node> Worker<N> {
                 continue;
             }
             let wait_ms = match self.node.next_deadline() {
-                Some(d) => (d - now).clamp(1, IDLE_WAIT_MS as i64) as u64,
+                Some(d) => d.saturating_sub(now).clamp(1, IDLE_WAIT_MS as i64) as u64,
                 None => IDLE_WAIT_MS,
             };
             crossbeam_channel::select! {

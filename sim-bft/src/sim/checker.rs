@@ -41,6 +41,9 @@ pub enum ViolationKind {
     /// During the fault phase, no batch committed for longer than the stall bound while 2f+1
     /// honest replicas were up and mutually connected.
     FaultPhaseStall,
+    /// A client request that reached 2f+1 honest replicas got no honest reply within the
+    /// bound (see [`super::starvation`]).
+    Starvation,
 }
 
 /// One broken invariant, with enough context to debug it.
@@ -390,6 +393,21 @@ impl Checker {
             None,
             ViolationKind::EventLimit,
             format!("more than {limit} events"),
+        );
+    }
+
+    /// Records a starved client request (see [`super::starvation::StarvationWatch`]).
+    pub fn starvation(&mut self, at_ms: u64, o: super::starvation::Overdue) {
+        let (client, number, sent_ms, reached) = o;
+        self.violate(
+            at_ms,
+            None,
+            ViolationKind::Starvation,
+            format!(
+                "client {client} request {number} sent at {sent_ms} ms reached {reached} honest \
+                 replicas and got no honest reply within {} ms",
+                super::starvation::STARVATION_BOUND_MS
+            ),
         );
     }
 

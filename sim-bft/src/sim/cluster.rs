@@ -24,6 +24,9 @@ use crate::replica::{Byzantine, Replica, ReplicaConfig, TickSenders, TimeMode};
 pub const LYING_CLOCK_OFFSET_MS: Millis = 120_000;
 /// Entries of the shared signature-verification memo.
 const VERIFY_MEMO: usize = 1 << 16;
+/// Bytes a maximal request leaves for its encoding around the Put value (client, number, kind,
+/// key, lengths, signature).
+const MAX_REQUEST_MARGIN: usize = 256;
 /// Distinct keys each client writes (its requests overwrite them in turn).
 const KEYS_PER_CLIENT: u64 = 64;
 /// The replicas' `max_snapshot_bytes` under `--state-growth` (the reserved pages, 256 KiB by
@@ -81,6 +84,9 @@ pub struct ClusterHarness {
     /// The public keys, to offer sent signatures to `verify_cache` (see `on_send`).
     ring: Keyring,
     max_message_bytes: usize,
+    /// Value size of a user request's Put (see [`FaultConfig::max_size_requests`]); 0 for the
+    /// normal small value.
+    request_value_bytes: usize,
 }
 
 impl std::fmt::Debug for ClusterHarness {
@@ -139,6 +145,8 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::BadDigests => Byzantine::BadDigests,
         ByzantineKind::StateRequestFlood => Byzantine::StateRequestFlood,
         ByzantineKind::SlowStateSource => Byzantine::SlowStateSource,
+        ByzantineKind::FutureFlood => Byzantine::FutureFlood,
+        ByzantineKind::StarveClient => Byzantine::StarveClient,
         _ => Byzantine::Honest,
     }
 }
@@ -180,6 +188,14 @@ impl ClusterHarness {
             ring: Keyring::from_seed(key_seed, cfg.replicas, num_clients),
             max_message_bytes: ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
                 .max_message_bytes,
+            request_value_bytes: if cfg.faults.max_size_requests {
+                ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
+                    .max_request_bytes
+                    .saturating_sub(MAX_REQUEST_MARGIN)
+                    .max(8)
+            } else {
+                0
+            },
         }
     }
 
@@ -293,6 +309,13 @@ impl Harness for ClusterHarness {
         }
     }
 
+    fn reply_number(&self, bytes: &[u8]) -> Option<(u32, u64)> {
+        let r: crate::protocol::SignedReply = decode(bytes, self.max_message_bytes).ok()?;
+        let client = u32::try_from(r.reply.client).ok()?;
+        // Request numbers on the wire are the simulator's numbers plus one.
+        Some((client, r.reply.req_seq.checked_sub(1)?))
+    }
+
     fn client_request(&mut self, client: u32, number: u64) -> Vec<u8> {
         let Some(key) = self.client_keys.get(client as usize) else {
             return Vec::new();
@@ -307,7 +330,13 @@ impl Harness for ClusterHarness {
         } else {
             KvOp::Put {
                 key: format!("c{client}/k{}", number % KEYS_PER_CLIENT).into_bytes(),
-                value: number.to_le_bytes().to_vec(),
+                value: if self.request_value_bytes > 0 {
+                    let mut v = vec![0x5a; self.request_value_bytes];
+                    v[..8].copy_from_slice(&number.to_le_bytes());
+                    v
+                } else {
+                    number.to_le_bytes().to_vec()
+                },
             }
         };
         // Client request numbers start at 1 (0 means "none yet" to the clients manager).

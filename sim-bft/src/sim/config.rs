@@ -349,6 +349,10 @@ pub enum ByzantineKind {
     StateRequestFlood,
     /// Serves state transfer slowly and partially (one chunk per request).
     SlowStateSource,
+    /// Floods maximal-size messages for future views (the others must bound what they buffer).
+    FutureFlood,
+    /// As primary, never proposes client 0's requests (orders everyone else's).
+    StarveClient,
 }
 
 impl ByzantineKind {
@@ -356,10 +360,11 @@ impl ByzantineKind {
     pub const NAMES: &'static str = "silent, replay, corrupt, equivocate, bogus-view-change, \
                                      corrupt-state-transfer, lying-time, tick-flood, \
                                      bad-signatures, bad-digests, \
-                                     state-request-flood, slow-state-source";
+                                     state-request-flood, slow-state-source, \
+                                     future-flood, starve-client";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 12] = [
+    pub const ALL: [ByzantineKind; 14] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -372,6 +377,8 @@ impl ByzantineKind {
         Self::BadDigests,
         Self::StateRequestFlood,
         Self::SlowStateSource,
+        Self::FutureFlood,
+        Self::StarveClient,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -410,6 +417,8 @@ impl fmt::Display for ByzantineKind {
             Self::BadDigests => "bad-digests",
             Self::StateRequestFlood => "state-request-flood",
             Self::SlowStateSource => "slow-state-source",
+            Self::FutureFlood => "future-flood",
+            Self::StarveClient => "starve-client",
         })
     }
 }
@@ -452,6 +461,21 @@ pub struct FaultConfig {
     /// [`super::cluster::STATE_GROWTH_SNAPSHOT_BYTES`], so the state reaches the snapshot limit
     /// within a run (restart and state transfer must still work).
     pub state_growth_bytes: u64,
+    /// User clients send maximal admissible requests (a Put whose value fills the replicas'
+    /// `max_request_bytes`, minus a small margin for the encoding) instead of small ones.
+    pub max_size_requests: bool,
+}
+
+impl FaultConfig {
+    /// True when the network and the nodes are fault-free apart from the Byzantine replicas
+    /// and clock skew / drift (no loss, partition, crash or clock jump): what the starvation
+    /// checker needs to judge requests sent before the faults heal.
+    pub fn network_clean(&self) -> bool {
+        self.drop_rate == 0.0
+            && self.partition == PartitionKind::None
+            && self.crashes == 0
+            && self.clock_jumps == 0
+    }
 }
 
 impl Default for FaultConfig {
@@ -473,6 +497,7 @@ impl Default for FaultConfig {
             clock_jumps: 0,
             max_clock_jump_ms: 0,
             state_growth_bytes: 0,
+            max_size_requests: false,
         }
     }
 }
@@ -1001,7 +1026,7 @@ impl SimParams {
         let mut crashes: Vec<CrashPlan> = (0..fc.crashes)
             .map(|_| {
                 let at_ms = r.range(d / 10, d * 7 / 10);
-                let restart_ms = (at_ms + r.range(d / 20, d / 4).max(1)).min(d);
+                let restart_ms = at_ms.saturating_add(r.range(d / 20, d / 4).max(1)).min(d);
                 CrashPlan {
                     node: r.below(u64::from(n)) as NodeId,
                     at_ms,
@@ -1017,7 +1042,7 @@ impl SimParams {
             let windows = 1 + r.below(3);
             for _ in 0..windows {
                 let from_ms = r.below(d * 8 / 10 + 1);
-                let until_ms = (from_ms + r.range(d / 20, d / 4).max(1)).min(d);
+                let until_ms = from_ms.saturating_add(r.range(d / 20, d / 4).max(1)).min(d);
                 let blocked = blocked_links(fc.partition, n, &mut r);
                 partitions.push(PartitionPlan {
                     from_ms,

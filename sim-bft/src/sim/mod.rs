@@ -21,6 +21,7 @@ pub mod cluster;
 pub mod config;
 pub mod disk;
 pub mod rng;
+pub mod starvation;
 pub mod toy;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -82,6 +83,13 @@ pub trait Harness {
     /// may prepare work whose result only affects speed, never a run (the cluster offers the
     /// message's signatures for batch verification). Default: nothing.
     fn on_send(&self, _bytes: &[u8]) {}
+
+    /// The user client and request number a node's reply bytes answer (the number as passed
+    /// to [`Self::client_request`]), for the starvation checker. Default: unknown (`None`),
+    /// which leaves that checker idle.
+    fn reply_number(&self, _bytes: &[u8]) -> Option<(u32, u64)> {
+        None
+    }
 }
 
 /// Counters of what happened in a run.
@@ -352,6 +360,8 @@ pub struct Simulator<H: Harness> {
     checker: Checker,
     trace: Sha256,
     healed: bool,
+    /// The starvation checker's watched requests (see [`starvation`]).
+    starvation: starvation::StarvationWatch,
     client_numbers: Vec<u64>,
     stats: SimStats,
     out: Vec<Output>,
@@ -422,6 +432,7 @@ impl<H: Harness> Simulator<H> {
             crash_rng: SimRng::split(cfg.seed, "disk-loss"),
             byz_rng: SimRng::split(cfg.seed, "byzantine-bytes"),
             client_numbers: vec![0; cfg.clients as usize],
+            starvation: starvation::StarvationWatch::new(2 * cfg.f() as usize + 1),
             cfg,
             params,
             harness,
@@ -581,7 +592,9 @@ impl<H: Harness> Simulator<H> {
         self.slots[i].timer = Some((deadline, generation));
         // At least one millisecond ahead: a node that keeps returning a past deadline gets its
         // timer once per simulated millisecond instead of livelocking the simulator at one instant.
-        let at = self.global_for(node, deadline).max(self.now_ms + 1);
+        let at = self
+            .global_for(node, deadline)
+            .max(self.now_ms.saturating_add(1));
         self.push(at, Event::Timer { node, generation });
     }
 
@@ -683,6 +696,11 @@ impl<H: Harness> Simulator<H> {
                 }
             }
             Output::Reply { client, bytes } => {
+                if self.slots[from as usize].role == Role::Honest
+                    && let Some((c, number)) = self.harness.reply_number(&bytes)
+                {
+                    self.starvation.replied(c, number);
+                }
                 self.stats.replies += 1;
                 self.trace.update([b'R']);
                 self.trace.update(client.to_le_bytes());
@@ -779,12 +797,12 @@ impl<H: Harness> Simulator<H> {
                     from,
                     bytes: bytes.clone(),
                 };
-                self.push(self.now_ms + d, Event::Deliver { to, input });
+                self.push(self.now_ms.saturating_add(d), Event::Deliver { to, input });
             }
         }
         let d = self.delay();
         self.push(
-            self.now_ms + d,
+            self.now_ms.saturating_add(d),
             Event::Deliver {
                 to,
                 input: Input::Peer { from, bytes },
@@ -869,7 +887,10 @@ impl<H: Harness> Simulator<H> {
                 if let Some(deadline) = self.slots[node as usize].timers.next_deadline() {
                     // Drift and jumps make this approximate: an early wake re-polls and waits.
                     let wait = u64::try_from(deadline.saturating_sub(local)).unwrap_or(0);
-                    self.push(self.now_ms + wait.max(1), Event::Tick { node });
+                    self.push(
+                        self.now_ms.saturating_add(wait.max(1)),
+                        Event::Tick { node },
+                    );
                 }
             }
             Event::ClientSend { client } => {
@@ -877,18 +898,27 @@ impl<H: Harness> Simulator<H> {
                 self.client_numbers[client as usize] += 1;
                 let bytes = self.harness.client_request(client, number);
                 self.stats.client_requests += 1;
+                let mut honest_reached = 0;
                 for to in 0..self.cfg.replicas {
                     if !self.healed && self.net_rng.chance(self.cfg.faults.drop_rate) {
                         self.stats.dropped += 1;
                         continue;
                     }
+                    let slot = &self.slots[to as usize];
+                    if slot.role == Role::Honest && slot.node.is_some() {
+                        honest_reached += 1;
+                    }
                     let d = self.delay();
                     let input = Input::Client {
                         bytes: bytes.clone(),
                     };
-                    self.push(self.now_ms + d, Event::Deliver { to, input });
+                    self.push(self.now_ms.saturating_add(d), Event::Deliver { to, input });
                 }
-                let next = self.now_ms + self.cfg.request_interval_ms;
+                let watch = self.healed || self.cfg.faults.network_clean();
+                self.starvation
+                    .sent(client, number, self.now_ms, honest_reached, watch);
+                self.check_starvation();
+                let next = self.now_ms.saturating_add(self.cfg.request_interval_ms);
                 self.push(next, Event::ClientSend { client });
             }
             Event::Crash { node } => {
@@ -1008,7 +1038,14 @@ impl<H: Harness> Simulator<H> {
         self.run_with(|_, _| {})
     }
 
+    fn check_starvation(&mut self) {
+        for o in self.starvation.overdue(self.now_ms) {
+            self.checker.starvation(self.now_ms, o);
+        }
+    }
+
     fn finish(mut self) -> SimOutcome {
+        self.check_starvation();
         self.stats.max_stall_ms = self.checker.max_stall_ms();
         self.stats.fault_phase_batches = self.checker.heal_seq().unwrap_or(0);
         let nodes = self

@@ -253,8 +253,8 @@ impl Node for ToyNode {
         // A deadline further away than one period means the clock jumped back: re-arm, or the
         // node would stay silent for the length of the jump.
         match self.deadline {
-            Some(d) if d > now && d <= now + RESEND_MS => {}
-            _ => self.deadline = Some(now + RESEND_MS),
+            Some(d) if d > now && d <= now.saturating_add(RESEND_MS) => {}
+            _ => self.deadline = Some(now.saturating_add(RESEND_MS)),
         }
     }
 
