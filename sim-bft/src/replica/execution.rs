@@ -33,11 +33,16 @@ impl Replica {
             // commit certificate from a later view, after a restart into a stale view): a
             // primary must never propose again at a seq that already executed.
             self.next_seq = self.next_seq.max(seq + 1);
-            self.vc_deadline = if self.has_pending_work() {
-                Some(now + self.vc_timeout())
-            } else {
-                None
-            };
+            // In a view change the timer keeps running (it re-sends the view change or moves
+            // on): executing by commit certificates must not leave the replica waiting for a
+            // new-view with no timer at all.
+            if !self.in_view_change {
+                self.vc_deadline = if self.has_pending_work() {
+                    Some(now.saturating_add(self.vc_timeout()))
+                } else {
+                    None
+                };
+            }
             self.view_change_attempts = 0;
             self.status_asked_at = None;
         }

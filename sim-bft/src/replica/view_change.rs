@@ -42,6 +42,20 @@ impl Replica {
         self.throttle.on_view_change_cleared();
         self.clients.clear_proposed();
         self.batch_deadline = None;
+        // Persist "changing to `target`" before anything of the view change leaves: a replica
+        // restarting from here resumes the view change (and waits for the new-view) instead of
+        // believing it is in `target` already.
+        self.store_view(out);
+        out.push(Output::Sync);
+        let vc = self.own_view_change(target);
+        self.send(Body::ViewChange(vc), Dest::All, out);
+        self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+        self.maybe_send_new_view(now, out);
+    }
+
+    /// Builds this replica's view change for `target` from its stable checkpoint and prepared
+    /// certificates, and records its signed copy among the view changes for `target`.
+    pub(super) fn own_view_change(&mut self, target: u64) -> ViewChange {
         let prepared = self
             .log
             .range(self.stable.seq + 1..)
@@ -52,8 +66,6 @@ impl Replica {
             stable: self.stable.clone(),
             prepared,
         };
-        self.store_view(out);
-        out.push(Output::Sync);
         let payload = Payload {
             from: self.cfg.id,
             body: Body::ViewChange(vc.clone()),
@@ -64,9 +76,44 @@ impl Replica {
                 .or_default()
                 .insert(self.cfg.id, (msg, vc.clone()));
         }
-        self.send(Body::ViewChange(vc), Dest::All, out);
-        self.vc_deadline = Some(now + self.vc_timeout());
-        self.maybe_send_new_view(now, out);
+        vc
+    }
+
+    /// A peer sent a view change for a view we already hold its view change for, or for a view
+    /// at or below ours: it may have restarted and lost what it had received. While we are
+    /// changing view ourselves, it gets our own view change (so that a restarted primary can
+    /// still gather its quorum and send the new-view, and a restarted backup can join a later
+    /// view change); at most once per half view-change timeout per peer.
+    fn echo_view_change(&mut self, now: Millis, to: NodeId, out: &mut Vec<Output>) {
+        if !self.in_view_change || !self.echo_allowed(now, to) {
+            return;
+        }
+        let own = self
+            .view_changes
+            .get(&self.view)
+            .and_then(|m| m.get(&self.cfg.id))
+            .map(|(msg, _)| msg.clone());
+        if let Some(msg) = own
+            && let Ok(bytes) = codec::encode(&Wire::Signed(msg))
+        {
+            self.metrics.inc("view_change_echoed");
+            out.push(Output::Send { to, bytes });
+        }
+    }
+
+    /// Rate limit of [`Self::echo_view_change`] and of new-views re-sent to a peer that asks
+    /// again for our current view: true (and recorded) at most once per half timeout per peer.
+    fn echo_allowed(&mut self, now: Millis, to: NodeId) -> bool {
+        let gap = (self.cfg.view_change_timeout_ms / 2).max(1);
+        if self
+            .vc_echo_ms
+            .get(&to)
+            .is_some_and(|last| now < last.saturating_add(gap))
+        {
+            return false;
+        }
+        self.vc_echo_ms.insert(to, now);
+        true
     }
 
     pub(super) fn on_view_change(
@@ -79,13 +126,21 @@ impl Replica {
     ) {
         let target = vc.new_view;
         if target < self.view || (target == self.view && !self.in_view_change) {
-            // The sender lags behind a view we already entered: show it the new-view.
+            // The sender lags behind a view we already entered: show it the new-view. A peer
+            // asking for exactly our view may have restarted after we showed it once: it gets
+            // the new-view again, rate limited.
+            let again = target == self.view
+                && !self.in_view_change
+                && self.last_new_view.is_some()
+                && self.echo_allowed(now, from);
             if let Some(nv) = self.last_new_view.clone()
-                && self.new_view_resent.insert((from, self.view))
+                && (self.new_view_resent.insert((from, self.view)) || again)
                 && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
             {
                 out.push(Output::Send { to: from, bytes });
             }
+            // We are changing to a later view: the sender may join it on our view change.
+            self.echo_view_change(now, from, out);
             return self.drop_msg("drop_stale_view_change", Some(from));
         }
         if target > self.view + u64::from(self.cfg.n) {
@@ -96,6 +151,11 @@ impl Replica {
             .get(&target)
             .is_some_and(|m| m.contains_key(&from))
         {
+            // A repeated view change: the sender found no quorum, perhaps because it restarted
+            // and lost ours.
+            if target == self.view {
+                self.echo_view_change(now, from, out);
+            }
             return self.drop_msg("drop_duplicate", Some(from));
         }
         if !self.validate_view_change(&vc) {
@@ -281,7 +341,6 @@ impl Replica {
             replica = self.cfg.id,
             view, min_s, max_s, "entered new view"
         );
-        self.store_view(out);
 
         // Adopt the quorum's stable checkpoint when we executed it ourselves with that digest;
         // otherwise fetch it.
@@ -338,6 +397,10 @@ impl Replica {
                 value: None,
             });
         }
+        // "In `view`, new-view processed" goes to storage after the new log: writes are kept
+        // in order, so whoever restarts in the view finds its log, and whoever finds only the
+        // view change restarts it (and waits for the new-view again).
+        self.store_view(out);
         out.push(Output::Sync);
         self.next_seq = max_s.max(self.last_executed).max(self.stable.seq) + 1;
         if !is_primary {
@@ -360,7 +423,7 @@ impl Replica {
             }
         }
         self.vc_deadline = if self.has_pending_work() {
-            Some(now + self.vc_timeout())
+            Some(now.saturating_add(self.vc_timeout()))
         } else {
             None
         };
