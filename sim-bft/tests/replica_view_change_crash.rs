@@ -335,3 +335,116 @@ fn a_restarted_new_primary_still_sends_its_new_view() {
     assert!(!rig.r.in_view_change());
     assert_eq!(rig.r.view(), 1);
 }
+
+mod replica_support;
+
+/// A cached reply re-sent after a view change says what the original said, on every replica
+/// (issue 10): besides the replica's id and signature it is a function of execution only. The
+/// old reply carried the replica's current view, so the re-sent reply disagreed with the
+/// original (and between replicas in different views).
+#[test]
+fn a_cached_reply_resent_after_a_view_change_is_identical_on_every_replica() {
+    use sim_bft::crypto::Keyring;
+    use sim_bft::protocol::SignedReply;
+
+    let mut h = replica_support::Harness::new(4, |_| {});
+    let payload = KvOp::Put {
+        key: "k".into(),
+        value: "v".into(),
+    }
+    .to_payload();
+    let bytes = h.request_bytes(0, payload);
+    for i in 0..4 {
+        h.input(
+            i,
+            Input::Client {
+                bytes: bytes.clone(),
+            },
+        );
+    }
+    h.advance(1_000);
+    let ring = Keyring::from_seed(SEED, 4, 8);
+    let content = |b: &[u8]| {
+        let mut r = SignedReply::open(b, &ring).unwrap();
+        r.replica = 0;
+        r.batch_entries.clear();
+        r.index = 0;
+        r
+    };
+    let original: Vec<_> = h.replies.iter().map(|(_, b)| content(b)).collect();
+    assert_eq!(original.len(), 4, "every replica replied");
+    assert!(original.windows(2).all(|w| w[0] == w[1]));
+    // The primary goes silent: the others change view while a request is pending.
+    h.isolated.insert(0);
+    h.put(1, "k2", "v2");
+    h.advance(60_000);
+    assert!((1..4).all(|i| h.replica(i).view() >= 1));
+    h.replies.clear();
+    for i in 1..4 {
+        h.input(
+            i,
+            Input::Client {
+                bytes: bytes.clone(),
+            },
+        );
+    }
+    let resent: Vec<_> = h
+        .replies
+        .iter()
+        .filter(|(c, _)| *c == 0)
+        .map(|(_, b)| content(b))
+        .collect();
+    assert_eq!(resent.len(), 3, "each replica re-sends the cached reply");
+    for r in &resent {
+        assert_eq!(*r, original[0]);
+    }
+}
+
+/// Request numbers of replica `id`'s own ticks among the queued messages (then clears them).
+fn queued_tick_numbers(h: &mut replica_support::Harness, id: NodeId) -> Vec<u64> {
+    let own = sim_bft::crypto::internal_client_id(id);
+    let mut seqs = Vec::new();
+    for (from, _, bytes) in h.queue.drain(..) {
+        if from != id {
+            continue;
+        }
+        let reqs = match codec::decode::<Wire>(&bytes, 1 << 22) {
+            Ok(Wire::Request(r)) => vec![r],
+            Ok(Wire::Requests(rs)) => rs,
+            _ => continue,
+        };
+        seqs.extend(
+            reqs.iter()
+                .filter(|r| r.request.client == own)
+                .map(|r| r.request.req_seq),
+        );
+    }
+    seqs.sort_unstable();
+    seqs.dedup();
+    seqs
+}
+
+/// A replica that sent a tick which never executed, then crashed, must not reuse its request
+/// number for another tick after recovery (issue 10): the old code restarted the numbering at
+/// the last executed one, so two different signed requests shared one number.
+#[test]
+fn a_recovered_replica_never_reissues_an_internal_request_number() {
+    let mut h = replica_support::Harness::new(4, |_| {});
+    h.isolated.insert(1);
+    h.tick(1, 5);
+    h.now += 1_000;
+    h.input(1, Input::Timer);
+    let before = queued_tick_numbers(&mut h, 1);
+    assert!(!before.is_empty(), "the tick left");
+    h.crash(1);
+    h.recover(1);
+    h.tick(1, 6);
+    h.now += 1_000;
+    h.input(1, Input::Timer);
+    let after = queued_tick_numbers(&mut h, 1);
+    assert!(!after.is_empty(), "the second tick left");
+    assert!(
+        after.iter().all(|s| !before.contains(s)),
+        "request numbers re-issued: before {before:?}, after {after:?}"
+    );
+}

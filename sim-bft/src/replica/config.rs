@@ -76,6 +76,11 @@ pub enum Byzantine {
     CorruptStateChunks,
     /// Submits many ticks per timer, ignoring the throttle.
     TickFlood,
+    /// As primary, keeps sending pre-prepares of the current view with other batches for seqs
+    /// its log already committed in this view (those a new-view re-ordered included): only a
+    /// replica that skipped the new-view, or lets a pre-prepare replace a committed entry,
+    /// accepts them.
+    ReproposeCommitted,
 }
 
 /// Configuration of one replica. Every replica of a cluster must agree on everything except

@@ -177,7 +177,6 @@ impl Replica {
             .collect();
         let header = crate::protocol::ReplyHeader {
             replica: self.cfg.id,
-            view: self.view,
             seq,
             entries_digest: crate::protocol::entries_digest(&entries),
         };
@@ -188,7 +187,6 @@ impl Replica {
         for (index, (client, req_seq, result)) in replies.into_iter().enumerate() {
             let reply = crate::protocol::Reply {
                 replica: self.cfg.id,
-                view: self.view,
                 seq,
                 client,
                 req_seq,

@@ -242,6 +242,8 @@ pub struct Replica {
     /// Internal request numbers up to this one are reserved in durable storage
     /// ([`KEY_INTERNAL_REQ`]) before any of them is sent.
     internal_req_reserved: u64,
+    /// [`Byzantine::ReproposeCommitted`] only: when it next re-proposes committed seqs.
+    byz_repropose_at: Millis,
 }
 
 impl std::fmt::Debug for Replica {
@@ -338,6 +340,7 @@ impl Replica {
             status_peer_ms: BTreeMap::new(),
             vc_echo_ms: BTreeMap::new(),
             internal_req_reserved: 0,
+            byz_repropose_at: Millis::MIN,
             cfg,
         };
         r.last_state_digest = r.state_digest();
@@ -592,6 +595,9 @@ impl Node for Replica {
         }
         if self.cfg.byzantine == Byzantine::BogusViewChange && self.metrics.get("bogus_sent") < 64 {
             self.send_bogus_view_change(out);
+        }
+        if self.cfg.byzantine == Byzantine::ReproposeCommitted {
+            self.repropose_committed(now, out);
         }
         self.try_propose(now, out);
         if self.vc_deadline.is_none() && self.has_pending_work() && !self.in_view_change {

@@ -19,6 +19,11 @@ use crate::crypto::Digest32;
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Batch, Body, CheckpointProof, Payload, SignedMsg, ViewChange, Wire, codec};
 
+/// Most conflicting pre-prepares a [`Byzantine::ReproposeCommitted`] replica sends.
+const REPROPOSE_MAX: usize = 4_096;
+/// Most conflicting pre-prepares it sends in one round.
+const REPROPOSE_ROUND: usize = 16;
+
 /// Most pending requests a backup re-forwards to a new primary.
 const REFORWARD_MAX: usize = 4_096;
 
@@ -469,6 +474,35 @@ impl Replica {
                     )
             })
         })
+    }
+
+    /// Byzantine mode [`Byzantine::ReproposeCommitted`]: as primary, every half view-change
+    /// timeout, pre-prepares another batch (its clock moved by one) for each of the last
+    /// [`REPROPOSE_ROUND`] seqs committed in this view, at most [`REPROPOSE_MAX`] in all.
+    pub(super) fn repropose_committed(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if !self.is_primary() || self.in_view_change || now < self.byz_repropose_at {
+            return;
+        }
+        let sent = usize::try_from(self.metrics.get("byz_reproposed")).unwrap_or(usize::MAX);
+        if sent >= REPROPOSE_MAX {
+            return;
+        }
+        self.byz_repropose_at = now.saturating_add((self.cfg.view_change_timeout_ms / 2).max(1));
+        let view = self.view;
+        let todo: Vec<(u64, Batch)> = self
+            .log
+            .iter()
+            .rev()
+            .filter(|(_, e)| e.view == view && e.committed)
+            .filter_map(|(s, e)| e.batch.clone().map(|b| (*s, b)))
+            .filter(|(_, b)| !b.null)
+            .take(REPROPOSE_ROUND.min(REPROPOSE_MAX - sent))
+            .collect();
+        for (seq, mut batch) in todo {
+            batch.primary_clock_ms = batch.primary_clock_ms.saturating_add(1);
+            self.metrics.inc("byz_reproposed");
+            self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
+        }
     }
 
     /// Byzantine mode: a view change for the next view with a forged checkpoint proof.

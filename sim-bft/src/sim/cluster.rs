@@ -99,6 +99,7 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::TickFlood => Byzantine::TickFlood,
         ByzantineKind::BadSignatures => Byzantine::BadSignatures,
         ByzantineKind::BadDigests => Byzantine::BadDigests,
+        ByzantineKind::Repropose => Byzantine::ReproposeCommitted,
         _ => Byzantine::Honest,
     }
 }

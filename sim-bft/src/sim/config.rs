@@ -202,16 +202,18 @@ pub enum ByzantineKind {
     BadSignatures,
     /// Votes with wrong digests.
     BadDigests,
+    /// As primary, re-proposes other batches for seqs already committed in its view.
+    Repropose,
 }
 
 impl ByzantineKind {
     /// Every kind's CLI name.
     pub const NAMES: &'static str = "silent, replay, corrupt, equivocate, bogus-view-change, \
                                      corrupt-state-transfer, lying-time, tick-flood, \
-                                     bad-signatures, bad-digests";
+                                     bad-signatures, bad-digests, repropose";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 10] = [
+    pub const ALL: [ByzantineKind; 11] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -222,6 +224,7 @@ impl ByzantineKind {
         Self::TickFlood,
         Self::BadSignatures,
         Self::BadDigests,
+        Self::Repropose,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -258,6 +261,7 @@ impl fmt::Display for ByzantineKind {
             Self::TickFlood => "tick-flood",
             Self::BadSignatures => "bad-signatures",
             Self::BadDigests => "bad-digests",
+            Self::Repropose => "repropose",
         })
     }
 }
@@ -295,6 +299,11 @@ pub struct FaultConfig {
     pub clock_jumps: u32,
     /// Largest clock jump.
     pub max_clock_jump_ms: Millis,
+    /// Crash at a protocol point: probability that an honest replica crashes right after it
+    /// synced a new view to disk (joining a view change, or entering a view), before the rest of
+    /// that step's outputs leave; it restarts from its disk after a seeded delay. One replica
+    /// at a time, safety phase only. 0 disables it (and draws nothing from the seed).
+    pub crash_at_view_change: f64,
 }
 
 impl Default for FaultConfig {
@@ -315,6 +324,7 @@ impl Default for FaultConfig {
             max_drift_ppm: 0,
             clock_jumps: 0,
             max_clock_jump_ms: 0,
+            crash_at_view_change: 0.0,
         }
     }
 }
@@ -418,6 +428,7 @@ impl SimConfig {
             ("drop-rate", fc.drop_rate),
             ("duplicate-rate", fc.duplicate_rate),
             ("reorder-rate", fc.reorder_rate),
+            ("crash-at-view-change", fc.crash_at_view_change),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(ConfigError::BadRate { name, value });
