@@ -448,3 +448,38 @@ fn a_recovered_replica_never_reissues_an_internal_request_number() {
         "request numbers re-issued: before {before:?}, after {after:?}"
     );
 }
+
+/// The simulator's adversary for this defect: crashes right after a view is synced
+/// (`crash_at_view_change`) while a Byzantine primary re-proposes committed seqs. Safe and
+/// live, every honest replica past the heal, and the crash points really happened.
+#[test]
+fn crashes_at_view_changes_with_a_reproposing_primary_are_safe_and_live() {
+    use sim_bft::sim::cluster::Cluster;
+    use sim_bft::sim::{ByzantineKind, FaultConfig, SimConfig};
+    for seed in [2, 5] {
+        let cfg = SimConfig {
+            seed,
+            replicas: 4,
+            duration_ms: 20_000,
+            liveness_ms: 30_000,
+            faults: FaultConfig {
+                drop_rate: 0.05,
+                crash_at_view_change: 0.5,
+                pinned_byzantine: vec![1],
+                byzantine_kind: ByzantineKind::Repropose,
+                ..FaultConfig::default()
+            },
+            ..SimConfig::default()
+        };
+        let o = Cluster::from_config(cfg).build().unwrap().run();
+        let explain = format!("{:#?}\nreplay: {}", o.violations, o.replay_command());
+        assert!(o.ok(), "{explain}");
+        assert!(
+            o.stats.crash_points > 0,
+            "no crash at a view change: {explain}"
+        );
+        for n in o.nodes.iter().filter(|n| n.honest) {
+            assert!(n.last_executed_seq > o.heal_seq, "{explain}");
+        }
+    }
+}
