@@ -139,6 +139,10 @@ struct RunArgs {
     /// Number of crashes (each followed by a restart from persisted storage).
     #[arg(long, default_value_t = 0)]
     crash: u32,
+    /// Probability that an honest replica crashes right after syncing a new view (joining a
+    /// view change or entering a view), then restarts from its disk.
+    #[arg(long, default_value_t = 0.0)]
+    crash_at_view_change: f64,
     /// Number of Byzantine replicas (at most f).
     #[arg(long, default_value_t = 0)]
     byzantine: u32,
@@ -287,6 +291,7 @@ impl RunArgs {
                 max_clock_jump_ms: self.clock_jump.min(i64::MAX as u64) as i64,
                 state_growth_bytes: self.state_growth,
                 max_size_requests: self.max_size_requests,
+                crash_at_view_change: self.crash_at_view_change,
                 ..FaultConfig::default()
             },
             ..SimConfig::default()

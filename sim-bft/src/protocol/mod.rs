@@ -444,12 +444,14 @@ pub enum Wire {
 /// [`ReplyHeader`] naming the digest of the list of every reply of the batch, and each reply
 /// carries that list (`batch_entries`, 32 bytes per request) and its own position in it. A
 /// client recomputes its entry, checks it is at `index`, and verifies the one signature.
+///
+/// Besides the replying replica (and its signature) a reply is a function of execution only:
+/// no view number or other replica-local state, so a cached reply re-sent after a view change
+/// (a single-entry list) is the same on every replica and matches the original's content.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct Reply {
     /// The replying replica.
     pub replica: NodeId,
-    /// The view the request executed in.
-    pub view: u64,
     /// Sequence number of the batch that executed it.
     pub seq: u64,
     /// The client.
@@ -469,8 +471,6 @@ pub struct Reply {
 pub struct ReplyHeader {
     /// The replying replica.
     pub replica: NodeId,
-    /// View.
-    pub view: u64,
     /// Batch sequence number.
     pub seq: u64,
     /// SHA-256 over the concatenated entries.
@@ -521,7 +521,6 @@ impl SignedReply {
         }
         let header = ReplyHeader {
             replica: r.replica,
-            view: r.view,
             seq: r.seq,
             entries_digest: entries_digest(&r.batch_entries),
         };

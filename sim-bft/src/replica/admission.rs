@@ -336,6 +336,8 @@ impl Replica {
             self.metrics.inc("drop_pending_full");
             return false;
         }
+        // The number must be durable before it can leave (a restart never re-issues it).
+        self.reserve_internal_req(req_seq, out);
         let request = Request {
             client: internal_client_id(self.cfg.id),
             req_seq,

@@ -87,6 +87,11 @@ pub enum Byzantine {
     /// Never admits (so, as primary, never proposes) the requests of user client
     /// [`STARVED_CLIENT`], while ordering everyone else's normally.
     StarveClient,
+    /// As primary, keeps sending pre-prepares of the current view with other batches for seqs
+    /// its log already committed in this view (those a new-view re-ordered included): only a
+    /// replica that skipped the new-view, or lets a pre-prepare replace a committed entry,
+    /// accepts them.
+    ReproposeCommitted,
 }
 
 /// The client a [`Byzantine::StarveClient`] replica starves.

@@ -34,8 +34,13 @@ impl Replica {
             // primary must never propose again at a seq that already executed.
             self.next_seq = self.next_seq.max(seq + 1);
             // Progress restarts the timer of unexecuted log entries, but not of a request
-            // still waiting: its deadline counts from when this replica first saw it.
-            self.vc_deadline = self.work_deadline(now);
+            // still waiting: its deadline counts from when this replica first saw it. In a view
+            // change the timer keeps running (it re-sends the view change or moves on):
+            // executing by commit certificates must not leave the replica waiting for a
+            // new-view with no timer at all.
+            if !self.in_view_change {
+                self.vc_deadline = self.work_deadline(now);
+            }
             self.view_change_attempts = 0;
             self.status_asked_at = None;
         }
@@ -199,7 +204,6 @@ impl Replica {
             .collect();
         let header = crate::protocol::ReplyHeader {
             replica: self.cfg.id,
-            view: self.view,
             seq,
             entries_digest: crate::protocol::entries_digest(&entries),
         };
@@ -210,7 +214,6 @@ impl Replica {
         for (index, (client, req_seq, result)) in replies.into_iter().enumerate() {
             let reply = crate::protocol::Reply {
                 replica: self.cfg.id,
-                view: self.view,
                 seq,
                 client,
                 req_seq,

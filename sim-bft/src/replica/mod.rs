@@ -81,6 +81,9 @@ pub const KEY_VIEW: &[u8] = b"view";
 pub const KEY_CHECKPOINT: &[u8] = b"ckpt";
 /// Prefix of the storage keys of log entries (followed by the seq, big endian).
 pub const KEY_LOG_PREFIX: &[u8] = b"log/";
+/// Storage key of the high-water mark of this replica's internal request numbers (ticks): a
+/// number at or below it may have been sent, so a recovered replica never issues it again.
+pub const KEY_INTERNAL_REQ: &[u8] = b"ireq";
 
 fn log_key(seq: u64) -> Vec<u8> {
     let mut k = KEY_LOG_PREFIX.to_vec();
@@ -122,6 +125,15 @@ struct StoredEntry {
     batch: Batch,
     proof: Option<PreparedProof>,
     committed: bool,
+}
+
+/// What durable storage keeps under [`KEY_VIEW`]: the view and whether the replica is still
+/// changing to it (joined its view change, new-view not yet processed). A replica restarting in
+/// a view change resumes it: it must not act as if the view's new-view had been processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+struct StoredView {
+    view: u64,
+    in_view_change: bool,
 }
 
 /// What durable storage keeps of the stable checkpoint.
@@ -240,6 +252,14 @@ pub struct Replica {
     /// The waiting request for which this replica last asked its peers' status, and when: its
     /// second expiry changes view, whatever executed meanwhile.
     status_asked_req: Option<((crate::node::ClientId, u64), Millis)>,
+    /// When this replica last answered a peer's repeated or stale view change with its own
+    /// view change or new-view (a restarted peer lost them; rate limit).
+    vc_echo_ms: BTreeMap<NodeId, Millis>,
+    /// Internal request numbers up to this one are reserved in durable storage
+    /// ([`KEY_INTERNAL_REQ`]) before any of them is sent.
+    internal_req_reserved: u64,
+    /// [`Byzantine::ReproposeCommitted`] only: when it next re-proposes committed seqs.
+    byz_repropose_at: Millis,
 }
 
 impl std::fmt::Debug for Replica {
@@ -346,6 +366,9 @@ impl Replica {
             view_started_ms: Millis::MIN,
             view_seen: (0, false),
             status_asked_req: None,
+            vc_echo_ms: BTreeMap::new(),
+            internal_req_reserved: 0,
+            byz_repropose_at: Millis::MIN,
             cfg,
         };
         r.last_state_digest = r.state_digest();
@@ -656,6 +679,9 @@ impl Node for Replica {
         }
         if self.cfg.byzantine == Byzantine::FutureFlood {
             self.send_future_flood(now, out);
+        }
+        if self.cfg.byzantine == Byzantine::ReproposeCommitted {
+            self.repropose_committed(now, out);
         }
         self.try_propose(now, out);
         if (self.view, self.in_view_change) != self.view_seen {

@@ -5,6 +5,8 @@
 //! batch's time, and votes. An entry prepares with 2f matching prepares from backups and
 //! commits with 2f+1 matching commits, whose signed clocks become a time certificate.
 
+use tracing::warn;
+
 use super::{Byzantine, CommitVote, Dest, Entry, Replica, TimeMode};
 use crate::crypto::{Digest32, SigBytes};
 use crate::node::{Millis, NodeId, Output};
@@ -125,6 +127,23 @@ impl Replica {
             };
             return self.drop_msg(reason, Some(from));
         }
+        if let Some(e) = self.log.get(&seq)
+            && e.view != view
+            && e.committed
+        {
+            // Committed in an earlier view: only a validated new-view may replace the entry (and
+            // it carries the same batch). A pre-prepare never does, whatever its digest.
+            let reason = if e.digest == Some(digest) {
+                "drop_duplicate"
+            } else {
+                warn!(
+                    replica = self.cfg.id,
+                    from, seq, "pre-prepare conflicts with a batch committed in an earlier view"
+                );
+                "drop_conflicts_committed"
+            };
+            return self.drop_msg(reason, Some(from));
+        }
         self.preverify_requests(batch.requests.iter(), Some(from));
         for r in &batch.requests {
             if let Err(reason) = self.validate_request(r, Some(from)) {
@@ -138,6 +157,19 @@ impl Replica {
                 .mark_proposed(r.request.client, r.request.req_seq, seq);
         }
         let entry = self.log.entry(seq).or_default();
+        if entry.view != view {
+            // An entry left from an earlier view (its votes and flags were about another view's
+            // batch): start afresh, keeping only the prepared certificate (view-change evidence).
+            let commits = std::mem::take(&mut entry.commits)
+                .into_iter()
+                .filter(|(_, v)| v.view == view)
+                .collect();
+            *entry = Entry {
+                proof: entry.proof.take(),
+                commits,
+                ..Entry::default()
+            };
+        }
         entry.view = view;
         entry.digest = Some(digest);
         entry.batch = Some(batch);

@@ -7,12 +7,15 @@
 use std::collections::BTreeMap;
 
 use super::{
-    KEY_CHECKPOINT, KEY_LOG_PREFIX, KEY_VIEW, Replica, ReplicaConfig, ReplicaError,
-    StoredCheckpoint, StoredEntry, log_key,
+    KEY_CHECKPOINT, KEY_INTERNAL_REQ, KEY_LOG_PREFIX, KEY_VIEW, Replica, ReplicaConfig,
+    ReplicaError, StoredCheckpoint, StoredEntry, StoredView, log_key,
 };
 use crate::app::{Application, TickExecutor, WithTicks};
 use crate::crypto::internal_client_id;
 use crate::node::Output;
+
+/// How many internal request numbers one durable reservation covers.
+pub(super) const INTERNAL_REQ_BLOCK: u64 = 64;
 use crate::protocol::codec;
 
 impl Replica {
@@ -52,9 +55,10 @@ impl Replica {
                 .map_err(|e| ReplicaError::Storage(format!("checkpoint: {e}")))?;
         }
         if let Some(bytes) = stored.get(KEY_VIEW) {
-            let view: u64 = codec::decode(bytes, 16)
+            let v: StoredView = codec::decode(bytes, 32)
                 .map_err(|e| ReplicaError::Storage(format!("view: {e}")))?;
-            r.view = view;
+            r.view = v.view;
+            r.in_view_change = v.in_view_change;
         }
         for (k, v) in stored.range(KEY_LOG_PREFIX.to_vec()..) {
             if !k.starts_with(KEY_LOG_PREFIX) {
@@ -83,15 +87,59 @@ impl Replica {
         r.next_seq = known.max(r.last_executed) + 1;
         // Entries above what executed were accepted in some view; only the current view's may
         // still gather votes. Older ones stay as evidence (proofs) for the next view change.
+        //
+        // A replica that crashed while changing view has not processed the view's new-view: no
+        // entry is the current view's, every entry waits for the new-view (which alone may
+        // change an entry committed or prepared in an earlier view). It resumes the view
+        // change: its own view change is rebuilt from the same durable log and checkpoint, and
+        // its timer fires at once, which re-sends it (peers answer with theirs or the new-view).
         let view = r.view;
+        let in_vc = r.in_view_change;
         for e in r.log.values_mut() {
-            if e.view != view && !e.committed {
+            if (e.view != view || in_vc) && !e.committed {
                 e.batch = None;
                 e.digest = None;
             }
         }
-        r.next_internal_req = r.clients.last_req_seq(internal_client_id(r.cfg.id)) + 1;
+        if in_vc {
+            r.own_view_change(view);
+            r.vc_deadline = Some(0);
+            r.metrics.inc("view_change_resumed");
+        }
+        // Never re-issue an internal request number that may have been sent: the durable
+        // high-water mark is reserved before any number below it leaves.
+        let reserved = match stored.get(KEY_INTERNAL_REQ) {
+            Some(bytes) => codec::decode::<u64>(bytes, 16)
+                .map_err(|e| ReplicaError::Storage(format!("internal request mark: {e}")))?,
+            None => 0,
+        };
+        r.internal_req_reserved = reserved;
+        r.next_internal_req = r
+            .clients
+            .last_req_seq(internal_client_id(r.cfg.id))
+            .max(reserved)
+            .saturating_add(1);
         Ok(r)
+    }
+
+    /// Makes sure internal request number `req_seq` is covered by the durable high-water mark
+    /// before it is sent: when it is not, reserves the next [`INTERNAL_REQ_BLOCK`] numbers (one
+    /// store and sync per block, not per tick).
+    pub(super) fn reserve_internal_req(&mut self, req_seq: u64, out: &mut Vec<Output>) {
+        if req_seq <= self.internal_req_reserved {
+            return;
+        }
+        let mark = req_seq.saturating_add(INTERNAL_REQ_BLOCK);
+        if let Ok(value) = codec::encode(&mark) {
+            self.internal_req_reserved = mark;
+            out.push(Output::Store {
+                key: KEY_INTERNAL_REQ.to_vec(),
+                value: Some(value),
+            });
+            out.push(Output::Sync);
+        } else {
+            self.metrics.inc("encode_error");
+        }
     }
 
     pub(super) fn store_entry(&self, seq: u64, out: &mut Vec<Output>) {
@@ -115,7 +163,11 @@ impl Replica {
     }
 
     pub(super) fn store_view(&self, out: &mut Vec<Output>) {
-        if let Ok(v) = codec::encode(&self.view) {
+        let v = StoredView {
+            view: self.view,
+            in_view_change: self.in_view_change,
+        };
+        if let Ok(v) = codec::encode(&v) {
             out.push(Output::Store {
                 key: KEY_VIEW.to_vec(),
                 value: Some(v),

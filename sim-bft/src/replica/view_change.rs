@@ -19,6 +19,11 @@ use crate::crypto::Digest32;
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Batch, Body, CheckpointProof, Payload, SignedMsg, ViewChange, Wire, codec};
 
+/// Most conflicting pre-prepares a [`Byzantine::ReproposeCommitted`] replica sends.
+const REPROPOSE_MAX: usize = 4_096;
+/// Most conflicting pre-prepares it sends in one round.
+const REPROPOSE_ROUND: usize = 16;
+
 /// Most pending requests a backup re-forwards to a new primary.
 const REFORWARD_MAX: usize = 4_096;
 
@@ -42,6 +47,20 @@ impl Replica {
         self.throttle.on_view_change_cleared();
         self.clients.clear_proposed();
         self.batch_deadline = None;
+        // Persist "changing to `target`" before anything of the view change leaves: a replica
+        // restarting from here resumes the view change (and waits for the new-view) instead of
+        // believing it is in `target` already.
+        self.store_view(out);
+        out.push(Output::Sync);
+        let vc = self.own_view_change(target);
+        self.send(Body::ViewChange(vc), Dest::All, out);
+        self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+        self.maybe_send_new_view(now, out);
+    }
+
+    /// Builds this replica's view change for `target` from its stable checkpoint and prepared
+    /// certificates, and records its signed copy among the view changes for `target`.
+    pub(super) fn own_view_change(&mut self, target: u64) -> ViewChange {
         let prepared = self
             .log
             .range(self.stable.seq + 1..)
@@ -52,21 +71,72 @@ impl Replica {
             stable: self.stable.clone(),
             prepared,
         };
-        self.store_view(out);
-        out.push(Output::Sync);
         let payload = Payload {
             from: self.cfg.id,
             body: Body::ViewChange(vc.clone()),
         };
         if let Ok(msg) = SignedMsg::sign(&self.key, &payload) {
+            self.check_deliverable(&msg, "view change");
             self.view_changes
                 .entry(target)
                 .or_default()
                 .insert(self.cfg.id, (msg, vc.clone()));
         }
-        self.send(Body::ViewChange(vc), Dest::All, out);
-        self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
-        self.maybe_send_new_view(now, out);
+        vc
+    }
+
+    /// View changes and new-views still carry whole prepared batches (issue 9 defect 4, open):
+    /// one larger than `max_message_bytes` is dropped by every receiver. Never silently: counted
+    /// (`view_change_oversized`) and warned about where it is built.
+    fn check_deliverable(&mut self, msg: &SignedMsg, what: &'static str) {
+        let len = codec::encode(&Wire::Signed(msg.clone())).map_or(usize::MAX, |b| b.len());
+        if len > self.cfg.max_message_bytes {
+            self.metrics.inc("view_change_oversized");
+            warn!(
+                replica = self.cfg.id,
+                what,
+                len,
+                limit = self.cfg.max_message_bytes,
+                "view-change message exceeds max_message_bytes: receivers will drop it"
+            );
+        }
+    }
+
+    /// A peer sent a view change for a view we already hold its view change for, or for a view
+    /// at or below ours: it may have restarted and lost what it had received. While we are
+    /// changing view ourselves, it gets our own view change (so that a restarted primary can
+    /// still gather its quorum and send the new-view, and a restarted backup can join a later
+    /// view change); at most once per half view-change timeout per peer.
+    fn echo_view_change(&mut self, now: Millis, to: NodeId, out: &mut Vec<Output>) {
+        if !self.in_view_change || !self.echo_allowed(now, to) {
+            return;
+        }
+        let own = self
+            .view_changes
+            .get(&self.view)
+            .and_then(|m| m.get(&self.cfg.id))
+            .map(|(msg, _)| msg.clone());
+        if let Some(msg) = own
+            && let Ok(bytes) = codec::encode(&Wire::Signed(msg))
+        {
+            self.metrics.inc("view_change_echoed");
+            out.push(Output::Send { to, bytes });
+        }
+    }
+
+    /// Rate limit of [`Self::echo_view_change`] and of new-views re-sent to a peer that asks
+    /// again for our current view: true (and recorded) at most once per half timeout per peer.
+    fn echo_allowed(&mut self, now: Millis, to: NodeId) -> bool {
+        let gap = (self.cfg.view_change_timeout_ms / 2).max(1);
+        if self
+            .vc_echo_ms
+            .get(&to)
+            .is_some_and(|last| now < last.saturating_add(gap))
+        {
+            return false;
+        }
+        self.vc_echo_ms.insert(to, now);
+        true
     }
 
     pub(super) fn on_view_change(
@@ -79,13 +149,21 @@ impl Replica {
     ) {
         let target = vc.new_view;
         if target < self.view || (target == self.view && !self.in_view_change) {
-            // The sender lags behind a view we already entered: show it the new-view.
+            // The sender lags behind a view we already entered: show it the new-view. A peer
+            // asking for exactly our view may have restarted after we showed it once: it gets
+            // the new-view again, rate limited.
+            let again = target == self.view
+                && !self.in_view_change
+                && self.last_new_view.is_some()
+                && self.echo_allowed(now, from);
             if let Some(nv) = self.last_new_view.clone()
-                && self.new_view_resent.insert((from, self.view))
+                && (self.new_view_resent.insert((from, self.view)) || again)
                 && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
             {
                 out.push(Output::Send { to: from, bytes });
             }
+            // We are changing to a later view: the sender may join it on our view change.
+            self.echo_view_change(now, from, out);
             return self.drop_msg("drop_stale_view_change", Some(from));
         }
         if target > self.view + u64::from(self.cfg.n) {
@@ -96,6 +174,11 @@ impl Replica {
             .get(&target)
             .is_some_and(|m| m.contains_key(&from))
         {
+            // A repeated view change: the sender found no quorum, perhaps because it restarted
+            // and lost ours.
+            if target == self.view {
+                self.echo_view_change(now, from, out);
+            }
             return self.drop_msg("drop_duplicate", Some(from));
         }
         if !self.validate_view_change(&vc) {
@@ -183,6 +266,7 @@ impl Replica {
             body: body.clone(),
         };
         if let Ok(msg) = SignedMsg::sign(&self.key, &payload) {
+            self.check_deliverable(&msg, "new-view");
             self.last_new_view = Some(msg);
         }
         self.send(body, Dest::All, out);
@@ -281,7 +365,6 @@ impl Replica {
             replica = self.cfg.id,
             view, min_s, max_s, "entered new view"
         );
-        self.store_view(out);
 
         // Adopt the quorum's stable checkpoint when we executed it ourselves with that digest;
         // otherwise fetch it.
@@ -338,6 +421,10 @@ impl Replica {
                 value: None,
             });
         }
+        // "In `view`, new-view processed" goes to storage after the new log: writes are kept
+        // in order, so whoever restarts in the view finds its log, and whoever finds only the
+        // view change restarts it (and waits for the new-view again).
+        self.store_view(out);
         out.push(Output::Sync);
         self.next_seq = max_s.max(self.last_executed).max(self.stable.seq) + 1;
         if !is_primary {
@@ -406,6 +493,35 @@ impl Replica {
                     )
             })
         })
+    }
+
+    /// Byzantine mode [`Byzantine::ReproposeCommitted`]: as primary, every half view-change
+    /// timeout, pre-prepares another batch (its clock moved by one) for each of the last
+    /// [`REPROPOSE_ROUND`] seqs committed in this view, at most [`REPROPOSE_MAX`] in all.
+    pub(super) fn repropose_committed(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if !self.is_primary() || self.in_view_change || now < self.byz_repropose_at {
+            return;
+        }
+        let sent = usize::try_from(self.metrics.get("byz_reproposed")).unwrap_or(usize::MAX);
+        if sent >= REPROPOSE_MAX {
+            return;
+        }
+        self.byz_repropose_at = now.saturating_add((self.cfg.view_change_timeout_ms / 2).max(1));
+        let view = self.view;
+        let todo: Vec<(u64, Batch)> = self
+            .log
+            .iter()
+            .rev()
+            .filter(|(_, e)| e.view == view && e.committed)
+            .filter_map(|(s, e)| e.batch.clone().map(|b| (*s, b)))
+            .filter(|(_, b)| !b.null)
+            .take(REPROPOSE_ROUND.min(REPROPOSE_MAX - sent))
+            .collect();
+        for (seq, mut batch) in todo {
+            batch.primary_clock_ms = batch.primary_clock_ms.saturating_add(1);
+            self.metrics.inc("byz_reproposed");
+            self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
+        }
     }
 
     /// Byzantine mode: a view change for the next view with a forged checkpoint proof.

@@ -147,6 +147,7 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::SlowStateSource => Byzantine::SlowStateSource,
         ByzantineKind::FutureFlood => Byzantine::FutureFlood,
         ByzantineKind::StarveClient => Byzantine::StarveClient,
+        ByzantineKind::Repropose => Byzantine::ReproposeCommitted,
         _ => Byzantine::Honest,
     }
 }

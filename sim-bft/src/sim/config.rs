@@ -353,6 +353,8 @@ pub enum ByzantineKind {
     FutureFlood,
     /// As primary, never proposes client 0's requests (orders everyone else's).
     StarveClient,
+    /// As primary, re-proposes other batches for seqs already committed in its view.
+    Repropose,
 }
 
 impl ByzantineKind {
@@ -361,10 +363,10 @@ impl ByzantineKind {
                                      corrupt-state-transfer, lying-time, tick-flood, \
                                      bad-signatures, bad-digests, \
                                      state-request-flood, slow-state-source, \
-                                     future-flood, starve-client";
+                                     future-flood, starve-client, repropose";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 14] = [
+    pub const ALL: [ByzantineKind; 15] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -379,6 +381,7 @@ impl ByzantineKind {
         Self::SlowStateSource,
         Self::FutureFlood,
         Self::StarveClient,
+        Self::Repropose,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -419,6 +422,7 @@ impl fmt::Display for ByzantineKind {
             Self::SlowStateSource => "slow-state-source",
             Self::FutureFlood => "future-flood",
             Self::StarveClient => "starve-client",
+            Self::Repropose => "repropose",
         })
     }
 }
@@ -464,6 +468,11 @@ pub struct FaultConfig {
     /// User clients send maximal admissible requests (a Put whose value fills the replicas'
     /// `max_request_bytes`, minus a small margin for the encoding) instead of small ones.
     pub max_size_requests: bool,
+    /// Crash at a protocol point: probability that an honest replica crashes right after it
+    /// synced a new view to disk (joining a view change, or entering a view), before the rest of
+    /// that step's outputs leave; it restarts from its disk after a seeded delay. One replica
+    /// at a time, safety phase only. 0 disables it (and draws nothing from the seed).
+    pub crash_at_view_change: f64,
 }
 
 impl FaultConfig {
@@ -474,6 +483,7 @@ impl FaultConfig {
         self.drop_rate == 0.0
             && self.partition == PartitionKind::None
             && self.crashes == 0
+            && self.crash_at_view_change == 0.0
             && self.clock_jumps == 0
     }
 }
@@ -498,6 +508,7 @@ impl Default for FaultConfig {
             max_clock_jump_ms: 0,
             state_growth_bytes: 0,
             max_size_requests: false,
+            crash_at_view_change: 0.0,
         }
     }
 }
@@ -725,6 +736,7 @@ impl SimConfig {
             ("drop-rate", fc.drop_rate),
             ("duplicate-rate", fc.duplicate_rate),
             ("reorder-rate", fc.reorder_rate),
+            ("crash-at-view-change", fc.crash_at_view_change),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(ConfigError::BadRate { name, value });
@@ -839,6 +851,15 @@ impl SimConfig {
             push(format!(
                 "--clock-jumps {} --clock-jump {}ms",
                 fc.clock_jumps, fc.max_clock_jump_ms
+            ));
+        }
+        if fc.max_size_requests {
+            push("--max-size-requests".to_string());
+        }
+        if fc.crash_at_view_change > 0.0 {
+            push(format!(
+                "--crash-at-view-change {}",
+                fc.crash_at_view_change
             ));
         }
         if fc.state_growth_bytes > 0 {

@@ -127,6 +127,8 @@ pub struct SimStats {
     pub judged_ms: u64,
     /// The stall bound applied, ms (0: stalls were only measured).
     pub stall_bound_ms: u64,
+    /// Crashes at a protocol point (`crash_at_view_change`), counted in `crashes` too.
+    pub crash_points: u64,
 }
 
 /// Loss rate up to which the fault phase's stalls are judged.
@@ -356,6 +358,7 @@ pub struct Simulator<H: Harness> {
     net_rng: SimRng,
     crash_rng: SimRng,
     byz_rng: SimRng,
+    point_rng: SimRng,
     blocked: BTreeMap<(NodeId, NodeId), u32>,
     checker: Checker,
     trace: Sha256,
@@ -431,6 +434,7 @@ impl<H: Harness> Simulator<H> {
             net_rng: SimRng::split(cfg.seed, "network"),
             crash_rng: SimRng::split(cfg.seed, "disk-loss"),
             byz_rng: SimRng::split(cfg.seed, "byzantine-bytes"),
+            point_rng: SimRng::split(cfg.seed, "crash-points"),
             client_numbers: vec![0; cfg.clients as usize],
             starvation: starvation::StarvationWatch::new(2 * cfg.f() as usize + 1),
             cfg,
@@ -639,10 +643,30 @@ impl<H: Harness> Simulator<H> {
             }
         }
         self.stats.delivered += 1;
+        let mut view_stored = false;
+        let mut crashed = false;
         for o in out.drain(..) {
+            if crashed {
+                continue;
+            }
+            let sync = matches!(o, Output::Sync);
+            if let Output::Store { key, .. } = &o
+                && key.as_slice() == crate::replica::KEY_VIEW
+            {
+                view_stored = true;
+            }
             self.perform(node, o);
+            crashed = sync && view_stored && self.crash_point(node);
         }
         self.out = out;
+        if crashed {
+            // Crashed right after the sync: the rest of the step's outputs never happened.
+            self.stats.crash_points += 1;
+            self.crash(node);
+            let back = self.now_ms + self.point_rng.range(10, 2_000);
+            self.push(back, Event::Restart { node });
+            return;
+        }
         self.slots[i].inputs += 1;
         let every = self.cfg.node_check_every;
         if every > 0
@@ -824,6 +848,17 @@ impl<H: Harness> Simulator<H> {
             d += self.net_rng.range(1, rd.max(1));
         }
         d
+    }
+
+    /// Whether `node` crashes at this protocol point (`crash_at_view_change`): honest, in the
+    /// safety phase, and no other replica down; then a seeded draw.
+    fn crash_point(&mut self, node: NodeId) -> bool {
+        let p = self.cfg.faults.crash_at_view_change;
+        p > 0.0
+            && !self.healed
+            && self.slots[node as usize].role == Role::Honest
+            && self.slots.iter().all(|s| s.node.is_some())
+            && self.point_rng.chance(p)
     }
 
     fn crash(&mut self, node: NodeId) {
