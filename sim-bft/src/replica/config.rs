@@ -76,6 +76,13 @@ pub enum Byzantine {
     CorruptStateChunks,
     /// Submits many ticks per timer, ignoring the throttle.
     TickFlood,
+    /// As primary, attaches no time certificate to its batches (robust time).
+    TimeOmit,
+    /// As primary, attaches the oldest usable time certificate it holds, to freeze time.
+    TimeReplay,
+    /// As primary, omits time certificates and stamps its batches `genesis_bound_ms - 1` ahead
+    /// of its clock (just inside the backups' bound).
+    TimeOwn,
 }
 
 /// Configuration of one replica. Every replica of a cluster must agree on everything except

@@ -52,6 +52,7 @@ use crate::protocol::{
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
+pub use time_service::KEY_TIME_CERT;
 
 /// Errors of constructing or recovering a replica.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

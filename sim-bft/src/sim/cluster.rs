@@ -99,6 +99,9 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::TickFlood => Byzantine::TickFlood,
         ByzantineKind::BadSignatures => Byzantine::BadSignatures,
         ByzantineKind::BadDigests => Byzantine::BadDigests,
+        ByzantineKind::TimeOmit => Byzantine::TimeOmit,
+        ByzantineKind::TimeReplay => Byzantine::TimeReplay,
+        ByzantineKind::TimeOwn => Byzantine::TimeOwn,
         _ => Byzantine::Honest,
     }
 }

@@ -202,16 +202,23 @@ pub enum ByzantineKind {
     BadSignatures,
     /// Votes with wrong digests.
     BadDigests,
+    /// As primary, leaves the time certificate out of its batches.
+    TimeOmit,
+    /// As primary, replays the oldest time certificate backups still accept.
+    TimeReplay,
+    /// As primary, leaves certificates out and stamps its own time just inside the bound.
+    TimeOwn,
 }
 
 impl ByzantineKind {
     /// Every kind's CLI name.
     pub const NAMES: &'static str = "silent, replay, corrupt, equivocate, bogus-view-change, \
                                      corrupt-state-transfer, lying-time, tick-flood, \
-                                     bad-signatures, bad-digests";
+                                     bad-signatures, bad-digests, \
+                                     time-omit, time-replay, time-own";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 10] = [
+    pub const ALL: [ByzantineKind; 13] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -222,6 +229,9 @@ impl ByzantineKind {
         Self::TickFlood,
         Self::BadSignatures,
         Self::BadDigests,
+        Self::TimeOmit,
+        Self::TimeReplay,
+        Self::TimeOwn,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -258,6 +268,9 @@ impl fmt::Display for ByzantineKind {
             Self::TickFlood => "tick-flood",
             Self::BadSignatures => "bad-signatures",
             Self::BadDigests => "bad-digests",
+            Self::TimeOmit => "time-omit",
+            Self::TimeReplay => "time-replay",
+            Self::TimeOwn => "time-own",
         })
     }
 }
