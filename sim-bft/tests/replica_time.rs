@@ -373,8 +373,18 @@ fn time_attack(kind: Byzantine, max_in_flight: u64) -> (Harness, Option<u64>) {
         }
         for e in &h.executed[1][seen..] {
             let t = e.agreed_time_ms.unwrap();
-            assert!(t <= h.now + 5, "{kind:?}: seq {} time {t} ahead of {}", e.seq, h.now);
-            assert!(t >= h.now - bound - 100, "{kind:?}: seq {} time {t} lags {}", e.seq, h.now);
+            assert!(
+                t <= h.now + 5,
+                "{kind:?}: seq {} time {t} ahead of {}",
+                e.seq,
+                h.now
+            );
+            assert!(
+                t >= h.now - bound - 100,
+                "{kind:?}: seq {} time {t} lags {}",
+                e.seq,
+                h.now
+            );
         }
         seen = h.executed[1].len();
     }
@@ -427,7 +437,12 @@ fn primary_replaying_an_old_certificate_loses_its_view() {
 #[test]
 fn primary_clock_ahead_within_the_bound_does_not_move_time_ahead() {
     let bound = TimeConfig::default().genesis_bound_ms;
-    let (h, view_change) = time_attack(Byzantine::LyingClock { offset_ms: bound - 1 }, 4);
+    let (h, view_change) = time_attack(
+        Byzantine::LyingClock {
+            offset_ms: bound - 1,
+        },
+        4,
+    );
     assert_eq!((h.replica(1).view(), view_change), (0, None));
 }
 

@@ -368,8 +368,13 @@ pub struct SimConfig {
     pub check_time_bounds: bool,
     /// How far agreed time may run ahead of the fastest honest clock.
     pub time_ahead_slack_ms: Millis,
-    /// How far agreed time may lag the slowest honest clock when first executed.
+    /// How far agreed time may lag the slowest honest clock when the batch `time_lag_seqs`
+    /// below it was first executed (see [`super::Checker::with_time_lag_seqs`]).
     pub time_behind_slack_ms: Millis,
+    /// How many seqs before a batch its lag is measured from (0: from its own execution). For
+    /// the replica: `max_in_flight + 2`, a batch being proposed only after the one
+    /// `max_in_flight` below it executed, plus one null batch a view change may put after it.
+    pub time_lag_seqs: u64,
     /// True time at the start of the run (ms since the Unix epoch).
     pub epoch_ms: Millis,
     /// Bound on processed events (a runaway run stops with a violation).
@@ -397,8 +402,9 @@ impl Default for SimConfig {
             faults: FaultConfig::default(),
             time_service: TimeServiceMode::Robust,
             check_time_bounds: true,
-            time_ahead_slack_ms: 5_000,
-            time_behind_slack_ms: 60_000,
+            time_ahead_slack_ms: 1_000,
+            time_behind_slack_ms: 7_000,
+            time_lag_seqs: 6,
             // 2026-01-01T00:00:00Z.
             epoch_ms: 1_767_225_600_000,
             max_events: 50_000_000,
