@@ -4,7 +4,7 @@
 mod replica_support;
 
 use replica_support::{Harness, T0};
-use sim_bft::replica::TimeMode;
+use sim_bft::replica::{Byzantine, TimeConfig, TimeMode};
 
 /// Reference rule, primary's clock ahead by `offset`: returns backup 1's (soft, hard) counters
 /// and whether the cluster stayed in view 0.
@@ -75,7 +75,14 @@ fn agreed_time_is_strictly_increasing_even_with_a_stopped_clock() {
             .collect();
         assert!(times.len() >= 10);
         assert!(times.windows(2).all(|w| w[1] > w[0]), "{mode:?}: {times:?}");
-        assert_eq!(times[0], T0);
+        // The robust rule floors a batch's time at the primary's stamp minus the genesis
+        // bound (never ahead of an honest clock): the first batch, without a certificate,
+        // gets exactly that.
+        let first = match mode {
+            TimeMode::Robust => T0 - TimeConfig::default().genesis_bound_ms,
+            _ => T0,
+        };
+        assert_eq!(times[0], first);
     }
 }
 
@@ -113,9 +120,10 @@ fn robust_with_liar(liar: u32, offset: i64) -> Harness {
     let mut prev = i64::MIN;
     for x in e {
         let t = x.agreed_time_ms.unwrap();
-        // Honest clocks read between `start` and `h.now`; epsilon steps may add a few ms.
+        // Honest clocks read between `start` and `h.now`; epsilon steps may add a few ms. The
+        // first batches (no certificate yet) get the primary's stamp minus the genesis bound.
         assert!(
-            t >= start && t <= h.now + 100,
+            t >= start - TimeConfig::default().genesis_bound_ms && t <= h.now + 100,
             "time {t} outside honest range"
         );
         assert!(t > prev);
@@ -293,6 +301,178 @@ fn restarted_primary_keeps_its_view_and_its_next_batches_commit() {
             assert!(
                 h.replica(i).last_executed() >= before + 5,
                 "{writes} writes: replica {i} stalled"
+            );
+        }
+    }
+}
+
+/// Issue 9 defect 2, the attack itself: in steady state a primary proposes a batch without a
+/// certificate, stamped just inside the genesis bound ahead. The old omission guard only fired
+/// when the backup's newest certificate was more than `max_in_flight + 1` seqs old, which never
+/// happens in steady state, so the backup voted and agreed time became the primary's stamp.
+#[test]
+fn certificate_omitted_in_steady_state_is_refused() {
+    use sim_bft::crypto::replica_signing_key;
+    use sim_bft::node::Input;
+    use sim_bft::protocol::{Batch, Body, Payload, SignedMsg, Wire, codec};
+
+    let mut h = Harness::new(4, |c| c.max_in_flight = 1);
+    for k in 0..12 {
+        h.put(0, &format!("k{k}"), "v");
+        h.advance(10);
+    }
+    let executed = h.replica(1).last_executed();
+    assert!(executed >= 12);
+    let req = codec::decode(&h.request_bytes(2, b"x".to_vec()), 1 << 20).unwrap();
+    let batch = Batch {
+        requests: vec![req],
+        primary_clock_ms: h.now + TimeConfig::default().genesis_bound_ms - 1,
+        time_cert: None,
+        null: false,
+    };
+    let payload = Payload {
+        from: 0,
+        body: Body::PrePrepare {
+            view: 0,
+            seq: executed + 1,
+            batch,
+        },
+    };
+    let msg = SignedMsg::sign(&replica_signing_key(replica_support::SEED, 0), &payload).unwrap();
+    let bytes = codec::encode(&Wire::Signed(msg)).unwrap();
+    h.queue.clear();
+    h.input(1, Input::Peer { from: 0, bytes });
+    assert_eq!(h.replica(1).metrics().get("time_cert_missing"), 1);
+    assert!(
+        h.queue.iter().all(|(from, _, _)| *from != 1),
+        "the backup must withhold its prepare"
+    );
+}
+
+/// Runs a cluster whose replica 0 (the first primary) is Byzantine with `kind`, with requests
+/// every 50 ms, and returns the harness. Every agreed time is checked against the honest
+/// clocks when it executes: never ahead of them (epsilon steps aside), and never more than the
+/// genesis bound behind.
+fn time_attack(kind: Byzantine, max_in_flight: u64) -> (Harness, Option<u64>) {
+    let mut h = Harness::new(4, |c| {
+        c.max_in_flight = max_in_flight;
+        if c.id == 0 {
+            c.byzantine = kind;
+        }
+    });
+    let bound = TimeConfig::default().genesis_bound_ms;
+    let mut seen = 0;
+    let mut before_view_change = None;
+    for k in 0..120 {
+        let executed_before = h.replica(1).last_executed();
+        h.put(1 + k % 3, &format!("k{k}"), "v");
+        h.advance(50);
+        if before_view_change.is_none() && h.replica(1).view() >= 1 {
+            // The view change and the new primary's first batches may fall into one step.
+            before_view_change = Some(executed_before);
+        }
+        for e in &h.executed[1][seen..] {
+            let t = e.agreed_time_ms.unwrap();
+            assert!(
+                t <= h.now + 5,
+                "{kind:?}: seq {} time {t} ahead of {}",
+                e.seq,
+                h.now
+            );
+            assert!(
+                t >= h.now - bound - 100,
+                "{kind:?}: seq {} time {t} lags {}",
+                e.seq,
+                h.now
+            );
+        }
+        seen = h.executed[1].len();
+    }
+    h.assert_agreement(&[1, 2, 3]);
+    assert_eq!(h.total_requests(1), 120, "{kind:?}: every request executed");
+    (h, before_view_change)
+}
+
+/// What a backup had executed when it left view 0: the batches the Byzantine primary got
+/// through before it lost its view.
+fn committed_in_first_view(h: &(Harness, Option<u64>)) -> u64 {
+    h.1.expect("the primary kept its view")
+}
+
+#[test]
+fn primary_omitting_certificates_loses_its_view() {
+    for mif in [1, 4] {
+        let h = time_attack(Byzantine::TimeOmit, mif);
+        // Certificate-less batches are acceptable only up to seq max_in_flight + 1.
+        let got = committed_in_first_view(&h);
+        assert!(got <= mif + 1, "max_in_flight {mif}: {got}");
+        assert!(h.0.replica(1).metrics().get("time_cert_missing") >= 1);
+    }
+}
+
+#[test]
+fn primary_stamping_its_own_time_loses_its_view_and_never_moves_time_ahead() {
+    for mif in [1, 4] {
+        let h = time_attack(Byzantine::TimeOwn, mif);
+        let got = committed_in_first_view(&h);
+        assert!(got <= mif + 1, "max_in_flight {mif}: {got}");
+    }
+}
+
+#[test]
+fn primary_replaying_an_old_certificate_loses_its_view() {
+    for mif in [1, 4] {
+        let h = time_attack(Byzantine::TimeReplay, mif);
+        // Its certificate may lag by max_in_flight + 1 seqs: the first stale one is refused.
+        assert!(
+            committed_in_first_view(&h) <= 2 * (mif + 1) + 1,
+            "max_in_flight {mif}"
+        );
+        assert!(h.0.replica(1).metrics().get("time_cert_replayed") >= 1);
+    }
+}
+
+/// A primary whose clock runs just inside the bound ahead, attaching certificates as it must:
+/// it keeps its view, and agreed time still never runs ahead of the honest clocks.
+#[test]
+fn primary_clock_ahead_within_the_bound_does_not_move_time_ahead() {
+    let bound = TimeConfig::default().genesis_bound_ms;
+    let (h, view_change) = time_attack(
+        Byzantine::LyingClock {
+            offset_ms: bound - 1,
+        },
+        4,
+    );
+    assert_eq!((h.replica(1).view(), view_change), (0, None));
+}
+
+/// Issue 9 defect 3: after a long idle period the first batches carried the last certificate,
+/// stale by the idle time (agreed time more than 60 s behind every clock). The primary's stamp,
+/// checked by the backups, now floors agreed time.
+#[test]
+fn first_batches_after_a_long_stall_carry_current_time() {
+    let bound = TimeConfig::default().genesis_bound_ms;
+    for mif in [1, 4] {
+        let mut h = Harness::new(4, |c| c.max_in_flight = mif);
+        for k in 0..20 {
+            h.put(k % 3, &format!("k{k}"), "v");
+            h.advance(20);
+        }
+        let before = h.executed[1].len();
+        h.advance(120_000);
+        for k in 0..6 {
+            h.put(k % 3, &format!("after{k}"), "v");
+        }
+        h.advance(20);
+        let after = &h.executed[1][before..];
+        assert!(after.len() >= 2, "max_in_flight {mif}: {}", after.len());
+        for e in after {
+            let t = e.agreed_time_ms.unwrap();
+            assert!(
+                t >= h.now - bound - 100 && t <= h.now,
+                "max_in_flight {mif}: seq {} agreed {t}, now {}",
+                e.seq,
+                h.now
             );
         }
     }

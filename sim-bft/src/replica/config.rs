@@ -92,6 +92,13 @@ pub enum Byzantine {
     /// replica that skipped the new-view, or lets a pre-prepare replace a committed entry,
     /// accepts them.
     ReproposeCommitted,
+    /// As primary, attaches no time certificate to its batches (robust time).
+    TimeOmit,
+    /// As primary, attaches the oldest usable time certificate it holds, to freeze time.
+    TimeReplay,
+    /// As primary, omits time certificates and stamps its batches `genesis_bound_ms - 1` ahead
+    /// of its clock (just inside the backups' bound).
+    TimeOwn,
 }
 
 /// The client a [`Byzantine::StarveClient`] replica starves.

@@ -486,11 +486,14 @@ impl Replica {
                 sig: *sig,
             })
             .collect();
-        self.remember_time_cert(TimeCert {
-            seq,
-            digest,
-            samples,
-        });
+        self.remember_time_cert(
+            TimeCert {
+                seq,
+                digest,
+                samples,
+            },
+            out,
+        );
         self.store_entry(seq, out);
         self.execute_ready(now, out);
     }

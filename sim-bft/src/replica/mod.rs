@@ -57,6 +57,7 @@ use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
 use state_transfer::{Serving, Transfer};
+pub use time_service::KEY_TIME_CERT;
 
 /// Errors of constructing or recovering a replica.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

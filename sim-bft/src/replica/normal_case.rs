@@ -40,7 +40,7 @@ impl Replica {
             };
             let batch = Batch {
                 requests,
-                primary_clock_ms: self.clock(now),
+                primary_clock_ms: self.primary_stamp(now),
                 time_cert,
                 null: false,
             };
@@ -333,11 +333,14 @@ impl Replica {
                         sig: v.sig,
                     })
                     .collect();
-                self.remember_time_cert(TimeCert {
-                    seq,
-                    digest,
-                    samples,
-                });
+                self.remember_time_cert(
+                    TimeCert {
+                        seq,
+                        digest,
+                        samples,
+                    },
+                    out,
+                );
                 self.store_entry(seq, out);
                 self.execute_ready(now, out);
             }

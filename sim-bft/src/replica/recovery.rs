@@ -81,6 +81,7 @@ impl Replica {
             entry.committed = e.committed;
             entry.vote_ok = true;
         }
+        r.restore_time_cert(stored)?;
         let mut discard = Vec::new();
         r.execute_ready(0, &mut discard);
         let known = r.log.keys().next_back().copied().unwrap_or(0);

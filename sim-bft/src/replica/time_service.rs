@@ -5,13 +5,13 @@
 //! (fresh, not replayed, valid signatures, median within the hard limit) and the agreed time is
 //! its median, kept monotonic by `epsilon_ms`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::warn;
 
-use super::{Byzantine, Metrics, Replica, TimeMode};
-use crate::node::Millis;
-use crate::protocol::{Batch, Body, TimeCert};
+use super::{Byzantine, Metrics, Replica, ReplicaError, TimeMode};
+use crate::node::{Millis, Output};
+use crate::protocol::{Batch, Body, TimeCert, codec};
 
 impl Replica {
     pub(super) fn clock(&self, now: Millis) -> Millis {
@@ -21,15 +21,47 @@ impl Replica {
         }
     }
 
+    /// The stamp a primary puts in its batches (`Batch::primary_clock_ms`).
+    pub(super) fn primary_stamp(&self, now: Millis) -> Millis {
+        match self.cfg.byzantine {
+            // Just inside the backups' bound, to push agreed time ahead.
+            Byzantine::TimeOwn => self
+                .clock(now)
+                .saturating_add(self.cfg.time.genesis_bound_ms.saturating_sub(1).max(0)),
+            _ => self.clock(now),
+        }
+    }
+
+    /// How far (in sequence numbers) a batch's certificate may lag the batch. An honest primary
+    /// proposes `seq` only after executing `seq - max_in_flight`, so it holds that seq's
+    /// certificate; one more covers a primary that restarted with its durable certificate.
+    pub(super) fn cert_max_lag(&self) -> u64 {
+        self.cfg.max_in_flight.saturating_add(1)
+    }
+
+    /// Whether a certificate for `cert_seq` may be attached to the batch at `seq` at all: below
+    /// it, not older than `floor` (the last certificate used before `seq`), within the window.
+    fn cert_usable(&self, cert_seq: u64, seq: u64, floor: u64) -> bool {
+        cert_seq < seq
+            && cert_seq >= floor
+            && cert_seq.saturating_add(self.cfg.time.cert_window) >= seq
+    }
+
     /// The newest certificate usable for `seq`: below it, within the window, not older than the
     /// last one used by the log before `seq`.
     pub(super) fn select_cert(&self, seq: u64) -> Option<TimeCert> {
         let floor = self.cert_floor(seq);
-        self.recent_certs
+        let mut usable = self
+            .recent_certs
             .range(..seq)
-            .next_back()
-            .filter(|(s, _)| **s >= floor && s.saturating_add(self.cfg.time.cert_window) >= seq)
-            .map(|(_, c)| c.clone())
+            .filter(|(s, _)| self.cert_usable(**s, seq, floor));
+        let chosen = match self.cfg.byzantine {
+            Byzantine::TimeOmit | Byzantine::TimeOwn => None,
+            // The oldest certificate still usable: time would freeze at its median.
+            Byzantine::TimeReplay => usable.next(),
+            _ => usable.next_back(),
+        };
+        chosen.map(|(_, c)| c.clone())
     }
 
     /// The last certificate seq used by batches before `seq` (executed or in the log).
@@ -72,63 +104,93 @@ impl Replica {
                 }
                 ok
             }
-            TimeMode::Robust => match &batch.time_cert {
-                None => {
-                    // Only acceptable when no usable certificate exists (the first seqs, or
-                    // right after a restart), and then bounded tightly.
-                    let floor = self.cert_floor(seq);
-                    // An honest primary proposes `seq` only after executing
-                    // `seq - max_in_flight - 1`, so it holds a certificate at least that recent:
-                    // only a certificate older than that proves the omission deliberate.
-                    let lag = self.cfg.max_in_flight + 1;
-                    let known = self
-                        .recent_certs
-                        .range(..seq)
-                        .next_back()
-                        .is_some_and(|(s, _)| {
-                            *s >= floor
-                                && s.saturating_add(t.cert_window) >= seq
-                                && s.saturating_add(lag) < seq
-                        });
-                    if known {
-                        self.metrics.inc("time_cert_missing");
-                        return false;
-                    }
-                    bounds(
-                        &mut self.metrics,
-                        batch.primary_clock_ms,
-                        t.genesis_bound_ms,
-                    )
-                }
-                Some(cert) => {
-                    let floor = self.cert_floor(seq);
-                    if cert.seq < floor
-                        || cert.seq >= seq
-                        || cert.seq.saturating_add(t.cert_window) < seq
-                    {
-                        self.metrics.inc("time_cert_replayed");
-                        warn!(
-                            replica = self.cfg.id,
-                            seq,
-                            cert_seq = cert.seq,
-                            floor,
-                            "stale or replayed time certificate"
-                        );
-                        return false;
-                    }
-                    if !self.verify_time_cert(cert) {
-                        self.metrics.inc("time_cert_invalid");
-                        return false;
-                    }
-                    match cert.median_ms() {
-                        Some(m) if m <= now.saturating_add(t.hard_limit_ms) => true,
-                        _ => {
-                            self.metrics.inc("time_hard_exceeded");
-                            false
-                        }
-                    }
-                }
-            },
+            TimeMode::Robust => self.check_robust_time(now, seq, batch, &bounds),
+        }
+    }
+
+    /// The robust rule's checks, in order: the primary's stamp within `genesis_bound_ms` of this
+    /// backup's clock (it floors agreed time); the certificate usable (not replayed); fresh
+    /// (at most `cert_max_lag()` seqs old, unless this backup knows nothing newer); valid; its
+    /// median not beyond the hard limit ahead.
+    fn check_robust_time(
+        &mut self,
+        now: Millis,
+        seq: u64,
+        batch: &Batch,
+        bounds: &dyn Fn(&mut Metrics, Millis, Millis) -> bool,
+    ) -> bool {
+        let t = self.cfg.time;
+        if !bounds(
+            &mut self.metrics,
+            batch.primary_clock_ms,
+            t.genesis_bound_ms,
+        ) {
+            warn!(
+                replica = self.cfg.id,
+                seq,
+                primary_clock_ms = batch.primary_clock_ms,
+                now,
+                "primary stamp beyond the genesis bound: withholding votes"
+            );
+            return false;
+        }
+        let floor = self.cert_floor(seq);
+        let attached = batch.time_cert.as_ref().map(|c| c.seq);
+        if let Some(c) = attached
+            && !self.cert_usable(c, seq, floor)
+        {
+            self.metrics.inc("time_cert_replayed");
+            warn!(
+                replica = self.cfg.id,
+                seq,
+                cert_seq = c,
+                floor,
+                "stale or replayed time certificate"
+            );
+            return false;
+        }
+        // Freshness: an honest primary holds a certificate at most `cert_max_lag()` old. An
+        // older one (or none) is accepted only while this backup knows no newer usable one
+        // either (the first seqs; a cluster that lost its recent certificates).
+        let required = seq.saturating_sub(self.cert_max_lag());
+        let fresh = attached.map_or(required == 0, |c| c >= required);
+        if !fresh {
+            let newer = self
+                .recent_certs
+                .range(..seq)
+                .next_back()
+                .map(|(s, _)| *s)
+                .filter(|s| self.cert_usable(*s, seq, floor) && Some(*s) > attached);
+            if let Some(known) = newer {
+                let counter = if attached.is_some() {
+                    "time_cert_replayed"
+                } else {
+                    "time_cert_missing"
+                };
+                self.metrics.inc(counter);
+                warn!(
+                    replica = self.cfg.id,
+                    seq,
+                    cert_seq = ?attached,
+                    known,
+                    "time certificate omitted or stale while a newer one exists"
+                );
+                return false;
+            }
+        }
+        let Some(cert) = &batch.time_cert else {
+            return true;
+        };
+        if !self.verify_time_cert(cert) {
+            self.metrics.inc("time_cert_invalid");
+            return false;
+        }
+        match cert.median_ms() {
+            Some(m) if m <= now.saturating_add(t.hard_limit_ms) => true,
+            _ => {
+                self.metrics.inc("time_hard_exceeded");
+                false
+            }
         }
     }
 
@@ -168,11 +230,19 @@ impl Replica {
             TimeMode::Off => return None,
             _ if batch.null => return self.last_agreed_time_ms.map(|t| t.saturating_add(eps)),
             TimeMode::Reference => batch.primary_clock_ms,
-            TimeMode::Robust => batch
-                .time_cert
-                .as_ref()
-                .and_then(TimeCert::median_ms)
-                .unwrap_or(batch.primary_clock_ms),
+            TimeMode::Robust => {
+                // The primary's stamp, checked within `genesis_bound_ms` of the clocks of the
+                // honest replicas that voted, minus that bound: never ahead of every honest
+                // clock, and current even when the certificate is old (after a stall).
+                let fresh = batch
+                    .primary_clock_ms
+                    .saturating_sub(self.cfg.time.genesis_bound_ms.max(0));
+                batch
+                    .time_cert
+                    .as_ref()
+                    .and_then(TimeCert::median_ms)
+                    .map_or(fresh, |m| m.max(fresh))
+            }
         };
         Some(match self.last_agreed_time_ms {
             Some(prev) => base.max(prev.saturating_add(eps)),
@@ -182,10 +252,44 @@ impl Replica {
 
     /// Keeps a time certificate (2f+1 signed commit clocks for one seq) for later pre-prepares,
     /// bounded to the most recent `recent_certs_capacity()` sequence numbers.
-    pub(super) fn remember_time_cert(&mut self, cert: TimeCert) {
+    /// The newest one is also stored durably (`KEY_TIME_CERT`), so a primary that restarts
+    /// still holds a certificate fresh enough for its next proposals.
+    pub(super) fn remember_time_cert(&mut self, cert: TimeCert, out: &mut Vec<Output>) {
+        let newest = self
+            .recent_certs
+            .keys()
+            .next_back()
+            .is_none_or(|s| *s < cert.seq);
+        if newest {
+            match codec::encode(&cert) {
+                Ok(value) => out.push(Output::Store {
+                    key: KEY_TIME_CERT.to_vec(),
+                    value: Some(value),
+                }),
+                Err(_) => self.metrics.inc("encode_error"),
+            }
+        }
         self.recent_certs.insert(cert.seq, cert);
         while self.recent_certs.len() > self.recent_certs_capacity() {
             self.recent_certs.pop_first();
         }
+    }
+}
+
+/// Storage key of the newest time certificate a replica holds.
+pub const KEY_TIME_CERT: &[u8] = b"tcert";
+
+impl Replica {
+    /// Reloads the newest time certificate from durable storage after a restart.
+    pub(super) fn restore_time_cert(
+        &mut self,
+        stored: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<(), ReplicaError> {
+        if let Some(bytes) = stored.get(KEY_TIME_CERT) {
+            let cert: TimeCert = codec::decode(bytes, self.cfg.max_message_bytes)
+                .map_err(|e| ReplicaError::Storage(format!("time certificate: {e}")))?;
+            self.recent_certs.insert(cert.seq, cert);
+        }
+        Ok(())
     }
 }

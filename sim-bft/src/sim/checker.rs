@@ -78,6 +78,8 @@ struct Agreed {
     batch: [u8; 32],
     state: [u8; 32],
     time_ms: Option<Millis>,
+    /// The slowest honest clock when this seq was first executed.
+    min_honest_ms: Millis,
 }
 
 /// Bounds on the agreed time relative to honest clocks when a batch is first executed.
@@ -98,6 +100,8 @@ pub struct Checker {
     check_time: bool,
     ahead_slack_ms: Millis,
     behind_slack_ms: Millis,
+    lag_seqs: u64,
+    start_min_honest_ms: Millis,
     heal_seq: Option<u64>,
     progressed: Vec<bool>,
     violations: Vec<Violation>,
@@ -132,6 +136,8 @@ impl Checker {
             check_time,
             ahead_slack_ms,
             behind_slack_ms,
+            lag_seqs: 0,
+            start_min_honest_ms: Millis::MIN,
             heal_seq: None,
             progressed: vec![false; n],
             violations: Vec::new(),
@@ -191,6 +197,18 @@ impl Checker {
             self.close_stall(at_ms);
             self.last_commit_ms = at_ms;
         }
+    }
+
+    /// Measures the lag of a batch's agreed time against the slowest honest clock when the
+    /// batch `lag_seqs` below it was first executed, rather than when it executes itself: a
+    /// batch is proposed only after that one executed (for the replica, `max_in_flight + 1`), and
+    /// its time is the proposal's, however long the batch then waits for a quorum.
+    /// The first `lag_seqs` batches are measured from `start_min_honest_ms`, the slowest honest
+    /// clock at the start of the run.
+    pub fn with_time_lag_seqs(mut self, lag_seqs: u64, start_min_honest_ms: Millis) -> Self {
+        self.lag_seqs = lag_seqs;
+        self.start_min_honest_ms = start_min_honest_ms;
+        self
     }
 
     fn violate(&mut self, at_ms: u64, node: Option<NodeId>, kind: ViolationKind, detail: String) {
@@ -280,6 +298,7 @@ impl Checker {
                         batch: e.batch_digest,
                         state: e.state_digest,
                         time_ms: e.agreed_time_ms,
+                        min_honest_ms: bounds.min_honest_ms,
                     },
                 );
             }
@@ -323,7 +342,18 @@ impl Checker {
         }
         if self.check_time {
             let hi = b.max_honest_ms.saturating_add(self.ahead_slack_ms);
-            let lo = b.min_honest_ms.saturating_sub(self.behind_slack_ms);
+            // The slowest honest clock when the batch could have been proposed at the latest
+            // (seqs first executed before this one have earlier readings).
+            let reference = if self.lag_seqs == 0 {
+                b.min_honest_ms
+            } else {
+                e.seq
+                    .checked_sub(self.lag_seqs)
+                    .and_then(|s| self.agreed.range(..=s).next_back())
+                    .map_or(self.start_min_honest_ms, |(_, a)| a.min_honest_ms)
+                    .min(b.min_honest_ms)
+            };
+            let lo = reference.saturating_sub(self.behind_slack_ms);
             if t > hi || t < lo {
                 self.violate(
                     at_ms,

@@ -148,6 +148,9 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::FutureFlood => Byzantine::FutureFlood,
         ByzantineKind::StarveClient => Byzantine::StarveClient,
         ByzantineKind::Repropose => Byzantine::ReproposeCommitted,
+        ByzantineKind::TimeOmit => Byzantine::TimeOmit,
+        ByzantineKind::TimeReplay => Byzantine::TimeReplay,
+        ByzantineKind::TimeOwn => Byzantine::TimeOwn,
         _ => Byzantine::Honest,
     }
 }

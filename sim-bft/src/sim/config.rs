@@ -355,6 +355,12 @@ pub enum ByzantineKind {
     StarveClient,
     /// As primary, re-proposes other batches for seqs already committed in its view.
     Repropose,
+    /// As primary, leaves the time certificate out of its batches.
+    TimeOmit,
+    /// As primary, replays the oldest time certificate backups still accept.
+    TimeReplay,
+    /// As primary, leaves certificates out and stamps its own time just inside the bound.
+    TimeOwn,
 }
 
 impl ByzantineKind {
@@ -363,10 +369,11 @@ impl ByzantineKind {
                                      corrupt-state-transfer, lying-time, tick-flood, \
                                      bad-signatures, bad-digests, \
                                      state-request-flood, slow-state-source, \
-                                     future-flood, starve-client, repropose";
+                                     future-flood, starve-client, repropose, \
+                                     time-omit, time-replay, time-own";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 15] = [
+    pub const ALL: [ByzantineKind; 18] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -382,6 +389,9 @@ impl ByzantineKind {
         Self::FutureFlood,
         Self::StarveClient,
         Self::Repropose,
+        Self::TimeOmit,
+        Self::TimeReplay,
+        Self::TimeOwn,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -423,6 +433,9 @@ impl fmt::Display for ByzantineKind {
             Self::FutureFlood => "future-flood",
             Self::StarveClient => "starve-client",
             Self::Repropose => "repropose",
+            Self::TimeOmit => "time-omit",
+            Self::TimeReplay => "time-replay",
+            Self::TimeOwn => "time-own",
         })
     }
 }
@@ -557,8 +570,13 @@ pub struct SimConfig {
     pub check_time_bounds: bool,
     /// How far agreed time may run ahead of the fastest honest clock.
     pub time_ahead_slack_ms: Millis,
-    /// How far agreed time may lag the slowest honest clock when first executed.
+    /// How far agreed time may lag the slowest honest clock when the batch `time_lag_seqs`
+    /// below it was first executed (see [`super::Checker::with_time_lag_seqs`]).
     pub time_behind_slack_ms: Millis,
+    /// How many seqs before a batch its lag is measured from (0: from its own execution). For
+    /// the replica: `max_in_flight + 2`, a batch being proposed only after the one
+    /// `max_in_flight` below it executed, plus one null batch a view change may put after it.
+    pub time_lag_seqs: u64,
     /// True time at the start of the run (ms since the Unix epoch).
     pub epoch_ms: Millis,
     /// Bound on processed events (a runaway run stops with a violation).
@@ -593,8 +611,9 @@ impl Default for SimConfig {
             faults: FaultConfig::default(),
             time_service: TimeServiceMode::Robust,
             check_time_bounds: true,
-            time_ahead_slack_ms: 5_000,
-            time_behind_slack_ms: 60_000,
+            time_ahead_slack_ms: 1_000,
+            time_behind_slack_ms: 7_000,
+            time_lag_seqs: 6,
             // 2026-01-01T00:00:00Z.
             epoch_ms: 1_767_225_600_000,
             max_events: 50_000_000,

@@ -415,12 +415,24 @@ impl<H: Harness> Simulator<H> {
                 }
             })
             .collect();
+        // An honest clock may step by up to the largest jump (and back when the faults heal):
+        // agreed time taken from it is honest, so the bounds widen by that much.
+        let jump = cfg.faults.max_clock_jump_ms.max(0);
+        let start_min_honest = (0..n)
+            .filter(|i| honest[*i as usize])
+            .map(|i| {
+                cfg.epoch_ms
+                    .saturating_add(params.clock_offset_ms[i as usize])
+            })
+            .min()
+            .unwrap_or(cfg.epoch_ms);
         let mut checker = Checker::new(
             honest,
             cfg.check_time_bounds,
-            cfg.time_ahead_slack_ms,
-            cfg.time_behind_slack_ms,
-        );
+            cfg.time_ahead_slack_ms.saturating_add(jump),
+            cfg.time_behind_slack_ms.saturating_add(jump),
+        )
+        .with_time_lag_seqs(cfg.time_lag_seqs, start_min_honest);
         let windows = judged_windows(&cfg, &params);
         let stall_bound_ms = cfg
             .stall_bound_ms
