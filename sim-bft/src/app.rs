@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use ccron::{MemPages, Tick};
 
 use crate::crypto::Digest32;
-use crate::node::{ClientId, Millis};
+use crate::node::{ClientId, FireNote, Millis};
 
 /// Errors of applications and tick executors.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -79,6 +79,14 @@ pub trait Application: Send {
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
         BTreeMap::new()
     }
+
+    /// Moves the notes of the cron actions run since the last call into `out`, in the order
+    /// they ran (an observation for reports and timelines, not replicated state: it must not
+    /// affect the digest or the snapshot). The replica calls it after every tick. Default:
+    /// nothing.
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        let _ = out;
+    }
 }
 
 /// An [`Application`] for user requests joined with a separate [`TickExecutor`] for ticks.
@@ -122,6 +130,10 @@ impl Application for WithTicks {
 
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
         self.app.fires()
+    }
+
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        self.app.take_fire_notes(out);
     }
 }
 

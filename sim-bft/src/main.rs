@@ -17,8 +17,8 @@ use sim_bft::sim::cluster::ClusterHarness;
 use sim_bft::sim::toy::ToyHarness;
 use sim_bft::sim::{
     ByzantineKind, ConfigError, FaultConfig, Harness, LedgerKind, MAX_CLIENTS, MAX_DRIFT_PPM,
-    MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, SimConfig, Simulator, TimeServiceMode,
-    parse_duration_ms, time_hard_limit_ms,
+    MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, SimConfig, SimOutcome, Simulator,
+    TimeServiceMode, parse_duration_ms, time_hard_limit_ms,
 };
 
 /// Simulated PBFT cluster running ccron tables, with seeded faults.
@@ -182,6 +182,11 @@ struct RunArgs {
     /// the run starts, so a bad path fails at once.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Put every fire event (replica, component/position or schedule id, sequence number,
+    /// agreed time, due instant, lateness) and every crash, restart and view change into the
+    /// JSON report (bounded: events beyond the cap are counted in `fire_events_dropped`).
+    #[arg(long)]
+    fire_events: bool,
     /// Which node implementation to drive: replica (PBFT) or toy (a leader-based node that
     /// tests the simulator itself; not Byzantine-tolerant).
     #[arg(long, default_value = "replica", value_parser = parse_enum::<NodeKind>)]
@@ -314,7 +319,7 @@ fn simulate<H: Harness>(
     harness: H,
     show_progress: bool,
     print_params: bool,
-) -> Result<Report, ConfigError> {
+) -> Result<SimOutcome, ConfigError> {
     let sim = Simulator::new(cfg, harness)?;
     if print_params {
         println!("{}", sim.config().command_line());
@@ -338,20 +343,25 @@ fn simulate<H: Harness>(
     };
     let outcome = sim.run_with(|now, _| bar.set_position(now));
     bar.finish_and_clear();
-    Ok(Report::from_outcome(&outcome))
+    Ok(outcome)
 }
 
 fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigError> {
     let cfg = args.config(seed);
     let verbose = single && !args.quiet;
-    match cfg.node {
-        NodeKind::Toy => simulate(cfg.clone(), boot_toy(&cfg), single, verbose),
+    let outcome = match cfg.node {
+        NodeKind::Toy => simulate(cfg.clone(), boot_toy(&cfg), single, verbose)?,
         _ => {
             let h = ClusterHarness::new(&cfg);
             h.validate()?;
-            simulate(cfg, h, single, verbose)
+            simulate(cfg, h, single, verbose)?
         }
-    }
+    };
+    Ok(if args.fire_events {
+        Report::with_events(&outcome)
+    } else {
+        Report::from_outcome(&outcome)
+    })
 }
 
 /// Everything checked before a run starts: the configuration (as the first seed gives it), the

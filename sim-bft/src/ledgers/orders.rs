@@ -238,6 +238,10 @@ impl Application for ScheduledLedger {
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
         self.inner.fires()
     }
+
+    fn take_fire_notes(&mut self, out: &mut Vec<crate::node::FireNote>) {
+        self.inner.take_fire_notes(out);
+    }
 }
 
 #[cfg(test)]

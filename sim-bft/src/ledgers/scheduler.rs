@@ -234,7 +234,11 @@ impl<S> LedgerScheduler<S> {
     }
 
     /// Runs what is due on `tick` against `state`; returns the handler runs.
-    pub(crate) fn on_tick(&mut self, tick: &Tick, state: &mut S) -> u64 {
+    pub(crate) fn on_tick(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+    ) -> Vec<ccron::schedule::FireRecord> {
         let head = self.outbox.head();
         let report = self
             .book
@@ -254,7 +258,7 @@ impl<S> LedgerScheduler<S> {
                 tracing::error!(error = %e, "outbox not saved");
             }
         }
-        report.fired.len() as u64
+        report.fired
     }
 
     fn persist(&mut self) {

@@ -370,6 +370,7 @@ mod tests {
             state_digest: [state; 32],
             requests: 1,
             ticks: vec![],
+            fires: vec![],
         }
     }
 
