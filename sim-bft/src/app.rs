@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use ccron::{MemPages, Tick};
 
 use crate::crypto::Digest32;
-use crate::node::{ClientId, Millis};
+use crate::node::{ClientId, FireNote, Millis};
 
 /// Errors of applications and tick executors.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -92,6 +92,14 @@ pub trait Application: Send {
     fn halted(&self) -> Option<&AppError> {
         None
     }
+
+    /// Moves the notes of the cron actions run since the last call into `out`, in the order
+    /// they ran (an observation for reports and timelines, not replicated state: it must not
+    /// affect the digest or the snapshot). The replica calls it after every tick. Default:
+    /// nothing.
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        let _ = out;
+    }
 }
 
 /// An [`Application`] for user requests joined with a separate [`TickExecutor`] for ticks.
@@ -139,6 +147,10 @@ impl Application for WithTicks {
 
     fn halted(&self) -> Option<&AppError> {
         self.app.halted()
+    }
+
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        self.app.take_fire_notes(out);
     }
 }
 

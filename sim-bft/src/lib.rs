@@ -17,3 +17,4 @@ pub mod replica;
 pub mod report;
 pub mod runtime;
 pub mod sim;
+pub mod timeline;

@@ -17,8 +17,8 @@ use sim_bft::sim::cluster::ClusterHarness;
 use sim_bft::sim::toy::ToyHarness;
 use sim_bft::sim::{
     ByzantineKind, ConfigError, FaultConfig, Harness, LedgerKind, MAX_CLIENTS, MAX_DRIFT_PPM,
-    MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, SimConfig, Simulator, TimeServiceMode,
-    parse_duration_ms, time_hard_limit_ms,
+    MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, SimConfig, SimOutcome, Simulator,
+    TimeServiceMode, parse_duration_ms, time_hard_limit_ms,
 };
 
 /// Simulated PBFT cluster running ccron tables, with seeded faults.
@@ -193,6 +193,16 @@ struct RunArgs {
     /// the run starts, so a bad path fails at once.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Put every fire event (replica, component/position or schedule id, sequence number,
+    /// agreed time, due instant, lateness) and every crash, restart and view change into the
+    /// JSON report (bounded: events beyond the cap are counted in `fire_events_dropped`).
+    #[arg(long)]
+    fire_events: bool,
+    /// Draw the run as an SVG here: one row per replica, a mark per cron fire at its agreed
+    /// time, crashes, restarts, partitions and view changes (not with `--seeds`). Opened before
+    /// the run starts, so a bad path fails at once.
+    #[arg(long)]
+    timeline: Option<std::path::PathBuf>,
     /// Which node implementation to drive: replica (PBFT) or toy (a leader-based node that
     /// tests the simulator itself; not Byzantine-tolerant).
     #[arg(long, default_value = "replica", value_parser = parse_enum::<NodeKind>)]
@@ -334,7 +344,7 @@ fn simulate<H: Harness>(
     harness: H,
     show_progress: bool,
     print_params: bool,
-) -> Result<Report, ConfigError> {
+) -> Result<SimOutcome, ConfigError> {
     let sim = Simulator::new(cfg, harness)?;
     if print_params {
         println!("{}", sim.config().command_line());
@@ -358,26 +368,41 @@ fn simulate<H: Harness>(
     };
     let outcome = sim.run_with(|now, _| bar.set_position(now));
     bar.finish_and_clear();
-    Ok(Report::from_outcome(&outcome))
+    Ok(outcome)
 }
 
-fn run_seed(args: &RunArgs, seed: u64, single: bool) -> Result<Report, ConfigError> {
+/// The report of seed `seed`, and its timeline SVG when `--timeline` asks for one.
+fn run_seed(
+    args: &RunArgs,
+    seed: u64,
+    single: bool,
+) -> Result<(Report, Option<String>), ConfigError> {
     let cfg = args.config(seed);
     let verbose = single && !args.quiet;
-    match cfg.node {
-        NodeKind::Toy => simulate(cfg.clone(), boot_toy(&cfg), single, verbose),
+    let outcome = match cfg.node {
+        NodeKind::Toy => simulate(cfg.clone(), boot_toy(&cfg), single, verbose)?,
         _ => {
             let h = ClusterHarness::new(&cfg);
             h.validate()?;
-            simulate(cfg, h, single, verbose)
+            simulate(cfg, h, single, verbose)?
         }
-    }
+    };
+    let report = if args.fire_events {
+        Report::with_events(&outcome)
+    } else {
+        Report::from_outcome(&outcome)
+    };
+    let svg = args
+        .timeline
+        .as_ref()
+        .map(|_| sim_bft::timeline::render_svg(&outcome));
+    Ok((report, svg))
 }
 
 /// Everything checked before a run starts: the configuration (as the first seed gives it), the
 /// clocks against the time service's bound, and the report's path (opened, so a bad path fails
 /// now rather than after the run). Errors are one line for stderr.
-fn preflight(args: &RunArgs) -> Result<Option<std::fs::File>, String> {
+fn preflight(args: &RunArgs) -> Result<Outputs, String> {
     let seed = args.seeds.as_ref().map_or(args.seed, |r| r.start);
     let cfg = args.config(seed);
     cfg.validate().map_err(|e| e.to_string())?;
@@ -403,16 +428,40 @@ fn preflight(args: &RunArgs) -> Result<Option<std::fs::File>, String> {
         }
         eprintln!("sim-bft: warning: {msg}; running anyway (--allow-clock-stall).");
     }
-    match &args.json {
-        None => Ok(None),
-        Some(p) => std::fs::OpenOptions::new()
+    if args.timeline.is_some() && args.seeds.is_some() {
+        return Err("--timeline draws one run: use --seed, not --seeds".to_string());
+    }
+    let open = |p: &std::path::PathBuf, what: &str| {
+        std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
             .open(p)
-            .map(Some)
-            .map_err(|e| format!("cannot write report to {}: {e}", p.display())),
-    }
+            .map_err(|e| format!("cannot write {what} to {}: {e}", p.display()))
+    };
+    Ok(Outputs {
+        json: args.json.as_ref().map(|p| open(p, "report")).transpose()?,
+        timeline: args
+            .timeline
+            .as_ref()
+            .map(|p| open(p, "timeline"))
+            .transpose()?,
+    })
+}
+
+/// The files `preflight` opened.
+struct Outputs {
+    json: Option<std::fs::File>,
+    timeline: Option<std::fs::File>,
+}
+
+fn write_text(file: &mut std::fs::File, path: &std::path::Path, text: &str) -> Result<(), String> {
+    use std::io::{Seek, Write};
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| file.write_all(text.as_bytes()))
+        .and_then(|()| file.sync_all())
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn write_json<T: serde::Serialize>(
@@ -420,13 +469,8 @@ fn write_json<T: serde::Serialize>(
     path: &std::path::Path,
     value: &T,
 ) -> Result<(), String> {
-    use std::io::{Seek, Write};
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
-    file.set_len(0)
-        .and_then(|()| file.rewind())
-        .and_then(|()| file.write_all((text + "\n").as_bytes()))
-        .and_then(|()| file.sync_all())
-        .map_err(|e| format!("{}: {e}", path.display()))
+    write_text(file, path, &(text + "\n"))
 }
 
 /// Writes the report to the file `preflight` opened; false (after saying why) when it failed.
@@ -448,7 +492,10 @@ const _: () = assert!(MAX_REPLICAS == 100 && MAX_CLIENTS == 1_000 && MAX_DRIFT_P
 const _: () = assert!(MAX_SIMULATED_MS == 7 * 24 * 3_600_000);
 
 fn run(args: &RunArgs) -> ExitCode {
-    let mut json = match preflight(args) {
+    let Outputs {
+        mut json,
+        mut timeline,
+    } = match preflight(args) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("sim-bft: {e}");
@@ -457,7 +504,7 @@ fn run(args: &RunArgs) -> ExitCode {
     };
     match &args.seeds {
         None => {
-            let report = match run_seed(args, args.seed, true) {
+            let (report, svg) = match run_seed(args, args.seed, true) {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("sim-bft: {e}");
@@ -477,6 +524,13 @@ fn run(args: &RunArgs) -> ExitCode {
             if !save(&mut json, args, &report) {
                 return ExitCode::from(2);
             }
+            if let (Some(file), Some(path), Some(svg)) =
+                (timeline.as_mut(), args.timeline.as_ref(), svg)
+                && let Err(e) = write_text(file, path, &svg)
+            {
+                eprintln!("sim-bft: cannot write timeline: {e}");
+                return ExitCode::from(2);
+            }
             if report.ok() {
                 ExitCode::SUCCESS
             } else {
@@ -493,7 +547,7 @@ fn run(args: &RunArgs) -> ExitCode {
             let mut failed = 0u64;
             for seed in range.clone() {
                 let report = match run_seed(args, seed, false) {
-                    Ok(r) => r,
+                    Ok((r, _)) => r,
                     Err(e) => {
                         eprintln!("sim-bft: {e}");
                         return ExitCode::from(2);

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::sim::checker::hex;
-use crate::sim::{SimOutcome, SimStats};
+use crate::sim::{FireEvent, ReplicaMark, SimOutcome, SimStats};
 
 /// Version of the report format.
 pub const REPORT_VERSION: u32 = 1;
@@ -35,6 +35,13 @@ pub struct ReplicaReport {
     pub requests_executed: u64,
     /// Actions fired, keyed `"<component>/<position>"`.
     pub fires: BTreeMap<String, u64>,
+    /// Fire events recorded for it, keyed like `fires`: the actions it ran itself (those it
+    /// skipped over by state transfer count in `fires` only; see `fire_events_dropped`).
+    pub fire_events: BTreeMap<String, u64>,
+    /// View changes the simulator saw it make.
+    pub view_changes: u64,
+    /// Its dropped inputs by reason (its `drop_*` counters since its last boot).
+    pub drops: BTreeMap<String, u64>,
 }
 
 /// The report of one run.
@@ -66,6 +73,14 @@ pub struct Report {
     pub replay: String,
     /// Counters.
     pub stats: SimStats,
+    /// Every fire event, in execution order (only with `--fire-events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fire_events: Option<Vec<FireEvent>>,
+    /// Crashes, restarts and view changes (only with `--fire-events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica_marks: Option<Vec<ReplicaMark>>,
+    /// Fire events not kept because the run's cap was reached.
+    pub fire_events_dropped: u64,
 }
 
 impl Report {
@@ -74,6 +89,14 @@ impl Report {
         let mut violations: Vec<String> = o.violations.iter().map(|v| v.to_string()).collect();
         if o.dropped_violations > 0 {
             violations.push(format!("... and {} more violations", o.dropped_violations));
+        }
+        let mut recorded: BTreeMap<u32, BTreeMap<String, u64>> = BTreeMap::new();
+        for e in &o.events.fires {
+            *recorded
+                .entry(e.replica)
+                .or_default()
+                .entry(e.key())
+                .or_insert(0) += 1;
         }
         Self {
             version: REPORT_VERSION,
@@ -96,6 +119,14 @@ impl Report {
                     ticks_executed: n.ticks_executed,
                     requests_executed: n.requests_executed,
                     fires: n.fires.clone(),
+                    fire_events: recorded.remove(&n.id).unwrap_or_default(),
+                    view_changes: o.events.view_changes(n.id),
+                    drops: n
+                        .metrics
+                        .iter()
+                        .filter(|(k, _)| k.starts_with("drop_"))
+                        .map(|(k, v)| (k.clone(), *v))
+                        .collect(),
                 })
                 .collect(),
             honest_agree: o.honest_agree,
@@ -103,6 +134,18 @@ impl Report {
             trace_hash: hex(&o.trace_hash),
             replay: o.replay_command(),
             stats: o.stats.clone(),
+            fire_events: None,
+            replica_marks: None,
+            fire_events_dropped: o.events.fires_dropped,
+        }
+    }
+
+    /// The report of `o` with every fire event and replica mark (`sim-bft run --fire-events`).
+    pub fn with_events(o: &SimOutcome) -> Self {
+        Self {
+            fire_events: Some(o.events.fires.clone()),
+            replica_marks: Some(o.events.marks.clone()),
+            ..Self::from_outcome(o)
         }
     }
 

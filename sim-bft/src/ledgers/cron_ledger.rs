@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::scheduler::{BookWire, LedgerScheduler};
 use crate::app::{AppError, Application, ExecContext};
 use crate::crypto::Digest32;
-use crate::node::ClientId;
+use crate::node::{ClientId, FireNote};
 use crate::protocol::codec;
 
 /// A ledger with cron tables: state `S` (an [`Application`] for user requests) plus a
@@ -36,6 +36,10 @@ pub struct CronLedger<S> {
     registry: CronTableRegistry<S>,
     scheduler: Option<LedgerScheduler<S>>,
     fires: BTreeMap<(u32, u32), u64>,
+    /// Notes of the actions run since the replica last took them (observation only: neither
+    /// digested nor snapshotted); at most [`MAX_FIRE_NOTES`], the rest counted.
+    notes: Vec<FireNote>,
+    notes_dropped: u64,
     unknown_component_ticks: u64,
     table_errors: u64,
 }
@@ -59,6 +63,8 @@ impl<S: Application> CronLedger<S> {
             registry,
             scheduler: None,
             fires: BTreeMap::new(),
+            notes: Vec::new(),
+            notes_dropped: 0,
             unknown_component_ticks: 0,
             table_errors: 0,
         }
@@ -99,7 +105,24 @@ impl<S: Application> CronLedger<S> {
     pub fn table_errors(&self) -> u64 {
         self.table_errors
     }
+
+    /// Fire notes not kept because [`MAX_FIRE_NOTES`] were waiting to be taken.
+    pub fn fire_notes_dropped(&self) -> u64 {
+        self.notes_dropped
+    }
+
+    fn note(&mut self, n: FireNote) {
+        if self.notes.len() < MAX_FIRE_NOTES {
+            self.notes.push(n);
+        } else {
+            self.notes_dropped = self.notes_dropped.saturating_add(1);
+            tracing::debug!(component = n.component, "fire note dropped: buffer full");
+        }
+    }
 }
+
+/// Fire notes a [`CronLedger`] keeps until the replica takes them (after every tick).
+pub const MAX_FIRE_NOTES: usize = 4_096;
 
 impl<S: Application> Application for CronLedger<S> {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
@@ -175,10 +198,18 @@ impl<S: Application> Application for CronLedger<S> {
         if let Some(book) = &mut self.scheduler
             && book.config().component == tick.component_id
         {
-            let runs = book.on_tick(&tick, &mut self.state);
+            let fired = book.on_tick(&tick, &mut self.state);
             let key = (tick.component_id, book.config().position);
-            if runs > 0 {
-                *self.fires.entry(key).or_insert(0) += runs;
+            if !fired.is_empty() {
+                *self.fires.entry(key).or_insert(0) += fired.len() as u64;
+            }
+            for f in fired {
+                self.note(FireNote {
+                    component: key.0,
+                    position: key.1,
+                    schedule: Some(f.id),
+                    due: Some(f.due),
+                });
             }
             book_ran = true;
         }
@@ -193,6 +224,12 @@ impl<S: Application> Application for CronLedger<S> {
                         .fires
                         .entry((tick.component_id, f.position))
                         .or_insert(0) += 1;
+                    self.note(FireNote {
+                        component: tick.component_id,
+                        position: f.position,
+                        schedule: None,
+                        due: f.due,
+                    });
                 }
                 if !outcome.errors.is_empty() {
                     self.table_errors = self.table_errors.saturating_add(1);
@@ -228,5 +265,9 @@ impl<S: Application> Application for CronLedger<S> {
 
     fn halted(&self) -> Option<&AppError> {
         self.scheduler.as_ref().and_then(|s| s.halted())
+    }
+
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        out.append(&mut self.notes);
     }
 }

@@ -267,6 +267,10 @@ impl Application for ScheduledLedger {
     fn halted(&self) -> Option<&AppError> {
         self.inner.halted()
     }
+
+    fn take_fire_notes(&mut self, out: &mut Vec<crate::node::FireNote>) {
+        self.inner.take_fire_notes(out);
+    }
 }
 
 #[cfg(test)]

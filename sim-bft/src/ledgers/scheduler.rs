@@ -314,9 +314,13 @@ impl<S> LedgerScheduler<S> {
     }
 
     /// Runs what is due on `tick` against `state`; returns the handler runs.
-    pub(crate) fn on_tick(&mut self, tick: &Tick, state: &mut S) -> u64 {
+    pub(crate) fn on_tick(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+    ) -> Vec<ccron::schedule::FireRecord> {
         if self.fatal.is_some() {
-            return 0;
+            return Vec::new();
         }
         let head = self.outbox.head();
         let report = self
@@ -330,7 +334,7 @@ impl<S> LedgerScheduler<S> {
         if self.outbox.head() != head {
             self.save_outbox();
         }
-        report.fired.len() as u64
+        report.fired
     }
 
     /// Saves the book; a failure stops the ledger ([`Self::halted`]), never carries on.

@@ -84,6 +84,7 @@ impl Replica {
         };
         let own_internal = internal_client_id(self.cfg.id);
         let mut ticks = Vec::new();
+        let mut fires = Vec::new();
         let mut replies = Vec::new();
         for r in &batch.requests {
             let (client, req_seq) = (r.request.client, r.request.req_seq);
@@ -116,6 +117,7 @@ impl Replica {
                                     warn!(replica = self.cfg.id, seq, component, error = %e, "tick rejected");
                                     self.metrics.inc("tick_rejected");
                                 }
+                                self.app.take_fire_notes(&mut fires);
                             }
                         }
                         _ => self.metrics.inc("tick_malformed_at_execution"),
@@ -164,6 +166,7 @@ impl Replica {
             state_digest: self.last_state_digest,
             requests: u32::try_from(batch.requests.len()).unwrap_or(u32::MAX),
             ticks,
+            fires,
         }));
         if seq.is_multiple_of(self.cfg.checkpoint_interval) {
             self.take_checkpoint(now, seq, out);

@@ -490,6 +490,7 @@ mod tests {
             state_digest: [state; 32],
             requests: 1,
             ticks: vec![],
+            fires: vec![],
         }
     }
 

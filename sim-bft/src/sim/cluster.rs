@@ -375,6 +375,21 @@ impl Harness for ClusterHarness {
             })
             .unwrap_or_default()
     }
+
+    fn view(&self, node: &SimReplica) -> Option<u64> {
+        node.replica().map(Replica::view)
+    }
+
+    fn metrics(&self, node: &SimReplica) -> BTreeMap<String, u64> {
+        node.replica()
+            .map(|r| {
+                r.metrics()
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// Builds a simulated PBFT cluster.

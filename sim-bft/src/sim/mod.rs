@@ -20,6 +20,7 @@ pub mod checker;
 pub mod cluster;
 pub mod config;
 pub mod disk;
+pub mod events;
 pub mod rng;
 pub mod starvation;
 pub mod toy;
@@ -36,6 +37,7 @@ pub use config::{
     SimConfig, SimParams, TimeServiceMode, parse_duration_ms, time_hard_limit_ms,
 };
 pub use disk::{Disk, DiskImage};
+pub use events::{FireEvent, MarkKind, ReplicaMark, SimEvents};
 pub use rng::SimRng;
 
 use crate::node::{Executed, Input, Millis, Node, NodeId, Output};
@@ -89,6 +91,16 @@ pub trait Harness {
     /// which leaves that checker idle.
     fn reply_number(&self, _bytes: &[u8]) -> Option<(u32, u64)> {
         None
+    }
+
+    /// The view `node` is in, if it has views (the simulator marks every change). Default: none.
+    fn view(&self, _node: &Self::Node) -> Option<u64> {
+        None
+    }
+
+    /// `node`'s own counters since its last boot (drops by reason and the like). Default: none.
+    fn metrics(&self, _node: &Self::Node) -> BTreeMap<String, u64> {
+        BTreeMap::new()
     }
 }
 
@@ -242,6 +254,8 @@ pub struct NodeSummary {
     pub progressed_after_heal: bool,
     /// Actions fired, per `"<component>/<position>"`.
     pub fires: BTreeMap<String, u64>,
+    /// Its own counters at the end of the run, since its last boot ([`Harness::metrics`]).
+    pub metrics: BTreeMap<String, u64>,
 }
 
 /// The result of a run.
@@ -267,6 +281,8 @@ pub struct SimOutcome {
     pub end_ms: u64,
     /// Highest sequence executed before the heal.
     pub heal_seq: u64,
+    /// Fire events, crashes, restarts and view changes, in order (bounded).
+    pub events: SimEvents,
 }
 
 impl SimOutcome {
@@ -368,6 +384,10 @@ pub struct Simulator<H: Harness> {
     client_numbers: Vec<u64>,
     stats: SimStats,
     out: Vec<Output>,
+    /// Observations for reports and timelines (not hashed into the trace).
+    events: SimEvents,
+    /// The view each replica was last seen in.
+    views: Vec<Option<u64>>,
 }
 
 impl<H: Harness> Simulator<H> {
@@ -466,6 +486,8 @@ impl<H: Harness> Simulator<H> {
                 ..SimStats::default()
             },
             out: Vec::new(),
+            events: SimEvents::default(),
+            views: vec![None; n as usize],
         };
         sim.schedule_initial();
         Ok(sim)
@@ -671,6 +693,7 @@ impl<H: Harness> Simulator<H> {
             crashed = sync && view_stored && self.crash_point(node);
         }
         self.out = out;
+        self.observe_view(node);
         if crashed {
             // Crashed right after the sync: the rest of the step's outputs never happened.
             self.stats.crash_points += 1;
@@ -690,6 +713,24 @@ impl<H: Harness> Simulator<H> {
             self.checker.node_invariant(self.now_ms, node, e);
         }
         self.reschedule_timer(node);
+    }
+
+    /// Marks a view change of `node` since it was last seen (observation only).
+    fn observe_view(&mut self, node: NodeId) {
+        let i = node as usize;
+        let Some(view) = self.slots[i]
+            .node
+            .as_ref()
+            .and_then(|n| self.harness.view(n))
+        else {
+            return;
+        };
+        if let Some(old) = self.views[i].replace(view)
+            && old != view
+        {
+            self.events
+                .mark(node, self.now_ms, MarkKind::ViewChange { view });
+        }
     }
 
     fn trace_input(&mut self, node: NodeId, input: &Input) {
@@ -770,6 +811,10 @@ impl<H: Harness> Simulator<H> {
         s.batches += 1;
         s.ticks += e.ticks.len() as u64;
         s.requests += u64::from(e.requests);
+        for note in &e.fires {
+            let ev = FireEvent::new(node, e.seq, e.agreed_time_ms, self.now_ms, note);
+            self.events.fire(ev);
+        }
     }
 
     /// Applies the sender's Byzantine behaviour, then the network faults.
@@ -887,6 +932,7 @@ impl<H: Harness> Simulator<H> {
         self.trace.update(node.to_le_bytes());
         self.trace.update(lost.to_le_bytes());
         tracing::debug!(node, at_ms = self.now_ms, lost, "crash");
+        self.events.mark(node, self.now_ms, MarkKind::Crash);
     }
 
     fn restart(&mut self, node: NodeId) {
@@ -901,6 +947,11 @@ impl<H: Harness> Simulator<H> {
         self.trace.update([b'B']);
         self.trace.update(node.to_le_bytes());
         tracing::debug!(node, at_ms = self.now_ms, "restart");
+        self.events.mark(node, self.now_ms, MarkKind::Restart);
+        self.views[i] = self.slots[i]
+            .node
+            .as_ref()
+            .and_then(|n| self.harness.view(n));
         self.reschedule_timer(node);
     }
 
@@ -1125,6 +1176,11 @@ impl<H: Harness> Simulator<H> {
                         .as_ref()
                         .map(|n| self.harness.fires(n))
                         .unwrap_or_default(),
+                    metrics: s
+                        .node
+                        .as_ref()
+                        .map(|n| self.harness.metrics(n))
+                        .unwrap_or_default(),
                 }
             })
             .collect();
@@ -1141,6 +1197,7 @@ impl<H: Harness> Simulator<H> {
             nodes,
             stats: self.stats,
             end_ms: self.now_ms,
+            events: self.events,
         }
     }
 }

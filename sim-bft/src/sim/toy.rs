@@ -153,6 +153,7 @@ impl ToyNode {
                         Entry::Tick(c) => vec![c],
                         Entry::Request(_) => vec![],
                     },
+                    fires: Vec::new(),
                 }));
             }
         }
