@@ -45,9 +45,14 @@ pub struct SchedAppConfig {
     pub puts_as_orders: bool,
     /// With [`Self::puts_as_orders`]: about one `Put` in eight (by a hash of its key) installs
     /// one of [`INSTALLED_ZONES`] (chosen by the hash) instead of placing an order: zone
-    /// installs in the simulator's workload (`--zone-installs`).
+    /// installs in the simulator's workload (`--zone-installs`). Installing zones is
+    /// admin-only, so this also makes user client 0 the book's admin ([`ZONE_ADMIN`]): its
+    /// installs reach admission (and its size check), the other clients' are denied.
     pub zone_installs: bool,
 }
+
+/// The user client that [`SchedAppConfig::zone_installs`] makes the book's admin.
+pub const ZONE_ADMIN: u64 = 0;
 
 /// The IANA zones `zone_installs` traffic installs (Berlin alone fits the 40-page book's
 /// one-page zones part; with New York it does not).
@@ -187,6 +192,9 @@ impl ScheduledLedger {
                     _ => None,
                 }
             }));
+        }
+        if cfg.zone_installs {
+            book = book.with_policy(ccron::Policy::default().with_admin(ZONE_ADMIN));
         }
         Self {
             inner: CronLedger::new(OrderState::default(), CronTableRegistry::new())
@@ -552,7 +560,11 @@ mod tests {
     /// restored from the snapshot holds the same book and stays identical.
     #[test]
     fn orders_ledger_rejects_a_zone_install_that_would_not_fit_and_restores_equal() {
-        let mut a = ScheduledLedger::new(SchedAppConfig::default());
+        let cfg = SchedAppConfig {
+            zone_installs: true,
+            ..SchedAppConfig::default()
+        };
+        let mut a = ScheduledLedger::new(cfg);
         let mut pages = MemPages::new(4_096, 1);
         let install = |name: &str| {
             ScheduledLedger::payload(&ScheduleRequest::InstallZone(
@@ -587,7 +599,7 @@ mod tests {
             assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
         }
         assert!(a.halted().is_none());
-        let mut b = ScheduledLedger::new(SchedAppConfig::default());
+        let mut b = ScheduledLedger::new(cfg);
         b.restore(&a.snapshot()).unwrap();
         assert_eq!(b.digest(), a.digest());
         let book = |l: &ScheduledLedger| l.ledger().scheduler().unwrap().book().clone();
