@@ -66,6 +66,7 @@ fn huge_timeouts_saturate() {
         c.state_transfer_grace_ms = Millis::MAX;
         c.state_transfer_timeout_ms = Millis::MAX;
         c.batch_delay_ms = Millis::MAX;
+        c.retransmit_interval_ms = Millis::MAX;
         c.batch_max = 1;
     });
     for k in 0..12 {
