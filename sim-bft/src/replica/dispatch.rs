@@ -302,29 +302,13 @@ impl Replica {
                     self.status_asked_req = Some((k, now));
                 }
                 self.metrics.inc("status_sent");
-                let (view, last_executed) = (self.view, self.last_executed);
-                self.send(
-                    Body::Status {
-                        view,
-                        last_executed,
-                    },
-                    Dest::All,
-                    out,
-                );
+                self.broadcast_status(out);
                 self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
             } else {
                 if self.in_view_change {
                     // Stuck in a view change: keep catching up on what the others commit
                     // (commit certificates are valid in any view).
-                    let (view, last_executed) = (self.view, self.last_executed);
-                    self.send(
-                        Body::Status {
-                            view,
-                            last_executed,
-                        },
-                        Dest::All,
-                        out,
-                    );
+                    self.broadcast_status(out);
                 }
                 if !self.in_view_change || !self.retransmit_lone_view_change(now, out) {
                     let target = self.view + 1;
@@ -349,6 +333,20 @@ impl Replica {
             self.metrics.inc("state_transfer_timeouts");
             self.next_transfer_source(now, out);
         }
+    }
+
+    /// Tells every peer where this replica is (view, last executed); they answer with the
+    /// commit certificates it lacks, or their checkpoint vote.
+    fn broadcast_status(&mut self, out: &mut Vec<Output>) {
+        let (view, last_executed) = (self.view, self.last_executed);
+        self.send(
+            Body::Status {
+                view,
+                last_executed,
+            },
+            Dest::All,
+            out,
+        );
     }
 
     /// A peer is stuck at `last_executed`: send it the commit certificates it lacks (at most a
