@@ -1,0 +1,176 @@
+//! The one rendering of a run's configuration as the `sim-bft run` command line that replays it
+//! (the run header, the JSON report's `replay`, `SimOutcome::replay_command`).
+
+use super::config::{FaultConfig, LedgerKind, PartitionKind, SimConfig, TimeServiceMode};
+
+impl SimConfig {
+    /// The `sim-bft run` command line that reproduces a run of this configuration: the one
+    /// rendering of a run's full configuration (the run header, the JSON report's `replay`,
+    /// [`super::SimOutcome::replay_command`]). Every knob that shapes the run is written out,
+    /// defaults included, except fault knobs at their "no fault" value, so a replay does not
+    /// depend on the command line's defaults. Settings the command line cannot express (an
+    /// application built in code, per-component tick periods, checker slacks, …) are listed
+    /// after a shell comment (`# set in code, not reproducible from the command line: …`).
+    pub fn command_line(&self) -> String {
+        let fc = &self.faults;
+        let mut s = format!(
+            "sim-bft run --seed {} --replicas {}",
+            self.seed, self.replicas
+        );
+        let mut push = |x: String| {
+            s.push(' ');
+            s.push_str(&x);
+        };
+        push(format!("--node {}", self.node));
+        if self.ledger != LedgerKind::Custom {
+            push(format!("--ledger {}", self.ledger));
+        }
+        if self.zone_installs {
+            push("--zone-installs".to_string());
+        }
+        push(format!(
+            "--duration {}ms --liveness {}ms",
+            self.duration_ms, self.liveness_ms
+        ));
+        push(format!("--tick-period {}ms", self.tick_period_ms));
+        if let Some(spread) = self.tick_spread_ms {
+            push(format!("--tick-spread {spread}ms"));
+        }
+        let components: Vec<String> = self.components.iter().map(|c| c.to_string()).collect();
+        push(format!(
+            "--components {}",
+            if components.is_empty() {
+                "none".to_string()
+            } else {
+                components.join(",")
+            }
+        ));
+        push(format!(
+            "--tick-senders {}",
+            if self.rotate_ticks { "rotating" } else { "all" }
+        ));
+        push(format!(
+            "--clients {} --request-interval {}ms",
+            self.clients, self.request_interval_ms
+        ));
+        push(format!("--time-service {}", self.time_service));
+        push(format!("--max-delay {}ms", fc.max_delay_ms));
+        for (name, rate) in [
+            ("--drop-rate", fc.drop_rate),
+            ("--duplicate-rate", fc.duplicate_rate),
+            ("--reorder-rate", fc.reorder_rate),
+        ] {
+            if rate != 0.0 {
+                // `{}` of an f64 is the shortest text that parses back to the same value.
+                push(format!("{name} {rate}"));
+            }
+        }
+        if fc.partition != PartitionKind::None {
+            push(format!("--partition {}", fc.partition));
+        }
+        if fc.crashes > 0 {
+            push(format!("--crash {}", fc.crashes));
+        }
+        if fc.byzantine > 0 {
+            push(format!("--byzantine {}", fc.byzantine));
+        }
+        if !fc.pinned_byzantine.is_empty() {
+            let ids: Vec<String> = fc.pinned_byzantine.iter().map(|c| c.to_string()).collect();
+            push(format!("--byzantine-ids {}", ids.join(",")));
+        }
+        if fc.byzantine > 0 || !fc.pinned_byzantine.is_empty() {
+            push(format!("--byzantine-kind {}", fc.byzantine_kind));
+        }
+        if fc.max_clock_skew_ms != 0 {
+            push(format!("--clock-skew {}ms", fc.max_clock_skew_ms));
+        }
+        if fc.max_drift_ppm != 0 {
+            push(format!("--drift-ppm {}", fc.max_drift_ppm));
+        }
+        if fc.clock_jumps > 0 || fc.max_clock_jump_ms != 0 {
+            push(format!(
+                "--clock-jumps {} --clock-jump {}ms",
+                fc.clock_jumps, fc.max_clock_jump_ms
+            ));
+        }
+        if fc.max_size_requests {
+            push("--max-size-requests".to_string());
+        }
+        if fc.crash_at_view_change > 0.0 {
+            push(format!(
+                "--crash-at-view-change {}",
+                fc.crash_at_view_change
+            ));
+        }
+        if fc.state_growth_bytes > 0 {
+            push(format!("--state-growth {}", fc.state_growth_bytes));
+        }
+        if self.clocks_beyond_time_bound() {
+            push("--allow-clock-stall".to_string());
+        }
+        let in_code = self.settings_only_code_sets();
+        if !in_code.is_empty() {
+            push(format!(
+                "# set in code, not reproducible from the command line: {}",
+                in_code.join(", ")
+            ));
+        }
+        s
+    }
+
+    /// The settings of this configuration that `sim-bft run` cannot express (empty when
+    /// [`Self::command_line`] reproduces the run exactly).
+    pub fn settings_only_code_sets(&self) -> Vec<String> {
+        let d = SimConfig::default();
+        let fd = FaultConfig::default();
+        let mut out = Vec::new();
+        if self.ledger == LedgerKind::Custom {
+            out.push("ledger = an application built in code".to_string());
+        }
+        if !self.component_periods_ms.is_empty() {
+            out.push(format!(
+                "component_periods_ms = {:?}",
+                self.component_periods_ms
+            ));
+        }
+        if self.check_time_bounds != (self.time_service == TimeServiceMode::Robust) {
+            out.push(format!("check_time_bounds = {}", self.check_time_bounds));
+        }
+        for (name, v, dv) in [
+            (
+                "time_ahead_slack_ms",
+                self.time_ahead_slack_ms,
+                d.time_ahead_slack_ms,
+            ),
+            (
+                "time_behind_slack_ms",
+                self.time_behind_slack_ms,
+                d.time_behind_slack_ms,
+            ),
+            ("epoch_ms", self.epoch_ms, d.epoch_ms),
+        ] {
+            if v != dv {
+                out.push(format!("{name} = {v}"));
+            }
+        }
+        for (name, v, dv) in [
+            ("max_events", self.max_events, d.max_events),
+            (
+                "node_check_every",
+                self.node_check_every,
+                d.node_check_every,
+            ),
+            ("min_delay_ms", self.faults.min_delay_ms, fd.min_delay_ms),
+            (
+                "reorder_delay_ms",
+                self.faults.reorder_delay_ms,
+                fd.reorder_delay_ms,
+            ),
+        ] {
+            if v != dv {
+                out.push(format!("{name} = {v}"));
+            }
+        }
+        out
+    }
+}
