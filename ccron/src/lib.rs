@@ -79,6 +79,7 @@
 pub mod authz;
 pub mod codec;
 pub mod cron;
+pub mod determinism;
 pub mod due;
 pub mod entry;
 pub mod file_pages;

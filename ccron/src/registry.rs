@@ -193,9 +193,13 @@ impl<S> CronTableRegistry<S> {
     /// A digest of what is registered (components, positions, rule kinds, schedule parameters,
     /// page ranges). Replicas that set up different tables get different digests, so a setup
     /// mismatch can be detected instead of diverging silently. User rules are opaque code and
-    /// contribute only their position.
+    /// contribute only their position. It also includes
+    /// [`crate::determinism::environment_digest`] (tz data version, cron engine behaviour,
+    /// codec bytes), so replicas built against drifting dependency versions differ here too.
     pub fn setup_digest(&self) -> [u8; 32] {
         let mut h = Sha256::new();
+        h.update(b"ENV");
+        h.update(crate::determinism::environment_digest());
         for (component_id, table) in &self.tables {
             h.update(b"T");
             h.update(component_id.to_le_bytes());
