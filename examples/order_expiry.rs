@@ -7,7 +7,8 @@
 //!
 //! Part 2 (the simulated PBFT cluster): 4 replicas whose clients' key-value puts become orders
 //! (`sim_bft::ledgers::orders::ScheduledLedger` with `puts_as_orders`), under a crash, loss,
-//! reordering and clock skew; prints the checkers' verdict and what each replica ran.
+//! reordering and clock skew; prints the checkers' verdict and what each replica ran, and exits
+//! non-zero if the honest replicas disagree, a checker failed or no order expired.
 //!
 //! Run: `cargo run --release --example order_expiry`.
 
@@ -161,5 +162,22 @@ fn on_the_cluster() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!("  replay: {}", outcome.replay_command());
+    let expiries: Vec<u64> = outcome
+        .nodes
+        .iter()
+        .filter(|n| n.honest)
+        .map(|n| n.fires.values().sum::<u64>())
+        .collect();
+    if !outcome.ok() || !outcome.honest_agree {
+        return Err(format!(
+            "the honest replicas disagree or a checker failed: {:?}\n  replay: {}",
+            outcome.violations,
+            outcome.replay_command()
+        )
+        .into());
+    }
+    if expiries.iter().all(|n| *n == 0) {
+        return Err("no order expired on any honest replica".into());
+    }
     Ok(())
 }
