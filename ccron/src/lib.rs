@@ -82,6 +82,7 @@ pub mod cron;
 pub mod due;
 pub mod entry;
 pub mod file_pages;
+pub mod host;
 mod index;
 pub mod outbox;
 pub mod pages;
