@@ -83,6 +83,7 @@ pub mod determinism;
 pub mod due;
 pub mod entry;
 pub mod file_pages;
+pub mod host;
 mod index;
 pub mod outbox;
 pub mod pages;

@@ -95,18 +95,8 @@ pub struct Executed {
     pub fires: Vec<FireNote>,
 }
 
-/// One cron action run by a tick: which one, and the due point it ran for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FireNote {
-    /// Component of the tick.
-    pub component: u32,
-    /// Position of the entry in the component's table (for a schedule book, the book's position).
-    pub position: u32,
-    /// The schedule id, for a run of a schedule book.
-    pub schedule: Option<u64>,
-    /// The due point the action ran for (`None` for user rules, which have none).
-    pub due: Option<ccron::Due>,
-}
+/// One cron action run by a tick (defined in [`ccron::host`], re-exported).
+pub use ccron::host::FireNote;
 
 /// A sans-IO replica: hosts feed it inputs and perform its outputs.
 pub trait Node {

@@ -121,9 +121,8 @@ pub struct TimeCert {
 impl TimeCert {
     /// The median of the samples' clocks (the lower median for even counts), if any.
     pub fn median_ms(&self) -> Option<Millis> {
-        let mut clocks: Vec<Millis> = self.samples.iter().map(|s| s.clock_ms).collect();
-        clocks.sort_unstable();
-        clocks.get(clocks.len().saturating_sub(1) / 2).copied()
+        let clocks: Vec<Millis> = self.samples.iter().map(|s| s.clock_ms).collect();
+        ccron::host::time::median_ms(&clocks)
     }
 }
 

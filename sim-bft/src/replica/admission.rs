@@ -5,6 +5,7 @@
 //! one batch equation and remembered. A replica's own ticks pass ccron's tick throttle and the
 //! sender rotation, and leave in one bundle per flush.
 
+use ccron::host::{TickAuthority, period_index};
 use ccron::ticks::TickDecision;
 use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
@@ -172,7 +173,13 @@ impl Replica {
             self.metrics.inc("byzantine_starved_request");
             return;
         }
-        if req.request.kind == RequestKind::Tick && internal_client_owner(client).is_none() {
+        // Only the validators' own tick senders may tick (ccron's engine-independent rule).
+        if req.request.kind == RequestKind::Tick
+            && self
+                .tick_authority()
+                .authorize(internal_client_owner(client))
+                .is_err()
+        {
             return self.drop_msg("drop_unauthorized_tick", None);
         }
         if self.clients.is_executed(client, req_seq) {
@@ -229,6 +236,11 @@ impl Replica {
         }
     }
 
+    /// Who may tick: this cluster's replicas (through their internal clients).
+    pub(super) fn tick_authority(&self) -> TickAuthority {
+        TickAuthority::new(self.cfg.n)
+    }
+
     /// Whether ticks of `component` are accepted: it is listed in `tick_components`, or no
     /// list is configured.
     pub(super) fn ticks_component(&self, component: u32) -> bool {
@@ -251,7 +263,7 @@ impl Replica {
             .cfg
             .tick_components
             .get(&component)
-            .map(|p| now.div_euclid(i64::try_from(*p).unwrap_or(i64::MAX).max(1)));
+            .map(|p| period_index(now, *p));
         if let Some(p) = period_index
             && !flood
         {

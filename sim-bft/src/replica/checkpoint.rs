@@ -92,11 +92,7 @@ impl Replica {
             last_agreed_time_ms: self.last_agreed_time_ms,
             last_cert_seq: self.last_cert_seq,
             state_digest: self.last_state_digest,
-            tick_evals: self
-                .tick_evals
-                .iter()
-                .map(|((c, s), p)| (*c, *s, *p))
-                .collect(),
+            tick_evals: self.tick_gate.coalescer().entries().collect(),
         };
         let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;
         Ok((chunks::snapshot_digest(&bytes, self.cfg.chunk_bytes), bytes))

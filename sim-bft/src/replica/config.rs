@@ -189,32 +189,9 @@ pub struct ReplicaConfig {
     pub future_bytes_per_sender: usize,
 }
 
-/// Which replicas send the ticks of a component (listed in `tick_components`) in one period.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum TickSenders {
-    /// Every replica sends one tick per period (the reference): n ordered ticks per period.
-    All,
-    /// Only F+1 replicas per period, rotating: the senders of period
-    /// `p = floor(local time / period)` are replicas `(p*(F+1) + k) mod n` for `k` in `0..F+1`.
-    /// Any F+1 replicas include an honest one, so every period still gets a tick.
-    #[default]
-    Rotating,
-}
-
-impl TickSenders {
-    /// Whether replica `id` of an `n`-replica cluster tolerating `f` faults sends in period `p`.
-    pub fn sends(self, id: NodeId, n: u32, f: u32, period_index: i64) -> bool {
-        match self {
-            TickSenders::All => true,
-            TickSenders::Rotating => {
-                let (n, id, k) = (i128::from(n.max(1)), i128::from(id), i128::from(f) + 1);
-                let first = (i128::from(period_index) * k).rem_euclid(n);
-                (id - first).rem_euclid(n) < k
-            }
-        }
-    }
-}
+/// Which replicas send the ticks of a component in one period (F+1 rotation or all): the
+/// engine-independent rule of [`ccron::host::ticks`], re-exported.
+pub use ccron::host::TickSenders;
 
 impl ReplicaConfig {
     /// Defaults for replica `id` of an `n`-replica cluster with keys from `key_seed`.

@@ -5,6 +5,8 @@
 //! signed once; the state digest is reported after every batch and a checkpoint is taken
 //! every `checkpoint_interval` sequence numbers.
 
+use ccron::host::TickRejection;
+use ccron::host::block::run_tick;
 use ccron::{ReservedPages, Tick};
 use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
@@ -104,7 +106,11 @@ impl Replica {
                     let component = <[u8; 4]>::try_from(r.request.payload.as_slice())
                         .ok()
                         .map(u32::from_le_bytes);
-                    match (component, internal_client_owner(client)) {
+                    let sender = self
+                        .tick_authority()
+                        .authorize(internal_client_owner(client))
+                        .ok();
+                    match (component, sender) {
                         (Some(component), Some(sender)) => {
                             if client == own_internal {
                                 self.throttle.on_executed(component, req_seq);
@@ -113,11 +119,12 @@ impl Replica {
                             if self.admit_tick_evaluation(component, sender, agreed) {
                                 self.metrics.inc("ticks_evaluated");
                                 let tick = Tick::new(component, seq, agreed);
-                                if let Err(e) = self.app.on_tick(tick, &mut self.pages) {
+                                if let Err(e) =
+                                    run_tick(self.app.as_mut(), &mut self.pages, tick, &mut fires)
+                                {
                                     warn!(replica = self.cfg.id, seq, component, error = %e, "tick rejected");
                                     self.metrics.inc("tick_rejected");
                                 }
-                                self.app.take_fire_notes(&mut fires);
                             }
                         }
                         _ => self.metrics.inc("tick_malformed_at_execution"),
@@ -240,31 +247,29 @@ impl Replica {
         sender: NodeId,
         agreed: Option<Millis>,
     ) -> bool {
-        if !self.ticks_component(component) {
-            warn!(
-                replica = self.cfg.id,
-                component, "ordered tick for an unlisted component"
-            );
-            self.metrics.inc("tick_rejected_unknown_component");
-            return false;
+        // ccron's gate: the sender is a replica, the component ticks, and it is the first tick
+        // of this sender, component and period.
+        match self.tick_gate.admit(component, Some(sender), agreed) {
+            Ok(_) => true,
+            Err(TickRejection::UnknownComponent(_)) => {
+                warn!(
+                    replica = self.cfg.id,
+                    component, "ordered tick for an unlisted component"
+                );
+                self.metrics.inc("tick_rejected_unknown_component");
+                false
+            }
+            Err(e @ TickRejection::Coalesced { .. }) => {
+                debug!(replica = self.cfg.id, component, sender, reason = %e, "tick coalesced");
+                self.metrics.inc("tick_coalesced");
+                false
+            }
+            Err(e) => {
+                warn!(replica = self.cfg.id, component, sender, reason = %e, "tick refused");
+                self.metrics.inc("tick_malformed_at_execution");
+                false
+            }
         }
-        let (Some(period_ms), Some(t)) = (self.cfg.tick_components.get(&component), agreed) else {
-            return true;
-        };
-        let p = t.div_euclid(i64::try_from(*period_ms).unwrap_or(i64::MAX).max(1));
-        if self.tick_evals.get(&(component, sender)) == Some(&p) {
-            debug!(
-                replica = self.cfg.id,
-                component,
-                sender,
-                period = p,
-                "tick coalesced"
-            );
-            self.metrics.inc("tick_coalesced");
-            return false;
-        }
-        self.tick_evals.insert((component, sender), p);
-        true
     }
 
     /// Digest of the replicated state reported after every batch.
@@ -274,9 +279,9 @@ impl Replica {
         h.update(self.app.digest());
         h.update(self.pages.digest());
         h.update(self.last_agreed_time_ms.unwrap_or(i64::MIN).to_le_bytes());
-        if !self.tick_evals.is_empty() {
+        if !self.tick_gate.coalescer().is_empty() {
             h.update(b"tick-evals");
-            for ((c, s), p) in &self.tick_evals {
+            for (c, s, p) in self.tick_gate.coalescer().entries() {
                 h.update(c.to_le_bytes());
                 h.update(s.to_le_bytes());
                 h.update(p.to_le_bytes());

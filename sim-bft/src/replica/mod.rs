@@ -39,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 use bincode::{Decode, Encode};
 use ccron::MemPages;
+use ccron::host::TickGate;
 use ccron::ticks::TickThrottle;
 use ed25519_dalek::SigningKey;
 use tracing::{debug, warn};
@@ -225,7 +226,7 @@ pub struct Replica {
     tick_sent_period: BTreeMap<u32, i64>,
     /// Replicated: per (component, sender), the agreed-time period index of the last tick
     /// evaluated (at most one evaluation per sender, component and period).
-    tick_evals: BTreeMap<(u32, u32), i64>,
+    tick_gate: TickGate,
     next_internal_req: u64,
     verified_requests: HashSet<Digest32>,
     verified_order: VecDeque<Digest32>,
@@ -352,7 +353,7 @@ impl Replica {
             own_outgoing: Vec::new(),
             flush_deadline: None,
             tick_sent_period: BTreeMap::new(),
-            tick_evals: BTreeMap::new(),
+            tick_gate: TickGate::new(cfg.n, cfg.tick_components.clone()),
             next_internal_req: 1,
             verified_requests: HashSet::new(),
             verified_order: VecDeque::new(),

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ccron::host::TickCoalescer;
 use ccron::{MemPages, ReservedPages};
 use tracing::{info, warn};
 
@@ -467,16 +468,12 @@ impl Replica {
         let old_pages = std::mem::replace(&mut self.pages, pages);
         let old_time = self.last_agreed_time_ms;
         self.last_agreed_time_ms = snap.last_agreed_time_ms;
-        let tick_evals = snap
-            .tick_evals
-            .iter()
-            .map(|(c, s, p)| ((*c, *s), *p))
-            .collect();
-        let old_evals = std::mem::replace(&mut self.tick_evals, tick_evals);
+        let tick_evals = TickCoalescer::from_entries(snap.tick_evals.iter().copied());
+        let old_evals = self.tick_gate.replace_coalescer(tick_evals);
         if self.state_digest() != snap.state_digest {
             self.pages = old_pages;
             self.last_agreed_time_ms = old_time;
-            self.tick_evals = old_evals;
+            self.tick_gate.replace_coalescer(old_evals);
             // Restoring a snapshot we took ourselves cannot fail.
             let _ = self.app.restore(&backup);
             return Err("state digest mismatch".into());

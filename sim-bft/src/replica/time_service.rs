@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ccron::host::time;
 use tracing::warn;
 
 use super::{Byzantine, Metrics, Replica, ReplicaError, TimeMode};
@@ -78,12 +79,11 @@ impl Replica {
     pub(super) fn check_batch_time(&mut self, now: Millis, seq: u64, batch: &Batch) -> bool {
         let t = self.cfg.time;
         let bounds = |m: &mut Metrics, ts: Millis, hard: Millis| -> bool {
-            // abs_diff: a hostile clock (i64::MIN) must not overflow.
-            let d = ts.abs_diff(now);
-            if d > t.soft_limit_ms.unsigned_abs() {
+            // Saturating: a hostile clock (i64::MIN) must not overflow.
+            if !time::within(ts, now, t.soft_limit_ms) {
                 m.inc("time_soft_exceeded");
             }
-            if d > hard.unsigned_abs() {
+            if !time::within(ts, now, hard) {
                 m.inc("time_hard_exceeded");
                 return false;
             }
@@ -230,24 +230,16 @@ impl Replica {
             TimeMode::Off => return None,
             _ if batch.null => return self.last_agreed_time_ms.map(|t| t.saturating_add(eps)),
             TimeMode::Reference => batch.primary_clock_ms,
-            TimeMode::Robust => {
-                // The primary's stamp, checked within `genesis_bound_ms` of the clocks of the
-                // honest replicas that voted, minus that bound: never ahead of every honest
-                // clock, and current even when the certificate is old (after a stall).
-                let fresh = batch
-                    .primary_clock_ms
-                    .saturating_sub(self.cfg.time.genesis_bound_ms.max(0));
-                batch
-                    .time_cert
-                    .as_ref()
-                    .and_then(TimeCert::median_ms)
-                    .map_or(fresh, |m| m.max(fresh))
-            }
+            // The primary's stamp, checked within `genesis_bound_ms` of the clocks of the
+            // honest replicas that voted, minus that bound: never ahead of every honest clock,
+            // and current even when the certificate is old (after a stall).
+            TimeMode::Robust => time::stamped_base(
+                batch.primary_clock_ms,
+                self.cfg.time.genesis_bound_ms,
+                batch.time_cert.as_ref().and_then(TimeCert::median_ms),
+            ),
         };
-        Some(match self.last_agreed_time_ms {
-            Some(prev) => base.max(prev.saturating_add(eps)),
-            None => base,
-        })
+        Some(time::next_agreed_time(self.last_agreed_time_ms, base, eps))
     }
 
     /// Keeps a time certificate (2f+1 signed commit clocks for one seq) for later pre-prepares,

@@ -2,11 +2,11 @@
 //! checkpoints and state transfer visibly carry pages).
 
 use bincode::{Decode, Encode};
-use ccron::{MemPages, PageId, ReservedPages, Tick};
+use ccron::{PageId, ReservedPages, Tick};
 
-use crate::app::{AppError, TickExecutor};
-use crate::node::Millis;
-use crate::protocol::codec;
+use ccron::host::Millis;
+use ccron::host::app::{AppError, TickExecutor};
+use ccron::host::wire as codec;
 
 /// Per-component tick record kept by [`TickCounter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
@@ -43,7 +43,7 @@ impl TickCounter {
     }
 
     /// The records stored for `component`'s page.
-    pub fn records(pages: &MemPages, page: PageId) -> Result<Vec<TickRecord>, AppError> {
+    pub fn records(pages: &dyn ReservedPages, page: PageId) -> Result<Vec<TickRecord>, AppError> {
         match pages.load(page)? {
             None => Ok(Vec::new()),
             Some(b) => codec::decode(b, b.len()).map_err(|e| AppError::BadSnapshot(e.to_string())),
@@ -51,7 +51,7 @@ impl TickCounter {
     }
 
     /// The record of `component`, if it ever ticked.
-    pub fn record(&self, pages: &MemPages, component: u32) -> Option<TickRecord> {
+    pub fn record(&self, pages: &dyn ReservedPages, component: u32) -> Option<TickRecord> {
         Self::records(pages, self.page_of(component))
             .ok()?
             .into_iter()
@@ -60,7 +60,7 @@ impl TickCounter {
 }
 
 impl TickExecutor for TickCounter {
-    fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError> {
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
         let page = self.page_of(tick.component_id);
         let mut recs = Self::records(pages, page)?;
         match recs.iter_mut().find(|r| r.component == tick.component_id) {
@@ -88,6 +88,7 @@ impl TickExecutor for TickCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ccron::MemPages;
 
     #[test]
     fn tick_counter_records_in_pages() {

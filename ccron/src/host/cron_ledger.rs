@@ -7,14 +7,16 @@
 
 use std::collections::BTreeMap;
 
-use ccron::{CronTableRegistry, MemPages, Principal, RegistryError, Tick};
+use crate::{
+    CronTableRegistry, MemPages, Principal, RegistryError, ReservedPages, TableError, Tick,
+};
 use sha2::{Digest, Sha256};
 
+use super::app::Digest32;
+use super::app::{AppError, Application, ExecContext};
+use super::app::{ClientId, FireNote};
 use super::scheduler::{BookWire, LedgerScheduler};
-use crate::app::{AppError, Application, ExecContext};
-use crate::crypto::Digest32;
-use crate::node::{ClientId, FireNote};
-use crate::protocol::codec;
+use super::wire as codec;
 
 /// A ledger with cron tables: state `S` (an [`Application`] for user requests) plus a
 /// [`CronTableRegistry`] over `S`, whose actions therefore change the ledger's own state.
@@ -31,10 +33,13 @@ use crate::protocol::codec;
 /// the book instead of `S`; a tick of the book's component runs the due schedules against `S`
 /// (then that component's table, if one is registered); the book's pages and outbox travel in
 /// the snapshot, so restart and state transfer restore the book with `S`.
-pub struct CronLedger<S> {
+///
+/// `P` is the store of the book's pages ([`MemPages`] by default, carried by the snapshot; see
+/// [`LedgerScheduler::with_pages`] for a durable one).
+pub struct CronLedger<S, P = MemPages> {
     state: S,
     registry: CronTableRegistry<S>,
-    scheduler: Option<LedgerScheduler<S>>,
+    scheduler: Option<LedgerScheduler<S, P>>,
     fires: BTreeMap<(u32, u32), u64>,
     /// Notes of the actions run since the replica last took them (observation only: neither
     /// digested nor snapshotted); at most [`MAX_FIRE_NOTES`], the rest counted.
@@ -42,9 +47,11 @@ pub struct CronLedger<S> {
     notes_dropped: u64,
     unknown_component_ticks: u64,
     table_errors: u64,
+    /// Set when a table's schedule could not be saved: the ledger stopped (fail-stop).
+    halted: Option<AppError>,
 }
 
-impl<S> std::fmt::Debug for CronLedger<S> {
+impl<S, P> std::fmt::Debug for CronLedger<S, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CronLedger")
             .field("registry", &self.registry)
@@ -56,7 +63,7 @@ impl<S> std::fmt::Debug for CronLedger<S> {
 }
 
 impl<S: Application> CronLedger<S> {
-    /// A ledger over `state` with the tables of `registry`.
+    /// A ledger over `state` with the tables of `registry` (no schedule book yet).
     pub fn new(state: S, registry: CronTableRegistry<S>) -> Self {
         Self {
             state,
@@ -67,17 +74,34 @@ impl<S: Application> CronLedger<S> {
             notes_dropped: 0,
             unknown_component_ticks: 0,
             table_errors: 0,
+            halted: None,
+        }
+    }
+}
+
+impl<S: Application, P: ReservedPages> CronLedger<S, P> {
+    /// The same ledger with a schedule book (set up identically on every replica) whose pages
+    /// are a store `Q` ([`MemPages`] from [`LedgerScheduler::new`], or any store from
+    /// [`LedgerScheduler::with_pages`]).
+    pub fn with_scheduler<Q: ReservedPages>(
+        self,
+        scheduler: LedgerScheduler<S, Q>,
+    ) -> CronLedger<S, Q> {
+        CronLedger {
+            state: self.state,
+            registry: self.registry,
+            scheduler: Some(scheduler),
+            fires: self.fires,
+            notes: self.notes,
+            notes_dropped: self.notes_dropped,
+            unknown_component_ticks: self.unknown_component_ticks,
+            table_errors: self.table_errors,
+            halted: self.halted,
         }
     }
 
-    /// The same ledger with a schedule book (set up identically on every replica).
-    pub fn with_scheduler(mut self, scheduler: LedgerScheduler<S>) -> Self {
-        self.scheduler = Some(scheduler);
-        self
-    }
-
     /// The schedule book, if any.
-    pub fn scheduler(&self) -> Option<&LedgerScheduler<S>> {
+    pub fn scheduler(&self) -> Option<&LedgerScheduler<S, P>> {
         self.scheduler.as_ref()
     }
 
@@ -121,10 +145,16 @@ impl<S: Application> CronLedger<S> {
     }
 }
 
+/// Whether a table error of a tick pass is a failed save of the table's schedule (the pass's
+/// only page writes): fatal, unlike a refused table change, which leaves memory and pages alike.
+fn is_save_failure(e: &TableError) -> bool {
+    matches!(e, TableError::Persist(_) | TableError::RangeTooSmall { .. })
+}
+
 /// Fire notes a [`CronLedger`] keeps until the replica takes them (after every tick).
 pub const MAX_FIRE_NOTES: usize = 4_096;
 
-impl<S: Application> Application for CronLedger<S> {
+impl<S: Application, P: ReservedPages + Send> Application for CronLedger<S, P> {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
         if let Some(book) = &mut self.scheduler {
             if let Some(upto) = super::scheduler::outbox_delivered_of(payload) {
@@ -181,19 +211,19 @@ impl<S: Application> Application for CronLedger<S> {
             Some(sched) => {
                 let (state, fires, wire): (Vec<u8>, Vec<(u32, u32, u64)>, BookWire) =
                     codec::decode(snapshot, snapshot.len()).map_err(|e| bad(e.to_string()))?;
-                let parts = LedgerScheduler::<S>::decode_wire(sched.config(), wire)?;
+                let parts = LedgerScheduler::<S, P>::decode_wire(sched.config(), wire)?;
                 (state, fires, Some(parts))
             }
         };
         self.state.restore(&state)?;
         self.fires = fires.into_iter().map(|(c, p, n)| ((c, p), n)).collect();
         if let (Some(sched), Some(parts)) = (&mut self.scheduler, book) {
-            sched.install(parts);
+            sched.install(parts)?;
         }
         Ok(())
     }
 
-    fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError> {
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
         let mut book_ran = false;
         if let Some(book) = &mut self.scheduler
             && book.config().component == tick.component_id
@@ -240,6 +270,23 @@ impl<S: Application> Application for CronLedger<S> {
                         "cron table pass reported errors"
                     );
                 }
+                // A schedule the pass changed in memory but could not write to the pages would
+                // leave the pages (the snapshot's and the digest's input) behind the memory:
+                // a restored replica would diverge. Never carry on: fail-stop.
+                if let Some(e) = outcome.errors.iter().find(|e| is_save_failure(e)) {
+                    let fatal = AppError::Fatal(format!(
+                        "component {}: schedule not saved at seq {}: {e}",
+                        tick.component_id, tick.bft_sequence_num
+                    ));
+                    tracing::error!(
+                        component = tick.component_id,
+                        seq = tick.bft_sequence_num,
+                        error = %e,
+                        "cron table schedule not saved: ledger halts (fail-stop)"
+                    );
+                    self.halted.get_or_insert(fatal.clone());
+                    return Err(fatal);
+                }
                 Ok(())
             }
             Err(RegistryError::UnknownComponent(c)) => {
@@ -253,7 +300,7 @@ impl<S: Application> Application for CronLedger<S> {
         }
     }
 
-    fn reload(&mut self, pages: &MemPages) -> Result<(), AppError> {
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
         self.registry
             .reload(pages)
             .map_err(|e| AppError::TickRejected(format!("reload: {e}")))
@@ -264,10 +311,85 @@ impl<S: Application> Application for CronLedger<S> {
     }
 
     fn halted(&self) -> Option<&AppError> {
-        self.scheduler.as_ref().and_then(|s| s.halted())
+        self.halted
+            .as_ref()
+            .or_else(|| self.scheduler.as_ref().and_then(|s| s.halted()))
     }
 
     fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
         out.append(&mut self.notes);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::{CronEntry, CronTable, PageAllocator, Periodic};
+
+    /// A minimal ledger state: counts its requests.
+    #[derive(Debug, Default)]
+    pub(crate) struct KvLedger(u64);
+
+    impl KvLedger {
+        pub(crate) fn new() -> Self {
+            Self(0)
+        }
+    }
+
+    impl Application for KvLedger {
+        fn execute(&mut self, _: ExecContext, _: ClientId, _: &[u8]) -> Vec<u8> {
+            self.0 += 1;
+            Vec::new()
+        }
+        fn digest(&self) -> Digest32 {
+            Sha256::digest(self.0.to_le_bytes()).into()
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            self.0.to_le_bytes().to_vec()
+        }
+        fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+            let b =
+                <[u8; 8]>::try_from(snapshot).map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+            self.0 = u64::from_le_bytes(b);
+            Ok(())
+        }
+    }
+
+    /// A ledger whose one table (component 1) persists its periodic schedule (every 1 s) in
+    /// pages 0..2.
+    pub(crate) fn ledger() -> CronLedger<KvLedger> {
+        let mut registry = CronTableRegistry::new();
+        let range = PageAllocator::new(0, 2).allocate(2).unwrap();
+        let mut table = CronTable::with_persistence(1, range, 4);
+        table
+            .add(CronEntry::<KvLedger>::periodic(
+                0,
+                Periodic::every_ms(1_000).unwrap(),
+                |_| {},
+            ))
+            .unwrap();
+        registry.register(table).unwrap();
+        CronLedger::new(KvLedger::new(), registry)
+    }
+
+    /// Regression (issue 10): a failed write of a table's schedule during a tick was only
+    /// logged, so the pages (snapshot, digest) fell behind the memory. It is now fatal: the
+    /// tick fails with `AppError::Fatal` and the ledger reports itself halted.
+    #[test]
+    fn failed_schedule_save_in_a_tick_is_fatal() {
+        let mut ok = ledger();
+        let mut pages = MemPages::new(4_096, 2);
+        ok.on_tick(Tick::new(1, 1, Some(1_000)), &mut pages)
+            .unwrap();
+        assert!(ok.halted().is_none());
+        assert_eq!(ok.fires().get(&(1, 0)), Some(&1));
+
+        // The same tick over pages that refuse every write.
+        let mut l = ledger();
+        let mut broken = crate::pages::CrashAfter::new(MemPages::new(4_096, 2), 0);
+        let err = l.on_tick(Tick::new(1, 1, Some(1_000)), &mut broken);
+        assert!(matches!(err, Err(AppError::Fatal(_))), "{err:?}");
+        assert!(matches!(l.halted(), Some(AppError::Fatal(_))));
+        assert_eq!(l.table_errors(), 1);
     }
 }

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use bincode::{Decode, Encode};
 use sha2::{Digest, Sha256};
 
-use crate::app::{AppError, Application, ExecContext};
-use crate::crypto::Digest32;
-use crate::node::ClientId;
-use crate::protocol::codec;
+use ccron::host::ClientId;
+use ccron::host::Digest32;
+use ccron::host::app::{AppError, Application, ExecContext};
+use ccron::host::wire as codec;
 
 /// An operation of the [`KvLedger`] (the payload of a user request, encoded with the codec).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]

@@ -15,16 +15,16 @@ use ccron::outbox::Outbox;
 use ccron::schedule::{
     Handlers, Limits, Misfire, NewSchedule, ScheduleRequest, Scheduler, Target, Timing,
 };
-use ccron::{CronTableRegistry, MemPages, Tick};
+use ccron::{CronTableRegistry, MemPages, ReservedPages, Tick};
 use sha2::{Digest, Sha256};
 
 use super::cron_ledger::CronLedger;
 use super::kv::KvOp;
 use super::scheduler::{BookConfig, LedgerScheduler};
-use crate::app::{AppError, Application, ExecContext};
-use crate::crypto::Digest32;
-use crate::node::ClientId;
-use crate::protocol::codec as wire;
+use ccron::host::ClientId;
+use ccron::host::Digest32;
+use ccron::host::app::{AppError, Application, ExecContext};
+use ccron::host::wire;
 
 /// The handler every replica registers.
 pub const EXPIRE_ORDER: &str = "expire-order";
@@ -260,11 +260,11 @@ impl Application for ScheduledLedger {
         self.inner.restore(snapshot)
     }
 
-    fn on_tick(&mut self, tick: Tick, pages: &mut MemPages) -> Result<(), AppError> {
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
         self.inner.on_tick(tick, pages)
     }
 
-    fn reload(&mut self, pages: &MemPages) -> Result<(), AppError> {
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
         self.inner.reload(pages)
     }
 
@@ -276,7 +276,7 @@ impl Application for ScheduledLedger {
         self.inner.halted()
     }
 
-    fn take_fire_notes(&mut self, out: &mut Vec<crate::node::FireNote>) {
+    fn take_fire_notes(&mut self, out: &mut Vec<ccron::host::FireNote>) {
         self.inner.take_fire_notes(out);
     }
 }
@@ -284,7 +284,7 @@ impl Application for ScheduledLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledgers::scheduler::{outbox_delivered_of, outbox_delivered_payload};
+    use crate::scheduler::{outbox_delivered_of, outbox_delivered_payload};
     use ccron::PageRange;
     use ccron::cron::ZoneRules;
     use ccron::{CronEntry, CronTable, Periodic};
@@ -613,5 +613,71 @@ mod tests {
         }
         assert_eq!(a.ledger().state().0.get("o-1"), Some(&1));
         assert_eq!(a.ledger().state().0.get("daily"), Some(&1));
+    }
+}
+
+#[cfg(test)]
+mod durable_book {
+    use super::*;
+    use ccron::FilePages;
+
+    /// The composition is generic over the book's page store: over `FilePages` (a durable
+    /// store the node keeps), a node that stops and reopens its directory gets its schedules
+    /// and outbox back at start (`LedgerScheduler::with_pages`), and fires the same orders as a
+    /// node that never stopped.
+    #[test]
+    fn the_book_over_file_pages_survives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("ccron-ledgers-book-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = BookConfig {
+            component: 1,
+            position: 0,
+            limits: Limits::default(),
+            book_pages: 40,
+            outbox_pages: 64,
+        };
+        let open = || {
+            let pages = FilePages::open(&dir, 4_096, cfg.total_pages()).unwrap();
+            let book = LedgerScheduler::with_pages(cfg, order_handlers(), pages).unwrap();
+            CronLedger::new(OrderState::default(), CronTableRegistry::new()).with_scheduler(book)
+        };
+        let mut a = open();
+        let mut mem = CronLedger::new(OrderState::default(), CronTableRegistry::new())
+            .with_scheduler(LedgerScheduler::new(cfg, order_handlers()));
+        let ctx = ExecContext {
+            seq: 1,
+            agreed_time_ms: Some(1_000),
+        };
+        for o in ["o1", "o2"] {
+            let req = ScheduledLedger::payload(&ScheduleRequest::Upsert(ScheduledLedger::expiry(
+                o, 2_000,
+            )))
+            .unwrap();
+            assert!(a.execute(ctx, 5, &req).starts_with(b"ok"));
+            assert!(mem.execute(ctx, 5, &req).starts_with(b"ok"));
+        }
+        assert_eq!(a.digest(), mem.digest(), "same book whatever the store");
+        drop(a);
+        // Restart: the book comes back from the directory.
+        let mut b = open();
+        assert_eq!(b.scheduler().unwrap().book().len(), 2);
+        assert_eq!(
+            b.scheduler().unwrap().book(),
+            mem.scheduler().unwrap().book()
+        );
+        let mut tables = MemPages::new(4_096, 1);
+        b.on_tick(Tick::new(1, 2, Some(3_500)), &mut tables)
+            .unwrap();
+        mem.on_tick(Tick::new(1, 2, Some(3_500)), &mut tables)
+            .unwrap();
+        assert_eq!(b.fires().get(&(1, 0)), Some(&2));
+        assert_eq!(b.digest(), mem.digest());
+        // A store of the wrong geometry is refused, typed.
+        let small = MemPages::new(4_096, 3);
+        assert!(matches!(
+            LedgerScheduler::with_pages(cfg, order_handlers(), small),
+            Err(AppError::Fatal(_))
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

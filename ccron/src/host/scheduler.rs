@@ -2,10 +2,10 @@
 //! runs.
 //!
 //! [`LedgerScheduler`] is the schedule-book part of a [`CronLedger`]
-//! ([`CronLedger::with_scheduler`]): a `ccron::schedule::Scheduler` whose handlers change the
+//! ([`CronLedger::with_scheduler`]): a `crate::schedule::Scheduler` whose handlers change the
 //! ledger's own state `S`, its replicated outbox, and the reserved pages the book is persisted
 //! in. Through the ledger, client requests carrying an encoded
-//! [`ccron::schedule::ScheduleRequest`] create, upsert, replace, pause, resume and cancel
+//! [`crate::schedule::ScheduleRequest`] create, upsert, replace, pause, resume and cancel
 //! schedules (applied with the batch's sequence number and agreed time); a committed tick of the
 //! book's component runs what is due (and the ledger's cron tables of that component, if any);
 //! the book and the outbox live in the book's own reserved pages (the book's range, then the
@@ -13,16 +13,16 @@
 //! state transfer restores both with the tables (the tables' schedules live in the replica's
 //! reserved pages) and a restarted replica's outbox consumer sees the same records.
 
-use ccron::codec;
-use ccron::outbox::{Outbox, OutboxLimits};
-use ccron::schedule::{Handlers, Limits, ScheduleRequest, Scheduler};
-use ccron::{MemPages, PageRange, Policy, Principal, Tick};
+use crate::codec;
+use crate::outbox::{Outbox, OutboxLimits};
+use crate::schedule::{Handlers, Limits, ScheduleRequest, Scheduler};
+use crate::{MemPages, PageRange, PagesError, Policy, Principal, ReservedPages, Tick};
 
 #[cfg(doc)]
-use super::CronLedger;
+use super::app::Application;
+use super::app::{AppError, ExecContext};
 #[cfg(doc)]
-use crate::app::Application;
-use crate::app::{AppError, ExecContext};
+use super::cron_ledger::CronLedger;
 
 /// Prefix of an outbox consumer's progress request ([`outbox_delivered_payload`]).
 const OUTBOX_DELIVERED: &[u8; 16] = b"ccron-outbox-ack";
@@ -117,7 +117,8 @@ impl BookConfig {
     }
 
     /// Pages of the store holding both.
-    fn total_pages(&self) -> u32 {
+    /// Pages the book and its outbox use (`book_pages + outbox_pages`), from page 0.
+    pub fn total_pages(&self) -> u32 {
         self.book_pages.saturating_add(self.outbox_pages)
     }
 }
@@ -125,13 +126,16 @@ impl BookConfig {
 /// The ledger snapshot's part for the book: its pages (book, then outbox).
 pub(crate) type BookWire = Vec<(u32, Vec<u8>)>;
 
-/// The schedule-book part of a [`CronLedger`] (see the module documentation).
-pub struct LedgerScheduler<S> {
+/// The schedule-book part of a [`CronLedger`] (see the module documentation), its pages a
+/// [`ReservedPages`] store `P`: [`MemPages`] by default (the ledger snapshot carries them), or a
+/// durable store ([`crate::FilePages`], an embedded database) the host persists on its own,
+/// from which [`LedgerScheduler::with_pages`] reloads the book at start.
+pub struct LedgerScheduler<S, P = MemPages> {
     cfg: BookConfig,
     book: Scheduler,
     handlers: Handlers<S>,
     outbox: Outbox,
-    pages: MemPages,
+    pages: P,
     translate: Option<RequestTranslator>,
     policy: Policy,
     denied: u64,
@@ -140,7 +144,7 @@ pub struct LedgerScheduler<S> {
     fatal: Option<AppError>,
 }
 
-impl<S> std::fmt::Debug for LedgerScheduler<S> {
+impl<S, P> std::fmt::Debug for LedgerScheduler<S, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LedgerScheduler")
             .field("cfg", &self.cfg)
@@ -152,7 +156,8 @@ impl<S> std::fmt::Debug for LedgerScheduler<S> {
 }
 
 impl<S> LedgerScheduler<S> {
-    /// An empty book running `handlers` (registered identically on every replica).
+    /// An empty book running `handlers` (registered identically on every replica), in memory
+    /// pages (carried by the ledger snapshot).
     pub fn new(cfg: BookConfig, handlers: Handlers<S>) -> Self {
         Self {
             cfg,
@@ -165,6 +170,39 @@ impl<S> LedgerScheduler<S> {
             denied: 0,
             fatal: None,
         }
+    }
+}
+
+impl<S, P: ReservedPages> LedgerScheduler<S, P> {
+    /// A book running `handlers` over the host's `pages` (4 KiB pages, at least
+    /// [`BookConfig::total_pages`] of them): the book and the outbox are loaded from them, so a
+    /// node that restarts from its durable store resumes where it stopped (empty pages: an empty
+    /// book).
+    pub fn with_pages(cfg: BookConfig, handlers: Handlers<S>, pages: P) -> Result<Self, AppError> {
+        let bad = |e: String| AppError::Fatal(format!("schedule book pages: {e}"));
+        if pages.page_size() != PAGE_BYTES || pages.num_pages() < cfg.total_pages() {
+            return Err(bad(format!(
+                "{} pages of {} bytes, the book needs {} of {PAGE_BYTES}",
+                pages.num_pages(),
+                pages.page_size(),
+                cfg.total_pages()
+            )));
+        }
+        let book = Scheduler::load(cfg.component, cfg.book_limits(), &pages, Self::range(cfg)?)
+            .map_err(|e| bad(e.to_string()))?;
+        let outbox = Outbox::load(&pages, Self::outbox_range(cfg)?, cfg.outbox_limits())
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(Self {
+            cfg,
+            book,
+            handlers,
+            outbox,
+            pages,
+            translate: None,
+            policy: Policy::default(),
+            denied: 0,
+            fatal: None,
+        })
     }
 
     /// Why the ledger stopped: a save of the book or the outbox failed (see [`Self::persist`]).
@@ -240,7 +278,7 @@ impl<S> LedgerScheduler<S> {
     }
 
     /// The book's reserved pages.
-    pub fn pages(&self) -> &MemPages {
+    pub fn pages(&self) -> &P {
         &self.pages
     }
 
@@ -286,7 +324,7 @@ impl<S> LedgerScheduler<S> {
     }
 
     /// Applies `req` on behalf of `by` (the request's authenticated client; the book's policy
-    /// decides, see `ccron::authz`) with the batch's sequence number and agreed time, and
+    /// decides, see `crate::authz`) with the batch's sequence number and agreed time, and
     /// persists the book. A denial is an `err` reply, counted ([`Self::denied`]).
     pub(crate) fn execute(
         &mut self,
@@ -303,7 +341,7 @@ impl<S> LedgerScheduler<S> {
         {
             Ok(id) => format!("ok {}", id.unwrap_or(0)),
             Err(e) => {
-                if matches!(e, ccron::schedule::ScheduleError::Unauthorized { .. }) {
+                if matches!(e, crate::schedule::ScheduleError::Unauthorized { .. }) {
                     self.denied = self.denied.saturating_add(1);
                 }
                 format!("err {e}")
@@ -318,7 +356,7 @@ impl<S> LedgerScheduler<S> {
         &mut self,
         tick: &Tick,
         state: &mut S,
-    ) -> Vec<ccron::schedule::FireRecord> {
+    ) -> Vec<crate::schedule::FireRecord> {
         if self.fatal.is_some() {
             return Vec::new();
         }
@@ -353,7 +391,18 @@ impl<S> LedgerScheduler<S> {
 
     /// The book's part of the ledger snapshot: its pages (book and outbox).
     pub(crate) fn to_wire(&self) -> BookWire {
-        self.pages.snapshot()
+        let mut wire = Vec::new();
+        for id in 0..self.cfg.total_pages() {
+            match self.pages.load(id) {
+                Ok(Some(data)) if !data.is_empty() => wire.push((id, data.to_vec())),
+                Ok(_) => {}
+                // Unreachable for pages the book saved (a store's read failure): the snapshot
+                // then lacks the page and a replica restored from it would see its digest
+                // differ, never silently.
+                Err(e) => tracing::error!(page = id, error = %e, "schedule book page unreadable"),
+            }
+        }
+        wire
     }
 
     /// Decodes the book's part of a snapshot, reloading the book and the outbox from the pages
@@ -372,13 +421,39 @@ impl<S> LedgerScheduler<S> {
         Ok((mem, book, outbox))
     }
 
-    /// Replaces the book, its pages and the outbox with decoded ones.
-    pub(crate) fn install(&mut self, (pages, book, outbox): (MemPages, Scheduler, Outbox)) {
-        self.pages = pages;
+    /// Replaces the book, its pages and the outbox with decoded ones. A store that refuses a
+    /// write leaves its pages partly replaced: the book stops (fail-stop) and the error is
+    /// returned.
+    pub(crate) fn install(
+        &mut self,
+        (pages, book, outbox): (MemPages, Scheduler, Outbox),
+    ) -> Result<(), AppError> {
+        if let Err(e) = copy_pages(&pages, &mut self.pages, self.cfg.total_pages()) {
+            self.fail("restored schedule book", e.to_string());
+            return Err(AppError::Fatal(format!(
+                "restored schedule book not saved: {e}"
+            )));
+        }
         // The policy is configuration: the decoded book gets this replica's.
         self.book = book.with_policy(self.policy.clone());
         self.outbox = outbox;
+        Ok(())
     }
+}
+
+/// Makes pages `0..count` of `to` equal to those of `from` (saved or zeroed).
+fn copy_pages(
+    from: &dyn ReservedPages,
+    to: &mut dyn ReservedPages,
+    count: u32,
+) -> Result<(), PagesError> {
+    for id in 0..count {
+        match from.load(id)? {
+            Some(data) => to.save(id, data)?,
+            None => to.zero(id)?,
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -405,8 +480,8 @@ mod tests {
             let per = (limits.max_total_bytes / limits.max_records).min(limits.max_record_bytes);
             let mut n = 0;
             while outbox
-                .append(ccron::outbox::OutboxRecord::new(
-                    ccron::outbox::OccurrenceId::new(1, 2, n),
+                .append(crate::outbox::OutboxRecord::new(
+                    crate::outbox::OccurrenceId::new(1, 2, n),
                     "",
                     vec![7; per],
                 ))

@@ -1,0 +1,314 @@
+//! The demo ledger the default `sim-bft` command and the top-level examples run: a key-value
+//! ledger with two cron components, both driven by ticks through consensus.
+//!
+//! - [`PRUNE_COMPONENT`]: every `prune_every_ms` of agreed time, delete the entries written more
+//!   than `retain_ms` before the tick's agreed time ("prune old entries every N minutes").
+//! - [`CONTRACT_COMPONENT`]: every `contract_every_ms`, call the ledger's contract (here: accrue
+//!   1% interest on a balance), "call a contract every 5 minutes".
+//!
+//! Both actions change the ledger's own state ([`DemoLedger`]), which is why replicas run one
+//! [`CronLedger`] for requests and ticks alike. Every replica builds the same tables with
+//! [`demo_ledger`] at every boot.
+
+use std::collections::BTreeMap;
+
+use bincode::{Decode, Encode};
+use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
+use sha2::{Digest, Sha256};
+
+use super::cron_ledger::CronLedger;
+use super::kv::{KvLedger, KvOp};
+use ccron::host::Digest32;
+use ccron::host::app::{AppError, Application, ExecContext};
+use ccron::host::wire as codec;
+use ccron::host::{ClientId, Millis};
+
+/// The component whose table prunes old entries.
+pub const PRUNE_COMPONENT: u32 = 1;
+/// The component whose table calls the contract.
+pub const CONTRACT_COMPONENT: u32 = 2;
+/// Position of the periodic action in each table.
+pub const ACTION_POSITION: u32 = 0;
+/// First reserved page the demo tables use (page 0 holds the agreed time).
+const FIRST_PAGE: u32 = 1;
+/// Reserved pages the demo tables may use.
+const PAGES: u32 = 8;
+
+/// Errors of building the demo tables.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DemoError {
+    /// A period or retention is not positive.
+    #[error("periods and retention must be positive")]
+    BadPeriod,
+    /// The tables could not be registered (a page or registry error).
+    #[error("cannot set up the demo tables: {0}")]
+    Setup(String),
+}
+
+/// What the demo tables do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DemoTables {
+    /// Prune every this many ms of agreed time (`None`: no prune table).
+    pub prune_every_ms: Option<Millis>,
+    /// Entries older than this are pruned.
+    pub retain_ms: Millis,
+    /// Call the contract every this many ms (`None`: no contract table).
+    pub contract_every_ms: Option<Millis>,
+}
+
+impl Default for DemoTables {
+    /// The CLI demo: prune every 5 s (keeping 3 s), call the contract every 4 s.
+    fn default() -> Self {
+        Self {
+            prune_every_ms: Some(5_000),
+            retain_ms: 3_000,
+            contract_every_ms: Some(4_000),
+        }
+    }
+}
+
+impl DemoTables {
+    /// The components these tables use.
+    pub fn components(&self) -> Vec<u32> {
+        let mut c = Vec::new();
+        if self.prune_every_ms.is_some() {
+            c.push(PRUNE_COMPONENT);
+        }
+        if self.contract_every_ms.is_some() {
+            c.push(CONTRACT_COMPONENT);
+        }
+        c
+    }
+}
+
+/// The demo ledger's state: key-value entries with their write times, and what the cron actions
+/// did (all replicated: digested, snapshotted, transferred).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DemoLedger {
+    kv: KvLedger,
+    written_ms: BTreeMap<Vec<u8>, Millis>,
+    /// Prune passes run.
+    pub prunes: u64,
+    /// Entries deleted by prune passes.
+    pub pruned: u64,
+    /// Contract calls run.
+    pub contract_calls: u64,
+    /// The contract's balance (starts at 1,000,000; +1% per call).
+    pub balance: u64,
+    /// Agreed time of every action, `(component, agreed time)`, in execution order.
+    pub actions: Vec<(u32, Millis)>,
+}
+
+#[derive(Encode, Decode)]
+struct DemoSnapshot {
+    kv: Vec<u8>,
+    written_ms: Vec<(Vec<u8>, Millis)>,
+    prunes: u64,
+    pruned: u64,
+    contract_calls: u64,
+    balance: u64,
+    actions: Vec<(u32, Millis)>,
+}
+
+impl DemoLedger {
+    /// An empty ledger.
+    pub fn new() -> Self {
+        Self {
+            balance: 1_000_000,
+            ..Self::default()
+        }
+    }
+
+    /// Number of live entries.
+    pub fn entries(&self) -> usize {
+        self.kv.len()
+    }
+
+    /// Deletes the entries written before `cutoff_ms`; returns how many.
+    fn prune(&mut self, cutoff_ms: Millis) -> u64 {
+        let old: Vec<Vec<u8>> = self
+            .written_ms
+            .iter()
+            .filter(|(_, t)| **t < cutoff_ms)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let ctx = ExecContext {
+            seq: 0,
+            agreed_time_ms: None,
+        };
+        for k in &old {
+            self.written_ms.remove(k);
+            self.kv
+                .execute(ctx, 0, &KvOp::Delete { key: k.clone() }.to_payload());
+        }
+        old.len() as u64
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let snap = DemoSnapshot {
+            kv: self.kv.snapshot(),
+            written_ms: self
+                .written_ms
+                .iter()
+                .map(|(k, t)| (k.clone(), *t))
+                .collect(),
+            prunes: self.prunes,
+            pruned: self.pruned,
+            contract_calls: self.contract_calls,
+            balance: self.balance,
+            actions: self.actions.clone(),
+        };
+        codec::encode(&snap).unwrap_or_default()
+    }
+}
+
+impl Application for DemoLedger {
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        let result = self.kv.execute(ctx, client, payload);
+        match codec::decode::<KvOp>(payload, payload.len()) {
+            Ok(KvOp::Put { key, .. }) => {
+                let t = ctx.agreed_time_ms.unwrap_or(Millis::MIN);
+                self.written_ms.insert(key, t);
+            }
+            Ok(KvOp::Delete { key }) => {
+                self.written_ms.remove(&key);
+            }
+            _ => {}
+        }
+        result
+    }
+
+    fn digest(&self) -> Digest32 {
+        let mut h = Sha256::new();
+        h.update(b"demo-ledger");
+        h.update(self.encode());
+        h.finalize().into()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.encode()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        let s: DemoSnapshot = codec::decode(snapshot, snapshot.len())
+            .map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+        let mut kv = KvLedger::new();
+        kv.restore(&s.kv)?;
+        *self = Self {
+            kv,
+            written_ms: s.written_ms.into_iter().collect(),
+            prunes: s.prunes,
+            pruned: s.pruned,
+            contract_calls: s.contract_calls,
+            balance: s.balance,
+            actions: s.actions,
+        };
+        Ok(())
+    }
+}
+
+/// The demo ledger with its tables, built identically on every replica.
+pub fn demo_ledger(tables: &DemoTables) -> Result<CronLedger<DemoLedger>, DemoError> {
+    let setup = |e: &dyn std::fmt::Display| DemoError::Setup(e.to_string());
+    let mut registry = CronTableRegistry::new();
+    let mut alloc = PageAllocator::new(FIRST_PAGE, PAGES);
+    if let Some(every_ms) = tables.prune_every_ms {
+        let retain_ms = tables.retain_ms;
+        if retain_ms <= 0 {
+            return Err(DemoError::BadPeriod);
+        }
+        let periodic = Periodic::every_ms(every_ms).map_err(|_| DemoError::BadPeriod)?;
+        let range = alloc
+            .allocate(2)
+            .ok_or_else(|| DemoError::Setup("no pages left".into()))?;
+        let mut table = CronTable::with_persistence(PRUNE_COMPONENT, range, 16);
+        table
+            .add(CronEntry::<DemoLedger>::periodic(
+                ACTION_POSITION,
+                periodic,
+                move |ctx| {
+                    let now = ctx.tick.agreed_time_ms.unwrap_or(Millis::MIN);
+                    let n = ctx.state.prune(now.saturating_sub(retain_ms));
+                    ctx.state.prunes += 1;
+                    ctx.state.pruned += n;
+                    ctx.state.actions.push((PRUNE_COMPONENT, now));
+                },
+            ))
+            .map_err(|e| setup(&e))?;
+        registry.register(table).map_err(|e| setup(&e))?;
+    }
+    if let Some(every_ms) = tables.contract_every_ms {
+        let periodic = Periodic::every_ms(every_ms).map_err(|_| DemoError::BadPeriod)?;
+        let range = alloc
+            .allocate(2)
+            .ok_or_else(|| DemoError::Setup("no pages left".into()))?;
+        let mut table = CronTable::with_persistence(CONTRACT_COMPONENT, range, 16);
+        table
+            .add(CronEntry::<DemoLedger>::periodic(
+                ACTION_POSITION,
+                periodic,
+                |ctx| {
+                    let now = ctx.tick.agreed_time_ms.unwrap_or(Millis::MIN);
+                    ctx.state.contract_calls += 1;
+                    ctx.state.balance = ctx.state.balance.saturating_add(ctx.state.balance / 100);
+                    ctx.state.actions.push((CONTRACT_COMPONENT, now));
+                },
+            ))
+            .map_err(|e| setup(&e))?;
+        registry.register(table).map_err(|e| setup(&e))?;
+    }
+    Ok(CronLedger::new(DemoLedger::new(), registry))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccron::{MemPages, Tick};
+
+    #[test]
+    fn prune_and_contract_actions_change_the_ledger() {
+        let mut l = demo_ledger(&DemoTables::default()).unwrap();
+        let mut pages = MemPages::new(4096, 16);
+        let put = |k: &str| {
+            KvOp::Put {
+                key: k.into(),
+                value: b"v".to_vec(),
+            }
+            .to_payload()
+        };
+        let ctx = |t| ExecContext {
+            seq: 1,
+            agreed_time_ms: Some(t),
+        };
+        l.execute(ctx(1_000), 0, &put("a"));
+        l.execute(ctx(5_000), 0, &put("b"));
+        // First ticks run both actions at once (the grid starts at the first tick).
+        l.on_tick(Tick::new(PRUNE_COMPONENT, 2, Some(6_000)), &mut pages)
+            .unwrap();
+        assert_eq!((l.state().pruned, l.state().entries()), (1, 1));
+        l.on_tick(Tick::new(CONTRACT_COMPONENT, 2, Some(6_000)), &mut pages)
+            .unwrap();
+        assert_eq!(l.state().balance, 1_010_000);
+        // Not due yet: nothing.
+        l.on_tick(Tick::new(PRUNE_COMPONENT, 3, Some(9_000)), &mut pages)
+            .unwrap();
+        assert_eq!(l.state().prunes, 1);
+        l.on_tick(Tick::new(PRUNE_COMPONENT, 4, Some(11_000)), &mut pages)
+            .unwrap();
+        assert_eq!((l.state().prunes, l.state().entries()), (2, 0));
+        assert_eq!(
+            l.on_tick(Tick::new(9, 5, Some(12_000)), &mut pages),
+            Err(AppError::UnknownComponent(9))
+        );
+        assert_eq!(l.unknown_component_ticks(), 1);
+        assert_eq!(l.fires().get(&(PRUNE_COMPONENT, 0)), Some(&2));
+        // Snapshot round trip keeps state and fires.
+        let mut m = demo_ledger(&DemoTables::default()).unwrap();
+        m.restore(&l.snapshot()).unwrap();
+        assert_eq!(m.digest(), l.digest());
+        assert_eq!(m.fires(), l.fires());
+        assert!(m.restore(b"junk").is_err());
+        assert_eq!(m.digest(), l.digest());
+    }
+}

@@ -1,0 +1,188 @@
+//! The execution boundary: what a replica executes, and nothing else.
+//!
+//! Committed batches (blocks) execute in log order, and the transactions of one batch in batch
+//! order: a user request goes to [`Application::execute`], a tick to [`Application::on_tick`]
+//! with the batch's sequence number (or height) and agreed time and the reserved pages. Because
+//! both reach the same object, a ledger's cron actions can change the ledger's own state (the
+//! `CronLedger` of the `ccron-ledgers` crate). [`TickExecutor`] handles ticks apart from the
+//! application, and [`WithTicks`] joins an application and a separate tick executor into one
+//! [`Application`].
+//!
+//! Engine-independent: sim-bft's replica and any other engine's adapter drive the same trait
+//! (see `docs/host.md`).
+
+use std::collections::BTreeMap;
+
+use crate::{ReservedPages, Tick};
+
+/// A client's id as the engine authenticated it (the requester of a transaction).
+pub type ClientId = u64;
+
+/// Milliseconds since the Unix epoch (agreed time and clock readings).
+pub type Millis = i64;
+
+/// A 32-byte digest (SHA-256) of an application's state.
+pub type Digest32 = [u8; 32];
+
+/// One cron action run by a tick: which one, and the due point it ran for (an observation for
+/// reports and timelines, never replicated state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FireNote {
+    /// Component of the tick.
+    pub component: u32,
+    /// Position of the entry in the component's table (for a schedule book, the book's position).
+    pub position: u32,
+    /// The schedule id, for a run of a schedule book.
+    pub schedule: Option<u64>,
+    /// The due point the action ran for (`None` for user rules, which have none).
+    pub due: Option<crate::Due>,
+}
+
+/// Errors of applications and tick executors.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AppError {
+    /// A snapshot does not decode or violates the application's invariants.
+    #[error("bad snapshot: {0}")]
+    BadSnapshot(String),
+    /// A tick could not be handled; the batch still executes on.
+    #[error("tick rejected: {0}")]
+    TickRejected(String),
+    /// A tick named a component without a cron table (no state is created for it).
+    #[error("no cron table for component {0}")]
+    UnknownComponent(u32),
+    /// The reserved pages refused an operation.
+    #[error("pages: {0}")]
+    Pages(#[from] crate::PagesError),
+    /// The application could not complete a replicated operation (e.g. a save of its pages
+    /// failed): carrying on would let its pages, snapshot and digest fall behind its memory.
+    /// The replica stops (fail-stop, [`Application::halted`]).
+    #[error("fatal: {0}")]
+    Fatal(String),
+}
+
+/// Where a request executes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecContext {
+    /// Sequence number (or height) of the batch.
+    pub seq: u64,
+    /// Agreed time of the batch, when the time service is on.
+    pub agreed_time_ms: Option<Millis>,
+}
+
+/// A deterministic replicated application.
+///
+/// Every method must be a pure function of the application state and its arguments: replicas
+/// that execute the same requests in the same order must end with equal digests and snapshots.
+pub trait Application: Send {
+    /// Executes one user request and returns its result (sent back to the client).
+    /// Malformed payloads must yield an error *result*, never a panic.
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8>;
+    /// Digest of the whole state.
+    fn digest(&self) -> Digest32;
+    /// Canonical encoding of the whole state.
+    fn snapshot(&self) -> Vec<u8>;
+    /// Replaces the state with a snapshot; on error the state is unchanged.
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError>;
+
+    /// Handles a committed tick (sequence number and agreed time of its batch); replicated
+    /// state it keeps outside the application state lives in `pages`. The default rejects every
+    /// tick: an application without cron tables has no component to tick.
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
+        let _ = pages;
+        Err(AppError::UnknownComponent(tick.component_id))
+    }
+
+    /// Reloads whatever it caches from `pages` (after state transfer or restart).
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
+        let _ = pages;
+        Ok(())
+    }
+
+    /// Cron actions run so far, per `(component, position)` (for reports). Empty by default;
+    /// `CronLedger` (crate `ccron-ledgers`) keeps them in its replicated state, so they agree across honest replicas
+    /// at the same sequence number, restarts and state transfers included.
+    fn fires(&self) -> BTreeMap<(u32, u32), u64> {
+        BTreeMap::new()
+    }
+
+    /// Why the application stopped, if it did ([`AppError::Fatal`]): a replicated operation
+    /// it could not complete (a failed save of its pages). The replica checks it after every
+    /// request and tick and, once set, stops executing (fail-stop) and fails its invariant
+    /// check with the cause, so the simulator reports it; never a silent divergence.
+    fn halted(&self) -> Option<&AppError> {
+        None
+    }
+
+    /// Moves the notes of the cron actions run since the last call into `out`, in the order
+    /// they ran (an observation for reports and timelines, not replicated state: it must not
+    /// affect the digest or the snapshot). The replica calls it after every tick. Default:
+    /// nothing.
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        let _ = out;
+    }
+}
+
+/// An [`Application`] for user requests joined with a separate [`TickExecutor`] for ticks.
+pub struct WithTicks {
+    app: Box<dyn Application>,
+    ticks: Box<dyn TickExecutor>,
+}
+
+impl WithTicks {
+    /// Joins `app` and `ticks`.
+    pub fn new(app: Box<dyn Application>, ticks: Box<dyn TickExecutor>) -> Self {
+        Self { app, ticks }
+    }
+}
+
+impl Application for WithTicks {
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        self.app.execute(ctx, client, payload)
+    }
+
+    fn digest(&self) -> Digest32 {
+        self.app.digest()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.app.snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        self.app.restore(snapshot)
+    }
+
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
+        self.ticks.on_tick(tick, pages)
+    }
+
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
+        self.app.reload(pages)?;
+        self.ticks.reload(pages)
+    }
+
+    fn fires(&self) -> BTreeMap<(u32, u32), u64> {
+        self.app.fires()
+    }
+
+    fn halted(&self) -> Option<&AppError> {
+        self.app.halted()
+    }
+
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        self.app.take_fire_notes(out);
+    }
+}
+
+/// Executes committed ticks apart from the application (joined to one by [`WithTicks`]; a ledger
+/// whose cron actions change its own state uses `CronLedger` (crate `ccron-ledgers`) instead).
+pub trait TickExecutor: Send {
+    /// Handles a committed tick; replicated state it keeps lives in `pages`.
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError>;
+    /// Reloads whatever it caches from `pages` (after state transfer or restart).
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
+        let _ = pages;
+        Ok(())
+    }
+}

@@ -1,0 +1,42 @@
+//! Host glue: everything engine-independent between "a committed block" and ccron's tables.
+//!
+//! A ledger runs ccron inside some BFT engine (sim-bft's PBFT replicas, a Tendermint engine such
+//! as Malachite, ...). The engine orders transactions and agrees on time; this module is the
+//! rest, written once so every engine calls the same code:
+//!
+//! - [`app`]: the execution boundary, [`Application`] (`execute`, `on_tick`, `digest`,
+//!   `snapshot`/`restore`, `reload`), its error type [`AppError`] and [`ExecContext`].
+//! - [`ticks`]: tick admission: [`TickAuthority`] (only validators tick), [`TickSenders`] (F+1
+//!   rotation), [`TickCoalescer`] (one evaluated tick per sender, component and period: the
+//!   flood bound).
+//! - [`time`]: the agreed-time rule ([`TimeRule`]: median of verified samples, monotonic,
+//!   bounded).
+//! - [`cron_ledger`], [`scheduler`]: the composition a ledger runs, [`CronLedger`] (state +
+//!   cron tables + optional schedule book with its outbox, as one [`Application`]) and
+//!   [`LedgerScheduler`] (the book, its outbox and their page layout), generic over the
+//!   [`ReservedPages`](crate::ReservedPages) store of the book's pages.
+//! - [`block`]: the block-driven entry point, [`BlockHost::execute_block`]: a committed block
+//!   (height, agreed time, ordered ticks and requests) in, results, fires and digest out.
+//! - [`wire`]: the canonical byte encoding of snapshots, payloads and digested values.
+//!
+//! See `docs/host.md` for how an engine links it.
+
+pub mod app;
+pub mod block;
+pub mod cron_ledger;
+pub mod scheduler;
+pub mod ticks;
+pub mod time;
+pub mod wire;
+
+pub use app::{
+    AppError, Application, ClientId, Digest32, ExecContext, FireNote, Millis, TickExecutor,
+    WithTicks,
+};
+pub use block::{Block, BlockHost, BlockOutcome, HostError, TickGate, Tx, TxResult, replay};
+pub use cron_ledger::CronLedger;
+pub use scheduler::{BookConfig, LedgerScheduler};
+pub use ticks::{
+    TickAuthority, TickCoalescer, TickRejection, TickSenders, ValidatorId, period_index,
+};
+pub use time::{TimeError, TimeRule};

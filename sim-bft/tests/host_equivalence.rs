@@ -1,0 +1,147 @@
+//! Cross-engine equivalence: the same ledger fed the same committed sequence of (seq/height,
+//! agreed time, transactions) gives the same fires, application state and cron pages whether it
+//! runs inside sim-bft's PBFT replicas or directly through ccron's block-driven entry point
+//! (`ccron::host::BlockHost`), which a real engine's adapter calls.
+//!
+//! The sim-bft side runs 4 replicas (one request or tick per batch, so each executed batch's
+//! content is known), records every executed batch as a `ccron::host::Block`, and the host side
+//! replays those blocks.
+
+mod replica_support;
+
+use std::collections::BTreeMap;
+
+use ccron::MemPages;
+use ccron::host::{Application, Block, BlockHost, TickGate, Tx, TxResult, replay};
+use replica_support::Harness;
+use sim_bft::ledgers::KvOp;
+use sim_bft::ledgers::demo::{CONTRACT_COMPONENT, DemoTables, PRUNE_COMPONENT, demo_ledger};
+use sim_bft::ledgers::orders::{SchedAppConfig, ScheduledLedger};
+use sim_bft::node::Input;
+use sim_bft::replica::{Replica, TickSenders};
+
+/// One step of the workload: a client put, or an internal tick of a replica.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Put(u64, u32),
+    Tick(u32, u32),
+}
+
+/// A workload touching every path: puts from several clients, ticks of every component from
+/// rotating replicas, over ~40 s of agreed time.
+fn workload(components: &[u32]) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for i in 0..36u32 {
+        steps.push(Step::Put(u64::from(i % 3), i));
+        let c = components[(i as usize) % components.len()];
+        steps.push(Step::Tick(i % 4, c));
+    }
+    steps
+}
+
+/// Runs `steps` on a 4-replica sim-bft cluster of `make()` ledgers, then replays the executed
+/// batches through a `BlockHost` of a fresh `make()` ledger, and checks both agree.
+fn equivalent<A: Application + 'static>(make: impl Fn() -> A, periods: &[(u32, u64)]) -> usize {
+    let periods: BTreeMap<u32, u64> = periods.iter().copied().collect();
+    let p = periods.clone();
+    let mut h = Harness::new(4, move |c| {
+        c.tick_components = p.clone();
+        c.tick_senders = TickSenders::All;
+    });
+    for i in 0..4 {
+        let r = Replica::with_app(h.cfgs[i].clone(), Box::new(make())).unwrap();
+        h.replicas[i] = Some(r);
+    }
+    let components: Vec<u32> = periods.keys().copied().collect();
+    let mut blocks = Vec::new();
+    for step in workload(&components) {
+        let before = h.executed[0].len();
+        let tx = match step {
+            Step::Put(client, k) => {
+                let payload = KvOp::Put {
+                    key: format!("k{k}").into_bytes(),
+                    value: b"v".to_vec(),
+                }
+                .to_payload();
+                let bytes = h.request_bytes(client, payload.clone());
+                for i in 0..4 {
+                    h.input(
+                        i,
+                        Input::Client {
+                            bytes: bytes.clone(),
+                        },
+                    );
+                }
+                Tx::Request { client, payload }
+            }
+            Step::Tick(r, c) => {
+                h.tick(r, c);
+                Tx::Tick {
+                    component: c,
+                    sender: Some(r),
+                }
+            }
+        };
+        h.advance(1_100);
+        let new = &h.executed[0][before..];
+        assert_eq!(new.len(), 1, "{step:?}: one batch per step");
+        assert_eq!(new[0].requests, 1, "{step:?}");
+        blocks.push(Block {
+            height: new[0].seq,
+            agreed_time_ms: new[0].agreed_time_ms,
+            txs: vec![tx],
+        });
+    }
+    h.assert_agreement(&[0, 1, 2, 3]);
+
+    let cfg = h.cfgs[0].clone();
+    let mut host = BlockHost::new(
+        make(),
+        MemPages::new(cfg.page_size, cfg.num_pages),
+        TickGate::new(4, periods),
+    );
+    let outcomes = replay(&mut host, &blocks).unwrap();
+    let mut fires = 0;
+    for (o, e) in outcomes.iter().zip(&h.executed[0]) {
+        assert_eq!(o.height, e.seq);
+        assert_eq!(o.fires, e.fires, "fires of block {}", e.seq);
+        fires += o.fires.len();
+        for r in &o.results {
+            assert!(!matches!(r, TxResult::TickFailed(_)), "{r:?}");
+        }
+    }
+    let r = h.replica(0);
+    assert_eq!(host.app().digest(), r.app().digest(), "application state");
+    assert_eq!(host.app().fires(), r.app().fires());
+    // The cron tables' pages: the replica's minus its own agreed-time page.
+    let replica_pages: Vec<_> = r
+        .pages()
+        .snapshot()
+        .into_iter()
+        .filter(|(id, _)| *id != cfg.time_page)
+        .collect();
+    assert_eq!(host.pages().snapshot(), replica_pages, "cron pages");
+    assert_eq!(host.last_agreed_ms(), r.last_agreed_time_ms());
+    fires
+}
+
+#[test]
+fn demo_ledger_fires_alike_on_sim_bft_and_on_the_host_entry_point() {
+    let fires = equivalent(
+        || demo_ledger(&DemoTables::default()).unwrap(),
+        &[(PRUNE_COMPONENT, 1_000), (CONTRACT_COMPONENT, 1_000)],
+    );
+    // Not vacuous: both tables fired several times.
+    assert!(fires >= 8, "{fires} fires");
+}
+
+#[test]
+fn orders_ledger_fires_alike_on_sim_bft_and_on_the_host_entry_point() {
+    let app = SchedAppConfig {
+        puts_as_orders: true,
+        expiry_ms: 2_000,
+        ..Default::default()
+    };
+    let fires = equivalent(|| ScheduledLedger::new(app), &[(app.component, 1_000)]);
+    assert!(fires >= 10, "{fires} expiries");
+}
