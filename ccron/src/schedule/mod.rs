@@ -22,7 +22,7 @@ mod store;
 
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
-    FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
+    FireRecord, Guarded, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
     MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ScheduleError, ScheduleInfo,
     ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing, record_pages_of,
 };
