@@ -128,10 +128,21 @@ fn versions_count_mutations_and_a_stale_expected_version_changes_nothing() {
     assert_eq!(loaded.get(id).unwrap().version, 4);
     assert_eq!(loaded, book);
     // A guarded cancel at the right version removes it; an unknown target is reported as such.
-    host_apply(&mut book, guarded(Target::Id(id), 4, Guarded::Cancel), 7, MIN).unwrap();
+    host_apply(
+        &mut book,
+        guarded(Target::Id(id), 4, Guarded::Cancel),
+        7,
+        MIN,
+    )
+    .unwrap();
     assert!(book.get(id).is_none());
     assert_eq!(
-        host_apply(&mut book, guarded(Target::Id(id), 4, Guarded::Cancel), 8, MIN),
+        host_apply(
+            &mut book,
+            guarded(Target::Id(id), 4, Guarded::Cancel),
+            8,
+            MIN
+        ),
         Err(ScheduleError::UnknownSchedule(Target::Id(id)))
     );
 }
@@ -144,7 +155,13 @@ fn authorization_comes_before_the_version_check() {
     let owner = Principal::Client(1);
     let stranger = Principal::Client(2);
     let id = book
-        .apply(&owner, ScheduleRequest::Create(every_minute()), &h, 1, Some(0))
+        .apply(
+            &owner,
+            ScheduleRequest::Create(every_minute()),
+            &h,
+            1,
+            Some(0),
+        )
         .unwrap()
         .unwrap();
     // A stranger gets Unauthorized whatever version it names (it learns nothing about it).
@@ -190,10 +207,7 @@ fn topic_and_type_are_validated_and_carried_into_outbox_records() {
         let before = book.clone();
         let r = host_apply(&mut book, ScheduleRequest::Create(def), 1, 0);
         assert!(
-            matches!(
-                r,
-                Err(ScheduleError::Invalid(_) | ScheduleError::Limit(_))
-            ),
+            matches!(r, Err(ScheduleError::Invalid(_) | ScheduleError::Limit(_))),
             "{topic:?}/{kind:?}: {r:?}"
         );
         assert_eq!(book, before);
@@ -221,7 +235,12 @@ fn topic_and_type_are_validated_and_carried_into_outbox_records() {
     .unwrap();
     let mut outbox = Outbox::new(OutboxLimits::default());
     let mut h = handlers();
-    let rep = book.on_tick(&Tick::new(3, 4, Some(10)), &mut Vec::new(), &mut h, &mut outbox);
+    let rep = book.on_tick(
+        &Tick::new(3, 4, Some(10)),
+        &mut Vec::new(),
+        &mut h,
+        &mut outbox,
+    );
     assert_eq!(rep.fired.len(), 2, "{rep:?}");
     let records: Vec<_> = outbox.iter().map(|(_, r)| r.clone()).collect();
     assert_eq!(records.len(), 2);
@@ -229,7 +248,10 @@ fn topic_and_type_are_validated_and_carried_into_outbox_records() {
     assert_eq!(of(a).topic.as_deref(), Some("payments.v1/expire"));
     assert_eq!(of(a).kind.as_deref(), Some(max.as_str()));
     assert_eq!(of(a).size_bytes(), "webhook".len() + 1 + 18 + 64);
-    assert_eq!((of(b).topic.as_deref(), of(b).kind.as_deref()), (None, None));
+    assert_eq!(
+        (of(b).topic.as_deref(), of(b).kind.as_deref()),
+        (None, None)
+    );
 }
 
 fn at_or_seq(at_ms: i64, seq: u64) -> NewSchedule {
@@ -367,7 +389,13 @@ fn at_time_or_sequence_admission_ranges_pause_jitter_and_reload() {
     book.save(&mut pages, range).unwrap();
     let mut book = Scheduler::load(1, Limits::default(), &pages, range).unwrap();
     book.check_invariants().unwrap();
-    host_apply(&mut book, ScheduleRequest::Resume(Target::Id(id)), 41, 1_000).unwrap();
+    host_apply(
+        &mut book,
+        ScheduleRequest::Resume(Target::Id(id)),
+        41,
+        1_000,
+    )
+    .unwrap();
     // Jitter delays the time trigger only: at 6,000 + jitter, or at once by the sequence.
     let by_seq = tick(&mut book.clone(), 41, Some(6_000));
     assert_eq!(by_seq, [(id, Due::Seq(30))]);
@@ -382,9 +410,7 @@ fn model_runs(misfire: Misfire, reached: &[i64], now: i64) -> Vec<i64> {
         Misfire::FireOnce => reached.last().copied().into_iter().collect(),
         Misfire::Skip if reached.len() == 1 => reached.to_vec(),
         Misfire::Skip => Vec::new(),
-        Misfire::FireEach { cap } => {
-            reached[reached.len().saturating_sub(cap as usize)..].to_vec()
-        }
+        Misfire::FireEach { cap } => reached[reached.len().saturating_sub(cap as usize)..].to_vec(),
         Misfire::ExpireAfter { deadline_ms } => reached
             .last()
             .copied()

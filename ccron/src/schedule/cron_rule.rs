@@ -104,9 +104,9 @@ impl Schedule for CronRule {
             Due::Time(due_ms) if due_ms <= now_ms && due_ms != TimeMs::MAX => {
                 // The stored instant is reached, so the latest reached instants include one.
                 let latest = |count: usize| {
-                    let mut found = self
-                        .schedule
-                        .latest_in(due_ms.saturating_sub(1), now_ms, count);
+                    let mut found =
+                        self.schedule
+                            .latest_in(due_ms.saturating_sub(1), now_ms, count);
                     if found.is_empty() {
                         found.push(due_ms);
                     }

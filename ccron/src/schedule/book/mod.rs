@@ -40,8 +40,8 @@ pub(super) use admission::check_misfire;
 pub use handlers::{HandlerCtx, HandlerFn, Handlers};
 pub use preview::SlotLoad;
 pub use types::{
-    FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
-    NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
+    FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS,
+    Misfire, NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
     record_pages_of,
 };
 

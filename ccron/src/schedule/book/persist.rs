@@ -709,3 +709,69 @@ impl Scheduler {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::Principal;
+    use crate::pages::MemPages;
+    use crate::schedule::{Handlers, NewSchedule, ScheduleRequest};
+
+    fn saved() -> (MemPages, PageRange, Layout) {
+        let range = PageRange::new(0, 16).unwrap();
+        let mut pages = MemPages::new(4_096, 16);
+        let mut book = Scheduler::new(1, Limits::default());
+        let mut h: Handlers<()> = Handlers::new();
+        assert!(h.register("run", |_| {}));
+        book.apply(
+            &Principal::Host,
+            ScheduleRequest::Create(NewSchedule::new("run", Timing::AfterMs(10))),
+            &h,
+            1,
+            Some(0),
+        )
+        .unwrap();
+        book.save(&mut pages, range).unwrap();
+        assert_eq!(
+            Scheduler::load(1, Limits::default(), &pages, range).unwrap(),
+            book
+        );
+        (pages, range, Layout::of(range).unwrap())
+    }
+
+    /// Pages of layout 3 (before versions and topics) are refused with a typed error naming
+    /// both versions, whether the meta page or the journal says so.
+    #[test]
+    fn pages_of_an_older_layout_are_refused_as_such() {
+        let refused = Err(ScheduleError::UnsupportedLayout {
+            found: 3,
+            supported: WIRE_VERSION,
+        });
+        // The meta page of layout 3 (no journal).
+        let (mut pages, range, layout) = saved();
+        for id in layout.journal.ids() {
+            pages.zero(id).unwrap();
+        }
+        let mut meta = codec::load::<Meta>(&pages, layout.meta, BlobKind::ScheduleBook)
+            .unwrap()
+            .unwrap();
+        meta.version = 3;
+        codec::save(&mut pages, layout.meta, BlobKind::ScheduleBook, &meta).unwrap();
+        assert_eq!(
+            Scheduler::load(1, Limits::default(), &pages, range),
+            refused
+        );
+        // A journal written by layout 3 (its head's first byte).
+        let (mut pages, range, layout) = saved();
+        let span = PageRange::new(layout.journal.first(), 1).unwrap();
+        let mut blob = codec::load_blob(&pages, span, BlobKind::BookJournal)
+            .unwrap()
+            .unwrap();
+        blob[0] = 3;
+        codec::save_blob(&mut pages, span, BlobKind::BookJournal, &blob).unwrap();
+        assert_eq!(
+            Scheduler::load(1, Limits::default(), &pages, range),
+            refused
+        );
+    }
+}
