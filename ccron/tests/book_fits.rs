@@ -171,6 +171,7 @@ mod props {
     }
 
     #[derive(Debug, Clone)]
+    #[allow(clippy::large_enum_variant)] // test data: a request is the common case
     enum Op {
         Request(ScheduleRequest),
         /// Advance agreed time by this much and tick.
