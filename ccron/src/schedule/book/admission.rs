@@ -246,9 +246,15 @@ impl Scheduler {
     /// key too) need its owner or an admin; installing zone rules needs an admin. A new
     /// schedule is owned by `by`; a replaced one keeps its owner.
     ///
+    /// Versions: a new schedule is at version 1; every admitted request that changes it
+    /// (replace, upsert of its key, pause, resume) bumps it. [`ScheduleRequest::IfVersion`]
+    /// applies its change only at the named version (after resolving the target and
+    /// authorizing), otherwise [`ScheduleError::StaleVersion`] and nothing changes.
+    ///
     /// # Errors
     /// See [`ScheduleError`]: [`ScheduleError::Unauthorized`]; unknown handler, schedule, key or
-    /// zone; invalid timing or policy; a limit; [`ScheduleError::NeedsTime`].
+    /// zone; invalid timing, policy, topic or type; a limit; [`ScheduleError::NeedsTime`];
+    /// [`ScheduleError::StaleVersion`].
     pub fn apply<S>(
         &mut self,
         by: &Principal,
