@@ -2,6 +2,8 @@
 //! range (`Limits::for_range`), a zone install whose zones would not fit the zones part is
 //! rejected at admission (typed, nothing changes) instead of failing every later save, and the
 //! book then saves, reloads equal, and a replica restored from its pages stays identical.
+//! Issue 13 extends the property to guarded requests (`IfVersion`), the `AtOrSeq` trigger
+//! (absolute and relative) and routing topics and types, valid and not.
 
 use ccron::Principal;
 use ccron::cron::ZoneRules;
@@ -142,7 +144,7 @@ fn a_full_book_still_saves_when_its_records_grow_at_run_time() {
 mod props {
     use super::*;
     use ccron::Due;
-    use ccron::schedule::{Misfire, Target};
+    use ccron::schedule::{Guarded, Misfire, Target};
     use proptest::prelude::*;
     use std::sync::OnceLock;
 
@@ -169,6 +171,7 @@ mod props {
     }
 
     #[derive(Debug, Clone)]
+    #[allow(clippy::large_enum_variant)] // test data: a request is the common case
     enum Op {
         Request(ScheduleRequest),
         /// Advance agreed time by this much and tick.
@@ -194,6 +197,13 @@ mod props {
             (0u64..50).prop_map(|s| Timing::At(Due::Seq(s))),
             (0i64..5_000).prop_map(Timing::AfterMs),
             (0u64..20).prop_map(Timing::AfterSeqs),
+            (0i64..20_000, 0u64..60).prop_map(|(at_ms, seq)| Timing::AtOrSeq { at_ms, seq }),
+            (0i64..5_000, 0u64..20).prop_map(|(delay_ms, delay_seqs)| {
+                Timing::AfterMsOrSeqs {
+                    delay_ms,
+                    delay_seqs,
+                }
+            }),
             (any::<u8>(), proptest::option::of(any::<u8>())).prop_map(|(e, z)| {
                 Timing::Cron {
                     expression: ["* * * * *", "*/5 * * * *", "0 * * * *"][usize::from(e % 3)]
@@ -204,6 +214,16 @@ mod props {
         ]
     }
 
+    /// A routing topic or type: mostly valid (up to the 64-byte limit), sometimes too long
+    /// or with a space (rejected at admission).
+    fn route() -> impl Strategy<Value = Option<String>> {
+        proptest::option::of(prop_oneof![
+            4 => (1usize..=64).prop_map(|n| "t".repeat(n)),
+            1 => Just("t".repeat(65)),
+            1 => Just("a b".to_string()),
+        ])
+    }
+
     fn schedule() -> impl Strategy<Value = NewSchedule> {
         (
             timing(),
@@ -212,18 +232,32 @@ mod props {
             0usize..300,
             any::<u8>(),
             0u32..3_000,
+            (route(), route()),
         )
-            .prop_map(|(timing, misfire, key, payload, priority, jitter)| {
-                let mut s = NewSchedule::new("run", timing)
-                    .with_misfire(misfire)
-                    .with_payload(vec![7; payload])
-                    .with_priority(priority % 3)
-                    .with_jitter_ms(jitter);
-                if let Some(k) = key {
-                    s = s.with_key(format!("k{k}"));
-                }
-                s
-            })
+            .prop_map(
+                |(timing, misfire, key, payload, priority, jitter, (topic, kind))| {
+                    let mut s = NewSchedule::new("run", timing)
+                        .with_misfire(misfire)
+                        .with_payload(vec![7; payload])
+                        .with_priority(priority % 3)
+                        .with_jitter_ms(jitter);
+                    if let Some(k) = key {
+                        s = s.with_key(format!("k{k}"));
+                    }
+                    s.topic = topic;
+                    s.kind = kind;
+                    s
+                },
+            )
+    }
+
+    fn guarded() -> impl Strategy<Value = Guarded> {
+        prop_oneof![
+            schedule().prop_map(Guarded::Replace),
+            Just(Guarded::Pause),
+            Just(Guarded::Resume),
+            Just(Guarded::Cancel),
+        ]
     }
 
     fn target() -> impl Strategy<Value = Target> {
@@ -243,6 +277,9 @@ mod props {
             1 => target().prop_map(|t| Op::Request(ScheduleRequest::Pause(t))),
             1 => target().prop_map(|t| Op::Request(ScheduleRequest::Resume(t))),
             1 => target().prop_map(|t| Op::Request(ScheduleRequest::Cancel(t))),
+            2 => (target(), 1u64..4, guarded()).prop_map(|(target, version, change)| {
+                Op::Request(ScheduleRequest::IfVersion { target, version, change })
+            }),
             2 => any::<u8>().prop_map(|z| {
                 let rules = match z % 5 {
                     i @ 0..=2 => iana(usize::from(i)),

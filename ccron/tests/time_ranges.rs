@@ -74,6 +74,37 @@ fn every_bound_is_enforced_at_admission_and_the_bounds_themselves_are_admitted()
             },
         ),
         (every(1, 0), Misfire::ExpireAfter { deadline_ms: -1 }),
+        // The time-or-sequence trigger (issue 13): the time part is an instant, the sums are
+        // checked (admitted at sequence 1, time 0).
+        (Timing::AtOrSeq { at_ms: -1, seq: 0 }, Misfire::FireOnce),
+        (
+            Timing::AtOrSeq {
+                at_ms: MAX_INSTANT_MS,
+                seq: 0,
+            },
+            Misfire::FireOnce,
+        ),
+        (
+            Timing::AfterMsOrSeqs {
+                delay_ms: -1,
+                delay_seqs: 0,
+            },
+            Misfire::FireOnce,
+        ),
+        (
+            Timing::AfterMsOrSeqs {
+                delay_ms: MAX_PERIOD_MS,
+                delay_seqs: 0,
+            },
+            Misfire::FireOnce,
+        ),
+        (
+            Timing::AfterMsOrSeqs {
+                delay_ms: 0,
+                delay_seqs: u64::MAX,
+            },
+            Misfire::FireOnce,
+        ),
     ];
     for (timing, misfire) in rejected {
         let mut book = Scheduler::new(1, Limits::default());
@@ -113,6 +144,20 @@ fn every_bound_is_enforced_at_admission_and_the_bounds_themselves_are_admitted()
         (Timing::At(Due::Time(MAX_INSTANT_MS - 1)), Misfire::FireOnce),
         (Timing::At(Due::Seq(u64::MAX)), Misfire::FireOnce),
         (Timing::AfterMs(MAX_PERIOD_MS - 1), Misfire::FireOnce),
+        (
+            Timing::AtOrSeq {
+                at_ms: MAX_INSTANT_MS - 1,
+                seq: u64::MAX,
+            },
+            Misfire::FireOnce,
+        ),
+        (
+            Timing::AfterMsOrSeqs {
+                delay_ms: MAX_PERIOD_MS - 1,
+                delay_seqs: u64::MAX - 1,
+            },
+            Misfire::FireOnce,
+        ),
         (
             every(1, 0),
             Misfire::ExpireAfter {
@@ -190,6 +235,11 @@ fn timing() -> impl Strategy<Value = Timing> {
         }),
         instant().prop_map(|t| Timing::At(Due::Time(t))),
         span().prop_map(Timing::AfterMs),
+        (instant(), any::<u64>()).prop_map(|(at_ms, seq)| Timing::AtOrSeq { at_ms, seq }),
+        (span(), any::<u64>()).prop_map(|(delay_ms, delay_seqs)| Timing::AfterMsOrSeqs {
+            delay_ms,
+            delay_seqs,
+        }),
         Just(Timing::Cron {
             expression: "*/7 * * * *".into(),
             zone: None,

@@ -71,9 +71,9 @@ const PAGE_BYTES: usize = 4_096;
 /// Most records a ledger outbox holds (the demo never trims: see `docs/outbox.md`).
 const OUTBOX_MAX_RECORDS: usize = 1_024;
 
-/// Encoded bytes per outbox record beyond its counted size: occurrence id (20) and two length
-/// prefixes (16).
-const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 36;
+/// Encoded bytes per outbox record beyond its counted size: occurrence id (20), two length
+/// prefixes (16), and the optional topic and type (a tag and a length prefix each, 18).
+const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 54;
 
 impl BookConfig {
     /// The outbox limits the outbox pages can always hold (all zero without outbox pages).
@@ -480,11 +480,16 @@ mod tests {
             let per = (limits.max_total_bytes / limits.max_records).min(limits.max_record_bytes);
             let mut n = 0;
             while outbox
-                .append(crate::outbox::OutboxRecord::new(
-                    crate::outbox::OccurrenceId::new(1, 2, n),
-                    "",
-                    vec![7; per],
-                ))
+                .append(
+                    // Empty topic and type: encoding overhead that counts no bytes.
+                    crate::outbox::OutboxRecord::new(
+                        crate::outbox::OccurrenceId::new(1, 2, n),
+                        "",
+                        vec![7; per],
+                    )
+                    .with_topic("")
+                    .with_kind(""),
+                )
                 .is_ok()
             {
                 n += 1;

@@ -20,8 +20,9 @@ use super::codec::{self, CodecError};
 use super::id::OccurrenceId;
 use crate::authz::{Policy, Principal};
 
-/// Version byte of [`Outbox::encode`]'s format.
-const FORMAT_VERSION: u8 = 1;
+/// Version byte of [`Outbox::encode`]'s format (2: records carry a topic and a type; version
+/// 1 bytes are refused, as a decode or [`CodecError::Version`] error).
+const FORMAT_VERSION: u8 = 2;
 
 /// One external effect to perform, named by the occurrence that produced it.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -32,6 +33,12 @@ pub struct OutboxRecord {
     pub handler: String,
     /// Opaque argument for the handler.
     pub payload: Vec<u8>,
+    /// A routing topic (a worker pool may route by it), or none. A schedule's records carry
+    /// its [`NewSchedule::topic`](crate::schedule::NewSchedule::topic), bounded and validated
+    /// when the schedule was admitted.
+    pub topic: Option<String>,
+    /// A record type, or none (a schedule's [`NewSchedule::kind`](crate::schedule::NewSchedule::kind)).
+    pub kind: Option<String>,
 }
 
 impl OutboxRecord {
@@ -41,12 +48,32 @@ impl OutboxRecord {
             id,
             handler: handler.into(),
             payload: payload.into(),
+            topic: None,
+            kind: None,
         }
     }
 
-    /// Bytes this record counts against [`OutboxLimits`]: handler plus payload length.
+    /// With a routing topic.
+    pub fn with_topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = Some(topic.into());
+        self
+    }
+
+    /// With a record type.
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Bytes this record counts against [`OutboxLimits`]: handler, payload, topic and type
+    /// lengths.
     pub fn size_bytes(&self) -> usize {
-        self.handler.len().saturating_add(self.payload.len())
+        let route = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        self.handler
+            .len()
+            .saturating_add(self.payload.len())
+            .saturating_add(route(&self.topic))
+            .saturating_add(route(&self.kind))
     }
 }
 

@@ -1,5 +1,6 @@
 //! [`CronRule`]: a cron expression as a known [`Schedule`] of the table's due index.
 
+use super::book::{Misfire, ScheduleError};
 use crate::cron::CronSchedule;
 use crate::due::{Due, Schedule};
 use crate::tick::{Tick, TimeMs};
@@ -9,11 +10,16 @@ use crate::tick::{Tick, TimeMs};
 /// - Without a stored due point (a new entry, or one never evaluated), the rule *arms* on the
 ///   first tick with agreed time: it stores the first fire instant strictly after that tick's time
 ///   (or after [`CronRule::starting_after`]'s instant, when given) and runs nothing.
-/// - A tick whose time has reached the stored instant runs the action once, for the *latest*
-///   instant it reached (a tick after a long stall or a jump forward runs once, not once per
-///   missed minute, and stands for the most recent missed instant: the fire-once rule of
-///   [`crate::MisfirePolicy::FireOnce`] and [`crate::schedule::Misfire::FireOnce`]), and stores
-///   the first instant strictly after the tick's time.
+/// - A tick whose time has reached the stored instant runs the action as the entry's misfire
+///   policy ([`CronRule::with_misfire`], the book's [`Misfire`]) says, for the instants
+///   `r1 < … < rk <= now` it reached, and stores the first instant strictly after the tick's
+///   time. The default, [`Misfire::FireOnce`], runs once for the *latest* instant `rk` (a tick
+///   after a long stall or a jump forward runs once, not once per missed minute: the fire-once
+///   rule of [`crate::MisfirePolicy::FireOnce`]); [`Misfire::Skip`] runs only an on-time tick
+///   (`k = 1`); [`Misfire::FireEach`] runs the latest `min(k, cap)` instants, oldest first;
+///   [`Misfire::ExpireAfter`] runs `rk` only when it is at most the deadline old. The same
+///   rules as the book's schedules, found by the same backward search (never a walk over every
+///   missed instant).
 /// - Ticks without agreed time never run nor move a cron rule.
 ///
 /// The stored instant lives in the table's due index and page range like a periodic entry's, so
@@ -22,6 +28,7 @@ use crate::tick::{Tick, TimeMs};
 pub struct CronRule {
     schedule: CronSchedule,
     after_ms: Option<TimeMs>,
+    misfire: Misfire,
 }
 
 impl CronRule {
@@ -30,7 +37,26 @@ impl CronRule {
         Self {
             schedule,
             after_ms: None,
+            misfire: Misfire::FireOnce,
         }
+    }
+
+    /// With `misfire` deciding what a late tick runs (the default is [`Misfire::FireOnce`]).
+    /// Use it through [`CronEntry::scheduled`](crate::CronEntry::scheduled).
+    ///
+    /// # Errors
+    /// [`ScheduleError::Invalid`] for a parameter out of range, as the book's admission: a
+    /// fire-each cap outside `1..=`[`MAX_FIRE_EACH_CAP`](crate::schedule::MAX_FIRE_EACH_CAP), an
+    /// expiry deadline outside `[0, `[`MAX_PERIOD_MS`](crate::schedule::MAX_PERIOD_MS)`]`.
+    pub fn with_misfire(mut self, misfire: Misfire) -> Result<Self, ScheduleError> {
+        super::book::check_misfire(misfire)?;
+        self.misfire = misfire;
+        Ok(self)
+    }
+
+    /// The misfire policy.
+    pub fn misfire(&self) -> Misfire {
+        self.misfire
     }
 
     /// Arms at the first instant strictly after `after_ms` instead of after the first tick: the
@@ -76,14 +102,36 @@ impl Schedule for CronRule {
                 Some(self.next_after(now_ms))
             }
             Due::Time(due_ms) if due_ms <= now_ms && due_ms != TimeMs::MAX => {
-                // The latest reached instant; the stored one is reached, so there is one.
-                let latest = self
-                    .schedule
-                    .latest_in(due_ms.saturating_sub(1), now_ms, 1)
-                    .pop()
-                    .unwrap_or(due_ms);
-                runs.push(Due::Time(latest));
-                Some(self.next_after(now_ms))
+                // The stored instant is reached, so the latest reached instants include one.
+                let latest = |count: usize| {
+                    let mut found =
+                        self.schedule
+                            .latest_in(due_ms.saturating_sub(1), now_ms, count);
+                    if found.is_empty() {
+                        found.push(due_ms);
+                    }
+                    found
+                };
+                let next = self.next_after(now_ms);
+                match self.misfire {
+                    Misfire::FireOnce => runs.extend(latest(1).into_iter().map(Due::Time)),
+                    Misfire::Skip => {
+                        // On time: the stored instant is the only one reached.
+                        if self.next_after(due_ms).time_ms().is_none_or(|t| t > now_ms) {
+                            runs.push(Due::Time(due_ms));
+                        }
+                    }
+                    Misfire::FireEach { cap } => {
+                        runs.extend(latest(cap as usize).into_iter().map(Due::Time));
+                    }
+                    Misfire::ExpireAfter { deadline_ms } => runs.extend(
+                        latest(1)
+                            .into_iter()
+                            .filter(|&t| now_ms.saturating_sub(t) <= deadline_ms)
+                            .map(Due::Time),
+                    ),
+                }
+                Some(next)
             }
             _ => None,
         }
@@ -102,6 +150,19 @@ impl Schedule for CronRule {
         v.extend_from_slice(&self.schedule.zone().initial_offset_s().to_le_bytes());
         v.extend_from_slice(&self.after_ms.unwrap_or(TimeMs::MIN).to_le_bytes());
         v.push(u8::from(self.after_ms.is_some()));
+        // The default policy adds nothing (setup digests of existing tables are unchanged).
+        match self.misfire {
+            Misfire::FireOnce => {}
+            Misfire::Skip => v.extend_from_slice(b"skip"),
+            Misfire::FireEach { cap } => {
+                v.extend_from_slice(b"each");
+                v.extend_from_slice(&cap.to_le_bytes());
+            }
+            Misfire::ExpireAfter { deadline_ms } => {
+                v.extend_from_slice(b"expire");
+                v.extend_from_slice(&deadline_ms.to_le_bytes());
+            }
+        }
         v
     }
 }

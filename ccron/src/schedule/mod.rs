@@ -13,8 +13,14 @@
 //!   journal (`store.rs`: a save writes O(records changed) pages and is crash-atomic), and
 //!   reloaded after restart and state transfer.
 //!
+//! Every schedule carries a version for optimistic concurrency
+//! ([`ScheduleRequest::IfVersion`]: a stale one is [`ScheduleError::StaleVersion`]), an
+//! optional routing topic and type carried into the outbox records its runs emit, and may fire
+//! "at time T or sequence S, whichever comes first" ([`Timing::AtOrSeq`]). Cron table entries
+//! take the book's misfire policies ([`CronRule::with_misfire`]).
+//!
 //! See `docs/scheduling.md` for the semantics (misfire policies, budget, priorities, jitter,
-//! pause and resume) and `docs/benchmarks.md` ("delayed tasks") for costs.
+//! pause and resume, versions, topics, the time-or-sequence trigger) and `docs/benchmarks.md` ("delayed tasks") for costs.
 
 mod book;
 mod cron_rule;
@@ -22,8 +28,9 @@ mod store;
 
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
-    FireRecord, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
-    MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ScheduleError, ScheduleInfo,
-    ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing, record_pages_of,
+    FireRecord, Guarded, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP,
+    MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ScheduleError,
+    ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
+    record_pages_of,
 };
 pub use cron_rule::CronRule;

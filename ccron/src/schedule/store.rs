@@ -1,4 +1,5 @@
-//! Page layout and record placement of the schedule book's persistence (layout version 2).
+//! Page layout and record placement of the schedule book's persistence (introduced by layout
+//! version 2; versions 3 and 4 changed only what a record holds).
 //!
 //! Why record pages. The first layout kept the records in 16 multi-page shard blobs, so one
 //! changed record rewrote a sixteenth of the book (65-86 ms at 10^6 schedules). Here each record

@@ -2,7 +2,7 @@
 //! them (create, upsert, replace, pause, resume, cancel, zone installation).
 
 use super::{
-    Handlers, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
+    Guarded, Handlers, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
     NewSchedule, Record, ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
 use crate::authz::{Action, Principal};
@@ -36,6 +36,39 @@ fn check_span(what: &str, d: i64, min: i64) -> Result<(), ScheduleError> {
             "{what} {d} ms is outside [{min}, {MAX_PERIOD_MS}] ms"
         )))
     }
+}
+
+/// `Ok` when `misfire`'s parameters are in range: a fire-each cap in `1..=MAX_FIRE_EACH_CAP`,
+/// an expiry deadline in `[0, MAX_PERIOD_MS]` (the book's schedules and cron table entries,
+/// [`crate::schedule::CronRule::with_misfire`], share the check).
+pub(crate) fn check_misfire(misfire: Misfire) -> Result<(), ScheduleError> {
+    match misfire {
+        Misfire::FireEach { cap } if cap == 0 || cap > MAX_FIRE_EACH_CAP => {
+            Err(ScheduleError::Invalid(format!(
+                "fire-each cap must be in 1..={MAX_FIRE_EACH_CAP}, got {cap}"
+            )))
+        }
+        Misfire::ExpireAfter { deadline_ms } => check_span("expiry deadline", deadline_ms, 0),
+        _ => Ok(()),
+    }
+}
+
+/// `Ok` when `value` is a routing string a schedule may carry (topic or type): 1 to `max`
+/// bytes of printable ASCII without spaces, so that it is safe in a header, a path or a log.
+fn check_route(what: &str, value: Option<&str>, max: usize) -> Result<(), ScheduleError> {
+    let Some(v) = value else { return Ok(()) };
+    if v.len() > max {
+        return Err(ScheduleError::Limit(format!(
+            "{what} of {} bytes, at most {max}",
+            v.len()
+        )));
+    }
+    if v.is_empty() || !v.bytes().all(|b| (0x21..=0x7E).contains(&b)) {
+        return Err(ScheduleError::Invalid(format!(
+            "{what} must be 1 to {max} bytes of printable ASCII without spaces"
+        )));
+    }
+    Ok(())
 }
 
 impl Scheduler {
@@ -94,15 +127,10 @@ impl Scheduler {
         if !handlers_ok(&def.handler) {
             return Err(ScheduleError::UnknownHandler(def.handler.clone()));
         }
-        match def.misfire {
-            Misfire::FireEach { cap } if cap == 0 || cap > MAX_FIRE_EACH_CAP => {
-                return Err(ScheduleError::Invalid(format!(
-                    "fire-each cap must be in 1..={MAX_FIRE_EACH_CAP}, got {cap}"
-                )));
-            }
-            Misfire::ExpireAfter { deadline_ms } => check_span("expiry deadline", deadline_ms, 0)?,
-            _ => {}
-        }
+        let max_route = self.limits.max_topic_bytes;
+        check_route("topic", def.topic.as_deref(), max_route)?;
+        check_route("type", def.kind.as_deref(), max_route)?;
+        check_misfire(def.misfire)?;
         let mut stored = def.clone();
         let (next, cron) = match &def.timing {
             Timing::Cron { expression, zone } => {
@@ -156,6 +184,29 @@ impl Scheduler {
                 stored.timing = Timing::At(due);
                 (Some(due), None)
             }
+            Timing::AtOrSeq { at_ms, .. } => {
+                check_instant("instant", *at_ms)?;
+                // Indexed under both triggers (`key_of`); `next` holds the time one.
+                (Some(Due::Time(*at_ms)), None)
+            }
+            Timing::AfterMsOrSeqs {
+                delay_ms,
+                delay_seqs,
+            } => {
+                check_span("delay", *delay_ms, 0)?;
+                let now = now_ms.ok_or(ScheduleError::NeedsTime)?;
+                let at_ms = now.checked_add(*delay_ms).ok_or_else(|| {
+                    ScheduleError::Invalid(format!("{now} + {delay_ms} ms overflows"))
+                })?;
+                check_instant("instant", at_ms)?;
+                let seq = seq.checked_add(*delay_seqs).ok_or_else(|| {
+                    ScheduleError::Invalid(format!(
+                        "sequence {seq} + {delay_seqs} is past the sequence numbers"
+                    ))
+                })?;
+                stored.timing = Timing::AtOrSeq { at_ms, seq };
+                (Some(Due::Time(at_ms)), None)
+            }
         };
         // The stored record must fit one record page (no overflow chains).
         let entry = Self::entry_bound(&stored)?;
@@ -182,6 +233,7 @@ impl Scheduler {
             0u64,
             owed,
             Principal::Client(u64::MAX),
+            0u64,
         ))?)
     }
 
@@ -194,9 +246,15 @@ impl Scheduler {
     /// key too) need its owner or an admin; installing zone rules needs an admin. A new
     /// schedule is owned by `by`; a replaced one keeps its owner.
     ///
+    /// Versions: a new schedule is at version 1; every admitted request that changes it
+    /// (replace, upsert of its key, pause, resume) bumps it. [`ScheduleRequest::IfVersion`]
+    /// applies its change only at the named version (after resolving the target and
+    /// authorizing), otherwise [`ScheduleError::StaleVersion`] and nothing changes.
+    ///
     /// # Errors
     /// See [`ScheduleError`]: [`ScheduleError::Unauthorized`]; unknown handler, schedule, key or
-    /// zone; invalid timing or policy; a limit; [`ScheduleError::NeedsTime`].
+    /// zone; invalid timing, policy, topic or type; a limit; [`ScheduleError::NeedsTime`];
+    /// [`ScheduleError::StaleVersion`].
     pub fn apply<S>(
         &mut self,
         by: &Principal,
@@ -268,6 +326,7 @@ impl Scheduler {
                 self.unindex(id);
                 if let Some(r) = self.records.get_mut(&id) {
                     r.paused = true;
+                    r.version = r.version.saturating_add(1);
                 }
                 self.touch(id);
                 Ok(Some(id))
@@ -278,6 +337,7 @@ impl Scheduler {
                 self.unindex(id);
                 if let Some(r) = self.records.get_mut(&id) {
                     r.paused = false;
+                    r.version = r.version.saturating_add(1);
                 }
                 self.reindex(id);
                 self.touch(id);
@@ -288,6 +348,37 @@ impl Scheduler {
                 self.authorize(by, Action::Cancel, Some(id))?;
                 self.remove(id);
                 Ok(Some(id))
+            }
+            ScheduleRequest::IfVersion {
+                target,
+                version,
+                change,
+            } => {
+                let id = self.resolve(&target)?;
+                let action = match &change {
+                    Guarded::Replace(_) => Action::Replace,
+                    Guarded::Pause => Action::Pause,
+                    Guarded::Resume => Action::Resume,
+                    Guarded::Cancel => Action::Cancel,
+                };
+                self.authorize(by, action, Some(id))?;
+                let actual = self.records.get(&id).map_or(0, |r| r.version);
+                if actual != version {
+                    return Err(ScheduleError::StaleVersion {
+                        id,
+                        expected: version,
+                        actual,
+                    });
+                }
+                let target = Target::Id(id);
+                // One level only: a guarded change is never itself guarded.
+                let plain = match change {
+                    Guarded::Replace(schedule) => ScheduleRequest::Replace { target, schedule },
+                    Guarded::Pause => ScheduleRequest::Pause(target),
+                    Guarded::Resume => ScheduleRequest::Resume(target),
+                    Guarded::Cancel => ScheduleRequest::Cancel(target),
+                };
+                self.apply_with(by, plain, handlers_ok, seq, now_ms)
             }
             ScheduleRequest::InstallZone(rules) => {
                 self.authorize(by, Action::InstallZone, None)?;
@@ -416,6 +507,7 @@ impl Scheduler {
                 runs: 0,
                 owed: None,
                 owner,
+                version: 1,
             },
         );
         self.reindex(id);
@@ -455,6 +547,7 @@ impl Scheduler {
         rec.def = stored;
         rec.next = next;
         rec.owed = None;
+        rec.version = rec.version.saturating_add(1);
         self.crons.remove(&id);
         if let Some(c) = cron {
             self.crons.insert(id, c);

@@ -20,6 +20,12 @@ pub struct HandlerCtx<'a, S> {
     pub occurrence: OccurrenceId,
     /// The schedule's payload.
     pub payload: &'a [u8],
+    /// The schedule's routing topic ([`NewSchedule::topic`](super::NewSchedule::topic)),
+    /// carried into the record [`HandlerCtx::emit`] appends.
+    pub topic: Option<&'a str>,
+    /// The schedule's record type ([`NewSchedule::kind`](super::NewSchedule::kind)), carried
+    /// likewise.
+    pub kind: Option<&'a str>,
     /// The ledger's state.
     pub state: &'a mut S,
     pub(super) outbox: &'a mut Outbox,
@@ -29,7 +35,8 @@ pub struct HandlerCtx<'a, S> {
 
 impl<S> HandlerCtx<'_, S> {
     /// Appends an outbox record for an external effect, identified by this occurrence's id so a
-    /// worker can deduplicate. One per occurrence.
+    /// worker can deduplicate, and carrying the schedule's topic and type so that a worker pool
+    /// can route it. One per occurrence.
     ///
     /// # Errors
     /// [`ScheduleError::SecondEmit`], or the outbox's limits.
@@ -41,9 +48,14 @@ impl<S> HandlerCtx<'_, S> {
         if self.emitted {
             return Err(ScheduleError::SecondEmit);
         }
-        let index = self
-            .outbox
-            .append(OutboxRecord::new(self.occurrence, effect, payload))?;
+        let mut record = OutboxRecord::new(self.occurrence, effect, payload);
+        if let Some(topic) = self.topic {
+            record = record.with_topic(topic);
+        }
+        if let Some(kind) = self.kind {
+            record = record.with_kind(kind);
+        }
+        let index = self.outbox.append(record)?;
         self.emitted = true;
         Ok(index)
     }

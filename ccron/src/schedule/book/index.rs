@@ -8,31 +8,45 @@ use super::{Record, Scheduler, Timing};
 use crate::due::Due;
 
 impl Scheduler {
-    pub(super) fn key_of(id: u64, rec: &Record) -> Option<(u8, Due, u64)> {
+    /// The due index entries of record `id`: none when paused or without a next point; one
+    /// usually; two for [`Timing::AtOrSeq`] (its time trigger, jittered, and its sequence
+    /// trigger: whichever a tick reaches first takes it).
+    pub(super) fn keys_of(id: u64, rec: &Record) -> [Option<(u8, Due, u64)>; 2] {
         if rec.paused {
-            return None;
+            return [None, None];
         }
+        let inv = u8::MAX - rec.def.priority;
         if let Some((owed_ms, _)) = rec.owed {
             // Owed runs were reached when planned: due at their nominal instant, without
             // jitter, so any later tick with time takes them (in the canonical order).
-            return Some((u8::MAX - rec.def.priority, Due::Time(owed_ms), id));
+            return [Some((inv, Due::Time(owed_ms), id)), None];
         }
-        let next = rec.next?;
+        let Some(next) = rec.next else {
+            return [None, None];
+        };
         let key = match next {
             Due::Time(t) => Due::Time(t.saturating_add(jitter_offset_ms(id, rec.def.jitter_ms))),
             seq => seq,
         };
-        Some((u8::MAX - rec.def.priority, key, id))
+        let second = match rec.def.timing {
+            Timing::AtOrSeq { seq, .. } => Some((inv, Due::Seq(seq), id)),
+            _ => None,
+        };
+        [Some((inv, key, id)), second]
     }
 
     pub(super) fn unindex(&mut self, id: u64) {
-        if let Some(k) = self.records.get(&id).and_then(|r| Self::key_of(id, r))
-            && self.index.remove(&k)
-            && let Some(n) = self.levels.get_mut(&k.0)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.levels.remove(&k.0);
+        let Some(keys) = self.records.get(&id).map(|r| Self::keys_of(id, r)) else {
+            return;
+        };
+        for k in keys.into_iter().flatten() {
+            if self.index.remove(&k)
+                && let Some(n) = self.levels.get_mut(&k.0)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    self.levels.remove(&k.0);
+                }
             }
         }
     }
@@ -52,10 +66,10 @@ impl Scheduler {
         {
             self.zoned.entry(zone.clone()).or_default().insert(id);
         }
-        if let Some(k) = Self::key_of(id, rec)
-            && self.index.insert(k)
-        {
-            *self.levels.entry(k.0).or_insert(0) += 1;
+        for k in Self::keys_of(id, rec).into_iter().flatten() {
+            if self.index.insert(k) {
+                *self.levels.entry(k.0).or_insert(0) += 1;
+            }
         }
     }
 
@@ -81,7 +95,8 @@ impl Scheduler {
         let expected: BTreeSet<_> = self
             .records
             .iter()
-            .filter_map(|(&id, r)| Self::key_of(id, r))
+            .flat_map(|(&id, r)| Self::keys_of(id, r))
+            .flatten()
             .collect();
         if expected != self.index {
             return Err("due index differs from the records".into());

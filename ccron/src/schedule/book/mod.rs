@@ -2,7 +2,8 @@
 //!
 //! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
 //! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
-//! jitter, payload, pause flag, nominal next due point, run counter), optionally under a unique
+//! jitter, payload, routing topic and type, pause flag, nominal next due point, run counter,
+//! owner, version), optionally under a unique
 //! client key. A due index ordered by (priority, due key, id) holds every active record, so a
 //! tick visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
@@ -35,11 +36,12 @@ use crate::cron::{CronSchedule, ZoneRules};
 use crate::due::Due;
 use crate::tick::{ComponentId, TimeMs};
 
+pub(super) use admission::check_misfire;
 pub use handlers::{HandlerCtx, HandlerFn, Handlers};
 pub use preview::SlotLoad;
 pub use types::{
-    FireRecord, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
-    NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
+    FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS,
+    Misfire, NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
     record_pages_of,
 };
 
@@ -59,6 +61,9 @@ struct Record {
     owed: Option<(TimeMs, TimeMs)>,
     /// Who owns it: the principal that created it (`crate::authz`); replicated and persisted.
     owner: Principal,
+    /// 1 at creation, bumped by every admitted request that changes it (optimistic
+    /// concurrency, [`ScheduleRequest::IfVersion`]); replicated and persisted.
+    version: u64,
 }
 
 /// The replicated schedule book with its due index (see the module documentation).
@@ -157,6 +162,7 @@ impl Scheduler {
             runs: r.runs,
             owed: r.owed,
             owner: r.owner,
+            version: r.version,
         })
     }
 

@@ -66,8 +66,11 @@ const JOURNAL_PART_PAGES: usize = 16;
 type Placed<'a> = BTreeMap<u32, Vec<(u64, &'a Record)>>;
 
 /// Version of the stored book: 2 = meta page, zones, journal, record pages ([`store`](crate::schedule::store));
-/// 3 = records carry their owner (`crate::authz`). Version 2 pages are not loaded.
-const WIRE_VERSION: u8 = 3;
+/// 3 = records carry their owner (`crate::authz`); 4 = records carry their version, routing
+/// topic and type, and may hold the `AtOrSeq` timing. Pages of another version are refused at
+/// load with [`ScheduleError::UnsupportedLayout`] (no conversion: a replica of an older release
+/// must be drained, or its book recreated, before upgrading).
+const WIRE_VERSION: u8 = 4;
 
 impl Scheduler {
     /// Records that record `id` changed (or left the book) for the next save: re-measures its
@@ -382,6 +385,16 @@ impl Scheduler {
                 }
                 Err(e) => return torn(e.to_string()),
             };
+            // The head's first byte is the writer's version: a journal of another layout is
+            // refused as such, not taken for a torn one.
+            if let Some(&found) = blob.first()
+                && found != WIRE_VERSION
+            {
+                return Err(ScheduleError::UnsupportedLayout {
+                    found,
+                    supported: WIRE_VERSION,
+                });
+            }
             let Ok((head, body)) = codec::from_blob::<(JournalHead, JournalBody)>(&blob) else {
                 return torn(format!("part {part} does not decode"));
             };
@@ -562,7 +575,19 @@ impl Scheduler {
             }
             return Ok(book);
         };
-        if meta.version != WIRE_VERSION || meta.component != component {
+        if meta.version != WIRE_VERSION {
+            tracing::warn!(
+                component,
+                found = meta.version,
+                supported = WIRE_VERSION,
+                "stored schedule book of another layout refused"
+            );
+            return Err(ScheduleError::UnsupportedLayout {
+                found: meta.version,
+                supported: WIRE_VERSION,
+            });
+        }
+        if meta.component != component {
             return Err(corrupt(format!(
                 "version {} component {}",
                 meta.version, meta.component
@@ -650,9 +675,15 @@ impl Scheduler {
         // Stored timings are normalised at admission: relative ones never reach the pages.
         if matches!(
             rec.def.timing,
-            Timing::AfterMs(_) | Timing::AfterSeqs(_) | Timing::Every { start_ms: None, .. }
+            Timing::AfterMs(_)
+                | Timing::AfterSeqs(_)
+                | Timing::AfterMsOrSeqs { .. }
+                | Timing::Every { start_ms: None, .. }
         ) {
             return Err(format!("schedule {id}: timing not normalised"));
+        }
+        if rec.version == 0 {
+            return Err(format!("schedule {id}: version 0"));
         }
         // Re-admit the stored definition (validation only: the stored next point is kept).
         let (_, _, cron) = self
@@ -676,5 +707,71 @@ impl Scheduler {
         self.records.insert(id, rec);
         self.reindex(id);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::Principal;
+    use crate::pages::MemPages;
+    use crate::schedule::{Handlers, NewSchedule, ScheduleRequest};
+
+    fn saved() -> (MemPages, PageRange, Layout) {
+        let range = PageRange::new(0, 16).unwrap();
+        let mut pages = MemPages::new(4_096, 16);
+        let mut book = Scheduler::new(1, Limits::default());
+        let mut h: Handlers<()> = Handlers::new();
+        assert!(h.register("run", |_| {}));
+        book.apply(
+            &Principal::Host,
+            ScheduleRequest::Create(NewSchedule::new("run", Timing::AfterMs(10))),
+            &h,
+            1,
+            Some(0),
+        )
+        .unwrap();
+        book.save(&mut pages, range).unwrap();
+        assert_eq!(
+            Scheduler::load(1, Limits::default(), &pages, range).unwrap(),
+            book
+        );
+        (pages, range, Layout::of(range).unwrap())
+    }
+
+    /// Pages of layout 3 (before versions and topics) are refused with a typed error naming
+    /// both versions, whether the meta page or the journal says so.
+    #[test]
+    fn pages_of_an_older_layout_are_refused_as_such() {
+        let refused = Err(ScheduleError::UnsupportedLayout {
+            found: 3,
+            supported: WIRE_VERSION,
+        });
+        // The meta page of layout 3 (no journal).
+        let (mut pages, range, layout) = saved();
+        for id in layout.journal.ids() {
+            pages.zero(id).unwrap();
+        }
+        let mut meta = codec::load::<Meta>(&pages, layout.meta, BlobKind::ScheduleBook)
+            .unwrap()
+            .unwrap();
+        meta.version = 3;
+        codec::save(&mut pages, layout.meta, BlobKind::ScheduleBook, &meta).unwrap();
+        assert_eq!(
+            Scheduler::load(1, Limits::default(), &pages, range),
+            refused
+        );
+        // A journal written by layout 3 (its head's first byte).
+        let (mut pages, range, layout) = saved();
+        let span = PageRange::new(layout.journal.first(), 1).unwrap();
+        let mut blob = codec::load_blob(&pages, span, BlobKind::BookJournal)
+            .unwrap()
+            .unwrap();
+        blob[0] = 3;
+        codec::save_blob(&mut pages, span, BlobKind::BookJournal, &blob).unwrap();
+        assert_eq!(
+            Scheduler::load(1, Limits::default(), &pages, range),
+            refused
+        );
     }
 }

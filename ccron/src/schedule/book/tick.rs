@@ -3,22 +3,28 @@
 
 use std::collections::BTreeSet;
 
-use super::{FireRecord, HandlerCtx, Handlers, ScheduleError, Scheduler, TickReport, Timing};
+use super::{FireRecord, HandlerCtx, Handlers, ScheduleError, Scheduler, TickReport};
 use crate::due::Due;
 use crate::outbox::{OccurrenceId, Outbox};
 use crate::tick::{Tick, TimeMs};
 
 impl Scheduler {
     /// Up to `budget` due schedule ids in canonical order: priority (high first), then due
-    /// key (time keys before sequence keys), then id. Also whether more were due.
+    /// key (time keys before sequence keys), then id. Also whether more were due. A
+    /// [`Timing::AtOrSeq`](super::Timing::AtOrSeq) schedule reached by both its keys is listed once, at the first.
     fn due_ids(&self, tick: &Tick, budget: usize) -> (Vec<u64>, bool) {
         let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
         for &inv in self.levels.keys() {
             let mut push = |range: std::collections::btree_set::Range<'_, (u8, Due, u64)>| {
                 for (_, _, id) in range {
+                    if seen.contains(id) {
+                        continue;
+                    }
                     if out.len() == budget {
                         return true;
                     }
+                    seen.insert(*id);
                     out.push(*id);
                 }
                 false
@@ -105,10 +111,11 @@ impl Scheduler {
             let Some(rec) = self.records.get(&id) else {
                 return;
             };
-            let Some(key) = Self::key_of(id, rec) else {
-                return;
-            };
-            if *left == 0 || !self.index.contains(&key) || !key.1.reached_by(tick) {
+            let taken = Self::keys_of(id, rec)
+                .into_iter()
+                .flatten()
+                .any(|key| self.index.contains(&key) && key.1.reached_by(tick));
+            if *left == 0 || !taken {
                 return;
             }
             let was_owed = rec.owed.is_some();
@@ -137,7 +144,9 @@ impl Scheduler {
             let first_run = rec.runs;
             // The handler's requests act as the schedule's owner (`crate::authz`).
             let owner = rec.owner;
-            let one_shot = matches!(rec.def.timing, Timing::At(_));
+            let one_shot = rec.def.timing.is_one_shot();
+            let topic = rec.def.topic.clone();
+            let kind = rec.def.kind.clone();
             self.unindex(id);
             if let Some(r) = self.records.get_mut(&id) {
                 r.next = next;
@@ -170,6 +179,8 @@ impl Scheduler {
                     due: run_due,
                     occurrence: OccurrenceId::new(self.component, id, occurrence),
                     payload: &payload,
+                    topic: topic.as_deref(),
+                    kind: kind.as_deref(),
                     state: &mut *state,
                     outbox: &mut *outbox,
                     emitted: false,

@@ -120,9 +120,21 @@ impl Scheduler {
         due: Due,
         tick: &Tick,
     ) -> (Vec<Due>, Option<Due>) {
-        let one_shot = matches!(rec.def.timing, Timing::At(_));
         let now_ms = tick.agreed_time_ms;
-        if one_shot {
+        if rec.def.timing.is_one_shot() {
+            // At time T or sequence S: the time trigger when reached (jitter included), else
+            // the sequence one (the record was taken because one of them is reached).
+            let due = match (&rec.def.timing, due) {
+                (Timing::AtOrSeq { seq, .. }, Due::Time(t)) => {
+                    let at = t.saturating_add(jitter_offset_ms(id, rec.def.jitter_ms));
+                    if now_ms.is_some_and(|now| now >= at) {
+                        due
+                    } else {
+                        Due::Seq(*seq)
+                    }
+                }
+                _ => due,
+            };
             let runs = match (rec.def.misfire, due, now_ms) {
                 (Misfire::ExpireAfter { deadline_ms }, Due::Time(t), Some(now))
                     if now.saturating_sub(t) > deadline_ms =>

@@ -35,6 +35,35 @@ pub enum Timing {
     AfterMs(i64),
     /// Once, `delay` sequence numbers after admission (stored as [`Timing::At`]).
     AfterSeqs(u64),
+    /// Once, at agreed time `at_ms` or at sequence number `seq`, whichever a committed tick
+    /// reaches first ("expire at 12:00 or after 1,000 more batches"). The sequence number is the
+    /// one every tick carries ([`Tick::bft_sequence_num`](crate::Tick): the consensus sequence
+    /// number of the committed batch executing the tick), the same counter as
+    /// [`Due::Seq`] and [`Timing::AfterSeqs`]. The run reports `Due::Time(at_ms)` when the time
+    /// was reached (also when both were), `Due::Seq(seq)` otherwise. `at_ms` lies in
+    /// `[MIN_INSTANT_MS, MAX_INSTANT_MS)`; jitter delays the time trigger only.
+    AtOrSeq {
+        /// The agreed time trigger.
+        at_ms: TimeMs,
+        /// The sequence number trigger.
+        seq: u64,
+    },
+    /// Once, `delay_ms` of agreed time or `delay_seqs` sequence numbers after admission,
+    /// whichever comes first (stored as [`Timing::AtOrSeq`]; a sum past the ranges is rejected
+    /// at admission).
+    AfterMsOrSeqs {
+        /// The time delay, in `[0, MAX_PERIOD_MS]` ms.
+        delay_ms: i64,
+        /// The sequence delay.
+        delay_seqs: u64,
+    },
+}
+
+impl Timing {
+    /// Whether the timing fires once (the schedule leaves the book after its run).
+    pub fn is_one_shot(&self) -> bool {
+        !matches!(self, Timing::Cron { .. } | Timing::Every { .. })
+    }
 }
 
 /// The earliest instant a request may carry (`Timing::Every::start_ms`, `Timing::At` with
@@ -101,6 +130,14 @@ pub struct NewSchedule {
     pub jitter_ms: u32,
     /// Opaque bytes handed to the handler.
     pub payload: Vec<u8>,
+    /// A routing topic carried into every outbox record a run of the schedule emits
+    /// ([`OutboxRecord::topic`](crate::outbox::OutboxRecord::topic)), so that a worker pool
+    /// can route by it. At most [`Limits::max_topic_bytes`] bytes of printable ASCII without
+    /// spaces (`0x21..=0x7E`), not empty; checked at admission.
+    pub topic: Option<String>,
+    /// A record type carried like the topic
+    /// ([`OutboxRecord::kind`](crate::outbox::OutboxRecord::kind)), same bounds.
+    pub kind: Option<String>,
 }
 
 impl NewSchedule {
@@ -115,6 +152,8 @@ impl NewSchedule {
             priority: 0,
             jitter_ms: 0,
             payload: Vec::new(),
+            topic: None,
+            kind: None,
         }
     }
 
@@ -145,6 +184,18 @@ impl NewSchedule {
     /// With a payload.
     pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
         self.payload = payload.into();
+        self
+    }
+
+    /// With a routing topic for the outbox records its runs emit.
+    pub fn with_topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = Some(topic.into());
+        self
+    }
+
+    /// With a record type for the outbox records its runs emit.
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
         self
     }
 }
@@ -181,12 +232,38 @@ pub enum ScheduleRequest {
     Resume(Target),
     /// Remove the schedule.
     Cancel(Target),
+    /// Optimistic concurrency: apply `change` to `target` only if the schedule's version
+    /// ([`ScheduleInfo::version`]) is still `version`; otherwise reject it with
+    /// [`ScheduleError::StaleVersion`] and change nothing. Authorization is that of the
+    /// change (checked before the version, so a stranger learns nothing).
+    IfVersion {
+        /// The schedule.
+        target: Target,
+        /// The version the requester last saw.
+        version: u64,
+        /// What to do when it matches.
+        change: Guarded,
+    },
     /// Install (or update) zone rules cron schedules may name. Every admitted cron schedule in
     /// that zone (running or paused) is re-evaluated under the new rules: its next due point
     /// becomes the first instant of the new rules after the request's agreed time, or at or
     /// after its old point when that was already reached (see `docs/scheduling.md`, "Zone rule
     /// changes").
     InstallZone(ZoneRules),
+}
+
+/// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
+/// as the plain request of that name).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum Guarded {
+    /// As [`ScheduleRequest::Replace`] (a successful replace bumps the version).
+    Replace(NewSchedule),
+    /// As [`ScheduleRequest::Pause`].
+    Pause,
+    /// As [`ScheduleRequest::Resume`].
+    Resume,
+    /// As [`ScheduleRequest::Cancel`].
+    Cancel,
 }
 
 /// Bounds on what the book admits (configuration, identical on every replica).
@@ -198,6 +275,8 @@ pub struct Limits {
     pub max_payload_bytes: usize,
     /// Longest key or handler name, bytes.
     pub max_name_bytes: usize,
+    /// Longest [`NewSchedule::topic`] or [`NewSchedule::kind`], bytes.
+    pub max_topic_bytes: usize,
     /// Most zones installed.
     pub max_zones: usize,
     /// Size of the reserved pages the book is saved into (the store's page size may be larger,
@@ -229,6 +308,7 @@ impl Default for Limits {
             max_schedules: 2_000_000,
             max_payload_bytes: 4_096,
             max_name_bytes: 128,
+            max_topic_bytes: 64,
             max_zones: 64,
             page_bytes: 4_096,
             max_record_pages: None,
@@ -302,9 +382,29 @@ pub enum ScheduleError {
     /// The pages failed or held a corrupt or oversized book.
     #[error(transparent)]
     Codec(#[from] CodecError),
+    /// The pages hold a book of another stored layout (`found`, e.g. 3 from before versions
+    /// and topics); this release reads only `supported`. Nothing was loaded.
+    #[error("stored schedule book has layout version {found}, this release reads {supported}")]
+    UnsupportedLayout {
+        /// The stored layout version.
+        found: u8,
+        /// The one this release reads.
+        supported: u8,
+    },
     /// A decoded book violates its invariants.
     #[error("stored schedule book is invalid: {0}")]
     Corrupt(String),
+    /// [`ScheduleRequest::IfVersion`] named a version the schedule no longer has (another
+    /// request changed it since); nothing changed.
+    #[error("schedule {id} is at version {actual}, the request expected {expected}")]
+    StaleVersion {
+        /// The schedule.
+        id: u64,
+        /// The version the request carried.
+        expected: u64,
+        /// The schedule's version.
+        actual: u64,
+    },
     /// The policy does not let `by` do this ([`crate::authz`]); nothing changed.
     #[error("{by} may not {action}")]
     Unauthorized {
@@ -337,6 +437,10 @@ pub struct ScheduleInfo {
     pub owed: Option<(TimeMs, TimeMs)>,
     /// Who owns it (the principal that created it).
     pub owner: Principal,
+    /// Its version: 1 at creation, bumped by every admitted request that changes it (replace,
+    /// upsert of its key, pause, resume), never by ticks. [`ScheduleRequest::IfVersion`]
+    /// compares against it.
+    pub version: u64,
 }
 
 /// One run of a handler in a tick.
