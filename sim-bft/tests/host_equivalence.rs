@@ -145,3 +145,56 @@ fn orders_ledger_fires_alike_on_sim_bft_and_on_the_host_entry_point() {
     let fires = equivalent(|| ScheduledLedger::new(app), &[(app.component, 1_000)]);
     assert!(fires >= 10, "{fires} expiries");
 }
+
+/// Regression (issue 10): a cron table's schedule that cannot be saved during a tick was only
+/// logged, and the replica carried on with its pages behind its memory. Now the ledger returns
+/// `AppError::Fatal` and the replica halts loudly (fail-stop: it stops executing and its
+/// invariant check names the cause).
+#[test]
+fn a_replica_whose_table_schedule_cannot_be_saved_halts_loudly() {
+    use ccron::{CronEntry, CronTable, CronTableRegistry, PageRange, Periodic};
+    use sim_bft::ledgers::{CronLedger, KvLedger};
+
+    let mut h = Harness::new(4, |c| {
+        c.tick_components = [(1, 1_000)].into_iter().collect();
+        c.tick_senders = TickSenders::All;
+    });
+    for i in 0..4 {
+        let cfg = h.cfgs[i].clone();
+        // The table's range lies past the replica's pages: every save of its schedule fails.
+        let range = PageRange::new(cfg.num_pages, 2).unwrap();
+        let mut table = CronTable::with_persistence(1, range, 4);
+        table
+            .add(CronEntry::<KvLedger>::periodic(
+                0,
+                Periodic::every_ms(1_000).unwrap(),
+                |_| {},
+            ))
+            .unwrap();
+        let mut registry = CronTableRegistry::new();
+        registry.register(table).unwrap();
+        let app = CronLedger::new(KvLedger::new(), registry);
+        h.replicas[i] = Some(Replica::with_app(cfg, Box::new(app)).unwrap());
+    }
+    h.tick(0, 1);
+    // The harness checks every replica's invariants after every input: the first halted one
+    // fails it (that is the loud part).
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.advance(1_000)));
+    assert!(
+        run.is_err(),
+        "a halted replica must fail its invariant check"
+    );
+    let halted: Vec<_> = (0..4)
+        .filter_map(|i| h.replica(i).halted().map(str::to_owned))
+        .collect();
+    assert!(!halted.is_empty());
+    for cause in &halted {
+        assert!(cause.contains("schedule not saved"), "{cause}");
+    }
+    let r = (0..4)
+        .map(|i| h.replica(i))
+        .find(|r| r.halted().is_some())
+        .unwrap();
+    assert!(r.check_invariants().is_err());
+    assert_eq!(r.metrics().get("halted"), 1);
+}
