@@ -3,9 +3,9 @@
 //! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
 //! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
 //! jitter, payload, routing topic and type, pause flag, nominal next due point, run counter,
-//! owner, version), optionally under a unique
-//! client key. A due index ordered by (priority, due key, id) holds every active record, so a
-//! tick visits only what is due: O(fired · log n), plus one range probe per priority level in
+//! owner, version), optionally under a unique client key. A due index ordered by (priority,
+//! due key, id) holds every active record (an `AtOrSeq` one under both its keys), so a tick
+//! visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
 //!
 //! Persistence ([`Scheduler::save`], [`Scheduler::load`]): one record page per record behind a
