@@ -104,6 +104,11 @@ fn versions_count_mutations_and_a_stale_expected_version_changes_nothing() {
         );
         assert_eq!(book, before);
     }
+    assert_eq!(
+        book.stale_rejections(),
+        4,
+        "each stale rejection is counted"
+    );
     // Plain requests bump it too; guarded replace and resume at the right version apply.
     host_apply(&mut book, ScheduleRequest::Resume(Target::Id(id)), 5, MIN).unwrap();
     assert_eq!(book.get(id).unwrap().version, 3);

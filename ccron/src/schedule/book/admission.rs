@@ -268,6 +268,20 @@ impl Scheduler {
             Err(e @ ScheduleError::Unauthorized { .. }) => {
                 tracing::warn!(component = self.component, error = %e, "schedule request denied");
             }
+            Err(ScheduleError::StaleVersion {
+                id,
+                expected,
+                actual,
+            }) => {
+                self.stale_rejections = self.stale_rejections.saturating_add(1);
+                tracing::info!(
+                    component = self.component,
+                    id,
+                    expected,
+                    actual,
+                    "guarded schedule change rejected: stale version"
+                );
+            }
             Err(e) => {
                 tracing::debug!(component = self.component, error = %e, "schedule request rejected");
             }

@@ -3,9 +3,9 @@
 //! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
 //! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
 //! jitter, payload, routing topic and type, pause flag, nominal next due point, run counter,
-//! owner, version), optionally under a unique
-//! client key. A due index ordered by (priority, due key, id) holds every active record, so a
-//! tick visits only what is due: O(fired · log n), plus one range probe per priority level in
+//! owner, version), optionally under a unique client key. A due index ordered by (priority,
+//! due key, id) holds every active record (an `AtOrSeq` one under both its keys), so a tick
+//! visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
 //!
 //! Persistence ([`Scheduler::save`], [`Scheduler::load`]): one record page per record behind a
@@ -90,6 +90,9 @@ pub struct Scheduler {
     placement: Placement,
     /// Who may change what (configuration, like `limits`; not stored).
     policy: Policy,
+    /// Guarded requests rejected for a stale version by [`Scheduler::apply`] (an observation
+    /// for the host's metrics: not stored, not compared).
+    stale_rejections: u64,
 }
 
 impl Scheduler {
@@ -109,6 +112,7 @@ impl Scheduler {
             header_dirty: false,
             placement: Placement::new(limits.page_bytes),
             policy: Policy::default(),
+            stale_rejections: 0,
         }
     }
 
@@ -123,6 +127,13 @@ impl Scheduler {
     /// The authorization policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// How many [`ScheduleRequest::IfVersion`] requests [`Scheduler::apply`] rejected with
+    /// [`ScheduleError::StaleVersion`] since this book was created or loaded (a metric for the
+    /// host; not replicated state: not stored, not part of equality).
+    pub fn stale_rejections(&self) -> u64 {
+        self.stale_rejections
     }
 
     /// The component.
