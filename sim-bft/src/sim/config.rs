@@ -57,6 +57,23 @@ pub enum ConfigError {
     /// A replica id given twice in the pinned Byzantine replicas.
     #[error("Byzantine replica {0} is listed twice")]
     DuplicateReplicaId(NodeId),
+    /// The application setup is inconsistent (checked on throwaway instances before any replica
+    /// boots: see `ClusterHarness::check_app`).
+    #[error("application setup: {check}: {cause}")]
+    App {
+        /// The check that failed.
+        check: &'static str,
+        /// Why.
+        cause: String,
+    },
+    /// A start instant that does not parse.
+    #[error("bad instant {input:?}: {cause}")]
+    BadInstant {
+        /// The text given.
+        input: String,
+        /// Why it does not parse.
+        cause: String,
+    },
     /// A knob outside its documented range.
     #[error("{name} = {value} is out of range (allowed: {allowed})")]
     OutOfRange {
