@@ -603,7 +603,8 @@ pub struct SimConfig {
     /// snapshot); benchmarks turn them off.
     pub node_check_every: u64,
     /// Longest judged fault-phase stall before a [`crate::sim::ViolationKind::FaultPhaseStall`]
-    /// (`None`: derived from the replica's view-change and state-transfer timeouts, see
+    /// (`None`: derived from the replica's view-change and state-transfer timeouts plus the
+    /// workload's quiet gap, [`super::derived_stall_bound_ms`], see
     /// `docs/simulator.md`; `Some(0)`: stalls are measured, never a violation).
     pub stall_bound_ms: Option<u64>,
 }

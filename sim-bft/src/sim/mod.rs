@@ -44,7 +44,10 @@ pub use config::{
 pub use disk::{Disk, DiskImage};
 pub use events::{FireEvent, MarkKind, ReplicaMark, SimEvents};
 pub use rng::SimRng;
-pub use stall::{JUDGED_MAX_DROP_RATE, default_stall_bound_ms, judged_windows};
+pub use stall::{
+    JUDGED_MAX_DROP_RATE, default_stall_bound_ms, derived_stall_bound_ms, judged_windows,
+    quiet_gap_ms,
+};
 pub use workload::{Workload, workload_rng};
 
 use crate::node::{Executed, Input, Millis, Node, NodeId, Output};
@@ -435,7 +438,7 @@ impl<H: Harness> Simulator<H> {
         let windows = judged_windows(&cfg, &params);
         let stall_bound_ms = cfg
             .stall_bound_ms
-            .unwrap_or_else(|| default_stall_bound_ms(n));
+            .unwrap_or_else(|| derived_stall_bound_ms(&cfg));
         let judged_ms = windows.iter().map(|(a, b)| b - a).sum();
         checker.judge_stalls(windows, stall_bound_ms);
         let mut slots: Vec<Slot<H::Node>> = slots;
