@@ -669,6 +669,7 @@ impl Cluster {
     /// key-value puts ([`super::workload`]).
     pub fn workload(mut self, factory: impl Fn(u32) -> Box<dyn Workload> + 'static) -> Self {
         self.workload = Some(Rc::new(factory));
+        self.cfg.custom_workload = true;
         self
     }
 
