@@ -27,5 +27,5 @@ pub mod tick_counter;
 
 pub use cron_ledger::CronLedger;
 pub use kv::{KvLedger, KvOp, kv_result};
-pub use scheduler::{BookConfig, LedgerScheduler};
+pub use scheduler::{BookConfig, BookConfigError, LedgerScheduler};
 pub use tick_counter::{TickCounter, TickRecord};
