@@ -451,7 +451,7 @@ mod tests {
             component: 1,
             position: 0,
             limits: Limits::default(),
-            book_pages: 2,
+            book_pages: 8,
             outbox_pages: 1,
         };
         assert_eq!(ok.validate(), Ok(()));
