@@ -43,7 +43,8 @@ impl Application for Pings {
         serde_json::to_vec(self).unwrap_or_default()
     }
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        *self = serde_json::from_slice(snapshot).map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+        *self =
+            serde_json::from_slice(snapshot).map_err(|e| AppError::BadSnapshot(e.to_string()))?;
         Ok(())
     }
 }
@@ -84,12 +85,17 @@ impl Workload for Honest {
         } else {
             NewSchedule::new("once", Timing::AfterMs(300))
         };
-        payload(&ScheduleRequest::Create(s.with_payload(format!("client {}", self.0))))
+        payload(&ScheduleRequest::Create(
+            s.with_payload(format!("client {}", self.0)),
+        ))
     }
     fn on_reply(&mut self, number: u64, result: &[u8]) -> Result<(), String> {
         match result.starts_with(b"ok") {
             true => Ok(()),
-            false => Err(format!("honest request {number} refused: {}", String::from_utf8_lossy(result))),
+            false => Err(format!(
+                "honest request {number} refused: {}",
+                String::from_utf8_lossy(result)
+            )),
         }
     }
 }
@@ -102,21 +108,30 @@ impl Workload for Hostile {
         let id = Target::Id(1 + rng.below(6));
         let key = Target::Key(format!("c{}", rng.below(2)));
         let target = if rng.chance(0.5) { id } else { key };
-        let theirs = NewSchedule::new("ping", Timing::AfterMs(1)).with_key(format!("c{}", rng.below(2)));
+        let theirs =
+            NewSchedule::new("ping", Timing::AfterMs(1)).with_key(format!("c{}", rng.below(2)));
         match number % 8 {
             0 => payload(&ScheduleRequest::Cancel(target)),
-            1 => payload(&ScheduleRequest::Replace { target, schedule: NewSchedule::new("once", Timing::AfterMs(1)) }),
+            1 => payload(&ScheduleRequest::Replace {
+                target,
+                schedule: NewSchedule::new("once", Timing::AfterMs(1)),
+            }),
             2 => payload(&ScheduleRequest::Upsert(theirs)),
             3 => payload(&ScheduleRequest::Pause(target)),
             4 => payload(&ScheduleRequest::Resume(target)),
             5 => outbox_delivered_payload(rng.below(20)),
-            6 => payload(&ScheduleRequest::InstallZone(ZoneRules::from_iana("Europe/Paris").unwrap())),
+            6 => payload(&ScheduleRequest::InstallZone(
+                ZoneRules::from_iana("Europe/Paris").unwrap(),
+            )),
             _ => payload(&ScheduleRequest::Cancel(Target::Id(1 + rng.below(2)))),
         }
     }
     fn on_reply(&mut self, number: u64, result: &[u8]) -> Result<(), String> {
         match result.starts_with(b"ok") {
-            true => Err(format!("hostile request {number} answered {}", String::from_utf8_lossy(result))),
+            true => Err(format!(
+                "hostile request {number} answered {}",
+                String::from_utf8_lossy(result)
+            )),
             false => Ok(()),
         }
     }
@@ -137,37 +152,63 @@ fn a_hostile_client_changes_nothing_of_the_others() {
             .duration_ms(20_000, 10_000)
             .ticks(vec![BOOK], 250)
             .clients(3, 200)
-            .faults(FaultConfig { crashes: 1, ..FaultConfig::default() })
+            .faults(FaultConfig {
+                crashes: 1,
+                ..FaultConfig::default()
+            })
             .workload(workload)
             .app(ledger)
             .build()
             .unwrap();
         let out = sim.run();
-        assert!(out.ok(), "seed {seed}: {:?}\n{}", out.violations, out.replay_command());
+        assert!(
+            out.ok(),
+            "seed {seed}: {:?}\n{}",
+            out.violations,
+            out.replay_command()
+        );
         assert!(out.stats.replies > 100, "{:?}", out.stats);
         for replica in 0..4 {
             out.app(replica, |l: &CronLedger<Pings>| {
                 let book = l.scheduler().unwrap();
                 for client in [0u64, 1] {
                     let key = format!("c{client}");
-                    let info = book.book().ids().filter_map(|id| book.book().get(id)).find(|i| i.schedule.key.as_deref() == Some(key.as_str()));
+                    let info = book
+                        .book()
+                        .ids()
+                        .filter_map(|id| book.book().get(id))
+                        .find(|i| i.schedule.key.as_deref() == Some(key.as_str()));
                     let info = info.unwrap_or_else(|| panic!("replica {replica}: {key} gone"));
                     assert_eq!(info.owner, Principal::Client(client));
                     assert!(!info.paused, "replica {replica}: {key} paused");
                     assert_eq!(info.schedule.handler, "ping");
-                    assert!(matches!(info.schedule.timing, Timing::Every { period_ms: PERIOD_MS, .. }));
+                    assert!(matches!(
+                        info.schedule.timing,
+                        Timing::Every {
+                            period_ms: PERIOD_MS,
+                            ..
+                        }
+                    ));
                 }
                 // Never trimmed, and every record is a run of an honest recurring schedule.
                 let outbox = book.outbox();
                 assert_eq!(outbox.first_index(), 1, "replica {replica}: outbox trimmed");
                 assert_eq!(outbox.len() as u64, l.state().runs);
-                assert!(l.state().runs >= 2 * 10, "replica {replica}: {:?}", l.state());
+                assert!(
+                    l.state().runs >= 2 * 10,
+                    "replica {replica}: {:?}",
+                    l.state()
+                );
                 assert!(l.state().one_shots > 0);
                 assert!(book.denied() > 0 || replica_restarted_late(&out, replica));
             })
             .unwrap();
         }
-        assert!(out.violations.iter().all(|v| v.kind != ViolationKind::Workload));
+        assert!(
+            out.violations
+                .iter()
+                .all(|v| v.kind != ViolationKind::Workload)
+        );
     }
 }
 

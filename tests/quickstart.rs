@@ -54,7 +54,8 @@ impl Application for Shop {
         serde_json::to_vec(self).unwrap_or_default()
     }
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        *self = serde_json::from_slice(snapshot).map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+        *self =
+            serde_json::from_slice(snapshot).map_err(|e| AppError::BadSnapshot(e.to_string()))?;
         Ok(())
     }
 }
@@ -71,9 +72,13 @@ fn shop(_replica: u32) -> CronLedger<Shop> {
         }))
         .unwrap();
     table
-        .add(CronEntry::<Shop>::periodic(COUNT, Periodic::every_ms(600_000).unwrap(), |ctx| {
-            ctx.state.counts += 1;
-        }))
+        .add(CronEntry::<Shop>::periodic(
+            COUNT,
+            Periodic::every_ms(600_000).unwrap(),
+            |ctx| {
+                ctx.state.counts += 1;
+            },
+        ))
         .unwrap();
     let mut registry = CronTableRegistry::new();
     registry.register(table).unwrap();
@@ -90,8 +95,7 @@ fn shop(_replica: u32) -> CronLedger<Shop> {
         book_pages: 8,
         outbox_pages: 2,
     };
-    CronLedger::new(Shop::default(), registry)
-        .with_scheduler(LedgerScheduler::new(book, handlers))
+    CronLedger::new(Shop::default(), registry).with_scheduler(LedgerScheduler::new(book, handlers))
 }
 
 /// Each client alternates: place an offer, ask to be reminded in 2 hours.
@@ -99,7 +103,7 @@ struct Customer(u32);
 
 impl Workload for Customer {
     fn payload(&mut self, number: u64, _rng: &mut SimRng) -> Vec<u8> {
-        if number % 2 == 0 {
+        if number.is_multiple_of(2) {
             return b"offer".to_vec();
         }
         let remind = NewSchedule::new("remind", Timing::AfterMs(2 * HOUR))
@@ -129,32 +133,59 @@ fn three_days_across_the_paris_dst_change() {
         .build()
         .unwrap();
     let out = sim.run();
-    assert!(out.ok(), "{:?}\nreplay: {}", out.violations, out.replay_command());
+    assert!(
+        out.ok(),
+        "{:?}\nreplay: {}",
+        out.violations,
+        out.replay_command()
+    );
 
     let at = |s: &str| ccron::cron::parse_rfc3339_ms(s).unwrap();
-    let nine_am = [at("2026-03-28T08:00:00Z"), at("2026-03-29T07:00:00Z"), at("2026-03-30T07:00:00Z")];
+    let nine_am = [
+        at("2026-03-28T08:00:00Z"),
+        at("2026-03-29T07:00:00Z"),
+        at("2026-03-30T07:00:00Z"),
+    ];
     let mut fires = BTreeMap::<(u32, u32), Vec<(Option<i64>, i64)>>::new();
     for e in &out.events.fires {
         let agreed = e.agreed_time_ms.unwrap();
-        fires.entry((e.replica, e.position)).or_default().push((e.due_ms, agreed));
+        fires
+            .entry((e.replica, e.position))
+            .or_default()
+            .push((e.due_ms, agreed));
     }
     for replica in 0..4 {
         // 09:00 Paris: exactly three runs, due at the instants above, run within a tick period.
         let runs = &fires[&(replica, EXPIRE_OFFERS)];
         let dues: Vec<i64> = runs.iter().map(|(due, _)| due.unwrap()).collect();
         assert_eq!(dues, nine_am, "replica {replica}");
-        assert!(runs.iter().all(|(d, t)| (0..=60_000).contains(&(t - d.unwrap()))), "{runs:?}");
+        assert!(
+            runs.iter()
+                .all(|(d, t)| (0..=60_000).contains(&(t - d.unwrap()))),
+            "{runs:?}"
+        );
         // The 10-minute count: every run on one drift-free grid, none missed.
         let counts = &fires[&(replica, COUNT)];
-        assert!(counts.windows(2).all(|w| w[1].0.unwrap() - w[0].0.unwrap() == 600_000));
+        assert!(
+            counts
+                .windows(2)
+                .all(|w| w[1].0.unwrap() - w[0].0.unwrap() == 600_000)
+        );
         assert!(counts.len() >= 432, "{}", counts.len());
         // Reminders: each ran 2 hours (plus at most a tick period) after it was requested.
         let reminders = &fires[&(replica, REMINDERS)];
         assert_eq!(reminders.len(), 14, "replica {replica}: {reminders:?}");
-        assert!(reminders.iter().all(|(d, t)| (0..=60_000).contains(&(t - d.unwrap()))));
+        assert!(
+            reminders
+                .iter()
+                .all(|(d, t)| (0..=60_000).contains(&(t - d.unwrap())))
+        );
     }
     // Typed access to every replica's final state: all equal, and what the fires say.
-    let state = |i| out.app(i, |l: &CronLedger<Shop>| l.state().clone()).unwrap();
+    let state = |i| {
+        out.app(i, |l: &CronLedger<Shop>| l.state().clone())
+            .unwrap()
+    };
     let s0 = state(0);
     assert!((1..4).all(|i| state(i) == s0));
     assert_eq!(s0.counts as usize, fires[&(0, COUNT)].len());

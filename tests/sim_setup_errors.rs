@@ -36,18 +36,30 @@ fn app_error(r: Result<impl Sized, ConfigError>) -> (&'static str, String) {
 
 #[test]
 fn a_book_without_outbox_pages_is_refused_at_build() {
-    let built = Cluster::builder().ticks(vec![1], 1_000).app(|_| with_book(0)).build();
+    let built = Cluster::builder()
+        .ticks(vec![1], 1_000)
+        .app(|_| with_book(0))
+        .build();
     let (check, cause) = app_error(built);
     assert!(check.contains("snapshot restores"), "{check}");
     assert!(cause.contains("no pages for the outbox"), "{cause}");
     // The same book with one outbox page builds; `try_new` names the mistake itself.
-    assert!(Cluster::builder().ticks(vec![1], 1_000).app(|_| with_book(1)).build().is_ok());
+    assert!(
+        Cluster::builder()
+            .ticks(vec![1], 1_000)
+            .app(|_| with_book(1))
+            .build()
+            .is_ok()
+    );
     assert!(LedgerScheduler::<KvLedger>::try_new(book(0), Handlers::new()).is_err());
 }
 
 #[test]
 fn a_book_too_small_for_its_layout_is_refused_at_build() {
-    let small = BookConfig { book_pages: 4, ..book(1) };
+    let small = BookConfig {
+        book_pages: 4,
+        ..book(1)
+    };
     assert!(LedgerScheduler::<KvLedger>::try_new(small, Handlers::new()).is_err());
     let ledger = move |_| {
         let book = LedgerScheduler::new(small, Handlers::new());
@@ -59,7 +71,10 @@ fn a_book_too_small_for_its_layout_is_refused_at_build() {
 
 #[test]
 fn a_ticking_component_without_a_table_is_refused_at_build() {
-    let built = Cluster::builder().ticks(vec![1, 5], 1_000).app(|_| with_book(1)).build();
+    let built = Cluster::builder()
+        .ticks(vec![1, 5], 1_000)
+        .app(|_| with_book(1))
+        .build();
     let (check, cause) = app_error(built);
     assert!(check.contains("ticking component"), "{check}");
     assert!(cause.contains('5'), "{cause}");
@@ -70,7 +85,9 @@ fn replicas_with_different_tables_are_refused_at_build() {
     let ledger = |id: u32| {
         let mut table = CronTable::with_persistence(1, PageRange::new(1, 2).unwrap(), 4);
         let period = Periodic::every_ms(1_000 + i64::from(id)).unwrap();
-        table.add(CronEntry::<KvLedger>::periodic(0, period, |_| {})).unwrap();
+        table
+            .add(CronEntry::<KvLedger>::periodic(0, period, |_| {}))
+            .unwrap();
         let mut registry = CronTableRegistry::new();
         registry.register(table).unwrap();
         CronLedger::new(KvLedger::new(), registry)
@@ -97,7 +114,10 @@ impl Application for Forgetful {
     }
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
         match snapshot {
-            [0, 0, 0, 0, 0, 0, 0, 0] => Ok(*self = Forgetful(0)),
+            [0, 0, 0, 0, 0, 0, 0, 0] => {
+                *self = Forgetful(0);
+                Ok(())
+            }
             _ => Err(AppError::BadSnapshot("version 2 is not supported".into())),
         }
     }
@@ -110,15 +130,29 @@ fn a_failed_restart_is_a_violation_naming_its_cause() {
         .duration_ms(10_000, 10_000)
         .ticks(vec![], 0)
         .clients(2, 100)
-        .faults(FaultConfig { crashes: 1, ..FaultConfig::default() })
+        .faults(FaultConfig {
+            crashes: 1,
+            ..FaultConfig::default()
+        })
         .app(|_| Forgetful::default())
         .build()
         .unwrap()
         .run();
-    let failures: Vec<_> = out.violations.iter().filter(|v| v.kind == ViolationKind::NodeFailure).collect();
+    let failures: Vec<_> = out
+        .violations
+        .iter()
+        .filter(|v| v.kind == ViolationKind::NodeFailure)
+        .collect();
     assert!(!failures.is_empty(), "{:?}", out.violations);
     let crashed = out.params.crashes[0].node;
     assert_eq!(failures[0].node, Some(crashed));
-    assert!(failures[0].detail.contains("version 2 is not supported"), "{}", failures[0].detail);
-    assert!(failures.iter().all(|v| v.detail.contains("version 2")), "{failures:?}");
+    assert!(
+        failures[0].detail.contains("version 2 is not supported"),
+        "{}",
+        failures[0].detail
+    );
+    assert!(
+        failures.iter().all(|v| v.detail.contains("version 2")),
+        "{failures:?}"
+    );
 }

@@ -33,7 +33,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a simulated cluster (safety phase under faults, then a liveness phase).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the next fire instants of a cron expression (RFC 3339 UTC, one per line), computed
     /// by the code the replicas run, with zone rules from the tz database compiled in.
     Preview(PreviewArgs),
@@ -275,7 +275,10 @@ fn parse_component_period(s: &str) -> Result<(u32, u64), String> {
     let (c, d) = s
         .split_once('=')
         .ok_or_else(|| format!("expected COMPONENT=DURATION, got {s:?}"))?;
-    let c: u32 = c.trim().parse().map_err(|e| format!("component {c:?}: {e}"))?;
+    let c: u32 = c
+        .trim()
+        .parse()
+        .map_err(|e| format!("component {c:?}: {e}"))?;
     let d = parse_duration_ms(d).map_err(|e| e.to_string())?;
     Ok((c, d))
 }
@@ -364,7 +367,6 @@ impl RunArgs {
                 state_growth_bytes: self.state_growth,
                 max_size_requests: self.max_size_requests,
                 crash_at_view_change: self.crash_at_view_change,
-                ..FaultConfig::default()
             },
             ..SimConfig::default()
         }
@@ -375,7 +377,7 @@ impl RunArgs {
         let mut a = match Cli::try_parse_from(["sim-bft", "run"]) {
             Ok(Cli {
                 command: Some(Command::Run(a)),
-            }) => a,
+            }) => *a,
             // The literal arguments above always parse; fall back to running nothing odd.
             _ => unreachable_demo(),
         };

@@ -12,8 +12,8 @@ use std::rc::Rc;
 use ccron::{MemPages, Tick};
 use ed25519_dalek::SigningKey;
 
-use super::{ByzantineKind, ConfigError, DiskImage, FaultConfig, Harness, Role, SimConfig};
 use super::workload::{Workload, WorkloadFactory, workload_rng};
+use super::{ByzantineKind, ConfigError, DiskImage, FaultConfig, Harness, Role, SimConfig};
 use super::{LedgerKind, NodeKind, PartitionKind, SimRng, Simulator, TimeServiceMode};
 use crate::app::{Application, WithTicks};
 use crate::crypto::{self, Keyring, VerifyCache};
@@ -309,7 +309,7 @@ impl ClusterHarness {
         fresh
             .reload(&pages)
             .map_err(|e| err("reload from empty pages", e.to_string()))?;
-        for (component, _) in &self.tick_components {
+        for component in self.tick_components.keys() {
             let tick = Tick::new(*component, 1, Some(self.epoch_ms));
             fresh
                 .on_tick(tick, &mut pages)
@@ -428,7 +428,7 @@ impl Harness for ClusterHarness {
         })
     }
 
-    fn into_state(&mut self, node: SimReplica) -> Option<Box<dyn Any + Send>> {
+    fn final_state(&mut self, node: SimReplica) -> Option<Box<dyn Any + Send>> {
         node.replica.map(|r| {
             let app: Box<dyn Any + Send> = r.into_app();
             app
@@ -717,7 +717,9 @@ impl Cluster {
     /// boot, restarts): the same tables and handlers, registered the same way, on every
     /// replica. Read it back typed with [`Simulator::app`] and [`super::SimOutcome::app`].
     pub fn app<A: Application>(mut self, factory: impl Fn(NodeId) -> A + 'static) -> Self {
-        self.app = Some(Rc::new(move |id| Box::new(factory(id)) as Box<dyn Application>));
+        self.app = Some(Rc::new(move |id| {
+            Box::new(factory(id)) as Box<dyn Application>
+        }));
         self.cfg.ledger = LedgerKind::Custom;
         self
     }

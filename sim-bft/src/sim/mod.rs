@@ -136,7 +136,7 @@ pub trait Harness {
 
     /// `node`'s application state at the end of a run, kept in the outcome
     /// ([`SimOutcome::app`]). Default: none.
-    fn into_state(&mut self, _node: Self::Node) -> Option<Box<dyn Any + Send>> {
+    fn final_state(&mut self, _node: Self::Node) -> Option<Box<dyn Any + Send>> {
         None
     }
 }
@@ -144,7 +144,10 @@ pub trait Harness {
 /// Every replica's application state at the end of a run ([`SimOutcome::app`]); `None` for a
 /// replica the harness gives no state for.
 #[derive(Clone, Default)]
-pub struct FinalStates(Vec<Option<Arc<Mutex<Box<dyn Any + Send>>>>>);
+pub struct FinalStates(Vec<Option<KeptState>>);
+
+/// One replica's final application state, shared by clones of the outcome.
+type KeptState = Arc<Mutex<Box<dyn Any + Send>>>;
 
 impl std::fmt::Debug for FinalStates {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -669,7 +672,8 @@ impl<H: Harness> Simulator<H> {
         match self.slots[i].node.as_mut() {
             Some(n) => {
                 // Every event the node logs carries its id, the simulated time and its clock.
-                let span = tracing::info_span!("replica", id = node, sim_ms = self.now_ms, local_ms = now);
+                let span =
+                    tracing::info_span!("replica", id = node, sim_ms = self.now_ms, local_ms = now);
                 let _entered = span.enter();
                 n.handle(now, input, &mut out);
                 if let Some(cause) = self.harness.take_failure(n) {
@@ -1215,7 +1219,7 @@ impl<H: Harness> Simulator<H> {
                 .map(|s| {
                     s.node
                         .take()
-                        .and_then(|n| self.harness.into_state(n))
+                        .and_then(|n| self.harness.final_state(n))
                         .map(|b| Arc::new(Mutex::new(b)))
                 })
                 .collect(),

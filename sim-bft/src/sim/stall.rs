@@ -35,7 +35,8 @@ pub fn default_stall_bound_ms(n: u32) -> u64 {
 /// whichever is shorter; 0 without any work. An idle stretch is no stall: the derived bound
 /// adds it.
 pub fn quiet_gap_ms(cfg: &SimConfig) -> u64 {
-    let clients = (cfg.clients > 0 && cfg.request_interval_ms > 0).then_some(cfg.request_interval_ms);
+    let clients =
+        (cfg.clients > 0 && cfg.request_interval_ms > 0).then_some(cfg.request_interval_ms);
     let ticks = cfg
         .components
         .iter()
