@@ -34,7 +34,7 @@ struct Shop {
     open_offers: u64,
     expired_offers: u64,
     counts: u64,
-    reminded: Vec<String>,
+    reminded: Vec<(u32, u64, i64)>, // (client, request number, due instant)
 }
 
 impl Application for Shop {
@@ -85,8 +85,11 @@ fn shop(_replica: u32) -> CronLedger<Shop> {
 
     let mut handlers = Handlers::<Shop>::new();
     handlers.register("remind", |ctx| {
-        let text = String::from_utf8_lossy(ctx.payload).into_owned();
-        ctx.state.reminded.push(text);
+        let (client, number) = ctx.payload.split_at(4);
+        let client = u32::from_le_bytes(client.try_into().unwrap());
+        let number = u64::from_le_bytes(number.try_into().unwrap());
+        let due = ctx.due.time_ms().unwrap();
+        ctx.state.reminded.push((client, number, due));
     });
     let book = BookConfig {
         component: SHOP,
@@ -107,7 +110,7 @@ impl Workload for Customer {
             return b"offer".to_vec();
         }
         let remind = NewSchedule::new("remind", Timing::AfterMs(2 * HOUR))
-            .with_payload(format!("client {} request {number}", self.0));
+            .with_payload([&self.0.to_le_bytes()[..], &number.to_le_bytes()].concat());
         ccron::codec::to_blob(&ScheduleRequest::Create(remind)).unwrap()
     }
     fn on_reply(&mut self, _number: u64, result: &[u8]) -> Result<(), String> {
@@ -190,5 +193,17 @@ fn three_days_across_the_paris_dst_change() {
     assert!((1..4).all(|i| state(i) == s0));
     assert_eq!(s0.counts as usize, fires[&(0, COUNT)].len());
     assert_eq!(s0.reminded.len(), 14);
+    // Each reminder is due 2 hours after the agreed time of the batch that admitted its request.
+    // Client c sends request k at c * 2.5 h + k * 5 h of true time; agreed time stays within
+    // the time service's bounds of true time (the checker holds it to 7 s behind, 1 s ahead).
+    let epoch = at("2026-03-28T00:00:00Z");
+    for &(client, number, due) in &s0.reminded {
+        let sent = i64::from(client) * 5 * HOUR / 2 + number as i64 * 5 * HOUR;
+        let after_admission = due - (epoch + sent) - 2 * HOUR;
+        assert!(
+            (-7_000..1_000).contains(&after_admission),
+            "{client}/{number}: {after_admission}"
+        );
+    }
     assert_eq!(s0.expired_offers + s0.open_offers, 15);
 }
