@@ -18,3 +18,15 @@ pub mod report;
 pub mod runtime;
 pub mod sim;
 pub mod timeline;
+
+/// The Rust snippets of `docs/`, compiled (and run, unless marked `no_run`) as doctests of this
+/// crate (`cargo test --doc -p sim-bft`), so that what the guides show keeps building.
+#[cfg(doctest)]
+pub mod doc_snippets {
+    #[doc = include_str!("../../docs/user-guide.md")]
+    pub struct UserGuide;
+    #[doc = include_str!("../../docs/simulator.md")]
+    pub struct SimulatorGuide;
+    #[doc = include_str!("../../docs/cron-expressions.md")]
+    pub struct CronExpressions;
+}

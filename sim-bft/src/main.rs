@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use sim_bft::node::Millis;
 use sim_bft::report::Report;
 use sim_bft::sim::cluster::ClusterHarness;
 use sim_bft::sim::toy::ToyHarness;
@@ -32,7 +33,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a simulated cluster (safety phase under faults, then a liveness phase).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the next fire instants of a cron expression (RFC 3339 UTC, one per line), computed
     /// by the code the replicas run, with zone rules from the tz database compiled in.
     Preview(PreviewArgs),
@@ -221,6 +222,42 @@ struct RunArgs {
     /// Which replicas send each period's ticks.
     #[arg(long, value_enum, default_value_t = SendersKind::Rotating)]
     tick_senders: SendersKind,
+    /// True time at the start of the run: an RFC 3339 instant (2026-03-28T00:00:00Z) or
+    /// milliseconds since the Unix epoch with an `ms` suffix (default 2026-01-01T00:00:00Z).
+    #[arg(long, value_parser = parse_instant_arg, allow_hyphen_values = true)]
+    from: Option<Millis>,
+    /// A component's own tick period, overriding --tick-period: `C=DURATION` (e.g.
+    /// `2=500ms`), repeatable; the component must be in --components.
+    #[arg(long = "component-period", value_parser = parse_component_period)]
+    component_periods: Vec<(u32, u64)>,
+    /// Smallest one-way network delay (at most --max-delay).
+    #[arg(long, default_value = "1ms", value_parser = parse_duration_arg)]
+    min_delay: u64,
+    /// Largest extra delay of a reordered message.
+    #[arg(long, default_value = "50ms", value_parser = parse_duration_arg)]
+    reorder_delay: u64,
+    /// Compare agreed time with the honest clocks (default: on with the robust time service).
+    #[arg(long)]
+    check_time_bounds: Option<bool>,
+    /// How far agreed time may run ahead of the fastest honest clock (time-bounds checker).
+    #[arg(long, default_value = "1000ms", value_parser = parse_duration_arg)]
+    time_ahead_slack: u64,
+    /// How far agreed time may lag the slowest honest clock (time-bounds checker).
+    #[arg(long, default_value = "7000ms", value_parser = parse_duration_arg)]
+    time_behind_slack: u64,
+    /// How many seqs before a batch its time lag is measured from (time-bounds checker).
+    #[arg(long, default_value_t = 6)]
+    time_lag_seqs: u64,
+    /// Bound on processed events (a runaway run stops with an EventLimit violation).
+    #[arg(long, default_value_t = 50_000_000)]
+    max_events: u64,
+    /// Check each honest replica's invariants after every this many of its inputs (0: never).
+    #[arg(long, default_value_t = 1)]
+    check_every: u64,
+    /// Longest judged fault-phase stall (default: derived from the replica's timeouts and the
+    /// workload's quiet gap; 0ms: measured, never a violation).
+    #[arg(long, value_parser = parse_duration_arg)]
+    stall_bound: Option<u64>,
     /// Print only the final verdict.
     #[arg(long, short)]
     quiet: bool,
@@ -228,6 +265,22 @@ struct RunArgs {
 
 fn parse_duration_arg(s: &str) -> Result<u64, ConfigError> {
     parse_duration_ms(s)
+}
+
+fn parse_instant_arg(s: &str) -> Result<Millis, ConfigError> {
+    sim_bft::sim::parse_instant_ms(s)
+}
+
+fn parse_component_period(s: &str) -> Result<(u32, u64), String> {
+    let (c, d) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected COMPONENT=DURATION, got {s:?}"))?;
+    let c: u32 = c
+        .trim()
+        .parse()
+        .map_err(|e| format!("component {c:?}: {e}"))?;
+    let d = parse_duration_ms(d).map_err(|e| e.to_string())?;
+    Ok((c, d))
 }
 
 fn parse_enum<T: std::str::FromStr<Err = ConfigError>>(s: &str) -> Result<T, ConfigError> {
@@ -284,8 +337,20 @@ impl RunArgs {
             clients: self.clients,
             request_interval_ms: self.request_interval,
             time_service: self.time_service,
-            check_time_bounds: self.time_service == TimeServiceMode::Robust,
+            check_time_bounds: self
+                .check_time_bounds
+                .unwrap_or(self.time_service == TimeServiceMode::Robust),
+            time_ahead_slack_ms: self.time_ahead_slack.min(i64::MAX as u64) as i64,
+            time_behind_slack_ms: self.time_behind_slack.min(i64::MAX as u64) as i64,
+            time_lag_seqs: self.time_lag_seqs,
+            epoch_ms: self.from.unwrap_or(SimConfig::default().epoch_ms),
+            component_periods_ms: self.component_periods.iter().copied().collect(),
+            max_events: self.max_events,
+            node_check_every: self.check_every,
+            stall_bound_ms: self.stall_bound,
             faults: FaultConfig {
+                min_delay_ms: self.min_delay,
+                reorder_delay_ms: self.reorder_delay,
                 drop_rate: self.drop_rate,
                 duplicate_rate: self.duplicate_rate,
                 reorder_rate: self.reorder_rate,
@@ -302,7 +367,6 @@ impl RunArgs {
                 state_growth_bytes: self.state_growth,
                 max_size_requests: self.max_size_requests,
                 crash_at_view_change: self.crash_at_view_change,
-                ..FaultConfig::default()
             },
             ..SimConfig::default()
         }
@@ -313,7 +377,7 @@ impl RunArgs {
         let mut a = match Cli::try_parse_from(["sim-bft", "run"]) {
             Ok(Cli {
                 command: Some(Command::Run(a)),
-            }) => a,
+            }) => *a,
             // The literal arguments above always parse; fall back to running nothing odd.
             _ => unreachable_demo(),
         };
@@ -689,8 +753,43 @@ mod tests {
                 TimeServiceMode::Robust,
             ]),
             faults in faults(),
+            delays in (0..=1_000u64, 0..=10_000u64),
+            epoch_ms in prop_oneof![
+                Just(SimConfig::default().epoch_ms),
+                any::<i64>(),
+                -62_167_219_200_000..=253_402_300_799_999i64,
+            ],
+            periods in proptest::collection::vec(0..=100_000u64, 0..4),
+            checker in (
+                proptest::option::of(any::<bool>()),
+                0..=100_000i64,
+                0..=100_000i64,
+                0..=100u64,
+                1..=u64::MAX,
+                0..=100u64,
+                proptest::option::of(0..=1_000_000u64),
+            ),
         ) -> SimConfig {
+            let component_periods_ms = components
+                .iter()
+                .zip(&periods)
+                .map(|(c, p)| (*c, *p))
+                .collect();
             SimConfig {
+                epoch_ms,
+                component_periods_ms,
+                check_time_bounds: checker.0.unwrap_or(time_service == TimeServiceMode::Robust),
+                time_ahead_slack_ms: checker.1,
+                time_behind_slack_ms: checker.2,
+                time_lag_seqs: checker.3,
+                max_events: checker.4,
+                node_check_every: checker.5,
+                stall_bound_ms: checker.6,
+                faults: FaultConfig {
+                    min_delay_ms: delays.0,
+                    reorder_delay_ms: delays.1,
+                    ..faults
+                },
                 seed,
                 replicas,
                 node,
@@ -705,8 +804,6 @@ mod tests {
                 clients,
                 request_interval_ms,
                 time_service,
-                check_time_bounds: time_service == TimeServiceMode::Robust,
-                faults,
                 ..SimConfig::default()
             }
         }

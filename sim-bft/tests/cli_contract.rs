@@ -73,7 +73,7 @@ fn replay_args(replay: &str) -> Vec<String> {
 #[test]
 fn the_replay_line_reproduces_the_run() {
     let short = ["--duration", "1s", "--liveness", "3s"];
-    let knob_sets: [&[&str]; 7] = [
+    let knob_sets: [&[&str]; 8] = [
         &[],
         &[
             "--ledger",
@@ -138,6 +138,26 @@ fn the_replay_line_reproduces_the_run() {
             "--seed",
             "4",
         ],
+        &[
+            "--from",
+            "2026-03-28T23:59:58Z",
+            "--component-period",
+            "2=500ms",
+            "--min-delay",
+            "2ms",
+            "--reorder-rate",
+            "0.1",
+            "--reorder-delay",
+            "20ms",
+            "--time-ahead-slack",
+            "2s",
+            "--check-every",
+            "3",
+            "--stall-bound",
+            "0ms",
+            "--max-events",
+            "10000000",
+        ],
     ];
     for (i, knobs) in knob_sets.iter().enumerate() {
         let args: Vec<&str> = short.iter().chain(knobs.iter()).copied().collect();
@@ -175,6 +195,9 @@ fn the_replay_names_what_decides_the_trace() {
         &["--ledger", "kv", "--tick-senders", "all"],
         &["--ledger", "kv", "--node", "toy"],
         &["--ledger", "kv", "--drift-ppm", "500"],
+        &["--ledger", "kv", "--from", "2030-01-01T00:00:00Z"],
+        &["--ledger", "kv", "--component-period", "1=300ms"],
+        &["--ledger", "kv", "--min-delay", "3ms"],
     ]
     .iter()
     .enumerate()

@@ -74,7 +74,11 @@ pub struct ExecContext {
 ///
 /// Every method must be a pure function of the application state and its arguments: replicas
 /// that execute the same requests in the same order must end with equal digests and snapshots.
-pub trait Application: Send {
+///
+/// `Any` is a supertrait so that a host can hand a `&dyn Application` back as the concrete type
+/// a test built (e.g. sim-bft's `Simulator::app` and `SimOutcome::app`): upcast to `&dyn Any`
+/// and downcast. Every boxed application is `'static` already.
+pub trait Application: Send + std::any::Any {
     /// Executes one user request and returns its result (sent back to the client).
     /// Malformed payloads must yield an error *result*, never a panic.
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8>;

@@ -154,7 +154,7 @@ fn is_save_failure(e: &TableError) -> bool {
 /// Fire notes a [`CronLedger`] keeps until the replica takes them (after every tick).
 pub const MAX_FIRE_NOTES: usize = 4_096;
 
-impl<S: Application, P: ReservedPages + Send> Application for CronLedger<S, P> {
+impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedger<S, P> {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
         if let Some(book) = &mut self.scheduler {
             if let Some(upto) = super::scheduler::outbox_delivered_of(payload) {

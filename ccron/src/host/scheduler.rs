@@ -59,7 +59,8 @@ pub struct BookConfig {
     pub limits: Limits,
     /// Reserved pages of the book (4 KiB each), carried by the ledger snapshot.
     pub book_pages: u32,
-    /// Reserved pages of the outbox (4 KiB each), after the book's. The outbox's limits are
+    /// Reserved pages of the outbox (4 KiB each, at least one: see [`BookConfig::validate`]),
+    /// after the book's. The outbox's limits are
     /// derived from them ([`BookConfig::outbox_limits`]) so that a full outbox always fits: an
     /// append beyond them is a typed error of the emitting handler, never a lost save.
     pub outbox_pages: u32,
@@ -75,7 +76,59 @@ const OUTBOX_MAX_RECORDS: usize = 1_024;
 /// prefixes (16), and the optional topic and type (a tag and a length prefix each, 18).
 const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 54;
 
+/// An inconsistent [`BookConfig`] ([`BookConfig::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BookConfigError {
+    /// No page for the schedule book.
+    #[error("book_pages = 0: the schedule book needs at least one page")]
+    NoBookPages,
+    /// No page for the outbox: every save, snapshot restore (restart, state transfer) needs
+    /// one, even when no handler emits.
+    #[error("outbox_pages = 0: the outbox needs at least one page, even when no handler emits")]
+    NoOutboxPages,
+    /// More pages than a page index can address.
+    #[error("book_pages + outbox_pages overflows")]
+    TooManyPages,
+    /// The book's or the outbox's pages cannot hold even an empty one (too few pages for the
+    /// book's layout and limits).
+    #[error("{what} does not fit its pages: {cause}")]
+    TooFewPages {
+        /// `"schedule book"` or `"outbox"`.
+        what: &'static str,
+        /// Why.
+        cause: String,
+    },
+}
+
 impl BookConfig {
+    /// Checks the configuration: pages for the book and for the outbox, addressable together.
+    /// [`LedgerScheduler::try_new`] calls it; the simulator's builder also catches an invalid
+    /// book through its application check (`ClusterHarness::check_app`).
+    pub fn validate(&self) -> Result<(), BookConfigError> {
+        if self.book_pages == 0 {
+            return Err(BookConfigError::NoBookPages);
+        }
+        if self.outbox_pages == 0 {
+            return Err(BookConfigError::NoOutboxPages);
+        }
+        if self.book_pages.checked_add(self.outbox_pages).is_none() {
+            return Err(BookConfigError::TooManyPages);
+        }
+        // What every restore does: load an (empty) book and outbox from their pages.
+        let pages = MemPages::new(PAGE_BYTES, self.total_pages());
+        let too_few = |what, e: String| BookConfigError::TooFewPages { what, cause: e };
+        if let Some(range) = self.book_range() {
+            Scheduler::load(self.component, self.book_limits(), &pages, range)
+                .map_err(|e| too_few("schedule book", e.to_string()))?;
+        }
+        if let Some(range) = self.outbox_range() {
+            Outbox::load(&pages, range, self.outbox_limits())
+                .map_err(|e| too_few("outbox", e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// The outbox limits the outbox pages can always hold (all zero without outbox pages).
     pub fn outbox_limits(&self) -> OutboxLimits {
         let capacity = self
@@ -170,6 +223,13 @@ impl<S> LedgerScheduler<S> {
             denied: 0,
             fatal: None,
         }
+    }
+
+    /// [`Self::new`] after [`BookConfig::validate`]: an inconsistent configuration is a typed
+    /// error here rather than a ledger whose every restart and state transfer fails.
+    pub fn try_new(cfg: BookConfig, handlers: Handlers<S>) -> Result<Self, BookConfigError> {
+        cfg.validate()?;
+        Ok(Self::new(cfg, handlers))
     }
 }
 
@@ -459,6 +519,45 @@ fn copy_pages(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validate_names_what_is_missing() {
+        let ok = BookConfig {
+            component: 1,
+            position: 0,
+            limits: Limits::default(),
+            book_pages: 8,
+            outbox_pages: 1,
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        let small = BookConfig {
+            book_pages: 1,
+            ..ok
+        };
+        assert!(matches!(
+            small.validate(),
+            Err(BookConfigError::TooFewPages {
+                what: "schedule book",
+                ..
+            })
+        ));
+        let no_outbox = BookConfig {
+            outbox_pages: 0,
+            ..ok
+        };
+        assert_eq!(no_outbox.validate(), Err(BookConfigError::NoOutboxPages));
+        assert!(LedgerScheduler::<()>::try_new(no_outbox, Handlers::new()).is_err());
+        let no_book = BookConfig {
+            book_pages: 0,
+            ..ok
+        };
+        assert_eq!(no_book.validate(), Err(BookConfigError::NoBookPages));
+        let huge = BookConfig {
+            book_pages: u32::MAX,
+            ..ok
+        };
+        assert_eq!(huge.validate(), Err(BookConfigError::TooManyPages));
+    }
 
     /// A full outbox (at its derived limits, largest records) always fits its pages.
     #[test]

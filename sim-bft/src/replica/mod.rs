@@ -236,6 +236,9 @@ pub struct Replica {
     /// replicated operation ([`crate::app::Application::halted`]) or its agreed-time page did
     /// not save. Once set, nothing more executes and the invariant check fails naming it.
     halted: Option<String>,
+    /// The first certified snapshot this replica could not install (state transfer), kept
+    /// until the host takes it ([`Replica::take_install_failure`]).
+    install_failure: Option<String>,
     /// The executed seq at which this replica last broadcast a `Status` (asks once per stall).
     status_asked_at: Option<u64>,
     /// When this replica last sent its status to each peer (rate limit).
@@ -360,6 +363,7 @@ impl Replica {
             sent_history: VecDeque::new(),
             last_state_digest: [0; 32],
             halted: None,
+            install_failure: None,
             status_asked_at: None,
             status_peer_ms: BTreeMap::new(),
             retransmit_deadline: None,
@@ -446,6 +450,19 @@ impl Replica {
     /// The application.
     pub fn app(&self) -> &dyn Application {
         self.app.as_ref()
+    }
+
+    /// Why a state transfer's certified snapshot (every chunk matched the root 2f+1 replicas
+    /// signed) did not install here, since the last call: a snapshot the replicas' own
+    /// application cannot restore (an inconsistent application setup). The replica retries from
+    /// another source; the simulator reports the cause as a violation.
+    pub fn take_install_failure(&mut self) -> Option<String> {
+        self.install_failure.take()
+    }
+
+    /// The application, giving up the replica (its final state, e.g. at the end of a run).
+    pub fn into_app(self) -> Box<dyn Application> {
+        self.app
     }
 
     /// Whether a state transfer is in progress.

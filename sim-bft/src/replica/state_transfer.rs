@@ -425,6 +425,9 @@ impl Replica {
                 // not install. Start over from the next source.
                 warn!(replica = self.cfg.id, from, seq, error = %e, "snapshot rejected");
                 self.metrics.inc("state_snapshot_invalid");
+                if self.install_failure.is_none() {
+                    self.install_failure = Some(format!("state transfer at seq {seq}: {e}"));
+                }
                 self.transfer = Some(Transfer {
                     meta: None,
                     chunks: BTreeMap::new(),

@@ -44,6 +44,13 @@ pub enum ViolationKind {
     /// A client request that reached 2f+1 honest replicas got no honest reply within the
     /// bound (see [`super::starvation`]).
     Starvation,
+    /// An honest replica could not boot or restart from its storage, or could not install a
+    /// certified snapshot by state transfer; the detail names the cause (typically an
+    /// application whose snapshot does not restore).
+    NodeFailure,
+    /// A custom client workload's own oracle rejected a reply
+    /// ([`super::workload::Workload::on_reply`]).
+    Workload,
 }
 
 /// One broken invariant, with enough context to debug it.
@@ -414,6 +421,23 @@ impl Checker {
         if self.honest.get(node as usize).copied().unwrap_or(false) {
             self.violate(at_ms, Some(node), ViolationKind::NodeInvariant, detail);
         }
+    }
+
+    /// Records that honest `node` failed to boot, restart or install a state transfer.
+    pub fn node_failure(&mut self, at_ms: u64, node: NodeId, detail: String) {
+        if self.honest.get(node as usize).copied().unwrap_or(false) {
+            self.violate(at_ms, Some(node), ViolationKind::NodeFailure, detail);
+        }
+    }
+
+    /// Records that a custom workload's oracle rejected a reply to `client`.
+    pub fn workload(&mut self, at_ms: u64, client: u32, detail: String) {
+        self.violate(
+            at_ms,
+            None,
+            ViolationKind::Workload,
+            format!("client {client}: {detail}"),
+        );
     }
 
     /// Records that the run exhausted its event budget.

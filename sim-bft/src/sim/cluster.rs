@@ -5,12 +5,16 @@
 //! clients alike), a shared verification memo spares re-verifying the same signature on every
 //! replica, and protocol-aware Byzantine kinds become the replica's own fault mode.
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
+use ccron::{MemPages, Tick};
 use ed25519_dalek::SigningKey;
 
+use super::workload::{Workload, WorkloadFactory, workload_rng};
 use super::{ByzantineKind, ConfigError, DiskImage, FaultConfig, Harness, Role, SimConfig};
-use super::{LedgerKind, SimRng, Simulator, TimeServiceMode};
+use super::{LedgerKind, NodeKind, PartitionKind, SimRng, Simulator, TimeServiceMode};
 use crate::app::{Application, WithTicks};
 use crate::crypto::{self, Keyring, VerifyCache};
 use crate::ledgers::demo::{DemoTables, demo_ledger};
@@ -33,28 +37,33 @@ const KEYS_PER_CLIENT: u64 = 64;
 /// default, leave 256 KiB for the application and clients).
 pub const STATE_GROWTH_SNAPSHOT_BYTES: usize = 512 << 10;
 
-/// A replica as the simulator hosts it: `None` when it could not be booted (an invalid
-/// configuration or unreadable storage, both reported by a `tracing` error), in which case it
-/// ignores every input, and the liveness checker reports it.
+/// A replica as the simulator hosts it: no replica when it could not be booted (an invalid
+/// configuration or unreadable storage), in which case it ignores every input. A failed boot or
+/// restart (storage that does not recover, even when an empty replica then boots to catch up by
+/// state transfer) is kept as its failure, which the simulator reports as a
+/// [`super::ViolationKind::NodeFailure`] naming the cause.
 #[derive(Debug)]
-pub struct SimReplica(Option<Replica>);
+pub struct SimReplica {
+    replica: Option<Replica>,
+    failure: Option<String>,
+}
 
 impl SimReplica {
     /// The replica, if it booted.
     pub fn replica(&self) -> Option<&Replica> {
-        self.0.as_ref()
+        self.replica.as_ref()
     }
 }
 
 impl Node for SimReplica {
     fn handle(&mut self, now: Millis, input: Input, out: &mut Vec<Output>) {
-        if let Some(r) = self.0.as_mut() {
+        if let Some(r) = self.replica.as_mut() {
             r.handle(now, input, out);
         }
     }
 
     fn next_deadline(&self) -> Option<Millis> {
-        self.0.as_ref().and_then(Node::next_deadline)
+        self.replica.as_ref().and_then(Node::next_deadline)
     }
 }
 
@@ -87,6 +96,12 @@ pub struct ClusterHarness {
     /// Value size of a user request's Put (see [`FaultConfig::max_size_requests`]); 0 for the
     /// normal small value.
     request_value_bytes: usize,
+    /// Custom workloads, one per client (empty: the stock key-value puts), and their streams.
+    workloads: Vec<(Box<dyn Workload>, SimRng)>,
+    /// The run's seed (for the workloads' streams).
+    seed: u64,
+    /// The configuration's start instant (the boot check's tick time).
+    epoch_ms: Millis,
 }
 
 impl std::fmt::Debug for ClusterHarness {
@@ -192,6 +207,9 @@ impl ClusterHarness {
             ring: Keyring::from_seed(key_seed, cfg.replicas, num_clients),
             max_message_bytes: ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
                 .max_message_bytes,
+            workloads: Vec::new(),
+            seed: cfg.seed,
+            epoch_ms: cfg.epoch_ms,
             request_value_bytes: if cfg.faults.max_size_requests {
                 ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
                     .max_request_bytes
@@ -223,6 +241,86 @@ impl ClusterHarness {
         self
     }
 
+    /// Every client sends the requests of its own [`Workload`] (`factory(client)`, each with its
+    /// own stream split from the seed) instead of the stock key-value puts.
+    pub fn with_workload(mut self, factory: impl Fn(u32) -> Box<dyn Workload>) -> Self {
+        let clients = u32::try_from(self.num_clients).unwrap_or(u32::MAX);
+        self.workloads = (0..clients)
+            .map(|c| (factory(c), workload_rng(self.seed, c)))
+            .collect();
+        self
+    }
+
+    /// Replica `id`'s application, as every boot builds it.
+    fn make_app(&self, id: NodeId, cfg: &ReplicaConfig) -> Box<dyn Application> {
+        match &self.app_factory {
+            Some(f) => f(id),
+            None => Box::new(WithTicks::new(
+                Box::new(KvLedger::new()),
+                Box::new(TickCounter::new(
+                    if cfg.time_page == 0 { 1 } else { 0 },
+                    cfg.num_pages.saturating_sub(1).max(1),
+                )),
+            )),
+        }
+    }
+
+    /// Checks the application setup before any replica boots, on throwaway instances: every
+    /// replica's application starts from the same state (same digest), its snapshot restores
+    /// into a freshly built one with the same digest and snapshot (what every restart and
+    /// state transfer does), it reloads from empty reserved pages, and it accepts a tick of
+    /// every component that ticks. Each failure is [`ConfigError::App`] naming the check and
+    /// the cause, instead of a cluster that stalls at its first restart.
+    pub fn check_app(&self) -> Result<(), ConfigError> {
+        let err = |check: &'static str, cause: String| ConfigError::App { check, cause };
+        let cfg = self.replica_config(0, Role::Honest);
+        let first = self.make_app(0, &cfg);
+        for id in 1..self.n {
+            let other = self.make_app(id, &self.replica_config(id, Role::Honest));
+            if other.digest() != first.digest() {
+                return Err(err(
+                    "same setup on every replica",
+                    format!("replica {id}'s application digest differs from replica 0's at boot"),
+                ));
+            }
+        }
+        let snapshot = first.snapshot();
+        if snapshot.len() > cfg.max_snapshot_bytes {
+            return Err(err(
+                "snapshot size",
+                format!(
+                    "the empty application's snapshot is {} bytes, above max_snapshot_bytes = {}",
+                    snapshot.len(),
+                    cfg.max_snapshot_bytes
+                ),
+            ));
+        }
+        let mut fresh = self.make_app(0, &cfg);
+        fresh
+            .restore(&snapshot)
+            .map_err(|e| err("snapshot restores (restart, state transfer)", e.to_string()))?;
+        if fresh.digest() != first.digest() || fresh.snapshot() != snapshot {
+            return Err(err(
+                "snapshot restores (restart, state transfer)",
+                "a restored application's digest or snapshot differs from the original's".into(),
+            ));
+        }
+        let mut pages = MemPages::new(cfg.page_size, cfg.num_pages);
+        fresh
+            .reload(&pages)
+            .map_err(|e| err("reload from empty pages", e.to_string()))?;
+        for component in self.tick_components.keys() {
+            let tick = Tick::new(*component, 1, Some(self.epoch_ms));
+            fresh
+                .on_tick(tick, &mut pages)
+                .map_err(|e| err("every ticking component has a table", e.to_string()))?;
+        }
+        if let Some(e) = fresh.halted() {
+            return Err(err("a first tick runs", e.to_string()));
+        }
+        Ok(())
+    }
+
     /// Replica `id`'s configuration with fault mode `role`.
     pub fn replica_config(&self, id: NodeId, role: Role) -> ReplicaConfig {
         let mut c = ReplicaConfig::new(id, self.n, self.key_seed, self.num_clients);
@@ -242,7 +340,8 @@ impl ClusterHarness {
         c
     }
 
-    /// Checks that the replicas accept their configuration (e.g. n = 3f+1 with f >= 1).
+    /// Checks that the replicas accept their configuration (e.g. n = 3f+1 with f >= 1) and
+    /// that the application setup is consistent ([`Self::check_app`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.ledger == LedgerKind::Demo {
             // Fail early rather than boot replicas without their tables.
@@ -253,7 +352,14 @@ impl ClusterHarness {
                 .validate()
                 .map_err(|e| ConfigError::Node(e.to_string()))?;
         }
-        Ok(())
+        if !self.workloads.is_empty() && self.workloads.len() as u64 != self.num_clients {
+            return Err(ConfigError::Node(format!(
+                "{} workloads for {} clients",
+                self.workloads.len(),
+                self.num_clients
+            )));
+        }
+        self.check_app()
     }
 
     /// Boots that failed (each also logged).
@@ -267,33 +373,66 @@ impl Harness for ClusterHarness {
 
     fn boot(&mut self, id: NodeId, disk: &DiskImage, role: Role) -> SimReplica {
         let cfg = self.replica_config(id, role);
-        let app = |h: &Self| -> Box<dyn Application> {
-            match &h.app_factory {
-                Some(f) => f(id),
-                None => Box::new(WithTicks::new(
-                    Box::new(KvLedger::new()),
-                    Box::new(TickCounter::new(
-                        if cfg.time_page == 0 { 1 } else { 0 },
-                        cfg.num_pages.saturating_sub(1).max(1),
-                    )),
-                )),
-            }
-        };
-        match Replica::recover_app(cfg.clone(), app(self), disk) {
-            Ok(r) => SimReplica(Some(r)),
+        match Replica::recover_app(cfg.clone(), self.make_app(id, &cfg), disk) {
+            Ok(r) => SimReplica {
+                replica: Some(r),
+                failure: None,
+            },
             Err(e) => {
                 // Unreadable storage: start empty and catch up by state transfer.
                 tracing::error!(id, error = %e, "recovery failed; booting empty");
                 self.boot_failures += 1;
-                match Replica::with_app(cfg.clone(), app(self)) {
-                    Ok(r) => SimReplica(Some(r)),
+                let failure = Some(format!("recovery from storage failed: {e}"));
+                match Replica::with_app(cfg.clone(), self.make_app(id, &cfg)) {
+                    Ok(r) => SimReplica {
+                        replica: Some(r),
+                        failure,
+                    },
                     Err(e) => {
                         tracing::error!(id, error = %e, "boot failed");
-                        SimReplica(None)
+                        SimReplica {
+                            replica: None,
+                            failure: Some(format!("boot failed: {e}")),
+                        }
                     }
                 }
             }
         }
+    }
+
+    fn take_failure(&mut self, node: &mut SimReplica) -> Option<String> {
+        node.failure.take().or_else(|| {
+            node.replica
+                .as_mut()
+                .and_then(Replica::take_install_failure)
+        })
+    }
+
+    fn on_reply(&mut self, bytes: &[u8]) -> Option<(u32, String)> {
+        if self.workloads.is_empty() {
+            return None;
+        }
+        let r: crate::protocol::SignedReply = decode(bytes, self.max_message_bytes).ok()?;
+        let client = u32::try_from(r.reply.client).ok()?;
+        let number = r.reply.req_seq.checked_sub(1)?;
+        let (w, _) = self.workloads.get_mut(client as usize)?;
+        w.on_reply(number, &r.reply.result)
+            .err()
+            .map(|why| (client, format!("request {number}: {why}")))
+    }
+
+    fn state<'a>(&self, node: &'a SimReplica) -> Option<&'a dyn Any> {
+        node.replica().map(|r| {
+            let app: &dyn Any = r.app();
+            app
+        })
+    }
+
+    fn final_state(&mut self, node: SimReplica) -> Option<Box<dyn Any + Send>> {
+        node.replica.map(|r| {
+            let app: Box<dyn Any + Send> = r.into_app();
+            app
+        })
     }
 
     /// Offers the signatures of a sent message to the shared memo: the first replica that
@@ -324,6 +463,14 @@ impl Harness for ClusterHarness {
         let Some(key) = self.client_keys.get(client as usize) else {
             return Vec::new();
         };
+        if let Some((w, rng)) = self.workloads.get_mut(client as usize) {
+            let payload = w.payload(number, rng);
+            return client_request_bytes(key, u64::from(client), number + 1, payload)
+                .unwrap_or_else(|e| {
+                    tracing::error!(client, error = %e, "cannot encode a workload request");
+                    Vec::new()
+                });
+        }
         let op = if self.state_growth_bytes > 0 {
             // A fresh key per request: the state grows until the snapshot limit stops it.
             let len = usize::try_from(self.state_growth_bytes).unwrap_or(usize::MAX);
@@ -392,10 +539,51 @@ impl Harness for ClusterHarness {
     }
 }
 
-/// Builds a simulated PBFT cluster.
-#[derive(Debug, Clone)]
+/// The application factory a [`Cluster`] boots every replica with.
+type SharedAppFactory = Rc<dyn Fn(NodeId) -> Box<dyn Application>>;
+/// The replica configuration tweak of a [`Cluster`].
+type SharedTweak = Rc<dyn Fn(&mut ReplicaConfig)>;
+
+/// Builds a simulated PBFT cluster: every knob of [`SimConfig`], the application every replica
+/// runs, the clients' workloads and the replicas' configuration tweak. [`Cluster::build`]
+/// validates everything (knob ranges, the replicas' configuration, the application setup:
+/// [`ClusterHarness::check_app`]) and fails with a typed [`ConfigError`] before anything runs.
+///
+/// ```
+/// use sim_bft::ledgers::KvLedger;
+/// use sim_bft::sim::cluster::Cluster;
+///
+/// let sim = Cluster::builder()
+///     .seed(7)
+///     .start_at("2026-03-28T00:00:00Z")?
+///     .duration_ms(5_000, 5_000)
+///     .clients(1, 500)
+///     .ticks(vec![], 0)
+///     .app(|_replica| KvLedger::new())
+///     .build()?;
+/// let outcome = sim.run();
+/// assert!(outcome.ok(), "{:?}", outcome.violations);
+/// // Typed access to each replica's final state.
+/// assert!(outcome.app(0, |kv: &KvLedger| kv.len()).is_some_and(|n| n > 0));
+/// # Ok::<(), sim_bft::sim::ConfigError>(())
+/// ```
+#[derive(Clone)]
 pub struct Cluster {
     cfg: SimConfig,
+    app: Option<SharedAppFactory>,
+    workload: Option<WorkloadFactory>,
+    tweak: Option<SharedTweak>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("cfg", &self.cfg)
+            .field("app", &self.app.is_some())
+            .field("workload", &self.workload.is_some())
+            .field("tweak", &self.tweak.is_some())
+            .finish()
+    }
 }
 
 impl Default for Cluster {
@@ -407,14 +595,17 @@ impl Default for Cluster {
 impl Cluster {
     /// A 4-replica cluster with the default [`SimConfig`].
     pub fn builder() -> Self {
-        Self {
-            cfg: SimConfig::default(),
-        }
+        Self::from_config(SimConfig::default())
     }
 
     /// From a full configuration.
     pub fn from_config(cfg: SimConfig) -> Self {
-        Self { cfg }
+        Self {
+            cfg,
+            app: None,
+            workload: None,
+            tweak: None,
+        }
     }
 
     /// Number of replicas n (f = (n-1)/3).
@@ -427,6 +618,23 @@ impl Cluster {
     pub fn seed(mut self, seed: u64) -> Self {
         self.cfg.seed = seed;
         self
+    }
+
+    /// True time at the start of the run, ms since the Unix epoch ([`SimConfig::epoch_ms`];
+    /// `sim-bft run --from`).
+    pub fn start_at_ms(mut self, epoch_ms: Millis) -> Self {
+        self.cfg.epoch_ms = epoch_ms;
+        self
+    }
+
+    /// True time at the start of the run, an RFC 3339 instant such as
+    /// `2026-03-28T00:00:00Z` ([`Self::start_at_ms`]).
+    pub fn start_at(self, instant: &str) -> Result<Self, ConfigError> {
+        let ms = ccron::cron::parse_rfc3339_ms(instant).map_err(|e| ConfigError::BadInstant {
+            input: instant.to_string(),
+            cause: e.to_string(),
+        })?;
+        Ok(self.start_at_ms(ms))
     }
 
     /// The time service (robust mode also turns on the time-bounds checker).
@@ -456,39 +664,20 @@ impl Cluster {
         self
     }
 
+    /// Every client sends the requests of its own [`Workload`] (built once per client by
+    /// `factory(client)`, with its own random stream split from the seed) instead of the stock
+    /// key-value puts ([`super::workload`]).
+    pub fn workload(mut self, factory: impl Fn(u32) -> Box<dyn Workload> + 'static) -> Self {
+        self.workload = Some(Rc::new(factory));
+        self.cfg.custom_workload = true;
+        self
+    }
+
     /// Internal ticks: each replica ticks every component every `period_ms` (0: none).
     pub fn ticks(mut self, components: Vec<u32>, period_ms: u64) -> Self {
         self.cfg.components = components;
         self.cfg.tick_period_ms = period_ms;
         self
-    }
-
-    /// The configuration so far.
-    pub fn config(&self) -> &SimConfig {
-        &self.cfg
-    }
-
-    /// The simulator.
-    pub fn build(self) -> Result<Simulator<ClusterHarness>, ConfigError> {
-        let h = ClusterHarness::new(&self.cfg);
-        h.validate()?;
-        Simulator::new(self.cfg, h)
-    }
-
-    /// The simulator running the application `factory` builds on every replica (at every
-    /// boot), with every replica's configuration adjusted by `tweak`.
-    pub fn build_with_app(
-        self,
-        tweak: impl Fn(&mut ReplicaConfig) + 'static,
-        factory: impl Fn(NodeId) -> Box<dyn Application> + 'static,
-    ) -> Result<Simulator<ClusterHarness>, ConfigError> {
-        let mut cfg = self.cfg;
-        cfg.ledger = LedgerKind::Custom;
-        let h = ClusterHarness::new(&cfg)
-            .with_tweak(tweak)
-            .with_app(factory);
-        h.validate()?;
-        Simulator::new(cfg, h)
     }
 
     /// Tick periods per component (overriding the common period) and the sender rotation.
@@ -499,13 +688,135 @@ impl Cluster {
         self
     }
 
+    /// Replicas' tick timers start within `spread_ms` of each other (`None`: anywhere in a
+    /// period; `Some(0)`: all at the same instants).
+    pub fn tick_spread_ms(mut self, spread_ms: Option<u64>) -> Self {
+        self.cfg.tick_spread_ms = spread_ms;
+        self
+    }
+
+    /// The ledger the replicas run when no [`Self::app`] is given.
+    pub fn ledger(mut self, ledger: LedgerKind) -> Self {
+        self.cfg.ledger = ledger;
+        self
+    }
+
+    /// With [`LedgerKind::Orders`]: some puts install IANA zones ([`SimConfig::zone_installs`]).
+    pub fn zone_installs(mut self, on: bool) -> Self {
+        self.cfg.zone_installs = on;
+        self
+    }
+
+    /// The node implementation (the PBFT replica, or the toy node that tests the simulator).
+    pub fn node(mut self, node: NodeKind) -> Self {
+        self.cfg.node = node;
+        self
+    }
+
+    /// Every replica runs the application `factory(replica id)` builds, at every boot (first
+    /// boot, restarts): the same tables and handlers, registered the same way, on every
+    /// replica. Read it back typed with [`Simulator::app`] and [`super::SimOutcome::app`].
+    pub fn app<A: Application>(mut self, factory: impl Fn(NodeId) -> A + 'static) -> Self {
+        self.app = Some(Rc::new(move |id| {
+            Box::new(factory(id)) as Box<dyn Application>
+        }));
+        self.cfg.ledger = LedgerKind::Custom;
+        self
+    }
+
+    /// Adjusts every replica's configuration before boot (batching, windows, timeouts).
+    pub fn tweak(mut self, tweak: impl Fn(&mut ReplicaConfig) + 'static) -> Self {
+        self.tweak = Some(Rc::new(tweak));
+        self
+    }
+
+    /// Bound on processed events (a runaway run stops with a violation).
+    pub fn max_events(mut self, max_events: u64) -> Self {
+        self.cfg.max_events = max_events;
+        self
+    }
+
+    /// Run each honest node's invariant check after every `every` of its inputs (0: never).
+    pub fn node_check_every(mut self, every: u64) -> Self {
+        self.cfg.node_check_every = every;
+        self
+    }
+
+    /// The checker's bound on judged fault-phase stalls (`None`: derived; `Some(0)`: only
+    /// measured).
+    pub fn stall_bound_ms(mut self, bound_ms: Option<u64>) -> Self {
+        self.cfg.stall_bound_ms = bound_ms;
+        self
+    }
+
+    /// The time-bounds checker's slacks: how far agreed time may run ahead of the fastest
+    /// honest clock, and lag the slowest.
+    pub fn time_slack_ms(mut self, ahead_ms: Millis, behind_ms: Millis) -> Self {
+        self.cfg.time_ahead_slack_ms = ahead_ms;
+        self.cfg.time_behind_slack_ms = behind_ms;
+        self
+    }
+
+    /// Whether the checker compares agreed time with the honest clocks (on with the robust time
+    /// service by default).
+    pub fn check_time_bounds(mut self, on: bool) -> Self {
+        self.cfg.check_time_bounds = on;
+        self
+    }
+
+    /// Partitions during the safety phase (a shorthand for the one fault knob).
+    pub fn partition(mut self, kind: PartitionKind) -> Self {
+        self.cfg.faults.partition = kind;
+        self
+    }
+
+    /// Changes any other field of the configuration.
+    pub fn configure(mut self, f: impl FnOnce(&mut SimConfig)) -> Self {
+        f(&mut self.cfg);
+        self
+    }
+
+    /// The configuration so far.
+    pub fn config(&self) -> &SimConfig {
+        &self.cfg
+    }
+
+    /// The simulator, after every check ([`SimConfig::validate`], the replicas' configuration,
+    /// [`ClusterHarness::check_app`]).
+    pub fn build(self) -> Result<Simulator<ClusterHarness>, ConfigError> {
+        let mut h = ClusterHarness::new(&self.cfg);
+        if let Some(t) = self.tweak {
+            h = h.with_tweak(move |c| t(c));
+        }
+        if let Some(f) = self.app {
+            h = h.with_app(move |id| f(id));
+        }
+        if let Some(w) = self.workload {
+            h = h.with_workload(|c| w(c));
+        }
+        h.validate()?;
+        Simulator::new(self.cfg, h)
+    }
+
+    /// The simulator running the application `factory` builds on every replica (at every
+    /// boot), with every replica's configuration adjusted by `tweak`
+    /// (`.tweak(tweak).app(factory).build()` with an already boxed application).
+    pub fn build_with_app(
+        self,
+        tweak: impl Fn(&mut ReplicaConfig) + 'static,
+        factory: impl Fn(NodeId) -> Box<dyn Application> + 'static,
+    ) -> Result<Simulator<ClusterHarness>, ConfigError> {
+        let mut c = self.tweak(tweak);
+        c.app = Some(Rc::new(factory));
+        c.cfg.ledger = LedgerKind::Custom;
+        c.build()
+    }
+
     /// The simulator, with every replica's configuration adjusted by `tweak`.
     pub fn build_with(
         self,
         tweak: impl Fn(&mut ReplicaConfig) + 'static,
     ) -> Result<Simulator<ClusterHarness>, ConfigError> {
-        let h = ClusterHarness::new(&self.cfg).with_tweak(tweak);
-        h.validate()?;
-        Simulator::new(self.cfg, h)
+        self.tweak(tweak).build()
     }
 }

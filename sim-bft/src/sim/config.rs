@@ -57,6 +57,23 @@ pub enum ConfigError {
     /// A replica id given twice in the pinned Byzantine replicas.
     #[error("Byzantine replica {0} is listed twice")]
     DuplicateReplicaId(NodeId),
+    /// The application setup is inconsistent (checked on throwaway instances before any replica
+    /// boots: see `ClusterHarness::check_app`).
+    #[error("application setup: {check}: {cause}")]
+    App {
+        /// The check that failed.
+        check: &'static str,
+        /// Why.
+        cause: String,
+    },
+    /// A start instant that does not parse.
+    #[error("bad instant {input:?}: {cause}")]
+    BadInstant {
+        /// The text given.
+        input: String,
+        /// Why it does not parse.
+        cause: String,
+    },
     /// A knob outside its documented range.
     #[error("{name} = {value} is out of range (allowed: {allowed})")]
     OutOfRange {
@@ -313,6 +330,35 @@ pub fn parse_duration_ms(s: &str) -> Result<u64, ConfigError> {
         _ => return Err(bad()),
     };
     v.checked_mul(mul).ok_or_else(bad)
+}
+
+/// Parses a start instant (`sim-bft run --from`): an RFC 3339 instant such as
+/// `2026-03-28T00:00:00Z`, or milliseconds since the Unix epoch with an `ms` suffix (for
+/// instants outside the years 0000..=9999).
+pub fn parse_instant_ms(s: &str) -> Result<Millis, ConfigError> {
+    let t = s.trim();
+    if let Some(n) = t.strip_suffix("ms")
+        && let Ok(v) = n.parse::<Millis>()
+    {
+        return Ok(v);
+    }
+    ccron::cron::parse_rfc3339_ms(t).map_err(|e| ConfigError::BadInstant {
+        input: s.to_string(),
+        cause: e.to_string(),
+    })
+}
+
+/// Renders a start instant so that [`parse_instant_ms`] reads it back exactly: RFC 3339 UTC
+/// for the years 0000..=9999, otherwise milliseconds with an `ms` suffix.
+pub fn format_instant_ms(ms: Millis) -> String {
+    // 0000-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999Z.
+    const FIRST: Millis = -62_167_219_200_000;
+    const LAST: Millis = 253_402_300_799_999;
+    if (FIRST..=LAST).contains(&ms) {
+        ccron::cron::format_rfc3339_ms(ms)
+    } else {
+        format!("{ms}ms")
+    }
 }
 
 /// What a Byzantine replica does.
@@ -586,9 +632,13 @@ pub struct SimConfig {
     /// snapshot); benchmarks turn them off.
     pub node_check_every: u64,
     /// Longest judged fault-phase stall before a [`crate::sim::ViolationKind::FaultPhaseStall`]
-    /// (`None`: derived from the replica's view-change and state-transfer timeouts, see
+    /// (`None`: derived from the replica's view-change and state-transfer timeouts plus the
+    /// workload's quiet gap, [`super::derived_stall_bound_ms`], see
     /// `docs/simulator.md`; `Some(0)`: stalls are measured, never a violation).
     pub stall_bound_ms: Option<u64>,
+    /// The clients send a workload built in code ([`super::cluster::Cluster::workload`])
+    /// instead of the stock key-value puts (set by the builder; the replay line says so).
+    pub custom_workload: bool,
 }
 
 impl Default for SimConfig {
@@ -619,6 +669,7 @@ impl Default for SimConfig {
             max_events: 50_000_000,
             node_check_every: 1,
             stall_bound_ms: None,
+            custom_workload: false,
         }
     }
 }
@@ -777,6 +828,17 @@ impl SimConfig {
         }
         if self.liveness_ms == 0 {
             return Err(ConfigError::ZeroPeriod("liveness bound"));
+        }
+        if let Some(c) = self
+            .component_periods_ms
+            .keys()
+            .find(|c| !self.components.contains(c))
+        {
+            return Err(ConfigError::OutOfRange {
+                name: "component-period",
+                value: format!("component {c}"),
+                allowed: format!("a component that ticks (components: {:?})", self.components),
+            });
         }
         Ok(())
     }
@@ -1033,6 +1095,31 @@ mod tests {
     }
 
     #[test]
+    fn instants_round_trip() {
+        for ms in [
+            0,
+            -1,
+            1_774_656_000_000,
+            1_774_656_000_123,
+            -62_167_219_200_000,
+            253_402_300_799_999,
+            253_402_300_800_000,
+            Millis::MAX - 2_000,
+            Millis::MIN,
+        ] {
+            assert_eq!(parse_instant_ms(&format_instant_ms(ms)), Ok(ms), "{ms}");
+        }
+        assert_eq!(
+            parse_instant_ms("2026-03-28T00:00:00Z"),
+            Ok(1_774_656_000_000)
+        );
+        assert!(matches!(
+            parse_instant_ms("yesterday"),
+            Err(ConfigError::BadInstant { .. })
+        ));
+    }
+
+    #[test]
     fn durations_parse() {
         assert_eq!(parse_duration_ms("250ms"), Ok(250));
         assert_eq!(parse_duration_ms("60s"), Ok(60_000));
@@ -1091,7 +1178,14 @@ mod tests {
         let line = c.command_line();
         assert!(!line.contains("--ledger"), "{line}");
         assert!(line.contains("# set in code"), "{line}");
-        assert!(line.contains("component_periods_ms"), "{line}");
+        assert!(line.contains("--component-period 1=500ms"), "{line}");
+        assert!(line.contains("--from 2026-01-01T00:00:00Z"), "{line}");
+        c.custom_workload = true;
+        assert!(c.command_line().contains("a workload built in code"));
+        // A period for a component that does not tick is an inconsistent setup.
+        c.component_periods_ms.insert(9, 500);
+        assert!(matches!(c.validate(), Err(ConfigError::OutOfRange { .. })));
+        c.component_periods_ms.remove(&9);
         // A clock spread beyond the time service's bound needs the flag to replay.
         c.faults.max_clock_skew_ms = 1_501;
         assert!(c.clocks_beyond_time_bound());

@@ -26,8 +26,11 @@ pub mod rng;
 mod stall;
 pub mod starvation;
 pub mod toy;
+pub mod workload;
 
+use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use ccron::ticks::TickTimers;
 use sha2::{Digest, Sha256};
@@ -36,12 +39,17 @@ pub use checker::{Checker, TimeBounds, Violation, ViolationKind};
 pub use config::{
     ByzantineKind, ConfigError, CrashPlan, FaultConfig, JumpPlan, LedgerKind, MAX_CLIENTS,
     MAX_DRIFT_PPM, MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, PartitionPlan,
-    SimConfig, SimParams, TimeServiceMode, parse_duration_ms, time_hard_limit_ms,
+    SimConfig, SimParams, TimeServiceMode, format_instant_ms, parse_duration_ms, parse_instant_ms,
+    time_hard_limit_ms,
 };
 pub use disk::{Disk, DiskImage};
 pub use events::{FireEvent, MarkKind, ReplicaMark, SimEvents};
 pub use rng::SimRng;
-pub use stall::{JUDGED_MAX_DROP_RATE, default_stall_bound_ms, judged_windows};
+pub use stall::{
+    JUDGED_MAX_DROP_RATE, default_stall_bound_ms, derived_stall_bound_ms, judged_windows,
+    quiet_gap_ms,
+};
+pub use workload::{Workload, workload_rng};
 
 use crate::node::{Executed, Input, Millis, Node, NodeId, Output};
 
@@ -104,6 +112,58 @@ pub trait Harness {
     /// `node`'s own counters since its last boot (drops by reason and the like). Default: none.
     fn metrics(&self, _node: &Self::Node) -> BTreeMap<String, u64> {
         BTreeMap::new()
+    }
+
+    /// Why `node` failed since the last call, if it did: a boot or restart from its storage
+    /// that did not succeed, a certified snapshot it could not install. The simulator asks after
+    /// every boot and step and reports each as a [`ViolationKind::NodeFailure`] (honest nodes).
+    /// Default: never.
+    fn take_failure(&mut self, _node: &mut Self::Node) -> Option<String> {
+        None
+    }
+
+    /// Shown an honest node's reply `bytes`: `Some((client, why))` when the client's own oracle
+    /// rejects it ([`Workload::on_reply`]), reported as a [`ViolationKind::Workload`]
+    /// violation. Default: nothing to check.
+    fn on_reply(&mut self, _bytes: &[u8]) -> Option<(u32, String)> {
+        None
+    }
+
+    /// `node`'s application state, for typed access ([`Simulator::app`]). Default: none.
+    fn state<'a>(&self, _node: &'a Self::Node) -> Option<&'a dyn Any> {
+        None
+    }
+
+    /// `node`'s application state at the end of a run, kept in the outcome
+    /// ([`SimOutcome::app`]). Default: none.
+    fn final_state(&mut self, _node: Self::Node) -> Option<Box<dyn Any + Send>> {
+        None
+    }
+}
+
+/// Every replica's application state at the end of a run ([`SimOutcome::app`]); `None` for a
+/// replica the harness gives no state for.
+#[derive(Clone, Default)]
+pub struct FinalStates(Vec<Option<KeptState>>);
+
+/// One replica's final application state, shared by clones of the outcome.
+type KeptState = Arc<Mutex<Box<dyn Any + Send>>>;
+
+impl std::fmt::Debug for FinalStates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FinalStates")
+            .field("kept", &self.0.iter().filter(|s| s.is_some()).count())
+            .finish()
+    }
+}
+
+impl FinalStates {
+    /// `f` applied to replica `id`'s final state as an `A`, or `None` when there is none or
+    /// it is not an `A`.
+    pub fn with<A: Any, R>(&self, id: NodeId, f: impl FnOnce(&A) -> R) -> Option<R> {
+        let cell = self.0.get(id as usize)?.as_ref()?;
+        let guard = cell.lock().ok()?;
+        guard.downcast_ref::<A>().map(f)
     }
 }
 
@@ -200,6 +260,8 @@ pub struct SimOutcome {
     pub heal_seq: u64,
     /// Fire events, crashes, restarts and view changes, in order (bounded).
     pub events: SimEvents,
+    /// Every replica's application state at the end of the run (see [`SimOutcome::app`]).
+    pub states: FinalStates,
 }
 
 impl SimOutcome {
@@ -211,6 +273,13 @@ impl SimOutcome {
     /// The command that replays this run.
     pub fn replay_command(&self) -> String {
         replay_command(&self.config)
+    }
+
+    /// `f` applied to replica `id`'s final application state, as the type `A` the test built
+    /// (`None` when the replica has none or it is not an `A`):
+    /// `outcome.app(0, |l: &CronLedger<MyState>| l.state().count)`.
+    pub fn app<A: Any, R>(&self, id: NodeId, f: impl FnOnce(&A) -> R) -> Option<R> {
+        self.states.with(id, f)
     }
 }
 
@@ -373,9 +442,17 @@ impl<H: Harness> Simulator<H> {
         let windows = judged_windows(&cfg, &params);
         let stall_bound_ms = cfg
             .stall_bound_ms
-            .unwrap_or_else(|| default_stall_bound_ms(n));
+            .unwrap_or_else(|| derived_stall_bound_ms(&cfg));
         let judged_ms = windows.iter().map(|(a, b)| b - a).sum();
         checker.judge_stalls(windows, stall_bound_ms);
+        let mut slots: Vec<Slot<H::Node>> = slots;
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if let Some(node) = slot.node.as_mut()
+                && let Some(cause) = harness.take_failure(node)
+            {
+                checker.node_failure(0, i as NodeId, format!("boot: {cause}"));
+            }
+        }
         let mut trace = Sha256::new();
         trace.update(b"sim-bft trace v1");
         trace.update(cfg.seed.to_le_bytes());
@@ -433,6 +510,13 @@ impl<H: Harness> Simulator<H> {
     /// The harness.
     pub fn harness(&self) -> &H {
         &self.harness
+    }
+
+    /// Replica `id`'s application as the type `A` the test built (`None` while it is crashed,
+    /// or when it is not an `A`). Read-only: replicated state changes only by executing the log.
+    pub fn app<A: Any>(&self, id: NodeId) -> Option<&A> {
+        let node = self.node(id)?;
+        self.harness.state(node)?.downcast_ref::<A>()
     }
 
     /// Violations found so far.
@@ -586,7 +670,16 @@ impl<H: Harness> Simulator<H> {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
         match self.slots[i].node.as_mut() {
-            Some(n) => n.handle(now, input, &mut out),
+            Some(n) => {
+                // Every event the node logs carries its id, the simulated time and its clock.
+                let span =
+                    tracing::info_span!("replica", id = node, sim_ms = self.now_ms, local_ms = now);
+                let _entered = span.enter();
+                n.handle(now, input, &mut out);
+                if let Some(cause) = self.harness.take_failure(n) {
+                    self.checker.node_failure(self.now_ms, node, cause);
+                }
+            }
             None => {
                 self.stats.dropped += 1;
                 self.out = out;
@@ -690,10 +783,13 @@ impl<H: Harness> Simulator<H> {
                 }
             }
             Output::Reply { client, bytes } => {
-                if self.slots[from as usize].role == Role::Honest
-                    && let Some((c, number)) = self.harness.reply_number(&bytes)
-                {
-                    self.starvation.replied(c, number);
+                if self.slots[from as usize].role == Role::Honest {
+                    if let Some((c, number)) = self.harness.reply_number(&bytes) {
+                        self.starvation.replied(c, number);
+                    }
+                    if let Some((c, why)) = self.harness.on_reply(&bytes) {
+                        self.checker.workload(self.now_ms, c, why);
+                    }
                 }
                 self.stats.replies += 1;
                 self.trace.update([b'R']);
@@ -730,6 +826,18 @@ impl<H: Harness> Simulator<H> {
         s.requests += u64::from(e.requests);
         for note in &e.fires {
             let ev = FireEvent::new(node, e.seq, e.agreed_time_ms, self.now_ms, note);
+            tracing::debug!(
+                replica = node,
+                sim_ms = self.now_ms,
+                seq = e.seq,
+                agreed_time_ms = ev.agreed_time_ms,
+                component = ev.component,
+                position = ev.position,
+                schedule = ev.schedule,
+                due_ms = ev.due_ms,
+                due_seq = ev.due_seq,
+                "fire"
+            );
             self.events.fire(ev);
         }
     }
@@ -858,7 +966,11 @@ impl<H: Harness> Simulator<H> {
             return;
         }
         let role = self.slots[i].role;
-        let n = self.harness.boot(node, self.slots[i].disk.image(), role);
+        let mut n = self.harness.boot(node, self.slots[i].disk.image(), role);
+        if let Some(cause) = self.harness.take_failure(&mut n) {
+            self.checker
+                .node_failure(self.now_ms, node, format!("restart: {cause}"));
+        }
         self.slots[i].node = Some(n);
         self.checker.restarted(node);
         self.trace.update([b'B']);
@@ -1101,6 +1213,17 @@ impl<H: Harness> Simulator<H> {
                 }
             })
             .collect();
+        let states = FinalStates(
+            self.slots
+                .iter_mut()
+                .map(|s| {
+                    s.node
+                        .take()
+                        .and_then(|n| self.harness.final_state(n))
+                        .map(|b| Arc::new(Mutex::new(b)))
+                })
+                .collect(),
+        );
         let mut trace = self.trace;
         trace.update(self.now_ms.to_le_bytes());
         SimOutcome {
@@ -1115,6 +1238,7 @@ impl<H: Harness> Simulator<H> {
             stats: self.stats,
             end_ms: self.now_ms,
             events: self.events,
+            states,
         }
     }
 }

@@ -1,16 +1,18 @@
 //! The one rendering of a run's configuration as the `sim-bft run` command line that replays it
 //! (the run header, the JSON report's `replay`, `SimOutcome::replay_command`).
 
-use super::config::{FaultConfig, LedgerKind, PartitionKind, SimConfig, TimeServiceMode};
+use super::config::{
+    FaultConfig, LedgerKind, PartitionKind, SimConfig, TimeServiceMode, format_instant_ms,
+};
 
 impl SimConfig {
     /// The `sim-bft run` command line that reproduces a run of this configuration: the one
     /// rendering of a run's full configuration (the run header, the JSON report's `replay`,
     /// [`super::SimOutcome::replay_command`]). Every knob that shapes the run is written out,
     /// defaults included, except fault knobs at their "no fault" value, so a replay does not
-    /// depend on the command line's defaults. Settings the command line cannot express (an
-    /// application built in code, per-component tick periods, checker slacks, …) are listed
-    /// after a shell comment (`# set in code, not reproducible from the command line: …`).
+    /// depend on the command line's defaults. What the command line cannot express (an
+    /// application or client workload built in code, a negative checker slack) is listed after
+    /// a shell comment (`# set in code, not reproducible from the command line: …`).
     pub fn command_line(&self) -> String {
         let fc = &self.faults;
         let mut s = format!(
@@ -53,8 +55,51 @@ impl SimConfig {
             "--clients {} --request-interval {}ms",
             self.clients, self.request_interval_ms
         ));
+        for (c, p) in &self.component_periods_ms {
+            push(format!("--component-period {c}={p}ms"));
+        }
+        push(format!("--from {}", format_instant_ms(self.epoch_ms)));
         push(format!("--time-service {}", self.time_service));
+        if self.check_time_bounds != (self.time_service == TimeServiceMode::Robust) {
+            push(format!("--check-time-bounds {}", self.check_time_bounds));
+        }
+        let d = SimConfig::default();
+        for (name, v, dv) in [
+            (
+                "--time-ahead-slack",
+                self.time_ahead_slack_ms,
+                d.time_ahead_slack_ms,
+            ),
+            (
+                "--time-behind-slack",
+                self.time_behind_slack_ms,
+                d.time_behind_slack_ms,
+            ),
+        ] {
+            if v != dv && v >= 0 {
+                push(format!("{name} {v}ms"));
+            }
+        }
+        if self.time_lag_seqs != d.time_lag_seqs {
+            push(format!("--time-lag-seqs {}", self.time_lag_seqs));
+        }
+        if self.max_events != d.max_events {
+            push(format!("--max-events {}", self.max_events));
+        }
+        if self.node_check_every != d.node_check_every {
+            push(format!("--check-every {}", self.node_check_every));
+        }
+        if let Some(b) = self.stall_bound_ms {
+            push(format!("--stall-bound {b}ms"));
+        }
         push(format!("--max-delay {}ms", fc.max_delay_ms));
+        let fd = FaultConfig::default();
+        if fc.min_delay_ms != fd.min_delay_ms {
+            push(format!("--min-delay {}ms", fc.min_delay_ms));
+        }
+        if fc.reorder_delay_ms != fd.reorder_delay_ms {
+            push(format!("--reorder-delay {}ms", fc.reorder_delay_ms));
+        }
         for (name, rate) in [
             ("--drop-rate", fc.drop_rate),
             ("--duplicate-rate", fc.duplicate_rate),
@@ -121,53 +166,18 @@ impl SimConfig {
     /// The settings of this configuration that `sim-bft run` cannot express (empty when
     /// [`Self::command_line`] reproduces the run exactly).
     pub fn settings_only_code_sets(&self) -> Vec<String> {
-        let d = SimConfig::default();
-        let fd = FaultConfig::default();
         let mut out = Vec::new();
         if self.ledger == LedgerKind::Custom {
             out.push("ledger = an application built in code".to_string());
         }
-        if !self.component_periods_ms.is_empty() {
-            out.push(format!(
-                "component_periods_ms = {:?}",
-                self.component_periods_ms
-            ));
+        if self.custom_workload {
+            out.push("clients = a workload built in code".to_string());
         }
-        if self.check_time_bounds != (self.time_service == TimeServiceMode::Robust) {
-            out.push(format!("check_time_bounds = {}", self.check_time_bounds));
-        }
-        for (name, v, dv) in [
-            (
-                "time_ahead_slack_ms",
-                self.time_ahead_slack_ms,
-                d.time_ahead_slack_ms,
-            ),
-            (
-                "time_behind_slack_ms",
-                self.time_behind_slack_ms,
-                d.time_behind_slack_ms,
-            ),
-            ("epoch_ms", self.epoch_ms, d.epoch_ms),
+        for (name, v) in [
+            ("time_ahead_slack_ms", self.time_ahead_slack_ms),
+            ("time_behind_slack_ms", self.time_behind_slack_ms),
         ] {
-            if v != dv {
-                out.push(format!("{name} = {v}"));
-            }
-        }
-        for (name, v, dv) in [
-            ("max_events", self.max_events, d.max_events),
-            (
-                "node_check_every",
-                self.node_check_every,
-                d.node_check_every,
-            ),
-            ("min_delay_ms", self.faults.min_delay_ms, fd.min_delay_ms),
-            (
-                "reorder_delay_ms",
-                self.faults.reorder_delay_ms,
-                fd.reorder_delay_ms,
-            ),
-        ] {
-            if v != dv {
+            if v < 0 {
                 out.push(format!("{name} = {v}"));
             }
         }

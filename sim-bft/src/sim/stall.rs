@@ -29,6 +29,36 @@ pub fn default_stall_bound_ms(n: u32) -> u64 {
     t.saturating_add(view_changes).saturating_add(st)
 }
 
+/// The longest a fault-free cluster running `cfg`'s workload may stay without new work, ms:
+/// the client request interval (when clients send) or two tick periods of the fastest ticking
+/// component (rotating senders propose one tick per period, at phases anywhere in it),
+/// whichever is shorter; 0 without any work. An idle stretch is no stall: the derived bound
+/// adds it.
+pub fn quiet_gap_ms(cfg: &SimConfig) -> u64 {
+    let clients =
+        (cfg.clients > 0 && cfg.request_interval_ms > 0).then_some(cfg.request_interval_ms);
+    let ticks = cfg
+        .components
+        .iter()
+        .map(|c| cfg.tick_period_of(*c))
+        .filter(|p| *p > 0)
+        .min()
+        .map(|p| p.saturating_mul(2));
+    match (clients, ticks) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => 0,
+    }
+}
+
+/// The stall bound a run of `cfg` applies when [`SimConfig::stall_bound_ms`] is `None`:
+/// [`default_stall_bound_ms`] plus the workload's [`quiet_gap_ms`] (9.3 s for the defaults:
+/// n = 4, requests every 100 ms; a cluster ticking once a minute with no clients gets 2 minutes
+/// more).
+pub fn derived_stall_bound_ms(cfg: &SimConfig) -> u64 {
+    default_stall_bound_ms(cfg.replicas).saturating_add(quiet_gap_ms(cfg))
+}
+
 /// The windows of the fault phase `[0, duration)` in which stalls are judged: loss at most
 /// [`JUDGED_MAX_DROP_RATE`], one-way delays and skew at most 1 s, clients or ticks submitting
 /// work, and at each instant no partition, no clock jump so far, and at least 2f+1 honest
