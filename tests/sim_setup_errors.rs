@@ -156,3 +156,48 @@ fn a_failed_restart_is_a_violation_naming_its_cause() {
         "{failures:?}"
     );
 }
+
+/// A ledger whose cron table persists to pages `first..first + 2`.
+fn table_at(first: u32) -> CronLedger<KvLedger> {
+    let mut table = CronTable::with_persistence(1, PageRange::new(first, 2).unwrap(), 16);
+    table
+        .add(CronEntry::<KvLedger>::periodic(
+            0,
+            Periodic::every_ms(1_000).unwrap(),
+            |_| {},
+        ))
+        .unwrap();
+    let mut registry = CronTableRegistry::new();
+    registry.register(table).unwrap();
+    CronLedger::new(KvLedger::new(), registry)
+}
+
+#[test]
+fn a_table_on_the_replicas_agreed_time_page_is_refused_at_build() {
+    // The replica keeps the agreed time in page 0 (ReplicaConfig::time_page). A table given
+    // pages 0..2 used to build and run, then diverge at the first restart: the table's copy in
+    // page 0 was overwritten every batch (found by examples/cron_contract.rs).
+    let (check, cause) = app_error(
+        Cluster::builder()
+            .ticks(vec![1], 1_000)
+            .app(|_| table_at(0))
+            .build(),
+    );
+    assert!(check.contains("reserved pages"), "{check}");
+    assert!(cause.contains("agreed time"), "{cause}");
+    assert!(
+        Cluster::builder()
+            .ticks(vec![1], 1_000)
+            .app(|_| table_at(1))
+            .build()
+            .is_ok()
+    );
+    // Any host building a replica gets the same refusal.
+    let cfg = sim_bft::replica::ReplicaConfig::new(0, 4, 7, 1);
+    let refused = sim_bft::replica::Replica::with_app(cfg.clone(), Box::new(table_at(0)));
+    assert!(
+        matches!(refused, Err(sim_bft::replica::ReplicaError::Config(_))),
+        "{refused:?}"
+    );
+    assert!(sim_bft::replica::Replica::with_app(cfg, Box::new(table_at(1))).is_ok());
+}

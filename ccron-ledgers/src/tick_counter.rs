@@ -83,6 +83,12 @@ impl TickExecutor for TickCounter {
         pages.save(page, &bytes)?;
         Ok(())
     }
+
+    fn page_ranges(&self) -> Vec<ccron::PageRange> {
+        ccron::PageRange::new(self.first_page, self.pages)
+            .into_iter()
+            .collect()
+    }
 }
 
 #[cfg(test)]

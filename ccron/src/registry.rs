@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::pages::ReservedPages;
+use crate::pages::{PageRange, ReservedPages};
 use crate::table::{CronTable, TableError, TickOutcome};
 use crate::tick::{ComponentId, Tick};
 
@@ -223,6 +223,15 @@ impl<S> CronTableRegistry<S> {
             }
         }
         h.finalize().into()
+    }
+
+    /// The reserved pages the registered tables persist to (one range per table with
+    /// persistence), for hosts that check their own pages against them.
+    pub fn page_ranges(&self) -> Vec<PageRange> {
+        self.tables
+            .values()
+            .filter_map(|t| t.persistence().map(|p| p.range))
+            .collect()
     }
 
     /// Checks every table's invariants.

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{ReservedPages, Tick};
+use crate::{PageRange, ReservedPages, Tick};
 
 /// A client's id as the engine authenticated it (the requester of a transaction).
 pub type ClientId = u64;
@@ -125,6 +125,15 @@ pub trait Application: Send + std::any::Any {
     fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
         let _ = out;
     }
+
+    /// The reserved pages this application writes from [`Self::on_tick`] (the ranges its cron
+    /// tables and tick executors were given). A host that keeps data of its own in the same
+    /// store (sim-bft keeps the agreed time in `ReplicaConfig::time_page`) refuses an overlap
+    /// when it is built, instead of letting both write one page and diverge at the first
+    /// restart. Default: none. Declare every range: an undeclared range cannot be checked.
+    fn page_ranges(&self) -> Vec<PageRange> {
+        Vec::new()
+    }
 }
 
 /// An [`Application`] for user requests joined with a separate [`TickExecutor`] for ticks.
@@ -177,6 +186,12 @@ impl Application for WithTicks {
     fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
         self.app.take_fire_notes(out);
     }
+
+    fn page_ranges(&self) -> Vec<PageRange> {
+        let mut ranges = self.app.page_ranges();
+        ranges.extend(self.ticks.page_ranges());
+        ranges
+    }
 }
 
 /// Executes committed ticks apart from the application (joined to one by [`WithTicks`]; a ledger
@@ -188,5 +203,9 @@ pub trait TickExecutor: Send {
     fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
         let _ = pages;
         Ok(())
+    }
+    /// The reserved pages it writes (see [`Application::page_ranges`]). Default: none.
+    fn page_ranges(&self) -> Vec<PageRange> {
+        Vec::new()
     }
 }

@@ -319,6 +319,13 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
     fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
         out.append(&mut self.notes);
     }
+
+    fn page_ranges(&self) -> Vec<crate::PageRange> {
+        // The book and its outbox live in the scheduler's own store, not the host's pages.
+        let mut ranges = self.registry.page_ranges();
+        ranges.extend(self.state.page_ranges());
+        ranges
+    }
 }
 
 #[cfg(test)]

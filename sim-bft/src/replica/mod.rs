@@ -72,6 +72,34 @@ pub enum ReplicaError {
     Storage(String),
 }
 
+/// Refuses an application whose declared reserved pages ([`Application::page_ranges`]) hold the
+/// replica's agreed-time page or lie beyond the store: both would write one page, and the
+/// replicas would diverge at the first restart or state transfer.
+pub fn check_page_ranges(cfg: &ReplicaConfig, app: &dyn Application) -> Result<(), ConfigError> {
+    for range in app.page_ranges() {
+        if range.contains(cfg.time_page) {
+            return Err(ConfigError(format!(
+                "the application's reserved pages {}..{} hold page {}, which the replica uses \
+                 for the agreed time (ReplicaConfig::time_page): start the application's pages \
+                 after it",
+                range.first(),
+                range.end(),
+                cfg.time_page
+            )));
+        }
+        if range.end() > cfg.num_pages {
+            return Err(ConfigError(format!(
+                "the application's reserved pages {}..{} exceed the replica's {} pages \
+                 (ReplicaConfig::num_pages)",
+                range.first(),
+                range.end(),
+                cfg.num_pages
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A violated internal invariant (reported by [`Replica::check_invariants`]).
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 #[error("invariant violated: {0}")]
@@ -306,6 +334,7 @@ impl Replica {
     /// [`crate::ledgers::CronLedger`], whose cron actions change the ledger's state).
     pub fn with_app(cfg: ReplicaConfig, app: Box<dyn Application>) -> Result<Self, ReplicaError> {
         cfg.validate()?;
+        check_page_ranges(&cfg, app.as_ref())?;
         let key = crypto::replica_signing_key(cfg.key_seed, cfg.id);
         let ring = Keyring::from_seed(cfg.key_seed, cfg.n, cfg.num_clients);
         let pages = MemPages::new(cfg.page_size, cfg.num_pages);

@@ -284,6 +284,8 @@ impl ClusterHarness {
                 ));
             }
         }
+        crate::replica::check_page_ranges(&cfg, first.as_ref())
+            .map_err(|e| err("reserved pages apart from the replica's", e.0))?;
         let snapshot = first.snapshot();
         if snapshot.len() > cfg.max_snapshot_bytes {
             return Err(err(
