@@ -14,14 +14,16 @@
 //! an index once it knows they are delivered (for example after the consumers' acknowledgements
 //! are themselves agreed through consensus).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::codec::{self, CodecError};
 use super::id::OccurrenceId;
+use super::result::{OutboxResult, ResultApplied};
 use crate::authz::{Policy, Principal};
 
-/// Version byte of [`Outbox::encode`]'s format.
-const FORMAT_VERSION: u8 = 1;
+/// Version byte of [`Outbox::encode`]'s format (2: with the records that have a result;
+/// version 1, without them, is still read).
+const FORMAT_VERSION: u8 = 2;
 
 /// One external effect to perform, named by the occurrence that produced it.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -119,6 +121,39 @@ pub enum OutboxError {
         /// Who reported it.
         by: Principal,
     },
+    /// A result reported by someone other than the configured outbox consumer
+    /// ([`Outbox::accept_result`]); nothing changed.
+    #[error("{by} may not report outbox results")]
+    ResultUnauthorized {
+        /// Who reported it.
+        by: Principal,
+    },
+    /// A result for an index never appended ([`Outbox::accept_result`]).
+    #[error("result for index {index} past the outbox head {head}")]
+    ResultUnknown {
+        /// The index the result named.
+        index: u64,
+        /// The outbox head at the time.
+        head: u64,
+    },
+    /// A result whose occurrence id is not the one of the record at its index.
+    #[error("result for index {index} names {claimed}, but the record there is {actual}")]
+    ResultMismatch {
+        /// The index the result named.
+        index: u64,
+        /// The id the result named.
+        claimed: OccurrenceId,
+        /// The id of the record at that index.
+        actual: OccurrenceId,
+    },
+    /// A result whose answer or reason exceeds [`OutboxLimits::max_record_bytes`].
+    #[error("a result of {size_bytes} bytes exceeds the {max_bytes}-byte limit")]
+    ResultTooLarge {
+        /// The result's size.
+        size_bytes: usize,
+        /// The bound.
+        max_bytes: usize,
+    },
     /// Progress reported past the last record ever appended ([`Outbox::accept_progress`]):
     /// nothing past the head can have been delivered; nothing was trimmed.
     #[error("progress {upto} is past the outbox head {head}")]
@@ -141,6 +176,9 @@ pub struct Outbox {
     first_index: u64,
     records: VecDeque<OutboxRecord>,
     total_bytes: usize,
+    /// Indices of held records that have a result applied ([`Outbox::accept_result`]); every
+    /// one is within `first_index..next_index`, so this is bounded by the held records.
+    results: BTreeSet<u64>,
 }
 
 /// What [`Outbox::encode`] writes: limits are configuration, not state, so they are not encoded.
@@ -149,6 +187,27 @@ struct Wire {
     version: u8,
     first_index: u64,
     records: Vec<OutboxRecord>,
+    /// Ascending indices of held records with a result (format version 2).
+    results: Vec<u64>,
+}
+
+/// Format version 1: [`Wire`] without `results`.
+#[derive(bincode::Encode, bincode::Decode)]
+struct WireV1 {
+    version: u8,
+    first_index: u64,
+    records: Vec<OutboxRecord>,
+}
+
+impl From<WireV1> for Wire {
+    fn from(w: WireV1) -> Self {
+        Self {
+            version: w.version,
+            first_index: w.first_index,
+            records: w.records,
+            results: Vec::new(),
+        }
+    }
 }
 
 impl Outbox {
@@ -159,6 +218,7 @@ impl Outbox {
             first_index: 1,
             records: VecDeque::new(),
             total_bytes: 0,
+            results: BTreeSet::new(),
         }
     }
 
@@ -245,6 +305,7 @@ impl Outbox {
             if let Some(r) = self.records.pop_front() {
                 self.total_bytes = self.total_bytes.saturating_sub(r.size_bytes());
             }
+            self.results.remove(&self.first_index);
             self.first_index += 1;
             dropped += 1;
         }
@@ -279,6 +340,71 @@ impl Outbox {
             return Err(OutboxError::ProgressAboveHead { upto, head });
         }
         Ok(self.trim_below(upto.saturating_add(1)))
+    }
+
+    /// Applies a result for a held record once (see [`super::result`]): only the policy's
+    /// outbox consumer (or the host) may report, the outcome is at most
+    /// [`OutboxLimits::max_record_bytes`], and the result must name an appended index and the id
+    /// of the record there. Returns [`ResultApplied::Applied`] the first time (the caller runs
+    /// its reaction then, and only then), [`ResultApplied::Duplicate`] for a record that already
+    /// has a result and [`ResultApplied::Trimmed`] for a record already trimmed (both no-ops).
+    ///
+    /// # Errors
+    /// [`OutboxError::ResultUnauthorized`], [`OutboxError::ResultTooLarge`],
+    /// [`OutboxError::ResultUnknown`], [`OutboxError::ResultMismatch`]; the outbox is then
+    /// unchanged.
+    pub fn accept_result(
+        &mut self,
+        policy: &Policy,
+        by: &Principal,
+        result: &OutboxResult,
+    ) -> Result<ResultApplied, OutboxError> {
+        let index = result.index;
+        if !policy.may_report_progress(by) {
+            tracing::warn!(%by, index, id = %result.id, "outbox result rejected: not the consumer");
+            return Err(OutboxError::ResultUnauthorized { by: *by });
+        }
+        let size_bytes = result.outcome.size_bytes();
+        if size_bytes > self.limits.max_record_bytes {
+            tracing::warn!(%by, index, id = %result.id, size_bytes, "outbox result rejected: too large");
+            return Err(OutboxError::ResultTooLarge {
+                size_bytes,
+                max_bytes: self.limits.max_record_bytes,
+            });
+        }
+        let head = self.head();
+        if index == 0 || index > head {
+            tracing::warn!(%by, index, head, id = %result.id, "outbox result rejected: unknown index");
+            return Err(OutboxError::ResultUnknown { index, head });
+        }
+        let Some(record) = self.get(index) else {
+            tracing::debug!(index, id = %result.id, "outbox result for a trimmed record ignored");
+            return Ok(ResultApplied::Trimmed);
+        };
+        if record.id != result.id {
+            tracing::warn!(%by, index, claimed = %result.id, actual = %record.id, "outbox result rejected: id mismatch");
+            return Err(OutboxError::ResultMismatch {
+                index,
+                claimed: result.id,
+                actual: record.id,
+            });
+        }
+        if !self.results.insert(index) {
+            tracing::debug!(index, id = %result.id, "duplicate outbox result ignored");
+            return Ok(ResultApplied::Duplicate);
+        }
+        tracing::debug!(index, id = %result.id, "outbox result applied");
+        Ok(ResultApplied::Applied)
+    }
+
+    /// Whether the held record at `index` has a result applied.
+    pub fn has_result(&self, index: u64) -> bool {
+        self.results.contains(&index)
+    }
+
+    /// Number of held records with a result applied.
+    pub fn results_len(&self) -> usize {
+        self.results.len()
     }
 
     /// Held records with their indices, in index order.
@@ -328,7 +454,17 @@ impl Outbox {
         range: crate::pages::PageRange,
         limits: OutboxLimits,
     ) -> Result<Self, OutboxError> {
-        match crate::codec::load::<Wire>(pages, range, crate::codec::BlobKind::Outbox) {
+        let loaded = match crate::codec::load::<Wire>(pages, range, crate::codec::BlobKind::Outbox)
+        {
+            Err(e) => {
+                match crate::codec::load::<WireV1>(pages, range, crate::codec::BlobKind::Outbox) {
+                    Ok(Some(v1)) if v1.version == 1 => Ok(Some(v1.into())),
+                    _ => Err(e),
+                }
+            }
+            other => other,
+        };
+        match loaded {
             Ok(None) => Ok(Self::new(limits)),
             Ok(Some(wire)) => Self::from_wire(wire, limits),
             Err(e) => {
@@ -343,18 +479,26 @@ impl Outbox {
             version: FORMAT_VERSION,
             first_index: self.first_index,
             records: self.records.iter().cloned().collect(),
+            results: self.results.iter().copied().collect(),
         }
     }
 
     /// Decodes bytes from [`encode`](Self::encode), checking them against `limits`.
     pub fn decode(bytes: &[u8], limits: OutboxLimits) -> Result<Self, OutboxError> {
-        let wire: Wire = codec::decode(bytes)?;
+        let wire: Wire = match codec::decode::<Wire>(bytes) {
+            Ok(w) => w,
+            // A version-1 outbox lacks the trailing results: read it as having none.
+            Err(e) => match codec::decode::<WireV1>(bytes) {
+                Ok(v1) if v1.version == 1 => v1.into(),
+                _ => return Err(e.into()),
+            },
+        };
         Self::from_wire(wire, limits)
     }
 
     /// Checks a decoded outbox against its invariants and `limits`.
     fn from_wire(wire: Wire, limits: OutboxLimits) -> Result<Self, OutboxError> {
-        if wire.version != FORMAT_VERSION {
+        if wire.version != FORMAT_VERSION && wire.version != 1 {
             return Err(CodecError::Version {
                 found: wire.version,
                 expected: FORMAT_VERSION,
@@ -397,11 +541,23 @@ impl Outbox {
                 limits.max_total_bytes
             )));
         }
+        let next_index = wire.first_index + wire.records.len() as u64;
+        if wire.results.windows(2).any(|w| w[0] >= w[1])
+            || wire
+                .results
+                .iter()
+                .any(|&i| i < wire.first_index || i >= next_index)
+        {
+            return Err(OutboxError::Invalid(
+                "result marks out of order or outside the held records".into(),
+            ));
+        }
         Ok(Self {
             limits,
             first_index: wire.first_index,
             records: wire.records.into(),
             total_bytes,
+            results: wire.results.into_iter().collect(),
         })
     }
 }
