@@ -21,8 +21,9 @@ pub mod pool;
 pub mod worker;
 
 pub use deliver::{DeliverError, DispatchStats, Dispatcher, DispatcherConfig};
+pub use deliver::{ResultSink, ResultSinkError};
 pub use pool::{
     AssignError, Assignment, AttemptOutcome, HandlerPolicy, Health, HealthConfig, KeyOf, Pool,
     PoolConfig, PoolConfigError, PoolStats, Verdict, WorkerId,
 };
-pub use worker::{EffectError, Worker, WorkerConfig};
+pub use worker::{Dedupe, EffectError, Worker, WorkerConfig};

@@ -2,10 +2,13 @@
 //! occurrence id with ccron's [`SeenSet`] and answers a repeat with the answer it gave the first
 //! time, so at-least-once delivery becomes an effectively-once effect.
 //!
-//! The effect itself is a closure ([`Effect`]); the worker holds one lock across "seen? →
-//! perform → remember", so two concurrent deliveries of one id never both perform it. Bounds:
+//! The effect itself is a closure ([`Effect`]); the worker holds its [`Dedupe`] store's lock
+//! across "seen? → perform → remember", so two concurrent deliveries of one id never both
+//! perform it. Workers of one service share one [`Dedupe`] (in production: the service's
+//! idempotency table), so a record that fails over from one worker to another after its first
+//! worker performed it (and the answer was lost) is still performed once. Bounds:
 //! request bodies above [`WorkerConfig::max_body_bytes`] are refused (413) before the effect;
-//! the seen-set and the stored answers keep at most [`WorkerConfig::seen_capacity`] ids (oldest
+//! the seen-set and the stored answers keep at most [`Dedupe::new`]'s capacity ids (oldest
 //! evicted first: size it at least twice the consumer's search-ahead, see [`SeenSet`]).
 
 use std::collections::{BTreeMap, VecDeque};
@@ -38,17 +41,14 @@ pub type Effect = dyn Fn(&str, &OccurrenceId, &[u8]) -> Result<Vec<u8>, EffectEr
 /// A worker's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerConfig {
-    /// Ids (and their answers) remembered for deduplication.
-    pub seen_capacity: usize,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
 }
 
 impl Default for WorkerConfig {
-    /// 8,192 ids, 1 MiB bodies.
+    /// 1 MiB bodies.
     fn default() -> Self {
         Self {
-            seen_capacity: 8_192,
             max_body_bytes: 1024 * 1024,
         }
     }
@@ -74,10 +74,39 @@ struct Memory {
     order: VecDeque<OccurrenceId>,
 }
 
-/// A worker's state: its memory of performed ids, its effect and its counters.
+/// The idempotency store of a service: ids performed (ccron's [`SeenSet`]) and their answers,
+/// at most `capacity` of each, oldest evicted first. Share one among a service's workers; a
+/// worker that must survive its own crash keeps it across restarts (persist the seen-set with
+/// [`SeenSet::encode`] atomically with the effects).
+#[derive(Debug)]
+pub struct Dedupe {
+    capacity: usize,
+    memory: Mutex<Memory>,
+}
+
+impl Dedupe {
+    /// An empty store keeping `capacity` ids (at least 1).
+    pub fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            capacity: capacity.max(1),
+            memory: Mutex::new(Memory {
+                seen: SeenSet::new(capacity),
+                answers: BTreeMap::new(),
+                order: VecDeque::new(),
+            }),
+        })
+    }
+
+    /// Whether `id` was performed (and not yet evicted).
+    pub fn contains(&self, id: &OccurrenceId) -> bool {
+        self.memory.lock().is_ok_and(|m| m.seen.contains(id))
+    }
+}
+
+/// A worker's state: its idempotency store, its effect and its counters.
 pub struct Worker {
     cfg: WorkerConfig,
-    memory: Mutex<Memory>,
+    memory: Arc<Dedupe>,
     effect: Box<Effect>,
     healthy: AtomicBool,
     stats: WorkerStats,
@@ -93,9 +122,11 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// A worker performing `effect`.
+    /// A worker performing `effect`, deduplicating through `dedupe` (shared with the other
+    /// workers of the service).
     pub fn new(
         cfg: WorkerConfig,
+        dedupe: Arc<Dedupe>,
         effect: impl Fn(&str, &OccurrenceId, &[u8]) -> Result<Vec<u8>, EffectError>
         + Send
         + Sync
@@ -103,11 +134,7 @@ impl Worker {
     ) -> Arc<Self> {
         Arc::new(Self {
             cfg,
-            memory: Mutex::new(Memory {
-                seen: SeenSet::new(cfg.seen_capacity),
-                answers: BTreeMap::new(),
-                order: VecDeque::new(),
-            }),
+            memory: dedupe,
             effect: Box::new(effect),
             healthy: AtomicBool::new(true),
             stats: WorkerStats::default(),
@@ -147,6 +174,22 @@ impl Worker {
             .await
     }
 
+    /// Binds `addr` with `SO_REUSEADDR`, so a restarted worker gets its port back at once.
+    ///
+    /// # Errors
+    /// The socket's I/O error.
+    pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.set_nodelay(true)?;
+        socket.bind(addr)?;
+        socket.listen(1024)
+    }
+
     fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Response {
         let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let Some(id) = text(contract::IDEMPOTENCY_KEY).and_then(|v| v.parse::<OccurrenceId>().ok())
@@ -170,7 +213,8 @@ impl Worker {
         };
         let span = tracing::info_span!("worker_delivery", %id, handler);
         let _g = span.enter();
-        let Ok(mut memory) = self.memory.lock() else {
+        let capacity = self.memory.capacity;
+        let Ok(mut memory) = self.memory.memory.lock() else {
             return (StatusCode::INTERNAL_SERVER_ERROR, "worker state poisoned").into_response();
         };
         if memory.seen.contains(&id) {
@@ -189,7 +233,7 @@ impl Worker {
                 memory.seen.insert(id);
                 memory.answers.insert(id, answer.clone());
                 memory.order.push_back(id);
-                while memory.order.len() > self.cfg.seen_capacity.max(1) {
+                while memory.order.len() > capacity {
                     if let Some(old) = memory.order.pop_front() {
                         memory.answers.remove(&old);
                     }
