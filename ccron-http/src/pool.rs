@@ -279,7 +279,7 @@ pub struct PoolStats {
     pub failed: u64,
     /// Attempts rejected by the worker.
     pub rejected: u64,
-    /// Records given up.
+    /// Records given up by a verdict (retry limit, time-to-run, rejection).
     pub given_up: u64,
     /// Assignments refused because no worker could take them.
     pub no_worker: u64,
@@ -587,9 +587,6 @@ impl Pool {
     /// [`AssignError::TimeToRun`]): frees its slot at a worker if an attempt was in flight.
     pub fn forget(&mut self, index: u64) {
         if let Some(t) = self.tracks.remove(&index) {
-            if t.in_flight_at.is_some() {
-                self.stats.given_up += 1;
-            }
             if let Some(w) = t.in_flight_at
                 && let Some(s) = self.workers.get_mut(w)
             {

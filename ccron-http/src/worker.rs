@@ -35,7 +35,9 @@ pub enum EffectError {
     Unavailable(String),
 }
 
-/// The effect a worker performs: `(handler, id, payload) → answer body`.
+/// The effect a worker performs: `(handler, id, payload) → answer body`. It runs under the
+/// dedupe lock on the server's task: keep it short (hand long work to a queue or
+/// `spawn_blocking` and answer when it is durably accepted).
 pub type Effect = dyn Fn(&str, &OccurrenceId, &[u8]) -> Result<Vec<u8>, EffectError> + Send + Sync;
 
 /// A worker's bounds.
