@@ -51,6 +51,13 @@ use sim_bft::runtime::{RuntimeConfig, ThreadedCluster};
 #[path = "../ccron-http/tests/support/mod.rs"]
 mod support;
 
+/// The wall clock of this IO shell (the one place it is read; the pool and the consumer get
+/// time as an argument).
+#[allow(clippy::disallowed_methods)]
+fn wall() -> Instant {
+    Instant::now()
+}
+
 const N: u32 = 4;
 const F: usize = 1;
 const KEY_SEED: u64 = 11;
@@ -169,13 +176,16 @@ impl Jobs for ReplicaView {
 struct ClusterResults {
     cluster: Arc<ThreadedCluster>,
     /// Signs a payload as the consumer client under a request number.
-    sign: Box<dyn Fn(u64, Vec<u8>) -> Result<Vec<u8>, String> + Send>,
+    sign: Signer,
     next_req: u64,
     pending: BTreeMap<u64, (Vec<u8>, Instant)>,
     views: Vec<ReplicaView>,
     sent: u64,
     resent: u64,
 }
+
+/// Signs a request payload as the consumer under a request number.
+type Signer = Box<dyn Fn(u64, Vec<u8>) -> Result<Vec<u8>, String> + Send>;
 
 const MAX_PENDING_RESULTS: usize = 4_096;
 
@@ -191,7 +201,7 @@ impl ResultSink for ClusterResults {
         let bytes = (self.sign)(self.next_req, payload).map_err(ResultSinkError)?;
         self.cluster.submit(&bytes);
         self.sent += 1;
-        self.pending.insert(result.index, (bytes, Instant::now()));
+        self.pending.insert(result.index, (bytes, wall()));
         Ok(())
     }
 }
@@ -222,7 +232,7 @@ impl ClusterResults {
         for (bytes, at) in self.pending.values_mut() {
             if at.elapsed() > Duration::from_secs(1) {
                 self.cluster.submit(bytes);
-                *at = Instant::now();
+                *at = wall();
                 self.resent += 1;
             }
         }
@@ -238,7 +248,7 @@ fn worker(dedupe: &Arc<Dedupe>, performed: &Performed, flaky: bool) -> Arc<Worke
         WorkerConfig::default(),
         dedupe.clone(),
         move |handler, id, _payload| {
-            if flaky && calls.fetch_add(1, Ordering::Relaxed) % 3 == 0 {
+            if flaky && calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(3) {
                 return Err(EffectError::Unavailable("payment service busy".into()));
             }
             if handler != SHOP_CANCEL {
@@ -311,7 +321,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
 }
 
 async fn run_async(opts: &Options) -> Result<Report, String> {
-    let guard = Instant::now() + Duration::from_secs(opts.guard_s);
+    let guard = wall() + Duration::from_secs(opts.guard_s);
     // The cluster.
     let cfg = SchedAppConfig {
         component: COMPONENT,
@@ -387,7 +397,7 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
             attempt_timeout_ms: 1_000,
         },
     );
-    let start = Instant::now();
+    let start = wall();
     let clock: ccron_http::deliver::Clock =
         Arc::new(move || i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX));
 
@@ -414,7 +424,7 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
     let mut phase = 0;
     let quarter = opts.orders / 4;
     loop {
-        if Instant::now() > guard {
+        if wall() > guard {
             return Err(format!(
                 "guard ran out: progress {} of {}, {} results pending",
                 consumer.persisted_progress(),

@@ -586,12 +586,11 @@ impl Pool {
     /// Forgets record `index` (the shell gave it up for a reason of its own, e.g.
     /// [`AssignError::TimeToRun`]): frees its slot at a worker if an attempt was in flight.
     pub fn forget(&mut self, index: u64) {
-        if let Some(t) = self.tracks.remove(&index) {
-            if let Some(w) = t.in_flight_at
-                && let Some(s) = self.workers.get_mut(w)
-            {
-                s.in_flight = s.in_flight.saturating_sub(1);
-            }
+        if let Some(t) = self.tracks.remove(&index)
+            && let Some(w) = t.in_flight_at
+            && let Some(s) = self.workers.get_mut(w)
+        {
+            s.in_flight = s.in_flight.saturating_sub(1);
         }
     }
 
