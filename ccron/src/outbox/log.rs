@@ -342,7 +342,7 @@ impl Outbox {
         Ok(self.trim_below(upto.saturating_add(1)))
     }
 
-    /// Applies a result for a held record once (see [`super::result`]): only the policy's
+    /// Applies a result for a held record once (see [`OutboxResult`]): only the policy's
     /// outbox consumer (or the host) may report, the outcome is at most
     /// [`OutboxLimits::max_record_bytes`], and the result must name an appended index and the id
     /// of the record there. Returns [`ResultApplied::Applied`] the first time (the caller runs
