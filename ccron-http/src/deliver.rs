@@ -527,17 +527,66 @@ async fn post(
             );
         }
     };
-    let outcome = if status.is_success() {
+    (classify(status, body), replayed)
+}
+
+/// The contract's reading of a response: 2xx done, 408/429/5xx (and anything else that is not
+/// a 4xx) failed for now, any other 4xx rejected for good.
+fn classify(status: StatusCode, body: Vec<u8>) -> AttemptOutcome {
+    if status.is_success() {
         AttemptOutcome::Done(body)
     } else if status == StatusCode::REQUEST_TIMEOUT
         || status == StatusCode::TOO_MANY_REQUESTS
-        || status.is_server_error()
         || !status.is_client_error()
     {
         AttemptOutcome::Failed(status.to_string())
     } else {
         let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
         AttemptOutcome::Rejected(format!("{status}: {text}"))
-    };
-    (outcome, replayed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_are_read_as_the_contract_says() {
+        let c = |code: u16| classify(StatusCode::from_u16(code).unwrap(), b"why".to_vec());
+        assert_eq!(c(200), AttemptOutcome::Done(b"why".to_vec()));
+        assert_eq!(c(204), AttemptOutcome::Done(b"why".to_vec()));
+        for transient in [408, 429, 500, 502, 503, 504, 302, 101] {
+            assert!(
+                matches!(c(transient), AttemptOutcome::Failed(_)),
+                "{transient}"
+            );
+            assert!(c(transient).is_worker_fault());
+        }
+        for permanent in [400, 404, 409, 413, 422] {
+            let o = c(permanent);
+            assert!(
+                matches!(&o, AttemptOutcome::Rejected(r) if r.contains("why")),
+                "{o:?}"
+            );
+            assert!(!o.is_worker_fault());
+        }
+        let long = classify(StatusCode::BAD_REQUEST, vec![b'x'; 10_000]);
+        assert!(matches!(long, AttemptOutcome::Rejected(r) if r.len() < 300));
+    }
+
+    #[test]
+    fn a_dispatcher_checks_its_worker_list() {
+        let clock: Clock = Arc::new(|| 0);
+        let mut cfg = DispatcherConfig::new(vec!["http://127.0.0.1:1".into()]);
+        cfg.pool.workers = 2;
+        assert!(matches!(
+            Dispatcher::new(cfg, clock.clone()),
+            Err(DeliverError::Worker(_))
+        ));
+        let cfg = DispatcherConfig::new(vec!["not a uri\u{0}".into()]);
+        assert!(matches!(
+            Dispatcher::new(cfg, clock),
+            Err(DeliverError::Worker(_))
+        ));
+    }
 }
