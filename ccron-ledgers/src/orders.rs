@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::cron_ledger::CronLedger;
 use super::kv::KvOp;
-use super::scheduler::{BookConfig, LedgerScheduler};
+use super::scheduler::{BookConfig, LedgerScheduler, ResultReaction};
 use ccron::host::ClientId;
 use ccron::host::Digest32;
 use ccron::host::app::{AppError, Application, ExecContext};
@@ -155,16 +155,70 @@ pub fn order_handlers() -> Handlers<OrderState> {
         let order = String::from_utf8_lossy(ctx.payload).into_owned();
         *ctx.state.0.entry(order.clone()).or_insert(0) += 1;
         // The external effect (tell the shop), deduplicated downstream by occurrence id.
-        if let Err(e) = ctx.emit("shop.cancel", order.into_bytes()) {
+        if let Err(e) = ctx.emit(SHOP_CANCEL, order.into_bytes()) {
             tracing::warn!(error = %e, "expire-order: emit failed");
         }
     });
     handlers
 }
 
+/// The effect `expire-order` emits (the payment service cancels the order).
+pub const SHOP_CANCEL: &str = "shop.cancel";
+
+/// The answer body with which the payment service confirms a cancellation
+/// ([`ScheduledLedger::with_payment_confirmation`]).
+pub const PAYMENT_CONFIRMED: &[u8] = b"confirmed";
+
+/// Handlers for [`ScheduledLedger::with_payment_confirmation`]: `expire-order` only asks the
+/// payment service (emits `shop.cancel`); the order is marked expired by
+/// [`payment_reaction`] when the service confirms.
+pub fn confirming_order_handlers() -> Handlers<OrderState> {
+    let mut handlers: Handlers<OrderState> = Handlers::new();
+    handlers.register(EXPIRE_ORDER, |ctx| {
+        if let Err(e) = ctx.emit(SHOP_CANCEL, ctx.payload.to_vec()) {
+            tracing::warn!(error = %e, "expire-order: emit failed");
+        }
+    });
+    handlers
+}
+
+/// The orders ledger's reaction to a result: a `shop.cancel` answered [`PAYMENT_CONFIRMED`]
+/// marks its order expired (counts it); any other answer or a dead letter leaves the order as
+/// it is (the operator sees the dead letter; the order is not marked expired unconfirmed).
+pub fn payment_reaction() -> ResultReaction<OrderState> {
+    Box::new(|state, record, outcome| {
+        let confirmed = matches!(outcome, ccron::outbox::ResultOutcome::Answer(body) if body == PAYMENT_CONFIRMED);
+        if record.handler == SHOP_CANCEL && confirmed {
+            let order = String::from_utf8_lossy(&record.payload).into_owned();
+            *state.0.entry(order).or_insert(0) += 1;
+        } else {
+            tracing::info!(id = %record.id, handler = %record.handler, "order not marked expired: no confirmation");
+        }
+    })
+}
+
 impl ScheduledLedger {
     /// An empty ledger.
     pub fn new(cfg: SchedAppConfig) -> Self {
+        Self::build(cfg, order_handlers(), None)
+    }
+
+    /// An empty ledger whose orders are marked expired only when the payment service confirms:
+    /// `expire-order` emits `shop.cancel`, and the result request that client `consumer` (the
+    /// outbox consumer) sends back runs [`payment_reaction`] once per record.
+    pub fn with_payment_confirmation(cfg: SchedAppConfig, consumer: ClientId) -> Self {
+        Self::build(
+            cfg,
+            confirming_order_handlers(),
+            Some((consumer, payment_reaction())),
+        )
+    }
+
+    fn build(
+        cfg: SchedAppConfig,
+        handlers: Handlers<OrderState>,
+        results: Option<(ClientId, ResultReaction<OrderState>)>,
+    ) -> Self {
         let book_cfg = BookConfig {
             component: cfg.component,
             position: 0,
@@ -172,7 +226,7 @@ impl ScheduledLedger {
             book_pages: cfg.book_pages,
             outbox_pages: cfg.outbox_pages,
         };
-        let mut book = LedgerScheduler::new(book_cfg, order_handlers());
+        let mut book = LedgerScheduler::new(book_cfg, handlers);
         if cfg.puts_as_orders {
             let expiry_ms = cfg.expiry_ms;
             let zones = cfg.zone_installs;
@@ -193,8 +247,16 @@ impl ScheduledLedger {
                 }
             }));
         }
+        let mut policy = ccron::Policy::default();
         if cfg.zone_installs {
-            book = book.with_policy(ccron::Policy::default().with_admin(ZONE_ADMIN));
+            policy = policy.with_admin(ZONE_ADMIN);
+        }
+        if let Some((consumer, reaction)) = results {
+            policy = policy.with_outbox_consumer(consumer);
+            book = book.with_result_reaction(reaction);
+        }
+        if policy != ccron::Policy::default() {
+            book = book.with_policy(policy);
         }
         Self {
             inner: CronLedger::new(OrderState::default(), CronTableRegistry::new())
@@ -613,6 +675,105 @@ mod tests {
         }
         assert_eq!(a.ledger().state().0.get("o-1"), Some(&1));
         assert_eq!(a.ledger().state().0.get("daily"), Some(&1));
+    }
+
+    /// Results back: an order is marked expired only when the payment service's answer comes
+    /// back from the consumer, once per record; a second result, a result from anyone else, a
+    /// mismatched id and a dead letter change nothing, and a restored replica agrees.
+    #[test]
+    fn an_order_expires_only_on_a_confirmed_result_applied_once() {
+        use ccron::outbox::{OccurrenceId, OutboxResult, ResultOutcome};
+        let cfg = SchedAppConfig::default();
+        let mut a = ScheduledLedger::with_payment_confirmation(cfg, CONSUMER);
+        let mut pages = MemPages::new(4_096, 1);
+        for (seq, order) in [(1, "o-1"), (2, "o-2")] {
+            let r = a.execute(
+                ctx(seq, 0),
+                0,
+                &req(&ScheduleRequest::Upsert(ScheduledLedger::expiry(
+                    order, 1_000,
+                ))),
+            );
+            assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
+        }
+        a.on_tick(Tick::new(1, 3, Some(2_000)), &mut pages).unwrap();
+        let outbox = a.ledger().scheduler().unwrap().outbox().clone();
+        assert_eq!(outbox.head(), 2);
+        assert!(
+            a.ledger().state().0.is_empty(),
+            "nothing expired unconfirmed"
+        );
+        let result = |index: u64, outcome: ResultOutcome| {
+            let id = outbox.get(index).unwrap().id;
+            OutboxResult { index, id, outcome }.to_payload().unwrap()
+        };
+        let confirmed = || ResultOutcome::Answer(PAYMENT_CONFIRMED.to_vec());
+        let reply = |l: &mut ScheduledLedger, seq, client, p: &[u8]| {
+            String::from_utf8(l.execute(ctx(seq, 2_000), client, p)).unwrap()
+        };
+
+        let r = reply(&mut a, 4, 0, &result(1, confirmed()));
+        assert!(r.contains("may not report outbox results"), "{r}");
+        assert!(a.ledger().state().0.is_empty());
+        assert_eq!(a.ledger().scheduler().unwrap().denied(), 1);
+
+        assert_eq!(
+            reply(&mut a, 5, CONSUMER, &result(1, confirmed())),
+            "ok result applied"
+        );
+        let order = outbox.get(1).unwrap().payload.clone();
+        let order = String::from_utf8(order).unwrap();
+        assert_eq!(a.ledger().state().0.get(&order), Some(&1));
+        assert_eq!(
+            reply(&mut a, 6, CONSUMER, &result(1, confirmed())),
+            "ok result duplicate"
+        );
+        assert_eq!(a.ledger().state().0.get(&order), Some(&1), "applied once");
+
+        let forged = OutboxResult {
+            index: 2,
+            id: OccurrenceId::new(9, 9, 9),
+            outcome: confirmed(),
+        };
+        let r = reply(&mut a, 7, CONSUMER, &forged.to_payload().unwrap());
+        assert!(r.contains("names"), "{r}");
+        let r = reply(
+            &mut a,
+            8,
+            CONSUMER,
+            &result(2, ResultOutcome::Answer(vec![0; 70_000])),
+        );
+        assert!(r.contains("exceeds"), "{r}");
+        let r = reply(&mut a, 8, CONSUMER, b"ccron-outbox-res\xff");
+        assert!(r.starts_with("err "), "{r}");
+        let dead = ResultOutcome::DeadLetter("payment service down".into());
+        assert_eq!(
+            reply(&mut a, 9, CONSUMER, &result(2, dead)),
+            "ok result applied"
+        );
+        assert_eq!(
+            a.ledger().state().0.len(),
+            1,
+            "a dead letter expires nothing"
+        );
+
+        // A restored replica knows both records have their result.
+        let mut b = ScheduledLedger::with_payment_confirmation(cfg, CONSUMER);
+        b.restore(&a.snapshot()).unwrap();
+        assert_eq!(b.digest(), a.digest());
+        assert_eq!(
+            reply(&mut b, 10, CONSUMER, &result(2, confirmed())),
+            "ok result duplicate"
+        );
+        assert_eq!(b.ledger().state().0.len(), 1);
+        // After progress trims record 1, a late result for it is a no-op too.
+        let r = reply(&mut b, 11, CONSUMER, &outbox_delivered_payload(1));
+        assert_eq!(r, "ok trimmed 1");
+        assert_eq!(
+            reply(&mut b, 12, CONSUMER, &result(1, confirmed())),
+            "ok result trimmed"
+        );
+        assert_eq!(b.ledger().state().0.get(&order), Some(&1));
     }
 }
 

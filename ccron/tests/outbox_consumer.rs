@@ -392,3 +392,44 @@ proptest! {
         prop_assert!(d <= capped + capped * i64::from(permille) / 1000);
     }
 }
+
+#[test]
+fn give_up_dead_letters_at_once_for_the_attempt_in_flight_or_a_waiting_record() {
+    let ob = outbox(3);
+    let mut c = Consumer::new(config(3, 3), 0).unwrap();
+    assert_eq!(indices(&c.poll(&ob, 0)), vec![(1, 1), (2, 1), (3, 1)]);
+    let why = || FailureReason::Failed("retry limit of handler mail".into());
+    // A stale attempt number is ignored; the attempt in flight is given up.
+    assert_eq!(
+        c.give_up(1, 2, why(), 5),
+        AckEffect::Ignored(IgnoredAck::StaleFailure)
+    );
+    assert_eq!(c.give_up(1, 1, why(), 5), AckEffect::DeadLettered);
+    assert_eq!(c.progress(), 1);
+    // A record waiting for its retry can be given up too.
+    assert!(matches!(
+        c.on_ack(2, 1, AckOutcome::Failed { reason: "x".into() }, 6),
+        AckEffect::RetryScheduled { .. }
+    ));
+    assert_eq!(c.give_up(2, 1, why(), 7), AckEffect::DeadLettered);
+    assert_eq!(c.progress(), 2);
+    assert_eq!(
+        c.give_up(2, 1, why(), 8),
+        AckEffect::Ignored(IgnoredAck::NotTracked)
+    );
+    c.on_ack(3, 1, AckOutcome::Done, 9);
+    assert_eq!(
+        c.give_up(4, 1, why(), 9),
+        AckEffect::Ignored(IgnoredAck::NotTracked)
+    );
+    let letters = c.take_dead_letters();
+    assert_eq!(
+        letters
+            .iter()
+            .map(|l| (l.index, l.attempts))
+            .collect::<Vec<_>>(),
+        vec![(1, 1), (2, 1)]
+    );
+    assert_eq!(letters[0].reason, why());
+    c.check_invariants().unwrap();
+}

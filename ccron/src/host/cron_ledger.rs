@@ -160,6 +160,9 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             if let Some(upto) = super::scheduler::outbox_delivered_of(payload) {
                 return book.trim_outbox(Principal::Client(client), upto);
             }
+            if let Some(result) = crate::outbox::OutboxResult::from_payload(payload) {
+                return book.apply_result(&mut self.state, Principal::Client(client), result);
+            }
             if let Some(req) = book.request_of(payload) {
                 return book.execute(ctx, Principal::Client(client), req);
             }

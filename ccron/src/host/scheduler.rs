@@ -14,7 +14,9 @@
 //! reserved pages) and a restarted replica's outbox consumer sees the same records.
 
 use crate::codec;
-use crate::outbox::{Outbox, OutboxLimits};
+use crate::outbox::{
+    Outbox, OutboxLimits, OutboxRecord, OutboxResult, ResultApplied, ResultOutcome,
+};
 use crate::schedule::{Handlers, Limits, ScheduleRequest, Scheduler};
 use crate::{MemPages, PageRange, PagesError, Policy, Principal, ReservedPages, Tick};
 
@@ -47,6 +49,12 @@ pub fn outbox_delivered_of(payload: &[u8]) -> Option<u64> {
 /// the ledger state (`None`).
 pub type RequestTranslator = Box<dyn Fn(&[u8]) -> Option<ScheduleRequest> + Send>;
 
+/// A ledger's reaction to the first result for one of its outbox records (a worker's answer or
+/// a dead letter, `crate::outbox::OutboxResult`): runs inside execution, exactly once per record,
+/// on every replica alike; it may change the ledger state `S`. Registered identically on every
+/// replica ([`LedgerScheduler::with_result_reaction`]).
+pub type ResultReaction<S> = Box<dyn Fn(&mut S, &OutboxRecord, &ResultOutcome) + Send>;
+
 /// Configuration of a ledger's schedule book (identical on every replica).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BookConfig {
@@ -73,8 +81,9 @@ const PAGE_BYTES: usize = 4_096;
 const OUTBOX_MAX_RECORDS: usize = 1_024;
 
 /// Encoded bytes per outbox record beyond its counted size: occurrence id (20), two length
-/// prefixes (16), and the optional topic and type (a tag and a length prefix each, 18).
-const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 54;
+/// prefixes (16), the optional topic and type (a tag and a length prefix each, 18) and its
+/// result mark (8, `Outbox::accept_result`).
+const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 62;
 
 /// An inconsistent [`BookConfig`] ([`BookConfig::validate`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -190,6 +199,7 @@ pub struct LedgerScheduler<S, P = MemPages> {
     outbox: Outbox,
     pages: P,
     translate: Option<RequestTranslator>,
+    reaction: Option<ResultReaction<S>>,
     policy: Policy,
     denied: u64,
     /// The first failed save of the book or the outbox ([`AppError::Fatal`]): the ledger has
@@ -219,6 +229,7 @@ impl<S> LedgerScheduler<S> {
             outbox: Outbox::new(cfg.outbox_limits()),
             pages: MemPages::new(PAGE_BYTES, cfg.total_pages()),
             translate: None,
+            reaction: None,
             policy: Policy::default(),
             denied: 0,
             fatal: None,
@@ -262,6 +273,7 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
             policy: Policy::default(),
             denied: 0,
             fatal: None,
+            reaction: None,
         })
     }
 
@@ -314,6 +326,54 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
     /// replicated state: a counter for this replica's metrics).
     pub fn denied(&self) -> u64 {
         self.denied
+    }
+
+    /// With `reaction` run on the first result for each outbox record (see [`ResultReaction`]).
+    pub fn with_result_reaction(mut self, reaction: ResultReaction<S>) -> Self {
+        self.reaction = Some(reaction);
+        self
+    }
+
+    /// Applies an outbox result request (`crate::outbox::OutboxResult`) from `by`: only the
+    /// policy's outbox consumer may report, once per record (`Outbox::accept_result`); the
+    /// first result runs the [`ResultReaction`] on `state` and saves the outbox (its result
+    /// marks are replicated state). A malformed, unauthorized, oversized or mismatched result is
+    /// an `err` reply and counted ([`Self::denied`] for the unauthorized); a duplicate or a
+    /// result for a trimmed record is an `ok` reply that changes nothing.
+    pub(crate) fn apply_result(
+        &mut self,
+        state: &mut S,
+        by: Principal,
+        result: Result<OutboxResult, crate::outbox::ResultPayloadError>,
+    ) -> Vec<u8> {
+        if self.fatal.is_some() {
+            return b"err halted".to_vec();
+        }
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(%by, error = %e, "malformed outbox result request");
+                return format!("err {e}").into_bytes();
+            }
+        };
+        match self.outbox.accept_result(&self.policy, &by, &result) {
+            Ok(ResultApplied::Applied) => {
+                if let (Some(react), Some(record)) = (&self.reaction, self.outbox.get(result.index))
+                {
+                    react(state, record, &result.outcome);
+                }
+                self.save_outbox();
+                b"ok result applied".to_vec()
+            }
+            Ok(ResultApplied::Duplicate) => b"ok result duplicate".to_vec(),
+            Ok(ResultApplied::Trimmed) => b"ok result trimmed".to_vec(),
+            Err(e) => {
+                if matches!(e, crate::outbox::OutboxError::ResultUnauthorized { .. }) {
+                    self.denied = self.denied.saturating_add(1);
+                }
+                format!("err {e}").into_bytes()
+            }
+        }
     }
 
     /// With a translator for payloads that are not encoded schedule requests.

@@ -477,6 +477,33 @@ impl Consumer {
         }
     }
 
+    /// Gives up record `index` now, whatever attempts remain: the attempt `attempt` in flight is
+    /// the last, and the record becomes a [`DeadLetter`] with `reason` (progress moves past it).
+    /// A host uses it for limits the consumer does not know: a per-handler retry limit, a
+    /// time-to-run, a permanent rejection by the worker. Ignored (like a stale failure) unless
+    /// `attempt` is the attempt in flight, or the record is waiting for its retry.
+    pub fn give_up(
+        &mut self,
+        index: u64,
+        attempt: u32,
+        reason: FailureReason,
+        now_ms: TimeMs,
+    ) -> AckEffect {
+        let Some(slot) = self.slots.get(&index) else {
+            return AckEffect::Ignored(IgnoredAck::NotTracked);
+        };
+        let last = match slot.state {
+            SlotState::Done | SlotState::Dead => {
+                return AckEffect::Ignored(IgnoredAck::AlreadyFinished);
+            }
+            SlotState::InFlight { attempt: a, .. } if a == attempt => a,
+            SlotState::Waiting { attempt: a, .. } => a,
+            SlotState::InFlight { .. } => return AckEffect::Ignored(IgnoredAck::StaleFailure),
+        };
+        self.dead_letter(index, last, reason, now_ms);
+        AckEffect::DeadLettered
+    }
+
     /// Checks the internal invariants; tests and simulators call it after every step.
     pub fn check_invariants(&self) -> Result<(), String> {
         let counted = self
@@ -611,24 +638,7 @@ impl Consumer {
             return AckEffect::Ignored(IgnoredAck::StaleFailure);
         };
         if attempt >= self.config.max_attempts {
-            let letter = DeadLetter {
-                index,
-                id: slot.id,
-                handler: slot.handler.clone(),
-                attempts: attempt,
-                reason,
-                at_ms: now_ms,
-            };
-            tracing::warn!(
-                index,
-                id = %letter.id,
-                attempts = attempt,
-                reason = %letter.reason,
-                "outbox record dead-lettered"
-            );
-            self.dead_letters.push(letter);
-            self.transition(index, SlotState::Dead);
-            self.advance();
+            self.dead_letter(index, attempt, reason, now_ms);
             AckEffect::DeadLettered
         } else {
             let retry_at_ms =
@@ -643,6 +653,31 @@ impl Consumer {
             );
             AckEffect::RetryScheduled { retry_at_ms }
         }
+    }
+
+    /// Turns tracked record `index` into a dead letter after `attempts` attempts.
+    fn dead_letter(&mut self, index: u64, attempts: u32, reason: FailureReason, now_ms: TimeMs) {
+        let Some(slot) = self.slots.get(&index) else {
+            return;
+        };
+        let letter = DeadLetter {
+            index,
+            id: slot.id,
+            handler: slot.handler.clone(),
+            attempts,
+            reason,
+            at_ms: now_ms,
+        };
+        tracing::warn!(
+            index,
+            id = %letter.id,
+            attempts,
+            reason = %letter.reason,
+            "outbox record dead-lettered"
+        );
+        self.dead_letters.push(letter);
+        self.transition(index, SlotState::Dead);
+        self.advance();
     }
 
     /// Moves progress over the finished prefix of the tracked window.

@@ -14,7 +14,8 @@
 use std::collections::VecDeque;
 
 use super::consumer::{
-    AckEffect, AckOutcome, ConfigError, Consumer, ConsumerConfig, DeadLetter, Delivery, Jobs,
+    AckEffect, AckOutcome, ConfigError, Consumer, ConsumerConfig, DeadLetter, Delivery,
+    FailureReason, Jobs,
 };
 use super::progress::{DeadLetterSink, ProgressStore, StoreError};
 use crate::tick::TimeMs;
@@ -101,6 +102,19 @@ impl<P: ProgressStore, D: DeadLetterSink> PersistentConsumer<P, D> {
         now_ms: TimeMs,
     ) -> Result<AckEffect, ConsumerError> {
         let effect = self.consumer.on_ack(index, attempt, outcome, now_ms);
+        self.flush()?;
+        Ok(effect)
+    }
+
+    /// [`Consumer::give_up`], then persists (the dead letter first, then progress).
+    pub fn give_up(
+        &mut self,
+        index: u64,
+        attempt: u32,
+        reason: FailureReason,
+        now_ms: TimeMs,
+    ) -> Result<AckEffect, ConsumerError> {
+        let effect = self.consumer.give_up(index, attempt, reason, now_ms);
         self.flush()?;
         Ok(effect)
     }

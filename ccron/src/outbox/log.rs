@@ -14,15 +14,17 @@
 //! an index once it knows they are delivered (for example after the consumers' acknowledgements
 //! are themselves agreed through consensus).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::codec::{self, CodecError};
 use super::id::OccurrenceId;
+use super::result::{OutboxResult, ResultApplied};
 use crate::authz::{Policy, Principal};
 
-/// Version byte of [`Outbox::encode`]'s format (2: records carry a topic and a type; version
-/// 1 bytes are refused, as a decode or [`CodecError::Version`] error).
-const FORMAT_VERSION: u8 = 2;
+/// Version byte of [`Outbox::encode`]'s format (3: records carry a topic and a type, and the
+/// outbox the indices of records that have a result; versions 1 and 2 are refused, as a decode or
+/// [`CodecError::Version`] error).
+const FORMAT_VERSION: u8 = 3;
 
 /// One external effect to perform, named by the occurrence that produced it.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -146,6 +148,39 @@ pub enum OutboxError {
         /// Who reported it.
         by: Principal,
     },
+    /// A result reported by someone other than the configured outbox consumer
+    /// ([`Outbox::accept_result`]); nothing changed.
+    #[error("{by} may not report outbox results")]
+    ResultUnauthorized {
+        /// Who reported it.
+        by: Principal,
+    },
+    /// A result for an index never appended ([`Outbox::accept_result`]).
+    #[error("result for index {index} past the outbox head {head}")]
+    ResultUnknown {
+        /// The index the result named.
+        index: u64,
+        /// The outbox head at the time.
+        head: u64,
+    },
+    /// A result whose occurrence id is not the one of the record at its index.
+    #[error("result for index {index} names {claimed}, but the record there is {actual}")]
+    ResultMismatch {
+        /// The index the result named.
+        index: u64,
+        /// The id the result named.
+        claimed: OccurrenceId,
+        /// The id of the record at that index.
+        actual: OccurrenceId,
+    },
+    /// A result whose answer or reason exceeds [`OutboxLimits::max_record_bytes`].
+    #[error("a result of {size_bytes} bytes exceeds the {max_bytes}-byte limit")]
+    ResultTooLarge {
+        /// The result's size.
+        size_bytes: usize,
+        /// The bound.
+        max_bytes: usize,
+    },
     /// Progress reported past the last record ever appended ([`Outbox::accept_progress`]):
     /// nothing past the head can have been delivered; nothing was trimmed.
     #[error("progress {upto} is past the outbox head {head}")]
@@ -168,6 +203,9 @@ pub struct Outbox {
     first_index: u64,
     records: VecDeque<OutboxRecord>,
     total_bytes: usize,
+    /// Indices of held records that have a result applied ([`Outbox::accept_result`]); every
+    /// one is within `first_index..next_index`, so this is bounded by the held records.
+    results: BTreeSet<u64>,
 }
 
 /// What [`Outbox::encode`] writes: limits are configuration, not state, so they are not encoded.
@@ -176,6 +214,8 @@ struct Wire {
     version: u8,
     first_index: u64,
     records: Vec<OutboxRecord>,
+    /// Ascending indices of held records with a result.
+    results: Vec<u64>,
 }
 
 impl Outbox {
@@ -186,6 +226,7 @@ impl Outbox {
             first_index: 1,
             records: VecDeque::new(),
             total_bytes: 0,
+            results: BTreeSet::new(),
         }
     }
 
@@ -272,6 +313,7 @@ impl Outbox {
             if let Some(r) = self.records.pop_front() {
                 self.total_bytes = self.total_bytes.saturating_sub(r.size_bytes());
             }
+            self.results.remove(&self.first_index);
             self.first_index += 1;
             dropped += 1;
         }
@@ -306,6 +348,71 @@ impl Outbox {
             return Err(OutboxError::ProgressAboveHead { upto, head });
         }
         Ok(self.trim_below(upto.saturating_add(1)))
+    }
+
+    /// Applies a result for a held record once (see [`OutboxResult`]): only the policy's
+    /// outbox consumer (or the host) may report, the outcome is at most
+    /// [`OutboxLimits::max_record_bytes`], and the result must name an appended index and the id
+    /// of the record there. Returns [`ResultApplied::Applied`] the first time (the caller runs
+    /// its reaction then, and only then), [`ResultApplied::Duplicate`] for a record that already
+    /// has a result and [`ResultApplied::Trimmed`] for a record already trimmed (both no-ops).
+    ///
+    /// # Errors
+    /// [`OutboxError::ResultUnauthorized`], [`OutboxError::ResultTooLarge`],
+    /// [`OutboxError::ResultUnknown`], [`OutboxError::ResultMismatch`]; the outbox is then
+    /// unchanged.
+    pub fn accept_result(
+        &mut self,
+        policy: &Policy,
+        by: &Principal,
+        result: &OutboxResult,
+    ) -> Result<ResultApplied, OutboxError> {
+        let index = result.index;
+        if !policy.may_report_progress(by) {
+            tracing::warn!(%by, index, id = %result.id, "outbox result rejected: not the consumer");
+            return Err(OutboxError::ResultUnauthorized { by: *by });
+        }
+        let size_bytes = result.outcome.size_bytes();
+        if size_bytes > self.limits.max_record_bytes {
+            tracing::warn!(%by, index, id = %result.id, size_bytes, "outbox result rejected: too large");
+            return Err(OutboxError::ResultTooLarge {
+                size_bytes,
+                max_bytes: self.limits.max_record_bytes,
+            });
+        }
+        let head = self.head();
+        if index == 0 || index > head {
+            tracing::warn!(%by, index, head, id = %result.id, "outbox result rejected: unknown index");
+            return Err(OutboxError::ResultUnknown { index, head });
+        }
+        let Some(record) = self.get(index) else {
+            tracing::debug!(index, id = %result.id, "outbox result for a trimmed record ignored");
+            return Ok(ResultApplied::Trimmed);
+        };
+        if record.id != result.id {
+            tracing::warn!(%by, index, claimed = %result.id, actual = %record.id, "outbox result rejected: id mismatch");
+            return Err(OutboxError::ResultMismatch {
+                index,
+                claimed: result.id,
+                actual: record.id,
+            });
+        }
+        if !self.results.insert(index) {
+            tracing::debug!(index, id = %result.id, "duplicate outbox result ignored");
+            return Ok(ResultApplied::Duplicate);
+        }
+        tracing::debug!(index, id = %result.id, "outbox result applied");
+        Ok(ResultApplied::Applied)
+    }
+
+    /// Whether the held record at `index` has a result applied.
+    pub fn has_result(&self, index: u64) -> bool {
+        self.results.contains(&index)
+    }
+
+    /// Number of held records with a result applied.
+    pub fn results_len(&self) -> usize {
+        self.results.len()
     }
 
     /// Held records with their indices, in index order.
@@ -370,12 +477,13 @@ impl Outbox {
             version: FORMAT_VERSION,
             first_index: self.first_index,
             records: self.records.iter().cloned().collect(),
+            results: self.results.iter().copied().collect(),
         }
     }
 
     /// Decodes bytes from [`encode`](Self::encode), checking them against `limits`.
     pub fn decode(bytes: &[u8], limits: OutboxLimits) -> Result<Self, OutboxError> {
-        let wire: Wire = codec::decode(bytes)?;
+        let wire: Wire = codec::decode::<Wire>(bytes)?;
         Self::from_wire(wire, limits)
     }
 
@@ -424,11 +532,23 @@ impl Outbox {
                 limits.max_total_bytes
             )));
         }
+        let next_index = wire.first_index + wire.records.len() as u64;
+        if wire.results.windows(2).any(|w| w[0] >= w[1])
+            || wire
+                .results
+                .iter()
+                .any(|&i| i < wire.first_index || i >= next_index)
+        {
+            return Err(OutboxError::Invalid(
+                "result marks out of order or outside the held records".into(),
+            ));
+        }
         Ok(Self {
             limits,
             first_index: wire.first_index,
             records: wire.records.into(),
             total_bytes,
+            results: wire.results.into_iter().collect(),
         })
     }
 }

@@ -7,6 +7,8 @@
 //!   progress ([`ProgressStore`]) and dead letters ([`DeadLetterSink`]).
 //! * [`QuorumJobs`]: reads records from several replicas, believing only what f+1 agree on.
 //! * [`SeenSet`]: the worker's deduplication by id, turning at-least-once into effectively once.
+//! * [`OutboxResult`]: a worker's answer or a dead letter, sent back as a client request and
+//!   applied once by [`Outbox::accept_result`].
 //!
 //! See `docs/outbox.md` for the model and how a ledger uses it.
 //!
@@ -50,6 +52,7 @@ mod id;
 mod log;
 mod progress;
 mod quorum;
+mod result;
 mod seen;
 
 pub use codec::{CodecError, MAX_ENCODED_BYTES};
@@ -65,4 +68,8 @@ pub use progress::{
     ProgressStore, StoreError,
 };
 pub use quorum::{QuorumError, QuorumJobs};
+pub use result::{
+    MAX_RESULT_PAYLOAD_BYTES, OutboxResult, RESULT_PAYLOAD_PREFIX, ResultApplied, ResultOutcome,
+    ResultPayloadError,
+};
 pub use seen::{SeenSet, SeenSetError};

@@ -1,0 +1,29 @@
+//! Deliver ccron outbox records over HTTP to a pool of workers, and bring the results back.
+//!
+//! * [`pool`]: the decision logic, a pure sans-IO state machine with injected time and a seeded
+//!   generator: assignment per handler (sticky by key, least-loaded, seeded random), a health
+//!   model (failures and timeouts mark a worker down for an exponential back-off, probes bring
+//!   it back), failover, per-handler retry limit and time-to-run.
+//! * [`deliver`]: the thin IO shell ([`deliver::Dispatcher`]): it drives a ccron
+//!   [`PersistentConsumer`](ccron::outbox::PersistentConsumer) (progress, retries with backoff,
+//!   dead letters), POSTs each delivery with hyper under a timeout, probes workers that are
+//!   down, and hands back an [`OutboxResult`](ccron::outbox::OutboxResult) per finished record
+//!   (the answer or the dead letter) for the ledger ([`ccron::outbox::Outbox::accept_result`]).
+//! * [`worker`]: an axum worker that deduplicates by occurrence id with ccron's
+//!   [`SeenSet`](ccron::outbox::SeenSet).
+//! * [`contract`]: the HTTP contract (paths, headers, status codes).
+//!
+//! See `docs/outbox.md` ("HTTP workers") for the model and the figures.
+
+pub mod contract;
+pub mod deliver;
+pub mod pool;
+pub mod worker;
+
+pub use deliver::{DeliverError, DispatchStats, Dispatcher, DispatcherConfig};
+pub use deliver::{ResultSink, ResultSinkError};
+pub use pool::{
+    AssignError, Assignment, AttemptOutcome, HandlerPolicy, Health, HealthConfig, KeyOf, Pool,
+    PoolConfig, PoolConfigError, PoolStats, Verdict, WorkerId,
+};
+pub use worker::{Dedupe, EffectError, Worker, WorkerConfig};

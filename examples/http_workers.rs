@@ -1,0 +1,532 @@
+//! Outbox records from a live cluster to HTTP workers, and the answers back into the ledger.
+//!
+//! 1. A threaded PBFT cluster (`sim_bft::runtime`, n = 4, f = 1, real time, real
+//!    TicksGenerators) runs the orders ledger with payment confirmation
+//!    (`ScheduledLedger::with_payment_confirmation`): a shop client places orders, each order's
+//!    expiry task fires on agreed time and emits a `shop.cancel` outbox record; the order is
+//!    *not* marked expired yet.
+//! 2. Every replica publishes its committed outbox; the consumer reads all four and believes a
+//!    record only when f+1 = 2 replicas return it identically (`QuorumJobs`).
+//! 3. A `ccron_http::Dispatcher` delivers each record over HTTP to three axum workers on
+//!    loopback (sticky by order, failover, health with probes), which deduplicate by occurrence
+//!    id through one shared idempotency store and answer `confirmed`; worker 1 fails a third of
+//!    its calls.
+//! 4. Each answer goes back as a signed client request of the consumer identity
+//!    (`OutboxResult`), and the ledger marks the order expired when it executes, once.
+//! 5. Mid-run, worker 0 is killed (and restarted later) and the consumer is killed (its
+//!    in-memory state and requests in flight are lost) and restarted from its persisted
+//!    progress.
+//!
+//! The run checks that every effect was performed exactly once at the workers, and that on every
+//! replica every record has exactly one result and every order was marked expired exactly once;
+//! it prints a summary and exits non-zero otherwise (a 60 s guard turns a hang into a failure).
+//!
+//! Run: `cargo run --release --example http_workers -- --orders 200`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ccron::outbox::{
+    Backoff, ConsumerConfig, Jobs, MemDeadLetters, MemProgressStore, OccurrenceId, Outbox,
+    OutboxRecord, OutboxResult, PersistentConsumer, QuorumJobs,
+};
+use ccron::schedule::ScheduleRequest;
+use ccron::{PageRange, ReservedPages, Tick};
+use ccron_http::{
+    Assignment, Dedupe, Dispatcher, DispatcherConfig, EffectError, HandlerPolicy, KeyOf,
+    ResultSink, ResultSinkError, Worker, WorkerConfig,
+};
+use clap::Parser;
+use sim_bft::app::{AppError, Application, ExecContext};
+use sim_bft::crypto::{Digest32, client_signing_key};
+use sim_bft::ledgers::orders::{PAYMENT_CONFIRMED, SHOP_CANCEL, SchedAppConfig, ScheduledLedger};
+use sim_bft::node::{ClientId, FireNote};
+use sim_bft::protocol::client_request_bytes;
+use sim_bft::replica::{Replica, ReplicaConfig};
+use sim_bft::runtime::{RuntimeConfig, ThreadedCluster};
+
+#[path = "../ccron-http/tests/support/mod.rs"]
+mod support;
+
+/// The wall clock of this IO shell (the one place it is read; the pool and the consumer get
+/// time as an argument).
+#[allow(clippy::disallowed_methods)]
+fn wall() -> Instant {
+    Instant::now()
+}
+
+const N: u32 = 4;
+const F: usize = 1;
+const KEY_SEED: u64 = 11;
+const SHOP: ClientId = 0;
+const CONSUMER: ClientId = 1;
+const COMPONENT: u32 = 1;
+const TICK_MS: u64 = 40;
+
+/// Options of a run.
+#[derive(Debug, Clone, Parser)]
+pub struct Options {
+    /// Orders to place (each expires once: one outbox record each).
+    #[arg(long, default_value_t = 200)]
+    pub orders: u64,
+    /// Expiry delay of an order after admission.
+    #[arg(long, default_value_t = 200)]
+    pub expiry_ms: i64,
+    /// Give up (exit non-zero) after this long.
+    #[arg(long, default_value_t = 60)]
+    pub guard_s: u64,
+}
+
+/// What a replica publishes of its committed state for outside readers.
+#[derive(Debug, Clone, Default)]
+struct Published {
+    outbox: Option<Outbox>,
+    expired: BTreeMap<String, u32>,
+}
+
+/// The orders ledger, publishing its outbox and orders after every committed change (what a
+/// replica's read endpoint would serve).
+struct Publishing {
+    inner: ScheduledLedger,
+    out: Arc<Mutex<Published>>,
+}
+
+impl Publishing {
+    fn publish(&self) {
+        let Some(book) = self.inner.ledger().scheduler() else {
+            return;
+        };
+        if let Ok(mut p) = self.out.lock() {
+            let o = book.outbox();
+            let changed = p.outbox.as_ref().is_none_or(|q| {
+                (q.first_index(), q.head(), q.results_len())
+                    != (o.first_index(), o.head(), o.results_len())
+            });
+            if changed {
+                p.outbox = Some(o.clone());
+                p.expired = self.inner.ledger().state().0.clone();
+            }
+        }
+    }
+}
+
+impl Application for Publishing {
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        let r = self.inner.execute(ctx, client, payload);
+        self.publish();
+        r
+    }
+    fn digest(&self) -> Digest32 {
+        self.inner.digest()
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.inner.snapshot()
+    }
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        let r = self.inner.restore(snapshot);
+        self.publish();
+        r
+    }
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
+        let r = self.inner.on_tick(tick, pages);
+        self.publish();
+        r
+    }
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
+        let r = self.inner.reload(pages);
+        self.publish();
+        r
+    }
+    fn fires(&self) -> BTreeMap<(u32, u32), u64> {
+        self.inner.fires()
+    }
+    fn page_ranges(&self) -> Vec<PageRange> {
+        self.inner.page_ranges()
+    }
+    fn halted(&self) -> Option<&AppError> {
+        self.inner.halted()
+    }
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        self.inner.take_fire_notes(out);
+    }
+}
+
+/// One replica's committed outbox, as the consumer reads it.
+#[derive(Clone)]
+struct ReplicaView(Arc<Mutex<Published>>);
+
+impl Jobs for ReplicaView {
+    fn head(&self) -> u64 {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|p| p.outbox.as_ref().map(Outbox::head))
+            .unwrap_or(0)
+    }
+    fn at_index(&self, index: u64) -> Option<OutboxRecord> {
+        let p = self.0.lock().ok()?;
+        p.outbox.as_ref()?.get(index).cloned()
+    }
+}
+
+/// The consumer's way back into the ledger: each result becomes a signed request of the
+/// consumer identity; it stays pending (and is re-sent under the same request number, which
+/// the replicas execute at most once) until f+1 replicas show it applied. Its request counter
+/// and pending list stand for durable state: they survive the consumer's crash.
+struct ClusterResults {
+    cluster: Arc<ThreadedCluster>,
+    /// Signs a payload as the consumer client under a request number.
+    sign: Signer,
+    next_req: u64,
+    pending: BTreeMap<u64, (Vec<u8>, Instant)>,
+    views: Vec<ReplicaView>,
+    sent: u64,
+    resent: u64,
+}
+
+/// Signs a request payload as the consumer under a request number.
+type Signer = Box<dyn Fn(u64, Vec<u8>) -> Result<Vec<u8>, String> + Send>;
+
+const MAX_PENDING_RESULTS: usize = 4_096;
+
+impl ResultSink for ClusterResults {
+    fn offer(&mut self, result: OutboxResult) -> Result<(), ResultSinkError> {
+        if self.pending.len() >= MAX_PENDING_RESULTS {
+            return Err(ResultSinkError("too many results pending".into()));
+        }
+        let payload = result
+            .to_payload()
+            .map_err(|e| ResultSinkError(e.to_string()))?;
+        self.next_req += 1;
+        let bytes = (self.sign)(self.next_req, payload).map_err(ResultSinkError)?;
+        self.cluster.submit(&bytes);
+        self.sent += 1;
+        self.pending.insert(result.index, (bytes, wall()));
+        Ok(())
+    }
+}
+
+impl ClusterResults {
+    /// Drops results f+1 replicas show applied; re-sends those older than a second.
+    fn pump(&mut self) {
+        let applied_at = |index: u64| {
+            self.views
+                .iter()
+                .filter(|v| {
+                    v.0.lock()
+                        .ok()
+                        .and_then(|p| p.outbox.as_ref().map(|o| o.has_result(index)))
+                        .unwrap_or(false)
+                })
+                .count()
+        };
+        let done: Vec<u64> = self
+            .pending
+            .keys()
+            .copied()
+            .filter(|&i| applied_at(i) > F)
+            .collect();
+        for i in done {
+            self.pending.remove(&i);
+        }
+        for (bytes, at) in self.pending.values_mut() {
+            if at.elapsed() > Duration::from_secs(1) {
+                self.cluster.submit(bytes);
+                *at = wall();
+                self.resent += 1;
+            }
+        }
+    }
+}
+
+type Performed = Arc<Mutex<BTreeMap<OccurrenceId, u32>>>;
+
+fn worker(dedupe: &Arc<Dedupe>, performed: &Performed, flaky: bool) -> Arc<Worker> {
+    let performed = performed.clone();
+    let calls = AtomicU64::new(0);
+    Worker::new(
+        WorkerConfig::default(),
+        dedupe.clone(),
+        move |handler, id, _payload| {
+            if flaky && calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(3) {
+                return Err(EffectError::Unavailable("payment service busy".into()));
+            }
+            if handler != SHOP_CANCEL {
+                return Err(EffectError::Rejected(format!("unknown handler {handler}")));
+            }
+            if let Ok(mut p) = performed.lock() {
+                *p.entry(*id).or_insert(0) += 1;
+            }
+            Ok(PAYMENT_CONFIRMED.to_vec())
+        },
+    )
+}
+
+fn consumer_config() -> ConsumerConfig {
+    ConsumerConfig {
+        max_processing: 12,
+        max_search_ahead: 64,
+        max_attempts: u32::MAX,
+        ack_timeout_ms: 5_000,
+        backoff: Backoff {
+            base_ms: 10,
+            cap_ms: 200,
+            jitter_permille: 250,
+        },
+    }
+}
+
+/// What a run observed.
+#[derive(Debug)]
+pub struct Report {
+    /// Records delivered and acknowledged (the consumer's progress).
+    pub records: u64,
+    /// Effects performed at the workers, and how many ids were performed more than once.
+    pub performed: usize,
+    /// Ids performed more than once (must be 0).
+    pub performed_twice: usize,
+    /// Per replica: records with a result, orders marked expired, orders marked more than once.
+    pub replicas: Vec<(usize, usize, usize)>,
+    /// Result requests sent and re-sent.
+    pub results_sent: u64,
+    /// Re-sent results.
+    pub results_resent: u64,
+    /// Dispatcher and pool counters before and after the consumer's crash.
+    pub dispatch: Vec<(ccron_http::DispatchStats, ccron_http::PoolStats)>,
+}
+
+impl Report {
+    /// Whether everything happened exactly once.
+    pub fn exactly_once(&self, orders: u64) -> bool {
+        let n = usize::try_from(orders).unwrap_or(usize::MAX);
+        self.records == orders
+            && self.performed == n
+            && self.performed_twice == 0
+            && self.replicas.len() == N as usize
+            && self.replicas.iter().all(|&r| r == (n, n, 0))
+    }
+}
+
+/// Runs the scenario (see the module documentation).
+///
+/// # Errors
+/// A setup failure or the guard running out.
+pub fn run(opts: &Options) -> Result<Report, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(run_async(opts))
+}
+
+async fn run_async(opts: &Options) -> Result<Report, String> {
+    let guard = wall() + Duration::from_secs(opts.guard_s);
+    // The cluster.
+    let cfg = SchedAppConfig {
+        component: COMPONENT,
+        expiry_ms: opts.expiry_ms,
+        ..SchedAppConfig::default()
+    };
+    let published: Vec<Arc<Mutex<Published>>> = (0..N).map(|_| Arc::default()).collect();
+    let replicas = (0..N)
+        .map(|i| {
+            let mut rc = ReplicaConfig::new(i, N, KEY_SEED, 2);
+            rc.tick_components = BTreeMap::from([(COMPONENT, TICK_MS)]);
+            let app = Publishing {
+                inner: ScheduledLedger::with_payment_confirmation(cfg, CONSUMER),
+                out: published[i as usize].clone(),
+            };
+            Replica::with_app(rc, Box::new(app)).map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let cluster = Arc::new(
+        ThreadedCluster::start(
+            replicas,
+            RuntimeConfig {
+                tick_period_ms: TICK_MS,
+                components: vec![COMPONENT],
+            },
+        )
+        .map_err(|e| e.to_string())?,
+    );
+    let views: Vec<ReplicaView> = published.iter().cloned().map(ReplicaView).collect();
+    let jobs = QuorumJobs::new(views.clone(), F + 1).map_err(|e| e.to_string())?;
+
+    // The shop places the orders.
+    let shop = client_signing_key(KEY_SEED, SHOP);
+    for k in 0..opts.orders {
+        let req = ScheduleRequest::Upsert(ScheduledLedger::expiry(
+            &format!("order-{k}"),
+            opts.expiry_ms,
+        ));
+        let payload = ScheduledLedger::payload(&req).map_err(|e| e.to_string())?;
+        let bytes = client_request_bytes(&shop, SHOP, k + 1, payload).map_err(|e| e.to_string())?;
+        cluster.submit(&bytes);
+    }
+
+    // Three workers of one payment service (one idempotency store).
+    let dedupe = Dedupe::new(4_096);
+    let performed: Performed = Arc::default();
+    let workers: Vec<Arc<Worker>> = (0..3)
+        .map(|i| worker(&dedupe, &performed, i == 1))
+        .collect();
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut running: Vec<Option<support::Running>> = workers
+        .iter()
+        .map(|w| support::Running::start(w.clone(), any).map(Some))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let bases: Vec<String> = running
+        .iter()
+        .flatten()
+        .map(support::Running::base)
+        .collect();
+    let addr0 = running[0].as_ref().map(|r| r.addr).ok_or("no worker 0")?;
+
+    let mut dcfg = DispatcherConfig::new(bases);
+    dcfg.pool.max_in_flight_per_worker = 4;
+    dcfg.pool.health.base_down_ms = 100;
+    dcfg.pool.health.max_down_ms = 1_000;
+    dcfg.pool.handlers.insert(
+        SHOP_CANCEL.into(),
+        HandlerPolicy {
+            assignment: Assignment::Sticky(KeyOf::Payload),
+            max_attempts: 50,
+            time_to_run_ms: 30_000,
+            attempt_timeout_ms: 1_000,
+        },
+    );
+    let start = wall();
+    let clock: ccron_http::deliver::Clock =
+        Arc::new(move || i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX));
+
+    let mut sink = ClusterResults {
+        cluster: cluster.clone(),
+        sign: {
+            let key = client_signing_key(KEY_SEED, CONSUMER);
+            Box::new(move |req, payload| {
+                client_request_bytes(&key, CONSUMER, req, payload).map_err(|e| e.to_string())
+            })
+        },
+        next_req: 0,
+        pending: BTreeMap::new(),
+        views: views.clone(),
+        sent: 0,
+        resent: 0,
+    };
+    let mut store = MemProgressStore::default();
+    let mut letters = MemDeadLetters::default();
+    let mut consumer = PersistentConsumer::open(consumer_config(), &mut store, &mut letters)
+        .map_err(|e| e.to_string())?;
+    let mut dispatcher = Dispatcher::new(dcfg.clone(), clock.clone()).map_err(|e| e.to_string())?;
+    let mut dispatch = Vec::new();
+    let mut phase = 0;
+    let quarter = opts.orders / 4;
+    loop {
+        if wall() > guard {
+            return Err(format!(
+                "guard ran out: progress {} of {}, {} results pending",
+                consumer.persisted_progress(),
+                opts.orders,
+                sink.pending.len()
+            ));
+        }
+        dispatcher
+            .step(&mut consumer, &jobs, &mut sink, Duration::from_millis(20))
+            .await
+            .map_err(|e| e.to_string())?;
+        sink.pump();
+        let progress = consumer.persisted_progress();
+        if phase == 0 && progress >= quarter {
+            println!("progress {progress}: killing worker 0");
+            if let Some(r) = running[0].take() {
+                r.kill().await;
+            }
+            phase = 1;
+        } else if phase == 1 && progress >= 2 * quarter {
+            println!("progress {progress}: killing the consumer and restarting it");
+            dispatch.push((dispatcher.stats(), dispatcher.pool().stats()));
+            drop(dispatcher);
+            drop(consumer);
+            consumer = PersistentConsumer::open(consumer_config(), &mut store, &mut letters)
+                .map_err(|e| e.to_string())?;
+            dispatcher = Dispatcher::new(dcfg.clone(), clock.clone()).map_err(|e| e.to_string())?;
+            phase = 2;
+        } else if phase == 2 && progress >= 3 * quarter {
+            println!("progress {progress}: restarting worker 0");
+            running[0] = Some(
+                support::Running::start(workers[0].clone(), addr0).map_err(|e| e.to_string())?,
+            );
+            phase = 3;
+        }
+        let all_applied = views.iter().all(|v| {
+            v.0.lock()
+                .ok()
+                .and_then(|p| p.outbox.as_ref().map(|o| o.results_len() as u64))
+                == Some(opts.orders)
+        });
+        if phase == 3 && progress >= opts.orders && sink.pending.is_empty() && all_applied {
+            break;
+        }
+    }
+    dispatch.push((dispatcher.stats(), dispatcher.pool().stats()));
+    drop(dispatcher);
+    let progress = consumer.persisted_progress();
+    drop(consumer);
+    for r in running.into_iter().flatten() {
+        r.kill().await;
+    }
+    let performed = performed.lock().map_err(|e| e.to_string())?.clone();
+    let replicas = published
+        .iter()
+        .map(|p| {
+            let p = p.lock().map_err(|e| e.to_string())?;
+            let results = p.outbox.as_ref().map_or(0, Outbox::results_len);
+            Ok((
+                results,
+                p.expired.len(),
+                p.expired.values().filter(|&&n| n != 1).count(),
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let report = Report {
+        records: progress,
+        performed: performed.len(),
+        performed_twice: performed.values().filter(|&&n| n != 1).count(),
+        replicas,
+        results_sent: sink.sent,
+        results_resent: sink.resent,
+        dispatch,
+    };
+    drop(sink);
+    if let Ok(c) = Arc::try_unwrap(cluster) {
+        c.stop().map_err(|e| e.to_string())?;
+    }
+    Ok(report)
+}
+
+#[allow(dead_code)]
+fn main() {
+    let opts = Options::parse();
+    match run(&opts) {
+        Ok(report) => {
+            println!("{report:#?}");
+            if report.exactly_once(opts.orders) {
+                println!(
+                    "OK: every effect performed once, every result applied once on every replica"
+                );
+            } else {
+                eprintln!("FAILED: not exactly once");
+                std::process::exit(1);
+            }
+        }
+        Err(e) => {
+            eprintln!("FAILED: {e}");
+            std::process::exit(2);
+        }
+    }
+}
