@@ -89,6 +89,7 @@ pub mod periodic;
 pub mod registry;
 pub mod schedule;
 pub mod table;
+mod table_store;
 pub mod tick;
 pub mod ticks;
 

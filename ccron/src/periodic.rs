@@ -8,8 +8,9 @@
 //!
 //! The schedule (the next due time of every periodic entry of a table) is owned by the table
 //! instance, never by a static: several replicas in one process each have their own. It lives in
-//! the table's [`PageRange`](crate::PageRange) through [`crate::codec`], is written at most once
-//! per tick (at the end of the pass, only when it changed), and is read back by
+//! the table's [`PageRange`](crate::PageRange) through [`crate::codec`] (table layout 2: a
+//! commit page, a change log and record pages, so a write takes O(changes) pages), is written
+//! at most once per tick (at the end of the pass, only when it changed), and is read back by
 //! [`CronTable::reload`](crate::CronTable::reload), which the host calls after a restart and after
 //! a state transfer.
 
@@ -214,7 +215,9 @@ impl Schedule for Periodic {
     }
 }
 
-/// The persisted form of one table's periodic schedule (what goes through [`crate::codec`]).
+/// One table's periodic schedule as one value: the form of table layout 1 (one blob, or
+/// alternate halves), which layout 2 refuses at load ([`crate::TableError::OldLayout`]); kept
+/// for tools and tests that write or inspect such pages.
 #[derive(Debug, Clone, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
 pub struct PersistedSchedule {
     /// The component whose table wrote it (a misconfigured page range is caught on reload).
@@ -232,12 +235,12 @@ impl PersistedSchedule {
     }
 }
 
-/// The in-memory schedule of one table: next due time per position, and whether it changed
-/// since it was last written.
+/// The in-memory schedule of one table: next due point per position, and the positions
+/// changed since it was last written, each with the due point it had then (`None`: no record).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ScheduleStore {
     pub(crate) next: BTreeMap<u32, Due>,
-    pub(crate) dirty: bool,
+    pub(crate) changed: Vec<(u32, Option<Due>)>,
 }
 
 impl ScheduleStore {
@@ -246,15 +249,8 @@ impl ScheduleStore {
     }
 
     pub(crate) fn remove(&mut self, position: u32) {
-        if self.next.remove(&position).is_some() {
-            self.dirty = true;
-        }
-    }
-
-    pub(crate) fn to_persisted(&self, component_id: ComponentId) -> PersistedSchedule {
-        PersistedSchedule {
-            component_id,
-            records: self.next.iter().map(|(p, d)| (*p, *d)).collect(),
+        if let Some(old) = self.next.remove(&position) {
+            self.changed.push((position, Some(old)));
         }
     }
 }

@@ -1,4 +1,6 @@
 //! Page layout and record placement of the schedule book's persistence (layout version 2).
+//! The placement ([`Placement`], [`FreeTree`]) is shared with the cron tables' record pages
+//! (`crate::table_store`).
 //!
 //! Why record pages. The first layout kept the records in 16 multi-page shard blobs, so one
 //! changed record rewrote a sixteenth of the book (65-86 ms at 10^6 schedules). Here each record
@@ -42,11 +44,11 @@ use crate::pages::{PageId, PageRange};
 
 /// Bytes of a record page's blob before its records: the page number (u32) and the vector
 /// length (u64, fixed-width integers).
-pub(super) const PAGE_BASE_BYTES: usize = 12;
+pub(crate) const PAGE_BASE_BYTES: usize = 12;
 
 /// Bytes of one page's blob available to records (each counted as its encoded `(id, record)`),
 /// for pages of `page_bytes`.
-pub(super) fn record_room(page_bytes: usize) -> usize {
+pub(crate) fn record_room(page_bytes: usize) -> usize {
     page_bytes
         .saturating_sub(HEADER_BYTES)
         .saturating_sub(PAGE_BASE_BYTES)
@@ -104,7 +106,7 @@ impl Layout {
 /// in O(log P). Pages past the ones in use are empty (full room); the tree doubles when every
 /// leaf is in use.
 #[derive(Debug, Clone)]
-pub(super) struct FreeTree {
+pub(crate) struct FreeTree {
     room: u32,
     leaves: usize,
     tree: Vec<u32>,
@@ -176,7 +178,7 @@ impl FreeTree {
 /// The persistence state of a book: which page holds each record, each page's members and fill,
 /// and what changed since the last save (all derived from the records; rebuilt at load).
 #[derive(Debug, Clone)]
-pub(super) struct Placement {
+pub(crate) struct Placement {
     room: u32,
     /// Record id -> (page, encoded bytes of its `(id, record)` entry).
     loc: BTreeMap<u64, (u32, u32)>,
@@ -227,6 +229,11 @@ impl Placement {
     /// Pages that may hold records (one past the highest page ever used since load).
     pub fn pages_in_use(&self) -> u32 {
         u32::try_from(self.members.len()).unwrap_or(u32::MAX)
+    }
+
+    /// How many records are placed.
+    pub fn records(&self) -> usize {
+        self.loc.len()
     }
 
     /// The ids on `page`, ascending.
