@@ -14,7 +14,8 @@
 //! [`CronTable::reload`](crate::CronTable::reload), which the host calls after a restart and after
 //! a state transfer.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, DefaultHasher};
 use std::num::NonZeroU32;
 
 use crate::due::{Due, Schedule};
@@ -235,11 +236,17 @@ impl PersistedSchedule {
     }
 }
 
+/// Next due point by position (see [`ScheduleStore`]).
+pub(crate) type NextMap = HashMap<u32, Due, BuildHasherDefault<DefaultHasher>>;
+
 /// The in-memory schedule of one table: next due point per position, and the positions
 /// changed since it was last written, each with the due point it had then (`None`: no record).
+///
+/// `next` is a hash map with a fixed hasher (no randomness): a tick looks positions up, and
+/// whatever iterates it sorts or only counts, so no order reaches replicated state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ScheduleStore {
-    pub(crate) next: BTreeMap<u32, Due>,
+    pub(crate) next: NextMap,
     pub(crate) changed: Vec<(u32, Option<Due>)>,
 }
 

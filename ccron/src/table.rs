@@ -7,7 +7,7 @@
 //! is exactly that of [`CronTable::evaluate_linear`], the plain scan kept as the reference model
 //! and benchmark baseline.
 
-use std::collections::btree_map::Entry;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::codec::{self, CodecError};
@@ -746,7 +746,7 @@ impl<S> CronTable<S> {
                 self.index.move_key(*position, old_key, new_key);
             }
         }
-        self.schedule.next = next;
+        self.schedule.next = next.into_iter().collect();
         self.schedule.changed.clear();
         self.store = store;
         self.orphans = u32::try_from(orphans).unwrap_or(u32::MAX);

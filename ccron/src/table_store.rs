@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::codec::{self, BlobKind, CodecError, HEADER_BYTES};
 use crate::due::Due;
+use crate::periodic::NextMap;
 use crate::pages::{PageId, PageRange, ReservedPages};
 use crate::schedule::store::{Placement, record_room};
 use crate::table::TableError;
@@ -231,11 +232,13 @@ impl TableStore {
         pages: &mut dyn ReservedPages,
         form: Form,
         component_id: ComponentId,
-        next: &BTreeMap<u32, Due>,
+        next: &NextMap,
         changed: &[(u32, Option<Due>)],
     ) -> Result<SaveStats, TableError> {
         let layout = match form {
             Form::Inline(commit) => {
+                let mut inline: Vec<(u32, Due)> = next.iter().map(|(p, d)| (*p, *d)).collect();
+                inline.sort_unstable_by_key(|r| r.0);
                 let c = Commit {
                     version: TABLE_LAYOUT_VERSION,
                     component_id,
@@ -243,7 +246,7 @@ impl TableStore {
                     records: next.len() as u64,
                     log_pages: 0,
                     log_segments: 0,
-                    inline: next.iter().map(|(p, d)| (*p, *d)).collect(),
+                    inline,
                 };
                 codec::save(pages, commit, BlobKind::TableCommit, &c)?;
                 return Ok(SaveStats {
@@ -267,33 +270,25 @@ impl TableStore {
         if self.log_pages as usize + needed > layout.log.len() as usize {
             self.fold(pages, layout, component_id, next, changed, &mut stats)?;
         }
-        // Place the changed records (a record that stays keeps its page).
+        // Place the changed records (a record that stays keeps its page) and log them.
+        let k = u32::try_from(per_record_page(page_size)).unwrap_or(u32::MAX);
         let placement = self.placement(page_size);
-        for &(position, _) in changed {
-            match next.contains_key(&position) {
-                true => placement.put(u64::from(position), RECORD_BYTES),
-                false => placement.remove(u64::from(position)),
-            }
-        }
-        placement.dirty_ids.clear();
         let mut log: Vec<Change> = Vec::with_capacity(changed.len());
         for &(position, _) in changed {
             let placed = match next.get(&position) {
-                None => None,
-                Some(due) => {
-                    let page = placement.page_of(u64::from(position));
-                    match page {
-                        Some(p) if p < layout.record_pages => Some((p, *due)),
-                        _ => {
-                            return Err(TableError::TooManyRecords {
-                                found: next.len(),
-                                max: layout.record_pages.saturating_mul(
-                                    u32::try_from(per_record_page(page_size)).unwrap_or(u32::MAX),
-                                ),
-                            });
-                        }
-                    }
+                None => {
+                    placement.unplace(u64::from(position));
+                    None
                 }
+                Some(due) => match placement.place(u64::from(position), RECORD_BYTES) {
+                    Some(p) if p < layout.record_pages => Some((p, *due)),
+                    _ => {
+                        return Err(TableError::TooManyRecords {
+                            found: next.len(),
+                            max: layout.record_pages.saturating_mul(k),
+                        });
+                    }
+                },
             };
             log.push((position, placed));
         }
@@ -336,7 +331,7 @@ impl TableStore {
         pages: &mut dyn ReservedPages,
         layout: LogLayout,
         component_id: ComponentId,
-        next: &BTreeMap<u32, Due>,
+        next: &NextMap,
         changed: &[(u32, Option<Due>)],
         stats: &mut SaveStats,
     ) -> Result<(), TableError> {

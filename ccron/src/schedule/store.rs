@@ -37,7 +37,8 @@
 //! save (that would cost writes and replaying it is harmless); the next save overwrites it and
 //! zeroes its leftover pages, so page images stay identical on every replica.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use crate::codec::HEADER_BYTES;
 use crate::pages::{PageId, PageRange};
@@ -180,8 +181,9 @@ impl FreeTree {
 #[derive(Debug, Clone)]
 pub(crate) struct Placement {
     room: u32,
-    /// Record id -> (page, encoded bytes of its `(id, record)` entry).
-    loc: BTreeMap<u64, (u32, u32)>,
+    /// Record id -> (page, encoded bytes of its `(id, record)` entry). Looked up only, never
+    /// iterated (a fixed hasher: no randomness, and no order reaches anything).
+    loc: HashMap<u64, (u32, u32), BuildHasherDefault<DefaultHasher>>,
     /// Each page's record ids, ascending.
     members: Vec<Vec<u64>>,
     /// Each page's used entry bytes.
@@ -208,7 +210,7 @@ impl Placement {
         let room = u32::try_from(record_room(page_bytes)).unwrap_or(u32::MAX);
         Self {
             room,
-            loc: BTreeMap::new(),
+            loc: HashMap::default(),
             members: Vec::new(),
             used: Vec::new(),
             free: FreeTree::new(room),
@@ -290,32 +292,45 @@ impl Placement {
     /// otherwise it goes to the lowest page with room. Marks what changed.
     pub fn put(&mut self, id: u64, len: usize) {
         self.dirty_ids.insert(id);
+        self.place(id, len);
+    }
+
+    /// [`Self::put`] without marking the id (the cron tables keep their own change list);
+    /// returns the record's page, `None` when it is larger than a page (then it is in
+    /// `oversize`).
+    pub fn place(&mut self, id: u64, len: usize) -> Option<u32> {
         let Ok(len) = u32::try_from(len).map(|l| l.min(u32::MAX - 1)) else {
-            return;
+            return None;
         };
         if len > self.room {
             if let Some(old) = self.detach(id) {
                 self.dirty_pages.insert(old);
             }
             self.oversize.insert(id);
-            return;
+            return None;
         }
-        self.oversize.remove(&id);
-        if let Some(&(page, old_len)) = self.loc.get(&id) {
+        if !self.oversize.is_empty() {
+            self.oversize.remove(&id);
+        }
+        if let Some(at) = self.loc.get_mut(&id) {
+            let (page, old_len) = *at;
             self.dirty_pages.insert(page);
             let used = self.used.get(page as usize).copied().unwrap_or(0);
             if used - old_len + len <= self.room {
-                let p = page as usize;
-                self.used[p] = used - old_len + len;
-                self.free.set(page, self.room - self.used[p]);
-                self.loc.insert(id, (page, len));
-                return;
+                *at = (page, len);
+                if old_len != len {
+                    let p = page as usize;
+                    self.used[p] = used - old_len + len;
+                    self.free.set(page, self.room - self.used[p]);
+                }
+                return Some(page);
             }
             self.detach(id);
         }
         let page = self.free.first_fit(len);
         self.attach(id, page, len);
         self.dirty_pages.insert(page);
+        Some(page)
     }
 
     /// Whether a new entry of `need` bytes would land on a page below `max_pages` (the lowest
@@ -344,6 +359,11 @@ impl Placement {
     /// Records that `id` left the book.
     pub fn remove(&mut self, id: u64) {
         self.dirty_ids.insert(id);
+        self.unplace(id);
+    }
+
+    /// [`Self::remove`] without marking the id.
+    pub fn unplace(&mut self, id: u64) {
         self.oversize.remove(&id);
         if let Some(page) = self.detach(id) {
             self.dirty_pages.insert(page);
