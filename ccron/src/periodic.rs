@@ -15,7 +15,7 @@
 //! a state transfer.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, DefaultHasher};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroU32;
 
 use crate::due::{Due, Schedule};
@@ -236,8 +236,40 @@ impl PersistedSchedule {
     }
 }
 
+/// A fixed multiplicative hasher for integer keys the application chooses (positions, record
+/// ids): no randomness, a few cycles per key. Maps hashed with it are looked up, never iterated
+/// in an order that matters.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        // Fibonacci hashing with a final fold so that the high bits (which hashbrown's control
+        // bytes use) and the low bits (its bucket index) both depend on every input bit.
+        let h = (self.0.rotate_left(5) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+/// The deterministic hasher of ccron's lookup-only hash maps.
+pub(crate) type IntHash = BuildHasherDefault<IntHasher>;
+
 /// Next due point by position (see [`ScheduleStore`]).
-pub(crate) type NextMap = HashMap<u32, Due, BuildHasherDefault<DefaultHasher>>;
+pub(crate) type NextMap = HashMap<u32, Due, IntHash>;
 
 /// The in-memory schedule of one table: next due point per position, and the positions
 /// changed since it was last written, each with the due point it had then (`None`: no record).

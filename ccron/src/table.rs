@@ -676,7 +676,10 @@ impl<S> CronTable<S> {
     ///
     /// # Errors
     /// As [`reload`](Self::reload).
-    pub fn stored_schedule(&self, pages: &dyn ReservedPages) -> Result<Vec<(u32, Due)>, TableError> {
+    pub fn stored_schedule(
+        &self,
+        pages: &dyn ReservedPages,
+    ) -> Result<Vec<(u32, Due)>, TableError> {
         let Some(persistence) = self.persistence else {
             return Ok(Vec::new());
         };

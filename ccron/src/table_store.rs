@@ -32,8 +32,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::codec::{self, BlobKind, CodecError, HEADER_BYTES};
 use crate::due::Due;
-use crate::periodic::NextMap;
 use crate::pages::{PageId, PageRange, ReservedPages};
+use crate::periodic::NextMap;
 use crate::schedule::store::{Placement, record_room};
 use crate::table::TableError;
 use crate::tick::ComponentId;
@@ -357,7 +357,11 @@ impl TableStore {
                 }
             }
             if records.is_empty() {
-                if pages.load(part.first()).map_err(CodecError::from)?.is_some() {
+                if pages
+                    .load(part.first())
+                    .map_err(CodecError::from)?
+                    .is_some()
+                {
                     pages.zero(part.first()).map_err(CodecError::from)?;
                     stats.writes += 1;
                 }

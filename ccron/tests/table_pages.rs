@@ -100,7 +100,10 @@ fn a_crash_at_every_page_write_of_appends_and_folds_reloads_old_or_new() {
         let record_pages = |p: &MemPages| -> Vec<(u32, Vec<u8>)> {
             // The 4 record pages of 100 records at 29 a page end the range.
             let first = range().end() - 4;
-            p.snapshot().into_iter().filter(|(id, _)| *id >= first).collect()
+            p.snapshot()
+                .into_iter()
+                .filter(|(id, _)| *id >= first)
+                .collect()
         };
         let before = record_pages(&pages);
         let out = t.evaluate(&tick, &mut state, &mut pages).unwrap();
@@ -148,7 +151,11 @@ fn a_persist_after_one_change_writes_two_pages_whatever_the_size() {
         for seq in 2..ticks {
             let mut w = ccron::pages::CrashAfter::new(pages, usize::MAX);
             let out = t
-                .evaluate(&Tick::new(C, seq, Some(1_000 * (seq as i64 - 1))), &mut s, &mut w)
+                .evaluate(
+                    &Tick::new(C, seq, Some(1_000 * (seq as i64 - 1))),
+                    &mut s,
+                    &mut w,
+                )
                 .unwrap();
             assert_eq!(out.fired.len(), 1);
             assert_eq!(w.writes.len(), t.last_persist_writes());
@@ -204,11 +211,23 @@ fn layout_one_pages_are_refused() {
         component_id: C,
         records: vec![(0, Due::Time(5))],
     };
-    ccron::codec::save(&mut pages, r, ccron::codec::BlobKind::PeriodicSchedule, &old).unwrap();
+    ccron::codec::save(
+        &mut pages,
+        r,
+        ccron::codec::BlobKind::PeriodicSchedule,
+        &old,
+    )
+    .unwrap();
     assert_eq!(table().reload(&pages), Err(TableError::OldLayout));
     let mut tight = MemPages::new(4096, 1);
     let one = PageRange::new(0, 1).unwrap();
-    ccron::codec::save(&mut tight, one, ccron::codec::BlobKind::PeriodicSchedule, &old).unwrap();
+    ccron::codec::save(
+        &mut tight,
+        one,
+        ccron::codec::BlobKind::PeriodicSchedule,
+        &old,
+    )
+    .unwrap();
     let mut t = CronTable::<u32>::with_persistence(C, one, 4);
     assert_eq!(t.reload(&tight), Err(TableError::OldLayout));
     // Clearing the range is the way forward.

@@ -38,7 +38,6 @@
 //! zeroes its leftover pages, so page images stay identical on every replica.
 
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use crate::codec::HEADER_BYTES;
 use crate::pages::{PageId, PageRange};
@@ -183,7 +182,7 @@ pub(crate) struct Placement {
     room: u32,
     /// Record id -> (page, encoded bytes of its `(id, record)` entry). Looked up only, never
     /// iterated (a fixed hasher: no randomness, and no order reaches anything).
-    loc: HashMap<u64, (u32, u32), BuildHasherDefault<DefaultHasher>>,
+    loc: HashMap<u64, (u32, u32), crate::periodic::IntHash>,
     /// Each page's record ids, ascending.
     members: Vec<Vec<u64>>,
     /// Each page's used entry bytes.
@@ -202,6 +201,9 @@ pub(crate) struct Placement {
     pub replay_pending: bool,
     /// Checksum of the zone rules' encoding as stored (`None`: nothing stored yet).
     pub zones_crc: Option<u32>,
+    /// Ids below this may be on the pages (the book's next id at the last save or load); ids
+    /// at or above it were created since and never stored.
+    pub stored_below: u64,
 }
 
 impl Placement {
@@ -220,6 +222,7 @@ impl Placement {
             journal_len: 0,
             replay_pending: false,
             zones_crc: None,
+            stored_below: 0,
         }
     }
 
@@ -356,7 +359,8 @@ impl Placement {
         self.can_place(need, max_pages)
     }
 
-    /// Records that `id` left the book.
+    /// Records that `id` left the book (it stays marked, so the book is dirty; the journal
+    /// leaves out an id at or above [`Self::stored_below`], which never reached the pages).
     pub fn remove(&mut self, id: u64) {
         self.dirty_ids.insert(id);
         self.unplace(id);
