@@ -86,6 +86,8 @@ mod index;
 pub mod outbox;
 pub mod pages;
 pub mod periodic;
+#[cfg(feature = "redb")]
+pub mod redb_pages;
 pub mod registry;
 pub mod schedule;
 pub mod table;
