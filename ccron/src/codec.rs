@@ -49,7 +49,8 @@ pub const MAX_BLOB_BYTES: usize = 64 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum BlobKind {
-    /// The periodic schedule of one cron table ([`crate::periodic`]).
+    /// The periodic schedule of one cron table in table layout 1 (one blob or alternate halves);
+    /// layout 2 refuses it ([`crate::TableError::OldLayout`]).
     PeriodicSchedule,
     /// The schedule book of a [`crate::schedule::Scheduler`]: its meta page and zone rules.
     ScheduleBook,
@@ -59,6 +60,12 @@ pub enum BlobKind {
     BookJournal,
     /// A replicated [`crate::outbox::Outbox`] ([`crate::outbox::Outbox::save`]).
     Outbox,
+    /// The commit page of a cron table's schedule (table layout 2, `table_store.rs`).
+    TableCommit,
+    /// A blob of a cron table's change log (table layout 2).
+    TableLog,
+    /// A record page of a cron table's schedule (table layout 2).
+    TableRecords,
     /// A kind this version does not know (read from a page written by a newer version).
     Unknown(u16),
 }
@@ -72,6 +79,10 @@ impl BlobKind {
             BlobKind::BookJournal => 4,
             // Numbered apart from the schedule book's kinds, which may grow.
             BlobKind::Outbox => 16,
+            // Cron tables' layout 2, apart from the book's and the outbox's kinds.
+            BlobKind::TableCommit => 32,
+            BlobKind::TableLog => 33,
+            BlobKind::TableRecords => 34,
             BlobKind::Unknown(k) => k,
         }
     }
@@ -83,6 +94,9 @@ impl BlobKind {
             3 => BlobKind::BookRecords,
             4 => BlobKind::BookJournal,
             16 => BlobKind::Outbox,
+            32 => BlobKind::TableCommit,
+            33 => BlobKind::TableLog,
+            34 => BlobKind::TableRecords,
             other => BlobKind::Unknown(other),
         }
     }

@@ -88,9 +88,12 @@ mod index;
 pub mod outbox;
 pub mod pages;
 pub mod periodic;
+#[cfg(feature = "redb")]
+pub mod redb_pages;
 pub mod registry;
 pub mod schedule;
 pub mod table;
+mod table_store;
 pub mod tick;
 pub mod ticks;
 

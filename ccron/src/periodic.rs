@@ -8,12 +8,14 @@
 //!
 //! The schedule (the next due time of every periodic entry of a table) is owned by the table
 //! instance, never by a static: several replicas in one process each have their own. It lives in
-//! the table's [`PageRange`](crate::PageRange) through [`crate::codec`], is written at most once
-//! per tick (at the end of the pass, only when it changed), and is read back by
+//! the table's [`PageRange`](crate::PageRange) through [`crate::codec`] (table layout 2: a
+//! commit page, a change log and record pages, so a write takes O(changes) pages), is written
+//! at most once per tick (at the end of the pass, only when it changed), and is read back by
 //! [`CronTable::reload`](crate::CronTable::reload), which the host calls after a restart and after
 //! a state transfer.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroU32;
 
 use crate::due::{Due, Schedule};
@@ -214,7 +216,9 @@ impl Schedule for Periodic {
     }
 }
 
-/// The persisted form of one table's periodic schedule (what goes through [`crate::codec`]).
+/// One table's periodic schedule as one value: the form of table layout 1 (one blob, or
+/// alternate halves), which layout 2 refuses at load ([`crate::TableError::OldLayout`]); kept
+/// for tools and tests that write or inspect such pages.
 #[derive(Debug, Clone, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
 pub struct PersistedSchedule {
     /// The component whose table wrote it (a misconfigured page range is caught on reload).
@@ -232,12 +236,50 @@ impl PersistedSchedule {
     }
 }
 
-/// The in-memory schedule of one table: next due time per position, and whether it changed
-/// since it was last written.
+/// A fixed multiplicative hasher for integer keys the application chooses (positions, record
+/// ids): no randomness, a few cycles per key. Maps hashed with it are looked up, never iterated
+/// in an order that matters.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        // Fibonacci hashing with a final fold so that the high bits (which hashbrown's control
+        // bytes use) and the low bits (its bucket index) both depend on every input bit.
+        let h = (self.0.rotate_left(5) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+/// The deterministic hasher of ccron's lookup-only hash maps.
+pub(crate) type IntHash = BuildHasherDefault<IntHasher>;
+
+/// Next due point by position (see [`ScheduleStore`]).
+pub(crate) type NextMap = HashMap<u32, Due, IntHash>;
+
+/// The in-memory schedule of one table: next due point per position, and the positions
+/// changed since it was last written, each with the due point it had then (`None`: no record).
+///
+/// `next` is a hash map with a fixed hasher (no randomness): a tick looks positions up, and
+/// whatever iterates it sorts or only counts, so no order reaches replicated state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ScheduleStore {
-    pub(crate) next: BTreeMap<u32, Due>,
-    pub(crate) dirty: bool,
+    pub(crate) next: NextMap,
+    pub(crate) changed: Vec<(u32, Option<Due>)>,
 }
 
 impl ScheduleStore {
@@ -246,15 +288,8 @@ impl ScheduleStore {
     }
 
     pub(crate) fn remove(&mut self, position: u32) {
-        if self.next.remove(&position).is_some() {
-            self.dirty = true;
-        }
-    }
-
-    pub(crate) fn to_persisted(&self, component_id: ComponentId) -> PersistedSchedule {
-        PersistedSchedule {
-            component_id,
-            records: self.next.iter().map(|(p, d)| (*p, *d)).collect(),
+        if let Some(old) = self.next.remove(&position) {
+            self.changed.push((position, Some(old)));
         }
     }
 }

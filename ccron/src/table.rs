@@ -7,15 +7,16 @@
 //! is exactly that of [`CronTable::evaluate_linear`], the plain scan kept as the reference model
 //! and benchmark baseline.
 
-use std::collections::btree_map::Entry;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::codec::{self, BlobKind, CodecError};
+use crate::codec::{self, CodecError};
 use crate::due::Due;
 use crate::entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
 use crate::index::DueIndex;
 use crate::pages::{PageRange, ReservedPages};
-use crate::periodic::{PersistedSchedule, ScheduleStore};
+use crate::periodic::ScheduleStore;
+use crate::table_store::{self, TableStore};
 use crate::tick::{ComponentId, Tick, TimeMs};
 
 /// Errors of a cron table.
@@ -88,6 +89,26 @@ pub enum TableError {
     /// Reading or writing the schedule's pages failed.
     #[error("schedule persistence: {0}")]
     Persist(#[from] CodecError),
+    /// The range has fewer pages than the table's layout needs for its bound (see
+    /// [`CronTable::pages_needed`]).
+    #[error("the schedule needs a range of {needed_pages} pages, the range has {pages}")]
+    RangeTooShort {
+        /// Pages the layout needs.
+        needed_pages: u32,
+        /// Pages the range has.
+        pages: u32,
+    },
+    /// The pages hold a schedule in table layout 1 (one blob or alternate halves, written before
+    /// this version): it is not converted in place (a conversion could not be crash-atomic);
+    /// clear the range (`clear_persistence`) or move the schedule with the older build.
+    #[error("the pages hold a schedule in table layout 1, this build reads layout 2")]
+    OldLayout,
+    /// The commit page names a table layout version this build does not know.
+    #[error("the pages hold table layout {found}, this build reads layout 2")]
+    UnsupportedLayout {
+        /// The version found.
+        found: u8,
+    },
 }
 
 /// Where a table persists its schedule (next due points of indexed entries), and its bound.
@@ -131,10 +152,14 @@ pub struct CronTable<S> {
     /// Next due point of every indexed entry that has run (owned by this instance).
     schedule: ScheduleStore,
     persistence: Option<Persistence>,
-    /// Writes of the schedule so far in alternate-slot mode (see [`CronTable::persist`]); 0
-    /// when nothing is stored.
-    generation: u64,
+    /// Record placement and committed log of the persisted schedule.
+    store: TableStore,
+    /// Page writes of the last successful persist.
+    last_save_writes: usize,
     scheduled_count: u32,
+    /// Records of positions with no indexed entry (kept from the pages for an entry registered
+    /// later): they count against `max_scheduled`, so every record always has room.
+    orphans: u32,
     /// Scratch buffer for due candidates, kept to avoid an allocation per tick.
     scratch: Vec<u32>,
 }
@@ -219,7 +244,7 @@ impl<S> Pass<'_, '_, S> {
                         v.insert(next);
                     }
                 }
-                self.schedule.dirty = true;
+                self.schedule.changed.push((position, stored));
                 self.index.move_key(position, old_key, next);
                 for due in &runs {
                     self.fire(entry, Some(*due));
@@ -266,8 +291,10 @@ impl<S> CronTable<S> {
             index: DueIndex::default(),
             schedule: ScheduleStore::default(),
             persistence: None,
-            generation: 0,
+            store: TableStore::new(),
+            last_save_writes: 0,
             scheduled_count: 0,
+            orphans: 0,
             scratch: Vec::new(),
         }
     }
@@ -277,8 +304,8 @@ impl<S> CronTable<S> {
     ///
     /// Whether the range is large enough for `max_scheduled` records is checked against the
     /// pages' size by [`reload`](Self::reload) (which the host calls at start-up) and at every
-    /// write, giving [`TableError::RangeTooSmall`]. A range whose halves each hold a full
-    /// schedule (and an 8-byte generation) is written crash-atomically, alternating halves (see
+    /// write, giving [`TableError::RangeTooShort`]; [`pages_needed`](Self::pages_needed) says
+    /// how many pages to give it. Writes are crash-atomic and take O(changes) pages (see
     /// [`persist`](Self::persist)).
     pub fn with_persistence(
         component_id: ComponentId,
@@ -398,6 +425,8 @@ impl<S> CronTable<S> {
         positions.len()
     }
 
+    /// Whether `entry` may join the table, `freed` being 1 when it replaces an indexed entry.
+    /// An indexed entry at a position holding an orphan record takes that record over.
     fn check_can_hold(&self, entry: &CronEntry<S>, freed: u32) -> Result<(), TableError> {
         if entry.rule.schedule().is_some() {
             let Some(persistence) = self.persistence else {
@@ -405,7 +434,9 @@ impl<S> CronTable<S> {
                     component_id: self.component_id,
                 });
             };
-            if self.scheduled_count - freed >= persistence.max_scheduled {
+            let adopts = u32::from(freed == 0 && self.schedule.get(entry.position).is_some());
+            let held = self.scheduled_count.saturating_add(self.orphans);
+            if held.saturating_sub(freed).saturating_sub(adopts) >= persistence.max_scheduled {
                 return Err(TableError::ScheduleFull {
                     component_id: self.component_id,
                     max: persistence.max_scheduled,
@@ -423,6 +454,10 @@ impl<S> CronTable<S> {
             }
             Some(schedule) => {
                 self.scheduled_count += 1;
+                if self.schedule.get(position).is_some() {
+                    // The orphan record of this position is the entry's now.
+                    self.orphans = self.orphans.saturating_sub(1);
+                }
                 self.index
                     .insert(position, schedule.due_key(self.schedule.get(position)));
             }
@@ -585,113 +620,84 @@ impl<S> CronTable<S> {
     /// Writes the schedule to the table's pages if it changed since the last write; returns
     /// whether it wrote. Call it only inside execution (evaluation calls it itself).
     ///
-    /// When each half of the range holds a full schedule (a function of the configuration and
-    /// the page size, so the same on every replica), writes alternate between the halves, each
-    /// copy tagged with a generation: a crash in the middle of a multi-page write leaves the
-    /// other half intact, and [`reload`](Self::reload) takes the newest copy that passes its
-    /// checks (the schedule before or after the write, never `Corrupt`). Otherwise the
-    /// schedule is one blob over the whole range, and a torn multi-page write is detected as
-    /// corrupt at reload.
+    /// Table layout 2 (`table_store.rs`, `docs/scheduling.md` "Persistence"): when
+    /// `max_scheduled` records fit one page, the whole schedule lives on the range's first page
+    /// and a write is that one page. Otherwise a write appends the changed records to the
+    /// range's log and rewrites the commit page: O(changes) pages, a single page for the commit.
+    /// When the log is full the write first folds it into the record pages the changes since
+    /// the last fold touched. A crash at any page write reloads as the schedule before or after
+    /// the write, and a replica that re-executes writes the same pages as one that never
+    /// stopped. On error the changes stay marked and the next write retries them.
     pub fn persist(&mut self, pages: &mut dyn ReservedPages) -> Result<bool, TableError> {
         let Some(persistence) = self.persistence else {
             return Ok(false);
         };
-        if !self.schedule.dirty {
+        if self.schedule.changed.is_empty() {
             return Ok(false);
         }
-        self.check_range(persistence, pages)?;
-        let persisted = self.schedule.to_persisted(self.component_id);
-        match Self::slots(persistence, pages.page_size()) {
-            Some(halves) => {
-                let generation = self.generation.saturating_add(1);
-                let half = if generation % 2 == 1 {
-                    halves.0
-                } else {
-                    halves.1
-                };
-                codec::save(
-                    pages,
-                    half,
-                    BlobKind::PeriodicSchedule,
-                    &(generation, &persisted),
-                )?;
-                self.generation = generation;
+        let form = table_store::form(
+            persistence.range,
+            persistence.max_scheduled,
+            pages.page_size(),
+        )?;
+        if !persistence.range.fits(pages) {
+            return Err(CodecError::RangeOutOfStore {
+                first: persistence.range.first(),
+                end: persistence.range.end(),
+                num_pages: pages.num_pages(),
             }
-            None => codec::save(
-                pages,
-                persistence.range,
-                BlobKind::PeriodicSchedule,
-                &persisted,
-            )?,
+            .into());
         }
-        self.schedule.dirty = false;
+        // Oldest value first for each position (the sort is stable), one change per position.
+        let changed = &mut self.schedule.changed;
+        changed.sort_by_key(|c| c.0);
+        changed.dedup_by_key(|c| c.0);
+        let stats = self.store.save(
+            pages,
+            form,
+            self.component_id,
+            &self.schedule.next,
+            &self.schedule.changed,
+        )?;
+        self.last_save_writes = stats.writes;
+        self.schedule.changed.clear();
         Ok(true)
     }
 
-    /// The two halves of the range when each holds a full schedule with its generation (the
-    /// alternate-slot, crash-atomic layout), else `None` (one blob over the range).
-    fn slots(p: Persistence, page_size: usize) -> Option<(PageRange, PageRange)> {
-        let half_len = p.range.len() / 2;
-        let a = PageRange::new(p.range.first(), half_len)?;
-        let b = PageRange::new(a.end(), half_len)?;
-        let needed = 8 + PersistedSchedule::encoded_len_for(p.max_scheduled as usize);
-        (page_size > codec::HEADER_BYTES && codec::capacity(a, page_size) >= needed)
-            .then_some((a, b))
+    /// Page writes of the last successful [`persist`](Self::persist) (for tests and
+    /// benchmarks: a write after one change takes O(1) pages).
+    pub fn last_persist_writes(&self) -> usize {
+        self.last_save_writes
     }
 
-    /// Reads the stored schedule and its generation (0 for the one-blob layout or nothing
-    /// stored). In the alternate-slot layout a half that fails its checks (a write a crash
-    /// interrupted) is ignored when the other half passes; store failures are errors.
-    fn read_stored(
+    /// The schedule stored in the table's pages (ascending position), as a restarted replica
+    /// would load it; the table is not changed. Empty without persistence or when nothing is
+    /// stored. For tools and tests.
+    ///
+    /// # Errors
+    /// As [`reload`](Self::reload).
+    pub fn stored_schedule(
         &self,
-        persistence: Persistence,
         pages: &dyn ReservedPages,
-    ) -> Result<(u64, Option<PersistedSchedule>), TableError> {
-        let Some((a, b)) = Self::slots(persistence, pages.page_size()) else {
-            let stored = codec::load(pages, persistence.range, BlobKind::PeriodicSchedule)?;
-            return Ok((0, stored));
+    ) -> Result<Vec<(u32, Due)>, TableError> {
+        let Some(persistence) = self.persistence else {
+            return Ok(Vec::new());
         };
-        let read = |half: PageRange| {
-            codec::load::<(u64, PersistedSchedule)>(pages, half, BlobKind::PeriodicSchedule)
-        };
-        let mut copies = Vec::new();
-        let mut failure = None;
-        for half in [a, b] {
-            match read(half) {
-                Ok(copy) => copies.push(copy),
-                Err(e @ (CodecError::Pages(_) | CodecError::RangeOutOfStore { .. })) => {
-                    return Err(e.into());
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        component_id = self.component_id,
-                        first_page = half.first(),
-                        error = %e,
-                        "torn or damaged schedule copy ignored"
-                    );
-                    failure = Some(e);
-                }
-            }
-        }
-        if copies.is_empty()
-            && let Some(e) = failure
-        {
-            return Err(e.into());
-        }
-        Ok(copies
-            .into_iter()
-            .flatten()
-            .max_by_key(|(generation, _)| *generation)
-            .map_or((0, None), |(g, s)| (g, Some(s))))
+        let form = table_store::form(
+            persistence.range,
+            persistence.max_scheduled,
+            pages.page_size(),
+        )?;
+        let (next, _) = TableStore::load(pages, persistence.range, form, self.component_id)?;
+        Ok(next.into_iter().collect())
     }
 
-    fn check_range(&self, p: Persistence, pages: &dyn ReservedPages) -> Result<(), TableError> {
-        let needed = PersistedSchedule::encoded_len_for(p.max_scheduled as usize);
-        let capacity = codec::capacity(p.range, pages.page_size());
-        if needed > capacity {
-            return Err(TableError::RangeTooSmall { needed, capacity });
-        }
-        Ok(())
+    /// Pages a range needs to persist a table of at most `max_scheduled` indexed entries in
+    /// pages of `page_size` bytes (1 when they all fit one page), or `None` when such pages
+    /// cannot hold a record. A larger range is fine: the extra pages lengthen the log, so
+    /// folds are rarer.
+    pub fn pages_needed(max_scheduled: u32, page_size: usize) -> Option<u32> {
+        table_store::pages_needed(max_scheduled, page_size)
     }
 
     /// Reloads the schedule from the pages: the host calls it at start-up (a fresh store reads
@@ -699,34 +705,41 @@ impl<S> CronTable<S> {
     ///
     /// Entries may be registered before or after the reload; either way each indexed entry
     /// honours the stored schedule of its position. Records of positions with no entry are kept
-    /// (their entry may be registered later). On error the in-memory schedule is unchanged.
+    /// (their entry may be registered later) and count against `max_scheduled`. On error the
+    /// in-memory schedule is unchanged.
+    ///
+    /// # Errors
+    /// [`TableError::RangeTooShort`] / [`TableError::RangeTooSmall`] (the range cannot hold
+    /// `max_scheduled` records), [`TableError::OldLayout`] (pages of table layout 1),
+    /// [`TableError::ForeignSchedule`], [`TableError::TooManyRecords`] (the stored records and
+    /// the registered entries exceed the bound), [`TableError::Persist`] (pages fail their
+    /// checks).
     pub fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), TableError> {
         let Some(persistence) = self.persistence else {
             return Ok(());
         };
-        self.check_range(persistence, pages)?;
-        let (generation, stored) = self.read_stored(persistence, pages)?;
-        let loaded = stored.unwrap_or(PersistedSchedule {
-            component_id: self.component_id,
-            records: Vec::new(),
-        });
-        if loaded.component_id != self.component_id {
-            return Err(TableError::ForeignSchedule {
-                expected: self.component_id,
-                found: loaded.component_id,
-            });
-        }
-        if loaded.records.len() > persistence.max_scheduled as usize {
+        let form = table_store::form(
+            persistence.range,
+            persistence.max_scheduled,
+            pages.page_size(),
+        )?;
+        let (next, store) = TableStore::load(pages, persistence.range, form, self.component_id)?;
+        let orphans = next
+            .keys()
+            .filter(|p| {
+                self.entries
+                    .get(p)
+                    .is_none_or(|e| e.rule.schedule().is_none())
+            })
+            .count();
+        let held = orphans.saturating_add(self.scheduled_count as usize);
+        if next.len() > persistence.max_scheduled as usize
+            || held > persistence.max_scheduled as usize
+        {
             return Err(TableError::TooManyRecords {
-                found: loaded.records.len(),
+                found: next.len().max(held),
                 max: persistence.max_scheduled,
             });
-        }
-        let next: BTreeMap<u32, Due> = loaded.records.iter().copied().collect();
-        if next.len() != loaded.records.len() {
-            return Err(TableError::Persist(CodecError::Decode(
-                "duplicate positions in the schedule".into(),
-            )));
         }
         // Validated: from here on nothing fails.
         for (position, entry) in &self.entries {
@@ -736,9 +749,10 @@ impl<S> CronTable<S> {
                 self.index.move_key(*position, old_key, new_key);
             }
         }
-        self.schedule.next = next;
-        self.schedule.dirty = false;
-        self.generation = generation;
+        self.schedule.next = next.into_iter().collect();
+        self.schedule.changed.clear();
+        self.store = store;
+        self.orphans = u32::try_from(orphans).unwrap_or(u32::MAX);
         tracing::debug!(
             component_id = self.component_id,
             records = self.schedule.next.len(),
@@ -765,7 +779,8 @@ impl<S> CronTable<S> {
         }
         // The pages are empty and so is the schedule: nothing to write.
         self.schedule = ScheduleStore::default();
-        self.generation = 0;
+        self.store = TableStore::new();
+        self.orphans = 0;
         Ok(())
     }
 
@@ -808,8 +823,24 @@ impl<S> CronTable<S> {
         if self.custom.len() + scheduled as usize != self.entries.len() {
             return Err("custom set holds positions without an entry".into());
         }
+        let orphans = self
+            .schedule
+            .next
+            .keys()
+            .filter(|p| {
+                self.entries
+                    .get(p)
+                    .is_none_or(|e| e.rule.schedule().is_none())
+            })
+            .count();
+        if orphans != self.orphans as usize {
+            return Err(format!(
+                "{orphans} orphan records, count says {}",
+                self.orphans
+            ));
+        }
         if let Some(p) = self.persistence
-            && scheduled > p.max_scheduled
+            && scheduled.saturating_add(self.orphans) > p.max_scheduled
         {
             return Err(format!(
                 "{scheduled} scheduled entries over the bound {}",

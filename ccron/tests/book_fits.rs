@@ -392,3 +392,149 @@ mod props {
         }
     }
 }
+
+/// Part 3 of issue 10's persistence section: the journal's size is proven at admission. The
+/// worst save a host can cause between two saves rewrites every record page: with the book's
+/// record pages full, cancel every schedule, create new ones until admission refuses, and
+/// re-install the zones, all before one save. With limits fitted to the range the journal of
+/// that save fits its part (it must: a journal that does not fit fails the save after the
+/// requests were admitted), for ranges from the smallest layout up.
+#[test]
+fn the_worst_save_between_two_saves_fits_the_journal() {
+    let h = handlers();
+    for (len, page) in [
+        (8u32, 512usize),
+        (12, 512),
+        (20, 512),
+        (40, 512),
+        (70, 1_024),
+        (40, 4_096),
+    ] {
+        let range = PageRange::new(0, len).unwrap();
+        let limits = Limits {
+            page_bytes: page,
+            ..Limits::default()
+        }
+        .for_range(range);
+        let mut pages = MemPages::new(page, len);
+        let mut book = Scheduler::new(1, limits);
+        let mut seq = 1;
+        let mut apply =
+            |book: &mut Scheduler, r: ScheduleRequest| -> Result<Option<u64>, ScheduleError> {
+                seq += 1;
+                book.apply(&Principal::Host, r, &h, seq, Some(0))
+            };
+        // Zones up to what the zones part admits.
+        let mut zones = Vec::new();
+        for z in ["UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo"] {
+            let rules = ZoneRules::from_iana(z).unwrap();
+            if apply(&mut book, ScheduleRequest::InstallZone(rules.clone())).is_ok() {
+                zones.push(rules);
+            }
+        }
+        let fill = |book: &mut Scheduler,
+                    apply: &mut dyn FnMut(
+            &mut Scheduler,
+            ScheduleRequest,
+        ) -> Result<u64, ScheduleError>| {
+            let mut ids = Vec::new();
+            loop {
+                let def = NewSchedule::new(
+                    "run",
+                    Timing::Every {
+                        period_ms: 1_000,
+                        start_ms: Some(1_000),
+                    },
+                )
+                .with_misfire(ccron::schedule::Misfire::FireEach { cap: 5 });
+                match apply(book, ScheduleRequest::Create(def)) {
+                    Ok(id) => ids.push(id),
+                    Err(ScheduleError::Limit(_)) => break ids,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        };
+        let ids = fill(&mut book, &mut |b, r| apply(b, r).map(|o| o.unwrap_or(0)));
+        assert!(!ids.is_empty(), "{len} pages of {page}");
+        book.save(&mut pages, range).unwrap();
+        for id in &ids {
+            apply(
+                &mut book,
+                ScheduleRequest::Cancel(ccron::schedule::Target::Id(*id)),
+            )
+            .unwrap();
+        }
+        let again = fill(&mut book, &mut |b, r| apply(b, r).map(|o| o.unwrap_or(0)));
+        for z in &zones {
+            apply(&mut book, ScheduleRequest::InstallZone(z.clone())).unwrap();
+        }
+        let saved = book.save(&mut pages, range);
+        assert!(
+            saved.is_ok(),
+            "{len} pages of {page} bytes, {} removed and {} created: {saved:?}",
+            ids.len(),
+            again.len()
+        );
+        assert_eq!(Scheduler::load(1, limits, &pages, range).unwrap(), book);
+    }
+}
+
+/// Churn between two saves (create and cancel, over and over, on a full book) used to grow the
+/// next save's journal by one removal per cancelled schedule, without bound, until the save of
+/// admitted requests failed. Schedules created and cancelled since the last save never reached
+/// the pages: the journal leaves them out, so its size stays bounded by the book's pages.
+#[test]
+fn churn_between_two_saves_keeps_the_journal_bounded() {
+    let h = handlers();
+    let range = PageRange::new(0, 8).unwrap();
+    let limits = Limits {
+        page_bytes: 512,
+        ..Limits::default()
+    }
+    .for_range(range);
+    let mut pages = MemPages::new(512, 8);
+    let mut book = Scheduler::new(1, limits);
+    let def = || NewSchedule::new("run", Timing::AfterMs(60_000));
+    let mut seq = 1;
+    let mut last = None;
+    loop {
+        seq += 1;
+        match book.apply(
+            &Principal::Host,
+            ScheduleRequest::Create(def()),
+            &h,
+            seq,
+            Some(0),
+        ) {
+            Ok(id) => last = id,
+            Err(ScheduleError::Limit(_)) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    book.save(&mut pages, range).unwrap();
+    let mut id = last.unwrap();
+    for _ in 0..2_000 {
+        seq += 1;
+        book.apply(
+            &Principal::Host,
+            ScheduleRequest::Cancel(ccron::schedule::Target::Id(id)),
+            &h,
+            seq,
+            Some(0),
+        )
+        .unwrap();
+        seq += 1;
+        id = book
+            .apply(
+                &Principal::Host,
+                ScheduleRequest::Create(def()),
+                &h,
+                seq,
+                Some(0),
+            )
+            .unwrap()
+            .unwrap();
+    }
+    book.save(&mut pages, range).unwrap();
+    assert_eq!(Scheduler::load(1, limits, &pages, range).unwrap(), book);
+}

@@ -1,20 +1,26 @@
-//! Crash atomicity of a cron table's multi-page schedule write: with a range whose halves each
-//! hold a full schedule, a crash after any page write of a persist reloads as the schedule
-//! before or after it (never corrupt), and the replica then writes the same pages as one that
-//! never crashed.
+//! Crash atomicity and write cost of a cron table's schedule (table layout 2: commit page,
+//! change log, record pages). A crash after any page write of a persist, an append or a fold,
+//! reloads as the schedule before or after it (never corrupt, never a mix), and the replica
+//! then writes the same pages as one that never crashed. A write after one change takes O(1)
+//! pages whatever the table's size.
 
-use ccron::{CronEntry, CronTable, MemPages, PageRange, Periodic, Tick};
+use ccron::{CronEntry, CronTable, Due, MemPages, PageRange, Periodic, TableError, Tick};
 
 /// Pages that fail every write after the first `budget` ones.
 type Crashing = ccron::pages::CrashAfter<MemPages>;
 
 const C: u32 = 3;
 const ENTRIES: u32 = 60;
+const PAGE: usize = 512;
 
-/// 512-byte pages: a schedule of up to 100 records (1,612 bytes and a generation) takes 4
-/// pages, so a 10-page range holds two copies of 5 pages.
+/// 512-byte pages, 100 entries at most: the log form (100 records do not fit one page), with
+/// the shortest log the layout accepts, so that a few ticks fill it and a persist folds.
 fn range() -> PageRange {
-    PageRange::new(2, 10).unwrap()
+    PageRange::new(2, CronTable::<u32>::pages_needed(100, PAGE).unwrap()).unwrap()
+}
+
+fn store() -> MemPages {
+    MemPages::new(PAGE, range().end() + 2)
 }
 
 fn table() -> CronTable<u32> {
@@ -35,82 +41,149 @@ fn schedule(t: &CronTable<u32>) -> Vec<Option<i64>> {
     (0..ENTRIES).map(|pos| t.next_due_ms(pos)).collect()
 }
 
-#[test]
-fn a_crash_at_every_page_write_of_a_multi_page_persist_reloads_old_or_new() {
-    let mut pages = MemPages::new(512, 16);
+/// Runs tick `tick` on pages `before` (as left by ticks 1..) through a store that crashes after
+/// each possible number of page writes; checks old-or-new and identical pages after recovery.
+/// Returns how many page writes the uncrashed persist made.
+fn crash_everywhere(before: &MemPages, tick: &Tick) -> usize {
     let mut t = table();
-    t.reload(&pages).unwrap();
-    let mut state = 0;
-    let first = Tick::new(C, 1, Some(0));
-    assert!(
-        t.evaluate(&first, &mut state, &mut pages)
-            .unwrap()
-            .errors
-            .is_empty()
-    );
-    let old_pages = pages.clone();
+    t.reload(before).unwrap();
     let old = schedule(&t);
-    let second = Tick::new(C, 2, Some(3_000));
-    let mut full = Crashing::new(pages, usize::MAX);
-    assert!(
-        t.evaluate(&second, &mut state, &mut full)
-            .unwrap()
-            .errors
-            .is_empty()
-    );
+    let mut s = 0;
+    let mut full = Crashing::new(before.clone(), usize::MAX);
+    let out = t.evaluate(tick, &mut s, &mut full).unwrap();
+    assert!(out.errors.is_empty() && out.persisted);
     let new = schedule(&t);
     assert_ne!(old, new);
-    assert!(
-        full.writes.len() >= 3,
-        "a multi-page write: {}",
-        full.writes.len()
-    );
     let expected = full.inner.snapshot();
-    let mut saw_old = false;
     for k in 0..full.writes.len() {
-        let mut crashed = Crashing::new(old_pages.clone(), k);
-        let mut before = table();
-        before.reload(&old_pages).unwrap();
+        let mut crashed = Crashing::new(before.clone(), k);
+        let mut r = table();
+        r.reload(before).unwrap();
         let mut s = 0;
-        assert!(
-            before
-                .evaluate(&second, &mut s, &mut crashed)
-                .map_or(true, |o| !o.errors.is_empty()),
-            "k = {k}: the write fails"
-        );
+        let out = r.evaluate(tick, &mut s, &mut crashed).unwrap();
+        assert!(!out.errors.is_empty(), "k = {k}: the write fails");
         let mut pages = crashed.inner;
         let mut reloaded = table();
         reloaded
             .reload(&pages)
-            .unwrap_or_else(|e| panic!("k = {k}: {e}"));
+            .unwrap_or_else(|e| panic!("k = {k} of {}: {e}", full.writes.len()));
         let got = schedule(&reloaded);
         if got == old {
-            saw_old = true;
             // The host re-executes the tick it had not persisted.
-            assert!(
-                reloaded
-                    .evaluate(&second, &mut s, &mut pages)
-                    .unwrap()
-                    .errors
-                    .is_empty()
-            );
+            let out = reloaded.evaluate(tick, &mut s, &mut pages).unwrap();
+            assert!(out.errors.is_empty());
         } else {
             assert_eq!(got, new, "k = {k}: neither the old nor the new schedule");
         }
+        assert_eq!(schedule(&reloaded), new);
         assert!(
             pages.snapshot() == expected,
             "k = {k}: pages differ from a replica that never crashed"
         );
     }
-    assert!(saw_old, "a crash inside the write keeps the old copy");
+    full.writes.len()
 }
 
-/// A range without room for two copies keeps the single-blob layout (reload of what it wrote
-/// still works).
 #[test]
-fn a_tight_range_keeps_one_copy() {
-    let tight = PageRange::new(0, 4).unwrap();
-    let mut pages = MemPages::new(512, 4);
+fn a_crash_at_every_page_write_of_appends_and_folds_reloads_old_or_new() {
+    let mut pages = store();
+    let mut t = table();
+    t.reload(&pages).unwrap();
+    let mut state = 0;
+    let mut folds = 0;
+    let mut appends = 0;
+    // Ticks every second: every entry, then a third or two thirds of them, run each time, so
+    // the short log fills after a few ticks and a persist folds it.
+    for seq in 1..=24u64 {
+        let tick = Tick::new(C, seq, Some(1_000 * seq as i64 - 1_000));
+        let writes = crash_everywhere(&pages, &tick);
+        let record_pages = |p: &MemPages| -> Vec<(u32, Vec<u8>)> {
+            // The 4 record pages of 100 records at 29 a page end the range.
+            let first = range().end() - 4;
+            p.snapshot()
+                .into_iter()
+                .filter(|(id, _)| *id >= first)
+                .collect()
+        };
+        let before = record_pages(&pages);
+        let out = t.evaluate(&tick, &mut state, &mut pages).unwrap();
+        assert!(out.errors.is_empty());
+        assert_eq!(t.last_persist_writes(), writes);
+        // Only a fold writes the record pages; an append writes log pages and the commit.
+        if record_pages(&pages) != before {
+            folds += 1;
+        } else {
+            appends += 1;
+        }
+    }
+    assert!(folds >= 2, "the log folded: {folds} folds");
+    assert!(appends >= 2, "plain appends too: {appends}");
+    let mut again = table();
+    again.reload(&pages).unwrap();
+    assert_eq!(schedule(&again), schedule(&t));
+}
+
+#[test]
+fn a_persist_after_one_change_writes_two_pages_whatever_the_size() {
+    for n in [1_000u32, 4_000] {
+        let needed = CronTable::<u32>::pages_needed(n, 4096).unwrap();
+        let range = PageRange::new(0, needed * 2).unwrap();
+        let mut pages = MemPages::new(4096, range.end());
+        let mut t = CronTable::<u32>::with_persistence(C, range, n);
+        t.reload(&pages).unwrap();
+        for pos in 0..n {
+            // Position 0 every second, the rest once a day.
+            let period = if pos == 0 { 1_000 } else { 86_400_000 };
+            t.add(CronEntry::periodic(
+                pos,
+                Periodic::every_ms(period).unwrap(),
+                |ctx| *ctx.state += 1,
+            ))
+            .unwrap();
+        }
+        let mut s = 0;
+        t.evaluate(&Tick::new(C, 1, Some(0)), &mut s, &mut pages)
+            .unwrap();
+        assert!(t.last_persist_writes() >= 6, "the first write is large");
+        // Enough one-change ticks to fill the log several times over.
+        let ticks = 2 * range.len() as u64;
+        let (mut max, mut large) = (0, 0);
+        for seq in 2..ticks {
+            let mut w = ccron::pages::CrashAfter::new(pages, usize::MAX);
+            let out = t
+                .evaluate(
+                    &Tick::new(C, seq, Some(1_000 * (seq as i64 - 1))),
+                    &mut s,
+                    &mut w,
+                )
+                .unwrap();
+            assert_eq!(out.fired.len(), 1);
+            assert_eq!(w.writes.len(), t.last_persist_writes());
+            if w.writes.len() > 4 {
+                large += 1;
+            } else {
+                max = max.max(w.writes.len());
+            }
+            pages = w.inner;
+        }
+        // One log page and the commit page; a fold also rewrites the one record page that
+        // changed and commits twice. Only the first fold is larger: it writes the record pages
+        // of the first write's n records.
+        assert!(max <= 4, "n = {n}: a one-record change wrote {max} pages");
+        assert_eq!(large, 1, "n = {n}: only the first fold writes many pages");
+        let mut again = CronTable::<u32>::with_persistence(C, range, n);
+        again.reload(&pages).unwrap();
+        assert_eq!(again.next_due_ms(0), t.next_due_ms(0));
+        assert_eq!(again.next_due_ms(n - 1), Some(86_400_000));
+    }
+}
+
+/// A table whose bound fits one page keeps its whole schedule on the range's first page: one
+/// page write per persist.
+#[test]
+fn a_small_table_lives_on_one_page() {
+    let tight = PageRange::new(0, 1).unwrap();
+    let mut pages = MemPages::new(4096, 1);
     let mut t = CronTable::<u32>::with_persistence(C, tight, 100);
     t.add(CronEntry::periodic(
         0,
@@ -122,12 +195,84 @@ fn a_tight_range_keeps_one_copy() {
     let mut s = 0;
     t.evaluate(&Tick::new(C, 1, Some(0)), &mut s, &mut pages)
         .unwrap();
-    let stored: ccron::periodic::PersistedSchedule =
-        ccron::codec::load(&pages, tight, ccron::codec::BlobKind::PeriodicSchedule)
-            .unwrap()
-            .unwrap();
-    assert_eq!(stored.records.len(), 1);
+    assert_eq!(t.last_persist_writes(), 1);
+    assert_eq!(t.stored_schedule(&pages).unwrap(), [(0, Due::Time(1_000))]);
     let mut again = CronTable::<u32>::with_persistence(C, tight, 100);
     again.reload(&pages).unwrap();
     assert_eq!(again.next_due_ms(0), t.next_due_ms(0));
+}
+
+/// Pages of table layout 1 are refused with a typed error, not read as garbage.
+#[test]
+fn layout_one_pages_are_refused() {
+    let r = range();
+    let mut pages = store();
+    let old = ccron::periodic::PersistedSchedule {
+        component_id: C,
+        records: vec![(0, Due::Time(5))],
+    };
+    ccron::codec::save(
+        &mut pages,
+        r,
+        ccron::codec::BlobKind::PeriodicSchedule,
+        &old,
+    )
+    .unwrap();
+    assert_eq!(table().reload(&pages), Err(TableError::OldLayout));
+    let mut tight = MemPages::new(4096, 1);
+    let one = PageRange::new(0, 1).unwrap();
+    ccron::codec::save(
+        &mut tight,
+        one,
+        ccron::codec::BlobKind::PeriodicSchedule,
+        &old,
+    )
+    .unwrap();
+    let mut t = CronTable::<u32>::with_persistence(C, one, 4);
+    assert_eq!(t.reload(&tight), Err(TableError::OldLayout));
+    // Clearing the range is the way forward.
+    t.clear_persistence(&mut tight).unwrap();
+    t.reload(&tight).unwrap();
+}
+
+/// Records kept for positions with no entry count against the bound, so every record always
+/// has room in the pages.
+#[test]
+fn orphan_records_count_against_the_bound() {
+    let r = PageRange::new(0, 1).unwrap();
+    let mut pages = MemPages::new(4096, 1);
+    let mut t = CronTable::<u32>::with_persistence(C, r, 2);
+    for pos in [0, 1] {
+        t.add(CronEntry::periodic(
+            pos,
+            Periodic::every_ms(1_000).unwrap(),
+            |ctx| *ctx.state += 1,
+        ))
+        .unwrap();
+    }
+    t.evaluate(&Tick::new(C, 1, Some(0)), &mut 0, &mut pages)
+        .unwrap();
+    // A restarted replica registers only position 5: the records of 0 and 1 are kept.
+    let mut r2 = CronTable::<u32>::with_persistence(C, r, 2);
+    r2.reload(&pages).unwrap();
+    let every = || Periodic::every_ms(1_000).unwrap();
+    assert_eq!(
+        r2.add(CronEntry::periodic(5, every(), |ctx| *ctx.state += 1)),
+        Err(TableError::ScheduleFull {
+            component_id: C,
+            max: 2
+        })
+    );
+    // Position 0 takes its own record over.
+    r2.add(CronEntry::periodic(0, every(), |ctx| *ctx.state += 1))
+        .unwrap();
+    r2.check_invariants().unwrap();
+    // Entries registered before the reload count too.
+    let mut r3 = CronTable::<u32>::with_persistence(C, r, 2);
+    r3.add(CronEntry::periodic(7, every(), |ctx| *ctx.state += 1))
+        .unwrap();
+    assert!(matches!(
+        r3.reload(&pages),
+        Err(TableError::TooManyRecords { found: 3, max: 2 })
+    ));
 }

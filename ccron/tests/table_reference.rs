@@ -292,22 +292,14 @@ fn periodic(position: u32) -> CronEntry<Log> {
     })
 }
 
-/// The newest stored copy: with 4 KiB pages each page of `range()` holds a full schedule, so
-/// the table alternates between them, each copy tagged with its generation.
+/// What the pages hold, as a restarted replica loads it (`None`: nothing stored). With 4 KiB
+/// pages the range's first page holds the whole schedule (the inline form of layout 2).
 fn stored(p: &MemPages) -> Option<PersistedSchedule> {
-    range()
-        .ids()
-        .filter_map(|id| {
-            let half = PageRange::new(id, 1).unwrap();
-            ccron::codec::load::<(u64, PersistedSchedule)>(
-                p,
-                half,
-                ccron::codec::BlobKind::PeriodicSchedule,
-            )
-            .unwrap()
-        })
-        .max_by_key(|(generation, _)| *generation)
-        .map(|(_, s)| s)
+    p.load(RANGE_FIRST).unwrap()?;
+    Some(PersistedSchedule {
+        component_id: C,
+        records: periodic_table().stored_schedule(p).unwrap(),
+    })
 }
 
 #[test]
@@ -429,15 +421,17 @@ fn periodic_entries_need_persistence_and_respect_the_bound() {
     let mut t = CronTable::<Log>::with_persistence(C, range(), 1_000);
     assert!(matches!(
         t.reload(&tiny),
-        Err(TableError::RangeTooSmall { .. })
+        Err(TableError::RangeTooShort { .. })
     ));
 }
 
 #[test]
 fn a_schedule_spans_many_pages() {
-    // 1,000 periodic entries in 512-byte pages: ~12 KB over 26 pages; Concord aborted at ~340.
-    let r = PageRange::new(0, 40).unwrap();
-    let mut p = MemPages::new(512, 40);
+    // 1,000 periodic entries in 512-byte pages: 35 record pages and a log; Concord aborted at
+    // ~340.
+    let n = CronTable::<Log>::pages_needed(1_000, 512).unwrap();
+    let r = PageRange::new(0, n).unwrap();
+    let mut p = MemPages::new(512, n);
     let mut t = CronTable::with_persistence(C, r, 1_000);
     t.reload(&p).unwrap();
     for pos in 0..1_000 {

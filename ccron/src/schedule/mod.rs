@@ -24,7 +24,7 @@
 
 mod book;
 mod cron_rule;
-mod store;
+pub(crate) mod store;
 
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{

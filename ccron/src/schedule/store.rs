@@ -1,5 +1,7 @@
 //! Page layout and record placement of the schedule book's persistence (introduced by layout
 //! version 2; versions 3 and 4 changed only what a record holds).
+//! The placement ([`Placement`], [`FreeTree`]) is shared with the cron tables' record pages
+//! (`crate::table_store`).
 //!
 //! Why record pages. The first layout kept the records in 16 multi-page shard blobs, so one
 //! changed record rewrote a sixteenth of the book (65-86 ms at 10^6 schedules). Here each record
@@ -36,18 +38,18 @@
 //! save (that would cost writes and replaying it is harmless); the next save overwrites it and
 //! zeroes its leftover pages, so page images stay identical on every replica.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 
 use crate::codec::HEADER_BYTES;
 use crate::pages::{PageId, PageRange};
 
 /// Bytes of a record page's blob before its records: the page number (u32) and the vector
 /// length (u64, fixed-width integers).
-pub(super) const PAGE_BASE_BYTES: usize = 12;
+pub(crate) const PAGE_BASE_BYTES: usize = 12;
 
 /// Bytes of one page's blob available to records (each counted as its encoded `(id, record)`),
 /// for pages of `page_bytes`.
-pub(super) fn record_room(page_bytes: usize) -> usize {
+pub(crate) fn record_room(page_bytes: usize) -> usize {
     page_bytes
         .saturating_sub(HEADER_BYTES)
         .saturating_sub(PAGE_BASE_BYTES)
@@ -105,7 +107,7 @@ impl Layout {
 /// in O(log P). Pages past the ones in use are empty (full room); the tree doubles when every
 /// leaf is in use.
 #[derive(Debug, Clone)]
-pub(super) struct FreeTree {
+pub(crate) struct FreeTree {
     room: u32,
     leaves: usize,
     tree: Vec<u32>,
@@ -177,10 +179,11 @@ impl FreeTree {
 /// The persistence state of a book: which page holds each record, each page's members and fill,
 /// and what changed since the last save (all derived from the records; rebuilt at load).
 #[derive(Debug, Clone)]
-pub(super) struct Placement {
+pub(crate) struct Placement {
     room: u32,
-    /// Record id -> (page, encoded bytes of its `(id, record)` entry).
-    loc: BTreeMap<u64, (u32, u32)>,
+    /// Record id -> (page, encoded bytes of its `(id, record)` entry). Looked up only, never
+    /// iterated (a fixed hasher: no randomness, and no order reaches anything).
+    loc: HashMap<u64, (u32, u32), crate::periodic::IntHash>,
     /// Each page's record ids, ascending.
     members: Vec<Vec<u64>>,
     /// Each page's used entry bytes.
@@ -199,6 +202,9 @@ pub(super) struct Placement {
     pub replay_pending: bool,
     /// Checksum of the zone rules' encoding as stored (`None`: nothing stored yet).
     pub zones_crc: Option<u32>,
+    /// Ids below this may be on the pages (the book's next id at the last save or load); ids
+    /// at or above it were created since and never stored.
+    pub stored_below: u64,
 }
 
 impl Placement {
@@ -207,7 +213,7 @@ impl Placement {
         let room = u32::try_from(record_room(page_bytes)).unwrap_or(u32::MAX);
         Self {
             room,
-            loc: BTreeMap::new(),
+            loc: HashMap::default(),
             members: Vec::new(),
             used: Vec::new(),
             free: FreeTree::new(room),
@@ -217,6 +223,7 @@ impl Placement {
             journal_len: 0,
             replay_pending: false,
             zones_crc: None,
+            stored_below: 0,
         }
     }
 
@@ -228,6 +235,11 @@ impl Placement {
     /// Pages that may hold records (one past the highest page ever used since load).
     pub fn pages_in_use(&self) -> u32 {
         u32::try_from(self.members.len()).unwrap_or(u32::MAX)
+    }
+
+    /// How many records are placed.
+    pub fn records(&self) -> usize {
+        self.loc.len()
     }
 
     /// The ids on `page`, ascending.
@@ -284,32 +296,45 @@ impl Placement {
     /// otherwise it goes to the lowest page with room. Marks what changed.
     pub fn put(&mut self, id: u64, len: usize) {
         self.dirty_ids.insert(id);
+        self.place(id, len);
+    }
+
+    /// [`Self::put`] without marking the id (the cron tables keep their own change list);
+    /// returns the record's page, `None` when it is larger than a page (then it is in
+    /// `oversize`).
+    pub fn place(&mut self, id: u64, len: usize) -> Option<u32> {
         let Ok(len) = u32::try_from(len).map(|l| l.min(u32::MAX - 1)) else {
-            return;
+            return None;
         };
         if len > self.room {
             if let Some(old) = self.detach(id) {
                 self.dirty_pages.insert(old);
             }
             self.oversize.insert(id);
-            return;
+            return None;
         }
-        self.oversize.remove(&id);
-        if let Some(&(page, old_len)) = self.loc.get(&id) {
+        if !self.oversize.is_empty() {
+            self.oversize.remove(&id);
+        }
+        if let Some(at) = self.loc.get_mut(&id) {
+            let (page, old_len) = *at;
             self.dirty_pages.insert(page);
             let used = self.used.get(page as usize).copied().unwrap_or(0);
             if used - old_len + len <= self.room {
-                let p = page as usize;
-                self.used[p] = used - old_len + len;
-                self.free.set(page, self.room - self.used[p]);
-                self.loc.insert(id, (page, len));
-                return;
+                *at = (page, len);
+                if old_len != len {
+                    let p = page as usize;
+                    self.used[p] = used - old_len + len;
+                    self.free.set(page, self.room - self.used[p]);
+                }
+                return Some(page);
             }
             self.detach(id);
         }
         let page = self.free.first_fit(len);
         self.attach(id, page, len);
         self.dirty_pages.insert(page);
+        Some(page)
     }
 
     /// Whether a new entry of `need` bytes would land on a page below `max_pages` (the lowest
@@ -335,9 +360,15 @@ impl Placement {
         self.can_place(need, max_pages)
     }
 
-    /// Records that `id` left the book.
+    /// Records that `id` left the book (it stays marked, so the book is dirty; the journal
+    /// leaves out an id at or above [`Self::stored_below`], which never reached the pages).
     pub fn remove(&mut self, id: u64) {
         self.dirty_ids.insert(id);
+        self.unplace(id);
+    }
+
+    /// [`Self::remove`] without marking the id.
+    pub fn unplace(&mut self, id: u64) {
         self.oversize.remove(&id);
         if let Some(page) = self.detach(id) {
             self.dirty_pages.insert(page);

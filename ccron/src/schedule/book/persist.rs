@@ -229,9 +229,14 @@ impl Scheduler {
                 .filter_map(|(id, r)| Some((*id, Some((self.placement.page_of(*id)?, r)))))
                 .collect()
         } else {
+            // A removed id at or above `stored_below` was created since the last save and
+            // never reached the pages: naming it would only grow the journal (without bound
+            // under create-and-cancel churn between two saves), so it is left out.
+            let stored_below = self.placement.stored_below;
             self.placement
                 .dirty_ids
                 .iter()
+                .filter(|id| **id < stored_below || self.records.contains_key(id))
                 .map(|id| {
                     let placed = self
                         .records
@@ -348,6 +353,7 @@ impl Scheduler {
             codec::save_blob(pages, part, BlobKind::BookRecords, &blob)?;
         }
         self.placement.zones_crc = Some(zones_crc);
+        self.placement.stored_below = self.next_id;
         self.placement.saved();
         self.header_dirty = false;
         Ok(())
@@ -664,6 +670,7 @@ impl Scheduler {
             )));
         }
         book.next_id = meta.next_id;
+        book.placement.stored_below = meta.next_id;
         book.placement.replay_pending = journal.is_some();
         Ok(book)
     }

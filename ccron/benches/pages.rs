@@ -1,0 +1,60 @@
+//! Reserved-page backends: page writes per second through `FilePages` (temp file, fsync,
+//! rename, directory fsync per page) and, with `--features redb`, `RedbPages` (one durable redb
+//! write transaction per page), in the same run, plus `MemPages` as the in-memory ceiling.
+//!
+//! Run: `cargo bench -p ccron --features redb --bench pages` (without the feature only
+//! `FilePages` and `MemPages` are measured). Pages of 4 KiB over a store of 256 pages, written
+//! round robin; the directory is under the system's temp dir.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use ccron::{FilePages, MemPages, ReservedPages};
+
+const PAGE: usize = 4_096;
+const PAGES: u32 = 256;
+
+// The benchmark is a driver: reading the real clock is its whole point.
+#[allow(clippy::disallowed_methods)]
+fn rate(name: &str, pages: &mut dyn ReservedPages, writes: u32) -> f64 {
+    let data: Vec<u8> = (0..PAGE).map(|i| (i * 7) as u8).collect();
+    let start = Instant::now();
+    for i in 0..writes {
+        pages.save(i % PAGES, black_box(&data)).expect("page write");
+    }
+    let took = start.elapsed().max(Duration::from_nanos(1));
+    let per_s = f64::from(writes) / took.as_secs_f64();
+    println!(
+        "{name:>10} | {writes:>7} writes | {:>10.1} ms | {per_s:>12.0} pages/s",
+        took.as_secs_f64() * 1e3
+    );
+    per_s
+}
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("ccron-bench-pages-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    println!("reserved pages: durable page writes per second (4 KiB pages, same run)");
+    let mut mem = MemPages::new(PAGE, PAGES);
+    let mem_rate = rate("MemPages", &mut mem, 200_000);
+    let mut file = FilePages::open(dir.join("file"), PAGE, PAGES).expect("file pages");
+    let file_rate = rate("FilePages", &mut file, 2_000);
+    #[cfg(feature = "redb")]
+    {
+        let mut redb = ccron::redb_pages::RedbPages::open(&dir.join("pages.redb"), PAGE, PAGES)
+            .expect("redb pages");
+        let redb_rate = rate("RedbPages", &mut redb, 2_000);
+        println!(
+            "ratio RedbPages / FilePages: {:.2}x (MemPages / FilePages: {:.0}x)",
+            redb_rate / file_rate,
+            mem_rate / file_rate
+        );
+    }
+    #[cfg(not(feature = "redb"))]
+    println!(
+        "MemPages / FilePages: {:.0}x (run with --features redb for RedbPages)",
+        mem_rate / file_rate
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
