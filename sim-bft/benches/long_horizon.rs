@@ -15,7 +15,7 @@
 //! Options after `--`: a length (`hour`, `day`, `week`, `month`, or a duration such as `6h`),
 //! `--batch-delay MS` (the primary's batch delay, default 50 ms; 0 is the replica's default:
 //! every request its own batch at this load), `--byzantine KIND` (one Byzantine replica of that
-//! kind, as `sim-bft run --byzantine-kind` names them), `--seed N`. CI never runs this bench (no
+//! kind, as `sim-bft run --byzantine-kind` names them; `all`: one run per kind), `--seed N`. CI never runs this bench (no
 //! CI job runs `cargo bench`); `docs/benchmarks-sim-bft.md` has the figures.
 //!
 //! Wall time is read only here, in the driver (the simulator never reads a clock).
@@ -33,7 +33,8 @@ const TARGET_RATIO: f64 = MONTH_MS as f64 / 300_000.0;
 struct Opts {
     simulated_ms: u64,
     batch_delay_ms: u64,
-    byzantine: Option<ByzantineKind>,
+    /// One Byzantine replica of each kind in turn (`--byzantine all`), or of one kind.
+    byzantine: Vec<ByzantineKind>,
     seed: u64,
 }
 
@@ -41,7 +42,7 @@ fn parse_args() -> Result<Opts, String> {
     let mut o = Opts {
         simulated_ms: 3_600_000,
         batch_delay_ms: 50,
-        byzantine: None,
+        byzantine: Vec::new(),
         seed: 1,
     };
     let mut args = std::env::args().skip(1);
@@ -57,8 +58,12 @@ fn parse_args() -> Result<Opts, String> {
                 o.batch_delay_ms = v.parse().map_err(|e| format!("--batch-delay {v}: {e}"))?;
             }
             "--byzantine" => {
-                let v = args.next().ok_or("--byzantine needs a kind")?;
-                o.byzantine = Some(v.parse().map_err(|e| format!("--byzantine {v}: {e}"))?);
+                let v = args.next().ok_or("--byzantine needs a kind or `all`")?;
+                o.byzantine = if v == "all" {
+                    ByzantineKind::ALL.to_vec()
+                } else {
+                    vec![v.parse().map_err(|e| format!("--byzantine {v}: {e}"))?]
+                };
             }
             "--seed" => {
                 let v = args.next().ok_or("--seed needs a value")?;
@@ -81,7 +86,6 @@ fn cpu_seconds() -> Option<f64> {
     Some(ns as f64 / 1e9)
 }
 
-#[allow(clippy::disallowed_methods)]
 fn main() {
     let o = match parse_args() {
         Ok(o) => o,
@@ -90,6 +94,22 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let mut ok = true;
+    if o.byzantine.is_empty() {
+        ok = run(&o, None);
+    }
+    for kind in &o.byzantine {
+        println!("-- one Byzantine replica: {kind}");
+        ok &= run(&o, Some(*kind));
+    }
+    if !ok {
+        std::process::exit(1);
+    }
+}
+
+/// One run; false when a checker failed.
+#[allow(clippy::disallowed_methods)]
+fn run(o: &Opts, byzantine: Option<ByzantineKind>) -> bool {
     let mut cfg = SimConfig {
         seed: o.seed,
         ledger: LedgerKind::Demo,
@@ -103,18 +123,16 @@ fn main() {
         max_events: o.simulated_ms.saturating_mul(4).max(50_000_000),
         ..SimConfig::default()
     };
-    if let Some(kind) = o.byzantine {
+    if let Some(kind) = byzantine {
         cfg.faults.byzantine = 1;
         cfg.faults.byzantine_kind = kind;
     }
-    let batch_delay = o.batch_delay_ms;
-    let sim = match Cluster::from_config(cfg)
-        .build_with(move |c| c.batch_delay_ms = batch_delay as i64)
-    {
+    let batch_delay = i64::try_from(o.batch_delay_ms).unwrap_or(i64::MAX);
+    let sim = match Cluster::from_config(cfg).build_with(move |c| c.batch_delay_ms = batch_delay) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("long_horizon: bad configuration: {e}");
-            std::process::exit(2);
+            return false;
         }
     };
     // The driver's one real-clock read pair.
@@ -155,8 +173,9 @@ fn main() {
     println!("  trace hash {hash}");
     if out.ok() {
         println!("  all checkers held");
+        true
     } else {
         println!("  CHECKER VIOLATIONS: {:?}", out.violations);
-        std::process::exit(1);
+        false
     }
 }
