@@ -33,6 +33,11 @@ pub const ACTION_POSITION: u32 = 0;
 const FIRST_PAGE: u32 = 1;
 /// Reserved pages the demo tables may use.
 const PAGES: u32 = 8;
+/// Most recent actions a [`DemoLedger`] keeps in [`DemoLedger::actions`]: older ones are
+/// dropped from the list (still counted in `prunes` and `contract_calls` and hashed into the
+/// ledger's action chain), so a month of simulated time keeps the state, its per-batch digest
+/// and its checkpoints bounded.
+pub const ACTION_LOG_CAP: usize = 4_096;
 
 /// Errors of building the demo tables.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -96,8 +101,13 @@ pub struct DemoLedger {
     pub contract_calls: u64,
     /// The contract's balance (starts at 1,000,000; +1% per call).
     pub balance: u64,
-    /// Agreed time of every action, `(component, agreed time)`, in execution order.
+    /// Agreed time of the most recent actions (at most [`ACTION_LOG_CAP`]),
+    /// `(component, agreed time)`, in execution order. Action number `i` of the whole run
+    /// (counting from 0) is `actions[i - actions_offset()]`.
     pub actions: Vec<(u32, Millis)>,
+    /// SHA-256 chain over every action ever run, `chain = H(chain || component || time)`: what
+    /// the digest commits to instead of re-hashing the list.
+    actions_chain: Digest32,
 }
 
 #[derive(Encode, Decode)]
@@ -109,6 +119,7 @@ struct DemoSnapshot {
     contract_calls: u64,
     balance: u64,
     actions: Vec<(u32, Millis)>,
+    actions_chain: Digest32,
 }
 
 impl DemoLedger {
@@ -123,6 +134,32 @@ impl DemoLedger {
     /// Number of live entries.
     pub fn entries(&self) -> usize {
         self.kv.len()
+    }
+
+    /// Actions run in all (prune passes and contract calls).
+    pub fn actions_run(&self) -> u64 {
+        self.prunes.saturating_add(self.contract_calls)
+    }
+
+    /// Number of the oldest action still in [`DemoLedger::actions`].
+    pub fn actions_offset(&self) -> u64 {
+        self.actions_run()
+            .saturating_sub(u64::try_from(self.actions.len()).unwrap_or(u64::MAX))
+    }
+
+    /// Records an action: appended to the list (the oldest beyond [`ACTION_LOG_CAP`] dropped)
+    /// and hashed into the chain.
+    fn record_action(&mut self, component: u32, agreed_ms: Millis) {
+        let mut h = Sha256::new();
+        h.update(self.actions_chain);
+        h.update(component.to_le_bytes());
+        h.update(agreed_ms.to_le_bytes());
+        self.actions_chain = h.finalize().into();
+        self.actions.push((component, agreed_ms));
+        if self.actions.len() > ACTION_LOG_CAP {
+            let excess = self.actions.len() - ACTION_LOG_CAP;
+            self.actions.drain(..excess);
+        }
     }
 
     /// Deletes the entries written before `cutoff_ms`; returns how many.
@@ -158,6 +195,7 @@ impl DemoLedger {
             contract_calls: self.contract_calls,
             balance: self.balance,
             actions: self.actions.clone(),
+            actions_chain: self.actions_chain,
         };
         codec::encode(&snap).unwrap_or_default()
     }
@@ -179,10 +217,24 @@ impl Application for DemoLedger {
         result
     }
 
+    /// O(live entries), not O(history): the key-value part's own incremental digest, the
+    /// write times (bounded by the live keys), the counters, and the action chain (which
+    /// commits to every action run, hence to the kept list) instead of the encoded state.
     fn digest(&self) -> Digest32 {
         let mut h = Sha256::new();
-        h.update(b"demo-ledger");
-        h.update(self.encode());
+        h.update(b"demo-ledger v2");
+        h.update(self.kv.digest());
+        h.update((self.written_ms.len() as u64).to_le_bytes());
+        for (k, t) in &self.written_ms {
+            h.update((k.len() as u64).to_le_bytes());
+            h.update(k);
+            h.update(t.to_le_bytes());
+        }
+        for n in [self.prunes, self.pruned, self.contract_calls, self.balance] {
+            h.update(n.to_le_bytes());
+        }
+        h.update((self.actions.len() as u64).to_le_bytes());
+        h.update(self.actions_chain);
         h.finalize().into()
     }
 
@@ -203,6 +255,7 @@ impl Application for DemoLedger {
             contract_calls: s.contract_calls,
             balance: s.balance,
             actions: s.actions,
+            actions_chain: s.actions_chain,
         };
         Ok(())
     }
@@ -232,7 +285,7 @@ pub fn demo_ledger(tables: &DemoTables) -> Result<CronLedger<DemoLedger>, DemoEr
                     let n = ctx.state.prune(now.saturating_sub(retain_ms));
                     ctx.state.prunes += 1;
                     ctx.state.pruned += n;
-                    ctx.state.actions.push((PRUNE_COMPONENT, now));
+                    ctx.state.record_action(PRUNE_COMPONENT, now);
                 },
             ))
             .map_err(|e| setup(&e))?;
@@ -252,7 +305,7 @@ pub fn demo_ledger(tables: &DemoTables) -> Result<CronLedger<DemoLedger>, DemoEr
                     let now = ctx.tick.agreed_time_ms.unwrap_or(Millis::MIN);
                     ctx.state.contract_calls += 1;
                     ctx.state.balance = ctx.state.balance.saturating_add(ctx.state.balance / 100);
-                    ctx.state.actions.push((CONTRACT_COMPONENT, now));
+                    ctx.state.record_action(CONTRACT_COMPONENT, now);
                 },
             ))
             .map_err(|e| setup(&e))?;
@@ -265,6 +318,38 @@ pub fn demo_ledger(tables: &DemoTables) -> Result<CronLedger<DemoLedger>, DemoEr
 mod tests {
     use super::*;
     use ccron::{MemPages, Tick};
+
+    #[test]
+    fn the_action_list_is_bounded_and_the_chain_keeps_the_history() {
+        let mut a = DemoLedger::new();
+        let cap = u64::try_from(ACTION_LOG_CAP).unwrap();
+        for i in 0..cap + 10 {
+            a.contract_calls += 1;
+            a.record_action(CONTRACT_COMPONENT, i as Millis);
+        }
+        assert_eq!(a.actions.len(), ACTION_LOG_CAP);
+        assert_eq!(a.actions_offset(), 10);
+        assert_eq!(a.actions.first(), Some(&(CONTRACT_COMPONENT, 10)));
+        assert_eq!(
+            a.actions.last(),
+            Some(&(CONTRACT_COMPONENT, (cap + 9) as Millis))
+        );
+        // Same kept list, another history: the digest tells them apart.
+        let mut b = a.clone();
+        b.actions_chain[0] ^= 1;
+        assert_ne!(a.digest(), b.digest());
+        // Snapshot and restore keep the chain, so the digest survives a state transfer.
+        let mut c = DemoLedger::new();
+        c.restore(&a.snapshot()).unwrap();
+        assert_eq!(c, a);
+        assert_eq!(c.digest(), a.digest());
+        // One more action changes the digest though the list length stays at the cap.
+        let before = a.digest();
+        a.contract_calls += 1;
+        a.record_action(CONTRACT_COMPONENT, 1);
+        assert_eq!(a.actions.len(), ACTION_LOG_CAP);
+        assert_ne!(a.digest(), before);
+    }
 
     #[test]
     fn prune_and_contract_actions_change_the_ledger() {

@@ -108,7 +108,7 @@ struct RunArgs {
     #[arg(long, value_parser = parse_range)]
     seeds: Option<Range<u64>>,
     /// Simulated length of the safety phase (faults active), e.g. 60s, 10m. With --liveness at
-    /// most 7 days of simulated time in all.
+    /// most 31 days of simulated time in all.
     #[arg(long, default_value = "60s", value_parser = parse_duration_arg)]
     duration: u64,
     /// Bound on the liveness phase after the faults heal.
@@ -553,7 +553,7 @@ fn save<T: serde::Serialize>(json: &mut Option<std::fs::File>, args: &RunArgs, v
 
 // The limits `--help` states are the library's.
 const _: () = assert!(MAX_REPLICAS == 100 && MAX_CLIENTS == 1_000 && MAX_DRIFT_PPM == 100_000);
-const _: () = assert!(MAX_SIMULATED_MS == 7 * 24 * 3_600_000);
+const _: () = assert!(MAX_SIMULATED_MS == 31 * 24 * 3_600_000);
 
 fn run(args: &RunArgs) -> ExitCode {
     let Outputs {

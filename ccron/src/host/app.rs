@@ -83,6 +83,15 @@ pub trait Application: Send + std::any::Any {
     /// Malformed payloads must yield an error *result*, never a panic.
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8>;
     /// Digest of the whole state.
+    ///
+    /// Called after **every executed batch** (the replica reports it with each execution and
+    /// sim-bft's checkers compare it across replicas), so it must be cheap: O(what changed) or
+    /// O(a small bounded state), never "hash the encoded snapshot" of a state that grows. Keep
+    /// it incremental: an additive multiset hash over entries updated on each write (as the
+    /// kv ledger of `ccron-ledgers` does), a hash chain over an append-only log (as the demo
+    /// ledger's action chain does), or a digest cached and invalidated on change. Equal states
+    /// must give equal digests, and states that differ should differ in digest. Checkpoints do
+    /// not use it: they hash [`Application::snapshot`], once per checkpoint interval.
     fn digest(&self) -> Digest32;
     /// Canonical encoding of the whole state.
     fn snapshot(&self) -> Vec<u8>;

@@ -48,7 +48,8 @@ pub struct DemoOutcome {
 }
 
 impl DemoOutcome {
-    /// Actions of `component` an honest replica ran with agreed time `<= common_time_ms`.
+    /// Actions of `component` an honest replica ran with agreed time `<= common_time_ms`,
+    /// among the [`ACTION_LOG_CAP`] most recent ones it keeps.
     pub fn actions_until_common(&self, r: &ReplicaFires, component: u32) -> usize {
         r.ledger
             .actions
@@ -58,7 +59,7 @@ impl DemoOutcome {
     }
 
     /// Whether the checkers held and the honest replicas' action logs agree (each is a prefix
-    /// of the longest one, and every honest replica is up).
+    /// of the longest one where both still keep the actions, and every honest replica is up).
     pub fn agree(&self) -> bool {
         if !self.violations.is_empty() {
             return false;
@@ -70,11 +71,31 @@ impl DemoOutcome {
             .filter(|r| r.honest)
             .collect();
         let up = self.replicas.iter().all(Option::is_some);
-        let Some(longest) = honest.iter().max_by_key(|r| r.ledger.actions.len()) else {
+        let Some(longest) = honest.iter().max_by_key(|r| r.ledger.actions_run()) else {
             return false;
         };
+        let (l, l_off) = (&longest.ledger, longest.ledger.actions_offset());
         up && honest.iter().all(|r| {
-            longest.ledger.actions.get(..r.ledger.actions.len()) == Some(&r.ledger.actions[..])
+            // The actions both keep: numbers max(offsets)..r's run count.
+            let (a, a_off) = (&r.ledger, r.ledger.actions_offset());
+            let from = a_off.max(l_off);
+            let to = a.actions_run();
+            if from >= to {
+                return true; // nothing both still keep
+            }
+            let idx = |off: u64, i: u64| usize::try_from(i.saturating_sub(off)).ok();
+            match (
+                idx(a_off, from),
+                idx(a_off, to),
+                idx(l_off, from),
+                idx(l_off, to),
+            ) {
+                (Some(a0), Some(a1), Some(l0), Some(l1)) => {
+                    a.actions.get(a0..a1).is_some()
+                        && a.actions.get(a0..a1) == l.actions.get(l0..l1)
+                }
+                _ => false,
+            }
         })
     }
 }

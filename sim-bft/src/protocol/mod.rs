@@ -50,9 +50,19 @@ pub struct SignedRequest {
 impl SignedRequest {
     /// Signs `request` with `key`.
     pub fn sign(key: &SigningKey, request: Request) -> Result<Self, CodecError> {
+        Self::sign_vouched(key, request, None)
+    }
+
+    /// Signs `request` with `key` and vouches for the signature in `cache`
+    /// ([`crypto::sign_vouched`]).
+    pub fn sign_vouched(
+        key: &SigningKey,
+        request: Request,
+        cache: Option<&VerifyCache>,
+    ) -> Result<Self, CodecError> {
         let bytes = codec::encode(&request)?;
         Ok(Self {
-            sig: crypto::sign(key, &bytes),
+            sig: crypto::sign_vouched(key, &bytes, cache),
             request,
         })
     }
@@ -368,9 +378,19 @@ pub struct SignedMsg {
 impl SignedMsg {
     /// Encodes and signs `payload`.
     pub fn sign(key: &SigningKey, payload: &Payload) -> Result<Self, CodecError> {
+        Self::sign_vouched(key, payload, None)
+    }
+
+    /// Encodes and signs `payload`, vouching for the signature in `cache`
+    /// ([`crypto::sign_vouched`]).
+    pub fn sign_vouched(
+        key: &SigningKey,
+        payload: &Payload,
+        cache: Option<&VerifyCache>,
+    ) -> Result<Self, CodecError> {
         let bytes = codec::encode(payload)?;
         Ok(Self {
-            sig: crypto::sign(key, &bytes),
+            sig: crypto::sign_vouched(key, &bytes, cache),
             payload: bytes,
         })
     }

@@ -356,7 +356,9 @@ impl Replica {
             kind: RequestKind::Tick,
             payload: component.to_le_bytes().to_vec(),
         };
-        let Ok(signed) = SignedRequest::sign(&self.key, request) else {
+        let Ok(signed) =
+            SignedRequest::sign_vouched(&self.key, request, self.cfg.verify_cache.as_ref())
+        else {
             self.metrics.inc("encode_error");
             return false;
         };

@@ -571,14 +571,15 @@ impl Replica {
             from: self.cfg.id,
             body,
         };
-        let mut msg = match SignedMsg::sign(&self.key, &payload) {
-            Ok(m) => m,
-            Err(e) => {
-                warn!(replica = self.cfg.id, error = %e, "cannot encode own message");
-                self.metrics.inc("encode_error");
-                return None;
-            }
-        };
+        let mut msg =
+            match SignedMsg::sign_vouched(&self.key, &payload, self.cfg.verify_cache.as_ref()) {
+                Ok(m) => m,
+                Err(e) => {
+                    warn!(replica = self.cfg.id, error = %e, "cannot encode own message");
+                    self.metrics.inc("encode_error");
+                    return None;
+                }
+            };
         let sig = msg.sig;
         if self.cfg.byzantine == Byzantine::BadSignatures {
             msg.sig[7] ^= 0x01;

@@ -122,10 +122,19 @@ pub struct Checker {
     max_stall_ms: u64,
     /// Violations are capped so a diverged run does not eat memory; the count keeps going.
     dropped: u64,
+    /// Seqs below this were dropped from `agreed` (see [`AGREED_KEEP_SEQS`]).
+    pruned_below: u64,
 }
 
 /// At most this many violations are kept in detail.
 const MAX_VIOLATIONS: usize = 64;
+
+/// The agreement table keeps the seqs from this many below the slowest honest replica's last
+/// executed seq on (far more than a restarted replica re-executes from its checkpoint: the
+/// replica's log window is 128), so a month-long run holds thousands of entries, not millions.
+/// An execution reported below the pruned seqs is not compared (a replica that far behind
+/// catches up by state transfer, which skips execution).
+pub const AGREED_KEEP_SEQS: u64 = 4_096;
 
 impl Checker {
     /// A checker for `honest.len()` replicas; `honest[i]` says whether replica `i` is honest.
@@ -153,6 +162,7 @@ impl Checker {
             last_commit_ms: 0,
             max_stall_ms: 0,
             dropped: 0,
+            pruned_below: 0,
         }
     }
 
@@ -262,6 +272,9 @@ impl Checker {
         {
             self.progressed[i] = true;
         }
+        if e.seq < self.pruned_below {
+            return;
+        }
         match self.agreed.get(&e.seq).cloned() {
             Some(a) => {
                 if a.batch != e.batch_digest {
@@ -308,8 +321,33 @@ impl Checker {
                         min_honest_ms: bounds.min_honest_ms,
                     },
                 );
+                self.prune_agreed();
             }
         }
+    }
+
+    /// Drops the agreement entries more than [`AGREED_KEEP_SEQS`] below the slowest honest
+    /// replica's last executed seq, in steps of that many (amortised O(1) per seq).
+    fn prune_agreed(&mut self) {
+        let slowest = self
+            .last_seq
+            .iter()
+            .zip(&self.honest)
+            .filter(|(_, h)| **h)
+            .filter_map(|(s, _)| *s)
+            .min();
+        let Some(floor) = slowest.map(|s| s.saturating_sub(AGREED_KEEP_SEQS)) else {
+            return;
+        };
+        if floor >= self.pruned_below.saturating_add(AGREED_KEEP_SEQS) {
+            self.agreed = self.agreed.split_off(&floor);
+            self.pruned_below = floor;
+        }
+    }
+
+    /// Entries the agreement table holds (bounded, see [`AGREED_KEEP_SEQS`]).
+    pub fn agreed_len(&self) -> usize {
+        self.agreed.len()
     }
 
     fn first_execution(&mut self, at_ms: u64, node: NodeId, e: &Executed, b: TimeBounds) {
@@ -539,6 +577,26 @@ mod tests {
         c.executed(0, 2, &ex(2, 3, 4, None), B);
         assert_eq!(c.violations()[1].kind, ViolationKind::StateDivergence);
         assert!(!c.honest_agree());
+    }
+
+    #[test]
+    fn the_agreement_table_is_bounded_and_still_catches_divergence() {
+        let mut c = checker();
+        let last = 3 * AGREED_KEEP_SEQS;
+        for seq in 1..=last {
+            for r in 0..3 {
+                c.executed(0, r, &ex(seq, 1, 1, None), B);
+            }
+        }
+        assert!(c.violations().is_empty());
+        assert!(c.agreed_len() as u64 <= 2 * AGREED_KEEP_SEQS + 1);
+        // A lagging honest replica holds pruning back: its seqs stay comparable.
+        for seq in last + 1..=last + 2 * AGREED_KEEP_SEQS {
+            c.executed(0, 0, &ex(seq, 1, 1, None), B);
+            c.executed(0, 1, &ex(seq, 1, 1, None), B);
+        }
+        c.executed(0, 2, &ex(last + 1, 1, 7, None), B);
+        assert_eq!(c.violations()[0].kind, ViolationKind::StateDivergence);
     }
 
     #[test]

@@ -87,8 +87,9 @@ pub enum ConfigError {
 }
 
 /// Longest simulated run: the safety phase plus the liveness bound, and any single duration
-/// knob, at most 7 days of simulated time (so no deadline arithmetic can overflow).
-pub const MAX_SIMULATED_MS: u64 = 7 * 24 * 3_600_000;
+/// knob, at most 31 days of simulated time (a month of 30 days plus its liveness bound; small
+/// enough that no deadline arithmetic can overflow).
+pub const MAX_SIMULATED_MS: u64 = 31 * 24 * 3_600_000;
 
 /// Most replicas in one simulated cluster (every message goes to every replica: cost grows
 /// with n squared).
@@ -738,7 +739,7 @@ impl SimConfig {
             u64::from(MAX_CLIENTS),
             "",
         )?;
-        let days = " ms (7 days)";
+        let days = " ms (31 days)";
         let total = self.duration_ms.checked_add(self.liveness_ms);
         too_big("duration", self.duration_ms, MAX_SIMULATED_MS, " ms")
             .map_err(|e| with_days(e, days))?;

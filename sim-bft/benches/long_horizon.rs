@@ -1,0 +1,181 @@
+//! Long-horizon simulation speed (a plain bench binary; prints simulated / wall time).
+//!
+//! The workload of issue 14, item 8: the demo ledger (components 1 and 2 ticking every second),
+//! two user clients at 10 requests/s each, n = 4, the robust time service, every checker on
+//! (including the replicas' per-step invariant checks). Target: a month in <= 5 minutes on 2
+//! cores (about 8,600x real time).
+//!
+//! ```sh
+//! cargo bench -p sim-bft --bench long_horizon             # 1 simulated hour (quick)
+//! cargo bench -p sim-bft --bench long_horizon -- day      # 1 simulated day
+//! cargo bench -p sim-bft --bench long_horizon -- month    # 30 simulated days (hours of wall time)
+//! cargo bench -p sim-bft --bench long_horizon -- 6h --batch-delay 0 --byzantine equivocate
+//! ```
+//!
+//! Options after `--`: a length (`hour`, `day`, `week`, `month`, or a duration such as `6h`),
+//! `--batch-delay MS` (the primary's batch delay, default 50 ms; 0 is the replica's default:
+//! every request its own batch at this load), `--byzantine KIND` (one Byzantine replica of that
+//! kind, as `sim-bft run --byzantine-kind` names them; `all`: one run per kind), `--seed N`. CI never runs this bench (no
+//! CI job runs `cargo bench`); `docs/benchmarks-sim-bft.md` has the figures.
+//!
+//! Wall time is read only here, in the driver (the simulator never reads a clock).
+
+use std::time::Instant;
+
+use sim_bft::sim::cluster::Cluster;
+use sim_bft::sim::{ByzantineKind, LedgerKind, SimConfig, parse_duration_ms};
+
+/// A month of 30 days.
+const MONTH_MS: u64 = 30 * 24 * 3_600_000;
+/// The target: a month in 5 minutes.
+const TARGET_RATIO: f64 = MONTH_MS as f64 / 300_000.0;
+
+struct Opts {
+    simulated_ms: u64,
+    batch_delay_ms: u64,
+    /// One Byzantine replica of each kind in turn (`--byzantine all`), or of one kind.
+    byzantine: Vec<ByzantineKind>,
+    seed: u64,
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts {
+        simulated_ms: 3_600_000,
+        batch_delay_ms: 50,
+        byzantine: Vec::new(),
+        seed: 1,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--bench" => {}
+            "hour" => o.simulated_ms = 3_600_000,
+            "day" => o.simulated_ms = 24 * 3_600_000,
+            "week" => o.simulated_ms = 7 * 24 * 3_600_000,
+            "month" => o.simulated_ms = MONTH_MS,
+            "--batch-delay" => {
+                let v = args.next().ok_or("--batch-delay needs a value in ms")?;
+                o.batch_delay_ms = v.parse().map_err(|e| format!("--batch-delay {v}: {e}"))?;
+            }
+            "--byzantine" => {
+                let v = args.next().ok_or("--byzantine needs a kind or `all`")?;
+                o.byzantine = if v == "all" {
+                    ByzantineKind::ALL.to_vec()
+                } else {
+                    vec![v.parse().map_err(|e| format!("--byzantine {v}: {e}"))?]
+                };
+            }
+            "--seed" => {
+                let v = args.next().ok_or("--seed needs a value")?;
+                o.seed = v.parse().map_err(|e| format!("--seed {v}: {e}"))?;
+            }
+            other => {
+                o.simulated_ms =
+                    parse_duration_ms(other).map_err(|e| format!("length {other:?}: {e}"))?;
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// CPU time this process has run, in seconds (Linux `/proc/self/schedstat`, nanoseconds; the
+/// simulator is single-threaded). On a shared machine it is steadier than wall time.
+fn cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
+fn main() {
+    let o = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("long_horizon: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut ok = true;
+    if o.byzantine.is_empty() {
+        ok = run(&o, None);
+    }
+    for kind in &o.byzantine {
+        println!("-- one Byzantine replica: {kind}");
+        ok &= run(&o, Some(*kind));
+    }
+    if !ok {
+        std::process::exit(1);
+    }
+}
+
+/// One run; false when a checker failed.
+#[allow(clippy::disallowed_methods)]
+fn run(o: &Opts, byzantine: Option<ByzantineKind>) -> bool {
+    let mut cfg = SimConfig {
+        seed: o.seed,
+        ledger: LedgerKind::Demo,
+        components: LedgerKind::Demo.default_components(),
+        tick_period_ms: 1_000,
+        clients: 2,
+        request_interval_ms: 100,
+        duration_ms: o.simulated_ms,
+        liveness_ms: 30_000,
+        // About 0.8 events per simulated ms at this load; the default bound is for short runs.
+        max_events: o.simulated_ms.saturating_mul(4).max(50_000_000),
+        ..SimConfig::default()
+    };
+    if let Some(kind) = byzantine {
+        cfg.faults.byzantine = 1;
+        cfg.faults.byzantine_kind = kind;
+    }
+    let batch_delay = i64::try_from(o.batch_delay_ms).unwrap_or(i64::MAX);
+    let sim = match Cluster::from_config(cfg).build_with(move |c| c.batch_delay_ms = batch_delay) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("long_horizon: bad configuration: {e}");
+            return false;
+        }
+    };
+    // The driver's one real-clock read pair.
+    let t0 = Instant::now();
+    let cpu0 = cpu_seconds();
+    let out = sim.run();
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
+    let simulated_s = out.end_ms as f64 / 1_000.0;
+    let ratio = simulated_s / wall.max(1e-9);
+    let n0 = out.nodes.first();
+    let batches = n0.map_or(0, |n| n.batches_executed);
+    let requests = n0.map_or(0, |n| n.requests_executed);
+    let ticks = n0.map_or(0, |n| n.ticks_executed);
+    println!("{}", out.replay_command());
+    println!(
+        "long horizon: {simulated_s:.0} s simulated in {wall:.1} s wall = {ratio:.0}x real time \
+         (target >= {TARGET_RATIO:.0}x: a month in 5 min); a month would take {:.0} s at this rate",
+        MONTH_MS as f64 / 1_000.0 / ratio.max(1e-9)
+    );
+    if let Some(cpu) = cpu {
+        let cpu_ratio = simulated_s / cpu.max(1e-9);
+        println!(
+            "  CPU time {cpu:.1} s = {cpu_ratio:.0}x real time per CPU second; a month would take \
+             {:.0} CPU s",
+            MONTH_MS as f64 / 1_000.0 / cpu_ratio.max(1e-9)
+        );
+    }
+    println!(
+        "  replica 0: {batches} batches, {requests} requests ({ticks} ticks), mean batch {:.2}; \
+         {} events, {} client requests, batch delay {} ms",
+        requests as f64 / batches.max(1) as f64,
+        out.stats.events,
+        out.stats.client_requests,
+        o.batch_delay_ms
+    );
+    let hash: String = out.trace_hash.iter().map(|b| format!("{b:02x}")).collect();
+    println!("  trace hash {hash}");
+    if out.ok() {
+        println!("  all checkers held");
+        true
+    } else {
+        println!("  CHECKER VIOLATIONS: {:?}", out.violations);
+        false
+    }
+}
