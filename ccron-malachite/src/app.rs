@@ -204,7 +204,12 @@ impl LedgerApp for DemoLedger {
 /// The agreed-time rule: at height 1 the genesis time; after that
 /// `max(previous + 1, median of the signed samples of the previous height)` (lower median).
 /// `None` when a later height has no samples (such a block is invalid).
-pub fn agreed_time(height: u64, genesis_ms: TimeMs, prev_ms: TimeMs, samples: &[i64]) -> Option<TimeMs> {
+pub fn agreed_time(
+    height: u64,
+    genesis_ms: TimeMs,
+    prev_ms: TimeMs,
+    samples: &[i64],
+) -> Option<TimeMs> {
     if height <= 1 {
         return Some(genesis_ms);
     }
@@ -290,7 +295,9 @@ pub fn validate_block(
     }
     let computed = match prev {
         None => {
-            if !block.samples.is_empty() || block.prev_round != 0 || block.prev_id != Hash32::default()
+            if !block.samples.is_empty()
+                || block.prev_round != 0
+                || block.prev_id != Hash32::default()
             {
                 return Err(BlockRejection::WrongScope);
             }
@@ -319,12 +326,7 @@ pub fn validate_block(
                     p.id,
                     s.validator,
                 );
-                let bytes = extension_signing_bytes(
-                    &scope,
-                    &ClockSample {
-                        time_ms: s.time_ms,
-                    },
-                );
+                let bytes = extension_signing_bytes(&scope, &ClockSample { time_ms: s.time_ms });
                 if !verify_raw(&PubKey(s.validator.0), &bytes, &s.signature) {
                     return Err(BlockRejection::BadSampleSignature);
                 }
@@ -364,7 +366,10 @@ mod tests {
     fn agreed_time_is_genesis_then_monotone_median() {
         assert_eq!(agreed_time(1, 500, 0, &[]), Some(500));
         assert_eq!(agreed_time(2, 500, 500, &[]), None);
-        assert_eq!(agreed_time(2, 500, 500, &[900, 700, 800, 10_000]), Some(800));
+        assert_eq!(
+            agreed_time(2, 500, 500, &[900, 700, 800, 10_000]),
+            Some(800)
+        );
         // A median in the past does not move time backwards.
         assert_eq!(agreed_time(3, 500, 1_000, &[10, 20, 30]), Some(1_001));
     }

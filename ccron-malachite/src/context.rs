@@ -16,7 +16,17 @@ use sha2::{Digest, Sha256};
 
 /// A block height (`last_executed_seq` in the report).
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, BorshSerialize, BorshDeserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    BorshSerialize,
+    BorshDeserialize,
 )]
 pub struct Height(pub u64);
 
@@ -62,7 +72,17 @@ impl mct::Address for Address {}
 
 /// A 32-byte hash (value ids, digests).
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, BorshSerialize, BorshDeserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    BorshSerialize,
+    BorshDeserialize,
 )]
 pub struct Hash32(pub [u8; 32]);
 
@@ -153,7 +173,9 @@ impl mct::Value for Block {
 }
 
 /// An ed25519 signature.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, BorshSerialize, BorshDeserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, BorshSerialize, BorshDeserialize,
+)]
 pub struct Sig(pub [u8; 64]);
 
 /// An ed25519 public key (raw bytes; validated when used).
@@ -181,7 +203,9 @@ impl SigningScheme for Ed25519 {
     type PrivateKey = [u8; 32];
 
     fn decode_signature(bytes: &[u8]) -> Result<Sig, DecodeError> {
-        <[u8; 64]>::try_from(bytes).map(Sig).map_err(|_| DecodeError)
+        <[u8; 64]>::try_from(bytes)
+            .map(Sig)
+            .map_err(|_| DecodeError)
     }
 
     fn encode_signature(signature: &Sig) -> Vec<u8> {
@@ -189,7 +213,9 @@ impl SigningScheme for Ed25519 {
     }
 
     fn decode_public_key(bytes: &[u8]) -> Result<PubKey, DecodeError> {
-        <[u8; 32]>::try_from(bytes).map(PubKey).map_err(|_| DecodeError)
+        <[u8; 32]>::try_from(bytes)
+            .map(PubKey)
+            .map_err(|_| DecodeError)
     }
 
     fn encode_public_key(public_key: &PubKey) -> Vec<u8> {
@@ -809,7 +835,11 @@ impl Codec<msync::Response<Ctx>> for BorshCodec {
                             .signatures
                             .into_iter()
                             .map(|c| {
-                                mct::ExtendedCommitSignature::new(c.address, c.signature, c.extension)
+                                mct::ExtendedCommitSignature::new(
+                                    c.address,
+                                    c.signature,
+                                    c.extension,
+                                )
                             })
                             .collect(),
                     },

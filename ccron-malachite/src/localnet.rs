@@ -155,7 +155,11 @@ fn read_status(home: &Path, i: usize) -> NodeStatus {
 }
 
 /// (height -> digest) of a node, from its digests log; inconsistent repeats are violations.
-fn read_digests(home: &Path, i: usize, violations: &mut Vec<String>) -> std::collections::BTreeMap<u64, String> {
+fn read_digests(
+    home: &Path,
+    i: usize,
+    violations: &mut Vec<String>,
+) -> std::collections::BTreeMap<u64, String> {
     let mut out = std::collections::BTreeMap::new();
     let text = std::fs::read_to_string(node_dir(home, i).join("digests.log")).unwrap_or_default();
     for line in text.lines() {
@@ -251,7 +255,9 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         let s = read_status(&home, i);
         let honest = !(opts.lying_time && i == 0);
         if !alive[i] {
-            violations.push(format!("node {i} exited before the end (see node-{i}/node.log)"));
+            violations.push(format!(
+                "node {i} exited before the end (see node-{i}/node.log)"
+            ));
         }
         nodes.push(NodeReport {
             id: i,
@@ -281,8 +287,14 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             }
         }
     }
-    let honest_agree = !violations.iter().any(|v| v.contains("disagree") || v.contains("two digests"));
-    let max_height = honest.iter().map(|&i| nodes[i].last_executed_seq).max().unwrap_or(0);
+    let honest_agree = !violations
+        .iter()
+        .any(|v| v.contains("disagree") || v.contains("two digests"));
+    let max_height = honest
+        .iter()
+        .map(|&i| nodes[i].last_executed_seq)
+        .max()
+        .unwrap_or(0);
     if nodes.iter().all(|n| n.fires == 0) {
         violations.push("nothing fired".into());
     }

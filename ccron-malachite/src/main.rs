@@ -85,7 +85,10 @@ fn parse_duration(s: &str) -> Option<Duration> {
         return v.parse().ok().map(Duration::from_secs);
     }
     if let Some(v) = s.strip_suffix('m') {
-        return v.parse::<u64>().ok().map(|m| Duration::from_secs(m.saturating_mul(60)));
+        return v
+            .parse::<u64>()
+            .ok()
+            .map(|m| Duration::from_secs(m.saturating_mul(60)));
     }
     s.parse().ok().map(Duration::from_secs)
 }
@@ -100,14 +103,23 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Init { home, nodes, ledger, seed } => match init_home(&home, nodes, seed, &ledger) {
+        Cmd::Init {
+            home,
+            nodes,
+            ledger,
+            seed,
+        } => match init_home(&home, nodes, seed, &ledger) {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("init: {e}");
                 ExitCode::from(2)
             }
         },
-        Cmd::Node { home, index, lying_time } => {
+        Cmd::Node {
+            home,
+            index,
+            lying_time,
+        } => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
@@ -119,7 +131,11 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match rt.block_on(run_node(NodeOptions { home, index, lying_time })) {
+            match rt.block_on(run_node(NodeOptions {
+                home,
+                index,
+                lying_time,
+            })) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "node stops");
@@ -147,7 +163,9 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             if ledger != "demo" {
-                eprintln!("localnet: ledger '{ledger}' is not available on this adapter yet (only 'demo')");
+                eprintln!(
+                    "localnet: ledger '{ledger}' is not available on this adapter yet (only 'demo')"
+                );
                 return ExitCode::from(2);
             }
             let node_bin = match std::env::current_exe() {
@@ -185,13 +203,23 @@ fn main() -> ExitCode {
             for n in &report.nodes {
                 println!(
                     "node {} pid {} honest {} height {} ticks {} fires {} rejected {} synced {} digest {}",
-                    n.id, n.pid, n.honest, n.last_executed_seq, n.ticks_executed, n.fires,
-                    n.rejected_proposals, n.synced_heights, n.state_digest.get(..16).unwrap_or("")
+                    n.id,
+                    n.pid,
+                    n.honest,
+                    n.last_executed_seq,
+                    n.ticks_executed,
+                    n.fires,
+                    n.rejected_proposals,
+                    n.synced_heights,
+                    n.state_digest.get(..16).unwrap_or("")
                 );
             }
             println!(
                 "honest_agree {} restarts {} max_height {} ({:.1} heights/s) violations {:?}",
-                report.honest_agree, report.restarts, report.max_height, report.heights_per_sec,
+                report.honest_agree,
+                report.restarts,
+                report.max_height,
+                report.heights_per_sec,
                 report.violations
             );
             if report.honest_agree && report.violations.is_empty() {

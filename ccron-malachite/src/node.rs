@@ -193,13 +193,15 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
     let dir = node_dir(&opts.home, opts.index);
     let secret_hex = std::fs::read_to_string(dir.join("secret.key"))
         .map_err(|e| NodeError::Config(format!("secret.key: {e}")))?;
-    let secret =
-        unhex32(&secret_hex).ok_or_else(|| NodeError::Config("secret.key: not 32 hex bytes".into()))?;
+    let secret = unhex32(&secret_hex)
+        .ok_or_else(|| NodeError::Config("secret.key: not 32 hex bytes".into()))?;
     let signer = Ed25519Signer::new(secret);
     let me = Address(signer.public_key());
     let mut keys = Vec::new();
     for v in &genesis.validators {
-        keys.push(unhex32(&v.public_key).ok_or_else(|| NodeError::Config("bad public key".into()))?);
+        keys.push(
+            unhex32(&v.public_key).ok_or_else(|| NodeError::Config("bad public key".into()))?,
+        );
     }
     let validators = ValidatorSet::new(&keys);
     if !validators.contains(&me) {
@@ -246,14 +248,27 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
         .sign_validator_proof(me.0.to_vec(), peer_id.to_bytes())
         .await
         .map_err(|e| NodeError::Engine(e.to_string()))?;
-    let proof_bytes = malachitebft_app_channel::app::types::codec::Codec::encode(&BorshCodec, &proof)
-        .map_err(|e| NodeError::Engine(e.to_string()))?;
-    let identity =
-        NetworkIdentity::new_validator(config.moniker.clone(), keypair, me.to_string(), proof_bytes);
+    let proof_bytes =
+        malachitebft_app_channel::app::types::codec::Codec::encode(&BorshCodec, &proof)
+            .map_err(|e| NodeError::Engine(e.to_string()))?;
+    let identity = NetworkIdentity::new_validator(
+        config.moniker.clone(),
+        keypair,
+        me.to_string(),
+        proof_bytes,
+    );
 
     let store = BlockStore::open(&dir.join("blocks.log"))?;
     let parts = PartLog::open(&dir.join("parts.log"))?;
-    let mut node = NodeState::new(opts.clone(), genesis, validators, me, signer.clone(), store, parts)?;
+    let mut node = NodeState::new(
+        opts.clone(),
+        genesis,
+        validators,
+        me,
+        signer.clone(),
+        store,
+        parts,
+    )?;
 
     let (mut channels, _engine) = malachitebft_app_channel::start_engine(
         Ctx,
@@ -271,9 +286,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
     let (tick_tx, tick_rx) = crossbeam_channel::bounded(ccron::ticks::DEFAULT_CHANNEL_CAPACITY);
     let generator = ccron::ticks::TicksGenerator::spawn(
         ccron::ticks::SystemClock::new(),
-        ccron::ticks::DriverConfig {
-            poll_period_ms: 50,
-        },
+        ccron::ticks::DriverConfig { poll_period_ms: 50 },
         tick_tx,
     )
     .map_err(|e| NodeError::Engine(format!("ticks thread: {e}")))?;
@@ -381,7 +394,8 @@ impl NodeState {
             if p.height.0 > last {
                 node.undecided.insert(p.block.id(), p.block.clone());
                 if p.proposer == node.me {
-                    node.my_parts.insert((p.height.0, p.round.as_u32().unwrap_or(0)), p);
+                    node.my_parts
+                        .insert((p.height.0, p.round.as_u32().unwrap_or(0)), p);
                 }
             }
         }
@@ -481,7 +495,9 @@ impl NodeState {
         let Ok(bytes) = serde_json::to_vec_pretty(&self.status) else {
             return;
         };
-        if std::fs::write(&tmp, bytes).is_err() || std::fs::rename(&tmp, dir.join("status.json")).is_err() {
+        if std::fs::write(&tmp, bytes).is_err()
+            || std::fs::rename(&tmp, dir.join("status.json")).is_err()
+        {
             tracing::warn!("could not write status.json");
         }
     }
@@ -565,11 +581,17 @@ impl NodeState {
         })
     }
 
-    async fn handle(&mut self, msg: AppMsg<Ctx>, channels: &mut Channels<Ctx>) -> Result<(), NodeError> {
+    async fn handle(
+        &mut self,
+        msg: AppMsg<Ctx>,
+        channels: &mut Channels<Ctx>,
+    ) -> Result<(), NodeError> {
         match msg {
             AppMsg::ConsensusReady { reply } => {
-                // Wait for the peers before height 1: an early first proposal would be lost.
-                let want = self.validators.validators.len().saturating_sub(1);
+                // Wait for a quorum's worth of peers before starting: a first proposal made
+                // before they connect is lost. (Not all: a late or dead validator must not
+                // hold the others back; it catches up through sync.)
+                let want = self.validators.quorum().saturating_sub(1);
                 for _ in 0..100 {
                     match NetworkRequest::dump_state(&channels.net_requests).await {
                         Ok(Some(dump)) if dump.peers.len() >= want => break,
@@ -582,7 +604,12 @@ impl NodeState {
                     return Err(NodeError::Engine("ConsensusReady reply dropped".into()));
                 }
             }
-            AppMsg::StartedRound { reply_value, height, round, .. } => {
+            AppMsg::StartedRound {
+                reply_value,
+                height,
+                round,
+                ..
+            } => {
                 let r = round.as_u32().unwrap_or(0);
                 let mut seen: Vec<ProposedValue<Ctx>> = Vec::new();
                 if let Some(p) = self.my_parts.get(&(height.0, r)) {
@@ -602,14 +629,20 @@ impl NodeState {
                 self.early.retain(|(h, _), _| *h >= height.0);
                 let _ = reply_value.send(seen);
             }
-            AppMsg::GetValue { height, round, reply, .. } => {
+            AppMsg::GetValue {
+                height,
+                round,
+                reply,
+                ..
+            } => {
                 let r = round.as_u32().unwrap_or(0);
                 let block = match self.my_parts.get(&(height.0, r)) {
                     Some(p) => p.block.clone(),
                     None => self.build_block(height.0),
                 };
                 let valid_round = Round::Nil;
-                let bytes = ProposalPart::signing_bytes(height, round, valid_round, &self.me, &block);
+                let bytes =
+                    ProposalPart::signing_bytes(height, round, valid_round, &self.me, &block);
                 let part = ProposalPart {
                     height,
                     round,
@@ -623,7 +656,10 @@ impl NodeState {
                     self.parts.append(&part)?;
                 }
                 self.my_parts.insert((height.0, r), part.clone());
-                if reply.send(LocallyProposedValue::new(height, round, block)).is_err() {
+                if reply
+                    .send(LocallyProposedValue::new(height, round, block))
+                    .is_err()
+                {
                     tracing::error!("GetValue reply dropped");
                 }
                 Self::publish(channels, &part).await;
@@ -631,12 +667,18 @@ impl NodeState {
             AppMsg::ExtendVote { reply, .. } => {
                 let _ = reply.send(Some(ClockSample { time_ms: now_ms() }));
             }
-            AppMsg::VerifyVoteExtensions { extensions, reply, .. } => {
+            AppMsg::VerifyVoteExtensions {
+                extensions, reply, ..
+            } => {
                 let verdicts = extensions.into_iter().map(|(a, _)| (a, Ok(()))).collect();
                 let _ = reply.send(verdicts);
             }
             AppMsg::RestreamProposal { height, round, .. } => {
-                if let Some(part) = self.my_parts.get(&(height.0, round.as_u32().unwrap_or(0))).cloned() {
+                if let Some(part) = self
+                    .my_parts
+                    .get(&(height.0, round.as_u32().unwrap_or(0)))
+                    .cloned()
+                {
                     Self::publish(channels, &part).await;
                 }
             }
@@ -662,7 +704,11 @@ impl NodeState {
                 }
                 let _ = reply.send(value);
             }
-            AppMsg::Decided { certificate, extensions, reply } => {
+            AppMsg::Decided {
+                certificate,
+                extensions,
+                reply,
+            } => {
                 let height = certificate.height.0;
                 let Some(block) = self.undecided.get(&certificate.value_id).cloned() else {
                     return Err(NodeError::UnknownDecided(certificate.value_id, height));
@@ -685,10 +731,17 @@ impl NodeState {
                 self.my_parts.retain(|(h, _), _| *h > height);
                 self.parts.prune(height)?;
                 self.write_status();
-                tracing::info!(height, agreed_ms = block.agreed_time_ms, fires = out.fires, "decided");
+                tracing::info!(
+                    height,
+                    agreed_ms = block.agreed_time_ms,
+                    fires = out.fires,
+                    "decided"
+                );
                 let _ = reply.send(());
             }
-            AppMsg::Finalized { certificate, reply, .. } => {
+            AppMsg::Finalized {
+                certificate, reply, ..
+            } => {
                 let next = Height(certificate.height.0 + 1);
                 let _ = reply.send(Next::Start(next, self.params()));
             }
@@ -700,16 +753,23 @@ impl NodeState {
                         break;
                     }
                     if let Some(d) = self.store.get(h) {
-                        let cert = ExtendedCommitCertificate::from_commit_certificate_and_extensions(
-                            d.certificate.clone(),
-                            VoteExtensions::new(d.extensions.clone()),
-                        );
+                        let cert =
+                            ExtendedCommitCertificate::from_commit_certificate_and_extensions(
+                                d.certificate.clone(),
+                                VoteExtensions::new(d.extensions.clone()),
+                            );
                         out.push(RawDecidedValue::new(Bytes::from(d.block.encode()), cert));
                     }
                 }
                 let _ = reply.send(out);
             }
-            AppMsg::ProcessSyncedValue { height, round, proposer, value_bytes, reply } => {
+            AppMsg::ProcessSyncedValue {
+                height,
+                round,
+                proposer,
+                value_bytes,
+                reply,
+            } => {
                 let outcome = match Block::decode(&value_bytes) {
                     Some(block) if block.height == height.0 => {
                         self.undecided.insert(block.id(), block.clone());

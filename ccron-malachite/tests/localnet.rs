@@ -12,7 +12,10 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn localnet(args: &[&str], name: &str) -> (bool, Report) {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!("ccron-malachite-test-{name}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "ccron-malachite-test-{name}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     let json: PathBuf = dir.join("report.json");
     std::fs::create_dir_all(&dir).unwrap();
@@ -44,7 +47,11 @@ fn kill_and_restart_agrees_and_fires() {
     let mut pids = r.pids.clone();
     pids.sort_unstable();
     pids.dedup();
-    assert_eq!(pids.len(), 5, "4 processes and a restarted one, distinct PIDs");
+    assert_eq!(
+        pids.len(),
+        5,
+        "4 processes and a restarted one, distinct PIDs"
+    );
     assert!(r.max_height >= 5, "decided too few heights: {r:?}");
     for n in &r.nodes {
         assert!(n.fires > 0, "node {} fired nothing", n.id);
@@ -60,7 +67,10 @@ fn late_joiner_catches_up_through_sync() {
     let (ok, r) = localnet(&["--duration", "20s", "--late-join", "--no-kill"], "late");
     assert!(ok, "localnet failed: {r:?}");
     let late = &r.nodes[3];
-    assert!(late.synced_heights > 0, "the late node synced nothing: {r:?}");
+    assert!(
+        late.synced_heights > 0,
+        "the late node synced nothing: {r:?}"
+    );
     assert!(late.last_executed_seq + 5 >= r.max_height, "{r:?}");
 }
 
@@ -77,7 +87,10 @@ fn lying_proposer_is_rejected() {
         .unwrap()
         .as_millis() as i64;
     for n in &r.nodes {
-        assert!(n.agreed_time_ms < now_ms + 60_000, "a lying time was decided: {r:?}");
+        assert!(
+            n.agreed_time_ms < now_ms + 60_000,
+            "a lying time was decided: {r:?}"
+        );
     }
     assert!(r.max_height >= 5, "{r:?}");
 }
