@@ -168,10 +168,10 @@ fn read_digests(
             continue;
         };
         let Ok(h) = h.parse::<u64>() else { continue };
-        if let Some(prev) = out.insert(h, d.to_string()) {
-            if prev != d {
-                violations.push(format!("node {i} has two digests at height {h}"));
-            }
+        if let Some(prev) = out.insert(h, d.to_string())
+            && prev != d
+        {
+            violations.push(format!("node {i} has two digests at height {h}"));
         }
     }
     out
@@ -181,6 +181,8 @@ fn read_digests(
 ///
 /// # Errors
 /// I/O errors starting it.
+// The localnet is the process boundary: it reads the real clock to schedule kills and restarts.
+#[allow(clippy::disallowed_methods)]
 pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let home = match &opts.home {
         Some(h) => h.clone(),
@@ -227,21 +229,22 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             children.0[victim] = Some(c);
             restarts += 1;
         }
-        if let Some(l) = late {
-            if !late_started && t >= late_at {
-                let c = spawn_node(opts, &home, l)?;
-                pids.push(c.id());
-                children.0[l] = Some(c);
-                late_started = true;
-            }
+        if let Some(l) = late
+            && !late_started
+            && t >= late_at
+        {
+            let c = spawn_node(opts, &home, l)?;
+            pids.push(c.id());
+            children.0[l] = Some(c);
+            late_started = true;
         }
         // A node that exits on its own is an error: record it.
         for (i, slot) in children.0.iter_mut().enumerate() {
-            if let Some(c) = slot {
-                if let Ok(Some(status)) = c.try_wait() {
-                    tracing::error!(node = i, %status, "node exited");
-                    *slot = None;
-                }
+            if let Some(c) = slot
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                tracing::error!(node = i, %status, "node exited");
+                *slot = None;
             }
         }
     }
@@ -251,10 +254,10 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let mut violations = Vec::new();
     let mut nodes = Vec::new();
     let mut digests = Vec::new();
-    for i in 0..n {
+    for (i, &is_alive) in alive.iter().enumerate() {
         let s = read_status(&home, i);
         let honest = !(opts.lying_time && i == 0);
-        if !alive[i] {
+        if !is_alive {
             violations.push(format!(
                 "node {i} exited before the end (see node-{i}/node.log)"
             ));
@@ -278,11 +281,11 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     for (a_i, &a) in honest.iter().enumerate() {
         for &b in &honest[a_i + 1..] {
             for (h, da) in &digests[a] {
-                if let Some(db) = digests[b].get(h) {
-                    if da != db {
-                        violations.push(format!("nodes {a} and {b} disagree at height {h}"));
-                        break;
-                    }
+                if let Some(db) = digests[b].get(h)
+                    && da != db
+                {
+                    violations.push(format!("nodes {a} and {b} disagree at height {h}"));
+                    break;
                 }
             }
         }

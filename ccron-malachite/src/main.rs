@@ -194,11 +194,11 @@ fn main() -> ExitCode {
                 }
             };
             let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-            if let Some(path) = json {
-                if let Err(e) = std::fs::write(&path, &text) {
-                    eprintln!("localnet: writing {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
+            if let Some(path) = json
+                && let Err(e) = std::fs::write(&path, &text)
+            {
+                eprintln!("localnet: writing {}: {e}", path.display());
+                return ExitCode::from(2);
             }
             for n in &report.nodes {
                 println!(

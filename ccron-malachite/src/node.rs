@@ -126,6 +126,8 @@ pub fn unhex32(s: &str) -> Option<[u8; 32]> {
 }
 
 /// Wall clock, Unix ms.
+// The node is the process boundary where wall-clock time enters (clock samples, ticks).
+#[allow(clippy::disallowed_methods)]
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -481,10 +483,9 @@ impl NodeState {
             .create(true)
             .append(true)
             .open(self.digests_path())
+            && let Err(e) = writeln!(f, "{} {} {}", block.height, digest, block.agreed_time_ms)
         {
-            if let Err(e) = writeln!(f, "{} {} {}", block.height, digest, block.agreed_time_ms) {
-                tracing::warn!(error = %e, "could not append to digests.log");
-            }
+            tracing::warn!(error = %e, "could not append to digests.log");
         }
     }
 
@@ -621,10 +622,10 @@ impl NodeState {
                         value: p.block.clone(),
                         validity: Validity::Valid,
                     });
-                } else if let Some(p) = self.early.remove(&(height.0, r)) {
-                    if height.0 == self.store.last_height() + 1 {
-                        seen.push(self.judge(&p)?);
-                    }
+                } else if let Some(p) = self.early.remove(&(height.0, r))
+                    && height.0 == self.store.last_height() + 1
+                {
+                    seen.push(self.judge(&p)?);
                 }
                 self.early.retain(|(h, _), _| *h >= height.0);
                 let _ = reply_value.send(seen);

@@ -75,6 +75,7 @@ fn late_joiner_catches_up_through_sync() {
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // compares against the wall clock the nodes used
 fn lying_proposer_is_rejected() {
     let (ok, r) = localnet(&["--duration", "20s", "--lying-time", "--no-kill"], "lying");
     assert!(ok, "localnet failed: {r:?}");
