@@ -467,7 +467,14 @@ impl Harness for ClusterHarness {
         };
         if let Some((w, rng)) = self.workloads.get_mut(client as usize) {
             let payload = w.payload(number, rng);
-            return client_request_bytes(key, u64::from(client), number + 1, payload)
+            let request = Request {
+                client: u64::from(client),
+                req_seq: number + 1,
+                kind: RequestKind::Write,
+                payload,
+            };
+            return SignedRequest::sign_vouched(key, request, Some(&self.verify_cache))
+                .and_then(|r| r.to_bytes())
                 .unwrap_or_else(|e| {
                     tracing::error!(client, error = %e, "cannot encode a workload request");
                     Vec::new()

@@ -1,0 +1,877 @@
+//! The Malachite [`Context`] of the adapter: heights, addresses, blocks, votes, proposals,
+//! proposal parts, the ed25519 signing scheme and the one codec (borsh) for everything the
+//! engine sends over the network, writes to its WAL or serves through sync.
+
+use std::fmt;
+
+use borsh::{BorshDeserialize, BorshSerialize};
+use bytes::Bytes;
+use ed25519_dalek::{Signer as _, SigningKey, Verifier as _, VerifyingKey};
+use malachitebft_core_types::{
+    self as mct, NilOrVal, Round, SignedExtension, SignedMessage, SigningScheme, ValidatorProof,
+    VoteExtensionScope, VoteType,
+};
+use malachitebft_signing::{Error as SignError, VerificationResult};
+use sha2::{Digest, Sha256};
+
+/// A block height (`last_executed_seq` in the report).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    BorshSerialize,
+    BorshDeserialize,
+)]
+pub struct Height(pub u64);
+
+impl fmt::Display for Height {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl mct::Height for Height {
+    const ZERO: Self = Height(0);
+    const INITIAL: Self = Height(1);
+
+    fn increment_by(&self, n: u64) -> Self {
+        Height(self.0.saturating_add(n))
+    }
+
+    fn decrement_by(&self, n: u64) -> Option<Self> {
+        self.0.checked_sub(n).map(Height)
+    }
+
+    fn as_u64(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A validator address: its ed25519 public key.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, BorshSerialize, BorshDeserialize,
+)]
+pub struct Address(pub [u8; 32]);
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl mct::Address for Address {}
+
+/// A 32-byte hash (value ids, digests).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    BorshSerialize,
+    BorshDeserialize,
+)]
+pub struct Hash32(pub [u8; 32]);
+
+impl fmt::Display for Hash32 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A signed clock sample: the vote extension each validator attaches to its precommit.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
+pub struct ClockSample {
+    /// The validator's wall clock, Unix milliseconds.
+    pub time_ms: i64,
+}
+
+impl mct::Extension for ClockSample {
+    fn size_bytes(&self) -> usize {
+        8
+    }
+}
+
+/// A sample of height h-1 as carried in the block of height h: enough to re-verify its signature
+/// (the scope's height, round and value id are those of block h-1's commit).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
+pub struct CarriedSample {
+    /// The validator that signed the sample.
+    pub validator: Address,
+    /// Its clock.
+    pub time_ms: i64,
+    /// Its signature over the vote-extension scope and the sample.
+    pub signature: Sig,
+}
+
+/// A tick transaction: a validator's request to evaluate one component's cron table.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
+pub struct TickTx {
+    /// The component (cron table) to tick.
+    pub component: u32,
+    /// The validator that submitted it (only validators may submit ticks).
+    pub submitter: Address,
+}
+
+/// The value consensus decides: one block.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
+pub struct Block {
+    /// Its height.
+    pub height: u64,
+    /// The round of block h-1's commit (scope of the carried samples); 0 at height 1.
+    pub prev_round: u32,
+    /// The value id of block h-1 (scope of the carried samples); zero at height 1.
+    pub prev_id: Hash32,
+    /// The signed clock samples of height h-1.
+    pub samples: Vec<CarriedSample>,
+    /// The agreed time the proposer claims: must equal the rule's result.
+    pub agreed_time_ms: i64,
+    /// Tick transactions, at most one per component.
+    pub ticks: Vec<TickTx>,
+}
+
+impl Block {
+    /// Its canonical encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        borsh::to_vec(self).unwrap_or_default()
+    }
+
+    /// Decodes a block, with a byte limit.
+    pub fn decode(bytes: &[u8]) -> Option<Block> {
+        if bytes.len() > MAX_BLOCK_BYTES {
+            return None;
+        }
+        borsh::from_slice(bytes).ok()
+    }
+}
+
+/// The largest block accepted from the network or the store.
+pub const MAX_BLOCK_BYTES: usize = 256 * 1024;
+
+impl mct::Value for Block {
+    type Id = Hash32;
+
+    fn id(&self) -> Hash32 {
+        Hash32(Sha256::digest(self.encode()).into())
+    }
+}
+
+/// An ed25519 signature.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, BorshSerialize, BorshDeserialize,
+)]
+pub struct Sig(pub [u8; 64]);
+
+/// An ed25519 public key (raw bytes; validated when used).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+pub struct PubKey(pub [u8; 32]);
+
+/// The signing scheme: ed25519 (ed25519-dalek).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ed25519;
+
+/// A key or signature that does not decode.
+#[derive(Debug)]
+pub struct DecodeError;
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("bad key or signature length")
+    }
+}
+
+impl SigningScheme for Ed25519 {
+    type DecodingError = DecodeError;
+    type Signature = Sig;
+    type PublicKey = PubKey;
+    type PrivateKey = [u8; 32];
+
+    fn decode_signature(bytes: &[u8]) -> Result<Sig, DecodeError> {
+        <[u8; 64]>::try_from(bytes)
+            .map(Sig)
+            .map_err(|_| DecodeError)
+    }
+
+    fn encode_signature(signature: &Sig) -> Vec<u8> {
+        signature.0.to_vec()
+    }
+
+    fn decode_public_key(bytes: &[u8]) -> Result<PubKey, DecodeError> {
+        <[u8; 32]>::try_from(bytes)
+            .map(PubKey)
+            .map_err(|_| DecodeError)
+    }
+
+    fn encode_public_key(public_key: &PubKey) -> Vec<u8> {
+        public_key.0.to_vec()
+    }
+}
+
+/// One validator (equal voting power).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Validator {
+    /// Its address.
+    pub address: Address,
+    /// Its public key.
+    pub public_key: PubKey,
+}
+
+impl mct::Validator<Ctx> for Validator {
+    fn address(&self) -> &Address {
+        &self.address
+    }
+
+    fn public_key(&self) -> &PubKey {
+        &self.public_key
+    }
+
+    fn voting_power(&self) -> u64 {
+        1
+    }
+}
+
+/// The validator set, ordered by address (the genesis order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidatorSet {
+    /// The validators.
+    pub validators: Vec<Validator>,
+}
+
+impl ValidatorSet {
+    /// A set from public keys.
+    pub fn new(keys: &[[u8; 32]]) -> Self {
+        let mut validators: Vec<Validator> = keys
+            .iter()
+            .map(|k| Validator {
+                address: Address(*k),
+                public_key: PubKey(*k),
+            })
+            .collect();
+        validators.sort_by_key(|v| v.address);
+        ValidatorSet { validators }
+    }
+
+    /// The quorum (2f+1 of n = 3f+1, equal power).
+    pub fn quorum(&self) -> usize {
+        self.validators.len() * 2 / 3 + 1
+    }
+
+    /// Whether `address` is a validator.
+    pub fn contains(&self, address: &Address) -> bool {
+        self.validators.iter().any(|v| v.address == *address)
+    }
+}
+
+impl mct::ValidatorSet<Ctx> for ValidatorSet {
+    fn count(&self) -> usize {
+        self.validators.len()
+    }
+
+    fn total_voting_power(&self) -> u64 {
+        self.validators.len() as u64
+    }
+
+    fn get_by_address(&self, address: &Address) -> Option<&Validator> {
+        self.validators.iter().find(|v| v.address == *address)
+    }
+
+    fn get_by_index(&self, index: usize) -> Option<&Validator> {
+        self.validators.get(index)
+    }
+}
+
+/// A vote.
+#[derive(Clone, Debug, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+pub struct Vote {
+    /// Prevote or precommit.
+    pub typ: VoteType,
+    /// Height.
+    pub height: Height,
+    /// Round.
+    pub round: Round,
+    /// The value voted for, or nil.
+    pub value: NilOrVal<Hash32>,
+    /// The voter.
+    pub validator: Address,
+    /// The vote extension (precommits only).
+    pub extension: Option<SignedExtension<Ctx>>,
+}
+
+impl Vote {
+    /// The bytes signed: everything but the extension (signed separately).
+    pub fn signing_bytes(&self) -> Vec<u8> {
+        let mut out = b"ccron-vote".to_vec();
+        let _ = self.typ.serialize(&mut out);
+        let _ = self.height.serialize(&mut out);
+        let _ = self.round.serialize(&mut out);
+        let _ = self.value.serialize(&mut out);
+        let _ = self.validator.serialize(&mut out);
+        out
+    }
+}
+
+impl mct::Vote<Ctx> for Vote {
+    fn height(&self) -> Height {
+        self.height
+    }
+
+    fn round(&self) -> Round {
+        self.round
+    }
+
+    fn value(&self) -> &NilOrVal<Hash32> {
+        &self.value
+    }
+
+    fn take_value(self) -> NilOrVal<Hash32> {
+        self.value
+    }
+
+    fn vote_type(&self) -> VoteType {
+        self.typ
+    }
+
+    fn validator_address(&self) -> &Address {
+        &self.validator
+    }
+
+    fn extension(&self) -> Option<&SignedExtension<Ctx>> {
+        self.extension.as_ref()
+    }
+
+    fn take_extension(&mut self) -> Option<SignedExtension<Ctx>> {
+        self.extension.take()
+    }
+
+    fn extend(self, extension: SignedExtension<Ctx>) -> Self {
+        Vote {
+            extension: Some(extension),
+            ..self
+        }
+    }
+}
+
+/// A proposal.
+#[derive(Clone, Debug, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+pub struct Proposal {
+    /// Height.
+    pub height: Height,
+    /// Round.
+    pub round: Round,
+    /// The proposed block.
+    pub value: Block,
+    /// The proof-of-lock round.
+    pub pol_round: Round,
+    /// The proposer.
+    pub proposer: Address,
+}
+
+impl mct::Proposal<Ctx> for Proposal {
+    fn height(&self) -> Height {
+        self.height
+    }
+
+    fn round(&self) -> Round {
+        self.round
+    }
+
+    fn value(&self) -> &Block {
+        &self.value
+    }
+
+    fn take_value(self) -> Block {
+        self.value
+    }
+
+    fn pol_round(&self) -> Round {
+        self.pol_round
+    }
+
+    fn validator_address(&self) -> &Address {
+        &self.proposer
+    }
+}
+
+/// A streamed proposal part. A proposal is one self-contained `Full` part (blocks are small),
+/// signed by the proposer, followed by the stream's `Fin`.
+#[derive(Clone, Debug, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+pub struct ProposalPart {
+    /// Height.
+    pub height: Height,
+    /// Round.
+    pub round: Round,
+    /// The round at which the proposer locked on the value (-1 for none).
+    pub valid_round: Round,
+    /// The proposer.
+    pub proposer: Address,
+    /// The block.
+    pub block: Block,
+    /// The proposer's signature over the part (without this field).
+    pub signature: Sig,
+}
+
+impl ProposalPart {
+    /// The bytes the proposer signs.
+    pub fn signing_bytes(
+        height: Height,
+        round: Round,
+        valid_round: Round,
+        proposer: &Address,
+        block: &Block,
+    ) -> Vec<u8> {
+        let mut out = b"ccron-part".to_vec();
+        let _ = height.serialize(&mut out);
+        let _ = round.serialize(&mut out);
+        let _ = valid_round.serialize(&mut out);
+        let _ = proposer.serialize(&mut out);
+        out.extend_from_slice(&mct::Value::id(block).0);
+        out
+    }
+}
+
+impl mct::ProposalPart<Ctx> for ProposalPart {
+    fn is_first(&self) -> bool {
+        true
+    }
+
+    fn is_last(&self) -> bool {
+        true
+    }
+}
+
+/// The adapter's Malachite context.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ctx;
+
+impl mct::Context for Ctx {
+    type Address = Address;
+    type Height = Height;
+    type ProposalPart = ProposalPart;
+    type Proposal = Proposal;
+    type Validator = Validator;
+    type ValidatorSet = ValidatorSet;
+    type Timeouts = mct::LinearTimeouts;
+    type Value = Block;
+    type Vote = Vote;
+    type Extension = ClockSample;
+    type SigningScheme = Ed25519;
+
+    fn select_proposer<'a>(
+        &self,
+        validator_set: &'a ValidatorSet,
+        height: Height,
+        round: Round,
+    ) -> &'a Validator {
+        proposer_of(validator_set, height, round)
+    }
+
+    fn new_proposal(
+        &self,
+        height: Height,
+        round: Round,
+        value: Block,
+        pol_round: Round,
+        address: Address,
+    ) -> Proposal {
+        Proposal {
+            height,
+            round,
+            value,
+            pol_round,
+            proposer: address,
+        }
+    }
+
+    fn new_prevote(
+        &self,
+        height: Height,
+        round: Round,
+        value_id: NilOrVal<Hash32>,
+        address: Address,
+    ) -> Vote {
+        Vote {
+            typ: VoteType::Prevote,
+            height,
+            round,
+            value: value_id,
+            validator: address,
+            extension: None,
+        }
+    }
+
+    fn new_precommit(
+        &self,
+        height: Height,
+        round: Round,
+        value_id: NilOrVal<Hash32>,
+        address: Address,
+    ) -> Vote {
+        Vote {
+            typ: VoteType::Precommit,
+            height,
+            round,
+            value: value_id,
+            validator: address,
+            extension: None,
+        }
+    }
+}
+
+/// The stand-in returned for an empty validator set (never the case: genesis rejects it).
+static NOBODY: Validator = Validator {
+    address: Address([0; 32]),
+    public_key: PubKey([0; 32]),
+};
+
+/// Round-robin proposer: (height - 1 + round) mod n over the address-ordered set.
+pub fn proposer_of(set: &ValidatorSet, height: Height, round: Round) -> &Validator {
+    let n = set.validators.len().max(1) as u64;
+    let r = round.as_u32().map_or(0, u64::from);
+    let i = height.0.saturating_sub(1).wrapping_add(r) % n;
+    set.validators.get(i as usize).unwrap_or(&NOBODY)
+}
+
+/// The bytes a vote extension signature covers.
+pub fn extension_signing_bytes(scope: &VoteExtensionScope<Ctx>, sample: &ClockSample) -> Vec<u8> {
+    let mut out = b"ccron-clock".to_vec();
+    let _ = scope.height.serialize(&mut out);
+    let _ = scope.round.serialize(&mut out);
+    let _ = scope.value_id.serialize(&mut out);
+    let _ = scope.validator_address.serialize(&mut out);
+    let _ = sample.serialize(&mut out);
+    out
+}
+
+/// Verifies an ed25519 signature; false for a malformed key.
+pub fn verify_raw(public_key: &PubKey, bytes: &[u8], signature: &Sig) -> bool {
+    match VerifyingKey::from_bytes(&public_key.0) {
+        Ok(key) => key
+            .verify(bytes, &ed25519_dalek::Signature::from_bytes(&signature.0))
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// The validator's signer (and a verifier for everyone's signatures).
+#[derive(Clone)]
+pub struct Ed25519Signer {
+    key: SigningKey,
+}
+
+impl Ed25519Signer {
+    /// From a 32-byte secret.
+    pub fn new(secret: [u8; 32]) -> Self {
+        Ed25519Signer {
+            key: SigningKey::from_bytes(&secret),
+        }
+    }
+
+    /// The public key.
+    pub fn public_key(&self) -> [u8; 32] {
+        self.key.verifying_key().to_bytes()
+    }
+
+    /// Signs raw bytes.
+    pub fn sign_raw(&self, bytes: &[u8]) -> Sig {
+        Sig(self.key.sign(bytes).to_bytes())
+    }
+}
+
+#[async_trait::async_trait]
+impl malachitebft_signing::Signer<Ctx> for Ed25519Signer {
+    async fn sign_vote(&self, vote: Vote) -> Result<SignedMessage<Ctx, Vote>, SignError> {
+        let sig = self.sign_raw(&vote.signing_bytes());
+        Ok(SignedMessage::new(vote, sig))
+    }
+
+    async fn sign_proposal(
+        &self,
+        proposal: Proposal,
+    ) -> Result<SignedMessage<Ctx, Proposal>, SignError> {
+        let sig = self.sign_raw(&proposal_signing_bytes(&proposal));
+        Ok(SignedMessage::new(proposal, sig))
+    }
+
+    async fn sign_vote_extension(
+        &self,
+        scope: VoteExtensionScope<Ctx>,
+        extension: ClockSample,
+    ) -> Result<SignedMessage<Ctx, ClockSample>, SignError> {
+        let sig = self.sign_raw(&extension_signing_bytes(&scope, &extension));
+        Ok(SignedMessage::new(extension, sig))
+    }
+
+    async fn sign_validator_proof(
+        &self,
+        public_key: Vec<u8>,
+        peer_id: Vec<u8>,
+    ) -> Result<ValidatorProof<Ctx>, SignError> {
+        let bytes = ValidatorProof::<Ctx>::signing_bytes(&public_key, &peer_id);
+        let sig = self.sign_raw(&bytes);
+        Ok(ValidatorProof::new(public_key, peer_id, sig))
+    }
+}
+
+fn proposal_signing_bytes(p: &Proposal) -> Vec<u8> {
+    let mut out = b"ccron-proposal".to_vec();
+    let _ = p.height.serialize(&mut out);
+    let _ = p.round.serialize(&mut out);
+    out.extend_from_slice(&mct::Value::id(&p.value).0);
+    let _ = p.pol_round.serialize(&mut out);
+    let _ = p.proposer.serialize(&mut out);
+    out
+}
+
+/// Verifies everyone's signatures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ed25519Verifier;
+
+#[async_trait::async_trait]
+impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
+    async fn verify_signed_vote(
+        &self,
+        vote: &Vote,
+        signature: &Sig,
+        public_key: &PubKey,
+    ) -> Result<VerificationResult, SignError> {
+        Ok(VerificationResult::from_bool(verify_raw(
+            public_key,
+            &vote.signing_bytes(),
+            signature,
+        )))
+    }
+
+    async fn verify_signed_proposal(
+        &self,
+        proposal: &Proposal,
+        signature: &Sig,
+        public_key: &PubKey,
+    ) -> Result<VerificationResult, SignError> {
+        Ok(VerificationResult::from_bool(verify_raw(
+            public_key,
+            &proposal_signing_bytes(proposal),
+            signature,
+        )))
+    }
+
+    async fn verify_signed_vote_extension(
+        &self,
+        scope: &VoteExtensionScope<Ctx>,
+        extension: &ClockSample,
+        signature: &Sig,
+        public_key: &PubKey,
+    ) -> Result<VerificationResult, SignError> {
+        Ok(VerificationResult::from_bool(verify_raw(
+            public_key,
+            &extension_signing_bytes(scope, extension),
+            signature,
+        )))
+    }
+
+    async fn verify_validator_proof(
+        &self,
+        proof: &ValidatorProof<Ctx>,
+    ) -> Result<VerificationResult, SignError> {
+        let Ok(pk) = <[u8; 32]>::try_from(proof.public_key.as_slice()) else {
+            return Ok(VerificationResult::Invalid);
+        };
+        Ok(VerificationResult::from_bool(verify_raw(
+            &PubKey(pk),
+            &proof.preimage(),
+            &proof.signature,
+        )))
+    }
+}
+
+/// The largest message the codec decodes.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// A codec error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodecError {
+    /// The bytes do not decode.
+    #[error("decode: {0}")]
+    Decode(String),
+    /// A message over the byte limit.
+    #[error("message of {0} bytes is over the limit")]
+    TooLarge(usize),
+    /// Encoding failed.
+    #[error("encode: {0}")]
+    Encode(String),
+}
+
+/// The one codec for the engine: borsh for every type (network, WAL, sync).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BorshCodec;
+
+fn borsh_decode<T: BorshDeserialize>(bytes: &Bytes) -> Result<T, CodecError> {
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(CodecError::TooLarge(bytes.len()));
+    }
+    borsh::from_slice(bytes).map_err(|e| CodecError::Decode(e.to_string()))
+}
+
+fn borsh_encode<T: BorshSerialize>(msg: &T) -> Result<Bytes, CodecError> {
+    borsh::to_vec(msg)
+        .map(Bytes::from)
+        .map_err(|e| CodecError::Encode(e.to_string()))
+}
+
+macro_rules! borsh_codec {
+    ($($t:ty),* $(,)?) => {$(
+        impl Codec<$t> for BorshCodec {
+            type Error = CodecError;
+
+            fn decode(&self, bytes: Bytes) -> Result<$t, CodecError> {
+                borsh_decode(&bytes)
+            }
+
+            fn encode(&self, msg: &$t) -> Result<Bytes, CodecError> {
+                borsh_encode(msg)
+            }
+        }
+    )*};
+}
+
+use malachitebft_app_channel::app::types::codec::{Codec, HasEncodedLen};
+use malachitebft_app_channel::app::types::sync as msync;
+
+borsh_codec!(
+    ProposalPart,
+    malachitebft_core_consensus::SignedConsensusMsg<Ctx>,
+    malachitebft_core_consensus::LivenessMsg<Ctx>,
+    malachitebft_app_channel::app::types::streaming::StreamMessage<ProposalPart>,
+    malachitebft_core_consensus::ProposedValue<Ctx>,
+    mct::PolkaCertificate<Ctx>,
+    msync::Status<Ctx>,
+    msync::Request<Ctx>,
+);
+
+/// Wire mirror of one extended commit signature (upstream has no borsh for the certificate).
+#[derive(BorshSerialize, BorshDeserialize)]
+struct WireCommitSig {
+    address: Address,
+    signature: Sig,
+    extension: Option<SignedExtension<Ctx>>,
+}
+
+/// Wire mirror of a synced decided value.
+#[derive(BorshSerialize, BorshDeserialize)]
+struct WireDecided {
+    value_bytes: Vec<u8>,
+    height: Height,
+    round: Round,
+    value_id: Hash32,
+    signatures: Vec<WireCommitSig>,
+}
+
+/// Wire mirror of a sync response.
+#[derive(BorshSerialize, BorshDeserialize)]
+struct WireResponse {
+    start_height: Height,
+    values: Vec<WireDecided>,
+}
+
+fn to_wire(msg: &msync::Response<Ctx>) -> WireResponse {
+    let msync::Response::ValueResponse(r) = msg;
+    WireResponse {
+        start_height: r.start_height,
+        values: r
+            .values
+            .iter()
+            .map(|v| WireDecided {
+                value_bytes: v.value_bytes.to_vec(),
+                height: v.certificate.height,
+                round: v.certificate.round,
+                value_id: v.certificate.value_id,
+                signatures: v
+                    .certificate
+                    .commit_signatures
+                    .iter()
+                    .map(|c| WireCommitSig {
+                        address: c.address,
+                        signature: c.signature,
+                        extension: c.extension.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+impl Codec<msync::Response<Ctx>> for BorshCodec {
+    type Error = CodecError;
+
+    fn decode(&self, bytes: Bytes) -> Result<msync::Response<Ctx>, CodecError> {
+        let w: WireResponse = borsh_decode(&bytes)?;
+        let values = w
+            .values
+            .into_iter()
+            .map(|v| {
+                msync::RawDecidedValue::new(
+                    Bytes::from(v.value_bytes),
+                    mct::ExtendedCommitCertificate {
+                        height: v.height,
+                        round: v.round,
+                        value_id: v.value_id,
+                        commit_signatures: v
+                            .signatures
+                            .into_iter()
+                            .map(|c| {
+                                mct::ExtendedCommitSignature::new(
+                                    c.address,
+                                    c.signature,
+                                    c.extension,
+                                )
+                            })
+                            .collect(),
+                    },
+                )
+            })
+            .collect();
+        Ok(msync::Response::ValueResponse(
+            malachitebft_sync::ValueResponse::new(w.start_height, values),
+        ))
+    }
+
+    fn encode(&self, msg: &msync::Response<Ctx>) -> Result<Bytes, CodecError> {
+        borsh_encode(&to_wire(msg))
+    }
+}
+
+impl HasEncodedLen<msync::Response<Ctx>> for BorshCodec {
+    fn encoded_len(&self, msg: &msync::Response<Ctx>) -> Result<usize, CodecError> {
+        borsh::object_length(&to_wire(msg)).map_err(|e| CodecError::Encode(e.to_string()))
+    }
+}
+
+/// Validator proofs have no borsh encoding upstream: encoded by hand (key, peer id, signature).
+impl Codec<ValidatorProof<Ctx>> for BorshCodec {
+    type Error = CodecError;
+
+    fn decode(&self, bytes: Bytes) -> Result<ValidatorProof<Ctx>, CodecError> {
+        let (pk, peer, sig): (Vec<u8>, Vec<u8>, Sig) = borsh_decode(&bytes)?;
+        Ok(ValidatorProof::new(pk, peer, sig))
+    }
+
+    fn encode(&self, msg: &ValidatorProof<Ctx>) -> Result<Bytes, CodecError> {
+        borsh_encode(&(&msg.public_key, &msg.peer_id, &msg.signature))
+    }
+}

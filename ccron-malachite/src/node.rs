@@ -1,0 +1,803 @@
+//! One validator process: loads its key and the genesis from its config directory, starts the
+//! Malachite engine (libp2p on 127.0.0.1, Broadcast pub-sub, WAL, sync) and answers the engine's
+//! application messages with the ledger, the block store and the agreed-time rule.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use malachitebft_app_channel::app::config::{
+    ConsensusConfig, NodeConfig, P2pConfig, PubSubProtocol, ValuePayload, ValueSyncConfig,
+};
+use malachitebft_app_channel::app::engine::host::{HeightParams, Next, SyncedValueOutcome};
+use malachitebft_app_channel::app::streaming::{StreamContent, StreamId, StreamMessage};
+use malachitebft_app_channel::app::types::core::{
+    ExtendedCommitCertificate, LinearTimeouts, Round, Validity, Value as _, VoteExtensionPolicy,
+    VoteExtensions,
+};
+use malachitebft_app_channel::app::types::sync::RawDecidedValue;
+use malachitebft_app_channel::app::types::{Keypair, LocallyProposedValue, ProposedValue};
+use malachitebft_app_channel::{
+    AppMsg, Channels, ConsensusContext, NetworkContext, NetworkIdentity, NetworkMsg,
+    NetworkRequest, RequestContext, Signer as _, SyncContext, WalContext,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::app::{BlockOutcome, DemoLedger, LedgerApp, PrevCommit, agreed_time, validate_block};
+use crate::context::{
+    Address, Block, BorshCodec, CarriedSample, ClockSample, Ctx, Ed25519Signer, Ed25519Verifier,
+    Hash32, Height, ProposalPart, PubKey, TickTx, ValidatorSet, proposer_of, verify_raw,
+};
+use crate::store::{BlockStore, Decided, PartLog};
+
+/// The genesis every node loads: validators (public keys and loopback ports) and genesis time.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Genesis {
+    /// Agreed time of height 1 (Unix ms).
+    pub genesis_time_ms: i64,
+    /// The validators, in node-index order.
+    pub validators: Vec<GenesisValidator>,
+    /// The ledger every node runs (`demo`).
+    pub ledger: String,
+}
+
+/// One validator in the genesis.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GenesisValidator {
+    /// Hex ed25519 public key.
+    pub public_key: String,
+    /// Its libp2p TCP port on 127.0.0.1.
+    pub port: u16,
+}
+
+/// What a node writes after each decision (read by `localnet`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// Node index.
+    pub id: usize,
+    /// OS process id.
+    pub pid: u32,
+    /// Last executed height.
+    pub last_height: u64,
+    /// Hex state digest after it.
+    pub state_digest: String,
+    /// Ticks executed.
+    pub ticks_executed: u64,
+    /// Cron actions fired.
+    pub fires: u64,
+    /// Proposals this node judged invalid (e.g. lying about time).
+    pub rejected_proposals: u64,
+    /// Heights decided whose value came through sync.
+    pub synced_heights: u64,
+    /// Agreed time of the last height.
+    pub agreed_time_ms: i64,
+}
+
+/// Errors that stop a node.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// Config directory problem.
+    #[error("config: {0}")]
+    Config(String),
+    /// Store failure.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// Ledger failure.
+    #[error(transparent)]
+    App(#[from] crate::app::AppError),
+    /// Engine failure.
+    #[error("engine: {0}")]
+    Engine(String),
+    /// A decided value this node never saw.
+    #[error("decided value {0} at height {1} is unknown to this node")]
+    UnknownDecided(Hash32, u64),
+}
+
+/// Node options.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// The localnet home (genesis.json, node-i/).
+    pub home: PathBuf,
+    /// This node's index in the genesis.
+    pub index: usize,
+    /// Propose blocks whose agreed time is an hour ahead (a Byzantine proposer, for tests).
+    pub lying_time: bool,
+}
+
+/// Hex encoding.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hex decoding of exactly 32 bytes.
+pub fn unhex32(s: &str) -> Option<[u8; 32]> {
+    let s = s.trim();
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Wall clock, Unix ms.
+// The node is the process boundary where wall-clock time enters (clock samples, ticks).
+#[allow(clippy::disallowed_methods)]
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The node directory of `index`.
+pub fn node_dir(home: &Path, index: usize) -> PathBuf {
+    home.join(format!("node-{index}"))
+}
+
+/// The engine configuration the adapter uses.
+#[derive(Debug, Clone)]
+struct Config {
+    moniker: String,
+    consensus: ConsensusConfig,
+    value_sync: ValueSyncConfig,
+}
+
+impl NodeConfig for Config {
+    fn moniker(&self) -> &str {
+        &self.moniker
+    }
+    fn consensus(&self) -> &ConsensusConfig {
+        &self.consensus
+    }
+    fn consensus_mut(&mut self) -> &mut ConsensusConfig {
+        &mut self.consensus
+    }
+    fn value_sync(&self) -> &ValueSyncConfig {
+        &self.value_sync
+    }
+    fn value_sync_mut(&mut self) -> &mut ValueSyncConfig {
+        &mut self.value_sync
+    }
+}
+
+fn timeouts() -> LinearTimeouts {
+    LinearTimeouts {
+        propose: Duration::from_millis(1_000),
+        propose_delta: Duration::from_millis(250),
+        prevote: Duration::from_millis(500),
+        prevote_delta: Duration::from_millis(250),
+        precommit: Duration::from_millis(500),
+        precommit_delta: Duration::from_millis(250),
+        rebroadcast: Duration::from_millis(2_000),
+        max_timeout: Duration::from_secs(10),
+    }
+}
+
+/// Runs one validator until the process is killed (or its parent localnet dies).
+///
+/// # Errors
+/// Config, store, engine and ledger failures.
+pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
+    let genesis: Genesis = serde_json::from_slice(
+        &std::fs::read(opts.home.join("genesis.json"))
+            .map_err(|e| NodeError::Config(format!("genesis.json: {e}")))?,
+    )
+    .map_err(|e| NodeError::Config(format!("genesis.json: {e}")))?;
+    if genesis.validators.is_empty() || opts.index >= genesis.validators.len() {
+        return Err(NodeError::Config("no such validator index".into()));
+    }
+    let dir = node_dir(&opts.home, opts.index);
+    let secret_hex = std::fs::read_to_string(dir.join("secret.key"))
+        .map_err(|e| NodeError::Config(format!("secret.key: {e}")))?;
+    let secret = unhex32(&secret_hex)
+        .ok_or_else(|| NodeError::Config("secret.key: not 32 hex bytes".into()))?;
+    let signer = Ed25519Signer::new(secret);
+    let me = Address(signer.public_key());
+    let mut keys = Vec::new();
+    for v in &genesis.validators {
+        keys.push(
+            unhex32(&v.public_key).ok_or_else(|| NodeError::Config("bad public key".into()))?,
+        );
+    }
+    let validators = ValidatorSet::new(&keys);
+    if !validators.contains(&me) {
+        return Err(NodeError::Config("this key is not in the genesis".into()));
+    }
+
+    let mut p2p = P2pConfig::default();
+    let port = genesis.validators[opts.index].port;
+    p2p.listen_addr = format!("/ip4/127.0.0.1/tcp/{port}")
+        .parse()
+        .map_err(|e| NodeError::Config(format!("listen addr: {e}")))?;
+    for (i, v) in genesis.validators.iter().enumerate() {
+        if i != opts.index {
+            p2p.persistent_peers.push(
+                format!("/ip4/127.0.0.1/tcp/{}", v.port)
+                    .parse()
+                    .map_err(|e| NodeError::Config(format!("peer addr: {e}")))?,
+            );
+        }
+    }
+    p2p.protocol = PubSubProtocol::Broadcast;
+    let consensus = ConsensusConfig {
+        p2p,
+        value_payload: ValuePayload::ProposalAndParts,
+        ..ConsensusConfig::default()
+    };
+    let value_sync = ValueSyncConfig {
+        enabled: true,
+        status_update_interval: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(3),
+        ..ValueSyncConfig::default()
+    };
+    let config = Config {
+        moniker: format!("node-{}", opts.index),
+        consensus,
+        value_sync,
+    };
+
+    // The libp2p identity is derived from the validator key (one key per validator).
+    let keypair = Keypair::ed25519_from_bytes(secret)
+        .map_err(|e| NodeError::Config(format!("libp2p key: {e}")))?;
+    let peer_id = keypair.public().to_peer_id();
+    let proof = signer
+        .sign_validator_proof(me.0.to_vec(), peer_id.to_bytes())
+        .await
+        .map_err(|e| NodeError::Engine(e.to_string()))?;
+    let proof_bytes =
+        malachitebft_app_channel::app::types::codec::Codec::encode(&BorshCodec, &proof)
+            .map_err(|e| NodeError::Engine(e.to_string()))?;
+    let identity = NetworkIdentity::new_validator(
+        config.moniker.clone(),
+        keypair,
+        me.to_string(),
+        proof_bytes,
+    );
+
+    let store = BlockStore::open(&dir.join("blocks.log"))?;
+    let parts = PartLog::open(&dir.join("parts.log"))?;
+    let mut node = NodeState::new(
+        opts.clone(),
+        genesis,
+        validators,
+        me,
+        signer.clone(),
+        store,
+        parts,
+    )?;
+
+    let (mut channels, _engine) = malachitebft_app_channel::start_engine(
+        Ctx,
+        config,
+        WalContext::new(dir.join("wal"), BorshCodec),
+        NetworkContext::new(identity, BorshCodec),
+        ConsensusContext::new_validator(me, Box::new(Ed25519Verifier), Box::new(signer)),
+        SyncContext::new(BorshCodec),
+        RequestContext::new(100),
+    )
+    .await
+    .map_err(|e| NodeError::Engine(e.to_string()))?;
+
+    // Ticks: ccron's TicksGenerator thread, one timer per component; at most one pending.
+    let (tick_tx, tick_rx) = crossbeam_channel::bounded(ccron::ticks::DEFAULT_CHANNEL_CAPACITY);
+    let generator = ccron::ticks::TicksGenerator::spawn(
+        ccron::ticks::SystemClock::new(),
+        ccron::ticks::DriverConfig { poll_period_ms: 50 },
+        tick_tx,
+    )
+    .map_err(|e| NodeError::Engine(format!("ticks thread: {e}")))?;
+    for (component, period) in node.ledger.tick_components() {
+        generator.start(component, period);
+    }
+
+    let parent = std::os::unix::process::parent_id();
+    let mut watchdog = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            msg = channels.consensus.recv() => {
+                let Some(msg) = msg else {
+                    return Err(NodeError::Engine("consensus channel closed".into()));
+                };
+                while let Ok(t) = tick_rx.try_recv() {
+                    node.pending_ticks.insert(t.component);
+                }
+                node.handle(msg, &mut channels).await?;
+            }
+            _ = watchdog.tick() => {
+                while let Ok(t) = tick_rx.try_recv() {
+                    node.pending_ticks.insert(t.component);
+                }
+                if std::os::unix::process::parent_id() != parent {
+                    tracing::info!("parent exited; node stops");
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Bound on parts kept for heights not started yet.
+const MAX_EARLY_PARTS: usize = 64;
+
+/// The node's application state.
+struct NodeState {
+    opts: NodeOptions,
+    genesis: Genesis,
+    validators: ValidatorSet,
+    me: Address,
+    signer: Ed25519Signer,
+    store: BlockStore,
+    parts: PartLog,
+    ledger: DemoLedger,
+    /// Blocks seen (proposed or synced) and not yet decided, by value id.
+    undecided: HashMap<Hash32, Block>,
+    /// The parts this node proposed, by (height, round), for restreaming.
+    my_parts: BTreeMap<(u64, u32), ProposalPart>,
+    /// Authentic parts for a height this node has not started yet.
+    early: BTreeMap<(u64, u32), ProposalPart>,
+    /// Components with a pending tick of this node (at most one each).
+    pending_ticks: BTreeSet<u32>,
+    status: NodeStatus,
+    synced: BTreeSet<u64>,
+}
+
+impl NodeState {
+    fn new(
+        opts: NodeOptions,
+        genesis: Genesis,
+        validators: ValidatorSet,
+        me: Address,
+        signer: Ed25519Signer,
+        store: BlockStore,
+        parts: PartLog,
+    ) -> Result<Self, NodeError> {
+        if genesis.ledger != "demo" {
+            return Err(NodeError::Config(format!(
+                "ledger '{}' is not available on this adapter yet (only 'demo')",
+                genesis.ledger
+            )));
+        }
+        let ledger = DemoLedger::new().map_err(NodeError::Config)?;
+        let mut node = NodeState {
+            status: NodeStatus {
+                id: opts.index,
+                pid: std::process::id(),
+                ..NodeStatus::default()
+            },
+            opts,
+            genesis,
+            validators,
+            me,
+            signer,
+            store,
+            parts,
+            ledger,
+            undecided: HashMap::new(),
+            my_parts: BTreeMap::new(),
+            early: BTreeMap::new(),
+            pending_ticks: BTreeSet::new(),
+            synced: BTreeSet::new(),
+        };
+        // Restart: the state is a pure function of the decided blocks; re-execute them.
+        let blocks: Vec<Block> = node.store.all().iter().map(|d| d.block.clone()).collect();
+        let _ = std::fs::remove_file(node.digests_path());
+        for block in &blocks {
+            let out = node.ledger.execute(block)?;
+            node.after_execute(block, &out);
+        }
+        let last = node.store.last_height();
+        for p in node.parts.parts().to_vec() {
+            if p.height.0 > last {
+                node.undecided.insert(p.block.id(), p.block.clone());
+                if p.proposer == node.me {
+                    node.my_parts
+                        .insert((p.height.0, p.round.as_u32().unwrap_or(0)), p);
+                }
+            }
+        }
+        tracing::info!(height = last, "replayed the block store");
+        node.write_status();
+        Ok(node)
+    }
+
+    fn digests_path(&self) -> PathBuf {
+        node_dir(&self.opts.home, self.opts.index).join("digests.log")
+    }
+
+    fn params(&self) -> HeightParams<Ctx> {
+        HeightParams::new(self.validators.clone(), timeouts(), None)
+            .with_vote_extension_policy(VoteExtensionPolicy::Required)
+    }
+
+    fn prev_commit(&self, height: u64) -> Option<PrevCommit> {
+        let d = self.store.get(height.checked_sub(1)?)?;
+        Some(PrevCommit {
+            round: d.certificate.round.as_u32().unwrap_or(0),
+            id: d.certificate.value_id,
+            agreed_time_ms: d.block.agreed_time_ms,
+        })
+    }
+
+    fn build_block(&self, height: u64) -> Block {
+        let prev = self.store.get(height.saturating_sub(1));
+        let (prev_round, prev_id, prev_time, samples) = match prev {
+            Some(d) if height > 1 => {
+                let mut samples: Vec<CarriedSample> = d
+                    .extensions
+                    .iter()
+                    .map(|(a, e)| CarriedSample {
+                        validator: *a,
+                        time_ms: e.message.time_ms,
+                        signature: e.signature,
+                    })
+                    .collect();
+                samples.sort_by_key(|s| s.validator);
+                samples.dedup_by_key(|s| s.validator);
+                (
+                    d.certificate.round.as_u32().unwrap_or(0),
+                    d.certificate.value_id,
+                    d.block.agreed_time_ms,
+                    samples,
+                )
+            }
+            _ => (0, Hash32::default(), 0, Vec::new()),
+        };
+        let times: Vec<i64> = samples.iter().map(|s| s.time_ms).collect();
+        let mut agreed = agreed_time(height, self.genesis.genesis_time_ms, prev_time, &times)
+            .unwrap_or(prev_time.saturating_add(1));
+        if self.opts.lying_time {
+            agreed = agreed.saturating_add(3_600_000);
+        }
+        Block {
+            height,
+            prev_round,
+            prev_id,
+            samples,
+            agreed_time_ms: agreed,
+            ticks: self
+                .pending_ticks
+                .iter()
+                .map(|&component| TickTx {
+                    component,
+                    submitter: self.me,
+                })
+                .collect(),
+        }
+    }
+
+    fn after_execute(&mut self, block: &Block, _out: &BlockOutcome) {
+        let digest = hex(&self.ledger.state_digest());
+        self.status.last_height = block.height;
+        self.status.state_digest = digest.clone();
+        self.status.ticks_executed = self.ledger.ticks_executed;
+        self.status.fires = self.ledger.fires;
+        self.status.agreed_time_ms = block.agreed_time_ms;
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.digests_path())
+            && let Err(e) = writeln!(f, "{} {} {}", block.height, digest, block.agreed_time_ms)
+        {
+            tracing::warn!(error = %e, "could not append to digests.log");
+        }
+    }
+
+    fn write_status(&mut self) {
+        self.status.synced_heights = self.synced.len() as u64;
+        let dir = node_dir(&self.opts.home, self.opts.index);
+        let tmp = dir.join("status.json.tmp");
+        let Ok(bytes) = serde_json::to_vec_pretty(&self.status) else {
+            return;
+        };
+        if std::fs::write(&tmp, bytes).is_err()
+            || std::fs::rename(&tmp, dir.join("status.json")).is_err()
+        {
+            tracing::warn!("could not write status.json");
+        }
+    }
+
+    fn stream_id(height: u64, round: u32) -> StreamId {
+        let mut b = height.to_be_bytes().to_vec();
+        b.extend_from_slice(&round.to_be_bytes());
+        StreamId::new(Bytes::from(b))
+    }
+
+    async fn publish(channels: &mut Channels<Ctx>, part: &ProposalPart) {
+        let round = part.round.as_u32().unwrap_or(0);
+        let id = Self::stream_id(part.height.0, round);
+        for msg in [
+            StreamMessage::new(id.clone(), 0, StreamContent::Data(part.clone())),
+            StreamMessage::new(id, 1, StreamContent::Fin),
+        ] {
+            if let Err(e) = channels
+                .network
+                .send(NetworkMsg::PublishProposalPart(msg))
+                .await
+            {
+                tracing::error!(error = %e, "could not publish a proposal part");
+            }
+        }
+    }
+
+    /// Whether a part comes from the round's proposer and carries its valid signature.
+    fn authentic(&self, part: &ProposalPart) -> bool {
+        let expected = proposer_of(&self.validators, part.height, part.round);
+        if expected.address != part.proposer {
+            tracing::warn!(height = %part.height, "proposal part from a non-proposer");
+            return false;
+        }
+        let bytes = ProposalPart::signing_bytes(
+            part.height,
+            part.round,
+            part.valid_round,
+            &part.proposer,
+            &part.block,
+        );
+        if !verify_raw(&PubKey(part.proposer.0), &bytes, &part.signature) {
+            tracing::warn!(height = %part.height, "proposal part signature does not verify");
+            return false;
+        }
+        true
+    }
+
+    /// Judges an authentic part for the next height and records its block (persisted first).
+    fn judge(&mut self, part: &ProposalPart) -> Result<ProposedValue<Ctx>, NodeError> {
+        let height = part.height.0;
+        let ledger = &self.ledger;
+        let verdict = validate_block(
+            &part.block,
+            height,
+            self.prev_commit(height),
+            self.genesis.genesis_time_ms,
+            &self.validators,
+            &|c| ledger.has_component(c),
+        );
+        let validity = match verdict {
+            Ok(()) => Validity::Valid,
+            Err(reason) => {
+                self.status.rejected_proposals += 1;
+                tracing::warn!(height, proposer = %part.proposer, %reason, "proposal rejected");
+                self.write_status();
+                Validity::Invalid
+            }
+        };
+        if !self.undecided.contains_key(&part.block.id()) {
+            self.parts.append(part)?;
+            self.undecided.insert(part.block.id(), part.block.clone());
+        }
+        Ok(ProposedValue {
+            height: part.height,
+            round: part.round,
+            valid_round: part.valid_round,
+            proposer: part.proposer,
+            value: part.block.clone(),
+            validity,
+        })
+    }
+
+    async fn handle(
+        &mut self,
+        msg: AppMsg<Ctx>,
+        channels: &mut Channels<Ctx>,
+    ) -> Result<(), NodeError> {
+        match msg {
+            AppMsg::ConsensusReady { reply } => {
+                // Wait for a quorum's worth of peers before starting: a first proposal made
+                // before they connect is lost. (Not all: a late or dead validator must not
+                // hold the others back; it catches up through sync.)
+                let want = self.validators.quorum().saturating_sub(1);
+                for _ in 0..100 {
+                    match NetworkRequest::dump_state(&channels.net_requests).await {
+                        Ok(Some(dump)) if dump.peers.len() >= want => break,
+                        _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
+                let start = Height(self.store.last_height() + 1);
+                tracing::info!(%start, "consensus ready");
+                if reply.send((start, self.params())).is_err() {
+                    return Err(NodeError::Engine("ConsensusReady reply dropped".into()));
+                }
+            }
+            AppMsg::StartedRound {
+                reply_value,
+                height,
+                round,
+                ..
+            } => {
+                let r = round.as_u32().unwrap_or(0);
+                let mut seen: Vec<ProposedValue<Ctx>> = Vec::new();
+                if let Some(p) = self.my_parts.get(&(height.0, r)) {
+                    seen.push(ProposedValue {
+                        height,
+                        round,
+                        valid_round: p.valid_round,
+                        proposer: p.proposer,
+                        value: p.block.clone(),
+                        validity: Validity::Valid,
+                    });
+                } else if let Some(p) = self.early.remove(&(height.0, r))
+                    && height.0 == self.store.last_height() + 1
+                {
+                    seen.push(self.judge(&p)?);
+                }
+                self.early.retain(|(h, _), _| *h >= height.0);
+                let _ = reply_value.send(seen);
+            }
+            AppMsg::GetValue {
+                height,
+                round,
+                reply,
+                ..
+            } => {
+                let r = round.as_u32().unwrap_or(0);
+                let block = match self.my_parts.get(&(height.0, r)) {
+                    Some(p) => p.block.clone(),
+                    None => self.build_block(height.0),
+                };
+                let valid_round = Round::Nil;
+                let bytes =
+                    ProposalPart::signing_bytes(height, round, valid_round, &self.me, &block);
+                let part = ProposalPart {
+                    height,
+                    round,
+                    valid_round,
+                    proposer: self.me,
+                    block: block.clone(),
+                    signature: self.signer.sign_raw(&bytes),
+                };
+                self.undecided.insert(block.id(), block.clone());
+                if !self.my_parts.contains_key(&(height.0, r)) {
+                    self.parts.append(&part)?;
+                }
+                self.my_parts.insert((height.0, r), part.clone());
+                if reply
+                    .send(LocallyProposedValue::new(height, round, block))
+                    .is_err()
+                {
+                    tracing::error!("GetValue reply dropped");
+                }
+                Self::publish(channels, &part).await;
+            }
+            AppMsg::ExtendVote { reply, .. } => {
+                let _ = reply.send(Some(ClockSample { time_ms: now_ms() }));
+            }
+            AppMsg::VerifyVoteExtensions {
+                extensions, reply, ..
+            } => {
+                let verdicts = extensions.into_iter().map(|(a, _)| (a, Ok(()))).collect();
+                let _ = reply.send(verdicts);
+            }
+            AppMsg::RestreamProposal { height, round, .. } => {
+                if let Some(part) = self
+                    .my_parts
+                    .get(&(height.0, round.as_u32().unwrap_or(0)))
+                    .cloned()
+                {
+                    Self::publish(channels, &part).await;
+                }
+            }
+            AppMsg::GetHistoryMinHeight { reply } => {
+                let _ = reply.send(Height(1));
+            }
+            AppMsg::ReceivedProposalPart { part, reply, .. } => {
+                let mut value = None;
+                if let StreamContent::Data(p) = &part.content {
+                    let next = self.store.last_height() + 1;
+                    if p.height.0 == next && self.authentic(p) {
+                        value = Some(self.judge(p)?);
+                    } else if p.height.0 > next
+                        && p.height.0 <= next + 2
+                        && self.early.len() < MAX_EARLY_PARTS
+                        && self.authentic(p)
+                    {
+                        // Early: this node has not finished the previous height. Kept for
+                        // StartedRound, which hands it to consensus once the height starts.
+                        let r = p.round.as_u32().unwrap_or(0);
+                        self.early.insert((p.height.0, r), p.clone());
+                    }
+                }
+                let _ = reply.send(value);
+            }
+            AppMsg::Decided {
+                certificate,
+                extensions,
+                reply,
+            } => {
+                let height = certificate.height.0;
+                let Some(block) = self.undecided.get(&certificate.value_id).cloned() else {
+                    return Err(NodeError::UnknownDecided(certificate.value_id, height));
+                };
+                let VoteExtensions { extensions } = extensions;
+                // Durable before acknowledged: append and fsync, then execute.
+                self.store.append(Decided {
+                    block: block.clone(),
+                    certificate,
+                    extensions,
+                })?;
+                let out = self.ledger.execute(&block)?;
+                for t in &block.ticks {
+                    if t.submitter == self.me {
+                        self.pending_ticks.remove(&t.component);
+                    }
+                }
+                self.after_execute(&block, &out);
+                self.undecided.retain(|_, b| b.height > height);
+                self.my_parts.retain(|(h, _), _| *h > height);
+                self.parts.prune(height)?;
+                self.write_status();
+                tracing::info!(
+                    height,
+                    agreed_ms = block.agreed_time_ms,
+                    fires = out.fires,
+                    "decided"
+                );
+                let _ = reply.send(());
+            }
+            AppMsg::Finalized {
+                certificate, reply, ..
+            } => {
+                let next = Height(certificate.height.0 + 1);
+                let _ = reply.send(Next::Start(next, self.params()));
+            }
+            AppMsg::GetDecidedValues { range, reply } => {
+                let mut out = Vec::new();
+                let (lo, hi) = (range.start().0, range.end().0.min(self.store.last_height()));
+                for h in lo..=hi {
+                    if out.len() >= 50 {
+                        break;
+                    }
+                    if let Some(d) = self.store.get(h) {
+                        let cert =
+                            ExtendedCommitCertificate::from_commit_certificate_and_extensions(
+                                d.certificate.clone(),
+                                VoteExtensions::new(d.extensions.clone()),
+                            );
+                        out.push(RawDecidedValue::new(Bytes::from(d.block.encode()), cert));
+                    }
+                }
+                let _ = reply.send(out);
+            }
+            AppMsg::ProcessSyncedValue {
+                height,
+                round,
+                proposer,
+                value_bytes,
+                reply,
+            } => {
+                let outcome = match Block::decode(&value_bytes) {
+                    Some(block) if block.height == height.0 => {
+                        self.undecided.insert(block.id(), block.clone());
+                        self.synced.insert(height.0);
+                        SyncedValueOutcome::Verdict(ProposedValue {
+                            height,
+                            round,
+                            valid_round: Round::Nil,
+                            proposer,
+                            value: block,
+                            validity: Validity::Valid,
+                        })
+                    }
+                    _ => SyncedValueOutcome::PeerFault,
+                };
+                let _ = reply.send(outcome);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A deterministic secret for localnet node `index` (from a seed): reproducible test networks.
+pub fn localnet_secret(seed: u64, index: usize) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"ccron-malachite-localnet");
+    h.update(seed.to_le_bytes());
+    h.update((index as u64).to_le_bytes());
+    h.finalize().into()
+}

@@ -1,0 +1,97 @@
+//! Real processes on loopback: the `localnet` contract. Each test runs a short localnet of 4
+//! validator processes (the localnet kills its children on every exit path, and nodes exit when
+//! the localnet process is gone). The tests run one at a time (a lock) to keep 2 cores usable.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+use ccron_malachite::localnet::Report;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn localnet(args: &[&str], name: &str) -> (bool, Report) {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!(
+        "ccron-malachite-test-{name}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let json: PathBuf = dir.join("report.json");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ccron-malachite"))
+        .arg("localnet")
+        .args(["--nodes", "4", "--ledger", "demo", "--home"])
+        .arg(dir.join("home"))
+        .arg("--json")
+        .arg(&json)
+        .args(args)
+        .output()
+        .expect("localnet runs");
+    let report: Report = serde_json::from_slice(&std::fs::read(&json).expect("report written"))
+        .expect("report parses");
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    let ok = out.status.success();
+    if ok {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    (ok, report)
+}
+
+#[test]
+fn kill_and_restart_agrees_and_fires() {
+    let (ok, r) = localnet(&["--duration", "20s"], "kill");
+    assert!(ok, "localnet failed: {r:?}");
+    assert!(r.honest_agree);
+    assert_eq!(r.restarts, 1);
+    let mut pids = r.pids.clone();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(
+        pids.len(),
+        5,
+        "4 processes and a restarted one, distinct PIDs"
+    );
+    assert!(r.max_height >= 5, "decided too few heights: {r:?}");
+    for n in &r.nodes {
+        assert!(n.fires > 0, "node {} fired nothing", n.id);
+        assert!(n.last_executed_seq > 0);
+    }
+    // The restarted node caught up past its restart (not stuck at the height it was killed).
+    let victim = &r.nodes[1];
+    assert!(victim.last_executed_seq + 5 >= r.max_height, "{r:?}");
+}
+
+#[test]
+fn late_joiner_catches_up_through_sync() {
+    let (ok, r) = localnet(&["--duration", "20s", "--late-join", "--no-kill"], "late");
+    assert!(ok, "localnet failed: {r:?}");
+    let late = &r.nodes[3];
+    assert!(
+        late.synced_heights > 0,
+        "the late node synced nothing: {r:?}"
+    );
+    assert!(late.last_executed_seq + 5 >= r.max_height, "{r:?}");
+}
+
+#[test]
+#[allow(clippy::disallowed_methods)] // compares against the wall clock the nodes used
+fn lying_proposer_is_rejected() {
+    let (ok, r) = localnet(&["--duration", "20s", "--lying-time", "--no-kill"], "lying");
+    assert!(ok, "localnet failed: {r:?}");
+    assert!(!r.nodes[0].honest);
+    let rejected: u64 = r.nodes[1..].iter().map(|n| n.rejected_proposals).sum();
+    assert!(rejected > 0, "nobody rejected the liar: {r:?}");
+    // No lie was decided: agreed time stays near the wall clock (the liar adds an hour).
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for n in &r.nodes {
+        assert!(
+            n.agreed_time_ms < now_ms + 60_000,
+            "a lying time was decided: {r:?}"
+        );
+    }
+    assert!(r.max_height >= 5, "{r:?}");
+}
