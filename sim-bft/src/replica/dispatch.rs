@@ -172,6 +172,8 @@ impl Replica {
                 commits,
             } => self.on_committed(now, from, view, seq, batch, commits, out),
             Body::Have { view, seqs, .. } => self.on_have(now, from, view, seqs, out),
+            Body::BatchFetch { wanted } => self.on_batch_fetch(now, from, wanted, out),
+            Body::BatchData { seq, batch } => self.on_batch_data(now, from, seq, batch, out),
         }
     }
 
@@ -273,6 +275,9 @@ impl Replica {
         }
         if self.retransmit_deadline.is_some_and(|d| now >= d) {
             self.on_retransmit_timer(now, out);
+        }
+        if self.fetch_deadline.is_some_and(|d| now >= d) {
+            self.on_fetch_timer(now, out);
         }
         if let Some(d) = self.vc_deadline
             && now >= d

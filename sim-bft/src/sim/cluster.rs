@@ -151,6 +151,7 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::TimeOmit => Byzantine::TimeOmit,
         ByzantineKind::TimeReplay => Byzantine::TimeReplay,
         ByzantineKind::TimeOwn => Byzantine::TimeOwn,
+        ByzantineKind::FatViewChange => Byzantine::FatViewChange,
         _ => Byzantine::Honest,
     }
 }
@@ -192,7 +193,10 @@ impl ClusterHarness {
             ring: Keyring::from_seed(key_seed, cfg.replicas, num_clients),
             max_message_bytes: ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
                 .max_message_bytes,
-            request_value_bytes: if cfg.faults.max_size_requests {
+            request_value_bytes: if cfg.faults.max_size_requests
+                || (cfg.faults.byzantine_kind == ByzantineKind::FatViewChange
+                    && (cfg.faults.byzantine > 0 || !cfg.faults.pinned_byzantine.is_empty()))
+            {
                 ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
                     .max_request_bytes
                     .saturating_sub(MAX_REQUEST_MARGIN)

@@ -361,6 +361,10 @@ pub enum ByzantineKind {
     TimeReplay,
     /// As primary, leaves certificates out and stamps its own time just inside the bound.
     TimeOwn,
+    /// Goes silent as primary when its log above the stable checkpoint is fullest, with
+    /// maximal-size client requests (implies `max_size_requests`): the view change must
+    /// carry (by digest) every prepared batch of a full log.
+    FatViewChange,
 }
 
 impl ByzantineKind {
@@ -370,10 +374,11 @@ impl ByzantineKind {
                                      bad-signatures, bad-digests, \
                                      state-request-flood, slow-state-source, \
                                      future-flood, starve-client, repropose, \
-                                     time-omit, time-replay, time-own";
+                                     time-omit, time-replay, time-own, \
+                                     fat-view-change";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 18] = [
+    pub const ALL: [ByzantineKind; 19] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -392,6 +397,7 @@ impl ByzantineKind {
         Self::TimeOmit,
         Self::TimeReplay,
         Self::TimeOwn,
+        Self::FatViewChange,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -436,6 +442,7 @@ impl fmt::Display for ByzantineKind {
             Self::TimeOmit => "time-omit",
             Self::TimeReplay => "time-replay",
             Self::TimeOwn => "time-own",
+            Self::FatViewChange => "fat-view-change",
         })
     }
 }
