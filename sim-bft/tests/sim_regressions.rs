@@ -85,3 +85,38 @@ fn stall_after_healing_bogus_view_change() {
 fn state_transfer_installs_the_certified_checkpoint_proof() {
     assert_ok(&campaign_run(16, 4, ByzantineKind::Corrupt));
 }
+
+/// FaultPhaseStall false positive: the judged windows came from the planned crashes only, so
+/// the time honest replicas spent down after crashes at protocol points (here five of them in
+/// ten seconds) counted as a stall "while 2f+1 honest replicas were up and connected".
+/// `sim-bft run --seed 5 --replicas 4 --ledger kv --duration 20000ms --clients 2
+/// --request-interval 100ms --drop-rate 0.05 --byzantine-ids 1 --byzantine-kind repropose
+/// --crash-at-view-change 0.5 --crash 2`
+#[test]
+fn crashes_at_protocol_points_are_not_judged_as_stalls() {
+    let cfg = SimConfig {
+        seed: 5,
+        replicas: 4,
+        ledger: sim_bft::sim::LedgerKind::Kv,
+        duration_ms: 20_000,
+        clients: 2,
+        request_interval_ms: 100,
+        faults: FaultConfig {
+            drop_rate: 0.05,
+            crashes: 2,
+            pinned_byzantine: vec![1],
+            byzantine: 1,
+            byzantine_kind: ByzantineKind::Repropose,
+            crash_at_view_change: 0.5,
+            ..FaultConfig::default()
+        },
+        ..SimConfig::default()
+    };
+    let o = Cluster::from_config(cfg).build().unwrap().run();
+    assert!(
+        o.stats.crash_points >= 3,
+        "crash points: {}",
+        o.stats.crash_points
+    );
+    assert_ok(&o);
+}

@@ -159,6 +159,35 @@ impl Checker {
         self.stall_bound_ms = bound_ms;
     }
 
+    /// Removes `[from_ms, until_ms)` from the judged windows: an unplanned outage (a crash at a
+    /// protocol point, `crash_at_view_change`) left fewer than 2f+1 honest replicas up. The
+    /// stretch before it is still judged; after it, a stall counts from `until_ms` (as after a
+    /// planned restart).
+    pub fn unjudge(&mut self, from_ms: u64, until_ms: u64) {
+        if from_ms >= until_ms {
+            return;
+        }
+        let mut out = Vec::with_capacity(self.stall_windows.len() + 1);
+        for &(a, b) in &self.stall_windows {
+            if b <= from_ms || a >= until_ms {
+                out.push((a, b));
+                continue;
+            }
+            if a < from_ms {
+                out.push((a, from_ms));
+            }
+            if until_ms < b {
+                out.push((until_ms, b));
+            }
+        }
+        self.stall_windows = out;
+    }
+
+    /// Total length of the judged windows (after unplanned outages were removed), ms.
+    pub fn judged_ms(&self) -> u64 {
+        self.stall_windows.iter().map(|(a, b)| b - a).sum()
+    }
+
     /// The longest judged fault-phase stretch without a newly committed batch, ms.
     pub fn max_stall_ms(&self) -> u64 {
         self.max_stall_ms
@@ -550,6 +579,36 @@ mod tests {
         c.executed(0, 0, &ex(1, 1, 1, Some(2100)), B);
         c.executed(0, 0, &ex(2, 2, 2, Some(2100)), B);
         assert!(c.violations().is_empty());
+    }
+
+    /// Regression (FaultPhaseStall false positive, `sim-bft run --seed 5 --replicas 4 --ledger
+    /// kv --duration 20000ms --clients 2 --request-interval 100ms --drop-rate 0.05
+    /// --byzantine-ids 1 --byzantine-kind repropose --crash-at-view-change 0.5 --crash 2`): the
+    /// judged windows came from the planned crashes only, so the time honest replicas spent
+    /// down after crashes at protocol points counted as a stall "while 2f+1 honest replicas
+    /// were up".
+    #[test]
+    fn unplanned_outages_are_not_judged() {
+        let b = TimeBounds {
+            min_honest_ms: 0,
+            max_honest_ms: 0,
+        };
+        let mut c = Checker::new(vec![true; 4], false, 0, 0);
+        c.judge_stalls(vec![(0, 20_000)], 3_000);
+        c.executed(1_000, 0, &ex(1, 1, 1, None), b);
+        // Down from 2_000 to 5_000 and from 6_000 to 8_000: the longest judged piece is
+        // 8_000 .. 10_500 (2.5 s), so no violation (the old judgement saw 9.5 s).
+        c.unjudge(2_000, 5_000);
+        c.unjudge(6_000, 8_000);
+        c.unjudge(9_000, 9_000);
+        c.executed(10_500, 0, &ex(2, 2, 2, None), b);
+        assert_eq!(c.max_stall_ms(), 2_500);
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        // A judged stretch before an outage still counts.
+        c.unjudge(14_000, 16_000);
+        c.end_fault_phase(20_000);
+        assert_eq!(c.max_stall_ms(), 4_000);
+        assert_eq!(c.violations().len(), 1);
     }
 
     #[test]

@@ -617,6 +617,7 @@ impl<H: Harness> Simulator<H> {
             self.crash(node);
             let back = self.now_ms + self.point_rng.range(10, 2_000);
             self.push(back, Event::Restart { node });
+            self.unjudge_if_short_of_quorum(back);
             return;
         }
         self.slots[i].inputs += 1;
@@ -833,6 +834,20 @@ impl<H: Harness> Simulator<H> {
             && self.slots[node as usize].role == Role::Honest
             && self.slots.iter().all(|s| s.node.is_some())
             && self.point_rng.chance(p)
+    }
+
+    /// After an unplanned crash (a protocol point): while fewer than 2f+1 honest replicas are
+    /// up, until `until_ms`, fault-phase stalls are not judged.
+    fn unjudge_if_short_of_quorum(&mut self, until_ms: u64) {
+        let f = self.cfg.replicas.saturating_sub(1) / 3;
+        let up = self
+            .slots
+            .iter()
+            .filter(|s| s.role == Role::Honest && s.node.is_some())
+            .count();
+        if (up as u64) < 2 * u64::from(f) + 1 {
+            self.checker.unjudge(self.now_ms, until_ms);
+        }
     }
 
     fn crash(&mut self, node: NodeId) {
@@ -1062,6 +1077,7 @@ impl<H: Harness> Simulator<H> {
     fn finish(mut self) -> SimOutcome {
         self.check_starvation();
         self.stats.max_stall_ms = self.checker.max_stall_ms();
+        self.stats.judged_ms = self.checker.judged_ms();
         self.stats.fault_phase_batches = self.checker.heal_seq().unwrap_or(0);
         let nodes = self
             .slots
