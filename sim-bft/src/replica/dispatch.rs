@@ -279,6 +279,9 @@ impl Replica {
         if self.fetch_deadline.is_some_and(|d| now >= d) {
             self.on_fetch_timer(now, out);
         }
+        if self.vc_resend_deadline.is_some_and(|d| now >= d) {
+            self.on_vc_resend_timer(now, out);
+        }
         if let Some(d) = self.vc_deadline
             && now >= d
         {

@@ -276,6 +276,9 @@ pub struct Replica {
     fetch_round: u64,
     /// Per peer: start of its current serving window and batches served in it (rate limit).
     fetch_served: BTreeMap<NodeId, (Millis, u32)>,
+    /// While changing view: when this replica re-sends its view change to the new primary
+    /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
+    vc_resend_deadline: Option<Millis>,
     /// [`Byzantine::FatViewChange`] only: it went silent for good.
     byz_silenced: bool,
 }
@@ -391,6 +394,7 @@ impl Replica {
             fetch_deadline: None,
             fetch_round: 0,
             fetch_served: BTreeMap::new(),
+            vc_resend_deadline: None,
             byz_silenced: false,
             cfg,
         };
@@ -736,6 +740,7 @@ impl Node for Replica {
             self.flush_deadline,
             self.retransmit_deadline,
             self.fetch_deadline,
+            self.vc_resend_deadline,
             self.behind_since.as_ref().map(|(d, _)| *d),
             self.transfer.as_ref().map(|t| t.deadline_ms),
         ]

@@ -111,6 +111,7 @@ impl Replica {
         if in_vc {
             r.own_view_change(view);
             r.vc_deadline = Some(0);
+            r.vc_resend_deadline = Some(0);
             r.metrics.inc("view_change_resumed");
         }
         // Never re-issue an internal request number that may have been sent: the durable

@@ -55,7 +55,55 @@ impl Replica {
         let vc = self.own_view_change(target);
         self.send(Body::ViewChange(vc), Dest::All, out);
         self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+        self.vc_resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
         self.maybe_send_new_view(now, out);
+    }
+
+    /// How often a replica in a view change re-sends its view change (an eighth of the base
+    /// view-change timeout: 250 ms by default).
+    fn vc_resend_interval(&self) -> Millis {
+        (self.cfg.view_change_timeout_ms / 8).max(1)
+    }
+
+    /// View-change retransmission (issue 9: a lost view change used to be re-sent only at the
+    /// next, doubling, view-change timeout — 24 s at n = 4 with 5 % loss). Every
+    /// [`Self::vc_resend_interval`] while waiting for the new-view, a backup re-sends its view
+    /// change to the new primary (which answers a repeat with the new-view if it already sent
+    /// one); the new primary, short of a quorum, re-sends its own to the peers whose view
+    /// change it lacks (a peer changing to the same view answers with its own). Each costs one
+    /// view change (bounded by digests, see [`Self::check_deliverable`]) per interval.
+    pub(super) fn on_vc_resend_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
+        self.vc_resend_deadline = None;
+        if !self.in_view_change {
+            return;
+        }
+        let own = self
+            .view_changes
+            .get(&self.view)
+            .and_then(|m| m.get(&self.cfg.id))
+            .map(|(msg, _)| msg.clone());
+        let Some(Ok(bytes)) = own.map(|msg| codec::encode(&Wire::Signed(msg))) else {
+            return;
+        };
+        let primary = self.primary_of(self.view);
+        if primary != self.cfg.id {
+            self.metrics.inc("view_change_resent");
+            out.push(Output::Send { to: primary, bytes });
+        } else {
+            let have: BTreeSet<NodeId> = self
+                .view_changes
+                .get(&self.view)
+                .map(|m| m.keys().copied().collect())
+                .unwrap_or_default();
+            for to in (0..self.cfg.n).filter(|p| !have.contains(p)) {
+                self.metrics.inc("view_change_resent");
+                out.push(Output::Send {
+                    to,
+                    bytes: bytes.clone(),
+                });
+            }
+        }
+        self.vc_resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
     }
 
     /// Builds this replica's view change for `target` from its stable checkpoint and prepared
@@ -364,6 +412,7 @@ impl Replica {
             .max(min_s);
         self.view = view;
         self.in_view_change = false;
+        self.vc_resend_deadline = None;
         self.view_changes = self.view_changes.split_off(&(view + 1));
         self.new_view_resent.retain(|(_, v)| *v >= view);
         self.metrics.inc("view_changes_completed");
