@@ -165,6 +165,10 @@ pub struct ReplicaConfig {
     pub max_pending: usize,
     /// Most pending requests per client (bounds tick flooding).
     pub max_pending_per_client: usize,
+    /// Most bytes of pending requests in all (payload + 128 bytes each; 0: no bound).
+    pub max_pending_bytes: usize,
+    /// Most bytes of pending requests per user client (0: no bound).
+    pub max_pending_bytes_per_client: usize,
     /// Forward client requests received by a backup to the primary.
     pub forward_requests: bool,
     /// Reserved pages: page size.
@@ -249,6 +253,8 @@ impl ReplicaConfig {
             max_snapshot_bytes: 32 << 20,
             max_pending: 20_000,
             max_pending_per_client: 1_024,
+            max_pending_bytes: 64 << 20,
+            max_pending_bytes_per_client: 8 << 20,
             forward_requests: true,
             page_size: 4_096,
             num_pages: 64,

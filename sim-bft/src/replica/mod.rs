@@ -326,6 +326,7 @@ impl Replica {
         let ring = Keyring::from_seed(cfg.key_seed, cfg.n, cfg.num_clients);
         let pages = MemPages::new(cfg.page_size, cfg.num_pages);
         let clients = ClientsManager::new(cfg.max_pending, cfg.max_pending_per_client)
+            .with_byte_caps(cfg.max_pending_bytes, cfg.max_pending_bytes_per_client)
             .with_internal_cap(cfg.tick_components.len());
         let mut r = Self {
             key,
