@@ -11,9 +11,10 @@
 //! there. A [`Body::BatchData`] is accepted only when the batch hashes to the digest asked for.
 //!
 //! Bounds: a fetch names at most [`MAX_FETCH_BATCHES`] batches; a replica serves one peer at
-//! most [`SERVE_PER_WINDOW`] batches per fetch interval (the rest of a fetch is dropped and
-//! counted), so one fetch costs a server at most that many batches, each at most
-//! `max_message_bytes`, and a peer cannot make it send more than that per interval.
+//! most [`SERVE_PER_WINDOW`] batches per half view-change timeout (the rest of a fetch is
+//! dropped and counted), and each batch to one peer at most once per view (a repeat is
+//! refused: the fetcher asks another source), so a peer gets at most a log window of batches
+//! per view however often it asks (the simulator's `amplify` strategy measures it).
 
 use std::collections::BTreeMap;
 
@@ -114,7 +115,8 @@ impl Replica {
         if wanted.len() > MAX_FETCH_BATCHES {
             return self.drop_msg("drop_oversized_batch_fetch", Some(from));
         }
-        let interval = self.fetch_interval();
+        // The serving window is half a view-change timeout (4 fetch intervals).
+        let interval = self.fetch_interval().saturating_mul(4);
         let (start, served) = self.fetch_served.get(&from).copied().unwrap_or((now, 0));
         let (start, mut served) = if now >= start.saturating_add(interval) {
             (now, 0)
@@ -127,10 +129,16 @@ impl Replica {
                 self.metrics.inc("batch_fetch_rate_limited");
                 break;
             }
-            match self.batch_for(*seq, digest) {
+            if self.fetch_served_seqs.contains(&(from, *seq)) {
+                // Served to this peer in this view already (it asks another source next).
+                self.metrics.inc("batch_fetch_repeat");
+                continue;
+            }
+            match self.batch_for(*seq, digest).cloned() {
                 Some(b) => {
+                    self.fetch_served_seqs.insert((from, *seq));
                     served += 1;
-                    send.push((*seq, b.clone()));
+                    send.push((*seq, b));
                 }
                 None => self.metrics.inc("batch_fetch_unknown"),
             }
@@ -188,5 +196,34 @@ impl Replica {
         self.store_entry(seq, out);
         self.progress(now, seq, out);
         self.execute_ready(now, out);
+    }
+
+    /// Byzantine mode [`Byzantine::Amplify`]: every 50 ms, a `Status` from its stable
+    /// checkpoint and `BatchFetch`es for the newest batches of its log, to every peer.
+    pub(super) fn amplify(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if now < self.byz_repropose_at {
+            return;
+        }
+        self.byz_repropose_at = now.saturating_add(50);
+        self.metrics.inc("byz_amplify_rounds");
+        let (view, last_executed) = (self.view, self.stable.seq);
+        self.send(
+            Body::Status {
+                view,
+                last_executed,
+            },
+            Dest::All,
+            out,
+        );
+        let wanted: Vec<(u64, Digest32)> = self
+            .log
+            .iter()
+            .rev()
+            .filter_map(|(s, e)| e.digest.map(|d| (*s, d)))
+            .take(MAX_FETCH_BATCHES)
+            .collect();
+        if !wanted.is_empty() {
+            self.send(Body::BatchFetch { wanted }, Dest::All, out);
+        }
     }
 }

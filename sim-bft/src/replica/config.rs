@@ -105,6 +105,10 @@ pub enum Byzantine {
     /// change has to carry all of them. The old (batch-carrying) view changes were then
     /// undeliverable and the cluster stalled for ever.
     FatViewChange,
+    /// Amplification attacker: every 50 ms asks every peer for everything cheap to ask and
+    /// expensive to answer: a `Status` claiming nothing executed above its stable checkpoint
+    /// (commit certificates with whole batches) and `BatchFetch`es for the batches of its log.
+    Amplify,
 }
 
 /// The client a [`Byzantine::StarveClient`] replica starves.

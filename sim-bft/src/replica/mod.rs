@@ -276,9 +276,16 @@ pub struct Replica {
     fetch_round: u64,
     /// Per peer: start of its current serving window and batches served in it (rate limit).
     fetch_served: BTreeMap<NodeId, (Millis, u32)>,
+    /// `(peer, seq)` batches served in the current view: each at most once per view.
+    fetch_served_seqs: BTreeSet<(NodeId, u64)>,
     /// While changing view: when this replica re-sends its view change to the new primary
     /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
     vc_resend_deadline: Option<Millis>,
+    /// When this replica last answered each peer's `Status` with certificates (rate limit).
+    status_answered_ms: BTreeMap<NodeId, Millis>,
+    /// Per peer: the highest seq whose commit certificate a `Status` answer sent it, and when
+    /// (certificates up to it are not sent again for a view-change timeout).
+    status_sent_upto: BTreeMap<NodeId, (u64, Millis)>,
     /// [`Byzantine::FatViewChange`] only: it went silent for good.
     byz_silenced: bool,
 }
@@ -395,7 +402,10 @@ impl Replica {
             fetch_deadline: None,
             fetch_round: 0,
             fetch_served: BTreeMap::new(),
+            fetch_served_seqs: BTreeSet::new(),
             vc_resend_deadline: None,
+            status_answered_ms: BTreeMap::new(),
+            status_sent_upto: BTreeMap::new(),
             byz_silenced: false,
             cfg,
         };
@@ -714,6 +724,9 @@ impl Node for Replica {
         self.try_propose(now, out);
         if self.cfg.byzantine == Byzantine::FatViewChange {
             self.fat_view_change_check();
+        }
+        if self.cfg.byzantine == Byzantine::Amplify {
+            self.amplify(now, out);
         }
         if (self.view, self.in_view_change) != self.view_seen {
             self.view_seen = (self.view, self.in_view_change);

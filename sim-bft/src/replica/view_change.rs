@@ -437,6 +437,7 @@ impl Replica {
         let mut old = std::mem::take(&mut self.log);
         self.clients.clear_proposed();
         self.fetch_missing.clear();
+        self.fetch_served_seqs.clear();
         let is_primary = self.primary_of(view) == self.cfg.id;
         let mut to_vote: Vec<(u64, Digest32)> = Vec::new();
         let Ok(null_digest) = Batch::null().digest() else {

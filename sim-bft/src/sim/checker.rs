@@ -44,6 +44,9 @@ pub enum ViolationKind {
     /// A client request that reached 2f+1 honest replicas got no honest reply within the
     /// bound (see [`super::starvation`]).
     Starvation,
+    /// An honest replica sent a Byzantine peer far more than it sent an average honest peer,
+    /// out of proportion to what that peer sent it (see [`Checker::amplification`]).
+    Amplification,
 }
 
 /// One broken invariant, with enough context to debug it.
@@ -117,6 +120,13 @@ pub struct Checker {
     dropped: u64,
 }
 
+/// Amplification bound: multiple of the average an honest peer receives.
+pub const AMP_AVG: u64 = 2;
+/// Amplification bound: multiple of the bytes the Byzantine peer sent.
+pub const AMP_INPUT: u64 = 4;
+/// Amplification bound: fixed slack, bytes.
+pub const AMP_SLACK_BYTES: u64 = 1 << 20;
+
 /// At most this many violations are kept in detail.
 const MAX_VIOLATIONS: usize = 64;
 
@@ -181,6 +191,46 @@ impl Checker {
             }
         }
         self.stall_windows = out;
+    }
+
+    /// The amplification check, at the end of a run, over `bytes[from][to]` (bytes each
+    /// replica handed the network for each other): for every honest replica h and Byzantine
+    /// replica b, h must have sent b at most
+    /// `AMP_AVG * avg + AMP_INPUT * bytes[b][h] + AMP_SLACK_BYTES`, where `avg` is the
+    /// average h sent an honest peer. A Byzantine replica thus gets at most about what an
+    /// honest peer gets, plus a bounded multiple of what it sent: asking cheaply for expensive
+    /// answers does not pay. Returns the largest ratio of sent to allowed, in thousandths.
+    pub fn amplification(&mut self, at_ms: u64, honest: &[bool], bytes: &[Vec<u64>]) -> u64 {
+        let n = honest.len();
+        let mut worst = 0u64;
+        for h in (0..n).filter(|h| honest[*h]) {
+            let peers: Vec<usize> = (0..n).filter(|p| *p != h && honest[*p]).collect();
+            let to_honest: u64 = peers.iter().map(|p| bytes[h][*p]).sum();
+            let avg = to_honest / (peers.len().max(1) as u64);
+            for b in (0..n).filter(|b| !honest[*b]) {
+                let sent = bytes[h][b];
+                let allowed = AMP_AVG
+                    .saturating_mul(avg)
+                    .saturating_add(AMP_INPUT.saturating_mul(bytes[b][h]))
+                    .saturating_add(AMP_SLACK_BYTES);
+                let permille = sent.saturating_mul(1000) / allowed.max(1);
+                worst = worst.max(permille);
+                if sent > allowed {
+                    self.violate(
+                        at_ms,
+                        Some(h as NodeId),
+                        ViolationKind::Amplification,
+                        format!(
+                            "replica {h} sent Byzantine replica {b} {sent} bytes: more than \
+                             {AMP_AVG} x {avg} (average to an honest peer) + {AMP_INPUT} x {} \
+                             (what it received from it) + {AMP_SLACK_BYTES}",
+                            bytes[b][h]
+                        ),
+                    );
+                }
+            }
+        }
+        worst
     }
 
     /// Total length of the judged windows (after unplanned outages were removed), ms.
@@ -610,6 +660,34 @@ mod tests {
         c.end_fault_phase(20_000);
         assert_eq!(c.max_stall_ms(), 4_000);
         assert_eq!(c.violations().len(), 2);
+    }
+
+    /// The amplification bound: a Byzantine peer gets at most twice what an average honest
+    /// peer gets, plus four times what it sent, plus 1 MiB.
+    #[test]
+    #[allow(clippy::needless_range_loop)]
+    fn amplification_is_judged_against_honest_peers_and_input() {
+        let honest = vec![true, true, true, false];
+        let mb = 1u64 << 20;
+        let mut bytes = vec![vec![0u64; 4]; 4];
+        for h in 0..3 {
+            for p in 0..4 {
+                if p != h {
+                    bytes[h][p] = 10 * mb;
+                }
+            }
+        }
+        for h in 0..3 {
+            bytes[3][h] = mb;
+        }
+        let mut c = Checker::new(honest.clone(), false, 0, 0);
+        // 10 MiB to the Byzantine peer, allowed 2 x 10 + 4 x 1 + 1 = 25 MiB: 400 permille.
+        assert_eq!(c.amplification(0, &honest, &bytes), 400);
+        assert!(c.violations().is_empty());
+        bytes[0][3] = 26 * mb;
+        assert_eq!(c.amplification(0, &honest, &bytes), 1040);
+        assert_eq!(c.violations().len(), 1);
+        assert_eq!(c.violations()[0].kind, ViolationKind::Amplification);
     }
 
     #[test]

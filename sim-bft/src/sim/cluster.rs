@@ -152,6 +152,7 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::TimeReplay => Byzantine::TimeReplay,
         ByzantineKind::TimeOwn => Byzantine::TimeOwn,
         ByzantineKind::FatViewChange => Byzantine::FatViewChange,
+        ByzantineKind::Amplify => Byzantine::Amplify,
         _ => Byzantine::Honest,
     }
 }

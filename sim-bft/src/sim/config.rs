@@ -365,6 +365,9 @@ pub enum ByzantineKind {
     /// maximal-size client requests (implies `max_size_requests`): the view change must
     /// carry (by digest) every prepared batch of a full log.
     FatViewChange,
+    /// Asks every peer, every 50 ms, for commit certificates and batches it already has
+    /// (cheap requests, expensive answers): the amplification checker bounds what it gets.
+    Amplify,
 }
 
 impl ByzantineKind {
@@ -375,10 +378,10 @@ impl ByzantineKind {
                                      state-request-flood, slow-state-source, \
                                      future-flood, starve-client, repropose, \
                                      time-omit, time-replay, time-own, \
-                                     fat-view-change";
+                                     fat-view-change, amplify";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 19] = [
+    pub const ALL: [ByzantineKind; 20] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -398,6 +401,7 @@ impl ByzantineKind {
         Self::TimeReplay,
         Self::TimeOwn,
         Self::FatViewChange,
+        Self::Amplify,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -443,6 +447,7 @@ impl fmt::Display for ByzantineKind {
             Self::TimeReplay => "time-replay",
             Self::TimeOwn => "time-own",
             Self::FatViewChange => "fat-view-change",
+            Self::Amplify => "amplify",
         })
     }
 }
