@@ -85,3 +85,71 @@ fn stall_after_healing_bogus_view_change() {
 fn state_transfer_installs_the_certified_checkpoint_proof() {
     assert_ok(&campaign_run(16, 4, ByzantineKind::Corrupt));
 }
+
+/// FaultPhaseStall false positive: the judged windows came from the planned crashes only, so
+/// the time honest replicas spent down after crashes at protocol points (here five of them in
+/// ten seconds) counted as a stall "while 2f+1 honest replicas were up and connected".
+/// `sim-bft run --seed 5 --replicas 4 --ledger kv --duration 20000ms --clients 2
+/// --request-interval 100ms --drop-rate 0.05 --byzantine-ids 1 --byzantine-kind repropose
+/// --crash-at-view-change 0.5 --crash 2`
+#[test]
+fn crashes_at_protocol_points_are_not_judged_as_stalls() {
+    let cfg = SimConfig {
+        seed: 5,
+        replicas: 4,
+        ledger: sim_bft::sim::LedgerKind::Kv,
+        duration_ms: 20_000,
+        clients: 2,
+        request_interval_ms: 100,
+        faults: FaultConfig {
+            drop_rate: 0.05,
+            crashes: 2,
+            pinned_byzantine: vec![1],
+            byzantine: 1,
+            byzantine_kind: ByzantineKind::Repropose,
+            crash_at_view_change: 0.5,
+            ..FaultConfig::default()
+        },
+        ..SimConfig::default()
+    };
+    let o = Cluster::from_config(cfg).build().unwrap().run();
+    assert!(
+        o.stats.crash_points >= 1,
+        "crash points: {}",
+        o.stats.crash_points
+    );
+    assert_ok(&o);
+}
+
+/// Amplification (found by the `amplify` strategy and the amplification checker): a 40-byte
+/// `Status` every 50 ms drew up to `status_answer_bytes` of commit certificates each time, and
+/// repeated `BatchFetch`es drew the same batches again: an honest replica sent the attacker
+/// ~5 MB against ~170 KB to an honest peer (`sim-bft run --seed 2 --duration 20s --liveness 20s
+/// --byzantine 1 --drop-rate 0.05 --byzantine-kind amplify`). Status answers are now rate
+/// limited per peer and never repeat a certificate within a view-change timeout; a batch is
+/// served to a peer once per view.
+#[test]
+fn an_amplifying_replica_gets_no_more_than_an_honest_peer() {
+    for seed in 0..3 {
+        let cfg = SimConfig {
+            seed,
+            replicas: 4,
+            duration_ms: 20_000,
+            liveness_ms: 20_000,
+            faults: FaultConfig {
+                drop_rate: 0.05,
+                byzantine: 1,
+                byzantine_kind: ByzantineKind::Amplify,
+                ..FaultConfig::default()
+            },
+            ..SimConfig::default()
+        };
+        let o = Cluster::from_config(cfg).build().unwrap().run();
+        assert_ok(&o);
+        assert!(
+            o.stats.amplification_permille < 500,
+            "seed {seed}: {}",
+            o.stats.amplification_permille
+        );
+    }
+}

@@ -182,14 +182,18 @@ pub struct CheckpointProof {
 }
 
 /// Proof that a batch prepared at (view, seq): 2f prepares from backups of `view`.
+///
+/// It names the batch by digest only (what the prepares signed), so a view change's size does
+/// not depend on the batch size: a replica that lacks a batch the new view orders fetches it
+/// by digest ([`Body::BatchFetch`]) from a replica that prepared it.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct PreparedProof {
     /// View in which it prepared.
     pub view: u64,
     /// Sequence number.
     pub seq: u64,
-    /// The batch (its digest is what the prepares signed).
-    pub batch: Batch,
+    /// The batch digest the prepares signed.
+    pub digest: Digest32,
     /// Signatures over `Payload { from, Body::Prepare { view, seq, digest } }`.
     pub sigs: SigList,
 }
@@ -201,9 +205,12 @@ pub struct ViewChange {
     pub new_view: u64,
     /// The sender's last stable checkpoint, with proof.
     pub stable: CheckpointProof,
-    /// Batches the sender prepared above its stable checkpoint.
+    /// Batches (by digest) the sender prepared above its stable checkpoint.
     pub prepared: Vec<PreparedProof>,
 }
+
+/// Most `(seq, digest)` pairs one [`Body::BatchFetch`] may ask for.
+pub const MAX_FETCH_BATCHES: usize = 8;
 
 /// The body of a replica-signed message.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -319,6 +326,20 @@ pub enum Body {
         /// [`MAX_HAVE_SEQS`] entries).
         seqs: Vec<SeqHave>,
     },
+    /// "Send me these batches": a new view ordered them (by digest, see [`PreparedProof`])
+    /// and the sender does not hold them. At most [`MAX_FETCH_BATCHES`] pairs.
+    BatchFetch {
+        /// `(seq, digest)` of each wanted batch.
+        wanted: Vec<(u64, Digest32)>,
+    },
+    /// A batch asked for by [`Body::BatchFetch`]; the receiver checks it against the digest it
+    /// asked for (any replica may serve it: the digest, not the sender, vouches for it).
+    BatchData {
+        /// Sequence number.
+        seq: u64,
+        /// The batch.
+        batch: Batch,
+    },
 }
 
 /// Most sequence numbers one [`Body::Have`] may list.
@@ -353,6 +374,8 @@ impl Body {
             Body::Status { .. } => "status",
             Body::Committed { .. } => "committed",
             Body::Have { .. } => "have",
+            Body::BatchFetch { .. } => "batch_fetch",
+            Body::BatchData { .. } => "batch_data",
         }
     }
 }

@@ -119,6 +119,18 @@ pub struct ClientsManager {
     /// throttle keeps at most one tick pending per component, so this is sized from the
     /// number of listed components, not from what a user client may queue.
     max_per_internal_client: usize,
+    /// Bytes of all pending requests ([`pending_size`] each) and per client.
+    bytes: usize,
+    client_bytes: BTreeMap<ClientId, usize>,
+    /// Byte caps (0: none): in all, and per user client.
+    max_bytes: usize,
+    max_bytes_per_client: usize,
+}
+
+/// What one pending request counts against the byte caps: its payload plus a fixed overhead
+/// for the rest of the signed request and the bookkeeping.
+pub fn pending_size(r: &SignedRequest) -> usize {
+    r.request.payload.len().saturating_add(128)
 }
 
 impl ClientsManager {
@@ -130,6 +142,29 @@ impl ClientsManager {
             max_per_internal_client: max_per_client,
             ..Self::default()
         }
+    }
+
+    /// Also bounds the pending requests by bytes ([`pending_size`]): at most `total` in all and
+    /// `per_client` per user client (0: no bound). A count bound alone let 20,000 requests of
+    /// 64 KiB (1.25 GiB) pile up.
+    pub fn with_byte_caps(mut self, total: usize, per_client: usize) -> Self {
+        self.max_bytes = total;
+        self.max_bytes_per_client = per_client;
+        self
+    }
+
+    /// Bytes of the pending requests.
+    pub fn pending_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn bytes_fit(&self, client: ClientId, size: usize) -> bool {
+        let user = crate::crypto::internal_client_owner(client).is_none();
+        let mine = self.client_bytes.get(&client).copied().unwrap_or(0);
+        (self.max_bytes == 0 || self.bytes.saturating_add(size) <= self.max_bytes)
+            && (!user
+                || self.max_bytes_per_client == 0
+                || mine.saturating_add(size) <= self.max_bytes_per_client)
     }
 
     /// Lets each replica's internal client hold up to `cap` pending requests (never fewer
@@ -182,9 +217,15 @@ impl ClientsManager {
             return Admission::AlreadyPending;
         }
         let count = self.per_client.get(&key.0).copied().unwrap_or(0);
-        if self.pending.len() >= self.max_pending || count >= self.cap_of(key.0) {
+        let size = pending_size(&request);
+        if self.pending.len() >= self.max_pending
+            || count >= self.cap_of(key.0)
+            || !self.bytes_fit(key.0, size)
+        {
             return Admission::Full;
         }
+        self.bytes = self.bytes.saturating_add(size);
+        *self.client_bytes.entry(key.0).or_insert(0) += size;
         let arrival = self.next_arrival;
         self.next_arrival += 1;
         self.order.insert(arrival, key);
@@ -208,6 +249,7 @@ impl ClientsManager {
     pub fn has_room(&self, client: ClientId) -> bool {
         self.pending.len() < self.max_pending
             && self.per_client.get(&client).copied().unwrap_or(0) < self.cap_of(client)
+            && self.bytes_fit(client, 128)
     }
 
     /// Whether `(client, req_seq)` is pending.
@@ -227,7 +269,15 @@ impl ClientsManager {
 
     /// Removes a pending request.
     pub fn remove(&mut self, client: ClientId, req_seq: u64) {
-        if let Some((arrival, _)) = self.pending.remove(&(client, req_seq)) {
+        if let Some((arrival, p)) = self.pending.remove(&(client, req_seq)) {
+            let size = pending_size(&p.request);
+            self.bytes = self.bytes.saturating_sub(size);
+            if let Some(b) = self.client_bytes.get_mut(&client) {
+                *b = b.saturating_sub(size);
+                if *b == 0 {
+                    self.client_bytes.remove(&client);
+                }
+            }
             self.order.remove(&arrival);
             self.by_arrival.remove(&arrival);
             if let Some(c) = self.per_client.get_mut(&client) {
@@ -399,6 +449,17 @@ impl ClientsManager {
         if total != self.pending.len() {
             return Err("per-client counts disagree with pending".into());
         }
+        let bytes: usize = self
+            .pending
+            .values()
+            .map(|(_, p)| pending_size(&p.request))
+            .sum();
+        if bytes != self.bytes || self.client_bytes.values().sum::<usize>() != bytes {
+            return Err("pending byte counts disagree with pending".into());
+        }
+        if self.max_bytes > 0 && self.bytes > self.max_bytes {
+            return Err("pending bytes above the cap".into());
+        }
         Ok(())
     }
 }
@@ -426,6 +487,34 @@ mod tests {
             },
             sig: [0; 64],
         }
+    }
+
+    /// Regression (issue 9, pending requests bounded by count only: 20,000 maximal requests
+    /// could pin 1.25 GiB): the byte caps hold, in all and per user client, and free up when
+    /// requests leave.
+    #[test]
+    fn pending_requests_are_bounded_by_bytes() {
+        let big = |client, req_seq| {
+            let mut r = request(client, req_seq);
+            r.request.payload = vec![7; 300];
+            r
+        };
+        let size = pending_size(&big(1, 1));
+        assert_eq!(size, 428);
+        let mut m = ClientsManager::new(100, 100).with_byte_caps(1_000, 600);
+        assert_eq!(m.admit(big(1, 1), 0), Admission::Added);
+        assert_eq!(m.admit(big(1, 2), 0), Admission::Full, "per-client bytes");
+        assert_eq!(m.admit(big(2, 1), 0), Admission::Added);
+        assert_eq!(m.admit(big(3, 1), 0), Admission::Full, "total bytes");
+        assert_eq!(m.pending_bytes(), 2 * size);
+        assert!(m.has_room(4), "a small request still fits");
+        m.check().unwrap();
+        m.remove(1, 1);
+        assert_eq!(m.pending_bytes(), size);
+        assert_eq!(m.admit(big(1, 2), 0), Admission::Added);
+        m.record_executed(2, 1, 1, Vec::new());
+        assert_eq!(m.pending_bytes(), size);
+        m.check().unwrap();
     }
 
     #[test]

@@ -99,6 +99,16 @@ pub enum Byzantine {
     /// As primary, omits time certificates and stamps its batches `genesis_bound_ms - 1` ahead
     /// of its clock (just inside the backups' bound).
     TimeOwn,
+    /// As primary, proposes only large batches (it holds requests back until half a batch
+    /// waits, or half a view-change timeout passed), and once the prepared batches above the
+    /// stable checkpoint exceed `max_message_bytes` in all, goes silent for good: the view
+    /// change has to carry all of them. The old (batch-carrying) view changes were then
+    /// undeliverable and the cluster stalled for ever.
+    FatViewChange,
+    /// Amplification attacker: every 50 ms asks every peer for everything cheap to ask and
+    /// expensive to answer: a `Status` claiming nothing executed above its stable checkpoint
+    /// (commit certificates with whole batches) and `BatchFetch`es for the batches of its log.
+    Amplify,
 }
 
 /// The client a [`Byzantine::StarveClient`] replica starves.
@@ -159,6 +169,10 @@ pub struct ReplicaConfig {
     pub max_pending: usize,
     /// Most pending requests per client (bounds tick flooding).
     pub max_pending_per_client: usize,
+    /// Most bytes of pending requests in all (payload + 128 bytes each; 0: no bound).
+    pub max_pending_bytes: usize,
+    /// Most bytes of pending requests per user client (0: no bound).
+    pub max_pending_bytes_per_client: usize,
     /// Forward client requests received by a backup to the primary.
     pub forward_requests: bool,
     /// Reserved pages: page size.
@@ -220,6 +234,8 @@ impl ReplicaConfig {
             max_snapshot_bytes: 32 << 20,
             max_pending: 20_000,
             max_pending_per_client: 1_024,
+            max_pending_bytes: 64 << 20,
+            max_pending_bytes_per_client: 8 << 20,
             forward_requests: true,
             page_size: 4_096,
             num_pages: 64,
@@ -237,6 +253,23 @@ impl ReplicaConfig {
     /// Tolerated faults: f = (n - 1) / 3.
     pub fn f(&self) -> u32 {
         self.n.saturating_sub(1) / 3
+    }
+
+    /// Upper bound of the encoded size of a new-view message (signed, on the wire): 2f+1
+    /// signed view changes, each a checkpoint proof (n signatures at most) and at most
+    /// `log_window` prepared certificates of n-1 signatures each. Prepared certificates carry
+    /// batch digests, not batches, so the bound does not depend on batch sizes (issue 9
+    /// defect 4); [`Self::validate`] requires it to fit `max_message_bytes`.
+    pub fn new_view_bound_bytes(&self) -> u64 {
+        let n = u64::from(self.n);
+        let sig_entry = 4 + 64;
+        let proof = 8 + 8 + 32 + 8 + sig_entry * n.saturating_sub(1);
+        let ckpt = 8 + 32 + 8 + sig_entry * n;
+        // Payload (from, tag, fields, vec length) + SignedMsg (two length prefixes, signature)
+        // + the Wire tag; 64 bytes cover each level's framing generously.
+        let vc = 64 + ckpt + 8 + self.log_window.saturating_mul(proof) + 64 + 64;
+        let quorum = 2 * u64::from(self.f()) + 1;
+        64 + 8 + 8 + quorum.saturating_mul(vc) + 64 + 64
     }
 
     /// Checks the configuration.
@@ -259,6 +292,11 @@ impl ReplicaConfig {
         }
         if self.chunk_bytes == 0 || self.chunk_bytes + 1024 > self.max_message_bytes {
             return bad("chunk_bytes must be positive and fit a message");
+        }
+        if self.new_view_bound_bytes() > self.max_message_bytes as u64 {
+            return bad(
+                "a new-view (2f+1 view changes of log_window prepared certificates) must fit max_message_bytes",
+            );
         }
         if self.state_window == 0
             || self.state_chunks_per_peer < self.state_window

@@ -164,7 +164,7 @@ impl Replica {
             Body::Status {
                 view,
                 last_executed,
-            } => self.on_status(from, view, last_executed, out),
+            } => self.on_status(now, from, view, last_executed, out),
             Body::Committed {
                 view,
                 seq,
@@ -172,6 +172,8 @@ impl Replica {
                 commits,
             } => self.on_committed(now, from, view, seq, batch, commits, out),
             Body::Have { view, seqs, .. } => self.on_have(now, from, view, seqs, out),
+            Body::BatchFetch { wanted } => self.on_batch_fetch(now, from, wanted, out),
+            Body::BatchData { seq, batch } => self.on_batch_data(now, from, seq, batch, out),
         }
     }
 
@@ -274,6 +276,12 @@ impl Replica {
         if self.retransmit_deadline.is_some_and(|d| now >= d) {
             self.on_retransmit_timer(now, out);
         }
+        if self.fetch_deadline.is_some_and(|d| now >= d) {
+            self.on_fetch_timer(now, out);
+        }
+        if self.vc_resend_deadline.is_some_and(|d| now >= d) {
+            self.on_vc_resend_timer(now, out);
+        }
         if let Some(d) = self.vc_deadline
             && now >= d
         {
@@ -352,7 +360,14 @@ impl Replica {
     /// A peer is stuck at `last_executed`: send it the commit certificates it lacks (at most a
     /// log window), or, when it is below our log, our checkpoint vote so that it can gather a
     /// checkpoint certificate and state-transfer.
-    fn on_status(&mut self, from: NodeId, view: u64, last_executed: u64, out: &mut Vec<Output>) {
+    fn on_status(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        view: u64,
+        last_executed: u64,
+        out: &mut Vec<Output>,
+    ) {
         if view < self.view
             && !self.in_view_change
             && let Some(nv) = self.last_new_view.clone()
@@ -364,15 +379,35 @@ impl Replica {
         if last_executed >= self.last_executed {
             return;
         }
+        // Amplification bound (the simulator's `amplify` strategy found it: a 40-byte Status
+        // every 50 ms drew up to `status_answer_bytes` each time): one answer per peer per
+        // quarter view-change timeout, the rate at which an honest replica asks one peer.
+        let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
+        if self
+            .status_answered_ms
+            .get(&from)
+            .is_some_and(|last| now < last.saturating_add(gap))
+        {
+            return self.drop_msg("drop_status_rate_limited", Some(from));
+        }
+        self.status_answered_ms.insert(from, now);
         if last_executed < self.stable.seq {
             let (seq, digest) = (self.stable.seq, self.stable.digest);
             self.send(Body::Checkpoint { seq, digest }, Dest::One(from), out);
             return;
         }
         let quorum = self.quorum();
+        // Certificates sent to this peer within a view-change timeout are not sent again (a
+        // peer that keeps claiming the same position gets each one once per timeout).
+        let from_seq = match self.status_sent_upto.get(&from) {
+            Some((upto, at)) if now < at.saturating_add(self.cfg.view_change_timeout_ms) => {
+                last_executed.max(*upto)
+            }
+            _ => last_executed,
+        };
         let certs: Vec<Body> = self
             .log
-            .range(last_executed + 1..=self.last_executed)
+            .range(from_seq + 1..=self.last_executed.max(from_seq))
             .filter_map(|(seq, e)| {
                 let (batch, digest) = (e.batch.as_ref()?, e.digest?);
                 let commits: Vec<(NodeId, Millis, SigBytes)> = e
@@ -405,6 +440,9 @@ impl Replica {
             .collect();
         if certs.len() < before {
             self.metrics.inc("status_answer_truncated");
+        }
+        if let Some(Body::Committed { seq, .. }) = certs.last() {
+            self.status_sent_upto.insert(from, (*seq, now));
         }
         self.metrics.add("committed_certs_sent", certs.len() as u64);
         for body in certs {

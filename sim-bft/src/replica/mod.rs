@@ -21,6 +21,7 @@
 //! `view_change` and `state_transfer`.
 
 mod admission;
+mod batch_fetch;
 mod checkpoint;
 pub mod clients;
 pub mod config;
@@ -145,6 +146,9 @@ struct Entry {
     committed: bool,
     /// The highest-view prepared certificate this replica holds for the seq (survives views).
     proof: Option<PreparedProof>,
+    /// The batch `proof` names (by digest), when this replica holds it: what it serves to a
+    /// peer that fetches it after a view change ([`Body::BatchFetch`]).
+    proof_batch: Option<Batch>,
 }
 
 /// What durable storage keeps of a log entry.
@@ -154,6 +158,8 @@ struct StoredEntry {
     seq: u64,
     batch: Batch,
     proof: Option<PreparedProof>,
+    /// The proof's batch when it is not `batch` (it prepared in an earlier view).
+    proof_batch: Option<Batch>,
     committed: bool,
 }
 
@@ -293,6 +299,27 @@ pub struct Replica {
     internal_req_reserved: u64,
     /// [`Byzantine::ReproposeCommitted`] only: when it next re-proposes committed seqs.
     byz_repropose_at: Millis,
+    /// Batches a new view ordered (by digest) that this replica does not hold: seq ->
+    /// (digest, replicas that prepared it, to ask in turn). See `batch_fetch`.
+    fetch_missing: BTreeMap<u64, (Digest32, Vec<NodeId>)>,
+    /// When the missing batches are asked for again (from the next source).
+    fetch_deadline: Option<Millis>,
+    /// Fetch rounds so far (picks the source of each missing batch).
+    fetch_round: u64,
+    /// Per peer: start of its current serving window and batches served in it (rate limit).
+    fetch_served: BTreeMap<NodeId, (Millis, u32)>,
+    /// `(peer, seq)` batches served in the current view: each at most once per view.
+    fetch_served_seqs: BTreeSet<(NodeId, u64)>,
+    /// While changing view: when this replica re-sends its view change to the new primary
+    /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
+    vc_resend_deadline: Option<Millis>,
+    /// When this replica last answered each peer's `Status` with certificates (rate limit).
+    status_answered_ms: BTreeMap<NodeId, Millis>,
+    /// Per peer: the highest seq whose commit certificate a `Status` answer sent it, and when
+    /// (certificates up to it are not sent again for a view-change timeout).
+    status_sent_upto: BTreeMap<NodeId, (u64, Millis)>,
+    /// [`Byzantine::FatViewChange`] only: it went silent for good.
+    byz_silenced: bool,
 }
 
 impl std::fmt::Debug for Replica {
@@ -339,6 +366,7 @@ impl Replica {
         let ring = Keyring::from_seed(cfg.key_seed, cfg.n, cfg.num_clients);
         let pages = MemPages::new(cfg.page_size, cfg.num_pages);
         let clients = ClientsManager::new(cfg.max_pending, cfg.max_pending_per_client)
+            .with_byte_caps(cfg.max_pending_bytes, cfg.max_pending_bytes_per_client)
             .with_internal_cap(cfg.tick_components.len());
         let mut r = Self {
             key,
@@ -404,6 +432,15 @@ impl Replica {
             vc_echo_ms: BTreeMap::new(),
             internal_req_reserved: 0,
             byz_repropose_at: Millis::MIN,
+            fetch_missing: BTreeMap::new(),
+            fetch_deadline: None,
+            fetch_round: 0,
+            fetch_served: BTreeMap::new(),
+            fetch_served_seqs: BTreeSet::new(),
+            vc_resend_deadline: None,
+            status_answered_ms: BTreeMap::new(),
+            status_sent_upto: BTreeMap::new(),
+            byz_silenced: false,
             cfg,
         };
         r.last_state_digest = r.state_digest();
@@ -652,7 +689,7 @@ impl Replica {
             || self
                 .log
                 .range(self.last_executed + 1..)
-                .any(|(_, e)| e.batch.is_some())
+                .any(|(_, e)| e.batch.is_some() || e.digest.is_some())
     }
 
     /// Checks internal invariants (the simulator calls it after every step).
@@ -714,7 +751,7 @@ impl Replica {
 
 impl Node for Replica {
     fn handle(&mut self, now: Millis, input: Input, out: &mut Vec<Output>) {
-        if self.cfg.byzantine == Byzantine::Silent {
+        if self.cfg.byzantine == Byzantine::Silent || self.byz_silenced {
             return;
         }
         match input {
@@ -733,6 +770,12 @@ impl Node for Replica {
             self.repropose_committed(now, out);
         }
         self.try_propose(now, out);
+        if self.cfg.byzantine == Byzantine::FatViewChange {
+            self.fat_view_change_check();
+        }
+        if self.cfg.byzantine == Byzantine::Amplify {
+            self.amplify(now, out);
+        }
         if (self.view, self.in_view_change) != self.view_seen {
             self.view_seen = (self.view, self.in_view_change);
             if !self.in_view_change {
@@ -758,6 +801,8 @@ impl Node for Replica {
             self.batch_deadline,
             self.flush_deadline,
             self.retransmit_deadline,
+            self.fetch_deadline,
+            self.vc_resend_deadline,
             self.behind_since.as_ref().map(|(d, _)| *d),
             self.transfer.as_ref().map(|t| t.deadline_ms),
         ]

@@ -17,6 +17,9 @@ impl Replica {
         if !self.is_primary() || self.in_view_change || self.transfer.is_some() {
             return;
         }
+        if self.cfg.byzantine == Byzantine::FatViewChange && self.fat_hold(now) {
+            return;
+        }
         loop {
             let in_flight = self.next_seq.saturating_sub(self.last_executed + 1);
             if in_flight >= self.cfg.max_in_flight || self.next_seq > self.high_watermark() {
@@ -62,6 +65,7 @@ impl Replica {
             batch: Some(batch.clone()),
             vote_ok: true,
             proof: entry.proof.take(),
+            proof_batch: entry.proof_batch.take(),
             ..Entry::default()
         };
         self.store_entry(seq, out);
@@ -166,6 +170,7 @@ impl Replica {
                 .collect();
             *entry = Entry {
                 proof: entry.proof.take(),
+                proof_batch: entry.proof_batch.take(),
                 commits,
                 ..Entry::default()
             };
@@ -249,7 +254,7 @@ impl Replica {
     }
 
     /// Advances entry `seq`: prepared -> send commit; 2f+1 commits -> committed -> execute.
-    fn progress(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
+    pub(super) fn progress(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
         let stamp_ms = self.clock(now);
         let primary = self.primary();
         let quorum = self.quorum();
@@ -271,14 +276,15 @@ impl Replica {
                 .collect();
             if sigs.len() >= f2 {
                 e.prepared = true;
-                if let Some(batch) = &e.batch {
-                    e.proof = Some(PreparedProof {
-                        view,
-                        seq,
-                        batch: batch.clone(),
-                        sigs,
-                    });
-                }
+                // The certificate names the batch by digest; the batch itself may still be
+                // on its way (fetched after a new view), and is kept beside it once held.
+                e.proof = Some(PreparedProof {
+                    view,
+                    seq,
+                    digest,
+                    sigs,
+                });
+                e.proof_batch = e.batch.clone();
             }
         }
         let send_commit = e.prepared && !e.commit_sent;

@@ -64,7 +64,8 @@ impl Replica {
             if !k.starts_with(KEY_LOG_PREFIX) {
                 break;
             }
-            let e: StoredEntry = codec::decode(v, r.cfg.max_message_bytes)
+            // An entry may hold two batches (its own and its prepared certificate's).
+            let e: StoredEntry = codec::decode(v, r.cfg.max_message_bytes.saturating_mul(2))
                 .map_err(|e| ReplicaError::Storage(format!("log entry: {e}")))?;
             if e.seq <= r.stable.seq || e.seq > r.stable.seq + r.cfg.log_window {
                 continue;
@@ -76,6 +77,11 @@ impl Replica {
             let entry = r.log.entry(e.seq).or_default();
             entry.view = e.view;
             entry.digest = Some(digest);
+            entry.proof_batch = match (&e.proof, e.proof_batch) {
+                (_, Some(b)) => Some(b),
+                (Some(p), None) if p.digest == digest => Some(e.batch.clone()),
+                _ => None,
+            };
             entry.batch = Some(e.batch);
             entry.proof = e.proof;
             entry.committed = e.committed;
@@ -105,6 +111,7 @@ impl Replica {
         if in_vc {
             r.own_view_change(view);
             r.vc_deadline = Some(0);
+            r.vc_resend_deadline = Some(0);
             r.metrics.inc("view_change_resumed");
         }
         // Never re-issue an internal request number that may have been sent: the durable
@@ -152,6 +159,11 @@ impl Replica {
                 seq,
                 batch: batch.clone(),
                 proof: e.proof.clone(),
+                // Stored apart only when it is not the entry's own batch.
+                proof_batch: match (&e.proof, &e.proof_batch) {
+                    (Some(p), Some(b)) if e.digest != Some(p.digest) => Some(b.clone()),
+                    _ => None,
+                },
                 committed: e.committed,
             };
             if let Ok(value) = codec::encode(&stored) {

@@ -55,7 +55,55 @@ impl Replica {
         let vc = self.own_view_change(target);
         self.send(Body::ViewChange(vc), Dest::All, out);
         self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+        self.vc_resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
         self.maybe_send_new_view(now, out);
+    }
+
+    /// How often a replica in a view change re-sends its view change (an eighth of the base
+    /// view-change timeout: 250 ms by default).
+    fn vc_resend_interval(&self) -> Millis {
+        (self.cfg.view_change_timeout_ms / 8).max(1)
+    }
+
+    /// View-change retransmission (issue 9: a lost view change used to be re-sent only at the
+    /// next, doubling, view-change timeout — 24 s at n = 4 with 5 % loss). Every
+    /// [`Self::vc_resend_interval`] while waiting for the new-view, a backup re-sends its view
+    /// change to the new primary (which answers a repeat with the new-view if it already sent
+    /// one); the new primary, short of a quorum, re-sends its own to the peers whose view
+    /// change it lacks (a peer changing to the same view answers with its own). Each costs one
+    /// view change (bounded by digests, see [`Self::check_deliverable`]) per interval.
+    pub(super) fn on_vc_resend_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
+        self.vc_resend_deadline = None;
+        if !self.in_view_change {
+            return;
+        }
+        let own = self
+            .view_changes
+            .get(&self.view)
+            .and_then(|m| m.get(&self.cfg.id))
+            .map(|(msg, _)| msg.clone());
+        let Some(Ok(bytes)) = own.map(|msg| codec::encode(&Wire::Signed(msg))) else {
+            return;
+        };
+        let primary = self.primary_of(self.view);
+        if primary != self.cfg.id {
+            self.metrics.inc("view_change_resent");
+            out.push(Output::Send { to: primary, bytes });
+        } else {
+            let have: BTreeSet<NodeId> = self
+                .view_changes
+                .get(&self.view)
+                .map(|m| m.keys().copied().collect())
+                .unwrap_or_default();
+            for to in (0..self.cfg.n).filter(|p| !have.contains(p)) {
+                self.metrics.inc("view_change_resent");
+                out.push(Output::Send {
+                    to,
+                    bytes: bytes.clone(),
+                });
+            }
+        }
+        self.vc_resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
     }
 
     /// Builds this replica's view change for `target` from its stable checkpoint and prepared
@@ -85,9 +133,12 @@ impl Replica {
         vc
     }
 
-    /// View changes and new-views still carry whole prepared batches (issue 9 defect 4, open):
-    /// one larger than `max_message_bytes` is dropped by every receiver. Never silently: counted
-    /// (`view_change_oversized`) and warned about where it is built.
+    /// View changes and new-views carry prepared certificates by digest (issue 9 defect 4), so
+    /// their size is bounded by the log window and n, not by batch sizes: at most
+    /// `n * (log_window * (48 + 72 * (n - 1)) + checkpoint proof)` bytes for a new-view, which
+    /// [`crate::replica::ReplicaConfig::validate`] checks fits `max_message_bytes`. Should one
+    /// exceed the limit anyway, it is never silent: counted (`view_change_oversized`) and
+    /// warned about where it is built.
     fn check_deliverable(&mut self, msg: &SignedMsg, what: &'static str) {
         let len = codec::encode(&Wire::Signed(msg.clone())).map_or(usize::MAX, |b| b.len());
         if len > self.cfg.max_message_bytes {
@@ -339,14 +390,17 @@ impl Replica {
             return;
         };
         let min_s = best.seq;
-        let mut chosen: BTreeMap<u64, (u64, Batch)> = BTreeMap::new();
+        // seq -> (view, digest, replicas that prepared that digest in that view).
+        let mut chosen: BTreeMap<u64, (u64, Digest32, Vec<NodeId>)> = BTreeMap::new();
         for vc in &vcs {
             for p in &vc.prepared {
                 if p.seq <= min_s {
                     continue;
                 }
-                if chosen.get(&p.seq).is_none_or(|(v, _)| *v < p.view) {
-                    chosen.insert(p.seq, (p.view, p.batch.clone()));
+                if chosen.get(&p.seq).is_none_or(|(v, _, _)| *v < p.view) {
+                    let mut holders = vec![self.primary_of(p.view)];
+                    holders.extend(p.sigs.iter().map(|(n, _)| *n));
+                    chosen.insert(p.seq, (p.view, p.digest, holders));
                 }
             }
         }
@@ -358,6 +412,7 @@ impl Replica {
             .max(min_s);
         self.view = view;
         self.in_view_change = false;
+        self.vc_resend_deadline = None;
         self.view_changes = self.view_changes.split_off(&(view + 1));
         self.new_view_resent.retain(|(_, v)| *v >= view);
         self.metrics.inc("view_changes_completed");
@@ -381,32 +436,55 @@ impl Replica {
 
         let mut old = std::mem::take(&mut self.log);
         self.clients.clear_proposed();
+        self.fetch_missing.clear();
+        self.fetch_served_seqs.clear();
         let is_primary = self.primary_of(view) == self.cfg.id;
         let mut to_vote: Vec<(u64, Digest32)> = Vec::new();
+        let Ok(null_digest) = Batch::null().digest() else {
+            return;
+        };
         for seq in (min_s + 1)..=max_s {
             if seq <= self.stable.seq || seq > self.high_watermark() {
                 continue;
             }
-            let batch = chosen
+            let (digest, holders) = chosen
                 .remove(&seq)
-                .map(|(_, b)| b)
-                .unwrap_or_else(Batch::null);
-            let Ok(digest) = batch.digest() else {
-                continue;
+                .map_or((null_digest, Vec::new()), |(_, d, h)| (d, h));
+            let mut prev = old.remove(&seq).unwrap_or_default();
+            // The batch itself: a null batch, or the one this replica holds with that digest
+            // (as its entry or as its prepared certificate's); else it is fetched by digest.
+            let batch = if digest == null_digest {
+                Some(Batch::null())
+            } else if prev.digest == Some(digest) && prev.batch.is_some() {
+                prev.batch.take()
+            } else if prev.proof.as_ref().is_some_and(|p| p.digest == digest) {
+                prev.proof_batch.clone()
+            } else {
+                None
             };
-            for r in &batch.requests {
-                self.clients
-                    .mark_proposed(r.request.client, r.request.req_seq, seq);
+            match &batch {
+                Some(b) => {
+                    for r in &b.requests {
+                        self.clients
+                            .mark_proposed(r.request.client, r.request.req_seq, seq);
+                    }
+                }
+                // An executed seq needs no batch (state transfer may have skipped it).
+                None if seq > self.last_executed => {
+                    let holders = holders.into_iter().filter(|n| *n != self.cfg.id).collect();
+                    self.fetch_missing.insert(seq, (digest, holders));
+                }
+                None => {}
             }
-            let proof = old.get_mut(&seq).and_then(|e| e.proof.take());
             self.log.insert(
                 seq,
                 Entry {
                     view,
-                    batch: Some(batch),
+                    batch,
                     digest: Some(digest),
                     vote_ok: true,
-                    proof,
+                    proof: prev.proof.take(),
+                    proof_batch: prev.proof_batch.take(),
                     ..Entry::default()
                 },
             );
@@ -451,6 +529,9 @@ impl Replica {
         } else {
             None
         };
+        self.fetch_round = 0;
+        self.fetch_deadline = None;
+        self.fetch_missing_batches(now, out);
         self.replay_future(now, out);
     }
 
@@ -469,12 +550,11 @@ impl Replica {
                 || p.view >= vc.new_view
                 || !seqs.insert(p.seq)
                 || p.sigs.len() < 2 * self.f()
+                || p.sigs.len() >= self.cfg.n as usize
             {
                 return false;
             }
-            let Ok(digest) = p.batch.digest() else {
-                return false;
-            };
+            let digest = p.digest;
             let primary = self.primary_of(p.view);
             let mut seen = BTreeSet::new();
             p.sigs.iter().all(|(n, s)| {
@@ -521,6 +601,51 @@ impl Replica {
             batch.primary_clock_ms = batch.primary_clock_ms.saturating_add(1);
             self.metrics.inc("byz_reproposed");
             self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
+        }
+    }
+
+    /// Byzantine mode [`Byzantine::FatViewChange`], as primary: true while it holds requests
+    /// back to make its next batch large (at least half of `batch_max`, or waiting half a
+    /// view-change timeout, so that the backups' timers do not fire first).
+    pub(super) fn fat_hold(&mut self, now: Millis) -> bool {
+        let (oldest, count) = self.clients.unproposed();
+        let Some(oldest) = oldest else {
+            return false;
+        };
+        let until = oldest.saturating_add(self.cfg.view_change_timeout_ms / 2);
+        if count * 2 >= self.cfg.batch_max || now >= until {
+            return false;
+        }
+        self.batch_deadline = Some(until);
+        true
+    }
+
+    /// Byzantine mode [`Byzantine::FatViewChange`]: goes silent for good once, as primary, the
+    /// prepared batches above its stable checkpoint (what a batch-carrying view change would
+    /// carry) exceed `max_message_bytes`.
+    pub(super) fn fat_view_change_check(&mut self) {
+        if self.byz_silenced || !self.is_primary() || self.in_view_change {
+            return;
+        }
+        let carried: usize = self
+            .log
+            .range(self.stable.seq + 1..)
+            .filter(|(_, e)| e.proof.is_some())
+            .filter_map(|(_, e)| e.proof_batch.as_ref())
+            .map(|b| {
+                b.requests
+                    .iter()
+                    .map(|r| r.request.payload.len().saturating_add(128))
+                    .sum::<usize>()
+            })
+            .sum();
+        if carried > self.cfg.max_message_bytes {
+            info!(
+                replica = self.cfg.id,
+                carried, "fat-view-change: going silent with a full log"
+            );
+            self.byz_silenced = true;
+            self.metrics.inc("byz_silenced");
         }
     }
 

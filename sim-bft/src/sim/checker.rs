@@ -51,6 +51,9 @@ pub enum ViolationKind {
     /// A custom client workload's own oracle rejected a reply
     /// ([`super::workload::Workload::on_reply`]).
     Workload,
+    /// An honest replica sent a Byzantine peer far more than it sent an average honest peer,
+    /// out of proportion to what that peer sent it (see [`Checker::amplification`]).
+    Amplification,
 }
 
 /// One broken invariant, with enough context to debug it.
@@ -126,6 +129,13 @@ pub struct Checker {
     pruned_below: u64,
 }
 
+/// Amplification bound: multiple of the average an honest peer receives.
+pub const AMP_AVG: u64 = 2;
+/// Amplification bound: multiple of the bytes the Byzantine peer sent.
+pub const AMP_INPUT: u64 = 4;
+/// Amplification bound: fixed slack, bytes.
+pub const AMP_SLACK_BYTES: u64 = 1 << 20;
+
 /// At most this many violations are kept in detail.
 const MAX_VIOLATIONS: usize = 64;
 
@@ -174,6 +184,75 @@ impl Checker {
         windows.sort_unstable();
         self.stall_windows = windows;
         self.stall_bound_ms = bound_ms;
+    }
+
+    /// Removes `[from_ms, until_ms)` from the judged windows: an unplanned outage (a crash at a
+    /// protocol point, `crash_at_view_change`) left fewer than 2f+1 honest replicas up. The
+    /// stretch before it is still judged; after it, a stall counts from `until_ms` (as after a
+    /// planned restart).
+    pub fn unjudge(&mut self, from_ms: u64, until_ms: u64) {
+        if from_ms >= until_ms {
+            return;
+        }
+        let mut out = Vec::with_capacity(self.stall_windows.len() + 1);
+        for &(a, b) in &self.stall_windows {
+            if b <= from_ms || a >= until_ms {
+                out.push((a, b));
+                continue;
+            }
+            if a < from_ms {
+                out.push((a, from_ms));
+            }
+            if until_ms < b {
+                out.push((until_ms, b));
+            }
+        }
+        self.stall_windows = out;
+    }
+
+    /// The amplification check, at the end of a run, over `bytes[from][to]` (bytes each
+    /// replica handed the network for each other): for every honest replica h and Byzantine
+    /// replica b, h must have sent b at most
+    /// `AMP_AVG * avg + AMP_INPUT * bytes[b][h] + AMP_SLACK_BYTES`, where `avg` is the
+    /// average h sent an honest peer. A Byzantine replica thus gets at most about what an
+    /// honest peer gets, plus a bounded multiple of what it sent: asking cheaply for expensive
+    /// answers does not pay. Returns the largest ratio of sent to allowed, in thousandths.
+    pub fn amplification(&mut self, at_ms: u64, honest: &[bool], bytes: &[Vec<u64>]) -> u64 {
+        let n = honest.len();
+        let mut worst = 0u64;
+        for h in (0..n).filter(|h| honest[*h]) {
+            let peers: Vec<usize> = (0..n).filter(|p| *p != h && honest[*p]).collect();
+            let to_honest: u64 = peers.iter().map(|p| bytes[h][*p]).sum();
+            let avg = to_honest / (peers.len().max(1) as u64);
+            for b in (0..n).filter(|b| !honest[*b]) {
+                let sent = bytes[h][b];
+                let allowed = AMP_AVG
+                    .saturating_mul(avg)
+                    .saturating_add(AMP_INPUT.saturating_mul(bytes[b][h]))
+                    .saturating_add(AMP_SLACK_BYTES);
+                let permille = sent.saturating_mul(1000) / allowed.max(1);
+                worst = worst.max(permille);
+                if sent > allowed {
+                    self.violate(
+                        at_ms,
+                        Some(h as NodeId),
+                        ViolationKind::Amplification,
+                        format!(
+                            "replica {h} sent Byzantine replica {b} {sent} bytes: more than \
+                             {AMP_AVG} x {avg} (average to an honest peer) + {AMP_INPUT} x {} \
+                             (what it received from it) + {AMP_SLACK_BYTES}",
+                            bytes[b][h]
+                        ),
+                    );
+                }
+            }
+        }
+        worst
+    }
+
+    /// Total length of the judged windows (after unplanned outages were removed), ms.
+    pub fn judged_ms(&self) -> u64 {
+        self.stall_windows.iter().map(|(a, b)| b - a).sum()
     }
 
     /// The longest judged fault-phase stretch without a newly committed batch, ms.
@@ -632,6 +711,65 @@ mod tests {
         c.executed(0, 0, &ex(1, 1, 1, Some(2100)), B);
         c.executed(0, 0, &ex(2, 2, 2, Some(2100)), B);
         assert!(c.violations().is_empty());
+    }
+
+    /// Regression (FaultPhaseStall false positive, `sim-bft run --seed 5 --replicas 4 --ledger
+    /// kv --duration 20000ms --clients 2 --request-interval 100ms --drop-rate 0.05
+    /// --byzantine-ids 1 --byzantine-kind repropose --crash-at-view-change 0.5 --crash 2`): the
+    /// judged windows came from the planned crashes only, so the time honest replicas spent
+    /// down after crashes at protocol points counted as a stall "while 2f+1 honest replicas
+    /// were up".
+    #[test]
+    fn unplanned_outages_are_not_judged() {
+        let b = TimeBounds {
+            min_honest_ms: 0,
+            max_honest_ms: 0,
+        };
+        let mut c = Checker::new(vec![true; 4], false, 0, 0);
+        c.judge_stalls(vec![(0, 20_000)], 3_000);
+        c.executed(1_000, 0, &ex(1, 1, 1, None), b);
+        // Down from 2_000 to 5_000 and from 6_000 to 8_000: the longest judged piece is
+        // 8_000 .. 10_500 (2.5 s), so no violation (the old judgement saw 9.5 s).
+        c.unjudge(2_000, 5_000);
+        c.unjudge(6_000, 8_000);
+        c.unjudge(9_000, 9_000);
+        c.executed(10_500, 0, &ex(2, 2, 2, None), b);
+        assert_eq!(c.max_stall_ms(), 2_500);
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        // The stretches before and after an outage still count: 10_500 .. 14_000 (3.5 s) and
+        // 16_000 .. 20_000 (4 s), both above the bound.
+        c.unjudge(14_000, 16_000);
+        c.end_fault_phase(20_000);
+        assert_eq!(c.max_stall_ms(), 4_000);
+        assert_eq!(c.violations().len(), 2);
+    }
+
+    /// The amplification bound: a Byzantine peer gets at most twice what an average honest
+    /// peer gets, plus four times what it sent, plus 1 MiB.
+    #[test]
+    #[allow(clippy::needless_range_loop)]
+    fn amplification_is_judged_against_honest_peers_and_input() {
+        let honest = vec![true, true, true, false];
+        let mb = 1u64 << 20;
+        let mut bytes = vec![vec![0u64; 4]; 4];
+        for h in 0..3 {
+            for p in 0..4 {
+                if p != h {
+                    bytes[h][p] = 10 * mb;
+                }
+            }
+        }
+        for h in 0..3 {
+            bytes[3][h] = mb;
+        }
+        let mut c = Checker::new(honest.clone(), false, 0, 0);
+        // 10 MiB to the Byzantine peer, allowed 2 x 10 + 4 x 1 + 1 = 25 MiB: 400 permille.
+        assert_eq!(c.amplification(0, &honest, &bytes), 400);
+        assert!(c.violations().is_empty());
+        bytes[0][3] = 26 * mb;
+        assert_eq!(c.amplification(0, &honest, &bytes), 1040);
+        assert_eq!(c.violations().len(), 1);
+        assert_eq!(c.violations()[0].kind, ViolationKind::Amplification);
     }
 
     #[test]

@@ -166,6 +166,8 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::TimeOmit => Byzantine::TimeOmit,
         ByzantineKind::TimeReplay => Byzantine::TimeReplay,
         ByzantineKind::TimeOwn => Byzantine::TimeOwn,
+        ByzantineKind::FatViewChange => Byzantine::FatViewChange,
+        ByzantineKind::Amplify => Byzantine::Amplify,
         _ => Byzantine::Honest,
     }
 }
@@ -210,7 +212,10 @@ impl ClusterHarness {
             workloads: Vec::new(),
             seed: cfg.seed,
             epoch_ms: cfg.epoch_ms,
-            request_value_bytes: if cfg.faults.max_size_requests {
+            request_value_bytes: if cfg.faults.max_size_requests
+                || (cfg.faults.byzantine_kind == ByzantineKind::FatViewChange
+                    && (cfg.faults.byzantine > 0 || !cfg.faults.pinned_byzantine.is_empty()))
+            {
                 ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
                     .max_request_bytes
                     .saturating_sub(MAX_REQUEST_MARGIN)

@@ -408,6 +408,13 @@ pub enum ByzantineKind {
     TimeReplay,
     /// As primary, leaves certificates out and stamps its own time just inside the bound.
     TimeOwn,
+    /// Goes silent as primary when its log above the stable checkpoint is fullest, with
+    /// maximal-size client requests (implies `max_size_requests`): the view change must
+    /// carry (by digest) every prepared batch of a full log.
+    FatViewChange,
+    /// Asks every peer, every 50 ms, for commit certificates and batches it already has
+    /// (cheap requests, expensive answers): the amplification checker bounds what it gets.
+    Amplify,
 }
 
 impl ByzantineKind {
@@ -417,10 +424,11 @@ impl ByzantineKind {
                                      bad-signatures, bad-digests, \
                                      state-request-flood, slow-state-source, \
                                      future-flood, starve-client, repropose, \
-                                     time-omit, time-replay, time-own";
+                                     time-omit, time-replay, time-own, \
+                                     fat-view-change, amplify";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 18] = [
+    pub const ALL: [ByzantineKind; 20] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -439,6 +447,8 @@ impl ByzantineKind {
         Self::TimeOmit,
         Self::TimeReplay,
         Self::TimeOwn,
+        Self::FatViewChange,
+        Self::Amplify,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -483,6 +493,8 @@ impl fmt::Display for ByzantineKind {
             Self::TimeOmit => "time-omit",
             Self::TimeReplay => "time-replay",
             Self::TimeOwn => "time-own",
+            Self::FatViewChange => "fat-view-change",
+            Self::Amplify => "amplify",
         })
     }
 }

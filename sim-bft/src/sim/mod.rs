@@ -204,6 +204,11 @@ pub struct SimStats {
     pub stall_bound_ms: u64,
     /// Crashes at a protocol point (`crash_at_view_change`), counted in `crashes` too.
     pub crash_points: u64,
+    /// The largest amplification seen, in thousandths: over every honest replica h and
+    /// Byzantine replica b, the bytes h sent b over the allowance (twice the average h sent
+    /// an honest peer, plus four times what b sent h, plus 1 MiB); above 1000 is an
+    /// [`ViolationKind::Amplification`] (0 without Byzantine replicas).
+    pub amplification_permille: u64,
 }
 
 /// One replica's state at the end of a run.
@@ -374,6 +379,9 @@ pub struct Simulator<H: Harness> {
     events: SimEvents,
     /// The view each replica was last seen in.
     views: Vec<Option<u64>>,
+    /// Bytes each replica handed to the network for each other replica (`[from][to]`; the
+    /// amplification checker, see [`checker::amplification`]).
+    bytes_sent: Vec<Vec<u64>>,
 }
 
 impl<H: Harness> Simulator<H> {
@@ -482,6 +490,7 @@ impl<H: Harness> Simulator<H> {
             out: Vec::new(),
             events: SimEvents::default(),
             views: vec![None; n as usize],
+            bytes_sent: vec![vec![0; n as usize]; n as usize],
         };
         sim.schedule_initial();
         Ok(sim)
@@ -710,6 +719,7 @@ impl<H: Harness> Simulator<H> {
             self.crash(node);
             let back = self.now_ms + self.point_rng.range(10, 2_000);
             self.push(back, Event::Restart { node });
+            self.unjudge_if_short_of_quorum(back);
             return;
         }
         self.slots[i].inputs += 1;
@@ -770,11 +780,17 @@ impl<H: Harness> Simulator<H> {
         match o {
             Output::Send { to, bytes } => {
                 if to != from && to < self.cfg.replicas {
+                    self.bytes_sent[from as usize][to as usize] += bytes.len() as u64;
                     self.harness.on_send(&bytes);
                     self.send_from(from, to, bytes);
                 }
             }
             Output::Broadcast { bytes } => {
+                for to in 0..self.cfg.replicas {
+                    if to != from {
+                        self.bytes_sent[from as usize][to as usize] += bytes.len() as u64;
+                    }
+                }
                 self.harness.on_send(&bytes);
                 for to in 0..self.cfg.replicas {
                     if to != from {
@@ -941,6 +957,20 @@ impl<H: Harness> Simulator<H> {
             && self.slots[node as usize].role == Role::Honest
             && self.slots.iter().all(|s| s.node.is_some())
             && self.point_rng.chance(p)
+    }
+
+    /// After an unplanned crash (a protocol point): while fewer than 2f+1 honest replicas are
+    /// up, until `until_ms`, fault-phase stalls are not judged.
+    fn unjudge_if_short_of_quorum(&mut self, until_ms: u64) {
+        let f = self.cfg.replicas.saturating_sub(1) / 3;
+        let up = self
+            .slots
+            .iter()
+            .filter(|s| s.role == Role::Honest && s.node.is_some())
+            .count();
+        if (up as u64) < 2 * u64::from(f) + 1 {
+            self.checker.unjudge(self.now_ms, until_ms);
+        }
     }
 
     fn crash(&mut self, node: NodeId) {
@@ -1174,6 +1204,11 @@ impl<H: Harness> Simulator<H> {
     fn finish(mut self) -> SimOutcome {
         self.check_starvation();
         self.stats.max_stall_ms = self.checker.max_stall_ms();
+        self.stats.judged_ms = self.checker.judged_ms();
+        let honest: Vec<bool> = self.slots.iter().map(|s| s.role == Role::Honest).collect();
+        let at = self.now_ms;
+        self.stats.amplification_permille =
+            self.checker.amplification(at, &honest, &self.bytes_sent);
         self.stats.fault_phase_batches = self.checker.heal_seq().unwrap_or(0);
         let nodes = self
             .slots
