@@ -162,19 +162,25 @@ fn a_replica_whose_table_schedule_cannot_be_saved_halts_loudly() {
     for i in 0..4 {
         let cfg = h.cfgs[i].clone();
         // The table's range lies past the replica's pages: every save of its schedule fails.
-        let range = PageRange::new(cfg.num_pages, 2).unwrap();
-        let mut table = CronTable::with_persistence(1, range, 4);
-        table
-            .add(CronEntry::<KvLedger>::periodic(
-                0,
-                Periodic::every_ms(1_000).unwrap(),
-                |_| {},
-            ))
-            .unwrap();
-        let mut registry = CronTableRegistry::new();
-        registry.register(table).unwrap();
-        let app = CronLedger::new(KvLedger::new(), registry);
-        h.replicas[i] = Some(Replica::with_app(cfg, Box::new(app)).unwrap());
+        let ledger = || {
+            let range = PageRange::new(cfg.num_pages, 2).unwrap();
+            let mut table = CronTable::with_persistence(1, range, 4);
+            table
+                .add(CronEntry::<KvLedger>::periodic(
+                    0,
+                    Periodic::every_ms(1_000).unwrap(),
+                    |_| {},
+                ))
+                .unwrap();
+            let mut registry = CronTableRegistry::new();
+            registry.register(table).unwrap();
+            CronLedger::new(KvLedger::new(), registry)
+        };
+        // Declared (`Application::page_ranges`), such a range is refused when the replica is
+        // built; hidden, as by a ledger that forgot to declare it, the save fails at run time.
+        assert!(Replica::with_app(cfg.clone(), Box::new(ledger())).is_err());
+        let app = ledger();
+        h.replicas[i] = Some(Replica::with_app(cfg, Box::new(Undeclared(app))).unwrap());
     }
     h.tick(0, 1);
     // The harness checks every replica's invariants after every input: the first halted one
@@ -197,4 +203,36 @@ fn a_replica_whose_table_schedule_cannot_be_saved_halts_loudly() {
         .unwrap();
     assert!(r.check_invariants().is_err());
     assert_eq!(r.metrics().get("halted"), 1);
+}
+
+/// A ledger that does not declare its reserved pages (`Application::page_ranges` left at its
+/// default), so the replica cannot refuse them when it is built.
+struct Undeclared(sim_bft::ledgers::CronLedger<sim_bft::ledgers::KvLedger>);
+
+impl Application for Undeclared {
+    fn execute(&mut self, ctx: ccron::host::ExecContext, client: u64, payload: &[u8]) -> Vec<u8> {
+        self.0.execute(ctx, client, payload)
+    }
+    fn digest(&self) -> ccron::host::Digest32 {
+        self.0.digest()
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.0.snapshot()
+    }
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), ccron::host::AppError> {
+        self.0.restore(snapshot)
+    }
+    fn on_tick(
+        &mut self,
+        tick: ccron::Tick,
+        pages: &mut dyn ccron::ReservedPages,
+    ) -> Result<(), ccron::host::AppError> {
+        self.0.on_tick(tick, pages)
+    }
+    fn reload(&mut self, pages: &dyn ccron::ReservedPages) -> Result<(), ccron::host::AppError> {
+        self.0.reload(pages)
+    }
+    fn halted(&self) -> Option<&ccron::host::AppError> {
+        self.0.halted()
+    }
 }
