@@ -47,7 +47,6 @@ use tracing::{debug, warn};
 
 use crate::app::{Application, TickExecutor, WithTicks};
 use crate::crypto::{self, Digest32, Keyring, SigBytes};
-use crate::ledgers::{KvLedger, TickCounter};
 use crate::node::{Input, Millis, Node, NodeId, Output};
 use crate::protocol::{
     Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, SignedRequest, TimeCert, Wire,
@@ -339,15 +338,6 @@ pub const MAX_BUNDLE_REQUESTS: usize = 4_096;
 const REPLAY_HISTORY: usize = 64;
 
 impl Replica {
-    /// A fresh replica running the demo [`KvLedger`] and [`TickCounter`].
-    pub fn new(cfg: ReplicaConfig) -> Result<Self, ReplicaError> {
-        let ticks = TickCounter::new(
-            if cfg.time_page == 0 { 1 } else { 0 },
-            cfg.num_pages.saturating_sub(1).max(1),
-        );
-        Self::with_parts(cfg, Box::new(KvLedger::new()), Box::new(ticks))
-    }
-
     /// A fresh replica running `app` for user requests and `ticks` for ticks.
     pub fn with_parts(
         cfg: ReplicaConfig,
