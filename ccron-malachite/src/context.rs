@@ -1,4 +1,4 @@
-//! The Malachite [`Context`] of the adapter: heights, addresses, blocks, votes, proposals,
+//! The Malachite `Context` of the adapter: heights, addresses, blocks, votes, proposals,
 //! proposal parts, the ed25519 signing scheme and the one codec (borsh) for everything the
 //! engine sends over the network, writes to its WAL or serves through sync.
 
