@@ -1,72 +1,13 @@
-//! The one canonical codec of sim-bft's wire formats (bincode 2.0.1, fixed-width integers).
+//! The one canonical codec of sim-bft's wire formats: ccron's host codec
+//! ([`ccron::host::wire`]: bincode 2.0.1, little-endian fixed-width integers, a size limit on
+//! every decode, no trailing bytes), re-exported so that the replica's messages and the
+//! applications' snapshots and payloads are encoded by one implementation.
 //!
 //! Fixed-width integers make the encoding canonical for our types (no maps, no floats on the
 //! wire): one value has exactly one encoding, so a re-encoded payload reproduces the bytes its
-//! sender signed. Every decode has a size limit and must consume the whole input.
+//! sender signed.
 
-use bincode::config::{Configuration, Fixint, Limit, LittleEndian};
-
-/// Hard ceiling on any decoded value (bounds allocations from a hostile length prefix).
-pub const ABSOLUTE_LIMIT_BYTES: usize = 64 << 20;
-
-/// Errors of the codec.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CodecError {
-    /// The input is longer than the caller's limit.
-    #[error("{len} bytes exceed the limit of {limit} bytes")]
-    TooLarge {
-        /// Input length.
-        len: usize,
-        /// The limit that applied.
-        limit: usize,
-    },
-    /// The input is not a valid encoding of the expected type.
-    #[error("malformed: {0}")]
-    Malformed(String),
-    /// The input has bytes after a complete value.
-    #[error("{extra} trailing bytes")]
-    Trailing {
-        /// How many bytes were left over.
-        extra: usize,
-    },
-    /// Encoding failed (cannot happen for sim-bft's types; reported rather than panicking).
-    #[error("encode failed: {0}")]
-    Encode(String),
-}
-
-type Cfg = Configuration<LittleEndian, Fixint, Limit<ABSOLUTE_LIMIT_BYTES>>;
-
-fn config() -> Cfg {
-    bincode::config::standard()
-        .with_little_endian()
-        .with_fixed_int_encoding()
-        .with_limit::<ABSOLUTE_LIMIT_BYTES>()
-}
-
-/// Encodes `value` canonically.
-pub fn encode<T: bincode::Encode>(value: &T) -> Result<Vec<u8>, CodecError> {
-    bincode::encode_to_vec(value, config()).map_err(|e| CodecError::Encode(e.to_string()))
-}
-
-/// Decodes a `T` from exactly `bytes`, refusing inputs longer than `limit_bytes`.
-pub fn decode<T: bincode::Decode<()>>(bytes: &[u8], limit_bytes: usize) -> Result<T, CodecError> {
-    let limit = limit_bytes.min(ABSOLUTE_LIMIT_BYTES);
-    if bytes.len() > limit {
-        return Err(CodecError::TooLarge {
-            len: bytes.len(),
-            limit,
-        });
-    }
-    let (value, used) = bincode::decode_from_slice::<T, _>(bytes, config())
-        .map_err(|e| CodecError::Malformed(e.to_string()))?;
-    if used != bytes.len() {
-        return Err(CodecError::Trailing {
-            extra: bytes.len() - used,
-        });
-    }
-    Ok(value)
-}
+pub use ccron::host::wire::{ABSOLUTE_LIMIT_BYTES, WireError as CodecError, decode, encode};
 
 #[cfg(test)]
 mod tests {
