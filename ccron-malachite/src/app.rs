@@ -1,225 +1,239 @@
-//! The application side, engine-independent and pure: the ledger trait the node drives with
-//! decided blocks, the demo ledger (a ccron cron table), the agreed-time rule and the block
-//! validity rule every validator re-checks.
+//! The application side, pure: decided blocks run through `ccron::host` (the engine-independent
+//! code sim-bft's replicas run too), plus the block validity rule every validator re-checks.
 //!
-//! Nothing here does I/O or reads a clock: the same blocks give the same state digest on every
-//! node and on any engine (see the cross-engine test).
+//! [`LedgerHost`] executes a decided block with [`BlockHost::execute_block`] on one of
+//! `ccron-ledgers`' ledgers (`demo`, `orders`); the agreed time is [`TimeRule`]'s over the
+//! verified samples of the previous height. Nothing here does I/O or reads a clock: the same
+//! blocks give the same state digest on every node and on any engine (`tests/equivalence.rs`).
 
 use std::collections::BTreeSet;
 
-use ccron::{
-    CronEntry, CronTable, CronTableRegistry, MemPages, PageAllocator, Periodic, Tick, TimeMs,
+use ccron::MemPages;
+use ccron::host::{
+    Block as HostBlock, BlockHost, BlockOutcome as HostOutcome, CronLedger, HostError, TickGate,
+    TimeRule, Tx, TxResult,
 };
+use ccron_ledgers::demo::{DemoLedger, DemoTables, demo_ledger};
+use ccron_ledgers::orders::{SchedAppConfig, ScheduledLedger};
 use malachitebft_core_types::{Round, VoteExtensionScope};
-use sha2::{Digest, Sha256};
 
 use crate::context::{
-    Block, ClockSample, Ctx, Hash32, Height, PubKey, ValidatorSet, extension_signing_bytes,
-    verify_raw,
+    Address, Block, CarriedSample, ClockSample, Ctx, Hash32, Height, PubKey, ValidatorSet,
+    extension_signing_bytes, verify_raw,
 };
 
-/// What executing one block did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BlockOutcome {
-    /// Ticks evaluated.
-    pub ticks: u64,
-    /// Cron-table actions fired.
-    pub fires: u64,
-}
-
-/// An application error while executing a decided block: the node stops (never carries on).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum AppError {
-    /// A cron table failed (unknown component, page error).
-    #[error("cron table: {0}")]
-    Registry(#[from] ccron::RegistryError),
-}
-
-/// A ledger the node drives: the small trait between the engine plumbing and the application.
-pub trait LedgerApp: Send {
-    /// The components that tick, with their tick period (ms).
-    fn tick_components(&self) -> Vec<(u32, u64)>;
-    /// Whether `component` has a cron table.
-    fn has_component(&self, component: u32) -> bool;
-    /// Executes one decided block: every tick at (height, agreed time).
-    ///
-    /// # Errors
-    /// A cron-table failure; the node stops.
-    fn execute(&mut self, block: &Block) -> Result<BlockOutcome, AppError>;
-    /// The state digest after the last executed block.
-    fn state_digest(&self) -> [u8; 32];
-}
-
-/// The demo ledger's component id.
-pub const DEMO_COMPONENT: u32 = 1;
-/// How often validators submit a tick for the demo component.
+/// The tick period (ms) validators submit ticks at, for every ticking component: the tick
+/// gate's coalescing period too (one evaluated tick per sender, component and 200 ms of agreed
+/// time).
 pub const DEMO_TICK_PERIOD_MS: u64 = 200;
 
-/// The demo ledger's state (acted on by its cron entries).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct DemoState {
-    /// Runs of the 1-second heartbeat.
-    pub heartbeats: u64,
-    /// Runs of the 5-second settlement.
-    pub settlements: u64,
-    /// Pending work items, added by the heartbeat and drained by the rule.
-    pub backlog: u64,
-    /// Runs of the drain rule.
-    pub drains: u64,
+/// Reserved pages of the host (the cron tables' schedules): 64 pages of 4 KiB, as sim-bft's
+/// default replica configuration.
+pub const HOST_PAGES: (usize, u32) = (4_096, 64);
+
+/// The ledger hosts this adapter runs: one of `ccron-ledgers`' ledgers behind
+/// [`ccron::host::BlockHost`], exactly the execution path of sim-bft's replicas and of any other
+/// engine.
+enum Hosted {
+    Demo(BlockHost<CronLedger<DemoLedger>>),
+    Orders(BlockHost<ScheduledLedger>),
 }
 
-/// The demo ledger: one cron table with two periodic entries (every 1 s and every 5 s of agreed
-/// time) and one user rule on the state (drain the backlog when it exceeds 3).
-pub struct DemoLedger {
-    registry: CronTableRegistry<DemoState>,
-    pages: MemPages,
-    state: DemoState,
-    digest: [u8; 32],
-    /// Ticks executed so far.
+/// A ledger the node drives with decided blocks: a [`BlockHost`] of `ccron-ledgers`' `demo` or
+/// `orders` ledger, with counters for the node's status.
+pub struct LedgerHost {
+    hosted: Hosted,
+    components: Vec<u32>,
+    /// Ticks evaluated so far (admitted by the gate and run).
     pub ticks_executed: u64,
+    /// Ticks refused by the gate or the application so far.
+    pub ticks_skipped: u64,
     /// Actions fired so far.
     pub fires: u64,
 }
 
-impl std::fmt::Debug for DemoLedger {
+impl std::fmt::Debug for LedgerHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DemoLedger")
-            .field("state", &self.state)
+        f.debug_struct("LedgerHost")
+            .field("components", &self.components)
             .field("ticks_executed", &self.ticks_executed)
+            .field("ticks_skipped", &self.ticks_skipped)
             .field("fires", &self.fires)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
-impl DemoLedger {
-    /// A fresh demo ledger (identical on every node).
+/// The `orders` ledger's configuration on this adapter (puts place orders, as in sim-bft's
+/// `--ledger orders`).
+pub fn orders_config() -> SchedAppConfig {
+    SchedAppConfig {
+        puts_as_orders: true,
+        ..SchedAppConfig::default()
+    }
+}
+
+/// The tick gate of `validators` validators whose `components` tick every
+/// [`DEMO_TICK_PERIOD_MS`].
+pub fn tick_gate(validators: u32, components: &[u32]) -> TickGate {
+    TickGate::new(
+        validators,
+        components
+            .iter()
+            .map(|&c| (c, DEMO_TICK_PERIOD_MS))
+            .collect(),
+    )
+}
+
+impl LedgerHost {
+    /// A fresh host of ledger `name` (`demo` or `orders`) for `validators` validators,
+    /// identical on every node.
     ///
     /// # Errors
-    /// Only if the fixed table setup were invalid (it is not).
-    pub fn new() -> Result<Self, String> {
-        let mut alloc = PageAllocator::new(0, 8);
-        let range = alloc.allocate(2).ok_or("no free pages")?;
-        let mut table = CronTable::with_persistence(DEMO_COMPONENT, range, 64);
-        let every_second = Periodic::every_ms(1_000).map_err(|e| e.to_string())?;
-        table
-            .add(CronEntry::<DemoState>::periodic(0, every_second, |ctx| {
-                ctx.state.heartbeats += 1;
-                ctx.state.backlog += 1;
-            }))
-            .map_err(|e| e.to_string())?;
-        let every_5s = Periodic::every_ms(5_000).map_err(|e| e.to_string())?;
-        table
-            .add(CronEntry::<DemoState>::periodic(1, every_5s, |ctx| {
-                ctx.state.settlements += 1;
-            }))
-            .map_err(|e| e.to_string())?;
-        table
-            .add(CronEntry::<DemoState>::new(
-                2,
-                |ctx| ctx.state.backlog > 3,
-                |ctx| {
-                    ctx.state.backlog = 0;
-                    ctx.state.drains += 1;
-                },
-            ))
-            .map_err(|e| e.to_string())?;
-        let mut registry = CronTableRegistry::new();
-        registry.register(table).map_err(|e| e.to_string())?;
-        let pages = MemPages::new(4096, 8);
-        registry.reload(&pages).map_err(|e| e.to_string())?;
-        Ok(DemoLedger {
-            registry,
-            pages,
-            state: DemoState::default(),
-            digest: [0; 32],
+    /// An unknown ledger name, or a ledger whose setup fails.
+    pub fn new(name: &str, validators: u32) -> Result<Self, String> {
+        let pages = || MemPages::new(HOST_PAGES.0, HOST_PAGES.1);
+        let (hosted, components) = match name {
+            "demo" => {
+                let tables = DemoTables::default();
+                let components = tables.components();
+                let ledger = demo_ledger(&tables).map_err(|e| e.to_string())?;
+                let host = BlockHost::new(ledger, pages(), tick_gate(validators, &components));
+                (Hosted::Demo(host), components)
+            }
+            "orders" => {
+                let cfg = orders_config();
+                let components = vec![cfg.component];
+                let host = BlockHost::new(
+                    ScheduledLedger::new(cfg),
+                    pages(),
+                    tick_gate(validators, &components),
+                );
+                (Hosted::Orders(host), components)
+            }
+            other => {
+                return Err(format!(
+                    "ledger '{other}' is not available on this adapter (demo, orders)"
+                ));
+            }
+        };
+        Ok(Self {
+            hosted,
+            components,
             ticks_executed: 0,
+            ticks_skipped: 0,
             fires: 0,
         })
     }
 
-    /// The state.
-    pub fn state(&self) -> &DemoState {
-        &self.state
+    /// The components that tick, with their tick period (ms).
+    pub fn tick_components(&self) -> Vec<(u32, u64)> {
+        self.components
+            .iter()
+            .map(|&c| (c, DEMO_TICK_PERIOD_MS))
+            .collect()
     }
 
-    /// Executes one tick (also used directly by the cross-engine test).
+    /// Whether `component` ticks on this ledger.
+    pub fn has_component(&self, component: u32) -> bool {
+        self.components.contains(&component)
+    }
+
+    /// Executes one decided block through [`BlockHost::execute_block`].
     ///
     /// # Errors
-    /// A cron-table failure.
-    pub fn execute_tick(&mut self, tick: &Tick) -> Result<u64, AppError> {
-        let outcome = self
-            .registry
-            .evaluate(tick, &mut self.state, &mut self.pages)?;
-        self.ticks_executed += 1;
-        let fired = outcome.fired.len() as u64;
-        self.fires += fired;
-        let mut h = Sha256::new();
-        h.update(self.digest);
-        h.update(tick.component_id.to_le_bytes());
-        h.update(tick.bft_sequence_num.to_le_bytes());
-        h.update(tick.agreed_time_ms.unwrap_or(i64::MIN).to_le_bytes());
-        for f in &outcome.fired {
-            h.update(f.position.to_le_bytes());
-            h.update(
-                f.due
-                    .and_then(|d| d.time_ms())
-                    .unwrap_or(i64::MIN)
-                    .to_le_bytes(),
-            );
+    /// The host's error (a halted application, out-of-order height, time going back): the
+    /// node stops.
+    pub fn execute(
+        &mut self,
+        block: &Block,
+        validators: &ValidatorSet,
+    ) -> Result<HostOutcome, HostError> {
+        let block = host_block(block, validators);
+        let out = match &mut self.hosted {
+            Hosted::Demo(h) => h.execute_block(&block)?,
+            Hosted::Orders(h) => h.execute_block(&block)?,
+        };
+        for r in &out.results {
+            match r {
+                TxResult::TickEvaluated => self.ticks_executed += 1,
+                TxResult::TickSkipped(_) | TxResult::TickFailed(_) => self.ticks_skipped += 1,
+                _ => {}
+            }
         }
-        h.update(self.state.heartbeats.to_le_bytes());
-        h.update(self.state.settlements.to_le_bytes());
-        h.update(self.state.backlog.to_le_bytes());
-        h.update(self.state.drains.to_le_bytes());
-        self.digest = h.finalize().into();
-        Ok(fired)
-    }
-}
-
-impl LedgerApp for DemoLedger {
-    fn tick_components(&self) -> Vec<(u32, u64)> {
-        vec![(DEMO_COMPONENT, DEMO_TICK_PERIOD_MS)]
-    }
-
-    fn has_component(&self, component: u32) -> bool {
-        self.registry.get(component).is_some()
-    }
-
-    fn execute(&mut self, block: &Block) -> Result<BlockOutcome, AppError> {
-        let mut out = BlockOutcome::default();
-        for tx in &block.ticks {
-            let tick = Tick::new(tx.component, block.height, Some(block.agreed_time_ms));
-            out.fires += self.execute_tick(&tick)?;
-            out.ticks += 1;
-        }
+        self.fires += out.fires.len() as u64;
         Ok(out)
     }
 
-    fn state_digest(&self) -> [u8; 32] {
-        self.digest
+    /// The host's state digest ([`BlockHost::digest`]) after the last executed block.
+    pub fn state_digest(&self) -> [u8; 32] {
+        match &self.hosted {
+            Hosted::Demo(h) => h.digest(),
+            Hosted::Orders(h) => h.digest(),
+        }
     }
 }
 
-/// The agreed-time rule: at height 1 the genesis time; after that
-/// `max(previous + 1, median of the signed samples of the previous height)` (lower median).
-/// `None` when a later height has no samples (such a block is invalid).
+/// The validator index of `address` in `validators` (the tick sender [`ccron::host`] sees).
+pub fn validator_index(validators: &ValidatorSet, address: &Address) -> Option<u32> {
+    validators
+        .validators
+        .iter()
+        .position(|v| v.address == *address)
+        .and_then(|i| u32::try_from(i).ok())
+}
+
+/// The block as [`ccron::host`] sees it: height, agreed time, and each tick transaction with its
+/// submitter's validator index (`None` for a non-validator: the gate refuses it).
+pub fn host_block(block: &Block, validators: &ValidatorSet) -> HostBlock {
+    HostBlock {
+        height: block.height,
+        agreed_time_ms: Some(block.agreed_time_ms),
+        txs: block
+            .ticks
+            .iter()
+            .map(|t| Tx::Tick {
+                component: t.component,
+                sender: validator_index(validators, &t.submitter),
+            })
+            .collect(),
+    }
+}
+
+/// The agreed-time rule for `validators` ([`TimeRule`], with this engine's quorum; the bounds
+/// against the local clock are not applied: height 1's time is the genesis time).
+pub fn time_rule(validators: &ValidatorSet) -> TimeRule {
+    TimeRule {
+        quorum: validators.quorum(),
+        epsilon_ms: 1,
+        genesis_bound_ms: 0,
+        hard_limit_ms: i64::MAX,
+    }
+}
+
+/// The verified `(validator index, clock)` pairs of a block's carried samples (samples from
+/// non-validators are left out; [`validate_block`] refuses such blocks first).
+pub fn sample_pairs(samples: &[CarriedSample], validators: &ValidatorSet) -> Vec<(u32, i64)> {
+    samples
+        .iter()
+        .filter_map(|s| Some((validator_index(validators, &s.validator)?, s.time_ms)))
+        .collect()
+}
+
+/// The agreed time of the block at `height`: the genesis time at height 1, after that
+/// [`TimeRule::agreed`] over the previous height's samples (`None` without a quorum of them).
 pub fn agreed_time(
     height: u64,
-    genesis_ms: TimeMs,
-    prev_ms: TimeMs,
-    samples: &[i64],
-) -> Option<TimeMs> {
+    genesis_ms: i64,
+    prev_ms: i64,
+    samples: &[CarriedSample],
+    validators: &ValidatorSet,
+) -> Option<i64> {
     if height <= 1 {
         return Some(genesis_ms);
     }
-    let mut s = samples.to_vec();
-    if s.is_empty() {
-        return None;
-    }
-    s.sort_unstable();
-    let median = *s.get((s.len() - 1) / 2)?;
-    Some(median.max(prev_ms.saturating_add(1)))
+    time_rule(validators)
+        .agreed(Some(prev_ms), &sample_pairs(samples, validators))
+        .ok()
 }
 
 /// Why a proposed block is rejected.
@@ -331,13 +345,15 @@ pub fn validate_block(
                     return Err(BlockRejection::BadSampleSignature);
                 }
             }
-            let times: Vec<i64> = block.samples.iter().map(|s| s.time_ms).collect();
-            agreed_time(height, genesis_ms, p.agreed_time_ms, &times).ok_or(
-                BlockRejection::TooFewSamples {
-                    got: 0,
-                    quorum: validators.quorum(),
-                },
-            )?
+            time_rule(validators)
+                .agreed(
+                    Some(p.agreed_time_ms),
+                    &sample_pairs(&block.samples, validators),
+                )
+                .map_err(|_| BlockRejection::TooFewSamples {
+                    got: block.samples.len(),
+                    quorum,
+                })?
         }
     };
     if block.agreed_time_ms != computed {
@@ -356,21 +372,4 @@ pub fn validate_block(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn agreed_time_is_genesis_then_monotone_median() {
-        assert_eq!(agreed_time(1, 500, 0, &[]), Some(500));
-        assert_eq!(agreed_time(2, 500, 500, &[]), None);
-        assert_eq!(
-            agreed_time(2, 500, 500, &[900, 700, 800, 10_000]),
-            Some(800)
-        );
-        // A median in the past does not move time backwards.
-        assert_eq!(agreed_time(3, 500, 1_000, &[10, 20, 30]), Some(1_001));
-    }
 }

@@ -4,8 +4,9 @@
 //! - [`context`]: the engine's [`Context`](malachitebft_core_types::Context): heights, ed25519
 //!   keys, blocks, votes with signed clock samples as vote extensions, proposal parts, one borsh
 //!   codec for network, WAL and sync.
-//! - [`app`]: the pure application side: the [`app::LedgerApp`] trait, the demo ledger (a ccron
-//!   cron table), the agreed-time rule and the block-validity rule every validator re-checks.
+//! - [`app`]: the pure application side: [`app::LedgerHost`] (decided blocks through
+//!   `ccron::host::BlockHost` on `ccron-ledgers`' `demo` or `orders` ledger), the agreed time by
+//!   `ccron::host::TimeRule`, and the block-validity rule every validator re-checks.
 //! - [`store`]: the durable decided-block store (append-only, checksummed, fsync'ed).
 //! - [`node`]: one validator process (engine + app loop + ccron's TicksGenerator thread).
 //! - [`localnet`]: N processes on 127.0.0.1 with kill/restart, late join, a lying proposer, and a

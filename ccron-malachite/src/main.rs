@@ -25,7 +25,7 @@ enum Cmd {
         /// Number of validators.
         #[arg(long, default_value_t = 4)]
         nodes: usize,
-        /// The ledger (`demo`).
+        /// The ledger (`demo` or `orders`).
         #[arg(long, default_value = "demo")]
         ledger: String,
         /// Key seed.
@@ -52,7 +52,7 @@ enum Cmd {
         /// Run time, e.g. `60s`, `90s`, `2m`.
         #[arg(long, default_value = "60s")]
         duration: String,
-        /// The ledger (`demo`).
+        /// The ledger (`demo` or `orders`).
         #[arg(long, default_value = "demo")]
         ledger: String,
         /// Start the last node late; it catches up through the engine's sync.
@@ -162,10 +162,8 @@ fn main() -> ExitCode {
                 eprintln!("localnet: at least 4 nodes (3f+1 with f >= 1)");
                 return ExitCode::from(2);
             }
-            if ledger != "demo" {
-                eprintln!(
-                    "localnet: ledger '{ledger}' is not available on this adapter yet (only 'demo')"
-                );
+            if ledger != "demo" && ledger != "orders" {
+                eprintln!("localnet: ledger '{ledger}' is not available (demo, orders)");
                 return ExitCode::from(2);
             }
             let node_bin = match std::env::current_exe() {

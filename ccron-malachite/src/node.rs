@@ -25,12 +25,13 @@ use malachitebft_app_channel::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::app::{BlockOutcome, DemoLedger, LedgerApp, PrevCommit, agreed_time, validate_block};
+use crate::app::{LedgerHost, PrevCommit, agreed_time, validate_block};
 use crate::context::{
     Address, Block, BorshCodec, CarriedSample, ClockSample, Ctx, Ed25519Signer, Ed25519Verifier,
     Hash32, Height, ProposalPart, PubKey, TickTx, ValidatorSet, proposer_of, verify_raw,
 };
 use crate::store::{BlockStore, Decided, PartLog};
+use ccron::host::BlockOutcome;
 
 /// The genesis every node loads: validators (public keys and loopback ports) and genesis time.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -87,7 +88,7 @@ pub enum NodeError {
     Store(#[from] crate::store::StoreError),
     /// Ledger failure.
     #[error(transparent)]
-    App(#[from] crate::app::AppError),
+    App(#[from] ccron::host::HostError),
     /// Engine failure.
     #[error("engine: {0}")]
     Engine(String),
@@ -334,7 +335,7 @@ struct NodeState {
     signer: Ed25519Signer,
     store: BlockStore,
     parts: PartLog,
-    ledger: DemoLedger,
+    ledger: LedgerHost,
     /// Blocks seen (proposed or synced) and not yet decided, by value id.
     undecided: HashMap<Hash32, Block>,
     /// The parts this node proposed, by (height, round), for restreaming.
@@ -357,13 +358,9 @@ impl NodeState {
         store: BlockStore,
         parts: PartLog,
     ) -> Result<Self, NodeError> {
-        if genesis.ledger != "demo" {
-            return Err(NodeError::Config(format!(
-                "ledger '{}' is not available on this adapter yet (only 'demo')",
-                genesis.ledger
-            )));
-        }
-        let ledger = DemoLedger::new().map_err(NodeError::Config)?;
+        let n = u32::try_from(validators.validators.len())
+            .map_err(|_| NodeError::Config("too many validators".into()))?;
+        let ledger = LedgerHost::new(&genesis.ledger, n).map_err(NodeError::Config)?;
         let mut node = NodeState {
             status: NodeStatus {
                 id: opts.index,
@@ -388,7 +385,7 @@ impl NodeState {
         let blocks: Vec<Block> = node.store.all().iter().map(|d| d.block.clone()).collect();
         let _ = std::fs::remove_file(node.digests_path());
         for block in &blocks {
-            let out = node.ledger.execute(block)?;
+            let out = node.ledger.execute(block, &node.validators)?;
             node.after_execute(block, &out);
         }
         let last = node.store.last_height();
@@ -448,9 +445,14 @@ impl NodeState {
             }
             _ => (0, Hash32::default(), 0, Vec::new()),
         };
-        let times: Vec<i64> = samples.iter().map(|s| s.time_ms).collect();
-        let mut agreed = agreed_time(height, self.genesis.genesis_time_ms, prev_time, &times)
-            .unwrap_or(prev_time.saturating_add(1));
+        let mut agreed = agreed_time(
+            height,
+            self.genesis.genesis_time_ms,
+            prev_time,
+            &samples,
+            &self.validators,
+        )
+        .unwrap_or(prev_time.saturating_add(1));
         if self.opts.lying_time {
             agreed = agreed.saturating_add(3_600_000);
         }
@@ -721,7 +723,7 @@ impl NodeState {
                     certificate,
                     extensions,
                 })?;
-                let out = self.ledger.execute(&block)?;
+                let out = self.ledger.execute(&block, &self.validators)?;
                 for t in &block.ticks {
                     if t.submitter == self.me {
                         self.pending_ticks.remove(&t.component);
@@ -735,7 +737,7 @@ impl NodeState {
                 tracing::info!(
                     height,
                     agreed_ms = block.agreed_time_ms,
-                    fires = out.fires,
+                    fires = out.fires.len(),
                     "decided"
                 );
                 let _ = reply.send(());

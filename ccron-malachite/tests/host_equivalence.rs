@@ -1,0 +1,300 @@
+//! Cross-engine equivalence, no processes: a chain of adapter blocks (signed clock samples of
+//! the previous height, agreed time by the rule, tick transactions of validators) is checked with
+//! the adapter's validity rule and executed through the adapter's execution path
+//! (`app::LedgerHost`), and the same (height, agreed time, ticks) sequence is fed directly to
+//! `ccron::host::replay` on a `BlockHost` of the same `ccron-ledgers` ledger: the fires of every
+//! block and the state digest are the same. sim-bft's side of the same contract is
+//! `sim-bft/tests/host_equivalence.rs`.
+
+use std::collections::BTreeMap;
+
+use ccron::MemPages;
+use ccron::host::{Application, Block as HostBlock, BlockHost, TickGate, Tx, TxResult, replay};
+use ccron_ledgers::demo::{DemoTables, demo_ledger};
+use ccron_ledgers::orders::ScheduledLedger;
+use ccron_malachite::app::{
+    BlockRejection, DEMO_TICK_PERIOD_MS, HOST_PAGES, LedgerHost, PrevCommit, agreed_time,
+    orders_config, validate_block,
+};
+use ccron_malachite::context::{
+    Address, Block, CarriedSample, ClockSample, Ctx, Ed25519Signer, Hash32, Height, TickTx,
+    ValidatorSet, extension_signing_bytes,
+};
+use malachitebft_core_types::{Round, Value, VoteExtensionScope};
+
+const GENESIS_MS: i64 = 1_700_000_000_000;
+const N: usize = 4;
+
+/// Four validators with fixed keys, in the set's (address) order.
+fn validators() -> (ValidatorSet, Vec<Ed25519Signer>) {
+    let mut signers: Vec<Ed25519Signer> = (0..N as u8)
+        .map(|i| Ed25519Signer::new([i + 1; 32]))
+        .collect();
+    signers.sort_by_key(|s| s.public_key());
+    let keys: Vec<[u8; 32]> = signers.iter().map(|s| s.public_key()).collect();
+    (ValidatorSet::new(&keys), signers)
+}
+
+/// Each validator's clock sample for the commit of `height` at `round` with value `id`, signed
+/// over the vote-extension scope (validator `i`'s clock runs `skew[i]` ms off `time`).
+fn samples(
+    signers: &[Ed25519Signer],
+    height: u64,
+    round: u32,
+    id: Hash32,
+    time: i64,
+    skew: &[i64],
+) -> Vec<CarriedSample> {
+    signers
+        .iter()
+        .zip(skew)
+        .map(|(s, d)| {
+            let validator = Address(s.public_key());
+            let sample = ClockSample { time_ms: time + d };
+            let scope =
+                VoteExtensionScope::<Ctx>::new(Height(height), Round::new(round), id, validator);
+            CarriedSample {
+                validator,
+                time_ms: sample.time_ms,
+                signature: s.sign_raw(&extension_signing_bytes(&scope, &sample)),
+            }
+        })
+        .collect()
+}
+
+/// A valid chain of `heights` blocks, `step_ms` of wall clock apart, whose ticks of
+/// `components` come from rotating validators.
+fn chain(heights: u64, step_ms: i64, components: &[u32]) -> Vec<Block> {
+    let (vs, signers) = validators();
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut prev: Option<PrevCommit> = None;
+    for h in 1..=heights {
+        let (prev_round, prev_id, carried) = match prev {
+            None => (0, Hash32::default(), Vec::new()),
+            Some(p) => {
+                let wall = GENESIS_MS + (h as i64 - 1) * step_ms;
+                let s = samples(&signers, h - 1, p.round, p.id, wall, &[-40, 3, 17, 900]);
+                (p.round, p.id, s)
+            }
+        };
+        let prev_time = prev.map_or(0, |p| p.agreed_time_ms);
+        let time = agreed_time(h, GENESIS_MS, prev_time, &carried, &vs).expect("a quorum");
+        let sender = |k: usize| Address(signers[k % N].public_key());
+        // Validator k submits at heights 2k and 2k+1: two ticks of one sender, component and
+        // 200 ms period of agreed time are coalesced by the gate.
+        let ticks = components
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| TickTx {
+                component: c,
+                submitter: sender(h as usize / 2 + i),
+            })
+            .collect();
+        let block = Block {
+            height: h,
+            prev_round,
+            prev_id,
+            samples: carried,
+            agreed_time_ms: time,
+            ticks,
+        };
+        validate_block(&block, h, prev, GENESIS_MS, &vs, &|c| {
+            components.contains(&c)
+        })
+        .expect("a valid block");
+        let round = (h % 3) as u32;
+        prev = Some(PrevCommit {
+            round,
+            id: block.id(),
+            agreed_time_ms: time,
+        });
+        blocks.push(block);
+    }
+    blocks
+}
+
+/// The same blocks as ccron sees them, built independently of the adapter's conversion: the
+/// sender is the submitter's index in the address-ordered validator set.
+fn host_blocks(blocks: &[Block]) -> Vec<HostBlock> {
+    let (vs, _) = validators();
+    blocks
+        .iter()
+        .map(|b| HostBlock {
+            height: b.height,
+            agreed_time_ms: Some(b.agreed_time_ms),
+            txs: b
+                .ticks
+                .iter()
+                .map(|t| Tx::Tick {
+                    component: t.component,
+                    sender: vs
+                        .validators
+                        .iter()
+                        .position(|v| v.address == t.submitter)
+                        .map(|i| i as u32),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn gate(components: &[u32]) -> TickGate {
+    let periods: BTreeMap<u32, u64> = components
+        .iter()
+        .map(|&c| (c, DEMO_TICK_PERIOD_MS))
+        .collect();
+    TickGate::new(N as u32, periods)
+}
+
+/// Runs `blocks` through the adapter and through `replay` on `direct`; returns the fires and
+/// the ticks the gate skipped.
+fn equivalent<A: Application>(
+    ledger: &str,
+    mut direct: BlockHost<A>,
+    blocks: &[Block],
+) -> (usize, usize) {
+    let (vs, _) = validators();
+    let mut adapter = LedgerHost::new(ledger, N as u32).unwrap();
+    let expected = replay(&mut direct, &host_blocks(blocks)).unwrap();
+    let mut fires = 0;
+    let mut skipped = 0;
+    for (b, e) in blocks.iter().zip(&expected) {
+        let got = adapter.execute(b, &vs).unwrap();
+        assert_eq!(got.height, e.height);
+        assert_eq!(got.results, e.results, "results of block {}", b.height);
+        assert_eq!(got.fires, e.fires, "fires of block {}", b.height);
+        assert_eq!(got.digest, e.digest, "digest after block {}", b.height);
+        fires += got.fires.len();
+        skipped += got
+            .results
+            .iter()
+            .filter(|r| matches!(r, TxResult::TickSkipped(_)))
+            .count();
+    }
+    assert_eq!(adapter.state_digest(), direct.digest());
+    assert_eq!(adapter.fires as usize, fires);
+    assert_eq!(adapter.ticks_skipped as usize, skipped);
+    (fires, skipped)
+}
+
+#[test]
+fn demo_ledger_runs_the_same_on_the_adapter_and_on_the_host() {
+    let tables = DemoTables::default();
+    let components = tables.components();
+    // 200 heights 120 ms apart: ~24 s of agreed time, the 4 s and 5 s tables fire repeatedly.
+    let blocks = chain(200, 120, &components);
+    let direct = BlockHost::new(
+        demo_ledger(&tables).unwrap(),
+        MemPages::new(HOST_PAGES.0, HOST_PAGES.1),
+        gate(&components),
+    );
+    let (fires, skipped) = equivalent("demo", direct, &blocks);
+    assert!(fires >= 8, "the demo tables fired {fires} times");
+    assert!(skipped > 0, "no tick was coalesced");
+}
+
+#[test]
+fn orders_ledger_runs_the_same_on_the_adapter_and_on_the_host() {
+    let cfg = orders_config();
+    assert!(cfg.puts_as_orders);
+    let blocks = chain(60, 120, &[cfg.component]);
+    let direct = BlockHost::new(
+        ScheduledLedger::new(cfg),
+        MemPages::new(HOST_PAGES.0, HOST_PAGES.1),
+        gate(&[cfg.component]),
+    );
+    // Blocks carry ticks only (no client requests yet): the book stays empty, nothing fires,
+    // and both paths agree on that.
+    assert_eq!(equivalent("orders", direct, &blocks).0, 0);
+}
+
+#[test]
+fn a_tick_from_a_non_validator_is_skipped_on_both_paths() {
+    let components = DemoTables::default().components();
+    let mut blocks = chain(3, 250, &components);
+    blocks[2].ticks.push(TickTx {
+        component: components[0],
+        submitter: Address([0xAB; 32]),
+    });
+    let mut direct = BlockHost::new(
+        demo_ledger(&DemoTables::default()).unwrap(),
+        MemPages::new(HOST_PAGES.0, HOST_PAGES.1),
+        gate(&components),
+    );
+    let (vs, _) = validators();
+    let mut adapter = LedgerHost::new("demo", N as u32).unwrap();
+    let expected = replay(&mut direct, &host_blocks(&blocks)).unwrap();
+    for (b, e) in blocks.iter().zip(&expected) {
+        assert_eq!(adapter.execute(b, &vs).unwrap(), *e);
+    }
+    assert!(matches!(
+        expected[2].results.last(),
+        Some(TxResult::TickSkipped(_))
+    ));
+    // The validity rule refuses such a block before it is ever voted for.
+    let prev = PrevCommit {
+        round: 2,
+        id: blocks[1].id(),
+        agreed_time_ms: blocks[1].agreed_time_ms,
+    };
+    assert_eq!(
+        validate_block(&blocks[2], 3, Some(prev), GENESIS_MS, &vs, &|c| {
+            components.contains(&c)
+        }),
+        Err(BlockRejection::BadTick)
+    );
+}
+
+#[test]
+fn a_lying_or_sample_omitting_proposer_is_rejected() {
+    let components = DemoTables::default().components();
+    let blocks = chain(3, 250, &components);
+    let (vs, _) = validators();
+    let has = |c: u32| components.contains(&c);
+    let prev = PrevCommit {
+        round: 2,
+        id: blocks[1].id(),
+        agreed_time_ms: blocks[1].agreed_time_ms,
+    };
+    assert_eq!(
+        validate_block(&blocks[2], 3, Some(prev), GENESIS_MS, &vs, &has),
+        Ok(())
+    );
+    // Samples 2 of the 4 validators' clocks (skews -40, 3, 17, 900): the lower median is the
+    // second one, so the rule gives wall + 3.
+    let wall = GENESIS_MS + 2 * 250;
+    assert_eq!(blocks[2].agreed_time_ms, wall + 3);
+
+    let mut lying = blocks[2].clone();
+    lying.agreed_time_ms += 3_600_000;
+    assert_eq!(
+        validate_block(&lying, 3, Some(prev), GENESIS_MS, &vs, &has),
+        Err(BlockRejection::WrongTime {
+            claimed: wall + 3 + 3_600_000,
+            computed: wall + 3,
+        })
+    );
+
+    let mut omitting = blocks[2].clone();
+    omitting.samples.truncate(2);
+    assert_eq!(
+        validate_block(&omitting, 3, Some(prev), GENESIS_MS, &vs, &has),
+        Err(BlockRejection::TooFewSamples { got: 2, quorum: 3 })
+    );
+
+    let mut forged = blocks[2].clone();
+    forged.samples[0].time_ms += 1;
+    assert_eq!(
+        validate_block(&forged, 3, Some(prev), GENESIS_MS, &vs, &has),
+        Err(BlockRejection::BadSampleSignature)
+    );
+
+    // Height 1: the genesis time, no samples.
+    assert_eq!(blocks[0].agreed_time_ms, GENESIS_MS);
+    let mut early = blocks[0].clone();
+    early.agreed_time_ms -= 1;
+    assert!(matches!(
+        validate_block(&early, 1, None, GENESIS_MS, &vs, &has),
+        Err(BlockRejection::WrongTime { .. })
+    ));
+}
