@@ -48,6 +48,9 @@ pub struct NodeReport {
     pub state_digest: String,
     /// Ticks executed.
     pub ticks_executed: u64,
+    /// Ticks skipped by the host's tick gate or refused by the ledger.
+    #[serde(default)]
+    pub ticks_skipped: u64,
     /// Actions fired.
     pub fires: u64,
     /// Proposals it rejected.
@@ -269,6 +272,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             last_executed_seq: s.last_height,
             state_digest: s.state_digest.clone(),
             ticks_executed: s.ticks_executed,
+            ticks_skipped: s.ticks_skipped,
             fires: s.fires,
             rejected_proposals: s.rejected_proposals,
             synced_heights: s.synced_heights,

@@ -66,6 +66,10 @@ pub struct NodeStatus {
     pub state_digest: String,
     /// Ticks executed.
     pub ticks_executed: u64,
+    /// Ticks the host's tick gate skipped (coalesced, non-validator, unknown component) or the
+    /// ledger refused.
+    #[serde(default)]
+    pub ticks_skipped: u64,
     /// Cron actions fired.
     pub fires: u64,
     /// Proposals this node judged invalid (e.g. lying about time).
@@ -478,6 +482,7 @@ impl NodeState {
         self.status.last_height = block.height;
         self.status.state_digest = digest.clone();
         self.status.ticks_executed = self.ledger.ticks_executed;
+        self.status.ticks_skipped = self.ledger.ticks_skipped;
         self.status.fires = self.ledger.fires;
         self.status.agreed_time_ms = block.agreed_time_ms;
         use std::io::Write;
