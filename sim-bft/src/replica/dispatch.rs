@@ -6,6 +6,7 @@
 //! with the commit certificates it lacks, which are verified and executed on arrival.
 
 use std::collections::BTreeSet;
+use std::ops::Bound;
 
 use tracing::{trace, warn};
 
@@ -405,9 +406,17 @@ impl Replica {
             }
             _ => last_executed,
         };
+        // Nothing new for this peer when it was already sent everything up to our last
+        // executed seq (a peer that asks again while we are stalled): an empty range, not a
+        // `BTreeMap::range` with its start above its end, which panics (the campaign sample
+        // found that panic: any peer could crash a stalled replica with two Status messages).
+        let upto = self.last_executed;
         let certs: Vec<Body> = self
             .log
-            .range(from_seq + 1..=self.last_executed.max(from_seq))
+            .range((
+                Bound::Excluded(from_seq),
+                Bound::Included(upto.max(from_seq)),
+            ))
             .filter_map(|(seq, e)| {
                 let (batch, digest) = (e.batch.as_ref()?, e.digest?);
                 let commits: Vec<(NodeId, Millis, SigBytes)> = e

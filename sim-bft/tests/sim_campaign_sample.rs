@@ -1,0 +1,289 @@
+//! A fast sample of the issue 9 campaign (docs/simulator.md, "Issue 9 campaign") in
+//! `cargo test`: every [`ByzantineKind`] under the campaign's fault mixes A-D (n = 4, 7, 10;
+//! loss, duplication, reordering, every partition kind, skew, drift, crashes, crashes at
+//! protocol points; the kv, orders and demo ledgers), shortened to a few simulated seconds.
+//! Every checker (safety, time bounds, starvation, stalls, amplification, liveness after
+//! healing) must hold; a failure prints each failing run's replay command.
+//!
+//! The full campaign stays behind the documented command (`sim-bft run --seeds ...` per kind and
+//! mix) and `cargo test --release -p sim-bft --test sim_cluster -- --ignored campaign`.
+//! The seeds that failed in the documented campaign are open: they are not in the sample but
+//! listed in [`KNOWN_OPEN`] and replayed by the ignored test
+//! `known_open_campaign_seeds_replay` (`cargo test --release -p sim-bft --test
+//! sim_campaign_sample -- --ignored`).
+
+use sim_bft::sim::cluster::Cluster;
+use sim_bft::sim::{ByzantineKind, FaultConfig, LedgerKind, PartitionKind, SimConfig, SimOutcome};
+
+/// The campaign's four fault mixes (docs/simulator.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mix {
+    A,
+    B,
+    C,
+    D,
+}
+
+const MIXES: [Mix; 4] = [Mix::A, Mix::B, Mix::C, Mix::D];
+
+/// The configuration of one campaign run: `mix` with `kind`, `seed`, and the given safety and
+/// liveness phases (the documented campaign: 30 s + 30 s).
+fn campaign_config(
+    mix: Mix,
+    kind: ByzantineKind,
+    seed: u64,
+    duration_ms: u64,
+    liveness_ms: u64,
+) -> SimConfig {
+    let (replicas, byzantine, ledger, faults) = match mix {
+        // --replicas 4 --byzantine 1 --drop-rate 0.05 --reorder-rate 0.1 --crash 2
+        // --clock-skew 200ms --partition one-way --ledger kv
+        Mix::A => (
+            4,
+            1,
+            LedgerKind::Kv,
+            FaultConfig {
+                drop_rate: 0.05,
+                reorder_rate: 0.1,
+                crashes: 2,
+                max_clock_skew_ms: 200,
+                partition: PartitionKind::OneWay,
+                ..FaultConfig::default()
+            },
+        ),
+        // --replicas 4 --byzantine 1 --drop-rate 0.03 --duplicate-rate 0.05 --drift-ppm 200
+        // --crash 1 --crash-at-view-change 0.3 --partition symmetric --ledger orders
+        Mix::B => (
+            4,
+            1,
+            LedgerKind::Orders,
+            FaultConfig {
+                drop_rate: 0.03,
+                duplicate_rate: 0.05,
+                max_drift_ppm: 200,
+                crashes: 1,
+                crash_at_view_change: 0.3,
+                partition: PartitionKind::Symmetric,
+                ..FaultConfig::default()
+            },
+        ),
+        // --replicas 7 --byzantine 2 --drop-rate 0.05 --reorder-rate 0.1 --crash 2
+        // --clock-skew 200ms --partition isolate --ledger demo
+        Mix::C => (
+            7,
+            2,
+            LedgerKind::Demo,
+            FaultConfig {
+                drop_rate: 0.05,
+                reorder_rate: 0.1,
+                crashes: 2,
+                max_clock_skew_ms: 200,
+                partition: PartitionKind::Isolate,
+                ..FaultConfig::default()
+            },
+        ),
+        // --replicas 10 --byzantine 3 --drop-rate 0.02 --crash 1 --crash-at-view-change 0.2
+        // --ledger kv
+        Mix::D => (
+            10,
+            3,
+            LedgerKind::Kv,
+            FaultConfig {
+                drop_rate: 0.02,
+                crashes: 1,
+                crash_at_view_change: 0.2,
+                ..FaultConfig::default()
+            },
+        ),
+    };
+    let faults = FaultConfig {
+        byzantine,
+        byzantine_kind: kind,
+        // As the command line does: fat-view-change implies maximal requests.
+        max_size_requests: kind == ByzantineKind::FatViewChange,
+        ..faults
+    };
+    // The command line's defaults (ticks for the ledger's components, every second).
+    Cluster::builder()
+        .seed(seed)
+        .replicas(replicas)
+        .ledger(ledger)
+        .ticks(ledger.default_components(), 1_000)
+        .duration_ms(duration_ms, liveness_ms)
+        .faults(faults)
+        .config()
+        .clone()
+}
+
+fn run(cfg: SimConfig) -> SimOutcome {
+    match Cluster::from_config(cfg.clone()).build() {
+        Ok(sim) => sim.run(),
+        Err(e) => panic!("config refused: {e}\nreplay: {}", cfg.command_line()),
+    }
+}
+
+/// One line per failed run: its violations and its replay command.
+fn failure(o: &SimOutcome) -> Option<String> {
+    let mut why = Vec::new();
+    if !o.ok() {
+        why.push(format!(
+            "{} violation(s) ({} dropped): {:?}",
+            o.violations.len(),
+            o.dropped_violations,
+            o.violations.iter().take(3).collect::<Vec<_>>()
+        ));
+    }
+    if !o.honest_agree {
+        why.push("honest replicas disagree".to_string());
+    }
+    if why.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "{}\n  replay: {}",
+            why.join("; "),
+            o.replay_command()
+        ))
+    }
+}
+
+/// Seeds that failed in the documented 660-run campaign (30 s + 30 s, branch bft at d61486c),
+/// all on liveness (Starvation, NoProgress, FaultPhaseStall), none on safety: open.
+const KNOWN_OPEN: &[(Mix, ByzantineKind, u64)] = &[
+    (Mix::B, ByzantineKind::Silent, 4),
+    (Mix::B, ByzantineKind::BadDigests, 3),
+    (Mix::C, ByzantineKind::BogusViewChange, 2),
+    (Mix::C, ByzantineKind::BadSignatures, 2),
+    (Mix::C, ByzantineKind::BadSignatures, 5),
+    (Mix::D, ByzantineKind::Silent, 3),
+    (Mix::D, ByzantineKind::Silent, 4),
+    (Mix::D, ByzantineKind::BadSignatures, 3),
+    (Mix::D, ByzantineKind::BadDigests, 3),
+    (Mix::D, ByzantineKind::FatViewChange, 0),
+    (Mix::D, ByzantineKind::FatViewChange, 1),
+    (Mix::D, ByzantineKind::FatViewChange, 2),
+    (Mix::D, ByzantineKind::FatViewChange, 3),
+    (Mix::D, ByzantineKind::FatViewChange, 4),
+];
+
+/// The sample's runs: every kind under two mixes (the kind's index picks them, so each mix
+/// meets every other kind), one seed each, skipping [`KNOWN_OPEN`] combinations.
+/// `fat-view-change` (maximal requests, ~15 s of a test build per run) runs once, in its own
+/// test so that the harness runs it beside the others.
+fn sample() -> Vec<SimConfig> {
+    let mut out = Vec::new();
+    for (i, &kind) in ByzantineKind::ALL.iter().enumerate() {
+        let rounds = if kind == ByzantineKind::FatViewChange {
+            1
+        } else {
+            2
+        };
+        for round in 0..rounds {
+            let mix = MIXES[(i + 2 * round) % MIXES.len()];
+            let seed = 100 + i as u64;
+            if KNOWN_OPEN.contains(&(mix, kind, seed)) {
+                continue;
+            }
+            out.push(campaign_config(
+                mix,
+                kind,
+                seed,
+                SAMPLE_FAULTS_MS,
+                SAMPLE_LIVENESS_MS,
+            ));
+        }
+    }
+    out
+}
+
+/// The sample's safety phase: long enough for partitions, crashes and a view change or two.
+const SAMPLE_FAULTS_MS: u64 = 4_000;
+/// The sample's liveness bound after healing.
+const SAMPLE_LIVENESS_MS: u64 = 15_000;
+
+#[test]
+fn the_sample_spans_every_kind_and_mix() {
+    let s = sample();
+    for kind in ByzantineKind::ALL {
+        assert!(
+            s.iter().any(|c| c.faults.byzantine_kind == kind),
+            "{kind:?} not sampled"
+        );
+    }
+    for n in [4, 7, 10] {
+        assert!(s.iter().any(|c| c.replicas == n), "n = {n} not sampled");
+    }
+    for p in [
+        PartitionKind::None,
+        PartitionKind::Symmetric,
+        PartitionKind::OneWay,
+        PartitionKind::Isolate,
+    ] {
+        assert!(
+            s.iter().any(|c| c.faults.partition == p),
+            "{p:?} not sampled"
+        );
+    }
+    // The replay line of a campaign configuration names its mix's knobs.
+    let line = campaign_config(Mix::B, ByzantineKind::Equivocate, 7, 30_000, 30_000).command_line();
+    for knob in [
+        "--seed 7",
+        "--byzantine-kind equivocate",
+        "--crash-at-view-change 0.3",
+        "--partition symmetric",
+        "--ledger orders",
+    ] {
+        assert!(line.contains(knob), "{knob} missing from {line}");
+    }
+}
+
+/// The campaign sample: every run must pass every checker.
+#[test]
+fn campaign_sample_passes_every_checker() {
+    let failures: Vec<String> = sample()
+        .into_iter()
+        .filter(|c| c.faults.byzantine_kind != ByzantineKind::FatViewChange)
+        .map(run)
+        .filter_map(|o| failure(&o))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} campaign sample run(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The campaign sample's `fat-view-change` run (a test of its own: it is the slowest).
+#[test]
+fn campaign_sample_fat_view_change_passes_every_checker() {
+    let failures: Vec<String> = sample()
+        .into_iter()
+        .filter(|c| c.faults.byzantine_kind == ByzantineKind::FatViewChange)
+        .map(run)
+        .filter_map(|o| failure(&o))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The documented campaign's failing seeds, replayed as they ran (30 s + 30 s). Open: this
+/// test fails until they are fixed. Each replays from the command line with
+/// `sim-bft run --seed S <mix knobs> --byzantine-kind K --duration 30s --liveness 30s`
+/// (the failure message prints the exact lines).
+#[test]
+#[ignore = "open campaign seeds (liveness); run with --release -- --ignored"]
+fn known_open_campaign_seeds_replay() {
+    let failures: Vec<String> = KNOWN_OPEN
+        .iter()
+        .map(|&(mix, kind, seed)| campaign_config(mix, kind, seed, 30_000, 30_000))
+        .map(run)
+        .filter_map(|o| failure(&o))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} known open seeds still fail:\n{}",
+        failures.len(),
+        KNOWN_OPEN.len(),
+        failures.join("\n")
+    );
+}
