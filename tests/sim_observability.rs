@@ -1,31 +1,11 @@
 //! Seeing what happened in a simulated run: typed access to a replica's application during the
 //! run (the `tracing` side is `tests/sim_tracing.rs`).
 
-use sim_bft::app::{AppError, Application, ExecContext};
-use sim_bft::crypto::Digest32;
 use sim_bft::ledgers::KvLedger;
-use sim_bft::node::ClientId;
 use sim_bft::sim::cluster::Cluster;
 
-/// A key-value ledger that logs every request it executes, as a user's own code would.
-#[derive(Default)]
-struct Loud(KvLedger);
-
-impl Application for Loud {
-    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
-        tracing::info!(seq = ctx.seq, client, "user request executed");
-        self.0.execute(ctx, client, payload)
-    }
-    fn digest(&self) -> Digest32 {
-        self.0.digest()
-    }
-    fn snapshot(&self) -> Vec<u8> {
-        self.0.snapshot()
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        self.0.restore(snapshot)
-    }
-}
+mod support;
+use support::Loud;
 
 #[test]
 fn a_replicas_application_is_readable_typed_during_the_run() {

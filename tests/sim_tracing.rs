@@ -8,32 +8,11 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use sim_bft::app::{AppError, Application, ExecContext};
-use sim_bft::crypto::Digest32;
-use sim_bft::ledgers::KvLedger;
-use sim_bft::node::ClientId;
 use sim_bft::sim::LedgerKind;
 use sim_bft::sim::cluster::Cluster;
 
-/// A key-value ledger that logs every request it executes, as a user's own code would.
-#[derive(Default)]
-struct Loud(KvLedger);
-
-impl Application for Loud {
-    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
-        tracing::info!(seq = ctx.seq, client, "user request executed");
-        self.0.execute(ctx, client, payload)
-    }
-    fn digest(&self) -> Digest32 {
-        self.0.digest()
-    }
-    fn snapshot(&self) -> Vec<u8> {
-        self.0.snapshot()
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        self.0.restore(snapshot)
-    }
-}
+mod support;
+use support::Loud;
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
