@@ -85,14 +85,7 @@ impl BlockStore {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)
-            .map_err(io)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io)?;
+        let (mut file, bytes) = open_and_read(path)?;
         let mut decided: Vec<Decided> = Vec::new();
         let mut off = 0usize;
         let mut good_end = 0usize;
@@ -157,16 +150,7 @@ impl BlockStore {
                 expected,
             });
         }
-        let rec = encode_record(&d).map_err(|source| StoreError::Io {
-            path: self.path.clone(),
-            source,
-        })?;
-        let io = |source| StoreError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        self.file.write_all(&rec).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+        append_synced(&mut self.file, &self.path, &d)?;
         self.decided.push(d);
         Ok(())
     }
@@ -214,20 +198,20 @@ impl PartLog {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)
-            .map_err(io)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io)?;
+        let (mut file, bytes) = open_and_read(path)?;
         let mut parts = Vec::new();
         let mut off = 0usize;
         while let Some((payload, next)) = read_record(&bytes, off) {
-            if let Ok(p) = borsh::from_slice::<crate::context::ProposalPart>(payload) {
-                parts.push(p);
-            }
+            // A record with a good checksum that does not decode is corruption, not a torn tail:
+            // dropping it silently could make this node re-propose a different block.
+            let part =
+                borsh::from_slice::<crate::context::ProposalPart>(payload).map_err(|_| {
+                    StoreError::Corrupt {
+                        path: path.to_path_buf(),
+                        offset: off as u64,
+                    }
+                })?;
+            parts.push(part);
             off = next;
         }
         if off < bytes.len() {
@@ -252,17 +236,8 @@ impl PartLog {
     /// # Errors
     /// I/O errors.
     pub fn append(&mut self, part: &crate::context::ProposalPart) -> Result<(), StoreError> {
-        let rec = encode_record(part).map_err(|source| StoreError::Io {
-            path: self.path.clone(),
-            source,
-        })?;
-        let io = |source| StoreError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        self.file.write_all(&rec).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
-        self.bytes += rec.len() as u64;
+        let written = append_synced(&mut self.file, &self.path, part)?;
+        self.bytes += written;
         self.parts.push(part.clone());
         Ok(())
     }
@@ -300,11 +275,87 @@ impl PartLog {
     }
 }
 
+/// Opens (or creates) a record file for appending and reads it whole.
+fn open_and_read(path: &Path) -> Result<(File, Vec<u8>), StoreError> {
+    let io = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(io)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io)?;
+    Ok((file, bytes))
+}
+
+/// Appends `value` as one record and fsyncs it; the record's length in bytes.
+fn append_synced<T: BorshSerialize>(
+    file: &mut File,
+    path: &Path,
+    value: &T,
+) -> Result<u64, StoreError> {
+    let io = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let rec = encode_record(value).map_err(io)?;
+    file.write_all(&rec).map_err(io)?;
+    file.sync_data().map_err(io)?;
+    Ok(rec.len() as u64)
+}
+
+/// One record: length, CRC-32 of the payload, payload. A payload above [`MAX_RECORD_BYTES`] is
+/// refused here: [`read_record`] would take it for a torn tail and drop it and every later record.
 fn encode_record<T: BorshSerialize>(value: &T) -> std::io::Result<Vec<u8>> {
     let payload = borsh::to_vec(value)?;
+    if payload.len() > MAX_RECORD_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "record of {} bytes exceeds MAX_RECORD_BYTES = {MAX_RECORD_BYTES}",
+                payload.len()
+            ),
+        ));
+    }
     let mut rec = Vec::with_capacity(payload.len() + 8);
     rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     rec.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
     rec.extend_from_slice(&payload);
     Ok(rec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_record_is_refused_not_written() {
+        // Written, it would read back as a torn tail and take every later record with it.
+        let big = vec![7u8; MAX_RECORD_BYTES];
+        assert!(encode_record(&big).is_err());
+        let small = vec![7u8; 16];
+        let rec = encode_record(&small).unwrap();
+        let (payload, next) = read_record(&rec, 0).unwrap();
+        assert_eq!(next, rec.len());
+        assert_eq!(borsh::from_slice::<Vec<u8>>(payload).unwrap(), small);
+    }
+
+    #[test]
+    fn a_part_record_that_does_not_decode_is_corruption_not_skipped() {
+        let dir = std::env::temp_dir().join(format!("ccron-partlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("parts.log");
+        // A record with a good checksum whose payload is no proposal part.
+        std::fs::write(&path, encode_record(&vec![0xffu8; 3]).unwrap()).unwrap();
+        let opened = PartLog::open(&path);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            matches!(opened, Err(StoreError::Corrupt { offset: 0, .. })),
+            "{opened:?}"
+        );
+    }
 }
