@@ -74,7 +74,7 @@ pub struct SimStats {
     /// The largest amplification seen, in thousandths: over every honest replica h and
     /// Byzantine replica b, the bytes h sent b over the allowance (twice the average h sent
     /// an honest peer, plus four times what b sent h, plus 1 MiB); above 1000 is an
-    /// [`ViolationKind::Amplification`] (0 without Byzantine replicas).
+    /// [`ViolationKind::Amplification`](super::ViolationKind::Amplification) (0 without Byzantine replicas).
     pub amplification_permille: u64,
 }
 
@@ -103,7 +103,7 @@ pub struct NodeSummary {
     pub progressed_after_heal: bool,
     /// Actions fired, per `"<component>/<position>"`.
     pub fires: BTreeMap<String, u64>,
-    /// Its own counters at the end of the run, since its last boot ([`Harness::metrics`]).
+    /// Its own counters at the end of the run, since its last boot ([`Harness::metrics`](super::Harness::metrics)).
     pub metrics: BTreeMap<String, u64>,
 }
 
