@@ -266,7 +266,9 @@ fn record(seed: u64) -> Vec<RecordedBatch> {
 /// Four validators; sim-bft replica `i` is the validator at index `i` of the address-ordered
 /// set (the sender index `ccron::host` sees on both engines).
 fn validators() -> ValidatorSet {
-    let keys: Vec<[u8; 32]> = (0..N as u8).map(|i| [i.wrapping_mul(37) ^ 0x5a; 32]).collect();
+    let keys: Vec<[u8; 32]> = (0..N as u8)
+        .map(|i| [i.wrapping_mul(37) ^ 0x5a; 32])
+        .collect();
     ValidatorSet::new(&keys)
 }
 
