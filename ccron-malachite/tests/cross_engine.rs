@@ -259,8 +259,7 @@ fn record(seed: u64) -> Vec<RecordedBatch> {
     let mut sim = Simulator::new(cfg, harness).expect("simulator");
     sim.run_until(RUN_MS);
     assert!(sim.violations().is_empty(), "{:?}", sim.violations());
-    let seq = rec.borrow().sequence();
-    seq
+    rec.borrow().sequence()
 }
 
 /// Four validators; sim-bft replica `i` is the validator at index `i` of the address-ordered
