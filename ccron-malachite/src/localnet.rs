@@ -431,3 +431,46 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         lateness_ms,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_percentiles_of_samples() {
+        let samples: Vec<(i64, i64)> = (1..=100).map(|i| (i, 1_000 + i)).collect();
+        let l = Lateness::from_samples(2, &samples);
+        assert_eq!((l.node, l.fires), (2, 100));
+        assert_eq!(
+            (l.agreed_p50_ms, l.agreed_p99_ms, l.agreed_max_ms),
+            (51, 99, 100)
+        );
+        assert_eq!(
+            (l.wall_p50_ms, l.wall_p99_ms, l.wall_max_ms),
+            (1_051, 1_099, 1_100)
+        );
+        assert_eq!(Lateness::from_samples(0, &[]), Lateness::default());
+    }
+
+    #[test]
+    fn fires_log_lines_give_agreed_and_wall_lateness() {
+        let home = std::env::temp_dir().join(format!("ccron-fires-log-{}", std::process::id()));
+        let dir = node_dir(&home, 0);
+        std::fs::create_dir_all(&dir).unwrap();
+        // height agreed wall component position due; a torn last line is ignored.
+        std::fs::write(
+            dir.join("fires.log"),
+            "7 1000 1100 1 0 990\n9 2000 2050 2 0 2000\n9 20",
+        )
+        .unwrap();
+        assert_eq!(read_fires(&home, 0), vec![(10, 110), (0, 50)]);
+        std::fs::remove_dir_all(&home).unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn peak_rss_of_this_process() {
+        assert!(peak_rss_kb(std::process::id()).is_some_and(|kb| kb > 0));
+        assert_eq!(peak_rss_kb(u32::MAX), None);
+    }
+}
