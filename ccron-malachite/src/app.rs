@@ -171,6 +171,25 @@ impl LedgerHost {
             Hosted::Orders(h) => h.digest(),
         }
     }
+
+    /// The application's own digest ([`ccron::host::Application::digest`]), without the pages,
+    /// time and gate the host digest adds: comparable with any engine's copy of the same ledger
+    /// (`tests/cross_engine.rs` compares it with a sim-bft replica's after every batch).
+    pub fn app_digest(&self) -> [u8; 32] {
+        use ccron::host::Application as _;
+        match &self.hosted {
+            Hosted::Demo(h) => h.app().digest(),
+            Hosted::Orders(h) => h.app().digest(),
+        }
+    }
+
+    /// The host's reserved pages (the cron tables' schedules).
+    pub fn pages(&self) -> &MemPages {
+        match &self.hosted {
+            Hosted::Demo(h) => h.pages(),
+            Hosted::Orders(h) => h.pages(),
+        }
+    }
 }
 
 /// The validator index of `address` in `validators` (the tick sender [`ccron::host`] sees).

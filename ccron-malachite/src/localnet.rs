@@ -59,6 +59,62 @@ pub struct NodeReport {
     pub synced_heights: u64,
     /// Agreed time of its last height (Unix ms).
     pub agreed_time_ms: i64,
+    /// Peak resident set of its last process (`VmHWM` of `/proc/<pid>/status`, KiB), read just
+    /// before the localnet stops it; 0 when unavailable (not Linux, or the process was gone).
+    #[serde(default)]
+    pub peak_rss_kb: u64,
+}
+
+/// Lateness of the due periodic actions one node ran (ms, from its `fires.log`): each fire's
+/// agreed time minus its due instant, and the node's wall clock when it executed the block
+/// minus the due instant.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct Lateness {
+    /// The node measured (honest, never restarted).
+    pub node: usize,
+    /// Fires measured (actions with a time due, executed on decision).
+    pub fires: u64,
+    /// Median of agreed time minus due.
+    pub agreed_p50_ms: i64,
+    /// 99th percentile of agreed time minus due.
+    pub agreed_p99_ms: i64,
+    /// Largest agreed time minus due.
+    pub agreed_max_ms: i64,
+    /// Median of wall clock at execution minus due.
+    pub wall_p50_ms: i64,
+    /// 99th percentile of wall clock at execution minus due.
+    pub wall_p99_ms: i64,
+    /// Largest wall clock at execution minus due.
+    pub wall_max_ms: i64,
+}
+
+/// The `p` percentile (0..=1, nearest rank on the sorted samples; 0 when empty).
+pub fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p.clamp(0.0, 1.0)).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+impl Lateness {
+    /// Percentiles of `(agreed - due, wall - due)` samples.
+    pub fn from_samples(node: usize, samples: &[(i64, i64)]) -> Self {
+        let mut agreed: Vec<i64> = samples.iter().map(|s| s.0).collect();
+        let mut wall: Vec<i64> = samples.iter().map(|s| s.1).collect();
+        agreed.sort_unstable();
+        wall.sort_unstable();
+        Self {
+            node,
+            fires: samples.len() as u64,
+            agreed_p50_ms: percentile(&agreed, 0.5),
+            agreed_p99_ms: percentile(&agreed, 0.99),
+            agreed_max_ms: agreed.last().copied().unwrap_or(0),
+            wall_p50_ms: percentile(&wall, 0.5),
+            wall_p99_ms: percentile(&wall, 0.99),
+            wall_max_ms: wall.last().copied().unwrap_or(0),
+        }
+    }
 }
 
 /// The localnet report (the sim-bft report's fields where they apply, plus `restarts`).
@@ -82,6 +138,14 @@ pub struct Report {
     pub heights_per_sec: f64,
     /// The config directory used.
     pub home: String,
+    /// Ticks committed per second (executed + skipped by the gate, of the lateness node, or of
+    /// node 0 without one).
+    #[serde(default)]
+    pub committed_ticks_per_sec: f64,
+    /// Lateness of the due periodic actions on one honest node that was never restarted
+    /// (`None` when there is no such node or it kept no `fires.log`).
+    #[serde(default)]
+    pub lateness_ms: Option<Lateness>,
 }
 
 struct Children(Vec<Option<Child>>);
@@ -148,6 +212,33 @@ fn spawn_node(opts: &LocalnetOptions, home: &Path, i: usize) -> std::io::Result<
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .spawn()
+}
+
+/// `VmHWM` of process `pid` (KiB), if readable.
+pub fn peak_rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// `(agreed - due, wall - due)` of every fire in node `i`'s `fires.log`.
+fn read_fires(home: &Path, i: usize) -> Vec<(i64, i64)> {
+    let text = std::fs::read_to_string(node_dir(home, i).join("fires.log")).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let v: Vec<i64> = line
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .ok()?;
+            let [_, agreed, wall, _, _, due] = v[..] else {
+                return None;
+            };
+            Some((agreed.saturating_sub(due), wall.saturating_sub(due)))
+        })
+        .collect()
 }
 
 fn read_status(home: &Path, i: usize) -> NodeStatus {
@@ -252,6 +343,12 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         }
     }
     let alive: Vec<bool> = children.0.iter().map(|c| c.is_some()).collect();
+    // Peak memory of every live process, read before they are stopped.
+    let peaks: Vec<u64> = children
+        .0
+        .iter()
+        .map(|c| c.as_ref().and_then(|c| peak_rss_kb(c.id())).unwrap_or(0))
+        .collect();
     drop(children);
 
     let mut violations = Vec::new();
@@ -277,6 +374,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             rejected_proposals: s.rejected_proposals,
             synced_heights: s.synced_heights,
             agreed_time_ms: s.agreed_time_ms,
+            peak_rss_kb: peaks[i],
         });
         digests.push(read_digests(&home, i, &mut violations));
     }
@@ -305,6 +403,20 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     if nodes.iter().all(|n| n.fires == 0) {
         violations.push("nothing fired".into());
     }
+    // Lateness on an honest node that ran the whole time (not the restarted victim, not the
+    // late joiner).
+    let restarted = (opts.kill_restart && Some(victim) != late).then_some(victim);
+    let measured = honest
+        .iter()
+        .copied()
+        .find(|&i| Some(i) != restarted && Some(i) != late);
+    let lateness_ms = measured.and_then(|i| {
+        let samples = read_fires(&home, i);
+        (!samples.is_empty()).then(|| Lateness::from_samples(i, &samples))
+    });
+    let ticks_node = &nodes[measured.unwrap_or(0)];
+    let committed_ticks_per_sec = (ticks_node.ticks_executed + ticks_node.ticks_skipped) as f64
+        / opts.duration.as_secs_f64().max(0.001);
     Ok(Report {
         engine: "malachite 0.8.2".into(),
         nodes,
@@ -315,5 +427,50 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         max_height,
         heights_per_sec: max_height as f64 / opts.duration.as_secs_f64().max(0.001),
         home: home.display().to_string(),
+        committed_ticks_per_sec,
+        lateness_ms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_percentiles_of_samples() {
+        let samples: Vec<(i64, i64)> = (1..=100).map(|i| (i, 1_000 + i)).collect();
+        let l = Lateness::from_samples(2, &samples);
+        assert_eq!((l.node, l.fires), (2, 100));
+        assert_eq!(
+            (l.agreed_p50_ms, l.agreed_p99_ms, l.agreed_max_ms),
+            (51, 99, 100)
+        );
+        assert_eq!(
+            (l.wall_p50_ms, l.wall_p99_ms, l.wall_max_ms),
+            (1_051, 1_099, 1_100)
+        );
+        assert_eq!(Lateness::from_samples(0, &[]), Lateness::default());
+    }
+
+    #[test]
+    fn fires_log_lines_give_agreed_and_wall_lateness() {
+        let home = std::env::temp_dir().join(format!("ccron-fires-log-{}", std::process::id()));
+        let dir = node_dir(&home, 0);
+        std::fs::create_dir_all(&dir).unwrap();
+        // height agreed wall component position due; a torn last line is ignored.
+        std::fs::write(
+            dir.join("fires.log"),
+            "7 1000 1100 1 0 990\n9 2000 2050 2 0 2000\n9 20",
+        )
+        .unwrap();
+        assert_eq!(read_fires(&home, 0), vec![(10, 110), (0, 50)]);
+        std::fs::remove_dir_all(&home).unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn peak_rss_of_this_process() {
+        assert!(peak_rss_kb(std::process::id()).is_some_and(|kb| kb > 0));
+        assert_eq!(peak_rss_kb(u32::MAX), None);
+    }
 }

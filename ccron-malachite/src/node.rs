@@ -496,6 +496,35 @@ impl NodeState {
         }
     }
 
+    /// Appends one line per time-due fire of a block executed on decision (not on the
+    /// re-execution at restart) to `fires.log`: `height agreed_ms wall_ms component position
+    /// due_ms`, for the localnet report's lateness figures.
+    fn log_fires(&self, block: &Block, out: &BlockOutcome) {
+        use std::io::Write;
+        let wall = now_ms();
+        let mut lines = String::new();
+        for f in &out.fires {
+            if let Some(ccron::Due::Time(due)) = f.due {
+                lines.push_str(&format!(
+                    "{} {} {wall} {} {} {due}\n",
+                    block.height, block.agreed_time_ms, f.component, f.position
+                ));
+            }
+        }
+        if lines.is_empty() {
+            return;
+        }
+        let path = node_dir(&self.opts.home, self.opts.index).join("fires.log");
+        if let Err(e) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(lines.as_bytes()))
+        {
+            tracing::warn!(error = %e, "could not append to fires.log");
+        }
+    }
+
     fn write_status(&mut self) {
         self.status.synced_heights = self.synced.len() as u64;
         let dir = node_dir(&self.opts.home, self.opts.index);
@@ -735,6 +764,7 @@ impl NodeState {
                     }
                 }
                 self.after_execute(&block, &out);
+                self.log_fires(&block, &out);
                 self.undecided.retain(|_, b| b.height > height);
                 self.my_parts.retain(|(h, _), _| *h > height);
                 self.parts.prune(height)?;

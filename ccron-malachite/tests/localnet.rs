@@ -60,6 +60,17 @@ fn kill_and_restart_agrees_and_fires() {
     // The restarted node caught up past its restart (not stuck at the height it was killed).
     let victim = &r.nodes[1];
     assert!(victim.last_executed_seq + 5 >= r.max_height, "{r:?}");
+    // Benchmark fields: every live process's peak memory, and the lateness of the fires on a
+    // node that was never restarted (node 0), agreed time never before the due instant.
+    assert!(r.nodes.iter().all(|n| n.peak_rss_kb > 0), "{r:?}");
+    let l = r.lateness_ms.expect("lateness of node 0's fires");
+    assert_eq!(l.node, 0);
+    assert!(l.fires > 0 && l.fires <= r.nodes[0].fires, "{l:?}");
+    assert!(
+        l.agreed_p50_ms >= 0 && l.agreed_p50_ms <= l.agreed_p99_ms,
+        "{l:?}"
+    );
+    assert!(r.committed_ticks_per_sec > 0.0);
 }
 
 #[test]
