@@ -495,15 +495,15 @@ impl QuorumReader {
     }
 
     /// The endpoints, for inspection.
-    pub fn endpoints(&mut self) -> &[EndpointJobs] {
-        self.jobs.sources_mut()
+    pub fn endpoints(&self) -> &[EndpointJobs] {
+        self.jobs.sources()
     }
 
     /// How many endpoints' last pages show a result applied at `index`; believe it when it
     /// reaches the quorum.
-    pub fn results_applied(&mut self, index: u64) -> usize {
+    pub fn results_applied(&self, index: u64) -> usize {
         self.jobs
-            .sources_mut()
+            .sources()
             .iter()
             .filter(|s| s.has_result(index))
             .count()
