@@ -14,7 +14,8 @@
 //!   reloaded after restart and state transfer.
 //!
 //! Every schedule carries a version for optimistic concurrency
-//! ([`ScheduleRequest::IfVersion`]: a stale one is [`ScheduleError::StaleVersion`]), an
+//! ([`ScheduleRequest::IfVersion`], [`ScheduleRequest::UpsertIfVersion`]: a stale one is
+//! [`ScheduleError::StaleVersion`]), an
 //! optional routing topic and type carried into the outbox records its runs emit, and may fire
 //! "at time T or sequence S, whichever comes first" ([`Timing::AtOrSeq`]). Cron table entries
 //! take the book's misfire policies ([`CronRule::with_misfire`]).

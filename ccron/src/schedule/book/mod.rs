@@ -129,7 +129,8 @@ impl Scheduler {
         &self.policy
     }
 
-    /// How many [`ScheduleRequest::IfVersion`] requests [`Scheduler::apply`] rejected with
+    /// How many [`ScheduleRequest::IfVersion`] and [`ScheduleRequest::UpsertIfVersion`]
+    /// requests [`Scheduler::apply`] rejected with
     /// [`ScheduleError::StaleVersion`] since this book was created or loaded (a metric for the
     /// host; not replicated state: not stored, not part of equality).
     pub fn stale_rejections(&self) -> u64 {
