@@ -6,8 +6,8 @@
 use ccron::cron::CronSchedule;
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{
-    CronRule, Guarded, Handlers, Limits, Misfire, NewSchedule, ScheduleError, ScheduleRequest,
-    Scheduler, Target, Timing,
+    CronRule, Guarded, Handlers, Limits, Misfire, NewSchedule, NextRun, ScheduleError,
+    ScheduleRequest, Scheduler, Target, Timing,
 };
 use ccron::{CronEntry, CronTable, Due, MemPages, PageRange, Policy, Principal, Tick};
 use proptest::prelude::*;
@@ -294,6 +294,48 @@ fn at_time_or_sequence_fires_once_on_whichever_comes_first() {
     assert!(book.is_empty(), "one-shots leave after their run");
     // Nothing fires twice: the other trigger coming later finds nothing.
     assert_eq!(tick(&mut book, 200, Some(100_000)), []);
+}
+
+#[test]
+fn next_run_shows_the_earlier_trigger_when_known_and_says_when_it_is_not() {
+    let mut book = Scheduler::new(1, Limits::default());
+    for def in [
+        at_or_seq(1_000, 100),
+        at_or_seq(9_000, 5),
+        at_or_seq(2_000, 7),
+        at_or_seq(50_000, 8),
+        every_minute(),
+    ] {
+        host_apply(&mut book, ScheduleRequest::Create(def), 1, 0).unwrap();
+    }
+    // Neither trigger reached: the book cannot know which comes first, and says so.
+    assert_eq!(
+        book.next_run(2, 1, Some(0)),
+        Some(NextRun::EarlierOf {
+            at_ms: 9_000,
+            due_ms: 9_000,
+            seq: 5
+        })
+    );
+    // A plain timing has one trigger; an unknown id has none.
+    assert_eq!(book.next_run(5, 1, Some(0)), Some(NextRun::At(Due::Time(MIN))));
+    assert_eq!(book.next_run(99, 1, Some(0)), None);
+    // At each tick's point, next_run names exactly what the tick then runs.
+    for (id, seq, now, due) in [
+        (1, 3, Some(1_000), Due::Time(1_000)),
+        (2, 5, Some(1_500), Due::Seq(5)),
+        (3, 7, Some(2_000), Due::Time(2_000)),
+        (4, 8, None, Due::Seq(8)),
+    ] {
+        assert_eq!(book.next_run(id, seq, now), Some(NextRun::At(due)), "id {id}");
+        assert_eq!(tick(&mut book, seq, now), [(id, due)]);
+        assert_eq!(book.next_run(id, seq, now), None, "ran once");
+    }
+    // The time-only preview still lists the time trigger of an AtOrSeq.
+    let id = host_apply(&mut book, ScheduleRequest::Create(at_or_seq(70_000, 20)), 9, 0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(book.preview(id, 3), [Due::Time(70_000)]);
 }
 
 #[test]
@@ -585,6 +627,33 @@ proptest! {
         }
         prop_assert_eq!(&got, &expected, "{:?} every {} min over {:?}", misfire, k, times);
         prop_assert_eq!(&got_linear, &expected);
+    }
+
+    /// `next_run` agrees with the tick: when it names a trigger, a tick at that point runs the
+    /// schedule with that due point; when it cannot know, the tick runs nothing (jitter
+    /// included).
+    #[test]
+    fn next_run_agrees_with_the_tick(
+        at_ms in 0i64..10_000,
+        seq in 2u64..50,
+        jitter in prop_oneof![Just(0u32), 1u32..5_000],
+        tick_seq in 2u64..60,
+        tick_ms in prop_oneof![Just(None), (0i64..20_000).prop_map(Some)],
+    ) {
+        let mut book = Scheduler::new(1, Limits::default());
+        let def = at_or_seq(at_ms, seq).with_jitter_ms(jitter);
+        let id = host_apply(&mut book, ScheduleRequest::Create(def), 1, 0).unwrap().unwrap();
+        let predicted = book.next_run(id, tick_seq, tick_ms);
+        let ran = tick(&mut book, tick_seq, tick_ms);
+        match predicted {
+            Some(NextRun::At(due)) => prop_assert_eq!(ran, vec![(id, due)]),
+            Some(NextRun::EarlierOf { at_ms: a, seq: s, due_ms }) => {
+                prop_assert_eq!((a, s), (at_ms, seq));
+                prop_assert!(due_ms >= at_ms);
+                prop_assert_eq!(ran, vec![]);
+            }
+            other => prop_assert!(false, "{:?}", other),
+        }
     }
 
     /// Upserts with an expected version against a model (key -> version): one applies exactly

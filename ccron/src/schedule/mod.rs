@@ -31,7 +31,7 @@ pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
     FireRecord, Guarded, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP,
     MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ScheduleError,
-    ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
+    ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, NextRun, Target, TickReport, Timing,
     record_pages_of,
 };
 pub use cron_rule::CronRule;
