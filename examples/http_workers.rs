@@ -510,9 +510,9 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
             phase = 3;
         }
         // The end of the run (not the consumer's business): every replica applied every result.
-        let all_applied = published.iter().all(|p| {
-            p.snapshot().map(|(o, _)| o.results_len() as u64) == Some(opts.orders)
-        });
+        let all_applied = published
+            .iter()
+            .all(|p| p.snapshot().map(|(o, _)| o.results_len() as u64) == Some(opts.orders));
         if phase == 3 && progress >= opts.orders && sink.pending.is_empty() && all_applied {
             break;
         }

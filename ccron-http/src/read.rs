@@ -197,8 +197,11 @@ impl PublishedOutbox {
     pub fn publish(&self, outbox: &Outbox, at_seq: u64) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let same = g.as_ref().is_some_and(|s| {
-            (s.outbox.first_index(), s.outbox.head(), s.outbox.results_len())
-                == (outbox.first_index(), outbox.head(), outbox.results_len())
+            (
+                s.outbox.first_index(),
+                s.outbox.head(),
+                s.outbox.results_len(),
+            ) == (outbox.first_index(), outbox.head(), outbox.results_len())
         });
         match g.as_mut() {
             Some(s) if same => s.at_seq = at_seq,
@@ -539,7 +542,9 @@ impl QuorumReader {
         let sources = self.jobs.sources_mut();
         while let Some(joined) = set.join_next().await {
             let Ok((i, r)) = joined else { continue };
-            let Some(s) = sources.get_mut(i) else { continue };
+            let Some(s) = sources.get_mut(i) else {
+                continue;
+            };
             match r {
                 Ok(page) => {
                     s.page = Some(page);

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::get;
 use ccron::outbox::{
-    Consumer, ConsumerConfig, Jobs, OccurrenceId, Outbox, OutboxLimits, OutboxRecord,
-    OutboxResult, ReadPage, ResultOutcome,
+    Consumer, ConsumerConfig, Jobs, OccurrenceId, Outbox, OutboxLimits, OutboxRecord, OutboxResult,
+    ReadPage, ResultOutcome,
 };
 use ccron::{Policy, Principal};
 use ccron_http::contract::OUTBOX_PATH;
@@ -181,9 +181,18 @@ async fn garbage_oversized_silent_and_unready_endpoints_are_typed_failures() {
         .map(|e| e.stats().last_error.clone())
         .collect();
     assert!(matches!(errors[0], Some(ReadError::Page(_))), "{errors:?}");
-    assert!(matches!(errors[1], Some(ReadError::TooLarge(_))), "{errors:?}");
-    assert!(matches!(errors[2], Some(ReadError::Timeout(300))), "{errors:?}");
-    assert!(matches!(errors[3], Some(ReadError::Status(503))), "{errors:?}");
+    assert!(
+        matches!(errors[1], Some(ReadError::TooLarge(_))),
+        "{errors:?}"
+    );
+    assert!(
+        matches!(errors[2], Some(ReadError::Timeout(300))),
+        "{errors:?}"
+    );
+    assert!(
+        matches!(errors[3], Some(ReadError::Status(503))),
+        "{errors:?}"
+    );
     assert_eq!((errors[4].clone(), errors[5].clone()), (None, None));
     assert_eq!(reader.endpoints()[0].stats().failures, 1);
     // The two honest endpoints still make a quorum.
@@ -214,10 +223,8 @@ async fn the_server_clamps_pages_and_refuses_bad_queries() {
     assert_eq!(strict.refresh(1).await, 1);
 
     // Bad queries: 400.
-    let client = hyper_util::client::legacy::Client::builder(
-        hyper_util::rt::TokioExecutor::new(),
-    )
-    .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
     for q in ["", "?limit=3", "?from=x", "?from=1&from=2", "?from=1&x=1"] {
         let uri = format!("http://{addr}{OUTBOX_PATH}{q}").parse().unwrap();
         let resp = client.get(uri).await.unwrap();

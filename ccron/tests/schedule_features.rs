@@ -318,7 +318,10 @@ fn next_run_shows_the_earlier_trigger_when_known_and_says_when_it_is_not() {
         })
     );
     // A plain timing has one trigger; an unknown id has none.
-    assert_eq!(book.next_run(5, 1, Some(0)), Some(NextRun::At(Due::Time(MIN))));
+    assert_eq!(
+        book.next_run(5, 1, Some(0)),
+        Some(NextRun::At(Due::Time(MIN)))
+    );
     assert_eq!(book.next_run(99, 1, Some(0)), None);
     // At each tick's point, next_run names exactly what the tick then runs.
     for (id, seq, now, due) in [
@@ -327,14 +330,23 @@ fn next_run_shows_the_earlier_trigger_when_known_and_says_when_it_is_not() {
         (3, 7, Some(2_000), Due::Time(2_000)),
         (4, 8, None, Due::Seq(8)),
     ] {
-        assert_eq!(book.next_run(id, seq, now), Some(NextRun::At(due)), "id {id}");
+        assert_eq!(
+            book.next_run(id, seq, now),
+            Some(NextRun::At(due)),
+            "id {id}"
+        );
         assert_eq!(tick(&mut book, seq, now), [(id, due)]);
         assert_eq!(book.next_run(id, seq, now), None, "ran once");
     }
     // The time-only preview still lists the time trigger of an AtOrSeq.
-    let id = host_apply(&mut book, ScheduleRequest::Create(at_or_seq(70_000, 20)), 9, 0)
-        .unwrap()
-        .unwrap();
+    let id = host_apply(
+        &mut book,
+        ScheduleRequest::Create(at_or_seq(70_000, 20)),
+        9,
+        0,
+    )
+    .unwrap()
+    .unwrap();
     assert_eq!(book.preview(id, 3), [Due::Time(70_000)]);
 }
 
@@ -523,7 +535,9 @@ fn upsert_with_an_expected_version_creates_replaces_or_is_a_typed_rejection() {
     let mut book = Scheduler::new(1, Limits::default());
     let k = || every_minute().with_key("k");
     // Version 0: create only.
-    let id = host_apply(&mut book, upsert_if(k(), 0), 1, 0).unwrap().unwrap();
+    let id = host_apply(&mut book, upsert_if(k(), 0), 1, 0)
+        .unwrap()
+        .unwrap();
     assert_eq!(book.get(id).unwrap().version, 1);
     // Version 0 again: the key is taken now; nothing changes.
     let before = book.clone();
@@ -556,7 +570,12 @@ fn upsert_with_an_expected_version_creates_replaces_or_is_a_typed_rejection() {
     assert_eq!(book, before);
     // A version for a key nobody holds, and a missing key, change nothing.
     assert_eq!(
-        host_apply(&mut book, upsert_if(every_minute().with_key("other"), 1), 5, 0),
+        host_apply(
+            &mut book,
+            upsert_if(every_minute().with_key("other"), 1),
+            5,
+            0
+        ),
         Err(ScheduleError::UnknownSchedule(Target::Key("other".into())))
     );
     assert_eq!(
@@ -569,10 +588,19 @@ fn upsert_with_an_expected_version_creates_replaces_or_is_a_typed_rejection() {
     let policy = Policy::default().with_anyone_may_create(true);
     let mut owned = Scheduler::new(1, Limits::default()).with_policy(policy);
     owned
-        .apply(&Principal::Client(1), upsert_if(k(), 0), &handlers(), 1, Some(0))
+        .apply(
+            &Principal::Client(1),
+            upsert_if(k(), 0),
+            &handlers(),
+            1,
+            Some(0),
+        )
         .unwrap();
     let r = owned.apply(&stranger, upsert_if(k(), 5), &handlers(), 2, Some(0));
-    assert!(matches!(r, Err(ScheduleError::Unauthorized { .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(ScheduleError::Unauthorized { .. })),
+        "{r:?}"
+    );
 }
 
 proptest! {

@@ -169,7 +169,9 @@ impl ReadPage {
             return Err(ReadPageError::Inconsistent("start index 0"));
         }
         if w.first_index == 0 || w.first_index > w.head.saturating_add(1) {
-            return Err(ReadPageError::Inconsistent("first index outside 1..=head+1"));
+            return Err(ReadPageError::Inconsistent(
+                "first index outside 1..=head+1",
+            ));
         }
         if !w.entries.is_empty() {
             let last = w.start.checked_add(w.entries.len() as u64 - 1);
@@ -198,8 +200,12 @@ mod tests {
     fn outbox(n: u64) -> Outbox {
         let mut ob = Outbox::new(OutboxLimits::default());
         for k in 0..n {
-            ob.append(OutboxRecord::new(OccurrenceId::new(1, 0, k), "h", vec![7u8; 10]))
-                .unwrap();
+            ob.append(OutboxRecord::new(
+                OccurrenceId::new(1, 0, k),
+                "h",
+                vec![7u8; 10],
+            ))
+            .unwrap();
         }
         ob
     }
@@ -218,13 +224,22 @@ mod tests {
         ob.trim_below(2);
         // From below the first held index: starts at it. Each record is 11 bytes.
         let p = ReadPage::from_outbox(&ob, 2, 99, 1, 5, 1_000);
-        assert_eq!((p.start, p.entries.len(), p.head, p.first_index), (2, 5, 10, 2));
+        assert_eq!(
+            (p.start, p.entries.len(), p.head, p.first_index),
+            (2, 5, 10, 2)
+        );
         assert!(p.get(3).unwrap().has_result && !p.get(4).unwrap().has_result);
         assert_eq!(p.get(4).unwrap().record, *ob.get(4).unwrap());
         assert_eq!(p.get(7), None);
         // Byte budget: 25 bytes hold two records; a budget below one record still gives one.
-        assert_eq!(ReadPage::from_outbox(&ob, 2, 99, 5, 100, 25).entries.len(), 2);
-        assert_eq!(ReadPage::from_outbox(&ob, 2, 99, 5, 100, 1).entries.len(), 1);
+        assert_eq!(
+            ReadPage::from_outbox(&ob, 2, 99, 5, 100, 25).entries.len(),
+            2
+        );
+        assert_eq!(
+            ReadPage::from_outbox(&ob, 2, 99, 5, 100, 1).entries.len(),
+            1
+        );
         // Past the head: empty.
         let e = ReadPage::from_outbox(&ob, 2, 99, 11, 100, 1_000);
         assert_eq!((e.start, e.entries.len(), e.last_index()), (11, 0, 10));

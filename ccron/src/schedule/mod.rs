@@ -30,8 +30,8 @@ pub(crate) mod store;
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
     FireRecord, Guarded, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP,
-    MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ScheduleError,
-    ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, NextRun, Target, TickReport, Timing,
+    MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, NextRun, ScheduleError,
+    ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
     record_pages_of,
 };
 pub use cron_rule::CronRule;

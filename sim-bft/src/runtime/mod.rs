@@ -521,8 +521,12 @@ mod tests {
             })
         ));
         let mut ob = Outbox::new(OutboxLimits::default());
-        ob.append(OutboxRecord::new(OccurrenceId::new(1, 2, 3), "h", b"p".to_vec()))
-            .unwrap();
+        ob.append(OutboxRecord::new(
+            OccurrenceId::new(1, 2, 3),
+            "h",
+            b"p".to_vec(),
+        ))
+        .unwrap();
         let published: Vec<PublishedOutbox> = (0..4).map(PublishedOutbox::new).collect();
         // Replica 3 has published nothing yet (it answers 503).
         for p in &published[..3] {
