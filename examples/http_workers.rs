@@ -5,8 +5,11 @@
 //!    (`ScheduledLedger::with_payment_confirmation`): a shop client places orders, each order's
 //!    expiry task fires on agreed time and emits a `shop.cancel` outbox record; the order is
 //!    *not* marked expired yet.
-//! 2. Every replica publishes its committed outbox; the consumer reads all four and believes a
-//!    record only when f+1 = 2 replicas return it identically (`QuorumJobs`).
+//! 2. Every replica serves its committed outbox on its own loopback read endpoint
+//!    (`ThreadedCluster::serve_reads`, `ccron_http::read`); the consumer reads all four over
+//!    HTTP (`QuorumReader`) and believes a record only when f+1 = 2 replicas return it
+//!    identically (`QuorumJobs`); it also learns over HTTP which results f+1 replicas applied.
+//!    With `--liar`, replica 0's endpoint serves altered and forged records: outvoted.
 //! 3. A `ccron_http::Dispatcher` delivers each record over HTTP to three axum workers on
 //!    loopback (sticky by order, failover, health with probes), which deduplicate by occurrence
 //!    id through one shared idempotency store and answer `confirmed`; worker 1 fails a third of
@@ -18,7 +21,8 @@
 //!    progress.
 //!
 //! The run checks that every effect was performed exactly once at the workers, and that on every
-//! replica every record has exactly one result and every order was marked expired exactly once;
+//! replica every record has exactly one result and every order was marked expired exactly once
+//! (the check looks inside the replicas; the consumer itself only reads the network);
 //! it prints a summary and exits non-zero otherwise (a 60 s guard turns a hang into a failure).
 //!
 //! Run: `cargo run --release --example http_workers -- --orders 200`.
@@ -30,14 +34,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccron::outbox::{
-    Backoff, ConsumerConfig, Jobs, MemDeadLetters, MemProgressStore, OccurrenceId, Outbox,
-    OutboxRecord, OutboxResult, PersistentConsumer, QuorumJobs,
+    Backoff, ConsumerConfig, MemDeadLetters, MemProgressStore, OccurrenceId, OutboxRecord,
+    OutboxResult, PersistentConsumer, ReadEntry, ReadPage,
 };
 use ccron::schedule::ScheduleRequest;
 use ccron::{PageRange, ReservedPages, Tick};
 use ccron_http::{
     Assignment, Dedupe, Dispatcher, DispatcherConfig, EffectError, HandlerPolicy, KeyOf,
-    ResultSink, ResultSinkError, Worker, WorkerConfig,
+    OutboxSource, PublishedOutbox, QuorumReader, ReadClientConfig, ReadServerConfig, ResultSink,
+    ResultSinkError, Worker, WorkerConfig,
 };
 use clap::Parser;
 use sim_bft::app::{AppError, Application, ExecContext};
@@ -78,20 +83,47 @@ pub struct Options {
     /// Give up (exit non-zero) after this long.
     #[arg(long, default_value_t = 60)]
     pub guard_s: u64,
+    /// Replica 0's read endpoint lies: it serves every record with an altered payload, a forged
+    /// record past the head, and every result as applied (f+1 honest answers outvote it).
+    #[arg(long)]
+    pub liar: bool,
 }
 
-/// What a replica publishes of its committed state for outside readers.
-#[derive(Debug, Clone, Default)]
-struct Published {
-    outbox: Option<Outbox>,
-    expired: BTreeMap<String, u32>,
+/// The payload a lying replica puts in the records it serves; the workers refuse it, so a
+/// believed forgery would end as a dead letter and fail the run.
+const FORGED: &[u8] = b"forged";
+
+/// A lying replica's read endpoint (see [`Options::liar`]).
+struct Liar(PublishedOutbox);
+
+impl OutboxSource for Liar {
+    fn page(&self, from: u64, max_records: usize, max_bytes: usize) -> Option<ReadPage> {
+        let mut p = self.0.page(from, max_records, max_bytes)?;
+        for e in &mut p.entries {
+            e.record.payload = FORGED.to_vec();
+            e.has_result = true;
+        }
+        if p.entries.len() < max_records {
+            let forged = OutboxRecord::new(OccurrenceId::new(COMPONENT, 0, 0), SHOP_CANCEL, FORGED);
+            p.entries.push(ReadEntry {
+                record: forged,
+                has_result: true,
+            });
+            p.head = p.last_index();
+        }
+        Some(p)
+    }
 }
 
-/// The orders ledger, publishing its outbox and orders after every committed change (what a
-/// replica's read endpoint would serve).
+/// The orders ledger, publishing its committed outbox after every change into the replica's
+/// read endpoint (`out`, a `PublishedOutbox`), and its expired orders for the run's final check
+/// (`expired`: the check looks inside the replicas, the consumer never does). A ledger without
+/// such a check wraps itself in `ccron_http::PublishOutbox` instead.
 struct Publishing {
     inner: ScheduledLedger,
-    out: Arc<Mutex<Published>>,
+    out: PublishedOutbox,
+    expired: Arc<Mutex<BTreeMap<String, u32>>>,
+    at_seq: u64,
 }
 
 impl Publishing {
@@ -99,16 +131,14 @@ impl Publishing {
         let Some(book) = self.inner.ledger().scheduler() else {
             return;
         };
-        if let Ok(mut p) = self.out.lock() {
-            let o = book.outbox();
-            let changed = p.outbox.as_ref().is_none_or(|q| {
-                (q.first_index(), q.head(), q.results_len())
-                    != (o.first_index(), o.head(), o.results_len())
-            });
-            if changed {
-                p.outbox = Some(o.clone());
-                p.expired = self.inner.ledger().state().0.clone();
-            }
+        let o = book.outbox();
+        let changed = self.out.snapshot().is_none_or(|(q, _)| {
+            (q.first_index(), q.head(), q.results_len())
+                != (o.first_index(), o.head(), o.results_len())
+        });
+        self.out.publish(o, self.at_seq);
+        if changed && let Ok(mut e) = self.expired.lock() {
+            e.clone_from(&self.inner.ledger().state().0);
         }
     }
 }
@@ -116,6 +146,7 @@ impl Publishing {
 impl Application for Publishing {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
         let r = self.inner.execute(ctx, client, payload);
+        self.at_seq = self.at_seq.max(ctx.seq);
         self.publish();
         r
     }
@@ -132,6 +163,7 @@ impl Application for Publishing {
     }
     fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
         let r = self.inner.on_tick(tick, pages);
+        self.at_seq = self.at_seq.max(tick.bft_sequence_num);
         self.publish();
         r
     }
@@ -154,35 +186,16 @@ impl Application for Publishing {
     }
 }
 
-/// One replica's committed outbox, as the consumer reads it.
-#[derive(Clone)]
-struct ReplicaView(Arc<Mutex<Published>>);
-
-impl Jobs for ReplicaView {
-    fn head(&self) -> u64 {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|p| p.outbox.as_ref().map(Outbox::head))
-            .unwrap_or(0)
-    }
-    fn at_index(&self, index: u64) -> Option<OutboxRecord> {
-        let p = self.0.lock().ok()?;
-        p.outbox.as_ref()?.get(index).cloned()
-    }
-}
-
 /// The consumer's way back into the ledger: each result becomes a signed request of the
 /// consumer identity; it stays pending (and is re-sent under the same request number, which
-/// the replicas execute at most once) until f+1 replicas show it applied. Its request counter
-/// and pending list stand for durable state: they survive the consumer's crash.
+/// the replicas execute at most once) until f+1 replicas' read endpoints show it applied. Its
+/// request counter and pending list stand for durable state: they survive the consumer's crash.
 struct ClusterResults {
     cluster: Arc<ThreadedCluster>,
     /// Signs a payload as the consumer client under a request number.
     sign: Signer,
     next_req: u64,
     pending: BTreeMap<u64, (Vec<u8>, Instant)>,
-    views: Vec<ReplicaView>,
     sent: u64,
     resent: u64,
 }
@@ -210,24 +223,19 @@ impl ResultSink for ClusterResults {
 }
 
 impl ClusterResults {
-    /// Drops results f+1 replicas show applied; re-sends those older than a second.
-    fn pump(&mut self) {
-        let applied_at = |index: u64| {
-            self.views
-                .iter()
-                .filter(|v| {
-                    v.0.lock()
-                        .ok()
-                        .and_then(|p| p.outbox.as_ref().map(|o| o.has_result(index)))
-                        .unwrap_or(false)
-                })
-                .count()
-        };
+    /// The lowest record index with a result pending.
+    fn lowest_pending(&self) -> Option<u64> {
+        self.pending.keys().next().copied()
+    }
+
+    /// Drops results f+1 replicas' endpoints show applied (as `reader` last read them, from
+    /// [`Self::lowest_pending`]); re-sends those older than a second.
+    fn pump(&mut self, reader: &QuorumReader) {
         let done: Vec<u64> = self
             .pending
             .keys()
             .copied()
-            .filter(|&i| applied_at(i) > F)
+            .filter(|&i| reader.results_applied(i) > F)
             .collect();
         for i in done {
             self.pending.remove(&i);
@@ -250,7 +258,10 @@ fn worker(dedupe: &Arc<Dedupe>, performed: &Performed, flaky: bool) -> Arc<Worke
     Worker::new(
         WorkerConfig::default(),
         dedupe.clone(),
-        move |handler, id, _payload| {
+        move |handler, id, payload| {
+            if payload == FORGED {
+                return Err(EffectError::Rejected("a forged record".into()));
+            }
             if flaky && calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(3) {
                 return Err(EffectError::Unavailable("payment service busy".into()));
             }
@@ -296,6 +307,8 @@ pub struct Report {
     pub results_resent: u64,
     /// Dispatcher and pool counters before and after the consumer's crash.
     pub dispatch: Vec<(ccron_http::DispatchStats, ccron_http::PoolStats)>,
+    /// Reads of the replicas' endpoints that failed (the readers alive at the end).
+    pub read_failures: u64,
 }
 
 impl Report {
@@ -331,7 +344,8 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
         expiry_ms: opts.expiry_ms,
         ..SchedAppConfig::default()
     };
-    let published: Vec<Arc<Mutex<Published>>> = (0..N).map(|_| Arc::default()).collect();
+    let published: Vec<PublishedOutbox> = (0..N).map(|i| PublishedOutbox::new(i.into())).collect();
+    let expired: Vec<Arc<Mutex<BTreeMap<String, u32>>>> = (0..N).map(|_| Arc::default()).collect();
     let replicas = (0..N)
         .map(|i| {
             let mut rc = ReplicaConfig::new(i, N, KEY_SEED, 2);
@@ -339,22 +353,44 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
             let app = Publishing {
                 inner: ScheduledLedger::with_payment_confirmation(cfg, CONSUMER),
                 out: published[i as usize].clone(),
+                expired: expired[i as usize].clone(),
+                at_seq: 0,
             };
             Replica::with_app(rc, Box::new(app)).map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let cluster = Arc::new(
-        ThreadedCluster::start(
-            replicas,
-            RuntimeConfig {
-                tick_period_ms: TICK_MS,
-                components: vec![COMPONENT],
-            },
-        )
-        .map_err(|e| e.to_string())?,
-    );
-    let views: Vec<ReplicaView> = published.iter().cloned().map(ReplicaView).collect();
-    let jobs = QuorumJobs::new(views.clone(), F + 1).map_err(|e| e.to_string())?;
+    let mut cluster = ThreadedCluster::start(
+        replicas,
+        RuntimeConfig {
+            tick_period_ms: TICK_MS,
+            components: vec![COMPONENT],
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    // Each replica's read endpoint on loopback; the consumer reads only these.
+    let sources = published
+        .iter()
+        .enumerate()
+        .map(|(i, p)| -> Arc<dyn OutboxSource> {
+            if opts.liar && i == 0 {
+                Arc::new(Liar(p.clone()))
+            } else {
+                Arc::new(p.clone())
+            }
+        })
+        .collect();
+    let endpoints: Vec<String> = cluster
+        .serve_reads(sources, ReadServerConfig::default())
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
+    let cluster = Arc::new(cluster);
+    let read_cfg = ReadClientConfig::new(endpoints, F + 1);
+    // One reader for the records to deliver (from the consumer's progress on), one for the
+    // results still pending (from the lowest one on): both believe only f+1 identical answers.
+    let mut reader = QuorumReader::new(read_cfg.clone()).map_err(|e| e.to_string())?;
+    let mut results_reader = QuorumReader::new(read_cfg.clone()).map_err(|e| e.to_string())?;
 
     // The shop places the orders.
     let shop = client_signing_key(KEY_SEED, SHOP);
@@ -414,7 +450,6 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
         },
         next_req: 0,
         pending: BTreeMap::new(),
-        views: views.clone(),
         sent: 0,
         resent: 0,
     };
@@ -435,11 +470,20 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
                 sink.pending.len()
             ));
         }
+        reader.refresh(consumer.consumer().progress() + 1).await;
         dispatcher
-            .step(&mut consumer, &jobs, &mut sink, Duration::from_millis(20))
+            .step(
+                &mut consumer,
+                reader.jobs(),
+                &mut sink,
+                Duration::from_millis(20),
+            )
             .await
             .map_err(|e| e.to_string())?;
-        sink.pump();
+        if let Some(lowest) = sink.lowest_pending() {
+            results_reader.refresh(lowest).await;
+            sink.pump(&results_reader);
+        }
         let progress = consumer.persisted_progress();
         if phase == 0 && progress >= quarter {
             println!("progress {progress}: killing worker 0");
@@ -452,9 +496,11 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
             dispatch.push((dispatcher.stats(), dispatcher.pool().stats()));
             drop(dispatcher);
             drop(consumer);
+            drop(reader);
             consumer = PersistentConsumer::open(consumer_config(), &mut store, &mut letters)
                 .map_err(|e| e.to_string())?;
             dispatcher = Dispatcher::new(dcfg.clone(), clock.clone()).map_err(|e| e.to_string())?;
+            reader = QuorumReader::new(read_cfg.clone()).map_err(|e| e.to_string())?;
             phase = 2;
         } else if phase == 2 && progress >= 3 * quarter {
             println!("progress {progress}: restarting worker 0");
@@ -463,12 +509,10 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
             );
             phase = 3;
         }
-        let all_applied = views.iter().all(|v| {
-            v.0.lock()
-                .ok()
-                .and_then(|p| p.outbox.as_ref().map(|o| o.results_len() as u64))
-                == Some(opts.orders)
-        });
+        // The end of the run (not the consumer's business): every replica applied every result.
+        let all_applied = published
+            .iter()
+            .all(|p| p.snapshot().map(|(o, _)| o.results_len() as u64) == Some(opts.orders));
         if phase == 3 && progress >= opts.orders && sink.pending.is_empty() && all_applied {
             break;
         }
@@ -483,16 +527,19 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
     let performed = performed.lock().map_err(|e| e.to_string())?.clone();
     let replicas = published
         .iter()
-        .map(|p| {
-            let p = p.lock().map_err(|e| e.to_string())?;
-            let results = p.outbox.as_ref().map_or(0, Outbox::results_len);
-            Ok((
-                results,
-                p.expired.len(),
-                p.expired.values().filter(|&&n| n != 1).count(),
-            ))
+        .zip(&expired)
+        .map(|(p, e)| {
+            let results = p.snapshot().map_or(0, |(o, _)| o.results_len());
+            let e = e.lock().map_err(|e| e.to_string())?;
+            Ok((results, e.len(), e.values().filter(|&&n| n != 1).count()))
         })
         .collect::<Result<Vec<_>, String>>()?;
+    let read_failures = reader
+        .endpoints()
+        .iter()
+        .chain(results_reader.endpoints())
+        .map(|e| e.stats().failures)
+        .sum();
     let report = Report {
         records: progress,
         performed: performed.len(),
@@ -501,6 +548,7 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
         results_sent: sink.sent,
         results_resent: sink.resent,
         dispatch,
+        read_failures,
     };
     drop(sink);
     if let Ok(c) = Arc::try_unwrap(cluster) {

@@ -11,9 +11,15 @@
 //!   suffers and the record is retried, on another worker when one is up.
 //! * any other `4xx`: the worker refuses this record for good; it is dead-lettered at once.
 //! * `GET /ccron/v1/health`: `2xx` when the worker takes deliveries (the probe).
+//!
+//! A replica's read endpoint ([`crate::read`]): `GET /ccron/v1/outbox?from=I&limit=N&max_bytes=B`
+//! answers `200` with a [`ccron::outbox::ReadPage`] (`application/octet-stream`), `400` for a
+//! malformed query, `503` while the replica has nothing to serve.
 
 /// Path of a delivery.
 pub const DELIVER_PATH: &str = "/ccron/v1/deliver";
+/// Path of a replica's outbox read endpoint.
+pub const OUTBOX_PATH: &str = "/ccron/v1/outbox";
 /// Path of the health probe.
 pub const HEALTH_PATH: &str = "/ccron/v1/health";
 /// Header carrying the occurrence id: the idempotency key.

@@ -11,6 +11,9 @@
 //!   (the answer or the dead letter) for the ledger ([`ccron::outbox::Outbox::accept_result`]).
 //! * [`worker`]: an axum worker that deduplicates by occurrence id with ccron's
 //!   [`SeenSet`](ccron::outbox::SeenSet).
+//! * [`read`]: a replica's networked read endpoint over its committed outbox ([`OutboxSource`],
+//!   [`read_router`]), and the consumer's [`QuorumReader`], which believes a record only when
+//!   f+1 endpoints return it identically.
 //! * [`contract`]: the HTTP contract (paths, headers, status codes).
 //!
 //! See `docs/outbox.md` ("HTTP workers") for the model and the figures.
@@ -18,6 +21,7 @@
 pub mod contract;
 pub mod deliver;
 pub mod pool;
+pub mod read;
 pub mod worker;
 
 pub use deliver::{DeliverError, DispatchStats, Dispatcher, DispatcherConfig};
@@ -25,5 +29,9 @@ pub use deliver::{ResultSink, ResultSinkError};
 pub use pool::{
     AssignError, Assignment, AttemptOutcome, HandlerPolicy, Health, HealthConfig, KeyOf, Pool,
     PoolConfig, PoolConfigError, PoolStats, Verdict, WorkerId,
+};
+pub use read::{
+    EndpointJobs, EndpointStats, OutboxSource, PublishOutbox, PublishedOutbox, QuorumReader,
+    ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
 };
 pub use worker::{Dedupe, EffectError, Worker, WorkerConfig};

@@ -6,8 +6,8 @@
 use ccron::cron::CronSchedule;
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{
-    CronRule, Guarded, Handlers, Limits, Misfire, NewSchedule, ScheduleError, ScheduleRequest,
-    Scheduler, Target, Timing,
+    CronRule, Guarded, Handlers, Limits, Misfire, NewSchedule, NextRun, ScheduleError,
+    ScheduleRequest, Scheduler, Target, Timing,
 };
 use ccron::{CronEntry, CronTable, Due, MemPages, PageRange, Policy, Principal, Tick};
 use proptest::prelude::*;
@@ -297,6 +297,60 @@ fn at_time_or_sequence_fires_once_on_whichever_comes_first() {
 }
 
 #[test]
+fn next_run_shows_the_earlier_trigger_when_known_and_says_when_it_is_not() {
+    let mut book = Scheduler::new(1, Limits::default());
+    for def in [
+        at_or_seq(1_000, 100),
+        at_or_seq(9_000, 5),
+        at_or_seq(2_000, 7),
+        at_or_seq(50_000, 8),
+        every_minute(),
+    ] {
+        host_apply(&mut book, ScheduleRequest::Create(def), 1, 0).unwrap();
+    }
+    // Neither trigger reached: the book cannot know which comes first, and says so.
+    assert_eq!(
+        book.next_run(2, 1, Some(0)),
+        Some(NextRun::EarlierOf {
+            at_ms: 9_000,
+            due_ms: 9_000,
+            seq: 5
+        })
+    );
+    // A plain timing has one trigger; an unknown id has none.
+    assert_eq!(
+        book.next_run(5, 1, Some(0)),
+        Some(NextRun::At(Due::Time(MIN)))
+    );
+    assert_eq!(book.next_run(99, 1, Some(0)), None);
+    // At each tick's point, next_run names exactly what the tick then runs.
+    for (id, seq, now, due) in [
+        (1, 3, Some(1_000), Due::Time(1_000)),
+        (2, 5, Some(1_500), Due::Seq(5)),
+        (3, 7, Some(2_000), Due::Time(2_000)),
+        (4, 8, None, Due::Seq(8)),
+    ] {
+        assert_eq!(
+            book.next_run(id, seq, now),
+            Some(NextRun::At(due)),
+            "id {id}"
+        );
+        assert_eq!(tick(&mut book, seq, now), [(id, due)]);
+        assert_eq!(book.next_run(id, seq, now), None, "ran once");
+    }
+    // The time-only preview still lists the time trigger of an AtOrSeq.
+    let id = host_apply(
+        &mut book,
+        ScheduleRequest::Create(at_or_seq(70_000, 20)),
+        9,
+        0,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(book.preview(id, 3), [Due::Time(70_000)]);
+}
+
+#[test]
 fn at_time_or_sequence_admission_ranges_pause_jitter_and_reload() {
     let mut book = Scheduler::new(1, Limits::default());
     for (timing, seq, now) in [
@@ -472,6 +526,83 @@ fn policy() -> impl Strategy<Value = Misfire> {
     ]
 }
 
+fn upsert_if(schedule: NewSchedule, version: u64) -> ScheduleRequest {
+    ScheduleRequest::UpsertIfVersion { schedule, version }
+}
+
+#[test]
+fn upsert_with_an_expected_version_creates_replaces_or_is_a_typed_rejection() {
+    let mut book = Scheduler::new(1, Limits::default());
+    let k = || every_minute().with_key("k");
+    // Version 0: create only.
+    let id = host_apply(&mut book, upsert_if(k(), 0), 1, 0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(book.get(id).unwrap().version, 1);
+    // Version 0 again: the key is taken now; nothing changes.
+    let before = book.clone();
+    assert_eq!(
+        host_apply(&mut book, upsert_if(k().with_priority(3), 0), 2, 0),
+        Err(ScheduleError::StaleVersion {
+            id,
+            expected: 0,
+            actual: 1
+        })
+    );
+    assert_eq!(book, before);
+    assert_eq!(book.stale_rejections(), 1);
+    // The current version replaces (same id, version bumped), a stale one does not.
+    assert_eq!(
+        host_apply(&mut book, upsert_if(k().with_priority(4), 1), 3, 0),
+        Ok(Some(id))
+    );
+    let info = book.get(id).unwrap();
+    assert_eq!((info.version, info.schedule.priority), (2, 4));
+    let before = book.clone();
+    assert_eq!(
+        host_apply(&mut book, upsert_if(k().with_priority(5), 1), 4, 0),
+        Err(ScheduleError::StaleVersion {
+            id,
+            expected: 1,
+            actual: 2
+        })
+    );
+    assert_eq!(book, before);
+    // A version for a key nobody holds, and a missing key, change nothing.
+    assert_eq!(
+        host_apply(
+            &mut book,
+            upsert_if(every_minute().with_key("other"), 1),
+            5,
+            0
+        ),
+        Err(ScheduleError::UnknownSchedule(Target::Key("other".into())))
+    );
+    assert_eq!(
+        host_apply(&mut book, upsert_if(every_minute(), 0), 6, 0),
+        Err(ScheduleError::MissingKey)
+    );
+    assert_eq!(book, before);
+    // Authorization comes first: a stranger gets Unauthorized, not the version.
+    let stranger = Principal::Client(77);
+    let policy = Policy::default().with_anyone_may_create(true);
+    let mut owned = Scheduler::new(1, Limits::default()).with_policy(policy);
+    owned
+        .apply(
+            &Principal::Client(1),
+            upsert_if(k(), 0),
+            &handlers(),
+            1,
+            Some(0),
+        )
+        .unwrap();
+    let r = owned.apply(&stranger, upsert_if(k(), 5), &handlers(), 2, Some(0));
+    assert!(
+        matches!(r, Err(ScheduleError::Unauthorized { .. })),
+        "{r:?}"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -524,6 +655,84 @@ proptest! {
         }
         prop_assert_eq!(&got, &expected, "{:?} every {} min over {:?}", misfire, k, times);
         prop_assert_eq!(&got_linear, &expected);
+    }
+
+    /// `next_run` agrees with the tick: when it names a trigger, a tick at that point runs the
+    /// schedule with that due point; when it cannot know, the tick runs nothing (jitter
+    /// included).
+    #[test]
+    fn next_run_agrees_with_the_tick(
+        at_ms in 0i64..10_000,
+        seq in 2u64..50,
+        jitter in prop_oneof![Just(0u32), 1u32..5_000],
+        tick_seq in 2u64..60,
+        tick_ms in prop_oneof![Just(None), (0i64..20_000).prop_map(Some)],
+    ) {
+        let mut book = Scheduler::new(1, Limits::default());
+        let def = at_or_seq(at_ms, seq).with_jitter_ms(jitter);
+        let id = host_apply(&mut book, ScheduleRequest::Create(def), 1, 0).unwrap().unwrap();
+        let predicted = book.next_run(id, tick_seq, tick_ms);
+        let ran = tick(&mut book, tick_seq, tick_ms);
+        match predicted {
+            Some(NextRun::At(due)) => prop_assert_eq!(ran, vec![(id, due)]),
+            Some(NextRun::EarlierOf { at_ms: a, seq: s, due_ms }) => {
+                prop_assert_eq!((a, s), (at_ms, seq));
+                prop_assert!(due_ms >= at_ms);
+                prop_assert_eq!(ran, vec![]);
+            }
+            other => prop_assert!(false, "{:?}", other),
+        }
+    }
+
+    /// Upserts with an expected version against a model (key -> version): one applies exactly
+    /// when the model says so (0 and free, or the holder's version), bumps or creates at 1,
+    /// and a rejection changes nothing.
+    #[test]
+    fn upserts_with_an_expected_version_follow_the_model(
+        ops in proptest::collection::vec((0u8..3, 0u64..4, any::<bool>()), 1..40),
+    ) {
+        let mut book = Scheduler::new(1, Limits::default());
+        let mut model: std::collections::BTreeMap<String, u64> = Default::default();
+        for (i, (key, version, cancel)) in ops.into_iter().enumerate() {
+            let seq = i as u64 + 1;
+            let key = format!("k{key}");
+            if cancel && model.contains_key(&key) {
+                host_apply(&mut book, ScheduleRequest::Cancel(Target::Key(key.clone())), seq, 0)
+                    .unwrap();
+                model.remove(&key);
+                continue;
+            }
+            let before = book.clone();
+            let def = every_minute().with_key(key.as_str()).with_priority(seq as u8);
+            let r = host_apply(&mut book, upsert_if(def, version), seq, 0);
+            match (model.get(&key).copied(), version) {
+                (None, 0) => {
+                    prop_assert!(matches!(r, Ok(Some(_))));
+                    model.insert(key.clone(), 1);
+                }
+                (Some(v), w) if v == w => {
+                    prop_assert!(matches!(r, Ok(Some(_))));
+                    model.insert(key.clone(), v + 1);
+                }
+                (None, _) => {
+                    prop_assert!(matches!(r, Err(ScheduleError::UnknownSchedule(_))), "{:?}", r);
+                    prop_assert_eq!(&book, &before);
+                }
+                (Some(v), w) => {
+                    prop_assert!(
+                        matches!(r, Err(ScheduleError::StaleVersion { expected, actual, .. })
+                            if expected == w && actual == v),
+                        "{:?}", r
+                    );
+                    prop_assert_eq!(&book, &before);
+                }
+            }
+            for (k, v) in &model {
+                let id = book.id_of(k);
+                prop_assert!(id.is_some());
+                prop_assert_eq!(book.get(id.unwrap()).map(|s| s.version), Some(*v));
+            }
+        }
     }
 
     /// Optimistic concurrency over random interleavings of two writers: a guarded change

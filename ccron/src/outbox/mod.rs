@@ -5,7 +5,8 @@
 //! * [`Consumer`]: a pure state machine delivering records at least once, with bounded work in
 //!   flight, deterministic retries and dead letters; [`PersistentConsumer`] adds its durable
 //!   progress ([`ProgressStore`]) and dead letters ([`DeadLetterSink`]).
-//! * [`QuorumJobs`]: reads records from several replicas, believing only what f+1 agree on.
+//! * [`QuorumJobs`]: reads records from several replicas, believing only what f+1 agree on;
+//!   [`ReadPage`] is what a replica's read endpoint answers (versioned, bounded wire format).
 //! * [`SeenSet`]: the worker's deduplication by id, turning at-least-once into effectively once.
 //! * [`OutboxResult`]: a worker's answer or a dead letter, sent back as a client request and
 //!   applied once by [`Outbox::accept_result`].
@@ -52,6 +53,7 @@ mod id;
 mod log;
 mod progress;
 mod quorum;
+mod read;
 mod result;
 mod seen;
 
@@ -68,6 +70,7 @@ pub use progress::{
     ProgressStore, StoreError,
 };
 pub use quorum::{QuorumError, QuorumJobs};
+pub use read::{READ_FORMAT_VERSION, ReadEntry, ReadPage, ReadPageError};
 pub use result::{
     MAX_RESULT_PAYLOAD_BYTES, OutboxResult, RESULT_PAYLOAD_PREFIX, ResultApplied, ResultOutcome,
     ResultPayloadError,

@@ -43,6 +43,16 @@ impl<J: Jobs> QuorumJobs<J> {
         Ok(Self { sources, quorum })
     }
 
+    /// The sources, for inspection.
+    pub fn sources(&self) -> &[J] {
+        &self.sources
+    }
+
+    /// The quorum.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
     /// The sources, for inspection or refresh.
     pub fn sources_mut(&mut self) -> &mut [J] {
         &mut self.sources

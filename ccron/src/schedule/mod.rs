@@ -14,7 +14,8 @@
 //!   reloaded after restart and state transfer.
 //!
 //! Every schedule carries a version for optimistic concurrency
-//! ([`ScheduleRequest::IfVersion`]: a stale one is [`ScheduleError::StaleVersion`]), an
+//! ([`ScheduleRequest::IfVersion`], [`ScheduleRequest::UpsertIfVersion`]: a stale one is
+//! [`ScheduleError::StaleVersion`]), an
 //! optional routing topic and type carried into the outbox records its runs emit, and may fire
 //! "at time T or sequence S, whichever comes first" ([`Timing::AtOrSeq`]). Cron table entries
 //! take the book's misfire policies ([`CronRule::with_misfire`]).
@@ -29,7 +30,7 @@ pub(crate) mod store;
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
     FireRecord, Guarded, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP,
-    MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ScheduleError,
+    MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, NextRun, ScheduleError,
     ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
     record_pages_of,
 };

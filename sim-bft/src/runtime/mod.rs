@@ -8,14 +8,20 @@
 //! [`Input::InternalTick`]. The runtime reads the wall clock in exactly one place,
 //! [`wall_clock_ms`] (the generator's monotonic clock is ccron's `SystemClock`).
 //! Storage writes go to an in-memory map per replica (this runtime does not crash replicas).
+//!
+//! Opt-in: [`ThreadedCluster::serve_reads`] serves each replica's committed outbox on its own
+//! loopback HTTP endpoint (`ccron_http::read`), for a consumer that reads the cluster over the
+//! network and believes a record only when f+1 replicas return it identically.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ccron::ticks::{DriverConfig, SystemClock, TickInternalMsg, TicksGenerator};
+use ccron_http::read::{OutboxSource, ReadServerConfig};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::node::{ClientId, Executed, Input, Millis, Node, NodeId, Output};
@@ -53,6 +59,22 @@ pub enum RuntimeError {
     /// No replica with this id.
     #[error("no replica {0}")]
     NoSuchReplica(NodeId),
+    /// A read endpoint could not bind its socket or start its runtime.
+    #[error("read endpoint {replica}: {error}")]
+    ReadEndpoint {
+        /// The replica whose endpoint failed.
+        replica: NodeId,
+        /// What failed.
+        error: std::io::Error,
+    },
+    /// [`ThreadedCluster::serve_reads`] got a number of sources other than the replicas'.
+    #[error("{sources} read sources for {replicas} replicas")]
+    ReadSources {
+        /// Sources given.
+        sources: usize,
+        /// Replicas running.
+        replicas: usize,
+    },
 }
 
 /// Runtime settings (the default: no ticks).
@@ -105,6 +127,8 @@ pub struct ThreadedCluster {
     replies: Receiver<ClientReply>,
     executed: Receiver<(NodeId, Executed)>,
     dropped: Arc<AtomicU64>,
+    /// The read endpoints' threads and their stop signals (empty unless `serve_reads`).
+    readers: Vec<(JoinHandle<()>, tokio::sync::oneshot::Sender<()>)>,
 }
 
 impl std::fmt::Debug for ThreadedCluster {
@@ -300,7 +324,71 @@ impl ThreadedCluster {
             replies,
             executed,
             dropped,
+            readers: Vec::new(),
         })
+    }
+
+    /// Opt-in: serves replica `i`'s committed outbox (`sources[i]`, typically a
+    /// `ccron_http::PublishedOutbox` filled by a `ccron_http::PublishOutbox` wrapper around the
+    /// replica's application) on its own loopback endpoint, each on its own thread with a
+    /// single-threaded tokio runtime; returns the endpoints' addresses in replica order. They
+    /// stop with the cluster.
+    ///
+    /// # Errors
+    /// [`RuntimeError::ReadSources`], [`RuntimeError::ReadEndpoint`], [`RuntimeError::Spawn`].
+    pub fn serve_reads(
+        &mut self,
+        sources: Vec<Arc<dyn OutboxSource>>,
+        cfg: ReadServerConfig,
+    ) -> Result<Vec<SocketAddr>, RuntimeError> {
+        if sources.len() != self.inboxes.len() {
+            return Err(RuntimeError::ReadSources {
+                sources: sources.len(),
+                replicas: self.inboxes.len(),
+            });
+        }
+        let mut addrs = Vec::with_capacity(sources.len());
+        for (i, source) in sources.into_iter().enumerate() {
+            let replica = i as NodeId;
+            let io = |error| RuntimeError::ReadEndpoint { replica, error };
+            let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(io)?;
+            listener.set_nonblocking(true).map_err(io)?;
+            addrs.push(listener.local_addr().map_err(io)?);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(io)?;
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let thread = std::thread::Builder::new()
+                .name(format!("read-{i}"))
+                .spawn(move || {
+                    rt.block_on(async move {
+                        let served = match tokio::net::TcpListener::from_std(listener) {
+                            Ok(l) => {
+                                ccron_http::read::serve_reads(l, source, cfg, async move {
+                                    let _ = stop_rx.await;
+                                })
+                                .await
+                            }
+                            Err(e) => Err(e),
+                        };
+                        if let Err(e) = served {
+                            tracing::error!(replica, error = %e, "read endpoint stopped");
+                        }
+                    });
+                })?;
+            self.readers.push((thread, stop_tx));
+        }
+        Ok(addrs)
+    }
+
+    fn stop_readers(&mut self) {
+        for (thread, stop) in std::mem::take(&mut self.readers) {
+            let _ = stop.send(());
+            if thread.join().is_err() {
+                tracing::error!("a read endpoint thread panicked");
+            }
+        }
     }
 
     /// Number of replicas.
@@ -361,6 +449,7 @@ impl ThreadedCluster {
         }
         // The generators' threads stop and join when dropped.
         self.generators.clear();
+        self.stop_readers();
         Ok(stats)
     }
 }
@@ -373,6 +462,7 @@ impl Drop for ThreadedCluster {
             // and a stopped worker's inbox is disconnected, so this returns at once.
             let _ = inbox.send(Msg::Stop);
         }
+        self.stop_readers();
     }
 }
 
@@ -412,5 +502,60 @@ mod tests {
                 .iter()
                 .all(|s| s.last_executed_seq >= 20 && s.stored_keys >= 20)
         );
+    }
+
+    #[test]
+    fn read_endpoints_serve_each_replica_and_stop_with_the_cluster() {
+        use ccron::outbox::{Jobs, OccurrenceId, Outbox, OutboxLimits, OutboxRecord};
+        use ccron_http::{PublishedOutbox, QuorumReader, ReadClientConfig};
+
+        let nodes: Vec<ToyNode> = (0..4)
+            .map(|i| ToyNode::new(i, 4, &DiskImage::new()))
+            .collect();
+        let mut c = ThreadedCluster::start(nodes, RuntimeConfig::default()).unwrap();
+        assert!(matches!(
+            c.serve_reads(Vec::new(), ReadServerConfig::default()),
+            Err(RuntimeError::ReadSources {
+                sources: 0,
+                replicas: 4
+            })
+        ));
+        let mut ob = Outbox::new(OutboxLimits::default());
+        ob.append(OutboxRecord::new(
+            OccurrenceId::new(1, 2, 3),
+            "h",
+            b"p".to_vec(),
+        ))
+        .unwrap();
+        let published: Vec<PublishedOutbox> = (0..4).map(PublishedOutbox::new).collect();
+        // Replica 3 has published nothing yet (it answers 503).
+        for p in &published[..3] {
+            p.publish(&ob, 5);
+        }
+        let sources = published
+            .iter()
+            .map(|p| Arc::new(p.clone()) as Arc<dyn OutboxSource>)
+            .collect();
+        let addrs = c.serve_reads(sources, ReadServerConfig::default()).unwrap();
+        assert_eq!(addrs.len(), 4);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let endpoints = addrs.iter().map(|a| format!("http://{a}")).collect();
+        let (answered, head, record, replicas) = rt.block_on(async {
+            let mut r = QuorumReader::new(ReadClientConfig::new(endpoints, 2)).unwrap();
+            let answered = r.refresh(1).await;
+            let replicas: Vec<Option<u64>> = r
+                .endpoints()
+                .iter()
+                .map(|e| e.page().map(|p| p.replica))
+                .collect();
+            (answered, r.jobs().head(), r.jobs().at_index(1), replicas)
+        });
+        assert_eq!((answered, head), (3, 1));
+        assert_eq!(record.as_ref(), ob.get(1));
+        assert_eq!(replicas, vec![Some(0), Some(1), Some(2), None]);
+        c.stop().unwrap();
     }
 }

@@ -323,6 +323,32 @@ impl Scheduler {
                     }
                 }
             }
+            ScheduleRequest::UpsertIfVersion { schedule, version } => {
+                let key = schedule.key.clone().ok_or(ScheduleError::MissingKey)?;
+                match self.keys.get(&key).copied() {
+                    Some(id) => {
+                        self.authorize(by, Action::Replace, Some(id))?;
+                        let actual = self.records.get(&id).map_or(0, |r| r.version);
+                        if actual != version {
+                            return Err(ScheduleError::StaleVersion {
+                                id,
+                                expected: version,
+                                actual,
+                            });
+                        }
+                        self.replace(id, schedule, handlers_ok, seq, now_ms)
+                            .map(Some)
+                    }
+                    None => {
+                        self.authorize(by, Action::Create, None)?;
+                        if version != 0 {
+                            return Err(ScheduleError::UnknownSchedule(Target::Key(key)));
+                        }
+                        self.insert_new(*by, schedule, handlers_ok, seq, now_ms)
+                            .map(Some)
+                    }
+                }
+            }
             ScheduleRequest::Replace { target, schedule } => {
                 let id = self.resolve(&target)?;
                 self.authorize(by, Action::Replace, Some(id))?;

@@ -38,7 +38,7 @@ use crate::tick::{ComponentId, TimeMs};
 
 pub(super) use admission::check_misfire;
 pub use handlers::{HandlerCtx, HandlerFn, Handlers};
-pub use preview::SlotLoad;
+pub use preview::{NextRun, SlotLoad};
 pub use types::{
     FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS,
     Misfire, NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
@@ -129,7 +129,8 @@ impl Scheduler {
         &self.policy
     }
 
-    /// How many [`ScheduleRequest::IfVersion`] requests [`Scheduler::apply`] rejected with
+    /// How many [`ScheduleRequest::IfVersion`] and [`ScheduleRequest::UpsertIfVersion`]
+    /// requests [`Scheduler::apply`] rejected with
     /// [`ScheduleError::StaleVersion`] since this book was created or loaded (a metric for the
     /// host; not replicated state: not stored, not part of equality).
     pub fn stale_rejections(&self) -> u64 {

@@ -250,6 +250,20 @@ pub enum ScheduleRequest {
     /// after its old point when that was already reached (see `docs/scheduling.md`, "Zone rule
     /// changes").
     InstallZone(ZoneRules),
+    /// Optimistic concurrency for an upsert (the last variant, so the others keep their
+    /// encoding): as [`ScheduleRequest::Upsert`], but only if the schedule holding the key is
+    /// still at `version` ([`ScheduleInfo::version`]), or, with
+    /// `version` 0, only if no schedule holds the key (create, never overwrite). A schedule at
+    /// another version is [`ScheduleError::StaleVersion`] (for 0: the key is taken); a non-zero
+    /// `version` for a key no schedule holds is [`ScheduleError::UnknownSchedule`]. Either
+    /// way nothing changes. Authorization is the upsert's (replace the holder, or create),
+    /// checked before the version.
+    UpsertIfVersion {
+        /// The definition (its key is required).
+        schedule: NewSchedule,
+        /// The version the requester last saw, or 0 for "no schedule holds the key".
+        version: u64,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -394,8 +408,9 @@ pub enum ScheduleError {
     /// A decoded book violates its invariants.
     #[error("stored schedule book is invalid: {0}")]
     Corrupt(String),
-    /// [`ScheduleRequest::IfVersion`] named a version the schedule no longer has (another
-    /// request changed it since); nothing changed.
+    /// [`ScheduleRequest::IfVersion`] or [`ScheduleRequest::UpsertIfVersion`] named a version
+    /// the schedule no longer has (another request changed it since; `expected` 0: the upsert
+    /// asked for a free key); nothing changed.
     #[error("schedule {id} is at version {actual}, the request expected {expected}")]
     StaleVersion {
         /// The schedule.
