@@ -10,17 +10,25 @@ use std::collections::BTreeSet;
 
 use ccron::MemPages;
 use ccron::host::{
-    Block as HostBlock, BlockHost, BlockOutcome as HostOutcome, CronLedger, HostError, TickGate,
-    TimeRule, Tx, TxResult,
+    Block as HostBlock, BlockHost, BlockOutcome as HostOutcome, ClientId, CronLedger,
+    ExecutedRequests, HostError, TickGate, TimeError, TimeRule, Tx, TxResult,
 };
 use ccron_ledgers::demo::{DemoLedger, DemoTables, demo_ledger};
 use ccron_ledgers::orders::{SchedAppConfig, ScheduledLedger};
 use malachitebft_core_types::{Round, VoteExtensionScope};
+use sha2::{Digest, Sha256};
 
 use crate::context::{
     Address, Block, CarriedSample, ClockSample, Ctx, Hash32, Height, PubKey, ValidatorSet,
     extension_signing_bytes, verify_raw,
 };
+use crate::request::{MAX_BLOCK_REQUEST_BYTES, MAX_BLOCK_REQUESTS, RequestError};
+
+/// How far height 1's agreed time (the proposer's clock) may be from a validator's clock.
+pub const GENESIS_BOUND_MS: i64 = 10_000;
+
+/// How far ahead of a validator's clock the median of a block's samples may be.
+pub const HARD_LIMIT_MS: i64 = 10_000;
 
 /// The tick period (ms) validators submit ticks at, for every ticking component: the tick
 /// gate's coalescing period too (one evaluated tick per sender, component and 200 ms of agreed
@@ -50,6 +58,14 @@ pub struct LedgerHost {
     pub ticks_skipped: u64,
     /// Actions fired so far.
     pub fires: u64,
+    /// Client requests executed so far.
+    pub requests_executed: u64,
+    /// Ordered client requests not executed because their `(client, number)` already executed.
+    pub requests_duplicate: u64,
+    /// The `(client, number)` pairs the last block executed.
+    pub last_requests: Vec<(ClientId, u64)>,
+    /// Exactly-once per `(client, number)`: replicated, in the state digest.
+    executed: ExecutedRequests,
 }
 
 impl std::fmt::Debug for LedgerHost {
@@ -122,6 +138,10 @@ impl LedgerHost {
             ticks_executed: 0,
             ticks_skipped: 0,
             fires: 0,
+            requests_executed: 0,
+            requests_duplicate: 0,
+            last_requests: Vec::new(),
+            executed: ExecutedRequests::new(),
         })
     }
 
@@ -138,7 +158,9 @@ impl LedgerHost {
         self.components.contains(&component)
     }
 
-    /// Executes one decided block through [`BlockHost::execute_block`].
+    /// Executes one decided block through [`BlockHost::execute_block`]: its client requests
+    /// first (in block order, each `(client, number)` at most once: repeats are counted in
+    /// [`requests_duplicate`](Self::requests_duplicate) and dropped), then its ticks.
     ///
     /// # Errors
     /// The host's error (a halted application, out-of-order height, time going back): the
@@ -148,7 +170,26 @@ impl LedgerHost {
         block: &Block,
         validators: &ValidatorSet,
     ) -> Result<HostOutcome, HostError> {
-        let block = host_block(block, validators);
+        self.last_requests.clear();
+        let mut txs = Vec::with_capacity(block.requests.len() + block.ticks.len());
+        for r in &block.requests {
+            let (client, number) = (r.client(), r.request.number);
+            match self.executed.admit(client, number) {
+                Ok(()) => {
+                    self.last_requests.push((client, number));
+                    txs.push(Tx::Request {
+                        client,
+                        payload: r.request.payload.clone(),
+                    });
+                }
+                Err(e) => {
+                    self.requests_duplicate += 1;
+                    tracing::debug!(height = block.height, reason = %e, "ordered request not executed");
+                }
+            }
+        }
+        self.requests_executed += self.last_requests.len() as u64;
+        let block = host_block(block, validators, txs);
         let out = match &mut self.hosted {
             Hosted::Demo(h) => h.execute_block(&block)?,
             Hosted::Orders(h) => h.execute_block(&block)?,
@@ -164,8 +205,20 @@ impl LedgerHost {
         Ok(out)
     }
 
-    /// The host's state digest ([`BlockHost::digest`]) after the last executed block.
+    /// The node's state digest after the last executed block: [`host_digest`](Self::host_digest)
+    /// and the executed requests' digest ([`ExecutedRequests::digest`]).
     pub fn state_digest(&self) -> [u8; 32] {
+        Sha256::new()
+            .chain_update(b"ccron-malachite-state")
+            .chain_update(self.host_digest())
+            .chain_update(self.executed.digest())
+            .finalize()
+            .into()
+    }
+
+    /// The host's digest ([`BlockHost::digest`]): what any engine's [`BlockHost`] gives after
+    /// the same blocks (the cross-engine comparison).
+    pub fn host_digest(&self) -> [u8; 32] {
         match &self.hosted {
             Hosted::Demo(h) => h.digest(),
             Hosted::Orders(h) => h.digest(),
@@ -190,6 +243,11 @@ impl LedgerHost {
             Hosted::Orders(h) => h.pages(),
         }
     }
+
+    /// The executed requests (the mempool's mirror starts from it).
+    pub fn executed(&self) -> &ExecutedRequests {
+        &self.executed
+    }
 }
 
 /// The validator index of `address` in `validators` (the tick sender [`ccron::host`] sees).
@@ -201,32 +259,27 @@ pub fn validator_index(validators: &ValidatorSet, address: &Address) -> Option<u
         .and_then(|i| u32::try_from(i).ok())
 }
 
-/// The block as [`ccron::host`] sees it: height, agreed time, and each tick transaction with its
-/// submitter's validator index (`None` for a non-validator: the gate refuses it).
-pub fn host_block(block: &Block, validators: &ValidatorSet) -> HostBlock {
+/// The block as [`ccron::host`] sees it: height, agreed time, the `requests` (already deduped)
+/// and then each tick transaction with its submitter's validator index (`None` for a
+/// non-validator: the gate refuses it).
+pub fn host_block(block: &Block, validators: &ValidatorSet, requests: Vec<Tx>) -> HostBlock {
+    let mut txs = requests;
+    txs.extend(block.ticks.iter().map(|t| Tx::Tick {
+        component: t.component,
+        sender: validator_index(validators, &t.submitter),
+    }));
     HostBlock {
         height: block.height,
         agreed_time_ms: Some(block.agreed_time_ms),
-        txs: block
-            .ticks
-            .iter()
-            .map(|t| Tx::Tick {
-                component: t.component,
-                sender: validator_index(validators, &t.submitter),
-            })
-            .collect(),
+        txs,
     }
 }
 
-/// The agreed-time rule for `validators` ([`TimeRule`], with this engine's quorum; the bounds
-/// against the local clock are not applied: height 1's time is the genesis time).
+/// The agreed-time rule for `validators`: [`TimeRule`] with this engine's commit quorum
+/// ([`ValidatorSet::quorum`], `floor(2n/3)+1`, at least 2f+1 for any n, so one commit's
+/// precommits always carry enough samples), [`GENESIS_BOUND_MS`] and [`HARD_LIMIT_MS`].
 pub fn time_rule(validators: &ValidatorSet) -> TimeRule {
-    TimeRule {
-        quorum: validators.quorum(),
-        epsilon_ms: 1,
-        genesis_bound_ms: 0,
-        hard_limit_ms: i64::MAX,
-    }
+    TimeRule::with_quorum(validators.quorum(), GENESIS_BOUND_MS, HARD_LIMIT_MS)
 }
 
 /// The verified `(validator index, clock)` pairs of a block's carried samples (samples from
@@ -238,7 +291,8 @@ pub fn sample_pairs(samples: &[CarriedSample], validators: &ValidatorSet) -> Vec
         .collect()
 }
 
-/// The agreed time of the block at `height`: the genesis time at height 1, after that
+/// The agreed time of the block at `height`: at height 1 the earliest allowed (the genesis
+/// time; a proposer stamps `max(genesis, its clock)`, see [`validate_block`]), after that
 /// [`TimeRule::agreed`] over the previous height's samples (`None` without a quorum of them).
 pub fn agreed_time(
     height: u64,
@@ -295,6 +349,47 @@ pub enum BlockRejection {
     /// A tick for an unknown component, repeated, or from a non-validator.
     #[error("tick transaction for an unknown component, repeated, or not from a validator")]
     BadTick,
+    /// Height 1's time is before the genesis time.
+    #[error("height 1 time {time} is before the genesis time {genesis}")]
+    BeforeGenesis {
+        /// Claimed.
+        time: i64,
+        /// The genesis time.
+        genesis: i64,
+    },
+    /// The time is too far from this validator's clock (height 1: either side by
+    /// [`GENESIS_BOUND_MS`]; later: the samples' median ahead by more than [`HARD_LIMIT_MS`]).
+    #[error("time {time} is more than {bound} ms from the local clock {now}")]
+    TimeOutOfBounds {
+        /// The checked time.
+        time: i64,
+        /// This validator's clock.
+        now: i64,
+        /// The bound.
+        bound: i64,
+    },
+    /// More requests (count or encoded bytes) than a block may carry.
+    #[error("{count} requests of {bytes} bytes, over the block's bounds")]
+    TooManyRequests {
+        /// Requests carried.
+        count: usize,
+        /// Their encoded bytes.
+        bytes: usize,
+    },
+    /// A request whose bounds or signature fail.
+    #[error("request {index}: {reason}")]
+    BadRequest {
+        /// Its position in the block.
+        index: usize,
+        /// Why.
+        reason: RequestError,
+    },
+    /// The same `(client, number)` twice in one block.
+    #[error("request {index} repeats an earlier request number of its client")]
+    RepeatedRequest {
+        /// Its position in the block.
+        index: usize,
+    },
 }
 
 /// What a validator knows about the previous height to check a block.
@@ -308,7 +403,17 @@ pub struct PrevCommit {
     pub agreed_time_ms: i64,
 }
 
-/// Checks a proposed block at `height` (every validator, before voting for it).
+/// Checks a proposed block at `height` (every validator, before voting for it; a proposer
+/// checks its own block before proposing it) against this validator's clock `now_ms`:
+///
+/// - the samples of height h-1 (scope, quorum, signatures) and the claimed time, by
+///   [`time_rule`]: at height 1 (no samples) the proposer's stamp, not before `genesis_ms` and
+///   within [`GENESIS_BOUND_MS`] of `now_ms` ([`TimeRule::genesis`]); later exactly the rule's
+///   result, with the samples' median at most [`HARD_LIMIT_MS`] ahead of `now_ms`
+///   ([`TimeRule::check`]);
+/// - the ticks (known components, one each, from validators);
+/// - the client requests: at most [`MAX_BLOCK_REQUESTS`] and [`MAX_BLOCK_REQUEST_BYTES`], each
+///   within its bounds and signed by its client, no `(client, number)` twice.
 ///
 /// # Errors
 /// The first reason the block is invalid.
@@ -317,6 +422,7 @@ pub fn validate_block(
     height: u64,
     prev: Option<PrevCommit>,
     genesis_ms: i64,
+    now_ms: i64,
     validators: &ValidatorSet,
     has_component: &dyn Fn(u32) -> bool,
 ) -> Result<(), BlockRejection> {
@@ -334,7 +440,15 @@ pub fn validate_block(
             {
                 return Err(BlockRejection::WrongScope);
             }
-            genesis_ms
+            if block.agreed_time_ms < genesis_ms {
+                return Err(BlockRejection::BeforeGenesis {
+                    time: block.agreed_time_ms,
+                    genesis: genesis_ms,
+                });
+            }
+            time_rule(validators)
+                .genesis(block.agreed_time_ms, now_ms)
+                .map_err(|e| time_rejection(e, block.agreed_time_ms, block.samples.len()))?
         }
         Some(p) => {
             if block.prev_round != p.round || block.prev_id != p.id {
@@ -364,15 +478,11 @@ pub fn validate_block(
                     return Err(BlockRejection::BadSampleSignature);
                 }
             }
+            let pairs = sample_pairs(&block.samples, validators);
             time_rule(validators)
-                .agreed(
-                    Some(p.agreed_time_ms),
-                    &sample_pairs(&block.samples, validators),
-                )
-                .map_err(|_| BlockRejection::TooFewSamples {
-                    got: block.samples.len(),
-                    quorum,
-                })?
+                .check(block.agreed_time_ms, Some(p.agreed_time_ms), &pairs, now_ms)
+                .map_err(|e| time_rejection(e, block.agreed_time_ms, block.samples.len()))?;
+            block.agreed_time_ms
         }
     };
     if block.agreed_time_ms != computed {
@@ -390,5 +500,43 @@ pub fn validate_block(
             return Err(BlockRejection::BadTick);
         }
     }
+    let bytes: usize = block.requests.iter().map(|r| r.encoded_len()).sum();
+    if block.requests.len() > MAX_BLOCK_REQUESTS || bytes > MAX_BLOCK_REQUEST_BYTES {
+        return Err(BlockRejection::TooManyRequests {
+            count: block.requests.len(),
+            bytes,
+        });
+    }
+    let mut numbers = BTreeSet::new();
+    for (index, r) in block.requests.iter().enumerate() {
+        r.verify()
+            .map_err(|reason| BlockRejection::BadRequest { index, reason })?;
+        if !numbers.insert((r.client(), r.request.number)) {
+            return Err(BlockRejection::RepeatedRequest { index });
+        }
+    }
     Ok(())
+}
+
+/// The rejection for a [`TimeRule`] error on a block claiming `claimed` with `samples` samples.
+fn time_rejection(e: TimeError, claimed: i64, samples: usize) -> BlockRejection {
+    match e {
+        TimeError::Mismatch { expected, .. } => BlockRejection::WrongTime {
+            claimed,
+            computed: expected,
+        },
+        TimeError::OutOfBounds { time, now, bound } => {
+            BlockRejection::TimeOutOfBounds { time, now, bound }
+        }
+        TimeError::TooFewSamples { need, .. } => BlockRejection::TooFewSamples {
+            got: samples,
+            quorum: need,
+        },
+        TimeError::DuplicateSample(_) => BlockRejection::BadSampler,
+        // `TimeError` is non-exhaustive: a future reason is still a refusal.
+        _ => BlockRejection::WrongTime {
+            claimed,
+            computed: claimed,
+        },
+    }
 }

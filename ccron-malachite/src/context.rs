@@ -144,6 +144,9 @@ pub struct Block {
     pub agreed_time_ms: i64,
     /// Tick transactions, at most one per component.
     pub ticks: Vec<TickTx>,
+    /// Client requests, in execution order (bounded: [`crate::request::MAX_BLOCK_REQUESTS`],
+    /// [`crate::request::MAX_BLOCK_REQUEST_BYTES`]).
+    pub requests: Vec<crate::request::SignedRequest>,
 }
 
 impl Block {
@@ -267,9 +270,10 @@ impl ValidatorSet {
         ValidatorSet { validators }
     }
 
-    /// The quorum (2f+1 of n = 3f+1, equal power).
+    /// The engine's commit quorum with equal power: more than two thirds,
+    /// [`ccron::host::two_thirds_quorum`] (2f+1 when n = 3f+1, at least that for any n).
     pub fn quorum(&self) -> usize {
-        self.validators.len() * 2 / 3 + 1
+        ccron::host::two_thirds_quorum(u32::try_from(self.validators.len()).unwrap_or(u32::MAX))
     }
 
     /// Whether `address` is a validator.

@@ -298,6 +298,13 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             children.0[i] = Some(c);
         }
     }
+    // `--ledger orders`: a client places orders through the nodes' endpoints (`crate::load`).
+    let load = match opts.ledger.as_str() {
+        "orders" => Some(crate::load::LoadGenerator::start(
+            crate::load::LoadOptions::localnet(&home, n, opts.seed),
+        )?),
+        _ => None,
+    };
     let start = Instant::now();
     // Kill the node after the liar (or node 1) and, if there is a late joiner, not that one.
     let victim = 1usize.min(n - 1);
@@ -349,9 +356,16 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .iter()
         .map(|c| c.as_ref().and_then(|c| peak_rss_kb(c.id())).unwrap_or(0))
         .collect();
+    let load = load.map(crate::load::LoadGenerator::stop);
     drop(children);
 
     let mut violations = Vec::new();
+    if let Some(l) = load {
+        tracing::info!(?l, "order load");
+        if l.admitted == 0 {
+            violations.push("no order was admitted by any node".into());
+        }
+    }
     let mut nodes = Vec::new();
     let mut digests = Vec::new();
     for (i, &is_alive) in alive.iter().enumerate() {

@@ -43,6 +43,10 @@ enum Cmd {
         /// Propose lying agreed times (a Byzantine proposer, for tests).
         #[arg(long)]
         lying_time: bool,
+        /// Client endpoint listen address (port 0: any free port; the bound address is written
+        /// to `node-I/http.addr`).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        http: std::net::SocketAddr,
     },
     /// Start N node processes, kill and restart one, and write a JSON report.
     Localnet {
@@ -119,6 +123,7 @@ fn main() -> ExitCode {
             home,
             index,
             lying_time,
+            http,
         } => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -135,6 +140,7 @@ fn main() -> ExitCode {
                 home,
                 index,
                 lying_time,
+                http,
             })) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -25,11 +25,16 @@ use malachitebft_app_channel::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::app::{LedgerHost, PrevCommit, agreed_time, validate_block};
+use std::sync::{Arc, Mutex};
+
+use crate::api::{ApiState, lock};
+use crate::app::{BlockRejection, LedgerHost, PrevCommit, agreed_time, validate_block};
 use crate::context::{
     Address, Block, BorshCodec, CarriedSample, ClockSample, Ctx, Ed25519Signer, Ed25519Verifier,
     Hash32, Height, ProposalPart, PubKey, TickTx, ValidatorSet, proposer_of, verify_raw,
 };
+use crate::mempool::{Mempool, MempoolConfig, MempoolCounters};
+use crate::request::{MAX_BLOCK_REQUEST_BYTES, MAX_BLOCK_REQUESTS};
 use crate::store::{BlockStore, Decided, PartLog};
 use ccron::host::BlockOutcome;
 
@@ -78,6 +83,43 @@ pub struct NodeStatus {
     pub synced_heights: u64,
     /// Agreed time of the last height.
     pub agreed_time_ms: i64,
+    /// Client requests executed.
+    #[serde(default)]
+    pub requests_executed: u64,
+    /// Ordered client requests not executed: their `(client, number)` had executed.
+    #[serde(default)]
+    pub requests_duplicate: u64,
+    /// Rounds this node skipped proposing in because its own block would be invalid
+    /// ([`ProposeError`]).
+    #[serde(default)]
+    pub proposals_skipped: u64,
+    /// The mempool's counters.
+    #[serde(default)]
+    pub mempool: MempoolCounters,
+}
+
+/// Why a node does not propose in a round (it skips the round's proposal; the round times out
+/// and the next proposer proposes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProposeError {
+    /// The previous height's clock samples do not give an agreed time (fewer than a quorum).
+    #[error("no agreed time for height {height}: {reason}")]
+    NoAgreedTime {
+        /// The height.
+        height: u64,
+        /// Why.
+        reason: BlockRejection,
+    },
+    /// The block this node would propose fails its own validity check (e.g. the samples'
+    /// median is beyond the hard limit of its clock): the others would reject it too.
+    #[error("own block for height {height} is invalid: {reason}")]
+    Invalid {
+        /// The height.
+        height: u64,
+        /// Why.
+        reason: BlockRejection,
+    },
 }
 
 /// Errors that stop a node.
@@ -110,6 +152,14 @@ pub struct NodeOptions {
     pub index: usize,
     /// Propose blocks whose agreed time is an hour ahead (a Byzantine proposer, for tests).
     pub lying_time: bool,
+    /// Where the HTTP server (client submissions) listens (`127.0.0.1:0`: any free port). The
+    /// bound address is written to `node-I/http.addr`.
+    pub http: std::net::SocketAddr,
+}
+
+/// The file a node writes its bound HTTP address to.
+pub fn http_addr_path(home: &Path, index: usize) -> PathBuf {
+    node_dir(home, index).join("http.addr")
 }
 
 /// Hex encoding.
@@ -277,6 +327,19 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
         parts,
     )?;
 
+    // Client submissions: the HTTP server feeds the mempool the proposer reads.
+    let bound = crate::api::serve(
+        opts.http,
+        ApiState {
+            mempool: node.mempool.clone(),
+        },
+    )
+    .await
+    .map_err(|e| NodeError::Config(format!("HTTP listen on {}: {e}", opts.http)))?;
+    std::fs::write(http_addr_path(&opts.home, opts.index), bound.to_string())
+        .map_err(|e| NodeError::Config(format!("http.addr: {e}")))?;
+    tracing::info!(%bound, "client endpoint");
+
     let (mut channels, _engine) = malachitebft_app_channel::start_engine(
         Ctx,
         config,
@@ -348,6 +411,8 @@ struct NodeState {
     early: BTreeMap<(u64, u32), ProposalPart>,
     /// Components with a pending tick of this node (at most one each).
     pending_ticks: BTreeSet<u32>,
+    /// Verified client requests waiting for a block (shared with the HTTP server).
+    mempool: Arc<Mutex<Mempool>>,
     status: NodeStatus,
     synced: BTreeSet<u64>,
 }
@@ -383,6 +448,10 @@ impl NodeState {
             my_parts: BTreeMap::new(),
             early: BTreeMap::new(),
             pending_ticks: BTreeSet::new(),
+            mempool: Arc::new(Mutex::new(Mempool::new(
+                MempoolConfig::default(),
+                Default::default(),
+            ))),
             synced: BTreeSet::new(),
         };
         // Restart: the state is a pure function of the decided blocks; re-execute them.
@@ -402,6 +471,11 @@ impl NodeState {
                 }
             }
         }
+        // The mempool refuses what executed before the restart.
+        node.mempool = Arc::new(Mutex::new(Mempool::new(
+            MempoolConfig::default(),
+            node.ledger.executed().clone(),
+        )));
         tracing::info!(height = last, "replayed the block store");
         node.write_status();
         Ok(node)
@@ -425,7 +499,11 @@ impl NodeState {
         })
     }
 
-    fn build_block(&self, height: u64) -> Block {
+    /// The block this node proposes at `height`: the previous height's samples, the agreed
+    /// time by the rule, its pending ticks and the oldest pending requests; checked with the
+    /// validity rule every validator applies, so that it never proposes a block the others
+    /// reject (a lying node, for tests, skips the check).
+    fn build_block(&self, height: u64) -> Result<Block, ProposeError> {
         let prev = self.store.get(height.saturating_sub(1));
         let (prev_round, prev_id, prev_time, samples) = match prev {
             Some(d) if height > 1 => {
@@ -449,18 +527,31 @@ impl NodeState {
             }
             _ => (0, Hash32::default(), 0, Vec::new()),
         };
-        let mut agreed = agreed_time(
+        let now = now_ms();
+        let mut agreed = match agreed_time(
             height,
             self.genesis.genesis_time_ms,
             prev_time,
             &samples,
             &self.validators,
-        )
-        .unwrap_or(prev_time.saturating_add(1));
+        ) {
+            // Height 1: the proposer's stamp, not before the genesis time.
+            Some(t) if height <= 1 => t.max(now),
+            Some(t) => t,
+            None => {
+                return Err(ProposeError::NoAgreedTime {
+                    height,
+                    reason: BlockRejection::TooFewSamples {
+                        got: samples.len(),
+                        quorum: self.validators.quorum(),
+                    },
+                });
+            }
+        };
         if self.opts.lying_time {
             agreed = agreed.saturating_add(3_600_000);
         }
-        Block {
+        let block = Block {
             height,
             prev_round,
             prev_id,
@@ -474,7 +565,22 @@ impl NodeState {
                     submitter: self.me,
                 })
                 .collect(),
+            requests: lock(&self.mempool).select(MAX_BLOCK_REQUESTS, MAX_BLOCK_REQUEST_BYTES),
+        };
+        if !self.opts.lying_time {
+            let ledger = &self.ledger;
+            validate_block(
+                &block,
+                height,
+                self.prev_commit(height),
+                self.genesis.genesis_time_ms,
+                now,
+                &self.validators,
+                &|c| ledger.has_component(c),
+            )
+            .map_err(|reason| ProposeError::Invalid { height, reason })?;
         }
+        Ok(block)
     }
 
     fn after_execute(&mut self, block: &Block, _out: &BlockOutcome) {
@@ -485,6 +591,8 @@ impl NodeState {
         self.status.ticks_skipped = self.ledger.ticks_skipped;
         self.status.fires = self.ledger.fires;
         self.status.agreed_time_ms = block.agreed_time_ms;
+        self.status.requests_executed = self.ledger.requests_executed;
+        self.status.requests_duplicate = self.ledger.requests_duplicate;
         use std::io::Write;
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
@@ -527,6 +635,7 @@ impl NodeState {
 
     fn write_status(&mut self) {
         self.status.synced_heights = self.synced.len() as u64;
+        self.status.mempool = lock(&self.mempool).counters();
         let dir = node_dir(&self.opts.home, self.opts.index);
         let tmp = dir.join("status.json.tmp");
         let Ok(bytes) = serde_json::to_vec_pretty(&self.status) else {
@@ -592,6 +701,7 @@ impl NodeState {
             height,
             self.prev_commit(height),
             self.genesis.genesis_time_ms,
+            now_ms(),
             &self.validators,
             &|c| ledger.has_component(c),
         );
@@ -675,7 +785,18 @@ impl NodeState {
                 let r = round.as_u32().unwrap_or(0);
                 let block = match self.my_parts.get(&(height.0, r)) {
                     Some(p) => p.block.clone(),
-                    None => self.build_block(height.0),
+                    None => match self.build_block(height.0) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            // No value: the engine's propose timeout runs out, the validators
+                            // prevote nil and the next round's proposer proposes.
+                            self.status.proposals_skipped += 1;
+                            tracing::warn!(height = height.0, round = r, reason = %e, "proposal skipped");
+                            self.write_status();
+                            drop(reply);
+                            return Ok(());
+                        }
+                    },
                 };
                 let valid_round = Round::Nil;
                 let bytes =
@@ -758,6 +879,7 @@ impl NodeState {
                     extensions,
                 })?;
                 let out = self.ledger.execute(&block, &self.validators)?;
+                lock(&self.mempool).after_block(&block.requests, &self.ledger.last_requests);
                 for t in &block.ticks {
                     if t.submitter == self.me {
                         self.pending_ticks.remove(&t.component);
@@ -773,6 +895,7 @@ impl NodeState {
                     height,
                     agreed_ms = block.agreed_time_ms,
                     fires = out.fires.len(),
+                    requests = self.ledger.last_requests.len(),
                     "decided"
                 );
                 let _ = reply.send(());

@@ -276,7 +276,7 @@ fn validators() -> ValidatorSet {
 fn adapter_block(b: &RecordedBatch, vs: &ValidatorSet) -> Block {
     assert!(
         b.requests.is_empty(),
-        "seq {}: a client request, and the adapter's blocks carry ticks only",
+        "seq {}: a client request, and this recording carries ticks only",
         b.seq
     );
     Block {
@@ -293,6 +293,7 @@ fn adapter_block(b: &RecordedBatch, vs: &ValidatorSet) -> Block {
                 submitter: vs.validators[sender as usize].address,
             })
             .collect(),
+        requests: Vec::new(),
     }
 }
 

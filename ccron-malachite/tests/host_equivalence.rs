@@ -13,16 +13,21 @@ use ccron::host::{Application, Block as HostBlock, BlockHost, TickGate, Tx, TxRe
 use ccron_ledgers::demo::{DemoTables, demo_ledger};
 use ccron_ledgers::orders::ScheduledLedger;
 use ccron_malachite::app::{
-    BlockRejection, DEMO_TICK_PERIOD_MS, HOST_PAGES, LedgerHost, PrevCommit, agreed_time,
-    orders_config, validate_block,
+    BlockRejection, DEMO_TICK_PERIOD_MS, GENESIS_BOUND_MS, HARD_LIMIT_MS, HOST_PAGES, LedgerHost,
+    PrevCommit, agreed_time, orders_config, validate_block,
 };
 use ccron_malachite::context::{
     Address, Block, CarriedSample, ClockSample, Ctx, Ed25519Signer, Hash32, Height, TickTx,
     ValidatorSet, extension_signing_bytes,
 };
+use ccron_malachite::load::order_request;
+use ccron_malachite::request::{ClientRequest, MAX_BLOCK_REQUESTS, SignedRequest};
+use ed25519_dalek::SigningKey;
 use malachitebft_core_types::{Round, Value, VoteExtensionScope};
 
 const GENESIS_MS: i64 = 1_700_000_000_000;
+/// A validator's clock when it checks height 3 of a 250 ms chain.
+const NOW3: i64 = GENESIS_MS + 500;
 const N: usize = 4;
 
 /// Four validators with fixed keys, in the set's (address) order.
@@ -97,8 +102,9 @@ fn chain(heights: u64, step_ms: i64, components: &[u32]) -> Vec<Block> {
             samples: carried,
             agreed_time_ms: time,
             ticks,
+            requests: Vec::new(),
         };
-        validate_block(&block, h, prev, GENESIS_MS, &vs, &|c| {
+        validate_block(&block, h, prev, GENESIS_MS, time, &vs, &|c| {
             components.contains(&c)
         })
         .expect("a valid block");
@@ -171,7 +177,7 @@ fn equivalent<A: Application>(
             .filter(|r| matches!(r, TxResult::TickSkipped(_)))
             .count();
     }
-    assert_eq!(adapter.state_digest(), direct.digest());
+    assert_eq!(adapter.host_digest(), direct.digest());
     assert_eq!(adapter.fires as usize, fires);
     assert_eq!(adapter.ticks_skipped as usize, skipped);
     (fires, skipped)
@@ -203,8 +209,8 @@ fn orders_ledger_runs_the_same_on_the_adapter_and_on_the_host() {
         MemPages::new(HOST_PAGES.0, HOST_PAGES.1),
         gate(&[cfg.component]),
     );
-    // Blocks carry ticks only (no client requests yet): the book stays empty, nothing fires,
-    // and both paths agree on that.
+    // Ticks only: the book stays empty, nothing fires, and both paths agree on that (client
+    // requests: `client_requests_execute_once_and_their_orders_fire`).
     assert_eq!(equivalent("orders", direct, &blocks).0, 0);
 }
 
@@ -238,7 +244,7 @@ fn a_tick_from_a_non_validator_is_skipped_on_both_paths() {
         agreed_time_ms: blocks[1].agreed_time_ms,
     };
     assert_eq!(
-        validate_block(&blocks[2], 3, Some(prev), GENESIS_MS, &vs, &|c| {
+        validate_block(&blocks[2], 3, Some(prev), GENESIS_MS, NOW3, &vs, &|c| {
             components.contains(&c)
         }),
         Err(BlockRejection::BadTick)
@@ -257,7 +263,7 @@ fn a_lying_or_sample_omitting_proposer_is_rejected() {
         agreed_time_ms: blocks[1].agreed_time_ms,
     };
     assert_eq!(
-        validate_block(&blocks[2], 3, Some(prev), GENESIS_MS, &vs, &has),
+        validate_block(&blocks[2], 3, Some(prev), GENESIS_MS, NOW3, &vs, &has),
         Ok(())
     );
     // Samples 2 of the 4 validators' clocks (skews -40, 3, 17, 900): the lower median is the
@@ -268,7 +274,7 @@ fn a_lying_or_sample_omitting_proposer_is_rejected() {
     let mut lying = blocks[2].clone();
     lying.agreed_time_ms += 3_600_000;
     assert_eq!(
-        validate_block(&lying, 3, Some(prev), GENESIS_MS, &vs, &has),
+        validate_block(&lying, 3, Some(prev), GENESIS_MS, NOW3, &vs, &has),
         Err(BlockRejection::WrongTime {
             claimed: wall + 3 + 3_600_000,
             computed: wall + 3,
@@ -278,23 +284,156 @@ fn a_lying_or_sample_omitting_proposer_is_rejected() {
     let mut omitting = blocks[2].clone();
     omitting.samples.truncate(2);
     assert_eq!(
-        validate_block(&omitting, 3, Some(prev), GENESIS_MS, &vs, &has),
+        validate_block(&omitting, 3, Some(prev), GENESIS_MS, NOW3, &vs, &has),
         Err(BlockRejection::TooFewSamples { got: 2, quorum: 3 })
     );
 
     let mut forged = blocks[2].clone();
     forged.samples[0].time_ms += 1;
     assert_eq!(
-        validate_block(&forged, 3, Some(prev), GENESIS_MS, &vs, &has),
+        validate_block(&forged, 3, Some(prev), GENESIS_MS, NOW3, &vs, &has),
         Err(BlockRejection::BadSampleSignature)
     );
 
-    // Height 1: the genesis time, no samples.
+    // The samples' median more than the hard limit ahead of this validator's clock.
+    assert!(matches!(
+        validate_block(
+            &blocks[2],
+            3,
+            Some(prev),
+            GENESIS_MS,
+            wall - HARD_LIMIT_MS - 10,
+            &vs,
+            &has
+        ),
+        Err(BlockRejection::TimeOutOfBounds { .. })
+    ));
+
+    // Height 1: no samples; the proposer's stamp, not before genesis, within the genesis bound
+    // of the validator's clock.
     assert_eq!(blocks[0].agreed_time_ms, GENESIS_MS);
     let mut early = blocks[0].clone();
     early.agreed_time_ms -= 1;
     assert!(matches!(
-        validate_block(&early, 1, None, GENESIS_MS, &vs, &has),
-        Err(BlockRejection::WrongTime { .. })
+        validate_block(&early, 1, None, GENESIS_MS, GENESIS_MS, &vs, &has),
+        Err(BlockRejection::BeforeGenesis { .. })
+    ));
+    let mut later = blocks[0].clone();
+    later.agreed_time_ms += 2_000;
+    assert_eq!(
+        validate_block(&later, 1, None, GENESIS_MS, GENESIS_MS + 1_000, &vs, &has),
+        Ok(())
+    );
+    assert!(matches!(
+        validate_block(
+            &later,
+            1,
+            None,
+            GENESIS_MS,
+            GENESIS_MS + 2_000 + GENESIS_BOUND_MS + 1,
+            &vs,
+            &has
+        ),
+        Err(BlockRejection::TimeOutOfBounds { .. })
+    ));
+    assert!(matches!(
+        validate_block(
+            &later,
+            1,
+            None,
+            GENESIS_MS,
+            GENESIS_MS + 2_000 - GENESIS_BOUND_MS - 1,
+            &vs,
+            &has
+        ),
+        Err(BlockRejection::TimeOutOfBounds { .. })
+    ));
+}
+
+/// A signed order request of the test client (key 9), number `n`.
+fn order(n: u64) -> SignedRequest {
+    order_request(&SigningKey::from_bytes(&[9; 32]), n, 1_000).unwrap()
+}
+
+#[test]
+fn client_requests_execute_once_and_their_orders_fire() {
+    let cfg = orders_config();
+    let mut blocks = chain(40, 120, &[cfg.component]);
+    // Orders 1 and 2 at height 2; order 1 again at height 3 (a copy another proposer had) with
+    // order 3: the copy is not executed again.
+    blocks[1].requests = vec![order(1), order(2)];
+    blocks[2].requests = vec![order(1), order(3)];
+    let (vs, _) = validators();
+    let mut adapter = LedgerHost::new("orders", N as u32).unwrap();
+    // The same blocks on the host directly, the requests deduped by hand (1 and 2 at height 2,
+    // only 3 at height 3).
+    let mut host = host_blocks(&blocks);
+    let client = order(1).client();
+    let tx = |n: u64| Tx::Request {
+        client,
+        payload: order(n).request.payload,
+    };
+    host[1].txs.splice(0..0, [tx(1), tx(2)]);
+    host[2].txs.insert(0, tx(3));
+    let mut direct = BlockHost::new(
+        ScheduledLedger::new(cfg),
+        MemPages::new(HOST_PAGES.0, HOST_PAGES.1),
+        gate(&[cfg.component]),
+    );
+    let expected = replay(&mut direct, &host).unwrap();
+    let mut fires = 0;
+    for (b, e) in blocks.iter().zip(&expected) {
+        let got = adapter.execute(b, &vs).unwrap();
+        assert_eq!(got, *e, "block {}", b.height);
+        fires += got.fires.len();
+    }
+    assert_eq!(adapter.requests_executed, 3);
+    assert_eq!(adapter.requests_duplicate, 1);
+    assert!(matches!(&expected[1].results[0], TxResult::Reply(r) if r.starts_with(b"ok")));
+    // 40 heights of 120 ms: the three 1 s expiries fired.
+    assert_eq!(fires, 3, "the three orders expired");
+    assert_eq!(adapter.host_digest(), direct.digest());
+    // The node digest also covers the executed requests.
+    assert_ne!(adapter.state_digest(), adapter.host_digest());
+}
+
+#[test]
+fn the_rule_refuses_forged_oversized_and_repeated_requests() {
+    let components = [orders_config().component];
+    let blocks = chain(3, 250, &components);
+    let (vs, _) = validators();
+    let has = |c: u32| components.contains(&c);
+    let prev = PrevCommit {
+        round: 2,
+        id: blocks[1].id(),
+        agreed_time_ms: blocks[1].agreed_time_ms,
+    };
+    let check = |b: &Block| validate_block(b, 3, Some(prev), GENESIS_MS, NOW3, &vs, &has);
+    let mut ok = blocks[2].clone();
+    ok.requests = vec![order(1), order(2)];
+    assert_eq!(check(&ok), Ok(()));
+    let mut forged = ok.clone();
+    forged.requests[1].request.number = 7;
+    assert!(matches!(
+        check(&forged),
+        Err(BlockRejection::BadRequest { index: 1, .. })
+    ));
+    let mut repeated = ok.clone();
+    let mut twin = order(1);
+    twin = ClientRequest {
+        payload: b"other".to_vec(),
+        ..twin.request
+    }
+    .sign(&SigningKey::from_bytes(&[9; 32]));
+    repeated.requests.push(twin);
+    assert_eq!(
+        check(&repeated),
+        Err(BlockRejection::RepeatedRequest { index: 2 })
+    );
+    let mut many = blocks[2].clone();
+    many.requests = (0..=MAX_BLOCK_REQUESTS as u64).map(order).collect();
+    assert!(matches!(
+        check(&many),
+        Err(BlockRejection::TooManyRequests { .. })
     ));
 }

@@ -7,10 +7,17 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use ccron_malachite::localnet::Report;
+use ccron_malachite::node::NodeStatus;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn localnet(args: &[&str], name: &str) -> (bool, Report) {
+    let (ok, report, _) = localnet_with(args, "demo", name);
+    (ok, report)
+}
+
+/// Runs a localnet of `ledger`; also returns each node's final `status.json`.
+fn localnet_with(args: &[&str], ledger: &str, name: &str) -> (bool, Report, Vec<NodeStatus>) {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!(
         "ccron-malachite-test-{name}-{}",
@@ -21,7 +28,7 @@ fn localnet(args: &[&str], name: &str) -> (bool, Report) {
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ccron-malachite"))
         .arg("localnet")
-        .args(["--nodes", "4", "--ledger", "demo", "--home"])
+        .args(["--nodes", "4", "--ledger", ledger, "--home"])
         .arg(dir.join("home"))
         .arg("--json")
         .arg(&json)
@@ -31,11 +38,43 @@ fn localnet(args: &[&str], name: &str) -> (bool, Report) {
     let report: Report = serde_json::from_slice(&std::fs::read(&json).expect("report written"))
         .expect("report parses");
     println!("{}", String::from_utf8_lossy(&out.stdout));
+    let statuses = (0..4)
+        .map(|i| {
+            let path = dir
+                .join("home")
+                .join(format!("node-{i}"))
+                .join("status.json");
+            serde_json::from_slice(&std::fs::read(path).expect("status written"))
+                .expect("status parses")
+        })
+        .collect();
     let ok = out.status.success();
     if ok {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    (ok, report)
+    (ok, report, statuses)
+}
+
+#[test]
+fn orders_placed_through_the_endpoint_expire_on_every_node() {
+    let (ok, r, statuses) = localnet_with(&["--duration", "20s"], "orders", "orders");
+    assert!(ok, "localnet failed: {r:?}");
+    assert!(r.honest_agree);
+    assert_eq!(r.restarts, 1);
+    for (n, s) in r.nodes.iter().zip(&statuses) {
+        // The orders ledger has no cron tables: every fire is an order's expiry.
+        assert!(n.fires > 0, "node {} fired no expiry: {r:?}", n.id);
+        assert!(s.requests_executed > 0, "node {} executed no request", n.id);
+        assert!(s.mempool.accepted > 0, "node {} admitted no request", n.id);
+    }
+    // Nodes at the same height executed the same requests (the digest covers them too).
+    let top = statuses.iter().map(|s| s.last_height).max().unwrap_or(0);
+    let at_top: Vec<&NodeStatus> = statuses.iter().filter(|s| s.last_height == top).collect();
+    assert!(at_top.len() >= 2, "{statuses:?}");
+    for s in &at_top {
+        assert_eq!(s.requests_executed, at_top[0].requests_executed);
+        assert_eq!(s.state_digest, at_top[0].state_digest);
+    }
 }
 
 #[test]

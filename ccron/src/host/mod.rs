@@ -17,6 +17,8 @@
 //!   [`ReservedPages`](crate::ReservedPages) store of the book's pages.
 //! - [`block`]: the block-driven entry point, [`BlockHost::execute_block`]: a committed block
 //!   (height, agreed time, ordered ticks and requests) in, results, fires and digest out.
+//! - [`requests`]: exactly-once client requests, [`ExecutedRequests`] (each `(client, request
+//!   number)` executes at most once, however often a block carries it).
 //! - [`wire`]: the canonical byte encoding of snapshots, payloads and digested values.
 //!
 //! See `docs/host.md` for how an engine links it.
@@ -24,6 +26,7 @@
 pub mod app;
 pub mod block;
 pub mod cron_ledger;
+pub mod requests;
 pub mod scheduler;
 pub mod ticks;
 pub mod time;
@@ -35,8 +38,9 @@ pub use app::{
 };
 pub use block::{Block, BlockHost, BlockOutcome, HostError, TickGate, Tx, TxResult, replay};
 pub use cron_ledger::CronLedger;
+pub use requests::{DuplicateRequest, ExecutedRequests, REQUEST_WINDOW};
 pub use scheduler::{BookConfig, LedgerScheduler};
 pub use ticks::{
     TickAuthority, TickCoalescer, TickRejection, TickSenders, ValidatorId, period_index,
 };
-pub use time::{TimeError, TimeRule};
+pub use time::{TimeError, TimeRule, two_thirds_quorum};

@@ -82,6 +82,14 @@ pub fn stamped_base(stamp: Millis, genesis_bound_ms: Millis, median: Option<Mill
     median.map_or(fresh, |m| m.max(fresh))
 }
 
+/// The smallest number of `n` equal-power validators that is more than two thirds of them,
+/// `floor(2n/3) + 1`: the commit quorum of Tendermint engines (Malachite's default threshold).
+/// It equals 2f+1 ([`TimeRule::for_validators`]) when `n = 3f+1` and exceeds it otherwise, so
+/// the precommits of one commit always carry enough samples for a rule built with it.
+pub fn two_thirds_quorum(n: u32) -> usize {
+    usize::try_from(u64::from(n) * 2 / 3 + 1).unwrap_or(usize::MAX)
+}
+
 /// The agreed-time rule of a block-driven engine, recomputed and checked by every validator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeRule {
@@ -102,6 +110,19 @@ impl TimeRule {
         let f = n.saturating_sub(1) / 3;
         Self {
             quorum: usize::try_from(f.saturating_mul(2).saturating_add(1)).unwrap_or(usize::MAX),
+            epsilon_ms: 1,
+            genesis_bound_ms,
+            hard_limit_ms,
+        }
+    }
+
+    /// The rule with an explicit sample `quorum`: a block-driven engine passes its own commit
+    /// quorum (e.g. [`two_thirds_quorum`] for a Tendermint engine such as Malachite), so that
+    /// the samples of one commit certificate always satisfy the rule, for any `n`. Any quorum of
+    /// at least 2f+1 keeps the median within the honest clocks' range.
+    pub fn with_quorum(quorum: usize, genesis_bound_ms: Millis, hard_limit_ms: Millis) -> Self {
+        Self {
+            quorum,
             epsilon_ms: 1,
             genesis_bound_ms,
             hard_limit_ms,
@@ -182,6 +203,23 @@ impl TimeRule {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn two_thirds_quorum_is_at_least_two_f_plus_one() {
+        for n in 1..200u32 {
+            let q = two_thirds_quorum(n);
+            let f = TimeRule::for_validators(n, 0, 0).quorum;
+            assert!(q >= f, "n={n}: {q} < {f}");
+            assert!(q <= n as usize, "n={n}");
+            assert_eq!(q == f, n % 3 == 1, "n={n}");
+            // More than two thirds, and the smallest such count.
+            assert!(
+                3 * q > 2 * n as usize && 3 * (q - 1) <= 2 * n as usize,
+                "n={n}"
+            );
+        }
+        assert_eq!(TimeRule::with_quorum(5, 7, 9).quorum, 5);
+    }
 
     #[test]
     fn median_is_the_lower_one() {

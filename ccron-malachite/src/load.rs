@@ -1,0 +1,230 @@
+//! The localnet's load generator for `--ledger orders`: one client that places orders through
+//! the nodes' client endpoints while the network runs.
+//!
+//! Every `interval` it signs request number k, an upsert of order `order-k`'s expiry task
+//! (`expire-order`, `expiry_ms` after admission, keyed by the order), and submits it to **every**
+//! node's `POST /v1/requests` (the address each node wrote to `node-I/http.addr`): whichever
+//! validator proposes next has it, a node that is down or restarting misses nothing, and the
+//! pools (by digest) and execution (by `(client, number)`) make it execute once. The expiries
+//! then fire on every node's ticks.
+//!
+//! The HTTP client is a minimal blocking HTTP/1.1 POST over a loopback `TcpStream` with
+//! timeouts and a bounded response read: the localnet is synchronous and this is a test
+//! driver, not a general client.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ccron::schedule::ScheduleRequest;
+use ccron_ledgers::orders::ScheduledLedger;
+use ed25519_dalek::SigningKey;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::node::http_addr_path;
+use crate::request::{ClientRequest, SignedRequest};
+
+/// Load generator options.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The localnet home (where each node writes `node-I/http.addr`).
+    pub home: PathBuf,
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Seed of the client's key.
+    pub seed: u64,
+    /// Time between two orders.
+    pub interval: Duration,
+    /// Expiry delay of each order.
+    pub expiry_ms: i64,
+}
+
+impl LoadOptions {
+    /// The localnet's load: an order every 250 ms, each expiring 3 s after admission.
+    pub fn localnet(home: &Path, nodes: usize, seed: u64) -> Self {
+        Self {
+            home: home.to_path_buf(),
+            nodes,
+            seed,
+            interval: Duration::from_millis(250),
+            expiry_ms: 3_000,
+        }
+    }
+}
+
+/// What the load generator did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadStats {
+    /// Orders signed and submitted.
+    pub orders: u64,
+    /// Orders at least one node admitted (`202`).
+    pub admitted: u64,
+    /// Submissions (orders x nodes tried).
+    pub submissions: u64,
+    /// Submissions a node refused (a status other than 202; `409` when another copy is already
+    /// pending or executed is normal).
+    pub refused: u64,
+    /// Submissions that failed to connect or read (a node down or restarting).
+    pub unreachable: u64,
+}
+
+/// The signing key of the load client of `seed`.
+pub fn client_key(seed: u64) -> SigningKey {
+    let h: [u8; 32] = Sha256::new()
+        .chain_update(b"ccron-malachite-load-client")
+        .chain_update(seed.to_le_bytes())
+        .finalize()
+        .into();
+    SigningKey::from_bytes(&h)
+}
+
+/// Request `number` of `key`'s client: place order `order-<number>`, expiring `expiry_ms`
+/// after admission.
+///
+/// # Errors
+/// The schedule request does not encode (never for this request).
+pub fn order_request(
+    key: &SigningKey,
+    number: u64,
+    expiry_ms: i64,
+) -> Result<SignedRequest, ccron::codec::CodecError> {
+    let order = format!("order-{number}");
+    let payload = ScheduledLedger::payload(&ScheduleRequest::Upsert(ScheduledLedger::expiry(
+        &order, expiry_ms,
+    )))?;
+    Ok(ClientRequest {
+        client_key: key.verifying_key().to_bytes(),
+        number,
+        payload,
+    }
+    .sign(key))
+}
+
+/// The largest response read back.
+const MAX_RESPONSE_BYTES: u64 = 16 * 1024;
+
+/// POSTs `body` to `http://addr{path}` (HTTP/1.1, `Connection: close`) and returns the status
+/// code and the response text (at most [`MAX_RESPONSE_BYTES`]).
+///
+/// # Errors
+/// Connecting, writing or reading failed, or the response has no status line.
+pub fn post(addr: SocketAddr, path: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
+    let timeout = Duration::from_millis(1_000);
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
+    let mut text = String::new();
+    s.take(MAX_RESPONSE_BYTES).read_to_string(&mut text)?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| std::io::Error::other("no HTTP status line"))?;
+    Ok((code, text))
+}
+
+/// A running load generator (a thread); stopped by [`LoadGenerator::stop`] or on drop.
+pub struct LoadGenerator {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<LoadStats>>,
+}
+
+impl std::fmt::Debug for LoadGenerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadGenerator").finish_non_exhaustive()
+    }
+}
+
+impl LoadGenerator {
+    /// Starts placing orders.
+    ///
+    /// # Errors
+    /// The thread could not be spawned.
+    pub fn start(opts: LoadOptions) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("ccron-load".into())
+            .spawn(move || run(&opts, &flag))?;
+        Ok(Self {
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    /// Stops it and returns what it did.
+    pub fn stop(mut self) -> LoadStats {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for LoadGenerator {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn read_addr(home: &Path, i: usize) -> Option<SocketAddr> {
+    std::fs::read_to_string(http_addr_path(home, i))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
+    let key = client_key(opts.seed);
+    let mut stats = LoadStats::default();
+    let mut number = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(opts.interval);
+        number += 1;
+        let request = match order_request(&key, number, opts.expiry_ms) {
+            Ok(r) => r.encode(),
+            Err(e) => {
+                tracing::error!(error = %e, "order request does not encode; load stops");
+                break;
+            }
+        };
+        stats.orders += 1;
+        let mut admitted = false;
+        for i in 0..opts.nodes {
+            stats.submissions += 1;
+            // Re-read every time: a restarted node listens on a new port.
+            let Some(addr) = read_addr(&opts.home, i) else {
+                stats.unreachable += 1;
+                continue;
+            };
+            match post(addr, "/v1/requests", &request) {
+                Ok((202, _)) => admitted = true,
+                Ok((code, text)) => {
+                    stats.refused += 1;
+                    tracing::debug!(node = i, code, response = %text.lines().last().unwrap_or(""), "order refused");
+                }
+                Err(e) => {
+                    stats.unreachable += 1;
+                    tracing::debug!(node = i, error = %e, "node unreachable");
+                }
+            }
+        }
+        if admitted {
+            stats.admitted += 1;
+        }
+    }
+    stats
+}
