@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The issue 9 campaign: every Byzantine kind under the four documented fault mixes (docs/simulator.md,
+# "Issue 9 campaign"), seeds FROM..TO of each (kind, mix), release CLI.
+#
+#   sim-bft/scripts/campaign.sh BIN FROM TO DURATION OUTDIR [MIXES] [KINDS]
+#
+# BIN is a release `sim-bft` binary (copy it first if you keep building), DURATION the fault phase
+# and the liveness bound (e.g. 20s), OUTDIR receives summary.log (one line per kind and mix) and
+# failures.log (each failing seed with its violations and its replay line). MIXES defaults to
+# "A B C D", KINDS to every kind. Exit status 0 when every run passed.
+set -u
+BIN=$1 FROM=$2 TO=$3 DUR=$4 OUT=$5
+MIXES=${6:-"A B C D"}
+KINDS=${7:-"silent replay corrupt equivocate bogus-view-change corrupt-state-transfer lying-time tick-flood bad-signatures bad-digests state-request-flood slow-state-source future-flood starve-client repropose time-omit time-replay time-own fat-view-change amplify"}
+mkdir -p "$OUT"
+mix_knobs() {
+  case $1 in
+    A) echo "--replicas 4 --byzantine 1 --drop-rate 0.05 --reorder-rate 0.1 --crash 2 --clock-skew 200ms --partition one-way --ledger kv" ;;
+    B) echo "--replicas 4 --byzantine 1 --drop-rate 0.03 --duplicate-rate 0.05 --drift-ppm 200 --crash 1 --crash-at-view-change 0.3 --partition symmetric --ledger orders" ;;
+    C) echo "--replicas 7 --byzantine 2 --drop-rate 0.05 --reorder-rate 0.1 --crash 2 --clock-skew 200ms --partition isolate --ledger demo" ;;
+    D) echo "--replicas 10 --byzantine 3 --drop-rate 0.02 --crash 1 --crash-at-view-change 0.2 --ledger kv" ;;
+    *) echo "unknown mix $1" >&2; exit 2 ;;
+  esac
+}
+status=0
+for mix in $MIXES; do
+  for kind in $KINDS; do
+    # shellcheck disable=SC2046
+    out=$("$BIN" run --seeds "$FROM..$TO" $(mix_knobs "$mix") --byzantine-kind "$kind" \
+      --duration "$DUR" --liveness "$DUR" -q 2>/dev/null)
+    rc=$?
+    last=$(printf '%s\n' "$out" | tail -1)
+    echo "$(date -u +%H:%M:%S) mix=$mix kind=$kind seeds=$FROM..$TO rc=$rc :: $last" | tee -a "$OUT/summary.log"
+    if [ $rc -ne 0 ]; then
+      status=1
+      printf 'mix=%s kind=%s\n%s\n' "$mix" "$kind" "$(printf '%s\n' "$out" | grep -v ': ok (trace')" >> "$OUT/failures.log"
+    fi
+  done
+done
+exit $status
