@@ -130,6 +130,9 @@ struct CommitVote {
     sig: SigBytes,
 }
 
+/// A commit certificate: the view of its commits and 2f+1 signed (replica, clock, signature).
+type CommitCert = (u64, Vec<(NodeId, Millis, SigBytes)>);
+
 /// One sequence number of the log, in the current view.
 #[derive(Debug, Clone, Default)]
 struct Entry {
@@ -152,14 +155,14 @@ struct Entry {
     /// when it committed by a received [`Body::Committed`] rather than by collected votes:
     /// kept so that this replica can forward it to a peer that lacks the seq (else, when the
     /// honest replicas that hold the votes committed by certificates too, no one can).
-    cert: Option<(u64, Vec<(NodeId, Millis, SigBytes)>)>,
+    cert: Option<CommitCert>,
 }
 
 impl Entry {
     /// The certificate this entry's batch can be proved committed by to a peer: its own
     /// matching commit votes of its view once committed, else a certificate it received or
     /// carried from an earlier view for the same batch.
-    fn certificate(&self, quorum: usize) -> Option<(u64, Vec<(NodeId, Millis, SigBytes)>)> {
+    fn certificate(&self, quorum: usize) -> Option<CommitCert> {
         let digest = self.digest?;
         if !self.committed {
             return self.cert.clone();
