@@ -235,8 +235,9 @@ impl Replica {
                 value: None,
             });
         }
-        self.stable = proof;
-        self.stable_snapshot = snapshot;
+        let old_proof = std::mem::replace(&mut self.stable, proof);
+        let old_snapshot = std::mem::replace(&mut self.stable_snapshot, snapshot);
+        self.serving.retire(old_proof, old_snapshot);
         self.own_checkpoints = self.own_checkpoints.split_off(&(seq + 1));
         self.checkpoint_votes = self.checkpoint_votes.split_off(&(seq + 1));
         if self

@@ -340,7 +340,7 @@ impl Replica {
         }
         if self.transfer.as_ref().is_some_and(|t| now >= t.deadline_ms) {
             self.metrics.inc("state_transfer_timeouts");
-            self.next_transfer_source(now, out);
+            self.on_transfer_timeout(now, out);
         }
     }
 
@@ -418,16 +418,10 @@ impl Replica {
                 Bound::Included(upto.max(from_seq)),
             ))
             .filter_map(|(seq, e)| {
-                let (batch, digest) = (e.batch.as_ref()?, e.digest?);
-                let commits: Vec<(NodeId, Millis, SigBytes)> = e
-                    .commits
-                    .iter()
-                    .filter(|(_, v)| v.digest == digest && v.view == e.view)
-                    .take(quorum)
-                    .map(|(n, v)| (*n, v.clock_ms, v.sig))
-                    .collect();
-                (e.committed && commits.len() >= quorum).then(|| Body::Committed {
-                    view: e.view,
+                let batch = e.batch.as_ref()?;
+                let (view, commits) = e.certificate(quorum)?;
+                Some(Body::Committed {
+                    view,
                     seq: *seq,
                     batch: batch.clone(),
                     commits,
@@ -520,6 +514,7 @@ impl Replica {
         e.digest = Some(digest);
         e.batch = Some(batch);
         e.committed = true;
+        e.cert = Some((view, commits.clone()));
         self.metrics.inc("committed_certs_applied");
         // The certificate's signed commit clocks are a time certificate like any other.
         let samples = commits

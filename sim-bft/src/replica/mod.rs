@@ -130,6 +130,9 @@ struct CommitVote {
     sig: SigBytes,
 }
 
+/// A commit certificate: the view of its commits and 2f+1 signed (replica, clock, signature).
+type CommitCert = (u64, Vec<(NodeId, Millis, SigBytes)>);
+
 /// One sequence number of the log, in the current view.
 #[derive(Debug, Clone, Default)]
 struct Entry {
@@ -148,6 +151,34 @@ struct Entry {
     /// The batch `proof` names (by digest), when this replica holds it: what it serves to a
     /// peer that fetches it after a view change ([`Body::BatchFetch`]).
     proof_batch: Option<Batch>,
+    /// The commit certificate (its view and 2f+1 signed commits) this entry committed by,
+    /// when it committed by a received [`Body::Committed`] rather than by collected votes:
+    /// kept so that this replica can forward it to a peer that lacks the seq (else, when the
+    /// honest replicas that hold the votes committed by certificates too, no one can).
+    cert: Option<CommitCert>,
+}
+
+impl Entry {
+    /// The certificate this entry's batch can be proved committed by to a peer: its own
+    /// matching commit votes of its view once committed, else a certificate it received or
+    /// carried from an earlier view for the same batch.
+    fn certificate(&self, quorum: usize) -> Option<CommitCert> {
+        let digest = self.digest?;
+        if !self.committed {
+            return self.cert.clone();
+        }
+        let commits: Vec<(NodeId, Millis, SigBytes)> = self
+            .commits
+            .iter()
+            .filter(|(_, v)| v.digest == digest && v.view == self.view)
+            .take(quorum)
+            .map(|(n, v)| (*n, v.clock_ms, v.sig))
+            .collect();
+        if commits.len() >= quorum {
+            return Some((self.view, commits));
+        }
+        self.cert.clone()
+    }
 }
 
 /// What durable storage keeps of a log entry.
@@ -280,6 +311,10 @@ pub struct Replica {
     retransmit_deadline: Option<Millis>,
     /// The uncommitted sequence numbers seen at the previous retransmission tick.
     retransmit_prev: BTreeSet<u64>,
+    /// The highest sequence number of the current view that a peer's [`Body::Have`] listed
+    /// (within our window): a replica that lost every message of a seq (a pre-prepare sent
+    /// while it was cut off) has no log entry for it, and learns here that it must ask.
+    heard_top: (u64, u64),
     /// When this replica last answered each peer's `Have` (rate limit).
     have_answered_ms: BTreeMap<NodeId, Millis>,
     /// Local time at which this replica entered its current view (a waiting request's age
@@ -415,6 +450,7 @@ impl Replica {
             status_peer_ms: BTreeMap::new(),
             retransmit_deadline: None,
             retransmit_prev: BTreeSet::new(),
+            heard_top: (0, 0),
             have_answered_ms: BTreeMap::new(),
             view_started_ms: Millis::MIN,
             view_seen: (0, false),

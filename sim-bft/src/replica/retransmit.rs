@@ -39,9 +39,15 @@ impl Replica {
     /// (and at most the high watermark), that are not committed here: the lowest
     /// [`MAX_HAVE_SEQS`] of them.
     fn uncommitted_seqs(&self) -> Vec<u64> {
-        let Some((&top, _)) = self.log.last_key_value() else {
-            return Vec::new();
+        let heard = if self.heard_top.0 == self.view && !self.in_view_change {
+            self.heard_top.1
+        } else {
+            0
         };
+        let top = self.log.last_key_value().map_or(0, |(s, _)| *s).max(heard);
+        if top == 0 {
+            return Vec::new();
+        }
         let lo = self.last_executed.saturating_add(1);
         let hi = top.min(self.high_watermark());
         if hi < lo {
@@ -135,6 +141,22 @@ impl Replica {
         }
         self.have_answered_ms.insert(from, now);
         self.metrics.inc("have_answered");
+        if view == self.view && !self.in_view_change {
+            let high = self.high_watermark();
+            if let Some(top) = seqs
+                .iter()
+                .map(|h| h.seq)
+                .filter(|s| *s > self.last_executed && *s <= high)
+                .max()
+            {
+                let cur = if self.heard_top.0 == view {
+                    self.heard_top.1
+                } else {
+                    0
+                };
+                self.heard_top = (view, cur.max(top));
+            }
+        }
         let id = self.cfg.id;
         let same_view = view == self.view && !self.in_view_change;
         let is_primary = self.is_primary();
@@ -151,23 +173,14 @@ impl Replica {
             let (Some(digest), Some(batch)) = (e.digest, e.batch.as_ref()) else {
                 continue;
             };
-            if e.committed {
-                let commits: Vec<(NodeId, Millis, crate::crypto::SigBytes)> = e
-                    .commits
-                    .iter()
-                    .filter(|(_, v)| v.digest == digest && v.view == e.view)
-                    .take(quorum)
-                    .map(|(n, v)| (*n, v.clock_ms, v.sig))
-                    .collect();
-                if commits.len() >= quorum {
-                    resend.push(Body::Committed {
-                        view: e.view,
-                        seq: h.seq,
-                        batch: batch.clone(),
-                        commits,
-                    });
-                    continue;
-                }
+            if let Some((cert_view, commits)) = e.certificate(quorum) {
+                resend.push(Body::Committed {
+                    view: cert_view,
+                    seq: h.seq,
+                    batch: batch.clone(),
+                    commits,
+                });
+                continue;
             }
             if !same_view || e.view != view || h.digest.is_some_and(|d| d != digest) {
                 continue;

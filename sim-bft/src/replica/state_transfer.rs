@@ -34,14 +34,34 @@ pub(super) struct Transfer {
     /// The certified checkpoint to reach.
     pub(super) target: CheckpointProof,
     sources: Vec<NodeId>,
+    /// The source asked for the meta (rotates on timeouts).
     source_idx: usize,
     meta: Option<TransferMeta>,
     /// Verified chunks (kept across source rotation).
     chunks: BTreeMap<u32, Vec<u8>>,
-    /// Chunks asked of the current source and not yet received.
-    outstanding: BTreeSet<u32>,
-    /// When the current source is given up unless it makes progress.
+    /// Per source: chunks asked of it and not yet received, and when it is given up unless
+    /// it makes progress. Once the meta is known every usable source gets its own disjoint
+    /// window, so a transfer runs at the sum of the sources' rate limits.
+    outstanding: BTreeMap<NodeId, (BTreeSet<u32>, Millis)>,
+    /// Sources that timed out or served a bad chunk in this transfer (used again only when
+    /// every source is in here).
+    excluded: BTreeSet<NodeId>,
+    /// A newer certified checkpoint seen while this transfer was making progress: pursued
+    /// once this one installs (or when no source serves this one any more).
+    newer: Option<CheckpointProof>,
+    /// The earliest deadline of `outstanding` (the replica's timer).
     pub(super) deadline_ms: Millis,
+}
+
+impl Transfer {
+    fn refresh_deadline(&mut self, now: Millis, timeout: Millis) {
+        self.deadline_ms = self
+            .outstanding
+            .values()
+            .map(|(_, d)| *d)
+            .min()
+            .unwrap_or(now.saturating_add(timeout));
+    }
 }
 
 /// The verified description of the snapshot being fetched.
@@ -56,10 +76,46 @@ struct TransferMeta {
 /// What a source keeps to serve state transfers.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Serving {
-    /// The chunk tree of the snapshot last served, by checkpoint digest.
-    tree: Option<(Digest32, ChunkTree)>,
+    /// The chunk tree of the stable snapshot, by checkpoint digest, and whether it was
+    /// served since the last stable checkpoint.
+    tree: Option<(Digest32, ChunkTree, bool)>,
+    /// The previous stable snapshot, kept while peers still fetch it: a transfer that takes
+    /// longer than a checkpoint interval (large state) can finish instead of restarting at
+    /// every new stable checkpoint. At most one (bounded by `max_snapshot_bytes`).
+    pinned: Option<Pinned>,
     /// Per peer: start of its current rate interval and chunks served in it.
     budget: BTreeMap<NodeId, (Millis, u32)>,
+}
+
+/// A retired stable snapshot still being served.
+#[derive(Debug, Clone)]
+struct Pinned {
+    proof: CheckpointProof,
+    bytes: Vec<u8>,
+    tree: ChunkTree,
+    /// Served since the last stable checkpoint.
+    used: bool,
+}
+
+impl Serving {
+    /// The stable checkpoint moves on from `old` (`bytes`): keep it pinned if peers fetched
+    /// it since the previous stable checkpoint; keep the pinned one only while it is used.
+    pub(super) fn retire(&mut self, old: CheckpointProof, bytes: Vec<u8>) {
+        match self.tree.take() {
+            Some((d, tree, true)) if d == old.digest && old.seq > 0 => {
+                self.pinned = Some(Pinned {
+                    proof: old,
+                    bytes,
+                    tree,
+                    used: false,
+                });
+            }
+            _ => match &mut self.pinned {
+                Some(p) if p.used => p.used = false,
+                _ => self.pinned = None,
+            },
+        }
+    }
 }
 
 impl Replica {
@@ -69,12 +125,19 @@ impl Replica {
         proof: CheckpointProof,
         out: &mut Vec<Output>,
     ) {
-        if self
-            .transfer
-            .as_ref()
-            .is_some_and(|t| t.target.seq >= proof.seq)
-        {
-            return;
+        if let Some(t) = &mut self.transfer {
+            if t.target.seq >= proof.seq {
+                return;
+            }
+            if t.meta.is_some() && !t.chunks.is_empty() {
+                // Making progress: finish this one first (its sources keep it pinned), then
+                // pursue the newer checkpoint.
+                if t.newer.as_ref().is_none_or(|n| n.seq < proof.seq) {
+                    t.newer = Some(proof);
+                }
+                self.metrics.inc("state_transfer_newer_deferred");
+                return;
+            }
         }
         let mut sources: Vec<NodeId> = proof
             .sigs
@@ -99,52 +162,111 @@ impl Replica {
             source_idx,
             meta: None,
             chunks: BTreeMap::new(),
-            outstanding: BTreeSet::new(),
+            outstanding: BTreeMap::new(),
+            excluded: BTreeSet::new(),
+            newer: None,
             deadline_ms: now.saturating_add(self.cfg.state_transfer_timeout_ms),
         });
         self.request_state(now, out);
     }
 
-    /// Asks the current source for the next window of missing chunks (and the meta if we have
-    /// none yet), and restarts its deadline.
+    /// Before the meta is known, asks the meta source for it and a first window; after,
+    /// gives every idle usable source its own window of missing chunks not yet asked for.
     fn request_state(&mut self, now: Millis, out: &mut Vec<Output>) {
-        let window = self.cfg.state_window;
+        let window = self.cfg.state_window as usize;
         let timeout = self.cfg.state_transfer_timeout_ms;
         let Some(t) = &mut self.transfer else {
             return;
         };
-        let Some(to) = t.sources.get(t.source_idx).copied() else {
-            return;
-        };
-        let total = t.meta.as_ref().map_or(window, |m| m.chunks);
-        let indices: Vec<u32> = (0..total)
-            .filter(|i| !t.chunks.contains_key(i))
-            .take(window as usize)
-            .collect();
-        let meta = t.meta.is_none();
-        if !meta && indices.is_empty() {
-            return;
+        let mut requests: Vec<(NodeId, bool, Vec<u32>)> = Vec::new();
+        match &t.meta {
+            None => {
+                let Some(to) = t.sources.get(t.source_idx).copied() else {
+                    return;
+                };
+                if !t.outstanding.contains_key(&to) {
+                    let indices: Vec<u32> = (0..window as u32).collect();
+                    requests.push((to, true, indices));
+                }
+            }
+            Some(meta) => {
+                if t.excluded.len() >= t.sources.len() {
+                    t.excluded.clear();
+                }
+                let asked: BTreeSet<u32> = t
+                    .outstanding
+                    .values()
+                    .flat_map(|(s, _)| s.iter().copied())
+                    .collect();
+                let mut missing = (0..meta.chunks)
+                    .filter(|i| !t.chunks.contains_key(i) && !asked.contains(i))
+                    .peekable();
+                let k = t.sources.len();
+                for j in 0..k {
+                    if missing.peek().is_none() {
+                        break;
+                    }
+                    let to = t.sources[(t.source_idx + j) % k];
+                    if t.outstanding.contains_key(&to) || t.excluded.contains(&to) {
+                        continue;
+                    }
+                    let indices: Vec<u32> = missing.by_ref().take(window).collect();
+                    requests.push((to, false, indices));
+                }
+            }
         }
-        t.outstanding = indices.iter().copied().collect();
-        t.deadline_ms = now.saturating_add(timeout);
         let seq = t.target.seq;
-        self.metrics.inc("state_requests_sent");
-        self.send(
-            Body::StateRequest { seq, meta, indices },
-            Dest::One(to),
-            out,
-        );
+        for (to, _, indices) in &requests {
+            t.outstanding.insert(
+                *to,
+                (
+                    indices.iter().copied().collect(),
+                    now.saturating_add(timeout),
+                ),
+            );
+        }
+        t.refresh_deadline(now, timeout);
+        for (to, meta, indices) in requests {
+            self.metrics.inc("state_requests_sent");
+            self.send(
+                Body::StateRequest { seq, meta, indices },
+                Dest::One(to),
+                out,
+            );
+        }
     }
 
-    /// Gives up the current source (timeout or bad data) for the next one; verified chunks
-    /// are kept.
-    pub(super) fn next_transfer_source(&mut self, now: Millis, out: &mut Vec<Output>) {
+    /// The transfer timer: every source past its deadline is given up (its chunks are asked
+    /// of others; verified chunks are kept). When no source serves the target any more and
+    /// a newer checkpoint is known, the transfer moves to it.
+    pub(super) fn on_transfer_timeout(&mut self, now: Millis, out: &mut Vec<Output>) {
+        let timeout = self.cfg.state_transfer_timeout_ms;
+        let mut restart = None;
         if let Some(t) = &mut self.transfer {
-            t.source_idx = (t.source_idx + 1) % t.sources.len().max(1);
-            t.outstanding.clear();
+            let late: Vec<NodeId> = t
+                .outstanding
+                .iter()
+                .filter(|(_, (_, d))| *d <= now)
+                .map(|(n, _)| *n)
+                .collect();
+            for n in &late {
+                t.outstanding.remove(n);
+                t.excluded.insert(*n);
+            }
+            if t.meta.is_none() || late.is_empty() {
+                t.source_idx = (t.source_idx + 1) % t.sources.len().max(1);
+            }
+            if t.excluded.len() >= t.sources.len() && t.outstanding.is_empty() {
+                restart = t.newer.take();
+            }
+            t.refresh_deadline(now, timeout);
             let kept = t.chunks.len() as u64;
             self.metrics.inc("state_source_rotations");
             self.metrics.add("state_chunks_kept_on_rotation", kept);
+        }
+        if let Some(proof) = restart {
+            self.transfer = None;
+            return self.start_transfer(now, proof, out);
         }
         self.request_state(now, out);
     }
@@ -163,23 +285,29 @@ impl Replica {
             self.cfg.state_chunks_per_peer,
             self.cfg.state_rate_interval_ms,
         );
-        let found: Option<(CheckpointProof, &[u8])> =
-            if self.stable.seq >= seq && self.stable.seq > 0 {
-                Some((self.stable.clone(), &self.stable_snapshot[..]))
-            } else {
-                // Not yet stable here: the requester already holds the proof for this digest.
-                self.own_checkpoints.get(&seq).map(|(d, b)| {
-                    (
-                        CheckpointProof {
-                            seq,
-                            digest: *d,
-                            sigs: Vec::new(),
-                        },
-                        &b[..],
-                    )
-                })
-            };
-        let Some((proof, bytes)) = found else {
+        // The snapshot asked for: the stable one, the pinned previous one, our own
+        // not-yet-stable checkpoint (the requester holds its proof), else a newer stable one
+        // (announced by its meta: the requester decides whether to switch).
+        #[derive(Clone, Copy)]
+        enum Src {
+            Stable,
+            Pinned,
+            Own,
+        }
+        let src = if self.stable.seq == seq && seq > 0 {
+            Src::Stable
+        } else if self
+            .serving
+            .pinned
+            .as_ref()
+            .is_some_and(|p| p.proof.seq == seq)
+        {
+            Src::Pinned
+        } else if self.own_checkpoints.contains_key(&seq) {
+            Src::Own
+        } else if self.stable.seq > seq && self.stable.seq > 0 {
+            Src::Stable
+        } else {
             return self.drop_msg("drop_state_unavailable", Some(from));
         };
         let budget = self.serving.budget.entry(from).or_insert((now, 0));
@@ -191,20 +319,86 @@ impl Replica {
             self.metrics.inc("state_rate_limited");
             return self.drop_msg("drop_state_rate_limited", Some(from));
         }
+        let (proof, bytes, tree): (CheckpointProof, &[u8], &ChunkTree) = match src {
+            Src::Stable => {
+                if self
+                    .serving
+                    .tree
+                    .as_ref()
+                    .is_none_or(|(d, _, _)| *d != self.stable.digest)
+                {
+                    self.serving.tree = Some((
+                        self.stable.digest,
+                        ChunkTree::new(&self.stable_snapshot, chunk_bytes),
+                        false,
+                    ));
+                }
+                let Some((_, tree, used)) = &mut self.serving.tree else {
+                    return;
+                };
+                *used = true;
+                (self.stable.clone(), &self.stable_snapshot[..], &*tree)
+            }
+            Src::Pinned => {
+                let Some(p) = &mut self.serving.pinned else {
+                    return;
+                };
+                p.used = true;
+                (p.proof.clone(), &p.bytes[..], &p.tree)
+            }
+            Src::Own => {
+                let Some((d, b)) = self.own_checkpoints.get(&seq) else {
+                    return;
+                };
+                // Not stable here: not cached (rare, small window before stability).
+                let proof = CheckpointProof {
+                    seq,
+                    digest: *d,
+                    sigs: Vec::new(),
+                };
+                let own_tree = ChunkTree::new(b, chunk_bytes);
+                let bodies = Self::state_bodies(
+                    &self.cfg, &proof, b, &own_tree, want_meta, indices, allowed,
+                );
+                return self.send_state_bodies(from, bodies, out);
+            }
+        };
+        let want_meta = want_meta || proof.seq != seq;
+        let bodies =
+            Self::state_bodies(&self.cfg, &proof, bytes, tree, want_meta, indices, allowed);
+        self.send_state_bodies(from, bodies, out);
+    }
+
+    /// Sends what [`Self::state_bodies`] built and charges the peer's budget.
+    fn send_state_bodies(&mut self, from: NodeId, bodies: Vec<Body>, out: &mut Vec<Output>) {
+        let served = bodies
+            .iter()
+            .filter(|b| matches!(b, Body::StateChunk { .. }))
+            .count() as u32;
+        if let Some(b) = self.serving.budget.get_mut(&from) {
+            b.1 = b.1.saturating_add(served);
+        }
+        self.metrics.add("state_chunks_served", u64::from(served));
+        self.metrics.inc("state_served");
+        for body in bodies {
+            self.send(body, Dest::One(from), out);
+        }
+    }
+
+    /// The meta (if wanted) and at most `allowed` of the chunks `indices` of `bytes`.
+    fn state_bodies(
+        cfg: &super::ReplicaConfig,
+        proof: &CheckpointProof,
+        bytes: &[u8],
+        tree: &ChunkTree,
+        want_meta: bool,
+        indices: Vec<u32>,
+        allowed: u32,
+    ) -> Vec<Body> {
+        let chunk_bytes = cfg.chunk_bytes;
         let total_len = bytes.len() as u64;
         let Some(count) = chunks::chunk_count(total_len, chunk_bytes) else {
-            return self.drop_msg("drop_state_unavailable", Some(from));
-        };
-        if self
-            .serving
-            .tree
-            .as_ref()
-            .is_none_or(|(d, _)| *d != proof.digest)
-        {
-            self.serving.tree = Some((proof.digest, ChunkTree::new(bytes, chunk_bytes)));
-        }
-        let Some((_, tree)) = &self.serving.tree else {
-            return;
+            return Vec::new();
         };
         let mut bodies = Vec::new();
         if want_meta {
@@ -216,18 +410,17 @@ impl Replica {
             });
         }
         let wanted: BTreeSet<u32> = indices.into_iter().filter(|i| *i < count).collect();
-        let serve = match self.cfg.byzantine {
+        let serve = match cfg.byzantine {
             // Serves one chunk per request, then lets the receiver time out.
             Byzantine::SlowStateSource => allowed.min(1),
             _ => allowed,
         };
-        let mut served = 0u32;
         for index in wanted.into_iter().take(serve as usize) {
             let start =
                 usize::try_from(u64::from(index) * chunk_bytes as u64).unwrap_or(usize::MAX);
             let end = start.saturating_add(chunk_bytes).min(bytes.len());
             let mut data = bytes.get(start..end).unwrap_or_default().to_vec();
-            if self.cfg.byzantine == Byzantine::CorruptStateChunks
+            if cfg.byzantine == Byzantine::CorruptStateChunks
                 && let Some(b) = data.first_mut()
             {
                 *b ^= 0xff;
@@ -238,16 +431,8 @@ impl Replica {
                 data,
                 path: tree.path(index),
             });
-            served += 1;
         }
-        if let Some(b) = self.serving.budget.get_mut(&from) {
-            b.1 = b.1.saturating_add(served);
-        }
-        self.metrics.add("state_chunks_served", u64::from(served));
-        self.metrics.inc("state_served");
-        for body in bodies {
-            self.send(body, Dest::One(from), out);
-        }
+        bodies
     }
 
     /// The amplification attacker: asks `to` for as much state as it can, again and again.
@@ -309,6 +494,19 @@ impl Replica {
             self.metrics.inc("late_state_meta");
             return;
         }
+        let timeout = self.cfg.state_transfer_timeout_ms;
+        if t.meta.is_some() && !t.chunks.is_empty() {
+            // A source moved on to a newer checkpoint while we are making progress on ours:
+            // remember it, keep going with the others.
+            let newer = proof;
+            if let Some(t) = &mut self.transfer
+                && t.newer.as_ref().is_none_or(|n| n.seq < newer.seq)
+            {
+                t.newer = Some(newer);
+            }
+            self.metrics.inc("state_transfer_newer_deferred");
+            return;
+        }
         // A source serving a checkpoint that is not yet stable on its side sends a proof
         // without signatures: keep our certified target instead, or the installed checkpoint
         // (and every view change carrying it) would fail verification at every other replica.
@@ -317,8 +515,12 @@ impl Replica {
         } else {
             proof
         };
-        let timeout = self.cfg.state_transfer_timeout_ms;
         if let Some(t) = &mut self.transfer {
+            if proof.seq > t.target.seq {
+                t.target = proof.clone();
+                t.outstanding.clear();
+                t.excluded.clear();
+            }
             t.meta = Some(TransferMeta {
                 proof,
                 total_len,
@@ -326,12 +528,14 @@ impl Replica {
                 root,
             });
             t.chunks.clear();
-            t.outstanding.retain(|i| *i < chunks);
-            t.deadline_ms = now.saturating_add(timeout);
-            if t.outstanding.is_empty() {
-                self.request_state(now, out);
+            for (set, d) in t.outstanding.values_mut() {
+                set.retain(|i| *i < chunks);
+                *d = now.saturating_add(timeout);
             }
+            t.outstanding.retain(|_, (set, _)| !set.is_empty());
+            t.refresh_deadline(now, timeout);
         }
+        self.request_state(now, out);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -366,25 +570,33 @@ impl Replica {
         if data.len() as u64 != chunks::chunk_len(meta.total_len, chunk_bytes, index)
             || !chunks::verify_chunk(&meta.root, index, meta.chunks, &data, &path)
         {
-            let current = t.sources.get(t.source_idx) == Some(&from);
             warn!(
                 replica = self.cfg.id,
                 from, seq, index, "state chunk fails its Merkle proof"
             );
+            // The source is given up for this transfer; its chunks go to the others.
+            t.outstanding.remove(&from);
+            t.excluded.insert(from);
+            t.refresh_deadline(now, timeout);
             self.metrics.inc("state_digest_mismatch");
             self.drop_msg("drop_invalid_state_chunk", Some(from));
-            if current {
-                self.next_transfer_source(now, out);
-            }
+            self.request_state(now, out);
             return;
         }
         let (total_len, chunk_count) = (meta.total_len, meta.chunks);
         t.chunks.insert(index, data);
-        t.outstanding.remove(&index);
+        for (set, _) in t.outstanding.values_mut() {
+            set.remove(&index);
+        }
         // Progress: the source keeps its turn.
-        t.deadline_ms = now.saturating_add(timeout);
+        if let Some((_, d)) = t.outstanding.get_mut(&from) {
+            *d = now.saturating_add(timeout);
+        }
+        let before = t.outstanding.len();
+        t.outstanding.retain(|_, (set, _)| !set.is_empty());
+        let window_done = t.outstanding.len() < before;
+        t.refresh_deadline(now, timeout);
         let complete = t.chunks.len() >= chunk_count as usize;
-        let window_done = t.outstanding.is_empty();
         self.metrics.inc("state_chunks_received");
         if !complete {
             if window_done {
@@ -403,6 +615,7 @@ impl Replica {
             bytes.extend_from_slice(part);
         }
         let proof = meta.proof;
+        let newer = t.newer.clone();
         match self.install_snapshot(proof.clone(), bytes.clone()) {
             Ok(()) => {
                 self.metrics.inc("state_transfers_completed");
@@ -419,6 +632,20 @@ impl Replica {
                     out.push(Output::Sync);
                 }
                 self.execute_ready(now, out);
+                // A checkpoint certified while we were fetching this one: fetch it too if
+                // the log cannot bridge the gap, else give the log the usual grace.
+                if let Some(p) = newer.filter(|p| p.seq > self.last_executed) {
+                    if p.seq >= self.last_executed + self.cfg.log_window / 2 {
+                        self.start_transfer(now, p, out);
+                    } else if self
+                        .behind_since
+                        .as_ref()
+                        .is_none_or(|(_, b)| b.seq < p.seq)
+                    {
+                        self.behind_since =
+                            Some((now.saturating_add(self.cfg.state_transfer_grace_ms), p));
+                    }
+                }
             }
             Err(e) => {
                 // Every chunk matched the certified root: 2f+1 signed a snapshot that does
@@ -431,10 +658,12 @@ impl Replica {
                 self.transfer = Some(Transfer {
                     meta: None,
                     chunks: BTreeMap::new(),
-                    outstanding: BTreeSet::new(),
+                    outstanding: BTreeMap::new(),
+                    excluded: BTreeSet::new(),
+                    source_idx: (t.source_idx + 1) % t.sources.len().max(1),
                     ..t
                 });
-                self.next_transfer_source(now, out);
+                self.request_state(now, out);
             }
         }
     }

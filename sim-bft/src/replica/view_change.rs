@@ -439,6 +439,7 @@ impl Replica {
         self.fetch_missing.clear();
         self.fetch_served_seqs.clear();
         let is_primary = self.primary_of(view) == self.cfg.id;
+        let quorum = self.quorum();
         let mut to_vote: Vec<(u64, Digest32)> = Vec::new();
         let Ok(null_digest) = Batch::null().digest() else {
             return;
@@ -451,6 +452,14 @@ impl Replica {
                 .remove(&seq)
                 .map_or((null_digest, Vec::new()), |(_, d, h)| (d, h));
             let mut prev = old.remove(&seq).unwrap_or_default();
+            // A commit certificate for this very batch (from any earlier view) stays
+            // forwardable: peers that lack the seq can still commit it when the honest
+            // replicas that executed it do not vote for it again in the new view.
+            let prev_cert = if prev.digest == Some(digest) {
+                prev.certificate(quorum)
+            } else {
+                None
+            };
             // The batch itself: a null batch, or the one this replica holds with that digest
             // (as its entry or as its prepared certificate's); else it is fetched by digest.
             let batch = if digest == null_digest {
@@ -485,6 +494,7 @@ impl Replica {
                     vote_ok: true,
                     proof: prev.proof.take(),
                     proof_batch: prev.proof_batch.take(),
+                    cert: prev_cert,
                     ..Entry::default()
                 },
             );
