@@ -602,7 +602,10 @@ impl<S> CronTable<S> {
 
     /// Evaluates `tick` with the due index: runs every entry whose rule holds, in position order.
     ///
-    /// Cost: O(due · log n + custom), where custom is the number of entries with user rules.
+    /// Cost: O(due · log due + points · log points + custom): the due entries sorted into
+    /// position order, one ordered-map step per distinct due point the tick reached (entries
+    /// sharing a period and phase share one), and one rule call per entry with a user rule. No
+    /// ordered-map or hash-map work per fired entry.
     /// Changes requested by callbacks are applied after the pass in request order; then the
     /// schedule is written once if it changed. A tick for another component runs nothing.
     pub fn evaluate(
