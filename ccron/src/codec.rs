@@ -272,19 +272,13 @@ pub fn save_blob(
     let count = blob.len().div_ceil(per_page).max(1);
     debug_assert!(count <= range.len() as usize);
     let blob_crc = crc32fast::hash(blob);
-    let mut page = Vec::with_capacity(HEADER_BYTES + per_page);
-    for (i, id) in range.ids().enumerate() {
-        if i >= count {
-            // Leftovers of a longer earlier value would be harmless (the header says how many
-            // pages count) but would leak into checkpoints and digests: clear them.
-            if pages.load(id)?.is_some() {
-                pages.zero(id)?;
-            }
-            continue;
-        }
+    // The blob's pages, written as one batch (one sync round on a durable backend); the blob
+    // counts only once a later write (a commit page, a header) refers to it.
+    let mut images: Vec<Vec<u8>> = Vec::with_capacity(count);
+    for i in 0..count {
         let start = i * per_page;
         let chunk = &blob[start.min(blob.len())..(start + per_page).min(blob.len())];
-        page.clear();
+        let mut page = Vec::with_capacity(HEADER_BYTES + chunk.len());
         page.extend_from_slice(&MAGIC);
         page.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         page.extend_from_slice(&kind.to_u16().to_le_bytes());
@@ -299,7 +293,16 @@ pub fn save_blob(
         page.extend_from_slice(&h.finalize().to_le_bytes());
         debug_assert_eq!(page.len(), HEADER_BYTES);
         page.extend_from_slice(chunk);
-        pages.save(id, &page)?;
+        images.push(page);
+    }
+    let batch: Vec<(PageId, &[u8])> = range.ids().zip(images.iter().map(Vec::as_slice)).collect();
+    pages.save_batch(&batch)?;
+    // Leftovers of a longer earlier value would be harmless (the header says how many pages
+    // count) but would leak into checkpoints and digests: clear them.
+    for id in range.ids().skip(count) {
+        if pages.load(id)?.is_some() {
+            pages.zero(id)?;
+        }
     }
     Ok(())
 }

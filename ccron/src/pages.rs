@@ -214,6 +214,21 @@ pub trait ReservedPages {
     fn save(&mut self, id: PageId, data: &[u8]) -> Result<(), PagesError>;
     /// Empties page `id`.
     fn zero(&mut self, id: PageId) -> Result<(), PagesError>;
+    /// Saves several pages as one write round, in the order given (as [`save`](Self::save)
+    /// each; an empty `data` zeroes the page).
+    ///
+    /// A batch is not atomic as a whole: a crash may leave some of its pages written and the
+    /// others not (each page old or new, never torn), so a caller makes a batch count only
+    /// through a later single-page write (the commit page of ccron's layouts). The default
+    /// saves page by page; a durable backend overrides it to pay its sync once per batch
+    /// instead of once per page (`FilePages`: one directory sync for the batch; `RedbPages`:
+    /// one transaction).
+    fn save_batch(&mut self, writes: &[(PageId, &[u8])]) -> Result<(), PagesError> {
+        for (id, data) in writes {
+            self.save(*id, data)?;
+        }
+        Ok(())
+    }
 }
 
 /// An in-memory [`ReservedPages`], as a host that checkpoints its own state would keep them.

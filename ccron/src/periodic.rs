@@ -14,7 +14,7 @@
 //! [`CronTable::reload`](crate::CronTable::reload), which the host calls after a restart and after
 //! a state transfer.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroU32;
 
@@ -149,7 +149,8 @@ impl Periodic {
             return None;
         }
         let late = i128::from(now_ms) - i128::from(due);
-        let reached = late / p + 1;
+        // Runs on time are the common case: no 128-bit division for them.
+        let reached = if late < p { 1 } else { late / p + 1 };
         let grid_next = clamp(i128::from(due) + reached * p);
         let latest = clamp(i128::from(due) + (reached - 1) * p);
         let step = match self.misfire {
@@ -268,29 +269,66 @@ impl Hasher for IntHasher {
 /// The deterministic hasher of ccron's lookup-only hash maps.
 pub(crate) type IntHash = BuildHasherDefault<IntHasher>;
 
-/// Next due point by position (see [`ScheduleStore`]).
-pub(crate) type NextMap = HashMap<u32, Due, IntHash>;
+/// A record page not known to the table's slab.
+pub(crate) const NO_PAGE: u32 = u32::MAX;
 
-/// The in-memory schedule of one table: next due point per position, and the positions
-/// changed since it was last written, each with the due point it had then (`None`: no record).
-///
-/// `next` is a hash map with a fixed hasher (no randomness): a tick looks positions up, and
-/// whatever iterates it sorts or only counts, so no order reaches replicated state.
+/// One change of a table's schedule since its last write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ScheduleChange {
+    /// The entry's position.
+    pub(crate) position: u32,
+    /// The due point at the last write (`None`: no record).
+    pub(crate) before: Option<Due>,
+    /// The due point now (`None`: the record left).
+    pub(crate) now: Option<Due>,
+    /// The slab slot of the entry the change came from.
+    pub(crate) slot: u32,
+    /// The record page of the position as the slab knew it ([`NO_PAGE`]: unknown): a save
+    /// uses it for a record that stays instead of looking the record up. A save that looks a
+    /// record up sets it and `learned`, and the table copies it to the slot.
+    pub(crate) page: u32,
+    /// Whether the save learned `page`.
+    pub(crate) learned: bool,
+}
+
+/// The part of a table's in-memory schedule that is not kept beside its entries: the records of
+/// positions with no indexed entry (kept from the pages for an entry registered later) and the
+/// changes since the schedule was last written. The next due point of an indexed entry lives in
+/// the entry's slot of the table's slab.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ScheduleStore {
-    pub(crate) next: NextMap,
-    pub(crate) changed: Vec<(u32, Option<Due>)>,
+    pub(crate) orphans: BTreeMap<u32, Due>,
+    pub(crate) changed: Vec<ScheduleChange>,
 }
 
 impl ScheduleStore {
-    pub(crate) fn get(&self, position: u32) -> Option<Due> {
-        self.next.get(&position).copied()
-    }
-
-    pub(crate) fn remove(&mut self, position: u32) {
-        if let Some(old) = self.next.remove(&position) {
-            self.changed.push((position, Some(old)));
+    /// Sorts the changes by position and merges those of one position into one (the oldest
+    /// due point before, the newest after). A change that ends where it began stays: the write
+    /// logs it as before (the page images depend only on the operations).
+    pub(crate) fn merge_changes(&mut self) {
+        let changed = &mut self.changed;
+        // Stable: the changes of one position stay in the order they happened. A tick's
+        // changes come in position order already.
+        if changed.windows(2).all(|w| w[0].position < w[1].position) {
+            return;
         }
+        if !changed.is_sorted_by_key(|c| c.position) {
+            changed.sort_by_key(|c| c.position);
+        }
+        let mut w = 0;
+        for r in 0..changed.len() {
+            let c = changed[r];
+            if w > 0 && changed[w - 1].position == c.position {
+                // The first change's page is the one the last write left (a later change of
+                // the position may come from a fresh slot that does not know it).
+                changed[w - 1].now = c.now;
+                changed[w - 1].slot = c.slot;
+            } else {
+                changed[w] = c;
+                w += 1;
+            }
+        }
+        changed.truncate(w);
     }
 }
 

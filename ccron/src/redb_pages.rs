@@ -93,25 +93,34 @@ impl RedbPages {
     }
 
     fn write(&mut self, id: PageId, data: Option<&[u8]>) -> Result<(), PagesError> {
+        self.write_all(&[(id, data)])
+    }
+
+    /// Writes (`Some`) or removes (`None`) every page in one durable transaction.
+    fn write_all(&mut self, writes: &[(PageId, Option<&[u8]>)]) -> Result<(), PagesError> {
         let w = self.db.begin_write().map_err(|e| io("begin", e))?;
         {
             let mut t = w.open_table(TABLE).map_err(|e| io("table", e))?;
-            match data {
-                Some(d) => {
-                    t.insert(id, d).map_err(|e| io("insert", e))?;
-                }
-                None => {
-                    t.remove(id).map_err(|e| io("remove", e))?;
+            for (id, data) in writes {
+                match data {
+                    Some(d) => {
+                        t.insert(*id, *d).map_err(|e| io("insert", e))?;
+                    }
+                    None => {
+                        t.remove(*id).map_err(|e| io("remove", e))?;
+                    }
                 }
             }
         }
         w.commit().map_err(|e| io("commit", e))?;
-        match data {
-            Some(d) => {
-                self.pages.insert(id, d.to_vec());
-            }
-            None => {
-                self.pages.remove(&id);
+        for (id, data) in writes {
+            match data {
+                Some(d) => {
+                    self.pages.insert(*id, d.to_vec());
+                }
+                None => {
+                    self.pages.remove(id);
+                }
             }
         }
         Ok(())
@@ -146,6 +155,19 @@ impl ReservedPages for RedbPages {
             return Ok(());
         }
         self.write(id, None)
+    }
+
+    /// One durable transaction for the whole batch (atomic here, stronger than the trait
+    /// asks).
+    fn save_batch(&mut self, writes: &[(PageId, &[u8])]) -> Result<(), PagesError> {
+        for (id, data) in writes {
+            check_page(*id, data.len(), self.num_pages, self.page_size)?;
+        }
+        let batch: Vec<(PageId, Option<&[u8]>)> = writes
+            .iter()
+            .map(|(id, d)| (*id, (!d.is_empty()).then_some(*d)))
+            .collect();
+        self.write_all(&batch)
     }
 }
 

@@ -1,22 +1,24 @@
 //! The cron table of one component: entries by position, indexed evaluation, persisted schedule.
 //!
-//! Entries run in ascending position. Indexed entries (periodic, or any other known
-//! [`Schedule`](crate::Schedule)) sit in a due index (module `index`), so
-//! [`CronTable::evaluate`] only visits the due ones plus the entries with a user rule (which must
-//! be asked on every tick); the candidates are merged into position order, so the firing order
-//! is exactly that of [`CronTable::evaluate_linear`], the plain scan kept as the reference model
-//! and benchmark baseline.
+//! Entries run in ascending position. Each entry lives in a dense slab under a slot number,
+//! with the next due point of an indexed entry beside it; an ordered map gives the slot of a
+//! position (used by add, remove and lookups, never per fire). Indexed entries (periodic, or any
+//! other known [`Schedule`](crate::Schedule)) sit in a due index (module `index`) bucketed by
+//! due point, so [`CronTable::evaluate`] only visits the due ones plus the entries with a user
+//! rule (which must be asked on every tick); the candidates are sorted into position order, so
+//! the firing order is exactly that of [`CronTable::evaluate_linear`], the plain scan kept as
+//! the reference model and benchmark baseline. A fire touches its slot, appends to a bucket
+//! and to the change list: no ordered-map or hash-map operation per fired entry.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::codec::{self, CodecError};
 use crate::due::Due;
 use crate::entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
 use crate::index::DueIndex;
 use crate::pages::{PageRange, ReservedPages};
-use crate::periodic::ScheduleStore;
-use crate::table_store::{self, TableStore};
+use crate::periodic::{NO_PAGE, ScheduleChange, ScheduleStore};
+use crate::table_store::{self, Records, TableStore};
 use crate::tick::{ComponentId, Tick, TimeMs};
 
 /// Errors of a cron table.
@@ -141,27 +143,82 @@ pub struct TickOutcome {
     pub persisted: bool,
 }
 
+/// One entry in the slab, with the next due point of an indexed entry that has run.
+struct Slot<S> {
+    entry: CronEntry<S>,
+    /// Stored next due point (indexed entries only; `None`: never ran, or a user rule).
+    next: Option<Due>,
+    /// The page of the record `next` in the table's store, when a write has told
+    /// ([`NO_PAGE`] otherwise): a write of a record that stays needs no lookup.
+    page: u32,
+}
+
 /// The cron table of one component, over application state `S`.
 pub struct CronTable<S> {
     component_id: ComponentId,
-    entries: BTreeMap<u32, CronEntry<S>>,
-    /// Positions whose rule is user code: asked on every tick.
-    custom: BTreeSet<u32>,
-    /// Positions whose rule is a known schedule, by next due point.
+    /// Position -> slot in `slots`, ascending position.
+    entries: BTreeMap<u32, u32>,
+    /// The entries by slot (`None`: a free slot, listed in `free_slots`).
+    slots: Vec<Option<Slot<S>>>,
+    free_slots: Vec<u32>,
+    /// Position -> slot of the entries whose rule is user code: asked on every tick.
+    custom: BTreeMap<u32, u32>,
+    /// Slots of entries whose rule is a known schedule, by next due point.
     index: DueIndex,
-    /// Next due point of every indexed entry that has run (owned by this instance).
+    /// Records of positions without an indexed entry, and the changes since the last write.
     schedule: ScheduleStore,
+    /// Indexed entries with a stored next due point (records kept in `slots`).
+    with_record: u32,
     persistence: Option<Persistence>,
     /// Record placement and committed log of the persisted schedule.
     store: TableStore,
     /// Page writes of the last successful persist.
     last_save_writes: usize,
     scheduled_count: u32,
-    /// Records of positions with no indexed entry (kept from the pages for an entry registered
-    /// later): they count against `max_scheduled`, so every record always has room.
-    orphans: u32,
-    /// Scratch buffer for due candidates, kept to avoid an allocation per tick.
-    scratch: Vec<u32>,
+    /// Scratch buffer for due candidates `(position, slot)`, kept to avoid an allocation per
+    /// tick.
+    scratch: Vec<(u32, u32)>,
+}
+
+/// The table's records as a save reads them: the slab's next due points and the orphans.
+struct RecordView<'a, S> {
+    entries: &'a BTreeMap<u32, u32>,
+    slots: &'a [Option<Slot<S>>],
+    orphans: &'a BTreeMap<u32, Due>,
+    with_record: u32,
+}
+
+impl<S> RecordView<'_, S> {
+    fn slot(&self, position: u32) -> Option<&Slot<S>> {
+        let slot = *self.entries.get(&position)?;
+        self.slots.get(slot as usize)?.as_ref()
+    }
+}
+
+impl<S> Records for RecordView<'_, S> {
+    fn count(&self) -> usize {
+        self.orphans.len() + self.with_record as usize
+    }
+
+    fn get(&self, position: u32) -> Option<Due> {
+        self.slot(position)
+            .and_then(|s| s.next)
+            .or_else(|| self.orphans.get(&position).copied())
+    }
+
+    fn sorted(&self) -> Vec<(u32, Due)> {
+        let mut all: Vec<(u32, Due)> = self.orphans.iter().map(|(p, d)| (*p, *d)).collect();
+        for (position, slot) in self.entries {
+            if let Some(Some(Slot {
+                next: Some(due), ..
+            })) = self.slots.get(*slot as usize)
+            {
+                all.push((*position, *due));
+            }
+        }
+        all.sort_unstable_by_key(|r| r.0);
+        all
+    }
 }
 
 impl<S> std::fmt::Debug for CronTable<S> {
@@ -183,7 +240,8 @@ struct Pass<'a, 'p, S> {
     tick: &'a Tick,
     state: &'a mut S,
     pages: &'a mut (dyn ReservedPages + 'p),
-    schedule: &'a mut ScheduleStore,
+    changed: &'a mut Vec<ScheduleChange>,
+    with_record: &'a mut u32,
     index: &'a mut DueIndex,
     changes: &'a mut Vec<TableChange<S>>,
     fired: &'a mut Vec<Fired>,
@@ -192,8 +250,11 @@ struct Pass<'a, 'p, S> {
 }
 
 impl<S> Pass<'_, '_, S> {
-    /// Evaluates one entry: its rule, then schedule-next and the action(s) when it holds.
-    fn run(&mut self, entry: &mut CronEntry<S>) {
+    /// Evaluates the entry of `slot_id`: its rule, then schedule-next and the action(s) when
+    /// it holds. An indexed entry the due index handed out is indexed again, whether it ran or
+    /// not.
+    fn run(&mut self, slot_id: u32, slot: &mut Slot<S>) {
+        let entry = &mut slot.entry;
         let position = entry.position;
         match &entry.rule {
             Rule::Custom(rule) => {
@@ -211,16 +272,13 @@ impl<S> Pass<'_, '_, S> {
                 let Some(schedule) = entry.rule.schedule() else {
                     return;
                 };
-                // One descent of the schedule map serves both the read and the write.
-                let slot = self.schedule.next.entry(position);
-                let stored = match &slot {
-                    Entry::Occupied(o) => Some(*o.get()),
-                    Entry::Vacant(_) => None,
-                };
+                let stored = slot.next;
                 let mut runs = std::mem::take(&mut self.runs);
                 runs.clear();
                 let Some(next) = schedule.step(stored, self.tick, &mut runs) else {
                     self.runs = runs;
+                    self.index
+                        .restore(slot_id, position, schedule.due_key(stored));
                     return;
                 };
                 let old_key = schedule.due_key(stored);
@@ -236,18 +294,21 @@ impl<S> Pass<'_, '_, S> {
                     "schedule {schedule:?} at {position} is due again at the same tick"
                 );
                 // The built-in schedule-next: record the new due point before the action runs.
-                match slot {
-                    Entry::Occupied(mut o) => {
-                        o.insert(next);
-                    }
-                    Entry::Vacant(v) => {
-                        v.insert(next);
-                    }
+                slot.next = Some(next);
+                if stored.is_none() {
+                    *self.with_record += 1;
                 }
-                self.schedule.changed.push((position, stored));
-                self.index.move_key(position, old_key, next);
+                self.changed.push(ScheduleChange {
+                    position,
+                    before: stored,
+                    now: Some(next),
+                    slot: slot_id,
+                    page: slot.page,
+                    learned: false,
+                });
+                self.index.move_key(slot_id, position, old_key, next);
                 for due in &runs {
-                    self.fire(entry, Some(*due));
+                    self.fire(&mut slot.entry, Some(*due));
                 }
                 self.runs = runs;
             }
@@ -287,14 +348,16 @@ impl<S> CronTable<S> {
         Self {
             component_id,
             entries: BTreeMap::new(),
-            custom: BTreeSet::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            custom: BTreeMap::new(),
             index: DueIndex::default(),
             schedule: ScheduleStore::default(),
+            with_record: 0,
             persistence: None,
             store: TableStore::new(),
             last_save_writes: 0,
             scheduled_count: 0,
-            orphans: 0,
             scratch: Vec::new(),
         }
     }
@@ -342,7 +405,21 @@ impl<S> CronTable<S> {
 
     /// The entry at `position`.
     pub fn get(&self, position: u32) -> Option<&CronEntry<S>> {
-        self.entries.get(&position)
+        self.slot(position).map(|s| &s.entry)
+    }
+
+    fn slot(&self, position: u32) -> Option<&Slot<S>> {
+        let slot = *self.entries.get(&position)?;
+        self.slots.get(slot as usize)?.as_ref()
+    }
+
+    fn records(&self) -> RecordView<'_, S> {
+        RecordView {
+            entries: &self.entries,
+            slots: &self.slots,
+            orphans: &self.schedule.orphans,
+            with_record: self.with_record,
+        }
     }
 
     /// The positions in ascending order.
@@ -352,12 +429,12 @@ impl<S> CronTable<S> {
 
     /// The stored next due point of the indexed entry at `position` (`None` if it never ran).
     pub fn next_due(&self, position: u32) -> Option<Due> {
-        self.schedule.get(position)
+        self.records().get(position)
     }
 
     /// The stored next due time of the periodic entry at `position` (`None` if it never ran).
     pub fn next_due_ms(&self, position: u32) -> Option<TimeMs> {
-        self.schedule.get(position).and_then(|d| d.time_ms())
+        self.next_due(position).and_then(|d| d.time_ms())
     }
 
     /// The earliest time at which a time-keyed entry is due (`TimeMs::MIN`: at the next tick
@@ -392,7 +469,7 @@ impl<S> CronTable<S> {
     /// persisted record is dropped), so a replacing periodic entry starts afresh.
     pub fn replace(&mut self, entry: CronEntry<S>) -> Result<CronEntry<S>, TableError> {
         let position = entry.position;
-        let Some(old) = self.entries.get(&position) else {
+        let Some(old) = self.get(position) else {
             return Err(TableError::NoSuchPosition {
                 component_id: self.component_id,
                 position,
@@ -434,8 +511,9 @@ impl<S> CronTable<S> {
                     component_id: self.component_id,
                 });
             };
-            let adopts = u32::from(freed == 0 && self.schedule.get(entry.position).is_some());
-            let held = self.scheduled_count.saturating_add(self.orphans);
+            let adopts =
+                u32::from(freed == 0 && self.schedule.orphans.contains_key(&entry.position));
+            let held = self.scheduled_count.saturating_add(self.orphans());
             if held.saturating_sub(freed).saturating_sub(adopts) >= persistence.max_scheduled {
                 return Err(TableError::ScheduleFull {
                     component_id: self.component_id,
@@ -446,28 +524,55 @@ impl<S> CronTable<S> {
         Ok(())
     }
 
+    /// Records of positions with no indexed entry (kept from the pages for an entry registered
+    /// later): they count against `max_scheduled`, so every record always has room.
+    fn orphans(&self) -> u32 {
+        u32::try_from(self.schedule.orphans.len()).unwrap_or(u32::MAX)
+    }
+
     fn insert_unchecked(&mut self, entry: CronEntry<S>) {
         let position = entry.position;
+        let slot = match self.free_slots.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(None);
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        let mut next = None;
         match entry.rule.schedule() {
             None => {
-                self.custom.insert(position);
+                self.custom.insert(position, slot);
             }
             Some(schedule) => {
                 self.scheduled_count += 1;
-                if self.schedule.get(position).is_some() {
-                    // The orphan record of this position is the entry's now.
-                    self.orphans = self.orphans.saturating_sub(1);
+                // The orphan record of this position, if any, is the entry's now.
+                next = self.schedule.orphans.remove(&position);
+                if next.is_some() {
+                    self.with_record += 1;
                 }
-                self.index
-                    .insert(position, schedule.due_key(self.schedule.get(position)));
+                self.index.insert(slot, position, schedule.due_key(next));
             }
         }
-        let old = self.entries.insert(position, entry);
+        if let Some(free) = self.slots.get_mut(slot as usize) {
+            *free = Some(Slot {
+                entry,
+                next,
+                page: NO_PAGE,
+            });
+        }
+        let old = self.entries.insert(position, slot);
         debug_assert!(old.is_none(), "insert over a live entry at {position}");
     }
 
     fn take(&mut self, position: u32) -> Option<CronEntry<S>> {
-        let mut entry = self.entries.remove(&position)?;
+        let slot = self.entries.remove(&position)?;
+        let Slot {
+            mut entry,
+            next,
+            page,
+        } = self.slots.get_mut(slot as usize)?.take()?;
+        self.free_slots.push(slot);
         if let Some(on_remove) = entry.on_remove.as_mut() {
             on_remove(self.component_id, position);
         }
@@ -475,12 +580,21 @@ impl<S> CronTable<S> {
             None => {
                 self.custom.remove(&position);
             }
-            Some(schedule) => {
+            Some(_) => {
                 self.scheduled_count -= 1;
-                self.index
-                    .remove(position, schedule.due_key(self.schedule.get(position)));
+                self.index.remove(slot);
                 // Removing an entry removes only its own record.
-                self.schedule.remove(position);
+                if let Some(old) = next {
+                    self.with_record -= 1;
+                    self.schedule.changed.push(ScheduleChange {
+                        position,
+                        before: Some(old),
+                        now: None,
+                        slot,
+                        page,
+                        learned: false,
+                    });
+                }
             }
         }
         Some(entry)
@@ -488,7 +602,10 @@ impl<S> CronTable<S> {
 
     /// Evaluates `tick` with the due index: runs every entry whose rule holds, in position order.
     ///
-    /// Cost: O(due · log n + custom), where custom is the number of entries with user rules.
+    /// Cost: O(due · log due + points · log points + custom): the due entries sorted into
+    /// position order, one ordered-map step per distinct due point the tick reached (entries
+    /// sharing a period and phase share one), and one rule call per entry with a user rule. No
+    /// ordered-map or hash-map work per fired entry.
     /// Changes requested by callbacks are applied after the pass in request order; then the
     /// schedule is written once if it changed. A tick for another component runs nothing.
     pub fn evaluate(
@@ -500,14 +617,15 @@ impl<S> CronTable<S> {
         self.check_component(tick)?;
         let mut candidates = std::mem::take(&mut self.scratch);
         candidates.clear();
-        self.index.due_at(tick, &mut candidates);
+        // Takes the due entries out of the index; running each indexes it again.
+        self.index.take_due(tick, &mut candidates);
         if !self.custom.is_empty() {
-            candidates.extend(self.custom.iter().copied());
+            candidates.extend(self.custom.iter().map(|(p, s)| (*p, *s)));
         }
-        // Indexed candidates come in (due, position) order; firing order is position order.
-        // Custom and indexed positions are disjoint, so no duplicates arise.
+        // Firing order is position order. Custom and indexed positions are disjoint, so no
+        // duplicates arise.
         candidates.sort_unstable();
-        debug_assert!(candidates.windows(2).all(|w| w[0] < w[1]));
+        debug_assert!(candidates.windows(2).all(|w| w[0].0 < w[1].0));
         let mut changes = Vec::new();
         let mut fired = Vec::new();
         let mut pass = Pass {
@@ -515,15 +633,16 @@ impl<S> CronTable<S> {
             tick,
             state,
             pages: &mut *pages,
-            schedule: &mut self.schedule,
+            changed: &mut self.schedule.changed,
+            with_record: &mut self.with_record,
             index: &mut self.index,
             changes: &mut changes,
             fired: &mut fired,
             runs: Vec::new(),
         };
-        for position in &candidates {
-            if let Some(entry) = self.entries.get_mut(position) {
-                pass.run(entry);
+        for &(position, slot) in &candidates {
+            if let Some(Some(s)) = self.slots.get_mut(slot as usize) {
+                pass.run(slot, s);
             } else {
                 debug_assert!(false, "candidate {position} has no entry");
             }
@@ -551,14 +670,17 @@ impl<S> CronTable<S> {
             tick,
             state,
             pages: &mut *pages,
-            schedule: &mut self.schedule,
+            changed: &mut self.schedule.changed,
+            with_record: &mut self.with_record,
             index: &mut self.index,
             changes: &mut changes,
             fired: &mut fired,
             runs: Vec::new(),
         };
-        for entry in self.entries.values_mut() {
-            pass.run(entry);
+        for &slot in self.entries.values() {
+            if let Some(Some(s)) = self.slots.get_mut(slot as usize) {
+                pass.run(slot, s);
+            }
         }
         Ok(self.finish_pass(changes, fired, pages))
     }
@@ -648,17 +770,31 @@ impl<S> CronTable<S> {
             }
             .into());
         }
-        // Oldest value first for each position (the sort is stable), one change per position.
-        let changed = &mut self.schedule.changed;
-        changed.sort_by_key(|c| c.0);
-        changed.dedup_by_key(|c| c.0);
+        // One change per position, ascending: the due point at the last write and now.
+        self.schedule.merge_changes();
+        let records = RecordView {
+            entries: &self.entries,
+            slots: &self.slots,
+            orphans: &self.schedule.orphans,
+            with_record: self.with_record,
+        };
         let stats = self.store.save(
             pages,
             form,
             self.component_id,
-            &self.schedule.next,
-            &self.schedule.changed,
+            &records,
+            &mut self.schedule.changed,
         )?;
+        // The slab learns the pages of records the write had to look up.
+        for c in &self.schedule.changed {
+            if c.learned
+                && let Some(Some(s)) = self.slots.get_mut(c.slot as usize)
+                && s.entry.position == c.position
+                && s.next == c.now
+            {
+                s.page = c.page;
+            }
+        }
         self.last_save_writes = stats.writes;
         self.schedule.changed.clear();
         Ok(true)
@@ -726,11 +862,7 @@ impl<S> CronTable<S> {
         let (next, store) = TableStore::load(pages, persistence.range, form, self.component_id)?;
         let orphans = next
             .keys()
-            .filter(|p| {
-                self.entries
-                    .get(p)
-                    .is_none_or(|e| e.rule.schedule().is_none())
-            })
+            .filter(|p| self.get(**p).is_none_or(|e| e.rule.schedule().is_none()))
             .count();
         let held = orphans.saturating_add(self.scheduled_count as usize);
         if next.len() > persistence.max_scheduled as usize
@@ -742,20 +874,30 @@ impl<S> CronTable<S> {
             });
         }
         // Validated: from here on nothing fails.
-        for (position, entry) in &self.entries {
-            if let Some(schedule) = entry.rule.schedule() {
-                let old_key = schedule.due_key(self.schedule.get(*position));
-                let new_key = schedule.due_key(next.get(position).copied());
-                self.index.move_key(*position, old_key, new_key);
-            }
+        let mut next = next;
+        let records = next.len();
+        let mut with_record = 0;
+        for (position, &slot) in &self.entries {
+            let Some(Some(s)) = self.slots.get_mut(slot as usize) else {
+                continue;
+            };
+            let Some(schedule) = s.entry.rule.schedule() else {
+                continue;
+            };
+            let new = next.remove(position);
+            let (old_key, new_key) = (schedule.due_key(s.next), schedule.due_key(new));
+            self.index.move_key(slot, *position, old_key, new_key);
+            s.next = new;
+            s.page = NO_PAGE;
+            with_record += u32::from(new.is_some());
         }
-        self.schedule.next = next.into_iter().collect();
+        self.schedule.orphans = next;
         self.schedule.changed.clear();
+        self.with_record = with_record;
         self.store = store;
-        self.orphans = u32::try_from(orphans).unwrap_or(u32::MAX);
         tracing::debug!(
             component_id = self.component_id,
-            records = self.schedule.next.len(),
+            records,
             "periodic schedule reloaded"
         );
         debug_assert!(self.check_invariants().is_ok());
@@ -770,17 +912,22 @@ impl<S> CronTable<S> {
             return Ok(());
         };
         codec::clear(pages, persistence.range)?;
-        for (position, entry) in &self.entries {
-            if let Some(schedule) = entry.rule.schedule() {
-                let old_key = schedule.due_key(self.schedule.get(*position));
-                self.index
-                    .move_key(*position, old_key, schedule.due_key(None));
-            }
+        for (position, &slot) in &self.entries {
+            let Some(Some(s)) = self.slots.get_mut(slot as usize) else {
+                continue;
+            };
+            let Some(schedule) = s.entry.rule.schedule() else {
+                continue;
+            };
+            let (old_key, new_key) = (schedule.due_key(s.next), schedule.due_key(None));
+            self.index.move_key(slot, *position, old_key, new_key);
+            s.next = None;
+            s.page = NO_PAGE;
         }
         // The pages are empty and so is the schedule: nothing to write.
         self.schedule = ScheduleStore::default();
+        self.with_record = 0;
         self.store = TableStore::new();
-        self.orphans = 0;
         Ok(())
     }
 
@@ -788,25 +935,33 @@ impl<S> CronTable<S> {
     pub fn check_invariants(&self) -> Result<(), String> {
         self.index.check()?;
         let mut scheduled = 0u32;
-        for (position, entry) in &self.entries {
-            if entry.position != *position {
-                return Err(format!("entry {} stored at {position}", entry.position));
+        let mut with_record = 0u32;
+        for (position, &slot) in &self.entries {
+            let Some(Some(s)) = self.slots.get(slot as usize) else {
+                return Err(format!("position {position} points at empty slot {slot}"));
+            };
+            if s.entry.position != *position {
+                return Err(format!("entry {} stored at {position}", s.entry.position));
             }
-            match entry.rule.schedule() {
+            match s.entry.rule.schedule() {
                 None => {
-                    if !self.custom.contains(position) {
+                    if self.custom.get(position) != Some(&slot) || s.next.is_some() {
                         return Err(format!("custom entry {position} misfiled"));
                     }
                 }
                 Some(schedule) => {
                     scheduled += 1;
-                    let want = schedule.due_key(self.schedule.get(*position));
-                    // With the count check below (and no position indexed twice) this makes
-                    // the index exactly the set of indexed entries at their keys.
-                    if !self.index.contains(*position, want) || self.custom.contains(position) {
+                    with_record += u32::from(s.next.is_some());
+                    let want = schedule.due_key(s.next);
+                    // With the count check below (and no slot indexed twice) this makes the
+                    // index exactly the set of indexed entries at their keys.
+                    if !self.index.contains(slot, want) || self.custom.contains_key(position) {
                         return Err(format!(
                             "scheduled entry {position} is not indexed at {want:?}"
                         ));
+                    }
+                    if self.schedule.orphans.contains_key(position) {
+                        return Err(format!("scheduled entry {position} has an orphan record"));
                     }
                 }
             }
@@ -817,30 +972,29 @@ impl<S> CronTable<S> {
                 self.scheduled_count
             ));
         }
+        if with_record != self.with_record {
+            return Err(format!(
+                "{with_record} scheduled entries with a record, count says {}",
+                self.with_record
+            ));
+        }
         if self.index.len() != scheduled as usize {
-            return Err("index holds positions without a scheduled entry".into());
+            return Err("index holds slots without a scheduled entry".into());
         }
         if self.custom.len() + scheduled as usize != self.entries.len() {
             return Err("custom set holds positions without an entry".into());
         }
-        let orphans = self
-            .schedule
-            .next
-            .keys()
-            .filter(|p| {
-                self.entries
-                    .get(p)
-                    .is_none_or(|e| e.rule.schedule().is_none())
-            })
-            .count();
-        if orphans != self.orphans as usize {
+        let live = self.slots.iter().filter(|s| s.is_some()).count();
+        if live != self.entries.len() || live + self.free_slots.len() != self.slots.len() {
             return Err(format!(
-                "{orphans} orphan records, count says {}",
-                self.orphans
+                "{live} live slots for {} entries, {} free of {}",
+                self.entries.len(),
+                self.free_slots.len(),
+                self.slots.len()
             ));
         }
         if let Some(p) = self.persistence
-            && scheduled.saturating_add(self.orphans) > p.max_scheduled
+            && scheduled.saturating_add(self.orphans()) > p.max_scheduled
         {
             return Err(format!(
                 "{scheduled} scheduled entries over the bound {}",

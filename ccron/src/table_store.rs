@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::codec::{self, BlobKind, CodecError, HEADER_BYTES};
 use crate::due::Due;
 use crate::pages::{PageId, PageRange, ReservedPages};
-use crate::periodic::NextMap;
+use crate::periodic::{NO_PAGE, ScheduleChange};
 use crate::schedule::store::{Placement, record_room};
 use crate::table::TableError;
 use crate::tick::ComponentId;
@@ -190,6 +190,16 @@ pub(crate) fn form(range: PageRange, max: u32, page_size: usize) -> Result<Form,
     }))
 }
 
+/// The current schedule as a save reads it (the table's slab and its orphan records).
+pub(crate) trait Records {
+    /// How many records there are.
+    fn count(&self) -> usize;
+    /// The record of `position`.
+    fn get(&self, position: u32) -> Option<Due>;
+    /// Every record, ascending position.
+    fn sorted(&self) -> Vec<(u32, Due)>;
+}
+
 /// The persistence state of one table's schedule besides the schedule itself: where each
 /// record lies and how much of the log is committed.
 #[derive(Debug, Clone)]
@@ -225,25 +235,25 @@ impl TableStore {
             .get_or_insert_with(|| Placement::new(page_size))
     }
 
-    /// Writes the changes of `changed` (positions with the due point they had at the last save,
-    /// sorted and deduplicated) given the current schedule `next`.
+    /// Writes the changes of `changed` (one per position, ascending: the due point at the last
+    /// save and now) given the current schedule `next`; sets the record page of each change
+    /// whose record it had to look up (`learned`).
     pub(crate) fn save(
         &mut self,
         pages: &mut dyn ReservedPages,
         form: Form,
         component_id: ComponentId,
-        next: &NextMap,
-        changed: &[(u32, Option<Due>)],
+        next: &dyn Records,
+        changed: &mut [ScheduleChange],
     ) -> Result<SaveStats, TableError> {
         let layout = match form {
             Form::Inline(commit) => {
-                let mut inline: Vec<(u32, Due)> = next.iter().map(|(p, d)| (*p, *d)).collect();
-                inline.sort_unstable_by_key(|r| r.0);
+                let inline = next.sorted();
                 let c = Commit {
                     version: TABLE_LAYOUT_VERSION,
                     component_id,
                     form: 0,
-                    records: next.len() as u64,
+                    records: inline.len() as u64,
                     log_pages: 0,
                     log_segments: 0,
                     inline,
@@ -274,17 +284,34 @@ impl TableStore {
         let k = u32::try_from(per_record_page(page_size)).unwrap_or(u32::MAX);
         let placement = self.placement(page_size);
         let mut log: Vec<Change> = Vec::with_capacity(changed.len());
-        for &(position, _) in changed {
-            let placed = match next.get(&position) {
+        // Records of neighbouring positions share pages: mark each page once per run.
+        let mut touched = NO_PAGE;
+        for c in changed.iter_mut() {
+            let position = c.position;
+            let placed = match c.now {
                 None => {
                     placement.unplace(u64::from(position));
                     None
                 }
+                // A record that stays keeps its page (records have one size): the page the
+                // slab knows saves the lookup.
+                Some(due) if c.before.is_some() && c.page != NO_PAGE => {
+                    debug_assert_eq!(placement.page_of(u64::from(position)), Some(c.page));
+                    if c.page != touched {
+                        placement.touch(c.page);
+                        touched = c.page;
+                    }
+                    Some((c.page, due))
+                }
                 Some(due) => match placement.place(u64::from(position), RECORD_BYTES) {
-                    Some(p) if p < layout.record_pages => Some((p, *due)),
+                    Some(p) if p < layout.record_pages => {
+                        c.page = p;
+                        c.learned = true;
+                        Some((p, due))
+                    }
                     _ => {
                         return Err(TableError::TooManyRecords {
-                            found: next.len(),
+                            found: next.count(),
                             max: layout.record_pages.saturating_mul(k),
                         });
                     }
@@ -312,7 +339,7 @@ impl TableStore {
             version: TABLE_LAYOUT_VERSION,
             component_id,
             form: 1,
-            records: next.len() as u64,
+            records: next.count() as u64,
             log_pages: at - layout.log.first(),
             log_segments: segments,
             inline: Vec::new(),
@@ -331,16 +358,16 @@ impl TableStore {
         pages: &mut dyn ReservedPages,
         layout: LogLayout,
         component_id: ComponentId,
-        next: &NextMap,
-        changed: &[(u32, Option<Due>)],
+        next: &dyn Records,
+        changed: &[ScheduleChange],
         stats: &mut SaveStats,
     ) -> Result<(), TableError> {
         let placement = self.placement(pages.page_size());
         // The committed due point of a position this save changes is the one it had before.
         let before = |position: u32| -> Option<Due> {
-            match changed.binary_search_by_key(&position, |c| c.0) {
-                Ok(i) => changed.get(i).and_then(|c| c.1),
-                Err(_) => next.get(&position).copied(),
+            match changed.binary_search_by_key(&position, |c| c.position) {
+                Ok(i) => changed.get(i).and_then(|c| c.before),
+                Err(_) => next.get(position),
             }
         };
         let dirty: Vec<u32> = placement.dirty_pages.iter().copied().collect();

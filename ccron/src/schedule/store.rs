@@ -337,6 +337,11 @@ impl Placement {
         Some(page)
     }
 
+    /// Marks `page` as changed (a record on it changed in place).
+    pub fn touch(&mut self, page: u32) {
+        self.dirty_pages.insert(page);
+    }
+
     /// Whether a new entry of `need` bytes would land on a page below `max_pages` (the lowest
     /// page with room, as [`Self::put`] would choose; nothing changes).
     pub fn can_place(&self, need: usize, max_pages: u32) -> bool {
