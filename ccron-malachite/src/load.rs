@@ -109,7 +109,7 @@ pub fn order_request(
 const MAX_RESPONSE_BYTES: u64 = 16 * 1024;
 
 /// POSTs `body` to `http://addr{path}` (HTTP/1.1, `Connection: close`) and returns the status
-/// code and the response text (at most [`MAX_RESPONSE_BYTES`]).
+/// code and the response text (at most `MAX_RESPONSE_BYTES`).
 ///
 /// # Errors
 /// Connecting, writing or reading failed, or the response has no status line.
