@@ -9,6 +9,10 @@
 //!   `400` malformed / over a bound / bad signature, `409` already pending or already executed,
 //!   `429` client cap or pool full, `413` body over the limit; the body names the reason.
 //! - `GET /v1/mempool`: the pool's counters (JSON).
+//! - `GET /ccron/v1/outbox?from=I&limit=N`: the node's committed outbox, as of its last
+//!   executed height ([`ccron_http::read_router`], the same endpoint sim-bft's threaded runtime
+//!   serves); a consumer believes a record only when f+1 nodes return it identically
+//!   ([`ccron_http::QuorumReader`]). `503` until the node has executed a height.
 //!
 //! A client submits each request to every validator (see `docs/malachite.md`): whichever
 //! proposes next has it; the pools dedupe by digest and execution dedupes by
@@ -26,11 +30,13 @@ use crate::mempool::{Mempool, Rejection};
 use crate::node::hex;
 use crate::request::{MAX_SIGNED_REQUEST_BYTES, SignedRequest};
 
-/// The state the routes share: the node's mempool.
+/// The state the routes share: the node's mempool and its published outbox.
 #[derive(Clone, Debug)]
 pub struct ApiState {
     /// The node's pool of verified requests.
     pub mempool: Arc<Mutex<Mempool>>,
+    /// The node's committed outbox, published after every executed height.
+    pub outbox: ccron_http::PublishedOutbox,
 }
 
 /// Locks the pool (a poisoned lock still holds a consistent pool: every update is one call).
@@ -40,11 +46,16 @@ pub fn lock(m: &Mutex<Mempool>) -> std::sync::MutexGuard<'_, Mempool> {
 
 /// The node's HTTP routes, in one [`Router`].
 pub fn router(state: ApiState) -> Router {
+    let reads = ccron_http::read_router(
+        Arc::new(state.outbox.clone()),
+        ccron_http::ReadServerConfig::default(),
+    );
     Router::new()
         .route("/v1/requests", post(submit))
         .route("/v1/mempool", get(counters))
         .layer(DefaultBodyLimit::max(MAX_SIGNED_REQUEST_BYTES))
         .with_state(state)
+        .merge(reads)
 }
 
 /// `POST /v1/requests`.

@@ -244,6 +244,14 @@ impl LedgerHost {
         }
     }
 
+    /// The ledger's committed outbox (`None` when the ledger has no schedule book).
+    pub fn outbox(&self) -> Option<&ccron::outbox::Outbox> {
+        match &self.hosted {
+            Hosted::Demo(h) => h.app().scheduler().map(|s| s.outbox()),
+            Hosted::Orders(h) => h.app().ledger().scheduler().map(|s| s.outbox()),
+        }
+    }
+
     /// The executed requests (the mempool's mirror starts from it).
     pub fn executed(&self) -> &ExecutedRequests {
         &self.executed

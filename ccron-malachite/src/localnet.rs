@@ -146,6 +146,53 @@ pub struct Report {
     /// (`None` when there is no such node or it kept no `fires.log`).
     #[serde(default)]
     pub lateness_ms: Option<Lateness>,
+    /// With a ledger that has an outbox (`orders`): the outbox records a consumer believed at
+    /// the end of the run, read over HTTP from every node's read endpoint and counted only where
+    /// f+1 nodes returned a record identically (`ccron_http::QuorumReader`); `None` for `demo`.
+    #[serde(default)]
+    pub outbox_quorum_records: Option<u64>,
+}
+
+/// Reads the outbox from every node's read endpoint with quorum f+1 (n = 3f+1 or more) and
+/// returns how many records f+1 nodes returned identically, or why none could be read.
+fn quorum_read_outbox(home: &Path, n: usize) -> Result<u64, String> {
+    let endpoints: Vec<String> = (0..n)
+        .filter_map(|i| std::fs::read_to_string(crate::node::http_addr_path(home, i)).ok())
+        .map(|a| format!("http://{}", a.trim()))
+        .collect();
+    let quorum = (n.saturating_sub(1) / 3) + 1;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    rt.block_on(async move {
+        let mut reader =
+            ccron_http::QuorumReader::new(ccron_http::ReadClientConfig::new(endpoints, quorum))
+                .map_err(|e| e.to_string())?;
+        use ccron::outbox::Jobs as _;
+        let mut believed = 0u64;
+        let mut from = 1u64;
+        // Page through the outbox; each round asks every node from the first unread index.
+        for _ in 0..64 {
+            if reader.refresh(from).await < quorum {
+                return Err(format!("fewer than {quorum} nodes answered"));
+            }
+            let head = reader.jobs().head();
+            if head < from {
+                break;
+            }
+            let mut next = from;
+            while next <= head && reader.jobs().at_index(next).is_some() {
+                believed += 1;
+                next += 1;
+            }
+            if next == from {
+                break;
+            }
+            from = next;
+        }
+        Ok(believed)
+    })
 }
 
 struct Children(Vec<Option<Child>>);
@@ -357,6 +404,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .map(|c| c.as_ref().and_then(|c| peak_rss_kb(c.id())).unwrap_or(0))
         .collect();
     let load = load.map(crate::load::LoadGenerator::stop);
+    // The consumer's view: read the committed outbox over HTTP while the nodes still run.
+    let outbox_quorum_records = (opts.ledger == "orders").then(|| quorum_read_outbox(&home, n));
     drop(children);
 
     let mut violations = Vec::new();
@@ -417,6 +466,18 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     if nodes.iter().all(|n| n.fires == 0) {
         violations.push("nothing fired".into());
     }
+    let outbox_quorum_records = match outbox_quorum_records {
+        None => None,
+        Some(Ok(0)) => {
+            violations.push("no outbox record was returned identically by f+1 nodes".into());
+            Some(0)
+        }
+        Some(Ok(k)) => Some(k),
+        Some(Err(e)) => {
+            violations.push(format!("outbox quorum read failed: {e}"));
+            None
+        }
+    };
     // Lateness on an honest node that ran the whole time (not the restarted victim, not the
     // late joiner).
     let restarted = (opts.kill_restart && Some(victim) != late).then_some(victim);
@@ -443,6 +504,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         home: home.display().to_string(),
         committed_ticks_per_sec,
         lateness_ms,
+        outbox_quorum_records,
     })
 }
 

@@ -332,6 +332,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
         opts.http,
         ApiState {
             mempool: node.mempool.clone(),
+            outbox: node.outbox.clone(),
         },
     )
     .await
@@ -413,6 +414,8 @@ struct NodeState {
     pending_ticks: BTreeSet<u32>,
     /// Verified client requests waiting for a block (shared with the HTTP server).
     mempool: Arc<Mutex<Mempool>>,
+    /// The committed outbox the read endpoint serves (updated after every executed height).
+    outbox: ccron_http::PublishedOutbox,
     status: NodeStatus,
     synced: BTreeSet<u64>,
 }
@@ -430,6 +433,8 @@ impl NodeState {
         let n = u32::try_from(validators.validators.len())
             .map_err(|_| NodeError::Config("too many validators".into()))?;
         let ledger = LedgerHost::new(&genesis.ledger, n).map_err(NodeError::Config)?;
+        let outbox =
+            ccron_http::PublishedOutbox::new(u64::try_from(opts.index).unwrap_or(u64::MAX));
         let mut node = NodeState {
             status: NodeStatus {
                 id: opts.index,
@@ -453,6 +458,7 @@ impl NodeState {
                 Default::default(),
             ))),
             synced: BTreeSet::new(),
+            outbox,
         };
         // Restart: the state is a pure function of the decided blocks; re-execute them.
         let blocks: Vec<Block> = node.store.all().iter().map(|d| d.block.clone()).collect();
@@ -584,6 +590,9 @@ impl NodeState {
     }
 
     fn after_execute(&mut self, block: &Block, _out: &BlockOutcome) {
+        if let Some(outbox) = self.ledger.outbox() {
+            self.outbox.publish(outbox, block.height);
+        }
         let digest = hex(&self.ledger.state_digest());
         self.status.last_height = block.height;
         self.status.state_digest = digest.clone();

@@ -75,6 +75,14 @@ fn orders_placed_through_the_endpoint_expire_on_every_node() {
         assert_eq!(s.requests_executed, at_top[0].requests_executed);
         assert_eq!(s.state_digest, at_top[0].state_digest);
     }
+    // A consumer reading the nodes' outbox endpoints over HTTP believed the expiries' effects
+    // (each `shop.cancel` record returned identically by f+1 = 2 nodes).
+    let believed = r.outbox_quorum_records.unwrap_or(0);
+    let least_fires = r.nodes.iter().map(|n| n.fires).min().unwrap_or(0);
+    assert!(
+        believed > 0 && believed <= r.nodes.iter().map(|n| n.fires).max().unwrap_or(0),
+        "outbox records believed by quorum: {believed}, fires per node from {least_fires}: {r:?}"
+    );
 }
 
 #[test]
