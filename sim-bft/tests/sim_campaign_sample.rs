@@ -173,10 +173,17 @@ const FORMERLY_OPEN: &[(Mix, ByzantineKind, u64)] = &[
 /// Campaign seeds that still fail (the 10,000-run campaign at 378515b, 20 s + 20 s), each with
 /// its mechanism in docs/simulator.md: excluded from the sample, replayed by the ignored
 /// `known_open_campaign_seeds_replay`.
-const KNOWN_OPEN: &[(Mix, ByzantineKind, u64)] = &[
-    (Mix::A, ByzantineKind::Silent, 99),
-    (Mix::A, ByzantineKind::FatViewChange, 74),
-];
+const KNOWN_OPEN: &[(Mix, ByzantineKind, u64)] = &[(Mix::A, ByzantineKind::Silent, 99)];
+
+/// Campaign seeds that failed in the 10,000-run campaign at 378515b (20 s + 20 s) and are
+/// fixed since, replayed as they ran by the ignored `formerly_open_20s_campaign_seeds_replay`.
+/// A/fat-view-change 74 failed the amplification checker (honest replicas re-sent a
+/// partitioned Byzantine replica a 1.3 MB commit certificate every 50 ms in `Have` answers);
+/// fixed by the per (peer, seq) backoff of batch-carrying `Have` answers
+/// (`replica/retransmit.rs`). It fails on the parent of that fix; at ~4 s of a release build
+/// (far more in a test build) it is not in the fast tests.
+const FORMERLY_OPEN_20S: &[(Mix, ByzantineKind, u64)] =
+    &[(Mix::A, ByzantineKind::FatViewChange, 74)];
 
 /// The sample's runs: every kind under two mixes (the kind's index picks them, so each mix
 /// meets every other kind), one seed each, skipping [`KNOWN_OPEN`] combinations.
@@ -315,6 +322,25 @@ fn formerly_open_campaign_seeds_replay() {
         "{} of {} formerly open seeds fail again:\n{}",
         failures.len(),
         FORMERLY_OPEN.len(),
+        failures.join("\n")
+    );
+}
+
+/// The fixed seeds of the 10,000-run campaign, replayed as they ran (20 s + 20 s).
+#[test]
+#[ignore = "slow (maximal requests); run with --release -- --ignored"]
+fn formerly_open_20s_campaign_seeds_replay() {
+    let failures: Vec<String> = FORMERLY_OPEN_20S
+        .iter()
+        .map(|&(mix, kind, seed)| campaign_config(mix, kind, seed, 20_000, 20_000))
+        .map(run)
+        .filter_map(|o| failure(&o))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} formerly open seeds fail again:\n{}",
+        failures.len(),
+        FORMERLY_OPEN_20S.len(),
         failures.join("\n")
     );
 }

@@ -317,6 +317,11 @@ pub struct Replica {
     heard_top: (u64, u64),
     /// When this replica last answered each peer's `Have` (rate limit).
     have_answered_ms: BTreeMap<NodeId, Millis>,
+    /// Per (peer, seq): when a `Have` answer last re-sent it a batch-carrying message (a
+    /// `Committed` certificate or the pre-prepare), and the repeat window then in force (it
+    /// doubles per re-send, from `retransmit_interval_ms` up to `view_change_timeout_ms`).
+    /// Only seqs above the stable checkpoint are kept.
+    have_batch_sent: BTreeMap<(NodeId, u64), (Millis, Millis)>,
     /// Local time at which this replica entered its current view (a waiting request's age
     /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
     view_started_ms: Millis,
@@ -452,6 +457,7 @@ impl Replica {
             retransmit_prev: BTreeSet::new(),
             heard_top: (0, 0),
             have_answered_ms: BTreeMap::new(),
+            have_batch_sent: BTreeMap::new(),
             view_started_ms: Millis::MIN,
             view_seen: (0, false),
             status_asked_req: None,
