@@ -89,13 +89,15 @@ fn state_transfer_installs_the_certified_checkpoint_proof() {
 /// FaultPhaseStall false positive: the judged windows came from the planned crashes only, so
 /// the time honest replicas spent down after crashes at protocol points (here five of them in
 /// ten seconds) counted as a stall "while 2f+1 honest replicas were up and connected".
-/// `sim-bft run --seed 5 --replicas 4 --ledger kv --duration 20000ms --clients 2
+/// Found on seed 5; since batch-carrying Have answers back off per (peer, seq), seed 5 reaches no
+/// crash point at a view change, so the test runs seed 3 (4 crash points).
+/// `sim-bft run --seed 3 --replicas 4 --ledger kv --duration 20000ms --clients 2
 /// --request-interval 100ms --drop-rate 0.05 --byzantine-ids 1 --byzantine-kind repropose
 /// --crash-at-view-change 0.5 --crash 2`
 #[test]
 fn crashes_at_protocol_points_are_not_judged_as_stalls() {
     let cfg = SimConfig {
-        seed: 5,
+        seed: 3,
         replicas: 4,
         ledger: sim_bft::sim::LedgerKind::Kv,
         duration_ms: 20_000,
