@@ -467,6 +467,11 @@ impl NodeState {
             let out = node.ledger.execute(block, &node.validators)?;
             node.after_execute(block, &out);
         }
+        // Published once after the replay, not per replayed block (each publish of a changed
+        // outbox clones it); nothing before the first executed height (the endpoint answers 503).
+        if !blocks.is_empty() {
+            node.publish_outbox();
+        }
         let last = node.store.last_height();
         for p in node.parts.parts().to_vec() {
             if p.height.0 > last {
@@ -589,10 +594,14 @@ impl NodeState {
         Ok(block)
     }
 
-    fn after_execute(&mut self, block: &Block, _out: &BlockOutcome) {
+    /// Publishes the committed outbox, as of the last executed height, to the read endpoint.
+    fn publish_outbox(&self) {
         if let Some(outbox) = self.ledger.outbox() {
-            self.outbox.publish(outbox, block.height);
+            self.outbox.publish(outbox, self.status.last_height);
         }
+    }
+
+    fn after_execute(&mut self, block: &Block, _out: &BlockOutcome) {
         let digest = hex(&self.ledger.state_digest());
         self.status.last_height = block.height;
         self.status.state_digest = digest.clone();
@@ -895,6 +904,7 @@ impl NodeState {
                     }
                 }
                 self.after_execute(&block, &out);
+                self.publish_outbox();
                 self.log_fires(&block, &out);
                 self.undecided.retain(|_, b| b.height > height);
                 self.my_parts.retain(|(h, _), _| *h > height);
