@@ -759,6 +759,58 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Figures for the docs, not a timing assertion: restart time of a node with `N` decided
+    /// heights (`CCRON_RESTART_HEIGHTS`, default 5,000) from its newest snapshot (every
+    /// [`DEFAULT_SNAPSHOT_EVERY`]) against a full replay, both computing the per-height digest
+    /// as the node does for `digests.log`. `cargo test -p ccron-malachite --release --lib
+    /// restart_time_figures -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "figures for docs/malachite.md; seconds of work"]
+    #[allow(clippy::disallowed_methods)]
+    fn restart_time_figures() {
+        use std::time::Instant;
+        let n: u64 = std::env::var("CCRON_RESTART_HEIGHTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5_000);
+        let dir = scratch("figures");
+        let t = Instant::now();
+        let (digest, _) = run_chain(&dir, n, DEFAULT_SNAPSHOT_EVERY, 0);
+        let build = t.elapsed();
+        let (set, _) = validators();
+        let t = Instant::now();
+        let store = BlockStore::open(&dir.join("blocks.log")).unwrap();
+        let open = t.elapsed();
+        let t = Instant::now();
+        let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
+        let mut r = snaps.restore_latest(&store, "demo", 4).unwrap();
+        let restore = t.elapsed();
+        let from = r.height.unwrap_or(0);
+        let t = Instant::now();
+        let run = replay_above(&store, &mut r.ledger, &set, from, |l, _, _| {
+            std::hint::black_box(l.state_digest());
+        })
+        .unwrap();
+        let above = t.elapsed();
+        assert_eq!(r.ledger.state_digest(), digest);
+        let t = Instant::now();
+        let mut fresh = LedgerHost::new("demo", 4).unwrap();
+        replay_above(&store, &mut fresh, &set, 0, |l, _, _| {
+            std::hint::black_box(l.state_digest());
+        })
+        .unwrap();
+        let full = t.elapsed();
+        assert_eq!(fresh.state_digest(), digest);
+        let bytes = std::fs::metadata(snaps.path(from)).map_or(0, |m| m.len());
+        let store_bytes = std::fs::metadata(dir.join("blocks.log")).map_or(0, |m| m.len());
+        println!(
+            "heights {n} (chain built in {build:.2?}; blocks.log {store_bytes} bytes): store open \
+             {open:.2?}; from the snapshot at {from} ({bytes} bytes) restore {restore:.2?} + \
+             {run} blocks {above:.2?}; full replay of {n} blocks {full:.2?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_bad_header_or_another_version_is_refused() {
         let path = Path::new("x");
