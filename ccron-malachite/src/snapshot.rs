@@ -236,7 +236,7 @@ impl Snapshots {
                 out.push((h, path));
             }
         }
-        out.sort_by(|a, b| b.0.cmp(&a.0));
+        out.sort_by_key(|s| std::cmp::Reverse(s.0));
         Ok(out)
     }
 
