@@ -242,11 +242,12 @@ impl Snapshots {
 
     /// Writes the snapshot of `ledger` after block `height` (value id `block_id`) of ledger
     /// `ledger_name`, crash-atomically (temporary file, fsync, rename, directory fsync), then
-    /// deletes all but the newest [`KEEP_SNAPSHOTS`]. Returns the file's size.
+    /// deletes all but the newest [`KEEP_SNAPSHOTS`] (a deletion failure is a warning: the new
+    /// snapshot is durable). Returns the file's size.
     ///
     /// # Errors
-    /// The host's snapshot failing, a snapshot above [`MAX_SNAPSHOT_BYTES`], I/O errors (the
-    /// previous snapshots are left as they were).
+    /// The host's snapshot failing, a snapshot above [`MAX_SNAPSHOT_BYTES`], I/O errors writing
+    /// it (the previous snapshots are left as they were).
     pub fn write(
         &self,
         height: u64,
@@ -305,8 +306,16 @@ impl Snapshots {
         File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(io(&self.dir))?;
-        for (_, old) in self.list()?.into_iter().skip(KEEP_SNAPSHOTS) {
-            std::fs::remove_file(&old).map_err(io(&old))?;
+        // The new snapshot is durable: a failure to delete an old one only costs disk space.
+        match self.list() {
+            Ok(all) => {
+                for (_, old) in all.into_iter().skip(KEEP_SNAPSHOTS) {
+                    if let Err(e) = std::fs::remove_file(&old) {
+                        tracing::warn!(path = %old.display(), error = %e, "old snapshot not deleted");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "old snapshots not listed for deletion"),
         }
         Ok(bytes.len() as u64)
     }
