@@ -256,6 +256,43 @@ impl LedgerHost {
     pub fn executed(&self) -> &ExecutedRequests {
         &self.executed
     }
+
+    /// The host's snapshot ([`BlockHost::snapshot`]: the application, the reserved pages, the
+    /// last height and agreed time, the tick gate's coalescer), for the node's durable
+    /// snapshots (`crate::snapshot`).
+    ///
+    /// # Errors
+    /// The host's (pages that do not read back, an encoding failure).
+    pub fn host_snapshot(&self) -> Result<Vec<u8>, HostError> {
+        match &self.hosted {
+            Hosted::Demo(h) => h.snapshot(),
+            Hosted::Orders(h) => h.snapshot(),
+        }
+    }
+
+    /// The host's last executed height (0 at genesis).
+    pub fn host_height(&self) -> u64 {
+        match &self.hosted {
+            Hosted::Demo(h) => h.last_height(),
+            Hosted::Orders(h) => h.last_height(),
+        }
+    }
+
+    /// Restores a fresh host from [`host_snapshot`](Self::host_snapshot)'s bytes and the
+    /// executed requests of the same height (the counters are the caller's to set). On error
+    /// the host may be partly restored: the caller drops it.
+    ///
+    /// # Errors
+    /// The host's ([`HostError::BadSnapshot`], a halted store).
+    pub fn restore(&mut self, host: &[u8], executed: ExecutedRequests) -> Result<(), HostError> {
+        match &mut self.hosted {
+            Hosted::Demo(h) => h.restore(host)?,
+            Hosted::Orders(h) => h.restore(host)?,
+        }
+        self.executed = executed;
+        self.last_requests.clear();
+        Ok(())
+    }
 }
 
 /// The validator index of `address` in `validators` (the tick sender [`ccron::host`] sees).

@@ -10,7 +10,10 @@
 //! - [`request`]: signed client requests (format, bounds, signature); [`mempool`]: a node's
 //!   bounded pool of them; [`api`]: the node's HTTP server (`POST /v1/requests`) as one axum
 //!   router; [`load`]: the localnet's order load generator.
-//! - [`store`]: the durable decided-block store (append-only, checksummed, fsync'ed).
+//! - [`store`]: the durable decided-block store (append-only, checksummed, fsync'ed; an offset
+//!   index in memory, blocks read on demand).
+//! - [`snapshot`]: durable, checksummed snapshots of the node's state every K heights; a restart
+//!   restores the newest valid one and re-executes only the blocks above it.
 //! - [`node`]: one validator process (engine + app loop + ccron's TicksGenerator thread).
 //! - [`localnet`]: N processes on 127.0.0.1 with kill/restart, late join, a lying proposer, and a
 //!   JSON report.
@@ -23,4 +26,5 @@ pub mod localnet;
 pub mod mempool;
 pub mod node;
 pub mod request;
+pub mod snapshot;
 pub mod store;
