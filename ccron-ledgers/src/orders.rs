@@ -501,6 +501,7 @@ mod tests {
         assert!(held > 0 && held < ticks, "{held} of {ticks}");
         assert_eq!(expired, held, "every counted expiry has its outbox record");
         assert_eq!(book.book().emit_failures(), 0);
+        assert_eq!(book.tick_errors(), 0);
         // Held back, not lost: the consumer trims, the waiting run happens (one, FireOnce).
         let t = i64::from(ticks) * 1_000;
         assert_eq!(

@@ -170,6 +170,19 @@ mod props {
         }
     }
 
+    /// The property's handlers: `run` counts, `mail` counts and emits its payload (each
+    /// emit must succeed: the tick reserves the outbox's room before a run).
+    fn prop_handlers() -> Handlers<u64> {
+        let mut h = handlers();
+        assert!(h.register("mail", |ctx| {
+            let payload = ctx.payload.to_vec();
+            if ctx.emit("mail", payload).is_ok() {
+                *ctx.state += 1_000;
+            }
+        }));
+        h
+    }
+
     #[derive(Debug, Clone)]
     #[allow(clippy::large_enum_variant)] // test data: a request is the common case
     enum Op {
@@ -178,6 +191,8 @@ mod props {
         Tick(i64),
         /// Save the book (between two saves the journal accumulates every change).
         Save,
+        /// The consumer trims this many records from the outbox.
+        Trim(u64),
     }
 
     fn misfire() -> impl Strategy<Value = Misfire> {
@@ -238,7 +253,9 @@ mod props {
         )
             .prop_map(
                 |(timing, misfire, key, payload, priority, jitter, (topic, kind))| {
-                    let mut s = NewSchedule::new("run", timing)
+                    // Even payload lengths name the emitting handler.
+                    let handler = if payload % 2 == 0 { "mail" } else { "run" };
+                    let mut s = NewSchedule::new(handler, timing)
                         .with_misfire(misfire)
                         .with_payload(vec![7; payload])
                         .with_priority(priority % 3)
@@ -292,6 +309,7 @@ mod props {
             }),
             4 => prop_oneof![0i64..2_000, 0i64..400_000].prop_map(Op::Tick),
             3 => Just(Op::Save),
+            1 => (0u64..4).prop_map(Op::Trim),
         ]
     }
 
@@ -320,8 +338,24 @@ mod props {
                 }
                 Op::Tick(_) => {
                     let tick = Tick::new(1, seq, Some(now));
-                    self.book
-                        .on_tick(&tick, &mut self.state, &mut self.handlers, &mut self.outbox);
+                    let report = self.book.on_tick(
+                        &tick,
+                        &mut self.state,
+                        &mut self.handlers,
+                        &mut self.outbox,
+                    );
+                    // Nothing silent, nothing failed: a full outbox holds runs back, it never
+                    // fails an emit (the payloads are within the emit bound).
+                    if !report.errors.is_empty() || self.book.emit_failures() != 0 {
+                        return Err(format!("tick errors: {:?}", report.errors));
+                    }
+                    if self.outbox.len() > self.outbox.limits().max_records {
+                        return Err("outbox over its limit".into());
+                    }
+                }
+                Op::Trim(k) => {
+                    let to = self.outbox.first_index().saturating_add(*k);
+                    self.outbox.trim_below(to);
                 }
                 Op::Save => return self.save(range),
             }
@@ -350,7 +384,13 @@ mod props {
             budget in 1usize..5,
             ops in proptest::collection::vec(op(), 1..120),
             restore_at in any::<proptest::sample::Index>(),
+            outbox_records in 1usize..6,
         ) {
+            let outbox_limits = OutboxLimits {
+                max_records: outbox_records,
+                max_record_bytes: 8_192,
+                max_total_bytes: 16_384,
+            };
             let range = PageRange::new(0, range_len).unwrap();
             let limits = Limits {
                 page_bytes,
@@ -362,8 +402,8 @@ mod props {
             let new = || Replica {
                 book: Scheduler::new(1, limits),
                 pages: MemPages::new(page_bytes, range_len),
-                handlers: handlers(),
-                outbox: Outbox::new(OutboxLimits::default()),
+                handlers: prop_handlers(),
+                outbox: Outbox::new(outbox_limits),
                 state: 0,
             };
             let mut a = new();
@@ -383,8 +423,8 @@ mod props {
                     b = Some(Replica {
                         book,
                         pages: a.pages.clone(),
-                        handlers: handlers(),
-                        outbox: Outbox::new(OutboxLimits::default()),
+                        handlers: prop_handlers(),
+                        outbox: a.outbox.clone(),
                         state: a.state,
                     });
                 }
@@ -401,6 +441,7 @@ mod props {
                     b.step(op, seq, now, range).map_err(TestCaseError::fail)?;
                     prop_assert_eq!(&b.book, &a.book);
                     prop_assert_eq!(b.state, a.state);
+                    prop_assert!(b.outbox == a.outbox, "outboxes differ after op {}", i);
                     prop_assert!(b.pages == a.pages, "pages differ after op {}", i);
                 }
             }
