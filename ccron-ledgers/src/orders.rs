@@ -153,10 +153,13 @@ pub fn order_handlers() -> Handlers<OrderState> {
     let mut handlers: Handlers<OrderState> = Handlers::new();
     handlers.register(EXPIRE_ORDER, |ctx| {
         let order = String::from_utf8_lossy(ctx.payload).into_owned();
-        *ctx.state.0.entry(order.clone()).or_insert(0) += 1;
-        // The external effect (tell the shop), deduplicated downstream by occurrence id.
-        if let Err(e) = ctx.emit(SHOP_CANCEL, order.into_bytes()) {
-            tracing::warn!(error = %e, "expire-order: emit failed");
+        // The external effect (tell the shop), deduplicated downstream by occurrence id. It
+        // cannot meet a full outbox: the book runs a handler only when the outbox can take a
+        // record of the run's emit bound. A refused emit (a record over that bound) is a
+        // typed error of the tick, counted by the book, the same on every replica; the order
+        // then does not count as expired, since the shop was not told.
+        if ctx.emit(SHOP_CANCEL, order.clone().into_bytes()).is_ok() {
+            *ctx.state.0.entry(order).or_insert(0) += 1;
         }
     });
     handlers
@@ -175,9 +178,9 @@ pub const PAYMENT_CONFIRMED: &[u8] = b"confirmed";
 pub fn confirming_order_handlers() -> Handlers<OrderState> {
     let mut handlers: Handlers<OrderState> = Handlers::new();
     handlers.register(EXPIRE_ORDER, |ctx| {
-        if let Err(e) = ctx.emit(SHOP_CANCEL, ctx.payload.to_vec()) {
-            tracing::warn!(error = %e, "expire-order: emit failed");
-        }
+        // Nothing else to do when the emit is refused: the book reports and counts it (see
+        // `order_handlers`), and an order is only marked expired on a confirmation.
+        let _reported_by_the_book = ctx.emit(SHOP_CANCEL, ctx.payload.to_vec());
     });
     handlers
 }
@@ -475,6 +478,42 @@ mod tests {
     /// Issue 10: any client could cancel, replace or pause anyone's schedules. Client 1 can do
     /// none of it to client 0's order expiry (each attempt is an `err` reply, counted, and the
     /// ledger digest does not move); the expiry still fires; client 0 and an admin can.
+    /// Regression (issue 10, "nothing silent"): `expire-order` used to count an expiry and then
+    /// log a failed emit (a full outbox) and carry on: the order was expired on every replica
+    /// but the shop was never told. Now the book runs a handler only when the outbox can take
+    /// the record it may emit: every counted expiry has its record, the runs that do not fit
+    /// wait (reported, not failed), and they run once the consumer trims the outbox.
+    #[test]
+    fn a_full_outbox_holds_expiries_back_and_every_counted_expiry_has_its_record() {
+        let mut a = ledger();
+        let mut pages = MemPages::new(4_096, 4);
+        let every = every_ms(1_000).with_payload(b"o".to_vec());
+        a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every)));
+        let max_records = a.scheduler().unwrap().outbox().limits().max_records as u32;
+        let ticks = max_records + 20;
+        for (seq, t) in (2..).zip((0..ticks).map(|s| i64::from(s) * 1_000)) {
+            a.on_tick(Tick::new(BOOK, seq, Some(t)), &mut pages)
+                .unwrap();
+        }
+        let book = a.scheduler().unwrap();
+        let held = book.outbox().len() as u32;
+        let expired = a.state().0.get("o").copied().unwrap_or(0);
+        assert!(held > 0 && held < ticks, "{held} of {ticks}");
+        assert_eq!(expired, held, "every counted expiry has its outbox record");
+        assert_eq!(book.book().emit_failures(), 0);
+        assert_eq!(book.tick_errors(), 0);
+        // Held back, not lost: the consumer trims, the waiting run happens (one, FireOnce).
+        let t = i64::from(ticks) * 1_000;
+        assert_eq!(
+            a.execute(ctx(1_000, t), CONSUMER, &outbox_delivered_payload(10)),
+            b"ok trimmed 10"
+        );
+        a.on_tick(Tick::new(BOOK, 1_001, Some(t)), &mut pages)
+            .unwrap();
+        assert_eq!(a.state().0.get("o").copied(), Some(expired + 1));
+        assert_eq!(a.scheduler().unwrap().outbox().len() as u32, held - 10 + 1);
+    }
+
     #[test]
     fn a_client_cannot_cancel_or_change_another_clients_order_expiry() {
         let mut a = ledger();

@@ -2,6 +2,9 @@
 //! rename, directory fsync per page) and, with `--features redb`, `RedbPages` (one durable redb
 //! write transaction per page), in the same run, plus `MemPages` as the in-memory ceiling.
 //!
+//! Each durable backend is measured twice: one `save` per page, and `save_batch` of 16 pages
+//! (how `codec::save_blob` writes a multi-page blob), with the ratio in the same run.
+//!
 //! Run: `cargo bench -p ccron --features redb --bench pages` (without the feature only
 //! `FilePages` and `MemPages` are measured). Pages of 4 KiB over a store of 256 pages, written
 //! round robin; the directory is under the system's temp dir.
@@ -31,6 +34,29 @@ fn rate(name: &str, pages: &mut dyn ReservedPages, writes: u32) -> f64 {
     per_s
 }
 
+/// Pages per second written through `save_batch` in batches of `batch` pages (a multi-page
+/// blob's write in `codec::save_blob`), round robin like `rate`.
+#[allow(clippy::disallowed_methods)]
+fn batch_rate(name: &str, pages: &mut dyn ReservedPages, writes: u32, batch: u32) -> f64 {
+    let data: Vec<u8> = (0..PAGE).map(|i| (i * 13) as u8).collect();
+    let batches = (writes / batch).max(1);
+    let start = Instant::now();
+    for b in 0..batches {
+        let ids: Vec<(u32, &[u8])> = (0..batch)
+            .map(|k| ((b * batch + k) % PAGES, black_box(&data[..])))
+            .collect();
+        pages.save_batch(&ids).expect("batch write");
+    }
+    let took = start.elapsed().max(Duration::from_nanos(1));
+    let written = batches * batch;
+    let per_s = f64::from(written) / took.as_secs_f64();
+    println!(
+        "{name:>10} | {written:>7} writes | {:>10.1} ms | {per_s:>12.0} pages/s (save_batch of {batch})",
+        took.as_secs_f64() * 1e3
+    );
+    per_s
+}
+
 fn main() {
     let dir = std::env::temp_dir().join(format!("ccron-bench-pages-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -40,11 +66,22 @@ fn main() {
     let mem_rate = rate("MemPages", &mut mem, 200_000);
     let mut file = FilePages::open(dir.join("file"), PAGE, PAGES).expect("file pages");
     let file_rate = rate("FilePages", &mut file, 2_000);
+    let file_batch = batch_rate("FilePages", &mut file, 2_000, 16);
+    println!(
+        "ratio FilePages save_batch(16) / save: {:.2}x",
+        file_batch / file_rate
+    );
     #[cfg(feature = "redb")]
     {
         let mut redb = ccron::redb_pages::RedbPages::open(&dir.join("pages.redb"), PAGE, PAGES)
             .expect("redb pages");
         let redb_rate = rate("RedbPages", &mut redb, 2_000);
+        let redb_batch = batch_rate("RedbPages", &mut redb, 2_000, 16);
+        println!(
+            "ratio RedbPages save_batch(16) / save: {:.2}x; save_batch(16) RedbPages / FilePages: {:.2}x",
+            redb_batch / redb_rate,
+            redb_batch / file_batch
+        );
         println!(
             "ratio RedbPages / FilePages: {:.2}x (MemPages / FilePages: {:.0}x)",
             redb_rate / file_rate,

@@ -92,6 +92,15 @@ impl Bench {
     }
 }
 
+/// This thread's (on-CPU, waiting-for-a-CPU) nanoseconds so far, from Linux's
+/// `/proc/thread-self/schedstat`; `None` elsewhere. Tells a slow tick that ran long from one
+/// that was preempted (waited for a core of the shared machine).
+fn sched_ns() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut it = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((it.next()??, it.next()??))
+}
+
 // The benchmark is a driver: reading the real clock is its whole point.
 #[allow(clippy::disallowed_methods)]
 fn time_per_iter(iters: u32, mut f: impl FnMut() -> usize) -> (Duration, usize) {
@@ -157,14 +166,58 @@ fn main() {
         let mut f1 = 0;
         let mut writes = 0;
         let mut max_writes = 0;
+        // Per tick: (time, pages written), to tell a fold (many pages) from other outliers.
+        let mut each = Vec::with_capacity(due_iters as usize);
+        // On-CPU and waiting time of the slowest tick (preemption or work).
+        let mut worst_sched = None;
         for _ in 0..due_iters {
+            let before = sched_ns();
             let (d, f) = time_per_iter(1, || b.tick_slot(false));
+            if d >= worst
+                && let (Some(a), Some(z)) = (before, sched_ns())
+            {
+                worst_sched = Some((z.0.saturating_sub(a.0), z.1.saturating_sub(a.1)));
+            }
             total += d;
             worst = worst.max(d);
             f1 += f;
             let w = b.table.last_persist_writes();
             writes += w;
             max_writes = max_writes.max(w);
+            each.push((d, w));
+        }
+        let mut sorted = each.clone();
+        sorted.sort();
+        let p50 = sorted[sorted.len() / 2].0;
+        let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)].0;
+        let (worst_at, (_, worst_pages)) = each
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, (d, _))| *d)
+            .map(|(i, x)| (i, *x))
+            .unwrap_or((0, (Duration::ZERO, 0)));
+        let mut slowest: Vec<(Duration, usize)> =
+            each.iter().enumerate().map(|(i, (d, _))| (*d, i)).collect();
+        slowest.sort_by(|a, b| b.cmp(a));
+        let slowest: Vec<String> = slowest
+            .iter()
+            .take(6)
+            .map(|(d, i)| format!("#{i} {}", fmt(*d)))
+            .collect();
+        println!(
+            "{:>9} | 1% due: indexed tick p50 {} p99 {}; worst is tick {worst_at} of {due_iters}, {worst_pages} pages written; slowest: {}",
+            "",
+            fmt(p50),
+            fmt(p99),
+            slowest.join(", "),
+        );
+        if let Some((run, wait)) = worst_sched {
+            println!(
+                "{:>9} | 1% due: slowest tick on CPU {}, waiting for a CPU {} (schedstat)",
+                "",
+                fmt(Duration::from_nanos(run)),
+                fmt(Duration::from_nanos(wait)),
+            );
         }
         let ix_due = total / due_iters;
         let (lin_due, f2) = time_per_iter(lin_due_iters, || b.tick_slot(true));

@@ -554,7 +554,14 @@ fn handlers_emit_outbox_records_and_chain_schedules() {
         &mut outbox,
     );
     assert_eq!(rep.fired.len(), 1);
-    assert!(matches!(&rep.errors[..], [ScheduleError::UnknownHandler(n)] if n == "nope"));
+    // The refused second emit is reported by the tick too (nothing silent), before the
+    // rejected request the run queued.
+    assert!(
+        matches!(&rep.errors[..], [ScheduleError::SecondEmit, ScheduleError::UnknownHandler(n)] if n == "nope"),
+        "{:?}",
+        rep.errors
+    );
+    assert_eq!(book.emit_failures(), 1);
     let (_, rec) = outbox.iter().next().unwrap();
     assert_eq!(rec.id, OccurrenceId::new(3, id, 0));
     assert_eq!(rec.payload, b"hi");
@@ -571,6 +578,93 @@ fn handlers_emit_outbox_records_and_chain_schedules() {
         vec![("followup".into(), id + 1, Due::Time(100 + MIN))]
     );
     book.check_invariants().unwrap();
+}
+
+/// Regression (issue 10, "nothing silent"): a handler's emit into a full outbox used to fail
+/// after the handler had changed the state, and the ledgers only logged it. Now a run starts
+/// only when the outbox can take a record of the run's emit bound: what does not fit waits,
+/// due, and runs once the outbox is trimmed; an emit over the bound is a typed error in the
+/// tick's report and counted, identically on every replica.
+#[test]
+fn a_full_outbox_holds_runs_back_and_a_refused_emit_is_reported() {
+    let mut h: Handlers<Ledger> = Handlers::new();
+    h.register("remind", |ctx| {
+        let index = ctx.emit("mail", ctx.payload.to_vec());
+        assert!(index.is_ok(), "{index:?}");
+        ctx.state.log.push(("remind".into(), ctx.id, ctx.due));
+    });
+    h.register("big", |ctx| {
+        let refused = ctx.emit("mail", vec![0; 5_000]);
+        assert!(matches!(refused, Err(ScheduleError::EmitTooLarge { .. })));
+    });
+    let mut book = Scheduler::new(3, Limits::default());
+    let mut outbox = Outbox::new(OutboxLimits {
+        max_records: 3,
+        ..OutboxLimits::default()
+    });
+    assert_eq!(book.emit_bound(&outbox), 128 + 4_096 + 2 * 64);
+    let mut ledger = Ledger::default();
+    for seq in 1..=5 {
+        book.apply(
+            &Principal::Host,
+            ScheduleRequest::Create(
+                NewSchedule::new("remind", Timing::At(Due::Time(100))).with_payload(b"hi".to_vec()),
+            ),
+            &h,
+            seq,
+            Some(0),
+        )
+        .unwrap();
+    }
+    fn tick(
+        book: &mut Scheduler,
+        h: &mut Handlers<Ledger>,
+        outbox: &mut Outbox,
+        ledger: &mut Ledger,
+        seq: u64,
+    ) -> ccron::schedule::TickReport {
+        let rep = book.on_tick(&Tick::new(3, seq, Some(100)), ledger, h, outbox);
+        book.check_invariants().unwrap();
+        rep
+    }
+    let rep = tick(&mut book, &mut h, &mut outbox, &mut ledger, 10);
+    assert_eq!(rep.fired.len(), 3);
+    assert!(rep.outbox_full && rep.carried_over && rep.errors.is_empty());
+    assert_eq!((outbox.len(), ledger.log.len(), book.len()), (3, 3, 2));
+    // Still full: nothing runs, nothing is lost.
+    let rep = tick(&mut book, &mut h, &mut outbox, &mut ledger, 11);
+    assert!(rep.fired.is_empty() && rep.outbox_full && rep.carried_over);
+    assert_eq!(outbox.trim_below(3), 2);
+    let rep = tick(&mut book, &mut h, &mut outbox, &mut ledger, 12);
+    assert_eq!(rep.fired.len(), 2);
+    assert!(!rep.outbox_full && !rep.carried_over && rep.errors.is_empty());
+    assert_eq!((outbox.len(), ledger.log.len(), book.len()), (3, 5, 0));
+    assert_eq!(book.emit_failures(), 0);
+    // An emit over the bound: refused, nothing appended, reported and counted.
+    outbox.trim_below(outbox.head() + 1);
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Create(NewSchedule::new("big", Timing::At(Due::Time(100)))),
+        &h,
+        13,
+        Some(0),
+    )
+    .unwrap();
+    let rep = tick(&mut book, &mut h, &mut outbox, &mut ledger, 14);
+    assert_eq!(rep.fired.len(), 1);
+    assert!(
+        matches!(
+            &rep.errors[..],
+            [ScheduleError::EmitTooLarge {
+                size_bytes: 5_004,
+                max_bytes: 4_352
+            }]
+        ),
+        "{:?}",
+        rep.errors
+    );
+    assert!(outbox.is_empty());
+    assert_eq!(book.emit_failures(), 1);
 }
 
 #[test]

@@ -169,6 +169,7 @@ impl BookConfig {
         Limits {
             max_record_pages: self.limits.max_record_pages.or(fitted.max_record_pages),
             max_zones_bytes: self.limits.max_zones_bytes.or(fitted.max_zones_bytes),
+            max_journal_pages: self.limits.max_journal_pages.or(fitted.max_journal_pages),
             ..self.limits
         }
     }
@@ -202,6 +203,9 @@ pub struct LedgerScheduler<S, P = MemPages> {
     reaction: Option<ResultReaction<S>>,
     policy: Policy,
     denied: u64,
+    /// Typed errors the book's ticks reported ([`TickReport::errors`](crate::schedule::TickReport::errors):
+    /// refused emits, rejected handler requests, unknown handlers).
+    tick_errors: u64,
     /// The first failed save of the book or the outbox ([`AppError::Fatal`]): the ledger has
     /// stopped (fail-stop) and executes nothing more.
     fatal: Option<AppError>,
@@ -232,6 +236,7 @@ impl<S> LedgerScheduler<S> {
             reaction: None,
             policy: Policy::default(),
             denied: 0,
+            tick_errors: 0,
             fatal: None,
         }
     }
@@ -272,6 +277,7 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
             translate: None,
             policy: Policy::default(),
             denied: 0,
+            tick_errors: 0,
             fatal: None,
             reaction: None,
         })
@@ -326,6 +332,13 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
     /// replicated state: a counter for this replica's metrics).
     pub fn denied(&self) -> u64 {
         self.denied
+    }
+
+    /// Typed errors the book's ticks reported so far (refused emits, rejected handler
+    /// requests, unknown handlers): deterministic outcomes, the same on every replica, each
+    /// also traced; a counter for this replica's metrics, like [`Self::denied`].
+    pub fn tick_errors(&self) -> u64 {
+        self.tick_errors
     }
 
     /// With `reaction` run on the first result for each outbox record (see [`ResultReaction`]).
@@ -485,6 +498,7 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
             .book
             .on_tick(tick, state, &mut self.handlers, &mut self.outbox);
         if !report.errors.is_empty() {
+            self.tick_errors = self.tick_errors.saturating_add(report.errors.len() as u64);
             tracing::warn!(errors = ?report.errors, "scheduler tick errors");
         }
         self.persist();

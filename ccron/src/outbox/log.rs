@@ -235,6 +235,28 @@ impl Outbox {
         self.limits
     }
 
+    /// How many records of up to `record_bytes` bytes each ([`OutboxRecord::size_bytes`])
+    /// [`Outbox::append`] would take now, one after the other: free record slots, room for the
+    /// bytes, an unexhausted index space; 0 when one such record is over the record limit. The
+    /// schedule book asks this before a handler runs, so that no run's emit meets a full
+    /// outbox (see `docs/outbox.md`, "Capacity").
+    pub fn room_for(&self, record_bytes: usize) -> usize {
+        if record_bytes > self.limits.max_record_bytes {
+            return 0;
+        }
+        let slots = self.limits.max_records.saturating_sub(self.records.len());
+        let bytes = self
+            .limits
+            .max_total_bytes
+            .saturating_sub(self.total_bytes)
+            .checked_div(record_bytes)
+            .unwrap_or(usize::MAX);
+        // Indices up to u64::MAX - 1 are appendable (`append` keeps u64::MAX unused).
+        let indices =
+            usize::try_from(u64::MAX.saturating_sub(self.next_index())).unwrap_or(usize::MAX);
+        slots.min(bytes).min(indices)
+    }
+
     /// Appends `record`, returning its index. On error the outbox is unchanged.
     pub fn append(&mut self, record: OutboxRecord) -> Result<u64, OutboxError> {
         let size_bytes = record.size_bytes();

@@ -205,6 +205,11 @@ pub(crate) struct Placement {
     /// Ids below this may be on the pages (the book's next id at the last save or load); ids
     /// at or above it were created since and never stored.
     pub stored_below: u64,
+    /// Sum of the placed records' entry bytes (what a journal naming every record carries).
+    pub placed_bytes: u64,
+    /// Records removed since the last save that were on the pages (below
+    /// [`Self::stored_below`]): each is a removal the next journal must name.
+    pub removed_stored: u64,
 }
 
 impl Placement {
@@ -224,6 +229,8 @@ impl Placement {
             replay_pending: false,
             zones_crc: None,
             stored_below: 0,
+            placed_bytes: 0,
+            removed_stored: 0,
         }
     }
 
@@ -273,11 +280,13 @@ impl Placement {
         }
         self.used[p] = self.used[p].saturating_add(len);
         self.free.set(page, self.room.saturating_sub(self.used[p]));
+        self.placed_bytes = self.placed_bytes.saturating_add(u64::from(len));
         self.loc.insert(id, (page, len));
     }
 
     fn detach(&mut self, id: u64) -> Option<u32> {
         let (page, len) = self.loc.remove(&id)?;
+        self.placed_bytes = self.placed_bytes.saturating_sub(u64::from(len));
         let p = page as usize;
         if let Some(m) = self.members.get_mut(p)
             && let Ok(at) = m.binary_search(&id)
@@ -323,6 +332,10 @@ impl Placement {
             if used - old_len + len <= self.room {
                 *at = (page, len);
                 if old_len != len {
+                    self.placed_bytes = self
+                        .placed_bytes
+                        .saturating_sub(u64::from(old_len))
+                        .saturating_add(u64::from(len));
                     let p = page as usize;
                     self.used[p] = used - old_len + len;
                     self.free.set(page, self.room - self.used[p]);
@@ -368,6 +381,9 @@ impl Placement {
     /// Records that `id` left the book (it stays marked, so the book is dirty; the journal
     /// leaves out an id at or above [`Self::stored_below`], which never reached the pages).
     pub fn remove(&mut self, id: u64) {
+        if id < self.stored_below && self.loc.contains_key(&id) {
+            self.removed_stored = self.removed_stored.saturating_add(1);
+        }
         self.dirty_ids.insert(id);
         self.unplace(id);
     }
@@ -393,6 +409,7 @@ impl Placement {
 
     /// Clears the change marks (after a successful save).
     pub fn saved(&mut self) {
+        self.removed_stored = 0;
         self.dirty_ids.clear();
         self.dirty_pages.clear();
     }

@@ -429,25 +429,31 @@ impl Scheduler {
                         self.limits.max_zones
                     )));
                 }
-                if let Some(max) = self.limits.max_zones_bytes {
-                    // The exact bytes the next save writes to the zones part (the same
-                    // encoding, zones ascending by name).
-                    let mut zones: Vec<&ZoneRules> = self
-                        .zones
-                        .iter()
-                        .filter(|(n, _)| **n != name)
-                        .map(|(_, z)| z)
-                        .collect();
-                    let at = self.zones.range(..name.clone()).count();
-                    zones.insert(at, &rules);
-                    let len = codec::to_blob(&zones)?.len();
-                    if len > max {
-                        return Err(ScheduleError::Limit(format!(
-                            "the zones would take {len} bytes, the book's zones part holds {max}"
-                        )));
-                    }
+                // The exact bytes the next save writes to the zones part (the same encoding,
+                // zones ascending by name).
+                let mut zones: Vec<&ZoneRules> = self
+                    .zones
+                    .iter()
+                    .filter(|(n, _)| **n != name)
+                    .map(|(_, z)| z)
+                    .collect();
+                let at = self.zones.range(..name.clone()).count();
+                zones.insert(at, &rules);
+                let len = codec::encoded_len(&zones)?;
+                if let Some(max) = self.limits.max_zones_bytes
+                    && len > max
+                {
+                    return Err(ScheduleError::Limit(format!(
+                        "the zones would take {len} bytes, the book's zones part holds {max}"
+                    )));
                 }
+                self.check_journal(
+                    self.placement.records() as u64,
+                    self.placement.placed_bytes,
+                    len,
+                )?;
                 self.install_zone(name, rules, now_ms)?;
+                self.zones_bytes = len;
                 Ok(None)
             }
         }
@@ -528,6 +534,14 @@ impl Scheduler {
                 )));
             }
         }
+        if self.limits.max_journal_pages.is_some() {
+            let need = Self::entry_bound(&stored)? as u64;
+            self.check_journal(
+                self.placement.records() as u64 + 1,
+                self.placement.placed_bytes.saturating_add(need),
+                self.zones_bytes,
+            )?;
+        }
         let id = self.next_id;
         self.next_id = id
             .checked_add(1)
@@ -572,6 +586,18 @@ impl Scheduler {
                     "the replacement does not fit the book's {max_pages} record pages"
                 )));
             }
+        }
+        if self.limits.max_journal_pages.is_some() {
+            let need = Self::entry_bound(&stored)? as u64;
+            let old = u64::from(self.placement.len_of(id));
+            self.check_journal(
+                self.placement.records() as u64,
+                self.placement
+                    .placed_bytes
+                    .saturating_sub(old)
+                    .saturating_add(need),
+                self.zones_bytes,
+            )?;
         }
         self.unindex(id);
         self.unlink_zone(id);

@@ -30,6 +30,11 @@ pub struct HandlerCtx<'a, S> {
     pub state: &'a mut S,
     pub(super) outbox: &'a mut Outbox,
     pub(super) emitted: bool,
+    /// The largest record this run may emit ([`Scheduler::emit_bound`](super::Scheduler::emit_bound)):
+    /// the tick made sure the outbox can take one that large before the run started.
+    pub(super) emit_bound: usize,
+    /// A refused emit, reported by the tick after the run ([`TickReport::errors`](super::TickReport::errors)).
+    pub(super) emit_error: Option<ScheduleError>,
     pub(super) requests: Vec<ScheduleRequest>,
 }
 
@@ -38,13 +43,30 @@ impl<S> HandlerCtx<'_, S> {
     /// worker can deduplicate, and carrying the schedule's topic and type so that a worker pool
     /// can route it. One per occurrence.
     ///
+    /// Capacity: the tick starts a run only when the outbox can take one record of the run's
+    /// emit bound ([`Scheduler::emit_bound`](super::Scheduler::emit_bound)), so a record within
+    /// that bound is always appended; runs that would not fit wait (due or owed) until the
+    /// consumer trims the outbox ([`TickReport::outbox_full`](super::TickReport::outbox_full)).
+    ///
     /// # Errors
-    /// [`ScheduleError::SecondEmit`], or the outbox's limits.
+    /// [`ScheduleError::SecondEmit`], or [`ScheduleError::EmitTooLarge`] for a record over the
+    /// emit bound. Nothing is appended then, and the tick also reports the error in
+    /// [`TickReport::errors`](super::TickReport::errors) and counts it
+    /// ([`Scheduler::emit_failures`](super::Scheduler::emit_failures)): a refused emit is a
+    /// deterministic outcome of the run, the same on every replica, never only a log line.
     pub fn emit(
         &mut self,
         effect: impl Into<String>,
         payload: impl Into<Vec<u8>>,
     ) -> Result<u64, ScheduleError> {
+        let result = self.try_emit(effect.into(), payload.into());
+        if let Err(e) = &result {
+            self.emit_error.get_or_insert_with(|| e.clone());
+        }
+        result
+    }
+
+    fn try_emit(&mut self, effect: String, payload: Vec<u8>) -> Result<u64, ScheduleError> {
         if self.emitted {
             return Err(ScheduleError::SecondEmit);
         }
@@ -54,6 +76,13 @@ impl<S> HandlerCtx<'_, S> {
         }
         if let Some(kind) = self.kind {
             record = record.with_kind(kind);
+        }
+        let size_bytes = record.size_bytes();
+        if size_bytes > self.emit_bound {
+            return Err(ScheduleError::EmitTooLarge {
+                size_bytes,
+                max_bytes: self.emit_bound,
+            });
         }
         let index = self.outbox.append(record)?;
         self.emitted = true;

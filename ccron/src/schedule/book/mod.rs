@@ -93,6 +93,12 @@ pub struct Scheduler {
     /// Guarded requests rejected for a stale version by [`Scheduler::apply`] (an observation
     /// for the host's metrics: not stored, not compared).
     stale_rejections: u64,
+    /// Emits refused to handlers ([`HandlerCtx::emit`]); an observation like
+    /// `stale_rejections` (each is also in its tick's [`TickReport::errors`]).
+    emit_failures: u64,
+    /// Encoded bytes of the installed zones (derived; the journal's zones part,
+    /// [`Limits::max_journal_pages`]).
+    zones_bytes: usize,
 }
 
 impl Scheduler {
@@ -113,6 +119,8 @@ impl Scheduler {
             placement: Placement::new(limits.page_bytes),
             policy: Policy::default(),
             stale_rejections: 0,
+            emit_failures: 0,
+            zones_bytes: 8,
         }
     }
 
@@ -135,6 +143,13 @@ impl Scheduler {
     /// host; not replicated state: not stored, not part of equality).
     pub fn stale_rejections(&self) -> u64 {
         self.stale_rejections
+    }
+
+    /// How many emits [`HandlerCtx::emit`] refused to handlers since this book was created or
+    /// loaded (each is also a typed error in its tick's [`TickReport::errors`]; a metric for
+    /// the host, not stored, not part of equality).
+    pub fn emit_failures(&self) -> u64 {
+        self.emit_failures
     }
 
     /// The component.

@@ -72,7 +72,79 @@ type Placed<'a> = BTreeMap<u32, Vec<(u64, &'a Record)>>;
 /// must be drained, or its book recreated, before upgrading).
 const WIRE_VERSION: u8 = 4;
 
+/// Journal pages the worst next save can need for a book of `records` records whose entries
+/// take `placed_bytes` (their placement sizes, the largest each can be stored at), with
+/// `removed` records removed since the last save that were on the pages, zones encoding to
+/// `zones_bytes`, `record_pages` record pages, on pages of `page_bytes` (the smallest page the
+/// book may be saved to, so larger pages need no more). It follows `Scheduler::write`: every
+/// record in the journal (a tick may touch any), every stored removal named, the zones and the
+/// page list in part 0, parts cut at [`JOURNAL_PART_PAGES`] pages of estimated changes and each
+/// rounded up to whole pages. An upper bound: the save's own check never fails below it.
+pub(super) fn journal_pages_bound(
+    records: u64,
+    placed_bytes: u64,
+    removed: u64,
+    zones_bytes: usize,
+    record_pages: u32,
+    page_bytes: usize,
+) -> u64 {
+    let per_page = page_bytes.saturating_sub(codec::HEADER_BYTES).max(1) as u64;
+    let part_bytes = (per_page.saturating_mul(JOURNAL_PART_PAGES as u64))
+        .min((codec::MAX_BLOB_BYTES / 2) as u64);
+    // The largest change's estimate in `write` (a record fills at most a page's room).
+    let max_est = crate::schedule::store::record_room(page_bytes) as u64 + 13;
+    let est = records
+        .saturating_mul(13)
+        .saturating_add(placed_bytes)
+        .saturating_add(removed.saturating_mul(9));
+    // Every part but the last carries more than `part_bytes - max_est` of estimates.
+    let parts = 1 + est / part_bytes.saturating_sub(max_est).max(1);
+    // Per part: its head (13) and body framing (full flag, meta <= 37, option tag, three
+    // vector lengths), rounded up.
+    let framing = parts.saturating_mul(96);
+    // A change as encoded: id (8), presence tag (1), page (4) and the record: the entry's
+    // placement size counts the id once more, so 5 + placed; a removal is 9.
+    let changes = records
+        .saturating_mul(5)
+        .saturating_add(placed_bytes)
+        .saturating_add(removed.saturating_mul(9));
+    let total = framing
+        .saturating_add(zones_bytes as u64)
+        .saturating_add(u64::from(record_pages).saturating_mul(4))
+        .saturating_add(changes);
+    total.div_ceil(per_page).saturating_add(parts)
+}
+
 impl Scheduler {
+    /// Admission's journal check ([`Limits::max_journal_pages`]): whether the worst next save
+    /// still fits the journal after a change leaving `records` records of `placed_bytes` entry
+    /// bytes and zones of `zones_bytes`. Nothing changes.
+    pub(super) fn check_journal(
+        &self,
+        records: u64,
+        placed_bytes: u64,
+        zones_bytes: usize,
+    ) -> Result<(), ScheduleError> {
+        let Some(journal_pages) = self.limits.max_journal_pages else {
+            return Ok(());
+        };
+        let need_pages = journal_pages_bound(
+            records,
+            placed_bytes,
+            self.placement.removed_stored,
+            zones_bytes,
+            self.limits.max_record_pages.unwrap_or(0),
+            self.limits.page_bytes,
+        );
+        if need_pages > u64::from(journal_pages) {
+            return Err(ScheduleError::JournalFull {
+                need_pages,
+                journal_pages,
+            });
+        }
+        Ok(())
+    }
+
     /// Records that record `id` changed (or left the book) for the next save: re-measures its
     /// stored size and keeps, moves or frees its record page (see [`store`](crate::schedule::store)). O(log n).
     pub(super) fn touch(&mut self, id: u64) {
@@ -288,6 +360,20 @@ impl Scheduler {
             .iter()
             .map(|b| b.len().div_ceil(per_page).max(1))
             .sum();
+        // Admission's bound (`check_journal`) is an upper bound of every journal: checked in
+        // every test build, so the property tests exercise it on every save.
+        debug_assert!(
+            journal_pages as u64
+                <= journal_pages_bound(
+                    self.placement.records() as u64,
+                    self.placement.placed_bytes,
+                    self.placement.removed_stored,
+                    self.zones_bytes,
+                    layout.record_pages,
+                    self.limits.page_bytes,
+                ),
+            "journal of {journal_pages} pages over admission's bound"
+        );
         if journal_pages > layout.journal.len() as usize {
             return Err(CodecError::TooLarge {
                 len: journal_parts.iter().map(Vec::len).sum(),
@@ -617,6 +703,7 @@ impl Scheduler {
         {
             return Err(corrupt("zones differ from the meta page".into()));
         }
+        book.zones_bytes = codec::encoded_len(&zones)?;
         for z in zones {
             book.zones.insert(z.name().to_owned(), z);
         }

@@ -47,6 +47,19 @@ impl Scheduler {
         (out, false)
     }
 
+    /// The largest record one handler run may emit ([`HandlerCtx::emit`] refuses larger ones):
+    /// an effect name of [`Limits::max_name_bytes`](super::Limits::max_name_bytes), a payload
+    /// of [`Limits::max_payload_bytes`](super::Limits::max_payload_bytes) and a topic and type
+    /// of [`Limits::max_topic_bytes`](super::Limits::max_topic_bytes) each, capped by the
+    /// outbox's own record limit.
+    pub fn emit_bound(&self, outbox: &Outbox) -> usize {
+        let l = &self.limits;
+        l.max_name_bytes
+            .saturating_add(l.max_payload_bytes)
+            .saturating_add(l.max_topic_bytes.saturating_mul(2))
+            .min(outbox.limits().max_record_bytes)
+    }
+
     /// Runs every due schedule (within the budget) on the committed `tick`: handlers get
     /// `state`, may emit one record each into `outbox`, and may queue book changes.
     ///
@@ -106,6 +119,7 @@ impl Scheduler {
         outbox: &mut Outbox,
         report: &mut TickReport,
     ) {
+        let emit_bound = self.emit_bound(outbox);
         loop {
             // A handler earlier in this tick may have cancelled, paused or moved it.
             let Some(rec) = self.records.get(&id) else {
@@ -118,17 +132,25 @@ impl Scheduler {
             if *left == 0 || !taken {
                 return;
             }
+            // Each run may emit one record of up to `emit_bound` bytes: run only what the outbox
+            // can take now, so that no emit meets a full outbox (the rest stays due or owed,
+            // exactly as with the fire budget, until the consumer trims the outbox).
+            let room = outbox.room_for(emit_bound).min(*left);
+            if room == 0 {
+                report.outbox_full = true;
+                return;
+            }
             let was_owed = rec.owed.is_some();
             let (mut runs, next, owed_first) = match rec.owed {
                 Some((from_ms, last_ms)) => {
-                    let (runs, rest) = self.owed_runs(id, rec, from_ms, last_ms, *left);
+                    let (runs, rest) = self.owed_runs(id, rec, from_ms, last_ms, room);
                     (runs, rec.next, rest.map(|r| (r, last_ms)))
                 }
                 None => {
                     let Some(due) = rec.next else { return };
                     let (mut runs, next) = self.plan(id, rec, due, tick);
-                    let rest = if runs.len() > *left {
-                        runs.split_off(*left)
+                    let rest = if runs.len() > room {
+                        runs.split_off(room)
                     } else {
                         Vec::new()
                     };
@@ -184,10 +206,19 @@ impl Scheduler {
                     state: &mut *state,
                     outbox: &mut *outbox,
                     emitted: false,
+                    emit_bound,
+                    emit_error: None,
                     requests: Vec::new(),
                 };
                 handler(&mut ctx);
                 let requests = std::mem::take(&mut ctx.requests);
+                if let Some(e) = ctx.emit_error.take() {
+                    // A deterministic outcome (the same on every replica): reported, counted,
+                    // traced; the run itself happened.
+                    self.emit_failures = self.emit_failures.saturating_add(1);
+                    tracing::warn!(id, occurrence, error = %e, "handler emit refused");
+                    report.errors.push(e);
+                }
                 report.fired.push(FireRecord {
                     id,
                     due: run_due,

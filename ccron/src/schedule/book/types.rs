@@ -309,6 +309,13 @@ pub struct Limits {
     /// not fit is rejected at admission ([`ScheduleError::Limit`], nothing changes) instead of
     /// failing every later save. `None`: checked only by the save.
     pub max_zones_bytes: Option<usize>,
+    /// The journal pages of the range the book is saved into ([`Limits::for_range`]); when
+    /// set, a request after which the next save's journal could outgrow them is rejected at
+    /// admission ([`ScheduleError::JournalFull`], nothing changes) instead of failing a later
+    /// save. The bound assumes the worst save the book can reach before its next save: every
+    /// record rewritten (ticks may touch any of them), every record stored at the last save
+    /// and removed since named, the zones rewritten. `None`: checked only by the save.
+    pub max_journal_pages: Option<u32>,
     /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
     /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
     /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
@@ -327,6 +334,7 @@ impl Default for Limits {
             page_bytes: 4_096,
             max_record_pages: None,
             max_zones_bytes: None,
+            max_journal_pages: None,
             budget_per_tick: 10_000,
         }
     }
@@ -334,13 +342,14 @@ impl Default for Limits {
 
 impl Limits {
     /// These limits with admission bounded by what `range` (a book's range of pages of
-    /// `page_bytes`) can hold: [`Limits::max_record_pages`] and [`Limits::max_zones_bytes`]
-    /// from its layout (0 when the range is too small to lay out), so that every admitted
-    /// request's save fits the range.
+    /// `page_bytes`) can hold: [`Limits::max_record_pages`], [`Limits::max_zones_bytes`] and
+    /// [`Limits::max_journal_pages`] from its layout (0 when the range is too small to lay
+    /// out), so that every admitted request's save fits the range.
     pub fn for_range(self, range: PageRange) -> Self {
         let layout = Layout::of(range);
         Self {
             max_record_pages: Some(layout.map_or(0, |l| l.record_pages)),
+            max_journal_pages: Some(layout.map_or(0, |l| l.journal.len())),
             max_zones_bytes: Some(
                 layout.map_or(0, |l| crate::codec::capacity(l.zones, self.page_bytes)),
             ),
@@ -393,6 +402,25 @@ pub enum ScheduleError {
     /// Appending to the outbox failed.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
+    /// The request would let the next save's journal outgrow the journal pages of the book's
+    /// range ([`Limits::max_journal_pages`]); nothing changed. Save (a journal holds only
+    /// what changed since the last save), cancel schedules, or give the book more pages.
+    #[error("the next save's journal could need {need_pages} pages, the range has {journal_pages}")]
+    JournalFull {
+        /// Journal pages the worst next save could need after the request.
+        need_pages: u64,
+        /// The range's journal pages.
+        journal_pages: u32,
+    },
+    /// A handler emitted a record larger than its run's emit bound
+    /// ([`Scheduler::emit_bound`](super::Scheduler::emit_bound)); nothing was appended.
+    #[error("an emitted record of {size_bytes} bytes exceeds the {max_bytes}-byte emit bound")]
+    EmitTooLarge {
+        /// [`OutboxRecord::size_bytes`](crate::outbox::OutboxRecord::size_bytes) of the record.
+        size_bytes: usize,
+        /// The run's emit bound.
+        max_bytes: usize,
+    },
     /// The pages failed or held a corrupt or oversized book.
     #[error(transparent)]
     Codec(#[from] CodecError),
@@ -478,6 +506,10 @@ pub struct TickReport {
     pub skipped: Vec<u64>,
     /// Whether the budget stopped the tick with schedules still due (they carry over).
     pub carried_over: bool,
+    /// Whether the outbox's room stopped the tick: a due run waits because the outbox could
+    /// not take the record it may emit ([`Scheduler::emit_bound`](super::Scheduler::emit_bound));
+    /// it runs once the consumer trims the outbox. Deterministic: the outbox is replicated.
+    pub outbox_full: bool,
     /// Errors: requests emitted by handlers that were rejected, failed emits, missing handlers.
     pub errors: Vec<ScheduleError>,
 }
