@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use ccron::MemPages;
 use ccron::host::{
     Block as HostBlock, BlockHost, BlockOutcome as HostOutcome, ClientId, CronLedger,
-    ExecutedRequests, HostError, TickGate, TimeError, TimeRule, Tx, TxResult,
+    ExecutedRequests, HostError, TickGate, TickPool, TickRejection, TimeError, TimeRule, Tx,
+    TxResult,
 };
 use ccron_ledgers::demo::{DemoLedger, DemoTables, demo_ledger};
 use ccron_ledgers::orders::{SchedAppConfig, ScheduledLedger};
@@ -19,7 +20,7 @@ use malachitebft_core_types::{Round, VoteExtensionScope};
 use sha2::{Digest, Sha256};
 
 use crate::context::{
-    Address, Block, CarriedSample, ClockSample, Ctx, Hash32, Height, PubKey, ValidatorSet,
+    Address, Block, CarriedSample, ClockSample, Ctx, Hash32, Height, PubKey, TickTx, ValidatorSet,
     extension_signing_bytes, verify_raw,
 };
 use crate::request::{MAX_BLOCK_REQUEST_BYTES, MAX_BLOCK_REQUESTS, RequestError};
@@ -56,6 +57,8 @@ pub struct LedgerHost {
     pub ticks_executed: u64,
     /// Ticks refused by the gate or the application so far.
     pub ticks_skipped: u64,
+    /// Ticks evaluated so far per submitter (validator index in the address-ordered set).
+    pub ticks_by_submitter: Vec<u64>,
     /// Actions fired so far.
     pub fires: u64,
     /// Client requests executed so far.
@@ -137,6 +140,7 @@ impl LedgerHost {
             components,
             ticks_executed: 0,
             ticks_skipped: 0,
+            ticks_by_submitter: vec![0; validators as usize],
             fires: 0,
             requests_executed: 0,
             requests_duplicate: 0,
@@ -189,14 +193,24 @@ impl LedgerHost {
             }
         }
         self.requests_executed += self.last_requests.len() as u64;
+        let requests = txs.len();
         let block = host_block(block, validators, txs);
         let out = match &mut self.hosted {
             Hosted::Demo(h) => h.execute_block(&block)?,
             Hosted::Orders(h) => h.execute_block(&block)?,
         };
-        for r in &out.results {
+        for (tx, r) in block.txs.iter().zip(&out.results).skip(requests) {
             match r {
-                TxResult::TickEvaluated => self.ticks_executed += 1,
+                TxResult::TickEvaluated => {
+                    self.ticks_executed += 1;
+                    if let Tx::Tick {
+                        sender: Some(s), ..
+                    } = tx
+                        && let Some(c) = self.ticks_by_submitter.get_mut(*s as usize)
+                    {
+                        *c += 1;
+                    }
+                }
                 TxResult::TickSkipped(_) | TxResult::TickFailed(_) => self.ticks_skipped += 1,
                 _ => {}
             }
@@ -354,9 +368,25 @@ pub enum BlockRejection {
         /// Recomputed.
         computed: i64,
     },
-    /// A tick for an unknown component, repeated, or from a non-validator.
+    /// A tick for an unknown component, repeated (component and submitter), or from a
+    /// non-validator.
     #[error("tick transaction for an unknown component, repeated, or not from a validator")]
     BadTick,
+    /// A tick transaction whose signature is not its submitter's.
+    #[error("tick {index}: the signature is not its submitter's")]
+    BadTickSignature {
+        /// Its position in the block.
+        index: usize,
+    },
+    /// A tick transaction the chain's tick pool refuses (a number a decided block already
+    /// carried: a replay), see [`validate_ticks`].
+    #[error("tick {index}: {reason}")]
+    TickRefused {
+        /// Its position in the block.
+        index: usize,
+        /// Why.
+        reason: TickRejection,
+    },
     /// Height 1's time is before the genesis time.
     #[error("height 1 time {time} is before the genesis time {genesis}")]
     BeforeGenesis {
@@ -419,7 +449,8 @@ pub struct PrevCommit {
 ///   within [`GENESIS_BOUND_MS`] of `now_ms` ([`TimeRule::genesis`]); later exactly the rule's
 ///   result, with the samples' median at most [`HARD_LIMIT_MS`] ahead of `now_ms`
 ///   ([`TimeRule::check`]);
-/// - the ticks (known components, one each, from validators);
+/// - the ticks (known components, from validators, signed by their submitter, at most one per
+///   component and submitter; replays are refused by [`validate_ticks`]);
 /// - the client requests: at most [`MAX_BLOCK_REQUESTS`] and [`MAX_BLOCK_REQUEST_BYTES`], each
 ///   within its bounds and signed by its client, no `(client, number)` twice.
 ///
@@ -500,12 +531,15 @@ pub fn validate_block(
         });
     }
     let mut seen = BTreeSet::new();
-    for t in &block.ticks {
+    for (index, t) in block.ticks.iter().enumerate() {
         if !has_component(t.component)
-            || !seen.insert(t.component)
+            || !seen.insert((t.component, t.submitter))
             || !validators.contains(&t.submitter)
         {
             return Err(BlockRejection::BadTick);
+        }
+        if !t.verify() {
+            return Err(BlockRejection::BadTickSignature { index });
         }
     }
     let bytes: usize = block.requests.iter().map(|r| r.encoded_len()).sum();
@@ -522,6 +556,29 @@ pub fn validate_block(
         if !numbers.insert((r.client(), r.request.number)) {
             return Err(BlockRejection::RepeatedRequest { index });
         }
+    }
+    Ok(())
+}
+
+/// Checks a block's ticks against the chain's [`TickPool`] (the last tick number of each
+/// submitter and component decided blocks carried): a tick whose number is not above it is a
+/// replay and the block is refused. Every validator holds the same numbers after the same
+/// decided blocks; run after [`validate_block`].
+///
+/// # Errors
+/// [`BlockRejection::TickRefused`] with the first refused tick.
+pub fn validate_ticks(
+    block: &Block,
+    validators: &ValidatorSet,
+    pool: &TickPool<TickTx>,
+) -> Result<(), BlockRejection> {
+    for (index, t) in block.ticks.iter().enumerate() {
+        pool.check(
+            t.component,
+            validator_index(validators, &t.submitter),
+            t.number,
+        )
+        .map_err(|reason| BlockRejection::TickRefused { index, reason })?;
     }
     Ok(())
 }

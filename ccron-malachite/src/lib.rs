@@ -8,8 +8,10 @@
 //!   `ccron::host::BlockHost` on `ccron-ledgers`' `demo` or `orders` ledger), the agreed time by
 //!   `ccron::host::TimeRule`, and the block-validity rule every validator re-checks.
 //! - [`request`]: signed client requests (format, bounds, signature); [`mempool`]: a node's
-//!   bounded pool of them; [`api`]: the node's HTTP server (`POST /v1/requests`) as one axum
-//!   router; [`load`]: the localnet's order load generator.
+//!   bounded pool of them; [`api`]: the node's HTTP server (`POST /v1/requests`, `POST
+//!   /v1/ticks`, `GET /v1/requests/{client}/{number}`) as one axum router; [`results`]: the
+//!   bounded record of executed requests' results it serves; [`load`]: the localnet's order
+//!   load generator (it reads the results back).
 //! - [`store`]: the durable decided-block store (append-only, checksummed, fsync'ed).
 //! - [`node`]: one validator process (engine + app loop + ccron's TicksGenerator thread).
 //! - [`localnet`]: N processes on 127.0.0.1 with kill/restart, late join, a lying proposer, and a
@@ -23,4 +25,5 @@ pub mod localnet;
 pub mod mempool;
 pub mod node;
 pub mod request;
+pub mod results;
 pub mod store;

@@ -121,6 +121,19 @@ impl std::fmt::Debug for Mempool {
 }
 
 impl Mempool {
+    /// Whether a request of `(client, number)` is pending in the pool.
+    pub fn holds(&self, client: ClientId, number: u64) -> bool {
+        self.by_digest
+            .values()
+            .any(|e| e.client == client && e.request.request.number == number)
+    }
+
+    /// Whether `(client, number)` executed (or is below the client's window), as far as the
+    /// pool's mirror of the ledger knows.
+    pub fn executed(&self, client: ClientId, number: u64) -> bool {
+        self.executed.check(client, number).is_err()
+    }
+
     /// An empty pool whose mirror of executed requests is `executed` (the ledger's, at start).
     pub fn new(cfg: MempoolConfig, executed: ExecutedRequests) -> Self {
         Self {

@@ -24,7 +24,7 @@ use std::rc::Rc;
 use ccron::Due;
 use ccron::host::FireNote;
 use ccron_malachite::app::{DEMO_TICK_PERIOD_MS, LedgerHost};
-use ccron_malachite::context::{Block, Hash32, TickTx, ValidatorSet};
+use ccron_malachite::context::{Block, Hash32, Sig, TickTx, ValidatorSet};
 use sim_bft::crypto::internal_client_owner;
 use sim_bft::ledgers::demo::DemoTables;
 use sim_bft::node::{Executed, Input, Millis, Node, NodeId, Output};
@@ -291,6 +291,10 @@ fn adapter_block(b: &RecordedBatch, vs: &ValidatorSet) -> Block {
             .map(|&(component, sender)| TickTx {
                 component,
                 submitter: vs.validators[sender as usize].address,
+                // Execution reads neither: numbers and signatures are checked where blocks are
+                // proposed (`validate_block`, `validate_ticks`).
+                number: b.seq,
+                signature: Sig([0; 64]),
             })
             .collect(),
         requests: Vec::new(),
