@@ -86,6 +86,10 @@ pub struct MempoolCounters {
     pub removed_executed: u64,
     /// Requests held now.
     pub pending: u64,
+    /// The executed-requests table's floor (`ccron::host::ExecutedRequests::floor`): a client
+    /// that is not in the table (new, or evicted) numbers its requests at or above it.
+    #[serde(default)]
+    pub requests_floor: u64,
 }
 
 struct Entry {
@@ -292,7 +296,10 @@ impl Mempool {
 
     /// The counters.
     pub fn counters(&self) -> MempoolCounters {
-        self.counters
+        MempoolCounters {
+            requests_floor: self.executed.floor(),
+            ..self.counters
+        }
     }
 }
 
