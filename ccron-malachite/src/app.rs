@@ -119,23 +119,30 @@ impl LedgerHost {
                 let host = BlockHost::new(ledger, pages(), tick_gate(validators, &components));
                 (Hosted::Demo(host), components)
             }
-            "orders" => {
-                let cfg = orders_config();
-                let components = vec![cfg.component];
-                let host = BlockHost::new(
-                    ScheduledLedger::new(cfg),
-                    pages(),
-                    tick_gate(validators, &components),
-                );
-                (Hosted::Orders(host), components)
-            }
+            "orders" => return Ok(Self::orders(orders_config(), validators)),
             other => {
                 return Err(format!(
                     "ledger '{other}' is not available on this adapter (demo, orders)"
                 ));
             }
         };
-        Ok(Self {
+        Ok(Self::hosting(hosted, components, validators))
+    }
+
+    /// A fresh host of the `orders` ledger with configuration `cfg` ([`new`](Self::new) uses
+    /// [`orders_config`]; a recording of another engine's run uses that run's configuration).
+    pub fn orders(cfg: SchedAppConfig, validators: u32) -> Self {
+        let components = vec![cfg.component];
+        let host = BlockHost::new(
+            ScheduledLedger::new(cfg),
+            MemPages::new(HOST_PAGES.0, HOST_PAGES.1),
+            tick_gate(validators, &components),
+        );
+        Self::hosting(Hosted::Orders(host), components, validators)
+    }
+
+    fn hosting(hosted: Hosted, components: Vec<u32>, validators: u32) -> Self {
+        Self {
             hosted,
             components,
             ticks_executed: 0,
@@ -146,7 +153,7 @@ impl LedgerHost {
             requests_duplicate: 0,
             last_requests: Vec::new(),
             executed: ExecutedRequests::new(),
-        })
+        }
     }
 
     /// The components that tick, with their tick period (ms).
@@ -174,10 +181,26 @@ impl LedgerHost {
         block: &Block,
         validators: &ValidatorSet,
     ) -> Result<HostOutcome, HostError> {
+        self.execute_with_clients(block, validators, &|r| r.client())
+    }
+
+    /// [`execute`](Self::execute) with the client id of each request given by `client_of`
+    /// instead of derived from its key ([`crate::request::SignedRequest::client`]): the same
+    /// path otherwise. For replaying another engine's recorded requests under that engine's
+    /// client ids (`tests/cross_engine.rs`); a node always uses [`execute`](Self::execute).
+    ///
+    /// # Errors
+    /// As [`execute`](Self::execute).
+    pub fn execute_with_clients(
+        &mut self,
+        block: &Block,
+        validators: &ValidatorSet,
+        client_of: &dyn Fn(&crate::request::SignedRequest) -> ClientId,
+    ) -> Result<HostOutcome, HostError> {
         self.last_requests.clear();
         let mut txs = Vec::with_capacity(block.requests.len() + block.ticks.len());
         for r in &block.requests {
-            let (client, number) = (r.client(), r.request.number);
+            let (client, number) = (client_of(r), r.request.number);
             match self.executed.admit(client, number) {
                 Ok(()) => {
                     self.last_requests.push((client, number));
