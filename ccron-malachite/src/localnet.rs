@@ -23,6 +23,9 @@ pub struct LocalnetOptions {
     pub late_join: bool,
     /// Make node 0 propose lying agreed times.
     pub lying_time: bool,
+    /// Make node 0 propose blocks without ticks (it stays honest otherwise: its blocks are
+    /// valid, and its own ticks reach the chain through the other proposers).
+    pub omit_ticks: bool,
     /// SIGKILL one node mid-run and restart it from its storage.
     pub kill_restart: bool,
     /// Key seed.
@@ -266,6 +269,9 @@ fn spawn_node(opts: &LocalnetOptions, home: &Path, i: usize) -> std::io::Result<
         .arg(i.to_string());
     if opts.lying_time && i == 0 {
         cmd.arg("--lying-time");
+    }
+    if opts.omit_ticks && i == 0 {
+        cmd.arg("--omit-ticks");
     }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())

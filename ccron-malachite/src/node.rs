@@ -214,6 +214,9 @@ pub struct NodeOptions {
     pub index: usize,
     /// Propose blocks whose agreed time is an hour ahead (a Byzantine proposer, for tests).
     pub lying_time: bool,
+    /// Propose blocks without ticks (a Byzantine proposer starving ticks, for tests; its
+    /// blocks are otherwise valid).
+    pub omit_ticks: bool,
     /// Where the HTTP server (client submissions) listens (`127.0.0.1:0`: any free port). The
     /// bound address is written to `node-I/http.addr`.
     pub http: std::net::SocketAddr,
@@ -684,7 +687,11 @@ impl NodeState {
             samples,
             agreed_time_ms: agreed,
             // At most one per (component, validator): the pool's bound.
-            ticks: lock(&self.ticks).pending().cloned().collect(),
+            ticks: if self.opts.omit_ticks {
+                Vec::new()
+            } else {
+                lock(&self.ticks).pending().cloned().collect()
+            },
             requests: lock(&self.mempool).select(MAX_BLOCK_REQUESTS, MAX_BLOCK_REQUEST_BYTES),
         };
         if !self.opts.lying_time {
