@@ -34,21 +34,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccron::outbox::{
-    Backoff, ConsumerConfig, MemDeadLetters, MemProgressStore, OccurrenceId, OutboxRecord,
+    Backoff, ConsumerConfig, MemDeadLetters, MemProgressStore, OccurrenceId, Outbox, OutboxRecord,
     OutboxResult, PersistentConsumer, ReadEntry, ReadPage,
 };
 use ccron::schedule::ScheduleRequest;
-use ccron::{PageRange, ReservedPages, Tick};
 use ccron_http::{
     Assignment, Dedupe, Dispatcher, DispatcherConfig, EffectError, HandlerPolicy, KeyOf,
-    OutboxSource, PublishedOutbox, QuorumReader, ReadClientConfig, ReadServerConfig, ResultSink,
-    ResultSinkError, Worker, WorkerConfig,
+    OutboxSource, PublishOutbox, PublishedOutbox, QuorumReader, ReadClientConfig, ReadServerConfig,
+    ResultSink, ResultSinkError, Worker, WorkerConfig,
 };
 use clap::Parser;
-use sim_bft::app::{AppError, Application, ExecContext};
-use sim_bft::crypto::{Digest32, client_signing_key};
+use sim_bft::crypto::client_signing_key;
 use sim_bft::ledgers::orders::{PAYMENT_CONFIRMED, SHOP_CANCEL, SchedAppConfig, ScheduledLedger};
-use sim_bft::node::{ClientId, FireNote};
+use sim_bft::node::ClientId;
 use sim_bft::protocol::client_request_bytes;
 use sim_bft::replica::{Replica, ReplicaConfig};
 use sim_bft::runtime::{RuntimeConfig, ThreadedCluster};
@@ -115,75 +113,9 @@ impl OutboxSource for Liar {
     }
 }
 
-/// The orders ledger, publishing its committed outbox after every change into the replica's
-/// read endpoint (`out`, a `PublishedOutbox`), and its expired orders for the run's final check
-/// (`expired`: the check looks inside the replicas, the consumer never does). A ledger without
-/// such a check wraps itself in `ccron_http::PublishOutbox` instead.
-struct Publishing {
-    inner: ScheduledLedger,
-    out: PublishedOutbox,
-    expired: Arc<Mutex<BTreeMap<String, u32>>>,
-    at_seq: u64,
-}
-
-impl Publishing {
-    fn publish(&self) {
-        let Some(book) = self.inner.ledger().scheduler() else {
-            return;
-        };
-        let o = book.outbox();
-        let changed = self.out.snapshot().is_none_or(|(q, _)| {
-            (q.first_index(), q.head(), q.results_len())
-                != (o.first_index(), o.head(), o.results_len())
-        });
-        self.out.publish(o, self.at_seq);
-        if changed && let Ok(mut e) = self.expired.lock() {
-            e.clone_from(&self.inner.ledger().state().0);
-        }
-    }
-}
-
-impl Application for Publishing {
-    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
-        let r = self.inner.execute(ctx, client, payload);
-        self.at_seq = self.at_seq.max(ctx.seq);
-        self.publish();
-        r
-    }
-    fn digest(&self) -> Digest32 {
-        self.inner.digest()
-    }
-    fn snapshot(&self) -> Vec<u8> {
-        self.inner.snapshot()
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        let r = self.inner.restore(snapshot);
-        self.publish();
-        r
-    }
-    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
-        let r = self.inner.on_tick(tick, pages);
-        self.at_seq = self.at_seq.max(tick.bft_sequence_num);
-        self.publish();
-        r
-    }
-    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
-        let r = self.inner.reload(pages);
-        self.publish();
-        r
-    }
-    fn fires(&self) -> BTreeMap<(u32, u32), u64> {
-        self.inner.fires()
-    }
-    fn page_ranges(&self) -> Vec<PageRange> {
-        self.inner.page_ranges()
-    }
-    fn halted(&self) -> Option<&AppError> {
-        self.inner.halted()
-    }
-    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
-        self.inner.take_fire_notes(out);
-    }
+/// Where the orders ledger keeps its outbox (for `ccron_http::PublishOutbox`).
+fn orders_outbox(ledger: &ScheduledLedger) -> Option<&Outbox> {
+    ledger.ledger().scheduler().map(|book| book.outbox())
 }
 
 /// The consumer's way back into the ledger: each result becomes a signed request of the
@@ -350,12 +282,20 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
         .map(|i| {
             let mut rc = ReplicaConfig::new(i, N, KEY_SEED, 2);
             rc.tick_components = BTreeMap::from([(COMPONENT, TICK_MS)]);
-            let app = Publishing {
-                inner: ScheduledLedger::with_payment_confirmation(cfg, CONSUMER),
-                out: published[i as usize].clone(),
-                expired: expired[i as usize].clone(),
-                at_seq: 0,
-            };
+            // The replica's committed outbox goes to its read endpoint; its expired orders,
+            // whenever the outbox changed, to the run's final check (which looks inside the
+            // replicas; the consumer never does).
+            let expired = expired[i as usize].clone();
+            let app = PublishOutbox::new(
+                ScheduledLedger::with_payment_confirmation(cfg, CONSUMER),
+                orders_outbox,
+                published[i as usize].clone(),
+            )
+            .on_change(move |ledger| {
+                if let Ok(mut e) = expired.lock() {
+                    e.clone_from(&ledger.ledger().state().0);
+                }
+            });
             Replica::with_app(rc, Box::new(app)).map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -193,8 +193,9 @@ impl PublishedOutbox {
     }
 
     /// Publishes `outbox` as committed at `at_seq` (a no-op when nothing changed but the
-    /// sequence number, which is then updated).
-    pub fn publish(&self, outbox: &Outbox, at_seq: u64) {
+    /// sequence number, which is then updated). Returns whether the outbox itself changed
+    /// (a new snapshot was taken).
+    pub fn publish(&self, outbox: &Outbox, at_seq: u64) -> bool {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let same = g.as_ref().is_some_and(|s| {
             (
@@ -204,12 +205,16 @@ impl PublishedOutbox {
             ) == (outbox.first_index(), outbox.head(), outbox.results_len())
         });
         match g.as_mut() {
-            Some(s) if same => s.at_seq = at_seq,
+            Some(s) if same => {
+                s.at_seq = at_seq;
+                false
+            }
             _ => {
                 *g = Some(Snapshot {
                     outbox: Arc::new(outbox.clone()),
                     at_seq,
-                })
+                });
+                true
             }
         }
     }
@@ -252,7 +257,12 @@ pub struct PublishOutbox<A> {
     outbox_of: OutboxOf<A>,
     out: PublishedOutbox,
     at_seq: u64,
+    on_change: Option<OnChange<A>>,
 }
+
+/// Called with the inner application each time its published outbox changed (see
+/// [`PublishOutbox::on_change`]).
+pub type OnChange<A> = Box<dyn Fn(&A) + Send>;
 
 impl<A: Application> PublishOutbox<A> {
     /// Wraps `inner`, publishing `outbox_of(&inner)` into `out`.
@@ -262,7 +272,16 @@ impl<A: Application> PublishOutbox<A> {
             outbox_of,
             out,
             at_seq: 0,
+            on_change: None,
         }
+    }
+
+    /// Also calls `hook` with the inner application after each publish that changed the
+    /// outbox (e.g. to export other committed state for a host's own checks). The hook runs
+    /// on the executing thread and must not change replicated state (it gets `&A`).
+    pub fn on_change(mut self, hook: impl Fn(&A) + Send + 'static) -> Self {
+        self.on_change = Some(Box::new(hook));
+        self
     }
 
     /// The wrapped application.
@@ -271,8 +290,11 @@ impl<A: Application> PublishOutbox<A> {
     }
 
     fn publish(&self) {
-        if let Some(o) = (self.outbox_of)(&self.inner) {
-            self.out.publish(o, self.at_seq);
+        if let Some(o) = (self.outbox_of)(&self.inner)
+            && self.out.publish(o, self.at_seq)
+            && let Some(hook) = &self.on_change
+        {
+            hook(&self.inner);
         }
     }
 }

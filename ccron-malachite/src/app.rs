@@ -6,7 +6,7 @@
 //! verified samples of the previous height. Nothing here does I/O or reads a clock: the same
 //! blocks give the same state digest on every node and on any engine (`tests/equivalence.rs`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ccron::MemPages;
 use ccron::host::{
@@ -67,6 +67,11 @@ pub struct LedgerHost {
     pub requests_duplicate: u64,
     /// The `(client, number)` pairs the last block executed.
     pub last_requests: Vec<(ClientId, u64)>,
+    /// The highest tick number a decided block carried per (component, submitter index):
+    /// derived from the decided blocks like the counters, kept in snapshots so a restored node
+    /// refuses replayed tick numbers and numbers its own ticks above them
+    /// (`ccron::host::TickPool::on_included`).
+    pub tick_included: BTreeMap<(u32, u32), u64>,
     /// Exactly-once per `(client, number)`: replicated, in the state digest.
     executed: ExecutedRequests,
 }
@@ -148,6 +153,7 @@ impl LedgerHost {
             ticks_executed: 0,
             ticks_skipped: 0,
             ticks_by_submitter: vec![0; validators as usize],
+            tick_included: BTreeMap::new(),
             fires: 0,
             requests_executed: 0,
             requests_duplicate: 0,
@@ -216,6 +222,15 @@ impl LedgerHost {
             }
         }
         self.requests_executed += self.last_requests.len() as u64;
+        for t in &block.ticks {
+            if let Some(i) = validator_index(validators, &t.submitter) {
+                let last = self
+                    .tick_included
+                    .entry((t.component, i))
+                    .or_insert(t.number);
+                *last = (*last).max(t.number);
+            }
+        }
         let requests = txs.len();
         let block = host_block(block, validators, txs);
         let out = match &mut self.hosted {
@@ -292,6 +307,43 @@ impl LedgerHost {
     /// The executed requests (the mempool's mirror starts from it).
     pub fn executed(&self) -> &ExecutedRequests {
         &self.executed
+    }
+
+    /// The host's snapshot ([`BlockHost::snapshot`]: the application, the reserved pages, the
+    /// last height and agreed time, the tick gate's coalescer), for the node's durable
+    /// snapshots (`crate::snapshot`).
+    ///
+    /// # Errors
+    /// The host's (pages that do not read back, an encoding failure).
+    pub fn host_snapshot(&self) -> Result<Vec<u8>, HostError> {
+        match &self.hosted {
+            Hosted::Demo(h) => h.snapshot(),
+            Hosted::Orders(h) => h.snapshot(),
+        }
+    }
+
+    /// The host's last executed height (0 at genesis).
+    pub fn host_height(&self) -> u64 {
+        match &self.hosted {
+            Hosted::Demo(h) => h.last_height(),
+            Hosted::Orders(h) => h.last_height(),
+        }
+    }
+
+    /// Restores a fresh host from [`host_snapshot`](Self::host_snapshot)'s bytes and the
+    /// executed requests of the same height (the counters are the caller's to set). On error
+    /// the host may be partly restored: the caller drops it.
+    ///
+    /// # Errors
+    /// The host's ([`HostError::BadSnapshot`], a halted store).
+    pub fn restore(&mut self, host: &[u8], executed: ExecutedRequests) -> Result<(), HostError> {
+        match &mut self.hosted {
+            Hosted::Demo(h) => h.restore(host)?,
+            Hosted::Orders(h) => h.restore(host)?,
+        }
+        self.executed = executed;
+        self.last_requests.clear();
+        Ok(())
     }
 }
 

@@ -12,7 +12,10 @@
 //!   /v1/ticks`, `GET /v1/requests/{client}/{number}`) as one axum router; [`results`]: the
 //!   bounded record of executed requests' results it serves; [`load`]: the localnet's order
 //!   load generator (it reads the results back).
-//! - [`store`]: the durable decided-block store (append-only, checksummed, fsync'ed).
+//! - [`store`]: the durable decided-block store (append-only, checksummed, fsync'ed; an offset
+//!   index in memory, blocks read on demand).
+//! - [`snapshot`]: durable, checksummed snapshots of the node's state every K heights; a restart
+//!   restores the newest valid one and re-executes only the blocks above it.
 //! - [`node`]: one validator process (engine + app loop + ccron's TicksGenerator thread).
 //! - [`localnet`]: N processes on 127.0.0.1 with kill/restart, late join, a lying proposer, and a
 //!   JSON report.
@@ -26,4 +29,5 @@ pub mod mempool;
 pub mod node;
 pub mod request;
 pub mod results;
+pub mod snapshot;
 pub mod store;

@@ -70,6 +70,13 @@ pub struct NodeReport {
     /// before the localnet stops it; 0 when unavailable (not Linux, or the process was gone).
     #[serde(default)]
     pub peak_rss_kb: u64,
+    /// The height of the snapshot its last process restored from at start (`None`: it
+    /// replayed its whole block store or started empty).
+    #[serde(default)]
+    pub restored_from_height: Option<u64>,
+    /// Blocks its last process re-executed at start (above the restored snapshot).
+    #[serde(default)]
+    pub replayed_blocks: u64,
 }
 
 /// Lateness of the due periodic actions one node ran (ms, from its `fires.log`): each fire's
@@ -273,11 +280,18 @@ fn spawn_node(opts: &LocalnetOptions, home: &Path, i: usize) -> std::io::Result<
     if opts.omit_ticks && i == 0 {
         cmd.arg("--omit-ticks");
     }
+    cmd.arg("--snapshot-every")
+        .arg(LOCALNET_SNAPSHOT_EVERY.to_string());
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .spawn()
 }
+
+/// Heights between two snapshots of a localnet node: short runs still restart their killed
+/// node from a snapshot (the node's own default is
+/// [`DEFAULT_SNAPSHOT_EVERY`](crate::snapshot::DEFAULT_SNAPSHOT_EVERY)).
+pub const LOCALNET_SNAPSHOT_EVERY: u64 = 25;
 
 /// `VmHWM` of process `pid` (KiB), if readable.
 pub fn peak_rss_kb(pid: u32) -> Option<u64> {
@@ -459,6 +473,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             agreed_time_ms: s.agreed_time_ms,
             ticks_by_submitter: s.ticks_by_submitter.clone(),
             peak_rss_kb: peaks[i],
+            restored_from_height: s.restored_from_height,
+            replayed_blocks: s.replayed_blocks,
         });
         digests.push(read_digests(&home, i, &mut violations));
     }

@@ -50,6 +50,10 @@ enum Cmd {
         /// to `node-I/http.addr`).
         #[arg(long, default_value = "127.0.0.1:0")]
         http: std::net::SocketAddr,
+        /// Write a durable snapshot of the state every N heights (and at a clean stop); a
+        /// restart re-executes only the blocks above the newest one. 0: only at a clean stop.
+        #[arg(long, default_value_t = ccron_malachite::snapshot::DEFAULT_SNAPSHOT_EVERY)]
+        snapshot_every: u64,
     },
     /// Start N node processes, kill and restart one, and write a JSON report.
     Localnet {
@@ -131,6 +135,7 @@ fn main() -> ExitCode {
             lying_time,
             omit_ticks,
             http,
+            snapshot_every,
         } => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -149,6 +154,7 @@ fn main() -> ExitCode {
                 lying_time,
                 omit_ticks,
                 http,
+                snapshot_every,
             })) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

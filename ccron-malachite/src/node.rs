@@ -39,6 +39,7 @@ use crate::context::{
 use crate::mempool::{Mempool, MempoolConfig, MempoolCounters};
 use crate::request::{MAX_BLOCK_REQUEST_BYTES, MAX_BLOCK_REQUESTS};
 use crate::results::RequestResults;
+use crate::snapshot::Snapshots;
 use crate::store::{BlockStore, Decided, PartLog};
 use ccron::host::{BlockOutcome, TickPool, TickPoolCounters, TickSenders, period_index};
 use ccron::ticks::{TickDecision, TickThrottle};
@@ -116,6 +117,26 @@ pub struct NodeStatus {
     /// Results of executed requests no longer kept for clients (the record is bounded).
     #[serde(default)]
     pub results_evicted: u64,
+    /// The height of the snapshot this process restored from at start (`None`: it replayed
+    /// the whole block store, or started empty).
+    #[serde(default)]
+    pub restored_from_height: Option<u64>,
+    /// Blocks re-executed at start (those above the restored snapshot).
+    #[serde(default)]
+    pub replayed_blocks: u64,
+    /// Time from opening the stores to the state being rebuilt at start (ms).
+    #[serde(default)]
+    pub restart_ms: u64,
+    /// Snapshots rejected at start (corrupt, torn, of another chain; each a warning in the log).
+    #[serde(default)]
+    pub snapshots_rejected: u64,
+    /// Snapshots written by this process.
+    #[serde(default)]
+    pub snapshots_written: u64,
+    /// Snapshots this process failed to write (each an error in the log; the block store is
+    /// unaffected, a restart replays more blocks).
+    #[serde(default)]
+    pub snapshot_failures: u64,
 }
 
 /// The tick pool's counters ([`TickPoolCounters`]) and this node's own ticks, in `status.json`.
@@ -194,6 +215,9 @@ pub enum NodeError {
     /// Store failure.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The snapshot directory is unusable (a bad snapshot is not this: it is skipped).
+    #[error(transparent)]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
     /// Ledger failure.
     #[error(transparent)]
     App(#[from] ccron::host::HostError),
@@ -220,6 +244,9 @@ pub struct NodeOptions {
     /// Where the HTTP server (client submissions) listens (`127.0.0.1:0`: any free port). The
     /// bound address is written to `node-I/http.addr`.
     pub http: std::net::SocketAddr,
+    /// Write a durable snapshot every this many heights (and at a clean stop); 0: only at a
+    /// clean stop. See [`crate::snapshot`].
+    pub snapshot_every: u64,
 }
 
 /// The file a node writes its bound HTTP address to.
@@ -380,8 +407,12 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
         proof_bytes,
     );
 
+    // The process boundary: the restart time reported in the status is a wall-clock figure.
+    #[allow(clippy::disallowed_methods)]
+    let started = std::time::Instant::now();
     let store = BlockStore::open(&dir.join("blocks.log"))?;
     let parts = PartLog::open(&dir.join("parts.log"))?;
+    let snapshots = Snapshots::open(&dir.join("snapshots"))?;
     let mut node = NodeState::new(
         opts.clone(),
         genesis,
@@ -390,7 +421,10 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
         signer.clone(),
         store,
         parts,
+        snapshots,
     )?;
+    node.status.restart_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    node.write_status();
 
     // Client submissions and forwarded ticks: the HTTP server feeds the pools the proposer
     // reads. The genesis' port, unless `--http` names one.
@@ -458,6 +492,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
                 }
                 if std::os::unix::process::parent_id() != parent {
                     tracing::info!("parent exited; node stops");
+                    node.snapshot();
                     return Ok(());
                 }
             }
@@ -477,6 +512,7 @@ struct NodeState {
     signer: Ed25519Signer,
     store: BlockStore,
     parts: PartLog,
+    snapshots: Snapshots,
     ledger: LedgerHost,
     /// Blocks seen (proposed or synced) and not yet decided, by value id.
     undecided: HashMap<Hash32, Block>,
@@ -511,6 +547,7 @@ struct NodeState {
 }
 
 impl NodeState {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         opts: NodeOptions,
         genesis: Genesis,
@@ -519,10 +556,14 @@ impl NodeState {
         signer: Ed25519Signer,
         store: BlockStore,
         parts: PartLog,
+        snapshots: Snapshots,
     ) -> Result<Self, NodeError> {
         let n = u32::try_from(validators.validators.len())
             .map_err(|_| NodeError::Config("too many validators".into()))?;
-        let ledger = LedgerHost::new(&genesis.ledger, n).map_err(NodeError::Config)?;
+        // Restart: the newest valid snapshot, then the blocks above it (the state is a pure
+        // function of the decided blocks); no usable snapshot: the whole chain.
+        let restored = snapshots.restore_latest(&store, &genesis.ledger, n)?;
+        let ledger = restored.ledger;
         let outbox =
             ccron_http::PublishedOutbox::new(u64::try_from(opts.index).unwrap_or(u64::MAX));
         let my_index = validator_index(&validators, &me)
@@ -549,6 +590,7 @@ impl NodeState {
             signer,
             store,
             parts,
+            snapshots,
             ledger,
             undecided: HashMap::new(),
             my_parts: BTreeMap::new(),
@@ -570,13 +612,38 @@ impl NodeState {
             synced: BTreeSet::new(),
             outbox,
         };
-        // Restart: the state is a pure function of the decided blocks; re-execute them.
-        let blocks: Vec<Block> = node.store.all().iter().map(|d| d.block.clone()).collect();
-        let _ = std::fs::remove_file(node.digests_path());
-        for block in &blocks {
-            let out = node.ledger.execute(block, &node.validators)?;
-            node.after_execute(block, &out);
+        node.status.restored_from_height = restored.height;
+        node.status.snapshots_rejected = restored.rejected.len() as u64;
+        node.trim_digests_log();
+        let from = restored.height.unwrap_or(0);
+        if let Some(d) = node.store.get(from)? {
+            // The state restored: the status (and digests.log) as after executing block `from`.
+            let digest = hex(&node.ledger.state_digest());
+            node.note_executed(from, d.block.agreed_time_ms, digest);
         }
+        // The tick numbers decided blocks carried up to the restored snapshot (the blocks above
+        // it feed the pool as they are re-executed).
+        {
+            let mut pool = lock(&node.ticks);
+            for (&(component, sender), &number) in &node.ledger.tick_included {
+                pool.on_included(component, sender, number);
+            }
+        }
+        // Re-execute the blocks above it, exactly as on decision (ticks, results, status and a
+        // digests.log line per height).
+        let mut replayed = 0u64;
+        for h in from.saturating_add(1)..=node.store.last_height() {
+            let Some(d) = node.store.get(h)? else {
+                return Err(NodeError::Store(crate::store::StoreError::OutOfOrder {
+                    got: h,
+                    expected: node.store.last_height(),
+                }));
+            };
+            let out = node.ledger.execute(&d.block, &node.validators)?;
+            node.after_execute(&d.block, &out);
+            replayed += 1;
+        }
+        node.status.replayed_blocks = replayed;
         // Own tick numbers continue above the last one a decided block carried.
         node.tick_number = node
             .ledger
@@ -587,7 +654,7 @@ impl NodeState {
             .unwrap_or(0);
         // Published once after the replay, not per replayed block (each publish of a changed
         // outbox clones it); nothing before the first executed height (the endpoint answers 503).
-        if !blocks.is_empty() {
+        if node.store.last_height() > 0 {
             node.publish_outbox();
         }
         let last = node.store.last_height();
@@ -605,7 +672,12 @@ impl NodeState {
             MempoolConfig::default(),
             node.ledger.executed().clone(),
         )));
-        tracing::info!(height = last, "replayed the block store");
+        tracing::info!(
+            height = last,
+            restored_from = ?restored.height,
+            replayed,
+            "state rebuilt from the snapshot and the block store"
+        );
         node.write_status();
         Ok(node)
     }
@@ -619,8 +691,17 @@ impl NodeState {
             .with_vote_extension_policy(VoteExtensionPolicy::Required)
     }
 
+    /// The decision at `height` from the store (a read failure is an error event and `None`:
+    /// the caller then refuses or skips, as for a height it does not have).
+    fn decided(&self, height: u64) -> Option<Decided> {
+        self.store.get(height).unwrap_or_else(|e| {
+            tracing::error!(height, error = %e, "block store read failed");
+            None
+        })
+    }
+
     fn prev_commit(&self, height: u64) -> Option<PrevCommit> {
-        let d = self.store.get(height.checked_sub(1)?)?;
+        let d = self.decided(height.checked_sub(1)?)?;
         Some(PrevCommit {
             round: d.certificate.round.as_u32().unwrap_or(0),
             id: d.certificate.value_id,
@@ -633,7 +714,7 @@ impl NodeState {
     /// validity rule every validator applies, so that it never proposes a block the others
     /// reject (a lying node, for tests, skips the check).
     fn build_block(&self, height: u64) -> Result<Block, ProposeError> {
-        let prev = self.store.get(height.saturating_sub(1));
+        let prev = self.decided(height.saturating_sub(1));
         let (prev_round, prev_id, prev_time, samples) = match prev {
             Some(d) if height > 1 => {
                 let mut samples: Vec<CarriedSample> = d
@@ -804,12 +885,17 @@ impl NodeState {
     fn after_execute(&mut self, block: &Block, out: &BlockOutcome) {
         self.after_decided_ticks_and_results(block, out);
         let digest = hex(&self.ledger.state_digest());
-        self.status.last_height = block.height;
+        self.note_executed(block.height, block.agreed_time_ms, digest);
+    }
+
+    /// The status (from the ledger's counters) and a `digests.log` line after `height`.
+    fn note_executed(&mut self, height: u64, agreed_time_ms: i64, digest: String) {
+        self.status.last_height = height;
         self.status.state_digest = digest.clone();
         self.status.ticks_executed = self.ledger.ticks_executed;
         self.status.ticks_skipped = self.ledger.ticks_skipped;
         self.status.fires = self.ledger.fires;
-        self.status.agreed_time_ms = block.agreed_time_ms;
+        self.status.agreed_time_ms = agreed_time_ms;
         self.status.requests_executed = self.ledger.requests_executed;
         self.status.requests_duplicate = self.ledger.requests_duplicate;
         self.status.ticks_by_submitter = self.ledger.ticks_by_submitter.clone();
@@ -820,11 +906,58 @@ impl NodeState {
             .open(self.digests_path())
             && let Err(e) = writeln!(
                 f,
-                "{} {} {} {}",
-                block.height, digest, block.agreed_time_ms, self.ledger.requests_executed
+                "{height} {digest} {agreed_time_ms} {}",
+                self.ledger.requests_executed
             )
         {
             tracing::warn!(error = %e, "could not append to digests.log");
+        }
+    }
+
+    /// At start, `digests.log` keeps the lines of the previous process (the heights the
+    /// restored snapshot covers are not re-executed; the replayed heights are appended again
+    /// and must repeat the same digests, which the localnet checks); a torn last line (a kill
+    /// mid-write) is cut.
+    fn trim_digests_log(&self) {
+        let path = self.digests_path();
+        let Ok(text) = std::fs::read(&path) else {
+            return;
+        };
+        if text.is_empty() || text.ends_with(b"\n") {
+            return;
+        }
+        let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if let Err(e) = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(keep as u64))
+        {
+            tracing::warn!(error = %e, "could not trim digests.log");
+        }
+    }
+
+    /// Writes a snapshot of the state after the last executed height (a failure is an error
+    /// event and a counter: the block store is the source of truth, a restart replays more).
+    fn snapshot(&mut self) {
+        let Some(d) = self.store.last() else {
+            return;
+        };
+        let (height, id) = (d.height().0, d.certificate.value_id);
+        if self.ledger.host_height() != height {
+            return;
+        }
+        match self
+            .snapshots
+            .write(height, id, &self.genesis.ledger, &self.ledger)
+        {
+            Ok(bytes) => {
+                self.status.snapshots_written += 1;
+                tracing::info!(height, bytes, "snapshot written");
+            }
+            Err(e) => {
+                self.status.snapshot_failures += 1;
+                tracing::error!(height, error = %e, "snapshot not written");
+            }
         }
     }
 
@@ -1112,6 +1245,9 @@ impl NodeState {
                 let out = self.ledger.execute(&block, &self.validators)?;
                 lock(&self.mempool).after_block(&block.requests, &self.ledger.last_requests);
                 self.after_execute(&block, &out);
+                if self.opts.snapshot_every > 0 && height % self.opts.snapshot_every == 0 {
+                    self.snapshot();
+                }
                 self.publish_outbox();
                 self.log_fires(&block, &out);
                 self.undecided.retain(|_, b| b.height > height);
@@ -1140,7 +1276,7 @@ impl NodeState {
                     if out.len() >= 50 {
                         break;
                     }
-                    if let Some(d) = self.store.get(h) {
+                    if let Some(d) = self.decided(h) {
                         let cert =
                             ExtendedCommitCertificate::from_commit_certificate_and_extensions(
                                 d.certificate.clone(),

@@ -2,10 +2,12 @@
 //! signed clock samples of each height, in an append-only, checksummed file.
 //!
 //! Every decision is appended and fsync'ed before the node acknowledges it to the engine, so a
-//! SIGKILL loses nothing the engine considers committed. On open the file is read back; a torn
-//! last record (a crash mid-write) is detected by its length and CRC and truncated away. The
-//! application state is rebuilt by re-executing the decided blocks in order (it is a pure function
-//! of them), and the store serves the engine's sync requests for late joiners.
+//! SIGKILL loses nothing the engine considers committed. On open the file is scanned once, one
+//! record at a time; a torn last record (a crash mid-write) is detected by its length and CRC and
+//! truncated away. Only an offset index and the last decision stay in memory: other heights are
+//! read on demand (the engine's sync requests for late joiners, the restart replay). The
+//! application state is restored from the newest valid snapshot (`crate::snapshot`) and the
+//! blocks above it are re-executed (the state is a pure function of the decided blocks).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -67,16 +69,25 @@ pub enum StoreError {
     },
 }
 
-/// The decided-block store.
+/// The decided-block store: the record file plus an in-memory offset index (8 bytes per height)
+/// and the last decision. Every other decision is read from the file on demand (the engine's
+/// value sync, the restart replay above the newest snapshot), one record at a time and bounded
+/// by [`MAX_RECORD_BYTES`]: memory does not grow with the chain.
 #[derive(Debug)]
 pub struct BlockStore {
     path: PathBuf,
     file: File,
-    decided: Vec<Decided>,
+    /// `offsets[i]`: where the record of height `i + 1` starts.
+    offsets: Vec<u64>,
+    /// The last decision (the next height's samples, time and scope come from it).
+    last: Option<Decided>,
+    /// The file's length: where the next record starts.
+    end: u64,
 }
 
 impl BlockStore {
-    /// Opens (or creates) the store, reading back every record and truncating a torn tail.
+    /// Opens (or creates) the store: reads the records back one at a time (each decoded and
+    /// checked to be the next height), indexes them and truncates a torn tail.
     ///
     /// # Errors
     /// I/O errors, and a corrupt record that is not the last one.
@@ -85,57 +96,115 @@ impl BlockStore {
             path: path.to_path_buf(),
             source,
         };
-        let (mut file, bytes) = open_and_read(path)?;
-        let mut decided: Vec<Decided> = Vec::new();
-        let mut off = 0usize;
-        let mut good_end = 0usize;
-        while off < bytes.len() {
-            let Some(rec) = read_record(&bytes, off) else {
-                break;
-            };
-            let (payload, next) = rec;
-            match borsh::from_slice::<Decided>(payload) {
-                Ok(d) if d.height().0 == decided.len() as u64 + 1 => decided.push(d),
-                _ => {
-                    return Err(StoreError::Corrupt {
-                        path: path.to_path_buf(),
-                        offset: off as u64,
-                    });
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let mut offsets: Vec<u64> = Vec::new();
+        let mut last = None;
+        let mut off = 0u64;
+        {
+            let mut reader = std::io::BufReader::new(&file);
+            while off < len {
+                let Some((payload, next)) = read_record_from(&mut reader, off, len).map_err(io)?
+                else {
+                    break;
+                };
+                match borsh::from_slice::<Decided>(&payload) {
+                    Ok(d) if d.height().0 == offsets.len() as u64 + 1 => {
+                        offsets.push(off);
+                        last = Some(d);
+                    }
+                    _ => {
+                        return Err(StoreError::Corrupt {
+                            path: path.to_path_buf(),
+                            offset: off,
+                        });
+                    }
                 }
+                off = next;
             }
-            off = next;
-            good_end = next;
         }
-        if good_end < bytes.len() {
+        if off < len {
             tracing::warn!(
                 path = %path.display(),
-                torn_bytes = bytes.len() - good_end,
+                torn_bytes = len - off,
                 "store: truncating a torn last record"
             );
-            file.set_len(good_end as u64).map_err(io)?;
-            file.seek(SeekFrom::End(0)).map_err(io)?;
+            file.set_len(off).map_err(io)?;
+            file.sync_all().map_err(io)?;
         }
+        file.seek(SeekFrom::End(0)).map_err(io)?;
         Ok(BlockStore {
             path: path.to_path_buf(),
             file,
-            decided,
+            offsets,
+            last,
+            end: off,
         })
     }
 
     /// The last decided height (0 if none).
     pub fn last_height(&self) -> u64 {
-        self.decided.len() as u64
+        self.offsets.len() as u64
     }
 
-    /// The decision at `height`.
-    pub fn get(&self, height: u64) -> Option<&Decided> {
-        let i = usize::try_from(height.checked_sub(1)?).ok()?;
-        self.decided.get(i)
+    /// The last decision (kept in memory).
+    pub fn last(&self) -> Option<&Decided> {
+        self.last.as_ref()
     }
 
-    /// Every decision, in height order.
-    pub fn all(&self) -> &[Decided] {
-        &self.decided
+    /// The decision at `height` (`None` above the last height or at 0): the last one from
+    /// memory, any other read from the file (bounded by [`MAX_RECORD_BYTES`], checksum and
+    /// height checked).
+    ///
+    /// # Errors
+    /// I/O errors; a record that no longer reads back (the file changed under the node).
+    pub fn get(&self, height: u64) -> Result<Option<Decided>, StoreError> {
+        if height == 0 || height > self.last_height() {
+            return Ok(None);
+        }
+        if height == self.last_height() {
+            return Ok(self.last.clone());
+        }
+        let i = usize::try_from(height - 1).map_err(|_| self.corrupt(0))?;
+        let off = *self.offsets.get(i).ok_or_else(|| self.corrupt(0))?;
+        let d = self.read_at(off)?;
+        if d.height().0 != height {
+            return Err(self.corrupt(off));
+        }
+        Ok(Some(d))
+    }
+
+    /// The record at `off`, read with positioned reads (the append handle is not moved).
+    fn read_at(&self, off: u64) -> Result<Decided, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let io = |source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut header = [0u8; 8];
+        self.file.read_exact_at(&mut header, off).map_err(io)?;
+        let (len, crc) = split_header(&header);
+        if len > MAX_RECORD_BYTES {
+            return Err(self.corrupt(off));
+        }
+        let mut payload = vec![0u8; len];
+        self.file.read_exact_at(&mut payload, off + 8).map_err(io)?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(self.corrupt(off));
+        }
+        borsh::from_slice::<Decided>(&payload).map_err(|_| self.corrupt(off))
+    }
+
+    fn corrupt(&self, offset: u64) -> StoreError {
+        StoreError::Corrupt {
+            path: self.path.clone(),
+            offset,
+        }
     }
 
     /// Appends the next decision and fsyncs it.
@@ -150,10 +219,46 @@ impl BlockStore {
                 expected,
             });
         }
-        append_synced(&mut self.file, &self.path, &d)?;
-        self.decided.push(d);
+        let written = append_synced(&mut self.file, &self.path, &d)?;
+        self.offsets.push(self.end);
+        self.end += written;
+        self.last = Some(d);
         Ok(())
     }
+}
+
+/// A record header: (payload length, CRC-32).
+fn split_header(header: &[u8; 8]) -> (usize, u32) {
+    let [a, b, c, d, e, f, g, h] = *header;
+    (
+        u32::from_le_bytes([a, b, c, d]) as usize,
+        u32::from_le_bytes([e, f, g, h]),
+    )
+}
+
+/// Reads the record at `off` from a reader positioned there, in a file of `len` bytes:
+/// `Some((payload, next offset))`, or `None` for a torn or bad tail (short header or payload,
+/// length above [`MAX_RECORD_BYTES`] or past the end, checksum mismatch).
+fn read_record_from(
+    reader: &mut impl Read,
+    off: u64,
+    len: u64,
+) -> std::io::Result<Option<(Vec<u8>, u64)>> {
+    if len.saturating_sub(off) < 8 {
+        return Ok(None);
+    }
+    let mut header = [0u8; 8];
+    reader.read_exact(&mut header)?;
+    let (n, crc) = split_header(&header);
+    if n > MAX_RECORD_BYTES || len - off - 8 < n as u64 {
+        return Ok(None);
+    }
+    let mut payload = vec![0u8; n];
+    reader.read_exact(&mut payload)?;
+    if crc32fast::hash(&payload) != crc {
+        return Ok(None);
+    }
+    Ok(Some((payload, off + 8 + n as u64)))
 }
 
 /// One record at `off`: (payload, next offset), or None for a torn or bad tail.
@@ -342,6 +447,80 @@ mod tests {
         let (payload, next) = read_record(&rec, 0).unwrap();
         assert_eq!(next, rec.len());
         assert_eq!(borsh::from_slice::<Vec<u8>>(payload).unwrap(), small);
+    }
+
+    fn decided(h: u64) -> Decided {
+        use malachitebft_core_types::{Round, Value as _};
+        let block = Block {
+            height: h,
+            prev_round: 0,
+            prev_id: crate::context::Hash32::default(),
+            samples: Vec::new(),
+            agreed_time_ms: 1_000 * h as i64,
+            ticks: Vec::new(),
+            requests: Vec::new(),
+        };
+        Decided {
+            certificate: CommitCertificate {
+                height: Height(h),
+                round: Round::new(0),
+                value_id: block.id(),
+                commit_signatures: Vec::new(),
+            },
+            block,
+            extensions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn blocks_are_read_on_demand_and_a_torn_tail_is_cut_at_reopen() {
+        let dir = std::env::temp_dir().join(format!("ccron-blockstore-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("blocks.log");
+        let mut store = BlockStore::open(&path).unwrap();
+        assert!(store.get(1).unwrap().is_none());
+        for h in 1..=10 {
+            store.append(decided(h)).unwrap();
+        }
+        assert!(matches!(
+            store.append(decided(12)),
+            Err(StoreError::OutOfOrder {
+                got: 12,
+                expected: 11
+            })
+        ));
+        for h in 1..=10 {
+            let d = store.get(h).unwrap().unwrap();
+            assert_eq!(d.block, decided(h).block);
+        }
+        assert!(store.get(0).unwrap().is_none());
+        assert!(store.get(11).unwrap().is_none());
+        drop(store);
+        // A crash mid-append: half a record at the end.
+        let rec = encode_record(&decided(11)).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&rec[..rec.len() / 2]).unwrap();
+        drop(f);
+        let mut store = BlockStore::open(&path).unwrap();
+        assert_eq!(store.last_height(), 10);
+        assert_eq!(store.last().unwrap().block, decided(10).block);
+        assert_eq!(store.get(4).unwrap().unwrap().block, decided(4).block);
+        store.append(decided(11)).unwrap();
+        drop(store);
+        let store = BlockStore::open(&path).unwrap();
+        assert_eq!(store.last_height(), 11);
+        assert_eq!(store.get(11).unwrap().unwrap().block, decided(11).block);
+        assert_eq!(store.get(7).unwrap().unwrap().block, decided(7).block);
+        // A record changed under the node is reported, not returned.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[12] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(
+            store.get(1),
+            Err(StoreError::Corrupt { offset: 0, .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

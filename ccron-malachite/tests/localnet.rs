@@ -176,6 +176,25 @@ fn kill_and_restart_agrees_and_fires() {
     // The restarted node caught up past its restart (not stuck at the height it was killed).
     let victim = &r.nodes[1];
     assert!(victim.last_executed_seq + 5 >= r.max_height, "{r:?}");
+    // It restarted from its newest snapshot (one every LOCALNET_SNAPSHOT_EVERY heights) and
+    // re-executed only the blocks above it; no snapshot only if it was killed below the first.
+    let every = ccron_malachite::localnet::LOCALNET_SNAPSHOT_EVERY;
+    let restored = victim.restored_from_height.unwrap_or(0);
+    let at_restart = restored + victim.replayed_blocks;
+    println!(
+        "victim restarted at height {at_restart}: restored from {:?}, replayed {}",
+        victim.restored_from_height, victim.replayed_blocks
+    );
+    assert!(at_restart > 0, "the victim had decided nothing: {r:?}");
+    assert!(
+        restored == at_restart / every * every
+            // Killed between appending a snapshot height and writing its snapshot.
+            || (at_restart % every == 0 && restored + every == at_restart),
+        "{r:?}"
+    );
+    for n in r.nodes.iter().filter(|n| n.id != 1) {
+        assert_eq!(n.restored_from_height, None, "never restarted: {r:?}");
+    }
     // Benchmark fields: every live process's peak memory, and the lateness of the fires on a
     // node that was never restarted (node 0), agreed time never before the due instant.
     assert!(r.nodes.iter().all(|n| n.peak_rss_kb > 0), "{r:?}");

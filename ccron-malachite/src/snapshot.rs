@@ -1,0 +1,892 @@
+//! Durable snapshots of a node's state, so that a restart re-executes only the blocks above the
+//! newest one instead of the whole chain.
+//!
+//! A snapshot at height `h` holds what the node's state digest covers after executing block `h`:
+//! the host's snapshot ([`LedgerHost::host_snapshot`]: application, ccron's reserved pages, agreed
+//! time, tick coalescer), the executed client requests, the node's counters, plus the value id
+//! of block `h` and the state digest it must reproduce. The node writes one every
+//! `snapshot_every` heights (after block `h` is durable in the block store and executed) and at
+//! a clean stop.
+//!
+//! **Crash-atomicity with the block store.** The block store stays the source of truth: a
+//! snapshot is only ever written for a height whose block is already appended and fsync'ed, so
+//! any snapshot on disk describes a prefix of the durable chain. Each snapshot is one file,
+//! written to `snapshot-H.bin.tmp`, fsync'ed, renamed to `snapshot-H.bin` and the directory
+//! fsync'ed: a crash leaves either the complete new file or none (a leftover `.tmp` is removed
+//! at the next start), and the previous snapshots are deleted only after the new one is durable
+//! ([`KEEP_SNAPSHOTS`] are kept). No ordering between the two files is needed: losing a
+//! snapshot only costs replay time.
+//!
+//! **Format** (version [`SNAPSHOT_VERSION`]): magic [`SNAPSHOT_MAGIC`], version (u32 LE), body
+//! length (u64 LE), SHA-256 of the body, body (borsh). Reading checks the file size against
+//! [`MAX_SNAPSHOT_BYTES`] before reading, then magic, version, length, checksum, the decode, the
+//! height against the file name and the block store (never above its last height, and the block
+//! id at that height must match), the ledger, and after restoring, the state digest. Any failure
+//! is a typed [`SnapshotError`], a `tracing` warning and a count in the node's status; the node
+//! then tries the previous snapshot, and finally replays the whole chain: never silently wrong.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use borsh::{BorshDeserialize, BorshSerialize};
+use ccron::host::{BlockOutcome, ExecutedRequests};
+use sha2::{Digest, Sha256};
+
+use crate::app::LedgerHost;
+use crate::context::{Block, Hash32, ValidatorSet};
+use crate::node::NodeError;
+use crate::store::{BlockStore, StoreError};
+
+/// The first 8 bytes of every snapshot file.
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"CCRMSNAP";
+
+/// The format version this build writes and reads.
+pub const SNAPSHOT_VERSION: u32 = 2;
+
+/// The largest snapshot file read back (or written): the host snapshot's own decode bound
+/// (`ccron::host::wire::ABSOLUTE_LIMIT_BYTES`) plus room for the header and the rest.
+pub const MAX_SNAPSHOT_BYTES: u64 = ccron::host::wire::ABSOLUTE_LIMIT_BYTES as u64 + (1 << 20);
+
+/// Heights between two snapshots unless configured (`ccron-malachite node --snapshot-every`).
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 100;
+
+/// Snapshots kept on disk (the newest and its predecessors): a corrupt newest one falls back to
+/// the previous one rather than to a full replay.
+pub const KEEP_SNAPSHOTS: usize = 2;
+
+/// Header bytes: magic, version, body length, SHA-256 of the body.
+const HEADER_BYTES: usize = 8 + 4 + 8 + 32;
+
+/// The body of a snapshot file.
+#[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+struct Body {
+    /// The height the state is after.
+    height: u64,
+    /// The value id of the block at `height` (checked against the block store).
+    block_id: Hash32,
+    /// The ledger (`demo`, `orders`).
+    ledger: String,
+    /// [`LedgerHost::host_snapshot`].
+    host: Vec<u8>,
+    /// [`ExecutedRequests::encode`].
+    executed: Vec<u8>,
+    /// The node's counters: ticks executed, ticks skipped, fires, requests executed, requests
+    /// duplicate.
+    counters: [u64; 5],
+    /// [`LedgerHost::state_digest`] at `height`: what the restored state must give.
+    state_digest: [u8; 32],
+    /// [`LedgerHost::ticks_by_submitter`] (a counter, per validator index).
+    ticks_by_submitter: Vec<u64>,
+    /// [`LedgerHost::tick_included`]: (component, submitter index, last number carried).
+    tick_included: Vec<(u32, u32, u64)>,
+}
+
+/// Why a snapshot was not written or not used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// An I/O error on a snapshot file or the directory.
+    #[error("snapshot {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file (or the snapshot to write) is larger than [`MAX_SNAPSHOT_BYTES`].
+    #[error("snapshot {path}: {bytes} bytes, the limit is {MAX_SNAPSHOT_BYTES}")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+    },
+    /// Not a snapshot of this format: bad magic, unknown version, or a length that does not
+    /// match the file (a torn or truncated file).
+    #[error("snapshot {path}: bad header ({reason})")]
+    BadHeader {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The body's SHA-256 does not match the header's.
+    #[error("snapshot {path}: checksum mismatch")]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The body does not decode, or its parts do not.
+    #[error("snapshot {path}: does not decode ({reason})")]
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The snapshot's height disagrees with its file name, or is above the block store's last
+    /// height (the store lost blocks the snapshot had executed).
+    #[error("snapshot {path}: height {height} (file name {named}, block store at {store_last})")]
+    WrongHeight {
+        /// The file.
+        path: PathBuf,
+        /// The body's height.
+        height: u64,
+        /// The height in the file name.
+        named: u64,
+        /// The block store's last height.
+        store_last: u64,
+    },
+    /// The block store's block at the snapshot's height is another block.
+    #[error("snapshot {path}: block at height {height} is not the block store's")]
+    OtherChain {
+        /// The file.
+        path: PathBuf,
+        /// The height.
+        height: u64,
+    },
+    /// A snapshot of another ledger.
+    #[error("snapshot {path}: ledger {found}, this node runs {expected}")]
+    OtherLedger {
+        /// The file.
+        path: PathBuf,
+        /// In the snapshot.
+        found: String,
+        /// This node's.
+        expected: String,
+    },
+    /// The host refused the snapshot, or the restored state's digest is not the recorded one.
+    #[error("snapshot {path}: restore failed ({reason})")]
+    Restore {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The block store could not be read to check the snapshot.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A node's snapshot directory.
+#[derive(Debug, Clone)]
+pub struct Snapshots {
+    dir: PathBuf,
+}
+
+/// What [`Snapshots::restore_latest`] did.
+#[derive(Debug)]
+pub struct Restored {
+    /// The restored host (a fresh one at height 0 when no snapshot was usable).
+    pub ledger: LedgerHost,
+    /// The height of the snapshot restored, if one was.
+    pub height: Option<u64>,
+    /// The snapshots tried and rejected, newest first (each also a `tracing` warning).
+    pub rejected: Vec<SnapshotError>,
+}
+
+impl Snapshots {
+    /// Opens (or creates) the directory and removes leftover `.tmp` files (torn writes: a crash
+    /// between creating a snapshot's temporary file and renaming it).
+    ///
+    /// # Errors
+    /// I/O errors creating or listing the directory.
+    pub fn open(dir: &Path) -> Result<Self, SnapshotError> {
+        let io = |source| SnapshotError::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let path = entry.map_err(io)?.path();
+            if path.extension().is_some_and(|e| e == "tmp") {
+                tracing::warn!(path = %path.display(), "snapshot: removing a torn write");
+                std::fs::remove_file(&path).map_err(|source| SnapshotError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The file of the snapshot at `height`.
+    pub fn path(&self, height: u64) -> PathBuf {
+        self.dir.join(format!("snapshot-{height:020}.bin"))
+    }
+
+    /// The snapshots on disk, newest first (files named `snapshot-H.bin`; others ignored).
+    ///
+    /// # Errors
+    /// I/O errors listing the directory.
+    pub fn list(&self) -> Result<Vec<(u64, PathBuf)>, SnapshotError> {
+        let io = |source| SnapshotError::Io {
+            path: self.dir.clone(),
+            source,
+        };
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(io)? {
+            let path = entry.map_err(io)?.path();
+            let height = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("snapshot-"))
+                .and_then(|n| n.strip_suffix(".bin"))
+                .and_then(|h| h.parse::<u64>().ok());
+            if let Some(h) = height {
+                out.push((h, path));
+            }
+        }
+        out.sort_by_key(|s| std::cmp::Reverse(s.0));
+        Ok(out)
+    }
+
+    /// Writes the snapshot of `ledger` after block `height` (value id `block_id`) of ledger
+    /// `ledger_name`, crash-atomically (temporary file, fsync, rename, directory fsync), then
+    /// deletes all but the newest [`KEEP_SNAPSHOTS`] (a deletion failure is a warning: the new
+    /// snapshot is durable). Returns the file's size.
+    ///
+    /// # Errors
+    /// The host's snapshot failing, a snapshot above [`MAX_SNAPSHOT_BYTES`], I/O errors writing
+    /// it (the previous snapshots are left as they were).
+    pub fn write(
+        &self,
+        height: u64,
+        block_id: Hash32,
+        ledger_name: &str,
+        ledger: &LedgerHost,
+    ) -> Result<u64, SnapshotError> {
+        let path = self.path(height);
+        let host = ledger.host_snapshot().map_err(|e| SnapshotError::Decode {
+            path: path.clone(),
+            reason: format!("host snapshot: {e}"),
+        })?;
+        let executed = ledger
+            .executed()
+            .encode()
+            .map_err(|e| SnapshotError::Decode {
+                path: path.clone(),
+                reason: format!("executed requests: {e}"),
+            })?;
+        let body = Body {
+            height,
+            block_id,
+            ledger: ledger_name.to_string(),
+            host,
+            executed,
+            counters: [
+                ledger.ticks_executed,
+                ledger.ticks_skipped,
+                ledger.fires,
+                ledger.requests_executed,
+                ledger.requests_duplicate,
+            ],
+            state_digest: ledger.state_digest(),
+            ticks_by_submitter: ledger.ticks_by_submitter.clone(),
+            tick_included: ledger
+                .tick_included
+                .iter()
+                .map(|(&(c, s), &n)| (c, s, n))
+                .collect(),
+        };
+        let bytes = encode_file(&body).map_err(|e| SnapshotError::Decode {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if bytes.len() as u64 > MAX_SNAPSHOT_BYTES {
+            return Err(SnapshotError::TooLarge {
+                path,
+                bytes: bytes.len() as u64,
+            });
+        }
+        let tmp = path.with_extension("bin.tmp");
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| SnapshotError::Io { path: p, source }
+        };
+        {
+            let mut f = File::create(&tmp).map_err(io(&tmp))?;
+            f.write_all(&bytes).map_err(io(&tmp))?;
+            f.sync_all().map_err(io(&tmp))?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&self.dir))?;
+        // The new snapshot is durable: a failure to delete an old one only costs disk space.
+        match self.list() {
+            Ok(all) => {
+                for (_, old) in all.into_iter().skip(KEEP_SNAPSHOTS) {
+                    if let Err(e) = std::fs::remove_file(&old) {
+                        tracing::warn!(path = %old.display(), error = %e, "old snapshot not deleted");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "old snapshots not listed for deletion"),
+        }
+        Ok(bytes.len() as u64)
+    }
+
+    /// Reads and checks the snapshot file `path` (named for height `named`) against `store`:
+    /// size, header, checksum, decode, height (the name's, at most the store's last), block id.
+    fn read(&self, named: u64, path: &Path, store: &BlockStore) -> Result<Body, SnapshotError> {
+        let io = |source| SnapshotError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        let size = file.metadata().map_err(io)?.len();
+        if size > MAX_SNAPSHOT_BYTES {
+            return Err(SnapshotError::TooLarge {
+                path: path.to_path_buf(),
+                bytes: size,
+            });
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        file.take(MAX_SNAPSHOT_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        let body = decode_file(&bytes, path)?;
+        let store_last = store.last_height();
+        if body.height != named || body.height > store_last || body.height == 0 {
+            return Err(SnapshotError::WrongHeight {
+                path: path.to_path_buf(),
+                height: body.height,
+                named,
+                store_last,
+            });
+        }
+        let block = store.get(body.height)?;
+        if block.is_none_or(|d| d.certificate.value_id != body.block_id) {
+            return Err(SnapshotError::OtherChain {
+                path: path.to_path_buf(),
+                height: body.height,
+            });
+        }
+        Ok(body)
+    }
+
+    /// Restores a fresh host of ledger `ledger_name` for `validators` validators from the
+    /// newest snapshot that passes every check (see the module docs), falling back to older
+    /// ones and finally to a fresh host at height 0 (full replay). Each rejected snapshot is a
+    /// `tracing` warning and an entry of [`Restored::rejected`].
+    ///
+    /// # Errors
+    /// A ledger that cannot be created (config), or the directory not listing.
+    pub fn restore_latest(
+        &self,
+        store: &BlockStore,
+        ledger_name: &str,
+        validators: u32,
+    ) -> Result<Restored, NodeError> {
+        let fresh = || LedgerHost::new(ledger_name, validators).map_err(NodeError::Config);
+        let mut rejected = Vec::new();
+        let candidates = match self.list() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "snapshots not listed; full replay");
+                rejected.push(e);
+                Vec::new()
+            }
+        };
+        for (named, path) in candidates {
+            let mut ledger = fresh()?;
+            match self
+                .read(named, &path, store)
+                .and_then(|body| restore_body(&mut ledger, body, ledger_name, &path))
+            {
+                Ok(height) => {
+                    tracing::info!(height, path = %path.display(), "restored from snapshot");
+                    return Ok(Restored {
+                        ledger,
+                        height: Some(height),
+                        rejected,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "snapshot rejected; trying an older one");
+                    rejected.push(e);
+                }
+            }
+        }
+        Ok(Restored {
+            ledger: fresh()?,
+            height: None,
+            rejected,
+        })
+    }
+}
+
+/// Restores `body` into the fresh `ledger` and checks the result: the height and the state
+/// digest recorded.
+fn restore_body(
+    ledger: &mut LedgerHost,
+    body: Body,
+    ledger_name: &str,
+    path: &Path,
+) -> Result<u64, SnapshotError> {
+    let restore = |reason: String| SnapshotError::Restore {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if body.ledger != ledger_name {
+        return Err(SnapshotError::OtherLedger {
+            path: path.to_path_buf(),
+            found: body.ledger,
+            expected: ledger_name.to_string(),
+        });
+    }
+    let executed = ExecutedRequests::decode(&body.executed, body.executed.len()).map_err(|e| {
+        SnapshotError::Decode {
+            path: path.to_path_buf(),
+            reason: format!("executed requests: {e}"),
+        }
+    })?;
+    ledger
+        .restore(&body.host, executed)
+        .map_err(|e| restore(e.to_string()))?;
+    let [
+        ticks_executed,
+        ticks_skipped,
+        fires,
+        requests_executed,
+        requests_duplicate,
+    ] = body.counters;
+    ledger.ticks_executed = ticks_executed;
+    ledger.ticks_skipped = ticks_skipped;
+    ledger.fires = fires;
+    ledger.requests_executed = requests_executed;
+    ledger.requests_duplicate = requests_duplicate;
+    if body.ticks_by_submitter.len() != ledger.ticks_by_submitter.len() {
+        return Err(restore(format!(
+            "{} tick counters for {} validators",
+            body.ticks_by_submitter.len(),
+            ledger.ticks_by_submitter.len()
+        )));
+    }
+    ledger.ticks_by_submitter = body.ticks_by_submitter;
+    ledger.tick_included = body
+        .tick_included
+        .into_iter()
+        .map(|(c, s, n)| ((c, s), n))
+        .collect();
+    if ledger.host_height() != body.height {
+        return Err(restore(format!(
+            "host at height {}, snapshot of {}",
+            ledger.host_height(),
+            body.height
+        )));
+    }
+    if ledger.state_digest() != body.state_digest {
+        return Err(restore(
+            "restored state digest differs from the recorded one".into(),
+        ));
+    }
+    Ok(body.height)
+}
+
+/// Re-executes the store's blocks above `from` up to its last height into `ledger`, reading
+/// them one at a time, and hands each block and outcome to `each`. Returns the blocks run.
+///
+/// # Errors
+/// A block that does not read back, or the host's error.
+pub fn replay_above(
+    store: &BlockStore,
+    ledger: &mut LedgerHost,
+    validators: &ValidatorSet,
+    from: u64,
+    mut each: impl FnMut(&LedgerHost, &Block, &BlockOutcome),
+) -> Result<u64, NodeError> {
+    let last = store.last_height();
+    let mut run = 0;
+    for h in from.saturating_add(1)..=last {
+        let Some(d) = store.get(h)? else {
+            return Err(NodeError::Store(StoreError::OutOfOrder {
+                got: h,
+                expected: last,
+            }));
+        };
+        let out = ledger.execute(&d.block, validators)?;
+        each(ledger, &d.block, &out);
+        run += 1;
+    }
+    Ok(run)
+}
+
+/// A snapshot file's bytes.
+fn encode_file(body: &Body) -> std::io::Result<Vec<u8>> {
+    let payload = borsh::to_vec(body)?;
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
+    out.extend_from_slice(&SNAPSHOT_MAGIC);
+    out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&Sha256::digest(&payload));
+    out.extend_from_slice(&payload);
+    Ok(out)
+}
+
+/// Checks and decodes a snapshot file's bytes.
+fn decode_file(bytes: &[u8], path: &Path) -> Result<Body, SnapshotError> {
+    let header = |reason: String| SnapshotError::BadHeader {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let (Some(magic), Some(version), Some(len), Some(sum), Some(payload)) = (
+        bytes.get(0..8),
+        bytes.get(8..12),
+        bytes.get(12..20),
+        bytes.get(20..HEADER_BYTES),
+        bytes.get(HEADER_BYTES..),
+    ) else {
+        return Err(header(format!(
+            "{} bytes, shorter than a header",
+            bytes.len()
+        )));
+    };
+    if magic != SNAPSHOT_MAGIC {
+        return Err(header("not a snapshot file".into()));
+    }
+    let version = u32::from_le_bytes(version.try_into().unwrap_or_default());
+    if version != SNAPSHOT_VERSION {
+        return Err(header(format!(
+            "version {version}, this build reads {SNAPSHOT_VERSION}"
+        )));
+    }
+    let len = u64::from_le_bytes(len.try_into().unwrap_or_default());
+    if len != payload.len() as u64 {
+        return Err(header(format!(
+            "body of {len} bytes announced, {} present",
+            payload.len()
+        )));
+    }
+    if Sha256::digest(payload).as_slice() != sum {
+        return Err(SnapshotError::Checksum {
+            path: path.to_path_buf(),
+        });
+    }
+    borsh::from_slice::<Body>(payload).map_err(|e| SnapshotError::Decode {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{Address, Ctx, Ed25519Signer, Height, TickTx};
+    use crate::store::Decided;
+    use malachitebft_core_types::{CommitCertificate, Round, Value as _};
+
+    const GENESIS_MS: i64 = 1_700_000_000_000;
+
+    /// A fresh scratch directory for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("ccron-snapshot-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn validators() -> (ValidatorSet, Vec<Address>) {
+        let keys: Vec<[u8; 32]> = (1..=4u8)
+            .map(|i| Ed25519Signer::new([i; 32]).public_key())
+            .collect();
+        let set = ValidatorSet::new(&keys);
+        let addrs = set.validators.iter().map(|v| v.address).collect();
+        (set, addrs)
+    }
+
+    /// Block `h` of a demo chain: every component ticked by a rotating validator, 250 ms apart
+    /// (`shift` moves the agreed time: another chain).
+    fn block(h: u64, components: &[u32], addrs: &[Address], shift: i64) -> Block {
+        // The submitter: one of the four validators of `validators()`, in turn.
+        let signer = Ed25519Signer::new([(h % addrs.len() as u64) as u8 + 1; 32]);
+        Block {
+            height: h,
+            prev_round: 0,
+            prev_id: Hash32::default(),
+            samples: Vec::new(),
+            agreed_time_ms: GENESIS_MS + 250 * h as i64 + shift,
+            ticks: components
+                .iter()
+                .map(|&component| TickTx::sign(component, h, &signer))
+                .collect(),
+            requests: Vec::new(),
+        }
+    }
+
+    fn decided(b: Block) -> Decided {
+        Decided {
+            certificate: CommitCertificate::<Ctx> {
+                height: Height(b.height),
+                round: Round::new(0),
+                value_id: b.id(),
+                commit_signatures: Vec::new(),
+            },
+            block: b,
+            extensions: Vec::new(),
+        }
+    }
+
+    /// A node's life: blocks 1..=n decided into a store in `dir` and executed, a snapshot every
+    /// `every` heights. Returns the final state digest and fires.
+    fn run_chain(dir: &Path, n: u64, every: u64, shift: i64) -> ([u8; 32], u64) {
+        let (set, addrs) = validators();
+        let mut store = BlockStore::open(&dir.join("blocks.log")).unwrap();
+        let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
+        let mut ledger = LedgerHost::new("demo", 4).unwrap();
+        let components: Vec<u32> = ledger.tick_components().iter().map(|c| c.0).collect();
+        for h in 1..=n {
+            let b = block(h, &components, &addrs, shift);
+            store.append(decided(b.clone())).unwrap();
+            ledger.execute(&b, &set).unwrap();
+            if h % every == 0 {
+                snaps.write(h, b.id(), "demo", &ledger).unwrap();
+            }
+        }
+        (ledger.state_digest(), ledger.fires)
+    }
+
+    /// A restart: the store reopened, the newest valid snapshot restored, the rest replayed.
+    fn restart(dir: &Path) -> (Restored, u64) {
+        let (set, _) = validators();
+        let store = BlockStore::open(&dir.join("blocks.log")).unwrap();
+        let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
+        let mut restored = snaps.restore_latest(&store, "demo", 4).unwrap();
+        let from = restored.height.unwrap_or(0);
+        let run = replay_above(&store, &mut restored.ledger, &set, from, |_, _, _| {}).unwrap();
+        (restored, run)
+    }
+
+    #[test]
+    fn a_restart_from_a_snapshot_reaches_the_full_replay_state() {
+        let dir = scratch("restart");
+        let (digest, fires) = run_chain(&dir, 70, 20, 0);
+        assert!(fires > 0, "the demo chain fires");
+        let (r, run) = restart(&dir);
+        assert_eq!(r.height, Some(60));
+        assert_eq!(
+            run, 10,
+            "only the blocks above the snapshot are re-executed"
+        );
+        assert!(r.rejected.is_empty(), "{:?}", r.rejected);
+        assert_eq!(r.ledger.state_digest(), digest);
+        assert_eq!(r.ledger.fires, fires);
+        // What is derived from the blocks but not in the digest survives the snapshot too: the
+        // last tick number carried per (component, submitter) and the ticks per submitter.
+        let (set, _) = validators();
+        let store = BlockStore::open(&dir.join("blocks.log")).unwrap();
+        let mut full = LedgerHost::new("demo", 4).unwrap();
+        replay_above(&store, &mut full, &set, 0, |_, _, _| {}).unwrap();
+        assert!(!full.tick_included.is_empty());
+        assert_eq!(r.ledger.tick_included, full.tick_included);
+        assert_eq!(r.ledger.ticks_by_submitter, full.ticks_by_submitter);
+        // Only the newest KEEP_SNAPSHOTS stay on disk.
+        let kept = Snapshots::open(&dir.join("snapshots"))
+            .unwrap()
+            .list()
+            .unwrap();
+        let heights: Vec<u64> = kept.iter().map(|k| k.0).collect();
+        assert_eq!(heights, vec![60, 40]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_snapshot_falls_back_to_the_previous_then_to_full_replay_and_is_reported() {
+        let dir = scratch("corrupt");
+        let (digest, _) = run_chain(&dir, 50, 20, 0);
+        let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
+        // One flipped bit in the newest snapshot's body.
+        let newest = snaps.path(40);
+        let mut bytes = std::fs::read(&newest).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&newest, &bytes).unwrap();
+        let (r, run) = restart(&dir);
+        assert_eq!(r.height, Some(20));
+        assert_eq!(run, 30);
+        assert!(
+            matches!(r.rejected[..], [SnapshotError::Checksum { .. }]),
+            "{:?}",
+            r.rejected
+        );
+        assert_eq!(r.ledger.state_digest(), digest);
+        // The previous one cut short too (a file system that lost its tail): full replay.
+        let older = snaps.path(20);
+        let bytes = std::fs::read(&older).unwrap();
+        std::fs::write(&older, &bytes[..bytes.len() / 2]).unwrap();
+        let (r, run) = restart(&dir);
+        assert_eq!(r.height, None);
+        assert_eq!(run, 50);
+        assert!(
+            matches!(
+                r.rejected[..],
+                [
+                    SnapshotError::Checksum { .. },
+                    SnapshotError::BadHeader { .. }
+                ]
+            ),
+            "{:?}",
+            r.rejected
+        );
+        assert_eq!(r.ledger.state_digest(), digest);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_torn_snapshot_write_leaves_the_previous_one_usable() {
+        let dir = scratch("torn");
+        let (digest, _) = run_chain(&dir, 45, 20, 0);
+        let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
+        // A crash while writing the snapshot of height 45: its temporary file, half written,
+        // never renamed.
+        let full = std::fs::read(snaps.path(40)).unwrap();
+        let tmp = snaps.path(45).with_extension("bin.tmp");
+        std::fs::write(&tmp, &full[..full.len() / 2]).unwrap();
+        let (r, run) = restart(&dir);
+        assert!(!tmp.exists(), "the torn write is removed at start");
+        assert_eq!(r.height, Some(40));
+        assert_eq!(run, 5);
+        assert!(r.rejected.is_empty(), "{:?}", r.rejected);
+        assert_eq!(r.ledger.state_digest(), digest);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_snapshot_ahead_of_the_store_or_of_another_chain_is_refused() {
+        let dir = scratch("other");
+        run_chain(&dir, 40, 20, 0);
+        // The same snapshots next to a shorter store: height 40 is ahead of it, 20 is fine.
+        let short = dir.join("short");
+        std::fs::create_dir_all(&short).unwrap();
+        run_chain(&short, 30, 1_000, 0);
+        std::fs::rename(dir.join("snapshots"), short.join("snapshots")).unwrap();
+        let (r, _) = restart(&short);
+        assert_eq!(r.height, Some(20));
+        assert!(
+            matches!(
+                r.rejected[..],
+                [SnapshotError::WrongHeight {
+                    height: 40,
+                    store_last: 30,
+                    ..
+                }]
+            ),
+            "{:?}",
+            r.rejected
+        );
+        // Next to another chain's store (other agreed times): neither snapshot is used.
+        let other = dir.join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        let (digest, _) = run_chain(&other, 40, 1_000, 7);
+        std::fs::rename(short.join("snapshots"), other.join("snapshots")).unwrap();
+        let (r, run) = restart(&other);
+        assert_eq!(r.height, None);
+        assert_eq!(run, 40);
+        assert!(
+            r.rejected
+                .iter()
+                .all(|e| matches!(e, SnapshotError::OtherChain { .. })),
+            "{:?}",
+            r.rejected
+        );
+        assert_eq!(r.ledger.state_digest(), digest);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Figures for the docs, not a timing assertion: restart time of a node with `N` decided
+    /// heights (`CCRON_RESTART_HEIGHTS`, default 5,000) from its newest snapshot (every
+    /// [`DEFAULT_SNAPSHOT_EVERY`]) against a full replay, both computing the per-height digest
+    /// as the node does for `digests.log`. `cargo test -p ccron-malachite --release --lib
+    /// restart_time_figures -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "figures for docs/malachite.md; seconds of work"]
+    #[allow(clippy::disallowed_methods)]
+    fn restart_time_figures() {
+        use std::time::Instant;
+        let n: u64 = std::env::var("CCRON_RESTART_HEIGHTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5_000);
+        let dir = scratch("figures");
+        let t = Instant::now();
+        let (digest, _) = run_chain(&dir, n, DEFAULT_SNAPSHOT_EVERY, 0);
+        let build = t.elapsed();
+        let (set, _) = validators();
+        let t = Instant::now();
+        let store = BlockStore::open(&dir.join("blocks.log")).unwrap();
+        let open = t.elapsed();
+        let t = Instant::now();
+        let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
+        let mut r = snaps.restore_latest(&store, "demo", 4).unwrap();
+        let restore = t.elapsed();
+        let from = r.height.unwrap_or(0);
+        let t = Instant::now();
+        let run = replay_above(&store, &mut r.ledger, &set, from, |l, _, _| {
+            std::hint::black_box(l.state_digest());
+        })
+        .unwrap();
+        let above = t.elapsed();
+        assert_eq!(r.ledger.state_digest(), digest);
+        let t = Instant::now();
+        let mut fresh = LedgerHost::new("demo", 4).unwrap();
+        replay_above(&store, &mut fresh, &set, 0, |l, _, _| {
+            std::hint::black_box(l.state_digest());
+        })
+        .unwrap();
+        let full = t.elapsed();
+        assert_eq!(fresh.state_digest(), digest);
+        let bytes = std::fs::metadata(snaps.path(from)).map_or(0, |m| m.len());
+        let store_bytes = std::fs::metadata(dir.join("blocks.log")).map_or(0, |m| m.len());
+        println!(
+            "heights {n} (chain built in {build:.2?}; blocks.log {store_bytes} bytes): store open \
+             {open:.2?}; from the snapshot at {from} ({bytes} bytes) restore {restore:.2?} + \
+             {run} blocks {above:.2?}; full replay of {n} blocks {full:.2?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_bad_header_or_another_version_is_refused() {
+        let path = Path::new("x");
+        let body = Body {
+            height: 1,
+            block_id: Hash32::default(),
+            ledger: "demo".into(),
+            host: vec![1, 2, 3],
+            executed: Vec::new(),
+            counters: [0; 5],
+            state_digest: [0; 32],
+            ticks_by_submitter: vec![1, 2],
+            tick_included: vec![(1, 0, 7)],
+        };
+        let good = encode_file(&body).unwrap();
+        assert_eq!(decode_file(&good, path).unwrap(), body);
+        let mut v2 = good.clone();
+        v2[8] = 3;
+        assert!(matches!(
+            decode_file(&v2, path),
+            Err(SnapshotError::BadHeader { .. })
+        ));
+        let mut magic = good.clone();
+        magic[0] = b'X';
+        assert!(matches!(
+            decode_file(&magic, path),
+            Err(SnapshotError::BadHeader { .. })
+        ));
+        let mut long = good.clone();
+        long.push(0);
+        assert!(matches!(
+            decode_file(&long, path),
+            Err(SnapshotError::BadHeader { .. })
+        ));
+        assert!(matches!(
+            decode_file(&good[..10], path),
+            Err(SnapshotError::BadHeader { .. })
+        ));
+    }
+}
