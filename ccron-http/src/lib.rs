@@ -31,7 +31,7 @@ pub use pool::{
     PoolConfig, PoolConfigError, PoolStats, Verdict, WorkerId,
 };
 pub use read::{
-    EndpointJobs, EndpointStats, OnChange, OutboxSource, PublishOutbox, PublishedOutbox, QuorumReader,
-    ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
+    EndpointJobs, EndpointStats, OnChange, OutboxSource, PublishOutbox, PublishedOutbox,
+    QuorumReader, ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
 };
 pub use worker::{Dedupe, EffectError, Worker, WorkerConfig};

@@ -122,6 +122,7 @@ fn malachite_side(duration: Duration) -> Side {
         ledger: "demo".into(),
         late_join: false,
         lying_time: false,
+        omit_ticks: false,
         kill_restart: false,
         seed: 1,
         home: None,

@@ -9,6 +9,18 @@
 //!   `400` malformed / over a bound / bad signature, `409` already pending or already executed,
 //!   `429` client cap or pool full, `413` body over the limit; the body names the reason.
 //! - `GET /v1/mempool`: the pool's counters (JSON).
+//! - `GET /v1/requests/{client}/{number}`: the result of request `number` of `client` (the
+//!   decimal `ClientId` of the client's key, [`crate::request::client_id`]): `200` with a JSON
+//!   [`RequestResult`] (height, reply) once executed, `202` while it is in this node's pool,
+//!   `410` when it executed but its result is no longer kept ([`RequestResults`] keeps the most
+//!   recent [`crate::results::MAX_RESULTS`]), `404` when unknown. A client believes a result
+//!   that f+1 nodes return identically.
+//! - `POST /v1/ticks`: body = one borsh-encoded [`TickTx`], a validator's signed tick (the
+//!   other validators forward their ticks here). Checked (signature, validator, ticking
+//!   component, number not already decided, at most one pending per submitter and component)
+//!   and admitted to the node's [`TickPool`]: `202`, `400` malformed or bad signature, `403`
+//!   not a validator, `409` throttled (one already pending) or a replay, `422` unknown
+//!   component. Every refusal is counted (`status.json`'s `tick_pool`) and traced.
 //! - `GET /ccron/v1/outbox?from=I&limit=N`: the node's committed outbox, as of its last
 //!   executed height ([`ccron_http::read_router`], the same endpoint sim-bft's threaded runtime
 //!   serves); a consumer believes a record only when f+1 nodes return it identically
@@ -18,29 +30,43 @@
 //! proposes next has it; the pools dedupe by digest and execution dedupes by
 //! `(client, number)`, so it executes once.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
+use ccron::host::{ClientId, TickPool, TickRejection};
 
+use crate::app::validator_index;
+use crate::context::{TickTx, ValidatorSet};
 use crate::mempool::{Mempool, Rejection};
 use crate::node::hex;
 use crate::request::{MAX_SIGNED_REQUEST_BYTES, SignedRequest};
+use crate::results::{RequestResult, RequestResults};
 
-/// The state the routes share: the node's mempool and its published outbox.
+/// The state the routes share: the node's mempool, tick pool, results and published outbox.
 #[derive(Clone, Debug)]
 pub struct ApiState {
     /// The node's pool of verified requests.
     pub mempool: Arc<Mutex<Mempool>>,
     /// The node's committed outbox, published after every executed height.
     pub outbox: ccron_http::PublishedOutbox,
+    /// The validators' signed ticks waiting for a proposal.
+    pub ticks: Arc<Mutex<TickPool<TickTx>>>,
+    /// The validator set (who may tick).
+    pub validators: ValidatorSet,
+    /// Tick submissions refused before the pool (malformed or a bad signature).
+    pub ticks_invalid: Arc<AtomicU64>,
+    /// The results of recently executed requests.
+    pub results: Arc<Mutex<RequestResults>>,
 }
 
-/// Locks the pool (a poisoned lock still holds a consistent pool: every update is one call).
-pub fn lock(m: &Mutex<Mempool>) -> std::sync::MutexGuard<'_, Mempool> {
+/// Locks shared node state (a poisoned lock still holds consistent state: every update is one
+/// call).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -53,6 +79,8 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/v1/requests", post(submit))
         .route("/v1/mempool", get(counters))
+        .route("/v1/requests/{client}/{number}", get(result))
+        .route("/v1/ticks", post(submit_tick))
         .layer(DefaultBodyLimit::max(MAX_SIGNED_REQUEST_BYTES))
         .with_state(state)
         .merge(reads)
@@ -82,6 +110,58 @@ async fn submit(State(state): State<ApiState>, body: Bytes) -> (StatusCode, Stri
                 _ => StatusCode::TOO_MANY_REQUESTS,
             };
             tracing::info!(client, number, reason = %e, "client request not admitted");
+            (code, e.to_string())
+        }
+    }
+}
+
+/// `GET /v1/requests/{client}/{number}`.
+async fn result(
+    State(state): State<ApiState>,
+    Path((client, number)): Path<(ClientId, u64)>,
+) -> (StatusCode, String) {
+    let found: Option<RequestResult> = lock(&state.results).get(client, number).cloned();
+    if let Some(r) = found {
+        return match serde_json::to_string(&r) {
+            Ok(s) => (StatusCode::OK, s),
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+    }
+    let pool = lock(&state.mempool);
+    if pool.holds(client, number) {
+        (StatusCode::ACCEPTED, "pending".into())
+    } else if pool.executed(client, number) {
+        (StatusCode::GONE, "executed; result no longer kept".into())
+    } else {
+        (StatusCode::NOT_FOUND, "unknown request".into())
+    }
+}
+
+/// `POST /v1/ticks`.
+async fn submit_tick(State(state): State<ApiState>, body: Bytes) -> (StatusCode, String) {
+    let Some(tick) = TickTx::decode(&body).filter(TickTx::verify) else {
+        state.ticks_invalid.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            bytes = body.len(),
+            "tick refused: malformed or bad signature"
+        );
+        return (
+            StatusCode::BAD_REQUEST,
+            "malformed tick or bad signature".into(),
+        );
+    };
+    let sender = validator_index(&state.validators, &tick.submitter);
+    let (component, number) = (tick.component, tick.number);
+    let admitted = lock(&state.ticks).admit(component, sender, number, tick);
+    match admitted {
+        Ok(()) => (StatusCode::ACCEPTED, String::new()),
+        Err(e) => {
+            let code = match e {
+                TickRejection::NotAValidator => StatusCode::FORBIDDEN,
+                TickRejection::UnknownComponent(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                _ => StatusCode::CONFLICT,
+            };
+            tracing::debug!(component, number, ?sender, reason = %e, "tick not admitted");
             (code, e.to_string())
         }
     }

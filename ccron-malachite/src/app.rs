@@ -6,12 +6,13 @@
 //! verified samples of the previous height. Nothing here does I/O or reads a clock: the same
 //! blocks give the same state digest on every node and on any engine (`tests/equivalence.rs`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ccron::MemPages;
 use ccron::host::{
     Block as HostBlock, BlockHost, BlockOutcome as HostOutcome, ClientId, CronLedger,
-    ExecutedRequests, HostError, TickGate, TimeError, TimeRule, Tx, TxResult,
+    ExecutedRequests, HostError, TickGate, TickPool, TickRejection, TimeError, TimeRule, Tx,
+    TxResult,
 };
 use ccron_ledgers::demo::{DemoLedger, DemoTables, demo_ledger};
 use ccron_ledgers::orders::{SchedAppConfig, ScheduledLedger};
@@ -19,7 +20,7 @@ use malachitebft_core_types::{Round, VoteExtensionScope};
 use sha2::{Digest, Sha256};
 
 use crate::context::{
-    Address, Block, CarriedSample, ClockSample, Ctx, Hash32, Height, PubKey, ValidatorSet,
+    Address, Block, CarriedSample, ClockSample, Ctx, Hash32, Height, PubKey, TickTx, ValidatorSet,
     extension_signing_bytes, verify_raw,
 };
 use crate::request::{MAX_BLOCK_REQUEST_BYTES, MAX_BLOCK_REQUESTS, RequestError};
@@ -56,6 +57,8 @@ pub struct LedgerHost {
     pub ticks_executed: u64,
     /// Ticks refused by the gate or the application so far.
     pub ticks_skipped: u64,
+    /// Ticks evaluated so far per submitter (validator index in the address-ordered set).
+    pub ticks_by_submitter: Vec<u64>,
     /// Actions fired so far.
     pub fires: u64,
     /// Client requests executed so far.
@@ -64,6 +67,11 @@ pub struct LedgerHost {
     pub requests_duplicate: u64,
     /// The `(client, number)` pairs the last block executed.
     pub last_requests: Vec<(ClientId, u64)>,
+    /// The highest tick number a decided block carried per (component, submitter index):
+    /// derived from the decided blocks like the counters, kept in snapshots so a restored node
+    /// refuses replayed tick numbers and numbers its own ticks above them
+    /// (`ccron::host::TickPool::on_included`).
+    pub tick_included: BTreeMap<(u32, u32), u64>,
     /// Exactly-once per `(client, number)`: replicated, in the state digest.
     executed: ExecutedRequests,
 }
@@ -116,33 +124,42 @@ impl LedgerHost {
                 let host = BlockHost::new(ledger, pages(), tick_gate(validators, &components));
                 (Hosted::Demo(host), components)
             }
-            "orders" => {
-                let cfg = orders_config();
-                let components = vec![cfg.component];
-                let host = BlockHost::new(
-                    ScheduledLedger::new(cfg),
-                    pages(),
-                    tick_gate(validators, &components),
-                );
-                (Hosted::Orders(host), components)
-            }
+            "orders" => return Ok(Self::orders(orders_config(), validators)),
             other => {
                 return Err(format!(
                     "ledger '{other}' is not available on this adapter (demo, orders)"
                 ));
             }
         };
-        Ok(Self {
+        Ok(Self::hosting(hosted, components, validators))
+    }
+
+    /// A fresh host of the `orders` ledger with configuration `cfg` ([`new`](Self::new) uses
+    /// [`orders_config`]; a recording of another engine's run uses that run's configuration).
+    pub fn orders(cfg: SchedAppConfig, validators: u32) -> Self {
+        let components = vec![cfg.component];
+        let host = BlockHost::new(
+            ScheduledLedger::new(cfg),
+            MemPages::new(HOST_PAGES.0, HOST_PAGES.1),
+            tick_gate(validators, &components),
+        );
+        Self::hosting(Hosted::Orders(host), components, validators)
+    }
+
+    fn hosting(hosted: Hosted, components: Vec<u32>, validators: u32) -> Self {
+        Self {
             hosted,
             components,
             ticks_executed: 0,
             ticks_skipped: 0,
+            ticks_by_submitter: vec![0; validators as usize],
+            tick_included: BTreeMap::new(),
             fires: 0,
             requests_executed: 0,
             requests_duplicate: 0,
             last_requests: Vec::new(),
             executed: ExecutedRequests::new(),
-        })
+        }
     }
 
     /// The components that tick, with their tick period (ms).
@@ -170,10 +187,26 @@ impl LedgerHost {
         block: &Block,
         validators: &ValidatorSet,
     ) -> Result<HostOutcome, HostError> {
+        self.execute_with_clients(block, validators, &|r| r.client())
+    }
+
+    /// [`execute`](Self::execute) with the client id of each request given by `client_of`
+    /// instead of derived from its key ([`crate::request::SignedRequest::client`]): the same
+    /// path otherwise. For replaying another engine's recorded requests under that engine's
+    /// client ids (`tests/cross_engine.rs`); a node always uses [`execute`](Self::execute).
+    ///
+    /// # Errors
+    /// As [`execute`](Self::execute).
+    pub fn execute_with_clients(
+        &mut self,
+        block: &Block,
+        validators: &ValidatorSet,
+        client_of: &dyn Fn(&crate::request::SignedRequest) -> ClientId,
+    ) -> Result<HostOutcome, HostError> {
         self.last_requests.clear();
         let mut txs = Vec::with_capacity(block.requests.len() + block.ticks.len());
         for r in &block.requests {
-            let (client, number) = (r.client(), r.request.number);
+            let (client, number) = (client_of(r), r.request.number);
             match self.executed.admit(client, number) {
                 Ok(()) => {
                     self.last_requests.push((client, number));
@@ -189,14 +222,33 @@ impl LedgerHost {
             }
         }
         self.requests_executed += self.last_requests.len() as u64;
+        for t in &block.ticks {
+            if let Some(i) = validator_index(validators, &t.submitter) {
+                let last = self
+                    .tick_included
+                    .entry((t.component, i))
+                    .or_insert(t.number);
+                *last = (*last).max(t.number);
+            }
+        }
+        let requests = txs.len();
         let block = host_block(block, validators, txs);
         let out = match &mut self.hosted {
             Hosted::Demo(h) => h.execute_block(&block)?,
             Hosted::Orders(h) => h.execute_block(&block)?,
         };
-        for r in &out.results {
+        for (tx, r) in block.txs.iter().zip(&out.results).skip(requests) {
             match r {
-                TxResult::TickEvaluated => self.ticks_executed += 1,
+                TxResult::TickEvaluated => {
+                    self.ticks_executed += 1;
+                    if let Tx::Tick {
+                        sender: Some(s), ..
+                    } = tx
+                        && let Some(c) = self.ticks_by_submitter.get_mut(*s as usize)
+                    {
+                        *c += 1;
+                    }
+                }
                 TxResult::TickSkipped(_) | TxResult::TickFailed(_) => self.ticks_skipped += 1,
                 _ => {}
             }
@@ -391,9 +443,25 @@ pub enum BlockRejection {
         /// Recomputed.
         computed: i64,
     },
-    /// A tick for an unknown component, repeated, or from a non-validator.
+    /// A tick for an unknown component, repeated (component and submitter), or from a
+    /// non-validator.
     #[error("tick transaction for an unknown component, repeated, or not from a validator")]
     BadTick,
+    /// A tick transaction whose signature is not its submitter's.
+    #[error("tick {index}: the signature is not its submitter's")]
+    BadTickSignature {
+        /// Its position in the block.
+        index: usize,
+    },
+    /// A tick transaction the chain's tick pool refuses (a number a decided block already
+    /// carried: a replay), see [`validate_ticks`].
+    #[error("tick {index}: {reason}")]
+    TickRefused {
+        /// Its position in the block.
+        index: usize,
+        /// Why.
+        reason: TickRejection,
+    },
     /// Height 1's time is before the genesis time.
     #[error("height 1 time {time} is before the genesis time {genesis}")]
     BeforeGenesis {
@@ -456,7 +524,8 @@ pub struct PrevCommit {
 ///   within [`GENESIS_BOUND_MS`] of `now_ms` ([`TimeRule::genesis`]); later exactly the rule's
 ///   result, with the samples' median at most [`HARD_LIMIT_MS`] ahead of `now_ms`
 ///   ([`TimeRule::check`]);
-/// - the ticks (known components, one each, from validators);
+/// - the ticks (known components, from validators, signed by their submitter, at most one per
+///   component and submitter; replays are refused by [`validate_ticks`]);
 /// - the client requests: at most [`MAX_BLOCK_REQUESTS`] and [`MAX_BLOCK_REQUEST_BYTES`], each
 ///   within its bounds and signed by its client, no `(client, number)` twice.
 ///
@@ -537,12 +606,15 @@ pub fn validate_block(
         });
     }
     let mut seen = BTreeSet::new();
-    for t in &block.ticks {
+    for (index, t) in block.ticks.iter().enumerate() {
         if !has_component(t.component)
-            || !seen.insert(t.component)
+            || !seen.insert((t.component, t.submitter))
             || !validators.contains(&t.submitter)
         {
             return Err(BlockRejection::BadTick);
+        }
+        if !t.verify() {
+            return Err(BlockRejection::BadTickSignature { index });
         }
     }
     let bytes: usize = block.requests.iter().map(|r| r.encoded_len()).sum();
@@ -559,6 +631,29 @@ pub fn validate_block(
         if !numbers.insert((r.client(), r.request.number)) {
             return Err(BlockRejection::RepeatedRequest { index });
         }
+    }
+    Ok(())
+}
+
+/// Checks a block's ticks against the chain's [`TickPool`] (the last tick number of each
+/// submitter and component decided blocks carried): a tick whose number is not above it is a
+/// replay and the block is refused. Every validator holds the same numbers after the same
+/// decided blocks; run after [`validate_block`].
+///
+/// # Errors
+/// [`BlockRejection::TickRefused`] with the first refused tick.
+pub fn validate_ticks(
+    block: &Block,
+    validators: &ValidatorSet,
+    pool: &TickPool<TickTx>,
+) -> Result<(), BlockRejection> {
+    for (index, t) in block.ticks.iter().enumerate() {
+        pool.check(
+            t.component,
+            validator_index(validators, &t.submitter),
+            t.number,
+        )
+        .map_err(|reason| BlockRejection::TickRefused { index, reason })?;
     }
     Ok(())
 }

@@ -121,12 +121,69 @@ pub struct CarriedSample {
 }
 
 /// A tick transaction: a validator's request to evaluate one component's cron table.
+///
+/// Signed with the submitter's validator key over [`TickTx::signing_bytes`] (domain
+/// `ccron-malachite/tick/v1`, the component, the submitter, the number), so any node can forward
+/// it and any proposer can carry it; the number increases per (submitter, component), and a
+/// block may not carry a number a decided block already carried (`ccron::host::TickPool`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
 pub struct TickTx {
     /// The component (cron table) to tick.
     pub component: u32,
     /// The validator that submitted it (only validators may submit ticks).
     pub submitter: Address,
+    /// The submitter's tick number (increasing per submitter and component).
+    pub number: u64,
+    /// The submitter's signature over [`TickTx::signing_bytes`].
+    pub signature: Sig,
+}
+
+/// The largest encoded tick transaction accepted from the network (4 + 32 + 8 + 64 bytes).
+pub const MAX_TICK_BYTES: usize = 108;
+
+impl TickTx {
+    /// The bytes a submitter signs.
+    pub fn signing_bytes(component: u32, submitter: &Address, number: u64) -> Vec<u8> {
+        let mut b = b"ccron-malachite/tick/v1".to_vec();
+        b.extend_from_slice(&component.to_le_bytes());
+        b.extend_from_slice(&submitter.0);
+        b.extend_from_slice(&number.to_le_bytes());
+        b
+    }
+
+    /// Tick `number` of `component`, signed by `signer` (the submitter).
+    pub fn sign(component: u32, number: u64, signer: &Ed25519Signer) -> Self {
+        let submitter = Address(signer.public_key());
+        let signature = signer.sign_raw(&Self::signing_bytes(component, &submitter, number));
+        TickTx {
+            component,
+            submitter,
+            number,
+            signature,
+        }
+    }
+
+    /// Whether the signature is the submitter's.
+    pub fn verify(&self) -> bool {
+        verify_raw(
+            &PubKey(self.submitter.0),
+            &Self::signing_bytes(self.component, &self.submitter, self.number),
+            &self.signature,
+        )
+    }
+
+    /// Its encoding (borsh).
+    pub fn encode(&self) -> Vec<u8> {
+        borsh::to_vec(self).unwrap_or_default()
+    }
+
+    /// Decodes a tick transaction, refusing more than [`MAX_TICK_BYTES`].
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() > MAX_TICK_BYTES {
+            return None;
+        }
+        borsh::from_slice(bytes).ok()
+    }
 }
 
 /// The value consensus decides: one block.
@@ -142,7 +199,7 @@ pub struct Block {
     pub samples: Vec<CarriedSample>,
     /// The agreed time the proposer claims: must equal the rule's result.
     pub agreed_time_ms: i64,
-    /// Tick transactions, at most one per component.
+    /// Tick transactions, at most one per (component, submitter).
     pub ticks: Vec<TickTx>,
     /// Client requests, in execution order (bounded: [`crate::request::MAX_BLOCK_REQUESTS`],
     /// [`crate::request::MAX_BLOCK_REQUEST_BYTES`]).

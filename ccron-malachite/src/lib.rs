@@ -8,8 +8,10 @@
 //!   `ccron::host::BlockHost` on `ccron-ledgers`' `demo` or `orders` ledger), the agreed time by
 //!   `ccron::host::TimeRule`, and the block-validity rule every validator re-checks.
 //! - [`request`]: signed client requests (format, bounds, signature); [`mempool`]: a node's
-//!   bounded pool of them; [`api`]: the node's HTTP server (`POST /v1/requests`) as one axum
-//!   router; [`load`]: the localnet's order load generator.
+//!   bounded pool of them; [`api`]: the node's HTTP server (`POST /v1/requests`, `POST
+//!   /v1/ticks`, `GET /v1/requests/{client}/{number}`) as one axum router; [`results`]: the
+//!   bounded record of executed requests' results it serves; [`load`]: the localnet's order
+//!   load generator (it reads the results back).
 //! - [`store`]: the durable decided-block store (append-only, checksummed, fsync'ed; an offset
 //!   index in memory, blocks read on demand).
 //! - [`snapshot`]: durable, checksummed snapshots of the node's state every K heights; a restart
@@ -26,5 +28,6 @@ pub mod localnet;
 pub mod mempool;
 pub mod node;
 pub mod request;
+pub mod results;
 pub mod snapshot;
 pub mod store;

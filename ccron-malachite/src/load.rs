@@ -134,6 +134,87 @@ pub fn post(addr: SocketAddr, path: &str, body: &[u8]) -> std::io::Result<(u16, 
     Ok((code, text))
 }
 
+/// GETs `http://addr{path}` (HTTP/1.1, `Connection: close`) and returns the status code and
+/// the response body (the response read is at most `MAX_RESPONSE_BYTES`).
+///
+/// # Errors
+/// Connecting, writing or reading failed, or the response has no status line.
+pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let timeout = Duration::from_millis(1_000);
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )?;
+    let mut text = String::new();
+    s.take(MAX_RESPONSE_BYTES).read_to_string(&mut text)?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| std::io::Error::other("no HTTP status line"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+/// What reading the orders' results back from the nodes gave.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultsRead {
+    /// Request numbers asked about (1..=orders), each of every node.
+    pub asked: u64,
+    /// Results returned identically (`200`, same body) by at least f+1 nodes: believed.
+    pub believed: u64,
+    /// Of those, results that are `ok ...` (the order was placed).
+    pub believed_ok: u64,
+    /// Requests some node still reported pending (`202`) and no f+1 agreed on yet.
+    pub pending: u64,
+    /// Requests for which two nodes returned different `200` bodies (a faulty node or a bug).
+    pub conflicting: u64,
+}
+
+/// Reads the result of each of the load client's requests `1..=orders` back from every node
+/// (`GET /v1/requests/{client}/{number}`) and believes a result when f+1 nodes (n = 3f+1 or
+/// more) return it identically.
+pub fn read_results(home: &Path, nodes: usize, seed: u64, orders: u64) -> ResultsRead {
+    let key = client_key(seed);
+    let client = crate::request::client_id(&key.verifying_key().to_bytes());
+    let quorum = nodes.saturating_sub(1) / 3 + 1;
+    let addrs: Vec<Option<SocketAddr>> = (0..nodes).map(|i| read_addr(home, i)).collect();
+    let mut out = ResultsRead::default();
+    for number in 1..=orders {
+        out.asked += 1;
+        let mut bodies: std::collections::BTreeMap<String, usize> = Default::default();
+        let mut pending = false;
+        for addr in addrs.iter().flatten() {
+            match get(*addr, &format!("/v1/requests/{client}/{number}")) {
+                Ok((200, body)) => *bodies.entry(body).or_default() += 1,
+                Ok((202, _)) => pending = true,
+                _ => {}
+            }
+        }
+        if bodies.len() > 1 {
+            out.conflicting += 1;
+        }
+        match bodies.iter().find(|(_, k)| **k >= quorum) {
+            Some((body, _)) => {
+                out.believed += 1;
+                let ok = serde_json::from_str::<crate::results::RequestResult>(body)
+                    .is_ok_and(|r| r.result.starts_with("ok"));
+                if ok {
+                    out.believed_ok += 1;
+                }
+            }
+            None if pending => out.pending += 1,
+            None => {}
+        }
+    }
+    out
+}
+
 /// A running load generator (a thread); stopped by [`LoadGenerator::stop`] or on drop.
 pub struct LoadGenerator {
     stop: Arc<AtomicBool>,

@@ -23,6 +23,9 @@ pub struct LocalnetOptions {
     pub late_join: bool,
     /// Make node 0 propose lying agreed times.
     pub lying_time: bool,
+    /// Make node 0 propose blocks without ticks (it stays honest otherwise: its blocks are
+    /// valid, and its own ticks reach the chain through the other proposers).
+    pub omit_ticks: bool,
     /// SIGKILL one node mid-run and restart it from its storage.
     pub kill_restart: bool,
     /// Key seed.
@@ -59,6 +62,10 @@ pub struct NodeReport {
     pub synced_heights: u64,
     /// Agreed time of its last height (Unix ms).
     pub agreed_time_ms: i64,
+    /// Ticks evaluated per submitter (validator index): ticks from every validator, not just
+    /// the proposers'.
+    #[serde(default)]
+    pub ticks_by_submitter: Vec<u64>,
     /// Peak resident set of its last process (`VmHWM` of `/proc/<pid>/status`, KiB), read just
     /// before the localnet stops it; 0 when unavailable (not Linux, or the process was gone).
     #[serde(default)]
@@ -158,6 +165,10 @@ pub struct Report {
     /// f+1 nodes returned a record identically (`ccron_http::QuorumReader`); `None` for `demo`.
     #[serde(default)]
     pub outbox_quorum_records: Option<u64>,
+    /// With `--ledger orders`: the load client's results read back from every node's
+    /// `GET /v1/requests/{client}/{number}`, believed where f+1 returned one identically.
+    #[serde(default)]
+    pub results: Option<crate::load::ResultsRead>,
 }
 
 /// Reads the outbox from every node's read endpoint with quorum f+1 (n = 3f+1 or more) and
@@ -227,12 +238,16 @@ pub fn init_home(home: &Path, n: usize, seed: u64, ledger: &str) -> std::io::Res
         let l = std::net::TcpListener::bind("127.0.0.1:0")?;
         let port = l.local_addr()?.port();
         listeners.push(l);
+        let h = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let http_port = h.local_addr()?.port();
+        listeners.push(h);
         let dir = node_dir(home, i);
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("secret.key"), hex(&secret))?;
         validators.push(GenesisValidator {
             public_key: hex(&public),
             port,
+            http_port: Some(http_port),
         });
     }
     drop(listeners);
@@ -261,6 +276,9 @@ fn spawn_node(opts: &LocalnetOptions, home: &Path, i: usize) -> std::io::Result<
         .arg(i.to_string());
     if opts.lying_time && i == 0 {
         cmd.arg("--lying-time");
+    }
+    if opts.omit_ticks && i == 0 {
+        cmd.arg("--omit-ticks");
     }
     cmd.arg("--snapshot-every")
         .arg(LOCALNET_SNAPSHOT_EVERY.to_string());
@@ -418,6 +436,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .map(|c| c.as_ref().and_then(|c| peak_rss_kb(c.id())).unwrap_or(0))
         .collect();
     let load = load.map(crate::load::LoadGenerator::stop);
+    // The client's view: its requests' results, read back from every node (f+1 identical).
+    let results = load.map(|l| crate::load::read_results(&home, n, opts.seed, l.orders));
     // The consumer's view: read the committed outbox over HTTP while the nodes still run.
     let outbox_quorum_records = (opts.ledger == "orders").then(|| quorum_read_outbox(&home, n));
     drop(children);
@@ -451,6 +471,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             rejected_proposals: s.rejected_proposals,
             synced_heights: s.synced_heights,
             agreed_time_ms: s.agreed_time_ms,
+            ticks_by_submitter: s.ticks_by_submitter.clone(),
             peak_rss_kb: peaks[i],
             restored_from_height: s.restored_from_height,
             replayed_blocks: s.replayed_blocks,
@@ -481,6 +502,18 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .unwrap_or(0);
     if nodes.iter().all(|n| n.fires == 0) {
         violations.push("nothing fired".into());
+    }
+    if let Some(r) = results {
+        tracing::info!(?r, "results read back");
+        if r.believed == 0 {
+            violations.push("no request result was returned identically by f+1 nodes".into());
+        }
+        if r.conflicting > 0 {
+            violations.push(format!(
+                "{} request results differ between nodes",
+                r.conflicting
+            ));
+        }
     }
     let outbox_quorum_records = match outbox_quorum_records {
         None => None,
@@ -521,6 +554,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         committed_ticks_per_sec,
         lateness_ms,
         outbox_quorum_records,
+        results,
     })
 }
 

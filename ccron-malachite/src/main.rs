@@ -43,6 +43,9 @@ enum Cmd {
         /// Propose lying agreed times (a Byzantine proposer, for tests).
         #[arg(long)]
         lying_time: bool,
+        /// Propose blocks without ticks (a Byzantine proposer starving ticks, for tests).
+        #[arg(long)]
+        omit_ticks: bool,
         /// Client endpoint listen address (port 0: any free port; the bound address is written
         /// to `node-I/http.addr`).
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -69,6 +72,9 @@ enum Cmd {
         /// Node 0 proposes lying agreed times.
         #[arg(long)]
         lying_time: bool,
+        /// Node 0 proposes blocks without ticks (the other proposers carry its ticks).
+        #[arg(long)]
+        omit_ticks: bool,
         /// Do not SIGKILL and restart a node mid-run.
         #[arg(long)]
         no_kill: bool,
@@ -127,6 +133,7 @@ fn main() -> ExitCode {
             home,
             index,
             lying_time,
+            omit_ticks,
             http,
             snapshot_every,
         } => {
@@ -145,6 +152,7 @@ fn main() -> ExitCode {
                 home,
                 index,
                 lying_time,
+                omit_ticks,
                 http,
                 snapshot_every,
             })) {
@@ -161,6 +169,7 @@ fn main() -> ExitCode {
             ledger,
             late_join,
             lying_time,
+            omit_ticks,
             no_kill,
             seed,
             home,
@@ -191,6 +200,7 @@ fn main() -> ExitCode {
                 ledger,
                 late_join,
                 lying_time,
+                omit_ticks,
                 kill_restart: !no_kill,
                 seed,
                 home,

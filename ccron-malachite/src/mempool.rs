@@ -86,6 +86,10 @@ pub struct MempoolCounters {
     pub removed_executed: u64,
     /// Requests held now.
     pub pending: u64,
+    /// The executed-requests table's floor (`ccron::host::ExecutedRequests::floor`): a client
+    /// that is not in the table (new, or evicted) numbers its requests at or above it.
+    #[serde(default)]
+    pub requests_floor: u64,
 }
 
 struct Entry {
@@ -121,6 +125,19 @@ impl std::fmt::Debug for Mempool {
 }
 
 impl Mempool {
+    /// Whether a request of `(client, number)` is pending in the pool.
+    pub fn holds(&self, client: ClientId, number: u64) -> bool {
+        self.by_digest
+            .values()
+            .any(|e| e.client == client && e.request.request.number == number)
+    }
+
+    /// Whether `(client, number)` executed (or is below the client's window), as far as the
+    /// pool's mirror of the ledger knows.
+    pub fn executed(&self, client: ClientId, number: u64) -> bool {
+        self.executed.check(client, number).is_err()
+    }
+
     /// An empty pool whose mirror of executed requests is `executed` (the ledger's, at start).
     pub fn new(cfg: MempoolConfig, executed: ExecutedRequests) -> Self {
         Self {
@@ -279,7 +296,10 @@ impl Mempool {
 
     /// The counters.
     pub fn counters(&self) -> MempoolCounters {
-        self.counters
+        MempoolCounters {
+            requests_floor: self.executed.floor(),
+            ..self.counters
+        }
     }
 }
 

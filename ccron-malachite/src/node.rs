@@ -28,16 +28,22 @@ use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
 
 use crate::api::{ApiState, lock};
-use crate::app::{BlockRejection, LedgerHost, PrevCommit, agreed_time, validate_block};
+use crate::app::{
+    BlockRejection, DEMO_TICK_PERIOD_MS, LedgerHost, PrevCommit, agreed_time, validate_block,
+    validate_ticks, validator_index,
+};
 use crate::context::{
     Address, Block, BorshCodec, CarriedSample, ClockSample, Ctx, Ed25519Signer, Ed25519Verifier,
     Hash32, Height, ProposalPart, PubKey, TickTx, ValidatorSet, proposer_of, verify_raw,
 };
 use crate::mempool::{Mempool, MempoolConfig, MempoolCounters};
 use crate::request::{MAX_BLOCK_REQUEST_BYTES, MAX_BLOCK_REQUESTS};
+use crate::results::RequestResults;
 use crate::snapshot::Snapshots;
 use crate::store::{BlockStore, Decided, PartLog};
-use ccron::host::BlockOutcome;
+use ccron::host::{BlockOutcome, TickPool, TickPoolCounters, TickSenders, period_index};
+use ccron::ticks::{TickDecision, TickThrottle};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The genesis every node loads: validators (public keys and loopback ports) and genesis time.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -57,6 +63,11 @@ pub struct GenesisValidator {
     pub public_key: String,
     /// Its libp2p TCP port on 127.0.0.1.
     pub port: u16,
+    /// Its HTTP endpoint's port on 127.0.0.1 (client requests, results, and the ticks the
+    /// other validators forward to it). `None`: the node binds `--http` and receives no
+    /// forwarded ticks.
+    #[serde(default)]
+    pub http_port: Option<u16>,
 }
 
 /// What a node writes after each decision (read by `localnet`).
@@ -97,6 +108,15 @@ pub struct NodeStatus {
     /// The mempool's counters.
     #[serde(default)]
     pub mempool: MempoolCounters,
+    /// Ticks evaluated per submitter (validator index in the address-ordered set).
+    #[serde(default)]
+    pub ticks_by_submitter: Vec<u64>,
+    /// The tick pool and this node's own ticks.
+    #[serde(default)]
+    pub tick_pool: TickPoolStatus,
+    /// Results of executed requests no longer kept for clients (the record is bounded).
+    #[serde(default)]
+    pub results_evicted: u64,
     /// The height of the snapshot this process restored from at start (`None`: it replayed
     /// the whole block store, or started empty).
     #[serde(default)]
@@ -117,6 +137,48 @@ pub struct NodeStatus {
     /// unaffected, a restart replays more blocks).
     #[serde(default)]
     pub snapshot_failures: u64,
+}
+
+/// The tick pool's counters ([`TickPoolCounters`]) and this node's own ticks, in `status.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TickPoolStatus {
+    /// Ticks admitted to the pool (own and forwarded).
+    pub admitted: u64,
+    /// Of those, replacing an older pending tick of the same submitter and component.
+    pub replaced: u64,
+    /// Refused: not from a validator.
+    pub not_a_validator: u64,
+    /// Refused: the component does not tick.
+    pub unknown_component: u64,
+    /// Refused: one of the submitter and component already pending (the throttle).
+    pub already_pending: u64,
+    /// Refused: a number a decided block already carried (a replay).
+    pub stale: u64,
+    /// Refused at the endpoint: malformed or a bad signature.
+    pub invalid: u64,
+    /// Pending now.
+    pub pending: u64,
+    /// Own ticks signed and sent (this node's F+1 turn, none pending for the component).
+    pub own_sent: u64,
+    /// Own generator ticks not sent: a tick of the component was still pending (ccron's
+    /// `TickThrottle`).
+    pub own_throttled: u64,
+    /// Own generator ticks not sent: not this node's turn (`TickSenders::Rotating`).
+    pub own_not_my_turn: u64,
+    /// Forwards of own ticks to another validator's endpoint that failed.
+    pub forward_failed: u64,
+}
+
+impl TickPoolStatus {
+    fn set_pool(&mut self, c: TickPoolCounters, pending: usize) {
+        self.admitted = c.admitted;
+        self.replaced = c.replaced;
+        self.not_a_validator = c.not_a_validator;
+        self.unknown_component = c.unknown_component;
+        self.already_pending = c.already_pending;
+        self.stale = c.stale;
+        self.pending = pending as u64;
+    }
 }
 
 /// Why a node does not propose in a round (it skips the round's proposal; the round times out
@@ -176,6 +238,9 @@ pub struct NodeOptions {
     pub index: usize,
     /// Propose blocks whose agreed time is an hour ahead (a Byzantine proposer, for tests).
     pub lying_time: bool,
+    /// Propose blocks without ticks (a Byzantine proposer starving ticks, for tests; its
+    /// blocks are otherwise valid).
+    pub omit_ticks: bool,
     /// Where the HTTP server (client submissions) listens (`127.0.0.1:0`: any free port). The
     /// bound address is written to `node-I/http.addr`.
     pub http: std::net::SocketAddr,
@@ -361,16 +426,25 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
     node.status.restart_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     node.write_status();
 
-    // Client submissions: the HTTP server feeds the mempool the proposer reads.
+    // Client submissions and forwarded ticks: the HTTP server feeds the pools the proposer
+    // reads. The genesis' port, unless `--http` names one.
+    let http = match node.genesis.validators[opts.index].http_port {
+        Some(port) if opts.http.port() == 0 => std::net::SocketAddr::new(opts.http.ip(), port),
+        _ => opts.http,
+    };
     let bound = crate::api::serve(
-        opts.http,
+        http,
         ApiState {
             mempool: node.mempool.clone(),
             outbox: node.outbox.clone(),
+            ticks: node.ticks.clone(),
+            validators: node.validators.clone(),
+            ticks_invalid: node.ticks_invalid.clone(),
+            results: node.results.clone(),
         },
     )
     .await
-    .map_err(|e| NodeError::Config(format!("HTTP listen on {}: {e}", opts.http)))?;
+    .map_err(|e| NodeError::Config(format!("HTTP listen on {http}: {e}")))?;
     std::fs::write(http_addr_path(&opts.home, opts.index), bound.to_string())
         .map_err(|e| NodeError::Config(format!("http.addr: {e}")))?;
     tracing::info!(%bound, "client endpoint");
@@ -408,13 +482,13 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), NodeError> {
                     return Err(NodeError::Engine("consensus channel closed".into()));
                 };
                 while let Ok(t) = tick_rx.try_recv() {
-                    node.pending_ticks.insert(t.component);
+                    node.on_local_tick(t.component);
                 }
                 node.handle(msg, &mut channels).await?;
             }
             _ = watchdog.tick() => {
                 while let Ok(t) = tick_rx.try_recv() {
-                    node.pending_ticks.insert(t.component);
+                    node.on_local_tick(t.component);
                 }
                 if std::os::unix::process::parent_id() != parent {
                     tracing::info!("parent exited; node stops");
@@ -446,8 +520,24 @@ struct NodeState {
     my_parts: BTreeMap<(u64, u32), ProposalPart>,
     /// Authentic parts for a height this node has not started yet.
     early: BTreeMap<(u64, u32), ProposalPart>,
-    /// Components with a pending tick of this node (at most one each).
-    pending_ticks: BTreeSet<u32>,
+    /// Validators' signed ticks waiting for a block (shared with the HTTP server; ccron's
+    /// `TickPool`: one pending per submitter and component, no replayed numbers).
+    ticks: Arc<Mutex<TickPool<TickTx>>>,
+    /// This node's own ticks: at most one pending per component (ccron's `TickThrottle`).
+    throttle: TickThrottle,
+    /// The last number this node gave one of its ticks.
+    tick_number: u64,
+    /// This node's validator index.
+    my_index: u32,
+    /// The other validators' HTTP endpoints (from the genesis) its ticks are forwarded to.
+    forward_to: Vec<std::net::SocketAddr>,
+    /// Forwards in flight (bounded) and failed.
+    forwarding: Arc<AtomicUsize>,
+    forward_failed: Arc<AtomicU64>,
+    /// Tick submissions the endpoint refused as malformed or badly signed.
+    ticks_invalid: Arc<AtomicU64>,
+    /// Results of recently executed requests (shared with the HTTP server).
+    results: Arc<Mutex<RequestResults>>,
     /// Verified client requests waiting for a block (shared with the HTTP server).
     mempool: Arc<Mutex<Mempool>>,
     /// The committed outbox the read endpoint serves (updated after every executed height).
@@ -476,6 +566,17 @@ impl NodeState {
         let ledger = restored.ledger;
         let outbox =
             ccron_http::PublishedOutbox::new(u64::try_from(opts.index).unwrap_or(u64::MAX));
+        let my_index = validator_index(&validators, &me)
+            .ok_or_else(|| NodeError::Config("this key is not in the genesis".into()))?;
+        let tick_pool = TickPool::new(n, ledger.tick_components().into_iter().map(|(c, _)| c));
+        let forward_to = genesis
+            .validators
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != opts.index)
+            .filter_map(|(_, v)| v.http_port)
+            .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)))
+            .collect();
         let mut node = NodeState {
             status: NodeStatus {
                 id: opts.index,
@@ -494,7 +595,16 @@ impl NodeState {
             undecided: HashMap::new(),
             my_parts: BTreeMap::new(),
             early: BTreeMap::new(),
-            pending_ticks: BTreeSet::new(),
+            ticks: Arc::new(Mutex::new(tick_pool)),
+            // A pending own tick that no block carried within 2 s is treated as lost.
+            throttle: TickThrottle::with_max_pending_ms(2_000),
+            tick_number: 0,
+            my_index,
+            forward_to,
+            forwarding: Arc::new(AtomicUsize::new(0)),
+            forward_failed: Arc::new(AtomicU64::new(0)),
+            ticks_invalid: Arc::new(AtomicU64::new(0)),
+            results: Arc::new(Mutex::new(RequestResults::default())),
             mempool: Arc::new(Mutex::new(Mempool::new(
                 MempoolConfig::default(),
                 Default::default(),
@@ -511,24 +621,37 @@ impl NodeState {
             let digest = hex(&node.ledger.state_digest());
             node.note_executed(from, d.block.agreed_time_ms, digest);
         }
-        let mut executed = Vec::new();
-        let replayed = crate::snapshot::replay_above(
-            &node.store,
-            &mut node.ledger,
-            &node.validators,
-            from,
-            |ledger, block, _| {
-                executed.push((
-                    block.height,
-                    block.agreed_time_ms,
-                    hex(&ledger.state_digest()),
-                ));
-            },
-        )?;
-        for (height, agreed, digest) in executed {
-            node.note_executed(height, agreed, digest);
+        // The tick numbers decided blocks carried up to the restored snapshot (the blocks above
+        // it feed the pool as they are re-executed).
+        {
+            let mut pool = lock(&node.ticks);
+            for (&(component, sender), &number) in &node.ledger.tick_included {
+                pool.on_included(component, sender, number);
+            }
+        }
+        // Re-execute the blocks above it, exactly as on decision (ticks, results, status and a
+        // digests.log line per height).
+        let mut replayed = 0u64;
+        for h in from.saturating_add(1)..=node.store.last_height() {
+            let Some(d) = node.store.get(h)? else {
+                return Err(NodeError::Store(crate::store::StoreError::OutOfOrder {
+                    got: h,
+                    expected: node.store.last_height(),
+                }));
+            };
+            let out = node.ledger.execute(&d.block, &node.validators)?;
+            node.after_execute(&d.block, &out);
+            replayed += 1;
         }
         node.status.replayed_blocks = replayed;
+        // Own tick numbers continue above the last one a decided block carried.
+        node.tick_number = node
+            .ledger
+            .tick_components()
+            .iter()
+            .filter_map(|&(c, _)| lock(&node.ticks).last_included(c, my_index))
+            .max()
+            .unwrap_or(0);
         // Published once after the replay, not per replayed block (each publish of a changed
         // outbox clones it); nothing before the first executed height (the endpoint answers 503).
         if node.store.last_height() > 0 {
@@ -644,14 +767,12 @@ impl NodeState {
             prev_id,
             samples,
             agreed_time_ms: agreed,
-            ticks: self
-                .pending_ticks
-                .iter()
-                .map(|&component| TickTx {
-                    component,
-                    submitter: self.me,
-                })
-                .collect(),
+            // At most one per (component, validator): the pool's bound.
+            ticks: if self.opts.omit_ticks {
+                Vec::new()
+            } else {
+                lock(&self.ticks).pending().cloned().collect()
+            },
             requests: lock(&self.mempool).select(MAX_BLOCK_REQUESTS, MAX_BLOCK_REQUEST_BYTES),
         };
         if !self.opts.lying_time {
@@ -665,6 +786,7 @@ impl NodeState {
                 &self.validators,
                 &|c| ledger.has_component(c),
             )
+            .and_then(|()| validate_ticks(&block, &self.validators, &lock(&self.ticks)))
             .map_err(|reason| ProposeError::Invalid { height, reason })?;
         }
         Ok(block)
@@ -677,7 +799,91 @@ impl NodeState {
         }
     }
 
-    fn after_execute(&mut self, block: &Block, _out: &BlockOutcome) {
+    /// A generator tick of `component`: when it is this node's turn (F+1 rotation) and no
+    /// tick of the component is pending (the throttle), sign tick `n`, admit it to the own
+    /// pool and forward it to the other validators' endpoints.
+    fn on_local_tick(&mut self, component: u32) {
+        let now = now_ms();
+        let n = u32::try_from(self.validators.validators.len()).unwrap_or(u32::MAX);
+        let f = n.saturating_sub(1) / 3;
+        let period = period_index(now, DEMO_TICK_PERIOD_MS);
+        if !TickSenders::Rotating.sends(self.my_index, n, f, period) {
+            self.status.tick_pool.own_not_my_turn += 1;
+            return;
+        }
+        let next = self.tick_number.saturating_add(1);
+        let req_seq = match self.throttle.on_internal_tick(component, now, || next) {
+            TickDecision::Send { req_seq } => req_seq,
+            TickDecision::Throttled { .. } => {
+                self.status.tick_pool.own_throttled += 1;
+                return;
+            }
+        };
+        self.tick_number = req_seq;
+        let tick = TickTx::sign(component, req_seq, &self.signer);
+        let bytes = tick.encode();
+        if let Err(e) = lock(&self.ticks).admit(component, Some(self.my_index), req_seq, tick) {
+            tracing::warn!(component, req_seq, reason = %e, "own tick not admitted");
+            self.throttle.on_dropped(component, req_seq);
+            return;
+        }
+        self.throttle.on_tick_popped(component, req_seq);
+        self.status.tick_pool.own_sent += 1;
+        // Forward to the others (bounded: at most 8 forwarding tasks in flight; a tick not
+        // forwarded is still carried when this node proposes).
+        if self.forward_to.is_empty() || self.forwarding.load(Ordering::Relaxed) >= 8 {
+            return;
+        }
+        self.forwarding.fetch_add(1, Ordering::Relaxed);
+        let (targets, inflight, failed) = (
+            self.forward_to.clone(),
+            self.forwarding.clone(),
+            self.forward_failed.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            for addr in targets {
+                match crate::load::post(addr, "/v1/ticks", &bytes) {
+                    Ok((202 | 409, _)) => {}
+                    Ok((code, text)) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%addr, code, response = %text.lines().last().unwrap_or(""), "tick forward refused");
+                    }
+                    Err(e) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%addr, error = %e, "tick forward failed");
+                    }
+                }
+            }
+            inflight.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+
+    /// After a decided block executed: its ticks' numbers are recorded in the pool (what they
+    /// supersede leaves it; replays are refused from now on), own ticks clear the throttle,
+    /// and the requests' results are recorded for clients.
+    fn after_decided_ticks_and_results(&mut self, block: &Block, out: &BlockOutcome) {
+        {
+            let mut pool = lock(&self.ticks);
+            for t in &block.ticks {
+                if let Some(i) = validator_index(&self.validators, &t.submitter) {
+                    pool.on_included(t.component, i, t.number);
+                    if i == self.my_index {
+                        self.throttle.on_committed(t.component, t.number);
+                    }
+                }
+            }
+        }
+        let mut results = lock(&self.results);
+        for (&(client, number), r) in self.ledger.last_requests.iter().zip(&out.results) {
+            if let ccron::host::TxResult::Reply(reply) = r {
+                results.record(client, number, block.height, reply);
+            }
+        }
+        self.status.results_evicted = results.evicted;
+    }
+
+    fn after_execute(&mut self, block: &Block, out: &BlockOutcome) {
+        self.after_decided_ticks_and_results(block, out);
         let digest = hex(&self.ledger.state_digest());
         self.note_executed(block.height, block.agreed_time_ms, digest);
     }
@@ -692,12 +898,17 @@ impl NodeState {
         self.status.agreed_time_ms = agreed_time_ms;
         self.status.requests_executed = self.ledger.requests_executed;
         self.status.requests_duplicate = self.ledger.requests_duplicate;
+        self.status.ticks_by_submitter = self.ledger.ticks_by_submitter.clone();
         use std::io::Write;
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.digests_path())
-            && let Err(e) = writeln!(f, "{height} {digest} {agreed_time_ms}")
+            && let Err(e) = writeln!(
+                f,
+                "{height} {digest} {agreed_time_ms} {}",
+                self.ledger.requests_executed
+            )
         {
             tracing::warn!(error = %e, "could not append to digests.log");
         }
@@ -782,6 +993,12 @@ impl NodeState {
     fn write_status(&mut self) {
         self.status.synced_heights = self.synced.len() as u64;
         self.status.mempool = lock(&self.mempool).counters();
+        {
+            let pool = lock(&self.ticks);
+            self.status.tick_pool.set_pool(pool.counters(), pool.len());
+        }
+        self.status.tick_pool.invalid = self.ticks_invalid.load(Ordering::Relaxed);
+        self.status.tick_pool.forward_failed = self.forward_failed.load(Ordering::Relaxed);
         let dir = node_dir(&self.opts.home, self.opts.index);
         let tmp = dir.join("status.json.tmp");
         let Ok(bytes) = serde_json::to_vec_pretty(&self.status) else {
@@ -850,7 +1067,8 @@ impl NodeState {
             now_ms(),
             &self.validators,
             &|c| ledger.has_component(c),
-        );
+        )
+        .and_then(|()| validate_ticks(&part.block, &self.validators, &lock(&self.ticks)));
         let validity = match verdict {
             Ok(()) => Validity::Valid,
             Err(reason) => {
@@ -1026,11 +1244,6 @@ impl NodeState {
                 })?;
                 let out = self.ledger.execute(&block, &self.validators)?;
                 lock(&self.mempool).after_block(&block.requests, &self.ledger.last_requests);
-                for t in &block.ticks {
-                    if t.submitter == self.me {
-                        self.pending_ticks.remove(&t.component);
-                    }
-                }
                 self.after_execute(&block, &out);
                 if self.opts.snapshot_every > 0 && height % self.opts.snapshot_every == 0 {
                     self.snapshot();

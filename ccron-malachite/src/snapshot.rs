@@ -42,7 +42,7 @@ use crate::store::{BlockStore, StoreError};
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"CCRMSNAP";
 
 /// The format version this build writes and reads.
-pub const SNAPSHOT_VERSION: u32 = 1;
+pub const SNAPSHOT_VERSION: u32 = 2;
 
 /// The largest snapshot file read back (or written): the host snapshot's own decode bound
 /// (`ccron::host::wire::ABSOLUTE_LIMIT_BYTES`) plus room for the header and the rest.
@@ -76,6 +76,10 @@ struct Body {
     counters: [u64; 5],
     /// [`LedgerHost::state_digest`] at `height`: what the restored state must give.
     state_digest: [u8; 32],
+    /// [`LedgerHost::ticks_by_submitter`] (a counter, per validator index).
+    ticks_by_submitter: Vec<u64>,
+    /// [`LedgerHost::tick_included`]: (component, submitter index, last number carried).
+    tick_included: Vec<(u32, u32, u64)>,
 }
 
 /// Why a snapshot was not written or not used.
@@ -281,6 +285,12 @@ impl Snapshots {
                 ledger.requests_duplicate,
             ],
             state_digest: ledger.state_digest(),
+            ticks_by_submitter: ledger.ticks_by_submitter.clone(),
+            tick_included: ledger
+                .tick_included
+                .iter()
+                .map(|(&(c, s), &n)| (c, s, n))
+                .collect(),
         };
         let bytes = encode_file(&body).map_err(|e| SnapshotError::Decode {
             path: path.clone(),
@@ -450,6 +460,19 @@ fn restore_body(
     ledger.fires = fires;
     ledger.requests_executed = requests_executed;
     ledger.requests_duplicate = requests_duplicate;
+    if body.ticks_by_submitter.len() != ledger.ticks_by_submitter.len() {
+        return Err(restore(format!(
+            "{} tick counters for {} validators",
+            body.ticks_by_submitter.len(),
+            ledger.ticks_by_submitter.len()
+        )));
+    }
+    ledger.ticks_by_submitter = body.ticks_by_submitter;
+    ledger.tick_included = body
+        .tick_included
+        .into_iter()
+        .map(|(c, s, n)| ((c, s), n))
+        .collect();
     if ledger.host_height() != body.height {
         return Err(restore(format!(
             "host at height {}, snapshot of {}",
@@ -580,7 +603,8 @@ mod tests {
     /// Block `h` of a demo chain: every component ticked by a rotating validator, 250 ms apart
     /// (`shift` moves the agreed time: another chain).
     fn block(h: u64, components: &[u32], addrs: &[Address], shift: i64) -> Block {
-        let submitter = addrs[(h as usize) % addrs.len()];
+        // The submitter: one of the four validators of `validators()`, in turn.
+        let signer = Ed25519Signer::new([(h % addrs.len() as u64) as u8 + 1; 32]);
         Block {
             height: h,
             prev_round: 0,
@@ -589,10 +613,7 @@ mod tests {
             agreed_time_ms: GENESIS_MS + 250 * h as i64 + shift,
             ticks: components
                 .iter()
-                .map(|&component| TickTx {
-                    component,
-                    submitter,
-                })
+                .map(|&component| TickTx::sign(component, h, &signer))
                 .collect(),
             requests: Vec::new(),
         }
@@ -655,6 +676,15 @@ mod tests {
         assert!(r.rejected.is_empty(), "{:?}", r.rejected);
         assert_eq!(r.ledger.state_digest(), digest);
         assert_eq!(r.ledger.fires, fires);
+        // What is derived from the blocks but not in the digest survives the snapshot too: the
+        // last tick number carried per (component, submitter) and the ticks per submitter.
+        let (set, _) = validators();
+        let store = BlockStore::open(&dir.join("blocks.log")).unwrap();
+        let mut full = LedgerHost::new("demo", 4).unwrap();
+        replay_above(&store, &mut full, &set, 0, |_, _, _| {}).unwrap();
+        assert!(!full.tick_included.is_empty());
+        assert_eq!(r.ledger.tick_included, full.tick_included);
+        assert_eq!(r.ledger.ticks_by_submitter, full.ticks_by_submitter);
         // Only the newest KEEP_SNAPSHOTS stay on disk.
         let kept = Snapshots::open(&dir.join("snapshots"))
             .unwrap()
@@ -831,11 +861,13 @@ mod tests {
             executed: Vec::new(),
             counters: [0; 5],
             state_digest: [0; 32],
+            ticks_by_submitter: vec![1, 2],
+            tick_included: vec![(1, 0, 7)],
         };
         let good = encode_file(&body).unwrap();
         assert_eq!(decode_file(&good, path).unwrap(), body);
         let mut v2 = good.clone();
-        v2[8] = 2;
+        v2[8] = 3;
         assert!(matches!(
             decode_file(&v2, path),
             Err(SnapshotError::BadHeader { .. })

@@ -13,9 +13,12 @@
 //! the tick requests that reach the replica's tick gate (not already executed, from a replica's
 //! internal client); they are checked against the components the replica itself reports.
 //!
-//! Only ticks are replayed: the adapter's blocks carry no client requests yet, so the run has no
-//! clients (a recorded request fails the test with that message). The `orders` ledger, whose
-//! actions come from requests, is left for when the adapter has a request path.
+//! The demo run has no clients (ticks only). The `orders` run has two sim-bft clients whose puts
+//! place orders that expire 2 s later: their requests are replayed as the adapter's signed
+//! requests (number = sim-bft's request number, one ed25519 key per client) through
+//! `LedgerHost::execute_with_clients`, which runs the adapter's own request path (exactly once
+//! per `(client, number)`, then `Tx::Request`) under sim-bft's client ids (the orders ledger
+//! records each order's owner, and the adapter otherwise derives the id from the key).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,8 +26,11 @@ use std::rc::Rc;
 
 use ccron::Due;
 use ccron::host::FireNote;
+use ccron_ledgers::orders::SchedAppConfig;
 use ccron_malachite::app::{DEMO_TICK_PERIOD_MS, LedgerHost};
-use ccron_malachite::context::{Block, Hash32, TickTx, ValidatorSet};
+use ccron_malachite::context::{Block, Hash32, Sig, TickTx, ValidatorSet};
+use ccron_malachite::request::{ClientRequest, SignedRequest};
+use ed25519_dalek::SigningKey;
 use sim_bft::crypto::internal_client_owner;
 use sim_bft::ledgers::demo::DemoTables;
 use sim_bft::node::{Executed, Input, Millis, Node, NodeId, Output};
@@ -56,8 +62,8 @@ struct RecordedBatch {
     agreed_time_ms: Option<Millis>,
     /// `(component, sender replica)` in batch order.
     ticks: Vec<(u32, u32)>,
-    /// `(client, payload)` of user requests in batch order.
-    requests: Vec<(u64, Vec<u8>)>,
+    /// `(client, request number, payload)` of user requests in batch order.
+    requests: Vec<(u64, u64, Vec<u8>)>,
     fires: Vec<FireNote>,
     /// Set when this batch was the last one the replica executed in one step (its state then
     /// is the state after this batch).
@@ -115,7 +121,7 @@ impl Recorder {
                     }
                     RequestKind::Write => {
                         if internal_client_owner(client).is_none() {
-                            requests.push((client, r.request.payload.clone()));
+                            requests.push((client, req_seq, r.request.payload.clone()));
                         }
                     }
                 }
@@ -224,6 +230,18 @@ impl Harness for RecHarness {
         self.inner.on_send(bytes);
     }
 
+    fn reply_number(&self, bytes: &[u8]) -> Option<(u32, u64)> {
+        self.inner.reply_number(bytes)
+    }
+
+    fn on_reply(&mut self, bytes: &[u8]) -> Option<(u32, String)> {
+        self.inner.on_reply(bytes)
+    }
+
+    fn metrics(&self, node: &RecNode) -> BTreeMap<String, u64> {
+        self.inner.metrics(&node.inner)
+    }
+
     fn view(&self, node: &RecNode) -> Option<u64> {
         self.inner.view(&node.inner)
     }
@@ -236,7 +254,7 @@ impl Harness for RecHarness {
 /// Runs the seeded demo cluster and returns the recorded sequence of replica 0.
 fn record(seed: u64) -> Vec<RecordedBatch> {
     let tables = DemoTables::default();
-    let cfg = SimConfig {
+    record_with(SimConfig {
         seed,
         replicas: N,
         ledger: LedgerKind::Demo,
@@ -248,9 +266,40 @@ fn record(seed: u64) -> Vec<RecordedBatch> {
         duration_ms: RUN_MS,
         node_check_every: 0,
         ..SimConfig::default()
-    };
+    })
+}
+
+/// The orders ledger's configuration in sim-bft's `--ledger orders` (no zone installs).
+fn sim_orders_config() -> SchedAppConfig {
+    SchedAppConfig {
+        puts_as_orders: true,
+        zone_installs: false,
+        expiry_ms: 2_000,
+        ..SchedAppConfig::default()
+    }
+}
+
+/// Runs the seeded orders cluster with two clients and returns replica 0's recorded sequence.
+fn record_orders(seed: u64) -> Vec<RecordedBatch> {
+    record_with(SimConfig {
+        seed,
+        replicas: N,
+        ledger: LedgerKind::Orders,
+        tick_period_ms: DEMO_TICK_PERIOD_MS,
+        components: vec![sim_orders_config().component],
+        rotate_ticks: false,
+        clients: 2,
+        request_interval_ms: 400,
+        zone_installs: false,
+        duration_ms: RUN_MS,
+        node_check_every: 0,
+        ..SimConfig::default()
+    })
+}
+
+fn record_with(cfg: SimConfig) -> Vec<RecordedBatch> {
     let inner = ClusterHarness::new(&cfg);
-    inner.validate().expect("demo harness");
+    inner.validate().expect("harness");
     let rec = Rc::new(RefCell::new(Recorder::default()));
     let harness = RecHarness {
         inner,
@@ -271,14 +320,24 @@ fn validators() -> ValidatorSet {
     ValidatorSet::new(&keys)
 }
 
+/// The ed25519 key the replay signs sim-bft client `client`'s requests with.
+fn client_key(client: u64) -> SigningKey {
+    let mut secret = [0x3c; 32];
+    secret[..8].copy_from_slice(&client.to_le_bytes());
+    SigningKey::from_bytes(&secret)
+}
+
+/// The sim-bft client id of a replayed request (by its key).
+fn sim_client(r: &SignedRequest) -> u64 {
+    (0..64u64)
+        .find(|&c| client_key(c).verifying_key().to_bytes() == r.request.client_key)
+        .unwrap_or(u64::MAX)
+}
+
 /// The recorded batch as the adapter's block (no samples: execution does not read them; the
-/// block validity rule is checked where blocks are proposed).
+/// block validity rule is checked where blocks are proposed). Client requests become signed
+/// adapter requests with sim-bft's request numbers.
 fn adapter_block(b: &RecordedBatch, vs: &ValidatorSet) -> Block {
-    assert!(
-        b.requests.is_empty(),
-        "seq {}: a client request, and this recording carries ticks only",
-        b.seq
-    );
     Block {
         height: b.seq,
         prev_round: 0,
@@ -291,9 +350,25 @@ fn adapter_block(b: &RecordedBatch, vs: &ValidatorSet) -> Block {
             .map(|&(component, sender)| TickTx {
                 component,
                 submitter: vs.validators[sender as usize].address,
+                // Execution reads neither: numbers and signatures are checked where blocks are
+                // proposed (`validate_block`, `validate_ticks`).
+                number: b.seq,
+                signature: Sig([0; 64]),
             })
             .collect(),
-        requests: Vec::new(),
+        requests: b
+            .requests
+            .iter()
+            .map(|(client, number, payload)| {
+                let key = client_key(*client);
+                ClientRequest {
+                    client_key: key.verifying_key().to_bytes(),
+                    number: *number,
+                    payload: payload.clone(),
+                }
+                .sign(&key)
+            })
+            .collect(),
     }
 }
 
@@ -304,24 +379,32 @@ struct Compared {
     checkpoints: usize,
     fires: usize,
     ticks: usize,
+    requests: usize,
 }
 
 /// Feeds `seq` to a fresh adapter host and compares batch by batch; the first difference is the
 /// error.
 fn feed_adapter(seq: &[RecordedBatch]) -> Result<Compared, String> {
+    let host = LedgerHost::new("demo", N).map_err(|e| format!("host: {e}"))?;
+    feed(host, seq)
+}
+
+/// Feeds `seq` to `host` and compares batch by batch.
+fn feed(mut host: LedgerHost, seq: &[RecordedBatch]) -> Result<Compared, String> {
     let vs = validators();
-    let mut host = LedgerHost::new("demo", N).map_err(|e| format!("host: {e}"))?;
     let mut c = Compared {
         batches: 0,
         checkpoints: 0,
         fires: 0,
         ticks: 0,
+        requests: 0,
     };
     for b in seq {
         let block = adapter_block(b, &vs);
         let out = host
-            .execute(&block, &vs)
+            .execute_with_clients(&block, &vs, &sim_client)
             .map_err(|e| format!("seq {}: {e}", b.seq))?;
+        c.requests += host.last_requests.len();
         if out.fires != b.fires {
             return Err(format!(
                 "seq {}: fires differ: adapter {:?}, sim-bft {:?}",
@@ -396,4 +479,29 @@ fn a_perturbed_recording_is_caught() {
     dropped[k].ticks.clear();
     let err = feed_adapter(&dropped).expect_err("dropped ticks must show");
     assert!(err.contains("fires differ"), "{err}");
+}
+
+/// A recording with client requests: sim-bft's `orders` ledger with two clients placing orders
+/// (each put an order whose expiry fires 2 s later on the ticks), replayed through the adapter's
+/// request and tick path: the same fires in every batch, the same application digest (orders,
+/// schedule book, outbox), cron pages and agreed time wherever replica 0's state was observed.
+#[test]
+fn a_recorded_sim_bft_run_with_client_requests_runs_alike_on_the_adapter() {
+    let seq = record_orders(7);
+    let host = LedgerHost::orders(sim_orders_config(), N);
+    let c = feed(host, &seq).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("compared: {c:?}");
+    assert!(c.requests >= 20, "{c:?}");
+    assert!(c.fires >= 10, "orders expired: {c:?}");
+    assert!(c.checkpoints * 4 >= c.batches * 3, "{c:?}");
+    // Perturbed: one batch's requests left out, and the adapter no longer matches.
+    let k = seq
+        .iter()
+        .position(|b| !b.requests.is_empty())
+        .expect("a batch with requests");
+    let mut dropped = seq.clone();
+    dropped[k].requests.clear();
+    let err = feed(LedgerHost::orders(sim_orders_config(), N), &dropped)
+        .expect_err("dropped requests must show");
+    assert!(!err.is_empty());
 }

@@ -84,16 +84,12 @@ fn chain(heights: u64, step_ms: i64, components: &[u32]) -> Vec<Block> {
         };
         let prev_time = prev.map_or(0, |p| p.agreed_time_ms);
         let time = agreed_time(h, GENESIS_MS, prev_time, &carried, &vs).expect("a quorum");
-        let sender = |k: usize| Address(signers[k % N].public_key());
         // Validator k submits at heights 2k and 2k+1: two ticks of one sender, component and
         // 200 ms period of agreed time are coalesced by the gate.
         let ticks = components
             .iter()
             .enumerate()
-            .map(|(i, &c)| TickTx {
-                component: c,
-                submitter: sender(h as usize / 2 + i),
-            })
+            .map(|(i, &c)| TickTx::sign(c, h, &signers[(h as usize / 2 + i) % N]))
             .collect();
         let block = Block {
             height: h,
@@ -218,10 +214,11 @@ fn orders_ledger_runs_the_same_on_the_adapter_and_on_the_host() {
 fn a_tick_from_a_non_validator_is_skipped_on_both_paths() {
     let components = DemoTables::default().components();
     let mut blocks = chain(3, 250, &components);
-    blocks[2].ticks.push(TickTx {
-        component: components[0],
-        submitter: Address([0xAB; 32]),
-    });
+    blocks[2].ticks.push(TickTx::sign(
+        components[0],
+        3,
+        &Ed25519Signer::new([0xAB; 32]),
+    ));
     let mut direct = BlockHost::new(
         demo_ledger(&DemoTables::default()).unwrap(),
         MemPages::new(HOST_PAGES.0, HOST_PAGES.1),
@@ -436,4 +433,128 @@ fn the_rule_refuses_forged_oversized_and_repeated_requests() {
         check(&many),
         Err(BlockRejection::TooManyRequests { .. })
     ));
+}
+
+/// Tick admission on the adapter: a non-validator's tick and a second tick of one submitter,
+/// component and period are refused at execution (typed, counted); the tick pool refuses them
+/// and a throttled duplicate before ordering; the validity rule refuses a forged, repeated or
+/// replayed tick.
+#[test]
+fn non_validator_duplicate_and_replayed_ticks_are_refused() {
+    use ccron::host::{TickPool, TickRejection};
+    use ccron_malachite::app::{validate_ticks, validator_index};
+    let components = DemoTables::default().components();
+    let c = components[0];
+    let (vs, signers) = validators();
+    let outsider = Ed25519Signer::new([0xAB; 32]);
+    let block = |height: u64, agreed_time_ms: i64, ticks: Vec<TickTx>| Block {
+        height,
+        prev_round: 0,
+        prev_id: Hash32::default(),
+        samples: Vec::new(),
+        agreed_time_ms,
+        ticks,
+        requests: Vec::new(),
+    };
+    // Execution (ccron's TickGate through `LedgerHost`): heights 1 and 2 in one 200 ms period.
+    let mut host = LedgerHost::new("demo", N as u32).unwrap();
+    let t0 = GENESIS_MS - GENESIS_MS.rem_euclid(DEMO_TICK_PERIOD_MS as i64);
+    let out = host
+        .execute(
+            &block(
+                1,
+                t0,
+                vec![
+                    TickTx::sign(c, 1, &signers[0]),
+                    TickTx::sign(c, 1, &outsider),
+                ],
+            ),
+            &vs,
+        )
+        .unwrap();
+    assert_eq!(out.results[0], TxResult::TickEvaluated);
+    assert_eq!(
+        out.results[1],
+        TxResult::TickSkipped(TickRejection::NotAValidator)
+    );
+    let out = host
+        .execute(
+            &block(2, t0 + 150, vec![TickTx::sign(c, 2, &signers[0])]),
+            &vs,
+        )
+        .unwrap();
+    assert!(
+        matches!(
+            out.results[0],
+            TxResult::TickSkipped(TickRejection::Coalesced { sender: 0, .. })
+        ),
+        "{out:?}"
+    );
+    assert_eq!((host.ticks_executed, host.ticks_skipped), (1, 2));
+    assert_eq!(host.ticks_by_submitter, vec![1, 0, 0, 0]);
+
+    // Before ordering (ccron's TickPool on a node): not a validator, throttled duplicate.
+    let mut pool: TickPool<TickTx> = TickPool::new(N as u32, components.iter().copied());
+    let admit = |pool: &mut TickPool<TickTx>, t: TickTx| {
+        pool.admit(t.component, validator_index(&vs, &t.submitter), t.number, t)
+    };
+    assert_eq!(
+        admit(&mut pool, TickTx::sign(c, 1, &outsider)),
+        Err(TickRejection::NotAValidator)
+    );
+    assert_eq!(admit(&mut pool, TickTx::sign(c, 5, &signers[1])), Ok(()));
+    assert!(matches!(
+        admit(&mut pool, TickTx::sign(c, 5, &signers[1])),
+        Err(TickRejection::AlreadyPending { pending: 5, .. })
+    ));
+    assert_eq!(pool.counters().not_a_validator, 1);
+    assert_eq!(pool.counters().already_pending, 1);
+    assert_eq!(pool.len(), 1);
+
+    // The validity rule: a replayed number (a decided block carried it) is refused.
+    pool.on_included(c, 1, 5);
+    assert!(pool.is_empty());
+    let replay_block = block(3, t0, vec![TickTx::sign(c, 5, &signers[1])]);
+    assert!(matches!(
+        validate_ticks(&replay_block, &vs, &pool),
+        Err(BlockRejection::TickRefused {
+            index: 0,
+            reason: TickRejection::Stale {
+                number: 5,
+                last: 5,
+                ..
+            }
+        })
+    ));
+    let fresh = block(3, t0, vec![TickTx::sign(c, 6, &signers[1])]);
+    assert_eq!(validate_ticks(&fresh, &vs, &pool), Ok(()));
+    // ... and a forged signature or one submitter's two ticks of a component, by
+    // `validate_block` (checked on a valid chain's third block).
+    let blocks = chain(3, 250, &components);
+    let prev = PrevCommit {
+        round: 2,
+        id: blocks[1].id(),
+        agreed_time_ms: blocks[1].agreed_time_ms,
+    };
+    let has = |x: u32| components.contains(&x);
+    let mut forged = blocks[2].clone();
+    forged.ticks[0].number += 1;
+    assert_eq!(
+        validate_block(&forged, 3, Some(prev), GENESIS_MS, NOW3, &vs, &has),
+        Err(BlockRejection::BadTickSignature { index: 0 })
+    );
+    let mut twice = blocks[2].clone();
+    let again = twice.ticks[0].clone();
+    twice.ticks.push(TickTx::sign(
+        again.component,
+        again.number + 1,
+        &signers[signers
+            .iter()
+            .position(|s| s.public_key() == again.submitter.0)
+            .unwrap()],
+    ));
+    assert_eq!(
+        validate_block(&twice, 3, Some(prev), GENESIS_MS, NOW3, &vs, &has),
+        Err(BlockRejection::BadTick)
+    );
 }

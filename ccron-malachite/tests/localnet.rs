@@ -2,6 +2,7 @@
 //! validator processes (the localnet kills its children on every exit path, and nodes exit when
 //! the localnet process is gone). The tests run one at a time (a lock) to keep 2 cores usable.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
@@ -12,12 +13,46 @@ use ccron_malachite::node::NodeStatus;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn localnet(args: &[&str], name: &str) -> (bool, Report) {
-    let (ok, report, _) = localnet_with(args, "demo", name);
+    let (ok, report, _, _) = localnet_with(args, "demo", name);
     (ok, report)
 }
 
-/// Runs a localnet of `ledger`; also returns each node's final `status.json`.
-fn localnet_with(args: &[&str], ledger: &str, name: &str) -> (bool, Report, Vec<NodeStatus>) {
+/// Per node: height -> (digest, requests executed), from its `digests.log`
+/// (`height digest agreed_time requests_executed` per executed height).
+type DigestLog = BTreeMap<u64, (String, u64)>;
+
+fn read_digest_log(path: &std::path::Path) -> DigestLog {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let v: Vec<&str> = line.split_whitespace().collect();
+            let [h, d, _, r] = v[..] else { return None };
+            Some((h.parse().ok()?, (d.to_string(), r.parse().ok()?)))
+        })
+        .collect()
+}
+
+/// The highest height at least two of `logs` executed, and the nodes that executed it.
+/// (Nodes are stopped one after another at the end of a run, so fewer than two may end at the
+/// top height: compare at a height they share instead.)
+fn highest_shared(logs: &[DigestLog]) -> Option<(u64, Vec<usize>)> {
+    let mut heights: Vec<u64> = logs.iter().flat_map(|l| l.keys().copied()).collect();
+    heights.sort_unstable();
+    heights.dedup();
+    heights.into_iter().rev().find_map(|h| {
+        let nodes: Vec<usize> = (0..logs.len())
+            .filter(|&i| logs[i].contains_key(&h))
+            .collect();
+        (nodes.len() >= 2).then_some((h, nodes))
+    })
+}
+
+/// Runs a localnet of `ledger`; also returns each node's final `status.json` and digests log.
+fn localnet_with(
+    args: &[&str],
+    ledger: &str,
+    name: &str,
+) -> (bool, Report, Vec<NodeStatus>, Vec<DigestLog>) {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!(
         "ccron-malachite-test-{name}-{}",
@@ -48,16 +83,25 @@ fn localnet_with(args: &[&str], ledger: &str, name: &str) -> (bool, Report, Vec<
                 .expect("status parses")
         })
         .collect();
+    let logs = (0..4)
+        .map(|i| {
+            read_digest_log(
+                &dir.join("home")
+                    .join(format!("node-{i}"))
+                    .join("digests.log"),
+            )
+        })
+        .collect();
     let ok = out.status.success();
     if ok {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    (ok, report, statuses)
+    (ok, report, statuses, logs)
 }
 
 #[test]
 fn orders_placed_through_the_endpoint_expire_on_every_node() {
-    let (ok, r, statuses) = localnet_with(&["--duration", "20s"], "orders", "orders");
+    let (ok, r, statuses, logs) = localnet_with(&["--duration", "20s"], "orders", "orders");
     assert!(ok, "localnet failed: {r:?}");
     assert!(r.honest_agree);
     assert_eq!(r.restarts, 1);
@@ -67,23 +111,38 @@ fn orders_placed_through_the_endpoint_expire_on_every_node() {
         assert!(s.requests_executed > 0, "node {} executed no request", n.id);
         assert!(s.mempool.accepted > 0, "node {} admitted no request", n.id);
     }
-    // Nodes at the same height executed the same requests (the digest covers them too). The
-    // localnet stops its nodes one after the other, so the last of them may decide one more
-    // height: compare the nodes at the height most of them stopped at.
-    let mut counts = std::collections::BTreeMap::new();
-    for s in &statuses {
-        *counts.entry(s.last_height).or_insert(0usize) += 1;
+    // Nodes at the same height executed the same requests (the digest covers them too): at the
+    // highest height two or more nodes executed, and at every height shared by all four.
+    let (h, nodes) = highest_shared(&logs).expect("two nodes share a height");
+    assert!(nodes.len() >= 2 && h > 0, "{statuses:?}");
+    let first = &logs[nodes[0]][&h];
+    assert!(first.1 > 0, "no request executed by height {h}");
+    for &i in &nodes {
+        assert_eq!(&logs[i][&h], first, "node {i} at height {h}");
     }
-    let top = counts
-        .iter()
-        .max_by_key(|(h, n)| (**n, **h))
-        .map_or(0, |(h, _)| *h);
-    let at_top: Vec<&NodeStatus> = statuses.iter().filter(|s| s.last_height == top).collect();
-    assert!(at_top.len() >= 2, "{statuses:?}");
-    for s in &at_top {
-        assert_eq!(s.requests_executed, at_top[0].requests_executed);
-        assert_eq!(s.state_digest, at_top[0].state_digest);
+    let mut compared = 0;
+    for (h, entry) in &logs[0] {
+        if logs[1..]
+            .iter()
+            .all(|l| l.get(h).is_some_and(|e| e == entry))
+        {
+            compared += 1;
+        } else {
+            assert!(
+                logs[1..]
+                    .iter()
+                    .all(|l| l.get(h).is_none_or(|e| e == entry)),
+                "nodes disagree at height {h}"
+            );
+        }
     }
+    assert!(compared > 0, "no height shared by all four nodes");
+    // The client read its results back from the nodes (`GET /v1/requests/{client}/{number}`)
+    // and believed those f+1 nodes returned identically: most of its orders, all placed.
+    let res = r.results.expect("results read back");
+    assert!(res.asked > 0 && res.conflicting == 0, "{res:?}");
+    assert!(res.believed * 2 >= res.asked, "{res:?}");
+    assert_eq!(res.believed_ok, res.believed, "{res:?}");
     // A consumer reading the nodes' outbox endpoints over HTTP believed the expiries' effects
     // (each `shop.cancel` record returned identically by f+1 = 2 nodes).
     let believed = r.outbox_quorum_records.unwrap_or(0);
@@ -96,7 +155,8 @@ fn orders_placed_through_the_endpoint_expire_on_every_node() {
 
 #[test]
 fn kill_and_restart_agrees_and_fires() {
-    let (ok, r) = localnet(&["--duration", "20s"], "kill");
+    // Node 0 also proposes its blocks without ticks (a Byzantine proposer starving ticks).
+    let (ok, r) = localnet(&["--duration", "20s", "--omit-ticks"], "kill");
     assert!(ok, "localnet failed: {r:?}");
     assert!(r.honest_agree);
     assert_eq!(r.restarts, 1);
@@ -146,6 +206,12 @@ fn kill_and_restart_agrees_and_fires() {
         "{l:?}"
     );
     assert!(r.committed_ticks_per_sec > 0.0);
+    // Ticks come from every validator (signed, forwarded to the others, carried by whichever
+    // proposes), not only from the proposers': ticks of all 4 validators were evaluated,
+    // node 0's included although it never puts a tick in its own blocks.
+    let by = &r.nodes[0].ticks_by_submitter;
+    assert_eq!(by.len(), 4, "{r:?}");
+    assert!(by.iter().all(|&k| k > 0), "{by:?}");
 }
 
 #[test]

@@ -41,6 +41,7 @@ pub use cron_ledger::CronLedger;
 pub use requests::{DuplicateRequest, ExecutedRequests, REQUEST_WINDOW};
 pub use scheduler::{BookConfig, LedgerScheduler};
 pub use ticks::{
-    TickAuthority, TickCoalescer, TickRejection, TickSenders, ValidatorId, period_index,
+    TickAuthority, TickCoalescer, TickPool, TickPoolCounters, TickRejection, TickSenders,
+    ValidatorId, period_index,
 };
 pub use time::{TimeError, TimeRule, two_thirds_quorum};

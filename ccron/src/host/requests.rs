@@ -9,10 +9,25 @@
 //!
 //! The state is bounded per client: a window of the [`REQUEST_WINDOW`] numbers below the highest
 //! executed one. A number inside the window executes once, in any order (a client may have
-//! several requests in flight); a number below it is refused as too old. The state is replicated
-//! (every validator holds the same after the same blocks), so it belongs in the state digest
-//! ([`ExecutedRequests::digest`]) and in snapshots ([`ExecutedRequests::encode`] /
-//! [`ExecutedRequests::decode`]).
+//! several requests in flight); a number below it is refused as too old.
+//!
+//! The client table is bounded too: at most `max_clients` clients
+//! ([`DEFAULT_MAX_CLIENTS`] unless [`ExecutedRequests::with_max_clients`]). When a request of a
+//! client not in the table executes while the table is full, the **least recently executed**
+//! client (by execution order, identical on every validator) is evicted, and the table's
+//! replicated **floor** rises to one above that client's highest executed number. A client that
+//! enters the table (new, or back after its eviction) may only use numbers **at or above the
+//! floor** of that moment, for as long as it stays in the table
+//! ([`DuplicateRequest::BelowFloor`]): an evicted client's old numbers are all below the floor,
+//! so none of them can execute again. A client that may have been evicted (it was idle while
+//! many others were not) numbers its requests at or above the floor: e.g. from its wall clock in
+//! microseconds, or after reading the floor from a node. (A client whose highest number is
+//! `u64::MAX` leaves the floor at `u64::MAX`: only that number could repeat; clients do not
+//! number that high.)
+//!
+//! The state is replicated (every validator holds the same after the same blocks), so it belongs
+//! in the state digest ([`ExecutedRequests::digest`]) and in snapshots
+//! ([`ExecutedRequests::encode`] / [`ExecutedRequests::decode`]).
 
 use std::collections::BTreeMap;
 
@@ -24,6 +39,9 @@ use super::wire::{self, WireError};
 /// How many request numbers below a client's highest executed one are still accepted (once
 /// each, in any order).
 pub const REQUEST_WINDOW: u64 = 64;
+
+/// The default bound of the client table (about 5 MB of state at most).
+pub const DEFAULT_MAX_CLIENTS: usize = 100_000;
 
 /// Why an ordered request is not executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -49,27 +67,91 @@ pub enum DuplicateRequest {
         /// The client's highest executed number.
         highest: u64,
     },
+    /// The number is below the floor that applied when the client entered the table (or
+    /// applies now, for a client not in it): it may be an evicted client's old number.
+    #[error("request {number} of client {client} is below the floor {floor}")]
+    BelowFloor {
+        /// The client.
+        client: ClientId,
+        /// The request number.
+        number: u64,
+        /// The floor.
+        floor: u64,
+    },
 }
 
-/// The executed request numbers of every client (replicated state).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// One client's entry: the highest executed number, a mask of executed numbers below it (bit
+/// `i` set: number `highest - i` executed; bit 0 is `highest` itself), and when it last
+/// executed (the table's execution counter), and the table's floor when it entered the table
+/// (its numbers must stay above it: an evicted client that comes back cannot replay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    highest: u64,
+    mask: u64,
+    last_used: u64,
+    floor: u64,
+}
+
+/// The executed request numbers of every client in a bounded table (replicated state).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutedRequests {
-    /// Per client: the highest executed number and a mask of executed numbers below it (bit
-    /// `i` set: number `highest - i` executed; bit 0 is `highest` itself).
-    clients: BTreeMap<ClientId, (u64, u64)>,
+    clients: BTreeMap<ClientId, Entry>,
+    /// Clients by last execution (the eviction order).
+    by_use: BTreeMap<u64, ClientId>,
+    /// Executions so far (the logical clock of `last_used`).
+    clock: u64,
+    /// Numbers of clients not in the table must be at least this (one above the highest
+    /// number of every evicted client).
+    floor: u64,
+    max_clients: usize,
+    /// Clients evicted so far.
+    evicted: u64,
+}
+
+impl Default for ExecutedRequests {
+    fn default() -> Self {
+        Self::with_max_clients(DEFAULT_MAX_CLIENTS)
+    }
 }
 
 impl ExecutedRequests {
-    /// Nothing executed (genesis).
+    /// Nothing executed (genesis), at most [`DEFAULT_MAX_CLIENTS`] clients.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Nothing executed, at most `max_clients` clients (at least 1); every validator must use
+    /// the same bound.
+    pub fn with_max_clients(max_clients: usize) -> Self {
+        Self {
+            clients: BTreeMap::new(),
+            by_use: BTreeMap::new(),
+            clock: 0,
+            floor: 0,
+            max_clients: max_clients.max(1),
+            evicted: 0,
+        }
+    }
+
     /// Whether [`admit`](Self::admit) would refuse `(client, number)`, without recording it.
     pub fn check(&self, client: ClientId, number: u64) -> Result<(), DuplicateRequest> {
-        let Some(&(highest, mask)) = self.clients.get(&client) else {
+        let floored = |floor: u64| {
+            Err(DuplicateRequest::BelowFloor {
+                client,
+                number,
+                floor,
+            })
+        };
+        let Some(e) = self.clients.get(&client) else {
+            if number < self.floor {
+                return floored(self.floor);
+            }
             return Ok(());
         };
+        if number < e.floor {
+            return floored(e.floor);
+        }
+        let (highest, mask) = (e.highest, e.mask);
         if number > highest {
             return Ok(());
         }
@@ -87,13 +169,29 @@ impl ExecutedRequests {
         Ok(())
     }
 
-    /// Records `(client, number)` as executed, or refuses it when it already executed or is
-    /// below the client's window (then nothing changes).
+    /// Records `(client, number)` as executed, or refuses it when it already executed, is
+    /// below the client's window, or below the client's floor; then
+    /// nothing changes. A new client in a full table evicts the least recently executed one.
     pub fn admit(&mut self, client: ClientId, number: u64) -> Result<(), DuplicateRequest> {
         self.check(client, number)?;
-        let entry = self.clients.entry(client).or_insert((number, 0));
-        let (highest, mask) = *entry;
-        *entry = if number > highest {
+        // The floor this client was checked against (an eviction below raises it for others).
+        let floor = self.floor;
+        if !self.clients.contains_key(&client) && self.clients.len() >= self.max_clients {
+            self.evict_oldest();
+        }
+        self.clock = self.clock.saturating_add(1);
+        let clock = self.clock;
+        let entry = self.clients.entry(client).or_insert(Entry {
+            highest: number,
+            mask: 0,
+            last_used: clock,
+            floor,
+        });
+        self.by_use.remove(&entry.last_used);
+        entry.last_used = clock;
+        self.by_use.insert(clock, client);
+        let (highest, mask) = (entry.highest, entry.mask);
+        (entry.highest, entry.mask) = if number > highest {
             let shift = number - highest;
             let moved = if shift >= REQUEST_WINDOW {
                 0
@@ -107,25 +205,67 @@ impl ExecutedRequests {
         Ok(())
     }
 
-    /// Clients with at least one executed request.
+    fn evict_oldest(&mut self) {
+        let Some((_, client)) = self.by_use.pop_first() else {
+            return;
+        };
+        if let Some(e) = self.clients.remove(&client) {
+            self.floor = self.floor.max(e.highest.saturating_add(1));
+            self.evicted = self.evicted.saturating_add(1);
+            tracing::debug!(
+                client,
+                highest = e.highest,
+                floor = self.floor,
+                "executed-requests table full: least recently executed client evicted"
+            );
+        }
+    }
+
+    /// Clients in the table.
     pub fn clients(&self) -> usize {
         self.clients.len()
     }
 
-    /// Whether nothing executed yet.
-    pub fn is_empty(&self) -> bool {
-        self.clients.is_empty()
+    /// The table's bound.
+    pub fn max_clients(&self) -> usize {
+        self.max_clients
     }
 
-    /// SHA-256 over the entries in client order (equal on validators that executed the same
-    /// requests).
+    /// Clients not in the table must number their requests at least this (one above every
+    /// evicted client's highest executed number; 0 until a client is evicted).
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// Clients evicted so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Whether nothing executed yet.
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty() && self.evicted == 0
+    }
+
+    /// SHA-256 over the bound, floor, clock, evictions and the entries in client order (equal
+    /// on validators that executed the same requests).
     pub fn digest(&self) -> Digest32 {
         let mut h = Sha256::new();
-        h.update(b"ccron-executed-requests");
-        for (client, (highest, mask)) in &self.clients {
+        h.update(b"ccron-executed-requests/v2");
+        for v in [
+            self.max_clients as u64,
+            self.floor,
+            self.clock,
+            self.evicted,
+        ] {
+            h.update(v.to_le_bytes());
+        }
+        for (client, e) in &self.clients {
             h.update(client.to_le_bytes());
-            h.update(highest.to_le_bytes());
-            h.update(mask.to_le_bytes());
+            h.update(e.highest.to_le_bytes());
+            h.update(e.mask.to_le_bytes());
+            h.update(e.last_used.to_le_bytes());
+            h.update(e.floor.to_le_bytes());
         }
         h.finalize().into()
     }
@@ -135,33 +275,71 @@ impl ExecutedRequests {
     /// # Errors
     /// [`WireError::Encode`] (never for this type in practice).
     pub fn encode(&self) -> Result<Vec<u8>, WireError> {
-        let entries: Vec<(u64, u64, u64)> = self
+        let entries: Vec<(u64, u64, u64, u64, u64)> = self
             .clients
             .iter()
-            .map(|(c, (h, m))| (*c, *h, *m))
+            .map(|(c, e)| (*c, e.highest, e.mask, e.last_used, e.floor))
             .collect();
-        wire::encode(&entries)
+        wire::encode(&(
+            (
+                self.max_clients as u64,
+                self.floor,
+                self.clock,
+                self.evicted,
+            ),
+            entries,
+        ))
     }
 
-    /// Decodes [`encode`](Self::encode)'s bytes, refusing more than `limit_bytes`, clients out
-    /// of order or repeated, and masks that do not have their highest bit set.
+    /// Decodes [`encode`](Self::encode)'s bytes, refusing more than `limit_bytes`, more
+    /// clients than the bound, clients out of order or repeated, masks without their highest
+    /// bit, and execution times repeated or after the clock.
     ///
     /// # Errors
     /// [`WireError`] for malformed bytes or entries.
     pub fn decode(bytes: &[u8], limit_bytes: usize) -> Result<Self, WireError> {
-        let entries: Vec<(u64, u64, u64)> = wire::decode(bytes, limit_bytes)?;
-        let mut clients = BTreeMap::new();
+        type Encoded = ((u64, u64, u64, u64), Vec<(u64, u64, u64, u64, u64)>);
+        let ((max_clients, floor, clock, evicted), entries): Encoded =
+            wire::decode(bytes, limit_bytes)?;
+        let bad = |what: String| WireError::Malformed(format!("executed-requests: {what}"));
+        let max_clients = usize::try_from(max_clients)
+            .ok()
+            .filter(|&m| m >= 1)
+            .ok_or_else(|| bad(format!("bound {max_clients}")))?;
+        if entries.len() > max_clients {
+            return Err(bad(format!("{} clients over the bound", entries.len())));
+        }
+        let mut out = Self {
+            floor,
+            clock,
+            evicted,
+            ..Self::with_max_clients(max_clients)
+        };
         let mut last = None;
-        for (client, highest, mask) in entries {
-            if last.is_some_and(|l| l >= client) || mask & 1 == 0 {
-                return Err(WireError::Malformed(format!(
-                    "executed-requests entry of client {client} out of order or without its highest number"
+        for (client, highest, mask, last_used, entry_floor) in entries {
+            if last.is_some_and(|l| l >= client)
+                || mask & 1 == 0
+                || entry_floor > floor
+                || last_used == 0
+                || last_used > clock
+                || out.by_use.insert(last_used, client).is_some()
+            {
+                return Err(bad(format!(
+                    "entry of client {client} out of order, without its highest number, or with a bad execution time"
                 )));
             }
             last = Some(client);
-            clients.insert(client, (highest, mask));
+            out.clients.insert(
+                client,
+                Entry {
+                    highest,
+                    mask,
+                    last_used,
+                    floor: entry_floor,
+                },
+            );
         }
-        Ok(Self { clients })
+        Ok(out)
     }
 }
 
@@ -237,13 +415,119 @@ mod tests {
         assert_eq!(back.digest(), e.digest());
         assert_ne!(ExecutedRequests::new().digest(), e.digest());
         assert!(ExecutedRequests::decode(&bytes, bytes.len() - 1).is_err());
-        let unordered = wire::encode(&vec![(2u64, 1u64, 1u64), (1, 1, 1)]).unwrap();
+        let head = (10u64, 0u64, 5u64, 0u64);
+        let unordered =
+            wire::encode(&(head, vec![(2u64, 1u64, 1u64, 1u64, 0u64), (1, 1, 1, 2, 0)])).unwrap();
         assert!(ExecutedRequests::decode(&unordered, 1_000).is_err());
-        let no_top = wire::encode(&vec![(2u64, 1u64, 2u64)]).unwrap();
+        let no_top = wire::encode(&(head, vec![(2u64, 1u64, 2u64, 1u64, 0u64)])).unwrap();
         assert!(ExecutedRequests::decode(&no_top, 1_000).is_err());
+        let same_time =
+            wire::encode(&(head, vec![(1u64, 1u64, 1u64, 1u64, 0u64), (2, 1, 1, 1, 0)])).unwrap();
+        assert!(ExecutedRequests::decode(&same_time, 1_000).is_err());
+        let future = wire::encode(&(head, vec![(1u64, 1u64, 1u64, 6u64, 0u64)])).unwrap();
+        assert!(ExecutedRequests::decode(&future, 1_000).is_err());
+        let over = wire::encode(&(
+            (1u64, 0u64, 5u64, 0u64),
+            vec![(1u64, 1u64, 1u64, 1u64, 0u64), (2, 1, 1, 2, 0)],
+        ))
+        .unwrap();
+        assert!(ExecutedRequests::decode(&over, 1_000).is_err());
+        let ok =
+            wire::encode(&(head, vec![(1u64, 1u64, 1u64, 1u64, 0u64), (2, 1, 1, 2, 0)])).unwrap();
+        assert!(ExecutedRequests::decode(&ok, 1_000).is_ok());
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_least_recently_executed_client_and_raises_the_floor() {
+        let mut e = ExecutedRequests::with_max_clients(2);
+        e.admit(1, 10).unwrap();
+        e.admit(2, 20).unwrap();
+        e.admit(1, 11).unwrap(); // client 1 is now the most recent
+        assert_eq!(e.floor(), 0);
+        e.admit(3, 5).unwrap(); // evicts client 2 (highest 20)
+        assert_eq!((e.clients(), e.evicted(), e.floor()), (2, 1, 21));
+        // Client 2's old numbers cannot execute again; new clients must number from 21.
+        for n in [1, 20] {
+            assert_eq!(
+                e.admit(2, n),
+                Err(DuplicateRequest::BelowFloor {
+                    client: 2,
+                    number: n,
+                    floor: 21
+                })
+            );
+        }
+        assert!(e.check(4, 7).is_err());
+        // A client still in the table keeps its window, floor or not.
+        assert_eq!(e.admit(3, 6), Ok(()));
+        assert_eq!(
+            e.admit(2, 21),
+            Ok(()),
+            "at the floor: evicts client 1 (highest 11)"
+        );
+        assert_eq!(e.floor(), 21);
+        assert!(e.admit(1, 11).is_err());
+        // Back in the table, client 2 keeps the floor it entered with: 20 never repeats.
+        assert!(matches!(
+            e.admit(2, 20),
+            Err(DuplicateRequest::BelowFloor { floor: 21, .. })
+        ));
+        let bytes = e.encode().unwrap();
+        let back = ExecutedRequests::decode(&bytes, bytes.len()).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(back.digest(), e.digest());
     }
 
     proptest! {
+        /// Against a model of the bounded table (executed numbers and last execution per client
+        /// in the table, the floor): a number executes iff the client is in the table and the
+        /// number never executed and lies in its window, or the client is not in the table and
+        /// the number is above the floor; a new client in a full table evicts the least recently
+        /// executed one and the floor rises to its highest number. No evicted client's executed
+        /// number ever executes again.
+        #[test]
+        fn bounded_table_matches_its_model(
+            cap in 1usize..4,
+            ops in proptest::collection::vec((0u64..6, 0u64..120), 0..300),
+        ) {
+            let mut e = ExecutedRequests::with_max_clients(cap);
+            // client -> (executed numbers, highest, last execution, floor when it entered)
+            let mut table: BTreeMap<u64, (BTreeSet<u64>, u64, u64, u64)> = BTreeMap::new();
+            let mut ever: BTreeSet<(u64, u64)> = BTreeSet::new();
+            let (mut floor, mut clock, mut evicted) = (0u64, 0u64, 0u64);
+            for (client, number) in ops {
+                let ok = match table.get(&client) {
+                    Some((done, h, _, f)) => {
+                        !done.contains(&number)
+                            && (number > *h || h - number < REQUEST_WINDOW)
+                            && number >= *f
+                    }
+                    None => number >= floor,
+                };
+                let got = e.admit(client, number);
+                prop_assert_eq!(got.is_ok(), ok, "{} {}: {:?}", client, number, got);
+                if ok {
+                    let entry_floor = floor;
+                    prop_assert!(ever.insert((client, number)), "{} {} executed twice", client, number);
+                    if !table.contains_key(&client) && table.len() >= cap {
+                        let (&old, _) = table.iter().min_by_key(|(_, (_, _, t, _))| *t).unwrap();
+                        let (_, h, _, _) = table.remove(&old).unwrap();
+                        floor = floor.max(h + 1);
+                        evicted += 1;
+                    }
+                    clock += 1;
+                    let entry = table.entry(client).or_insert((BTreeSet::new(), number, clock, entry_floor));
+                    entry.0.insert(number);
+                    entry.1 = entry.1.max(number);
+                    entry.2 = clock;
+                }
+                prop_assert_eq!((e.clients(), e.floor(), e.evicted()), (table.len(), floor, evicted));
+            }
+            let bytes = e.encode().unwrap();
+            prop_assert_eq!(ExecutedRequests::decode(&bytes, bytes.len()).unwrap(), e);
+        }
+
+
         /// Against a model (every executed number, the highest so far): a number executes iff
         /// it never executed and lies inside the window of the highest executed before it.
         #[test]
