@@ -306,8 +306,8 @@ impl Replica {
             // the 8 s cap), so f consecutive faulty primaries after a failed view outlasted
             // the 20 s liveness bound (campaign C/bad-signatures 7, C/lying-time 7,
             // D/equivocate 33, D/lying-time 33: NoProgress after healing).
-            let asked_in_stall = self.view_change_attempts > 0
-                && self.status_asked_at == Some(self.last_executed);
+            let asked_in_stall =
+                self.view_change_attempts > 0 && self.status_asked_at == Some(self.last_executed);
             let asked = asked_in_stall
                 || match oldest {
                     Some(k) => self.status_asked_req.is_some_and(|(a, _)| a == k),
