@@ -91,3 +91,72 @@ fn a_commit_certificate_received_is_forwarded_to_a_peer_that_lacks_the_seq() {
     assert_eq!(r6.view(), 0);
     h.assert_agreement(&[0, 5, 6]);
 }
+
+/// Campaign D/silent 44, 87, 99 and D/bad-digests 5, 44, 99 (n = 10, `--crash-at-view-change`:
+/// whole-cluster `NoProgress` after healing). A backup accepted a pre-prepare, and crashed
+/// before its prepare got out (right after entering a view). Votes are not persisted: after
+/// the restart it held the entry but not its own prepare, so the retransmission (which answers
+/// a peer's `Have` with the replica's own held messages only) never re-sent it. With f
+/// replicas that do not vote, the honest replicas are the whole quorum: no honest replica
+/// could prepare the seq in that view. A restarted backup now rebuilds its own prepare of the
+/// current view's accepted entries (the same signed bytes: ed25519 is deterministic).
+#[test]
+fn a_restarted_backup_re_sends_the_prepare_it_lost_in_the_crash() {
+    let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
+        c.retransmit_interval_ms = 50;
+        if c.id == 3 {
+            c.byzantine = Byzantine::Silent;
+        }
+    });
+    h.put(0, "k", "v");
+    // Replica 2 gets the pre-prepare, but nothing it sends gets out; then it crashes.
+    deliver_except(&mut h, |from, _, _| from == 2);
+    for i in 0..3 {
+        assert_eq!(h.replica(i).last_executed(), 0, "replica {i} before");
+    }
+    h.crash(2);
+    h.recover(2);
+    assert_eq!(
+        h.replica(2).metrics().get("own_prepare_restored"),
+        1,
+        "{:?}",
+        h.replica(2)
+    );
+    // Well below the view-change timeout (2 s): recovered in view 0.
+    h.advance(600);
+    for i in 0..3 {
+        let r = h.replica(i);
+        assert_eq!(r.last_executed(), 1, "replica {i}: {r:?}");
+        assert_eq!(r.view(), 0, "replica {i} changed view");
+    }
+    h.assert_agreement(&[0, 1, 2]);
+}
+
+/// The same crash, but the batch's time check had failed at the backup (it withheld its
+/// vote): the restart must not turn the withheld vote into a prepare (`vote_ok` is persisted
+/// with the entry).
+#[test]
+fn a_restarted_backup_does_not_prepare_what_it_withheld_its_vote_on() {
+    let mut h = Harness::new(4, |_c: &mut ReplicaConfig| {});
+    // Replica 2's clock is far ahead: the primary's stamp fails its time check.
+    h.clock_offset_ms[2] = 60_000;
+    h.put(0, "k", "v");
+    // Replica 2 gets only the pre-prepare (it stays uncommitted there).
+    deliver_except(&mut h, |from, to, body| {
+        from == 2 || (to == 2 && !matches!(body, Some(Body::PrePrepare { .. })))
+    });
+    h.crash(2);
+    h.recover(2);
+    let r2 = h.replica(2);
+    assert_eq!(r2.last_executed(), 0, "{r2:?}");
+    assert_eq!(r2.metrics().get("own_prepare_restored"), 0, "{r2:?}");
+    // The same schedule without the clock offset does restore it (the test can fail).
+    let mut h = Harness::new(4, |_c: &mut ReplicaConfig| {});
+    h.put(0, "k", "v");
+    deliver_except(&mut h, |from, to, body| {
+        from == 2 || (to == 2 && !matches!(body, Some(Body::PrePrepare { .. })))
+    });
+    h.crash(2);
+    h.recover(2);
+    assert_eq!(h.replica(2).metrics().get("own_prepare_restored"), 1);
+}

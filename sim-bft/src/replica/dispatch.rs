@@ -299,10 +299,20 @@ impl Replica {
             // Per waiting request: the oldest one's status round happens once, whatever else
             // executes meanwhile (a primary must not starve one request by ordering others).
             let oldest = self.clients.oldest_pending().map(|(k, _)| k);
-            let asked = match oldest {
-                Some(k) => self.status_asked_req.is_some_and(|(a, _)| a == k),
-                None => self.status_asked_at == Some(self.last_executed),
-            };
+            // A status round already made in this stall (nothing executed since), in an earlier
+            // view, is not repeated in the next one: what the peers had committed then came
+            // back with it, and lost messages of the new view are the retransmission's
+            // (`Have`) job. Repeating it made every faulty view cost two timeouts (16 s at
+            // the 8 s cap), so f consecutive faulty primaries after a failed view outlasted
+            // the 20 s liveness bound (campaign C/bad-signatures 7, C/lying-time 7,
+            // D/equivocate 33, D/lying-time 33: NoProgress after healing).
+            let asked_in_stall =
+                self.view_change_attempts > 0 && self.status_asked_at == Some(self.last_executed);
+            let asked = asked_in_stall
+                || match oldest {
+                    Some(k) => self.status_asked_req.is_some_and(|(a, _)| a == k),
+                    None => self.status_asked_at == Some(self.last_executed),
+                };
             if !self.in_view_change && !asked {
                 // First expiry without progress: maybe we only lost messages. Ask the others
                 // for what committed; change view only if the next expiry finds us still stuck.

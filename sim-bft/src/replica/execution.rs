@@ -92,6 +92,14 @@ impl Replica {
             let (client, req_seq) = (r.request.client, r.request.req_seq);
             if self.clients.is_executed(client, req_seq) {
                 self.metrics.inc("duplicate_execution_skipped");
+                debug!(
+                    replica = self.cfg.id,
+                    seq,
+                    client,
+                    req_seq,
+                    view = self.view,
+                    "request ordered twice: second copy skipped"
+                );
                 if client == own_internal
                     && r.request.kind == RequestKind::Tick
                     && let Ok(c) = <[u8; 4]>::try_from(r.request.payload.as_slice())

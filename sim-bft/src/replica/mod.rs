@@ -191,6 +191,9 @@ struct StoredEntry {
     /// The proof's batch when it is not `batch` (it prepared in an earlier view).
     proof_batch: Option<Batch>,
     committed: bool,
+    /// Whether the replica votes on `batch` (false: the batch time check failed at receipt and
+    /// it withholds its prepare; recovery must not turn that into a vote).
+    vote_ok: bool,
 }
 
 /// What durable storage keeps under [`KEY_VIEW`]: the view and whether the replica is still

@@ -5,7 +5,7 @@
 //! batch's time, and votes. An entry prepares with 2f matching prepares from backups and
 //! commits with 2f+1 matching commits, whose signed clocks become a time certificate.
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{Byzantine, CommitVote, Dest, Entry, Replica, TimeMode};
 use crate::crypto::{Digest32, SigBytes};
@@ -71,6 +71,13 @@ impl Replica {
         self.store_entry(seq, out);
         out.push(Output::Sync);
         self.metrics.inc("batches_proposed");
+        debug!(
+            replica = self.cfg.id,
+            view,
+            seq,
+            requests = ?batch.requests.iter().map(|r| (r.request.client, r.request.req_seq)).collect::<Vec<_>>(),
+            "proposed"
+        );
         if self.cfg.byzantine == Byzantine::EquivocatingPrimary {
             // Odd backups get a different batch (other clock), hence another digest.
             let mut other = batch.clone();

@@ -85,7 +85,7 @@ impl Replica {
             entry.batch = Some(e.batch);
             entry.proof = e.proof;
             entry.committed = e.committed;
-            entry.vote_ok = true;
+            entry.vote_ok = e.vote_ok;
         }
         r.restore_time_cert(stored)?;
         let mut discard = Vec::new();
@@ -106,6 +106,33 @@ impl Replica {
             if (e.view != view || in_vc) && !e.committed {
                 e.batch = None;
                 e.digest = None;
+            }
+        }
+        // The replica's own prepare of a current-view entry it accepted before the crash is
+        // not stored (votes are not persisted), and may never have left (a crash right after
+        // entering a view: `--crash-at-view-change`). Rebuild it (ed25519 is deterministic:
+        // the same bytes as before, for the same digest, so no equivocation) so that the
+        // retransmission answers a peer's `Have` with it. Without it, with every honest replica
+        // needed for a quorum, no honest replica could prepare that seq in this view, and the
+        // restarted replica's own short view-change timer (its back-off restarts at zero)
+        // took it out of the view alone: the whole cluster stalled (campaign D/silent 44).
+        if !in_vc && r.primary_of(view) != r.cfg.id {
+            let own: Vec<(u64, crate::crypto::Digest32)> = r
+                .log
+                .iter()
+                .filter(|(s, e)| **s > r.last_executed && e.view == view && e.vote_ok)
+                .filter(|(_, e)| !e.committed && e.batch.is_some())
+                .filter_map(|(s, e)| e.digest.map(|d| (*s, d)))
+                .collect();
+            let mut discard = Vec::new();
+            for (seq, digest) in own {
+                let body = crate::protocol::Body::Prepare { view, seq, digest };
+                if let Some(sig) = r.send(body, super::Dest::All, &mut discard)
+                    && let Some(e) = r.log.get_mut(&seq)
+                {
+                    e.prepares.insert(r.cfg.id, (digest, sig));
+                    r.metrics.inc("own_prepare_restored");
+                }
             }
         }
         if in_vc {
@@ -165,6 +192,7 @@ impl Replica {
                     _ => None,
                 },
                 committed: e.committed,
+                vote_ok: e.vote_ok,
             };
             if let Ok(value) = codec::encode(&stored) {
                 out.push(Output::Store {

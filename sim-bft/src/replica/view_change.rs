@@ -38,6 +38,37 @@ impl Replica {
             to_view = target,
             "view change"
         );
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let stuck: Vec<String> = self
+                .log
+                .range(self.last_executed + 1..)
+                .take(4)
+                .map(|(s, e)| {
+                    format!(
+                        "{s}:v{} b{} d{} ok{} p{:?} c{:?} prep{} cs{} com{} cert{}",
+                        e.view,
+                        e.batch.is_some() as u8,
+                        e.digest.is_some() as u8,
+                        e.vote_ok as u8,
+                        e.prepares.keys().collect::<Vec<_>>(),
+                        e.commits.keys().collect::<Vec<_>>(),
+                        e.prepared as u8,
+                        e.commit_sent as u8,
+                        e.committed as u8,
+                        e.cert.is_some() as u8
+                    )
+                })
+                .collect();
+            tracing::debug!(
+                replica = self.cfg.id,
+                last_executed = self.last_executed,
+                in_view_change = self.in_view_change,
+                attempts = self.view_change_attempts,
+                pending = self.clients.pending_len(),
+                stuck = ?stuck,
+                "view change: log above executed"
+            );
+        }
         self.view = target;
         self.in_view_change = true;
         self.view_change_attempts = self.view_change_attempts.saturating_add(1);
