@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
-use tracing::{trace, warn};
+use tracing::{debug, trace, warn};
 
 use super::{CommitVote, Dest, Entry, Replica};
 use crate::crypto::SigBytes;
@@ -421,12 +421,29 @@ impl Replica {
         // `BTreeMap::range` with its start above its end, which panics (the campaign sample
         // found that panic: any peer could crash a stalled replica with two Status messages).
         let upto = self.last_executed;
+        // Amplification bound (the `amplify` strategy with maximal requests found it: a peer
+        // that claims its stable checkpoint was streamed every new certificate, ~22 MB in
+        // 40 s, 0.8 of the allowance by itself): no certificate for a seq this peer sent us
+        // its own commit for. It holds that batch and prepared it; what it may lack is
+        // commits, which the `Have` retransmission recovers (with its per-(peer, seq) backoff
+        // on batch-carrying answers; with retransmission disabled, `Status` is the only way
+        // back, so the certificates are sent).
+        let have_recovers = self.cfg.retransmit_interval_ms > 0;
+        let mut voted = 0u64;
         let certs: Vec<Body> = self
             .log
             .range((
                 Bound::Excluded(from_seq),
                 Bound::Included(upto.max(from_seq)),
             ))
+            .filter(|(_, e)| {
+                let has = have_recovers
+                    && e.commits
+                        .get(&from)
+                        .is_some_and(|v| Some(v.digest) == e.digest);
+                voted += u64::from(has);
+                !has
+            })
             .filter_map(|(seq, e)| {
                 let batch = e.batch.as_ref()?;
                 let (view, commits) = e.certificate(quorum)?;
@@ -453,6 +470,15 @@ impl Replica {
             .collect();
         if certs.len() < before {
             self.metrics.inc("status_answer_truncated");
+        }
+        if voted > 0 {
+            self.metrics.add("status_cert_peer_voted", voted);
+            debug!(
+                replica = self.cfg.id,
+                peer = from,
+                seqs = voted,
+                "status answer: no certificate for seqs the peer committed itself"
+            );
         }
         if let Some(Body::Committed { seq, .. }) = certs.last() {
             self.status_sent_upto.insert(from, (*seq, now));

@@ -352,6 +352,9 @@ pub struct Replica {
     fetch_served: BTreeMap<NodeId, (Millis, u32)>,
     /// `(peer, seq)` batches served in the current view: each at most once per view.
     fetch_served_seqs: BTreeSet<(NodeId, u64)>,
+    /// The batches the current view's new view ordered by digest (seq -> digest): the only
+    /// ones a `BatchFetch` is served for (a replica lacks a batch it must fetch only there).
+    new_view_digests: BTreeMap<u64, Digest32>,
     /// While changing view: when this replica re-sends its view change to the new primary
     /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
     vc_resend_deadline: Option<Millis>,
@@ -472,6 +475,7 @@ impl Replica {
             fetch_round: 0,
             fetch_served: BTreeMap::new(),
             fetch_served_seqs: BTreeSet::new(),
+            new_view_digests: BTreeMap::new(),
             vc_resend_deadline: None,
             status_answered_ms: BTreeMap::new(),
             status_sent_upto: BTreeMap::new(),

@@ -469,6 +469,7 @@ impl Replica {
         self.clients.clear_proposed();
         self.fetch_missing.clear();
         self.fetch_served_seqs.clear();
+        self.new_view_digests.clear();
         let is_primary = self.primary_of(view) == self.cfg.id;
         let quorum = self.quorum();
         let mut to_vote: Vec<(u64, Digest32)> = Vec::new();
@@ -482,6 +483,9 @@ impl Replica {
             let (digest, holders) = chosen
                 .remove(&seq)
                 .map_or((null_digest, Vec::new()), |(_, d, h)| (d, h));
+            if digest != null_digest {
+                self.new_view_digests.insert(seq, digest);
+            }
             let mut prev = old.remove(&seq).unwrap_or_default();
             // A commit certificate for this very batch (from any earlier view) stays
             // forwardable: peers that lack the seq can still commit it when the honest
