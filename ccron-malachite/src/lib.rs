@@ -17,6 +17,7 @@
 //! - [`snapshot`]: durable, checksummed snapshots of the node's state every K heights; a restart
 //!   restores the newest valid one and re-executes only the blocks above it.
 //! - [`node`]: one validator process (engine + app loop + ccron's TicksGenerator thread).
+//! - [`records`]: the node's JSON records on disk: the genesis and `status.json`.
 //! - [`localnet`]: N processes on 127.0.0.1 with kill/restart, late join, a lying proposer, and a
 //!   JSON report.
 
@@ -27,6 +28,7 @@ pub mod load;
 pub mod localnet;
 pub mod mempool;
 pub mod node;
+pub mod records;
 pub mod request;
 pub mod results;
 pub mod snapshot;

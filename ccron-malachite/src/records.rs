@@ -1,0 +1,143 @@
+//! The node's JSON records on disk: the genesis every node loads (`genesis.json`) and the status
+//! a node writes after every height (`status.json`, read by `localnet` and tests).
+
+use serde::{Deserialize, Serialize};
+
+use crate::mempool::MempoolCounters;
+use ccron::host::TickPoolCounters;
+
+/// The genesis every node loads: validators (public keys and loopback ports) and genesis time.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Genesis {
+    /// Agreed time of height 1 (Unix ms).
+    pub genesis_time_ms: i64,
+    /// The validators, in node-index order.
+    pub validators: Vec<GenesisValidator>,
+    /// The ledger every node runs (`demo`).
+    pub ledger: String,
+}
+
+/// One validator in the genesis.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GenesisValidator {
+    /// Hex ed25519 public key.
+    pub public_key: String,
+    /// Its libp2p TCP port on 127.0.0.1.
+    pub port: u16,
+    /// Its HTTP endpoint's port on 127.0.0.1 (client requests, results, and the ticks the
+    /// other validators forward to it). `None`: the node binds `--http` and receives no
+    /// forwarded ticks.
+    #[serde(default)]
+    pub http_port: Option<u16>,
+}
+
+/// What a node writes after each decision (read by `localnet`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// Node index.
+    pub id: usize,
+    /// OS process id.
+    pub pid: u32,
+    /// Last executed height.
+    pub last_height: u64,
+    /// Hex state digest after it.
+    pub state_digest: String,
+    /// Ticks executed.
+    pub ticks_executed: u64,
+    /// Ticks the host's tick gate skipped (coalesced, non-validator, unknown component) or the
+    /// ledger refused.
+    #[serde(default)]
+    pub ticks_skipped: u64,
+    /// Cron actions fired.
+    pub fires: u64,
+    /// Proposals this node judged invalid (e.g. lying about time).
+    pub rejected_proposals: u64,
+    /// Heights decided whose value came through sync.
+    pub synced_heights: u64,
+    /// Agreed time of the last height.
+    pub agreed_time_ms: i64,
+    /// Client requests executed.
+    #[serde(default)]
+    pub requests_executed: u64,
+    /// Ordered client requests not executed: their `(client, number)` had executed.
+    #[serde(default)]
+    pub requests_duplicate: u64,
+    /// Rounds this node skipped proposing in because its own block would be invalid
+    /// ([`ProposeError`](crate::node::ProposeError)).
+    #[serde(default)]
+    pub proposals_skipped: u64,
+    /// The mempool's counters.
+    #[serde(default)]
+    pub mempool: MempoolCounters,
+    /// Ticks evaluated per submitter (validator index in the address-ordered set).
+    #[serde(default)]
+    pub ticks_by_submitter: Vec<u64>,
+    /// The tick pool and this node's own ticks.
+    #[serde(default)]
+    pub tick_pool: TickPoolStatus,
+    /// Results of executed requests no longer kept for clients (the record is bounded).
+    #[serde(default)]
+    pub results_evicted: u64,
+    /// The height of the snapshot this process restored from at start (`None`: it replayed
+    /// the whole block store, or started empty).
+    #[serde(default)]
+    pub restored_from_height: Option<u64>,
+    /// Blocks re-executed at start (those above the restored snapshot).
+    #[serde(default)]
+    pub replayed_blocks: u64,
+    /// Time from opening the stores to the state being rebuilt at start (ms).
+    #[serde(default)]
+    pub restart_ms: u64,
+    /// Snapshots rejected at start (corrupt, torn, of another chain; each a warning in the log).
+    #[serde(default)]
+    pub snapshots_rejected: u64,
+    /// Snapshots written by this process.
+    #[serde(default)]
+    pub snapshots_written: u64,
+    /// Snapshots this process failed to write (each an error in the log; the block store is
+    /// unaffected, a restart replays more blocks).
+    #[serde(default)]
+    pub snapshot_failures: u64,
+}
+
+/// The tick pool's counters ([`TickPoolCounters`]) and this node's own ticks, in `status.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TickPoolStatus {
+    /// Ticks admitted to the pool (own and forwarded).
+    pub admitted: u64,
+    /// Of those, replacing an older pending tick of the same submitter and component.
+    pub replaced: u64,
+    /// Refused: not from a validator.
+    pub not_a_validator: u64,
+    /// Refused: the component does not tick.
+    pub unknown_component: u64,
+    /// Refused: one of the submitter and component already pending (the throttle).
+    pub already_pending: u64,
+    /// Refused: a number a decided block already carried (a replay).
+    pub stale: u64,
+    /// Refused at the endpoint: malformed or a bad signature.
+    pub invalid: u64,
+    /// Pending now.
+    pub pending: u64,
+    /// Own ticks signed and sent (this node's F+1 turn, none pending for the component).
+    pub own_sent: u64,
+    /// Own generator ticks not sent: a tick of the component was still pending (ccron's
+    /// `TickThrottle`).
+    pub own_throttled: u64,
+    /// Own generator ticks not sent: not this node's turn (`TickSenders::Rotating`).
+    pub own_not_my_turn: u64,
+    /// Forwards of own ticks to another validator's endpoint that failed.
+    pub forward_failed: u64,
+}
+
+impl TickPoolStatus {
+    pub(crate) fn set_pool(&mut self, c: TickPoolCounters, pending: usize) {
+        self.admitted = c.admitted;
+        self.replaced = c.replaced;
+        self.not_a_validator = c.not_a_validator;
+        self.unknown_component = c.unknown_component;
+        self.already_pending = c.already_pending;
+        self.stale = c.stale;
+        self.pending = pending as u64;
+    }
+}
