@@ -114,15 +114,21 @@ const MAX_RESPONSE_BYTES: u64 = 16 * 1024;
 /// # Errors
 /// Connecting, writing or reading failed, or the response has no status line.
 pub fn post(addr: SocketAddr, path: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
-    let timeout = Duration::from_millis(1_000);
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes())?;
+    exchange(addr, head.as_bytes(), body)
+}
+
+/// Sends one request (`head`, then `body`) on a fresh connection with 1 s timeouts and reads the
+/// response (at most `MAX_RESPONSE_BYTES`): its status code and whole text.
+fn exchange(addr: SocketAddr, head: &[u8], body: &[u8]) -> std::io::Result<(u16, String)> {
+    let timeout = Duration::from_millis(1_000);
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.write_all(head)?;
     s.write_all(body)?;
     let mut text = String::new();
     s.take(MAX_RESPONSE_BYTES).read_to_string(&mut text)?;
@@ -140,20 +146,8 @@ pub fn post(addr: SocketAddr, path: &str, body: &[u8]) -> std::io::Result<(u16, 
 /// # Errors
 /// Connecting, writing or reading failed, or the response has no status line.
 pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let timeout = Duration::from_millis(1_000);
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )?;
-    let mut text = String::new();
-    s.take(MAX_RESPONSE_BYTES).read_to_string(&mut text)?;
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| std::io::Error::other("no HTTP status line"))?;
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let (code, text) = exchange(addr, head.as_bytes(), &[])?;
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())

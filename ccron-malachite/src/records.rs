@@ -100,21 +100,14 @@ pub struct NodeStatus {
     pub snapshot_failures: u64,
 }
 
-/// The tick pool's counters ([`TickPoolCounters`]) and this node's own ticks, in `status.json`.
+/// The tick pool's counters ([`TickPoolCounters`], flattened: the JSON keys are the counters'
+/// names) and this node's own ticks, in `status.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TickPoolStatus {
-    /// Ticks admitted to the pool (own and forwarded).
-    pub admitted: u64,
-    /// Of those, replacing an older pending tick of the same submitter and component.
-    pub replaced: u64,
-    /// Refused: not from a validator.
-    pub not_a_validator: u64,
-    /// Refused: the component does not tick.
-    pub unknown_component: u64,
-    /// Refused: one of the submitter and component already pending (the throttle).
-    pub already_pending: u64,
-    /// Refused: a number a decided block already carried (a replay).
-    pub stale: u64,
+    /// What the pool admitted and refused (`admitted`, `replaced`, `not_a_validator`,
+    /// `unknown_component`, `already_pending`, `stale`).
+    #[serde(flatten)]
+    pub pool: TickPoolCounters,
     /// Refused at the endpoint: malformed or a bad signature.
     pub invalid: u64,
     /// Pending now.
@@ -132,12 +125,7 @@ pub struct TickPoolStatus {
 
 impl TickPoolStatus {
     pub(crate) fn set_pool(&mut self, c: TickPoolCounters, pending: usize) {
-        self.admitted = c.admitted;
-        self.replaced = c.replaced;
-        self.not_a_validator = c.not_a_validator;
-        self.unknown_component = c.unknown_component;
-        self.already_pending = c.already_pending;
-        self.stale = c.stale;
+        self.pool = c;
         self.pending = pending as u64;
     }
 }

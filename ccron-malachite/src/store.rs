@@ -96,12 +96,7 @@ impl BlockStore {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)
-            .map_err(io)?;
+        let mut file = open_record_file(path)?;
         let len = file.metadata().map_err(io)?.len();
         let mut offsets: Vec<u64> = Vec::new();
         let mut last = None;
@@ -382,19 +377,27 @@ impl PartLog {
 
 /// Opens (or creates) a record file for appending and reads it whole.
 fn open_and_read(path: &Path) -> Result<(File, Vec<u8>), StoreError> {
-    let io = |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut file = OpenOptions::new()
+    let mut file = open_record_file(path)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok((file, bytes))
+}
+
+/// Opens (or creates) a record file to read it and append to it.
+fn open_record_file(path: &Path) -> Result<File, StoreError> {
+    OpenOptions::new()
         .read(true)
         .append(true)
         .create(true)
         .open(path)
-        .map_err(io)?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(io)?;
-    Ok((file, bytes))
+        .map_err(|source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Appends `value` as one record and fsyncs it; the record's length in bytes.

@@ -201,8 +201,9 @@ impl TickCoalescer {
     }
 }
 
-/// What a [`TickPool`] did, counted (an engine reports it in its status).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a [`TickPool`] did, counted (an engine reports it in its status; serde so an engine's
+/// status record can embed it flattened).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TickPoolCounters {
     /// Ticks admitted (new, or replacing an older pending one of the same sender and component).
     pub admitted: u64,
