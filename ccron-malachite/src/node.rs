@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::api::{ApiState, lock};
 use crate::app::{
-    BlockRejection, DEMO_TICK_PERIOD_MS, LedgerHost, PrevCommit, agreed_time, validate_block,
-    validate_ticks, validator_index,
+    BlockRejection, LedgerHost, PrevCommit, agreed_time, validate_block, validate_ticks,
+    validator_index,
 };
 use crate::context::{
     Address, Block, BorshCodec, CarriedSample, ClockSample, Ctx, Ed25519Signer, Ed25519Verifier,
@@ -40,11 +40,13 @@ use crate::request::{MAX_BLOCK_REQUEST_BYTES, MAX_BLOCK_REQUESTS};
 use crate::results::RequestResults;
 use crate::snapshot::Snapshots;
 use crate::store::{BlockStore, Decided, PartLog};
-use ccron::host::{BlockOutcome, TickPool, TickSenders, period_index};
-use ccron::ticks::{TickDecision, TickThrottle};
+use ccron::host::{BlockOutcome, TickPool};
+use ccron::ticks::TickThrottle;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use crate::records::{Genesis, GenesisValidator, NodeStatus, TickPoolStatus};
+
+mod ticks;
 
 /// Why a node does not propose in a round (it skips the round's proposal; the round times out
 /// and the next proposer proposes).
@@ -662,89 +664,6 @@ impl NodeState {
         if let Some(outbox) = self.ledger.outbox() {
             self.outbox.publish(outbox, self.status.last_height);
         }
-    }
-
-    /// A generator tick of `component`: when it is this node's turn (F+1 rotation) and no
-    /// tick of the component is pending (the throttle), sign tick `n`, admit it to the own
-    /// pool and forward it to the other validators' endpoints.
-    fn on_local_tick(&mut self, component: u32) {
-        let now = now_ms();
-        let n = u32::try_from(self.validators.validators.len()).unwrap_or(u32::MAX);
-        let f = n.saturating_sub(1) / 3;
-        let period = period_index(now, DEMO_TICK_PERIOD_MS);
-        if !TickSenders::Rotating.sends(self.my_index, n, f, period) {
-            self.status.tick_pool.own_not_my_turn += 1;
-            return;
-        }
-        let next = self.tick_number.saturating_add(1);
-        let req_seq = match self.throttle.on_internal_tick(component, now, || next) {
-            TickDecision::Send { req_seq } => req_seq,
-            TickDecision::Throttled { .. } => {
-                self.status.tick_pool.own_throttled += 1;
-                return;
-            }
-        };
-        self.tick_number = req_seq;
-        let tick = TickTx::sign(component, req_seq, &self.signer);
-        let bytes = tick.encode();
-        if let Err(e) = lock(&self.ticks).admit(component, Some(self.my_index), req_seq, tick) {
-            tracing::warn!(component, req_seq, reason = %e, "own tick not admitted");
-            self.throttle.on_dropped(component, req_seq);
-            return;
-        }
-        self.throttle.on_tick_popped(component, req_seq);
-        self.status.tick_pool.own_sent += 1;
-        // Forward to the others (bounded: at most 8 forwarding tasks in flight; a tick not
-        // forwarded is still carried when this node proposes).
-        if self.forward_to.is_empty() || self.forwarding.load(Ordering::Relaxed) >= 8 {
-            return;
-        }
-        self.forwarding.fetch_add(1, Ordering::Relaxed);
-        let (targets, inflight, failed) = (
-            self.forward_to.clone(),
-            self.forwarding.clone(),
-            self.forward_failed.clone(),
-        );
-        tokio::task::spawn_blocking(move || {
-            for addr in targets {
-                match crate::load::post(addr, "/v1/ticks", &bytes) {
-                    Ok((202 | 409, _)) => {}
-                    Ok((code, text)) => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%addr, code, response = %text.lines().last().unwrap_or(""), "tick forward refused");
-                    }
-                    Err(e) => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%addr, error = %e, "tick forward failed");
-                    }
-                }
-            }
-            inflight.fetch_sub(1, Ordering::Relaxed);
-        });
-    }
-
-    /// After a decided block executed: its ticks' numbers are recorded in the pool (what they
-    /// supersede leaves it; replays are refused from now on), own ticks clear the throttle,
-    /// and the requests' results are recorded for clients.
-    fn after_decided_ticks_and_results(&mut self, block: &Block, out: &BlockOutcome) {
-        {
-            let mut pool = lock(&self.ticks);
-            for t in &block.ticks {
-                if let Some(i) = validator_index(&self.validators, &t.submitter) {
-                    pool.on_included(t.component, i, t.number);
-                    if i == self.my_index {
-                        self.throttle.on_committed(t.component, t.number);
-                    }
-                }
-            }
-        }
-        let mut results = lock(&self.results);
-        for (&(client, number), r) in self.ledger.last_requests.iter().zip(&out.results) {
-            if let ccron::host::TxResult::Reply(reply) = r {
-                results.record(client, number, block.height, reply);
-            }
-        }
-        self.status.results_evicted = results.evicted;
     }
 
     fn after_execute(&mut self, block: &Block, out: &BlockOutcome) {
