@@ -306,6 +306,10 @@ impl ReservedPages for MemPages {
         self.check(id, data.len())?;
         if data.is_empty() {
             self.pages.remove(&id);
+        } else if let Some(page) = self.pages.get_mut(&id) {
+            // Overwriting reuses the page's buffer: no allocation, no fresh memory to fault in.
+            page.clear();
+            page.extend_from_slice(data);
         } else {
             self.pages.insert(id, data.to_vec());
         }

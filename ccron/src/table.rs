@@ -2,7 +2,8 @@
 //!
 //! Entries run in ascending position. Each entry lives in a dense slab under a slot number,
 //! with the next due point of an indexed entry beside it; an ordered map gives the slot of a
-//! position (used by add, remove and lookups, never per fire). Indexed entries (periodic, or any
+//! position (used by add, remove and ordered walks, never per fire), and a hash map the same for
+//! lookups (a fold of the schedule's log looks up every record). Indexed entries (periodic, or any
 //! other known [`Schedule`](crate::Schedule)) sit in a due index (module `index`) bucketed by
 //! due point, so [`CronTable::evaluate`] only visits the due ones plus the entries with a user
 //! rule (which must be asked on every tick); the candidates are sorted into position order, so
@@ -10,14 +11,14 @@
 //! the reference model and benchmark baseline. A fire touches its slot, appends to a bucket
 //! and to the change list: no ordered-map or hash-map operation per fired entry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::codec::{self, CodecError};
-use crate::due::Due;
+use crate::due::{Due, Schedule};
 use crate::entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};
 use crate::index::DueIndex;
 use crate::pages::{PageRange, ReservedPages};
-use crate::periodic::{NO_PAGE, ScheduleChange, ScheduleStore};
+use crate::periodic::{IntHash, NO_PAGE, ScheduleChange, ScheduleStore};
 use crate::table_store::{self, Records, TableStore};
 use crate::tick::{ComponentId, Tick, TimeMs};
 
@@ -158,6 +159,9 @@ pub struct CronTable<S> {
     component_id: ComponentId,
     /// Position -> slot in `slots`, ascending position.
     entries: BTreeMap<u32, u32>,
+    /// The same map for lookups: a fold of the schedule's log looks up every record by
+    /// position, and a hash probe is one cache miss where the ordered map walks its levels.
+    slot_of: HashMap<u32, u32, IntHash>,
     /// The entries by slot (`None`: a free slot, listed in `free_slots`).
     slots: Vec<Option<Slot<S>>>,
     free_slots: Vec<u32>,
@@ -183,6 +187,7 @@ pub struct CronTable<S> {
 /// The table's records as a save reads them: the slab's next due points and the orphans.
 struct RecordView<'a, S> {
     entries: &'a BTreeMap<u32, u32>,
+    slot_of: &'a HashMap<u32, u32, IntHash>,
     slots: &'a [Option<Slot<S>>],
     orphans: &'a BTreeMap<u32, Due>,
     with_record: u32,
@@ -190,7 +195,7 @@ struct RecordView<'a, S> {
 
 impl<S> RecordView<'_, S> {
     fn slot(&self, position: u32) -> Option<&Slot<S>> {
-        let slot = *self.entries.get(&position)?;
+        let slot = *self.slot_of.get(&position)?;
         self.slots.get(slot as usize)?.as_ref()
     }
 }
@@ -269,30 +274,16 @@ impl<S> Pass<'_, '_, S> {
                 }
             }
             Rule::Periodic(_) | Rule::Scheduled(_) => {
-                let Some(schedule) = entry.rule.schedule() else {
-                    return;
-                };
                 let stored = slot.next;
-                let mut runs = std::mem::take(&mut self.runs);
-                runs.clear();
-                let Some(next) = schedule.step(stored, self.tick, &mut runs) else {
-                    self.runs = runs;
-                    self.index
-                        .restore(slot_id, position, schedule.due_key(stored));
+                // Built-in periodic schedules are stepped without a virtual call.
+                let next = match &entry.rule {
+                    Rule::Periodic(p) => self.step(p, slot_id, position, stored),
+                    Rule::Scheduled(s) => self.step(s.as_ref(), slot_id, position, stored),
+                    Rule::Custom(_) => None,
+                };
+                let Some(next) = next else {
                     return;
                 };
-                let old_key = schedule.due_key(stored);
-                debug_assert!(
-                    old_key.reached_by(self.tick),
-                    "schedule {schedule:?} ran at {position} before its due key"
-                );
-                debug_assert_eq!(schedule.due_key(Some(next)), next, "{schedule:?}");
-                // The same rule as `Periodic::step_at`'s: the next point passes the tick,
-                // except a grid saturated at `TimeMs::MAX` (a tick at the end of time).
-                debug_assert!(
-                    !next.reached_by(self.tick) || next == Due::Time(TimeMs::MAX),
-                    "schedule {schedule:?} at {position} is due again at the same tick"
-                );
                 // The built-in schedule-next: record the new due point before the action runs.
                 slot.next = Some(next);
                 if stored.is_none() {
@@ -306,13 +297,45 @@ impl<S> Pass<'_, '_, S> {
                     page: slot.page,
                     learned: false,
                 });
-                self.index.move_key(slot_id, position, old_key, next);
+                let runs = std::mem::take(&mut self.runs);
                 for due in &runs {
                     self.fire(&mut slot.entry, Some(*due));
                 }
                 self.runs = runs;
             }
         }
+    }
+
+    /// Steps the indexed entry of `slot_id` (stored next due point `stored`): `None` when it
+    /// is not due (indexed again at its key); otherwise the runs' due points in `self.runs`,
+    /// the entry indexed at the returned new due point.
+    #[inline]
+    fn step<K: Schedule + ?Sized>(
+        &mut self,
+        schedule: &K,
+        slot_id: u32,
+        position: u32,
+        stored: Option<Due>,
+    ) -> Option<Due> {
+        self.runs.clear();
+        let old_key = schedule.due_key(stored);
+        let Some(next) = schedule.step(stored, self.tick, &mut self.runs) else {
+            self.index.restore(slot_id, position, old_key);
+            return None;
+        };
+        debug_assert!(
+            old_key.reached_by(self.tick),
+            "schedule {schedule:?} ran at {position} before its due key"
+        );
+        debug_assert_eq!(schedule.due_key(Some(next)), next, "{schedule:?}");
+        // The same rule as `Periodic::step_at`'s: the next point passes the tick, except a
+        // grid saturated at `TimeMs::MAX` (a tick at the end of time).
+        debug_assert!(
+            !next.reached_by(self.tick) || next == Due::Time(TimeMs::MAX),
+            "schedule {schedule:?} at {position} is due again at the same tick"
+        );
+        self.index.move_key(slot_id, position, old_key, next);
+        Some(next)
     }
 
     fn fire(&mut self, entry: &mut CronEntry<S>, due: Option<Due>) {
@@ -348,6 +371,7 @@ impl<S> CronTable<S> {
         Self {
             component_id,
             entries: BTreeMap::new(),
+            slot_of: HashMap::default(),
             slots: Vec::new(),
             free_slots: Vec::new(),
             custom: BTreeMap::new(),
@@ -409,13 +433,14 @@ impl<S> CronTable<S> {
     }
 
     fn slot(&self, position: u32) -> Option<&Slot<S>> {
-        let slot = *self.entries.get(&position)?;
+        let slot = *self.slot_of.get(&position)?;
         self.slots.get(slot as usize)?.as_ref()
     }
 
     fn records(&self) -> RecordView<'_, S> {
         RecordView {
             entries: &self.entries,
+            slot_of: &self.slot_of,
             slots: &self.slots,
             orphans: &self.schedule.orphans,
             with_record: self.with_record,
@@ -452,7 +477,7 @@ impl<S> CronTable<S> {
     /// [`replace`](Self::replace) to change an entry.
     pub fn add(&mut self, entry: CronEntry<S>) -> Result<(), TableError> {
         let position = entry.position;
-        if self.entries.contains_key(&position) {
+        if self.slot_of.contains_key(&position) {
             return Err(TableError::PositionTaken {
                 component_id: self.component_id,
                 position,
@@ -563,10 +588,12 @@ impl<S> CronTable<S> {
         }
         let old = self.entries.insert(position, slot);
         debug_assert!(old.is_none(), "insert over a live entry at {position}");
+        self.slot_of.insert(position, slot);
     }
 
     fn take(&mut self, position: u32) -> Option<CronEntry<S>> {
         let slot = self.entries.remove(&position)?;
+        self.slot_of.remove(&position);
         let Slot {
             mut entry,
             next,
@@ -627,7 +654,9 @@ impl<S> CronTable<S> {
         candidates.sort_unstable();
         debug_assert!(candidates.windows(2).all(|w| w[0].0 < w[1].0));
         let mut changes = Vec::new();
-        let mut fired = Vec::new();
+        // Room for one run per candidate: no regrowth while firing.
+        let mut fired = Vec::with_capacity(candidates.len());
+        self.schedule.changed.reserve(candidates.len());
         let mut pass = Pass {
             component_id: self.component_id,
             tick,
@@ -774,6 +803,7 @@ impl<S> CronTable<S> {
         self.schedule.merge_changes();
         let records = RecordView {
             entries: &self.entries,
+            slot_of: &self.slot_of,
             slots: &self.slots,
             orphans: &self.schedule.orphans,
             with_record: self.with_record,
@@ -943,6 +973,9 @@ impl<S> CronTable<S> {
             if s.entry.position != *position {
                 return Err(format!("entry {} stored at {position}", s.entry.position));
             }
+            if self.slot_of.get(position) != Some(&slot) {
+                return Err(format!("lookup map has {position} elsewhere"));
+            }
             match s.entry.rule.schedule() {
                 None => {
                     if self.custom.get(position) != Some(&slot) || s.next.is_some() {
@@ -980,6 +1013,9 @@ impl<S> CronTable<S> {
         }
         if self.index.len() != scheduled as usize {
             return Err("index holds slots without a scheduled entry".into());
+        }
+        if self.slot_of.len() != self.entries.len() {
+            return Err("lookup map holds positions without an entry".into());
         }
         if self.custom.len() + scheduled as usize != self.entries.len() {
             return Err("custom set holds positions without an entry".into());
