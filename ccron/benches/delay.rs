@@ -8,8 +8,10 @@
 //!   measured in the same run: one linear pass over the same (due, id) pairs, which is what a
 //!   scheduler without a due index pays per tick (the printed ratio);
 //! - 1% due: a tick on a due second (10^4 handler runs, each task leaving the book);
-//! - persist (record pages with a write-ahead journal): writing the whole book once, the save
-//!   after one change (averaged over 200), and the save after each 1%-due tick; next to a
+//! - persist (the record log, book layout 5): writing the whole book once, the save after one
+//!   change (averaged over 200, with the pages it writes), and the save after each 1%-due tick
+//!   (folds included, when the log fills), and the worst fold (a full save that finds a full
+//!   save filling the log, so every record page is rewritten first); next to a
 //!   baseline measured in the same run: the previous layout's cost (16 multi-page shard blobs
 //!   by id mod 16, a change rewriting its whole shard; a 1% tick dirtied all 16), printed as
 //!   ratios.
@@ -122,19 +124,22 @@ fn main() {
         }
     });
 
-    // Persist (record pages, journaled): the whole book once, then single changes, then the
-    // saves after the 1% ticks below.
+    // Persist (the record log): the whole book once, then single changes, then the saves after
+    // the 1% ticks below.
     let page_size = 4096;
-    // About 78 bytes per stored task, about 51 per 4 KiB record page; the record pages are
-    // 15/32 of what the range keeps after its meta and zone pages (docs/scheduling.md).
-    let record_pages = (n * 80 / (page_size - 44)) as u32 + 16;
+    // Records are placed at their largest stored size (every field in its largest form: a next
+    // due point, owed runs, owner, version), well above the ~78 bytes a task is encoded to:
+    // sized at 200 bytes (unused record and log pages cost nothing in `MemPages`); the record
+    // pages are 15/32 of what the range keeps after its commit and zone pages
+    // (docs/scheduling.md).
+    let record_pages = (n * 200 / (page_size - 44)) as u32 + 16;
     let num_pages = record_pages * 32 / 15 * 33 / 32 + 64;
     let mut pages = MemPages::new(page_size, num_pages);
     let range = PageRange::new(0, num_pages).expect("non-empty range");
     let (saved, d_save) = timed(|| book.save_all(&mut pages, range));
     saved.expect("the book fits its range");
     let full_pages = pages.snapshot().len();
-    // The first save after the full one also zeroes the full save's journal: not timed.
+    // The first save after the full one (not timed).
     book.apply(
         &Principal::Host,
         ScheduleRequest::Pause(Target::Id(2)),
@@ -146,6 +151,13 @@ fn main() {
     book.save(&mut pages, range)
         .expect("the book fits its range");
     let one_changes = 200;
+    // Pages written by each single-change save (counted through `CrashAfter`, which never
+    // crashes with an unbounded budget).
+    let mut counting = ccron::pages::CrashAfter::new(
+        std::mem::replace(&mut pages, MemPages::new(page_size, 1)),
+        usize::MAX,
+    );
+    let (mut one_min, mut one_max) = (usize::MAX, 0usize);
     let (_, d_save_one) = {
         let mut total = Duration::ZERO;
         for k in 0..one_changes {
@@ -156,12 +168,18 @@ fn main() {
             };
             book.apply(&Principal::Host, req, &handlers, 0, Some(0))
                 .ok();
-            let (saved, d) = timed(|| book.save(&mut pages, range));
+            let before = counting.writes.len();
+            let (saved, d) = timed(|| book.save(&mut counting, range));
             saved.expect("the book fits its range");
+            let wrote = counting.writes.len() - before;
+            one_min = one_min.min(wrote);
+            one_max = one_max.max(wrote);
             total += d;
         }
         ((), total)
     };
+    let one_writes = counting.writes.len();
+    pages = counting.inner;
     if book.get(2).is_some_and(|s| s.paused) {
         book.apply(
             &Principal::Host,
@@ -200,6 +218,32 @@ fn main() {
     let reloaded = Scheduler::load(1, limits, &pages, range).expect("the pages reload");
     assert!(reloaded == book, "the saved pages reload as the book");
     drop(reloaded);
+
+    // The worst fold: full saves until the log has no room for the next one, which first folds
+    // the whole log (a full save is in it: every record page rewritten) into the record pages.
+    let records_first = range.end() - ccron::schedule::record_pages_of(range);
+    let mut counting = ccron::pages::CrashAfter::new(
+        std::mem::replace(&mut pages, MemPages::new(page_size, 1)),
+        usize::MAX,
+    );
+    let mut fold = None;
+    for _ in 0..4 {
+        let before = counting.writes.len();
+        let (saved, d) = timed(|| book.save_all(&mut counting, range));
+        saved.expect("the book fits its range");
+        let wrote = &counting.writes[before..];
+        let folded = wrote.iter().filter(|id| **id >= records_first).count();
+        if folded > 0 {
+            fold = Some((d, folded, wrote.len()));
+            break;
+        }
+    }
+    let (d_fold, fold_record_pages, fold_writes) = fold.expect("a full save folds");
+    pages = counting.inner;
+    let reloaded = Scheduler::load(1, limits, &pages, range).expect("the pages reload");
+    assert!(reloaded == book, "the folded pages reload as the book");
+    drop(reloaded);
+    drop(pages);
 
     // Baseline measured in the same run: the previous layout (16 multi-page shard blobs by
     // id mod 16, each the records' (id, definition, paused, next, runs) list, rewritten whole
@@ -267,10 +311,14 @@ fn main() {
         new_full
     );
     println!(
-        "  persist, 1 change{:>12.3} ms       (journal + meta + 1 record page; old layout {:.1} ms, ratio {:.0}x)",
+        "  persist, 1 change{:>12.3} ms       (log segment + commit page; old layout {:.1} ms, ratio {:.0}x)",
         new_one,
         old_one,
         old_one / new_one.max(1e-9)
+    );
+    println!(
+        "  persist, 1 change: {:.2} pages/save over {one_changes} saves (min {one_min}, max {one_max}; book layout 4 wrote 3)",
+        one_writes as f64 / one_changes as f64
     );
     println!(
         "  persist, 1% tick {:>12.1} ms/save  (after each due tick; old layout, all 16 shards {:.1} ms, ratio {:.1}x)",
@@ -281,5 +329,9 @@ fn main() {
     println!(
         "  persist, full vs old full rewrite: {:.1} ms vs {:.1} ms",
         new_full, old_all
+    );
+    println!(
+        "  persist, fold    {:>12.1} ms       (a full save folding a log holding a full save first: {fold_record_pages} record pages rewritten, {fold_writes} pages written)",
+        ms(d_fold)
     );
 }

@@ -56,10 +56,13 @@ pub enum BlobKind {
     ScheduleBook,
     /// One record page of a schedule book (a single-page blob of records).
     BookRecords,
-    /// The journal a schedule book writes before its pages (crash atomicity).
+    /// The journal a schedule book of layout 4 wrote before its pages (layout 5 refuses a
+    /// range of layout 4 at its commit page).
     BookJournal,
     /// A replicated [`crate::outbox::Outbox`] ([`crate::outbox::Outbox::save`]).
     Outbox,
+    /// A segment of a schedule book's change log (book layout 5, `record_log.rs`).
+    BookLog,
     /// The commit page of a cron table's schedule (table layout 2, `table_store.rs`).
     TableCommit,
     /// A blob of a cron table's change log (table layout 2).
@@ -77,6 +80,7 @@ impl BlobKind {
             BlobKind::ScheduleBook => 2,
             BlobKind::BookRecords => 3,
             BlobKind::BookJournal => 4,
+            BlobKind::BookLog => 5,
             // Numbered apart from the schedule book's kinds, which may grow.
             BlobKind::Outbox => 16,
             // Cron tables' layout 2, apart from the book's and the outbox's kinds.
@@ -93,6 +97,7 @@ impl BlobKind {
             2 => BlobKind::ScheduleBook,
             3 => BlobKind::BookRecords,
             4 => BlobKind::BookJournal,
+            5 => BlobKind::BookLog,
             16 => BlobKind::Outbox,
             32 => BlobKind::TableCommit,
             33 => BlobKind::TableLog,

@@ -88,6 +88,7 @@ mod index;
 pub mod outbox;
 pub mod pages;
 pub mod periodic;
+mod record_log;
 #[cfg(feature = "redb")]
 pub mod redb_pages;
 pub mod registry;

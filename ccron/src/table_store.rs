@@ -1,6 +1,7 @@
 //! Page layout of a cron table's persisted schedule (table layout version 2): a commit page,
-//! an append-only change log and record pages, the same record-page placement as the schedule
-//! book (`schedule/store.rs`).
+//! an append-only change log and record pages: an instance of the record log
+//! (`record_log.rs`, the commit protocol the schedule book uses too) with the book's record-page
+//! placement (`schedule/store.rs`).
 //!
 //! Why. Layout 1 wrote the whole schedule (every next due point) at every tick that changed
 //! one, alternating between two halves of the range: a tick firing 1% of 10^6 entries rewrote
@@ -34,6 +35,7 @@ use crate::codec::{self, BlobKind, CodecError, HEADER_BYTES};
 use crate::due::Due;
 use crate::pages::{PageId, PageRange, ReservedPages};
 use crate::periodic::{NO_PAGE, ScheduleChange};
+use crate::record_log::{self, LogPos, ReadError};
 use crate::schedule::store::{Placement, record_room};
 use crate::table::TableError;
 use crate::tick::ComponentId;
@@ -51,8 +53,9 @@ const CHANGE_BYTES: usize = 21;
 /// Encoded bytes of the commit page's fields before its inline records.
 const COMMIT_BASE_BYTES: usize = 30;
 
-/// Encoded bytes of a log blob before its changes: segment index (u32) and vector length (u64).
-const SEGMENT_BASE_BYTES: usize = 12;
+/// Encoded bytes of a log blob before its changes: segment index (u32,
+/// [`record_log::SEGMENT_INDEX_BYTES`]) and vector length (u64).
+const SEGMENT_BASE_BYTES: usize = record_log::SEGMENT_INDEX_BYTES + 8;
 
 /// Changes one log blob carries at most (about 340 KiB): every decode stays small whatever
 /// the size of a save.
@@ -319,35 +322,29 @@ impl TableStore {
             };
             log.push((position, placed));
         }
-        let mut at = layout.log.first() + self.log_pages;
-        let mut segments = self.log_segments;
-        for chunk in log.chunks(SEGMENT_CHANGES) {
-            let blob = codec::to_blob(&(segments, chunk))?;
-            let len = u32::try_from(blob.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX);
-            let part = PageRange::new(at, len)
-                .filter(|p| p.end() <= layout.log.end())
-                .ok_or(CodecError::TooLarge {
-                    len: blob.len(),
-                    capacity: codec::capacity(layout.log, page_size),
-                })?;
-            codec::save_blob(pages, part, BlobKind::TableLog, &blob)?;
-            stats.writes += len as usize;
-            at = part.end();
-            segments += 1;
-        }
+        let bodies = log
+            .chunks(SEGMENT_CHANGES)
+            .map(|chunk| codec::to_blob(&chunk));
+        let committed = LogPos {
+            pages: self.log_pages,
+            segments: self.log_segments,
+        };
+        let (pos, writes) =
+            record_log::append(pages, layout.log, committed, BlobKind::TableLog, bodies)?;
+        stats.writes += writes;
         let commit = Commit {
             version: TABLE_LAYOUT_VERSION,
             component_id,
             form: 1,
             records: next.count() as u64,
-            log_pages: at - layout.log.first(),
-            log_segments: segments,
+            log_pages: pos.pages,
+            log_segments: pos.segments,
             inline: Vec::new(),
         };
         codec::save(pages, layout.commit, BlobKind::TableCommit, &commit)?;
         stats.writes += 1;
-        self.log_pages = commit.log_pages;
-        self.log_segments = segments;
+        self.log_pages = pos.pages;
+        self.log_segments = pos.segments;
         Ok(stats)
     }
 
@@ -383,19 +380,13 @@ impl TableStore {
                     records.push((position, due));
                 }
             }
-            if records.is_empty() {
-                if pages
-                    .load(part.first())
-                    .map_err(CodecError::from)?
-                    .is_some()
-                {
-                    pages.zero(part.first()).map_err(CodecError::from)?;
-                    stats.writes += 1;
-                }
-                continue;
-            }
-            codec::save(pages, part, BlobKind::TableRecords, &(p, &records))?;
-            stats.writes += 1;
+            let blob = if records.is_empty() {
+                None
+            } else {
+                Some(codec::to_blob(&(p, &records))?)
+            };
+            stats.writes +=
+                record_log::write_page(pages, part, BlobKind::TableRecords, blob.as_deref())?;
         }
         let commit = Commit {
             version: TABLE_LAYOUT_VERSION,
@@ -488,40 +479,35 @@ impl TableStore {
         if commit.form != 1 || !commit.inline.is_empty() {
             return Err(corrupt("an inline schedule in a log-form range".into()));
         }
-        if commit.log_pages > layout.log.len() {
-            return Err(corrupt("the committed log is longer than the log".into()));
-        }
         // The committed log, oldest first: the latest change of each position wins.
-        let per_page = pages.page_size() - HEADER_BYTES;
-        let log_end = layout.log.first() + commit.log_pages;
         let mut named: BTreeMap<u32, Option<(u32, Due)>> = BTreeMap::new();
         let mut mentioned = BTreeSet::new();
-        let mut at = layout.log.first();
-        for s in 0..commit.log_segments {
-            let part = PageRange::new(at, log_end.saturating_sub(at))
-                .ok_or_else(|| corrupt(format!("log segment {s} lies past the committed log")))?;
-            let blob = codec::load_blob(pages, part, BlobKind::TableLog)?
-                .ok_or_else(|| corrupt(format!("log segment {s} is missing")))?;
-            let (index, changes) = codec::from_blob::<(u32, Vec<Change>)>(&blob)?;
-            if index != s {
-                return Err(corrupt(format!("log segment {s} holds segment {index}")));
-            }
-            for (position, placed) in changes {
-                if let Some((page, _)) = placed {
-                    if page >= layout.record_pages {
-                        return Err(corrupt(format!("log places a record on page {page}")));
+        let committed = LogPos {
+            pages: commit.log_pages,
+            segments: commit.log_segments,
+        };
+        record_log::read::<Vec<Change>>(
+            pages,
+            layout.log,
+            committed,
+            BlobKind::TableLog,
+            |changes| {
+                for (position, placed) in changes {
+                    if let Some((page, _)) = placed {
+                        if page >= layout.record_pages {
+                            return Err(format!("log places a record on page {page}"));
+                        }
+                        mentioned.insert(page);
                     }
-                    mentioned.insert(page);
+                    named.insert(position, placed);
                 }
-                named.insert(position, placed);
-            }
-            at = at.saturating_add(
-                u32::try_from(blob.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX),
-            );
-        }
-        if at != log_end {
-            return Err(corrupt("log segments do not fill the committed log".into()));
-        }
+                Ok(())
+            },
+        )
+        .map_err(|e| match e {
+            ReadError::Codec(e) => TableError::Persist(e),
+            ReadError::Corrupt(m) => corrupt(m),
+        })?;
         let placement = store.placement(pages.page_size());
         for p in 0..layout.record_pages {
             let Some(part) = layout.record_page(p) else {

@@ -1,5 +1,6 @@
-//! Persistence of `ccron::schedule::Scheduler` in record pages (layout version 4): a save writes
-//! O(records changed) pages, a crash at any page write of a save reloads as the book before or
+//! Persistence of `ccron::schedule::Scheduler` on the record log (layout version 5: commit page,
+//! change log, record pages folded when the log is full): a save after one change writes 2
+//! pages, a crash at any page write of a save (a fold included) reloads as the book before or
 //! after it (never a mix, never corrupt), identical operations give identical page images on
 //! every replica (restarted, state-transferred or not), and a flipped byte is a typed error.
 
@@ -28,6 +29,10 @@ fn limits() -> Limits {
 fn range() -> PageRange {
     PageRange::new(3, 200).unwrap()
 }
+
+/// The layout of `range()`: commit page 3, zones 4..10, log 10..113, record pages 113..203.
+const LOG: std::ops::Range<u32> = 10..113;
+const RECORDS_FIRST: u32 = 113;
 
 fn store() -> MemPages {
     MemPages::new(PAGE, 210)
@@ -71,8 +76,8 @@ fn saved_book(n: usize) -> (Scheduler, MemPages) {
     (book, pages)
 }
 
-/// One change costs the same few page writes (journal, meta, one record page) whatever the
-/// book's size.
+/// One change costs the same 2 page writes (a log segment, the commit page) whatever the book's
+/// size (layout 4 wrote 3: journal, meta, record page).
 #[test]
 fn a_save_writes_only_the_pages_of_changed_records() {
     // (250: what the 90 record pages of the range hold with room to spare since records
@@ -81,7 +86,6 @@ fn a_save_writes_only_the_pages_of_changed_records() {
         let (mut book, pages) = saved_book(n);
         let h = handlers();
         let mut counting = Crashing::new(pages, usize::MAX);
-        // The first small save also zeroes what is left of the big first journal.
         book.apply(
             &Principal::Host,
             ScheduleRequest::Pause(Target::Id(5)),
@@ -103,10 +107,11 @@ fn a_save_writes_only_the_pages_of_changed_records() {
         book.save(&mut counting, range()).unwrap();
         assert_eq!(
             counting.writes.len(),
-            3,
-            "n = {n}: journal, meta, one record page: {:?}",
+            2,
+            "n = {n}: a log segment, the commit page: {:?}",
             counting.writes
         );
+        assert!(LOG.contains(&counting.writes[0]) && counting.writes[1] == range().first());
         counting.writes.clear();
         book.save(&mut counting, range()).unwrap();
         assert!(
@@ -115,12 +120,12 @@ fn a_save_writes_only_the_pages_of_changed_records() {
         );
         let mut loaded = Scheduler::load(7, limits(), &counting.inner, range()).unwrap();
         assert_eq!(loaded, book);
-        // The load found the last save's journal: the next save rewrites its pages once (with
-        // the same bytes), then nothing.
-        assert!(loaded.is_dirty());
-        let before = counting.inner.snapshot();
-        loaded.save(&mut counting, range()).unwrap();
+        // Nothing is pending after a load: the next save writes nothing.
         assert!(!loaded.is_dirty());
+        let before = counting.inner.snapshot();
+        counting.writes.clear();
+        loaded.save(&mut counting, range()).unwrap();
+        assert!(counting.writes.is_empty());
         assert!(counting.inner.snapshot() == before);
     }
 }
@@ -178,7 +183,7 @@ fn a_crash_at_every_page_write_of_a_save_reloads_old_or_new() {
     crash_at_every_write(false);
 }
 
-/// The same for a full save, whose journal spans several parts.
+/// The same for a full save, whose log segments span several blobs.
 #[test]
 fn a_crash_at_every_page_write_of_a_full_save_reloads_old_or_new() {
     crash_at_every_write(true);
@@ -198,23 +203,98 @@ fn save(
 
 fn crash_at_every_write(full_save: bool) {
     let (old_book, old_pages) = saved_book(if full_save { 200 } else { 120 });
-    let mut new_book = old_book.clone();
-    changes(&mut new_book);
-    let mut full = Crashing::new(old_pages.clone(), usize::MAX);
-    save(&mut new_book.clone(), &mut full, full_save).unwrap();
-    let writes = full.writes.len();
-    // Journal pages (10..113 in this range) that start a blob: one per journal part.
-    let parts = (10..113)
+    let full = crash_each_write(&old_book, &old_pages, changes, full_save);
+    // Log pages that start a blob: one per segment (of the first save and this one).
+    let parts = LOG
         .filter_map(|id| full.inner.load(id).unwrap())
         .filter(|page| page[8..12] == [0, 0, 0, 0])
         .count();
+    assert!(parts >= 2 && (!full_save || parts > 2), "segments: {parts}");
+}
+
+/// A save that finds the log full folds it into the record pages first: a crash at every
+/// page write of that save (the fold's record pages, zones and commit, then the append and
+/// the commit) reloads as the book before or after it, and converges.
+#[test]
+fn a_crash_at_every_page_write_of_a_folding_save_reloads_old_or_new() {
+    let (mut book, mut pages) = saved_book(120);
+    // The zones part is written by folds only: install a zone so that the fold writes it.
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::InstallZone(ZoneRules::fixed("Z", 3_600).unwrap()),
+        &handlers(),
+        0,
+        Some(0),
+    )
+    .unwrap();
+    book.save(&mut pages, range()).unwrap();
+    // Saves that change every record fill the log until one folds.
+    for round in 0..20 {
+        let mut next = book.clone();
+        flip_all(&mut next);
+        let mut counting = Crashing::new(pages.clone(), usize::MAX);
+        next.save(&mut counting, range()).unwrap();
+        if counting.writes.iter().any(|id| *id >= RECORDS_FIRST) {
+            assert!(round > 0, "the first saves fit the log");
+            assert!(
+                counting.writes.contains(&(range().first() + 1)),
+                "the fold wrote the zones part: {:?}",
+                counting.writes
+            );
+            crash_each_write(&book, &pages, flip_all, false);
+            return;
+        }
+        book = next;
+        pages = counting.inner;
+    }
+    panic!("no save folded");
+}
+
+/// Pauses every running schedule and resumes every paused one.
+fn flip_all(book: &mut Scheduler) {
+    let h = handlers();
+    let ids: Vec<u64> = book.ids().collect();
+    for id in ids {
+        let req = if book.get(id).unwrap().paused {
+            ScheduleRequest::Resume(Target::Id(id))
+        } else {
+            ScheduleRequest::Pause(Target::Id(id))
+        };
+        book.apply(&Principal::Host, req, &h, 0, Some(0)).unwrap();
+    }
+}
+
+/// Saves `change(old_book)` over `old_pages` once in full, then crashed after every number of
+/// page writes: each crash reloads as the old or the new book, and the replica (re-executing
+/// `change` when it reloaded the old one) ends with the pages of one that never crashed.
+/// Returns the pages of the uncrashed save.
+fn crash_each_write(
+    old_book: &Scheduler,
+    old_pages: &MemPages,
+    change: fn(&mut Scheduler),
+    full_save: bool,
+) -> Crashing {
+    let mut new_book = old_book.clone();
+    change(&mut new_book);
+    let mut full = Crashing::new(old_pages.clone(), usize::MAX);
+    save(&mut new_book.clone(), &mut full, full_save).unwrap();
+    let writes = full.writes.len();
     assert!(
-        parts >= 1 && (!full_save || parts > 1),
-        "journal parts: {parts}"
+        writes >= 2,
+        "a segment and the commit page: {:?}",
+        full.writes
     );
-    assert!(writes > 6, "the save spans several pages: {writes}");
+    assert_eq!(
+        full.writes.last(),
+        Some(&range().first()),
+        "the commit page is the save's last write"
+    );
     let expected = full.inner.snapshot();
-    let (mut saw_old, mut saw_new) = (false, false);
+    // The uncrashed save loads as the new book.
+    assert_eq!(
+        Scheduler::load(7, limits(), &full.inner, range()).unwrap(),
+        new_book
+    );
     for k in 0..writes {
         let mut crashed = Crashing::new(old_pages.clone(), k);
         let mut book = new_book.clone();
@@ -225,43 +305,61 @@ fn crash_at_every_write(full_save: bool) {
             Err(e) => panic!("k = {k}: reload failed: {e}"),
         };
         reloaded.check_invariants().unwrap();
-        if reloaded == old_book {
-            saw_old = true;
-            // The host re-executes what it had not persisted.
-            changes(&mut reloaded);
-            if full_save {
-                save(&mut reloaded, &mut pages, true).unwrap();
-            }
-        } else {
-            assert_eq!(
-                reloaded, new_book,
-                "k = {k}: neither the old nor the new book"
-            );
-            saw_new = true;
-        }
-        reloaded.save(&mut pages, range()).unwrap();
+        // Every write before the commit page's leaves the old book (a fold's own commit
+        // included: it commits the same book with an empty log).
+        assert_eq!(reloaded, *old_book, "k = {k}: not the old book");
+        // The host re-executes what it had not persisted.
+        change(&mut reloaded);
+        save(&mut reloaded, &mut pages, full_save).unwrap();
+        assert_eq!(reloaded, new_book, "k = {k}");
+        assert_eq!(
+            Scheduler::load(7, limits(), &pages, range()).unwrap(),
+            new_book,
+            "k = {k}"
+        );
         let got = pages.snapshot();
         assert!(
             got == expected,
             "k = {k}: pages differ from a replica that never crashed"
         );
     }
-    assert!(saw_old && saw_new, "crashes hit both sides of the journal");
+    full
 }
 
-/// A flipped byte in a meta, zones or record page is a typed error at load; one in the
-/// journal of a completed save makes it a torn journal, which load ignores (the pages hold the
-/// save).
+/// A flipped byte in the commit page, the committed log, the zones part or a record page is a
+/// typed error at load; one in a log page past the committed log (left by an earlier save
+/// before a fold) is never read.
 #[test]
-fn a_flipped_byte_is_a_typed_error_or_an_ignored_journal() {
+fn a_flipped_byte_is_a_typed_error_or_an_unread_page() {
     let (mut book, mut pages) = saved_book(60);
     changes(&mut book);
     book.save(&mut pages, range()).unwrap();
-    let journal = {
-        // The layout of a 200-page range: meta, 6 zone pages, 103 journal pages, records.
-        let first = range().first() + 7;
-        first..first + 103
-    };
+    // Fill the log until a save folds it (every part then holds data), then one more save.
+    let mut folded = false;
+    for _ in 0..20 {
+        flip_all(&mut book);
+        let mut counting = Crashing::new(pages, usize::MAX);
+        book.save(&mut counting, range()).unwrap();
+        pages = counting.inner;
+        if counting.writes.iter().any(|id| *id >= RECORDS_FIRST) {
+            folded = true;
+            break;
+        }
+    }
+    assert!(folded);
+    flip_all(&mut book);
+    let mut counting = Crashing::new(pages, usize::MAX);
+    book.save(&mut counting, range()).unwrap();
+    pages = counting.inner;
+    // The committed log: the pages the saves since the fold appended (from the log's start).
+    let last_segment_page = counting.writes[counting.writes.len() - 2];
+    assert!(LOG.contains(&last_segment_page));
+    let committed_end = last_segment_page + 1;
+    let stale = committed_end..LOG.end;
+    assert!(
+        stale.clone().any(|id| pages.load(id).unwrap().is_some()),
+        "log pages of before the fold remain"
+    );
     let mut checked = 0;
     for (id, bytes) in pages.snapshot() {
         for at in [0, 17, 29, bytes.len() / 2, bytes.len() - 1] {
@@ -270,7 +368,7 @@ fn a_flipped_byte_is_a_typed_error_or_an_ignored_journal() {
             b[at] ^= 0x40;
             bad.save(id, &b).unwrap();
             let loaded = Scheduler::load(7, limits(), &bad, range());
-            if journal.contains(&id) {
+            if stale.contains(&id) {
                 assert_eq!(loaded.as_ref().ok(), Some(&book), "page {id} byte {at}");
             } else {
                 assert!(
@@ -393,13 +491,18 @@ proptest! {
 
     /// Two replicas fed the same operations and saving at the same points, one of them also
     /// restarting from its pages, taking the other's pages by state transfer, or crashing in
-    /// the middle of a save (then reloading and re-executing what it had not persisted) at
-    /// random points, hold identical books and identical page images at every save.
+    /// the middle of a save (a fold included; then reloading and re-executing what it had not
+    /// persisted) at random points, hold identical books and identical page images at every
+    /// save.
     #[test]
     fn replicas_keep_identical_page_images(ops in prop::collection::vec(op(), 1..120)) {
+        // A range small enough that saves fill the log and fold it, with admission fitted to
+        // it (48 pages: commit, zones 1, log 25, record pages 21).
+        let r = PageRange::new(3, 48).unwrap();
+        let l = limits().for_range(r);
         let (mut ha, mut hb) = (handlers(), handlers());
-        let mut a = Scheduler::new(7, limits());
-        let mut b = Scheduler::new(7, limits());
+        let mut a = Scheduler::new(7, l);
+        let mut b = Scheduler::new(7, l);
         let (mut pa, mut pb) = (store(), store());
         // B's book at its last save, and what it executed since.
         let mut b_saved = b.clone();
@@ -415,13 +518,13 @@ proptest! {
             since_save.push((op.clone(), seq, now));
             match op {
                 Op::Save | Op::Restart | Op::Transfer | Op::Crash(_) => {
-                    a.save(&mut pa, range()).unwrap();
+                    a.save(&mut pa, r).unwrap();
                     if let Op::Crash(k) = op {
                         let mut crashing = Crashing::new(pb.clone(), *k);
-                        let crashed = b.save(&mut crashing, range()).is_err();
+                        let crashed = b.save(&mut crashing, r).is_err();
                         pb = crashing.inner;
                         if crashed {
-                            let reloaded = Scheduler::load(7, limits(), &pb, range()).unwrap();
+                            let reloaded = Scheduler::load(7, l, &pb, r).unwrap();
                             // The old book (the host re-executes what it had not
                             // persisted: also when the unsaved requests changed nothing), or
                             // the new one.
@@ -436,13 +539,13 @@ proptest! {
                             }
                         }
                     }
-                    b.save(&mut pb, range()).unwrap();
+                    b.save(&mut pb, r).unwrap();
                     prop_assert!(pa.snapshot() == pb.snapshot(), "page images differ");
                     if matches!(op, Op::Transfer) {
                         pb.restore(&pa.snapshot()).unwrap();
                     }
                     if matches!(op, Op::Restart | Op::Transfer) {
-                        b = Scheduler::load(7, limits(), &pb, range()).unwrap();
+                        b = Scheduler::load(7, l, &pb, r).unwrap();
                         b.check_invariants().unwrap();
                     }
                     b_saved = b.clone();
@@ -452,10 +555,10 @@ proptest! {
             }
             prop_assert_eq!(&a, &b);
         }
-        a.save(&mut pa, range()).unwrap();
-        b.save(&mut pb, range()).unwrap();
+        a.save(&mut pa, r).unwrap();
+        b.save(&mut pb, r).unwrap();
         prop_assert!(pa.snapshot() == pb.snapshot(), "final page images differ");
-        prop_assert_eq!(Scheduler::load(7, limits(), &pa, range()).unwrap(), a);
+        prop_assert_eq!(Scheduler::load(7, l, &pa, r).unwrap(), a);
     }
 }
 
@@ -567,4 +670,57 @@ fn book_limits(max_pages: u32) -> Limits {
         max_record_pages: Some(max_pages),
         ..limits()
     }
+}
+
+/// Saves that flip schedule `id` (pause, resume) until one folds the log; returns the pages.
+fn save_until_fold(book: &mut Scheduler, mut pages: MemPages, id: u64) -> MemPages {
+    let h = handlers();
+    for k in 0..300 {
+        let req = if k % 2 == 0 {
+            ScheduleRequest::Pause(Target::Id(id))
+        } else {
+            ScheduleRequest::Resume(Target::Id(id))
+        };
+        book.apply(&Principal::Host, req, &h, 0, Some(0)).unwrap();
+        let mut counting = Crashing::new(pages, usize::MAX);
+        book.save(&mut counting, range()).unwrap();
+        pages = counting.inner;
+        if counting.writes.iter().any(|id| *id >= RECORDS_FIRST) {
+            return pages;
+        }
+    }
+    panic!("no save folded");
+}
+
+/// A fold rewrites the pages records left since the last fold (cancelled, or moved away), not
+/// only the pages the log places records on: a page a cancel emptied is zeroed by the next fold,
+/// and the book reloads equal (a stale copy left there would load as a live schedule).
+#[test]
+fn a_fold_rewrites_the_pages_records_left() {
+    let h = handlers();
+    let mut book = Scheduler::new(7, limits());
+    // One record per page: a 300-byte payload leaves no room for a second on a 512-byte page.
+    let ids: Vec<u64> = (0..4)
+        .map(|i| create(&mut book, &h, 1_000_000 + i, 300))
+        .collect();
+    let mut pages = store();
+    book.save(&mut pages, range()).unwrap();
+    pages = save_until_fold(&mut book, pages, ids[0]);
+    // After that fold every record is on its page.
+    assert!(pages.load(RECORDS_FIRST + 1).unwrap().is_some());
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Cancel(Target::Id(ids[1])),
+        &h,
+        0,
+        Some(0),
+    )
+    .unwrap();
+    book.save(&mut pages, range()).unwrap();
+    pages = save_until_fold(&mut book, pages, ids[0]);
+    assert!(
+        pages.load(RECORDS_FIRST + 1).unwrap().is_none(),
+        "the fold zeroed the page the cancel emptied"
+    );
+    assert_eq!(Scheduler::load(7, limits(), &pages, range()).unwrap(), book);
 }

@@ -9,9 +9,9 @@
 //!   and handlers themselves, create, replace, pause, resume and cancel them through
 //!   [`ScheduleRequest`]; a request naming an unknown handler or carrying an invalid schedule is
 //!   rejected with a typed [`ScheduleError`] and changes nothing. The book is persisted in
-//!   reserved pages through [`crate::codec`], one record page per record behind a write-ahead
-//!   journal (`store.rs`: a save writes O(records changed) pages and is crash-atomic), and
-//!   reloaded after restart and state transfer.
+//!   reserved pages through [`crate::codec`] on the record log the cron tables use too (commit
+//!   page, change log, record pages; `store.rs`: a save after one change writes 2 pages, and
+//!   every save is crash-atomic), and reloaded after restart and state transfer.
 //!
 //! Every schedule carries a version for optimistic concurrency
 //! ([`ScheduleRequest::IfVersion`], [`ScheduleRequest::UpsertIfVersion`]: a stale one is

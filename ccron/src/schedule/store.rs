@@ -1,13 +1,12 @@
-//! Page layout and record placement of the schedule book's persistence (introduced by layout
-//! version 2; versions 3 and 4 changed only what a record holds).
+//! Page layout and record placement of the schedule book's persistence (book layout 5: the
+//! book's instance of the record log, `crate::record_log`, shared with the cron tables).
 //! The placement ([`Placement`], [`FreeTree`]) is shared with the cron tables' record pages
 //! (`crate::table_store`).
 //!
 //! Why record pages. The first layout kept the records in 16 multi-page shard blobs, so one
 //! changed record rewrote a sixteenth of the book (65-86 ms at 10^6 schedules). Here each record
 //! lives in exactly one *record page*, a single-page [`crate::codec`] blob holding the page's
-//! number and its records ascending by id, so a save writes only the pages whose records
-//! changed: O(records changed) bounded single-page encodes, whatever the book's size.
+//! number and its records ascending by id, and is rewritten only by a fold.
 //!
 //! Placement. A record goes to the lowest-numbered page whose free room fits it, found in
 //! O(log P) through a max-free segment tree ([`FreeTree`]). Free room is a function of the page's
@@ -20,28 +19,25 @@
 //! chains, which keeps every page write a bounded encode.
 //!
 //! The range. A book's range of `R` pages is cut (a pure function of `R`) into:
-//! 1 meta page (version, component, next id, record count, zone summary), a zones part of
-//! `max(1, R/32)` pages (the installed zone rules, one multi-page blob, rewritten only when they
-//! change), a journal part of 17/32 of the rest, and the record pages (15/32). The journal is a
-//! little larger than the record part so that even a full rewrite fits it; unused journal pages
-//! are empty, and
-//! [`crate::MemPages`] stores only non-empty pages.
+//! 1 commit page (version, component, next id, record count, zone summary, committed log
+//! length), a zones part of `max(1, R/32)` pages (the installed zone rules, one multi-page blob,
+//! written only by a fold), a log of 17/32 of the rest, and the record pages (15/32). The log is
+//! a little larger than the record part so that even a save naming every record fits it.
 //!
-//! Crash atomicity. A save first writes a *journal* (one multi-page codec blob: the meta, the
-//! zones when they changed, the list of record pages the save rewrites, and every changed
-//! record with its new page or its removal), then the meta, zones and record pages. A crash
-//! inside the journal write leaves a torn journal (the codec's blob checksum fails), which load
-//! ignores: the pages still hold the previous save. A crash after it leaves a valid journal,
-//! which load replays: the content of a listed page is its stored content minus every record
-//! the journal names plus the journal's records placed on it, an idempotent rule that gives the
-//! new page whether the stored one is old or already new. The journal is not cleared after a
-//! save (that would cost writes and replaying it is harmless); the next save overwrites it and
-//! zeroes its leftover pages, so page images stay identical on every replica.
+//! Commit protocol (`crate::record_log`). A save appends the changed records (each a record
+//! image with its page, or a removal) and, when they changed, the zones, as log segments after
+//! the committed part of the log, then rewrites the commit page: the one write that decides.
+//! A save after one change writes 2 pages. When the log has no room for a save, the save first
+//! folds: it rewrites the record pages the committed log touched (and the zones part when the
+//! log carries zones) with their committed content, read back from the pages, then commits an
+//! empty log. Load gives the log priority over the record pages and the zones part, so a crash
+//! at any page write reloads as the book before or after the save.
 
 use std::collections::{BTreeSet, HashMap};
 
 use crate::codec::HEADER_BYTES;
 use crate::pages::{PageId, PageRange};
+use crate::record_log::LogPos;
 
 /// Bytes of a record page's blob before its records: the page number (u32) and the vector
 /// length (u64, fixed-width integers).
@@ -58,12 +54,12 @@ pub(crate) fn record_room(page_bytes: usize) -> usize {
 /// Where the parts of a book's page range lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Layout {
-    /// The meta page.
+    /// The commit page.
     pub meta: PageRange,
     /// The zone rules.
     pub zones: PageRange,
-    /// The journal.
-    pub journal: PageRange,
+    /// The change log.
+    pub log: PageRange,
     /// The first record page.
     pub records_first: PageId,
     /// How many record pages.
@@ -76,9 +72,9 @@ impl Layout {
         let r = range.len();
         let zones_len = (r / 32).max(1);
         let rest = r.checked_sub(1 + zones_len)?;
-        // The journal gets 17/32 of the rest: a change takes 5 bytes more in the journal than
-        // in a record page (its page number and presence tag), so a full save of full record
-        // pages still fits it.
+        // The log gets 17/32 of the rest: a change takes 5 bytes more in the log than in a
+        // record page (its page number and presence tag), so a save naming every record of
+        // full record pages still fits it.
         let record_pages = rest * 15 / 32;
         let journal_len = rest - record_pages;
         if journal_len == 0 || record_pages == 0 {
@@ -88,7 +84,7 @@ impl Layout {
         Some(Self {
             meta: PageRange::new(first, 1)?,
             zones: PageRange::new(first + 1, zones_len)?,
-            journal: PageRange::new(first + 1 + zones_len, journal_len)?,
+            log: PageRange::new(first + 1 + zones_len, journal_len)?,
             records_first: first + 1 + zones_len + journal_len,
             record_pages,
         })
@@ -195,20 +191,21 @@ pub(crate) struct Placement {
     pub dirty_pages: BTreeSet<u32>,
     /// Records too large for any page (admission prevents them; a save reports them).
     pub oversize: BTreeSet<u64>,
-    /// Pages the journal part held after the last save or load (leftovers to zero).
-    pub journal_len: u32,
-    /// Whether the stored journal must be replayed in place before the next save overwrites it
-    /// (set at load when a valid journal was found).
-    pub replay_pending: bool,
+    /// The committed part of the book's log (after the last save, fold or load).
+    pub log: LogPos,
+    /// Record pages the committed log changed (the next fold rewrites them).
+    pub fold_pages: BTreeSet<u32>,
+    /// Whether the next fold rewrites every record page (a full save is in the log).
+    pub fold_all: bool,
     /// Checksum of the zone rules' encoding as stored (`None`: nothing stored yet).
     pub zones_crc: Option<u32>,
     /// Ids below this may be on the pages (the book's next id at the last save or load); ids
     /// at or above it were created since and never stored.
     pub stored_below: u64,
-    /// Sum of the placed records' entry bytes (what a journal naming every record carries).
+    /// Sum of the placed records' entry bytes (what a log save naming every record carries).
     pub placed_bytes: u64,
     /// Records removed since the last save that were on the pages (below
-    /// [`Self::stored_below`]): each is a removal the next journal must name.
+    /// [`Self::stored_below`]): each is a removal the next save must log.
     pub removed_stored: u64,
 }
 
@@ -225,8 +222,9 @@ impl Placement {
             dirty_ids: BTreeSet::new(),
             dirty_pages: BTreeSet::new(),
             oversize: BTreeSet::new(),
-            journal_len: 0,
-            replay_pending: false,
+            log: LogPos::default(),
+            fold_pages: BTreeSet::new(),
+            fold_all: false,
             zones_crc: None,
             stored_below: 0,
             placed_bytes: 0,
@@ -378,8 +376,8 @@ impl Placement {
         self.can_place(need, max_pages)
     }
 
-    /// Records that `id` left the book (it stays marked, so the book is dirty; the journal
-    /// leaves out an id at or above [`Self::stored_below`], which never reached the pages).
+    /// Records that `id` left the book (it stays marked, so the book is dirty; the log leaves
+    /// out an id at or above [`Self::stored_below`], which never reached the pages).
     pub fn remove(&mut self, id: u64) {
         if id < self.stored_below && self.loc.contains_key(&id) {
             self.removed_stored = self.removed_stored.saturating_add(1);
@@ -488,10 +486,7 @@ mod tests {
         );
         assert!(Layout::of(PageRange::new(0, 3).unwrap()).is_none());
         let l = Layout::of(PageRange::new(10, 70).unwrap()).unwrap();
-        assert_eq!(
-            (l.zones.len(), l.journal.len(), l.record_pages),
-            (2, 36, 31)
-        );
+        assert_eq!((l.zones.len(), l.log.len(), l.record_pages), (2, 36, 31));
         assert_eq!(l.record_page(30).unwrap().first(), 79);
         assert!(l.record_page(31).is_none());
     }

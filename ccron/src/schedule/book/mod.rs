@@ -8,9 +8,10 @@
 //! visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
 //!
-//! Persistence ([`Scheduler::save`], [`Scheduler::load`]): one record page per record behind a
-//! write-ahead journal, laid out and placed by `store.rs`; a save writes O(records changed)
-//! pages and a crash at any page write reloads as the book before or after the save.
+//! Persistence ([`Scheduler::save`], [`Scheduler::load`]): the record log shared with the cron
+//! tables (`crate::record_log`: commit page, change log, record pages folded when the log is
+//! full), laid out and placed by `store.rs`; a save after one change writes 2 pages, and a
+//! crash at any page write reloads as the book before or after the save.
 //!
 //! Files. This module owns the state ([`Scheduler`] and its stored `Record`); the others add
 //! `impl Scheduler` blocks by concern: `types.rs` (the public vocabulary: timings, misfire
@@ -96,7 +97,7 @@ pub struct Scheduler {
     /// Emits refused to handlers ([`HandlerCtx::emit`]); an observation like
     /// `stale_rejections` (each is also in its tick's [`TickReport::errors`]).
     emit_failures: u64,
-    /// Encoded bytes of the installed zones (derived; the journal's zones part,
+    /// Encoded bytes of the installed zones (derived; what a save logs when they change,
     /// [`Limits::max_journal_pages`]).
     zones_bytes: usize,
 }
@@ -168,10 +169,9 @@ impl Scheduler {
     }
 
     /// Whether the next [`Scheduler::save`] has something to write: the book changed since the
-    /// last save or load, or the load found a journal whose pages the save must first rewrite
-    /// (after which the pages are byte-identical to those of a replica that never stopped).
+    /// last save or load.
     pub fn is_dirty(&self) -> bool {
-        self.header_dirty || !self.placement.dirty_ids.is_empty() || self.placement.replay_pending
+        self.header_dirty || !self.placement.dirty_ids.is_empty()
     }
 
     /// The id of the schedule holding `key`.

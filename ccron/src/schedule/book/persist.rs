@@ -1,5 +1,5 @@
-//! Persistence glue: the stored meta and journal forms, save (journal first, then the meta,
-//! zones and changed record pages), load with journal replay, and the re-validation of every
+//! Persistence glue: the book's instance of the record log (`crate::record_log`, book layout
+//! 5): the commit page, the log's segments, the fold, load, and the re-validation of every
 //! loaded record. Page layout and record placement are in `store.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,100 +8,115 @@ use super::{Limits, Record, ScheduleError, Scheduler, Timing};
 use crate::codec::{self, BlobKind, CodecError};
 use crate::cron::ZoneRules;
 use crate::pages::{PageRange, ReservedPages};
+use crate::record_log::{self, LogPos, ReadError};
 use crate::schedule::store::Layout;
 use crate::tick::ComponentId;
 
-/// What the meta page holds (see [`store`](crate::schedule::store) for the layout).
+/// What the commit page holds (see [`store`](crate::schedule::store) for the layout). Its
+/// first byte is the version, so that a range of another layout is refused as such.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
-struct Meta {
+struct Commit {
     /// [`WIRE_VERSION`].
     version: u8,
     component: ComponentId,
     next_id: u64,
     /// `Limits::page_bytes` of the writer: placement depends on it.
     page_bytes: u64,
-    /// How many records the record pages hold.
+    /// How many records the book holds.
     records: u64,
-    /// How many zones the zones part holds, and the CRC-32 of its blob.
+    /// How many zones the book holds, and the CRC-32 of their encoding.
     zones: u32,
     zones_crc: u32,
+    /// The committed part of the log.
+    log_pages: u32,
+    log_segments: u32,
 }
 
 /// A record page's blob: its page number (within the record pages) and its records, ascending
 /// by id (written from references, read as [`PageBlob`]; the bytes are the same).
 type PageBlob = (u32, Vec<(u64, Record)>);
 
-/// One change a journal carries: a record id and its new page and content, or `None` when it
-/// left the book.
+/// One logged change: a record id and its new page and content (a record image), or `None`
+/// when it left the book.
 type Change = (u64, Option<(u32, Record)>);
 
-/// A save's journal: ([`WIRE_VERSION`], whether every record page was rewritten, the meta, the
-/// zones when they changed, the record pages the save writes, the changed records). A tuple so
-/// that the writer can encode borrowed records with the same bytes.
-type Journal = (
-    u8,
-    bool,
-    Meta,
-    Option<Vec<ZoneRules>>,
-    Vec<u32>,
-    Vec<Change>,
-);
+/// The body of one log segment: (a full save: nothing logged or stored before it counts; the
+/// zones, when this save changed them (first segment of a save only); the changes).
+type Segment = (bool, Option<Vec<ZoneRules>>, Vec<Change>);
 
-/// The head of one journal part: ([`WIRE_VERSION`], part index, part count, CRC-32 of every
-/// part's body, which binds the parts of one save together).
-type JournalHead = (u8, u32, u32, u32);
+/// Encoded bytes of a segment besides its changes and zones: index (4), full flag (1), zones'
+/// option tag (1), vector length (8).
+const SEGMENT_FRAMING_BYTES: u64 = 14;
 
-/// Encoded bytes of a [`JournalHead`] (fixed-width integers).
-const JOURNAL_HEAD_BYTES: usize = 13;
+/// Pages' worth of changes one log segment carries: segments keep every decode small (a
+/// codec blob is at most [`codec::MAX_BLOB_BYTES`]) whatever the size of a save.
+const SEGMENT_PAGES: usize = 16;
 
-/// The body of one journal part: (full save, meta, zones (part 0 only), record pages written
-/// (part 0 only), changes).
-type JournalBody = (bool, Meta, Option<Vec<ZoneRules>>, Vec<u32>, Vec<Change>);
+/// Version of the stored book: 2 = meta page, zones, journal, record pages; 3 = records carry
+/// their owner (`crate::authz`); 4 = records carry their version, routing topic and type, and
+/// may hold the `AtOrSeq` timing; 5 = the record log (commit page, change log, record pages
+/// folded when the log is full, [`store`](crate::schedule::store)) in place of the write-ahead
+/// journal. Pages of another version are refused at load with
+/// [`ScheduleError::UnsupportedLayout`] (no conversion: a replica of an older release must be
+/// drained, or its book recreated, before upgrading).
+const WIRE_VERSION: u8 = 5;
 
-/// Pages' worth of changes one journal part carries: parts keep every decode small (a codec
-/// blob is at most [`codec::MAX_BLOB_BYTES`]) whatever the size of a save.
-const JOURNAL_PART_PAGES: usize = 16;
+/// The committed log, read back from the pages.
+#[derive(Default)]
+struct Committed {
+    /// A full save is in the log: the record pages and the zones part count for nothing.
+    full: bool,
+    /// The zones of the latest segment carrying them.
+    zones: Option<Vec<ZoneRules>>,
+    /// The latest image of each record the log names (`None`: removed).
+    named: BTreeMap<u64, Option<(u32, Record)>>,
+    /// The record pages the log places records on.
+    placed_on: BTreeSet<u32>,
+}
 
-/// A journal's records by record page (borrowed from the journal).
-type Placed<'a> = BTreeMap<u32, Vec<(u64, &'a Record)>>;
+impl Committed {
+    /// The log's records by page.
+    fn by_page(&self) -> BTreeMap<u32, Vec<(u64, &Record)>> {
+        let mut out: BTreeMap<u32, Vec<(u64, &Record)>> = BTreeMap::new();
+        for (id, placed) in &self.named {
+            if let Some((p, r)) = placed {
+                out.entry(*p).or_default().push((*id, r));
+            }
+        }
+        out
+    }
+}
 
-/// Version of the stored book: 2 = meta page, zones, journal, record pages ([`store`](crate::schedule::store));
-/// 3 = records carry their owner (`crate::authz`); 4 = records carry their version, routing
-/// topic and type, and may hold the `AtOrSeq` timing. Pages of another version are refused at
-/// load with [`ScheduleError::UnsupportedLayout`] (no conversion: a replica of an older release
-/// must be drained, or its book recreated, before upgrading).
-const WIRE_VERSION: u8 = 4;
-
-/// Journal pages the worst next save can need for a book of `records` records whose entries
-/// take `placed_bytes` (their placement sizes, the largest each can be stored at), with
-/// `removed` records removed since the last save that were on the pages, zones encoding to
-/// `zones_bytes`, `record_pages` record pages, on pages of `page_bytes` (the smallest page the
-/// book may be saved to, so larger pages need no more). It follows `Scheduler::write`: every
-/// record in the journal (a tick may touch any), every stored removal named, the zones and the
-/// page list in part 0, parts cut at [`JOURNAL_PART_PAGES`] pages of estimated changes and each
-/// rounded up to whole pages. An upper bound: the save's own check never fails below it.
+/// Log pages the worst next save can need for a book of `records` records whose entries take
+/// `placed_bytes` (their placement sizes, the largest each can be stored at), with `removed`
+/// records removed since the last save that were on the pages, zones encoding to
+/// `zones_bytes`, on pages of `page_bytes` (the smallest page the book may be saved to, so
+/// larger pages need no more). It follows `Scheduler::write`: every record in the log (a tick
+/// may touch any), every stored removal named, the zones in the first segment, segments cut
+/// at [`SEGMENT_PAGES`] pages of estimated changes and each rounded up to whole pages. An
+/// upper bound: the save's own check never fails below it. A save that does not fit the log's
+/// free part folds first, so the whole log is what this must fit (`_record_pages` is kept for
+/// the callers: layout 4's journal listed the record pages, the log does not).
 pub(super) fn journal_pages_bound(
     records: u64,
     placed_bytes: u64,
     removed: u64,
     zones_bytes: usize,
-    record_pages: u32,
+    _record_pages: u32,
     page_bytes: usize,
 ) -> u64 {
     let per_page = page_bytes.saturating_sub(codec::HEADER_BYTES).max(1) as u64;
-    let part_bytes = (per_page.saturating_mul(JOURNAL_PART_PAGES as u64))
-        .min((codec::MAX_BLOB_BYTES / 2) as u64);
+    let part_bytes =
+        (per_page.saturating_mul(SEGMENT_PAGES as u64)).min((codec::MAX_BLOB_BYTES / 2) as u64);
     // The largest change's estimate in `write` (a record fills at most a page's room).
     let max_est = crate::schedule::store::record_room(page_bytes) as u64 + 13;
     let est = records
         .saturating_mul(13)
         .saturating_add(placed_bytes)
         .saturating_add(removed.saturating_mul(9));
-    // Every part but the last carries more than `part_bytes - max_est` of estimates.
+    // Every segment but the last carries more than `part_bytes - max_est` of estimates.
     let parts = 1 + est / part_bytes.saturating_sub(max_est).max(1);
-    // Per part: its head (13) and body framing (full flag, meta <= 37, option tag, three
-    // vector lengths), rounded up.
-    let framing = parts.saturating_mul(96);
+    let framing = parts.saturating_mul(SEGMENT_FRAMING_BYTES);
     // A change as encoded: id (8), presence tag (1), page (4) and the record: the entry's
     // placement size counts the id once more, so 5 + placed; a removal is 9.
     let changes = records
@@ -110,14 +125,21 @@ pub(super) fn journal_pages_bound(
         .saturating_add(removed.saturating_mul(9));
     let total = framing
         .saturating_add(zones_bytes as u64)
-        .saturating_add(u64::from(record_pages).saturating_mul(4))
         .saturating_add(changes);
+    // Each segment rounds up to whole pages: at most one page more than its bytes.
     total.div_ceil(per_page).saturating_add(parts)
 }
 
+fn read_error(e: ReadError) -> ScheduleError {
+    match e {
+        ReadError::Codec(e) => e.into(),
+        ReadError::Corrupt(m) => ScheduleError::Corrupt(m),
+    }
+}
+
 impl Scheduler {
-    /// Admission's journal check ([`Limits::max_journal_pages`]): whether the worst next save
-    /// still fits the journal after a change leaving `records` records of `placed_bytes` entry
+    /// Admission's log check ([`Limits::max_journal_pages`]): whether the worst next save
+    /// still fits the log after a change leaving `records` records of `placed_bytes` entry
     /// bytes and zones of `zones_bytes`. Nothing changes.
     pub(super) fn check_journal(
         &self,
@@ -167,7 +189,7 @@ impl Scheduler {
     fn layout(&self, pages: &dyn ReservedPages, range: PageRange) -> Result<Layout, ScheduleError> {
         let layout = Layout::of(range).ok_or_else(|| {
             ScheduleError::Limit(format!(
-                "a range of {} pages cannot hold the book's meta, zones, journal and record pages",
+                "a range of {} pages cannot hold the book's commit page, zones, log and record pages",
                 range.len()
             ))
         })?;
@@ -189,18 +211,19 @@ impl Scheduler {
         Ok(layout)
     }
 
-    /// Writes what changed since the last save or load into `range`: a journal, then the meta
-    /// page, the zones when they changed and the record pages whose records changed (see
-    /// `schedule/store.rs` and `docs/scheduling.md`): O(records changed) single-page writes.
-    /// Size-checks everything before writing (record pages fit by construction), so a size
-    /// error writes nothing new (a journal found at load is completed first); a crash part-way
-    /// leaves pages that load as the book before or after this save, never a mix.
+    /// Writes what changed since the last save or load into `range` (see
+    /// `schedule/store.rs`, `crate::record_log` and `docs/scheduling.md`): the changed records
+    /// and, when they changed, the zones, appended to the log, then the commit page. A save
+    /// after one change writes 2 pages; a save that does not fit the log's free part first
+    /// folds the log into the record pages. Size-checks everything before writing, so a size
+    /// error writes nothing; a crash part-way leaves pages that load as the book before or
+    /// after this save, never a mix.
     ///
     /// A failed save (an error from the pages) keeps the change marks; the host should reload
     /// from the pages, as after a crash, before saving again.
     ///
     /// # Errors
-    /// [`ScheduleError::Codec`] (pages, or the journal or zones do not fit their part),
+    /// [`ScheduleError::Codec`] (pages, or the save or zones do not fit their part),
     /// [`ScheduleError::Limit`] (the range is too small to lay out, its record pages are all
     /// used, or its pages are smaller than `Limits::page_bytes`).
     pub fn save(
@@ -211,11 +234,15 @@ impl Scheduler {
         self.write(pages, range, false)
     }
 
-    /// Writes the whole book (meta, zones and every record page, empty ones zeroed), as after a
-    /// layout change. Journaled like [`Scheduler::save`].
+    /// Logs the whole book (every record and the zones, as a full save: nothing stored before
+    /// it counts), into `range` as the range's commit page finds it (so it may be another
+    /// range, or fresh pages); the next fold rewrites every record page. Crash-atomic like
+    /// [`Scheduler::save`].
     ///
     /// # Errors
-    /// As [`Scheduler::save`].
+    /// As [`Scheduler::save`]; [`ScheduleError::UnsupportedLayout`] or
+    /// [`ScheduleError::Corrupt`] when the range holds a book of another layout or component
+    /// (zero the range first to replace it).
     pub fn save_all(
         &mut self,
         pages: &mut dyn ReservedPages,
@@ -231,19 +258,6 @@ impl Scheduler {
         all: bool,
     ) -> Result<(), ScheduleError> {
         let layout = self.layout(pages, range)?;
-        // Complete a journal found at load before anything can overwrite it (it rewrites what
-        // that save wrote, so the pages match those of a replica that never stopped).
-        if self.placement.replay_pending {
-            let kept = Self::replay_in_place(pages, layout, self.component)?;
-            // Leftovers of a longer journal the crash did not get to zero.
-            for id in
-                layout.journal.first() + kept..layout.journal.first() + self.placement.journal_len
-            {
-                pages.zero(id).map_err(CodecError::from)?;
-            }
-            self.placement.journal_len = kept;
-            self.placement.replay_pending = false;
-        }
         if !all && !self.is_dirty() {
             return Ok(());
         }
@@ -256,6 +270,7 @@ impl Scheduler {
         let page_size = pages.page_size();
         // Zones change only through requests that mark the header; re-encode them only then.
         let zone_list: Vec<&ZoneRules> = self.zones.values().collect();
+        let zones_count = u32::try_from(zone_list.len()).unwrap_or(u32::MAX);
         let zones_blob = if all || self.header_dirty || self.placement.zones_crc.is_none() {
             let blob = codec::to_blob(&zone_list)?;
             let crc = crc32fast::hash(&blob);
@@ -268,24 +283,10 @@ impl Scheduler {
             .map(|(_, crc)| *crc)
             .or(self.placement.zones_crc)
             .unwrap_or(0);
-        let meta = Meta {
-            version: WIRE_VERSION,
-            component: self.component,
-            next_id: self.next_id,
-            page_bytes: self.limits.page_bytes as u64,
-            records: self.records.len() as u64,
-            zones: u32::try_from(zone_list.len()).unwrap_or(u32::MAX),
-            zones_crc,
-        };
-        let listed: Vec<u32> = if all {
-            (0..layout.record_pages).collect()
-        } else {
-            self.placement.dirty_pages.iter().copied().collect()
-        };
-        let in_use = if all {
+        let in_use: Vec<u32> = if all {
             (0..self.placement.pages_in_use()).collect()
         } else {
-            listed.clone()
+            self.placement.dirty_pages.iter().copied().collect()
         };
         for &p in &in_use {
             if p >= layout.record_pages && !self.placement.members(p).is_empty() {
@@ -295,6 +296,17 @@ impl Scheduler {
                 )));
             }
         }
+        if let Some((blob, _)) = &zones_blob {
+            // The fold writes them to the zones part: they must fit it.
+            let capacity = codec::capacity(layout.zones, page_size);
+            if blob.len() > capacity {
+                return Err(CodecError::TooLarge {
+                    len: blob.len(),
+                    capacity,
+                }
+                .into());
+            }
+        }
         let changes: Vec<(u64, Option<(u32, &Record)>)> = if all {
             self.records
                 .iter()
@@ -302,8 +314,8 @@ impl Scheduler {
                 .collect()
         } else {
             // A removed id at or above `stored_below` was created since the last save and
-            // never reached the pages: naming it would only grow the journal (without bound
-            // under create-and-cancel churn between two saves), so it is left out.
+            // never reached the pages: naming it would only grow the log (without bound under
+            // create-and-cancel churn between two saves), so it is left out.
             let stored_below = self.placement.stored_below;
             self.placement
                 .dirty_ids
@@ -318,11 +330,11 @@ impl Scheduler {
                 })
                 .collect()
         };
-        let zones_in_journal = zones_blob.as_ref().map(|_| &zone_list);
-        // The journal in parts of about JOURNAL_PART_PAGES pages of changes each; part 0 also
-        // carries the zones and the page list.
+        let zones_in_log = zones_blob.as_ref().map(|_| &zone_list);
+        // The save's segments, of about SEGMENT_PAGES pages of changes each; the first also
+        // carries the zones and the full flag.
         let per_page = page_size - codec::HEADER_BYTES;
-        let part_bytes = (per_page * JOURNAL_PART_PAGES).min(codec::MAX_BLOB_BYTES / 2);
+        let part_bytes = (per_page * SEGMENT_PAGES).min(codec::MAX_BLOB_BYTES / 2);
         let mut bounds = vec![0usize];
         let mut acc = 0usize;
         for (i, (id, change)) in changes.iter().enumerate() {
@@ -334,36 +346,20 @@ impl Scheduler {
             acc += est;
         }
         bounds.push(changes.len());
-        let count = u32::try_from(bounds.len() - 1).unwrap_or(u32::MAX);
         let mut bodies = Vec::with_capacity(bounds.len() - 1);
         for (k, w) in bounds.windows(2).enumerate() {
             let slice = changes.get(w[0]..w[1]).unwrap_or_default();
-            let (pages_k, zones_k) = if k == 0 {
-                (&listed[..], zones_in_journal)
-            } else {
-                (&[][..], None)
-            };
-            bodies.push(codec::to_blob(&(all, &meta, zones_k, pages_k, slice))?);
+            let zones_k = if k == 0 { zones_in_log } else { None };
+            bodies.push(codec::to_blob(&(all && k == 0, zones_k, slice))?);
         }
-        let mut tag = crc32fast::Hasher::new();
-        for b in &bodies {
-            tag.update(b);
-        }
-        let tag = tag.finalize();
-        let mut journal_parts = Vec::with_capacity(bodies.len());
-        for (k, body) in bodies.into_iter().enumerate() {
-            let mut blob = codec::to_blob(&(WIRE_VERSION, k as u32, count, tag))?;
-            blob.extend_from_slice(&body);
-            journal_parts.push(blob);
-        }
-        let journal_pages: usize = journal_parts
+        let need: usize = bodies
             .iter()
-            .map(|b| b.len().div_ceil(per_page).max(1))
+            .map(|b| record_log::segment_pages(b.len(), per_page))
             .sum();
-        // Admission's bound (`check_journal`) is an upper bound of every journal: checked in
+        // Admission's bound (`check_journal`) is an upper bound of every save: checked in
         // every test build, so the property tests exercise it on every save.
         debug_assert!(
-            journal_pages as u64
+            need as u64
                 <= journal_pages_bound(
                     self.placement.records() as u64,
                     self.placement.placed_bytes,
@@ -372,71 +368,57 @@ impl Scheduler {
                     layout.record_pages,
                     self.limits.page_bytes,
                 ),
-            "journal of {journal_pages} pages over admission's bound"
+            "a save of {need} log pages over admission's bound"
         );
-        if journal_pages > layout.journal.len() as usize {
+        if need > layout.log.len() as usize {
             return Err(CodecError::TooLarge {
-                len: journal_parts.iter().map(Vec::len).sum(),
-                capacity: codec::capacity(layout.journal, page_size),
+                len: bodies.iter().map(Vec::len).sum(),
+                capacity: codec::capacity(layout.log, page_size),
             }
             .into());
         }
-        let meta_blob = codec::to_blob(&meta)?;
-        for (part, blob) in [(layout.meta, &meta_blob)]
-            .into_iter()
-            .chain(zones_blob.as_ref().map(|(b, _)| (layout.zones, b)))
-        {
-            let capacity = codec::capacity(part, page_size);
-            if blob.len() > capacity {
-                return Err(CodecError::TooLarge {
-                    len: blob.len(),
-                    capacity,
-                }
-                .into());
+        // A full save takes the log's position from the range itself.
+        let mut at = if all {
+            match Self::read_commit(pages, layout, self.component)? {
+                Some(c) => LogPos {
+                    pages: c.log_pages,
+                    segments: c.log_segments,
+                },
+                None => LogPos::default(),
             }
+        } else {
+            self.placement.log
+        };
+        if (at.pages as usize).saturating_add(need) > layout.log.len() as usize {
+            self.fold(pages, layout, at, all)?;
+            at = LogPos::default();
         }
-        // Writes: the journal (its leftover pages zeroed), then the pages it describes.
-        let mut at = layout.journal.first();
-        for blob in &journal_parts {
-            let len = u32::try_from(blob.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX);
-            let part = PageRange::new(at, len)
-                .ok_or_else(|| ScheduleError::Limit("journal part".into()))?;
-            codec::save_blob(pages, part, BlobKind::BookJournal, blob)?;
-            at = part.end();
-        }
-        for id in at..layout.journal.first() + self.placement.journal_len {
-            pages.zero(id).map_err(CodecError::from)?;
-        }
-        self.placement.journal_len = at - layout.journal.first();
-        codec::save_blob(pages, layout.meta, BlobKind::ScheduleBook, &meta_blob)?;
-        if let Some((blob, _)) = &zones_blob {
-            codec::save_blob(pages, layout.zones, BlobKind::ScheduleBook, blob)?;
-        }
-        // Record pages are encoded as they are written (holding every blob of a large save
-        // would cost its size in memory): each fits its page by the placement's accounting
-        // (`Limits::page_bytes` is at most the page size, checked above).
-        for &p in &listed {
-            let Some(part) = layout.record_page(p) else {
-                continue;
-            };
-            let members = self.placement.members(p);
-            if members.is_empty() {
-                // A full save lists never-used pages too: zero only what holds data.
-                if pages
-                    .load(part.first())
-                    .map_err(CodecError::from)?
-                    .is_some()
-                {
-                    pages.zero(part.first()).map_err(CodecError::from)?;
-                }
-                continue;
-            }
-            let records: Vec<(u64, &Record)> = members
-                .iter()
-                .filter_map(|id| self.records.get(id).map(|r| (*id, r)))
-                .collect();
-            let blob = codec::to_blob(&(p, records))?;
-            codec::save_blob(pages, part, BlobKind::BookRecords, &blob)?;
+        let (pos, _) = record_log::append(
+            pages,
+            layout.log,
+            at,
+            BlobKind::BookLog,
+            bodies.into_iter().map(Ok),
+        )?;
+        let commit = Commit {
+            version: WIRE_VERSION,
+            component: self.component,
+            next_id: self.next_id,
+            page_bytes: self.limits.page_bytes as u64,
+            records: self.records.len() as u64,
+            zones: zones_count,
+            zones_crc,
+            log_pages: pos.pages,
+            log_segments: pos.segments,
+        };
+        codec::save(pages, layout.meta, BlobKind::ScheduleBook, &commit)?;
+        self.placement.log = pos;
+        if all {
+            self.placement.fold_all = true;
+            self.placement.fold_pages.clear();
+        } else {
+            let dirty = std::mem::take(&mut self.placement.dirty_pages);
+            self.placement.fold_pages.extend(dirty);
         }
         self.placement.zones_crc = Some(zones_crc);
         self.placement.stored_below = self.next_id;
@@ -445,81 +427,150 @@ impl Scheduler {
         Ok(())
     }
 
-    /// The journal stored in `layout` and the pages it spans, or `None` when there is none or
-    /// it is torn (a part fails the codec's checks, does not decode, is missing, or belongs to
-    /// another save: a crash hit the journal's write, and the pages still hold the save
-    /// before). Store failures are errors.
-    fn read_journal(
+    /// Folds the committed log `at` into the record pages and the zones part, then commits an
+    /// empty log. The content written is read back from the pages (each record page as stored,
+    /// minus every record the log names, plus the log's records placed on it), so it is the
+    /// committed book whatever the in-memory book holds, and the same on every replica. The
+    /// pages rewritten: those the log changed since the last fold (every record page after a
+    /// full save, or when `all`). A crash inside leaves the committed log in force.
+    fn fold(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        layout: Layout,
+        at: LogPos,
+        all: bool,
+    ) -> Result<(), ScheduleError> {
+        let Some(mut commit) = Self::read_commit(pages, layout, self.component)? else {
+            return Err(ScheduleError::Corrupt(
+                "a log to fold without a commit page".into(),
+            ));
+        };
+        if (commit.log_pages, commit.log_segments) != (at.pages, at.segments) {
+            return Err(ScheduleError::Corrupt(
+                "the commit page differs from the book's log position".into(),
+            ));
+        }
+        let committed = Self::read_log(pages, layout, at)?;
+        let every = all || committed.full || self.placement.fold_all;
+        let list: BTreeSet<u32> = if every {
+            (0..layout.record_pages).collect()
+        } else {
+            self.placement
+                .fold_pages
+                .iter()
+                .chain(&committed.placed_on)
+                .copied()
+                .collect()
+        };
+        let by_page = committed.by_page();
+        for p in list {
+            let Some(part) = layout.record_page(p) else {
+                continue;
+            };
+            let mut out: BTreeMap<u64, &Record> = BTreeMap::new();
+            let stored = if committed.full {
+                Vec::new()
+            } else {
+                Self::read_page(pages, layout, p)?
+            };
+            for (id, r) in &stored {
+                if !committed.named.contains_key(id) {
+                    out.insert(*id, r);
+                }
+            }
+            for (id, r) in by_page.get(&p).into_iter().flatten() {
+                out.insert(*id, *r);
+            }
+            let blob = if out.is_empty() {
+                None
+            } else {
+                let records: Vec<(u64, &Record)> = out.into_iter().collect();
+                Some(codec::to_blob(&(p, records))?)
+            };
+            record_log::write_page(pages, part, BlobKind::BookRecords, blob.as_deref())?;
+        }
+        if let Some(zones) = &committed.zones {
+            codec::save(pages, layout.zones, BlobKind::ScheduleBook, zones)?;
+        }
+        commit.log_pages = 0;
+        commit.log_segments = 0;
+        codec::save(pages, layout.meta, BlobKind::ScheduleBook, &commit)?;
+        self.placement.log = LogPos::default();
+        self.placement.fold_pages.clear();
+        self.placement.fold_all = false;
+        Ok(())
+    }
+
+    /// The commit page of `layout`, `None` when nothing is stored. A page of another layout
+    /// (its first byte, the version) is [`ScheduleError::UnsupportedLayout`]; another
+    /// component's book is [`ScheduleError::Corrupt`].
+    fn read_commit(
         pages: &dyn ReservedPages,
         layout: Layout,
         component: ComponentId,
-    ) -> Result<Option<(Journal, u32)>, ScheduleError> {
-        let torn = |why: String| {
-            tracing::info!(component, reason = %why, "torn schedule book journal ignored");
-            Ok(None)
+    ) -> Result<Option<Commit>, ScheduleError> {
+        let Some(blob) = codec::load_blob(pages, layout.meta, BlobKind::ScheduleBook)? else {
+            return Ok(None);
         };
-        let per_page = pages.page_size().saturating_sub(codec::HEADER_BYTES).max(1);
-        let mut at = layout.journal.first();
-        let mut head0: Option<JournalHead> = None;
-        let mut merged: Option<Journal> = None;
-        let mut part = 0u32;
-        let mut tag = crc32fast::Hasher::new();
-        loop {
-            let Some(range) = PageRange::new(at, layout.journal.end().saturating_sub(at)) else {
-                return torn(format!("part {part} missing"));
-            };
-            let blob = match codec::load_blob(pages, range, BlobKind::BookJournal) {
-                Ok(Some(b)) => b,
-                Ok(None) if part == 0 => return Ok(None),
-                Ok(None) => return torn(format!("part {part} missing")),
-                Err(e @ (CodecError::Pages(_) | CodecError::RangeOutOfStore { .. })) => {
-                    return Err(e.into());
-                }
-                Err(e) => return torn(e.to_string()),
-            };
-            // The head's first byte is the writer's version: a journal of another layout is
-            // refused as such, not taken for a torn one.
-            if let Some(&found) = blob.first()
-                && found != WIRE_VERSION
-            {
-                return Err(ScheduleError::UnsupportedLayout {
-                    found,
-                    supported: WIRE_VERSION,
-                });
-            }
-            let Ok((head, body)) = codec::from_blob::<(JournalHead, JournalBody)>(&blob) else {
-                return torn(format!("part {part} does not decode"));
-            };
-            let body_bytes = blob.get(JOURNAL_HEAD_BYTES..).unwrap_or_default();
-            let expected = head0.unwrap_or(head);
-            if head.0 != WIRE_VERSION || body.1.component != component {
-                return Err(ScheduleError::Corrupt(format!(
-                    "journal of version {} component {}",
-                    head.0, body.1.component
-                )));
-            }
-            if head.1 != part || head.2 != expected.2 || head.3 != expected.3 {
-                return torn(format!("part {part} belongs to another save"));
-            }
-            head0 = Some(expected);
-            let (full, meta, zones, listed, changes) = body;
-            match merged.as_mut() {
-                None => merged = Some((head.0, full, meta, zones, listed, changes)),
-                Some(j) => j.5.extend(changes),
-            }
-            tag.update(body_bytes);
-            at = at.saturating_add(
-                u32::try_from(blob.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX),
+        if let Some(&found) = blob.first()
+            && found != WIRE_VERSION
+        {
+            tracing::warn!(
+                component,
+                found,
+                supported = WIRE_VERSION,
+                "stored schedule book of another layout refused"
             );
-            part += 1;
-            if part >= expected.2 {
-                break;
-            }
+            return Err(ScheduleError::UnsupportedLayout {
+                found,
+                supported: WIRE_VERSION,
+            });
         }
-        if head0.map(|h| h.3) != Some(tag.finalize()) {
-            return torn("parts of different saves".into());
+        let commit = codec::from_blob::<Commit>(&blob)?;
+        if commit.component != component {
+            return Err(ScheduleError::Corrupt(format!(
+                "version {} component {}",
+                commit.version, commit.component
+            )));
         }
-        Ok(merged.map(|j| (j, at - layout.journal.first())))
+        Ok(Some(commit))
+    }
+
+    /// The committed log `at` of `layout`, read back.
+    fn read_log(
+        pages: &dyn ReservedPages,
+        layout: Layout,
+        at: LogPos,
+    ) -> Result<Committed, ScheduleError> {
+        let mut c = Committed::default();
+        record_log::read::<Segment>(
+            pages,
+            layout.log,
+            at,
+            BlobKind::BookLog,
+            |(full, zones, changes)| {
+                if full {
+                    c.full = true;
+                    c.named.clear();
+                    c.placed_on.clear();
+                }
+                if zones.is_some() {
+                    c.zones = zones;
+                }
+                for (id, placed) in changes {
+                    if let Some((p, _)) = &placed {
+                        if *p >= layout.record_pages {
+                            return Err(format!("the log places a record on page {p}"));
+                        }
+                        c.placed_on.insert(*p);
+                    }
+                    c.named.insert(id, placed);
+                }
+                Ok(())
+            },
+        )
+        .map_err(read_error)?;
+        Ok(c)
     }
 
     /// Record page `p` as stored (empty when the page is).
@@ -540,92 +591,17 @@ impl Scheduler {
         }
     }
 
-    /// The records of page `p` once `journal` is applied: the stored records the journal does
-    /// not name, plus the journal's records placed on `p` (only the latter after a full save).
-    /// Idempotent: the result is the same whether the stored page is old or already new.
-    fn journal_page(
-        pages: &dyn ReservedPages,
-        layout: Layout,
-        journal: &Journal,
-        placed: &Placed<'_>,
-        named: &BTreeSet<u64>,
-        p: u32,
-    ) -> Result<Vec<(u64, Record)>, ScheduleError> {
-        // The stored page is read even after a full save: a damaged page is reported.
-        let stored = Self::read_page(pages, layout, p)?;
-        let mut out: BTreeMap<u64, Record> = if journal.1 {
-            BTreeMap::new()
-        } else {
-            stored
-                .into_iter()
-                .filter(|(id, _)| !named.contains(id))
-                .collect()
-        };
-        for (id, r) in placed.get(&p).into_iter().flatten() {
-            out.insert(*id, (*r).clone());
-        }
-        Ok(out.into_iter().collect())
-    }
-
-    /// The journal's records by page, and every id it names.
-    fn journal_index(journal: &Journal) -> (Placed<'_>, BTreeSet<u64>) {
-        let mut placed: Placed<'_> = BTreeMap::new();
-        let mut named = BTreeSet::new();
-        for (id, change) in &journal.5 {
-            named.insert(*id);
-            if let Some((p, r)) = change {
-                placed.entry(*p).or_default().push((*id, r));
-            }
-        }
-        (placed, named)
-    }
-
-    /// Completes the stored journal's save in place (after a load that found one); returns the
-    /// pages the journal spans (0 without one).
-    fn replay_in_place(
-        pages: &mut dyn ReservedPages,
-        layout: Layout,
-        component: ComponentId,
-    ) -> Result<u32, ScheduleError> {
-        let Some((journal, len)) = Self::read_journal(pages, layout, component)? else {
-            return Ok(0);
-        };
-        let (placed, named) = Self::journal_index(&journal);
-        let mut writes = Vec::new();
-        for &p in &journal.4 {
-            let Some(part) = layout.record_page(p) else {
-                continue;
-            };
-            let records = Self::journal_page(pages, layout, &journal, &placed, &named, p)?;
-            let blob = if records.is_empty() {
-                None
-            } else {
-                Some(codec::to_blob(&(p, records))?)
-            };
-            writes.push((part, blob));
-        }
-        codec::save(pages, layout.meta, BlobKind::ScheduleBook, &journal.2)?;
-        if let Some(zones) = &journal.3 {
-            codec::save(pages, layout.zones, BlobKind::ScheduleBook, zones)?;
-        }
-        for (part, blob) in writes {
-            match blob {
-                Some(b) => codec::save_blob(pages, part, BlobKind::BookRecords, &b)?,
-                None => pages.zero(part.first()).map_err(CodecError::from)?,
-            }
-        }
-        Ok(len)
-    }
-
-    /// Reads the book stored in `range` (an empty book when nothing is stored), replaying a
-    /// valid journal (a save a crash interrupted) and ignoring a torn one, validating every
-    /// record against `limits` and re-parsing every cron expression. Handlers are not checked
-    /// here: a record naming an unregistered handler is reported when it fires. Costs one read
-    /// of every page of the range.
+    /// Reads the book stored in `range` (an empty book when nothing is stored): the commit
+    /// page, the committed log (whose records and zones take priority) and the record pages,
+    /// validating every record against `limits` and re-parsing every cron expression. Handlers
+    /// are not checked here: a record naming an unregistered handler is reported when it
+    /// fires. Costs one read of every page of the range but the log's uncommitted part.
     ///
     /// # Errors
-    /// [`ScheduleError::Codec`] (a page fails its checks: any flipped byte of the meta, zones or
-    /// record pages), [`ScheduleError::Corrupt`] or [`ScheduleError::Limit`].
+    /// [`ScheduleError::Codec`] (a page fails its checks: any flipped byte of the commit page,
+    /// the committed log, the zones part in force or a record page),
+    /// [`ScheduleError::UnsupportedLayout`] (pages of another layout, such as layout 4's
+    /// write-ahead journal), [`ScheduleError::Corrupt`] or [`ScheduleError::Limit`].
     pub fn load(
         component: ComponentId,
         limits: Limits,
@@ -638,103 +614,75 @@ impl Scheduler {
             tracing::warn!(component, reason = %m, "stored schedule book rejected");
             ScheduleError::Corrupt(m)
         };
-        let journal = Self::read_journal(pages, layout, component)?.map(|(j, _)| j);
-        let mut journal_len = 0;
-        for (i, id) in layout.journal.ids().enumerate() {
-            if pages.load(id).map_err(CodecError::from)?.is_some() {
-                journal_len = i as u32 + 1;
+        let Some(commit) = Self::read_commit(pages, layout, component)? else {
+            // A layout 4 book whose first save crashed before its meta page: its journal.
+            if let Ok(Some(blob)) = codec::load_blob(pages, layout.log, BlobKind::BookJournal)
+                && let Some(&found) = blob.first()
+            {
+                return Err(ScheduleError::UnsupportedLayout {
+                    found,
+                    supported: WIRE_VERSION,
+                });
             }
-        }
-        book.placement.journal_len = journal_len;
-        // The stored meta and zones are read even when a journal supersedes them, so that a
-        // damaged page is reported.
-        let stored_meta = codec::load::<Meta>(pages, layout.meta, BlobKind::ScheduleBook)?;
-        let stored_zones =
-            codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?;
-        let meta = match &journal {
-            Some(j) => Some(j.2.clone()),
-            None => stored_meta,
-        };
-        let Some(meta) = meta else {
-            // Nothing stored: every part must be empty too (a lost meta page is not a fresh
-            // store).
-            for id in layout.zones.ids().chain(layout.records_first..range.end()) {
+            // Nothing stored: every other part must be empty too (a lost commit page is not
+            // a fresh store); log pages are never read past the committed log.
+            for id in range.ids() {
+                if layout.log.contains(id) {
+                    continue;
+                }
                 if pages.load(id).map_err(CodecError::from)?.is_some() {
                     return Err(corrupt(format!(
-                        "page {id} holds data but the meta page is empty"
+                        "page {id} holds data but the commit page is empty"
                     )));
                 }
             }
             return Ok(book);
         };
-        if meta.version != WIRE_VERSION {
-            tracing::warn!(
-                component,
-                found = meta.version,
-                supported = WIRE_VERSION,
-                "stored schedule book of another layout refused"
-            );
-            return Err(ScheduleError::UnsupportedLayout {
-                found: meta.version,
-                supported: WIRE_VERSION,
-            });
-        }
-        if meta.component != component {
-            return Err(corrupt(format!(
-                "version {} component {}",
-                meta.version, meta.component
-            )));
-        }
-        if meta.page_bytes != limits.page_bytes as u64 {
+        if commit.page_bytes != limits.page_bytes as u64 {
             return Err(corrupt(format!(
                 "stored for pages of {} bytes, configured {}",
-                meta.page_bytes, limits.page_bytes
+                commit.page_bytes, limits.page_bytes
             )));
         }
-        if meta.zones as usize > limits.max_zones || meta.records > limits.max_schedules as u64 {
+        if commit.zones as usize > limits.max_zones || commit.records > limits.max_schedules as u64
+        {
             return Err(corrupt("more zones or schedules than the limits".into()));
         }
-        let zones = match journal.as_ref().and_then(|j| j.3.clone()) {
-            Some(z) => z,
-            None => stored_zones.ok_or_else(|| corrupt("the zones part is empty".into()))?,
+        let at = LogPos {
+            pages: commit.log_pages,
+            segments: commit.log_segments,
         };
-        if zones.len() != meta.zones as usize
-            || crc32fast::hash(&codec::to_blob(&zones)?) != meta.zones_crc
+        let committed = Self::read_log(pages, layout, at)?;
+        // The zones part is read only when the log carries no zones: a fold rewrites it while
+        // the log's copy is in force.
+        let zones = match &committed.zones {
+            Some(z) => z.clone(),
+            None => codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?
+                .ok_or_else(|| corrupt("the zones part is empty".into()))?,
+        };
+        if zones.len() != commit.zones as usize
+            || crc32fast::hash(&codec::to_blob(&zones)?) != commit.zones_crc
         {
-            return Err(corrupt("zones differ from the meta page".into()));
+            return Err(corrupt("zones differ from the commit page".into()));
         }
         book.zones_bytes = codec::encoded_len(&zones)?;
         for z in zones {
             book.zones.insert(z.name().to_owned(), z);
         }
-        book.placement.zones_crc = Some(meta.zones_crc);
-        let (placed, named, listed) = match &journal {
-            Some(j) => {
-                let (placed, named) = Self::journal_index(j);
-                if placed.keys().any(|&p| p >= layout.record_pages) {
-                    return Err(corrupt(
-                        "journal places a record past the record pages".into(),
-                    ));
-                }
-                (placed, named, j.4.iter().copied().collect())
-            }
-            None => (BTreeMap::new(), BTreeSet::new(), BTreeSet::new()),
-        };
+        book.placement.zones_crc = Some(commit.zones_crc);
         let room = book.placement.room() as usize;
+        // Pages holding a copy the log supersedes: the next fold rewrites them.
+        let mut superseded = BTreeSet::new();
         for p in 0..layout.record_pages {
-            let records = match &journal {
-                Some(j) if listed.contains(&p) => {
-                    Self::journal_page(pages, layout, j, &placed, &named, p)?
-                }
-                _ => Self::read_page(pages, layout, p)?,
-            };
-            if book.records.len().saturating_add(records.len()) as u64 > meta.records {
-                return Err(corrupt("more schedules than the meta page counts".into()));
+            // Every page is read, even after a full save: a damaged page is reported.
+            let records = Self::read_page(pages, layout, p)?;
+            if committed.full {
+                continue;
             }
             let mut last = 0;
             let mut used = 0usize;
             for (id, rec) in records {
-                if id <= last || id >= meta.next_id {
+                if id <= last || id >= commit.next_id {
                     return Err(corrupt(format!("schedule id {id} misplaced on page {p}")));
                 }
                 last = id;
@@ -743,22 +691,51 @@ impl Scheduler {
                 if used > room {
                     return Err(corrupt(format!("page {p} holds more than a page's room")));
                 }
+                if committed.named.contains_key(&id) {
+                    superseded.insert(p);
+                    continue;
+                }
+                if book.records.len() as u64 >= commit.records {
+                    return Err(corrupt("more schedules than the commit page counts".into()));
+                }
                 // Placed at its largest size, as `touch` does.
                 let placed = Self::entry_bound(&rec.def)?;
                 book.load_record(id, rec).map_err(corrupt)?;
                 book.placement.load(id, p, placed).map_err(corrupt)?;
             }
         }
-        if book.records.len() as u64 != meta.records {
+        for (id, placed) in committed.named {
+            let Some((p, rec)) = placed else {
+                continue;
+            };
+            if id == 0 || id >= commit.next_id {
+                return Err(corrupt(format!("the log names schedule id {id}")));
+            }
+            if book.records.len() as u64 >= commit.records {
+                return Err(corrupt("more schedules than the commit page counts".into()));
+            }
+            if codec::encoded_len(&(id, &rec))? > room {
+                return Err(corrupt(format!("schedule {id} is larger than a page")));
+            }
+            let len = Self::entry_bound(&rec.def)?;
+            book.load_record(id, rec).map_err(corrupt)?;
+            book.placement.load(id, p, len).map_err(corrupt)?;
+        }
+        if book.records.len() as u64 != commit.records {
             return Err(corrupt(format!(
-                "{} schedules stored, the meta page counts {}",
+                "{} schedules stored, the commit page counts {}",
                 book.records.len(),
-                meta.records
+                commit.records
             )));
         }
-        book.next_id = meta.next_id;
-        book.placement.stored_below = meta.next_id;
-        book.placement.replay_pending = journal.is_some();
+        book.next_id = commit.next_id;
+        book.placement.stored_below = commit.next_id;
+        book.placement.log = at;
+        book.placement.fold_all = committed.full;
+        book.placement.fold_pages = superseded;
+        book.placement
+            .fold_pages
+            .extend(committed.placed_on.iter().copied());
         Ok(book)
     }
 
@@ -811,9 +788,19 @@ mod tests {
     use crate::pages::MemPages;
     use crate::schedule::{Handlers, NewSchedule, ScheduleRequest};
 
-    fn saved() -> (MemPages, PageRange, Layout) {
-        let range = PageRange::new(0, 16).unwrap();
-        let mut pages = MemPages::new(4_096, 16);
+    /// The meta page of layout 4 (the write-ahead journal layout), as it wrote it.
+    #[derive(bincode::Encode)]
+    struct MetaV4 {
+        version: u8,
+        component: ComponentId,
+        next_id: u64,
+        page_bytes: u64,
+        records: u64,
+        zones: u32,
+        zones_crc: u32,
+    }
+
+    fn book() -> Scheduler {
         let mut book = Scheduler::new(1, Limits::default());
         let mut h: Handlers<()> = Handlers::new();
         assert!(h.register("run", |_| {}));
@@ -825,47 +812,74 @@ mod tests {
             Some(0),
         )
         .unwrap();
-        book.save(&mut pages, range).unwrap();
-        assert_eq!(
-            Scheduler::load(1, Limits::default(), &pages, range).unwrap(),
-            book
-        );
-        (pages, range, Layout::of(range).unwrap())
+        book
     }
 
-    /// Pages of layout 3 (before versions and topics) are refused with a typed error naming
-    /// both versions, whether the meta page or the journal says so.
+    /// A range of layout 4 is refused with a typed error naming both versions, whether its
+    /// meta page or (a first save cut short) only its journal says so, by load and by a full
+    /// save (which writes nothing); zeroed, the range takes a book of layout 5.
     #[test]
-    fn pages_of_an_older_layout_are_refused_as_such() {
+    fn a_range_of_layout_4_is_refused_as_such() {
+        let range = PageRange::new(0, 16).unwrap();
+        let layout = Layout::of(range).unwrap();
         let refused = Err(ScheduleError::UnsupportedLayout {
-            found: 3,
+            found: 4,
             supported: WIRE_VERSION,
         });
-        // The meta page of layout 3 (no journal).
-        let (mut pages, range, layout) = saved();
-        for id in layout.journal.ids() {
-            pages.zero(id).unwrap();
-        }
-        let mut meta = codec::load::<Meta>(&pages, layout.meta, BlobKind::ScheduleBook)
-            .unwrap()
-            .unwrap();
-        meta.version = 3;
+        let mut pages = MemPages::new(4_096, 16);
+        let meta = MetaV4 {
+            version: 4,
+            component: 1,
+            next_id: 2,
+            page_bytes: 4_096,
+            records: 0,
+            zones: 0,
+            zones_crc: 0,
+        };
         codec::save(&mut pages, layout.meta, BlobKind::ScheduleBook, &meta).unwrap();
         assert_eq!(
             Scheduler::load(1, Limits::default(), &pages, range),
             refused
         );
-        // A journal written by layout 3 (its head's first byte).
-        let (mut pages, range, layout) = saved();
-        let span = PageRange::new(layout.journal.first(), 1).unwrap();
-        let mut blob = codec::load_blob(&pages, span, BlobKind::BookJournal)
-            .unwrap()
-            .unwrap();
-        blob[0] = 3;
-        codec::save_blob(&mut pages, span, BlobKind::BookJournal, &blob).unwrap();
+        let before = pages.snapshot();
+        assert_eq!(
+            book().save_all(&mut pages, range),
+            Err(ScheduleError::UnsupportedLayout {
+                found: 4,
+                supported: WIRE_VERSION,
+            })
+        );
+        assert!(
+            pages.snapshot() == before,
+            "a refused full save writes nothing"
+        );
+        // Only a journal of layout 4 (its head's first byte is the version).
+        let mut pages = MemPages::new(4_096, 16);
+        let mut blob = codec::to_blob(&(4u8, 0u32, 1u32, 0u32)).unwrap();
+        blob.extend_from_slice(&[0; 40]);
+        let first = PageRange::new(layout.log.first(), 1).unwrap();
+        codec::save_blob(&mut pages, first, BlobKind::BookJournal, &blob).unwrap();
         assert_eq!(
             Scheduler::load(1, Limits::default(), &pages, range),
             refused
         );
+        // The migration: zero the range, then save the book (recreated) into it.
+        codec::clear(&mut pages, range).unwrap();
+        let mut b = book();
+        b.save_all(&mut pages, range).unwrap();
+        assert_eq!(
+            Scheduler::load(1, Limits::default(), &pages, range).unwrap(),
+            b
+        );
+    }
+
+    /// The bound admission uses covers the save's segments (also asserted in every save of a
+    /// debug build): a bound below the pages one record takes would be a defect.
+    #[test]
+    fn the_log_bound_covers_one_record_and_grows_with_the_book() {
+        let one = journal_pages_bound(1, 100, 0, 8, 0, 4_096);
+        assert!(one >= 2, "a segment page at least: {one}");
+        let many = journal_pages_bound(1_000, 100_000, 10, 8, 0, 4_096);
+        assert!(many >= 100_000 / 4_064, "{many}");
     }
 }

@@ -309,12 +309,14 @@ pub struct Limits {
     /// not fit is rejected at admission ([`ScheduleError::Limit`], nothing changes) instead of
     /// failing every later save. `None`: checked only by the save.
     pub max_zones_bytes: Option<usize>,
-    /// The journal pages of the range the book is saved into ([`Limits::for_range`]); when
-    /// set, a request after which the next save's journal could outgrow them is rejected at
-    /// admission ([`ScheduleError::JournalFull`], nothing changes) instead of failing a later
-    /// save. The bound assumes the worst save the book can reach before its next save: every
-    /// record rewritten (ticks may touch any of them), every record stored at the last save
-    /// and removed since named, the zones rewritten. `None`: checked only by the save.
+    /// The log pages of the range the book is saved into ([`Limits::for_range`]; the name is
+    /// that of layout 4's journal, whose place the log took); when set, a request after which
+    /// the next save could outgrow the whole log is rejected at admission
+    /// ([`ScheduleError::JournalFull`], nothing changes) instead of failing a later save. A save
+    /// that does not fit the log's free part folds first (an empty log), so a save fits when it
+    /// fits the whole log. The bound assumes the worst save the book can reach before its next
+    /// save: every record rewritten (ticks may touch any of them), every record stored at the
+    /// last save and removed since named, the zones rewritten. `None`: checked only by the save.
     pub max_journal_pages: Option<u32>,
     /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
     /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
@@ -349,7 +351,7 @@ impl Limits {
         let layout = Layout::of(range);
         Self {
             max_record_pages: Some(layout.map_or(0, |l| l.record_pages)),
-            max_journal_pages: Some(layout.map_or(0, |l| l.journal.len())),
+            max_journal_pages: Some(layout.map_or(0, |l| l.log.len())),
             max_zones_bytes: Some(
                 layout.map_or(0, |l| crate::codec::capacity(l.zones, self.page_bytes)),
             ),
@@ -402,14 +404,14 @@ pub enum ScheduleError {
     /// Appending to the outbox failed.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
-    /// The request would let the next save's journal outgrow the journal pages of the book's
-    /// range ([`Limits::max_journal_pages`]); nothing changed. Save (a journal holds only
-    /// what changed since the last save), cancel schedules, or give the book more pages.
-    #[error("the next save's journal could need {need_pages} pages, the range has {journal_pages}")]
+    /// The request would let the next save outgrow the log pages of the book's range
+    /// ([`Limits::max_journal_pages`]); nothing changed. Save (a save logs only what changed
+    /// since the last one), cancel schedules, or give the book more pages.
+    #[error("the next save could need {need_pages} log pages, the range has {journal_pages}")]
     JournalFull {
-        /// Journal pages the worst next save could need after the request.
+        /// Log pages the worst next save could need after the request.
         need_pages: u64,
-        /// The range's journal pages.
+        /// The range's log pages.
         journal_pages: u32,
     },
     /// A handler emitted a record larger than its run's emit bound
@@ -424,8 +426,11 @@ pub enum ScheduleError {
     /// The pages failed or held a corrupt or oversized book.
     #[error(transparent)]
     Codec(#[from] CodecError),
-    /// The pages hold a book of another stored layout (`found`, e.g. 3 from before versions
-    /// and topics); this release reads only `supported`. Nothing was loaded.
+    /// The pages hold a book of another stored layout (`found`, e.g. 4, the write-ahead
+    /// journal layout before the record log, or 3 from before versions and topics); this
+    /// release reads only `supported`. Nothing was loaded, and a full save
+    /// ([`Scheduler::save_all`](super::Scheduler::save_all)) into such a range is refused the
+    /// same way.
     #[error("stored schedule book has layout version {found}, this release reads {supported}")]
     UnsupportedLayout {
         /// The stored layout version.
