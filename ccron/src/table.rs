@@ -4,7 +4,7 @@
 //! with the next due point of an indexed entry beside it; an ordered map gives the slot of a
 //! position (used by add, remove and ordered walks, never per fire), and a hash map the same for
 //! lookups (a fold of the schedule's log looks up every record). Indexed entries (periodic, or any
-//! other known [`Schedule`](crate::Schedule)) sit in a due index (module `index`) bucketed by
+//! other known [`Schedule`]) sit in a due index (module `index`) bucketed by
 //! due point, so [`CronTable::evaluate`] only visits the due ones plus the entries with a user
 //! rule (which must be asked on every tick); the candidates are sorted into position order, so
 //! the firing order is exactly that of [`CronTable::evaluate_linear`], the plain scan kept as
