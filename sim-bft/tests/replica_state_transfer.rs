@@ -1,13 +1,14 @@
-//! State transfer under attack: chunks verified one by one against the certified Merkle root,
-//! bounded cost per request, per-peer rate limit, progress-extended deadlines and chunks kept
-//! across source rotation (issue 9, defect 8).
+//! State transfer under attack: chunks verified one by one against the certified chunk list,
+//! bounded cost per request, per-peer rate limit, progress-extended deadlines, chunks kept
+//! across source rotation (issue 9, defect 8), and a replica that falls behind again fetching
+//! only what changed (the campaign's amplification failure, D/fat-view-change seed 46).
 
 mod replica_support;
 
 use replica_support::{Chaos, Harness, SEED};
 use sim_bft::crypto::{Digest32, replica_signing_key};
 use sim_bft::node::{Input, NodeId};
-use sim_bft::protocol::chunks::{chunk_count, digest_from_root, verify_chunk};
+use sim_bft::protocol::chunks::{digest_from_leaves, max_chunks, verify_chunk};
 use sim_bft::protocol::{Body, Payload, SignedMsg, Wire, codec};
 use sim_bft::replica::{Byzantine, ReplicaConfig, STATE_FULL_RESULT};
 
@@ -20,6 +21,8 @@ fn small_chunks(c: &mut ReplicaConfig) {
     c.state_window = 4;
     c.state_chunks_per_peer = 12;
     c.state_rate_interval_ms = 1_000;
+    // A state meta carries one digest per chunk of the largest snapshot: keep it small.
+    c.max_snapshot_bytes = 1 << 20;
 }
 
 /// Fills the state with ~`n` * 200 bytes of values so that the snapshot spans many chunks.
@@ -83,38 +86,35 @@ fn one_state_request_costs_a_bounded_number_of_bytes_and_peers_are_rate_limited(
     let Some(Body::StateMeta {
         proof,
         total_len,
-        chunks,
-        root,
+        leaves,
     }) = bodies.first().cloned()
     else {
         panic!("no meta first: {bodies:?}");
     };
     // The snapshot is large; one request returns only a window of it.
+    let chunks = leaves.len();
     assert!(
         chunks >= 20,
         "snapshot of {total_len} bytes in {chunks} chunks"
     );
-    assert_eq!(chunk_count(total_len, CHUNK), Some(chunks));
+    assert!(chunks <= max_chunks(total_len as usize, CHUNK));
     assert_eq!(chunks_in(&bodies), 4, "one window of chunks");
-    let bound = 4 * (CHUNK + 32 * 8 + 256) + 2_048;
+    let bound = 4 * (CHUNK + 256) + 32 * chunks + 2_048;
     assert!(
         bytes <= bound,
         "{bytes} bytes for one request (bound {bound})"
     );
     assert!((bytes as u64) < total_len / 2);
-    // The certified digest commits to the root, and every chunk verifies against it.
-    assert_eq!(digest_from_root(total_len, CHUNK, &root), proof.digest);
+    // The certified digest commits to the chunk list, and every chunk verifies against it.
+    assert_eq!(digest_from_leaves(total_len, CHUNK, &leaves), proof.digest);
     for b in &bodies[1..] {
-        let Body::StateChunk {
-            index, data, path, ..
-        } = b
-        else {
+        let Body::StateChunk { index, data, .. } = b else {
             panic!("unexpected {b:?}");
         };
-        assert!(verify_chunk(&root, *index, chunks, data, path));
+        assert!(verify_chunk(&leaves, CHUNK, *index, data));
         let mut bad = data.clone();
         bad[0] ^= 1;
-        assert!(!verify_chunk(&root, *index, chunks, &bad, path));
+        assert!(!verify_chunk(&leaves, CHUNK, *index, &bad));
     }
     // A flood of requests within one interval is served at most 12 chunks in all.
     let mut served = chunks_in(&bodies);
@@ -306,4 +306,59 @@ fn writes_that_would_outgrow_the_snapshot_limit_are_rejected_so_transfer_and_res
         assert!(m.get("write_rejected_state_full") > 0, "{i}: {m:?}");
         assert_eq!(m.get("snapshot_too_large"), 0, "{i}: {m:?}");
     }
+}
+
+/// The campaign's amplification failure (D/fat-view-change seed 46): a replica that never
+/// keeps up re-transferred the whole snapshot at every new stable checkpoint. A replica that
+/// falls behind again now takes every chunk whose content it holds from its own state and
+/// fetches only the chunks that changed.
+#[test]
+fn a_replica_that_falls_behind_again_fetches_only_what_changed() {
+    let mut h = Harness::new(4, small_chunks);
+    h.isolated.insert(3);
+    fill(&mut h, 60, "k");
+    h.isolated.clear();
+    for k in 0..8 {
+        h.put(0, &format!("z{k}"), "w");
+        h.advance(20);
+    }
+    h.advance(5_000);
+    let first = h.replica(3).metrics().clone();
+    assert!(first.get("state_transfers_completed") >= 1, "{first:?}");
+    let fetched_first = first.get("state_chunks_received");
+    assert!(fetched_first >= 40, "{first:?}");
+    // Behind again, by more than a log window (12 batches): four new keys among the old
+    // ones, the rest rewrites.
+    h.isolated.insert(3);
+    for k in 0..12 {
+        if k % 3 == 0 {
+            h.put((k % 3) as u64, &format!("k{}b", k * 4), "v");
+        } else {
+            // Rewrites a value unchanged: only the client's record changes.
+            h.put((k % 3) as u64, "k1", &"x".repeat(200));
+        }
+        h.deliver_all();
+    }
+    h.isolated.clear();
+    for k in 0..8 {
+        h.put(0, &format!("y{k}"), "w");
+        h.advance(20);
+    }
+    h.advance(5_000);
+    let second = h.replica(3).metrics();
+    assert!(
+        second.get("state_transfers_completed") > first.get("state_transfers_completed"),
+        "{second:?}"
+    );
+    let fetched_again = second.get("state_chunks_received") - fetched_first;
+    let reused = second.get("state_chunks_reused") - first.get("state_chunks_reused");
+    assert!(
+        fetched_again * 2 <= fetched_first && reused > fetched_again,
+        "fetched {fetched_again} chunks the second time (first {fetched_first}), reused {reused}"
+    );
+    assert_eq!(
+        h.replica(3).state_digest_now(),
+        h.replica(1).state_digest_now()
+    );
+    h.assert_agreement(&[1, 2, 3]);
 }

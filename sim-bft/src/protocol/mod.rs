@@ -277,13 +277,13 @@ pub enum Body {
         proof: CheckpointProof,
         /// Total snapshot length.
         total_len: u64,
-        /// Number of chunks.
-        chunks: u32,
-        /// Merkle root over the chunks' digests; `proof.digest` commits to it (with
-        /// `total_len` and the chunk size), so each chunk is verified on arrival.
-        root: Digest32,
+        /// The digests of the snapshot's content-defined chunks, in order
+        /// ([`chunks`](crate::protocol::chunks)); `proof.digest` commits to them (with
+        /// `total_len` and the chunk size), so each chunk is verified on arrival and the
+        /// requester fetches only chunks whose content it does not hold.
+        leaves: Vec<Digest32>,
     },
-    /// One chunk of a snapshot, with its Merkle path to the root of the [`Body::StateMeta`].
+    /// One chunk of a snapshot, checked against its leaf in the [`Body::StateMeta`].
     StateChunk {
         /// Checkpoint sequence number.
         seq: u64,
@@ -291,8 +291,6 @@ pub enum Body {
         index: u32,
         /// The bytes.
         data: Vec<u8>,
-        /// Sibling digests from the chunk's leaf up to the root.
-        path: Vec<Digest32>,
     },
     /// "I executed up to `last_executed` and I am stuck": peers that are further along answer
     /// with [`Body::Committed`] certificates (retransmission after message loss).

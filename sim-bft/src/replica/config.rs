@@ -272,6 +272,18 @@ impl ReplicaConfig {
         64 + 8 + 8 + quorum.saturating_mul(vc) + 64 + 64
     }
 
+    /// Upper bound of the encoded size of a state meta (signed, on the wire): a checkpoint
+    /// proof of n signatures and one 32-byte digest per chunk of the largest snapshot
+    /// ([`crate::protocol::chunks::max_chunks`]); [`Self::validate`] requires it to fit
+    /// `max_message_bytes`.
+    pub fn state_meta_bound_bytes(&self) -> u64 {
+        let n = u64::from(self.n);
+        let ckpt = 8 + 32 + 8 + (4 + 64) * n;
+        let leaves =
+            crate::protocol::chunks::max_chunks(self.max_snapshot_bytes, self.chunk_bytes) as u64;
+        64 + ckpt + 16 + leaves.saturating_mul(32) + 64 + 64
+    }
+
     /// Checks the configuration.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |s: &str| Err(ConfigError(s.to_string()));
@@ -292,6 +304,11 @@ impl ReplicaConfig {
         }
         if self.chunk_bytes == 0 || self.chunk_bytes + 1024 > self.max_message_bytes {
             return bad("chunk_bytes must be positive and fit a message");
+        }
+        if self.state_meta_bound_bytes() > self.max_message_bytes as u64 {
+            return bad(
+                "a state meta (one digest per chunk of a max_snapshot_bytes snapshot) must fit max_message_bytes",
+            );
         }
         if self.new_view_bound_bytes() > self.max_message_bytes as u64 {
             return bad(

@@ -153,15 +153,11 @@ impl Replica {
             Body::StateMeta {
                 proof,
                 total_len,
-                chunks,
-                root,
-            } => self.on_state_meta(now, from, proof, total_len, chunks, root, out),
-            Body::StateChunk {
-                seq,
-                index,
-                data,
-                path,
-            } => self.on_state_chunk(now, from, seq, index, data, path, out),
+                leaves,
+            } => self.on_state_meta(now, from, proof, total_len, leaves, out),
+            Body::StateChunk { seq, index, data } => {
+                self.on_state_chunk(now, from, seq, index, data, out)
+            }
             Body::Status {
                 view,
                 last_executed,

@@ -1,19 +1,24 @@
-//! State transfer: a replica behind a stable checkpoint pulls its snapshot in verified chunks.
+//! State transfer: a replica behind a stable checkpoint pulls its snapshot in verified chunks,
+//! only those whose content it does not already hold.
 //!
 //! The target is a checkpoint proof (2f+1 signed checkpoint messages with one digest). That
-//! digest commits to a Merkle root over fixed-size chunks of the snapshot
-//! ([`crate::protocol::chunks`]): a source first sends the root ([`Body::StateMeta`], checked
-//! against the certified digest), then each chunk with its sibling path, so every chunk is
-//! verified on arrival, from whichever source sent it. The receiver pulls a bounded window of
-//! missing chunks at a time; every verified chunk extends the source's deadline; a source that
-//! times out or serves a bad chunk is replaced by the next signer of the proof and the chunks
-//! already verified are kept. A source serves at most `state_window` chunks per request and
-//! `state_chunks_per_peer` chunks per peer per `state_rate_interval_ms`, so a request costs a
-//! bounded number of bytes. The assembled snapshot is decoded and installed with its reserved
-//! pages (whose own digest is checked again), the clients table and the agreed time (reloaded
-//! from the time page).
+//! digest commits to the list of digests of the snapshot's content-defined chunks
+//! ([`crate::protocol::chunks`]): a source first sends the list ([`Body::StateMeta`], checked
+//! against the certified digest), then each chunk, verified on arrival against its leaf, from
+//! whichever source sent it. Chunks whose content the receiver already holds (in its stable
+//! snapshot, its newest own checkpoint, or chunks of a transfer it abandoned) are taken
+//! locally: a replica that falls behind again costs its sources about the state that changed,
+//! not the whole snapshot (the campaign's D/fat-view-change seed 46 found the whole-snapshot
+//! cost: a replica that never keeps up pulled ~100 MB in 20 s). The receiver pulls a bounded
+//! window of missing chunks at a time from every usable source; every verified chunk extends
+//! the source's deadline; a source that times out or serves a bad chunk is replaced by the
+//! next signer of the proof and the chunks already verified are kept. A source serves at most
+//! `state_window` chunks per request and `state_chunks_per_peer` chunks per peer per
+//! `state_rate_interval_ms`, so a request costs a bounded number of bytes. The assembled
+//! snapshot is decoded and installed with its reserved pages (whose own digest is checked
+//! again), the clients table and the agreed time (reloaded from the time page).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ccron::host::TickCoalescer;
 use ccron::{MemPages, ReservedPages};
@@ -22,7 +27,7 @@ use tracing::{info, warn};
 use super::{Byzantine, Dest, KEY_CHECKPOINT, Replica, Snapshot, StoredCheckpoint, TimeRecord};
 use crate::crypto::Digest32;
 use crate::node::{Millis, NodeId, Output};
-use crate::protocol::chunks::{self, ChunkTree};
+use crate::protocol::chunks::{self, ChunkList};
 use crate::protocol::{Body, CheckpointProof, codec};
 
 /// Most chunk indices a flooding attacker puts in one request.
@@ -39,6 +44,8 @@ pub(super) struct Transfer {
     meta: Option<TransferMeta>,
     /// Verified chunks (kept across source rotation).
     chunks: BTreeMap<u32, Vec<u8>>,
+    /// Chunks of an abandoned transfer, by leaf: reused when the new target holds them.
+    carry: HashMap<Digest32, Vec<u8>>,
     /// Per source: chunks asked of it and not yet received, and when it is given up unless
     /// it makes progress. Once the meta is known every usable source gets its own disjoint
     /// window, so a transfer runs at the sum of the sources' rate limits.
@@ -54,6 +61,16 @@ pub(super) struct Transfer {
 }
 
 impl Transfer {
+    /// The verified chunks (and earlier carry) by leaf, for the transfer that replaces this
+    /// one.
+    fn into_carry(self) -> HashMap<Digest32, Vec<u8>> {
+        let mut carry = self.carry;
+        for data in self.chunks.into_values() {
+            carry.insert(chunks::leaf(&data), data);
+        }
+        carry
+    }
+
     fn refresh_deadline(&mut self, now: Millis, timeout: Millis) {
         self.deadline_ms = self
             .outstanding
@@ -69,16 +86,21 @@ impl Transfer {
 struct TransferMeta {
     proof: CheckpointProof,
     total_len: u64,
-    chunks: u32,
-    root: Digest32,
+    leaves: Vec<Digest32>,
+}
+
+impl TransferMeta {
+    fn chunks(&self) -> u32 {
+        u32::try_from(self.leaves.len()).unwrap_or(u32::MAX)
+    }
 }
 
 /// What a source keeps to serve state transfers.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Serving {
-    /// The chunk tree of the stable snapshot, by checkpoint digest, and whether it was
+    /// The chunk list of the stable snapshot, by checkpoint digest, and whether it was
     /// served since the last stable checkpoint.
-    tree: Option<(Digest32, ChunkTree, bool)>,
+    tree: Option<(Digest32, ChunkList, bool)>,
     /// The previous stable snapshot, kept while peers still fetch it: a transfer that takes
     /// longer than a checkpoint interval (large state) can finish instead of restarting at
     /// every new stable checkpoint. At most one (bounded by `max_snapshot_bytes`).
@@ -92,7 +114,7 @@ pub(super) struct Serving {
 struct Pinned {
     proof: CheckpointProof,
     bytes: Vec<u8>,
-    tree: ChunkTree,
+    tree: ChunkList,
     /// Served since the last stable checkpoint.
     used: bool,
 }
@@ -162,6 +184,7 @@ impl Replica {
             source_idx,
             meta: None,
             chunks: BTreeMap::new(),
+            carry: HashMap::new(),
             outstanding: BTreeMap::new(),
             excluded: BTreeSet::new(),
             newer: None,
@@ -185,8 +208,8 @@ impl Replica {
                     return;
                 };
                 if !t.outstanding.contains_key(&to) {
-                    let indices: Vec<u32> = (0..window as u32).collect();
-                    requests.push((to, true, indices));
+                    // The meta alone: which chunks to fetch depends on what we hold.
+                    requests.push((to, true, Vec::new()));
                 }
             }
             Some(meta) => {
@@ -198,7 +221,7 @@ impl Replica {
                     .values()
                     .flat_map(|(s, _)| s.iter().copied())
                     .collect();
-                let mut missing = (0..meta.chunks)
+                let mut missing = (0..meta.chunks())
                     .filter(|i| !t.chunks.contains_key(i) && !asked.contains(i))
                     .peekable();
                 let k = t.sources.len();
@@ -265,8 +288,12 @@ impl Replica {
             self.metrics.add("state_chunks_kept_on_rotation", kept);
         }
         if let Some(proof) = restart {
-            self.transfer = None;
-            return self.start_transfer(now, proof, out);
+            let carry = self.transfer.take().map(Transfer::into_carry);
+            self.start_transfer(now, proof, out);
+            if let (Some(t), Some(carry)) = (&mut self.transfer, carry) {
+                t.carry = carry;
+            }
+            return;
         }
         self.request_state(now, out);
     }
@@ -319,7 +346,7 @@ impl Replica {
             self.metrics.inc("state_rate_limited");
             return self.drop_msg("drop_state_rate_limited", Some(from));
         }
-        let (proof, bytes, tree): (CheckpointProof, &[u8], &ChunkTree) = match src {
+        let (proof, bytes, tree): (CheckpointProof, &[u8], &ChunkList) = match src {
             Src::Stable => {
                 if self
                     .serving
@@ -329,7 +356,7 @@ impl Replica {
                 {
                     self.serving.tree = Some((
                         self.stable.digest,
-                        ChunkTree::new(&self.stable_snapshot, chunk_bytes),
+                        ChunkList::new(&self.stable_snapshot, chunk_bytes),
                         false,
                     ));
                 }
@@ -356,7 +383,7 @@ impl Replica {
                     digest: *d,
                     sigs: Vec::new(),
                 };
-                let own_tree = ChunkTree::new(b, chunk_bytes);
+                let own_tree = ChunkList::new(b, chunk_bytes);
                 let bodies = Self::state_bodies(
                     &self.cfg, &proof, b, &own_tree, want_meta, indices, allowed,
                 );
@@ -390,23 +417,19 @@ impl Replica {
         cfg: &super::ReplicaConfig,
         proof: &CheckpointProof,
         bytes: &[u8],
-        tree: &ChunkTree,
+        tree: &ChunkList,
         want_meta: bool,
         indices: Vec<u32>,
         allowed: u32,
     ) -> Vec<Body> {
-        let chunk_bytes = cfg.chunk_bytes;
         let total_len = bytes.len() as u64;
-        let Some(count) = chunks::chunk_count(total_len, chunk_bytes) else {
-            return Vec::new();
-        };
+        let count = tree.count();
         let mut bodies = Vec::new();
         if want_meta {
             bodies.push(Body::StateMeta {
                 proof: proof.clone(),
                 total_len,
-                chunks: count,
-                root: tree.root(),
+                leaves: tree.leaves().to_vec(),
             });
         }
         let wanted: BTreeSet<u32> = indices.into_iter().filter(|i| *i < count).collect();
@@ -416,10 +439,7 @@ impl Replica {
             _ => allowed,
         };
         for index in wanted.into_iter().take(serve as usize) {
-            let start =
-                usize::try_from(u64::from(index) * chunk_bytes as u64).unwrap_or(usize::MAX);
-            let end = start.saturating_add(chunk_bytes).min(bytes.len());
-            let mut data = bytes.get(start..end).unwrap_or_default().to_vec();
+            let mut data = tree.chunk(bytes, index).unwrap_or_default().to_vec();
             if cfg.byzantine == Byzantine::CorruptStateChunks
                 && let Some(b) = data.first_mut()
             {
@@ -429,7 +449,6 @@ impl Replica {
                 seq: proof.seq,
                 index,
                 data,
-                path: tree.path(index),
             });
         }
         bodies
@@ -456,15 +475,13 @@ impl Replica {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_state_meta(
         &mut self,
         now: Millis,
         from: NodeId,
         proof: CheckpointProof,
         total_len: u64,
-        chunks: u32,
-        root: Digest32,
+        leaves: Vec<Digest32>,
         out: &mut Vec<Output>,
     ) {
         if self.cfg.byzantine == Byzantine::StateRequestFlood {
@@ -477,9 +494,12 @@ impl Replica {
         if !t.sources.contains(&from) {
             return self.drop_msg("drop_unexpected_state", Some(from));
         }
-        let sane = usize::try_from(total_len).is_ok_and(|l| l <= self.cfg.max_snapshot_bytes)
-            && chunks::chunk_count(total_len, chunk_bytes) == Some(chunks)
-            && chunks::digest_from_root(total_len, chunk_bytes, &root) == proof.digest;
+        let sane = usize::try_from(total_len).is_ok_and(|l| {
+            l <= self.cfg.max_snapshot_bytes
+                && !leaves.is_empty()
+                && leaves.len() <= chunks::max_chunks(l, chunk_bytes)
+        }) && chunks::digest_from_leaves(total_len, chunk_bytes, &leaves)
+            == proof.digest;
         let valid = sane
             && if proof.seq == t.target.seq {
                 proof.digest == t.target.digest
@@ -515,30 +535,67 @@ impl Replica {
         } else {
             proof
         };
-        if let Some(t) = &mut self.transfer {
-            if proof.seq > t.target.seq {
-                t.target = proof.clone();
-                t.outstanding.clear();
-                t.excluded.clear();
-            }
-            t.meta = Some(TransferMeta {
-                proof,
-                total_len,
-                chunks,
-                root,
-            });
-            t.chunks.clear();
-            for (set, d) in t.outstanding.values_mut() {
-                set.retain(|i| *i < chunks);
-                *d = now.saturating_add(timeout);
-            }
-            t.outstanding.retain(|_, (set, _)| !set.is_empty());
-            t.refresh_deadline(now, timeout);
+        let local = self.local_chunks(&leaves);
+        let Some(t) = &mut self.transfer else {
+            return;
+        };
+        if proof.seq > t.target.seq {
+            t.target = proof.clone();
+            t.outstanding.clear();
+            t.excluded.clear();
+        }
+        let chunk_count = leaves.len() as u32;
+        t.chunks = local;
+        let reused = t.chunks.len() as u64;
+        let reused_bytes: u64 = t.chunks.values().map(|c| c.len() as u64).sum();
+        t.meta = Some(TransferMeta {
+            proof,
+            total_len,
+            leaves,
+        });
+        let have = &t.chunks;
+        for (set, d) in t.outstanding.values_mut() {
+            set.retain(|i| *i < chunk_count && !have.contains_key(i));
+            *d = now.saturating_add(timeout);
+        }
+        t.outstanding.retain(|_, (set, _)| !set.is_empty());
+        t.refresh_deadline(now, timeout);
+        self.metrics.add("state_chunks_reused", reused);
+        self.metrics.add("state_bytes_reused", reused_bytes);
+        if reused >= u64::from(chunk_count) {
+            return self.finish_transfer(now, from, out);
         }
         self.request_state(now, out);
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The chunks of a snapshot with `leaves` that we hold already, by index: from our
+    /// stable snapshot, our newest own checkpoint and the carry of an abandoned transfer.
+    fn local_chunks(&self, leaves: &[Digest32]) -> BTreeMap<u32, Vec<u8>> {
+        let chunk_bytes = self.cfg.chunk_bytes;
+        let mut have: HashMap<Digest32, &[u8]> = HashMap::new();
+        let stable = ChunkList::new(&self.stable_snapshot, chunk_bytes);
+        have.extend(stable.by_leaf(&self.stable_snapshot));
+        let own = self
+            .own_checkpoints
+            .values()
+            .next_back()
+            .map(|(_, b)| (ChunkList::new(b, chunk_bytes), b));
+        if let Some((list, b)) = &own {
+            have.extend(list.by_leaf(b));
+        }
+        if let Some(t) = &self.transfer {
+            have.extend(t.carry.iter().map(|(l, d)| (*l, d.as_slice())));
+        }
+        leaves
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let i = u32::try_from(i).ok()?;
+                have.get(l).map(|d| (i, d.to_vec()))
+            })
+            .collect()
+    }
+
     pub(super) fn on_state_chunk(
         &mut self,
         now: Millis,
@@ -546,7 +603,6 @@ impl Replica {
         seq: u64,
         index: u32,
         data: Vec<u8>,
-        path: Vec<Digest32>,
         out: &mut Vec<Output>,
     ) {
         if self.cfg.byzantine == Byzantine::StateRequestFlood {
@@ -560,19 +616,17 @@ impl Replica {
         let Some(meta) = &t.meta else {
             return self.drop_msg("drop_unexpected_state", Some(from));
         };
-        if !t.sources.contains(&from) || meta.proof.seq != seq || index >= meta.chunks {
+        if !t.sources.contains(&from) || meta.proof.seq != seq || index >= meta.chunks() {
             return self.drop_msg("drop_unexpected_state", Some(from));
         }
         if t.chunks.contains_key(&index) {
             self.metrics.inc("late_state_chunk");
             return;
         }
-        if data.len() as u64 != chunks::chunk_len(meta.total_len, chunk_bytes, index)
-            || !chunks::verify_chunk(&meta.root, index, meta.chunks, &data, &path)
-        {
+        if !chunks::verify_chunk(&meta.leaves, chunk_bytes, index, &data) {
             warn!(
                 replica = self.cfg.id,
-                from, seq, index, "state chunk fails its Merkle proof"
+                from, seq, index, "state chunk fails its digest"
             );
             // The source is given up for this transfer; its chunks go to the others.
             t.outstanding.remove(&from);
@@ -583,7 +637,7 @@ impl Replica {
             self.request_state(now, out);
             return;
         }
-        let (total_len, chunk_count) = (meta.total_len, meta.chunks);
+        let chunk_count = meta.chunks();
         t.chunks.insert(index, data);
         for (set, _) in t.outstanding.values_mut() {
             set.remove(&index);
@@ -604,19 +658,31 @@ impl Replica {
             }
             return;
         }
-        let Some(t) = self.transfer.take() else {
+        self.finish_transfer(now, from, out);
+    }
+
+    /// Every chunk is here: assembles, installs and persists the snapshot, then pursues a
+    /// newer checkpoint if one was deferred.
+    fn finish_transfer(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
+        let Some(mut t) = self.transfer.take() else {
             return;
         };
         let Some(meta) = t.meta.clone() else {
             return;
         };
-        let mut bytes = Vec::with_capacity(usize::try_from(total_len).unwrap_or(0));
+        let seq = meta.proof.seq;
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.total_len).unwrap_or(0));
         for part in t.chunks.values() {
             bytes.extend_from_slice(part);
         }
         let proof = meta.proof;
         let newer = t.newer.clone();
-        match self.install_snapshot(proof.clone(), bytes.clone()) {
+        let installed = if bytes.len() as u64 == meta.total_len {
+            self.install_snapshot(proof.clone(), bytes.clone())
+        } else {
+            Err("assembled snapshot length differs from its meta".into())
+        };
+        match installed {
             Ok(()) => {
                 self.metrics.inc("state_transfers_completed");
                 info!(replica = self.cfg.id, seq, "state transfer complete");
@@ -648,19 +714,20 @@ impl Replica {
                 }
             }
             Err(e) => {
-                // Every chunk matched the certified root: 2f+1 signed a snapshot that does
-                // not install. Start over from the next source.
+                // Every chunk matched the certified list: 2f+1 signed a snapshot that does
+                // not install. Start over from the next source, fetching everything.
                 warn!(replica = self.cfg.id, from, seq, error = %e, "snapshot rejected");
                 self.metrics.inc("state_snapshot_invalid");
                 if self.install_failure.is_none() {
                     self.install_failure = Some(format!("state transfer at seq {seq}: {e}"));
                 }
+                t.source_idx = (t.source_idx + 1) % t.sources.len().max(1);
                 self.transfer = Some(Transfer {
                     meta: None,
                     chunks: BTreeMap::new(),
+                    carry: HashMap::new(),
                     outstanding: BTreeMap::new(),
                     excluded: BTreeSet::new(),
-                    source_idx: (t.source_idx + 1) % t.sources.len().max(1),
                     ..t
                 });
                 self.request_state(now, out);
