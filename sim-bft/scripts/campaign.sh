@@ -11,7 +11,7 @@
 set -u
 BIN=$1 FROM=$2 TO=$3 DUR=$4 OUT=$5
 MIXES=${6:-"A B C D"}
-KINDS=${7:-"silent replay corrupt equivocate bogus-view-change corrupt-state-transfer lying-time tick-flood bad-signatures bad-digests state-request-flood slow-state-source future-flood starve-client repropose time-omit time-replay time-own fat-view-change amplify"}
+KINDS=${7:-"silent replay corrupt equivocate bogus-view-change corrupt-state-transfer lying-time tick-flood bad-signatures bad-digests state-request-flood slow-state-source future-flood starve-client repropose time-omit time-replay time-own fat-view-change amplify withhold-commits"}
 mkdir -p "$OUT"
 mix_knobs() {
   case $1 in

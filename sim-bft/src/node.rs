@@ -88,6 +88,9 @@ pub struct Executed {
     pub state_digest: [u8; 32],
     /// Number of requests in the batch, ticks included.
     pub requests: u32,
+    /// The batch's encoded size ([`crate::protocol::Batch::wire_bytes`]): the simulator's
+    /// amplification checker sizes the committed batch stream by it.
+    pub batch_bytes: u64,
     /// Components of the ticks in the batch, in batch order.
     pub ticks: Vec<u32>,
     /// The cron actions the batch's ticks ran, in the order they ran (an observation taken

@@ -127,3 +127,73 @@ fn a_have_is_answered_at_most_once_per_half_interval() {
         before + 1
     );
 }
+
+/// The `withhold-commits` strategy (issue 9, the smarter amplification attacker): a peer that
+/// sends no commit and claims, by `Have` every 50 ms and `Status`, to lack every batch drew
+/// each batch-carrying answer again and again (the repeat window only backed off to one per
+/// view-change timeout; the campaign measured 5-7 times the committed batch stream from each
+/// honest replica). Now every (peer, seq) gets at most `MAX_BATCH_ANSWERS` of them, however
+/// long it asks, through either path.
+#[test]
+fn a_peer_that_claims_to_lack_every_batch_gets_each_at_most_max_batch_answers_times() {
+    use sim_bft::crypto::replica_signing_key;
+    use sim_bft::protocol::{SeqHave, SignedMsg};
+    use sim_bft::replica::MAX_BATCH_ANSWERS;
+    let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
+        c.retransmit_interval_ms = 50;
+    });
+    h.isolated.insert(3);
+    for k in 0..3 {
+        h.put(0, &format!("k{k}"), &"v".repeat(500));
+        h.advance(50);
+    }
+    assert_eq!(h.replica(0).last_executed(), 3);
+    h.queue.clear();
+    let signed = |body: Body| {
+        let m = SignedMsg::sign(
+            &replica_signing_key(replica_support::SEED, 3),
+            &Payload { from: 3, body },
+        )
+        .unwrap();
+        codec::encode(&Wire::Signed(m)).unwrap()
+    };
+    let have = signed(Body::Have {
+        view: 0,
+        last_executed: 0,
+        seqs: (1..=3)
+            .map(|seq| SeqHave {
+                seq,
+                digest: None,
+                prepares: Vec::new(),
+                commits: Vec::new(),
+            })
+            .collect(),
+    });
+    let status = signed(Body::Status {
+        view: 0,
+        last_executed: 0,
+    });
+    let mut answers = [0u32; 4];
+    // A minute of asking, both ways, far past the view-change timeout's repeat window.
+    for round in 0..1_200 {
+        h.now += 50;
+        let bytes = if round % 10 == 0 {
+            status.clone()
+        } else {
+            have.clone()
+        };
+        h.input(0, Input::Peer { from: 3, bytes });
+        for (src, dst, bytes) in std::mem::take(&mut h.queue) {
+            if let (0, 3, Some(Body::Committed { seq, .. })) = (src, dst, body_of(&bytes)) {
+                answers[seq as usize] += 1;
+            }
+        }
+    }
+    let cap = u32::from(MAX_BATCH_ANSWERS);
+    assert_eq!(
+        answers[1..],
+        [cap, cap, cap],
+        "certificates per seq to a peer that keeps asking"
+    );
+    assert!(h.replica(0).metrics().get("batch_answer_capped") > 0);
+}

@@ -116,6 +116,37 @@ fn campaign_config(
         .clone()
 }
 
+/// Runs every configuration on all cores (each run is independent and deterministic) and
+/// returns the failures in the configurations' order.
+fn failures_of(cfgs: Vec<SimConfig>) -> Vec<String> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let next = AtomicUsize::new(0);
+    let found = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(cfgs.len()) {
+            s.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(cfg) = cfgs.get(index) else {
+                        break;
+                    };
+                    if let Some(f) = failure(&run(cfg.clone())) {
+                        found
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((index, f));
+                    }
+                }
+            });
+        }
+    });
+    let mut found = found.into_inner().unwrap_or_else(|e| e.into_inner());
+    found.sort();
+    found.into_iter().map(|(_, f)| f).collect()
+}
+
 fn run(cfg: SimConfig) -> SimOutcome {
     match Cluster::from_config(cfg.clone()).build() {
         Ok(sim) => sim.run(),
@@ -220,30 +251,29 @@ const FORMERLY_OPEN_20S: &[(Mix, ByzantineKind, u64)] = &[
 /// 378515b.
 #[test]
 fn formerly_open_20s_cheap_seeds_pass() {
-    let failures: Vec<String> = [
-        (Mix::C, ByzantineKind::BadSignatures, 7),
-        (Mix::D, ByzantineKind::BadDigests, 44),
-    ]
-    .iter()
-    .map(|&(mix, kind, seed)| campaign_config(mix, kind, seed, 20_000, 20_000))
-    .map(run)
-    .filter_map(|o| failure(&o))
-    .collect();
+    let failures = failures_of(
+        [
+            (Mix::C, ByzantineKind::BadSignatures, 7),
+            (Mix::D, ByzantineKind::BadDigests, 44),
+        ]
+        .iter()
+        .map(|&(mix, kind, seed)| campaign_config(mix, kind, seed, 20_000, 20_000))
+        .collect(),
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Kinds with maximal requests (~15 s of a test build per run): sampled once, in their own
+/// test.
+const HEAVY: [ByzantineKind; 2] = [ByzantineKind::FatViewChange, ByzantineKind::WithholdCommits];
+
 /// The sample's runs: every kind under two mixes (the kind's index picks them, so each mix
-/// meets every other kind), one seed each, skipping [`KNOWN_OPEN`] combinations.
-/// `fat-view-change` (maximal requests, ~15 s of a test build per run) runs once, in its own
-/// test so that the harness runs it beside the others.
+/// meets every other kind), one seed each, skipping [`KNOWN_OPEN`] combinations; the
+/// [`HEAVY`] kinds under one mix.
 fn sample() -> Vec<SimConfig> {
     let mut out = Vec::new();
     for (i, &kind) in ByzantineKind::ALL.iter().enumerate() {
-        let rounds = if kind == ByzantineKind::FatViewChange {
-            1
-        } else {
-            2
-        };
+        let rounds = if HEAVY.contains(&kind) { 1 } else { 2 };
         for round in 0..rounds {
             let mix = MIXES[(i + 2 * round) % MIXES.len()];
             let seed = 100 + i as u64;
@@ -306,12 +336,12 @@ fn the_sample_spans_every_kind_and_mix() {
 /// The campaign sample: every run must pass every checker.
 #[test]
 fn campaign_sample_passes_every_checker() {
-    let failures: Vec<String> = sample()
-        .into_iter()
-        .filter(|c| c.faults.byzantine_kind != ByzantineKind::FatViewChange)
-        .map(run)
-        .filter_map(|o| failure(&o))
-        .collect();
+    let failures = failures_of(
+        sample()
+            .into_iter()
+            .filter(|c| !HEAVY.contains(&c.faults.byzantine_kind))
+            .collect(),
+    );
     assert!(
         failures.is_empty(),
         "{} campaign sample run(s) failed:\n{}",
@@ -320,15 +350,16 @@ fn campaign_sample_passes_every_checker() {
     );
 }
 
-/// The campaign sample's `fat-view-change` run (a test of its own: it is the slowest).
+/// The campaign sample's runs with maximal requests (a test of their own: they are the
+/// slowest, so the harness runs them beside the others).
 #[test]
-fn campaign_sample_fat_view_change_passes_every_checker() {
-    let failures: Vec<String> = sample()
-        .into_iter()
-        .filter(|c| c.faults.byzantine_kind == ByzantineKind::FatViewChange)
-        .map(run)
-        .filter_map(|o| failure(&o))
-        .collect();
+fn campaign_sample_heavy_kinds_pass_every_checker() {
+    let failures = failures_of(
+        sample()
+            .into_iter()
+            .filter(|c| HEAVY.contains(&c.faults.byzantine_kind))
+            .collect(),
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -340,17 +371,17 @@ fn campaign_sample_fat_view_change_passes_every_checker() {
 /// `formerly_open_campaign_seeds_replay`.
 #[test]
 fn formerly_open_campaign_seeds_pass() {
-    let failures: Vec<String> = [
-        (Mix::B, ByzantineKind::Silent, 4),
-        (Mix::B, ByzantineKind::BadDigests, 3),
-        (Mix::C, ByzantineKind::BadSignatures, 2),
-        (Mix::C, ByzantineKind::BadSignatures, 5),
-    ]
-    .iter()
-    .map(|&(mix, kind, seed)| campaign_config(mix, kind, seed, 30_000, 30_000))
-    .map(run)
-    .filter_map(|o| failure(&o))
-    .collect();
+    let failures = failures_of(
+        [
+            (Mix::B, ByzantineKind::Silent, 4),
+            (Mix::B, ByzantineKind::BadDigests, 3),
+            (Mix::C, ByzantineKind::BadSignatures, 2),
+            (Mix::C, ByzantineKind::BadSignatures, 5),
+        ]
+        .iter()
+        .map(|&(mix, kind, seed)| campaign_config(mix, kind, seed, 30_000, 30_000))
+        .collect(),
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

@@ -52,6 +52,14 @@ pub fn encode<T: bincode::Encode>(value: &T) -> Result<Vec<u8>, WireError> {
     bincode::encode_to_vec(value, config()).map_err(|e| WireError::Encode(e.to_string()))
 }
 
+/// The length of `value`'s canonical encoding, without allocating it.
+pub fn encoded_len<T: bincode::Encode>(value: &T) -> Result<usize, WireError> {
+    let mut w = bincode::enc::write::SizeWriter::default();
+    bincode::encode_into_writer(value, &mut w, config())
+        .map_err(|e| WireError::Encode(e.to_string()))?;
+    Ok(w.bytes_written)
+}
+
 /// Decodes a `T` from exactly `bytes`, refusing inputs longer than `limit_bytes`.
 pub fn decode<T: bincode::Decode<()>>(bytes: &[u8], limit_bytes: usize) -> Result<T, WireError> {
     let limit = limit_bytes.min(ABSOLUTE_LIMIT_BYTES);

@@ -7,7 +7,9 @@
 //! wire): one value has exactly one encoding, so a re-encoded payload reproduces the bytes its
 //! sender signed.
 
-pub use ccron::host::wire::{ABSOLUTE_LIMIT_BYTES, WireError as CodecError, decode, encode};
+pub use ccron::host::wire::{
+    ABSOLUTE_LIMIT_BYTES, WireError as CodecError, decode, encode, encoded_len,
+};
 
 #[cfg(test)]
 mod tests {

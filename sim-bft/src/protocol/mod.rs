@@ -150,6 +150,12 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// The batch's encoded size (0 if it does not encode): an observation for accounting
+    /// (the simulator's amplification checker), not a bound used by the protocol.
+    pub fn wire_bytes(&self) -> u64 {
+        codec::encoded_len(self).map_or(0, |l| l as u64)
+    }
+
     /// The null batch a new view uses to fill a sequence number nobody prepared.
     pub fn null() -> Self {
         Self {
@@ -478,6 +484,27 @@ pub enum Wire {
     Requests(Vec<SignedRequest>),
 }
 
+/// Whether wire `bytes` are a signed message that carries a whole batch (a pre-prepare, a
+/// commit certificate or fetched batch data), read off the encoding's fixed prefix without
+/// decoding the message: the [`Wire::Signed`] tag, the payload's length, the signer, the
+/// [`Body`] tag (fixed-width integers). For accounting only (the simulator's amplification
+/// checker); a replica decodes and verifies everything it acts on.
+pub fn is_batch_carrying(bytes: &[u8]) -> bool {
+    let tag = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_le_bytes)
+    };
+    // Wire tag (u32) 0 = Signed; then the payload's u64 length; then `from` (u32); then the
+    // body's variant tag.
+    tag(0) == Some(0) && matches!(tag(16), Some(t) if BATCH_CARRYING_TAGS.contains(&t))
+}
+
+/// The variant indices of [`Body::PrePrepare`], [`Body::Committed`] and [`Body::BatchData`]
+/// (checked against the encoder by a test).
+const BATCH_CARRYING_TAGS: [u32; 3] = [0, 10, 13];
+
 /// A replica's reply to a client.
 ///
 /// Replies are signed once per executed batch, not once per request: the replica signs a
@@ -576,6 +603,59 @@ impl SignedReply {
 mod tests {
     use super::*;
     use crate::crypto::{client_signing_key, replica_signing_key};
+
+    #[test]
+    fn batch_carrying_messages_are_recognised_from_their_prefix() {
+        let key = replica_signing_key(3, 1);
+        let wire = |body: Body| {
+            let m = SignedMsg::sign(&key, &Payload { from: 1, body }).unwrap();
+            codec::encode(&Wire::Signed(m)).unwrap()
+        };
+        let batch = Batch::null();
+        let carrying = [
+            Body::PrePrepare {
+                view: 1,
+                seq: 2,
+                batch: batch.clone(),
+            },
+            Body::Committed {
+                view: 1,
+                seq: 2,
+                batch: batch.clone(),
+                commits: Vec::new(),
+            },
+            Body::BatchData {
+                seq: 2,
+                batch: batch.clone(),
+            },
+        ];
+        for b in carrying {
+            let kind = b.kind();
+            assert!(is_batch_carrying(&wire(b)), "{kind}");
+        }
+        let other = [
+            Body::Prepare {
+                view: 1,
+                seq: 2,
+                digest: [0; 32],
+            },
+            Body::Status {
+                view: 1,
+                last_executed: 2,
+            },
+            Body::StateChunk {
+                seq: 2,
+                index: 0,
+                data: vec![0; 40],
+            },
+        ];
+        for b in other {
+            let kind = b.kind();
+            assert!(!is_batch_carrying(&wire(b)), "{kind}");
+        }
+        assert!(!is_batch_carrying(&[]));
+        assert!(!is_batch_carrying(&[0; 12]));
+    }
 
     #[test]
     fn signed_msg_round_trip_and_tamper() {

@@ -109,6 +109,11 @@ pub enum Byzantine {
     /// expensive to answer: a `Status` claiming nothing executed above its stable checkpoint
     /// (commit certificates with whole batches) and `BatchFetch`es for the batches of its log.
     Amplify,
+    /// The smarter amplification attacker: never sends a commit (so no peer can tell which
+    /// batches it holds from its votes), and every 50 ms sends every peer a `Status` from its
+    /// stable checkpoint and a `Have` listing every seq of its window as held with nothing
+    /// (each a request for a batch-carrying answer: a certificate or the pre-prepare).
+    WithholdCommits,
 }
 
 /// The client a [`Byzantine::StarveClient`] replica starves.
@@ -146,8 +151,9 @@ pub struct ReplicaConfig {
     pub state_transfer_grace_ms: Millis,
     /// Per-source state-transfer timeout.
     pub state_transfer_timeout_ms: Millis,
-    /// Size of state-transfer chunks (also the leaf size of the checkpoint digest's Merkle
-    /// tree, so every replica of a cluster must agree on it).
+    /// Largest state-transfer chunk (chunks are content-defined, between a quarter of this
+    /// and this; see [`crate::protocol::chunks`]). The checkpoint digest commits to the chunk
+    /// list, so every replica of a cluster must agree on it.
     pub chunk_bytes: usize,
     /// Most chunks a state-transfer receiver asks for in one request (its window in flight);
     /// a source serves at most this many per request.

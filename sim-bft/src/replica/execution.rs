@@ -180,6 +180,7 @@ impl Replica {
             agreed_time_ms: agreed,
             state_digest: self.last_state_digest,
             requests: u32::try_from(batch.requests.len()).unwrap_or(u32::MAX),
+            batch_bytes: batch.wire_bytes(),
             ticks,
             fires,
         }));

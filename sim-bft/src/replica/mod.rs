@@ -57,6 +57,7 @@ pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
+pub use retransmit::MAX_BATCH_ANSWERS;
 use state_transfer::{Serving, Transfer};
 pub use time_service::KEY_TIME_CERT;
 
@@ -275,7 +276,7 @@ pub struct Replica {
     checkpoint_votes: BTreeMap<u64, BTreeMap<NodeId, (Digest32, SigBytes)>>,
     behind_since: Option<(Millis, CheckpointProof)>,
     transfer: Option<Transfer>,
-    /// What this replica serves to state-transfer receivers (chunk tree, per-peer rate).
+    /// What this replica serves to state-transfer receivers (chunk lists, per-peer rate).
     serving: Serving,
     /// Deterministic bound of the snapshot size (execution rejects writes that would break it).
     size: SizeBudget,
@@ -323,8 +324,10 @@ pub struct Replica {
     /// Per (peer, seq): when a `Have` answer last re-sent it a batch-carrying message (a
     /// `Committed` certificate or the pre-prepare), and the repeat window then in force (it
     /// doubles per re-send, from `retransmit_interval_ms` up to `view_change_timeout_ms`).
-    /// Only seqs above the stable checkpoint are kept.
-    have_batch_sent: BTreeMap<(NodeId, u64), (Millis, Millis)>,
+    /// How many were sent (at most [`retransmit::MAX_BATCH_ANSWERS`], shared with `Status`
+    /// answers), and the view of the last pre-prepare re-sent (a newer view's pre-prepare may
+    /// be re-sent afresh). Only seqs above the stable checkpoint are kept.
+    have_batch_sent: BTreeMap<(NodeId, u64), retransmit::BatchAnswers>,
     /// Local time at which this replica entered its current view (a waiting request's age
     /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
     view_started_ms: Millis,
@@ -635,6 +638,10 @@ impl Replica {
     /// Signs and sends `body`, returning the signature (used for our own votes).
     fn send(&mut self, body: Body, dest: Dest, out: &mut Vec<Output>) -> Option<SigBytes> {
         let mut body = body;
+        if self.cfg.byzantine == Byzantine::WithholdCommits && matches!(body, Body::Commit { .. }) {
+            self.metrics.inc("byz_commits_withheld");
+            return None;
+        }
         if self.cfg.byzantine == Byzantine::BadDigests {
             match &mut body {
                 Body::Prepare { digest, .. }
@@ -814,6 +821,9 @@ impl Node for Replica {
         }
         if self.cfg.byzantine == Byzantine::Amplify {
             self.amplify(now, out);
+        }
+        if self.cfg.byzantine == Byzantine::WithholdCommits {
+            self.drain(now, out);
         }
         if (self.view, self.in_view_change) != self.view_seen {
             self.view_seen = (self.view, self.in_view_change);

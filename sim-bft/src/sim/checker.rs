@@ -135,6 +135,26 @@ pub const AMP_AVG: u64 = 2;
 pub const AMP_INPUT: u64 = 4;
 /// Amplification bound: fixed slack, bytes.
 pub const AMP_SLACK_BYTES: u64 = 1 << 20;
+/// Amplification bound on batch-carrying answers (commit certificates, pre-prepare re-sends,
+/// fetched batches): multiple of the committed batch stream. A peer may claim to lack every
+/// batch, as an honest replica cut off from the primary does, and each replica answers it at
+/// most [`crate::replica::MAX_BATCH_ANSWERS`] times per sequence number; one more stream
+/// covers what that bookkeeping forgets (a restarted replica answers its window afresh, a
+/// new view's primary re-sends its new pre-prepares, certificates carry their commits).
+pub const AMP_STREAM: u64 = crate::replica::MAX_BATCH_ANSWERS as u64 + 1;
+
+/// What the amplification check judges, per ordered pair of replicas `[from][to]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Traffic<'a> {
+    /// Every byte `from` handed the network for `to`.
+    pub bytes: &'a [Vec<u64>],
+    /// The part of `bytes` in unicast batch-carrying messages
+    /// ([`crate::protocol::is_batch_carrying`]).
+    pub batch_bytes: &'a [Vec<u64>],
+    /// The committed batch stream: the sum of [`crate::node::Executed::batch_bytes`] over
+    /// every sequence number honest replicas executed.
+    pub stream: u64,
+}
 
 /// At most this many violations are kept in detail.
 const MAX_VIOLATIONS: usize = 64;
@@ -210,38 +230,75 @@ impl Checker {
         self.stall_windows = out;
     }
 
-    /// The amplification check, at the end of a run, over `bytes[from][to]` (bytes each
-    /// replica handed the network for each other): for every honest replica h and Byzantine
-    /// replica b, h must have sent b at most
-    /// `AMP_AVG * avg + AMP_INPUT * bytes[b][h] + AMP_SLACK_BYTES`, where `avg` is the
-    /// average h sent an honest peer. A Byzantine replica thus gets at most about what an
-    /// honest peer gets, plus a bounded multiple of what it sent: asking cheaply for expensive
-    /// answers does not pay. Returns the largest ratio of sent to allowed, in thousandths.
-    pub fn amplification(&mut self, at_ms: u64, honest: &[bool], bytes: &[Vec<u64>]) -> u64 {
+    /// The amplification check, at the end of a run. For every honest replica h and
+    /// Byzantine replica b, in two parts:
+    ///
+    /// - everything but batch-carrying unicasts: h must have sent b at most
+    ///   `AMP_AVG * avg + AMP_INPUT * bytes[b][h] + AMP_SLACK_BYTES`, where `avg` is the
+    ///   average h sent an honest peer (of this part). A Byzantine replica thus gets at most
+    ///   about what an honest peer gets, plus a bounded multiple of what it sent: asking
+    ///   cheaply for expensive answers does not pay;
+    /// - batch-carrying unicasts (certificates, pre-prepare re-sends, fetched batches): at
+    ///   most `AMP_STREAM * stream + AMP_AVG * avg + AMP_SLACK_BYTES` (`avg` of this part):
+    ///   a peer that claims to lack every batch cannot be told from an honest replica cut off
+    ///   from the primary, so it may draw the committed stream a bounded number of times.
+    ///
+    /// Returns the largest ratio of sent to allowed, in thousandths.
+    pub fn amplification(&mut self, at_ms: u64, honest: &[bool], t: Traffic<'_>) -> u64 {
         let n = honest.len();
+        let cell = |m: &[Vec<u64>], a: usize, b: usize| {
+            m.get(a).and_then(|r| r.get(b)).copied().unwrap_or(0)
+        };
+        let other =
+            |a: usize, b: usize| cell(t.bytes, a, b).saturating_sub(cell(t.batch_bytes, a, b));
         let mut worst = 0u64;
         for h in (0..n).filter(|h| honest[*h]) {
             let peers: Vec<usize> = (0..n).filter(|p| *p != h && honest[*p]).collect();
-            let to_honest: u64 = peers.iter().map(|p| bytes[h][*p]).sum();
-            let avg = to_honest / (peers.len().max(1) as u64);
+            let k = peers.len().max(1) as u64;
+            let avg = peers.iter().map(|p| other(h, *p)).sum::<u64>() / k;
+            let avg_batch = peers
+                .iter()
+                .map(|p| cell(t.batch_bytes, h, *p))
+                .sum::<u64>()
+                / k;
             for b in (0..n).filter(|b| !honest[*b]) {
-                let sent = bytes[h][b];
+                let input = cell(t.bytes, b, h);
+                let sent = other(h, b);
                 let allowed = AMP_AVG
                     .saturating_mul(avg)
-                    .saturating_add(AMP_INPUT.saturating_mul(bytes[b][h]))
+                    .saturating_add(AMP_INPUT.saturating_mul(input))
                     .saturating_add(AMP_SLACK_BYTES);
-                let permille = sent.saturating_mul(1000) / allowed.max(1);
-                worst = worst.max(permille);
+                worst = worst.max(sent.saturating_mul(1000) / allowed.max(1));
                 if sent > allowed {
                     self.violate(
                         at_ms,
                         Some(h as NodeId),
                         ViolationKind::Amplification,
                         format!(
-                            "replica {h} sent Byzantine replica {b} {sent} bytes: more than \
-                             {AMP_AVG} x {avg} (average to an honest peer) + {AMP_INPUT} x {} \
-                             (what it received from it) + {AMP_SLACK_BYTES}",
-                            bytes[b][h]
+                            "replica {h} sent Byzantine replica {b} {sent} bytes (batch-carrying \
+                             answers apart): more than {AMP_AVG} x {avg} (average to an honest \
+                             peer) + {AMP_INPUT} x {input} (what it received from it) + \
+                             {AMP_SLACK_BYTES}"
+                        ),
+                    );
+                }
+                let sent = cell(t.batch_bytes, h, b);
+                let allowed = AMP_STREAM
+                    .saturating_mul(t.stream)
+                    .saturating_add(AMP_AVG.saturating_mul(avg_batch))
+                    .saturating_add(AMP_SLACK_BYTES);
+                worst = worst.max(sent.saturating_mul(1000) / allowed.max(1));
+                if sent > allowed {
+                    self.violate(
+                        at_ms,
+                        Some(h as NodeId),
+                        ViolationKind::Amplification,
+                        format!(
+                            "replica {h} sent Byzantine replica {b} {sent} bytes of batch-carrying \
+                             answers: more than {AMP_STREAM} x {} (the committed batch stream) + \
+                             {AMP_AVG} x {avg_batch} (average to an honest peer) + \
+                             {AMP_SLACK_BYTES}",
+                            t.stream
                         ),
                     );
                 }
@@ -630,6 +687,7 @@ mod tests {
             agreed_time_ms: t,
             state_digest: [state; 32],
             requests: 1,
+            batch_bytes: 0,
             ticks: vec![],
             fires: vec![],
         }
@@ -762,14 +820,41 @@ mod tests {
         for h in 0..3 {
             bytes[3][h] = mb;
         }
+        let none = vec![vec![0u64; 4]; 4];
+        let t = |bytes: &[Vec<u64>], batch: &[Vec<u64>], stream| {
+            let (bytes, batch_bytes) = (bytes.to_vec(), batch.to_vec());
+            move |c: &mut Checker| {
+                c.amplification(
+                    0,
+                    &[true, true, true, false],
+                    Traffic {
+                        bytes: &bytes,
+                        batch_bytes: &batch_bytes,
+                        stream,
+                    },
+                )
+            }
+        };
         let mut c = Checker::new(honest.clone(), false, 0, 0);
         // 10 MiB to the Byzantine peer, allowed 2 x 10 + 4 x 1 + 1 = 25 MiB: 400 permille.
-        assert_eq!(c.amplification(0, &honest, &bytes), 400);
+        assert_eq!(t(&bytes, &none, 0)(&mut c), 400);
         assert!(c.violations().is_empty());
         bytes[0][3] = 26 * mb;
-        assert_eq!(c.amplification(0, &honest, &bytes), 1040);
+        assert_eq!(t(&bytes, &none, 0)(&mut c), 1040);
         assert_eq!(c.violations().len(), 1);
         assert_eq!(c.violations()[0].kind, ViolationKind::Amplification);
+        // The same 26 MiB, 16 of them batch-carrying answers: the rest (10) is judged as
+        // above (400), the answers against the stream: 16 of 3 x 10 + 1 = 31 MiB, 516.
+        let mut c = Checker::new(honest.clone(), false, 0, 0);
+        let mut batch = none.clone();
+        batch[0][3] = 16 * mb;
+        assert_eq!(t(&bytes, &batch, 10 * mb)(&mut c), 516);
+        assert!(c.violations().is_empty());
+        // Uncapped answers (six times the stream) are caught.
+        batch[0][3] = 60 * mb;
+        bytes[0][3] = 70 * mb;
+        assert!(t(&bytes, &batch, 10 * mb)(&mut c) > 1000);
+        assert_eq!(c.violations().len(), 1);
     }
 
     #[test]

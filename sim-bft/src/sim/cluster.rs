@@ -168,6 +168,7 @@ pub fn replica_fault(kind: ByzantineKind) -> Byzantine {
         ByzantineKind::TimeOwn => Byzantine::TimeOwn,
         ByzantineKind::FatViewChange => Byzantine::FatViewChange,
         ByzantineKind::Amplify => Byzantine::Amplify,
+        ByzantineKind::WithholdCommits => Byzantine::WithholdCommits,
         _ => Byzantine::Honest,
     }
 }
@@ -213,8 +214,10 @@ impl ClusterHarness {
             seed: cfg.seed,
             epoch_ms: cfg.epoch_ms,
             request_value_bytes: if cfg.faults.max_size_requests
-                || (cfg.faults.byzantine_kind == ByzantineKind::FatViewChange
-                    && (cfg.faults.byzantine > 0 || !cfg.faults.pinned_byzantine.is_empty()))
+                || (matches!(
+                    cfg.faults.byzantine_kind,
+                    ByzantineKind::FatViewChange | ByzantineKind::WithholdCommits
+                ) && (cfg.faults.byzantine > 0 || !cfg.faults.pinned_byzantine.is_empty()))
             {
                 ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
                     .max_request_bytes

@@ -416,6 +416,11 @@ pub enum ByzantineKind {
     /// Asks every peer, every 50 ms, for commit certificates and batches it already has
     /// (cheap requests, expensive answers): the amplification checker bounds what it gets.
     Amplify,
+    /// The smarter amplification attacker, with maximal-size client requests (implies
+    /// `max_size_requests`): withholds its commits (peers cannot tell what it holds) and asks
+    /// every peer, every 50 ms, for certificates and pre-prepares of its whole window by
+    /// `Status` and `Have`.
+    WithholdCommits,
 }
 
 impl ByzantineKind {
@@ -426,10 +431,10 @@ impl ByzantineKind {
                                      state-request-flood, slow-state-source, \
                                      future-flood, starve-client, repropose, \
                                      time-omit, time-replay, time-own, \
-                                     fat-view-change, amplify";
+                                     fat-view-change, amplify, withhold-commits";
 
     /// Every kind, in a stable order.
-    pub const ALL: [ByzantineKind; 20] = [
+    pub const ALL: [ByzantineKind; 21] = [
         Self::Silent,
         Self::Replay,
         Self::Corrupt,
@@ -450,6 +455,7 @@ impl ByzantineKind {
         Self::TimeOwn,
         Self::FatViewChange,
         Self::Amplify,
+        Self::WithholdCommits,
     ];
 
     /// True for behaviours the simulator performs on bytes, whatever the replica's code.
@@ -496,6 +502,7 @@ impl fmt::Display for ByzantineKind {
             Self::TimeOwn => "time-own",
             Self::FatViewChange => "fat-view-change",
             Self::Amplify => "amplify",
+            Self::WithholdCommits => "withhold-commits",
         })
     }
 }

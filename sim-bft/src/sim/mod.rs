@@ -238,6 +238,11 @@ pub struct Simulator<H: Harness> {
     /// Bytes each replica handed to the network for each other replica (`[from][to]`; the
     /// amplification checker, see [`checker::amplification`]).
     bytes_sent: Vec<Vec<u64>>,
+    /// The part of `bytes_sent` in unicast batch-carrying messages.
+    batch_bytes_sent: Vec<Vec<u64>>,
+    /// The committed batch stream: estimated bytes of every seq an honest replica executed
+    /// (each seq once), and the highest seq counted.
+    stream: (u64, u64),
 }
 
 impl<H: Harness> Simulator<H> {
@@ -347,6 +352,8 @@ impl<H: Harness> Simulator<H> {
             events: SimEvents::default(),
             views: vec![None; n as usize],
             bytes_sent: vec![vec![0; n as usize]; n as usize],
+            batch_bytes_sent: vec![vec![0; n as usize]; n as usize],
+            stream: (0, 0),
         };
         sim.schedule_initial();
         Ok(sim)
@@ -637,6 +644,9 @@ impl<H: Harness> Simulator<H> {
             Output::Send { to, bytes } => {
                 if to != from && to < self.cfg.replicas {
                     self.bytes_sent[from as usize][to as usize] += bytes.len() as u64;
+                    if crate::protocol::is_batch_carrying(&bytes) {
+                        self.batch_bytes_sent[from as usize][to as usize] += bytes.len() as u64;
+                    }
                     self.harness.on_send(&bytes);
                     self.send_from(from, to, bytes);
                 }
@@ -684,6 +694,9 @@ impl<H: Harness> Simulator<H> {
             .update(e.agreed_time_ms.unwrap_or(i64::MIN).to_le_bytes());
         let bounds = self.honest_bounds();
         self.checker.executed(self.now_ms, node, &e, bounds);
+        if self.slots[node as usize].role == Role::Honest && e.seq > self.stream.1 {
+            self.stream = (self.stream.0.saturating_add(e.batch_bytes), e.seq);
+        }
         let s = &mut self.slots[node as usize];
         if e.seq <= s.last_seq {
             // A restarted replica replaying its log: counted apart, so `batches_executed`
@@ -1063,8 +1076,15 @@ impl<H: Harness> Simulator<H> {
         self.stats.judged_ms = self.checker.judged_ms();
         let honest: Vec<bool> = self.slots.iter().map(|s| s.role == Role::Honest).collect();
         let at = self.now_ms;
-        self.stats.amplification_permille =
-            self.checker.amplification(at, &honest, &self.bytes_sent);
+        self.stats.amplification_permille = self.checker.amplification(
+            at,
+            &honest,
+            checker::Traffic {
+                bytes: &self.bytes_sent,
+                batch_bytes: &self.batch_bytes_sent,
+                stream: self.stream.0,
+            },
+        );
         self.stats.fault_phase_batches = self.checker.heal_seq().unwrap_or(0);
         let nodes = self
             .slots

@@ -149,6 +149,7 @@ impl ToyNode {
                     agreed_time_ms: None,
                     state_digest: self.state,
                     requests: 1,
+                    batch_bytes: 0,
                     ticks: match e {
                         Entry::Tick(c) => vec![c],
                         Entry::Request(_) => vec![],
