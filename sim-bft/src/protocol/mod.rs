@@ -284,7 +284,7 @@ pub enum Body {
         /// Total snapshot length.
         total_len: u64,
         /// The digests of the snapshot's content-defined chunks, in order
-        /// ([`chunks`](crate::protocol::chunks)); `proof.digest` commits to them (with
+        /// ([`chunks`]); `proof.digest` commits to them (with
         /// `total_len` and the chunk size), so each chunk is verified on arrival and the
         /// requester fetches only chunks whose content it does not hold.
         leaves: Vec<Digest32>,
