@@ -129,16 +129,17 @@ fn a_have_is_answered_at_most_once_per_half_interval() {
 }
 
 /// The `withhold-commits` strategy (issue 9, the smarter amplification attacker): a peer that
-/// sends no commit and claims, by `Have` every 50 ms and `Status`, to lack every batch drew
-/// each batch-carrying answer again and again (the repeat window only backed off to one per
-/// view-change timeout; the campaign measured 5-7 times the committed batch stream from each
-/// honest replica). Now every (peer, seq) gets at most `MAX_BATCH_ANSWERS` of them, however
-/// long it asks, through either path.
+/// sends no commit and claims, by `Have` every 50 ms and `Status`, to lack every batch. The
+/// `Have` repeat window per (peer, seq) doubles from the retransmission interval up to the
+/// view-change timeout and `Status` answers repeat a certificate once per timeout, so a minute
+/// of asking draws each certificate a bounded number of times (65 here; 1,320 without those
+/// bounds), but not a small constant number of times: the attack still
+/// draws several times the committed batch stream (open, docs/simulator.md; a hard cap per
+/// (peer, seq) starved honest replicas cut off by a one-way partition).
 #[test]
-fn a_peer_that_claims_to_lack_every_batch_gets_each_at_most_max_batch_answers_times() {
+fn a_peer_that_claims_to_lack_every_batch_is_answered_with_backoff() {
     use sim_bft::crypto::replica_signing_key;
     use sim_bft::protocol::{SeqHave, SignedMsg};
-    use sim_bft::replica::MAX_BATCH_ANSWERS;
     let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
         c.retransmit_interval_ms = 50;
     });
@@ -189,11 +190,13 @@ fn a_peer_that_claims_to_lack_every_batch_gets_each_at_most_max_batch_answers_ti
             }
         }
     }
-    let cap = u32::from(MAX_BATCH_ANSWERS);
-    assert_eq!(
-        answers[1..],
-        [cap, cap, cap],
-        "certificates per seq to a peer that keeps asking"
-    );
-    assert!(h.replica(0).metrics().get("batch_answer_capped") > 0);
+    // `Have`: windows 50, 100, 200, ... up to the 2 s view-change timeout, 6 answers in the
+    // first 3.2 s, then one per 2 s (~35); `Status`: each certificate once per view-change
+    // timeout (~30). Without either bound: 1,200 + 120.
+    for (seq, n) in answers.iter().enumerate().skip(1) {
+        assert!(
+            (60..=70).contains(n),
+            "{n} certificates for seq {seq} to a peer that asks every 50 ms for a minute"
+        );
+    }
 }

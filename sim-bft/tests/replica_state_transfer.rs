@@ -34,6 +34,17 @@ fn fill(h: &mut Harness, n: usize, tag: &str) {
     }
 }
 
+/// Reconnects every replica, sends 8 small puts (keys `tag0..tag7`) so that the cluster moves
+/// on, and runs `wait_ms` more of virtual time.
+fn heal(h: &mut Harness, tag: &str, wait_ms: i64) {
+    h.isolated.clear();
+    for k in 0..8 {
+        h.put(0, &format!("{tag}{k}"), "w");
+        h.advance(20);
+    }
+    h.advance(wait_ms);
+}
+
 fn signed(from: NodeId, body: Body) -> Vec<u8> {
     let msg = SignedMsg::sign(&replica_signing_key(SEED, from), &Payload { from, body }).unwrap();
     codec::encode(&Wire::Signed(msg)).unwrap()
@@ -201,12 +212,7 @@ fn a_chunk_that_fails_its_proof_is_dropped_and_the_source_replaced() {
     });
     h.isolated.insert(3);
     fill(&mut h, 60, "k");
-    h.isolated.clear();
-    for k in 0..8 {
-        h.put(0, &format!("z{k}"), "w");
-        h.advance(20);
-    }
-    h.advance(10_000);
+    heal(&mut h, "z", 10_000);
     let m = h.replica(3).metrics();
     assert!(m.get("state_transfers_completed") >= 1, "{m:?}");
     assert!(m.get("drop_invalid_state_chunk") >= 1, "{m:?}");
@@ -269,12 +275,7 @@ fn writes_that_would_outgrow_the_snapshot_limit_are_rejected_so_transfer_and_res
     h.isolated.insert(3);
     fill(&mut h, 120, "k");
     // The lagging replica can still state-transfer the (bounded) snapshot...
-    h.isolated.clear();
-    for k in 0..8 {
-        h.put(0, &format!("z{k}"), "w");
-        h.advance(20);
-    }
-    h.advance(5_000);
+    heal(&mut h, "z", 5_000);
     let m = h.replica(3).metrics();
     assert!(m.get("state_transfers_completed") >= 1, "{m:?}");
     assert_eq!(
@@ -317,12 +318,7 @@ fn a_replica_that_falls_behind_again_fetches_only_what_changed() {
     let mut h = Harness::new(4, small_chunks);
     h.isolated.insert(3);
     fill(&mut h, 60, "k");
-    h.isolated.clear();
-    for k in 0..8 {
-        h.put(0, &format!("z{k}"), "w");
-        h.advance(20);
-    }
-    h.advance(5_000);
+    heal(&mut h, "z", 5_000);
     let first = h.replica(3).metrics().clone();
     assert!(first.get("state_transfers_completed") >= 1, "{first:?}");
     let fetched_first = first.get("state_chunks_received");
@@ -339,12 +335,7 @@ fn a_replica_that_falls_behind_again_fetches_only_what_changed() {
         }
         h.deliver_all();
     }
-    h.isolated.clear();
-    for k in 0..8 {
-        h.put(0, &format!("y{k}"), "w");
-        h.advance(20);
-    }
-    h.advance(5_000);
+    heal(&mut h, "y", 5_000);
     let second = h.replica(3).metrics();
     assert!(
         second.get("state_transfers_completed") > first.get("state_transfers_completed"),

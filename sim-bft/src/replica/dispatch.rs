@@ -404,8 +404,6 @@ impl Replica {
             return;
         }
         let quorum = self.quorum();
-        let stable = self.stable.seq;
-        self.have_batch_sent.retain(|(_, s), _| *s > stable);
         // Certificates sent to this peer within a view-change timeout are not sent again (a
         // peer that keeps claiming the same position gets each one once per timeout).
         let from_seq = match self.status_sent_upto.get(&from) {
@@ -434,7 +432,6 @@ impl Replica {
                 Bound::Excluded(from_seq),
                 Bound::Included(upto.max(from_seq)),
             ))
-            .filter(|(seq, _)| self.batch_answer_allowed(now, from, **seq, None))
             .filter(|(_, e)| {
                 let has = have_recovers
                     && e.commits
@@ -481,11 +478,6 @@ impl Replica {
         }
         if let Some(Body::Committed { seq, .. }) = certs.last() {
             self.status_sent_upto.insert(from, (*seq, now));
-        }
-        for body in &certs {
-            if let Body::Committed { seq, .. } = body {
-                self.mark_batch_answer(now, from, *seq, None);
-            }
         }
         self.metrics.add("committed_certs_sent", certs.len() as u64);
         for body in certs {

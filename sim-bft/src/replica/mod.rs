@@ -57,7 +57,6 @@ pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
-pub use retransmit::MAX_BATCH_ANSWERS;
 use state_transfer::{Serving, Transfer};
 pub use time_service::KEY_TIME_CERT;
 
@@ -324,10 +323,8 @@ pub struct Replica {
     /// Per (peer, seq): when a `Have` answer last re-sent it a batch-carrying message (a
     /// `Committed` certificate or the pre-prepare), and the repeat window then in force (it
     /// doubles per re-send, from `retransmit_interval_ms` up to `view_change_timeout_ms`).
-    /// How many were sent (at most [`retransmit::MAX_BATCH_ANSWERS`], shared with `Status`
-    /// answers), and the view of the last pre-prepare re-sent (a newer view's pre-prepare may
-    /// be re-sent afresh). Only seqs above the stable checkpoint are kept.
-    have_batch_sent: BTreeMap<(NodeId, u64), retransmit::BatchAnswers>,
+    /// Only seqs above the stable checkpoint are kept.
+    have_batch_sent: BTreeMap<(NodeId, u64), (Millis, Millis)>,
     /// Local time at which this replica entered its current view (a waiting request's age
     /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
     view_started_ms: Millis,

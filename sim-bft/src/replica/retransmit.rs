@@ -24,30 +24,6 @@
 
 use std::collections::BTreeSet;
 
-/// Most batch-carrying answers (commit certificates, pre-prepare re-sends) a replica sends
-/// one peer for one sequence number in one view: an answer and one retry. A pre-prepare then
-/// reaches a peer in three tries (the broadcast and two re-sends: with 5% loss all three are
-/// lost once in 8,000), a certificate from each of the 2f+1 or more replicas that committed
-/// it; a peer that still lacks the batch is served by the next view or by state transfer. A
-/// peer that claims to lack every batch (the `withhold-commits` strategy; an honest replica cut
-/// off from the primary really does) draws at most this many times the committed batches
-/// from each replica per view, however long it asks.
-pub const MAX_BATCH_ANSWERS: u8 = 2;
-
-/// The batch-carrying answers sent one peer for one sequence number.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct BatchAnswers {
-    /// When the last one went.
-    at: Millis,
-    /// The repeat window in force after it.
-    window: Millis,
-    /// How many went (counted since `view` for pre-prepares).
-    count: u8,
-    /// The view of the last pre-prepare re-sent (a newer view's pre-prepare is a new batch
-    /// proposal: its count starts afresh; certificates never do).
-    view: u64,
-}
-
 use super::{Dest, Replica};
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Body, MAX_HAVE_SEQS, SeqHave};
@@ -146,7 +122,7 @@ impl Replica {
         self.arm_retransmit(now);
     }
 
-    /// Byzantine mode [`Byzantine::WithholdCommits`]: every 50 ms, a `Status` from its stable
+    /// Byzantine mode `Byzantine::WithholdCommits`: every 50 ms, a `Status` from its stable
     /// checkpoint and a `Have` listing every seq of its window as held with nothing, to every
     /// peer (it withholds its commits in [`Replica::send`]).
     pub(super) fn drain(&mut self, now: Millis, out: &mut Vec<Output>) {
@@ -252,7 +228,7 @@ impl Replica {
                 same_view && e.view == view && is_primary && h.digest.is_none_or(|d| d == digest);
             // Amplification bound: batch-carrying answers per (peer, seq) back off.
             let batch_due = (has_cert || (wants_pre_prepare && h.digest.is_none()))
-                && self.batch_resend_due(now, from, h.seq, (!has_cert).then_some(view));
+                && self.batch_resend_due(now, from, h.seq);
             let Some(e) = self.log.get(&h.seq) else {
                 continue;
             };
@@ -319,77 +295,16 @@ impl Replica {
     }
 
     /// Whether a batch-carrying answer (certificate or pre-prepare) for `seq` may go to
-    /// `peer` now: not within the repeat window of the last one, and fewer than
-    /// [`MAX_BATCH_ANSWERS`] so far (see the module docs). Does not record anything.
-    /// `pre_prepare_view` is the view of the pre-prepare to re-send, `None` for a
-    /// certificate. Does not record anything.
-    pub(super) fn batch_answer_allowed(
-        &self,
-        now: Millis,
-        peer: NodeId,
-        seq: u64,
-        pre_prepare_view: Option<u64>,
-    ) -> bool {
-        match self.have_batch_sent.get(&(peer, seq)) {
-            Some(a) if pre_prepare_view.is_some_and(|v| v > a.view) => true,
-            Some(a) => a.count < MAX_BATCH_ANSWERS && now >= a.at.saturating_add(a.window),
-            None => true,
-        }
-    }
-
-    /// Records a batch-carrying answer for `seq` to `peer` and doubles its repeat window.
-    pub(super) fn mark_batch_answer(
-        &mut self,
-        now: Millis,
-        peer: NodeId,
-        seq: u64,
-        pre_prepare_view: Option<u64>,
-    ) {
+    /// `peer` now; if so, records it and doubles the repeat window (see the module docs).
+    fn batch_resend_due(&mut self, now: Millis, peer: NodeId, seq: u64) -> bool {
         let base = self.cfg.retransmit_interval_ms.max(1);
         let cap = self.cfg.view_change_timeout_ms.max(base);
-        let entry = match self.have_batch_sent.get(&(peer, seq)) {
-            Some(a) if pre_prepare_view.is_some_and(|v| v > a.view) => BatchAnswers {
-                at: now,
-                window: base,
-                count: 1,
-                view: pre_prepare_view.unwrap_or(a.view),
-            },
-            Some(a) => BatchAnswers {
-                at: now,
-                window: a.window.saturating_mul(2).min(cap),
-                count: a.count.saturating_add(1),
-                view: a.view,
-            },
-            None => BatchAnswers {
-                at: now,
-                window: base,
-                count: 1,
-                view: pre_prepare_view.unwrap_or(0),
-            },
+        let window = match self.have_batch_sent.get(&(peer, seq)) {
+            Some((at, w)) if now < at.saturating_add(*w) => return false,
+            Some((_, w)) => w.saturating_mul(2).min(cap),
+            None => base,
         };
-        self.have_batch_sent.insert((peer, seq), entry);
-    }
-
-    /// [`Self::batch_answer_allowed`], recording the answer when it is (counted
-    /// `batch_answer_capped` when the count, not the window, refuses it).
-    fn batch_resend_due(
-        &mut self,
-        now: Millis,
-        peer: NodeId,
-        seq: u64,
-        pre_prepare_view: Option<u64>,
-    ) -> bool {
-        if self.batch_answer_allowed(now, peer, seq, pre_prepare_view) {
-            self.mark_batch_answer(now, peer, seq, pre_prepare_view);
-            return true;
-        }
-        if self
-            .have_batch_sent
-            .get(&(peer, seq))
-            .is_some_and(|a| a.count >= MAX_BATCH_ANSWERS)
-        {
-            self.metrics.inc("batch_answer_capped");
-        }
-        false
+        self.have_batch_sent.insert((peer, seq), (now, window));
+        true
     }
 }
