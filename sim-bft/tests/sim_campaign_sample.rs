@@ -217,7 +217,7 @@ const KNOWN_OPEN: &[(Mix, ByzantineKind, u64)] = &[
 ];
 
 /// Kinds whose attack is open (docs/simulator.md, "Amplification checker"): not sampled;
-/// their failing seeds are in [`KNOWN_OPEN`]. `withhold-commits` draws 5-7 times the
+/// their failing seeds are in [`KNOWN_OPEN`]. `withhold-commits` draws 4-5 times the
 /// committed batch stream from every honest replica.
 const OPEN_KINDS: [ByzantineKind; 1] = [ByzantineKind::WithholdCommits];
 
