@@ -250,7 +250,7 @@ fn withhold_commits_is_caught_by_the_amplification_checker_and_nothing_else_brea
     assert!(!o.violations.is_empty(), "withhold-commits passed: fixed?");
     for v in &o.violations {
         assert_eq!(v.kind, ViolationKind::Amplification, "{v:?}");
-        assert!(v.detail.contains("request-carrying unicasts"), "{v:?}");
+        assert!(v.detail.contains("batch-carrying answers"), "{v:?}");
     }
     assert!(o.honest_agree);
 }

@@ -135,13 +135,11 @@ pub const AMP_AVG: u64 = 2;
 pub const AMP_INPUT: u64 = 4;
 /// Amplification bound: fixed slack, bytes.
 pub const AMP_SLACK_BYTES: u64 = 1 << 20;
-/// Amplification bound on request-carrying unicasts (commit certificates, pre-prepare
-/// re-sends, fetched batches, client requests forwarded to the primary): multiple of the
-/// committed batch stream. A primary gets every client request forwarded by every backup (a
-/// Byzantine primary as much as an honest one), and a peer may claim to lack every batch, as
-/// an honest replica cut off from the primary does (which needs each batch once, and retries
-/// for loss): either draws the stream a bounded number of times; what a peer draws beyond
-/// that is amplification. (The `withhold-commits` strategy still draws more: open, see
+/// Amplification bound on batch-carrying answers (commit certificates, pre-prepare re-sends,
+/// fetched batches): multiple of the committed batch stream. A peer may claim to lack every
+/// batch, as an honest replica cut off from the primary does (which needs each batch once,
+/// and retries for loss), so it may draw the stream a bounded number of times; what it draws
+/// beyond that is amplification. (The `withhold-commits` strategy still draws more: open, see
 /// docs/simulator.md.)
 pub const AMP_STREAM: u64 = 3;
 
@@ -150,8 +148,8 @@ pub const AMP_STREAM: u64 = 3;
 pub struct Traffic<'a> {
     /// Every byte `from` handed the network for `to`.
     pub bytes: &'a [Vec<u64>],
-    /// The part of `bytes` in unicast messages that carry client requests: batches and
-    /// requests forwarded to the primary ([`crate::protocol::carries_requests`]).
+    /// The part of `bytes` in unicast batch-carrying messages
+    /// ([`crate::protocol::is_batch_carrying`]).
     pub batch_bytes: &'a [Vec<u64>],
     /// The committed batch stream: the sum of [`crate::node::Executed::batch_bytes`] over
     /// every sequence number honest replicas executed.
@@ -235,17 +233,15 @@ impl Checker {
     /// The amplification check, at the end of a run. For every honest replica h and
     /// Byzantine replica b, in two parts:
     ///
-    /// - everything but request-carrying unicasts: h must have sent b at most
+    /// - everything but batch-carrying unicasts: h must have sent b at most
     ///   `AMP_AVG * avg + AMP_INPUT * bytes[b][h] + AMP_SLACK_BYTES`, where `avg` is the
     ///   average h sent an honest peer (of this part). A Byzantine replica thus gets at most
     ///   about what an honest peer gets, plus a bounded multiple of what it sent: asking
     ///   cheaply for expensive answers does not pay;
-    /// - request-carrying unicasts (certificates, pre-prepare re-sends, fetched batches,
-    ///   forwarded client requests): at most
-    ///   `AMP_STREAM * stream + AMP_AVG * avg + AMP_SLACK_BYTES` (`avg` of this part): a
-    ///   primary gets every forwarded request, and a peer that claims to lack every batch
-    ///   cannot be told from an honest replica cut off from the primary, so either may draw
-    ///   the committed stream a bounded number of times.
+    /// - batch-carrying unicasts (certificates, pre-prepare re-sends, fetched batches): at
+    ///   most `AMP_STREAM * stream + AMP_AVG * avg + AMP_SLACK_BYTES` (`avg` of this part):
+    ///   a peer that claims to lack every batch cannot be told from an honest replica cut off
+    ///   from the primary, so it may draw the committed stream a bounded number of times.
     ///
     /// Returns the largest ratio of sent to allowed, in thousandths.
     pub fn amplification(&mut self, at_ms: u64, honest: &[bool], t: Traffic<'_>) -> u64 {
@@ -274,7 +270,7 @@ impl Checker {
                             .saturating_mul(avg)
                             .saturating_add(AMP_INPUT.saturating_mul(input)),
                         format!(
-                            "(request-carrying unicasts apart): more than {AMP_AVG} x {avg} \
+                            "(batch-carrying answers apart): more than {AMP_AVG} x {avg} \
                              (average to an honest peer) + {AMP_INPUT} x {input} (what it \
                              received from it)"
                         ),
@@ -285,7 +281,7 @@ impl Checker {
                             .saturating_mul(t.stream)
                             .saturating_add(AMP_AVG.saturating_mul(avg_batch)),
                         format!(
-                            "of request-carrying unicasts: more than {AMP_STREAM} x {} (the \
+                            "of batch-carrying answers: more than {AMP_STREAM} x {} (the \
                              committed batch stream) + {AMP_AVG} x {avg_batch} (average to an \
                              honest peer)",
                             t.stream

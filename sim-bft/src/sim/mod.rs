@@ -644,7 +644,7 @@ impl<H: Harness> Simulator<H> {
             Output::Send { to, bytes } => {
                 if to != from && to < self.cfg.replicas {
                     self.bytes_sent[from as usize][to as usize] += bytes.len() as u64;
-                    if crate::protocol::carries_requests(&bytes) {
+                    if crate::protocol::is_batch_carrying(&bytes) {
                         self.batch_bytes_sent[from as usize][to as usize] += bytes.len() as u64;
                     }
                     self.harness.on_send(&bytes);
