@@ -126,10 +126,9 @@ impl Replica {
     /// checkpoint and a `Have` listing every seq of its window as held with nothing, to every
     /// peer (it withholds its commits in [`Replica::send`]).
     pub(super) fn drain(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if now < self.byz_repropose_at {
+        if !self.byz_round_due(now) {
             return;
         }
-        self.byz_repropose_at = now.saturating_add(50);
         self.metrics.inc("byz_drain_rounds");
         let (view, stable) = (self.view, self.stable.seq);
         self.send(

@@ -573,7 +573,15 @@ impl Replica {
     fn local_chunks(&self, leaves: &[Digest32]) -> BTreeMap<u32, Vec<u8>> {
         let chunk_bytes = self.cfg.chunk_bytes;
         let mut have: HashMap<Digest32, &[u8]> = HashMap::new();
-        let stable = ChunkList::new(&self.stable_snapshot, chunk_bytes);
+        // The stable snapshot's list, from the serving cache when it is built.
+        let built;
+        let stable = match &self.serving.tree {
+            Some((d, list, _)) if *d == self.stable.digest => list,
+            _ => {
+                built = ChunkList::new(&self.stable_snapshot, chunk_bytes);
+                &built
+            }
+        };
         have.extend(stable.by_leaf(&self.stable_snapshot));
         let own = self
             .own_checkpoints
