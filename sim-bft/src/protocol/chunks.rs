@@ -251,6 +251,13 @@ mod tests {
 
         /// An insertion in the middle leaves most chunks' content unchanged: what a receiver
         /// holding the old snapshot must fetch is bounded by the change, not the snapshot.
+        ///
+        /// The cuts after an edit fall back into step after a geometric number of chunks (a
+        /// shifted chunk start can accept or skip a content cut within the minimum length).
+        /// Over 3,000 insertions the fetch beyond the inserted bytes was under 1, 2, 3, 4
+        /// chunks in 76%, 97.6%, 99.8%, 100% of cases; the bound of 8 chunks fails with a
+        /// probability of about 1e-8 per case. A 31-byte insertion that cost 5 chunks
+        /// (21,611 bytes) is kept in proptest-regressions.
         #[test]
         fn an_insertion_changes_only_the_chunks_around_it(
             seed in any::<u64>(), at in any::<prop::sample::Index>(), ins in 1usize..3_000,
@@ -269,7 +276,7 @@ mod tests {
                 .filter(|c| !have.contains_key(&leaf(c)))
                 .map(<[u8]>::len)
                 .sum();
-            prop_assert!(missing <= ins + 4 * chunk, "{missing} bytes to fetch for {ins} inserted");
+            prop_assert!(missing <= ins + 8 * chunk, "{missing} bytes to fetch for {ins} inserted");
         }
     }
 
