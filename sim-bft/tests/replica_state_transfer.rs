@@ -353,3 +353,83 @@ fn a_replica_that_falls_behind_again_fetches_only_what_changed() {
     );
     h.assert_agreement(&[1, 2, 3]);
 }
+
+/// The campaign's `state-request-flood` under the amplification checker's state part: a peer
+/// that asks for the whole state again and again drew about ten times the state from every
+/// honest replica in 20 s (each answer served the chunks afresh). A source now sends the same
+/// content to the same peer again only after a repeat window (1 s, then four times longer per
+/// re-send): in a minute of asking every 100 ms each chunk goes out at most 4 times, and every
+/// chunk goes out at least once (what an honest lagger needs).
+#[test]
+fn a_peer_that_asks_for_the_whole_state_again_and_again_gets_each_chunk_a_few_times() {
+    let mut h = Harness::new(4, small_chunks);
+    h.isolated.insert(3);
+    fill(&mut h, 60, "k");
+    h.advance(1_000);
+    let stable_leaves = {
+        h.queue.clear();
+        h.input(
+            0,
+            Input::Peer {
+                from: 3,
+                bytes: signed(
+                    3,
+                    Body::StateRequest {
+                        seq: 0,
+                        meta: true,
+                        indices: Vec::new(),
+                    },
+                ),
+            },
+        );
+        let (bodies, _) = drain(&mut h, 0, 3);
+        match bodies.first() {
+            Some(Body::StateMeta { leaves, .. }) => leaves.clone(),
+            other => panic!("no meta: {other:?}"),
+        }
+    };
+    // Equal chunks (the values repeat) have one leaf: content is what is held back.
+    let distinct: std::collections::BTreeSet<Digest32> = stable_leaves.iter().copied().collect();
+    assert!(distinct.len() >= 20, "{} distinct chunks", distinct.len());
+    let ask = signed(
+        3,
+        Body::StateRequest {
+            seq: 0,
+            meta: true,
+            indices: (0..1_024).collect(),
+        },
+    );
+    let mut per_leaf: std::collections::BTreeMap<Digest32, u32> =
+        distinct.iter().map(|l| (*l, 0)).collect();
+    let mut metas = 0;
+    for _ in 0..600 {
+        h.now += 100;
+        h.input(
+            0,
+            Input::Peer {
+                from: 3,
+                bytes: ask.clone(),
+            },
+        );
+        for b in drain(&mut h, 0, 3).0 {
+            match b {
+                Body::StateChunk { index, .. } => {
+                    *per_leaf.get_mut(&stable_leaves[index as usize]).unwrap() += 1;
+                }
+                Body::StateMeta { .. } => metas += 1,
+                _ => {}
+            }
+        }
+    }
+    let total: u32 = per_leaf.values().sum();
+    assert!(
+        per_leaf.values().all(|n| (1..=4).contains(n)),
+        "times each chunk went out: {:?}",
+        per_leaf.values().collect::<Vec<_>>()
+    );
+    // The meta went out once above, then at most 3 more times (1 + 4 + 16 s windows).
+    assert!(metas <= 3, "{metas} metas");
+    // Without the holds: the rate limit's 12 chunks a second, 720 in the minute.
+    assert!(total as usize <= 4 * distinct.len(), "{total}");
+    assert!(h.replica(0).metrics().get("state_repeat_held") > 0);
+}

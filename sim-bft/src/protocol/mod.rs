@@ -484,26 +484,46 @@ pub enum Wire {
     Requests(Vec<SignedRequest>),
 }
 
-/// Whether wire `bytes` are a signed message that carries a whole batch (a pre-prepare, a
-/// commit certificate or fetched batch data), read off the encoding's fixed prefix without
-/// decoding the message: the [`Wire::Signed`] tag, the payload's length, the signer, the
-/// [`Body`] tag (fixed-width integers). For accounting only (the simulator's amplification
-/// checker); a replica decodes and verifies everything it acts on.
-pub fn is_batch_carrying(bytes: &[u8]) -> bool {
+/// What the simulator's amplification checker judges a replica-to-replica message against
+/// (see `sim::checker::Traffic`). For accounting only; a replica decodes and verifies
+/// everything it acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrafficClass {
+    /// A signed message carrying a whole batch: a pre-prepare, a commit certificate
+    /// ([`Body::Committed`]) or fetched batch data ([`Body::BatchData`]).
+    Batch,
+    /// State transfer data: [`Body::StateMeta`] and [`Body::StateChunk`].
+    State,
+    /// Client requests relayed by a replica ([`Wire::Request`], [`Wire::Requests`]).
+    Forward,
+    /// Everything else (votes, checkpoints, view changes, status, …).
+    Other,
+}
+
+/// The [`TrafficClass`] of wire `bytes`, read off the encoding's fixed prefix without decoding
+/// the message: the [`Wire`] tag, then for [`Wire::Signed`] the payload's length, the signer and
+/// the [`Body`] tag (fixed-width integers).
+pub fn traffic_class(bytes: &[u8]) -> TrafficClass {
     let tag = |at: usize| {
         bytes
             .get(at..at + 4)
             .and_then(|b| <[u8; 4]>::try_from(b).ok())
             .map(u32::from_le_bytes)
     };
-    // Wire tag (u32) 0 = Signed; then the payload's u64 length; then `from` (u32); then the
-    // body's variant tag.
-    tag(0) == Some(0) && matches!(tag(16), Some(t) if BATCH_CARRYING_TAGS.contains(&t))
+    match (tag(0), tag(16)) {
+        (Some(0), Some(t)) if BATCH_CARRYING_TAGS.contains(&t) => TrafficClass::Batch,
+        (Some(0), Some(t)) if STATE_TAGS.contains(&t) => TrafficClass::State,
+        (Some(1 | 2), _) => TrafficClass::Forward,
+        _ => TrafficClass::Other,
+    }
 }
 
 /// The variant indices of [`Body::PrePrepare`], [`Body::Committed`] and [`Body::BatchData`]
 /// (checked against the encoder by a test).
 const BATCH_CARRYING_TAGS: [u32; 3] = [0, 10, 13];
+
+/// The variant indices of [`Body::StateMeta`] and [`Body::StateChunk`] (checked by a test).
+const STATE_TAGS: [u32; 2] = [7, 8];
 
 /// A replica's reply to a client.
 ///
@@ -605,56 +625,103 @@ mod tests {
     use crate::crypto::{client_signing_key, replica_signing_key};
 
     #[test]
-    fn batch_carrying_messages_are_recognised_from_their_prefix() {
+    fn traffic_classes_are_recognised_from_their_prefix() {
         let key = replica_signing_key(3, 1);
         let wire = |body: Body| {
             let m = SignedMsg::sign(&key, &Payload { from: 1, body }).unwrap();
             codec::encode(&Wire::Signed(m)).unwrap()
         };
         let batch = Batch::null();
-        let carrying = [
-            Body::PrePrepare {
-                view: 1,
-                seq: 2,
-                batch: batch.clone(),
-            },
-            Body::Committed {
-                view: 1,
-                seq: 2,
-                batch: batch.clone(),
-                commits: Vec::new(),
-            },
-            Body::BatchData {
-                seq: 2,
-                batch: batch.clone(),
-            },
+        let cases = [
+            (
+                Body::PrePrepare {
+                    view: 1,
+                    seq: 2,
+                    batch: batch.clone(),
+                },
+                TrafficClass::Batch,
+            ),
+            (
+                Body::Committed {
+                    view: 1,
+                    seq: 2,
+                    batch: batch.clone(),
+                    commits: Vec::new(),
+                },
+                TrafficClass::Batch,
+            ),
+            (
+                Body::BatchData {
+                    seq: 2,
+                    batch: batch.clone(),
+                },
+                TrafficClass::Batch,
+            ),
+            (
+                Body::StateChunk {
+                    seq: 2,
+                    index: 0,
+                    data: vec![0; 40],
+                },
+                TrafficClass::State,
+            ),
+            (
+                Body::StateMeta {
+                    proof: CheckpointProof {
+                        seq: 2,
+                        digest: [0; 32],
+                        sigs: Vec::new(),
+                    },
+                    total_len: 40,
+                    leaves: vec![[0; 32]],
+                },
+                TrafficClass::State,
+            ),
+            (
+                Body::Prepare {
+                    view: 1,
+                    seq: 2,
+                    digest: [0; 32],
+                },
+                TrafficClass::Other,
+            ),
+            (
+                Body::Status {
+                    view: 1,
+                    last_executed: 2,
+                },
+                TrafficClass::Other,
+            ),
+            (
+                Body::StateRequest {
+                    seq: 2,
+                    meta: true,
+                    indices: vec![0, 1],
+                },
+                TrafficClass::Other,
+            ),
         ];
-        for b in carrying {
+        for (b, class) in cases {
             let kind = b.kind();
-            assert!(is_batch_carrying(&wire(b)), "{kind}");
+            assert_eq!(traffic_class(&wire(b)), class, "{kind}");
         }
-        let other = [
-            Body::Prepare {
-                view: 1,
-                seq: 2,
-                digest: [0; 32],
+        let client = client_signing_key(3, 7);
+        let r = SignedRequest::sign(
+            &client,
+            Request {
+                client: 7,
+                req_seq: 1,
+                kind: RequestKind::Write,
+                payload: vec![1, 2],
             },
-            Body::Status {
-                view: 1,
-                last_executed: 2,
-            },
-            Body::StateChunk {
-                seq: 2,
-                index: 0,
-                data: vec![0; 40],
-            },
-        ];
-        for b in other {
-            let kind = b.kind();
-            assert!(!is_batch_carrying(&wire(b)), "{kind}");
-        }
-        assert!(!is_batch_carrying(&[]));
-        assert!(!is_batch_carrying(&[0; 12]));
+        )
+        .unwrap();
+        let one = codec::encode(&Wire::Request(r.clone())).unwrap();
+        assert_eq!(traffic_class(&one), TrafficClass::Forward);
+        let many = codec::encode(&Wire::Requests(vec![r])).unwrap();
+        assert_eq!(traffic_class(&many), TrafficClass::Forward);
+        assert_eq!(traffic_class(&[]), TrafficClass::Other);
+        assert_eq!(traffic_class(&[0; 12]), TrafficClass::Other);
     }
 
     #[test]

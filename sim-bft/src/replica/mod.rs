@@ -57,7 +57,7 @@ pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
-use state_transfer::{Serving, Transfer};
+use state_transfer::{RepeatHolds, Serving, Transfer};
 pub use time_service::KEY_TIME_CERT;
 
 /// Errors of constructing or recovering a replica.
@@ -325,6 +325,8 @@ pub struct Replica {
     /// doubles per re-send, from `retransmit_interval_ms` up to `view_change_timeout_ms`).
     /// Only seqs above the stable checkpoint are kept.
     have_batch_sent: BTreeMap<(NodeId, u64), (Millis, Millis)>,
+    /// Per (peer, content): state transfer data already served (see [`RepeatHolds`]).
+    state_repeats: RepeatHolds,
     /// Local time at which this replica entered its current view (a waiting request's age
     /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
     view_started_ms: Millis,
@@ -464,6 +466,7 @@ impl Replica {
             heard_top: (0, 0),
             have_answered_ms: BTreeMap::new(),
             have_batch_sent: BTreeMap::new(),
+            state_repeats: RepeatHolds::default(),
             view_started_ms: Millis::MIN,
             view_seen: (0, false),
             status_asked_req: None,

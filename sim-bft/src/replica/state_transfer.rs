@@ -87,11 +87,98 @@ struct TransferMeta {
     proof: CheckpointProof,
     total_len: u64,
     leaves: Vec<Digest32>,
+    /// The indices of every leaf that occurs more than once (equal content: fetched once).
+    repeated: BTreeMap<Digest32, Vec<u32>>,
 }
 
 impl TransferMeta {
+    fn new(proof: CheckpointProof, total_len: u64, leaves: Vec<Digest32>) -> Self {
+        let mut at: BTreeMap<Digest32, Vec<u32>> = BTreeMap::new();
+        for (i, l) in leaves.iter().enumerate() {
+            at.entry(*l).or_default().push(i as u32);
+        }
+        at.retain(|_, v| v.len() > 1);
+        Self {
+            proof,
+            total_len,
+            leaves,
+            repeated: at,
+        }
+    }
+
     fn chunks(&self) -> u32 {
         u32::try_from(self.leaves.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The other indices with the same content as `index`.
+    fn same_as(&self, index: u32) -> &[u32] {
+        self.leaves
+            .get(index as usize)
+            .and_then(|l| self.repeated.get(l))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Most (peer, content) entries [`RepeatHolds`] keeps; beyond it a chunk is served without
+/// being remembered (never withheld for want of memory).
+const REPEAT_HOLDS_MAX: usize = 65_536;
+
+/// Growth of a repeat window per re-send.
+const REPEAT_GROWTH: Millis = 4;
+
+/// What a source remembers of the state transfer data it served each peer, by content (a
+/// chunk by its leaf digest, a meta by its checkpoint digest): the same content goes to the
+/// same peer again only after a repeat window, which starts at `state_transfer_timeout_ms`
+/// (a requester's timeout for one source: a chunk lost in transit is asked again after it)
+/// and grows fourfold per re-send up to `8 * view_change_timeout_max_ms`.
+///
+/// An honest receiver keeps every chunk it verified (across source rotation, in an abandoned
+/// transfer's carry, in its installed snapshot), so it asks a source for the same content
+/// again only after a loss or a crash in the middle of a transfer; then the repeat window, or
+/// another source that has not served it that chunk, answers. A peer that asks for the whole
+/// state again and again (the `state-request-flood` strategy draws it at every checkpoint
+/// vote) gets each chunk about `1 + log4(elapsed / timeout)` times, not once per request: the
+/// amplification checker's state part found ~10 times the state per honest replica in 20 s.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RepeatHolds {
+    sent: BTreeMap<(NodeId, Digest32), (Millis, Millis)>,
+}
+
+impl RepeatHolds {
+    /// Whether `content` may go to `peer` now; if so, records it and grows its window.
+    pub(super) fn due(
+        &mut self,
+        now: Millis,
+        peer: NodeId,
+        content: Digest32,
+        base: Millis,
+        cap: Millis,
+    ) -> bool {
+        let base = base.max(1);
+        let cap = cap.max(base);
+        let window = match self.sent.get(&(peer, content)) {
+            Some((at, w)) if now < at.saturating_add(*w) && now >= *at => return false,
+            Some((at, w)) if now < at.saturating_add(cap.saturating_mul(2)) => {
+                w.saturating_mul(REPEAT_GROWTH).min(cap)
+            }
+            _ => base,
+        };
+        if self.sent.len() >= REPEAT_HOLDS_MAX {
+            // Forget what no longer holds anything back (long expired), else serve unrecorded.
+            self.sent
+                .retain(|_, (at, _)| now < at.saturating_add(cap.saturating_mul(2)) && now >= *at);
+            if self.sent.len() >= REPEAT_HOLDS_MAX {
+                return true;
+            }
+        }
+        self.sent.insert((peer, content), (now, window));
+        true
+    }
+
+    /// Entries kept.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.sent.len()
     }
 }
 
@@ -221,8 +308,20 @@ impl Replica {
                     .values()
                     .flat_map(|(s, _)| s.iter().copied())
                     .collect();
+                // One index per distinct content: a chunk fills every index with its leaf.
+                let mut leaves_asked: BTreeSet<Digest32> = asked
+                    .iter()
+                    .filter_map(|i| meta.leaves.get(*i as usize).copied())
+                    .collect();
                 let mut missing = (0..meta.chunks())
                     .filter(|i| !t.chunks.contains_key(i) && !asked.contains(i))
+                    .filter(|i| {
+                        meta.same_as(*i).is_empty()
+                            || meta
+                                .leaves
+                                .get(*i as usize)
+                                .is_some_and(|l| leaves_asked.insert(*l))
+                    })
                     .peekable();
                 let k = t.sources.len();
                 for j in 0..k {
@@ -384,20 +483,47 @@ impl Replica {
                     sigs: Vec::new(),
                 };
                 let own_tree = ChunkList::new(b, chunk_bytes);
+                let mut held = 0;
                 let bodies = Self::state_bodies(
-                    &self.cfg, &proof, b, &own_tree, want_meta, indices, allowed,
+                    &self.cfg,
+                    (now, from, &mut self.state_repeats, &mut held),
+                    &proof,
+                    b,
+                    &own_tree,
+                    want_meta,
+                    indices,
+                    allowed,
                 );
-                return self.send_state_bodies(from, bodies, out);
+                return self.send_state_bodies(from, bodies, held, out);
             }
         };
         let want_meta = want_meta || proof.seq != seq;
-        let bodies =
-            Self::state_bodies(&self.cfg, &proof, bytes, tree, want_meta, indices, allowed);
-        self.send_state_bodies(from, bodies, out);
+        let mut held = 0;
+        let bodies = Self::state_bodies(
+            &self.cfg,
+            (now, from, &mut self.state_repeats, &mut held),
+            &proof,
+            bytes,
+            tree,
+            want_meta,
+            indices,
+            allowed,
+        );
+        self.send_state_bodies(from, bodies, held, out);
     }
 
-    /// Sends what [`Self::state_bodies`] built and charges the peer's budget.
-    fn send_state_bodies(&mut self, from: NodeId, bodies: Vec<Body>, out: &mut Vec<Output>) {
+    /// Sends what [`Self::state_bodies`] built and charges the peer's budget (`held`: what
+    /// the repeat holds kept back).
+    fn send_state_bodies(
+        &mut self,
+        from: NodeId,
+        bodies: Vec<Body>,
+        held: u64,
+        out: &mut Vec<Output>,
+    ) {
+        if held > 0 {
+            self.metrics.add("state_repeat_held", held);
+        }
         let served = bodies
             .iter()
             .filter(|b| matches!(b, Body::StateChunk { .. }))
@@ -412,9 +538,12 @@ impl Replica {
         }
     }
 
-    /// The meta (if wanted) and at most `allowed` of the chunks `indices` of `bytes`.
+    /// The meta (if wanted) and at most `allowed` of the chunks `indices` of `bytes`, less
+    /// what `holds` withholds from `peer` for now (counted in `held`).
+    #[allow(clippy::too_many_arguments)]
     fn state_bodies(
         cfg: &super::ReplicaConfig,
+        (now, peer, holds, held): (Millis, NodeId, &mut RepeatHolds, &mut u64),
         proof: &CheckpointProof,
         bytes: &[u8],
         tree: &ChunkList,
@@ -424,7 +553,16 @@ impl Replica {
     ) -> Vec<Body> {
         let total_len = bytes.len() as u64;
         let count = tree.count();
+        let (base, cap) = (
+            cfg.state_transfer_timeout_ms,
+            cfg.view_change_timeout_max_ms.saturating_mul(8),
+        );
         let mut bodies = Vec::new();
+        let want_meta = want_meta && {
+            let due = holds.due(now, peer, proof.digest, base, cap);
+            *held += u64::from(!due);
+            due
+        };
         if want_meta {
             bodies.push(Body::StateMeta {
                 proof: proof.clone(),
@@ -438,8 +576,22 @@ impl Replica {
             Byzantine::SlowStateSource => allowed.min(1),
             _ => allowed,
         };
-        for index in wanted.into_iter().take(serve as usize) {
-            let mut data = tree.chunk(bytes, index).unwrap_or_default().to_vec();
+        let mut served = 0u32;
+        for index in wanted {
+            if served >= serve {
+                break;
+            }
+            let (Some(leaf), Some(chunk)) =
+                (tree.leaves().get(index as usize), tree.chunk(bytes, index))
+            else {
+                continue;
+            };
+            if !holds.due(now, peer, *leaf, base, cap) {
+                *held += 1;
+                continue;
+            }
+            served += 1;
+            let mut data = chunk.to_vec();
             if cfg.byzantine == Byzantine::CorruptStateChunks
                 && let Some(b) = data.first_mut()
             {
@@ -548,11 +700,7 @@ impl Replica {
         t.chunks = local;
         let reused = t.chunks.len() as u64;
         let reused_bytes: u64 = t.chunks.values().map(|c| c.len() as u64).sum();
-        t.meta = Some(TransferMeta {
-            proof,
-            total_len,
-            leaves,
-        });
+        t.meta = Some(TransferMeta::new(proof, total_len, leaves));
         let have = &t.chunks;
         for (set, d) in t.outstanding.values_mut() {
             set.retain(|i| *i < chunk_count && !have.contains_key(i));
@@ -646,6 +794,14 @@ impl Replica {
             return;
         }
         let chunk_count = meta.chunks();
+        for j in meta.same_as(index) {
+            if *j != index && !t.chunks.contains_key(j) {
+                t.chunks.insert(*j, data.clone());
+                for (set, _) in t.outstanding.values_mut() {
+                    set.remove(j);
+                }
+            }
+        }
         t.chunks.insert(index, data);
         for (set, _) in t.outstanding.values_mut() {
             set.remove(&index);
@@ -817,5 +973,56 @@ impl Replica {
             self.behind_since = None;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeat_windows_start_at_the_base_grow_fourfold_and_reset_after_a_long_pause() {
+        let mut h = RepeatHolds::default();
+        let (base, cap, c) = (1_000, 64_000, [7u8; 32]);
+        let due = |h: &mut RepeatHolds, t| h.due(t, 3, c, base, cap);
+        assert!(due(&mut h, 0));
+        // Served at 0, 1 000, 5 000, 21 000, 85 000, then every 64 000.
+        let mut served = Vec::new();
+        for t in (1..300_000).step_by(500) {
+            if due(&mut h, t) {
+                served.push(t);
+            }
+        }
+        assert_eq!(
+            served,
+            [1_001, 5_001, 21_001, 85_001, 149_001, 213_001, 277_001]
+        );
+        // Another peer, or other content, is not held back.
+        assert!(h.due(277_002, 2, c, base, cap));
+        assert!(h.due(277_002, 3, [8; 32], base, cap));
+        // After more than twice the cap without asking, the window is the base again.
+        assert!(due(&mut h, 500_000));
+        assert!(!due(&mut h, 500_999));
+        assert!(due(&mut h, 501_000));
+        // A clock that went back does not hold content back for ever.
+        assert!(due(&mut h, 10));
+    }
+
+    #[test]
+    fn repeat_holds_are_bounded_and_never_withhold_for_want_of_memory() {
+        let mut h = RepeatHolds::default();
+        for i in 0..REPEAT_HOLDS_MAX as u64 {
+            let mut c = [0u8; 32];
+            c[..8].copy_from_slice(&i.to_le_bytes());
+            assert!(h.due(0, 1, c, 1_000, 64_000));
+        }
+        assert_eq!(h.len(), REPEAT_HOLDS_MAX);
+        // Full and nothing expired: served, not recorded.
+        assert!(h.due(1, 1, [0xff; 32], 1_000, 64_000));
+        assert!(h.due(2, 1, [0xff; 32], 1_000, 64_000));
+        assert_eq!(h.len(), REPEAT_HOLDS_MAX);
+        // Long after: the expired entries are forgotten and the new one is recorded.
+        assert!(h.due(200_000, 1, [0xff; 32], 1_000, 64_000));
+        assert_eq!(h.len(), 1);
     }
 }

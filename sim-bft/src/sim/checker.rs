@@ -17,6 +17,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::node::{Executed, Millis, NodeId};
+use crate::protocol::TrafficClass;
 
 /// Which invariant a [`Violation`] broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -139,21 +140,68 @@ pub const AMP_SLACK_BYTES: u64 = 1 << 20;
 /// fetched batches): multiple of the committed batch stream. A peer may claim to lack every
 /// batch, as an honest replica cut off from the primary does (which needs each batch once,
 /// and retries for loss), so it may draw the stream a bounded number of times; what it draws
-/// beyond that is amplification. (The `withhold-commits` strategy still draws more: open, see
-/// docs/simulator.md.)
+/// beyond that is amplification. The same multiple bounds relayed client requests (against
+/// the client stream) and state transfer data (against the stream plus one whole state).
+/// (The `withhold-commits` strategy still draws more batches: open, see docs/simulator.md.)
 pub const AMP_STREAM: u64 = 3;
+
+/// Per ordered pair of replicas `[from][to]`, the bytes of unicast batch-carrying messages,
+/// of state transfer data and of relayed client requests
+/// ([`crate::protocol::TrafficClass`]; broadcasts count as [`TrafficClass::Other`] except
+/// relayed requests).
+#[derive(Debug, Clone, Default)]
+pub struct ClassBytes {
+    /// [`TrafficClass::Batch`] bytes (unicasts only).
+    pub batch: Vec<Vec<u64>>,
+    /// [`TrafficClass::State`] bytes.
+    pub state: Vec<Vec<u64>>,
+    /// [`TrafficClass::Forward`] bytes.
+    pub forward: Vec<Vec<u64>>,
+}
+
+impl ClassBytes {
+    /// Zeroes for `n` replicas.
+    pub fn new(n: usize) -> Self {
+        Self {
+            batch: vec![vec![0; n]; n],
+            state: vec![vec![0; n]; n],
+            forward: vec![vec![0; n]; n],
+        }
+    }
+
+    /// Counts `len` bytes of `class` from `from` to `to` ([`TrafficClass::Other`] is not kept:
+    /// it is the total less the classes).
+    pub fn add(&mut self, class: TrafficClass, from: NodeId, to: NodeId, len: u64) {
+        let m = match class {
+            TrafficClass::Batch => &mut self.batch,
+            TrafficClass::State => &mut self.state,
+            TrafficClass::Forward => &mut self.forward,
+            TrafficClass::Other => return,
+        };
+        if let Some(c) = m
+            .get_mut(from as usize)
+            .and_then(|r| r.get_mut(to as usize))
+        {
+            *c = c.saturating_add(len);
+        }
+    }
+}
 
 /// What the amplification check judges, per ordered pair of replicas `[from][to]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Traffic<'a> {
     /// Every byte `from` handed the network for `to`.
     pub bytes: &'a [Vec<u64>],
-    /// The part of `bytes` in unicast batch-carrying messages
-    /// ([`crate::protocol::is_batch_carrying`]).
-    pub batch_bytes: &'a [Vec<u64>],
+    /// The parts of `bytes` by [`TrafficClass`].
+    pub classes: &'a ClassBytes,
     /// The committed batch stream: the sum of [`crate::node::Executed::batch_bytes`] over
     /// every sequence number honest replicas executed.
     pub stream: u64,
+    /// The client stream: bytes of every request the clients sent (each once).
+    pub client_stream: u64,
+    /// The largest value an honest replica stored in one piece (its stable checkpoint with
+    /// the snapshot): about what one whole state transfer moves.
+    pub largest_stored: u64,
 }
 
 /// At most this many violations are kept in detail.
@@ -231,17 +279,22 @@ impl Checker {
     }
 
     /// The amplification check, at the end of a run. For every honest replica h and
-    /// Byzantine replica b, in two parts:
+    /// Byzantine replica b, in four parts, each with `AMP_AVG` times its own average to an
+    /// honest peer (`avg`) and `AMP_SLACK_BYTES` of slack:
     ///
-    /// - everything but batch-carrying unicasts: h must have sent b at most
-    ///   `AMP_AVG * avg + AMP_INPUT * bytes[b][h] + AMP_SLACK_BYTES`, where `avg` is the
-    ///   average h sent an honest peer (of this part). A Byzantine replica thus gets at most
-    ///   about what an honest peer gets, plus a bounded multiple of what it sent: asking
-    ///   cheaply for expensive answers does not pay;
     /// - batch-carrying unicasts (certificates, pre-prepare re-sends, fetched batches): at
-    ///   most `AMP_STREAM * stream + AMP_AVG * avg + AMP_SLACK_BYTES` (`avg` of this part):
-    ///   a peer that claims to lack every batch cannot be told from an honest replica cut off
-    ///   from the primary, so it may draw the committed stream a bounded number of times.
+    ///   most `AMP_STREAM * stream + AMP_AVG * avg`: a peer that claims to lack every batch
+    ///   cannot be told from an honest replica cut off from the primary, so it may draw the
+    ///   committed stream a bounded number of times;
+    /// - state transfer data: at most `AMP_STREAM * (stream + largest_stored) + AMP_AVG * avg`:
+    ///   a lagging peer may fetch a whole state and what changed since, a bounded number of
+    ///   times;
+    /// - relayed client requests: at most `AMP_STREAM * client_stream + AMP_AVG * avg`: a
+    ///   backup relays what clients send it to the primary, again at each new view while the
+    ///   requests wait, whatever the primary does with them;
+    /// - everything else: at most `AMP_AVG * avg + AMP_INPUT * bytes[b][h]`. A Byzantine
+    ///   replica thus gets at most about what an honest peer gets, plus a bounded multiple of
+    ///   what it sent: asking cheaply for expensive answers does not pay.
     ///
     /// Returns the largest ratio of sent to allowed, in thousandths.
     pub fn amplification(&mut self, at_ms: u64, honest: &[bool], t: Traffic<'_>) -> u64 {
@@ -249,18 +302,23 @@ impl Checker {
         let cell = |m: &[Vec<u64>], a: usize, b: usize| {
             m.get(a).and_then(|r| r.get(b)).copied().unwrap_or(0)
         };
-        let other =
-            |a: usize, b: usize| cell(t.bytes, a, b).saturating_sub(cell(t.batch_bytes, a, b));
+        let c = t.classes;
+        let other = |a: usize, b: usize| {
+            cell(t.bytes, a, b)
+                .saturating_sub(cell(&c.batch, a, b))
+                .saturating_sub(cell(&c.state, a, b))
+                .saturating_sub(cell(&c.forward, a, b))
+        };
         let mut worst = 0u64;
         for h in (0..n).filter(|h| honest[*h]) {
             let peers: Vec<usize> = (0..n).filter(|p| *p != h && honest[*p]).collect();
             let k = peers.len().max(1) as u64;
-            let avg = peers.iter().map(|p| other(h, *p)).sum::<u64>() / k;
-            let avg_batch = peers
-                .iter()
-                .map(|p| cell(t.batch_bytes, h, *p))
-                .sum::<u64>()
-                / k;
+            let avg_of = |f: &dyn Fn(usize) -> u64| peers.iter().map(|p| f(*p)).sum::<u64>() / k;
+            let avg = avg_of(&|p| other(h, p));
+            let avg_batch = avg_of(&|p| cell(&c.batch, h, p));
+            let avg_state = avg_of(&|p| cell(&c.state, h, p));
+            let avg_fwd = avg_of(&|p| cell(&c.forward, h, p));
+            let whole = t.stream.saturating_add(t.largest_stored);
             for b in (0..n).filter(|b| !honest[*b]) {
                 let input = cell(t.bytes, b, h);
                 let parts = [
@@ -270,13 +328,12 @@ impl Checker {
                             .saturating_mul(avg)
                             .saturating_add(AMP_INPUT.saturating_mul(input)),
                         format!(
-                            "(batch-carrying answers apart): more than {AMP_AVG} x {avg} \
-                             (average to an honest peer) + {AMP_INPUT} x {input} (what it \
-                             received from it)"
+                            "(votes and the rest): more than {AMP_AVG} x {avg} (average to an \
+                             honest peer) + {AMP_INPUT} x {input} (what it received from it)"
                         ),
                     ),
                     (
-                        cell(t.batch_bytes, h, b),
+                        cell(&c.batch, h, b),
                         AMP_STREAM
                             .saturating_mul(t.stream)
                             .saturating_add(AMP_AVG.saturating_mul(avg_batch)),
@@ -285,6 +342,28 @@ impl Checker {
                              committed batch stream) + {AMP_AVG} x {avg_batch} (average to an \
                              honest peer)",
                             t.stream
+                        ),
+                    ),
+                    (
+                        cell(&c.state, h, b),
+                        AMP_STREAM
+                            .saturating_mul(whole)
+                            .saturating_add(AMP_AVG.saturating_mul(avg_state)),
+                        format!(
+                            "of state transfer data: more than {AMP_STREAM} x {whole} (the \
+                             committed batch stream and the largest stored state) + {AMP_AVG} \
+                             x {avg_state} (average to an honest peer)"
+                        ),
+                    ),
+                    (
+                        cell(&c.forward, h, b),
+                        AMP_STREAM
+                            .saturating_mul(t.client_stream)
+                            .saturating_add(AMP_AVG.saturating_mul(avg_fwd)),
+                        format!(
+                            "of relayed client requests: more than {AMP_STREAM} x {} (the \
+                             client stream) + {AMP_AVG} x {avg_fwd} (average to an honest peer)",
+                            t.client_stream
                         ),
                     ),
                 ];
@@ -821,40 +900,64 @@ mod tests {
         for h in 0..3 {
             bytes[3][h] = mb;
         }
-        let none = vec![vec![0u64; 4]; 4];
-        let t = |bytes: &[Vec<u64>], batch: &[Vec<u64>], stream| {
-            let (bytes, batch_bytes) = (bytes.to_vec(), batch.to_vec());
+        let none = ClassBytes::new(4);
+        let t = |bytes: &[Vec<u64>], classes: &ClassBytes, stream, client_stream, stored| {
+            let (bytes, classes) = (bytes.to_vec(), classes.clone());
             move |c: &mut Checker| {
                 c.amplification(
                     0,
                     &[true, true, true, false],
                     Traffic {
                         bytes: &bytes,
-                        batch_bytes: &batch_bytes,
+                        classes: &classes,
                         stream,
+                        client_stream,
+                        largest_stored: stored,
                     },
                 )
             }
         };
         let mut c = Checker::new(honest.clone(), false, 0, 0);
         // 10 MiB to the Byzantine peer, allowed 2 x 10 + 4 x 1 + 1 = 25 MiB: 400 permille.
-        assert_eq!(t(&bytes, &none, 0)(&mut c), 400);
+        assert_eq!(t(&bytes, &none, 0, 0, 0)(&mut c), 400);
         assert!(c.violations().is_empty());
         bytes[0][3] = 26 * mb;
-        assert_eq!(t(&bytes, &none, 0)(&mut c), 1040);
+        assert_eq!(t(&bytes, &none, 0, 0, 0)(&mut c), 1040);
         assert_eq!(c.violations().len(), 1);
         assert_eq!(c.violations()[0].kind, ViolationKind::Amplification);
         // The same 26 MiB, 16 of them batch-carrying answers: the rest (10) is judged as
         // above (400), the answers against the stream: 16 of 3 x 10 + 1 = 31 MiB, 516.
         let mut c = Checker::new(honest.clone(), false, 0, 0);
-        let mut batch = none.clone();
-        batch[0][3] = 16 * mb;
-        assert_eq!(t(&bytes, &batch, 10 * mb)(&mut c), 516);
+        let mut classes = none.clone();
+        classes.batch[0][3] = 16 * mb;
+        assert_eq!(t(&bytes, &classes, 10 * mb, 0, 0)(&mut c), 516);
         assert!(c.violations().is_empty());
         // Uncapped answers (six times the stream) are caught.
-        batch[0][3] = 60 * mb;
+        classes.batch[0][3] = 60 * mb;
         bytes[0][3] = 70 * mb;
-        assert!(t(&bytes, &batch, 10 * mb)(&mut c) > 1000);
+        assert!(t(&bytes, &classes, 10 * mb, 0, 0)(&mut c) > 1000);
+        assert_eq!(c.violations().len(), 1);
+        // State data: against 3 x (stream + largest stored state) + 1: 40 MiB of state with a
+        // 10 MiB stream and an 8 MiB state is 40 of 55 MiB (727); 60 MiB is caught.
+        let mut c = Checker::new(honest.clone(), false, 0, 0);
+        let mut classes = none.clone();
+        bytes[0][3] = 50 * mb;
+        classes.state[0][3] = 40 * mb;
+        assert_eq!(t(&bytes, &classes, 10 * mb, 0, 8 * mb)(&mut c), 727);
+        assert!(c.violations().is_empty());
+        classes.state[0][3] = 60 * mb;
+        bytes[0][3] = 70 * mb;
+        assert!(t(&bytes, &classes, 10 * mb, 0, 8 * mb)(&mut c) > 1000);
+        assert_eq!(c.violations().len(), 1);
+        // Relayed requests: against 3 x the client stream + 1: 20 of 31 MiB (645) with a
+        // 10 MiB client stream; with none, caught.
+        let mut c = Checker::new(honest.clone(), false, 0, 0);
+        let mut classes = none.clone();
+        bytes[0][3] = 30 * mb;
+        classes.forward[0][3] = 20 * mb;
+        assert_eq!(t(&bytes, &classes, 0, 10 * mb, 0)(&mut c), 645);
+        assert!(c.violations().is_empty());
+        assert!(t(&bytes, &classes, 0, 0, 0)(&mut c) > 1000);
         assert_eq!(c.violations().len(), 1);
     }
 

@@ -238,8 +238,14 @@ pub struct Simulator<H: Harness> {
     /// Bytes each replica handed to the network for each other replica (`[from][to]`; the
     /// amplification checker, see [`checker::amplification`]).
     bytes_sent: Vec<Vec<u64>>,
-    /// The part of `bytes_sent` in unicast batch-carrying messages.
-    batch_bytes_sent: Vec<Vec<u64>>,
+    /// The parts of `bytes_sent` in unicast batch-carrying messages, in state transfer data and
+    /// in relayed client requests (`[from][to]` each; see [`checker::Traffic`]).
+    class_bytes_sent: checker::ClassBytes,
+    /// Bytes of every client request the simulated clients sent (each request once).
+    client_stream: u64,
+    /// The largest value an honest replica wrote to its disk in one piece (its stable
+    /// checkpoint with the snapshot): what a whole state transfer moves, about.
+    largest_stored: u64,
     /// The committed batch stream: estimated bytes of every seq an honest replica executed
     /// (each seq once), and the highest seq counted.
     stream: (u64, u64),
@@ -352,7 +358,9 @@ impl<H: Harness> Simulator<H> {
             events: SimEvents::default(),
             views: vec![None; n as usize],
             bytes_sent: vec![vec![0; n as usize]; n as usize],
-            batch_bytes_sent: vec![vec![0; n as usize]; n as usize],
+            class_bytes_sent: checker::ClassBytes::new(n as usize),
+            client_stream: 0,
+            largest_stored: 0,
             stream: (0, 0),
         };
         sim.schedule_initial();
@@ -644,17 +652,25 @@ impl<H: Harness> Simulator<H> {
             Output::Send { to, bytes } => {
                 if to != from && to < self.cfg.replicas {
                     self.bytes_sent[from as usize][to as usize] += bytes.len() as u64;
-                    if crate::protocol::is_batch_carrying(&bytes) {
-                        self.batch_bytes_sent[from as usize][to as usize] += bytes.len() as u64;
-                    }
+                    let class = crate::protocol::traffic_class(&bytes);
+                    self.class_bytes_sent
+                        .add(class, from, to, bytes.len() as u64);
                     self.harness.on_send(&bytes);
                     self.send_from(from, to, bytes);
                 }
             }
             Output::Broadcast { bytes } => {
+                // A broadcast pre-prepare is the normal stream (every peer gets it alike), not
+                // a batch-carrying answer; broadcast relayed requests still count as relayed.
+                let class = match crate::protocol::traffic_class(&bytes) {
+                    crate::protocol::TrafficClass::Batch => crate::protocol::TrafficClass::Other,
+                    c => c,
+                };
                 for to in 0..self.cfg.replicas {
                     if to != from {
                         self.bytes_sent[from as usize][to as usize] += bytes.len() as u64;
+                        self.class_bytes_sent
+                            .add(class, from, to, bytes.len() as u64);
                     }
                 }
                 self.harness.on_send(&bytes);
@@ -678,7 +694,14 @@ impl<H: Harness> Simulator<H> {
                 self.trace.update(client.to_le_bytes());
                 self.trace.update(&bytes);
             }
-            Output::Store { key, value } => self.slots[from as usize].disk.store(key, value),
+            Output::Store { key, value } => {
+                if let Some(v) = &value
+                    && self.slots[from as usize].role == Role::Honest
+                {
+                    self.largest_stored = self.largest_stored.max(v.len() as u64);
+                }
+                self.slots[from as usize].disk.store(key, value)
+            }
             Output::Sync => self.slots[from as usize].disk.sync(),
             Output::Executed(e) => self.executed(from, e),
         }
@@ -924,6 +947,7 @@ impl<H: Harness> Simulator<H> {
                 self.client_numbers[client as usize] += 1;
                 let bytes = self.harness.client_request(client, number);
                 self.stats.client_requests += 1;
+                self.client_stream = self.client_stream.saturating_add(bytes.len() as u64);
                 let mut honest_reached = 0;
                 for to in 0..self.cfg.replicas {
                     if !self.healed && self.net_rng.chance(self.cfg.faults.drop_rate) {
@@ -1081,8 +1105,10 @@ impl<H: Harness> Simulator<H> {
             &honest,
             checker::Traffic {
                 bytes: &self.bytes_sent,
-                batch_bytes: &self.batch_bytes_sent,
+                classes: &self.class_bytes_sent,
                 stream: self.stream.0,
+                client_stream: self.client_stream,
+                largest_stored: self.largest_stored,
             },
         );
         self.stats.fault_phase_batches = self.checker.heal_seq().unwrap_or(0);
