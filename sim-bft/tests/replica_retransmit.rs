@@ -190,13 +190,86 @@ fn a_peer_that_claims_to_lack_every_batch_is_answered_with_backoff() {
             }
         }
     }
-    // `Have`: windows 50, 100, 200, ... up to the 2 s view-change timeout, 6 answers in the
-    // first 3.2 s, then one per 2 s (~35); `Status`: each certificate once per view-change
-    // timeout (~30). Without either bound: 1,200 + 120.
+    // `Have` and `Status` share the per-(peer, seq) windows 50, 100, 200, ... up to the 2 s
+    // view-change timeout: 6 answers in the first 3.2 s, then one per 2 s (~35). (Before
+    // they shared them, `Status` added one per timeout: 60-70; without either bound: 1,320.)
+    // The batches are small: the repeat credit covers every repeat.
     for (seq, n) in answers.iter().enumerate().skip(1) {
         assert!(
-            (60..=70).contains(n),
+            (33..=37).contains(n),
             "{n} certificates for seq {seq} to a peer that asks every 50 ms for a minute"
         );
     }
+    assert_eq!(h.replica(0).metrics().get("repeat_credit_held"), 0);
+}
+
+/// The campaign's `withhold-commits` strategy: a replica that sends no commit and lists its
+/// whole window as lacking every 50 ms drew 4-5 times the committed stream from every honest
+/// replica (each seq lives in the window about a second: long enough for 4-6 paced
+/// re-sends). Repeats are now paid from a per-peer credit that executed batches earn, beyond
+/// which one repeat per view-change timeout still goes out: with 60 KB batches and no new
+/// executions after the first three, a minute of asking draws the 3 certificates once, 9
+/// repeats from the credit (256 KiB to start with, and the three executions' 180 KB: about 7
+/// certificates, and the last may overdraw) and 29 beyond it (one per 2 s), not 105.
+#[test]
+fn repeats_of_large_batches_to_a_peer_that_lists_everything_are_paid_from_its_credit() {
+    use sim_bft::crypto::replica_signing_key;
+    use sim_bft::protocol::{SeqHave, SignedMsg};
+    let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
+        c.retransmit_interval_ms = 50;
+    });
+    h.isolated.insert(3);
+    for k in 0..3 {
+        h.put(0, &format!("k{k}"), &"v".repeat(60_000));
+        h.advance(50);
+    }
+    assert_eq!(h.replica(0).last_executed(), 3);
+    h.queue.clear();
+    let have = {
+        let m = SignedMsg::sign(
+            &replica_signing_key(replica_support::SEED, 3),
+            &Payload {
+                from: 3,
+                body: Body::Have {
+                    view: 0,
+                    last_executed: 0,
+                    seqs: (1..=3)
+                        .map(|seq| SeqHave {
+                            seq,
+                            digest: None,
+                            prepares: Vec::new(),
+                            commits: Vec::new(),
+                        })
+                        .collect(),
+                },
+            },
+        )
+        .unwrap();
+        codec::encode(&Wire::Signed(m)).unwrap()
+    };
+    let mut answers = 0u32;
+    let mut at = Vec::new();
+    for round in 0..1_200 {
+        h.now += 50;
+        h.input(
+            0,
+            Input::Peer {
+                from: 3,
+                bytes: have.clone(),
+            },
+        );
+        for (src, dst, bytes) in std::mem::take(&mut h.queue) {
+            if let (0, 3, Some(Body::Committed { .. })) = (src, dst, body_of(&bytes)) {
+                answers += 1;
+                at.push(round);
+            }
+        }
+    }
+    let m = h.replica(0).metrics();
+    assert!(
+        (3 + 8 + 28..=3 + 9 + 30).contains(&answers),
+        "{answers} certificates in a minute: {at:?}"
+    );
+    assert!(m.get("repeat_credit_held") > 0, "{m:?}");
+    assert!((28..=30).contains(&m.get("repeat_beyond_credit")), "{m:?}");
 }

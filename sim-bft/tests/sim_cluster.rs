@@ -6,9 +6,7 @@
 //! (or `sim-bft run --seeds 0..1000 ...`, see docs/simulator.md).
 
 use sim_bft::sim::cluster::Cluster;
-use sim_bft::sim::{
-    ByzantineKind, FaultConfig, PartitionKind, SimOutcome, TimeServiceMode, ViolationKind,
-};
+use sim_bft::sim::{ByzantineKind, FaultConfig, PartitionKind, SimOutcome, TimeServiceMode};
 
 /// A short run: 6 s of faults, then up to 20 s to converge.
 fn cluster(seed: u64) -> Cluster {
@@ -179,14 +177,14 @@ fn clock_jumps_are_safe() {
     assert_ok(&o);
 }
 
-/// Kinds whose attack is open (docs/simulator.md, "Amplification checker"): judged apart.
-const OPEN_KINDS: [ByzantineKind; 1] = [ByzantineKind::WithholdCommits];
+/// Kinds run as the primary in a test of their own (maximal requests: a shorter run).
+const APART: [ByzantineKind; 1] = [ByzantineKind::WithholdCommits];
 
 #[test]
 fn every_byzantine_kind_as_the_primary() {
     for kind in ByzantineKind::ALL
         .into_iter()
-        .filter(|k| !OPEN_KINDS.contains(k))
+        .filter(|k| !APART.contains(k))
     {
         // Replica 0 is the first primary: the strongest position for most attacks.
         let o = run(cluster(3).faults(FaultConfig {
@@ -235,24 +233,24 @@ fn seven_replicas_tolerate_two_byzantine() {
     assert_ok(&o);
 }
 
-/// The open attack, as the primary: `withhold-commits` draws several times the committed batch
-/// stream from every honest replica, and the amplification checker must say so (everything
-/// else holds). When this fails because the run passes, the attack is fixed: move the kind
-/// back into `every_byzantine_kind_as_the_primary`.
+/// `withhold-commits` as the primary: it drew several times the committed batch stream from
+/// every honest replica (amplification violations on every honest replica in this run before
+/// the repeat credit, `replica/retransmit.rs`); now everything holds, the attacker's answers
+/// included, and it is still drawing them (the attack is real, not idle).
 #[test]
-fn withhold_commits_is_caught_by_the_amplification_checker_and_nothing_else_breaks() {
+fn withhold_commits_as_the_primary_stays_within_the_amplification_allowance() {
     // Maximal requests make it slow in a test build: 3 s of faults suffice.
     let o = run(cluster(3).duration_ms(3_000, 5_000).faults(FaultConfig {
         byzantine_kind: ByzantineKind::WithholdCommits,
         pinned_byzantine: vec![0],
         ..FaultConfig::default()
     }));
-    assert!(!o.violations.is_empty(), "withhold-commits passed: fixed?");
-    for v in &o.violations {
-        assert_eq!(v.kind, ViolationKind::Amplification, "{v:?}");
-        assert!(v.detail.contains("batch-carrying answers"), "{v:?}");
-    }
-    assert!(o.honest_agree);
+    assert_ok(&o);
+    assert!(
+        (100..1_000).contains(&o.stats.amplification_permille),
+        "{}",
+        o.stats.amplification_permille
+    );
 }
 
 /// The long campaign: many seeds, every fault at once (except the known-stuck kinds' liveness).
@@ -261,10 +259,7 @@ fn withhold_commits_is_caught_by_the_amplification_checker_and_nothing_else_brea
 fn campaign() {
     let mut failures = Vec::new();
     for seed in 0..200 {
-        let kinds: Vec<ByzantineKind> = ByzantineKind::ALL
-            .into_iter()
-            .filter(|k| !OPEN_KINDS.contains(k))
-            .collect();
+        let kinds: Vec<ByzantineKind> = ByzantineKind::ALL.into_iter().collect();
         let kind = kinds[(seed % kinds.len() as u64) as usize];
         let o = run(Cluster::builder()
             .seed(seed)

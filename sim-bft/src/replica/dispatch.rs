@@ -10,6 +10,7 @@ use std::ops::Bound;
 
 use tracing::{debug, trace, warn};
 
+use super::retransmit::BatchAnswer;
 use super::{CommitVote, Dest, Entry, Replica};
 use crate::crypto::SigBytes;
 use crate::node::{Millis, NodeId, Output};
@@ -426,7 +427,8 @@ impl Replica {
         // back, so the certificates are sent).
         let have_recovers = self.cfg.retransmit_interval_ms > 0;
         let mut voted = 0u64;
-        let certs: Vec<Body> = self
+        // (seq, about its answer's bytes) of every certificate the peer may lack, in order.
+        let candidates: Vec<(u64, u64)> = self
             .log
             .range((
                 Bound::Excluded(from_seq),
@@ -442,31 +444,50 @@ impl Replica {
             })
             .filter_map(|(seq, e)| {
                 let batch = e.batch.as_ref()?;
+                e.certificate(quorum)?;
+                Some((*seq, self.answer_bytes(batch)))
+            })
+            .collect();
+        // Amplification bound: one answer carries at most `status_answer_bytes` of
+        // certificates (at least one); the peer asks again for the rest. And the same pacing
+        // and repeat credit as `Have` answers (retransmit.rs): a peer that claims the same
+        // position again and again gets each certificate once, then repeats paid from its
+        // credit.
+        let budget = self.cfg.status_answer_bytes as u64;
+        let (mut used, mut held, mut truncated) = (0u64, 0u64, false);
+        let mut chosen = Vec::new();
+        for (seq, cost) in candidates {
+            if used > 0 && used.saturating_add(cost) > budget {
+                truncated = true;
+                break;
+            }
+            if self.batch_resend_due(now, from, seq, BatchAnswer::Certificate, cost) {
+                used = used.saturating_add(cost);
+                chosen.push(seq);
+            } else {
+                held += 1;
+            }
+        }
+        if truncated {
+            self.metrics.inc("status_answer_truncated");
+        }
+        if held > 0 {
+            self.metrics.add("status_cert_repeat_held", held);
+        }
+        let certs: Vec<Body> = chosen
+            .into_iter()
+            .filter_map(|seq| {
+                let e = self.log.get(&seq)?;
+                let batch = e.batch.as_ref()?;
                 let (view, commits) = e.certificate(quorum)?;
                 Some(Body::Committed {
                     view,
-                    seq: *seq,
+                    seq,
                     batch: batch.clone(),
                     commits,
                 })
             })
             .collect();
-        // Amplification bound: one answer carries at most `status_answer_bytes` of
-        // certificates (at least one); the peer asks again for the rest.
-        let budget = self.cfg.status_answer_bytes;
-        let mut used = 0usize;
-        let before = certs.len();
-        let certs: Vec<Body> = certs
-            .into_iter()
-            .take_while(|b| {
-                let first = used == 0;
-                used = used.saturating_add(codec::encode(b).map_or(usize::MAX, |v| v.len()));
-                first || used <= budget
-            })
-            .collect();
-        if certs.len() < before {
-            self.metrics.inc("status_answer_truncated");
-        }
         if voted > 0 {
             self.metrics.add("status_cert_peer_voted", voted);
             debug!(

@@ -169,6 +169,8 @@ impl Replica {
             }
         }
         self.send_replies(seq, replies, out);
+        let batch_bytes = batch.wire_bytes();
+        self.earn_repeat_credit(batch_bytes);
         self.last_executed = seq;
         self.last_state_digest = self.state_digest();
         self.metrics.inc("batches_executed");
@@ -180,7 +182,7 @@ impl Replica {
             agreed_time_ms: agreed,
             state_digest: self.last_state_digest,
             requests: u32::try_from(batch.requests.len()).unwrap_or(u32::MAX),
-            batch_bytes: batch.wire_bytes(),
+            batch_bytes,
             ticks,
             fires,
         }));

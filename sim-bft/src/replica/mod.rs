@@ -325,6 +325,9 @@ pub struct Replica {
     /// doubles per re-send, from `retransmit_interval_ms` up to `view_change_timeout_ms`).
     /// Only seqs above the stable checkpoint are kept.
     have_batch_sent: BTreeMap<(NodeId, u64), (Millis, Millis)>,
+    /// Per peer: the byte credit for repeated batch-carrying answers and when the last
+    /// repeat beyond the credit went out (see [`retransmit::RepeatCredit`]).
+    repeat_credit: BTreeMap<NodeId, retransmit::RepeatCredit>,
     /// Per (peer, content): state transfer data already served (see [`RepeatHolds`]).
     state_repeats: RepeatHolds,
     /// Local time at which this replica entered its current view (a waiting request's age
@@ -466,6 +469,7 @@ impl Replica {
             heard_top: (0, 0),
             have_answered_ms: BTreeMap::new(),
             have_batch_sent: BTreeMap::new(),
+            repeat_credit: BTreeMap::new(),
             state_repeats: RepeatHolds::default(),
             view_started_ms: Millis::MIN,
             view_seen: (0, false),

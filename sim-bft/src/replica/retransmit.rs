@@ -14,19 +14,58 @@
 //! and a peer's `Have` is answered at most once per half interval (others are dropped and
 //! counted), so an answer costs at most three messages per listed sequence number.
 //!
-//! Amplification bound on the batch-carrying answers (a `Committed` certificate, the
-//! pre-prepare): each (peer, seq) gets one again only after a repeat window that starts at
-//! `retransmit_interval_ms` and doubles per re-send up to `view_change_timeout_ms`. A peer
-//! that keeps listing a seq it never gets (cut off by a partition, or an attacker) costs about
-//! `log2(timeout / interval)` batches and then one per view-change timeout, not one per
-//! interval: the campaign found A/fat-view-change seed 74, where every honest replica sent a
-//! partitioned Byzantine replica a 1.3 MB certificate every 50 ms (114–173 MB in 20 s).
+//! Amplification bound on the batch-carrying answers (a `Committed` certificate, here or in a
+//! `Status` answer, and the pre-prepare), in two parts:
+//!
+//! - **Pacing.** Each (peer, seq) gets one again only after a repeat window that starts at
+//!   `retransmit_interval_ms` and doubles per re-send up to `view_change_timeout_ms`. A peer
+//!   that keeps listing a seq it never gets (cut off by a partition, or an attacker) costs
+//!   about `log2(timeout / interval)` batches and then one per view-change timeout, not one
+//!   per interval: the campaign found A/fat-view-change seed 74, where every honest replica
+//!   sent a partitioned Byzantine replica a 1.3 MB certificate every 50 ms (114–173 MB in
+//!   20 s).
+//! - **Credit.** The first certificate of a seq to a peer is free; every repeat (a second
+//!   certificate, any pre-prepare re-send: the broadcast was the first) is paid from the
+//!   peer's [`RepeatCredit`], which each executed batch refills by its size (with the
+//!   certificate's signatures), and which may overdraw by one message. Beyond the credit, one
+//!   repeat per view-change timeout still goes out (a peer whose answers were lost for a
+//!   while is never cut off). Pacing alone let the `withhold-commits` strategy (a replica
+//!   that sends no commit and lists its whole window as lacking every 50 ms) draw 4–5 times
+//!   the committed stream from every honest replica: a seq lives in the window about a
+//!   second, long enough for 4–6 paced re-sends. With the credit, a peer draws at most about
+//!   twice the stream (the first certificates, then the stream again in repeats), whatever
+//!   it claims; an honest replica that lost 5% of its messages uses a twentieth of it.
 
 use std::collections::BTreeSet;
 
 use super::{Dest, Replica};
 use crate::node::{Millis, NodeId, Output};
-use crate::protocol::{Body, MAX_HAVE_SEQS, SeqHave};
+use crate::protocol::{Batch, Body, MAX_HAVE_SEQS, SeqHave};
+
+/// A peer's credit for repeated batch-carrying answers (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RepeatCredit {
+    /// Bytes; may be negative by at most one message (a repeat goes out while it is positive).
+    credit: i64,
+    /// When the last repeat beyond the credit went out.
+    floor_at: Option<Millis>,
+}
+
+/// The credit a peer starts with: enough for a few repeats before anything executed.
+const REPEAT_CREDIT_START: i64 = 256 << 10;
+
+/// Signature and framing bytes of a certificate, per replica of the cluster (a commit's
+/// signer, clock and signature, with slack), added to a batch's size.
+const CERT_BYTES_PER_REPLICA: u64 = 96;
+
+/// The answer a batch-carrying message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BatchAnswer {
+    /// A commit certificate (free the first time for a (peer, seq)).
+    Certificate,
+    /// A pre-prepare re-send (the broadcast was the first).
+    PrePrepare,
+}
 
 impl Replica {
     /// Arms the retransmission timer when there is uncommitted work above the last executed
@@ -225,9 +264,16 @@ impl Replica {
             let has_cert = e.certificate(quorum).is_some();
             let wants_pre_prepare =
                 same_view && e.view == view && is_primary && h.digest.is_none_or(|d| d == digest);
-            // Amplification bound: batch-carrying answers per (peer, seq) back off.
+            // Amplification bound: batch-carrying answers per (peer, seq) back off and repeats
+            // are paid from the peer's credit.
+            let what = if has_cert {
+                BatchAnswer::Certificate
+            } else {
+                BatchAnswer::PrePrepare
+            };
+            let cost = e.batch.as_ref().map_or(0, |b| self.answer_bytes(b));
             let batch_due = (has_cert || (wants_pre_prepare && h.digest.is_none()))
-                && self.batch_resend_due(now, from, h.seq);
+                && self.batch_resend_due(now, from, h.seq, what, cost);
             let Some(e) = self.log.get(&h.seq) else {
                 continue;
             };
@@ -293,17 +339,71 @@ impl Replica {
         }
     }
 
-    /// Whether a batch-carrying answer (certificate or pre-prepare) for `seq` may go to
-    /// `peer` now; if so, records it and doubles the repeat window (see the module docs).
-    fn batch_resend_due(&mut self, now: Millis, peer: NodeId, seq: u64) -> bool {
+    /// Whether a batch-carrying answer (`what`, of about `cost` bytes: [`Self::answer_bytes`])
+    /// for `seq` may go to `peer` now; if so, records it, doubles the repeat window and
+    /// charges the peer's credit (see the module docs).
+    pub(super) fn batch_resend_due(
+        &mut self,
+        now: Millis,
+        peer: NodeId,
+        seq: u64,
+        what: BatchAnswer,
+        cost: u64,
+    ) -> bool {
         let base = self.cfg.retransmit_interval_ms.max(1);
         let cap = self.cfg.view_change_timeout_ms.max(base);
-        let window = match self.have_batch_sent.get(&(peer, seq)) {
+        let (window, first) = match self.have_batch_sent.get(&(peer, seq)) {
             Some((at, w)) if now < at.saturating_add(*w) => return false,
-            Some((_, w)) => w.saturating_mul(2).min(cap),
-            None => base,
+            Some((_, w)) => (w.saturating_mul(2).min(cap), false),
+            None => (base, what == BatchAnswer::Certificate),
         };
+        if !first {
+            let cost = i64::try_from(cost).unwrap_or(i64::MAX);
+            let c = self.repeat_credit.entry(peer).or_insert(RepeatCredit {
+                credit: REPEAT_CREDIT_START,
+                floor_at: None,
+            });
+            if c.credit > 0 {
+                c.credit = c.credit.saturating_sub(cost);
+            } else if c
+                .floor_at
+                .is_none_or(|at| now >= at.saturating_add(cap) || now < at)
+            {
+                c.floor_at = Some(now);
+                self.metrics.inc("repeat_beyond_credit");
+            } else {
+                self.metrics.inc("repeat_credit_held");
+                return false;
+            }
+        }
         self.have_batch_sent.insert((peer, seq), (now, window));
         true
+    }
+
+    /// About the wire bytes of a batch-carrying answer for `batch`.
+    pub(super) fn answer_bytes(&self, batch: &Batch) -> u64 {
+        self.answer_bytes_of(batch.wire_bytes())
+    }
+
+    /// About the wire bytes of a batch-carrying answer for a batch of `batch_bytes`.
+    fn answer_bytes_of(&self, batch_bytes: u64) -> u64 {
+        batch_bytes.saturating_add(CERT_BYTES_PER_REPLICA.saturating_mul(u64::from(self.cfg.n)))
+    }
+
+    /// A batch of `batch_bytes` executed: every peer's repeat credit grows by what answering
+    /// with it costs, up to a cap of four maximal messages (credit is earned by the stream, so
+    /// a peer's repeats total at most about the stream; the cap only bounds a burst).
+    pub(super) fn earn_repeat_credit(&mut self, batch_bytes: u64) {
+        let earned = i64::try_from(self.answer_bytes_of(batch_bytes)).unwrap_or(i64::MAX);
+        let cap = i64::try_from(self.cfg.max_message_bytes)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(4);
+        for peer in (0..self.cfg.n).filter(|p| *p != self.cfg.id) {
+            let c = self.repeat_credit.entry(peer).or_insert(RepeatCredit {
+                credit: REPEAT_CREDIT_START,
+                floor_at: None,
+            });
+            c.credit = c.credit.saturating_add(earned).min(cap);
+        }
     }
 }

@@ -194,6 +194,9 @@ pub(super) struct Serving {
     pinned: Option<Pinned>,
     /// Per peer: start of its current rate interval and chunks served in it.
     budget: BTreeMap<NodeId, (Millis, u32)>,
+    /// The chunk list of the newest own (not yet stable) checkpoint served, by its digest:
+    /// each request used to cut and hash the snapshot again (up to `max_snapshot_bytes`).
+    own_tree: Option<(Digest32, ChunkList)>,
 }
 
 /// A retired stable snapshot still being served.
@@ -476,20 +479,26 @@ impl Replica {
                 let Some((d, b)) = self.own_checkpoints.get(&seq) else {
                     return;
                 };
-                // Not stable here: not cached (rare, small window before stability).
+                // Not stable here (a small window before stability): its list is cached
+                // apart, one checkpoint at a time.
                 let proof = CheckpointProof {
                     seq,
                     digest: *d,
                     sigs: Vec::new(),
                 };
-                let own_tree = ChunkList::new(b, chunk_bytes);
+                if self.serving.own_tree.as_ref().is_none_or(|(od, _)| od != d) {
+                    self.serving.own_tree = Some((*d, ChunkList::new(b, chunk_bytes)));
+                }
+                let Some((_, own_tree)) = &self.serving.own_tree else {
+                    return;
+                };
                 let mut held = 0;
                 let bodies = Self::state_bodies(
                     &self.cfg,
                     (now, from, &mut self.state_repeats, &mut held),
                     &proof,
                     b,
-                    &own_tree,
+                    own_tree,
                     want_meta,
                     indices,
                     allowed,
