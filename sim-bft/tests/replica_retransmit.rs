@@ -128,16 +128,10 @@ fn a_have_is_answered_at_most_once_per_half_interval() {
     );
 }
 
-/// The `withhold-commits` strategy (issue 9, the smarter amplification attacker): a peer that
-/// sends no commit and claims, by `Have` every 50 ms and `Status`, to lack every batch. The
-/// `Have` repeat window per (peer, seq) doubles from the retransmission interval up to the
-/// view-change timeout and `Status` answers repeat a certificate once per timeout, so a minute
-/// of asking draws each certificate a bounded number of times (65 here; 1,320 without those
-/// bounds), but not a small constant number of times: the attack still
-/// draws several times the committed batch stream (open, docs/simulator.md; a hard cap per
-/// (peer, seq) starved honest replicas cut off by a one-way partition).
-#[test]
-fn a_peer_that_claims_to_lack_every_batch_is_answered_with_backoff() {
+/// Replica 0 with seqs 1..=3 executed (one put of `value_len` bytes each, replica 3 cut off),
+/// and replica 3's signed `Have` listing all three as held with nothing and its `Status` from
+/// seq 0: what the `withhold-commits` strategy sends.
+fn three_seqs_and_a_peer_lacking_them(value_len: usize) -> (Harness, Vec<u8>, Vec<u8>) {
     use sim_bft::crypto::replica_signing_key;
     use sim_bft::protocol::{SeqHave, SignedMsg};
     let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
@@ -145,7 +139,7 @@ fn a_peer_that_claims_to_lack_every_batch_is_answered_with_backoff() {
     });
     h.isolated.insert(3);
     for k in 0..3 {
-        h.put(0, &format!("k{k}"), &"v".repeat(500));
+        h.put(0, &format!("k{k}"), &"v".repeat(value_len));
         h.advance(50);
     }
     assert_eq!(h.replica(0).last_executed(), 3);
@@ -174,6 +168,18 @@ fn a_peer_that_claims_to_lack_every_batch_is_answered_with_backoff() {
         view: 0,
         last_executed: 0,
     });
+    (h, have, status)
+}
+
+/// The `withhold-commits` strategy (issue 9, the smarter amplification attacker): a peer that
+/// sends no commit and claims, by `Have` every 50 ms and `Status`, to lack every batch. The
+/// repeat window per (peer, seq), shared by `Have` and `Status` answers, doubles from the
+/// retransmission interval up to the view-change timeout, so a minute of asking draws each
+/// certificate a bounded number of times (35 here; 1,320 without the pacing). The repeat
+/// credit (next test) bounds the bytes.
+#[test]
+fn a_peer_that_claims_to_lack_every_batch_is_answered_with_backoff() {
+    let (mut h, have, status) = three_seqs_and_a_peer_lacking_them(500);
     let mut answers = [0u32; 4];
     // A minute of asking, both ways, far past the view-change timeout's repeat window.
     for round in 0..1_200 {
@@ -213,40 +219,7 @@ fn a_peer_that_claims_to_lack_every_batch_is_answered_with_backoff() {
 /// certificates, and the last may overdraw) and 29 beyond it (one per 2 s), not 105.
 #[test]
 fn repeats_of_large_batches_to_a_peer_that_lists_everything_are_paid_from_its_credit() {
-    use sim_bft::crypto::replica_signing_key;
-    use sim_bft::protocol::{SeqHave, SignedMsg};
-    let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
-        c.retransmit_interval_ms = 50;
-    });
-    h.isolated.insert(3);
-    for k in 0..3 {
-        h.put(0, &format!("k{k}"), &"v".repeat(60_000));
-        h.advance(50);
-    }
-    assert_eq!(h.replica(0).last_executed(), 3);
-    h.queue.clear();
-    let have = {
-        let m = SignedMsg::sign(
-            &replica_signing_key(replica_support::SEED, 3),
-            &Payload {
-                from: 3,
-                body: Body::Have {
-                    view: 0,
-                    last_executed: 0,
-                    seqs: (1..=3)
-                        .map(|seq| SeqHave {
-                            seq,
-                            digest: None,
-                            prepares: Vec::new(),
-                            commits: Vec::new(),
-                        })
-                        .collect(),
-                },
-            },
-        )
-        .unwrap();
-        codec::encode(&Wire::Signed(m)).unwrap()
-    };
+    let (mut h, have, _) = three_seqs_and_a_peer_lacking_them(60_000);
     let mut answers = 0u32;
     let mut at = Vec::new();
     for round in 0..1_200 {

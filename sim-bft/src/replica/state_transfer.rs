@@ -492,18 +492,7 @@ impl Replica {
                 let Some((_, own_tree)) = &self.serving.own_tree else {
                     return;
                 };
-                let mut held = 0;
-                let bodies = Self::state_bodies(
-                    &self.cfg,
-                    (now, from, &mut self.state_repeats, &mut held),
-                    &proof,
-                    b,
-                    own_tree,
-                    want_meta,
-                    indices,
-                    allowed,
-                );
-                return self.send_state_bodies(from, bodies, held, out);
+                (proof, &b[..], own_tree)
             }
         };
         let want_meta = want_meta || proof.seq != seq;
