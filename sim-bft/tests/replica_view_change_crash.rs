@@ -456,10 +456,11 @@ fn a_recovered_replica_never_reissues_an_internal_request_number() {
 fn crashes_at_view_changes_with_a_reproposing_primary_are_safe_and_live() {
     use sim_bft::sim::cluster::Cluster;
     use sim_bft::sim::{ByzantineKind, FaultConfig, SimConfig};
-    // Seeds whose runs do crash at a view change (2, 6 and 2 crash points); seed 0 had crash
-    // points until batch-carrying Have answers got a per-(peer, seq) backoff, after which its
-    // run needs no view change at a crash point.
-    for seed in [3, 5, 7] {
+    // Seeds whose runs do crash at a view change (1, 4 and 2 crash points). Seed 0 had crash
+    // points until batch-carrying Have answers got a per-(peer, seq) backoff, and seed 7 until
+    // a full window asks for checkpoint votes at once (session 9): their runs need fewer view
+    // changes now.
+    for seed in [3, 5, 8] {
         let cfg = SimConfig {
             seed,
             replicas: 4,

@@ -368,6 +368,11 @@ pub struct Replica {
     /// Per peer: the highest seq whose commit certificate a `Status` answer sent it, and when
     /// (certificates up to it are not sent again for a view-change timeout).
     status_sent_upto: BTreeMap<NodeId, (u64, Millis)>,
+    /// When a `Status` answer last carried our stable checkpoint vote to each peer.
+    status_vote_sent_ms: BTreeMap<NodeId, Millis>,
+    /// When this replica last asked for checkpoint votes because its window was full
+    /// ([`Replica::above_window`]).
+    window_status_ms: Option<Millis>,
     /// [`Byzantine::FatViewChange`] only: it went silent for good.
     byz_silenced: bool,
 }
@@ -486,6 +491,8 @@ impl Replica {
             vc_resend_deadline: None,
             status_answered_ms: BTreeMap::new(),
             status_sent_upto: BTreeMap::new(),
+            status_vote_sent_ms: BTreeMap::new(),
+            window_status_ms: None,
             byz_silenced: false,
             cfg,
         };

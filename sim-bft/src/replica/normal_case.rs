@@ -118,7 +118,10 @@ impl Replica {
         if from != self.primary_of(view) {
             return self.drop_msg("drop_not_primary", Some(from));
         }
-        if seq <= self.stable.seq || seq > self.high_watermark() {
+        if seq > self.high_watermark() {
+            return self.above_window(now, from, out);
+        }
+        if seq <= self.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         if batch.null || batch.requests.is_empty() || batch.requests.len() > self.cfg.batch_max {
@@ -212,7 +215,10 @@ impl Replica {
         if from == self.primary() {
             return self.drop_msg("drop_prepare_from_primary", Some(from));
         }
-        if seq <= self.stable.seq || seq > self.high_watermark() {
+        if seq > self.high_watermark() {
+            return self.above_window(now, from, out);
+        }
+        if seq <= self.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         let view = self.view;
@@ -240,7 +246,10 @@ impl Replica {
         vote: CommitVote,
         out: &mut Vec<Output>,
     ) {
-        if seq <= self.stable.seq || seq > self.high_watermark() {
+        if seq > self.high_watermark() {
+            return self.above_window(now, from, out);
+        }
+        if seq <= self.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         let view = self.view;
