@@ -327,3 +327,41 @@ fn a_replica_that_lost_checkpoint_votes_asks_for_them_when_its_window_fills() {
         .sum();
     assert!(votes >= 1);
 }
+
+/// The 9310008 shape: consecutive checkpoints each missing a vote from a different sender, so
+/// a peer's *stable* vote does not help. Replica 2 loses 0's vote for 4 and 1's vote for 8;
+/// replica 1 loses 2's vote for 8 (so its own stable checkpoint stays at 4). When replica 2's
+/// window fills, replica 1's `Status` answer carries its vote for its own checkpoint 8 (the
+/// newest at or below replica 2's last executed seq), not its stable 4, and both get going.
+#[test]
+fn a_status_answer_carries_the_newest_checkpoint_vote_not_only_the_stable_one() {
+    let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
+        c.checkpoint_interval = 4;
+        c.log_window = 8;
+    });
+    h.isolated.insert(3);
+    let mut lose: std::collections::BTreeSet<(NodeId, NodeId, u64)> =
+        [(0, 2, 4), (1, 2, 8), (2, 1, 8)].into_iter().collect();
+    for k in 0..14 {
+        h.put(0, &format!("k{k}"), "v");
+        while let Some((from, to, bytes)) = h.queue.pop_front() {
+            if h.isolated.contains(&from) || h.isolated.contains(&to) {
+                continue;
+            }
+            if let Some(Body::Checkpoint { seq, .. }) = body_of(&bytes)
+                && lose.remove(&(from, to, seq))
+            {
+                continue;
+            }
+            h.input(to, Input::Peer { from, bytes });
+        }
+    }
+    h.advance(500);
+    assert!(lose.is_empty(), "{lose:?}");
+    for i in 0..3 {
+        assert_eq!(h.replica(i).view(), 0, "replica {i}");
+        assert_eq!(h.total_requests(i), 14, "replica {i}");
+    }
+    h.assert_agreement(&[0, 1, 2]);
+    assert!(h.replica(2).stable_seq() >= 8);
+}
