@@ -284,6 +284,29 @@ fn backups_relay_a_request_the_primary_lacks_at_the_status_round() {
     assert!(h.replica(1).metrics().get("status_requests_relayed") >= 1);
 }
 
+/// `puts` puts from client 0, each delivered in FIFO order (isolated replicas cut off), losing
+/// every checkpoint vote `(from, to, seq)` that `lose` says to.
+fn puts_losing_votes(
+    h: &mut Harness,
+    puts: usize,
+    mut lose: impl FnMut(NodeId, NodeId, u64) -> bool,
+) {
+    for k in 0..puts {
+        h.put(0, &format!("k{k}"), "v");
+        while let Some((from, to, bytes)) = h.queue.pop_front() {
+            if h.isolated.contains(&from) || h.isolated.contains(&to) {
+                continue;
+            }
+            if let Some(Body::Checkpoint { seq, .. }) = body_of(&bytes)
+                && lose(from, to, seq)
+            {
+                continue;
+            }
+            h.input(to, Input::Peer { from, bytes });
+        }
+    }
+}
+
 /// With f replicas silent every checkpoint quorum is exactly the honest replicas, so a
 /// replica that loses one vote stays without the certificate; its window then ends at its
 /// old stable checkpoint + `log_window`, it drops every message above, and the cluster, which
@@ -299,20 +322,9 @@ fn a_replica_that_lost_checkpoint_votes_asks_for_them_when_its_window_fills() {
     h.isolated.insert(3);
     // Replica 2 loses replica 0's first vote for every checkpoint.
     let mut lost = std::collections::BTreeSet::new();
-    for k in 0..14 {
-        h.put(0, &format!("k{k}"), "v");
-        while let Some((from, to, bytes)) = h.queue.pop_front() {
-            if h.isolated.contains(&from) || h.isolated.contains(&to) {
-                continue;
-            }
-            if let (0, 2, Some(Body::Checkpoint { seq, .. })) = (from, to, body_of(&bytes))
-                && lost.insert(seq)
-            {
-                continue;
-            }
-            h.input(to, Input::Peer { from, bytes });
-        }
-    }
+    puts_losing_votes(&mut h, 14, |from, to, seq| {
+        (from, to) == (0, 2) && lost.insert(seq)
+    });
     h.advance(500);
     assert!(lost.contains(&4) && lost.contains(&8), "{lost:?}");
     for i in 0..3 {
@@ -342,20 +354,7 @@ fn a_status_answer_carries_the_newest_checkpoint_vote_not_only_the_stable_one() 
     h.isolated.insert(3);
     let mut lose: std::collections::BTreeSet<(NodeId, NodeId, u64)> =
         [(0, 2, 4), (1, 2, 8), (2, 1, 8)].into_iter().collect();
-    for k in 0..14 {
-        h.put(0, &format!("k{k}"), "v");
-        while let Some((from, to, bytes)) = h.queue.pop_front() {
-            if h.isolated.contains(&from) || h.isolated.contains(&to) {
-                continue;
-            }
-            if let Some(Body::Checkpoint { seq, .. }) = body_of(&bytes)
-                && lose.remove(&(from, to, seq))
-            {
-                continue;
-            }
-            h.input(to, Input::Peer { from, bytes });
-        }
-    }
+    puts_losing_votes(&mut h, 14, |from, to, seq| lose.remove(&(from, to, seq)));
     h.advance(500);
     assert!(lose.is_empty(), "{lose:?}");
     for i in 0..3 {
