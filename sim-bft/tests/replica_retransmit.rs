@@ -284,6 +284,26 @@ fn backups_relay_a_request_the_primary_lacks_at_the_status_round() {
     assert!(h.replica(1).metrics().get("status_requests_relayed") >= 1);
 }
 
+/// n = 4, replica 3 silent (cut off), a checkpoint every 4 seqs and a log window of 8: a
+/// replica without its latest checkpoint certificate soon has a full window.
+fn small_window_with_3_silent() -> Harness {
+    let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
+        c.checkpoint_interval = 4;
+        c.log_window = 8;
+    });
+    h.isolated.insert(3);
+    h
+}
+
+/// Replicas 0-2 executed all `puts` requests, agree, and never changed view.
+fn assert_every_put_executed_in_view_0(h: &Harness, puts: u64) {
+    for i in 0..3 {
+        assert_eq!(h.replica(i).view(), 0, "replica {i}");
+        assert_eq!(h.total_requests(i), puts, "replica {i}");
+    }
+    h.assert_agreement(&[0, 1, 2]);
+}
+
 /// `puts` puts from client 0, each delivered in FIFO order (isolated replicas cut off), losing
 /// every checkpoint vote `(from, to, seq)` that `lose` says to.
 fn puts_losing_votes(
@@ -312,14 +332,10 @@ fn puts_losing_votes(
 /// old stable checkpoint + `log_window`, it drops every message above, and the cluster, which
 /// needs its votes, stalls until a view change (f silent, 5% loss, n = 7, seed 9310002 once
 /// the relays above were in: a 16 s stall). A replica whose window is full now asks at once
-/// (a `Status`), and a `Status` answer carries the peer's stable checkpoint vote.
+/// (a `Status`), and a `Status` answer carries the peer's newest checkpoint vote.
 #[test]
 fn a_replica_that_lost_checkpoint_votes_asks_for_them_when_its_window_fills() {
-    let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
-        c.checkpoint_interval = 4;
-        c.log_window = 8;
-    });
-    h.isolated.insert(3);
+    let mut h = small_window_with_3_silent();
     // Replica 2 loses replica 0's first vote for every checkpoint.
     let mut lost = std::collections::BTreeSet::new();
     puts_losing_votes(&mut h, 14, |from, to, seq| {
@@ -327,11 +343,7 @@ fn a_replica_that_lost_checkpoint_votes_asks_for_them_when_its_window_fills() {
     });
     h.advance(500);
     assert!(lost.contains(&4) && lost.contains(&8), "{lost:?}");
-    for i in 0..3 {
-        assert_eq!(h.replica(i).view(), 0, "replica {i}");
-        assert_eq!(h.total_requests(i), 14, "replica {i}");
-    }
-    h.assert_agreement(&[0, 1, 2]);
+    assert_every_put_executed_in_view_0(&h, 14);
     assert!(h.replica(2).stable_seq() >= 8);
     assert!(h.replica(2).metrics().get("window_full_status") >= 1);
     let votes: u64 = (0..2)
@@ -347,20 +359,12 @@ fn a_replica_that_lost_checkpoint_votes_asks_for_them_when_its_window_fills() {
 /// newest at or below replica 2's last executed seq), not its stable 4, and both get going.
 #[test]
 fn a_status_answer_carries_the_newest_checkpoint_vote_not_only_the_stable_one() {
-    let mut h = Harness::new(4, |c: &mut ReplicaConfig| {
-        c.checkpoint_interval = 4;
-        c.log_window = 8;
-    });
-    h.isolated.insert(3);
+    let mut h = small_window_with_3_silent();
     let mut lose: std::collections::BTreeSet<(NodeId, NodeId, u64)> =
         [(0, 2, 4), (1, 2, 8), (2, 1, 8)].into_iter().collect();
     puts_losing_votes(&mut h, 14, |from, to, seq| lose.remove(&(from, to, seq)));
     h.advance(500);
     assert!(lose.is_empty(), "{lose:?}");
-    for i in 0..3 {
-        assert_eq!(h.replica(i).view(), 0, "replica {i}");
-        assert_eq!(h.total_requests(i), 14, "replica {i}");
-    }
-    h.assert_agreement(&[0, 1, 2]);
+    assert_every_put_executed_in_view_0(&h, 14);
     assert!(h.replica(2).stable_seq() >= 8);
 }

@@ -11,13 +11,13 @@ use std::ops::Bound;
 use tracing::{debug, trace, warn};
 
 use super::retransmit::BatchAnswer;
-
-/// Most waiting requests a backup relays to the primary again at a status round.
-const STATUS_RELAY_MAX: usize = 256;
 use super::{CommitVote, Dest, Entry, Replica};
 use crate::crypto::SigBytes;
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Batch, Body, ClockSample, Payload, SignedMsg, TimeCert, Wire, codec};
+
+/// Most waiting requests a backup relays to the primary again at a status round.
+const STATUS_RELAY_MAX: usize = 256;
 
 impl Replica {
     pub(super) fn on_peer(
@@ -355,8 +355,6 @@ impl Replica {
         }
     }
 
-    /// Tells every peer where this replica is (view, last executed); they answer with the
-    /// commit certificates it lacks, or their checkpoint vote.
     /// At a status round (a waiting request's first timeout), a backup relays the oldest
     /// requests it holds that no batch of this view carries to the primary again, at most
     /// [`STATUS_RELAY_MAX`] of them and `max_message_bytes` in all. The primary may never have
@@ -393,7 +391,8 @@ impl Replica {
     /// window moves only when our latest checkpoint becomes stable here; when a vote for it
     /// was lost, everything above the window is dropped until a view change or a status
     /// round. So ask at once: a `Status` to every peer (at most once per quarter view-change
-    /// timeout), whose answers carry each peer's stable checkpoint vote.
+    /// timeout), whose answers carry each peer's newest checkpoint vote at or below our last
+    /// executed seq.
     pub(super) fn above_window(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
         self.drop_msg("drop_out_of_window", Some(from));
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
@@ -409,6 +408,8 @@ impl Replica {
         self.broadcast_status(out);
     }
 
+    /// Tells every peer where this replica is (view, last executed); they answer with the
+    /// commit certificates it lacks, or their checkpoint vote.
     fn broadcast_status(&mut self, out: &mut Vec<Output>) {
         let (view, last_executed) = (self.view, self.last_executed);
         self.send(
@@ -510,8 +511,8 @@ impl Replica {
         // back, so the certificates are sent).
         let have_recovers = self.cfg.retransmit_interval_ms > 0;
         let mut voted = 0u64;
-        // (seq, about its answer's bytes) of every certificate the peer may lack, in order.
-        let candidates: Vec<(u64, u64)> = self
+        // Every seq whose certificate the peer may lack, in order.
+        let candidates: Vec<u64> = self
             .log
             .range((
                 Bound::Excluded(from_seq),
@@ -525,11 +526,8 @@ impl Replica {
                 voted += u64::from(has);
                 !has
             })
-            .filter_map(|(seq, e)| {
-                let batch = e.batch.as_ref()?;
-                e.certificate(quorum)?;
-                Some((*seq, self.answer_bytes(batch)))
-            })
+            .filter(|(_, e)| e.batch.is_some() && e.certificate(quorum).is_some())
+            .map(|(seq, _)| *seq)
             .collect();
         // Amplification bound: one answer carries at most `status_answer_bytes` of
         // certificates (at least one); the peer asks again for the rest. And the same pacing
@@ -539,7 +537,11 @@ impl Replica {
         let budget = self.cfg.status_answer_bytes as u64;
         let (mut used, mut held, mut truncated) = (0u64, 0u64, false);
         let mut chosen = Vec::new();
-        for (seq, cost) in candidates {
+        for seq in candidates {
+            let Some(batch) = self.log.get(&seq).and_then(|e| e.batch.as_ref()) else {
+                continue;
+            };
+            let cost = self.answer_bytes(batch);
             if used > 0 && used.saturating_add(cost) > budget {
                 truncated = true;
                 break;

@@ -368,7 +368,7 @@ pub struct Replica {
     /// Per peer: the highest seq whose commit certificate a `Status` answer sent it, and when
     /// (certificates up to it are not sent again for a view-change timeout).
     status_sent_upto: BTreeMap<NodeId, (u64, Millis)>,
-    /// When a `Status` answer last carried our stable checkpoint vote to each peer.
+    /// When a `Status` answer last carried a checkpoint vote of ours to each peer.
     status_vote_sent_ms: BTreeMap<NodeId, Millis>,
     /// When this replica last asked for checkpoint votes because its window was full
     /// ([`Replica::above_window`]).

@@ -51,6 +51,15 @@ pub(super) struct RepeatCredit {
     floor_at: Option<Millis>,
 }
 
+impl Default for RepeatCredit {
+    fn default() -> Self {
+        Self {
+            credit: REPEAT_CREDIT_START,
+            floor_at: None,
+        }
+    }
+}
+
 /// The credit a peer starts with: enough for a few repeats before anything executed.
 const REPEAT_CREDIT_START: i64 = 256 << 10;
 
@@ -271,9 +280,10 @@ impl Replica {
             } else {
                 BatchAnswer::PrePrepare
             };
-            let cost = e.batch.as_ref().map_or(0, |b| self.answer_bytes(b));
-            let batch_due = (has_cert || (wants_pre_prepare && h.digest.is_none()))
-                && self.batch_resend_due(now, from, h.seq, what, cost);
+            let batch_due = (has_cert || (wants_pre_prepare && h.digest.is_none())) && {
+                let cost = e.batch.as_ref().map_or(0, |b| self.answer_bytes(b));
+                self.batch_resend_due(now, from, h.seq, what, cost)
+            };
             let Some(e) = self.log.get(&h.seq) else {
                 continue;
             };
@@ -359,10 +369,7 @@ impl Replica {
         };
         if !first {
             let cost = i64::try_from(cost).unwrap_or(i64::MAX);
-            let c = self.repeat_credit.entry(peer).or_insert(RepeatCredit {
-                credit: REPEAT_CREDIT_START,
-                floor_at: None,
-            });
+            let c = self.repeat_credit.entry(peer).or_default();
             if c.credit > 0 {
                 c.credit = c.credit.saturating_sub(cost);
             } else if c
@@ -399,10 +406,7 @@ impl Replica {
             .unwrap_or(i64::MAX)
             .saturating_mul(4);
         for peer in (0..self.cfg.n).filter(|p| *p != self.cfg.id) {
-            let c = self.repeat_credit.entry(peer).or_insert(RepeatCredit {
-                credit: REPEAT_CREDIT_START,
-                floor_at: None,
-            });
+            let c = self.repeat_credit.entry(peer).or_default();
             c.credit = c.credit.saturating_add(earned).min(cap);
         }
     }
