@@ -9,9 +9,11 @@
 //! mix) and `cargo test --release -p sim-bft --test sim_cluster -- --ignored campaign`.
 //! The seeds that failed in the 660-run campaign are fixed: [`FORMERLY_OPEN`], replayed by
 //! `formerly_open_campaign_seeds_pass` (the cheap ones) and the ignored
-//! `formerly_open_campaign_seeds_replay`. Seeds still open are listed in [`KNOWN_OPEN`],
-//! excluded from the sample and replayed by the ignored `known_open_campaign_seeds_replay`
-//! (`cargo test --release -p sim-bft --test sim_campaign_sample -- --ignored`).
+//! `formerly_open_campaign_seeds_replay`
+//! (`cargo test --release -p sim-bft --test sim_campaign_sample -- --ignored`). No campaign
+//! seed is open since session 9 (the session 8 `withhold-commits` seeds are in
+//! [`FORMERLY_OPEN_20S`]); a seed found open again gets a list and an ignored replay test of
+//! its own, and is left out of the sample, as before.
 
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{ByzantineKind, FaultConfig, LedgerKind, PartitionKind, SimConfig, SimOutcome};
@@ -201,16 +203,6 @@ const FORMERLY_OPEN: &[(Mix, ByzantineKind, u64)] = &[
     (Mix::D, ByzantineKind::FatViewChange, 4),
 ];
 
-/// Campaign seeds that still fail (the 10,000-run campaign at 378515b, 20 s + 20 s), each with
-/// its mechanism in docs/simulator.md: excluded from the sample, replayed by the ignored
-/// `known_open_campaign_seeds_replay`.
-/// Empty at 9c6c133: A/silent 99 (a 9.5 s fault-phase stall against a 9.3 s bound) passes
-/// since the `Have` answer backoff changed its run, its mechanism unchanged (see
-/// docs/simulator.md); it is replayed in [`FORMERLY_OPEN_20S`].
-/// Empty again in session 9: the `withhold-commits` seeds of session 8 are fixed (see
-/// [`FORMERLY_OPEN_20S`]).
-const KNOWN_OPEN: &[(Mix, ByzantineKind, u64)] = &[];
-
 /// Campaign seeds that failed in the 10,000-run campaign at 378515b (20 s + 20 s) and are
 /// fixed since, replayed as they ran by the ignored `formerly_open_20s_campaign_seeds_replay`.
 /// A/fat-view-change 74 failed the amplification checker (honest replicas re-sent a
@@ -279,8 +271,7 @@ fn formerly_open_20s_cheap_seeds_pass() {
 const HEAVY: [ByzantineKind; 2] = [ByzantineKind::FatViewChange, ByzantineKind::WithholdCommits];
 
 /// The sample's runs: every kind under two mixes (the kind's index picks them, so each mix
-/// meets every other kind), one seed each, skipping [`KNOWN_OPEN`] combinations; the
-/// [`HEAVY`] kinds under one mix.
+/// meets every other kind), one seed each; the [`HEAVY`] kinds under one mix.
 fn sample() -> Vec<SimConfig> {
     let mut out = Vec::new();
     for (i, &kind) in ByzantineKind::ALL.iter().enumerate() {
@@ -288,9 +279,6 @@ fn sample() -> Vec<SimConfig> {
         for round in 0..rounds {
             let mix = MIXES[(i + 2 * round) % MIXES.len()];
             let seed = 100 + i as u64;
-            if KNOWN_OPEN.contains(&(mix, kind, seed)) {
-                continue;
-            }
             out.push(campaign_config(
                 mix,
                 kind,
@@ -430,28 +418,6 @@ fn formerly_open_20s_campaign_seeds_replay() {
         "{} of {} formerly open seeds fail again:\n{}",
         failures.len(),
         FORMERLY_OPEN_20S.len(),
-        failures.join("\n")
-    );
-}
-
-/// The open campaign seeds, replayed as they ran (20 s + 20 s). Open: this test fails until
-/// they are fixed. Each replays from the command line with
-/// `sim-bft run --seed S <mix knobs> --byzantine-kind K --duration 20s --liveness 20s`
-/// (the failure message prints the exact lines).
-#[test]
-#[ignore = "open campaign seeds (liveness); run with --release -- --ignored"]
-fn known_open_campaign_seeds_replay() {
-    let failures: Vec<String> = KNOWN_OPEN
-        .iter()
-        .map(|&(mix, kind, seed)| campaign_config(mix, kind, seed, 20_000, 20_000))
-        .map(run)
-        .filter_map(|o| failure(&o))
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} known open seeds still fail:\n{}",
-        failures.len(),
-        KNOWN_OPEN.len(),
         failures.join("\n")
     );
 }
