@@ -18,8 +18,8 @@ use sim_bft::sim::cluster::ClusterHarness;
 use sim_bft::sim::toy::ToyHarness;
 use sim_bft::sim::{
     ByzantineKind, ConfigError, FaultConfig, Harness, LedgerKind, MAX_CLIENTS, MAX_DRIFT_PPM,
-    MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, SimConfig, SimOutcome, Simulator,
-    TimeServiceMode, parse_duration_ms, time_hard_limit_ms,
+    MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, Signatures, SimConfig, SimOutcome,
+    Simulator, TimeServiceMode, parse_duration_ms, time_hard_limit_ms,
 };
 
 /// Simulated PBFT cluster running ccron tables, with seeded faults.
@@ -134,6 +134,11 @@ struct RunArgs {
     /// Time service: off, reference or robust.
     #[arg(long, default_value = "robust", value_parser = parse_enum::<TimeServiceMode>)]
     time_service: TimeServiceMode,
+    /// Signature scheme: ed25519 (real signatures, the default) or sim (simulator-only keyed-hash
+    /// tags: much faster, for long horizons; they prove nothing about the signature scheme
+    /// itself, which the ed25519 runs cover).
+    #[arg(long, default_value = "ed25519", value_parser = parse_signatures)]
+    signatures: Signatures,
     /// User clients send maximal admissible requests (fault knob).
     #[arg(long)]
     max_size_requests: bool,
@@ -287,6 +292,10 @@ fn parse_enum<T: std::str::FromStr<Err = ConfigError>>(s: &str) -> Result<T, Con
     s.parse()
 }
 
+fn parse_signatures(s: &str) -> Result<Signatures, String> {
+    s.parse()
+}
+
 /// A `--components` list (`none`: no component ticks).
 #[derive(Debug, Clone)]
 struct Components(Vec<u32>);
@@ -337,6 +346,7 @@ impl RunArgs {
             clients: self.clients,
             request_interval_ms: self.request_interval,
             time_service: self.time_service,
+            signatures: self.signatures,
             check_time_bounds: self
                 .check_time_bounds
                 .unwrap_or(self.time_service == TimeServiceMode::Robust),
@@ -752,6 +762,7 @@ mod tests {
                 TimeServiceMode::Reference,
                 TimeServiceMode::Robust,
             ]),
+            signatures in one_of(&Signatures::ALL),
             faults in faults(),
             delays in (0..=1_000u64, 0..=10_000u64),
             epoch_ms in prop_oneof![
@@ -804,6 +815,7 @@ mod tests {
                 clients,
                 request_interval_ms,
                 time_service,
+                signatures,
                 ..SimConfig::default()
             }
         }

@@ -57,6 +57,8 @@ pub struct Report {
     pub f: u32,
     /// Simulated length of the safety phase, ms.
     pub duration_ms: u64,
+    /// The signature scheme of the run: `ed25519` or `sim` (simulator-only keyed-hash tags).
+    pub signatures: String,
     /// Simulated time at the end of the run, ms.
     pub end_ms: u64,
     /// Highest sequence number executed before the faults healed.
@@ -104,6 +106,7 @@ impl Report {
             replicas: o.config.replicas,
             f: o.params.f,
             duration_ms: o.config.duration_ms,
+            signatures: o.config.signatures.to_string(),
             end_ms: o.end_ms,
             heal_seq: o.heal_seq,
             nodes: o

@@ -9,11 +9,9 @@
 pub mod chunks;
 pub mod codec;
 
-use bincode::{Decode, Encode};
-use ed25519_dalek::SigningKey;
-
-use crate::crypto::{self, Digest32, Keyring, SigBytes, VerifyCache};
+use crate::crypto::{self, Digest32, Keyring, SigBytes, SigningKey, VerifyCache};
 use crate::node::{ClientId, Millis, NodeId};
+use bincode::{Decode, Encode};
 pub use codec::CodecError;
 
 /// What a client request asks for.
@@ -43,7 +41,8 @@ pub struct Request {
 pub struct SignedRequest {
     /// The request.
     pub request: Request,
-    /// ed25519 signature of the client over `codec::encode(&request)`.
+    /// The client's signature over `codec::encode(&request)` (ed25519, or a `sim` tag: see
+    /// [`crate::crypto::Signatures`]).
     pub sig: SigBytes,
 }
 

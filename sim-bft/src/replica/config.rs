@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::crypto::VerifyCache;
+use crate::crypto::{Signatures, VerifyCache};
 use crate::node::{Millis, NodeId};
 
 /// How the agreed time of a batch is decided.
@@ -191,8 +191,11 @@ pub struct ReplicaConfig {
     pub time: TimeConfig,
     /// Fault mode.
     pub byzantine: Byzantine,
-    /// Shared memo of successful signature verifications (simulator only).
+    /// Shared memo of successful signature verifications (simulator only; ed25519 only).
     pub verify_cache: Option<VerifyCache>,
+    /// The signature scheme of the cluster (every replica and client of a cluster uses the
+    /// same): ed25519 by default, or the simulator-only `sim` tags.
+    pub signatures: Signatures,
     /// The components this cluster ticks, with their tick period in ms. When non-empty, ticks
     /// for other components are rejected at admission, and the per-period rules below apply to
     /// the listed ones. Empty: any component may tick, every replica sends every tick, no bound.
@@ -249,6 +252,7 @@ impl ReplicaConfig {
             time: TimeConfig::default(),
             byzantine: Byzantine::Honest,
             verify_cache: None,
+            signatures: Signatures::Ed25519,
             tick_components: BTreeMap::new(),
             tick_senders: TickSenders::default(),
             retransmit_interval_ms: 50,

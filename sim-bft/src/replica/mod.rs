@@ -42,11 +42,10 @@ use bincode::{Decode, Encode};
 use ccron::MemPages;
 use ccron::host::TickGate;
 use ccron::ticks::TickThrottle;
-use ed25519_dalek::SigningKey;
 use tracing::{debug, warn};
 
 use crate::app::{Application, TickExecutor, WithTicks};
-use crate::crypto::{self, Digest32, Keyring, SigBytes};
+use crate::crypto::{self, Digest32, Keyring, SigBytes, SigningKey};
 use crate::node::{Input, Millis, Node, NodeId, Output};
 use crate::protocol::{
     Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, SignedRequest, TimeCert, Wire,
@@ -408,8 +407,8 @@ impl Replica {
     pub fn with_app(cfg: ReplicaConfig, app: Box<dyn Application>) -> Result<Self, ReplicaError> {
         cfg.validate()?;
         check_page_ranges(&cfg, app.as_ref())?;
-        let key = crypto::replica_signing_key(cfg.key_seed, cfg.id);
-        let ring = Keyring::from_seed(cfg.key_seed, cfg.n, cfg.num_clients);
+        let key = crypto::replica_key(cfg.signatures, cfg.key_seed, cfg.id);
+        let ring = Keyring::new(cfg.signatures, cfg.key_seed, cfg.n, cfg.num_clients);
         let pages = MemPages::new(cfg.page_size, cfg.num_pages);
         let clients = ClientsManager::new(cfg.max_pending, cfg.max_pending_per_client)
             .with_byte_caps(cfg.max_pending_bytes, cfg.max_pending_bytes_per_client)

@@ -1,22 +1,22 @@
 //! The simulated PBFT cluster: boots [`Replica`]s from the seed and signs user clients' requests.
 //!
-//! [`Cluster`] is a builder over [`SimConfig`]: replicas, seed, time-service mode and faults; it
-//! yields a [`Simulator`] driving [`ClusterHarness`]. Keys derive from the seed (replicas and
-//! clients alike), a shared verification memo spares re-verifying the same signature on every
-//! replica, and protocol-aware Byzantine kinds become the replica's own fault mode.
+//! [`Cluster`] is a builder over [`SimConfig`]: replicas, seed, time-service mode, signature
+//! scheme and faults; it yields a [`Simulator`] driving [`ClusterHarness`]. Keys derive from the
+//! seed (replicas and clients alike) under the configured scheme ([`Signatures`]); under
+//! ed25519 a shared verification memo spares re-verifying the same signature on every replica.
+//! Protocol-aware Byzantine kinds become the replica's own fault mode.
 
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use ccron::{MemPages, Tick};
-use ed25519_dalek::SigningKey;
 
 use super::workload::{Workload, WorkloadFactory, workload_rng};
 use super::{ByzantineKind, ConfigError, DiskImage, FaultConfig, Harness, Role, SimConfig};
 use super::{LedgerKind, NodeKind, PartitionKind, SimRng, Simulator, TimeServiceMode};
 use crate::app::{Application, WithTicks};
-use crate::crypto::{self, Keyring, VerifyCache};
+use crate::crypto::{self, Keyring, Signatures, SigningKey, VerifyCache};
 use crate::ledgers::demo::{DemoTables, demo_ledger};
 use crate::ledgers::{KvLedger, KvOp, TickCounter};
 use crate::node::{Input, Millis, Node, NodeId, Output};
@@ -81,6 +81,7 @@ pub struct ClusterHarness {
     num_clients: u64,
     time_mode: TimeMode,
     client_keys: Vec<SigningKey>,
+    signatures: Signatures,
     verify_cache: VerifyCache,
     tweak: Option<ConfigTweak>,
     app_factory: Option<AppFactory>,
@@ -188,8 +189,9 @@ impl ClusterHarness {
                 _ => TimeMode::Robust,
             },
             client_keys: (0..num_clients)
-                .map(|c| crypto::client_signing_key(key_seed, c))
+                .map(|c| crypto::client_key(cfg.signatures, key_seed, c))
                 .collect(),
+            signatures: cfg.signatures,
             verify_cache: VerifyCache::new(VERIFY_MEMO),
             tweak: None,
             app_factory: ledger_factory(cfg.ledger, cfg.zone_installs),
@@ -207,7 +209,7 @@ impl ClusterHarness {
             },
             ledger: cfg.ledger,
             boot_failures: 0,
-            ring: Keyring::from_seed(key_seed, cfg.replicas, num_clients),
+            ring: Keyring::new(cfg.signatures, key_seed, cfg.replicas, num_clients),
             max_message_bytes: ReplicaConfig::new(0, cfg.replicas, key_seed, num_clients)
                 .max_message_bytes,
             workloads: Vec::new(),
@@ -336,6 +338,7 @@ impl ClusterHarness {
         let mut c = ReplicaConfig::new(id, self.n, self.key_seed, self.num_clients);
         c.time.mode = self.time_mode;
         c.verify_cache = Some(self.verify_cache.clone());
+        c.signatures = self.signatures;
         c.tick_components = self.tick_components.clone();
         c.tick_senders = self.tick_senders;
         if let Role::Byzantine(kind) = role {
@@ -446,8 +449,12 @@ impl Harness for ClusterHarness {
     }
 
     /// Offers the signatures of a sent message to the shared memo: the first replica that
-    /// misses one verifies every offered signature in one batch equation. Speed only.
+    /// misses one verifies every offered signature in one batch equation. Speed only; `sim`
+    /// tags are never memoised, so there is nothing to offer.
     fn on_send(&self, bytes: &[u8]) {
+        if self.signatures == Signatures::Sim {
+            return;
+        }
         match decode::<Wire>(bytes, self.max_message_bytes) {
             Ok(Wire::Signed(m)) => {
                 if let Ok(p) = decode::<Payload>(&m.payload, self.max_message_bytes)
@@ -660,6 +667,14 @@ impl Cluster {
             cause: e.to_string(),
         })?;
         Ok(self.start_at_ms(ms))
+    }
+
+    /// The signature scheme of replicas and clients: [`Signatures::Ed25519`] (the default) or
+    /// the simulator-only [`Signatures::Sim`] tags, which make long runs affordable and prove
+    /// nothing about the signature scheme itself (`docs/simulator.md`, "Signature schemes").
+    pub fn signatures(mut self, scheme: Signatures) -> Self {
+        self.cfg.signatures = scheme;
+        self
     }
 
     /// The time service (robust mode also turns on the time-bounds checker).

@@ -8,6 +8,7 @@ use std::str::FromStr;
 use serde::Serialize;
 
 pub use super::params::{CrashPlan, JumpPlan, PartitionPlan, SimParams};
+pub use crate::crypto::Signatures;
 use crate::node::{Millis, NodeId};
 
 /// Errors in a simulation configuration.
@@ -633,6 +634,9 @@ pub struct SimConfig {
     pub faults: FaultConfig,
     /// The time service the replicas run (the harness applies it).
     pub time_service: TimeServiceMode,
+    /// The signature scheme of replicas and clients (`--signatures`): ed25519 by default, or
+    /// the simulator-only `sim` tags ([`crate::crypto::Signatures`]).
+    pub signatures: Signatures,
     /// Check agreed time against honest clocks (set with the robust time service).
     pub check_time_bounds: bool,
     /// How far agreed time may run ahead of the fastest honest clock.
@@ -681,6 +685,7 @@ impl Default for SimConfig {
             request_interval_ms: 100,
             faults: FaultConfig::default(),
             time_service: TimeServiceMode::Robust,
+            signatures: Signatures::Ed25519,
             check_time_bounds: true,
             time_ahead_slack_ms: 1_000,
             time_behind_slack_ms: 7_000,

@@ -41,8 +41,8 @@ pub use checker::{Checker, TimeBounds, Violation, ViolationKind};
 pub use config::{
     ByzantineKind, ConfigError, CrashPlan, FaultConfig, JumpPlan, LedgerKind, MAX_CLIENTS,
     MAX_DRIFT_PPM, MAX_REPLICAS, MAX_SIMULATED_MS, NodeKind, PartitionKind, PartitionPlan,
-    SimConfig, SimParams, TimeServiceMode, format_instant_ms, parse_duration_ms, parse_instant_ms,
-    time_hard_limit_ms,
+    Signatures, SimConfig, SimParams, TimeServiceMode, format_instant_ms, parse_duration_ms,
+    parse_instant_ms, time_hard_limit_ms,
 };
 pub use disk::{Disk, DiskImage};
 pub use events::{FireEvent, MarkKind, ReplicaMark, SimEvents};

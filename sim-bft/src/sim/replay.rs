@@ -60,6 +60,7 @@ impl SimConfig {
         }
         push(format!("--from {}", format_instant_ms(self.epoch_ms)));
         push(format!("--time-service {}", self.time_service));
+        push(format!("--signatures {}", self.signatures));
         if self.check_time_bounds != (self.time_service == TimeServiceMode::Robust) {
             push(format!("--check-time-bounds {}", self.check_time_bounds));
         }
