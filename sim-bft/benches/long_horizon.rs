@@ -1,29 +1,33 @@
 //! Long-horizon simulation speed (a plain bench binary; prints simulated / wall time).
 //!
-//! The workload of issue 14, item 8: the demo ledger (components 1 and 2 ticking every second),
-//! two user clients at 10 requests/s each, n = 4, the robust time service, every checker on
-//! (including the replicas' per-step invariant checks). Target: a month in <= 5 minutes on 2
-//! cores (about 8,600x real time).
+//! The workload of issue 28's first target: the demo ledger (components 1 and 2 ticking every
+//! second), two user clients at 1 request/s each, n = 4, the robust time service, `sim`
+//! signatures, every checker on (including the replicas' per-step invariant checks). Target: a
+//! month in <= 5 minutes of CPU on 2 cores (8,640x real time).
 //!
 //! ```sh
+//! cargo bench -p sim-bft --bench long_horizon -- day --signatures sim   # 1 simulated day
 //! cargo bench -p sim-bft --bench long_horizon             # 1 simulated hour (quick)
-//! cargo bench -p sim-bft --bench long_horizon -- day      # 1 simulated day
-//! cargo bench -p sim-bft --bench long_horizon -- month    # 30 simulated days (hours of wall time)
+//! cargo bench -p sim-bft --bench long_horizon -- month    # 30 simulated days
+//! cargo bench -p sim-bft --bench long_horizon -- day --rate 10 --signatures ed25519
 //! cargo bench -p sim-bft --bench long_horizon -- 6h --batch-delay 0 --byzantine equivocate
 //! ```
 //!
 //! Options after `--`: a length (`hour`, `day`, `week`, `month`, or a duration such as `6h`),
-//! `--batch-delay MS` (the primary's batch delay, default 50 ms; 0 is the replica's default:
-//! every request its own batch at this load), `--byzantine KIND` (one Byzantine replica of that
-//! kind, as `sim-bft run --byzantine-kind` names them; `all`: one run per kind), `--seed N`. CI never runs this bench (no
-//! CI job runs `cargo bench`); `docs/benchmarks-sim-bft.md` has the figures.
+//! `--signatures ed25519|sim` (default `sim`, the target's workload), `--rate R` (requests per
+//! second of each of the two clients, default 1; issue 14's workload was 10), `--clients N`
+//! (default 2; 0: tick-only), `--batch-delay MS` (the primary's batch delay, default 50 ms; 0
+//! is the replica's default: every request its own batch), `--byzantine KIND` (one Byzantine
+//! replica of that kind, as `sim-bft run --byzantine-kind` names them; `all`: one run per
+//! kind), `--seed N`. CI never runs this bench (no CI job runs `cargo bench`);
+//! `docs/benchmarks-sim-bft.md` has the figures.
 //!
 //! Wall time is read only here, in the driver (the simulator never reads a clock).
 
 use std::time::Instant;
 
 use sim_bft::sim::cluster::Cluster;
-use sim_bft::sim::{ByzantineKind, LedgerKind, SimConfig, parse_duration_ms};
+use sim_bft::sim::{ByzantineKind, LedgerKind, Signatures, SimConfig, parse_duration_ms};
 
 /// A month of 30 days.
 const MONTH_MS: u64 = 30 * 24 * 3_600_000;
@@ -36,6 +40,10 @@ struct Opts {
     /// One Byzantine replica of each kind in turn (`--byzantine all`), or of one kind.
     byzantine: Vec<ByzantineKind>,
     seed: u64,
+    signatures: Signatures,
+    clients: u32,
+    /// Requests per second of each client.
+    rate: f64,
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -44,6 +52,9 @@ fn parse_args() -> Result<Opts, String> {
         batch_delay_ms: 50,
         byzantine: Vec::new(),
         seed: 1,
+        signatures: Signatures::Sim,
+        clients: 2,
+        rate: 1.0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -64,6 +75,21 @@ fn parse_args() -> Result<Opts, String> {
                 } else {
                     vec![v.parse().map_err(|e| format!("--byzantine {v}: {e}"))?]
                 };
+            }
+            "--signatures" => {
+                let v = args.next().ok_or("--signatures needs ed25519 or sim")?;
+                o.signatures = v.parse()?;
+            }
+            "--clients" => {
+                let v = args.next().ok_or("--clients needs a count")?;
+                o.clients = v.parse().map_err(|e| format!("--clients {v}: {e}"))?;
+            }
+            "--rate" => {
+                let v = args.next().ok_or("--rate needs requests per second")?;
+                o.rate = v.parse().map_err(|e| format!("--rate {v}: {e}"))?;
+                if !(o.rate > 0.0 && o.rate <= 1_000.0) {
+                    return Err(format!("--rate {v}: expected 0 < rate <= 1000"));
+                }
             }
             "--seed" => {
                 let v = args.next().ok_or("--seed needs a value")?;
@@ -115,8 +141,9 @@ fn run(o: &Opts, byzantine: Option<ByzantineKind>) -> bool {
         ledger: LedgerKind::Demo,
         components: LedgerKind::Demo.default_components(),
         tick_period_ms: 1_000,
-        clients: 2,
-        request_interval_ms: 100,
+        clients: o.clients,
+        request_interval_ms: (1_000.0 / o.rate).round() as u64,
+        signatures: o.signatures,
         duration_ms: o.simulated_ms,
         liveness_ms: 30_000,
         // About 0.8 events per simulated ms at this load; the default bound is for short runs.
@@ -163,11 +190,12 @@ fn run(o: &Opts, byzantine: Option<ByzantineKind>) -> bool {
     }
     println!(
         "  replica 0: {batches} batches, {requests} requests ({ticks} ticks), mean batch {:.2}; \
-         {} events, {} client requests, batch delay {} ms",
+         {} events, {} client requests, batch delay {} ms, {} signatures",
         requests as f64 / batches.max(1) as f64,
         out.stats.events,
         out.stats.client_requests,
-        o.batch_delay_ms
+        o.batch_delay_ms,
+        o.signatures
     );
     let hash: String = out.trace_hash.iter().map(|b| format!("{b:02x}")).collect();
     println!("  trace hash {hash}");
