@@ -5,6 +5,12 @@
 //! Every checker (safety, time bounds, starvation, stalls, amplification, liveness after
 //! healing) must hold; a failure prints each failing run's replay command.
 //!
+//! Each run runs under both signature schemes (issue 28): ed25519 and the simulator-only `sim`
+//! tags. Both must pass, and the two runs must be the same run apart from the signature bytes
+//! (every replica's executed batches, state digests, fires and counters, the violations and the
+//! statistics): under either scheme each Byzantine kind meets the same refusals and finds the
+//! same defects.
+//!
 //! The full campaign stays behind the documented command (`sim-bft run --seeds ...` per kind and
 //! mix) and `cargo test --release -p sim-bft --test sim_cluster -- --ignored campaign`.
 //! The seeds that failed in the 660-run campaign are fixed: [`FORMERLY_OPEN`], replayed by
@@ -16,7 +22,9 @@
 //! its own, and is left out of the sample, as before.
 
 use sim_bft::sim::cluster::Cluster;
-use sim_bft::sim::{ByzantineKind, FaultConfig, LedgerKind, PartitionKind, SimConfig, SimOutcome};
+use sim_bft::sim::{
+    ByzantineKind, FaultConfig, LedgerKind, PartitionKind, Signatures, SimConfig, SimOutcome,
+};
 
 /// The campaign's four fault mixes (docs/simulator.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +129,65 @@ fn campaign_config(
 /// Runs every configuration on all cores (each run is independent and deterministic) and
 /// returns the failures in the configurations' order.
 fn failures_of(cfgs: Vec<SimConfig>) -> Vec<String> {
+    failures_with(cfgs, |cfg| failure(&run(cfg)))
+}
+
+/// Runs every configuration under both signature schemes ([`failures_of`] for each, plus the
+/// two runs compared: [`scheme_difference`]).
+fn failures_under_both_schemes(cfgs: Vec<SimConfig>) -> Vec<String> {
+    failures_with(cfgs, |cfg| {
+        let ed = run(SimConfig {
+            signatures: Signatures::Ed25519,
+            ..cfg.clone()
+        });
+        let sim = run(SimConfig {
+            signatures: Signatures::Sim,
+            ..cfg
+        });
+        let why: Vec<String> = [failure(&ed), failure(&sim), scheme_difference(&ed, &sim)]
+            .into_iter()
+            .flatten()
+            .collect();
+        (!why.is_empty()).then(|| why.join("\n"))
+    })
+}
+
+/// Where two runs of one configuration under the two signature schemes differ, apart from the
+/// signature bytes themselves (and so the trace hash): `None` when every replica executed the
+/// same batches to the same state digests, fired the same actions and counted the same
+/// refusals, and the checkers and statistics agree.
+fn scheme_difference(ed: &SimOutcome, sim: &SimOutcome) -> Option<String> {
+    let show = |o: &SimOutcome| {
+        format!(
+            "end {} ms, heal seq {}, agree {}, violations {:?} (+{}), stats {:?}",
+            o.end_ms, o.heal_seq, o.honest_agree, o.violations, o.dropped_violations, o.stats
+        )
+    };
+    let differ: Vec<String> = ed
+        .nodes
+        .iter()
+        .zip(&sim.nodes)
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| format!("  replica {}: ed25519 {a:?}\n  sim {b:?}", a.id))
+        .collect();
+    if differ.is_empty() && ed.nodes.len() == sim.nodes.len() && show(ed) == show(sim) {
+        return None;
+    }
+    Some(format!(
+        "the ed25519 and sim runs differ:\n  ed25519: {}\n  sim: {}\n{}\n  replay: {}",
+        show(ed),
+        show(sim),
+        differ.join("\n"),
+        sim.replay_command()
+    ))
+}
+
+/// Runs `check` on every configuration on all cores (each run is independent and
+/// deterministic) and returns the failures in the configurations' order.
+fn failures_with(
+    cfgs: Vec<SimConfig>,
+    check: impl Fn(SimConfig) -> Option<String> + Sync,
+) -> Vec<String> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -134,7 +201,7 @@ fn failures_of(cfgs: Vec<SimConfig>) -> Vec<String> {
                     let Some(cfg) = cfgs.get(index) else {
                         break;
                     };
-                    if let Some(f) = failure(&run(cfg.clone())) {
+                    if let Some(f) = check(cfg.clone()) {
                         found
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
@@ -332,10 +399,11 @@ fn the_sample_spans_every_kind_and_mix() {
     }
 }
 
-/// The campaign sample: every run must pass every checker.
+/// The campaign sample: every run must pass every checker, under both signature schemes, and
+/// the two schemes' runs must agree.
 #[test]
 fn campaign_sample_passes_every_checker() {
-    let failures = failures_of(
+    let failures = failures_under_both_schemes(
         sample()
             .into_iter()
             .filter(|c| !HEAVY.contains(&c.faults.byzantine_kind))
@@ -350,10 +418,10 @@ fn campaign_sample_passes_every_checker() {
 }
 
 /// The campaign sample's runs with maximal requests (a test of their own: they are the
-/// slowest, so the harness runs them beside the others).
+/// slowest, so the harness runs them beside the others), under both signature schemes.
 #[test]
 fn campaign_sample_heavy_kinds_pass_every_checker() {
-    let failures = failures_of(
+    let failures = failures_under_both_schemes(
         sample()
             .into_iter()
             .filter(|c| HEAVY.contains(&c.faults.byzantine_kind))
