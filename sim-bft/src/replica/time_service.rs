@@ -198,21 +198,34 @@ impl Replica {
         if cert.samples.len() < self.quorum() {
             return false;
         }
+        // A sample this replica holds as a commit vote for the certificate's seq (the same view,
+        // digest, clock and signature) was verified when the commit arrived (or signed here):
+        // it verifies again, so it is not checked twice. Any other sample is verified.
+        let votes = self.log.get(&cert.seq).map(|e| &e.commits);
+        let held = |s: &crate::protocol::ClockSample| {
+            votes.and_then(|v| v.get(&s.replica)).is_some_and(|v| {
+                v.view == s.view
+                    && v.digest == cert.digest
+                    && v.clock_ms == s.clock_ms
+                    && v.sig == s.sig
+            })
+        };
         let mut seen = BTreeSet::new();
         cert.samples.iter().all(|s| {
             seen.insert(s.replica)
-                && crate::protocol::verify_body(
-                    &self.ring,
-                    s.replica,
-                    Body::Commit {
-                        view: s.view,
-                        seq: cert.seq,
-                        digest: cert.digest,
-                        clock_ms: s.clock_ms,
-                    },
-                    &s.sig,
-                    self.cfg.verify_cache.as_ref(),
-                )
+                && (held(s)
+                    || crate::protocol::verify_body(
+                        &self.ring,
+                        s.replica,
+                        Body::Commit {
+                            view: s.view,
+                            seq: cert.seq,
+                            digest: cert.digest,
+                            clock_ms: s.clock_ms,
+                        },
+                        &s.sig,
+                        self.cfg.verify_cache.as_ref(),
+                    ))
         })
     }
 

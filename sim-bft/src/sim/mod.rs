@@ -31,7 +31,7 @@ pub mod toy;
 pub mod workload;
 
 use std::any::Any;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use ccron::ticks::TickTimers;
@@ -184,6 +184,41 @@ enum Event {
     },
 }
 
+/// An event in the queue, ordered by (simulated time, insertion number): the earliest first,
+/// and events of one instant in the order they were scheduled.
+struct Queued {
+    at_ms: u64,
+    seq: u64,
+    ev: Event,
+}
+
+impl Queued {
+    fn key(&self) -> (u64, u64) {
+        (self.at_ms, self.seq)
+    }
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Queued {}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Queued {
+    /// Reversed: `BinaryHeap` is a max-heap and the earliest event must come out first.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.key().cmp(&self.key())
+    }
+}
+
 struct Slot<N> {
     node: Option<N>,
     disk: Disk,
@@ -215,7 +250,7 @@ pub struct Simulator<H: Harness> {
     params: SimParams,
     harness: H,
     slots: Vec<Slot<H::Node>>,
-    queue: BTreeMap<(u64, u64), Event>,
+    queue: BinaryHeap<Queued>,
     next_seq: u64,
     now_ms: u64,
     net_rng: SimRng,
@@ -342,7 +377,7 @@ impl<H: Harness> Simulator<H> {
             params,
             harness,
             slots,
-            queue: BTreeMap::new(),
+            queue: BinaryHeap::new(),
             next_seq: 0,
             now_ms: 0,
             blocked: BTreeMap::new(),
@@ -405,7 +440,11 @@ impl<H: Harness> Simulator<H> {
     }
 
     fn push(&mut self, at_ms: u64, ev: Event) {
-        self.queue.insert((at_ms, self.next_seq), ev);
+        self.queue.push(Queued {
+            at_ms,
+            seq: self.next_seq,
+            ev,
+        });
         self.next_seq += 1;
     }
 
@@ -674,9 +713,20 @@ impl<H: Harness> Simulator<H> {
                     }
                 }
                 self.harness.on_send(&bytes);
+                // Every peer gets a copy; the last one gets the original.
+                let last = (0..self.cfg.replicas).rev().find(|to| *to != from);
+                let mut bytes = Some(bytes);
                 for to in 0..self.cfg.replicas {
-                    if to != from {
-                        self.send_from(from, to, bytes.clone());
+                    if to == from {
+                        continue;
+                    }
+                    let copy = if Some(to) == last {
+                        bytes.take()
+                    } else {
+                        bytes.clone()
+                    };
+                    if let Some(b) = copy {
+                        self.send_from(from, to, b);
                     }
                 }
             }
@@ -1012,12 +1062,14 @@ impl<H: Harness> Simulator<H> {
     /// Processes every event up to simulated time `until_ms` (inclusive). Returns false when the
     /// event budget ran out.
     pub fn run_until(&mut self, until_ms: u64) -> bool {
-        while let Some(entry) = self.queue.first_entry() {
-            let (t, _) = *entry.key();
+        while let Some(first) = self.queue.peek() {
+            let t = first.at_ms;
             if t > until_ms {
                 break;
             }
-            let ev = entry.remove();
+            let Some(Queued { ev, .. }) = self.queue.pop() else {
+                break;
+            };
             self.now_ms = t;
             self.process(ev);
             if self.stats.events >= self.cfg.max_events {
