@@ -5,7 +5,7 @@
 //! exactly what the [`crate::node::Output::Store`] contract allows (a suffix may vanish, never a
 //! write before a sync, never a write out of order).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::rng::SimRng;
 
@@ -13,9 +13,13 @@ use super::rng::SimRng;
 pub type DiskImage = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// One replica's simulated disk.
+///
+/// The durable contents are kept in a hash map (a write is a lookup, not an ordered-tree walk
+/// over byte-string keys); [`Disk::image`] orders them for a boot. Only membership and lookups
+/// touch the map, so its iteration order never matters.
 #[derive(Debug, Clone, Default)]
 pub struct Disk {
-    durable: DiskImage,
+    durable: HashMap<Vec<u8>, Vec<u8>>,
     pending: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     /// Writes lost by crashes so far (for the report and the tests).
     lost_writes: u64,
@@ -56,9 +60,12 @@ impl Disk {
         lost
     }
 
-    /// What a replica restarting now would read.
-    pub fn image(&self) -> &DiskImage {
-        &self.durable
+    /// What a replica restarting now would read (built for the boot: ordered by key).
+    pub fn image(&self) -> DiskImage {
+        self.durable
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// Number of writes not yet made durable by a `Sync`.
@@ -72,7 +79,7 @@ impl Disk {
     }
 }
 
-fn apply(map: &mut DiskImage, key: Vec<u8>, value: Option<Vec<u8>>) {
+fn apply(map: &mut HashMap<Vec<u8>, Vec<u8>>, key: Vec<u8>, value: Option<Vec<u8>>) {
     match value {
         Some(v) => {
             map.insert(key, v);

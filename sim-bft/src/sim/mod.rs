@@ -310,7 +310,7 @@ impl<H: Harness> Simulator<H> {
                     Role::Byzantine(cfg.faults.byzantine_kind)
                 };
                 let disk = Disk::new();
-                let node = harness.boot(i, disk.image(), role);
+                let node = harness.boot(i, &disk.image(), role);
                 Slot {
                     node: Some(node),
                     disk,
@@ -938,7 +938,8 @@ impl<H: Harness> Simulator<H> {
             return;
         }
         let role = self.slots[i].role;
-        let mut n = self.harness.boot(node, self.slots[i].disk.image(), role);
+        let image = self.slots[i].disk.image();
+        let mut n = self.harness.boot(node, &image, role);
         if let Some(cause) = self.harness.take_failure(&mut n) {
             self.checker
                 .node_failure(self.now_ms, node, format!("restart: {cause}"));
