@@ -104,7 +104,7 @@ mod tests {
                 d.store(vec![b'k', i], Some(vec![i]));
             }
             let lost = d.crash(&mut SimRng::new(seed));
-            assert_eq!(d.image().get(&b"a".to_vec()), Some(&b"1".to_vec()));
+            assert_eq!(d.image().get(b"a".as_slice()), Some(&b"1".to_vec()));
             let kept = 5 - lost as usize;
             for i in 0..5u8 {
                 // Prefix kept, suffix lost: never a hole.
