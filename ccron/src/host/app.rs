@@ -145,6 +145,50 @@ pub trait Application: Send + std::any::Any {
     }
 }
 
+/// A boxed application is an application (hosts that pick the ledger at run time, such as
+/// sim-bft's replicas, drive a `BlockHost<Box<dyn Application>>`).
+impl Application for Box<dyn Application> {
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        (**self).execute(ctx, client, payload)
+    }
+
+    fn digest(&self) -> Digest32 {
+        (**self).digest()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        (**self).snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        (**self).restore(snapshot)
+    }
+
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
+        (**self).on_tick(tick, pages)
+    }
+
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
+        (**self).reload(pages)
+    }
+
+    fn fires(&self) -> BTreeMap<(u32, u32), u64> {
+        (**self).fires()
+    }
+
+    fn halted(&self) -> Option<&AppError> {
+        (**self).halted()
+    }
+
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        (**self).take_fire_notes(out);
+    }
+
+    fn page_ranges(&self) -> Vec<PageRange> {
+        (**self).page_ranges()
+    }
+}
+
 /// An [`Application`] for user requests joined with a separate [`TickExecutor`] for ticks.
 pub struct WithTicks {
     app: Box<dyn Application>,
