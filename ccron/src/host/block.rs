@@ -481,6 +481,13 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         self
     }
 
+    /// Sets (or clears) the state limit of [`with_state_limit`](Self::with_state_limit): an
+    /// engine whose own snapshot wraps the host's may lower it at each checkpoint by what it
+    /// adds (every validator the same, at the same heights).
+    pub fn set_state_limit(&mut self, limit_bytes: Option<u64>) {
+        self.budget.limit = limit_bytes;
+    }
+
     /// The same host with an exactly-once table of `requests` (e.g.
     /// [`ExecutedRequests::with_max_clients`]); every validator must use the same bound.
     pub fn with_requests(mut self, requests: ExecutedRequests) -> Self {
@@ -615,9 +622,10 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
     }
 
     /// Digest of the replicated state: the application's digest, the pages, the last agreed
-    /// time, the tick gate (coalescer and replay floor), the executed requests, the counters
-    /// and (with a state limit) the state budget. Equal on every honest validator after the
-    /// same blocks, on every engine.
+    /// time, the tick gate (coalescer and replay floor), the executed requests and the
+    /// counters. Equal on every honest validator after the same blocks, on every engine. (The
+    /// state budget is not in it: a checkpoint changes it without a block, and what it decides,
+    /// a refusal, shows in the counters.)
     pub fn digest(&self) -> Digest32 {
         let mut h = Sha256::new();
         h.update(b"ccron-host-state/v2");
@@ -648,10 +656,6 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         for (s, n) in by_sender {
             h.update(s.to_le_bytes());
             h.update(n.to_le_bytes());
-        }
-        if self.budget.limit.is_some() {
-            h.update(self.budget.base.to_le_bytes());
-            h.update(self.budget.growth.to_le_bytes());
         }
         h.finalize().into()
     }
@@ -764,6 +768,11 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
     /// The application.
     pub fn app(&self) -> &A {
         &self.app
+    }
+
+    /// The application, giving up the host (its final state).
+    pub fn into_app(self) -> A {
+        self.app
     }
 
     /// The application, mutably (for an engine's own setup outside execution: never to change
