@@ -1,0 +1,309 @@
+//! One validator process on Malachite: the engine's configuration and start, the node's HTTP
+//! server and TicksGenerator thread, and the loop that answers the engine's application
+//! messages, each arm a call into [`State`] (and through it the engine-free
+//! [`ccron_node::NodeCore`]).
+
+use std::time::Duration;
+
+use ccron::host::Application;
+use ccron_node::{Factory, NodeError, NodeOptions};
+use malachitebft_app_channel::app::config::{
+    ConsensusConfig, NodeConfig, P2pConfig, PubSubProtocol, ValuePayload, ValueSyncConfig,
+};
+use malachitebft_app_channel::app::engine::host::Next;
+use malachitebft_app_channel::app::streaming::StreamContent;
+use malachitebft_app_channel::app::types::Keypair;
+use malachitebft_app_channel::app::types::core::{Height as _, VoteExtensions};
+use malachitebft_app_channel::{
+    AppMsg, Channels, ConsensusContext, NetworkContext, NetworkIdentity, NetworkRequest,
+    RequestContext, Signer as _, SyncContext, WalContext,
+};
+
+use crate::context::{BorshCodec, ClockSample, Ctx, Ed25519Verifier, Height};
+use crate::state::State;
+use crate::stream::publish;
+
+/// The engine configuration the adapter uses.
+#[derive(Debug, Clone)]
+struct Config {
+    moniker: String,
+    consensus: ConsensusConfig,
+    value_sync: ValueSyncConfig,
+}
+
+impl NodeConfig for Config {
+    fn moniker(&self) -> &str {
+        &self.moniker
+    }
+    fn consensus(&self) -> &ConsensusConfig {
+        &self.consensus
+    }
+    fn consensus_mut(&mut self) -> &mut ConsensusConfig {
+        &mut self.consensus
+    }
+    fn value_sync(&self) -> &ValueSyncConfig {
+        &self.value_sync
+    }
+    fn value_sync_mut(&mut self) -> &mut ValueSyncConfig {
+        &mut self.value_sync
+    }
+}
+
+/// The engine's configuration for validator `index` of `genesis`: libp2p on 127.0.0.1 with the
+/// genesis' ports, Broadcast pub-sub, proposal-and-parts, value sync.
+fn config(genesis: &ccron_node::records::Genesis, index: usize) -> Result<Config, NodeError> {
+    let mut p2p = P2pConfig::default();
+    let port = genesis
+        .validators
+        .get(index)
+        .ok_or_else(|| NodeError::Config("no such validator index".into()))?
+        .port;
+    p2p.listen_addr = format!("/ip4/127.0.0.1/tcp/{port}")
+        .parse()
+        .map_err(|e| NodeError::Config(format!("listen addr: {e}")))?;
+    for (i, v) in genesis.validators.iter().enumerate() {
+        if i != index {
+            p2p.persistent_peers.push(
+                format!("/ip4/127.0.0.1/tcp/{}", v.port)
+                    .parse()
+                    .map_err(|e| NodeError::Config(format!("peer addr: {e}")))?,
+            );
+        }
+    }
+    p2p.protocol = PubSubProtocol::Broadcast;
+    Ok(Config {
+        moniker: format!("node-{index}"),
+        consensus: ConsensusConfig {
+            p2p,
+            value_payload: ValuePayload::ProposalAndParts,
+            ..ConsensusConfig::default()
+        },
+        value_sync: ValueSyncConfig {
+            enabled: true,
+            status_update_interval: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(3),
+            ..ValueSyncConfig::default()
+        },
+    })
+}
+
+/// Runs one validator until the process is killed (or its parent localnet dies), on a
+/// two-worker tokio runtime of its own.
+///
+/// # Errors
+/// Config, store, engine and ledger failures.
+pub fn run<A: Application>(opts: NodeOptions, factory: Factory<A>) -> Result<(), NodeError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| NodeError::Engine(format!("runtime: {e}")))?;
+    rt.block_on(run_node(opts, factory))
+}
+
+/// Runs one validator (see [`run`]) on the current tokio runtime.
+///
+/// # Errors
+/// Config, store, engine and ledger failures.
+pub async fn run_node<A: Application>(
+    opts: NodeOptions,
+    factory: Factory<A>,
+) -> Result<(), NodeError> {
+    let mut node = State::open(opts.clone(), &factory)?;
+    let dir = ccron_node::core::node_dir(&opts.home, opts.index);
+    let config = config(node.core.genesis(), opts.index)?;
+
+    // The libp2p identity is derived from the validator key (one key per validator).
+    let secret = ccron_node::core::read_secret(&opts.home, opts.index)?;
+    let keypair = Keypair::ed25519_from_bytes(secret)
+        .map_err(|e| NodeError::Config(format!("libp2p key: {e}")))?;
+    let peer_id = keypair.public().to_peer_id();
+    let me = node.me();
+    let proof = node
+        .signer()
+        .sign_validator_proof(me.0.to_vec(), peer_id.to_bytes())
+        .await
+        .map_err(|e| NodeError::Engine(e.to_string()))?;
+    let proof_bytes =
+        malachitebft_app_channel::app::types::codec::Codec::encode(&BorshCodec, &proof)
+            .map_err(|e| NodeError::Engine(e.to_string()))?;
+    let identity = NetworkIdentity::new_validator(
+        config.moniker.clone(),
+        keypair,
+        me.to_string(),
+        proof_bytes,
+    );
+
+    // Client submissions and forwarded ticks: the HTTP server feeds the pools the proposer
+    // reads. The genesis' port, unless `--http` names one.
+    let http = match node.core.genesis().validators[opts.index].http_port {
+        Some(port) if opts.http.port() == 0 => std::net::SocketAddr::new(opts.http.ip(), port),
+        _ => opts.http,
+    };
+    let bound = ccron_node::api::serve(http, node.core.api_state())
+        .await
+        .map_err(|e| NodeError::Config(format!("HTTP listen on {http}: {e}")))?;
+    std::fs::write(
+        ccron_node::core::http_addr_path(&opts.home, opts.index),
+        bound.to_string(),
+    )
+    .map_err(|e| NodeError::Config(format!("http.addr: {e}")))?;
+    tracing::info!(%bound, "client endpoint");
+
+    let (mut channels, _engine) = malachitebft_app_channel::start_engine(
+        Ctx,
+        config,
+        WalContext::new(dir.join("wal"), BorshCodec),
+        NetworkContext::new(identity, BorshCodec),
+        ConsensusContext::new_validator(
+            me,
+            Box::new(Ed25519Verifier),
+            Box::new(node.signer().clone()),
+        ),
+        SyncContext::new(BorshCodec),
+        RequestContext::new(100),
+    )
+    .await
+    .map_err(|e| NodeError::Engine(e.to_string()))?;
+
+    // Ticks: ccron's TicksGenerator thread, one timer per component; at most one pending.
+    let (tick_tx, tick_rx) = crossbeam_channel::bounded(ccron::ticks::DEFAULT_CHANNEL_CAPACITY);
+    let generator = ccron::ticks::TicksGenerator::spawn(
+        ccron::ticks::SystemClock::new(),
+        ccron::ticks::DriverConfig { poll_period_ms: 50 },
+        tick_tx,
+    )
+    .map_err(|e| NodeError::Engine(format!("ticks thread: {e}")))?;
+    for (&component, &period) in node.core.tick_periods() {
+        generator.start(component, period);
+    }
+
+    let parent = std::os::unix::process::parent_id();
+    let mut watchdog = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            msg = channels.consensus.recv() => {
+                let Some(msg) = msg else {
+                    return Err(NodeError::Engine("consensus channel closed".into()));
+                };
+                while let Ok(t) = tick_rx.try_recv() {
+                    node.core.on_local_tick(t.component);
+                }
+                handle(&mut node, msg, &mut channels).await?;
+            }
+            _ = watchdog.tick() => {
+                while let Ok(t) = tick_rx.try_recv() {
+                    node.core.on_local_tick(t.component);
+                }
+                if std::os::unix::process::parent_id() != parent {
+                    tracing::info!("parent exited; node stops");
+                    node.core.snapshot();
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Answers one application message of the engine.
+async fn handle<A: Application>(
+    node: &mut State<A>,
+    msg: AppMsg<Ctx>,
+    channels: &mut Channels<Ctx>,
+) -> Result<(), NodeError> {
+    match msg {
+        AppMsg::ConsensusReady { reply } => {
+            // Wait for a quorum's worth of peers before starting: a first proposal made before
+            // they connect is lost. (Not all: a late or dead validator must not hold the others
+            // back; it catches up through sync.)
+            let want = node.core.validators().quorum().saturating_sub(1);
+            for _ in 0..100 {
+                match NetworkRequest::dump_state(&channels.net_requests).await {
+                    Ok(Some(dump)) if dump.peers.len() >= want => break,
+                    _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+            let start = node.start_height();
+            tracing::info!(%start, "consensus ready");
+            if reply.send((start, node.params())).is_err() {
+                return Err(NodeError::Engine("ConsensusReady reply dropped".into()));
+            }
+        }
+        AppMsg::StartedRound {
+            reply_value,
+            height,
+            round,
+            ..
+        } => {
+            let seen = node.started_round(height, round)?;
+            let _ = reply_value.send(seen);
+        }
+        AppMsg::GetValue {
+            height,
+            round,
+            reply,
+            ..
+        } => {
+            if let Some((value, part)) = node.propose(height, round)? {
+                if reply.send(value).is_err() {
+                    tracing::error!("GetValue reply dropped");
+                }
+                publish(channels, &part).await;
+            }
+        }
+        AppMsg::ExtendVote { reply, .. } => {
+            let _ = reply.send(Some(ClockSample {
+                time_ms: ccron_node::core::now_ms(),
+            }));
+        }
+        AppMsg::VerifyVoteExtensions {
+            extensions, reply, ..
+        } => {
+            let verdicts = extensions.into_iter().map(|(a, _)| (a, Ok(()))).collect();
+            let _ = reply.send(verdicts);
+        }
+        AppMsg::RestreamProposal { height, round, .. } => {
+            if let Some(part) = node.own_part(height, round).cloned() {
+                publish(channels, &part).await;
+            }
+        }
+        AppMsg::GetHistoryMinHeight { reply } => {
+            let _ = reply.send(Height::INITIAL);
+        }
+        AppMsg::ReceivedProposalPart { part, reply, .. } => {
+            let value = match &part.content {
+                StreamContent::Data(p) => node.received_part(p)?,
+                _ => None,
+            };
+            let _ = reply.send(value);
+        }
+        AppMsg::Decided {
+            certificate,
+            extensions,
+            reply,
+        } => {
+            let VoteExtensions { extensions } = extensions;
+            node.decided(certificate, extensions)?;
+            let _ = reply.send(());
+        }
+        AppMsg::Finalized {
+            certificate, reply, ..
+        } => {
+            let next = Height(certificate.height.0 + 1);
+            let _ = reply.send(Next::Start(next, node.params()));
+        }
+        AppMsg::GetDecidedValues { range, reply } => {
+            let _ = reply.send(node.decided_values(range));
+        }
+        AppMsg::ProcessSyncedValue {
+            height,
+            round,
+            proposer,
+            value_bytes,
+            reply,
+        } => {
+            let _ = reply.send(node.synced(height, round, proposer, &value_bytes));
+        }
+    }
+    Ok(())
+}
