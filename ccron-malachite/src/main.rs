@@ -36,7 +36,7 @@ fn ledger(name: &str) -> Result<Box<dyn Application>, String> {
 
 /// The localnet's load on `orders`: request k places order `order-k`, expiring 3 s after
 /// admission.
-fn order(number: u64) -> Vec<u8> {
+fn order(_client: ccron::host::ClientId, number: u64) -> Vec<u8> {
     let order = format!("order-{number}");
     ScheduledLedger::payload(&ScheduleRequest::Upsert(ScheduledLedger::expiry(
         &order, 3_000,

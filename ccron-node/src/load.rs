@@ -27,8 +27,9 @@ use sha2::{Digest, Sha256};
 use crate::core::http_addr_path;
 use crate::request::{ClientRequest, SignedRequest};
 
-/// The payload of request number k of the load client (the binary's, for its ledger).
-pub type LoadPayload = Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync>;
+/// The payload of request number k of the load client whose ledger id is the first argument
+/// (the binary's, for its ledger).
+pub type LoadPayload = Arc<dyn Fn(ccron::host::ClientId, u64) -> Vec<u8> + Send + Sync>;
 
 /// Load generator options.
 #[derive(Clone)]
@@ -264,12 +265,13 @@ fn read_addr(home: &Path, i: usize) -> Option<SocketAddr> {
 
 fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
     let key = client_key(opts.seed);
+    let client = crate::request::client_id(&key.verifying_key().to_bytes());
     let mut stats = LoadStats::default();
     let mut number = 0u64;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.interval);
         number += 1;
-        let request = signed_request(&key, number, (opts.payload)(number)).encode();
+        let request = signed_request(&key, number, (opts.payload)(client, number)).encode();
         stats.orders += 1;
         let mut admitted = false;
         for i in 0..opts.nodes {

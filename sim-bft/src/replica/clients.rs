@@ -412,7 +412,11 @@ mod tests {
     use super::*;
 
     fn exec(m: &mut ClientsManager, client: ClientId, req_seq: u64) {
-        m.settle(client, req_seq, Some((req_seq, req_seq.to_le_bytes().to_vec())));
+        m.settle(
+            client,
+            req_seq,
+            Some((req_seq, req_seq.to_le_bytes().to_vec())),
+        );
     }
 
     fn request(client: ClientId, req_seq: u64) -> SignedRequest {
@@ -485,7 +489,10 @@ mod tests {
         m.settle(7, 3, None);
         let left: Vec<u64> = m.pending_of(7).map(|r| r.request.req_seq).collect();
         assert_eq!(left, vec![1]);
-        assert_eq!(m.record(7).unwrap().reply(2).unwrap().result, 2u64.to_le_bytes());
+        assert_eq!(
+            m.record(7).unwrap().reply(2).unwrap().result,
+            2u64.to_le_bytes()
+        );
         assert!(m.record(7).unwrap().reply(3).is_none(), "no reply to cache");
         assert_eq!(m.pending_requests().count(), 1);
         m.remove(7, 1);
@@ -509,5 +516,4 @@ mod tests {
         assert!(rec.reply(40 - REPLY_CACHE as u64).is_none());
         m.check().unwrap();
     }
-
 }

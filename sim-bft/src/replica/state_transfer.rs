@@ -925,9 +925,9 @@ impl Replica {
                     .load(self.cfg.time_page)
                     .map_err(|e| e.to_string())?
                 {
-                    Some(b) => Some(
-                        codec::decode::<TimeRecord>(b, b.len()).map_err(|e| e.to_string())?,
-                    ),
+                    Some(b) => {
+                        Some(codec::decode::<TimeRecord>(b, b.len()).map_err(|e| e.to_string())?)
+                    }
                     None => None,
                 };
                 if time.map(|t| t.agreed_time_ms) != self.host.last_agreed_ms() {
