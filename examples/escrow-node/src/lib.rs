@@ -218,7 +218,7 @@ pub fn demo_request(client: ClientId, k: u64) -> Vec<u8> {
     let id = format!("h{}", if k % 2 == 1 { k } else { k.saturating_sub(1) });
     if k % 2 == 1 {
         format!("hold {id} {k}").into_bytes()
-    } else if k % 4 == 0 {
+    } else if k.is_multiple_of(4) {
         format!("confirm {id}").into_bytes()
     } else {
         refund_request(client, &id)

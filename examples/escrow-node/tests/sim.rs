@@ -54,7 +54,7 @@ fn the_escrow_ledger_runs_on_the_simulated_cluster() {
         .filter(|f| f.replica == 0 && f.position == REFUNDS)
         .count();
     assert!(refunds > 0);
-    assert!(outbox0.is_some_and(|n| n as usize <= refunds && n > 0));
+    assert!(outbox0.is_some_and(|n| n <= refunds && n > 0));
     // Settlements on the 10-second grid of London wall time (= UTC seconds across the change).
     for f in out.events.fires.iter().filter(|f| f.position == SETTLE) {
         let due = f.due_ms.unwrap();
