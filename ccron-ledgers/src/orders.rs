@@ -344,6 +344,22 @@ impl Application for ScheduledLedger {
     fn take_fire_notes(&mut self, out: &mut Vec<ccron::host::FireNote>) {
         self.inner.take_fire_notes(out);
     }
+
+    fn page_ranges(&self) -> Vec<ccron::PageRange> {
+        self.inner.page_ranges()
+    }
+
+    fn tick_components(&self) -> Vec<u32> {
+        self.inner.tick_components()
+    }
+
+    fn setup_digest(&self) -> Option<Digest32> {
+        self.inner.setup_digest()
+    }
+
+    fn outbox(&self) -> Option<&ccron::outbox::Outbox> {
+        self.inner.outbox()
+    }
 }
 
 #[cfg(test)]

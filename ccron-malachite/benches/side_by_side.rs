@@ -22,8 +22,8 @@
 use std::time::{Duration, Instant};
 
 use ccron::Due;
-use ccron_malachite::app::DEMO_TICK_PERIOD_MS;
-use ccron_malachite::localnet::{Lateness, LocalnetOptions, peak_rss_kb, run_localnet};
+use ccron_node::ledger::DEFAULT_TICK_PERIOD_MS as DEMO_TICK_PERIOD_MS;
+use ccron_node::localnet::{Lateness, LedgerInit, LocalnetOptions, peak_rss_kb, run_localnet};
 use sim_bft::ledgers::demo::{DemoTables, demo_ledger};
 use sim_bft::replica::{Replica, ReplicaConfig};
 use sim_bft::runtime::{RuntimeConfig, ThreadedCluster, wall_clock_ms};
@@ -116,10 +116,23 @@ fn sim_bft_side(duration: Duration) -> Side {
 }
 
 fn malachite_side(duration: Duration) -> Side {
+    let tables = DemoTables::default();
     let opts = LocalnetOptions {
         nodes: NODES as usize,
         duration,
-        ledger: "demo".into(),
+        ledger: LedgerInit {
+            name: "demo".into(),
+            tick_periods: tables
+                .components()
+                .into_iter()
+                .map(|c| (c, DEMO_TICK_PERIOD_MS))
+                .collect(),
+            pages: ccron_node::ledger::DEFAULT_PAGES,
+            setup_digest: None,
+            has_outbox: false,
+        },
+        load: None,
+        engine: ccron_malachite::ENGINE.into(),
         late_join: false,
         lying_time: false,
         omit_ticks: false,

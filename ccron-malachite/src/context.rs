@@ -6,13 +6,13 @@ use std::fmt;
 
 use borsh::{BorshDeserialize, BorshSerialize};
 use bytes::Bytes;
-use ed25519_dalek::{Signer as _, SigningKey, Verifier as _, VerifyingKey};
+pub use ccron_node::crypto::verify_raw;
+pub use ccron_node::types::{Block, CarriedSample, Hash32, PubKey, Sig, TickTx};
 use malachitebft_core_types::{
     self as mct, NilOrVal, Round, SignedExtension, SignedMessage, SigningScheme, ValidatorProof,
     VoteExtensionScope, VoteType,
 };
 use malachitebft_signing::{Error as SignError, VerificationResult};
-use sha2::{Digest, Sha256};
 
 /// A block height (`last_executed_seq` in the report).
 #[derive(
@@ -70,28 +70,15 @@ impl fmt::Display for Address {
 
 impl mct::Address for Address {}
 
-/// A 32-byte hash (value ids, digests).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    BorshSerialize,
-    BorshDeserialize,
-)]
-pub struct Hash32(pub [u8; 32]);
+impl From<ccron_node::Address> for Address {
+    fn from(a: ccron_node::Address) -> Self {
+        Address(a.0)
+    }
+}
 
-impl fmt::Display for Hash32 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in &self.0[..8] {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+impl From<Address> for ccron_node::Address {
+    fn from(a: Address) -> Self {
+        ccron_node::Address(a.0)
     }
 }
 
@@ -108,139 +95,17 @@ impl mct::Extension for ClockSample {
     }
 }
 
-/// A sample of height h-1 as carried in the block of height h: enough to re-verify its signature
-/// (the scope's height, round and value id are those of block h-1's commit).
+/// The value consensus decides: the node's [`Block`] (borsh-encoded as the block itself).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
-pub struct CarriedSample {
-    /// The validator that signed the sample.
-    pub validator: Address,
-    /// Its clock.
-    pub time_ms: i64,
-    /// Its signature over the vote-extension scope and the sample.
-    pub signature: Sig,
-}
+pub struct Value(pub Block);
 
-/// A tick transaction: a validator's request to evaluate one component's cron table.
-///
-/// Signed with the submitter's validator key over [`TickTx::signing_bytes`] (domain
-/// `ccron-malachite/tick/v1`, the component, the submitter, the number), so any node can forward
-/// it and any proposer can carry it; the number increases per (submitter, component), and a
-/// block may not carry a number a decided block already carried (`ccron::host::TickPool`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
-pub struct TickTx {
-    /// The component (cron table) to tick.
-    pub component: u32,
-    /// The validator that submitted it (only validators may submit ticks).
-    pub submitter: Address,
-    /// The submitter's tick number (increasing per submitter and component).
-    pub number: u64,
-    /// The submitter's signature over [`TickTx::signing_bytes`].
-    pub signature: Sig,
-}
-
-/// The largest encoded tick transaction accepted from the network (4 + 32 + 8 + 64 bytes).
-pub const MAX_TICK_BYTES: usize = 108;
-
-impl TickTx {
-    /// The bytes a submitter signs.
-    pub fn signing_bytes(component: u32, submitter: &Address, number: u64) -> Vec<u8> {
-        let mut b = b"ccron-malachite/tick/v1".to_vec();
-        b.extend_from_slice(&component.to_le_bytes());
-        b.extend_from_slice(&submitter.0);
-        b.extend_from_slice(&number.to_le_bytes());
-        b
-    }
-
-    /// Tick `number` of `component`, signed by `signer` (the submitter).
-    pub fn sign(component: u32, number: u64, signer: &Ed25519Signer) -> Self {
-        let submitter = Address(signer.public_key());
-        let signature = signer.sign_raw(&Self::signing_bytes(component, &submitter, number));
-        TickTx {
-            component,
-            submitter,
-            number,
-            signature,
-        }
-    }
-
-    /// Whether the signature is the submitter's.
-    pub fn verify(&self) -> bool {
-        verify_raw(
-            &PubKey(self.submitter.0),
-            &Self::signing_bytes(self.component, &self.submitter, self.number),
-            &self.signature,
-        )
-    }
-
-    /// Its encoding (borsh).
-    pub fn encode(&self) -> Vec<u8> {
-        borsh::to_vec(self).unwrap_or_default()
-    }
-
-    /// Decodes a tick transaction, refusing more than [`MAX_TICK_BYTES`].
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() > MAX_TICK_BYTES {
-            return None;
-        }
-        borsh::from_slice(bytes).ok()
-    }
-}
-
-/// The value consensus decides: one block.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
-pub struct Block {
-    /// Its height.
-    pub height: u64,
-    /// The round of block h-1's commit (scope of the carried samples); 0 at height 1.
-    pub prev_round: u32,
-    /// The value id of block h-1 (scope of the carried samples); zero at height 1.
-    pub prev_id: Hash32,
-    /// The signed clock samples of height h-1.
-    pub samples: Vec<CarriedSample>,
-    /// The agreed time the proposer claims: must equal the rule's result.
-    pub agreed_time_ms: i64,
-    /// Tick transactions, at most one per (component, submitter).
-    pub ticks: Vec<TickTx>,
-    /// Client requests, in execution order (bounded: [`crate::request::MAX_BLOCK_REQUESTS`],
-    /// [`crate::request::MAX_BLOCK_REQUEST_BYTES`]).
-    pub requests: Vec<crate::request::SignedRequest>,
-}
-
-impl Block {
-    /// Its canonical encoding.
-    pub fn encode(&self) -> Vec<u8> {
-        borsh::to_vec(self).unwrap_or_default()
-    }
-
-    /// Decodes a block, with a byte limit.
-    pub fn decode(bytes: &[u8]) -> Option<Block> {
-        if bytes.len() > MAX_BLOCK_BYTES {
-            return None;
-        }
-        borsh::from_slice(bytes).ok()
-    }
-}
-
-/// The largest block accepted from the network or the store.
-pub const MAX_BLOCK_BYTES: usize = 256 * 1024;
-
-impl mct::Value for Block {
+impl mct::Value for Value {
     type Id = Hash32;
 
     fn id(&self) -> Hash32 {
-        Hash32(Sha256::digest(self.encode()).into())
+        self.0.id()
     }
 }
-
-/// An ed25519 signature.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, BorshSerialize, BorshDeserialize,
-)]
-pub struct Sig(pub [u8; 64]);
-
-/// An ed25519 public key (raw bytes; validated when used).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
-pub struct PubKey(pub [u8; 32]);
 
 /// The signing scheme: ed25519 (ed25519-dalek).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -436,7 +301,7 @@ pub struct Proposal {
     /// Round.
     pub round: Round,
     /// The proposed block.
-    pub value: Block,
+    pub value: Value,
     /// The proof-of-lock round.
     pub pol_round: Round,
     /// The proposer.
@@ -452,11 +317,11 @@ impl mct::Proposal<Ctx> for Proposal {
         self.round
     }
 
-    fn value(&self) -> &Block {
+    fn value(&self) -> &Value {
         &self.value
     }
 
-    fn take_value(self) -> Block {
+    fn take_value(self) -> Value {
         self.value
     }
 
@@ -501,8 +366,14 @@ impl ProposalPart {
         let _ = round.serialize(&mut out);
         let _ = valid_round.serialize(&mut out);
         let _ = proposer.serialize(&mut out);
-        out.extend_from_slice(&mct::Value::id(block).0);
+        out.extend_from_slice(&block.id().0);
         out
+    }
+}
+
+impl ccron_node::Part for ProposalPart {
+    fn height(&self) -> u64 {
+        self.height.0
     }
 }
 
@@ -528,7 +399,7 @@ impl mct::Context for Ctx {
     type Validator = Validator;
     type ValidatorSet = ValidatorSet;
     type Timeouts = mct::LinearTimeouts;
-    type Value = Block;
+    type Value = Value;
     type Vote = Vote;
     type Extension = ClockSample;
     type SigningScheme = Ed25519;
@@ -546,7 +417,7 @@ impl mct::Context for Ctx {
         &self,
         height: Height,
         round: Round,
-        value: Block,
+        value: Value,
         pol_round: Round,
         address: Address,
     ) -> Proposal {
@@ -619,38 +490,24 @@ pub fn extension_signing_bytes(scope: &VoteExtensionScope<Ctx>, sample: &ClockSa
     out
 }
 
-/// Verifies an ed25519 signature; false for a malformed key.
-pub fn verify_raw(public_key: &PubKey, bytes: &[u8], signature: &Sig) -> bool {
-    match VerifyingKey::from_bytes(&public_key.0) {
-        Ok(key) => key
-            .verify(bytes, &ed25519_dalek::Signature::from_bytes(&signature.0))
-            .is_ok(),
-        Err(_) => false,
-    }
-}
-
-/// The validator's signer (and a verifier for everyone's signatures).
-#[derive(Clone)]
-pub struct Ed25519Signer {
-    key: SigningKey,
-}
+/// The validator's signer (the node's, [`ccron_node::crypto::Signer`]) as the engine's.
+#[derive(Clone, Debug)]
+pub struct Ed25519Signer(pub ccron_node::crypto::Signer);
 
 impl Ed25519Signer {
     /// From a 32-byte secret.
     pub fn new(secret: [u8; 32]) -> Self {
-        Ed25519Signer {
-            key: SigningKey::from_bytes(&secret),
-        }
+        Ed25519Signer(ccron_node::crypto::Signer::new(secret))
     }
 
     /// The public key.
     pub fn public_key(&self) -> [u8; 32] {
-        self.key.verifying_key().to_bytes()
+        self.0.public_key()
     }
 
     /// Signs raw bytes.
     pub fn sign_raw(&self, bytes: &[u8]) -> Sig {
-        Sig(self.key.sign(bytes).to_bytes())
+        self.0.sign_raw(bytes)
     }
 }
 
@@ -693,7 +550,7 @@ fn proposal_signing_bytes(p: &Proposal) -> Vec<u8> {
     let mut out = b"ccron-proposal".to_vec();
     let _ = p.height.serialize(&mut out);
     let _ = p.round.serialize(&mut out);
-    out.extend_from_slice(&mct::Value::id(&p.value).0);
+    out.extend_from_slice(&p.value.0.id().0);
     let _ = p.pol_round.serialize(&mut out);
     let _ = p.proposer.serialize(&mut out);
     out

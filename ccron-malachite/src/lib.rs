@@ -1,35 +1,61 @@
 //! ccron on a real BFT engine: an adapter to Malachite (the Rust Tendermint, `arc-malachitebft-*`
-//! pinned `=0.8.2`).
+//! pinned `=0.8.2`). Everything engine-free (requests, mempool, results, HTTP API, block log,
+//! snapshots, status, tick forwarding, localnet) is `ccron-node`'s; this crate is the engine's
+//! context and its loop:
 //!
 //! - [`context`]: the engine's [`Context`](malachitebft_core_types::Context): heights, ed25519
-//!   keys, blocks, votes with signed clock samples as vote extensions, proposal parts, one borsh
-//!   codec for network, WAL and sync.
-//! - [`app`]: the pure application side: [`app::LedgerHost`] (decided blocks through
-//!   `ccron::host::BlockHost` on `ccron-ledgers`' `demo` or `orders` ledger), the agreed time by
-//!   `ccron::host::TimeRule`, and the block-validity rule every validator re-checks.
-//! - [`request`]: signed client requests (format, bounds, signature); [`mempool`]: a node's
-//!   bounded pool of them; [`api`]: the node's HTTP server (`POST /v1/requests`, `POST
-//!   /v1/ticks`, `GET /v1/requests/{client}/{number}`) as one axum router; [`results`]: the
-//!   bounded record of executed requests' results it serves; [`load`]: the localnet's order
-//!   load generator (it reads the results back).
-//! - [`store`]: the durable decided-block store (append-only, checksummed, fsync'ed; an offset
-//!   index in memory, blocks read on demand).
-//! - [`snapshot`]: durable, checksummed snapshots of the node's state every K heights; a restart
-//!   restores the newest valid one and re-executes only the blocks above it.
-//! - [`node`]: one validator process (engine + app loop + ccron's TicksGenerator thread).
-//! - [`records`]: the node's JSON records on disk: the genesis and `status.json`.
-//! - [`localnet`]: N processes on 127.0.0.1 with kill/restart, late join, a lying proposer, and a
-//!   JSON report.
+//!   keys, the node's block as the value, votes with signed clock samples as vote extensions,
+//!   proposal parts, one borsh codec for network, WAL and sync; [`commit`]: the commit record the
+//!   node stores with each block.
+//! - [`state`]: the adapter's state (the node's [`ccron_node::NodeCore`], proposal parts), one
+//!   method per engine request; [`stream`]: publishing parts.
+//! - [`node`]: one validator process: engine configuration and start, the app-message loop.
+//! - [`cli`]: a node binary for any ledger in one call.
 
-pub mod api;
-pub mod app;
+pub mod commit;
 pub mod context;
-pub mod load;
-pub mod localnet;
-pub mod mempool;
 pub mod node;
-pub mod records;
-pub mod request;
-pub mod results;
-pub mod snapshot;
-pub mod store;
+pub mod state;
+pub mod stream;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use ccron::host::Application;
+pub use ccron_node::LedgerSpec;
+use ccron_node::cli::NodeBinary;
+
+/// The engine's name in reports.
+pub const ENGINE: &str = "malachite 0.8.2";
+
+/// A node binary running `ledger` on Malachite: `init`, `node` and `localnet` subcommands
+/// (`ccron_node::cli`). The whole `main` of a team's own binary:
+///
+/// ```ignore
+/// fn main() -> std::process::ExitCode {
+///     ccron_malachite::cli(|_spec| my_ledger())
+/// }
+/// ```
+///
+/// `ledger` must build the same application on every node and at every start (tables,
+/// handlers, configuration); the genesis records its setup digest and a node whose build
+/// differs refuses to start.
+pub fn cli<A: Application>(ledger: impl Fn(&LedgerSpec) -> A + Send + Sync + 'static) -> ExitCode {
+    binary(move |spec| Ok(ledger(spec))).main()
+}
+
+/// The [`NodeBinary`] behind [`cli`], for binaries with several named ledgers (`factory` gets
+/// the genesis' ledger name) or a localnet load ([`NodeBinary::load`]).
+pub fn binary<A: Application>(
+    factory: impl Fn(&LedgerSpec) -> Result<A, String> + Send + Sync + 'static,
+) -> NodeBinary<A> {
+    let name = std::env::args()
+        .next()
+        .and_then(|p| {
+            std::path::Path::new(&p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "node".into());
+    NodeBinary::new(&name, ENGINE, Arc::new(node::run), factory)
+}

@@ -2,34 +2,38 @@
 //! (4 PBFT replicas in the deterministic simulator, robust agreed time, ticks every 200 ms from
 //! every replica) is recorded batch by batch — seq, agreed time, the ordered ticks with their
 //! senders, the fires, and replica 0's application digest and cron pages after the batch — and
-//! exactly that sequence is fed to the adapter's own execution path, `app::LedgerHost::execute`
-//! on adapter `Block`s (the call a Malachite node makes on a decided value), not to
-//! `ccron::host::replay`. The fires of every batch, the application digest and the cron pages
-//! must be those the sim-bft replica had.
+//! exactly that sequence is fed to the node's own execution path,
+//! `ccron_node::LedgerHost::execute` on node `Block`s (the call a Malachite node makes on a
+//! decided value), not to `ccron::host::replay`. The fires of every batch, the application
+//! digest, the cron pages and the kernel's replicated bookkeeping (exactly-once table, tick gate,
+//! counters) must be those the sim-bft replica had.
 //!
 //! How the sequence is recorded: a harness wraps sim-bft's `ClusterHarness`; its nodes see every
 //! message a replica sends (the primary's pre-prepares carry the batches, kept by digest) and
 //! every `Executed` output of replica 0, which names its batch by digest. A batch's ticks are
-//! the tick requests that reach the replica's tick gate (not already executed, from a replica's
-//! internal client); they are checked against the components the replica itself reports.
+//! its tick requests with their numbers (the kernel skips replays on both engines); the ones
+//! above the replay floor are checked against the components the replica itself reports.
 //!
 //! The demo run has no clients (ticks only). The `orders` run has two sim-bft clients whose puts
 //! place orders that expire 2 s later: their requests are replayed as the adapter's signed
 //! requests (number = sim-bft's request number, one ed25519 key per client) through
-//! `LedgerHost::execute_with_clients`, which runs the adapter's own request path (exactly once
-//! per `(client, number)`, then `Tx::Request`) under sim-bft's client ids (the orders ledger
-//! records each order's owner, and the adapter otherwise derives the id from the key).
+//! `LedgerHost::execute_with_clients`, which runs the node's own request path (the kernel's
+//! exactly-once per `(client, number)`) under sim-bft's client ids (the orders ledger records
+//! each order's owner, and the node otherwise derives the id from the key).
+//!
+//! A third recording runs a ledger defined here, outside the project's crates (a user's own
+//! ledger type, with a cron entry, a periodic count and client requests), through both engines.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use ccron::Due;
-use ccron::host::FireNote;
-use ccron_ledgers::orders::SchedAppConfig;
-use ccron_malachite::app::{DEMO_TICK_PERIOD_MS, LedgerHost};
-use ccron_malachite::context::{Block, Hash32, Sig, TickTx, ValidatorSet};
-use ccron_malachite::request::{ClientRequest, SignedRequest};
+use ccron::host::{Application, ExecutedRequests, FireNote, HostCounters};
+use ccron_ledgers::orders::{SchedAppConfig, ScheduledLedger};
+use ccron_node::ledger::{DEFAULT_TICK_PERIOD_MS, LedgerHost, LedgerSetup};
+use ccron_node::request::{ClientRequest, SignedRequest};
+use ccron_node::types::{Block, Hash32, Sig, TickTx, Validators};
 use ed25519_dalek::SigningKey;
 use sim_bft::crypto::internal_client_owner;
 use sim_bft::ledgers::demo::DemoTables;
@@ -47,12 +51,16 @@ const RUN_MS: u64 = 30_000;
 const LIMIT: usize = 1 << 24;
 
 /// Replica 0's state right after a batch: application digest, cron pages (without the
-/// replica's own agreed-time page), last agreed time.
+/// replica's own agreed-time page), last agreed time, and the kernel's exactly-once table,
+/// tick replay floor and counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Checkpoint {
     app_digest: [u8; 32],
     pages: Vec<(u32, Vec<u8>)>,
     agreed_ms: Option<Millis>,
+    requests: ExecutedRequests,
+    floor: Vec<(u32, u32, u64)>,
+    counters: HostCounters,
 }
 
 /// One executed batch as recorded.
@@ -60,8 +68,8 @@ struct Checkpoint {
 struct RecordedBatch {
     seq: u64,
     agreed_time_ms: Option<Millis>,
-    /// `(component, sender replica)` in batch order.
-    ticks: Vec<(u32, u32)>,
+    /// `(component, sender replica, tick number)` in batch order.
+    ticks: Vec<(u32, u32, u64)>,
     /// `(client, request number, payload)` of user requests in batch order.
     requests: Vec<(u64, u64, Vec<u8>)>,
     fires: Vec<FireNote>,
@@ -95,7 +103,9 @@ impl Recorder {
 
     /// The recorded sequence: each executed batch resolved to its content.
     fn sequence(&self) -> Vec<RecordedBatch> {
-        let mut done: BTreeSet<(u64, u64)> = BTreeSet::new();
+        // The replay floor per (component, sender): ticks at or below it are skipped by the
+        // kernel on both engines, and the replica does not report them.
+        let mut floor: BTreeMap<(u32, u32), u64> = BTreeMap::new();
         let mut out = Vec::new();
         for (e, checkpoint) in &self.executed {
             let batch = self
@@ -103,12 +113,10 @@ impl Recorder {
                 .get(&e.batch_digest)
                 .unwrap_or_else(|| panic!("seq {}: batch not seen on the network", e.seq));
             let mut ticks = Vec::new();
+            let mut reported = Vec::new();
             let mut requests = Vec::new();
             for r in &batch.requests {
                 let (client, req_seq) = (r.request.client, r.request.req_seq);
-                if !done.insert((client, req_seq)) {
-                    continue; // executed before: the replica skips it
-                }
                 match r.request.kind {
                     RequestKind::Tick => {
                         let component = <[u8; 4]>::try_from(r.request.payload.as_slice())
@@ -116,7 +124,12 @@ impl Recorder {
                             .map(u32::from_le_bytes);
                         let sender = internal_client_owner(client).filter(|s| *s < N);
                         if let (Some(c), Some(s)) = (component, sender) {
-                            ticks.push((c, s));
+                            ticks.push((c, s, req_seq));
+                            let last = floor.entry((c, s)).or_insert(0);
+                            if req_seq > *last {
+                                *last = req_seq;
+                                reported.push(c);
+                            }
                         }
                     }
                     RequestKind::Write => {
@@ -126,9 +139,8 @@ impl Recorder {
                     }
                 }
             }
-            let components: Vec<u32> = ticks.iter().map(|t| t.0).collect();
             assert_eq!(
-                components, e.ticks,
+                reported, e.ticks,
                 "seq {}: recorded ticks differ from the replica's",
                 e.seq
             );
@@ -181,6 +193,9 @@ impl Node for RecNode {
                     .filter(|(id, _)| *id != time_page)
                     .collect(),
                 agreed_ms: r.last_agreed_time_ms(),
+                requests: r.host().requests().clone(),
+                floor: r.host().gate().floor_entries().collect(),
+                counters: r.host().counters().clone(),
             };
             if let Some(last) = rec.executed.last_mut() {
                 last.1 = Some(cp);
@@ -258,7 +273,7 @@ fn record(seed: u64) -> Vec<RecordedBatch> {
         seed,
         replicas: N,
         ledger: LedgerKind::Demo,
-        tick_period_ms: DEMO_TICK_PERIOD_MS,
+        tick_period_ms: DEFAULT_TICK_PERIOD_MS,
         components: tables.components(),
         rotate_ticks: false,
         clients: 0,
@@ -285,7 +300,7 @@ fn record_orders(seed: u64) -> Vec<RecordedBatch> {
         seed,
         replicas: N,
         ledger: LedgerKind::Orders,
-        tick_period_ms: DEMO_TICK_PERIOD_MS,
+        tick_period_ms: DEFAULT_TICK_PERIOD_MS,
         components: vec![sim_orders_config().component],
         rotate_ticks: false,
         clients: 2,
@@ -298,7 +313,15 @@ fn record_orders(seed: u64) -> Vec<RecordedBatch> {
 }
 
 fn record_with(cfg: SimConfig) -> Vec<RecordedBatch> {
-    let inner = ClusterHarness::new(&cfg);
+    record_harness(cfg, ClusterHarness::new)
+}
+
+/// Records a run of `cfg` on the cluster harness `make` builds (e.g. with a user's own ledger).
+fn record_harness(
+    cfg: SimConfig,
+    make: impl FnOnce(&SimConfig) -> ClusterHarness,
+) -> Vec<RecordedBatch> {
+    let inner = make(&cfg);
     inner.validate().expect("harness");
     let rec = Rc::new(RefCell::new(Recorder::default()));
     let harness = RecHarness {
@@ -313,11 +336,11 @@ fn record_with(cfg: SimConfig) -> Vec<RecordedBatch> {
 
 /// Four validators; sim-bft replica `i` is the validator at index `i` of the address-ordered
 /// set (the sender index `ccron::host` sees on both engines).
-fn validators() -> ValidatorSet {
+fn validators() -> Validators {
     let keys: Vec<[u8; 32]> = (0..N as u8)
         .map(|i| [i.wrapping_mul(37) ^ 0x5a; 32])
         .collect();
-    ValidatorSet::new(&keys)
+    Validators::new(&keys)
 }
 
 /// The ed25519 key the replay signs sim-bft client `client`'s requests with.
@@ -334,10 +357,10 @@ fn sim_client(r: &SignedRequest) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// The recorded batch as the adapter's block (no samples: execution does not read them; the
-/// block validity rule is checked where blocks are proposed). Client requests become signed
-/// adapter requests with sim-bft's request numbers.
-fn adapter_block(b: &RecordedBatch, vs: &ValidatorSet) -> Block {
+/// The recorded batch as the node's block (no samples: execution does not read them; the block
+/// validity rule is checked where blocks are proposed). Ticks keep sim-bft's numbers; client
+/// requests become signed node requests with sim-bft's request numbers.
+fn adapter_block(b: &RecordedBatch, vs: &Validators) -> Block {
     Block {
         height: b.seq,
         prev_round: 0,
@@ -347,12 +370,12 @@ fn adapter_block(b: &RecordedBatch, vs: &ValidatorSet) -> Block {
         ticks: b
             .ticks
             .iter()
-            .map(|&(component, sender)| TickTx {
+            .map(|&(component, sender, number)| TickTx {
                 component,
-                submitter: vs.validators[sender as usize].address,
-                // Execution reads neither: numbers and signatures are checked where blocks are
-                // proposed (`validate_block`, `validate_ticks`).
-                number: b.seq,
+                submitter: *vs.get(sender as usize).expect("a validator"),
+                number,
+                // Execution does not read it: signatures are checked where blocks are proposed
+                // (`validate_block`).
                 signature: Sig([0; 64]),
             })
             .collect(),
@@ -382,15 +405,38 @@ struct Compared {
     requests: usize,
 }
 
-/// Feeds `seq` to a fresh adapter host and compares batch by batch; the first difference is the
-/// error.
+/// The node's ledger setup for these runs: `N` validators, `components` ticking at the sim-bft
+/// runs' period, sim-bft's default pages.
+fn setup(components: &[u32]) -> LedgerSetup {
+    LedgerSetup {
+        validators: N,
+        tick_periods: components
+            .iter()
+            .map(|&c| (c, DEFAULT_TICK_PERIOD_MS))
+            .collect(),
+        pages: ccron_node::ledger::DEFAULT_PAGES,
+    }
+}
+
+/// Feeds `seq` to a fresh node host of the demo ledger and compares batch by batch; the first
+/// difference is the error.
 fn feed_adapter(seq: &[RecordedBatch]) -> Result<Compared, String> {
-    let host = LedgerHost::new("demo", N).map_err(|e| format!("host: {e}"))?;
-    feed(host, seq)
+    let tables = DemoTables::default();
+    let app = sim_bft::ledgers::demo::demo_ledger(&tables).map_err(|e| format!("host: {e}"))?;
+    feed(LedgerHost::new(app, &setup(&tables.components())), seq)
+}
+
+/// A fresh node host of the orders ledger.
+fn orders_host() -> LedgerHost<ScheduledLedger> {
+    let cfg = sim_orders_config();
+    LedgerHost::new(ScheduledLedger::new(cfg), &setup(&[cfg.component]))
 }
 
 /// Feeds `seq` to `host` and compares batch by batch.
-fn feed(mut host: LedgerHost, seq: &[RecordedBatch]) -> Result<Compared, String> {
+fn feed<A: Application>(
+    mut host: LedgerHost<A>,
+    seq: &[RecordedBatch],
+) -> Result<Compared, String> {
     let vs = validators();
     let mut c = Compared {
         batches: 0,
@@ -418,11 +464,20 @@ fn feed(mut host: LedgerHost, seq: &[RecordedBatch]) -> Result<Compared, String>
             if host.app_digest() != cp.app_digest {
                 return Err(format!("seq {}: application digests differ", b.seq));
             }
-            if host.pages().snapshot() != cp.pages {
+            if host.host().pages().snapshot() != cp.pages {
                 return Err(format!("seq {}: cron pages differ", b.seq));
             }
             if Some(block.agreed_time_ms) != cp.agreed_ms {
                 return Err(format!("seq {}: agreed times differ", b.seq));
+            }
+            if host.host().requests() != &cp.requests {
+                return Err(format!("seq {}: exactly-once tables differ", b.seq));
+            }
+            if host.host().gate().floor_entries().collect::<Vec<_>>() != cp.floor {
+                return Err(format!("seq {}: tick replay floors differ", b.seq));
+            }
+            if host.host().counters() != &cp.counters {
+                return Err(format!("seq {}: counters differ", b.seq));
             }
             c.checkpoints += 1;
         }
@@ -488,8 +543,7 @@ fn a_perturbed_recording_is_caught() {
 #[test]
 fn a_recorded_sim_bft_run_with_client_requests_runs_alike_on_the_adapter() {
     let seq = record_orders(7);
-    let host = LedgerHost::orders(sim_orders_config(), N);
-    let c = feed(host, &seq).unwrap_or_else(|e| panic!("{e}"));
+    let c = feed(orders_host(), &seq).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("compared: {c:?}");
     assert!(c.requests >= 20, "{c:?}");
     assert!(c.fires >= 10, "orders expired: {c:?}");
@@ -501,7 +555,125 @@ fn a_recorded_sim_bft_run_with_client_requests_runs_alike_on_the_adapter() {
         .expect("a batch with requests");
     let mut dropped = seq.clone();
     dropped[k].requests.clear();
-    let err = feed(LedgerHost::orders(sim_orders_config(), N), &dropped)
-        .expect_err("dropped requests must show");
+    let err = feed(orders_host(), &dropped).expect_err("dropped requests must show");
     assert!(!err.is_empty());
+}
+
+/// A ledger of a user's own, defined here (outside the project's crates): it counts its
+/// clients' requests and their bytes, and its cron table adds a beat every 3 s and a chime every
+/// 7 s of agreed time.
+mod user_ledger {
+    use ccron::host::{AppError, Application, ClientId, CronLedger, Digest32, ExecContext};
+    use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
+    use sha2::{Digest, Sha256};
+
+    /// The component its ticks evaluate.
+    pub const COMPONENT: u32 = 5;
+
+    /// The ledger's own state.
+    #[derive(Debug, Default, Clone, PartialEq, Eq)]
+    pub struct Tally {
+        requests: u64,
+        bytes: u64,
+        beats: u64,
+        chimes: u64,
+    }
+
+    impl Application for Tally {
+        fn execute(&mut self, _ctx: ExecContext, _client: ClientId, payload: &[u8]) -> Vec<u8> {
+            self.requests += 1;
+            self.bytes += payload.len() as u64;
+            format!("ok {}", self.requests).into_bytes()
+        }
+        fn digest(&self) -> Digest32 {
+            Sha256::digest(self.snapshot()).into()
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            [self.requests, self.bytes, self.beats, self.chimes]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect()
+        }
+        fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+            let v: Vec<u64> = snapshot
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .collect();
+            let [requests, bytes, beats, chimes] = v[..] else {
+                return Err(AppError::BadSnapshot("tally: 32 bytes".into()));
+            };
+            *self = Tally {
+                requests,
+                bytes,
+                beats,
+                chimes,
+            };
+            Ok(())
+        }
+    }
+
+    /// The same tables on every replica and node, at every boot.
+    pub fn ledger() -> CronLedger<Tally> {
+        let mut pages = PageAllocator::new(1, 63); // page 0: sim-bft's agreed time
+        let mut table = CronTable::with_persistence(COMPONENT, pages.allocate(2).unwrap(), 8);
+        table
+            .add(CronEntry::<Tally>::periodic(
+                0,
+                Periodic::every_ms(3_000).unwrap(),
+                |c| {
+                    c.state.beats += 1;
+                },
+            ))
+            .unwrap();
+        table
+            .add(CronEntry::<Tally>::periodic(
+                1,
+                Periodic::every_ms(7_000).unwrap(),
+                |c| {
+                    c.state.chimes += 1;
+                },
+            ))
+            .unwrap();
+        let mut registry = CronTableRegistry::new();
+        registry.register(table).unwrap();
+        CronLedger::new(Tally::default(), registry)
+    }
+}
+
+/// A user-defined ledger through both engines: the same recorded sim-bft run (4 PBFT replicas,
+/// two clients, ticks every 200 ms) and the node's execution path give the same fires after
+/// every block and the same application digest, pages and kernel bookkeeping wherever replica
+/// 0's state was observed.
+#[test]
+fn a_ledger_defined_outside_the_project_runs_alike_on_both_engines() {
+    let cfg = SimConfig {
+        seed: 11,
+        replicas: N,
+        tick_period_ms: DEFAULT_TICK_PERIOD_MS,
+        components: vec![user_ledger::COMPONENT],
+        rotate_ticks: false,
+        clients: 2,
+        request_interval_ms: 500,
+        duration_ms: RUN_MS,
+        node_check_every: 0,
+        ..SimConfig::default()
+    };
+    let seq = record_harness(cfg, |c| {
+        ClusterHarness::new(c).with_app(|_| Box::new(user_ledger::ledger()))
+    });
+    let host = LedgerHost::new(user_ledger::ledger(), &setup(&[user_ledger::COMPONENT]));
+    let c = feed(host, &seq).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("compared: {c:?}");
+    assert!(c.requests >= 20, "{c:?}");
+    assert!(c.fires >= 10, "beats and chimes: {c:?}");
+    assert!(c.checkpoints * 4 >= c.batches * 3, "{c:?}");
+    // Perturbed: one agreed time moved just before a due instant, and the node no longer
+    // matches.
+    let k = (1..seq.len())
+        .find(|&k| !seq[k].fires.is_empty())
+        .expect("a fire batch");
+    let mut moved = seq.clone();
+    moved[k].ticks.clear();
+    let host = LedgerHost::new(user_ledger::ledger(), &setup(&[user_ledger::COMPONENT]));
+    assert!(feed(host, &moved).is_err());
 }

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 
-use ccron_malachite::localnet::Report;
-use ccron_malachite::node::NodeStatus;
+use ccron_node::localnet::Report;
+use ccron_node::records::NodeStatus;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -178,7 +178,7 @@ fn kill_and_restart_agrees_and_fires() {
     assert!(victim.last_executed_seq + 5 >= r.max_height, "{r:?}");
     // It restarted from its newest snapshot (one every LOCALNET_SNAPSHOT_EVERY heights) and
     // re-executed only the blocks above it; no snapshot only if it was killed below the first.
-    let every = ccron_malachite::localnet::LOCALNET_SNAPSHOT_EVERY;
+    let every = ccron_node::localnet::LOCALNET_SNAPSHOT_EVERY;
     let restored = victim.restored_from_height.unwrap_or(0);
     let at_restart = restored + victim.replayed_blocks;
     println!(

@@ -54,6 +54,9 @@ fn equivalent<A: Application + 'static>(make: impl Fn() -> A, periods: &[(u32, u
     }
     let components: Vec<u32> = periods.keys().copied().collect();
     let mut blocks = Vec::new();
+    // The request numbers the harness's clients and the replicas' internal clients use.
+    let mut client_numbers: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut tick_numbers: BTreeMap<u32, u64> = BTreeMap::new();
     for step in workload(&components) {
         let before = h.executed[0].len();
         let tx = match step {
@@ -72,13 +75,22 @@ fn equivalent<A: Application + 'static>(make: impl Fn() -> A, periods: &[(u32, u
                         },
                     );
                 }
-                Tx::Request { client, payload }
+                let number = client_numbers.entry(client).or_insert(0);
+                *number += 1;
+                Tx::Request {
+                    client,
+                    number: *number,
+                    payload,
+                }
             }
             Step::Tick(r, c) => {
                 h.tick(r, c);
+                let number = tick_numbers.entry(r).or_insert(0);
+                *number += 1;
                 Tx::Tick {
                     component: c,
                     sender: Some(r),
+                    number: *number,
                 }
             }
         };
@@ -122,6 +134,10 @@ fn equivalent<A: Application + 'static>(make: impl Fn() -> A, periods: &[(u32, u
         .collect();
     assert_eq!(host.pages().snapshot(), replica_pages, "cron pages");
     assert_eq!(host.last_agreed_ms(), r.last_agreed_time_ms());
+    // One kernel: the exactly-once table, the tick gate and the counters agree too.
+    assert_eq!(host.requests(), r.host().requests());
+    assert_eq!(host.gate(), r.host().gate());
+    assert_eq!(host.counters(), r.host().counters());
     fires
 }
 

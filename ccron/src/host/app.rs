@@ -135,6 +135,27 @@ pub trait Application: Send + std::any::Any {
         let _ = out;
     }
 
+    /// The components whose ticks this application evaluates (its cron tables and schedule
+    /// book): an engine lists them in its genesis and ticks each. Default: none.
+    fn tick_components(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    /// A digest of the application's setup (its registered tables, handlers and their
+    /// configuration; never its replicated state): equal on every validator built from the same
+    /// code and configuration. An engine records it in its genesis and refuses to start a
+    /// build whose digest differs, instead of letting the validators diverge at the first fire.
+    /// Default: `None` (nothing to compare).
+    fn setup_digest(&self) -> Option<Digest32> {
+        None
+    }
+
+    /// The committed outbox of external effects, if the application keeps one (an engine serves
+    /// it to consumers, `ccron_http::read`). Default: none.
+    fn outbox(&self) -> Option<&crate::outbox::Outbox> {
+        None
+    }
+
     /// The reserved pages this application writes from [`Self::on_tick`] (the ranges its cron
     /// tables and tick executors were given). A host that keeps data of its own in the same
     /// store (sim-bft keeps the agreed time in `ReplicaConfig::time_page`) refuses an overlap
@@ -142,6 +163,62 @@ pub trait Application: Send + std::any::Any {
     /// restart. Default: none. Declare every range: an undeclared range cannot be checked.
     fn page_ranges(&self) -> Vec<PageRange> {
         Vec::new()
+    }
+}
+
+/// A boxed application is an application (hosts that pick the ledger at run time, such as
+/// sim-bft's replicas, drive a `BlockHost<Box<dyn Application>>`).
+impl Application for Box<dyn Application> {
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        (**self).execute(ctx, client, payload)
+    }
+
+    fn digest(&self) -> Digest32 {
+        (**self).digest()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        (**self).snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        (**self).restore(snapshot)
+    }
+
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
+        (**self).on_tick(tick, pages)
+    }
+
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
+        (**self).reload(pages)
+    }
+
+    fn fires(&self) -> BTreeMap<(u32, u32), u64> {
+        (**self).fires()
+    }
+
+    fn halted(&self) -> Option<&AppError> {
+        (**self).halted()
+    }
+
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        (**self).take_fire_notes(out);
+    }
+
+    fn page_ranges(&self) -> Vec<PageRange> {
+        (**self).page_ranges()
+    }
+
+    fn tick_components(&self) -> Vec<u32> {
+        (**self).tick_components()
+    }
+
+    fn setup_digest(&self) -> Option<Digest32> {
+        (**self).setup_digest()
+    }
+
+    fn outbox(&self) -> Option<&crate::outbox::Outbox> {
+        (**self).outbox()
     }
 }
 
@@ -200,6 +277,14 @@ impl Application for WithTicks {
         let mut ranges = self.app.page_ranges();
         ranges.extend(self.ticks.page_ranges());
         ranges
+    }
+
+    fn setup_digest(&self) -> Option<Digest32> {
+        self.app.setup_digest()
+    }
+
+    fn outbox(&self) -> Option<&crate::outbox::Outbox> {
+        self.app.outbox()
     }
 }
 

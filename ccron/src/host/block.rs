@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use super::app::{AppError, Application, ClientId, Digest32, ExecContext, FireNote, Millis};
+use super::requests::{DuplicateRequest, ExecutedRequests};
 use super::ticks::{TickAuthority, TickCoalescer, TickRejection, ValidatorId};
+use super::time::TimeRule;
 use super::wire;
 use crate::{MemPages, PagesError, ReservedPages, Tick};
 
@@ -22,17 +24,24 @@ use crate::{MemPages, PagesError, ReservedPages, Tick};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Tx {
     /// A tick of `component`; `sender` is the validator whose tick sender signed it (`None`:
-    /// the signer is not a validator's tick sender; the tick is refused).
+    /// the signer is not a validator's tick sender; the tick is refused). `number` is the
+    /// sender's tick number (increasing per sender and component): a number not above the last
+    /// one ordered for that sender and component is a replay and is skipped.
     Tick {
         /// The component to evaluate.
         component: u32,
         /// The authenticated sender.
         sender: Option<ValidatorId>,
+        /// The sender's tick number.
+        number: u64,
     },
-    /// A client request: `payload` from the authenticated `client`.
+    /// A client request: `payload` from the authenticated `client`, its request number
+    /// `number` (each `(client, number)` executes at most once, [`ExecutedRequests`]).
     Request {
         /// The requester.
         client: ClientId,
+        /// The client's request number.
+        number: u64,
         /// The request bytes (untrusted: the application must not panic on any).
         payload: Vec<u8>,
     },
@@ -43,11 +52,31 @@ pub enum Tx {
 pub struct Block {
     /// Height (Tendermint) or sequence number (PBFT): strictly increasing.
     pub height: u64,
-    /// The block's agreed time (`None` when the engine runs without a time service).
+    /// The block's agreed time (`None` when the engine runs without a time service), computed
+    /// by the engine with [`super::time::TimeRule::agreed_from`].
     pub agreed_time_ms: Option<Millis>,
     /// The ordered transactions.
     pub txs: Vec<Tx>,
 }
+
+/// Why an ordered request was refused without running (a replicated outcome: every validator
+/// refuses the same requests; the request counts as executed and its client gets the refusal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestRefusal {
+    /// Running the request could make the snapshot larger than the host's state limit, which
+    /// would make restart and state transfer impossible ([`BlockHost::with_state_limit`]).
+    #[error("state full: projected snapshot of {projected} bytes exceeds the limit of {limit}")]
+    StateFull {
+        /// The projected snapshot size after the request.
+        projected: u64,
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// The reply bytes engines send for [`RequestRefusal::StateFull`].
+pub const STATE_FULL_REPLY: &[u8] = b"ccron:state-full";
 
 /// What one transaction did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,10 +84,15 @@ pub struct Block {
 pub enum TxResult {
     /// A client request's result (to send back to the client).
     Reply(Vec<u8>),
+    /// A request whose `(client, number)` already executed (or may have): not run, no reply
+    /// (the client got one the first time), counted.
+    Duplicate(DuplicateRequest),
+    /// A request refused without running (its number is consumed; see [`RequestRefusal`]).
+    Refused(RequestRefusal),
     /// A tick that was evaluated.
     TickEvaluated,
-    /// A tick refused by the gate (not a validator, unknown component, coalesced): counted,
-    /// nothing ran.
+    /// A tick refused by the gate (not a validator, unknown component, replayed number,
+    /// coalesced): counted, nothing ran.
     TickSkipped(TickRejection),
     /// A tick the application refused (e.g. a component without a table); the block goes on.
     TickFailed(AppError),
@@ -110,13 +144,127 @@ pub enum HostError {
     Pages(#[from] PagesError),
 }
 
-/// Tick admission at execution: authorization, ticking components, the flood bound.
+/// What a host did, counted: replicated (a function of the executed blocks, in the digest and
+/// the snapshot), so every validator reports the same figures at the same height.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostCounters {
+    /// Ticks evaluated (admitted by the gate and run, successfully or not).
+    pub ticks_evaluated: u64,
+    /// Ticks the gate skipped (not a validator, unknown component, replay, coalesced).
+    pub ticks_skipped: u64,
+    /// Evaluated ticks the application refused.
+    pub ticks_failed: u64,
+    /// Evaluated ticks per sender (validator index).
+    pub ticks_by_sender: BTreeMap<ValidatorId, u64>,
+    /// Cron actions fired.
+    pub fires: u64,
+    /// Client requests executed.
+    pub requests_executed: u64,
+    /// Ordered requests not run because their `(client, number)` already executed.
+    pub requests_duplicate: u64,
+    /// Ordered requests refused without running ([`RequestRefusal`]).
+    pub requests_refused: u64,
+}
+
+impl HostCounters {
+    /// The counters as one flat tuple list (the canonical encoding's order).
+    fn encoded(&self) -> CountersWire {
+        (
+            [
+                self.ticks_evaluated,
+                self.ticks_skipped,
+                self.ticks_failed,
+                self.fires,
+                self.requests_executed,
+                self.requests_duplicate,
+                self.requests_refused,
+            ],
+            self.ticks_by_sender.iter().map(|(s, n)| (*s, *n)).collect(),
+        )
+    }
+
+    fn from_encoded((v, by_sender): CountersWire) -> Self {
+        let [
+            ticks_evaluated,
+            ticks_skipped,
+            ticks_failed,
+            fires,
+            requests_executed,
+            requests_duplicate,
+            requests_refused,
+        ] = v;
+        Self {
+            ticks_evaluated,
+            ticks_skipped,
+            ticks_failed,
+            ticks_by_sender: by_sender.into_iter().collect(),
+            fires,
+            requests_executed,
+            requests_duplicate,
+            requests_refused,
+        }
+    }
+}
+
+/// [`HostCounters`] as encoded: the scalar counters, then evaluated ticks per sender.
+type CountersWire = ([u64; 7], Vec<(ValidatorId, u64)>);
+
+/// Bytes a request may add to the snapshot besides its payload and result (record framing).
+pub const REQUEST_OVERHEAD_BYTES: u64 = 64;
+
+/// A deterministic upper bound of the snapshot size: the exact size at the last checkpoint
+/// ([`BlockHost::checkpoint`]) plus what the requests executed since may have added. Replicated:
+/// every validator checkpoints at the same heights, so every validator refuses the same
+/// requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateBudget {
+    /// The usable limit (`None`: no limit; the budget is still tracked).
+    pub limit: Option<u64>,
+    /// Snapshot bytes at the last checkpoint.
+    pub base: u64,
+    /// What the requests executed since may have added.
+    pub growth: u64,
+}
+
+impl StateBudget {
+    /// Checks that a request of `payload_len` bytes keeps the snapshot within the limit. The
+    /// bound assumes an application grows by at most the payload, its result (not known yet:
+    /// as much as the payload is reserved) and [`REQUEST_OVERHEAD_BYTES`] per request.
+    pub fn check(&self, payload_len: usize) -> Result<(), RequestRefusal> {
+        let Some(limit) = self.limit else {
+            return Ok(());
+        };
+        let projected = self
+            .base
+            .saturating_add(self.growth)
+            .saturating_add((payload_len as u64).saturating_mul(2))
+            .saturating_add(REQUEST_OVERHEAD_BYTES);
+        if projected > limit {
+            return Err(RequestRefusal::StateFull { projected, limit });
+        }
+        Ok(())
+    }
+
+    /// Accounts an executed request's possible growth.
+    pub fn grow(&mut self, payload_len: usize, result_len: usize) {
+        let g = (payload_len as u64)
+            .saturating_add(result_len as u64)
+            .saturating_add(REQUEST_OVERHEAD_BYTES);
+        self.growth = self.growth.saturating_add(g);
+    }
+}
+
+/// Tick admission at execution: authorization, ticking components, the replay floor and the
+/// flood bound. Its state (the floor and the coalescer) is replicated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TickGate {
     authority: TickAuthority,
     /// Ticking components and their tick periods (empty: every component ticks, none coalesced).
     periods: BTreeMap<u32, u64>,
     coalescer: TickCoalescer,
+    /// The highest tick number ordered per (component, sender): a tick at or below it is a
+    /// replay.
+    floor: BTreeMap<(u32, ValidatorId), u64>,
 }
 
 impl TickGate {
@@ -127,7 +275,13 @@ impl TickGate {
             authority: TickAuthority::new(validators),
             periods,
             coalescer: TickCoalescer::new(),
+            floor: BTreeMap::new(),
         }
+    }
+
+    /// The validators' authority.
+    pub fn authority(&self) -> TickAuthority {
+        self.authority
     }
 
     /// Whether `component` ticks (listed, or no list).
@@ -140,30 +294,62 @@ impl TickGate {
         self.periods.get(&component).copied()
     }
 
+    /// The ticking components and their periods.
+    pub fn periods(&self) -> &BTreeMap<u32, u64> {
+        &self.periods
+    }
+
     /// The replicated coalescer state.
     pub fn coalescer(&self) -> &TickCoalescer {
         &self.coalescer
     }
 
-    /// Replaces the coalescer state (a snapshot's, after a state transfer) and returns the old
-    /// one.
-    pub fn replace_coalescer(&mut self, coalescer: TickCoalescer) -> TickCoalescer {
-        std::mem::replace(&mut self.coalescer, coalescer)
+    /// The highest tick number ordered for `component` from `sender` (the replay floor).
+    pub fn last_number(&self, component: u32, sender: ValidatorId) -> Option<u64> {
+        self.floor.get(&(component, sender)).copied()
     }
 
-    /// Admits an ordered tick: its sender must be a validator, its component must tick, and it
-    /// must be the first of its sender, component and period of `agreed` time. Returns the
-    /// sender.
+    /// The replay floor's `(component, sender, number)` entries in ascending order.
+    pub fn floor_entries(&self) -> impl Iterator<Item = (u32, ValidatorId, u64)> + '_ {
+        self.floor.iter().map(|((c, s), n)| (*c, *s, *n))
+    }
+
+    /// Replaces the replicated state (a snapshot's coalescer and floor).
+    fn replace_state(
+        &mut self,
+        coalescer: TickCoalescer,
+        floor: impl IntoIterator<Item = (u32, ValidatorId, u64)>,
+    ) {
+        self.coalescer = coalescer;
+        self.floor = floor.into_iter().map(|(c, s, n)| ((c, s), n)).collect();
+    }
+
+    /// Admits an ordered tick: its sender must be a validator, its component must tick, its
+    /// number must be above the last one ordered for its sender and component (the floor rises
+    /// to it), and it must be the first of its sender, component and period of `agreed` time.
+    /// Returns the sender.
     pub fn admit(
         &mut self,
         component: u32,
         sender: Option<ValidatorId>,
+        number: u64,
         agreed: Option<Millis>,
     ) -> Result<ValidatorId, TickRejection> {
         let sender = self.authority.authorize(sender)?;
         if !self.ticks(component) {
             return Err(TickRejection::UnknownComponent(component));
         }
+        if let Some(&last) = self.floor.get(&(component, sender))
+            && number <= last
+        {
+            return Err(TickRejection::Stale {
+                component,
+                sender,
+                number,
+                last,
+            });
+        }
+        self.floor.insert((component, sender), number);
         self.coalescer
             .admit(component, sender, self.period_ms(component), agreed)?;
         Ok(sender)
@@ -198,12 +384,30 @@ pub fn pages_digest(pages: &dyn ReservedPages) -> Result<Digest32, PagesError> {
     Ok(h.finalize().into())
 }
 
-/// A ledger driven block by block: the application `A`, its reserved pages `P` (the cron
-/// tables' schedules), the tick gate, and the last height and agreed time.
+/// A ledger driven block by block: the one executor every engine drives (sim-bft's replicas
+/// and block-driven nodes alike).
+///
+/// It owns the application `A`, its reserved pages `P` (the cron tables' schedules), and every
+/// piece of replicated state an engine would otherwise keep beside it:
+///
+/// - exactly-once client requests ([`ExecutedRequests`], the request gate);
+/// - the tick gate ([`TickGate`]: authorization, ticking components, the replay floor of tick
+///   numbers, the per-period flood bound);
+/// - the counters ([`HostCounters`]) and the state budget ([`StateBudget`]: requests that could
+///   outgrow the snapshot limit are refused);
+/// - the last height and agreed time, and the agreed-time rule ([`TimeRule`]) with which
+///   validators check a proposal ([`BlockHost::validate`]).
+///
+/// Its [`digest`](Self::digest) and [`snapshot`](Self::snapshot) cover all of it, so two
+/// engines that execute the same blocks report the same digest.
 pub struct BlockHost<A, P = MemPages> {
     app: A,
     pages: P,
     gate: TickGate,
+    requests: ExecutedRequests,
+    counters: HostCounters,
+    budget: StateBudget,
+    time_rule: TimeRule,
     last_height: u64,
     last_agreed_ms: Option<Millis>,
     halted: Option<AppError>,
@@ -213,6 +417,8 @@ impl<A, P> std::fmt::Debug for BlockHost<A, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BlockHost")
             .field("gate", &self.gate)
+            .field("counters", &self.counters)
+            .field("budget", &self.budget)
             .field("last_height", &self.last_height)
             .field("last_agreed_ms", &self.last_agreed_ms)
             .field("halted", &self.halted)
@@ -220,28 +426,73 @@ impl<A, P> std::fmt::Debug for BlockHost<A, P> {
     }
 }
 
-/// The snapshot of a [`BlockHost`]: application snapshot, non-empty pages, last height, last
-/// agreed time, coalescer entries.
-type HostSnapshot = (
+/// The layout version of [`BlockHost::snapshot`]'s bytes.
+pub const HOST_SNAPSHOT_VERSION: u32 = 2;
+
+/// The body of a host snapshot (layout 2): application snapshot, non-empty pages, last height,
+/// last agreed time, coalescer entries, tick floor entries, executed requests, counters.
+type SnapshotBody = (
     Vec<u8>,
     Vec<(u32, Vec<u8>)>,
     u64,
     Option<Millis>,
     Vec<(u32, u32, i64)>,
+    Vec<(u32, u32, u64)>,
+    Vec<u8>,
+    CountersWire,
 );
 
+/// A whole host snapshot: version, body, and the state budget `(base, growth)` (last, so a
+/// checkpoint can set the base to the body's own length).
+type SnapshotFile = (u32, Vec<u8>, (u64, u64));
+
 impl<A: Application, P: ReservedPages> BlockHost<A, P> {
-    /// A host for `app` over `pages` with `gate`, at genesis (height 0). Call
-    /// [`BlockHost::reload`] when `pages` come from durable storage.
+    /// A host for `app` over `pages` with `gate`, at genesis (height 0), with the default
+    /// time rule of the gate's validator set ([`TimeRule::for_validators`], 10 s bounds) and no
+    /// state limit. Call [`BlockHost::reload`] when `pages` come from durable storage.
     pub fn new(app: A, pages: P, gate: TickGate) -> Self {
+        let validators = gate.authority.validators();
         Self {
             app,
             pages,
             gate,
+            requests: ExecutedRequests::new(),
+            counters: HostCounters::default(),
+            budget: StateBudget::default(),
+            time_rule: TimeRule::for_validators(validators, 10_000, 10_000),
             last_height: 0,
             last_agreed_ms: None,
             halted: None,
         }
+    }
+
+    /// The same host with the agreed-time rule `rule` (every validator must use the same).
+    pub fn with_time_rule(mut self, rule: TimeRule) -> Self {
+        self.time_rule = rule;
+        self
+    }
+
+    /// The same host refusing requests that could make its snapshot larger than
+    /// `limit_bytes` ([`RequestRefusal::StateFull`]). The budget is exact at each
+    /// [`checkpoint`](Self::checkpoint); every validator must use the same limit and
+    /// checkpoint at the same heights.
+    pub fn with_state_limit(mut self, limit_bytes: u64) -> Self {
+        self.budget.limit = Some(limit_bytes);
+        self
+    }
+
+    /// Sets (or clears) the state limit of [`with_state_limit`](Self::with_state_limit): an
+    /// engine whose own snapshot wraps the host's may lower it at each checkpoint by what it
+    /// adds (every validator the same, at the same heights).
+    pub fn set_state_limit(&mut self, limit_bytes: Option<u64>) {
+        self.budget.limit = limit_bytes;
+    }
+
+    /// The same host with an exactly-once table of `requests` (e.g.
+    /// [`ExecutedRequests::with_max_clients`]); every validator must use the same bound.
+    pub fn with_requests(mut self, requests: ExecutedRequests) -> Self {
+        self.requests = requests;
+        self
     }
 
     /// Reloads what the application caches from the pages (after a restart from storage).
@@ -251,6 +502,10 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
 
     /// Executes one committed block. Blocks must come in increasing height; a halted host
     /// executes nothing ([`HostError::Halted`]).
+    ///
+    /// In block order: a request runs once per `(client, number)` (a repeat is
+    /// [`TxResult::Duplicate`]) and only within the state budget ([`TxResult::Refused`]); a
+    /// tick runs through the [`TickGate`] and then the application's `on_tick`.
     pub fn execute_block(&mut self, block: &Block) -> Result<BlockOutcome, HostError> {
         if let Some(e) = &self.halted {
             return Err(HostError::Halted(e.clone()));
@@ -274,27 +529,16 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         let mut fires = Vec::new();
         for tx in &block.txs {
             let result = match tx {
-                Tx::Request { client, payload } => {
-                    TxResult::Reply(self.app.execute(ctx, *client, payload))
-                }
-                Tx::Tick { component, sender } => {
-                    match self.gate.admit(*component, *sender, block.agreed_time_ms) {
-                        Err(e) => {
-                            tracing::debug!(height = block.height, component, reason = %e, "tick skipped");
-                            TxResult::TickSkipped(e)
-                        }
-                        Ok(_) => {
-                            let tick = Tick::new(*component, block.height, block.agreed_time_ms);
-                            match run_tick(&mut self.app, &mut self.pages, tick, &mut fires) {
-                                Ok(()) => TxResult::TickEvaluated,
-                                Err(e) => {
-                                    tracing::warn!(height = block.height, component, error = %e, "tick rejected");
-                                    TxResult::TickFailed(e)
-                                }
-                            }
-                        }
-                    }
-                }
+                Tx::Request {
+                    client,
+                    number,
+                    payload,
+                } => self.run_request(ctx, *client, *number, payload),
+                Tx::Tick {
+                    component,
+                    sender,
+                    number,
+                } => self.run_gated_tick(block, *component, *sender, *number, &mut fires),
             };
             results.push(result);
             if let Some(e) = self.app.halted() {
@@ -303,6 +547,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
                 break;
             }
         }
+        self.counters.fires = self.counters.fires.saturating_add(fires.len() as u64);
         self.last_height = block.height;
         if block.agreed_time_ms.is_some() {
             self.last_agreed_ms = block.agreed_time_ms;
@@ -318,11 +563,72 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         })
     }
 
+    fn run_request(
+        &mut self,
+        ctx: ExecContext,
+        client: ClientId,
+        number: u64,
+        payload: &[u8],
+    ) -> TxResult {
+        // The number is consumed whether the request runs or is refused: either is its
+        // replicated outcome.
+        if let Err(e) = self.requests.admit(client, number) {
+            self.counters.requests_duplicate += 1;
+            tracing::debug!(height = ctx.seq, reason = %e, "ordered request not executed");
+            return TxResult::Duplicate(e);
+        }
+        if let Err(e) = self.budget.check(payload.len()) {
+            self.counters.requests_refused += 1;
+            tracing::warn!(height = ctx.seq, client, reason = %e, "request refused");
+            return TxResult::Refused(e);
+        }
+        let reply = self.app.execute(ctx, client, payload);
+        self.budget.grow(payload.len(), reply.len());
+        self.counters.requests_executed += 1;
+        TxResult::Reply(reply)
+    }
+
+    fn run_gated_tick(
+        &mut self,
+        block: &Block,
+        component: u32,
+        sender: Option<ValidatorId>,
+        number: u64,
+        fires: &mut Vec<FireNote>,
+    ) -> TxResult {
+        match self
+            .gate
+            .admit(component, sender, number, block.agreed_time_ms)
+        {
+            Err(e) => {
+                self.counters.ticks_skipped += 1;
+                tracing::debug!(height = block.height, component, reason = %e, "tick skipped");
+                TxResult::TickSkipped(e)
+            }
+            Ok(sender) => {
+                self.counters.ticks_evaluated += 1;
+                *self.counters.ticks_by_sender.entry(sender).or_insert(0) += 1;
+                let tick = Tick::new(component, block.height, block.agreed_time_ms);
+                match run_tick(&mut self.app, &mut self.pages, tick, fires) {
+                    Ok(()) => TxResult::TickEvaluated,
+                    Err(e) => {
+                        self.counters.ticks_failed += 1;
+                        tracing::warn!(height = block.height, component, error = %e, "tick rejected");
+                        TxResult::TickFailed(e)
+                    }
+                }
+            }
+        }
+    }
+
     /// Digest of the replicated state: the application's digest, the pages, the last agreed
-    /// time and the coalescer. Equal on every honest validator after the same blocks.
+    /// time, the tick gate (coalescer and replay floor), the executed requests and the
+    /// counters. Equal on every honest validator after the same blocks, on every engine. (The
+    /// state budget is not in it: a checkpoint changes it without a block, and what it decides,
+    /// a refusal, shows in the counters.)
     pub fn digest(&self) -> Digest32 {
         let mut h = Sha256::new();
-        h.update(b"ccron-host-state");
+        h.update(b"ccron-host-state/v2");
         h.update(self.app.digest());
         match pages_digest(&self.pages) {
             Ok(d) => h.update(d),
@@ -336,11 +642,25 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
             h.update(s.to_le_bytes());
             h.update(p.to_le_bytes());
         }
+        h.update(b"floor");
+        for (c, s, n) in self.gate.floor_entries() {
+            h.update(c.to_le_bytes());
+            h.update(s.to_le_bytes());
+            h.update(n.to_le_bytes());
+        }
+        h.update(self.requests.digest());
+        let (counters, by_sender) = self.counters.encoded();
+        for v in counters {
+            h.update(v.to_le_bytes());
+        }
+        for (s, n) in by_sender {
+            h.update(s.to_le_bytes());
+            h.update(n.to_le_bytes());
+        }
         h.finalize().into()
     }
 
-    /// Canonical encoding of the whole replicated state (for the engine's state sync).
-    pub fn snapshot(&self) -> Result<Vec<u8>, HostError> {
+    fn snapshot_body(&self) -> Result<Vec<u8>, HostError> {
         let mut pages = Vec::new();
         for id in 0..self.pages.num_pages() {
             if let Some(d) = self.pages.load(id)?
@@ -349,28 +669,72 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
                 pages.push((id, d.to_vec()));
             }
         }
-        let snap: HostSnapshot = (
+        let body: SnapshotBody = (
             self.app.snapshot(),
             pages,
             self.last_height,
             self.last_agreed_ms,
             self.gate.coalescer().entries().collect(),
+            self.gate.floor_entries().collect(),
+            self.requests
+                .encode()
+                .map_err(|e| HostError::BadSnapshot(e.to_string()))?,
+            self.counters.encoded(),
         );
-        wire::encode(&snap).map_err(|e| HostError::BadSnapshot(e.to_string()))
+        wire::encode(&body).map_err(|e| HostError::BadSnapshot(e.to_string()))
+    }
+
+    fn seal(body: Vec<u8>, budget: StateBudget) -> Result<Vec<u8>, HostError> {
+        let file: SnapshotFile = (HOST_SNAPSHOT_VERSION, body, (budget.base, budget.growth));
+        wire::encode(&file).map_err(|e| HostError::BadSnapshot(e.to_string()))
+    }
+
+    /// Canonical encoding of the whole replicated state (for restarts and the engine's state
+    /// sync), layout [`HOST_SNAPSHOT_VERSION`].
+    pub fn snapshot(&self) -> Result<Vec<u8>, HostError> {
+        Self::seal(self.snapshot_body()?, self.budget)
+    }
+
+    /// A snapshot taken at a checkpoint height, which every validator takes at the same
+    /// heights: the state budget becomes exact (its base is the snapshot's size, its growth
+    /// zero) before the snapshot records it, so a validator that installs this snapshot holds
+    /// the same budget as one that took it.
+    pub fn checkpoint(&mut self) -> Result<Vec<u8>, HostError> {
+        let body = self.snapshot_body()?;
+        self.budget.base = body.len() as u64;
+        self.budget.growth = 0;
+        Self::seal(body, self.budget)
     }
 
     /// Replaces the state with a snapshot of [`BlockHost::snapshot`]. The snapshot is decoded
-    /// and the application restored before any page changes; a store that then refuses a write
-    /// halts the host.
+    /// and checked, and the application restored, before any page changes; a store that then
+    /// refuses a write halts the host. A snapshot of another layout is refused
+    /// ([`HostError::BadSnapshot`]).
     pub fn restore(&mut self, snapshot: &[u8]) -> Result<(), HostError> {
-        let (app, pages, height, agreed, evals): HostSnapshot =
-            wire::decode(snapshot, wire::ABSOLUTE_LIMIT_BYTES)
-                .map_err(|e| HostError::BadSnapshot(e.to_string()))?;
+        let bad = |e: String| HostError::BadSnapshot(e);
+        let (version, body, (base, growth)): SnapshotFile =
+            wire::decode(snapshot, wire::ABSOLUTE_LIMIT_BYTES).map_err(|e| bad(e.to_string()))?;
+        if version != HOST_SNAPSHOT_VERSION {
+            return Err(bad(format!(
+                "host snapshot layout {version}, this build reads {HOST_SNAPSHOT_VERSION}"
+            )));
+        }
+        let (app, pages, height, agreed, evals, floor, executed, counters): SnapshotBody =
+            wire::decode(&body, wire::ABSOLUTE_LIMIT_BYTES).map_err(|e| bad(e.to_string()))?;
         if pages
             .iter()
             .any(|(id, d)| *id >= self.pages.num_pages() || d.len() > self.pages.page_size())
         {
-            return Err(HostError::BadSnapshot("pages do not fit the store".into()));
+            return Err(bad("pages do not fit the store".into()));
+        }
+        let requests = ExecutedRequests::decode(&executed, wire::ABSOLUTE_LIMIT_BYTES)
+            .map_err(|e| bad(e.to_string()))?;
+        if requests.max_clients() != self.requests.max_clients() {
+            return Err(bad(format!(
+                "executed-requests bound {} in the snapshot, {} here",
+                requests.max_clients(),
+                self.requests.max_clients()
+            )));
         }
         self.app
             .restore(&app)
@@ -393,7 +757,11 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         self.last_height = height;
         self.last_agreed_ms = agreed;
         self.gate
-            .replace_coalescer(TickCoalescer::from_entries(evals));
+            .replace_state(TickCoalescer::from_entries(evals), floor);
+        self.requests = requests;
+        self.counters = HostCounters::from_encoded(counters);
+        self.budget.base = base;
+        self.budget.growth = growth;
         Ok(())
     }
 
@@ -402,14 +770,52 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         &self.app
     }
 
+    /// The application, giving up the host (its final state).
+    pub fn into_app(self) -> A {
+        self.app
+    }
+
+    /// The application, mutably (for an engine's own setup outside execution: never to change
+    /// replicated state).
+    pub fn app_mut(&mut self) -> &mut A {
+        &mut self.app
+    }
+
     /// The reserved pages.
     pub fn pages(&self) -> &P {
         &self.pages
     }
 
+    /// The reserved pages, mutably: for an engine that keeps replicated data of its own in
+    /// pages the application does not use (sim-bft's agreed-time page), written only while it
+    /// executes a block.
+    pub fn pages_mut(&mut self) -> &mut P {
+        &mut self.pages
+    }
+
     /// The tick gate.
     pub fn gate(&self) -> &TickGate {
         &self.gate
+    }
+
+    /// The exactly-once table (an engine's admission refuses what it would refuse).
+    pub fn requests(&self) -> &ExecutedRequests {
+        &self.requests
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &HostCounters {
+        &self.counters
+    }
+
+    /// The state budget.
+    pub fn budget(&self) -> StateBudget {
+        self.budget
+    }
+
+    /// The agreed-time rule.
+    pub fn time_rule(&self) -> &TimeRule {
+        &self.time_rule
     }
 
     /// Last executed height (0 at genesis).
@@ -425,6 +831,15 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
     /// Why the host stopped, if it did.
     pub fn halted(&self) -> Option<&AppError> {
         self.halted.as_ref()
+    }
+
+    /// Stops the host (fail-stop) for a reason outside the application (e.g. an engine's own
+    /// replicated page could not be saved): nothing executes any more.
+    pub fn halt(&mut self, cause: AppError) {
+        if self.halted.is_none() {
+            tracing::error!(cause = %cause, "host halted (fail-stop)");
+            self.halted = Some(cause);
+        }
     }
 }
 
@@ -451,16 +866,18 @@ mod tests {
         )
     }
 
-    fn tick(sender: Option<u32>) -> Tx {
+    fn tick(sender: Option<u32>, number: u64) -> Tx {
         Tx::Tick {
             component: 1,
             sender,
+            number,
         }
     }
 
-    fn put() -> Tx {
+    fn put(number: u64) -> Tx {
         Tx::Request {
             client: 7,
+            number,
             payload: b"x".to_vec(),
         }
     }
@@ -471,9 +888,9 @@ mod tests {
                 height: h,
                 agreed_time_ms: Some(1_000 * h as i64 + 500),
                 txs: vec![
-                    put(),
-                    tick(Some((h % 4) as u32)),
-                    tick(Some((h % 4) as u32)),
+                    put(h),
+                    tick(Some((h % 4) as u32), 2 * h),
+                    tick(Some((h % 4) as u32), 2 * h + 1),
                 ],
             })
             .collect()
@@ -486,19 +903,31 @@ mod tests {
             height: 1,
             agreed_time_ms: Some(1_500),
             txs: vec![
-                tick(None),
-                tick(Some(4)),
+                tick(None, 1),
+                tick(Some(4), 1),
                 Tx::Tick {
                     component: 9,
                     sender: Some(0),
+                    number: 1,
                 },
-                tick(Some(0)),
-                tick(Some(0)),
-                tick(Some(1)),
-                put(),
+                tick(Some(0), 1),
+                tick(Some(0), 2),
+                tick(Some(1), 5),
+                tick(Some(1), 5),
+                tick(Some(1), 4),
+                put(3),
+                put(3),
             ],
         };
         let o = h.execute_block(&b).unwrap();
+        let stale = |number| {
+            TxResult::TickSkipped(TickRejection::Stale {
+                component: 1,
+                sender: 1,
+                number,
+                last: 5,
+            })
+        };
         assert_eq!(
             o.results,
             vec![
@@ -512,13 +941,39 @@ mod tests {
                     period: 1
                 }),
                 TxResult::TickEvaluated,
+                stale(5),
+                stale(4),
                 TxResult::Reply(Vec::new()),
+                TxResult::Duplicate(DuplicateRequest::Executed {
+                    client: 7,
+                    number: 3
+                }),
             ]
         );
+        let c = h.counters();
+        assert_eq!(
+            (
+                c.ticks_evaluated,
+                c.ticks_skipped,
+                c.requests_executed,
+                c.requests_duplicate
+            ),
+            (2, 6, 1, 1)
+        );
+        assert_eq!(c.ticks_by_sender, [(0, 1), (1, 1)].into_iter().collect());
+        assert_eq!(h.gate().last_number(1, 1), Some(5));
         // The periodic entry fired once (first evaluated tick), not per tick.
         assert_eq!(o.fires.len(), 1);
         assert_eq!(h.app().fires().get(&(1, 0)), Some(&1));
         assert_eq!(o.digest, h.digest());
+        // A replayed tick in a later block is still refused.
+        let later = Block {
+            height: 2,
+            agreed_time_ms: Some(9_500),
+            txs: vec![tick(Some(1), 5), tick(Some(1), 6)],
+        };
+        let o2 = h.execute_block(&later).unwrap();
+        assert_eq!(o2.results, vec![stale(5), TxResult::TickEvaluated]);
     }
 
     #[test]
@@ -574,14 +1029,69 @@ mod tests {
         assert_eq!(d.digest(), a.digest());
     }
 
+    #[test]
+    fn a_state_limit_refuses_requests_that_could_outgrow_it_and_checkpoints_make_it_exact() {
+        let base = host().snapshot_body().unwrap().len() as u64;
+        // Room for two requests of 8 bytes (each reserves 2 x payload + overhead), not three.
+        let limit = base + 2 * (16 + REQUEST_OVERHEAD_BYTES) + 10;
+        let mut h = host().with_state_limit(limit);
+        h.checkpoint().unwrap();
+        assert_eq!(h.budget().base, base);
+        let req = |number| Tx::Request {
+            client: 3,
+            number,
+            payload: vec![b'k'; 8],
+        };
+        let b = Block {
+            height: 1,
+            agreed_time_ms: Some(1_000),
+            txs: vec![req(1), req(2), req(3), req(3)],
+        };
+        let o = h.execute_block(&b).unwrap();
+        assert!(matches!(o.results[0], TxResult::Reply(_)));
+        assert!(matches!(o.results[1], TxResult::Reply(_)));
+        assert!(matches!(
+            o.results[2],
+            TxResult::Refused(RequestRefusal::StateFull { .. })
+        ));
+        // The refused number is consumed: its repeat is a duplicate, not a second refusal.
+        assert!(matches!(o.results[3], TxResult::Duplicate(_)));
+        assert_eq!(h.counters().requests_refused, 1);
+        // A host restored from a checkpoint holds the same budget as the one that took it.
+        let snap = h.checkpoint().unwrap();
+        let mut r = host().with_state_limit(limit);
+        r.restore(&snap).unwrap();
+        assert_eq!(r.budget(), h.budget());
+        assert_eq!(r.digest(), h.digest());
+        // A snapshot of another layout is refused, loudly.
+        let other: SnapshotFile = (1, Vec::new(), (0, 0));
+        let bytes = wire::encode(&other).unwrap();
+        assert!(
+            matches!(r.restore(&bytes), Err(HostError::BadSnapshot(m)) if m.contains("layout 1"))
+        );
+    }
+
     use proptest::prelude::*;
 
     fn arb_tx() -> impl Strategy<Value = Tx> {
         prop_oneof![
-            (0u32..3, proptest::option::weighted(0.9, 0u32..6))
-                .prop_map(|(component, sender)| { Tx::Tick { component, sender } }),
-            (0u64..4, proptest::collection::vec(any::<u8>(), 0..4))
-                .prop_map(|(client, payload)| Tx::Request { client, payload }),
+            (0u32..3, proptest::option::weighted(0.9, 0u32..6), 0u64..8).prop_map(
+                |(component, sender, number)| Tx::Tick {
+                    component,
+                    sender,
+                    number
+                }
+            ),
+            (
+                0u64..4,
+                0u64..6,
+                proptest::collection::vec(any::<u8>(), 0..4)
+            )
+                .prop_map(|(client, number, payload)| Tx::Request {
+                    client,
+                    number,
+                    payload
+                }),
         ]
     }
 
@@ -637,7 +1147,7 @@ mod tests {
         let b = Block {
             height: 1,
             agreed_time_ms: Some(1_000),
-            txs: vec![tick(Some(0)), put()],
+            txs: vec![tick(Some(0), 1), put(1)],
         };
         assert!(matches!(
             h.execute_block(&b),

@@ -323,6 +323,35 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
         out.append(&mut self.notes);
     }
 
+    fn tick_components(&self) -> Vec<u32> {
+        let mut components: Vec<u32> = self.registry.components().collect();
+        components.extend(self.scheduler.as_ref().map(|s| s.config().component));
+        components.extend(self.state.tick_components());
+        components.sort_unstable();
+        components.dedup();
+        components
+    }
+
+    fn setup_digest(&self) -> Option<Digest32> {
+        let mut h = Sha256::new();
+        h.update(b"cron-ledger-setup");
+        h.update(self.registry.setup_digest());
+        if let Some(book) = &self.scheduler {
+            let c = book.config();
+            h.update(c.component.to_le_bytes());
+            h.update(c.position.to_le_bytes());
+            h.update(book.policy().digest());
+        }
+        if let Some(d) = self.state.setup_digest() {
+            h.update(d);
+        }
+        Some(h.finalize().into())
+    }
+
+    fn outbox(&self) -> Option<&crate::outbox::Outbox> {
+        self.scheduler.as_ref().map(|s| s.outbox())
+    }
+
     fn page_ranges(&self) -> Vec<crate::PageRange> {
         // The book and its outbox live in the scheduler's own store, not the host's pages.
         let mut ranges = self.registry.page_ranges();

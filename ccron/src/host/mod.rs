@@ -19,6 +19,8 @@
 //!   (height, agreed time, ordered ticks and requests) in, results, fires and digest out.
 //! - [`requests`]: exactly-once client requests, [`ExecutedRequests`] (each `(client, request
 //!   number)` executes at most once, however often a block carries it).
+//! - [`validate`]: block validity ([`BlockHost::validate`]): what every validator re-checks
+//!   before voting for a proposed block, signatures behind the [`Verify`] trait.
 //! - [`wire`]: the canonical byte encoding of snapshots, payloads and digested values.
 //!
 //! See `docs/host.md` for how an engine links it.
@@ -30,18 +32,27 @@ pub mod requests;
 pub mod scheduler;
 pub mod ticks;
 pub mod time;
+pub mod validate;
 pub mod wire;
 
 pub use app::{
     AppError, Application, ClientId, Digest32, ExecContext, FireNote, Millis, TickExecutor,
     WithTicks,
 };
-pub use block::{Block, BlockHost, BlockOutcome, HostError, TickGate, Tx, TxResult, replay};
+pub use block::{
+    Block, BlockHost, BlockOutcome, HOST_SNAPSHOT_VERSION, HostCounters, HostError,
+    REQUEST_OVERHEAD_BYTES, RequestRefusal, STATE_FULL_REPLY, StateBudget, TickGate, Tx, TxResult,
+    replay,
+};
 pub use cron_ledger::CronLedger;
-pub use requests::{DuplicateRequest, ExecutedRequests, REQUEST_WINDOW};
+pub use requests::{DEFAULT_MAX_CLIENTS, DuplicateRequest, ExecutedRequests, REQUEST_WINDOW};
 pub use scheduler::{BookConfig, LedgerScheduler};
 pub use ticks::{
     TickAuthority, TickCoalescer, TickPool, TickPoolCounters, TickRejection, TickSenders,
     ValidatorId, period_index,
 };
-pub use time::{TimeError, TimeRule, two_thirds_quorum};
+pub use time::{TimeError, TimeEvidence, TimeRule, two_thirds_quorum};
+pub use validate::{
+    BlockLimits, Invalid, Proposal, ProposalTime, RequestClaim, SampleClaim, Signed, TickClaim,
+    Verify,
+};

@@ -37,8 +37,51 @@ use super::app::{ClientId, Digest32};
 use super::wire::{self, WireError};
 
 /// How many request numbers below a client's highest executed one are still accepted (once
-/// each, in any order).
-pub const REQUEST_WINDOW: u64 = 64;
+/// each, in any order). The same window on every engine (sim-bft's replicas and block-driven
+/// nodes run this one table).
+pub const REQUEST_WINDOW: u64 = 256;
+
+/// The executed numbers of a client's window: bit `i` set means number `highest - i` executed
+/// (bit 0 is `highest` itself). [`REQUEST_WINDOW`] bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Mask([u64; 4]);
+
+impl Mask {
+    fn get(&self, i: u64) -> bool {
+        let (w, b) = ((i / 64) as usize, i % 64);
+        self.0.get(w).is_some_and(|word| word & (1u64 << b) != 0)
+    }
+
+    fn set(&mut self, i: u64) {
+        let (w, b) = ((i / 64) as usize, i % 64);
+        if let Some(word) = self.0.get_mut(w) {
+            *word |= 1u64 << b;
+        }
+    }
+
+    /// The mask after the highest number moved up by `shift` (older bits move out of the
+    /// window).
+    fn shifted(&self, shift: u64) -> Mask {
+        if shift >= REQUEST_WINDOW {
+            return Mask::default();
+        }
+        let (words, bits) = ((shift / 64) as usize, shift % 64);
+        let mut out = [0u64; 4];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let Some(src) = i.checked_sub(words) else {
+                continue;
+            };
+            let mut v = self.0[src] << bits;
+            if bits > 0
+                && let Some(lower) = src.checked_sub(1)
+            {
+                v |= self.0[lower] >> (64 - bits);
+            }
+            *slot = v;
+        }
+        Mask(out)
+    }
+}
 
 /// The default bound of the client table (about 5 MB of state at most).
 pub const DEFAULT_MAX_CLIENTS: usize = 100_000;
@@ -81,16 +124,19 @@ pub enum DuplicateRequest {
 }
 
 /// One client's entry: the highest executed number, a mask of executed numbers below it (bit
-/// `i` set: number `highest - i` executed; bit 0 is `highest` itself), and when it last
+/// `i` set: number `highest - i` executed; bit 0 is `highest` itself, [`Mask`]), and when it last
 /// executed (the table's execution counter), and the table's floor when it entered the table
 /// (its numbers must stay above it: an evicted client that comes back cannot replay).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
     highest: u64,
-    mask: u64,
+    mask: Mask,
     last_used: u64,
     floor: u64,
 }
+
+/// An entry as encoded: client, highest, mask words, last execution, entry floor.
+type EncodedEntry = (u64, u64, [u64; 4], u64, u64);
 
 /// The executed request numbers of every client in a bounded table (replicated state).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,7 +209,7 @@ impl ExecutedRequests {
                 highest,
             });
         }
-        if mask & (1u64 << below) != 0 {
+        if mask.get(below) {
             return Err(DuplicateRequest::Executed { client, number });
         }
         Ok(())
@@ -183,7 +229,7 @@ impl ExecutedRequests {
         let clock = self.clock;
         let entry = self.clients.entry(client).or_insert(Entry {
             highest: number,
-            mask: 0,
+            mask: Mask::default(),
             last_used: clock,
             floor,
         });
@@ -192,15 +238,13 @@ impl ExecutedRequests {
         self.by_use.insert(clock, client);
         let (highest, mask) = (entry.highest, entry.mask);
         (entry.highest, entry.mask) = if number > highest {
-            let shift = number - highest;
-            let moved = if shift >= REQUEST_WINDOW {
-                0
-            } else {
-                mask << shift
-            };
-            (number, moved | 1)
+            let mut moved = mask.shifted(number - highest);
+            moved.set(0);
+            (number, moved)
         } else {
-            (highest, mask | (1u64 << (highest - number)))
+            let mut kept = mask;
+            kept.set(highest - number);
+            (highest, kept)
         };
         Ok(())
     }
@@ -251,7 +295,7 @@ impl ExecutedRequests {
     /// on validators that executed the same requests).
     pub fn digest(&self) -> Digest32 {
         let mut h = Sha256::new();
-        h.update(b"ccron-executed-requests/v2");
+        h.update(b"ccron-executed-requests/v3");
         for v in [
             self.max_clients as u64,
             self.floor,
@@ -263,7 +307,9 @@ impl ExecutedRequests {
         for (client, e) in &self.clients {
             h.update(client.to_le_bytes());
             h.update(e.highest.to_le_bytes());
-            h.update(e.mask.to_le_bytes());
+            for w in e.mask.0 {
+                h.update(w.to_le_bytes());
+            }
             h.update(e.last_used.to_le_bytes());
             h.update(e.floor.to_le_bytes());
         }
@@ -275,10 +321,10 @@ impl ExecutedRequests {
     /// # Errors
     /// [`WireError::Encode`] (never for this type in practice).
     pub fn encode(&self) -> Result<Vec<u8>, WireError> {
-        let entries: Vec<(u64, u64, u64, u64, u64)> = self
+        let entries: Vec<EncodedEntry> = self
             .clients
             .iter()
-            .map(|(c, e)| (*c, e.highest, e.mask, e.last_used, e.floor))
+            .map(|(c, e)| (*c, e.highest, e.mask.0, e.last_used, e.floor))
             .collect();
         wire::encode(&(
             (
@@ -298,7 +344,7 @@ impl ExecutedRequests {
     /// # Errors
     /// [`WireError`] for malformed bytes or entries.
     pub fn decode(bytes: &[u8], limit_bytes: usize) -> Result<Self, WireError> {
-        type Encoded = ((u64, u64, u64, u64), Vec<(u64, u64, u64, u64, u64)>);
+        type Encoded = ((u64, u64, u64, u64), Vec<EncodedEntry>);
         let ((max_clients, floor, clock, evicted), entries): Encoded =
             wire::decode(bytes, limit_bytes)?;
         let bad = |what: String| WireError::Malformed(format!("executed-requests: {what}"));
@@ -317,8 +363,9 @@ impl ExecutedRequests {
         };
         let mut last = None;
         for (client, highest, mask, last_used, entry_floor) in entries {
+            let mask = Mask(mask);
             if last.is_some_and(|l| l >= client)
-                || mask & 1 == 0
+                || !mask.get(0)
                 || entry_floor > floor
                 || last_used == 0
                 || last_used > clock
@@ -416,24 +463,47 @@ mod tests {
         assert_ne!(ExecutedRequests::new().digest(), e.digest());
         assert!(ExecutedRequests::decode(&bytes, bytes.len() - 1).is_err());
         let head = (10u64, 0u64, 5u64, 0u64);
-        let unordered =
-            wire::encode(&(head, vec![(2u64, 1u64, 1u64, 1u64, 0u64), (1, 1, 1, 2, 0)])).unwrap();
+        let unordered = wire::encode(&(
+            head,
+            vec![
+                (2u64, 1u64, [1u64, 0, 0, 0], 1u64, 0u64),
+                (1, 1, [1, 0, 0, 0], 2, 0),
+            ],
+        ))
+        .unwrap();
         assert!(ExecutedRequests::decode(&unordered, 1_000).is_err());
-        let no_top = wire::encode(&(head, vec![(2u64, 1u64, 2u64, 1u64, 0u64)])).unwrap();
+        let no_top =
+            wire::encode(&(head, vec![(2u64, 1u64, [2u64, 0, 0, 0], 1u64, 0u64)])).unwrap();
         assert!(ExecutedRequests::decode(&no_top, 1_000).is_err());
-        let same_time =
-            wire::encode(&(head, vec![(1u64, 1u64, 1u64, 1u64, 0u64), (2, 1, 1, 1, 0)])).unwrap();
+        let same_time = wire::encode(&(
+            head,
+            vec![
+                (1u64, 1u64, [1u64, 0, 0, 0], 1u64, 0u64),
+                (2, 1, [1, 0, 0, 0], 1, 0),
+            ],
+        ))
+        .unwrap();
         assert!(ExecutedRequests::decode(&same_time, 1_000).is_err());
-        let future = wire::encode(&(head, vec![(1u64, 1u64, 1u64, 6u64, 0u64)])).unwrap();
+        let future =
+            wire::encode(&(head, vec![(1u64, 1u64, [1u64, 0, 0, 0], 6u64, 0u64)])).unwrap();
         assert!(ExecutedRequests::decode(&future, 1_000).is_err());
         let over = wire::encode(&(
             (1u64, 0u64, 5u64, 0u64),
-            vec![(1u64, 1u64, 1u64, 1u64, 0u64), (2, 1, 1, 2, 0)],
+            vec![
+                (1u64, 1u64, [1u64, 0, 0, 0], 1u64, 0u64),
+                (2, 1, [1, 0, 0, 0], 2, 0),
+            ],
         ))
         .unwrap();
         assert!(ExecutedRequests::decode(&over, 1_000).is_err());
-        let ok =
-            wire::encode(&(head, vec![(1u64, 1u64, 1u64, 1u64, 0u64), (2, 1, 1, 2, 0)])).unwrap();
+        let ok = wire::encode(&(
+            head,
+            vec![
+                (1u64, 1u64, [1u64, 0, 0, 0], 1u64, 0u64),
+                (2, 1, [1, 0, 0, 0], 2, 0),
+            ],
+        ))
+        .unwrap();
         assert!(ExecutedRequests::decode(&ok, 1_000).is_ok());
     }
 
@@ -488,7 +558,7 @@ mod tests {
         #[test]
         fn bounded_table_matches_its_model(
             cap in 1usize..4,
-            ops in proptest::collection::vec((0u64..6, 0u64..120), 0..300),
+            ops in proptest::collection::vec((0u64..6, 0u64..400), 0..300),
         ) {
             let mut e = ExecutedRequests::with_max_clients(cap);
             // client -> (executed numbers, highest, last execution, floor when it entered)
@@ -531,7 +601,7 @@ mod tests {
         /// Against a model (every executed number, the highest so far): a number executes iff
         /// it never executed and lies inside the window of the highest executed before it.
         #[test]
-        fn matches_the_set_model(ops in proptest::collection::vec((0u64..3, 0u64..200), 0..300)) {
+        fn matches_the_set_model(ops in proptest::collection::vec((0u64..3, 0u64..700), 0..400)) {
             let mut e = ExecutedRequests::new();
             let mut done: BTreeSet<(u64, u64)> = BTreeSet::new();
             let mut highest: BTreeMap<u64, u64> = BTreeMap::new();

@@ -11,6 +11,18 @@
 //! [`TimeRule::genesis_bound_ms`] against each validator's own clock.
 //!
 //! Agreed time is monotonic by construction and all arithmetic saturates.
+//!
+//! Engines bring one of two kinds of evidence ([`TimeEvidence`]), and every engine computes the
+//! agreed time with the same [`TimeRule::agreed_from`]:
+//!
+//! - **samples** (Tendermint engines such as Malachite): the verified signed clocks of the
+//!   previous height's precommits; agreed = `max(previous + epsilon, median)`;
+//! - **a stamp and a certificate** (PBFT, sim-bft): the primary's clock, checked by each backup
+//!   within [`TimeRule::genesis_bound_ms`] of its own, minus that bound, raised to the median of a
+//!   verified certificate of 2f+1 signed commit clocks ([`stamped_base`]); agreed =
+//!   `max(previous + epsilon, that)`;
+//! - the **first** block's proposer stamp ([`TimeRule::genesis`]) and a null batch's
+//!   `previous + epsilon` complete the picture.
 
 use std::collections::BTreeSet;
 
@@ -39,6 +51,17 @@ pub enum TimeError {
         proposed: Millis,
         /// What this validator computed.
         expected: Millis,
+    },
+    /// No evidence at all: a block that carries none and has no previous agreed time.
+    #[error("no time evidence and no previous agreed time")]
+    NoEvidence,
+    /// The first block's time is before the chain's genesis time.
+    #[error("first block time {time} ms is before the genesis time {genesis} ms")]
+    BeforeGenesis {
+        /// The proposer's stamp.
+        time: Millis,
+        /// The genesis time.
+        genesis: Millis,
     },
     /// The time is further from this validator's clock than the bound allows.
     #[error("time {time} ms is more than {bound} ms from the local clock {now} ms")]
@@ -88,6 +111,33 @@ pub fn stamped_base(stamp: Millis, genesis_bound_ms: Millis, median: Option<Mill
 /// the precommits of one commit always carry enough samples for a rule built with it.
 pub fn two_thirds_quorum(n: u32) -> usize {
     usize::try_from(u64::from(n) * 2 / 3 + 1).unwrap_or(usize::MAX)
+}
+
+/// The evidence a block brings for its agreed time (see the module documentation): every
+/// engine hands one of these to [`TimeRule::agreed_from`] (and a validator to
+/// [`TimeRule::check_evidence`]), so both engines run one rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeEvidence<'a> {
+    /// The first block of a chain: the proposer's `stamp_ms`, not before `genesis_ms`.
+    First {
+        /// The proposer's clock.
+        stamp_ms: Millis,
+        /// The chain's genesis time.
+        genesis_ms: Millis,
+    },
+    /// Tendermint: the previous height's verified `(validator, clock)` samples.
+    Samples(&'a [(ValidatorId, Millis)]),
+    /// PBFT: the primary's `stamp_ms` and the median of a verified time certificate it
+    /// attached, if any.
+    Stamped {
+        /// The primary's clock.
+        stamp_ms: Millis,
+        /// The certificate's median.
+        certificate_median_ms: Option<Millis>,
+    },
+    /// No new evidence (a null batch): the previous agreed time plus epsilon.
+    Carried,
 }
 
 /// The agreed-time rule of a block-driven engine, recomputed and checked by every validator.
@@ -154,6 +204,83 @@ impl TimeRule {
             need: self.quorum.max(1),
         })?;
         Ok(next_agreed_time(previous, median, self.epsilon_ms))
+    }
+
+    /// The agreed time after `previous` for `evidence`: the one computation every engine runs.
+    ///
+    /// # Errors
+    /// [`TimeError::TooFewSamples`] / [`TimeError::DuplicateSample`] for bad samples,
+    /// [`TimeError::BeforeGenesis`] for a first block before the genesis time,
+    /// [`TimeError::NoEvidence`] for a carried time with nothing to carry.
+    pub fn agreed_from(
+        &self,
+        previous: Option<Millis>,
+        evidence: TimeEvidence<'_>,
+    ) -> Result<Millis, TimeError> {
+        match evidence {
+            TimeEvidence::First {
+                stamp_ms,
+                genesis_ms,
+            } => {
+                if stamp_ms < genesis_ms {
+                    return Err(TimeError::BeforeGenesis {
+                        time: stamp_ms,
+                        genesis: genesis_ms,
+                    });
+                }
+                Ok(next_agreed_time(previous, stamp_ms, self.epsilon_ms))
+            }
+            TimeEvidence::Samples(samples) => self.agreed(previous, samples),
+            TimeEvidence::Stamped {
+                stamp_ms,
+                certificate_median_ms,
+            } => Ok(next_agreed_time(
+                previous,
+                stamped_base(stamp_ms, self.genesis_bound_ms, certificate_median_ms),
+                self.epsilon_ms,
+            )),
+            TimeEvidence::Carried => previous
+                .map(|p| p.saturating_add(self.epsilon_ms))
+                .ok_or(TimeError::NoEvidence),
+        }
+    }
+
+    /// A validator's check of a proposed time against `evidence`, at its local clock `now`:
+    /// the `proposed` time must be exactly [`agreed_from`](Self::agreed_from)'s; a first
+    /// block's stamp must lie within [`genesis_bound_ms`](Self::genesis_bound_ms) of `now`
+    /// ([`genesis`](Self::genesis)); samples' median and a stamp no more than
+    /// [`hard_limit_ms`](Self::hard_limit_ms) ahead of `now` ([`check`](Self::check)).
+    ///
+    /// # Errors
+    /// The first reason the time is refused.
+    pub fn check_evidence(
+        &self,
+        proposed: Millis,
+        previous: Option<Millis>,
+        evidence: TimeEvidence<'_>,
+        now: Millis,
+    ) -> Result<(), TimeError> {
+        match evidence {
+            TimeEvidence::Samples(samples) => return self.check(proposed, previous, samples, now),
+            TimeEvidence::First { stamp_ms, .. } => {
+                self.genesis(stamp_ms, now)?;
+            }
+            TimeEvidence::Stamped { stamp_ms, .. } => {
+                if !within(stamp_ms, now, self.genesis_bound_ms) {
+                    return Err(TimeError::OutOfBounds {
+                        time: stamp_ms,
+                        now,
+                        bound: self.genesis_bound_ms,
+                    });
+                }
+            }
+            TimeEvidence::Carried => {}
+        }
+        let expected = self.agreed_from(previous, evidence)?;
+        if proposed != expected {
+            return Err(TimeError::Mismatch { proposed, expected });
+        }
+        Ok(())
     }
 
     /// The first block's agreed time (no samples yet): the proposer's `stamp`, accepted only
@@ -274,6 +401,69 @@ mod tests {
         ));
         assert_eq!(r.genesis(1_400, 1_000), Ok(1_400));
         assert!(r.genesis(1_501, 1_000).is_err());
+    }
+
+    #[test]
+    fn both_kinds_of_evidence_go_through_one_rule() {
+        let r = TimeRule::for_validators(4, 500, 2_000);
+        let s = [(0, 1_000), (1, 1_010), (2, 990)];
+        // Samples: the same as `agreed`.
+        assert_eq!(
+            r.agreed_from(Some(10), TimeEvidence::Samples(&s)),
+            Ok(1_000)
+        );
+        // Stamp and certificate: the stamp less the bound, raised to the median.
+        let stamped = |stamp_ms, certificate_median_ms| TimeEvidence::Stamped {
+            stamp_ms,
+            certificate_median_ms,
+        };
+        assert_eq!(r.agreed_from(None, stamped(2_000, None)), Ok(1_500));
+        assert_eq!(r.agreed_from(None, stamped(2_000, Some(1_700))), Ok(1_700));
+        assert_eq!(
+            r.agreed_from(Some(1_800), stamped(2_000, Some(1_700))),
+            Ok(1_801)
+        );
+        // Carried: previous + epsilon, nothing without a previous time.
+        assert_eq!(r.agreed_from(Some(7), TimeEvidence::Carried), Ok(8));
+        assert_eq!(
+            r.agreed_from(None, TimeEvidence::Carried),
+            Err(TimeError::NoEvidence)
+        );
+        // First block: the stamp, not before genesis, within the bound of the local clock.
+        let first = |stamp_ms| TimeEvidence::First {
+            stamp_ms,
+            genesis_ms: 1_000,
+        };
+        assert_eq!(r.agreed_from(None, first(1_200)), Ok(1_200));
+        assert_eq!(
+            r.agreed_from(None, first(999)),
+            Err(TimeError::BeforeGenesis {
+                time: 999,
+                genesis: 1_000
+            })
+        );
+        assert_eq!(r.check_evidence(1_200, None, first(1_200), 1_600), Ok(()));
+        assert!(matches!(
+            r.check_evidence(1_200, None, first(1_200), 1_701),
+            Err(TimeError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            r.check_evidence(1_201, None, first(1_200), 1_200),
+            Err(TimeError::Mismatch { .. })
+        ));
+        // A stamp beyond the bound of the local clock is refused; the samples path is `check`.
+        assert!(matches!(
+            r.check_evidence(1_500, None, stamped(2_000, None), 1_000),
+            Err(TimeError::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            r.check_evidence(1_500, None, stamped(2_000, None), 1_600),
+            Ok(())
+        );
+        assert_eq!(
+            r.check_evidence(1_000, None, TimeEvidence::Samples(&s), 1_000),
+            Ok(())
+        );
     }
 
     proptest! {

@@ -58,7 +58,7 @@ impl Replica {
                 || (r.request.kind == RequestKind::Tick
                     && owner.is_some()
                     && owner == signer_vouched)
-                || self.clients.is_executed(client, req_seq)
+                || self.settled(r)
                 || self.clients.is_pending(client, req_seq)
             {
                 continue;
@@ -191,7 +191,7 @@ impl Replica {
         {
             return self.drop_msg("drop_unauthorized_tick", None);
         }
-        if self.clients.is_executed(client, req_seq) {
+        if self.settled(&req) {
             // Exactly once: re-send the cached reply of a repeated request (one of the client's
             // most recent ones; see `clients::REPLY_CACHE`).
             self.metrics.inc("duplicate_request");
@@ -218,7 +218,7 @@ impl Replica {
         match self.clients.admit(req, now) {
             Admission::Added => {}
             Admission::Full => return self.drop_msg("drop_pending_full", None),
-            Admission::AlreadyPending | Admission::Executed => {
+            Admission::AlreadyPending => {
                 self.metrics.inc("duplicate_request");
                 return;
             }

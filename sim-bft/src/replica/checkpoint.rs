@@ -15,95 +15,58 @@ use crate::protocol::{Body, CheckpointProof, SigList, chunks, codec};
 
 /// The result bytes of a write rejected because the state would outgrow
 /// `max_snapshot_bytes` (a replicated outcome: every honest replica records the same).
-pub const STATE_FULL_RESULT: &[u8] = b"ccron:state-full";
+pub const STATE_FULL_RESULT: &[u8] = ccron::host::STATE_FULL_REPLY;
 
-/// Bytes a write may add to the snapshot besides its payload and result (record framing).
-const WRITE_OVERHEAD: u64 = 64;
+/// Why execution rejected a request (a replicated, deterministic outcome): the kernel's
+/// [`ccron::host::RequestRefusal`].
+pub type ExecutionRejection = ccron::host::RequestRefusal;
 
-/// Why execution rejected a request (a replicated, deterministic outcome).
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ExecutionRejection {
-    /// Executing the write could make the snapshot larger than `max_snapshot_bytes`, which
-    /// would make restart and state transfer impossible.
-    #[error("state full: projected snapshot of {projected} bytes exceeds the limit of {limit}")]
-    StateFull {
-        /// The projected snapshot size after the write.
-        projected: u64,
-        /// The usable limit (`max_snapshot_bytes` less the reserved pages' capacity).
-        limit: u64,
-    },
-}
-
-/// A deterministic upper bound of the snapshot size: the exact size at the last checkpoint
-/// (or installed snapshot) plus what the writes executed since may have added.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct SizeBudget {
-    base: u64,
-    growth: u64,
-}
-
-impl SizeBudget {
-    /// Restarts from a snapshot of `len` bytes.
-    pub(super) fn reset(&mut self, len: usize) {
-        *self = Self {
-            base: len as u64,
-            growth: 0,
-        };
-    }
-}
+/// Bytes of a snapshot besides the kernel's snapshot and the reply records (sequence number,
+/// certificate seq, state digest, length prefixes).
+const SNAPSHOT_FRAME_BYTES: u64 = 256;
 
 impl Replica {
-    /// Checks that a write of `payload_len` bytes keeps the snapshot within
-    /// `max_snapshot_bytes`. The bound assumes an application grows by at most the payload,
-    /// its result and [`WRITE_OVERHEAD`] per write; the reserved pages are counted at full
-    /// capacity since ticks may fill them.
-    pub(super) fn check_state_room(&self, payload_len: usize) -> Result<(), ExecutionRejection> {
+    /// The kernel's state limit for the next checkpoint interval: `max_snapshot_bytes` less the
+    /// reserved pages at full capacity (ticks may fill them), the reply records as they are now
+    /// (replicated, so equal on every replica at a checkpoint) and the snapshot's framing. The
+    /// kernel refuses a write that could make its own snapshot outgrow it.
+    pub(super) fn state_limit(&self) -> u64 {
         let pages = (self.cfg.page_size as u64).saturating_mul(u64::from(self.cfg.num_pages));
-        let limit = (self.cfg.max_snapshot_bytes as u64).saturating_sub(pages);
-        // The result is not known yet: reserve as much as the payload for it.
-        let projected = self
-            .size
-            .base
-            .saturating_add(self.size.growth)
-            .saturating_add((payload_len as u64).saturating_mul(2))
-            .saturating_add(WRITE_OVERHEAD);
-        if projected > limit {
-            return Err(ExecutionRejection::StateFull { projected, limit });
-        }
-        Ok(())
+        let replies = self
+            .clients
+            .records_snapshot()
+            .iter()
+            .flat_map(|r| &r.replies)
+            .map(|c| (c.result.len() as u64).saturating_add(32))
+            .sum::<u64>();
+        (self.cfg.max_snapshot_bytes as u64)
+            .saturating_sub(pages)
+            .saturating_sub(replies)
+            .saturating_sub(SNAPSHOT_FRAME_BYTES)
     }
 
-    /// Accounts an executed write's possible growth.
-    pub(super) fn note_state_growth(&mut self, payload_len: usize, result_len: usize) {
-        let g = (payload_len as u64)
-            .saturating_add(result_len as u64)
-            .saturating_add(WRITE_OVERHEAD);
-        self.size.growth = self.size.growth.saturating_add(g);
-    }
-
-    pub(super) fn make_snapshot(&self) -> Result<(Digest32, Vec<u8>), ReplicaError> {
+    pub(super) fn make_snapshot(&mut self) -> Result<(Digest32, Vec<u8>), ReplicaError> {
+        let limit = self.state_limit();
+        self.host.set_state_limit(Some(limit));
+        let host = self
+            .host
+            .checkpoint()
+            .map_err(|e| ReplicaError::Storage(e.to_string()))?;
         let snap = Snapshot {
             seq: self.last_executed,
-            app: self.app.snapshot(),
-            pages: self.pages.snapshot(),
-            pages_digest: self.pages.digest(),
+            host,
             clients: self.clients.records_snapshot(),
-            last_agreed_time_ms: self.last_agreed_time_ms,
             last_cert_seq: self.last_cert_seq,
             state_digest: self.last_state_digest,
-            tick_evals: self.tick_gate.coalescer().entries().collect(),
         };
         let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;
         Ok((chunks::snapshot_digest(&bytes, self.cfg.chunk_bytes), bytes))
     }
-
     pub(super) fn take_checkpoint(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
         let Ok((digest, bytes)) = self.make_snapshot() else {
             self.metrics.inc("encode_error");
             return;
         };
-        self.size.reset(bytes.len());
         if bytes.len() > self.cfg.max_snapshot_bytes {
             // The execution-time bound above should make this impossible (an application
             // that outgrows its per-write allowance).

@@ -1,15 +1,12 @@
-//! ClientsManager: exactly-once bookkeeping, pending requests and the reply cache.
+//! ClientsManager: pending requests and the reply cache.
 //!
-//! A client's request `req_seq` executes at most once. A client may have several requests
-//! outstanding and the network may reorder them, so requests need not execute in `req_seq`
-//! order: each record keeps the highest executed number and, within [`EXECUTED_WINDOW`] below
-//! it, the exact set of numbers *not* executed yet (the gaps). A request is a duplicate when it
-//! is the highest, lies below the window, or lies in the window and is not a gap; anything else
-//! is still executable. (The first design compared against the highest number only, so a lower
-//! request overtaken by a higher one was skipped as a duplicate and lost.) The reply cache holds
-//! the highest request's result (re-sent for an exact repeat). Pending
-//! requests are kept in arrival order (a `BTreeMap` keyed by an arrival counter) so that batches
-//! are formed deterministically, and are bounded in total and per client.
+//! Which `(client, req_seq)` may still execute is not decided here: ccron's kernel owns
+//! exactly-once (`ccron::host::ExecutedRequests` inside the replica's `BlockHost`), and the
+//! replica asks it before admitting (`Replica::settled`). This manager keeps what is the
+//! replica's own: pending requests in arrival order (a `BTreeMap` keyed by an arrival counter,
+//! so batches are formed deterministically), bounded in total, per client and in bytes; and the
+//! replies of each client's most recent executed requests (replicated: part of checkpoints), so
+//! a retransmitted request is answered again.
 
 use std::collections::BTreeMap;
 
@@ -18,22 +15,16 @@ use bincode::{Decode, Encode};
 use crate::node::ClientId;
 use crate::protocol::SignedRequest;
 
-/// How far below a client's highest executed request number a lower one may still execute.
-/// Requests delayed by more than this many of their client's later requests are refused as
-/// too old (exactly-once is kept; the client must resend under a new number). Bounds the gap
-/// list a hostile client can make a record hold.
-pub const EXECUTED_WINDOW: u64 = 256;
+/// How far below a client's highest executed request number a lower one may still execute:
+/// the kernel's window (requests delayed by more than this many of their client's later
+/// requests are refused as too old; the client must resend under a new number).
+pub const EXECUTED_WINDOW: u64 = ccron::host::REQUEST_WINDOW;
 
-/// What the replicated state remembers of a client (part of checkpoints).
+/// The replies the replicated state remembers of a client (part of checkpoints).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct ClientRecord {
     /// The client.
     pub client: ClientId,
-    /// Its highest executed request number.
-    pub last_req_seq: u64,
-    /// Request numbers in `(last_req_seq - EXECUTED_WINDOW, last_req_seq)` not executed yet,
-    /// ascending (normally empty: only reordering leaves gaps).
-    pub gaps: Vec<u64>,
     /// The reply cache: the replies of the client's [`REPLY_CACHE`] highest executed requests,
     /// ascending by request number, so a retransmission of any of them (a client may keep
     /// several requests outstanding) is answered again, not only the highest one's.
@@ -95,8 +86,6 @@ pub enum Admission {
     Added,
     /// Already pending (same client and number).
     AlreadyPending,
-    /// Already executed.
-    Executed,
     /// Pending limits reached.
     Full,
 }
@@ -187,32 +176,9 @@ impl ClientsManager {
         self.records.get(&client)
     }
 
-    /// The highest executed request number of `client` (0 when none).
-    pub fn last_req_seq(&self, client: ClientId) -> u64 {
-        self.records.get(&client).map_or(0, |r| r.last_req_seq)
-    }
-
-    /// Whether `client`'s request `req_seq` must not execute (again): it executed, or it is
-    /// older than the window below the client's highest executed request.
-    pub fn is_executed(&self, client: ClientId, req_seq: u64) -> bool {
-        let Some(r) = self.records.get(&client) else {
-            return req_seq == 0;
-        };
-        if req_seq > r.last_req_seq {
-            return false;
-        }
-        if req_seq.saturating_add(EXECUTED_WINDOW) <= r.last_req_seq {
-            return true;
-        }
-        r.gaps.binary_search(&req_seq).is_err()
-    }
-
-    /// Admits `request` as pending.
+    /// Admits `request` as pending (the caller checked that it may still execute).
     pub fn admit(&mut self, request: SignedRequest, now_ms: i64) -> Admission {
         let key = (request.request.client, request.request.req_seq);
-        if self.is_executed(key.0, key.1) {
-            return Admission::Executed;
-        }
         if self.pending.contains_key(&key) {
             return Admission::AlreadyPending;
         }
@@ -349,61 +315,45 @@ impl ClientsManager {
             .collect()
     }
 
-    /// Records that `client`'s `req_seq` executed in batch `seq` with `result` (the caller
-    /// checked [`Self::is_executed`] first), and drops the pending requests it settles: this one,
-    /// and those that fell below the window.
-    pub fn record_executed(&mut self, client: ClientId, req_seq: u64, seq: u64, result: Vec<u8>) {
-        let rec = self.records.entry(client).or_insert_with(|| ClientRecord {
-            client,
-            last_req_seq: 0,
-            gaps: Vec::new(),
-            replies: Vec::new(),
-        });
-        if req_seq > rec.last_req_seq {
-            // Everything skipped between the old highest and this one is a new gap (within
-            // the window; older numbers are settled as too old).
-            let floor = req_seq.saturating_sub(EXECUTED_WINDOW - 1).max(1);
-            let first_new = rec.last_req_seq.saturating_add(1).max(floor);
-            rec.gaps.retain(|g| *g >= floor);
-            rec.gaps.extend(first_new..req_seq);
-            rec.last_req_seq = req_seq;
-        } else if let Ok(i) = rec.gaps.binary_search(&req_seq) {
-            rec.gaps.remove(i);
-        }
-        rec.cache_reply(CachedReply {
-            req_seq,
-            batch_seq: seq,
-            result,
-        });
-        let low = rec.last_req_seq.saturating_sub(EXECUTED_WINDOW - 1);
-        let mut settled: Vec<u64> = self
-            .pending
-            .range((client, 0)..(client, low))
-            .map(|((_, r), _)| *r)
-            .collect();
-        settled.push(req_seq);
-        for r in settled {
-            self.remove(client, r);
+    /// The pending requests of `client`, by request number.
+    pub fn pending_of(&self, client: ClientId) -> impl Iterator<Item = &SignedRequest> + '_ {
+        self.pending
+            .range((client, 0)..=(client, u64::MAX))
+            .map(|(_, (_, p))| &p.request)
+    }
+
+    /// Settles `(client, req_seq)` after its batch executed: it leaves the pending requests,
+    /// and `reply` (the batch's sequence number and the result) is cached when it has one.
+    pub fn settle(&mut self, client: ClientId, req_seq: u64, reply: Option<(u64, Vec<u8>)>) {
+        self.remove(client, req_seq);
+        if let Some((batch_seq, result)) = reply {
+            self.records
+                .entry(client)
+                .or_insert_with(|| ClientRecord {
+                    client,
+                    replies: Vec::new(),
+                })
+                .cache_reply(CachedReply {
+                    req_seq,
+                    batch_seq,
+                    result,
+                });
         }
     }
 
-    /// The replicated part (records), in client order, for checkpoints.
+    /// Every pending request, by client and number.
+    pub fn pending_requests(&self) -> impl Iterator<Item = &SignedRequest> + '_ {
+        self.pending.values().map(|(_, p)| &p.request)
+    }
+
+    /// The replicated part (reply records), in client order, for checkpoints.
     pub fn records_snapshot(&self) -> Vec<ClientRecord> {
         self.records.values().cloned().collect()
     }
 
-    /// Replaces the records (state transfer), dropping pending requests they cover.
+    /// Replaces the reply records (state transfer).
     pub fn restore_records(&mut self, records: Vec<ClientRecord>) {
         self.records = records.into_iter().map(|r| (r.client, r)).collect();
-        let stale: Vec<(ClientId, u64)> = self
-            .pending
-            .keys()
-            .filter(|(c, r)| self.is_executed(*c, *r))
-            .copied()
-            .collect();
-        for (c, r) in stale {
-            self.remove(c, r);
-        }
     }
 
     /// Consistency of the internal indexes (for `check_invariants`).
@@ -421,15 +371,8 @@ impl ClientsManager {
             ));
         }
         for r in self.records.values() {
-            let low = r.last_req_seq.saturating_sub(EXECUTED_WINDOW);
-            if !r.gaps.windows(2).all(|w| w[0] < w[1])
-                || r.gaps.iter().any(|g| *g <= low || *g >= r.last_req_seq)
-            {
-                return Err(format!("client {} gaps out of order or window", r.client));
-            }
             if r.replies.len() > REPLY_CACHE
                 || !r.replies.windows(2).all(|w| w[0].req_seq < w[1].req_seq)
-                || r.replies.iter().any(|c| c.req_seq > r.last_req_seq)
             {
                 return Err(format!(
                     "client {} reply cache out of order or bounds",
@@ -467,14 +410,13 @@ impl ClientsManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
-    fn exec(m: &mut ClientsManager, client: ClientId, req_seq: u64) -> bool {
-        if m.is_executed(client, req_seq) {
-            return false;
-        }
-        m.record_executed(client, req_seq, req_seq, req_seq.to_le_bytes().to_vec());
-        true
+    fn exec(m: &mut ClientsManager, client: ClientId, req_seq: u64) {
+        m.settle(
+            client,
+            req_seq,
+            Some((req_seq, req_seq.to_le_bytes().to_vec())),
+        );
     }
 
     fn request(client: ClientId, req_seq: u64) -> SignedRequest {
@@ -512,7 +454,7 @@ mod tests {
         m.remove(1, 1);
         assert_eq!(m.pending_bytes(), size);
         assert_eq!(m.admit(big(1, 2), 0), Admission::Added);
-        m.record_executed(2, 1, 1, Vec::new());
+        m.settle(2, 1, Some((1, Vec::new())));
         assert_eq!(m.pending_bytes(), size);
         m.check().unwrap();
     }
@@ -537,25 +479,28 @@ mod tests {
     }
 
     #[test]
-    fn a_lower_request_overtaken_by_a_higher_one_still_executes_once() {
+    fn settling_drops_the_pending_request_and_caches_its_reply() {
         let mut m = ClientsManager::new(16, 16);
-        assert!(exec(&mut m, 7, 2));
-        assert!(exec(&mut m, 7, 1), "request 1 arrived after 2 and was lost");
-        assert!(!exec(&mut m, 7, 1));
-        assert!(!exec(&mut m, 7, 2));
-        assert!(exec(&mut m, 7, 5));
-        assert_eq!(m.record(7).unwrap().gaps, vec![3, 4]);
-        assert!(exec(&mut m, 7, 4));
-        assert!(exec(&mut m, 7, 3));
-        assert!(m.record(7).unwrap().gaps.is_empty());
-        assert_eq!(m.last_req_seq(7), 5);
-        let rec = m.record(7).unwrap();
-        // Every executed request's reply is cached, not only the highest one's.
-        for r in 1..=5u64 {
-            assert_eq!(rec.reply(r).unwrap().result, r.to_le_bytes());
-            assert_eq!(rec.reply(r).unwrap().batch_seq, r);
+        for r in 1..=3 {
+            assert_eq!(m.admit(request(7, r), 0), Admission::Added);
         }
-        assert!(rec.reply(6).is_none());
+        assert_eq!(m.admit(request(7, 2), 0), Admission::AlreadyPending);
+        exec(&mut m, 7, 2);
+        m.settle(7, 3, None);
+        let left: Vec<u64> = m.pending_of(7).map(|r| r.request.req_seq).collect();
+        assert_eq!(left, vec![1]);
+        assert_eq!(
+            m.record(7).unwrap().reply(2).unwrap().result,
+            2u64.to_le_bytes()
+        );
+        assert!(m.record(7).unwrap().reply(3).is_none(), "no reply to cache");
+        assert_eq!(m.pending_requests().count(), 1);
+        m.remove(7, 1);
+        assert_eq!(m.pending_len(), 0);
+        let snap = m.records_snapshot();
+        let mut back = ClientsManager::new(16, 16);
+        back.restore_records(snap.clone());
+        assert_eq!(back.records_snapshot(), snap);
         m.check().unwrap();
     }
 
@@ -570,33 +515,5 @@ mod tests {
         assert_eq!(kept, (40 - REPLY_CACHE as u64 + 1..=40).collect::<Vec<_>>());
         assert!(rec.reply(40 - REPLY_CACHE as u64).is_none());
         m.check().unwrap();
-    }
-
-    #[test]
-    fn requests_older_than_the_window_are_refused() {
-        let mut m = ClientsManager::new(16, 16);
-        assert!(exec(&mut m, 1, EXECUTED_WINDOW + 10));
-        // Numbers 1..=10 fell below the window: settled as too old, never executed.
-        assert!(!exec(&mut m, 1, 10));
-        assert!(exec(&mut m, 1, 11));
-        assert_eq!(m.record(1).unwrap().gaps.len() as u64, EXECUTED_WINDOW - 2);
-        m.check().unwrap();
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(128))]
-        /// Any arrival order with repeats: every number within the window executes exactly once.
-        #[test]
-        fn exactly_once_under_any_order(
-            order in proptest::collection::vec(1u64..64, 1..200),
-        ) {
-            let mut m = ClientsManager::new(16, 16);
-            let mut done = std::collections::BTreeSet::new();
-            for r in order {
-                let ran = exec(&mut m, 3, r);
-                prop_assert_eq!(ran, done.insert(r), "request {} ran={}", r, ran);
-                m.check().map_err(TestCaseError::fail)?;
-            }
-        }
     }
 }

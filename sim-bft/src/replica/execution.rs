@@ -1,21 +1,20 @@
 //! Execution: committed batches run strictly in sequence order.
 //!
-//! Each batch gets its agreed time, then its requests run exactly once (user writes through
-//! the application, ticks through the execution-time tick bound); replies of one batch are
-//! signed once; the state digest is reported after every batch and a checkpoint is taken
-//! every `checkpoint_interval` sequence numbers.
+//! Each batch gets its agreed time, then runs through ccron's kernel
+//! ([`ccron::host::BlockHost::execute_block`], the one executor every engine drives): each
+//! write exactly once per `(client, number)` within the state budget, each tick through the tick
+//! gate (validators only, listed components, no replayed number, one per sender, component and
+//! period). Replies of one batch are signed once; the state digest (the kernel's) is reported
+//! after every batch and a checkpoint is taken every `checkpoint_interval` sequence numbers.
 
-use ccron::host::TickRejection;
-use ccron::host::block::run_tick;
-use ccron::{ReservedPages, Tick};
-use sha2::{Digest, Sha256};
+use ccron::ReservedPages;
+use ccron::host::{Block, STATE_FULL_REPLY, TickRejection, Tx, TxResult};
 use tracing::{debug, warn};
 
 use super::{Replica, TimeRecord};
-use crate::app::ExecContext;
 use crate::crypto::{self, Digest32, internal_client_id, internal_client_owner};
-use crate::node::{Executed, Millis, NodeId, Output};
-use crate::protocol::{Batch, RequestKind, SignedReply, codec};
+use crate::node::{Executed, Millis, Output};
+use crate::protocol::{Batch, RequestKind, SignedReply, SignedRequest, codec};
 
 impl Replica {
     pub(super) fn execute_ready(&mut self, now: Millis, out: &mut Vec<Output>) {
@@ -58,7 +57,6 @@ impl Replica {
     ) {
         let agreed = self.agreed_time(batch);
         if let Some(t) = agreed {
-            self.last_agreed_time_ms = Some(t);
             if let Some(c) = &batch.time_cert {
                 self.last_cert_seq = self.last_cert_seq.max(c.seq);
             }
@@ -67,11 +65,13 @@ impl Replica {
                 agreed_time_ms: t,
                 cert_seq: self.last_cert_seq,
             };
+            let time_page = self.cfg.time_page;
             let saved = codec::encode(&rec)
                 .map_err(|e| e.to_string())
                 .and_then(|b| {
-                    self.pages
-                        .save(self.cfg.time_page, &b)
+                    self.host
+                        .pages_mut()
+                        .save(time_page, &b)
                         .map_err(|e| e.to_string())
                 });
             if let Err(e) = saved {
@@ -80,94 +80,136 @@ impl Replica {
                 self.halt(format!("agreed time not saved: {e}"));
             }
         }
-        let ctx = ExecContext {
-            seq,
-            agreed_time_ms: agreed,
-        };
+        // The batch as ccron's kernel sees it: the ordered requests and ticks, with the
+        // authenticated sender of each. What is malformed or not the kernel's to judge (an
+        // internal client's write, a tick payload that is not a component id) is settled here,
+        // counted, and never reaches it.
         let own_internal = internal_client_id(self.cfg.id);
+        let mut txs = Vec::with_capacity(batch.requests.len());
+        let mut origin = Vec::with_capacity(batch.requests.len());
         let mut ticks = Vec::new();
-        let mut fires = Vec::new();
-        let mut replies = Vec::new();
         for r in &batch.requests {
             let (client, req_seq) = (r.request.client, r.request.req_seq);
-            if self.clients.is_executed(client, req_seq) {
-                self.metrics.inc("duplicate_execution_skipped");
-                debug!(
-                    replica = self.cfg.id,
-                    seq,
-                    client,
-                    req_seq,
-                    view = self.view,
-                    "request ordered twice: second copy skipped"
-                );
-                if client == own_internal
-                    && r.request.kind == RequestKind::Tick
-                    && let Ok(c) = <[u8; 4]>::try_from(r.request.payload.as_slice())
-                {
-                    // Our tick was superseded: it will never execute, so its mark goes.
-                    self.throttle.on_dropped(u32::from_le_bytes(c), req_seq);
-                }
-                continue;
-            }
-            let result = match r.request.kind {
+            match r.request.kind {
                 RequestKind::Tick => {
                     let component = <[u8; 4]>::try_from(r.request.payload.as_slice())
                         .ok()
                         .map(u32::from_le_bytes);
-                    let sender = self
-                        .tick_authority()
-                        .authorize(internal_client_owner(client))
-                        .ok();
-                    match (component, sender) {
-                        (Some(component), Some(sender)) => {
-                            if client == own_internal {
-                                self.throttle.on_executed(component, req_seq);
-                            }
-                            ticks.push(component);
-                            if self.admit_tick_evaluation(component, sender, agreed) {
-                                self.metrics.inc("ticks_evaluated");
-                                let tick = Tick::new(component, seq, agreed);
-                                if let Err(e) =
-                                    run_tick(self.app.as_mut(), &mut self.pages, tick, &mut fires)
-                                {
-                                    warn!(replica = self.cfg.id, seq, component, error = %e, "tick rejected");
-                                    self.metrics.inc("tick_rejected");
-                                }
-                            }
+                    match component {
+                        Some(component) => {
+                            txs.push(Tx::Tick {
+                                component,
+                                sender: internal_client_owner(client),
+                                number: req_seq,
+                            });
+                            origin.push((client, req_seq, Some(component)));
                         }
-                        _ => self.metrics.inc("tick_malformed_at_execution"),
+                        None => {
+                            self.metrics.inc("tick_malformed_at_execution");
+                            self.clients.remove(client, req_seq);
+                        }
                     }
-                    Vec::new()
                 }
                 RequestKind::Write => {
                     if internal_client_owner(client).is_some() {
                         self.metrics.inc("internal_write_rejected");
-                        Vec::new()
+                        self.clients.remove(client, req_seq);
                     } else {
-                        let payload = &r.request.payload;
-                        let res = match self.check_state_room(payload.len()) {
-                            Ok(()) => {
-                                let res = self.app.execute(ctx, client, payload);
-                                self.note_state_growth(payload.len(), res.len());
-                                res
-                            }
-                            Err(e) => {
-                                warn!(replica = self.cfg.id, seq, client, error = %e, "write rejected");
-                                self.metrics.inc("write_rejected_state_full");
-                                super::STATE_FULL_RESULT.to_vec()
-                            }
-                        };
-                        replies.push((client, req_seq, res.clone()));
-                        res
+                        txs.push(Tx::Request {
+                            client,
+                            number: req_seq,
+                            payload: r.request.payload.clone(),
+                        });
+                        origin.push((client, req_seq, None));
                     }
                 }
-            };
-            self.clients.record_executed(client, req_seq, seq, result);
-            if let Some(e) = self.app.halted() {
-                let cause = e.to_string();
-                self.halt(cause);
             }
         }
+        let block = Block {
+            height: seq,
+            agreed_time_ms: agreed,
+            txs,
+        };
+        let (results, fires) = match self.host.execute_block(&block) {
+            Ok(o) => (o.results, o.fires),
+            Err(e) => {
+                self.halt(format!("execution stopped at seq {seq}: {e}"));
+                (Vec::new(), Vec::new())
+            }
+        };
+        let mut replies = Vec::new();
+        for ((client, req_seq, component), result) in origin.into_iter().zip(results) {
+            match result {
+                TxResult::Reply(res) => {
+                    self.clients
+                        .settle(client, req_seq, Some((seq, res.clone())));
+                    replies.push((client, req_seq, res));
+                }
+                TxResult::Refused(e) => {
+                    warn!(replica = self.cfg.id, seq, client, error = %e, "write rejected");
+                    self.metrics.inc("write_rejected_state_full");
+                    let res = STATE_FULL_REPLY.to_vec();
+                    self.clients
+                        .settle(client, req_seq, Some((seq, res.clone())));
+                    replies.push((client, req_seq, res));
+                }
+                TxResult::Duplicate(_) | TxResult::TickSkipped(TickRejection::Stale { .. }) => {
+                    self.metrics.inc("duplicate_execution_skipped");
+                    debug!(
+                        replica = self.cfg.id,
+                        seq,
+                        client,
+                        req_seq,
+                        view = self.view,
+                        "request ordered twice: second copy skipped"
+                    );
+                    if client == own_internal
+                        && let Some(c) = component
+                    {
+                        // Our tick was superseded: it will never execute, so its mark goes.
+                        self.throttle.on_dropped(c, req_seq);
+                    }
+                    self.clients.settle(client, req_seq, None);
+                }
+                other => {
+                    // A tick that reached the gate (evaluated, coalesced or refused); a replayed
+                    // one was counted above as a skipped copy.
+                    ticks.extend(component);
+                    match &other {
+                        TxResult::TickEvaluated => self.metrics.inc("ticks_evaluated"),
+                        TxResult::TickFailed(e) => {
+                            warn!(replica = self.cfg.id, seq, error = %e, "tick rejected");
+                            self.metrics.inc("ticks_evaluated");
+                            self.metrics.inc("tick_rejected");
+                        }
+                        TxResult::TickSkipped(TickRejection::UnknownComponent(c)) => {
+                            warn!(
+                                replica = self.cfg.id,
+                                component = c,
+                                "ordered tick for an unlisted component"
+                            );
+                            self.metrics.inc("tick_rejected_unknown_component");
+                        }
+                        TxResult::TickSkipped(e @ TickRejection::Coalesced { .. }) => {
+                            debug!(replica = self.cfg.id, reason = %e, "tick coalesced");
+                            self.metrics.inc("tick_coalesced");
+                        }
+                        TxResult::TickSkipped(e) => {
+                            warn!(replica = self.cfg.id, reason = %e, "tick refused");
+                            self.metrics.inc("tick_malformed_at_execution");
+                        }
+                        _ => {}
+                    }
+                    if client == own_internal
+                        && let Some(c) = component
+                    {
+                        self.throttle.on_executed(c, req_seq);
+                    }
+                    self.clients.settle(client, req_seq, None);
+                }
+            }
+        }
+        self.drop_settled_pending(&batch.requests);
         self.send_replies(seq, replies, out);
         let batch_bytes = batch.wire_bytes();
         self.earn_repeat_credit(batch_bytes);
@@ -188,6 +230,64 @@ impl Replica {
         }));
         if seq.is_multiple_of(self.cfg.checkpoint_interval) {
             self.take_checkpoint(now, seq, out);
+        }
+    }
+
+    /// Whether `r` must not execute (again): its number is 0, it executed, or it fell below
+    /// its client's window (a write, by the kernel's exactly-once table), or its number is not
+    /// above the last ordered tick of its sender and component (a tick, by the tick gate's
+    /// replay floor). The admission-time view of what execution would skip.
+    pub(super) fn settled(&self, r: &SignedRequest) -> bool {
+        let (client, req_seq) = (r.request.client, r.request.req_seq);
+        if req_seq == 0 {
+            return true;
+        }
+        match r.request.kind {
+            RequestKind::Write => self.host.requests().check(client, req_seq).is_err(),
+            RequestKind::Tick => {
+                let component = <[u8; 4]>::try_from(r.request.payload.as_slice())
+                    .ok()
+                    .map(u32::from_le_bytes);
+                match (component, internal_client_owner(client)) {
+                    (Some(c), Some(owner)) => self
+                        .host
+                        .gate()
+                        .last_number(c, owner)
+                        .is_some_and(|last| req_seq <= last),
+                    _ => false,
+                }
+            }
+        }
+    }
+
+    /// The highest number of this replica's own ticks ever ordered (its internal client's
+    /// request numbers continue above it).
+    pub(super) fn last_own_tick(&self) -> u64 {
+        let me = self.cfg.id;
+        self.host
+            .gate()
+            .floor_entries()
+            .filter(|(_, sender, _)| *sender == me)
+            .map(|(_, _, n)| n)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Drops the pending requests of the clients of `requests` that can no longer execute (a
+    /// number that fell below its client's window once a later one executed).
+    fn drop_settled_pending(&mut self, requests: &[SignedRequest]) {
+        let clients: std::collections::BTreeSet<u64> =
+            requests.iter().map(|r| r.request.client).collect();
+        for client in clients {
+            let stale: Vec<u64> = self
+                .clients
+                .pending_of(client)
+                .filter(|p| self.settled(p))
+                .map(|p| p.request.req_seq)
+                .collect();
+            for req_seq in stale {
+                self.clients.remove(client, req_seq);
+            }
         }
     }
 
@@ -248,56 +348,9 @@ impl Replica {
         }
     }
 
-    /// The execution-time tick bound: for a listed component, at most one tick per sender and
-    /// period of agreed time is evaluated; the others are counted and skipped. Deterministic (a
-    /// function of replicated state), so every honest replica skips the same ticks, and a
-    /// Byzantine replica flooding ticks costs at most one evaluation per component and period.
-    fn admit_tick_evaluation(
-        &mut self,
-        component: u32,
-        sender: NodeId,
-        agreed: Option<Millis>,
-    ) -> bool {
-        // ccron's gate: the sender is a replica, the component ticks, and it is the first tick
-        // of this sender, component and period.
-        match self.tick_gate.admit(component, Some(sender), agreed) {
-            Ok(_) => true,
-            Err(TickRejection::UnknownComponent(_)) => {
-                warn!(
-                    replica = self.cfg.id,
-                    component, "ordered tick for an unlisted component"
-                );
-                self.metrics.inc("tick_rejected_unknown_component");
-                false
-            }
-            Err(e @ TickRejection::Coalesced { .. }) => {
-                debug!(replica = self.cfg.id, component, sender, reason = %e, "tick coalesced");
-                self.metrics.inc("tick_coalesced");
-                false
-            }
-            Err(e) => {
-                warn!(replica = self.cfg.id, component, sender, reason = %e, "tick refused");
-                self.metrics.inc("tick_malformed_at_execution");
-                false
-            }
-        }
-    }
-
-    /// Digest of the replicated state reported after every batch.
+    /// Digest of the replicated state reported after every batch: the kernel's
+    /// ([`ccron::host::BlockHost::digest`]), the same any engine reports after the same blocks.
     pub(super) fn state_digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
-        h.update(b"sim-bft-state");
-        h.update(self.app.digest());
-        h.update(self.pages.digest());
-        h.update(self.last_agreed_time_ms.unwrap_or(i64::MIN).to_le_bytes());
-        if !self.tick_gate.coalescer().is_empty() {
-            h.update(b"tick-evals");
-            for (c, s, p) in self.tick_gate.coalescer().entries() {
-                h.update(c.to_le_bytes());
-                h.update(s.to_le_bytes());
-                h.update(p.to_le_bytes());
-            }
-        }
-        h.finalize().into()
+        self.host.digest()
     }
 }

@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 use bincode::{Decode, Encode};
 use ccron::MemPages;
-use ccron::host::TickGate;
+use ccron::host::{BlockHost, TickGate, TimeRule};
 use ccron::ticks::TickThrottle;
 use tracing::{debug, warn};
 
@@ -51,7 +51,6 @@ use crate::protocol::{
     Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, SignedRequest, TimeCert, Wire,
     codec,
 };
-use checkpoint::SizeBudget;
 pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
@@ -69,6 +68,22 @@ pub enum ReplicaError {
     /// Durable storage holds something unusable.
     #[error("corrupt storage: {0}")]
     Storage(String),
+}
+
+/// The agreed-time rule of a replica: quorum 2f+1, the configured epsilon and hard limit; in
+/// the robust mode the primary's stamp counts less the genesis bound ([`TimeMode::Robust`]), in
+/// the reference mode as it is.
+fn time_rule(cfg: &ReplicaConfig) -> TimeRule {
+    let mut rule = TimeRule::for_validators(
+        cfg.n,
+        match cfg.time.mode {
+            TimeMode::Robust => cfg.time.genesis_bound_ms,
+            _ => 0,
+        },
+        cfg.time.hard_limit_ms,
+    );
+    rule.epsilon_ms = cfg.time.epsilon_ms;
+    rule
 }
 
 /// Refuses an application whose declared reserved pages ([`Application::page_ranges`]) hold the
@@ -211,21 +226,23 @@ struct StoredCheckpoint {
     snapshot: Vec<u8>,
 }
 
-/// The replicated state at a checkpoint (its SHA-256 is the checkpoint digest).
+/// The replicated state at a checkpoint (its chunk-list digest is the checkpoint digest).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 struct Snapshot {
     seq: u64,
-    app: Vec<u8>,
-    pages: Vec<(u32, Vec<u8>)>,
-    pages_digest: Digest32,
+    /// The kernel's snapshot ([`BlockHost::checkpoint`]): the application, the reserved
+    /// pages (the agreed-time page among them), the last agreed time, the tick gate, the
+    /// executed requests, the counters and the state budget.
+    host: Vec<u8>,
+    /// The reply cache of each client.
     clients: Vec<ClientRecord>,
-    last_agreed_time_ms: Option<Millis>,
     last_cert_seq: u64,
     state_digest: Digest32,
-    /// Execution-time tick bound: `(component, sender, period index of agreed time)` of the
-    /// last evaluated tick of each sender per component.
-    tick_evals: Vec<(u32, u32, i64)>,
 }
+
+/// What a replica runs its batches through: ccron's kernel over the application the replica
+/// was given and its reserved pages.
+type Host = BlockHost<Box<dyn Application>, MemPages>;
 
 /// What the time page holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
@@ -247,8 +264,9 @@ pub struct Replica {
     cfg: ReplicaConfig,
     key: SigningKey,
     ring: Keyring,
-    app: Box<dyn Application>,
-    pages: MemPages,
+    /// The one executor (ccron's kernel): application, reserved pages, exactly-once, tick
+    /// gate, agreed time, counters, state budget.
+    host: Host,
     clients: ClientsManager,
     metrics: Metrics,
 
@@ -263,7 +281,6 @@ pub struct Replica {
 
     next_seq: u64,
     last_executed: u64,
-    last_agreed_time_ms: Option<Millis>,
     last_cert_seq: u64,
     log: BTreeMap<u64, Entry>,
     recent_certs: BTreeMap<u64, TimeCert>,
@@ -276,8 +293,6 @@ pub struct Replica {
     transfer: Option<Transfer>,
     /// What this replica serves to state-transfer receivers (chunk lists, per-peer rate).
     serving: Serving,
-    /// Deterministic bound of the snapshot size (execution rejects writes that would break it).
-    size: SizeBudget,
 
     vc_deadline: Option<Millis>,
     batch_deadline: Option<Millis>,
@@ -290,9 +305,6 @@ pub struct Replica {
     throttle: TickThrottle,
     /// Per listed component, the local period index in which this replica last sent a tick.
     tick_sent_period: BTreeMap<u32, i64>,
-    /// Replicated: per (component, sender), the agreed-time period index of the last tick
-    /// evaluated (at most one evaluation per sender, component and period).
-    tick_gate: TickGate,
     next_internal_req: u64,
     verified_requests: HashSet<Digest32>,
     verified_order: VecDeque<Digest32>,
@@ -409,15 +421,19 @@ impl Replica {
         check_page_ranges(&cfg, app.as_ref())?;
         let key = crypto::replica_key(cfg.signatures, cfg.key_seed, cfg.id);
         let ring = Keyring::new(cfg.signatures, cfg.key_seed, cfg.n, cfg.num_clients);
-        let pages = MemPages::new(cfg.page_size, cfg.num_pages);
+        let host = BlockHost::new(
+            app,
+            MemPages::new(cfg.page_size, cfg.num_pages),
+            TickGate::new(cfg.n, cfg.tick_components.clone()),
+        )
+        .with_time_rule(time_rule(&cfg));
         let clients = ClientsManager::new(cfg.max_pending, cfg.max_pending_per_client)
             .with_byte_caps(cfg.max_pending_bytes, cfg.max_pending_bytes_per_client)
             .with_internal_cap(cfg.tick_components.len());
         let mut r = Self {
             key,
             ring,
-            app,
-            pages,
+            host,
             clients,
             metrics: Metrics::default(),
             view: 0,
@@ -432,7 +448,6 @@ impl Replica {
             ),
             next_seq: 1,
             last_executed: 0,
-            last_agreed_time_ms: None,
             last_cert_seq: 0,
             log: BTreeMap::new(),
             recent_certs: BTreeMap::new(),
@@ -447,7 +462,6 @@ impl Replica {
             behind_since: None,
             transfer: None,
             serving: Serving::default(),
-            size: SizeBudget::default(),
             vc_deadline: None,
             batch_deadline: None,
             // The safety net clears a mark lost by some unforeseen path after a few view-change
@@ -458,7 +472,6 @@ impl Replica {
             own_outgoing: Vec::new(),
             flush_deadline: None,
             tick_sent_period: BTreeMap::new(),
-            tick_gate: TickGate::new(cfg.n, cfg.tick_components.clone()),
             next_internal_req: 1,
             verified_requests: HashSet::new(),
             verified_order: VecDeque::new(),
@@ -498,7 +511,6 @@ impl Replica {
         r.last_state_digest = r.state_digest();
         let (digest, bytes) = r.make_snapshot()?;
         r.stable.digest = digest;
-        r.size.reset(bytes.len());
         r.stable_snapshot = bytes;
         Ok(r)
     }
@@ -552,7 +564,7 @@ impl Replica {
 
     /// Agreed time of the last executed batch.
     pub fn last_agreed_time_ms(&self) -> Option<Millis> {
-        self.last_agreed_time_ms
+        self.host.last_agreed_ms()
     }
 
     /// Digest of the replicated state after the last executed batch.
@@ -562,12 +574,17 @@ impl Replica {
 
     /// The reserved pages.
     pub fn pages(&self) -> &MemPages {
-        &self.pages
+        self.host.pages()
     }
 
     /// The application.
     pub fn app(&self) -> &dyn Application {
-        self.app.as_ref()
+        self.host.app().as_ref()
+    }
+
+    /// The kernel this replica executes through (counters, exactly-once table, tick gate).
+    pub fn host(&self) -> &BlockHost<Box<dyn Application>, MemPages> {
+        &self.host
     }
 
     /// Why a state transfer's certified snapshot (every chunk matched the root 2f+1 replicas
@@ -580,7 +597,7 @@ impl Replica {
 
     /// The application, giving up the replica (its final state, e.g. at the end of a run).
     pub fn into_app(self) -> Box<dyn Application> {
-        self.app
+        self.host.into_app()
     }
 
     /// Whether a state transfer is in progress.

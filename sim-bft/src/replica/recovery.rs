@@ -11,7 +11,6 @@ use super::{
     ReplicaError, StoredCheckpoint, StoredEntry, StoredView, log_key,
 };
 use crate::app::{Application, TickExecutor, WithTicks};
-use crate::crypto::internal_client_id;
 use crate::node::Output;
 
 /// How many internal request numbers one durable reservation covers.
@@ -162,11 +161,7 @@ impl Replica {
             None => 0,
         };
         r.internal_req_reserved = reserved;
-        r.next_internal_req = r
-            .clients
-            .last_req_seq(internal_client_id(r.cfg.id))
-            .max(reserved)
-            .saturating_add(1);
+        r.next_internal_req = r.last_own_tick().max(reserved).saturating_add(1);
         Ok(r)
     }
 

@@ -20,8 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use ccron::host::TickCoalescer;
-use ccron::{MemPages, ReservedPages};
+use ccron::ReservedPages;
 use tracing::{info, warn};
 
 use super::{Byzantine, Dest, KEY_CHECKPOINT, Replica, Snapshot, StoredCheckpoint, TimeRecord};
@@ -909,47 +908,62 @@ impl Replica {
         if snap.seq != proof.seq {
             return Err("snapshot seq differs from its proof".into());
         }
-        let mut pages = MemPages::new(self.cfg.page_size, self.cfg.num_pages);
-        pages.restore(&snap.pages).map_err(|e| e.to_string())?;
-        if pages.digest() != snap.pages_digest {
-            return Err("pages digest mismatch".into());
-        }
-        // The agreed time is reloaded from its reserved page (and must agree with the record).
-        let time = match pages.load(self.cfg.time_page).map_err(|e| e.to_string())? {
-            Some(b) => Some(codec::decode::<TimeRecord>(b, b.len()).map_err(|e| e.to_string())?),
-            None => None,
-        };
-        if time.map(|t| t.agreed_time_ms) != snap.last_agreed_time_ms {
-            return Err("time page disagrees with the snapshot".into());
-        }
-        let backup = self.app.snapshot();
-        self.app
-            .restore(&snap.app)
-            .map_err(|e| format!("application: {e}"))?;
-        let old_pages = std::mem::replace(&mut self.pages, pages);
-        let old_time = self.last_agreed_time_ms;
-        self.last_agreed_time_ms = snap.last_agreed_time_ms;
-        let tick_evals = TickCoalescer::from_entries(snap.tick_evals.iter().copied());
-        let old_evals = self.tick_gate.replace_coalescer(tick_evals);
-        if self.state_digest() != snap.state_digest {
-            self.pages = old_pages;
-            self.last_agreed_time_ms = old_time;
-            self.tick_gate.replace_coalescer(old_evals);
+        // The kernel restores everything it owns; on any refusal below it is put back.
+        let backup = self
+            .host
+            .snapshot()
+            .map_err(|e| format!("own state: {e}"))?;
+        let restored = self
+            .host
+            .restore(&snap.host)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                // The agreed time is reloaded from its reserved page (and must agree).
+                let time = match self
+                    .host
+                    .pages()
+                    .load(self.cfg.time_page)
+                    .map_err(|e| e.to_string())?
+                {
+                    Some(b) => {
+                        Some(codec::decode::<TimeRecord>(b, b.len()).map_err(|e| e.to_string())?)
+                    }
+                    None => None,
+                };
+                if time.map(|t| t.agreed_time_ms) != self.host.last_agreed_ms() {
+                    return Err("time page disagrees with the snapshot".into());
+                }
+                if self.host.last_height() != snap.seq {
+                    return Err("the kernel's height differs from the snapshot's seq".into());
+                }
+                if self.state_digest() != snap.state_digest {
+                    return Err("state digest mismatch".into());
+                }
+                Ok(())
+            });
+        if let Err(e) = restored {
             // Restoring a snapshot we took ourselves cannot fail.
-            let _ = self.app.restore(&backup);
-            return Err("state digest mismatch".into());
-        }
-        if let Err(e) = self.app.reload(&self.pages) {
-            warn!(replica = self.cfg.id, error = %e, "tick executor reload failed");
-            self.metrics.inc("tick_reload_error");
+            let _ = self.host.restore(&backup);
+            return Err(e);
         }
         let seq = snap.seq;
         self.clients.restore_records(snap.clients);
+        // The state limit every replica set at this checkpoint (from the same reply records).
+        let limit = self.state_limit();
+        self.host.set_state_limit(Some(limit));
+        let settled: Vec<(u64, u64)> = self
+            .clients
+            .pending_requests()
+            .filter(|r| self.settled(r))
+            .map(|r| (r.request.client, r.request.req_seq))
+            .collect();
+        for (c, r) in settled {
+            self.clients.remove(c, r);
+        }
         self.last_cert_seq = snap.last_cert_seq;
         self.last_executed = seq;
         self.last_state_digest = snap.state_digest;
         self.stable = proof;
-        self.size.reset(bytes.len());
         self.stable_snapshot = bytes;
         self.log = self.log.split_off(&(seq + 1));
         self.own_checkpoints = self.own_checkpoints.split_off(&(seq + 1));
@@ -957,10 +971,9 @@ impl Replica {
         let high = self.high_watermark();
         self.log.retain(|s, _| *s <= high);
         self.next_seq = self.next_seq.max(seq + 1);
-        let own = crate::crypto::internal_client_id(self.cfg.id);
         self.next_internal_req = self
             .next_internal_req
-            .max(self.clients.last_req_seq(own) + 1);
+            .max(self.last_own_tick().saturating_add(1));
         // Every admitted tick was pending in consensus; the transfer replaced that state.
         self.throttle.on_view_change_cleared();
         if self

@@ -237,22 +237,27 @@ impl Replica {
             .saturating_add(16)
     }
 
+    /// The agreed time of `batch`, by ccron's one time rule ([`time::TimeRule::agreed_from`]):
+    /// a null batch carries the previous time forward; otherwise the primary's stamp (in the
+    /// robust mode less the genesis bound, raised to the attached certificate's median), never
+    /// below the previous agreed time plus epsilon.
     pub(super) fn agreed_time(&self, batch: &Batch) -> Option<Millis> {
-        let eps = self.cfg.time.epsilon_ms;
-        let base = match self.cfg.time.mode {
+        let evidence = match self.cfg.time.mode {
             TimeMode::Off => return None,
-            _ if batch.null => return self.last_agreed_time_ms.map(|t| t.saturating_add(eps)),
-            TimeMode::Reference => batch.primary_clock_ms,
-            // The primary's stamp, checked within `genesis_bound_ms` of the clocks of the
-            // honest replicas that voted, minus that bound: never ahead of every honest clock,
-            // and current even when the certificate is old (after a stall).
-            TimeMode::Robust => time::stamped_base(
-                batch.primary_clock_ms,
-                self.cfg.time.genesis_bound_ms,
-                batch.time_cert.as_ref().and_then(TimeCert::median_ms),
-            ),
+            _ if batch.null => time::TimeEvidence::Carried,
+            TimeMode::Reference => time::TimeEvidence::Stamped {
+                stamp_ms: batch.primary_clock_ms,
+                certificate_median_ms: None,
+            },
+            TimeMode::Robust => time::TimeEvidence::Stamped {
+                stamp_ms: batch.primary_clock_ms,
+                certificate_median_ms: batch.time_cert.as_ref().and_then(TimeCert::median_ms),
+            },
         };
-        Some(time::next_agreed_time(self.last_agreed_time_ms, base, eps))
+        self.host
+            .time_rule()
+            .agreed_from(self.host.last_agreed_ms(), evidence)
+            .ok()
     }
 
     /// Keeps a time certificate (2f+1 signed commit clocks for one seq) for later pre-prepares,

@@ -82,7 +82,7 @@ impl RequestResults {
                 number,
                 height,
                 result: String::from_utf8_lossy(reply).into_owned(),
-                result_hex: crate::node::hex(reply),
+                result_hex: crate::types::hex(reply),
             },
         );
     }

@@ -14,28 +14,96 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use borsh::{BorshDeserialize, BorshSerialize};
-use malachitebft_core_types::{CommitCertificate, SignedExtension};
 
-use crate::context::{Address, Block, Ctx, Height};
+use crate::types::{Address, Block, CarriedSample, Hash32};
 
 /// Largest record accepted when reading the store back.
 pub const MAX_RECORD_BYTES: usize = 4 * 1024 * 1024;
 
-/// One decided height.
-#[derive(Clone, Debug, BorshSerialize, BorshDeserialize)]
-pub struct Decided {
-    /// The decided block.
-    pub block: Block,
-    /// Its commit certificate.
-    pub certificate: CommitCertificate<Ctx>,
-    /// The signed clock samples on the deciding precommits.
-    pub extensions: Vec<(Address, SignedExtension<Ctx>)>,
+/// What an engine's commit of a height carries, stored with the block: the certificate and the
+/// signed clock samples of its precommits. The node needs only what this trait gives; the engine
+/// adapter implements it for its own record.
+pub trait Commit:
+    BorshSerialize + BorshDeserialize + Clone + std::fmt::Debug + Send + 'static
+{
+    /// The committed height.
+    fn height(&self) -> u64;
+    /// The round the value was committed in.
+    fn round(&self) -> u32;
+    /// The committed value's id.
+    fn value_id(&self) -> Hash32;
+    /// The signed clock samples of the commit's precommits (the next block carries them).
+    fn samples(&self) -> Vec<CarriedSample>;
+    /// The bytes `validator` signed for its clock sample `time_ms` on a precommit of value `id`
+    /// in round `round` at `height` (the engine's vote-extension scope).
+    fn sample_message(
+        height: u64,
+        round: u32,
+        id: &Hash32,
+        validator: &Address,
+        time_ms: i64,
+    ) -> Vec<u8>;
 }
 
-impl Decided {
+/// A commit record without an engine: height, round, value id and the carried samples, with
+/// the sample message `(domain, height, round, id, validator, time)` borsh-encoded. For tools and
+/// tests that drive a node's stores and ledger without consensus.
+#[derive(Clone, Debug, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
+pub struct PlainCommit {
     /// The height.
-    pub fn height(&self) -> Height {
-        self.certificate.height
+    pub height: u64,
+    /// The round.
+    pub round: u32,
+    /// The value id.
+    pub value_id: Hash32,
+    /// The samples.
+    pub samples: Vec<CarriedSample>,
+}
+
+impl PlainCommit {
+    /// The round-0 commit of `block`, without samples.
+    pub fn of(block: &Block) -> Self {
+        Self {
+            height: block.height,
+            round: 0,
+            value_id: block.id(),
+            samples: Vec::new(),
+        }
+    }
+}
+
+impl Commit for PlainCommit {
+    fn height(&self) -> u64 {
+        self.height
+    }
+    fn round(&self) -> u32 {
+        self.round
+    }
+    fn value_id(&self) -> Hash32 {
+        self.value_id
+    }
+    fn samples(&self) -> Vec<CarriedSample> {
+        self.samples.clone()
+    }
+    fn sample_message(height: u64, round: u32, id: &Hash32, v: &Address, t: i64) -> Vec<u8> {
+        borsh::to_vec(&(b"ccron-node/plain-sample", height, round, id, v, t)).unwrap_or_default()
+    }
+}
+
+/// One decided height: the block and the engine's commit of it. (Encoded as the block followed
+/// by the commit.)
+#[derive(Clone, Debug, BorshSerialize, BorshDeserialize)]
+pub struct Decided<C> {
+    /// The decided block.
+    pub block: Block,
+    /// The engine's commit of it.
+    pub commit: C,
+}
+
+impl<C: Commit> Decided<C> {
+    /// The height.
+    pub fn height(&self) -> u64 {
+        self.commit.height()
     }
 }
 
@@ -74,18 +142,18 @@ pub enum StoreError {
 /// value sync, the restart replay above the newest snapshot), one record at a time and bounded
 /// by [`MAX_RECORD_BYTES`]: memory does not grow with the chain.
 #[derive(Debug)]
-pub struct BlockStore {
+pub struct BlockStore<C> {
     path: PathBuf,
     file: File,
     /// `offsets[i]`: where the record of height `i + 1` starts.
     offsets: Vec<u64>,
     /// The last decision (the next height's samples, time and scope come from it).
-    last: Option<Decided>,
+    last: Option<Decided<C>>,
     /// The file's length: where the next record starts.
     end: u64,
 }
 
-impl BlockStore {
+impl<C: Commit> BlockStore<C> {
     /// Opens (or creates) the store: reads the records back one at a time (each decoded and
     /// checked to be the next height), indexes them and truncates a torn tail.
     ///
@@ -108,8 +176,8 @@ impl BlockStore {
                 else {
                     break;
                 };
-                match borsh::from_slice::<Decided>(&payload) {
-                    Ok(d) if d.height().0 == offsets.len() as u64 + 1 => {
+                match borsh::from_slice::<Decided<C>>(&payload) {
+                    Ok(d) if d.height() == offsets.len() as u64 + 1 => {
                         offsets.push(off);
                         last = Some(d);
                     }
@@ -148,7 +216,7 @@ impl BlockStore {
     }
 
     /// The last decision (kept in memory).
-    pub fn last(&self) -> Option<&Decided> {
+    pub fn last(&self) -> Option<&Decided<C>> {
         self.last.as_ref()
     }
 
@@ -158,7 +226,7 @@ impl BlockStore {
     ///
     /// # Errors
     /// I/O errors; a record that no longer reads back (the file changed under the node).
-    pub fn get(&self, height: u64) -> Result<Option<Decided>, StoreError> {
+    pub fn get(&self, height: u64) -> Result<Option<Decided<C>>, StoreError> {
         if height == 0 || height > self.last_height() {
             return Ok(None);
         }
@@ -168,14 +236,14 @@ impl BlockStore {
         let i = usize::try_from(height - 1).map_err(|_| self.corrupt(0))?;
         let off = *self.offsets.get(i).ok_or_else(|| self.corrupt(0))?;
         let d = self.read_at(off)?;
-        if d.height().0 != height {
+        if d.height() != height {
             return Err(self.corrupt(off));
         }
         Ok(Some(d))
     }
 
     /// The record at `off`, read with positioned reads (the append handle is not moved).
-    fn read_at(&self, off: u64) -> Result<Decided, StoreError> {
+    fn read_at(&self, off: u64) -> Result<Decided<C>, StoreError> {
         use std::os::unix::fs::FileExt;
         let io = |source| StoreError::Io {
             path: self.path.clone(),
@@ -192,7 +260,7 @@ impl BlockStore {
         if crc32fast::hash(&payload) != crc {
             return Err(self.corrupt(off));
         }
-        borsh::from_slice::<Decided>(&payload).map_err(|_| self.corrupt(off))
+        borsh::from_slice::<Decided<C>>(&payload).map_err(|_| self.corrupt(off))
     }
 
     fn corrupt(&self, offset: u64) -> StoreError {
@@ -206,11 +274,11 @@ impl BlockStore {
     ///
     /// # Errors
     /// I/O errors; a decision that is not for the next height.
-    pub fn append(&mut self, d: Decided) -> Result<(), StoreError> {
+    pub fn append(&mut self, d: Decided<C>) -> Result<(), StoreError> {
         let expected = self.last_height() + 1;
-        if d.height().0 != expected {
+        if d.height() != expected || d.block.height != expected {
             return Err(StoreError::OutOfOrder {
-                got: d.height().0,
+                got: d.height(),
                 expected,
             });
         }
@@ -278,17 +346,23 @@ fn read_record(bytes: &[u8], off: usize) -> Option<(&[u8], usize)> {
 /// block if it was the proposer (a different one would equivocate). Each part is appended and
 /// fsync'ed before the engine hears of it. The file is compacted when it grows.
 #[derive(Debug)]
-pub struct PartLog {
+pub struct PartLog<P> {
     path: PathBuf,
     file: File,
-    parts: Vec<crate::context::ProposalPart>,
+    parts: Vec<P>,
     bytes: u64,
+}
+
+/// An engine's proposal part, as the part log keeps it.
+pub trait Part: BorshSerialize + BorshDeserialize + Clone + std::fmt::Debug {
+    /// The height it proposes for.
+    fn height(&self) -> u64;
 }
 
 /// Compact the part log past this size.
 const PART_LOG_COMPACT_BYTES: u64 = 1024 * 1024;
 
-impl PartLog {
+impl<P: Part> PartLog<P> {
     /// Opens (or creates) the log and reads it back (a torn tail is dropped).
     ///
     /// # Errors
@@ -304,13 +378,10 @@ impl PartLog {
         while let Some((payload, next)) = read_record(&bytes, off) {
             // A record with a good checksum that does not decode is corruption, not a torn tail:
             // dropping it silently could make this node re-propose a different block.
-            let part =
-                borsh::from_slice::<crate::context::ProposalPart>(payload).map_err(|_| {
-                    StoreError::Corrupt {
-                        path: path.to_path_buf(),
-                        offset: off as u64,
-                    }
-                })?;
+            let part = borsh::from_slice::<P>(payload).map_err(|_| StoreError::Corrupt {
+                path: path.to_path_buf(),
+                offset: off as u64,
+            })?;
             parts.push(part);
             off = next;
         }
@@ -327,7 +398,7 @@ impl PartLog {
     }
 
     /// The parts read back or appended, oldest first.
-    pub fn parts(&self) -> &[crate::context::ProposalPart] {
+    pub fn parts(&self) -> &[P] {
         &self.parts
     }
 
@@ -335,7 +406,7 @@ impl PartLog {
     ///
     /// # Errors
     /// I/O errors.
-    pub fn append(&mut self, part: &crate::context::ProposalPart) -> Result<(), StoreError> {
+    pub fn append(&mut self, part: &P) -> Result<(), StoreError> {
         let written = append_synced(&mut self.file, &self.path, part)?;
         self.bytes += written;
         self.parts.push(part.clone());
@@ -347,7 +418,7 @@ impl PartLog {
     /// # Errors
     /// I/O errors.
     pub fn prune(&mut self, height: u64) -> Result<(), StoreError> {
-        self.parts.retain(|p| p.height.0 > height);
+        self.parts.retain(|p| p.height() > height);
         if self.bytes < PART_LOG_COMPACT_BYTES {
             return Ok(());
         }
@@ -452,26 +523,30 @@ mod tests {
         assert_eq!(borsh::from_slice::<Vec<u8>>(payload).unwrap(), small);
     }
 
-    fn decided(h: u64) -> Decided {
-        use malachitebft_core_types::{Round, Value as _};
+    type TestCommit = PlainCommit;
+
+    #[derive(Clone, Debug, BorshSerialize, BorshDeserialize)]
+    struct TestPart(u64, Vec<u8>);
+
+    impl Part for TestPart {
+        fn height(&self) -> u64 {
+            self.0
+        }
+    }
+
+    fn decided(h: u64) -> Decided<TestCommit> {
         let block = Block {
             height: h,
             prev_round: 0,
-            prev_id: crate::context::Hash32::default(),
+            prev_id: Hash32::default(),
             samples: Vec::new(),
             agreed_time_ms: 1_000 * h as i64,
             ticks: Vec::new(),
             requests: Vec::new(),
         };
         Decided {
-            certificate: CommitCertificate {
-                height: Height(h),
-                round: Round::new(0),
-                value_id: block.id(),
-                commit_signatures: Vec::new(),
-            },
+            commit: PlainCommit::of(&block),
             block,
-            extensions: Vec::new(),
         }
     }
 
@@ -481,7 +556,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("blocks.log");
-        let mut store = BlockStore::open(&path).unwrap();
+        let mut store = BlockStore::<TestCommit>::open(&path).unwrap();
         assert!(store.get(1).unwrap().is_none());
         for h in 1..=10 {
             store.append(decided(h)).unwrap();
@@ -505,13 +580,13 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&rec[..rec.len() / 2]).unwrap();
         drop(f);
-        let mut store = BlockStore::open(&path).unwrap();
+        let mut store = BlockStore::<TestCommit>::open(&path).unwrap();
         assert_eq!(store.last_height(), 10);
         assert_eq!(store.last().unwrap().block, decided(10).block);
         assert_eq!(store.get(4).unwrap().unwrap().block, decided(4).block);
         store.append(decided(11)).unwrap();
         drop(store);
-        let store = BlockStore::open(&path).unwrap();
+        let store = BlockStore::<TestCommit>::open(&path).unwrap();
         assert_eq!(store.last_height(), 11);
         assert_eq!(store.get(11).unwrap().unwrap().block, decided(11).block);
         assert_eq!(store.get(7).unwrap().unwrap().block, decided(7).block);
@@ -533,7 +608,7 @@ mod tests {
         let path = dir.join("parts.log");
         // A record with a good checksum whose payload is no proposal part.
         std::fs::write(&path, encode_record(&vec![0xffu8; 3]).unwrap()).unwrap();
-        let opened = PartLog::open(&path);
+        let opened = PartLog::<TestPart>::open(&path);
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(
             matches!(opened, Err(StoreError::Corrupt { offset: 0, .. })),

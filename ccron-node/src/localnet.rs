@@ -7,18 +7,51 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
-use crate::node::{Genesis, GenesisValidator, NodeStatus, hex, localnet_secret, node_dir, now_ms};
+use crate::core::{node_dir, now_ms};
+use crate::load::LoadPayload;
+use crate::records::{Genesis, GenesisValidator, NodeStatus};
+use crate::types::hex;
+
+/// What a localnet's genesis records of the ledger (the binary computes it from one instance of
+/// its ledger: [`crate::cli`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerInit {
+    /// The ledger's name (the binary's; its factory gets it back).
+    pub name: String,
+    /// The ticking components and their tick periods (ms).
+    pub tick_periods: std::collections::BTreeMap<u32, u64>,
+    /// The reserved pages (page size, number of pages).
+    pub pages: (usize, u32),
+    /// The hex setup digest of the build.
+    pub setup_digest: Option<String>,
+    /// Whether the ledger keeps an outbox (the localnet then reads it back by quorum).
+    pub has_outbox: bool,
+}
+
+/// A deterministic secret for localnet node `index` (from a seed): reproducible test networks.
+pub fn localnet_secret(seed: u64, index: usize) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"ccron-malachite-localnet");
+    h.update(seed.to_le_bytes());
+    h.update((index as u64).to_le_bytes());
+    h.finalize().into()
+}
 
 /// Localnet options.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LocalnetOptions {
     /// Number of validators.
     pub nodes: usize,
     /// Run time.
     pub duration: Duration,
-    /// The ledger.
-    pub ledger: String,
+    /// The ledger's genesis record.
+    pub ledger: LedgerInit,
+    /// The load client's payload per request number (none: no load).
+    pub load: Option<LoadPayload>,
+    /// The engine's name in the report.
+    pub engine: String,
     /// Start the last node late (it catches up through the engine's sync).
     pub late_join: bool,
     /// Make node 0 propose lying agreed times.
@@ -34,6 +67,25 @@ pub struct LocalnetOptions {
     pub home: Option<PathBuf>,
     /// The node binary (this executable by default).
     pub node_bin: PathBuf,
+}
+
+impl std::fmt::Debug for LocalnetOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalnetOptions")
+            .field("nodes", &self.nodes)
+            .field("duration", &self.duration)
+            .field("ledger", &self.ledger)
+            .field("load", &self.load.is_some())
+            .field("engine", &self.engine)
+            .field("late_join", &self.late_join)
+            .field("lying_time", &self.lying_time)
+            .field("omit_ticks", &self.omit_ticks)
+            .field("kill_restart", &self.kill_restart)
+            .field("seed", &self.seed)
+            .field("home", &self.home)
+            .field("node_bin", &self.node_bin)
+            .finish()
+    }
 }
 
 /// One node in the report.
@@ -162,10 +214,10 @@ pub struct Report {
     pub lateness_ms: Option<Lateness>,
     /// With a ledger that has an outbox (`orders`): the outbox records a consumer believed at
     /// the end of the run, read over HTTP from every node's read endpoint and counted only where
-    /// f+1 nodes returned a record identically (`ccron_http::QuorumReader`); `None` for `demo`.
+    /// f+1 nodes returned a record identically (`ccron_http::QuorumReader`); `None` without one.
     #[serde(default)]
     pub outbox_quorum_records: Option<u64>,
-    /// With `--ledger orders`: the load client's results read back from every node's
+    /// With a load client: its results read back from every node's
     /// `GET /v1/requests/{client}/{number}`, believed where f+1 returned one identically.
     #[serde(default)]
     pub results: Option<crate::load::ResultsRead>,
@@ -175,7 +227,7 @@ pub struct Report {
 /// returns how many records f+1 nodes returned identically, or why none could be read.
 fn quorum_read_outbox(home: &Path, n: usize) -> Result<u64, String> {
     let endpoints: Vec<String> = (0..n)
-        .filter_map(|i| std::fs::read_to_string(crate::node::http_addr_path(home, i)).ok())
+        .filter_map(|i| std::fs::read_to_string(crate::core::http_addr_path(home, i)).ok())
         .map(|a| format!("http://{}", a.trim()))
         .collect();
     let quorum = (n.saturating_sub(1) / 3) + 1;
@@ -224,17 +276,22 @@ impl Drop for Children {
     }
 }
 
-/// Writes keys and genesis for `n` nodes, with free loopback ports.
+/// Writes keys and genesis for `n` nodes of `ledger`, with free loopback ports.
 ///
 /// # Errors
 /// I/O errors.
-pub fn init_home(home: &Path, n: usize, seed: u64, ledger: &str) -> std::io::Result<Genesis> {
+pub fn init_home(
+    home: &Path,
+    n: usize,
+    seed: u64,
+    ledger: &LedgerInit,
+) -> std::io::Result<Genesis> {
     std::fs::create_dir_all(home)?;
     let mut validators = Vec::new();
     let mut listeners = Vec::new();
     for i in 0..n {
         let secret = localnet_secret(seed, i);
-        let public = crate::context::Ed25519Signer::new(secret).public_key();
+        let public = crate::crypto::Signer::new(secret).public_key();
         let l = std::net::TcpListener::bind("127.0.0.1:0")?;
         let port = l.local_addr()?.port();
         listeners.push(l);
@@ -254,7 +311,10 @@ pub fn init_home(home: &Path, n: usize, seed: u64, ledger: &str) -> std::io::Res
     let genesis = Genesis {
         genesis_time_ms: now_ms(),
         validators,
-        ledger: ledger.to_string(),
+        ledger: ledger.name.clone(),
+        tick_periods: ledger.tick_periods.clone(),
+        pages: ledger.pages,
+        setup_digest: ledger.setup_digest.clone(),
     };
     std::fs::write(
         home.join("genesis.json"),
@@ -377,12 +437,12 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             children.0[i] = Some(c);
         }
     }
-    // `--ledger orders`: a client places orders through the nodes' endpoints (`crate::load`).
-    let load = match opts.ledger.as_str() {
-        "orders" => Some(crate::load::LoadGenerator::start(
-            crate::load::LoadOptions::localnet(&home, n, opts.seed),
+    // A load client submits requests through the nodes' endpoints (`crate::load`).
+    let load = match &opts.load {
+        Some(payload) => Some(crate::load::LoadGenerator::start(
+            crate::load::LoadOptions::localnet(&home, n, opts.seed, payload.clone()),
         )?),
-        _ => None,
+        None => None,
     };
     let start = Instant::now();
     // Kill the node after the liar (or node 1) and, if there is a late joiner, not that one.
@@ -439,14 +499,14 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     // The client's view: its requests' results, read back from every node (f+1 identical).
     let results = load.map(|l| crate::load::read_results(&home, n, opts.seed, l.orders));
     // The consumer's view: read the committed outbox over HTTP while the nodes still run.
-    let outbox_quorum_records = (opts.ledger == "orders").then(|| quorum_read_outbox(&home, n));
+    let outbox_quorum_records = opts.ledger.has_outbox.then(|| quorum_read_outbox(&home, n));
     drop(children);
 
     let mut violations = Vec::new();
     if let Some(l) = load {
-        tracing::info!(?l, "order load");
+        tracing::info!(?l, "load");
         if l.admitted == 0 {
-            violations.push("no order was admitted by any node".into());
+            violations.push("no load request was admitted by any node".into());
         }
     }
     let mut nodes = Vec::new();
@@ -542,7 +602,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let committed_ticks_per_sec = (ticks_node.ticks_executed + ticks_node.ticks_skipped) as f64
         / opts.duration.as_secs_f64().max(0.001);
     Ok(Report {
-        engine: "malachite 0.8.2".into(),
+        engine: opts.engine.clone(),
         nodes,
         honest_agree,
         violations,

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 use ccron::host::{ClientId, DuplicateRequest, ExecutedRequests};
 use serde::{Deserialize, Serialize};
 
-use crate::context::Hash32;
 use crate::request::SignedRequest;
+use crate::types::Hash32;
 
 /// Bounds of a [`Mempool`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,12 +1,12 @@
-//! The localnet's load generator for `--ledger orders`: one client that places orders through
-//! the nodes' client endpoints while the network runs.
+//! The localnet's load generator: one client that submits requests through the nodes' client
+//! endpoints while the network runs (the binary gives the payload of each request number, e.g.
+//! the orders ledger's "place order k").
 //!
-//! Every `interval` it signs request number k, an upsert of order `order-k`'s expiry task
-//! (`expire-order`, `expiry_ms` after admission, keyed by the order), and submits it to **every**
-//! node's `POST /v1/requests` (the address each node wrote to `node-I/http.addr`): whichever
-//! validator proposes next has it, a node that is down or restarting misses nothing, and the
-//! pools (by digest) and execution (by `(client, number)`) make it execute once. The expiries
-//! then fire on every node's ticks.
+//! Every `interval` it signs request number k with the payload the binary's function gives for
+//! k, and submits it to **every** node's `POST /v1/requests` (the address each node wrote to
+//! `node-I/http.addr`): whichever validator proposes next has it, a node that is down or
+//! restarting misses nothing, and the pools (by digest) and execution (by `(client, number)`)
+//! make it execute once.
 //!
 //! The HTTP client is a minimal blocking HTTP/1.1 POST over a loopback `TcpStream` with
 //! timeouts and a bounded response read: the localnet is synchronous and this is a test
@@ -20,17 +20,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ccron::schedule::ScheduleRequest;
-use ccron_ledgers::orders::ScheduledLedger;
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::node::http_addr_path;
+use crate::core::http_addr_path;
 use crate::request::{ClientRequest, SignedRequest};
 
+/// The payload of request number k of the load client whose ledger id is the first argument
+/// (the binary's, for its ledger).
+pub type LoadPayload = Arc<dyn Fn(ccron::host::ClientId, u64) -> Vec<u8> + Send + Sync>;
+
 /// Load generator options.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LoadOptions {
     /// The localnet home (where each node writes `node-I/http.addr`).
     pub home: PathBuf,
@@ -38,21 +40,32 @@ pub struct LoadOptions {
     pub nodes: usize,
     /// Seed of the client's key.
     pub seed: u64,
-    /// Time between two orders.
+    /// Time between two requests.
     pub interval: Duration,
-    /// Expiry delay of each order.
-    pub expiry_ms: i64,
+    /// The payload of each request number.
+    pub payload: LoadPayload,
+}
+
+impl std::fmt::Debug for LoadOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadOptions")
+            .field("home", &self.home)
+            .field("nodes", &self.nodes)
+            .field("seed", &self.seed)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LoadOptions {
-    /// The localnet's load: an order every 250 ms, each expiring 3 s after admission.
-    pub fn localnet(home: &Path, nodes: usize, seed: u64) -> Self {
+    /// The localnet's load: a request every 250 ms with `payload`.
+    pub fn localnet(home: &Path, nodes: usize, seed: u64, payload: LoadPayload) -> Self {
         Self {
             home: home.to_path_buf(),
             nodes,
             seed,
             interval: Duration::from_millis(250),
-            expiry_ms: 3_000,
+            payload,
         }
     }
 }
@@ -60,11 +73,11 @@ impl LoadOptions {
 /// What the load generator did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoadStats {
-    /// Orders signed and submitted.
+    /// Requests signed and submitted.
     pub orders: u64,
-    /// Orders at least one node admitted (`202`).
+    /// Requests at least one node admitted (`202`).
     pub admitted: u64,
-    /// Submissions (orders x nodes tried).
+    /// Submissions (requests x nodes tried).
     pub submissions: u64,
     /// Submissions a node refused (a status other than 202; `409` when another copy is already
     /// pending or executed is normal).
@@ -83,26 +96,14 @@ pub fn client_key(seed: u64) -> SigningKey {
     SigningKey::from_bytes(&h)
 }
 
-/// Request `number` of `key`'s client: place order `order-<number>`, expiring `expiry_ms`
-/// after admission.
-///
-/// # Errors
-/// The schedule request does not encode (never for this request).
-pub fn order_request(
-    key: &SigningKey,
-    number: u64,
-    expiry_ms: i64,
-) -> Result<SignedRequest, ccron::codec::CodecError> {
-    let order = format!("order-{number}");
-    let payload = ScheduledLedger::payload(&ScheduleRequest::Upsert(ScheduledLedger::expiry(
-        &order, expiry_ms,
-    )))?;
-    Ok(ClientRequest {
+/// Request `number` of `key`'s client with `payload`, signed.
+pub fn signed_request(key: &SigningKey, number: u64, payload: Vec<u8>) -> SignedRequest {
+    ClientRequest {
         client_key: key.verifying_key().to_bytes(),
         number,
         payload,
     }
-    .sign(key))
+    .sign(key)
 }
 
 /// The largest response read back.
@@ -264,18 +265,13 @@ fn read_addr(home: &Path, i: usize) -> Option<SocketAddr> {
 
 fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
     let key = client_key(opts.seed);
+    let client = crate::request::client_id(&key.verifying_key().to_bytes());
     let mut stats = LoadStats::default();
     let mut number = 0u64;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.interval);
         number += 1;
-        let request = match order_request(&key, number, opts.expiry_ms) {
-            Ok(r) => r.encode(),
-            Err(e) => {
-                tracing::error!(error = %e, "order request does not encode; load stops");
-                break;
-            }
-        };
+        let request = signed_request(&key, number, (opts.payload)(client, number)).encode();
         stats.orders += 1;
         let mut admitted = false;
         for i in 0..opts.nodes {
@@ -289,7 +285,7 @@ fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
                 Ok((202, _)) => admitted = true,
                 Ok((code, text)) => {
                     stats.refused += 1;
-                    tracing::debug!(node = i, code, response = %text.lines().last().unwrap_or(""), "order refused");
+                    tracing::debug!(node = i, code, response = %text.lines().last().unwrap_or(""), "request refused");
                 }
                 Err(e) => {
                     stats.unreachable += 1;

@@ -40,12 +40,10 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use ccron::host::{ClientId, TickPool, TickRejection};
 
-use crate::app::validator_index;
-use crate::context::{TickTx, ValidatorSet};
 use crate::mempool::{Mempool, Rejection};
-use crate::node::hex;
 use crate::request::{MAX_SIGNED_REQUEST_BYTES, SignedRequest};
 use crate::results::{RequestResult, RequestResults};
+use crate::types::{TickTx, Validators, hex};
 
 /// The state the routes share: the node's mempool, tick pool, results and published outbox.
 #[derive(Clone, Debug)]
@@ -57,7 +55,7 @@ pub struct ApiState {
     /// The validators' signed ticks waiting for a proposal.
     pub ticks: Arc<Mutex<TickPool<TickTx>>>,
     /// The validator set (who may tick).
-    pub validators: ValidatorSet,
+    pub validators: Validators,
     /// Tick submissions refused before the pool (malformed or a bad signature).
     pub ticks_invalid: Arc<AtomicU64>,
     /// The results of recently executed requests.
@@ -150,7 +148,7 @@ async fn submit_tick(State(state): State<ApiState>, body: Bytes) -> (StatusCode,
             "malformed tick or bad signature".into(),
         );
     };
-    let sender = validator_index(&state.validators, &tick.submitter);
+    let sender = state.validators.index_of(&tick.submitter);
     let (component, number) = (tick.component, tick.number);
     let admitted = lock(&state.ticks).admit(component, sender, number, tick);
     match admitted {

@@ -15,7 +15,8 @@ use ccron::host::ClientId;
 use ed25519_dalek::{Signer as _, SigningKey};
 use sha2::{Digest, Sha256};
 
-use crate::context::{Hash32, PubKey, Sig, verify_raw};
+use crate::crypto::verify_raw;
+use crate::types::{Hash32, PubKey, Sig};
 
 /// The domain tag every request signature covers (a request signature can never be taken for
 /// a vote, a proposal or a clock sample, whose tags differ).
@@ -122,11 +123,11 @@ impl ClientRequest {
 }
 
 impl SignedRequest {
-    /// Checks the bounds and the signature.
+    /// Checks the request's own bounds (the payload's size).
     ///
     /// # Errors
-    /// [`RequestError::PayloadTooLarge`] or [`RequestError::BadSignature`].
-    pub fn verify(&self) -> Result<(), RequestError> {
+    /// [`RequestError::PayloadTooLarge`].
+    pub fn check_bounds(&self) -> Result<(), RequestError> {
         let len = self.request.payload.len();
         if len > MAX_PAYLOAD_BYTES {
             return Err(RequestError::PayloadTooLarge {
@@ -134,6 +135,15 @@ impl SignedRequest {
                 limit: MAX_PAYLOAD_BYTES,
             });
         }
+        Ok(())
+    }
+
+    /// Checks the bounds and the signature.
+    ///
+    /// # Errors
+    /// [`RequestError::PayloadTooLarge`] or [`RequestError::BadSignature`].
+    pub fn verify(&self) -> Result<(), RequestError> {
+        self.check_bounds()?;
         if !verify_raw(
             &PubKey(self.request.client_key),
             &self.request.signing_bytes(),

@@ -1,20 +1,62 @@
 //! The node's JSON records on disk: the genesis every node loads (`genesis.json`) and the status
 //! a node writes after every height (`status.json`, read by `localnet` and tests).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
+use crate::ledger::{DEFAULT_PAGES, DEFAULT_TICK_PERIOD_MS, LedgerSetup};
 use crate::mempool::MempoolCounters;
 use ccron::host::TickPoolCounters;
 
-/// The genesis every node loads: validators (public keys and loopback ports) and genesis time.
+/// The genesis every node loads: validators (public keys and loopback ports), genesis time, and
+/// the ledger's setup every node must share (its name, ticking components and their periods,
+/// reserved pages, the setup digest of the build that wrote it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Genesis {
     /// Agreed time of height 1 (Unix ms).
     pub genesis_time_ms: i64,
     /// The validators, in node-index order.
     pub validators: Vec<GenesisValidator>,
-    /// The ledger every node runs (`demo`).
+    /// The ledger every node runs (the binary's name for it; the binary builds it).
     pub ledger: String,
+    /// The ticking components and their tick periods (ms): every node's tick gate. Empty (a
+    /// genesis written before it was recorded): the ledger's components at
+    /// [`DEFAULT_TICK_PERIOD_MS`].
+    #[serde(default)]
+    pub tick_periods: BTreeMap<u32, u64>,
+    /// The host's reserved pages (page size, number of pages).
+    #[serde(default = "default_pages")]
+    pub pages: (usize, u32),
+    /// The hex setup digest of the ledger build that wrote the genesis
+    /// ([`ccron::host::Application::setup_digest`]): a node whose build gives another digest
+    /// refuses to start (`None`: not recorded, nothing compared).
+    #[serde(default)]
+    pub setup_digest: Option<String>,
+}
+
+fn default_pages() -> (usize, u32) {
+    DEFAULT_PAGES
+}
+
+impl Genesis {
+    /// The ledger setup every node derives from this genesis; `components` are the ledger's own
+    /// ticking components, used at [`DEFAULT_TICK_PERIOD_MS`] when the genesis lists none.
+    pub fn setup(&self, components: &[u32]) -> LedgerSetup {
+        let tick_periods = if self.tick_periods.is_empty() {
+            components
+                .iter()
+                .map(|&c| (c, DEFAULT_TICK_PERIOD_MS))
+                .collect()
+        } else {
+            self.tick_periods.clone()
+        };
+        LedgerSetup {
+            validators: u32::try_from(self.validators.len()).unwrap_or(u32::MAX),
+            tick_periods,
+            pages: self.pages,
+        }
+    }
 }
 
 /// One validator in the genesis.
@@ -42,10 +84,10 @@ pub struct NodeStatus {
     pub last_height: u64,
     /// Hex state digest after it.
     pub state_digest: String,
-    /// Ticks executed.
+    /// Ticks evaluated.
     pub ticks_executed: u64,
-    /// Ticks the host's tick gate skipped (coalesced, non-validator, unknown component) or the
-    /// ledger refused.
+    /// Ticks the kernel's tick gate skipped (coalesced, non-validator, unknown component,
+    /// replayed number).
     #[serde(default)]
     pub ticks_skipped: u64,
     /// Cron actions fired.
@@ -62,8 +104,11 @@ pub struct NodeStatus {
     /// Ordered client requests not executed: their `(client, number)` had executed.
     #[serde(default)]
     pub requests_duplicate: u64,
+    /// Ordered client requests refused without running (the kernel's state budget).
+    #[serde(default)]
+    pub requests_refused: u64,
     /// Rounds this node skipped proposing in because its own block would be invalid
-    /// ([`ProposeError`](crate::node::ProposeError)).
+    /// ([`ProposeError`](crate::core::ProposeError)).
     #[serde(default)]
     pub proposals_skipped: u64,
     /// The mempool's counters.
@@ -119,8 +164,12 @@ pub struct TickPoolStatus {
     pub own_throttled: u64,
     /// Own generator ticks not sent: not this node's turn (`TickSenders::Rotating`).
     pub own_not_my_turn: u64,
-    /// Forwards of own ticks to another validator's endpoint that failed.
+    /// Forwards of own ticks to another validator's endpoint that failed (refused, failed or
+    /// timed out).
     pub forward_failed: u64,
+    /// Forwarding, in detail.
+    #[serde(default)]
+    pub forward: crate::forward::ForwardCounters,
 }
 
 impl TickPoolStatus {

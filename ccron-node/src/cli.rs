@@ -1,0 +1,415 @@
+//! The command line every node binary gets: `init`, `node` and `localnet`, generic over the
+//! ledger (any [`Application`]) and the engine (its `run` function).
+//!
+//! An engine adapter wraps [`NodeBinary`] in one call (e.g. `ccron_malachite::cli`); a team's
+//! own binary is then a `main` of a few lines:
+//!
+//! ```ignore
+//! fn main() -> std::process::ExitCode {
+//!     ccron_malachite::cli(|_spec| my_ledger())
+//! }
+//! ```
+//!
+//! - `init --home DIR --nodes N`: keys and a genesis that records the ledger's name, its ticking
+//!   components and their tick periods, its reserved pages and its setup digest;
+//! - `node --home DIR --index I`: one validator (the engine's run function);
+//! - `localnet --nodes N --duration 60s`: N node processes of this same binary on loopback, a
+//!   SIGKILL and restart mid-run, optionally a late joiner, a lying proposer or a tick-starving
+//!   one, and a JSON report; exits non-zero if honest nodes disagree or nothing fired.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccron::host::Application;
+use clap::{Parser, Subcommand};
+
+use crate::core::{Factory, LedgerSpec, NodeError, NodeOptions};
+use crate::ledger::{DEFAULT_PAGES, DEFAULT_TICK_PERIOD_MS};
+use crate::load::LoadPayload;
+use crate::localnet::{LedgerInit, LocalnetOptions, init_home, run_localnet};
+use crate::types::hex;
+
+/// An engine's run function: runs one validator until the process ends.
+pub type RunNode<A> = Arc<dyn Fn(NodeOptions, Factory<A>) -> Result<(), NodeError> + Send + Sync>;
+
+/// The load a binary's ledger gets on a localnet, by ledger name (none: no load).
+pub type LoadFor = Arc<dyn Fn(&str) -> Option<LoadPayload> + Send + Sync>;
+
+/// A node binary: an engine's run function and the binary's ledgers (see the module docs).
+pub struct NodeBinary<A> {
+    name: String,
+    engine: String,
+    run: RunNode<A>,
+    factory: Factory<A>,
+    default_ledger: String,
+    load: Option<LoadFor>,
+}
+
+impl<A> std::fmt::Debug for NodeBinary<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeBinary")
+            .field("name", &self.name)
+            .field("engine", &self.engine)
+            .field("default_ledger", &self.default_ledger)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write keys and genesis for N validators into a config directory.
+    Init {
+        /// The config directory.
+        #[arg(long)]
+        home: PathBuf,
+        /// Number of validators.
+        #[arg(long, default_value_t = 4)]
+        nodes: usize,
+        /// The ledger (the binary's name for it; a binary with one ledger ignores it).
+        #[arg(long)]
+        ledger: Option<String>,
+        /// Key seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Tick period of every ticking component (ms).
+        #[arg(long, default_value_t = DEFAULT_TICK_PERIOD_MS)]
+        tick_period_ms: u64,
+    },
+    /// Run one validator from a config directory.
+    Node {
+        /// The config directory (genesis.json, node-i/secret.key).
+        #[arg(long)]
+        home: PathBuf,
+        /// This validator's index.
+        #[arg(long)]
+        index: usize,
+        /// Propose lying agreed times (a Byzantine proposer, for tests).
+        #[arg(long)]
+        lying_time: bool,
+        /// Propose blocks without ticks (a Byzantine proposer starving ticks, for tests).
+        #[arg(long)]
+        omit_ticks: bool,
+        /// Client endpoint listen address (port 0: any free port; the bound address is written
+        /// to `node-I/http.addr`).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        http: std::net::SocketAddr,
+        /// Write a durable snapshot of the state every N heights (and at a clean stop); a
+        /// restart re-executes only the blocks above the newest one. 0: only at a clean stop.
+        #[arg(long, default_value_t = crate::snapshot::DEFAULT_SNAPSHOT_EVERY)]
+        snapshot_every: u64,
+    },
+    /// Start N node processes, kill and restart one, and write a JSON report.
+    Localnet {
+        /// Number of validators (at least 4).
+        #[arg(long, default_value_t = 4)]
+        nodes: usize,
+        /// Run time, e.g. `60s`, `90s`, `2m`.
+        #[arg(long, default_value = "60s")]
+        duration: String,
+        /// The ledger (the binary's name for it).
+        #[arg(long)]
+        ledger: Option<String>,
+        /// Tick period of every ticking component (ms).
+        #[arg(long, default_value_t = DEFAULT_TICK_PERIOD_MS)]
+        tick_period_ms: u64,
+        /// Start the last node late; it catches up through the engine's sync.
+        #[arg(long)]
+        late_join: bool,
+        /// Node 0 proposes lying agreed times.
+        #[arg(long)]
+        lying_time: bool,
+        /// Node 0 proposes blocks without ticks (the other proposers carry its ticks).
+        #[arg(long)]
+        omit_ticks: bool,
+        /// Do not SIGKILL and restart a node mid-run.
+        #[arg(long)]
+        no_kill: bool,
+        /// Key seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Config directory (a fresh temporary directory by default).
+        #[arg(long)]
+        home: Option<PathBuf>,
+        /// Write the JSON report here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// Parses `60s`, `90s`, `2m`, `500ms` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if let Some(v) = s.strip_suffix("ms") {
+        return v.parse().ok().map(Duration::from_millis);
+    }
+    if let Some(v) = s.strip_suffix('s') {
+        return v.parse().ok().map(Duration::from_secs);
+    }
+    if let Some(v) = s.strip_suffix('m') {
+        return v
+            .parse::<u64>()
+            .ok()
+            .map(|m| Duration::from_secs(m.saturating_mul(60)));
+    }
+    s.parse().ok().map(Duration::from_secs)
+}
+
+impl<A: Application> NodeBinary<A> {
+    /// A binary named `name` running engine `engine` (its name in reports) with `run`, whose
+    /// ledgers `factory` builds (given the genesis' ledger name and the validators).
+    pub fn new(
+        name: &str,
+        engine: &str,
+        run: RunNode<A>,
+        factory: impl Fn(&LedgerSpec) -> Result<A, String> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            engine: engine.to_string(),
+            run,
+            factory: Arc::new(factory),
+            default_ledger: "ledger".to_string(),
+            load: None,
+        }
+    }
+
+    /// The ledger name `init` and `localnet` use without `--ledger`.
+    pub fn default_ledger(mut self, name: &str) -> Self {
+        self.default_ledger = name.to_string();
+        self
+    }
+
+    /// The load a localnet puts on a ledger, by name.
+    pub fn load(
+        mut self,
+        load: impl Fn(&str) -> Option<LoadPayload> + Send + Sync + 'static,
+    ) -> Self {
+        self.load = Some(Arc::new(load));
+        self
+    }
+
+    /// The genesis record of ledger `name` for `nodes` validators: one instance is built to
+    /// read its ticking components, setup digest and outbox.
+    ///
+    /// # Errors
+    /// The factory's (an unknown ledger name).
+    pub fn ledger_init(
+        &self,
+        name: &str,
+        nodes: usize,
+        tick_period_ms: u64,
+    ) -> Result<LedgerInit, String> {
+        let spec = LedgerSpec {
+            name: name.to_string(),
+            validators: u32::try_from(nodes).unwrap_or(u32::MAX),
+        };
+        let app = (self.factory)(&spec)?;
+        let components = app.tick_components();
+        if components.is_empty() {
+            return Err(format!(
+                "ledger '{name}' has no ticking component (Application::tick_components)"
+            ));
+        }
+        let tick_periods: BTreeMap<u32, u64> = components
+            .into_iter()
+            .map(|c| (c, tick_period_ms.max(1)))
+            .collect();
+        let pages_needed = app.page_ranges().iter().map(|r| r.end()).max().unwrap_or(0);
+        let pages = (DEFAULT_PAGES.0, DEFAULT_PAGES.1.max(pages_needed));
+        Ok(LedgerInit {
+            name: name.to_string(),
+            tick_periods,
+            pages,
+            setup_digest: app.setup_digest().map(|d| hex(&d)),
+            has_outbox: app.outbox().is_some(),
+        })
+    }
+
+    /// Parses the process's arguments and runs the subcommand. Exit codes: 0 success, 1 a
+    /// node that stops on an error or a localnet with violations, 2 bad arguments or I/O.
+    pub fn main(self) -> ExitCode {
+        init_tracing();
+        let cli = Cli::parse();
+        match cli.cmd {
+            Cmd::Init {
+                home,
+                nodes,
+                ledger,
+                seed,
+                tick_period_ms,
+            } => {
+                let name = ledger.unwrap_or_else(|| self.default_ledger.clone());
+                let init = match self.ledger_init(&name, nodes, tick_period_ms) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        eprintln!("{} init: {e}", self.name);
+                        return ExitCode::from(2);
+                    }
+                };
+                match init_home(&home, nodes, seed, &init) {
+                    Ok(_) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("{} init: {e}", self.name);
+                        ExitCode::from(2)
+                    }
+                }
+            }
+            Cmd::Node {
+                home,
+                index,
+                lying_time,
+                omit_ticks,
+                http,
+                snapshot_every,
+            } => {
+                let opts = NodeOptions {
+                    home,
+                    index,
+                    lying_time,
+                    omit_ticks,
+                    http,
+                    snapshot_every,
+                };
+                match (self.run)(opts, self.factory.clone()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        tracing::error!(error = %e, "node stops");
+                        eprintln!("{} node: {e}", self.name);
+                        ExitCode::from(1)
+                    }
+                }
+            }
+            Cmd::Localnet {
+                nodes,
+                duration,
+                ledger,
+                tick_period_ms,
+                late_join,
+                lying_time,
+                omit_ticks,
+                no_kill,
+                seed,
+                home,
+                json,
+            } => {
+                let Some(duration) = parse_duration(&duration) else {
+                    eprintln!("localnet: bad --duration '{duration}'");
+                    return ExitCode::from(2);
+                };
+                if nodes < 4 {
+                    eprintln!("localnet: at least 4 nodes (3f+1 with f >= 1)");
+                    return ExitCode::from(2);
+                }
+                let name = ledger.unwrap_or_else(|| self.default_ledger.clone());
+                let init = match self.ledger_init(&name, nodes, tick_period_ms) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        eprintln!("localnet: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
+                let node_bin = match std::env::current_exe() {
+                    Ok(p) => p,
+                    Err(e) => {
+                        eprintln!("localnet: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
+                let opts = LocalnetOptions {
+                    nodes,
+                    duration,
+                    load: self.load.as_ref().and_then(|l| l(&name)),
+                    ledger: init,
+                    engine: self.engine.clone(),
+                    late_join,
+                    lying_time,
+                    omit_ticks,
+                    kill_restart: !no_kill,
+                    seed,
+                    home,
+                    node_bin,
+                };
+                report(&opts, json)
+            }
+        }
+    }
+}
+
+fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
+    let report = match run_localnet(opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("localnet: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+    if let Some(path) = json
+        && let Err(e) = std::fs::write(&path, &text)
+    {
+        eprintln!("localnet: writing {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    for n in &report.nodes {
+        println!(
+            "node {} pid {} honest {} height {} ticks {} fires {} rejected {} synced {} digest {}",
+            n.id,
+            n.pid,
+            n.honest,
+            n.last_executed_seq,
+            n.ticks_executed,
+            n.fires,
+            n.rejected_proposals,
+            n.synced_heights,
+            n.state_digest.get(..16).unwrap_or("")
+        );
+    }
+    println!(
+        "honest_agree {} restarts {} max_height {} ({:.1} heights/s) violations {:?}",
+        report.honest_agree,
+        report.restarts,
+        report.max_height,
+        report.heights_per_sec,
+        report.violations
+    );
+    if report.honest_agree && report.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// A `tracing` subscriber on stderr, `RUST_LOG` or `info` (a binary's subscriber: the library
+/// never installs one except through this entry point).
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("60s"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
+        assert_eq!(parse_duration("x"), None);
+    }
+}

@@ -1,0 +1,789 @@
+//! The engine-free part of one validator process: everything a node does between "the engine
+//! asks for a value / hands a proposal / decides" and ccron's kernel.
+//!
+//! [`NodeCore<A, C>`] owns the ledger ([`LedgerHost<A>`] over any [`Application`] `A`), the
+//! decided-block store (records of the engine's commit type `C`), the snapshots, the mempool,
+//! the tick pool and the node's own ticks, the results clients read, the published outbox and
+//! the status records. An engine adapter calls it from its loop:
+//!
+//! - [`build_block`](NodeCore::build_block) when it must propose,
+//! - [`judge`](NodeCore::judge) for every proposal it receives (before voting),
+//! - [`decide`](NodeCore::decide) when a value is decided (durable before acknowledged),
+//! - [`on_local_tick`](NodeCore::on_local_tick) for its TicksGenerator's ticks,
+//! - [`decided`](NodeCore::decided) to serve the engine's sync.
+//!
+//! Everything else the adapter does (votes, proposal parts and their streaming, the engine's
+//! own configuration) is the engine's.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ccron::host::{Application, BlockOutcome, TickPool};
+use ccron::ticks::TickThrottle;
+
+use crate::api::{ApiState, lock};
+use crate::crypto::Signer;
+use crate::forward::{FORWARD_DEADLINE, Forwarder};
+use crate::ledger::{BlockRejection, LedgerHost, PrevCommit, agreed_time, validate_block};
+use crate::mempool::{Mempool, MempoolConfig};
+use crate::records::{Genesis, NodeStatus};
+use crate::request::{MAX_BLOCK_REQUEST_BYTES, MAX_BLOCK_REQUESTS};
+use crate::results::RequestResults;
+use crate::snapshot::{ReplayError, Snapshots};
+use crate::store::{BlockStore, Commit, Decided, StoreError};
+use crate::types::{Address, Block, CarriedSample, Hash32, TickTx, Validators, hex, unhex32};
+
+/// Why a node does not propose in a round (it skips the round's proposal; the round times out
+/// and the next proposer proposes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProposeError {
+    /// The previous height's clock samples do not give an agreed time (fewer than a quorum).
+    #[error("no agreed time for height {height}")]
+    NoAgreedTime {
+        /// The height.
+        height: u64,
+    },
+    /// The block this node would propose fails its own validity check (e.g. the samples'
+    /// median is beyond the hard limit of its clock): the others would reject it too.
+    #[error("own block for height {height} is invalid: {reason}")]
+    Invalid {
+        /// The height.
+        height: u64,
+        /// Why.
+        reason: BlockRejection,
+    },
+}
+
+/// Errors that stop a node.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// Config directory problem.
+    #[error("config: {0}")]
+    Config(String),
+    /// Store failure.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The snapshot directory is unusable (a bad snapshot is not this: it is skipped).
+    #[error(transparent)]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
+    /// Ledger failure.
+    #[error(transparent)]
+    App(#[from] ccron::host::HostError),
+    /// Engine failure.
+    #[error("engine: {0}")]
+    Engine(String),
+    /// A decided value this node never saw.
+    #[error("decided value {0} at height {1} is unknown to this node")]
+    UnknownDecided(Hash32, u64),
+}
+
+impl From<ReplayError> for NodeError {
+    fn from(e: ReplayError) -> Self {
+        match e {
+            ReplayError::Store(e) => NodeError::Store(e),
+            ReplayError::Host(e) => NodeError::App(e),
+            // Non-exhaustive: a future reason still stops the node, named.
+            #[allow(unreachable_patterns)]
+            other => NodeError::Engine(other.to_string()),
+        }
+    }
+}
+
+/// Node options (the `node` subcommand's).
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// The localnet home (genesis.json, node-i/).
+    pub home: PathBuf,
+    /// This node's index in the genesis.
+    pub index: usize,
+    /// Propose blocks whose agreed time is an hour ahead (a Byzantine proposer, for tests).
+    pub lying_time: bool,
+    /// Propose blocks without ticks (a Byzantine proposer starving ticks, for tests; its
+    /// blocks are otherwise valid).
+    pub omit_ticks: bool,
+    /// Where the HTTP server (client submissions) listens (`127.0.0.1:0`: any free port). The
+    /// bound address is written to `node-I/http.addr`.
+    pub http: std::net::SocketAddr,
+    /// Write a durable snapshot every this many heights (and at a clean stop); 0: only at a
+    /// clean stop. See [`crate::snapshot`].
+    pub snapshot_every: u64,
+}
+
+/// What the binary's ledger factory is told: the genesis' ledger name and the validators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerSpec {
+    /// The ledger's name in the genesis (a binary with one ledger may ignore it).
+    pub name: String,
+    /// Number of validators.
+    pub validators: u32,
+}
+
+/// A binary's ledger factory: builds the same application on every node, at every start.
+pub type Factory<A> = Arc<dyn Fn(&LedgerSpec) -> Result<A, String> + Send + Sync>;
+
+/// The file a node writes its bound HTTP address to.
+pub fn http_addr_path(home: &Path, index: usize) -> PathBuf {
+    node_dir(home, index).join("http.addr")
+}
+
+/// The node directory of `index`.
+pub fn node_dir(home: &Path, index: usize) -> PathBuf {
+    home.join(format!("node-{index}"))
+}
+
+/// Wall clock, Unix ms.
+// The node is the process boundary where wall-clock time enters (clock samples, ticks).
+#[allow(clippy::disallowed_methods)]
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Reads `home/genesis.json`.
+///
+/// # Errors
+/// [`NodeError::Config`] for a missing or malformed file.
+pub fn read_genesis(home: &Path) -> Result<Genesis, NodeError> {
+    serde_json::from_slice(
+        &std::fs::read(home.join("genesis.json"))
+            .map_err(|e| NodeError::Config(format!("genesis.json: {e}")))?,
+    )
+    .map_err(|e| NodeError::Config(format!("genesis.json: {e}")))
+}
+
+/// Reads node `index`'s secret key.
+///
+/// # Errors
+/// [`NodeError::Config`] for a missing or malformed key.
+pub fn read_secret(home: &Path, index: usize) -> Result<[u8; 32], NodeError> {
+    let text = std::fs::read_to_string(node_dir(home, index).join("secret.key"))
+        .map_err(|e| NodeError::Config(format!("secret.key: {e}")))?;
+    unhex32(&text).ok_or_else(|| NodeError::Config("secret.key: not 32 hex bytes".into()))
+}
+
+/// The validator set of a genesis.
+///
+/// # Errors
+/// [`NodeError::Config`] for a malformed key.
+pub fn genesis_validators(genesis: &Genesis) -> Result<Validators, NodeError> {
+    let mut keys = Vec::with_capacity(genesis.validators.len());
+    for v in &genesis.validators {
+        keys.push(
+            unhex32(&v.public_key).ok_or_else(|| NodeError::Config("bad public key".into()))?,
+        );
+    }
+    Ok(Validators::new(&keys))
+}
+
+/// The engine-free node (see the module documentation).
+pub struct NodeCore<A, C> {
+    opts: NodeOptions,
+    genesis: Genesis,
+    validators: Validators,
+    me: Address,
+    signer: Signer,
+    my_index: u32,
+    store: BlockStore<C>,
+    snapshots: Snapshots,
+    ledger: LedgerHost<A>,
+    /// Blocks seen (proposed or synced) and not yet decided, by value id.
+    undecided: HashMap<Hash32, Block>,
+    /// Validators' signed ticks waiting for a block (shared with the HTTP server; ccron's
+    /// `TickPool`: one pending per submitter and component, no replayed numbers).
+    ticks: Arc<Mutex<TickPool<TickTx>>>,
+    /// This node's own ticks: at most one pending per component (ccron's `TickThrottle`).
+    throttle: TickThrottle,
+    /// The last number this node gave one of its ticks.
+    tick_number: u64,
+    /// Posts own ticks to the other validators' endpoints.
+    forwarder: Option<Forwarder>,
+    /// Tick submissions the endpoint refused as malformed or badly signed.
+    ticks_invalid: Arc<AtomicU64>,
+    /// Results of recently executed requests (shared with the HTTP server).
+    results: Arc<Mutex<RequestResults>>,
+    /// Verified client requests waiting for a block (shared with the HTTP server).
+    mempool: Arc<Mutex<Mempool>>,
+    /// The committed outbox the read endpoint serves (updated after every executed height).
+    outbox: ccron_http::PublishedOutbox,
+    status: NodeStatus,
+    synced: BTreeSet<u64>,
+}
+
+impl<A, C> std::fmt::Debug for NodeCore<A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCore")
+            .field("index", &self.opts.index)
+            .field("me", &self.me)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Application, C: Commit> NodeCore<A, C> {
+    /// Opens node `opts.index` of the chain in `opts.home`: reads the genesis and the key,
+    /// builds the ledger with `factory` (refusing a build whose setup digest is not the
+    /// genesis'), opens the block store and snapshots, restores the newest valid snapshot and
+    /// re-executes the blocks above it. (Engine state, such as the engine's WAL, is the
+    /// adapter's.)
+    ///
+    /// # Errors
+    /// Config (genesis, key, ledger, setup digest), store and replay failures.
+    pub fn open(opts: NodeOptions, factory: &Factory<A>) -> Result<Self, NodeError> {
+        // The process boundary: the restart time reported in the status is a wall-clock figure.
+        #[allow(clippy::disallowed_methods)]
+        let started = std::time::Instant::now();
+        let genesis = read_genesis(&opts.home)?;
+        if genesis.validators.is_empty() || opts.index >= genesis.validators.len() {
+            return Err(NodeError::Config("no such validator index".into()));
+        }
+        let signer = Signer::new(read_secret(&opts.home, opts.index)?);
+        let me = Address(signer.public_key());
+        let validators = genesis_validators(&genesis)?;
+        let my_index = validators
+            .index_of(&me)
+            .ok_or_else(|| NodeError::Config("this key is not in the genesis".into()))?;
+        let spec = LedgerSpec {
+            name: genesis.ledger.clone(),
+            validators: validators.count(),
+        };
+        let probe = factory(&spec).map_err(NodeError::Config)?;
+        if let (Some(want), Some(have)) = (&genesis.setup_digest, probe.setup_digest())
+            && *want != hex(&have)
+        {
+            return Err(NodeError::Config(format!(
+                "this build's ledger setup digest {} differs from the genesis' {want}: \
+                 another ledger build or configuration (refusing to diverge)",
+                hex(&have)
+            )));
+        }
+        let setup = genesis.setup(&probe.tick_components());
+        drop(probe);
+        let dir = node_dir(&opts.home, opts.index);
+        let store = BlockStore::open(&dir.join("blocks.log"))?;
+        let snapshots = Snapshots::open(&dir.join("snapshots"))?;
+        let fresh = || -> LedgerHost<A> {
+            // The factory succeeded once with this spec; it is deterministic setup code.
+            match factory(&spec) {
+                Ok(app) => LedgerHost::new(app, &setup),
+                Err(e) => {
+                    tracing::error!(error = %e, "ledger factory failed on a second call");
+                    panic_free_abort(&e)
+                }
+            }
+        };
+        // Restart: the newest valid snapshot, then the blocks above it (the state is a pure
+        // function of the decided blocks); no usable snapshot: the whole chain.
+        let restored = snapshots.restore_latest(&store, &genesis.ledger, &fresh);
+        let tick_pool = TickPool::new(validators.count(), setup.tick_periods.keys().copied());
+        let forward_to: Vec<std::net::SocketAddr> = genesis
+            .validators
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != opts.index)
+            .filter_map(|(_, v)| v.http_port)
+            .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)))
+            .collect();
+        let outbox =
+            ccron_http::PublishedOutbox::new(u64::try_from(opts.index).unwrap_or(u64::MAX));
+        let mut node = NodeCore {
+            status: NodeStatus {
+                id: opts.index,
+                pid: std::process::id(),
+                ..NodeStatus::default()
+            },
+            opts,
+            genesis,
+            validators,
+            me,
+            signer,
+            my_index,
+            store,
+            snapshots,
+            ledger: restored.ledger,
+            undecided: HashMap::new(),
+            ticks: Arc::new(Mutex::new(tick_pool)),
+            // A pending own tick that no block carried within 2 s is treated as lost.
+            throttle: TickThrottle::with_max_pending_ms(2_000),
+            tick_number: 0,
+            forwarder: (!forward_to.is_empty())
+                .then(|| Forwarder::new(forward_to, FORWARD_DEADLINE)),
+            ticks_invalid: Arc::new(AtomicU64::new(0)),
+            results: Arc::new(Mutex::new(RequestResults::default())),
+            mempool: Arc::new(Mutex::new(Mempool::new(
+                MempoolConfig::default(),
+                Default::default(),
+            ))),
+            synced: BTreeSet::new(),
+            outbox,
+        };
+        node.status.restored_from_height = restored.height;
+        node.status.snapshots_rejected = restored.rejected.len() as u64;
+        node.trim_digests_log();
+        let from = restored.height.unwrap_or(0);
+        if let Some(d) = node.store.get(from)? {
+            // The state restored: the status (and digests.log) as after executing block `from`.
+            node.note_executed(from, d.block.agreed_time_ms);
+        }
+        // The tick numbers decided blocks carried up to the restored snapshot (the blocks above
+        // it feed the pool as they are re-executed): the kernel's replay floor.
+        {
+            let mut pool = lock(&node.ticks);
+            for (component, sender, number) in node.ledger.host().gate().floor_entries() {
+                pool.on_included(component, sender, number);
+            }
+        }
+        // Re-execute the blocks above it, exactly as on decision (ticks, results, status and a
+        // digests.log line per height).
+        let mut replayed = 0u64;
+        for h in from.saturating_add(1)..=node.store.last_height() {
+            let Some(d) = node.store.get(h)? else {
+                return Err(NodeError::Store(StoreError::OutOfOrder {
+                    got: h,
+                    expected: node.store.last_height(),
+                }));
+            };
+            let out = node.ledger.execute(&d.block, &node.validators)?;
+            node.after_execute(&d.block, &out);
+            replayed += 1;
+        }
+        node.status.replayed_blocks = replayed;
+        // Own tick numbers continue above the last one a decided block carried.
+        node.tick_number = node
+            .ledger
+            .host()
+            .gate()
+            .floor_entries()
+            .filter(|(_, s, _)| *s == node.my_index)
+            .map(|(_, _, n)| n)
+            .max()
+            .unwrap_or(0);
+        // Published once after the replay, not per replayed block (each publish of a changed
+        // outbox clones it); nothing before the first executed height (the endpoint answers 503).
+        if node.store.last_height() > 0 {
+            node.publish_outbox();
+        }
+        // The mempool refuses what executed before the restart.
+        node.mempool = Arc::new(Mutex::new(Mempool::new(
+            MempoolConfig::default(),
+            node.ledger.host().requests().clone(),
+        )));
+        tracing::info!(
+            height = node.store.last_height(),
+            restored_from = ?restored.height,
+            replayed,
+            "state rebuilt from the snapshot and the block store"
+        );
+        node.status.restart_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        node.write_status();
+        Ok(node)
+    }
+
+    pub(crate) fn my_index(&self) -> u32 {
+        self.my_index
+    }
+
+    pub(crate) fn tick_number(&self) -> u64 {
+        self.tick_number
+    }
+
+    pub(crate) fn set_tick_number(&mut self, n: u64) {
+        self.tick_number = n;
+    }
+
+    pub(crate) fn throttle_mut(&mut self) -> &mut TickThrottle {
+        &mut self.throttle
+    }
+
+    pub(crate) fn tick_pool(&self) -> &Arc<Mutex<TickPool<TickTx>>> {
+        &self.ticks
+    }
+
+    pub(crate) fn forwarder(&self) -> Option<&Forwarder> {
+        self.forwarder.as_ref()
+    }
+
+    pub(crate) fn results(&self) -> &Arc<Mutex<RequestResults>> {
+        &self.results
+    }
+
+    /// The state the HTTP server shares with the node.
+    pub fn api_state(&self) -> ApiState {
+        ApiState {
+            mempool: self.mempool.clone(),
+            outbox: self.outbox.clone(),
+            ticks: self.ticks.clone(),
+            validators: self.validators.clone(),
+            ticks_invalid: self.ticks_invalid.clone(),
+            results: self.results.clone(),
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &NodeOptions {
+        &self.opts
+    }
+
+    /// The genesis.
+    pub fn genesis(&self) -> &Genesis {
+        &self.genesis
+    }
+
+    /// The validators.
+    pub fn validators(&self) -> &Validators {
+        &self.validators
+    }
+
+    /// This node's address.
+    pub fn me(&self) -> Address {
+        self.me
+    }
+
+    /// This node's signer.
+    pub fn signer(&self) -> &Signer {
+        &self.signer
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &LedgerHost<A> {
+        &self.ledger
+    }
+
+    /// The status record.
+    pub fn status(&self) -> &NodeStatus {
+        &self.status
+    }
+
+    /// The status record, mutably (an adapter counts its own events in it).
+    pub fn status_mut(&mut self) -> &mut NodeStatus {
+        &mut self.status
+    }
+
+    /// The ticking components and their tick periods.
+    pub fn tick_periods(&self) -> &std::collections::BTreeMap<u32, u64> {
+        self.ledger.host().gate().periods()
+    }
+
+    /// The last decided height (0 at genesis).
+    pub fn last_height(&self) -> u64 {
+        self.store.last_height()
+    }
+
+    /// The decision at `height` from the store (a read failure is an error event and `None`:
+    /// the caller then refuses or skips, as for a height it does not have).
+    pub fn decided(&self, height: u64) -> Option<Decided<C>> {
+        self.store.get(height).unwrap_or_else(|e| {
+            tracing::error!(height, error = %e, "block store read failed");
+            None
+        })
+    }
+
+    fn prev_commit(&self, height: u64) -> Option<PrevCommit> {
+        let d = self.decided(height.checked_sub(1)?)?;
+        Some(PrevCommit {
+            id: d.commit.value_id(),
+            agreed_time_ms: d.block.agreed_time_ms,
+        })
+    }
+
+    /// Remembers a block seen for a coming height (proposed or synced), by value id.
+    pub fn remember(&mut self, block: Block) {
+        self.undecided.insert(block.id(), block);
+    }
+
+    /// Whether a block with this value id is remembered.
+    pub fn knows(&self, id: &Hash32) -> bool {
+        self.undecided.contains_key(id)
+    }
+
+    /// Notes that `height` was decided through the engine's sync.
+    pub fn note_synced(&mut self, height: u64) {
+        self.synced.insert(height);
+    }
+
+    /// The block this node proposes at `height`: the previous height's samples, the agreed
+    /// time by the rule, its pending ticks and the oldest pending requests; checked with the
+    /// validity rule every validator applies, so that it never proposes a block the others
+    /// reject (a lying node, for tests, skips the check).
+    ///
+    /// # Errors
+    /// [`ProposeError`]: this node skips the round.
+    pub fn build_block(&self, height: u64) -> Result<Block, ProposeError> {
+        let prev = if height > 1 {
+            self.decided(height - 1)
+        } else {
+            None
+        };
+        let (prev_round, prev_id, samples) = match prev {
+            Some(d) => {
+                let mut samples: Vec<CarriedSample> = d.commit.samples();
+                samples.sort_by_key(|s| s.validator);
+                samples.dedup_by_key(|s| s.validator);
+                (d.commit.round(), d.commit.value_id(), samples)
+            }
+            None => (0, Hash32::default(), Vec::new()),
+        };
+        let now = now_ms();
+        let mut agreed = agreed_time(
+            &self.ledger,
+            height,
+            self.genesis.genesis_time_ms,
+            now,
+            &samples,
+            &self.validators,
+        )
+        .ok_or(ProposeError::NoAgreedTime { height })?;
+        if self.opts.lying_time {
+            agreed = agreed.saturating_add(3_600_000);
+        }
+        let block = Block {
+            height,
+            prev_round,
+            prev_id,
+            samples,
+            agreed_time_ms: agreed,
+            // At most one per (component, validator): the pool's bound.
+            ticks: if self.opts.omit_ticks {
+                Vec::new()
+            } else {
+                lock(&self.ticks).pending().cloned().collect()
+            },
+            requests: lock(&self.mempool).select(MAX_BLOCK_REQUESTS, MAX_BLOCK_REQUEST_BYTES),
+        };
+        if !self.opts.lying_time {
+            self.check(&block, now)
+                .map_err(|reason| ProposeError::Invalid { height, reason })?;
+        }
+        Ok(block)
+    }
+
+    fn check(&self, block: &Block, now: i64) -> Result<(), BlockRejection> {
+        validate_block(
+            &self.ledger,
+            block,
+            self.prev_commit(block.height),
+            self.genesis.genesis_time_ms,
+            now,
+            &self.validators,
+            C::sample_message,
+        )
+    }
+
+    /// Judges a proposed block for the next height (before voting): the validity rule every
+    /// validator applies. A refusal is counted, traced and written to the status. The block is
+    /// remembered either way (the engine may still decide it: then it is the chain's).
+    ///
+    /// # Errors
+    /// Why the block is invalid.
+    pub fn judge(&mut self, block: &Block) -> Result<(), BlockRejection> {
+        let verdict = self.check(block, now_ms());
+        if let Err(reason) = &verdict {
+            self.status.rejected_proposals += 1;
+            tracing::warn!(height = block.height, %reason, "proposal rejected");
+            self.write_status();
+        }
+        verdict
+    }
+
+    /// A value decided at `commit.height()`: the block (remembered by value id) is appended
+    /// with the commit to the block store and fsync'ed (durable before the engine is
+    /// acknowledged), then executed; its ticks, requests, results, status, snapshot (every
+    /// `snapshot_every` heights), outbox and logs follow.
+    ///
+    /// # Errors
+    /// An unknown value, a store failure, a halted ledger: the node stops.
+    pub fn decide(&mut self, commit: C) -> Result<(Block, BlockOutcome), NodeError> {
+        let height = commit.height();
+        let id = commit.value_id();
+        let Some(block) = self.undecided.get(&id).cloned() else {
+            return Err(NodeError::UnknownDecided(id, height));
+        };
+        self.store.append(Decided {
+            block: block.clone(),
+            commit,
+        })?;
+        let out = self.ledger.execute(&block, &self.validators)?;
+        lock(&self.mempool).after_block(&block.requests, &self.ledger.last_requests);
+        self.after_execute(&block, &out);
+        if self.opts.snapshot_every > 0 && height.is_multiple_of(self.opts.snapshot_every) {
+            self.snapshot();
+        }
+        self.publish_outbox();
+        self.log_fires(&block, &out);
+        self.undecided.retain(|_, b| b.height > height);
+        self.write_status();
+        tracing::info!(
+            height,
+            agreed_ms = block.agreed_time_ms,
+            fires = out.fires.len(),
+            requests = self.ledger.last_requests.len(),
+            "decided"
+        );
+        Ok((block, out))
+    }
+
+    /// Publishes the committed outbox, as of the last executed height, to the read endpoint.
+    fn publish_outbox(&self) {
+        if let Some(outbox) = self.ledger.app().outbox() {
+            self.outbox.publish(outbox, self.status.last_height);
+        }
+    }
+
+    fn after_execute(&mut self, block: &Block, out: &BlockOutcome) {
+        self.after_decided_ticks_and_results(block, out);
+        self.note_executed(block.height, block.agreed_time_ms);
+    }
+
+    /// The status (from the kernel's counters) and a `digests.log` line after `height`.
+    fn note_executed(&mut self, height: u64, agreed_time_ms: i64) {
+        let digest = hex(&self.ledger.state_digest());
+        let c = self.ledger.host().counters();
+        self.status.last_height = height;
+        self.status.state_digest = digest.clone();
+        self.status.ticks_executed = c.ticks_evaluated;
+        self.status.ticks_skipped = c.ticks_skipped;
+        self.status.fires = c.fires;
+        self.status.agreed_time_ms = agreed_time_ms;
+        self.status.requests_executed = c.requests_executed;
+        self.status.requests_duplicate = c.requests_duplicate;
+        self.status.requests_refused = c.requests_refused;
+        self.status.ticks_by_submitter = (0..self.validators.count())
+            .map(|i| c.ticks_by_sender.get(&i).copied().unwrap_or(0))
+            .collect();
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.digests_path())
+            && let Err(e) = writeln!(
+                f,
+                "{height} {digest} {agreed_time_ms} {}",
+                c.requests_executed
+            )
+        {
+            tracing::warn!(error = %e, "could not append to digests.log");
+        }
+    }
+
+    fn digests_path(&self) -> PathBuf {
+        node_dir(&self.opts.home, self.opts.index).join("digests.log")
+    }
+
+    /// At start, `digests.log` keeps the lines of the previous process (the heights the
+    /// restored snapshot covers are not re-executed; the replayed heights are appended again
+    /// and must repeat the same digests, which the localnet checks); a torn last line (a kill
+    /// mid-write) is cut.
+    fn trim_digests_log(&self) {
+        let path = self.digests_path();
+        let Ok(text) = std::fs::read(&path) else {
+            return;
+        };
+        if text.is_empty() || text.ends_with(b"\n") {
+            return;
+        }
+        let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if let Err(e) = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(keep as u64))
+        {
+            tracing::warn!(error = %e, "could not trim digests.log");
+        }
+    }
+
+    /// Writes a snapshot of the state after the last executed height (a failure is an error
+    /// event and a counter: the block store is the source of truth, a restart replays more).
+    pub fn snapshot(&mut self) {
+        let Some(d) = self.store.last() else {
+            return;
+        };
+        let (height, id) = (d.height(), d.commit.value_id());
+        match self
+            .snapshots
+            .write(height, id, &self.genesis.ledger, &self.ledger)
+        {
+            Ok(bytes) => {
+                self.status.snapshots_written += 1;
+                tracing::info!(height, bytes, "snapshot written");
+            }
+            Err(e) => {
+                self.status.snapshot_failures += 1;
+                tracing::error!(height, error = %e, "snapshot not written");
+            }
+        }
+    }
+
+    /// Appends one line per fire with a time due to `fires.log`: `height agreed_ms wall_ms
+    /// component position due_ms`, for the localnet report's lateness figures.
+    fn log_fires(&self, block: &Block, out: &BlockOutcome) {
+        use std::io::Write;
+        let wall = now_ms();
+        let mut lines = String::new();
+        for f in &out.fires {
+            if let Some(ccron::Due::Time(due)) = f.due {
+                lines.push_str(&format!(
+                    "{} {} {wall} {} {} {due}\n",
+                    block.height, block.agreed_time_ms, f.component, f.position
+                ));
+            }
+        }
+        if lines.is_empty() {
+            return;
+        }
+        let path = node_dir(&self.opts.home, self.opts.index).join("fires.log");
+        if let Err(e) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(lines.as_bytes()))
+        {
+            tracing::warn!(error = %e, "could not append to fires.log");
+        }
+    }
+
+    /// Writes `status.json` (temporary file, rename).
+    pub fn write_status(&mut self) {
+        self.status.synced_heights = self.synced.len() as u64;
+        self.status.mempool = lock(&self.mempool).counters();
+        {
+            let pool = lock(&self.ticks);
+            self.status.tick_pool.set_pool(pool.counters(), pool.len());
+        }
+        self.status.tick_pool.invalid = self
+            .ticks_invalid
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if let Some(f) = &self.forwarder {
+            let c = f.counters();
+            self.status.tick_pool.forward_failed = c.failed + c.timed_out + c.refused;
+            self.status.tick_pool.forward = c;
+        }
+        let dir = node_dir(&self.opts.home, self.opts.index);
+        let tmp = dir.join("status.json.tmp");
+        let Ok(bytes) = serde_json::to_vec_pretty(&self.status) else {
+            return;
+        };
+        if std::fs::write(&tmp, bytes).is_err()
+            || std::fs::rename(&tmp, dir.join("status.json")).is_err()
+        {
+            tracing::warn!("could not write status.json");
+        }
+    }
+}
+
+/// The ledger factory failed on a call after succeeding on the first with the same arguments:
+/// setup code that is not deterministic. The node cannot build its state; it stops the process
+/// loudly (an error event, exit code 70) rather than run on a different ledger.
+fn panic_free_abort(reason: &str) -> ! {
+    tracing::error!(
+        reason,
+        "the ledger factory is not deterministic; the node stops"
+    );
+    eprintln!("ccron node: the ledger factory failed after succeeding once: {reason}");
+    std::process::exit(70)
+}

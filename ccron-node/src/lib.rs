@@ -1,0 +1,43 @@
+//! The engine-free node of ccron: what every process-level engine adapter needs, written once.
+//!
+//! `ccron::host` is the kernel every engine drives (one executor, one exactly-once table, one
+//! time rule, one digest). This crate is the process around it, independent of any consensus
+//! engine:
+//!
+//! - [`types`], [`crypto`], [`request`]: addresses, signed ticks, clock samples, the block a node
+//!   proposes, signed client requests, the validator signer and the verification rule;
+//! - [`ledger`]: [`ledger::LedgerHost`], a node's [`ccron::host::BlockHost`] over any
+//!   [`ccron::host::Application`], and the block validity rule;
+//! - [`core`]: [`core::NodeCore`], the node itself (store, snapshots, mempool, tick pool, own
+//!   ticks, results, status), which an engine's loop calls to build, judge and decide blocks;
+//! - [`store`], [`snapshot`], [`records`]: the decided-block log (records of the engine's
+//!   [`store::Commit`]), durable snapshots, the genesis and status records;
+//! - [`api`], [`forward`], [`mempool`], [`results`]: the HTTP API, own-tick forwarding with
+//!   deadlines, the bounded pool of verified requests, the results clients read;
+//! - [`localnet`], [`load`], [`cli`]: N processes on loopback with kills and restarts, a load
+//!   client, and the `init` / `localnet` subcommands any node binary gets.
+//!
+//! An adapter for an engine (Malachite today) adds its context (its value, vote, proposal and
+//! signing types around these) and its loop; see `ccron-malachite`.
+
+pub mod api;
+pub mod cli;
+pub mod core;
+pub mod crypto;
+pub mod forward;
+pub mod ledger;
+pub mod load;
+pub mod localnet;
+pub mod mempool;
+pub mod records;
+pub mod request;
+pub mod results;
+pub mod snapshot;
+pub mod store;
+mod ticks;
+pub mod types;
+
+pub use crate::core::{Factory, LedgerSpec, NodeCore, NodeError, NodeOptions, ProposeError};
+pub use crate::ledger::{LedgerHost, LedgerSetup};
+pub use crate::store::{Commit, Decided, Part};
+pub use crate::types::{Address, Block, CarriedSample, Hash32, TickTx, Validators};
