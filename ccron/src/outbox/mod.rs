@@ -9,7 +9,8 @@
 //!   [`ReadPage`] is what a replica's read endpoint answers (versioned, bounded wire format).
 //! * [`SeenSet`]: the worker's deduplication by id, turning at-least-once into effectively once.
 //! * [`OutboxResult`]: a worker's answer or a dead letter, sent back as a client request and
-//!   applied once by [`Outbox::accept_result`].
+//!   applied once by [`Outbox::accept_result`]; an answer only when signed by a worker key
+//!   registered for its handler ([`workers`]: [`WorkerSigner`], [`WorkerKeyRequest`]).
 //!
 //! See `docs/outbox.md` for the model and how a ledger uses it.
 //!
@@ -56,6 +57,7 @@ mod quorum;
 mod read;
 mod result;
 mod seen;
+pub mod workers;
 
 pub use codec::{CodecError, MAX_ENCODED_BYTES};
 pub use consumer::{
@@ -72,7 +74,11 @@ pub use progress::{
 pub use quorum::{QuorumError, QuorumJobs};
 pub use read::{READ_FORMAT_VERSION, ReadEntry, ReadPage, ReadPageError};
 pub use result::{
-    MAX_RESULT_PAYLOAD_BYTES, OutboxResult, RESULT_PAYLOAD_PREFIX, ResultApplied, ResultOutcome,
-    ResultPayloadError,
+    ANSWER_PAYLOAD_OVERHEAD_BYTES, MAX_RESULT_PAYLOAD_BYTES, OutboxResult, RESULT_PAYLOAD_PREFIX,
+    ResultApplied, ResultOutcome, ResultPayloadError, max_answer_bytes,
 };
 pub use seen::{SeenSet, SeenSetError};
+pub use workers::{
+    AnswerProof, WorkerKey, WorkerKeyRequest, WorkerKeysApplied, WorkerKeysPayloadError,
+    WorkerRegistry, WorkerSigner,
+};
