@@ -1,13 +1,19 @@
 //! HTTP delivery throughput and commit→ack latency (a bench binary, not a timed test).
 //!
-//! Three axum workers on loopback, one `Dispatcher` + `PersistentConsumer`, a ccron `Outbox` of
-//! 10^5 records (`BENCH_RECORDS` to change it). Four runs:
+//! Three axum workers on loopback (behind the bounded server), one `Dispatcher` +
+//! `PersistentConsumer`, a ccron `Outbox` of 10^5 records (`BENCH_RECORDS` to change it). Each
+//! run twice in the same process: **unauthenticated** (the insecure baseline: no MAC, no answer
+//! signature) and **authenticated** (every delivery MACed with the worker's secret and checked,
+//! every answer signed by the worker and verified by the dispatcher):
 //!
 //! * `drain`: every record is committed before the start; records/s until the last ack.
 //! * `drain, 1 worker fails 1/2`: the same with worker 1 answering 503 to every other call.
 //! * `paced` (and with the failing worker): records are committed at a steady rate (50 % of the
-//!   healthy drain rate, below the failing-worker drain rate too); p50/p99/max from a record's commit to its acknowledgement (the moment
-//!   its answer is handed to the result sink, just before the consumer moves on).
+//!   unauthenticated healthy drain rate, the same pace for both modes); p50/p99/max from a
+//!   record's commit to its acknowledgement (the moment its answer is handed to the result
+//!   sink, just before the consumer moves on).
+//!
+//! The last lines print authenticated / unauthenticated ratios (target: within 20 %).
 //!
 //! Run: `cargo bench -p ccron-http --bench http_delivery`.
 
@@ -19,8 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ccron::outbox::{
-    Backoff, ConsumerConfig, Jobs, MemDeadLetters, MemProgressStore, OccurrenceId, Outbox,
-    OutboxLimits, OutboxRecord, OutboxResult, PersistentConsumer,
+    Backoff, ConsumerConfig, DedupeLimits, Jobs, MemDeadLetters, MemProgressStore, OccurrenceId,
+    Outbox, OutboxLimits, OutboxRecord, OutboxResult, PersistentConsumer,
 };
 use ccron_http::{
     Dedupe, Dispatcher, DispatcherConfig, EffectError, ResultSink, ResultSinkError, Worker,
@@ -58,10 +64,13 @@ struct Latencies {
     per_ms: f64,
     samples: Vec<f64>,
     answered: u64,
+    /// Answers that came with a worker signature.
+    signed: u64,
 }
 
 impl ResultSink for Latencies {
     fn offer(&mut self, r: OutboxResult) -> Result<(), ResultSinkError> {
+        self.signed += u64::from(r.proof.is_some());
         let now = self.start.elapsed().as_secs_f64() * 1e3;
         let committed = (r.index as f64 - 1.0) * self.per_ms;
         self.samples.push(now - committed);
@@ -79,7 +88,7 @@ struct Outcome {
     retries: u64,
 }
 
-async fn run(records: u64, flaky: bool, rate: Option<f64>) -> Outcome {
+async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcome {
     let mut outbox = Outbox::new(OutboxLimits {
         max_records: records as usize,
         max_record_bytes: 1024,
@@ -94,11 +103,19 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>) -> Outcome {
             ))
             .expect("append");
     }
-    let dedupe = Dedupe::new(8_192);
+    let dedupe = Dedupe::new(DedupeLimits {
+        window: 1_024,
+        ..DedupeLimits::default()
+    });
     let workers: Vec<support::Running> = (0..3)
         .map(|i| {
             let calls = AtomicU64::new(0);
-            let w = Worker::new(WorkerConfig::default(), dedupe.clone(), move |_, _, _| {
+            let cfg = if auth {
+                support::worker_config(i)
+            } else {
+                WorkerConfig::insecure()
+            };
+            let w = Worker::new(cfg, dedupe.clone(), move |_, _, _| {
                 if flaky && i == 1 && calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
                     return Err(EffectError::Unavailable("half my calls fail".into()));
                 }
@@ -107,7 +124,16 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>) -> Outcome {
             support::Running::start(w, support::any_port()).expect("worker")
         })
         .collect();
-    let mut cfg = DispatcherConfig::new(workers.iter().map(support::Running::base).collect());
+    let mut cfg = if auth {
+        let endpoints = workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| support::endpoint(i, w.base()))
+            .collect();
+        DispatcherConfig::new(support::CHAIN, support::KEY_ID, endpoints)
+    } else {
+        DispatcherConfig::insecure(workers.iter().map(support::Running::base).collect())
+    };
     cfg.pool.max_in_flight_per_worker = 16;
     cfg.pool.default_policy.max_attempts = 20;
     let start = wall();
@@ -138,6 +164,7 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>) -> Outcome {
         per_ms,
         samples: Vec::with_capacity(records as usize),
         answered: 0,
+        signed: 0,
     };
     while consumer.persisted_progress() < records {
         let visible = match rate {
@@ -155,6 +182,12 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>) -> Outcome {
     }
     let secs = start.elapsed().as_secs_f64();
     let stats = dispatcher.stats();
+    assert_eq!(
+        sink.signed,
+        if auth { sink.answered } else { 0 },
+        "every answer signed exactly when authenticated"
+    );
+    assert_eq!((stats.unauthorized, stats.bad_answers), (0, 0), "{stats:?}");
     drop(dispatcher);
     for w in workers {
         w.kill().await;
@@ -189,34 +222,58 @@ fn main() {
         .expect("runtime");
     println!("http_delivery: {records} records, 3 loopback workers, 48 in flight");
     println!(
-        "{:<34} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",
+        "{:<44} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",
         "run", "records/s", "p50 ms", "p99 ms", "max ms", "attempts", "retries"
     );
     let mut healthy_rate = 0.0;
+    // (records/s, p99) per run name and mode, for the ratios.
+    let mut figures: Vec<(&str, bool, f64, f64)> = Vec::new();
     for (name, flaky, paced) in [
         ("drain", false, false),
         ("drain, 1 worker fails 1/2", true, false),
         ("paced 50%", false, true),
         ("paced 50%, 1 worker fails 1/2", true, true),
     ] {
+        // The same pace for both modes: half the unauthenticated healthy drain rate.
         let rate = paced.then_some(healthy_rate * 0.5);
-        let o = rt.block_on(run(records, flaky, rate));
-        let rps = records as f64 / o.secs;
-        if name == "drain" {
-            healthy_rate = rps;
+        for auth in [false, true] {
+            let o = rt.block_on(run(records, flaky, rate, auth));
+            let rps = records as f64 / o.secs;
+            if name == "drain" && !auth {
+                healthy_rate = rps;
+            }
+            let (p50, p99, max) = if paced {
+                (
+                    format!("{:.1}", o.p50),
+                    format!("{:.1}", o.p99),
+                    format!("{:.1}", o.max),
+                )
+            } else {
+                ("-".into(), "-".into(), "-".into())
+            };
+            let label = format!(
+                "{name}, {}",
+                if auth {
+                    "authenticated"
+                } else {
+                    "unauthenticated"
+                }
+            );
+            println!(
+                "{label:<44} {rps:>10.0} {p50:>10} {p99:>10} {max:>10} {:>10} {:>9}",
+                o.attempts, o.retries
+            );
+            figures.push((name, auth, rps, o.p99));
         }
-        let (p50, p99, max) = if paced {
-            (
-                format!("{:.1}", o.p50),
-                format!("{:.1}", o.p99),
-                format!("{:.1}", o.max),
-            )
-        } else {
-            ("-".into(), "-".into(), "-".into())
-        };
-        println!(
-            "{name:<34} {rps:>10.0} {p50:>10} {p99:>10} {max:>10} {:>10} {:>9}",
-            o.attempts, o.retries
-        );
+    }
+    println!("authenticated / unauthenticated:");
+    for pair in figures.chunks(2) {
+        if let [(name, false, r0, p0), (_, true, r1, p1)] = pair {
+            if name.starts_with("paced") {
+                println!("  {name:<40} p99 commit->ack x{:.2}", p1 / p0);
+            } else {
+                println!("  {name:<40} records/s x{:.2}", r1 / r0);
+            }
+        }
     }
 }

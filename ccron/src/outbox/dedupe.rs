@@ -208,11 +208,14 @@ pub struct DedupeTable {
     bytes: usize,
 }
 
+/// One sender in the encoding: `(sender, acknowledged progress, entries by id)`.
+type WireSender = (String, u64, Vec<(OccurrenceId, DedupeEntry)>);
+
 #[derive(bincode::Encode, bincode::Decode)]
 struct Wire {
     version: u8,
-    /// `(sender, acknowledged progress, entries)`, senders ascending, entries by id.
-    senders: Vec<(String, u64, Vec<(OccurrenceId, DedupeEntry)>)>,
+    /// Senders ascending.
+    senders: Vec<WireSender>,
 }
 
 impl DedupeTable {
