@@ -243,6 +243,17 @@ impl std::fmt::Debug for Worker {
     }
 }
 
+/// What the worker decided under the store's lock.
+enum Decided {
+    Refuse(Response),
+    Answer {
+        body: Vec<u8>,
+        /// A signature remembered with the answer (none: sign it now).
+        proof: Option<ccron::outbox::AnswerProof>,
+        replayed: bool,
+    },
+}
+
 /// A parsed delivery's headers.
 struct Head<'a> {
     id: OccurrenceId,
@@ -306,7 +317,11 @@ impl Worker {
         Router::new()
             .route(contract::DELIVER_PATH, post(deliver))
             .route(contract::HEALTH_PATH, get(health))
-            .layer(axum::extract::DefaultBodyLimit::disable())
+            // The bounded server refuses larger bodies before routing; this keeps the same
+            // bound for a host that mounts the router elsewhere.
+            .layer(axum::extract::DefaultBodyLimit::max(
+                self.cfg.server.max_body_bytes,
+            ))
             .with_state(self.clone())
     }
 
@@ -460,29 +475,75 @@ impl Worker {
         let span = tracing::info_span!("worker_delivery", id = %head.id, handler = head.handler, index = head.index, sender);
         let _g = span.enter();
         let digest = delivery_digest(head.handler, body);
-        let Ok(mut table) = self.memory.table.lock() else {
-            return refuse(Refusal::Unavailable, "worker state poisoned");
+        let digest_done = digest;
+        let decided = {
+            let Ok(mut table) = self.memory.table.lock() else {
+                return refuse(Refusal::Unavailable, "worker state poisoned");
+            };
+            self.decide(&mut table, sender, &head, digest_done, body)
         };
+        // Signing happens outside the store's lock: the workers sharing it never wait on
+        // each other's signatures. Ed25519 is deterministic: a repeat signed again is the
+        // same signature (or, at another worker of the service, another valid one).
+        match decided {
+            Decided::Refuse(resp) => resp,
+            Decided::Answer {
+                body: answer,
+                proof,
+                replayed,
+            } => {
+                let proof = proof.or_else(|| {
+                    self.cfg.signer.as_ref().map(|s| {
+                        s.sign_bytes(&answer_signing_bytes_parts(
+                            &self.cfg.chain_id,
+                            head.index,
+                            &head.id.to_bytes(),
+                            head.handler,
+                            &sha256(body),
+                            &sha256(&answer),
+                        ))
+                    })
+                });
+                self.answer(answer, proof.as_ref(), replayed)
+            }
+        }
+    }
+
+    /// Under the store's lock: forget what the sender acknowledged, then replay, refuse, or
+    /// perform and remember.
+    fn decide(
+        &self,
+        table: &mut DedupeTable,
+        sender: &str,
+        head: &Head<'_>,
+        digest: [u8; 32],
+        body: &[u8],
+    ) -> Decided {
         if let Err(e) = table.acknowledge(sender, head.progress) {
             self.stats.refused_room.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(error = %e, "no room for this sender");
-            return refuse(Refusal::MemoryFull, e.to_string());
+            return Decided::Refuse(refuse(Refusal::MemoryFull, e.to_string()));
         }
+        let too_large = |len: u64| {
+            Decided::Refuse(refuse(
+                Refusal::AnswerTooLarge,
+                format!(
+                    "answer of {len} bytes exceeds the ledger's {} bytes",
+                    self.cfg.max_answer_bytes
+                ),
+            ))
+        };
         match table.check(sender, head.index, &head.id, &digest) {
             DedupeVerdict::Replay(e) => {
                 self.stats.replayed.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("repeat answered from memory");
                 return match &e.outcome {
-                    Remembered::Answer { body, proof } => {
-                        self.answer(body.clone(), proof.as_ref(), true)
-                    }
-                    Remembered::TooLarge { len } => refuse(
-                        Refusal::AnswerTooLarge,
-                        format!(
-                            "answer of {len} bytes exceeds the ledger's {} bytes",
-                            self.cfg.max_answer_bytes
-                        ),
-                    ),
+                    Remembered::Answer { body, proof } => Decided::Answer {
+                        body: body.clone(),
+                        proof: proof.clone(),
+                        replayed: true,
+                    },
+                    Remembered::TooLarge { len } => too_large(*len),
                 };
             }
             DedupeVerdict::Conflict { index } => {
@@ -491,20 +552,26 @@ impl Worker {
                     first_index = index,
                     "the same id delivered with another record"
                 );
-                return refuse(
+                return Decided::Refuse(refuse(
                     Refusal::Conflict,
                     "this id was delivered with another record",
-                );
+                ));
             }
             DedupeVerdict::Stale { progress } => {
                 self.stats.stale.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(progress, "delivery at or below the acknowledged progress");
-                return refuse(Refusal::Stale, "at or below your acknowledged progress");
+                return Decided::Refuse(refuse(
+                    Refusal::Stale,
+                    "at or below your acknowledged progress",
+                ));
             }
             DedupeVerdict::AheadOfWindow { progress, window } => {
                 self.stats.refused_room.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(progress, window, "delivery beyond the window");
-                return refuse(Refusal::AheadOfWindow, "beyond the window of your progress");
+                return Decided::Refuse(refuse(
+                    Refusal::AheadOfWindow,
+                    "beyond the window of your progress",
+                ));
             }
             DedupeVerdict::Full(why) => {
                 self.stats.refused_room.fetch_add(1, Ordering::Relaxed);
@@ -514,10 +581,12 @@ impl Worker {
                     DedupeFull::Window => "window full",
                     _ => "no room for another answer",
                 };
-                return refuse(Refusal::MemoryFull, why);
+                return Decided::Refuse(refuse(Refusal::MemoryFull, why));
             }
             DedupeVerdict::Fresh => {}
-            _ => return refuse(Refusal::Unavailable, "unexpected memory verdict"),
+            _ => {
+                return Decided::Refuse(refuse(Refusal::Unavailable, "unexpected memory verdict"));
+            }
         }
         match (self.effect)(head.handler, &head.id, body) {
             Ok(answer) => {
@@ -530,50 +599,37 @@ impl Worker {
                         "answer longer than the ledger accepts"
                     );
                     let len = answer.len() as u64;
-                    let _ = table.remember(
-                        sender,
-                        head.id,
-                        head.index,
-                        digest,
-                        Remembered::TooLarge { len },
-                    );
-                    return refuse(
-                        Refusal::AnswerTooLarge,
-                        format!(
-                            "answer of {len} bytes exceeds the ledger's {} bytes",
-                            self.cfg.max_answer_bytes
-                        ),
-                    );
+                    let remembered = Remembered::TooLarge { len };
+                    if let Err(e) = table.remember(sender, head.id, head.index, digest, remembered)
+                    {
+                        tracing::error!(error = %e, "performed effect not remembered");
+                    }
+                    return too_large(len);
                 }
-                let proof = self.cfg.signer.as_ref().map(|s| {
-                    s.sign_bytes(&answer_signing_bytes_parts(
-                        &self.cfg.chain_id,
-                        head.index,
-                        &head.id.to_bytes(),
-                        head.handler,
-                        &sha256(body),
-                        &sha256(&answer),
-                    ))
-                });
+                // Remembered without its signature: a repeat is signed again (deterministic).
                 let remembered = Remembered::Answer {
                     body: answer.clone(),
-                    proof: proof.clone(),
+                    proof: None,
                 };
                 if let Err(e) = table.remember(sender, head.id, head.index, digest, remembered) {
                     // Unreachable (checked fresh under the same lock); loud if it ever is.
                     tracing::error!(error = %e, "performed effect not remembered");
                 }
-                self.answer(answer, proof.as_ref(), false)
+                Decided::Answer {
+                    body: answer,
+                    proof: None,
+                    replayed: false,
+                }
             }
             Err(EffectError::Rejected(why)) => {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(reason = %why, "effect rejected the record");
-                refuse(Refusal::Rejected, why)
+                Decided::Refuse(refuse(Refusal::Rejected, why))
             }
             Err(EffectError::Unavailable(why)) => {
                 self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(reason = %why, "effect unavailable");
-                refuse(Refusal::Unavailable, why)
+                Decided::Refuse(refuse(Refusal::Unavailable, why))
             }
         }
     }

@@ -60,10 +60,7 @@ pub struct WorkerKey(pub [u8; 32]);
 impl fmt::Display for WorkerKey {
     /// 64 lowercase hex digits.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(&to_hex(&self.0))
     }
 }
 
@@ -92,9 +89,11 @@ pub fn hex_array<const N: usize>(text: &str) -> Result<[u8; N], HexError> {
 
 /// Lowercase hex of `bytes`.
 pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push_str(&format!("{b:02x}"));
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
     s
 }
