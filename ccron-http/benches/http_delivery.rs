@@ -13,7 +13,10 @@
 //!   record's commit to its acknowledgement (the moment its answer is handed to the result
 //!   sink, just before the consumer moves on).
 //!
-//! The last lines print authenticated / unauthenticated ratios (target: within 20 %).
+//! Each mode runs twice per scenario, in the order unauthenticated, authenticated,
+//! authenticated, unauthenticated, so a drift of the shared machine's load cancels out; the
+//! table shows the means, and the last lines the authenticated / unauthenticated ratios
+//! (target: within 20 %). `BENCH_RECORDS` changes the size.
 //!
 //! Run: `cargo bench -p ccron-http --bench http_delivery`.
 
@@ -57,6 +60,19 @@ impl Jobs for Paced<'_> {
     }
 }
 
+/// CPU time this process used so far (all threads, user + system), in milliseconds: from
+/// `/proc/self/stat` (clock ticks of 10 ms, Linux's `CLK_TCK` of 100); `None` elsewhere.
+fn cpu_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) * 10.0)
+}
+
 /// Records each record's commit→ack latency.
 struct Latencies {
     start: Instant,
@@ -86,6 +102,11 @@ struct Outcome {
     max: f64,
     attempts: u64,
     retries: u64,
+    /// Answers per ed25519 signature at the workers, and per verification at the dispatcher.
+    per_signature: f64,
+    per_check: f64,
+    /// CPU time of the whole process (dispatcher and workers) per record, in microseconds.
+    cpu_us: f64,
 }
 
 async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcome {
@@ -107,6 +128,7 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcom
         window: 1_024,
         ..DedupeLimits::default()
     });
+    let mut handles = Vec::new();
     let workers: Vec<support::Running> = (0..3)
         .map(|i| {
             let calls = AtomicU64::new(0);
@@ -121,6 +143,7 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcom
                 }
                 Ok(b"confirmed".to_vec())
             });
+            handles.push(w.clone());
             support::Running::start(w, support::any_port()).expect("worker")
         })
         .collect();
@@ -137,6 +160,7 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcom
     cfg.pool.max_in_flight_per_worker = 16;
     cfg.pool.default_policy.max_attempts = 20;
     let start = wall();
+    let cpu_start = cpu_ms();
     let clock: ccron_http::deliver::Clock =
         Arc::new(move || i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX));
     let mut dispatcher = Dispatcher::new(cfg, clock).expect("dispatcher");
@@ -181,7 +205,17 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcom
             .expect("step");
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu_us = match (cpu_start, cpu_ms()) {
+        (Some(a), Some(b)) => (b - a) * 1e3 / records as f64,
+        _ => f64::NAN,
+    };
     let stats = dispatcher.stats();
+    let (signed, signatures) = handles.iter().fold((0u64, 0u64), |(a, b), w| {
+        (
+            a + w.stats().answers_signed.load(Ordering::Relaxed),
+            b + w.signatures(),
+        )
+    });
     assert_eq!(
         sink.signed,
         if auth { sink.answered } else { 0 },
@@ -206,15 +240,24 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcom
         max: q(1.0),
         attempts: stats.attempts,
         retries: stats.retries,
+        per_signature: signed as f64 / signatures.max(1) as f64,
+        per_check: stats.done as f64 / stats.signature_checks.max(1) as f64,
+        cpu_us,
     }
 }
 
+/// Records/s, p99 (ms) and CPU µs per record of one mode of one scenario.
+type Summary = (f64, f64, f64);
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is ignored.
-    let records: u64 = std::env::var("BENCH_RECORDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let records = env("BENCH_RECORDS", 100_000);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -222,12 +265,16 @@ fn main() {
         .expect("runtime");
     println!("http_delivery: {records} records, 3 loopback workers, 48 in flight");
     println!(
-        "{:<44} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",
-        "run", "records/s", "p50 ms", "p99 ms", "max ms", "attempts", "retries"
+        "each mode run twice, in the order unauthenticated, authenticated, authenticated, \
+         unauthenticated (a drift of the machine's load cancels out); figures are the means"
+    );
+    println!(
+        "{:<44} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
+        "run", "records/s", "p50 ms", "p99 ms", "max ms", "attempts", "retries", "CPU µs/rec"
     );
     let mut healthy_rate = 0.0;
-    // (records/s, p99) per run name and mode, for the ratios.
-    let mut figures: Vec<(&str, bool, f64, f64)> = Vec::new();
+    // (records/s, p99, CPU per record) per run name and mode, for the ratios.
+    let mut figures: Vec<(&str, [Summary; 2])> = Vec::new();
     for (name, flaky, paced) in [
         ("drain", false, false),
         ("drain, 1 worker fails 1/2", true, false),
@@ -236,20 +283,23 @@ fn main() {
     ] {
         // The same pace for both modes: half the unauthenticated healthy drain rate.
         let rate = paced.then_some(healthy_rate * 0.5);
-        for auth in [false, true] {
+        let mut by_mode: [Vec<Outcome>; 2] = [Vec::new(), Vec::new()];
+        for auth in [false, true, true, false] {
             let o = rt.block_on(run(records, flaky, rate, auth));
-            let rps = records as f64 / o.secs;
+            by_mode[usize::from(auth)].push(o);
+        }
+        let mut summary = [(0.0, 0.0, 0.0); 2];
+        for auth in [false, true] {
+            let runs = &by_mode[usize::from(auth)];
+            let n = runs.len() as f64;
+            let mean = |f: &dyn Fn(&Outcome) -> f64| runs.iter().map(f).sum::<f64>() / n;
+            let rps = mean(&|o| records as f64 / o.secs);
             if name == "drain" && !auth {
                 healthy_rate = rps;
             }
-            let (p50, p99, max) = if paced {
-                (
-                    format!("{:.1}", o.p50),
-                    format!("{:.1}", o.p99),
-                    format!("{:.1}", o.max),
-                )
-            } else {
-                ("-".into(), "-".into(), "-".into())
+            let (p50, p99, max) = (mean(&|o| o.p50), mean(&|o| o.p99), mean(&|o| o.max));
+            let cell = |v: f64| {
+                if paced { format!("{v:.1}") } else { "-".into() }
             };
             let label = format!(
                 "{name}, {}",
@@ -259,21 +309,42 @@ fn main() {
                     "unauthenticated"
                 }
             );
+            let batching = if auth {
+                format!(
+                    "  answers per signature {:.1}, per verification {:.1}",
+                    mean(&|o| o.per_signature),
+                    mean(&|o| o.per_check)
+                )
+            } else {
+                String::new()
+            };
+            let cpu = mean(&|o| o.cpu_us);
             println!(
-                "{label:<44} {rps:>10.0} {p50:>10} {p99:>10} {max:>10} {:>10} {:>9}",
-                o.attempts, o.retries
+                "{label:<44} {rps:>10.0} {:>10} {:>10} {:>10} {:>10.0} {:>9.0} {cpu:>10.1}{batching}",
+                cell(p50),
+                cell(p99),
+                cell(max),
+                mean(&|o| o.attempts as f64),
+                mean(&|o| o.retries as f64)
             );
-            figures.push((name, auth, rps, o.p99));
+            summary[usize::from(auth)] = (rps, p99, cpu);
         }
+        figures.push((name, summary));
     }
     println!("authenticated / unauthenticated:");
-    for pair in figures.chunks(2) {
-        if let [(name, false, r0, p0), (_, true, r1, p1)] = pair {
-            if name.starts_with("paced") {
-                println!("  {name:<40} p99 commit->ack x{:.2}", p1 / p0);
-            } else {
-                println!("  {name:<40} records/s x{:.2}", r1 / r0);
-            }
+    for (name, [(r0, p0, c0), (r1, p1, c1)]) in figures {
+        if name.starts_with("paced") {
+            println!(
+                "  {name:<40} p99 commit->ack x{:.2}, CPU per record x{:.2}",
+                p1 / p0,
+                c1 / c0
+            );
+        } else {
+            println!(
+                "  {name:<40} records/s x{:.2}, CPU per record x{:.2}",
+                r1 / r0,
+                c1 / c0
+            );
         }
     }
 }

@@ -34,13 +34,25 @@ pub const MAX_SECRET_BYTES: usize = 64;
 /// Longest sender key id.
 pub const MAX_KEY_ID_BYTES: usize = 64;
 
-/// A secret shared by the dispatcher and one worker (16 to 64 bytes; `Debug` hides it).
-#[derive(Clone, PartialEq, Eq)]
-pub struct DeliverySecret(Vec<u8>);
+/// A secret shared by the dispatcher and one worker (16 to 64 bytes; `Debug` hides it). It
+/// keeps the HMAC keyed with it, so a MAC costs only the message's hashing.
+#[derive(Clone)]
+pub struct DeliverySecret {
+    bytes: Vec<u8>,
+    keyed: Hmac<Sha256>,
+}
+
+impl PartialEq for DeliverySecret {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for DeliverySecret {}
 
 impl std::fmt::Debug for DeliverySecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeliverySecret({} bytes)", self.0.len())
+        write!(f, "DeliverySecret({} bytes)", self.bytes.len())
     }
 }
 
@@ -57,7 +69,8 @@ impl DeliverySecret {
     pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, SecretLengthError> {
         let bytes = bytes.into();
         if (MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&bytes.len()) {
-            Ok(Self(bytes))
+            let keyed = keyed(&bytes);
+            Ok(Self { bytes, keyed })
         } else {
             Err(SecretLengthError(bytes.len()))
         }
@@ -65,7 +78,7 @@ impl DeliverySecret {
 
     /// The secret's bytes (to hand to a worker's configuration).
     pub fn expose(&self) -> &[u8] {
-        &self.0
+        &self.bytes
     }
 }
 
@@ -135,14 +148,18 @@ pub fn delivery_signing_bytes(c: &DeliveryClaims<'_>) -> Vec<u8> {
     out
 }
 
-fn hmac(secret: &DeliverySecret) -> Hmac<Sha256> {
+fn keyed(secret: &[u8]) -> Hmac<Sha256> {
     // RFC 2104: a key shorter than the hash's block (64 bytes) is zero-padded to it, so padding
     // here computes the same MAC and lets the key be a fixed-size block (an infallible
     // constructor). Secrets are at most 64 bytes.
     let mut block = [0u8; 64];
-    let n = secret.0.len().min(64);
-    block[..n].copy_from_slice(&secret.0[..n]);
+    let n = secret.len().min(64);
+    block[..n].copy_from_slice(&secret[..n]);
     <Hmac<Sha256> as KeyInit>::new(GenericArray::from_slice(&block))
+}
+
+fn hmac(secret: &DeliverySecret) -> Hmac<Sha256> {
+    secret.keyed.clone()
 }
 
 /// HMAC-SHA256 of `bytes` under `secret`.

@@ -7,8 +7,8 @@
 //!   authentication: [`CHAIN`], [`KEY_ID`], [`TIMESTAMP`], [`SIGNATURE`] (HMAC-SHA256 over
 //!   [`crate::auth::delivery_signing_bytes`]).
 //! * `200`: done; the body is the answer that goes back into the ledger (at most what the
-//!   ledger accepts), signed in [`ANSWER_KEY`] and [`ANSWER_SIGNATURE`]. A repeat of a delivery
-//!   already performed answers the same, with [`REPLAYED`]`: true`.
+//!   ledger accepts), signed in [`ANSWER_KEY`], [`ANSWER_SIGNATURE`] and [`ANSWER_PATH`]. A
+//!   repeat of a delivery already performed answers the same, with [`REPLAYED`]`: true`.
 //! * `401` (not authenticated), `408`, `429`, `5xx`, a timeout or a connection error: not done
 //!   now; the worker's health suffers and the record is retried, on another worker when one is
 //!   up.
@@ -51,8 +51,11 @@ pub const TIMESTAMP: &str = "ccron-timestamp";
 pub const SIGNATURE: &str = "ccron-signature";
 /// Response header: the worker's answer key (64 hex digits).
 pub const ANSWER_KEY: &str = "ccron-answer-key";
-/// Response header: the worker's ed25519 signature over the answer (128 hex digits).
+/// Response header: the worker's ed25519 signature over its batch's root (128 hex digits).
 pub const ANSWER_SIGNATURE: &str = "ccron-answer-signature";
+/// Response header: the answer's Merkle path to the signed root, comma-separated steps `l<64
+/// hex>` (the sibling is on the left) or `r<64 hex>`; absent for a batch of one.
+pub const ANSWER_PATH: &str = "ccron-answer-path";
 /// Response header of a repeat answered from the worker's memory.
 pub const REPLAYED: &str = "idempotent-replayed";
 /// Response header naming a worker's refusal.

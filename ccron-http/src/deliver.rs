@@ -42,7 +42,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ccron::TimeMs;
-use ccron::outbox::workers::{hex_array, sha256, to_hex, verify_answer};
+use ccron::outbox::workers::{
+    MAX_PROOF_STEPS, PathStep, PreparedKey, answer_root, hex_array, sha256, to_hex,
+};
 use ccron::outbox::{
     AckOutcome, AnswerProof, ConsumerError, DeadLetterSink, Delivery, FailureReason, Jobs,
     OutboxLimits, OutboxRecord, OutboxResult, PersistentConsumer, ProgressStore, ResultJournal,
@@ -249,6 +251,8 @@ pub struct DispatchStats {
     pub bad_answers: u64,
     /// Answers longer than the ledger accepts (given up).
     pub answers_too_large: u64,
+    /// Ed25519 verifications made (answers of one signed batch share one).
+    pub signature_checks: u64,
 }
 
 /// What an attempt's response showed besides its outcome.
@@ -309,6 +313,7 @@ pub struct Dispatcher {
     clock: Clock,
     unix_clock: UnixClock,
     answer_keys: Arc<[WorkerKey]>,
+    verified: Arc<VerifiedRoots>,
     in_flight: BTreeMap<u64, InFlight>,
     stats: DispatchStats,
 }
@@ -423,6 +428,13 @@ impl Dispatcher {
             tasks: JoinSet::new(),
             clock,
             unix_clock: Arc::new(auth::unix_now_ms),
+            verified: Arc::new(VerifiedRoots {
+                keys: answer_keys
+                    .iter()
+                    .filter_map(|k| Some((*k, PreparedKey::new(k)?)))
+                    .collect(),
+                ..VerifiedRoots::default()
+            }),
             answer_keys: answer_keys.into(),
             in_flight: BTreeMap::new(),
             stats: DispatchStats::default(),
@@ -443,7 +455,13 @@ impl Dispatcher {
 
     /// The counters.
     pub fn stats(&self) -> DispatchStats {
-        self.stats
+        DispatchStats {
+            signature_checks: self
+                .verified
+                .checks
+                .load(std::sync::atomic::Ordering::Relaxed),
+            ..self.stats
+        }
     }
 
     /// Attempts awaiting their answer.
@@ -691,6 +709,7 @@ impl Dispatcher {
             record: d.record.clone(),
             required: endpoint.secret.is_some() || endpoint.answer_key.is_some(),
             keys: self.answer_keys.clone(),
+            verified: self.verified.clone(),
             max_answer_bytes: self.cfg.max_answer_bytes,
         };
         let client = self.client.clone();
@@ -756,6 +775,96 @@ struct AnswerCheck {
     /// The pool's answer keys (empty: any key).
     keys: Arc<[WorkerKey]>,
     max_answer_bytes: usize,
+    /// Roots whose signature was verified already (shared by the attempts).
+    verified: Arc<VerifiedRoots>,
+}
+
+/// The batch roots whose signature the dispatcher verified: the answers of one batch share one
+/// signature, so it is verified once. Bounded (oldest forgotten first).
+#[derive(Debug, Default)]
+pub struct VerifiedRoots {
+    inner: std::sync::Mutex<RootMemory>,
+    checks: std::sync::atomic::AtomicU64,
+    /// The pool's answer keys, decoded once.
+    keys: BTreeMap<WorkerKey, PreparedKey>,
+}
+
+/// The verified roots' names, and their order for forgetting the oldest.
+type RootMemory = (
+    std::collections::HashSet<[u8; 32]>,
+    std::collections::VecDeque<[u8; 32]>,
+);
+
+/// Verified roots remembered.
+const VERIFIED_ROOTS: usize = 1_024;
+
+impl VerifiedRoots {
+    /// A digest naming (key, chain, root, signature).
+    fn name(key: &WorkerKey, chain_id: &[u8], root: &[u8; 32], sig: &[u8; 64]) -> [u8; 32] {
+        let mut bytes = Vec::with_capacity(32 + chain_id.len() + 32 + 64);
+        bytes.extend_from_slice(&key.0);
+        bytes.extend_from_slice(&(chain_id.len() as u64).to_be_bytes());
+        bytes.extend_from_slice(chain_id);
+        bytes.extend_from_slice(root);
+        bytes.extend_from_slice(sig);
+        sha256(&bytes)
+    }
+
+    /// Whether `sig` by `key` over `root` verifies, from memory when it did before.
+    fn check(&self, key: &WorkerKey, chain_id: &[u8], root: &[u8; 32], sig: &[u8; 64]) -> bool {
+        let name = Self::name(key, chain_id, root, sig);
+        let lock = || self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if lock().0.contains(&name) {
+            return true;
+        }
+        self.checks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ok = match self.keys.get(key) {
+            Some(k) => k.verify_root(chain_id, root, sig),
+            None => PreparedKey::new(key).is_some_and(|k| k.verify_root(chain_id, root, sig)),
+        };
+        if !ok {
+            return false;
+        }
+        let mut g = lock();
+        if g.0.insert(name) {
+            g.1.push_back(name);
+            while g.1.len() > VERIFIED_ROOTS {
+                if let Some(old) = g.1.pop_front() {
+                    g.0.remove(&old);
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Parses [`contract::ANSWER_PATH`] (absent or empty: no steps; at most
+/// [`MAX_PROOF_STEPS`]).
+///
+/// # Errors
+/// A step without its side or 64 hex digits, or too many steps.
+pub fn parse_answer_path(text: Option<&str>) -> Result<Vec<PathStep>, String> {
+    let Some(text) = text.filter(|t| !t.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let steps: Vec<&str> = text.split(',').collect();
+    if steps.len() > MAX_PROOF_STEPS {
+        return Err(format!("answer path of {} steps", steps.len()));
+    }
+    steps
+        .into_iter()
+        .map(|s| {
+            let left = match s.as_bytes().first() {
+                Some(b'l') => true,
+                Some(b'r') => false,
+                _ => return Err("answer path step without a side".to_string()),
+            };
+            let hash = hex_array::<32>(s.get(1..).unwrap_or_default())
+                .map_err(|e| format!("answer path: {e}"))?;
+            Ok(PathStep { left, hash })
+        })
+        .collect()
 }
 
 impl AnswerCheck {
@@ -777,6 +886,7 @@ impl AnswerCheck {
                 .parse::<WorkerKey>()
                 .map_err(|e| format!("answer key: {e}"))?,
             signature: hex_array::<64>(sig).map_err(|e| format!("answer signature: {e}"))?,
+            path: parse_answer_path(text(contract::ANSWER_PATH))?,
         };
         if !self.keys.is_empty() && !self.keys.contains(&proof.key) {
             return Err(format!(
@@ -784,7 +894,12 @@ impl AnswerCheck {
                 proof.key
             ));
         }
-        if !verify_answer(&proof, &self.chain_id, self.index, &self.record, body) {
+        let root = answer_root(&proof, &self.chain_id, self.index, &self.record, body)
+            .ok_or("answer path too long")?;
+        if !self
+            .verified
+            .check(&proof.key, &self.chain_id, &root, &proof.signature)
+        {
             return Err("the answer's signature does not verify".into());
         }
         Ok(Some(proof))
@@ -931,6 +1046,34 @@ mod tests {
         }
         let cfg = DispatcherConfig::new(b"c".to_vec(), "consumer", vec![endpoint]);
         assert!(Dispatcher::new(cfg, clock).is_ok());
+    }
+
+    #[test]
+    fn answer_paths_parse_strictly() {
+        let h = "ab".repeat(32);
+        assert_eq!(parse_answer_path(None), Ok(vec![]));
+        assert_eq!(parse_answer_path(Some("")), Ok(vec![]));
+        assert_eq!(
+            parse_answer_path(Some(&format!("l{h},r{h}"))),
+            Ok(vec![
+                PathStep {
+                    left: true,
+                    hash: [0xab; 32]
+                },
+                PathStep {
+                    left: false,
+                    hash: [0xab; 32]
+                }
+            ])
+        );
+        for bad in [
+            format!("x{h}"),
+            format!("l{h},"),
+            "l00".to_string(),
+            vec![format!("l{h}"); MAX_PROOF_STEPS + 1].join(","),
+        ] {
+            assert!(parse_answer_path(Some(&bad)).is_err(), "{bad}");
+        }
     }
 
     #[test]

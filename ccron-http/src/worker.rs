@@ -35,11 +35,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use ccron::outbox::workers::{answer_signing_bytes_parts, hex_array, sha256, to_hex};
+use ccron::outbox::workers::{answer_leaf, answer_signing_bytes_parts, hex_array, sha256, to_hex};
 use ccron::outbox::{
-    DedupeFull, DedupeLimits, DedupeTable, DedupeVerdict, OccurrenceId, Remembered, WorkerSigner,
-    delivery_digest, max_answer_bytes,
+    AnswerProof, DedupeFull, DedupeLimits, DedupeTable, DedupeVerdict, OccurrenceId, Remembered,
+    WorkerSigner, delivery_digest, max_answer_bytes,
 };
+use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::{self, DeliveryClaims, DeliverySecret};
 use crate::contract;
@@ -191,6 +192,8 @@ pub struct WorkerStats {
     pub refused_room: AtomicU64,
     /// Effects whose answer was longer than the ledger accepts (422).
     pub answers_too_large: AtomicU64,
+    /// Answers signed.
+    pub answers_signed: AtomicU64,
 }
 
 /// The idempotency store of a service (ccron's [`DedupeTable`] behind a lock). Share one among
@@ -232,6 +235,10 @@ pub struct Worker {
     healthy: AtomicBool,
     stats: WorkerStats,
     server_stats: Arc<ServerStats>,
+    /// The signing task, started on the first answer (inside the server's runtime).
+    batcher: std::sync::OnceLock<mpsc::Sender<SignJob>>,
+    /// Signatures the batcher made (shared with its task).
+    signatures: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -243,13 +250,29 @@ impl std::fmt::Debug for Worker {
     }
 }
 
+/// A delivery up to its signature.
+enum Handled {
+    /// Refused: the response.
+    Refused(Response),
+    /// Answered: sign it (unless its signature was remembered).
+    Sign(ToSign),
+}
+
+/// An answer to sign (or answered with its remembered signature).
+struct ToSign {
+    body: Vec<u8>,
+    proof: Option<AnswerProof>,
+    replayed: bool,
+    leaf: [u8; 32],
+}
+
 /// What the worker decided under the store's lock.
 enum Decided {
     Refuse(Response),
     Answer {
         body: Vec<u8>,
         /// A signature remembered with the answer (none: sign it now).
-        proof: Option<ccron::outbox::AnswerProof>,
+        proof: Option<AnswerProof>,
         replayed: bool,
     },
 }
@@ -293,12 +316,20 @@ impl Worker {
             healthy: AtomicBool::new(true),
             stats: WorkerStats::default(),
             server_stats: Arc::default(),
+            batcher: std::sync::OnceLock::new(),
+            signatures: Arc::default(),
         })
     }
 
     /// The counters.
     pub fn stats(&self) -> &WorkerStats {
         &self.stats
+    }
+
+    /// Ed25519 signatures made: one per batch of answers signed together (see
+    /// [`WorkerStats::answers_signed`]).
+    pub fn signatures(&self) -> u64 {
+        self.signatures.load(Ordering::Relaxed)
     }
 
     /// Its server's counters (connections, deadlines, rates).
@@ -429,12 +460,7 @@ impl Worker {
         Ok(key_id)
     }
 
-    fn answer(
-        &self,
-        body: Vec<u8>,
-        proof: Option<&ccron::outbox::AnswerProof>,
-        replayed: bool,
-    ) -> Response {
+    fn answer(&self, body: Vec<u8>, proof: Option<&AnswerProof>, replayed: bool) -> Response {
         let mut resp = (StatusCode::OK, Bytes::from(body)).into_response();
         let h = resp.headers_mut();
         if let Some(p) = proof {
@@ -444,6 +470,16 @@ impl Worker {
             if let Ok(v) = HeaderValue::from_str(&to_hex(&p.signature)) {
                 h.insert(contract::ANSWER_SIGNATURE, v);
             }
+            if !p.path.is_empty() {
+                let path: Vec<String> = p
+                    .path
+                    .iter()
+                    .map(|s| format!("{}{}", if s.left { 'l' } else { 'r' }, to_hex(&s.hash)))
+                    .collect();
+                if let Ok(v) = HeaderValue::from_str(&path.join(",")) {
+                    h.insert(contract::ANSWER_PATH, v);
+                }
+            }
         }
         if replayed {
             h.insert(contract::REPLAYED, HeaderValue::from_static("true"));
@@ -451,13 +487,14 @@ impl Worker {
         resp
     }
 
-    fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Response {
+    /// Everything up to the signature: the response of a refusal, or the answer to sign.
+    fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Handled {
         let head = match Self::parse(headers) {
             Ok(h) => h,
             Err(why) => {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(why, "malformed delivery");
-                return refuse(Refusal::BadRequest, why);
+                return Handled::Refused(refuse(Refusal::BadRequest, why));
             }
         };
         let sender = match self.authenticate(headers, &head, body) {
@@ -469,44 +506,65 @@ impl Worker {
                 } else {
                     tracing::debug!(id = %head.id, %why, "delivery not authenticated");
                 }
-                return refuse(Refusal::Unauthenticated, "not authenticated");
+                return Handled::Refused(refuse(Refusal::Unauthenticated, "not authenticated"));
             }
         };
         let span = tracing::info_span!("worker_delivery", id = %head.id, handler = head.handler, index = head.index, sender);
         let _g = span.enter();
         let digest = delivery_digest(head.handler, body);
-        let digest_done = digest;
         let decided = {
             let Ok(mut table) = self.memory.table.lock() else {
-                return refuse(Refusal::Unavailable, "worker state poisoned");
+                return Handled::Refused(refuse(Refusal::Unavailable, "worker state poisoned"));
             };
-            self.decide(&mut table, sender, &head, digest_done, body)
+            self.decide(&mut table, sender, &head, digest, body)
         };
-        // Signing happens outside the store's lock: the workers sharing it never wait on
-        // each other's signatures. Ed25519 is deterministic: a repeat signed again is the
-        // same signature (or, at another worker of the service, another valid one).
         match decided {
-            Decided::Refuse(resp) => resp,
+            Decided::Refuse(resp) => Handled::Refused(resp),
             Decided::Answer {
                 body: answer,
                 proof,
                 replayed,
             } => {
-                let proof = proof.or_else(|| {
-                    self.cfg.signer.as_ref().map(|s| {
-                        s.sign_bytes(&answer_signing_bytes_parts(
-                            &self.cfg.chain_id,
-                            head.index,
-                            &head.id.to_bytes(),
-                            head.handler,
-                            &sha256(body),
-                            &sha256(&answer),
-                        ))
-                    })
-                });
-                self.answer(answer, proof.as_ref(), replayed)
+                let leaf = answer_leaf(&answer_signing_bytes_parts(
+                    &self.cfg.chain_id,
+                    head.index,
+                    &head.id.to_bytes(),
+                    head.handler,
+                    &sha256(body),
+                    &sha256(&answer),
+                ));
+                Handled::Sign(ToSign {
+                    body: answer,
+                    proof,
+                    replayed,
+                    leaf,
+                })
             }
         }
+    }
+
+    /// Signs `leaf` with the worker's key, batched with the other answers ready at the same
+    /// time (outside the store's lock: the workers sharing it never wait on each other's
+    /// signatures). `None` for a worker without a signer.
+    async fn sign(&self, leaf: [u8; 32]) -> Option<AnswerProof> {
+        let signer = self.cfg.signer.as_ref()?;
+        self.stats.answers_signed.fetch_add(1, Ordering::Relaxed);
+        let tx = self.batcher.get_or_init(|| {
+            spawn_batcher(
+                signer.clone(),
+                self.cfg.chain_id.clone(),
+                self.signatures.clone(),
+            )
+        });
+        let (reply, rx) = oneshot::channel();
+        if tx.send((leaf, reply)).await.is_ok()
+            && let Ok(proof) = rx.await
+        {
+            return Some(proof);
+        }
+        // The batcher is gone (its runtime stopped): sign alone.
+        self.signatures.fetch_add(1, Ordering::Relaxed);
+        signer.sign_leaves(&self.cfg.chain_id, &[leaf]).pop()
     }
 
     /// Under the store's lock: forget what the sender acknowledged, then replay, refuse, or
@@ -636,7 +694,69 @@ impl Worker {
 }
 
 async fn deliver(State(w): State<Arc<Worker>>, headers: HeaderMap, body: Bytes) -> Response {
-    w.handle(&headers, &body)
+    match w.handle(&headers, &body) {
+        Handled::Refused(refused) => refused,
+        Handled::Sign(to_sign) => {
+            // A remembered signature is answered as it was; else sign now (ed25519 is
+            // deterministic: a batch of one gives a repeat the same signature; in another
+            // batch, or at another worker of the service, another valid one).
+            let proof = match to_sign.proof {
+                Some(p) => Some(p),
+                None => w.sign(to_sign.leaf).await,
+            };
+            w.answer(to_sign.body, proof.as_ref(), to_sign.replayed)
+        }
+    }
+}
+
+/// One answer waiting for its signature, and where to send it.
+type SignJob = ([u8; 32], oneshot::Sender<AnswerProof>);
+
+/// Most answers signed with one signature.
+const MAX_SIGN_BATCH: usize = 256;
+
+/// Times the signing task yields to the runtime before signing a batch.
+const SIGN_YIELDS: usize = 8;
+
+/// The worker's signing task: it takes the first answer waiting, and every other already
+/// waiting (up to [`MAX_SIGN_BATCH`]), and signs them with one signature over their Merkle root
+/// ([`WorkerSigner::sign_leaves`]). No answer waits for a batch to fill: a lone answer is signed
+/// alone at once; under load, answers that arrive while a batch is being signed share the next
+/// signature.
+fn spawn_batcher(
+    signer: WorkerSigner,
+    chain_id: Vec<u8>,
+    signatures: Arc<AtomicU64>,
+) -> mpsc::Sender<SignJob> {
+    let (tx, mut rx) = mpsc::channel::<SignJob>(MAX_SIGN_BATCH * 4);
+    tokio::spawn(async move {
+        let mut batch: Vec<SignJob> = Vec::with_capacity(MAX_SIGN_BATCH);
+        while let Some(job) = rx.recv().await {
+            batch.push(job);
+            // Let the tasks that are ready run first: under load they bring their answers to
+            // this batch; idle, the yields return at once.
+            for _ in 0..SIGN_YIELDS {
+                while batch.len() < MAX_SIGN_BATCH {
+                    match rx.try_recv() {
+                        Ok(j) => batch.push(j),
+                        Err(_) => break,
+                    }
+                }
+                if batch.len() >= MAX_SIGN_BATCH {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            let leaves: Vec<[u8; 32]> = batch.iter().map(|(leaf, _)| *leaf).collect();
+            let proofs = signer.sign_leaves(&chain_id, &leaves);
+            signatures.fetch_add(1, Ordering::Relaxed);
+            tracing::trace!(answers = leaves.len(), "answers signed");
+            for ((_, reply), proof) in batch.drain(..).zip(proofs) {
+                let _ = reply.send(proof);
+            }
+        }
+    });
+    tx
 }
 
 async fn health(State(w): State<Arc<Worker>>) -> StatusCode {

@@ -142,6 +142,8 @@ async fn send(base: &str, post: &Post) -> Answer {
         (Some(k), Some(s)) => Some(AnswerProof {
             key: k.parse::<WorkerKey>().unwrap(),
             signature: hex_array::<64>(&s).unwrap(),
+            path: ccron_http::deliver::parse_answer_path(text(contract::ANSWER_PATH).as_deref())
+                .unwrap(),
         }),
         _ => None,
     };

@@ -11,8 +11,9 @@ It speaks the worker protocol of docs/outbox.md ("The worker protocol") and noth
   beyond the window 503; entries leave only when the sender's progress passes them;
 * performs the effect (here: handler "pay" records the payment in the database and answers
   "paid <payload>"; any other handler is refused with 422);
-* signs each answer with ed25519 (ed25519.py) over the answer bytes of the protocol, so the
-  ledger believes it when this worker's public key is registered for the handler.
+* signs each answer with ed25519 (ed25519.py): the root of a batch of one, its answer's leaf
+  (the protocol's answer bytes hashed), so the ledger believes it when this worker's public
+  key is registered for the handler.
 
 Workers of one service share one database (--db): a record that fails over from one worker
 to another after the first performed it is still performed once. SQLite's file locking makes
@@ -41,6 +42,7 @@ DELIVER_PATH = "/ccron/v1/deliver"
 HEALTH_PATH = "/ccron/v1/health"
 DELIVER_DOMAIN = b"ccron-deliver-v1"
 ANSWER_DOMAIN = b"ccron-answer-v1\x00"
+ROOT_DOMAIN = b"ccron-answers-v1"
 ID_TEXT = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{16}-[0-9a-fA-F]{16}$")
 KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 MAX_HANDLER_BYTES = 256
@@ -77,6 +79,13 @@ def answer_bytes(chain, index, id_bytes, handler, payload, answer):
         + hashlib.sha256(payload).digest()
         + hashlib.sha256(answer).digest()
     )
+
+
+def root_bytes(chain, answer_signing_bytes):
+    """What the worker signs: a batch root. This worker signs each answer alone, so the root
+    is the answer's leaf, SHA-256(0x00 ‖ answer bytes), and the answer's path is empty."""
+    leaf = hashlib.sha256(b"\x00" + answer_signing_bytes).digest()
+    return ROOT_DOMAIN + framed(chain) + leaf
 
 
 def delivery_digest(handler, payload):
@@ -241,7 +250,7 @@ class Worker:
             )
             # Remembered (committed by the caller) so a repeat is not performed again.
             raise CommitThenRefuse(Refusal(422, "answer-too-large", "the answer exceeds what the ledger accepts"))
-        sig = self.signer.sign(answer_bytes(self.chain, index, id_bytes, handler, payload, answer)).hex()
+        sig = self.signer.sign(root_bytes(self.chain, answer_bytes(self.chain, index, id_bytes, handler, payload, answer))).hex()
         key = self.signer.public.hex()
         db.execute(
             "INSERT INTO memory VALUES (?, ?, ?, ?, 0, ?, ?, ?)",

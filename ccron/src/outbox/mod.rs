@@ -93,6 +93,6 @@ pub use result::{
 };
 pub use seen::{SeenSet, SeenSetError};
 pub use workers::{
-    AnswerProof, WorkerKey, WorkerKeyRequest, WorkerKeysApplied, WorkerKeysPayloadError,
-    WorkerRegistry, WorkerSigner,
+    AnswerProof, PathStep, PreparedKey, WorkerKey, WorkerKeyRequest, WorkerKeysApplied,
+    WorkerKeysPayloadError, WorkerRegistry, WorkerSigner,
 };

@@ -37,10 +37,12 @@ pub const RESULT_PAYLOAD_PREFIX: &[u8; 16] = b"ccron-outbox-res";
 /// Largest result request payload [`OutboxResult::from_payload`] decodes (prefix included).
 pub const MAX_RESULT_PAYLOAD_BYTES: usize = 128 * 1024;
 
-/// Bytes of a signed answer's result payload besides the answer itself: the prefix (16), the
-/// index (8), the id (20), the outcome's tag and length (4 + 8), the proof's tag, key and
-/// signature (1 + 32 + 64). Pinned by a test against the encoder.
-pub const ANSWER_PAYLOAD_OVERHEAD_BYTES: usize = 16 + 8 + 20 + 4 + 8 + 1 + 32 + 64;
+/// Bytes of a signed answer's result payload besides the answer itself, with the longest
+/// proof: the prefix (16), the index (8), the id (20), the outcome's tag and length (4 + 8),
+/// the proof's tag, key, signature and path (1 + 32 + 64 + 8 + 16 × 33). Pinned by a test
+/// against the encoder.
+pub const ANSWER_PAYLOAD_OVERHEAD_BYTES: usize =
+    16 + 8 + 20 + 4 + 8 + 1 + 32 + 64 + 8 + super::workers::MAX_PROOF_STEPS * 33;
 
 /// The largest answer body the ledger accepts from a worker with an outbox of `limits`: at most
 /// [`OutboxLimits::max_record_bytes`] ([`Outbox::accept_result`](super::Outbox::accept_result)'s
@@ -464,7 +466,12 @@ mod tests {
             9,
             OccurrenceId::new(1, 2, 3),
             b"confirmed".to_vec(),
-            worker().sign_bytes(b"x"),
+            worker().sign(
+                b"x",
+                9,
+                &OutboxRecord::new(OccurrenceId::new(1, 2, 3), "h", vec![]),
+                b"confirmed",
+            ),
         );
         let p = r.to_payload().unwrap();
         assert_eq!(OutboxResult::from_payload(&p), Some(Ok(r)));
@@ -510,7 +517,19 @@ mod tests {
     /// byte more does not (or is over the record bound).
     #[test]
     fn the_answer_bound_is_what_the_ledger_accepts() {
-        let proof = worker().sign_bytes(b"x");
+        let mut proof = worker().sign(
+            b"x",
+            1,
+            &OutboxRecord::new(OccurrenceId::new(1, 2, 3), "h", vec![]),
+            b"",
+        );
+        proof.path = vec![
+            crate::outbox::workers::PathStep {
+                left: true,
+                hash: [0; 32]
+            };
+            crate::outbox::workers::MAX_PROOF_STEPS
+        ];
         let at = |n: usize| {
             OutboxResult::answer(
                 u64::MAX,

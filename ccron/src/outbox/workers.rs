@@ -3,10 +3,17 @@
 //! A worker performs an outbox record's effect outside consensus and answers; the answer goes
 //! back into the ledger as an [`OutboxResult`](super::OutboxResult). Anyone who can reach a
 //! worker's network could otherwise forge that answer, so every answer is **signed** (ed25519)
-//! by the worker that made it, over [`answer_signing_bytes`]: the chain id, the record's index,
-//! occurrence id and handler, the digest of the record's payload and the digest of the answer.
-//! Replicas verify the signature inside execution ([`verify_answer`]) and believe it only when
-//! the key is registered for the record's handler.
+//! by the worker that made it. What is signed about one answer is its [`answer_signing_bytes`]:
+//! the chain id, the record's index, occurrence id and handler, the digest of the record's
+//! payload and the digest of the answer. Their hash is a *leaf* ([`answer_leaf`]); a worker
+//! signs the root of a Merkle tree over the leaves of the answers it has ready at once
+//! ([`WorkerSigner::sign_leaves`]: one signature for a batch; a batch of one is the leaf itself,
+//! [`WorkerSigner::sign`]), and each answer's [`AnswerProof`] carries the signature and its path
+//! to the root (at most [`MAX_PROOF_STEPS`] steps). Replicas rebuild the leaf from their own
+//! copy of the record, fold the path, verify the signature over [`root_signing_bytes`] inside
+//! execution ([`verify_answer`]) and believe the answer only when the key is registered for the
+//! record's handler. Leaves and inner nodes are hashed with distinct prefixes (`0x00`, `0x01`),
+//! so no inner node can pass for an answer.
 //!
 //! Keys live in replicated state: [`Policy::worker_keys`](crate::Policy::worker_keys) holds the
 //! keys known at genesis, and the outbox's [`WorkerRegistry`] (encoded with the outbox, layout
@@ -35,6 +42,12 @@ use super::log::OutboxRecord;
 
 /// Domain separation of [`answer_signing_bytes`] (16 bytes: `ccron-answer-v1` and a zero).
 pub const ANSWER_DOMAIN: &[u8; 16] = b"ccron-answer-v1\0";
+
+/// Domain separation of [`root_signing_bytes`] (16 bytes).
+pub const ANSWERS_ROOT_DOMAIN: &[u8; 16] = b"ccron-answers-v1";
+
+/// Longest Merkle path in an [`AnswerProof`] (a batch of at most 2^16 answers).
+pub const MAX_PROOF_STEPS: usize = 16;
 
 /// Prefix of a worker key request's payload ([`WorkerKeyRequest::to_payload`]).
 pub const WORKER_KEYS_PAYLOAD_PREFIX: &[u8; 16] = b"ccron-outbox-key";
@@ -106,14 +119,26 @@ impl FromStr for WorkerKey {
     }
 }
 
-/// A worker's signature over one answer: the key (checked against the registry) and the
-/// ed25519 signature over [`answer_signing_bytes`].
+/// One step of a Merkle path: the sibling's hash and on which side it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct PathStep {
+    /// The sibling is the left child (the node so far is the right one).
+    pub left: bool,
+    /// The sibling's hash.
+    pub hash: [u8; 32],
+}
+
+/// A worker's signature over one answer: the key (checked against the registry), the ed25519
+/// signature over [`root_signing_bytes`] of a batch's root, and the answer's path to that root
+/// (empty for a batch of one).
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub struct AnswerProof {
     /// The signing worker's key.
     pub key: WorkerKey,
     /// The signature (64 bytes).
     pub signature: [u8; 64],
+    /// From the answer's leaf to the signed root (at most [`MAX_PROOF_STEPS`]).
+    pub path: Vec<PathStep>,
 }
 
 /// SHA-256 of `bytes`.
@@ -177,9 +202,99 @@ pub fn answer_signing_bytes_parts(
     out
 }
 
-/// Whether `proof` is a valid signature of `proof.key` over [`answer_signing_bytes`] (strict
-/// ed25519: weak keys, non-canonical points and scalars are refused). Does not look at any
-/// registry: see [`WorkerRegistry::may_answer`].
+/// The leaf of an answer: `SHA-256(0x00 ‖ answer signing bytes)`.
+pub fn answer_leaf(signing_bytes: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update([0u8]);
+    h.update(signing_bytes);
+    h.finalize().into()
+}
+
+/// An inner node: `SHA-256(0x01 ‖ left ‖ right)`.
+fn node(left: &[u8; 32], right: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update([1u8]);
+    h.update(left);
+    h.update(right);
+    h.finalize().into()
+}
+
+/// The root `path` leads to from `leaf` (`None` for a path over [`MAX_PROOF_STEPS`]).
+pub fn proof_root(leaf: [u8; 32], path: &[PathStep]) -> Option<[u8; 32]> {
+    if path.len() > MAX_PROOF_STEPS {
+        return None;
+    }
+    Some(path.iter().fold(leaf, |acc, step| {
+        if step.left {
+            node(&step.hash, &acc)
+        } else {
+            node(&acc, &step.hash)
+        }
+    }))
+}
+
+/// The bytes a worker signs for a batch of answers: `"ccron-answers-v1" ‖ len(chain id) u32 BE
+/// ‖ chain id ‖ root`.
+pub fn root_signing_bytes(chain_id: &[u8], root: &[u8; 32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + 4 + chain_id.len() + 32);
+    out.extend_from_slice(ANSWERS_ROOT_DOMAIN);
+    put_bytes(&mut out, chain_id);
+    out.extend_from_slice(root);
+    out
+}
+
+/// Whether `signature` by `key` over [`root_signing_bytes`] of `root` verifies (strict ed25519:
+/// weak keys, non-canonical points and scalars are refused).
+pub fn verify_root(
+    key: &WorkerKey,
+    chain_id: &[u8],
+    root: &[u8; 32],
+    signature: &[u8; 64],
+) -> bool {
+    PreparedKey::new(key).is_some_and(|k| k.verify_root(chain_id, root, signature))
+}
+
+/// A worker key decoded once (a valid, not weak, ed25519 point), for a verifier that checks
+/// many signatures by few keys.
+#[derive(Debug, Clone)]
+pub struct PreparedKey(VerifyingKey);
+
+impl PreparedKey {
+    /// `key` decoded, or `None` when it is not a usable ed25519 public key.
+    pub fn new(key: &WorkerKey) -> Option<Self> {
+        VerifyingKey::from_bytes(&key.0)
+            .ok()
+            .filter(|k| !k.is_weak())
+            .map(Self)
+    }
+
+    /// [`verify_root`] with this key.
+    pub fn verify_root(&self, chain_id: &[u8], root: &[u8; 32], signature: &[u8; 64]) -> bool {
+        let sig = ed25519_dalek::Signature::from_bytes(signature);
+        self.0
+            .verify_strict(&root_signing_bytes(chain_id, root), &sig)
+            .is_ok()
+    }
+}
+
+/// The root `proof` claims for the answer `answer` to `record` at `index` (`None`: its path is
+/// too long).
+pub fn answer_root(
+    proof: &AnswerProof,
+    chain_id: &[u8],
+    index: u64,
+    record: &OutboxRecord,
+    answer: &[u8],
+) -> Option<[u8; 32]> {
+    proof_root(
+        answer_leaf(&answer_signing_bytes(chain_id, index, record, answer)),
+        &proof.path,
+    )
+}
+
+/// Whether `proof` proves that `proof.key` signed the answer `answer` to `record` at `index`
+/// of chain `chain_id`: the path from the answer's leaf leads to a root the key signed. Does not
+/// look at any registry: see [`WorkerRegistry::may_answer`].
 pub fn verify_answer(
     proof: &AnswerProof,
     chain_id: &[u8],
@@ -187,15 +302,8 @@ pub fn verify_answer(
     record: &OutboxRecord,
     answer: &[u8],
 ) -> bool {
-    let Ok(key) = VerifyingKey::from_bytes(&proof.key.0) else {
-        return false;
-    };
-    if key.is_weak() {
-        return false;
-    }
-    let sig = ed25519_dalek::Signature::from_bytes(&proof.signature);
-    key.verify_strict(&answer_signing_bytes(chain_id, index, record, answer), &sig)
-        .is_ok()
+    answer_root(proof, chain_id, index, record, answer)
+        .is_some_and(|root| verify_root(&proof.key, chain_id, &root, &proof.signature))
 }
 
 /// A worker's signing key (its secret seed stays inside; `Debug` shows only the public key).
@@ -225,7 +333,7 @@ impl WorkerSigner {
         WorkerKey(self.key.verifying_key().to_bytes())
     }
 
-    /// Signs answer `answer` to `record` at `index` of chain `chain_id`.
+    /// Signs answer `answer` to `record` at `index` of chain `chain_id` alone (a batch of one).
     pub fn sign(
         &self,
         chain_id: &[u8],
@@ -233,15 +341,65 @@ impl WorkerSigner {
         record: &OutboxRecord,
         answer: &[u8],
     ) -> AnswerProof {
-        self.sign_bytes(&answer_signing_bytes(chain_id, index, record, answer))
+        let leaf = answer_leaf(&answer_signing_bytes(chain_id, index, record, answer));
+        self.sign_root(chain_id, &leaf, Vec::new())
     }
 
-    /// Signs already built [`answer_signing_bytes`].
-    pub fn sign_bytes(&self, signing_bytes: &[u8]) -> AnswerProof {
+    fn sign_root(&self, chain_id: &[u8], root: &[u8; 32], path: Vec<PathStep>) -> AnswerProof {
         AnswerProof {
             key: self.public(),
-            signature: self.key.sign(signing_bytes).to_bytes(),
+            signature: self
+                .key
+                .sign(&root_signing_bytes(chain_id, root))
+                .to_bytes(),
+            path,
         }
+    }
+
+    /// Signs a batch of answer leaves ([`answer_leaf`]) with one signature per 2^16 leaves:
+    /// the root of a Merkle tree over them (a node without a sibling moves up unchanged), and
+    /// each leaf's path to it. Returns one proof per leaf, in order.
+    pub fn sign_leaves(&self, chain_id: &[u8], leaves: &[[u8; 32]]) -> Vec<AnswerProof> {
+        let mut out = Vec::with_capacity(leaves.len());
+        for chunk in leaves.chunks(1 << MAX_PROOF_STEPS) {
+            let mut level: Vec<[u8; 32]> = chunk.to_vec();
+            let mut paths: Vec<Vec<PathStep>> = vec![Vec::new(); chunk.len()];
+            let mut pos: Vec<usize> = (0..chunk.len()).collect();
+            while level.len() > 1 {
+                for (p, path) in pos.iter_mut().zip(paths.iter_mut()) {
+                    let sibling = *p ^ 1;
+                    if let Some(hash) = level.get(sibling) {
+                        path.push(PathStep {
+                            left: sibling < *p,
+                            hash: *hash,
+                        });
+                    }
+                    *p /= 2;
+                }
+                level = level
+                    .chunks(2)
+                    .map(|pair| match pair {
+                        [l, r] => node(l, r),
+                        [one] => *one,
+                        _ => [0; 32],
+                    })
+                    .collect();
+            }
+            let Some(root) = level.first() else {
+                continue;
+            };
+            let signature = self
+                .key
+                .sign(&root_signing_bytes(chain_id, root))
+                .to_bytes();
+            let key = self.public();
+            out.extend(paths.into_iter().map(|path| AnswerProof {
+                key,
+                signature,
+                path,
+            }));
+        }
+        out
     }
 }
 
@@ -558,6 +716,13 @@ mod tests {
         let mut bad = proof.clone();
         bad.key = WorkerSigner::from_seed([6; 32]).public();
         assert!(!verify_answer(&bad, b"chain", 3, &r, b"confirmed"));
+        // A path cannot be added to a single answer's proof.
+        let mut bad = proof.clone();
+        bad.path.push(PathStep {
+            left: true,
+            hash: [0; 32],
+        });
+        assert!(!verify_answer(&bad, b"chain", 3, &r, b"confirmed"));
         // The identity point (a weak key) signs nothing.
         let mut weak = proof;
         weak.key = WorkerKey({
@@ -567,6 +732,53 @@ mod tests {
         });
         assert!(!key_is_usable(&weak.key));
         assert!(!verify_answer(&weak, b"chain", 3, &r, b"confirmed"));
+    }
+
+    /// One signature for a batch: every answer of it verifies with its own path, and with no
+    /// other answer's; paths are short; a batch of one is the single signature.
+    #[test]
+    fn batches_share_one_signature_and_every_answer_verifies_alone() {
+        let w = WorkerSigner::from_seed([5; 32]);
+        for n in [1usize, 2, 3, 5, 8, 13] {
+            let records: Vec<OutboxRecord> = (0..n)
+                .map(|k| OutboxRecord::new(OccurrenceId::new(1, 2, k as u64), "h", vec![k as u8]))
+                .collect();
+            let leaves: Vec<[u8; 32]> = records
+                .iter()
+                .enumerate()
+                .map(|(k, r)| answer_leaf(&answer_signing_bytes(b"c", k as u64 + 1, r, b"ok")))
+                .collect();
+            let proofs = w.sign_leaves(b"c", &leaves);
+            assert_eq!(proofs.len(), n);
+            assert!(proofs.iter().all(|p| p.signature == proofs[0].signature));
+            let depth = usize::BITS - (n - 1).leading_zeros();
+            for (k, (p, r)) in proofs.iter().zip(&records).enumerate() {
+                assert!(p.path.len() <= depth as usize, "{n}: {}", p.path.len());
+                assert!(verify_answer(p, b"c", k as u64 + 1, r, b"ok"), "{n} {k}");
+                assert!(!verify_answer(p, b"c", k as u64 + 1, r, b"no"));
+                if n > 1 {
+                    let other = (k + 1) % n;
+                    assert!(!verify_answer(
+                        p,
+                        b"c",
+                        other as u64 + 1,
+                        &records[other],
+                        b"ok"
+                    ));
+                }
+            }
+            if n == 1 {
+                assert_eq!(proofs[0], w.sign(b"c", 1, &records[0], b"ok"));
+            }
+        }
+        let long = vec![
+            PathStep {
+                left: false,
+                hash: [0; 32]
+            };
+            MAX_PROOF_STEPS + 1
+        ];
+        assert!(proof_root([0; 32], &long).is_none());
     }
 
     /// The signed bytes are pinned: workers in other languages build them from the docs.
@@ -591,12 +803,23 @@ mod tests {
             WorkerSigner::from_seed(seed).public().to_string(),
             "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
         );
-        let sig = WorkerSigner::from_seed(seed).sign_bytes(b"");
+        // RFC 8032's signature of the empty message, through the same key.
+        let sig = SigningKey::from_bytes(&seed).sign(b"").to_bytes();
         assert_eq!(
-            to_hex(&sig.signature),
+            to_hex(&sig),
             "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e06522490155\
              5fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
         );
+        // The root bytes and the leaf and node hashes.
+        let mut root = b"ccron-answers-v1".to_vec();
+        root.extend_from_slice(&[0, 0, 0, 2, b'c', b'h']);
+        root.extend_from_slice(&[7; 32]);
+        assert_eq!(root_signing_bytes(b"ch", &[7; 32]), root);
+        assert_eq!(answer_leaf(b"x"), sha256(b"\x00x"));
+        let mut inner = vec![1u8];
+        inner.extend_from_slice(&[2; 32]);
+        inner.extend_from_slice(&[3; 32]);
+        assert_eq!(node(&[2; 32], &[3; 32]), sha256(&inner));
     }
 
     #[test]
