@@ -25,6 +25,9 @@ use ccron::outbox::OccurrenceId;
 /// Domain separation of [`delivery_signing_bytes`] (16 bytes).
 pub const DELIVER_DOMAIN: &[u8; 16] = b"ccron-deliver-v1";
 
+/// Domain separation of [`response_signing_bytes`] (16 bytes).
+pub const RESPOND_DOMAIN: &[u8; 16] = b"ccron-respond-v1";
+
 /// Shortest secret accepted (bytes).
 pub const MIN_SECRET_BYTES: usize = 16;
 
@@ -38,7 +41,7 @@ pub const MAX_KEY_ID_BYTES: usize = 64;
 /// keeps the HMAC keyed with it, so a MAC costs only the message's hashing.
 #[derive(Clone)]
 pub struct DeliverySecret {
-    bytes: Vec<u8>,
+    bytes: std::sync::Arc<[u8]>,
     keyed: Hmac<Sha256>,
 }
 
@@ -70,7 +73,10 @@ impl DeliverySecret {
         let bytes = bytes.into();
         if (MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&bytes.len()) {
             let keyed = keyed(&bytes);
-            Ok(Self { bytes, keyed })
+            Ok(Self {
+                bytes: bytes.into(),
+                keyed,
+            })
         } else {
             Err(SecretLengthError(bytes.len()))
         }
@@ -145,6 +151,49 @@ pub fn delivery_signing_bytes(c: &DeliveryClaims<'_>) -> Vec<u8> {
     out.extend_from_slice(&c.progress.to_be_bytes());
     out.extend_from_slice(&c.timestamp_ms.to_be_bytes());
     out.extend_from_slice(&c.payload_sha256);
+    out
+}
+
+/// The bytes a worker's response MAC covers (`docs/outbox.md`, "The worker protocol"), so the
+/// dispatcher knows the status, the body and the answer's signature come from the worker it
+/// authenticated, for this request:
+///
+/// ```text
+/// "ccron-respond-v1"                      16 bytes
+/// the request's MAC (Ccron-Signature)     32 bytes
+/// status                                  u16 BE
+/// SHA-256(body)                           32 bytes
+/// 0x00, or 0x01 ‖ answer key (32) ‖ signature (64) ‖ steps u32 BE ‖ per step: side (0x01 left,
+///                                         0x00 right) ‖ hash (32)
+/// ```
+pub fn response_signing_bytes(
+    request_tag: &[u8; 32],
+    status: u16,
+    body: &[u8],
+    proof: Option<&ccron::outbox::AnswerProof>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96 + proof.map_or(0, |p| 101 + 33 * p.path.len()));
+    out.extend_from_slice(RESPOND_DOMAIN);
+    out.extend_from_slice(request_tag);
+    out.extend_from_slice(&status.to_be_bytes());
+    out.extend_from_slice(&ccron::outbox::workers::sha256(body));
+    match proof {
+        None => out.push(0),
+        Some(p) => {
+            out.push(1);
+            out.extend_from_slice(&p.key.0);
+            out.extend_from_slice(&p.signature);
+            out.extend_from_slice(
+                &u32::try_from(p.path.len())
+                    .unwrap_or(u32::MAX)
+                    .to_be_bytes(),
+            );
+            for step in &p.path {
+                out.push(u8::from(step.left));
+                out.extend_from_slice(&step.hash);
+            }
+        }
+    }
     out
 }
 

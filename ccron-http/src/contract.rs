@@ -56,6 +56,10 @@ pub const ANSWER_SIGNATURE: &str = "ccron-answer-signature";
 /// Response header: the answer's Merkle path to the signed root, comma-separated steps `l<64
 /// hex>` (the sibling is on the left) or `r<64 hex>`; absent for a batch of one.
 pub const ANSWER_PATH: &str = "ccron-answer-path";
+/// Response header: HMAC-SHA256 of the response (see
+/// [`crate::auth::response_signing_bytes`]) under the sender's secret, 64 hex digits; on every
+/// response to an authenticated delivery.
+pub const RESPONSE_SIGNATURE: &str = "ccron-response-signature";
 /// Response header of a repeat answered from the worker's memory.
 pub const REPLAYED: &str = "idempotent-replayed";
 /// Response header naming a worker's refusal.

@@ -125,6 +125,9 @@ pub struct DispatcherConfig {
     pub max_answer_bytes: usize,
     /// TCP connect timeout.
     pub connect_timeout_ms: u64,
+    /// Which answers' signatures the dispatcher verifies itself (every response's MAC is
+    /// always checked; the ledger verifies every signature).
+    pub verify_answers: AnswerVerification,
 }
 
 impl DispatcherConfig {
@@ -144,6 +147,7 @@ impl DispatcherConfig {
             pool,
             max_answer_bytes: max_answer_bytes(&OutboxLimits::default()),
             connect_timeout_ms: 1_000,
+            verify_answers: AnswerVerification::default(),
         }
     }
 
@@ -314,6 +318,9 @@ pub struct Dispatcher {
     unix_clock: UnixClock,
     answer_keys: Arc<[WorkerKey]>,
     verified: Arc<VerifiedRoots>,
+    /// The chain id, shared by the attempts, and its hex header value.
+    chain_id: Arc<[u8]>,
+    chain_hex: hyper::header::HeaderValue,
     in_flight: BTreeMap<u64, InFlight>,
     stats: DispatchStats,
 }
@@ -399,6 +406,10 @@ impl Dispatcher {
             .map(|w| uri(&w.base, contract::HEALTH_PATH))
             .collect::<Result<Vec<_>, _>>()?;
         let answer_keys: Vec<WorkerKey> = cfg.workers.iter().filter_map(|w| w.answer_key).collect();
+        let workers = cfg.workers.len();
+        let chain_id: Arc<[u8]> = cfg.chain_id.clone().into();
+        let chain_hex = hyper::header::HeaderValue::from_str(&to_hex(&cfg.chain_id))
+            .map_err(|e| DeliverError::Auth(format!("chain id: {e}")))?;
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
         connector.set_nodelay(true);
@@ -433,9 +444,14 @@ impl Dispatcher {
                     .iter()
                     .filter_map(|k| Some((*k, PreparedKey::new(k)?)))
                     .collect(),
+                per_worker: (0..workers)
+                    .map(|_| std::sync::atomic::AtomicU64::new(0))
+                    .collect(),
                 ..VerifiedRoots::default()
             }),
             answer_keys: answer_keys.into(),
+            chain_id,
+            chain_hex,
             in_flight: BTreeMap::new(),
             stats: DispatchStats::default(),
         })
@@ -682,6 +698,7 @@ impl Dispatcher {
             .header(contract::ATTEMPT, d.attempt)
             .header(contract::PROGRESS, progress)
             .header("content-type", "application/octet-stream");
+        let mut response_key = None;
         if let Some(secret) = &endpoint.secret {
             let timestamp_ms = (self.unix_clock)();
             let claims = DeliveryClaims {
@@ -696,21 +713,25 @@ impl Dispatcher {
                 payload_sha256,
             };
             let tag = auth::mac(secret, &auth::delivery_signing_bytes(&claims));
+            response_key = Some((secret.clone(), tag));
             builder = builder
-                .header(contract::CHAIN, to_hex(&self.cfg.chain_id))
+                .header(contract::CHAIN, self.chain_hex.clone())
                 .header(contract::KEY_ID, self.cfg.key_id.as_str())
                 .header(contract::TIMESTAMP, timestamp_ms)
                 .header(contract::SIGNATURE, to_hex(&tag));
         }
         let request = builder.body(Full::new(Bytes::from(d.record.payload.clone())));
         let check = AnswerCheck {
-            chain_id: self.cfg.chain_id.clone(),
+            chain_id: self.chain_id.clone(),
             index: d.index,
             record: d.record.clone(),
             required: endpoint.secret.is_some() || endpoint.answer_key.is_some(),
             keys: self.answer_keys.clone(),
             verified: self.verified.clone(),
             max_answer_bytes: self.cfg.max_answer_bytes,
+            verification: self.cfg.verify_answers,
+            worker: w,
+            response_key,
         };
         let client = self.client.clone();
         let tx = self.tx.clone();
@@ -767,7 +788,7 @@ impl Dispatcher {
 
 /// What an answer must satisfy to be handed back.
 struct AnswerCheck {
-    chain_id: Vec<u8>,
+    chain_id: Arc<[u8]>,
     index: u64,
     record: OutboxRecord,
     /// A signature is required (authenticated workers, or an expected key).
@@ -777,6 +798,41 @@ struct AnswerCheck {
     max_answer_bytes: usize,
     /// Roots whose signature was verified already (shared by the attempts).
     verified: Arc<VerifiedRoots>,
+    /// Which answers' signatures to verify here.
+    verification: AnswerVerification,
+    /// The worker the request goes to.
+    worker: WorkerId,
+    /// The secret the request was MACed with and its MAC: the response's MAC key.
+    response_key: Option<(DeliverySecret, [u8; 32])>,
+}
+
+/// Which answers' ed25519 signatures the dispatcher verifies itself. The ledger verifies every
+/// answer; the dispatcher's check catches a worker that signs wrongly (a bad key, a broken
+/// implementation) before its answers are acknowledged, and marks it faulty. Every response of
+/// an authenticated worker carries a MAC the dispatcher always checks, so nobody else can
+/// change an answer, its signature or its status on the way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerVerification {
+    /// Every signed root (one verification per batch of answers signed together).
+    Every,
+    /// The first `first` roots of each worker since the dispatcher started, then one root in
+    /// `one_in`, picked by the signature (uniform; the same pick for every answer of a batch).
+    Sampled {
+        /// Roots verified first, per worker.
+        first: u32,
+        /// Then one root in this many (at least 1).
+        one_in: u32,
+    },
+}
+
+impl Default for AnswerVerification {
+    /// The first 16 roots of each worker, then one in 16.
+    fn default() -> Self {
+        Self::Sampled {
+            first: 16,
+            one_in: 16,
+        }
+    }
 }
 
 /// The batch roots whose signature the dispatcher verified: the answers of one batch share one
@@ -787,6 +843,8 @@ pub struct VerifiedRoots {
     checks: std::sync::atomic::AtomicU64,
     /// The pool's answer keys, decoded once.
     keys: BTreeMap<WorkerKey, PreparedKey>,
+    /// Roots verified per worker.
+    per_worker: Vec<std::sync::atomic::AtomicU64>,
 }
 
 /// The verified roots' names, and their order for forgetting the oldest.
@@ -810,8 +868,32 @@ impl VerifiedRoots {
         sha256(&bytes)
     }
 
-    /// Whether `sig` by `key` over `root` verifies, from memory when it did before.
-    fn check(&self, key: &WorkerKey, chain_id: &[u8], root: &[u8; 32], sig: &[u8; 64]) -> bool {
+    /// Whether `policy` has worker `w`'s answer signed with `sig` verified here (the sample is
+    /// picked by the signature's `S` half: uniform, and the same for every answer of a batch).
+    fn should_verify(&self, policy: AnswerVerification, w: WorkerId, sig: &[u8; 64]) -> bool {
+        match policy {
+            AnswerVerification::Every => true,
+            AnswerVerification::Sampled { first, one_in } => {
+                let done = self
+                    .per_worker
+                    .get(w)
+                    .map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
+                let pick = u32::from_be_bytes([sig[32], sig[33], sig[34], sig[35]]);
+                done < u64::from(first) || pick.is_multiple_of(one_in.max(1))
+            }
+        }
+    }
+
+    /// Whether `sig` by `key` over `root` verifies, from memory when it did before; a
+    /// verification made counts for worker `w`.
+    fn check(
+        &self,
+        w: WorkerId,
+        key: &WorkerKey,
+        chain_id: &[u8],
+        root: &[u8; 32],
+        sig: &[u8; 64],
+    ) -> bool {
         let name = Self::name(key, chain_id, root, sig);
         let lock = || self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if lock().0.contains(&name) {
@@ -825,6 +907,9 @@ impl VerifiedRoots {
         };
         if !ok {
             return false;
+        }
+        if let Some(c) = self.per_worker.get(w) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let mut g = lock();
         if g.0.insert(name) {
@@ -868,41 +953,80 @@ pub fn parse_answer_path(text: Option<&str>) -> Result<Vec<PathStep>, String> {
 }
 
 impl AnswerCheck {
-    /// The proof in `headers`, checked: `Ok(None)` for an unsigned answer where none is
+    /// The proof in `headers`, parsed: `Ok(None)` for an unsigned answer where none is
     /// required.
-    fn proof(
-        &self,
-        headers: &hyper::HeaderMap,
-        body: &[u8],
-    ) -> Result<Option<AnswerProof>, String> {
+    fn parse_proof(&self, headers: &hyper::HeaderMap) -> Result<Option<AnswerProof>, String> {
         let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let (key, sig) = match (text(contract::ANSWER_KEY), text(contract::ANSWER_SIGNATURE)) {
             (None, None) if !self.required => return Ok(None),
             (Some(k), Some(s)) => (k, s),
             _ => return Err("answer without a worker signature".into()),
         };
-        let proof = AnswerProof {
+        Ok(Some(AnswerProof {
             key: key
                 .parse::<WorkerKey>()
                 .map_err(|e| format!("answer key: {e}"))?,
             signature: hex_array::<64>(sig).map_err(|e| format!("answer signature: {e}"))?,
             path: parse_answer_path(text(contract::ANSWER_PATH))?,
+        }))
+    }
+
+    /// Whether the response carries a valid MAC by the worker this request was sent to
+    /// (always true for an unauthenticated worker).
+    fn response_is_authentic(
+        &self,
+        headers: &hyper::HeaderMap,
+        status: StatusCode,
+        body: &[u8],
+        proof: Option<&AnswerProof>,
+    ) -> bool {
+        let Some((secret, request_tag)) = &self.response_key else {
+            return true;
         };
+        let Some(mac) = headers
+            .get(contract::RESPONSE_SIGNATURE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| hex_array::<32>(v).ok())
+        else {
+            return false;
+        };
+        auth::verify_mac(
+            secret,
+            &auth::response_signing_bytes(request_tag, status.as_u16(), body, proof),
+            &mac,
+        )
+    }
+
+    /// Checks an answer's proof: one of the pool's keys, a path that is not too long, and,
+    /// when [`DispatcherConfig::verify_answers`] picks it, the signature itself.
+    fn check_proof(&self, proof: &AnswerProof, body: &[u8]) -> Result<(), String> {
         if !self.keys.is_empty() && !self.keys.contains(&proof.key) {
             return Err(format!(
                 "answer signed by {}, none of the pool's keys",
                 proof.key
             ));
         }
-        let root = answer_root(&proof, &self.chain_id, self.index, &self.record, body)
-            .ok_or("answer path too long")?;
+        if proof.path.len() > MAX_PROOF_STEPS {
+            return Err("answer path too long".into());
+        }
         if !self
             .verified
-            .check(&proof.key, &self.chain_id, &root, &proof.signature)
+            .should_verify(self.verification, self.worker, &proof.signature)
         {
+            return Ok(());
+        }
+        let root = answer_root(proof, &self.chain_id, self.index, &self.record, body)
+            .ok_or("answer path too long")?;
+        if !self.verified.check(
+            self.worker,
+            &proof.key,
+            &self.chain_id,
+            &root,
+            &proof.signature,
+        ) {
             return Err("the answer's signature does not verify".into());
         }
-        Ok(Some(proof))
+        Ok(())
     }
 }
 
@@ -939,6 +1063,35 @@ async fn post(
         }
         Err(e) => return Reply::plain(AttemptOutcome::Transport(format!("answer not read: {e}"))),
     };
+    let bad = |why: String| {
+        tracing::warn!(%why, %status, "response refused");
+        Reply {
+            note: Some(Note::BadAnswer),
+            ..Reply::plain(AttemptOutcome::Failed(why))
+        }
+    };
+    let proof = if status.is_success() {
+        match check.parse_proof(&headers) {
+            Ok(p) => p,
+            Err(why) => return bad(why),
+        }
+    } else {
+        None
+    };
+    // A success or a refusal for good must come from the worker the request went to (a
+    // forged one would be acknowledged, or dead-lettered, for nothing); a "not now" needs no
+    // proof: it is retried anyway (and the bounded server's own refusals carry none).
+    let final_status = status.is_success()
+        || (status.is_client_error()
+            && !matches!(
+                status,
+                StatusCode::UNAUTHORIZED
+                    | StatusCode::REQUEST_TIMEOUT
+                    | StatusCode::TOO_MANY_REQUESTS
+            ));
+    if final_status && !check.response_is_authentic(&headers, status, &body, proof.as_ref()) {
+        return bad(format!("a {status} response without a valid response MAC"));
+    }
     let outcome = classify(status, body);
     let note = match (status, refusal.as_deref()) {
         (StatusCode::UNAUTHORIZED, _) => Some(Note::Unauthorized),
@@ -951,20 +1104,16 @@ async fn post(
             ..Reply::plain(outcome)
         };
     };
-    match check.proof(&headers, &body) {
-        Ok(proof) => Reply {
-            outcome: AttemptOutcome::Done(body),
-            replayed,
-            proof,
-            note,
-        },
-        Err(why) => {
-            tracing::warn!(%why, "answer refused");
-            Reply {
-                note: Some(Note::BadAnswer),
-                ..Reply::plain(AttemptOutcome::Failed(why))
-            }
-        }
+    if let Some(p) = &proof
+        && let Err(why) = check.check_proof(p, &body)
+    {
+        return bad(why);
+    }
+    Reply {
+        outcome: AttemptOutcome::Done(body),
+        replayed,
+        proof,
+        note,
     }
 }
 

@@ -239,6 +239,8 @@ pub struct Worker {
     batcher: std::sync::OnceLock<mpsc::Sender<SignJob>>,
     /// Signatures the batcher made (shared with its task).
     signatures: Arc<AtomicU64>,
+    /// The chain id in hex, as deliveries name it.
+    chain_hex: String,
 }
 
 impl std::fmt::Debug for Worker {
@@ -252,8 +254,8 @@ impl std::fmt::Debug for Worker {
 
 /// A delivery up to its signature.
 enum Handled {
-    /// Refused: the response.
-    Refused(Response),
+    /// Refused: the reply.
+    Refused(Reply),
     /// Answered: sign it (unless its signature was remembered).
     Sign(ToSign),
 }
@@ -268,7 +270,7 @@ struct ToSign {
 
 /// What the worker decided under the store's lock.
 enum Decided {
-    Refuse(Response),
+    Refuse(Reply),
     Answer {
         body: Vec<u8>,
         /// A signature remembered with the answer (none: sign it now).
@@ -286,13 +288,30 @@ struct Head<'a> {
     progress: u64,
 }
 
-fn refuse(r: Refusal, why: impl Into<String>) -> Response {
-    (
-        r.status(),
-        [(contract::ERROR, HeaderValue::from_static(r.name()))],
-        why.into(),
-    )
-        .into_response()
+/// A response before it is encoded (and MACed for the sender).
+struct Reply {
+    status: StatusCode,
+    error: Option<&'static str>,
+    body: Vec<u8>,
+    proof: Option<AnswerProof>,
+    replayed: bool,
+}
+
+fn refuse(r: Refusal, why: impl Into<String>) -> Reply {
+    Reply {
+        status: r.status(),
+        error: Some(r.name()),
+        body: why.into().into_bytes(),
+        proof: None,
+        replayed: false,
+    }
+}
+
+/// What the response's MAC is keyed with: the authenticated sender's secret and the request's
+/// own MAC (which binds the response to this request).
+struct ResponseKey<'a> {
+    secret: &'a DeliverySecret,
+    request_tag: [u8; 32],
 }
 
 impl Worker {
@@ -310,7 +329,6 @@ impl Worker {
             tracing::warn!("worker accepts unauthenticated deliveries (insecure)");
         }
         Arc::new(Self {
-            cfg,
             memory: dedupe,
             effect: Box::new(effect),
             healthy: AtomicBool::new(true),
@@ -318,6 +336,8 @@ impl Worker {
             server_stats: Arc::default(),
             batcher: std::sync::OnceLock::new(),
             signatures: Arc::default(),
+            chain_hex: to_hex(&cfg.chain_id),
+            cfg,
         })
     }
 
@@ -406,20 +426,21 @@ impl Worker {
         })
     }
 
-    /// Checks the delivery's authentication; returns the sender's key id.
+    /// Checks the delivery's authentication; returns the sender's key id and what its
+    /// response is MACed with.
     fn authenticate<'a>(
-        &self,
+        &'a self,
         headers: &'a HeaderMap,
         head: &Head<'_>,
-        body: &[u8],
-    ) -> Result<&'a str, String> {
+        payload_sha256: &[u8; 32],
+    ) -> Result<(&'a str, Option<ResponseKey<'a>>), String> {
         if self.cfg.insecure_unauthenticated {
-            return Ok("");
+            return Ok(("", None));
         }
         let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let chain = text(contract::CHAIN).ok_or("no Ccron-Chain")?;
         if chain.len() > 2 * contract::MAX_CHAIN_ID_BYTES
-            || !chain.eq_ignore_ascii_case(&to_hex(&self.cfg.chain_id))
+            || !chain.eq_ignore_ascii_case(&self.chain_hex)
         {
             return Err("another chain".into());
         }
@@ -452,18 +473,44 @@ impl Worker {
             attempt: head.attempt,
             progress: head.progress,
             timestamp_ms,
-            payload_sha256: sha256(body),
+            payload_sha256: *payload_sha256,
         };
         if !auth::verify_mac(secret, &auth::delivery_signing_bytes(&claims), &tag) {
             return Err("the MAC does not match".into());
         }
-        Ok(key_id)
+        Ok((
+            key_id,
+            Some(ResponseKey {
+                secret,
+                request_tag: tag,
+            }),
+        ))
     }
 
-    fn answer(&self, body: Vec<u8>, proof: Option<&AnswerProof>, replayed: bool) -> Response {
-        let mut resp = (StatusCode::OK, Bytes::from(body)).into_response();
+    /// Encodes `reply`, with the response MAC when the request was authenticated.
+    fn respond(&self, reply: Reply, key: Option<&ResponseKey<'_>>) -> Response {
+        let mac = key.map(|k| {
+            auth::mac(
+                k.secret,
+                &auth::response_signing_bytes(
+                    &k.request_tag,
+                    reply.status.as_u16(),
+                    &reply.body,
+                    reply.proof.as_ref(),
+                ),
+            )
+        });
+        let mut resp = (reply.status, Bytes::from(reply.body)).into_response();
         let h = resp.headers_mut();
-        if let Some(p) = proof {
+        if let Some(name) = reply.error {
+            h.insert(contract::ERROR, HeaderValue::from_static(name));
+        }
+        if let Some(mac) = mac
+            && let Ok(v) = HeaderValue::from_str(&to_hex(&mac))
+        {
+            h.insert(contract::RESPONSE_SIGNATURE, v);
+        }
+        if let Some(p) = &reply.proof {
             if let Ok(v) = HeaderValue::from_str(&p.key.to_string()) {
                 h.insert(contract::ANSWER_KEY, v);
             }
@@ -471,33 +518,41 @@ impl Worker {
                 h.insert(contract::ANSWER_SIGNATURE, v);
             }
             if !p.path.is_empty() {
-                let path: Vec<String> = p
-                    .path
-                    .iter()
-                    .map(|s| format!("{}{}", if s.left { 'l' } else { 'r' }, to_hex(&s.hash)))
-                    .collect();
-                if let Ok(v) = HeaderValue::from_str(&path.join(",")) {
+                let mut path = String::with_capacity(p.path.len() * 66);
+                for (k, step) in p.path.iter().enumerate() {
+                    if k > 0 {
+                        path.push(',');
+                    }
+                    path.push(if step.left { 'l' } else { 'r' });
+                    path.push_str(&to_hex(&step.hash));
+                }
+                if let Ok(v) = HeaderValue::from_str(&path) {
                     h.insert(contract::ANSWER_PATH, v);
                 }
             }
         }
-        if replayed {
+        if reply.replayed {
             h.insert(contract::REPLAYED, HeaderValue::from_static("true"));
         }
         resp
     }
 
     /// Everything up to the signature: the response of a refusal, or the answer to sign.
-    fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Handled {
+    fn handle<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        body: &[u8],
+    ) -> (Handled, Option<ResponseKey<'a>>) {
         let head = match Self::parse(headers) {
             Ok(h) => h,
             Err(why) => {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(why, "malformed delivery");
-                return Handled::Refused(refuse(Refusal::BadRequest, why));
+                return (Handled::Refused(refuse(Refusal::BadRequest, why)), None);
             }
         };
-        let sender = match self.authenticate(headers, &head, body) {
+        let payload_sha256 = sha256(body);
+        let (sender, key) = match self.authenticate(headers, &head, &payload_sha256) {
             Ok(s) => s,
             Err(why) => {
                 let n = self.stats.unauthenticated.fetch_add(1, Ordering::Relaxed);
@@ -506,7 +561,10 @@ impl Worker {
                 } else {
                     tracing::debug!(id = %head.id, %why, "delivery not authenticated");
                 }
-                return Handled::Refused(refuse(Refusal::Unauthenticated, "not authenticated"));
+                return (
+                    Handled::Refused(refuse(Refusal::Unauthenticated, "not authenticated")),
+                    None,
+                );
             }
         };
         let span = tracing::info_span!("worker_delivery", id = %head.id, handler = head.handler, index = head.index, sender);
@@ -514,12 +572,15 @@ impl Worker {
         let digest = delivery_digest(head.handler, body);
         let decided = {
             let Ok(mut table) = self.memory.table.lock() else {
-                return Handled::Refused(refuse(Refusal::Unavailable, "worker state poisoned"));
+                return (
+                    Handled::Refused(refuse(Refusal::Unavailable, "worker state poisoned")),
+                    key,
+                );
             };
             self.decide(&mut table, sender, &head, digest, body)
         };
         match decided {
-            Decided::Refuse(resp) => Handled::Refused(resp),
+            Decided::Refuse(reply) => (Handled::Refused(reply), key),
             Decided::Answer {
                 body: answer,
                 proof,
@@ -530,15 +591,18 @@ impl Worker {
                     head.index,
                     &head.id.to_bytes(),
                     head.handler,
-                    &sha256(body),
+                    &payload_sha256,
                     &sha256(&answer),
                 ));
-                Handled::Sign(ToSign {
-                    body: answer,
-                    proof,
-                    replayed,
-                    leaf,
-                })
+                (
+                    Handled::Sign(ToSign {
+                        body: answer,
+                        proof,
+                        replayed,
+                        leaf,
+                    }),
+                    key,
+                )
             }
         }
     }
@@ -694,8 +758,9 @@ impl Worker {
 }
 
 async fn deliver(State(w): State<Arc<Worker>>, headers: HeaderMap, body: Bytes) -> Response {
-    match w.handle(&headers, &body) {
-        Handled::Refused(refused) => refused,
+    let (handled, key) = w.handle(&headers, &body);
+    let reply = match handled {
+        Handled::Refused(reply) => reply,
         Handled::Sign(to_sign) => {
             // A remembered signature is answered as it was; else sign now (ed25519 is
             // deterministic: a batch of one gives a repeat the same signature; in another
@@ -704,9 +769,16 @@ async fn deliver(State(w): State<Arc<Worker>>, headers: HeaderMap, body: Bytes) 
                 Some(p) => Some(p),
                 None => w.sign(to_sign.leaf).await,
             };
-            w.answer(to_sign.body, proof.as_ref(), to_sign.replayed)
+            Reply {
+                status: StatusCode::OK,
+                error: None,
+                body: to_sign.body,
+                proof,
+                replayed: to_sign.replayed,
+            }
         }
-    }
+    };
+    w.respond(reply, key.as_ref())
 }
 
 /// One answer waiting for its signature, and where to send it.

@@ -526,3 +526,96 @@ async fn answers_signed_by_a_stranger_never_reach_the_sink() {
     );
     r.kill().await;
 }
+
+/// How a fake worker answers (an on-path attacker, or a broken implementation).
+#[derive(Clone, Copy)]
+enum Fake {
+    /// 200 with an answer validly signed by the registered key, but no response MAC.
+    SignedUnmaced,
+    /// 422 (refused for good) without a response MAC.
+    RefusalUnmaced,
+    /// 200 with a response MAC, the registered key, and a signature that does not verify.
+    BadSignatureMaced,
+}
+
+async fn fake_worker(kind: Fake) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    use axum::http::HeaderMap;
+    use axum::response::IntoResponse;
+    let handler = move |headers: HeaderMap, body: Bytes| async move {
+        let text = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let index: u64 = text(contract::OUTBOX_INDEX).parse().unwrap_or(0);
+        let id: OccurrenceId = text(contract::IDEMPOTENCY_KEY).parse().unwrap();
+        let record = OutboxRecord::new(id, text(contract::HANDLER), body.to_vec());
+        let answer = b"paid".to_vec();
+        let mut proof = signer(0).sign(CHAIN, index, &record, &answer);
+        let status = match kind {
+            Fake::RefusalUnmaced => StatusCode::UNPROCESSABLE_ENTITY,
+            _ => StatusCode::OK,
+        };
+        if matches!(kind, Fake::BadSignatureMaced) {
+            proof.signature = [7; 64];
+        }
+        let mut h = HeaderMap::new();
+        if status == StatusCode::OK {
+            h.insert(contract::ANSWER_KEY, proof.key.to_string().parse().unwrap());
+            h.insert(
+                contract::ANSWER_SIGNATURE,
+                to_hex(&proof.signature).parse().unwrap(),
+            );
+        }
+        if matches!(kind, Fake::BadSignatureMaced) {
+            let tag = hex_array::<32>(text(contract::SIGNATURE)).unwrap();
+            let mac = auth::mac(
+                &secret(0),
+                &auth::response_signing_bytes(&tag, 200, &answer, Some(&proof)),
+            );
+            h.insert(contract::RESPONSE_SIGNATURE, to_hex(&mac).parse().unwrap());
+        }
+        (status, h, answer).into_response()
+    };
+    let router = axum::Router::new().route(contract::DELIVER_PATH, axum::routing::post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(ccron_http::serve(
+        listener,
+        router,
+        ccron_http::ServerConfig::default(),
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    (addr, tx)
+}
+
+/// Responses are believed only with the worker's MAC: a 200 or a refusal for good without it
+/// is a worker fault (retried), never acknowledged done nor dead-lettered on its word; a
+/// worker whose signatures do not verify is caught on its first answers (the dispatcher's
+/// sampled verification), never acknowledged done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_need_the_workers_mac_and_bad_signers_are_caught() {
+    for kind in [
+        Fake::SignedUnmaced,
+        Fake::RefusalUnmaced,
+        Fake::BadSignatureMaced,
+    ] {
+        let (addr, stop) = fake_worker(kind).await;
+        let mut l = ledger(1);
+        let mut cfg = DispatcherConfig::new(
+            CHAIN,
+            KEY_ID,
+            vec![support::endpoint(0, format!("http://{addr}"))],
+        );
+        cfg.pool.default_policy.time_to_run_ms = 500;
+        cfg.pool.health.base_down_ms = 20;
+        let stats = drive(cfg, &mut l, 1).await;
+        assert!(stats.bad_answers > 0, "{stats:?}");
+        assert_eq!(stats.done, 0, "{stats:?}");
+        // Given up only when its time-to-run ran out, not on the forged refusal's word.
+        match &l.applied[&1] {
+            ResultOutcome::DeadLetter(why) => assert!(why.contains("time-to-run"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let _ = stop.send(());
+    }
+}

@@ -13,7 +13,9 @@ It speaks the worker protocol of docs/outbox.md ("The worker protocol") and noth
   "paid <payload>"; any other handler is refused with 422);
 * signs each answer with ed25519 (ed25519.py): the root of a batch of one, its answer's leaf
   (the protocol's answer bytes hashed), so the ledger believes it when this worker's public
-  key is registered for the handler.
+  key is registered for the handler;
+* MACs every response to an authenticated delivery (status, body digest, answer signature,
+  bound to the request's own MAC), so the dispatcher knows it comes from this worker.
 
 Workers of one service share one database (--db): a record that fails over from one worker
 to another after the first performed it is still performed once. SQLite's file locking makes
@@ -41,6 +43,7 @@ import ed25519
 DELIVER_PATH = "/ccron/v1/deliver"
 HEALTH_PATH = "/ccron/v1/health"
 DELIVER_DOMAIN = b"ccron-deliver-v1"
+RESPOND_DOMAIN = b"ccron-respond-v1"
 ANSWER_DOMAIN = b"ccron-answer-v1\x00"
 ROOT_DOMAIN = b"ccron-answers-v1"
 ID_TEXT = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{16}-[0-9a-fA-F]{16}$")
@@ -86,6 +89,16 @@ def root_bytes(chain, answer_signing_bytes):
     is the answer's leaf, SHA-256(0x00 ‖ answer bytes), and the answer's path is empty."""
     leaf = hashlib.sha256(b"\x00" + answer_signing_bytes).digest()
     return ROOT_DOMAIN + framed(chain) + leaf
+
+
+def response_bytes(request_tag, status, body, key_hex, sig_hex):
+    """What the response MAC covers (this worker sends no path: a batch of one)."""
+    out = RESPOND_DOMAIN + request_tag + struct.pack(">H", status) + hashlib.sha256(body).digest()
+    if key_hex:
+        out += b"\x01" + bytes.fromhex(key_hex) + bytes.fromhex(sig_hex) + struct.pack(">I", 0)
+    else:
+        out += b"\x00"
+    return out
 
 
 def delivery_digest(handler, payload):
@@ -166,31 +179,44 @@ class Worker:
         msg = delivery_bytes(self.chain, key_id, index, id_bytes, handler, attempt, progress, ts, payload)
         if not hmac.compare_digest(hmac.new(secret, msg, hashlib.sha256).digest(), tag):
             raise Refusal(401, "unauthenticated", "the MAC does not match")
-        return key_id
+        return key_id, secret, tag
 
     def deliver(self, h, payload):
-        """Returns (status, headers, body)."""
+        """Returns (status, headers, body), the response MAC included once authenticated."""
+        auth = []
         try:
-            id_text = h.get("Idempotency-Key", "")
-            if not ID_TEXT.match(id_text):
-                raise Refusal(400, "bad-request", "malformed Idempotency-Key")
-            id_bytes = bytes.fromhex(id_text.replace("-", ""))
-            id_text = id_text.lower()
-            handler = h.get("Ccron-Handler", "")
-            if not 1 <= len(handler.encode()) <= MAX_HANDLER_BYTES:
-                raise Refusal(400, "bad-request", "missing or oversized Ccron-Handler")
-            try:
-                index = int(h.get("Ccron-Outbox-Index", ""))
-                attempt = int(h.get("Ccron-Attempt", ""))
-                progress = int(h.get("Ccron-Progress", ""))
-            except ValueError:
-                raise Refusal(400, "bad-request", "malformed index, attempt or progress")
-            if not (0 < index < U64 and 0 <= attempt < 2**32 and 0 <= progress < U64):
-                raise Refusal(400, "bad-request", "index, attempt or progress out of range")
-            sender = self.authenticate(h, index, id_bytes, handler, attempt, progress, payload)
-            return self.perform_once(sender, index, id_text, id_bytes, handler, payload, progress)
+            status, headers, body = self.deliver_inner(h, payload, auth)
         except Refusal as r:
-            return r.status, {"Ccron-Error": r.name}, r.why.encode()
+            status, headers, body = r.status, {"Ccron-Error": r.name}, r.why.encode()
+        except CommitThenRefuse as c:
+            r = c.refusal
+            status, headers, body = r.status, {"Ccron-Error": r.name}, r.why.encode()
+        if auth:
+            secret, tag = auth[0]
+            msg = response_bytes(tag, status, body, headers.get("Ccron-Answer-Key"), headers.get("Ccron-Answer-Signature"))
+            headers["Ccron-Response-Signature"] = hmac.new(secret, msg, hashlib.sha256).hexdigest()
+        return status, headers, body
+
+    def deliver_inner(self, h, payload, auth):
+        id_text = h.get("Idempotency-Key", "")
+        if not ID_TEXT.match(id_text):
+            raise Refusal(400, "bad-request", "malformed Idempotency-Key")
+        id_bytes = bytes.fromhex(id_text.replace("-", ""))
+        id_text = id_text.lower()
+        handler = h.get("Ccron-Handler", "")
+        if not 1 <= len(handler.encode()) <= MAX_HANDLER_BYTES:
+            raise Refusal(400, "bad-request", "missing or oversized Ccron-Handler")
+        try:
+            index = int(h.get("Ccron-Outbox-Index", ""))
+            attempt = int(h.get("Ccron-Attempt", ""))
+            progress = int(h.get("Ccron-Progress", ""))
+        except ValueError:
+            raise Refusal(400, "bad-request", "malformed index, attempt or progress")
+        if not (0 < index < U64 and 0 <= attempt < 2**32 and 0 <= progress < U64):
+            raise Refusal(400, "bad-request", "index, attempt or progress out of range")
+        sender, secret, tag = self.authenticate(h, index, id_bytes, handler, attempt, progress, payload)
+        auth.append((secret, tag))
+        return self.perform_once(sender, index, id_text, id_bytes, handler, payload, progress)
 
     def perform_once(self, sender, index, id_text, id_bytes, handler, payload, progress):
         digest = delivery_digest(handler, payload)
@@ -304,11 +330,7 @@ def serve(worker, host, port):
                 self.reply(413, {"Ccron-Error": "bad-request"}, b"body too large")
                 return
             payload = self.rfile.read(int(length))
-            try:
-                status, headers, body = worker.deliver(self.headers, payload)
-            except CommitThenRefuse as c:
-                r = c.refusal
-                status, headers, body = r.status, {"Ccron-Error": r.name}, r.why.encode()
+            status, headers, body = worker.deliver(self.headers, payload)
             self.reply(status, headers, body)
 
     class Server(http.server.ThreadingHTTPServer):
