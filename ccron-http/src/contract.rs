@@ -16,6 +16,9 @@
 //!   `410` at or below the sender's acknowledged progress, `413` too large, `422` rejected or
 //!   its answer larger than the ledger accepts): the worker refuses this record for good; it is
 //!   dead-lettered at once.
+//! * [`RESPONSE_SIGNATURE`]: every response to an authenticated delivery is MACed
+//!   ([`crate::auth::response_signing_bytes`]); a success or a refusal for good without it is a
+//!   worker fault, never believed.
 //! * [`ERROR`]: a typed name for every refusal (see [`crate::worker::Refusal`] and
 //!   [`crate::server::REFUSAL_HEADER`] for the server's own).
 //! * `GET /ccron/v1/health`: `2xx` when the worker takes deliveries (the probe).

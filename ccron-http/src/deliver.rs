@@ -14,11 +14,14 @@
 //! Authentication: every delivery carries an HMAC-SHA256 under the secret the dispatcher shares
 //! with that worker ([`WorkerEndpoint::secret`], [`crate::auth`]), over the chain id, its key id,
 //! the record's index, id, handler, the attempt, the consumer's **persisted** progress (the
-//! worker forgets what it covers) and a timestamp from the Unix clock. An answer must carry the
-//! worker's ed25519 signature over the record and the answer
-//! ([`ccron::outbox::workers::answer_signing_bytes`]), by one of the pool's
-//! [`WorkerEndpoint::answer_key`]s when they are configured; an answer without a valid one is a worker fault (retried on another
-//! worker, [`DispatchStats::bad_answers`]), never handed to the sink.
+//! worker forgets what it covers) and a timestamp from the Unix clock. Every response of an
+//! authenticated worker must carry its MAC ([`crate::auth::response_signing_bytes`]), and an
+//! answer the worker's ed25519 signature over the record and the answer
+//! ([`ccron::outbox::workers::answer_signing_bytes`], through its batch's Merkle root) by one
+//! of the pool's [`WorkerEndpoint::answer_key`]s when they are configured; the signature itself
+//! is verified for the first roots of each worker and a sample after them
+//! ([`AnswerVerification`]). An answer that fails any of it is a worker fault (retried on
+//! another worker, [`DispatchStats::bad_answers`]), never handed to the sink.
 //!
 //! Results back: before a record is acknowledged done (or given up), its [`OutboxResult`] (the
 //! worker's signed answer, or the dead letter) is offered to the [`ResultSink`]; only when the

@@ -20,6 +20,11 @@
 //!    [`WorkerConfig::max_answer_bytes`] (what the ledger accepts) is never answered as done:
 //!    `422` ([`Refusal::AnswerTooLarge`]), remembered as such, and the record is dead-lettered.
 //!
+//! Every response to an authenticated delivery (answers and refusals) carries a MAC under the
+//! sender's secret ([`crate::auth::response_signing_bytes`]), so the dispatcher believes only
+//! what this worker said. Answers ready at the same time share one signature (a Merkle root,
+//! [`ccron::outbox::WorkerSigner::sign_leaves`]), made outside the store's lock.
+//!
 //! The workers of one service share one [`Dedupe`] (in production: the service's idempotency
 //! table), so a record that fails over after its first worker performed it is still performed
 //! once.
@@ -781,13 +786,23 @@ async fn deliver(State(w): State<Arc<Worker>>, headers: HeaderMap, body: Bytes) 
     w.respond(reply, key.as_ref())
 }
 
+/// Moves the answers already waiting into `batch` (up to [`MAX_SIGN_BATCH`]).
+fn take_waiting(rx: &mut mpsc::Receiver<SignJob>, batch: &mut Vec<SignJob>) {
+    while batch.len() < MAX_SIGN_BATCH {
+        match rx.try_recv() {
+            Ok(j) => batch.push(j),
+            Err(_) => break,
+        }
+    }
+}
+
 /// One answer waiting for its signature, and where to send it.
 type SignJob = ([u8; 32], oneshot::Sender<AnswerProof>);
 
 /// Most answers signed with one signature.
 const MAX_SIGN_BATCH: usize = 256;
 
-/// Times the signing task yields to the runtime before signing a batch.
+/// Most times the signing task yields to the runtime before signing a batch.
 const SIGN_YIELDS: usize = 8;
 
 /// The worker's signing task: it takes the first answer waiting, and every other already
@@ -805,19 +820,20 @@ fn spawn_batcher(
         let mut batch: Vec<SignJob> = Vec::with_capacity(MAX_SIGN_BATCH);
         while let Some(job) = rx.recv().await {
             batch.push(job);
-            // Let the tasks that are ready run first: under load they bring their answers to
-            // this batch; idle, the yields return at once.
+            take_waiting(&mut rx, &mut batch);
+            // Let the tasks that are ready run first, as long as each round of the runtime
+            // brings more answers: under load they join this batch; when a round brings none
+            // (idle, or light load), sign at once.
             for _ in 0..SIGN_YIELDS {
-                while batch.len() < MAX_SIGN_BATCH {
-                    match rx.try_recv() {
-                        Ok(j) => batch.push(j),
-                        Err(_) => break,
-                    }
-                }
                 if batch.len() >= MAX_SIGN_BATCH {
                     break;
                 }
                 tokio::task::yield_now().await;
+                let before = batch.len();
+                take_waiting(&mut rx, &mut batch);
+                if batch.len() == before {
+                    break;
+                }
             }
             let leaves: Vec<[u8; 32]> = batch.iter().map(|(leaf, _)| *leaf).collect();
             let proofs = signer.sign_leaves(&chain_id, &leaves);
