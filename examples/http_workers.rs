@@ -11,14 +11,17 @@
 //!    identically (`QuorumJobs`); it also learns over HTTP which results f+1 replicas applied.
 //!    With `--liar`, replica 0's endpoint serves altered and forged records: outvoted.
 //! 3. A `ccron_http::Dispatcher` delivers each record over HTTP to three axum workers on
-//!    loopback (sticky by order, failover, health with probes), which deduplicate by occurrence
-//!    id through one shared idempotency store and answer `confirmed`; worker 1 fails a third of
-//!    its calls.
-//! 4. Each answer goes back as a signed client request of the consumer identity
-//!    (`OutboxResult`), and the ledger marks the order expired when it executes, once.
+//!    loopback (sticky by order, failover, health with probes), every delivery authenticated
+//!    (HMAC with each worker's secret); the workers deduplicate on (sender, occurrence id)
+//!    through one shared idempotency store and answer `confirmed`, signed with their ed25519
+//!    keys; worker 1 fails a third of its calls.
+//! 4. Each answer goes into the consumer's durable `ResultJournal` (fsynced before the record
+//!    is acknowledged), then back as a signed client request of the consumer identity
+//!    (`OutboxResult`); the ledger believes it only because the workers' keys are registered
+//!    for `shop.cancel` in its policy, and marks the order expired when it executes, once.
 //! 5. Mid-run, worker 0 is killed (and restarted later) and the consumer is killed (its
-//!    in-memory state and requests in flight are lost) and restarted from its persisted
-//!    progress.
+//!    in-memory state and requests in flight are lost) and restarted from its files: progress,
+//!    dead letters and the results not yet applied, which it sends again.
 //!
 //! The run checks that every effect was performed exactly once at the workers, and that on every
 //! replica every record has exactly one result and every order was marked expired exactly once
@@ -34,14 +37,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccron::outbox::{
-    Backoff, ConsumerConfig, MemDeadLetters, MemProgressStore, OccurrenceId, Outbox, OutboxRecord,
-    OutboxResult, PersistentConsumer, ReadEntry, ReadPage,
+    Backoff, ConsumerConfig, DedupeLimits, FileDeadLetters, FileProgressStore, JournalLimits,
+    OccurrenceId, Outbox, OutboxRecord, OutboxResult, PersistentConsumer, ReadEntry, ReadPage,
+    ResultJournal,
 };
 use ccron::schedule::ScheduleRequest;
 use ccron_http::{
     Assignment, Dedupe, Dispatcher, DispatcherConfig, EffectError, HandlerPolicy, KeyOf,
     OutboxSource, PublishOutbox, PublishedOutbox, QuorumReader, ReadClientConfig, ReadServerConfig,
-    ResultSink, ResultSinkError, Worker, WorkerConfig,
+    ResultSink, ResultSinkError, Worker,
 };
 use clap::Parser;
 use sim_bft::crypto::client_signing_key;
@@ -118,16 +122,21 @@ fn orders_outbox(ledger: &ScheduledLedger) -> Option<&Outbox> {
     ledger.ledger().scheduler().map(|book| book.outbox())
 }
 
-/// The consumer's way back into the ledger: each result becomes a signed request of the
-/// consumer identity; it stays pending (and is re-sent under the same request number, which
-/// the replicas execute at most once) until f+1 replicas' read endpoints show it applied. Its
-/// request counter and pending list stand for durable state: they survive the consumer's crash.
+/// The consumer's way back into the ledger: each result is first taken into the durable
+/// [`ResultJournal`] (fsynced: only then may the consumer acknowledge its record), then sent as
+/// a signed request of the consumer identity; it stays pending (and is re-sent under the same
+/// request number, which the replicas execute at most once) until f+1 replicas' read endpoints
+/// show it applied, when the journal marks it applied. After a crash the journal's pending
+/// results are sent again under new numbers (the ledger applies one result per record). The
+/// request counter stands for the consumer client's own durable state.
 struct ClusterResults {
     cluster: Arc<ThreadedCluster>,
+    journal: ResultJournal,
     /// Signs a payload as the consumer client under a request number.
     sign: Signer,
     next_req: u64,
-    pending: BTreeMap<u64, (Vec<u8>, Instant)>,
+    /// Signed request and last send time of each result in flight to the ledger.
+    sent_at: BTreeMap<u64, (Vec<u8>, Instant)>,
     sent: u64,
     resent: u64,
 }
@@ -135,13 +144,23 @@ struct ClusterResults {
 /// Signs a request payload as the consumer under a request number.
 type Signer = Box<dyn Fn(u64, Vec<u8>) -> Result<Vec<u8>, String> + Send>;
 
-const MAX_PENDING_RESULTS: usize = 4_096;
-
 impl ResultSink for ClusterResults {
     fn offer(&mut self, result: OutboxResult) -> Result<(), ResultSinkError> {
-        if self.pending.len() >= MAX_PENDING_RESULTS {
-            return Err(ResultSinkError("too many results pending".into()));
+        let index = result.index;
+        self.journal.offer(result)?;
+        if !self.sent_at.contains_key(&index) {
+            self.send(index)?;
         }
+        Ok(())
+    }
+}
+
+impl ClusterResults {
+    /// Sends the journal's pending result for `index` as a new signed request.
+    fn send(&mut self, index: u64) -> Result<(), ResultSinkError> {
+        let Some(result) = self.journal.pending().find(|r| r.index == index) else {
+            return Ok(());
+        };
         let payload = result
             .to_payload()
             .map_err(|e| ResultSinkError(e.to_string()))?;
@@ -149,46 +168,55 @@ impl ResultSink for ClusterResults {
         let bytes = (self.sign)(self.next_req, payload).map_err(ResultSinkError)?;
         self.cluster.submit(&bytes);
         self.sent += 1;
-        self.pending.insert(result.index, (bytes, wall()));
+        self.sent_at.insert(index, (bytes, wall()));
         Ok(())
     }
-}
 
-impl ClusterResults {
-    /// The lowest record index with a result pending.
-    fn lowest_pending(&self) -> Option<u64> {
-        self.pending.keys().next().copied()
+    /// After a restart: sends every result the journal still holds.
+    fn resend_pending(&mut self) -> Result<(), ResultSinkError> {
+        let pending: Vec<u64> = self.journal.pending().map(|r| r.index).collect();
+        for index in pending {
+            self.send(index)?;
+        }
+        Ok(())
     }
 
-    /// Drops results f+1 replicas' endpoints show applied (as `reader` last read them, from
-    /// [`Self::lowest_pending`]); re-sends those older than a second.
-    fn pump(&mut self, reader: &QuorumReader) {
+    /// The lowest record index with a result pending.
+    fn lowest_pending(&self) -> Option<u64> {
+        self.journal.pending().next().map(|r| r.index)
+    }
+
+    /// Marks applied the results f+1 replicas' endpoints show applied (as `reader` last read
+    /// them, from [`Self::lowest_pending`]); re-sends those older than a second.
+    fn pump(&mut self, reader: &QuorumReader) -> Result<(), String> {
         let done: Vec<u64> = self
-            .pending
-            .keys()
-            .copied()
+            .journal
+            .pending()
+            .map(|r| r.index)
             .filter(|&i| reader.results_applied(i) > F)
             .collect();
         for i in done {
-            self.pending.remove(&i);
+            self.journal.mark_applied(i).map_err(|e| e.to_string())?;
+            self.sent_at.remove(&i);
         }
-        for (bytes, at) in self.pending.values_mut() {
+        for (bytes, at) in self.sent_at.values_mut() {
             if at.elapsed() > Duration::from_secs(1) {
                 self.cluster.submit(bytes);
                 *at = wall();
                 self.resent += 1;
             }
         }
+        Ok(())
     }
 }
 
 type Performed = Arc<Mutex<BTreeMap<OccurrenceId, u32>>>;
 
-fn worker(dedupe: &Arc<Dedupe>, performed: &Performed, flaky: bool) -> Arc<Worker> {
+fn worker(i: usize, dedupe: &Arc<Dedupe>, performed: &Performed, flaky: bool) -> Arc<Worker> {
     let performed = performed.clone();
     let calls = AtomicU64::new(0);
     Worker::new(
-        WorkerConfig::default(),
+        support::worker_config(i),
         dedupe.clone(),
         move |handler, id, payload| {
             if payload == FORGED {
@@ -270,6 +298,26 @@ pub fn run(opts: &Options) -> Result<Report, String> {
 
 async fn run_async(opts: &Options) -> Result<Report, String> {
     let guard = wall() + Duration::from_secs(opts.guard_s);
+    // The consumer's files: progress, dead letters, results not yet applied.
+    let dir = std::env::temp_dir().join(format!(
+        "ccron-http-workers-{}-{}",
+        std::process::id(),
+        wall().elapsed().as_nanos()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let report = run_in(opts, &dir, guard).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    report
+}
+
+async fn run_in(opts: &Options, dir: &std::path::Path, guard: Instant) -> Result<Report, String> {
+    // The ledger's policy: the consumer, the chain, and the three payment workers' keys.
+    let policy = support::with_workers(
+        ccron::Policy::default().with_outbox_consumer(CONSUMER),
+        3,
+        &[SHOP_CANCEL],
+    );
     // The cluster.
     let cfg = SchedAppConfig {
         component: COMPONENT,
@@ -287,7 +335,7 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
             // replicas; the consumer never does).
             let expired = expired[i as usize].clone();
             let app = PublishOutbox::new(
-                ScheduledLedger::with_payment_confirmation(cfg, CONSUMER),
+                ScheduledLedger::with_payment_confirmation_policy(cfg, policy.clone()),
                 orders_outbox,
                 published[i as usize].clone(),
             )
@@ -345,10 +393,13 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
     }
 
     // Three workers of one payment service (one idempotency store).
-    let dedupe = Dedupe::new(4_096);
+    let dedupe = Dedupe::new(DedupeLimits {
+        window: consumer_config().max_search_ahead,
+        ..DedupeLimits::default()
+    });
     let performed: Performed = Arc::default();
     let workers: Vec<Arc<Worker>> = (0..3)
-        .map(|i| worker(&dedupe, &performed, i == 1))
+        .map(|i| worker(i, &dedupe, &performed, i == 1))
         .collect();
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut running: Vec<Option<support::Running>> = workers
@@ -356,14 +407,15 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
         .map(|w| support::Running::start(w.clone(), any).map(Some))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
-    let bases: Vec<String> = running
+    let endpoints = running
         .iter()
         .flatten()
-        .map(support::Running::base)
+        .enumerate()
+        .map(|(i, r)| support::endpoint(i, r.base()))
         .collect();
     let addr0 = running[0].as_ref().map(|r| r.addr).ok_or("no worker 0")?;
 
-    let mut dcfg = DispatcherConfig::new(bases);
+    let mut dcfg = DispatcherConfig::new(support::CHAIN, support::KEY_ID, endpoints);
     dcfg.pool.max_in_flight_per_worker = 4;
     dcfg.pool.health.base_down_ms = 100;
     dcfg.pool.health.max_down_ms = 1_000;
@@ -380,8 +432,13 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
     let clock: ccron_http::deliver::Clock =
         Arc::new(move || i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX));
 
+    let open_journal = || {
+        ResultJournal::open(dir.join("results"), JournalLimits::default())
+            .map_err(|e| e.to_string())
+    };
     let mut sink = ClusterResults {
         cluster: cluster.clone(),
+        journal: open_journal()?,
         sign: {
             let key = client_signing_key(KEY_SEED, CONSUMER);
             Box::new(move |req, payload| {
@@ -389,14 +446,19 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
             })
         },
         next_req: 0,
-        pending: BTreeMap::new(),
+        sent_at: BTreeMap::new(),
         sent: 0,
         resent: 0,
     };
-    let mut store = MemProgressStore::default();
-    let mut letters = MemDeadLetters::default();
-    let mut consumer = PersistentConsumer::open(consumer_config(), &mut store, &mut letters)
-        .map_err(|e| e.to_string())?;
+    let open_consumer = || {
+        PersistentConsumer::open(
+            consumer_config(),
+            FileProgressStore::new(dir.join("progress")),
+            FileDeadLetters::new(dir.join("dead")),
+        )
+        .map_err(|e| e.to_string())
+    };
+    let mut consumer = open_consumer()?;
     let mut dispatcher = Dispatcher::new(dcfg.clone(), clock.clone()).map_err(|e| e.to_string())?;
     let mut dispatch = Vec::new();
     let mut phase = 0;
@@ -407,7 +469,7 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
                 "guard ran out: progress {} of {}, {} results pending",
                 consumer.persisted_progress(),
                 opts.orders,
-                sink.pending.len()
+                sink.journal.pending_len()
             ));
         }
         reader.refresh(consumer.consumer().progress() + 1).await;
@@ -422,7 +484,7 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
             .map_err(|e| e.to_string())?;
         if let Some(lowest) = sink.lowest_pending() {
             results_reader.refresh(lowest).await;
-            sink.pump(&results_reader);
+            sink.pump(&results_reader)?;
         }
         let progress = consumer.persisted_progress();
         if phase == 0 && progress >= quarter {
@@ -437,8 +499,11 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
             drop(dispatcher);
             drop(consumer);
             drop(reader);
-            consumer = PersistentConsumer::open(consumer_config(), &mut store, &mut letters)
-                .map_err(|e| e.to_string())?;
+            // Its memory is gone; its files are not.
+            sink.sent_at.clear();
+            sink.journal = open_journal()?;
+            consumer = open_consumer()?;
+            sink.resend_pending().map_err(|e| e.to_string())?;
             dispatcher = Dispatcher::new(dcfg.clone(), clock.clone()).map_err(|e| e.to_string())?;
             reader = QuorumReader::new(read_cfg.clone()).map_err(|e| e.to_string())?;
             phase = 2;
@@ -453,7 +518,7 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
         let all_applied = published
             .iter()
             .all(|p| p.snapshot().map(|(o, _)| o.results_len() as u64) == Some(opts.orders));
-        if phase == 3 && progress >= opts.orders && sink.pending.is_empty() && all_applied {
+        if phase == 3 && progress >= opts.orders && sink.journal.pending_len() == 0 && all_applied {
             break;
         }
     }

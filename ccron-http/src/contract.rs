@@ -1,15 +1,26 @@
-//! The HTTP contract between the dispatcher and a worker (`docs/outbox.md`, "The HTTP
-//! contract").
+//! The HTTP contract between the dispatcher and a worker (`docs/outbox.md`, "The worker
+//! protocol", which specifies it for workers in any language).
 //!
 //! * `POST /ccron/v1/deliver`, body = the record's payload (`application/octet-stream`), headers
 //!   [`IDEMPOTENCY_KEY`] (the occurrence id, 42-character text form), [`HANDLER`],
-//!   [`OUTBOX_INDEX`] and [`ATTEMPT`].
-//! * `2xx`: done; the body is the answer that goes back into the ledger (at most the
-//!   dispatcher's `max_answer_bytes`). A repeat of an id already performed answers `2xx` with
-//!   the first answer and [`REPLAYED`]`: true`.
-//! * `408`, `429`, `5xx`, a timeout or a connection error: not done now; the worker's health
-//!   suffers and the record is retried, on another worker when one is up.
-//! * any other `4xx`: the worker refuses this record for good; it is dead-lettered at once.
+//!   [`OUTBOX_INDEX`], [`ATTEMPT`], [`PROGRESS`] (the consumer's acknowledged progress), and the
+//!   authentication: [`CHAIN`], [`KEY_ID`], [`TIMESTAMP`], [`SIGNATURE`] (HMAC-SHA256 over
+//!   [`crate::auth::delivery_signing_bytes`]).
+//! * `200`: done; the body is the answer that goes back into the ledger (at most what the
+//!   ledger accepts), signed in [`ANSWER_KEY`], [`ANSWER_SIGNATURE`] and [`ANSWER_PATH`]. A
+//!   repeat of a delivery already performed answers the same, with [`REPLAYED`]`: true`.
+//! * `401` (not authenticated), `408`, `429`, `5xx`, a timeout or a connection error: not done
+//!   now; the worker's health suffers and the record is retried, on another worker when one is
+//!   up.
+//! * any other `4xx` (`400` malformed, `409` the same id delivered before with another record,
+//!   `410` at or below the sender's acknowledged progress, `413` too large, `422` rejected or
+//!   its answer larger than the ledger accepts): the worker refuses this record for good; it is
+//!   dead-lettered at once.
+//! * [`RESPONSE_SIGNATURE`]: every response to an authenticated delivery is MACed
+//!   ([`crate::auth::response_signing_bytes`]); a success or a refusal for good without it is a
+//!   worker fault, never believed.
+//! * [`ERROR`]: a typed name for every refusal (see [`crate::worker::Refusal`] and
+//!   [`crate::server::REFUSAL_HEADER`] for the server's own).
 //! * `GET /ccron/v1/health`: `2xx` when the worker takes deliveries (the probe).
 //!
 //! A replica's read endpoint ([`crate::read`]): `GET /ccron/v1/outbox?from=I&limit=N&max_bytes=B`
@@ -22,7 +33,7 @@ pub const DELIVER_PATH: &str = "/ccron/v1/deliver";
 pub const OUTBOX_PATH: &str = "/ccron/v1/outbox";
 /// Path of the health probe.
 pub const HEALTH_PATH: &str = "/ccron/v1/health";
-/// Header carrying the occurrence id: the idempotency key.
+/// Header carrying the occurrence id.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Header carrying the record's handler.
 pub const HANDLER: &str = "ccron-handler";
@@ -30,7 +41,33 @@ pub const HANDLER: &str = "ccron-handler";
 pub const OUTBOX_INDEX: &str = "ccron-outbox-index";
 /// Header carrying the attempt number (from 1).
 pub const ATTEMPT: &str = "ccron-attempt";
+/// Header carrying the sender's acknowledged progress (decimal): every record up to it is
+/// finished for good; the worker forgets them and refuses them (410).
+pub const PROGRESS: &str = "ccron-progress";
+/// Header carrying the chain id (lowercase hex).
+pub const CHAIN: &str = "ccron-chain";
+/// Header carrying the sender's key id.
+pub const KEY_ID: &str = "ccron-key-id";
+/// Header carrying the sender's clock (decimal milliseconds since the Unix epoch).
+pub const TIMESTAMP: &str = "ccron-timestamp";
+/// Header carrying the delivery's HMAC-SHA256 (64 lowercase hex digits).
+pub const SIGNATURE: &str = "ccron-signature";
+/// Response header: the worker's answer key (64 hex digits).
+pub const ANSWER_KEY: &str = "ccron-answer-key";
+/// Response header: the worker's ed25519 signature over its batch's root (128 hex digits).
+pub const ANSWER_SIGNATURE: &str = "ccron-answer-signature";
+/// Response header: the answer's Merkle path to the signed root, comma-separated steps `l<64
+/// hex>` (the sibling is on the left) or `r<64 hex>`; absent for a batch of one.
+pub const ANSWER_PATH: &str = "ccron-answer-path";
+/// Response header: HMAC-SHA256 of the response (see
+/// [`crate::auth::response_signing_bytes`]) under the sender's secret, 64 hex digits; on every
+/// response to an authenticated delivery.
+pub const RESPONSE_SIGNATURE: &str = "ccron-response-signature";
 /// Response header of a repeat answered from the worker's memory.
 pub const REPLAYED: &str = "idempotent-replayed";
+/// Response header naming a worker's refusal.
+pub const ERROR: &str = "ccron-error";
 /// Longest handler name a worker accepts.
 pub const MAX_HANDLER_BYTES: usize = 256;
+/// Longest chain id (bytes).
+pub const MAX_CHAIN_ID_BYTES: usize = 64;

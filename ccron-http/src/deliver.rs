@@ -11,17 +11,33 @@
 //!    completion that arrived: the pool's [`Verdict`] becomes the consumer's acknowledgement,
 //!    retry or dead letter.
 //!
+//! Authentication: every delivery carries an HMAC-SHA256 under the secret the dispatcher shares
+//! with that worker ([`WorkerEndpoint::secret`], [`crate::auth`]), over the chain id, its key id,
+//! the record's index, id, handler, the attempt, the consumer's **persisted** progress (the
+//! worker forgets what it covers) and a timestamp from the Unix clock. Every response of an
+//! authenticated worker must carry its MAC ([`crate::auth::response_signing_bytes`]), and an
+//! answer the worker's ed25519 signature over the record and the answer
+//! ([`ccron::outbox::workers::answer_signing_bytes`], through its batch's Merkle root) by one
+//! of the pool's [`WorkerEndpoint::answer_key`]s when they are configured; the signature itself
+//! is verified for the first roots of each worker and a sample after them
+//! ([`AnswerVerification`]). An answer that fails any of it is a worker fault (retried on
+//! another worker, [`DispatchStats::bad_answers`]), never handed to the sink.
+//!
 //! Results back: before a record is acknowledged done (or given up), its [`OutboxResult`] (the
-//! worker's answer, or the dead letter) is offered to the [`ResultSink`]; only when the sink
-//! took it does the consumer move on. A sink that fails leaves the record unacknowledged: it
-//! times out and is delivered again (the worker answers the repeat from memory), so no result
-//! is lost behind persisted progress. The ledger applies each result once
+//! worker's signed answer, or the dead letter) is offered to the [`ResultSink`]; only when the
+//! sink took it does the consumer move on. A sink that fails leaves the record unacknowledged:
+//! it times out and is delivered again (the worker answers the repeat from memory), so no
+//! result is lost behind persisted progress. [`ResultJournal`] is the durable sink (fsynced
+//! before the acknowledgement). The ledger applies each result once
 //! ([`ccron::outbox::Outbox::accept_result`]), so offering one twice is harmless.
 //!
 //! Bounds: attempts in flight ≤ workers × `max_in_flight_per_worker` (and the consumer's
 //! `max_processing`); every request and probe has a timeout; answers are read up to
-//! `max_answer_bytes`; the completion channel is sized for every task that can exist, so no
-//! queue grows without bound. Dropping the dispatcher aborts its tasks (a killed consumer).
+//! [`DispatcherConfig::max_answer_bytes`] (what the ledger accepts,
+//! [`ccron::outbox::max_answer_bytes`]): a longer one is given up as a dead letter, never
+//! acknowledged done ([`DispatchStats::answers_too_large`]); dead-letter reasons are cut to the
+//! same bound; the completion channel is sized for every task that can exist, so no queue grows
+//! without bound. Dropping the dispatcher aborts its tasks (a killed consumer).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,9 +45,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ccron::TimeMs;
+use ccron::outbox::workers::{
+    MAX_PROOF_STEPS, PathStep, PreparedKey, answer_root, hex_array, sha256, to_hex,
+};
 use ccron::outbox::{
-    AckOutcome, ConsumerError, DeadLetterSink, Delivery, FailureReason, Jobs, OutboxResult,
-    PersistentConsumer, ProgressStore, ResultOutcome,
+    AckOutcome, AnswerProof, ConsumerError, DeadLetterSink, Delivery, FailureReason, Jobs,
+    OutboxLimits, OutboxRecord, OutboxResult, PersistentConsumer, ProgressStore, ResultJournal,
+    WorkerKey, max_answer_bytes,
 };
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::{Request, StatusCode, Uri};
@@ -42,6 +62,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use crate::auth::{self, DeliveryClaims, DeliverySecret};
 use crate::contract;
 use crate::pool::{
     AssignError, AttemptOutcome, Pool, PoolConfig, PoolConfigError, Verdict, WorkerId,
@@ -50,29 +71,105 @@ use crate::pool::{
 /// A source of milliseconds (injected: tests and the bench use their own).
 pub type Clock = Arc<dyn Fn() -> TimeMs + Send + Sync>;
 
+/// The Unix clock of delivery timestamps, in milliseconds.
+pub type UnixClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// One worker as the dispatcher knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerEndpoint {
+    /// Base URI (`http://host:port`).
+    pub base: String,
+    /// The secret shared with this worker (deliveries are MACed with it); `None` sends
+    /// unauthenticated deliveries, refused unless [`DispatcherConfig::allow_unauthenticated`].
+    pub secret: Option<DeliverySecret>,
+    /// The worker's answer key as registered in the ledger. Answers signed by a key that is
+    /// none of the pool's are refused here already (workers of one service share their
+    /// idempotency memory, so one may replay another's signed answer). `None` on every worker:
+    /// any valid signature (the ledger checks its registry).
+    pub answer_key: Option<WorkerKey>,
+}
+
+impl WorkerEndpoint {
+    /// An authenticated worker at `base`.
+    pub fn new(base: impl Into<String>, secret: DeliverySecret, answer_key: WorkerKey) -> Self {
+        Self {
+            base: base.into(),
+            secret: Some(secret),
+            answer_key: Some(answer_key),
+        }
+    }
+
+    /// A worker at `base` reached without authentication (insecure: benchmarks only).
+    pub fn insecure(base: impl Into<String>) -> Self {
+        Self {
+            base: base.into(),
+            secret: None,
+            answer_key: None,
+        }
+    }
+}
+
 /// Configuration of a [`Dispatcher`].
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
-    /// Base URI of each worker (`http://host:port`); `pool.workers` must match its length.
-    pub workers: Vec<String>,
+    /// The workers; `pool.workers` must match its length.
+    pub workers: Vec<WorkerEndpoint>,
+    /// The chain whose outbox is delivered (at most [`contract::MAX_CHAIN_ID_BYTES`]).
+    pub chain_id: Vec<u8>,
+    /// The dispatcher's key id (the sender name workers know its secrets by).
+    pub key_id: String,
+    /// Allow workers without a secret (insecure: anyone reaching such a worker can make it
+    /// perform effects; benchmarks of the unauthenticated path only).
+    pub allow_unauthenticated: bool,
     /// The pool's decision settings.
     pub pool: PoolConfig,
-    /// Largest answer body read from a worker; a longer one is a transport error.
+    /// Largest answer accepted: what the ledger accepts ([`max_answer_bytes`] of the outbox's
+    /// limits). A longer one gives the record up (dead letter), never acknowledges it done.
     pub max_answer_bytes: usize,
     /// TCP connect timeout.
     pub connect_timeout_ms: u64,
+    /// Which answers' signatures the dispatcher verifies itself (every response's MAC is
+    /// always checked; the ledger verifies every signature).
+    pub verify_answers: AnswerVerification,
 }
 
 impl DispatcherConfig {
-    /// A configuration for `workers` with the default pool settings.
-    pub fn new(workers: Vec<String>) -> Self {
+    /// A configuration delivering chain `chain_id` as `key_id` to `workers`, with the default
+    /// pool settings and the answer bound of an outbox of default limits.
+    pub fn new(
+        chain_id: impl Into<Vec<u8>>,
+        key_id: impl Into<String>,
+        workers: Vec<WorkerEndpoint>,
+    ) -> Self {
         let pool = PoolConfig::new(workers.len());
         Self {
             workers,
+            chain_id: chain_id.into(),
+            key_id: key_id.into(),
+            allow_unauthenticated: false,
             pool,
-            max_answer_bytes: 64 * 1024,
+            max_answer_bytes: max_answer_bytes(&OutboxLimits::default()),
             connect_timeout_ms: 1_000,
+            verify_answers: AnswerVerification::default(),
         }
+    }
+
+    /// Unauthenticated deliveries to `bases` (see [`Self::allow_unauthenticated`]): the
+    /// benchmark's baseline.
+    pub fn insecure(bases: Vec<String>) -> Self {
+        let mut cfg = Self::new(
+            Vec::new(),
+            "insecure",
+            bases.into_iter().map(WorkerEndpoint::insecure).collect(),
+        );
+        cfg.allow_unauthenticated = true;
+        cfg
+    }
+
+    /// With the answer bound of an outbox of `limits`.
+    pub fn with_outbox_limits(mut self, limits: &OutboxLimits) -> Self {
+        self.max_answer_bytes = max_answer_bytes(limits);
+        self
     }
 }
 
@@ -86,6 +183,10 @@ pub enum DeliverError {
     /// A worker URI does not parse, or the worker list does not match the pool.
     #[error("bad worker address: {0}")]
     Worker(String),
+    /// Authentication is misconfigured: a worker without a secret (and unauthenticated
+    /// deliveries not allowed), a bad key id or chain id.
+    #[error("delivery authentication: {0}")]
+    Auth(String),
     /// The consumer's store failed (its in-memory state is kept; the next step retries).
     #[error(transparent)]
     Consumer(#[from] ConsumerError),
@@ -107,6 +208,23 @@ impl ResultSink for Vec<OutboxResult> {
     fn offer(&mut self, result: OutboxResult) -> Result<(), ResultSinkError> {
         self.push(result);
         Ok(())
+    }
+}
+
+/// The durable sink: a result is fsynced before the consumer may acknowledge its record, and
+/// stays pending until marked applied ([`ResultJournal::mark_applied`]); after a restart its
+/// [`ResultJournal::pending`] results are sent again.
+impl ResultSink for ResultJournal {
+    fn offer(&mut self, result: OutboxResult) -> Result<(), ResultSinkError> {
+        self.take(result)
+            .map(|_| ())
+            .map_err(|e| ResultSinkError(e.to_string()))
+    }
+}
+
+impl<T: ResultSink + ?Sized> ResultSink for &mut T {
+    fn offer(&mut self, result: OutboxResult) -> Result<(), ResultSinkError> {
+        (**self).offer(result)
     }
 }
 
@@ -133,6 +251,41 @@ pub struct DispatchStats {
     pub probes: u64,
     /// Results the sink refused.
     pub sink_failures: u64,
+    /// Deliveries a worker refused as not authenticated (401: a misconfigured secret, key id,
+    /// chain or clock).
+    pub unauthorized: u64,
+    /// Answers without a valid signature by the expected key (retried elsewhere).
+    pub bad_answers: u64,
+    /// Answers longer than the ledger accepts (given up).
+    pub answers_too_large: u64,
+    /// Ed25519 verifications made (answers of one signed batch share one).
+    pub signature_checks: u64,
+}
+
+/// What an attempt's response showed besides its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Note {
+    Unauthorized,
+    BadAnswer,
+    AnswerTooLarge,
+}
+
+struct Reply {
+    outcome: AttemptOutcome,
+    replayed: bool,
+    proof: Option<AnswerProof>,
+    note: Option<Note>,
+}
+
+impl Reply {
+    fn plain(outcome: AttemptOutcome) -> Self {
+        Self {
+            outcome,
+            replayed: false,
+            proof: None,
+            note: None,
+        }
+    }
 }
 
 enum Event {
@@ -140,8 +293,7 @@ enum Event {
         index: u64,
         attempt: u32,
         worker: WorkerId,
-        outcome: AttemptOutcome,
-        replayed: bool,
+        reply: Reply,
     },
     Probe {
         worker: WorkerId,
@@ -166,6 +318,12 @@ pub struct Dispatcher {
     rx: mpsc::Receiver<Event>,
     tasks: JoinSet<()>,
     clock: Clock,
+    unix_clock: UnixClock,
+    answer_keys: Arc<[WorkerKey]>,
+    verified: Arc<VerifiedRoots>,
+    /// The chain id, shared by the attempts, and its hex header value.
+    chain_id: Arc<[u8]>,
+    chain_hex: hyper::header::HeaderValue,
     in_flight: BTreeMap<u64, InFlight>,
     stats: DispatchStats,
 }
@@ -186,6 +344,22 @@ fn uri(base: &str, path: &str) -> Result<Uri, DeliverError> {
         .map_err(|e| DeliverError::Worker(format!("{base}: {e}")))
 }
 
+/// `reason` cut to at most `max` bytes (on a character boundary): a dead letter the ledger
+/// accepts.
+fn bounded(mut reason: String, max: usize) -> String {
+    if reason.len() > max {
+        let mut cut = max.saturating_sub(3);
+        while cut > 0 && !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        reason.truncate(cut);
+        if max >= 3 {
+            reason.push_str("...");
+        }
+    }
+    reason
+}
+
 impl Dispatcher {
     /// A dispatcher for `cfg`'s workers, reading time from `clock`. Call it inside a tokio
     /// runtime.
@@ -193,6 +367,29 @@ impl Dispatcher {
     /// # Errors
     /// [`DeliverError::Pool`], [`DeliverError::Worker`].
     pub fn new(cfg: DispatcherConfig, clock: Clock) -> Result<Self, DeliverError> {
+        if cfg.chain_id.len() > contract::MAX_CHAIN_ID_BYTES {
+            return Err(DeliverError::Auth(format!(
+                "a chain id of {} bytes (at most {})",
+                cfg.chain_id.len(),
+                contract::MAX_CHAIN_ID_BYTES
+            )));
+        }
+        if !auth::valid_key_id(&cfg.key_id) {
+            return Err(DeliverError::Auth(format!("bad key id {:?}", cfg.key_id)));
+        }
+        if let Some(w) = cfg
+            .workers
+            .iter()
+            .find(|w| w.secret.is_none() && !cfg.allow_unauthenticated)
+        {
+            return Err(DeliverError::Auth(format!(
+                "worker {} has no secret and unauthenticated deliveries are not allowed",
+                w.base
+            )));
+        }
+        if cfg.workers.iter().any(|w| w.secret.is_none()) {
+            tracing::warn!("delivering unauthenticated to some workers (insecure)");
+        }
         if cfg.workers.len() != cfg.pool.workers {
             return Err(DeliverError::Worker(format!(
                 "{} worker addresses for a pool of {}",
@@ -204,13 +401,18 @@ impl Dispatcher {
         let deliver_uris = cfg
             .workers
             .iter()
-            .map(|b| uri(b, contract::DELIVER_PATH))
+            .map(|w| uri(&w.base, contract::DELIVER_PATH))
             .collect::<Result<Vec<_>, _>>()?;
         let health_uris = cfg
             .workers
             .iter()
-            .map(|b| uri(b, contract::HEALTH_PATH))
+            .map(|w| uri(&w.base, contract::HEALTH_PATH))
             .collect::<Result<Vec<_>, _>>()?;
+        let answer_keys: Vec<WorkerKey> = cfg.workers.iter().filter_map(|w| w.answer_key).collect();
+        let workers = cfg.workers.len();
+        let chain_id: Arc<[u8]> = cfg.chain_id.clone().into();
+        let chain_hex = hyper::header::HeaderValue::from_str(&to_hex(&cfg.chain_id))
+            .map_err(|e| DeliverError::Auth(format!("chain id: {e}")))?;
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
         connector.set_nodelay(true);
@@ -239,9 +441,30 @@ impl Dispatcher {
             rx,
             tasks: JoinSet::new(),
             clock,
+            unix_clock: Arc::new(auth::unix_now_ms),
+            verified: Arc::new(VerifiedRoots {
+                keys: answer_keys
+                    .iter()
+                    .filter_map(|k| Some((*k, PreparedKey::new(k)?)))
+                    .collect(),
+                per_worker: (0..workers)
+                    .map(|_| std::sync::atomic::AtomicU64::new(0))
+                    .collect(),
+                ..VerifiedRoots::default()
+            }),
+            answer_keys: answer_keys.into(),
+            chain_id,
+            chain_hex,
             in_flight: BTreeMap::new(),
             stats: DispatchStats::default(),
         })
+    }
+
+    /// With `clock` as the Unix clock of delivery timestamps (milliseconds; the system clock by
+    /// default).
+    pub fn with_unix_clock(mut self, clock: UnixClock) -> Self {
+        self.unix_clock = clock;
+        self
     }
 
     /// The pool's decision state.
@@ -251,7 +474,13 @@ impl Dispatcher {
 
     /// The counters.
     pub fn stats(&self) -> DispatchStats {
-        self.stats
+        DispatchStats {
+            signature_checks: self
+                .verified
+                .checks
+                .load(std::sync::atomic::Ordering::Relaxed),
+            ..self.stats
+        }
     }
 
     /// Attempts awaiting their answer.
@@ -280,7 +509,9 @@ impl Dispatcher {
             self.spawn_probe(w);
         }
         for d in consumer.poll(jobs, now)? {
-            self.start(consumer, sink, d, now)?;
+            // The progress a worker may forget: persisted, so never re-delivered.
+            let progress = consumer.persisted_progress();
+            self.start(consumer, sink, d, progress, now)?;
         }
         let now = (self.clock)();
         let wake = [
@@ -309,6 +540,7 @@ impl Dispatcher {
         consumer: &mut PersistentConsumer<P, D>,
         sink: &mut impl ResultSink,
         d: Delivery,
+        progress: u64,
         now: TimeMs,
     ) -> Result<(), DeliverError> {
         let r = &d.record;
@@ -317,7 +549,7 @@ impl Dispatcher {
             .assign(d.index, &r.id, &r.handler, &r.payload, now)
         {
             Ok(w) => {
-                self.spawn_attempt(w, &d);
+                self.spawn_attempt(w, &d, progress);
                 self.in_flight.insert(
                     d.index,
                     InFlight {
@@ -355,11 +587,8 @@ impl Dispatcher {
         reason: String,
         now: TimeMs,
     ) -> Result<(), DeliverError> {
-        let result = OutboxResult {
-            index: d.index,
-            id: d.record.id,
-            outcome: ResultOutcome::DeadLetter(reason.clone()),
-        };
+        let reason = bounded(reason, self.cfg.max_answer_bytes);
+        let result = OutboxResult::dead_letter(d.index, d.record.id, reason.clone());
         if let Err(e) = sink.offer(result) {
             // Not given up: the consumer's timeout brings the record back.
             self.stats.sink_failures += 1;
@@ -379,7 +608,7 @@ impl Dispatcher {
         ev: Event,
     ) -> Result<(), DeliverError> {
         let now = (self.clock)();
-        let (index, attempt, worker, outcome, replayed) = match ev {
+        let (index, attempt, worker, reply) = match ev {
             Event::Probe { worker, ok } => {
                 self.pool.on_probe(worker, ok, now);
                 return Ok(());
@@ -388,10 +617,15 @@ impl Dispatcher {
                 index,
                 attempt,
                 worker,
-                outcome,
-                replayed,
-            } => (index, attempt, worker, outcome, replayed),
+                reply,
+            } => (index, attempt, worker, reply),
         };
+        let Reply {
+            outcome,
+            replayed,
+            proof,
+            note,
+        } = reply;
         let Some(flight) = self.in_flight.remove(&index) else {
             return Ok(());
         };
@@ -405,6 +639,19 @@ impl Dispatcher {
             AttemptOutcome::Transport(_) => self.stats.transport_errors += 1,
             _ => {}
         }
+        match note {
+            Some(Note::Unauthorized) => {
+                self.stats.unauthorized += 1;
+                tracing::error!(
+                    index,
+                    worker,
+                    "the worker refuses our credentials (check its secret, key id, chain and clock)"
+                );
+            }
+            Some(Note::BadAnswer) => self.stats.bad_answers += 1,
+            Some(Note::AnswerTooLarge) => self.stats.answers_too_large += 1,
+            None => {}
+        }
         match self
             .pool
             .on_outcome(index, &d.record.handler, worker, outcome, now)
@@ -413,7 +660,8 @@ impl Dispatcher {
                 let result = OutboxResult {
                     index,
                     id: d.record.id,
-                    outcome: ResultOutcome::Answer(body),
+                    outcome: ccron::outbox::ResultOutcome::Answer(body),
+                    proof,
                 };
                 if let Err(e) = sink.offer(result) {
                     self.stats.sink_failures += 1;
@@ -436,42 +684,80 @@ impl Dispatcher {
         Ok(())
     }
 
-    fn spawn_attempt(&mut self, w: WorkerId, d: &Delivery) {
-        let Some(base) = self.deliver_uris.get(w).cloned() else {
+    fn spawn_attempt(&mut self, w: WorkerId, d: &Delivery, progress: u64) {
+        let (Some(base), Some(endpoint)) =
+            (self.deliver_uris.get(w).cloned(), self.cfg.workers.get(w))
+        else {
             return;
         };
         self.stats.attempts += 1;
         let policy = *self.cfg.pool.policy(&d.record.handler);
         let timeout = Duration::from_millis(u64::try_from(policy.attempt_timeout_ms).unwrap_or(1));
-        let request = Request::post(base)
+        let payload_sha256 = sha256(&d.record.payload);
+        let mut builder = Request::post(base)
             .header(contract::IDEMPOTENCY_KEY, d.record.id.to_string())
             .header(contract::HANDLER, d.record.handler.as_str())
             .header(contract::OUTBOX_INDEX, d.index)
             .header(contract::ATTEMPT, d.attempt)
-            .header("content-type", "application/octet-stream")
-            .body(Full::new(Bytes::from(d.record.payload.clone())));
+            .header(contract::PROGRESS, progress)
+            .header("content-type", "application/octet-stream");
+        let mut response_key = None;
+        if let Some(secret) = &endpoint.secret {
+            let timestamp_ms = (self.unix_clock)();
+            let claims = DeliveryClaims {
+                chain_id: &self.cfg.chain_id,
+                key_id: &self.cfg.key_id,
+                index: d.index,
+                id: d.record.id,
+                handler: &d.record.handler,
+                attempt: d.attempt,
+                progress,
+                timestamp_ms,
+                payload_sha256,
+            };
+            let tag = auth::mac(secret, &auth::delivery_signing_bytes(&claims));
+            response_key = Some((secret.clone(), tag));
+            builder = builder
+                .header(contract::CHAIN, self.chain_hex.clone())
+                .header(contract::KEY_ID, self.cfg.key_id.as_str())
+                .header(contract::TIMESTAMP, timestamp_ms)
+                .header(contract::SIGNATURE, to_hex(&tag));
+        }
+        let request = builder.body(Full::new(Bytes::from(d.record.payload.clone())));
+        let check = AnswerCheck {
+            chain_id: self.chain_id.clone(),
+            index: d.index,
+            record: d.record.clone(),
+            required: endpoint.secret.is_some() || endpoint.answer_key.is_some(),
+            keys: self.answer_keys.clone(),
+            verified: self.verified.clone(),
+            max_answer_bytes: self.cfg.max_answer_bytes,
+            verification: self.cfg.verify_answers,
+            worker: w,
+            response_key,
+        };
         let client = self.client.clone();
         let tx = self.tx.clone();
-        let max = self.cfg.max_answer_bytes;
         let (index, attempt) = (d.index, d.attempt);
         let span = tracing::info_span!("delivery", id = %d.record.id, index, attempt, worker = w);
         self.tasks.spawn(
             async move {
-                let (outcome, replayed) = match request {
-                    Err(e) => (AttemptOutcome::Rejected(format!("bad request: {e}")), false),
-                    Ok(req) => match tokio::time::timeout(timeout, post(&client, req, max)).await {
-                        Err(_) => (AttemptOutcome::Timeout, false),
-                        Ok(r) => r,
-                    },
+                let reply = match request {
+                    Err(e) => Reply::plain(AttemptOutcome::Rejected(format!("bad request: {e}"))),
+                    Ok(req) => {
+                        match tokio::time::timeout(timeout, post(&client, req, &check)).await {
+                            Err(_) => Reply::plain(AttemptOutcome::Timeout),
+                            Ok(r) => r,
+                        }
+                    }
                 };
-                tracing::debug!(%outcome, "attempt finished");
+                tracing::debug!(outcome = %reply.outcome, "attempt finished");
                 let _ = tx
                     .send(Event::Attempt {
                         index,
                         attempt,
                         worker: w,
-                        outcome,
-                        replayed,
+                        reply,
                     })
                     .await;
             }
@@ -503,40 +789,345 @@ impl Dispatcher {
     }
 }
 
+/// What an answer must satisfy to be handed back.
+struct AnswerCheck {
+    chain_id: Arc<[u8]>,
+    index: u64,
+    record: OutboxRecord,
+    /// A signature is required (authenticated workers, or an expected key).
+    required: bool,
+    /// The pool's answer keys (empty: any key).
+    keys: Arc<[WorkerKey]>,
+    max_answer_bytes: usize,
+    /// Roots whose signature was verified already (shared by the attempts).
+    verified: Arc<VerifiedRoots>,
+    /// Which answers' signatures to verify here.
+    verification: AnswerVerification,
+    /// The worker the request goes to.
+    worker: WorkerId,
+    /// The secret the request was MACed with and its MAC: the response's MAC key.
+    response_key: Option<(DeliverySecret, [u8; 32])>,
+}
+
+/// Which answers' ed25519 signatures the dispatcher verifies itself. The ledger verifies every
+/// answer; the dispatcher's check catches a worker that signs wrongly (a bad key, a broken
+/// implementation) before its answers are acknowledged, and marks it faulty. Every response of
+/// an authenticated worker carries a MAC the dispatcher always checks, so nobody else can
+/// change an answer, its signature or its status on the way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerVerification {
+    /// Every signed root (one verification per batch of answers signed together).
+    Every,
+    /// The first `first` roots of each worker since the dispatcher started, then one root in
+    /// `one_in`, picked by the signature (uniform; the same pick for every answer of a batch).
+    Sampled {
+        /// Roots verified first, per worker.
+        first: u32,
+        /// Then one root in this many (at least 1).
+        one_in: u32,
+    },
+}
+
+impl Default for AnswerVerification {
+    /// The first 16 roots of each worker, then one in 16.
+    fn default() -> Self {
+        Self::Sampled {
+            first: 16,
+            one_in: 16,
+        }
+    }
+}
+
+/// The batch roots whose signature the dispatcher verified: the answers of one batch share one
+/// signature, so it is verified once. Bounded (oldest forgotten first).
+#[derive(Debug, Default)]
+pub struct VerifiedRoots {
+    inner: std::sync::Mutex<RootMemory>,
+    checks: std::sync::atomic::AtomicU64,
+    /// The pool's answer keys, decoded once.
+    keys: BTreeMap<WorkerKey, PreparedKey>,
+    /// Roots verified per worker.
+    per_worker: Vec<std::sync::atomic::AtomicU64>,
+}
+
+/// The verified roots' names, and their order for forgetting the oldest.
+type RootMemory = (
+    std::collections::HashSet<[u8; 32]>,
+    std::collections::VecDeque<[u8; 32]>,
+);
+
+/// Verified roots remembered.
+const VERIFIED_ROOTS: usize = 1_024;
+
+impl VerifiedRoots {
+    /// A digest naming (key, chain, root, signature).
+    fn name(key: &WorkerKey, chain_id: &[u8], root: &[u8; 32], sig: &[u8; 64]) -> [u8; 32] {
+        let mut bytes = Vec::with_capacity(32 + chain_id.len() + 32 + 64);
+        bytes.extend_from_slice(&key.0);
+        bytes.extend_from_slice(&(chain_id.len() as u64).to_be_bytes());
+        bytes.extend_from_slice(chain_id);
+        bytes.extend_from_slice(root);
+        bytes.extend_from_slice(sig);
+        sha256(&bytes)
+    }
+
+    /// Whether `policy` has worker `w`'s answer signed with `sig` verified here (the sample is
+    /// picked by the signature's `S` half: uniform, and the same for every answer of a batch).
+    fn should_verify(&self, policy: AnswerVerification, w: WorkerId, sig: &[u8; 64]) -> bool {
+        match policy {
+            AnswerVerification::Every => true,
+            AnswerVerification::Sampled { first, one_in } => {
+                let done = self
+                    .per_worker
+                    .get(w)
+                    .map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
+                let pick = u32::from_be_bytes([sig[32], sig[33], sig[34], sig[35]]);
+                done < u64::from(first) || pick.is_multiple_of(one_in.max(1))
+            }
+        }
+    }
+
+    /// Whether `sig` by `key` over `root` verifies, from memory when it did before; a
+    /// verification made counts for worker `w`.
+    fn check(
+        &self,
+        w: WorkerId,
+        key: &WorkerKey,
+        chain_id: &[u8],
+        root: &[u8; 32],
+        sig: &[u8; 64],
+    ) -> bool {
+        let name = Self::name(key, chain_id, root, sig);
+        let lock = || self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if lock().0.contains(&name) {
+            return true;
+        }
+        self.checks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ok = match self.keys.get(key) {
+            Some(k) => k.verify_root(chain_id, root, sig),
+            None => PreparedKey::new(key).is_some_and(|k| k.verify_root(chain_id, root, sig)),
+        };
+        if !ok {
+            return false;
+        }
+        if let Some(c) = self.per_worker.get(w) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut g = lock();
+        if g.0.insert(name) {
+            g.1.push_back(name);
+            while g.1.len() > VERIFIED_ROOTS {
+                if let Some(old) = g.1.pop_front() {
+                    g.0.remove(&old);
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Parses [`contract::ANSWER_PATH`] (absent or empty: no steps; at most
+/// [`MAX_PROOF_STEPS`]).
+///
+/// # Errors
+/// A step without its side or 64 hex digits, or too many steps.
+pub fn parse_answer_path(text: Option<&str>) -> Result<Vec<PathStep>, String> {
+    let Some(text) = text.filter(|t| !t.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let steps: Vec<&str> = text.split(',').collect();
+    if steps.len() > MAX_PROOF_STEPS {
+        return Err(format!("answer path of {} steps", steps.len()));
+    }
+    steps
+        .into_iter()
+        .map(|s| {
+            let left = match s.as_bytes().first() {
+                Some(b'l') => true,
+                Some(b'r') => false,
+                _ => return Err("answer path step without a side".to_string()),
+            };
+            let hash = hex_array::<32>(s.get(1..).unwrap_or_default())
+                .map_err(|e| format!("answer path: {e}"))?;
+            Ok(PathStep { left, hash })
+        })
+        .collect()
+}
+
+impl AnswerCheck {
+    /// The proof in `headers`, parsed: `Ok(None)` for an unsigned answer where none is
+    /// required.
+    fn parse_proof(&self, headers: &hyper::HeaderMap) -> Result<Option<AnswerProof>, String> {
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let (key, sig) = match (text(contract::ANSWER_KEY), text(contract::ANSWER_SIGNATURE)) {
+            (None, None) if !self.required => return Ok(None),
+            (Some(k), Some(s)) => (k, s),
+            _ => return Err("answer without a worker signature".into()),
+        };
+        Ok(Some(AnswerProof {
+            key: key
+                .parse::<WorkerKey>()
+                .map_err(|e| format!("answer key: {e}"))?,
+            signature: hex_array::<64>(sig).map_err(|e| format!("answer signature: {e}"))?,
+            path: parse_answer_path(text(contract::ANSWER_PATH))?,
+        }))
+    }
+
+    /// Whether the response carries a valid MAC by the worker this request was sent to
+    /// (always true for an unauthenticated worker).
+    fn response_is_authentic(
+        &self,
+        headers: &hyper::HeaderMap,
+        status: StatusCode,
+        body: &[u8],
+        proof: Option<&AnswerProof>,
+    ) -> bool {
+        let Some((secret, request_tag)) = &self.response_key else {
+            return true;
+        };
+        let Some(mac) = headers
+            .get(contract::RESPONSE_SIGNATURE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| hex_array::<32>(v).ok())
+        else {
+            return false;
+        };
+        auth::verify_mac(
+            secret,
+            &auth::response_signing_bytes(request_tag, status.as_u16(), body, proof),
+            &mac,
+        )
+    }
+
+    /// Checks an answer's proof: one of the pool's keys, a path that is not too long, and,
+    /// when [`DispatcherConfig::verify_answers`] picks it, the signature itself.
+    fn check_proof(&self, proof: &AnswerProof, body: &[u8]) -> Result<(), String> {
+        if !self.keys.is_empty() && !self.keys.contains(&proof.key) {
+            return Err(format!(
+                "answer signed by {}, none of the pool's keys",
+                proof.key
+            ));
+        }
+        if proof.path.len() > MAX_PROOF_STEPS {
+            return Err("answer path too long".into());
+        }
+        if !self
+            .verified
+            .should_verify(self.verification, self.worker, &proof.signature)
+        {
+            return Ok(());
+        }
+        let root = answer_root(proof, &self.chain_id, self.index, &self.record, body)
+            .ok_or("answer path too long")?;
+        if !self.verified.check(
+            self.worker,
+            &proof.key,
+            &self.chain_id,
+            &root,
+            &proof.signature,
+        ) {
+            return Err("the answer's signature does not verify".into());
+        }
+        Ok(())
+    }
+}
+
 /// Sends one delivery and classifies the response per the contract.
 async fn post(
     client: &Client<HttpConnector, Full<Bytes>>,
     req: Request<Full<Bytes>>,
-    max_answer_bytes: usize,
-) -> (AttemptOutcome, bool) {
+    check: &AnswerCheck,
+) -> Reply {
     let resp = match client.request(req).await {
         Ok(r) => r,
-        Err(e) => return (AttemptOutcome::Transport(e.to_string()), false),
+        Err(e) => return Reply::plain(AttemptOutcome::Transport(e.to_string())),
     };
     let status = resp.status();
-    let replayed = resp.headers().contains_key(contract::REPLAYED);
-    let body = match Limited::new(resp.into_body(), max_answer_bytes)
+    let headers = resp.headers().clone();
+    let replayed = headers.contains_key(contract::REPLAYED);
+    let refusal = headers
+        .get(contract::ERROR)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = match Limited::new(resp.into_body(), check.max_answer_bytes)
         .collect()
         .await
     {
         Ok(b) => b.to_bytes().to_vec(),
-        Err(e) => {
-            return (
-                AttemptOutcome::Transport(format!("answer not read: {e}")),
-                false,
-            );
+        Err(e) if status.is_success() && e.is::<http_body_util::LengthLimitError>() => {
+            return Reply {
+                note: Some(Note::AnswerTooLarge),
+                ..Reply::plain(AttemptOutcome::Rejected(format!(
+                    "answer longer than the ledger accepts ({} bytes)",
+                    check.max_answer_bytes
+                )))
+            };
+        }
+        Err(e) => return Reply::plain(AttemptOutcome::Transport(format!("answer not read: {e}"))),
+    };
+    let bad = |why: String| {
+        tracing::warn!(%why, %status, "response refused");
+        Reply {
+            note: Some(Note::BadAnswer),
+            ..Reply::plain(AttemptOutcome::Failed(why))
         }
     };
-    (classify(status, body), replayed)
+    let proof = if status.is_success() {
+        match check.parse_proof(&headers) {
+            Ok(p) => p,
+            Err(why) => return bad(why),
+        }
+    } else {
+        None
+    };
+    // A success or a refusal for good must come from the worker the request went to (a
+    // forged one would be acknowledged, or dead-lettered, for nothing); a "not now" needs no
+    // proof: it is retried anyway (and the bounded server's own refusals carry none).
+    let final_status = status.is_success()
+        || (status.is_client_error()
+            && !matches!(
+                status,
+                StatusCode::UNAUTHORIZED
+                    | StatusCode::REQUEST_TIMEOUT
+                    | StatusCode::TOO_MANY_REQUESTS
+            ));
+    if final_status && !check.response_is_authentic(&headers, status, &body, proof.as_ref()) {
+        return bad(format!("a {status} response without a valid response MAC"));
+    }
+    let outcome = classify(status, body);
+    let note = match (status, refusal.as_deref()) {
+        (StatusCode::UNAUTHORIZED, _) => Some(Note::Unauthorized),
+        (_, Some("answer-too-large")) => Some(Note::AnswerTooLarge),
+        _ => None,
+    };
+    let AttemptOutcome::Done(body) = outcome else {
+        return Reply {
+            note,
+            ..Reply::plain(outcome)
+        };
+    };
+    if let Some(p) = &proof
+        && let Err(why) = check.check_proof(p, &body)
+    {
+        return bad(why);
+    }
+    Reply {
+        outcome: AttemptOutcome::Done(body),
+        replayed,
+        proof,
+        note,
+    }
 }
 
-/// The contract's reading of a response: 2xx done, 408/429/5xx (and anything else that is not
-/// a 4xx) failed for now, any other 4xx rejected for good.
+/// The contract's reading of a response: 2xx done; 401, 408, 429, 5xx (and anything else that
+/// is not a 4xx) failed for now; any other 4xx rejected for good.
 fn classify(status: StatusCode, body: Vec<u8>) -> AttemptOutcome {
     if status.is_success() {
         AttemptOutcome::Done(body)
     } else if status == StatusCode::REQUEST_TIMEOUT
         || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::UNAUTHORIZED
         || !status.is_client_error()
     {
         AttemptOutcome::Failed(status.to_string())
@@ -555,14 +1146,14 @@ mod tests {
         let c = |code: u16| classify(StatusCode::from_u16(code).unwrap(), b"why".to_vec());
         assert_eq!(c(200), AttemptOutcome::Done(b"why".to_vec()));
         assert_eq!(c(204), AttemptOutcome::Done(b"why".to_vec()));
-        for transient in [408, 429, 500, 502, 503, 504, 302, 101] {
+        for transient in [401, 408, 429, 500, 502, 503, 504, 302, 101] {
             assert!(
                 matches!(c(transient), AttemptOutcome::Failed(_)),
                 "{transient}"
             );
             assert!(c(transient).is_worker_fault());
         }
-        for permanent in [400, 404, 409, 413, 422] {
+        for permanent in [400, 404, 409, 410, 413, 422] {
             let o = c(permanent);
             assert!(
                 matches!(&o, AttemptOutcome::Rejected(r) if r.contains("why")),
@@ -575,18 +1166,73 @@ mod tests {
     }
 
     #[test]
-    fn a_dispatcher_checks_its_worker_list() {
+    fn a_dispatcher_checks_its_worker_list_and_credentials() {
         let clock: Clock = Arc::new(|| 0);
-        let mut cfg = DispatcherConfig::new(vec!["http://127.0.0.1:1".into()]);
+        let mut cfg = DispatcherConfig::insecure(vec!["http://127.0.0.1:1".into()]);
         cfg.pool.workers = 2;
         assert!(matches!(
             Dispatcher::new(cfg, clock.clone()),
             Err(DeliverError::Worker(_))
         ));
-        let cfg = DispatcherConfig::new(vec!["not a uri\u{0}".into()]);
+        let cfg = DispatcherConfig::insecure(vec!["not a uri\u{0}".into()]);
         assert!(matches!(
-            Dispatcher::new(cfg, clock),
+            Dispatcher::new(cfg, clock.clone()),
             Err(DeliverError::Worker(_))
         ));
+        // A worker without a secret needs an explicit opt-in.
+        let mut cfg = DispatcherConfig::insecure(vec!["http://127.0.0.1:1".into()]);
+        cfg.allow_unauthenticated = false;
+        assert!(matches!(
+            Dispatcher::new(cfg, clock.clone()),
+            Err(DeliverError::Auth(_))
+        ));
+        let secret = DeliverySecret::new(vec![1; 32]).unwrap();
+        let key = ccron::outbox::WorkerSigner::from_seed([1; 32]).public();
+        let endpoint = WorkerEndpoint::new("http://127.0.0.1:1", secret, key);
+        for (chain, key_id) in [(vec![0; 65], "k"), (vec![1], ""), (vec![1], "a b")] {
+            let cfg = DispatcherConfig::new(chain, key_id, vec![endpoint.clone()]);
+            assert!(matches!(
+                Dispatcher::new(cfg, clock.clone()),
+                Err(DeliverError::Auth(_))
+            ));
+        }
+        let cfg = DispatcherConfig::new(b"c".to_vec(), "consumer", vec![endpoint]);
+        assert!(Dispatcher::new(cfg, clock).is_ok());
+    }
+
+    #[test]
+    fn answer_paths_parse_strictly() {
+        let h = "ab".repeat(32);
+        assert_eq!(parse_answer_path(None), Ok(vec![]));
+        assert_eq!(parse_answer_path(Some("")), Ok(vec![]));
+        assert_eq!(
+            parse_answer_path(Some(&format!("l{h},r{h}"))),
+            Ok(vec![
+                PathStep {
+                    left: true,
+                    hash: [0xab; 32]
+                },
+                PathStep {
+                    left: false,
+                    hash: [0xab; 32]
+                }
+            ])
+        );
+        for bad in [
+            format!("x{h}"),
+            format!("l{h},"),
+            "l00".to_string(),
+            vec![format!("l{h}"); MAX_PROOF_STEPS + 1].join(","),
+        ] {
+            assert!(parse_answer_path(Some(&bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dead_letter_reasons_are_cut_to_the_bound() {
+        assert_eq!(bounded("abc".into(), 10), "abc");
+        assert_eq!(bounded("abcdefghijk".into(), 8), "abcde...");
+        assert_eq!(bounded("ééééé".into(), 6).len(), 5);
+        assert!(bounded("x".repeat(100), 2).len() <= 2);
     }
 }

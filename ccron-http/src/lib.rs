@@ -9,8 +9,12 @@
 //!   dead letters), POSTs each delivery with hyper under a timeout, probes workers that are
 //!   down, and hands back an [`OutboxResult`](ccron::outbox::OutboxResult) per finished record
 //!   (the answer or the dead letter) for the ledger ([`ccron::outbox::Outbox::accept_result`]).
-//! * [`worker`]: an axum worker that deduplicates by occurrence id with ccron's
-//!   [`SeenSet`](ccron::outbox::SeenSet).
+//! * [`worker`]: an axum worker: authenticates every delivery ([`auth`], HMAC-SHA256 with a
+//!   secret per worker), deduplicates on (sender, occurrence id) with ccron's
+//!   [`DedupeTable`](ccron::outbox::DedupeTable), signs its answers (ed25519) for the ledger.
+//! * [`server`]: the one bounded HTTP server every endpoint runs behind (head and body
+//!   deadlines, body limit before parsing, connection caps, per-peer rates, connection age):
+//!   [`server::serve`] is one call for any axum router, a host's API included.
 //! * [`read`]: a replica's networked read endpoint over its committed outbox ([`OutboxSource`],
 //!   [`read_router`]), and the consumer's [`QuorumReader`], which believes a record only when
 //!   f+1 endpoints return it identically.
@@ -18,13 +22,16 @@
 //!
 //! See `docs/outbox.md` ("HTTP workers") for the model and the figures.
 
+pub mod auth;
 pub mod contract;
 pub mod deliver;
 pub mod pool;
 pub mod read;
+pub mod server;
 pub mod worker;
 
-pub use deliver::{DeliverError, DispatchStats, Dispatcher, DispatcherConfig};
+pub use auth::DeliverySecret;
+pub use deliver::{DeliverError, DispatchStats, Dispatcher, DispatcherConfig, WorkerEndpoint};
 pub use deliver::{ResultSink, ResultSinkError};
 pub use pool::{
     AssignError, Assignment, AttemptOutcome, HandlerPolicy, Health, HealthConfig, KeyOf, Pool,
@@ -34,4 +41,5 @@ pub use read::{
     EndpointJobs, EndpointStats, OnChange, OutboxSource, PublishOutbox, PublishedOutbox,
     QuorumReader, ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
 };
+pub use server::{Server, ServerConfig, ServerCounters, ServerStats, serve};
 pub use worker::{Dedupe, EffectError, Worker, WorkerConfig};

@@ -10,6 +10,8 @@
 //! number its state is at. `400` for a malformed query, `503` while the replica has nothing to
 //! serve yet. The endpoint only reads; anyone who can reach it may read (the records are
 //! what the ledger committed; put it behind the network's access control if they are secret).
+//! [`serve_reads`] runs it behind the bounded server ([`crate::server`]:
+//! [`ReadServerConfig::server`]): deadlines, connection caps, per-peer rates.
 //!
 //! **Client.** A [`QuorumReader`] holds one [`EndpointJobs`] per replica endpoint (a cache of
 //! the last page it answered) inside ccron's [`QuorumJobs`]: a record is believed only when
@@ -40,6 +42,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::task::JoinSet;
 
 use crate::contract;
+use crate::server::{self, ServerConfig};
 
 // ---------------------------------------------------------------------------------------------
 // Server side.
@@ -59,14 +62,22 @@ pub struct ReadServerConfig {
     pub max_records: usize,
     /// Largest byte budget of one page ([`ReadPage::from_outbox`] adds at most one record).
     pub max_bytes: usize,
+    /// The server's bounds ([`serve_reads`]; a host mounting [`read_router`] in its own
+    /// server applies its own).
+    pub server: ServerConfig,
 }
 
 impl Default for ReadServerConfig {
-    /// 512 records, 1 MiB.
+    /// 512 records, 1 MiB, the default server bounds with request bodies of at most 1 KiB
+    /// (a read has none).
     fn default() -> Self {
         Self {
             max_records: 512,
             max_bytes: 1024 * 1024,
+            server: ServerConfig {
+                max_body_bytes: 1024,
+                ..ServerConfig::default()
+            },
         }
     }
 }
@@ -150,19 +161,19 @@ pub fn read_router(source: Arc<dyn OutboxSource>, cfg: ReadServerConfig) -> Rout
         .with_state(Arc::new(ReadState { source, cfg }))
 }
 
-/// Serves [`read_router`] on `listener` until `shutdown` completes.
+/// Serves [`read_router`] on `listener` behind the bounded server
+/// ([`ReadServerConfig::server`]) until `shutdown` completes.
 ///
 /// # Errors
-/// The server's I/O error.
+/// The server's I/O error; an invalid server configuration
+/// ([`std::io::ErrorKind::InvalidInput`]).
 pub async fn serve_reads(
     listener: tokio::net::TcpListener,
     source: Arc<dyn OutboxSource>,
     cfg: ReadServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, read_router(source, cfg))
-        .with_graceful_shutdown(shutdown)
-        .await
+    server::serve(listener, read_router(source, cfg), cfg.server, shutdown).await
 }
 
 #[derive(Debug)]

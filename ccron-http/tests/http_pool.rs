@@ -1,7 +1,9 @@
 //! End to end over loopback: three axum workers, one failing half its calls, one killed and
 //! restarted, the consumer killed and restarted mid-run; every effect is performed exactly once
 //! at the workers, every record gets exactly one result applied in the ledger stand-in (a
-//! replicated `Outbox` applying `OutboxResult`s), records a worker rejects are dead-lettered.
+//! replicated `Outbox` applying `OutboxResult`s, which believes an answer only when the worker
+//! that made it signed it), records a worker rejects are dead-lettered. Every delivery is
+//! authenticated (HMAC per worker).
 
 mod support;
 
@@ -11,15 +13,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccron::outbox::{
-    Backoff, ConsumerConfig, MemDeadLetters, MemProgressStore, OccurrenceId, Outbox, OutboxLimits,
-    OutboxRecord, OutboxResult, PersistentConsumer, ResultApplied, ResultOutcome,
+    Backoff, ConsumerConfig, DedupeLimits, MemDeadLetters, MemProgressStore, OccurrenceId, Outbox,
+    OutboxLimits, OutboxRecord, OutboxResult, PersistentConsumer, ResultApplied, ResultOutcome,
 };
 use ccron::{Policy, Principal};
 use ccron_http::{
     Assignment, Dedupe, Dispatcher, DispatcherConfig, EffectError, HandlerPolicy, KeyOf,
-    ResultSink, ResultSinkError, Worker, WorkerConfig,
+    ResultSink, ResultSinkError, Worker,
 };
-use support::{Running, any_port};
+use support::{CHAIN, KEY_ID, Running, any_port, endpoint, with_workers, worker_config};
 
 /// The wall clock of this IO shell (the one place it is read; the pool and the consumer get
 /// time as an argument).
@@ -57,11 +59,11 @@ impl ResultSink for Ledger {
 
 type Performed = Arc<Mutex<BTreeMap<OccurrenceId, u32>>>;
 
-fn worker(dedupe: &Arc<Dedupe>, performed: &Performed, flaky: bool) -> Arc<Worker> {
+fn worker(i: usize, dedupe: &Arc<Dedupe>, performed: &Performed, flaky: bool) -> Arc<Worker> {
     let performed = performed.clone();
     let calls = AtomicU64::new(0);
     Worker::new(
-        WorkerConfig::default(),
+        worker_config(i),
         dedupe.clone(),
         move |handler, id, payload| {
             if flaky && calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
@@ -106,23 +108,35 @@ async fn workers_and_consumer_killed_and_restarted_still_give_exactly_once() {
     }
     let mut ledger = Ledger {
         outbox: outbox.clone(),
-        policy: Policy::default().with_outbox_consumer(CONSUMER),
+        policy: with_workers(
+            Policy::default().with_outbox_consumer(CONSUMER),
+            3,
+            &["mail"],
+        ),
         applied: BTreeMap::new(),
         duplicates: 0,
     };
-    let dedupe = Dedupe::new(1_024);
+    let dedupe = Dedupe::new(DedupeLimits {
+        window: consumer_config().max_search_ahead,
+        ..DedupeLimits::default()
+    });
     let performed: Performed = Arc::default();
     let workers: Vec<Arc<Worker>> = (0..3)
-        .map(|i| worker(&dedupe, &performed, i == 1))
+        .map(|i| worker(i, &dedupe, &performed, i == 1))
         .collect();
     let mut running: Vec<Option<Running>> = workers
         .iter()
         .map(|w| Some(Running::start(w.clone(), any_port()).unwrap()))
         .collect();
-    let bases: Vec<String> = running.iter().flatten().map(Running::base).collect();
+    let endpoints = running
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, r)| endpoint(i, r.base()))
+        .collect();
     let addr2 = running[2].as_ref().unwrap().addr;
 
-    let mut cfg = DispatcherConfig::new(bases);
+    let mut cfg = DispatcherConfig::new(CHAIN, KEY_ID, endpoints);
     cfg.pool.max_in_flight_per_worker = 4;
     cfg.pool.health.failures_to_down = 3;
     cfg.pool.health.base_down_ms = 50;
@@ -234,6 +248,19 @@ async fn workers_and_consumer_killed_and_restarted_still_give_exactly_once() {
         "worker 2 was never marked down, or the consumer never restarted"
     );
     assert!(workers[1].stats().unavailable.load(Ordering::Relaxed) > 0);
+    // Nothing was refused for its credentials, its window or its answer's signature.
+    for s in &total_stats {
+        assert_eq!(
+            (s.unauthorized, s.bad_answers, s.answers_too_large),
+            (0, 0, 0),
+            "{s:?}"
+        );
+    }
+    for w in &workers {
+        assert_eq!(w.stats().unauthenticated.load(Ordering::Relaxed), 0);
+        assert_eq!(w.stats().refused_room.load(Ordering::Relaxed), 0);
+        assert_eq!(w.stats().conflicts.load(Ordering::Relaxed), 0);
+    }
     for r in running.into_iter().flatten() {
         r.kill().await;
     }

@@ -30,11 +30,7 @@ fn honest_outbox() -> Outbox {
     }
     for index in [2, 5] {
         let id = ob.get(index).unwrap().id;
-        let r = OutboxResult {
-            index,
-            id,
-            outcome: ResultOutcome::Answer(b"confirmed".to_vec()),
-        };
+        let r = OutboxResult::unsigned(index, id, ResultOutcome::Answer(b"confirmed".to_vec()));
         ob.accept_result(&Policy::default(), &Principal::Host, &r)
             .unwrap();
     }
@@ -69,7 +65,12 @@ impl OutboxSource for Liar {
 async fn serve(router: Router) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(l, router).await });
+    tokio::spawn(ccron_http::serve(
+        l,
+        router,
+        ccron_http::ServerConfig::default(),
+        std::future::pending(),
+    ));
     addr
 }
 
@@ -207,6 +208,7 @@ async fn the_server_clamps_pages_and_refuses_bad_queries() {
     let cfg = ReadServerConfig {
         max_records: 5,
         max_bytes: 1024,
+        ..ReadServerConfig::default()
     };
     let addr = serve(read_router(Arc::new(honest_source(3, &ob)), cfg)).await;
     // The client asks for more than the server gives: it gets the server's bound.

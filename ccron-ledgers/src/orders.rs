@@ -208,19 +208,32 @@ impl ScheduledLedger {
 
     /// An empty ledger whose orders are marked expired only when the payment service confirms:
     /// `expire-order` emits `shop.cancel`, and the result request that client `consumer` (the
-    /// outbox consumer) sends back runs [`payment_reaction`] once per record.
+    /// outbox consumer) sends back runs [`payment_reaction`] once per record. Answers are
+    /// believed only when signed by a worker key registered for `shop.cancel`: this one
+    /// registers none (only dead letters apply); see
+    /// [`ScheduledLedger::with_payment_confirmation_policy`].
     pub fn with_payment_confirmation(cfg: SchedAppConfig, consumer: ClientId) -> Self {
+        Self::with_payment_confirmation_policy(
+            cfg,
+            ccron::Policy::default().with_outbox_consumer(consumer),
+        )
+    }
+
+    /// [`ScheduledLedger::with_payment_confirmation`] under `policy`: its outbox consumer, its
+    /// chain id and the payment workers' keys ([`ccron::Policy::with_worker_key`] for
+    /// [`SHOP_CANCEL`]).
+    pub fn with_payment_confirmation_policy(cfg: SchedAppConfig, policy: ccron::Policy) -> Self {
         Self::build(
             cfg,
             confirming_order_handlers(),
-            Some((consumer, payment_reaction())),
+            Some((policy, payment_reaction())),
         )
     }
 
     fn build(
         cfg: SchedAppConfig,
         handlers: Handlers<OrderState>,
-        results: Option<(ClientId, ResultReaction<OrderState>)>,
+        results: Option<(ccron::Policy, ResultReaction<OrderState>)>,
     ) -> Self {
         let book_cfg = BookConfig {
             component: cfg.component,
@@ -250,12 +263,14 @@ impl ScheduledLedger {
                 }
             }));
         }
-        let mut policy = ccron::Policy::default();
+        let (mut policy, reaction) = match results {
+            Some((policy, reaction)) => (policy, Some(reaction)),
+            None => (ccron::Policy::default(), None),
+        };
         if cfg.zone_installs {
             policy = policy.with_admin(ZONE_ADMIN);
         }
-        if let Some((consumer, reaction)) = results {
-            policy = policy.with_outbox_consumer(consumer);
+        if let Some(reaction) = reaction {
             book = book.with_result_reaction(reaction);
         }
         if policy != ccron::Policy::default() {
@@ -737,9 +752,14 @@ mod tests {
     /// mismatched id and a dead letter change nothing, and a restored replica agrees.
     #[test]
     fn an_order_expires_only_on_a_confirmed_result_applied_once() {
-        use ccron::outbox::{OccurrenceId, OutboxResult, ResultOutcome};
+        use ccron::outbox::{OccurrenceId, OutboxResult, ResultOutcome, WorkerSigner};
         let cfg = SchedAppConfig::default();
-        let mut a = ScheduledLedger::with_payment_confirmation(cfg, CONSUMER);
+        let worker = WorkerSigner::from_seed([9; 32]);
+        let policy = ccron::Policy::default()
+            .with_outbox_consumer(CONSUMER)
+            .with_chain_id(b"orders".to_vec())
+            .with_worker_key(worker.public(), [SHOP_CANCEL]);
+        let mut a = ScheduledLedger::with_payment_confirmation_policy(cfg, policy.clone());
         let mut pages = MemPages::new(4_096, 1);
         for (seq, order) in [(1, "o-1"), (2, "o-2")] {
             let r = a.execute(
@@ -758,9 +778,21 @@ mod tests {
             a.ledger().state().0.is_empty(),
             "nothing expired unconfirmed"
         );
+        // Answers signed by the registered payment worker; dead letters are the consumer's.
         let result = |index: u64, outcome: ResultOutcome| {
-            let id = outbox.get(index).unwrap().id;
-            OutboxResult { index, id, outcome }.to_payload().unwrap()
+            let record = outbox.get(index).unwrap();
+            let proof = match &outcome {
+                ResultOutcome::Answer(body) => Some(worker.sign(b"orders", index, record, body)),
+                ResultOutcome::DeadLetter(_) => None,
+            };
+            OutboxResult {
+                index,
+                id: record.id,
+                outcome,
+                proof,
+            }
+            .to_payload()
+            .unwrap()
         };
         let confirmed = || ResultOutcome::Answer(PAYMENT_CONFIRMED.to_vec());
         let reply = |l: &mut ScheduledLedger, seq, client, p: &[u8]| {
@@ -785,13 +817,13 @@ mod tests {
         );
         assert_eq!(a.ledger().state().0.get(&order), Some(&1), "applied once");
 
-        let forged = OutboxResult {
-            index: 2,
-            id: OccurrenceId::new(9, 9, 9),
-            outcome: confirmed(),
-        };
+        let forged = OutboxResult::unsigned(2, OccurrenceId::new(9, 9, 9), confirmed());
         let r = reply(&mut a, 7, CONSUMER, &forged.to_payload().unwrap());
         assert!(r.contains("names"), "{r}");
+        // A confirmation nobody registered signed is refused: the order stays as it is.
+        let unsigned = OutboxResult::unsigned(2, outbox.get(2).unwrap().id, confirmed());
+        let r = reply(&mut a, 7, CONSUMER, &unsigned.to_payload().unwrap());
+        assert!(r.contains("not signed by a worker"), "{r}");
         let r = reply(
             &mut a,
             8,
@@ -813,7 +845,7 @@ mod tests {
         );
 
         // A restored replica knows both records have their result.
-        let mut b = ScheduledLedger::with_payment_confirmation(cfg, CONSUMER);
+        let mut b = ScheduledLedger::with_payment_confirmation_policy(cfg, policy);
         b.restore(&a.snapshot()).unwrap();
         assert_eq!(b.digest(), a.digest());
         assert_eq!(

@@ -22,15 +22,25 @@
 //! | replace, pause, resume, cancel a schedule (`Upsert` of a held key too) | its owner, admins |
 //! | install or replace zone rules | admins |
 //! | report outbox progress (trim the outbox) | the [`Policy::outbox_consumer`] |
+//! | report outbox results | the [`Policy::outbox_consumer`]; an answer must also be signed by a worker key registered for the record's handler |
+//! | register or revoke worker keys ([`WorkerKeyRequest`](crate::outbox::WorkerKeyRequest)) | admins |
+//!
+//! Worker keys: the ed25519 keys whose signatures make a worker's answer believable
+//! (`docs/outbox.md`, "Authenticated results"). [`Policy::worker_keys`] are the keys known at
+//! genesis (configuration); the outbox's replicated registry adds, replaces and revokes keys on
+//! top of them through admin requests. Every answer is bound to [`Policy::chain_id`], so an
+//! answer signed for another chain is refused.
 //!
 //! [`Principal::Host`] may do all of it. A denied request is a typed error
 //! ([`crate::schedule::ScheduleError::Unauthorized`], [`crate::outbox::OutboxError::Unauthorized`])
 //! and changes nothing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use sha2::{Digest, Sha256};
+
+use crate::outbox::WorkerKey;
 
 /// On whose behalf a request runs (see the module documentation).
 #[derive(
@@ -70,6 +80,8 @@ pub enum Action {
     InstallZone,
     /// Report outbox progress (trim the outbox).
     OutboxProgress,
+    /// Register or revoke a worker key.
+    ManageWorkerKeys,
 }
 
 impl fmt::Display for Action {
@@ -82,6 +94,7 @@ impl fmt::Display for Action {
             Self::Cancel => "cancel this schedule",
             Self::InstallZone => "install zone rules",
             Self::OutboxProgress => "report outbox progress",
+            Self::ManageWorkerKeys => "register or revoke worker keys",
         })
     }
 }
@@ -96,6 +109,13 @@ pub struct Policy {
     pub outbox_consumer: Option<u64>,
     /// Whether any client may create schedules (otherwise only admins).
     pub anyone_may_create: bool,
+    /// The chain every worker answer is bound to (signed over; empty by default). Workers and
+    /// the dispatcher are configured with the same bytes.
+    pub chain_id: Vec<u8>,
+    /// Worker keys known at genesis: each key and the handlers it may answer for. The outbox's
+    /// replicated registry overrides them key by key (a registration replaces the handlers, a
+    /// revocation removes the key), see [`crate::outbox::WorkerKeyRequest`].
+    pub worker_keys: BTreeMap<WorkerKey, BTreeSet<String>>,
 }
 
 impl Default for Policy {
@@ -106,6 +126,8 @@ impl Default for Policy {
             admins: BTreeSet::new(),
             outbox_consumer: None,
             anyone_may_create: true,
+            chain_id: Vec::new(),
+            worker_keys: BTreeMap::new(),
         }
     }
 }
@@ -127,6 +149,30 @@ impl Policy {
     pub fn with_anyone_may_create(mut self, open: bool) -> Self {
         self.anyone_may_create = open;
         self
+    }
+
+    /// With `chain_id` as the chain worker answers are bound to.
+    pub fn with_chain_id(mut self, chain_id: impl Into<Vec<u8>>) -> Self {
+        self.chain_id = chain_id.into();
+        self
+    }
+
+    /// With `key` registered at genesis for `handlers` (added to the handlers it already has).
+    pub fn with_worker_key<H: Into<String>>(
+        mut self,
+        key: WorkerKey,
+        handlers: impl IntoIterator<Item = H>,
+    ) -> Self {
+        self.worker_keys
+            .entry(key)
+            .or_default()
+            .extend(handlers.into_iter().map(Into::into));
+        self
+    }
+
+    /// Whether `by` may register or revoke worker keys (admins; the host is one).
+    pub fn may_manage_workers(&self, by: &Principal) -> bool {
+        self.is_admin(by)
     }
 
     /// Whether `by` is an admin (the host is).
@@ -176,6 +222,22 @@ impl Policy {
             }
         }
         h.update([u8::from(self.anyone_may_create)]);
+        // Added with worker keys: hashed only when set, so the digest of a policy without
+        // them is the one it always had.
+        if !self.chain_id.is_empty() || !self.worker_keys.is_empty() {
+            h.update(b"ccron-policy-workers-v1");
+            h.update((self.chain_id.len() as u64).to_le_bytes());
+            h.update(&self.chain_id);
+            h.update((self.worker_keys.len() as u64).to_le_bytes());
+            for (key, handlers) in &self.worker_keys {
+                h.update(key.0);
+                h.update((handlers.len() as u64).to_le_bytes());
+                for handler in handlers {
+                    h.update((handler.len() as u64).to_le_bytes());
+                    h.update(handler.as_bytes());
+                }
+            }
+        }
         h.finalize().into()
     }
 }
@@ -220,9 +282,41 @@ mod tests {
             a.clone().with_outbox_consumer(1).digest(),
             a.clone().with_anyone_may_create(false).digest(),
             a.clone().with_outbox_consumer(0).digest(),
+            a.clone().with_chain_id(b"a".to_vec()).digest(),
+            a.clone().with_chain_id(b"b".to_vec()).digest(),
+            a.clone()
+                .with_worker_key(WorkerKey([1; 32]), ["h"])
+                .digest(),
+            a.clone()
+                .with_worker_key(WorkerKey([1; 32]), ["i"])
+                .digest(),
+            a.clone()
+                .with_worker_key(WorkerKey([2; 32]), ["h"])
+                .digest(),
         ];
         let distinct: BTreeSet<_> = digests.iter().collect();
         assert_eq!(distinct.len(), digests.len());
         assert_eq!(a.digest(), Policy::default().digest());
+        // The digest of a policy without worker keys did not change when they were added.
+        assert_eq!(
+            hex(&a.digest()),
+            "2fd1cffc9f151278314176f0cce86474beba52985cd2437d63d10e249efb5634"
+        );
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    #[test]
+    fn only_admins_manage_worker_keys() {
+        let p = Policy::default().with_admin(9).with_outbox_consumer(7);
+        assert!(p.may_manage_workers(&Principal::Client(9)));
+        assert!(p.may_manage_workers(&Principal::Host));
+        assert!(!p.may_manage_workers(&Principal::Client(7)));
+        let p = p
+            .with_worker_key(WorkerKey([3; 32]), ["a"])
+            .with_worker_key(WorkerKey([3; 32]), ["b"]);
+        assert_eq!(p.worker_keys[&WorkerKey([3; 32])].len(), 2);
     }
 }

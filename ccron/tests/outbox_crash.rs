@@ -7,12 +7,18 @@
 //! durably dead-lettered. Checked at the end: every record is done or dead-lettered, each
 //! performed exactly once at the worker, poison records never performed and dead-lettered after
 //! exactly `max_attempts` attempts.
+//!
+//! The worker's memory is either the FIFO [`SeenSet`] (capacity `2 · max_search_ahead`) or the
+//! [`DedupeTable`] HTTP workers use, whose entries leave only when the consumer's acknowledged
+//! (persisted) progress passes them, with a window of exactly `max_search_ahead`: the same
+//! scenarios, the same guarantees.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use ccron::outbox::{
-    AckOutcome, Backoff, ConsumerConfig, Delivery, FailureReason, MemDeadLetters, MemProgressStore,
-    OccurrenceId, Outbox, OutboxLimits, OutboxRecord, PersistentConsumer, SeenSet,
+    AckOutcome, Backoff, ConsumerConfig, DedupeLimits, DedupeTable, DedupeVerdict, Delivery,
+    FailureReason, MemDeadLetters, MemProgressStore, OccurrenceId, Outbox, OutboxLimits,
+    OutboxRecord, PersistentConsumer, Remembered, SeenSet, delivery_digest,
 };
 use proptest::prelude::*;
 
@@ -90,8 +96,50 @@ struct Report {
     steps: u32,
 }
 
-/// Runs a scenario to completion, asserting the invariants; returns counters for sanity checks.
+/// The worker's idempotency memory.
+enum Memory {
+    Fifo(SeenSet),
+    Table(DedupeTable),
+}
+
+impl Memory {
+    /// Whether the delivery `d` (sent with acknowledged progress `progress`) was performed
+    /// before; if not, it is performed now and remembered.
+    fn seen_or_insert(&mut self, d: &Delivery, progress: u64) -> Result<bool, TestCaseError> {
+        match self {
+            Self::Fifo(seen) => Ok(!seen.insert(d.record.id)),
+            Self::Table(t) => {
+                t.acknowledge("consumer", progress).unwrap();
+                let digest = delivery_digest(&d.record.handler, &d.record.payload);
+                match t.check("consumer", d.index, &d.record.id, &digest) {
+                    DedupeVerdict::Fresh => {
+                        let done = Remembered::Answer {
+                            body: vec![],
+                            proof: None,
+                        };
+                        t.remember("consumer", d.record.id, d.index, digest, done)
+                            .unwrap();
+                        Ok(false)
+                    }
+                    DedupeVerdict::Replay(_) => Ok(true),
+                    v => Err(TestCaseError::fail(format!(
+                        "an honest delivery of {} at progress {progress} refused: {v:?}",
+                        d.index
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+/// Runs a scenario to completion with the FIFO seen-set, asserting the invariants; returns
+/// counters for sanity checks.
 fn run(s: &Scenario) -> Result<Report, TestCaseError> {
+    run_with(s, false)
+}
+
+/// Runs a scenario with the FIFO seen-set or (`table`) the progress-evicted [`DedupeTable`].
+fn run_with(s: &Scenario, table: bool) -> Result<Report, TestCaseError> {
     let mut rng = Rng(s.seed);
     let mut outbox = Outbox::new(OutboxLimits::default());
     for k in 0..s.records {
@@ -115,7 +163,14 @@ fn run(s: &Scenario) -> Result<Report, TestCaseError> {
     };
     let mut progress_store = MemProgressStore::default();
     let mut dead_sink = MemDeadLetters::default();
-    let mut seen = SeenSet::new(2 * s.max_search_ahead as usize);
+    let mut seen = if table {
+        Memory::Table(DedupeTable::new(DedupeLimits {
+            window: s.max_search_ahead,
+            ..DedupeLimits::default()
+        }))
+    } else {
+        Memory::Fifo(SeenSet::new(2 * s.max_search_ahead as usize))
+    };
     let mut effects: BTreeMap<OccurrenceId, u32> = BTreeMap::new();
     let mut report = Report::default();
 
@@ -127,6 +182,8 @@ fn run(s: &Scenario) -> Result<Report, TestCaseError> {
 
         // 1. The consumer dispatches within its bounds.
         let mut deliveries: Vec<Delivery> = pc.poll(&outbox, now).unwrap();
+        // What the deliveries carry as the consumer's acknowledged progress.
+        let acknowledged = pc.persisted_progress();
         let c = pc.consumer();
         prop_assert!(c.in_flight() <= s.max_processing);
         for d in &deliveries {
@@ -152,11 +209,10 @@ fn run(s: &Scenario) -> Result<Report, TestCaseError> {
                     reason: "transient".into(),
                 }
             } else {
-                if seen.contains(&d.record.id) {
+                if seen.seen_or_insert(&d, acknowledged)? {
                     report.duplicates_at_worker += 1;
                 } else {
                     *effects.entry(d.record.id).or_default() += 1;
-                    seen.insert(d.record.id);
                 }
                 AckOutcome::Done
             };
@@ -243,6 +299,13 @@ proptest! {
     fn crash_restart_loses_nothing_and_effects_happen_once(s in scenario()) {
         run(&s)?;
     }
+
+    /// The same with the HTTP workers' memory: entries leave only with the consumer's
+    /// acknowledged progress, the window is exactly the search-ahead.
+    #[test]
+    fn crash_restart_with_the_progress_evicted_table(s in scenario()) {
+        run_with(&s, true)?;
+    }
 }
 
 proptest! {
@@ -272,11 +335,13 @@ fn redelivery_happens_and_is_deduplicated() {
         crashes: [3, 10, 11, 30].into(),
         seed: 7,
     };
-    let r = run(&s).unwrap();
-    assert_eq!(r.crashes, 4);
-    assert!(r.duplicates_at_worker > 0, "{r:?}");
-    assert!(r.deliveries > 50, "{r:?}");
-    assert!(r.dead >= 1, "{r:?}");
+    for table in [false, true] {
+        let r = run_with(&s, table).unwrap();
+        assert_eq!(r.crashes, 4);
+        assert!(r.duplicates_at_worker > 0, "{r:?}");
+        assert!(r.deliveries > 50, "{r:?}");
+        assert!(r.dead >= 1, "{r:?}");
+    }
 }
 
 /// A seed replays exactly: same scenario, same counters.

@@ -252,10 +252,24 @@ mod in_pages {
             Outbox::load(&other, range(), OutboxLimits::default()),
             Err(OutboxError::Pages(PageCodecError::WrongKind { .. }))
         ));
-        codec::save_blob(&mut other, range(), BlobKind::Outbox, b"\x01\x02garbage").unwrap();
+        codec::save_blob(&mut other, range(), BlobKind::Outbox, b"\x04\x02garbage").unwrap();
         assert!(matches!(
             Outbox::load(&other, range(), OutboxLimits::default()),
             Err(OutboxError::Pages(PageCodecError::Decode(_)))
+        ));
+        codec::save_blob(&mut other, range(), BlobKind::Outbox, b"\x03\x02garbage").unwrap();
+        assert!(matches!(
+            Outbox::load(&other, range(), OutboxLimits::default()),
+            Err(OutboxError::Pages(PageCodecError::Decode(_)))
+        ));
+        // An unknown layout version is named as such.
+        codec::save_blob(&mut other, range(), BlobKind::Outbox, b"\x01\x02garbage").unwrap();
+        assert!(matches!(
+            Outbox::load(&other, range(), OutboxLimits::default()),
+            Err(OutboxError::Codec(ccron::outbox::CodecError::Version {
+                found: 1,
+                expected: 4
+            }))
         ));
     }
 

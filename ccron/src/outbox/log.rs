@@ -13,18 +13,30 @@
 //! replicated state and reloaded after a restart or a state transfer. The host trims records below
 //! an index once it knows they are delivered (for example after the consumers' acknowledgements
 //! are themselves agreed through consensus).
+//!
+//! Results come back through [`Outbox::accept_result`]: only from the consumer, and a worker's
+//! answer only when signed by a worker key registered for the record's handler (the genesis
+//! [`Policy::worker_keys`] and the outbox's own [`WorkerRegistry`], changed by admins through
+//! [`Outbox::apply_worker_keys`]).
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::codec::{self, CodecError};
 use super::id::OccurrenceId;
-use super::result::{OutboxResult, ResultApplied};
+use super::result::{OutboxResult, ResultApplied, ResultOutcome};
+use super::workers::{self, Grant, WorkerKey, WorkerKeyRequest, WorkerKeysApplied, WorkerRegistry};
 use crate::authz::{Policy, Principal};
 
-/// Version byte of [`Outbox::encode`]'s format (3: records carry a topic and a type, and the
-/// outbox the indices of records that have a result; versions 1 and 2 are refused, as a decode or
-/// [`CodecError::Version`] error).
-const FORMAT_VERSION: u8 = 3;
+/// Version byte of [`Outbox::encode`]'s format and of the outbox's pages. 4: records carry a
+/// topic and a type, the outbox the indices of records that have a result and its worker
+/// registry. Layout 3 (the same without the registry) is still read: it loads with an empty
+/// registry, and the next save writes layout 4. Versions 1 and 2 are refused
+/// ([`CodecError::Version`]).
+const FORMAT_VERSION: u8 = 4;
+
+/// The layout before worker keys ([`FORMAT_VERSION`]), migrated on load.
+const FORMAT_V3: u8 = 3;
 
 /// One external effect to perform, named by the occurrence that produced it.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -190,13 +202,52 @@ pub enum OutboxError {
         /// The outbox head at the time.
         head: u64,
     },
+    /// A worker's answer without a worker signature ([`Outbox::accept_result`]): only the
+    /// host may report unsigned answers; nothing changed.
+    #[error("the answer for index {index} is not signed by a worker")]
+    ResultUnsigned {
+        /// The index the result named.
+        index: u64,
+    },
+    /// An answer signed by a key that is not registered for the record's handler.
+    #[error("worker key {key} is not registered for handler {handler:?} (index {index})")]
+    ResultWorkerUnknown {
+        /// The index the result named.
+        index: u64,
+        /// The key that signed.
+        key: WorkerKey,
+        /// The record's handler.
+        handler: String,
+    },
+    /// An answer whose signature does not verify over the record and the answer.
+    #[error("the worker signature of the answer for index {index} does not verify")]
+    ResultBadSignature {
+        /// The index the result named.
+        index: u64,
+        /// The key named in the proof.
+        key: WorkerKey,
+    },
+    /// A worker key request from someone other than an admin
+    /// ([`Outbox::apply_worker_keys`]); nothing changed.
+    #[error("{by} may not register or revoke worker keys")]
+    WorkerKeysUnauthorized {
+        /// Who asked.
+        by: Principal,
+    },
+    /// A malformed worker key request (bad key, handlers out of bounds, registry full);
+    /// nothing changed.
+    #[error("worker key request refused: {0}")]
+    WorkerKeyInvalid(String),
 }
 
 /// The replicated outbox (see the module documentation).
 ///
 /// Indices are dense and start at 1: the `k`-th record ever appended has index `k`, forever,
 /// whatever was trimmed since. Index 0 means "nothing" (e.g. a consumer that has done nothing).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Equality compares the replicated state only (not the [`refused_results`](Self::refused_results)
+/// counter).
+#[derive(Debug)]
 pub struct Outbox {
     limits: OutboxLimits,
     /// Index of `records[0]` (equals `next_index` when empty).
@@ -206,9 +257,43 @@ pub struct Outbox {
     /// Indices of held records that have a result applied ([`Outbox::accept_result`]); every
     /// one is within `first_index..next_index`, so this is bounded by the held records.
     results: BTreeSet<u64>,
+    /// Worker keys registered or revoked on top of the policy's genesis keys; its bytes count
+    /// against `limits.max_total_bytes` with the records'.
+    workers: WorkerRegistry,
+    /// Results refused by [`Outbox::accept_result`] (observation only: not replicated state,
+    /// not encoded, not compared).
+    refused: AtomicU64,
 }
 
-/// What [`Outbox::encode`] writes: limits are configuration, not state, so they are not encoded.
+impl Clone for Outbox {
+    fn clone(&self) -> Self {
+        Self {
+            limits: self.limits,
+            first_index: self.first_index,
+            records: self.records.clone(),
+            total_bytes: self.total_bytes,
+            results: self.results.clone(),
+            workers: self.workers.clone(),
+            refused: AtomicU64::new(self.refused.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl PartialEq for Outbox {
+    fn eq(&self, other: &Self) -> bool {
+        self.limits == other.limits
+            && self.first_index == other.first_index
+            && self.records == other.records
+            && self.total_bytes == other.total_bytes
+            && self.results == other.results
+            && self.workers == other.workers
+    }
+}
+
+impl Eq for Outbox {}
+
+/// What [`Outbox::encode`] writes (layout 4): limits are configuration, not state, so they are
+/// not encoded.
 #[derive(bincode::Encode, bincode::Decode)]
 struct Wire {
     version: u8,
@@ -216,6 +301,52 @@ struct Wire {
     records: Vec<OutboxRecord>,
     /// Ascending indices of held records with a result.
     results: Vec<u64>,
+    /// The worker registry, keys ascending.
+    workers: Vec<(WorkerKey, Grant)>,
+}
+
+/// Layout 3: [`Wire`] without the worker registry. Read and migrated, never written.
+#[derive(bincode::Encode, bincode::Decode)]
+struct WireV3 {
+    version: u8,
+    first_index: u64,
+    records: Vec<OutboxRecord>,
+    results: Vec<u64>,
+}
+
+impl From<WireV3> for Wire {
+    fn from(v3: WireV3) -> Self {
+        Self {
+            version: v3.version,
+            first_index: v3.first_index,
+            records: v3.records,
+            results: v3.results,
+            workers: Vec::new(),
+        }
+    }
+}
+
+/// Decodes either layout: the version byte (the first byte of both encodings) picks the shape.
+fn decode_wire<E>(
+    bytes: &[u8],
+    v4: impl Fn(&[u8]) -> Result<Wire, E>,
+    v3: impl Fn(&[u8]) -> Result<WireV3, E>,
+) -> Result<Wire, OutboxError>
+where
+    OutboxError: From<E>,
+{
+    match bytes.first() {
+        Some(&FORMAT_V3) => {
+            tracing::info!("outbox layout 3 read: migrating to layout 4 (no worker keys)");
+            Ok(v3(bytes)?.into())
+        }
+        Some(&FORMAT_VERSION) | None => Ok(v4(bytes)?),
+        Some(&found) => Err(CodecError::Version {
+            found,
+            expected: FORMAT_VERSION,
+        }
+        .into()),
+    }
 }
 
 impl Outbox {
@@ -227,6 +358,8 @@ impl Outbox {
             records: VecDeque::new(),
             total_bytes: 0,
             results: BTreeSet::new(),
+            workers: WorkerRegistry::default(),
+            refused: AtomicU64::new(0),
         }
     }
 
@@ -248,7 +381,7 @@ impl Outbox {
         let bytes = self
             .limits
             .max_total_bytes
-            .saturating_sub(self.total_bytes)
+            .saturating_sub(self.held_bytes())
             .checked_div(record_bytes)
             .unwrap_or(usize::MAX);
         // Indices up to u64::MAX - 1 are appendable (`append` keeps u64::MAX unused).
@@ -272,9 +405,10 @@ impl Outbox {
             });
         }
         let total_bytes = self.total_bytes.saturating_add(size_bytes);
-        if total_bytes > self.limits.max_total_bytes {
+        let held = total_bytes.saturating_add(self.workers.bytes());
+        if held > self.limits.max_total_bytes {
             return Err(OutboxError::TotalTooLarge {
-                total_bytes,
+                total_bytes: held,
                 max_total_bytes: self.limits.max_total_bytes,
             });
         }
@@ -323,6 +457,61 @@ impl Outbox {
     /// Sum of [`OutboxRecord::size_bytes`] over the held records.
     pub fn total_bytes(&self) -> usize {
         self.total_bytes
+    }
+
+    /// What counts against [`OutboxLimits::max_total_bytes`]: the held records' bytes and the
+    /// worker registry's ([`WorkerRegistry::bytes`]).
+    pub fn held_bytes(&self) -> usize {
+        self.total_bytes.saturating_add(self.workers.bytes())
+    }
+
+    /// The replicated worker registry (overrides of [`Policy::worker_keys`]).
+    pub fn workers(&self) -> &WorkerRegistry {
+        &self.workers
+    }
+
+    /// Results refused by [`Outbox::accept_result`] since this outbox was created or loaded
+    /// (a counter for the replica's metrics, not replicated state).
+    pub fn refused_results(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Applies an admin's worker key request (see [`WorkerKeyRequest`]): only an admin of
+    /// `policy` (or the host) may; a registration names a usable ed25519 key and 1 to
+    /// [`workers::MAX_HANDLERS_PER_KEY`] distinct handlers, and the registry stays within
+    /// [`workers::MAX_WORKER_KEYS`] entries and, with the held records, within
+    /// [`OutboxLimits::max_total_bytes`]. On error nothing changes. The caller saves the outbox
+    /// after a change (the registry is part of its encoding).
+    ///
+    /// # Errors
+    /// [`OutboxError::WorkerKeysUnauthorized`], [`OutboxError::WorkerKeyInvalid`],
+    /// [`OutboxError::TotalTooLarge`].
+    pub fn apply_worker_keys(
+        &mut self,
+        policy: &Policy,
+        by: &Principal,
+        req: &WorkerKeyRequest,
+    ) -> Result<WorkerKeysApplied, OutboxError> {
+        let key = req.key();
+        if !policy.may_manage_workers(by) {
+            tracing::warn!(%by, %key, "worker key request rejected: not an admin");
+            return Err(OutboxError::WorkerKeysUnauthorized { by: *by });
+        }
+        let (grant, registry_bytes, effect) = self.workers.plan(policy, req).map_err(|e| {
+            tracing::warn!(%by, %key, error = %e, "worker key request rejected");
+            OutboxError::WorkerKeyInvalid(e)
+        })?;
+        let held = self.total_bytes.saturating_add(registry_bytes);
+        if held > self.limits.max_total_bytes {
+            tracing::warn!(%by, %key, held, "worker key request rejected: outbox bytes");
+            return Err(OutboxError::TotalTooLarge {
+                total_bytes: held,
+                max_total_bytes: self.limits.max_total_bytes,
+            });
+        }
+        self.workers.set(key, grant);
+        tracing::info!(%by, %key, ?effect, "worker key request applied");
+        Ok(effect)
     }
 
     /// Drops every record whose index is below `index`; returns how many were dropped.
@@ -375,15 +564,34 @@ impl Outbox {
     /// Applies a result for a held record once (see [`OutboxResult`]): only the policy's
     /// outbox consumer (or the host) may report, the outcome is at most
     /// [`OutboxLimits::max_record_bytes`], and the result must name an appended index and the id
-    /// of the record there. Returns [`ResultApplied::Applied`] the first time (the caller runs
-    /// its reaction then, and only then), [`ResultApplied::Duplicate`] for a record that already
-    /// has a result and [`ResultApplied::Trimmed`] for a record already trimmed (both no-ops).
+    /// of the record there. A worker's answer must carry a proof ([`OutboxResult::proof`]) by a
+    /// key that may answer for the record's handler (the policy's genesis keys overridden by
+    /// [`Outbox::workers`]), signed over [`workers::answer_signing_bytes`] with the policy's
+    /// [`chain_id`](Policy::chain_id); a dead letter is the consumer's own word and needs none,
+    /// and the host may report unsigned answers. Returns [`ResultApplied::Applied`] the first
+    /// time (the caller runs its reaction then, and only then), [`ResultApplied::Duplicate`] for
+    /// a record that already has a result and [`ResultApplied::Trimmed`] for a record already
+    /// trimmed (both no-ops). Every refusal is counted ([`Outbox::refused_results`]) and traced.
     ///
     /// # Errors
     /// [`OutboxError::ResultUnauthorized`], [`OutboxError::ResultTooLarge`],
-    /// [`OutboxError::ResultUnknown`], [`OutboxError::ResultMismatch`]; the outbox is then
-    /// unchanged.
+    /// [`OutboxError::ResultUnknown`], [`OutboxError::ResultMismatch`],
+    /// [`OutboxError::ResultUnsigned`], [`OutboxError::ResultWorkerUnknown`],
+    /// [`OutboxError::ResultBadSignature`]; the outbox is then unchanged.
     pub fn accept_result(
+        &mut self,
+        policy: &Policy,
+        by: &Principal,
+        result: &OutboxResult,
+    ) -> Result<ResultApplied, OutboxError> {
+        let r = self.accept_result_inner(policy, by, result);
+        if r.is_err() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn accept_result_inner(
         &mut self,
         policy: &Policy,
         by: &Principal,
@@ -418,6 +626,27 @@ impl Outbox {
                 claimed: result.id,
                 actual: record.id,
             });
+        }
+        if let (ResultOutcome::Answer(body), Principal::Client(_)) = (&result.outcome, by) {
+            let Some(proof) = &result.proof else {
+                tracing::warn!(%by, index, id = %result.id, "outbox result rejected: unsigned answer");
+                return Err(OutboxError::ResultUnsigned { index });
+            };
+            if !self.workers.may_answer(policy, &proof.key, &record.handler) {
+                tracing::warn!(%by, index, id = %result.id, key = %proof.key, handler = %record.handler, "outbox result rejected: worker key not registered for the handler");
+                return Err(OutboxError::ResultWorkerUnknown {
+                    index,
+                    key: proof.key,
+                    handler: record.handler.clone(),
+                });
+            }
+            if !workers::verify_answer(proof, &policy.chain_id, index, record, body) {
+                tracing::warn!(%by, index, id = %result.id, key = %proof.key, "outbox result rejected: bad worker signature");
+                return Err(OutboxError::ResultBadSignature {
+                    index,
+                    key: proof.key,
+                });
+            }
         }
         if !self.results.insert(index) {
             tracing::debug!(index, id = %result.id, "duplicate outbox result ignored");
@@ -484,14 +713,21 @@ impl Outbox {
         range: crate::pages::PageRange,
         limits: OutboxLimits,
     ) -> Result<Self, OutboxError> {
-        match crate::codec::load::<Wire>(pages, range, crate::codec::BlobKind::Outbox) {
-            Ok(None) => Ok(Self::new(limits)),
-            Ok(Some(wire)) => Self::from_wire(wire, limits),
+        let blob = match crate::codec::load_blob(pages, range, crate::codec::BlobKind::Outbox) {
+            Ok(None) => return Ok(Self::new(limits)),
+            Ok(Some(blob)) => blob,
             Err(e) => {
                 tracing::warn!(error = %e, "stored outbox rejected");
-                Err(e.into())
+                return Err(e.into());
             }
-        }
+        };
+        let wire = decode_wire(
+            &blob,
+            crate::codec::from_blob::<Wire>,
+            crate::codec::from_blob::<WireV3>,
+        )
+        .inspect_err(|e| tracing::warn!(error = %e, "stored outbox rejected"))?;
+        Self::from_wire(wire, limits)
     }
 
     fn to_wire(&self) -> Wire {
@@ -500,18 +736,21 @@ impl Outbox {
             first_index: self.first_index,
             records: self.records.iter().cloned().collect(),
             results: self.results.iter().copied().collect(),
+            workers: self.workers.to_wire(),
         }
     }
 
-    /// Decodes bytes from [`encode`](Self::encode), checking them against `limits`.
+    /// Decodes bytes from [`encode`](Self::encode) (layout 4, or layout 3 migrated), checking
+    /// them against `limits`.
     pub fn decode(bytes: &[u8], limits: OutboxLimits) -> Result<Self, OutboxError> {
-        let wire: Wire = codec::decode::<Wire>(bytes)?;
+        let wire = decode_wire(bytes, codec::decode::<Wire>, codec::decode::<WireV3>)?;
         Self::from_wire(wire, limits)
     }
 
     /// Checks a decoded outbox against its invariants and `limits`.
     fn from_wire(wire: Wire, limits: OutboxLimits) -> Result<Self, OutboxError> {
-        if wire.version != FORMAT_VERSION {
+        let migrated = wire.version == FORMAT_V3 && wire.workers.is_empty();
+        if wire.version != FORMAT_VERSION && !migrated {
             return Err(CodecError::Version {
                 found: wire.version,
                 expected: FORMAT_VERSION,
@@ -548,9 +787,11 @@ impl Outbox {
             }
             total_bytes = total_bytes.saturating_add(size_bytes);
         }
-        if total_bytes > limits.max_total_bytes {
+        let workers = WorkerRegistry::from_wire(wire.workers).map_err(OutboxError::Invalid)?;
+        let held = total_bytes.saturating_add(workers.bytes());
+        if held > limits.max_total_bytes {
             return Err(OutboxError::Invalid(format!(
-                "{total_bytes} bytes over the limit of {}",
+                "{held} bytes over the limit of {}",
                 limits.max_total_bytes
             )));
         }
@@ -571,6 +812,8 @@ impl Outbox {
             records: wire.records.into(),
             total_bytes,
             results: wire.results.into_iter().collect(),
+            workers,
+            refused: AtomicU64::new(0),
         })
     }
 }

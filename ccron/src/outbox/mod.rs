@@ -7,9 +7,15 @@
 //!   progress ([`ProgressStore`]) and dead letters ([`DeadLetterSink`]).
 //! * [`QuorumJobs`]: reads records from several replicas, believing only what f+1 agree on;
 //!   [`ReadPage`] is what a replica's read endpoint answers (versioned, bounded wire format).
-//! * [`SeenSet`]: the worker's deduplication by id, turning at-least-once into effectively once.
+//! * [`DedupeTable`]: a worker's deduplication keyed on (authenticated sender, id), with a digest
+//!   of what was delivered, forgotten only when the sender's acknowledged progress passes it
+//!   (an outsider cannot evict); [`SeenSet`]: the plain FIFO set of ids, for a trusted channel
+//!   with one sender.
+//! * [`ResultJournal`]: the consumer's durable hold on results between the worker's answer and
+//!   the ledger applying it.
 //! * [`OutboxResult`]: a worker's answer or a dead letter, sent back as a client request and
-//!   applied once by [`Outbox::accept_result`].
+//!   applied once by [`Outbox::accept_result`]; an answer only when signed by a worker key
+//!   registered for its handler ([`workers`]: [`WorkerSigner`], [`WorkerKeyRequest`]).
 //!
 //! See `docs/outbox.md` for the model and how a ledger uses it.
 //!
@@ -48,22 +54,32 @@
 
 mod codec;
 mod consumer;
+mod dedupe;
 mod host;
 mod id;
+mod journal;
 mod log;
 mod progress;
 mod quorum;
 mod read;
 mod result;
 mod seen;
+pub mod workers;
 
 pub use codec::{CodecError, MAX_ENCODED_BYTES};
 pub use consumer::{
     AckEffect, AckOutcome, Backoff, ConfigError, Consumer, ConsumerConfig, DeadLetter, Delivery,
     FailureReason, IgnoredAck, Jobs,
 };
+pub use dedupe::{
+    DEDUPE_ENTRY_OVERHEAD_BYTES, DedupeEntry, DedupeError, DedupeFull, DedupeLimits, DedupeTable,
+    DedupeVerdict, MAX_SENDER_BYTES, Remembered, delivery_digest,
+};
 pub use host::{ConsumerError, PersistentConsumer};
 pub use id::{IdParseError, OCCURRENCE_ID_BYTES, OCCURRENCE_ID_TEXT_LEN, OccurrenceId};
+pub use journal::{
+    COMPACT_MIN_RECORDS, JournalError, JournalLimits, MAX_JOURNAL_RECORD_BYTES, ResultJournal,
+};
 pub use log::{Outbox, OutboxError, OutboxLimits, OutboxRecord};
 pub use progress::{
     DeadLetterSink, FileDeadLetters, FileProgressStore, MemDeadLetters, MemProgressStore,
@@ -72,7 +88,11 @@ pub use progress::{
 pub use quorum::{QuorumError, QuorumJobs};
 pub use read::{READ_FORMAT_VERSION, ReadEntry, ReadPage, ReadPageError};
 pub use result::{
-    MAX_RESULT_PAYLOAD_BYTES, OutboxResult, RESULT_PAYLOAD_PREFIX, ResultApplied, ResultOutcome,
-    ResultPayloadError,
+    ANSWER_PAYLOAD_OVERHEAD_BYTES, MAX_RESULT_PAYLOAD_BYTES, OutboxResult, RESULT_PAYLOAD_PREFIX,
+    ResultApplied, ResultOutcome, ResultPayloadError, max_answer_bytes,
 };
 pub use seen::{SeenSet, SeenSetError};
+pub use workers::{
+    AnswerProof, PathStep, PreparedKey, WorkerKey, WorkerKeyRequest, WorkerKeysApplied,
+    WorkerKeysPayloadError, WorkerRegistry, WorkerSigner,
+};

@@ -214,11 +214,11 @@ mod tests {
     fn a_page_respects_its_bounds_and_round_trips() {
         let mut ob = outbox(10);
         let policy = crate::authz::Policy::default();
-        let r = OutboxResult {
-            index: 3,
-            id: OccurrenceId::new(1, 0, 2),
-            outcome: ResultOutcome::Answer(b"ok".to_vec()),
-        };
+        let r = OutboxResult::unsigned(
+            3,
+            OccurrenceId::new(1, 0, 2),
+            ResultOutcome::Answer(b"ok".to_vec()),
+        );
         ob.accept_result(&policy, &crate::authz::Principal::Host, &r)
             .unwrap();
         ob.trim_below(2);
