@@ -83,10 +83,18 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
     /// The same ledger with a schedule book (set up identically on every replica) whose pages
     /// are a store `Q` ([`MemPages`] from [`LedgerScheduler::new`], or any store from
     /// [`LedgerScheduler::with_pages`]).
+    ///
+    /// The book's handler set (names and versions) is declared in the registry
+    /// ([`CronTableRegistry::declare_handlers`]), so it enters the setup digest and thus the
+    /// ledger's digest: replicas built with different handlers disagree at once.
     pub fn with_scheduler<Q: ReservedPages>(
-        self,
+        mut self,
         scheduler: LedgerScheduler<S, Q>,
     ) -> CronLedger<S, Q> {
+        self.registry.declare_handlers(
+            scheduler.config().component,
+            scheduler.handlers().manifest(),
+        );
         CronLedger {
             state: self.state,
             registry: self.registry,

@@ -405,6 +405,12 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         &self.book
     }
 
+    /// The handlers the book runs (their names and versions are part of the ledger's setup
+    /// digest: [`crate::CronTableRegistry::declare_handlers`]).
+    pub fn handlers(&self) -> &Handlers<S> {
+        &self.handlers
+    }
+
     /// The replicated outbox the handlers emit into.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox

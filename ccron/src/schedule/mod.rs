@@ -32,6 +32,6 @@ pub use book::{
     FireRecord, Guarded, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP,
     MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, NextRun, ScheduleError,
     ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
-    record_pages_of,
+    manifest_digest, record_pages_of,
 };
 pub use cron_rule::CronRule;

@@ -109,9 +109,23 @@ impl<S> fmt::Debug for HandlerCtx<'_, S> {
 /// A handler: code registered under a name on every replica.
 pub type HandlerFn<S> = Box<dyn FnMut(&mut HandlerCtx<'_, S>) + Send>;
 
-/// The handlers schedules may name (registered identically on every replica).
+/// A registered handler: its version and its code.
+pub(super) struct Registered<S> {
+    pub(super) version: u32,
+    pub(super) run: HandlerFn<S>,
+}
+
+/// The handlers schedules may name (registered identically on every replica), each under a
+/// name and a version.
+///
+/// The set of names and versions is part of the ledger's setup: [`Handlers::digest`] hashes it,
+/// and [`crate::CronTableRegistry::declare_handlers`] folds it into the registry's setup digest
+/// (a `CronLedger` with a schedule book declares its handlers there), so replicas built with
+/// different handler sets (a renamed handler, a changed version) disagree visibly at the first
+/// checkpoint instead of silently at the first run. Bump a handler's version whenever its
+/// behaviour changes in a way replicas must not mix.
 pub struct Handlers<S> {
-    pub(super) map: BTreeMap<String, HandlerFn<S>>,
+    pub(super) map: BTreeMap<String, Registered<S>>,
 }
 
 impl<S> Default for Handlers<S> {
@@ -124,7 +138,9 @@ impl<S> Default for Handlers<S> {
 
 impl<S> fmt::Debug for Handlers<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.map.keys()).finish()
+        f.debug_map()
+            .entries(self.map.iter().map(|(n, r)| (n, r.version)))
+            .finish()
     }
 }
 
@@ -134,18 +150,35 @@ impl<S> Handlers<S> {
         Self::default()
     }
 
-    /// Registers `handler` under `name`; returns `false` (and changes nothing) when the name is
-    /// taken.
+    /// Registers `handler` under `name` at version 1; returns `false` (and changes nothing)
+    /// when the name is taken. See [`Handlers::register_versioned`].
     pub fn register(
         &mut self,
         name: impl Into<String>,
+        handler: impl FnMut(&mut HandlerCtx<'_, S>) + Send + 'static,
+    ) -> bool {
+        self.register_versioned(name, 1, handler)
+    }
+
+    /// Registers `handler` under `name` at `version`; returns `false` (and changes nothing)
+    /// when the name is taken. The name and the version enter [`Handlers::digest`].
+    pub fn register_versioned(
+        &mut self,
+        name: impl Into<String>,
+        version: u32,
         handler: impl FnMut(&mut HandlerCtx<'_, S>) + Send + 'static,
     ) -> bool {
         let name = name.into();
         if self.map.contains_key(&name) {
             return false;
         }
-        self.map.insert(name, Box::new(handler));
+        self.map.insert(
+            name,
+            Registered {
+                version,
+                run: Box::new(handler),
+            },
+        );
         true
     }
 
@@ -153,4 +186,48 @@ impl<S> Handlers<S> {
     pub fn contains(&self, name: &str) -> bool {
         self.map.contains_key(name)
     }
+
+    /// The version `name` is registered at.
+    pub fn version(&self, name: &str) -> Option<u32> {
+        self.map.get(name).map(|r| r.version)
+    }
+
+    /// How many handlers are registered.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Every registered `(name, version)`, ascending by name: the handler set as setup.
+    pub fn manifest(&self) -> Vec<(String, u32)> {
+        self.map
+            .iter()
+            .map(|(n, r)| (n.clone(), r.version))
+            .collect()
+    }
+
+    /// A digest of the handler set: every name and version, ascending by name (see
+    /// [`manifest_digest`]).
+    pub fn digest(&self) -> [u8; 32] {
+        manifest_digest(self.map.iter().map(|(n, r)| (n.as_str(), r.version)))
+    }
+}
+
+/// The digest of a handler set given as `(name, version)` pairs in ascending name order:
+/// SHA-256 over a domain tag, then each name's length, bytes and version (little-endian), so
+/// that no two distinct sets hash the same bytes.
+pub fn manifest_digest<'a>(entries: impl IntoIterator<Item = (&'a str, u32)>) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"ccron-handlers-v1");
+    for (name, version) in entries {
+        h.update((name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        h.update(version.to_le_bytes());
+    }
+    h.finalize().into()
 }

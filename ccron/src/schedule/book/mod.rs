@@ -38,7 +38,7 @@ use crate::due::Due;
 use crate::tick::{ComponentId, TimeMs};
 
 pub(super) use admission::check_misfire;
-pub use handlers::{HandlerCtx, HandlerFn, Handlers};
+pub use handlers::{HandlerCtx, HandlerFn, Handlers, manifest_digest};
 pub use preview::{NextRun, SlotLoad};
 pub use types::{
     FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS,

@@ -186,7 +186,7 @@ impl Scheduler {
                 return;
             }
             *left = left.saturating_sub(runs.len());
-            let Some(handler) = handlers.map.get_mut(&handler_name) else {
+            let Some(handler) = handlers.map.get_mut(&handler_name).map(|r| &mut r.run) else {
                 tracing::warn!(id, handler = %handler_name, "schedule names an unregistered handler");
                 report
                     .errors
