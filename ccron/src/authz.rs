@@ -70,6 +70,8 @@ pub enum Action {
     InstallZone,
     /// Report outbox progress (trim the outbox).
     OutboxProgress,
+    /// Re-target parked schedules to another handler (their owner or an admin).
+    Retarget,
 }
 
 impl fmt::Display for Action {
@@ -82,6 +84,7 @@ impl fmt::Display for Action {
             Self::Cancel => "cancel this schedule",
             Self::InstallZone => "install zone rules",
             Self::OutboxProgress => "report outbox progress",
+            Self::Retarget => "re-target these parked schedules",
         })
     }
 }

@@ -204,8 +204,10 @@ pub struct LedgerScheduler<S, P = MemPages> {
     policy: Policy,
     denied: u64,
     /// Typed errors the book's ticks reported ([`TickReport::errors`](crate::schedule::TickReport::errors):
-    /// refused emits, rejected handler requests, unknown handlers).
+    /// refused emits, rejected handler requests).
     tick_errors: u64,
+    /// Runs the book's ticks parked (a metric, [`Self::parked_runs`]).
+    parked_runs: u64,
     /// The first failed save of the book or the outbox ([`AppError::Fatal`]): the ledger has
     /// stopped (fail-stop) and executes nothing more.
     fatal: Option<AppError>,
@@ -237,6 +239,7 @@ impl<S> LedgerScheduler<S> {
             policy: Policy::default(),
             denied: 0,
             tick_errors: 0,
+            parked_runs: 0,
             fatal: None,
         }
     }
@@ -278,6 +281,7 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
             policy: Policy::default(),
             denied: 0,
             tick_errors: 0,
+            parked_runs: 0,
             fatal: None,
             reaction: None,
         })
@@ -335,10 +339,17 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
     }
 
     /// Typed errors the book's ticks reported so far (refused emits, rejected handler
-    /// requests, unknown handlers): deterministic outcomes, the same on every replica, each
+    /// requests): deterministic outcomes, the same on every replica, each
     /// also traced; a counter for this replica's metrics, like [`Self::denied`].
     pub fn tick_errors(&self) -> u64 {
         self.tick_errors
+    }
+
+    /// Schedules this replica's ticks parked so far because their handler is not registered
+    /// in this build (a metric; the parked schedules themselves are replicated state:
+    /// [`Scheduler::parked`](crate::schedule::Scheduler::parked)).
+    pub fn parked_runs(&self) -> u64 {
+        self.parked_runs
     }
 
     /// With `reaction` run on the first result for each outbox record (see [`ResultReaction`]).
@@ -506,6 +517,9 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         if !report.errors.is_empty() {
             self.tick_errors = self.tick_errors.saturating_add(report.errors.len() as u64);
             tracing::warn!(errors = ?report.errors, "scheduler tick errors");
+        }
+        if !report.parked.is_empty() {
+            self.parked_runs = self.parked_runs.saturating_add(report.parked.len() as u64);
         }
         self.persist();
         // Only handler runs append: rewrite the outbox's pages when they did.

@@ -234,6 +234,7 @@ impl Scheduler {
             owed,
             Principal::Client(u64::MAX),
             0u64,
+            false,
         ))?)
     }
 
@@ -420,6 +421,12 @@ impl Scheduler {
                 };
                 self.apply_with(by, plain, handlers_ok, seq, now_ms)
             }
+            ScheduleRequest::Retarget {
+                from_handler,
+                to_handler,
+            } => self
+                .retarget(by, &from_handler, &to_handler, handlers_ok)
+                .map(Some),
             ScheduleRequest::InstallZone(rules) => {
                 self.authorize(by, Action::InstallZone, None)?;
                 let name = rules.name().to_owned();
@@ -511,6 +518,139 @@ impl Scheduler {
         Ok(())
     }
 
+    /// [`ScheduleRequest::Retarget`]: moves up to the budget of `by`'s parked schedules (every
+    /// one's for an admin) waiting for `from` to the registered handler `to`, ascending id;
+    /// returns how many moved. Each is checked like a replacement (its record page and the
+    /// log bound); the first that does not fit ends the request (the ones before it moved).
+    fn retarget(
+        &mut self,
+        by: &Principal,
+        from: &str,
+        to: &str,
+        handlers_ok: impl Fn(&str) -> bool,
+    ) -> Result<u64, ScheduleError> {
+        let max = self.limits.max_name_bytes;
+        if to.len() > max {
+            return Err(ScheduleError::Limit(format!(
+                "names are at most {max} bytes"
+            )));
+        }
+        if !handlers_ok(to) {
+            return Err(ScheduleError::UnknownHandler(to.to_owned()));
+        }
+        let Some(waiting) = self.parked.get(from) else {
+            return Err(ScheduleError::NothingParked(from.to_owned()));
+        };
+        let budget = self.limits.budget_per_tick.max(1);
+        let ids: Vec<u64> = waiting
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.records
+                    .get(id)
+                    .is_some_and(|r| self.policy.may_mutate(by, &r.owner))
+            })
+            .take(budget)
+            .collect();
+        if ids.is_empty() {
+            return Err(ScheduleError::Unauthorized {
+                by: *by,
+                action: Action::Retarget,
+            });
+        }
+        let mut moved = 0u64;
+        for id in ids {
+            if let Err(e) = self.retarget_one(id, to) {
+                if moved == 0 {
+                    return Err(e);
+                }
+                tracing::info!(component = self.component, id, error = %e, "retarget stopped");
+                break;
+            }
+            moved += 1;
+        }
+        tracing::info!(
+            component = self.component,
+            from,
+            to,
+            moved,
+            "parked schedules re-targeted"
+        );
+        Ok(moved)
+    }
+
+    /// Moves schedule `id` to handler `to` after checking it like a replacement (its record
+    /// fits a page, the book's record pages and the log bound); on error nothing changes.
+    fn retarget_one(&mut self, id: u64, to: &str) -> Result<(), ScheduleError> {
+        let Some(rec) = self.records.get(&id) else {
+            return Err(ScheduleError::UnknownSchedule(target_of(id)));
+        };
+        let mut def = rec.def.clone();
+        def.handler = to.to_owned();
+        let need = Self::entry_bound(&def)?;
+        let room = store::record_room(self.limits.page_bytes);
+        if need > room {
+            return Err(ScheduleError::Limit(format!(
+                "schedule {id} would take {need} bytes, a page holds at most {room}"
+            )));
+        }
+        if let Some(max_pages) = self.limits.max_record_pages
+            && !self.placement.can_hold(id, need, max_pages)
+        {
+            return Err(ScheduleError::Limit(format!(
+                "schedule {id} re-targeted does not fit the book's {max_pages} record pages"
+            )));
+        }
+        let old = u64::from(self.placement.len_of(id));
+        self.check_journal(
+            self.placement.records() as u64,
+            self.placement
+                .placed_bytes
+                .saturating_sub(old)
+                .saturating_add(need as u64),
+            self.zones_bytes,
+        )?;
+        self.unindex(id);
+        self.unlink_parked(id);
+        if let Some(r) = self.records.get_mut(&id) {
+            r.def.handler = to.to_owned();
+            r.parked = false;
+            r.version = r.version.saturating_add(1);
+        }
+        self.reindex(id);
+        self.touch(id);
+        Ok(())
+    }
+
+    /// Moves every schedule naming handler `from` (parked or not) to handler `to`, whatever
+    /// its owner, without budget: for a migration run once at an upgrade, on every replica
+    /// alike (the host's code, not a client request: `to` is not checked against the
+    /// handlers). O(n) over the book. Each moved schedule gets version + 1 and, when parked,
+    /// is due again at once. Returns how many moved.
+    ///
+    /// # Errors
+    /// As a replacement would be: [`ScheduleError::Limit`] (a name too long, or a record that
+    /// would not fit its pages) or [`ScheduleError::JournalFull`]; the schedules before the
+    /// failing one (ascending id) have moved.
+    pub fn retarget_all(&mut self, from: &str, to: &str) -> Result<u64, ScheduleError> {
+        let max = self.limits.max_name_bytes;
+        if to.len() > max {
+            return Err(ScheduleError::Limit(format!(
+                "names are at most {max} bytes"
+            )));
+        }
+        let ids: Vec<u64> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.def.handler == from)
+            .map(|(id, _)| *id)
+            .collect();
+        for &id in &ids {
+            self.retarget_one(id, to)?;
+        }
+        Ok(ids.len() as u64)
+    }
+
     fn insert_new(
         &mut self,
         owner: Principal,
@@ -562,6 +702,7 @@ impl Scheduler {
                 owed: None,
                 owner,
                 version: 1,
+                parked: false,
             },
         );
         self.reindex(id);
@@ -601,9 +742,12 @@ impl Scheduler {
         }
         self.unindex(id);
         self.unlink_zone(id);
+        // A replacement names a registered handler (admission checked it): no longer parked.
+        self.unlink_parked(id);
         let Some(rec) = self.records.get_mut(&id) else {
             return Err(ScheduleError::UnknownSchedule(target_of(id)));
         };
+        rec.parked = false;
         if let Some(old) = rec.def.key.take() {
             self.keys.remove(&old);
         }
@@ -626,6 +770,7 @@ impl Scheduler {
     pub(super) fn remove(&mut self, id: u64) {
         self.unindex(id);
         self.unlink_zone(id);
+        self.unlink_parked(id);
         if let Some(rec) = self.records.remove(&id)
             && let Some(k) = rec.def.key
         {

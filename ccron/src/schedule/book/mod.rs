@@ -65,6 +65,12 @@ struct Record {
     /// 1 at creation, bumped by every admitted request that changes it (optimistic
     /// concurrency, [`ScheduleRequest::IfVersion`]); replicated and persisted.
     version: u64,
+    /// Layout 6: a run came due while this build had no handler of the record's name, so it
+    /// was *parked* instead of run: the record keeps its due point (nothing consumed), leaves
+    /// the due index, and waits until a build registering the handler ticks (it is then due
+    /// at once) or an authorized request cancels it or re-targets it
+    /// ([`ScheduleRequest::Retarget`]). Replicated and persisted.
+    parked: bool,
 }
 
 /// The replicated schedule book with its due index (see the module documentation).
@@ -81,6 +87,10 @@ pub struct Scheduler {
     /// Zone name -> ids of the cron records naming it (derived, maintained by `reindex` and
     /// `remove`): an `InstallZone` re-evaluates exactly the k schedules of its zone.
     zoned: BTreeMap<String, BTreeSet<u64>>,
+    /// Handler name -> ids of the parked records naming it (derived from `Record::parked`,
+    /// rebuilt on load): a tick unparks a name's records once its handler is registered, a
+    /// [`ScheduleRequest::Retarget`] moves them.
+    parked: BTreeMap<String, BTreeSet<u64>>,
     /// (255 - priority, due key, id) of every active record with a next due point.
     index: BTreeSet<(u8, Due, u64)>,
     /// Active index entries per inverted priority (a tick probes only levels in use).
@@ -114,6 +124,7 @@ impl Scheduler {
             keys: BTreeMap::new(),
             crons: BTreeMap::new(),
             zoned: BTreeMap::new(),
+            parked: BTreeMap::new(),
             index: BTreeSet::new(),
             levels: BTreeMap::new(),
             header_dirty: false,
@@ -190,7 +201,20 @@ impl Scheduler {
             owed: r.owed,
             owner: r.owner,
             version: r.version,
+            parked: r.parked,
         })
+    }
+
+    /// How many schedules are parked: a run came due while no handler of their name was
+    /// registered ([`ScheduleInfo::parked`]).
+    pub fn parked_count(&self) -> usize {
+        self.parked.values().map(BTreeSet::len).sum()
+    }
+
+    /// The parked schedules by the handler name they wait for: `(handler, ids ascending)`,
+    /// ascending by name.
+    pub fn parked(&self) -> impl Iterator<Item = (&str, &BTreeSet<u64>)> + '_ {
+        self.parked.iter().map(|(n, ids)| (n.as_str(), ids))
     }
 
     /// Every schedule id, ascending.

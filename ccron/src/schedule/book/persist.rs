@@ -56,10 +56,9 @@ const SEGMENT_PAGES: usize = 16;
 /// their owner (`crate::authz`); 4 = records carry their version, routing topic and type, and
 /// may hold the `AtOrSeq` timing; 5 = the record log (commit page, change log, record pages
 /// folded when the log is full, [`store`](crate::schedule::store)) in place of the write-ahead
-/// journal. Pages of another version are refused at load with
-/// [`ScheduleError::UnsupportedLayout`] (no conversion: a replica of an older release must be
-/// drained, or its book recreated, before upgrading).
-const WIRE_VERSION: u8 = 5;
+/// journal; 6 = records carry their run state (parked, [`ScheduleInfo::parked`](super::ScheduleInfo::parked)). Pages of another version are
+/// refused at load with [`ScheduleError::UnsupportedLayout`].
+const WIRE_VERSION: u8 = 6;
 
 /// The committed log, read back from the pages.
 #[derive(Default)]
@@ -774,6 +773,12 @@ impl Scheduler {
         }
         if let Some(c) = cron {
             self.crons.insert(id, c);
+        }
+        if rec.parked {
+            self.parked
+                .entry(rec.def.handler.clone())
+                .or_default()
+                .insert(id);
         }
         self.records.insert(id, rec);
         self.reindex(id);

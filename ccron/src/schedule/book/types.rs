@@ -264,6 +264,21 @@ pub enum ScheduleRequest {
         /// The version the requester last saw, or 0 for "no schedule holds the key".
         version: u64,
     },
+    /// Moves parked schedules ([`ScheduleInfo::parked`]) waiting for handler `from_handler` to
+    /// the registered handler `to_handler` (after a handler was renamed or dropped by a new
+    /// build): each keeps its id, due point, run counter, owner and key, gets version + 1, and
+    /// is due again at once. Only the requester's own schedules move, or every one for an
+    /// admin ([`crate::authz::Policy`]); at most [`Limits::budget_per_tick`] per request,
+    /// ascending id (repeat the request for the rest): the reply is how many moved. An
+    /// unregistered `to_handler` is [`ScheduleError::UnknownHandler`]; nothing parked for the
+    /// requester is [`ScheduleError::NothingParked`]. Appended, so the others keep their
+    /// encoding.
+    Retarget {
+        /// The handler name the parked schedules wait for.
+        from_handler: String,
+        /// The registered handler they move to.
+        to_handler: String,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -453,6 +468,10 @@ pub enum ScheduleError {
         /// The schedule's version.
         actual: u64,
     },
+    /// [`ScheduleRequest::Retarget`] found no parked schedule waiting for this handler that
+    /// the requester may change; nothing changed.
+    #[error("no parked schedule waits for handler {0:?}")]
+    NothingParked(String),
     /// The policy does not let `by` do this ([`crate::authz`]); nothing changed.
     #[error("{by} may not {action}")]
     Unauthorized {
@@ -486,9 +505,14 @@ pub struct ScheduleInfo {
     /// Who owns it (the principal that created it).
     pub owner: Principal,
     /// Its version: 1 at creation, bumped by every admitted request that changes it (replace,
-    /// upsert of its key, pause, resume), never by ticks. [`ScheduleRequest::IfVersion`]
-    /// compares against it.
+    /// upsert of its key, pause, resume, retarget), never by ticks.
+    /// [`ScheduleRequest::IfVersion`] compares against it.
     pub version: u64,
+    /// Whether a run came due while no handler of its name was registered: the run is kept
+    /// (its due point unchanged, nothing consumed) until a build registering the handler
+    /// ticks, or a request cancels the schedule or re-targets it
+    /// ([`ScheduleRequest::Retarget`]).
+    pub parked: bool,
 }
 
 /// One run of a handler in a tick.
@@ -515,6 +539,11 @@ pub struct TickReport {
     /// not take the record it may emit ([`Scheduler::emit_bound`](super::Scheduler::emit_bound));
     /// it runs once the consumer trims the outbox. Deterministic: the outbox is replicated.
     pub outbox_full: bool,
-    /// Errors: requests emitted by handlers that were rejected, failed emits, missing handlers.
+    /// Schedules parked by this tick: a run came due and no handler of its name is registered
+    /// in this build; the run is kept, not consumed ([`ScheduleInfo::parked`]).
+    pub parked: Vec<u64>,
+    /// Parked schedules this tick made due again because their handler is registered now.
+    pub unparked: usize,
+    /// Errors: requests emitted by handlers that were rejected, failed emits.
     pub errors: Vec<ScheduleError>,
 }
