@@ -72,6 +72,8 @@ pub enum Action {
     OutboxProgress,
     /// Re-target parked schedules to another handler (their owner or an admin).
     Retarget,
+    /// Re-drive or discard a schedule's dead runs (its owner or an admin).
+    DeadLetter,
 }
 
 impl fmt::Display for Action {
@@ -85,6 +87,7 @@ impl fmt::Display for Action {
             Self::InstallZone => "install zone rules",
             Self::OutboxProgress => "report outbox progress",
             Self::Retarget => "re-target these parked schedules",
+            Self::DeadLetter => "re-drive or discard this schedule's dead runs",
         })
     }
 }

@@ -16,7 +16,7 @@ use proptest::prelude::*;
 /// Pages that fail every write after the first `budget` ones.
 type Crashing = ccron::pages::CrashAfter<MemPages>;
 
-const PAGE: usize = 512;
+const PAGE: usize = 1_024;
 
 fn limits() -> Limits {
     Limits {
@@ -399,9 +399,9 @@ fn a_record_larger_than_a_page_is_refused_at_admission() {
         Err(ScheduleError::Limit(_))
     ));
     assert!(book.is_empty());
-    // (162: page and blob headers plus the record's other fields, its owner, version, topic
-    // and type included.)
-    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 162]);
+    // (290: page and blob headers plus the record's other fields, its owner, version, topic
+    // and type included, and its run state at its largest: a retry pending, a dead run.)
+    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 290]);
     book.apply(
         &Principal::Host,
         ScheduleRequest::Create(fits),
@@ -615,7 +615,7 @@ fn a_full_book_rejects_new_schedules_at_admission_not_at_save() {
     )
     .unwrap();
     let before = book.clone();
-    let grown = NewSchedule::new("run", Timing::At(Due::Time(5))).with_payload(vec![7; 300]);
+    let grown = NewSchedule::new("run", Timing::At(Due::Time(5))).with_payload(vec![7; 600]);
     let refused = book.apply(
         &Principal::Host,
         ScheduleRequest::Replace {

@@ -369,3 +369,463 @@ mod parked {
         book.check_invariants().unwrap();
     }
 }
+
+mod failing {
+    use std::collections::BTreeMap;
+
+    use ccron::outbox::{Outbox, OutboxLimits};
+    use ccron::schedule::{
+        AfterFailure, HandlerError, Handlers, Limits, Misfire, NewSchedule, RetryPolicy,
+        RunOutcome, RunPolicy, ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
+        Transactional,
+    };
+    use ccron::{Due, Principal, Tick};
+    use proptest::prelude::*;
+
+    /// A ledger state with an undo log: each write records the old value while a run is open.
+    #[derive(Debug, Default, Clone, PartialEq, Eq)]
+    pub(super) struct Bank {
+        pub balances: BTreeMap<u64, i64>,
+        undo: Vec<(u64, Option<i64>)>,
+        open: bool,
+    }
+
+    /// Attempts seen, `(schedule id, attempt, agreed time)`: an observation outside the
+    /// replicated state (rollbacks do not touch it).
+    pub(super) type Seen = std::sync::Arc<std::sync::Mutex<Vec<(u64, u32, i64)>>>;
+
+    impl Bank {
+        pub fn credit(&mut self, account: u64, amount: i64) {
+            let old = self.balances.get(&account).copied();
+            if self.open {
+                self.undo.push((account, old));
+            }
+            self.balances.insert(account, old.unwrap_or(0) + amount);
+        }
+    }
+
+    impl Transactional for Bank {
+        fn begin_run(&mut self) {
+            self.open = true;
+            self.undo.clear();
+        }
+        fn commit_run(&mut self) {
+            self.open = false;
+            self.undo.clear();
+        }
+        fn rollback_run(&mut self) {
+            self.open = false;
+            while let Some((account, old)) = self.undo.pop() {
+                match old {
+                    Some(v) => self.balances.insert(account, v),
+                    None => self.balances.remove(&account),
+                };
+            }
+        }
+    }
+
+    /// Handlers: "pay" credits account 1, emits, queues a follow-up, then fails while the
+    /// payload's first byte says how many attempts fail (255: always) by an error ("pay") or a
+    /// panic ("pay-panic"); "ok" credits account 2.
+    pub(super) fn handlers(transactional: bool, seen: &Seen) -> Handlers<Bank> {
+        let mut h: Handlers<Bank> = if transactional {
+            Handlers::transactional()
+        } else {
+            Handlers::new().with_clone_rollback()
+        };
+        for (name, panics) in [("pay", false), ("pay-panic", true)] {
+            let seen = seen.clone();
+            h.register(name, move |ctx| {
+                let (id, attempt) = (ctx.id, ctx.attempt);
+                let now = ctx.tick.agreed_time_ms.unwrap_or(0);
+                seen.lock().unwrap().push((id, attempt, now));
+                ctx.state.credit(1, 10);
+                ctx.emit("paid", b"x".to_vec())?;
+                ctx.request(ScheduleRequest::Create(NewSchedule::new(
+                    "ok",
+                    Timing::AfterMs(1),
+                )));
+                let fails = u32::from(ctx.payload.first().copied().unwrap_or(0));
+                if attempt <= fails {
+                    assert!(!panics, "deliberate panic in a handler");
+                    return Err(HandlerError::new(7, "payment service down"));
+                }
+                Ok(())
+            });
+        }
+        h.register("ok", |ctx| ctx.state.credit(2, 1));
+        h
+    }
+
+    pub(super) struct Rig {
+        pub book: Scheduler,
+        pub h: Handlers<Bank>,
+        pub bank: Bank,
+        pub outbox: Outbox,
+        pub seq: u64,
+        pub seen: Seen,
+    }
+
+    impl Rig {
+        pub fn new(transactional: bool) -> Self {
+            let seen = Seen::default();
+            Self {
+                book: Scheduler::new(2, Limits::default()),
+                h: handlers(transactional, &seen),
+                seen,
+                bank: Bank::default(),
+                outbox: Outbox::new(OutboxLimits::default()),
+                seq: 0,
+            }
+        }
+        pub fn apply(
+            &mut self,
+            r: ScheduleRequest,
+            now: i64,
+        ) -> Result<Option<u64>, ScheduleError> {
+            self.seq += 1;
+            let out = self
+                .book
+                .apply(&Principal::Client(1), r, &self.h, self.seq, Some(now));
+            self.book.check_invariants().unwrap();
+            out
+        }
+        pub fn tick(&mut self, now: i64) -> ccron::schedule::TickReport {
+            self.seq += 1;
+            let rep = self.book.on_tick(
+                &Tick::new(2, self.seq, Some(now)),
+                &mut self.bank,
+                &mut self.h,
+                &mut self.outbox,
+            );
+            self.book.check_invariants().unwrap();
+            rep
+        }
+    }
+
+    fn pay(handler: &str, fails: u8, timing: Timing) -> NewSchedule {
+        NewSchedule::new(handler, timing).with_payload(vec![fails])
+    }
+
+    /// An error and a panic alike: the failed attempt changes nothing (state rolled back,
+    /// no outbox record, no queued request), the retry runs at the deterministic backoff
+    /// with the same occurrence id, and the successful attempt commits once.
+    #[test]
+    fn a_failed_run_is_rolled_back_and_retried_at_its_backoff() {
+        for (handler, transactional) in [
+            ("pay", true),
+            ("pay-panic", true),
+            ("pay", false),
+            ("pay-panic", false),
+        ] {
+            let mut r = Rig::new(transactional);
+            let retry = RetryPolicy::exponential(5, 1_000, 60_000).with_jitter_ms(300);
+            let policy = RunPolicy::default().with_retry(retry);
+            let id = r
+                .apply(
+                    ScheduleRequest::CreateWith {
+                        schedule: pay(handler, 2, Timing::At(Due::Time(10_000))),
+                        policy,
+                    },
+                    0,
+                )
+                .unwrap()
+                .unwrap();
+            let rep = r.tick(10_000);
+            let expect = RunOutcome::Failed { code: 7 };
+            let outcome = if handler == "pay" {
+                expect
+            } else {
+                RunOutcome::Panicked
+            };
+            let at1 = 10_000 + retry.delay_ms(id, 1);
+            assert_eq!(rep.failed.len(), 1, "{handler}");
+            assert_eq!(rep.failed[0].outcome, outcome);
+            assert_eq!(rep.failed[0].then, AfterFailure::Retry(Due::Time(at1)));
+            assert!(r.bank.balances.is_empty(), "{handler}: rolled back");
+            assert!(r.outbox.is_empty() && r.book.len() == 1, "{handler}");
+            let info = r.book.get(id).unwrap();
+            assert_eq!(
+                info.retry.map(|p| (p.attempt, p.at)),
+                Some((2, Due::Time(at1)))
+            );
+            // Not before its time; then attempt 2 fails again, attempt 3 succeeds.
+            assert!(r.tick(at1 - 1).fired.is_empty());
+            let rep = r.tick(at1);
+            assert_eq!(rep.fired[0].attempt, 2);
+            let at2 = at1 + retry.delay_ms(id, 2);
+            assert_eq!(rep.failed[0].then, AfterFailure::Retry(Due::Time(at2)));
+            assert!(r.bank.balances.is_empty() && r.outbox.is_empty());
+            let rep = r.tick(at2 + 5);
+            assert_eq!(
+                (
+                    rep.fired[0].attempt,
+                    rep.fired[0].outcome,
+                    rep.fired[0].occurrence
+                ),
+                (3, RunOutcome::Ok, 0)
+            );
+            assert_eq!(
+                r.bank.balances.get(&1),
+                Some(&10),
+                "{handler}: committed once"
+            );
+            let emitted: Vec<_> = r.outbox.iter().map(|(_, rec)| rec.id).collect();
+            assert_eq!(emitted, vec![ccron::outbox::OccurrenceId::new(2, id, 0)]);
+            assert!(r.book.get(id).is_none(), "the one-shot is spent");
+            assert_eq!(r.book.len(), 1, "its queued follow-up was applied");
+            let seen: Vec<_> = r.seen.lock().unwrap().iter().map(|s| (s.1, s.2)).collect();
+            assert_eq!(seen, vec![(1, 10_000), (2, at1), (3, at2 + 5)]);
+        }
+    }
+
+    /// After the last attempt the run is dead-lettered (kept in the book, listed, counted);
+    /// its owner re-drives it (a fresh set of attempts) or discards it; a stranger cannot.
+    #[test]
+    fn the_last_failure_is_dead_lettered_then_redriven_or_discarded() {
+        let mut r = Rig::new(true);
+        let policy = RunPolicy::default().with_retry(RetryPolicy::exponential(2, 100, 100));
+        let id = r
+            .apply(
+                ScheduleRequest::CreateWith {
+                    schedule: pay("pay", 3, Timing::At(Due::Time(1_000))).with_key("k"),
+                    policy,
+                },
+                0,
+            )
+            .unwrap()
+            .unwrap();
+        r.tick(1_000);
+        let rep = r.tick(1_100);
+        assert_eq!(
+            rep.failed[0].then,
+            AfterFailure::DeadLettered { paused: false }
+        );
+        let info = r.book.get(id).unwrap();
+        assert!(info.retry.is_none() && info.next.is_none());
+        assert_eq!(info.dead.len(), 1);
+        assert_eq!((info.dead[0].attempts, info.dead[0].occurrence), (2, 0));
+        assert_eq!(r.book.dead_count(), 1);
+        assert_eq!(r.book.id_of("k"), Some(id), "it keeps its key");
+        assert!(
+            r.tick(50_000).fired.is_empty(),
+            "a dead run does not run by itself"
+        );
+        // A stranger may not; the owner re-drives: attempts 1 and 2 again (the payload fails
+        // attempt <= 3, so it dies again); then discards it: the one-shot leaves.
+        let redrive = ScheduleRequest::Redrive {
+            target: Target::Id(id),
+            occurrence: 0,
+        };
+        r.seq += 1;
+        assert!(matches!(
+            r.book.apply(
+                &Principal::Client(2),
+                redrive.clone(),
+                &r.h,
+                r.seq,
+                Some(50_000)
+            ),
+            Err(ScheduleError::Unauthorized { .. })
+        ));
+        r.apply(redrive.clone(), 50_000).unwrap();
+        assert_eq!(r.book.dead_count(), 0);
+        assert_eq!(r.tick(50_000).fired[0].attempt, 1);
+        assert_eq!(
+            r.tick(50_100).failed[0].then,
+            AfterFailure::DeadLettered { paused: false }
+        );
+        assert_eq!(
+            r.apply(
+                ScheduleRequest::Discard {
+                    target: Target::Id(id),
+                    occurrence: 9
+                },
+                50_200
+            ),
+            Err(ScheduleError::NoDeadRun { id, occurrence: 9 })
+        );
+        r.apply(
+            ScheduleRequest::Discard {
+                target: Target::Key("k".into()),
+                occurrence: 0,
+            },
+            50_200,
+        )
+        .unwrap();
+        assert!(r.book.get(id).is_none() && r.book.id_of("k").is_none());
+        assert!(r.bank.balances.is_empty(), "every attempt was rolled back");
+    }
+
+    /// A recurring schedule with pause_on_failure is paused when a run is dead-lettered; a
+    /// failure in the middle of a fire-each catch-up leaves the rest owed behind the retry,
+    /// run in order once the retry succeeds.
+    #[test]
+    fn recurring_runs_stay_in_order_and_pause_on_failure() {
+        let mut r = Rig::new(true);
+        let every = Timing::Every {
+            period_ms: 1_000,
+            start_ms: Some(1_000),
+        };
+        let policy = RunPolicy::default()
+            .with_retry(RetryPolicy::exponential(2, 500, 500))
+            .pausing_on_failure();
+        // Fails attempt 1 of every occurrence; succeeds at attempt 2.
+        let id = r
+            .apply(
+                ScheduleRequest::CreateWith {
+                    schedule: pay("pay", 1, every).with_misfire(Misfire::FireEach { cap: 3 }),
+                    policy,
+                },
+                0,
+            )
+            .unwrap()
+            .unwrap();
+        // A tick at 3.2 s reaches 1, 2 and 3 s: the first fails, 2 and 3 s are owed.
+        let rep = r.tick(3_200);
+        assert_eq!(rep.fired.len(), 1);
+        let info = r.book.get(id).unwrap();
+        assert_eq!(info.owed, Some((2_000, 3_000)));
+        assert_eq!(info.retry.map(|p| p.at), Some(Due::Time(3_700)));
+        // At 3.7 s: the retry of 1 s succeeds, then the owed 2 s fails (3 s stays owed).
+        let rep = r.tick(3_700);
+        let runs: Vec<_> = rep
+            .fired
+            .iter()
+            .map(|f| (f.due, f.attempt, f.outcome.is_ok()))
+            .collect();
+        assert_eq!(
+            runs,
+            vec![(Due::Time(1_000), 2, true), (Due::Time(2_000), 1, false)]
+        );
+        assert_eq!(r.book.get(id).unwrap().owed, Some((3_000, 3_000)));
+        // Now make every attempt fail: the retry of 2 s dies and pauses the schedule.
+        r.apply(
+            ScheduleRequest::Replace {
+                target: Target::Id(id),
+                schedule: pay(
+                    "pay",
+                    255,
+                    Timing::Every {
+                        period_ms: 1_000,
+                        start_ms: Some(1_000),
+                    },
+                ),
+            },
+            3_700,
+        )
+        .unwrap();
+        // Replace drops the retry and the owed runs (re-armed from admission): nothing dies.
+        let rep = r.tick(4_000);
+        assert_eq!(rep.failed[0].then, AfterFailure::Retry(Due::Time(4_500)));
+        let rep = r.tick(4_500);
+        assert_eq!(
+            rep.failed[0].then,
+            AfterFailure::DeadLettered { paused: true }
+        );
+        let info = r.book.get(id).unwrap();
+        assert!(info.paused && info.dead.len() == 1);
+        assert!(r.tick(10_000).fired.is_empty(), "paused");
+        assert_eq!(
+            r.bank.balances.get(&1),
+            Some(&10),
+            "only the one success committed"
+        );
+    }
+
+    /// Without a rollback configured, a failed run's staged effects are still dropped.
+    #[test]
+    fn staged_effects_are_dropped_even_without_a_state_rollback() {
+        let mut h: Handlers<Vec<u8>> = Handlers::new();
+        assert!(!h.rolls_back());
+        h.register("f", |ctx| {
+            ctx.state.push(1);
+            ctx.emit("e", Vec::new())?;
+            ctx.request(ScheduleRequest::Cancel(Target::Id(99)));
+            Err(HandlerError::new(1, "no"))
+        });
+        let mut book = Scheduler::new(1, Limits::default());
+        book.apply(
+            &Principal::Host,
+            ScheduleRequest::Create(NewSchedule::new("f", Timing::At(Due::Time(5)))),
+            &h,
+            1,
+            Some(0),
+        )
+        .unwrap();
+        let mut outbox = Outbox::new(OutboxLimits::default());
+        let mut state = Vec::new();
+        let rep = book.on_tick(&Tick::new(1, 2, Some(5)), &mut state, &mut h, &mut outbox);
+        assert_eq!(state, vec![1], "kept: no rollback configured");
+        assert!(outbox.is_empty() && rep.errors.is_empty(), "{rep:?}");
+        assert_eq!(book.dead_count(), 1);
+    }
+
+    /// The model of a retry schedule: attempt k + 1 runs at the first tick at or after the
+    /// failure time of attempt k plus `delay_ms(id, k)`; after `max_attempts` the run is dead.
+    fn model(
+        policy: RetryPolicy,
+        id: u64,
+        fails: u32,
+        first: i64,
+        step: i64,
+        ticks: usize,
+    ) -> (Vec<(u32, i64)>, bool) {
+        let mut out = Vec::new();
+        let mut attempt = 1;
+        let mut due = first;
+        for k in 0..ticks {
+            let now = first + k as i64 * step;
+            if now < due {
+                continue;
+            }
+            out.push((attempt, now));
+            if attempt > fails {
+                return (out, false);
+            }
+            if attempt == policy.max_attempts {
+                return (out, true);
+            }
+            due = now + policy.delay_ms(id, attempt);
+            attempt += 1;
+        }
+        (out, false)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The book's retries match the model: same attempts at the same ticks, the same
+        /// dead letter, and the state holds exactly the successful run.
+        #[test]
+        fn retries_follow_the_model(
+            max_attempts in 1u32..6,
+            base in 0i64..3_000,
+            extra in 0i64..10_000,
+            jitter in 0u32..2_000,
+            fails in 0u8..7,
+            step in 1i64..1_500,
+            transactional in any::<bool>(),
+        ) {
+            let policy = RetryPolicy::exponential(max_attempts, base, base + extra)
+                .with_jitter_ms(jitter);
+            let mut r = Rig::new(transactional);
+            let id = r.apply(
+                ScheduleRequest::CreateWith {
+                    schedule: pay("pay", fails, Timing::At(Due::Time(1_000))),
+                    policy: RunPolicy::default().with_retry(policy),
+                },
+                0,
+            ).unwrap().unwrap();
+            let ticks = 200;
+            for k in 0..ticks {
+                r.tick(1_000 + k as i64 * step);
+            }
+            let (attempts, dead) = model(policy, id, u32::from(fails), 1_000, step, ticks);
+            let seen: Vec<_> = r.seen.lock().unwrap().iter().map(|s| (s.1, s.2)).collect();
+            prop_assert_eq!(&seen, &attempts);
+            prop_assert_eq!(r.book.dead_count(), usize::from(dead));
+            let succeeded = attempts.last().is_some_and(|(a, _)| *a > u32::from(fails));
+            prop_assert_eq!(r.bank.balances.get(&1).copied(), succeeded.then_some(10));
+        }
+    }
+}

@@ -208,6 +208,8 @@ pub struct LedgerScheduler<S, P = MemPages> {
     tick_errors: u64,
     /// Runs the book's ticks parked (a metric, [`Self::parked_runs`]).
     parked_runs: u64,
+    /// Failed handler runs (a metric, [`Self::failed_runs`]).
+    failed_runs: u64,
     /// The first failed save of the book or the outbox ([`AppError::Fatal`]): the ledger has
     /// stopped (fail-stop) and executes nothing more.
     fatal: Option<AppError>,
@@ -240,6 +242,7 @@ impl<S> LedgerScheduler<S> {
             denied: 0,
             tick_errors: 0,
             parked_runs: 0,
+            failed_runs: 0,
             fatal: None,
         }
     }
@@ -282,6 +285,7 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
             denied: 0,
             tick_errors: 0,
             parked_runs: 0,
+            failed_runs: 0,
             fatal: None,
             reaction: None,
         })
@@ -350,6 +354,14 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
     /// [`Scheduler::parked`](crate::schedule::Scheduler::parked)).
     pub fn parked_runs(&self) -> u64 {
         self.parked_runs
+    }
+
+    /// Handler runs that failed on this replica's ticks so far (an error or a caught panic;
+    /// rolled back, then retried or dead-lettered by the schedule's run policy): a metric, the
+    /// same on every replica; the dead runs themselves are replicated state
+    /// ([`Scheduler::dead_letters`](crate::schedule::Scheduler::dead_letters)).
+    pub fn failed_runs(&self) -> u64 {
+        self.failed_runs
     }
 
     /// With `reaction` run on the first result for each outbox record (see [`ResultReaction`]).
@@ -520,6 +532,9 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         }
         if !report.parked.is_empty() {
             self.parked_runs = self.parked_runs.saturating_add(report.parked.len() as u64);
+        }
+        if !report.failed.is_empty() {
+            self.failed_runs = self.failed_runs.saturating_add(report.failed.len() as u64);
         }
         self.persist();
         // Only handler runs append: rewrite the outbox's pages when they did.

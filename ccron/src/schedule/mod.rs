@@ -29,9 +29,11 @@ pub(crate) mod store;
 
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
-    FireRecord, Guarded, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP,
-    MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, NextRun, ScheduleError,
-    ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
+    AfterFailure, DeadRun, EMIT_REFUSED_CODE, FailedRun, FireRecord, Guarded, HandlerCtx,
+    HandlerError, HandlerFn, Handlers, IntoRunResult, Limits, MAX_ATTEMPTS, MAX_DEAD_RUNS,
+    MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule,
+    NextRun, PendingRetry, RetryPolicy, RunOutcome, RunPolicy, ScheduleError, ScheduleInfo,
+    ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing, Transactional,
     manifest_digest, record_pages_of,
 };
 pub use cron_rule::CronRule;

@@ -2,8 +2,9 @@
 //! them (create, upsert, replace, pause, resume, cancel, zone installation).
 
 use super::{
-    Guarded, Handlers, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
-    NewSchedule, Record, ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
+    Guarded, Handlers, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS,
+    MIN_INSTANT_MS, Misfire, NewSchedule, Record, RunPolicy, ScheduleError, ScheduleRequest,
+    Scheduler, Target, Timing,
 };
 use crate::authz::{Action, Principal};
 use crate::codec;
@@ -11,6 +12,14 @@ use crate::cron::{CronSchedule, ZoneRules};
 use crate::due::Due;
 use crate::schedule::store;
 use crate::tick::TimeMs;
+
+/// Encoded bytes of a record's run state besides its dead runs, at its largest: the parked flag
+/// (1), the run policy (25), a pending retry (37), the dead runs' length prefix (8) and the
+/// evicted count (8) (checked against the codec in the tests).
+pub(super) const RUN_STATE_BYTES: usize = 1 + 25 + 37 + 8 + 8;
+
+/// Encoded bytes of one dead run at its largest.
+pub(super) const DEAD_RUN_BYTES: usize = 49;
 
 fn target_of(id: u64) -> Target {
     Target::Id(id)
@@ -222,10 +231,11 @@ impl Scheduler {
 
     /// The most bytes the stored `(id, record)` entry of `def` can take: measured with a next
     /// due point and owed runs, the largest forms its fixed-size fields take (`Record`'s fields
-    /// in order).
+    /// in order), plus the run state at its largest ([`RUN_STATE_BYTES`]: a retry pending and
+    /// every dead run the record may keep).
     pub(super) fn entry_bound(def: &NewSchedule) -> Result<usize, ScheduleError> {
         let owed: Option<(TimeMs, TimeMs)> = Some((0, 0));
-        Ok(codec::encoded_len(&(
+        let core = codec::encoded_len(&(
             0u64,
             def,
             false,
@@ -234,8 +244,15 @@ impl Scheduler {
             owed,
             Principal::Client(u64::MAX),
             0u64,
-            false,
-        ))?)
+        ))?;
+        let dead = if def.timing.is_one_shot() {
+            1
+        } else {
+            MAX_DEAD_RUNS
+        };
+        Ok(core
+            .saturating_add(RUN_STATE_BYTES)
+            .saturating_add(dead * DEAD_RUN_BYTES))
     }
 
     /// Applies `request` on behalf of `by` (the authenticated requester: see [`crate::authz`]),
@@ -307,7 +324,7 @@ impl Scheduler {
                 {
                     return Err(ScheduleError::KeyInUse(k.clone()));
                 }
-                self.insert_new(*by, def, handlers_ok, seq, now_ms)
+                self.insert_new(*by, def, RunPolicy::default(), handlers_ok, seq, now_ms)
                     .map(Some)
             }
             ScheduleRequest::Upsert(def) => {
@@ -319,7 +336,7 @@ impl Scheduler {
                     }
                     None => {
                         self.authorize(by, Action::Create, None)?;
-                        self.insert_new(*by, def, handlers_ok, seq, now_ms)
+                        self.insert_new(*by, def, RunPolicy::default(), handlers_ok, seq, now_ms)
                             .map(Some)
                     }
                 }
@@ -345,8 +362,15 @@ impl Scheduler {
                         if version != 0 {
                             return Err(ScheduleError::UnknownSchedule(Target::Key(key)));
                         }
-                        self.insert_new(*by, schedule, handlers_ok, seq, now_ms)
-                            .map(Some)
+                        self.insert_new(
+                            *by,
+                            schedule,
+                            RunPolicy::default(),
+                            handlers_ok,
+                            seq,
+                            now_ms,
+                        )
+                        .map(Some)
                     }
                 }
             }
@@ -420,6 +444,59 @@ impl Scheduler {
                     Guarded::Cancel => ScheduleRequest::Cancel(target),
                 };
                 self.apply_with(by, plain, handlers_ok, seq, now_ms)
+            }
+            ScheduleRequest::SetRunPolicy { target, policy } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::Replace, Some(id))?;
+                policy.retry.check()?;
+                if let Some(r) = self.records.get_mut(&id) {
+                    r.policy = policy;
+                    r.version = r.version.saturating_add(1);
+                }
+                self.touch(id);
+                Ok(Some(id))
+            }
+            ScheduleRequest::CreateWith { schedule, policy } => {
+                self.authorize(by, Action::Create, None)?;
+                if let Some(k) = &schedule.key
+                    && self.keys.contains_key(k)
+                {
+                    return Err(ScheduleError::KeyInUse(k.clone()));
+                }
+                self.insert_new(*by, schedule, policy, handlers_ok, seq, now_ms)
+                    .map(Some)
+            }
+            ScheduleRequest::UpsertWith { schedule, policy } => {
+                let key = schedule.key.clone().ok_or(ScheduleError::MissingKey)?;
+                policy.retry.check()?;
+                match self.keys.get(&key).copied() {
+                    Some(id) => {
+                        self.authorize(by, Action::Replace, Some(id))?;
+                        self.replace(id, schedule, handlers_ok, seq, now_ms)?;
+                        if let Some(r) = self.records.get_mut(&id) {
+                            r.policy = policy;
+                        }
+                        self.touch(id);
+                        Ok(Some(id))
+                    }
+                    None => {
+                        self.authorize(by, Action::Create, None)?;
+                        self.insert_new(*by, schedule, policy, handlers_ok, seq, now_ms)
+                            .map(Some)
+                    }
+                }
+            }
+            ScheduleRequest::Redrive { target, occurrence } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::DeadLetter, Some(id))?;
+                self.redrive(id, occurrence, seq, now_ms)?;
+                Ok(Some(id))
+            }
+            ScheduleRequest::Discard { target, occurrence } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::DeadLetter, Some(id))?;
+                self.discard(id, occurrence)?;
+                Ok(Some(id))
             }
             ScheduleRequest::Retarget {
                 from_handler,
@@ -651,14 +728,17 @@ impl Scheduler {
         Ok(ids.len() as u64)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn insert_new(
         &mut self,
         owner: Principal,
         def: NewSchedule,
+        policy: RunPolicy,
         handlers_ok: impl Fn(&str) -> bool,
         seq: u64,
         now_ms: Option<TimeMs>,
     ) -> Result<u64, ScheduleError> {
+        policy.retry.check()?;
         if self.records.len() >= self.limits.max_schedules {
             return Err(ScheduleError::Limit(format!(
                 "at most {} schedules",
@@ -692,19 +772,8 @@ impl Scheduler {
         if let Some(c) = cron {
             self.crons.insert(id, c);
         }
-        self.records.insert(
-            id,
-            Record {
-                def: stored,
-                paused: false,
-                next,
-                runs: 0,
-                owed: None,
-                owner,
-                version: 1,
-                parked: false,
-            },
-        );
+        self.records
+            .insert(id, Record::new(stored, next, owner, policy));
         self.reindex(id);
         self.touch(id);
         self.header_dirty = true;
@@ -757,6 +826,8 @@ impl Scheduler {
         rec.def = stored;
         rec.next = next;
         rec.owed = None;
+        // Like owed runs, a retry of the old definition's run is dropped.
+        rec.retry = None;
         rec.version = rec.version.saturating_add(1);
         self.crons.remove(&id);
         if let Some(c) = cron {
@@ -771,6 +842,7 @@ impl Scheduler {
         self.unindex(id);
         self.unlink_zone(id);
         self.unlink_parked(id);
+        self.dead_ids.remove(&id);
         if let Some(rec) = self.records.remove(&id)
             && let Some(k) = rec.def.key
         {
@@ -778,5 +850,37 @@ impl Scheduler {
         }
         self.crons.remove(&id);
         self.touch(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{DeadRun, PendingRetry, RetryPolicy, RunOutcome};
+
+    /// The run state's largest encoding is what the constants say (placement relies on it).
+    #[test]
+    fn run_state_sizes_match_the_codec() {
+        let policy = RunPolicy::default().with_retry(RetryPolicy::exponential(3, 1, 2));
+        let retry = Some(PendingRetry {
+            due: Due::Seq(1),
+            occurrence: 2,
+            attempt: 3,
+            at: Due::Time(4),
+        });
+        let dead = DeadRun {
+            due: Due::Time(1),
+            occurrence: 2,
+            attempts: 3,
+            outcome: RunOutcome::Failed { code: 4 },
+            seq: 5,
+            at_ms: Some(6),
+        };
+        assert_eq!(codec::encoded_len(&dead).unwrap(), DEAD_RUN_BYTES);
+        let no_dead: Vec<DeadRun> = Vec::new();
+        assert_eq!(
+            codec::encoded_len(&(true, policy, retry, no_dead, 0u64)).unwrap(),
+            RUN_STATE_BYTES
+        );
     }
 }

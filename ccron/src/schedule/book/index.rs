@@ -16,6 +16,10 @@ impl Scheduler {
             return [None, None];
         }
         let inv = u8::MAX - rec.def.priority;
+        if let Some(retry) = rec.retry {
+            // A pending retry comes first: owed runs and the next occurrence wait for it.
+            return [Some((inv, retry.at, id)), None];
+        }
         if let Some((owed_ms, _)) = rec.owed {
             // Owed runs were reached when planned: due at their nominal instant, without
             // jitter, so any later tick with time takes them (in the canonical order).
@@ -171,6 +175,23 @@ impl Scheduler {
         }
         if parked != self.parked {
             return Err("parked index differs from the records".into());
+        }
+        let dead: BTreeSet<u64> = self
+            .records
+            .iter()
+            .filter(|(_, r)| !r.dead.is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+        if dead != self.dead_ids {
+            return Err("dead-letter index differs from the records".into());
+        }
+        for (id, r) in &self.records {
+            if r.dead.len() > Self::dead_cap(r) {
+                return Err(format!("schedule {id} holds {} dead runs", r.dead.len()));
+            }
+            if Self::is_spent(r) {
+                return Err(format!("one-shot schedule {id} has nothing left but stays"));
+            }
         }
         Ok(())
     }

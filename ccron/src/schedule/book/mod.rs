@@ -25,6 +25,7 @@ mod handlers;
 mod index;
 mod persist;
 mod preview;
+mod runs;
 mod tick;
 mod timing;
 mod types;
@@ -38,8 +39,15 @@ use crate::due::Due;
 use crate::tick::{ComponentId, TimeMs};
 
 pub(super) use admission::check_misfire;
-pub use handlers::{HandlerCtx, HandlerFn, Handlers, manifest_digest};
+pub use handlers::{
+    EMIT_REFUSED_CODE, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Transactional,
+    manifest_digest,
+};
 pub use preview::{NextRun, SlotLoad};
+pub use runs::{
+    AfterFailure, DeadRun, FailedRun, MAX_ATTEMPTS, MAX_DEAD_RUNS, PendingRetry, RetryPolicy,
+    RunOutcome, RunPolicy,
+};
 pub use types::{
     FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS,
     Misfire, NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
@@ -71,6 +79,36 @@ struct Record {
     /// at once) or an authorized request cancels it or re-targets it
     /// ([`ScheduleRequest::Retarget`]). Replicated and persisted.
     parked: bool,
+    /// Layout 6: what the schedule does with failed runs (retries, pause on failure).
+    policy: RunPolicy,
+    /// Layout 6: a retry of a failed run, pending; while set, the record is due at its `at`
+    /// (ahead of owed runs and `next`, which wait for it).
+    retry: Option<PendingRetry>,
+    /// Layout 6: runs that failed their last attempt, oldest first (at most
+    /// `Scheduler::dead_cap`), until re-driven or discarded.
+    dead: Vec<DeadRun>,
+    /// Layout 6: dead runs evicted because the record held its most.
+    dead_evicted: u64,
+}
+
+impl Record {
+    /// A new record as admission creates it.
+    fn new(def: NewSchedule, next: Option<Due>, owner: Principal, policy: RunPolicy) -> Self {
+        Self {
+            def,
+            paused: false,
+            next,
+            runs: 0,
+            owed: None,
+            owner,
+            version: 1,
+            parked: false,
+            policy,
+            retry: None,
+            dead: Vec::new(),
+            dead_evicted: 0,
+        }
+    }
 }
 
 /// The replicated schedule book with its due index (see the module documentation).
@@ -91,6 +129,8 @@ pub struct Scheduler {
     /// rebuilt on load): a tick unparks a name's records once its handler is registered, a
     /// [`ScheduleRequest::Retarget`] moves them.
     parked: BTreeMap<String, BTreeSet<u64>>,
+    /// Ids of the records holding dead runs (derived, rebuilt on load).
+    dead_ids: BTreeSet<u64>,
     /// (255 - priority, due key, id) of every active record with a next due point.
     index: BTreeSet<(u8, Due, u64)>,
     /// Active index entries per inverted priority (a tick probes only levels in use).
@@ -125,6 +165,7 @@ impl Scheduler {
             crons: BTreeMap::new(),
             zoned: BTreeMap::new(),
             parked: BTreeMap::new(),
+            dead_ids: BTreeSet::new(),
             index: BTreeSet::new(),
             levels: BTreeMap::new(),
             header_dirty: false,
@@ -202,6 +243,10 @@ impl Scheduler {
             owner: r.owner,
             version: r.version,
             parked: r.parked,
+            policy: r.policy,
+            retry: r.retry,
+            dead: r.dead.clone(),
+            dead_evicted: r.dead_evicted,
         })
     }
 

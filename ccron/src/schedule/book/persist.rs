@@ -774,11 +774,30 @@ impl Scheduler {
         if let Some(c) = cron {
             self.crons.insert(id, c);
         }
+        rec.policy
+            .retry
+            .check()
+            .map_err(|e| format!("schedule {id}: {e}"))?;
+        if rec.dead.len() > Self::dead_cap(&rec) {
+            return Err(format!("schedule {id}: {} dead runs", rec.dead.len()));
+        }
+        if Self::is_spent(&rec) {
+            return Err(format!("one-shot schedule {id} has nothing left"));
+        }
+        if rec
+            .retry
+            .is_some_and(|r| r.attempt == 0 || r.attempt > super::MAX_ATTEMPTS)
+        {
+            return Err(format!("schedule {id}: invalid pending retry"));
+        }
         if rec.parked {
             self.parked
                 .entry(rec.def.handler.clone())
                 .or_default()
                 .insert(id);
+        }
+        if !rec.dead.is_empty() {
+            self.dead_ids.insert(id);
         }
         self.records.insert(id, rec);
         self.reindex(id);

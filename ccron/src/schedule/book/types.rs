@@ -10,6 +10,8 @@ use crate::pages::PageRange;
 use crate::schedule::store::Layout;
 use crate::tick::TimeMs;
 
+use super::{DeadRun, FailedRun, PendingRetry, RunOutcome, RunPolicy};
+
 /// When a schedule fires.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub enum Timing {
@@ -279,6 +281,47 @@ pub enum ScheduleRequest {
         /// The registered handler they move to.
         to_handler: String,
     },
+    /// Sets the run policy (retries of failed runs, pause on failure) of an existing schedule
+    /// (its owner or an admin, as a replace; version + 1). A retry already pending keeps the
+    /// attempt count it has.
+    SetRunPolicy {
+        /// The schedule.
+        target: Target,
+        /// Its new run policy.
+        policy: RunPolicy,
+    },
+    /// As [`ScheduleRequest::Create`], with a run policy from the first run on.
+    CreateWith {
+        /// The schedule.
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+    },
+    /// As [`ScheduleRequest::Upsert`], with a run policy (which replaces the holder's).
+    UpsertWith {
+        /// The schedule (its key is required).
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+    },
+    /// Re-drives a dead run ([`ScheduleInfo::dead`]) of the schedule: tried again from attempt
+    /// 1 on the next tick (its owner or an admin, [`Action::DeadLetter`]). Refused while a retry
+    /// of the schedule is pending ([`ScheduleError::RunPending`]); a paused schedule runs it
+    /// once resumed.
+    Redrive {
+        /// The schedule.
+        target: Target,
+        /// The dead run's occurrence number.
+        occurrence: u64,
+    },
+    /// Drops a dead run (its owner or an admin, [`Action::DeadLetter`]); a one-shot schedule
+    /// with nothing left leaves the book.
+    Discard {
+        /// The schedule.
+        target: Target,
+        /// The dead run's occurrence number.
+        occurrence: u64,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -468,6 +511,17 @@ pub enum ScheduleError {
         /// The schedule's version.
         actual: u64,
     },
+    /// The schedule holds no dead run of this occurrence number; nothing changed.
+    #[error("schedule {id} holds no dead run of occurrence {occurrence}")]
+    NoDeadRun {
+        /// The schedule.
+        id: u64,
+        /// The occurrence asked for.
+        occurrence: u64,
+    },
+    /// A retry of the schedule is pending: a dead run is re-driven after it; nothing changed.
+    #[error("schedule {0} has a retry pending")]
+    RunPending(u64),
     /// [`ScheduleRequest::Retarget`] found no parked schedule waiting for this handler that
     /// the requester may change; nothing changed.
     #[error("no parked schedule waits for handler {0:?}")]
@@ -513,9 +567,17 @@ pub struct ScheduleInfo {
     /// ticks, or a request cancels the schedule or re-targets it
     /// ([`ScheduleRequest::Retarget`]).
     pub parked: bool,
+    /// What it does with failed runs.
+    pub policy: RunPolicy,
+    /// A retry of a failed run, pending (the schedule's later occurrences wait for it).
+    pub retry: Option<PendingRetry>,
+    /// Runs that failed their last attempt, oldest first (re-drive or discard them).
+    pub dead: Vec<DeadRun>,
+    /// Dead runs evicted because [`super::MAX_DEAD_RUNS`] were held (counted, never silent).
+    pub dead_evicted: u64,
 }
 
-/// One run of a handler in a tick.
+/// One run of a handler in a tick (successful or not: see `outcome`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FireRecord {
     /// The schedule.
@@ -524,6 +586,10 @@ pub struct FireRecord {
     pub due: Due,
     /// Its occurrence number (the third part of its [`OccurrenceId`](crate::outbox::OccurrenceId)).
     pub occurrence: u64,
+    /// Which attempt (1 for a first run).
+    pub attempt: u32,
+    /// How it ended.
+    pub outcome: RunOutcome,
 }
 
 /// What one tick did.
@@ -544,6 +610,9 @@ pub struct TickReport {
     pub parked: Vec<u64>,
     /// Parked schedules this tick made due again because their handler is registered now.
     pub unparked: usize,
+    /// Runs that failed (an error or a caught panic), in execution order, with what happens
+    /// next (a retry or a dead letter); each is in `fired` too.
+    pub failed: Vec<FailedRun>,
     /// Errors: requests emitted by handlers that were rejected, failed emits.
     pub errors: Vec<ScheduleError>,
 }
