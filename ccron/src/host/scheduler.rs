@@ -544,6 +544,14 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         report.fired
     }
 
+    /// Runs `f` on the book (an upgrade's migration: re-target renamed handlers, cancel
+    /// schedules of dropped ones) and saves it; a failed save stops the ledger.
+    pub(crate) fn edit_book<R>(&mut self, f: impl FnOnce(&mut Scheduler) -> R) -> R {
+        let r = f(&mut self.book);
+        self.persist();
+        r
+    }
+
     /// Saves the book; a failure stops the ledger ([`Self::halted`]), never carries on.
     fn persist(&mut self) {
         let result = Self::range(self.cfg)

@@ -26,6 +26,7 @@
 mod book;
 mod cron_rule;
 pub(crate) mod store;
+pub mod upgrade;
 
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
@@ -37,3 +38,7 @@ pub use book::{
     manifest_digest, record_pages_of,
 };
 pub use cron_rule::CronRule;
+pub use upgrade::{
+    MigrationCtx, UpgradeAt, UpgradeHalt, UpgradePlan, UpgradeRequest, UpgradeState, Upgrades,
+    upgrade_request_payload,
+};
