@@ -516,7 +516,7 @@ fn the_worst_save_between_two_saves_fits_the_log() {
                 .with_misfire(ccron::schedule::Misfire::FireEach { cap: 5 });
                 match apply(book, ScheduleRequest::Create(def)) {
                     Ok(id) => ids.push(id),
-                    Err(ScheduleError::Limit(_) | ScheduleError::JournalFull { .. }) => {
+                    Err(ScheduleError::Limit(_) | ScheduleError::LogFull { .. }) => {
                         break ids;
                     }
                     Err(e) => panic!("{e}"),
@@ -596,7 +596,7 @@ fn churn_between_two_saves_keeps_the_journal_bounded() {
             Some(0),
         ) {
             Ok(id) => last = id,
-            Err(ScheduleError::Limit(_) | ScheduleError::JournalFull { .. }) => break,
+            Err(ScheduleError::Limit(_) | ScheduleError::LogFull { .. }) => break,
             Err(e) => panic!("{e}"),
         }
     }
@@ -629,9 +629,9 @@ fn churn_between_two_saves_keeps_the_journal_bounded() {
 }
 
 /// Issue 10, item 1a (the journal): the journal's capacity was sized by the layout's margin
-/// only, not proven at admission. Now `Limits::for_range` sets `max_journal_pages`, and a
+/// only, not proven at admission. Now `Limits::for_range` sets `max_log_pages`, and a
 /// request after which the worst next save's journal could outgrow its part is refused with
-/// `JournalFull`, changing nothing. The worst case here: a zones part filled with zones, the
+/// `LogFull`, changing nothing. The worst case here: a zones part filled with zones, the
 /// record pages filled with small records, saved, every record cancelled and the pages refilled
 /// before one save, the zones re-installed. The check refuses some of those requests and the
 /// save fits. (The same sequence without the check also saved on these shapes, because
@@ -658,7 +658,7 @@ fn requests_that_could_overflow_the_journal_are_refused_and_the_worst_save_fits(
             let result = book.apply(&Principal::Host, r, &h, seq, Some(0));
             if let Err(e) = &result {
                 assert_eq!(*book, before, "a rejected request changed the book");
-                if matches!(e, ScheduleError::JournalFull { .. }) {
+                if matches!(e, ScheduleError::LogFull { .. }) {
                     refused += 1;
                 }
             }

@@ -169,7 +169,7 @@ impl BookConfig {
         Limits {
             max_record_pages: self.limits.max_record_pages.or(fitted.max_record_pages),
             max_zones_bytes: self.limits.max_zones_bytes.or(fitted.max_zones_bytes),
-            max_journal_pages: self.limits.max_journal_pages.or(fitted.max_journal_pages),
+            max_log_pages: self.limits.max_log_pages.or(fitted.max_log_pages),
             ..self.limits
         }
     }

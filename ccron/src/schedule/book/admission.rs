@@ -531,7 +531,7 @@ impl Scheduler {
                         "the zones would take {len} bytes, the book's zones part holds {max}"
                     )));
                 }
-                self.check_journal(
+                self.check_log(
                     self.placement.records() as u64,
                     self.placement.placed_bytes,
                     len,
@@ -679,7 +679,7 @@ impl Scheduler {
             )));
         }
         let old = u64::from(self.placement.len_of(id));
-        self.check_journal(
+        self.check_log(
             self.placement.records() as u64,
             self.placement
                 .placed_bytes
@@ -707,7 +707,7 @@ impl Scheduler {
     ///
     /// # Errors
     /// As a replacement would be: [`ScheduleError::Limit`] (a name too long, or a record that
-    /// would not fit its pages) or [`ScheduleError::JournalFull`]; the schedules before the
+    /// would not fit its pages) or [`ScheduleError::LogFull`]; the schedules before the
     /// failing one (ascending id) have moved.
     pub fn retarget_all(&mut self, from: &str, to: &str) -> Result<u64, ScheduleError> {
         let max = self.limits.max_name_bytes;
@@ -754,9 +754,9 @@ impl Scheduler {
                 )));
             }
         }
-        if self.limits.max_journal_pages.is_some() {
+        if self.limits.max_log_pages.is_some() {
             let need = Self::entry_bound(&stored)? as u64;
-            self.check_journal(
+            self.check_log(
                 self.placement.records() as u64 + 1,
                 self.placement.placed_bytes.saturating_add(need),
                 self.zones_bytes,
@@ -797,10 +797,10 @@ impl Scheduler {
                 )));
             }
         }
-        if self.limits.max_journal_pages.is_some() {
+        if self.limits.max_log_pages.is_some() {
             let need = Self::entry_bound(&stored)? as u64;
             let old = u64::from(self.placement.len_of(id));
-            self.check_journal(
+            self.check_log(
                 self.placement.records() as u64,
                 self.placement
                     .placed_bytes

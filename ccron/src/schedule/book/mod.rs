@@ -23,6 +23,7 @@
 mod admission;
 mod handlers;
 mod index;
+mod legacy;
 mod persist;
 mod preview;
 mod runs;
@@ -148,8 +149,10 @@ pub struct Scheduler {
     /// `stale_rejections` (each is also in its tick's [`TickReport::errors`]).
     emit_failures: u64,
     /// Encoded bytes of the installed zones (derived; what a save logs when they change,
-    /// [`Limits::max_journal_pages`]).
+    /// [`Limits::max_log_pages`]).
     zones_bytes: usize,
+    /// The book was loaded from an older layout: the next save migrates it (a full save).
+    migration: Option<legacy::OldExtent>,
 }
 
 impl Scheduler {
@@ -174,6 +177,7 @@ impl Scheduler {
             stale_rejections: 0,
             emit_failures: 0,
             zones_bytes: 8,
+            migration: None,
         }
     }
 
@@ -223,7 +227,12 @@ impl Scheduler {
     /// Whether the next [`Scheduler::save`] has something to write: the book changed since the
     /// last save or load.
     pub fn is_dirty(&self) -> bool {
-        self.header_dirty || !self.placement.dirty_ids.is_empty()
+        self.header_dirty || !self.placement.dirty_ids.is_empty() || self.migration.is_some()
+    }
+
+    /// Whether the book was loaded from an older stored layout that its next save migrates.
+    pub fn migrating(&self) -> bool {
+        self.migration.is_some()
     }
 
     /// The id of the schedule holding `key`.

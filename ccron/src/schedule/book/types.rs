@@ -367,15 +367,15 @@ pub struct Limits {
     /// not fit is rejected at admission ([`ScheduleError::Limit`], nothing changes) instead of
     /// failing every later save. `None`: checked only by the save.
     pub max_zones_bytes: Option<usize>,
-    /// The log pages of the range the book is saved into ([`Limits::for_range`]; the name is
-    /// that of layout 4's journal, whose place the log took); when set, a request after which
+    /// The log pages of the range the book is saved into ([`Limits::for_range`]; called
+    /// `max_journal_pages` before the record log took the journal's place); when set, a request after which
     /// the next save could outgrow the whole log is rejected at admission
-    /// ([`ScheduleError::JournalFull`], nothing changes) instead of failing a later save. A save
+    /// ([`ScheduleError::LogFull`], nothing changes) instead of failing a later save. A save
     /// that does not fit the log's free part folds first (an empty log), so a save fits when it
     /// fits the whole log. The bound assumes the worst save the book can reach before its next
     /// save: every record rewritten (ticks may touch any of them), every record stored at the
     /// last save and removed since named, the zones rewritten. `None`: checked only by the save.
-    pub max_journal_pages: Option<u32>,
+    pub max_log_pages: Option<u32>,
     /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
     /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
     /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
@@ -394,7 +394,7 @@ impl Default for Limits {
             page_bytes: 4_096,
             max_record_pages: None,
             max_zones_bytes: None,
-            max_journal_pages: None,
+            max_log_pages: None,
             budget_per_tick: 10_000,
         }
     }
@@ -403,13 +403,13 @@ impl Default for Limits {
 impl Limits {
     /// These limits with admission bounded by what `range` (a book's range of pages of
     /// `page_bytes`) can hold: [`Limits::max_record_pages`], [`Limits::max_zones_bytes`] and
-    /// [`Limits::max_journal_pages`] from its layout (0 when the range is too small to lay
+    /// [`Limits::max_log_pages`] from its layout (0 when the range is too small to lay
     /// out), so that every admitted request's save fits the range.
     pub fn for_range(self, range: PageRange) -> Self {
         let layout = Layout::of(range);
         Self {
             max_record_pages: Some(layout.map_or(0, |l| l.record_pages)),
-            max_journal_pages: Some(layout.map_or(0, |l| l.log.len())),
+            max_log_pages: Some(layout.map_or(0, |l| l.log.len())),
             max_zones_bytes: Some(
                 layout.map_or(0, |l| crate::codec::capacity(l.zones, self.page_bytes)),
             ),
@@ -462,15 +462,16 @@ pub enum ScheduleError {
     /// Appending to the outbox failed.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
-    /// The request would let the next save outgrow the log pages of the book's range
-    /// ([`Limits::max_journal_pages`]); nothing changed. Save (a save logs only what changed
+    /// (Called `JournalFull` before the record log took the journal's place.) The request
+    /// would let the next save outgrow the log pages of the book's range
+    /// ([`Limits::max_log_pages`]); nothing changed. Save (a save logs only what changed
     /// since the last one), cancel schedules, or give the book more pages.
-    #[error("the next save could need {need_pages} log pages, the range has {journal_pages}")]
-    JournalFull {
+    #[error("the next save could need {need_pages} log pages, the range has {log_pages}")]
+    LogFull {
         /// Log pages the worst next save could need after the request.
         need_pages: u64,
         /// The range's log pages.
-        journal_pages: u32,
+        log_pages: u32,
     },
     /// A handler emitted a record larger than its run's emit bound
     /// ([`Scheduler::emit_bound`](super::Scheduler::emit_bound)); nothing was appended.
