@@ -60,7 +60,7 @@ fn describe(book: &Scheduler) -> String {
             i.version
         );
         // The run state starts empty.
-        assert!(!i.parked && i.retry.is_none() && i.dead.is_empty());
+        assert!(!i.parked && i.retry.is_none() && i.dead.is_empty() && i.history.is_empty());
     }
     out
 }

@@ -829,3 +829,212 @@ mod failing {
         }
     }
 }
+
+mod history {
+    use super::failing::{Rig, handlers};
+    use ccron::host::app::{AppError, Application, ClientId, Digest32, ExecContext};
+    use ccron::host::{BookConfig, CronLedger, LedgerScheduler};
+    use ccron::schedule::{
+        HISTORY_RUNS, HandlerError, Handlers, Limits, NewSchedule, RetryPolicy, RunOutcome,
+        RunPolicy, ScheduleRequest, Timing,
+    };
+    use ccron::{CronTableRegistry, Due, MemPages, Tick};
+    use sha2::{Digest, Sha256};
+
+    /// Every attempt is recorded (tick, occurrence, attempt, outcome, the outbox index of what
+    /// it emitted), the ring keeps the last `HISTORY_RUNS`; a dead one-shot keeps its attempts.
+    #[test]
+    fn the_history_ring_keeps_the_last_runs() {
+        let mut r = Rig::new(true);
+        let every = Timing::Every {
+            period_ms: 1_000,
+            start_ms: Some(1_000),
+        };
+        // Fails attempt 1 of each occurrence, retried 200 ms later.
+        let policy = RunPolicy::default().with_retry(RetryPolicy::exponential(2, 200, 200));
+        let id = r
+            .apply(
+                ScheduleRequest::CreateWith {
+                    schedule: NewSchedule::new("pay", every).with_payload(vec![1]),
+                    policy,
+                },
+                0,
+            )
+            .unwrap()
+            .unwrap();
+        for t in [1_000, 1_200, 2_000, 2_200, 3_000, 3_200] {
+            r.tick(t);
+        }
+        let h = r.book.history(id).unwrap();
+        assert_eq!(h.len(), HISTORY_RUNS);
+        let got: Vec<_> = h
+            .iter()
+            .map(|e| {
+                (
+                    e.due,
+                    e.occurrence,
+                    e.attempt,
+                    e.outcome.is_ok(),
+                    e.agreed_time_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Due::Time(2_000), 1, 1, false, Some(2_000)),
+                (Due::Time(2_000), 1, 2, true, Some(2_200)),
+                (Due::Time(3_000), 2, 1, false, Some(3_000)),
+                (Due::Time(3_000), 2, 2, true, Some(3_200)),
+            ]
+        );
+        // The successful runs emitted: their result marks are the outbox indices.
+        let marks: Vec<_> = h.iter().map(|e| e.emitted).collect();
+        assert_eq!(marks, vec![None, Some(2), None, Some(3)]);
+        assert_eq!(h[2].outcome, RunOutcome::Failed { code: 7 });
+        assert_eq!(r.book.get(id).unwrap().history, h.to_vec());
+        // A one-shot that dies keeps its attempts.
+        let one = r
+            .apply(
+                ScheduleRequest::CreateWith {
+                    schedule: NewSchedule::new("pay", Timing::At(Due::Time(5_000)))
+                        .with_payload(vec![255]),
+                    policy,
+                },
+                3_200,
+            )
+            .unwrap()
+            .unwrap();
+        r.tick(5_000);
+        r.tick(5_200);
+        let h = r.book.history(one).unwrap();
+        assert_eq!(h.iter().map(|e| e.attempt).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(r.book.dead_count(), 1);
+    }
+
+    /// The ledger state of the restart test: counts runs.
+    #[derive(Debug, Default, Clone, PartialEq, Eq)]
+    struct Count(u64);
+
+    impl Application for Count {
+        fn execute(&mut self, _: ExecContext, _: ClientId, _: &[u8]) -> Vec<u8> {
+            b"err".to_vec()
+        }
+        fn digest(&self) -> Digest32 {
+            Sha256::digest(self.0.to_le_bytes()).into()
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            self.0.to_le_bytes().to_vec()
+        }
+        fn restore(&mut self, s: &[u8]) -> Result<(), AppError> {
+            let b = <[u8; 8]>::try_from(s).map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+            self.0 = u64::from_le_bytes(b);
+            Ok(())
+        }
+    }
+
+    fn cfg() -> BookConfig {
+        BookConfig {
+            component: 1,
+            position: 0,
+            limits: Limits::default(),
+            book_pages: 24,
+            outbox_pages: 2,
+        }
+    }
+
+    /// This build: "flaky" fails every other attempt; "gone" is not registered (its schedules
+    /// park).
+    fn build() -> Handlers<Count> {
+        let mut h: Handlers<Count> = Handlers::new().with_clone_rollback();
+        h.register("flaky", |ctx| {
+            ctx.state.0 += 1;
+            if ctx.attempt == 1 {
+                return Err(HandlerError::new(1, "flaky"));
+            }
+            Ok(())
+        });
+        h
+    }
+
+    fn ledger<P: ccron::ReservedPages + Send + 'static>(
+        sched: LedgerScheduler<Count, P>,
+    ) -> CronLedger<Count, P> {
+        CronLedger::new(Count::default(), CronTableRegistry::new()).with_scheduler(sched)
+    }
+
+    /// History and parked runs are replicated state: after a restore from a snapshot (state
+    /// transfer) and after a restart from the book's durable pages, the ledger's digest,
+    /// snapshot bytes, histories and parked schedules are identical.
+    #[test]
+    fn history_and_parked_runs_survive_restart_and_state_transfer() {
+        let mut a = ledger(LedgerScheduler::new(cfg(), build()));
+        let create = |handler: &str, policy| {
+            ccron::codec::to_blob(&ScheduleRequest::CreateWith {
+                schedule: NewSchedule::new(
+                    handler,
+                    Timing::Every {
+                        period_ms: 1_000,
+                        start_ms: Some(1_000),
+                    },
+                ),
+                policy,
+            })
+            .unwrap()
+        };
+        let retry = RunPolicy::default().with_retry(RetryPolicy::exponential(3, 100, 100));
+        let ctx = ExecContext {
+            seq: 1,
+            agreed_time_ms: Some(0),
+        };
+        // "gone" was registered by the build that created it: admit it with that build.
+        let mut older = build();
+        older.register("gone", |_| {});
+        let mut with_gone = ledger(LedgerScheduler::new(cfg(), older));
+        for l in [&mut a, &mut with_gone] {
+            assert!(
+                l.execute(ctx, 5, &create("flaky", retry))
+                    .starts_with(b"ok")
+            );
+        }
+        assert!(
+            with_gone
+                .execute(ctx, 5, &create("gone", retry))
+                .starts_with(b"ok")
+        );
+        // Restore the two schedules into this build: "gone" parks at its first tick.
+        a.restore(&with_gone.snapshot()).unwrap();
+        let mut pages = MemPages::new(4_096, 1);
+        for (seq, t) in [(2, 1_000), (3, 1_100), (4, 2_000), (5, 2_100), (6, 3_000)] {
+            a.on_tick(Tick::new(1, seq, Some(t)), &mut pages).unwrap();
+        }
+        let book = a.scheduler().unwrap();
+        assert_eq!(book.book().parked_count(), 1);
+        assert_eq!(book.history(1).unwrap().len(), HISTORY_RUNS);
+        // State transfer: the snapshot into a fresh replica of this build.
+        let mut b = ledger(LedgerScheduler::new(cfg(), build()));
+        b.restore(&a.snapshot()).unwrap();
+        assert_eq!(b.digest(), a.digest());
+        assert!(b.snapshot() == a.snapshot(), "byte-identical");
+        let bb = b.scheduler().unwrap();
+        assert_eq!(bb.history(1), book.history(1));
+        assert_eq!(bb.book().parked_count(), 1);
+        assert!(bb.book() == book.book());
+        // Restart: a replica whose book lives in durable pages reloads it from them.
+        let durable = book.pages().clone();
+        let c = ledger(LedgerScheduler::with_pages(cfg(), build(), durable).unwrap());
+        let cb = c.scheduler().unwrap();
+        assert!(cb.book() == book.book());
+        assert_eq!(cb.history(1), book.history(1));
+        // Both go on alike.
+        let mut b = b;
+        let mut c = c;
+        c.restore(&a.snapshot()).unwrap();
+        for l in [&mut a, &mut b, &mut c] {
+            l.on_tick(Tick::new(1, 7, Some(3_100)), &mut pages).unwrap();
+        }
+        assert_eq!(a.digest(), b.digest());
+        assert_eq!(a.digest(), c.digest());
+        let _ = handlers;
+    }
+}

@@ -434,6 +434,13 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         &self.handlers
     }
 
+    /// The last runs of schedule `id`, oldest first (nominal occurrence, tick, occurrence
+    /// number, attempt, outcome, result mark): replicated state, in the digest and the
+    /// snapshot. `None` for an unknown id.
+    pub fn history(&self, id: u64) -> Option<&[crate::schedule::RunEntry]> {
+        self.book.history(id)
+    }
+
     /// The replicated outbox the handlers emit into.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox

@@ -2,9 +2,9 @@
 //! them (create, upsert, replace, pause, resume, cancel, zone installation).
 
 use super::{
-    Guarded, Handlers, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS,
-    MIN_INSTANT_MS, Misfire, NewSchedule, Record, RunPolicy, ScheduleError, ScheduleRequest,
-    Scheduler, Target, Timing,
+    Guarded, HISTORY_RUNS, Handlers, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
+    MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ONE_SHOT_HISTORY_RUNS, Record, RunPolicy,
+    ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
 use crate::authz::{Action, Principal};
 use crate::codec;
@@ -13,10 +13,14 @@ use crate::due::Due;
 use crate::schedule::store;
 use crate::tick::TimeMs;
 
-/// Encoded bytes of a record's run state besides its dead runs, at its largest: the parked flag
-/// (1), the run policy (25), a pending retry (37), the dead runs' length prefix (8) and the
-/// evicted count (8) (checked against the codec in the tests).
-pub(super) const RUN_STATE_BYTES: usize = 1 + 25 + 37 + 8 + 8;
+/// Encoded bytes of a record's run state besides its dead runs and history, at its largest:
+/// the parked flag (1), the run policy (25), a pending retry (37), the dead runs' length prefix
+/// (8), the evicted count (8) and the history's length prefix (8) (checked against the codec in
+/// the tests).
+pub(super) const RUN_STATE_BYTES: usize = 1 + 25 + 37 + 8 + 8 + 8;
+
+/// Encoded bytes of one history entry at its largest.
+pub(super) const RUN_ENTRY_BYTES: usize = 58;
 
 /// Encoded bytes of one dead run at its largest.
 pub(super) const DEAD_RUN_BYTES: usize = 49;
@@ -245,14 +249,15 @@ impl Scheduler {
             Principal::Client(u64::MAX),
             0u64,
         ))?;
-        let dead = if def.timing.is_one_shot() {
-            1
+        let (dead, history) = if def.timing.is_one_shot() {
+            (1, ONE_SHOT_HISTORY_RUNS)
         } else {
-            MAX_DEAD_RUNS
+            (MAX_DEAD_RUNS, HISTORY_RUNS)
         };
         Ok(core
             .saturating_add(RUN_STATE_BYTES)
-            .saturating_add(dead * DEAD_RUN_BYTES))
+            .saturating_add(dead * DEAD_RUN_BYTES)
+            .saturating_add(history * RUN_ENTRY_BYTES))
     }
 
     /// Applies `request` on behalf of `by` (the authenticated requester: see [`crate::authz`]),
@@ -877,9 +882,20 @@ mod tests {
             at_ms: Some(6),
         };
         assert_eq!(codec::encoded_len(&dead).unwrap(), DEAD_RUN_BYTES);
+        let entry = crate::schedule::RunEntry {
+            due: Due::Time(1),
+            seq: 2,
+            agreed_time_ms: Some(3),
+            occurrence: 4,
+            attempt: 5,
+            outcome: RunOutcome::Failed { code: 6 },
+            emitted: Some(7),
+        };
+        assert_eq!(codec::encoded_len(&entry).unwrap(), RUN_ENTRY_BYTES);
         let no_dead: Vec<DeadRun> = Vec::new();
+        let no_history: Vec<crate::schedule::RunEntry> = Vec::new();
         assert_eq!(
-            codec::encoded_len(&(true, policy, retry, no_dead, 0u64)).unwrap(),
+            codec::encoded_len(&(true, policy, retry, no_dead, 0u64, no_history)).unwrap(),
             RUN_STATE_BYTES
         );
     }

@@ -46,8 +46,8 @@ pub use handlers::{
 };
 pub use preview::{NextRun, SlotLoad};
 pub use runs::{
-    AfterFailure, DeadRun, FailedRun, MAX_ATTEMPTS, MAX_DEAD_RUNS, PendingRetry, RetryPolicy,
-    RunOutcome, RunPolicy,
+    AfterFailure, DeadRun, FailedRun, HISTORY_RUNS, MAX_ATTEMPTS, MAX_DEAD_RUNS,
+    ONE_SHOT_HISTORY_RUNS, PendingRetry, RetryPolicy, RunEntry, RunOutcome, RunPolicy,
 };
 pub use types::{
     FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS,
@@ -90,6 +90,8 @@ struct Record {
     dead: Vec<DeadRun>,
     /// Layout 6: dead runs evicted because the record held its most.
     dead_evicted: u64,
+    /// Layout 6: its last runs, oldest first (a ring of at most `Scheduler::history_cap`).
+    history: Vec<RunEntry>,
 }
 
 impl Record {
@@ -108,6 +110,7 @@ impl Record {
             retry: None,
             dead: Vec::new(),
             dead_evicted: 0,
+            history: Vec::new(),
         }
     }
 }
@@ -256,6 +259,7 @@ impl Scheduler {
             retry: r.retry,
             dead: r.dead.clone(),
             dead_evicted: r.dead_evicted,
+            history: r.history.clone(),
         })
     }
 

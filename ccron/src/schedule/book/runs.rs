@@ -16,6 +16,39 @@ use crate::tick::{Tick, TimeMs};
 /// Most attempts a [`RetryPolicy`] may allow (the first run and its retries).
 pub const MAX_ATTEMPTS: u32 = 100;
 
+/// Most runs a recurring schedule's history keeps ([`RunEntry`], a ring: the oldest leaves);
+/// a one-shot keeps the last [`ONE_SHOT_HISTORY_RUNS`] attempts (it leaves the book when a run
+/// succeeds). Kubernetes keeps 3 successful and 1 failed job by default, Temporal 10 actions;
+/// a constant, because the stored size a record is placed at depends on it.
+pub const HISTORY_RUNS: usize = 4;
+
+/// Most runs a one-shot schedule's history keeps (its failed attempts, while it retries or
+/// holds a dead run).
+pub const ONE_SHOT_HISTORY_RUNS: usize = 2;
+
+/// One run in a schedule's history ([`super::Scheduler::history`]): replicated, persisted with
+/// the schedule, in the digest and in state transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct RunEntry {
+    /// The nominal occurrence it ran for.
+    pub due: Due,
+    /// Sequence number of the tick that ran it.
+    pub seq: u64,
+    /// Agreed time of that tick.
+    pub agreed_time_ms: Option<TimeMs>,
+    /// Its occurrence number (the third part of its
+    /// [`OccurrenceId`](crate::outbox::OccurrenceId)).
+    pub occurrence: u64,
+    /// Which attempt.
+    pub attempt: u32,
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// The result mark: the outbox index of the record the run emitted, whose worker result
+    /// the outbox records against it ([`crate::outbox::Outbox::accept_result`]); `None` when it
+    /// emitted nothing (or failed: a failed run's emit is dropped).
+    pub emitted: Option<u64>,
+}
+
 /// Most dead runs a recurring schedule keeps (a one-shot keeps its one): a further dead run
 /// evicts the oldest, counted in [`super::ScheduleInfo::dead_evicted`].
 pub const MAX_DEAD_RUNS: usize = 2;
@@ -277,6 +310,35 @@ impl Scheduler {
             "run dead-lettered"
         );
         AfterFailure::DeadLettered { paused }
+    }
+
+    /// How many runs record `rec`'s history keeps.
+    pub(super) fn history_cap(rec: &Record) -> usize {
+        if rec.def.timing.is_one_shot() {
+            ONE_SHOT_HISTORY_RUNS
+        } else {
+            HISTORY_RUNS
+        }
+    }
+
+    /// Appends `entry` to record `id`'s history ring (the oldest leaves when it is full).
+    pub(super) fn record_run(&mut self, id: u64, entry: RunEntry) {
+        let Some(rec) = self.records.get_mut(&id) else {
+            return;
+        };
+        let cap = Self::history_cap(rec);
+        if rec.history.len() >= cap {
+            let over = rec.history.len() + 1 - cap;
+            rec.history.drain(..over);
+        }
+        rec.history.push(entry);
+    }
+
+    /// The last runs of schedule `id`, oldest first (at most [`HISTORY_RUNS`]): each run's
+    /// nominal occurrence, tick, occurrence number, attempt, outcome and result mark. `None` for
+    /// an unknown id (a one-shot whose run succeeded has left the book with its history).
+    pub fn history(&self, id: u64) -> Option<&[RunEntry]> {
+        self.records.get(&id).map(|r| r.history.as_slice())
     }
 
     /// How many dead runs record `rec` keeps.

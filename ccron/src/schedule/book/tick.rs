@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 
 use super::{
-    FailedRun, FireRecord, HandlerCtx, Handlers, PendingRetry, Record, RunOutcome, ScheduleError,
-    ScheduleRequest, Scheduler, TickReport,
+    FailedRun, FireRecord, HandlerCtx, Handlers, PendingRetry, Record, RunEntry, RunOutcome,
+    ScheduleError, ScheduleRequest, Scheduler, TickReport,
 };
 use crate::authz::Principal;
 use crate::due::Due;
@@ -462,15 +462,33 @@ impl Scheduler {
             tracing::warn!(id, occurrence, error = %e, "handler emit refused");
             env.report.errors.push(e);
         }
-        if let Some(record) = run.staged
-            && let Err(e) = env.outbox.append(record)
-        {
-            // Unreachable: the tick ran the attempt only with room for a record of the emit
-            // bound, and the staged record is within it. Reported and counted if it happens.
-            self.emit_failures = self.emit_failures.saturating_add(1);
-            tracing::error!(id, occurrence, error = %e, "staged outbox record refused");
-            env.report.errors.push(e.into());
+        let mut emitted = None;
+        if let Some(record) = run.staged {
+            match env.outbox.append(record) {
+                Ok(index) => emitted = Some(index),
+                Err(e) => {
+                    // Unreachable: the tick ran the attempt only with room for a record of the
+                    // emit bound, and the staged record is within it. Reported and counted if
+                    // it happens.
+                    self.emit_failures = self.emit_failures.saturating_add(1);
+                    tracing::error!(id, occurrence, error = %e, "staged outbox record refused");
+                    env.report.errors.push(e.into());
+                }
+            }
         }
+        // A one-shot has left the book, with its history: nothing to keep.
+        self.record_run(
+            id,
+            RunEntry {
+                due,
+                seq: env.tick.bft_sequence_num,
+                agreed_time_ms: env.tick.agreed_time_ms,
+                occurrence,
+                attempt,
+                outcome: RunOutcome::Ok,
+                emitted,
+            },
+        );
         env.report.fired.push(FireRecord {
             id,
             due,
@@ -512,6 +530,18 @@ impl Scheduler {
         });
         self.unindex(id);
         let then = self.settle_failure(id, due, occurrence, attempt, outcome, env.tick);
+        self.record_run(
+            id,
+            RunEntry {
+                due,
+                seq: env.tick.bft_sequence_num,
+                agreed_time_ms: env.tick.agreed_time_ms,
+                occurrence,
+                attempt,
+                outcome,
+                emitted: None,
+            },
+        );
         self.reindex(id);
         self.touch(id);
         env.report.failed.push(FailedRun {

@@ -10,7 +10,7 @@ use crate::pages::PageRange;
 use crate::schedule::store::Layout;
 use crate::tick::TimeMs;
 
-use super::{DeadRun, FailedRun, PendingRetry, RunOutcome, RunPolicy};
+use super::{DeadRun, FailedRun, PendingRetry, RunEntry, RunOutcome, RunPolicy};
 
 /// When a schedule fires.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -576,6 +576,8 @@ pub struct ScheduleInfo {
     pub dead: Vec<DeadRun>,
     /// Dead runs evicted because [`super::MAX_DEAD_RUNS`] were held (counted, never silent).
     pub dead_evicted: u64,
+    /// Its last runs, oldest first ([`super::Scheduler::history`]).
+    pub history: Vec<RunEntry>,
 }
 
 /// One run of a handler in a tick (successful or not: see `outcome`).
