@@ -149,6 +149,11 @@ impl std::fmt::Debug for ScheduledLedger {
 }
 
 /// The demo's handlers: `expire-order` counts the expiry and emits `shop.cancel`.
+///
+/// The handler changes the state only after its one fallible step (the emit), so a failed run
+/// has nothing to roll back: the handler set keeps the default (no state rollback), and a run
+/// that fails is retried or dead-lettered by its schedule's run policy with the state
+/// untouched.
 pub fn order_handlers() -> Handlers<OrderState> {
     let mut handlers: Handlers<OrderState> = Handlers::new();
     handlers.register(EXPIRE_ORDER, |ctx| {
@@ -156,11 +161,11 @@ pub fn order_handlers() -> Handlers<OrderState> {
         // The external effect (tell the shop), deduplicated downstream by occurrence id. It
         // cannot meet a full outbox: the book runs a handler only when the outbox can take a
         // record of the run's emit bound. A refused emit (a record over that bound) is a
-        // typed error of the tick, counted by the book, the same on every replica; the order
-        // then does not count as expired, since the shop was not told.
-        if ctx.emit(SHOP_CANCEL, order.clone().into_bytes()).is_ok() {
-            *ctx.state.0.entry(order).or_insert(0) += 1;
-        }
+        // typed error of the tick, counted by the book, the same on every replica, and fails
+        // the run (dead-lettered: the order does not count as expired, the shop was not told).
+        ctx.emit(SHOP_CANCEL, order.clone().into_bytes())?;
+        *ctx.state.0.entry(order).or_insert(0) += 1;
+        Ok(())
     });
     handlers
 }
@@ -178,9 +183,10 @@ pub const PAYMENT_CONFIRMED: &[u8] = b"confirmed";
 pub fn confirming_order_handlers() -> Handlers<OrderState> {
     let mut handlers: Handlers<OrderState> = Handlers::new();
     handlers.register(EXPIRE_ORDER, |ctx| {
-        // Nothing else to do when the emit is refused: the book reports and counts it (see
-        // `order_handlers`), and an order is only marked expired on a confirmation.
-        let _reported_by_the_book = ctx.emit(SHOP_CANCEL, ctx.payload.to_vec());
+        // A refused emit fails the run (see `order_handlers`); an order is only marked
+        // expired on a confirmation.
+        ctx.emit(SHOP_CANCEL, ctx.payload.to_vec())?;
+        Ok(())
     });
     handlers
 }

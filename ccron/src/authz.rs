@@ -82,6 +82,10 @@ pub enum Action {
     OutboxProgress,
     /// Register or revoke a worker key.
     ManageWorkerKeys,
+    /// Re-target parked schedules to another handler (their owner or an admin).
+    Retarget,
+    /// Re-drive or discard a schedule's dead runs (its owner or an admin).
+    DeadLetter,
 }
 
 impl fmt::Display for Action {
@@ -95,6 +99,8 @@ impl fmt::Display for Action {
             Self::InstallZone => "install zone rules",
             Self::OutboxProgress => "report outbox progress",
             Self::ManageWorkerKeys => "register or revoke worker keys",
+            Self::Retarget => "re-target these parked schedules",
+            Self::DeadLetter => "re-drive or discard this schedule's dead runs",
         })
     }
 }

@@ -50,24 +50,24 @@ pub const MAX_BLOB_BYTES: usize = 64 << 20;
 #[non_exhaustive]
 pub enum BlobKind {
     /// The periodic schedule of one cron table in table layout 1 (one blob or alternate halves);
-    /// layout 2 refuses it ([`crate::TableError::OldLayout`]).
+    /// table layout 3 reads it and its next save migrates it (`table_store.rs`).
     PeriodicSchedule,
     /// The schedule book of a [`crate::schedule::Scheduler`]: its meta page and zone rules.
     ScheduleBook,
     /// One record page of a schedule book (a single-page blob of records).
     BookRecords,
-    /// The journal a schedule book of layout 4 wrote before its pages (layout 5 refuses a
-    /// range of layout 4 at its commit page).
+    /// The journal a schedule book of layouts 2 to 4 wrote before its pages (read, and
+    /// migrated by the next save, by layout 6: `schedule/book/legacy.rs`).
     BookJournal,
     /// A replicated [`crate::outbox::Outbox`] ([`crate::outbox::Outbox::save`]).
     Outbox,
-    /// A segment of a schedule book's change log (book layout 5, `record_log.rs`).
+    /// A segment of a schedule book's change log (book layouts 5 and 6, `record_log.rs`).
     BookLog,
-    /// The commit page of a cron table's schedule (table layout 2, `table_store.rs`).
+    /// The commit page of a cron table's schedule (table layouts 2 and 3, `table_store.rs`).
     TableCommit,
-    /// A blob of a cron table's change log (table layout 2).
+    /// A blob of a cron table's change log (table layouts 2 and 3).
     TableLog,
-    /// A record page of a cron table's schedule (table layout 2).
+    /// A record page of a cron table's schedule (table layouts 2 and 3).
     TableRecords,
     /// A kind this version does not know (read from a page written by a newer version).
     Unknown(u16),

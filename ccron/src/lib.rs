@@ -109,5 +109,5 @@ pub use pages::{
 };
 pub use periodic::{MisfirePolicy, Periodic, PeriodicError};
 pub use registry::{CronTableRegistry, RegistryError};
-pub use table::{CronTable, Fired, Persistence, TableError, TickOutcome};
+pub use table::{CronTable, Fired, PersistStats, Persistence, TableError, TickOutcome};
 pub use tick::{ComponentId, Tick, TimeMs};

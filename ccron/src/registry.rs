@@ -43,6 +43,9 @@ pub enum RegistryError {
 /// All cron tables of a replica, by component id.
 pub struct CronTableRegistry<S> {
     tables: BTreeMap<ComponentId, CronTable<S>>,
+    /// The handler sets declared per component (`(name, version)` ascending by name): code
+    /// the component's schedule book runs, part of the setup digest.
+    handlers: BTreeMap<ComponentId, Vec<(String, u32)>>,
     unknown_ticks: u64,
 }
 
@@ -56,6 +59,7 @@ impl<S> std::fmt::Debug for CronTableRegistry<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CronTableRegistry")
             .field("tables", &self.tables)
+            .field("handlers", &self.handlers)
             .field("unknown_ticks", &self.unknown_ticks)
             .finish()
     }
@@ -66,8 +70,30 @@ impl<S> CronTableRegistry<S> {
     pub fn new() -> Self {
         Self {
             tables: BTreeMap::new(),
+            handlers: BTreeMap::new(),
             unknown_ticks: 0,
         }
+    }
+
+    /// Declares the handler set (names and versions, [`crate::schedule::Handlers::manifest`])
+    /// that `component`'s schedule book runs, replacing any declared before: it enters
+    /// [`Self::setup_digest`], so replicas built with different handlers (one renamed, dropped
+    /// or at another version) disagree visibly at the first checkpoint rather than at the
+    /// first run. A `CronLedger` with a schedule book declares its book's handlers itself.
+    pub fn declare_handlers(
+        &mut self,
+        component: ComponentId,
+        manifest: impl IntoIterator<Item = (String, u32)>,
+    ) {
+        let mut set: Vec<(String, u32)> = manifest.into_iter().collect();
+        set.sort();
+        set.dedup_by(|a, b| a.0 == b.0);
+        self.handlers.insert(component, set);
+    }
+
+    /// The handler set declared for `component` ([`Self::declare_handlers`]).
+    pub fn declared_handlers(&self, component: ComponentId) -> Option<&[(String, u32)]> {
+        self.handlers.get(&component).map(Vec::as_slice)
     }
 
     /// Registers `table` under its component id. Its page range must not overlap another
@@ -191,7 +217,8 @@ impl<S> CronTableRegistry<S> {
     }
 
     /// A digest of what is registered (components, positions, rule kinds, schedule parameters,
-    /// page ranges). Replicas that set up different tables get different digests, so a setup
+    /// page ranges, and the declared handler sets with their versions,
+    /// [`Self::declare_handlers`]). Replicas that set up different tables get different digests, so a setup
     /// mismatch can be detected instead of diverging silently. User rules are opaque code and
     /// contribute only their position. It also includes
     /// [`crate::determinism::environment_digest`] (tz data version, cron engine behaviour,
@@ -221,6 +248,14 @@ impl<S> CronTableRegistry<S> {
                     None => h.update(b"C"),
                 }
             }
+        }
+        // Only when declared: a registry without schedule books keeps its digest.
+        for (component_id, set) in &self.handlers {
+            h.update(b"H");
+            h.update(component_id.to_le_bytes());
+            h.update(crate::schedule::manifest_digest(
+                set.iter().map(|(n, v)| (n.as_str(), *v)),
+            ));
         }
         h.finalize().into()
     }

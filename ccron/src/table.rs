@@ -101,13 +101,14 @@ pub enum TableError {
         /// Pages the range has.
         pages: u32,
     },
-    /// The pages hold a schedule in table layout 1 (one blob or alternate halves, written before
-    /// this version): it is not converted in place (a conversion could not be crash-atomic);
-    /// clear the range (`clear_persistence`) or move the schedule with the older build.
-    #[error("the pages hold a schedule in table layout 1, this build reads layout 2")]
+    /// The pages hold a schedule in table layout 1 that cannot be migrated crash-atomically in
+    /// place (one blob over a log-form range, or a copy the migration's full save would reach):
+    /// clear the range (`clear_persistence`) or move the schedule with the older build. Other
+    /// layout 1 schedules load, and the next save migrates them.
+    #[error("the pages hold a schedule in table layout 1 that cannot be migrated in place")]
     OldLayout,
     /// The commit page names a table layout version this build does not know.
-    #[error("the pages hold table layout {found}, this build reads layout 2")]
+    #[error("the pages hold table layout {found}, this build reads layouts 1 to 3")]
     UnsupportedLayout {
         /// The version found.
         found: u8,
@@ -122,6 +123,18 @@ pub struct Persistence {
     /// The most indexed (periodic and other scheduled) entries the table accepts: the typed
     /// bound instead of an abort.
     pub max_scheduled: u32,
+}
+
+/// What one persist of a table's schedule wrote ([`CronTable::last_persist_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PersistStats {
+    /// Page writes (saves and zeroes).
+    pub writes: usize,
+    /// Whether it folded every log synchronously first (a save larger than the free half, or
+    /// a log too full for the paced fold to keep up).
+    pub folded: bool,
+    /// Record pages a paced fold rewrote in it.
+    pub paced_pages: usize,
 }
 
 /// One run of an action during a tick.
@@ -176,8 +189,8 @@ pub struct CronTable<S> {
     persistence: Option<Persistence>,
     /// Record placement and committed log of the persisted schedule.
     store: TableStore,
-    /// Page writes of the last successful persist.
-    last_save_writes: usize,
+    /// What the last successful persist wrote.
+    last_save: PersistStats,
     scheduled_count: u32,
     /// Scratch buffer for due candidates `(position, slot)`, kept to avoid an allocation per
     /// tick.
@@ -380,7 +393,7 @@ impl<S> CronTable<S> {
             with_record: 0,
             persistence: None,
             store: TableStore::new(),
-            last_save_writes: 0,
+            last_save: PersistStats::default(),
             scheduled_count: 0,
             scratch: Vec::new(),
         }
@@ -771,14 +784,18 @@ impl<S> CronTable<S> {
     /// Writes the schedule to the table's pages if it changed since the last write; returns
     /// whether it wrote. Call it only inside execution (evaluation calls it itself).
     ///
-    /// Table layout 2 (`table_store.rs`, `docs/scheduling.md` "Persistence"): when
+    /// Table layout 3 (`table_store.rs`, `docs/scheduling.md` "Persistence"): when
     /// `max_scheduled` records fit one page, the whole schedule lives on the range's first page
     /// and a write is that one page. Otherwise a write appends the changed records to the
-    /// range's log and rewrites the commit page: O(changes) pages, a single page for the commit.
-    /// When the log is full the write first folds it into the record pages the changes since
-    /// the last fold touched. A crash at any page write reloads as the schedule before or after
-    /// the write, and a replica that re-executes writes the same pages as one that never
-    /// stopped. On error the changes stay marked and the next write retries them.
+    /// range's active log and rewrites the commit page: O(changes) pages, a single page for the
+    /// commit. The log area has two halves: when the active one is full it is frozen and folded
+    /// into the record pages a share per write while the other half takes the writes, so no
+    /// write folds everything at once (a write larger than a half, or a log the pacing could
+    /// not keep up with, folds synchronously: [`CronTable::last_persist_stats`]). Pages of
+    /// table layouts 1 and 2 are migrated by this write. A crash at any page write reloads as
+    /// the schedule before or after the write, and a replica that re-executes writes the same
+    /// pages as one that never stopped. On error the changes stay marked and the next write
+    /// retries them.
     pub fn persist(&mut self, pages: &mut dyn ReservedPages) -> Result<bool, TableError> {
         let Some(persistence) = self.persistence else {
             return Ok(false);
@@ -825,7 +842,11 @@ impl<S> CronTable<S> {
                 s.page = c.page;
             }
         }
-        self.last_save_writes = stats.writes;
+        self.last_save = PersistStats {
+            writes: stats.writes,
+            folded: stats.folded,
+            paced_pages: stats.paced_pages,
+        };
         self.schedule.changed.clear();
         Ok(true)
     }
@@ -833,7 +854,14 @@ impl<S> CronTable<S> {
     /// Page writes of the last successful [`persist`](Self::persist) (for tests and
     /// benchmarks: a write after one change takes O(1) pages).
     pub fn last_persist_writes(&self) -> usize {
-        self.last_save_writes
+        self.last_save.writes
+    }
+
+    /// What the last successful [`persist`](Self::persist) wrote: its page writes, whether it
+    /// folded every log synchronously, and how many record pages a paced fold rewrote in it
+    /// (for tests and benchmarks).
+    pub fn last_persist_stats(&self) -> PersistStats {
+        self.last_save
     }
 
     /// The schedule stored in the table's pages (ascending position), as a restarted replica

@@ -1,48 +1,58 @@
-//! Page layout of a cron table's persisted schedule (table layout version 2): a commit page,
-//! an append-only change log and record pages: an instance of the record log
-//! (`record_log.rs`, the commit protocol the schedule book uses too) with the book's record-page
-//! placement (`schedule/store.rs`).
+//! Page layout of a cron table's persisted schedule (table layout 3): a commit page, a log area
+//! of two halves and record pages: the cron tables' instance of the record log
+//! (`record_log.rs`, the commit protocol the schedule book uses too) with the book's
+//! record-page placement (`schedule/store.rs`). This file keeps only the table's encodings:
+//! its commit page, its change segments, a folded record page's content, and the migrations
+//! from layouts 1 and 2.
 //!
 //! Why. Layout 1 wrote the whole schedule (every next due point) at every tick that changed
 //! one, alternating between two halves of the range: a tick firing 1% of 10^6 entries rewrote
-//! 16 MB. Here a save writes O(changes): the changed records, appended to a log, then one
-//! commit page.
+//! 16 MB. Layout 2 wrote O(changes) (the changed records appended to a log, then one commit
+//! page) but folded a full log in one tick: every ~470 ticks of the 1%-due benchmark, a tick
+//! rewrote ~4,000 record pages. Layout 3 paces the fold: the log area is two halves; a full
+//! active log is frozen and folded into the record pages a share per save while the other
+//! half takes the saves (`record_log::RecordLog`).
 //!
 //! Two forms, a pure function of the configuration (`max_scheduled`) and the page size, so
-//! every replica picks the same:
+//! every replica picks the same (the same as layout 2's):
 //! - **inline**: when `max_scheduled` records fit one page, the commit page carries them all;
 //!   a save is one single-page write (atomic by the [`ReservedPages`] contract).
 //! - **log**: the range is cut into the commit page, the record pages (just enough for
 //!   `max_scheduled` records, placed by the lowest page with room, as the book places its
-//!   records) and the log (every other page, at least enough for a save that changes every
-//!   record twice over: removals of all old records and all new ones).
+//!   records) and the log area (every other page, at least enough for a save that changes
+//!   every record twice over: removals of all old records and all new ones).
 //!
-//! A save in the log form appends the changed records (position, new record page and due
-//! point, or removal) as one or more codec blobs after the committed part of the log, then
-//! rewrites the commit page with the new log length: the commit page is the only page whose
-//! write decides what is stored. A crash before it leaves the previous save (the appended pages
-//! lie past the committed log and are never read); after it, the new one. When the log has no
-//! room for a save, the save first *folds* the committed log into the record pages (rewriting
-//! the pages whose records changed since the last fold, with the committed values), commits an
-//! empty log, then appends. A crash inside a fold leaves the committed log in force: load gives
-//! the log's records priority over any copy on a record page, so record pages that are old,
-//! new or a mix all load as the same schedule. Page images depend only on the operations, so a
-//! replica that crashed and re-executed writes the same bytes as one that never stopped.
+//! A paced fold writes a record page's content as of the frozen log's end: the table keeps,
+//! for every position changed since the active log began, its value at that point
+//! (`frozen_end`, rebuilt at load from the logs), so the content is computed from memory. A
+//! synchronous fold (when a save does not fit the free half, or is larger than a half) writes
+//! the committed content of every record page.
+//!
+//! Migrations. Layout 2's log form is layout 3's with one active log in the area's first half
+//! or spanning both (the same segments, record pages and positions): it loads as is and the
+//! next save writes a layout 3 commit page. Layout 1 (one blob, or alternate halves of the
+//! range each holding `(generation, schedule)`) loads, and the next save logs every record
+//! (a full save, the record pages marked stale until a fold has rewritten them) after making
+//! sure the newest layout 1 copy lies in the range's second half, beyond the log pages the
+//! full save writes: a crash at any page write reloads as the schedule before or after.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::codec::{self, BlobKind, CodecError, HEADER_BYTES};
 use crate::due::Due;
 use crate::pages::{PageId, PageRange, ReservedPages};
-use crate::periodic::{NO_PAGE, ScheduleChange};
-use crate::record_log::{self, LogPos, ReadError};
+use crate::periodic::{IntHash, NO_PAGE, PersistedSchedule, ScheduleChange};
+use crate::record_log::{
+    self, FoldPoint, LogInstance, LogPos, LogSpan, ReadError, RecordLog, Stale,
+};
 use crate::schedule::store::{Placement, record_room};
 use crate::table::TableError;
 use crate::tick::ComponentId;
 
-/// Version of the table layout this build writes and reads (layout 1, the whole schedule in
-/// one blob or alternate halves, is refused with [`TableError::OldLayout`]).
-pub const TABLE_LAYOUT_VERSION: u8 = 2;
+pub(crate) use crate::record_log::SaveStats;
+
+/// Version of the table layout this build writes (it reads layouts 1, 2 and 3).
+pub const TABLE_LAYOUT_VERSION: u8 = 3;
 
 /// Encoded bytes of one record `(position, due)` on a record page (fixed-width encoding).
 pub(crate) const RECORD_BYTES: usize = 16;
@@ -50,7 +60,7 @@ pub(crate) const RECORD_BYTES: usize = 16;
 /// Encoded bytes of one log change that places a record: position, presence tag, page, due.
 const CHANGE_BYTES: usize = 21;
 
-/// Encoded bytes of the commit page's fields before its inline records.
+/// Encoded bytes of the inline commit page's fields before its records.
 const COMMIT_BASE_BYTES: usize = 30;
 
 /// Encoded bytes of a log blob before its changes: segment index (u32,
@@ -65,22 +75,53 @@ const SEGMENT_CHANGES: usize = 16_384;
 /// left the schedule.
 type Change = (u32, Option<(u32, Due)>);
 
-/// The commit page.
+/// The commit page of the inline form (layouts 2 and 3 alike but for the version; the log
+/// fields are unused).
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
-struct Commit {
+struct InlineCommit {
+    version: u8,
+    component_id: ComponentId,
+    /// 0.
+    form: u8,
+    records: u64,
+    log_pages: u32,
+    log_segments: u32,
+    /// Every record, ascending position.
+    inline: Vec<(u32, Due)>,
+}
+
+/// The commit page of layout 2's log form: one log from the area's first page.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct CommitV2 {
+    version: u8,
+    component_id: ComponentId,
+    /// 1.
+    form: u8,
+    records: u64,
+    log_pages: u32,
+    log_segments: u32,
+    /// Empty.
+    inline: Vec<(u32, Due)>,
+}
+
+/// The commit page of layout 3's log form.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct LogCommit {
     /// [`TABLE_LAYOUT_VERSION`].
     version: u8,
     component_id: ComponentId,
-    /// 0 inline, 1 log.
+    /// 1.
     form: u8,
     /// Records stored.
     records: u64,
-    /// Committed log pages (log form).
-    log_pages: u32,
-    /// Committed log blobs (log form).
-    log_segments: u32,
-    /// Every record, ascending position (inline form; empty in the log form).
-    inline: Vec<(u32, Due)>,
+    /// The log saves append to.
+    active: LogSpan,
+    /// The log a paced fold is folding, if any.
+    frozen: Option<LogSpan>,
+    /// The next record page the paced fold rewrites.
+    cursor: u32,
+    /// Whether the record pages count for nothing yet (a migration's full save).
+    stale: Stale,
 }
 
 /// Where the parts of a log-form range lie.
@@ -103,7 +144,7 @@ impl LogLayout {
 pub(crate) enum Form {
     /// Everything on the commit page.
     Inline(PageRange),
-    /// Commit page, log and record pages.
+    /// Commit page, log area and record pages.
     Log(LogLayout),
 }
 
@@ -203,24 +244,157 @@ pub(crate) trait Records {
     fn sorted(&self) -> Vec<(u32, Due)>;
 }
 
+/// A schedule of table layout 1 found at load: migrated by the next save.
+#[derive(Debug, Clone)]
+struct Legacy {
+    /// The newest copy's generation and the half holding it (`None`: the one-blob form).
+    newest: Option<(u64, PageRange)>,
+    /// The range's second half (alternate-halves form).
+    second: Option<PageRange>,
+    /// The schedule as stored.
+    schedule: PersistedSchedule,
+}
+
+/// Values of positions at some point (the frozen log's end, or the last commit): position ->
+/// (page, due) or none, with the positions that were on each page then.
+#[derive(Debug, Clone, Default)]
+struct Then {
+    by_position: HashMap<u32, Option<(u32, Due)>, IntHash>,
+    by_page: HashMap<u32, Vec<(u32, Due)>, IntHash>,
+}
+
+impl Then {
+    /// Records `position`'s value unless it has one already.
+    fn keep_first(&mut self, position: u32, value: Option<(u32, Due)>) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.by_position.entry(position) {
+            e.insert(value);
+            if let Some((page, due)) = value {
+                self.by_page.entry(page).or_default().push((position, due));
+            }
+        }
+    }
+
+    fn get(&self, position: u32) -> Option<Option<(u32, Due)>> {
+        self.by_position.get(&position).copied()
+    }
+
+    fn on_page(&self, page: u32) -> &[(u32, Due)] {
+        self.by_page.get(&page).map_or(&[], Vec::as_slice)
+    }
+
+    fn clear(&mut self) {
+        self.by_position.clear();
+        self.by_page.clear();
+    }
+}
+
 /// The persistence state of one table's schedule besides the schedule itself: where each
-/// record lies and how much of the log is committed.
+/// record lies, the record log, and what a paced fold needs.
 #[derive(Debug, Clone)]
 pub(crate) struct TableStore {
     /// Record placement (log form), created for the store's page size.
     placement: Option<Placement>,
-    /// Committed log pages and blobs.
-    log_pages: u32,
-    log_segments: u32,
+    /// The record log (log form), once loaded or saved.
+    log: Option<RecordLog>,
+    /// While a frozen log is being folded: the frozen-end value of every position changed
+    /// since the active log began.
+    frozen_end: Then,
+    /// A layout 1 schedule the next save migrates.
+    legacy: Option<Legacy>,
 }
 
-/// What a save writes, for tests and benchmarks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct SaveStats {
-    /// Page writes (saves and zeroes).
-    pub writes: usize,
-    /// Whether the save folded the log into the record pages first.
-    pub folded: bool,
+/// The table's view of one save, the record log's instance.
+struct TableLog<'a> {
+    layout: LogLayout,
+    component_id: ComponentId,
+    placement: &'a Placement,
+    next: &'a dyn Records,
+    /// The committed value (page, due) of every position this save changes.
+    this_save: &'a Then,
+    frozen_end: &'a mut Then,
+}
+
+impl TableLog<'_> {
+    /// The value of `position` at `at`, when it changed since.
+    fn value_at(&self, position: u32, at: FoldPoint) -> Option<Option<(u32, Due)>> {
+        if at == FoldPoint::FrozenEnd
+            && let Some(v) = self.frozen_end.get(position)
+        {
+            return Some(v);
+        }
+        self.this_save.get(position)
+    }
+}
+
+impl LogInstance for TableLog<'_> {
+    type Error = TableError;
+
+    fn record_pages(&self) -> u32 {
+        self.layout.record_pages
+    }
+
+    fn record_page(&self, p: u32) -> Option<PageRange> {
+        self.layout.record_page(p)
+    }
+
+    fn fold_list(&mut self, _: &dyn ReservedPages, _: &RecordLog) -> Result<Vec<u32>, TableError> {
+        // Every record page: the list must not depend on what a replica remembers (one that
+        // restarted folds the same pages as one that did not).
+        Ok((0..self.layout.record_pages).collect())
+    }
+
+    fn folded_page(
+        &mut self,
+        _: &dyn ReservedPages,
+        _: &RecordLog,
+        p: u32,
+        at: FoldPoint,
+    ) -> Result<Option<Vec<u8>>, TableError> {
+        let mut records: Vec<(u32, Due)> = Vec::new();
+        for id in self.placement.members(p) {
+            let position = u32::try_from(*id).unwrap_or(u32::MAX);
+            // A position changed since has its value then below, with the page it had.
+            if self.value_at(position, at).is_none()
+                && let Some(due) = self.next.get(position)
+            {
+                records.push((position, due));
+            }
+        }
+        // Positions changed since that were on this page then.
+        let frozen = at == FoldPoint::FrozenEnd;
+        for &(position, due) in self.this_save.on_page(p) {
+            if !frozen || self.frozen_end.get(position).is_none() {
+                records.push((position, due));
+            }
+        }
+        if frozen {
+            records.extend_from_slice(self.frozen_end.on_page(p));
+        }
+        if records.is_empty() {
+            return Ok(None);
+        }
+        records.sort_unstable_by_key(|r| r.0);
+        Ok(Some(codec::to_blob(&(p, &records))?))
+    }
+
+    fn frozen_folded(&mut self) {
+        self.frozen_end.clear();
+    }
+
+    fn commit(&mut self, pages: &mut dyn ReservedPages, log: &RecordLog) -> Result<(), TableError> {
+        let commit = LogCommit {
+            version: TABLE_LAYOUT_VERSION,
+            component_id: self.component_id,
+            form: 1,
+            records: self.next.count() as u64,
+            active: log.active,
+            frozen: log.frozen,
+            cursor: log.cursor,
+            stale: log.stale,
+        };
+        codec::save(pages, self.layout.commit, BlobKind::TableCommit, &commit)?;
+        Ok(())
+    }
 }
 
 impl TableStore {
@@ -228,8 +402,9 @@ impl TableStore {
     pub(crate) fn new() -> Self {
         Self {
             placement: None,
-            log_pages: 0,
-            log_segments: 0,
+            log: None,
+            frozen_end: Then::default(),
+            legacy: None,
         }
     }
 
@@ -252,7 +427,7 @@ impl TableStore {
         let layout = match form {
             Form::Inline(commit) => {
                 let inline = next.sorted();
-                let c = Commit {
+                let c = InlineCommit {
                     version: TABLE_LAYOUT_VERSION,
                     component_id,
                     form: 0,
@@ -262,9 +437,10 @@ impl TableStore {
                     inline,
                 };
                 codec::save(pages, commit, BlobKind::TableCommit, &c)?;
+                self.legacy = None;
                 return Ok(SaveStats {
                     writes: 1,
-                    folded: false,
+                    ..SaveStats::default()
                 });
             }
             Form::Log(layout) => layout,
@@ -272,25 +448,26 @@ impl TableStore {
         let page_size = pages.page_size();
         let per_page = page_size - HEADER_BYTES;
         let mut stats = SaveStats::default();
-        // The log pages this save takes: its size depends only on how many changes it has.
-        let needed = log_pages_for(changed.len(), per_page);
-        if needed > layout.log.len() as usize {
-            return Err(TableError::RangeTooShort {
-                needed_pages: 1 + layout.record_pages + needed as u32,
-                pages: 1 + layout.record_pages + layout.log.len(),
-            });
-        }
-        if self.log_pages as usize + needed > layout.log.len() as usize {
-            self.fold(pages, layout, component_id, next, changed, &mut stats)?;
+        let migrating = self.legacy.take();
+        if let Some(legacy) = &migrating {
+            stats.writes += Self::secure_legacy(pages, layout, legacy, next.count(), per_page)?;
         }
         // Place the changed records (a record that stays keeps its page) and log them.
         let k = u32::try_from(per_record_page(page_size)).unwrap_or(u32::MAX);
+        let mut this_save = Then::default();
+        this_save.by_position.reserve(changed.len());
         let placement = self.placement(page_size);
         let mut log: Vec<Change> = Vec::with_capacity(changed.len());
         // Records of neighbouring positions share pages: mark each page once per run.
         let mut touched = NO_PAGE;
         for c in changed.iter_mut() {
             let position = c.position;
+            let before_page = match c.before {
+                Some(_) if c.page != NO_PAGE => Some(c.page),
+                Some(_) => placement.page_of(u64::from(position)),
+                None => None,
+            };
+            this_save.keep_first(position, before_page.zip(c.before));
             let placed = match c.now {
                 None => {
                     placement.unplace(u64::from(position));
@@ -322,92 +499,158 @@ impl TableStore {
             };
             log.push((position, placed));
         }
-        let bodies = log
+        placement.dirty_pages.clear();
+        if migrating.is_some() {
+            // A full save: every record, at the area's first page, the record pages stale.
+            log = next
+                .sorted()
+                .into_iter()
+                .map(|(position, due)| {
+                    let page = placement.page_of(u64::from(position)).unwrap_or(NO_PAGE);
+                    (position, Some((page, due)))
+                })
+                .collect();
+        }
+        let mut rlog = self.log.take().unwrap_or_else(|| {
+            RecordLog::new(layout.log, BlobKind::TableLog, BlobKind::TableRecords, true)
+        });
+        rlog.area = layout.log;
+        if migrating.is_some() {
+            rlog.active = LogSpan::default();
+            rlog.frozen = None;
+            rlog.cursor = 0;
+            rlog.stale = Stale::InActive;
+        }
+        // The log pages this save takes: its size depends only on how many changes it has.
+        let needed = log_pages_for(log.len(), per_page);
+        if needed > layout.log.len() as usize {
+            self.log = Some(rlog);
+            return Err(TableError::RangeTooShort {
+                needed_pages: 1 + layout.record_pages + needed as u32,
+                pages: 1 + layout.record_pages + layout.log.len(),
+            });
+        }
+        let bodies: Result<Vec<Vec<u8>>, CodecError> = log
             .chunks(SEGMENT_CHANGES)
-            .map(|chunk| codec::to_blob(&chunk));
-        let committed = LogPos {
-            pages: self.log_pages,
-            segments: self.log_segments,
-        };
-        let (pos, writes) =
-            record_log::append(pages, layout.log, committed, BlobKind::TableLog, bodies)?;
-        stats.writes += writes;
-        let commit = Commit {
-            version: TABLE_LAYOUT_VERSION,
+            .map(|chunk| codec::to_blob(&chunk))
+            .collect();
+        let bodies = bodies?;
+        let placement = self.placement.as_ref().ok_or(TableError::RangeTooSmall {
+            needed: 0,
+            capacity: 0,
+        })?;
+        let mut inst = TableLog {
+            layout,
             component_id,
-            form: 1,
-            records: next.count() as u64,
-            log_pages: pos.pages,
-            log_segments: pos.segments,
-            inline: Vec::new(),
+            placement,
+            next,
+            this_save: &this_save,
+            frozen_end: &mut self.frozen_end,
         };
-        codec::save(pages, layout.commit, BlobKind::TableCommit, &commit)?;
-        stats.writes += 1;
-        self.log_pages = pos.pages;
-        self.log_segments = pos.segments;
+        let result = rlog.save(pages, &mut inst, bodies);
+        let frozen = rlog.frozen.is_some();
+        self.log = Some(rlog);
+        let saved = result?;
+        stats.writes += saved.writes;
+        stats.folded = saved.folded;
+        stats.paced_pages = saved.paced_pages;
+        if frozen {
+            // The values at the frozen log's end of the positions this save changed (unless
+            // an earlier save since the freeze already recorded them).
+            for (position, v) in this_save.by_position {
+                self.frozen_end.keep_first(position, v);
+            }
+        }
         Ok(stats)
     }
 
-    /// Writes the committed schedule (the one before `changed`) into the record pages whose
-    /// records changed since the last fold, then commits an empty log.
-    fn fold(
-        &mut self,
+    /// Before a migration's full save: makes sure the newest layout 1 copy lies beyond the log
+    /// pages the full save writes (rewriting it into the range's second half if it is in the
+    /// first, as layout 1 itself would, with the next generation). Returns the page writes.
+    fn secure_legacy(
         pages: &mut dyn ReservedPages,
         layout: LogLayout,
-        component_id: ComponentId,
-        next: &dyn Records,
-        changed: &[ScheduleChange],
-        stats: &mut SaveStats,
-    ) -> Result<(), TableError> {
-        let placement = self.placement(pages.page_size());
-        // The committed due point of a position this save changes is the one it had before.
-        let before = |position: u32| -> Option<Due> {
-            match changed.binary_search_by_key(&position, |c| c.position) {
-                Ok(i) => changed.get(i).and_then(|c| c.before),
-                Err(_) => next.get(position),
-            }
+        legacy: &Legacy,
+        records: usize,
+        per_page: usize,
+    ) -> Result<usize, TableError> {
+        let (Some((generation, half)), Some(second)) = (legacy.newest, legacy.second) else {
+            // One blob over the range: the full save would overwrite it.
+            return Err(TableError::OldLayout);
         };
-        let dirty: Vec<u32> = placement.dirty_pages.iter().copied().collect();
-        let mut records = Vec::new();
-        for p in dirty {
-            let Some(part) = layout.record_page(p) else {
-                continue;
-            };
-            records.clear();
-            for id in placement.members(p) {
-                let position = u32::try_from(*id).unwrap_or(u32::MAX);
-                if let Some(due) = before(position) {
-                    records.push((position, due));
+        let need = u32::try_from(log_pages_for(records, per_page)).unwrap_or(u32::MAX);
+        if layout.log.first().saturating_add(need) > second.first() {
+            tracing::error!(
+                need,
+                "table layout 1 cannot be migrated in place: the full save would reach its copy"
+            );
+            return Err(TableError::OldLayout);
+        }
+        if half == second {
+            return Ok(0);
+        }
+        let copy = codec::to_blob(&(generation.saturating_add(1), &legacy.schedule))?;
+        codec::save_blob(pages, second, BlobKind::PeriodicSchedule, &copy)?;
+        Ok(copy.len().div_ceil(per_page).max(1))
+    }
+
+    /// Reads a layout 1 schedule (`range` holds [`BlobKind::PeriodicSchedule`] data).
+    fn load_legacy(
+        pages: &dyn ReservedPages,
+        range: PageRange,
+        component_id: ComponentId,
+    ) -> Result<Legacy, TableError> {
+        let half_len = range.len() / 2;
+        let halves = PageRange::new(range.first(), half_len)
+            .zip(PageRange::new(range.first() + half_len, half_len));
+        let mut copies = Vec::new();
+        if let Some((a, b)) = halves {
+            for half in [a, b] {
+                match codec::load::<(u64, PersistedSchedule)>(
+                    pages,
+                    half,
+                    BlobKind::PeriodicSchedule,
+                ) {
+                    Ok(Some((g, s))) => copies.push((g, half, s)),
+                    Ok(None) => {}
+                    Err(e @ (CodecError::Pages(_) | CodecError::RangeOutOfStore { .. })) => {
+                        return Err(e.into());
+                    }
+                    // A torn copy (a crash inside its write): the other one stands.
+                    Err(e) => {
+                        tracing::info!(first_page = half.first(), error = %e, "torn layout 1 copy ignored")
+                    }
                 }
             }
-            let blob = if records.is_empty() {
-                None
-            } else {
-                Some(codec::to_blob(&(p, &records))?)
-            };
-            stats.writes +=
-                record_log::write_page(pages, part, BlobKind::TableRecords, blob.as_deref())?;
         }
-        let commit = Commit {
-            version: TABLE_LAYOUT_VERSION,
-            component_id,
-            form: 1,
-            records: placement.records() as u64,
-            log_pages: 0,
-            log_segments: 0,
-            inline: Vec::new(),
+        let legacy = match copies.into_iter().max_by_key(|(g, ..)| *g) {
+            Some((g, half, schedule)) => Legacy {
+                newest: Some((g, half)),
+                second: halves.map(|(_, b)| b),
+                schedule,
+            },
+            None => {
+                let schedule =
+                    codec::load::<PersistedSchedule>(pages, range, BlobKind::PeriodicSchedule)?
+                        .ok_or(TableError::OldLayout)?;
+                Legacy {
+                    newest: None,
+                    second: None,
+                    schedule,
+                }
+            }
         };
-        codec::save(pages, layout.commit, BlobKind::TableCommit, &commit)?;
-        stats.writes += 1;
-        stats.folded = true;
-        placement.dirty_pages.clear();
-        self.log_pages = 0;
-        self.log_segments = 0;
-        Ok(())
+        if legacy.schedule.component_id != component_id {
+            return Err(TableError::ForeignSchedule {
+                expected: component_id,
+                found: legacy.schedule.component_id,
+            });
+        }
+        Ok(legacy)
     }
 
     /// Reads the schedule stored in `form`'s pages (empty when nothing is stored) and the
-    /// store state that goes with it.
+    /// store state that goes with it: layout 3, or layouts 2 and 1 (migrated by the next save).
     pub(crate) fn load(
         pages: &dyn ReservedPages,
         range: PageRange,
@@ -420,15 +663,60 @@ impl TableStore {
             Form::Inline(c) => c,
             Form::Log(l) => l.commit,
         };
-        let commit = match codec::load::<Commit>(pages, commit_range, BlobKind::TableCommit) {
-            Ok(c) => c,
+        let blob = match codec::load_blob(pages, commit_range, BlobKind::TableCommit) {
+            Ok(b) => b,
             Err(CodecError::WrongKind {
                 found: BlobKind::PeriodicSchedule,
                 ..
-            }) => return Err(TableError::OldLayout),
+            }) => {
+                let legacy = Self::load_legacy(pages, range, component_id)?;
+                let mut next = BTreeMap::new();
+                for (p, d) in &legacy.schedule.records {
+                    if next.insert(*p, *d).is_some() {
+                        return Err(corrupt("duplicate positions in the schedule".into()));
+                    }
+                }
+                if let Form::Log(layout) = form {
+                    // Refused here, not at the next save, when no crash-atomic migration
+                    // exists: one blob over the range, or a full save reaching the newest copy.
+                    let per_page = pages.page_size().saturating_sub(HEADER_BYTES).max(1);
+                    let need =
+                        u32::try_from(log_pages_for(next.len(), per_page)).unwrap_or(u32::MAX);
+                    let fits = legacy
+                        .second
+                        .is_some_and(|b| layout.log.first().saturating_add(need) <= b.first());
+                    if legacy.newest.is_none() || !fits {
+                        tracing::warn!(
+                            component_id,
+                            "table layout 1 cannot be migrated in place: refused"
+                        );
+                        return Err(TableError::OldLayout);
+                    }
+                    let placement = store.placement(pages.page_size());
+                    for p in next.keys() {
+                        match placement.place(u64::from(*p), RECORD_BYTES) {
+                            Some(page) if page < layout.record_pages => {}
+                            _ => {
+                                return Err(TableError::TooManyRecords {
+                                    found: next.len(),
+                                    max: layout.record_pages,
+                                });
+                            }
+                        }
+                    }
+                    placement.dirty_pages.clear();
+                }
+                tracing::info!(
+                    component_id,
+                    records = next.len(),
+                    "table layout 1 loaded: the next save migrates it"
+                );
+                store.legacy = Some(legacy);
+                return Ok((next, store));
+            }
             Err(e) => return Err(e.into()),
         };
-        let Some(commit) = commit else {
+        let Some(blob) = blob else {
             // Nothing committed: every page of the range must be empty too (a lost commit page
             // is not a fresh store), except log pages past the commit, which are never read.
             let log = match form {
@@ -447,23 +735,26 @@ impl TableStore {
             }
             return Ok((BTreeMap::new(), store));
         };
-        if commit.version != TABLE_LAYOUT_VERSION {
-            return Err(TableError::UnsupportedLayout {
-                found: commit.version,
-            });
+        let (version, found, form_tag) = match blob.as_slice() {
+            [v, a, b, c, d, f, ..] => (*v, u32::from_le_bytes([*a, *b, *c, *d]), *f),
+            _ => return Err(corrupt("a short commit page".into())),
+        };
+        if !(2..=TABLE_LAYOUT_VERSION).contains(&version) {
+            return Err(TableError::UnsupportedLayout { found: version });
         }
-        if commit.component_id != component_id {
+        if found != component_id {
             return Err(TableError::ForeignSchedule {
                 expected: component_id,
-                found: commit.component_id,
+                found,
             });
         }
         let mut next = BTreeMap::new();
         let layout = match form {
             Form::Inline(_) => {
-                if commit.form != 0 {
+                if form_tag != 0 {
                     return Err(corrupt("a log-form schedule in an inline range".into()));
                 }
+                let commit = codec::from_blob::<InlineCommit>(&blob)?;
                 for (p, d) in commit.inline {
                     if next.insert(p, d).is_some() {
                         return Err(corrupt("duplicate positions in the schedule".into()));
@@ -476,75 +767,126 @@ impl TableStore {
             }
             Form::Log(l) => l,
         };
-        if commit.form != 1 || !commit.inline.is_empty() {
+        if form_tag != 1 {
             return Err(corrupt("an inline schedule in a log-form range".into()));
         }
-        // The committed log, oldest first: the latest change of each position wins.
-        let mut named: BTreeMap<u32, Option<(u32, Due)>> = BTreeMap::new();
-        let mut mentioned = BTreeSet::new();
-        let committed = LogPos {
-            pages: commit.log_pages,
-            segments: commit.log_segments,
+        let commit = if version == 2 {
+            let c = codec::from_blob::<CommitV2>(&blob)?;
+            if !c.inline.is_empty() {
+                return Err(corrupt("an inline schedule in a log-form range".into()));
+            }
+            LogCommit {
+                version,
+                component_id: c.component_id,
+                form: c.form,
+                records: c.records,
+                active: LogSpan {
+                    start: 0,
+                    pos: LogPos {
+                        pages: c.log_pages,
+                        segments: c.log_segments,
+                    },
+                },
+                frozen: None,
+                cursor: 0,
+                stale: Stale::No,
+            }
+        } else {
+            codec::from_blob::<LogCommit>(&blob)?
         };
-        record_log::read::<Vec<Change>>(
-            pages,
-            layout.log,
-            committed,
-            BlobKind::TableLog,
-            |changes| {
+        let area = layout.log.len();
+        let spans = commit.frozen.iter().chain(std::iter::once(&commit.active));
+        for span in spans.clone() {
+            if span.end() > area {
+                return Err(corrupt("a log longer than the log area".into()));
+            }
+        }
+        if let Some(f) = commit.frozen
+            && (f.start < commit.active.end() && commit.active.start < f.end())
+        {
+            return Err(corrupt("the frozen and active logs overlap".into()));
+        }
+        if commit.cursor > layout.record_pages
+            || (commit.frozen.is_none() && commit.cursor != 0)
+            || (commit.stale == Stale::InFrozen && commit.frozen.is_none())
+        {
+            return Err(corrupt("a fold state the logs contradict".into()));
+        }
+        // The committed logs, frozen first: the latest change of each position wins.
+        let mut named: BTreeMap<u32, Option<(u32, Due)>> = BTreeMap::new();
+        let mut frozen_named: BTreeMap<u32, Option<(u32, Due)>> = BTreeMap::new();
+        let mut active_named: Vec<u32> = Vec::new();
+        let mut read_span = |span: &LogSpan, frozen: bool| -> Result<(), TableError> {
+            let Some(log) = span.range(layout.log) else {
+                return Err(corrupt("a log outside the log area".into()));
+            };
+            record_log::read::<Vec<Change>>(pages, log, span.pos, BlobKind::TableLog, |changes| {
                 for (position, placed) in changes {
-                    if let Some((page, _)) = placed {
-                        if page >= layout.record_pages {
-                            return Err(format!("log places a record on page {page}"));
-                        }
-                        mentioned.insert(page);
+                    if let Some((page, _)) = placed
+                        && page >= layout.record_pages
+                    {
+                        return Err(format!("log places a record on page {page}"));
+                    }
+                    if frozen {
+                        frozen_named.insert(position, placed);
+                    } else {
+                        active_named.push(position);
                     }
                     named.insert(position, placed);
                 }
                 Ok(())
-            },
-        )
-        .map_err(|e| match e {
-            ReadError::Codec(e) => TableError::Persist(e),
-            ReadError::Corrupt(m) => corrupt(m),
-        })?;
+            })
+            .map_err(|e| match e {
+                ReadError::Codec(e) => TableError::Persist(e),
+                ReadError::Corrupt(m) => corrupt(m),
+            })
+        };
+        if let Some(f) = &commit.frozen {
+            read_span(f, true)?;
+        }
+        read_span(&commit.active, false)?;
         let placement = store.placement(pages.page_size());
-        for p in 0..layout.record_pages {
-            let Some(part) = layout.record_page(p) else {
-                continue;
-            };
-            let Some((at_page, records)) =
-                codec::load::<(u32, Vec<(u32, Due)>)>(pages, part, BlobKind::TableRecords)?
-            else {
-                continue;
-            };
-            if at_page != p {
-                return Err(corrupt(format!("record page {p} holds page {at_page}")));
-            }
-            let mut last = None;
-            for (position, due) in records {
-                if last.is_some_and(|l| position <= l) {
-                    return Err(corrupt(format!("record page {p} is out of order")));
-                }
-                last = Some(position);
-                if named.contains_key(&position) {
-                    // The log supersedes this copy; the page must be rewritten at the fold.
-                    mentioned.insert(p);
+        // Record page copies the logs do not supersede; with a frozen log, the page copies of
+        // positions the active log changes (their values at the frozen log's end).
+        let mut copies: BTreeMap<u32, (u32, Due)> = BTreeMap::new();
+        if commit.stale == Stale::No {
+            for p in 0..layout.record_pages {
+                let Some(part) = layout.record_page(p) else {
                     continue;
+                };
+                let Some((at_page, records)) =
+                    codec::load::<(u32, Vec<(u32, Due)>)>(pages, part, BlobKind::TableRecords)?
+                else {
+                    continue;
+                };
+                if at_page != p {
+                    return Err(corrupt(format!("record page {p} holds page {at_page}")));
                 }
-                if next.insert(position, due).is_some() {
-                    return Err(corrupt(format!("position {position} stored twice")));
+                let mut last = None;
+                for (position, due) in records {
+                    if last.is_some_and(|l| position <= l) {
+                        return Err(corrupt(format!("record page {p} is out of order")));
+                    }
+                    last = Some(position);
+                    if named.contains_key(&position) {
+                        // A log supersedes this copy.
+                        copies.insert(position, (p, due));
+                        continue;
+                    }
+                    if next.insert(position, due).is_some() {
+                        return Err(corrupt(format!("position {position} stored twice")));
+                    }
+                    placement
+                        .load(u64::from(position), p, RECORD_BYTES)
+                        .map_err(corrupt)?;
                 }
-                placement
-                    .load(u64::from(position), p, RECORD_BYTES)
-                    .map_err(corrupt)?;
             }
         }
-        for (position, placed) in named {
+        for (position, placed) in &named {
             if let Some((page, due)) = placed {
-                next.insert(position, due);
+                next.insert(*position, *due);
                 placement
-                    .load(u64::from(position), page, RECORD_BYTES)
+                    .load(u64::from(*position), *page, RECORD_BYTES)
                     .map_err(corrupt)?;
             }
         }
@@ -555,9 +897,23 @@ impl TableStore {
                 commit.records
             )));
         }
-        placement.dirty_pages = mentioned;
-        store.log_pages = commit.log_pages;
-        store.log_segments = commit.log_segments;
+        if commit.frozen.is_some() {
+            // What a replica that never stopped remembers: the frozen-end value of every
+            // position the active log changed (the frozen log's image, else the page copy).
+            for position in active_named {
+                let then = match frozen_named.get(&position) {
+                    Some(v) => *v,
+                    None => copies.get(&position).copied(),
+                };
+                store.frozen_end.keep_first(position, then);
+            }
+        }
+        let mut rlog = RecordLog::new(layout.log, BlobKind::TableLog, BlobKind::TableRecords, true);
+        rlog.active = commit.active;
+        rlog.frozen = commit.frozen;
+        rlog.cursor = commit.cursor;
+        rlog.stale = commit.stale;
+        store.log = Some(rlog);
         Ok((next, store))
     }
 }
@@ -579,8 +935,8 @@ mod tests {
             codec::encoded_len(&seg).unwrap(),
             SEGMENT_BASE_BYTES + 3 * CHANGE_BYTES
         );
-        let c = Commit {
-            version: 2,
+        let c = InlineCommit {
+            version: 3,
             component_id: 1,
             form: 0,
             records: 2,

@@ -1,4 +1,4 @@
-//! Persistence of `ccron::schedule::Scheduler` on the record log (layout version 5: commit page,
+//! Persistence of `ccron::schedule::Scheduler` on the record log (layout version 6: commit page,
 //! change log, record pages folded when the log is full): a save after one change writes 2
 //! pages, a crash at any page write of a save (a fold included) reloads as the book before or
 //! after it (never a mix, never corrupt), identical operations give identical page images on
@@ -16,7 +16,7 @@ use proptest::prelude::*;
 /// Pages that fail every write after the first `budget` ones.
 type Crashing = ccron::pages::CrashAfter<MemPages>;
 
-const PAGE: usize = 512;
+const PAGE: usize = 2_048;
 
 fn limits() -> Limits {
     Limits {
@@ -399,9 +399,10 @@ fn a_record_larger_than_a_page_is_refused_at_admission() {
         Err(ScheduleError::Limit(_))
     ));
     assert!(book.is_empty());
-    // (162: page and blob headers plus the record's other fields, its owner, version, topic
-    // and type included.)
-    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 162]);
+    // (414: page and blob headers plus the record's other fields, its owner, version, topic
+    // and type included, and its run state at its largest: a retry pending, a dead run, two
+    // history entries.)
+    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 414]);
     book.apply(
         &Principal::Host,
         ScheduleRequest::Create(fits),
@@ -615,7 +616,7 @@ fn a_full_book_rejects_new_schedules_at_admission_not_at_save() {
     )
     .unwrap();
     let before = book.clone();
-    let grown = NewSchedule::new("run", Timing::At(Due::Time(5))).with_payload(vec![7; 300]);
+    let grown = NewSchedule::new("run", Timing::At(Due::Time(5))).with_payload(vec![7; 600]);
     let refused = book.apply(
         &Principal::Host,
         ScheduleRequest::Replace {
@@ -699,9 +700,9 @@ fn save_until_fold(book: &mut Scheduler, mut pages: MemPages, id: u64) -> MemPag
 fn a_fold_rewrites_the_pages_records_left() {
     let h = handlers();
     let mut book = Scheduler::new(7, limits());
-    // One record per page: a 300-byte payload leaves no room for a second on a 512-byte page.
+    // One record per page: a 1,100-byte payload leaves no room for a second on a page.
     let ids: Vec<u64> = (0..4)
-        .map(|i| create(&mut book, &h, 1_000_000 + i, 300))
+        .map(|i| create(&mut book, &h, 1_000_000 + i, 1_100))
         .collect();
     let mut pages = store();
     book.save(&mut pages, range()).unwrap();

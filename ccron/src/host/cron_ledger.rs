@@ -17,6 +17,7 @@ use super::app::{AppError, Application, ExecContext};
 use super::app::{ClientId, FireNote};
 use super::scheduler::{BookWire, LedgerScheduler};
 use super::wire as codec;
+use crate::schedule::upgrade::{UpgradeState, Upgrades, upgrade_request_of};
 
 /// A ledger with cron tables: state `S` (an [`Application`] for user requests) plus a
 /// [`CronTableRegistry`] over `S`, whose actions therefore change the ledger's own state.
@@ -47,8 +48,11 @@ pub struct CronLedger<S, P = MemPages> {
     notes_dropped: u64,
     unknown_component_ticks: u64,
     table_errors: u64,
-    /// Set when a table's schedule could not be saved: the ledger stopped (fail-stop).
+    /// Set when a table's schedule could not be saved, or at an upgrade this build must not
+    /// pass: the ledger stopped (fail-stop).
     halted: Option<AppError>,
+    /// The build's upgrades and the replicated upgrade state (`crate::schedule::upgrade`).
+    upgrades: Upgrades<S>,
 }
 
 impl<S, P> std::fmt::Debug for CronLedger<S, P> {
@@ -75,6 +79,7 @@ impl<S: Application> CronLedger<S> {
             unknown_component_ticks: 0,
             table_errors: 0,
             halted: None,
+            upgrades: Upgrades::new(),
         }
     }
 }
@@ -83,10 +88,18 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
     /// The same ledger with a schedule book (set up identically on every replica) whose pages
     /// are a store `Q` ([`MemPages`] from [`LedgerScheduler::new`], or any store from
     /// [`LedgerScheduler::with_pages`]).
+    ///
+    /// The book's handler set (names and versions) is declared in the registry
+    /// ([`CronTableRegistry::declare_handlers`]), so it enters the setup digest and thus the
+    /// ledger's digest: replicas built with different handlers disagree at once.
     pub fn with_scheduler<Q: ReservedPages>(
-        self,
+        mut self,
         scheduler: LedgerScheduler<S, Q>,
     ) -> CronLedger<S, Q> {
+        self.registry.declare_handlers(
+            scheduler.config().component,
+            scheduler.handlers().manifest(),
+        );
         CronLedger {
             state: self.state,
             registry: self.registry,
@@ -97,7 +110,35 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
             unknown_component_ticks: self.unknown_component_ticks,
             table_errors: self.table_errors,
             halted: self.halted,
+            upgrades: self.upgrades,
         }
+    }
+
+    /// The same ledger with this build's upgrades (the migrations it carries, the past upgrades
+    /// it knows, who may plan), configured identically on every replica running the build; the
+    /// replicated upgrade state is kept. Every request and tick first passes the upgrade gate
+    /// (`crate::schedule::upgrade`): a reached plan runs its migration here, once, or stops a
+    /// build that does not carry it.
+    pub fn with_upgrades(mut self, upgrades: Upgrades<S>) -> Self {
+        self.upgrades = upgrades.configured_from(&mut self.upgrades);
+        self
+    }
+
+    /// The build's upgrades and the replicated upgrade state.
+    pub fn upgrades(&self) -> &Upgrades<S> {
+        &self.upgrades
+    }
+
+    /// The upgrade gate at batch `seq` and agreed time `now_ms` (see [`Self::with_upgrades`]);
+    /// a stop halts the ledger.
+    fn upgrade_gate(&mut self, seq: u64, now_ms: Option<i64>) -> Result<(), AppError> {
+        let result = self
+            .upgrades
+            .gate(seq, now_ms, &mut self.state, self.scheduler.as_mut());
+        if let Err(e) = &result {
+            self.halted.get_or_insert(e.clone());
+        }
+        result
     }
 
     /// The schedule book, if any.
@@ -156,6 +197,12 @@ pub const MAX_FIRE_NOTES: usize = 4_096;
 
 impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedger<S, P> {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        if let Err(e) = self.upgrade_gate(ctx.seq, ctx.agreed_time_ms) {
+            return format!("err halted: {e}").into_bytes();
+        }
+        if let Some(req) = upgrade_request_of(payload) {
+            return self.upgrades.execute(Principal::Client(client), req, ctx);
+        }
         if let Some(book) = &mut self.scheduler {
             if let Some(upto) = super::scheduler::outbox_delivered_of(payload) {
                 return book.trim_outbox(Principal::Client(client), upto);
@@ -188,16 +235,27 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             h.update(book.policy().digest());
             h.update(codec::encode(&book.to_wire()).unwrap_or_default());
         }
+        // Only once something was planned: a ledger without upgrades keeps its digest.
+        if !self.upgrades.state().is_empty() {
+            h.update(b"upgrades");
+            h.update(self.upgrades.state().digest());
+        }
         h.finalize().into()
     }
 
     fn snapshot(&self) -> Vec<u8> {
         let fires: Vec<(u32, u32, u64)> =
             self.fires.iter().map(|((c, p), n)| (*c, *p, *n)).collect();
-        // Without a book the snapshot keeps its original two-part form.
-        match &self.scheduler {
-            None => codec::encode(&(self.state.snapshot(), fires)),
-            Some(book) => codec::encode(&(self.state.snapshot(), fires, book.to_wire())),
+        // Without a book the snapshot keeps its original two-part form; the upgrade state is a
+        // last part, present once something was planned (older snapshots restore as before).
+        let up = self.upgrades.state();
+        match (&self.scheduler, up.is_empty()) {
+            (None, true) => codec::encode(&(self.state.snapshot(), fires)),
+            (None, false) => codec::encode(&(self.state.snapshot(), fires, up)),
+            (Some(book), true) => codec::encode(&(self.state.snapshot(), fires, book.to_wire())),
+            (Some(book), false) => {
+                codec::encode(&(self.state.snapshot(), fires, book.to_wire(), up))
+            }
         }
         .unwrap_or_default()
     }
@@ -205,20 +263,36 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
         let bad = |e: String| AppError::BadSnapshot(e);
         // Decode and validate everything before changing anything.
-        let (state, fires, book) = match &self.scheduler {
-            None => {
-                let (state, fires): (Vec<u8>, Vec<(u32, u32, u64)>) =
-                    codec::decode(snapshot, snapshot.len()).map_err(|e| bad(e.to_string()))?;
-                (state, fires, None)
-            }
-            Some(sched) => {
-                let (state, fires, wire): (Vec<u8>, Vec<(u32, u32, u64)>, BookWire) =
-                    codec::decode(snapshot, snapshot.len()).map_err(|e| bad(e.to_string()))?;
-                let parts = LedgerScheduler::<S, P>::decode_wire(sched.config(), wire)?;
-                (state, fires, Some(parts))
-            }
-        };
+        type Fires = Vec<(u32, u32, u64)>;
+        let len = snapshot.len();
+        let (state, fires, book, up) =
+            match &self.scheduler {
+                None => match codec::decode::<(Vec<u8>, Fires, UpgradeState)>(snapshot, len) {
+                    Ok((state, fires, up)) => (state, fires, None, up),
+                    Err(_) => {
+                        let (state, fires): (Vec<u8>, Fires) =
+                            codec::decode(snapshot, len).map_err(|e| bad(e.to_string()))?;
+                        (state, fires, None, UpgradeState::default())
+                    }
+                },
+                Some(sched) => {
+                    let (state, fires, wire, up) =
+                        match codec::decode::<(Vec<u8>, Fires, BookWire, UpgradeState)>(
+                            snapshot, len,
+                        ) {
+                            Ok(parts) => parts,
+                            Err(_) => {
+                                let (state, fires, wire): (Vec<u8>, Fires, BookWire) =
+                                    codec::decode(snapshot, len).map_err(|e| bad(e.to_string()))?;
+                                (state, fires, wire, UpgradeState::default())
+                            }
+                        };
+                    let parts = LedgerScheduler::<S, P>::decode_wire(sched.config(), wire)?;
+                    (state, fires, Some(parts), up)
+                }
+            };
         self.state.restore(&state)?;
+        self.upgrades.set_state(up);
         self.fires = fires.into_iter().map(|(c, p, n)| ((c, p), n)).collect();
         if let (Some(sched), Some(parts)) = (&mut self.scheduler, book) {
             sched.install(parts)?;
@@ -227,6 +301,7 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
     }
 
     fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
+        self.upgrade_gate(tick.bft_sequence_num, tick.agreed_time_ms)?;
         let mut book_ran = false;
         if let Some(book) = &mut self.scheduler
             && book.config().component == tick.component_id

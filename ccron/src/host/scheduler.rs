@@ -169,7 +169,7 @@ impl BookConfig {
         Limits {
             max_record_pages: self.limits.max_record_pages.or(fitted.max_record_pages),
             max_zones_bytes: self.limits.max_zones_bytes.or(fitted.max_zones_bytes),
-            max_journal_pages: self.limits.max_journal_pages.or(fitted.max_journal_pages),
+            max_log_pages: self.limits.max_log_pages.or(fitted.max_log_pages),
             ..self.limits
         }
     }
@@ -204,8 +204,12 @@ pub struct LedgerScheduler<S, P = MemPages> {
     policy: Policy,
     denied: u64,
     /// Typed errors the book's ticks reported ([`TickReport::errors`](crate::schedule::TickReport::errors):
-    /// refused emits, rejected handler requests, unknown handlers).
+    /// refused emits, rejected handler requests).
     tick_errors: u64,
+    /// Runs the book's ticks parked (a metric, [`Self::parked_runs`]).
+    parked_runs: u64,
+    /// Failed handler runs (a metric, [`Self::failed_runs`]).
+    failed_runs: u64,
     /// The first failed save of the book or the outbox ([`AppError::Fatal`]): the ledger has
     /// stopped (fail-stop) and executes nothing more.
     fatal: Option<AppError>,
@@ -237,6 +241,8 @@ impl<S> LedgerScheduler<S> {
             policy: Policy::default(),
             denied: 0,
             tick_errors: 0,
+            parked_runs: 0,
+            failed_runs: 0,
             fatal: None,
         }
     }
@@ -278,6 +284,8 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
             policy: Policy::default(),
             denied: 0,
             tick_errors: 0,
+            parked_runs: 0,
+            failed_runs: 0,
             fatal: None,
             reaction: None,
         })
@@ -335,10 +343,25 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
     }
 
     /// Typed errors the book's ticks reported so far (refused emits, rejected handler
-    /// requests, unknown handlers): deterministic outcomes, the same on every replica, each
+    /// requests): deterministic outcomes, the same on every replica, each
     /// also traced; a counter for this replica's metrics, like [`Self::denied`].
     pub fn tick_errors(&self) -> u64 {
         self.tick_errors
+    }
+
+    /// Schedules this replica's ticks parked so far because their handler is not registered
+    /// in this build (a metric; the parked schedules themselves are replicated state:
+    /// [`Scheduler::parked`](crate::schedule::Scheduler::parked)).
+    pub fn parked_runs(&self) -> u64 {
+        self.parked_runs
+    }
+
+    /// Handler runs that failed on this replica's ticks so far (an error or a caught panic;
+    /// rolled back, then retried or dead-lettered by the schedule's run policy): a metric, the
+    /// same on every replica; the dead runs themselves are replicated state
+    /// ([`Scheduler::dead_letters`](crate::schedule::Scheduler::dead_letters)).
+    pub fn failed_runs(&self) -> u64 {
+        self.failed_runs
     }
 
     /// With `reaction` run on the first result for each outbox record (see [`ResultReaction`]).
@@ -403,6 +426,19 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
     /// The schedule book.
     pub fn book(&self) -> &Scheduler {
         &self.book
+    }
+
+    /// The handlers the book runs (their names and versions are part of the ledger's setup
+    /// digest: [`crate::CronTableRegistry::declare_handlers`]).
+    pub fn handlers(&self) -> &Handlers<S> {
+        &self.handlers
+    }
+
+    /// The last runs of schedule `id`, oldest first (nominal occurrence, tick, occurrence
+    /// number, attempt, outcome, result mark): replicated state, in the digest and the
+    /// snapshot. `None` for an unknown id.
+    pub fn history(&self, id: u64) -> Option<&[crate::schedule::RunEntry]> {
+        self.book.history(id)
     }
 
     /// The replicated outbox the handlers emit into.
@@ -501,12 +537,26 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
             self.tick_errors = self.tick_errors.saturating_add(report.errors.len() as u64);
             tracing::warn!(errors = ?report.errors, "scheduler tick errors");
         }
+        if !report.parked.is_empty() {
+            self.parked_runs = self.parked_runs.saturating_add(report.parked.len() as u64);
+        }
+        if !report.failed.is_empty() {
+            self.failed_runs = self.failed_runs.saturating_add(report.failed.len() as u64);
+        }
         self.persist();
         // Only handler runs append: rewrite the outbox's pages when they did.
         if self.outbox.head() != head {
             self.save_outbox();
         }
         report.fired
+    }
+
+    /// Runs `f` on the book (an upgrade's migration: re-target renamed handlers, cancel
+    /// schedules of dropped ones) and saves it; a failed save stops the ledger.
+    pub(crate) fn edit_book<R>(&mut self, f: impl FnOnce(&mut Scheduler) -> R) -> R {
+        let r = f(&mut self.book);
+        self.persist();
+        r
     }
 
     /// Saves the book; a failure stops the ledger ([`Self::halted`]), never carries on.

@@ -26,12 +26,19 @@
 mod book;
 mod cron_rule;
 pub(crate) mod store;
+pub mod upgrade;
 
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
-    FireRecord, Guarded, HandlerCtx, HandlerFn, Handlers, Limits, MAX_FIRE_EACH_CAP,
-    MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, NextRun, ScheduleError,
-    ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target, TickReport, Timing,
-    record_pages_of,
+    AfterFailure, DeadRun, EMIT_REFUSED_CODE, FailedRun, FireRecord, Guarded, HISTORY_RUNS,
+    HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Limits, MAX_ATTEMPTS,
+    MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
+    NewSchedule, NextRun, ONE_SHOT_HISTORY_RUNS, PendingRetry, RetryPolicy, RunEntry, RunOutcome,
+    RunPolicy, ScheduleError, ScheduleInfo, ScheduleRequest, Scheduler, SlotLoad, Target,
+    TickReport, Timing, Transactional, manifest_digest, record_pages_of,
 };
 pub use cron_rule::CronRule;
+pub use upgrade::{
+    MigrationCtx, UpgradeAt, UpgradeHalt, UpgradePlan, UpgradeRequest, UpgradeState, Upgrades,
+    upgrade_request_payload,
+};

@@ -1,5 +1,6 @@
-//! Page layout and record placement of the schedule book's persistence (book layout 5: the
-//! book's instance of the record log, `crate::record_log`, shared with the cron tables).
+//! Page layout and record placement of the schedule book's persistence (book layout 6: the
+//! book's instance of the record log, `crate::record_log`, shared with the cron tables; the
+//! same layout of the range as layouts 2 to 5, which `book/legacy.rs` reads).
 //! The placement ([`Placement`], [`FreeTree`]) is shared with the cron tables' record pages
 //! (`crate::table_store`).
 //!
@@ -24,9 +25,10 @@
 //! written only by a fold), a log of 17/32 of the rest, and the record pages (15/32). The log is
 //! a little larger than the record part so that even a save naming every record fits it.
 //!
-//! Commit protocol (`crate::record_log`). A save appends the changed records (each a record
-//! image with its page, or a removal) and, when they changed, the zones, as log segments after
-//! the committed part of the log, then rewrites the commit page: the one write that decides.
+//! Commit protocol (`crate::record_log`, the book's instance in `book/persist.rs`). A save
+//! appends the changed records (each a record image with its page, or a removal) and, when
+//! they changed, the zones, as log segments after the committed part of the log, then rewrites
+//! the commit page: the one write that decides.
 //! A save after one change writes 2 pages. When the log has no room for a save, the save first
 //! folds: it rewrites the record pages the committed log touched (and the zones part when the
 //! log carries zones) with their committed content, read back from the pages, then commits an
@@ -37,7 +39,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::codec::HEADER_BYTES;
 use crate::pages::{PageId, PageRange};
-use crate::record_log::LogPos;
+use crate::record_log::{LogSpan, Stale};
 
 /// Bytes of a record page's blob before its records: the page number (u32) and the vector
 /// length (u64, fixed-width integers).
@@ -191,8 +193,10 @@ pub(crate) struct Placement {
     pub dirty_pages: BTreeSet<u32>,
     /// Records too large for any page (admission prevents them; a save reports them).
     pub oversize: BTreeSet<u64>,
-    /// The committed part of the book's log (after the last save, fold or load).
-    pub log: LogPos,
+    /// The book's committed log (after the last save, fold or load).
+    pub log: LogSpan,
+    /// Whether the book's record pages count for nothing yet (a migration's full save).
+    pub stale: Stale,
     /// Record pages the committed log changed (the next fold rewrites them).
     pub fold_pages: BTreeSet<u32>,
     /// Whether the next fold rewrites every record page (a full save is in the log).
@@ -222,7 +226,8 @@ impl Placement {
             dirty_ids: BTreeSet::new(),
             dirty_pages: BTreeSet::new(),
             oversize: BTreeSet::new(),
-            log: LogPos::default(),
+            log: LogSpan::default(),
+            stale: Stale::No,
             fold_pages: BTreeSet::new(),
             fold_all: false,
             zones_crc: None,

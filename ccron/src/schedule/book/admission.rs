@@ -2,8 +2,9 @@
 //! them (create, upsert, replace, pause, resume, cancel, zone installation).
 
 use super::{
-    Guarded, Handlers, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire,
-    NewSchedule, Record, ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
+    Guarded, HISTORY_RUNS, Handlers, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
+    MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ONE_SHOT_HISTORY_RUNS, Record, RunPolicy,
+    ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
 use crate::authz::{Action, Principal};
 use crate::codec;
@@ -11,6 +12,18 @@ use crate::cron::{CronSchedule, ZoneRules};
 use crate::due::Due;
 use crate::schedule::store;
 use crate::tick::TimeMs;
+
+/// Encoded bytes of a record's run state besides its dead runs and history, at its largest:
+/// the parked flag (1), the run policy (25), a pending retry (37), the dead runs' length prefix
+/// (8), the evicted count (8) and the history's length prefix (8) (checked against the codec in
+/// the tests).
+pub(super) const RUN_STATE_BYTES: usize = 1 + 25 + 37 + 8 + 8 + 8;
+
+/// Encoded bytes of one history entry at its largest.
+pub(super) const RUN_ENTRY_BYTES: usize = 58;
+
+/// Encoded bytes of one dead run at its largest.
+pub(super) const DEAD_RUN_BYTES: usize = 49;
 
 fn target_of(id: u64) -> Target {
     Target::Id(id)
@@ -222,10 +235,11 @@ impl Scheduler {
 
     /// The most bytes the stored `(id, record)` entry of `def` can take: measured with a next
     /// due point and owed runs, the largest forms its fixed-size fields take (`Record`'s fields
-    /// in order).
+    /// in order), plus the run state at its largest ([`RUN_STATE_BYTES`]: a retry pending and
+    /// every dead run the record may keep).
     pub(super) fn entry_bound(def: &NewSchedule) -> Result<usize, ScheduleError> {
         let owed: Option<(TimeMs, TimeMs)> = Some((0, 0));
-        Ok(codec::encoded_len(&(
+        let core = codec::encoded_len(&(
             0u64,
             def,
             false,
@@ -234,7 +248,16 @@ impl Scheduler {
             owed,
             Principal::Client(u64::MAX),
             0u64,
-        ))?)
+        ))?;
+        let (dead, history) = if def.timing.is_one_shot() {
+            (1, ONE_SHOT_HISTORY_RUNS)
+        } else {
+            (MAX_DEAD_RUNS, HISTORY_RUNS)
+        };
+        Ok(core
+            .saturating_add(RUN_STATE_BYTES)
+            .saturating_add(dead * DEAD_RUN_BYTES)
+            .saturating_add(history * RUN_ENTRY_BYTES))
     }
 
     /// Applies `request` on behalf of `by` (the authenticated requester: see [`crate::authz`]),
@@ -306,7 +329,7 @@ impl Scheduler {
                 {
                     return Err(ScheduleError::KeyInUse(k.clone()));
                 }
-                self.insert_new(*by, def, handlers_ok, seq, now_ms)
+                self.insert_new(*by, def, RunPolicy::default(), handlers_ok, seq, now_ms)
                     .map(Some)
             }
             ScheduleRequest::Upsert(def) => {
@@ -318,7 +341,7 @@ impl Scheduler {
                     }
                     None => {
                         self.authorize(by, Action::Create, None)?;
-                        self.insert_new(*by, def, handlers_ok, seq, now_ms)
+                        self.insert_new(*by, def, RunPolicy::default(), handlers_ok, seq, now_ms)
                             .map(Some)
                     }
                 }
@@ -344,8 +367,15 @@ impl Scheduler {
                         if version != 0 {
                             return Err(ScheduleError::UnknownSchedule(Target::Key(key)));
                         }
-                        self.insert_new(*by, schedule, handlers_ok, seq, now_ms)
-                            .map(Some)
+                        self.insert_new(
+                            *by,
+                            schedule,
+                            RunPolicy::default(),
+                            handlers_ok,
+                            seq,
+                            now_ms,
+                        )
+                        .map(Some)
                     }
                 }
             }
@@ -420,6 +450,65 @@ impl Scheduler {
                 };
                 self.apply_with(by, plain, handlers_ok, seq, now_ms)
             }
+            ScheduleRequest::SetRunPolicy { target, policy } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::Replace, Some(id))?;
+                policy.retry.check()?;
+                if let Some(r) = self.records.get_mut(&id) {
+                    r.policy = policy;
+                    r.version = r.version.saturating_add(1);
+                }
+                self.touch(id);
+                Ok(Some(id))
+            }
+            ScheduleRequest::CreateWith { schedule, policy } => {
+                self.authorize(by, Action::Create, None)?;
+                if let Some(k) = &schedule.key
+                    && self.keys.contains_key(k)
+                {
+                    return Err(ScheduleError::KeyInUse(k.clone()));
+                }
+                self.insert_new(*by, schedule, policy, handlers_ok, seq, now_ms)
+                    .map(Some)
+            }
+            ScheduleRequest::UpsertWith { schedule, policy } => {
+                let key = schedule.key.clone().ok_or(ScheduleError::MissingKey)?;
+                policy.retry.check()?;
+                match self.keys.get(&key).copied() {
+                    Some(id) => {
+                        self.authorize(by, Action::Replace, Some(id))?;
+                        self.replace(id, schedule, handlers_ok, seq, now_ms)?;
+                        if let Some(r) = self.records.get_mut(&id) {
+                            r.policy = policy;
+                        }
+                        self.touch(id);
+                        Ok(Some(id))
+                    }
+                    None => {
+                        self.authorize(by, Action::Create, None)?;
+                        self.insert_new(*by, schedule, policy, handlers_ok, seq, now_ms)
+                            .map(Some)
+                    }
+                }
+            }
+            ScheduleRequest::Redrive { target, occurrence } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::DeadLetter, Some(id))?;
+                self.redrive(id, occurrence, seq, now_ms)?;
+                Ok(Some(id))
+            }
+            ScheduleRequest::Discard { target, occurrence } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::DeadLetter, Some(id))?;
+                self.discard(id, occurrence)?;
+                Ok(Some(id))
+            }
+            ScheduleRequest::Retarget {
+                from_handler,
+                to_handler,
+            } => self
+                .retarget(by, &from_handler, &to_handler, handlers_ok)
+                .map(Some),
             ScheduleRequest::InstallZone(rules) => {
                 self.authorize(by, Action::InstallZone, None)?;
                 let name = rules.name().to_owned();
@@ -447,7 +536,7 @@ impl Scheduler {
                         "the zones would take {len} bytes, the book's zones part holds {max}"
                     )));
                 }
-                self.check_journal(
+                self.check_log(
                     self.placement.records() as u64,
                     self.placement.placed_bytes,
                     len,
@@ -511,14 +600,150 @@ impl Scheduler {
         Ok(())
     }
 
+    /// [`ScheduleRequest::Retarget`]: moves up to the budget of `by`'s parked schedules (every
+    /// one's for an admin) waiting for `from` to the registered handler `to`, ascending id;
+    /// returns how many moved. Each is checked like a replacement (its record page and the
+    /// log bound); the first that does not fit ends the request (the ones before it moved).
+    fn retarget(
+        &mut self,
+        by: &Principal,
+        from: &str,
+        to: &str,
+        handlers_ok: impl Fn(&str) -> bool,
+    ) -> Result<u64, ScheduleError> {
+        let max = self.limits.max_name_bytes;
+        if to.len() > max {
+            return Err(ScheduleError::Limit(format!(
+                "names are at most {max} bytes"
+            )));
+        }
+        if !handlers_ok(to) {
+            return Err(ScheduleError::UnknownHandler(to.to_owned()));
+        }
+        let Some(waiting) = self.parked.get(from) else {
+            return Err(ScheduleError::NothingParked(from.to_owned()));
+        };
+        let budget = self.limits.budget_per_tick.max(1);
+        let ids: Vec<u64> = waiting
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.records
+                    .get(id)
+                    .is_some_and(|r| self.policy.may_mutate(by, &r.owner))
+            })
+            .take(budget)
+            .collect();
+        if ids.is_empty() {
+            return Err(ScheduleError::Unauthorized {
+                by: *by,
+                action: Action::Retarget,
+            });
+        }
+        let mut moved = 0u64;
+        for id in ids {
+            if let Err(e) = self.retarget_one(id, to) {
+                if moved == 0 {
+                    return Err(e);
+                }
+                tracing::info!(component = self.component, id, error = %e, "retarget stopped");
+                break;
+            }
+            moved += 1;
+        }
+        tracing::info!(
+            component = self.component,
+            from,
+            to,
+            moved,
+            "parked schedules re-targeted"
+        );
+        Ok(moved)
+    }
+
+    /// Moves schedule `id` to handler `to` after checking it like a replacement (its record
+    /// fits a page, the book's record pages and the log bound); on error nothing changes.
+    fn retarget_one(&mut self, id: u64, to: &str) -> Result<(), ScheduleError> {
+        let Some(rec) = self.records.get(&id) else {
+            return Err(ScheduleError::UnknownSchedule(target_of(id)));
+        };
+        let mut def = rec.def.clone();
+        def.handler = to.to_owned();
+        let need = Self::entry_bound(&def)?;
+        let room = store::record_room(self.limits.page_bytes);
+        if need > room {
+            return Err(ScheduleError::Limit(format!(
+                "schedule {id} would take {need} bytes, a page holds at most {room}"
+            )));
+        }
+        if let Some(max_pages) = self.limits.max_record_pages
+            && !self.placement.can_hold(id, need, max_pages)
+        {
+            return Err(ScheduleError::Limit(format!(
+                "schedule {id} re-targeted does not fit the book's {max_pages} record pages"
+            )));
+        }
+        let old = u64::from(self.placement.len_of(id));
+        self.check_log(
+            self.placement.records() as u64,
+            self.placement
+                .placed_bytes
+                .saturating_sub(old)
+                .saturating_add(need as u64),
+            self.zones_bytes,
+        )?;
+        self.unindex(id);
+        self.unlink_parked(id);
+        if let Some(r) = self.records.get_mut(&id) {
+            r.def.handler = to.to_owned();
+            r.parked = false;
+            r.version = r.version.saturating_add(1);
+        }
+        self.reindex(id);
+        self.touch(id);
+        Ok(())
+    }
+
+    /// Moves every schedule naming handler `from` (parked or not) to handler `to`, whatever
+    /// its owner, without budget: for a migration run once at an upgrade, on every replica
+    /// alike (the host's code, not a client request: `to` is not checked against the
+    /// handlers). O(n) over the book. Each moved schedule gets version + 1 and, when parked,
+    /// is due again at once. Returns how many moved.
+    ///
+    /// # Errors
+    /// As a replacement would be: [`ScheduleError::Limit`] (a name too long, or a record that
+    /// would not fit its pages) or [`ScheduleError::LogFull`]; the schedules before the
+    /// failing one (ascending id) have moved.
+    pub fn retarget_all(&mut self, from: &str, to: &str) -> Result<u64, ScheduleError> {
+        let max = self.limits.max_name_bytes;
+        if to.len() > max {
+            return Err(ScheduleError::Limit(format!(
+                "names are at most {max} bytes"
+            )));
+        }
+        let ids: Vec<u64> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.def.handler == from)
+            .map(|(id, _)| *id)
+            .collect();
+        for &id in &ids {
+            self.retarget_one(id, to)?;
+        }
+        Ok(ids.len() as u64)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn insert_new(
         &mut self,
         owner: Principal,
         def: NewSchedule,
+        policy: RunPolicy,
         handlers_ok: impl Fn(&str) -> bool,
         seq: u64,
         now_ms: Option<TimeMs>,
     ) -> Result<u64, ScheduleError> {
+        policy.retry.check()?;
         if self.records.len() >= self.limits.max_schedules {
             return Err(ScheduleError::Limit(format!(
                 "at most {} schedules",
@@ -534,9 +759,9 @@ impl Scheduler {
                 )));
             }
         }
-        if self.limits.max_journal_pages.is_some() {
+        if self.limits.max_log_pages.is_some() {
             let need = Self::entry_bound(&stored)? as u64;
-            self.check_journal(
+            self.check_log(
                 self.placement.records() as u64 + 1,
                 self.placement.placed_bytes.saturating_add(need),
                 self.zones_bytes,
@@ -552,18 +777,8 @@ impl Scheduler {
         if let Some(c) = cron {
             self.crons.insert(id, c);
         }
-        self.records.insert(
-            id,
-            Record {
-                def: stored,
-                paused: false,
-                next,
-                runs: 0,
-                owed: None,
-                owner,
-                version: 1,
-            },
-        );
+        self.records
+            .insert(id, Record::new(stored, next, owner, policy));
         self.reindex(id);
         self.touch(id);
         self.header_dirty = true;
@@ -587,10 +802,10 @@ impl Scheduler {
                 )));
             }
         }
-        if self.limits.max_journal_pages.is_some() {
+        if self.limits.max_log_pages.is_some() {
             let need = Self::entry_bound(&stored)? as u64;
             let old = u64::from(self.placement.len_of(id));
-            self.check_journal(
+            self.check_log(
                 self.placement.records() as u64,
                 self.placement
                     .placed_bytes
@@ -601,9 +816,12 @@ impl Scheduler {
         }
         self.unindex(id);
         self.unlink_zone(id);
+        // A replacement names a registered handler (admission checked it): no longer parked.
+        self.unlink_parked(id);
         let Some(rec) = self.records.get_mut(&id) else {
             return Err(ScheduleError::UnknownSchedule(target_of(id)));
         };
+        rec.parked = false;
         if let Some(old) = rec.def.key.take() {
             self.keys.remove(&old);
         }
@@ -613,6 +831,8 @@ impl Scheduler {
         rec.def = stored;
         rec.next = next;
         rec.owed = None;
+        // Like owed runs, a retry of the old definition's run is dropped.
+        rec.retry = None;
         rec.version = rec.version.saturating_add(1);
         self.crons.remove(&id);
         if let Some(c) = cron {
@@ -626,6 +846,8 @@ impl Scheduler {
     pub(super) fn remove(&mut self, id: u64) {
         self.unindex(id);
         self.unlink_zone(id);
+        self.unlink_parked(id);
+        self.dead_ids.remove(&id);
         if let Some(rec) = self.records.remove(&id)
             && let Some(k) = rec.def.key
         {
@@ -633,5 +855,48 @@ impl Scheduler {
         }
         self.crons.remove(&id);
         self.touch(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{DeadRun, PendingRetry, RetryPolicy, RunOutcome};
+
+    /// The run state's largest encoding is what the constants say (placement relies on it).
+    #[test]
+    fn run_state_sizes_match_the_codec() {
+        let policy = RunPolicy::default().with_retry(RetryPolicy::exponential(3, 1, 2));
+        let retry = Some(PendingRetry {
+            due: Due::Seq(1),
+            occurrence: 2,
+            attempt: 3,
+            at: Due::Time(4),
+        });
+        let dead = DeadRun {
+            due: Due::Time(1),
+            occurrence: 2,
+            attempts: 3,
+            outcome: RunOutcome::Failed { code: 4 },
+            seq: 5,
+            at_ms: Some(6),
+        };
+        assert_eq!(codec::encoded_len(&dead).unwrap(), DEAD_RUN_BYTES);
+        let entry = crate::schedule::RunEntry {
+            due: Due::Time(1),
+            seq: 2,
+            agreed_time_ms: Some(3),
+            occurrence: 4,
+            attempt: 5,
+            outcome: RunOutcome::Failed { code: 6 },
+            emitted: Some(7),
+        };
+        assert_eq!(codec::encoded_len(&entry).unwrap(), RUN_ENTRY_BYTES);
+        let no_dead: Vec<DeadRun> = Vec::new();
+        let no_history: Vec<crate::schedule::RunEntry> = Vec::new();
+        assert_eq!(
+            codec::encoded_len(&(true, policy, retry, no_dead, 0u64, no_history)).unwrap(),
+            RUN_STATE_BYTES
+        );
     }
 }

@@ -12,10 +12,14 @@ impl Scheduler {
     /// usually; two for [`Timing::AtOrSeq`] (its time trigger, jittered, and its sequence
     /// trigger: whichever a tick reaches first takes it).
     pub(super) fn keys_of(id: u64, rec: &Record) -> [Option<(u8, Due, u64)>; 2] {
-        if rec.paused {
+        if rec.paused || rec.parked {
             return [None, None];
         }
         let inv = u8::MAX - rec.def.priority;
+        if let Some(retry) = rec.retry {
+            // A pending retry comes first: owed runs and the next occurrence wait for it.
+            return [Some((inv, retry.at, id)), None];
+        }
         if let Some((owed_ms, _)) = rec.owed {
             // Owed runs were reached when planned: due at their nominal instant, without
             // jitter, so any later tick with time takes them (in the canonical order).
@@ -73,6 +77,47 @@ impl Scheduler {
         }
     }
 
+    /// Parks record `id`: its run came due and no handler of its name is registered. The
+    /// record keeps its due point and owed runs (nothing is consumed) and leaves the due
+    /// index until [`Self::unpark`].
+    pub(super) fn park(&mut self, id: u64) {
+        self.unindex(id);
+        let Some(rec) = self.records.get_mut(&id) else {
+            return;
+        };
+        rec.parked = true;
+        self.parked
+            .entry(rec.def.handler.clone())
+            .or_default()
+            .insert(id);
+        self.touch(id);
+    }
+
+    /// Unparks record `id` (its handler is registered again, or it was re-targeted or
+    /// replaced): back in the due index at its kept due point.
+    pub(super) fn unpark(&mut self, id: u64) {
+        self.unlink_parked(id);
+        if let Some(rec) = self.records.get_mut(&id) {
+            rec.parked = false;
+        }
+        self.reindex(id);
+        self.touch(id);
+    }
+
+    /// Removes record `id` from the parked index (before its handler changes or it leaves).
+    pub(super) fn unlink_parked(&mut self, id: u64) {
+        let Some(rec) = self.records.get(&id).filter(|r| r.parked) else {
+            return;
+        };
+        if let Some(ids) = self.parked.get_mut(&rec.def.handler) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                let name = rec.def.handler.clone();
+                self.parked.remove(&name);
+            }
+        }
+    }
+
     /// Removes record `id` from the zone index (before its timing changes or it leaves).
     pub(super) fn unlink_zone(&mut self, id: u64) {
         let Some(Timing::Cron {
@@ -121,6 +166,32 @@ impl Scheduler {
         }
         if zoned != self.zoned {
             return Err("zone index differs from the records".into());
+        }
+        let mut parked: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for (&id, r) in &self.records {
+            if r.parked {
+                parked.entry(r.def.handler.clone()).or_default().insert(id);
+            }
+        }
+        if parked != self.parked {
+            return Err("parked index differs from the records".into());
+        }
+        let dead: BTreeSet<u64> = self
+            .records
+            .iter()
+            .filter(|(_, r)| !r.dead.is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+        if dead != self.dead_ids {
+            return Err("dead-letter index differs from the records".into());
+        }
+        for (id, r) in &self.records {
+            if r.dead.len() > Self::dead_cap(r) {
+                return Err(format!("schedule {id} holds {} dead runs", r.dead.len()));
+            }
+            if Self::is_spent(r) {
+                return Err(format!("one-shot schedule {id} has nothing left but stays"));
+            }
         }
         Ok(())
     }

@@ -23,8 +23,10 @@
 mod admission;
 mod handlers;
 mod index;
+mod legacy;
 mod persist;
 mod preview;
+mod runs;
 mod tick;
 mod timing;
 mod types;
@@ -38,8 +40,15 @@ use crate::due::Due;
 use crate::tick::{ComponentId, TimeMs};
 
 pub(super) use admission::check_misfire;
-pub use handlers::{HandlerCtx, HandlerFn, Handlers};
+pub use handlers::{
+    EMIT_REFUSED_CODE, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Transactional,
+    manifest_digest,
+};
 pub use preview::{NextRun, SlotLoad};
+pub use runs::{
+    AfterFailure, DeadRun, FailedRun, HISTORY_RUNS, MAX_ATTEMPTS, MAX_DEAD_RUNS,
+    ONE_SHOT_HISTORY_RUNS, PendingRetry, RetryPolicy, RunEntry, RunOutcome, RunPolicy,
+};
 pub use types::{
     FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS,
     Misfire, NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
@@ -65,6 +74,45 @@ struct Record {
     /// 1 at creation, bumped by every admitted request that changes it (optimistic
     /// concurrency, [`ScheduleRequest::IfVersion`]); replicated and persisted.
     version: u64,
+    /// Layout 6: a run came due while this build had no handler of the record's name, so it
+    /// was *parked* instead of run: the record keeps its due point (nothing consumed), leaves
+    /// the due index, and waits until a build registering the handler ticks (it is then due
+    /// at once) or an authorized request cancels it or re-targets it
+    /// ([`ScheduleRequest::Retarget`]). Replicated and persisted.
+    parked: bool,
+    /// Layout 6: what the schedule does with failed runs (retries, pause on failure).
+    policy: RunPolicy,
+    /// Layout 6: a retry of a failed run, pending; while set, the record is due at its `at`
+    /// (ahead of owed runs and `next`, which wait for it).
+    retry: Option<PendingRetry>,
+    /// Layout 6: runs that failed their last attempt, oldest first (at most
+    /// `Scheduler::dead_cap`), until re-driven or discarded.
+    dead: Vec<DeadRun>,
+    /// Layout 6: dead runs evicted because the record held its most.
+    dead_evicted: u64,
+    /// Layout 6: its last runs, oldest first (a ring of at most `Scheduler::history_cap`).
+    history: Vec<RunEntry>,
+}
+
+impl Record {
+    /// A new record as admission creates it.
+    fn new(def: NewSchedule, next: Option<Due>, owner: Principal, policy: RunPolicy) -> Self {
+        Self {
+            def,
+            paused: false,
+            next,
+            runs: 0,
+            owed: None,
+            owner,
+            version: 1,
+            parked: false,
+            policy,
+            retry: None,
+            dead: Vec::new(),
+            dead_evicted: 0,
+            history: Vec::new(),
+        }
+    }
 }
 
 /// The replicated schedule book with its due index (see the module documentation).
@@ -81,6 +129,12 @@ pub struct Scheduler {
     /// Zone name -> ids of the cron records naming it (derived, maintained by `reindex` and
     /// `remove`): an `InstallZone` re-evaluates exactly the k schedules of its zone.
     zoned: BTreeMap<String, BTreeSet<u64>>,
+    /// Handler name -> ids of the parked records naming it (derived from `Record::parked`,
+    /// rebuilt on load): a tick unparks a name's records once its handler is registered, a
+    /// [`ScheduleRequest::Retarget`] moves them.
+    parked: BTreeMap<String, BTreeSet<u64>>,
+    /// Ids of the records holding dead runs (derived, rebuilt on load).
+    dead_ids: BTreeSet<u64>,
     /// (255 - priority, due key, id) of every active record with a next due point.
     index: BTreeSet<(u8, Due, u64)>,
     /// Active index entries per inverted priority (a tick probes only levels in use).
@@ -98,8 +152,10 @@ pub struct Scheduler {
     /// `stale_rejections` (each is also in its tick's [`TickReport::errors`]).
     emit_failures: u64,
     /// Encoded bytes of the installed zones (derived; what a save logs when they change,
-    /// [`Limits::max_journal_pages`]).
+    /// [`Limits::max_log_pages`]).
     zones_bytes: usize,
+    /// The book was loaded from an older layout: the next save migrates it (a full save).
+    migration: Option<legacy::OldExtent>,
 }
 
 impl Scheduler {
@@ -114,6 +170,8 @@ impl Scheduler {
             keys: BTreeMap::new(),
             crons: BTreeMap::new(),
             zoned: BTreeMap::new(),
+            parked: BTreeMap::new(),
+            dead_ids: BTreeSet::new(),
             index: BTreeSet::new(),
             levels: BTreeMap::new(),
             header_dirty: false,
@@ -122,6 +180,7 @@ impl Scheduler {
             stale_rejections: 0,
             emit_failures: 0,
             zones_bytes: 8,
+            migration: None,
         }
     }
 
@@ -171,7 +230,12 @@ impl Scheduler {
     /// Whether the next [`Scheduler::save`] has something to write: the book changed since the
     /// last save or load.
     pub fn is_dirty(&self) -> bool {
-        self.header_dirty || !self.placement.dirty_ids.is_empty()
+        self.header_dirty || !self.placement.dirty_ids.is_empty() || self.migration.is_some()
+    }
+
+    /// Whether the book was loaded from an older stored layout that its next save migrates.
+    pub fn migrating(&self) -> bool {
+        self.migration.is_some()
     }
 
     /// The id of the schedule holding `key`.
@@ -190,7 +254,25 @@ impl Scheduler {
             owed: r.owed,
             owner: r.owner,
             version: r.version,
+            parked: r.parked,
+            policy: r.policy,
+            retry: r.retry,
+            dead: r.dead.clone(),
+            dead_evicted: r.dead_evicted,
+            history: r.history.clone(),
         })
+    }
+
+    /// How many schedules are parked: a run came due while no handler of their name was
+    /// registered ([`ScheduleInfo::parked`]).
+    pub fn parked_count(&self) -> usize {
+        self.parked.values().map(BTreeSet::len).sum()
+    }
+
+    /// The parked schedules by the handler name they wait for: `(handler, ids ascending)`,
+    /// ascending by name.
+    pub fn parked(&self) -> impl Iterator<Item = (&str, &BTreeSet<u64>)> + '_ {
+        self.parked.iter().map(|(n, ids)| (n.as_str(), ids))
     }
 
     /// Every schedule id, ascending.

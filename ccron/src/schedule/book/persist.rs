@@ -1,19 +1,24 @@
 //! Persistence glue: the book's instance of the record log (`crate::record_log`, book layout
-//! 5): the commit page, the log's segments, the fold, load, and the re-validation of every
-//! loaded record. Page layout and record placement are in `store.rs`.
+//! 6): the commit page, the log's segments, the content of a folded record page, load, and the
+//! re-validation of every loaded record. Page layout and record placement are in `store.rs`;
+//! the layouts earlier releases wrote (2 to 5) are read in `legacy.rs` and migrated by the
+//! next save.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::legacy;
 use super::{Limits, Record, ScheduleError, Scheduler, Timing};
 use crate::codec::{self, BlobKind, CodecError};
 use crate::cron::ZoneRules;
 use crate::pages::{PageRange, ReservedPages};
-use crate::record_log::{self, LogPos, ReadError};
+use crate::record_log::{
+    self, FoldPoint, LogInstance, LogPos, LogSpan, ReadError, RecordLog, Stale,
+};
 use crate::schedule::store::Layout;
 use crate::tick::ComponentId;
 
 /// What the commit page holds (see [`store`](crate::schedule::store) for the layout). Its
-/// first byte is the version, so that a range of another layout is refused as such.
+/// first byte is the version, so that a range of another layout is recognised as such.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 struct Commit {
     /// [`WIRE_VERSION`].
@@ -27,22 +32,25 @@ struct Commit {
     /// How many zones the book holds, and the CRC-32 of their encoding.
     zones: u32,
     zones_crc: u32,
-    /// The committed part of the log.
-    log_pages: u32,
-    log_segments: u32,
+    /// The committed log: where it starts in the log area (after a migration, past the older
+    /// layout's log or journal) and its committed part.
+    log: LogSpan,
+    /// Whether the record pages count for nothing yet (they hold an older layout's records;
+    /// a migration's full save is in the log).
+    stale: Stale,
 }
 
 /// A record page's blob: its page number (within the record pages) and its records, ascending
 /// by id (written from references, read as [`PageBlob`]; the bytes are the same).
-type PageBlob = (u32, Vec<(u64, Record)>);
+pub(super) type PageBlob<R> = (u32, Vec<(u64, R)>);
 
 /// One logged change: a record id and its new page and content (a record image), or `None`
 /// when it left the book.
-type Change = (u64, Option<(u32, Record)>);
+pub(super) type Change<R> = (u64, Option<(u32, R)>);
 
 /// The body of one log segment: (a full save: nothing logged or stored before it counts; the
 /// zones, when this save changed them (first segment of a save only); the changes).
-type Segment = (bool, Option<Vec<ZoneRules>>, Vec<Change>);
+pub(super) type Segment<R> = (bool, Option<Vec<ZoneRules>>, Vec<Change<R>>);
 
 /// Encoded bytes of a segment besides its changes and zones: index (4), full flag (1), zones'
 /// option tag (1), vector length (8).
@@ -56,35 +64,123 @@ const SEGMENT_PAGES: usize = 16;
 /// their owner (`crate::authz`); 4 = records carry their version, routing topic and type, and
 /// may hold the `AtOrSeq` timing; 5 = the record log (commit page, change log, record pages
 /// folded when the log is full, [`store`](crate::schedule::store)) in place of the write-ahead
-/// journal. Pages of another version are refused at load with
-/// [`ScheduleError::UnsupportedLayout`] (no conversion: a replica of an older release must be
-/// drained, or its book recreated, before upgrading).
-const WIRE_VERSION: u8 = 5;
+/// journal; 6 = records carry their run state (parked, run policy, pending retry, dead runs,
+/// run history) and the commit page where the log starts and whether the record pages are
+/// stale. Layouts 2 to 5 load and are migrated by the next save (`legacy.rs`); layout 1 (16
+/// shard blobs over the whole range, superseded before layout 2 was released) is refused with
+/// [`ScheduleError::UnsupportedLayout`].
+pub(super) const WIRE_VERSION: u8 = 6;
 
 /// The committed log, read back from the pages.
-#[derive(Default)]
-struct Committed {
+pub(super) struct Committed<R> {
     /// A full save is in the log: the record pages and the zones part count for nothing.
-    full: bool,
+    pub full: bool,
     /// The zones of the latest segment carrying them.
-    zones: Option<Vec<ZoneRules>>,
+    pub zones: Option<Vec<ZoneRules>>,
     /// The latest image of each record the log names (`None`: removed).
-    named: BTreeMap<u64, Option<(u32, Record)>>,
+    pub named: BTreeMap<u64, Option<(u32, R)>>,
     /// The record pages the log places records on.
-    placed_on: BTreeSet<u32>,
+    pub placed_on: BTreeSet<u32>,
 }
 
-impl Committed {
-    /// The log's records by page.
-    fn by_page(&self) -> BTreeMap<u32, Vec<(u64, &Record)>> {
-        let mut out: BTreeMap<u32, Vec<(u64, &Record)>> = BTreeMap::new();
-        for (id, placed) in &self.named {
-            if let Some((p, r)) = placed {
-                out.entry(*p).or_default().push((*id, r));
-            }
+impl<R> Default for Committed<R> {
+    fn default() -> Self {
+        Self {
+            full: false,
+            zones: None,
+            named: BTreeMap::new(),
+            placed_on: BTreeSet::new(),
         }
-        out
     }
+}
+
+/// The committed log `at` (starting `start` pages into the log area) of `layout`, read back.
+pub(super) fn read_log<R: bincode::Decode<()>>(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    span: LogSpan,
+) -> Result<Committed<R>, ScheduleError> {
+    let mut c = Committed::default();
+    let log = span
+        .range(layout.log)
+        .ok_or_else(|| ScheduleError::Corrupt("the log starts past the log area".into()))?;
+    record_log::read::<Segment<R>>(
+        pages,
+        log,
+        span.pos,
+        BlobKind::BookLog,
+        |(full, zones, changes)| {
+            if full {
+                c.full = true;
+                c.named.clear();
+                c.placed_on.clear();
+            }
+            if zones.is_some() {
+                c.zones = zones;
+            }
+            for (id, placed) in changes {
+                if let Some((p, _)) = &placed {
+                    if *p >= layout.record_pages {
+                        return Err(format!("the log places a record on page {p}"));
+                    }
+                    c.placed_on.insert(*p);
+                }
+                c.named.insert(id, placed);
+            }
+            Ok(())
+        },
+    )
+    .map_err(read_error)?;
+    Ok(c)
+}
+
+/// Record page `p` as stored (empty when the page is).
+pub(super) fn read_page<R: bincode::Decode<()>>(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    p: u32,
+) -> Result<Vec<(u64, R)>, ScheduleError> {
+    let Some(part) = layout.record_page(p) else {
+        return Ok(Vec::new());
+    };
+    match codec::load::<PageBlob<R>>(pages, part, BlobKind::BookRecords)? {
+        None => Ok(Vec::new()),
+        Some((at, records)) if at == p => Ok(records),
+        Some((at, _)) => Err(ScheduleError::Corrupt(format!(
+            "record page {p} holds page {at}"
+        ))),
+    }
+}
+
+/// The folded content of record page `p`: the stored page (unless the log holds a full save or
+/// the pages are stale) minus every record the log names, plus the log's records placed on it.
+pub(super) fn folded_page<R: bincode::Decode<()> + bincode::Encode>(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    committed: &Committed<R>,
+    by_page: &BTreeMap<u32, Vec<(u64, R)>>,
+    stale: bool,
+    p: u32,
+) -> Result<Option<Vec<u8>>, ScheduleError> {
+    let stored = if committed.full || stale {
+        Vec::new()
+    } else {
+        read_page::<R>(pages, layout, p)?
+    };
+    let mut out: BTreeMap<u64, &R> = BTreeMap::new();
+    for (id, r) in &stored {
+        if !committed.named.contains_key(id) {
+            out.insert(*id, r);
+        }
+    }
+    for (id, r) in by_page.get(&p).into_iter().flatten() {
+        out.insert(*id, r);
+    }
+    if out.is_empty() {
+        return Ok(None);
+    }
+    let records: Vec<(u64, &R)> = out.into_iter().collect();
+    Ok(Some(codec::to_blob(&(p, records))?))
 }
 
 /// Log pages the worst next save can need for a book of `records` records whose entries take
@@ -97,7 +193,7 @@ impl Committed {
 /// upper bound: the save's own check never fails below it. A save that does not fit the log's
 /// free part folds first, so the whole log is what this must fit (`_record_pages` is kept for
 /// the callers: layout 4's journal listed the record pages, the log does not).
-pub(super) fn journal_pages_bound(
+pub(super) fn log_pages_bound(
     records: u64,
     placed_bytes: u64,
     removed: u64,
@@ -137,20 +233,117 @@ fn read_error(e: ReadError) -> ScheduleError {
     }
 }
 
+/// The book's view of one save: the record log's instance (its commit page, and the content
+/// of a folded record page, read back from the pages so that it is the committed book whatever
+/// the memory holds, and the same on every replica).
+struct BookLog<'a> {
+    layout: Layout,
+    /// The commit page's fields but the log's.
+    commit: Commit,
+    /// Record pages the committed log changed since the last fold.
+    fold_pages: &'a BTreeSet<u32>,
+    /// Whether a fold rewrites every record page.
+    fold_all: bool,
+    /// The committed log, read when a fold starts.
+    committed: Option<Committed<Record>>,
+    /// Its records by page.
+    by_page: BTreeMap<u32, Vec<(u64, Record)>>,
+}
+
+impl LogInstance for BookLog<'_> {
+    type Error = ScheduleError;
+
+    fn record_pages(&self) -> u32 {
+        self.layout.record_pages
+    }
+
+    fn record_page(&self, p: u32) -> Option<PageRange> {
+        self.layout.record_page(p)
+    }
+
+    fn fold_list(
+        &mut self,
+        pages: &dyn ReservedPages,
+        log: &RecordLog,
+    ) -> Result<Vec<u32>, ScheduleError> {
+        let committed = read_log::<Record>(pages, self.layout, log.active)?;
+        let every = self.fold_all || committed.full || log.stale != Stale::No;
+        let list: Vec<u32> = if every {
+            (0..self.layout.record_pages).collect()
+        } else {
+            self.fold_pages
+                .iter()
+                .chain(&committed.placed_on)
+                .copied()
+                .collect::<BTreeSet<u32>>()
+                .into_iter()
+                .collect()
+        };
+        self.by_page.clear();
+        for (id, placed) in &committed.named {
+            if let Some((p, r)) = placed {
+                self.by_page.entry(*p).or_default().push((*id, r.clone()));
+            }
+        }
+        self.committed = Some(committed);
+        Ok(list)
+    }
+
+    fn folded_page(
+        &mut self,
+        pages: &dyn ReservedPages,
+        log: &RecordLog,
+        p: u32,
+        _at: FoldPoint,
+    ) -> Result<Option<Vec<u8>>, ScheduleError> {
+        let Some(committed) = &self.committed else {
+            return Err(ScheduleError::Corrupt("a fold without its log".into()));
+        };
+        let stale = log.stale != Stale::No;
+        folded_page(pages, self.layout, committed, &self.by_page, stale, p)
+    }
+
+    fn fold_extra(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        _: &RecordLog,
+    ) -> Result<usize, ScheduleError> {
+        match self.committed.as_ref().and_then(|c| c.zones.as_ref()) {
+            Some(zones) => {
+                codec::save(pages, self.layout.zones, BlobKind::ScheduleBook, zones)?;
+                Ok(self.layout.zones.len() as usize)
+            }
+            None => Ok(0),
+        }
+    }
+
+    fn commit(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        log: &RecordLog,
+    ) -> Result<(), ScheduleError> {
+        let mut c = self.commit.clone();
+        c.log = log.active;
+        c.stale = log.stale;
+        codec::save(pages, self.layout.meta, BlobKind::ScheduleBook, &c)?;
+        Ok(())
+    }
+}
+
 impl Scheduler {
-    /// Admission's log check ([`Limits::max_journal_pages`]): whether the worst next save
+    /// Admission's log check ([`Limits::max_log_pages`]): whether the worst next save
     /// still fits the log after a change leaving `records` records of `placed_bytes` entry
     /// bytes and zones of `zones_bytes`. Nothing changes.
-    pub(super) fn check_journal(
+    pub(super) fn check_log(
         &self,
         records: u64,
         placed_bytes: u64,
         zones_bytes: usize,
     ) -> Result<(), ScheduleError> {
-        let Some(journal_pages) = self.limits.max_journal_pages else {
+        let Some(log_pages) = self.limits.max_log_pages else {
             return Ok(());
         };
-        let need_pages = journal_pages_bound(
+        let need_pages = log_pages_bound(
             records,
             placed_bytes,
             self.placement.removed_stored,
@@ -158,10 +351,10 @@ impl Scheduler {
             self.limits.max_record_pages.unwrap_or(0),
             self.limits.page_bytes,
         );
-        if need_pages > u64::from(journal_pages) {
-            return Err(ScheduleError::JournalFull {
+        if need_pages > u64::from(log_pages) {
+            return Err(ScheduleError::LogFull {
                 need_pages,
-                journal_pages,
+                log_pages,
             });
         }
         Ok(())
@@ -261,6 +454,9 @@ impl Scheduler {
         if !all && !self.is_dirty() {
             return Ok(());
         }
+        // A book loaded from an older layout is migrated by a full save.
+        let migration = self.migration;
+        let all = all || migration.is_some();
         if let Some(id) = self.placement.oversize.first() {
             return Err(ScheduleError::Limit(format!(
                 "schedule {id} does not fit a page of {} bytes",
@@ -356,18 +552,19 @@ impl Scheduler {
             .iter()
             .map(|b| record_log::segment_pages(b.len(), per_page))
             .sum();
-        // Admission's bound (`check_journal`) is an upper bound of every save: checked in
-        // every test build, so the property tests exercise it on every save.
+        // Admission's bound (`check_log`) is an upper bound of every save: checked in every
+        // test build, so the property tests exercise it on every save.
         debug_assert!(
-            need as u64
-                <= journal_pages_bound(
-                    self.placement.records() as u64,
-                    self.placement.placed_bytes,
-                    self.placement.removed_stored,
-                    self.zones_bytes,
-                    layout.record_pages,
-                    self.limits.page_bytes,
-                ),
+            migration.is_some()
+                || need as u64
+                    <= log_pages_bound(
+                        self.placement.records() as u64,
+                        self.placement.placed_bytes,
+                        self.placement.removed_stored,
+                        self.zones_bytes,
+                        layout.record_pages,
+                        self.limits.page_bytes,
+                    ),
             "a save of {need} log pages over admission's bound"
         );
         if need > layout.log.len() as usize {
@@ -377,42 +574,52 @@ impl Scheduler {
             }
             .into());
         }
-        // A full save takes the log's position from the range itself.
-        let mut at = if all {
-            match Self::read_commit(pages, layout, self.component)? {
-                Some(c) => LogPos {
-                    pages: c.log_pages,
-                    segments: c.log_segments,
-                },
-                None => LogPos::default(),
+        let mut rlog = RecordLog::new(layout.log, BlobKind::BookLog, BlobKind::BookRecords, false);
+        if let Some(old) = migration {
+            // Past what the older layout needs (or at the first page, once its own save is
+            // completed): a crash before the commit page reloads it as it was.
+            let need = u32::try_from(need).unwrap_or(u32::MAX);
+            let start = legacy::prepare(pages, layout, self.component, old, need)?;
+            rlog.active = LogSpan {
+                start,
+                pos: LogPos::default(),
+            };
+            rlog.stale = Stale::InActive;
+        } else if all {
+            // A full save takes the log's position from the range itself.
+            if let Some(c) = Self::read_commit(pages, layout, self.component)? {
+                rlog.active = c.log;
+                rlog.stale = c.stale;
             }
         } else {
-            self.placement.log
-        };
-        if (at.pages as usize).saturating_add(need) > layout.log.len() as usize {
-            self.fold(pages, layout, at, all)?;
-            at = LogPos::default();
+            rlog.active = self.placement.log;
+            rlog.stale = self.placement.stale;
         }
-        let (pos, _) = record_log::append(
-            pages,
-            layout.log,
-            at,
-            BlobKind::BookLog,
-            bodies.into_iter().map(Ok),
-        )?;
-        let commit = Commit {
-            version: WIRE_VERSION,
-            component: self.component,
-            next_id: self.next_id,
-            page_bytes: self.limits.page_bytes as u64,
-            records: self.records.len() as u64,
-            zones: zones_count,
-            zones_crc,
-            log_pages: pos.pages,
-            log_segments: pos.segments,
+        let mut inst = BookLog {
+            layout,
+            commit: Commit {
+                version: WIRE_VERSION,
+                component: self.component,
+                next_id: self.next_id,
+                page_bytes: self.limits.page_bytes as u64,
+                records: self.records.len() as u64,
+                zones: zones_count,
+                zones_crc,
+                log: LogSpan::default(),
+                stale: Stale::No,
+            },
+            fold_pages: &self.placement.fold_pages,
+            fold_all: all || self.placement.fold_all,
+            committed: None,
+            by_page: BTreeMap::new(),
         };
-        codec::save(pages, layout.meta, BlobKind::ScheduleBook, &commit)?;
-        self.placement.log = pos;
+        let stats = rlog.save(pages, &mut inst, bodies)?;
+        self.placement.log = rlog.active;
+        self.placement.stale = rlog.stale;
+        if stats.folded {
+            self.placement.fold_pages.clear();
+            self.placement.fold_all = false;
+        }
         if all {
             self.placement.fold_all = true;
             self.placement.fold_pages.clear();
@@ -424,80 +631,13 @@ impl Scheduler {
         self.placement.stored_below = self.next_id;
         self.placement.saved();
         self.header_dirty = false;
-        Ok(())
-    }
-
-    /// Folds the committed log `at` into the record pages and the zones part, then commits an
-    /// empty log. The content written is read back from the pages (each record page as stored,
-    /// minus every record the log names, plus the log's records placed on it), so it is the
-    /// committed book whatever the in-memory book holds, and the same on every replica. The
-    /// pages rewritten: those the log changed since the last fold (every record page after a
-    /// full save, or when `all`). A crash inside leaves the committed log in force.
-    fn fold(
-        &mut self,
-        pages: &mut dyn ReservedPages,
-        layout: Layout,
-        at: LogPos,
-        all: bool,
-    ) -> Result<(), ScheduleError> {
-        let Some(mut commit) = Self::read_commit(pages, layout, self.component)? else {
-            return Err(ScheduleError::Corrupt(
-                "a log to fold without a commit page".into(),
-            ));
-        };
-        if (commit.log_pages, commit.log_segments) != (at.pages, at.segments) {
-            return Err(ScheduleError::Corrupt(
-                "the commit page differs from the book's log position".into(),
-            ));
+        if migration.is_some() {
+            tracing::info!(
+                component = self.component,
+                "schedule book migrated to layout 6"
+            );
+            self.migration = None;
         }
-        let committed = Self::read_log(pages, layout, at)?;
-        let every = all || committed.full || self.placement.fold_all;
-        let list: BTreeSet<u32> = if every {
-            (0..layout.record_pages).collect()
-        } else {
-            self.placement
-                .fold_pages
-                .iter()
-                .chain(&committed.placed_on)
-                .copied()
-                .collect()
-        };
-        let by_page = committed.by_page();
-        for p in list {
-            let Some(part) = layout.record_page(p) else {
-                continue;
-            };
-            let mut out: BTreeMap<u64, &Record> = BTreeMap::new();
-            let stored = if committed.full {
-                Vec::new()
-            } else {
-                Self::read_page(pages, layout, p)?
-            };
-            for (id, r) in &stored {
-                if !committed.named.contains_key(id) {
-                    out.insert(*id, r);
-                }
-            }
-            for (id, r) in by_page.get(&p).into_iter().flatten() {
-                out.insert(*id, *r);
-            }
-            let blob = if out.is_empty() {
-                None
-            } else {
-                let records: Vec<(u64, &Record)> = out.into_iter().collect();
-                Some(codec::to_blob(&(p, records))?)
-            };
-            record_log::write_page(pages, part, BlobKind::BookRecords, blob.as_deref())?;
-        }
-        if let Some(zones) = &committed.zones {
-            codec::save(pages, layout.zones, BlobKind::ScheduleBook, zones)?;
-        }
-        commit.log_pages = 0;
-        commit.log_segments = 0;
-        codec::save(pages, layout.meta, BlobKind::ScheduleBook, &commit)?;
-        self.placement.log = LogPos::default();
-        self.placement.fold_pages.clear();
-        self.placement.fold_all = false;
         Ok(())
     }
 
@@ -515,12 +655,6 @@ impl Scheduler {
         if let Some(&found) = blob.first()
             && found != WIRE_VERSION
         {
-            tracing::warn!(
-                component,
-                found,
-                supported = WIRE_VERSION,
-                "stored schedule book of another layout refused"
-            );
             return Err(ScheduleError::UnsupportedLayout {
                 found,
                 supported: WIRE_VERSION,
@@ -536,72 +670,20 @@ impl Scheduler {
         Ok(Some(commit))
     }
 
-    /// The committed log `at` of `layout`, read back.
-    fn read_log(
-        pages: &dyn ReservedPages,
-        layout: Layout,
-        at: LogPos,
-    ) -> Result<Committed, ScheduleError> {
-        let mut c = Committed::default();
-        record_log::read::<Segment>(
-            pages,
-            layout.log,
-            at,
-            BlobKind::BookLog,
-            |(full, zones, changes)| {
-                if full {
-                    c.full = true;
-                    c.named.clear();
-                    c.placed_on.clear();
-                }
-                if zones.is_some() {
-                    c.zones = zones;
-                }
-                for (id, placed) in changes {
-                    if let Some((p, _)) = &placed {
-                        if *p >= layout.record_pages {
-                            return Err(format!("the log places a record on page {p}"));
-                        }
-                        c.placed_on.insert(*p);
-                    }
-                    c.named.insert(id, placed);
-                }
-                Ok(())
-            },
-        )
-        .map_err(read_error)?;
-        Ok(c)
-    }
-
-    /// Record page `p` as stored (empty when the page is).
-    fn read_page(
-        pages: &dyn ReservedPages,
-        layout: Layout,
-        p: u32,
-    ) -> Result<Vec<(u64, Record)>, ScheduleError> {
-        let Some(part) = layout.record_page(p) else {
-            return Ok(Vec::new());
-        };
-        match codec::load::<PageBlob>(pages, part, BlobKind::BookRecords)? {
-            None => Ok(Vec::new()),
-            Some((at, records)) if at == p => Ok(records),
-            Some((at, _)) => Err(ScheduleError::Corrupt(format!(
-                "record page {p} holds page {at}"
-            ))),
-        }
-    }
-
     /// Reads the book stored in `range` (an empty book when nothing is stored): the commit
     /// page, the committed log (whose records and zones take priority) and the record pages,
-    /// validating every record against `limits` and re-parsing every cron expression. Handlers
-    /// are not checked here: a record naming an unregistered handler is reported when it
-    /// fires. Costs one read of every page of the range but the log's uncommitted part.
+    /// validating every record against `limits` and re-parsing every cron expression. A book
+    /// of an older layout (2 to 5) is read and converted; the next save migrates it (see
+    /// `legacy.rs`). Handlers are not checked here: a record naming an unregistered handler
+    /// is parked when it comes due. Costs one read of every page of the range but the log's
+    /// uncommitted part.
     ///
     /// # Errors
     /// [`ScheduleError::Codec`] (a page fails its checks: any flipped byte of the commit page,
     /// the committed log, the zones part in force or a record page),
-    /// [`ScheduleError::UnsupportedLayout`] (pages of another layout, such as layout 4's
-    /// write-ahead journal), [`ScheduleError::Corrupt`] or [`ScheduleError::Limit`].
+    /// [`ScheduleError::UnsupportedLayout`] (layout 1, or a newer one),
+    /// [`ScheduleError::Corrupt`] or [`ScheduleError::Limit`] (also: an older layout's book
+    /// that does not fit the range once its records carry their run state).
     pub fn load(
         component: ComponentId,
         limits: Limits,
@@ -614,15 +696,14 @@ impl Scheduler {
             tracing::warn!(component, reason = %m, "stored schedule book rejected");
             ScheduleError::Corrupt(m)
         };
-        let Some(commit) = Self::read_commit(pages, layout, component)? else {
-            // A layout 4 book whose first save crashed before its meta page: its journal.
-            if let Ok(Some(blob)) = codec::load_blob(pages, layout.log, BlobKind::BookJournal)
-                && let Some(&found) = blob.first()
-            {
-                return Err(ScheduleError::UnsupportedLayout {
-                    found,
-                    supported: WIRE_VERSION,
-                });
+        let first = codec::load_blob(pages, layout.meta, BlobKind::ScheduleBook)?;
+        if first.as_ref().and_then(|b| b.first()) != Some(&WIRE_VERSION) {
+            if let Some(old) = legacy::load(pages, layout, first.as_deref(), component)? {
+                book.install_legacy(old, layout).map_err(corrupt)?;
+                return Ok(book);
+            }
+            if first.is_some() {
+                return Err(corrupt("an unreadable commit page".into()));
             }
             // Nothing stored: every other part must be empty too (a lost commit page is not
             // a fresh store); log pages are never read past the committed log.
@@ -637,6 +718,9 @@ impl Scheduler {
                 }
             }
             return Ok(book);
+        }
+        let Some(commit) = Self::read_commit(pages, layout, component)? else {
+            return Ok(book);
         };
         if commit.page_bytes != limits.page_bytes as u64 {
             return Err(corrupt(format!(
@@ -648,11 +732,11 @@ impl Scheduler {
         {
             return Err(corrupt("more zones or schedules than the limits".into()));
         }
-        let at = LogPos {
-            pages: commit.log_pages,
-            segments: commit.log_segments,
-        };
-        let committed = Self::read_log(pages, layout, at)?;
+        if commit.log.end() > layout.log.len() || commit.stale == Stale::InFrozen {
+            return Err(corrupt("a log the log area cannot hold".into()));
+        }
+        let stale = commit.stale != Stale::No;
+        let committed = read_log::<Record>(pages, layout, commit.log)?;
         // The zones part is read only when the log carries no zones: a fold rewrites it while
         // the log's copy is in force.
         let zones = match &committed.zones {
@@ -673,9 +757,11 @@ impl Scheduler {
         let room = book.placement.room() as usize;
         // Pages holding a copy the log supersedes: the next fold rewrites them.
         let mut superseded = BTreeSet::new();
-        for p in 0..layout.record_pages {
+        // Stale record pages hold another layout's records: never read (the log holds every
+        // record until a fold rewrites them all).
+        for p in 0..if stale { 0 } else { layout.record_pages } {
             // Every page is read, even after a full save: a damaged page is reported.
-            let records = Self::read_page(pages, layout, p)?;
+            let records = read_page::<Record>(pages, layout, p)?;
             if committed.full {
                 continue;
             }
@@ -730,13 +816,41 @@ impl Scheduler {
         }
         book.next_id = commit.next_id;
         book.placement.stored_below = commit.next_id;
-        book.placement.log = at;
-        book.placement.fold_all = committed.full;
+        book.placement.log = commit.log;
+        book.placement.stale = commit.stale;
+        book.placement.fold_all = committed.full || stale;
         book.placement.fold_pages = superseded;
         book.placement
             .fold_pages
             .extend(committed.placed_on.iter().copied());
         Ok(book)
+    }
+
+    /// Installs a book read from an older layout: its records placed afresh (the next save
+    /// logs them all, the record pages stale), validated like any loaded record.
+    fn install_legacy(&mut self, old: legacy::Loaded, layout: Layout) -> Result<(), String> {
+        self.zones_bytes = codec::encoded_len(&old.zones).map_err(|e| e.to_string())?;
+        for z in old.zones {
+            self.zones.insert(z.name().to_owned(), z);
+        }
+        for (id, rec) in old.records {
+            self.load_record(id, rec)?;
+            self.touch(id);
+        }
+        if let Some(id) = self.placement.oversize.first() {
+            return Err(format!("schedule {id} no longer fits a record page"));
+        }
+        if self.placement.pages_in_use() > layout.record_pages {
+            return Err(format!(
+                "the book needs {} record pages once migrated, its range has {}",
+                self.placement.pages_in_use(),
+                layout.record_pages
+            ));
+        }
+        self.next_id = old.next_id;
+        self.header_dirty = true;
+        self.migration = Some(old.old);
+        Ok(())
     }
 
     fn load_record(&mut self, id: u64, rec: Record) -> Result<(), String> {
@@ -775,6 +889,31 @@ impl Scheduler {
         if let Some(c) = cron {
             self.crons.insert(id, c);
         }
+        rec.policy
+            .retry
+            .check()
+            .map_err(|e| format!("schedule {id}: {e}"))?;
+        if rec.dead.len() > Self::dead_cap(&rec) {
+            return Err(format!("schedule {id}: {} dead runs", rec.dead.len()));
+        }
+        if Self::is_spent(&rec) {
+            return Err(format!("one-shot schedule {id} has nothing left"));
+        }
+        if rec
+            .retry
+            .is_some_and(|r| r.attempt == 0 || r.attempt > super::MAX_ATTEMPTS)
+        {
+            return Err(format!("schedule {id}: invalid pending retry"));
+        }
+        if rec.parked {
+            self.parked
+                .entry(rec.def.handler.clone())
+                .or_default()
+                .insert(id);
+        }
+        if !rec.dead.is_empty() {
+            self.dead_ids.insert(id);
+        }
         self.records.insert(id, rec);
         self.reindex(id);
         Ok(())
@@ -784,102 +923,14 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authz::Principal;
-    use crate::pages::MemPages;
-    use crate::schedule::{Handlers, NewSchedule, ScheduleRequest};
-
-    /// The meta page of layout 4 (the write-ahead journal layout), as it wrote it.
-    #[derive(bincode::Encode)]
-    struct MetaV4 {
-        version: u8,
-        component: ComponentId,
-        next_id: u64,
-        page_bytes: u64,
-        records: u64,
-        zones: u32,
-        zones_crc: u32,
-    }
-
-    fn book() -> Scheduler {
-        let mut book = Scheduler::new(1, Limits::default());
-        let mut h: Handlers<()> = Handlers::new();
-        assert!(h.register("run", |_| {}));
-        book.apply(
-            &Principal::Host,
-            ScheduleRequest::Create(NewSchedule::new("run", Timing::AfterMs(10))),
-            &h,
-            1,
-            Some(0),
-        )
-        .unwrap();
-        book
-    }
-
-    /// A range of layout 4 is refused with a typed error naming both versions, whether its
-    /// meta page or (a first save cut short) only its journal says so, by load and by a full
-    /// save (which writes nothing); zeroed, the range takes a book of layout 5.
-    #[test]
-    fn a_range_of_layout_4_is_refused_as_such() {
-        let range = PageRange::new(0, 16).unwrap();
-        let layout = Layout::of(range).unwrap();
-        let refused = Err(ScheduleError::UnsupportedLayout {
-            found: 4,
-            supported: WIRE_VERSION,
-        });
-        let mut pages = MemPages::new(4_096, 16);
-        let meta = MetaV4 {
-            version: 4,
-            component: 1,
-            next_id: 2,
-            page_bytes: 4_096,
-            records: 0,
-            zones: 0,
-            zones_crc: 0,
-        };
-        codec::save(&mut pages, layout.meta, BlobKind::ScheduleBook, &meta).unwrap();
-        assert_eq!(
-            Scheduler::load(1, Limits::default(), &pages, range),
-            refused
-        );
-        let before = pages.snapshot();
-        assert_eq!(
-            book().save_all(&mut pages, range),
-            Err(ScheduleError::UnsupportedLayout {
-                found: 4,
-                supported: WIRE_VERSION,
-            })
-        );
-        assert!(
-            pages.snapshot() == before,
-            "a refused full save writes nothing"
-        );
-        // Only a journal of layout 4 (its head's first byte is the version).
-        let mut pages = MemPages::new(4_096, 16);
-        let mut blob = codec::to_blob(&(4u8, 0u32, 1u32, 0u32)).unwrap();
-        blob.extend_from_slice(&[0; 40]);
-        let first = PageRange::new(layout.log.first(), 1).unwrap();
-        codec::save_blob(&mut pages, first, BlobKind::BookJournal, &blob).unwrap();
-        assert_eq!(
-            Scheduler::load(1, Limits::default(), &pages, range),
-            refused
-        );
-        // The migration: zero the range, then save the book (recreated) into it.
-        codec::clear(&mut pages, range).unwrap();
-        let mut b = book();
-        b.save_all(&mut pages, range).unwrap();
-        assert_eq!(
-            Scheduler::load(1, Limits::default(), &pages, range).unwrap(),
-            b
-        );
-    }
 
     /// The bound admission uses covers the save's segments (also asserted in every save of a
     /// debug build): a bound below the pages one record takes would be a defect.
     #[test]
     fn the_log_bound_covers_one_record_and_grows_with_the_book() {
-        let one = journal_pages_bound(1, 100, 0, 8, 0, 4_096);
+        let one = log_pages_bound(1, 100, 0, 8, 0, 4_096);
         assert!(one >= 2, "a segment page at least: {one}");
-        let many = journal_pages_bound(1_000, 100_000, 10, 8, 0, 4_096);
+        let many = log_pages_bound(1_000, 100_000, 10, 8, 0, 4_096);
         assert!(many >= 100_000 / 4_064, "{many}");
     }
 }

@@ -64,6 +64,10 @@ impl Scheduler {
     /// schedule with nothing left to run.
     pub fn next_run(&self, id: u64, now_seq: u64, now_ms: Option<TimeMs>) -> Option<NextRun> {
         let rec = self.records.get(&id)?;
+        if let Some(retry) = rec.retry {
+            // A pending retry runs first.
+            return Some(NextRun::At(retry.at));
+        }
         if let Some((owed_ms, _)) = rec.owed {
             return Some(NextRun::At(Due::Time(owed_ms)));
         }

@@ -3,10 +3,14 @@
 
 use std::collections::BTreeSet;
 
-use super::{FireRecord, HandlerCtx, Handlers, ScheduleError, Scheduler, TickReport};
+use super::{
+    FailedRun, FireRecord, HandlerCtx, Handlers, PendingRetry, Record, RunEntry, RunOutcome,
+    ScheduleError, ScheduleRequest, Scheduler, TickReport,
+};
+use crate::authz::Principal;
 use crate::due::Due;
-use crate::outbox::{OccurrenceId, Outbox};
-use crate::tick::{Tick, TimeMs};
+use crate::outbox::{OccurrenceId, Outbox, OutboxRecord};
+use crate::tick::{ComponentId, Tick, TimeMs};
 
 impl Scheduler {
     /// Up to `budget` due schedule ids in canonical order: priority (high first), then due
@@ -76,6 +80,9 @@ impl Scheduler {
         outbox: &mut Outbox,
     ) -> TickReport {
         let mut report = TickReport::default();
+        if !self.parked.is_empty() {
+            report.unparked = self.unpark_registered(handlers);
+        }
         // A zero budget would starve every schedule forever: treat it as 1.
         let mut left = self.limits.budget_per_tick.max(1);
         let (ids, _) = self.due_ids(tick, left);
@@ -105,8 +112,43 @@ impl Scheduler {
         report
     }
 
-    /// Steps schedule `id` (taken from the due snapshot) within `left` runs: its owed runs
-    /// first, then, when they are done and its next point is reached too, a fresh plan.
+    /// Unparks every parked schedule whose handler is registered (a build carrying it ticks):
+    /// each is due again at its kept due point. O(parked handler names) when none returns.
+    /// Returns how many were unparked.
+    fn unpark_registered<S>(&mut self, handlers: &Handlers<S>) -> usize {
+        let back: Vec<String> = self
+            .parked
+            .keys()
+            .filter(|name| handlers.contains(name))
+            .cloned()
+            .collect();
+        let mut unparked = 0;
+        for name in back {
+            let ids: Vec<u64> = self
+                .parked
+                .get(&name)
+                .map(|ids| ids.iter().copied().collect())
+                .unwrap_or_default();
+            tracing::info!(
+                component = self.component,
+                handler = %name,
+                runs = ids.len(),
+                "parked schedules resume: their handler is registered"
+            );
+            for id in ids {
+                self.unpark(id);
+                unparked += 1;
+            }
+        }
+        unparked
+    }
+
+    /// Steps schedule `id` (taken from the due snapshot) within `left` runs: a pending retry
+    /// first (one attempt), else its owed runs, then, when they are done and its next point is
+    /// reached too, a fresh plan. A schedule whose handler this build does not register is
+    /// parked instead: nothing is consumed. A failed run is settled by the schedule's run
+    /// policy (a retry, or a dead letter); the rest of a catch-up it cut short stays owed,
+    /// behind the retry.
     #[allow(clippy::too_many_arguments)]
     fn step_schedule<S>(
         &mut self,
@@ -120,6 +162,15 @@ impl Scheduler {
         report: &mut TickReport,
     ) {
         let emit_bound = self.emit_bound(outbox);
+        let mut env = Env {
+            tick,
+            names,
+            emit_bound,
+            state,
+            handlers,
+            outbox,
+            report,
+        };
         loop {
             // A handler earlier in this tick may have cancelled, paused or moved it.
             let Some(rec) = self.records.get(&id) else {
@@ -132,16 +183,36 @@ impl Scheduler {
             if *left == 0 || !taken {
                 return;
             }
+            // Checked before anything moves: a missing handler never consumes a run.
+            if !names.contains(&rec.def.handler) {
+                tracing::warn!(
+                    component = self.component,
+                    id,
+                    handler = %rec.def.handler,
+                    "schedule parked: its handler is not registered in this build"
+                );
+                self.park(id);
+                env.report.parked.push(id);
+                return;
+            }
             // Each run may emit one record of up to `emit_bound` bytes: run only what the outbox
             // can take now, so that no emit meets a full outbox (the rest stays due or owed,
             // exactly as with the fire budget, until the consumer trims the outbox).
-            let room = outbox.room_for(emit_bound).min(*left);
+            let room = env.outbox.room_for(emit_bound).min(*left);
             if room == 0 {
-                report.outbox_full = true;
+                env.report.outbox_full = true;
                 return;
             }
+            if let Some(retry) = rec.retry {
+                *left -= 1;
+                if !self.retry_attempt(id, retry, &mut env) {
+                    return;
+                }
+                // Succeeded: owed runs or the next occurrence may be due too.
+                continue;
+            }
             let was_owed = rec.owed.is_some();
-            let (mut runs, next, owed_first) = match rec.owed {
+            let (runs, next, owed_first) = match rec.owed {
                 Some((from_ms, last_ms)) => {
                     let (runs, rest) = self.owed_runs(id, rec, from_ms, last_ms, room);
                     (runs, rec.next, rest.map(|r| (r, last_ms)))
@@ -161,87 +232,81 @@ impl Scheduler {
                     (runs, next, owed)
                 }
             };
-            let handler_name = rec.def.handler.clone();
-            let payload = rec.def.payload.clone();
             let first_run = rec.runs;
-            // The handler's requests act as the schedule's owner (`crate::authz`).
-            let owner = rec.owner;
             let one_shot = rec.def.timing.is_one_shot();
-            let topic = rec.def.topic.clone();
-            let kind = rec.def.kind.clone();
+            if one_shot {
+                // A one-shot leaves the book when its run starts (its key is free for the
+                // run's requests, as a spent schedule's); a failed run brings it back.
+                let Some(mut taken_rec) = self.take_record(id) else {
+                    return;
+                };
+                let Some(&due) = runs.first() else {
+                    // Dropped by its misfire policy (an expired deadline): spent.
+                    env.report.skipped.push(id);
+                    return;
+                };
+                taken_rec.next = None;
+                taken_rec.owed = None;
+                taken_rec.runs = first_run.saturating_add(1);
+                *left -= 1;
+                let attempt =
+                    run_phase(self.component, &taken_rec, id, due, first_run, 1, &mut env);
+                let outcome = attempt.outcome;
+                let owner = taken_rec.owner;
+                if outcome.is_ok() {
+                    self.commit_attempt(attempt, id, due, first_run, 1, owner, &mut env);
+                } else {
+                    self.restore_record(id, taken_rec);
+                    self.fail_attempt(id, due, first_run, 1, outcome, &mut env);
+                }
+                return;
+            }
+            let handler_name = rec.def.handler.clone();
+            let owner = rec.owner;
             self.unindex(id);
             if let Some(r) = self.records.get_mut(&id) {
                 r.next = next;
                 r.owed = owed_first;
                 r.runs = first_run.saturating_add(runs.len() as u64);
             }
-            if one_shot {
-                self.remove(id);
-            } else {
-                self.reindex(id);
-            }
+            self.reindex(id);
             self.touch(id);
             if runs.is_empty() {
-                report.skipped.push(id);
+                env.report.skipped.push(id);
                 return;
             }
-            *left = left.saturating_sub(runs.len());
-            let Some(handler) = handlers.map.get_mut(&handler_name) else {
-                tracing::warn!(id, handler = %handler_name, "schedule names an unregistered handler");
-                report
-                    .errors
-                    .push(ScheduleError::UnknownHandler(handler_name));
-                return;
-            };
-            for (i, run_due) in runs.drain(..).enumerate() {
+            for i in 0..runs.len() {
+                let run_due = runs[i];
                 let occurrence = first_run.saturating_add(i as u64);
-                let mut ctx = HandlerCtx {
-                    tick,
-                    id,
-                    due: run_due,
-                    occurrence: OccurrenceId::new(self.component, id, occurrence),
-                    payload: &payload,
-                    topic: topic.as_deref(),
-                    kind: kind.as_deref(),
-                    state: &mut *state,
-                    outbox: &mut *outbox,
-                    emitted: false,
-                    emit_bound,
-                    emit_error: None,
-                    requests: Vec::new(),
+                *left = left.saturating_sub(1);
+                let Some(rec) = self.records.get(&id) else {
+                    return;
                 };
-                handler(&mut ctx);
-                let requests = std::mem::take(&mut ctx.requests);
-                if let Some(e) = ctx.emit_error.take() {
-                    // A deterministic outcome (the same on every replica): reported, counted,
-                    // traced; the run itself happened.
-                    self.emit_failures = self.emit_failures.saturating_add(1);
-                    tracing::warn!(id, occurrence, error = %e, "handler emit refused");
-                    report.errors.push(e);
-                }
-                report.fired.push(FireRecord {
-                    id,
-                    due: run_due,
-                    occurrence,
-                });
-                for req in requests {
-                    if let Err(e) = self.apply_with(
-                        &owner,
-                        req,
-                        |h| names.contains(h),
-                        tick.bft_sequence_num,
-                        tick.agreed_time_ms,
-                    ) {
-                        report.errors.push(e);
+                let attempt = run_phase(self.component, rec, id, run_due, occurrence, 1, &mut env);
+                let outcome = attempt.outcome;
+                if !outcome.is_ok() {
+                    // The runs after it in this catch-up wait behind its retry, owed (they are
+                    // consecutive time occurrences, as owed runs are).
+                    let rest = match (runs.get(i + 1), owed_first, runs.last()) {
+                        (Some(Due::Time(a)), Some((_, last)), _) => Some((*a, last)),
+                        (Some(Due::Time(a)), None, Some(Due::Time(b))) => Some((*a, *b)),
+                        _ => owed_first,
+                    };
+                    self.unindex(id);
+                    if let Some(r) = self.records.get_mut(&id) {
+                        r.runs = occurrence.saturating_add(1);
+                        r.owed = rest;
                     }
+                    self.fail_attempt(id, run_due, occurrence, 1, outcome, &mut env);
+                    return;
                 }
+                self.commit_attempt(attempt, id, run_due, occurrence, 1, owner, &mut env);
                 // A run that cancelled, paused or replaced its own schedule ends its catch-up
                 // (runs still owed are dropped too).
-                if !one_shot
-                    && self
-                        .records
-                        .get(&id)
-                        .is_none_or(|r| r.paused || r.def.handler != handler_name)
+                if self
+                    .records
+                    .get(&id)
+                    .is_none_or(|r| r.paused || r.def.handler != handler_name)
                 {
                     if self.records.get(&id).is_some_and(|r| r.owed.is_some()) {
                         self.unindex(id);
@@ -255,9 +320,263 @@ impl Scheduler {
             }
             // Only a finished owed catch-up can leave the schedule due again in this tick (its
             // resume point may be reached): plan it now, as an unbudgeted tick would have.
-            if one_shot || !was_owed {
+            if !was_owed {
                 return;
             }
         }
+    }
+}
+
+/// What one tick's runs share.
+struct Env<'a, 'b, S> {
+    tick: &'a Tick,
+    names: &'a BTreeSet<String>,
+    emit_bound: usize,
+    state: &'b mut S,
+    handlers: &'b mut Handlers<S>,
+    outbox: &'b mut Outbox,
+    report: &'b mut TickReport,
+}
+
+/// One attempt's outcome and its staged effects.
+struct Attempt {
+    outcome: RunOutcome,
+    staged: Option<OutboxRecord>,
+    requests: Vec<ScheduleRequest>,
+    emit_error: Option<ScheduleError>,
+}
+
+/// Runs attempt `attempt` of occurrence `occurrence` (nominal `due`) of record `rec` (id `id`),
+/// isolated ([`Handlers::run`]): nothing of the book or the outbox changes here; the caller
+/// commits the staged effects of a successful attempt or settles a failed one.
+fn run_phase<S>(
+    component: ComponentId,
+    rec: &Record,
+    id: u64,
+    due: Due,
+    occurrence: u64,
+    attempt: u32,
+    env: &mut Env<'_, '_, S>,
+) -> Attempt {
+    let mut ctx = HandlerCtx {
+        tick: env.tick,
+        id,
+        due,
+        occurrence: OccurrenceId::new(component, id, occurrence),
+        attempt,
+        payload: &rec.def.payload,
+        topic: rec.def.topic.as_deref(),
+        kind: rec.def.kind.as_deref(),
+        state: &mut *env.state,
+        outbox: &*env.outbox,
+        staged: None,
+        emit_bound: env.emit_bound,
+        emit_error: None,
+        requests: Vec::new(),
+    };
+    // The handler set never changes during a tick and the name was checked: always `Some`.
+    let outcome = env
+        .handlers
+        .run(&rec.def.handler, &mut ctx)
+        .unwrap_or(RunOutcome::Failed { code: 0 });
+    Attempt {
+        outcome,
+        staged: ctx.staged.take(),
+        requests: std::mem::take(&mut ctx.requests),
+        emit_error: ctx.emit_error.take(),
+    }
+}
+
+impl Scheduler {
+    /// Runs the pending retry `retry` of record `id` (one attempt); returns whether it
+    /// succeeded. A one-shot leaves the book for the attempt, as for its first run.
+    fn retry_attempt<S>(&mut self, id: u64, retry: PendingRetry, env: &mut Env<'_, '_, S>) -> bool {
+        let PendingRetry {
+            due,
+            occurrence,
+            attempt,
+            ..
+        } = retry;
+        let one_shot = self
+            .records
+            .get(&id)
+            .is_some_and(|r| r.def.timing.is_one_shot());
+        if one_shot {
+            let Some(mut rec) = self.take_record(id) else {
+                return false;
+            };
+            rec.retry = None;
+            let run = run_phase(self.component, &rec, id, due, occurrence, attempt, env);
+            let outcome = run.outcome;
+            if outcome.is_ok() {
+                // Spent, unless it still keeps dead runs of its own.
+                let owner = rec.owner;
+                if !rec.dead.is_empty() {
+                    self.restore_record(id, rec);
+                    self.reindex(id);
+                }
+                self.commit_attempt(run, id, due, occurrence, attempt, owner, env);
+                return true;
+            }
+            self.restore_record(id, rec);
+            self.fail_attempt(id, due, occurrence, attempt, outcome, env);
+            return false;
+        }
+        self.unindex(id);
+        if let Some(r) = self.records.get_mut(&id) {
+            r.retry = None;
+        }
+        let Some(rec) = self.records.get(&id) else {
+            return false;
+        };
+        let owner = rec.owner;
+        let run = run_phase(self.component, rec, id, due, occurrence, attempt, env);
+        let outcome = run.outcome;
+        if outcome.is_ok() {
+            self.reindex(id);
+            self.touch(id);
+            self.commit_attempt(run, id, due, occurrence, attempt, owner, env);
+            return true;
+        }
+        self.fail_attempt(id, due, occurrence, attempt, outcome, env);
+        false
+    }
+
+    /// Commits a successful attempt: appends its staged record, applies the requests it queued
+    /// (as the schedule's `owner`), reports it.
+    #[allow(clippy::too_many_arguments)]
+    fn commit_attempt<S>(
+        &mut self,
+        run: Attempt,
+        id: u64,
+        due: Due,
+        occurrence: u64,
+        attempt: u32,
+        owner: Principal,
+        env: &mut Env<'_, '_, S>,
+    ) {
+        if let Some(e) = run.emit_error {
+            // A deterministic outcome (the same on every replica): reported, counted,
+            // traced; the run itself happened.
+            self.emit_failures = self.emit_failures.saturating_add(1);
+            tracing::warn!(id, occurrence, error = %e, "handler emit refused");
+            env.report.errors.push(e);
+        }
+        let mut emitted = None;
+        if let Some(record) = run.staged {
+            match env.outbox.append(record) {
+                Ok(index) => emitted = Some(index),
+                Err(e) => {
+                    // Unreachable: the tick ran the attempt only with room for a record of the
+                    // emit bound, and the staged record is within it. Reported and counted if
+                    // it happens.
+                    self.emit_failures = self.emit_failures.saturating_add(1);
+                    tracing::error!(id, occurrence, error = %e, "staged outbox record refused");
+                    env.report.errors.push(e.into());
+                }
+            }
+        }
+        // A one-shot has left the book, with its history: nothing to keep.
+        self.record_run(
+            id,
+            RunEntry {
+                due,
+                seq: env.tick.bft_sequence_num,
+                agreed_time_ms: env.tick.agreed_time_ms,
+                occurrence,
+                attempt,
+                outcome: RunOutcome::Ok,
+                emitted,
+            },
+        );
+        env.report.fired.push(FireRecord {
+            id,
+            due,
+            occurrence,
+            attempt,
+            outcome: RunOutcome::Ok,
+        });
+        for req in run.requests {
+            let names = env.names;
+            if let Err(e) = self.apply_with(
+                &owner,
+                req,
+                |h| names.contains(h),
+                env.tick.bft_sequence_num,
+                env.tick.agreed_time_ms,
+            ) {
+                env.report.errors.push(e);
+            }
+        }
+    }
+
+    /// Settles a failed attempt of record `id` (back in the book, unindexed or about to be):
+    /// a retry or a dead letter, reported.
+    fn fail_attempt<S>(
+        &mut self,
+        id: u64,
+        due: Due,
+        occurrence: u64,
+        attempt: u32,
+        outcome: RunOutcome,
+        env: &mut Env<'_, '_, S>,
+    ) {
+        env.report.fired.push(FireRecord {
+            id,
+            due,
+            occurrence,
+            attempt,
+            outcome,
+        });
+        self.unindex(id);
+        let then = self.settle_failure(id, due, occurrence, attempt, outcome, env.tick);
+        self.record_run(
+            id,
+            RunEntry {
+                due,
+                seq: env.tick.bft_sequence_num,
+                agreed_time_ms: env.tick.agreed_time_ms,
+                occurrence,
+                attempt,
+                outcome,
+                emitted: None,
+            },
+        );
+        self.reindex(id);
+        self.touch(id);
+        env.report.failed.push(FailedRun {
+            id,
+            occurrence,
+            attempt,
+            outcome,
+            then,
+        });
+    }
+
+    /// Takes record `id` out of the book (as `remove` does) and returns it.
+    fn take_record(&mut self, id: u64) -> Option<Record> {
+        self.unindex(id);
+        self.unlink_zone(id);
+        self.unlink_parked(id);
+        self.dead_ids.remove(&id);
+        let rec = self.records.remove(&id)?;
+        if let Some(k) = &rec.def.key {
+            self.keys.remove(k);
+        }
+        self.crons.remove(&id);
+        self.touch(id);
+        Some(rec)
+    }
+
+    /// Puts back a record [`Self::take_record`] took (not indexed: the caller settles it).
+    fn restore_record(&mut self, id: u64, rec: Record) {
+        if let Some(k) = &rec.def.key {
+            self.keys.insert(k.clone(), id);
+        }
+        if !rec.dead.is_empty() {
+            self.dead_ids.insert(id);
+        }
+        self.records.insert(id, rec);
+        self.touch(id);
     }
 }

@@ -10,6 +10,8 @@ use crate::pages::PageRange;
 use crate::schedule::store::Layout;
 use crate::tick::TimeMs;
 
+use super::{DeadRun, FailedRun, PendingRetry, RunEntry, RunOutcome, RunPolicy};
+
 /// When a schedule fires.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub enum Timing {
@@ -264,6 +266,62 @@ pub enum ScheduleRequest {
         /// The version the requester last saw, or 0 for "no schedule holds the key".
         version: u64,
     },
+    /// Moves parked schedules ([`ScheduleInfo::parked`]) waiting for handler `from_handler` to
+    /// the registered handler `to_handler` (after a handler was renamed or dropped by a new
+    /// build): each keeps its id, due point, run counter, owner and key, gets version + 1, and
+    /// is due again at once. Only the requester's own schedules move, or every one for an
+    /// admin ([`crate::authz::Policy`]); at most [`Limits::budget_per_tick`] per request,
+    /// ascending id (repeat the request for the rest): the reply is how many moved. An
+    /// unregistered `to_handler` is [`ScheduleError::UnknownHandler`]; nothing parked for the
+    /// requester is [`ScheduleError::NothingParked`]. Appended, so the others keep their
+    /// encoding.
+    Retarget {
+        /// The handler name the parked schedules wait for.
+        from_handler: String,
+        /// The registered handler they move to.
+        to_handler: String,
+    },
+    /// Sets the run policy (retries of failed runs, pause on failure) of an existing schedule
+    /// (its owner or an admin, as a replace; version + 1). A retry already pending keeps the
+    /// attempt count it has.
+    SetRunPolicy {
+        /// The schedule.
+        target: Target,
+        /// Its new run policy.
+        policy: RunPolicy,
+    },
+    /// As [`ScheduleRequest::Create`], with a run policy from the first run on.
+    CreateWith {
+        /// The schedule.
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+    },
+    /// As [`ScheduleRequest::Upsert`], with a run policy (which replaces the holder's).
+    UpsertWith {
+        /// The schedule (its key is required).
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+    },
+    /// Re-drives a dead run ([`ScheduleInfo::dead`]) of the schedule: tried again from attempt
+    /// 1 on the next tick (its owner or an admin, [`Action::DeadLetter`]). Refused while a retry
+    /// of the schedule is pending ([`ScheduleError::RunPending`]); a paused schedule runs it
+    /// once resumed.
+    Redrive {
+        /// The schedule.
+        target: Target,
+        /// The dead run's occurrence number.
+        occurrence: u64,
+    },
+    /// Drops a dead run (its owner or an admin, [`Action::DeadLetter`]); a one-shot schedule
+    /// with nothing left leaves the book.
+    Discard {
+        /// The schedule.
+        target: Target,
+        /// The dead run's occurrence number.
+        occurrence: u64,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -309,15 +367,15 @@ pub struct Limits {
     /// not fit is rejected at admission ([`ScheduleError::Limit`], nothing changes) instead of
     /// failing every later save. `None`: checked only by the save.
     pub max_zones_bytes: Option<usize>,
-    /// The log pages of the range the book is saved into ([`Limits::for_range`]; the name is
-    /// that of layout 4's journal, whose place the log took); when set, a request after which
+    /// The log pages of the range the book is saved into ([`Limits::for_range`]; called
+    /// `max_journal_pages` before the record log took the journal's place); when set, a request after which
     /// the next save could outgrow the whole log is rejected at admission
-    /// ([`ScheduleError::JournalFull`], nothing changes) instead of failing a later save. A save
+    /// ([`ScheduleError::LogFull`], nothing changes) instead of failing a later save. A save
     /// that does not fit the log's free part folds first (an empty log), so a save fits when it
     /// fits the whole log. The bound assumes the worst save the book can reach before its next
     /// save: every record rewritten (ticks may touch any of them), every record stored at the
     /// last save and removed since named, the zones rewritten. `None`: checked only by the save.
-    pub max_journal_pages: Option<u32>,
+    pub max_log_pages: Option<u32>,
     /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
     /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
     /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
@@ -336,7 +394,7 @@ impl Default for Limits {
             page_bytes: 4_096,
             max_record_pages: None,
             max_zones_bytes: None,
-            max_journal_pages: None,
+            max_log_pages: None,
             budget_per_tick: 10_000,
         }
     }
@@ -345,13 +403,13 @@ impl Default for Limits {
 impl Limits {
     /// These limits with admission bounded by what `range` (a book's range of pages of
     /// `page_bytes`) can hold: [`Limits::max_record_pages`], [`Limits::max_zones_bytes`] and
-    /// [`Limits::max_journal_pages`] from its layout (0 when the range is too small to lay
+    /// [`Limits::max_log_pages`] from its layout (0 when the range is too small to lay
     /// out), so that every admitted request's save fits the range.
     pub fn for_range(self, range: PageRange) -> Self {
         let layout = Layout::of(range);
         Self {
             max_record_pages: Some(layout.map_or(0, |l| l.record_pages)),
-            max_journal_pages: Some(layout.map_or(0, |l| l.log.len())),
+            max_log_pages: Some(layout.map_or(0, |l| l.log.len())),
             max_zones_bytes: Some(
                 layout.map_or(0, |l| crate::codec::capacity(l.zones, self.page_bytes)),
             ),
@@ -404,15 +462,16 @@ pub enum ScheduleError {
     /// Appending to the outbox failed.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
-    /// The request would let the next save outgrow the log pages of the book's range
-    /// ([`Limits::max_journal_pages`]); nothing changed. Save (a save logs only what changed
+    /// (Called `JournalFull` before the record log took the journal's place.) The request
+    /// would let the next save outgrow the log pages of the book's range
+    /// ([`Limits::max_log_pages`]); nothing changed. Save (a save logs only what changed
     /// since the last one), cancel schedules, or give the book more pages.
-    #[error("the next save could need {need_pages} log pages, the range has {journal_pages}")]
-    JournalFull {
+    #[error("the next save could need {need_pages} log pages, the range has {log_pages}")]
+    LogFull {
         /// Log pages the worst next save could need after the request.
         need_pages: u64,
         /// The range's log pages.
-        journal_pages: u32,
+        log_pages: u32,
     },
     /// A handler emitted a record larger than its run's emit bound
     /// ([`Scheduler::emit_bound`](super::Scheduler::emit_bound)); nothing was appended.
@@ -453,6 +512,21 @@ pub enum ScheduleError {
         /// The schedule's version.
         actual: u64,
     },
+    /// The schedule holds no dead run of this occurrence number; nothing changed.
+    #[error("schedule {id} holds no dead run of occurrence {occurrence}")]
+    NoDeadRun {
+        /// The schedule.
+        id: u64,
+        /// The occurrence asked for.
+        occurrence: u64,
+    },
+    /// A retry of the schedule is pending: a dead run is re-driven after it; nothing changed.
+    #[error("schedule {0} has a retry pending")]
+    RunPending(u64),
+    /// [`ScheduleRequest::Retarget`] found no parked schedule waiting for this handler that
+    /// the requester may change; nothing changed.
+    #[error("no parked schedule waits for handler {0:?}")]
+    NothingParked(String),
     /// The policy does not let `by` do this ([`crate::authz`]); nothing changed.
     #[error("{by} may not {action}")]
     Unauthorized {
@@ -486,12 +560,27 @@ pub struct ScheduleInfo {
     /// Who owns it (the principal that created it).
     pub owner: Principal,
     /// Its version: 1 at creation, bumped by every admitted request that changes it (replace,
-    /// upsert of its key, pause, resume), never by ticks. [`ScheduleRequest::IfVersion`]
-    /// compares against it.
+    /// upsert of its key, pause, resume, retarget), never by ticks.
+    /// [`ScheduleRequest::IfVersion`] compares against it.
     pub version: u64,
+    /// Whether a run came due while no handler of its name was registered: the run is kept
+    /// (its due point unchanged, nothing consumed) until a build registering the handler
+    /// ticks, or a request cancels the schedule or re-targets it
+    /// ([`ScheduleRequest::Retarget`]).
+    pub parked: bool,
+    /// What it does with failed runs.
+    pub policy: RunPolicy,
+    /// A retry of a failed run, pending (the schedule's later occurrences wait for it).
+    pub retry: Option<PendingRetry>,
+    /// Runs that failed their last attempt, oldest first (re-drive or discard them).
+    pub dead: Vec<DeadRun>,
+    /// Dead runs evicted because [`super::MAX_DEAD_RUNS`] were held (counted, never silent).
+    pub dead_evicted: u64,
+    /// Its last runs, oldest first ([`super::Scheduler::history`]).
+    pub history: Vec<RunEntry>,
 }
 
-/// One run of a handler in a tick.
+/// One run of a handler in a tick (successful or not: see `outcome`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FireRecord {
     /// The schedule.
@@ -500,6 +589,10 @@ pub struct FireRecord {
     pub due: Due,
     /// Its occurrence number (the third part of its [`OccurrenceId`](crate::outbox::OccurrenceId)).
     pub occurrence: u64,
+    /// Which attempt (1 for a first run).
+    pub attempt: u32,
+    /// How it ended.
+    pub outcome: RunOutcome,
 }
 
 /// What one tick did.
@@ -515,6 +608,14 @@ pub struct TickReport {
     /// not take the record it may emit ([`Scheduler::emit_bound`](super::Scheduler::emit_bound));
     /// it runs once the consumer trims the outbox. Deterministic: the outbox is replicated.
     pub outbox_full: bool,
-    /// Errors: requests emitted by handlers that were rejected, failed emits, missing handlers.
+    /// Schedules parked by this tick: a run came due and no handler of its name is registered
+    /// in this build; the run is kept, not consumed ([`ScheduleInfo::parked`]).
+    pub parked: Vec<u64>,
+    /// Parked schedules this tick made due again because their handler is registered now.
+    pub unparked: usize,
+    /// Runs that failed (an error or a caught panic), in execution order, with what happens
+    /// next (a retry or a dead letter); each is in `fired` too.
+    pub failed: Vec<FailedRun>,
+    /// Errors: requests emitted by handlers that were rejected, failed emits.
     pub errors: Vec<ScheduleError>,
 }

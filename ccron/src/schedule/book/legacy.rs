@@ -1,0 +1,820 @@
+//! The schedule book layouts earlier releases wrote, read so that the next save migrates them
+//! to layout 6 (`persist.rs`). The types here are frozen copies of the old encodings: never
+//! change them (persisted bytes are forever).
+//!
+//! - Layouts 2, 3 and 4: a meta page, the zones part, a write-ahead journal in the log's place
+//!   (always in force: the last save's meta, zones, changed records and record page list) and
+//!   record pages. 3 added the owner to records, 4 the version, topic and type.
+//! - Layout 5: the record log (commit page, log, record pages) with layout 4's records.
+//!
+//! Loading converts every record to layout 6 (the run state empty; a layout 2 record, which
+//! has no owner, is owned by the host, so only admins may change it; records without a version
+//! are at version 1). The migration is the next save, a *full save* (every record and the
+//! zones, the record pages marked stale) appended to the log area where nothing the old layout
+//! needs lies: past the old journal's pages or the old committed log. The new commit page is
+//! its last write, so a crash before it reloads the old layout as it was. When the log area
+//! has no room past them, the old layout's own save is completed first, in its own format (a
+//! journal replayed in place and zeroed, or a layout 5 log folded), which is what that layout
+//! did after a crash too.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::persist::{self, Committed};
+use super::{Misfire, NewSchedule, Record, RunPolicy, ScheduleError, Timing};
+use crate::authz::Principal;
+use crate::codec::{self, BlobKind, CodecError};
+use crate::cron::ZoneRules;
+use crate::due::Due;
+use crate::pages::{PageRange, ReservedPages};
+use crate::record_log::{self, LogPos, LogSpan};
+use crate::schedule::store::Layout;
+use crate::tick::{ComponentId, TimeMs};
+
+/// A schedule definition of layouts 2 and 3 (before topics and types).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(super) struct NewScheduleV2 {
+    key: Option<String>,
+    handler: String,
+    timing: Timing,
+    misfire: Misfire,
+    priority: u8,
+    jitter_ms: u32,
+    payload: Vec<u8>,
+}
+
+impl NewScheduleV2 {
+    fn upgrade(self) -> NewSchedule {
+        NewSchedule {
+            key: self.key,
+            handler: self.handler,
+            timing: self.timing,
+            misfire: self.misfire,
+            priority: self.priority,
+            jitter_ms: self.jitter_ms,
+            payload: self.payload,
+            topic: None,
+            kind: None,
+        }
+    }
+}
+
+/// A record of layout 2.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(super) struct RecordV2 {
+    def: NewScheduleV2,
+    paused: bool,
+    next: Option<Due>,
+    runs: u64,
+    owed: Option<(TimeMs, TimeMs)>,
+}
+
+/// A record of layout 3 (records carry their owner).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(super) struct RecordV3 {
+    def: NewScheduleV2,
+    paused: bool,
+    next: Option<Due>,
+    runs: u64,
+    owed: Option<(TimeMs, TimeMs)>,
+    owner: Principal,
+}
+
+/// A record of layouts 4 and 5 (with version, topic and type).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(super) struct RecordV4 {
+    def: NewSchedule,
+    paused: bool,
+    next: Option<Due>,
+    runs: u64,
+    owed: Option<(TimeMs, TimeMs)>,
+    owner: Principal,
+    version: u64,
+}
+
+/// An older layout's record.
+pub(super) trait OldRecord: Clone + bincode::Encode + bincode::Decode<()> {
+    /// The layout 6 record it becomes.
+    fn upgrade(self) -> Record;
+}
+
+fn record(
+    def: NewSchedule,
+    (paused, next, runs, owed): (bool, Option<Due>, u64, Option<(TimeMs, TimeMs)>),
+    owner: Principal,
+    version: u64,
+) -> Record {
+    let mut r = Record::new(def, next, owner, RunPolicy::default());
+    r.paused = paused;
+    r.runs = runs;
+    r.owed = owed;
+    r.version = version;
+    r
+}
+
+impl OldRecord for RecordV2 {
+    fn upgrade(self) -> Record {
+        let state = (self.paused, self.next, self.runs, self.owed);
+        record(self.def.upgrade(), state, Principal::Host, 1)
+    }
+}
+
+impl OldRecord for RecordV3 {
+    fn upgrade(self) -> Record {
+        let state = (self.paused, self.next, self.runs, self.owed);
+        record(self.def.upgrade(), state, self.owner, 1)
+    }
+}
+
+impl OldRecord for RecordV4 {
+    fn upgrade(self) -> Record {
+        let state = (self.paused, self.next, self.runs, self.owed);
+        record(self.def, state, self.owner, self.version)
+    }
+}
+
+/// The meta page of layouts 2 to 4.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct Meta {
+    version: u8,
+    component: ComponentId,
+    next_id: u64,
+    page_bytes: u64,
+    records: u64,
+    zones: u32,
+    zones_crc: u32,
+}
+
+/// The commit page of layout 5.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct CommitV5 {
+    version: u8,
+    component: ComponentId,
+    next_id: u64,
+    page_bytes: u64,
+    records: u64,
+    zones: u32,
+    zones_crc: u32,
+    log_pages: u32,
+    log_segments: u32,
+}
+
+/// The head of one journal part: (version, part index, part count, CRC-32 of every part's
+/// body).
+type JournalHead = (u8, u32, u32, u32);
+
+/// Encoded bytes of a [`JournalHead`].
+const JOURNAL_HEAD_BYTES: usize = 13;
+
+/// The body of one journal part: (full save, meta, zones (part 0 only), record pages written
+/// (part 0 only), changes).
+type JournalBody<R> = (
+    bool,
+    Meta,
+    Option<Vec<ZoneRules>>,
+    Vec<u32>,
+    Vec<(u64, Option<(u32, R)>)>,
+);
+
+/// A journal, its parts merged.
+struct Journal<R> {
+    /// Log area pages its parts span.
+    pages: u32,
+    full: bool,
+    meta: Meta,
+    zones: Option<Vec<ZoneRules>>,
+    listed: Vec<u32>,
+    changes: Vec<(u64, Option<(u32, R)>)>,
+}
+
+/// Where the older layout's data lies in the log area, for the migration's full save.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OldExtent {
+    /// Layout 5: its committed log.
+    Log(LogPos),
+    /// Layouts 2 to 4 (the version): the journal in force.
+    Journal {
+        /// The layout.
+        version: u8,
+        /// Log area pages from the first its parts span (0 without a journal in force).
+        pages: u32,
+    },
+}
+
+/// A book of an older layout, read and converted.
+pub(super) struct Loaded {
+    pub next_id: u64,
+    pub zones: Vec<ZoneRules>,
+    pub records: BTreeMap<u64, Record>,
+    pub old: OldExtent,
+}
+
+/// The journal stored in `layout`, or `None` when there is none or it is torn (a part fails the
+/// codec's checks, does not decode, is missing, or belongs to another save). Store failures
+/// and a journal of another version are errors.
+fn read_journal<R: OldRecord>(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    version: u8,
+    component: ComponentId,
+) -> Result<Option<Journal<R>>, ScheduleError> {
+    let per_page = pages.page_size().saturating_sub(codec::HEADER_BYTES).max(1);
+    let mut at = layout.log.first();
+    let mut head0: Option<JournalHead> = None;
+    let mut merged: Option<Journal<R>> = None;
+    let mut part = 0u32;
+    let mut tag = crc32fast::Hasher::new();
+    loop {
+        let Some(range) = PageRange::new(at, layout.log.end().saturating_sub(at)) else {
+            return Ok(None);
+        };
+        let blob = match codec::load_blob(pages, range, BlobKind::BookJournal) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(None),
+            Err(e @ (CodecError::Pages(_) | CodecError::RangeOutOfStore { .. })) => {
+                return Err(e.into());
+            }
+            Err(_) => return Ok(None),
+        };
+        if blob.first() != Some(&version) {
+            return Err(ScheduleError::Corrupt(format!(
+                "a journal of another version in a book of layout {version}"
+            )));
+        }
+        let Ok((head, body)) = codec::from_blob::<(JournalHead, JournalBody<R>)>(&blob) else {
+            return Ok(None);
+        };
+        let body_bytes = blob.get(JOURNAL_HEAD_BYTES..).unwrap_or_default();
+        let expected = head0.unwrap_or(head);
+        if body.1.component != component {
+            return Err(ScheduleError::Corrupt(format!(
+                "journal of component {}",
+                body.1.component
+            )));
+        }
+        if head.1 != part || head.2 != expected.2 || head.3 != expected.3 {
+            return Ok(None);
+        }
+        head0 = Some(expected);
+        let (full, meta, zones, listed, changes) = body;
+        match merged.as_mut() {
+            None => {
+                merged = Some(Journal {
+                    pages: 0,
+                    full,
+                    meta,
+                    zones,
+                    listed,
+                    changes,
+                });
+            }
+            Some(j) => j.changes.extend(changes),
+        }
+        tag.update(body_bytes);
+        at = at.saturating_add(
+            u32::try_from(blob.len().div_ceil(per_page).max(1)).unwrap_or(u32::MAX),
+        );
+        part += 1;
+        if part >= expected.2 {
+            break;
+        }
+    }
+    if head0.map(|h| h.3) != Some(tag.finalize()) {
+        return Ok(None);
+    }
+    Ok(merged.map(|mut j| {
+        j.pages = at - layout.log.first();
+        j
+    }))
+}
+
+/// The records of page `p` once `journal` is applied: the stored records the journal does not
+/// name, plus the journal's records placed on `p` (only the latter after a full save).
+fn journal_page<R: OldRecord>(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    journal: &Journal<R>,
+    p: u32,
+) -> Result<Vec<(u64, R)>, ScheduleError> {
+    let stored = persist::read_page::<R>(pages, layout, p)?;
+    let named: BTreeSet<u64> = journal.changes.iter().map(|(id, _)| *id).collect();
+    let mut out: BTreeMap<u64, R> = if journal.full {
+        BTreeMap::new()
+    } else {
+        stored
+            .into_iter()
+            .filter(|(id, _)| !named.contains(id))
+            .collect()
+    };
+    for (id, change) in &journal.changes {
+        if let Some((page, r)) = change
+            && *page == p
+        {
+            out.insert(*id, r.clone());
+        }
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// Reads a book of layout 2, 3 or 4 (`version`) with records `R`: the meta page, the zones
+/// part and the record pages, the journal replayed over them.
+fn load_journal_layout<R: OldRecord>(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    version: u8,
+    component: ComponentId,
+) -> Result<Option<Loaded>, ScheduleError> {
+    let corrupt = |m: String| ScheduleError::Corrupt(m);
+    let journal = read_journal::<R>(pages, layout, version, component)?;
+    // What the old layout needs of the log area: its journal in force (pages past it hold a
+    // longer journal's leftovers, or a migration a crash cut short: never read).
+    let journal_pages = journal.as_ref().map_or(0, |j| j.pages);
+    let stored_meta = codec::load::<Meta>(pages, layout.meta, BlobKind::ScheduleBook)?;
+    let stored_zones = codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?;
+    let meta = match &journal {
+        Some(j) => Some(j.meta.clone()),
+        None => stored_meta,
+    };
+    let Some(meta) = meta else {
+        return Ok(None);
+    };
+    if meta.version != version || meta.component != component {
+        return Err(corrupt(format!(
+            "meta of version {} component {}",
+            meta.version, meta.component
+        )));
+    }
+    let zones = match journal.as_ref().and_then(|j| j.zones.clone()) {
+        Some(z) => z,
+        None => stored_zones.ok_or_else(|| corrupt("the zones part is empty".into()))?,
+    };
+    if zones.len() != meta.zones as usize
+        || crc32fast::hash(&codec::to_blob(&zones)?) != meta.zones_crc
+    {
+        return Err(corrupt("zones differ from the meta page".into()));
+    }
+    let listed: BTreeSet<u32> = journal
+        .as_ref()
+        .map(|j| j.listed.iter().copied().collect())
+        .unwrap_or_default();
+    let mut records = BTreeMap::new();
+    for p in 0..layout.record_pages {
+        let page = match &journal {
+            Some(j) if listed.contains(&p) => journal_page(pages, layout, j, p)?,
+            _ => persist::read_page::<R>(pages, layout, p)?,
+        };
+        for (id, r) in page {
+            if id == 0 || id >= meta.next_id || records.insert(id, r.upgrade()).is_some() {
+                return Err(corrupt(format!("schedule id {id} misplaced on page {p}")));
+            }
+        }
+    }
+    if records.len() as u64 != meta.records {
+        return Err(corrupt(format!(
+            "{} schedules stored, the meta page counts {}",
+            records.len(),
+            meta.records
+        )));
+    }
+    Ok(Some(Loaded {
+        next_id: meta.next_id,
+        zones,
+        records,
+        old: OldExtent::Journal {
+            version,
+            pages: journal_pages,
+        },
+    }))
+}
+
+/// Reads a book of layout 5: the commit page, the committed log over the record pages.
+fn load_v5(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    blob: &[u8],
+    component: ComponentId,
+) -> Result<Loaded, ScheduleError> {
+    let corrupt = |m: String| ScheduleError::Corrupt(m);
+    let commit = codec::from_blob::<CommitV5>(blob)?;
+    if commit.component != component {
+        return Err(corrupt(format!("component {}", commit.component)));
+    }
+    let span = LogSpan {
+        start: 0,
+        pos: LogPos {
+            pages: commit.log_pages,
+            segments: commit.log_segments,
+        },
+    };
+    let committed = persist::read_log::<RecordV4>(pages, layout, span)?;
+    let zones = match &committed.zones {
+        Some(z) => z.clone(),
+        None => codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?
+            .ok_or_else(|| corrupt("the zones part is empty".into()))?,
+    };
+    if zones.len() != commit.zones as usize
+        || crc32fast::hash(&codec::to_blob(&zones)?) != commit.zones_crc
+    {
+        return Err(corrupt("zones differ from the commit page".into()));
+    }
+    let mut records = BTreeMap::new();
+    for p in 0..layout.record_pages {
+        let page = persist::read_page::<RecordV4>(pages, layout, p)?;
+        if committed.full {
+            continue;
+        }
+        for (id, r) in page {
+            if committed.named.contains_key(&id) {
+                continue;
+            }
+            if id == 0 || id >= commit.next_id || records.insert(id, r.upgrade()).is_some() {
+                return Err(corrupt(format!("schedule id {id} misplaced on page {p}")));
+            }
+        }
+    }
+    for (id, placed) in committed.named {
+        if let Some((_, r)) = placed {
+            if id == 0 || id >= commit.next_id {
+                return Err(corrupt(format!("the log names schedule id {id}")));
+            }
+            records.insert(id, r.upgrade());
+        }
+    }
+    if records.len() as u64 != commit.records {
+        return Err(corrupt(format!(
+            "{} schedules stored, the commit page counts {}",
+            records.len(),
+            commit.records
+        )));
+    }
+    Ok(Loaded {
+        next_id: commit.next_id,
+        zones,
+        records,
+        old: OldExtent::Log(span.pos),
+    })
+}
+
+/// Reads a book of an older layout: `blob` is its first page (`None`: the meta page is empty,
+/// and a journal may hold a first save a crash cut short).
+pub(super) fn load(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    blob: Option<&[u8]>,
+    component: ComponentId,
+) -> Result<Option<Loaded>, ScheduleError> {
+    let version = match blob {
+        Some(b) => b.first().copied().unwrap_or(0),
+        None => match codec::load_blob(pages, layout.log, BlobKind::BookJournal) {
+            Ok(Some(j)) => j.first().copied().unwrap_or(0),
+            _ => return Ok(None),
+        },
+    };
+    let loaded = match (version, blob) {
+        (5, Some(b)) => Some(load_v5(pages, layout, b, component)?),
+        (2, _) => load_journal_layout::<RecordV2>(pages, layout, 2, component)?,
+        (3, _) => load_journal_layout::<RecordV3>(pages, layout, 3, component)?,
+        (4, _) => load_journal_layout::<RecordV4>(pages, layout, 4, component)?,
+        (found, _) => {
+            return Err(ScheduleError::UnsupportedLayout {
+                found,
+                supported: persist::WIRE_VERSION,
+            });
+        }
+    };
+    if let Some(l) = &loaded {
+        tracing::info!(
+            component,
+            version,
+            records = l.records.len(),
+            "schedule book of an older layout loaded: the next save migrates it"
+        );
+    }
+    Ok(loaded)
+}
+
+/// Makes room in the log area for the migration's full save of `need` pages; returns the page
+/// (from the area's first) where it starts: past the old layout's data when it fits there,
+/// else at the first page after completing the old layout's save in its own format.
+pub(super) fn prepare(
+    pages: &mut dyn ReservedPages,
+    layout: Layout,
+    component: ComponentId,
+    old: OldExtent,
+    need: u32,
+) -> Result<u32, ScheduleError> {
+    let area = layout.log.len();
+    let extent = match old {
+        OldExtent::Log(pos) => pos.pages,
+        OldExtent::Journal { pages, .. } => pages,
+    };
+    if extent.saturating_add(need) <= area {
+        return Ok(extent);
+    }
+    match old {
+        OldExtent::Log(pos) => fold_v5(pages, layout, component, pos)?,
+        OldExtent::Journal { version, pages: n } => {
+            match version {
+                2 => complete_journal::<RecordV2>(pages, layout, version, component)?,
+                3 => complete_journal::<RecordV3>(pages, layout, version, component)?,
+                _ => complete_journal::<RecordV4>(pages, layout, version, component)?,
+            }
+            // The journal is now redundant: zero it, first page first (a journal whose first
+            // part is missing reads as none).
+            for id in layout.log.first()..layout.log.first().saturating_add(n) {
+                pages.zero(id).map_err(CodecError::from)?;
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Completes the stored journal's save in place, in its layout's format (as that layout did
+/// after a crash): the meta page, the zones, the record pages it lists.
+fn complete_journal<R: OldRecord>(
+    pages: &mut dyn ReservedPages,
+    layout: Layout,
+    version: u8,
+    component: ComponentId,
+) -> Result<(), ScheduleError> {
+    let Some(journal) = read_journal::<R>(pages, layout, version, component)? else {
+        return Ok(());
+    };
+    let mut writes = Vec::new();
+    for &p in &journal.listed {
+        let Some(part) = layout.record_page(p) else {
+            continue;
+        };
+        let records = journal_page(pages, layout, &journal, p)?;
+        let blob = if records.is_empty() {
+            None
+        } else {
+            Some(codec::to_blob(&(p, records))?)
+        };
+        writes.push((part, blob));
+    }
+    codec::save(pages, layout.meta, BlobKind::ScheduleBook, &journal.meta)?;
+    if let Some(zones) = &journal.zones {
+        codec::save(pages, layout.zones, BlobKind::ScheduleBook, zones)?;
+    }
+    for (part, blob) in writes {
+        record_log::write_page(pages, part, BlobKind::BookRecords, blob.as_deref())?;
+    }
+    Ok(())
+}
+
+/// Folds a layout 5 book's committed log into its record pages and zones part, in layout 5's
+/// format, and commits it with an empty log (as layout 5's own fold did).
+fn fold_v5(
+    pages: &mut dyn ReservedPages,
+    layout: Layout,
+    component: ComponentId,
+    pos: LogPos,
+) -> Result<(), ScheduleError> {
+    let Some(blob) = codec::load_blob(pages, layout.meta, BlobKind::ScheduleBook)? else {
+        return Err(ScheduleError::Corrupt(
+            "a layout 5 log without a commit page".into(),
+        ));
+    };
+    let mut commit = codec::from_blob::<CommitV5>(&blob)?;
+    if commit.component != component {
+        return Err(ScheduleError::Corrupt(format!(
+            "component {}",
+            commit.component
+        )));
+    }
+    let span = LogSpan { start: 0, pos };
+    let committed: Committed<RecordV4> = persist::read_log(pages, layout, span)?;
+    let mut by_page: BTreeMap<u32, Vec<(u64, RecordV4)>> = BTreeMap::new();
+    for (id, placed) in &committed.named {
+        if let Some((p, r)) = placed {
+            by_page.entry(*p).or_default().push((*id, r.clone()));
+        }
+    }
+    for p in 0..layout.record_pages {
+        let Some(part) = layout.record_page(p) else {
+            continue;
+        };
+        let blob = persist::folded_page(pages, layout, &committed, &by_page, false, p)?;
+        record_log::write_page(pages, part, BlobKind::BookRecords, blob.as_deref())?;
+    }
+    if let Some(zones) = &committed.zones {
+        codec::save(pages, layout.zones, BlobKind::ScheduleBook, zones)?;
+    }
+    commit.log_pages = 0;
+    commit.log_segments = 0;
+    codec::save(pages, layout.meta, BlobKind::ScheduleBook, &commit)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pages::MemPages;
+    use crate::schedule::{Limits, Scheduler};
+    use proptest::prelude::*;
+
+    /// A random valid definition of layouts 4 and 5.
+    fn def() -> impl Strategy<Value = NewSchedule> {
+        let timing = prop_oneof![
+            (0i64..1_000_000).prop_map(|t| Timing::At(Due::Time(t))),
+            (0u64..1_000).prop_map(|s| Timing::At(Due::Seq(s))),
+            (1i64..100_000, 0i64..1_000).prop_map(|(p, s)| Timing::Every {
+                period_ms: p,
+                start_ms: Some(s)
+            }),
+        ];
+        let misfire = prop_oneof![
+            Just(Misfire::FireOnce),
+            Just(Misfire::Skip),
+            (1u32..5).prop_map(|cap| Misfire::FireEach { cap }),
+        ];
+        (
+            prop::option::of("[a-z]{1,8}"),
+            prop_oneof![Just("expire"), Just("report")],
+            timing,
+            misfire,
+            any::<u8>(),
+            0u32..1_000,
+            prop::collection::vec(any::<u8>(), 0..40),
+            prop::option::of("[a-z]{1,6}"),
+        )
+            .prop_map(
+                |(key, handler, timing, misfire, priority, jitter_ms, payload, topic)| {
+                    NewSchedule {
+                        key,
+                        handler: handler.into(),
+                        timing,
+                        misfire,
+                        priority,
+                        jitter_ms,
+                        payload,
+                        topic: topic.clone(),
+                        kind: topic,
+                    }
+                },
+            )
+    }
+
+    fn old_record() -> impl Strategy<Value = RecordV4> {
+        (def(), any::<bool>(), 0u64..100, 1u64..9, 0u64..3).prop_map(
+            |(def, paused, runs, version, owner)| {
+                let recurring = matches!(def.timing, Timing::Every { .. });
+                let next = match &def.timing {
+                    Timing::At(d) => Some(*d),
+                    Timing::Every { start_ms, .. } => start_ms.map(Due::Time),
+                    _ => None,
+                };
+                RecordV4 {
+                    def,
+                    paused,
+                    next,
+                    runs,
+                    owed: (recurring && runs % 3 == 0).then_some((5, 9)),
+                    owner: if owner == 0 {
+                        Principal::Host
+                    } else {
+                        Principal::Client(owner)
+                    },
+                    version,
+                }
+            },
+        )
+    }
+
+    /// Writes `records` (ids 1..) as a book of `version` (3: meta and record pages of layout
+    /// 3, no journal; 5: a layout 5 commit page and record pages, an empty log), packing the
+    /// record pages in id order.
+    fn write_old(records: &[RecordV4], version: u8) -> (MemPages, PageRange) {
+        let range = PageRange::new(0, 96).unwrap();
+        let layout = Layout::of(range).unwrap();
+        let mut pages = MemPages::new(4_096, 96);
+        let zones: Vec<ZoneRules> = Vec::new();
+        let zones_crc = crc32fast::hash(&codec::to_blob(&zones).unwrap());
+        codec::save(&mut pages, layout.zones, BlobKind::ScheduleBook, &zones).unwrap();
+        let room = crate::schedule::store::record_room(4_096);
+        let mut page = 0u32;
+        let mut on_page: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut used = 0;
+        let flush = |page: u32, on: &mut Vec<(u64, Vec<u8>)>, pages: &mut MemPages| {
+            if on.is_empty() {
+                return;
+            }
+            // (page, vec len, then each (id, record) encoding).
+            let mut blob = codec::to_blob(&(page, on.len() as u64)).unwrap();
+            for (_, bytes) in on.iter() {
+                blob.extend_from_slice(bytes);
+            }
+            let part = layout.record_page(page).unwrap();
+            codec::save_blob(pages, part, BlobKind::BookRecords, &blob).unwrap();
+            on.clear();
+        };
+        for (i, r) in records.iter().enumerate() {
+            let id = i as u64 + 1;
+            let bytes = if version == 3 {
+                let v3 = RecordV3 {
+                    def: NewScheduleV2 {
+                        key: r.def.key.clone(),
+                        handler: r.def.handler.clone(),
+                        timing: r.def.timing.clone(),
+                        misfire: r.def.misfire,
+                        priority: r.def.priority,
+                        jitter_ms: r.def.jitter_ms,
+                        payload: r.def.payload.clone(),
+                    },
+                    paused: r.paused,
+                    next: r.next,
+                    runs: r.runs,
+                    owed: r.owed,
+                    owner: r.owner,
+                };
+                codec::to_blob(&(id, v3)).unwrap()
+            } else {
+                codec::to_blob(&(id, r)).unwrap()
+            };
+            if used + bytes.len() > room {
+                flush(page, &mut on_page, &mut pages);
+                page += 1;
+                used = 0;
+            }
+            used += bytes.len();
+            on_page.push((id, bytes));
+        }
+        flush(page, &mut on_page, &mut pages);
+        let next_id = records.len() as u64 + 1;
+        if version == 3 {
+            let meta = Meta {
+                version: 3,
+                component: 7,
+                next_id,
+                page_bytes: 4_096,
+                records: records.len() as u64,
+                zones: 0,
+                zones_crc,
+            };
+            codec::save(&mut pages, layout.meta, BlobKind::ScheduleBook, &meta).unwrap();
+        } else {
+            let commit = CommitV5 {
+                version: 5,
+                component: 7,
+                next_id,
+                page_bytes: 4_096,
+                records: records.len() as u64,
+                zones: 0,
+                zones_crc,
+                log_pages: 0,
+                log_segments: 0,
+            };
+            codec::save(&mut pages, layout.meta, BlobKind::ScheduleBook, &commit).unwrap();
+        }
+        (pages, range)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Round trip: a book written in layout 3 or 5 loads as its records converted, the
+        /// migration's save reloads as the same book (now layout 6), and a second save writes
+        /// nothing.
+        #[test]
+        fn older_books_round_trip_through_the_migration(
+            records in prop::collection::vec(old_record(), 0..60),
+            v5 in any::<bool>(),
+        ) {
+            // Keys are unique in a book.
+            let mut seen = BTreeSet::new();
+            let records: Vec<RecordV4> = records
+                .into_iter()
+                .map(|mut r| {
+                    if let Some(k) = &r.def.key && !seen.insert(k.clone()) {
+                        r.def.key = None;
+                    }
+                    r
+                })
+                .collect();
+            let version = if v5 { 5 } else { 3 };
+            let (mut pages, range) = write_old(&records, version);
+            let mut book = Scheduler::load(7, Limits::default(), &pages, range).unwrap();
+            prop_assert!(book.migrating());
+            prop_assert_eq!(book.len(), records.len());
+            for (i, r) in records.iter().enumerate() {
+                let info = book.get(i as u64 + 1).unwrap();
+                let mut want = r.clone();
+                if version == 3 {
+                    want.def.topic = None;
+                    want.def.kind = None;
+                    want.version = 1;
+                }
+                prop_assert_eq!(&info.schedule, &want.def);
+                prop_assert_eq!((info.paused, info.next, info.runs, info.owed, info.owner, info.version),
+                    (want.paused, want.next, want.runs, want.owed, want.owner, want.version));
+            }
+            book.save(&mut pages, range).unwrap();
+            prop_assert!(!book.is_dirty());
+            let again = Scheduler::load(7, Limits::default(), &pages, range).unwrap();
+            prop_assert!(!again.migrating());
+            prop_assert!(again == book);
+            let before = pages.snapshot();
+            book.save(&mut pages, range).unwrap();
+            prop_assert!(pages.snapshot() == before);
+        }
+    }
+}
