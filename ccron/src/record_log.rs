@@ -273,9 +273,26 @@ pub(crate) trait LogInstance {
     /// The paced fold of the frozen log is done (the tables drop the frozen-end values they
     /// kept).
     fn frozen_folded(&mut self) {}
-    /// Writes the commit page describing `log`.
-    fn commit(&mut self, pages: &mut dyn ReservedPages, log: &RecordLog)
-    -> Result<(), Self::Error>;
+    /// Writes the commit page describing `log` and the content `of` says: a fold's commit in
+    /// the middle of a save ([`CommitOf::Previous`]) must describe the previous save's content
+    /// (its record count and every other field but the log's), since a crash right after it
+    /// reloads exactly that content; only the save's last commit describes the new one.
+    fn commit(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        log: &RecordLog,
+        of: CommitOf,
+    ) -> Result<(), Self::Error>;
+}
+
+/// Which content a commit page written by the record log describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CommitOf {
+    /// The previously committed content with its logs folded (a fold's commit in the middle of
+    /// a save: the save's own changes are not on the pages yet).
+    Previous,
+    /// This save's content (the save's last write).
+    This,
 }
 
 /// The record log of one range (see the module documentation): where its logs lie, what is
@@ -393,7 +410,7 @@ impl RecordLog {
         )?;
         self.active.pos = pos;
         stats.writes += writes;
-        inst.commit(pages, self)?;
+        inst.commit(pages, self, CommitOf::This)?;
         stats.writes += 1;
         Ok(stats)
     }
@@ -412,7 +429,7 @@ impl RecordLog {
             // Finish the frozen log first, and commit that before its half is reused.
             let rest = inst.record_pages().saturating_sub(self.cursor);
             self.fold_step(pages, inst, rest.max(1), stats)?;
-            inst.commit(pages, self)?;
+            inst.commit(pages, self, CommitOf::Previous)?;
             stats.writes += 1;
         }
         if self.active.pos.pages == 0 && self.frozen.is_none() {
@@ -466,7 +483,7 @@ impl RecordLog {
         self.cursor = 0;
         self.stale = Stale::No;
         self.active = LogSpan::default();
-        inst.commit(pages, self)?;
+        inst.commit(pages, self, CommitOf::Previous)?;
         stats.writes += 1;
         stats.folded = true;
         Ok(())

@@ -43,7 +43,7 @@ use crate::due::Due;
 use crate::pages::{PageId, PageRange, ReservedPages};
 use crate::periodic::{IntHash, NO_PAGE, PersistedSchedule, ScheduleChange};
 use crate::record_log::{
-    self, FoldPoint, LogInstance, LogPos, LogSpan, ReadError, RecordLog, Stale,
+    self, CommitOf, FoldPoint, LogInstance, LogPos, LogSpan, ReadError, RecordLog, Stale,
 };
 use crate::schedule::store::{Placement, record_room};
 use crate::table::TableError;
@@ -381,12 +381,34 @@ impl LogInstance for TableLog<'_> {
         self.frozen_end.clear();
     }
 
-    fn commit(&mut self, pages: &mut dyn ReservedPages, log: &RecordLog) -> Result<(), TableError> {
+    fn commit(
+        &mut self,
+        pages: &mut dyn ReservedPages,
+        log: &RecordLog,
+        of: CommitOf,
+    ) -> Result<(), TableError> {
+        let now = self.next.count() as u64;
+        let records = match of {
+            CommitOf::This => now,
+            // A fold's commit in the middle of the save describes the committed schedule:
+            // undo this save's changes to the count.
+            CommitOf::Previous => {
+                let (mut added, mut removed) = (0u64, 0u64);
+                for (position, then) in &self.this_save.by_position {
+                    match (then.is_some(), self.next.get(*position).is_some()) {
+                        (false, true) => added += 1,
+                        (true, false) => removed += 1,
+                        _ => {}
+                    }
+                }
+                now.saturating_sub(added).saturating_add(removed)
+            }
+        };
         let commit = LogCommit {
             version: TABLE_LAYOUT_VERSION,
             component_id: self.component_id,
             form: 1,
-            records: self.next.count() as u64,
+            records,
             active: log.active,
             frozen: log.frozen,
             cursor: log.cursor,

@@ -250,6 +250,48 @@ fn a_crash_at_every_page_write_of_a_folding_save_reloads_old_or_new() {
     panic!("no save folded");
 }
 
+/// A folding save that also adds a schedule: the fold's own commit (in the middle of the save)
+/// must describe the previous book, not the new count. Before the fix it carried the new
+/// record count and next id with the folded (old) pages, so a crash between it and the save's
+/// last write reloaded as `Corrupt("N schedules stored, the commit page counts N+1")`.
+#[test]
+fn a_crash_after_the_fold_of_a_growing_save_reloads_the_old_book() {
+    let (mut book, mut pages) = saved_book(120);
+    for _ in 0..40 {
+        let mut grown = book.clone();
+        flip_all_and_grow(&mut grown);
+        let mut counting = Crashing::new(pages.clone(), usize::MAX);
+        grown.save(&mut counting, range()).unwrap();
+        if counting.writes.iter().any(|id| *id >= RECORDS_FIRST) {
+            crash_each_write(&book, &pages, flip_all_and_grow, false);
+            return;
+        }
+        let mut next = book.clone();
+        flip_all(&mut next);
+        next.save(&mut pages, range()).unwrap();
+        book = next;
+    }
+    panic!("no save folded");
+}
+
+/// [`flip_all`], then the oldest schedule cancelled and two created:
+/// the record count grows by one.
+fn flip_all_and_grow(book: &mut Scheduler) {
+    flip_all(book);
+    let h = handlers();
+    let oldest = book.ids().next().unwrap();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::Cancel(Target::Id(oldest)),
+        &h,
+        0,
+        Some(0),
+    )
+    .unwrap();
+    create(book, &h, 9_000_000, 8);
+    create(book, &h, 9_000_001, 8);
+}
+
 /// Pauses every running schedule and resumes every paused one.
 fn flip_all(book: &mut Scheduler) {
     let h = handlers();

@@ -12,7 +12,7 @@ use crate::codec::{self, BlobKind, CodecError};
 use crate::cron::ZoneRules;
 use crate::pages::{PageRange, ReservedPages};
 use crate::record_log::{
-    self, FoldPoint, LogInstance, LogPos, LogSpan, ReadError, RecordLog, Stale,
+    self, CommitOf, FoldPoint, LogInstance, LogPos, LogSpan, ReadError, RecordLog, Stale,
 };
 use crate::schedule::store::Layout;
 use crate::tick::ComponentId;
@@ -321,8 +321,17 @@ impl LogInstance for BookLog<'_> {
         &mut self,
         pages: &mut dyn ReservedPages,
         log: &RecordLog,
+        of: CommitOf,
     ) -> Result<(), ScheduleError> {
-        let mut c = self.commit.clone();
+        let mut c = match of {
+            CommitOf::This => self.commit.clone(),
+            // A fold's commit in the middle of the save: the previous save's book (its count,
+            // next id and zones, which the fold wrote to the zones part), its log folded.
+            CommitOf::Previous => {
+                Scheduler::read_commit(pages, self.layout, self.commit.component)?
+                    .ok_or_else(|| ScheduleError::Corrupt("a fold without a commit page".into()))?
+            }
+        };
         c.log = log.active;
         c.stale = log.stale;
         codec::save(pages, self.layout.meta, BlobKind::ScheduleBook, &c)?;
