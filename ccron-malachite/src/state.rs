@@ -69,7 +69,12 @@ impl<A: Application> State<A> {
     pub fn open(opts: NodeOptions, factory: &Factory<A>) -> Result<Self, NodeError> {
         let mut core = NodeCore::open(opts, factory)?;
         let dir = ccron_node::core::node_dir(&core.options().home, core.options().index);
-        let parts = PartLog::<ProposalPart>::open(&dir.join("parts.log"))?;
+        // A node that ran before (its engine WAL exists) must still have its part log: without
+        // it a restarted proposer could sign a second block for a round it proposed in.
+        let parts = PartLog::<ProposalPart>::open_expecting(
+            &dir.join("parts.log"),
+            dir.join("wal").exists(),
+        )?;
         let keys: Vec<[u8; 32]> = core.validators().addresses().iter().map(|a| a.0).collect();
         let vset = ValidatorSet::new(&keys);
         let signer = Ed25519Signer(core.signer().clone());
