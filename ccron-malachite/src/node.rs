@@ -20,7 +20,7 @@ use malachitebft_app_channel::{
 };
 
 use crate::context::{BorshCodec, ClockSample, Ctx, Ed25519Verifier, Height};
-use crate::state::State;
+use crate::state::{Restream, State};
 use crate::stream::publish;
 
 /// The engine configuration the adapter uses.
@@ -262,17 +262,29 @@ async fn handle<A: Application>(
             let verdicts = extensions.into_iter().map(|(a, _)| (a, Ok(()))).collect();
             let _ = reply.send(verdicts);
         }
-        AppMsg::RestreamProposal { height, round, .. } => {
-            if let Some(part) = node.own_part(height, round).cloned() {
-                publish(channels, &part).await;
+        AppMsg::RestreamProposal {
+            height,
+            round,
+            valid_round,
+            address,
+            value_id,
+        } => {
+            if let Restream::Publish(parts) =
+                node.restream(height, round, valid_round, address, value_id)?
+            {
+                for part in &parts {
+                    publish(channels, part).await;
+                }
             }
         }
         AppMsg::GetHistoryMinHeight { reply } => {
             let _ = reply.send(Height::INITIAL);
         }
-        AppMsg::ReceivedProposalPart { part, reply, .. } => {
+        AppMsg::ReceivedProposalPart {
+            from, part, reply, ..
+        } => {
             let value = match &part.content {
-                StreamContent::Data(p) => node.received_part(p)?,
+                StreamContent::Data(p) => node.received_part(&from.to_bytes(), p)?,
                 _ => None,
             };
             let _ = reply.send(value);

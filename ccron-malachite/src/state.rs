@@ -8,6 +8,7 @@ use std::ops::RangeInclusive;
 
 use bytes::Bytes;
 use ccron::host::Application;
+use ccron_node::proposals::{BookPart, PartLimits, ProposalBook, Verdict};
 use ccron_node::store::PartLog;
 use ccron_node::{Factory, NodeCore, NodeError, NodeOptions};
 use malachitebft_app_channel::app::engine::host::{HeightParams, SyncedValueOutcome};
@@ -24,11 +25,14 @@ use crate::context::{
     proposer_of, verify_raw,
 };
 
-/// Bound on parts kept for heights not started yet.
-const MAX_EARLY_PARTS: usize = 64;
-
 /// Most decided values one sync answer carries.
 const MAX_SYNC_VALUES: usize = 50;
+
+/// Most bytes of values and certificates one sync answer carries: below the engine's
+/// `max_response_size` (10 MiB by default), so an answer is never refused for its size (the
+/// first value always goes: a block and its certificate are far below it,
+/// `ccron_node::ledger::MAX_BLOCK_BYTES`).
+const MAX_SYNC_BYTES: usize = 6 * 1024 * 1024;
 
 /// The engine's round timeouts.
 pub fn timeouts() -> LinearTimeouts {
@@ -54,10 +58,35 @@ pub struct State<A> {
     me: Address,
     signer: Ed25519Signer,
     parts: PartLog<ProposalPart>,
-    /// The parts this node proposed, by (height, round), for restreaming.
+    /// The parts this node proposed, by (height, round): never two blocks for one round.
     my_parts: BTreeMap<(u64, u32), ProposalPart>,
-    /// Authentic parts for a height this node has not started yet.
-    early: BTreeMap<(u64, u32), ProposalPart>,
+    /// Every part held for undecided heights (own and others'), with the flood limits.
+    book: ProposalBook<ProposalPart>,
+}
+
+impl BookPart for ProposalPart {
+    fn round(&self) -> u32 {
+        self.round.as_u32().unwrap_or(0)
+    }
+    fn value_id(&self) -> ccron_node::Hash32 {
+        self.block.id()
+    }
+    fn size(&self) -> usize {
+        // The block's encoding plus the part's own fields.
+        self.block.encode().len() + 160
+    }
+}
+
+/// What the engine's `RestreamProposal` led to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restream {
+    /// These parts, to publish again (the value's parts as held, or this node's new part for a
+    /// re-proposal at a new round).
+    Publish(Vec<ProposalPart>),
+    /// The node does not hold the value (counted and traced).
+    Unknown,
+    /// This node already proposed another value in that round: it never signs a second one.
+    Refused,
 }
 
 impl<A: Application> State<A> {
@@ -69,18 +98,28 @@ impl<A: Application> State<A> {
     pub fn open(opts: NodeOptions, factory: &Factory<A>) -> Result<Self, NodeError> {
         let mut core = NodeCore::open(opts, factory)?;
         let dir = ccron_node::core::node_dir(&core.options().home, core.options().index);
-        let parts = PartLog::<ProposalPart>::open(&dir.join("parts.log"))?;
+        // A node that ran before (its engine WAL exists) must still have its part log: without
+        // it a restarted proposer could sign a second block for a round it proposed in.
+        let parts = PartLog::<ProposalPart>::open_expecting(
+            &dir.join("parts.log"),
+            dir.join("wal").exists(),
+        )?;
         let keys: Vec<[u8; 32]> = core.validators().addresses().iter().map(|a| a.0).collect();
         let vset = ValidatorSet::new(&keys);
         let signer = Ed25519Signer(core.signer().clone());
         let me = Address::from(core.me());
         let last = core.last_height();
         let mut my_parts = BTreeMap::new();
+        let mut book = ProposalBook::new(PartLimits::default(), last + 1);
         for p in parts.parts() {
             if p.height.0 > last {
                 core.remember(p.block.clone());
                 if p.proposer == me {
                     my_parts.insert((p.height.0, p.round.as_u32().unwrap_or(0)), p.clone());
+                    book.keep_own(p.clone());
+                } else {
+                    // Persisted only once judged valid or refused on the local clock only.
+                    book.keep(b"", p.clone(), Verdict::Valid);
                 }
             }
         }
@@ -91,7 +130,7 @@ impl<A: Application> State<A> {
             signer,
             parts,
             my_parts,
-            early: BTreeMap::new(),
+            book,
         })
     }
 
@@ -116,8 +155,8 @@ impl<A: Application> State<A> {
         Height(self.core.last_height() + 1)
     }
 
-    /// A round started: the value this node already proposed in it, or an early part of its
-    /// proposer's, judged now.
+    /// A round started: the value this node already proposed in it, and the parts of the
+    /// height that arrived before it started, judged now.
     ///
     /// # Errors
     /// The part log failing.
@@ -127,6 +166,7 @@ impl<A: Application> State<A> {
         round: Round,
     ) -> Result<Vec<ProposedValue<Ctx>>, NodeError> {
         let r = round.as_u32().unwrap_or(0);
+        self.book.started_round(height.0, r);
         let mut seen = Vec::new();
         if let Some(p) = self.my_parts.get(&(height.0, r)) {
             seen.push(ProposedValue {
@@ -137,12 +177,17 @@ impl<A: Application> State<A> {
                 value: Value(p.block.clone()),
                 validity: Validity::Valid,
             });
-        } else if let Some(p) = self.early.remove(&(height.0, r))
-            && height.0 == self.core.last_height() + 1
-        {
-            seen.push(self.judge(&p)?);
         }
-        self.early.retain(|(h, _), _| *h >= height.0);
+        if height.0 == self.core.last_height() + 1 {
+            let pending: Vec<ProposalPart> =
+                self.book.pending(height.0).into_iter().cloned().collect();
+            for p in pending {
+                let (value, verdict) = self.judge(&p)?;
+                self.book
+                    .set_verdict(p.height.0, p.round.as_u32().unwrap_or(0), verdict);
+                seen.push(value);
+            }
+        }
         Ok(seen)
     }
 
@@ -185,6 +230,7 @@ impl<A: Application> State<A> {
                 };
                 self.parts.append(&part)?;
                 self.my_parts.insert((height.0, r), part.clone());
+                self.book.keep_own(part.clone());
                 part
             }
         };
@@ -193,18 +239,84 @@ impl<A: Application> State<A> {
         Ok(Some((value, part)))
     }
 
-    /// The part this node proposed at `(height, round)`, to stream again.
-    pub fn own_part(&self, height: Height, round: Round) -> Option<&ProposalPart> {
-        self.my_parts.get(&(height.0, round.as_u32().unwrap_or(0)))
+    /// The engine's `RestreamProposal` (its contract: re-publish every part of the value):
+    /// the value `value_id` proposed at `(height, round)` by `address`.
+    ///
+    /// - Another proposer's value: its parts this node holds for that round, as signed (any
+    ///   round of the height when the engine names the value at a round whose part this node
+    ///   does not hold: the parts it has of the value).
+    /// - This node's own: its part of that round if it has one for that value; a re-proposal
+    ///   of a value it holds (locked at `valid_round`) at a new round is signed for that round,
+    ///   persisted before publishing, and remembered (the same part ever after). A round it
+    ///   already proposed another value in is refused: never two blocks for one round.
+    ///
+    /// # Errors
+    /// The part log failing.
+    pub fn restream(
+        &mut self,
+        height: Height,
+        round: Round,
+        valid_round: Round,
+        address: Address,
+        value_id: ccron_node::Hash32,
+    ) -> Result<Restream, NodeError> {
+        let r = round.as_u32().unwrap_or(0);
+        self.core.status_mut().restreams += 1;
+        if address == self.me {
+            if let Some(p) = self.my_parts.get(&(height.0, r)) {
+                if p.block.id() == value_id {
+                    return Ok(Restream::Publish(vec![p.clone()]));
+                }
+                self.core.status_mut().restreams_refused += 1;
+                tracing::error!(
+                    height = height.0,
+                    round = r,
+                    "restream of another value in a round this node proposed in: refused"
+                );
+                return Ok(Restream::Refused);
+            }
+            let Some(block) = self.core.undecided_block(&value_id).cloned() else {
+                return Ok(self.restream_unknown(height.0, r));
+            };
+            let bytes = ProposalPart::signing_bytes(height, round, valid_round, &self.me, &block);
+            let part = ProposalPart {
+                height,
+                round,
+                valid_round,
+                proposer: self.me,
+                block,
+                signature: self.signer.sign_raw(&bytes),
+            };
+            self.parts.append(&part)?;
+            self.my_parts.insert((height.0, r), part.clone());
+            self.book.keep_own(part.clone());
+            return Ok(Restream::Publish(vec![part]));
+        }
+        let held = self.book.parts_of(height.0, &value_id);
+        let of_round: Vec<ProposalPart> = held
+            .iter()
+            .filter(|p| p.round == round && p.proposer == address)
+            .map(|p| (*p).clone())
+            .collect();
+        let parts = if of_round.is_empty() {
+            held.into_iter().cloned().collect()
+        } else {
+            of_round
+        };
+        if parts.is_empty() {
+            return Ok(self.restream_unknown(height.0, r));
+        }
+        Ok(Restream::Publish(parts))
     }
 
-    /// Whether a part comes from the round's proposer and carries its valid signature.
-    fn authentic(&self, part: &ProposalPart) -> bool {
-        let expected = proposer_of(&self.vset, part.height, part.round);
-        if expected.address != part.proposer {
-            tracing::warn!(height = %part.height, "proposal part from a non-proposer");
-            return false;
-        }
+    fn restream_unknown(&mut self, height: u64, round: u32) -> Restream {
+        self.core.status_mut().restreams_unknown += 1;
+        tracing::warn!(height, round, "restream of a value this node does not hold");
+        Restream::Unknown
+    }
+
+    /// Whether a part's signature is its named proposer's.
+    fn signed(part: &ProposalPart) -> bool {
         let bytes = ProposalPart::signing_bytes(
             part.height,
             part.round,
@@ -212,57 +324,68 @@ impl<A: Application> State<A> {
             &part.proposer,
             &part.block,
         );
-        if !verify_raw(&PubKey(part.proposer.0), &bytes, &part.signature) {
-            tracing::warn!(height = %part.height, "proposal part signature does not verify");
-            return false;
-        }
-        true
+        verify_raw(&PubKey(part.proposer.0), &bytes, &part.signature)
     }
 
-    /// Judges an authentic part for the next height and records its block (persisted first).
-    fn judge(&mut self, part: &ProposalPart) -> Result<ProposedValue<Ctx>, NodeError> {
-        let validity = match self.core.judge(&part.block) {
-            Ok(()) => Validity::Valid,
-            Err(_) => Validity::Invalid,
+    /// Judges a part for the next height: the value for the engine, and the verdict the book
+    /// keeps. A valid block, or one refused on this node's clock only, is persisted before the
+    /// engine hears of it and remembered; a block invalid for a shared reason is neither.
+    fn judge(&mut self, part: &ProposalPart) -> Result<(ProposedValue<Ctx>, Verdict), NodeError> {
+        let (validity, verdict) = match self.core.judge(&part.block) {
+            Ok(()) => (Validity::Valid, Verdict::Valid),
+            Err(e) if e.local_clock_only() => (Validity::Invalid, Verdict::ClockRefused),
+            Err(_) => (Validity::Invalid, Verdict::Invalid),
         };
-        if !self.core.knows(&part.block.id()) {
+        if verdict != Verdict::Invalid && !self.core.knows(&part.block.id()) {
             self.parts.append(part)?;
             self.core.remember(part.block.clone());
         }
-        Ok(ProposedValue {
+        let value = ProposedValue {
             height: part.height,
             round: part.round,
             valid_round: part.valid_round,
             proposer: part.proposer,
             value: Value(part.block.clone()),
             validity,
-        })
+        };
+        Ok((value, verdict))
     }
 
-    /// A part received from the network: judged when it is for the next height and authentic,
-    /// kept for later when it is a little early, dropped otherwise.
+    /// A part received from the network through peer `from` (its bytes): admitted by the
+    /// part book's limits (`ccron_node::proposals`: next heights only, rounds near the
+    /// current one, the round's proposer, one value per round, held parts bounded, muted
+    /// peers), then judged when it is for the next height, or kept to be judged when its
+    /// height starts.
     ///
     /// # Errors
     /// The part log failing.
     pub fn received_part(
         &mut self,
+        from: &[u8],
         part: &ProposalPart,
     ) -> Result<Option<ProposedValue<Ctx>>, NodeError> {
-        let next = self.core.last_height() + 1;
-        if part.height.0 == next && self.authentic(part) {
-            return self.judge(part).map(Some);
-        }
-        if part.height.0 > next
-            && part.height.0 <= next + 2
-            && self.early.len() < MAX_EARLY_PARTS
-            && self.authentic(part)
+        let from_proposer =
+            proposer_of(&self.vset, part.height, part.round).address == part.proposer;
+        if self
+            .book
+            .admit(from, part, from_proposer, || Self::signed(part))
+            .is_err()
         {
-            // Early: this node has not finished the previous height. Kept for StartedRound,
-            // which hands it to consensus once the height starts.
-            let r = part.round.as_u32().unwrap_or(0);
-            self.early.insert((part.height.0, r), part.clone());
+            return Ok(None);
         }
+        if part.height.0 == self.core.last_height() + 1 {
+            let (value, verdict) = self.judge(part)?;
+            self.book.keep(from, part.clone(), verdict);
+            return Ok(Some(value));
+        }
+        // Early: this node has not finished the previous height. Judged when it starts.
+        self.book.keep(from, part.clone(), Verdict::Pending);
         Ok(None)
+    }
+
+    /// The part book (counters, held parts).
+    pub fn book(&self) -> &ProposalBook<ProposalPart> {
+        &self.book
     }
 
     /// A value was decided: durable, then executed (the node's [`NodeCore::decide`]); this
@@ -276,6 +399,10 @@ impl<A: Application> State<A> {
         extensions: Vec<(Address, SignedExtension<Ctx>)>,
     ) -> Result<(), NodeError> {
         let height = certificate.height.0;
+        self.book.advance(height + 1);
+        let status = self.core.status_mut();
+        status.proposal_parts = self.book.counters().clone();
+        status.proposal_parts_held = self.book.held();
         self.core.decide(MalachiteCommit {
             certificate,
             extensions,
@@ -288,12 +415,18 @@ impl<A: Application> State<A> {
     /// Decided values for the engine's sync (at most 50 per answer).
     pub fn decided_values(&self, range: RangeInclusive<Height>) -> Vec<RawDecidedValue<Ctx>> {
         let mut out = Vec::new();
+        let mut bytes = 0usize;
         let (lo, hi) = (range.start().0, range.end().0.min(self.core.last_height()));
         for h in lo..=hi {
             if out.len() >= MAX_SYNC_VALUES {
                 break;
             }
             if let Some(d) = self.core.decided(h) {
+                let size = d.block.encode().len() + 256 * d.commit.extensions.len().max(1);
+                if !out.is_empty() && bytes.saturating_add(size) > MAX_SYNC_BYTES {
+                    break;
+                }
+                bytes = bytes.saturating_add(size);
                 let cert = ExtendedCommitCertificate::from_commit_certificate_and_extensions(
                     d.commit.certificate.clone(),
                     VoteExtensions::new(d.commit.extensions.clone()),

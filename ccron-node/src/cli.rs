@@ -107,6 +107,25 @@ enum Cmd {
         #[arg(long, default_value_t = crate::snapshot::DEFAULT_SNAPSHOT_EVERY)]
         snapshot_every: u64,
     },
+    /// Cut a node's `blocks.log` or `parts.log` at a damaged record the node refused (a copy of
+    /// the whole file is kept as `FILE.corrupt-OFFSET`); the node then takes the later heights
+    /// from its peers. Run it on a stopped node only (docs/malachite.md, "Recovering a corrupt
+    /// store").
+    RepairStore {
+        /// The config directory.
+        #[arg(long)]
+        home: PathBuf,
+        /// The validator's index.
+        #[arg(long)]
+        index: usize,
+        /// The file: `blocks.log` or `parts.log`.
+        #[arg(long, default_value = "blocks.log")]
+        file: String,
+        /// Cut at this offset (the one the node's error named); by default at the first record
+        /// failing its length bound or checksum.
+        #[arg(long)]
+        at: Option<u64>,
+    },
     /// Start N node processes, kill and restart one, and write a JSON report.
     Localnet {
         /// Number of validators (at least 4).
@@ -285,6 +304,38 @@ impl<A: Application> NodeBinary<A> {
                         tracing::error!(error = %e, "node stops");
                         eprintln!("{} node: {e}", self.name);
                         ExitCode::from(1)
+                    }
+                }
+            }
+            Cmd::RepairStore {
+                home,
+                index,
+                file,
+                at,
+            } => {
+                if file != "blocks.log" && file != "parts.log" {
+                    eprintln!("repair-store: --file is blocks.log or parts.log");
+                    return ExitCode::from(2);
+                }
+                let path = crate::core::node_dir(&home, index).join(&file);
+                match crate::store::cut_record_file(&path, at) {
+                    Ok(Some(cut)) => {
+                        println!(
+                            "{}: cut at offset {} ({} bytes); the whole file is kept in {}",
+                            path.display(),
+                            cut.offset,
+                            cut.cut_bytes,
+                            cut.copy.display()
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Ok(None) => {
+                        println!("{}: no damaged record found; nothing cut", path.display());
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("repair-store: {e}");
+                        ExitCode::from(2)
                     }
                 }
             }

@@ -15,7 +15,7 @@
 //! Everything else the adapter does (votes, proposal parts and their streaming, the engine's
 //! own configuration) is the engine's.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -35,6 +35,9 @@ use crate::results::RequestResults;
 use crate::snapshot::{ReplayError, Snapshots};
 use crate::store::{BlockStore, Commit, Decided, StoreError};
 use crate::types::{Address, Block, CarriedSample, Hash32, TickTx, Validators, hex, unhex32};
+
+/// Most blocks a node remembers for undecided heights (proposed, received or synced).
+pub const MAX_UNDECIDED: usize = 1_024;
 
 /// Why a node does not propose in a round (it skips the round's proposal; the round times out
 /// and the next proposer proposes).
@@ -202,6 +205,8 @@ pub struct NodeCore<A, C> {
     throttle: TickThrottle,
     /// The last number this node gave one of its ticks.
     tick_number: u64,
+    /// The durable reservation of own tick numbers (`ticks.floor`).
+    tick_floor: crate::ticks::TickFloor,
     /// Posts own ticks to the other validators' endpoints.
     forwarder: Option<Forwarder>,
     /// Tick submissions the endpoint refused as malformed or badly signed.
@@ -213,7 +218,9 @@ pub struct NodeCore<A, C> {
     /// The committed outbox the read endpoint serves (updated after every executed height).
     outbox: ccron_http::PublishedOutbox,
     status: NodeStatus,
-    synced: BTreeSet<u64>,
+    /// Heights whose value came through sync: their count and the highest one (two numbers,
+    /// not a set growing with the chain; a height synced again is not counted twice).
+    synced: (u64, u64),
 }
 
 impl<A, C> std::fmt::Debug for NodeCore<A, C> {
@@ -267,6 +274,8 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         drop(probe);
         let dir = node_dir(&opts.home, opts.index);
         let store = BlockStore::open(&dir.join("blocks.log"))?;
+        let tick_floor = crate::ticks::TickFloor::open(&dir.join("ticks.floor"))
+            .map_err(|e| NodeError::Config(format!("tick floor: {e}")))?;
         let snapshots = Snapshots::open(&dir.join("snapshots"))?;
         let fresh = || -> LedgerHost<A> {
             // The factory succeeded once with this spec; it is deterministic setup code.
@@ -312,6 +321,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             // A pending own tick that no block carried within 2 s is treated as lost.
             throttle: TickThrottle::with_max_pending_ms(2_000),
             tick_number: 0,
+            tick_floor,
             forwarder: (!forward_to.is_empty())
                 .then(|| Forwarder::new(forward_to, FORWARD_DEADLINE)),
             ticks_invalid: Arc::new(AtomicU64::new(0)),
@@ -320,7 +330,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
                 MempoolConfig::default(),
                 Default::default(),
             ))),
-            synced: BTreeSet::new(),
+            synced: (0, 0),
             outbox,
         };
         node.status.restored_from_height = restored.height;
@@ -354,7 +364,8 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             replayed += 1;
         }
         node.status.replayed_blocks = replayed;
-        // Own tick numbers continue above the last one a decided block carried.
+        // Own tick numbers continue above the last one a decided block carried and above every
+        // number reserved before (pending ones included).
         node.tick_number = node
             .ledger
             .host()
@@ -363,7 +374,8 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             .filter(|(_, s, _)| *s == node.my_index)
             .map(|(_, _, n)| n)
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .max(node.tick_floor.reserved());
         // Published once after the replay, not per replayed block (each publish of a changed
         // outbox clones it); nothing before the first executed height (the endpoint answers 503).
         if node.store.last_height() > 0 {
@@ -395,6 +407,10 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
 
     pub(crate) fn set_tick_number(&mut self, n: u64) {
         self.tick_number = n;
+    }
+
+    pub(crate) fn reserve_tick_number(&mut self, n: u64) -> std::io::Result<()> {
+        self.tick_floor.reserve(n)
     }
 
     pub(crate) fn throttle_mut(&mut self) -> &mut TickThrottle {
@@ -492,9 +508,21 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         })
     }
 
-    /// Remembers a block seen for a coming height (proposed or synced), by value id.
-    pub fn remember(&mut self, block: Block) {
-        self.undecided.insert(block.id(), block);
+    /// Remembers a block seen for a coming height (proposed or synced), by value id: at most
+    /// [`MAX_UNDECIDED`] blocks (the adapter's part book bounds what it hands in; past the
+    /// bound a block is refused, counted and traced). Whether it is remembered.
+    pub fn remember(&mut self, block: Block) -> bool {
+        let id = block.id();
+        if self.undecided.len() >= MAX_UNDECIDED && !self.undecided.contains_key(&id) {
+            self.status.undecided_refused += 1;
+            tracing::warn!(
+                height = block.height,
+                "undecided blocks at their bound: block not kept"
+            );
+            return false;
+        }
+        self.undecided.insert(id, block);
+        true
     }
 
     /// Whether a block with this value id is remembered.
@@ -502,9 +530,16 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         self.undecided.contains_key(id)
     }
 
+    /// The remembered block with this value id.
+    pub fn undecided_block(&self, id: &Hash32) -> Option<&Block> {
+        self.undecided.get(id)
+    }
+
     /// Notes that `height` was decided through the engine's sync.
     pub fn note_synced(&mut self, height: u64) {
-        self.synced.insert(height);
+        if height > self.synced.1 {
+            self.synced = (self.synced.0 + 1, height);
+        }
     }
 
     /// The block this node proposes at `height`: the previous height's samples, the agreed
@@ -576,8 +611,9 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
     }
 
     /// Judges a proposed block for the next height (before voting): the validity rule every
-    /// validator applies. A refusal is counted, traced and written to the status. The block is
-    /// remembered either way (the engine may still decide it: then it is the chain's).
+    /// validator applies. A refusal is counted and traced (the status file is written at the
+    /// next decision, not per proposal). The caller keeps the block or not
+    /// ([`BlockRejection::local_clock_only`]).
     ///
     /// # Errors
     /// Why the block is invalid.
@@ -586,7 +622,6 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         if let Err(reason) = &verdict {
             self.status.rejected_proposals += 1;
             tracing::warn!(height = block.height, %reason, "proposal rejected");
-            self.write_status();
         }
         verdict
     }
@@ -749,7 +784,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
 
     /// Writes `status.json` (temporary file, rename).
     pub fn write_status(&mut self) {
-        self.status.synced_heights = self.synced.len() as u64;
+        self.status.synced_heights = self.synced.0;
         self.status.mempool = lock(&self.mempool).counters();
         {
             let pool = lock(&self.ticks);

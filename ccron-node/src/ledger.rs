@@ -29,6 +29,12 @@ pub const GENESIS_BOUND_MS: i64 = 10_000;
 /// How far ahead of a validator's clock the median of a block's samples may be.
 pub const HARD_LIMIT_MS: i64 = 10_000;
 
+/// Most bytes a block may encode to: what the engine's value sync can carry with its commit
+/// certificate (a sync answer is at most 10 MiB by default, a proposal part 4 MiB, a block
+/// store record [`crate::store::MAX_RECORD_BYTES`]), with room for a certificate of
+/// thousands of validators. Checked first, before any signature.
+pub const MAX_BLOCK_BYTES: usize = 1024 * 1024;
+
 /// The default tick period (ms) of every ticking component (the tick gate coalesces to one
 /// evaluated tick per sender, component and period of agreed time).
 pub const DEFAULT_TICK_PERIOD_MS: u64 = 200;
@@ -208,6 +214,14 @@ pub struct PrevCommit {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum BlockRejection {
+    /// The block encodes to more than [`MAX_BLOCK_BYTES`].
+    #[error("block of {bytes} bytes, over the bound of {max}")]
+    TooLarge {
+        /// Its encoded size.
+        bytes: usize,
+        /// The bound.
+        max: usize,
+    },
     /// The samples' scope is not the previous decided block, or a first block carries samples.
     #[error("samples scope does not match the previous decided block")]
     WrongScope,
@@ -224,6 +238,19 @@ pub enum BlockRejection {
     Invalid(#[from] Invalid),
 }
 
+impl BlockRejection {
+    /// Whether the refusal rests on this validator's own clock only (a time out of its local
+    /// bounds): another honest validator may accept the block, so a quorum may still decide
+    /// it and the node keeps it. Every other reason is a function of the chain every honest
+    /// node shares: no quorum decides such a block, the node drops it.
+    pub fn local_clock_only(&self) -> bool {
+        matches!(
+            self,
+            BlockRejection::Invalid(Invalid::Time(ccron::host::TimeError::OutOfBounds { .. }))
+        )
+    }
+}
+
 /// The bytes a validator signs for its clock sample: the engine's vote-extension scope. Given
 /// by the engine adapter ([`crate::Commit::sample_message`]).
 pub type SampleMessage =
@@ -231,11 +258,12 @@ pub type SampleMessage =
 
 /// Checks a proposed block as the next one of `ledger`, at this validator's clock `now_ms`:
 ///
+/// - its size: at most [`MAX_BLOCK_BYTES`] encoded (first, before any signature);
 /// - the samples' scope: the block names the previous decided value (`prev_id`) and the round
 ///   of a commit of it (`prev_round`: any round, since honest nodes may hold commits of one
 ///   value from different rounds; the samples' signatures bind it);
-/// - the kernel's checks ([`BlockHost::validate`]): height, time (at height 1 the proposer's
-///   stamp, not before `genesis_ms` and within [`GENESIS_BOUND_MS`] of `now_ms`; later exactly
+/// - the kernel's checks ([`BlockHost::validate`]): height, time (at height 1 exactly
+///   `genesis_ms`, no proposer's stamp and no local clock; later exactly
 ///   the rule over the previous height's verified samples, their median at most
 ///   [`HARD_LIMIT_MS`] ahead of `now_ms`), ticks (validators, ticking components, one per
 ///   component and submitter, above the replay floor, signed), requests (bounded, signed, no
@@ -253,6 +281,13 @@ pub fn validate_block<A: Application>(
     validators: &Validators,
     sample_message: SampleMessage,
 ) -> Result<(), BlockRejection> {
+    let bytes = block.encode().len();
+    if bytes > MAX_BLOCK_BYTES {
+        return Err(BlockRejection::TooLarge {
+            bytes,
+            max: MAX_BLOCK_BYTES,
+        });
+    }
     let time = match prev {
         None => {
             if !block.samples.is_empty()
@@ -261,7 +296,7 @@ pub fn validate_block<A: Application>(
             {
                 return Err(BlockRejection::WrongScope);
             }
-            ProposalTime::First { genesis_ms }
+            ProposalTime::Genesis { genesis_ms }
         }
         Some(p) => {
             if block.prev_id != p.id {
@@ -352,15 +387,11 @@ pub fn agreed_time<A: Application>(
     let rule = ledger.host().time_rule();
     let previous = ledger.host().last_agreed_ms();
     if height <= 1 {
-        return rule
-            .agreed_from(
-                previous,
-                ccron::host::TimeEvidence::First {
-                    stamp_ms: now_ms.max(genesis_ms),
-                    genesis_ms,
-                },
-            )
-            .ok();
+        // The genesis time itself: no proposer picks it, no local clock judges it.
+        let _ = now_ms;
+        return Some(previous.map_or(genesis_ms, |p| {
+            genesis_ms.max(p.saturating_add(rule.epsilon_ms))
+        }));
     }
     let pairs: Vec<(u32, i64)> = samples
         .iter()

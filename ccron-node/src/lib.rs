@@ -14,6 +14,7 @@
 //!   [`store::Commit`]), durable snapshots, the genesis and status records;
 //! - [`api`], [`forward`], [`mempool`], [`results`]: the HTTP API, own-tick forwarding with
 //!   deadlines, the bounded pool of verified requests, the results clients read;
+//! - [`proposals`]: the bounded book of undecided proposal parts an adapter admits into;
 //! - [`localnet`], [`load`], [`cli`]: N processes on loopback with kills and restarts, a load
 //!   client, and the `init` / `localnet` subcommands any node binary gets.
 //!
@@ -29,6 +30,7 @@ pub mod ledger;
 pub mod load;
 pub mod localnet;
 pub mod mempool;
+pub mod proposals;
 pub mod records;
 pub mod request;
 pub mod results;

@@ -114,6 +114,24 @@ pub struct NodeStatus {
     /// The mempool's counters.
     #[serde(default)]
     pub mempool: MempoolCounters,
+    /// Proposal parts taken and refused, by reason (`crate::proposals`).
+    #[serde(default)]
+    pub proposal_parts: crate::proposals::PartCounters,
+    /// The engine's requests to restream a proposal.
+    #[serde(default)]
+    pub restreams: u64,
+    /// Restreams of a value this node does not hold.
+    #[serde(default)]
+    pub restreams_unknown: u64,
+    /// Restreams refused: this node already proposed another value in that round.
+    #[serde(default)]
+    pub restreams_refused: u64,
+    /// Blocks not remembered because the undecided set was at its bound.
+    #[serde(default)]
+    pub undecided_refused: u64,
+    /// Proposal parts held for undecided heights, and their bytes.
+    #[serde(default)]
+    pub proposal_parts_held: (usize, usize),
     /// Ticks evaluated per submitter (validator index in the address-ordered set).
     #[serde(default)]
     pub ticks_by_submitter: Vec<u64>,
@@ -164,6 +182,10 @@ pub struct TickPoolStatus {
     pub own_throttled: u64,
     /// Own generator ticks not sent: not this node's turn (`TickSenders::Rotating`).
     pub own_not_my_turn: u64,
+    /// Own generator ticks not sent: the next number could not be reserved durably
+    /// (`ticks.floor`).
+    #[serde(default)]
+    pub own_unreserved: u64,
     /// Forwards of own ticks to another validator's endpoint that failed (refused, failed or
     /// timed out).
     pub forward_failed: u64,

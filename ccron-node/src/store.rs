@@ -119,13 +119,33 @@ pub enum StoreError {
         /// The error.
         source: std::io::Error,
     },
-    /// A record does not decode (not a torn tail: a corrupt middle).
-    #[error("store {path}: corrupt record at offset {offset}")]
+    /// A record that fails its checksum, its length bound, its decoding or its height, and is
+    /// not a torn last record (bytes follow it, or it is complete at the end of the file): data
+    /// this node wrote and fsync'ed changed on disk. The node refuses to start rather than drop
+    /// it (and every decided block after it); `repair-store` keeps a copy and cuts the file
+    /// there, and the node takes the missing heights from its peers (docs/malachite.md,
+    /// "Recovering a corrupt store").
+    #[error(
+        "store {path}: corrupt record at offset {offset} ({reason}); not a torn tail: refusing \
+         to drop it and what follows (recover with `repair-store`, docs/malachite.md)"
+    )]
     Corrupt {
         /// The file.
         path: PathBuf,
-        /// Where.
+        /// Where the bad record starts.
         offset: u64,
+        /// What is wrong with it.
+        reason: Damage,
+    },
+    /// The part log is missing although this node ran before (its engine WAL exists): without
+    /// it a restarted proposer could sign a second block for a round it already proposed in.
+    #[error(
+        "part log {path} is missing but the node ran before: refusing to start (a restarted \
+         proposer could equivocate)"
+    )]
+    MissingPartLog {
+        /// The file.
+        path: PathBuf,
     },
     /// A decision out of order (not the next height).
     #[error("decision for height {got} but the next height is {expected}")]
@@ -135,6 +155,70 @@ pub enum StoreError {
         /// The next height.
         expected: u64,
     },
+}
+
+/// What is wrong with a record that is not a torn tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Damage {
+    /// Its length field is above [`MAX_RECORD_BYTES`] (no writer writes that).
+    #[error("length {0} above the record bound")]
+    Length(usize),
+    /// Its payload fails the CRC-32.
+    #[error("checksum mismatch")]
+    Checksum,
+    /// Its length runs past the end of the file, but a complete record follows within that
+    /// span: not a torn append (which leaves a prefix of one record), a damaged length.
+    #[error("length {0} runs past the end of the file over later records")]
+    Overrun(usize),
+    /// Its payload passes the checksum but does not decode.
+    #[error("payload does not decode")]
+    Decode,
+    /// It decodes to another height than the next one.
+    #[error("height {got}, expected {expected}")]
+    Height {
+        /// The record's height.
+        got: u64,
+        /// The next height.
+        expected: u64,
+    },
+}
+
+/// What the scan finds at an offset of a record file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scan<T> {
+    /// A record whose checksum holds: its payload and the next record's offset.
+    Record(T, u64),
+    /// The end of the file, or a torn last record: incomplete at the end of the file (a short
+    /// header, a payload running past the end) or nothing but zero bytes up to the end (an
+    /// extent a crash left unwritten). Only this is ever cut away.
+    Torn,
+    /// A damaged record that is not a torn tail.
+    Damaged(Damage),
+}
+
+/// Classifies the record at `off` in `bytes` (the whole file).
+pub fn scan_record(bytes: &[u8], off: usize) -> Scan<&[u8]> {
+    let rest = bytes.get(off..).unwrap_or_default();
+    if rest.iter().all(|&b| b == 0) {
+        return Scan::Torn;
+    }
+    let Some(header) = rest.get(..8) else {
+        return Scan::Torn;
+    };
+    let mut h = [0u8; 8];
+    h.copy_from_slice(header);
+    let (len, crc) = split_header(&h);
+    if len > MAX_RECORD_BYTES {
+        return Scan::Damaged(Damage::Length(len));
+    }
+    let Some(payload) = rest.get(8..8 + len) else {
+        return torn_unless_records_follow(rest, len);
+    };
+    if crc32fast::hash(payload) != crc {
+        return Scan::Damaged(Damage::Checksum);
+    }
+    Scan::Record(payload, (off + 8 + len) as u64)
 }
 
 /// The decided-block store: the record file plus an in-memory offset index (8 bytes per height)
@@ -171,31 +255,38 @@ impl<C: Commit> BlockStore<C> {
         let mut off = 0u64;
         {
             let mut reader = std::io::BufReader::new(&file);
-            while off < len {
-                let Some((payload, next)) = read_record_from(&mut reader, off, len).map_err(io)?
-                else {
-                    break;
-                };
-                match borsh::from_slice::<Decided<C>>(&payload) {
-                    Ok(d) if d.height() == offsets.len() as u64 + 1 => {
-                        offsets.push(off);
-                        last = Some(d);
+            loop {
+                match read_record_from(&mut reader, off, len).map_err(io)? {
+                    Scan::Record(payload, next) => {
+                        let expected = offsets.len() as u64 + 1;
+                        let damage = match borsh::from_slice::<Decided<C>>(&payload) {
+                            Ok(d) if d.height() == expected => {
+                                offsets.push(off);
+                                last = Some(d);
+                                None
+                            }
+                            Ok(d) => Some(Damage::Height {
+                                got: d.height(),
+                                expected,
+                            }),
+                            Err(_) => Some(Damage::Decode),
+                        };
+                        if let Some(reason) = damage {
+                            return Err(corrupt_at(path, off, reason));
+                        }
+                        off = next;
                     }
-                    _ => {
-                        return Err(StoreError::Corrupt {
-                            path: path.to_path_buf(),
-                            offset: off,
-                        });
-                    }
+                    Scan::Torn => break,
+                    Scan::Damaged(reason) => return Err(corrupt_at(path, off, reason)),
                 }
-                off = next;
             }
         }
         if off < len {
             tracing::warn!(
                 path = %path.display(),
+                offset = off,
                 torn_bytes = len - off,
-                "store: truncating a torn last record"
+                "store: truncating a torn last record (incomplete at the end of the file)"
             );
             file.set_len(off).map_err(io)?;
             file.sync_all().map_err(io)?;
@@ -233,11 +324,21 @@ impl<C: Commit> BlockStore<C> {
         if height == self.last_height() {
             return Ok(self.last.clone());
         }
-        let i = usize::try_from(height - 1).map_err(|_| self.corrupt(0))?;
-        let off = *self.offsets.get(i).ok_or_else(|| self.corrupt(0))?;
+        let missing = || StoreError::OutOfOrder {
+            got: height,
+            expected: self.last_height() + 1,
+        };
+        let i = usize::try_from(height - 1).map_err(|_| missing())?;
+        let off = *self.offsets.get(i).ok_or_else(missing)?;
         let d = self.read_at(off)?;
         if d.height() != height {
-            return Err(self.corrupt(off));
+            return Err(self.corrupt(
+                off,
+                Damage::Height {
+                    got: d.height(),
+                    expected: height,
+                },
+            ));
         }
         Ok(Some(d))
     }
@@ -253,21 +354,18 @@ impl<C: Commit> BlockStore<C> {
         self.file.read_exact_at(&mut header, off).map_err(io)?;
         let (len, crc) = split_header(&header);
         if len > MAX_RECORD_BYTES {
-            return Err(self.corrupt(off));
+            return Err(self.corrupt(off, Damage::Length(len)));
         }
         let mut payload = vec![0u8; len];
         self.file.read_exact_at(&mut payload, off + 8).map_err(io)?;
         if crc32fast::hash(&payload) != crc {
-            return Err(self.corrupt(off));
+            return Err(self.corrupt(off, Damage::Checksum));
         }
-        borsh::from_slice::<Decided<C>>(&payload).map_err(|_| self.corrupt(off))
+        borsh::from_slice::<Decided<C>>(&payload).map_err(|_| self.corrupt(off, Damage::Decode))
     }
 
-    fn corrupt(&self, offset: u64) -> StoreError {
-        StoreError::Corrupt {
-            path: self.path.clone(),
-            offset,
-        }
+    fn corrupt(&self, offset: u64, reason: Damage) -> StoreError {
+        corrupt_at(&self.path, offset, reason)
     }
 
     /// Appends the next decision and fsyncs it.
@@ -299,44 +397,87 @@ fn split_header(header: &[u8; 8]) -> (usize, u32) {
     )
 }
 
-/// Reads the record at `off` from a reader positioned there, in a file of `len` bytes:
-/// `Some((payload, next offset))`, or `None` for a torn or bad tail (short header or payload,
-/// length above [`MAX_RECORD_BYTES`] or past the end, checksum mismatch).
-fn read_record_from(
-    reader: &mut impl Read,
-    off: u64,
-    len: u64,
-) -> std::io::Result<Option<(Vec<u8>, u64)>> {
-    if len.saturating_sub(off) < 8 {
-        return Ok(None);
+fn corrupt_at(path: &Path, offset: u64, reason: Damage) -> StoreError {
+    tracing::error!(
+        path = %path.display(),
+        offset,
+        %reason,
+        "store: a record in the middle of the file is damaged (not a torn tail)"
+    );
+    StoreError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason,
+    }
+}
+
+/// [`scan_record`] for a reader positioned at `off` in a file of `len` bytes (the block
+/// store's start-up scan, which does not hold the file in memory). On anything but a good
+/// record it reads the rest of the file to tell a torn tail from damage.
+fn read_record_from(reader: &mut impl Read, off: u64, len: u64) -> std::io::Result<Scan<Vec<u8>>> {
+    let remaining = len.saturating_sub(off);
+    if remaining < 8 {
+        // A short header at the end of the file (or the end itself).
+        return Ok(Scan::Torn);
     }
     let mut header = [0u8; 8];
     reader.read_exact(&mut header)?;
     let (n, crc) = split_header(&header);
-    if n > MAX_RECORD_BYTES || len - off - 8 < n as u64 {
-        return Ok(None);
+    if header.iter().all(|&b| b == 0) {
+        // Zeros: torn only when they run to the end of the file.
+        let mut rest = Vec::new();
+        reader.take(remaining - 8).read_to_end(&mut rest)?;
+        return Ok(torn_or(&rest, Damage::Decode));
+    }
+    if n > MAX_RECORD_BYTES {
+        return Ok(Scan::Damaged(Damage::Length(n)));
+    }
+    if remaining - 8 < n as u64 {
+        // The payload runs past the end: a torn last record, unless complete records follow.
+        let mut rest = header.to_vec();
+        reader.take(remaining - 8).read_to_end(&mut rest)?;
+        return Ok(torn_unless_records_follow(&rest, n));
     }
     let mut payload = vec![0u8; n];
     reader.read_exact(&mut payload)?;
     if crc32fast::hash(&payload) != crc {
-        return Ok(None);
+        return Ok(Scan::Damaged(Damage::Checksum));
     }
-    Ok(Some((payload, off + 8 + n as u64)))
+    Ok(Scan::Record(payload, off + 8 + n as u64))
 }
 
-/// One record at `off`: (payload, next offset), or None for a torn or bad tail.
-fn read_record(bytes: &[u8], off: usize) -> Option<(&[u8], usize)> {
-    let len_bytes: [u8; 4] = bytes.get(off..off + 4)?.try_into().ok()?;
-    let crc_bytes: [u8; 4] = bytes.get(off + 4..off + 8)?.try_into().ok()?;
-    let len = u32::from_le_bytes(len_bytes) as usize;
-    if len > MAX_RECORD_BYTES {
-        return None;
+/// `rest` (a record claiming `len` bytes, to the end of the file, shorter than the claim):
+/// torn, unless a complete record (length within bounds and the file, good checksum) starts
+/// somewhere after its header: a torn append leaves the prefix of one record, so later records
+/// mean its length field is damaged. (`rest` is shorter than one record, at most
+/// [`MAX_RECORD_BYTES`] + 8 bytes.)
+fn torn_unless_records_follow<T>(rest: &[u8], len: usize) -> Scan<T> {
+    for i in 8..rest.len().saturating_sub(8) {
+        let Some(hb) = rest.get(i..i + 8) else {
+            break;
+        };
+        let mut h = [0u8; 8];
+        h.copy_from_slice(hb);
+        let (n, crc) = split_header(&h);
+        if n == 0 || n > MAX_RECORD_BYTES {
+            continue;
+        }
+        if let Some(payload) = rest.get(i + 8..i + 8 + n)
+            && crc32fast::hash(payload) == crc
+        {
+            return Scan::Damaged(Damage::Overrun(len));
+        }
     }
-    let payload = bytes.get(off + 8..off + 8 + len)?;
-    if crc32fast::hash(payload) != u32::from_le_bytes(crc_bytes) {
-        return None;
+    Scan::Torn
+}
+
+/// Torn when `rest` (what follows, to the end of the file) is all zeros, else `damage`.
+fn torn_or<T>(rest: &[u8], damage: Damage) -> Scan<T> {
+    if rest.iter().all(|&b| b == 0) {
+        Scan::Torn
+    } else {
+        Scan::Damaged(damage)
     }
-    Some((payload, off + 8 + len))
 }
 
 /// The proposal parts this node has seen or made and told the engine about, not yet decided.
@@ -363,10 +504,27 @@ pub trait Part: BorshSerialize + BorshDeserialize + Clone + std::fmt::Debug {
 const PART_LOG_COMPACT_BYTES: u64 = 1024 * 1024;
 
 impl<P: Part> PartLog<P> {
-    /// Opens (or creates) the log and reads it back (a torn tail is dropped).
+    /// [`open`](Self::open) for a node that `ran_before` (its engine WAL exists): a missing log
+    /// is then refused ([`StoreError::MissingPartLog`]) instead of created empty, since a
+    /// restarted proposer that forgot its parts could sign a second block for a round.
     ///
     /// # Errors
-    /// I/O errors.
+    /// As [`open`](Self::open), and the missing log.
+    pub fn open_expecting(path: &Path, ran_before: bool) -> Result<Self, StoreError> {
+        if ran_before && !path.exists() {
+            tracing::error!(path = %path.display(), "part log missing; the node stops");
+            return Err(StoreError::MissingPartLog {
+                path: path.to_path_buf(),
+            });
+        }
+        Self::open(path)
+    }
+
+    /// Opens (or creates) the log and reads it back: a torn last record (incomplete at the
+    /// end of the file) is cut; a damaged record anywhere else is refused.
+    ///
+    /// # Errors
+    /// I/O errors; [`StoreError::Corrupt`].
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let io = |source| StoreError::Io {
             path: path.to_path_buf(),
@@ -375,18 +533,29 @@ impl<P: Part> PartLog<P> {
         let (mut file, bytes) = open_and_read(path)?;
         let mut parts = Vec::new();
         let mut off = 0usize;
-        while let Some((payload, next)) = read_record(&bytes, off) {
-            // A record with a good checksum that does not decode is corruption, not a torn tail:
-            // dropping it silently could make this node re-propose a different block.
-            let part = borsh::from_slice::<P>(payload).map_err(|_| StoreError::Corrupt {
-                path: path.to_path_buf(),
-                offset: off as u64,
-            })?;
-            parts.push(part);
-            off = next;
+        loop {
+            match scan_record(&bytes, off) {
+                Scan::Record(payload, next) => {
+                    // A record with a good checksum that does not decode is corruption, not a
+                    // torn tail: dropping it could make this node re-propose a different block.
+                    let part = borsh::from_slice::<P>(payload)
+                        .map_err(|_| corrupt_at(path, off as u64, Damage::Decode))?;
+                    parts.push(part);
+                    off = usize::try_from(next).unwrap_or(usize::MAX);
+                }
+                Scan::Torn => break,
+                Scan::Damaged(reason) => return Err(corrupt_at(path, off as u64, reason)),
+            }
         }
         if off < bytes.len() {
+            tracing::warn!(
+                path = %path.display(),
+                offset = off,
+                torn_bytes = bytes.len() - off,
+                "part log: truncating a torn last record (incomplete at the end of the file)"
+            );
             file.set_len(off as u64).map_err(io)?;
+            file.sync_all().map_err(io)?;
             file.seek(SeekFrom::End(0)).map_err(io)?;
         }
         Ok(PartLog {
@@ -437,6 +606,9 @@ impl<P: Part> PartLog<P> {
             f.sync_all().map_err(io)?;
         }
         std::fs::rename(&tmp, &self.path).map_err(io)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        }
         self.file = OpenOptions::new()
             .append(true)
             .open(&self.path)
@@ -444,6 +616,63 @@ impl<P: Part> PartLog<P> {
         self.bytes = out.len() as u64;
         Ok(())
     }
+}
+
+/// What [`cut_record_file`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    /// Where the file was cut (its first damaged record).
+    pub offset: u64,
+    /// The bytes cut away.
+    pub cut_bytes: u64,
+    /// The untouched copy of the whole file, kept next to it.
+    pub copy: PathBuf,
+}
+
+/// The operator's repair of a record file (`blocks.log` or `parts.log`) that a node refused
+/// with [`StoreError::Corrupt`]: copies the file whole to `FILE.corrupt-OFFSET`, then cuts it
+/// at `at` (the offset the node's error named) or, without it, at the first record that fails
+/// its length bound or checksum. `Ok(None)`: nothing to cut. The node then starts from the
+/// records before the cut and takes the later heights from its peers (value sync); the copy
+/// keeps the evidence.
+///
+/// # Errors
+/// I/O errors.
+pub fn cut_record_file(path: &Path, at: Option<u64>) -> Result<Option<Cut>, StoreError> {
+    let io = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = std::fs::read(path).map_err(io)?;
+    let offset = match at {
+        Some(at) => at,
+        None => {
+            let mut off = 0usize;
+            loop {
+                match scan_record(&bytes, off) {
+                    Scan::Record(_, next) => off = usize::try_from(next).unwrap_or(usize::MAX),
+                    Scan::Torn => return Ok(None),
+                    Scan::Damaged(_) => break off as u64,
+                }
+            }
+        }
+    };
+    let len = bytes.len() as u64;
+    if offset >= len {
+        return Ok(None);
+    }
+    let copy = PathBuf::from(format!("{}.corrupt-{offset}", path.display()));
+    std::fs::write(&copy, &bytes).map_err(io)?;
+    File::open(&copy).and_then(|f| f.sync_all()).map_err(io)?;
+    let f = OpenOptions::new().write(true).open(path).map_err(io)?;
+    f.set_len(offset).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    tracing::warn!(path = %path.display(), offset, cut_bytes = len - offset, copy = %copy.display(), "record file cut at a damaged record");
+    Ok(Some(Cut {
+        offset,
+        cut_bytes: len - offset,
+        copy,
+    }))
 }
 
 /// Opens (or creates) a record file for appending and reads it whole.
@@ -488,7 +717,7 @@ fn append_synced<T: BorshSerialize>(
 }
 
 /// One record: length, CRC-32 of the payload, payload. A payload above [`MAX_RECORD_BYTES`] is
-/// refused here: [`read_record`] would take it for a torn tail and drop it and every later record.
+/// refused here: no reader accepts it ([`Damage::Length`]).
 fn encode_record<T: BorshSerialize>(value: &T) -> std::io::Result<Vec<u8>> {
     let payload = borsh::to_vec(value)?;
     if payload.len() > MAX_RECORD_BYTES {
@@ -518,7 +747,10 @@ mod tests {
         assert!(encode_record(&big).is_err());
         let small = vec![7u8; 16];
         let rec = encode_record(&small).unwrap();
-        let (payload, next) = read_record(&rec, 0).unwrap();
+        let Scan::Record(payload, next) = scan_record(&rec, 0) else {
+            panic!("a written record reads back")
+        };
+        let next = next as usize;
         assert_eq!(next, rec.len());
         assert_eq!(borsh::from_slice::<Vec<u8>>(payload).unwrap(), small);
     }
@@ -614,5 +846,144 @@ mod tests {
             matches!(opened, Err(StoreError::Corrupt { offset: 0, .. })),
             "{opened:?}"
         );
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ccron-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A store of `n` blocks; the offsets of its records.
+    fn store_of(path: &Path, n: u64) -> Vec<u64> {
+        let mut store = BlockStore::<TestCommit>::open(path).unwrap();
+        for h in 1..=n {
+            store.append(decided(h)).unwrap();
+        }
+        store.offsets.clone()
+    }
+
+    // Issue 23, defect 4: one flipped byte in the middle of blocks.log was taken for a torn
+    // tail, and the file cut there: every later decided block deleted.
+    #[test]
+    fn a_flipped_byte_in_the_middle_of_blocks_log_is_refused_not_truncated() {
+        let dir = temp_dir("blocks-flip");
+        let path = dir.join("blocks.log");
+        let offsets = store_of(&path, 10);
+        let before = std::fs::read(&path).unwrap();
+        for (what, at) in [
+            ("payload", offsets[3] as usize + 20),
+            ("checksum", offsets[3] as usize + 5),
+            ("length, low bit", offsets[3] as usize),
+            ("length, a bit past the end", offsets[3] as usize + 2),
+            ("length, high byte", offsets[3] as usize + 3),
+            ("the last record's payload", offsets[9] as usize + 20),
+        ] {
+            let mut bytes = before.clone();
+            bytes[at] ^= 0x10;
+            std::fs::write(&path, &bytes).unwrap();
+            let opened = BlockStore::<TestCommit>::open(&path);
+            let off = if at >= offsets[9] as usize {
+                offsets[9]
+            } else {
+                offsets[3]
+            };
+            assert!(
+                matches!(&opened, Err(StoreError::Corrupt { offset, .. }) if *offset == off),
+                "{what}: {opened:?}"
+            );
+            // Nothing was cut.
+            assert_eq!(std::fs::read(&path).unwrap(), bytes, "{what}");
+            let msg = opened.unwrap_err().to_string();
+            assert!(
+                msg.contains("blocks.log") && msg.contains(&format!("offset {off}")),
+                "{msg}"
+            );
+        }
+        // The operator's cut keeps a copy and the records before the damage.
+        let mut bytes = before.clone();
+        bytes[offsets[3] as usize + 20] ^= 0x10;
+        std::fs::write(&path, &bytes).unwrap();
+        let cut = cut_record_file(&path, None).unwrap().unwrap();
+        assert_eq!(cut.offset, offsets[3]);
+        assert_eq!(std::fs::read(&cut.copy).unwrap(), bytes);
+        let store = BlockStore::<TestCommit>::open(&path).unwrap();
+        assert_eq!(store.last_height(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_a_record_incomplete_at_the_end_is_a_torn_tail() {
+        let dir = temp_dir("blocks-torn");
+        let path = dir.join("blocks.log");
+        let offsets = store_of(&path, 5);
+        let whole = std::fs::read(&path).unwrap();
+        let rec = encode_record(&decided(6)).unwrap();
+        for (what, tail) in [
+            ("half a header", rec[..5].to_vec()),
+            ("header and half the payload", rec[..rec.len() / 2].to_vec()),
+            ("all but the last byte", rec[..rec.len() - 1].to_vec()),
+            ("a zero-filled extent", vec![0u8; 4096]),
+        ] {
+            let mut bytes = whole.clone();
+            bytes.extend_from_slice(&tail);
+            std::fs::write(&path, &bytes).unwrap();
+            let store = BlockStore::<TestCommit>::open(&path).unwrap();
+            assert_eq!(store.last_height(), 5, "{what}");
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                whole,
+                "{what}: cut to the records"
+            );
+        }
+        // Zeros in the middle are damage.
+        let mut bytes = whole[..offsets[2] as usize].to_vec();
+        bytes.extend_from_slice(&[0u8; 64]);
+        bytes.extend_from_slice(&whole[offsets[2] as usize..]);
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(
+            BlockStore::<TestCommit>::open(&path),
+            Err(StoreError::Corrupt { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // A restarted proposer re-proposes from parts.log: a damaged part is refused, never
+    // skipped (it could be the block it already signed), and a missing log of a node that ran
+    // before is refused.
+    #[test]
+    fn a_flipped_byte_in_parts_log_is_refused_and_a_missing_log_too() {
+        let dir = temp_dir("parts-flip");
+        let path = dir.join("parts.log");
+        let mut log = PartLog::<TestPart>::open(&path).unwrap();
+        for h in 1..=4 {
+            log.append(&TestPart(h, vec![h as u8; 40])).unwrap();
+        }
+        drop(log);
+        let whole = std::fs::read(&path).unwrap();
+        let second = 8 + borsh::to_vec(&TestPart(1, vec![1; 40])).unwrap().len();
+        let mut bytes = whole.clone();
+        bytes[second + 12] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let opened = PartLog::<TestPart>::open(&path);
+        assert!(
+            matches!(&opened, Err(StoreError::Corrupt { offset, reason: Damage::Checksum, .. }) if *offset == second as u64),
+            "{opened:?}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing cut");
+        // A torn last part is cut.
+        let mut bytes = whole.clone();
+        bytes.extend_from_slice(&encode_record(&TestPart(5, vec![5; 40])).unwrap()[..20]);
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(PartLog::<TestPart>::open(&path).unwrap().parts().len(), 4);
+        // Gone although the node ran before.
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            PartLog::<TestPart>::open_expecting(&path, true),
+            Err(StoreError::MissingPartLog { .. })
+        ));
+        assert!(PartLog::<TestPart>::open_expecting(&path, false).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use super::app::{Application, ClientId, Millis};
 use super::block::BlockHost;
 use super::ticks::{TickRejection, ValidatorId};
-use super::time::{TimeError, TimeEvidence};
+use super::time::{TimeError, TimeEvidence, next_agreed_time};
 use crate::ReservedPages;
 
 /// A signature scheme's verification: whether `signature` is `public_key`'s signature over
@@ -83,6 +83,13 @@ pub enum ProposalTime<'a> {
     /// The chain's first block: the proposer's stamp (the block's claimed time), not before
     /// `genesis_ms`.
     First {
+        /// The chain's genesis time.
+        genesis_ms: Millis,
+    },
+    /// The chain's first block timed at the genesis time itself (no proposer's stamp, so no
+    /// proposer chooses it and no local clock judges it): its claimed time must be exactly
+    /// `genesis_ms`.
+    Genesis {
         /// The chain's genesis time.
         genesis_ms: Millis,
     },
@@ -242,6 +249,16 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
                 },
                 now_ms,
             )?,
+            ProposalTime::Genesis { genesis_ms } => {
+                let expected = next_agreed_time(previous, *genesis_ms, rule.epsilon_ms);
+                if claimed != expected {
+                    return Err(TimeError::Mismatch {
+                        proposed: claimed,
+                        expected,
+                    }
+                    .into());
+                }
+            }
             ProposalTime::Samples(samples) => {
                 let mut pairs = Vec::with_capacity(samples.len());
                 let mut last: Option<ValidatorId> = None;
