@@ -151,6 +151,13 @@ impl PublishedBook {
         Some((s.outbox?, s.at_height))
     }
 
+    /// The last publish in one piece: the book (if the application keeps one), the outbox
+    /// state (likewise) and their height.
+    pub fn snapshot(&self) -> Option<(Option<Arc<Scheduler>>, Option<OutboxState>, u64)> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|s| (s.book.clone(), s.outbox, s.at_height))
+    }
+
     /// The height of the last publish.
     pub fn at_height(&self) -> Option<u64> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());

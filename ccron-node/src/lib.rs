@@ -14,6 +14,8 @@
 //!   [`store::Commit`]), durable snapshots, the genesis and status records;
 //! - [`api`], [`forward`], [`mempool`], [`results`]: the HTTP API, own-tick forwarding with
 //!   deadlines, the bounded pool of verified requests, the results clients read;
+//! - [`read`], [`metrics`]: what a node publishes after every height for its schedule read
+//!   endpoints and its Prometheus `/metrics`;
 //! - [`localnet`], [`load`], [`cli`]: N processes on loopback with kills and restarts, a load
 //!   client, and the `init` / `localnet` subcommands any node binary gets.
 //!
@@ -29,6 +31,8 @@ pub mod ledger;
 pub mod load;
 pub mod localnet;
 pub mod mempool;
+pub mod metrics;
+pub mod read;
 pub mod records;
 pub mod request;
 pub mod results;
