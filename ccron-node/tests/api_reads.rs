@@ -249,6 +249,7 @@ async fn the_api_is_behind_the_bounded_server() {
         // An honest client is served meanwhile.
         let (code, _) = get(addr, "/v1/mempool");
         assert_eq!(code, 200);
+        #[allow(clippy::disallowed_methods)] // A test measuring how long the server holds on.
         let start = Instant::now();
         for s in &mut slow {
             let mut buf = Vec::new();
