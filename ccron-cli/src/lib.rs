@@ -80,10 +80,18 @@ impl From<ScheduleReadError> for CliError {
     fn from(e: ScheduleReadError) -> Self {
         match e {
             ScheduleReadError::Config(m) => CliError::Args(m),
+            ScheduleReadError::Unreachable { ref answers, .. } if no_book(answers) => {
+                CliError::NotFound("the nodes' ledger keeps no schedule book (404)".into())
+            }
             e @ ScheduleReadError::Unreachable { .. } => CliError::Unreachable(e.to_string()),
             e => CliError::Disagreement(e.to_string()),
         }
     }
+}
+
+/// Whether every node answered `404`: its ledger keeps no book.
+fn no_book(answers: &[ccron_http::schedule_read::NodeAnswer]) -> bool {
+    !answers.is_empty() && answers.iter().all(|a| a.to_string().contains("status 404"))
 }
 
 /// The command line.
@@ -503,11 +511,7 @@ async fn cluster_status(common: &Common) -> Result<String, CliError> {
             _ => None,
         },
         // Every node answered 404: the ledger keeps no book.
-        Err(ScheduleReadError::Unreachable { ref answers, .. })
-            if answers.iter().all(|a| a.to_string().contains("status 404")) =>
-        {
-            None
-        }
+        Err(ScheduleReadError::Unreachable { ref answers, .. }) if no_book(answers) => None,
         Err(e) => return Err(e.into()),
     };
     let out = match outbox.body {

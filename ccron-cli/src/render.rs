@@ -515,12 +515,17 @@ pub fn cluster(
     let rows: Vec<Vec<String>> = pools
         .iter()
         .map(|(n, r)| match r {
-            Ok(v) => vec![
-                n.clone(),
-                v["pending"].to_string(),
-                v["admitted"].to_string(),
-                v["refused"].to_string(),
-            ],
+            Ok(v) => {
+                let refused: u64 = v["refused"]
+                    .as_object()
+                    .map_or(0, |o| o.values().filter_map(Value::as_u64).sum());
+                vec![
+                    n.clone(),
+                    v["pending"].to_string(),
+                    v["admitted"].to_string(),
+                    refused.to_string(),
+                ]
+            }
             Err(e) => vec![n.clone(), "-".into(), "-".into(), e.clone()],
         })
         .collect();

@@ -48,6 +48,6 @@ pub use read::{
     QuorumReader, ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
 };
 pub use schedule_read::{Believed, ScheduleReadConfig, ScheduleReadError, ScheduleReader};
-pub use schedules::{PublishedBook, ScheduleQuery, ScheduleSource, schedule_router};
+pub use schedules::{PublishBook, PublishedBook, ScheduleQuery, ScheduleSource, schedule_router};
 pub use server::{Server, ServerConfig, ServerCounters, ServerStats, serve};
 pub use worker::{Dedupe, EffectError, Worker, WorkerConfig};

@@ -34,9 +34,11 @@ use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use ccron::host::app::{AppError, Application, ClientId, Digest32, ExecContext, FireNote};
 use ccron::outbox::Outbox;
 use ccron::schedule::query::{self, OutboxState, QueryAnswer, QueryBody, ScheduleFilter};
 use ccron::schedule::{Principal, Scheduler, Target};
+use ccron::{PageRange, ReservedPages, Tick};
 
 /// Path of the list query.
 pub const SCHEDULES_PATH: &str = "/ccron/v1/schedules";
@@ -196,6 +198,98 @@ pub fn answer_book(book: &Scheduler, q: &ScheduleQuery) -> QueryBody {
         }
         ScheduleQuery::Book => QueryBody::Book(query::book_state(book)),
         ScheduleQuery::Outbox => QueryBody::Outbox(None),
+    }
+}
+
+/// An [`Application`] wrapper that publishes the inner application's book and outbox state
+/// into a [`PublishedBook`] after every executed request, tick, restore and reload, so a host
+/// that does not publish by itself (sim-bft's threaded runtime) serves [`schedule_router`]
+/// without knowing the application. Replicated behaviour is the inner application's,
+/// unchanged; each publish costs one [`Application::digest`] (cheap by contract) and a clone of
+/// the book when the digest changed.
+pub struct PublishBook<A> {
+    inner: A,
+    out: PublishedBook,
+    at_seq: u64,
+}
+
+impl<A: Application> PublishBook<A> {
+    /// Wraps `inner`, publishing into `out`.
+    pub fn new(inner: A, out: PublishedBook) -> Self {
+        Self {
+            inner,
+            out,
+            at_seq: 0,
+        }
+    }
+
+    /// The wrapped application.
+    pub fn inner(&self) -> &A {
+        &self.inner
+    }
+
+    fn publish(&self) {
+        self.out.publish(
+            self.inner.schedule_book(),
+            self.inner.outbox(),
+            self.at_seq,
+            self.inner.digest(),
+        );
+    }
+}
+
+impl<A: Application> Application for PublishBook<A> {
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        let r = self.inner.execute(ctx, client, payload);
+        self.at_seq = self.at_seq.max(ctx.seq);
+        self.publish();
+        r
+    }
+    fn digest(&self) -> Digest32 {
+        self.inner.digest()
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.inner.snapshot()
+    }
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        let r = self.inner.restore(snapshot);
+        self.publish();
+        r
+    }
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
+        let r = self.inner.on_tick(tick, pages);
+        self.at_seq = self.at_seq.max(tick.bft_sequence_num);
+        self.publish();
+        r
+    }
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
+        let r = self.inner.reload(pages);
+        self.publish();
+        r
+    }
+    fn fires(&self) -> std::collections::BTreeMap<(u32, u32), u64> {
+        self.inner.fires()
+    }
+    fn halted(&self) -> Option<&AppError> {
+        self.inner.halted()
+    }
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        self.inner.take_fire_notes(out);
+    }
+    fn tick_components(&self) -> Vec<u32> {
+        self.inner.tick_components()
+    }
+    fn setup_digest(&self) -> Option<Digest32> {
+        self.inner.setup_digest()
+    }
+    fn outbox(&self) -> Option<&Outbox> {
+        self.inner.outbox()
+    }
+    fn schedule_book(&self) -> Option<&Scheduler> {
+        self.inner.schedule_book()
+    }
+    fn page_ranges(&self) -> Vec<PageRange> {
+        self.inner.page_ranges()
     }
 }
 

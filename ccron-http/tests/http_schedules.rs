@@ -186,3 +186,68 @@ async fn disagreeing_and_unreachable_nodes_are_typed_errors() {
     );
     assert!(e.to_string().contains("status 503"), "{e}");
 }
+
+/// A ledger wrapped in `PublishBook` (how a host that does not publish by itself, such as
+/// sim-bft's threaded runtime, serves schedule reads): every executed request and tick
+/// publishes the book at its sequence number.
+#[test]
+fn the_publish_book_wrapper_tracks_the_ledger() {
+    use ccron::host::app::{AppError, Application, ClientId, Digest32, ExecContext};
+    use ccron::host::{BookConfig, CronLedger, LedgerScheduler};
+
+    struct Nothing;
+    impl Application for Nothing {
+        fn execute(&mut self, _: ExecContext, _: ClientId, _: &[u8]) -> Vec<u8> {
+            Vec::new()
+        }
+        fn digest(&self) -> Digest32 {
+            [0; 32]
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<(), AppError> {
+            Ok(())
+        }
+    }
+    let mut h: Handlers<Nothing> = Handlers::new();
+    assert!(h.register("pay", |_| {}));
+    let cfg = BookConfig {
+        component: 1,
+        position: 0,
+        limits: Limits::default(),
+        book_pages: 16,
+        outbox_pages: 2,
+    };
+    let ledger = CronLedger::new(Nothing, ccron::CronTableRegistry::new())
+        .with_scheduler(LedgerScheduler::new(cfg, h));
+    let out = PublishedBook::new(2);
+    let mut app = ccron_http::PublishBook::new(ledger, out.clone());
+    assert_eq!(out.answer(&ScheduleQuery::Book), Err(Unanswerable::NotYet));
+    let s = NewSchedule::new(
+        "pay",
+        Timing::Every {
+            period_ms: 1_000,
+            start_ms: Some(0),
+        },
+    );
+    let payload = ccron::codec::to_blob(&ScheduleRequest::Create(s)).unwrap();
+    let ctx = ExecContext {
+        seq: 5,
+        agreed_time_ms: Some(10),
+    };
+    assert!(app.execute(ctx, 1, &payload).starts_with(b"ok"));
+    let a = out.answer(&ScheduleQuery::Book).unwrap();
+    assert_eq!(a.at_height, 5);
+    assert!(matches!(a.body, QueryBody::Book(b) if b.schedules == 1 && b.runs == 0));
+    let mut pages = ccron::MemPages::new(4096, 0);
+    app.on_tick(ccron::Tick::new(1, 6, Some(2_500)), &mut pages)
+        .unwrap();
+    let a = out.answer(&ScheduleQuery::Book).unwrap();
+    assert_eq!(a.at_height, 6);
+    assert!(matches!(a.body, QueryBody::Book(b) if b.runs == 1));
+    assert!(matches!(
+        out.answer(&ScheduleQuery::Outbox).unwrap().body,
+        QueryBody::Outbox(Some(_))
+    ));
+}
