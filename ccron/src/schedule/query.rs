@@ -758,4 +758,74 @@ mod tests {
             Err(QueryError::TooLarge { .. })
         ));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Paging through `list` with any filter and page size returns exactly the schedules
+        /// a brute-force filter over every record keeps, in ascending id, each once.
+        #[test]
+        fn paged_lists_match_a_brute_force_filter(
+            specs in proptest::collection::vec((0u8..3, 0u64..3, 0u8..3, proptest::bool::ANY), 0..40),
+            f_handler in proptest::option::of(0u8..3),
+            f_owner in proptest::option::of(0u64..3),
+            f_topic in proptest::option::of(0u8..3),
+            f_paused in proptest::option::of(proptest::bool::ANY),
+            page in 1usize..7,
+        ) {
+            let mut h: Handlers<u64> = Handlers::new();
+            for n in ["h0", "h1", "h2"] {
+                assert!(h.register(n, |ctx| *ctx.state += 1));
+            }
+            let mut b = Scheduler::new(1, Limits::default());
+            for (i, (handler, owner, topic, paused)) in specs.iter().enumerate() {
+                let mut s = NewSchedule::new(format!("h{handler}"), Timing::Every {
+                    period_ms: 1_000 + i as i64,
+                    start_ms: Some(0),
+                });
+                if *topic > 0 {
+                    s = s.with_topic(format!("t{topic}"));
+                }
+                let by = Principal::Client(*owner);
+                let id = b.apply(&by, ScheduleRequest::Create(s), &h, 1, Some(0)).unwrap().unwrap();
+                if *paused {
+                    b.apply(&by, ScheduleRequest::Pause(Target::Id(id)), &h, 1, Some(0)).unwrap();
+                }
+            }
+            let filter = ScheduleFilter {
+                handler: f_handler.map(|x| format!("h{x}")),
+                owner: f_owner.map(Principal::Client),
+                topic: f_topic.map(|x| format!("t{x}")),
+                paused: f_paused,
+                limit: page,
+                ..ScheduleFilter::default()
+            };
+            let want: Vec<u64> = b
+                .ids()
+                .filter(|&id| {
+                    let i = b.get(id).unwrap();
+                    f_handler.is_none_or(|x| i.schedule.handler == format!("h{x}"))
+                        && f_owner.is_none_or(|o| i.owner == Principal::Client(o))
+                        && f_topic.is_none_or(|t| i.schedule.topic == Some(format!("t{t}")))
+                        && f_paused.is_none_or(|p| i.paused == p)
+                })
+                .collect();
+            let mut got = Vec::new();
+            let mut f = filter.clone();
+            let first = list(&b, &f);
+            proptest::prop_assert_eq!(first.matched, want.len() as u64);
+            let mut pages = 0;
+            loop {
+                let l = list(&b, &f);
+                proptest::prop_assert!(l.items.len() <= page);
+                got.extend(l.items.iter().map(|s| s.id));
+                pages += 1;
+                match l.next_after {
+                    Some(a) => f.after = a,
+                    None => break,
+                }
+                proptest::prop_assert!(pages <= want.len() + 1);
+            }
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
 }
