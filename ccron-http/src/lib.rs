@@ -18,6 +18,10 @@
 //! * [`read`]: a replica's networked read endpoint over its committed outbox ([`OutboxSource`],
 //!   [`read_router`]), and the consumer's [`QuorumReader`], which believes a record only when
 //!   f+1 endpoints return it identically.
+//! * [`schedules`]: a replica's schedule read endpoint ([`schedule_router`] over a
+//!   [`ScheduleSource`], e.g. [`PublishedBook`]): list, describe, book and outbox state, each a
+//!   versioned, bounded answer naming its height; [`schedule_read`]: the [`ScheduleReader`]
+//!   believing an answer only when f+1 nodes return it identically at the same height.
 //! * [`contract`]: the HTTP contract (paths, headers, status codes).
 //!
 //! See `docs/outbox.md` ("HTTP workers") for the model and the figures.
@@ -27,6 +31,8 @@ pub mod contract;
 pub mod deliver;
 pub mod pool;
 pub mod read;
+pub mod schedule_read;
+pub mod schedules;
 pub mod server;
 pub mod worker;
 
@@ -41,5 +47,7 @@ pub use read::{
     EndpointJobs, EndpointStats, OnChange, OutboxSource, PublishOutbox, PublishedOutbox,
     QuorumReader, ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
 };
+pub use schedule_read::{Believed, ScheduleReadConfig, ScheduleReadError, ScheduleReader};
+pub use schedules::{PublishBook, PublishedBook, ScheduleQuery, ScheduleSource, schedule_router};
 pub use server::{Server, ServerConfig, ServerCounters, ServerStats, serve};
 pub use worker::{Dedupe, EffectError, Worker, WorkerConfig};

@@ -351,6 +351,9 @@ impl<A: Application> Application for PublishOutbox<A> {
     fn page_ranges(&self) -> Vec<PageRange> {
         self.inner.page_ranges()
     }
+    fn schedule_book(&self) -> Option<&ccron::schedule::Scheduler> {
+        self.inner.schedule_book()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -381,6 +381,10 @@ impl Application for ScheduledLedger {
     fn outbox(&self) -> Option<&ccron::outbox::Outbox> {
         self.inner.outbox()
     }
+
+    fn schedule_book(&self) -> Option<&ccron::schedule::Scheduler> {
+        self.inner.schedule_book()
+    }
 }
 
 #[cfg(test)]

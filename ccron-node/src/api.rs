@@ -25,6 +25,19 @@
 //!   executed height ([`ccron_http::read_router`], the same endpoint sim-bft's threaded runtime
 //!   serves); a consumer believes a record only when f+1 nodes return it identically
 //!   ([`ccron_http::QuorumReader`]). `503` until the node has executed a height.
+//! - `GET /ccron/v1/schedules`, `/ccron/v1/schedule`, `/ccron/v1/book`,
+//!   `/ccron/v1/outbox/state`: the committed schedule book and outbox state
+//!   ([`ccron_http::schedule_router`]: list with filters, describe, the book as a whole, the
+//!   outbox's depth and consumer progress), each a versioned, bounded answer naming the height
+//!   it was read at; a client believes one only when f+1 nodes return it identically at the
+//!   same height ([`ccron_http::ScheduleReader`], the `ccron` CLI).
+//! - `GET /v1/ticks`: this node's tick pool (node-local, JSON: pending ticks, counters by
+//!   refusal reason); not replicated, so not for quorum reads.
+//! - `GET /metrics`: Prometheus text ([`crate::metrics`]).
+//!
+//! [`serve`] runs the router behind ccron-http's bounded server ([`server_config`]: head and
+//! body deadlines, a body limit before reading, connection caps, per-peer rate limits): every
+//! peer is a stranger.
 //!
 //! A client submits each request to every validator (see `docs/malachite.md`): whichever
 //! proposes next has it; the pools dedupe by digest and execution dedupes by
@@ -60,6 +73,8 @@ pub struct ApiState {
     pub ticks_invalid: Arc<AtomicU64>,
     /// The results of recently executed requests.
     pub results: Arc<Mutex<RequestResults>>,
+    /// The committed book, status and observations published after every height.
+    pub reads: crate::read::NodeReads,
 }
 
 /// Locks shared node state (a poisoned lock still holds consistent state: every update is one
@@ -74,14 +89,69 @@ pub fn router(state: ApiState) -> Router {
         Arc::new(state.outbox.clone()),
         ccron_http::ReadServerConfig::default(),
     );
+    let schedules = ccron_http::schedule_router(Arc::new(state.reads.book.clone()));
     Router::new()
         .route("/v1/requests", post(submit))
         .route("/v1/mempool", get(counters))
         .route("/v1/requests/{client}/{number}", get(result))
-        .route("/v1/ticks", post(submit_tick))
+        .route("/v1/ticks", post(submit_tick).get(tick_pool))
+        .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(MAX_SIGNED_REQUEST_BYTES))
         .with_state(state)
         .merge(reads)
+        .merge(schedules)
+}
+
+/// The bounds of the node's API server: ccron-http's defaults with request bodies of at most
+/// one signed request ([`MAX_SIGNED_REQUEST_BYTES`], above a tick's
+/// [`crate::types::MAX_TICK_BYTES`]) and 5 s for a head or a body.
+pub fn server_config() -> ccron_http::ServerConfig {
+    ccron_http::ServerConfig {
+        max_body_bytes: MAX_SIGNED_REQUEST_BYTES.max(crate::types::MAX_TICK_BYTES),
+        header_read_timeout_ms: 5_000,
+        body_timeout_ms: 5_000,
+        request_timeout_ms: 10_000,
+        ..ccron_http::ServerConfig::default()
+    }
+}
+
+/// `GET /v1/ticks`: the node's tick pool (node-local).
+async fn tick_pool(State(state): State<ApiState>) -> (StatusCode, String) {
+    let (counters, pending) = {
+        let pool = lock(&state.ticks);
+        (pool.counters(), pool.len())
+    };
+    let v = serde_json::json!({
+        "pending": pending,
+        "admitted": counters.admitted,
+        "replaced": counters.replaced,
+        "refused": {
+            "not_a_validator": counters.not_a_validator,
+            "unknown_component": counters.unknown_component,
+            "already_pending": counters.already_pending,
+            "stale": counters.stale,
+            "invalid": state.ticks_invalid.load(Ordering::Relaxed),
+        },
+        "validators": state.validators.count(),
+    });
+    (StatusCode::OK, v.to_string())
+}
+
+/// `GET /metrics`.
+async fn metrics(State(state): State<ApiState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match crate::metrics::render(&state, crate::core::now_ms()) {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
 }
 
 /// `POST /v1/requests`.
@@ -174,7 +244,8 @@ async fn counters(State(state): State<ApiState>) -> (StatusCode, String) {
     }
 }
 
-/// Binds `addr` and serves [`router`] until the process ends; returns the bound address.
+/// Binds `addr` and serves [`router`] behind the bounded server ([`server_config`]) until the
+/// process ends; returns the bound address.
 ///
 /// # Errors
 /// The bind failed.
@@ -182,10 +253,26 @@ pub async fn serve(
     addr: std::net::SocketAddr,
     state: ApiState,
 ) -> std::io::Result<std::net::SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_with(addr, state, server_config()).await
+}
+
+/// [`serve`] with explicit bounds.
+///
+/// # Errors
+/// The bind failed, or `cfg` is invalid ([`std::io::ErrorKind::InvalidInput`]).
+pub async fn serve_with(
+    addr: std::net::SocketAddr,
+    state: ApiState,
+    cfg: ccron_http::ServerConfig,
+) -> std::io::Result<std::net::SocketAddr> {
+    cfg.validate()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let listener = ccron_http::server::bind(addr)?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router(state)).await {
+        if let Err(e) =
+            ccron_http::serve(listener, router(state), cfg, std::future::pending()).await
+        {
             tracing::error!(error = %e, "HTTP server stopped");
         }
     });

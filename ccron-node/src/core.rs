@@ -217,6 +217,8 @@ pub struct NodeCore<A, C> {
     mempool: Arc<Mutex<Mempool>>,
     /// The committed outbox the read endpoint serves (updated after every executed height).
     outbox: ccron_http::PublishedOutbox,
+    /// The book, status and observations the read endpoints and `/metrics` serve.
+    reads: crate::read::NodeReads,
     status: NodeStatus,
     /// Heights whose value came through sync: their count and the highest one (two numbers,
     /// not a set growing with the chain; a height synced again is not counted twice).
@@ -331,6 +333,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
                 Default::default(),
             ))),
             synced: (0, 0),
+            reads: crate::read::NodeReads::new(outbox.replica()),
             outbox,
         };
         node.status.restored_from_height = restored.height;
@@ -438,6 +441,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             validators: self.validators.clone(),
             ticks_invalid: self.ticks_invalid.clone(),
             results: self.results.clone(),
+            reads: self.reads.clone(),
         }
     }
 
@@ -650,6 +654,8 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             self.snapshot();
         }
         self.publish_outbox();
+        self.reads
+            .observe_fires(block.agreed_time_ms, now_ms(), &out.fires);
         self.log_fires(&block, &out);
         self.undecided.retain(|_, b| b.height > height);
         self.write_status();
@@ -668,6 +674,11 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         if let Some(outbox) = self.ledger.app().outbox() {
             self.outbox.publish(outbox, self.status.last_height);
         }
+        self.reads.publish(
+            self.ledger.app(),
+            self.status.last_height,
+            self.ledger.state_digest(),
+        );
     }
 
     fn after_execute(&mut self, block: &Block, out: &BlockOutcome) {
@@ -745,6 +756,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         {
             Ok(bytes) => {
                 self.status.snapshots_written += 1;
+                self.reads.snapshot_written(height, now_ms());
                 tracing::info!(height, bytes, "snapshot written");
             }
             Err(e) => {
@@ -798,6 +810,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             self.status.tick_pool.forward_failed = c.failed + c.timed_out + c.refused;
             self.status.tick_pool.forward = c;
         }
+        self.reads.set_status(&self.status);
         let dir = node_dir(&self.opts.home, self.opts.index);
         let tmp = dir.join("status.json.tmp");
         let Ok(bytes) = serde_json::to_vec_pretty(&self.status) else {

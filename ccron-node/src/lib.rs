@@ -15,6 +15,8 @@
 //! - [`api`], [`forward`], [`mempool`], [`results`]: the HTTP API, own-tick forwarding with
 //!   deadlines, the bounded pool of verified requests, the results clients read;
 //! - [`proposals`]: the bounded book of undecided proposal parts an adapter admits into;
+//! - [`read`], [`metrics`]: what a node publishes after every height for its schedule read
+//!   endpoints and its Prometheus `/metrics`;
 //! - [`localnet`], [`load`], [`cli`]: N processes on loopback with kills and restarts, a load
 //!   client, and the `init` / `localnet` subcommands any node binary gets.
 //!
@@ -30,7 +32,9 @@ pub mod ledger;
 pub mod load;
 pub mod localnet;
 pub mod mempool;
+pub mod metrics;
 pub mod proposals;
+pub mod read;
 pub mod records;
 pub mod request;
 pub mod results;

@@ -156,6 +156,12 @@ pub trait Application: Send + std::any::Any {
         None
     }
 
+    /// The committed schedule book, if the application keeps one (an engine serves read-only
+    /// queries over it, `crate::schedule::query`). Default: none.
+    fn schedule_book(&self) -> Option<&crate::schedule::Scheduler> {
+        None
+    }
+
     /// The reserved pages this application writes from [`Self::on_tick`] (the ranges its cron
     /// tables and tick executors were given). A host that keeps data of its own in the same
     /// store (sim-bft keeps the agreed time in `ReplicaConfig::time_page`) refuses an overlap
@@ -219,6 +225,10 @@ impl Application for Box<dyn Application> {
 
     fn outbox(&self) -> Option<&crate::outbox::Outbox> {
         (**self).outbox()
+    }
+
+    fn schedule_book(&self) -> Option<&crate::schedule::Scheduler> {
+        (**self).schedule_book()
     }
 }
 
@@ -285,6 +295,10 @@ impl Application for WithTicks {
 
     fn outbox(&self) -> Option<&crate::outbox::Outbox> {
         self.app.outbox()
+    }
+
+    fn schedule_book(&self) -> Option<&crate::schedule::Scheduler> {
+        self.app.schedule_book()
     }
 }
 

@@ -427,6 +427,10 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
         self.scheduler.as_ref().map(|s| s.outbox())
     }
 
+    fn schedule_book(&self) -> Option<&crate::schedule::Scheduler> {
+        self.scheduler.as_ref().map(|s| s.book())
+    }
+
     fn page_ranges(&self) -> Vec<crate::PageRange> {
         // The book and its outbox live in the scheduler's own store, not the host's pages.
         let mut ranges = self.registry.page_ranges();

@@ -25,6 +25,7 @@
 
 mod book;
 mod cron_rule;
+pub mod query;
 pub(crate) mod store;
 pub mod upgrade;
 

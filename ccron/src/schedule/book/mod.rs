@@ -275,6 +275,12 @@ impl Scheduler {
         self.parked.iter().map(|(n, ids)| (n.as_str(), ids))
     }
 
+    /// The zone rules installed under `name` (read-only; `schedule::query` renders a cron
+    /// schedule's instants in its zone with them).
+    pub fn zone(&self, name: &str) -> Option<&ZoneRules> {
+        self.zones.get(name)
+    }
+
     /// Every schedule id, ascending.
     pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
         self.records.keys().copied()

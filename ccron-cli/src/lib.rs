@@ -1,0 +1,570 @@
+//! `ccron`: the operator's command line for a ccron cluster.
+//!
+//! ```text
+//! ccron schedules list     --nodes URL,... [--owner client:N] [--handler H] [--topic T]
+//!                          [--paused true|false] [--parked true|false] [--after ID] [--limit N]
+//! ccron schedules describe TARGET [--preview N]
+//! ccron schedules preview  TARGET [--count N]
+//! ccron schedules history  TARGET
+//! ccron schedules pause|resume|cancel TARGET --key-file PATH [--number N] [--wait-ms MS]
+//! ccron cluster status     --nodes URL,...
+//! ccron key new --out PATH | ccron key show --key-file PATH
+//! ```
+//!
+//! Every command takes `--nodes` (the nodes' HTTP API base URLs), `--quorum` (default f+1 for
+//! the number of nodes given), `--timeout-ms` and `--json`. A `TARGET` is a schedule id
+//! (`42`), or a key (`key:nightly-report`, or any text that is not a number).
+//!
+//! Reads go to every node and are believed only when `quorum` nodes return the same answer at
+//! the same height ([`ccron_http::ScheduleReader`]): one lying node is outvoted; nodes that do
+//! not answer or do not agree are typed errors ([`CliError`]) naming each node's answer.
+//! Mutations are `ScheduleRequest`s signed with the operator's ed25519 key in the node's
+//! request format, submitted to every node, their result read back by quorum
+//! ([`submit::submit`]). Output is a human table by default, JSON with `--json`.
+
+pub mod http;
+pub mod render;
+pub mod submit;
+
+use std::path::PathBuf;
+
+use ccron::schedule::query::{QueryBody, ScheduleFilter};
+use ccron::schedule::{ScheduleRequest, Target};
+use ccron_http::{ScheduleQuery, ScheduleReadConfig, ScheduleReadError, ScheduleReader};
+use clap::{Args, Parser, Subcommand};
+use hyper::Method;
+
+/// Why a command failed (each maps to an exit code, [`CliError::exit_code`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// Bad arguments.
+    #[error("{0}")]
+    Args(String),
+    /// The key file cannot be used.
+    #[error("key file: {0}")]
+    KeyFile(String),
+    /// Too few nodes answered.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// Nodes answered but did not agree.
+    #[error("nodes disagree: {0}")]
+    Disagreement(String),
+    /// The schedule does not exist (believed by quorum).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A mutation's result did not come back in time.
+    #[error("timeout: {0}")]
+    Timeout(String),
+    /// The ledger refused the mutation (its reply).
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
+impl CliError {
+    /// The process exit code: 2 arguments and key files, 3 unreachable, 4 disagreement,
+    /// 5 not found, 6 timeout, 7 refused by the ledger.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Args(_) | CliError::KeyFile(_) => 2,
+            CliError::Unreachable(_) => 3,
+            CliError::Disagreement(_) => 4,
+            CliError::NotFound(_) => 5,
+            CliError::Timeout(_) => 6,
+            CliError::Refused(_) => 7,
+        }
+    }
+}
+
+impl From<ScheduleReadError> for CliError {
+    fn from(e: ScheduleReadError) -> Self {
+        match e {
+            ScheduleReadError::Config(m) => CliError::Args(m),
+            ScheduleReadError::Unreachable { ref answers, .. } if no_book(answers) => {
+                CliError::NotFound("the nodes' ledger keeps no schedule book (404)".into())
+            }
+            e @ ScheduleReadError::Unreachable { .. } => CliError::Unreachable(e.to_string()),
+            e => CliError::Disagreement(e.to_string()),
+        }
+    }
+}
+
+/// Whether every node answered `404`: its ledger keeps no book.
+fn no_book(answers: &[ccron_http::schedule_read::NodeAnswer]) -> bool {
+    !answers.is_empty() && answers.iter().all(|a| a.to_string().contains("status 404"))
+}
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(name = "ccron", version, about = "Operate a ccron cluster")]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Schedules: read by quorum, change by signed request.
+    #[command(subcommand)]
+    Schedules(Schedules),
+    /// The cluster as a whole.
+    #[command(subcommand)]
+    Cluster(Cluster),
+    /// Operator keys.
+    #[command(subcommand)]
+    Key(Key),
+}
+
+/// Options every cluster command takes.
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// The nodes' HTTP API base URLs, comma-separated (e.g. http://127.0.0.1:26700,...).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub nodes: Vec<String>,
+    /// Identical answers needed (default: f+1 for n = 3f+1 nodes given).
+    #[arg(long)]
+    pub quorum: Option<usize>,
+    /// Time allowed for one node's answer, ms.
+    #[arg(long, default_value_t = 2_000)]
+    pub timeout_ms: u64,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Common {
+    fn quorum(&self) -> usize {
+        self.quorum
+            .unwrap_or_else(|| ScheduleReadConfig::quorum_of(self.nodes.len()))
+    }
+
+    fn reader(&self) -> Result<ScheduleReader, CliError> {
+        let mut cfg = ScheduleReadConfig::new(self.nodes.clone(), self.quorum());
+        cfg.timeout_ms = self.timeout_ms;
+        cfg.connect_timeout_ms = self.timeout_ms;
+        Ok(ScheduleReader::new(cfg)?)
+    }
+}
+
+/// Options of a signed mutation.
+#[derive(Debug, Clone, Args)]
+pub struct Signed {
+    /// The operator's ed25519 secret key: 64 hex characters (`ccron key new`).
+    #[arg(long)]
+    pub key_file: PathBuf,
+    /// The request number (each executes once per key; default: the current Unix ms).
+    #[arg(long)]
+    pub number: Option<u64>,
+    /// How long to wait for the result, ms.
+    #[arg(long, default_value_t = 15_000)]
+    pub wait_ms: u64,
+}
+
+/// `ccron schedules ...`.
+#[derive(Debug, Subcommand)]
+pub enum Schedules {
+    /// List schedules (filters combine).
+    List {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+        /// Owner: host or client:N.
+        #[arg(long)]
+        owner: Option<String>,
+        /// The book's component.
+        #[arg(long)]
+        component: Option<u32>,
+        /// Handler name.
+        #[arg(long)]
+        handler: Option<String>,
+        /// Routing topic.
+        #[arg(long)]
+        topic: Option<String>,
+        /// Paused (true) or not (false).
+        #[arg(long)]
+        paused: Option<bool>,
+        /// Parked (true) or not (false).
+        #[arg(long)]
+        parked: Option<bool>,
+        /// Only ids above this one (the cursor a previous page printed).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Most schedules (at most 256).
+        #[arg(long, default_value_t = 0)]
+        limit: usize,
+    },
+    /// Everything about one schedule.
+    Describe {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+        /// Id, or key (key:NAME).
+        target: String,
+        /// Upcoming instants shown.
+        #[arg(long, default_value_t = 5)]
+        preview: usize,
+    },
+    /// The next instants of one schedule, in its zone.
+    Preview {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+        /// Id, or key (key:NAME).
+        target: String,
+        /// How many (at most 32).
+        #[arg(long, default_value_t = 10)]
+        count: usize,
+    },
+    /// Recent runs and dead runs of one schedule.
+    History {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+        /// Id, or key (key:NAME).
+        target: String,
+    },
+    /// Pause a schedule (it keeps its phase).
+    Pause {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+        /// Signing.
+        #[command(flatten)]
+        signed: Signed,
+        /// Id, or key (key:NAME).
+        target: String,
+    },
+    /// Resume a paused schedule.
+    Resume {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+        /// Signing.
+        #[command(flatten)]
+        signed: Signed,
+        /// Id, or key (key:NAME).
+        target: String,
+    },
+    /// Cancel (remove) a schedule.
+    Cancel {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+        /// Signing.
+        #[command(flatten)]
+        signed: Signed,
+        /// Id, or key (key:NAME).
+        target: String,
+    },
+}
+
+/// `ccron cluster ...`.
+#[derive(Debug, Subcommand)]
+pub enum Cluster {
+    /// The book and outbox (by quorum) and each node's tick pool.
+    Status {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// `ccron key ...`.
+#[derive(Debug, Subcommand)]
+pub enum Key {
+    /// Write a new operator key (64 hex characters, mode 0600).
+    New {
+        /// Where to write it (refused if it exists).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Print a key's public key and the client id the ledger sees.
+    Show {
+        /// The key file.
+        #[arg(long)]
+        key_file: PathBuf,
+    },
+}
+
+/// Parses a `TARGET`: a number is an id, `key:NAME` or any other text a key.
+pub fn parse_target(s: &str) -> Target {
+    if let Some(k) = s.strip_prefix("key:") {
+        return Target::Key(k.to_string());
+    }
+    match s.parse() {
+        Ok(id) => Target::Id(id),
+        Err(_) => Target::Key(s.to_string()),
+    }
+}
+
+fn target_text(t: &Target) -> String {
+    match t {
+        Target::Id(id) => format!("schedule {id}"),
+        Target::Key(k) => format!("schedule with key {k:?}"),
+    }
+}
+
+/// The inputs a command takes from the process (injected, so tests pass their own).
+#[derive(Debug, Clone, Copy)]
+pub struct Env {
+    /// The current Unix time, ms (the default request number).
+    pub now_ms: u64,
+    /// 32 random bytes (for `key new`).
+    pub entropy: [u8; 32],
+}
+
+/// Runs `cli`; returns what to print.
+///
+/// # Errors
+/// [`CliError`].
+pub async fn run(cli: Cli, env: Env) -> Result<String, CliError> {
+    match cli.command {
+        Command::Schedules(s) => schedules(s, env).await,
+        Command::Cluster(Cluster::Status { common }) => cluster_status(&common).await,
+        Command::Key(k) => key(k, env),
+    }
+}
+
+async fn describe_read(
+    common: &Common,
+    target: &str,
+    preview: usize,
+) -> Result<(u64, Box<ccron::schedule::query::ScheduleDetail>), CliError> {
+    let target = parse_target(target);
+    let got = common
+        .reader()?
+        .read(&ScheduleQuery::Describe {
+            target: target.clone(),
+            preview,
+        })
+        .await?;
+    match got.body {
+        QueryBody::Describe(Some(d)) => Ok((got.at_height, d)),
+        QueryBody::Describe(None) => Err(CliError::NotFound(format!(
+            "no {} at height {}",
+            target_text(&target),
+            got.at_height
+        ))),
+        _ => Err(CliError::Disagreement(
+            "the nodes answered another query".into(),
+        )),
+    }
+}
+
+async fn schedules(s: Schedules, env: Env) -> Result<String, CliError> {
+    use render::View;
+    match s {
+        Schedules::List {
+            common,
+            owner,
+            component,
+            handler,
+            topic,
+            paused,
+            parked,
+            after,
+            limit,
+        } => {
+            let owner = owner
+                .map(|o| ccron_http::schedules::parse_principal(&o))
+                .transpose()
+                .map_err(CliError::Args)?;
+            let filter = ScheduleFilter {
+                component,
+                owner,
+                handler,
+                topic,
+                paused,
+                parked,
+                after,
+                limit,
+            };
+            let got = common.reader()?.read(&ScheduleQuery::List(filter)).await?;
+            match got.body {
+                QueryBody::List(l) => Ok(render::list(got.at_height, &l, common.json)),
+                _ => Err(CliError::Disagreement(
+                    "the nodes answered another query".into(),
+                )),
+            }
+        }
+        Schedules::Describe {
+            common,
+            target,
+            preview,
+        } => {
+            let (h, d) = describe_read(&common, &target, preview).await?;
+            Ok(render::detail(h, &d, View::Describe, common.json))
+        }
+        Schedules::Preview {
+            common,
+            target,
+            count,
+        } => {
+            let (h, d) = describe_read(&common, &target, count).await?;
+            Ok(render::detail(h, &d, View::Preview, common.json))
+        }
+        Schedules::History { common, target } => {
+            let (h, d) = describe_read(&common, &target, 0).await?;
+            Ok(render::detail(h, &d, View::History, common.json))
+        }
+        Schedules::Pause {
+            common,
+            signed,
+            target,
+        } => {
+            mutate(
+                &common,
+                &signed,
+                ScheduleRequest::Pause(parse_target(&target)),
+                env,
+            )
+            .await
+        }
+        Schedules::Resume {
+            common,
+            signed,
+            target,
+        } => {
+            mutate(
+                &common,
+                &signed,
+                ScheduleRequest::Resume(parse_target(&target)),
+                env,
+            )
+            .await
+        }
+        Schedules::Cancel {
+            common,
+            signed,
+            target,
+        } => {
+            mutate(
+                &common,
+                &signed,
+                ScheduleRequest::Cancel(parse_target(&target)),
+                env,
+            )
+            .await
+        }
+    }
+}
+
+async fn mutate(
+    common: &Common,
+    signed: &Signed,
+    req: ScheduleRequest,
+    env: Env,
+) -> Result<String, CliError> {
+    let quorum = common.quorum();
+    if quorum == 0 || quorum > common.nodes.len() {
+        return Err(CliError::Args(format!(
+            "quorum {quorum} of {} nodes",
+            common.nodes.len()
+        )));
+    }
+    let key = submit::read_key(&signed.key_file)?;
+    let http = http::Http::new(common.timeout_ms);
+    let number = signed.number.unwrap_or(env.now_ms);
+    let out = submit::submit(
+        &http,
+        &common.nodes,
+        quorum,
+        &key,
+        number,
+        &req,
+        signed.wait_ms,
+    )
+    .await?;
+    let ok = out.reply.starts_with("ok");
+    let text = if common.json {
+        serde_json::json!({
+            "client": out.client,
+            "number": out.number,
+            "height": out.height,
+            "reply": out.reply,
+            "agreeing": out.agreeing,
+            "ok": ok,
+        })
+        .to_string()
+    } else {
+        format!(
+            "{} (request {} of client {}, executed at height {}, {} nodes agree)\n",
+            out.reply, out.number, out.client, out.height, out.agreeing
+        )
+    };
+    if ok {
+        Ok(text)
+    } else {
+        Err(CliError::Refused(text.trim_end().to_string()))
+    }
+}
+
+async fn cluster_status(common: &Common) -> Result<String, CliError> {
+    let reader = common.reader()?;
+    let book = reader.read(&ScheduleQuery::Book).await;
+    let outbox = reader.read(&ScheduleQuery::Outbox).await?;
+    let book = match book {
+        Ok(b) => match b.body {
+            QueryBody::Book(s) => Some(s),
+            _ => None,
+        },
+        // Every node answered 404: the ledger keeps no book.
+        Err(ScheduleReadError::Unreachable { ref answers, .. }) if no_book(answers) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let out = match outbox.body {
+        QueryBody::Outbox(o) => o,
+        _ => None,
+    };
+    let http = http::Http::new(common.timeout_ms);
+    let mut pools = Vec::new();
+    for n in &common.nodes {
+        let url = format!("{}/v1/ticks", n.trim_end_matches('/'));
+        let r = match http.send(Method::GET, &url, Vec::new()).await {
+            Ok((200, b)) => serde_json::from_slice(&b).map_err(|e| e.to_string()),
+            Ok((code, _)) => Err(format!("status {code}")),
+            Err(e) => Err(e),
+        };
+        pools.push((n.clone(), r));
+    }
+    Ok(render::cluster(
+        outbox.at_height,
+        book.as_ref(),
+        out.as_ref(),
+        &pools,
+        common.json,
+    ))
+}
+
+fn key(k: Key, env: Env) -> Result<String, CliError> {
+    match k {
+        Key::New { out } => {
+            let hex = ccron_node::types::hex(&env.entropy);
+            let mut opts = std::fs::OpenOptions::new();
+            opts.write(true).create_new(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                opts.mode(0o600);
+            }
+            use std::io::Write;
+            opts.open(&out)
+                .and_then(|mut f| f.write_all(format!("{hex}\n").as_bytes()))
+                .map_err(|e| CliError::KeyFile(format!("{}: {e}", out.display())))?;
+            let key = ed25519_dalek::SigningKey::from_bytes(&env.entropy);
+            Ok(show(&key))
+        }
+        Key::Show { key_file } => Ok(show(&submit::read_key(&key_file)?)),
+    }
+}
+
+fn show(key: &ed25519_dalek::SigningKey) -> String {
+    let public = key.verifying_key().to_bytes();
+    format!(
+        "public key {}\nclient id  {}\n",
+        ccron_node::types::hex(&public),
+        ccron_node::request::client_id(&public)
+    )
+}

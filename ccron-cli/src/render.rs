@@ -1,0 +1,536 @@
+//! Rendering answers: human tables (the default) and JSON (`--json`).
+
+use ccron::Due;
+use ccron::schedule::query::{
+    BookState, OutboxState, ScheduleDetail, ScheduleList, ScheduleSummary, Upcoming,
+};
+use ccron::schedule::{Misfire, Principal, RunEntry, RunOutcome, Timing};
+use serde_json::{Value, json};
+
+/// `2026-11-27T01:02:03.004Z` for a Unix-ms instant (the raw number when out of range).
+pub fn utc(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+    )
+}
+
+/// An instant in local time of a zone with offset `offset_s`, e.g. `2026-11-27T03:00:00+02:00`.
+pub fn local(ms: i64, offset_s: i32) -> String {
+    let Some(off) = chrono::FixedOffset::east_opt(offset_s) else {
+        return utc(ms);
+    };
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |t| {
+            t.with_timezone(&off)
+                .format("%Y-%m-%dT%H:%M:%S%:z")
+                .to_string()
+        },
+    )
+}
+
+/// A due point.
+pub fn due(d: &Due) -> String {
+    match d {
+        Due::Time(ms) => utc(*ms),
+        Due::Seq(s) => format!("seq {s}"),
+    }
+}
+
+fn due_json(d: &Due) -> Value {
+    match d {
+        Due::Time(ms) => json!({"time_ms": ms, "utc": utc(*ms)}),
+        Due::Seq(s) => json!({"seq": s}),
+    }
+}
+
+/// A timing, short.
+pub fn timing(t: &Timing) -> String {
+    match t {
+        Timing::Cron { expression, zone } => match zone {
+            Some(z) => format!("cron \"{expression}\" {z}"),
+            None => format!("cron \"{expression}\" UTC"),
+        },
+        Timing::Every {
+            period_ms,
+            start_ms,
+        } => match start_ms {
+            Some(s) => format!("every {period_ms}ms from {}", utc(*s)),
+            None => format!("every {period_ms}ms"),
+        },
+        Timing::At(d) => format!("at {}", due(d)),
+        Timing::AfterMs(ms) => format!("after {ms}ms"),
+        Timing::AfterSeqs(n) => format!("after {n} seqs"),
+        Timing::AtOrSeq { at_ms, seq } => format!("at {} or seq {seq}", utc(*at_ms)),
+        Timing::AfterMsOrSeqs {
+            delay_ms,
+            delay_seqs,
+        } => format!("after {delay_ms}ms or {delay_seqs} seqs"),
+    }
+}
+
+fn principal(p: &Principal) -> String {
+    match p {
+        Principal::Host => "host".into(),
+        Principal::Client(c) => format!("client:{c}"),
+    }
+}
+
+fn state(s: &ScheduleSummary) -> String {
+    let mut parts = Vec::new();
+    if s.paused {
+        parts.push("paused".to_string());
+    }
+    if s.parked {
+        parts.push("parked".to_string());
+    }
+    if s.retry_pending {
+        parts.push("retrying".to_string());
+    }
+    if s.dead > 0 {
+        parts.push(format!("dead:{}", s.dead));
+    }
+    if s.owed.is_some() {
+        parts.push("owed".to_string());
+    }
+    if parts.is_empty() {
+        "active".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+fn outcome(o: &RunOutcome) -> String {
+    match o {
+        RunOutcome::Ok => "ok".into(),
+        RunOutcome::Failed { code } => format!("failed({code})"),
+        RunOutcome::Panicked => "panicked".into(),
+    }
+}
+
+fn misfire(m: &Misfire) -> String {
+    match m {
+        Misfire::Skip => "skip".into(),
+        Misfire::FireOnce => "fire-once".into(),
+        Misfire::FireEach { cap } => format!("fire-each(cap {cap})"),
+        Misfire::ExpireAfter { deadline_ms } => format!("expire-after({deadline_ms}ms)"),
+    }
+}
+
+/// Lays out rows as a table with a header, columns padded to their widest cell.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(x) = w.get_mut(i) {
+                *x = (*x).max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                let pad = w[i].saturating_sub(c.chars().count());
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let mut out = line(header.iter().map(|h| h.to_string()).collect());
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r.clone()));
+        out.push('\n');
+    }
+    out
+}
+
+fn summary_json(s: &ScheduleSummary) -> Value {
+    json!({
+        "id": s.id,
+        "key": s.key,
+        "handler": s.handler,
+        "timing": timing(&s.timing),
+        "owner": principal(&s.owner),
+        "version": s.version,
+        "paused": s.paused,
+        "parked": s.parked,
+        "next": s.next.as_ref().map(due_json),
+        "runs": s.runs,
+        "owed": s.owed.map(|(a, b)| json!([a, b])),
+        "retry_pending": s.retry_pending,
+        "dead": s.dead,
+        "priority": s.priority,
+        "topic": s.topic,
+        "kind": s.kind,
+        "state": state(s),
+    })
+}
+
+/// A list.
+pub fn list(height: u64, l: &ScheduleList, as_json: bool) -> String {
+    if as_json {
+        return json!({
+            "at_height": height,
+            "component": l.component,
+            "matched": l.matched,
+            "next_after": l.next_after,
+            "items": l.items.iter().map(summary_json).collect::<Vec<_>>(),
+        })
+        .to_string();
+    }
+    let rows: Vec<Vec<String>> = l
+        .items
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.to_string(),
+                s.key.clone().unwrap_or_else(|| "-".into()),
+                s.handler.clone(),
+                timing(&s.timing),
+                s.next.as_ref().map_or("-".into(), due),
+                s.runs.to_string(),
+                state(s),
+                principal(&s.owner),
+                s.version.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &[
+            "ID", "KEY", "HANDLER", "TIMING", "NEXT", "RUNS", "STATE", "OWNER", "VER",
+        ],
+        &rows,
+    );
+    out.push_str(&format!(
+        "{} of {} matching, component {}, at height {height}",
+        l.items.len(),
+        l.matched,
+        l.component
+    ));
+    if let Some(a) = l.next_after {
+        out.push_str(&format!(" (more: --after {a})"));
+    }
+    out.push('\n');
+    out
+}
+
+fn history_rows(h: &[RunEntry]) -> Vec<Vec<String>> {
+    h.iter()
+        .map(|r| {
+            vec![
+                r.occurrence.to_string(),
+                due(&r.due),
+                r.attempt.to_string(),
+                r.seq.to_string(),
+                r.agreed_time_ms.map_or("-".into(), utc),
+                outcome(&r.outcome),
+                r.emitted.map_or("-".into(), |i| i.to_string()),
+            ]
+        })
+        .collect()
+}
+
+fn history_json(h: &[RunEntry]) -> Vec<Value> {
+    h.iter()
+        .map(|r| {
+            json!({
+                "occurrence": r.occurrence,
+                "due": due_json(&r.due),
+                "attempt": r.attempt,
+                "seq": r.seq,
+                "agreed_time_ms": r.agreed_time_ms,
+                "outcome": outcome(&r.outcome),
+                "emitted": r.emitted,
+            })
+        })
+        .collect()
+}
+
+fn upcoming_json(u: &[Upcoming]) -> Vec<Value> {
+    u.iter()
+        .map(|x| {
+            let mut v = due_json(&x.due);
+            if let (Due::Time(ms), Some(o)) = (x.due, v.as_object_mut()) {
+                o.insert("local".into(), json!(local(ms, x.utc_offset_s)));
+                o.insert("utc_offset_s".into(), json!(x.utc_offset_s));
+            }
+            v
+        })
+        .collect()
+}
+
+fn upcoming_lines(u: &[Upcoming]) -> String {
+    let mut out = String::new();
+    for x in u {
+        match x.due {
+            Due::Time(ms) => {
+                out.push_str(&format!("  {}  ({})\n", utc(ms), local(ms, x.utc_offset_s)))
+            }
+            Due::Seq(s) => out.push_str(&format!("  seq {s}\n")),
+        }
+    }
+    if u.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    out
+}
+
+/// What to show of a description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// Everything.
+    Describe,
+    /// The upcoming instants.
+    Preview,
+    /// Recent runs and dead runs.
+    History,
+}
+
+/// A description (or its preview or history part).
+pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> String {
+    let s = &d.summary;
+    if as_json {
+        let mut v = json!({"at_height": height, "id": s.id, "key": s.key});
+        let o = v.as_object_mut();
+        if let Some(o) = o {
+            if view == View::Describe {
+                o.insert("summary".into(), summary_json(s));
+                o.insert(
+                    "definition".into(),
+                    json!({
+                        "misfire": misfire(&d.schedule.misfire),
+                        "priority": d.schedule.priority,
+                        "jitter_ms": d.schedule.jitter_ms,
+                        "payload_bytes": d.schedule.payload.len(),
+                    }),
+                );
+                o.insert(
+                    "policy".into(),
+                    json!({
+                        "max_attempts": d.policy.retry.max_attempts,
+                        "backoff_base_ms": d.policy.retry.backoff_base_ms,
+                        "backoff_cap_ms": d.policy.retry.backoff_cap_ms,
+                        "pause_on_failure": d.policy.pause_on_failure,
+                    }),
+                );
+                o.insert(
+                    "counters".into(),
+                    json!({
+                        "runs": d.counters.runs,
+                        "dead_held": d.counters.dead_held,
+                        "dead_evicted": d.counters.dead_evicted,
+                        "recent_ok": d.counters.recent_ok,
+                        "recent_failed": d.counters.recent_failed,
+                    }),
+                );
+            }
+            if view != View::History {
+                o.insert("upcoming".into(), json!(upcoming_json(&d.upcoming)));
+            }
+            if view != View::Preview {
+                o.insert("history".into(), json!(history_json(&d.history)));
+                o.insert(
+                    "dead".into(),
+                    json!(
+                        d.dead
+                            .iter()
+                            .map(|r| json!({
+                                "occurrence": r.occurrence,
+                                "due": due_json(&r.due),
+                                "attempts": r.attempts,
+                                "outcome": outcome(&r.outcome),
+                                "seq": r.seq,
+                            }))
+                            .collect::<Vec<_>>()
+                    ),
+                );
+            }
+        }
+        return v.to_string();
+    }
+    let mut out = String::new();
+    let name = s.key.clone().map_or(String::new(), |k| format!(" ({k})"));
+    out.push_str(&format!("schedule {}{name} at height {height}\n", s.id));
+    if view == View::Describe {
+        let kv = [
+            ("handler", s.handler.clone()),
+            ("timing", timing(&s.timing)),
+            ("misfire", misfire(&d.schedule.misfire)),
+            ("state", state(s)),
+            ("owner", principal(&s.owner)),
+            ("version", s.version.to_string()),
+            ("next", s.next.as_ref().map_or("-".into(), due)),
+            ("priority", s.priority.to_string()),
+            ("jitter", format!("{}ms", d.schedule.jitter_ms)),
+            ("topic", s.topic.clone().unwrap_or_else(|| "-".into())),
+            ("kind", s.kind.clone().unwrap_or_else(|| "-".into())),
+            ("payload", format!("{} bytes", d.schedule.payload.len())),
+            (
+                "retries",
+                format!(
+                    "{} attempts, backoff {}..{}ms{}",
+                    d.policy.retry.max_attempts,
+                    d.policy.retry.backoff_base_ms,
+                    d.policy.retry.backoff_cap_ms,
+                    if d.policy.pause_on_failure {
+                        ", pause on failure"
+                    } else {
+                        ""
+                    }
+                ),
+            ),
+            (
+                "counters",
+                format!(
+                    "runs {}, recent ok {}, recent failed {}, dead {} (evicted {})",
+                    d.counters.runs,
+                    d.counters.recent_ok,
+                    d.counters.recent_failed,
+                    d.counters.dead_held,
+                    d.counters.dead_evicted
+                ),
+            ),
+        ];
+        for (k, v) in kv {
+            out.push_str(&format!("  {k:<9} {v}\n"));
+        }
+        if let Some((a, b)) = s.owed {
+            out.push_str(&format!("  owed      {} .. {}\n", utc(a), utc(b)));
+        }
+        if let Some(r) = &d.retry {
+            out.push_str(&format!(
+                "  retry     occurrence {} attempt {} at {}\n",
+                r.occurrence,
+                r.attempt,
+                due(&r.at)
+            ));
+        }
+    }
+    if view != View::History {
+        out.push_str("upcoming:\n");
+        out.push_str(&upcoming_lines(&d.upcoming));
+    }
+    if view != View::Preview {
+        out.push_str("recent runs:\n");
+        if d.history.is_empty() {
+            out.push_str("  (none)\n");
+        } else {
+            let t = table(
+                &[
+                    "OCCURRENCE",
+                    "DUE",
+                    "ATTEMPT",
+                    "SEQ",
+                    "AGREED",
+                    "OUTCOME",
+                    "OUTBOX",
+                ],
+                &history_rows(&d.history),
+            );
+            for l in t.lines() {
+                out.push_str(&format!("  {l}\n"));
+            }
+        }
+        if !d.dead.is_empty() {
+            out.push_str("dead runs:\n");
+            for r in &d.dead {
+                out.push_str(&format!(
+                    "  occurrence {} due {} after {} attempts: {}\n",
+                    r.occurrence,
+                    due(&r.due),
+                    r.attempts,
+                    outcome(&r.outcome)
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The cluster's state: the book and outbox (by quorum) and each node's tick pool.
+pub fn cluster(
+    height: u64,
+    book: Option<&BookState>,
+    outbox: Option<&OutboxState>,
+    pools: &[(String, Result<Value, String>)],
+    as_json: bool,
+) -> String {
+    if as_json {
+        return json!({
+            "at_height": height,
+            "book": book.map(|b| json!({
+                "component": b.component,
+                "schedules": b.schedules,
+                "paused": b.paused,
+                "parked": b.parked,
+                "retries_pending": b.retries_pending,
+                "dead_runs": b.dead_runs,
+                "runs": b.runs,
+                "earliest_due_ms": b.earliest_due_ms,
+            })),
+            "outbox": outbox.map(|o| json!({
+                "first_index": o.first_index,
+                "head": o.head,
+                "depth": o.held,
+                "held_bytes": o.held_bytes,
+                "with_result": o.with_result,
+                "refused_results": o.refused_results,
+            })),
+            "tick_pools": pools.iter().map(|(n, r)| match r {
+                Ok(v) => json!({"node": n, "pool": v}),
+                Err(e) => json!({"node": n, "error": e}),
+            }).collect::<Vec<_>>(),
+        })
+        .to_string();
+    }
+    let mut out = format!("at height {height} (believed by quorum)\n");
+    match book {
+        Some(b) => out.push_str(&format!(
+            "book:   component {}, {} schedules ({} paused, {} parked, {} retrying), {} dead runs, {} runs, earliest due {}\n",
+            b.component,
+            b.schedules,
+            b.paused,
+            b.parked,
+            b.retries_pending,
+            b.dead_runs,
+            b.runs,
+            b.earliest_due_ms.map_or("-".into(), utc)
+        )),
+        None => out.push_str("book:   none\n"),
+    }
+    match outbox {
+        Some(o) => out.push_str(&format!(
+            "outbox: depth {} ({} bytes), records {}..={}, consumer acknowledged below {}, {} with a result, {} results refused\n",
+            o.held, o.held_bytes, o.first_index, o.head, o.first_index, o.with_result, o.refused_results
+        )),
+        None => out.push_str("outbox: none\n"),
+    }
+    out.push_str("tick pools (node-local):\n");
+    let rows: Vec<Vec<String>> = pools
+        .iter()
+        .map(|(n, r)| match r {
+            Ok(v) => {
+                let refused: u64 = v["refused"]
+                    .as_object()
+                    .map_or(0, |o| o.values().filter_map(Value::as_u64).sum());
+                vec![
+                    n.clone(),
+                    v["pending"].to_string(),
+                    v["admitted"].to_string(),
+                    refused.to_string(),
+                ]
+            }
+            Err(e) => vec![n.clone(), "-".into(), "-".into(), e.clone()],
+        })
+        .collect();
+    for l in table(&["NODE", "PENDING", "ADMITTED", "REFUSED"], &rows).lines() {
+        out.push_str(&format!("  {l}\n"));
+    }
+    out
+}

@@ -1,0 +1,381 @@
+//! The `ccron` CLI against four in-process node APIs (the node's real router behind the bounded
+//! server) whose requests a small executor loop runs on a real `CronLedger` with a schedule
+//! book, one block at a time. One node lies (it publishes a doctored book at the honest
+//! height): reads by quorum outvote it; mutations are signed requests whose result is read
+//! back by quorum; unreachable and disagreeing nodes are typed errors with their exit codes.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ccron::host::app::{AppError, Application, ClientId, Digest32, ExecContext};
+use ccron::host::{BookConfig, CronLedger, LedgerScheduler, TickPool};
+use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Target, Timing};
+use ccron::{CronTableRegistry, MemPages, Tick};
+use ccron_cli::{Cli, CliError, Env, run};
+use ccron_node::api::{ApiState, lock, serve_with, server_config};
+use ccron_node::mempool::{Mempool, MempoolConfig};
+use ccron_node::read::NodeReads;
+use ccron_node::results::RequestResults;
+use ccron_node::types::Validators;
+use clap::Parser;
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, Default, Clone)]
+struct Counter(u64);
+
+impl Application for Counter {
+    fn execute(&mut self, _: ExecContext, _: ClientId, _: &[u8]) -> Vec<u8> {
+        b"err unknown".to_vec()
+    }
+    fn digest(&self) -> Digest32 {
+        Sha256::digest(self.0.to_le_bytes()).into()
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+    fn restore(&mut self, s: &[u8]) -> Result<(), AppError> {
+        let b = <[u8; 8]>::try_from(s).map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+        self.0 = u64::from_le_bytes(b);
+        Ok(())
+    }
+}
+
+const SECRET: [u8; 32] = [9; 32];
+
+fn operator() -> ClientId {
+    let key = ed25519_dalek::SigningKey::from_bytes(&SECRET);
+    ccron_node::request::client_id(&key.verifying_key().to_bytes())
+}
+
+fn ledger(schedules: usize) -> CronLedger<Counter> {
+    let mut h: Handlers<Counter> = Handlers::new();
+    assert!(h.register("count", |ctx| ctx.state.0 += 1));
+    let cfg = BookConfig {
+        component: 1,
+        position: 0,
+        limits: Limits::default(),
+        book_pages: 16,
+        outbox_pages: 2,
+    };
+    let mut l = CronLedger::new(Counter::default(), CronTableRegistry::new())
+        .with_scheduler(LedgerScheduler::new(cfg, h));
+    for i in 0..schedules {
+        let timing = if i == 1 {
+            Timing::Cron {
+                expression: "0 9 * * 1-5".into(),
+                zone: None,
+            }
+        } else {
+            Timing::Every {
+                period_ms: 60_000,
+                start_ms: Some(0),
+            }
+        };
+        let s = NewSchedule::new("count", timing).with_key(format!("job-{i}"));
+        let payload = ccron::codec::to_blob(&ScheduleRequest::Create(s)).unwrap();
+        let ctx = ExecContext {
+            seq: 1,
+            agreed_time_ms: Some(1_000),
+        };
+        assert!(l.execute(ctx, operator(), &payload).starts_with(b"ok"));
+    }
+    let mut pages = MemPages::new(4096, 0);
+    l.on_tick(Tick::new(1, 2, Some(61_000)), &mut pages)
+        .unwrap();
+    l
+}
+
+fn api(index: u64) -> ApiState {
+    ApiState {
+        mempool: Arc::new(Mutex::new(Mempool::new(
+            MempoolConfig::default(),
+            Default::default(),
+        ))),
+        outbox: ccron_http::PublishedOutbox::new(index),
+        ticks: Arc::new(Mutex::new(TickPool::new(4, [1]))),
+        validators: Validators::new(&[[1; 32], [2; 32], [3; 32], [4; 32]]),
+        ticks_invalid: Arc::new(AtomicU64::new(0)),
+        results: Arc::new(Mutex::new(RequestResults::default())),
+        reads: NodeReads::new(index),
+    }
+}
+
+/// Four nodes, node 3 lying; a task executes what their pools hold, one block every 30 ms.
+async fn cluster() -> Vec<SocketAddr> {
+    let nodes: Vec<ApiState> = (0..4).map(api).collect();
+    let mut honest = ledger(3);
+    // The liar's book: a schedule nobody created, and job-0 missing.
+    let mut liar = ledger(4);
+    let payload =
+        ccron::codec::to_blob(&ScheduleRequest::Cancel(Target::Key("job-0".into()))).unwrap();
+    let ctx = ExecContext {
+        seq: 2,
+        agreed_time_ms: Some(61_000),
+    };
+    assert!(liar.execute(ctx, operator(), &payload).starts_with(b"ok"));
+    let publish =
+        |nodes: &[ApiState], honest: &CronLedger<Counter>, liar: &CronLedger<Counter>, h| {
+            for n in &nodes[..3] {
+                n.reads.publish(honest, h, honest.digest());
+            }
+            nodes[3].reads.publish(liar, h, liar.digest());
+        };
+    publish(&nodes, &honest, &liar, 2);
+    let mut addrs = Vec::new();
+    for n in &nodes {
+        addrs.push(
+            serve_with("127.0.0.1:0".parse().unwrap(), n.clone(), server_config())
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::spawn(async move {
+        let mut height = 2u64;
+        let mut done: BTreeSet<[u8; 32]> = BTreeSet::new();
+        loop {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let mut block = Vec::new();
+            for n in &nodes {
+                for r in lock(&n.mempool).select(64, 1 << 20) {
+                    if done.insert(r.digest().0) {
+                        block.push(r);
+                    }
+                }
+            }
+            if block.is_empty() {
+                continue;
+            }
+            height += 1;
+            let ctx = ExecContext {
+                seq: height,
+                agreed_time_ms: Some(61_000 + height as i64),
+            };
+            let mut executed = Vec::new();
+            for r in &block {
+                let reply = honest.execute(ctx, r.client(), &r.request.payload);
+                executed.push((r.client(), r.request.number));
+                for n in &nodes {
+                    lock(&n.results).record(r.client(), r.request.number, height, &reply);
+                }
+            }
+            for n in &nodes {
+                lock(&n.mempool).after_block(&block, &executed);
+            }
+            publish(&nodes, &honest, &liar, height);
+        }
+    });
+    addrs
+}
+
+fn nodes(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+async fn ccron(args: &[&str]) -> Result<String, CliError> {
+    let cli = Cli::try_parse_from(std::iter::once("ccron").chain(args.iter().copied()))
+        .map_err(|e| CliError::Args(e.to_string()))?;
+    run(
+        cli,
+        Env {
+            now_ms: 1_700_000_000_000,
+            entropy: [5; 32],
+        },
+    )
+    .await
+}
+
+fn key_file() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ccron-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("operator.key");
+    std::fs::write(&p, format!("{}\n", ccron_node::types::hex(&SECRET))).unwrap();
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_outvote_a_liar_and_mutations_are_signed_requests() {
+    let addrs = cluster().await;
+    let all = nodes(&addrs);
+
+    // List: the honest three agree; the liar's extra schedule and missing job-0 are outvoted.
+    let out = ccron(&["schedules", "list", "--nodes", &all])
+        .await
+        .unwrap();
+    assert!(out.starts_with("ID"), "{out}");
+    for k in ["job-0", "job-1", "job-2"] {
+        assert!(out.contains(k), "{out}");
+    }
+    assert!(!out.contains("job-3"), "{out}");
+    assert!(out.contains("3 of 3 matching"), "{out}");
+    let json: serde_json::Value = serde_json::from_str(
+        &ccron(&["schedules", "list", "--nodes", &all, "--json"])
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json["items"].as_array().unwrap().len(), 3);
+    assert_eq!(json["at_height"], 2);
+
+    // Describe, preview, history.
+    let out = ccron(&["schedules", "describe", "key:job-1", "--nodes", &all])
+        .await
+        .unwrap();
+    assert!(out.contains("cron \"0 9 * * 1-5\" UTC"), "{out}");
+    assert!(out.contains("upcoming:"), "{out}");
+    let p: serde_json::Value = serde_json::from_str(
+        &ccron(&[
+            "schedules",
+            "preview",
+            "job-1",
+            "--count",
+            "4",
+            "--nodes",
+            &all,
+            "--json",
+        ])
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(p["upcoming"].as_array().unwrap().len(), 4);
+    assert!(
+        p["upcoming"][0]["utc"]
+            .as_str()
+            .unwrap()
+            .ends_with("09:00:00.000Z")
+    );
+    let h = ccron(&["schedules", "history", "1", "--nodes", &all])
+        .await
+        .unwrap();
+    assert!(h.contains("OUTCOME") && h.contains(" ok"), "{h}");
+    let e = ccron(&["schedules", "describe", "key:nope", "--nodes", &all])
+        .await
+        .unwrap_err();
+    assert_eq!(e.exit_code(), 5, "{e}");
+
+    // Pause job-2 with the operator's key; read it back by quorum.
+    let key = key_file();
+    let key = key.to_str().unwrap();
+    let out = ccron(&[
+        "schedules",
+        "pause",
+        "key:job-2",
+        "--key-file",
+        key,
+        "--number",
+        "1",
+        "--nodes",
+        &all,
+    ])
+    .await
+    .unwrap();
+    assert!(out.starts_with("ok"), "{out}");
+    let mut paused = String::new();
+    for _ in 0..50 {
+        paused = ccron(&["schedules", "list", "--paused", "true", "--nodes", &all])
+            .await
+            .unwrap();
+        if paused.contains("job-2") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        paused.contains("job-2") && paused.contains("paused"),
+        "{paused}"
+    );
+    // The ledger's refusal is a typed error (exit 7).
+    let e = ccron(&[
+        "schedules",
+        "cancel",
+        "999",
+        "--key-file",
+        key,
+        "--number",
+        "2",
+        "--nodes",
+        &all,
+    ])
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(e, CliError::Refused(ref m) if m.contains("err")),
+        "{e}"
+    );
+    assert_eq!(e.exit_code(), 7);
+
+    // Cluster status: book and outbox by quorum, tick pools per node.
+    let s = ccron(&["cluster", "status", "--nodes", &all])
+        .await
+        .unwrap();
+    assert!(s.contains("3 schedules (1 paused"), "{s}");
+    assert!(s.contains("tick pools (node-local)"), "{s}");
+
+    // Disagreement: an honest node and the liar, quorum 2.
+    let two = nodes(&[addrs[0], addrs[3]]);
+    let e = ccron(&["schedules", "list", "--nodes", &two, "--quorum", "2"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.exit_code(), 4, "{e}");
+    assert!(e.to_string().contains("no 2 nodes agree"), "{e}");
+
+    // Unreachable: nothing listens.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", l.local_addr().unwrap());
+    drop(l);
+    let e = ccron(&[
+        "schedules",
+        "list",
+        "--nodes",
+        &format!("{dead},{dead},{dead},{}", nodes(&addrs[..1])),
+        "--timeout-ms",
+        "300",
+    ])
+    .await
+    .unwrap_err();
+    assert_eq!(e.exit_code(), 3, "{e}");
+    // A bad key file.
+    let e = ccron(&[
+        "schedules",
+        "pause",
+        "1",
+        "--key-file",
+        "/nonexistent",
+        "--nodes",
+        &all,
+    ])
+    .await
+    .unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+}
+
+#[tokio::test]
+async fn keys_are_written_once_and_shown() {
+    let dir = std::env::temp_dir().join(format!("ccron-cli-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("k");
+    let _ = std::fs::remove_file(&p);
+    let p = p.to_str().unwrap().to_string();
+    let out = ccron(&["key", "new", "--out", &p]).await.unwrap();
+    assert!(out.contains("client id"), "{out}");
+    assert_eq!(
+        ccron(&["key", "show", "--key-file", &p]).await.unwrap(),
+        out
+    );
+    // Never overwritten.
+    assert_eq!(
+        ccron(&["key", "new", "--out", &p])
+            .await
+            .unwrap_err()
+            .exit_code(),
+        2
+    );
+}

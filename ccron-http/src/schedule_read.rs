@@ -1,0 +1,472 @@
+//! The quorum reader of schedule queries: ask every node, believe an answer only when `quorum`
+//! (f+1) nodes return it byte-identically at the same height.
+//!
+//! A [`ScheduleReader`] sends one [`ScheduleQuery`] to every endpoint concurrently, each under
+//! a timeout and reading at most [`ScheduleReadConfig::max_response_bytes`]; every answer is
+//! decoded by ccron's bounded decoder ([`QueryAnswer::decode`]). [`decide`] groups the valid
+//! answers by (height, canonical body bytes): a group of at least `quorum` answers holds at
+//! least one honest node, so it is true at its height. With several such groups (honest nodes
+//! a height apart) the highest height wins. Up to f lying nodes can neither forge, alter nor
+//! hide an answer. When no group reaches the quorum the read is retried
+//! ([`ScheduleReadConfig::attempts`]: honest nodes a block apart agree a moment later), then
+//! fails with a typed error: [`ScheduleReadError::Unreachable`] when fewer than `quorum` nodes
+//! answered at all, [`ScheduleReadError::Disagreement`] when enough answered but no `quorum`
+//! of them agree (each answer's height and digest listed), [`ScheduleReadError::Conflict`] when
+//! two different answers each reached the quorum at one height (more than f nodes lie).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ccron::schedule::query::{QueryAnswer, QueryBody};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::Uri;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sha2::{Digest, Sha256};
+use tokio::task::JoinSet;
+
+use crate::schedules::{ScheduleQuery, path_of};
+
+/// Settings of a [`ScheduleReader`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleReadConfig {
+    /// Base URI of each node (`http://host:port`).
+    pub endpoints: Vec<String>,
+    /// Identical answers needed (f+1 for n = 3f+1 nodes).
+    pub quorum: usize,
+    /// Largest answer body read.
+    pub max_response_bytes: usize,
+    /// Time allowed for one node's whole answer.
+    pub timeout_ms: u64,
+    /// TCP connect timeout.
+    pub connect_timeout_ms: u64,
+    /// Reads tried before giving up on agreement (at least 1).
+    pub attempts: u32,
+    /// Pause between attempts.
+    pub retry_delay_ms: u64,
+}
+
+impl ScheduleReadConfig {
+    /// `endpoints` with quorum `quorum`, answers up to the format's bound, a 2 s timeout, a 1 s
+    /// connect timeout, 3 attempts 200 ms apart.
+    pub fn new(endpoints: Vec<String>, quorum: usize) -> Self {
+        Self {
+            endpoints,
+            quorum,
+            max_response_bytes: ccron::schedule::query::MAX_ANSWER_BYTES,
+            timeout_ms: 2_000,
+            connect_timeout_ms: 1_000,
+            attempts: 3,
+            retry_delay_ms: 200,
+        }
+    }
+
+    /// The quorum of a cluster of `n` nodes tolerating `f = (n - 1) / 3` faulty ones: f+1.
+    pub fn quorum_of(n: usize) -> usize {
+        n.saturating_sub(1) / 3 + 1
+    }
+}
+
+/// What one node answered, as the error reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeAnswer {
+    /// A valid answer: its height and the SHA-256 of its body (hex, 16 characters shown).
+    Answered {
+        /// The node.
+        endpoint: String,
+        /// The height it named.
+        at_height: u64,
+        /// Its body's digest, short hex.
+        digest: String,
+    },
+    /// No valid answer.
+    Failed {
+        /// The node.
+        endpoint: String,
+        /// Why.
+        error: String,
+    },
+}
+
+impl std::fmt::Display for NodeAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeAnswer::Answered {
+                endpoint,
+                at_height,
+                digest,
+            } => write!(f, "{endpoint}: height {at_height}, answer {digest}"),
+            NodeAnswer::Failed { endpoint, error } => write!(f, "{endpoint}: {error}"),
+        }
+    }
+}
+
+fn list(answers: &[NodeAnswer]) -> String {
+    answers
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Why a quorum read failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScheduleReadError {
+    /// The configuration is unusable (no endpoints, a quorum outside 1..=endpoints, a bad URI).
+    #[error("bad reader configuration: {0}")]
+    Config(String),
+    /// Fewer than `quorum` nodes gave a valid answer.
+    #[error("only {answered} of {asked} nodes answered, {quorum} needed: {}", list(.answers))]
+    Unreachable {
+        /// Valid answers.
+        answered: usize,
+        /// Nodes asked.
+        asked: usize,
+        /// Needed.
+        quorum: usize,
+        /// Every node's outcome.
+        answers: Vec<NodeAnswer>,
+    },
+    /// Enough nodes answered, but no `quorum` of them identically at one height.
+    #[error("no {quorum} nodes agree: {}", list(.answers))]
+    Disagreement {
+        /// Needed.
+        quorum: usize,
+        /// Every node's outcome.
+        answers: Vec<NodeAnswer>,
+    },
+    /// Two different answers each reached the quorum at the same height: more than f nodes
+    /// lie (or the quorum is too small for the cluster).
+    #[error("conflicting answers each reached {quorum} at height {at_height}: {}", list(.answers))]
+    Conflict {
+        /// Needed.
+        quorum: usize,
+        /// The height.
+        at_height: u64,
+        /// Every node's outcome.
+        answers: Vec<NodeAnswer>,
+    },
+}
+
+/// An answer `quorum` nodes returned identically.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Believed {
+    /// The height it was read at.
+    pub at_height: u64,
+    /// The answer.
+    pub body: QueryBody,
+    /// The nodes that returned it.
+    pub agreeing: Vec<String>,
+    /// Every node's outcome.
+    pub answers: Vec<NodeAnswer>,
+}
+
+fn short_hex(d: &[u8]) -> String {
+    d.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Decides what to believe from each endpoint's outcome (`(endpoint, answer or error)`), see
+/// the module documentation. Pure: the network part is [`ScheduleReader::read`].
+///
+/// # Errors
+/// [`ScheduleReadError::Unreachable`], [`ScheduleReadError::Disagreement`],
+/// [`ScheduleReadError::Conflict`].
+pub fn decide(
+    outcomes: Vec<(String, Result<QueryAnswer, String>)>,
+    quorum: usize,
+) -> Result<Believed, ScheduleReadError> {
+    let asked = outcomes.len();
+    let mut answers = Vec::with_capacity(asked);
+    // (height, body bytes) -> (body, endpoints)
+    let mut groups: BTreeMap<(u64, Vec<u8>), (QueryBody, Vec<String>)> = BTreeMap::new();
+    for (endpoint, outcome) in outcomes {
+        let a = match outcome
+            .and_then(|a| a.body.encode().map(|b| (a, b)).map_err(|e| e.to_string()))
+        {
+            Ok(a) => a,
+            Err(error) => {
+                answers.push(NodeAnswer::Failed { endpoint, error });
+                continue;
+            }
+        };
+        let (answer, bytes) = a;
+        answers.push(NodeAnswer::Answered {
+            endpoint: endpoint.clone(),
+            at_height: answer.at_height,
+            digest: short_hex(&Sha256::digest(&bytes)),
+        });
+        groups
+            .entry((answer.at_height, bytes))
+            .or_insert_with(|| (answer.body, Vec::new()))
+            .1
+            .push(endpoint);
+    }
+    let answered = answers
+        .iter()
+        .filter(|a| matches!(a, NodeAnswer::Answered { .. }))
+        .count();
+    if answered < quorum {
+        return Err(ScheduleReadError::Unreachable {
+            answered,
+            asked,
+            quorum,
+            answers,
+        });
+    }
+    let mut best: Option<(u64, QueryBody, Vec<String>)> = None;
+    for ((height, _), (body, eps)) in groups {
+        if eps.len() < quorum {
+            continue;
+        }
+        match &best {
+            Some((h, _, _)) if *h == height => {
+                return Err(ScheduleReadError::Conflict {
+                    quorum,
+                    at_height: height,
+                    answers,
+                });
+            }
+            // Ascending heights: a later group is higher.
+            _ => best = Some((height, body, eps)),
+        }
+    }
+    match best {
+        Some((at_height, body, agreeing)) => Ok(Believed {
+            at_height,
+            body,
+            agreeing,
+            answers,
+        }),
+        None => Err(ScheduleReadError::Disagreement { quorum, answers }),
+    }
+}
+
+/// Reads schedule queries from a cluster by quorum (see the module documentation).
+pub struct ScheduleReader {
+    cfg: ScheduleReadConfig,
+    client: Client<HttpConnector, Empty<Bytes>>,
+}
+
+impl std::fmt::Debug for ScheduleReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScheduleReader")
+            .field("endpoints", &self.cfg.endpoints)
+            .field("quorum", &self.cfg.quorum)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScheduleReader {
+    /// A reader of `cfg.endpoints`. Call it inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`ScheduleReadError::Config`].
+    pub fn new(cfg: ScheduleReadConfig) -> Result<Self, ScheduleReadError> {
+        if cfg.endpoints.is_empty() || cfg.quorum == 0 || cfg.quorum > cfg.endpoints.len() {
+            return Err(ScheduleReadError::Config(format!(
+                "quorum {} of {} endpoints",
+                cfg.quorum,
+                cfg.endpoints.len()
+            )));
+        }
+        for e in &cfg.endpoints {
+            e.parse::<Uri>()
+                .map_err(|err| ScheduleReadError::Config(format!("{e}: {err}")))?;
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        Ok(Self { cfg, client })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ScheduleReadConfig {
+        &self.cfg
+    }
+
+    /// Asks every node `q` once, concurrently; each outcome in endpoint order.
+    pub async fn ask(&self, q: &ScheduleQuery) -> Vec<(String, Result<QueryAnswer, String>)> {
+        let path = path_of(q);
+        let mut set = JoinSet::new();
+        for (i, base) in self.cfg.endpoints.iter().enumerate() {
+            let uri = format!("{}{path}", base.trim_end_matches('/'));
+            let client = self.client.clone();
+            let (max, timeout_ms) = (self.cfg.max_response_bytes, self.cfg.timeout_ms);
+            set.spawn(async move {
+                let r = tokio::time::timeout(
+                    Duration::from_millis(timeout_ms),
+                    fetch(&client, &uri, max),
+                )
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {timeout_ms} ms")));
+                (i, r)
+            });
+        }
+        let mut out: Vec<(String, Result<QueryAnswer, String>)> = self
+            .cfg
+            .endpoints
+            .iter()
+            .map(|e| (e.clone(), Err("task failed".to_string())))
+            .collect();
+        while let Some(joined) = set.join_next().await {
+            if let Ok((i, r)) = joined
+                && let Some(slot) = out.get_mut(i)
+            {
+                if let Err(e) = &r {
+                    tracing::warn!(endpoint = %slot.0, error = %e, "schedule read failed");
+                }
+                slot.1 = r;
+            }
+        }
+        out
+    }
+
+    /// Reads `q` by quorum, retrying up to [`ScheduleReadConfig::attempts`] times while no
+    /// answer reaches the quorum.
+    ///
+    /// # Errors
+    /// The last attempt's [`ScheduleReadError`].
+    pub async fn read(&self, q: &ScheduleQuery) -> Result<Believed, ScheduleReadError> {
+        let attempts = self.cfg.attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            match decide(self.ask(q).await, self.cfg.quorum) {
+                Ok(b) => return Ok(b),
+                Err(e @ ScheduleReadError::Conflict { .. }) => return Err(e),
+                Err(e) if attempt >= attempts => return Err(e),
+                Err(e) => {
+                    tracing::debug!(attempt, error = %e, "schedule read: no quorum yet, retrying");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(self.cfg.retry_delay_ms)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn fetch(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    uri: &str,
+    max_response_bytes: usize,
+) -> Result<QueryAnswer, String> {
+    let uri: Uri = uri.parse().map_err(|e| format!("bad URI {uri}: {e}"))?;
+    let resp = client
+        .get(uri)
+        .await
+        .map_err(|e| format!("transport: {e}"))?;
+    let status = resp.status();
+    let body = Limited::new(resp.into_body(), max_response_bytes)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                format!("answer longer than {max_response_bytes} bytes")
+            } else {
+                format!("transport: {e}")
+            }
+        })?
+        .to_bytes();
+    if !status.is_success() {
+        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        return Err(format!("status {}: {text}", status.as_u16()));
+    }
+    QueryAnswer::decode(&body).map_err(|e| format!("bad answer: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccron::schedule::query::BookState;
+
+    fn book(n: u64) -> QueryBody {
+        QueryBody::Book(BookState {
+            schedules: n,
+            ..BookState::default()
+        })
+    }
+
+    fn at(h: u64, body: QueryBody) -> Result<QueryAnswer, String> {
+        Ok(QueryAnswer {
+            replica: 0,
+            at_height: h,
+            body,
+        })
+    }
+
+    fn o(v: Vec<Result<QueryAnswer, String>>) -> Vec<(String, Result<QueryAnswer, String>)> {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, r)| (format!("n{i}"), r))
+            .collect()
+    }
+
+    #[test]
+    fn a_liar_is_outvoted_and_disagreement_is_typed() {
+        // One liar of four (quorum 2): the honest answer wins, even when the liar claims a
+        // higher height.
+        let b = decide(
+            o(vec![
+                at(5, book(3)),
+                at(9, book(99)),
+                at(5, book(3)),
+                at(5, book(3)),
+            ]),
+            2,
+        )
+        .unwrap();
+        assert_eq!((b.at_height, b.body.clone()), (5, book(3)));
+        assert_eq!(b.agreeing, vec!["n0", "n2", "n3"]);
+        // Honest nodes a height apart: the highest group reaching the quorum wins.
+        let b = decide(
+            o(vec![
+                at(5, book(3)),
+                at(6, book(4)),
+                at(6, book(4)),
+                at(5, book(3)),
+            ]),
+            2,
+        )
+        .unwrap();
+        assert_eq!((b.at_height, b.body), (6, book(4)));
+        // Same body, different heights: not one group.
+        let e = decide(
+            o(vec![at(5, book(3)), at(6, book(3)), Err("down".into())]),
+            2,
+        );
+        assert!(matches!(e, Err(ScheduleReadError::Disagreement { .. })));
+        // Too few answers.
+        let e = decide(
+            o(vec![at(5, book(3)), Err("down".into()), Err("down".into())]),
+            2,
+        );
+        assert!(matches!(
+            e,
+            Err(ScheduleReadError::Unreachable {
+                answered: 1,
+                asked: 3,
+                ..
+            })
+        ));
+        // Two quorums at one height: more than f liars.
+        let e = decide(
+            o(vec![
+                at(5, book(3)),
+                at(5, book(3)),
+                at(5, book(4)),
+                at(5, book(4)),
+            ]),
+            2,
+        );
+        assert!(matches!(
+            e,
+            Err(ScheduleReadError::Conflict { at_height: 5, .. })
+        ));
+        assert_eq!(ScheduleReadConfig::quorum_of(4), 2);
+        assert_eq!(ScheduleReadConfig::quorum_of(7), 3);
+        assert_eq!(ScheduleReadConfig::quorum_of(1), 1);
+    }
+}

@@ -1,0 +1,598 @@
+//! A replica's schedule read endpoint: list, describe, the book as a whole and the outbox's
+//! depth, each answered as a versioned, bounded [`QueryAnswer`] naming the height it was read
+//! at (`ccron::schedule::query`). The client that believes only f+1 identical answers is
+//! [`crate::schedule_read`].
+//!
+//! Routes ([`schedule_router`], all `GET`, answers `application/octet-stream`):
+//!
+//! - [`SCHEDULES_PATH`]`?owner=&component=&handler=&topic=&paused=&parked=&after=&limit=`: a
+//!   [`ScheduleList`](ccron::schedule::query::ScheduleList) (every parameter optional; `owner`
+//!   is `host` or `client:N`; `after` is the previous page's cursor; text values
+//!   percent-encoded).
+//! - [`SCHEDULE_PATH`]`?id=N` or `?key=K`, optionally `&preview=N`: a description
+//!   (`Describe(None)` when no schedule has that id or key, so that readers agree on absence
+//!   too).
+//! - [`BOOK_PATH`]: the book as a whole ([`BookState`](ccron::schedule::query::BookState)).
+//! - [`OUTBOX_STATE_PATH`]: the committed outbox's depth and the consumer's progress.
+//!
+//! `400` for a malformed query (unknown or repeated parameter, a bad number, over 1 KiB), `503`
+//! while nothing is published, `404` from [`SCHEDULES_PATH`] and friends when the application
+//! keeps no book. Reads only; anyone who reaches the endpoint may read (put it behind the
+//! network's access control if the schedules are secret). Mount it in a bounded server
+//! ([`crate::server::serve`]).
+//!
+//! [`PublishedBook`] is the [`ScheduleSource`] a host fills after every executed height: it
+//! clones the book only when the application's state digest changed (O(book) per change,
+//! fine for examples and moderate books; a production node serves reads from its store) and
+//! otherwise only moves the height. Queries run on the reading thread over the shared
+//! snapshot, never on the executing thread.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use ccron::host::app::{AppError, Application, ClientId, Digest32, ExecContext, FireNote};
+use ccron::outbox::Outbox;
+use ccron::schedule::query::{self, OutboxState, QueryAnswer, QueryBody, ScheduleFilter};
+use ccron::schedule::{Principal, Scheduler, Target};
+use ccron::{PageRange, ReservedPages, Tick};
+
+/// Path of the list query.
+pub const SCHEDULES_PATH: &str = "/ccron/v1/schedules";
+/// Path of the describe query.
+pub const SCHEDULE_PATH: &str = "/ccron/v1/schedule";
+/// Path of the book query.
+pub const BOOK_PATH: &str = "/ccron/v1/book";
+/// Path of the outbox state query.
+pub const OUTBOX_STATE_PATH: &str = "/ccron/v1/outbox/state";
+
+/// Longest query string accepted.
+pub const MAX_QUERY_BYTES: usize = 1024;
+
+/// A query, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScheduleQuery {
+    /// List with a filter.
+    List(ScheduleFilter),
+    /// Describe a schedule with its next `preview` instants.
+    Describe {
+        /// Which.
+        target: Target,
+        /// How many upcoming instants (clamped to `query::MAX_PREVIEW`).
+        preview: usize,
+    },
+    /// The book as a whole.
+    Book,
+    /// The outbox's depth.
+    Outbox,
+}
+
+/// Why a source cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unanswerable {
+    /// Nothing published yet (`503`).
+    NotYet,
+    /// The application keeps no schedule book (`404`).
+    NoBook,
+}
+
+/// What a replica's schedule read endpoint answers from.
+pub trait ScheduleSource: Send + Sync + 'static {
+    /// The answer to `q`, as of the last published height.
+    ///
+    /// # Errors
+    /// [`Unanswerable`].
+    fn answer(&self, q: &ScheduleQuery) -> Result<QueryAnswer, Unanswerable>;
+}
+
+#[derive(Debug)]
+struct Snap {
+    book: Option<Arc<Scheduler>>,
+    outbox: Option<OutboxState>,
+    at_height: u64,
+    digest: [u8; 32],
+}
+
+/// A replica's last committed book and outbox state, shared between its executing thread
+/// (which [`publish`](Self::publish)es) and its read endpoint (a [`ScheduleSource`]).
+#[derive(Debug, Clone)]
+pub struct PublishedBook {
+    replica: u64,
+    inner: Arc<Mutex<Option<Snap>>>,
+}
+
+impl PublishedBook {
+    /// Nothing published yet, for replica `replica`.
+    pub fn new(replica: u64) -> Self {
+        Self {
+            replica,
+            inner: Arc::default(),
+        }
+    }
+
+    /// Publishes the state after executing height `at_height` whose application state digest
+    /// is `digest`: the book and the outbox's state are taken again only when the digest
+    /// changed. Returns whether they were.
+    pub fn publish(
+        &self,
+        book: Option<&Scheduler>,
+        outbox: Option<&Outbox>,
+        at_height: u64,
+        digest: [u8; 32],
+    ) -> bool {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = g.as_mut()
+            && s.digest == digest
+        {
+            s.at_height = at_height;
+            return false;
+        }
+        *g = Some(Snap {
+            book: book.map(|b| Arc::new(b.clone())),
+            outbox: outbox.map(query::outbox_state),
+            at_height,
+            digest,
+        });
+        true
+    }
+
+    /// The last published book and its height.
+    pub fn book(&self) -> Option<(Arc<Scheduler>, u64)> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let s = g.as_ref()?;
+        Some((s.book.clone()?, s.at_height))
+    }
+
+    /// The last published outbox state and its height.
+    pub fn outbox(&self) -> Option<(OutboxState, u64)> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let s = g.as_ref()?;
+        Some((s.outbox?, s.at_height))
+    }
+
+    /// The last publish in one piece: the book (if the application keeps one), the outbox
+    /// state (likewise) and their height.
+    pub fn snapshot(&self) -> Option<(Option<Arc<Scheduler>>, Option<OutboxState>, u64)> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|s| (s.book.clone(), s.outbox, s.at_height))
+    }
+
+    /// The height of the last publish.
+    pub fn at_height(&self) -> Option<u64> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|s| s.at_height)
+    }
+}
+
+impl ScheduleSource for PublishedBook {
+    fn answer(&self, q: &ScheduleQuery) -> Result<QueryAnswer, Unanswerable> {
+        let (book, outbox, at_height) = {
+            let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let s = g.as_ref().ok_or(Unanswerable::NotYet)?;
+            (s.book.clone(), s.outbox, s.at_height)
+        };
+        let body = match q {
+            ScheduleQuery::Outbox => QueryBody::Outbox(outbox),
+            other => {
+                let book = book.ok_or(Unanswerable::NoBook)?;
+                answer_book(&book, other)
+            }
+        };
+        Ok(QueryAnswer {
+            replica: self.replica,
+            at_height,
+            body,
+        })
+    }
+}
+
+/// The body `book` answers to a book query (`Outbox` answers `Outbox(None)`).
+pub fn answer_book(book: &Scheduler, q: &ScheduleQuery) -> QueryBody {
+    match q {
+        ScheduleQuery::List(f) => QueryBody::List(query::list(book, f)),
+        ScheduleQuery::Describe { target, preview } => {
+            QueryBody::Describe(query::describe(book, target, *preview).map(Box::new))
+        }
+        ScheduleQuery::Book => QueryBody::Book(query::book_state(book)),
+        ScheduleQuery::Outbox => QueryBody::Outbox(None),
+    }
+}
+
+/// An [`Application`] wrapper that publishes the inner application's book and outbox state
+/// into a [`PublishedBook`] after every executed request, tick, restore and reload, so a host
+/// that does not publish by itself (sim-bft's threaded runtime) serves [`schedule_router`]
+/// without knowing the application. Replicated behaviour is the inner application's,
+/// unchanged; each publish costs one [`Application::digest`] (cheap by contract) and a clone of
+/// the book when the digest changed.
+pub struct PublishBook<A> {
+    inner: A,
+    out: PublishedBook,
+    at_seq: u64,
+}
+
+impl<A: Application> PublishBook<A> {
+    /// Wraps `inner`, publishing into `out`.
+    pub fn new(inner: A, out: PublishedBook) -> Self {
+        Self {
+            inner,
+            out,
+            at_seq: 0,
+        }
+    }
+
+    /// The wrapped application.
+    pub fn inner(&self) -> &A {
+        &self.inner
+    }
+
+    fn publish(&self) {
+        self.out.publish(
+            self.inner.schedule_book(),
+            self.inner.outbox(),
+            self.at_seq,
+            self.inner.digest(),
+        );
+    }
+}
+
+impl<A: Application> Application for PublishBook<A> {
+    fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        let r = self.inner.execute(ctx, client, payload);
+        self.at_seq = self.at_seq.max(ctx.seq);
+        self.publish();
+        r
+    }
+    fn digest(&self) -> Digest32 {
+        self.inner.digest()
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.inner.snapshot()
+    }
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        let r = self.inner.restore(snapshot);
+        self.publish();
+        r
+    }
+    fn on_tick(&mut self, tick: Tick, pages: &mut dyn ReservedPages) -> Result<(), AppError> {
+        let r = self.inner.on_tick(tick, pages);
+        self.at_seq = self.at_seq.max(tick.bft_sequence_num);
+        self.publish();
+        r
+    }
+    fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
+        let r = self.inner.reload(pages);
+        self.publish();
+        r
+    }
+    fn fires(&self) -> std::collections::BTreeMap<(u32, u32), u64> {
+        self.inner.fires()
+    }
+    fn halted(&self) -> Option<&AppError> {
+        self.inner.halted()
+    }
+    fn take_fire_notes(&mut self, out: &mut Vec<FireNote>) {
+        self.inner.take_fire_notes(out);
+    }
+    fn tick_components(&self) -> Vec<u32> {
+        self.inner.tick_components()
+    }
+    fn setup_digest(&self) -> Option<Digest32> {
+        self.inner.setup_digest()
+    }
+    fn outbox(&self) -> Option<&Outbox> {
+        self.inner.outbox()
+    }
+    fn schedule_book(&self) -> Option<&Scheduler> {
+        self.inner.schedule_book()
+    }
+    fn page_ranges(&self) -> Vec<PageRange> {
+        self.inner.page_ranges()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Query strings.
+
+/// Percent-decodes `s` (`%XX` and `+` as a space) into UTF-8.
+fn pct_decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or("bad percent escape")?;
+                out.push(hex);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| "not UTF-8".to_string())
+}
+
+/// Percent-encodes `s` for a query value (unreserved characters kept).
+pub fn pct_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &c in s.as_bytes() {
+        if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(c));
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
+}
+
+fn pairs(q: Option<&str>) -> Result<Vec<(String, String)>, String> {
+    let q = q.unwrap_or("");
+    if q.len() > MAX_QUERY_BYTES {
+        return Err("query too long".into());
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    for pair in q.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or("a parameter has no value")?;
+        let k = pct_decode(k)?;
+        if out.iter().any(|(seen, _)| *seen == k) {
+            return Err(format!("{k} given twice"));
+        }
+        out.push((k, pct_decode(v)?));
+    }
+    Ok(out)
+}
+
+fn num<T: std::str::FromStr>(k: &str, v: &str) -> Result<T, String> {
+    v.parse().map_err(|_| format!("{k}: not a number"))
+}
+
+fn boolean(k: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(format!("{k}: not true or false")),
+    }
+}
+
+/// Parses `host` or `client:N` (or a bare client id).
+pub fn parse_principal(v: &str) -> Result<Principal, String> {
+    if v == "host" {
+        return Ok(Principal::Host);
+    }
+    let n = v.strip_prefix("client:").unwrap_or(v);
+    n.parse()
+        .map(Principal::Client)
+        .map_err(|_| format!("owner {v:?}: host or client:N"))
+}
+
+/// Renders a principal as [`parse_principal`] reads it.
+pub fn principal_param(p: &Principal) -> String {
+    match p {
+        Principal::Host => "host".into(),
+        Principal::Client(id) => format!("client:{id}"),
+    }
+}
+
+/// Parses a list query string.
+///
+/// # Errors
+/// A message naming the bad parameter.
+pub fn parse_list(q: Option<&str>) -> Result<ScheduleFilter, String> {
+    let mut f = ScheduleFilter::default();
+    for (k, v) in pairs(q)? {
+        match k.as_str() {
+            "owner" => f.owner = Some(parse_principal(&v)?),
+            "component" => f.component = Some(num(&k, &v)?),
+            "handler" => f.handler = Some(v),
+            "topic" => f.topic = Some(v),
+            "paused" => f.paused = Some(boolean(&k, &v)?),
+            "parked" => f.parked = Some(boolean(&k, &v)?),
+            "after" => f.after = num(&k, &v)?,
+            "limit" => f.limit = num(&k, &v)?,
+            _ => return Err(format!("unknown parameter {k}")),
+        }
+    }
+    Ok(f)
+}
+
+/// Renders `f` as the query string [`parse_list`] reads.
+pub fn list_query(f: &ScheduleFilter) -> String {
+    let mut parts = Vec::new();
+    if let Some(o) = &f.owner {
+        parts.push(format!("owner={}", pct_encode(&principal_param(o))));
+    }
+    if let Some(c) = f.component {
+        parts.push(format!("component={c}"));
+    }
+    if let Some(h) = &f.handler {
+        parts.push(format!("handler={}", pct_encode(h)));
+    }
+    if let Some(t) = &f.topic {
+        parts.push(format!("topic={}", pct_encode(t)));
+    }
+    if let Some(p) = f.paused {
+        parts.push(format!("paused={p}"));
+    }
+    if let Some(p) = f.parked {
+        parts.push(format!("parked={p}"));
+    }
+    if f.after > 0 {
+        parts.push(format!("after={}", f.after));
+    }
+    if f.limit > 0 {
+        parts.push(format!("limit={}", f.limit));
+    }
+    parts.join("&")
+}
+
+/// Parses a describe query string.
+///
+/// # Errors
+/// A message naming the bad parameter.
+pub fn parse_describe(q: Option<&str>) -> Result<(Target, usize), String> {
+    let mut target = None;
+    let mut preview = 0usize;
+    for (k, v) in pairs(q)? {
+        match k.as_str() {
+            "id" if target.is_none() => target = Some(Target::Id(num(&k, &v)?)),
+            "key" if target.is_none() => target = Some(Target::Key(v)),
+            "id" | "key" => return Err("give one of id and key".into()),
+            "preview" => preview = num(&k, &v)?,
+            _ => return Err(format!("unknown parameter {k}")),
+        }
+    }
+    Ok((target.ok_or("missing id or key")?, preview))
+}
+
+/// Renders a describe query string.
+pub fn describe_query(target: &Target, preview: usize) -> String {
+    let t = match target {
+        Target::Id(id) => format!("id={id}"),
+        Target::Key(k) => format!("key={}", pct_encode(k)),
+    };
+    format!("{t}&preview={preview}")
+}
+
+/// The path and query string of `q`.
+pub fn path_of(q: &ScheduleQuery) -> String {
+    match q {
+        ScheduleQuery::List(f) => format!("{SCHEDULES_PATH}?{}", list_query(f)),
+        ScheduleQuery::Describe { target, preview } => {
+            format!("{SCHEDULE_PATH}?{}", describe_query(target, *preview))
+        }
+        ScheduleQuery::Book => BOOK_PATH.to_string(),
+        ScheduleQuery::Outbox => OUTBOX_STATE_PATH.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server.
+
+type Src = Arc<dyn ScheduleSource>;
+
+fn respond(src: &Src, q: Result<ScheduleQuery, String>) -> Response {
+    let q = match q {
+        Ok(q) => q,
+        Err(e) => {
+            tracing::debug!(error = %e, "schedule read: bad query");
+            return (StatusCode::BAD_REQUEST, e).into_response();
+        }
+    };
+    match src.answer(&q) {
+        Ok(a) => match a.encode() {
+            Ok(bytes) => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/octet-stream")],
+                bytes,
+            )
+                .into_response(),
+            Err(e) => {
+                tracing::error!(error = %e, "schedule read: answer does not encode");
+                (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+            }
+        },
+        Err(Unanswerable::NotYet) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "nothing committed yet").into_response()
+        }
+        Err(Unanswerable::NoBook) => (StatusCode::NOT_FOUND, "no schedule book").into_response(),
+    }
+}
+
+async fn list_handler(State(src): State<Src>, RawQuery(q): RawQuery) -> Response {
+    respond(&src, parse_list(q.as_deref()).map(ScheduleQuery::List))
+}
+
+async fn describe_handler(State(src): State<Src>, RawQuery(q): RawQuery) -> Response {
+    respond(
+        &src,
+        parse_describe(q.as_deref())
+            .map(|(target, preview)| ScheduleQuery::Describe { target, preview }),
+    )
+}
+
+async fn book_handler(State(src): State<Src>, RawQuery(q): RawQuery) -> Response {
+    let q = match pairs(q.as_deref()) {
+        Ok(p) if p.is_empty() => Ok(ScheduleQuery::Book),
+        Ok(_) => Err("no parameters".into()),
+        Err(e) => Err(e),
+    };
+    respond(&src, q)
+}
+
+async fn outbox_handler(State(src): State<Src>, RawQuery(q): RawQuery) -> Response {
+    let q = match pairs(q.as_deref()) {
+        Ok(p) if p.is_empty() => Ok(ScheduleQuery::Outbox),
+        Ok(_) => Err("no parameters".into()),
+        Err(e) => Err(e),
+    };
+    respond(&src, q)
+}
+
+/// The schedule read endpoint's router (see the module documentation).
+pub fn schedule_router(source: Arc<dyn ScheduleSource>) -> Router {
+    Router::new()
+        .route(SCHEDULES_PATH, get(list_handler))
+        .route(SCHEDULE_PATH, get(describe_handler))
+        .route(BOOK_PATH, get(book_handler))
+        .route(OUTBOX_STATE_PATH, get(outbox_handler))
+        .with_state(source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_round_trip_and_are_parsed_strictly() {
+        let f = ScheduleFilter {
+            component: Some(3),
+            owner: Some(Principal::Client(9)),
+            handler: Some("a b&c=d%".into()),
+            topic: Some("billing".into()),
+            paused: Some(true),
+            parked: Some(false),
+            after: 17,
+            limit: 5,
+        };
+        assert_eq!(parse_list(Some(&list_query(&f))), Ok(f));
+        assert_eq!(parse_list(None), Ok(ScheduleFilter::default()));
+        for t in [Target::Id(4), Target::Key("k/é?&=".into())] {
+            assert_eq!(
+                parse_describe(Some(&describe_query(&t, 3))),
+                Ok((t.clone(), 3))
+            );
+        }
+        for bad in [
+            "owner=x",
+            "paused=maybe",
+            "limit=-1",
+            "after=1&after=2",
+            "evil=1",
+            "handler",
+            "handler=%zz",
+            "handler=%ff",
+        ] {
+            assert!(parse_list(Some(bad)).is_err(), "{bad}");
+        }
+        assert!(parse_list(Some(&"a".repeat(MAX_QUERY_BYTES + 1))).is_err());
+        for bad in ["", "id=1&key=a", "id=x", "preview=3", "id=1&z=2"] {
+            assert!(parse_describe(Some(bad)).is_err(), "{bad}");
+        }
+        assert_eq!(parse_principal("host"), Ok(Principal::Host));
+        assert_eq!(parse_principal("client:5"), Ok(Principal::Client(5)));
+        assert_eq!(parse_principal("5"), Ok(Principal::Client(5)));
+    }
+}

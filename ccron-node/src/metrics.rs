@@ -1,0 +1,314 @@
+//! The node's Prometheus text endpoint (`GET /metrics`), rendered with `prometheus-client`.
+//!
+//! Two kinds of figures:
+//!
+//! - **Node-local** (this process's view; nodes differ): heights, ticks evaluated and skipped
+//!   by the kernel, tick submissions refused by reason, fires, requests, mempool, the lateness
+//!   of fires (agreed time minus due, and wall clock at execution minus due, histograms per
+//!   component), snapshots and their age.
+//! - **Replicated** (read from the committed schedule book and outbox, so every honest node at
+//!   the same height reports the same numbers; `ccron_book_height` names that height):
+//!   schedules, paused, parked, dead runs, retries pending, per-schedule runs, dead runs and
+//!   recent failures (at most [`MAX_SCHEDULE_SERIES`] schedules, lowest ids, the rest counted
+//!   in `ccron_schedule_series_dropped`), outbox depth, head, first index (the consumer's
+//!   progress), records with a result, refused results.
+//!
+//! The registry is built per scrape from the shared state (no process-wide registry: several
+//! nodes in one process share nothing); only the lateness histograms accumulate.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::api::{ApiState, lock};
+
+/// Most schedules exported with per-schedule series (cardinality bound).
+pub const MAX_SCHEDULE_SERIES: usize = 1_000;
+
+type Labels = Vec<(String, String)>;
+
+fn new_histogram() -> Histogram {
+    // 1 ms .. ~17 min.
+    Histogram::new(exponential_buckets(0.001, 2.0, 21))
+}
+
+/// Lateness histograms of fires, per component (seconds).
+#[derive(Debug, Clone)]
+pub struct Lateness {
+    agreed: Family<Labels, Histogram>,
+    wall: Family<Labels, Histogram>,
+}
+
+impl Lateness {
+    /// Empty histograms.
+    pub fn new() -> Self {
+        Self {
+            agreed: Family::new_with_constructor(new_histogram),
+            wall: Family::new_with_constructor(new_histogram),
+        }
+    }
+
+    /// One fire of `component`, `agreed_ms` and `wall_ms` late.
+    pub fn observe(&self, component: u32, agreed_ms: i64, wall_ms: i64) {
+        let l = vec![("component".to_string(), component.to_string())];
+        self.agreed
+            .get_or_create(&l)
+            .observe(agreed_ms as f64 / 1000.0);
+        self.wall.get_or_create(&l).observe(wall_ms as f64 / 1000.0);
+    }
+}
+
+impl Default for Lateness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
+    let c: Counter = Counter::default();
+    c.inc_by(v);
+    r.register(name, help, c);
+}
+
+fn gauge(r: &mut Registry, name: &str, help: &str, v: i64) {
+    let g: Gauge = Gauge::default();
+    g.set(v);
+    r.register(name, help, g);
+}
+
+fn sat(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Renders the node's metrics in the Prometheus text format; `now_ms` is the wall clock (for
+/// the snapshot's age).
+///
+/// # Errors
+/// A formatting error of the encoder.
+pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> {
+    let mut r = Registry::with_prefix("ccron");
+    let s = state.reads.status();
+    gauge(&mut r, "height", "Last executed height", sat(s.last_height));
+    gauge(
+        &mut r,
+        "agreed_time_ms",
+        "Agreed time of the last executed height",
+        s.agreed_time_ms,
+    );
+    counter(
+        &mut r,
+        "ticks_evaluated",
+        "Ticks the kernel evaluated",
+        s.ticks_executed,
+    );
+    counter(
+        &mut r,
+        "ticks_skipped",
+        "Ticks the kernel skipped (one per sender, component and period)",
+        s.ticks_skipped,
+    );
+    let refused: Family<Labels, Counter> = Family::default();
+    let p = &s.tick_pool.pool;
+    for (reason, v) in [
+        ("not_a_validator", p.not_a_validator),
+        ("unknown_component", p.unknown_component),
+        ("already_pending", p.already_pending),
+        ("stale", p.stale),
+        ("invalid", s.tick_pool.invalid),
+    ] {
+        refused
+            .get_or_create(&vec![("reason".into(), reason.into())])
+            .inc_by(v);
+    }
+    r.register(
+        "ticks_refused",
+        "Tick submissions refused before the pool, by reason",
+        refused,
+    );
+    let pending_ticks = lock(&state.ticks).len();
+    gauge(
+        &mut r,
+        "tick_pool_pending",
+        "Signed ticks waiting for a block",
+        sat(pending_ticks as u64),
+    );
+    counter(&mut r, "fires", "Cron actions run", s.fires);
+    counter(
+        &mut r,
+        "requests_executed",
+        "Client requests executed",
+        s.requests_executed,
+    );
+    counter(
+        &mut r,
+        "requests_duplicate",
+        "Duplicate client requests",
+        s.requests_duplicate,
+    );
+    counter(
+        &mut r,
+        "requests_refused",
+        "Client requests refused",
+        s.requests_refused,
+    );
+    let m = lock(&state.mempool).counters();
+    gauge(
+        &mut r,
+        "mempool_pending",
+        "Verified requests waiting for a block",
+        sat(m.pending),
+    );
+    let rejected: Family<Labels, Counter> = Family::default();
+    for (reason, v) in [
+        ("pending", m.rejected_pending),
+        ("executed", m.rejected_executed),
+        ("client_full", m.rejected_client_full),
+        ("full", m.rejected_full),
+        ("invalid", m.rejected_invalid),
+    ] {
+        rejected
+            .get_or_create(&vec![("reason".into(), reason.into())])
+            .inc_by(v);
+    }
+    r.register(
+        "mempool_rejected",
+        "Requests the mempool refused, by reason",
+        rejected,
+    );
+    r.register(
+        "fire_lateness_agreed_seconds",
+        "Agreed time of a fire's block minus its due instant",
+        state.reads.lateness().agreed.clone(),
+    );
+    r.register(
+        "fire_lateness_wall_seconds",
+        "Wall clock at execution minus a fire's due instant",
+        state.reads.lateness().wall.clone(),
+    );
+    counter(
+        &mut r,
+        "snapshots_written",
+        "Snapshots written",
+        s.snapshots_written,
+    );
+    counter(
+        &mut r,
+        "snapshot_failures",
+        "Snapshots that failed",
+        s.snapshot_failures,
+    );
+    if let Some((h, at)) = state.reads.last_snapshot() {
+        gauge(
+            &mut r,
+            "snapshot_age_heights",
+            "Heights executed since the last snapshot",
+            sat(s.last_height.saturating_sub(h)),
+        );
+        gauge(
+            &mut r,
+            "snapshot_age_ms",
+            "Wall time since the last snapshot",
+            now_ms.saturating_sub(at),
+        );
+    }
+    replicated(&mut r, state);
+    let mut out = String::new();
+    encode(&mut out, &r)?;
+    Ok(out)
+}
+
+/// The replicated figures (see the module documentation).
+fn replicated(r: &mut Registry, state: &ApiState) {
+    let Some((book, outbox, h)) = state.reads.book.snapshot() else {
+        return;
+    };
+    gauge(
+        r,
+        "book_height",
+        "Height the replicated figures were read at",
+        sat(h),
+    );
+    if let Some(o) = outbox {
+        gauge(r, "outbox_depth", "Outbox records held", sat(o.held));
+        gauge(
+            r,
+            "outbox_head",
+            "Index of the last outbox record",
+            sat(o.head),
+        );
+        gauge(
+            r,
+            "outbox_first_index",
+            "Oldest outbox record held (the consumer acknowledged all below)",
+            sat(o.first_index),
+        );
+        gauge(
+            r,
+            "outbox_with_result",
+            "Held outbox records with a result",
+            sat(o.with_result),
+        );
+        counter(
+            r,
+            "outbox_refused_results",
+            "Outbox results refused",
+            o.refused_results,
+        );
+    }
+    let Some(book) = book else {
+        return;
+    };
+    let b = ccron::schedule::query::book_state(&book);
+    gauge(r, "schedules", "Schedules in the book", sat(b.schedules));
+    gauge(r, "schedules_paused", "Paused schedules", sat(b.paused));
+    gauge(r, "schedules_parked", "Parked schedules", sat(b.parked));
+    gauge(r, "dead_runs", "Dead-lettered runs held", sat(b.dead_runs));
+    gauge(
+        r,
+        "retries_pending",
+        "Schedules with a retry pending",
+        sat(b.retries_pending),
+    );
+    let runs: Family<Labels, Counter> = Family::default();
+    let dead: Family<Labels, Gauge> = Family::default();
+    let evicted: Family<Labels, Counter> = Family::default();
+    let failed: Family<Labels, Gauge> = Family::default();
+    let mut dropped = 0u64;
+    for (i, id) in book.ids().enumerate() {
+        if i >= MAX_SCHEDULE_SERIES {
+            dropped += 1;
+            continue;
+        }
+        let Some(info) = book.get(id) else { continue };
+        let l = vec![
+            ("schedule".to_string(), id.to_string()),
+            ("handler".to_string(), info.schedule.handler.clone()),
+        ];
+        runs.get_or_create(&l).inc_by(info.runs);
+        dead.get_or_create(&l).set(info.dead.len() as i64);
+        evicted.get_or_create(&l).inc_by(info.dead_evicted);
+        let f = info.history.iter().filter(|e| !e.outcome.is_ok()).count();
+        failed.get_or_create(&l).set(f as i64);
+    }
+    r.register("schedule_runs", "Occurrences run, per schedule", runs);
+    r.register("schedule_dead_runs", "Dead runs held, per schedule", dead);
+    r.register(
+        "schedule_dead_evicted",
+        "Dead runs evicted, per schedule",
+        evicted,
+    );
+    r.register(
+        "schedule_recent_failed",
+        "Failed runs among the recent history, per schedule",
+        failed,
+    );
+    gauge(
+        r,
+        "schedule_series_dropped",
+        "Schedules without per-schedule series (over the cardinality bound)",
+        sat(dropped),
+    );
+}
