@@ -354,6 +354,17 @@ impl<A: Application> Application for PublishOutbox<A> {
     fn schedule_book(&self) -> Option<&ccron::schedule::Scheduler> {
         self.inner.schedule_book()
     }
+    // A wrapper forwards every method: a default here would hide the ledger's tick
+    // components, setup digest or outbox from the host.
+    fn tick_components(&self) -> Vec<u32> {
+        self.inner.tick_components()
+    }
+    fn setup_digest(&self) -> Option<Digest32> {
+        self.inner.setup_digest()
+    }
+    fn outbox(&self) -> Option<&Outbox> {
+        self.inner.outbox()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
