@@ -162,16 +162,11 @@ impl BookConfig {
 
     /// The book's limits, with admission bounded by its record pages (a schedule that would
     /// not fit is rejected when requested, not when the book is saved).
+    /// Every bound "admitted ⇒ saved" needs comes from the book's pages, whatever the caller
+    /// set ([`Limits::fitted_to`]: a caller's value only ever lowers it).
     fn book_limits(&self) -> Limits {
-        let fitted = self
-            .book_range()
-            .map_or(self.limits, |r| self.limits.for_range(r));
-        Limits {
-            max_record_pages: self.limits.max_record_pages.or(fitted.max_record_pages),
-            max_zones_bytes: self.limits.max_zones_bytes.or(fitted.max_zones_bytes),
-            max_log_pages: self.limits.max_log_pages.or(fitted.max_log_pages),
-            ..self.limits
-        }
+        self.book_range()
+            .map_or(self.limits, |r| self.limits.fitted_to(r))
     }
 
     /// The outbox's pages, right after the book's.

@@ -184,6 +184,20 @@ impl Scheduler {
         }
     }
 
+    /// An empty book for `component` that will be saved into `range`: its limits are bound to
+    /// what the range holds ([`Limits::fitted_to`]), whatever the caller set, so a request it
+    /// admits always fits the next save. [`Scheduler::new`] binds them at its first save or
+    /// load; before that, admission knows only the caller's bounds.
+    pub fn new_in(component: ComponentId, limits: Limits, range: crate::PageRange) -> Self {
+        Self::new(component, limits.fitted_to(range))
+    }
+
+    /// Binds the limits to `range` ([`Limits::fitted_to`]): admission from here on proves the
+    /// next save into `range` fits.
+    pub(super) fn bind_range(&mut self, range: crate::PageRange) {
+        self.limits = self.limits.fitted_to(range);
+    }
+
     /// The same book with `policy` deciding who may change it ([`Scheduler::apply`]). The policy
     /// is configuration, identical on every replica and not stored: set it again after
     /// [`Scheduler::load`]. The default is [`Policy::default`].
