@@ -156,6 +156,9 @@ pub struct Scheduler {
     zones_bytes: usize,
     /// The book was loaded from an older layout: the next save migrates it (a full save).
     migration: Option<legacy::OldExtent>,
+    /// What one handler run may emit and reserves before it starts (configuration, like
+    /// `limits`; not stored): `None` is one record of the emit bound.
+    emit_budget: Option<crate::outbox::EmitBudget>,
 }
 
 impl Scheduler {
@@ -181,7 +184,18 @@ impl Scheduler {
             emit_failures: 0,
             zones_bytes: 8,
             migration: None,
+            emit_budget: None,
         }
+    }
+
+    /// The same book with every handler run allowed `records` records of `bytes` bytes in all
+    /// (each within [`Scheduler::emit_bound`]), reserved in the outbox before the run starts:
+    /// a run starts only when the outbox can take the whole budget. Configuration, identical on
+    /// every replica and not stored: set it again after [`Scheduler::load`]. The default is one
+    /// record of the emit bound.
+    pub fn with_emit_budget(mut self, records: usize, bytes: usize) -> Self {
+        self.emit_budget = Some(crate::outbox::EmitBudget::new(records, bytes));
+        self
     }
 
     /// An empty book for `component` that will be saved into `range`: its limits are bound to

@@ -485,6 +485,14 @@ pub enum ScheduleError {
     /// Appending to the outbox failed.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
+    /// A schedule request from a ledger state's own code (`ccron::host::Effects::schedule`)
+    /// in a ledger without a schedule book.
+    #[error("the ledger has no schedule book")]
+    NoBook,
+    /// An emit beyond the run's emit budget ([`Scheduler::with_emit_budget`](super::Scheduler::with_emit_budget)),
+    /// or whose packed id does not fit (`crate::outbox::EmitError`); nothing was staged.
+    #[error(transparent)]
+    Emit(#[from] crate::outbox::EmitError),
     /// (Called `JournalFull` before the record log took the journal's place.) The request
     /// would let the next save outgrow the log pages of the book's range
     /// ([`Limits::max_log_pages`]); nothing changed. Save (a save logs only what changed
