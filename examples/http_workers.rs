@@ -166,7 +166,10 @@ impl ClusterResults {
             .map_err(|e| ResultSinkError(e.to_string()))?;
         self.next_req += 1;
         let bytes = (self.sign)(self.next_req, payload).map_err(ResultSinkError)?;
-        self.cluster.submit(&bytes);
+        if let Err(e) = self.cluster.submit(&bytes) {
+            // Not lost: `pump` re-sends it after a second.
+            tracing::warn!(index, error = %e, "result request not queued everywhere");
+        }
         self.sent += 1;
         self.sent_at.insert(index, (bytes, wall()));
         Ok(())
@@ -201,7 +204,9 @@ impl ClusterResults {
         }
         for (bytes, at) in self.sent_at.values_mut() {
             if at.elapsed() > Duration::from_secs(1) {
-                self.cluster.submit(bytes);
+                if let Err(e) = self.cluster.submit(bytes) {
+                    tracing::warn!(error = %e, "result request not queued everywhere");
+                }
                 *at = wall();
                 self.resent += 1;
             }
@@ -389,7 +394,7 @@ async fn run_in(opts: &Options, dir: &std::path::Path, guard: Instant) -> Result
         ));
         let payload = ScheduledLedger::payload(&req).map_err(|e| e.to_string())?;
         let bytes = client_request_bytes(&shop, SHOP, k + 1, payload).map_err(|e| e.to_string())?;
-        cluster.submit(&bytes);
+        cluster.submit(&bytes).map_err(|e| e.to_string())?;
     }
 
     // Three workers of one payment service (one idempotency store).
