@@ -27,6 +27,7 @@ pub mod contract;
 pub mod deliver;
 pub mod pool;
 pub mod read;
+pub mod relay;
 pub mod server;
 pub mod worker;
 
@@ -41,5 +42,6 @@ pub use read::{
     EndpointJobs, EndpointStats, OnChange, OutboxSource, PublishOutbox, PublishedOutbox,
     QuorumReader, ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
 };
+pub use relay::{Relay, RelayConfig, RelayError, RelayStats, Submit};
 pub use server::{Server, ServerConfig, ServerCounters, ServerStats, serve};
 pub use worker::{Dedupe, EffectError, Worker, WorkerConfig};
