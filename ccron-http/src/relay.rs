@@ -307,4 +307,19 @@ impl<S: Submit> Relay<S> {
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dispatcher
     }
+
+    /// The submitter (e.g. to carry its request counter over to a restarted relay).
+    pub fn submitter(&self) -> &S {
+        &self.results.submit
+    }
+
+    /// Failed endpoint reads so far (both quorum readers; each is retried, never fatal).
+    pub fn read_failures(&self) -> u64 {
+        self.reader
+            .endpoints()
+            .iter()
+            .chain(self.results_reader.endpoints())
+            .map(|e| e.stats().failures)
+            .sum()
+    }
 }

@@ -267,3 +267,58 @@ impl ClusterClient {
         }
     }
 }
+
+/// The threaded runtime as a [`ccron_http::relay::Submit`]: a relay's results and progress
+/// reports, signed as client `id` (the ledger's `Policy::outbox_consumer`) and submitted to
+/// every replica. A submit some replica could not queue is an error, which the relay re-sends
+/// (as a new request: the ledger applies each result once).
+pub struct ClusterSubmit {
+    cluster: std::sync::Arc<ThreadedCluster>,
+    id: ClientId,
+    key: SigningKey,
+    next: u64,
+}
+
+impl std::fmt::Debug for ClusterSubmit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterSubmit")
+            .field("id", &self.id)
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterSubmit {
+    /// Client `id` (keys from `key_seed`) of `cluster`, its first request numbered
+    /// `first_number` (above any number this client used before: a restarted relay passes one
+    /// past the last it used, or a fresh client id).
+    pub fn new(
+        cluster: std::sync::Arc<ThreadedCluster>,
+        key_seed: u64,
+        id: ClientId,
+        first_number: u64,
+    ) -> Self {
+        Self {
+            cluster,
+            id,
+            key: client_signing_key(key_seed, id),
+            next: first_number.saturating_sub(1),
+        }
+    }
+}
+
+impl ClusterSubmit {
+    /// The number the next request gets (what a restarted relay passes as `first_number`).
+    pub fn next_number(&self) -> u64 {
+        self.next.saturating_add(1)
+    }
+}
+
+impl ccron_http::relay::Submit for ClusterSubmit {
+    fn submit(&mut self, payload: Vec<u8>) -> Result<(), String> {
+        self.next += 1;
+        let bytes = client_request_bytes(&self.key, self.id, self.next, payload)
+            .map_err(|e| e.to_string())?;
+        self.cluster.submit(&bytes).map_err(|e| e.to_string())
+    }
+}

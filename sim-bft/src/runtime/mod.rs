@@ -27,7 +27,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use crate::node::{ClientId, Executed, Input, Millis, Node, NodeId, Output};
 
 mod client;
-pub use client::{ClientConfig, ClientError, ClusterClient};
+pub use client::{ClientConfig, ClientError, ClusterClient, ClusterSubmit};
 
 /// Capacity of each replica's inbox.
 pub const INBOX_CAPACITY: usize = 1 << 16;
