@@ -15,9 +15,10 @@
 //!    (HMAC with each worker's secret); the workers deduplicate on (sender, occurrence id)
 //!    through one shared idempotency store and answer `confirmed`, signed with their ed25519
 //!    keys; worker 1 fails a third of its calls.
-//! 4. Each answer goes into the consumer's durable `ResultJournal` (fsynced before the record
-//!    is acknowledged), then back as a signed client request of the consumer identity
-//!    (`OutboxResult`); the ledger believes it only because the workers' keys are registered
+//! 4. Steps 2 to 4 are one library call, `ccron_http::Relay` (with `sim_bft::runtime::
+//!    ClusterSubmit` as its way back into the cluster): each answer goes into the consumer's
+//!    durable `ResultJournal` (fsynced before the record is acknowledged), then back as a signed
+//!    client request of the consumer identity (`OutboxResult`); the ledger believes it only because the workers' keys are registered
 //!    for `shop.cancel` in its policy, and marks the order expired when it executes, once.
 //! 5. Mid-run, worker 0 is killed (and restarted later) and the consumer is killed (its
 //!    in-memory state and requests in flight are lost) and restarted from its files: progress,
@@ -37,15 +38,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccron::outbox::{
-    Backoff, ConsumerConfig, DedupeLimits, FileDeadLetters, FileProgressStore, JournalLimits,
-    OccurrenceId, Outbox, OutboxRecord, OutboxResult, PersistentConsumer, ReadEntry, ReadPage,
-    ResultJournal,
+    Backoff, ConsumerConfig, DedupeLimits, OccurrenceId, Outbox, OutboxRecord, ReadEntry, ReadPage,
 };
 use ccron::schedule::ScheduleRequest;
 use ccron_http::{
-    Assignment, Dedupe, Dispatcher, DispatcherConfig, EffectError, HandlerPolicy, KeyOf,
-    OutboxSource, PublishOutbox, PublishedOutbox, QuorumReader, ReadClientConfig, ReadServerConfig,
-    ResultSink, ResultSinkError, Worker,
+    Assignment, Dedupe, DispatcherConfig, EffectError, HandlerPolicy, KeyOf, OutboxSource,
+    PublishOutbox, PublishedOutbox, ReadClientConfig, ReadServerConfig, Relay, RelayConfig, Worker,
 };
 use clap::Parser;
 use sim_bft::crypto::client_signing_key;
@@ -53,7 +51,7 @@ use sim_bft::ledgers::orders::{PAYMENT_CONFIRMED, SHOP_CANCEL, SchedAppConfig, S
 use sim_bft::node::ClientId;
 use sim_bft::protocol::client_request_bytes;
 use sim_bft::replica::{Replica, ReplicaConfig};
-use sim_bft::runtime::{RuntimeConfig, ThreadedCluster};
+use sim_bft::runtime::{ClusterSubmit, RuntimeConfig, ThreadedCluster};
 
 #[path = "../ccron-http/tests/support/mod.rs"]
 mod support;
@@ -120,94 +118,6 @@ impl OutboxSource for Liar {
 /// Where the orders ledger keeps its outbox (for `ccron_http::PublishOutbox`).
 fn orders_outbox(ledger: &ScheduledLedger) -> Option<&Outbox> {
     ledger.ledger().scheduler().map(|book| book.outbox())
-}
-
-/// The consumer's way back into the ledger: each result is first taken into the durable
-/// [`ResultJournal`] (fsynced: only then may the consumer acknowledge its record), then sent as
-/// a signed request of the consumer identity; it stays pending (and is re-sent under the same
-/// request number, which the replicas execute at most once) until f+1 replicas' read endpoints
-/// show it applied, when the journal marks it applied. After a crash the journal's pending
-/// results are sent again under new numbers (the ledger applies one result per record). The
-/// request counter stands for the consumer client's own durable state.
-struct ClusterResults {
-    cluster: Arc<ThreadedCluster>,
-    journal: ResultJournal,
-    /// Signs a payload as the consumer client under a request number.
-    sign: Signer,
-    next_req: u64,
-    /// Signed request and last send time of each result in flight to the ledger.
-    sent_at: BTreeMap<u64, (Vec<u8>, Instant)>,
-    sent: u64,
-    resent: u64,
-}
-
-/// Signs a request payload as the consumer under a request number.
-type Signer = Box<dyn Fn(u64, Vec<u8>) -> Result<Vec<u8>, String> + Send>;
-
-impl ResultSink for ClusterResults {
-    fn offer(&mut self, result: OutboxResult) -> Result<(), ResultSinkError> {
-        let index = result.index;
-        self.journal.offer(result)?;
-        if !self.sent_at.contains_key(&index) {
-            self.send(index)?;
-        }
-        Ok(())
-    }
-}
-
-impl ClusterResults {
-    /// Sends the journal's pending result for `index` as a new signed request.
-    fn send(&mut self, index: u64) -> Result<(), ResultSinkError> {
-        let Some(result) = self.journal.pending().find(|r| r.index == index) else {
-            return Ok(());
-        };
-        let payload = result
-            .to_payload()
-            .map_err(|e| ResultSinkError(e.to_string()))?;
-        self.next_req += 1;
-        let bytes = (self.sign)(self.next_req, payload).map_err(ResultSinkError)?;
-        self.cluster.submit(&bytes);
-        self.sent += 1;
-        self.sent_at.insert(index, (bytes, wall()));
-        Ok(())
-    }
-
-    /// After a restart: sends every result the journal still holds.
-    fn resend_pending(&mut self) -> Result<(), ResultSinkError> {
-        let pending: Vec<u64> = self.journal.pending().map(|r| r.index).collect();
-        for index in pending {
-            self.send(index)?;
-        }
-        Ok(())
-    }
-
-    /// The lowest record index with a result pending.
-    fn lowest_pending(&self) -> Option<u64> {
-        self.journal.pending().next().map(|r| r.index)
-    }
-
-    /// Marks applied the results f+1 replicas' endpoints show applied (as `reader` last read
-    /// them, from [`Self::lowest_pending`]); re-sends those older than a second.
-    fn pump(&mut self, reader: &QuorumReader) -> Result<(), String> {
-        let done: Vec<u64> = self
-            .journal
-            .pending()
-            .map(|r| r.index)
-            .filter(|&i| reader.results_applied(i) > F)
-            .collect();
-        for i in done {
-            self.journal.mark_applied(i).map_err(|e| e.to_string())?;
-            self.sent_at.remove(&i);
-        }
-        for (bytes, at) in self.sent_at.values_mut() {
-            if at.elapsed() > Duration::from_secs(1) {
-                self.cluster.submit(bytes);
-                *at = wall();
-                self.resent += 1;
-            }
-        }
-        Ok(())
-    }
 }
 
 type Performed = Arc<Mutex<BTreeMap<OccurrenceId, u32>>>;
@@ -375,10 +285,6 @@ async fn run_in(opts: &Options, dir: &std::path::Path, guard: Instant) -> Result
         .collect();
     let cluster = Arc::new(cluster);
     let read_cfg = ReadClientConfig::new(endpoints, F + 1);
-    // One reader for the records to deliver (from the consumer's progress on), one for the
-    // results still pending (from the lowest one on): both believe only f+1 identical answers.
-    let mut reader = QuorumReader::new(read_cfg.clone()).map_err(|e| e.to_string())?;
-    let mut results_reader = QuorumReader::new(read_cfg.clone()).map_err(|e| e.to_string())?;
 
     // The shop places the orders.
     let shop = client_signing_key(KEY_SEED, SHOP);
@@ -389,7 +295,7 @@ async fn run_in(opts: &Options, dir: &std::path::Path, guard: Instant) -> Result
         ));
         let payload = ScheduledLedger::payload(&req).map_err(|e| e.to_string())?;
         let bytes = client_request_bytes(&shop, SHOP, k + 1, payload).map_err(|e| e.to_string())?;
-        cluster.submit(&bytes);
+        cluster.submit(&bytes).map_err(|e| e.to_string())?;
     }
 
     // Three workers of one payment service (one idempotency store).
@@ -431,62 +337,41 @@ async fn run_in(opts: &Options, dir: &std::path::Path, guard: Instant) -> Result
     let start = wall();
     let clock: ccron_http::deliver::Clock =
         Arc::new(move || i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX));
-
-    let open_journal = || {
-        ResultJournal::open(dir.join("results"), JournalLimits::default())
-            .map_err(|e| e.to_string())
+    // The ready consumer: reads by quorum, delivers, journals each result and submits it back
+    // as the consumer client, re-sent until f+1 replicas show it applied.
+    let relay_cfg = RelayConfig {
+        read: read_cfg.clone(),
+        dispatcher: dcfg.clone(),
+        consumer: consumer_config(),
+        dir: dir.to_path_buf(),
+        resend_after_ms: 1_000,
+        step_wait: Duration::from_millis(20),
+        // The run checks every result on every replica's outbox: keep the records.
+        report_progress: false,
     };
-    let mut sink = ClusterResults {
-        cluster: cluster.clone(),
-        journal: open_journal()?,
-        sign: {
-            let key = client_signing_key(KEY_SEED, CONSUMER);
-            Box::new(move |req, payload| {
-                client_request_bytes(&key, CONSUMER, req, payload).map_err(|e| e.to_string())
-            })
-        },
-        next_req: 0,
-        sent_at: BTreeMap::new(),
-        sent: 0,
-        resent: 0,
-    };
-    let open_consumer = || {
-        PersistentConsumer::open(
-            consumer_config(),
-            FileProgressStore::new(dir.join("progress")),
-            FileDeadLetters::new(dir.join("dead")),
+    let open_relay = |first_number: u64| {
+        Relay::open(
+            relay_cfg.clone(),
+            clock.clone(),
+            ClusterSubmit::new(cluster.clone(), KEY_SEED, CONSUMER, first_number),
         )
         .map_err(|e| e.to_string())
     };
-    let mut consumer = open_consumer()?;
-    let mut dispatcher = Dispatcher::new(dcfg.clone(), clock.clone()).map_err(|e| e.to_string())?;
+    let mut relay = open_relay(1)?;
+    let (mut sent, mut resent, mut read_failures) = (0, 0, 0);
     let mut dispatch = Vec::new();
     let mut phase = 0;
     let quarter = opts.orders / 4;
     loop {
+        let stats = relay.stats();
         if wall() > guard {
             return Err(format!(
                 "guard ran out: progress {} of {}, {} results pending",
-                consumer.persisted_progress(),
-                opts.orders,
-                sink.journal.pending_len()
+                stats.progress, opts.orders, stats.pending_results
             ));
         }
-        reader.refresh(consumer.consumer().progress() + 1).await;
-        dispatcher
-            .step(
-                &mut consumer,
-                reader.jobs(),
-                &mut sink,
-                Duration::from_millis(20),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        if let Some(lowest) = sink.lowest_pending() {
-            results_reader.refresh(lowest).await;
-            sink.pump(&results_reader)?;
-        }
-        let progress = consumer.persisted_progress();
+        let stats = relay.step().await.map_err(|e| e.to_string())?;
+        let progress = stats.progress;
         if phase == 0 && progress >= quarter {
             println!("progress {progress}: killing worker 0");
             if let Some(r) = running[0].take() {
@@ -495,17 +380,14 @@ async fn run_in(opts: &Options, dir: &std::path::Path, guard: Instant) -> Result
             phase = 1;
         } else if phase == 1 && progress >= 2 * quarter {
             println!("progress {progress}: killing the consumer and restarting it");
-            dispatch.push((dispatcher.stats(), dispatcher.pool().stats()));
-            drop(dispatcher);
-            drop(consumer);
-            drop(reader);
-            // Its memory is gone; its files are not.
-            sink.sent_at.clear();
-            sink.journal = open_journal()?;
-            consumer = open_consumer()?;
-            sink.resend_pending().map_err(|e| e.to_string())?;
-            dispatcher = Dispatcher::new(dcfg.clone(), clock.clone()).map_err(|e| e.to_string())?;
-            reader = QuorumReader::new(read_cfg.clone()).map_err(|e| e.to_string())?;
+            let d = relay.dispatcher();
+            dispatch.push((d.stats(), d.pool().stats()));
+            (sent, resent) = (sent + stats.results_sent, resent + stats.resent);
+            read_failures += relay.read_failures();
+            // Its memory is gone; its files (and its request counter) are not.
+            let next = relay.submitter().next_number();
+            drop(relay);
+            relay = open_relay(next)?;
             phase = 2;
         } else if phase == 2 && progress >= 3 * quarter {
             println!("progress {progress}: restarting worker 0");
@@ -518,14 +400,17 @@ async fn run_in(opts: &Options, dir: &std::path::Path, guard: Instant) -> Result
         let all_applied = published
             .iter()
             .all(|p| p.snapshot().map(|(o, _)| o.results_len() as u64) == Some(opts.orders));
-        if phase == 3 && progress >= opts.orders && sink.journal.pending_len() == 0 && all_applied {
+        if phase == 3 && progress >= opts.orders && stats.pending_results == 0 && all_applied {
             break;
         }
     }
-    dispatch.push((dispatcher.stats(), dispatcher.pool().stats()));
-    drop(dispatcher);
-    let progress = consumer.persisted_progress();
-    drop(consumer);
+    let stats = relay.stats();
+    let d = relay.dispatcher();
+    dispatch.push((d.stats(), d.pool().stats()));
+    (sent, resent) = (sent + stats.results_sent, resent + stats.resent);
+    read_failures += relay.read_failures();
+    let progress = stats.progress;
+    drop(relay);
     for r in running.into_iter().flatten() {
         r.kill().await;
     }
@@ -539,23 +424,16 @@ async fn run_in(opts: &Options, dir: &std::path::Path, guard: Instant) -> Result
             Ok((results, e.len(), e.values().filter(|&&n| n != 1).count()))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let read_failures = reader
-        .endpoints()
-        .iter()
-        .chain(results_reader.endpoints())
-        .map(|e| e.stats().failures)
-        .sum();
     let report = Report {
         records: progress,
         performed: performed.len(),
         performed_twice: performed.values().filter(|&&n| n != 1).count(),
         replicas,
-        results_sent: sink.sent,
-        results_resent: sink.resent,
+        results_sent: sent,
+        results_resent: resent,
         dispatch,
         read_failures,
     };
-    drop(sink);
     if let Ok(c) = Arc::try_unwrap(cluster) {
         c.stop().map_err(|e| e.to_string())?;
     }

@@ -31,6 +31,7 @@ pub mod contract;
 pub mod deliver;
 pub mod pool;
 pub mod read;
+pub mod relay;
 pub mod schedule_read;
 pub mod schedules;
 pub mod server;
@@ -47,6 +48,7 @@ pub use read::{
     EndpointJobs, EndpointStats, OnChange, OutboxSource, PublishOutbox, PublishedOutbox,
     QuorumReader, ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
 };
+pub use relay::{Relay, RelayConfig, RelayError, RelayStats, Submit};
 pub use schedule_read::{Believed, ScheduleReadConfig, ScheduleReadError, ScheduleReader};
 pub use schedules::{PublishBook, PublishedBook, ScheduleQuery, ScheduleSource, schedule_router};
 pub use server::{Server, ServerConfig, ServerCounters, ServerStats, serve};

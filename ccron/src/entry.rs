@@ -51,6 +51,8 @@ pub struct ActionCtx<'a, S> {
     /// The reserved pages (writes happen inside execution of the committed tick).
     pub pages: &'a mut dyn ReservedPages,
     pub(crate) changes: &'a mut Vec<TableChange<S>>,
+    /// The outbox room the ledger reserved for this pass (`CronLedger::with_table_emits`).
+    pub(crate) emits: Option<&'a mut crate::outbox::Emits>,
 }
 
 impl<S> ActionCtx<'_, S> {
@@ -77,6 +79,67 @@ impl<S> ActionCtx<'_, S> {
             self.tick.component_id,
             u64::from(self.position),
             occurrence,
+        )
+    }
+
+    /// Emits an outbox record for an external effect into the ledger's one outbox (the one its
+    /// schedule book's handlers emit into), appended after the pass; returns the index it will
+    /// get. Its id is this run's: `(component, Origin::Table ‖ sub-index ‖ position,
+    /// occurrence)` with the occurrence of [`ActionCtx::occurrence_id`] and the sub-index
+    /// counting this run's records from 0, so several records per run keep distinct ids, and
+    /// a result for it comes back to the ledger's table reaction
+    /// (`LedgerScheduler::with_table_result_reaction`).
+    ///
+    /// Capacity: a `CronLedger` reserves the component's declared budget
+    /// (`CronLedger::with_table_emits`) before the pass; a pass whose budget the outbox cannot
+    /// take waits (its entries stay due) until the consumer trims the outbox.
+    ///
+    /// # Errors
+    /// [`crate::outbox::EmitError`]: nothing reserved for this table (undeclared, or no outbox),
+    /// the pass's budget spent, a record too large. Nothing is staged then; the action decides
+    /// (skip, count a missed effect in its state).
+    pub fn emit(
+        &mut self,
+        handler: impl Into<String>,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<u64, crate::outbox::EmitError> {
+        self.emit_record(handler, payload, None, None)
+    }
+
+    /// [`ActionCtx::emit`] with a routing topic and record type (`OutboxRecord::with_topic`,
+    /// `with_kind`).
+    pub fn emit_record(
+        &mut self,
+        handler: impl Into<String>,
+        payload: impl Into<Vec<u8>>,
+        topic: Option<&str>,
+        kind: Option<&str>,
+    ) -> Result<u64, crate::outbox::EmitError> {
+        let base = self.occurrence_id();
+        let Some(emits) = self.emits.as_deref_mut() else {
+            return Err(crate::outbox::EmitError::NotReserved);
+        };
+        let (handler, payload) = (handler.into(), payload.into());
+        emits.stage(
+            |sub| {
+                crate::outbox::OccurrenceId::emitted(
+                    base.component,
+                    crate::outbox::Origin::Table,
+                    base.entry,
+                    base.occurrence,
+                    sub,
+                )
+            },
+            |id| {
+                let mut r = crate::outbox::OutboxRecord::new(id, handler, payload);
+                if let Some(t) = topic {
+                    r = r.with_topic(t);
+                }
+                if let Some(k) = kind {
+                    r = r.with_kind(k);
+                }
+                r
+            },
         )
     }
 

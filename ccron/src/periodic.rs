@@ -63,6 +63,8 @@ pub struct Periodic {
     period_ms: i64,
     misfire: MisfirePolicy,
     start_ms: Option<TimeMs>,
+    /// The grid's origin is the Unix epoch ([`Periodic::aligned`]) instead of the first tick.
+    aligned: bool,
 }
 
 /// What one tick does to one periodic entry (computed by [`Periodic::step`]).
@@ -86,7 +88,26 @@ impl Periodic {
             period_ms,
             misfire: MisfirePolicy::FireOnce,
             start_ms: None,
+            aligned: false,
         })
+    }
+
+    /// The same schedule on a grid aligned to the Unix epoch (UTC): due at every multiple of
+    /// the period (a 15-minute period at :00, :15, :30 and :45 UTC). Its first run is the
+    /// first grid point the agreed time reaches (at once only when the first tick falls on one).
+    ///
+    /// Without it (and without [`Periodic::starting_at`]) the grid's origin is the agreed time
+    /// of the first tick that evaluates the entry: the entry runs at once, then every period
+    /// from there (e.g. :00:19.864, :15:19.864, ...). A `starting_at` start wins over
+    /// alignment.
+    pub fn aligned(mut self) -> Self {
+        self.aligned = true;
+        self
+    }
+
+    /// Whether the grid is aligned to the epoch ([`Periodic::aligned`]).
+    pub fn is_aligned(&self) -> bool {
+        self.aligned
     }
 
     /// The same schedule with misfire policy `misfire`.
@@ -136,6 +157,24 @@ impl Periodic {
         };
         let due = match (stored_next_ms, self.start_ms) {
             (Some(d), _) | (None, Some(d)) => d,
+            (None, None) if self.aligned => {
+                // Never ran, aligned: the first grid point at or after this tick.
+                let now = i128::from(now_ms);
+                let next = now.div_euclid(p) * p + if now.rem_euclid(p) == 0 { 0 } else { p };
+                if next == now {
+                    return Some(Step {
+                        runs: 1,
+                        first_due_ms: now_ms,
+                        next_ms: clamp(now + p),
+                    });
+                }
+                // Not on the grid: only record the first due point.
+                return Some(Step {
+                    runs: 0,
+                    first_due_ms: clamp(next),
+                    next_ms: clamp(next),
+                });
+            }
             (None, None) => {
                 // Never ran and no start: run at once and anchor the grid on this tick.
                 return Some(Step {
@@ -213,6 +252,10 @@ impl Schedule for Periodic {
         };
         v.push(tag);
         v.extend_from_slice(&cap.to_le_bytes());
+        // Only when set: unaligned entries keep their fingerprint (and setup digests).
+        if self.aligned {
+            v.extend_from_slice(b"aligned");
+        }
         v
     }
 }
@@ -419,5 +462,34 @@ mod tests {
         assert_eq!(s.next_ms, TimeMs::MAX);
         let s = every(1).step_at(Some(TimeMs::MIN), TimeMs::MAX).unwrap();
         assert_eq!(s.runs, 1);
+    }
+
+    /// Regression (issue 25): a bare period's grid starts at the first tick (:00:19.864); an
+    /// aligned one fires on the quarter hours.
+    #[test]
+    fn an_aligned_period_fires_on_epoch_multiples() {
+        const Q: i64 = 15 * 60_000;
+        let first_tick = 7 * Q + 19_864;
+        let bare = every(Q).step_at(None, first_tick).unwrap();
+        assert_eq!((bare.runs, bare.next_ms), (1, first_tick + Q));
+        let aligned = every(Q).aligned();
+        let s = aligned.step_at(None, first_tick).unwrap();
+        assert_eq!(
+            (s.runs, s.next_ms),
+            (0, 8 * Q),
+            "first due at the next quarter hour"
+        );
+        let s = aligned.step_at(Some(s.next_ms), 8 * Q + 5).unwrap();
+        assert_eq!((s.runs, s.first_due_ms, s.next_ms), (1, 8 * Q, 9 * Q));
+        // On the grid: at once.
+        let s = aligned.step_at(None, 3 * Q).unwrap();
+        assert_eq!((s.runs, s.first_due_ms, s.next_ms), (1, 3 * Q, 4 * Q));
+        // Before the epoch too.
+        let s = aligned.step_at(None, -Q - 1).unwrap();
+        assert_eq!((s.runs, s.next_ms), (0, -Q));
+        assert_ne!(
+            crate::due::Schedule::fingerprint(&aligned),
+            crate::due::Schedule::fingerprint(&every(Q))
+        );
     }
 }

@@ -179,8 +179,20 @@ impl<S> CronTableRegistry<S> {
         state: &mut S,
         pages: &mut dyn ReservedPages,
     ) -> Result<TickOutcome, RegistryError> {
+        self.evaluate_emitting(tick, state, pages, None)
+    }
+
+    /// [`Self::evaluate`] with outbox room reserved for the pass
+    /// ([`CronTable::evaluate_emitting`]).
+    pub fn evaluate_emitting(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        pages: &mut dyn ReservedPages,
+        emits: Option<&mut crate::outbox::Emits>,
+    ) -> Result<TickOutcome, RegistryError> {
         self.table_for(tick)?
-            .evaluate(tick, state, pages)
+            .evaluate_emitting(tick, state, pages, emits)
             .map_err(|source| RegistryError::Table {
                 component_id: tick.component_id,
                 source,

@@ -265,6 +265,8 @@ struct Pass<'a, 'p, S> {
     fired: &'a mut Vec<Fired>,
     /// Scratch for the due points of one entry's runs.
     runs: Vec<Due>,
+    /// The outbox room reserved for this pass, if any ([`CronTable::evaluate_emitting`]).
+    emits: Option<&'a mut crate::outbox::Emits>,
 }
 
 impl<S> Pass<'_, '_, S> {
@@ -352,6 +354,9 @@ impl<S> Pass<'_, '_, S> {
     }
 
     fn fire(&mut self, entry: &mut CronEntry<S>, due: Option<Due>) {
+        if let Some(e) = self.emits.as_deref_mut() {
+            e.begin_run();
+        }
         let mut ctx = ActionCtx {
             tick: self.tick,
             position: entry.position,
@@ -359,6 +364,7 @@ impl<S> Pass<'_, '_, S> {
             state: &mut *self.state,
             pages: &mut *self.pages,
             changes: &mut *self.changes,
+            emits: self.emits.as_deref_mut(),
         };
         if let Some(next) = entry.schedule_next.as_mut() {
             next(&mut ctx);
@@ -654,6 +660,20 @@ impl<S> CronTable<S> {
         state: &mut S,
         pages: &mut dyn ReservedPages,
     ) -> Result<TickOutcome, TableError> {
+        self.evaluate_emitting(tick, state, pages, None)
+    }
+
+    /// [`CronTable::evaluate`] with outbox room reserved for the pass: actions may emit
+    /// records into `emits` ([`ActionCtx::emit`](crate::ActionCtx::emit)), which the caller
+    /// appends to its outbox after the pass ([`crate::outbox::Emits::commit`]). Without
+    /// `emits`, every emit is refused ([`crate::outbox::EmitError::NotReserved`]).
+    pub fn evaluate_emitting(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        pages: &mut dyn ReservedPages,
+        emits: Option<&mut crate::outbox::Emits>,
+    ) -> Result<TickOutcome, TableError> {
         self.check_component(tick)?;
         let mut candidates = std::mem::take(&mut self.scratch);
         candidates.clear();
@@ -681,6 +701,7 @@ impl<S> CronTable<S> {
             changes: &mut changes,
             fired: &mut fired,
             runs: Vec::new(),
+            emits,
         };
         for &(position, slot) in &candidates {
             if let Some(Some(s)) = self.slots.get_mut(slot as usize) {
@@ -718,6 +739,7 @@ impl<S> CronTable<S> {
             changes: &mut changes,
             fired: &mut fired,
             runs: Vec::new(),
+            emits: None,
         };
         for &slot in self.entries.values() {
             if let Some(Some(s)) = self.slots.get_mut(slot as usize) {

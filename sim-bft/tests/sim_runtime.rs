@@ -34,7 +34,7 @@ fn four_replica_threaded_cluster_commits_client_requests() {
                 value: vec![1],
             };
             let bytes = client_request_bytes(&key, c, k, op.to_payload()).unwrap();
-            cluster.submit(&bytes);
+            cluster.submit(&bytes).unwrap();
         }
     }
     // Each replica must execute every user request (ticks are counted separately).

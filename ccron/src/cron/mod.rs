@@ -157,7 +157,17 @@ pub enum CronError {
         /// The limit.
         max: usize,
     },
+    /// An interval holds more than [`MAX_INSTANTS_BETWEEN`] fire instants
+    /// ([`CronSchedule::instants_between`]).
+    #[error("more than {max} fire instants in the interval")]
+    TooManyInstants {
+        /// The limit.
+        max: usize,
+    },
 }
+
+/// Most instants [`CronSchedule::instants_between`] returns.
+pub const MAX_INSTANTS_BETWEEN: usize = 100_000;
 
 /// A validated cron expression together with the zone rules its local times are read in.
 ///
@@ -571,6 +581,38 @@ impl CronSchedule {
             }
         }
         out
+    }
+
+    /// Every fire instant in `(from_ms, to_ms]`, ascending: the instants a ledger's entry
+    /// runs for between two agreed times (a DST check: `0 17 * * MON-FRI` in Europe/London
+    /// across the last Sunday of March gives 16:00 UTC then 17:00 UTC, without hand-written
+    /// offsets).
+    ///
+    /// # Errors
+    /// [`CronError::TooManyInstants`] past [`MAX_INSTANTS_BETWEEN`] instants (ask for a
+    /// shorter interval), [`CronError::SearchBudgetExhausted`] when a search spends its budget.
+    pub fn instants_between(
+        &self,
+        from_ms: TimeMs,
+        to_ms: TimeMs,
+    ) -> Result<Vec<TimeMs>, CronError> {
+        let mut out = Vec::new();
+        let mut at_ms = from_ms;
+        while at_ms < to_ms {
+            match self.try_next_after(at_ms)? {
+                Some(next_ms) if next_ms <= to_ms => {
+                    if out.len() == MAX_INSTANTS_BETWEEN {
+                        return Err(CronError::TooManyInstants {
+                            max: MAX_INSTANTS_BETWEEN,
+                        });
+                    }
+                    out.push(next_ms);
+                    at_ms = next_ms;
+                }
+                _ => break,
+            }
+        }
+        Ok(out)
     }
 
     /// The latest `count` fire instants in `(after_ms, through_ms]`, ascending (fewer when the

@@ -82,6 +82,35 @@ pub trait Application: Send + std::any::Any {
     /// Executes one user request and returns its result (sent back to the client).
     /// Malformed payloads must yield an error *result*, never a panic.
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8>;
+
+    /// [`Application::execute`] with effects beyond the state: a `CronLedger` calls this on
+    /// its state, with [`Effects`](super::Effects) that emit records into the ledger's one
+    /// outbox and apply schedule requests to its book in the same request, all or nothing
+    /// (authorized as `client`). Override it (and let `execute` call it with
+    /// [`Effects::none`](super::Effects::none)) when a request must change the state and the
+    /// book together, or emit. Default: [`Application::execute`], no effects.
+    fn execute_with(
+        &mut self,
+        ctx: ExecContext,
+        client: ClientId,
+        payload: &[u8],
+        fx: &mut super::Effects<'_>,
+    ) -> Vec<u8> {
+        let _ = fx;
+        self.execute(ctx, client, payload)
+    }
+
+    /// The first result (a worker's answer or a dead letter) for an outbox record this state
+    /// emitted ([`Effects::emit`](super::Effects::emit)): a `CronLedger` routes it here, inside
+    /// execution, once per record, on every replica alike. Default: nothing.
+    fn on_outbox_result(
+        &mut self,
+        record: &crate::outbox::OutboxRecord,
+        outcome: &crate::outbox::ResultOutcome,
+    ) {
+        let _ = (record, outcome);
+    }
+
     /// Digest of the whole state.
     ///
     /// Called after **every executed batch** (the replica reports it with each execution and
@@ -177,6 +206,24 @@ pub trait Application: Send + std::any::Any {
 impl Application for Box<dyn Application> {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
         (**self).execute(ctx, client, payload)
+    }
+
+    fn execute_with(
+        &mut self,
+        ctx: ExecContext,
+        client: ClientId,
+        payload: &[u8],
+        fx: &mut super::Effects<'_>,
+    ) -> Vec<u8> {
+        (**self).execute_with(ctx, client, payload, fx)
+    }
+
+    fn on_outbox_result(
+        &mut self,
+        record: &crate::outbox::OutboxRecord,
+        outcome: &crate::outbox::ResultOutcome,
+    ) {
+        (**self).on_outbox_result(record, outcome);
     }
 
     fn digest(&self) -> Digest32 {

@@ -15,8 +15,10 @@ use sha2::{Digest, Sha256};
 use super::app::Digest32;
 use super::app::{AppError, Application, ExecContext};
 use super::app::{ClientId, FireNote};
+use super::effects::Effects;
 use super::scheduler::{BookWire, LedgerScheduler};
 use super::wire as codec;
+use crate::outbox::{EmitBudget, Emits};
 use crate::schedule::upgrade::{UpgradeState, Upgrades, upgrade_request_of};
 
 /// A ledger with cron tables: state `S` (an [`Application`] for user requests) plus a
@@ -53,6 +55,14 @@ pub struct CronLedger<S, P = MemPages> {
     halted: Option<AppError>,
     /// The build's upgrades and the replicated upgrade state (`crate::schedule::upgrade`).
     upgrades: Upgrades<S>,
+    /// Tables whose actions emit, with what one pass reserves ([`CronLedger::with_table_emits`]).
+    table_emits: BTreeMap<u32, EmitBudget>,
+    /// What one request of the state reserves ([`CronLedger::with_request_emits`]).
+    request_emits: EmitBudget,
+    /// Table passes held back because the outbox could not take their budget (a metric).
+    held_passes: u64,
+    /// Requests whose effects were voided because one was refused (a metric).
+    voided_requests: u64,
 }
 
 impl<S, P> std::fmt::Debug for CronLedger<S, P> {
@@ -80,6 +90,10 @@ impl<S: Application> CronLedger<S> {
             table_errors: 0,
             halted: None,
             upgrades: Upgrades::new(),
+            table_emits: BTreeMap::new(),
+            request_emits: EmitBudget::NONE,
+            held_passes: 0,
+            voided_requests: 0,
         }
     }
 }
@@ -111,6 +125,10 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
             table_errors: self.table_errors,
             halted: self.halted,
             upgrades: self.upgrades,
+            table_emits: self.table_emits,
+            request_emits: self.request_emits,
+            held_passes: self.held_passes,
+            voided_requests: self.voided_requests,
         }
     }
 
@@ -122,6 +140,36 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
     pub fn with_upgrades(mut self, upgrades: Upgrades<S>) -> Self {
         self.upgrades = upgrades.configured_from(&mut self.upgrades);
         self
+    }
+
+    /// The same ledger with the actions of `component`'s cron table emitting into the ledger's
+    /// one outbox (the book's, [`crate::ActionCtx::emit`]): every pass of that table reserves
+    /// `budget` (records and bytes for all its actions together) before it starts, and waits,
+    /// its entries still due, while the outbox cannot take it (counted:
+    /// [`Self::held_passes`]). Configuration, identical on every replica (in the setup
+    /// digest). A table not declared here cannot emit ([`crate::outbox::EmitError::NotReserved`]).
+    pub fn with_table_emits(mut self, component: u32, budget: EmitBudget) -> Self {
+        self.table_emits.insert(component, budget);
+        self
+    }
+
+    /// The same ledger with its state's requests emitting into the one outbox
+    /// ([`Effects::emit`]): each request reserves `budget` before it runs; with a full outbox
+    /// its emits are refused ([`crate::outbox::EmitError::OutboxFull`], and with them every
+    /// effect of the request). Configuration (in the setup digest).
+    pub fn with_request_emits(mut self, budget: EmitBudget) -> Self {
+        self.request_emits = budget;
+        self
+    }
+
+    /// Table passes held back so far because the outbox could not take their budget.
+    pub fn held_passes(&self) -> u64 {
+        self.held_passes
+    }
+
+    /// Requests whose effects were all dropped because one of them was refused.
+    pub fn voided_requests(&self) -> u64 {
+        self.voided_requests
     }
 
     /// The build's upgrades and the replicated upgrade state.
@@ -208,13 +256,34 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
                 return book.trim_outbox(Principal::Client(client), upto);
             }
             if let Some(result) = crate::outbox::OutboxResult::from_payload(payload) {
-                return book.apply_result(&mut self.state, Principal::Client(client), result);
+                return book.apply_result(
+                    &mut self.state,
+                    Principal::Client(client),
+                    result,
+                    |s, record, outcome| s.on_outbox_result(record, outcome),
+                );
             }
             if let Some(req) = book.request_of(payload) {
                 return book.execute(ctx, Principal::Client(client), req);
             }
+            // The state's own request: its emits and schedule requests commit with it, all or
+            // nothing (`Effects`).
+            let emits = if self.request_emits.records == 0 {
+                Emits::none()
+            } else {
+                book.reserve(self.request_emits).unwrap_or_else(Emits::full)
+            };
+            let state = &mut self.state;
+            let (reply, voided) = book.run_request(ctx, Principal::Client(client), emits, |fx| {
+                state.execute_with(ctx, client, payload, fx)
+            });
+            if voided {
+                self.voided_requests = self.voided_requests.saturating_add(1);
+            }
+            return reply;
         }
-        self.state.execute(ctx, client, payload)
+        self.state
+            .execute_with(ctx, client, payload, &mut Effects::none())
     }
 
     fn digest(&self) -> Digest32 {
@@ -325,8 +394,38 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             // The book's component needs no table.
             return Ok(());
         }
-        match self.registry.evaluate(&tick, &mut self.state, pages) {
+        // A table declared emitting reserves its budget in the one outbox before the pass,
+        // or the pass waits (its entries stay due) until the consumer trims the outbox.
+        let mut emits = None;
+        if let Some(budget) = self.table_emits.get(&tick.component_id)
+            && self.registry.get(tick.component_id).is_some()
+        {
+            match self.scheduler.as_ref().map(|b| b.reserve(*budget)) {
+                Some(Some(e)) => emits = Some(e),
+                Some(None) => {
+                    self.held_passes = self.held_passes.saturating_add(1);
+                    tracing::warn!(
+                        component = tick.component_id,
+                        seq = tick.bft_sequence_num,
+                        "cron table pass held back: the outbox cannot take its emit budget"
+                    );
+                    return Ok(());
+                }
+                // No book, no outbox: the actions' emits are refused (typed).
+                None => {}
+            }
+        }
+        match self
+            .registry
+            .evaluate_emitting(&tick, &mut self.state, pages, emits.as_mut())
+        {
             Ok(outcome) => {
+                if let (Some(e), Some(book)) = (emits, self.scheduler.as_mut())
+                    && let Err(fatal) = book.commit_emits(e)
+                {
+                    self.halted.get_or_insert(fatal.clone());
+                    return Err(fatal);
+                }
                 for f in &outcome.fired {
                     *self
                         .fires
@@ -419,6 +518,25 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
         }
         if let Some(d) = self.state.setup_digest() {
             h.update(d);
+        }
+        // Only when set: ledgers that emit from no table and no request keep their digest.
+        for (c, b) in &self.table_emits {
+            h.update(b"table-emits");
+            h.update(c.to_le_bytes());
+            h.update((b.records as u64).to_le_bytes());
+            h.update((b.bytes as u64).to_le_bytes());
+        }
+        if self.request_emits != EmitBudget::NONE {
+            h.update(b"request-emits");
+            h.update((self.request_emits.records as u64).to_le_bytes());
+            h.update((self.request_emits.bytes as u64).to_le_bytes());
+        }
+        if let Some(book) = &self.scheduler
+            && let Some((records, bytes)) = book.emit_budget()
+        {
+            h.update(b"book-emits");
+            h.update((records as u64).to_le_bytes());
+            h.update((bytes as u64).to_le_bytes());
         }
         Some(h.finalize().into())
     }

@@ -14,7 +14,9 @@
 //! - [`cron_ledger`], [`scheduler`]: the composition a ledger runs, [`CronLedger`] (state +
 //!   cron tables + optional schedule book with its outbox, as one [`Application`]) and
 //!   [`LedgerScheduler`] (the book, its outbox and their page layout), generic over the
-//!   [`ReservedPages`](crate::ReservedPages) store of the book's pages.
+//!   [`ReservedPages`](crate::ReservedPages) store of the book's pages; [`effects`]: what a
+//!   ledger state's own request code may do beyond its state ([`Effects`]: emit into the
+//!   ledger's one outbox, change the book in the same request, all or nothing).
 //! - [`block`]: the block-driven entry point, [`BlockHost::execute_block`]: a committed block
 //!   (height, agreed time, ordered ticks and requests) in, results, fires and digest out.
 //! - [`requests`]: exactly-once client requests, [`ExecutedRequests`] (each `(client, request
@@ -28,6 +30,7 @@
 pub mod app;
 pub mod block;
 pub mod cron_ledger;
+pub mod effects;
 pub mod requests;
 pub mod scheduler;
 pub mod ticks;
@@ -45,6 +48,7 @@ pub use block::{
     replay,
 };
 pub use cron_ledger::CronLedger;
+pub use effects::Effects;
 pub use requests::{DEFAULT_MAX_CLIENTS, DuplicateRequest, ExecutedRequests, REQUEST_WINDOW};
 pub use scheduler::{BookConfig, LedgerScheduler};
 pub use ticks::{

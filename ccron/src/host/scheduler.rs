@@ -15,7 +15,7 @@
 
 use crate::codec;
 use crate::outbox::{
-    Outbox, OutboxLimits, OutboxRecord, OutboxResult, ResultApplied, ResultOutcome,
+    Origin, Outbox, OutboxLimits, OutboxRecord, OutboxResult, ResultApplied, ResultOutcome,
 };
 use crate::schedule::{Handlers, Limits, ScheduleRequest, Scheduler};
 use crate::{MemPages, PageRange, PagesError, Policy, Principal, ReservedPages, Tick};
@@ -162,16 +162,11 @@ impl BookConfig {
 
     /// The book's limits, with admission bounded by its record pages (a schedule that would
     /// not fit is rejected when requested, not when the book is saved).
+    /// Every bound "admitted ⇒ saved" needs comes from the book's pages, whatever the caller
+    /// set ([`Limits::fitted_to`]: a caller's value only ever lowers it).
     fn book_limits(&self) -> Limits {
-        let fitted = self
-            .book_range()
-            .map_or(self.limits, |r| self.limits.for_range(r));
-        Limits {
-            max_record_pages: self.limits.max_record_pages.or(fitted.max_record_pages),
-            max_zones_bytes: self.limits.max_zones_bytes.or(fitted.max_zones_bytes),
-            max_log_pages: self.limits.max_log_pages.or(fitted.max_log_pages),
-            ..self.limits
-        }
+        self.book_range()
+            .map_or(self.limits, |r| self.limits.fitted_to(r))
     }
 
     /// The outbox's pages, right after the book's.
@@ -201,8 +196,12 @@ pub struct LedgerScheduler<S, P = MemPages> {
     pages: P,
     translate: Option<RequestTranslator>,
     reaction: Option<ResultReaction<S>>,
+    table_reaction: Option<ResultReaction<S>>,
     policy: Policy,
     denied: u64,
+    /// The handler runs' emit budget, if set (records, bytes): kept to re-apply it to a
+    /// restored book.
+    emit_budget: Option<(usize, usize)>,
     /// Typed errors the book's ticks reported ([`TickReport::errors`](crate::schedule::TickReport::errors):
     /// refused emits, rejected handler requests).
     tick_errors: u64,
@@ -238,7 +237,9 @@ impl<S> LedgerScheduler<S> {
             pages: MemPages::new(PAGE_BYTES, cfg.total_pages()),
             translate: None,
             reaction: None,
+            table_reaction: None,
             policy: Policy::default(),
+            emit_budget: None,
             denied: 0,
             tick_errors: 0,
             parked_runs: 0,
@@ -282,12 +283,14 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
             pages,
             translate: None,
             policy: Policy::default(),
+            emit_budget: None,
             denied: 0,
             tick_errors: 0,
             parked_runs: 0,
             failed_runs: 0,
             fatal: None,
             reaction: None,
+            table_reaction: None,
         })
     }
 
@@ -364,10 +367,111 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         self.failed_runs
     }
 
-    /// With `reaction` run on the first result for each outbox record (see [`ResultReaction`]).
+    /// With `reaction` run on the first result for each outbox record a schedule's handler
+    /// emitted (see [`ResultReaction`]; records of the other emitters go to theirs:
+    /// [`Self::with_table_result_reaction`], the state's `Application::on_outbox_result`).
     pub fn with_result_reaction(mut self, reaction: ResultReaction<S>) -> Self {
         self.reaction = Some(reaction);
         self
+    }
+
+    /// With `reaction` run on the first result for each outbox record a cron table's action
+    /// emitted (`ActionCtx::emit`; the record's id names the component and position:
+    /// `record.id.component`, `record.id.emitter()`).
+    pub fn with_table_result_reaction(mut self, reaction: ResultReaction<S>) -> Self {
+        self.table_reaction = Some(reaction);
+        self
+    }
+
+    /// With every handler run allowed `records` records of `bytes` bytes in all, reserved in
+    /// the outbox before the run starts (`Scheduler::with_emit_budget`; default: one record).
+    pub fn with_emit_budget(mut self, records: usize, bytes: usize) -> Self {
+        self.book = self.book.with_emit_budget(records, bytes);
+        self.emit_budget = Some((records, bytes));
+        self
+    }
+
+    /// The handler runs' emit budget, if set ([`Self::with_emit_budget`]).
+    pub fn emit_budget(&self) -> Option<(usize, usize)> {
+        self.emit_budget
+    }
+
+    /// Reserves `budget` in the outbox for a table pass or a request: `None` when the outbox
+    /// cannot take it now (or the ledger has stopped).
+    pub(crate) fn reserve(
+        &self,
+        budget: crate::outbox::EmitBudget,
+    ) -> Option<crate::outbox::Emits> {
+        if self.fatal.is_some() {
+            return None;
+        }
+        crate::outbox::Emits::reserve(&self.outbox, budget)
+    }
+
+    /// Appends what a table pass or a request staged and saves the outbox. The room was
+    /// reserved, so a refused append is a bug: the ledger stops (fail-stop), never drops a
+    /// record silently.
+    pub(crate) fn commit_emits(&mut self, emits: crate::outbox::Emits) -> Result<(), AppError> {
+        if emits.staged().is_empty() {
+            return Ok(());
+        }
+        match emits.commit(&mut self.outbox) {
+            Ok(_) => {
+                self.save_outbox();
+                self.fatal.clone().map_or(Ok(()), Err)
+            }
+            Err(e) => {
+                self.fail("reserved outbox records", e.to_string());
+                self.save_outbox();
+                Err(AppError::Fatal(format!(
+                    "reserved outbox records refused: {e}"
+                )))
+            }
+        }
+    }
+
+    /// Runs `f` (a ledger state's request) with [`Effects`](super::Effects) over this book
+    /// and outbox: schedule requests applied now as `by`, records staged in `emits`; when the
+    /// request refused any effect, the book is put back as it was before its first schedule
+    /// request (a copy: O(book) once per scheduling request) and nothing is emitted.
+    /// Returns `f`'s reply and whether the effects were voided.
+    pub(crate) fn run_request<R>(
+        &mut self,
+        ctx: ExecContext,
+        by: Principal,
+        emits: crate::outbox::Emits,
+        f: impl FnOnce(&mut super::Effects<'_>) -> R,
+    ) -> (R, bool) {
+        let component = self.cfg.component;
+        let mut backup: Option<Scheduler> = None;
+        let (reply, emits, refused, scheduled) = {
+            let handlers = &self.handlers;
+            let book = &mut self.book;
+            let backup = &mut backup;
+            let mut apply = |req: ScheduleRequest| {
+                if backup.is_none() {
+                    *backup = Some(book.clone());
+                }
+                book.apply(&by, req, handlers, ctx.seq, ctx.agreed_time_ms)
+            };
+            let mut fx = super::Effects::new(component, emits, Some(&mut apply));
+            let reply = f(&mut fx);
+            let (emits, refused, scheduled) = fx.finish();
+            (reply, emits, refused, scheduled)
+        };
+        if refused {
+            if let Some(before) = backup {
+                self.book = before;
+            }
+            tracing::debug!(%by, "request effects refused: none of them stays");
+            return (reply, true);
+        }
+        if scheduled > 0 {
+            self.persist();
+        }
+        // A failed commit stops the ledger (fail-stop); the reply stands.
+        let _ = self.commit_emits(emits);
+        (reply, false)
     }
 
     /// Applies an outbox result request (`crate::outbox::OutboxResult`) from `by`: only the
@@ -381,6 +485,7 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         state: &mut S,
         by: Principal,
         result: Result<OutboxResult, crate::outbox::ResultPayloadError>,
+        to_state: impl FnOnce(&mut S, &OutboxRecord, &ResultOutcome),
     ) -> Vec<u8> {
         if self.fatal.is_some() {
             return b"err halted".to_vec();
@@ -394,9 +499,27 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         };
         match self.outbox.accept_result(&self.policy, &by, &result) {
             Ok(ResultApplied::Applied) => {
-                if let (Some(react), Some(record)) = (&self.reaction, self.outbox.get(result.index))
-                {
-                    react(state, record, &result.outcome);
+                // Routed back to whoever emitted the record (its id's origin).
+                if let Some(record) = self.outbox.get(result.index) {
+                    match record.id.origin() {
+                        Origin::Schedule => {
+                            if let Some(react) = &self.reaction {
+                                react(state, record, &result.outcome);
+                            }
+                        }
+                        Origin::Table => {
+                            if let Some(react) = &self.table_reaction {
+                                react(state, record, &result.outcome);
+                            }
+                        }
+                        Origin::State => to_state(state, record, &result.outcome),
+                        Origin::Reserved => {
+                            tracing::warn!(
+                                index = result.index,
+                                "result for a record of no known emitter"
+                            );
+                        }
+                    }
                 }
                 self.save_outbox();
                 b"ok result applied".to_vec()
@@ -619,7 +742,11 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
             )));
         }
         // The policy is configuration: the decoded book gets this replica's.
-        self.book = book.with_policy(self.policy.clone());
+        let mut book = book.with_policy(self.policy.clone());
+        if let Some((records, bytes)) = self.emit_budget {
+            book = book.with_emit_budget(records, bytes);
+        }
+        self.book = book;
         self.outbox = outbox;
         Ok(())
     }

@@ -390,6 +390,27 @@ impl Outbox {
         slots.min(bytes).min(indices)
     }
 
+    /// How many runs of `budget` ([`EmitBudget`](super::EmitBudget): records and bytes
+    /// together) the outbox would take now, one after the other: free record slots, room for
+    /// the bytes, an unexhausted index space (`usize::MAX` for a budget of no records). A run
+    /// starts only when this is at least 1 (`docs/outbox.md`, "Capacity").
+    pub fn room_for_run(&self, budget: super::EmitBudget) -> usize {
+        if budget.records == 0 {
+            return usize::MAX;
+        }
+        let slots = self.limits.max_records.saturating_sub(self.records.len()) / budget.records;
+        let bytes = self
+            .limits
+            .max_total_bytes
+            .saturating_sub(self.held_bytes())
+            .checked_div(budget.bytes)
+            .unwrap_or(usize::MAX);
+        let indices = usize::try_from(u64::MAX.saturating_sub(self.next_index()))
+            .unwrap_or(usize::MAX)
+            / budget.records;
+        slots.min(bytes).min(indices)
+    }
+
     /// Appends `record`, returning its index. On error the outbox is unchanged.
     pub fn append(&mut self, record: OutboxRecord) -> Result<u64, OutboxError> {
         let size_bytes = record.size_bytes();

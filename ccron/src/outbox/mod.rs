@@ -2,6 +2,9 @@
 //!
 //! * [`OccurrenceId`]: the deterministic name of one firing of one action.
 //! * [`Outbox`]: replicated state; actions append [`OutboxRecord`]s, which get dense indices.
+//!   One per ledger: book handlers, table actions and the state's own code emit into it
+//!   ([`Emits`], [`EmitBudget`]); an id's [`Origin`] and sub-index say who emitted it and
+//!   which record of its run it is.
 //! * [`Consumer`]: a pure state machine delivering records at least once, with bounded work in
 //!   flight, deterministic retries and dead letters; [`PersistentConsumer`] adds its durable
 //!   progress ([`ProgressStore`]) and dead letters ([`DeadLetterSink`]).
@@ -55,6 +58,7 @@
 mod codec;
 mod consumer;
 mod dedupe;
+mod emit;
 mod host;
 mod id;
 mod journal;
@@ -75,6 +79,7 @@ pub use dedupe::{
     DEDUPE_ENTRY_OVERHEAD_BYTES, DedupeEntry, DedupeError, DedupeFull, DedupeLimits, DedupeTable,
     DedupeVerdict, MAX_SENDER_BYTES, Remembered, delivery_digest,
 };
+pub use emit::{EmitBudget, EmitError, Emits, MAX_EMITTER, MAX_RECORDS_PER_RUN, Origin};
 pub use host::{ConsumerError, PersistentConsumer};
 pub use id::{IdParseError, OCCURRENCE_ID_BYTES, OCCURRENCE_ID_TEXT_LEN, OccurrenceId};
 pub use journal::{

@@ -46,7 +46,7 @@ fn the_escrow_ledger_runs_on_the_simulated_cluster() {
     assert!((1..4).all(|i| state(i) == (s0.clone(), outbox0)));
     assert!(s0.refunded > 0 && s0.released > 0, "{s0:?}");
     assert!(s0.settlements >= 4, "one per 10 s of the minute: {s0:?}");
-    // One outbox record per refund run.
+    // One outbox record per refund and per release, in the ledger's one outbox.
     let refunds = out
         .events
         .fires
@@ -54,7 +54,20 @@ fn the_escrow_ledger_runs_on_the_simulated_cluster() {
         .filter(|f| f.replica == 0 && f.position == REFUNDS)
         .count();
     assert!(refunds > 0);
-    assert!(outbox0.is_some_and(|n| n <= refunds && n > 0));
+    let (refunded, released) = out
+        .app(0, |l: &ccron::host::CronLedger<escrow_node::Escrow>| {
+            let outbox = l.scheduler().unwrap().outbox();
+            let count = |h: &str| outbox.iter().filter(|(_, r)| r.handler == h).count();
+            (count("escrow-refunded"), count("escrow-released"))
+        })
+        .unwrap();
+    assert!(
+        refunded > 0 && refunded <= refunds,
+        "{refunded} of {refunds}"
+    );
+    assert!(released > 0 && Some(refunded + released) == outbox0);
+    // Every hold was refunded or confirmed (released or awaiting release), never both.
+    assert!(s0.holds.len() + s0.confirmed.len() + refunded + released > 0);
     // Settlements on the 10-second grid of London wall time (= UTC seconds across the change).
     for f in out.events.fires.iter().filter(|f| f.position == SETTLE) {
         let due = f.due_ms.unwrap();

@@ -26,6 +26,9 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::node::{ClientId, Executed, Input, Millis, Node, NodeId, Output};
 
+mod client;
+pub use client::{ClientConfig, ClientError, ClusterClient, ClusterSubmit};
+
 /// Capacity of each replica's inbox.
 pub const INBOX_CAPACITY: usize = 1 << 16;
 /// Capacity of the reply and execution observation channels.
@@ -139,13 +142,39 @@ impl std::fmt::Debug for ThreadedCluster {
     }
 }
 
-fn try_deliver(to: &Sender<Msg>, input: Input, dropped: &AtomicU64) {
+/// Queues `input` on a replica's inbox; `false` (counted in `dropped`) when the inbox is full
+/// or its thread has stopped.
+fn try_deliver(to: &Sender<Msg>, input: Input, dropped: &AtomicU64) -> bool {
     match to.try_send(Msg::Input(input)) {
-        Ok(()) => {}
+        Ok(()) => true,
         Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
             dropped.fetch_add(1, Ordering::Relaxed);
+            false
         }
     }
+}
+
+/// A client request [`ThreadedCluster::submit`] could not queue on every replica: never a
+/// silent drop. The request may still execute (the replicas that queued it forward it to the
+/// primary); a client re-sends it under the same request number ([`ClusterClient`] does),
+/// which executes it at most once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// These replicas' inboxes were full (or their threads stopped): the request was not
+    /// queued there.
+    #[error(
+        "request not queued on replicas {refused:?} (inbox full or stopped); {queued} queued it"
+    )]
+    NotQueued {
+        /// The replicas that did not take it.
+        refused: Vec<NodeId>,
+        /// How many did.
+        queued: usize,
+    },
+    /// No replica with this id.
+    #[error("no replica {0}")]
+    NoSuchReplica(NodeId),
 }
 
 struct Worker<N> {
@@ -402,22 +431,52 @@ impl ThreadedCluster {
     }
 
     /// Hands an encoded client request to replica `to`.
-    pub fn submit_to(&self, to: NodeId, bytes: Vec<u8>) -> Result<(), RuntimeError> {
+    ///
+    /// # Errors
+    /// [`SubmitError`]: no such replica, or its inbox ([`INBOX_CAPACITY`] messages) is full.
+    pub fn submit_to(&self, to: NodeId, bytes: Vec<u8>) -> Result<(), SubmitError> {
         let inbox = self
             .inboxes
             .get(to as usize)
-            .ok_or(RuntimeError::NoSuchReplica(to))?;
-        try_deliver(inbox, Input::Client { bytes }, &self.dropped);
-        Ok(())
+            .ok_or(SubmitError::NoSuchReplica(to))?;
+        if try_deliver(inbox, Input::Client { bytes }, &self.dropped) {
+            Ok(())
+        } else {
+            Err(SubmitError::NotQueued {
+                refused: vec![to],
+                queued: 0,
+            })
+        }
     }
 
     /// Hands an encoded client request to every replica.
-    pub fn submit(&self, bytes: &[u8]) {
-        for inbox in &self.inboxes {
+    ///
+    /// Limits (what a client must respect; [`ClusterClient`] does): each replica's inbox holds
+    /// [`INBOX_CAPACITY`] messages, and a replica refuses a request whose number is more than
+    /// 256 below the client's newest executed one (`docs/replica.md`, "Clients"): send at most
+    /// 255 requests ahead of the oldest one without a reply.
+    ///
+    /// # Errors
+    /// [`SubmitError::NotQueued`] names the replicas that did not queue it (counted in
+    /// [`Self::dropped`] too): re-send it later under the same request number.
+    pub fn submit(&self, bytes: &[u8]) -> Result<(), SubmitError> {
+        let mut refused = Vec::new();
+        for (i, inbox) in self.inboxes.iter().enumerate() {
             let input = Input::Client {
                 bytes: bytes.to_vec(),
             };
-            try_deliver(inbox, input, &self.dropped);
+            if !try_deliver(inbox, input, &self.dropped) {
+                refused.push(i as NodeId);
+            }
+        }
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            tracing::warn!(?refused, "client request not queued on every replica");
+            Err(SubmitError::NotQueued {
+                queued: self.inboxes.len() - refused.len(),
+                refused,
+            })
         }
     }
 
@@ -486,7 +545,7 @@ mod tests {
         )
         .unwrap();
         for i in 0..20u32 {
-            c.submit(&i.to_le_bytes());
+            c.submit(&i.to_le_bytes()).unwrap();
         }
         let mut seen = [0u64; 4];
         let deadline = wall_clock_ms() + 10_000;

@@ -46,8 +46,10 @@ pub struct HandlerCtx<'a, S> {
     /// The ledger's state.
     pub state: &'a mut S,
     pub(super) outbox: &'a Outbox,
-    /// The record [`HandlerCtx::emit`] staged: appended when the run returns `Ok`.
-    pub(super) staged: Option<OutboxRecord>,
+    /// The records [`HandlerCtx::emit`] staged: appended when the run returns `Ok`.
+    pub(super) staged: Vec<OutboxRecord>,
+    /// What the run may emit in all (records, bytes): reserved before it started.
+    pub(super) budget: crate::outbox::EmitBudget,
     /// The largest record this run may emit ([`Scheduler::emit_bound`](super::Scheduler::emit_bound)):
     /// the tick made sure the outbox can take one that large before the run started.
     pub(super) emit_bound: usize,
@@ -59,9 +61,15 @@ pub struct HandlerCtx<'a, S> {
 impl<S> HandlerCtx<'_, S> {
     /// Stages an outbox record for an external effect, identified by this occurrence's id so a
     /// worker can deduplicate, and carrying the schedule's topic and type so that a worker pool
-    /// can route it. One per occurrence. The record is appended when the run returns `Ok`
-    /// (never for a failed attempt: a retry emits again, under the same id); the returned
-    /// index is the one it gets then.
+    /// can route it. The record is appended when the run returns `Ok` (never for a failed
+    /// attempt: a retry emits again, under the same ids); the returned index is the one it gets
+    /// then.
+    ///
+    /// Several per run: as many as the book's emit budget allows
+    /// ([`Scheduler::with_emit_budget`](super::Scheduler::with_emit_budget); one by default).
+    /// The first record's id is the occurrence's ([`HandlerCtx::occurrence`]); the k-th carries
+    /// sub-index k-1 in its `entry` (`crate::outbox::OccurrenceId::emitted`), so every record
+    /// keeps a distinct, deterministic id.
     ///
     /// Capacity: the tick starts a run only when the outbox can take one record of the run's
     /// emit bound ([`Scheduler::emit_bound`](super::Scheduler::emit_bound)), so a record within
@@ -87,10 +95,24 @@ impl<S> HandlerCtx<'_, S> {
     }
 
     fn try_emit(&mut self, effect: String, payload: Vec<u8>) -> Result<u64, ScheduleError> {
-        if self.staged.is_some() {
-            return Err(ScheduleError::SecondEmit);
+        let sub = self.staged.len();
+        if sub >= self.budget.records {
+            if self.budget.records <= 1 {
+                return Err(ScheduleError::SecondEmit);
+            }
+            return Err(crate::outbox::EmitError::TooManyInRun {
+                max_records: self.budget.records,
+            }
+            .into());
         }
-        let mut record = OutboxRecord::new(self.occurrence, effect, payload);
+        let id = OccurrenceId::emitted(
+            self.occurrence.component,
+            crate::outbox::Origin::Schedule,
+            self.occurrence.entry,
+            self.occurrence.occurrence,
+            sub,
+        )?;
+        let mut record = OutboxRecord::new(id, effect, payload);
         if let Some(topic) = self.topic {
             record = record.with_topic(topic);
         }
@@ -98,14 +120,16 @@ impl<S> HandlerCtx<'_, S> {
             record = record.with_kind(kind);
         }
         let size_bytes = record.size_bytes();
-        if size_bytes > self.emit_bound {
+        let used: usize = self.staged.iter().map(OutboxRecord::size_bytes).sum();
+        let max_bytes = self.emit_bound.min(self.budget.bytes.saturating_sub(used));
+        if size_bytes > max_bytes {
             return Err(ScheduleError::EmitTooLarge {
                 size_bytes,
-                max_bytes: self.emit_bound,
+                max_bytes,
             });
         }
-        self.staged = Some(record);
-        Ok(self.outbox.next_index())
+        self.staged.push(record);
+        Ok(self.outbox.next_index().saturating_add(sub as u64))
     }
 
     /// Queues a change to the book, applied right after this run if it returns `Ok` (with this
@@ -362,7 +386,7 @@ impl<S> Handlers<S> {
             }
         }
         if !outcome.is_ok() {
-            ctx.staged = None;
+            ctx.staged.clear();
             ctx.requests.clear();
         }
         Some(outcome)

@@ -156,6 +156,9 @@ pub struct Scheduler {
     zones_bytes: usize,
     /// The book was loaded from an older layout: the next save migrates it (a full save).
     migration: Option<legacy::OldExtent>,
+    /// What one handler run may emit and reserves before it starts (configuration, like
+    /// `limits`; not stored): `None` is one record of the emit bound.
+    emit_budget: Option<crate::outbox::EmitBudget>,
 }
 
 impl Scheduler {
@@ -181,7 +184,32 @@ impl Scheduler {
             emit_failures: 0,
             zones_bytes: 8,
             migration: None,
+            emit_budget: None,
         }
+    }
+
+    /// The same book with every handler run allowed `records` records of `bytes` bytes in all
+    /// (each within [`Scheduler::emit_bound`]), reserved in the outbox before the run starts:
+    /// a run starts only when the outbox can take the whole budget. Configuration, identical on
+    /// every replica and not stored: set it again after [`Scheduler::load`]. The default is one
+    /// record of the emit bound.
+    pub fn with_emit_budget(mut self, records: usize, bytes: usize) -> Self {
+        self.emit_budget = Some(crate::outbox::EmitBudget::new(records, bytes));
+        self
+    }
+
+    /// An empty book for `component` that will be saved into `range`: its limits are bound to
+    /// what the range holds ([`Limits::fitted_to`]), whatever the caller set, so a request it
+    /// admits always fits the next save. [`Scheduler::new`] binds them at its first save or
+    /// load; before that, admission knows only the caller's bounds.
+    pub fn new_in(component: ComponentId, limits: Limits, range: crate::PageRange) -> Self {
+        Self::new(component, limits.fitted_to(range))
+    }
+
+    /// Binds the limits to `range` ([`Limits::fitted_to`]): admission from here on proves the
+    /// next save into `range` fits.
+    pub(super) fn bind_range(&mut self, range: crate::PageRange) {
+        self.limits = self.limits.fitted_to(range);
     }
 
     /// The same book with `policy` deciding who may change it ([`Scheduler::apply`]). The policy

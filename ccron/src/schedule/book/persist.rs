@@ -460,6 +460,8 @@ impl Scheduler {
         all: bool,
     ) -> Result<(), ScheduleError> {
         let layout = self.layout(pages, range)?;
+        // Admission from here on is bounded by the pages the book saves into.
+        self.bind_range(range);
         if !all && !self.is_dirty() {
             return Ok(());
         }
@@ -699,7 +701,7 @@ impl Scheduler {
         pages: &dyn ReservedPages,
         range: PageRange,
     ) -> Result<Self, ScheduleError> {
-        let mut book = Self::new(component, limits);
+        let mut book = Self::new_in(component, limits, range);
         let layout = book.layout(pages, range)?;
         let corrupt = |m: String| {
             tracing::warn!(component, reason = %m, "stored schedule book rejected");

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::authz::Principal;
 use crate::due::Due;
-use crate::outbox::{OccurrenceId, Outbox, OutboxRecord};
+use crate::outbox::{EmitBudget, OccurrenceId, Outbox, OutboxRecord};
 use crate::tick::{ComponentId, Tick, TimeMs};
 
 impl Scheduler {
@@ -62,6 +62,13 @@ impl Scheduler {
             .saturating_add(l.max_payload_bytes)
             .saturating_add(l.max_topic_bytes.saturating_mul(2))
             .min(outbox.limits().max_record_bytes)
+    }
+
+    /// What one handler run may emit and reserves before it starts: the configured budget
+    /// ([`Scheduler::with_emit_budget`]), by default one record of [`Scheduler::emit_bound`].
+    pub fn run_budget(&self, outbox: &Outbox) -> EmitBudget {
+        self.emit_budget
+            .unwrap_or_else(|| EmitBudget::new(1, self.emit_bound(outbox)))
     }
 
     /// Runs every due schedule (within the budget) on the committed `tick`: handlers get
@@ -162,10 +169,12 @@ impl Scheduler {
         report: &mut TickReport,
     ) {
         let emit_bound = self.emit_bound(outbox);
+        let budget = self.run_budget(outbox);
         let mut env = Env {
             tick,
             names,
             emit_bound,
+            budget,
             state,
             handlers,
             outbox,
@@ -198,7 +207,7 @@ impl Scheduler {
             // Each run may emit one record of up to `emit_bound` bytes: run only what the outbox
             // can take now, so that no emit meets a full outbox (the rest stays due or owed,
             // exactly as with the fire budget, until the consumer trims the outbox).
-            let room = env.outbox.room_for(emit_bound).min(*left);
+            let room = env.outbox.room_for_run(budget).min(*left);
             if room == 0 {
                 env.report.outbox_full = true;
                 return;
@@ -332,6 +341,7 @@ struct Env<'a, 'b, S> {
     tick: &'a Tick,
     names: &'a BTreeSet<String>,
     emit_bound: usize,
+    budget: EmitBudget,
     state: &'b mut S,
     handlers: &'b mut Handlers<S>,
     outbox: &'b mut Outbox,
@@ -341,7 +351,7 @@ struct Env<'a, 'b, S> {
 /// One attempt's outcome and its staged effects.
 struct Attempt {
     outcome: RunOutcome,
-    staged: Option<OutboxRecord>,
+    staged: Vec<OutboxRecord>,
     requests: Vec<ScheduleRequest>,
     emit_error: Option<ScheduleError>,
 }
@@ -369,7 +379,8 @@ fn run_phase<S>(
         kind: rec.def.kind.as_deref(),
         state: &mut *env.state,
         outbox: &*env.outbox,
-        staged: None,
+        staged: Vec::new(),
+        budget: env.budget,
         emit_bound: env.emit_bound,
         emit_error: None,
         requests: Vec::new(),
@@ -381,7 +392,7 @@ fn run_phase<S>(
         .unwrap_or(RunOutcome::Failed { code: 0 });
     Attempt {
         outcome,
-        staged: ctx.staged.take(),
+        staged: std::mem::take(&mut ctx.staged),
         requests: std::mem::take(&mut ctx.requests),
         emit_error: ctx.emit_error.take(),
     }
@@ -463,9 +474,11 @@ impl Scheduler {
             env.report.errors.push(e);
         }
         let mut emitted = None;
-        if let Some(record) = run.staged {
+        for record in run.staged {
             match env.outbox.append(record) {
-                Ok(index) => emitted = Some(index),
+                Ok(index) => {
+                    emitted.get_or_insert(index);
+                }
                 Err(e) => {
                     // Unreachable: the tick ran the attempt only with room for a record of the
                     // emit bound, and the staged record is within it. Reported and counted if

@@ -416,6 +416,29 @@ impl Limits {
             ..self
         }
     }
+
+    /// These limits bounded by what `range` can hold: every bound the guarantee "admitted ⇒
+    /// saved" needs ([`Limits::max_record_pages`], [`Limits::max_zones_bytes`],
+    /// [`Limits::max_log_pages`]) is the smaller of the caller's value (when set) and the one
+    /// derived from the range ([`Limits::for_range`]). Unlike [`Limits::for_range`], a caller's
+    /// larger value never wins: safety is never opt-in. [`Scheduler::load`](super::Scheduler::load),
+    /// [`Scheduler::new_in`](super::Scheduler::new_in) and every save bind the book's limits
+    /// this way.
+    pub fn fitted_to(self, range: PageRange) -> Self {
+        let derived = self.for_range(range);
+        fn min_of<T: Ord + Copy>(user: Option<T>, derived: Option<T>) -> Option<T> {
+            match (user, derived) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => b.or(a),
+            }
+        }
+        Self {
+            max_record_pages: min_of(self.max_record_pages, derived.max_record_pages),
+            max_zones_bytes: min_of(self.max_zones_bytes, derived.max_zones_bytes),
+            max_log_pages: min_of(self.max_log_pages, derived.max_log_pages),
+            ..self
+        }
+    }
 }
 
 /// How many record pages a book saved into `range` has (0 when the range is too small to lay
@@ -462,6 +485,14 @@ pub enum ScheduleError {
     /// Appending to the outbox failed.
     #[error(transparent)]
     Outbox(#[from] OutboxError),
+    /// A schedule request from a ledger state's own code (`ccron::host::Effects::schedule`)
+    /// in a ledger without a schedule book.
+    #[error("the ledger has no schedule book")]
+    NoBook,
+    /// An emit beyond the run's emit budget ([`Scheduler::with_emit_budget`](super::Scheduler::with_emit_budget)),
+    /// or whose packed id does not fit (`crate::outbox::EmitError`); nothing was staged.
+    #[error(transparent)]
+    Emit(#[from] crate::outbox::EmitError),
     /// (Called `JournalFull` before the record log took the journal's place.) The request
     /// would let the next save outgrow the log pages of the book's range
     /// ([`Limits::max_log_pages`]); nothing changed. Save (a save logs only what changed
