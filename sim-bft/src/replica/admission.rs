@@ -11,13 +11,12 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use super::clients::Admission;
-use super::{Byzantine, MAX_BUNDLE_REQUESTS, Replica};
+use super::{MAX_BUNDLE_REQUESTS, Replica};
 use crate::crypto::{self, Digest32, internal_client_id, internal_client_owner};
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Request, RequestKind, SignedRequest, Wire, codec};
 
 const VERIFIED_MEMO_CAPACITY: usize = 65_536;
-const TICK_FLOOD_FACTOR: u32 = 16;
 
 impl Replica {
     fn remember_verified(&mut self, d: Digest32) {
@@ -177,9 +176,7 @@ impl Replica {
         out: &mut Vec<Output>,
     ) {
         let (client, req_seq) = (req.request.client, req.request.req_seq);
-        if self.cfg.byzantine == Byzantine::StarveClient && client == super::config::STARVED_CLIENT
-        {
-            self.metrics.inc("byzantine_starved_request");
+        if !self.strategy.admits(client, &mut self.metrics) {
             return;
         }
         // Only the validators' own tick senders may tick (ccron's engine-independent rule).
@@ -252,12 +249,11 @@ impl Replica {
 
     /// Whether ticks of `component` are accepted: it is listed in `tick_components`, or no
     /// list is configured.
-    pub(super) fn ticks_component(&self, component: u32) -> bool {
+    pub(crate) fn ticks_component(&self, component: u32) -> bool {
         self.cfg.tick_components.is_empty() || self.cfg.tick_components.contains_key(&component)
     }
 
     pub(super) fn on_internal_tick(&mut self, now: Millis, component: u32, out: &mut Vec<Output>) {
-        let flood = self.cfg.byzantine == Byzantine::TickFlood;
         if !self.ticks_component(component) {
             debug!(
                 replica = self.cfg.id,
@@ -273,9 +269,7 @@ impl Replica {
             .tick_components
             .get(&component)
             .map(|p| period_index(now, *p));
-        if let Some(p) = period_index
-            && !flood
-        {
+        if let Some(p) = period_index {
             if !self
                 .cfg
                 .tick_senders
@@ -288,16 +282,6 @@ impl Replica {
                 self.metrics.inc("tick_already_sent_in_period");
                 return;
             }
-        }
-        if flood {
-            // Byzantine: ignores the throttle and the rotation, sends many copies.
-            for _ in 0..TICK_FLOOD_FACTOR {
-                let req_seq = self.next_internal_req;
-                if self.submit_tick(now, component, req_seq, out) {
-                    self.next_internal_req += 1;
-                }
-            }
-            return;
         }
         let candidate = self.next_internal_req;
         match self.throttle.on_internal_tick(component, now, || candidate) {
@@ -341,6 +325,23 @@ impl Replica {
             self.flush_deadline.get_or_insert(now);
             self.metrics.inc("tick_retransmitted");
         }
+    }
+
+    /// Signs and admits a tick request of this replica's with its next internal request
+    /// number, bypassing the throttle and the rotation (what a tick-flooding strategy does,
+    /// [`crate::byzantine`]); true when it became pending.
+    pub(crate) fn submit_next_tick(
+        &mut self,
+        now: Millis,
+        component: u32,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let req_seq = self.next_internal_req;
+        let admitted = self.submit_tick(now, component, req_seq, out);
+        if admitted {
+            self.next_internal_req += 1;
+        }
+        admitted
     }
 
     /// Signs and admits this replica's tick request; true when it became pending.

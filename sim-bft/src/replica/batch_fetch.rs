@@ -210,42 +210,4 @@ impl Replica {
         self.progress(now, seq, out);
         self.execute_ready(now, out);
     }
-
-    /// Whether a 50 ms round of a Byzantine asking strategy (`amplify`, `withhold-commits`)
-    /// is due at `now`; if so, starts the next round.
-    pub(super) fn byz_round_due(&mut self, now: Millis) -> bool {
-        if now < self.byz_repropose_at {
-            return false;
-        }
-        self.byz_repropose_at = now.saturating_add(50);
-        true
-    }
-
-    /// Byzantine mode [`Byzantine::Amplify`]: every 50 ms, a `Status` from its stable
-    /// checkpoint and `BatchFetch`es for the newest batches of its log, to every peer.
-    pub(super) fn amplify(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if !self.byz_round_due(now) {
-            return;
-        }
-        self.metrics.inc("byz_amplify_rounds");
-        let (view, last_executed) = (self.view, self.stable.seq);
-        self.send(
-            Body::Status {
-                view,
-                last_executed,
-            },
-            Dest::All,
-            out,
-        );
-        let wanted: Vec<(u64, Digest32)> = self
-            .log
-            .iter()
-            .rev()
-            .filter_map(|(s, e)| e.digest.map(|d| (*s, d)))
-            .take(MAX_FETCH_BATCHES)
-            .collect();
-        if !wanted.is_empty() {
-            self.send(Body::BatchFetch { wanted }, Dest::All, out);
-        }
-    }
 }

@@ -98,7 +98,6 @@ impl Replica {
         sig: SigBytes,
         out: &mut Vec<Output>,
     ) {
-        self.maybe_flood_state(from, out);
         if seq <= self.stable.seq {
             // A late vote for a checkpoint that is already stable: normal, not a fault.
             self.metrics.inc("late_checkpoint");

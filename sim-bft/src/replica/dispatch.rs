@@ -85,6 +85,9 @@ impl Replica {
         msg: SignedMsg,
         out: &mut Vec<Output>,
     ) {
+        if self.with_strategy(|s, r| s.inbound(r, now, from, &body, out)) {
+            return;
+        }
         match body {
             Body::PrePrepare { view, seq, batch } => {
                 if self.defer_by_view(

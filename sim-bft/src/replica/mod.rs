@@ -28,6 +28,7 @@ pub mod config;
 mod dispatch;
 mod execution;
 pub mod future;
+pub(crate) mod hooks;
 pub mod metrics;
 mod normal_case;
 mod recovery;
@@ -149,22 +150,22 @@ type CommitCert = (u64, Vec<(NodeId, Millis, SigBytes)>);
 
 /// One sequence number of the log, in the current view.
 #[derive(Debug, Clone, Default)]
-struct Entry {
-    view: u64,
-    batch: Option<Batch>,
-    digest: Option<Digest32>,
+pub(crate) struct Entry {
+    pub(crate) view: u64,
+    pub(crate) batch: Option<Batch>,
+    pub(crate) digest: Option<Digest32>,
     /// False when the time check failed: the replica keeps the batch but withholds its votes.
     vote_ok: bool,
     prepares: BTreeMap<NodeId, (Digest32, SigBytes)>,
     commits: BTreeMap<NodeId, CommitVote>,
     prepared: bool,
     commit_sent: bool,
-    committed: bool,
+    pub(crate) committed: bool,
     /// The highest-view prepared certificate this replica holds for the seq (survives views).
-    proof: Option<PreparedProof>,
+    pub(crate) proof: Option<PreparedProof>,
     /// The batch `proof` names (by digest), when this replica holds it: what it serves to a
     /// peer that fetches it after a view change ([`Body::BatchFetch`]).
-    proof_batch: Option<Batch>,
+    pub(crate) proof_batch: Option<Batch>,
     /// The commit certificate (its view and 2f+1 signed commits) this entry committed by,
     /// when it committed by a received [`Body::Committed`] rather than by collected votes:
     /// kept so that this replica can forward it to a peer that lacks the seq (else, when the
@@ -254,8 +255,10 @@ struct TimeRecord {
 
 /// Where a signed message goes.
 #[derive(Debug, Clone, Copy)]
-enum Dest {
+pub(crate) enum Dest {
+    /// Every other replica.
     All,
+    /// One replica.
     One(NodeId),
 }
 
@@ -308,7 +311,6 @@ pub struct Replica {
     next_internal_req: u64,
     verified_requests: HashSet<Digest32>,
     verified_order: VecDeque<Digest32>,
-    sent_history: VecDeque<Vec<u8>>,
     last_state_digest: Digest32,
     /// Why this replica stopped executing (fail-stop): its application could not complete a
     /// replicated operation ([`crate::app::Application::halted`]) or its agreed-time page did
@@ -355,8 +357,6 @@ pub struct Replica {
     /// Internal request numbers up to this one are reserved in durable storage
     /// ([`KEY_INTERNAL_REQ`]) before any of them is sent.
     internal_req_reserved: u64,
-    /// [`Byzantine::ReproposeCommitted`] only: when it next re-proposes committed seqs.
-    byz_repropose_at: Millis,
     /// Batches a new view ordered (by digest) that this replica does not hold: seq ->
     /// (digest, replicas that prepared it, to ask in turn). See `batch_fetch`.
     fetch_missing: BTreeMap<u64, (Digest32, Vec<NodeId>)>,
@@ -384,8 +384,9 @@ pub struct Replica {
     /// When this replica last asked for checkpoint votes because its window was full
     /// ([`Replica::above_window`]).
     window_status_ms: Option<Millis>,
-    /// [`Byzantine::FatViewChange`] only: it went silent for good.
-    byz_silenced: bool,
+    /// What this replica does at its interception points ([`hooks`]): honest, unless the
+    /// simulator configured a Byzantine strategy ([`crate::byzantine`]).
+    strategy: Box<dyn hooks::Strategy>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -402,7 +403,6 @@ impl std::fmt::Debug for Replica {
 
 /// Most requests one [`Wire::Requests`] bundle may carry (a longer one is dropped unread).
 pub const MAX_BUNDLE_REQUESTS: usize = 4_096;
-const REPLAY_HISTORY: usize = 64;
 
 impl Replica {
     /// A fresh replica running `app` for user requests and `ticks` for ticks.
@@ -475,7 +475,6 @@ impl Replica {
             next_internal_req: 1,
             verified_requests: HashSet::new(),
             verified_order: VecDeque::new(),
-            sent_history: VecDeque::new(),
             last_state_digest: [0; 32],
             halted: None,
             install_failure: None,
@@ -493,7 +492,6 @@ impl Replica {
             status_asked_req: None,
             vc_echo_ms: BTreeMap::new(),
             internal_req_reserved: 0,
-            byz_repropose_at: Millis::MIN,
             fetch_missing: BTreeMap::new(),
             fetch_deadline: None,
             fetch_round: 0,
@@ -505,7 +503,7 @@ impl Replica {
             status_sent_upto: BTreeMap::new(),
             status_vote_sent_ms: BTreeMap::new(),
             window_status_ms: None,
-            byz_silenced: false,
+            strategy: crate::byzantine::strategy(&cfg),
             cfg,
         };
         r.last_state_digest = r.state_digest();
@@ -635,13 +633,35 @@ impl Replica {
         self.log.len()
     }
 
+    // ----- what a strategy reads and changes (crate::byzantine) ---------------------------
+
+    /// The log: sequence number -> entry (above the stable checkpoint).
+    pub(crate) fn log(&self) -> &BTreeMap<u64, Entry> {
+        &self.log
+    }
+
+    /// The stable checkpoint's proof.
+    pub(crate) fn stable(&self) -> &CheckpointProof {
+        &self.stable
+    }
+
+    /// Per-reason counters, to count what a strategy did.
+    pub(crate) fn metrics_mut(&mut self) -> &mut Metrics {
+        &mut self.metrics
+    }
+
+    /// The oldest unproposed request's arrival time and the number of unproposed requests.
+    pub(crate) fn unproposed(&self) -> (Option<Millis>, usize) {
+        self.clients.unproposed()
+    }
+
     // ----- helpers ---------------------------------------------------------------------------
 
     fn primary_of(&self, view: u64) -> NodeId {
         (view % u64::from(self.cfg.n)) as NodeId
     }
 
-    fn is_primary(&self) -> bool {
+    pub(crate) fn is_primary(&self) -> bool {
         self.primary() == self.cfg.id
     }
 
@@ -653,7 +673,7 @@ impl Replica {
         2 * self.f() + 1
     }
 
-    fn high_watermark(&self) -> u64 {
+    pub(crate) fn high_watermark(&self) -> u64 {
         self.stable.seq + self.cfg.log_window
     }
 
@@ -662,38 +682,42 @@ impl Replica {
         debug!(replica = self.cfg.id, ?from, reason, "dropped input");
     }
 
-    /// Signs and sends `body`, returning the signature (used for our own votes).
-    fn send(&mut self, body: Body, dest: Dest, out: &mut Vec<Output>) -> Option<SigBytes> {
-        let mut body = body;
-        if self.cfg.byzantine == Byzantine::WithholdCommits && matches!(body, Body::Commit { .. }) {
-            self.metrics.inc("byz_commits_withheld");
-            return None;
-        }
-        if self.cfg.byzantine == Byzantine::BadDigests {
-            match &mut body {
-                Body::Prepare { digest, .. }
-                | Body::Commit { digest, .. }
-                | Body::Checkpoint { digest, .. } => digest[0] ^= 0x5a,
-                _ => {}
+    /// Signs and sends `body`, returning the signature (used for our own votes). The
+    /// strategy's outgoing hooks apply ([`hooks::Strategy::outgoing`], `on_wire`).
+    pub(crate) fn send(
+        &mut self,
+        body: Body,
+        dest: Dest,
+        out: &mut Vec<Output>,
+    ) -> Option<SigBytes> {
+        match self.strategy.outgoing(body, dest, &mut self.metrics) {
+            hooks::Outgoing::Send(body, dest) => self.sign_and_emit(body, dest, out),
+            hooks::Outgoing::Split(parts) => {
+                let mut sig = None;
+                for (body, dest) in parts {
+                    sig = self.sign_and_emit(body, dest, out);
+                }
+                sig
             }
+            hooks::Outgoing::Withhold => None,
         }
+    }
+
+    fn sign_and_emit(&mut self, body: Body, dest: Dest, out: &mut Vec<Output>) -> Option<SigBytes> {
         let payload = Payload {
             from: self.cfg.id,
             body,
         };
-        let mut msg =
-            match SignedMsg::sign_vouched(&self.key, &payload, self.cfg.verify_cache.as_ref()) {
-                Ok(m) => m,
-                Err(e) => {
-                    warn!(replica = self.cfg.id, error = %e, "cannot encode own message");
-                    self.metrics.inc("encode_error");
-                    return None;
-                }
-            };
+        let msg = match SignedMsg::sign_vouched(&self.key, &payload, self.cfg.verify_cache.as_ref())
+        {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(replica = self.cfg.id, error = %e, "cannot encode own message");
+                self.metrics.inc("encode_error");
+                return None;
+            }
+        };
         let sig = msg.sig;
-        if self.cfg.byzantine == Byzantine::BadSignatures {
-            msg.sig[7] ^= 0x01;
-        }
         let bytes = match codec::encode(&Wire::Signed(msg)) {
             Ok(b) => b,
             Err(_) => {
@@ -701,15 +725,7 @@ impl Replica {
                 return None;
             }
         };
-        if self.cfg.byzantine == Byzantine::ReplayOld {
-            if let Some(old) = self.sent_history.front().cloned() {
-                out.push(Output::Broadcast { bytes: old });
-            }
-            self.sent_history.push_back(bytes.clone());
-            if self.sent_history.len() > REPLAY_HISTORY {
-                self.sent_history.pop_front();
-            }
-        }
+        let bytes = self.strategy.on_wire(bytes, out);
         out.push(match dest {
             Dest::All => Output::Broadcast { bytes },
             Dest::One(to) => Output::Send { to, bytes },
@@ -824,34 +840,19 @@ impl Replica {
 
 impl Node for Replica {
     fn handle(&mut self, now: Millis, input: Input, out: &mut Vec<Output>) {
-        if self.cfg.byzantine == Byzantine::Silent || self.byz_silenced {
-            return;
+        match self.with_strategy(|s, r| s.on_input(r, now, &input, out)) {
+            hooks::InputDecision::Ignore => return,
+            hooks::InputDecision::Handled => {}
+            hooks::InputDecision::Handle => match input {
+                Input::Peer { from, bytes } => self.on_peer(now, from, &bytes, out),
+                Input::Client { bytes } => self.on_client(now, &bytes, out),
+                Input::Timer => self.on_timer(now, out),
+                Input::InternalTick { component } => self.on_internal_tick(now, component, out),
+            },
         }
-        match input {
-            Input::Peer { from, bytes } => self.on_peer(now, from, &bytes, out),
-            Input::Client { bytes } => self.on_client(now, &bytes, out),
-            Input::Timer => self.on_timer(now, out),
-            Input::InternalTick { component } => self.on_internal_tick(now, component, out),
-        }
-        if self.cfg.byzantine == Byzantine::BogusViewChange && self.metrics.get("bogus_sent") < 64 {
-            self.send_bogus_view_change(out);
-        }
-        if self.cfg.byzantine == Byzantine::FutureFlood {
-            self.send_future_flood(now, out);
-        }
-        if self.cfg.byzantine == Byzantine::ReproposeCommitted {
-            self.repropose_committed(now, out);
-        }
+        self.with_strategy(|s, r| s.after_input(r, now, out));
         self.try_propose(now, out);
-        if self.cfg.byzantine == Byzantine::FatViewChange {
-            self.fat_view_change_check();
-        }
-        if self.cfg.byzantine == Byzantine::Amplify {
-            self.amplify(now, out);
-        }
-        if self.cfg.byzantine == Byzantine::WithholdCommits {
-            self.drain(now, out);
-        }
+        self.with_strategy(|s, r| s.after_propose(r, now, out));
         if (self.view, self.in_view_change) != self.view_seen {
             self.view_seen = (self.view, self.in_view_change);
             if !self.in_view_change {

@@ -7,7 +7,7 @@
 
 use tracing::{debug, warn};
 
-use super::{Byzantine, CommitVote, Dest, Entry, Replica, TimeMode};
+use super::{CommitVote, Dest, Entry, Replica, TimeMode};
 use crate::crypto::{Digest32, SigBytes};
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Batch, Body, ClockSample, PreparedProof, SigList, TimeCert};
@@ -17,7 +17,8 @@ impl Replica {
         if !self.is_primary() || self.in_view_change || self.transfer.is_some() {
             return;
         }
-        if self.cfg.byzantine == Byzantine::FatViewChange && self.fat_hold(now) {
+        if let Some(until) = self.strategy.hold_proposals(self, now) {
+            self.batch_deadline = Some(until);
             return;
         }
         loop {
@@ -78,32 +79,7 @@ impl Replica {
             requests = ?batch.requests.iter().map(|r| (r.request.client, r.request.req_seq)).collect::<Vec<_>>(),
             "proposed"
         );
-        if self.cfg.byzantine == Byzantine::EquivocatingPrimary {
-            // Odd backups get a different batch (other clock), hence another digest.
-            let mut other = batch.clone();
-            other.primary_clock_ms += 1;
-            for to in 0..self.cfg.n {
-                if to == self.cfg.id {
-                    continue;
-                }
-                let b = if to % 2 == 1 {
-                    other.clone()
-                } else {
-                    batch.clone()
-                };
-                self.send(
-                    Body::PrePrepare {
-                        view,
-                        seq,
-                        batch: b,
-                    },
-                    Dest::One(to),
-                    out,
-                );
-            }
-        } else {
-            self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
-        }
+        self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
     }
 
     pub(super) fn on_pre_prepare(

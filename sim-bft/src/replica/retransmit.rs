@@ -170,44 +170,6 @@ impl Replica {
         self.arm_retransmit(now);
     }
 
-    /// Byzantine mode `Byzantine::WithholdCommits`: every 50 ms, a `Status` from its stable
-    /// checkpoint and a `Have` listing every seq of its window as held with nothing, to every
-    /// peer (it withholds its commits in [`Replica::send`]).
-    pub(super) fn drain(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if !self.byz_round_due(now) {
-            return;
-        }
-        self.metrics.inc("byz_drain_rounds");
-        let (view, stable) = (self.view, self.stable.seq);
-        self.send(
-            Body::Status {
-                view,
-                last_executed: stable,
-            },
-            Dest::All,
-            out,
-        );
-        let hi = self.high_watermark();
-        let seqs: Vec<SeqHave> = (stable.saturating_add(1)..=hi)
-            .take(MAX_HAVE_SEQS)
-            .map(|seq| SeqHave {
-                seq,
-                digest: None,
-                prepares: Vec::new(),
-                commits: Vec::new(),
-            })
-            .collect();
-        self.send(
-            Body::Have {
-                view,
-                last_executed: stable,
-                seqs,
-            },
-            Dest::All,
-            out,
-        );
-    }
-
     /// A peer's [`Body::Have`]: resend exactly our own messages it lacks.
     pub(super) fn on_have(
         &mut self,

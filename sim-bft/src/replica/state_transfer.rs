@@ -23,14 +23,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use ccron::ReservedPages;
 use tracing::{info, warn};
 
-use super::{Byzantine, Dest, KEY_CHECKPOINT, Replica, Snapshot, StoredCheckpoint, TimeRecord};
+use super::{Dest, KEY_CHECKPOINT, Replica, Snapshot, StoredCheckpoint, TimeRecord};
 use crate::crypto::Digest32;
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::chunks::{self, ChunkList};
 use crate::protocol::{Body, CheckpointProof, codec};
-
-/// Most chunk indices a flooding attacker puts in one request.
-const FLOOD_INDICES: u32 = 1_024;
 
 /// An in-progress state transfer.
 #[derive(Debug, Clone)]
@@ -496,6 +493,7 @@ impl Replica {
         };
         let want_meta = want_meta || proof.seq != seq;
         let mut held = 0;
+        let allowed = self.strategy.serve_limit(allowed);
         let bodies = Self::state_bodies(
             &self.cfg,
             (now, from, &mut self.state_repeats, &mut held),
@@ -568,14 +566,9 @@ impl Replica {
             });
         }
         let wanted: BTreeSet<u32> = indices.into_iter().filter(|i| *i < count).collect();
-        let serve = match cfg.byzantine {
-            // Serves one chunk per request, then lets the receiver time out.
-            Byzantine::SlowStateSource => allowed.min(1),
-            _ => allowed,
-        };
         let mut served = 0u32;
         for index in wanted {
-            if served >= serve {
+            if served >= allowed {
                 break;
             }
             let (Some(leaf), Some(chunk)) =
@@ -588,40 +581,13 @@ impl Replica {
                 continue;
             }
             served += 1;
-            let mut data = chunk.to_vec();
-            if cfg.byzantine == Byzantine::CorruptStateChunks
-                && let Some(b) = data.first_mut()
-            {
-                *b ^= 0xff;
-            }
             bodies.push(Body::StateChunk {
                 seq: proof.seq,
                 index,
-                data,
+                data: chunk.to_vec(),
             });
         }
         bodies
-    }
-
-    /// The amplification attacker: asks `to` for as much state as it can, again and again.
-    fn flood_state_request(&mut self, to: NodeId, out: &mut Vec<Output>) {
-        self.metrics.inc("state_flood_requests");
-        self.send(
-            Body::StateRequest {
-                seq: 0,
-                meta: true,
-                indices: (0..FLOOD_INDICES).collect(),
-            },
-            Dest::One(to),
-            out,
-        );
-    }
-
-    /// Under [`Byzantine::StateRequestFlood`], a checkpoint vote from `from` triggers a flood.
-    pub(super) fn maybe_flood_state(&mut self, from: NodeId, out: &mut Vec<Output>) {
-        if self.cfg.byzantine == Byzantine::StateRequestFlood {
-            self.flood_state_request(from, out);
-        }
     }
 
     pub(super) fn on_state_meta(
@@ -633,9 +599,6 @@ impl Replica {
         leaves: Vec<Digest32>,
         out: &mut Vec<Output>,
     ) {
-        if self.cfg.byzantine == Byzantine::StateRequestFlood {
-            return self.flood_state_request(from, out);
-        }
         let chunk_bytes = self.cfg.chunk_bytes;
         let Some(t) = &self.transfer else {
             return self.drop_msg("drop_unexpected_state", Some(from));
@@ -758,9 +721,6 @@ impl Replica {
         data: Vec<u8>,
         out: &mut Vec<Output>,
     ) {
-        if self.cfg.byzantine == Byzantine::StateRequestFlood {
-            return self.flood_state_request(from, out);
-        }
         let chunk_bytes = self.cfg.chunk_bytes;
         let timeout = self.cfg.state_transfer_timeout_ms;
         let Some(t) = &mut self.transfer else {

@@ -10,27 +10,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use ccron::host::time;
 use tracing::warn;
 
-use super::{Byzantine, Metrics, Replica, ReplicaError, TimeMode};
+use super::hooks::CertChoice;
+use super::{Metrics, Replica, ReplicaError, TimeMode};
 use crate::node::{Millis, Output};
 use crate::protocol::{Batch, Body, TimeCert, codec};
 
 impl Replica {
+    /// The clock this replica writes into its commits (its strategy's offset added: 0 for
+    /// an honest replica).
     pub(super) fn clock(&self, now: Millis) -> Millis {
-        match self.cfg.byzantine {
-            Byzantine::LyingClock { offset_ms } => now.saturating_add(offset_ms),
-            _ => now,
-        }
+        now.saturating_add(self.strategy.time_policy().clock_offset_ms)
     }
 
     /// The stamp a primary puts in its batches (`Batch::primary_clock_ms`).
     pub(super) fn primary_stamp(&self, now: Millis) -> Millis {
-        match self.cfg.byzantine {
-            // Just inside the backups' bound, to push agreed time ahead.
-            Byzantine::TimeOwn => self
-                .clock(now)
-                .saturating_add(self.cfg.time.genesis_bound_ms.saturating_sub(1).max(0)),
-            _ => self.clock(now),
-        }
+        self.clock(now)
+            .saturating_add(self.strategy.time_policy().stamp_ahead_ms)
     }
 
     /// How far (in sequence numbers) a batch's certificate may lag the batch. An honest primary
@@ -56,11 +51,11 @@ impl Replica {
             .recent_certs
             .range(..seq)
             .filter(|(s, _)| self.cert_usable(**s, seq, floor));
-        let chosen = match self.cfg.byzantine {
-            Byzantine::TimeOmit | Byzantine::TimeOwn => None,
+        let chosen = match self.strategy.time_policy().cert {
+            CertChoice::Omit => None,
             // The oldest certificate still usable: time would freeze at its median.
-            Byzantine::TimeReplay => usable.next(),
-            _ => usable.next_back(),
+            CertChoice::Oldest => usable.next(),
+            CertChoice::Newest => usable.next_back(),
         };
         chosen.map(|(_, c)| c.clone())
     }

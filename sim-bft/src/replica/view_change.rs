@@ -14,15 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{info, warn};
 
-use super::{Byzantine, Dest, Entry, Replica};
+use super::{Dest, Entry, Replica};
 use crate::crypto::Digest32;
 use crate::node::{Millis, NodeId, Output};
-use crate::protocol::{Batch, Body, CheckpointProof, Payload, SignedMsg, ViewChange, Wire, codec};
-
-/// Most conflicting pre-prepares a [`Byzantine::ReproposeCommitted`] replica sends.
-const REPROPOSE_MAX: usize = 4_096;
-/// Most conflicting pre-prepares it sends in one round.
-const REPROPOSE_ROUND: usize = 16;
+use crate::protocol::{Batch, Body, Payload, SignedMsg, ViewChange, Wire, codec};
 
 /// Most pending requests a backup re-forwards to a new primary.
 const REFORWARD_MAX: usize = 4_096;
@@ -618,97 +613,5 @@ impl Replica {
                     )
             })
         })
-    }
-
-    /// Byzantine mode [`Byzantine::ReproposeCommitted`]: as primary, every half view-change
-    /// timeout, pre-prepares another batch (its clock moved by one) for each of the last
-    /// [`REPROPOSE_ROUND`] seqs committed in this view, at most [`REPROPOSE_MAX`] in all.
-    pub(super) fn repropose_committed(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if !self.is_primary() || self.in_view_change || now < self.byz_repropose_at {
-            return;
-        }
-        let sent = usize::try_from(self.metrics.get("byz_reproposed")).unwrap_or(usize::MAX);
-        if sent >= REPROPOSE_MAX {
-            return;
-        }
-        self.byz_repropose_at = now.saturating_add((self.cfg.view_change_timeout_ms / 2).max(1));
-        let view = self.view;
-        let todo: Vec<(u64, Batch)> = self
-            .log
-            .iter()
-            .rev()
-            .filter(|(_, e)| e.view == view && e.committed)
-            .filter_map(|(s, e)| e.batch.clone().map(|b| (*s, b)))
-            .filter(|(_, b)| !b.null)
-            .take(REPROPOSE_ROUND.min(REPROPOSE_MAX - sent))
-            .collect();
-        for (seq, mut batch) in todo {
-            batch.primary_clock_ms = batch.primary_clock_ms.saturating_add(1);
-            self.metrics.inc("byz_reproposed");
-            self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
-        }
-    }
-
-    /// Byzantine mode [`Byzantine::FatViewChange`], as primary: true while it holds requests
-    /// back to make its next batch large (at least half of `batch_max`, or waiting half a
-    /// view-change timeout, so that the backups' timers do not fire first).
-    pub(super) fn fat_hold(&mut self, now: Millis) -> bool {
-        let (oldest, count) = self.clients.unproposed();
-        let Some(oldest) = oldest else {
-            return false;
-        };
-        let until = oldest.saturating_add(self.cfg.view_change_timeout_ms / 2);
-        if count * 2 >= self.cfg.batch_max || now >= until {
-            return false;
-        }
-        self.batch_deadline = Some(until);
-        true
-    }
-
-    /// Byzantine mode [`Byzantine::FatViewChange`]: goes silent for good once, as primary, the
-    /// prepared batches above its stable checkpoint (what a batch-carrying view change would
-    /// carry) exceed `max_message_bytes`.
-    pub(super) fn fat_view_change_check(&mut self) {
-        if self.byz_silenced || !self.is_primary() || self.in_view_change {
-            return;
-        }
-        let carried: usize = self
-            .log
-            .range(self.stable.seq + 1..)
-            .filter(|(_, e)| e.proof.is_some())
-            .filter_map(|(_, e)| e.proof_batch.as_ref())
-            .map(|b| {
-                b.requests
-                    .iter()
-                    .map(|r| r.request.payload.len().saturating_add(128))
-                    .sum::<usize>()
-            })
-            .sum();
-        if carried > self.cfg.max_message_bytes {
-            info!(
-                replica = self.cfg.id,
-                carried, "fat-view-change: going silent with a full log"
-            );
-            self.byz_silenced = true;
-            self.metrics.inc("byz_silenced");
-        }
-    }
-
-    /// Byzantine mode: a view change for the next view with a forged checkpoint proof.
-    pub(super) fn send_bogus_view_change(&mut self, out: &mut Vec<Output>) {
-        if self.cfg.byzantine != Byzantine::BogusViewChange {
-            return;
-        }
-        self.metrics.inc("bogus_sent");
-        let vc = ViewChange {
-            new_view: self.view + 1,
-            stable: CheckpointProof {
-                seq: self.stable.seq + self.cfg.checkpoint_interval,
-                digest: [0xee; 32],
-                sigs: (0..self.cfg.n).map(|n| (n, [n as u8; 64])).collect(),
-            },
-            prepared: Vec::new(),
-        };
-        self.send(Body::ViewChange(vc), Dest::All, out);
     }
 }
