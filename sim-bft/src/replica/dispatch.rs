@@ -5,7 +5,7 @@
 //! their status before changing view, and drive state transfer. A peer's status is answered
 //! with the commit certificates it lacks, which are verified and executed on arrival.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use tracing::{debug, trace, warn};
@@ -18,6 +18,29 @@ use crate::protocol::{Batch, Body, ClockSample, Payload, SignedMsg, TimeCert, Wi
 
 /// Most waiting requests a backup relays to the primary again at a status round.
 const STATUS_RELAY_MAX: usize = 256;
+
+/// Status rounds and their answers: when this replica asked its peers, and whom it answered
+/// with what (rate limits, certificates and checkpoint votes sent).
+#[derive(Debug)]
+pub(super) struct StatusState {
+    /// The executed seq at which this replica last broadcast a `Status` (asks once per stall).
+    pub(super) asked_at: Option<u64>,
+    /// When this replica last sent its status to each peer (rate limit).
+    pub(super) peer_ms: BTreeMap<NodeId, Millis>,
+    /// The waiting request for which this replica last asked its peers' status, and when: its
+    /// second expiry changes view, whatever executed meanwhile.
+    pub(super) asked_req: Option<((crate::node::ClientId, u64), Millis)>,
+    /// When this replica last answered each peer's `Status` with certificates (rate limit).
+    pub(super) answered_ms: BTreeMap<NodeId, Millis>,
+    /// Per peer: the highest seq whose commit certificate a `Status` answer sent it, and when
+    /// (certificates up to it are not sent again for a view-change timeout).
+    pub(super) sent_upto: BTreeMap<NodeId, (u64, Millis)>,
+    /// When a `Status` answer last carried a checkpoint vote of ours to each peer.
+    pub(super) vote_sent_ms: BTreeMap<NodeId, Millis>,
+    /// When this replica last asked for checkpoint votes because its window was full
+    /// ([`Replica::above_window`]).
+    pub(super) window_ms: Option<Millis>,
+}
 
 impl Replica {
     pub(super) fn on_peer(
@@ -235,13 +258,14 @@ impl Replica {
     fn ask_status(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
         if self
-            .status_peer_ms
+            .status
+            .peer_ms
             .get(&from)
             .is_some_and(|last| now < last.saturating_add(gap))
         {
             return;
         }
-        self.status_peer_ms.insert(from, now);
+        self.status.peer_ms.insert(from, now);
         self.metrics.inc("status_sent");
         let (view, last_executed) = (self.view, self.last_executed);
         self.send(
@@ -310,18 +334,18 @@ impl Replica {
             // the 20 s liveness bound (campaign C/bad-signatures 7, C/lying-time 7,
             // D/equivocate 33, D/lying-time 33: NoProgress after healing).
             let asked_in_stall =
-                self.view_change_attempts > 0 && self.status_asked_at == Some(self.last_executed);
+                self.view_change_attempts > 0 && self.status.asked_at == Some(self.last_executed);
             let asked = asked_in_stall
                 || match oldest {
-                    Some(k) => self.status_asked_req.is_some_and(|(a, _)| a == k),
-                    None => self.status_asked_at == Some(self.last_executed),
+                    Some(k) => self.status.asked_req.is_some_and(|(a, _)| a == k),
+                    None => self.status.asked_at == Some(self.last_executed),
                 };
             if !self.in_view_change && !asked {
                 // First expiry without progress: maybe we only lost messages. Ask the others
                 // for what committed; change view only if the next expiry finds us still stuck.
-                self.status_asked_at = Some(self.last_executed);
+                self.status.asked_at = Some(self.last_executed);
                 if let Some(k) = oldest {
-                    self.status_asked_req = Some((k, now));
+                    self.status.asked_req = Some((k, now));
                 }
                 self.metrics.inc("status_sent");
                 self.broadcast_status(out);
@@ -401,12 +425,13 @@ impl Replica {
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
         if self.transfer.is_some()
             || self
-                .window_status_ms
+                .status
+                .window_ms
                 .is_some_and(|last| now >= last && now < last.saturating_add(gap))
         {
             return;
         }
-        self.window_status_ms = Some(now);
+        self.status.window_ms = Some(now);
         self.metrics.inc("window_full_status");
         self.broadcast_status(out);
     }
@@ -463,11 +488,12 @@ impl Replica {
             .filter(|(s, _)| *s > 0 && *s <= last_executed);
         if let Some((seq, digest)) = newest
             && !self
-                .status_vote_sent_ms
+                .status
+                .vote_sent_ms
                 .get(&from)
                 .is_some_and(|last| now >= *last && now < last.saturating_add(gap))
         {
-            self.status_vote_sent_ms.insert(from, now);
+            self.status.vote_sent_ms.insert(from, now);
             self.metrics.inc("status_checkpoint_vote_sent");
             self.send(Body::Checkpoint { seq, digest }, Dest::One(from), out);
         }
@@ -479,13 +505,14 @@ impl Replica {
         // quarter view-change timeout, the rate at which an honest replica asks one peer.
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
         if self
-            .status_answered_ms
+            .status
+            .answered_ms
             .get(&from)
             .is_some_and(|last| now < last.saturating_add(gap))
         {
             return self.drop_msg("drop_status_rate_limited", Some(from));
         }
-        self.status_answered_ms.insert(from, now);
+        self.status.answered_ms.insert(from, now);
         if last_executed < self.stable.seq {
             let (seq, digest) = (self.stable.seq, self.stable.digest);
             self.send(Body::Checkpoint { seq, digest }, Dest::One(from), out);
@@ -494,7 +521,7 @@ impl Replica {
         let quorum = self.quorum();
         // Certificates sent to this peer within a view-change timeout are not sent again (a
         // peer that keeps claiming the same position gets each one once per timeout).
-        let from_seq = match self.status_sent_upto.get(&from) {
+        let from_seq = match self.status.sent_upto.get(&from) {
             Some((upto, at)) if now < at.saturating_add(self.cfg.view_change_timeout_ms) => {
                 last_executed.max(*upto)
             }
@@ -586,7 +613,7 @@ impl Replica {
             );
         }
         if let Some(Body::Committed { seq, .. }) = certs.last() {
-            self.status_sent_upto.insert(from, (*seq, now));
+            self.status.sent_upto.insert(from, (*seq, now));
         }
         self.metrics.add("committed_certs_sent", certs.len() as u64);
         for body in certs {

@@ -43,7 +43,7 @@ impl Replica {
                 self.vc_deadline = self.work_deadline(now);
             }
             self.view_change_attempts = 0;
-            self.status_asked_at = None;
+            self.status.asked_at = None;
         }
     }
 

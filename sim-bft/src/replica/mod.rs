@@ -319,10 +319,6 @@ pub struct Replica {
     /// The first certified snapshot this replica could not install (state transfer), kept
     /// until the host takes it ([`Replica::take_install_failure`]).
     install_failure: Option<String>,
-    /// The executed seq at which this replica last broadcast a `Status` (asks once per stall).
-    status_asked_at: Option<u64>,
-    /// When this replica last sent its status to each peer (rate limit).
-    status_peer_ms: BTreeMap<NodeId, Millis>,
     /// When the normal-case retransmission timer fires next (see `retransmit`).
     retransmit_deadline: Option<Millis>,
     /// The uncommitted sequence numbers seen at the previous retransmission tick.
@@ -348,9 +344,6 @@ pub struct Replica {
     view_started_ms: Millis,
     /// The `(view, in_view_change)` seen at the end of the previous input (to notice entry).
     view_seen: (u64, bool),
-    /// The waiting request for which this replica last asked its peers' status, and when: its
-    /// second expiry changes view, whatever executed meanwhile.
-    status_asked_req: Option<((crate::node::ClientId, u64), Millis)>,
     /// When this replica last answered a peer's repeated or stale view change with its own
     /// view change or new-view (a restarted peer lost them; rate limit).
     vc_echo_ms: BTreeMap<NodeId, Millis>,
@@ -374,19 +367,11 @@ pub struct Replica {
     /// While changing view: when this replica re-sends its view change to the new primary
     /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
     vc_resend_deadline: Option<Millis>,
-    /// When this replica last answered each peer's `Status` with certificates (rate limit).
-    status_answered_ms: BTreeMap<NodeId, Millis>,
-    /// Per peer: the highest seq whose commit certificate a `Status` answer sent it, and when
-    /// (certificates up to it are not sent again for a view-change timeout).
-    status_sent_upto: BTreeMap<NodeId, (u64, Millis)>,
-    /// When a `Status` answer last carried a checkpoint vote of ours to each peer.
-    status_vote_sent_ms: BTreeMap<NodeId, Millis>,
-    /// When this replica last asked for checkpoint votes because its window was full
-    /// ([`Replica::above_window`]).
-    window_status_ms: Option<Millis>,
     /// What this replica does at its interception points ([`hooks`]): honest, unless the
     /// simulator configured a Byzantine strategy ([`crate::byzantine`]).
     strategy: Box<dyn hooks::Strategy>,
+    /// Status rounds and their answers (see `dispatch`).
+    status: dispatch::StatusState,
 }
 
 impl std::fmt::Debug for Replica {
@@ -478,8 +463,6 @@ impl Replica {
             last_state_digest: [0; 32],
             halted: None,
             install_failure: None,
-            status_asked_at: None,
-            status_peer_ms: BTreeMap::new(),
             retransmit_deadline: None,
             retransmit_prev: BTreeSet::new(),
             heard_top: (0, 0),
@@ -489,7 +472,6 @@ impl Replica {
             state_repeats: RepeatHolds::default(),
             view_started_ms: Millis::MIN,
             view_seen: (0, false),
-            status_asked_req: None,
             vc_echo_ms: BTreeMap::new(),
             internal_req_reserved: 0,
             fetch_missing: BTreeMap::new(),
@@ -499,10 +481,15 @@ impl Replica {
             fetch_served_seqs: BTreeSet::new(),
             new_view_digests: BTreeMap::new(),
             vc_resend_deadline: None,
-            status_answered_ms: BTreeMap::new(),
-            status_sent_upto: BTreeMap::new(),
-            status_vote_sent_ms: BTreeMap::new(),
-            window_status_ms: None,
+            status: dispatch::StatusState {
+                asked_at: None,
+                peer_ms: BTreeMap::new(),
+                asked_req: None,
+                answered_ms: BTreeMap::new(),
+                sent_upto: BTreeMap::new(),
+                vote_sent_ms: BTreeMap::new(),
+                window_ms: None,
+            },
             strategy: crate::byzantine::strategy(&cfg),
             cfg,
         };
@@ -753,7 +740,7 @@ impl Replica {
         let timeout = self.vc_timeout();
         let base = arrived.max(self.view_started_ms);
         let mut d = base.saturating_add(timeout);
-        if let Some((asked, at)) = self.status_asked_req
+        if let Some((asked, at)) = self.status.asked_req
             && asked == key
         {
             d = d.max(at.saturating_add(timeout));
@@ -857,7 +844,7 @@ impl Node for Replica {
             self.view_seen = (self.view, self.in_view_change);
             if !self.in_view_change {
                 self.view_started_ms = now;
-                self.status_asked_req = None;
+                self.status.asked_req = None;
             }
         }
         if self.vc_deadline.is_none() && !self.in_view_change {
