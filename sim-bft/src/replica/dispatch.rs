@@ -301,7 +301,7 @@ impl Replica {
         if self.flush_deadline.is_some_and(|d| now >= d) {
             self.flush_own_requests(out);
         }
-        if self.retransmit_deadline.is_some_and(|d| now >= d) {
+        if self.retransmit.deadline.is_some_and(|d| now >= d) {
             self.on_retransmit_timer(now, out);
         }
         if self.fetch_deadline.is_some_and(|d| now >= d) {

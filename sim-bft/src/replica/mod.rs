@@ -319,24 +319,6 @@ pub struct Replica {
     /// The first certified snapshot this replica could not install (state transfer), kept
     /// until the host takes it ([`Replica::take_install_failure`]).
     install_failure: Option<String>,
-    /// When the normal-case retransmission timer fires next (see `retransmit`).
-    retransmit_deadline: Option<Millis>,
-    /// The uncommitted sequence numbers seen at the previous retransmission tick.
-    retransmit_prev: BTreeSet<u64>,
-    /// The highest sequence number of the current view that a peer's [`Body::Have`] listed
-    /// (within our window): a replica that lost every message of a seq (a pre-prepare sent
-    /// while it was cut off) has no log entry for it, and learns here that it must ask.
-    heard_top: (u64, u64),
-    /// When this replica last answered each peer's `Have` (rate limit).
-    have_answered_ms: BTreeMap<NodeId, Millis>,
-    /// Per (peer, seq): when a `Have` answer last re-sent it a batch-carrying message (a
-    /// `Committed` certificate or the pre-prepare), and the repeat window then in force (it
-    /// doubles per re-send, from `retransmit_interval_ms` up to `view_change_timeout_ms`).
-    /// Only seqs above the stable checkpoint are kept.
-    have_batch_sent: BTreeMap<(NodeId, u64), (Millis, Millis)>,
-    /// Per peer: the byte credit for repeated batch-carrying answers and when the last
-    /// repeat beyond the credit went out (see [`retransmit::RepeatCredit`]).
-    repeat_credit: BTreeMap<NodeId, retransmit::RepeatCredit>,
     /// Per (peer, content): state transfer data already served (see [`RepeatHolds`]).
     state_repeats: RepeatHolds,
     /// Local time at which this replica entered its current view (a waiting request's age
@@ -372,6 +354,8 @@ pub struct Replica {
     strategy: Box<dyn hooks::Strategy>,
     /// Status rounds and their answers (see `dispatch`).
     status: dispatch::StatusState,
+    /// Normal-case retransmission (see `retransmit`).
+    retransmit: retransmit::RetransmitState,
 }
 
 impl std::fmt::Debug for Replica {
@@ -463,12 +447,6 @@ impl Replica {
             last_state_digest: [0; 32],
             halted: None,
             install_failure: None,
-            retransmit_deadline: None,
-            retransmit_prev: BTreeSet::new(),
-            heard_top: (0, 0),
-            have_answered_ms: BTreeMap::new(),
-            have_batch_sent: BTreeMap::new(),
-            repeat_credit: BTreeMap::new(),
             state_repeats: RepeatHolds::default(),
             view_started_ms: Millis::MIN,
             view_seen: (0, false),
@@ -489,6 +467,14 @@ impl Replica {
                 sent_upto: BTreeMap::new(),
                 vote_sent_ms: BTreeMap::new(),
                 window_ms: None,
+            },
+            retransmit: retransmit::RetransmitState {
+                deadline: None,
+                prev: BTreeSet::new(),
+                heard_top: (0, 0),
+                have_answered_ms: BTreeMap::new(),
+                have_batch_sent: BTreeMap::new(),
+                repeat_credit: BTreeMap::new(),
             },
             strategy: crate::byzantine::strategy(&cfg),
             cfg,
@@ -864,7 +850,7 @@ impl Node for Replica {
             self.vc_deadline,
             self.batch_deadline,
             self.flush_deadline,
-            self.retransmit_deadline,
+            self.retransmit.deadline,
             self.fetch_deadline,
             self.vc_resend_deadline,
             self.behind_since.as_ref().map(|(d, _)| *d),
