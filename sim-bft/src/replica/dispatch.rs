@@ -304,7 +304,7 @@ impl Replica {
         if self.retransmit.deadline.is_some_and(|d| now >= d) {
             self.on_retransmit_timer(now, out);
         }
-        if self.fetch_deadline.is_some_and(|d| now >= d) {
+        if self.fetch.deadline.is_some_and(|d| now >= d) {
             self.on_fetch_timer(now, out);
         }
         if self.vc_resend_deadline.is_some_and(|d| now >= d) {

@@ -332,20 +332,6 @@ pub struct Replica {
     /// Internal request numbers up to this one are reserved in durable storage
     /// ([`KEY_INTERNAL_REQ`]) before any of them is sent.
     internal_req_reserved: u64,
-    /// Batches a new view ordered (by digest) that this replica does not hold: seq ->
-    /// (digest, replicas that prepared it, to ask in turn). See `batch_fetch`.
-    fetch_missing: BTreeMap<u64, (Digest32, Vec<NodeId>)>,
-    /// When the missing batches are asked for again (from the next source).
-    fetch_deadline: Option<Millis>,
-    /// Fetch rounds so far (picks the source of each missing batch).
-    fetch_round: u64,
-    /// Per peer: start of its current serving window and batches served in it (rate limit).
-    fetch_served: BTreeMap<NodeId, (Millis, u32)>,
-    /// `(peer, seq)` batches served in the current view: each at most once per view.
-    fetch_served_seqs: BTreeSet<(NodeId, u64)>,
-    /// The batches the current view's new view ordered by digest (seq -> digest): the only
-    /// ones a `BatchFetch` is served for (a replica lacks a batch it must fetch only there).
-    new_view_digests: BTreeMap<u64, Digest32>,
     /// While changing view: when this replica re-sends its view change to the new primary
     /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
     vc_resend_deadline: Option<Millis>,
@@ -356,6 +342,8 @@ pub struct Replica {
     status: dispatch::StatusState,
     /// Normal-case retransmission (see `retransmit`).
     retransmit: retransmit::RetransmitState,
+    /// Batches a new view ordered by digest: fetching the missing ones, serving them (see `batch_fetch`).
+    fetch: batch_fetch::FetchState,
 }
 
 impl std::fmt::Debug for Replica {
@@ -452,12 +440,6 @@ impl Replica {
             view_seen: (0, false),
             vc_echo_ms: BTreeMap::new(),
             internal_req_reserved: 0,
-            fetch_missing: BTreeMap::new(),
-            fetch_deadline: None,
-            fetch_round: 0,
-            fetch_served: BTreeMap::new(),
-            fetch_served_seqs: BTreeSet::new(),
-            new_view_digests: BTreeMap::new(),
             vc_resend_deadline: None,
             status: dispatch::StatusState {
                 asked_at: None,
@@ -475,6 +457,14 @@ impl Replica {
                 have_answered_ms: BTreeMap::new(),
                 have_batch_sent: BTreeMap::new(),
                 repeat_credit: BTreeMap::new(),
+            },
+            fetch: batch_fetch::FetchState {
+                missing: BTreeMap::new(),
+                deadline: None,
+                round: 0,
+                served: BTreeMap::new(),
+                served_seqs: BTreeSet::new(),
+                new_view_digests: BTreeMap::new(),
             },
             strategy: crate::byzantine::strategy(&cfg),
             cfg,
@@ -851,7 +841,7 @@ impl Node for Replica {
             self.batch_deadline,
             self.flush_deadline,
             self.retransmit.deadline,
-            self.fetch_deadline,
+            self.fetch.deadline,
             self.vc_resend_deadline,
             self.behind_since.as_ref().map(|(d, _)| *d),
             self.transfer.as_ref().map(|t| t.deadline_ms),

@@ -462,9 +462,9 @@ impl Replica {
 
         let mut old = std::mem::take(&mut self.log);
         self.clients.clear_proposed();
-        self.fetch_missing.clear();
-        self.fetch_served_seqs.clear();
-        self.new_view_digests.clear();
+        self.fetch.missing.clear();
+        self.fetch.served_seqs.clear();
+        self.fetch.new_view_digests.clear();
         let is_primary = self.primary_of(view) == self.cfg.id;
         let quorum = self.quorum();
         let mut to_vote: Vec<(u64, Digest32)> = Vec::new();
@@ -479,7 +479,7 @@ impl Replica {
                 .remove(&seq)
                 .map_or((null_digest, Vec::new()), |(_, d, h)| (d, h));
             if digest != null_digest {
-                self.new_view_digests.insert(seq, digest);
+                self.fetch.new_view_digests.insert(seq, digest);
             }
             let mut prev = old.remove(&seq).unwrap_or_default();
             // A commit certificate for this very batch (from any earlier view) stays
@@ -511,7 +511,7 @@ impl Replica {
                 // An executed seq needs no batch (state transfer may have skipped it).
                 None if seq > self.last_executed => {
                     let holders = holders.into_iter().filter(|n| *n != self.cfg.id).collect();
-                    self.fetch_missing.insert(seq, (digest, holders));
+                    self.fetch.missing.insert(seq, (digest, holders));
                 }
                 None => {}
             }
@@ -569,8 +569,8 @@ impl Replica {
         } else {
             None
         };
-        self.fetch_round = 0;
-        self.fetch_deadline = None;
+        self.fetch.round = 0;
+        self.fetch.deadline = None;
         self.fetch_missing_batches(now, out);
         self.replay_future(now, out);
     }
