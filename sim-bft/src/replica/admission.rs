@@ -237,8 +237,8 @@ impl Replica {
                 });
             }
         }
-        if self.vc_deadline.is_none() {
-            self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+        if self.vc.deadline.is_none() {
+            self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
         }
     }
 

@@ -226,8 +226,8 @@ impl Replica {
                 // the log through its commit certificates (view-independent) meanwhile.
                 self.ask_status(now, from, out);
             }
-            if let Some(nv) = self.last_new_view.clone()
-                && self.new_view_resent.insert((from, self.view))
+            if let Some(nv) = self.vc.last_new_view.clone()
+                && self.vc.new_view_resent.insert((from, self.view))
                 && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
             {
                 out.push(Output::Send { to: from, bytes });
@@ -307,20 +307,20 @@ impl Replica {
         if self.fetch.deadline.is_some_and(|d| now >= d) {
             self.on_fetch_timer(now, out);
         }
-        if self.vc_resend_deadline.is_some_and(|d| now >= d) {
+        if self.vc.resend_deadline.is_some_and(|d| now >= d) {
             self.on_vc_resend_timer(now, out);
         }
-        if let Some(d) = self.vc_deadline
+        if let Some(d) = self.vc.deadline
             && now >= d
         {
-            self.vc_deadline = None;
+            self.vc.deadline = None;
             if !self.in_view_change
                 && let Some(later) = self.request_deadline().filter(|r| *r > now)
             {
                 // Set by another path (a new request, a pre-prepare) while the oldest waiting
                 // request is not overdue yet: wait for it (if the log is stuck, the requests
                 // in it age and fire this anyway).
-                self.vc_deadline = Some(later);
+                self.vc.deadline = Some(later);
                 return self.on_timer_rest(now, out);
             }
             // Per waiting request: the oldest one's status round happens once, whatever else
@@ -334,7 +334,7 @@ impl Replica {
             // the 20 s liveness bound (campaign C/bad-signatures 7, C/lying-time 7,
             // D/equivocate 33, D/lying-time 33: NoProgress after healing).
             let asked_in_stall =
-                self.view_change_attempts > 0 && self.status.asked_at == Some(self.last_executed);
+                self.vc.attempts > 0 && self.status.asked_at == Some(self.last_executed);
             let asked = asked_in_stall
                 || match oldest {
                     Some(k) => self.status.asked_req.is_some_and(|(a, _)| a == k),
@@ -350,7 +350,7 @@ impl Replica {
                 self.metrics.inc("status_sent");
                 self.broadcast_status(out);
                 self.relay_waiting_requests(out);
-                self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+                self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
             } else {
                 if self.in_view_change {
                     // Stuck in a view change: keep catching up on what the others commit
@@ -463,8 +463,8 @@ impl Replica {
     ) {
         if view < self.view
             && !self.in_view_change
-            && let Some(nv) = self.last_new_view.clone()
-            && self.new_view_resent.insert((from, self.view))
+            && let Some(nv) = self.vc.last_new_view.clone()
+            && self.vc.new_view_resent.insert((from, self.view))
             && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
         {
             out.push(Output::Send { to: from, bytes });

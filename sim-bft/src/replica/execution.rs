@@ -40,9 +40,9 @@ impl Replica {
             // executing by commit certificates must not leave the replica waiting for a
             // new-view with no timer at all.
             if !self.in_view_change {
-                self.vc_deadline = self.work_deadline(now);
+                self.vc.deadline = self.work_deadline(now);
             }
-            self.view_change_attempts = 0;
+            self.vc.attempts = 0;
             self.status.asked_at = None;
         }
     }

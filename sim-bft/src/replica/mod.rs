@@ -275,11 +275,6 @@ pub struct Replica {
 
     view: u64,
     in_view_change: bool,
-    view_change_attempts: u32,
-    /// View changes received, per target view and sender (validated).
-    view_changes: BTreeMap<u64, BTreeMap<NodeId, (SignedMsg, crate::protocol::ViewChange)>>,
-    last_new_view: Option<SignedMsg>,
-    new_view_resent: BTreeSet<(NodeId, u64)>,
     future: future::FutureBuffer,
 
     next_seq: u64,
@@ -297,7 +292,6 @@ pub struct Replica {
     /// What this replica serves to state-transfer receivers (chunk lists, per-peer rate).
     serving: Serving,
 
-    vc_deadline: Option<Millis>,
     batch_deadline: Option<Millis>,
     /// This replica's own internal requests (ticks) admitted but not yet broadcast: they leave
     /// together in one [`Wire::Requests`] at `flush_deadline`, so a burst of ticks reaches every
@@ -321,20 +315,9 @@ pub struct Replica {
     install_failure: Option<String>,
     /// Per (peer, content): state transfer data already served (see [`RepeatHolds`]).
     state_repeats: RepeatHolds,
-    /// Local time at which this replica entered its current view (a waiting request's age
-    /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
-    view_started_ms: Millis,
-    /// The `(view, in_view_change)` seen at the end of the previous input (to notice entry).
-    view_seen: (u64, bool),
-    /// When this replica last answered a peer's repeated or stale view change with its own
-    /// view change or new-view (a restarted peer lost them; rate limit).
-    vc_echo_ms: BTreeMap<NodeId, Millis>,
     /// Internal request numbers up to this one are reserved in durable storage
     /// ([`KEY_INTERNAL_REQ`]) before any of them is sent.
     internal_req_reserved: u64,
-    /// While changing view: when this replica re-sends its view change to the new primary
-    /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
-    vc_resend_deadline: Option<Millis>,
     /// What this replica does at its interception points ([`hooks`]): honest, unless the
     /// simulator configured a Byzantine strategy ([`crate::byzantine`]).
     strategy: Box<dyn hooks::Strategy>,
@@ -344,6 +327,8 @@ pub struct Replica {
     retransmit: retransmit::RetransmitState,
     /// Batches a new view ordered by digest: fetching the missing ones, serving them (see `batch_fetch`).
     fetch: batch_fetch::FetchState,
+    /// View changes: timers, the view changes received, the last new-view (see `view_change`).
+    vc: view_change::ViewChangeState,
 }
 
 impl std::fmt::Debug for Replica {
@@ -395,10 +380,6 @@ impl Replica {
             metrics: Metrics::default(),
             view: 0,
             in_view_change: false,
-            view_change_attempts: 0,
-            view_changes: BTreeMap::new(),
-            last_new_view: None,
-            new_view_resent: BTreeSet::new(),
             future: future::FutureBuffer::new(
                 cfg.future_bytes_per_sender,
                 usize::try_from(cfg.log_window.saturating_mul(4)).unwrap_or(usize::MAX),
@@ -419,7 +400,6 @@ impl Replica {
             behind_since: None,
             transfer: None,
             serving: Serving::default(),
-            vc_deadline: None,
             batch_deadline: None,
             // The safety net clears a mark lost by some unforeseen path after a few view-change
             // timeouts instead of silencing the component forever.
@@ -436,11 +416,7 @@ impl Replica {
             halted: None,
             install_failure: None,
             state_repeats: RepeatHolds::default(),
-            view_started_ms: Millis::MIN,
-            view_seen: (0, false),
-            vc_echo_ms: BTreeMap::new(),
             internal_req_reserved: 0,
-            vc_resend_deadline: None,
             status: dispatch::StatusState {
                 asked_at: None,
                 peer_ms: BTreeMap::new(),
@@ -465,6 +441,17 @@ impl Replica {
                 served: BTreeMap::new(),
                 served_seqs: BTreeSet::new(),
                 new_view_digests: BTreeMap::new(),
+            },
+            vc: view_change::ViewChangeState {
+                attempts: 0,
+                received: BTreeMap::new(),
+                last_new_view: None,
+                new_view_resent: BTreeSet::new(),
+                deadline: None,
+                resend_deadline: None,
+                echo_ms: BTreeMap::new(),
+                started_ms: Millis::MIN,
+                seen: (0, false),
             },
             strategy: crate::byzantine::strategy(&cfg),
             cfg,
@@ -697,7 +684,7 @@ impl Replica {
     }
 
     fn vc_timeout(&self) -> Millis {
-        let factor = 1i64 << self.view_change_attempts.min(6);
+        let factor = 1i64 << self.vc.attempts.min(6);
         self.cfg.view_change_timeout_ms.saturating_mul(factor).min(
             self.cfg
                 .view_change_timeout_max_ms
@@ -714,7 +701,7 @@ impl Replica {
     fn request_deadline(&self) -> Option<Millis> {
         let (key, arrived) = self.clients.oldest_pending()?;
         let timeout = self.vc_timeout();
-        let base = arrived.max(self.view_started_ms);
+        let base = arrived.max(self.vc.started_ms);
         let mut d = base.saturating_add(timeout);
         if let Some((asked, at)) = self.status.asked_req
             && asked == key
@@ -816,15 +803,15 @@ impl Node for Replica {
         self.with_strategy(|s, r| s.after_input(r, now, out));
         self.try_propose(now, out);
         self.with_strategy(|s, r| s.after_propose(r, now, out));
-        if (self.view, self.in_view_change) != self.view_seen {
-            self.view_seen = (self.view, self.in_view_change);
+        if (self.view, self.in_view_change) != self.vc.seen {
+            self.vc.seen = (self.view, self.in_view_change);
             if !self.in_view_change {
-                self.view_started_ms = now;
+                self.vc.started_ms = now;
                 self.status.asked_req = None;
             }
         }
-        if self.vc_deadline.is_none() && !self.in_view_change {
-            self.vc_deadline = self.work_deadline(now);
+        if self.vc.deadline.is_none() && !self.in_view_change {
+            self.vc.deadline = self.work_deadline(now);
         }
         self.arm_retransmit(now);
         // A halted replica fails its check on purpose (the simulator reports the cause).
@@ -837,12 +824,12 @@ impl Node for Replica {
 
     fn next_deadline(&self) -> Option<Millis> {
         [
-            self.vc_deadline,
+            self.vc.deadline,
             self.batch_deadline,
             self.flush_deadline,
             self.retransmit.deadline,
             self.fetch.deadline,
-            self.vc_resend_deadline,
+            self.vc.resend_deadline,
             self.behind_since.as_ref().map(|(d, _)| *d),
             self.transfer.as_ref().map(|t| t.deadline_ms),
         ]

@@ -173,8 +173,8 @@ impl Replica {
         {
             e.prepares.insert(self.cfg.id, (digest, sig));
         }
-        if self.vc_deadline.is_none() {
-            self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+        if self.vc.deadline.is_none() {
+            self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
         }
         self.progress(now, seq, out);
     }

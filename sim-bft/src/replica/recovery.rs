@@ -149,8 +149,8 @@ impl Replica {
         }
         if in_vc {
             r.own_view_change(view);
-            r.vc_deadline = Some(0);
-            r.vc_resend_deadline = Some(0);
+            r.vc.deadline = Some(0);
+            r.vc.resend_deadline = Some(0);
             r.metrics.inc("view_change_resumed");
         }
         // Never re-issue an internal request number that may have been sent: the durable

@@ -22,6 +22,32 @@ use crate::protocol::{Batch, Body, Payload, SignedMsg, ViewChange, Wire, codec};
 /// Most pending requests a backup re-forwards to a new primary.
 const REFORWARD_MAX: usize = 4_096;
 
+/// View changes: timers, the view changes received, the last new-view (see `view_change`).
+#[derive(Debug)]
+pub(super) struct ViewChangeState {
+    /// View changes attempted since the last executed batch (the timeout doubles with each).
+    pub(super) attempts: u32,
+    /// View changes received, per target view and sender (validated).
+    pub(super) received: BTreeMap<u64, BTreeMap<NodeId, (SignedMsg, ViewChange)>>,
+    /// The new-view of the current view, relayed to a peer that lags behind.
+    pub(super) last_new_view: Option<SignedMsg>,
+    /// (peer, view) pairs this replica relayed its last new-view to.
+    pub(super) new_view_resent: BTreeSet<(NodeId, u64)>,
+    /// The view-change timer: when pending work must have executed by.
+    pub(super) deadline: Option<Millis>,
+    /// While changing view: when this replica re-sends its view change to the new primary
+    /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
+    pub(super) resend_deadline: Option<Millis>,
+    /// When this replica last answered a peer's repeated or stale view change with its own
+    /// view change or new-view (a restarted peer lost them; rate limit).
+    pub(super) echo_ms: BTreeMap<NodeId, Millis>,
+    /// Local time at which this replica entered its current view (a waiting request's age
+    /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
+    pub(super) started_ms: Millis,
+    /// The `(view, in_view_change)` seen at the end of the previous input (to notice entry).
+    pub(super) seen: (u64, bool),
+}
+
 impl Replica {
     pub(super) fn start_view_change(&mut self, now: Millis, target: u64, out: &mut Vec<Output>) {
         if target <= self.view {
@@ -58,7 +84,7 @@ impl Replica {
                 replica = self.cfg.id,
                 last_executed = self.last_executed,
                 in_view_change = self.in_view_change,
-                attempts = self.view_change_attempts,
+                attempts = self.vc.attempts,
                 pending = self.clients.pending_len(),
                 stuck = ?stuck,
                 "view change: log above executed"
@@ -66,7 +92,7 @@ impl Replica {
         }
         self.view = target;
         self.in_view_change = true;
-        self.view_change_attempts = self.view_change_attempts.saturating_add(1);
+        self.vc.attempts = self.vc.attempts.saturating_add(1);
         self.metrics.inc("view_changes_started");
         // Ticks waiting in the old view may never be ordered: clear the throttle marks so that
         // the components keep ticking (a duplicate tick is harmless, a stuck one is not).
@@ -80,8 +106,8 @@ impl Replica {
         out.push(Output::Sync);
         let vc = self.own_view_change(target);
         self.send(Body::ViewChange(vc), Dest::All, out);
-        self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
-        self.vc_resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
+        self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
+        self.vc.resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
         self.maybe_send_new_view(now, out);
     }
 
@@ -99,12 +125,13 @@ impl Replica {
     /// change it lacks (a peer changing to the same view answers with its own). Each costs one
     /// view change (bounded by digests, see [`Self::check_deliverable`]) per interval.
     pub(super) fn on_vc_resend_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
-        self.vc_resend_deadline = None;
+        self.vc.resend_deadline = None;
         if !self.in_view_change {
             return;
         }
         let own = self
-            .view_changes
+            .vc
+            .received
             .get(&self.view)
             .and_then(|m| m.get(&self.cfg.id))
             .map(|(msg, _)| msg.clone());
@@ -117,7 +144,8 @@ impl Replica {
             out.push(Output::Send { to: primary, bytes });
         } else {
             let have: BTreeSet<NodeId> = self
-                .view_changes
+                .vc
+                .received
                 .get(&self.view)
                 .map(|m| m.keys().copied().collect())
                 .unwrap_or_default();
@@ -129,7 +157,7 @@ impl Replica {
                 });
             }
         }
-        self.vc_resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
+        self.vc.resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
     }
 
     /// Builds this replica's view change for `target` from its stable checkpoint and prepared
@@ -151,7 +179,8 @@ impl Replica {
         };
         if let Ok(msg) = SignedMsg::sign(&self.key, &payload) {
             self.check_deliverable(&msg, "view change");
-            self.view_changes
+            self.vc
+                .received
                 .entry(target)
                 .or_default()
                 .insert(self.cfg.id, (msg, vc.clone()));
@@ -189,7 +218,8 @@ impl Replica {
             return;
         }
         let own = self
-            .view_changes
+            .vc
+            .received
             .get(&self.view)
             .and_then(|m| m.get(&self.cfg.id))
             .map(|(msg, _)| msg.clone());
@@ -206,13 +236,14 @@ impl Replica {
     fn echo_allowed(&mut self, now: Millis, to: NodeId) -> bool {
         let gap = (self.cfg.view_change_timeout_ms / 2).max(1);
         if self
-            .vc_echo_ms
+            .vc
+            .echo_ms
             .get(&to)
             .is_some_and(|last| now < last.saturating_add(gap))
         {
             return false;
         }
-        self.vc_echo_ms.insert(to, now);
+        self.vc.echo_ms.insert(to, now);
         true
     }
 
@@ -231,10 +262,10 @@ impl Replica {
             // the new-view again, rate limited.
             let again = target == self.view
                 && !self.in_view_change
-                && self.last_new_view.is_some()
+                && self.vc.last_new_view.is_some()
                 && self.echo_allowed(now, from);
-            if let Some(nv) = self.last_new_view.clone()
-                && (self.new_view_resent.insert((from, self.view)) || again)
+            if let Some(nv) = self.vc.last_new_view.clone()
+                && (self.vc.new_view_resent.insert((from, self.view)) || again)
                 && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
             {
                 out.push(Output::Send { to: from, bytes });
@@ -247,7 +278,8 @@ impl Replica {
             return self.drop_msg("drop_wrong_view", Some(from));
         }
         if self
-            .view_changes
+            .vc
+            .received
             .get(&target)
             .is_some_and(|m| m.contains_key(&from))
         {
@@ -262,7 +294,8 @@ impl Replica {
             warn!(replica = self.cfg.id, from, target, "invalid view change");
             return self.drop_msg("drop_invalid_view_change", Some(from));
         }
-        self.view_changes
+        self.vc
+            .received
             .entry(target)
             .or_default()
             .insert(from, (msg, vc));
@@ -270,7 +303,7 @@ impl Replica {
         let floor = self.view + 1;
         let mut senders = BTreeSet::new();
         let mut lowest = None;
-        for (v, m) in self.view_changes.range(floor..) {
+        for (v, m) in self.vc.received.range(floor..) {
             for n in m.keys() {
                 if *n != self.cfg.id {
                     senders.insert(*n);
@@ -299,14 +332,15 @@ impl Replica {
     ) -> bool {
         let mut supporters = BTreeSet::new();
         supporters.insert(self.cfg.id);
-        for m in self.view_changes.range(self.view..).map(|(_, m)| m) {
+        for m in self.vc.received.range(self.view..).map(|(_, m)| m) {
             supporters.extend(m.keys().copied());
         }
         if supporters.len() >= self.quorum() {
             return false;
         }
         let own = self
-            .view_changes
+            .vc
+            .received
             .get(&self.view)
             .and_then(|m| m.get(&self.cfg.id))
             .map(|(msg, _)| msg.clone());
@@ -314,7 +348,7 @@ impl Replica {
             Some(Ok(bytes)) => {
                 self.metrics.inc("view_change_retransmitted");
                 out.push(Output::Broadcast { bytes });
-                self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+                self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
                 true
             }
             _ => false,
@@ -326,7 +360,7 @@ impl Replica {
             return;
         }
         let quorum = self.quorum();
-        let Some(m) = self.view_changes.get(&self.view) else {
+        let Some(m) = self.vc.received.get(&self.view) else {
             return;
         };
         if m.len() < quorum {
@@ -344,7 +378,7 @@ impl Replica {
         };
         if let Ok(msg) = SignedMsg::sign(&self.key, &payload) {
             self.check_deliverable(&msg, "new-view");
-            self.last_new_view = Some(msg);
+            self.vc.last_new_view = Some(msg);
         }
         self.send(body, Dest::All, out);
         let vcs = chosen.into_iter().map(|(_, v)| v).collect();
@@ -401,7 +435,7 @@ impl Replica {
             self.metrics.inc("view_changes_started");
         }
         self.view = view;
-        self.last_new_view = Some(msg);
+        self.vc.last_new_view = Some(msg);
         self.enter_new_view(now, view, vcs, out);
     }
 
@@ -438,9 +472,9 @@ impl Replica {
             .max(min_s);
         self.view = view;
         self.in_view_change = false;
-        self.vc_resend_deadline = None;
-        self.view_changes = self.view_changes.split_off(&(view + 1));
-        self.new_view_resent.retain(|(_, v)| *v >= view);
+        self.vc.resend_deadline = None;
+        self.vc.received = self.vc.received.split_off(&(view + 1));
+        self.vc.new_view_resent.retain(|(_, v)| *v >= view);
         self.metrics.inc("view_changes_completed");
         info!(
             replica = self.cfg.id,
@@ -564,7 +598,7 @@ impl Replica {
                 }
             }
         }
-        self.vc_deadline = if self.has_pending_work() {
+        self.vc.deadline = if self.has_pending_work() {
             Some(now.saturating_add(self.vc_timeout()))
         } else {
             None
