@@ -56,7 +56,7 @@ impl Replica {
             seq: self.last_executed,
             host,
             clients: self.clients.records_snapshot(),
-            last_cert_seq: self.last_cert_seq,
+            last_cert_seq: self.time.last_cert_seq,
             state_digest: self.last_state_digest,
         };
         let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;

@@ -58,12 +58,12 @@ impl Replica {
         let agreed = self.agreed_time(batch);
         if let Some(t) = agreed {
             if let Some(c) = &batch.time_cert {
-                self.last_cert_seq = self.last_cert_seq.max(c.seq);
+                self.time.last_cert_seq = self.time.last_cert_seq.max(c.seq);
             }
             let rec = TimeRecord {
                 seq,
                 agreed_time_ms: t,
-                cert_seq: self.last_cert_seq,
+                cert_seq: self.time.last_cert_seq,
             };
             let time_page = self.cfg.time_page;
             let saved = codec::encode(&rec)

@@ -49,8 +49,7 @@ use crate::app::{Application, TickExecutor, WithTicks};
 use crate::crypto::{self, Digest32, Keyring, SigBytes, SigningKey};
 use crate::node::{Input, Millis, Node, NodeId, Output};
 use crate::protocol::{
-    Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, SignedRequest, TimeCert, Wire,
-    codec,
+    Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, SignedRequest, Wire, codec,
 };
 pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
@@ -279,9 +278,7 @@ pub struct Replica {
 
     next_seq: u64,
     last_executed: u64,
-    last_cert_seq: u64,
     log: BTreeMap<u64, Entry>,
-    recent_certs: BTreeMap<u64, TimeCert>,
 
     stable: CheckpointProof,
     stable_snapshot: Vec<u8>,
@@ -329,6 +326,8 @@ pub struct Replica {
     fetch: batch_fetch::FetchState,
     /// View changes: timers, the view changes received, the last new-view (see `view_change`).
     vc: view_change::ViewChangeState,
+    /// The time service: the newest time certificates and the last one executed (see `time_service`).
+    time: time_service::TimeState,
 }
 
 impl std::fmt::Debug for Replica {
@@ -386,9 +385,7 @@ impl Replica {
             ),
             next_seq: 1,
             last_executed: 0,
-            last_cert_seq: 0,
             log: BTreeMap::new(),
-            recent_certs: BTreeMap::new(),
             stable: CheckpointProof {
                 seq: 0,
                 digest: [0; 32],
@@ -452,6 +449,10 @@ impl Replica {
                 echo_ms: BTreeMap::new(),
                 started_ms: Millis::MIN,
                 seen: (0, false),
+            },
+            time: time_service::TimeState {
+                last_cert_seq: 0,
+                recent_certs: BTreeMap::new(),
             },
             strategy: crate::byzantine::strategy(&cfg),
             cfg,

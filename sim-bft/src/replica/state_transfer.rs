@@ -920,7 +920,7 @@ impl Replica {
         for (c, r) in settled {
             self.clients.remove(c, r);
         }
-        self.last_cert_seq = snap.last_cert_seq;
+        self.time.last_cert_seq = snap.last_cert_seq;
         self.last_executed = seq;
         self.last_state_digest = snap.state_digest;
         self.stable = proof;

@@ -15,6 +15,17 @@ use super::{Metrics, Replica, ReplicaError, TimeMode};
 use crate::node::{Millis, Output};
 use crate::protocol::{Batch, Body, TimeCert, codec};
 
+/// The time service's state: the time certificates this replica holds and the newest one an
+/// executed batch carried.
+#[derive(Debug)]
+pub(super) struct TimeState {
+    /// The seq of the newest time certificate an executed batch carried (replicated: part of
+    /// the snapshot).
+    pub(super) last_cert_seq: u64,
+    /// The recent time certificates, by the seq they certify (a primary attaches one).
+    pub(super) recent_certs: BTreeMap<u64, TimeCert>,
+}
+
 impl Replica {
     /// The clock this replica writes into its commits (its strategy's offset added: 0 for
     /// an honest replica).
@@ -48,6 +59,7 @@ impl Replica {
     pub(super) fn select_cert(&self, seq: u64) -> Option<TimeCert> {
         let floor = self.cert_floor(seq);
         let mut usable = self
+            .time
             .recent_certs
             .range(..seq)
             .filter(|(s, _)| self.cert_usable(**s, seq, floor));
@@ -67,7 +79,7 @@ impl Replica {
             .filter_map(|(_, e)| e.batch.as_ref()?.time_cert.as_ref().map(|c| c.seq))
             .max()
             .unwrap_or(0)
-            .max(self.last_cert_seq)
+            .max(self.time.last_cert_seq)
     }
 
     /// The backup's time check on a pre-prepare; false means "withhold votes".
@@ -151,6 +163,7 @@ impl Replica {
         let fresh = attached.map_or(required == 0, |c| c >= required);
         if !fresh {
             let newer = self
+                .time
                 .recent_certs
                 .range(..seq)
                 .next_back()
@@ -261,6 +274,7 @@ impl Replica {
     /// still holds a certificate fresh enough for its next proposals.
     pub(super) fn remember_time_cert(&mut self, cert: TimeCert, out: &mut Vec<Output>) {
         let newest = self
+            .time
             .recent_certs
             .keys()
             .next_back()
@@ -274,9 +288,9 @@ impl Replica {
                 Err(_) => self.metrics.inc("encode_error"),
             }
         }
-        self.recent_certs.insert(cert.seq, cert);
-        while self.recent_certs.len() > self.recent_certs_capacity() {
-            self.recent_certs.pop_first();
+        self.time.recent_certs.insert(cert.seq, cert);
+        while self.time.recent_certs.len() > self.recent_certs_capacity() {
+            self.time.recent_certs.pop_first();
         }
     }
 }
@@ -293,7 +307,7 @@ impl Replica {
         if let Some(bytes) = stored.get(KEY_TIME_CERT) {
             let cert: TimeCert = codec::decode(bytes, self.cfg.max_message_bytes)
                 .map_err(|e| ReplicaError::Storage(format!("time certificate: {e}")))?;
-            self.recent_certs.insert(cert.seq, cert);
+            self.time.recent_certs.insert(cert.seq, cert);
         }
         Ok(())
     }
