@@ -159,8 +159,13 @@ impl Replica {
             None if seq > self.last_executed => {
                 if seq >= self.last_executed + self.cfg.log_window / 2 {
                     self.start_transfer(now, proof, out);
-                } else if self.behind_since.as_ref().is_none_or(|(_, p)| p.seq < seq) {
-                    self.behind_since =
+                } else if self
+                    .state_transfer
+                    .behind_since
+                    .as_ref()
+                    .is_none_or(|(_, p)| p.seq < seq)
+                {
+                    self.state_transfer.behind_since =
                         Some((now.saturating_add(self.cfg.state_transfer_grace_ms), proof));
                 }
             }
@@ -199,15 +204,16 @@ impl Replica {
         }
         let old_proof = std::mem::replace(&mut self.stable, proof);
         let old_snapshot = std::mem::replace(&mut self.stable_snapshot, snapshot);
-        self.serving.retire(old_proof, old_snapshot);
+        self.state_transfer.serving.retire(old_proof, old_snapshot);
         self.own_checkpoints = self.own_checkpoints.split_off(&(seq + 1));
         self.checkpoint_votes = self.checkpoint_votes.split_off(&(seq + 1));
         if self
+            .state_transfer
             .behind_since
             .as_ref()
             .is_some_and(|(_, p)| p.seq <= seq)
         {
-            self.behind_since = None;
+            self.state_transfer.behind_since = None;
         }
         self.metrics.inc("checkpoints_stable");
         debug!(replica = self.cfg.id, seq, "stable checkpoint");

@@ -368,15 +368,20 @@ impl Replica {
 
     /// The timers other than the view-change one: state transfer.
     fn on_timer_rest(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if let Some((d, proof)) = self.behind_since.clone()
+        if let Some((d, proof)) = self.state_transfer.behind_since.clone()
             && now >= d
         {
-            self.behind_since = None;
+            self.state_transfer.behind_since = None;
             if proof.seq > self.last_executed {
                 self.start_transfer(now, proof, out);
             }
         }
-        if self.transfer.as_ref().is_some_and(|t| now >= t.deadline_ms) {
+        if self
+            .state_transfer
+            .transfer
+            .as_ref()
+            .is_some_and(|t| now >= t.deadline_ms)
+        {
             self.metrics.inc("state_transfer_timeouts");
             self.on_transfer_timeout(now, out);
         }
@@ -423,7 +428,7 @@ impl Replica {
     pub(super) fn above_window(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
         self.drop_msg("drop_out_of_window", Some(from));
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
-        if self.transfer.is_some()
+        if self.state_transfer.transfer.is_some()
             || self
                 .status
                 .window_ms

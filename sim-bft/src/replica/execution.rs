@@ -18,7 +18,7 @@ use crate::protocol::{Batch, RequestKind, SignedReply, SignedRequest, codec};
 
 impl Replica {
     pub(super) fn execute_ready(&mut self, now: Millis, out: &mut Vec<Output>) {
-        while self.transfer.is_none() && self.halted.is_none() {
+        while self.state_transfer.transfer.is_none() && self.halted.is_none() {
             let seq = self.last_executed + 1;
             let Some(e) = self.log.get(&seq) else {
                 break;

@@ -55,7 +55,7 @@ pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
-use state_transfer::{RepeatHolds, Serving, Transfer};
+use state_transfer::{RepeatHolds, Serving};
 pub use time_service::KEY_TIME_CERT;
 
 /// Errors of constructing or recovering a replica.
@@ -284,10 +284,6 @@ pub struct Replica {
     stable_snapshot: Vec<u8>,
     own_checkpoints: BTreeMap<u64, (Digest32, Vec<u8>)>,
     checkpoint_votes: BTreeMap<u64, BTreeMap<NodeId, (Digest32, SigBytes)>>,
-    behind_since: Option<(Millis, CheckpointProof)>,
-    transfer: Option<Transfer>,
-    /// What this replica serves to state-transfer receivers (chunk lists, per-peer rate).
-    serving: Serving,
 
     batch_deadline: Option<Millis>,
     /// This replica's own internal requests (ticks) admitted but not yet broadcast: they leave
@@ -310,8 +306,6 @@ pub struct Replica {
     /// The first certified snapshot this replica could not install (state transfer), kept
     /// until the host takes it ([`Replica::take_install_failure`]).
     install_failure: Option<String>,
-    /// Per (peer, content): state transfer data already served (see [`RepeatHolds`]).
-    state_repeats: RepeatHolds,
     /// Internal request numbers up to this one are reserved in durable storage
     /// ([`KEY_INTERNAL_REQ`]) before any of them is sent.
     internal_req_reserved: u64,
@@ -328,6 +322,8 @@ pub struct Replica {
     vc: view_change::ViewChangeState,
     /// The time service: the newest time certificates and the last one executed (see `time_service`).
     time: time_service::TimeState,
+    /// State transfer: as a receiver (behind a certified checkpoint, the transfer running) and as a source (see `state_transfer`).
+    state_transfer: state_transfer::StateTransferState,
 }
 
 impl std::fmt::Debug for Replica {
@@ -394,9 +390,6 @@ impl Replica {
             stable_snapshot: Vec::new(),
             own_checkpoints: BTreeMap::new(),
             checkpoint_votes: BTreeMap::new(),
-            behind_since: None,
-            transfer: None,
-            serving: Serving::default(),
             batch_deadline: None,
             // The safety net clears a mark lost by some unforeseen path after a few view-change
             // timeouts instead of silencing the component forever.
@@ -412,7 +405,6 @@ impl Replica {
             last_state_digest: [0; 32],
             halted: None,
             install_failure: None,
-            state_repeats: RepeatHolds::default(),
             internal_req_reserved: 0,
             status: dispatch::StatusState {
                 asked_at: None,
@@ -453,6 +445,12 @@ impl Replica {
             time: time_service::TimeState {
                 last_cert_seq: 0,
                 recent_certs: BTreeMap::new(),
+            },
+            state_transfer: state_transfer::StateTransferState {
+                behind_since: None,
+                transfer: None,
+                serving: Serving::default(),
+                repeats: RepeatHolds::default(),
             },
             strategy: crate::byzantine::strategy(&cfg),
             cfg,
@@ -551,7 +549,7 @@ impl Replica {
 
     /// Whether a state transfer is in progress.
     pub fn in_state_transfer(&self) -> bool {
-        self.transfer.is_some()
+        self.state_transfer.transfer.is_some()
     }
 
     /// Number of pending client requests.
@@ -738,7 +736,7 @@ impl Replica {
         if let Some(cause) = &self.halted {
             return fail(format!("halted (fail-stop): {cause}"));
         }
-        if self.stable.seq > self.last_executed && self.transfer.is_none() {
+        if self.stable.seq > self.last_executed && self.state_transfer.transfer.is_none() {
             return fail(format!(
                 "stable {} above executed {}",
                 self.stable.seq, self.last_executed
@@ -831,8 +829,8 @@ impl Node for Replica {
             self.retransmit.deadline,
             self.fetch.deadline,
             self.vc.resend_deadline,
-            self.behind_since.as_ref().map(|(d, _)| *d),
-            self.transfer.as_ref().map(|t| t.deadline_ms),
+            self.state_transfer.behind_since.as_ref().map(|(d, _)| *d),
+            self.state_transfer.transfer.as_ref().map(|t| t.deadline_ms),
         ]
         .into_iter()
         .flatten()

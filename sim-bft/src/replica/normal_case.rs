@@ -14,7 +14,7 @@ use crate::protocol::{Batch, Body, ClockSample, PreparedProof, SigList, TimeCert
 
 impl Replica {
     pub(super) fn try_propose(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if !self.is_primary() || self.in_view_change || self.transfer.is_some() {
+        if !self.is_primary() || self.in_view_change || self.state_transfer.transfer.is_some() {
             return;
         }
         if let Some(until) = self.strategy.hold_proposals(self, now) {

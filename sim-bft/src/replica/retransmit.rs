@@ -142,7 +142,7 @@ impl Replica {
     /// was already uncommitted at the previous tick.
     pub(super) fn on_retransmit_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
         self.retransmit.deadline = None;
-        if self.in_view_change || self.transfer.is_some() {
+        if self.in_view_change || self.state_transfer.transfer.is_some() {
             self.retransmit.prev.clear();
             return;
         }

@@ -226,6 +226,21 @@ impl Serving {
     }
 }
 
+/// State transfer, as a receiver (behind a certified checkpoint, the transfer running) and as
+/// a source (what it serves, to whom).
+#[derive(Debug)]
+pub(super) struct StateTransferState {
+    /// A certified checkpoint above this replica's executed seq, and when the grace period
+    /// before it pulls the snapshot ends.
+    pub(super) behind_since: Option<(Millis, CheckpointProof)>,
+    /// The transfer in progress.
+    pub(super) transfer: Option<Transfer>,
+    /// What this replica serves to state-transfer receivers (chunk lists, per-peer rate).
+    pub(super) serving: Serving,
+    /// Per (peer, content): state transfer data already served (see [`RepeatHolds`]).
+    pub(super) repeats: RepeatHolds,
+}
+
 impl Replica {
     pub(super) fn start_transfer(
         &mut self,
@@ -233,7 +248,7 @@ impl Replica {
         proof: CheckpointProof,
         out: &mut Vec<Output>,
     ) {
-        if let Some(t) = &mut self.transfer {
+        if let Some(t) = &mut self.state_transfer.transfer {
             if t.target.seq >= proof.seq {
                 return;
             }
@@ -264,7 +279,7 @@ impl Replica {
         );
         self.metrics.inc("state_transfers_started");
         let source_idx = self.cfg.id as usize % sources.len();
-        self.transfer = Some(Transfer {
+        self.state_transfer.transfer = Some(Transfer {
             target: proof,
             sources,
             source_idx,
@@ -284,7 +299,7 @@ impl Replica {
     fn request_state(&mut self, now: Millis, out: &mut Vec<Output>) {
         let window = self.cfg.state_window as usize;
         let timeout = self.cfg.state_transfer_timeout_ms;
-        let Some(t) = &mut self.transfer else {
+        let Some(t) = &mut self.state_transfer.transfer else {
             return;
         };
         let mut requests: Vec<(NodeId, bool, Vec<u32>)> = Vec::new();
@@ -363,7 +378,7 @@ impl Replica {
     pub(super) fn on_transfer_timeout(&mut self, now: Millis, out: &mut Vec<Output>) {
         let timeout = self.cfg.state_transfer_timeout_ms;
         let mut restart = None;
-        if let Some(t) = &mut self.transfer {
+        if let Some(t) = &mut self.state_transfer.transfer {
             let late: Vec<NodeId> = t
                 .outstanding
                 .iter()
@@ -386,9 +401,13 @@ impl Replica {
             self.metrics.add("state_chunks_kept_on_rotation", kept);
         }
         if let Some(proof) = restart {
-            let carry = self.transfer.take().map(Transfer::into_carry);
+            let carry = self
+                .state_transfer
+                .transfer
+                .take()
+                .map(Transfer::into_carry);
             self.start_transfer(now, proof, out);
-            if let (Some(t), Some(carry)) = (&mut self.transfer, carry) {
+            if let (Some(t), Some(carry)) = (&mut self.state_transfer.transfer, carry) {
                 t.carry = carry;
             }
             return;
@@ -422,6 +441,7 @@ impl Replica {
         let src = if self.stable.seq == seq && seq > 0 {
             Src::Stable
         } else if self
+            .state_transfer
             .serving
             .pinned
             .as_ref()
@@ -435,7 +455,12 @@ impl Replica {
         } else {
             return self.drop_msg("drop_state_unavailable", Some(from));
         };
-        let budget = self.serving.budget.entry(from).or_insert((now, 0));
+        let budget = self
+            .state_transfer
+            .serving
+            .budget
+            .entry(from)
+            .or_insert((now, 0));
         if now < budget.0 || now >= budget.0.saturating_add(interval) {
             *budget = (now, 0);
         }
@@ -447,25 +472,26 @@ impl Replica {
         let (proof, bytes, tree): (CheckpointProof, &[u8], &ChunkList) = match src {
             Src::Stable => {
                 if self
+                    .state_transfer
                     .serving
                     .tree
                     .as_ref()
                     .is_none_or(|(d, _, _)| *d != self.stable.digest)
                 {
-                    self.serving.tree = Some((
+                    self.state_transfer.serving.tree = Some((
                         self.stable.digest,
                         ChunkList::new(&self.stable_snapshot, chunk_bytes),
                         false,
                     ));
                 }
-                let Some((_, tree, used)) = &mut self.serving.tree else {
+                let Some((_, tree, used)) = &mut self.state_transfer.serving.tree else {
                     return;
                 };
                 *used = true;
                 (self.stable.clone(), &self.stable_snapshot[..], &*tree)
             }
             Src::Pinned => {
-                let Some(p) = &mut self.serving.pinned else {
+                let Some(p) = &mut self.state_transfer.serving.pinned else {
                     return;
                 };
                 p.used = true;
@@ -482,10 +508,17 @@ impl Replica {
                     digest: *d,
                     sigs: Vec::new(),
                 };
-                if self.serving.own_tree.as_ref().is_none_or(|(od, _)| od != d) {
-                    self.serving.own_tree = Some((*d, ChunkList::new(b, chunk_bytes)));
+                if self
+                    .state_transfer
+                    .serving
+                    .own_tree
+                    .as_ref()
+                    .is_none_or(|(od, _)| od != d)
+                {
+                    self.state_transfer.serving.own_tree =
+                        Some((*d, ChunkList::new(b, chunk_bytes)));
                 }
-                let Some((_, own_tree)) = &self.serving.own_tree else {
+                let Some((_, own_tree)) = &self.state_transfer.serving.own_tree else {
                     return;
                 };
                 (proof, &b[..], own_tree)
@@ -496,7 +529,7 @@ impl Replica {
         let allowed = self.strategy.serve_limit(allowed);
         let bodies = Self::state_bodies(
             &self.cfg,
-            (now, from, &mut self.state_repeats, &mut held),
+            (now, from, &mut self.state_transfer.repeats, &mut held),
             &proof,
             bytes,
             tree,
@@ -523,7 +556,7 @@ impl Replica {
             .iter()
             .filter(|b| matches!(b, Body::StateChunk { .. }))
             .count() as u32;
-        if let Some(b) = self.serving.budget.get_mut(&from) {
+        if let Some(b) = self.state_transfer.serving.budget.get_mut(&from) {
             b.1 = b.1.saturating_add(served);
         }
         self.metrics.add("state_chunks_served", u64::from(served));
@@ -600,7 +633,7 @@ impl Replica {
         out: &mut Vec<Output>,
     ) {
         let chunk_bytes = self.cfg.chunk_bytes;
-        let Some(t) = &self.transfer else {
+        let Some(t) = &self.state_transfer.transfer else {
             return self.drop_msg("drop_unexpected_state", Some(from));
         };
         if !t.sources.contains(&from) {
@@ -631,7 +664,7 @@ impl Replica {
             // A source moved on to a newer checkpoint while we are making progress on ours:
             // remember it, keep going with the others.
             let newer = proof;
-            if let Some(t) = &mut self.transfer
+            if let Some(t) = &mut self.state_transfer.transfer
                 && t.newer.as_ref().is_none_or(|n| n.seq < newer.seq)
             {
                 t.newer = Some(newer);
@@ -648,7 +681,7 @@ impl Replica {
             proof
         };
         let local = self.local_chunks(&leaves);
-        let Some(t) = &mut self.transfer else {
+        let Some(t) = &mut self.state_transfer.transfer else {
             return;
         };
         if proof.seq > t.target.seq {
@@ -683,7 +716,7 @@ impl Replica {
         let mut have: HashMap<Digest32, &[u8]> = HashMap::new();
         // The stable snapshot's list, from the serving cache when it is built.
         let built;
-        let stable = match &self.serving.tree {
+        let stable = match &self.state_transfer.serving.tree {
             Some((d, list, _)) if *d == self.stable.digest => list,
             _ => {
                 built = ChunkList::new(&self.stable_snapshot, chunk_bytes);
@@ -699,7 +732,7 @@ impl Replica {
         if let Some((list, b)) = &own {
             have.extend(list.by_leaf(b));
         }
-        if let Some(t) = &self.transfer {
+        if let Some(t) = &self.state_transfer.transfer {
             have.extend(t.carry.iter().map(|(l, d)| (*l, d.as_slice())));
         }
         leaves
@@ -723,7 +756,7 @@ impl Replica {
     ) {
         let chunk_bytes = self.cfg.chunk_bytes;
         let timeout = self.cfg.state_transfer_timeout_ms;
-        let Some(t) = &mut self.transfer else {
+        let Some(t) = &mut self.state_transfer.transfer else {
             return self.drop_msg("drop_unexpected_state", Some(from));
         };
         let Some(meta) = &t.meta else {
@@ -785,7 +818,7 @@ impl Replica {
     /// Every chunk is here: assembles, installs and persists the snapshot, then pursues a
     /// newer checkpoint if one was deferred.
     fn finish_transfer(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
-        let Some(mut t) = self.transfer.take() else {
+        let Some(mut t) = self.state_transfer.transfer.take() else {
             return;
         };
         let Some(meta) = t.meta.clone() else {
@@ -825,11 +858,12 @@ impl Replica {
                     if p.seq >= self.last_executed + self.cfg.log_window / 2 {
                         self.start_transfer(now, p, out);
                     } else if self
+                        .state_transfer
                         .behind_since
                         .as_ref()
                         .is_none_or(|(_, b)| b.seq < p.seq)
                     {
-                        self.behind_since =
+                        self.state_transfer.behind_since =
                             Some((now.saturating_add(self.cfg.state_transfer_grace_ms), p));
                     }
                 }
@@ -843,7 +877,7 @@ impl Replica {
                     self.install_failure = Some(format!("state transfer at seq {seq}: {e}"));
                 }
                 t.source_idx = (t.source_idx + 1) % t.sources.len().max(1);
-                self.transfer = Some(Transfer {
+                self.state_transfer.transfer = Some(Transfer {
                     meta: None,
                     chunks: BTreeMap::new(),
                     carry: HashMap::new(),
@@ -937,11 +971,12 @@ impl Replica {
         // Every admitted tick was pending in consensus; the transfer replaced that state.
         self.throttle.on_view_change_cleared();
         if self
+            .state_transfer
             .behind_since
             .as_ref()
             .is_some_and(|(_, p)| p.seq <= seq)
         {
-            self.behind_since = None;
+            self.state_transfer.behind_since = None;
         }
         Ok(())
     }
