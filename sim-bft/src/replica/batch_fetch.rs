@@ -58,7 +58,7 @@ impl Replica {
     /// fetch timer; clears it when nothing is missing.
     pub(super) fn fetch_missing_batches(&mut self, now: Millis, out: &mut Vec<Output>) {
         // Anything executed or below the window meanwhile is no longer needed.
-        let floor = self.last_executed.max(self.stable.seq);
+        let floor = self.last_executed.max(self.checkpoints.stable.seq);
         self.fetch.missing = self.fetch.missing.split_off(&(floor + 1));
         if self.fetch.missing.is_empty() {
             self.fetch.deadline = None;

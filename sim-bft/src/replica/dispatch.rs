@@ -484,12 +484,16 @@ impl Replica {
         // peer per quarter view-change timeout.
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
         let newest = self
-            .own_checkpoints
+            .checkpoints
+            .own
             .range(..=last_executed)
             .next_back()
             .map(|(s, (d, _))| (*s, *d))
-            .filter(|(s, _)| *s > self.stable.seq)
-            .or(Some((self.stable.seq, self.stable.digest)))
+            .filter(|(s, _)| *s > self.checkpoints.stable.seq)
+            .or(Some((
+                self.checkpoints.stable.seq,
+                self.checkpoints.stable.digest,
+            )))
             .filter(|(s, _)| *s > 0 && *s <= last_executed);
         if let Some((seq, digest)) = newest
             && !self
@@ -518,8 +522,8 @@ impl Replica {
             return self.drop_msg("drop_status_rate_limited", Some(from));
         }
         self.status.answered_ms.insert(from, now);
-        if last_executed < self.stable.seq {
-            let (seq, digest) = (self.stable.seq, self.stable.digest);
+        if last_executed < self.checkpoints.stable.seq {
+            let (seq, digest) = (self.checkpoints.stable.seq, self.checkpoints.stable.digest);
             self.send(Body::Checkpoint { seq, digest }, Dest::One(from), out);
             return;
         }
@@ -645,7 +649,7 @@ impl Replica {
         if seq > self.high_watermark() {
             return self.above_window(now, from, out);
         }
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         let Ok(digest) = batch.digest() else {

@@ -280,11 +280,6 @@ pub struct Replica {
     last_executed: u64,
     log: BTreeMap<u64, Entry>,
 
-    stable: CheckpointProof,
-    stable_snapshot: Vec<u8>,
-    own_checkpoints: BTreeMap<u64, (Digest32, Vec<u8>)>,
-    checkpoint_votes: BTreeMap<u64, BTreeMap<NodeId, (Digest32, SigBytes)>>,
-
     batch_deadline: Option<Millis>,
     /// This replica's own internal requests (ticks) admitted but not yet broadcast: they leave
     /// together in one [`Wire::Requests`] at `flush_deadline`, so a burst of ticks reaches every
@@ -324,6 +319,8 @@ pub struct Replica {
     time: time_service::TimeState,
     /// State transfer: as a receiver (behind a certified checkpoint, the transfer running) and as a source (see `state_transfer`).
     state_transfer: state_transfer::StateTransferState,
+    /// Checkpoints: the stable one (proof and snapshot), this replica own ones and the votes (see `checkpoint`).
+    checkpoints: checkpoint::Checkpoints,
 }
 
 impl std::fmt::Debug for Replica {
@@ -333,7 +330,7 @@ impl std::fmt::Debug for Replica {
             .field("view", &self.view)
             .field("in_view_change", &self.in_view_change)
             .field("last_executed", &self.last_executed)
-            .field("stable", &self.stable.seq)
+            .field("stable", &self.checkpoints.stable.seq)
             .finish_non_exhaustive()
     }
 }
@@ -382,14 +379,6 @@ impl Replica {
             next_seq: 1,
             last_executed: 0,
             log: BTreeMap::new(),
-            stable: CheckpointProof {
-                seq: 0,
-                digest: [0; 32],
-                sigs: Vec::new(),
-            },
-            stable_snapshot: Vec::new(),
-            own_checkpoints: BTreeMap::new(),
-            checkpoint_votes: BTreeMap::new(),
             batch_deadline: None,
             // The safety net clears a mark lost by some unforeseen path after a few view-change
             // timeouts instead of silencing the component forever.
@@ -452,13 +441,23 @@ impl Replica {
                 serving: Serving::default(),
                 repeats: RepeatHolds::default(),
             },
+            checkpoints: checkpoint::Checkpoints {
+                stable: CheckpointProof {
+                    seq: 0,
+                    digest: [0; 32],
+                    sigs: Vec::new(),
+                },
+                stable_snapshot: Vec::new(),
+                own: BTreeMap::new(),
+                votes: BTreeMap::new(),
+            },
             strategy: crate::byzantine::strategy(&cfg),
             cfg,
         };
         r.last_state_digest = r.state_digest();
         let (digest, bytes) = r.make_snapshot()?;
-        r.stable.digest = digest;
-        r.stable_snapshot = bytes;
+        r.checkpoints.stable.digest = digest;
+        r.checkpoints.stable_snapshot = bytes;
         Ok(r)
     }
 
@@ -506,7 +505,7 @@ impl Replica {
 
     /// Sequence number of the last stable checkpoint (the low watermark).
     pub fn stable_seq(&self) -> u64 {
-        self.stable.seq
+        self.checkpoints.stable.seq
     }
 
     /// Agreed time of the last executed batch.
@@ -591,7 +590,7 @@ impl Replica {
 
     /// The stable checkpoint's proof.
     pub(crate) fn stable(&self) -> &CheckpointProof {
-        &self.stable
+        &self.checkpoints.stable
     }
 
     /// Per-reason counters, to count what a strategy did.
@@ -623,7 +622,7 @@ impl Replica {
     }
 
     pub(crate) fn high_watermark(&self) -> u64 {
-        self.stable.seq + self.cfg.log_window
+        self.checkpoints.stable.seq + self.cfg.log_window
     }
 
     fn drop_msg(&mut self, reason: &'static str, from: Option<NodeId>) {
@@ -736,18 +735,20 @@ impl Replica {
         if let Some(cause) = &self.halted {
             return fail(format!("halted (fail-stop): {cause}"));
         }
-        if self.stable.seq > self.last_executed && self.state_transfer.transfer.is_none() {
+        if self.checkpoints.stable.seq > self.last_executed
+            && self.state_transfer.transfer.is_none()
+        {
             return fail(format!(
                 "stable {} above executed {}",
-                self.stable.seq, self.last_executed
+                self.checkpoints.stable.seq, self.last_executed
             ));
         }
         if let Some((first, _)) = self.log.first_key_value()
-            && *first <= self.stable.seq
+            && *first <= self.checkpoints.stable.seq
         {
             return fail(format!(
                 "log entry {first} at or below stable {}",
-                self.stable.seq
+                self.checkpoints.stable.seq
             ));
         }
         if let Some((last, _)) = self.log.last_key_value()
@@ -766,8 +767,10 @@ impl Replica {
         if !cfg!(debug_assertions) {
             return Ok(());
         }
-        if crate::protocol::chunks::snapshot_digest(&self.stable_snapshot, self.cfg.chunk_bytes)
-            != self.stable.digest
+        if crate::protocol::chunks::snapshot_digest(
+            &self.checkpoints.stable_snapshot,
+            self.cfg.chunk_bytes,
+        ) != self.checkpoints.stable.digest
         {
             return fail("stable snapshot does not match its digest".into());
         }

@@ -97,7 +97,7 @@ impl Replica {
         if seq > self.high_watermark() {
             return self.above_window(now, from, out);
         }
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         if batch.null || batch.requests.is_empty() || batch.requests.len() > self.cfg.batch_max {
@@ -194,7 +194,7 @@ impl Replica {
         if seq > self.high_watermark() {
             return self.above_window(now, from, out);
         }
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         let view = self.view;
@@ -225,7 +225,7 @@ impl Replica {
         if seq > self.high_watermark() {
             return self.above_window(now, from, out);
         }
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         let view = self.view;

@@ -79,7 +79,9 @@ impl Replica {
             // An entry may hold two batches (its own and its prepared certificate's).
             let e: StoredEntry = codec::decode(v, r.cfg.max_message_bytes.saturating_mul(2))
                 .map_err(|e| ReplicaError::Storage(format!("log entry: {e}")))?;
-            if e.seq <= r.stable.seq || e.seq > r.stable.seq + r.cfg.log_window {
+            if e.seq <= r.checkpoints.stable.seq
+                || e.seq > r.checkpoints.stable.seq + r.cfg.log_window
+            {
                 continue;
             }
             let digest = e

@@ -237,7 +237,7 @@ impl Replica {
                 self.retransmit.heard_top = (view, cur.max(top));
             }
         }
-        let stable = self.stable.seq;
+        let stable = self.checkpoints.stable.seq;
         self.retransmit
             .have_batch_sent
             .retain(|(_, s), _| *s > stable);
@@ -249,7 +249,10 @@ impl Replica {
         let mut resend: Vec<Body> = Vec::new();
         let mut held = 0u64;
         for h in &seqs {
-            if h.seq <= self.stable.seq || h.seq > self.high_watermark() || !seen.insert(h.seq) {
+            if h.seq <= self.checkpoints.stable.seq
+                || h.seq > self.high_watermark()
+                || !seen.insert(h.seq)
+            {
                 continue;
             }
             let Some(e) = self.log.get(&h.seq) else {

@@ -438,7 +438,7 @@ impl Replica {
             Pinned,
             Own,
         }
-        let src = if self.stable.seq == seq && seq > 0 {
+        let src = if self.checkpoints.stable.seq == seq && seq > 0 {
             Src::Stable
         } else if self
             .state_transfer
@@ -448,9 +448,9 @@ impl Replica {
             .is_some_and(|p| p.proof.seq == seq)
         {
             Src::Pinned
-        } else if self.own_checkpoints.contains_key(&seq) {
+        } else if self.checkpoints.own.contains_key(&seq) {
             Src::Own
-        } else if self.stable.seq > seq && self.stable.seq > 0 {
+        } else if self.checkpoints.stable.seq > seq && self.checkpoints.stable.seq > 0 {
             Src::Stable
         } else {
             return self.drop_msg("drop_state_unavailable", Some(from));
@@ -476,11 +476,11 @@ impl Replica {
                     .serving
                     .tree
                     .as_ref()
-                    .is_none_or(|(d, _, _)| *d != self.stable.digest)
+                    .is_none_or(|(d, _, _)| *d != self.checkpoints.stable.digest)
                 {
                     self.state_transfer.serving.tree = Some((
-                        self.stable.digest,
-                        ChunkList::new(&self.stable_snapshot, chunk_bytes),
+                        self.checkpoints.stable.digest,
+                        ChunkList::new(&self.checkpoints.stable_snapshot, chunk_bytes),
                         false,
                     ));
                 }
@@ -488,7 +488,11 @@ impl Replica {
                     return;
                 };
                 *used = true;
-                (self.stable.clone(), &self.stable_snapshot[..], &*tree)
+                (
+                    self.checkpoints.stable.clone(),
+                    &self.checkpoints.stable_snapshot[..],
+                    &*tree,
+                )
             }
             Src::Pinned => {
                 let Some(p) = &mut self.state_transfer.serving.pinned else {
@@ -498,7 +502,7 @@ impl Replica {
                 (p.proof.clone(), &p.bytes[..], &p.tree)
             }
             Src::Own => {
-                let Some((d, b)) = self.own_checkpoints.get(&seq) else {
+                let Some((d, b)) = self.checkpoints.own.get(&seq) else {
                     return;
                 };
                 // Not stable here (a small window before stability): its list is cached
@@ -717,15 +721,16 @@ impl Replica {
         // The stable snapshot's list, from the serving cache when it is built.
         let built;
         let stable = match &self.state_transfer.serving.tree {
-            Some((d, list, _)) if *d == self.stable.digest => list,
+            Some((d, list, _)) if *d == self.checkpoints.stable.digest => list,
             _ => {
-                built = ChunkList::new(&self.stable_snapshot, chunk_bytes);
+                built = ChunkList::new(&self.checkpoints.stable_snapshot, chunk_bytes);
                 &built
             }
         };
-        have.extend(stable.by_leaf(&self.stable_snapshot));
+        have.extend(stable.by_leaf(&self.checkpoints.stable_snapshot));
         let own = self
-            .own_checkpoints
+            .checkpoints
+            .own
             .values()
             .next_back()
             .map(|(_, b)| (ChunkList::new(b, chunk_bytes), b));
@@ -957,11 +962,11 @@ impl Replica {
         self.time.last_cert_seq = snap.last_cert_seq;
         self.last_executed = seq;
         self.last_state_digest = snap.state_digest;
-        self.stable = proof;
-        self.stable_snapshot = bytes;
+        self.checkpoints.stable = proof;
+        self.checkpoints.stable_snapshot = bytes;
         self.log = self.log.split_off(&(seq + 1));
-        self.own_checkpoints = self.own_checkpoints.split_off(&(seq + 1));
-        self.checkpoint_votes = self.checkpoint_votes.split_off(&(seq + 1));
+        self.checkpoints.own = self.checkpoints.own.split_off(&(seq + 1));
+        self.checkpoints.votes = self.checkpoints.votes.split_off(&(seq + 1));
         let high = self.high_watermark();
         self.log.retain(|s, _| *s <= high);
         self.next_seq = self.next_seq.max(seq + 1);

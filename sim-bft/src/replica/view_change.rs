@@ -165,12 +165,12 @@ impl Replica {
     pub(super) fn own_view_change(&mut self, target: u64) -> ViewChange {
         let prepared = self
             .log
-            .range(self.stable.seq + 1..)
+            .range(self.checkpoints.stable.seq + 1..)
             .filter_map(|(_, e)| e.proof.clone())
             .collect();
         let vc = ViewChange {
             new_view: target,
-            stable: self.stable.clone(),
+            stable: self.checkpoints.stable.clone(),
             prepared,
         };
         let payload = Payload {
@@ -483,8 +483,8 @@ impl Replica {
 
         // Adopt the quorum's stable checkpoint when we executed it ourselves with that digest;
         // otherwise fetch it.
-        if min_s > self.stable.seq {
-            match self.own_checkpoints.get(&min_s) {
+        if min_s > self.checkpoints.stable.seq {
+            match self.checkpoints.own.get(&min_s) {
                 Some((d, bytes)) if *d == best.digest => {
                     let bytes = bytes.clone();
                     self.make_stable(best.clone(), bytes, out);
@@ -506,7 +506,7 @@ impl Replica {
             return;
         };
         for seq in (min_s + 1)..=max_s {
-            if seq <= self.stable.seq || seq > self.high_watermark() {
+            if seq <= self.checkpoints.stable.seq || seq > self.high_watermark() {
                 continue;
             }
             let (digest, holders) = chosen
@@ -578,7 +578,10 @@ impl Replica {
         // view change restarts it (and waits for the new-view again).
         self.store_view(out);
         out.push(Output::Sync);
-        self.next_seq = max_s.max(self.last_executed).max(self.stable.seq) + 1;
+        self.next_seq = max_s
+            .max(self.last_executed)
+            .max(self.checkpoints.stable.seq)
+            + 1;
         if !is_primary {
             for (seq, digest) in to_vote {
                 if let Some(sig) = self.send(Body::Prepare { view, seq, digest }, Dest::All, out)
