@@ -5,8 +5,10 @@
 //! one batch equation and remembered. A replica's own ticks pass ccron's tick throttle and the
 //! sender rotation, and leave in one bundle per flush.
 
+use std::collections::BTreeMap;
+
 use ccron::host::{TickAuthority, period_index};
-use ccron::ticks::TickDecision;
+use ccron::ticks::{TickDecision, TickThrottle};
 use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
@@ -17,6 +19,27 @@ use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Request, RequestKind, SignedRequest, Wire, codec};
 
 const VERIFIED_MEMO_CAPACITY: usize = 65_536;
+
+/// This replica's own ticks: their throttle and rotation, their request numbers, and the ones
+/// waiting to leave in the next bundle.
+#[derive(Debug)]
+pub(super) struct TickState {
+    /// This replica's own internal requests (ticks) admitted but not yet broadcast: they leave
+    /// together in one [`Wire::Requests`] at `flush_deadline`, so a burst of ticks reaches every
+    /// replica in request-number order (no reordering gaps) and costs one message.
+    pub(super) outgoing: Vec<SignedRequest>,
+    /// When `outgoing` leaves (a zero-delay deadline: the end of the current instant).
+    pub(super) flush_deadline: Option<Millis>,
+    /// The one tick throttle (ccron's): at most one pending tick per component.
+    pub(super) throttle: TickThrottle,
+    /// Per listed component, the local period index in which this replica last sent a tick.
+    pub(super) sent_period: BTreeMap<u32, i64>,
+    /// The number of this replica's next internal request.
+    pub(super) next_req: u64,
+    /// Internal request numbers up to this one are reserved in durable storage
+    /// ([`super::KEY_INTERNAL_REQ`]) before any of them is sent.
+    pub(super) req_reserved: u64,
+}
 
 impl Replica {
     fn remember_verified(&mut self, d: Digest32) {
@@ -226,8 +249,8 @@ impl Replica {
                 // watch for their ordering (a primary that ignores them gets replaced: one
                 // replica's timer alone cannot gather a view-change quorum). They leave
                 // together at the flush deadline (see `own_outgoing`).
-                self.own_outgoing.push(r);
-                self.flush_deadline.get_or_insert(now);
+                self.ticks.outgoing.push(r);
+                self.ticks.flush_deadline.get_or_insert(now);
             } else if let Ok(bytes) = codec::encode(&Wire::Request(r)) {
                 // Other requests are broadcast by their clients; the backup only relays them
                 // to the primary.
@@ -278,13 +301,17 @@ impl Replica {
                 self.metrics.inc("tick_not_my_turn");
                 return;
             }
-            if self.tick_sent_period.get(&component) == Some(&p) {
+            if self.ticks.sent_period.get(&component) == Some(&p) {
                 self.metrics.inc("tick_already_sent_in_period");
                 return;
             }
         }
-        let candidate = self.next_internal_req;
-        match self.throttle.on_internal_tick(component, now, || candidate) {
+        let candidate = self.ticks.next_req;
+        match self
+            .ticks
+            .throttle
+            .on_internal_tick(component, now, || candidate)
+        {
             TickDecision::Throttled { pending } => {
                 self.metrics.inc("tick_throttled");
                 self.retransmit_pending_tick(now, pending);
@@ -293,14 +320,14 @@ impl Replica {
                 if self.submit_tick(now, component, req_seq, out) {
                     // Admitted: the request is pending in the clients manager (the replica has
                     // no separate external queue, so "popped" is immediate).
-                    self.next_internal_req += 1;
-                    self.throttle.on_tick_popped(component, req_seq);
+                    self.ticks.next_req += 1;
+                    self.ticks.throttle.on_tick_popped(component, req_seq);
                     if let Some(p) = period_index {
-                        self.tick_sent_period.insert(component, p);
+                        self.ticks.sent_period.insert(component, p);
                     }
                 } else {
                     // A failed enqueue must not leak the mark (the reference's defect).
-                    self.throttle.on_enqueue_failed(component, req_seq);
+                    self.ticks.throttle.on_enqueue_failed(component, req_seq);
                 }
             }
         }
@@ -321,8 +348,8 @@ impl Replica {
         if let Some(p) = self.clients.pending(client, req_seq)
             && p.proposed_in.is_none()
         {
-            self.own_outgoing.push(p.request.clone());
-            self.flush_deadline.get_or_insert(now);
+            self.ticks.outgoing.push(p.request.clone());
+            self.ticks.flush_deadline.get_or_insert(now);
             self.metrics.inc("tick_retransmitted");
         }
     }
@@ -336,10 +363,10 @@ impl Replica {
         component: u32,
         out: &mut Vec<Output>,
     ) -> bool {
-        let req_seq = self.next_internal_req;
+        let req_seq = self.ticks.next_req;
         let admitted = self.submit_tick(now, component, req_seq, out);
         if admitted {
-            self.next_internal_req += 1;
+            self.ticks.next_req += 1;
         }
         admitted
     }
@@ -406,8 +433,8 @@ impl Replica {
     /// Broadcasts this replica's pending own requests (see `own_outgoing`) in bundles of at
     /// most [`MAX_BUNDLE_REQUESTS`] requests and about a quarter of the message size limit.
     pub(super) fn flush_own_requests(&mut self, out: &mut Vec<Output>) {
-        self.flush_deadline = None;
-        let mut rest = std::mem::take(&mut self.own_outgoing)
+        self.ticks.flush_deadline = None;
+        let mut rest = std::mem::take(&mut self.ticks.outgoing)
             .into_iter()
             .peekable();
         let budget = self.cfg.max_message_bytes / 4;

@@ -298,7 +298,7 @@ impl Replica {
     }
 
     pub(super) fn on_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if self.flush_deadline.is_some_and(|d| now >= d) {
+        if self.ticks.flush_deadline.is_some_and(|d| now >= d) {
             self.flush_own_requests(out);
         }
         if self.retransmit.deadline.is_some_and(|d| now >= d) {

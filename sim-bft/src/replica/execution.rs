@@ -167,7 +167,7 @@ impl Replica {
                         && let Some(c) = component
                     {
                         // Our tick was superseded: it will never execute, so its mark goes.
-                        self.throttle.on_dropped(c, req_seq);
+                        self.ticks.throttle.on_dropped(c, req_seq);
                     }
                     self.clients.settle(client, req_seq, None);
                 }
@@ -203,7 +203,7 @@ impl Replica {
                     if client == own_internal
                         && let Some(c) = component
                     {
-                        self.throttle.on_executed(c, req_seq);
+                        self.ticks.throttle.on_executed(c, req_seq);
                     }
                     self.clients.settle(client, req_seq, None);
                 }

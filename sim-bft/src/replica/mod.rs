@@ -49,7 +49,7 @@ use crate::app::{Application, TickExecutor, WithTicks};
 use crate::crypto::{self, Digest32, Keyring, SigBytes, SigningKey};
 use crate::node::{Input, Millis, Node, NodeId, Output};
 use crate::protocol::{
-    Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, SignedRequest, Wire, codec,
+    Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, Wire, codec,
 };
 pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
@@ -281,16 +281,6 @@ pub struct Replica {
     log: BTreeMap<u64, Entry>,
 
     batch_deadline: Option<Millis>,
-    /// This replica's own internal requests (ticks) admitted but not yet broadcast: they leave
-    /// together in one [`Wire::Requests`] at `flush_deadline`, so a burst of ticks reaches every
-    /// replica in request-number order (no reordering gaps) and costs one message.
-    own_outgoing: Vec<SignedRequest>,
-    flush_deadline: Option<Millis>,
-    /// The one tick throttle (ccron's): at most one pending tick per component.
-    throttle: TickThrottle,
-    /// Per listed component, the local period index in which this replica last sent a tick.
-    tick_sent_period: BTreeMap<u32, i64>,
-    next_internal_req: u64,
     verified_requests: HashSet<Digest32>,
     verified_order: VecDeque<Digest32>,
     last_state_digest: Digest32,
@@ -301,9 +291,6 @@ pub struct Replica {
     /// The first certified snapshot this replica could not install (state transfer), kept
     /// until the host takes it ([`Replica::take_install_failure`]).
     install_failure: Option<String>,
-    /// Internal request numbers up to this one are reserved in durable storage
-    /// ([`KEY_INTERNAL_REQ`]) before any of them is sent.
-    internal_req_reserved: u64,
     /// What this replica does at its interception points ([`hooks`]): honest, unless the
     /// simulator configured a Byzantine strategy ([`crate::byzantine`]).
     strategy: Box<dyn hooks::Strategy>,
@@ -321,6 +308,8 @@ pub struct Replica {
     state_transfer: state_transfer::StateTransferState,
     /// Checkpoints: the stable one (proof and snapshot), this replica own ones and the votes (see `checkpoint`).
     checkpoints: checkpoint::Checkpoints,
+    /// This replica own ticks (see `admission`).
+    ticks: admission::TickState,
 }
 
 impl std::fmt::Debug for Replica {
@@ -380,21 +369,11 @@ impl Replica {
             last_executed: 0,
             log: BTreeMap::new(),
             batch_deadline: None,
-            // The safety net clears a mark lost by some unforeseen path after a few view-change
-            // timeouts instead of silencing the component forever.
-            throttle: TickThrottle::with_max_pending_ms(
-                u64::try_from(cfg.view_change_timeout_ms.saturating_mul(4)).unwrap_or(u64::MAX),
-            ),
-            own_outgoing: Vec::new(),
-            flush_deadline: None,
-            tick_sent_period: BTreeMap::new(),
-            next_internal_req: 1,
             verified_requests: HashSet::new(),
             verified_order: VecDeque::new(),
             last_state_digest: [0; 32],
             halted: None,
             install_failure: None,
-            internal_req_reserved: 0,
             status: dispatch::StatusState {
                 asked_at: None,
                 peer_ms: BTreeMap::new(),
@@ -450,6 +429,18 @@ impl Replica {
                 stable_snapshot: Vec::new(),
                 own: BTreeMap::new(),
                 votes: BTreeMap::new(),
+            },
+            ticks: admission::TickState {
+                outgoing: Vec::new(),
+                flush_deadline: None,
+                // The safety net clears a mark lost by some unforeseen path after a few view-change
+                // timeouts instead of silencing the component forever.
+                throttle: TickThrottle::with_max_pending_ms(
+                    u64::try_from(cfg.view_change_timeout_ms.saturating_mul(4)).unwrap_or(u64::MAX),
+                ),
+                sent_period: BTreeMap::new(),
+                next_req: 1,
+                req_reserved: 0,
             },
             strategy: crate::byzantine::strategy(&cfg),
             cfg,
@@ -558,12 +549,12 @@ impl Replica {
 
     /// Components with a tick pending (the throttle's marks).
     pub fn ticks_pending(&self) -> impl Iterator<Item = u32> + '_ {
-        self.throttle.pending_components()
+        self.ticks.throttle.pending_components()
     }
 
     /// The tick throttle's counters.
     pub fn tick_throttle_stats(&self) -> ccron::ticks::ThrottleStats {
-        self.throttle.stats()
+        self.ticks.throttle.stats()
     }
 
     /// Charged bytes the future-view buffer holds now (see [`future`]).
@@ -828,7 +819,7 @@ impl Node for Replica {
         [
             self.vc.deadline,
             self.batch_deadline,
-            self.flush_deadline,
+            self.ticks.flush_deadline,
             self.retransmit.deadline,
             self.fetch.deadline,
             self.vc.resend_deadline,

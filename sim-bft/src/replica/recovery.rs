@@ -162,8 +162,8 @@ impl Replica {
                 .map_err(|e| ReplicaError::Storage(format!("internal request mark: {e}")))?,
             None => 0,
         };
-        r.internal_req_reserved = reserved;
-        r.next_internal_req = r.last_own_tick().max(reserved).saturating_add(1);
+        r.ticks.req_reserved = reserved;
+        r.ticks.next_req = r.last_own_tick().max(reserved).saturating_add(1);
         Ok(r)
     }
 
@@ -171,12 +171,12 @@ impl Replica {
     /// before it is sent: when it is not, reserves the next [`INTERNAL_REQ_BLOCK`] numbers (one
     /// store and sync per block, not per tick).
     pub(super) fn reserve_internal_req(&mut self, req_seq: u64, out: &mut Vec<Output>) {
-        if req_seq <= self.internal_req_reserved {
+        if req_seq <= self.ticks.req_reserved {
             return;
         }
         let mark = req_seq.saturating_add(INTERNAL_REQ_BLOCK);
         if let Ok(value) = codec::encode(&mark) {
-            self.internal_req_reserved = mark;
+            self.ticks.req_reserved = mark;
             out.push(Output::Store {
                 key: KEY_INTERNAL_REQ.to_vec(),
                 value: Some(value),

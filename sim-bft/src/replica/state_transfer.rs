@@ -970,11 +970,12 @@ impl Replica {
         let high = self.high_watermark();
         self.log.retain(|s, _| *s <= high);
         self.next_seq = self.next_seq.max(seq + 1);
-        self.next_internal_req = self
-            .next_internal_req
+        self.ticks.next_req = self
+            .ticks
+            .next_req
             .max(self.last_own_tick().saturating_add(1));
         // Every admitted tick was pending in consensus; the transfer replaced that state.
-        self.throttle.on_view_change_cleared();
+        self.ticks.throttle.on_view_change_cleared();
         if self
             .state_transfer
             .behind_since

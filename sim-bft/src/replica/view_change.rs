@@ -96,7 +96,7 @@ impl Replica {
         self.metrics.inc("view_changes_started");
         // Ticks waiting in the old view may never be ordered: clear the throttle marks so that
         // the components keep ticking (a duplicate tick is harmless, a stuck one is not).
-        self.throttle.on_view_change_cleared();
+        self.ticks.throttle.on_view_change_cleared();
         self.clients.clear_proposed();
         self.batch_deadline = None;
         // Persist "changing to `target`" before anything of the view change leaves: a replica
