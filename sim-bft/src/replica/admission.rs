@@ -5,7 +5,7 @@
 //! one batch equation and remembered. A replica's own ticks pass ccron's tick throttle and the
 //! sender rotation, and leave in one bundle per flush.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use ccron::host::{TickAuthority, period_index};
 use ccron::ticks::{TickDecision, TickThrottle};
@@ -41,18 +41,34 @@ pub(super) struct TickState {
     pub(super) req_reserved: u64,
 }
 
-impl Replica {
-    fn remember_verified(&mut self, d: Digest32) {
-        if self.verified_requests.insert(d) {
-            self.verified_order.push_back(d);
-            if self.verified_order.len() > VERIFIED_MEMO_CAPACITY
-                && let Some(old) = self.verified_order.pop_front()
+/// The requests whose signatures this replica checked (memo keys: the request's signed bytes,
+/// its signature and its key), the last [`VERIFIED_MEMO_CAPACITY`] of them.
+#[derive(Debug, Default)]
+pub(super) struct VerifiedRequests {
+    keys: HashSet<Digest32>,
+    order: VecDeque<Digest32>,
+}
+
+impl VerifiedRequests {
+    /// Whether the request with memo key `d` was verified here.
+    fn contains(&self, d: &Digest32) -> bool {
+        self.keys.contains(d)
+    }
+
+    /// Remembers a verified request, forgetting the oldest beyond the capacity.
+    fn remember(&mut self, d: Digest32) {
+        if self.keys.insert(d) {
+            self.order.push_back(d);
+            if self.order.len() > VERIFIED_MEMO_CAPACITY
+                && let Some(old) = self.order.pop_front()
             {
-                self.verified_requests.remove(&old);
+                self.keys.remove(&old);
             }
         }
     }
+}
 
+impl Replica {
     /// The canonical bytes a request's signature covers and its verification memo key.
     fn request_memo(r: &SignedRequest) -> Option<(Vec<u8>, Digest32)> {
         let bytes = codec::encode(&r.request).ok()?;
@@ -86,7 +102,7 @@ impl Replica {
                 continue;
             }
             if let Some((bytes, memo)) = Self::request_memo(r)
-                && !self.verified_requests.contains(&memo)
+                && !self.verified.contains(&memo)
                 && self.ring.client(r.request.client).is_some()
             {
                 todo.push((bytes, memo, r));
@@ -114,7 +130,7 @@ impl Replica {
         self.metrics
             .add("requests_batch_verified", good.len() as u64);
         for memo in good {
-            self.remember_verified(memo);
+            self.verified.remember(memo);
         }
     }
 
@@ -166,7 +182,7 @@ impl Replica {
         let Some((bytes, memo)) = Self::request_memo(r) else {
             return Err("drop_invalid_request");
         };
-        if self.verified_requests.contains(&memo) {
+        if self.verified.contains(&memo) {
             return Ok(());
         }
         let Some(key) = self.ring.client(r.request.client) else {
@@ -175,7 +191,7 @@ impl Replica {
         if !crypto::verify(key, &bytes, &r.sig, self.cfg.verify_cache.as_ref()) {
             return Err("drop_bad_request_signature");
         }
-        self.remember_verified(memo);
+        self.verified.remember(memo);
         Ok(())
     }
 

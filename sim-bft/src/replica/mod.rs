@@ -37,7 +37,7 @@ mod state_transfer;
 mod time_service;
 mod view_change;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use bincode::{Decode, Encode};
 use ccron::MemPages;
@@ -281,8 +281,8 @@ pub struct Replica {
     log: BTreeMap<u64, Entry>,
 
     batch_deadline: Option<Millis>,
-    verified_requests: HashSet<Digest32>,
-    verified_order: VecDeque<Digest32>,
+    /// Requests whose signatures this replica checked (see `admission`).
+    verified: admission::VerifiedRequests,
     last_state_digest: Digest32,
     /// Why this replica stopped executing (fail-stop): its application could not complete a
     /// replicated operation ([`crate::app::Application::halted`]) or its agreed-time page did
@@ -369,8 +369,7 @@ impl Replica {
             last_executed: 0,
             log: BTreeMap::new(),
             batch_deadline: None,
-            verified_requests: HashSet::new(),
-            verified_order: VecDeque::new(),
+            verified: admission::VerifiedRequests::default(),
             last_state_digest: [0; 32],
             halted: None,
             install_failure: None,
