@@ -269,20 +269,19 @@ pub struct Replica {
     /// The one executor (ccron's kernel): application, reserved pages, exactly-once, tick
     /// gate, agreed time, counters, state budget.
     host: Host,
-    clients: ClientsManager,
     metrics: Metrics,
+    /// What this replica does at its interception points ([`hooks`]): honest, unless the
+    /// simulator configured a Byzantine strategy ([`crate::byzantine`]).
+    strategy: Box<dyn hooks::Strategy>,
 
+    // The core every handler reads: the view, the log and execution.
     view: u64,
     in_view_change: bool,
-    future: future::FutureBuffer,
-
     next_seq: u64,
     last_executed: u64,
     log: BTreeMap<u64, Entry>,
-
+    /// When the primary cuts its next batch (`batch_delay_ms`).
     batch_deadline: Option<Millis>,
-    /// Requests whose signatures this replica checked (see `admission`).
-    verified: admission::VerifiedRequests,
     last_state_digest: Digest32,
     /// Why this replica stopped executing (fail-stop): its application could not complete a
     /// replicated operation ([`crate::app::Application::halted`]) or its agreed-time page did
@@ -291,25 +290,30 @@ pub struct Replica {
     /// The first certified snapshot this replica could not install (state transfer), kept
     /// until the host takes it ([`Replica::take_install_failure`]).
     install_failure: Option<String>,
-    /// What this replica does at its interception points ([`hooks`]): honest, unless the
-    /// simulator configured a Byzantine strategy ([`crate::byzantine`]).
-    strategy: Box<dyn hooks::Strategy>,
-    /// Status rounds and their answers (see `dispatch`).
-    status: dispatch::StatusState,
-    /// Normal-case retransmission (see `retransmit`).
-    retransmit: retransmit::RetransmitState,
-    /// Batches a new view ordered by digest: fetching the missing ones, serving them (see `batch_fetch`).
-    fetch: batch_fetch::FetchState,
-    /// View changes: timers, the view changes received, the last new-view (see `view_change`).
-    vc: view_change::ViewChangeState,
-    /// The time service: the newest time certificates and the last one executed (see `time_service`).
-    time: time_service::TimeState,
-    /// State transfer: as a receiver (behind a certified checkpoint, the transfer running) and as a source (see `state_transfer`).
-    state_transfer: state_transfer::StateTransferState,
-    /// Checkpoints: the stable one (proof and snapshot), this replica own ones and the votes (see `checkpoint`).
-    checkpoints: checkpoint::Checkpoints,
-    /// This replica own ticks (see `admission`).
+
+    // One sub-state per concern, each defined next to the handlers that touch it.
+    /// Clients: pending requests and the reply cache (`clients`).
+    clients: ClientsManager,
+    /// Requests whose signatures this replica checked (`admission`).
+    verified: admission::VerifiedRequests,
+    /// This replica's own ticks (`admission`).
     ticks: admission::TickState,
+    /// Messages of views this replica has not entered yet (`future`).
+    future: future::FutureBuffer,
+    /// View changes: timers, the view changes received, the last new-view (`view_change`).
+    vc: view_change::ViewChangeState,
+    /// Batches a new view ordered by digest: fetched when missing, served (`batch_fetch`).
+    fetch: batch_fetch::FetchState,
+    /// Normal-case retransmission (`retransmit`).
+    retransmit: retransmit::RetransmitState,
+    /// Status rounds and their answers (`dispatch`).
+    status: dispatch::StatusState,
+    /// The time service's certificates (`time_service`).
+    time: time_service::TimeState,
+    /// Checkpoints: the stable one, this replica's own, the votes (`checkpoint`).
+    checkpoints: checkpoint::Checkpoints,
+    /// State transfer, as a receiver and as a source (`state_transfer`).
+    state_transfer: state_transfer::StateTransferState,
 }
 
 impl std::fmt::Debug for Replica {
@@ -852,7 +856,7 @@ mod tests {
         let a = Replica::new(ReplicaConfig::new(0, 4, 1, 1)).unwrap();
         let b = Replica::new(ReplicaConfig::new(3, 4, 1, 1)).unwrap();
         assert_eq!(a.state_digest_now(), b.state_digest_now());
-        assert_eq!(a.stable.digest, b.stable.digest);
+        assert_eq!(a.stable().digest, b.stable().digest);
         a.check_invariants().unwrap();
         assert_eq!(a.next_deadline(), None);
     }
