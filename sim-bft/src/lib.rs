@@ -9,6 +9,7 @@
 )]
 
 pub mod app;
+pub mod byzantine;
 pub mod crypto;
 pub mod ledgers;
 pub mod node;

@@ -5,32 +5,70 @@
 //! one batch equation and remembered. A replica's own ticks pass ccron's tick throttle and the
 //! sender rotation, and leave in one bundle per flush.
 
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
 use ccron::host::{TickAuthority, period_index};
-use ccron::ticks::TickDecision;
+use ccron::ticks::{TickDecision, TickThrottle};
 use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use super::clients::Admission;
-use super::{Byzantine, MAX_BUNDLE_REQUESTS, Replica};
+use super::{MAX_BUNDLE_REQUESTS, Replica};
 use crate::crypto::{self, Digest32, internal_client_id, internal_client_owner};
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Request, RequestKind, SignedRequest, Wire, codec};
 
 const VERIFIED_MEMO_CAPACITY: usize = 65_536;
-const TICK_FLOOD_FACTOR: u32 = 16;
 
-impl Replica {
-    fn remember_verified(&mut self, d: Digest32) {
-        if self.verified_requests.insert(d) {
-            self.verified_order.push_back(d);
-            if self.verified_order.len() > VERIFIED_MEMO_CAPACITY
-                && let Some(old) = self.verified_order.pop_front()
+/// This replica's own ticks: their throttle and rotation, their request numbers, and the ones
+/// waiting to leave in the next bundle.
+#[derive(Debug)]
+pub(super) struct TickState {
+    /// This replica's own internal requests (ticks) admitted but not yet broadcast: they leave
+    /// together in one [`Wire::Requests`] at `flush_deadline`, so a burst of ticks reaches every
+    /// replica in request-number order (no reordering gaps) and costs one message.
+    pub(super) outgoing: Vec<SignedRequest>,
+    /// When `outgoing` leaves (a zero-delay deadline: the end of the current instant).
+    pub(super) flush_deadline: Option<Millis>,
+    /// The one tick throttle (ccron's): at most one pending tick per component.
+    pub(super) throttle: TickThrottle,
+    /// Per listed component, the local period index in which this replica last sent a tick.
+    pub(super) sent_period: BTreeMap<u32, i64>,
+    /// The number of this replica's next internal request.
+    pub(super) next_req: u64,
+    /// Internal request numbers up to this one are reserved in durable storage
+    /// ([`super::KEY_INTERNAL_REQ`]) before any of them is sent.
+    pub(super) req_reserved: u64,
+}
+
+/// The requests whose signatures this replica checked (memo keys: the request's signed bytes,
+/// its signature and its key), the last [`VERIFIED_MEMO_CAPACITY`] of them.
+#[derive(Debug, Default)]
+pub(super) struct VerifiedRequests {
+    keys: HashSet<Digest32>,
+    order: VecDeque<Digest32>,
+}
+
+impl VerifiedRequests {
+    /// Whether the request with memo key `d` was verified here.
+    fn contains(&self, d: &Digest32) -> bool {
+        self.keys.contains(d)
+    }
+
+    /// Remembers a verified request, forgetting the oldest beyond the capacity.
+    fn remember(&mut self, d: Digest32) {
+        if self.keys.insert(d) {
+            self.order.push_back(d);
+            if self.order.len() > VERIFIED_MEMO_CAPACITY
+                && let Some(old) = self.order.pop_front()
             {
-                self.verified_requests.remove(&old);
+                self.keys.remove(&old);
             }
         }
     }
+}
 
+impl Replica {
     /// The canonical bytes a request's signature covers and its verification memo key.
     fn request_memo(r: &SignedRequest) -> Option<(Vec<u8>, Digest32)> {
         let bytes = codec::encode(&r.request).ok()?;
@@ -64,7 +102,7 @@ impl Replica {
                 continue;
             }
             if let Some((bytes, memo)) = Self::request_memo(r)
-                && !self.verified_requests.contains(&memo)
+                && !self.verified.contains(&memo)
                 && self.ring.client(r.request.client).is_some()
             {
                 todo.push((bytes, memo, r));
@@ -92,7 +130,7 @@ impl Replica {
         self.metrics
             .add("requests_batch_verified", good.len() as u64);
         for memo in good {
-            self.remember_verified(memo);
+            self.verified.remember(memo);
         }
     }
 
@@ -144,7 +182,7 @@ impl Replica {
         let Some((bytes, memo)) = Self::request_memo(r) else {
             return Err("drop_invalid_request");
         };
-        if self.verified_requests.contains(&memo) {
+        if self.verified.contains(&memo) {
             return Ok(());
         }
         let Some(key) = self.ring.client(r.request.client) else {
@@ -153,7 +191,7 @@ impl Replica {
         if !crypto::verify(key, &bytes, &r.sig, self.cfg.verify_cache.as_ref()) {
             return Err("drop_bad_request_signature");
         }
-        self.remember_verified(memo);
+        self.verified.remember(memo);
         Ok(())
     }
 
@@ -177,9 +215,7 @@ impl Replica {
         out: &mut Vec<Output>,
     ) {
         let (client, req_seq) = (req.request.client, req.request.req_seq);
-        if self.cfg.byzantine == Byzantine::StarveClient && client == super::config::STARVED_CLIENT
-        {
-            self.metrics.inc("byzantine_starved_request");
+        if !self.strategy.admits(client, &mut self.metrics) {
             return;
         }
         // Only the validators' own tick senders may tick (ccron's engine-independent rule).
@@ -229,8 +265,8 @@ impl Replica {
                 // watch for their ordering (a primary that ignores them gets replaced: one
                 // replica's timer alone cannot gather a view-change quorum). They leave
                 // together at the flush deadline (see `own_outgoing`).
-                self.own_outgoing.push(r);
-                self.flush_deadline.get_or_insert(now);
+                self.ticks.outgoing.push(r);
+                self.ticks.flush_deadline.get_or_insert(now);
             } else if let Ok(bytes) = codec::encode(&Wire::Request(r)) {
                 // Other requests are broadcast by their clients; the backup only relays them
                 // to the primary.
@@ -240,8 +276,8 @@ impl Replica {
                 });
             }
         }
-        if self.vc_deadline.is_none() {
-            self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+        if self.vc.deadline.is_none() {
+            self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
         }
     }
 
@@ -252,12 +288,11 @@ impl Replica {
 
     /// Whether ticks of `component` are accepted: it is listed in `tick_components`, or no
     /// list is configured.
-    pub(super) fn ticks_component(&self, component: u32) -> bool {
+    pub(crate) fn ticks_component(&self, component: u32) -> bool {
         self.cfg.tick_components.is_empty() || self.cfg.tick_components.contains_key(&component)
     }
 
     pub(super) fn on_internal_tick(&mut self, now: Millis, component: u32, out: &mut Vec<Output>) {
-        let flood = self.cfg.byzantine == Byzantine::TickFlood;
         if !self.ticks_component(component) {
             debug!(
                 replica = self.cfg.id,
@@ -273,9 +308,7 @@ impl Replica {
             .tick_components
             .get(&component)
             .map(|p| period_index(now, *p));
-        if let Some(p) = period_index
-            && !flood
-        {
+        if let Some(p) = period_index {
             if !self
                 .cfg
                 .tick_senders
@@ -284,23 +317,17 @@ impl Replica {
                 self.metrics.inc("tick_not_my_turn");
                 return;
             }
-            if self.tick_sent_period.get(&component) == Some(&p) {
+            if self.ticks.sent_period.get(&component) == Some(&p) {
                 self.metrics.inc("tick_already_sent_in_period");
                 return;
             }
         }
-        if flood {
-            // Byzantine: ignores the throttle and the rotation, sends many copies.
-            for _ in 0..TICK_FLOOD_FACTOR {
-                let req_seq = self.next_internal_req;
-                if self.submit_tick(now, component, req_seq, out) {
-                    self.next_internal_req += 1;
-                }
-            }
-            return;
-        }
-        let candidate = self.next_internal_req;
-        match self.throttle.on_internal_tick(component, now, || candidate) {
+        let candidate = self.ticks.next_req;
+        match self
+            .ticks
+            .throttle
+            .on_internal_tick(component, now, || candidate)
+        {
             TickDecision::Throttled { pending } => {
                 self.metrics.inc("tick_throttled");
                 self.retransmit_pending_tick(now, pending);
@@ -309,14 +336,14 @@ impl Replica {
                 if self.submit_tick(now, component, req_seq, out) {
                     // Admitted: the request is pending in the clients manager (the replica has
                     // no separate external queue, so "popped" is immediate).
-                    self.next_internal_req += 1;
-                    self.throttle.on_tick_popped(component, req_seq);
+                    self.ticks.next_req += 1;
+                    self.ticks.throttle.on_tick_popped(component, req_seq);
                     if let Some(p) = period_index {
-                        self.tick_sent_period.insert(component, p);
+                        self.ticks.sent_period.insert(component, p);
                     }
                 } else {
                     // A failed enqueue must not leak the mark (the reference's defect).
-                    self.throttle.on_enqueue_failed(component, req_seq);
+                    self.ticks.throttle.on_enqueue_failed(component, req_seq);
                 }
             }
         }
@@ -337,10 +364,27 @@ impl Replica {
         if let Some(p) = self.clients.pending(client, req_seq)
             && p.proposed_in.is_none()
         {
-            self.own_outgoing.push(p.request.clone());
-            self.flush_deadline.get_or_insert(now);
+            self.ticks.outgoing.push(p.request.clone());
+            self.ticks.flush_deadline.get_or_insert(now);
             self.metrics.inc("tick_retransmitted");
         }
+    }
+
+    /// Signs and admits a tick request of this replica's with its next internal request
+    /// number, bypassing the throttle and the rotation (what a tick-flooding strategy does,
+    /// [`crate::byzantine`]); true when it became pending.
+    pub(crate) fn submit_next_tick(
+        &mut self,
+        now: Millis,
+        component: u32,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let req_seq = self.ticks.next_req;
+        let admitted = self.submit_tick(now, component, req_seq, out);
+        if admitted {
+            self.ticks.next_req += 1;
+        }
+        admitted
     }
 
     /// Signs and admits this replica's tick request; true when it became pending.
@@ -405,8 +449,8 @@ impl Replica {
     /// Broadcasts this replica's pending own requests (see `own_outgoing`) in bundles of at
     /// most [`MAX_BUNDLE_REQUESTS`] requests and about a quarter of the message size limit.
     pub(super) fn flush_own_requests(&mut self, out: &mut Vec<Output>) {
-        self.flush_deadline = None;
-        let mut rest = std::mem::take(&mut self.own_outgoing)
+        self.ticks.flush_deadline = None;
+        let mut rest = std::mem::take(&mut self.ticks.outgoing)
             .into_iter()
             .peekable();
         let budget = self.cfg.max_message_bytes / 4;

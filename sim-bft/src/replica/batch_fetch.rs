@@ -16,7 +16,7 @@
 //! refused: the fetcher asks another source), so a peer gets at most a log window of batches
 //! per view however often it asks (the simulator's `amplify` strategy measures it).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{debug, warn};
 
@@ -27,6 +27,25 @@ use crate::protocol::{Batch, Body, MAX_FETCH_BATCHES, PreparedProof};
 
 /// Most batches a replica serves one peer per fetch interval.
 pub const SERVE_PER_WINDOW: u32 = MAX_FETCH_BATCHES as u32;
+
+/// Batches a new view ordered by digest: fetching the missing ones, serving them (see `batch_fetch`).
+#[derive(Debug)]
+pub(super) struct FetchState {
+    /// Batches a new view ordered (by digest) that this replica does not hold: seq ->
+    /// (digest, replicas that prepared it, to ask in turn). See `batch_fetch`.
+    pub(super) missing: BTreeMap<u64, (Digest32, Vec<NodeId>)>,
+    /// When the missing batches are asked for again (from the next source).
+    pub(super) deadline: Option<Millis>,
+    /// Fetch rounds so far (picks the source of each missing batch).
+    pub(super) round: u64,
+    /// Per peer: start of its current serving window and batches served in it (rate limit).
+    pub(super) served: BTreeMap<NodeId, (Millis, u32)>,
+    /// `(peer, seq)` batches served in the current view: each at most once per view.
+    pub(super) served_seqs: BTreeSet<(NodeId, u64)>,
+    /// The batches the current view's new view ordered by digest (seq -> digest): the only
+    /// ones a `BatchFetch` is served for (a replica lacks a batch it must fetch only there).
+    pub(super) new_view_digests: BTreeMap<u64, Digest32>,
+}
 
 impl Replica {
     /// The fetch interval: how long a source has to answer before the next one is asked,
@@ -39,18 +58,18 @@ impl Replica {
     /// fetch timer; clears it when nothing is missing.
     pub(super) fn fetch_missing_batches(&mut self, now: Millis, out: &mut Vec<Output>) {
         // Anything executed or below the window meanwhile is no longer needed.
-        let floor = self.last_executed.max(self.stable.seq);
-        self.fetch_missing = self.fetch_missing.split_off(&(floor + 1));
-        if self.fetch_missing.is_empty() {
-            self.fetch_deadline = None;
+        let floor = self.last_executed.max(self.checkpoints.stable.seq);
+        self.fetch.missing = self.fetch.missing.split_off(&(floor + 1));
+        if self.fetch.missing.is_empty() {
+            self.fetch.deadline = None;
             return;
         }
-        let round = self.fetch_round;
-        self.fetch_round = self.fetch_round.saturating_add(1);
+        let round = self.fetch.round;
+        self.fetch.round = self.fetch.round.saturating_add(1);
         let n = u64::from(self.cfg.n);
         let id = self.cfg.id;
         let mut by_source: BTreeMap<NodeId, Vec<(u64, Digest32)>> = BTreeMap::new();
-        for (seq, (digest, holders)) in &self.fetch_missing {
+        for (seq, (digest, holders)) in &self.fetch.missing {
             // Holders first (they prepared it); then any other replica, which may hold it
             // as a commit certificate's batch or a later view's entry.
             let source = if holders.is_empty() || round >= holders.len() as u64 {
@@ -74,12 +93,12 @@ impl Replica {
                 );
             }
         }
-        self.fetch_deadline = Some(now.saturating_add(self.fetch_interval()));
+        self.fetch.deadline = Some(now.saturating_add(self.fetch_interval()));
     }
 
     /// The fetch timer fired: ask the next sources.
     pub(super) fn on_fetch_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
-        self.fetch_deadline = None;
+        self.fetch.deadline = None;
         if self.in_view_change {
             // The next new-view decides anew what is missing.
             return;
@@ -117,7 +136,7 @@ impl Replica {
         }
         // The serving window is half a view-change timeout (4 fetch intervals).
         let interval = self.fetch_interval().saturating_mul(4);
-        let (start, served) = self.fetch_served.get(&from).copied().unwrap_or((now, 0));
+        let (start, served) = self.fetch.served.get(&from).copied().unwrap_or((now, 0));
         let (start, mut served) = if now >= start.saturating_add(interval) {
             (now, 0)
         } else {
@@ -129,7 +148,7 @@ impl Replica {
                 self.metrics.inc("batch_fetch_rate_limited");
                 break;
             }
-            if self.new_view_digests.get(seq) != Some(digest) {
+            if self.fetch.new_view_digests.get(seq) != Some(digest) {
                 // Only a batch the current view's new view ordered by digest is fetched by
                 // an honest replica (amplification bound: the `amplify` strategy named the
                 // newest log batches and drew 8 a second, ~8.9 MB in 40 s).
@@ -142,21 +161,21 @@ impl Replica {
                 );
                 continue;
             }
-            if self.fetch_served_seqs.contains(&(from, *seq)) {
+            if self.fetch.served_seqs.contains(&(from, *seq)) {
                 // Served to this peer in this view already (it asks another source next).
                 self.metrics.inc("batch_fetch_repeat");
                 continue;
             }
             match self.batch_for(*seq, digest).cloned() {
                 Some(b) => {
-                    self.fetch_served_seqs.insert((from, *seq));
+                    self.fetch.served_seqs.insert((from, *seq));
                     served += 1;
                     send.push((*seq, b));
                 }
                 None => self.metrics.inc("batch_fetch_unknown"),
             }
         }
-        self.fetch_served.insert(from, (start, served));
+        self.fetch.served.insert(from, (start, served));
         for (seq, batch) in send {
             self.metrics.inc("batch_fetch_served");
             self.send(Body::BatchData { seq, batch }, Dest::One(from), out);
@@ -172,7 +191,7 @@ impl Replica {
         batch: Batch,
         out: &mut Vec<Output>,
     ) {
-        let Some((want, _)) = self.fetch_missing.get(&seq) else {
+        let Some((want, _)) = self.fetch.missing.get(&seq) else {
             return self.drop_msg("drop_unwanted_batch", Some(from));
         };
         let want = *want;
@@ -186,9 +205,9 @@ impl Replica {
                 return self.drop_msg("drop_batch_digest_mismatch", Some(from));
             }
         }
-        self.fetch_missing.remove(&seq);
-        if self.fetch_missing.is_empty() {
-            self.fetch_deadline = None;
+        self.fetch.missing.remove(&seq);
+        if self.fetch.missing.is_empty() {
+            self.fetch.deadline = None;
         }
         let Some(e) = self.log.get_mut(&seq) else {
             return;
@@ -209,43 +228,5 @@ impl Replica {
         self.store_entry(seq, out);
         self.progress(now, seq, out);
         self.execute_ready(now, out);
-    }
-
-    /// Whether a 50 ms round of a Byzantine asking strategy (`amplify`, `withhold-commits`)
-    /// is due at `now`; if so, starts the next round.
-    pub(super) fn byz_round_due(&mut self, now: Millis) -> bool {
-        if now < self.byz_repropose_at {
-            return false;
-        }
-        self.byz_repropose_at = now.saturating_add(50);
-        true
-    }
-
-    /// Byzantine mode [`Byzantine::Amplify`]: every 50 ms, a `Status` from its stable
-    /// checkpoint and `BatchFetch`es for the newest batches of its log, to every peer.
-    pub(super) fn amplify(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if !self.byz_round_due(now) {
-            return;
-        }
-        self.metrics.inc("byz_amplify_rounds");
-        let (view, last_executed) = (self.view, self.stable.seq);
-        self.send(
-            Body::Status {
-                view,
-                last_executed,
-            },
-            Dest::All,
-            out,
-        );
-        let wanted: Vec<(u64, Digest32)> = self
-            .log
-            .iter()
-            .rev()
-            .filter_map(|(s, e)| e.digest.map(|d| (*s, d)))
-            .take(MAX_FETCH_BATCHES)
-            .collect();
-        if !wanted.is_empty() {
-            self.send(Body::BatchFetch { wanted }, Dest::All, out);
-        }
     }
 }

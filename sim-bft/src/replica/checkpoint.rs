@@ -25,6 +25,19 @@ pub type ExecutionRejection = ccron::host::RequestRefusal;
 /// certificate seq, state digest, length prefixes).
 const SNAPSHOT_FRAME_BYTES: u64 = 256;
 
+/// Checkpoints: the stable one, this replica's own not yet stable ones, and the votes.
+#[derive(Debug)]
+pub(super) struct Checkpoints {
+    /// The stable checkpoint's proof (2f+1 matching votes; the low watermark is its seq).
+    pub(super) stable: CheckpointProof,
+    /// The stable checkpoint's snapshot (what `stable.digest` certifies).
+    pub(super) stable_snapshot: Vec<u8>,
+    /// This replica's own checkpoints above the stable one: seq -> (digest, snapshot).
+    pub(super) own: BTreeMap<u64, (Digest32, Vec<u8>)>,
+    /// Checkpoint votes received: seq -> sender -> (digest, signature).
+    pub(super) votes: BTreeMap<u64, BTreeMap<NodeId, (Digest32, SigBytes)>>,
+}
+
 impl Replica {
     /// The kernel's state limit for the next checkpoint interval: `max_snapshot_bytes` less the
     /// reserved pages at full capacity (ticks may fill them), the reply records as they are now
@@ -56,7 +69,7 @@ impl Replica {
             seq: self.last_executed,
             host,
             clients: self.clients.records_snapshot(),
-            last_cert_seq: self.last_cert_seq,
+            last_cert_seq: self.time.last_cert_seq,
             state_digest: self.last_state_digest,
         };
         let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;
@@ -78,9 +91,10 @@ impl Replica {
             );
             self.metrics.inc("snapshot_too_large");
         }
-        self.own_checkpoints.insert(seq, (digest, bytes));
+        self.checkpoints.own.insert(seq, (digest, bytes));
         if let Some(sig) = self.send(Body::Checkpoint { seq, digest }, Dest::All, out) {
-            self.checkpoint_votes
+            self.checkpoints
+                .votes
                 .entry(seq)
                 .or_default()
                 .insert(self.cfg.id, (digest, sig));
@@ -98,8 +112,7 @@ impl Replica {
         sig: SigBytes,
         out: &mut Vec<Output>,
     ) {
-        self.maybe_flood_state(from, out);
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             // A late vote for a checkpoint that is already stable: normal, not a fault.
             self.metrics.inc("late_checkpoint");
             return;
@@ -109,7 +122,8 @@ impl Replica {
         }
         // Bound what one sender can make us hold: at most 4 distinct checkpoint seqs each.
         let held: Vec<u64> = self
-            .checkpoint_votes
+            .checkpoints
+            .votes
             .iter()
             .filter(|(_, m)| m.contains_key(&from))
             .map(|(s, _)| *s)
@@ -119,11 +133,12 @@ impl Replica {
         }
         if held.len() >= 4
             && let Some(lowest) = held.first()
-            && let Some(m) = self.checkpoint_votes.get_mut(lowest)
+            && let Some(m) = self.checkpoints.votes.get_mut(lowest)
         {
             m.remove(&from);
         }
-        self.checkpoint_votes
+        self.checkpoints
+            .votes
             .entry(seq)
             .or_default()
             .insert(from, (digest, sig));
@@ -132,7 +147,7 @@ impl Replica {
 
     /// Makes `seq`'s checkpoint stable when 2f+1 agree, or notices that we are behind it.
     fn check_stable(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
-        let Some(votes) = self.checkpoint_votes.get(&seq) else {
+        let Some(votes) = self.checkpoints.votes.get(&seq) else {
             return;
         };
         let mut by_digest: BTreeMap<Digest32, SigList> = BTreeMap::new();
@@ -144,7 +159,7 @@ impl Replica {
             return;
         };
         let proof = CheckpointProof { seq, digest, sigs };
-        match self.own_checkpoints.get(&seq) {
+        match self.checkpoints.own.get(&seq) {
             Some((own, bytes)) if *own == digest => {
                 let bytes = bytes.clone();
                 self.make_stable(proof, bytes, out);
@@ -160,8 +175,13 @@ impl Replica {
             None if seq > self.last_executed => {
                 if seq >= self.last_executed + self.cfg.log_window / 2 {
                     self.start_transfer(now, proof, out);
-                } else if self.behind_since.as_ref().is_none_or(|(_, p)| p.seq < seq) {
-                    self.behind_since =
+                } else if self
+                    .state_transfer
+                    .behind_since
+                    .as_ref()
+                    .is_none_or(|(_, p)| p.seq < seq)
+                {
+                    self.state_transfer.behind_since =
                         Some((now.saturating_add(self.cfg.state_transfer_grace_ms), proof));
                 }
             }
@@ -176,7 +196,7 @@ impl Replica {
         out: &mut Vec<Output>,
     ) {
         let seq = proof.seq;
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             return;
         }
         let stored = StoredCheckpoint {
@@ -198,17 +218,18 @@ impl Replica {
                 value: None,
             });
         }
-        let old_proof = std::mem::replace(&mut self.stable, proof);
-        let old_snapshot = std::mem::replace(&mut self.stable_snapshot, snapshot);
-        self.serving.retire(old_proof, old_snapshot);
-        self.own_checkpoints = self.own_checkpoints.split_off(&(seq + 1));
-        self.checkpoint_votes = self.checkpoint_votes.split_off(&(seq + 1));
+        let old_proof = std::mem::replace(&mut self.checkpoints.stable, proof);
+        let old_snapshot = std::mem::replace(&mut self.checkpoints.stable_snapshot, snapshot);
+        self.state_transfer.serving.retire(old_proof, old_snapshot);
+        self.checkpoints.own = self.checkpoints.own.split_off(&(seq + 1));
+        self.checkpoints.votes = self.checkpoints.votes.split_off(&(seq + 1));
         if self
+            .state_transfer
             .behind_since
             .as_ref()
             .is_some_and(|(_, p)| p.seq <= seq)
         {
-            self.behind_since = None;
+            self.state_transfer.behind_since = None;
         }
         self.metrics.inc("checkpoints_stable");
         debug!(replica = self.cfg.id, seq, "stable checkpoint");

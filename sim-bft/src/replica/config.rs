@@ -48,76 +48,9 @@ impl Default for TimeConfig {
     }
 }
 
-/// Byzantine behaviours (only the simulator sets them; honest replicas must tolerate each).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Byzantine {
-    /// Follows the protocol.
-    #[default]
-    Honest,
-    /// Ignores every input and sends nothing.
-    Silent,
-    /// As primary, sends different batches to different backups.
-    EquivocatingPrimary,
-    /// Corrupts the signature of everything it signs.
-    BadSignatures,
-    /// Votes (prepare/commit/checkpoint) with wrong digests.
-    BadDigests,
-    /// Re-sends old messages alongside new ones.
-    ReplayOld,
-    /// Its clock is off by `offset_ms` (in pre-prepares and commits).
-    LyingClock {
-        /// Offset added to every clock reading.
-        offset_ms: Millis,
-    },
-    /// Sends view changes with forged proofs for future views.
-    BogusViewChange,
-    /// Serves state transfer with corrupted chunks.
-    CorruptStateChunks,
-    /// Submits many ticks per timer, ignoring the throttle.
-    TickFlood,
-    /// Amplification attacker: asks every checkpoint voter for its whole snapshot, and asks
-    /// again on every state message it gets.
-    StateRequestFlood,
-    /// Serves state transfer slowly: one chunk per request, then lets the receiver time out.
-    SlowStateSource,
-    /// Floods maximal-size pre-prepares (and duplicates of them) for future views, to make
-    /// the others buffer them (see [`super::future`]).
-    FutureFlood,
-    /// Never admits (so, as primary, never proposes) the requests of user client
-    /// [`STARVED_CLIENT`], while ordering everyone else's normally.
-    StarveClient,
-    /// As primary, keeps sending pre-prepares of the current view with other batches for seqs
-    /// its log already committed in this view (those a new-view re-ordered included): only a
-    /// replica that skipped the new-view, or lets a pre-prepare replace a committed entry,
-    /// accepts them.
-    ReproposeCommitted,
-    /// As primary, attaches no time certificate to its batches (robust time).
-    TimeOmit,
-    /// As primary, attaches the oldest usable time certificate it holds, to freeze time.
-    TimeReplay,
-    /// As primary, omits time certificates and stamps its batches `genesis_bound_ms - 1` ahead
-    /// of its clock (just inside the backups' bound).
-    TimeOwn,
-    /// As primary, proposes only large batches (it holds requests back until half a batch
-    /// waits, or half a view-change timeout passed), and once the prepared batches above the
-    /// stable checkpoint exceed `max_message_bytes` in all, goes silent for good: the view
-    /// change has to carry all of them. The old (batch-carrying) view changes were then
-    /// undeliverable and the cluster stalled for ever.
-    FatViewChange,
-    /// Amplification attacker: every 50 ms asks every peer for everything cheap to ask and
-    /// expensive to answer: a `Status` claiming nothing executed above its stable checkpoint
-    /// (commit certificates with whole batches) and `BatchFetch`es for the batches of its log.
-    Amplify,
-    /// The smarter amplification attacker: never sends a commit (so no peer can tell which
-    /// batches it holds from its votes), and every 50 ms sends every peer a `Status` from its
-    /// stable checkpoint and a `Have` listing every seq of its window as held with nothing
-    /// (each a request for a batch-carrying answer: a certificate or the pre-prepare).
-    WithholdCommits,
-}
-
-/// The client a [`Byzantine::StarveClient`] replica starves.
-pub const STARVED_CLIENT: crate::node::ClientId = 0;
+/// The fault modes a replica can be configured with (only the simulator and tests set them):
+/// see [`crate::byzantine`], where each is a strategy outside the honest protocol.
+pub use crate::byzantine::{Byzantine, STARVED_CLIENT};
 
 /// Configuration of one replica. Every replica of a cluster must agree on everything except
 /// `id`, `byzantine` and `verify_cache`.
@@ -189,7 +122,8 @@ pub struct ReplicaConfig {
     pub time_page: u32,
     /// Time service.
     pub time: TimeConfig,
-    /// Fault mode.
+    /// Fault mode: the strategy this replica runs at its interception points
+    /// ([`crate::byzantine`]; honest by default).
     pub byzantine: Byzantine,
     /// Shared memo of successful signature verifications (simulator only; ed25519 only).
     pub verify_cache: Option<VerifyCache>,

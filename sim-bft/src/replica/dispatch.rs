@@ -5,7 +5,7 @@
 //! their status before changing view, and drive state transfer. A peer's status is answered
 //! with the commit certificates it lacks, which are verified and executed on arrival.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use tracing::{debug, trace, warn};
@@ -18,6 +18,29 @@ use crate::protocol::{Batch, Body, ClockSample, Payload, SignedMsg, TimeCert, Wi
 
 /// Most waiting requests a backup relays to the primary again at a status round.
 const STATUS_RELAY_MAX: usize = 256;
+
+/// Status rounds and their answers: when this replica asked its peers, and whom it answered
+/// with what (rate limits, certificates and checkpoint votes sent).
+#[derive(Debug)]
+pub(super) struct StatusState {
+    /// The executed seq at which this replica last broadcast a `Status` (asks once per stall).
+    pub(super) asked_at: Option<u64>,
+    /// When this replica last sent its status to each peer (rate limit).
+    pub(super) peer_ms: BTreeMap<NodeId, Millis>,
+    /// The waiting request for which this replica last asked its peers' status, and when: its
+    /// second expiry changes view, whatever executed meanwhile.
+    pub(super) asked_req: Option<((crate::node::ClientId, u64), Millis)>,
+    /// When this replica last answered each peer's `Status` with certificates (rate limit).
+    pub(super) answered_ms: BTreeMap<NodeId, Millis>,
+    /// Per peer: the highest seq whose commit certificate a `Status` answer sent it, and when
+    /// (certificates up to it are not sent again for a view-change timeout).
+    pub(super) sent_upto: BTreeMap<NodeId, (u64, Millis)>,
+    /// When a `Status` answer last carried a checkpoint vote of ours to each peer.
+    pub(super) vote_sent_ms: BTreeMap<NodeId, Millis>,
+    /// When this replica last asked for checkpoint votes because its window was full
+    /// ([`Replica::above_window`]).
+    pub(super) window_ms: Option<Millis>,
+}
 
 impl Replica {
     pub(super) fn on_peer(
@@ -85,6 +108,9 @@ impl Replica {
         msg: SignedMsg,
         out: &mut Vec<Output>,
     ) {
+        if self.with_strategy(|s, r| s.inbound(r, now, from, &body, out)) {
+            return;
+        }
         match body {
             Body::PrePrepare { view, seq, batch } => {
                 if self.defer_by_view(
@@ -200,8 +226,8 @@ impl Replica {
                 // the log through its commit certificates (view-independent) meanwhile.
                 self.ask_status(now, from, out);
             }
-            if let Some(nv) = self.last_new_view.clone()
-                && self.new_view_resent.insert((from, self.view))
+            if let Some(nv) = self.vc.last_new_view.clone()
+                && self.vc.new_view_resent.insert((from, self.view))
                 && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
             {
                 out.push(Output::Send { to: from, bytes });
@@ -232,13 +258,14 @@ impl Replica {
     fn ask_status(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
         if self
-            .status_peer_ms
+            .status
+            .peer_ms
             .get(&from)
             .is_some_and(|last| now < last.saturating_add(gap))
         {
             return;
         }
-        self.status_peer_ms.insert(from, now);
+        self.status.peer_ms.insert(from, now);
         self.metrics.inc("status_sent");
         let (view, last_executed) = (self.view, self.last_executed);
         self.send(
@@ -271,29 +298,29 @@ impl Replica {
     }
 
     pub(super) fn on_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if self.flush_deadline.is_some_and(|d| now >= d) {
+        if self.ticks.flush_deadline.is_some_and(|d| now >= d) {
             self.flush_own_requests(out);
         }
-        if self.retransmit_deadline.is_some_and(|d| now >= d) {
+        if self.retransmit.deadline.is_some_and(|d| now >= d) {
             self.on_retransmit_timer(now, out);
         }
-        if self.fetch_deadline.is_some_and(|d| now >= d) {
+        if self.fetch.deadline.is_some_and(|d| now >= d) {
             self.on_fetch_timer(now, out);
         }
-        if self.vc_resend_deadline.is_some_and(|d| now >= d) {
+        if self.vc.resend_deadline.is_some_and(|d| now >= d) {
             self.on_vc_resend_timer(now, out);
         }
-        if let Some(d) = self.vc_deadline
+        if let Some(d) = self.vc.deadline
             && now >= d
         {
-            self.vc_deadline = None;
+            self.vc.deadline = None;
             if !self.in_view_change
                 && let Some(later) = self.request_deadline().filter(|r| *r > now)
             {
                 // Set by another path (a new request, a pre-prepare) while the oldest waiting
                 // request is not overdue yet: wait for it (if the log is stuck, the requests
                 // in it age and fire this anyway).
-                self.vc_deadline = Some(later);
+                self.vc.deadline = Some(later);
                 return self.on_timer_rest(now, out);
             }
             // Per waiting request: the oldest one's status round happens once, whatever else
@@ -307,23 +334,23 @@ impl Replica {
             // the 20 s liveness bound (campaign C/bad-signatures 7, C/lying-time 7,
             // D/equivocate 33, D/lying-time 33: NoProgress after healing).
             let asked_in_stall =
-                self.view_change_attempts > 0 && self.status_asked_at == Some(self.last_executed);
+                self.vc.attempts > 0 && self.status.asked_at == Some(self.last_executed);
             let asked = asked_in_stall
                 || match oldest {
-                    Some(k) => self.status_asked_req.is_some_and(|(a, _)| a == k),
-                    None => self.status_asked_at == Some(self.last_executed),
+                    Some(k) => self.status.asked_req.is_some_and(|(a, _)| a == k),
+                    None => self.status.asked_at == Some(self.last_executed),
                 };
             if !self.in_view_change && !asked {
                 // First expiry without progress: maybe we only lost messages. Ask the others
                 // for what committed; change view only if the next expiry finds us still stuck.
-                self.status_asked_at = Some(self.last_executed);
+                self.status.asked_at = Some(self.last_executed);
                 if let Some(k) = oldest {
-                    self.status_asked_req = Some((k, now));
+                    self.status.asked_req = Some((k, now));
                 }
                 self.metrics.inc("status_sent");
                 self.broadcast_status(out);
                 self.relay_waiting_requests(out);
-                self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+                self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
             } else {
                 if self.in_view_change {
                     // Stuck in a view change: keep catching up on what the others commit
@@ -341,15 +368,20 @@ impl Replica {
 
     /// The timers other than the view-change one: state transfer.
     fn on_timer_rest(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if let Some((d, proof)) = self.behind_since.clone()
+        if let Some((d, proof)) = self.state_transfer.behind_since.clone()
             && now >= d
         {
-            self.behind_since = None;
+            self.state_transfer.behind_since = None;
             if proof.seq > self.last_executed {
                 self.start_transfer(now, proof, out);
             }
         }
-        if self.transfer.as_ref().is_some_and(|t| now >= t.deadline_ms) {
+        if self
+            .state_transfer
+            .transfer
+            .as_ref()
+            .is_some_and(|t| now >= t.deadline_ms)
+        {
             self.metrics.inc("state_transfer_timeouts");
             self.on_transfer_timeout(now, out);
         }
@@ -396,14 +428,15 @@ impl Replica {
     pub(super) fn above_window(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
         self.drop_msg("drop_out_of_window", Some(from));
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
-        if self.transfer.is_some()
+        if self.state_transfer.transfer.is_some()
             || self
-                .window_status_ms
+                .status
+                .window_ms
                 .is_some_and(|last| now >= last && now < last.saturating_add(gap))
         {
             return;
         }
-        self.window_status_ms = Some(now);
+        self.status.window_ms = Some(now);
         self.metrics.inc("window_full_status");
         self.broadcast_status(out);
     }
@@ -435,8 +468,8 @@ impl Replica {
     ) {
         if view < self.view
             && !self.in_view_change
-            && let Some(nv) = self.last_new_view.clone()
-            && self.new_view_resent.insert((from, self.view))
+            && let Some(nv) = self.vc.last_new_view.clone()
+            && self.vc.new_view_resent.insert((from, self.view))
             && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
         {
             out.push(Output::Send { to: from, bytes });
@@ -451,20 +484,25 @@ impl Replica {
         // peer per quarter view-change timeout.
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
         let newest = self
-            .own_checkpoints
+            .checkpoints
+            .own
             .range(..=last_executed)
             .next_back()
             .map(|(s, (d, _))| (*s, *d))
-            .filter(|(s, _)| *s > self.stable.seq)
-            .or(Some((self.stable.seq, self.stable.digest)))
+            .filter(|(s, _)| *s > self.checkpoints.stable.seq)
+            .or(Some((
+                self.checkpoints.stable.seq,
+                self.checkpoints.stable.digest,
+            )))
             .filter(|(s, _)| *s > 0 && *s <= last_executed);
         if let Some((seq, digest)) = newest
             && !self
-                .status_vote_sent_ms
+                .status
+                .vote_sent_ms
                 .get(&from)
                 .is_some_and(|last| now >= *last && now < last.saturating_add(gap))
         {
-            self.status_vote_sent_ms.insert(from, now);
+            self.status.vote_sent_ms.insert(from, now);
             self.metrics.inc("status_checkpoint_vote_sent");
             self.send(Body::Checkpoint { seq, digest }, Dest::One(from), out);
         }
@@ -476,22 +514,23 @@ impl Replica {
         // quarter view-change timeout, the rate at which an honest replica asks one peer.
         let gap = (self.cfg.view_change_timeout_ms / 4).max(1);
         if self
-            .status_answered_ms
+            .status
+            .answered_ms
             .get(&from)
             .is_some_and(|last| now < last.saturating_add(gap))
         {
             return self.drop_msg("drop_status_rate_limited", Some(from));
         }
-        self.status_answered_ms.insert(from, now);
-        if last_executed < self.stable.seq {
-            let (seq, digest) = (self.stable.seq, self.stable.digest);
+        self.status.answered_ms.insert(from, now);
+        if last_executed < self.checkpoints.stable.seq {
+            let (seq, digest) = (self.checkpoints.stable.seq, self.checkpoints.stable.digest);
             self.send(Body::Checkpoint { seq, digest }, Dest::One(from), out);
             return;
         }
         let quorum = self.quorum();
         // Certificates sent to this peer within a view-change timeout are not sent again (a
         // peer that keeps claiming the same position gets each one once per timeout).
-        let from_seq = match self.status_sent_upto.get(&from) {
+        let from_seq = match self.status.sent_upto.get(&from) {
             Some((upto, at)) if now < at.saturating_add(self.cfg.view_change_timeout_ms) => {
                 last_executed.max(*upto)
             }
@@ -583,7 +622,7 @@ impl Replica {
             );
         }
         if let Some(Body::Committed { seq, .. }) = certs.last() {
-            self.status_sent_upto.insert(from, (*seq, now));
+            self.status.sent_upto.insert(from, (*seq, now));
         }
         self.metrics.add("committed_certs_sent", certs.len() as u64);
         for body in certs {
@@ -610,7 +649,7 @@ impl Replica {
         if seq > self.high_watermark() {
             return self.above_window(now, from, out);
         }
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         let Ok(digest) = batch.digest() else {

@@ -21,14 +21,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::{Dest, Replica};
 use crate::crypto::SigBytes;
-use crate::node::{Millis, NodeId, Output};
-use crate::protocol::{Batch, Body, Request, RequestKind, SignedRequest};
-
-/// How many flood messages a [`super::Byzantine::FutureFlood`] replica sends in all (each of
-/// about `max_message_bytes`; every other one repeats the previous one).
-pub const FUTURE_FLOOD_MESSAGES: u64 = 16;
+use crate::node::NodeId;
+use crate::protocol::Body;
 
 /// Fixed charge per buffered entry (the entry, its index key and allocation headers).
 pub const ENTRY_OVERHEAD_BYTES: usize = 192;
@@ -227,40 +222,6 @@ impl FutureBuffer {
             ));
         }
         Ok(())
-    }
-}
-
-impl Replica {
-    /// Byzantine mode: one maximal-size pre-prepare for a future view (cycling over the next
-    /// `n` views, distinct sequence numbers), or a repeat of the previous one, per input, up to
-    /// [`FUTURE_FLOOD_MESSAGES`] in all. The signatures are valid (the flooder signs as itself)
-    /// so that the receivers buffer the messages; the request inside is unsigned.
-    pub(super) fn send_future_flood(&mut self, now: Millis, out: &mut Vec<Output>) {
-        let sent = self.metrics.get("future_flood_sent");
-        if sent >= FUTURE_FLOOD_MESSAGES {
-            return;
-        }
-        self.metrics.inc("future_flood_sent");
-        let k = sent / 2;
-        let n = u64::from(self.cfg.n);
-        let view = self.view.saturating_add(1).saturating_add(k % n);
-        let seq = self.stable.seq.saturating_add(1).saturating_add(k / n);
-        let payload = self.cfg.max_message_bytes.saturating_sub(1_024);
-        let batch = Batch {
-            requests: vec![SignedRequest {
-                request: Request {
-                    client: 0,
-                    req_seq: u64::MAX,
-                    kind: RequestKind::Write,
-                    payload: vec![0xf1; payload],
-                },
-                sig: [0; 64],
-            }],
-            primary_clock_ms: now,
-            time_cert: None,
-            null: false,
-        };
-        self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
     }
 }
 

@@ -28,6 +28,7 @@ pub mod config;
 mod dispatch;
 mod execution;
 pub mod future;
+pub(crate) mod hooks;
 pub mod metrics;
 mod normal_case;
 mod recovery;
@@ -36,7 +37,7 @@ mod state_transfer;
 mod time_service;
 mod view_change;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use bincode::{Decode, Encode};
 use ccron::MemPages;
@@ -48,14 +49,13 @@ use crate::app::{Application, TickExecutor, WithTicks};
 use crate::crypto::{self, Digest32, Keyring, SigBytes, SigningKey};
 use crate::node::{Input, Millis, Node, NodeId, Output};
 use crate::protocol::{
-    Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, SignedRequest, TimeCert, Wire,
-    codec,
+    Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, Wire, codec,
 };
 pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
 pub use metrics::Metrics;
-use state_transfer::{RepeatHolds, Serving, Transfer};
+use state_transfer::{RepeatHolds, Serving};
 pub use time_service::KEY_TIME_CERT;
 
 /// Errors of constructing or recovering a replica.
@@ -149,22 +149,22 @@ type CommitCert = (u64, Vec<(NodeId, Millis, SigBytes)>);
 
 /// One sequence number of the log, in the current view.
 #[derive(Debug, Clone, Default)]
-struct Entry {
-    view: u64,
-    batch: Option<Batch>,
-    digest: Option<Digest32>,
+pub(crate) struct Entry {
+    pub(crate) view: u64,
+    pub(crate) batch: Option<Batch>,
+    pub(crate) digest: Option<Digest32>,
     /// False when the time check failed: the replica keeps the batch but withholds its votes.
     vote_ok: bool,
     prepares: BTreeMap<NodeId, (Digest32, SigBytes)>,
     commits: BTreeMap<NodeId, CommitVote>,
     prepared: bool,
     commit_sent: bool,
-    committed: bool,
+    pub(crate) committed: bool,
     /// The highest-view prepared certificate this replica holds for the seq (survives views).
-    proof: Option<PreparedProof>,
+    pub(crate) proof: Option<PreparedProof>,
     /// The batch `proof` names (by digest), when this replica holds it: what it serves to a
     /// peer that fetches it after a view change ([`Body::BatchFetch`]).
-    proof_batch: Option<Batch>,
+    pub(crate) proof_batch: Option<Batch>,
     /// The commit certificate (its view and 2f+1 signed commits) this entry committed by,
     /// when it committed by a received [`Body::Committed`] rather than by collected votes:
     /// kept so that this replica can forward it to a peer that lacks the seq (else, when the
@@ -254,8 +254,10 @@ struct TimeRecord {
 
 /// Where a signed message goes.
 #[derive(Debug, Clone, Copy)]
-enum Dest {
+pub(crate) enum Dest {
+    /// Every other replica.
     All,
+    /// One replica.
     One(NodeId),
 }
 
@@ -267,48 +269,19 @@ pub struct Replica {
     /// The one executor (ccron's kernel): application, reserved pages, exactly-once, tick
     /// gate, agreed time, counters, state budget.
     host: Host,
-    clients: ClientsManager,
     metrics: Metrics,
+    /// What this replica does at its interception points ([`hooks`]): honest, unless the
+    /// simulator configured a Byzantine strategy ([`crate::byzantine`]).
+    strategy: Box<dyn hooks::Strategy>,
 
+    // The core every handler reads: the view, the log and execution.
     view: u64,
     in_view_change: bool,
-    view_change_attempts: u32,
-    /// View changes received, per target view and sender (validated).
-    view_changes: BTreeMap<u64, BTreeMap<NodeId, (SignedMsg, crate::protocol::ViewChange)>>,
-    last_new_view: Option<SignedMsg>,
-    new_view_resent: BTreeSet<(NodeId, u64)>,
-    future: future::FutureBuffer,
-
     next_seq: u64,
     last_executed: u64,
-    last_cert_seq: u64,
     log: BTreeMap<u64, Entry>,
-    recent_certs: BTreeMap<u64, TimeCert>,
-
-    stable: CheckpointProof,
-    stable_snapshot: Vec<u8>,
-    own_checkpoints: BTreeMap<u64, (Digest32, Vec<u8>)>,
-    checkpoint_votes: BTreeMap<u64, BTreeMap<NodeId, (Digest32, SigBytes)>>,
-    behind_since: Option<(Millis, CheckpointProof)>,
-    transfer: Option<Transfer>,
-    /// What this replica serves to state-transfer receivers (chunk lists, per-peer rate).
-    serving: Serving,
-
-    vc_deadline: Option<Millis>,
+    /// When the primary cuts its next batch (`batch_delay_ms`).
     batch_deadline: Option<Millis>,
-    /// This replica's own internal requests (ticks) admitted but not yet broadcast: they leave
-    /// together in one [`Wire::Requests`] at `flush_deadline`, so a burst of ticks reaches every
-    /// replica in request-number order (no reordering gaps) and costs one message.
-    own_outgoing: Vec<SignedRequest>,
-    flush_deadline: Option<Millis>,
-    /// The one tick throttle (ccron's): at most one pending tick per component.
-    throttle: TickThrottle,
-    /// Per listed component, the local period index in which this replica last sent a tick.
-    tick_sent_period: BTreeMap<u32, i64>,
-    next_internal_req: u64,
-    verified_requests: HashSet<Digest32>,
-    verified_order: VecDeque<Digest32>,
-    sent_history: VecDeque<Vec<u8>>,
     last_state_digest: Digest32,
     /// Why this replica stopped executing (fail-stop): its application could not complete a
     /// replicated operation ([`crate::app::Application::halted`]) or its agreed-time page did
@@ -317,75 +290,30 @@ pub struct Replica {
     /// The first certified snapshot this replica could not install (state transfer), kept
     /// until the host takes it ([`Replica::take_install_failure`]).
     install_failure: Option<String>,
-    /// The executed seq at which this replica last broadcast a `Status` (asks once per stall).
-    status_asked_at: Option<u64>,
-    /// When this replica last sent its status to each peer (rate limit).
-    status_peer_ms: BTreeMap<NodeId, Millis>,
-    /// When the normal-case retransmission timer fires next (see `retransmit`).
-    retransmit_deadline: Option<Millis>,
-    /// The uncommitted sequence numbers seen at the previous retransmission tick.
-    retransmit_prev: BTreeSet<u64>,
-    /// The highest sequence number of the current view that a peer's [`Body::Have`] listed
-    /// (within our window): a replica that lost every message of a seq (a pre-prepare sent
-    /// while it was cut off) has no log entry for it, and learns here that it must ask.
-    heard_top: (u64, u64),
-    /// When this replica last answered each peer's `Have` (rate limit).
-    have_answered_ms: BTreeMap<NodeId, Millis>,
-    /// Per (peer, seq): when a `Have` answer last re-sent it a batch-carrying message (a
-    /// `Committed` certificate or the pre-prepare), and the repeat window then in force (it
-    /// doubles per re-send, from `retransmit_interval_ms` up to `view_change_timeout_ms`).
-    /// Only seqs above the stable checkpoint are kept.
-    have_batch_sent: BTreeMap<(NodeId, u64), (Millis, Millis)>,
-    /// Per peer: the byte credit for repeated batch-carrying answers and when the last
-    /// repeat beyond the credit went out (see [`retransmit::RepeatCredit`]).
-    repeat_credit: BTreeMap<NodeId, retransmit::RepeatCredit>,
-    /// Per (peer, content): state transfer data already served (see [`RepeatHolds`]).
-    state_repeats: RepeatHolds,
-    /// Local time at which this replica entered its current view (a waiting request's age
-    /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
-    view_started_ms: Millis,
-    /// The `(view, in_view_change)` seen at the end of the previous input (to notice entry).
-    view_seen: (u64, bool),
-    /// The waiting request for which this replica last asked its peers' status, and when: its
-    /// second expiry changes view, whatever executed meanwhile.
-    status_asked_req: Option<((crate::node::ClientId, u64), Millis)>,
-    /// When this replica last answered a peer's repeated or stale view change with its own
-    /// view change or new-view (a restarted peer lost them; rate limit).
-    vc_echo_ms: BTreeMap<NodeId, Millis>,
-    /// Internal request numbers up to this one are reserved in durable storage
-    /// ([`KEY_INTERNAL_REQ`]) before any of them is sent.
-    internal_req_reserved: u64,
-    /// [`Byzantine::ReproposeCommitted`] only: when it next re-proposes committed seqs.
-    byz_repropose_at: Millis,
-    /// Batches a new view ordered (by digest) that this replica does not hold: seq ->
-    /// (digest, replicas that prepared it, to ask in turn). See `batch_fetch`.
-    fetch_missing: BTreeMap<u64, (Digest32, Vec<NodeId>)>,
-    /// When the missing batches are asked for again (from the next source).
-    fetch_deadline: Option<Millis>,
-    /// Fetch rounds so far (picks the source of each missing batch).
-    fetch_round: u64,
-    /// Per peer: start of its current serving window and batches served in it (rate limit).
-    fetch_served: BTreeMap<NodeId, (Millis, u32)>,
-    /// `(peer, seq)` batches served in the current view: each at most once per view.
-    fetch_served_seqs: BTreeSet<(NodeId, u64)>,
-    /// The batches the current view's new view ordered by digest (seq -> digest): the only
-    /// ones a `BatchFetch` is served for (a replica lacks a batch it must fetch only there).
-    new_view_digests: BTreeMap<u64, Digest32>,
-    /// While changing view: when this replica re-sends its view change to the new primary
-    /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
-    vc_resend_deadline: Option<Millis>,
-    /// When this replica last answered each peer's `Status` with certificates (rate limit).
-    status_answered_ms: BTreeMap<NodeId, Millis>,
-    /// Per peer: the highest seq whose commit certificate a `Status` answer sent it, and when
-    /// (certificates up to it are not sent again for a view-change timeout).
-    status_sent_upto: BTreeMap<NodeId, (u64, Millis)>,
-    /// When a `Status` answer last carried a checkpoint vote of ours to each peer.
-    status_vote_sent_ms: BTreeMap<NodeId, Millis>,
-    /// When this replica last asked for checkpoint votes because its window was full
-    /// ([`Replica::above_window`]).
-    window_status_ms: Option<Millis>,
-    /// [`Byzantine::FatViewChange`] only: it went silent for good.
-    byz_silenced: bool,
+
+    // One sub-state per concern, each defined next to the handlers that touch it.
+    /// Clients: pending requests and the reply cache (`clients`).
+    clients: ClientsManager,
+    /// Requests whose signatures this replica checked (`admission`).
+    verified: admission::VerifiedRequests,
+    /// This replica's own ticks (`admission`).
+    ticks: admission::TickState,
+    /// Messages of views this replica has not entered yet (`future`).
+    future: future::FutureBuffer,
+    /// View changes: timers, the view changes received, the last new-view (`view_change`).
+    vc: view_change::ViewChangeState,
+    /// Batches a new view ordered by digest: fetched when missing, served (`batch_fetch`).
+    fetch: batch_fetch::FetchState,
+    /// Normal-case retransmission (`retransmit`).
+    retransmit: retransmit::RetransmitState,
+    /// Status rounds and their answers (`dispatch`).
+    status: dispatch::StatusState,
+    /// The time service's certificates (`time_service`).
+    time: time_service::TimeState,
+    /// Checkpoints: the stable one, this replica's own, the votes (`checkpoint`).
+    checkpoints: checkpoint::Checkpoints,
+    /// State transfer, as a receiver and as a source (`state_transfer`).
+    state_transfer: state_transfer::StateTransferState,
 }
 
 impl std::fmt::Debug for Replica {
@@ -395,14 +323,13 @@ impl std::fmt::Debug for Replica {
             .field("view", &self.view)
             .field("in_view_change", &self.in_view_change)
             .field("last_executed", &self.last_executed)
-            .field("stable", &self.stable.seq)
+            .field("stable", &self.checkpoints.stable.seq)
             .finish_non_exhaustive()
     }
 }
 
 /// Most requests one [`Wire::Requests`] bundle may carry (a longer one is dropped unread).
 pub const MAX_BUNDLE_REQUESTS: usize = 4_096;
-const REPLAY_HISTORY: usize = 64;
 
 impl Replica {
     /// A fresh replica running `app` for user requests and `ticks` for ticks.
@@ -438,80 +365,93 @@ impl Replica {
             metrics: Metrics::default(),
             view: 0,
             in_view_change: false,
-            view_change_attempts: 0,
-            view_changes: BTreeMap::new(),
-            last_new_view: None,
-            new_view_resent: BTreeSet::new(),
             future: future::FutureBuffer::new(
                 cfg.future_bytes_per_sender,
                 usize::try_from(cfg.log_window.saturating_mul(4)).unwrap_or(usize::MAX),
             ),
             next_seq: 1,
             last_executed: 0,
-            last_cert_seq: 0,
             log: BTreeMap::new(),
-            recent_certs: BTreeMap::new(),
-            stable: CheckpointProof {
-                seq: 0,
-                digest: [0; 32],
-                sigs: Vec::new(),
-            },
-            stable_snapshot: Vec::new(),
-            own_checkpoints: BTreeMap::new(),
-            checkpoint_votes: BTreeMap::new(),
-            behind_since: None,
-            transfer: None,
-            serving: Serving::default(),
-            vc_deadline: None,
             batch_deadline: None,
-            // The safety net clears a mark lost by some unforeseen path after a few view-change
-            // timeouts instead of silencing the component forever.
-            throttle: TickThrottle::with_max_pending_ms(
-                u64::try_from(cfg.view_change_timeout_ms.saturating_mul(4)).unwrap_or(u64::MAX),
-            ),
-            own_outgoing: Vec::new(),
-            flush_deadline: None,
-            tick_sent_period: BTreeMap::new(),
-            next_internal_req: 1,
-            verified_requests: HashSet::new(),
-            verified_order: VecDeque::new(),
-            sent_history: VecDeque::new(),
+            verified: admission::VerifiedRequests::default(),
             last_state_digest: [0; 32],
             halted: None,
             install_failure: None,
-            status_asked_at: None,
-            status_peer_ms: BTreeMap::new(),
-            retransmit_deadline: None,
-            retransmit_prev: BTreeSet::new(),
-            heard_top: (0, 0),
-            have_answered_ms: BTreeMap::new(),
-            have_batch_sent: BTreeMap::new(),
-            repeat_credit: BTreeMap::new(),
-            state_repeats: RepeatHolds::default(),
-            view_started_ms: Millis::MIN,
-            view_seen: (0, false),
-            status_asked_req: None,
-            vc_echo_ms: BTreeMap::new(),
-            internal_req_reserved: 0,
-            byz_repropose_at: Millis::MIN,
-            fetch_missing: BTreeMap::new(),
-            fetch_deadline: None,
-            fetch_round: 0,
-            fetch_served: BTreeMap::new(),
-            fetch_served_seqs: BTreeSet::new(),
-            new_view_digests: BTreeMap::new(),
-            vc_resend_deadline: None,
-            status_answered_ms: BTreeMap::new(),
-            status_sent_upto: BTreeMap::new(),
-            status_vote_sent_ms: BTreeMap::new(),
-            window_status_ms: None,
-            byz_silenced: false,
+            status: dispatch::StatusState {
+                asked_at: None,
+                peer_ms: BTreeMap::new(),
+                asked_req: None,
+                answered_ms: BTreeMap::new(),
+                sent_upto: BTreeMap::new(),
+                vote_sent_ms: BTreeMap::new(),
+                window_ms: None,
+            },
+            retransmit: retransmit::RetransmitState {
+                deadline: None,
+                prev: BTreeSet::new(),
+                heard_top: (0, 0),
+                have_answered_ms: BTreeMap::new(),
+                have_batch_sent: BTreeMap::new(),
+                repeat_credit: BTreeMap::new(),
+            },
+            fetch: batch_fetch::FetchState {
+                missing: BTreeMap::new(),
+                deadline: None,
+                round: 0,
+                served: BTreeMap::new(),
+                served_seqs: BTreeSet::new(),
+                new_view_digests: BTreeMap::new(),
+            },
+            vc: view_change::ViewChangeState {
+                attempts: 0,
+                received: BTreeMap::new(),
+                last_new_view: None,
+                new_view_resent: BTreeSet::new(),
+                deadline: None,
+                resend_deadline: None,
+                echo_ms: BTreeMap::new(),
+                started_ms: Millis::MIN,
+                seen: (0, false),
+            },
+            time: time_service::TimeState {
+                last_cert_seq: 0,
+                recent_certs: BTreeMap::new(),
+            },
+            state_transfer: state_transfer::StateTransferState {
+                behind_since: None,
+                transfer: None,
+                serving: Serving::default(),
+                repeats: RepeatHolds::default(),
+            },
+            checkpoints: checkpoint::Checkpoints {
+                stable: CheckpointProof {
+                    seq: 0,
+                    digest: [0; 32],
+                    sigs: Vec::new(),
+                },
+                stable_snapshot: Vec::new(),
+                own: BTreeMap::new(),
+                votes: BTreeMap::new(),
+            },
+            ticks: admission::TickState {
+                outgoing: Vec::new(),
+                flush_deadline: None,
+                // The safety net clears a mark lost by some unforeseen path after a few view-change
+                // timeouts instead of silencing the component forever.
+                throttle: TickThrottle::with_max_pending_ms(
+                    u64::try_from(cfg.view_change_timeout_ms.saturating_mul(4)).unwrap_or(u64::MAX),
+                ),
+                sent_period: BTreeMap::new(),
+                next_req: 1,
+                req_reserved: 0,
+            },
+            strategy: crate::byzantine::strategy(&cfg),
             cfg,
         };
         r.last_state_digest = r.state_digest();
         let (digest, bytes) = r.make_snapshot()?;
-        r.stable.digest = digest;
-        r.stable_snapshot = bytes;
+        r.checkpoints.stable.digest = digest;
+        r.checkpoints.stable_snapshot = bytes;
         Ok(r)
     }
 
@@ -559,7 +499,7 @@ impl Replica {
 
     /// Sequence number of the last stable checkpoint (the low watermark).
     pub fn stable_seq(&self) -> u64 {
-        self.stable.seq
+        self.checkpoints.stable.seq
     }
 
     /// Agreed time of the last executed batch.
@@ -602,7 +542,7 @@ impl Replica {
 
     /// Whether a state transfer is in progress.
     pub fn in_state_transfer(&self) -> bool {
-        self.transfer.is_some()
+        self.state_transfer.transfer.is_some()
     }
 
     /// Number of pending client requests.
@@ -612,12 +552,12 @@ impl Replica {
 
     /// Components with a tick pending (the throttle's marks).
     pub fn ticks_pending(&self) -> impl Iterator<Item = u32> + '_ {
-        self.throttle.pending_components()
+        self.ticks.throttle.pending_components()
     }
 
     /// The tick throttle's counters.
     pub fn tick_throttle_stats(&self) -> ccron::ticks::ThrottleStats {
-        self.throttle.stats()
+        self.ticks.throttle.stats()
     }
 
     /// Charged bytes the future-view buffer holds now (see [`future`]).
@@ -635,13 +575,35 @@ impl Replica {
         self.log.len()
     }
 
+    // ----- what a strategy reads and changes (crate::byzantine) ---------------------------
+
+    /// The log: sequence number -> entry (above the stable checkpoint).
+    pub(crate) fn log(&self) -> &BTreeMap<u64, Entry> {
+        &self.log
+    }
+
+    /// The stable checkpoint's proof.
+    pub(crate) fn stable(&self) -> &CheckpointProof {
+        &self.checkpoints.stable
+    }
+
+    /// Per-reason counters, to count what a strategy did.
+    pub(crate) fn metrics_mut(&mut self) -> &mut Metrics {
+        &mut self.metrics
+    }
+
+    /// The oldest unproposed request's arrival time and the number of unproposed requests.
+    pub(crate) fn unproposed(&self) -> (Option<Millis>, usize) {
+        self.clients.unproposed()
+    }
+
     // ----- helpers ---------------------------------------------------------------------------
 
     fn primary_of(&self, view: u64) -> NodeId {
         (view % u64::from(self.cfg.n)) as NodeId
     }
 
-    fn is_primary(&self) -> bool {
+    pub(crate) fn is_primary(&self) -> bool {
         self.primary() == self.cfg.id
     }
 
@@ -653,8 +615,8 @@ impl Replica {
         2 * self.f() + 1
     }
 
-    fn high_watermark(&self) -> u64 {
-        self.stable.seq + self.cfg.log_window
+    pub(crate) fn high_watermark(&self) -> u64 {
+        self.checkpoints.stable.seq + self.cfg.log_window
     }
 
     fn drop_msg(&mut self, reason: &'static str, from: Option<NodeId>) {
@@ -662,38 +624,42 @@ impl Replica {
         debug!(replica = self.cfg.id, ?from, reason, "dropped input");
     }
 
-    /// Signs and sends `body`, returning the signature (used for our own votes).
-    fn send(&mut self, body: Body, dest: Dest, out: &mut Vec<Output>) -> Option<SigBytes> {
-        let mut body = body;
-        if self.cfg.byzantine == Byzantine::WithholdCommits && matches!(body, Body::Commit { .. }) {
-            self.metrics.inc("byz_commits_withheld");
-            return None;
-        }
-        if self.cfg.byzantine == Byzantine::BadDigests {
-            match &mut body {
-                Body::Prepare { digest, .. }
-                | Body::Commit { digest, .. }
-                | Body::Checkpoint { digest, .. } => digest[0] ^= 0x5a,
-                _ => {}
+    /// Signs and sends `body`, returning the signature (used for our own votes). The
+    /// strategy's outgoing hooks apply ([`hooks::Strategy::outgoing`], `on_wire`).
+    pub(crate) fn send(
+        &mut self,
+        body: Body,
+        dest: Dest,
+        out: &mut Vec<Output>,
+    ) -> Option<SigBytes> {
+        match self.strategy.outgoing(body, dest, &mut self.metrics) {
+            hooks::Outgoing::Send(body, dest) => self.sign_and_emit(body, dest, out),
+            hooks::Outgoing::Split(parts) => {
+                let mut sig = None;
+                for (body, dest) in parts {
+                    sig = self.sign_and_emit(body, dest, out);
+                }
+                sig
             }
+            hooks::Outgoing::Withhold => None,
         }
+    }
+
+    fn sign_and_emit(&mut self, body: Body, dest: Dest, out: &mut Vec<Output>) -> Option<SigBytes> {
         let payload = Payload {
             from: self.cfg.id,
             body,
         };
-        let mut msg =
-            match SignedMsg::sign_vouched(&self.key, &payload, self.cfg.verify_cache.as_ref()) {
-                Ok(m) => m,
-                Err(e) => {
-                    warn!(replica = self.cfg.id, error = %e, "cannot encode own message");
-                    self.metrics.inc("encode_error");
-                    return None;
-                }
-            };
+        let msg = match SignedMsg::sign_vouched(&self.key, &payload, self.cfg.verify_cache.as_ref())
+        {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(replica = self.cfg.id, error = %e, "cannot encode own message");
+                self.metrics.inc("encode_error");
+                return None;
+            }
+        };
         let sig = msg.sig;
-        if self.cfg.byzantine == Byzantine::BadSignatures {
-            msg.sig[7] ^= 0x01;
-        }
         let bytes = match codec::encode(&Wire::Signed(msg)) {
             Ok(b) => b,
             Err(_) => {
@@ -701,15 +667,7 @@ impl Replica {
                 return None;
             }
         };
-        if self.cfg.byzantine == Byzantine::ReplayOld {
-            if let Some(old) = self.sent_history.front().cloned() {
-                out.push(Output::Broadcast { bytes: old });
-            }
-            self.sent_history.push_back(bytes.clone());
-            if self.sent_history.len() > REPLAY_HISTORY {
-                self.sent_history.pop_front();
-            }
-        }
+        let bytes = self.strategy.on_wire(bytes, out);
         out.push(match dest {
             Dest::All => Output::Broadcast { bytes },
             Dest::One(to) => Output::Send { to, bytes },
@@ -718,7 +676,7 @@ impl Replica {
     }
 
     fn vc_timeout(&self) -> Millis {
-        let factor = 1i64 << self.view_change_attempts.min(6);
+        let factor = 1i64 << self.vc.attempts.min(6);
         self.cfg.view_change_timeout_ms.saturating_mul(factor).min(
             self.cfg
                 .view_change_timeout_max_ms
@@ -735,9 +693,9 @@ impl Replica {
     fn request_deadline(&self) -> Option<Millis> {
         let (key, arrived) = self.clients.oldest_pending()?;
         let timeout = self.vc_timeout();
-        let base = arrived.max(self.view_started_ms);
+        let base = arrived.max(self.vc.started_ms);
         let mut d = base.saturating_add(timeout);
-        if let Some((asked, at)) = self.status_asked_req
+        if let Some((asked, at)) = self.status.asked_req
             && asked == key
         {
             d = d.max(at.saturating_add(timeout));
@@ -771,18 +729,20 @@ impl Replica {
         if let Some(cause) = &self.halted {
             return fail(format!("halted (fail-stop): {cause}"));
         }
-        if self.stable.seq > self.last_executed && self.transfer.is_none() {
+        if self.checkpoints.stable.seq > self.last_executed
+            && self.state_transfer.transfer.is_none()
+        {
             return fail(format!(
                 "stable {} above executed {}",
-                self.stable.seq, self.last_executed
+                self.checkpoints.stable.seq, self.last_executed
             ));
         }
         if let Some((first, _)) = self.log.first_key_value()
-            && *first <= self.stable.seq
+            && *first <= self.checkpoints.stable.seq
         {
             return fail(format!(
                 "log entry {first} at or below stable {}",
-                self.stable.seq
+                self.checkpoints.stable.seq
             ));
         }
         if let Some((last, _)) = self.log.last_key_value()
@@ -801,8 +761,10 @@ impl Replica {
         if !cfg!(debug_assertions) {
             return Ok(());
         }
-        if crate::protocol::chunks::snapshot_digest(&self.stable_snapshot, self.cfg.chunk_bytes)
-            != self.stable.digest
+        if crate::protocol::chunks::snapshot_digest(
+            &self.checkpoints.stable_snapshot,
+            self.cfg.chunk_bytes,
+        ) != self.checkpoints.stable.digest
         {
             return fail("stable snapshot does not match its digest".into());
         }
@@ -824,43 +786,28 @@ impl Replica {
 
 impl Node for Replica {
     fn handle(&mut self, now: Millis, input: Input, out: &mut Vec<Output>) {
-        if self.cfg.byzantine == Byzantine::Silent || self.byz_silenced {
-            return;
+        match self.with_strategy(|s, r| s.on_input(r, now, &input, out)) {
+            hooks::InputDecision::Ignore => return,
+            hooks::InputDecision::Handled => {}
+            hooks::InputDecision::Handle => match input {
+                Input::Peer { from, bytes } => self.on_peer(now, from, &bytes, out),
+                Input::Client { bytes } => self.on_client(now, &bytes, out),
+                Input::Timer => self.on_timer(now, out),
+                Input::InternalTick { component } => self.on_internal_tick(now, component, out),
+            },
         }
-        match input {
-            Input::Peer { from, bytes } => self.on_peer(now, from, &bytes, out),
-            Input::Client { bytes } => self.on_client(now, &bytes, out),
-            Input::Timer => self.on_timer(now, out),
-            Input::InternalTick { component } => self.on_internal_tick(now, component, out),
-        }
-        if self.cfg.byzantine == Byzantine::BogusViewChange && self.metrics.get("bogus_sent") < 64 {
-            self.send_bogus_view_change(out);
-        }
-        if self.cfg.byzantine == Byzantine::FutureFlood {
-            self.send_future_flood(now, out);
-        }
-        if self.cfg.byzantine == Byzantine::ReproposeCommitted {
-            self.repropose_committed(now, out);
-        }
+        self.with_strategy(|s, r| s.after_input(r, now, out));
         self.try_propose(now, out);
-        if self.cfg.byzantine == Byzantine::FatViewChange {
-            self.fat_view_change_check();
-        }
-        if self.cfg.byzantine == Byzantine::Amplify {
-            self.amplify(now, out);
-        }
-        if self.cfg.byzantine == Byzantine::WithholdCommits {
-            self.drain(now, out);
-        }
-        if (self.view, self.in_view_change) != self.view_seen {
-            self.view_seen = (self.view, self.in_view_change);
+        self.with_strategy(|s, r| s.after_propose(r, now, out));
+        if (self.view, self.in_view_change) != self.vc.seen {
+            self.vc.seen = (self.view, self.in_view_change);
             if !self.in_view_change {
-                self.view_started_ms = now;
-                self.status_asked_req = None;
+                self.vc.started_ms = now;
+                self.status.asked_req = None;
             }
         }
-        if self.vc_deadline.is_none() && !self.in_view_change {
-            self.vc_deadline = self.work_deadline(now);
+        if self.vc.deadline.is_none() && !self.in_view_change {
+            self.vc.deadline = self.work_deadline(now);
         }
         self.arm_retransmit(now);
         // A halted replica fails its check on purpose (the simulator reports the cause).
@@ -873,14 +820,14 @@ impl Node for Replica {
 
     fn next_deadline(&self) -> Option<Millis> {
         [
-            self.vc_deadline,
+            self.vc.deadline,
             self.batch_deadline,
-            self.flush_deadline,
-            self.retransmit_deadline,
-            self.fetch_deadline,
-            self.vc_resend_deadline,
-            self.behind_since.as_ref().map(|(d, _)| *d),
-            self.transfer.as_ref().map(|t| t.deadline_ms),
+            self.ticks.flush_deadline,
+            self.retransmit.deadline,
+            self.fetch.deadline,
+            self.vc.resend_deadline,
+            self.state_transfer.behind_since.as_ref().map(|(d, _)| *d),
+            self.state_transfer.transfer.as_ref().map(|t| t.deadline_ms),
         ]
         .into_iter()
         .flatten()
@@ -909,7 +856,7 @@ mod tests {
         let a = Replica::new(ReplicaConfig::new(0, 4, 1, 1)).unwrap();
         let b = Replica::new(ReplicaConfig::new(3, 4, 1, 1)).unwrap();
         assert_eq!(a.state_digest_now(), b.state_digest_now());
-        assert_eq!(a.stable.digest, b.stable.digest);
+        assert_eq!(a.stable().digest, b.stable().digest);
         a.check_invariants().unwrap();
         assert_eq!(a.next_deadline(), None);
     }

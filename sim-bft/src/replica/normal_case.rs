@@ -7,17 +7,18 @@
 
 use tracing::{debug, warn};
 
-use super::{Byzantine, CommitVote, Dest, Entry, Replica, TimeMode};
+use super::{CommitVote, Dest, Entry, Replica, TimeMode};
 use crate::crypto::{Digest32, SigBytes};
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Batch, Body, ClockSample, PreparedProof, SigList, TimeCert};
 
 impl Replica {
     pub(super) fn try_propose(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if !self.is_primary() || self.in_view_change || self.transfer.is_some() {
+        if !self.is_primary() || self.in_view_change || self.state_transfer.transfer.is_some() {
             return;
         }
-        if self.cfg.byzantine == Byzantine::FatViewChange && self.fat_hold(now) {
+        if let Some(until) = self.strategy.hold_proposals(self, now) {
+            self.batch_deadline = Some(until);
             return;
         }
         loop {
@@ -78,32 +79,7 @@ impl Replica {
             requests = ?batch.requests.iter().map(|r| (r.request.client, r.request.req_seq)).collect::<Vec<_>>(),
             "proposed"
         );
-        if self.cfg.byzantine == Byzantine::EquivocatingPrimary {
-            // Odd backups get a different batch (other clock), hence another digest.
-            let mut other = batch.clone();
-            other.primary_clock_ms += 1;
-            for to in 0..self.cfg.n {
-                if to == self.cfg.id {
-                    continue;
-                }
-                let b = if to % 2 == 1 {
-                    other.clone()
-                } else {
-                    batch.clone()
-                };
-                self.send(
-                    Body::PrePrepare {
-                        view,
-                        seq,
-                        batch: b,
-                    },
-                    Dest::One(to),
-                    out,
-                );
-            }
-        } else {
-            self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
-        }
+        self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
     }
 
     pub(super) fn on_pre_prepare(
@@ -121,7 +97,7 @@ impl Replica {
         if seq > self.high_watermark() {
             return self.above_window(now, from, out);
         }
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         if batch.null || batch.requests.is_empty() || batch.requests.len() > self.cfg.batch_max {
@@ -197,8 +173,8 @@ impl Replica {
         {
             e.prepares.insert(self.cfg.id, (digest, sig));
         }
-        if self.vc_deadline.is_none() {
-            self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+        if self.vc.deadline.is_none() {
+            self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
         }
         self.progress(now, seq, out);
     }
@@ -218,7 +194,7 @@ impl Replica {
         if seq > self.high_watermark() {
             return self.above_window(now, from, out);
         }
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         let view = self.view;
@@ -249,7 +225,7 @@ impl Replica {
         if seq > self.high_watermark() {
             return self.above_window(now, from, out);
         }
-        if seq <= self.stable.seq {
+        if seq <= self.checkpoints.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
         let view = self.view;

@@ -79,7 +79,9 @@ impl Replica {
             // An entry may hold two batches (its own and its prepared certificate's).
             let e: StoredEntry = codec::decode(v, r.cfg.max_message_bytes.saturating_mul(2))
                 .map_err(|e| ReplicaError::Storage(format!("log entry: {e}")))?;
-            if e.seq <= r.stable.seq || e.seq > r.stable.seq + r.cfg.log_window {
+            if e.seq <= r.checkpoints.stable.seq
+                || e.seq > r.checkpoints.stable.seq + r.cfg.log_window
+            {
                 continue;
             }
             let digest = e
@@ -149,8 +151,8 @@ impl Replica {
         }
         if in_vc {
             r.own_view_change(view);
-            r.vc_deadline = Some(0);
-            r.vc_resend_deadline = Some(0);
+            r.vc.deadline = Some(0);
+            r.vc.resend_deadline = Some(0);
             r.metrics.inc("view_change_resumed");
         }
         // Never re-issue an internal request number that may have been sent: the durable
@@ -160,8 +162,8 @@ impl Replica {
                 .map_err(|e| ReplicaError::Storage(format!("internal request mark: {e}")))?,
             None => 0,
         };
-        r.internal_req_reserved = reserved;
-        r.next_internal_req = r.last_own_tick().max(reserved).saturating_add(1);
+        r.ticks.req_reserved = reserved;
+        r.ticks.next_req = r.last_own_tick().max(reserved).saturating_add(1);
         Ok(r)
     }
 
@@ -169,12 +171,12 @@ impl Replica {
     /// before it is sent: when it is not, reserves the next [`INTERNAL_REQ_BLOCK`] numbers (one
     /// store and sync per block, not per tick).
     pub(super) fn reserve_internal_req(&mut self, req_seq: u64, out: &mut Vec<Output>) {
-        if req_seq <= self.internal_req_reserved {
+        if req_seq <= self.ticks.req_reserved {
             return;
         }
         let mark = req_seq.saturating_add(INTERNAL_REQ_BLOCK);
         if let Ok(value) = codec::encode(&mark) {
-            self.internal_req_reserved = mark;
+            self.ticks.req_reserved = mark;
             out.push(Output::Store {
                 key: KEY_INTERNAL_REQ.to_vec(),
                 value: Some(value),

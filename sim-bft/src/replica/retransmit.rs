@@ -36,7 +36,7 @@
 //!   twice the stream (the first certificates, then the stream again in repeats), whatever
 //!   it claims; an honest replica that lost 5% of its messages uses a twentieth of it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Dest, Replica};
 use crate::node::{Millis, NodeId, Output};
@@ -76,27 +76,50 @@ pub(super) enum BatchAnswer {
     PrePrepare,
 }
 
+/// Normal-case retransmission (see `retransmit`).
+#[derive(Debug)]
+pub(super) struct RetransmitState {
+    /// When the normal-case retransmission timer fires next (see `retransmit`).
+    pub(super) deadline: Option<Millis>,
+    /// The uncommitted sequence numbers seen at the previous retransmission tick.
+    pub(super) prev: BTreeSet<u64>,
+    /// The highest sequence number of the current view that a peer's [`Body::Have`] listed
+    /// (within our window): a replica that lost every message of a seq (a pre-prepare sent
+    /// while it was cut off) has no log entry for it, and learns here that it must ask.
+    pub(super) heard_top: (u64, u64),
+    /// When this replica last answered each peer's `Have` (rate limit).
+    pub(super) have_answered_ms: BTreeMap<NodeId, Millis>,
+    /// Per (peer, seq): when a `Have` answer last re-sent it a batch-carrying message (a
+    /// `Committed` certificate or the pre-prepare), and the repeat window then in force (it
+    /// doubles per re-send, from `retransmit_interval_ms` up to `view_change_timeout_ms`).
+    /// Only seqs above the stable checkpoint are kept.
+    pub(super) have_batch_sent: BTreeMap<(NodeId, u64), (Millis, Millis)>,
+    /// Per peer: the byte credit for repeated batch-carrying answers and when the last
+    /// repeat beyond the credit went out (see [`retransmit::RepeatCredit`]).
+    pub(super) repeat_credit: BTreeMap<NodeId, RepeatCredit>,
+}
+
 impl Replica {
     /// Arms the retransmission timer when there is uncommitted work above the last executed
     /// sequence number and the timer is not armed yet.
     pub(super) fn arm_retransmit(&mut self, now: Millis) {
         let interval = self.cfg.retransmit_interval_ms;
-        if interval <= 0 || self.retransmit_deadline.is_some() {
+        if interval <= 0 || self.retransmit.deadline.is_some() {
             return;
         }
         if self.uncommitted_seqs().is_empty() {
-            self.retransmit_prev.clear();
+            self.retransmit.prev.clear();
             return;
         }
-        self.retransmit_deadline = Some(now.saturating_add(interval));
+        self.retransmit.deadline = Some(now.saturating_add(interval));
     }
 
     /// Sequence numbers above the last executed one, up to the highest this replica knows of
     /// (and at most the high watermark), that are not committed here: the lowest
     /// [`MAX_HAVE_SEQS`] of them.
     fn uncommitted_seqs(&self) -> Vec<u64> {
-        let heard = if self.heard_top.0 == self.view && !self.in_view_change {
-            self.heard_top.1
+        let heard = if self.retransmit.heard_top.0 == self.view && !self.in_view_change {
+            self.retransmit.heard_top.1
         } else {
             0
         };
@@ -118,18 +141,18 @@ impl Replica {
     /// The retransmission timer fired: broadcast what we hold of every sequence number that
     /// was already uncommitted at the previous tick.
     pub(super) fn on_retransmit_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
-        self.retransmit_deadline = None;
-        if self.in_view_change || self.transfer.is_some() {
-            self.retransmit_prev.clear();
+        self.retransmit.deadline = None;
+        if self.in_view_change || self.state_transfer.transfer.is_some() {
+            self.retransmit.prev.clear();
             return;
         }
         let current = self.uncommitted_seqs();
         let stuck: Vec<u64> = current
             .iter()
             .copied()
-            .filter(|s| self.retransmit_prev.contains(s))
+            .filter(|s| self.retransmit.prev.contains(s))
             .collect();
-        self.retransmit_prev = current.into_iter().collect();
+        self.retransmit.prev = current.into_iter().collect();
         if !stuck.is_empty() {
             let view = self.view;
             let seqs: Vec<SeqHave> = stuck
@@ -170,44 +193,6 @@ impl Replica {
         self.arm_retransmit(now);
     }
 
-    /// Byzantine mode `Byzantine::WithholdCommits`: every 50 ms, a `Status` from its stable
-    /// checkpoint and a `Have` listing every seq of its window as held with nothing, to every
-    /// peer (it withholds its commits in [`Replica::send`]).
-    pub(super) fn drain(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if !self.byz_round_due(now) {
-            return;
-        }
-        self.metrics.inc("byz_drain_rounds");
-        let (view, stable) = (self.view, self.stable.seq);
-        self.send(
-            Body::Status {
-                view,
-                last_executed: stable,
-            },
-            Dest::All,
-            out,
-        );
-        let hi = self.high_watermark();
-        let seqs: Vec<SeqHave> = (stable.saturating_add(1)..=hi)
-            .take(MAX_HAVE_SEQS)
-            .map(|seq| SeqHave {
-                seq,
-                digest: None,
-                prepares: Vec::new(),
-                commits: Vec::new(),
-            })
-            .collect();
-        self.send(
-            Body::Have {
-                view,
-                last_executed: stable,
-                seqs,
-            },
-            Dest::All,
-            out,
-        );
-    }
-
     /// A peer's [`Body::Have`]: resend exactly our own messages it lacks.
     pub(super) fn on_have(
         &mut self,
@@ -227,13 +212,14 @@ impl Replica {
         }
         let gap = (self.cfg.retransmit_interval_ms / 2).max(1);
         if self
+            .retransmit
             .have_answered_ms
             .get(&from)
             .is_some_and(|last| now < last.saturating_add(gap))
         {
             return self.drop_msg("drop_have_rate_limited", Some(from));
         }
-        self.have_answered_ms.insert(from, now);
+        self.retransmit.have_answered_ms.insert(from, now);
         self.metrics.inc("have_answered");
         if view == self.view && !self.in_view_change {
             let high = self.high_watermark();
@@ -243,16 +229,18 @@ impl Replica {
                 .filter(|s| *s > self.last_executed && *s <= high)
                 .max()
             {
-                let cur = if self.heard_top.0 == view {
-                    self.heard_top.1
+                let cur = if self.retransmit.heard_top.0 == view {
+                    self.retransmit.heard_top.1
                 } else {
                     0
                 };
-                self.heard_top = (view, cur.max(top));
+                self.retransmit.heard_top = (view, cur.max(top));
             }
         }
-        let stable = self.stable.seq;
-        self.have_batch_sent.retain(|(_, s), _| *s > stable);
+        let stable = self.checkpoints.stable.seq;
+        self.retransmit
+            .have_batch_sent
+            .retain(|(_, s), _| *s > stable);
         let id = self.cfg.id;
         let same_view = view == self.view && !self.in_view_change;
         let is_primary = self.is_primary();
@@ -261,7 +249,10 @@ impl Replica {
         let mut resend: Vec<Body> = Vec::new();
         let mut held = 0u64;
         for h in &seqs {
-            if h.seq <= self.stable.seq || h.seq > self.high_watermark() || !seen.insert(h.seq) {
+            if h.seq <= self.checkpoints.stable.seq
+                || h.seq > self.high_watermark()
+                || !seen.insert(h.seq)
+            {
                 continue;
             }
             let Some(e) = self.log.get(&h.seq) else {
@@ -362,14 +353,14 @@ impl Replica {
     ) -> bool {
         let base = self.cfg.retransmit_interval_ms.max(1);
         let cap = self.cfg.view_change_timeout_ms.max(base);
-        let (window, first) = match self.have_batch_sent.get(&(peer, seq)) {
+        let (window, first) = match self.retransmit.have_batch_sent.get(&(peer, seq)) {
             Some((at, w)) if now < at.saturating_add(*w) => return false,
             Some((_, w)) => (w.saturating_mul(2).min(cap), false),
             None => (base, what == BatchAnswer::Certificate),
         };
         if !first {
             let cost = i64::try_from(cost).unwrap_or(i64::MAX);
-            let c = self.repeat_credit.entry(peer).or_default();
+            let c = self.retransmit.repeat_credit.entry(peer).or_default();
             if c.credit > 0 {
                 c.credit = c.credit.saturating_sub(cost);
             } else if c
@@ -383,7 +374,9 @@ impl Replica {
                 return false;
             }
         }
-        self.have_batch_sent.insert((peer, seq), (now, window));
+        self.retransmit
+            .have_batch_sent
+            .insert((peer, seq), (now, window));
         true
     }
 
@@ -406,7 +399,7 @@ impl Replica {
             .unwrap_or(i64::MAX)
             .saturating_mul(4);
         for peer in (0..self.cfg.n).filter(|p| *p != self.cfg.id) {
-            let c = self.repeat_credit.entry(peer).or_default();
+            let c = self.retransmit.repeat_credit.entry(peer).or_default();
             c.credit = c.credit.saturating_add(earned).min(cap);
         }
     }

@@ -23,14 +23,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use ccron::ReservedPages;
 use tracing::{info, warn};
 
-use super::{Byzantine, Dest, KEY_CHECKPOINT, Replica, Snapshot, StoredCheckpoint, TimeRecord};
+use super::{Dest, KEY_CHECKPOINT, Replica, Snapshot, StoredCheckpoint, TimeRecord};
 use crate::crypto::Digest32;
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::chunks::{self, ChunkList};
 use crate::protocol::{Body, CheckpointProof, codec};
-
-/// Most chunk indices a flooding attacker puts in one request.
-const FLOOD_INDICES: u32 = 1_024;
 
 /// An in-progress state transfer.
 #[derive(Debug, Clone)]
@@ -229,6 +226,21 @@ impl Serving {
     }
 }
 
+/// State transfer, as a receiver (behind a certified checkpoint, the transfer running) and as
+/// a source (what it serves, to whom).
+#[derive(Debug)]
+pub(super) struct StateTransferState {
+    /// A certified checkpoint above this replica's executed seq, and when the grace period
+    /// before it pulls the snapshot ends.
+    pub(super) behind_since: Option<(Millis, CheckpointProof)>,
+    /// The transfer in progress.
+    pub(super) transfer: Option<Transfer>,
+    /// What this replica serves to state-transfer receivers (chunk lists, per-peer rate).
+    pub(super) serving: Serving,
+    /// Per (peer, content): state transfer data already served (see [`RepeatHolds`]).
+    pub(super) repeats: RepeatHolds,
+}
+
 impl Replica {
     pub(super) fn start_transfer(
         &mut self,
@@ -236,7 +248,7 @@ impl Replica {
         proof: CheckpointProof,
         out: &mut Vec<Output>,
     ) {
-        if let Some(t) = &mut self.transfer {
+        if let Some(t) = &mut self.state_transfer.transfer {
             if t.target.seq >= proof.seq {
                 return;
             }
@@ -267,7 +279,7 @@ impl Replica {
         );
         self.metrics.inc("state_transfers_started");
         let source_idx = self.cfg.id as usize % sources.len();
-        self.transfer = Some(Transfer {
+        self.state_transfer.transfer = Some(Transfer {
             target: proof,
             sources,
             source_idx,
@@ -287,7 +299,7 @@ impl Replica {
     fn request_state(&mut self, now: Millis, out: &mut Vec<Output>) {
         let window = self.cfg.state_window as usize;
         let timeout = self.cfg.state_transfer_timeout_ms;
-        let Some(t) = &mut self.transfer else {
+        let Some(t) = &mut self.state_transfer.transfer else {
             return;
         };
         let mut requests: Vec<(NodeId, bool, Vec<u32>)> = Vec::new();
@@ -366,7 +378,7 @@ impl Replica {
     pub(super) fn on_transfer_timeout(&mut self, now: Millis, out: &mut Vec<Output>) {
         let timeout = self.cfg.state_transfer_timeout_ms;
         let mut restart = None;
-        if let Some(t) = &mut self.transfer {
+        if let Some(t) = &mut self.state_transfer.transfer {
             let late: Vec<NodeId> = t
                 .outstanding
                 .iter()
@@ -389,9 +401,13 @@ impl Replica {
             self.metrics.add("state_chunks_kept_on_rotation", kept);
         }
         if let Some(proof) = restart {
-            let carry = self.transfer.take().map(Transfer::into_carry);
+            let carry = self
+                .state_transfer
+                .transfer
+                .take()
+                .map(Transfer::into_carry);
             self.start_transfer(now, proof, out);
-            if let (Some(t), Some(carry)) = (&mut self.transfer, carry) {
+            if let (Some(t), Some(carry)) = (&mut self.state_transfer.transfer, carry) {
                 t.carry = carry;
             }
             return;
@@ -422,23 +438,29 @@ impl Replica {
             Pinned,
             Own,
         }
-        let src = if self.stable.seq == seq && seq > 0 {
+        let src = if self.checkpoints.stable.seq == seq && seq > 0 {
             Src::Stable
         } else if self
+            .state_transfer
             .serving
             .pinned
             .as_ref()
             .is_some_and(|p| p.proof.seq == seq)
         {
             Src::Pinned
-        } else if self.own_checkpoints.contains_key(&seq) {
+        } else if self.checkpoints.own.contains_key(&seq) {
             Src::Own
-        } else if self.stable.seq > seq && self.stable.seq > 0 {
+        } else if self.checkpoints.stable.seq > seq && self.checkpoints.stable.seq > 0 {
             Src::Stable
         } else {
             return self.drop_msg("drop_state_unavailable", Some(from));
         };
-        let budget = self.serving.budget.entry(from).or_insert((now, 0));
+        let budget = self
+            .state_transfer
+            .serving
+            .budget
+            .entry(from)
+            .or_insert((now, 0));
         if now < budget.0 || now >= budget.0.saturating_add(interval) {
             *budget = (now, 0);
         }
@@ -450,32 +472,37 @@ impl Replica {
         let (proof, bytes, tree): (CheckpointProof, &[u8], &ChunkList) = match src {
             Src::Stable => {
                 if self
+                    .state_transfer
                     .serving
                     .tree
                     .as_ref()
-                    .is_none_or(|(d, _, _)| *d != self.stable.digest)
+                    .is_none_or(|(d, _, _)| *d != self.checkpoints.stable.digest)
                 {
-                    self.serving.tree = Some((
-                        self.stable.digest,
-                        ChunkList::new(&self.stable_snapshot, chunk_bytes),
+                    self.state_transfer.serving.tree = Some((
+                        self.checkpoints.stable.digest,
+                        ChunkList::new(&self.checkpoints.stable_snapshot, chunk_bytes),
                         false,
                     ));
                 }
-                let Some((_, tree, used)) = &mut self.serving.tree else {
+                let Some((_, tree, used)) = &mut self.state_transfer.serving.tree else {
                     return;
                 };
                 *used = true;
-                (self.stable.clone(), &self.stable_snapshot[..], &*tree)
+                (
+                    self.checkpoints.stable.clone(),
+                    &self.checkpoints.stable_snapshot[..],
+                    &*tree,
+                )
             }
             Src::Pinned => {
-                let Some(p) = &mut self.serving.pinned else {
+                let Some(p) = &mut self.state_transfer.serving.pinned else {
                     return;
                 };
                 p.used = true;
                 (p.proof.clone(), &p.bytes[..], &p.tree)
             }
             Src::Own => {
-                let Some((d, b)) = self.own_checkpoints.get(&seq) else {
+                let Some((d, b)) = self.checkpoints.own.get(&seq) else {
                     return;
                 };
                 // Not stable here (a small window before stability): its list is cached
@@ -485,10 +512,17 @@ impl Replica {
                     digest: *d,
                     sigs: Vec::new(),
                 };
-                if self.serving.own_tree.as_ref().is_none_or(|(od, _)| od != d) {
-                    self.serving.own_tree = Some((*d, ChunkList::new(b, chunk_bytes)));
+                if self
+                    .state_transfer
+                    .serving
+                    .own_tree
+                    .as_ref()
+                    .is_none_or(|(od, _)| od != d)
+                {
+                    self.state_transfer.serving.own_tree =
+                        Some((*d, ChunkList::new(b, chunk_bytes)));
                 }
-                let Some((_, own_tree)) = &self.serving.own_tree else {
+                let Some((_, own_tree)) = &self.state_transfer.serving.own_tree else {
                     return;
                 };
                 (proof, &b[..], own_tree)
@@ -496,9 +530,10 @@ impl Replica {
         };
         let want_meta = want_meta || proof.seq != seq;
         let mut held = 0;
+        let allowed = self.strategy.serve_limit(allowed);
         let bodies = Self::state_bodies(
             &self.cfg,
-            (now, from, &mut self.state_repeats, &mut held),
+            (now, from, &mut self.state_transfer.repeats, &mut held),
             &proof,
             bytes,
             tree,
@@ -525,7 +560,7 @@ impl Replica {
             .iter()
             .filter(|b| matches!(b, Body::StateChunk { .. }))
             .count() as u32;
-        if let Some(b) = self.serving.budget.get_mut(&from) {
+        if let Some(b) = self.state_transfer.serving.budget.get_mut(&from) {
             b.1 = b.1.saturating_add(served);
         }
         self.metrics.add("state_chunks_served", u64::from(served));
@@ -568,14 +603,9 @@ impl Replica {
             });
         }
         let wanted: BTreeSet<u32> = indices.into_iter().filter(|i| *i < count).collect();
-        let serve = match cfg.byzantine {
-            // Serves one chunk per request, then lets the receiver time out.
-            Byzantine::SlowStateSource => allowed.min(1),
-            _ => allowed,
-        };
         let mut served = 0u32;
         for index in wanted {
-            if served >= serve {
+            if served >= allowed {
                 break;
             }
             let (Some(leaf), Some(chunk)) =
@@ -588,40 +618,13 @@ impl Replica {
                 continue;
             }
             served += 1;
-            let mut data = chunk.to_vec();
-            if cfg.byzantine == Byzantine::CorruptStateChunks
-                && let Some(b) = data.first_mut()
-            {
-                *b ^= 0xff;
-            }
             bodies.push(Body::StateChunk {
                 seq: proof.seq,
                 index,
-                data,
+                data: chunk.to_vec(),
             });
         }
         bodies
-    }
-
-    /// The amplification attacker: asks `to` for as much state as it can, again and again.
-    fn flood_state_request(&mut self, to: NodeId, out: &mut Vec<Output>) {
-        self.metrics.inc("state_flood_requests");
-        self.send(
-            Body::StateRequest {
-                seq: 0,
-                meta: true,
-                indices: (0..FLOOD_INDICES).collect(),
-            },
-            Dest::One(to),
-            out,
-        );
-    }
-
-    /// Under [`Byzantine::StateRequestFlood`], a checkpoint vote from `from` triggers a flood.
-    pub(super) fn maybe_flood_state(&mut self, from: NodeId, out: &mut Vec<Output>) {
-        if self.cfg.byzantine == Byzantine::StateRequestFlood {
-            self.flood_state_request(from, out);
-        }
     }
 
     pub(super) fn on_state_meta(
@@ -633,11 +636,8 @@ impl Replica {
         leaves: Vec<Digest32>,
         out: &mut Vec<Output>,
     ) {
-        if self.cfg.byzantine == Byzantine::StateRequestFlood {
-            return self.flood_state_request(from, out);
-        }
         let chunk_bytes = self.cfg.chunk_bytes;
-        let Some(t) = &self.transfer else {
+        let Some(t) = &self.state_transfer.transfer else {
             return self.drop_msg("drop_unexpected_state", Some(from));
         };
         if !t.sources.contains(&from) {
@@ -668,7 +668,7 @@ impl Replica {
             // A source moved on to a newer checkpoint while we are making progress on ours:
             // remember it, keep going with the others.
             let newer = proof;
-            if let Some(t) = &mut self.transfer
+            if let Some(t) = &mut self.state_transfer.transfer
                 && t.newer.as_ref().is_none_or(|n| n.seq < newer.seq)
             {
                 t.newer = Some(newer);
@@ -685,7 +685,7 @@ impl Replica {
             proof
         };
         let local = self.local_chunks(&leaves);
-        let Some(t) = &mut self.transfer else {
+        let Some(t) = &mut self.state_transfer.transfer else {
             return;
         };
         if proof.seq > t.target.seq {
@@ -720,23 +720,24 @@ impl Replica {
         let mut have: HashMap<Digest32, &[u8]> = HashMap::new();
         // The stable snapshot's list, from the serving cache when it is built.
         let built;
-        let stable = match &self.serving.tree {
-            Some((d, list, _)) if *d == self.stable.digest => list,
+        let stable = match &self.state_transfer.serving.tree {
+            Some((d, list, _)) if *d == self.checkpoints.stable.digest => list,
             _ => {
-                built = ChunkList::new(&self.stable_snapshot, chunk_bytes);
+                built = ChunkList::new(&self.checkpoints.stable_snapshot, chunk_bytes);
                 &built
             }
         };
-        have.extend(stable.by_leaf(&self.stable_snapshot));
+        have.extend(stable.by_leaf(&self.checkpoints.stable_snapshot));
         let own = self
-            .own_checkpoints
+            .checkpoints
+            .own
             .values()
             .next_back()
             .map(|(_, b)| (ChunkList::new(b, chunk_bytes), b));
         if let Some((list, b)) = &own {
             have.extend(list.by_leaf(b));
         }
-        if let Some(t) = &self.transfer {
+        if let Some(t) = &self.state_transfer.transfer {
             have.extend(t.carry.iter().map(|(l, d)| (*l, d.as_slice())));
         }
         leaves
@@ -758,12 +759,9 @@ impl Replica {
         data: Vec<u8>,
         out: &mut Vec<Output>,
     ) {
-        if self.cfg.byzantine == Byzantine::StateRequestFlood {
-            return self.flood_state_request(from, out);
-        }
         let chunk_bytes = self.cfg.chunk_bytes;
         let timeout = self.cfg.state_transfer_timeout_ms;
-        let Some(t) = &mut self.transfer else {
+        let Some(t) = &mut self.state_transfer.transfer else {
             return self.drop_msg("drop_unexpected_state", Some(from));
         };
         let Some(meta) = &t.meta else {
@@ -825,7 +823,7 @@ impl Replica {
     /// Every chunk is here: assembles, installs and persists the snapshot, then pursues a
     /// newer checkpoint if one was deferred.
     fn finish_transfer(&mut self, now: Millis, from: NodeId, out: &mut Vec<Output>) {
-        let Some(mut t) = self.transfer.take() else {
+        let Some(mut t) = self.state_transfer.transfer.take() else {
             return;
         };
         let Some(meta) = t.meta.clone() else {
@@ -865,11 +863,12 @@ impl Replica {
                     if p.seq >= self.last_executed + self.cfg.log_window / 2 {
                         self.start_transfer(now, p, out);
                     } else if self
+                        .state_transfer
                         .behind_since
                         .as_ref()
                         .is_none_or(|(_, b)| b.seq < p.seq)
                     {
-                        self.behind_since =
+                        self.state_transfer.behind_since =
                             Some((now.saturating_add(self.cfg.state_transfer_grace_ms), p));
                     }
                 }
@@ -883,7 +882,7 @@ impl Replica {
                     self.install_failure = Some(format!("state transfer at seq {seq}: {e}"));
                 }
                 t.source_idx = (t.source_idx + 1) % t.sources.len().max(1);
-                self.transfer = Some(Transfer {
+                self.state_transfer.transfer = Some(Transfer {
                     meta: None,
                     chunks: BTreeMap::new(),
                     carry: HashMap::new(),
@@ -960,28 +959,30 @@ impl Replica {
         for (c, r) in settled {
             self.clients.remove(c, r);
         }
-        self.last_cert_seq = snap.last_cert_seq;
+        self.time.last_cert_seq = snap.last_cert_seq;
         self.last_executed = seq;
         self.last_state_digest = snap.state_digest;
-        self.stable = proof;
-        self.stable_snapshot = bytes;
+        self.checkpoints.stable = proof;
+        self.checkpoints.stable_snapshot = bytes;
         self.log = self.log.split_off(&(seq + 1));
-        self.own_checkpoints = self.own_checkpoints.split_off(&(seq + 1));
-        self.checkpoint_votes = self.checkpoint_votes.split_off(&(seq + 1));
+        self.checkpoints.own = self.checkpoints.own.split_off(&(seq + 1));
+        self.checkpoints.votes = self.checkpoints.votes.split_off(&(seq + 1));
         let high = self.high_watermark();
         self.log.retain(|s, _| *s <= high);
         self.next_seq = self.next_seq.max(seq + 1);
-        self.next_internal_req = self
-            .next_internal_req
+        self.ticks.next_req = self
+            .ticks
+            .next_req
             .max(self.last_own_tick().saturating_add(1));
         // Every admitted tick was pending in consensus; the transfer replaced that state.
-        self.throttle.on_view_change_cleared();
+        self.ticks.throttle.on_view_change_cleared();
         if self
+            .state_transfer
             .behind_since
             .as_ref()
             .is_some_and(|(_, p)| p.seq <= seq)
         {
-            self.behind_since = None;
+            self.state_transfer.behind_since = None;
         }
         Ok(())
     }

@@ -10,27 +10,33 @@ use std::collections::{BTreeMap, BTreeSet};
 use ccron::host::time;
 use tracing::warn;
 
-use super::{Byzantine, Metrics, Replica, ReplicaError, TimeMode};
+use super::hooks::CertChoice;
+use super::{Metrics, Replica, ReplicaError, TimeMode};
 use crate::node::{Millis, Output};
 use crate::protocol::{Batch, Body, TimeCert, codec};
 
+/// The time service's state: the time certificates this replica holds and the newest one an
+/// executed batch carried.
+#[derive(Debug)]
+pub(super) struct TimeState {
+    /// The seq of the newest time certificate an executed batch carried (replicated: part of
+    /// the snapshot).
+    pub(super) last_cert_seq: u64,
+    /// The recent time certificates, by the seq they certify (a primary attaches one).
+    pub(super) recent_certs: BTreeMap<u64, TimeCert>,
+}
+
 impl Replica {
+    /// The clock this replica writes into its commits (its strategy's offset added: 0 for
+    /// an honest replica).
     pub(super) fn clock(&self, now: Millis) -> Millis {
-        match self.cfg.byzantine {
-            Byzantine::LyingClock { offset_ms } => now.saturating_add(offset_ms),
-            _ => now,
-        }
+        now.saturating_add(self.strategy.time_policy().clock_offset_ms)
     }
 
     /// The stamp a primary puts in its batches (`Batch::primary_clock_ms`).
     pub(super) fn primary_stamp(&self, now: Millis) -> Millis {
-        match self.cfg.byzantine {
-            // Just inside the backups' bound, to push agreed time ahead.
-            Byzantine::TimeOwn => self
-                .clock(now)
-                .saturating_add(self.cfg.time.genesis_bound_ms.saturating_sub(1).max(0)),
-            _ => self.clock(now),
-        }
+        self.clock(now)
+            .saturating_add(self.strategy.time_policy().stamp_ahead_ms)
     }
 
     /// How far (in sequence numbers) a batch's certificate may lag the batch. An honest primary
@@ -53,14 +59,15 @@ impl Replica {
     pub(super) fn select_cert(&self, seq: u64) -> Option<TimeCert> {
         let floor = self.cert_floor(seq);
         let mut usable = self
+            .time
             .recent_certs
             .range(..seq)
             .filter(|(s, _)| self.cert_usable(**s, seq, floor));
-        let chosen = match self.cfg.byzantine {
-            Byzantine::TimeOmit | Byzantine::TimeOwn => None,
+        let chosen = match self.strategy.time_policy().cert {
+            CertChoice::Omit => None,
             // The oldest certificate still usable: time would freeze at its median.
-            Byzantine::TimeReplay => usable.next(),
-            _ => usable.next_back(),
+            CertChoice::Oldest => usable.next(),
+            CertChoice::Newest => usable.next_back(),
         };
         chosen.map(|(_, c)| c.clone())
     }
@@ -72,7 +79,7 @@ impl Replica {
             .filter_map(|(_, e)| e.batch.as_ref()?.time_cert.as_ref().map(|c| c.seq))
             .max()
             .unwrap_or(0)
-            .max(self.last_cert_seq)
+            .max(self.time.last_cert_seq)
     }
 
     /// The backup's time check on a pre-prepare; false means "withhold votes".
@@ -156,6 +163,7 @@ impl Replica {
         let fresh = attached.map_or(required == 0, |c| c >= required);
         if !fresh {
             let newer = self
+                .time
                 .recent_certs
                 .range(..seq)
                 .next_back()
@@ -266,6 +274,7 @@ impl Replica {
     /// still holds a certificate fresh enough for its next proposals.
     pub(super) fn remember_time_cert(&mut self, cert: TimeCert, out: &mut Vec<Output>) {
         let newest = self
+            .time
             .recent_certs
             .keys()
             .next_back()
@@ -279,9 +288,9 @@ impl Replica {
                 Err(_) => self.metrics.inc("encode_error"),
             }
         }
-        self.recent_certs.insert(cert.seq, cert);
-        while self.recent_certs.len() > self.recent_certs_capacity() {
-            self.recent_certs.pop_first();
+        self.time.recent_certs.insert(cert.seq, cert);
+        while self.time.recent_certs.len() > self.recent_certs_capacity() {
+            self.time.recent_certs.pop_first();
         }
     }
 }
@@ -298,7 +307,7 @@ impl Replica {
         if let Some(bytes) = stored.get(KEY_TIME_CERT) {
             let cert: TimeCert = codec::decode(bytes, self.cfg.max_message_bytes)
                 .map_err(|e| ReplicaError::Storage(format!("time certificate: {e}")))?;
-            self.recent_certs.insert(cert.seq, cert);
+            self.time.recent_certs.insert(cert.seq, cert);
         }
         Ok(())
     }

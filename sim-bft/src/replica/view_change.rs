@@ -14,18 +14,39 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{info, warn};
 
-use super::{Byzantine, Dest, Entry, Replica};
+use super::{Dest, Entry, Replica};
 use crate::crypto::Digest32;
 use crate::node::{Millis, NodeId, Output};
-use crate::protocol::{Batch, Body, CheckpointProof, Payload, SignedMsg, ViewChange, Wire, codec};
-
-/// Most conflicting pre-prepares a [`Byzantine::ReproposeCommitted`] replica sends.
-const REPROPOSE_MAX: usize = 4_096;
-/// Most conflicting pre-prepares it sends in one round.
-const REPROPOSE_ROUND: usize = 16;
+use crate::protocol::{Batch, Body, Payload, SignedMsg, ViewChange, Wire, codec};
 
 /// Most pending requests a backup re-forwards to a new primary.
 const REFORWARD_MAX: usize = 4_096;
+
+/// View changes: timers, the view changes received, the last new-view (see `view_change`).
+#[derive(Debug)]
+pub(super) struct ViewChangeState {
+    /// View changes attempted since the last executed batch (the timeout doubles with each).
+    pub(super) attempts: u32,
+    /// View changes received, per target view and sender (validated).
+    pub(super) received: BTreeMap<u64, BTreeMap<NodeId, (SignedMsg, ViewChange)>>,
+    /// The new-view of the current view, relayed to a peer that lags behind.
+    pub(super) last_new_view: Option<SignedMsg>,
+    /// (peer, view) pairs this replica relayed its last new-view to.
+    pub(super) new_view_resent: BTreeSet<(NodeId, u64)>,
+    /// The view-change timer: when pending work must have executed by.
+    pub(super) deadline: Option<Millis>,
+    /// While changing view: when this replica re-sends its view change to the new primary
+    /// (or, as the new primary short of a quorum, to the peers it lacks), see `view_change`.
+    pub(super) resend_deadline: Option<Millis>,
+    /// When this replica last answered a peer's repeated or stale view change with its own
+    /// view change or new-view (a restarted peer lost them; rate limit).
+    pub(super) echo_ms: BTreeMap<NodeId, Millis>,
+    /// Local time at which this replica entered its current view (a waiting request's age
+    /// counts from the later of its arrival and this: PBFT restarts the timers in a new view).
+    pub(super) started_ms: Millis,
+    /// The `(view, in_view_change)` seen at the end of the previous input (to notice entry).
+    pub(super) seen: (u64, bool),
+}
 
 impl Replica {
     pub(super) fn start_view_change(&mut self, now: Millis, target: u64, out: &mut Vec<Output>) {
@@ -63,7 +84,7 @@ impl Replica {
                 replica = self.cfg.id,
                 last_executed = self.last_executed,
                 in_view_change = self.in_view_change,
-                attempts = self.view_change_attempts,
+                attempts = self.vc.attempts,
                 pending = self.clients.pending_len(),
                 stuck = ?stuck,
                 "view change: log above executed"
@@ -71,11 +92,11 @@ impl Replica {
         }
         self.view = target;
         self.in_view_change = true;
-        self.view_change_attempts = self.view_change_attempts.saturating_add(1);
+        self.vc.attempts = self.vc.attempts.saturating_add(1);
         self.metrics.inc("view_changes_started");
         // Ticks waiting in the old view may never be ordered: clear the throttle marks so that
         // the components keep ticking (a duplicate tick is harmless, a stuck one is not).
-        self.throttle.on_view_change_cleared();
+        self.ticks.throttle.on_view_change_cleared();
         self.clients.clear_proposed();
         self.batch_deadline = None;
         // Persist "changing to `target`" before anything of the view change leaves: a replica
@@ -85,8 +106,8 @@ impl Replica {
         out.push(Output::Sync);
         let vc = self.own_view_change(target);
         self.send(Body::ViewChange(vc), Dest::All, out);
-        self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
-        self.vc_resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
+        self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
+        self.vc.resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
         self.maybe_send_new_view(now, out);
     }
 
@@ -104,12 +125,13 @@ impl Replica {
     /// change it lacks (a peer changing to the same view answers with its own). Each costs one
     /// view change (bounded by digests, see [`Self::check_deliverable`]) per interval.
     pub(super) fn on_vc_resend_timer(&mut self, now: Millis, out: &mut Vec<Output>) {
-        self.vc_resend_deadline = None;
+        self.vc.resend_deadline = None;
         if !self.in_view_change {
             return;
         }
         let own = self
-            .view_changes
+            .vc
+            .received
             .get(&self.view)
             .and_then(|m| m.get(&self.cfg.id))
             .map(|(msg, _)| msg.clone());
@@ -122,7 +144,8 @@ impl Replica {
             out.push(Output::Send { to: primary, bytes });
         } else {
             let have: BTreeSet<NodeId> = self
-                .view_changes
+                .vc
+                .received
                 .get(&self.view)
                 .map(|m| m.keys().copied().collect())
                 .unwrap_or_default();
@@ -134,7 +157,7 @@ impl Replica {
                 });
             }
         }
-        self.vc_resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
+        self.vc.resend_deadline = Some(now.saturating_add(self.vc_resend_interval()));
     }
 
     /// Builds this replica's view change for `target` from its stable checkpoint and prepared
@@ -142,12 +165,12 @@ impl Replica {
     pub(super) fn own_view_change(&mut self, target: u64) -> ViewChange {
         let prepared = self
             .log
-            .range(self.stable.seq + 1..)
+            .range(self.checkpoints.stable.seq + 1..)
             .filter_map(|(_, e)| e.proof.clone())
             .collect();
         let vc = ViewChange {
             new_view: target,
-            stable: self.stable.clone(),
+            stable: self.checkpoints.stable.clone(),
             prepared,
         };
         let payload = Payload {
@@ -156,7 +179,8 @@ impl Replica {
         };
         if let Ok(msg) = SignedMsg::sign(&self.key, &payload) {
             self.check_deliverable(&msg, "view change");
-            self.view_changes
+            self.vc
+                .received
                 .entry(target)
                 .or_default()
                 .insert(self.cfg.id, (msg, vc.clone()));
@@ -194,7 +218,8 @@ impl Replica {
             return;
         }
         let own = self
-            .view_changes
+            .vc
+            .received
             .get(&self.view)
             .and_then(|m| m.get(&self.cfg.id))
             .map(|(msg, _)| msg.clone());
@@ -211,13 +236,14 @@ impl Replica {
     fn echo_allowed(&mut self, now: Millis, to: NodeId) -> bool {
         let gap = (self.cfg.view_change_timeout_ms / 2).max(1);
         if self
-            .vc_echo_ms
+            .vc
+            .echo_ms
             .get(&to)
             .is_some_and(|last| now < last.saturating_add(gap))
         {
             return false;
         }
-        self.vc_echo_ms.insert(to, now);
+        self.vc.echo_ms.insert(to, now);
         true
     }
 
@@ -236,10 +262,10 @@ impl Replica {
             // the new-view again, rate limited.
             let again = target == self.view
                 && !self.in_view_change
-                && self.last_new_view.is_some()
+                && self.vc.last_new_view.is_some()
                 && self.echo_allowed(now, from);
-            if let Some(nv) = self.last_new_view.clone()
-                && (self.new_view_resent.insert((from, self.view)) || again)
+            if let Some(nv) = self.vc.last_new_view.clone()
+                && (self.vc.new_view_resent.insert((from, self.view)) || again)
                 && let Ok(bytes) = codec::encode(&Wire::Signed(nv))
             {
                 out.push(Output::Send { to: from, bytes });
@@ -252,7 +278,8 @@ impl Replica {
             return self.drop_msg("drop_wrong_view", Some(from));
         }
         if self
-            .view_changes
+            .vc
+            .received
             .get(&target)
             .is_some_and(|m| m.contains_key(&from))
         {
@@ -267,7 +294,8 @@ impl Replica {
             warn!(replica = self.cfg.id, from, target, "invalid view change");
             return self.drop_msg("drop_invalid_view_change", Some(from));
         }
-        self.view_changes
+        self.vc
+            .received
             .entry(target)
             .or_default()
             .insert(from, (msg, vc));
@@ -275,7 +303,7 @@ impl Replica {
         let floor = self.view + 1;
         let mut senders = BTreeSet::new();
         let mut lowest = None;
-        for (v, m) in self.view_changes.range(floor..) {
+        for (v, m) in self.vc.received.range(floor..) {
             for n in m.keys() {
                 if *n != self.cfg.id {
                     senders.insert(*n);
@@ -304,14 +332,15 @@ impl Replica {
     ) -> bool {
         let mut supporters = BTreeSet::new();
         supporters.insert(self.cfg.id);
-        for m in self.view_changes.range(self.view..).map(|(_, m)| m) {
+        for m in self.vc.received.range(self.view..).map(|(_, m)| m) {
             supporters.extend(m.keys().copied());
         }
         if supporters.len() >= self.quorum() {
             return false;
         }
         let own = self
-            .view_changes
+            .vc
+            .received
             .get(&self.view)
             .and_then(|m| m.get(&self.cfg.id))
             .map(|(msg, _)| msg.clone());
@@ -319,7 +348,7 @@ impl Replica {
             Some(Ok(bytes)) => {
                 self.metrics.inc("view_change_retransmitted");
                 out.push(Output::Broadcast { bytes });
-                self.vc_deadline = Some(now.saturating_add(self.vc_timeout()));
+                self.vc.deadline = Some(now.saturating_add(self.vc_timeout()));
                 true
             }
             _ => false,
@@ -331,7 +360,7 @@ impl Replica {
             return;
         }
         let quorum = self.quorum();
-        let Some(m) = self.view_changes.get(&self.view) else {
+        let Some(m) = self.vc.received.get(&self.view) else {
             return;
         };
         if m.len() < quorum {
@@ -349,7 +378,7 @@ impl Replica {
         };
         if let Ok(msg) = SignedMsg::sign(&self.key, &payload) {
             self.check_deliverable(&msg, "new-view");
-            self.last_new_view = Some(msg);
+            self.vc.last_new_view = Some(msg);
         }
         self.send(body, Dest::All, out);
         let vcs = chosen.into_iter().map(|(_, v)| v).collect();
@@ -406,7 +435,7 @@ impl Replica {
             self.metrics.inc("view_changes_started");
         }
         self.view = view;
-        self.last_new_view = Some(msg);
+        self.vc.last_new_view = Some(msg);
         self.enter_new_view(now, view, vcs, out);
     }
 
@@ -443,9 +472,9 @@ impl Replica {
             .max(min_s);
         self.view = view;
         self.in_view_change = false;
-        self.vc_resend_deadline = None;
-        self.view_changes = self.view_changes.split_off(&(view + 1));
-        self.new_view_resent.retain(|(_, v)| *v >= view);
+        self.vc.resend_deadline = None;
+        self.vc.received = self.vc.received.split_off(&(view + 1));
+        self.vc.new_view_resent.retain(|(_, v)| *v >= view);
         self.metrics.inc("view_changes_completed");
         info!(
             replica = self.cfg.id,
@@ -454,8 +483,8 @@ impl Replica {
 
         // Adopt the quorum's stable checkpoint when we executed it ourselves with that digest;
         // otherwise fetch it.
-        if min_s > self.stable.seq {
-            match self.own_checkpoints.get(&min_s) {
+        if min_s > self.checkpoints.stable.seq {
+            match self.checkpoints.own.get(&min_s) {
                 Some((d, bytes)) if *d == best.digest => {
                     let bytes = bytes.clone();
                     self.make_stable(best.clone(), bytes, out);
@@ -467,9 +496,9 @@ impl Replica {
 
         let mut old = std::mem::take(&mut self.log);
         self.clients.clear_proposed();
-        self.fetch_missing.clear();
-        self.fetch_served_seqs.clear();
-        self.new_view_digests.clear();
+        self.fetch.missing.clear();
+        self.fetch.served_seqs.clear();
+        self.fetch.new_view_digests.clear();
         let is_primary = self.primary_of(view) == self.cfg.id;
         let quorum = self.quorum();
         let mut to_vote: Vec<(u64, Digest32)> = Vec::new();
@@ -477,14 +506,14 @@ impl Replica {
             return;
         };
         for seq in (min_s + 1)..=max_s {
-            if seq <= self.stable.seq || seq > self.high_watermark() {
+            if seq <= self.checkpoints.stable.seq || seq > self.high_watermark() {
                 continue;
             }
             let (digest, holders) = chosen
                 .remove(&seq)
                 .map_or((null_digest, Vec::new()), |(_, d, h)| (d, h));
             if digest != null_digest {
-                self.new_view_digests.insert(seq, digest);
+                self.fetch.new_view_digests.insert(seq, digest);
             }
             let mut prev = old.remove(&seq).unwrap_or_default();
             // A commit certificate for this very batch (from any earlier view) stays
@@ -516,7 +545,7 @@ impl Replica {
                 // An executed seq needs no batch (state transfer may have skipped it).
                 None if seq > self.last_executed => {
                     let holders = holders.into_iter().filter(|n| *n != self.cfg.id).collect();
-                    self.fetch_missing.insert(seq, (digest, holders));
+                    self.fetch.missing.insert(seq, (digest, holders));
                 }
                 None => {}
             }
@@ -549,7 +578,10 @@ impl Replica {
         // view change restarts it (and waits for the new-view again).
         self.store_view(out);
         out.push(Output::Sync);
-        self.next_seq = max_s.max(self.last_executed).max(self.stable.seq) + 1;
+        self.next_seq = max_s
+            .max(self.last_executed)
+            .max(self.checkpoints.stable.seq)
+            + 1;
         if !is_primary {
             for (seq, digest) in to_vote {
                 if let Some(sig) = self.send(Body::Prepare { view, seq, digest }, Dest::All, out)
@@ -569,13 +601,13 @@ impl Replica {
                 }
             }
         }
-        self.vc_deadline = if self.has_pending_work() {
+        self.vc.deadline = if self.has_pending_work() {
             Some(now.saturating_add(self.vc_timeout()))
         } else {
             None
         };
-        self.fetch_round = 0;
-        self.fetch_deadline = None;
+        self.fetch.round = 0;
+        self.fetch.deadline = None;
         self.fetch_missing_batches(now, out);
         self.replay_future(now, out);
     }
@@ -618,97 +650,5 @@ impl Replica {
                     )
             })
         })
-    }
-
-    /// Byzantine mode [`Byzantine::ReproposeCommitted`]: as primary, every half view-change
-    /// timeout, pre-prepares another batch (its clock moved by one) for each of the last
-    /// [`REPROPOSE_ROUND`] seqs committed in this view, at most [`REPROPOSE_MAX`] in all.
-    pub(super) fn repropose_committed(&mut self, now: Millis, out: &mut Vec<Output>) {
-        if !self.is_primary() || self.in_view_change || now < self.byz_repropose_at {
-            return;
-        }
-        let sent = usize::try_from(self.metrics.get("byz_reproposed")).unwrap_or(usize::MAX);
-        if sent >= REPROPOSE_MAX {
-            return;
-        }
-        self.byz_repropose_at = now.saturating_add((self.cfg.view_change_timeout_ms / 2).max(1));
-        let view = self.view;
-        let todo: Vec<(u64, Batch)> = self
-            .log
-            .iter()
-            .rev()
-            .filter(|(_, e)| e.view == view && e.committed)
-            .filter_map(|(s, e)| e.batch.clone().map(|b| (*s, b)))
-            .filter(|(_, b)| !b.null)
-            .take(REPROPOSE_ROUND.min(REPROPOSE_MAX - sent))
-            .collect();
-        for (seq, mut batch) in todo {
-            batch.primary_clock_ms = batch.primary_clock_ms.saturating_add(1);
-            self.metrics.inc("byz_reproposed");
-            self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
-        }
-    }
-
-    /// Byzantine mode [`Byzantine::FatViewChange`], as primary: true while it holds requests
-    /// back to make its next batch large (at least half of `batch_max`, or waiting half a
-    /// view-change timeout, so that the backups' timers do not fire first).
-    pub(super) fn fat_hold(&mut self, now: Millis) -> bool {
-        let (oldest, count) = self.clients.unproposed();
-        let Some(oldest) = oldest else {
-            return false;
-        };
-        let until = oldest.saturating_add(self.cfg.view_change_timeout_ms / 2);
-        if count * 2 >= self.cfg.batch_max || now >= until {
-            return false;
-        }
-        self.batch_deadline = Some(until);
-        true
-    }
-
-    /// Byzantine mode [`Byzantine::FatViewChange`]: goes silent for good once, as primary, the
-    /// prepared batches above its stable checkpoint (what a batch-carrying view change would
-    /// carry) exceed `max_message_bytes`.
-    pub(super) fn fat_view_change_check(&mut self) {
-        if self.byz_silenced || !self.is_primary() || self.in_view_change {
-            return;
-        }
-        let carried: usize = self
-            .log
-            .range(self.stable.seq + 1..)
-            .filter(|(_, e)| e.proof.is_some())
-            .filter_map(|(_, e)| e.proof_batch.as_ref())
-            .map(|b| {
-                b.requests
-                    .iter()
-                    .map(|r| r.request.payload.len().saturating_add(128))
-                    .sum::<usize>()
-            })
-            .sum();
-        if carried > self.cfg.max_message_bytes {
-            info!(
-                replica = self.cfg.id,
-                carried, "fat-view-change: going silent with a full log"
-            );
-            self.byz_silenced = true;
-            self.metrics.inc("byz_silenced");
-        }
-    }
-
-    /// Byzantine mode: a view change for the next view with a forged checkpoint proof.
-    pub(super) fn send_bogus_view_change(&mut self, out: &mut Vec<Output>) {
-        if self.cfg.byzantine != Byzantine::BogusViewChange {
-            return;
-        }
-        self.metrics.inc("bogus_sent");
-        let vc = ViewChange {
-            new_view: self.view + 1,
-            stable: CheckpointProof {
-                seq: self.stable.seq + self.cfg.checkpoint_interval,
-                digest: [0xee; 32],
-                sigs: (0..self.cfg.n).map(|n| (n, [n as u8; 64])).collect(),
-            },
-            prepared: Vec::new(),
-        };
-        self.send(Body::ViewChange(vc), Dest::All, out);
     }
 }
