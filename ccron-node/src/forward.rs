@@ -240,7 +240,7 @@ mod tests {
         let bad = dripping().await;
         let deadline = Duration::from_millis(300);
         let f = Forwarder::new(vec![bad, good], deadline);
-        let start = std::time::Instant::now();
+        let start = tokio::time::Instant::now();
         for k in 0..10u8 {
             f.forward(vec![k; 8]);
             tokio::time::sleep(Duration::from_millis(100)).await;
