@@ -60,7 +60,7 @@ fn ledger(_replica: u32) -> CronLedger<Pings> {
         component: BOOK,
         position: 0,
         limits: Limits::default(),
-        book_pages: 8,
+        book_pages: 32,
         outbox_pages: 8,
     };
     let book = LedgerScheduler::try_new(book, handlers).unwrap();
