@@ -238,16 +238,26 @@ mod tests {
     async fn a_dripping_endpoint_never_holds_back_the_others() {
         let good = quick().await;
         let bad = dripping().await;
-        let f = Forwarder::new(vec![bad, good], Duration::from_millis(300));
+        let deadline = Duration::from_millis(300);
+        let f = Forwarder::new(vec![bad, good], deadline);
+        let start = tokio::time::Instant::now();
         for k in 0..10u8 {
             f.forward(vec![k; 8]);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+        let elapsed = start.elapsed();
         let c = f.counters();
+        // The quick endpoint got every tick although the other one never answers.
         assert_eq!(c.delivered, 10, "{c:?}");
-        assert!(c.timed_out >= 2, "{c:?}");
-        assert!(c.skipped_busy >= 5, "{c:?}");
+        // Every post to the dripping one ended as a timeout or was skipped while one was in
+        // flight; none is lost from the counters.
         assert_eq!(c.timed_out + c.skipped_busy + c.failed, 10, "{c:?}");
+        assert!(c.timed_out >= 1, "{c:?}");
+        // One post in flight per target: at most one timeout per deadline of the run (bounds
+        // that hold on a loaded machine too, where sleeps stretch).
+        let most =
+            u64::try_from(elapsed.as_millis() / deadline.as_millis()).unwrap_or(u64::MAX) + 1;
+        assert!(c.timed_out <= most, "{c:?} in {elapsed:?}");
     }
 }
