@@ -217,26 +217,38 @@ impl<A: Application> State<A> {
                         return Ok(None);
                     }
                 };
-                let valid_round = Round::Nil;
-                let bytes =
-                    ProposalPart::signing_bytes(height, round, valid_round, &self.me, &block);
-                let part = ProposalPart {
-                    height,
-                    round,
-                    valid_round,
-                    proposer: self.me,
-                    block,
-                    signature: self.signer.sign_raw(&bytes),
-                };
-                self.parts.append(&part)?;
-                self.my_parts.insert((height.0, r), part.clone());
-                self.book.keep_own(part.clone());
-                part
+                self.sign_own_part(height, round, Round::Nil, block)?
             }
         };
         self.core.remember(part.block.clone());
         let value = LocallyProposedValue::new(height, round, Value(part.block.clone()));
         Ok(Some((value, part)))
+    }
+
+    /// Signs this node's part for `(height, round)`, appends it to the part log (durable
+    /// before anyone sees it) and remembers it: the one way an own part is made, for a new
+    /// proposal and for a re-proposal alike.
+    fn sign_own_part(
+        &mut self,
+        height: Height,
+        round: Round,
+        valid_round: Round,
+        block: ccron_node::types::Block,
+    ) -> Result<ProposalPart, NodeError> {
+        let bytes = ProposalPart::signing_bytes(height, round, valid_round, &self.me, &block);
+        let part = ProposalPart {
+            height,
+            round,
+            valid_round,
+            proposer: self.me,
+            block,
+            signature: self.signer.sign_raw(&bytes),
+        };
+        self.parts.append(&part)?;
+        let r = round.as_u32().unwrap_or(0);
+        self.my_parts.insert((height.0, r), part.clone());
+        self.book.keep_own(part.clone());
+        Ok(part)
     }
 
     /// The engine's `RestreamProposal` (its contract: re-publish every part of the value):
@@ -278,18 +290,7 @@ impl<A: Application> State<A> {
             let Some(block) = self.core.undecided_block(&value_id).cloned() else {
                 return Ok(self.restream_unknown(height.0, r));
             };
-            let bytes = ProposalPart::signing_bytes(height, round, valid_round, &self.me, &block);
-            let part = ProposalPart {
-                height,
-                round,
-                valid_round,
-                proposer: self.me,
-                block,
-                signature: self.signer.sign_raw(&bytes),
-            };
-            self.parts.append(&part)?;
-            self.my_parts.insert((height.0, r), part.clone());
-            self.book.keep_own(part.clone());
+            let part = self.sign_own_part(height, round, valid_round, block)?;
             return Ok(Restream::Publish(vec![part]));
         }
         let held = self.book.parts_of(height.0, &value_id);
