@@ -9,6 +9,7 @@
 //! ccron schedules pause|resume|cancel TARGET --key-file PATH [--number N] [--wait-ms MS]
 //! ccron cluster status     --nodes URL,...
 //! ccron key new --out PATH | ccron key show --key-file PATH
+//! ccron relay --nodes URL,... --key FILE --workers FILE --chain-id ID --dir DIR
 //! ```
 //!
 //! Every command takes `--nodes` (the nodes' HTTP API base URLs), `--quorum` (default f+1 for
@@ -23,6 +24,7 @@
 //! ([`submit::submit`]). Output is a human table by default, JSON with `--json`.
 
 pub mod http;
+pub mod relay;
 pub mod render;
 pub mod submit;
 
@@ -115,6 +117,8 @@ pub enum Command {
     /// Operator keys.
     #[command(subcommand)]
     Key(Key),
+    /// Deliver the outbox to workers and submit their results back (runs until stopped).
+    Relay(relay::RelayArgs),
 }
 
 /// Options every cluster command takes.
@@ -324,6 +328,7 @@ pub async fn run(cli: Cli, env: Env) -> Result<String, CliError> {
         Command::Schedules(s) => schedules(s, env).await,
         Command::Cluster(Cluster::Status { common }) => cluster_status(&common).await,
         Command::Key(k) => key(k, env),
+        Command::Relay(args) => relay::relay(args, env).await,
     }
 }
 

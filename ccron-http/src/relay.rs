@@ -8,10 +8,17 @@
 //!
 //! What the relay needs from the ledger's side is one [`Submit`]: "send this payload as a
 //! signed request of the outbox consumer" (`Policy::outbox_consumer`). sim-bft's threaded
-//! runtime has one (`sim_bft::runtime::ClusterSubmit`); a Malachite node's `POST /v1/requests`
-//! needs a signer of node requests (not built here).
+//! runtime has one (`sim_bft::runtime::ClusterSubmit`); the nodes of the real engine have
+//! `ccron_node::submit::NodeSubmit` (signed requests to every node's `POST /v1/requests`, the
+//! same number for a re-sent payload, results read back by f+1), and the operator's binary
+//! runs the whole relay: `ccron relay --nodes ... --key ... --workers ...`.
+//!
+//! Nothing is dropped silently: a submit that fails is a typed [`SubmitError`], counted in
+//! [`RelayStats`] and traced, and the result stays in the journal until f+1 replicas show it
+//! applied, re-sent every `resend_after_ms`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,14 +32,44 @@ use crate::deliver::{
 };
 use crate::read::{QuorumReader, ReadClientConfig, ReadError};
 
-/// Sends a payload to the ledger as a signed client request of the outbox consumer, under a
-/// new request number each call. An error means "not sent": the relay sends it again later.
+/// Why a [`Submit`] did not send a payload. The relay counts and traces each one and sends
+/// the payload again later (its result stays journaled until f+1 replicas show it applied).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// No replica took it (unreachable, busy, its queue full): sent again later.
+    #[error("not sent: {0}")]
+    NotSent(String),
+    /// The submitter's window of requests awaiting execution is full (pacing: a request too
+    /// far behind the client's newest executed one would be refused by the replicas). Nothing
+    /// was sent.
+    #[error("{in_flight} requests await execution: the window is full")]
+    WindowFull {
+        /// Requests awaiting execution.
+        in_flight: usize,
+    },
+    /// The replicas refused the request itself (malformed, over a bound, a bad signature):
+    /// sending it again does not help until the configuration changes.
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
+/// Sends a payload to the ledger as a signed client request of the outbox consumer. The relay
+/// re-sends an equal payload until f+1 replicas show it applied; a submitter may re-send it
+/// under the same request number (the ledger executes each number once) or a new one (the
+/// ledger applies each result once).
 pub trait Submit: Send {
     /// Sends `payload`.
     ///
     /// # Errors
-    /// Why it was not sent (traced; the relay re-sends).
-    fn submit(&mut self, payload: Vec<u8>) -> Result<(), String>;
+    /// Why it was not sent ([`SubmitError`]; counted and traced, the relay re-sends).
+    fn submit(&mut self, payload: Vec<u8>) -> impl Future<Output = Result<(), SubmitError>> + Send;
+
+    /// Called once per [`Relay::step`]: a submitter catches up on what it sent (e.g. reads the
+    /// results of its requests to free its window). Nothing by default.
+    fn poll(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
 }
 
 /// What a [`Relay`] runs with.
@@ -87,24 +124,30 @@ pub struct RelayStats {
     pub results_sent: u64,
     /// Results and progress reports sent again.
     pub resent: u64,
-    /// Submits that failed (sent again later).
+    /// Submits that failed (sent again later), of every [`SubmitError`].
     pub submit_failures: u64,
+    /// Of those, [`SubmitError::WindowFull`] (pacing).
+    pub submit_paced: u64,
+    /// Of those, [`SubmitError::Refused`] (the request itself refused).
+    pub submit_refused: u64,
     /// The last progress reported to the ledger.
     pub reported_progress: u64,
 }
 
-/// The durable result sink: journal first, then submit.
+/// The durable result sink: journal first; [`Relay::step`] submits what it took.
 struct Results<S> {
     journal: ResultJournal,
     submit: S,
     clock: Clock,
     /// Record index -> when its result was last sent.
     sent_at: BTreeMap<u64, i64>,
+    /// Journaled results not sent yet.
+    unsent: BTreeSet<u64>,
     stats: RelayStats,
 }
 
 impl<S: Submit> Results<S> {
-    fn send(&mut self, index: u64) {
+    async fn send(&mut self, index: u64) {
         let Some(payload) = self
             .journal
             .pending()
@@ -114,14 +157,22 @@ impl<S: Submit> Results<S> {
             return;
         };
         let now = (self.clock)();
-        match self.submit.submit(payload) {
-            Ok(()) => {}
-            Err(e) => {
-                self.stats.submit_failures += 1;
-                tracing::warn!(index, error = %e, "result not submitted: sent again later");
-            }
+        if let Err(e) = self.submit.submit(payload).await {
+            self.stats.count_failure(&e);
+            tracing::warn!(index, error = %e, "result not submitted: sent again later");
         }
         self.sent_at.insert(index, now);
+    }
+}
+
+impl RelayStats {
+    fn count_failure(&mut self, e: &SubmitError) {
+        self.submit_failures += 1;
+        match e {
+            SubmitError::WindowFull { .. } => self.submit_paced += 1,
+            SubmitError::Refused(_) => self.submit_refused += 1,
+            SubmitError::NotSent(_) => {}
+        }
     }
 }
 
@@ -132,8 +183,7 @@ impl<S: Submit> ResultSink for Results<S> {
             .take(result)
             .map_err(|e| ResultSinkError(e.to_string()))?;
         if !self.sent_at.contains_key(&index) {
-            self.stats.results_sent += 1;
-            self.send(index);
+            self.unsent.insert(index);
         }
         Ok(())
     }
@@ -162,7 +212,8 @@ impl<S> std::fmt::Debug for Relay<S> {
 
 impl<S: Submit> Relay<S> {
     /// Opens the relay's files in `cfg.dir` (a restart resumes from them: progress, dead
-    /// letters, and every result still pending is sent again) and its clients.
+    /// letters, and every result still pending is sent again at the first step) and its
+    /// clients.
     ///
     /// # Errors
     /// [`RelayError`] for the directory, files and clients.
@@ -179,12 +230,11 @@ impl<S: Submit> Relay<S> {
             submit,
             clock: clock.clone(),
             sent_at: BTreeMap::new(),
+            unsent: BTreeSet::new(),
             stats: RelayStats::default(),
         };
-        let pending: Vec<u64> = results.journal.pending().map(|r| r.index).collect();
-        for index in pending {
-            results.send(index);
-        }
+        // Every result still pending is sent again at the first step.
+        results.unsent = results.journal.pending().map(|r| r.index).collect();
         Ok(Self {
             reader: QuorumReader::new(cfg.read.clone())?,
             results_reader: QuorumReader::new(cfg.read.clone())?,
@@ -213,6 +263,12 @@ impl<S: Submit> Relay<S> {
                 self.cfg.step_wait,
             )
             .await?;
+        self.results.submit.poll().await;
+        let unsent = std::mem::take(&mut self.results.unsent);
+        for index in unsent {
+            self.results.stats.results_sent += 1;
+            self.results.send(index).await;
+        }
         let lowest = self.results.journal.pending().next().map(|r| r.index);
         if let Some(lowest) = lowest {
             self.results_reader.refresh(lowest).await;
@@ -238,16 +294,16 @@ impl<S: Submit> Relay<S> {
                 .collect();
             for i in overdue {
                 self.results.stats.resent += 1;
-                self.results.send(i);
+                self.results.send(i).await;
             }
         }
-        self.report_progress();
+        self.report_progress().await;
         Ok(self.stats())
     }
 
     /// Reports the progress the ledger may trim to: the persisted progress, but never a record
     /// whose result is still pending (its emitter must get it).
-    fn report_progress(&mut self) {
+    async fn report_progress(&mut self) {
         if !self.cfg.report_progress {
             return;
         }
@@ -266,10 +322,10 @@ impl<S: Submit> Relay<S> {
             self.results.stats.resent += 1;
         }
         let payload = ccron::host::scheduler::outbox_delivered_payload(upto);
-        match self.results.submit.submit(payload) {
+        match self.results.submit.submit(payload).await {
             Ok(()) => self.reported = (upto, now),
             Err(e) => {
-                self.results.stats.submit_failures += 1;
+                self.results.stats.count_failure(&e);
                 tracing::warn!(upto, error = %e, "progress not submitted: sent again later");
             }
         }

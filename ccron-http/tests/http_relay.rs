@@ -16,7 +16,7 @@ use ccron::outbox::{
 };
 use ccron::{Policy, Principal};
 use ccron_http::read::{PublishedOutbox, ReadClientConfig, ReadServerConfig, read_router};
-use ccron_http::{Dedupe, DispatcherConfig, Relay, RelayConfig, Submit, Worker};
+use ccron_http::{Dedupe, DispatcherConfig, Relay, RelayConfig, Submit, SubmitError, Worker};
 use support::{CHAIN, KEY_ID, Running, any_port, endpoint, with_workers, worker_config};
 use tokio::net::TcpListener;
 
@@ -46,7 +46,13 @@ impl Ledger {
 struct LedgerSubmit(Arc<Mutex<Ledger>>);
 
 impl Submit for LedgerSubmit {
-    fn submit(&mut self, payload: Vec<u8>) -> Result<(), String> {
+    async fn submit(&mut self, payload: Vec<u8>) -> Result<(), SubmitError> {
+        self.apply(payload).map_err(SubmitError::NotSent)
+    }
+}
+
+impl LedgerSubmit {
+    fn apply(&mut self, payload: Vec<u8>) -> Result<(), String> {
         let mut l = self.0.lock().unwrap();
         if l.fail_first > 0 {
             l.fail_first -= 1;

@@ -40,6 +40,7 @@ pub mod request;
 pub mod results;
 pub mod snapshot;
 pub mod store;
+pub mod submit;
 mod ticks;
 pub mod types;
 

@@ -315,10 +315,12 @@ impl ClusterSubmit {
 }
 
 impl ccron_http::relay::Submit for ClusterSubmit {
-    fn submit(&mut self, payload: Vec<u8>) -> Result<(), String> {
+    async fn submit(&mut self, payload: Vec<u8>) -> Result<(), ccron_http::SubmitError> {
         self.next += 1;
         let bytes = client_request_bytes(&self.key, self.id, self.next, payload)
-            .map_err(|e| e.to_string())?;
-        self.cluster.submit(&bytes).map_err(|e| e.to_string())
+            .map_err(|e| ccron_http::SubmitError::Refused(e.to_string()))?;
+        self.cluster
+            .submit(&bytes)
+            .map_err(|e| ccron_http::SubmitError::NotSent(e.to_string()))
     }
 }
