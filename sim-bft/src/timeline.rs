@@ -251,6 +251,15 @@ pub fn render_svg(o: &SimOutcome) -> String {
                     y + ROW - 1.0
                 );
             }
+            MarkKind::StateTransferred { from_seq, to_seq } => {
+                let _ = writeln!(
+                    s,
+                    r##"<path class="state-transfer" data-replica="{}" data-from-seq="{from_seq}" data-to-seq="{to_seq}" d="M {:.1} {:.1} l 7 4 l -7 4 z" fill="#e66101"><title>state transfer: batches {from_seq}..={to_seq} skipped</title></path>"##,
+                    m.replica,
+                    x,
+                    y + 1.0
+                );
+            }
             MarkKind::ViewChange { view } => {
                 let _ = writeln!(
                     s,

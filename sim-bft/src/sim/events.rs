@@ -1,5 +1,8 @@
 //! What happened where in a run, event by event: every cron action each replica ran (from the
-//! [`FireNote`]s of its `Executed` observations), crashes, restarts and view changes.
+//! [`FireNote`]s of its `Executed` observations), the spans of batches a replica skipped by state
+//! transfer ([`MarkKind::StateTransferred`]: the actions of those batches ran on the replicas
+//! that executed them, and this replica holds their effects through the snapshot it installed),
+//! crashes, restarts and view changes.
 //!
 //! The simulator keeps these as observations: they do not enter the trace hash and change
 //! nothing in a run. They are bounded ([`MAX_FIRE_EVENTS`], [`MAX_REPLICA_MARKS`]); what does
@@ -17,7 +20,8 @@ pub const MAX_FIRE_EVENTS: usize = 100_000;
 pub const MAX_REPLICA_MARKS: usize = 10_000;
 
 /// One cron action one replica ran, the first time it executed the batch (re-executions after a
-/// restart are not repeated; actions a replica skipped over by state transfer are not here).
+/// restart are not repeated; actions of batches a replica skipped by state transfer are not
+/// here: a [`MarkKind::StateTransferred`] mark covers those batches instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct FireEvent {
     /// The replica.
@@ -99,6 +103,17 @@ pub enum MarkKind {
         /// The new view.
         view: u64,
     },
+    /// It caught up by state transfer: it never executed batches `from_seq..=to_seq` (both
+    /// inclusive) and holds their effects through the snapshot it installed. Their cron
+    /// actions ran on the replicas that executed them (their [`FireEvent`]s); this replica has
+    /// none for them. Recorded when the replica executes the batch after the span, or at the
+    /// end of the run when it executed nothing after the install.
+    StateTransferred {
+        /// The first batch skipped.
+        from_seq: u64,
+        /// The last batch skipped (the snapshot's sequence number).
+        to_seq: u64,
+    },
 }
 
 /// A crash, restart or view change of one replica.
@@ -120,7 +135,7 @@ pub struct SimEvents {
     pub fires: Vec<FireEvent>,
     /// Fire events not kept (beyond [`MAX_FIRE_EVENTS`]).
     pub fires_dropped: u64,
-    /// Crashes, restarts and view changes, in order.
+    /// Crashes, restarts, view changes and state-transferred spans, in order.
     pub marks: Vec<ReplicaMark>,
     /// Marks not kept (beyond [`MAX_REPLICA_MARKS`]).
     pub marks_dropped: u64,
@@ -156,6 +171,27 @@ impl SimEvents {
             }
             self.marks_dropped = self.marks_dropped.saturating_add(1);
         }
+    }
+
+    /// The spans of batches `replica` skipped by state transfer, `(from_seq, to_seq)` both
+    /// inclusive, in order.
+    pub fn transferred(&self, replica: NodeId) -> Vec<(u64, u64)> {
+        self.marks
+            .iter()
+            .filter(|m| m.replica == replica)
+            .filter_map(|m| match m.kind {
+                MarkKind::StateTransferred { from_seq, to_seq } => Some((from_seq, to_seq)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether `replica`'s events account for batch `seq` by a state transfer (its fire events
+    /// then come from the replicas that executed it).
+    pub fn skipped(&self, replica: NodeId, seq: u64) -> bool {
+        self.transferred(replica)
+            .iter()
+            .any(|(from, to)| (*from..=*to).contains(&seq))
     }
 
     /// View changes recorded for `replica`.
@@ -203,5 +239,30 @@ mod tests {
         assert_eq!(ev.marks_dropped, 3);
         assert_eq!(ev.view_changes(0), MAX_REPLICA_MARKS as u64);
         assert_eq!(ev.view_changes(1), 0);
+    }
+
+    #[test]
+    fn transferred_spans_are_read_back_per_replica() {
+        let mut ev = SimEvents::default();
+        ev.mark(2, 10, MarkKind::Crash);
+        ev.mark(
+            2,
+            50,
+            MarkKind::StateTransferred {
+                from_seq: 4,
+                to_seq: 9,
+            },
+        );
+        ev.mark(
+            1,
+            60,
+            MarkKind::StateTransferred {
+                from_seq: 1,
+                to_seq: 2,
+            },
+        );
+        assert_eq!(ev.transferred(2), vec![(4, 9)]);
+        assert!(ev.skipped(2, 4) && ev.skipped(2, 9));
+        assert!(!ev.skipped(2, 3) && !ev.skipped(2, 10) && !ev.skipped(0, 5));
     }
 }

@@ -777,6 +777,23 @@ impl<H: Harness> Simulator<H> {
             s.reexecuted += 1;
             return;
         }
+        if e.seq > s.last_seq.saturating_add(1) {
+            // A gap: the replica installed a snapshot at `e.seq - 1` by state transfer and never
+            // executed the batches between; their fires happened elsewhere.
+            let (from_seq, to_seq) = (s.last_seq + 1, e.seq - 1);
+            tracing::debug!(
+                replica = node,
+                from_seq,
+                to_seq,
+                "batches skipped by state transfer"
+            );
+            self.events.mark(
+                node,
+                self.now_ms,
+                MarkKind::StateTransferred { from_seq, to_seq },
+            );
+        }
+        let s = &mut self.slots[node as usize];
         s.last_seq = e.seq;
         s.state_digest = e.state_digest;
         s.batches += 1;
@@ -1165,6 +1182,24 @@ impl<H: Harness> Simulator<H> {
             },
         );
         self.stats.fault_phase_batches = self.checker.heal_seq().unwrap_or(0);
+        // A replica whose last state transfer was followed by no execution: its span ends at
+        // the snapshot it installed.
+        let tails: Vec<(NodeId, u64, u64)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let (seq, _) = s.node.as_ref().and_then(|n| self.harness.status(n))?;
+                (seq > s.last_seq).then_some((i as NodeId, s.last_seq + 1, seq))
+            })
+            .collect();
+        for (node, from_seq, to_seq) in tails {
+            self.events.mark(
+                node,
+                self.now_ms,
+                MarkKind::StateTransferred { from_seq, to_seq },
+            );
+        }
         let nodes = self
             .slots
             .iter()
