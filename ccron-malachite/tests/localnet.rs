@@ -247,3 +247,104 @@ fn lying_proposer_is_rejected() {
     }
     assert!(r.max_height >= 5, "{r:?}");
 }
+
+/// A 4-node localnet with node 0 Byzantine of `kind` from a third of the run on (18 s, no
+/// kill): the honest three keep deciding during the fault, agree, stay bounded in memory and
+/// disk; returns the report for the kind's own checks.
+fn byzantine_run(kind: &str) -> Report {
+    let name = format!("byz-{kind}");
+    let (ok, r) = localnet(
+        &["--duration", "18s", "--no-kill", "--byzantine", kind],
+        &name,
+    );
+    assert!(ok, "localnet failed: {r:?}");
+    assert!(r.honest_agree, "{r:?}");
+    assert!(!r.nodes[0].honest);
+    let b = r.byzantine.clone().expect("a Byzantine report");
+    println!(
+        "{kind}: heights/s before {:.1} during {:.1} ({} heights during), longest stall before {} ms during {} ms",
+        b.heights_per_sec_before,
+        b.heights_per_sec_during,
+        b.heights_during,
+        b.longest_stall_before_ms,
+        b.longest_stall_during_ms
+    );
+    for n in &r.nodes[1..] {
+        println!(
+            "  node {} height {} rss {} KiB disk {} B logs {} B refusals {:?}",
+            n.id, n.last_executed_seq, n.peak_rss_kb, n.disk_bytes, n.log_bytes, n.refusals
+        );
+    }
+    // Liveness during the fault: heights keep coming, no stall beyond a few round timeouts.
+    assert!(b.heights_during >= 5, "{r:?}");
+    assert!(b.heights_per_sec_during >= 1.0, "{r:?}");
+    assert!(b.longest_stall_during_ms < 8_000, "{r:?}");
+    // The honest nodes are all near the top, bounded in memory and disk.
+    for n in &r.nodes[1..] {
+        assert!(n.last_executed_seq + 5 >= r.max_height, "{r:?}");
+        assert!(n.peak_rss_kb > 0 && n.peak_rss_kb < 256 * 1024, "{r:?}");
+        assert!(n.disk_bytes < 64 << 20, "{r:?}");
+        assert!(n.log_bytes < 64 << 20, "{r:?}");
+    }
+    r
+}
+
+/// The sum over the honest nodes of refusal counter `key`.
+fn refused(r: &Report, key: &str) -> u64 {
+    r.nodes[1..]
+        .iter()
+        .map(|n| n.refusals.get(key).copied().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn byzantine_equivocating_proposer_is_recorded_and_the_rest_decide() {
+    let r = byzantine_run("equivocate");
+    assert!(refused(&r, "part.equivocation") > 0, "{r:?}");
+}
+
+#[test]
+fn byzantine_part_flood_is_refused_and_bounded() {
+    let r = byzantine_run("flood");
+    let flood: u64 = [
+        "part.round_too_far",
+        "part.height_too_far",
+        "part.stale_height",
+        "part.peer_muted",
+        "part.invalid",
+        "part.full",
+    ]
+    .iter()
+    .map(|k| refused(&r, k))
+    .sum();
+    assert!(flood > 100, "{r:?}");
+    // Parts at rounds it may propose in were verified, judged invalid and not kept.
+    assert!(refused(&r, "part.invalid") > 0, "{r:?}");
+}
+
+#[test]
+fn byzantine_withheld_votes_and_parts_do_not_stop_the_rest() {
+    let r = byzantine_run("withhold");
+    assert!(refused(&r, "signature.votes") > 0, "{r:?}");
+}
+
+#[test]
+fn byzantine_silent_validator_does_not_stop_the_rest() {
+    let r = byzantine_run("silent");
+    // The silent node stopped deciding well before the others.
+    assert!(r.nodes[0].last_executed_seq + 5 < r.max_height, "{r:?}");
+}
+
+#[test]
+fn byzantine_bad_ticks_and_requests_are_refused_by_reason() {
+    let r = byzantine_run("bad-ticks");
+    for key in [
+        "tick.invalid",
+        "tick.unknown_component",
+        "tick.not_a_validator",
+        "request.rejected_invalid",
+    ] {
+        assert!(refused(&r, key) > 0, "no {key}: {r:?}");
+    }
+    assert!(refused(&r, "block.BadTickSignature") > 0, "{r:?}");
+}

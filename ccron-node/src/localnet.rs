@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use std::collections::BTreeMap;
+
 use crate::core::{node_dir, now_ms};
+use crate::hostile::ByzantineKind;
 use crate::load::LoadPayload;
 use crate::records::{Genesis, GenesisValidator, NodeStatus};
 use crate::types::hex;
@@ -61,6 +64,8 @@ pub struct LocalnetOptions {
     pub omit_ticks: bool,
     /// SIGKILL one node mid-run and restart it from its storage.
     pub kill_restart: bool,
+    /// Run this node as a Byzantine validator of this kind from a third of the run on.
+    pub byzantine: Option<(ByzantineKind, usize)>,
     /// Key seed.
     pub seed: u64,
     /// Where to put the config directories (a fresh temporary directory if None).
@@ -81,6 +86,7 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("lying_time", &self.lying_time)
             .field("omit_ticks", &self.omit_ticks)
             .field("kill_restart", &self.kill_restart)
+            .field("byzantine", &self.byzantine)
             .field("seed", &self.seed)
             .field("home", &self.home)
             .field("node_bin", &self.node_bin)
@@ -129,6 +135,41 @@ pub struct NodeReport {
     /// Blocks its last process re-executed at start (above the restored snapshot).
     #[serde(default)]
     pub replayed_blocks: u64,
+    /// Bytes of its state on disk at the end (block and part logs, snapshots, the engine's
+    /// WAL, tick floor: everything in its directory but the logs and reports).
+    #[serde(default)]
+    pub disk_bytes: u64,
+    /// Bytes of its log and report files at the end (`node.log`, `digests.log`, ...).
+    #[serde(default)]
+    pub log_bytes: u64,
+    /// What it refused, by reason ([`refusals`]): proposal parts, proposals, ticks, requests,
+    /// engine signatures; only non-zero counts.
+    #[serde(default)]
+    pub refusals: BTreeMap<String, u64>,
+}
+
+/// A Byzantine run's verdict on the honest nodes (one honest node that ran the whole time,
+/// from its `digests.log`: the heights and agreed times it executed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ByzantineReport {
+    /// The kind.
+    pub kind: ByzantineKind,
+    /// The Byzantine node.
+    pub node: usize,
+    /// When the behaviour started (Unix ms).
+    pub from_ms: i64,
+    /// The honest node measured.
+    pub measured_node: usize,
+    /// Heights per second of agreed time before the fault (from height 2 to `from_ms`).
+    pub heights_per_sec_before: f64,
+    /// Heights per second of agreed time during the fault (from `from_ms` to the last height).
+    pub heights_per_sec_during: f64,
+    /// Heights decided during the fault.
+    pub heights_during: u64,
+    /// The longest time between two consecutive heights' agreed times during the fault (ms).
+    pub longest_stall_during_ms: i64,
+    /// The longest such time before it (ms).
+    pub longest_stall_before_ms: i64,
 }
 
 /// Lateness of the due periodic actions one node ran (ms, from its `fires.log`): each fire's
@@ -217,6 +258,13 @@ pub struct Report {
     /// f+1 nodes returned a record identically (`ccron_http::QuorumReader`); `None` without one.
     #[serde(default)]
     pub outbox_quorum_records: Option<u64>,
+    /// With `--byzantine`: the honest nodes' liveness before and during the fault.
+    #[serde(default)]
+    pub byzantine: Option<ByzantineReport>,
+    /// The longest time between two consecutive heights' agreed times on the measured node
+    /// (from height 2; ms).
+    #[serde(default)]
+    pub longest_stall_ms: i64,
     /// With a load client: its results read back from every node's
     /// `GET /v1/requests/{client}/{number}`, believed where f+1 returned one identically.
     #[serde(default)]
@@ -323,7 +371,12 @@ pub fn init_home(
     Ok(genesis)
 }
 
-fn spawn_node(opts: &LocalnetOptions, home: &Path, i: usize) -> std::io::Result<Child> {
+fn spawn_node(
+    opts: &LocalnetOptions,
+    home: &Path,
+    i: usize,
+    byzantine_from_ms: i64,
+) -> std::io::Result<Child> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -339,6 +392,14 @@ fn spawn_node(opts: &LocalnetOptions, home: &Path, i: usize) -> std::io::Result<
     }
     if opts.omit_ticks && i == 0 {
         cmd.arg("--omit-ticks");
+    }
+    if let Some((kind, node)) = opts.byzantine
+        && node == i
+    {
+        cmd.arg("--byzantine")
+            .arg(kind.name())
+            .arg("--byzantine-from-ms")
+            .arg(byzantine_from_ms.to_string());
     }
     cmd.arg("--snapshot-every")
         .arg(LOCALNET_SNAPSHOT_EVERY.to_string());
@@ -410,6 +471,124 @@ fn read_digests(
     out
 }
 
+/// (height, agreed time) of every height node `i` executed, from its `digests.log` (the last
+/// line of a height wins; a restarted node repeats heights).
+fn read_agreed(home: &Path, i: usize) -> BTreeMap<u64, i64> {
+    let text = std::fs::read_to_string(node_dir(home, i).join("digests.log")).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut it = line.split_whitespace();
+            let h = it.next()?.parse().ok()?;
+            let t = it.nth(1)?.parse().ok()?;
+            Some((h, t))
+        })
+        .collect()
+}
+
+/// Liveness of one node around `from_ms`: (heights/s before, heights/s during, heights during,
+/// longest stall before, longest stall during), from its heights' agreed times (height 2 on:
+/// height 1 is stamped with the genesis time).
+pub fn liveness(agreed: &BTreeMap<u64, i64>, from_ms: i64) -> (f64, f64, u64, i64, i64) {
+    let times: Vec<i64> = agreed.range(2..).map(|(_, &t)| t).collect();
+    let (Some(&first), Some(&last)) = (times.first(), times.last()) else {
+        return (0.0, 0.0, 0, 0, 0);
+    };
+    let before = times.iter().filter(|&&t| t < from_ms).count();
+    let during = times.len() - before;
+    let rate = |k: usize, ms: i64| {
+        if ms <= 0 {
+            0.0
+        } else {
+            k as f64 * 1_000.0 / ms as f64
+        }
+    };
+    let (mut stall_before, mut stall_during) = (0i64, 0i64);
+    for w in times.windows(2) {
+        let gap = w[1].saturating_sub(w[0]);
+        if w[1] < from_ms {
+            stall_before = stall_before.max(gap);
+        } else {
+            stall_during = stall_during.max(gap);
+        }
+    }
+    (
+        rate(before, from_ms.min(last).saturating_sub(first)),
+        rate(during, last.saturating_sub(from_ms)),
+        during as u64,
+        stall_before,
+        stall_during,
+    )
+}
+
+/// Files of a node directory that are logs and reports, not state.
+const LOG_FILES: [&str; 6] = [
+    "node.log",
+    "digests.log",
+    "fires.log",
+    "status.json",
+    "http.addr",
+    "secret.key",
+];
+
+/// (state bytes, log bytes) under node `i`'s directory.
+fn disk_usage(home: &Path, i: usize) -> (u64, u64) {
+    fn walk(dir: &Path, top: bool, out: &mut (u64, u64)) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                walk(&e.path(), false, out);
+            } else if top && LOG_FILES.iter().any(|f| e.file_name() == *f) {
+                out.1 += meta.len();
+            } else {
+                out.0 += meta.len();
+            }
+        }
+    }
+    let mut out = (0, 0);
+    walk(&node_dir(home, i), true, &mut out);
+    out
+}
+
+/// What a node refused, by reason, from its status: proposal parts (`part.*`: every counter
+/// but `accepted`), proposals (`block.*`), ticks (`tick.*`), client requests (`request.*`) and
+/// engine messages with a bad signature (`signature.*`); only non-zero counts.
+pub fn refusals(s: &NodeStatus) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let mut take = |prefix: &str, v: serde_json::Value, keep: &dyn Fn(&str) -> bool| {
+        if let serde_json::Value::Object(m) = v {
+            for (k, v) in m {
+                if let Some(n) = v.as_u64()
+                    && n > 0
+                    && keep(&k)
+                {
+                    out.insert(format!("{prefix}.{k}"), n);
+                }
+            }
+        }
+    };
+    fn json<T: Serialize>(v: &T) -> serde_json::Value {
+        serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+    }
+    take("part", json(&s.proposal_parts), &|k| k != "accepted");
+    take("tick", json(&s.tick_pool), &|k| {
+        matches!(
+            k,
+            "invalid" | "not_a_validator" | "unknown_component" | "already_pending" | "stale"
+        )
+    });
+    take("request", json(&s.mempool), &|k| k.starts_with("rejected_"));
+    take("signature", json(&s.signatures_refused), &|_| true);
+    for (k, &n) in &s.rejections_by_reason {
+        if n > 0 {
+            out.insert(format!("block.{k}"), n);
+        }
+    }
+    out
+}
+
 /// Runs a localnet and returns its report.
 ///
 /// # Errors
@@ -428,11 +607,14 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     init_home(&home, opts.nodes, opts.seed, &opts.ledger)?;
     let n = opts.nodes;
     let late = if opts.late_join { Some(n - 1) } else { None };
+    let byzantine_from_ms =
+        now_ms().saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
+    let byzantine_node = opts.byzantine.map(|(_, i)| i);
     let mut children = Children((0..n).map(|_| None).collect());
     let mut pids = Vec::new();
     for i in 0..n {
         if Some(i) != late {
-            let c = spawn_node(opts, &home, i)?;
+            let c = spawn_node(opts, &home, i, byzantine_from_ms)?;
             pids.push(c.id());
             children.0[i] = Some(c);
         }
@@ -464,7 +646,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             killed = true;
         }
         if killed && restarts == 0 && t >= restart_at {
-            let c = spawn_node(opts, &home, victim)?;
+            let c = spawn_node(opts, &home, victim, byzantine_from_ms)?;
             pids.push(c.id());
             children.0[victim] = Some(c);
             restarts += 1;
@@ -473,7 +655,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             && !late_started
             && t >= late_at
         {
-            let c = spawn_node(opts, &home, l)?;
+            let c = spawn_node(opts, &home, l, byzantine_from_ms)?;
             pids.push(c.id());
             children.0[l] = Some(c);
             late_started = true;
@@ -513,7 +695,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let mut digests = Vec::new();
     for (i, &is_alive) in alive.iter().enumerate() {
         let s = read_status(&home, i);
-        let honest = !(opts.lying_time && i == 0);
+        let honest = !(opts.lying_time && i == 0) && Some(i) != byzantine_node;
+        let (disk_bytes, log_bytes) = disk_usage(&home, i);
         if !is_alive {
             violations.push(format!(
                 "node {i} exited before the end (see node-{i}/node.log)"
@@ -535,6 +718,9 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             peak_rss_kb: peaks[i],
             restored_from_height: s.restored_from_height,
             replayed_blocks: s.replayed_blocks,
+            disk_bytes,
+            log_bytes,
+            refusals: refusals(&s),
         });
         digests.push(read_digests(&home, i, &mut violations));
     }
@@ -598,6 +784,32 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         let samples = read_fires(&home, i);
         (!samples.is_empty()).then(|| Lateness::from_samples(i, &samples))
     });
+    let agreed = measured.map(|i| read_agreed(&home, i)).unwrap_or_default();
+    let (_, _, _, stall_all, stall_rest) = liveness(&agreed, i64::MAX);
+    let longest_stall_ms = stall_all.max(stall_rest);
+    let byzantine = opts.byzantine.zip(measured).map(|((kind, node), m)| {
+        let (before, during, heights_during, stall_before, stall_during) =
+            liveness(&agreed, byzantine_from_ms);
+        ByzantineReport {
+            kind,
+            node,
+            from_ms: byzantine_from_ms,
+            measured_node: m,
+            heights_per_sec_before: before,
+            heights_per_sec_during: during,
+            heights_during,
+            longest_stall_during_ms: stall_during,
+            longest_stall_before_ms: stall_before,
+        }
+    });
+    if let Some(b) = &byzantine
+        && b.heights_during == 0
+    {
+        violations.push(format!(
+            "honest nodes decided nothing while node {} was Byzantine ({})",
+            b.node, b.kind
+        ));
+    }
     let ticks_node = &nodes[measured.unwrap_or(0)];
     let committed_ticks_per_sec = (ticks_node.ticks_executed + ticks_node.ticks_skipped) as f64
         / opts.duration.as_secs_f64().max(0.001);
@@ -615,6 +827,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         lateness_ms,
         outbox_quorum_records,
         results,
+        byzantine,
+        longest_stall_ms,
     })
 }
 
