@@ -138,6 +138,7 @@ fn malachite_side(duration: Duration) -> Side {
         omit_ticks: false,
         kill_restart: false,
         byzantine: None,
+        faults: None,
         seed: 1,
         home: None,
         node_bin: env!("CARGO_BIN_EXE_ccron-malachite").into(),

@@ -348,3 +348,55 @@ fn byzantine_bad_ticks_and_requests_are_refused_by_reason() {
     }
     assert!(refused(&r, "block.BadTickSignature") > 0, "{r:?}");
 }
+
+/// The seeded process-fault campaign (ignored: minutes). Each seed runs a 4-node localnet
+/// with `--no-kill --faults SEED` (SIGKILL + restart and SIGSTOP + SIGCONT of random nodes at
+/// random points, one at a time) and must end with every node alive, the honest digests equal
+/// at every shared height and no node stuck; a failing seed prints its replay command.
+///
+/// `CCRON_CAMPAIGN_SEEDS=1-200 CCRON_CAMPAIGN_DURATION=12s cargo test -p
+/// ccron-malachite --test localnet fault_campaign -- --ignored --nocapture`
+#[test]
+#[ignore = "a campaign of localnet runs: minutes"]
+fn fault_campaign() {
+    let seeds = std::env::var("CCRON_CAMPAIGN_SEEDS").unwrap_or_else(|_| "1-10".into());
+    let (lo, hi) = seeds
+        .split_once('-')
+        .map(|(a, b)| (a.parse::<u64>().unwrap(), b.parse::<u64>().unwrap()))
+        .unwrap_or_else(|| {
+            let s = seeds.parse().unwrap();
+            (s, s)
+        });
+    let duration = std::env::var("CCRON_CAMPAIGN_DURATION").unwrap_or_else(|_| "12s".into());
+    let mut failed = Vec::new();
+    let mut faults = 0usize;
+    for seed in lo..=hi {
+        let seed_s = seed.to_string();
+        let (ok, r) = localnet(
+            &["--duration", &duration, "--no-kill", "--faults", &seed_s],
+            &format!("campaign-{seed}"),
+        );
+        faults += r.faults.len();
+        let heights: Vec<u64> = r.nodes.iter().map(|n| n.last_executed_seq).collect();
+        println!(
+            "seed {seed}: ok {ok} max_height {} heights {heights:?} restarts {} longest stall {} ms faults [{}] violations {:?}",
+            r.max_height,
+            r.restarts,
+            r.longest_stall_ms,
+            r.faults.join(", "),
+            r.violations
+        );
+        if !ok || !r.honest_agree {
+            println!(
+                "REPLAY seed {seed}: cargo run -p ccron-malachite -- localnet --nodes 4 --ledger demo --duration {duration} --no-kill --faults {seed}"
+            );
+            failed.push(seed);
+        }
+    }
+    println!(
+        "campaign seeds {lo}-{hi}: {} runs, {faults} fault events, {} failed {failed:?}",
+        hi - lo + 1,
+        failed.len()
+    );
+    assert!(failed.is_empty(), "failing seeds: {failed:?}");
+}

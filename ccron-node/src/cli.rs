@@ -164,6 +164,10 @@ enum Cmd {
         /// on: `equivocate`, `flood`, `withhold`, `silent` or `bad-ticks` (`KIND[@INDEX]`).
         #[arg(long)]
         byzantine: Option<String>,
+        /// Process-level faults from this seed: SIGKILL + restart and SIGSTOP + SIGCONT of
+        /// random nodes at random points, one at a time (use with --no-kill).
+        #[arg(long)]
+        faults: Option<u64>,
         /// Key seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -374,6 +378,7 @@ impl<A: Application> NodeBinary<A> {
                 omit_ticks,
                 no_kill,
                 byzantine,
+                faults,
                 seed,
                 home,
                 json,
@@ -423,6 +428,7 @@ impl<A: Application> NodeBinary<A> {
                     omit_ticks,
                     kill_restart: !no_kill,
                     byzantine,
+                    faults,
                     seed,
                     home,
                     node_bin,
@@ -461,6 +467,9 @@ fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
             n.synced_heights,
             n.state_digest.get(..16).unwrap_or("")
         );
+    }
+    if !report.faults.is_empty() {
+        println!("faults {}", report.faults.join(", "));
     }
     println!(
         "honest_agree {} restarts {} max_height {} ({:.1} heights/s) violations {:?}",

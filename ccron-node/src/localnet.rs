@@ -66,6 +66,9 @@ pub struct LocalnetOptions {
     pub kill_restart: bool,
     /// Run this node as a Byzantine validator of this kind from a third of the run on.
     pub byzantine: Option<(ByzantineKind, usize)>,
+    /// Process-level faults from this seed ([`crate::faults::FaultPlan`]: SIGKILL + restart,
+    /// SIGSTOP + SIGCONT, one node at a time, at random points).
+    pub faults: Option<u64>,
     /// Key seed.
     pub seed: u64,
     /// Where to put the config directories (a fresh temporary directory if None).
@@ -87,6 +90,7 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("omit_ticks", &self.omit_ticks)
             .field("kill_restart", &self.kill_restart)
             .field("byzantine", &self.byzantine)
+            .field("faults", &self.faults)
             .field("seed", &self.seed)
             .field("home", &self.home)
             .field("node_bin", &self.node_bin)
@@ -265,6 +269,9 @@ pub struct Report {
     /// (from height 2; ms).
     #[serde(default)]
     pub longest_stall_ms: i64,
+    /// With `--faults SEED`: every fault applied, `"<ms> <kill|pause|restart|continue> <node>"`.
+    #[serde(default)]
+    pub faults: Vec<String>,
     /// With a load client: its results read back from every node's
     /// `GET /v1/requests/{client}/{number}`, believed where f+1 returned one identically.
     #[serde(default)]
@@ -589,6 +596,65 @@ pub fn refusals(s: &NodeStatus) -> BTreeMap<String, u64> {
     out
 }
 
+/// `kill 2`, `restart 2`, `pause 1`, `continue 1`.
+fn fault_name(step: crate::faults::FaultStep) -> String {
+    use crate::faults::{FaultKind as K, FaultStep as S};
+    match step {
+        S::Start(K::Kill, i) => format!("kill {i}"),
+        S::End(K::Kill, i) => format!("restart {i}"),
+        S::Start(K::Pause, i) => format!("pause {i}"),
+        S::End(K::Pause, i) => format!("continue {i}"),
+    }
+}
+
+/// Applies one fault step to the children; `true` when it restarted a node.
+fn apply_fault(
+    opts: &LocalnetOptions,
+    home: &Path,
+    children: &mut Children,
+    pids: &mut Vec<u32>,
+    step: crate::faults::FaultStep,
+    byzantine_from_ms: i64,
+) -> std::io::Result<bool> {
+    use crate::faults::{FaultKind as K, FaultStep as S};
+    let signal = |c: &Child, sig: &str| {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(c.id().to_string())
+            .status();
+        if !status.is_ok_and(|s| s.success()) {
+            tracing::error!(pid = c.id(), sig, "could not signal a node");
+        }
+    };
+    match step {
+        S::Start(K::Kill, i) => {
+            if let Some(mut c) = children.0[i].take() {
+                let _ = c.kill(); // SIGKILL
+                let _ = c.wait();
+            }
+        }
+        S::End(K::Kill, i) => {
+            if children.0[i].is_none() {
+                let c = spawn_node(opts, home, i, byzantine_from_ms)?;
+                pids.push(c.id());
+                children.0[i] = Some(c);
+                return Ok(true);
+            }
+        }
+        S::Start(K::Pause, i) => {
+            if let Some(c) = &children.0[i] {
+                signal(c, "STOP");
+            }
+        }
+        S::End(K::Pause, i) => {
+            if let Some(c) = &children.0[i] {
+                signal(c, "CONT");
+            }
+        }
+    }
+    Ok(false)
+}
+
 /// Runs a localnet and returns its report.
 ///
 /// # Errors
@@ -635,9 +701,26 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let mut restarts = 0u32;
     let mut killed = false;
     let mut late_started = false;
+    let mut plan = opts
+        .faults
+        .map(|seed| crate::faults::FaultPlan::new(seed, n, opts.duration));
+    let mut fault_log = Vec::new();
     while start.elapsed() < opts.duration {
         std::thread::sleep(Duration::from_millis(100));
         let t = start.elapsed();
+        if let Some(step) = plan.as_mut().and_then(|p| p.step(t)) {
+            fault_log.push(format!("{} {}", t.as_millis(), fault_name(step)));
+            if apply_fault(
+                opts,
+                &home,
+                &mut children,
+                &mut pids,
+                step,
+                byzantine_from_ms,
+            )? {
+                restarts += 1;
+            }
+        }
         if opts.kill_restart && !killed && t >= kill_at && Some(victim) != late {
             if let Some(mut c) = children.0[victim].take() {
                 let _ = c.kill(); // SIGKILL
@@ -668,6 +751,25 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
                 tracing::error!(node = i, %status, "node exited");
                 *slot = None;
             }
+        }
+    }
+    // A fault still in progress ends before the nodes are judged.
+    if let Some((kind, node)) = plan.as_ref().and_then(crate::faults::FaultPlan::current) {
+        let step = crate::faults::FaultStep::End(kind, node);
+        fault_log.push(format!(
+            "{} {}",
+            start.elapsed().as_millis(),
+            fault_name(step)
+        ));
+        if apply_fault(
+            opts,
+            &home,
+            &mut children,
+            &mut pids,
+            step,
+            byzantine_from_ms,
+        )? {
+            restarts += 1;
         }
     }
     let alive: Vec<bool> = children.0.iter().map(|c| c.is_some()).collect();
@@ -746,6 +848,16 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .map(|&i| nodes[i].last_executed_seq)
         .max()
         .unwrap_or(0);
+    if opts.faults.is_some() {
+        for nr in &nodes {
+            if nr.last_executed_seq.saturating_mul(2) < max_height {
+                violations.push(format!(
+                    "node {} stuck at height {} (others at {max_height})",
+                    nr.id, nr.last_executed_seq
+                ));
+            }
+        }
+    }
     if nodes.iter().all(|n| n.fires == 0) {
         violations.push("nothing fired".into());
     }
@@ -829,6 +941,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         results,
         byzantine,
         longest_stall_ms,
+        faults: fault_log,
     })
 }
 
