@@ -182,6 +182,10 @@ pub async fn run_node<A: Application>(
     }
 
     let parent = std::os::unix::process::parent_id();
+    // SIGTERM (an operator's or the localnet's stop): a snapshot of the last height, then
+    // exit, so the next start replays nothing.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| NodeError::Engine(format!("SIGTERM handler: {e}")))?;
     let mut watchdog = tokio::time::interval(Duration::from_millis(500));
     let mut timer = tokio::time::interval(Duration::from_millis(100));
     let mut streams = Streams::default();
@@ -204,6 +208,11 @@ pub async fn run_node<A: Application>(
                     break;
                 }
             }
+            _ = term.recv() => {
+                tracing::info!("SIGTERM: snapshot, then stop");
+                node.core.snapshot();
+                return Ok(());
+            }
             _ = watchdog.tick() => {
                 while let Ok(t) = tick_rx.try_recv() {
                     node.core.on_local_tick(t.component);
@@ -219,9 +228,13 @@ pub async fn run_node<A: Application>(
     // Silent (a Byzantine strategy stopped the engine): the process and its endpoint live on
     // until the parent is gone.
     loop {
-        watchdog.tick().await;
-        if std::os::unix::process::parent_id() != parent {
-            return Ok(());
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = watchdog.tick() => {
+                if std::os::unix::process::parent_id() != parent {
+                    return Ok(());
+                }
+            }
         }
     }
 }

@@ -281,6 +281,8 @@ fn byzantine_run(kind: &str) -> Report {
     assert!(b.longest_stall_during_ms < 8_000, "{r:?}");
     // The honest nodes are all near the top, bounded in memory and disk.
     for n in &r.nodes[1..] {
+        // Stopped with SIGTERM: each wrote a snapshot of its last height before exiting.
+        assert_eq!(n.final_snapshot, Some(n.last_executed_seq), "{r:?}");
         assert!(n.last_executed_seq + 5 >= r.max_height, "{r:?}");
         assert!(n.peak_rss_kb > 0 && n.peak_rss_kb < 256 * 1024, "{r:?}");
         assert!(n.disk_bytes < 64 << 20, "{r:?}");

@@ -150,6 +150,10 @@ pub struct NodeReport {
     /// engine signatures; only non-zero counts.
     #[serde(default)]
     pub refusals: BTreeMap<String, u64>,
+    /// The height of its newest snapshot after the localnet stopped it (SIGTERM: a node writes
+    /// one of its last height before it exits).
+    #[serde(default)]
+    pub final_snapshot: Option<u64>,
 }
 
 /// A Byzantine run's verdict on the honest nodes (one honest node that ran the whole time,
@@ -323,12 +327,42 @@ fn quorum_read_outbox(home: &Path, n: usize) -> Result<u64, String> {
 struct Children(Vec<Option<Child>>);
 
 impl Drop for Children {
+    /// SIGTERM to every child (a node writes a snapshot of its last height and exits), up to
+    /// 5 s for all of them to exit, then SIGKILL to any left.
+    // The localnet is the process boundary: it reads the real clock for the deadline.
+    #[allow(clippy::disallowed_methods)]
     fn drop(&mut self) {
         for c in self.0.iter_mut().flatten() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for c in self.0.iter_mut().flatten() {
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
     }
+}
+
+/// The height of the newest snapshot in node `i`'s `snapshots/` (`snapshot-H.bin`).
+fn newest_snapshot(home: &Path, i: usize) -> Option<u64> {
+    std::fs::read_dir(node_dir(home, i).join("snapshots"))
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("snapshot-")?
+                .strip_suffix(".bin")?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
 }
 
 /// Writes keys and genesis for `n` nodes of `ledger`, with free loopback ports.
@@ -823,6 +857,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             disk_bytes,
             log_bytes,
             refusals: refusals(&s),
+            final_snapshot: newest_snapshot(&home, i),
         });
         digests.push(read_digests(&home, i, &mut violations));
     }
