@@ -1015,6 +1015,51 @@ mod tests {
         std::fs::remove_dir_all(&home).unwrap();
     }
 
+    #[test]
+    fn liveness_splits_heights_and_gaps_at_the_fault() {
+        // Height 1 at the genesis time (ignored), then a height every 100 ms up to 1,000, a
+        // 2 s stall, then a height every 500 ms.
+        let mut agreed = BTreeMap::from([(1u64, 0i64)]);
+        for h in 2..=11 {
+            agreed.insert(h, (h as i64 - 1) * 100);
+        }
+        for (k, h) in (12..=15).enumerate() {
+            agreed.insert(h, 3_000 + k as i64 * 500);
+        }
+        let (before, during, heights_during, stall_before, stall_during) = liveness(&agreed, 1_500);
+        assert_eq!(heights_during, 4);
+        assert_eq!((stall_before, stall_during), (100, 2_000));
+        // Before: 10 heights from the first (100 ms) to the fault (1,500 ms).
+        assert!((before - 10.0 * 1_000.0 / 1_400.0).abs() < 1e-9, "{before}");
+        assert!((during - 4.0 * 1_000.0 / 3_000.0).abs() < 1e-9, "{during}");
+        assert_eq!(liveness(&BTreeMap::new(), 0), (0.0, 0.0, 0, 0, 0));
+    }
+
+    #[test]
+    fn refusals_name_every_non_zero_counter_by_reason() {
+        let mut s = NodeStatus::default();
+        s.proposal_parts.accepted = 9;
+        s.proposal_parts.equivocation = 2;
+        s.tick_pool.invalid = 3;
+        s.tick_pool.own_sent = 7;
+        s.mempool.rejected_invalid = 4;
+        s.mempool.accepted = 5;
+        s.signatures_refused.votes = 6;
+        s.rejections_by_reason.insert("BadTickSignature".into(), 1);
+        let r = refusals(&s);
+        let want: BTreeMap<String, u64> = [
+            ("part.equivocation", 2),
+            ("tick.invalid", 3),
+            ("request.rejected_invalid", 4),
+            ("signature.votes", 6),
+            ("block.BadTickSignature", 1),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(r, want);
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn peak_rss_of_this_process() {
