@@ -137,6 +137,8 @@ fn malachite_side(duration: Duration) -> Side {
         lying_time: false,
         omit_ticks: false,
         kill_restart: false,
+        byzantine: None,
+        faults: None,
         seed: 1,
         home: None,
         node_bin: env!("CARGO_BIN_EXE_ccron-malachite").into(),

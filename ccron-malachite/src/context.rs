@@ -3,6 +3,8 @@
 //! engine sends over the network, writes to its WAL or serves through sync.
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use borsh::{BorshDeserialize, BorshSerialize};
 use bytes::Bytes;
@@ -556,9 +558,57 @@ fn proposal_signing_bytes(p: &Proposal) -> Vec<u8> {
     out
 }
 
-/// Verifies everyone's signatures.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Ed25519Verifier;
+/// Engine messages refused for a bad signature, counted by [`Ed25519Verifier`].
+#[derive(Debug, Default)]
+pub struct RefusedSignatures {
+    votes: AtomicU64,
+    proposals: AtomicU64,
+    extensions: AtomicU64,
+    proofs: AtomicU64,
+}
+
+impl RefusedSignatures {
+    /// The counts now.
+    pub fn counts(&self) -> ccron_node::records::SignatureRefusals {
+        ccron_node::records::SignatureRefusals {
+            votes: self.votes.load(Ordering::Relaxed),
+            proposals: self.proposals.load(Ordering::Relaxed),
+            extensions: self.extensions.load(Ordering::Relaxed),
+            proofs: self.proofs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Verifies everyone's signatures; each refusal is counted (when it has counters) and
+/// traced (the engine drops the message).
+#[derive(Clone, Debug, Default)]
+pub struct Ed25519Verifier {
+    refused: Option<Arc<RefusedSignatures>>,
+}
+
+impl Ed25519Verifier {
+    /// A verifier counting its refusals into `refused`.
+    pub fn counting(refused: Arc<RefusedSignatures>) -> Self {
+        Self {
+            refused: Some(refused),
+        }
+    }
+
+    fn verdict(
+        &self,
+        ok: bool,
+        what: &'static str,
+        pick: fn(&RefusedSignatures) -> &AtomicU64,
+    ) -> VerificationResult {
+        if !ok {
+            if let Some(r) = &self.refused {
+                pick(r).fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::debug!(what, "signature refused");
+        }
+        VerificationResult::from_bool(ok)
+    }
+}
 
 #[async_trait::async_trait]
 impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
@@ -568,11 +618,8 @@ impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
         signature: &Sig,
         public_key: &PubKey,
     ) -> Result<VerificationResult, SignError> {
-        Ok(VerificationResult::from_bool(verify_raw(
-            public_key,
-            &vote.signing_bytes(),
-            signature,
-        )))
+        let ok = verify_raw(public_key, &vote.signing_bytes(), signature);
+        Ok(self.verdict(ok, "vote", |r| &r.votes))
     }
 
     async fn verify_signed_proposal(
@@ -581,11 +628,8 @@ impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
         signature: &Sig,
         public_key: &PubKey,
     ) -> Result<VerificationResult, SignError> {
-        Ok(VerificationResult::from_bool(verify_raw(
-            public_key,
-            &proposal_signing_bytes(proposal),
-            signature,
-        )))
+        let ok = verify_raw(public_key, &proposal_signing_bytes(proposal), signature);
+        Ok(self.verdict(ok, "proposal", |r| &r.proposals))
     }
 
     async fn verify_signed_vote_extension(
@@ -595,25 +639,21 @@ impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
         signature: &Sig,
         public_key: &PubKey,
     ) -> Result<VerificationResult, SignError> {
-        Ok(VerificationResult::from_bool(verify_raw(
+        let ok = verify_raw(
             public_key,
             &extension_signing_bytes(scope, extension),
             signature,
-        )))
+        );
+        Ok(self.verdict(ok, "extension", |r| &r.extensions))
     }
 
     async fn verify_validator_proof(
         &self,
         proof: &ValidatorProof<Ctx>,
     ) -> Result<VerificationResult, SignError> {
-        let Ok(pk) = <[u8; 32]>::try_from(proof.public_key.as_slice()) else {
-            return Ok(VerificationResult::Invalid);
-        };
-        Ok(VerificationResult::from_bool(verify_raw(
-            &PubKey(pk),
-            &proof.preimage(),
-            &proof.signature,
-        )))
+        let ok = <[u8; 32]>::try_from(proof.public_key.as_slice())
+            .is_ok_and(|pk| verify_raw(&PubKey(pk), &proof.preimage(), &proof.signature));
+        Ok(self.verdict(ok, "validator proof", |r| &r.proofs))
     }
 }
 

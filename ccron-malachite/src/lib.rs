@@ -9,9 +9,11 @@
 //!   node stores with each block.
 //! - [`state`]: the adapter's state (the node's [`ccron_node::NodeCore`], proposal parts), one
 //!   method per engine request; [`stream`]: publishing parts.
-//! - [`node`]: one validator process: engine configuration and start, the app-message loop.
+//! - [`node`]: one validator process: engine configuration and start, the app-message loop;
+//!   [`byzantine`]: the node's strategy at its seams (honest, or a Byzantine validator's).
 //! - [`cli`]: a node binary for any ledger in one call.
 
+pub mod byzantine;
 pub mod commit;
 pub mod context;
 pub mod node;

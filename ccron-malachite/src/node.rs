@@ -19,9 +19,10 @@ use malachitebft_app_channel::{
     RequestContext, Signer as _, SyncContext, WalContext,
 };
 
-use crate::context::{BorshCodec, ClockSample, Ctx, Ed25519Verifier, Height};
+use crate::byzantine::Strategy;
+use crate::context::{BorshCodec, ClockSample, Ctx, Height, ProposalPart};
 use crate::state::{Restream, State};
-use crate::stream::publish;
+use crate::stream::{publish, publish_tagged};
 
 /// The engine configuration the adapter uses.
 #[derive(Debug, Clone)]
@@ -110,6 +111,8 @@ pub async fn run_node<A: Application>(
     factory: Factory<A>,
 ) -> Result<(), NodeError> {
     let mut node = State::open(opts.clone(), &factory)?;
+    // The node's behaviour at its seams: honest, or a Byzantine strategy (`--byzantine`).
+    let mut strategy = crate::byzantine::strategy::<A>(opts.byzantine);
     let dir = ccron_node::core::node_dir(&opts.home, opts.index);
     let config = config(node.core.genesis(), opts.index)?;
 
@@ -150,15 +153,15 @@ pub async fn run_node<A: Application>(
     .map_err(|e| NodeError::Config(format!("http.addr: {e}")))?;
     tracing::info!(%bound, "client endpoint");
 
-    let (mut channels, _engine) = malachitebft_app_channel::start_engine(
+    let (mut channels, engine) = malachitebft_app_channel::start_engine(
         Ctx,
         config,
         WalContext::new(dir.join("wal"), BorshCodec),
         NetworkContext::new(identity, BorshCodec),
         ConsensusContext::new_validator(
             me,
-            Box::new(Ed25519Verifier),
-            Box::new(node.signer().clone()),
+            Box::new(node.verifier()),
+            strategy.engine_signer(node.signer().clone()),
         ),
         SyncContext::new(BorshCodec),
         RequestContext::new(100),
@@ -179,7 +182,13 @@ pub async fn run_node<A: Application>(
     }
 
     let parent = std::os::unix::process::parent_id();
+    // SIGTERM (an operator's or the localnet's stop): a snapshot of the last height, then
+    // exit, so the next start replays nothing.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| NodeError::Engine(format!("SIGTERM handler: {e}")))?;
     let mut watchdog = tokio::time::interval(Duration::from_millis(500));
+    let mut timer = tokio::time::interval(Duration::from_millis(100));
+    let mut streams = Streams::default();
     loop {
         tokio::select! {
             msg = channels.consensus.recv() => {
@@ -189,7 +198,20 @@ pub async fn run_node<A: Application>(
                 while let Ok(t) = tick_rx.try_recv() {
                     node.core.on_local_tick(t.component);
                 }
-                handle(&mut node, msg, &mut channels).await?;
+                handle(&mut node, msg, &mut channels, strategy.as_mut(), &mut streams).await?;
+            }
+            _ = timer.tick() => {
+                let parts = strategy.on_timer(&mut node);
+                streams.publish_all(&mut channels, &parts).await;
+                if strategy.silenced() {
+                    engine.actor.stop(Some("silent".into()));
+                    break;
+                }
+            }
+            _ = term.recv() => {
+                tracing::info!("SIGTERM: snapshot, then stop");
+                node.core.snapshot();
+                return Ok(());
             }
             _ = watchdog.tick() => {
                 while let Ok(t) = tick_rx.try_recv() {
@@ -203,6 +225,38 @@ pub async fn run_node<A: Application>(
             }
         }
     }
+    // Silent (a Byzantine strategy stopped the engine): the process and its endpoint live on
+    // until the parent is gone.
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = watchdog.tick() => {
+                if std::os::unix::process::parent_id() != parent {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Publishes parts: the first of each batch under its `(height, round)` stream, any further
+/// ones (a Byzantine strategy's) under streams of their own.
+#[derive(Debug, Default)]
+struct Streams {
+    extra: u32,
+}
+
+impl Streams {
+    async fn publish_all(&mut self, channels: &mut Channels<Ctx>, parts: &[ProposalPart]) {
+        for (i, part) in parts.iter().enumerate() {
+            if i == 0 {
+                publish(channels, part).await;
+            } else {
+                self.extra = self.extra.wrapping_add(1);
+                publish_tagged(channels, part, self.extra).await;
+            }
+        }
+    }
 }
 
 /// Answers one application message of the engine.
@@ -210,6 +264,8 @@ async fn handle<A: Application>(
     node: &mut State<A>,
     msg: AppMsg<Ctx>,
     channels: &mut Channels<Ctx>,
+    strategy: &mut dyn Strategy<A>,
+    streams: &mut Streams,
 ) -> Result<(), NodeError> {
     match msg {
         AppMsg::ConsensusReady { reply } => {
@@ -244,11 +300,11 @@ async fn handle<A: Application>(
             reply,
             ..
         } => {
-            if let Some((value, part)) = node.propose(height, round)? {
+            if let Some((value, parts)) = strategy.propose(node, height, round)? {
                 if reply.send(value).is_err() {
                     tracing::error!("GetValue reply dropped");
                 }
-                publish(channels, &part).await;
+                streams.publish_all(channels, &parts).await;
             }
         }
         AppMsg::ExtendVote { reply, .. } => {
@@ -272,7 +328,7 @@ async fn handle<A: Application>(
             if let Restream::Publish(parts) =
                 node.restream(height, round, valid_round, address, value_id)?
             {
-                for part in &parts {
+                for part in &strategy.restream(parts) {
                     publish(channels, part).await;
                 }
             }

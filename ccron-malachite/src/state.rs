@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use ccron::host::Application;
@@ -21,8 +22,8 @@ use malachitebft_app_channel::app::types::{LocallyProposedValue, ProposedValue};
 
 use crate::commit::MalachiteCommit;
 use crate::context::{
-    Address, Block, Ctx, Ed25519Signer, Height, ProposalPart, PubKey, ValidatorSet, Value,
-    proposer_of, verify_raw,
+    Address, Block, Ctx, Ed25519Signer, Ed25519Verifier, Height, ProposalPart, PubKey,
+    RefusedSignatures, ValidatorSet, Value, proposer_of, verify_raw,
 };
 
 /// Most decided values one sync answer carries.
@@ -62,6 +63,8 @@ pub struct State<A> {
     my_parts: BTreeMap<(u64, u32), ProposalPart>,
     /// Every part held for undecided heights (own and others'), with the flood limits.
     book: ProposalBook<ProposalPart>,
+    /// Engine messages the verifier refused (copied into the status at each decision).
+    refused: Arc<RefusedSignatures>,
 }
 
 impl BookPart for ProposalPart {
@@ -131,6 +134,7 @@ impl<A: Application> State<A> {
             parts,
             my_parts,
             book,
+            refused: Arc::default(),
         })
     }
 
@@ -142,6 +146,11 @@ impl<A: Application> State<A> {
     /// The signer.
     pub fn signer(&self) -> &Ed25519Signer {
         &self.signer
+    }
+
+    /// The engine's verifier, counting into this node's status what it refuses.
+    pub fn verifier(&self) -> Ed25519Verifier {
+        Ed25519Verifier::counting(self.refused.clone())
     }
 
     /// The parameters of every height (validators, timeouts, vote extensions required).
@@ -202,6 +211,20 @@ impl<A: Application> State<A> {
         height: Height,
         round: Round,
     ) -> Result<Option<(LocallyProposedValue<Ctx>, ProposalPart)>, NodeError> {
+        self.propose_shaped(height, round, |b| b)
+    }
+
+    /// [`propose`](Self::propose), with the new block passed through `shape` before it is
+    /// signed (the seam a Byzantine strategy uses, `crate::byzantine`; honest: unchanged).
+    ///
+    /// # Errors
+    /// The part log failing.
+    pub fn propose_shaped(
+        &mut self,
+        height: Height,
+        round: Round,
+        shape: impl FnOnce(ccron_node::types::Block) -> ccron_node::types::Block,
+    ) -> Result<Option<(LocallyProposedValue<Ctx>, ProposalPart)>, NodeError> {
         let r = round.as_u32().unwrap_or(0);
         let part = match self.my_parts.get(&(height.0, r)) {
             Some(p) => p.clone(),
@@ -217,7 +240,7 @@ impl<A: Application> State<A> {
                         return Ok(None);
                     }
                 };
-                self.sign_own_part(height, round, Round::Nil, block)?
+                self.sign_own_part(height, round, Round::Nil, shape(block))?
             }
         };
         self.core.remember(part.block.clone());
@@ -404,6 +427,7 @@ impl<A: Application> State<A> {
         let status = self.core.status_mut();
         status.proposal_parts = self.book.counters().clone();
         status.proposal_parts_held = self.book.held();
+        status.signatures_refused = self.refused.counts();
         self.core.decide(MalachiteCommit {
             certificate,
             extensions,

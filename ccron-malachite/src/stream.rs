@@ -16,7 +16,19 @@ pub fn stream_id(height: u64, round: u32) -> StreamId {
 /// Publishes `part` (its data, then the end of its stream) to the network.
 pub async fn publish(channels: &mut Channels<Ctx>, part: &ProposalPart) {
     let round = part.round.as_u32().unwrap_or(0);
-    let id = stream_id(part.height.0, round);
+    send(channels, part, stream_id(part.height.0, round)).await;
+}
+
+/// Publishes `part` under a stream of its own, `(height, round)` and `tag` (a Byzantine
+/// strategy's further parts: a second value of one round, a flood).
+pub async fn publish_tagged(channels: &mut Channels<Ctx>, part: &ProposalPart, tag: u32) {
+    let round = part.round.as_u32().unwrap_or(0);
+    let mut id = stream_id(part.height.0, round).to_bytes().to_vec();
+    id.extend_from_slice(&tag.to_be_bytes());
+    send(channels, part, StreamId::new(Bytes::from(id))).await;
+}
+
+async fn send(channels: &mut Channels<Ctx>, part: &ProposalPart, id: StreamId) {
     for msg in [
         StreamMessage::new(id.clone(), 0, StreamContent::Data(part.clone())),
         StreamMessage::new(id, 1, StreamContent::Fin),

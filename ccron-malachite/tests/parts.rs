@@ -58,6 +58,7 @@ fn opts(home: &Path, index: usize) -> NodeOptions {
         index,
         lying_time: false,
         omit_ticks: false,
+        byzantine: None,
         http: "127.0.0.1:0".parse().unwrap(),
         snapshot_every: 0,
     }

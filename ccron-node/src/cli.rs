@@ -27,6 +27,7 @@ use ccron::host::Application;
 use clap::{Parser, Subcommand};
 
 use crate::core::{Factory, LedgerSpec, NodeError, NodeOptions};
+use crate::hostile::{Byzantine, ByzantineKind, parse_target};
 use crate::ledger::{DEFAULT_PAGES, DEFAULT_TICK_PERIOD_MS};
 use crate::load::LoadPayload;
 use crate::localnet::{LedgerInit, LocalnetOptions, init_home, run_localnet};
@@ -98,6 +99,13 @@ enum Cmd {
         /// Propose blocks without ticks (a Byzantine proposer starving ticks, for tests).
         #[arg(long)]
         omit_ticks: bool,
+        /// Run as a Byzantine validator of this kind (`equivocate`, `flood`, `withhold`,
+        /// `silent`, `bad-ticks`; for the localnet's attacks).
+        #[arg(long)]
+        byzantine: Option<String>,
+        /// From when the Byzantine behaviour is on (Unix ms; honest before). Default: at once.
+        #[arg(long, default_value_t = 0)]
+        byzantine_from_ms: i64,
         /// Client endpoint listen address (port 0: any free port; the bound address is written
         /// to `node-I/http.addr`).
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -152,6 +160,14 @@ enum Cmd {
         /// Do not SIGKILL and restart a node mid-run.
         #[arg(long)]
         no_kill: bool,
+        /// Run node INDEX (default 0) as a Byzantine validator of KIND from a third of the run
+        /// on: `equivocate`, `flood`, `withhold`, `silent` or `bad-ticks` (`KIND[@INDEX]`).
+        #[arg(long)]
+        byzantine: Option<String>,
+        /// Process-level faults from this seed: SIGKILL + restart and SIGSTOP + SIGCONT of
+        /// random nodes at random points, one at a time (use with --no-kill).
+        #[arg(long)]
+        faults: Option<u64>,
         /// Key seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -287,14 +303,27 @@ impl<A: Application> NodeBinary<A> {
                 index,
                 lying_time,
                 omit_ticks,
+                byzantine,
+                byzantine_from_ms,
                 http,
                 snapshot_every,
             } => {
+                let byzantine = match byzantine.map(|k| k.parse::<ByzantineKind>()).transpose() {
+                    Ok(k) => k.map(|kind| Byzantine {
+                        kind,
+                        from_ms: byzantine_from_ms,
+                    }),
+                    Err(e) => {
+                        eprintln!("{} node: {e}", self.name);
+                        return ExitCode::from(2);
+                    }
+                };
                 let opts = NodeOptions {
                     home,
                     index,
                     lying_time,
                     omit_ticks,
+                    byzantine,
                     http,
                     snapshot_every,
                 };
@@ -348,10 +377,23 @@ impl<A: Application> NodeBinary<A> {
                 lying_time,
                 omit_ticks,
                 no_kill,
+                byzantine,
+                faults,
                 seed,
                 home,
                 json,
             } => {
+                let byzantine = match byzantine.as_deref().map(parse_target).transpose() {
+                    Ok(b) => b,
+                    Err(e) => {
+                        eprintln!("localnet: --byzantine: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
+                if byzantine.is_some_and(|(_, i)| i >= nodes) {
+                    eprintln!("localnet: --byzantine names a node index not below --nodes");
+                    return ExitCode::from(2);
+                }
                 let Some(duration) = parse_duration(&duration) else {
                     eprintln!("localnet: bad --duration '{duration}'");
                     return ExitCode::from(2);
@@ -385,6 +427,8 @@ impl<A: Application> NodeBinary<A> {
                     lying_time,
                     omit_ticks,
                     kill_restart: !no_kill,
+                    byzantine,
+                    faults,
                     seed,
                     home,
                     node_bin,
@@ -423,6 +467,9 @@ fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
             n.synced_heights,
             n.state_digest.get(..16).unwrap_or("")
         );
+    }
+    if !report.faults.is_empty() {
+        println!("faults {}", report.faults.join(", "));
     }
     println!(
         "honest_agree {} restarts {} max_height {} ({:.1} heights/s) violations {:?}",

@@ -109,6 +109,9 @@ pub struct NodeOptions {
     /// Propose blocks without ticks (a Byzantine proposer starving ticks, for tests; its
     /// blocks are otherwise valid).
     pub omit_ticks: bool,
+    /// Run as a Byzantine validator (for the localnet's attacks; the engine adapter injects
+    /// the behaviour at its seams, `None` for every honest node).
+    pub byzantine: Option<crate::hostile::Byzantine>,
     /// Where the HTTP server (client submissions) listens (`127.0.0.1:0`: any free port). The
     /// bound address is written to `node-I/http.addr`.
     pub http: std::net::SocketAddr,
@@ -625,6 +628,11 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         let verdict = self.check(block, now_ms());
         if let Err(reason) = &verdict {
             self.status.rejected_proposals += 1;
+            *self
+                .status
+                .rejections_by_reason
+                .entry(reason.name())
+                .or_default() += 1;
             tracing::warn!(height = block.height, %reason, "proposal rejected");
         }
         verdict

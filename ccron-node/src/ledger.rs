@@ -239,6 +239,24 @@ pub enum BlockRejection {
 }
 
 impl BlockRejection {
+    /// The reason's name, for counters (`too_large`, `wrong_scope`, `bad_request`, or the
+    /// kernel's variant, e.g. `BadTickSignature`, `Time`).
+    pub fn name(&self) -> String {
+        match self {
+            BlockRejection::TooLarge { .. } => "too_large".into(),
+            BlockRejection::WrongScope => "wrong_scope".into(),
+            BlockRejection::BadRequest { .. } => "bad_request".into(),
+            BlockRejection::Invalid(inner) => {
+                let debug = format!("{inner:?}");
+                debug
+                    .split(|c: char| !c.is_ascii_alphanumeric())
+                    .next()
+                    .unwrap_or("invalid")
+                    .to_string()
+            }
+        }
+    }
+
     /// Whether the refusal rests on this validator's own clock only (a time out of its local
     /// bounds): another honest validator may accept the block, so a quorum may still decide
     /// it and the node keeps it. Every other reason is a function of the chain every honest

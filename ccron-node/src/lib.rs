@@ -15,6 +15,8 @@
 //! - [`api`], [`forward`], [`mempool`], [`results`]: the HTTP API, own-tick forwarding with
 //!   deadlines, the bounded pool of verified requests, the results clients read;
 //! - [`proposals`]: the bounded book of undecided proposal parts an adapter admits into;
+//! - [`hostile`], [`faults`]: Byzantine validators' kinds for the localnet and a junk-posting
+//!   client; seeded process-level faults (SIGKILL + restart, SIGSTOP + SIGCONT);
 //! - [`read`], [`metrics`]: what a node publishes after every height for its schedule read
 //!   endpoints and its Prometheus `/metrics`;
 //! - [`localnet`], [`load`], [`cli`]: N processes on loopback with kills and restarts, a load
@@ -27,7 +29,9 @@ pub mod api;
 pub mod cli;
 pub mod core;
 pub mod crypto;
+pub mod faults;
 pub mod forward;
+pub mod hostile;
 pub mod ledger;
 pub mod load;
 pub mod localnet;

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use std::collections::BTreeMap;
+
 use crate::core::{node_dir, now_ms};
+use crate::hostile::ByzantineKind;
 use crate::load::LoadPayload;
 use crate::records::{Genesis, GenesisValidator, NodeStatus};
 use crate::types::hex;
@@ -61,6 +64,11 @@ pub struct LocalnetOptions {
     pub omit_ticks: bool,
     /// SIGKILL one node mid-run and restart it from its storage.
     pub kill_restart: bool,
+    /// Run this node as a Byzantine validator of this kind from a third of the run on.
+    pub byzantine: Option<(ByzantineKind, usize)>,
+    /// Process-level faults from this seed ([`crate::faults::FaultPlan`]: SIGKILL + restart,
+    /// SIGSTOP + SIGCONT, one node at a time, at random points).
+    pub faults: Option<u64>,
     /// Key seed.
     pub seed: u64,
     /// Where to put the config directories (a fresh temporary directory if None).
@@ -81,6 +89,8 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("lying_time", &self.lying_time)
             .field("omit_ticks", &self.omit_ticks)
             .field("kill_restart", &self.kill_restart)
+            .field("byzantine", &self.byzantine)
+            .field("faults", &self.faults)
             .field("seed", &self.seed)
             .field("home", &self.home)
             .field("node_bin", &self.node_bin)
@@ -129,6 +139,45 @@ pub struct NodeReport {
     /// Blocks its last process re-executed at start (above the restored snapshot).
     #[serde(default)]
     pub replayed_blocks: u64,
+    /// Bytes of its state on disk at the end (block and part logs, snapshots, the engine's
+    /// WAL, tick floor: everything in its directory but the logs and reports).
+    #[serde(default)]
+    pub disk_bytes: u64,
+    /// Bytes of its log and report files at the end (`node.log`, `digests.log`, ...).
+    #[serde(default)]
+    pub log_bytes: u64,
+    /// What it refused, by reason ([`refusals`]): proposal parts, proposals, ticks, requests,
+    /// engine signatures; only non-zero counts.
+    #[serde(default)]
+    pub refusals: BTreeMap<String, u64>,
+    /// The height of its newest snapshot after the localnet stopped it (SIGTERM: a node writes
+    /// one of its last height before it exits).
+    #[serde(default)]
+    pub final_snapshot: Option<u64>,
+}
+
+/// A Byzantine run's verdict on the honest nodes (one honest node that ran the whole time,
+/// from its `digests.log`: the heights and agreed times it executed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ByzantineReport {
+    /// The kind.
+    pub kind: ByzantineKind,
+    /// The Byzantine node.
+    pub node: usize,
+    /// When the behaviour started (Unix ms).
+    pub from_ms: i64,
+    /// The honest node measured.
+    pub measured_node: usize,
+    /// Heights per second of agreed time before the fault (from height 2 to `from_ms`).
+    pub heights_per_sec_before: f64,
+    /// Heights per second of agreed time during the fault (from `from_ms` to the last height).
+    pub heights_per_sec_during: f64,
+    /// Heights decided during the fault.
+    pub heights_during: u64,
+    /// The longest time between two consecutive heights' agreed times during the fault (ms).
+    pub longest_stall_during_ms: i64,
+    /// The longest such time before it (ms).
+    pub longest_stall_before_ms: i64,
 }
 
 /// Lateness of the due periodic actions one node ran (ms, from its `fires.log`): each fire's
@@ -217,6 +266,16 @@ pub struct Report {
     /// f+1 nodes returned a record identically (`ccron_http::QuorumReader`); `None` without one.
     #[serde(default)]
     pub outbox_quorum_records: Option<u64>,
+    /// With `--byzantine`: the honest nodes' liveness before and during the fault.
+    #[serde(default)]
+    pub byzantine: Option<ByzantineReport>,
+    /// The longest time between two consecutive heights' agreed times on the measured node
+    /// (from height 2; ms).
+    #[serde(default)]
+    pub longest_stall_ms: i64,
+    /// With `--faults SEED`: every fault applied, `"<ms> <kill|pause|restart|continue> <node>"`.
+    #[serde(default)]
+    pub faults: Vec<String>,
     /// With a load client: its results read back from every node's
     /// `GET /v1/requests/{client}/{number}`, believed where f+1 returned one identically.
     #[serde(default)]
@@ -268,12 +327,42 @@ fn quorum_read_outbox(home: &Path, n: usize) -> Result<u64, String> {
 struct Children(Vec<Option<Child>>);
 
 impl Drop for Children {
+    /// SIGTERM to every child (a node writes a snapshot of its last height and exits), up to
+    /// 5 s for all of them to exit, then SIGKILL to any left.
+    // The localnet is the process boundary: it reads the real clock for the deadline.
+    #[allow(clippy::disallowed_methods)]
     fn drop(&mut self) {
         for c in self.0.iter_mut().flatten() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for c in self.0.iter_mut().flatten() {
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
     }
+}
+
+/// The height of the newest snapshot in node `i`'s `snapshots/` (`snapshot-H.bin`).
+fn newest_snapshot(home: &Path, i: usize) -> Option<u64> {
+    std::fs::read_dir(node_dir(home, i).join("snapshots"))
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("snapshot-")?
+                .strip_suffix(".bin")?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
 }
 
 /// Writes keys and genesis for `n` nodes of `ledger`, with free loopback ports.
@@ -323,7 +412,12 @@ pub fn init_home(
     Ok(genesis)
 }
 
-fn spawn_node(opts: &LocalnetOptions, home: &Path, i: usize) -> std::io::Result<Child> {
+fn spawn_node(
+    opts: &LocalnetOptions,
+    home: &Path,
+    i: usize,
+    byzantine_from_ms: i64,
+) -> std::io::Result<Child> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -339,6 +433,14 @@ fn spawn_node(opts: &LocalnetOptions, home: &Path, i: usize) -> std::io::Result<
     }
     if opts.omit_ticks && i == 0 {
         cmd.arg("--omit-ticks");
+    }
+    if let Some((kind, node)) = opts.byzantine
+        && node == i
+    {
+        cmd.arg("--byzantine")
+            .arg(kind.name())
+            .arg("--byzantine-from-ms")
+            .arg(byzantine_from_ms.to_string());
     }
     cmd.arg("--snapshot-every")
         .arg(LOCALNET_SNAPSHOT_EVERY.to_string());
@@ -410,6 +512,183 @@ fn read_digests(
     out
 }
 
+/// (height, agreed time) of every height node `i` executed, from its `digests.log` (the last
+/// line of a height wins; a restarted node repeats heights).
+fn read_agreed(home: &Path, i: usize) -> BTreeMap<u64, i64> {
+    let text = std::fs::read_to_string(node_dir(home, i).join("digests.log")).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut it = line.split_whitespace();
+            let h = it.next()?.parse().ok()?;
+            let t = it.nth(1)?.parse().ok()?;
+            Some((h, t))
+        })
+        .collect()
+}
+
+/// Liveness of one node around `from_ms`: (heights/s before, heights/s during, heights during,
+/// longest stall before, longest stall during), from its heights' agreed times (height 2 on:
+/// height 1 is stamped with the genesis time).
+pub fn liveness(agreed: &BTreeMap<u64, i64>, from_ms: i64) -> (f64, f64, u64, i64, i64) {
+    let times: Vec<i64> = agreed.range(2..).map(|(_, &t)| t).collect();
+    let (Some(&first), Some(&last)) = (times.first(), times.last()) else {
+        return (0.0, 0.0, 0, 0, 0);
+    };
+    let before = times.iter().filter(|&&t| t < from_ms).count();
+    let during = times.len() - before;
+    let rate = |k: usize, ms: i64| {
+        if ms <= 0 {
+            0.0
+        } else {
+            k as f64 * 1_000.0 / ms as f64
+        }
+    };
+    let (mut stall_before, mut stall_during) = (0i64, 0i64);
+    for w in times.windows(2) {
+        let gap = w[1].saturating_sub(w[0]);
+        if w[1] < from_ms {
+            stall_before = stall_before.max(gap);
+        } else {
+            stall_during = stall_during.max(gap);
+        }
+    }
+    (
+        rate(before, from_ms.min(last).saturating_sub(first)),
+        rate(during, last.saturating_sub(from_ms)),
+        during as u64,
+        stall_before,
+        stall_during,
+    )
+}
+
+/// Files of a node directory that are logs and reports, not state.
+const LOG_FILES: [&str; 6] = [
+    "node.log",
+    "digests.log",
+    "fires.log",
+    "status.json",
+    "http.addr",
+    "secret.key",
+];
+
+/// (state bytes, log bytes) under node `i`'s directory.
+fn disk_usage(home: &Path, i: usize) -> (u64, u64) {
+    fn walk(dir: &Path, top: bool, out: &mut (u64, u64)) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                walk(&e.path(), false, out);
+            } else if top && LOG_FILES.iter().any(|f| e.file_name() == *f) {
+                out.1 += meta.len();
+            } else {
+                out.0 += meta.len();
+            }
+        }
+    }
+    let mut out = (0, 0);
+    walk(&node_dir(home, i), true, &mut out);
+    out
+}
+
+/// What a node refused, by reason, from its status: proposal parts (`part.*`: every counter
+/// but `accepted`), proposals (`block.*`), ticks (`tick.*`), client requests (`request.*`) and
+/// engine messages with a bad signature (`signature.*`); only non-zero counts.
+pub fn refusals(s: &NodeStatus) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let mut take = |prefix: &str, v: serde_json::Value, keep: &dyn Fn(&str) -> bool| {
+        if let serde_json::Value::Object(m) = v {
+            for (k, v) in m {
+                if let Some(n) = v.as_u64()
+                    && n > 0
+                    && keep(&k)
+                {
+                    out.insert(format!("{prefix}.{k}"), n);
+                }
+            }
+        }
+    };
+    fn json<T: Serialize>(v: &T) -> serde_json::Value {
+        serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+    }
+    take("part", json(&s.proposal_parts), &|k| k != "accepted");
+    take("tick", json(&s.tick_pool), &|k| {
+        matches!(
+            k,
+            "invalid" | "not_a_validator" | "unknown_component" | "already_pending" | "stale"
+        )
+    });
+    take("request", json(&s.mempool), &|k| k.starts_with("rejected_"));
+    take("signature", json(&s.signatures_refused), &|_| true);
+    for (k, &n) in &s.rejections_by_reason {
+        if n > 0 {
+            out.insert(format!("block.{k}"), n);
+        }
+    }
+    out
+}
+
+/// `kill 2`, `restart 2`, `pause 1`, `continue 1`.
+fn fault_name(step: crate::faults::FaultStep) -> String {
+    use crate::faults::{FaultKind as K, FaultStep as S};
+    match step {
+        S::Start(K::Kill, i) => format!("kill {i}"),
+        S::End(K::Kill, i) => format!("restart {i}"),
+        S::Start(K::Pause, i) => format!("pause {i}"),
+        S::End(K::Pause, i) => format!("continue {i}"),
+    }
+}
+
+/// Applies one fault step to the children; `true` when it restarted a node.
+fn apply_fault(
+    opts: &LocalnetOptions,
+    home: &Path,
+    children: &mut Children,
+    pids: &mut Vec<u32>,
+    step: crate::faults::FaultStep,
+    byzantine_from_ms: i64,
+) -> std::io::Result<bool> {
+    use crate::faults::{FaultKind as K, FaultStep as S};
+    let signal = |c: &Child, sig: &str| {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(c.id().to_string())
+            .status();
+        if !status.is_ok_and(|s| s.success()) {
+            tracing::error!(pid = c.id(), sig, "could not signal a node");
+        }
+    };
+    match step {
+        S::Start(K::Kill, i) => {
+            if let Some(mut c) = children.0[i].take() {
+                let _ = c.kill(); // SIGKILL
+                let _ = c.wait();
+            }
+        }
+        S::End(K::Kill, i) => {
+            if children.0[i].is_none() {
+                let c = spawn_node(opts, home, i, byzantine_from_ms)?;
+                pids.push(c.id());
+                children.0[i] = Some(c);
+                return Ok(true);
+            }
+        }
+        S::Start(K::Pause, i) => {
+            if let Some(c) = &children.0[i] {
+                signal(c, "STOP");
+            }
+        }
+        S::End(K::Pause, i) => {
+            if let Some(c) = &children.0[i] {
+                signal(c, "CONT");
+            }
+        }
+    }
+    Ok(false)
+}
+
 /// Runs a localnet and returns its report.
 ///
 /// # Errors
@@ -428,11 +707,14 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     init_home(&home, opts.nodes, opts.seed, &opts.ledger)?;
     let n = opts.nodes;
     let late = if opts.late_join { Some(n - 1) } else { None };
+    let byzantine_from_ms =
+        now_ms().saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
+    let byzantine_node = opts.byzantine.map(|(_, i)| i);
     let mut children = Children((0..n).map(|_| None).collect());
     let mut pids = Vec::new();
     for i in 0..n {
         if Some(i) != late {
-            let c = spawn_node(opts, &home, i)?;
+            let c = spawn_node(opts, &home, i, byzantine_from_ms)?;
             pids.push(c.id());
             children.0[i] = Some(c);
         }
@@ -453,9 +735,26 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let mut restarts = 0u32;
     let mut killed = false;
     let mut late_started = false;
+    let mut plan = opts
+        .faults
+        .map(|seed| crate::faults::FaultPlan::new(seed, n, opts.duration));
+    let mut fault_log = Vec::new();
     while start.elapsed() < opts.duration {
         std::thread::sleep(Duration::from_millis(100));
         let t = start.elapsed();
+        if let Some(step) = plan.as_mut().and_then(|p| p.step(t)) {
+            fault_log.push(format!("{} {}", t.as_millis(), fault_name(step)));
+            if apply_fault(
+                opts,
+                &home,
+                &mut children,
+                &mut pids,
+                step,
+                byzantine_from_ms,
+            )? {
+                restarts += 1;
+            }
+        }
         if opts.kill_restart && !killed && t >= kill_at && Some(victim) != late {
             if let Some(mut c) = children.0[victim].take() {
                 let _ = c.kill(); // SIGKILL
@@ -464,7 +763,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             killed = true;
         }
         if killed && restarts == 0 && t >= restart_at {
-            let c = spawn_node(opts, &home, victim)?;
+            let c = spawn_node(opts, &home, victim, byzantine_from_ms)?;
             pids.push(c.id());
             children.0[victim] = Some(c);
             restarts += 1;
@@ -473,7 +772,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             && !late_started
             && t >= late_at
         {
-            let c = spawn_node(opts, &home, l)?;
+            let c = spawn_node(opts, &home, l, byzantine_from_ms)?;
             pids.push(c.id());
             children.0[l] = Some(c);
             late_started = true;
@@ -486,6 +785,25 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
                 tracing::error!(node = i, %status, "node exited");
                 *slot = None;
             }
+        }
+    }
+    // A fault still in progress ends before the nodes are judged.
+    if let Some((kind, node)) = plan.as_ref().and_then(crate::faults::FaultPlan::current) {
+        let step = crate::faults::FaultStep::End(kind, node);
+        fault_log.push(format!(
+            "{} {}",
+            start.elapsed().as_millis(),
+            fault_name(step)
+        ));
+        if apply_fault(
+            opts,
+            &home,
+            &mut children,
+            &mut pids,
+            step,
+            byzantine_from_ms,
+        )? {
+            restarts += 1;
         }
     }
     let alive: Vec<bool> = children.0.iter().map(|c| c.is_some()).collect();
@@ -513,7 +831,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let mut digests = Vec::new();
     for (i, &is_alive) in alive.iter().enumerate() {
         let s = read_status(&home, i);
-        let honest = !(opts.lying_time && i == 0);
+        let honest = !(opts.lying_time && i == 0) && Some(i) != byzantine_node;
+        let (disk_bytes, log_bytes) = disk_usage(&home, i);
         if !is_alive {
             violations.push(format!(
                 "node {i} exited before the end (see node-{i}/node.log)"
@@ -535,6 +854,10 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             peak_rss_kb: peaks[i],
             restored_from_height: s.restored_from_height,
             replayed_blocks: s.replayed_blocks,
+            disk_bytes,
+            log_bytes,
+            refusals: refusals(&s),
+            final_snapshot: newest_snapshot(&home, i),
         });
         digests.push(read_digests(&home, i, &mut violations));
     }
@@ -560,6 +883,16 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .map(|&i| nodes[i].last_executed_seq)
         .max()
         .unwrap_or(0);
+    if opts.faults.is_some() {
+        for nr in &nodes {
+            if nr.last_executed_seq.saturating_mul(2) < max_height {
+                violations.push(format!(
+                    "node {} stuck at height {} (others at {max_height})",
+                    nr.id, nr.last_executed_seq
+                ));
+            }
+        }
+    }
     if nodes.iter().all(|n| n.fires == 0) {
         violations.push("nothing fired".into());
     }
@@ -598,6 +931,32 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         let samples = read_fires(&home, i);
         (!samples.is_empty()).then(|| Lateness::from_samples(i, &samples))
     });
+    let agreed = measured.map(|i| read_agreed(&home, i)).unwrap_or_default();
+    let (_, _, _, stall_all, stall_rest) = liveness(&agreed, i64::MAX);
+    let longest_stall_ms = stall_all.max(stall_rest);
+    let byzantine = opts.byzantine.zip(measured).map(|((kind, node), m)| {
+        let (before, during, heights_during, stall_before, stall_during) =
+            liveness(&agreed, byzantine_from_ms);
+        ByzantineReport {
+            kind,
+            node,
+            from_ms: byzantine_from_ms,
+            measured_node: m,
+            heights_per_sec_before: before,
+            heights_per_sec_during: during,
+            heights_during,
+            longest_stall_during_ms: stall_during,
+            longest_stall_before_ms: stall_before,
+        }
+    });
+    if let Some(b) = &byzantine
+        && b.heights_during == 0
+    {
+        violations.push(format!(
+            "honest nodes decided nothing while node {} was Byzantine ({})",
+            b.node, b.kind
+        ));
+    }
     let ticks_node = &nodes[measured.unwrap_or(0)];
     let committed_ticks_per_sec = (ticks_node.ticks_executed + ticks_node.ticks_skipped) as f64
         / opts.duration.as_secs_f64().max(0.001);
@@ -615,6 +974,9 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         lateness_ms,
         outbox_quorum_records,
         results,
+        byzantine,
+        longest_stall_ms,
+        faults: fault_log,
     })
 }
 
@@ -651,6 +1013,51 @@ mod tests {
         .unwrap();
         assert_eq!(read_fires(&home, 0), vec![(10, 110), (0, 50)]);
         std::fs::remove_dir_all(&home).unwrap();
+    }
+
+    #[test]
+    fn liveness_splits_heights_and_gaps_at_the_fault() {
+        // Height 1 at the genesis time (ignored), then a height every 100 ms up to 1,000, a
+        // 2 s stall, then a height every 500 ms.
+        let mut agreed = BTreeMap::from([(1u64, 0i64)]);
+        for h in 2..=11 {
+            agreed.insert(h, (h as i64 - 1) * 100);
+        }
+        for (k, h) in (12..=15).enumerate() {
+            agreed.insert(h, 3_000 + k as i64 * 500);
+        }
+        let (before, during, heights_during, stall_before, stall_during) = liveness(&agreed, 1_500);
+        assert_eq!(heights_during, 4);
+        assert_eq!((stall_before, stall_during), (100, 2_000));
+        // Before: 10 heights from the first (100 ms) to the fault (1,500 ms).
+        assert!((before - 10.0 * 1_000.0 / 1_400.0).abs() < 1e-9, "{before}");
+        assert!((during - 4.0 * 1_000.0 / 3_000.0).abs() < 1e-9, "{during}");
+        assert_eq!(liveness(&BTreeMap::new(), 0), (0.0, 0.0, 0, 0, 0));
+    }
+
+    #[test]
+    fn refusals_name_every_non_zero_counter_by_reason() {
+        let mut s = NodeStatus::default();
+        s.proposal_parts.accepted = 9;
+        s.proposal_parts.equivocation = 2;
+        s.tick_pool.invalid = 3;
+        s.tick_pool.own_sent = 7;
+        s.mempool.rejected_invalid = 4;
+        s.mempool.accepted = 5;
+        s.signatures_refused.votes = 6;
+        s.rejections_by_reason.insert("BadTickSignature".into(), 1);
+        let r = refusals(&s);
+        let want: BTreeMap<String, u64> = [
+            ("part.equivocation", 2),
+            ("tick.invalid", 3),
+            ("request.rejected_invalid", 4),
+            ("signature.votes", 6),
+            ("block.BadTickSignature", 1),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(r, want);
     }
 
     #[cfg(target_os = "linux")]

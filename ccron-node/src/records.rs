@@ -161,6 +161,26 @@ pub struct NodeStatus {
     /// unaffected, a restart replays more blocks).
     #[serde(default)]
     pub snapshot_failures: u64,
+    /// Proposals this node judged invalid, by reason ([`crate::ledger::BlockRejection::name`]).
+    #[serde(default)]
+    pub rejections_by_reason: std::collections::BTreeMap<String, u64>,
+    /// Engine messages whose signature did not verify (the engine drops them).
+    #[serde(default)]
+    pub signatures_refused: SignatureRefusals,
+}
+
+/// Engine messages refused for a signature that does not verify, by kind (counted by the
+/// engine adapter's verifier).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SignatureRefusals {
+    /// Votes.
+    pub votes: u64,
+    /// Proposals.
+    pub proposals: u64,
+    /// Vote extensions (clock samples).
+    pub extensions: u64,
+    /// Validator proofs (a peer's binding of its network identity to a validator key).
+    pub proofs: u64,
 }
 
 /// The tick pool's counters ([`TickPoolCounters`], flattened: the JSON keys are the counters'

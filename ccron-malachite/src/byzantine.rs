@@ -1,0 +1,383 @@
+//! Byzantine validators as real processes: the node's strategy at the seams where it builds,
+//! streams and signs. The app-message loop (`node.rs`) always goes through a [`Strategy`];
+//! an honest node's is [`Honest`] (the node's own behaviour, unchanged), a Byzantine one's is
+//! [`Faulty`], which acts as [`Honest`] until its start time and then, with the validator's
+//! own valid key:
+//!
+//! - `equivocate`: as proposer, signs a second value for the same round (its block without
+//!   one sample or its ticks, else with another time) and streams both;
+//! - `flood`: every 100 ms signs and streams up to [`FLOOD_BATCH`] parts for rounds it is
+//!   proposer of, up to thousands of rounds ahead, for the next heights, heights far ahead
+//!   and heights behind (its valid block, and blocks with times no rule gives);
+//! - `withhold`: signs its votes over other bytes (no peer counts them) and streams no part of
+//!   its proposals or restreams (the engine's signed proposal still goes out, without its
+//!   value): with Broadcast pub-sub the engine gives the application no per-peer send, so the
+//!   subset it withholds from is every peer;
+//! - `silent`: stops its engine (the process and its HTTP endpoint live on);
+//! - `bad-ticks`: posts junk ticks and requests to the other validators' endpoints
+//!   ([`ccron_node::hostile::HostileClient`]) and proposes blocks carrying a forged tick.
+
+use std::time::Duration;
+
+use ccron::host::Application;
+use ccron_node::hostile::{Byzantine, ByzantineKind, HostileClient};
+use ccron_node::{NodeError, TickTx};
+use malachitebft_app_channel::app::types::LocallyProposedValue;
+use malachitebft_core_types::{Round, SignedMessage, ValidatorProof, VoteExtensionScope};
+use malachitebft_signing::{Error as SignError, Signer};
+
+use crate::context::{
+    ClockSample, Ctx, Ed25519Signer, Height, Proposal, ProposalPart, Sig, Vote, proposer_of,
+};
+use crate::state::State;
+
+/// Most parts a flooding validator signs per timer tick (every 100 ms).
+pub const FLOOD_BATCH: usize = 48;
+
+/// How far ahead (rounds) a flooding validator goes before it starts over.
+pub const FLOOD_ROUNDS: u32 = 4_096;
+
+/// What this node proposes at a round: the value for the engine and the parts to stream.
+pub type Proposed = Option<(LocallyProposedValue<Ctx>, Vec<ProposalPart>)>;
+
+/// The node's behaviour at its seams (see the module documentation).
+pub trait Strategy<A: Application>: Send {
+    /// The signer the engine signs votes, proposals and clock samples with.
+    fn engine_signer(&self, honest: Ed25519Signer) -> Box<dyn Signer<Ctx>>;
+
+    /// The value this node proposes at `(height, round)` and the parts it streams.
+    ///
+    /// # Errors
+    /// The node's (its part log failing).
+    fn propose(
+        &mut self,
+        state: &mut State<A>,
+        height: Height,
+        round: Round,
+    ) -> Result<Proposed, NodeError>;
+
+    /// The parts it streams for an engine's restream of `parts`.
+    fn restream(&mut self, parts: Vec<ProposalPart>) -> Vec<ProposalPart>;
+
+    /// Parts to stream on the loop's timer (every 100 ms).
+    fn on_timer(&mut self, state: &mut State<A>) -> Vec<ProposalPart>;
+
+    /// Whether the engine is to stop now (checked on the loop's timer).
+    fn silenced(&mut self) -> bool;
+}
+
+/// The honest node: proposes what the node builds, streams its part, signs with its key.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Honest;
+
+impl<A: Application> Strategy<A> for Honest {
+    fn engine_signer(&self, honest: Ed25519Signer) -> Box<dyn Signer<Ctx>> {
+        Box::new(honest)
+    }
+
+    fn propose(
+        &mut self,
+        state: &mut State<A>,
+        height: Height,
+        round: Round,
+    ) -> Result<Proposed, NodeError> {
+        Ok(state
+            .propose(height, round)?
+            .map(|(value, part)| (value, vec![part])))
+    }
+
+    fn restream(&mut self, parts: Vec<ProposalPart>) -> Vec<ProposalPart> {
+        parts
+    }
+
+    fn on_timer(&mut self, _state: &mut State<A>) -> Vec<ProposalPart> {
+        Vec::new()
+    }
+
+    fn silenced(&mut self) -> bool {
+        false
+    }
+}
+
+/// The strategy of a node's options: [`Faulty`] with `--byzantine`, else [`Honest`].
+pub fn strategy<A: Application>(byzantine: Option<Byzantine>) -> Box<dyn Strategy<A>> {
+    match byzantine {
+        Some(b) => Box::new(Faulty::new(b)),
+        None => Box::new(Honest),
+    }
+}
+
+/// A Byzantine validator (see the module documentation).
+#[derive(Debug)]
+pub struct Faulty {
+    spec: Byzantine,
+    /// The next round the flood signs from.
+    flood_round: u32,
+    /// The junk poster of `bad-ticks`, once started.
+    hostile: Option<HostileClient>,
+    /// Whether the engine was stopped (`silent`).
+    silent: bool,
+}
+
+impl Faulty {
+    /// A validator of `spec`'s kind, from its start time.
+    pub fn new(spec: Byzantine) -> Self {
+        Self {
+            spec,
+            flood_round: 0,
+            hostile: None,
+            silent: false,
+        }
+    }
+
+    fn on(&self, kind: ByzantineKind) -> bool {
+        self.spec.kind == kind && self.spec.active(ccron_node::core::now_ms())
+    }
+}
+
+/// `part` re-signed over `block` (same height, round and valid round).
+fn resign(signer: &Ed25519Signer, part: &ProposalPart, block: ccron_node::Block) -> ProposalPart {
+    let bytes = ProposalPart::signing_bytes(
+        part.height,
+        part.round,
+        part.valid_round,
+        &part.proposer,
+        &block,
+    );
+    ProposalPart {
+        block,
+        signature: signer.sign_raw(&bytes),
+        ..part.clone()
+    }
+}
+
+/// Another value for the same height: without one sample when it carries more than a
+/// quorum, else without its ticks, else with another time (invalid, still signed).
+fn other_value(block: &ccron_node::Block, quorum: usize) -> ccron_node::Block {
+    let mut b = block.clone();
+    if b.samples.len() > quorum {
+        b.samples.pop();
+    } else if !b.ticks.is_empty() {
+        b.ticks.clear();
+    } else {
+        b.agreed_time_ms = b.agreed_time_ms.saturating_add(1);
+    }
+    b
+}
+
+impl<A: Application> Strategy<A> for Faulty {
+    fn engine_signer(&self, honest: Ed25519Signer) -> Box<dyn Signer<Ctx>> {
+        if self.spec.kind == ByzantineKind::Withhold {
+            Box::new(WithholdingSigner {
+                inner: honest,
+                from_ms: self.spec.from_ms,
+            })
+        } else {
+            Box::new(honest)
+        }
+    }
+
+    fn propose(
+        &mut self,
+        state: &mut State<A>,
+        height: Height,
+        round: Round,
+    ) -> Result<Proposed, NodeError> {
+        if self.on(ByzantineKind::BadTicks) {
+            // A tick of its own with a signature that is not its own: honest validators
+            // refuse the block (`BadTickSignature`).
+            let signer = state.core.signer().clone();
+            let component = state.core.tick_periods().keys().next().copied();
+            return Ok(state
+                .propose_shaped(height, round, move |mut b| {
+                    if let Some(c) = component {
+                        let mut t = TickTx::sign(c, u64::MAX / 2, &signer);
+                        t.signature.0[3] ^= 1;
+                        b.ticks
+                            .retain(|x| x.submitter != t.submitter || x.component != c);
+                        b.ticks.push(t);
+                    }
+                    b
+                })?
+                .map(|(value, part)| (value, vec![part])));
+        }
+        let Some((value, part)) = state.propose(height, round)? else {
+            return Ok(None);
+        };
+        if self.on(ByzantineKind::Withhold) {
+            return Ok(Some((value, Vec::new())));
+        }
+        if self.on(ByzantineKind::Equivocate) {
+            let quorum = state.core.validators().quorum();
+            let second = resign(state.signer(), &part, other_value(&part.block, quorum));
+            return Ok(Some((value, vec![part, second])));
+        }
+        Ok(Some((value, vec![part])))
+    }
+
+    fn restream(&mut self, parts: Vec<ProposalPart>) -> Vec<ProposalPart> {
+        if self.on(ByzantineKind::Withhold) {
+            Vec::new()
+        } else {
+            parts
+        }
+    }
+
+    fn on_timer(&mut self, state: &mut State<A>) -> Vec<ProposalPart> {
+        if self.on(ByzantineKind::BadTicks) && self.hostile.is_none() {
+            let genesis = state.core.genesis();
+            let me = state.core.options().index;
+            let targets = genesis
+                .validators
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != me)
+                .filter_map(|(_, v)| v.http_port)
+                .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)))
+                .collect();
+            let component = state
+                .core
+                .tick_periods()
+                .keys()
+                .next()
+                .copied()
+                .unwrap_or(0);
+            match HostileClient::start(
+                targets,
+                state.core.signer().clone(),
+                component,
+                Duration::from_millis(100),
+            ) {
+                Ok(c) => self.hostile = Some(c),
+                Err(e) => tracing::error!(error = %e, "bad-ticks: no junk thread"),
+            }
+        }
+        if !self.on(ByzantineKind::Flood) {
+            return Vec::new();
+        }
+        flood(state, &mut self.flood_round)
+    }
+
+    fn silenced(&mut self) -> bool {
+        if !self.silent && self.on(ByzantineKind::Silent) {
+            self.silent = true;
+            tracing::warn!("Byzantine: silent from now on");
+            return true;
+        }
+        false
+    }
+}
+
+/// One batch of a flood: parts this node signs as the proposer of rounds from `*cursor` on at
+/// the next height (its valid block every fourth, else blocks with times no rule gives), the
+/// two heights after it, a height far ahead and one behind.
+fn flood<A: Application>(state: &mut State<A>, cursor: &mut u32) -> Vec<ProposalPart> {
+    let next = state.core.last_height() + 1;
+    let me = state.me();
+    let Ok(template) = state.core.build_block(next) else {
+        return Vec::new();
+    };
+    let signer = state.signer().clone();
+    let mut out = Vec::new();
+    let heights = [
+        next,
+        next + 1,
+        next + 2,
+        next + 40,
+        next.saturating_sub(3).max(1),
+    ];
+    while out.len() < FLOOD_BATCH {
+        let r = *cursor;
+        *cursor = (*cursor + 1) % FLOOD_ROUNDS;
+        for (k, &h) in heights.iter().enumerate() {
+            let (height, round) = (Height(h), Round::new(r));
+            if proposer_of(&state.vset, height, round).address != me {
+                continue;
+            }
+            let mut block = ccron_node::Block {
+                height: h,
+                ..template.clone()
+            };
+            if !(k == 0 && r.is_multiple_of(4)) {
+                block.agreed_time_ms = block.agreed_time_ms.saturating_add(i64::from(r) + 1);
+            }
+            let bytes = ProposalPart::signing_bytes(height, round, Round::Nil, &me, &block);
+            out.push(ProposalPart {
+                height,
+                round,
+                valid_round: Round::Nil,
+                proposer: me,
+                signature: signer.sign_raw(&bytes),
+                block,
+            });
+        }
+    }
+    out
+}
+
+/// The `withhold` validator's engine signer: from `from_ms` on, its votes are signed over
+/// other bytes, so every peer refuses them (counted as `signatures_refused.votes`).
+struct WithholdingSigner {
+    inner: Ed25519Signer,
+    from_ms: i64,
+}
+
+#[async_trait::async_trait]
+impl Signer<Ctx> for WithholdingSigner {
+    async fn sign_vote(&self, vote: Vote) -> Result<SignedMessage<Ctx, Vote>, SignError> {
+        if ccron_node::core::now_ms() < self.from_ms {
+            return self.inner.sign_vote(vote).await;
+        }
+        let mut bytes = b"withheld".to_vec();
+        bytes.extend_from_slice(&vote.signing_bytes());
+        let sig: Sig = self.inner.sign_raw(&bytes);
+        Ok(SignedMessage::new(vote, sig))
+    }
+
+    async fn sign_proposal(
+        &self,
+        proposal: Proposal,
+    ) -> Result<SignedMessage<Ctx, Proposal>, SignError> {
+        self.inner.sign_proposal(proposal).await
+    }
+
+    async fn sign_vote_extension(
+        &self,
+        scope: VoteExtensionScope<Ctx>,
+        extension: ClockSample,
+    ) -> Result<SignedMessage<Ctx, ClockSample>, SignError> {
+        self.inner.sign_vote_extension(scope, extension).await
+    }
+
+    async fn sign_validator_proof(
+        &self,
+        public_key: Vec<u8>,
+        peer_id: Vec<u8>,
+    ) -> Result<ValidatorProof<Ctx>, SignError> {
+        self.inner.sign_validator_proof(public_key, peer_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_second_value_differs_from_the_first() {
+        let signer = ccron_node::crypto::Signer::new([1; 32]);
+        let block = ccron_node::Block {
+            height: 5,
+            prev_round: 0,
+            prev_id: Default::default(),
+            samples: Vec::new(),
+            agreed_time_ms: 10,
+            ticks: vec![TickTx::sign(1, 1, &signer)],
+            requests: Vec::new(),
+        };
+        let other = other_value(&block, 3);
+        assert!(other.ticks.is_empty() && other.id() != block.id());
+        let again = other_value(&other, 3);
+        assert_eq!(again.agreed_time_ms, 11);
+        assert_ne!(again.id(), other.id());
+    }
+}
