@@ -327,6 +327,11 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
                         "dead_evicted": d.counters.dead_evicted,
                         "recent_ok": d.counters.recent_ok,
                         "recent_failed": d.counters.recent_failed,
+                        "fired": d.counters.fired,
+                        "failed": d.counters.failed,
+                        "late": d.counters.late,
+                        "skipped": d.counters.skipped,
+                        "expired": d.counters.expired,
                     }),
                 );
             }
@@ -388,8 +393,13 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
             (
                 "counters",
                 format!(
-                    "runs {}, recent ok {}, recent failed {}, dead {} (evicted {})",
+                    "runs {}, fired {} (failed {}), late {}, skipped {}, expired {}, recent ok {}, recent failed {}, dead {} (evicted {})",
                     d.counters.runs,
+                    d.counters.fired,
+                    d.counters.failed,
+                    d.counters.late,
+                    d.counters.skipped,
+                    d.counters.expired,
                     d.counters.recent_ok,
                     d.counters.recent_failed,
                     d.counters.dead_held,
@@ -473,6 +483,11 @@ pub fn cluster(
                 "dead_runs": b.dead_runs,
                 "runs": b.runs,
                 "earliest_due_ms": b.earliest_due_ms,
+                "fired": b.totals.fired,
+                "failed": b.totals.failed,
+                "late": b.totals.late,
+                "skipped": b.totals.skipped,
+                "expired": b.totals.expired,
             })),
             "outbox": outbox.map(|o| json!({
                 "first_index": o.first_index,
@@ -492,7 +507,7 @@ pub fn cluster(
     let mut out = format!("at height {height} (believed by quorum)\n");
     match book {
         Some(b) => out.push_str(&format!(
-            "book:   component {}, {} schedules ({} paused, {} parked, {} retrying), {} dead runs, {} runs, earliest due {}\n",
+            "book:   component {}, {} schedules ({} paused, {} parked, {} retrying), {} dead runs, {} runs, earliest due {}\n        runs ever: fired {} (failed {}), late {}, skipped {}, expired {}\n",
             b.component,
             b.schedules,
             b.paused,
@@ -500,7 +515,12 @@ pub fn cluster(
             b.retries_pending,
             b.dead_runs,
             b.runs,
-            b.earliest_due_ms.map_or("-".into(), utc)
+            b.earliest_due_ms.map_or("-".into(), utc),
+            b.totals.fired,
+            b.totals.failed,
+            b.totals.late,
+            b.totals.skipped,
+            b.totals.expired
         )),
         None => out.push_str("book:   none\n"),
     }

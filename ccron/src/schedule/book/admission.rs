@@ -256,6 +256,7 @@ impl Scheduler {
         };
         Ok(core
             .saturating_add(RUN_STATE_BYTES)
+            .saturating_add(super::counters::COUNTER_BYTES)
             .saturating_add(dead * DEAD_RUN_BYTES)
             .saturating_add(history * RUN_ENTRY_BYTES))
     }

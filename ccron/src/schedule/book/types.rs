@@ -10,7 +10,7 @@ use crate::pages::PageRange;
 use crate::schedule::store::Layout;
 use crate::tick::TimeMs;
 
-use super::{DeadRun, FailedRun, PendingRetry, RunEntry, RunOutcome, RunPolicy};
+use super::{DeadRun, FailedRun, PendingRetry, RunCounters, RunEntry, RunOutcome, RunPolicy};
 
 /// When a schedule fires.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -609,6 +609,8 @@ pub struct ScheduleInfo {
     pub dead_evicted: u64,
     /// Its last runs, oldest first ([`super::Scheduler::history`]).
     pub history: Vec<RunEntry>,
+    /// Its replicated run counters (fired, failed, late, skipped, expired).
+    pub counters: RunCounters,
 }
 
 /// One run of a handler in a tick (successful or not: see `outcome`).
