@@ -334,6 +334,15 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
                         "expired": d.counters.expired,
                     }),
                 );
+                o.insert(
+                    "manual".into(),
+                    json!({
+                        "trigger_ms": d.manual.trigger,
+                        "backfill_next_ms": d.manual.backfill.map(|b| b.0),
+                        "backfill_last_ms": d.manual.backfill.map(|b| b.1),
+                        "backfill_left": d.manual.backfill_left,
+                    }),
+                );
             }
             if view != View::History {
                 o.insert("upcoming".into(), json!(upcoming_json(&d.upcoming)));
@@ -412,6 +421,17 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
         }
         if let Some((a, b)) = s.owed {
             out.push_str(&format!("  owed      {} .. {}\n", utc(a), utc(b)));
+        }
+        if let Some(t) = d.manual.trigger {
+            out.push_str(&format!("  trigger   pending, nominal {}\n", utc(t)));
+        }
+        if let Some((next, last)) = d.manual.backfill {
+            out.push_str(&format!(
+                "  backfill  {} runs left, next {} .. {}\n",
+                d.manual.backfill_left,
+                utc(next),
+                utc(last)
+            ));
         }
         if let Some(r) = &d.retry {
             out.push_str(&format!(

@@ -19,8 +19,8 @@
 use bincode::config::{self, BigEndian, Configuration, Fixint, Limit};
 
 use super::{
-    DeadRun, HISTORY_RUNS, MAX_DEAD_RUNS, NewSchedule, PendingRetry, RunCounters, RunEntry,
-    RunOutcome, RunPolicy, ScheduleInfo, Scheduler, Target, Timing,
+    DeadRun, HISTORY_RUNS, MAX_DEAD_RUNS, ManualRuns, NewSchedule, PendingRetry, RunCounters,
+    RunEntry, RunOutcome, RunPolicy, ScheduleInfo, Scheduler, Target, Timing,
 };
 use crate::authz::Principal;
 use crate::due::Due;
@@ -228,6 +228,8 @@ pub struct ScheduleDetail {
     pub upcoming: Vec<Upcoming>,
     /// Its counters.
     pub counters: ScheduleCounters,
+    /// Runs an operator asked for, pending (trigger, backfill).
+    pub manual: ManualRuns,
 }
 
 /// The book as a whole.
@@ -524,6 +526,7 @@ pub fn describe(book: &Scheduler, target: &Target, preview: usize) -> Option<Sch
         dead: info.dead,
         history: info.history,
         upcoming,
+        manual: info.manual,
     })
 }
 

@@ -16,7 +16,8 @@
 //! Files. This module owns the state ([`Scheduler`] and its stored `Record`); the others add
 //! `impl Scheduler` blocks by concern: `types.rs` (the public vocabulary: timings, misfire
 //! policies, requests, limits, errors, views and reports), `handlers.rs` (registered handlers
-//! and a run's context), `counters.rs` (replicated run counters), `timing.rs` (occurrences,
+//! and a run's context), `counters.rs` (replicated run counters),
+//! `manual.rs` (trigger-now and backfill runs), `timing.rs` (occurrences,
 //! jitter, the misfire plan), `index.rs` (due
 //! and zone index upkeep, invariant check), `admission.rs` (validating and applying requests),
 //! `tick.rs` (the budgeted tick), `preview.rs` (looks ahead) and `persist.rs` (save and load).
@@ -26,6 +27,7 @@ mod counters;
 mod handlers;
 mod index;
 mod legacy;
+mod manual;
 mod persist;
 mod preview;
 mod runs;
@@ -47,6 +49,7 @@ pub use handlers::{
     EMIT_REFUSED_CODE, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Transactional,
     manifest_digest,
 };
+pub use manual::{MAX_BACKFILL_RUNS, ManualRuns, is_manual, manual_occurrence};
 pub use preview::{NextRun, SlotLoad};
 pub use runs::{
     AfterFailure, DeadRun, FailedRun, HISTORY_RUNS, MAX_ATTEMPTS, MAX_DEAD_RUNS,
@@ -97,6 +100,8 @@ struct Record {
     history: Vec<RunEntry>,
     /// Layout 7: its replicated run counters (`counters.rs`).
     counters: RunCounters,
+    /// Layout 7: runs an operator asked for, pending (`manual.rs`).
+    manual: ManualRuns,
 }
 
 impl Record {
@@ -117,6 +122,7 @@ impl Record {
             dead_evicted: 0,
             history: Vec::new(),
             counters: RunCounters::default(),
+            manual: ManualRuns::default(),
         }
     }
 }
@@ -299,6 +305,7 @@ impl Scheduler {
             dead_evicted: r.dead_evicted,
             history: r.history.clone(),
             counters: r.counters,
+            manual: r.manual,
         })
     }
 

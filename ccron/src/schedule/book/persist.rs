@@ -912,6 +912,9 @@ impl Scheduler {
         if rec.dead.len() > Self::dead_cap(&rec) {
             return Err(format!("schedule {id}: {} dead runs", rec.dead.len()));
         }
+        rec.manual
+            .check(!rec.def.timing.is_one_shot())
+            .map_err(|e| format!("schedule {id}: {e}"))?;
         if Self::is_spent(&rec) {
             return Err(format!("one-shot schedule {id} has nothing left"));
         }

@@ -221,6 +221,13 @@ impl Scheduler {
                 // Succeeded: owed runs or the next occurrence may be due too.
                 continue;
             }
+            if rec.manual.pending() {
+                *left -= 1;
+                if !self.manual_attempt(id, &mut env) {
+                    return;
+                }
+                continue;
+            }
             let was_owed = rec.owed.is_some();
             let mut note = PlanNote::default();
             let (runs, next, owed_first) = match rec.owed {
@@ -457,6 +464,30 @@ impl Scheduler {
             return true;
         }
         self.fail_attempt(id, due, occurrence, attempt, outcome, env);
+        false
+    }
+
+    /// Runs record `id`'s next manual run (a trigger, else the backfill's next occurrence;
+    /// `manual.rs`): one attempt, settled like a regular run's. Returns whether it succeeded.
+    fn manual_attempt<S>(&mut self, id: u64, env: &mut Env<'_, '_, S>) -> bool {
+        self.unindex(id);
+        let Some((due, occurrence)) = self.next_manual(id) else {
+            self.reindex(id);
+            return false;
+        };
+        self.touch(id);
+        let Some(rec) = self.records.get(&id) else {
+            return false;
+        };
+        let owner = rec.owner;
+        let run = run_phase(self.component, rec, id, due, occurrence, 1, env);
+        let outcome = run.outcome;
+        if outcome.is_ok() {
+            self.reindex(id);
+            self.commit_attempt(run, id, due, occurrence, 1, owner, env);
+            return true;
+        }
+        self.fail_attempt(id, due, occurrence, 1, outcome, env);
         false
     }
 
