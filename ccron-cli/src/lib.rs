@@ -262,6 +262,34 @@ pub enum Schedules {
         /// Id, or key (key:NAME).
         target: String,
     },
+    /// Run a recurring schedule once now (outside its phase; its owner or an admin).
+    Trigger {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+        /// Signing.
+        #[command(flatten)]
+        signed: Signed,
+        /// Id, or key (key:NAME).
+        target: String,
+    },
+    /// Run a recurring schedule's occurrences in a past window again (at most 1,000).
+    Backfill {
+        /// Nodes and output.
+        #[command(flatten)]
+        common: Common,
+        /// Signing.
+        #[command(flatten)]
+        signed: Signed,
+        /// Id, or key (key:NAME).
+        target: String,
+        /// The window's first instant: RFC 3339 or Unix ms.
+        #[arg(long)]
+        from: String,
+        /// Its last instant (inclusive): RFC 3339 or Unix ms.
+        #[arg(long)]
+        to: String,
+    },
 }
 
 /// `ccron cluster ...`.
@@ -453,7 +481,43 @@ async fn schedules(s: Schedules, env: Env) -> Result<String, CliError> {
             )
             .await
         }
+        Schedules::Trigger {
+            common,
+            signed,
+            target,
+        } => {
+            mutate(
+                &common,
+                &signed,
+                ScheduleRequest::TriggerNow(parse_target(&target)),
+                env,
+            )
+            .await
+        }
+        Schedules::Backfill {
+            common,
+            signed,
+            target,
+            from,
+            to,
+        } => {
+            let req = ScheduleRequest::Backfill {
+                target: parse_target(&target),
+                from_ms: parse_instant(&from)?,
+                to_ms: parse_instant(&to)?,
+            };
+            mutate(&common, &signed, req, env).await
+        }
     }
+}
+
+/// An instant given as RFC 3339 (`2026-01-01T00:00:00Z`) or Unix ms.
+pub fn parse_instant(s: &str) -> Result<i64, CliError> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    ccron::cron::parse_rfc3339_ms(s)
+        .map_err(|e| CliError::Args(format!("{s:?} is neither Unix ms nor RFC 3339: {e}")))
 }
 
 async fn mutate(

@@ -327,6 +327,20 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
                         "dead_evicted": d.counters.dead_evicted,
                         "recent_ok": d.counters.recent_ok,
                         "recent_failed": d.counters.recent_failed,
+                        "fired": d.counters.fired,
+                        "failed": d.counters.failed,
+                        "late": d.counters.late,
+                        "skipped": d.counters.skipped,
+                        "expired": d.counters.expired,
+                    }),
+                );
+                o.insert(
+                    "manual".into(),
+                    json!({
+                        "trigger_ms": d.manual.trigger,
+                        "backfill_next_ms": d.manual.backfill.map(|b| b.0),
+                        "backfill_last_ms": d.manual.backfill.map(|b| b.1),
+                        "backfill_left": d.manual.backfill_left,
                     }),
                 );
             }
@@ -388,8 +402,13 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
             (
                 "counters",
                 format!(
-                    "runs {}, recent ok {}, recent failed {}, dead {} (evicted {})",
+                    "runs {}, fired {} (failed {}), late {}, skipped {}, expired {}, recent ok {}, recent failed {}, dead {} (evicted {})",
                     d.counters.runs,
+                    d.counters.fired,
+                    d.counters.failed,
+                    d.counters.late,
+                    d.counters.skipped,
+                    d.counters.expired,
                     d.counters.recent_ok,
                     d.counters.recent_failed,
                     d.counters.dead_held,
@@ -402,6 +421,17 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
         }
         if let Some((a, b)) = s.owed {
             out.push_str(&format!("  owed      {} .. {}\n", utc(a), utc(b)));
+        }
+        if let Some(t) = d.manual.trigger {
+            out.push_str(&format!("  trigger   pending, nominal {}\n", utc(t)));
+        }
+        if let Some((next, last)) = d.manual.backfill {
+            out.push_str(&format!(
+                "  backfill  {} runs left, next {} .. {}\n",
+                d.manual.backfill_left,
+                utc(next),
+                utc(last)
+            ));
         }
         if let Some(r) = &d.retry {
             out.push_str(&format!(
@@ -473,6 +503,11 @@ pub fn cluster(
                 "dead_runs": b.dead_runs,
                 "runs": b.runs,
                 "earliest_due_ms": b.earliest_due_ms,
+                "fired": b.totals.fired,
+                "failed": b.totals.failed,
+                "late": b.totals.late,
+                "skipped": b.totals.skipped,
+                "expired": b.totals.expired,
             })),
             "outbox": outbox.map(|o| json!({
                 "first_index": o.first_index,
@@ -492,7 +527,7 @@ pub fn cluster(
     let mut out = format!("at height {height} (believed by quorum)\n");
     match book {
         Some(b) => out.push_str(&format!(
-            "book:   component {}, {} schedules ({} paused, {} parked, {} retrying), {} dead runs, {} runs, earliest due {}\n",
+            "book:   component {}, {} schedules ({} paused, {} parked, {} retrying), {} dead runs, {} runs, earliest due {}\n        runs ever: fired {} (failed {}), late {}, skipped {}, expired {}\n",
             b.component,
             b.schedules,
             b.paused,
@@ -500,7 +535,12 @@ pub fn cluster(
             b.retries_pending,
             b.dead_runs,
             b.runs,
-            b.earliest_due_ms.map_or("-".into(), utc)
+            b.earliest_due_ms.map_or("-".into(), utc),
+            b.totals.fired,
+            b.totals.failed,
+            b.totals.late,
+            b.totals.skipped,
+            b.totals.expired
         )),
         None => out.push_str("book:   none\n"),
     }

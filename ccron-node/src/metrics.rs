@@ -8,10 +8,12 @@
 //!   component), snapshots and their age.
 //! - **Replicated** (read from the committed schedule book and outbox, so every honest node at
 //!   the same height reports the same numbers; `ccron_book_height` names that height):
-//!   schedules, paused, parked, dead runs, retries pending, per-schedule runs, dead runs and
-//!   recent failures (at most [`MAX_SCHEDULE_SERIES`] schedules, lowest ids, the rest counted
-//!   in `ccron_schedule_series_dropped`), outbox depth, head, first index (the consumer's
-//!   progress), records with a result, refused results.
+//!   schedules, paused, parked, dead runs, retries pending, the book's run counters
+//!   (`ccron_book_runs_total{event=fired|failed|late|skipped|expired}`, every schedule it ever
+//!   held), per-schedule runs, run counters (`ccron_schedule_events_total{event=…}`), dead runs
+//!   and recent failures (at most [`MAX_SCHEDULE_SERIES`] schedules, lowest ids, the rest
+//!   counted in `ccron_schedule_series_dropped`), outbox depth, head, first index (the
+//!   consumer's progress), records with a result, refused results.
 //!
 //! The registry is built per scrape from the shared state (no process-wide registry: several
 //! nodes in one process share nothing); only the lateness histograms accumulate.
@@ -220,6 +222,17 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
     Ok(out)
 }
 
+/// The replicated run counters by event label.
+fn events(c: &ccron::schedule::RunCounters) -> [(&'static str, u64); 5] {
+    [
+        ("fired", c.fired),
+        ("failed", c.failed),
+        ("late", c.late),
+        ("skipped", c.skipped),
+        ("expired", c.expired),
+    ]
+}
+
 /// The replicated figures (see the module documentation).
 fn replicated(r: &mut Registry, state: &ApiState) {
     let Some((book, outbox, h)) = state.reads.book.snapshot() else {
@@ -272,7 +285,19 @@ fn replicated(r: &mut Registry, state: &ApiState) {
         "Schedules with a retry pending",
         sat(b.retries_pending),
     );
+    let totals: Family<Labels, Counter> = Family::default();
+    for (event, v) in events(&b.totals) {
+        totals
+            .get_or_create(&vec![("event".into(), event.into())])
+            .inc_by(v);
+    }
+    r.register(
+        "book_runs",
+        "The book's replicated run counters, by event (every schedule it ever held)",
+        totals,
+    );
     let runs: Family<Labels, Counter> = Family::default();
+    let per_event: Family<Labels, Counter> = Family::default();
     let dead: Family<Labels, Gauge> = Family::default();
     let evicted: Family<Labels, Counter> = Family::default();
     let failed: Family<Labels, Gauge> = Family::default();
@@ -288,12 +313,22 @@ fn replicated(r: &mut Registry, state: &ApiState) {
             ("handler".to_string(), info.schedule.handler.clone()),
         ];
         runs.get_or_create(&l).inc_by(info.runs);
+        for (event, v) in events(&info.counters) {
+            let mut le = l.clone();
+            le.push(("event".to_string(), event.to_string()));
+            per_event.get_or_create(&le).inc_by(v);
+        }
         dead.get_or_create(&l).set(info.dead.len() as i64);
         evicted.get_or_create(&l).inc_by(info.dead_evicted);
         let f = info.history.iter().filter(|e| !e.outcome.is_ok()).count();
         failed.get_or_create(&l).set(f as i64);
     }
     r.register("schedule_runs", "Occurrences run, per schedule", runs);
+    r.register(
+        "schedule_events",
+        "Replicated run counters, per schedule and event",
+        per_event,
+    );
     r.register("schedule_dead_runs", "Dead runs held, per schedule", dead);
     r.register(
         "schedule_dead_evicted",

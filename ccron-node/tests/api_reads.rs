@@ -201,6 +201,9 @@ async fn schedules_read_by_quorum_and_metrics_scrape() {
         "ccron_outbox_depth 0",
         "ccron_ticks_refused_total{reason=\"stale\"} 0",
         "ccron_schedule_runs_total{schedule=\"1\",handler=\"count\"} 1",
+        "ccron_book_runs_total{event=\"fired\"} 3",
+        "ccron_book_runs_total{event=\"failed\"} 0",
+        "ccron_schedule_events_total{schedule=\"1\",handler=\"count\",event=\"fired\"} 1",
     ] {
         assert!(t.lines().any(|l| l == name), "{name} missing in\n{t}");
     }
@@ -211,6 +214,7 @@ async fn schedules_read_by_quorum_and_metrics_scrape() {
             "ccron_schedule",
             "ccron_outbox",
             "ccron_book_height",
+            "ccron_book_runs",
             "ccron_dead_runs",
         ]
         .iter()

@@ -86,6 +86,8 @@ pub enum Action {
     Retarget,
     /// Re-drive or discard a schedule's dead runs (its owner or an admin).
     DeadLetter,
+    /// Trigger a schedule now or backfill a past window (its owner or an admin).
+    Trigger,
 }
 
 impl fmt::Display for Action {
@@ -101,6 +103,7 @@ impl fmt::Display for Action {
             Self::ManageWorkerKeys => "register or revoke worker keys",
             Self::Retarget => "re-target these parked schedules",
             Self::DeadLetter => "re-drive or discard this schedule's dead runs",
+            Self::Trigger => "trigger or backfill this schedule",
         })
     }
 }

@@ -920,7 +920,8 @@ proptest! {
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
         part in 0..4usize,
     ) {
-        let limits = Limits { page_bytes: 1_024, ..Limits::default() };
+        // Pages of 2 KiB: two record pages hold the four schedules at their largest.
+        let limits = Limits { page_bytes: 2_048, ..Limits::default() };
         // 8 pages: commit 0, zones 1, log 2..6, record pages 6..8.
         let range = PageRange::new(0, 8).unwrap();
         let parts = [
@@ -929,7 +930,7 @@ proptest! {
             (PageRange::new(2, 4).unwrap(), BlobKind::BookLog),
             (PageRange::new(6, 1).unwrap(), BlobKind::BookRecords),
         ];
-        let mut pages = MemPages::new(1_024, 8);
+        let mut pages = MemPages::new(2_048, 8);
         codec::save_blob(&mut pages, parts[3].0, BlobKind::BookRecords, &bytes).unwrap();
         prop_assert!(Scheduler::load(7, limits, &pages, range).is_err());
         let mut one = Scheduler::new(7, limits);
@@ -944,7 +945,7 @@ proptest! {
         ] {
             one.apply(&Principal::Host, ScheduleRequest::Create(req), &h, 0, Some(0)).unwrap();
         }
-        let mut wire = MemPages::new(1_024, 8);
+        let mut wire = MemPages::new(2_048, 8);
         // Full saves until one folds the log: every part then holds data.
         for _ in 0..8 {
             one.save_all(&mut wire, range).unwrap();

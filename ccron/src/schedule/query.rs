@@ -19,8 +19,8 @@
 use bincode::config::{self, BigEndian, Configuration, Fixint, Limit};
 
 use super::{
-    DeadRun, HISTORY_RUNS, MAX_DEAD_RUNS, NewSchedule, PendingRetry, RunEntry, RunOutcome,
-    RunPolicy, ScheduleInfo, Scheduler, Target, Timing,
+    DeadRun, HISTORY_RUNS, MAX_DEAD_RUNS, ManualRuns, NewSchedule, PendingRetry, RunCounters,
+    RunEntry, RunOutcome, RunPolicy, ScheduleInfo, Scheduler, Target, Timing,
 };
 use crate::authz::Principal;
 use crate::due::Due;
@@ -28,7 +28,10 @@ use crate::outbox::Outbox;
 use crate::tick::TimeMs;
 
 /// Version byte of the answer's wire format.
-pub const QUERY_FORMAT_VERSION: u8 = 1;
+///
+/// 2: a description's counters and the book state carry the replicated run counters (book
+/// layout 7).
+pub const QUERY_FORMAT_VERSION: u8 = 2;
 
 /// Most summaries one list answer holds.
 pub const MAX_LIST_LIMIT: usize = 256;
@@ -194,6 +197,16 @@ pub struct ScheduleCounters {
     pub recent_ok: u64,
     /// Failed or panicked runs among the recent history.
     pub recent_failed: u64,
+    /// Handler runs started, every attempt (replicated, [`RunCounters::fired`]).
+    pub fired: u64,
+    /// Handler runs that failed ([`RunCounters::failed`]).
+    pub failed: u64,
+    /// Plans that found it behind ([`RunCounters::late`]).
+    pub late: u64,
+    /// Plans whose misfire policy dropped occurrences ([`RunCounters::skipped`]).
+    pub skipped: u64,
+    /// Plans whose deadline dropped the run ([`RunCounters::expired`]).
+    pub expired: u64,
 }
 
 /// A describe answer.
@@ -215,6 +228,8 @@ pub struct ScheduleDetail {
     pub upcoming: Vec<Upcoming>,
     /// Its counters.
     pub counters: ScheduleCounters,
+    /// Runs an operator asked for, pending (trigger, backfill).
+    pub manual: ManualRuns,
 }
 
 /// The book as a whole.
@@ -236,6 +251,9 @@ pub struct BookState {
     pub runs: u64,
     /// The earliest due time (jitter included).
     pub earliest_due_ms: Option<TimeMs>,
+    /// The book's replicated run counters, every schedule it ever held
+    /// ([`Scheduler::totals`]).
+    pub totals: RunCounters,
 }
 
 /// The committed outbox: depth and the consumer's progress.
@@ -496,6 +514,11 @@ pub fn describe(book: &Scheduler, target: &Target, preview: usize) -> Option<Sch
             dead_evicted: info.dead_evicted,
             recent_ok,
             recent_failed,
+            fired: info.counters.fired,
+            failed: info.counters.failed,
+            late: info.counters.late,
+            skipped: info.counters.skipped,
+            expired: info.counters.expired,
         },
         schedule: info.schedule,
         policy: info.policy,
@@ -503,6 +526,7 @@ pub fn describe(book: &Scheduler, target: &Target, preview: usize) -> Option<Sch
         dead: info.dead,
         history: info.history,
         upcoming,
+        manual: info.manual,
     })
 }
 
@@ -514,6 +538,7 @@ pub fn book_state(book: &Scheduler) -> BookState {
         parked: book.parked_count() as u64,
         dead_runs: book.dead_count() as u64,
         earliest_due_ms: book.earliest_due_ms(),
+        totals: book.totals(),
         ..BookState::default()
     };
     for id in book.ids() {
@@ -722,11 +747,11 @@ mod tests {
             let mut long = bytes.clone();
             long.push(0);
             assert_eq!(QueryAnswer::decode(&long), Err(QueryError::Trailing(1)));
-            let mut v2 = bytes.clone();
-            v2[0] = 2;
+            let mut other = bytes.clone();
+            other[0] = QUERY_FORMAT_VERSION + 1;
             assert!(matches!(
-                QueryAnswer::decode(&v2),
-                Err(QueryError::Version { found: 2, .. })
+                QueryAnswer::decode(&other),
+                Err(QueryError::Version { found, .. }) if found == QUERY_FORMAT_VERSION + 1
             ));
         }
         assert_eq!(

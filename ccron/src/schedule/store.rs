@@ -1,6 +1,6 @@
-//! Page layout and record placement of the schedule book's persistence (book layout 6: the
+//! Page layout and record placement of the schedule book's persistence (book layout 7: the
 //! book's instance of the record log, `crate::record_log`, shared with the cron tables; the
-//! same layout of the range as layouts 2 to 5, which `book/legacy.rs` reads).
+//! same layout of the range as layouts 2 to 6, which `book/legacy.rs` reads).
 //! The placement ([`Placement`], [`FreeTree`]) is shared with the cron tables' record pages
 //! (`crate::table_store`).
 //!

@@ -256,6 +256,8 @@ impl Scheduler {
         };
         Ok(core
             .saturating_add(RUN_STATE_BYTES)
+            .saturating_add(super::counters::COUNTER_BYTES)
+            .saturating_add(super::manual::MANUAL_BYTES)
             .saturating_add(dead * DEAD_RUN_BYTES)
             .saturating_add(history * RUN_ENTRY_BYTES))
     }
@@ -495,6 +497,22 @@ impl Scheduler {
                 let id = self.resolve(&target)?;
                 self.authorize(by, Action::DeadLetter, Some(id))?;
                 self.redrive(id, occurrence, seq, now_ms)?;
+                Ok(Some(id))
+            }
+            ScheduleRequest::TriggerNow(target) => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::Trigger, Some(id))?;
+                self.trigger_now(id, now_ms)?;
+                Ok(Some(id))
+            }
+            ScheduleRequest::Backfill {
+                target,
+                from_ms,
+                to_ms,
+            } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::Trigger, Some(id))?;
+                self.backfill(id, from_ms, to_ms, now_ms)?;
                 Ok(Some(id))
             }
             ScheduleRequest::Discard { target, occurrence } => {
@@ -831,8 +849,13 @@ impl Scheduler {
         rec.def = stored;
         rec.next = next;
         rec.owed = None;
-        // Like owed runs, a retry of the old definition's run is dropped.
+        // Like owed runs, a retry of the old definition's run is dropped, and so are its
+        // pending manual runs (the last trigger's time stays: trigger ids never repeat).
         rec.retry = None;
+        rec.manual = super::ManualRuns {
+            last_trigger_ms: rec.manual.last_trigger_ms,
+            ..super::ManualRuns::default()
+        };
         rec.version = rec.version.saturating_add(1);
         self.crons.remove(&id);
         if let Some(c) = cron {

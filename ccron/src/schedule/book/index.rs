@@ -11,22 +11,24 @@ impl Scheduler {
     /// The due index entries of record `id`: none when paused or without a next point; one
     /// usually; two for [`Timing::AtOrSeq`] (its time trigger, jittered, and its sequence
     /// trigger: whichever a tick reaches first takes it).
-    pub(super) fn keys_of(id: u64, rec: &Record) -> [Option<(u8, Due, u64)>; 2] {
+    pub(super) fn keys_of(id: u64, rec: &Record) -> [Option<(u8, Due, u64)>; 3] {
         if rec.paused || rec.parked {
-            return [None, None];
+            return [None, None, None];
         }
         let inv = u8::MAX - rec.def.priority;
         if let Some(retry) = rec.retry {
             // A pending retry comes first: owed runs and the next occurrence wait for it.
-            return [Some((inv, retry.at, id)), None];
+            return [Some((inv, retry.at, id)), None, None];
         }
+        // Manual runs (`manual.rs`) are due at once: any tick reaches sequence 0.
+        let manual = rec.manual.pending().then_some((inv, Due::Seq(0), id));
         if let Some((owed_ms, _)) = rec.owed {
             // Owed runs were reached when planned: due at their nominal instant, without
             // jitter, so any later tick with time takes them (in the canonical order).
-            return [Some((inv, Due::Time(owed_ms), id)), None];
+            return [Some((inv, Due::Time(owed_ms), id)), manual, None];
         }
         let Some(next) = rec.next else {
-            return [None, None];
+            return [manual, None, None];
         };
         let key = match next {
             Due::Time(t) => Due::Time(t.saturating_add(jitter_offset_ms(id, rec.def.jitter_ms))),
@@ -36,7 +38,7 @@ impl Scheduler {
             Timing::AtOrSeq { seq, .. } => Some((inv, Due::Seq(seq), id)),
             _ => None,
         };
-        [Some((inv, key, id)), second]
+        [Some((inv, key, id)), second, manual]
     }
 
     pub(super) fn unindex(&mut self, id: u64) {

@@ -1,32 +1,36 @@
 //! The schedule book layouts earlier releases wrote, read so that the next save migrates them
-//! to layout 6 (`persist.rs`). The types here are frozen copies of the old encodings: never
+//! to layout 7 (`persist.rs`). The types here are frozen copies of the old encodings: never
 //! change them (persisted bytes are forever).
 //!
 //! - Layouts 2, 3 and 4: a meta page, the zones part, a write-ahead journal in the log's place
 //!   (always in force: the last save's meta, zones, changed records and record page list) and
 //!   record pages. 3 added the owner to records, 4 the version, topic and type.
 //! - Layout 5: the record log (commit page, log, record pages) with layout 4's records.
+//! - Layout 6: the record log with the log's start and the stale flag in the commit page, and
+//!   records carrying their run state (parked, run policy, pending retry, dead runs, history).
 //!
-//! Loading converts every record to layout 6 (the run state empty; a layout 2 record, which
-//! has no owner, is owned by the host, so only admins may change it; records without a version
-//! are at version 1). The migration is the next save, a *full save* (every record and the
+//! Loading converts every record to layout 7 (the run counters at zero, and the run state
+//! empty below layout 6; a layout 2 record, which has no owner, is owned by the host, so only
+//! admins may change it; records without a version are at version 1). The migration is the next save, a *full save* (every record and the
 //! zones, the record pages marked stale) appended to the log area where nothing the old layout
 //! needs lies: past the old journal's pages or the old committed log. The new commit page is
 //! its last write, so a crash before it reloads the old layout as it was. When the log area
 //! has no room past them, the old layout's own save is completed first, in its own format (a
-//! journal replayed in place and zeroed, or a layout 5 log folded), which is what that layout
-//! did after a crash too.
+//! journal replayed in place and zeroed, or a layout 5 or 6 log folded), which is what that
+//! layout did after a crash or a full log too.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::persist::{self, Committed};
-use super::{Misfire, NewSchedule, Record, RunPolicy, ScheduleError, Timing};
+use super::{
+    DeadRun, Misfire, NewSchedule, PendingRetry, Record, RunEntry, RunPolicy, ScheduleError, Timing,
+};
 use crate::authz::Principal;
 use crate::codec::{self, BlobKind, CodecError};
 use crate::cron::ZoneRules;
 use crate::due::Due;
 use crate::pages::{PageRange, ReservedPages};
-use crate::record_log::{self, LogPos, LogSpan};
+use crate::record_log::{self, LogPos, LogSpan, Stale};
 use crate::schedule::store::Layout;
 use crate::tick::{ComponentId, TimeMs};
 
@@ -91,9 +95,28 @@ pub(super) struct RecordV4 {
     version: u64,
 }
 
+/// A record of layout 6 (the run state: parked, run policy, pending retry, dead runs, run
+/// history; no run counters).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(super) struct RecordV6 {
+    def: NewSchedule,
+    paused: bool,
+    next: Option<Due>,
+    runs: u64,
+    owed: Option<(TimeMs, TimeMs)>,
+    owner: Principal,
+    version: u64,
+    parked: bool,
+    policy: RunPolicy,
+    retry: Option<PendingRetry>,
+    dead: Vec<DeadRun>,
+    dead_evicted: u64,
+    history: Vec<RunEntry>,
+}
+
 /// An older layout's record.
 pub(super) trait OldRecord: Clone + bincode::Encode + bincode::Decode<()> {
-    /// The layout 6 record it becomes.
+    /// The layout 7 record it becomes.
     fn upgrade(self) -> Record;
 }
 
@@ -132,6 +155,20 @@ impl OldRecord for RecordV4 {
     }
 }
 
+impl OldRecord for RecordV6 {
+    fn upgrade(self) -> Record {
+        let state = (self.paused, self.next, self.runs, self.owed);
+        let mut r = record(self.def, state, self.owner, self.version);
+        r.parked = self.parked;
+        r.policy = self.policy;
+        r.retry = self.retry;
+        r.dead = self.dead;
+        r.dead_evicted = self.dead_evicted;
+        r.history = self.history;
+        r
+    }
+}
+
 /// The meta page of layouts 2 to 4.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 struct Meta {
@@ -156,6 +193,20 @@ struct CommitV5 {
     zones_crc: u32,
     log_pages: u32,
     log_segments: u32,
+}
+
+/// The commit page of layout 6 (layout 7 added the book's run counters).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct CommitV6 {
+    version: u8,
+    component: ComponentId,
+    next_id: u64,
+    page_bytes: u64,
+    records: u64,
+    zones: u32,
+    zones_crc: u32,
+    log: LogSpan,
+    stale: Stale,
 }
 
 /// The head of one journal part: (version, part index, part count, CRC-32 of every part's
@@ -191,6 +242,8 @@ struct Journal<R> {
 pub(crate) enum OldExtent {
     /// Layout 5: its committed log.
     Log(LogPos),
+    /// Layout 6: its committed log (from where it starts in the log area).
+    LogV6(LogSpan),
     /// Layouts 2 to 4 (the version): the journal in force.
     Journal {
         /// The layout.
@@ -454,6 +507,72 @@ fn load_v5(
     })
 }
 
+/// Reads a book of layout 6: the commit page, the committed log over the record pages (not
+/// read when stale: they hold the layout before, and the log holds every record).
+fn load_v6(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    blob: &[u8],
+    component: ComponentId,
+) -> Result<Loaded, ScheduleError> {
+    let corrupt = |m: String| ScheduleError::Corrupt(m);
+    let commit = codec::from_blob::<CommitV6>(blob)?;
+    if commit.component != component {
+        return Err(corrupt(format!("component {}", commit.component)));
+    }
+    if commit.log.end() > layout.log.len() || commit.stale == Stale::InFrozen {
+        return Err(corrupt("a log the log area cannot hold".into()));
+    }
+    let committed = persist::read_log::<RecordV6>(pages, layout, commit.log)?;
+    let zones = match &committed.zones {
+        Some(z) => z.clone(),
+        None => codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?
+            .ok_or_else(|| corrupt("the zones part is empty".into()))?,
+    };
+    if zones.len() != commit.zones as usize
+        || crc32fast::hash(&codec::to_blob(&zones)?) != commit.zones_crc
+    {
+        return Err(corrupt("zones differ from the commit page".into()));
+    }
+    let stale = commit.stale != Stale::No;
+    let mut records = BTreeMap::new();
+    for p in 0..if stale { 0 } else { layout.record_pages } {
+        let page = persist::read_page::<RecordV6>(pages, layout, p)?;
+        if committed.full {
+            continue;
+        }
+        for (id, r) in page {
+            if committed.named.contains_key(&id) {
+                continue;
+            }
+            if id == 0 || id >= commit.next_id || records.insert(id, r.upgrade()).is_some() {
+                return Err(corrupt(format!("schedule id {id} misplaced on page {p}")));
+            }
+        }
+    }
+    for (id, placed) in committed.named {
+        if let Some((_, r)) = placed {
+            if id == 0 || id >= commit.next_id {
+                return Err(corrupt(format!("the log names schedule id {id}")));
+            }
+            records.insert(id, r.upgrade());
+        }
+    }
+    if records.len() as u64 != commit.records {
+        return Err(corrupt(format!(
+            "{} schedules stored, the commit page counts {}",
+            records.len(),
+            commit.records
+        )));
+    }
+    Ok(Loaded {
+        next_id: commit.next_id,
+        zones,
+        records,
+        old: OldExtent::LogV6(commit.log),
+    })
+}
+
 /// Reads a book of an older layout: `blob` is its first page (`None`: the meta page is empty,
 /// and a journal may hold a first save a crash cut short).
 pub(super) fn load(
@@ -471,6 +590,7 @@ pub(super) fn load(
     };
     let loaded = match (version, blob) {
         (5, Some(b)) => Some(load_v5(pages, layout, b, component)?),
+        (6, Some(b)) => Some(load_v6(pages, layout, b, component)?),
         (2, _) => load_journal_layout::<RecordV2>(pages, layout, 2, component)?,
         (3, _) => load_journal_layout::<RecordV3>(pages, layout, 3, component)?,
         (4, _) => load_journal_layout::<RecordV4>(pages, layout, 4, component)?,
@@ -505,6 +625,7 @@ pub(super) fn prepare(
     let area = layout.log.len();
     let extent = match old {
         OldExtent::Log(pos) => pos.pages,
+        OldExtent::LogV6(span) => span.end(),
         OldExtent::Journal { pages, .. } => pages,
     };
     if extent.saturating_add(need) <= area {
@@ -512,6 +633,7 @@ pub(super) fn prepare(
     }
     match old {
         OldExtent::Log(pos) => fold_v5(pages, layout, component, pos)?,
+        OldExtent::LogV6(_) => fold_v6(pages, layout, component)?,
         OldExtent::Journal { version, pages: n } => {
             match version {
                 2 => complete_journal::<RecordV2>(pages, layout, version, component)?,
@@ -602,6 +724,52 @@ fn fold_v5(
     }
     commit.log_pages = 0;
     commit.log_segments = 0;
+    codec::save(pages, layout.meta, BlobKind::ScheduleBook, &commit)?;
+    Ok(())
+}
+
+/// Folds a layout 6 book's committed log into its record pages and zones part, in layout 6's
+/// format (every record page rewritten, as layout 6's fold of a stale book did), and commits it
+/// with an empty log from the area's first page. A crash part-way reloads as the same book:
+/// until the commit page, the log is in force over pages that hold its records or the ones
+/// before.
+fn fold_v6(
+    pages: &mut dyn ReservedPages,
+    layout: Layout,
+    component: ComponentId,
+) -> Result<(), ScheduleError> {
+    let Some(blob) = codec::load_blob(pages, layout.meta, BlobKind::ScheduleBook)? else {
+        return Err(ScheduleError::Corrupt(
+            "a layout 6 log without a commit page".into(),
+        ));
+    };
+    let mut commit = codec::from_blob::<CommitV6>(&blob)?;
+    if commit.component != component {
+        return Err(ScheduleError::Corrupt(format!(
+            "component {}",
+            commit.component
+        )));
+    }
+    let committed: Committed<RecordV6> = persist::read_log(pages, layout, commit.log)?;
+    let mut by_page: BTreeMap<u32, Vec<(u64, RecordV6)>> = BTreeMap::new();
+    for (id, placed) in &committed.named {
+        if let Some((p, r)) = placed {
+            by_page.entry(*p).or_default().push((*id, r.clone()));
+        }
+    }
+    let stale = commit.stale != Stale::No;
+    for p in 0..layout.record_pages {
+        let Some(part) = layout.record_page(p) else {
+            continue;
+        };
+        let blob = persist::folded_page(pages, layout, &committed, &by_page, stale, p)?;
+        record_log::write_page(pages, part, BlobKind::BookRecords, blob.as_deref())?;
+    }
+    if let Some(zones) = &committed.zones {
+        codec::save(pages, layout.zones, BlobKind::ScheduleBook, zones)?;
+    }
+    commit.log = LogSpan::default();
+    commit.stale = Stale::No;
     codec::save(pages, layout.meta, BlobKind::ScheduleBook, &commit)?;
     Ok(())
 }
@@ -772,7 +940,7 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         /// Round trip: a book written in layout 3 or 5 loads as its records converted, the
-        /// migration's save reloads as the same book (now layout 6), and a second save writes
+        /// migration's save reloads as the same book (now layout 7), and a second save writes
         /// nothing.
         #[test]
         fn older_books_round_trip_through_the_migration(

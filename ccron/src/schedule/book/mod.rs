@@ -3,7 +3,7 @@
 //! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
 //! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
 //! jitter, payload, routing topic and type, pause flag, nominal next due point, run counter,
-//! owner, version), optionally under a unique client key. A due index ordered by (priority,
+//! owner, version, run state and replicated run counters), optionally under a unique client key. A due index ordered by (priority,
 //! due key, id) holds every active record (an `AtOrSeq` one under both its keys), so a tick
 //! visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
@@ -16,14 +16,18 @@
 //! Files. This module owns the state ([`Scheduler`] and its stored `Record`); the others add
 //! `impl Scheduler` blocks by concern: `types.rs` (the public vocabulary: timings, misfire
 //! policies, requests, limits, errors, views and reports), `handlers.rs` (registered handlers
-//! and a run's context), `timing.rs` (occurrences, jitter, the misfire plan), `index.rs` (due
+//! and a run's context), `counters.rs` (replicated run counters),
+//! `manual.rs` (trigger-now and backfill runs), `timing.rs` (occurrences,
+//! jitter, the misfire plan), `index.rs` (due
 //! and zone index upkeep, invariant check), `admission.rs` (validating and applying requests),
 //! `tick.rs` (the budgeted tick), `preview.rs` (looks ahead) and `persist.rs` (save and load).
 
 mod admission;
+mod counters;
 mod handlers;
 mod index;
 mod legacy;
+mod manual;
 mod persist;
 mod preview;
 mod runs;
@@ -40,10 +44,12 @@ use crate::due::Due;
 use crate::tick::{ComponentId, TimeMs};
 
 pub(super) use admission::check_misfire;
+pub use counters::RunCounters;
 pub use handlers::{
     EMIT_REFUSED_CODE, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Transactional,
     manifest_digest,
 };
+pub use manual::{MAX_BACKFILL_RUNS, ManualRuns, is_manual, manual_occurrence};
 pub use preview::{NextRun, SlotLoad};
 pub use runs::{
     AfterFailure, DeadRun, FailedRun, HISTORY_RUNS, MAX_ATTEMPTS, MAX_DEAD_RUNS,
@@ -92,6 +98,10 @@ struct Record {
     dead_evicted: u64,
     /// Layout 6: its last runs, oldest first (a ring of at most `Scheduler::history_cap`).
     history: Vec<RunEntry>,
+    /// Layout 7: its replicated run counters (`counters.rs`).
+    counters: RunCounters,
+    /// Layout 7: runs an operator asked for, pending (`manual.rs`).
+    manual: ManualRuns,
 }
 
 impl Record {
@@ -111,6 +121,8 @@ impl Record {
             dead: Vec::new(),
             dead_evicted: 0,
             history: Vec::new(),
+            counters: RunCounters::default(),
+            manual: ManualRuns::default(),
         }
     }
 }
@@ -123,6 +135,9 @@ pub struct Scheduler {
     next_id: u64,
     zones: BTreeMap<String, ZoneRules>,
     records: BTreeMap<u64, Record>,
+    /// The book's run counters: every schedule's, those that left the book included
+    /// (replicated, stored in the commit page; `counters.rs`).
+    totals: RunCounters,
     keys: BTreeMap<String, u64>,
     /// Parsed cron schedules of the cron records (derived; rebuilt on load).
     crons: BTreeMap<u64, CronSchedule>,
@@ -170,6 +185,7 @@ impl Scheduler {
             next_id: 1,
             zones: BTreeMap::new(),
             records: BTreeMap::new(),
+            totals: RunCounters::default(),
             keys: BTreeMap::new(),
             crons: BTreeMap::new(),
             zoned: BTreeMap::new(),
@@ -288,6 +304,8 @@ impl Scheduler {
             dead: r.dead.clone(),
             dead_evicted: r.dead_evicted,
             history: r.history.clone(),
+            counters: r.counters,
+            manual: r.manual,
         })
     }
 
@@ -321,5 +339,6 @@ impl PartialEq for Scheduler {
             && self.next_id == other.next_id
             && self.zones == other.zones
             && self.records == other.records
+            && self.totals == other.totals
     }
 }

@@ -1,13 +1,13 @@
 //! Persistence glue: the book's instance of the record log (`crate::record_log`, book layout
-//! 6): the commit page, the log's segments, the content of a folded record page, load, and the
+//! 7): the commit page, the log's segments, the content of a folded record page, load, and the
 //! re-validation of every loaded record. Page layout and record placement are in `store.rs`;
-//! the layouts earlier releases wrote (2 to 5) are read in `legacy.rs` and migrated by the
+//! the layouts earlier releases wrote (2 to 6) are read in `legacy.rs` and migrated by the
 //! next save.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::legacy;
-use super::{Limits, Record, ScheduleError, Scheduler, Timing};
+use super::{Limits, Record, RunCounters, ScheduleError, Scheduler, Timing};
 use crate::codec::{self, BlobKind, CodecError};
 use crate::cron::ZoneRules;
 use crate::pages::{PageRange, ReservedPages};
@@ -38,6 +38,8 @@ struct Commit {
     /// Whether the record pages count for nothing yet (they hold an older layout's records;
     /// a migration's full save is in the log).
     stale: Stale,
+    /// Layout 7: the book's run counters (`Scheduler::totals`).
+    totals: RunCounters,
 }
 
 /// A record page's blob: its page number (within the record pages) and its records, ascending
@@ -66,10 +68,11 @@ const SEGMENT_PAGES: usize = 16;
 /// folded when the log is full, [`store`](crate::schedule::store)) in place of the write-ahead
 /// journal; 6 = records carry their run state (parked, run policy, pending retry, dead runs,
 /// run history) and the commit page where the log starts and whether the record pages are
-/// stale. Layouts 2 to 5 load and are migrated by the next save (`legacy.rs`); layout 1 (16
+/// stale; 7 = records carry their run counters and the commit page the book's
+/// (`counters.rs`). Layouts 2 to 6 load and are migrated by the next save (`legacy.rs`); layout 1 (16
 /// shard blobs over the whole range, superseded before layout 2 was released) is refused with
 /// [`ScheduleError::UnsupportedLayout`].
-pub(super) const WIRE_VERSION: u8 = 6;
+pub(super) const WIRE_VERSION: u8 = 7;
 
 /// The committed log, read back from the pages.
 pub(super) struct Committed<R> {
@@ -618,6 +621,7 @@ impl Scheduler {
                 zones_crc,
                 log: LogSpan::default(),
                 stale: Stale::No,
+                totals: self.totals,
             },
             fold_pages: &self.placement.fold_pages,
             fold_all: all || self.placement.fold_all,
@@ -645,7 +649,7 @@ impl Scheduler {
         if migration.is_some() {
             tracing::info!(
                 component = self.component,
-                "schedule book migrated to layout 6"
+                "schedule book migrated to layout 7"
             );
             self.migration = None;
         }
@@ -684,7 +688,7 @@ impl Scheduler {
     /// Reads the book stored in `range` (an empty book when nothing is stored): the commit
     /// page, the committed log (whose records and zones take priority) and the record pages,
     /// validating every record against `limits` and re-parsing every cron expression. A book
-    /// of an older layout (2 to 5) is read and converted; the next save migrates it (see
+    /// of an older layout (2 to 6) is read and converted; the next save migrates it (see
     /// `legacy.rs`). Handlers are not checked here: a record naming an unregistered handler
     /// is parked when it comes due. Costs one read of every page of the range but the log's
     /// uncommitted part.
@@ -826,6 +830,7 @@ impl Scheduler {
             )));
         }
         book.next_id = commit.next_id;
+        book.totals = commit.totals;
         book.placement.stored_below = commit.next_id;
         book.placement.log = commit.log;
         book.placement.stale = commit.stale;
@@ -907,6 +912,9 @@ impl Scheduler {
         if rec.dead.len() > Self::dead_cap(&rec) {
             return Err(format!("schedule {id}: {} dead runs", rec.dead.len()));
         }
+        rec.manual
+            .check(!rec.def.timing.is_one_shot())
+            .map_err(|e| format!("schedule {id}: {e}"))?;
         if Self::is_spent(&rec) {
             return Err(format!("one-shot schedule {id} has nothing left"));
         }

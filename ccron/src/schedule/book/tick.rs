@@ -3,9 +3,10 @@
 
 use std::collections::BTreeSet;
 
+use super::counters::PlanNote;
 use super::{
-    FailedRun, FireRecord, HandlerCtx, Handlers, PendingRetry, Record, RunEntry, RunOutcome,
-    ScheduleError, ScheduleRequest, Scheduler, TickReport,
+    FailedRun, FireRecord, HandlerCtx, Handlers, PendingRetry, Record, RunCounters, RunEntry,
+    RunOutcome, ScheduleError, ScheduleRequest, Scheduler, TickReport,
 };
 use crate::authz::Principal;
 use crate::due::Due;
@@ -220,7 +221,15 @@ impl Scheduler {
                 // Succeeded: owed runs or the next occurrence may be due too.
                 continue;
             }
+            if rec.manual.pending() {
+                *left -= 1;
+                if !self.manual_attempt(id, &mut env) {
+                    return;
+                }
+                continue;
+            }
             let was_owed = rec.owed.is_some();
+            let mut note = PlanNote::default();
             let (runs, next, owed_first) = match rec.owed {
                 Some((from_ms, last_ms)) => {
                     let (runs, rest) = self.owed_runs(id, rec, from_ms, last_ms, room);
@@ -228,7 +237,8 @@ impl Scheduler {
                 }
                 None => {
                     let Some(due) = rec.next else { return };
-                    let (mut runs, next) = self.plan(id, rec, due, tick);
+                    let (mut runs, next, found) = self.plan(id, rec, due, tick);
+                    note = found;
                     let rest = if runs.len() > room {
                         runs.split_off(room)
                     } else {
@@ -249,6 +259,9 @@ impl Scheduler {
                 let Some(mut taken_rec) = self.take_record(id) else {
                     return;
                 };
+                // Counted in the book's totals (the record has left the book; a failed run
+                // brings it back with its own counters).
+                self.count(id, note.counters());
                 let Some(&due) = runs.first() else {
                     // Dropped by its misfire policy (an expired deadline): spent.
                     env.report.skipped.push(id);
@@ -280,6 +293,7 @@ impl Scheduler {
             }
             self.reindex(id);
             self.touch(id);
+            self.count(id, note.counters());
             if runs.is_empty() {
                 env.report.skipped.push(id);
                 return;
@@ -453,6 +467,30 @@ impl Scheduler {
         false
     }
 
+    /// Runs record `id`'s next manual run (a trigger, else the backfill's next occurrence;
+    /// `manual.rs`): one attempt, settled like a regular run's. Returns whether it succeeded.
+    fn manual_attempt<S>(&mut self, id: u64, env: &mut Env<'_, '_, S>) -> bool {
+        self.unindex(id);
+        let Some((due, occurrence)) = self.next_manual(id) else {
+            self.reindex(id);
+            return false;
+        };
+        self.touch(id);
+        let Some(rec) = self.records.get(&id) else {
+            return false;
+        };
+        let owner = rec.owner;
+        let run = run_phase(self.component, rec, id, due, occurrence, 1, env);
+        let outcome = run.outcome;
+        if outcome.is_ok() {
+            self.reindex(id);
+            self.commit_attempt(run, id, due, occurrence, 1, owner, env);
+            return true;
+        }
+        self.fail_attempt(id, due, occurrence, 1, outcome, env);
+        false
+    }
+
     /// Commits a successful attempt: appends its staged record, applies the requests it queued
     /// (as the schedule's `owner`), reports it.
     #[allow(clippy::too_many_arguments)]
@@ -473,6 +511,13 @@ impl Scheduler {
             tracing::warn!(id, occurrence, error = %e, "handler emit refused");
             env.report.errors.push(e);
         }
+        self.count(
+            id,
+            RunCounters {
+                fired: 1,
+                ..RunCounters::default()
+            },
+        );
         let mut emitted = None;
         for record in run.staged {
             match env.outbox.append(record) {
@@ -542,6 +587,14 @@ impl Scheduler {
             outcome,
         });
         self.unindex(id);
+        self.count(
+            id,
+            RunCounters {
+                fired: 1,
+                failed: 1,
+                ..RunCounters::default()
+            },
+        );
         let then = self.settle_failure(id, due, occurrence, attempt, outcome, env.tick);
         self.record_run(
             id,

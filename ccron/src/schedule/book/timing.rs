@@ -2,6 +2,7 @@
 //! catch-up runs, the deterministic jitter offset, and the runs a tick plans under the misfire
 //! policy.
 
+use super::counters::PlanNote;
 use super::{Misfire, Record, Scheduler, Timing};
 use crate::due::Due;
 use crate::tick::{Tick, TimeMs};
@@ -112,14 +113,15 @@ impl Scheduler {
         (runs, None)
     }
 
-    /// The due points `id`'s next tick at `now` runs for, and its next nominal point.
+    /// The due points `id`'s next tick at `now` runs for, its next nominal point, and what the
+    /// plan found (late, skipped, expired: the replicated counters, `counters.rs`).
     pub(super) fn plan(
         &self,
         id: u64,
         rec: &Record,
         due: Due,
         tick: &Tick,
-    ) -> (Vec<Due>, Option<Due>) {
+    ) -> (Vec<Due>, Option<Due>, PlanNote) {
         let now_ms = tick.agreed_time_ms;
         if rec.def.timing.is_one_shot() {
             // At time T or sequence S: the time trigger when reached (jitter included), else
@@ -143,10 +145,14 @@ impl Scheduler {
                 }
                 _ => vec![due],
             };
-            return (runs, None);
+            let note = PlanNote {
+                expired: runs.is_empty(),
+                ..PlanNote::default()
+            };
+            return (runs, None, note);
         }
         let (Due::Time(r1), Some(now)) = (due, now_ms) else {
-            return (Vec::new(), rec.next);
+            return (Vec::new(), rec.next, PlanNote::default());
         };
         // An occurrence is reached when its *jittered* instant has passed: with jitter J, the
         // tick at `now` has reached the nominal occurrences <= now - J. One nominally past but
@@ -156,27 +162,39 @@ impl Scheduler {
             .saturating_sub(jitter_offset_ms(id, rec.def.jitter_ms))
             .max(r1);
         let next = self.occurrence_after(id, rec, now).map(Due::Time);
-        let runs = match rec.def.misfire {
-            Misfire::FireOnce => self.latest_reached(id, rec, r1, now, 1),
+        // The latest reached occurrence before the policy (`None`: not computed, as r1).
+        let (runs, latest) = match rec.def.misfire {
+            Misfire::FireOnce => {
+                let runs = self.latest_reached(id, rec, r1, now, 1);
+                let latest = runs.last().and_then(Due::time_ms);
+                (runs, latest)
+            }
             Misfire::Skip => {
                 let r2 = self.occurrence_after(id, rec, r1);
                 if r2.is_none_or(|r2| r2 > now) {
-                    vec![due]
+                    (vec![due], Some(r1))
                 } else {
-                    Vec::new()
+                    (Vec::new(), r2)
                 }
             }
-            Misfire::FireEach { cap } => self.latest_reached(id, rec, r1, now, cap as usize),
+            Misfire::FireEach { cap } => {
+                let runs = self.latest_reached(id, rec, r1, now, cap as usize);
+                let latest = runs.last().and_then(Due::time_ms);
+                (runs, latest)
+            }
             Misfire::ExpireAfter { deadline_ms } => {
                 // Fire once for the latest reached occurrence, unless even that one is stale.
                 let mut latest = self.latest_reached(id, rec, r1, now, 1);
+                let last = latest.last().and_then(Due::time_ms);
                 latest.retain(|d| {
                     d.time_ms()
                         .is_some_and(|t| now.saturating_sub(t) <= deadline_ms)
                 });
-                latest
+                (latest, last)
             }
         };
-        (runs, next)
+        let ran: Vec<TimeMs> = runs.iter().filter_map(Due::time_ms).collect();
+        let note = PlanNote::of(rec.def.misfire, r1, latest, &ran);
+        (runs, next, note)
     }
 }

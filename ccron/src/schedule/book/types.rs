@@ -10,7 +10,9 @@ use crate::pages::PageRange;
 use crate::schedule::store::Layout;
 use crate::tick::TimeMs;
 
-use super::{DeadRun, FailedRun, PendingRetry, RunEntry, RunOutcome, RunPolicy};
+use super::{
+    DeadRun, FailedRun, ManualRuns, PendingRetry, RunCounters, RunEntry, RunOutcome, RunPolicy,
+};
 
 /// When a schedule fires.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -322,6 +324,26 @@ pub enum ScheduleRequest {
         /// The dead run's occurrence number.
         occurrence: u64,
     },
+    /// Runs a recurring schedule once now (its owner or an admin, [`Action::Trigger`], version
+    /// plus one): on the next tick, outside its regular phase and run counter, with an occurrence id
+    /// derived from the request's agreed time ([`super::manual_occurrence`]). One trigger
+    /// pending per schedule ([`ScheduleError::ManualRunPending`]); needs agreed time.
+    TriggerNow(Target),
+    /// Runs a recurring schedule's occurrences in the past window `[from_ms, to_ms]` again
+    /// (its owner or an admin, [`Action::Trigger`], version plus one), oldest first, from the next
+    /// tick on within the fire budget, each with an occurrence id derived from its nominal
+    /// time ([`super::manual_occurrence`]), outside the regular phase and run counter. At most
+    /// [`super::MAX_BACKFILL_RUNS`] occurrences ([`ScheduleError::Limit`]), `to_ms` at most the
+    /// agreed time, one backfill pending per schedule ([`ScheduleError::ManualRunPending`]).
+    /// The reply is the schedule's id.
+    Backfill {
+        /// The schedule.
+        target: Target,
+        /// The window's first instant.
+        from_ms: TimeMs,
+        /// Its last instant (inclusive).
+        to_ms: TimeMs,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -558,6 +580,9 @@ pub enum ScheduleError {
     /// the requester may change; nothing changed.
     #[error("no parked schedule waits for handler {0:?}")]
     NothingParked(String),
+    /// A trigger (or a backfill) of the schedule is pending already; nothing changed.
+    #[error("schedule {0} has a manual run of this kind pending")]
+    ManualRunPending(u64),
     /// The policy does not let `by` do this ([`crate::authz`]); nothing changed.
     #[error("{by} may not {action}")]
     Unauthorized {
@@ -609,6 +634,11 @@ pub struct ScheduleInfo {
     pub dead_evicted: u64,
     /// Its last runs, oldest first ([`super::Scheduler::history`]).
     pub history: Vec<RunEntry>,
+    /// Its replicated run counters (fired, failed, late, skipped, expired).
+    pub counters: RunCounters,
+    /// Runs an operator asked for, pending ([`ScheduleRequest::TriggerNow`],
+    /// [`ScheduleRequest::Backfill`]).
+    pub manual: ManualRuns,
 }
 
 /// One run of a handler in a tick (successful or not: see `outcome`).
