@@ -751,6 +751,8 @@ impl Scheduler {
             )));
         }
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        let bytes = Self::quota_bytes(&stored)?;
+        self.check_quota(&owner, 1, 0, bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {
             let need = Self::entry_bound(&stored)?;
             if !self.placement.can_place(need, max_pages) {
@@ -779,6 +781,7 @@ impl Scheduler {
         }
         self.records
             .insert(id, Record::new(stored, next, owner, policy));
+        self.usage.add(owner, bytes);
         self.reindex(id);
         self.touch(id);
         self.header_dirty = true;
@@ -794,6 +797,12 @@ impl Scheduler {
         now_ms: Option<TimeMs>,
     ) -> Result<u64, ScheduleError> {
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        let (owner, old_bytes) = match self.records.get(&id) {
+            Some(r) => (r.owner, Self::quota_bytes(&r.def)?),
+            None => return Err(ScheduleError::UnknownSchedule(target_of(id))),
+        };
+        let new_bytes = Self::quota_bytes(&stored)?;
+        self.check_quota(&owner, 0, old_bytes, new_bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {
             let need = Self::entry_bound(&stored)?;
             if !self.placement.can_hold(id, need, max_pages) {
@@ -831,6 +840,7 @@ impl Scheduler {
         rec.def = stored;
         rec.next = next;
         rec.owed = None;
+        self.usage.resize(owner, old_bytes, new_bytes);
         // Like owed runs, a retry of the old definition's run is dropped.
         rec.retry = None;
         rec.version = rec.version.saturating_add(1);
@@ -848,10 +858,12 @@ impl Scheduler {
         self.unlink_zone(id);
         self.unlink_parked(id);
         self.dead_ids.remove(&id);
-        if let Some(rec) = self.records.remove(&id)
-            && let Some(k) = rec.def.key
-        {
-            self.keys.remove(&k);
+        if let Some(rec) = self.records.remove(&id) {
+            self.usage
+                .sub(rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
+            if let Some(k) = rec.def.key {
+                self.keys.remove(&k);
+            }
         }
         self.crons.remove(&id);
         self.touch(id);

@@ -26,6 +26,7 @@ mod index;
 mod legacy;
 mod persist;
 mod preview;
+mod quota;
 mod runs;
 mod tick;
 mod timing;
@@ -159,6 +160,8 @@ pub struct Scheduler {
     /// What one handler run may emit and reserves before it starts (configuration, like
     /// `limits`; not stored): `None` is one record of the emit bound.
     emit_budget: Option<crate::outbox::EmitBudget>,
+    /// Schedules and bytes per owner (derived, rebuilt on load) for the policy's quotas.
+    usage: quota::OwnerUsage,
 }
 
 impl Scheduler {
@@ -185,6 +188,7 @@ impl Scheduler {
             zones_bytes: 8,
             migration: None,
             emit_budget: None,
+            usage: quota::OwnerUsage::default(),
         }
     }
 
