@@ -670,6 +670,9 @@ impl Scheduler {
         let mut def = rec.def.clone();
         def.handler = to.to_owned();
         let need = Self::entry_bound(&def)?;
+        // The owner's usage follows the new size (a handler name within `max_name_bytes`; not
+        // checked against the quota: re-targeting keeps a schedule, it does not add one).
+        let (owner, old_bytes) = (rec.owner, Self::quota_bytes(&rec.def)?);
         let room = store::record_room(self.limits.page_bytes);
         if need > room {
             return Err(ScheduleError::Limit(format!(
@@ -699,6 +702,7 @@ impl Scheduler {
             r.parked = false;
             r.version = r.version.saturating_add(1);
         }
+        self.usage.resize(owner, old_bytes, need as u64);
         self.reindex(id);
         self.touch(id);
         Ok(())
