@@ -175,6 +175,7 @@ async fn submit(State(state): State<ApiState>, body: Bytes) -> (StatusCode, Stri
         Err(e) => {
             let code = match e {
                 Rejection::Pending | Rejection::Executed(_) => StatusCode::CONFLICT,
+                Rejection::OutOfWindow(_) => StatusCode::UNPROCESSABLE_ENTITY,
                 _ => StatusCode::TOO_MANY_REQUESTS,
             };
             tracing::info!(client, number, reason = %e, "client request not admitted");

@@ -656,7 +656,11 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             commit,
         })?;
         let out = self.ledger.execute(&block, &self.validators)?;
-        lock(&self.mempool).after_block(&block.requests, &self.ledger.last_requests);
+        lock(&self.mempool).after_block_at(
+            &block.requests,
+            &self.ledger.last_requests,
+            block.agreed_time_ms,
+        );
         self.after_execute(&block, &out);
         if self.opts.snapshot_every > 0 && height.is_multiple_of(self.opts.snapshot_every) {
             self.snapshot();

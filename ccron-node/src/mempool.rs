@@ -3,7 +3,9 @@
 //! Requests enter through the node's endpoint ([`crate::api`]) after their signature and bounds
 //! are verified. The pool dedupes by digest (a client submits the same signed request to every
 //! validator, and may retry), refuses a request whose `(client, number)` already executed (it
-//! mirrors the ledger's [`ExecutedRequests`]), caps the requests of one client and the whole
+//! mirrors the ledger's [`ExecutedRequests`]) or lies above its client's ceiling (the ledger
+//! would refuse it at execution: [`Rejection::OutOfWindow`], judged at the agreed time of the
+//! last decided block), caps the requests of one client and the whole
 //! pool (count and bytes), and counts every refusal by reason. The proposer takes the oldest
 //! requests up to a block's bounds ([`Mempool::select`]); when a block is decided its requests
 //! leave every node's pool ([`Mempool::after_block`]), with any other request whose
@@ -11,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use ccron::host::{ClientId, DuplicateRequest, ExecutedRequests};
+use ccron::host::{ClientId, DuplicateRequest, ExecutedRequests, Millis};
 use serde::{Deserialize, Serialize};
 
 use crate::request::SignedRequest;
@@ -45,9 +47,13 @@ pub enum Rejection {
     /// The same signed request is already pending.
     #[error("the same request is already pending")]
     Pending,
-    /// Its `(client, number)` already executed (or is below the client's window).
+    /// Its `(client, number)` already executed (or is below the client's window or floor).
     #[error(transparent)]
-    Executed(#[from] DuplicateRequest),
+    Executed(DuplicateRequest),
+    /// Its number is above the client's ceiling
+    /// ([`DuplicateRequest::AheadOfWindow`]): execution would refuse it.
+    #[error("out of the client's window: {0}")]
+    OutOfWindow(DuplicateRequest),
     /// The client has its cap of pending requests.
     #[error("client {client} has {cap} pending requests, the cap")]
     ClientFull {
@@ -75,6 +81,9 @@ pub struct MempoolCounters {
     pub rejected_pending: u64,
     /// Refused: already executed.
     pub rejected_executed: u64,
+    /// Refused: above the client's ceiling.
+    #[serde(default)]
+    pub rejected_out_of_window: u64,
     /// Refused: client cap.
     pub rejected_client_full: u64,
     /// Refused: pool full.
@@ -86,8 +95,9 @@ pub struct MempoolCounters {
     pub removed_executed: u64,
     /// Requests held now.
     pub pending: u64,
-    /// The executed-requests table's floor (`ccron::host::ExecutedRequests::floor`): a client
-    /// that is not in the table (new, or evicted) numbers its requests at or above it.
+    /// The executed-requests table's base (`ccron::host::ExecutedRequests::floor`): the lowest
+    /// number of a client never seen (0, or the frozen floor of a table migrated from before
+    /// per-client watermarks); an evicted client numbers above its own watermark.
     #[serde(default)]
     pub requests_floor: u64,
 }
@@ -110,6 +120,9 @@ pub struct Mempool {
     next_arrival: u64,
     /// The ledger's executed requests, mirrored (updated by [`Mempool::after_block`]).
     executed: ExecutedRequests,
+    /// The agreed time of the last decided block (`None` before the first: the ceiling is
+    /// then left to execution).
+    now_ms: Option<Millis>,
     counters: MempoolCounters,
 }
 
@@ -135,7 +148,7 @@ impl Mempool {
     /// Whether `(client, number)` executed (or is below the client's window), as far as the
     /// pool's mirror of the ledger knows.
     pub fn executed(&self, client: ClientId, number: u64) -> bool {
-        self.executed.check(client, number).is_err()
+        self.executed.settled(client, number)
     }
 
     /// An empty pool whose mirror of executed requests is `executed` (the ledger's, at start).
@@ -148,6 +161,7 @@ impl Mempool {
             bytes: 0,
             next_arrival: 0,
             executed,
+            now_ms: None,
             counters: MempoolCounters::default(),
         }
     }
@@ -163,6 +177,7 @@ impl Mempool {
             match e {
                 Rejection::Pending => c.rejected_pending += 1,
                 Rejection::Executed(_) => c.rejected_executed += 1,
+                Rejection::OutOfWindow(_) => c.rejected_out_of_window += 1,
                 Rejection::ClientFull { .. } => c.rejected_client_full += 1,
                 Rejection::Full { .. } => c.rejected_full += 1,
             }
@@ -176,7 +191,7 @@ impl Mempool {
             return Err(Rejection::Pending);
         }
         let client = request.client();
-        self.executed.check(client, request.request.number)?;
+        self.check_number(client, request.request.number)?;
         let held = self.per_client.get(&client).copied().unwrap_or(0);
         if held >= self.cfg.per_client {
             return Err(Rejection::ClientFull {
@@ -212,6 +227,20 @@ impl Mempool {
         Ok(digest)
     }
 
+    /// The ledger's verdict on `(client, number)` as of the last decided block: settled, above
+    /// the ceiling (only once a block's agreed time is known), or fine.
+    fn check_number(&self, client: ClientId, number: u64) -> Result<(), Rejection> {
+        let now = self.now_ms;
+        match self.executed.check(client, number, now) {
+            Ok(()) => Ok(()),
+            Err(e @ DuplicateRequest::AheadOfWindow { .. }) if now.is_some() => {
+                Err(Rejection::OutOfWindow(e))
+            }
+            Err(DuplicateRequest::AheadOfWindow { .. }) => Ok(()),
+            Err(e) => Err(Rejection::Executed(e)),
+        }
+    }
+
     /// Counts a request refused before the pool (malformed, over a bound, bad signature).
     pub fn count_invalid(&mut self) {
         self.counters.rejected_invalid += 1;
@@ -235,7 +264,7 @@ impl Mempool {
                 break;
             }
             let key = (e.client, e.request.request.number);
-            if self.executed.check(key.0, key.1).is_err() || !taken.insert(key) {
+            if self.check_number(key.0, key.1).is_err() || !taken.insert(key) {
                 continue;
             }
             bytes += e.bytes;
@@ -244,22 +273,42 @@ impl Mempool {
         out
     }
 
-    /// After a decided block: records its executed `(client, number)` pairs in the mirror and
-    /// removes its requests, and every other request whose number has executed, from the pool.
+    /// [`after_block_at`](Self::after_block_at) at the agreed time of the last block seen (for
+    /// callers without the block's time; the node passes it).
     pub fn after_block(&mut self, decided: &[SignedRequest], executed: &[(ClientId, u64)]) {
+        let now = self.now_ms;
+        self.judge(decided, executed, now);
+    }
+
+    /// After a decided block of agreed time `agreed_time_ms`: records its ordered
+    /// `(client, number)` pairs in the mirror (judged as the ledger judged them, at the block's
+    /// time) and removes its requests, and every other request whose number has executed, from
+    /// the pool.
+    pub fn after_block_at(
+        &mut self,
+        decided: &[SignedRequest],
+        executed: &[(ClientId, u64)],
+        agreed_time_ms: Millis,
+    ) {
+        self.judge(decided, executed, Some(agreed_time_ms));
+    }
+
+    fn judge(
+        &mut self,
+        decided: &[SignedRequest],
+        executed: &[(ClientId, u64)],
+        now_ms: Option<Millis>,
+    ) {
+        self.now_ms = now_ms;
         for &(client, number) in executed {
-            let _ = self.executed.admit(client, number);
+            let _ = self.executed.admit(client, number, self.now_ms);
         }
         let mut gone: Vec<Hash32> = decided.iter().map(SignedRequest::digest).collect();
         if !executed.is_empty() {
             gone.extend(
                 self.by_digest
                     .iter()
-                    .filter(|(_, e)| {
-                        self.executed
-                            .check(e.client, e.request.request.number)
-                            .is_err()
-                    })
+                    .filter(|(_, e)| self.executed.settled(e.client, e.request.request.number))
                     .map(|(d, _)| *d),
             );
         }
@@ -403,11 +452,44 @@ mod tests {
         assert_eq!(m.counters().rejected_executed, 2);
         // A mirror taken from the ledger at start refuses what executed before the restart.
         let mut done = ExecutedRequests::new();
-        done.admit(req(1, 9, b"").client(), 9).unwrap();
+        done.admit(req(1, 9, b"").client(), 9, None).unwrap();
         let mut fresh = Mempool::new(MempoolConfig::default(), done);
         assert!(matches!(
             fresh.insert(req(1, 9, b"q")),
             Err(Rejection::Executed(_))
         ));
+    }
+
+    /// A number above its client's ceiling is refused before consensus, typed and counted,
+    /// once a block's agreed time is known (before, execution decides); it is not "executed"
+    /// (it may fit later), and a clock-numbered request (Unix ms) is within the ceiling.
+    #[test]
+    fn numbers_above_the_ceiling_are_refused_before_consensus() {
+        let now: Millis = 1_800_000_000_000;
+        let mut m = Mempool::new(MempoolConfig::default(), ExecutedRequests::new());
+        m.insert(req(1, u64::MAX - 1, b"before any block")).unwrap();
+        let first = req(2, 1, b"a");
+        m.after_block_at(std::slice::from_ref(&first), &[(first.client(), 1)], now);
+        let far = req(3, u64::MAX - 1, b"x");
+        assert!(matches!(
+            m.insert(far),
+            Err(Rejection::OutOfWindow(
+                DuplicateRequest::AheadOfWindow { .. }
+            ))
+        ));
+        assert!(!m.executed(req(3, 0, b"").client(), u64::MAX - 1));
+        m.insert(req(3, now as u64, b"clock-numbered")).unwrap();
+        m.insert(req(2, 2, b"consecutive")).unwrap();
+        assert_eq!(m.counters().rejected_out_of_window, 1);
+        let picked: Vec<u64> = m
+            .select(10, usize::MAX)
+            .iter()
+            .map(|r| r.request.number)
+            .collect();
+        assert_eq!(
+            picked,
+            vec![now as u64, 2],
+            "the one admitted before is not proposed"
+        );
     }
 }

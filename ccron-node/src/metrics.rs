@@ -167,6 +167,7 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
     for (reason, v) in [
         ("pending", m.rejected_pending),
         ("executed", m.rejected_executed),
+        ("out_of_window", m.rejected_out_of_window),
         ("client_full", m.rejected_client_full),
         ("full", m.rejected_full),
         ("invalid", m.rejected_invalid),

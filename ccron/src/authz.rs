@@ -31,6 +31,14 @@
 //! top of them through admin requests. Every answer is bound to [`Policy::chain_id`], so an
 //! answer signed for another chain is refused.
 //!
+//! Quotas ([`Quota`], [`Policy::quota`]): a client that is not an admin may hold at most
+//! `max_schedules` schedules of at most `max_schedule_bytes` stored bytes in all (each
+//! schedule counted at its largest stored size), so one client cannot fill a shared book and
+//! refuse everyone after it; a request past its owner's quota is refused
+//! ([`crate::schedule::ScheduleError::QuotaExceeded`]), counted and traced, and changes
+//! nothing. The default policy has the default quota (1,000 schedules, 4 MiB); admins and the
+//! host have none.
+//!
 //! [`Principal::Host`] may do all of it. A denied request is a typed error
 //! ([`crate::schedule::ScheduleError::Unauthorized`], [`crate::outbox::OutboxError::Unauthorized`])
 //! and changes nothing.
@@ -108,6 +116,54 @@ impl fmt::Display for Action {
     }
 }
 
+/// Per-owner quotas of a schedule book (configuration, part of the [`Policy`]; see the module
+/// documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Schedules one owner may hold.
+    pub max_schedules: u64,
+    /// Stored bytes one owner's schedules may take, each counted at its largest stored size
+    /// (the bound the book's admission places it by).
+    pub max_schedule_bytes: u64,
+}
+
+impl Quota {
+    /// No quota.
+    pub const UNLIMITED: Quota = Quota {
+        max_schedules: u64::MAX,
+        max_schedule_bytes: u64::MAX,
+    };
+}
+
+impl Default for Quota {
+    /// 1,000 schedules and 4 MiB per owner.
+    fn default() -> Self {
+        Self {
+            max_schedules: 1_000,
+            max_schedule_bytes: 4 << 20,
+        }
+    }
+}
+
+/// What a quota counts (named in refusals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaKind {
+    /// Schedules held.
+    Schedules,
+    /// Stored schedule bytes.
+    ScheduleBytes,
+}
+
+impl fmt::Display for QuotaKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Schedules => "schedules",
+            Self::ScheduleBytes => "stored schedule bytes",
+        })
+    }
+}
+
 /// Who may mutate what (configuration, identical on every replica; see the module
 /// documentation).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,11 +181,14 @@ pub struct Policy {
     /// replicated registry overrides them key by key (a registration replaces the handlers, a
     /// revocation removes the key), see [`crate::outbox::WorkerKeyRequest`].
     pub worker_keys: BTreeMap<WorkerKey, BTreeSet<String>>,
+    /// What one client that is not an admin may hold ([`Quota::default`] by default).
+    pub quota: Quota,
 }
 
 impl Default for Policy {
-    /// Anyone may create schedules (and mutate only their own), no admins (zones only by the
-    /// host), no outbox consumer (progress only from the host).
+    /// Anyone may create schedules (and mutate only their own) within the default per-owner
+    /// [`Quota`], no admins (zones only by the host), no outbox consumer (progress only from
+    /// the host).
     fn default() -> Self {
         Self {
             admins: BTreeSet::new(),
@@ -137,6 +196,7 @@ impl Default for Policy {
             anyone_may_create: true,
             chain_id: Vec::new(),
             worker_keys: BTreeMap::new(),
+            quota: Quota::default(),
         }
     }
 }
@@ -146,6 +206,17 @@ impl Policy {
     pub fn with_admin(mut self, client: u64) -> Self {
         self.admins.insert(client);
         self
+    }
+
+    /// With `quota` for every client that is not an admin ([`Quota::UNLIMITED`]: none).
+    pub fn with_quota(mut self, quota: Quota) -> Self {
+        self.quota = quota;
+        self
+    }
+
+    /// The quota that binds `owner`: none for the host and admins.
+    pub fn quota_for(&self, owner: &Principal) -> Option<Quota> {
+        (!self.is_admin(owner)).then_some(self.quota)
     }
 
     /// With `client` as the outbox consumer.
@@ -247,6 +318,13 @@ impl Policy {
                 }
             }
         }
+        // Added with quotas: hashed only when not unlimited (an unlimited policy keeps the
+        // digest it always had; the default one, now with a quota, has a new one).
+        if self.quota != Quota::UNLIMITED {
+            h.update(b"ccron-policy-quota-v1");
+            h.update(self.quota.max_schedules.to_le_bytes());
+            h.update(self.quota.max_schedule_bytes.to_le_bytes());
+        }
         h.finalize().into()
     }
 }
@@ -279,13 +357,23 @@ mod tests {
         assert!(p.may_report_progress(&Principal::Client(7)));
         assert!(!p.may_report_progress(&admin));
         assert!(!Policy::default().may_report_progress(&Principal::Client(0)));
+        assert_eq!(Policy::default().quota_for(&owner), Some(Quota::default()));
+        assert_eq!(p.quota_for(&admin), None);
+        assert_eq!(p.quota_for(&Principal::Host), None);
         assert!(Policy::default().may_report_progress(&Principal::Host));
     }
 
     #[test]
     fn digest_tells_policies_apart() {
-        let a = Policy::default();
+        let a = Policy::default().with_quota(Quota::UNLIMITED);
         let digests = [
+            Policy::default().digest(),
+            a.clone()
+                .with_quota(Quota {
+                    max_schedules: 5,
+                    ..Quota::default()
+                })
+                .digest(),
             a.digest(),
             a.clone().with_admin(1).digest(),
             a.clone().with_outbox_consumer(1).digest(),
@@ -305,8 +393,12 @@ mod tests {
         ];
         let distinct: BTreeSet<_> = digests.iter().collect();
         assert_eq!(distinct.len(), digests.len());
-        assert_eq!(a.digest(), Policy::default().digest());
-        // The digest of a policy without worker keys did not change when they were added.
+        assert_eq!(
+            a.digest(),
+            Policy::default().with_quota(Quota::UNLIMITED).digest()
+        );
+        // The digest of a policy without worker keys or quota did not change when they were
+        // added.
         assert_eq!(
             hex(&a.digest()),
             "2fd1cffc9f151278314176f0cce86474beba52985cd2437d63d10e249efb5634"

@@ -426,11 +426,17 @@ impl<A, P> std::fmt::Debug for BlockHost<A, P> {
     }
 }
 
-/// The layout version of [`BlockHost::snapshot`]'s bytes.
-pub const HOST_SNAPSHOT_VERSION: u32 = 2;
+/// The layout version of [`BlockHost::snapshot`]'s bytes: 3, the executed requests in their
+/// layout 4 (watermarks, no global floor). [`BlockHost::restore`] also reads layout 2 and
+/// migrates its executed requests ([`ExecutedRequests::decode_legacy`]).
+pub const HOST_SNAPSHOT_VERSION: u32 = 3;
 
-/// The body of a host snapshot (layout 2): application snapshot, non-empty pages, last height,
-/// last agreed time, coalescer entries, tick floor entries, executed requests, counters.
+/// The previous layout [`BlockHost::restore`] still reads (executed requests of layout 3).
+const HOST_SNAPSHOT_LEGACY: u32 = 2;
+
+/// The body of a host snapshot (layouts 2 and 3): application snapshot, non-empty pages, last
+/// height, last agreed time, coalescer entries, tick floor entries, executed requests,
+/// counters.
 type SnapshotBody = (
     Vec<u8>,
     Vec<(u32, Vec<u8>)>,
@@ -572,7 +578,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
     ) -> TxResult {
         // The number is consumed whether the request runs or is refused: either is its
         // replicated outcome.
-        if let Err(e) = self.requests.admit(client, number) {
+        if let Err(e) = self.requests.admit(client, number, ctx.agreed_time_ms) {
             self.counters.requests_duplicate += 1;
             tracing::debug!(height = ctx.seq, reason = %e, "ordered request not executed");
             return TxResult::Duplicate(e);
@@ -714,9 +720,9 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         let bad = |e: String| HostError::BadSnapshot(e);
         let (version, body, (base, growth)): SnapshotFile =
             wire::decode(snapshot, wire::ABSOLUTE_LIMIT_BYTES).map_err(|e| bad(e.to_string()))?;
-        if version != HOST_SNAPSHOT_VERSION {
+        if version != HOST_SNAPSHOT_VERSION && version != HOST_SNAPSHOT_LEGACY {
             return Err(bad(format!(
-                "host snapshot layout {version}, this build reads {HOST_SNAPSHOT_VERSION}"
+                "host snapshot layout {version}, this build reads {HOST_SNAPSHOT_LEGACY} and {HOST_SNAPSHOT_VERSION}"
             )));
         }
         let (app, pages, height, agreed, evals, floor, executed, counters): SnapshotBody =
@@ -727,8 +733,12 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         {
             return Err(bad("pages do not fit the store".into()));
         }
-        let requests = ExecutedRequests::decode(&executed, wire::ABSOLUTE_LIMIT_BYTES)
-            .map_err(|e| bad(e.to_string()))?;
+        let requests = if version == HOST_SNAPSHOT_LEGACY {
+            ExecutedRequests::decode_legacy(&executed, wire::ABSOLUTE_LIMIT_BYTES)
+        } else {
+            ExecutedRequests::decode(&executed, wire::ABSOLUTE_LIMIT_BYTES)
+        }
+        .map_err(|e| bad(e.to_string()))?;
         if requests.max_clients() != self.requests.max_clients() {
             return Err(bad(format!(
                 "executed-requests bound {} in the snapshot, {} here",

@@ -33,6 +33,8 @@ pub mod cron_ledger;
 pub mod effects;
 pub mod requests;
 pub mod scheduler;
+#[cfg(test)]
+mod snapshot_migration;
 pub mod ticks;
 pub mod time;
 pub mod validate;
@@ -49,7 +51,10 @@ pub use block::{
 };
 pub use cron_ledger::CronLedger;
 pub use effects::Effects;
-pub use requests::{DEFAULT_MAX_CLIENTS, DuplicateRequest, ExecutedRequests, REQUEST_WINDOW};
+pub use requests::{
+    AHEAD_WINDOW, CLOCK_SLACK_US, DEFAULT_MAX_CLIENTS, DuplicateRequest, EXECUTED_REQUESTS_LAYOUT,
+    ExecutedRequests, REQUEST_WINDOW,
+};
 pub use scheduler::{BookConfig, LedgerScheduler};
 pub use ticks::{
     TickAuthority, TickCoalescer, TickPool, TickPoolCounters, TickRejection, TickSenders,

@@ -1,5 +1,5 @@
 //! Exactly-once client requests, pure: which `(client, request number)` pairs a ledger has
-//! already executed.
+//! already executed, and which numbers a client may use next.
 //!
 //! An engine orders whatever its proposers put in blocks; a client that submits one signed
 //! request to several validators (so that any proposer has it), or a Byzantine proposer that
@@ -7,23 +7,51 @@
 //! ordered requests through the same [`ExecutedRequests`] before execution and drops the ones it
 //! already executed, so each `(client, number)` executes at most once on every validator.
 //!
-//! The state is bounded per client: a window of the [`REQUEST_WINDOW`] numbers below the highest
-//! executed one. A number inside the window executes once, in any order (a client may have
-//! several requests in flight); a number below it is refused as too old.
+//! **Below a client's highest number**: a window of the [`REQUEST_WINDOW`] numbers below the
+//! highest executed one. A number inside the window executes once, in any order (a client may
+//! have several requests in flight); a number below it is refused as too old
+//! ([`DuplicateRequest::TooOld`]).
 //!
-//! The client table is bounded too: at most `max_clients` clients
-//! ([`DEFAULT_MAX_CLIENTS`] unless [`ExecutedRequests::with_max_clients`]). When a request of a
-//! client not in the table executes while the table is full, the **least recently executed**
-//! client (by execution order, identical on every validator) is evicted, and the table's
-//! replicated **floor** rises to one above that client's highest executed number. A client that
-//! enters the table (new, or back after its eviction) may only use numbers **at or above the
-//! floor** of that moment, for as long as it stays in the table
-//! ([`DuplicateRequest::BelowFloor`]): an evicted client's old numbers are all below the floor,
-//! so none of them can execute again. A client that may have been evicted (it was idle while
-//! many others were not) numbers its requests at or above the floor: e.g. from its wall clock in
-//! microseconds, or after reading the floor from a node. (A client whose highest number is
-//! `u64::MAX` leaves the floor at `u64::MAX`: only that number could repeat; clients do not
-//! number that high.)
+//! **Above it**: a number is accepted only up to the client's *ceiling*, the larger of its
+//! highest executed number plus [`AHEAD_WINDOW`] and the agreed time in microseconds plus
+//! [`CLOCK_SLACK_US`] ([`ExecutedRequests::ceiling`]); above it the request is refused
+//! ([`DuplicateRequest::AheadOfWindow`]), counted ([`ExecutedRequests::refused_ahead`]) and
+//! traced, the same on every validator (both bounds are replicated: the client's history and
+//! the block's agreed time). A client numbering consecutively (sim-bft's clients, the load
+//! generators) stays under the first bound; one numbering from its wall clock in milliseconds
+//! or microseconds (the CLI's default) under the second. No client can take its numbers to
+//! `u64::MAX` in any practical horizon (2^48 requests, or half a million years), and if one did
+//! it would only stop itself.
+//!
+//! **Bounded table, eviction that touches nobody else.** At most `max_clients` clients keep
+//! a full entry (window mask, last execution; [`DEFAULT_MAX_CLIENTS`] unless
+//! [`ExecutedRequests::with_max_clients`]). When a request of a client without an entry
+//! executes while the table is full, the **least recently executed** client (by execution
+//! order, identical on every validator) is evicted to a compact **watermark**: its highest
+//! executed number, 16 bytes. A client with a watermark may use only numbers above it
+//! ([`DuplicateRequest::BelowFloor`]; the numbers of its old window it had not used yet are
+//! given up: a client that may be evicted does not leave gaps it means to fill later). When it
+//! executes again it gets a full entry back, with every number at or below the watermark marked
+//! executed. Eviction changes no other client's bounds: a client's numbers are judged only by
+//! its own history, so no client, however it numbers, can make another's request refused.
+//!
+//! Why a watermark per client and not a bounded structure: whatever a bounded table forgets
+//! about an evicted client must be replaced by a bound, and a bound that is not the client's
+//! own is either global (the floor this table kept until layout 4: raised by the evicted
+//! client's highest number, so one client numbering `u64::MAX - 1` froze every later-evicted
+//! or new client at one request, forever) or needs the client to carry replicated context in
+//! each request (an epoch it must read first, a wire change in every engine and client). A
+//! watermark exists only for a client that executed a request, so the watermarks grow by at
+//! most one per executed request, 16 bytes, within the per-request overhead
+//! ([`super::REQUEST_OVERHEAD_BYTES`]) the host's state budget reserves; an evicted entry
+//! shrinks from 56 bytes to 16.
+//!
+//! **Layout.** Tables encoded before layout 4 (host snapshot layout 2) kept a global floor and
+//! a floor per entry; [`ExecutedRequests::decode_legacy`] migrates them: each entry's floor
+//! becomes executed marks in its window, and the old global floor stays as the **base**, the
+//! lowest number of a client without entry or watermark (it may have been evicted before the
+//! migration, and its history is lost), frozen (nothing raises it any more). Tables started at
+//! layout 4 have base 0.
 //!
 //! The state is replicated (every validator holds the same after the same blocks), so it belongs
 //! in the state digest ([`ExecutedRequests::digest`]) and in snapshots
@@ -33,13 +61,25 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::app::{ClientId, Digest32};
+use super::app::{ClientId, Digest32, Millis};
 use super::wire::{self, WireError};
 
 /// How many request numbers below a client's highest executed one are still accepted (once
 /// each, in any order). The same window on every engine (sim-bft's replicas and block-driven
 /// nodes run this one table).
 pub const REQUEST_WINDOW: u64 = 256;
+
+/// How far above a client's highest executed number (or its watermark, or the base for a
+/// client never seen) a request number may be, whatever the time.
+pub const AHEAD_WINDOW: u64 = 1 << 16;
+
+/// How far above the agreed time in microseconds a request number may be (one hour): clients
+/// numbering from their wall clock (milliseconds or microseconds) stay under it.
+pub const CLOCK_SLACK_US: u64 = 3_600_000_000;
+
+/// The layout of [`ExecutedRequests::encode`] (4: watermarks and base; 3 and before: a global
+/// floor, read by [`ExecutedRequests::decode_legacy`]).
+pub const EXECUTED_REQUESTS_LAYOUT: u32 = 4;
 
 /// The executed numbers of a client's window: bit `i` set means number `highest - i` executed
 /// (bit 0 is `highest` itself). [`REQUEST_WINDOW`] bits.
@@ -57,6 +97,23 @@ impl Mask {
         if let Some(word) = self.0.get_mut(w) {
             *word |= 1u64 << b;
         }
+    }
+
+    /// The mask of a window whose highest number is `highest`, with every number at or below
+    /// `floor_below` (exclusive bound: numbers `< floor_below`) marked executed besides
+    /// `highest` itself.
+    fn marking_below(highest: u64, floor_below: u64) -> Mask {
+        let mut m = Mask::default();
+        m.set(0);
+        // Numbers `highest - i` < floor_below  <=>  i > highest - floor_below (every i when
+        // `highest` itself is below it); `i <= highest` (no number below 0).
+        let first = highest
+            .checked_sub(floor_below)
+            .map_or(1, |gap| gap.saturating_add(1));
+        for i in first..REQUEST_WINDOW.min(highest.saturating_add(1)) {
+            m.set(i);
+        }
+        m
     }
 
     /// The mask after the highest number moved up by `shift` (older bits move out of the
@@ -83,10 +140,11 @@ impl Mask {
     }
 }
 
-/// The default bound of the client table (about 5 MB of state at most).
+/// The default bound of the client table's full entries (about 5 MB of state at most; evicted
+/// clients keep 16 bytes each).
 pub const DEFAULT_MAX_CLIENTS: usize = 100_000;
 
-/// Why an ordered request is not executed.
+/// Why an ordered request is not executed (nothing changes; the same on every validator).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DuplicateRequest {
@@ -110,35 +168,53 @@ pub enum DuplicateRequest {
         /// The client's highest executed number.
         highest: u64,
     },
-    /// The number is below the floor that applied when the client entered the table (or
-    /// applies now, for a client not in it): it may be an evicted client's old number.
-    #[error("request {number} of client {client} is below the floor {floor}")]
+    /// The number is below the client's own floor: one above its watermark (it was evicted
+    /// from the table after executing up to it), or the table's base for a client never seen
+    /// (0 unless migrated from an older layout).
+    #[error("request {number} of client {client} is below its floor {floor}")]
     BelowFloor {
         /// The client.
         client: ClientId,
         /// The request number.
         number: u64,
-        /// The floor.
+        /// The lowest number the client may use.
         floor: u64,
+    },
+    /// The number is above the client's ceiling ([`ExecutedRequests::ceiling`]): too far
+    /// ahead of its history and of the agreed time.
+    #[error("request {number} of client {client} is above its ceiling {ceiling}")]
+    AheadOfWindow {
+        /// The client.
+        client: ClientId,
+        /// The request number.
+        number: u64,
+        /// The highest number the client may use now.
+        ceiling: u64,
     },
 }
 
-/// One client's entry: the highest executed number, a mask of executed numbers below it (bit
-/// `i` set: number `highest - i` executed; bit 0 is `highest` itself, [`Mask`]), and when it last
-/// executed (the table's execution counter), and the table's floor when it entered the table
-/// (its numbers must stay above it: an evicted client that comes back cannot replay).
+/// One client's full entry: the highest executed number, a mask of executed numbers below it
+/// (bit `i` set: number `highest - i` executed; bit 0 is `highest` itself, [`Mask`]), and when
+/// it last executed (the table's execution counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
     highest: u64,
     mask: Mask,
     last_used: u64,
-    floor: u64,
 }
 
-/// An entry as encoded: client, highest, mask words, last execution, entry floor.
-type EncodedEntry = (u64, u64, [u64; 4], u64, u64);
+/// An entry as encoded: client, highest, mask words, last execution.
+type EncodedEntry = (u64, u64, [u64; 4], u64);
 
-/// The executed request numbers of every client in a bounded table (replicated state).
+/// Layout 4: (bound, base, clock, evictions, refused ahead), entries, watermarks.
+type Encoded = (
+    (u64, u64, u64, u64, u64),
+    Vec<EncodedEntry>,
+    Vec<(u64, u64)>,
+);
+
+/// The executed request numbers of every client: full entries for a bounded set of recent
+/// clients, a watermark for each evicted one (replicated state).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutedRequests {
     clients: BTreeMap<ClientId, Entry>,
@@ -146,12 +222,16 @@ pub struct ExecutedRequests {
     by_use: BTreeMap<u64, ClientId>,
     /// Executions so far (the logical clock of `last_used`).
     clock: u64,
-    /// Numbers of clients not in the table must be at least this (one above the highest
-    /// number of every evicted client).
-    floor: u64,
+    /// Evicted clients: the highest number each executed (no entry in `clients`).
+    watermarks: BTreeMap<ClientId, u64>,
+    /// The lowest number of a client without entry or watermark (0; a migrated table's old
+    /// floor, frozen).
+    base: u64,
     max_clients: usize,
     /// Clients evicted so far.
     evicted: u64,
+    /// Requests refused as above their client's ceiling.
+    refused_ahead: u64,
 }
 
 impl Default for ExecutedRequests {
@@ -160,43 +240,92 @@ impl Default for ExecutedRequests {
     }
 }
 
+/// The agreed time in microseconds plus [`CLOCK_SLACK_US`] (0 without time or before the
+/// epoch: then only a client's history bounds its numbers).
+fn clock_ceiling(now_ms: Option<Millis>) -> u64 {
+    now_ms
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map_or(0, |ms| {
+            ms.saturating_mul(1_000).saturating_add(CLOCK_SLACK_US)
+        })
+}
+
 impl ExecutedRequests {
-    /// Nothing executed (genesis), at most [`DEFAULT_MAX_CLIENTS`] clients.
+    /// Nothing executed (genesis), at most [`DEFAULT_MAX_CLIENTS`] full entries.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Nothing executed, at most `max_clients` clients (at least 1); every validator must use
-    /// the same bound.
+    /// Nothing executed, at most `max_clients` full entries (at least 1); every validator must
+    /// use the same bound.
     pub fn with_max_clients(max_clients: usize) -> Self {
         Self {
             clients: BTreeMap::new(),
             by_use: BTreeMap::new(),
             clock: 0,
-            floor: 0,
+            watermarks: BTreeMap::new(),
+            base: 0,
             max_clients: max_clients.max(1),
             evicted: 0,
+            refused_ahead: 0,
         }
     }
 
-    /// Whether [`admit`](Self::admit) would refuse `(client, number)`, without recording it.
-    pub fn check(&self, client: ClientId, number: u64) -> Result<(), DuplicateRequest> {
-        let floored = |floor: u64| {
-            Err(DuplicateRequest::BelowFloor {
+    /// The highest number `client` may use in a block of agreed time `now_ms`: the larger of
+    /// its last executed number (its highest, or its watermark; for a client never seen, one
+    /// below the base) plus [`AHEAD_WINDOW`], and the agreed time in microseconds plus
+    /// [`CLOCK_SLACK_US`]. Saturating.
+    pub fn ceiling(&self, client: ClientId, now_ms: Option<Millis>) -> u64 {
+        let by_history = match (self.clients.get(&client), self.watermarks.get(&client)) {
+            (Some(e), _) => e.highest.saturating_add(AHEAD_WINDOW),
+            (None, Some(&w)) => w.saturating_add(AHEAD_WINDOW),
+            (None, None) => self.base.saturating_add(AHEAD_WINDOW - 1),
+        };
+        by_history.max(clock_ceiling(now_ms))
+    }
+
+    /// The lowest number `client` may use that it cannot have used: one above its highest
+    /// executed number (or its watermark), or the base for a client never seen. Saturating (a
+    /// client at `u64::MAX` has none left).
+    pub fn next_fresh(&self, client: ClientId) -> u64 {
+        match (self.clients.get(&client), self.watermarks.get(&client)) {
+            (Some(e), _) => e.highest.saturating_add(1),
+            (None, Some(&w)) => w.saturating_add(1),
+            (None, None) => self.base,
+        }
+    }
+
+    /// Whether [`admit`](Self::admit) would refuse `(client, number)` in a block of agreed time
+    /// `now_ms`, without recording it.
+    pub fn check(
+        &self,
+        client: ClientId,
+        number: u64,
+        now_ms: Option<Millis>,
+    ) -> Result<(), DuplicateRequest> {
+        let ceiling = self.ceiling(client, now_ms);
+        if number > ceiling {
+            return Err(DuplicateRequest::AheadOfWindow {
                 client,
                 number,
-                floor,
-            })
-        };
+                ceiling,
+            });
+        }
         let Some(e) = self.clients.get(&client) else {
-            if number < self.floor {
-                return floored(self.floor);
+            let below = match self.watermarks.get(&client) {
+                Some(&w) => number <= w,
+                None => number < self.base,
+            };
+            if below {
+                let floor = self.next_fresh(client);
+                return Err(DuplicateRequest::BelowFloor {
+                    client,
+                    number,
+                    floor,
+                });
             }
             return Ok(());
         };
-        if number < e.floor {
-            return floored(e.floor);
-        }
         let (highest, mask) = (e.highest, e.mask);
         if number > highest {
             return Ok(());
@@ -215,24 +344,61 @@ impl ExecutedRequests {
         Ok(())
     }
 
-    /// Records `(client, number)` as executed, or refuses it when it already executed, is
-    /// below the client's window, or below the client's floor; then
-    /// nothing changes. A new client in a full table evicts the least recently executed one.
-    pub fn admit(&mut self, client: ClientId, number: u64) -> Result<(), DuplicateRequest> {
-        self.check(client, number)?;
-        // The floor this client was checked against (an eviction below raises it for others).
-        let floor = self.floor;
+    /// Whether `(client, number)` can never execute again: it executed, or it is below its
+    /// client's window or floor (a number above the ceiling is not settled: it may fit later,
+    /// once the client's earlier numbers executed or time passed).
+    pub fn settled(&self, client: ClientId, number: u64) -> bool {
+        matches!(
+            self.check(client, number, None),
+            Err(DuplicateRequest::Executed { .. }
+                | DuplicateRequest::TooOld { .. }
+                | DuplicateRequest::BelowFloor { .. })
+        )
+    }
+
+    /// Records `(client, number)` as executed in a block of agreed time `now_ms`, or refuses it
+    /// ([`DuplicateRequest`]) and then nothing changes but the counter of refusals above the
+    /// ceiling. A client without a full entry in a full table evicts the least recently
+    /// executed one to its watermark.
+    pub fn admit(
+        &mut self,
+        client: ClientId,
+        number: u64,
+        now_ms: Option<Millis>,
+    ) -> Result<(), DuplicateRequest> {
+        if let Err(e) = self.check(client, number, now_ms) {
+            if let DuplicateRequest::AheadOfWindow { ceiling, .. } = e {
+                self.refused_ahead = self.refused_ahead.saturating_add(1);
+                tracing::warn!(
+                    client,
+                    number,
+                    ceiling,
+                    "request number above its client's ceiling: refused"
+                );
+            }
+            return Err(e);
+        }
         if !self.clients.contains_key(&client) && self.clients.len() >= self.max_clients {
             self.evict_oldest();
         }
         self.clock = self.clock.saturating_add(1);
         let clock = self.clock;
-        let entry = self.clients.entry(client).or_insert(Entry {
-            highest: number,
-            mask: Mask::default(),
-            last_used: clock,
-            floor,
-        });
+        if !self.clients.contains_key(&client) {
+            // New, or back from eviction: every number below its floor counts as executed.
+            let floor = self.next_fresh(client);
+            self.watermarks.remove(&client);
+            self.clients.insert(
+                client,
+                Entry {
+                    highest: number,
+                    mask: Mask::marking_below(number, floor),
+                    last_used: clock,
+                },
+            );
+        }
+        let Some(entry) = self.clients.get_mut(&client) else {
+            return Ok(());
+        };
         self.by_use.remove(&entry.last_used);
         entry.last_used = clock;
         self.by_use.insert(clock, client);
@@ -254,31 +420,35 @@ impl ExecutedRequests {
             return;
         };
         if let Some(e) = self.clients.remove(&client) {
-            self.floor = self.floor.max(e.highest.saturating_add(1));
+            self.watermarks.insert(client, e.highest);
             self.evicted = self.evicted.saturating_add(1);
             tracing::debug!(
                 client,
-                highest = e.highest,
-                floor = self.floor,
-                "executed-requests table full: least recently executed client evicted"
+                watermark = e.highest,
+                "executed-requests table full: least recently executed client evicted to its watermark"
             );
         }
     }
 
-    /// Clients in the table.
+    /// Clients with a full entry.
     pub fn clients(&self) -> usize {
         self.clients.len()
     }
 
-    /// The table's bound.
+    /// Evicted clients holding a watermark.
+    pub fn watermarks(&self) -> usize {
+        self.watermarks.len()
+    }
+
+    /// The bound of full entries.
     pub fn max_clients(&self) -> usize {
         self.max_clients
     }
 
-    /// Clients not in the table must number their requests at least this (one above every
-    /// evicted client's highest executed number; 0 until a client is evicted).
+    /// The lowest number of a client never seen: 0, or the floor of a table migrated from
+    /// layout 3 ([`decode_legacy`](Self::decode_legacy)), frozen. Eviction never raises it.
     pub fn floor(&self) -> u64 {
-        self.floor
+        self.base
     }
 
     /// Clients evicted so far.
@@ -286,24 +456,32 @@ impl ExecutedRequests {
         self.evicted
     }
 
-    /// Whether nothing executed yet.
-    pub fn is_empty(&self) -> bool {
-        self.clients.is_empty() && self.evicted == 0
+    /// Requests refused so far as above their client's ceiling
+    /// ([`DuplicateRequest::AheadOfWindow`]).
+    pub fn refused_ahead(&self) -> u64 {
+        self.refused_ahead
     }
 
-    /// SHA-256 over the bound, floor, clock, evictions and the entries in client order (equal
-    /// on validators that executed the same requests).
+    /// Whether nothing executed yet.
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty() && self.watermarks.is_empty() && self.evicted == 0
+    }
+
+    /// SHA-256 over the layout, bound, base, clock, evictions, refusals, the entries and the
+    /// watermarks in client order (equal on validators that executed the same requests).
     pub fn digest(&self) -> Digest32 {
         let mut h = Sha256::new();
-        h.update(b"ccron-executed-requests/v3");
+        h.update(b"ccron-executed-requests/v4");
         for v in [
             self.max_clients as u64,
-            self.floor,
+            self.base,
             self.clock,
             self.evicted,
+            self.refused_ahead,
         ] {
             h.update(v.to_le_bytes());
         }
+        h.update((self.clients.len() as u64).to_le_bytes());
         for (client, e) in &self.clients {
             h.update(client.to_le_bytes());
             h.update(e.highest.to_le_bytes());
@@ -311,12 +489,16 @@ impl ExecutedRequests {
                 h.update(w.to_le_bytes());
             }
             h.update(e.last_used.to_le_bytes());
-            h.update(e.floor.to_le_bytes());
+        }
+        h.update((self.watermarks.len() as u64).to_le_bytes());
+        for (client, w) in &self.watermarks {
+            h.update(client.to_le_bytes());
+            h.update(w.to_le_bytes());
         }
         h.finalize().into()
     }
 
-    /// The canonical encoding ([`wire`]) for snapshots.
+    /// The canonical encoding ([`wire`]) for snapshots, layout [`EXECUTED_REQUESTS_LAYOUT`].
     ///
     /// # Errors
     /// [`WireError::Encode`] (never for this type in practice).
@@ -324,70 +506,135 @@ impl ExecutedRequests {
         let entries: Vec<EncodedEntry> = self
             .clients
             .iter()
-            .map(|(c, e)| (*c, e.highest, e.mask.0, e.last_used, e.floor))
+            .map(|(c, e)| (*c, e.highest, e.mask.0, e.last_used))
             .collect();
-        wire::encode(&(
+        let watermarks: Vec<(u64, u64)> = self.watermarks.iter().map(|(c, w)| (*c, *w)).collect();
+        let encoded: Encoded = (
             (
                 self.max_clients as u64,
-                self.floor,
+                self.base,
                 self.clock,
                 self.evicted,
+                self.refused_ahead,
             ),
             entries,
-        ))
+            watermarks,
+        );
+        wire::encode(&encoded)
     }
 
     /// Decodes [`encode`](Self::encode)'s bytes, refusing more than `limit_bytes`, more
-    /// clients than the bound, clients out of order or repeated, masks without their highest
-    /// bit, and execution times repeated or after the clock.
+    /// entries than the bound, clients out of order, repeated, or with both an entry and a
+    /// watermark, masks without their highest bit, and execution times repeated or after the
+    /// clock.
     ///
     /// # Errors
     /// [`WireError`] for malformed bytes or entries.
     pub fn decode(bytes: &[u8], limit_bytes: usize) -> Result<Self, WireError> {
-        type Encoded = ((u64, u64, u64, u64), Vec<EncodedEntry>);
-        let ((max_clients, floor, clock, evicted), entries): Encoded =
+        let ((max_clients, base, clock, evicted, refused_ahead), entries, watermarks): Encoded =
             wire::decode(bytes, limit_bytes)?;
-        let bad = |what: String| WireError::Malformed(format!("executed-requests: {what}"));
+        let mut out = Self::empty_decoded(max_clients, clock, entries.len())?;
+        out.base = base;
+        out.evicted = evicted;
+        out.refused_ahead = refused_ahead;
+        for (client, highest, mask, last_used) in entries {
+            out.insert_decoded(client, highest, Mask(mask), last_used)?;
+        }
+        let mut last = None;
+        for (client, w) in watermarks {
+            if last.is_some_and(|l| l >= client) || out.clients.contains_key(&client) {
+                return Err(bad(format!(
+                    "watermark of client {client} out of order or beside its entry"
+                )));
+            }
+            last = Some(client);
+            out.watermarks.insert(client, w);
+        }
+        Ok(out)
+    }
+
+    /// Decodes a table of layout 3 (host snapshot layout 2: a global floor raised by evictions
+    /// and a floor per entry) and migrates it: each entry's floor becomes executed marks in its
+    /// window (the numbers it refused stay refused), the global floor becomes the frozen base
+    /// (every client evicted before the migration is below it), no watermarks, no refusals.
+    ///
+    /// # Errors
+    /// [`WireError`] for malformed bytes or entries (as [`decode`](Self::decode), and an entry
+    /// floor above the table's).
+    pub fn decode_legacy(bytes: &[u8], limit_bytes: usize) -> Result<Self, WireError> {
+        type Legacy = ((u64, u64, u64, u64), Vec<(u64, u64, [u64; 4], u64, u64)>);
+        let ((max_clients, floor, clock, evicted), entries): Legacy =
+            wire::decode(bytes, limit_bytes)?;
+        let mut out = Self::empty_decoded(max_clients, clock, entries.len())?;
+        out.base = floor;
+        out.evicted = evicted;
+        for (client, highest, mask, last_used, entry_floor) in entries {
+            if entry_floor > floor {
+                return Err(bad(format!(
+                    "entry floor {entry_floor} of client {client} above the floor {floor}"
+                )));
+            }
+            let mut mask = Mask(mask);
+            let below = Mask::marking_below(highest, entry_floor);
+            if mask.get(0) {
+                for (w, b) in mask.0.iter_mut().zip(below.0) {
+                    *w |= b;
+                }
+            }
+            out.insert_decoded(client, highest, mask, last_used)?;
+        }
+        Ok(out)
+    }
+
+    fn empty_decoded(max_clients: u64, clock: u64, entries: usize) -> Result<Self, WireError> {
         let max_clients = usize::try_from(max_clients)
             .ok()
             .filter(|&m| m >= 1)
             .ok_or_else(|| bad(format!("bound {max_clients}")))?;
-        if entries.len() > max_clients {
-            return Err(bad(format!("{} clients over the bound", entries.len())));
+        if entries > max_clients {
+            return Err(bad(format!("{entries} clients over the bound")));
         }
-        let mut out = Self {
-            floor,
+        Ok(Self {
             clock,
-            evicted,
             ..Self::with_max_clients(max_clients)
-        };
-        let mut last = None;
-        for (client, highest, mask, last_used, entry_floor) in entries {
-            let mask = Mask(mask);
-            if last.is_some_and(|l| l >= client)
-                || !mask.get(0)
-                || entry_floor > floor
-                || last_used == 0
-                || last_used > clock
-                || out.by_use.insert(last_used, client).is_some()
-            {
-                return Err(bad(format!(
-                    "entry of client {client} out of order, without its highest number, or with a bad execution time"
-                )));
-            }
-            last = Some(client);
-            out.clients.insert(
-                client,
-                Entry {
-                    highest,
-                    mask,
-                    last_used,
-                    floor: entry_floor,
-                },
-            );
-        }
-        Ok(out)
+        })
     }
+
+    /// Inserts a decoded entry, in client order.
+    fn insert_decoded(
+        &mut self,
+        client: ClientId,
+        highest: u64,
+        mask: Mask,
+        last_used: u64,
+    ) -> Result<(), WireError> {
+        if self
+            .clients
+            .last_key_value()
+            .is_some_and(|(&l, _)| l >= client)
+            || !mask.get(0)
+            || last_used == 0
+            || last_used > self.clock
+            || self.by_use.insert(last_used, client).is_some()
+        {
+            return Err(bad(format!(
+                "entry of client {client} out of order, without its highest number, or with a bad execution time"
+            )));
+        }
+        self.clients.insert(
+            client,
+            Entry {
+                highest,
+                mask,
+                last_used,
+            },
+        );
+        Ok(())
+    }
+}
+
+fn bad(what: String) -> WireError {
+    WireError::Malformed(format!("executed-requests: {what}"))
 }
 
 #[cfg(test)]
@@ -399,28 +646,32 @@ mod tests {
     #[test]
     fn each_number_executes_once_in_any_order_inside_the_window() {
         let mut e = ExecutedRequests::new();
-        assert_eq!(e.admit(7, 5), Ok(()));
+        assert_eq!(e.admit(7, 5, None), Ok(()));
         assert_eq!(
-            e.admit(7, 5),
+            e.admit(7, 5, None),
             Err(DuplicateRequest::Executed {
                 client: 7,
                 number: 5
             })
         );
-        assert_eq!(e.admit(7, 3), Ok(()));
-        assert_eq!(e.admit(7, 9), Ok(()));
+        assert_eq!(e.admit(7, 3, None), Ok(()));
+        assert_eq!(e.admit(7, 9, None), Ok(()));
         assert_eq!(
-            e.check(7, 3),
+            e.check(7, 3, None),
             Err(DuplicateRequest::Executed {
                 client: 7,
                 number: 3
             })
         );
-        assert_eq!(e.admit(7, 4), Ok(()));
-        assert_eq!(e.admit(8, 5), Ok(()), "another client has its own numbers");
-        assert_eq!(e.admit(7, 9 + REQUEST_WINDOW), Ok(()));
+        assert_eq!(e.admit(7, 4, None), Ok(()));
         assert_eq!(
-            e.admit(7, 9),
+            e.admit(8, 5, None),
+            Ok(()),
+            "another client has its own numbers"
+        );
+        assert_eq!(e.admit(7, 9 + REQUEST_WINDOW, None), Ok(()));
+        assert_eq!(
+            e.admit(7, 9, None),
             Err(DuplicateRequest::TooOld {
                 client: 7,
                 number: 9,
@@ -428,33 +679,139 @@ mod tests {
             })
         );
         assert_eq!(
-            e.admit(7, 10),
+            e.admit(7, 10, None),
             Ok(()),
             "the lowest number inside the window"
         );
         assert_eq!(
-            e.admit(7, 10),
+            e.admit(7, 10, None),
             Err(DuplicateRequest::Executed {
                 client: 7,
                 number: 10
             })
         );
-        assert_eq!(e.admit(7, u64::MAX), Ok(()));
-        assert_eq!(
-            e.admit(7, u64::MAX),
-            Err(DuplicateRequest::Executed {
-                client: 7,
-                number: u64::MAX
-            })
-        );
+        assert!(e.settled(7, 10) && e.settled(7, 9) && !e.settled(7, 11));
         assert_eq!(e.clients(), 2);
     }
 
     #[test]
-    fn encoding_round_trips_and_refuses_bad_entries() {
+    fn numbers_above_the_ceiling_are_refused_counted_and_change_nothing() {
         let mut e = ExecutedRequests::new();
-        for (c, n) in [(1, 3), (1, 1), (2, 100), (9, 0)] {
-            e.admit(c, n).unwrap();
+        // A client never seen: numbers below AHEAD_WINDOW (base 0).
+        let first = e.ceiling(1, None);
+        assert_eq!(first, AHEAD_WINDOW - 1);
+        for n in [u64::MAX, u64::MAX - 1, AHEAD_WINDOW] {
+            assert_eq!(
+                e.admit(1, n, None),
+                Err(DuplicateRequest::AheadOfWindow {
+                    client: 1,
+                    number: n,
+                    ceiling: first
+                })
+            );
+        }
+        assert_eq!((e.refused_ahead(), e.clients()), (3, 0));
+        assert!(
+            !e.settled(1, u64::MAX),
+            "ahead is not settled: it may fit later"
+        );
+        assert_eq!(e.admit(1, AHEAD_WINDOW - 1, None), Ok(()));
+        // Above its highest: AHEAD_WINDOW more.
+        assert_eq!(e.ceiling(1, None), 2 * AHEAD_WINDOW - 1);
+        assert!(e.admit(1, 2 * AHEAD_WINDOW, None).is_err());
+        assert_eq!(e.admit(1, 2 * AHEAD_WINDOW - 1, None), Ok(()));
+        assert_eq!(e.refused_ahead(), 4);
+        // A clock-numbered client (Unix ms or µs) fits under the agreed time's bound.
+        let now: Millis = 1_800_000_000_000;
+        let micros = now as u64 * 1_000;
+        assert_eq!(e.ceiling(2, Some(now)), micros + CLOCK_SLACK_US);
+        assert_eq!(e.admit(2, now as u64, Some(now)), Ok(()));
+        assert_eq!(e.admit(3, micros + 5, Some(now)), Ok(()));
+        assert_eq!(
+            e.admit(2, now as u64 + 86_400_000, Some(now + 86_400_000)),
+            Ok(())
+        );
+        assert!(matches!(
+            e.admit(4, micros + CLOCK_SLACK_US + 1, Some(now)),
+            Err(DuplicateRequest::AheadOfWindow { .. })
+        ));
+        // Without time (or before the epoch), only the history bound.
+        assert_eq!(e.ceiling(9, Some(-5)), AHEAD_WINDOW - 1);
+        let bytes = e.encode().unwrap();
+        let back = ExecutedRequests::decode(&bytes, bytes.len()).unwrap();
+        assert_eq!((back.refused_ahead(), back.digest()), (5, e.digest()));
+    }
+
+    /// The defect of layout 3 (issue 24, item 4): a client numbering `u64::MAX - 1`, once
+    /// evicted, raised the replicated floor to `u64::MAX` for every client entering the table
+    /// afterwards. Now its eviction leaves only its own watermark.
+    #[test]
+    fn an_evicted_hostile_client_raises_nobody_elses_floor() {
+        let now = Some(0x7fff_ffff_ffff_ffff);
+        let mut e = ExecutedRequests::with_max_clients(2);
+        assert_eq!(e.admit(666, u64::MAX - 1, now), Ok(()));
+        assert_eq!(e.admit(1, 1, now), Ok(()));
+        assert_eq!(e.admit(2, 1, now), Ok(()), "evicts the hostile client");
+        assert_eq!((e.evicted(), e.watermarks(), e.floor()), (1, 1, 0));
+        for c in 3..50 {
+            for n in 1..4 {
+                assert_eq!(e.admit(c, n, now), Ok(()), "client {c} number {n}");
+            }
+        }
+        // The hostile client itself: at most u64::MAX, once.
+        assert!(matches!(
+            e.admit(666, u64::MAX - 1, now),
+            Err(DuplicateRequest::BelowFloor { .. })
+        ));
+        assert_eq!(e.admit(666, u64::MAX, now), Ok(()));
+        assert!(e.admit(666, u64::MAX, now).is_err());
+    }
+
+    #[test]
+    fn an_evicted_client_comes_back_above_its_watermark_only() {
+        let mut e = ExecutedRequests::with_max_clients(2);
+        e.admit(1, 10, None).unwrap();
+        e.admit(1, 8, None).unwrap(); // 9 never executed
+        e.admit(2, 20, None).unwrap();
+        e.admit(2, 21, None).unwrap();
+        e.admit(3, 5, None).unwrap(); // evicts client 1 (watermark 10)
+        assert_eq!((e.clients(), e.watermarks(), e.next_fresh(1)), (2, 1, 11));
+        for n in [1, 9, 10] {
+            assert_eq!(
+                e.admit(1, n, None),
+                Err(DuplicateRequest::BelowFloor {
+                    client: 1,
+                    number: n,
+                    floor: 11
+                })
+            );
+        }
+        // New clients are not affected: they start wherever they like below the ceiling.
+        assert_eq!(e.check(4, 0, None), Ok(()));
+        assert_eq!(e.admit(1, 12, None), Ok(()), "back: evicts client 2");
+        assert_eq!(e.next_fresh(2), 22);
+        // Back in the table, its window still refuses everything up to the watermark.
+        for n in [8, 9, 10] {
+            assert_eq!(
+                e.admit(1, n, None),
+                Err(DuplicateRequest::Executed {
+                    client: 1,
+                    number: n
+                })
+            );
+        }
+        assert_eq!(e.admit(1, 11, None), Ok(()));
+        let bytes = e.encode().unwrap();
+        let back = ExecutedRequests::decode(&bytes, bytes.len()).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(back.digest(), e.digest());
+    }
+
+    #[test]
+    fn encoding_round_trips_and_refuses_bad_entries() {
+        let mut e = ExecutedRequests::with_max_clients(3);
+        for (c, n) in [(1, 3), (1, 1), (2, 100), (9, 0), (4, 7)] {
+            e.admit(c, n, None).unwrap();
         }
         let bytes = e.encode().unwrap();
         let back = ExecutedRequests::decode(&bytes, bytes.len()).unwrap();
@@ -462,144 +819,186 @@ mod tests {
         assert_eq!(back.digest(), e.digest());
         assert_ne!(ExecutedRequests::new().digest(), e.digest());
         assert!(ExecutedRequests::decode(&bytes, bytes.len() - 1).is_err());
-        let head = (10u64, 0u64, 5u64, 0u64);
-        let unordered = wire::encode(&(
-            head,
-            vec![
-                (2u64, 1u64, [1u64, 0, 0, 0], 1u64, 0u64),
-                (1, 1, [1, 0, 0, 0], 2, 0),
-            ],
-        ))
-        .unwrap();
-        assert!(ExecutedRequests::decode(&unordered, 1_000).is_err());
-        let no_top =
-            wire::encode(&(head, vec![(2u64, 1u64, [2u64, 0, 0, 0], 1u64, 0u64)])).unwrap();
-        assert!(ExecutedRequests::decode(&no_top, 1_000).is_err());
-        let same_time = wire::encode(&(
-            head,
-            vec![
-                (1u64, 1u64, [1u64, 0, 0, 0], 1u64, 0u64),
-                (2, 1, [1, 0, 0, 0], 1, 0),
-            ],
-        ))
-        .unwrap();
-        assert!(ExecutedRequests::decode(&same_time, 1_000).is_err());
-        let future =
-            wire::encode(&(head, vec![(1u64, 1u64, [1u64, 0, 0, 0], 6u64, 0u64)])).unwrap();
-        assert!(ExecutedRequests::decode(&future, 1_000).is_err());
-        let over = wire::encode(&(
-            (1u64, 0u64, 5u64, 0u64),
-            vec![
-                (1u64, 1u64, [1u64, 0, 0, 0], 1u64, 0u64),
-                (2, 1, [1, 0, 0, 0], 2, 0),
-            ],
-        ))
-        .unwrap();
-        assert!(ExecutedRequests::decode(&over, 1_000).is_err());
-        let ok = wire::encode(&(
-            head,
-            vec![
-                (1u64, 1u64, [1u64, 0, 0, 0], 1u64, 0u64),
-                (2, 1, [1, 0, 0, 0], 2, 0),
-            ],
-        ))
-        .unwrap();
-        assert!(ExecutedRequests::decode(&ok, 1_000).is_ok());
+        let head = (10u64, 0u64, 5u64, 0u64, 0u64);
+        let enc = |entries: Vec<EncodedEntry>, marks: Vec<(u64, u64)>| {
+            let v: Encoded = (head, entries, marks);
+            wire::encode(&v).unwrap()
+        };
+        let one = [1u64, 0, 0, 0];
+        let cases = [
+            (vec![(2, 1, one, 1), (1, 1, one, 2)], vec![]),
+            (vec![(2, 1, [2, 0, 0, 0], 1)], vec![]),
+            (vec![(1, 1, one, 1), (2, 1, one, 1)], vec![]),
+            (vec![(1, 1, one, 6)], vec![]),
+            (vec![(1, 1, one, 1)], vec![(1, 5)]),
+            (vec![], vec![(3, 5), (2, 5)]),
+        ];
+        for (entries, marks) in cases {
+            assert!(ExecutedRequests::decode(&enc(entries, marks), 1_000).is_err());
+        }
+        let over: Encoded = (
+            (1, 0, 5, 0, 0),
+            vec![(1, 1, one, 1), (2, 1, one, 2)],
+            vec![],
+        );
+        assert!(ExecutedRequests::decode(&wire::encode(&over).unwrap(), 1_000).is_err());
+        let ok = enc(vec![(1, 1, one, 1), (2, 1, one, 2)], vec![(3, 9)]);
+        let ok = ExecutedRequests::decode(&ok, 1_000).unwrap();
+        assert_eq!(
+            (ok.clients(), ok.watermarks(), ok.next_fresh(3)),
+            (2, 1, 10)
+        );
     }
 
     #[test]
-    fn a_full_table_evicts_the_least_recently_executed_client_and_raises_the_floor() {
-        let mut e = ExecutedRequests::with_max_clients(2);
-        e.admit(1, 10).unwrap();
-        e.admit(2, 20).unwrap();
-        e.admit(1, 11).unwrap(); // client 1 is now the most recent
-        assert_eq!(e.floor(), 0);
-        e.admit(3, 5).unwrap(); // evicts client 2 (highest 20)
-        assert_eq!((e.clients(), e.evicted(), e.floor()), (2, 1, 21));
-        // Client 2's old numbers cannot execute again; new clients must number from 21.
-        for n in [1, 20] {
-            assert_eq!(
-                e.admit(2, n),
-                Err(DuplicateRequest::BelowFloor {
-                    client: 2,
-                    number: n,
-                    floor: 21
-                })
-            );
-        }
-        assert!(e.check(4, 7).is_err());
-        // A client still in the table keeps its window, floor or not.
-        assert_eq!(e.admit(3, 6), Ok(()));
-        assert_eq!(
-            e.admit(2, 21),
-            Ok(()),
-            "at the floor: evicts client 1 (highest 11)"
+    fn a_layout_3_table_migrates_its_floors() {
+        // Layout 3: floor 21 (client 2 evicted at 20), client 3 entered at floor 21 and executed
+        // 30 and 25; client 1 entered at floor 0 and executed 11.
+        type Legacy = ((u64, u64, u64, u64), Vec<(u64, u64, [u64; 4], u64, u64)>);
+        let m30 = {
+            let mut m = Mask::default();
+            m.set(0);
+            m.set(5);
+            m.0
+        };
+        let legacy: Legacy = (
+            (2, 21, 4, 1),
+            vec![(1, 11, [1, 0, 0, 0], 3, 0), (3, 30, m30, 4, 21)],
         );
-        assert_eq!(e.floor(), 21);
-        assert!(e.admit(1, 11).is_err());
-        // Back in the table, client 2 keeps the floor it entered with: 20 never repeats.
+        let bytes = wire::encode(&legacy).unwrap();
+        let mut e = ExecutedRequests::decode_legacy(&bytes, bytes.len()).unwrap();
+        assert_eq!((e.floor(), e.clients(), e.evicted()), (21, 2, 1));
+        // The old entry floor of client 3 is kept as executed marks.
+        assert!(e.check(3, 20, None).is_err());
+        assert_eq!(e.check(3, 21, None), Ok(()));
+        assert!(e.check(3, 25, None).is_err());
+        assert_eq!(e.check(1, 10, None), Ok(()));
+        // Client 2 (evicted before the migration) cannot replay: the base is its old floor.
         assert!(matches!(
-            e.admit(2, 20),
+            e.check(2, 20, None),
             Err(DuplicateRequest::BelowFloor { floor: 21, .. })
         ));
-        let bytes = e.encode().unwrap();
-        let back = ExecutedRequests::decode(&bytes, bytes.len()).unwrap();
-        assert_eq!(back, e);
-        assert_eq!(back.digest(), e.digest());
+        // Evictions from now on leave the base where it is.
+        e.admit(5, 21 + 1_000, None).unwrap();
+        assert_eq!((e.floor(), e.watermarks()), (21, 1));
+        let bad: Legacy = ((2, 21, 4, 1), vec![(1, 11, [1, 0, 0, 0], 3, 22)]);
+        assert!(ExecutedRequests::decode_legacy(&wire::encode(&bad).unwrap(), 1_000).is_err());
+    }
+
+    /// A simple model of the table: every number each client executed, its highest, the full
+    /// entries by last execution, and which clients were evicted (to their highest).
+    #[derive(Default)]
+    struct Model {
+        done: BTreeMap<u64, BTreeSet<u64>>,
+        in_table: BTreeMap<u64, u64>, // client -> last execution
+        evicted: BTreeMap<u64, u64>,  // client -> watermark
+        clock: u64,
+    }
+
+    impl Model {
+        fn admits(&self, client: u64, n: u64) -> bool {
+            let done = self.done.get(&client);
+            let highest = done.and_then(|d| d.last().copied());
+            let ceiling = match (self.in_table.contains_key(&client), highest) {
+                (true, Some(h)) => h.saturating_add(AHEAD_WINDOW),
+                _ => match self.evicted.get(&client) {
+                    Some(&w) => w.saturating_add(AHEAD_WINDOW),
+                    None => AHEAD_WINDOW - 1,
+                },
+            };
+            if n > ceiling {
+                return false;
+            }
+            if let Some(&w) = self.evicted.get(&client) {
+                return n > w;
+            }
+            match highest {
+                None => true,
+                Some(h) => {
+                    !done.is_some_and(|d| d.contains(&n)) && (n > h || h - n < REQUEST_WINDOW)
+                }
+            }
+        }
+
+        fn execute(&mut self, client: u64, n: u64, cap: usize) {
+            if !self.in_table.contains_key(&client) && self.in_table.len() >= cap {
+                let (&old, _) = self.in_table.iter().min_by_key(|(_, t)| **t).unwrap();
+                self.in_table.remove(&old);
+                let w = *self.done[&old].last().unwrap();
+                self.evicted.insert(old, w);
+            }
+            if self.evicted.remove(&client).is_some() {
+                // Back: its numbers at or below the watermark stay executed (the model keeps
+                // them all in `done`; the ones never used are given up).
+                let w = *self.done[&client].last().unwrap();
+                let d = self.done.get_mut(&client).unwrap();
+                for m in w.saturating_sub(REQUEST_WINDOW)..=w {
+                    d.insert(m);
+                }
+            }
+            self.clock += 1;
+            self.in_table.insert(client, self.clock);
+            self.done.entry(client).or_default().insert(n);
+        }
+    }
+
+    fn hostile_number() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            0u64..600,
+            Just(u64::MAX),
+            Just(u64::MAX - 1),
+            Just(AHEAD_WINDOW - 1),
+            Just(AHEAD_WINDOW),
+            (0u64..4).prop_map(|k| k * AHEAD_WINDOW + 3),
+            any::<u64>(),
+        ]
     }
 
     proptest! {
-        /// Against a model of the bounded table (executed numbers and last execution per client
-        /// in the table, the floor): a number executes iff the client is in the table and the
-        /// number never executed and lies in its window, or the client is not in the table and
-        /// the number is above the floor; a new client in a full table evicts the least recently
-        /// executed one and the floor rises to its highest number. No evicted client's executed
-        /// number ever executes again.
+        /// Against the model, with eviction and hostile numbers (`u64::MAX`, `u64::MAX - 1`,
+        /// jumps to the ceiling and beyond, many clients forcing eviction): the table admits
+        /// exactly what the model admits, no `(client, number)` executes twice, and an honest
+        /// client numbering consecutively (client 0, interleaved) is never refused, whatever
+        /// the others do.
         #[test]
-        fn bounded_table_matches_its_model(
+        fn hostile_clients_cannot_replay_or_refuse_an_honest_one(
             cap in 1usize..4,
-            ops in proptest::collection::vec((0u64..6, 0u64..400), 0..300),
+            ops in proptest::collection::vec((1u64..8, hostile_number(), any::<bool>()), 0..300),
         ) {
+            let now = None; // only the history bounds numbers
             let mut e = ExecutedRequests::with_max_clients(cap);
-            // client -> (executed numbers, highest, last execution, floor when it entered)
-            let mut table: BTreeMap<u64, (BTreeSet<u64>, u64, u64, u64)> = BTreeMap::new();
+            let mut model = Model::default();
             let mut ever: BTreeSet<(u64, u64)> = BTreeSet::new();
-            let (mut floor, mut clock, mut evicted) = (0u64, 0u64, 0u64);
-            for (client, number) in ops {
-                let ok = match table.get(&client) {
-                    Some((done, h, _, f)) => {
-                        !done.contains(&number)
-                            && (number > *h || h - number < REQUEST_WINDOW)
-                            && number >= *f
-                    }
-                    None => number >= floor,
+            let mut honest = 0u64;
+            for (client, number, honest_turn) in ops {
+                let (client, number) = if honest_turn {
+                    honest += 1;
+                    (0, honest)
+                } else {
+                    (client, number)
                 };
-                let got = e.admit(client, number);
+                let ok = model.admits(client, number);
+                let got = e.admit(client, number, now);
                 prop_assert_eq!(got.is_ok(), ok, "{} {}: {:?}", client, number, got);
-                if ok {
-                    let entry_floor = floor;
-                    prop_assert!(ever.insert((client, number)), "{} {} executed twice", client, number);
-                    if !table.contains_key(&client) && table.len() >= cap {
-                        let (&old, _) = table.iter().min_by_key(|(_, (_, _, t, _))| *t).unwrap();
-                        let (_, h, _, _) = table.remove(&old).unwrap();
-                        floor = floor.max(h + 1);
-                        evicted += 1;
-                    }
-                    clock += 1;
-                    let entry = table.entry(client).or_insert((BTreeSet::new(), number, clock, entry_floor));
-                    entry.0.insert(number);
-                    entry.1 = entry.1.max(number);
-                    entry.2 = clock;
+                if client == 0 {
+                    prop_assert!(got.is_ok(), "the honest client refused: {:?}", got);
                 }
-                prop_assert_eq!((e.clients(), e.floor(), e.evicted()), (table.len(), floor, evicted));
+                if ok {
+                    prop_assert!(ever.insert((client, number)), "{} {} executed twice", client, number);
+                    model.execute(client, number, cap);
+                }
+                prop_assert_eq!(
+                    (e.clients(), e.watermarks(), e.floor()),
+                    (model.in_table.len(), model.evicted.len(), 0)
+                );
             }
             let bytes = e.encode().unwrap();
             prop_assert_eq!(ExecutedRequests::decode(&bytes, bytes.len()).unwrap(), e);
         }
 
-
-        /// Against a model (every executed number, the highest so far): a number executes iff
-        /// it never executed and lies inside the window of the highest executed before it.
+        /// Against a model (every executed number, the highest so far), no eviction: a number
+        /// executes iff it never executed, lies inside the window of the highest executed
+        /// before it and under the ceiling.
         #[test]
         fn matches_the_set_model(ops in proptest::collection::vec((0u64..3, 0u64..700), 0..400)) {
             let mut e = ExecutedRequests::new();
@@ -610,7 +1009,7 @@ mod tests {
                 let in_window = highest
                     .get(&client)
                     .is_none_or(|&h| number > h || h - number < REQUEST_WINDOW);
-                let got = e.admit(client, number);
+                let got = e.admit(client, number, None);
                 prop_assert_eq!(got.is_ok(), fresh && in_window, "{} {}: {:?}", client, number, got);
                 if got.is_ok() {
                     done.insert((client, number));

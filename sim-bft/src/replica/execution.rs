@@ -246,7 +246,7 @@ impl Replica {
             return true;
         }
         match r.request.kind {
-            RequestKind::Write => self.host.requests().check(client, req_seq).is_err(),
+            RequestKind::Write => self.host.requests().settled(client, req_seq),
             RequestKind::Tick => {
                 let component = <[u8; 4]>::try_from(r.request.payload.as_slice())
                     .ok()

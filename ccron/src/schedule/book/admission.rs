@@ -688,6 +688,9 @@ impl Scheduler {
         let mut def = rec.def.clone();
         def.handler = to.to_owned();
         let need = Self::entry_bound(&def)?;
+        // The owner's usage follows the new size (a handler name within `max_name_bytes`; not
+        // checked against the quota: re-targeting keeps a schedule, it does not add one).
+        let (owner, old_bytes) = (rec.owner, Self::quota_bytes(&rec.def)?);
         let room = store::record_room(self.limits.page_bytes);
         if need > room {
             return Err(ScheduleError::Limit(format!(
@@ -717,6 +720,7 @@ impl Scheduler {
             r.parked = false;
             r.version = r.version.saturating_add(1);
         }
+        self.usage.resize(owner, old_bytes, need as u64);
         self.reindex(id);
         self.touch(id);
         Ok(())
@@ -769,6 +773,8 @@ impl Scheduler {
             )));
         }
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        let bytes = Self::quota_bytes(&stored)?;
+        self.check_quota(&owner, 1, 0, bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {
             let need = Self::entry_bound(&stored)?;
             if !self.placement.can_place(need, max_pages) {
@@ -797,6 +803,7 @@ impl Scheduler {
         }
         self.records
             .insert(id, Record::new(stored, next, owner, policy));
+        self.usage.add(owner, bytes);
         self.reindex(id);
         self.touch(id);
         self.header_dirty = true;
@@ -812,6 +819,12 @@ impl Scheduler {
         now_ms: Option<TimeMs>,
     ) -> Result<u64, ScheduleError> {
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        let (owner, old_bytes) = match self.records.get(&id) {
+            Some(r) => (r.owner, Self::quota_bytes(&r.def)?),
+            None => return Err(ScheduleError::UnknownSchedule(target_of(id))),
+        };
+        let new_bytes = Self::quota_bytes(&stored)?;
+        self.check_quota(&owner, 0, old_bytes, new_bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {
             let need = Self::entry_bound(&stored)?;
             if !self.placement.can_hold(id, need, max_pages) {
@@ -849,6 +862,7 @@ impl Scheduler {
         rec.def = stored;
         rec.next = next;
         rec.owed = None;
+        self.usage.resize(owner, old_bytes, new_bytes);
         // Like owed runs, a retry of the old definition's run is dropped, and so are its
         // pending manual runs (the last trigger's time stays: trigger ids never repeat).
         rec.retry = None;
@@ -871,10 +885,12 @@ impl Scheduler {
         self.unlink_zone(id);
         self.unlink_parked(id);
         self.dead_ids.remove(&id);
-        if let Some(rec) = self.records.remove(&id)
-            && let Some(k) = rec.def.key
-        {
-            self.keys.remove(&k);
+        if let Some(rec) = self.records.remove(&id) {
+            self.usage
+                .sub(rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
+            if let Some(k) = rec.def.key {
+                self.keys.remove(&k);
+            }
         }
         self.crons.remove(&id);
         self.touch(id);

@@ -195,6 +195,6 @@ impl Scheduler {
                 return Err(format!("one-shot schedule {id} has nothing left but stays"));
             }
         }
-        Ok(())
+        self.check_usage()
     }
 }

@@ -30,6 +30,7 @@ mod legacy;
 mod manual;
 mod persist;
 mod preview;
+mod quota;
 mod runs;
 mod tick;
 mod timing;
@@ -174,6 +175,8 @@ pub struct Scheduler {
     /// What one handler run may emit and reserves before it starts (configuration, like
     /// `limits`; not stored): `None` is one record of the emit bound.
     emit_budget: Option<crate::outbox::EmitBudget>,
+    /// Schedules and bytes per owner (derived, rebuilt on load) for the policy's quotas.
+    usage: quota::OwnerUsage,
 }
 
 impl Scheduler {
@@ -201,6 +204,7 @@ impl Scheduler {
             zones_bytes: 8,
             migration: None,
             emit_budget: None,
+            usage: quota::OwnerUsage::default(),
         }
     }
 

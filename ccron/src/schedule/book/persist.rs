@@ -933,6 +933,8 @@ impl Scheduler {
         if !rec.dead.is_empty() {
             self.dead_ids.insert(id);
         }
+        let bytes = Self::quota_bytes(&rec.def).map_err(|e| format!("schedule {id}: {e}"))?;
+        self.usage.add(rec.owner, bytes);
         self.records.insert(id, rec);
         self.reindex(id);
         Ok(())

@@ -626,6 +626,8 @@ impl Scheduler {
         self.unlink_parked(id);
         self.dead_ids.remove(&id);
         let rec = self.records.remove(&id)?;
+        self.usage
+            .sub(rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
         if let Some(k) = &rec.def.key {
             self.keys.remove(k);
         }
@@ -642,6 +644,8 @@ impl Scheduler {
         if !rec.dead.is_empty() {
             self.dead_ids.insert(id);
         }
+        self.usage
+            .add(rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
         self.records.insert(id, rec);
         self.touch(id);
     }

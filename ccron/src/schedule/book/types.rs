@@ -591,6 +591,19 @@ pub enum ScheduleError {
         /// What was asked.
         action: Action,
     },
+    /// The request would take `owner` past its quota ([`crate::authz::Quota`]); nothing
+    /// changed.
+    #[error("{owner} would hold {would} {kind}, its quota is {limit}")]
+    QuotaExceeded {
+        /// The schedules' owner.
+        owner: Principal,
+        /// What the quota counts.
+        kind: crate::authz::QuotaKind,
+        /// What the owner would hold after the request.
+        would: u64,
+        /// The quota.
+        limit: u64,
+    },
 }
 
 /// Largest [`Misfire::FireEach`] cap: bounds the occurrences one tick enumerates for one

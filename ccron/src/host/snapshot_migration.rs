@@ -1,0 +1,105 @@
+//! Host snapshot layout 2 read by this build (layout 3): a fixture written by the code of
+//! `83162cd` (`tests/fixtures/host_v2.snapshot.hex`, see the fixtures' README), restored and
+//! migrated. Its executed-requests table (bound 2) saw clients 1 (numbers 1-3) and 3 (number
+//! 5) evicted, so its global floor was 6; client 2 kept 10-13 and client 4 entered at floor 4
+//! with number 40.
+
+use super::block::{Block, BlockHost, HostError, TickGate, Tx, TxResult};
+use super::cron_ledger::tests::ledger;
+use super::requests::{DuplicateRequest, ExecutedRequests};
+use crate::MemPages;
+
+const FIXTURE: &str = include_str!("../../tests/fixtures/host_v2.snapshot.hex");
+
+fn unhex(s: &str) -> Vec<u8> {
+    let s = s.trim();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn host() -> BlockHost<crate::host::CronLedger<crate::host::cron_ledger::tests::KvLedger>> {
+    BlockHost::new(
+        ledger(),
+        MemPages::new(4_096, 4),
+        TickGate::new(4, [(1, 1_000)].into_iter().collect()),
+    )
+    .with_requests(ExecutedRequests::with_max_clients(2))
+}
+
+fn req(client: u64, number: u64) -> Tx {
+    Tx::Request {
+        client,
+        number,
+        payload: format!("k{client}={number}").into_bytes(),
+    }
+}
+
+#[test]
+fn a_layout_2_snapshot_restores_with_its_floors_migrated() {
+    let mut h = host();
+    h.restore(&unhex(FIXTURE)).unwrap();
+    assert_eq!(h.last_height(), 2);
+    let r = h.requests();
+    assert_eq!(
+        (r.floor(), r.clients(), r.evicted(), r.watermarks()),
+        (6, 2, 2, 0)
+    );
+    let txs = vec![
+        req(1, 3),  // evicted before the migration: below the frozen base
+        req(3, 5),  // the same
+        req(2, 12), // executed
+        req(4, 3),  // below client 4's old entry floor: marked executed
+        req(4, 40), // executed
+        req(2, 14),
+        req(4, 39),
+        req(5, 6), // a new client at the base: evicts client 2 to its watermark 14
+        req(2, 13),
+        req(2, 15),
+    ];
+    let o = h
+        .execute_block(&Block {
+            height: 3,
+            agreed_time_ms: Some(3_500),
+            txs,
+        })
+        .unwrap();
+    let below = |client, number| {
+        TxResult::Duplicate(DuplicateRequest::BelowFloor {
+            client,
+            number,
+            floor: if client == 2 { 15 } else { 6 },
+        })
+    };
+    let executed =
+        |client, number| TxResult::Duplicate(DuplicateRequest::Executed { client, number });
+    let ran = |r: &TxResult| matches!(r, TxResult::Reply(_));
+    assert_eq!(o.results[0], below(1, 3));
+    assert_eq!(o.results[1], below(3, 5));
+    assert_eq!(o.results[2], executed(2, 12));
+    assert_eq!(o.results[3], executed(4, 3));
+    assert_eq!(o.results[4], executed(4, 40));
+    assert!(ran(&o.results[5]) && ran(&o.results[6]) && ran(&o.results[7]));
+    assert_eq!(o.results[8], below(2, 13));
+    assert!(ran(&o.results[9]));
+    // The base never moves again; the snapshot is written in the new layout and reads back.
+    assert_eq!(h.requests().floor(), 6);
+    let snap = h.snapshot().unwrap();
+    let mut back = host();
+    back.restore(&snap).unwrap();
+    assert_eq!(back.digest(), h.digest());
+}
+
+#[test]
+fn other_layouts_are_refused() {
+    let mut bytes = unhex(FIXTURE);
+    // The layout is the file's first field (a fixed-width u32).
+    for version in [1u32, 4] {
+        bytes[..4].copy_from_slice(&version.to_le_bytes());
+        assert!(matches!(
+            host().restore(&bytes),
+            Err(HostError::BadSnapshot(_))
+        ));
+    }
+}
