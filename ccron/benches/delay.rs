@@ -128,11 +128,11 @@ fn main() {
     // the 1% ticks below.
     let page_size = 4096;
     // Records are placed at their largest stored size (every field in its largest form: a next
-    // due point, owed runs, owner, version), well above the ~78 bytes a task is encoded to:
-    // sized at 200 bytes (unused record and log pages cost nothing in `MemPages`); the record
-    // pages are 15/32 of what the range keeps after its commit and zone pages
-    // (docs/scheduling.md).
-    let record_pages = (n * 200 / (page_size - 44)) as u32 + 16;
+    // due point, owed runs, owner, version, run state, run history, counters, pending manual
+    // runs), well above the bytes a task is encoded to: sized at 1,024 bytes (unused record
+    // and log pages cost nothing in `MemPages`); the record pages are 15/32 of what the range
+    // keeps after its commit and zone pages (docs/scheduling.md).
+    let record_pages = (n * 1_024 / (page_size - 44)) as u32 + 16;
     let num_pages = record_pages * 32 / 15 * 33 / 32 + 64;
     let mut pages = MemPages::new(page_size, num_pages);
     let range = PageRange::new(0, num_pages).expect("non-empty range");
