@@ -439,6 +439,51 @@ fn load_journal_layout<R: OldRecord>(
     }))
 }
 
+/// The records of a log-form book (layouts 5 and 6): those on the first `record_pages` record
+/// pages (none when the log holds a full save) that the committed log does not name, then the
+/// log's own; each id in `1..next_id`, none twice, `count` in all, or `Corrupt`.
+fn collect_records<R: OldRecord>(
+    pages: &dyn ReservedPages,
+    layout: Layout,
+    record_pages: u32,
+    committed: Committed<R>,
+    next_id: u64,
+    count: u64,
+) -> Result<BTreeMap<u64, Record>, ScheduleError> {
+    let corrupt = |m: String| ScheduleError::Corrupt(m);
+    let mut records = BTreeMap::new();
+    for p in 0..record_pages {
+        let page = persist::read_page::<R>(pages, layout, p)?;
+        if committed.full {
+            continue;
+        }
+        for (id, r) in page {
+            if committed.named.contains_key(&id) {
+                continue;
+            }
+            if id == 0 || id >= next_id || records.insert(id, r.upgrade()).is_some() {
+                return Err(corrupt(format!("schedule id {id} misplaced on page {p}")));
+            }
+        }
+    }
+    for (id, placed) in committed.named {
+        if let Some((_, r)) = placed {
+            if id == 0 || id >= next_id {
+                return Err(corrupt(format!("the log names schedule id {id}")));
+            }
+            records.insert(id, r.upgrade());
+        }
+    }
+    if records.len() as u64 != count {
+        return Err(corrupt(format!(
+            "{} schedules stored, the commit page counts {}",
+            records.len(),
+            count
+        )));
+    }
+    Ok(records)
+}
+
 /// Reads a book of layout 5: the commit page, the committed log over the record pages.
 fn load_v5(
     pages: &dyn ReservedPages,
@@ -469,36 +514,14 @@ fn load_v5(
     {
         return Err(corrupt("zones differ from the commit page".into()));
     }
-    let mut records = BTreeMap::new();
-    for p in 0..layout.record_pages {
-        let page = persist::read_page::<RecordV4>(pages, layout, p)?;
-        if committed.full {
-            continue;
-        }
-        for (id, r) in page {
-            if committed.named.contains_key(&id) {
-                continue;
-            }
-            if id == 0 || id >= commit.next_id || records.insert(id, r.upgrade()).is_some() {
-                return Err(corrupt(format!("schedule id {id} misplaced on page {p}")));
-            }
-        }
-    }
-    for (id, placed) in committed.named {
-        if let Some((_, r)) = placed {
-            if id == 0 || id >= commit.next_id {
-                return Err(corrupt(format!("the log names schedule id {id}")));
-            }
-            records.insert(id, r.upgrade());
-        }
-    }
-    if records.len() as u64 != commit.records {
-        return Err(corrupt(format!(
-            "{} schedules stored, the commit page counts {}",
-            records.len(),
-            commit.records
-        )));
-    }
+    let records = collect_records::<RecordV4>(
+        pages,
+        layout,
+        layout.record_pages,
+        committed,
+        commit.next_id,
+        commit.records,
+    )?;
     Ok(Loaded {
         next_id: commit.next_id,
         zones,
@@ -534,37 +557,20 @@ fn load_v6(
     {
         return Err(corrupt("zones differ from the commit page".into()));
     }
-    let stale = commit.stale != Stale::No;
-    let mut records = BTreeMap::new();
-    for p in 0..if stale { 0 } else { layout.record_pages } {
-        let page = persist::read_page::<RecordV6>(pages, layout, p)?;
-        if committed.full {
-            continue;
-        }
-        for (id, r) in page {
-            if committed.named.contains_key(&id) {
-                continue;
-            }
-            if id == 0 || id >= commit.next_id || records.insert(id, r.upgrade()).is_some() {
-                return Err(corrupt(format!("schedule id {id} misplaced on page {p}")));
-            }
-        }
-    }
-    for (id, placed) in committed.named {
-        if let Some((_, r)) = placed {
-            if id == 0 || id >= commit.next_id {
-                return Err(corrupt(format!("the log names schedule id {id}")));
-            }
-            records.insert(id, r.upgrade());
-        }
-    }
-    if records.len() as u64 != commit.records {
-        return Err(corrupt(format!(
-            "{} schedules stored, the commit page counts {}",
-            records.len(),
-            commit.records
-        )));
-    }
+    // A stale book's record pages hold the layout before: the log holds every record.
+    let record_pages = if commit.stale != Stale::No {
+        0
+    } else {
+        layout.record_pages
+    };
+    let records = collect_records::<RecordV6>(
+        pages,
+        layout,
+        record_pages,
+        committed,
+        commit.next_id,
+        commit.records,
+    )?;
     Ok(Loaded {
         next_id: commit.next_id,
         zones,
