@@ -4,7 +4,7 @@
 //! (`ccron_node::ledger::validate_block`, over the kernel's `BlockHost::validate`) and executed
 //! through the node's path (`LedgerHost::execute`); the same (height, agreed time, transactions)
 //! fed directly to `ccron::host::replay` gives the same results, fires and digest. sim-bft's side
-//! of the same contract is `sim-bft/tests/host_equivalence.rs`.
+//! of the same contract is `sim-bft/tests/cluster/host_equivalence.rs`.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! An escrow ledger of one's own, written against ccron's public API only: the same type runs on
 //! sim-bft's simulated cluster (`tests/sim.rs`) and on Malachite as real processes
-//! (`src/main.rs`, `tests/localnet.rs`).
+//! (`src/main.rs`, `tests/slow_localnet.rs`).
 //!
 //! - Clients **hold** funds (`hold <id> <amount>`, under the client's own namespace). The same
 //!   request schedules the hold's **refund** (a delayed task [`REFUND_AFTER_MS`] later), all or

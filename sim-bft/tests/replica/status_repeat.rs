@@ -4,7 +4,7 @@
 //! `BTreeMap::range` with its start one above its end, which panics: any peer could crash a
 //! stalled replica with two `Status` messages a quarter view-change timeout apart.
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::{Harness, SEED};
 use sim_bft::crypto::replica_signing_key;

@@ -1,7 +1,7 @@
 //! Normal case, checkpoints, view change, state transfer and recovery on a 4-replica in-order
 //! harness.
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::Harness;
 use sim_bft::node::{Input, Node};

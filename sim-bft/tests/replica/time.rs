@@ -1,7 +1,7 @@
 //! Time service: inclusive soft/hard bounds with counters (reference rule), strictly increasing
 //! agreed time, robust median with f lying clocks, and time surviving state transfer.
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::{Harness, T0};
 use sim_bft::replica::{Byzantine, TimeConfig, TimeMode};

@@ -5,7 +5,7 @@
 //! (`drop_oversized`) and the cluster stalled for ever after a primary failure. View changes
 //! now carry digests, and a replica fetches a batch it lacks by digest.
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::Harness;
 use sim_bft::ledgers::KvOp;

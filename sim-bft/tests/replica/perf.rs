@@ -1,7 +1,7 @@
 //! Throughput probe of the replica on the in-order harness (not a timed unit test: it only
-//! prints figures). Run: `cargo test --release -p sim-bft --test replica_perf -- --ignored --nocapture`.
+//! prints figures). Run: `cargo test --release -p sim-bft --test replica perf:: -- --ignored --nocapture`.
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::Harness;
 use sim_bft::crypto::VerifyCache;

@@ -5,7 +5,7 @@
 //! duplicates included), so one faulty peer could pin tens of GiB in every honest replica.
 //!
 //! The RSS measurement is `#[ignore]`d: run it with
-//! `cargo test --release -p sim-bft --test replica_future_flood -- --ignored --nocapture`.
+//! `cargo test --release -p sim-bft --test replica future_flood:: -- --ignored --nocapture`.
 
 use sim_bft::crypto::replica_signing_key;
 use sim_bft::node::{Input, Millis, Node, NodeId, Output};

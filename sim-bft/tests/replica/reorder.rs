@@ -1,7 +1,7 @@
 //! Client request ordering under reordering: a client with several requests outstanding must
 //! not lose one because the network delivered a higher `req_seq` first (exactly-once is kept).
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::Harness;
 use sim_bft::ledgers::KvOp;

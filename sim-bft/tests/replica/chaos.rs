@@ -2,7 +2,7 @@
 //! time passing. Honest replicas must never disagree (safety) and, once the network heals,
 //! must execute every request (liveness).
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::{Chaos, Harness};
 use sim_bft::replica::Byzantine;
@@ -118,7 +118,7 @@ fn chaos_with_byzantine_replica() {
     }
 }
 
-/// A longer campaign: `cargo test -p sim-bft --test replica_chaos -- --ignored`.
+/// A longer campaign: `cargo test -p sim-bft --test replica chaos:: -- --ignored`.
 #[test]
 #[ignore = "long chaos campaign; run with --ignored"]
 fn chaos_campaign() {

@@ -12,11 +12,11 @@
 //! same defects.
 //!
 //! The full campaign stays behind the documented command (`sim-bft run --seeds ...` per kind and
-//! mix) and `cargo test --release -p sim-bft --test sim_cluster -- --ignored campaign`.
+//! mix) and `cargo test --release -p sim-bft --test cluster -- --ignored cluster::campaign`.
 //! The seeds that failed in the 660-run campaign are fixed: [`FORMERLY_OPEN`], replayed by
 //! `formerly_open_campaign_seeds_pass` (the cheap ones) and the ignored
 //! `formerly_open_campaign_seeds_replay`
-//! (`cargo test --release -p sim-bft --test sim_campaign_sample -- --ignored`). No campaign
+//! (`cargo test --release -p sim-bft --test slow_campaign_sample -- --ignored`). No campaign
 //! seed is open since session 9 (the session 8 `withhold-commits` seeds are in
 //! [`FORMERLY_OPEN_20S`]); a seed found open again gets a list and an ignored replay test of
 //! its own, and is left out of the sample, as before.
@@ -281,7 +281,7 @@ const FORMERLY_OPEN: &[(Mix, ByzantineKind, u64)] = &[
 /// The whole-cluster `NoProgress` after healing (fixed at dcca5d3 and 9c6c133, each failing
 /// on 378515b and on the parent of its fix, see docs/simulator.md):
 /// - a restarted backup never re-sent the prepare it lost in the crash (votes are not
-///   persisted; `replica_campaign_liveness::a_restarted_backup_re_sends_the_prepare_it_lost_in_the_crash`):
+///   persisted; `replica::campaign_liveness::a_restarted_backup_re_sends_the_prepare_it_lost_in_the_crash`):
 ///   D/silent 44, 87, 99, D/bad-digests 5, 44, 99;
 /// - every faulty view cost a status round plus a view change (two timeouts, 16 s at the cap):
 ///   C/bad-signatures 7, C/lying-time 7, D/equivocate 33, D/lying-time 33
@@ -432,7 +432,7 @@ fn campaign_sample_heavy_kinds_pass_every_checker() {
 
 /// The formerly open seeds that are cheap in a test build, as they ran (30 s + 30 s). Each
 /// failed on the parent of 378515b; the replica-level reductions are in
-/// `tests/replica_campaign_liveness.rs`. The `fat-view-change` seeds (a replica behind a
+/// `tests/replica/campaign_liveness.rs`. The `fat-view-change` seeds (a replica behind a
 /// 32 MiB state restarted its transfer at every new checkpoint and never caught up) are n = 10
 /// with maximal batches, too slow here: they run in the ignored
 /// `formerly_open_campaign_seeds_replay`.

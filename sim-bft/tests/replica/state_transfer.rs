@@ -3,7 +3,7 @@
 //! across source rotation (issue 9, defect 8), and a replica that falls behind again fetching
 //! only what changed (the campaign's amplification failure, D/fat-view-change seed 46).
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::{Chaos, Harness, SEED};
 use sim_bft::crypto::{Digest32, replica_signing_key};

@@ -8,7 +8,7 @@
 //! its own reserved pages (sharded multi-page codec), carried by the application snapshot, so
 //! checkpoints, restarts and state transfers restore it through `Scheduler::load`.
 
-mod replica_support;
+use crate::replica_support;
 
 use ccron::schedule::{NewSchedule, ScheduleRequest, Scheduler, Target, Timing};
 use replica_support::Harness;

@@ -2,7 +2,7 @@
 //! near `Millis::MAX` (i64), or configured with huge timeouts, neither panics (debug overflow
 //! checks are on in tests) nor wraps its deadlines into the past.
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::Harness;
 use sim_bft::node::{Input, Millis, Node};

@@ -357,7 +357,7 @@ fn byzantine_bad_ticks_and_requests_are_refused_by_reason() {
 /// at every shared height and no node stuck; a failing seed prints its replay command.
 ///
 /// `CCRON_CAMPAIGN_SEEDS=1-200 CCRON_CAMPAIGN_DURATION=12s cargo test -p
-/// ccron-malachite --test localnet fault_campaign -- --ignored --nocapture`
+/// ccron-malachite --test slow_localnet fault_campaign -- --ignored --nocapture`
 #[test]
 #[ignore = "a campaign of localnet runs: minutes"]
 fn fault_campaign() {

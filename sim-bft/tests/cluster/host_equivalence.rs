@@ -7,7 +7,7 @@
 //! content is known), records every executed batch as a `ccron::host::Block`, and the host side
 //! replays those blocks.
 
-mod replica_support;
+use crate::replica_support;
 
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@
 //! replaced. The timer now runs per waiting request: the oldest request a backup holds must
 //! execute within a view-change timeout (plus one status round) of when the backup first saw it.
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::Harness;
 use sim_bft::replica::Byzantine;

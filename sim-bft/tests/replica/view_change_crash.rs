@@ -336,7 +336,7 @@ fn a_restarted_new_primary_still_sends_its_new_view() {
     assert_eq!(rig.r.view(), 1);
 }
 
-mod replica_support;
+use crate::replica_support;
 
 /// A cached reply re-sent after a view change says what the original said, on every replica
 /// (issue 10): besides the replica's id and signature it is a function of execution only. The

@@ -2,7 +2,7 @@
 //! reduced to a deterministic replica-level scenario. Both fail on the parent of the fix
 //! (commit 378515b): the seq stays uncommitted at the replica that lacks it.
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::Harness;
 use sim_bft::node::{Input, NodeId};

@@ -3,7 +3,7 @@
 //! ed25519 and under the simulator-only `sim` tags, and the two runs are the same run apart from
 //! the signature bytes. The byte-level checks (flipped bytes, forged tags, another signer's or
 //! another scheme's signature, single and batched) are `crypto::tests`; the whole campaign
-//! sample under both schemes is `sim_campaign_sample`.
+//! sample under both schemes is `slow_campaign_sample`.
 
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{ByzantineKind, FaultConfig, LedgerKind, Signatures, SimOutcome};

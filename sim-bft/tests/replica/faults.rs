@@ -1,7 +1,7 @@
 //! Hostile inputs and Byzantine replicas: everything bad is dropped, counted, and changes
 //! nothing; honest replicas keep agreeing and making progress under each Byzantine mode.
 
-mod replica_support;
+use crate::replica_support;
 
 use proptest::prelude::*;
 use replica_support::Harness;

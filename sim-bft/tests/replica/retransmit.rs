@@ -3,7 +3,7 @@
 //! `Have` exchange must recover it within a few retransmission intervals, far below the
 //! view-change timeout, and without a view change.
 
-mod replica_support;
+use crate::replica_support;
 
 use replica_support::Harness;
 use sim_bft::node::{Input, NodeId};

@@ -2,7 +2,7 @@
 //! safety under faults, liveness after healing, and determinism (same seed, same trace hash).
 //!
 //! The long campaign is `#[ignore]`d: run it with
-//! `cargo test --release -p sim-bft --test sim_cluster -- --ignored campaign`
+//! `cargo test --release -p sim-bft --test cluster -- --ignored cluster::campaign`
 //! (or `sim-bft run --seeds 0..1000 ...`, see docs/simulator.md).
 
 use sim_bft::sim::cluster::Cluster;
@@ -291,7 +291,7 @@ fn campaign() {
 /// time just inside the bound, with 1 s of honest skew, drift and loss. The checker's time
 /// bounds (never ahead of the honest clocks beyond 1 s, never more than twice the genesis bound
 /// plus 1 s behind) must hold and the cluster must move past the primary (the replica tests
-/// in `replica_time.rs` show it loses its view within `max_in_flight + 1` batches).
+/// in `replica/time.rs` show it loses its view within `max_in_flight + 1` batches).
 #[test]
 fn time_attacks_by_the_primary_are_caught() {
     for kind in [

@@ -131,7 +131,7 @@ fn crashes_at_protocol_points_are_not_judged_as_stalls() {
 /// Now a `Status` answer carries no certificate for a seq the peer sent its own commit for, and
 /// a `BatchFetch` is served only for batches the current view's new view ordered by digest:
 /// 175–433 permille on those seeds. Ignored: ~5 min in a debug build (~4 s per run in release);
-/// run with `cargo test --release -p sim-bft --test sim_regressions -- --ignored amplifying`.
+/// run with `cargo test --release -p sim-bft --test cluster -- --ignored regressions::an_amplifying`.
 #[test]
 #[ignore = "heavy: maximal requests for 40 s simulated, minutes in a debug build"]
 fn an_amplifying_replica_with_maximal_requests_stays_within_the_allowance() {
