@@ -6,7 +6,7 @@
 //! the table `ccron_pages` (page id -> bytes); every [`ReservedPages::save`] and
 //! [`ReservedPages::zero`] is one write transaction, committed durably before it returns, so a
 //! crash leaves each page either old or new, as with `FilePages` (checked by
-//! `ccron/tests/pages_crash.rs`, which kills a child process writing through either backend).
+//! `ccron/tests/table/pages_crash.rs`, which kills a child process writing through either backend).
 //!
 //! Pages are cached in memory (the trait hands out borrowed slices) and read once at
 //! [`RedbPages::open`]: an entry longer than the page size or with an id past the store is a

@@ -155,7 +155,7 @@ fn a_crash_at_every_page_write_of_appends_and_folds_reloads_old_or_new() {
 /// which gets its first record on this tick): the fold's commit in the middle of the save must
 /// describe the previous schedule's count, not the new one. Carrying the new count with the
 /// folded (old) records made a crash between that commit and the save's last write reload as
-/// `Corrupt` (the book had the same defect; see book_pages.rs).
+/// `Corrupt` (the book had the same defect; see schedule/book_pages.rs).
 #[test]
 fn a_crash_after_the_fold_of_a_growing_save_reloads_the_old_schedule() {
     let mut pages = store();
@@ -266,7 +266,7 @@ fn a_small_table_lives_on_one_page() {
 /// Pages of table layout 1 that cannot be migrated crash-atomically in place (one blob over a
 /// log-form range: the full save would overwrite it) are refused with a typed error, not read
 /// as garbage; a one-page range (the inline form) migrates at its next save. (Migrations of
-/// every real layout 1 and 2 shape, from fixtures the old code wrote: `table_migrations.rs`.)
+/// every real layout 1 and 2 shape, from fixtures the old code wrote: `table/migrations.rs`.)
 #[test]
 fn layout_one_pages_are_refused_or_migrated() {
     let r = range();

@@ -312,7 +312,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(100_000))]
 
     /// Long campaign of the property above (100,000 scenarios, about 30 s).
-    /// Run with `cargo test -p ccron --test outbox_crash -- --ignored`.
+    /// Run with `cargo test -p ccron --test outbox crash:: -- --ignored`.
     #[test]
     #[ignore]
     fn crash_restart_long_campaign(s in scenario()) {

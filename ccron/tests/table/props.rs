@@ -445,7 +445,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
 
     /// Long campaign (20,000 cases, ~30 s in the test profile):
-    /// `cargo test -p ccron --test table_props -- --ignored`.
+    /// `cargo test -p ccron --test table props:: -- --ignored`.
     #[test]
     #[ignore]
     fn long_campaign_indexed_equals_linear_and_restarts_change_nothing(

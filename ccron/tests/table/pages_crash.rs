@@ -119,10 +119,16 @@ fn kill_repeatedly(backend: &str) {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().unwrap();
+    // The child's test name as libtest knows it: its module path without the crate's name
+    // (`pages_crash::child_writer` in the `table` test binary).
+    let child_test = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::child_writer"),
+        None => "child_writer".to_string(),
+    };
     let mut last = 0;
     for round in 0..6u64 {
         let mut child = Command::new(&exe)
-            .args(["--ignored", "--exact", "child_writer", "--nocapture"])
+            .args(["--ignored", "--exact", &child_test, "--nocapture"])
             .env(CHILD_ENV, format!("{backend}:{}", dir.display()))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

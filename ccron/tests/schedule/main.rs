@@ -1,0 +1,16 @@
+//! The schedule book, one test binary: admission and authorization, quotas and limits, pages,
+//! migrations of every released layout, handlers (parked, failing, history), counters, manual runs
+//! and upgrades. `cargo test -p ccron --test schedule MODULE::` runs one module.
+
+mod authz;
+mod book_fits;
+mod book_migrations;
+mod book_pages;
+mod limits_safety;
+mod quotas;
+mod book;
+mod counters;
+mod features;
+mod handlers;
+mod manual;
+mod upgrades;
