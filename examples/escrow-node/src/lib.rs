@@ -12,6 +12,10 @@
 //!   `escrow-released` **outbox record** per release, several per run, into the ledger's one
 //!   outbox; a refund emits `escrow-refunded` into the same outbox.
 //! - A **periodic** entry, aligned to the epoch, accrues interest on the held funds.
+//! - The outbox's **consumer and workers** are named by the ledger's policy
+//!   ([`demo_policy`]: the relay's client id, the chain id, the two workers' answer keys for
+//!   both handlers); `ccron relay` delivers the records (`tests/relay_localnet.rs`). A real
+//!   ledger names its own keys; the demo's are fixed so its tests can play relay and workers.
 
 use std::collections::BTreeMap;
 
@@ -20,9 +24,9 @@ use ccron::host::{
     AppError, Application, BookConfig, ClientId, CronLedger, Digest32, Effects, ExecContext,
     LedgerScheduler,
 };
-use ccron::outbox::EmitBudget;
+use ccron::outbox::{EmitBudget, WorkerSigner};
 use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Target, Timing};
-use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
+use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic, Policy};
 use sha2::{Digest, Sha256};
 
 /// The component whose ticks run the tables and the book.
@@ -37,6 +41,36 @@ pub const REFUNDS: u32 = 9;
 pub const REFUND_AFTER_MS: i64 = 3_000;
 /// Most releases one run of the release entry performs (the rest wait for the next run).
 pub const RELEASES_PER_RUN: usize = 16;
+
+/// The outbox record of a release (one per released hold).
+pub const RELEASED: &str = "escrow-released";
+/// The outbox record of a refund (one per refunded hold).
+pub const REFUNDED: &str = "escrow-refunded";
+/// The demo's chain id (the policy's; deliveries and answers are bound to it).
+pub const DEMO_CHAIN: &str = "escrow-demo";
+/// The demo relay's ed25519 secret (`ccron relay --key`): its node client id is the outbox
+/// consumer of [`demo_policy`]. Public on purpose: a demo key, never a real one.
+pub const DEMO_RELAY_SECRET: [u8; 32] = [0x5e; 32];
+/// The demo workers' answer-key seeds (ed25519 secrets), registered for both handlers.
+pub const DEMO_WORKER_SEEDS: [[u8; 32]; 2] = [[0x61; 32], [0x62; 32]];
+
+/// The demo's policy: [`DEMO_RELAY_SECRET`]'s client id may report results and progress,
+/// the chain is [`DEMO_CHAIN`], and answers signed by a [`DEMO_WORKER_SEEDS`] key are
+/// believed for [`RELEASED`] and [`REFUNDED`] records.
+pub fn demo_policy() -> Policy {
+    let relay = ccron_node::crypto::Signer::new(DEMO_RELAY_SECRET).public_key();
+    DEMO_WORKER_SEEDS.iter().fold(
+        Policy::default()
+            .with_outbox_consumer(ccron_node::request::client_id(&relay))
+            .with_chain_id(DEMO_CHAIN.as_bytes()),
+        |p, seed| {
+            p.with_worker_key(
+                WorkerSigner::from_seed(*seed).public(),
+                [RELEASED, REFUNDED],
+            )
+        },
+    )
+}
 
 /// The escrow's own state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -190,9 +224,14 @@ fn take_u64(r: &mut &[u8]) -> Result<u64, AppError> {
     ))
 }
 
-/// The escrow ledger: its state, cron table and schedule book, built identically on every
-/// replica and node, at every start.
+/// The escrow ledger under [`demo_policy`]: its state, cron table and schedule book, built
+/// identically on every replica and node, at every start.
 pub fn ledger() -> CronLedger<Escrow> {
+    ledger_with(demo_policy())
+}
+
+/// The escrow ledger under `policy` (who consumes its outbox, which workers it believes).
+pub fn ledger_with(policy: Policy) -> CronLedger<Escrow> {
     let london = ZoneRules::from_iana("Europe/London").expect("the London zone is bundled");
     let release = CronSchedule::parse_in("*/10 * * * * *", london).expect("a valid expression");
     // Page 0 is sim-bft's agreed-time page; the node's pages start at 0 too and leave it unused.
@@ -209,10 +248,7 @@ pub fn ledger() -> CronLedger<Escrow> {
             .collect();
         for key in due {
             // The effect first: a release without its record never happens.
-            if ctx
-                .emit("escrow-released", key.1.clone().into_bytes())
-                .is_err()
-            {
+            if ctx.emit(RELEASED, key.1.clone().into_bytes()).is_err() {
                 break;
             }
             ctx.state.released += ctx.state.confirmed.remove(&key).unwrap_or_default();
@@ -232,7 +268,7 @@ pub fn ledger() -> CronLedger<Escrow> {
     let mut handlers = Handlers::<Escrow>::new();
     handlers.register("refund", |ctx| {
         if ctx.state.refund(ctx.payload).is_some() {
-            ctx.emit("escrow-refunded", ctx.payload.to_vec())?;
+            ctx.emit(REFUNDED, ctx.payload.to_vec())?;
         }
         Ok(())
     });
@@ -247,7 +283,7 @@ pub fn ledger() -> CronLedger<Escrow> {
         outbox_pages: 16,
     };
     CronLedger::new(Escrow::default(), registry)
-        .with_scheduler(LedgerScheduler::new(book, handlers))
+        .with_scheduler(LedgerScheduler::new(book, handlers).with_policy(policy))
         .with_table_emits(ESCROW, EmitBudget::new(RELEASES_PER_RUN, 4_096))
 }
 
