@@ -8,7 +8,8 @@
 //! - **confirm** (`confirm <id>`) cancels the refund in the same request and queues the hold
 //!   for release.
 //! - A **cron entry in a time zone** releases the confirmed holds on Europe/London wall time
-//!   (`*/10 * * * * *` for the demo; a real ledger writes `0 17 * * MON-FRI`), one
+//!   ([`DEMO_TIMINGS`]: `*/10 * * * * *` for the demo; [`WEEKDAY_TIMINGS`]: `0 0 17 * * MON-FRI`
+//!   and a 48 h refund, as a real ledger writes them), one
 //!   `escrow-released` **outbox record** per release, several per run, into the ledger's one
 //!   outbox; a refund emits `escrow-refunded` into the same outbox.
 //! - A **periodic** entry, aligned to the epoch, accrues interest on the held funds.
@@ -37,8 +38,31 @@ pub const SETTLE: u32 = 0;
 pub const ACCRUE: u32 = 1;
 /// The position the book's runs (refunds) are counted under.
 pub const REFUNDS: u32 = 9;
-/// A hold is refunded this long after it was placed unless confirmed (48 h in a real ledger).
+/// A hold is refunded this long after it was placed unless confirmed, in the demo (48 h in a
+/// real ledger: [`WEEKDAY_TIMINGS`]).
 pub const REFUND_AFTER_MS: i64 = 3_000;
+
+/// When the ledger releases and refunds (configuration, identical on every replica).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// The release's cron expression (seconds first), on Europe/London wall time.
+    pub release: &'static str,
+    /// A hold is refunded this long after it was placed unless confirmed.
+    pub refund_after_ms: i64,
+}
+
+/// The demo's timings: a release every 10 s of London wall time, a refund 3 s after a hold.
+pub const DEMO_TIMINGS: Timings = Timings {
+    release: "*/10 * * * * *",
+    refund_after_ms: REFUND_AFTER_MS,
+};
+
+/// The story's timings: a release at 17:00 London time on weekdays (16:00Z in summer time,
+/// 17:00Z in winter), a refund 48 h after an unconfirmed hold.
+pub const WEEKDAY_TIMINGS: Timings = Timings {
+    release: "0 0 17 * * MON-FRI",
+    refund_after_ms: 48 * 3_600_000,
+};
 /// Most releases one run of the release entry performs (the rest wait for the next run).
 pub const RELEASES_PER_RUN: usize = 16;
 
@@ -87,6 +111,9 @@ pub struct Escrow {
     pub settlements: u64,
     /// Interest accrued (periodic: one unit per open hold per run).
     pub accrued: u64,
+    /// Configuration, not state: the refund delay ([`Timings::refund_after_ms`]; not in the
+    /// snapshot, kept by `restore`).
+    pub refund_after_ms: i64,
 }
 
 /// The refund task's key and payload for hold `id` of `client`.
@@ -105,7 +132,7 @@ impl Escrow {
         }
         let mut payload = client.to_le_bytes().to_vec();
         payload.extend_from_slice(id.as_bytes());
-        let task = NewSchedule::new("refund", Timing::AfterMs(REFUND_AFTER_MS))
+        let task = NewSchedule::new("refund", Timing::AfterMs(self.refund_after_ms))
             .with_key(refund_key(client, id))
             .with_payload(payload);
         if let Err(e) = fx.schedule(ScheduleRequest::Upsert(task)) {
@@ -190,6 +217,7 @@ impl Application for Escrow {
             refunded: take_u64(r)?,
             settlements: take_u64(r)?,
             accrued: take_u64(r)?,
+            refund_after_ms: self.refund_after_ms,
             ..Escrow::default()
         };
         for map in [&mut next.holds, &mut next.confirmed] {
@@ -227,13 +255,14 @@ fn take_u64(r: &mut &[u8]) -> Result<u64, AppError> {
 /// The escrow ledger under [`demo_policy`]: its state, cron table and schedule book, built
 /// identically on every replica and node, at every start.
 pub fn ledger() -> CronLedger<Escrow> {
-    ledger_with(demo_policy())
+    ledger_with(demo_policy(), DEMO_TIMINGS)
 }
 
-/// The escrow ledger under `policy` (who consumes its outbox, which workers it believes).
-pub fn ledger_with(policy: Policy) -> CronLedger<Escrow> {
+/// The escrow ledger under `policy` (who consumes its outbox, which workers it believes) with
+/// `timings` (when it releases and refunds).
+pub fn ledger_with(policy: Policy, timings: Timings) -> CronLedger<Escrow> {
     let london = ZoneRules::from_iana("Europe/London").expect("the London zone is bundled");
-    let release = CronSchedule::parse_in("*/10 * * * * *", london).expect("a valid expression");
+    let release = CronSchedule::parse_in(timings.release, london).expect("a valid expression");
     // Page 0 is sim-bft's agreed-time page; the node's pages start at 0 too and leave it unused.
     let pages = PageAllocator::new(1, 63).allocate(2).expect("two pages");
     let mut table = CronTable::with_persistence(ESCROW, pages, 8);
@@ -282,7 +311,11 @@ pub fn ledger_with(policy: Policy) -> CronLedger<Escrow> {
         book_pages: 8,
         outbox_pages: 16,
     };
-    CronLedger::new(Escrow::default(), registry)
+    let state = Escrow {
+        refund_after_ms: timings.refund_after_ms,
+        ..Escrow::default()
+    };
+    CronLedger::new(state, registry)
         .with_scheduler(LedgerScheduler::new(book, handlers).with_policy(policy))
         .with_table_emits(ESCROW, EmitBudget::new(RELEASES_PER_RUN, 4_096))
 }
