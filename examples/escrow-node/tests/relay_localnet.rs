@@ -166,7 +166,10 @@ fn effects(db: &Path) -> BTreeMap<String, u32> {
 /// What f+1 nodes return identically from their outbox endpoints: for each index from 1, the
 /// record's id and handler and how many nodes show its result applied; and the first index
 /// each answering node still holds.
-fn read_outbox(nodes: &[String]) -> (BTreeMap<u64, (String, String, usize)>, Vec<u64>) {
+/// By index: the record's id, its handler, and how many nodes show its result applied.
+type Believed = BTreeMap<u64, (String, String, usize)>;
+
+fn read_outbox(nodes: &[String]) -> (Believed, Vec<u64>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -321,17 +324,18 @@ fn the_relay_delivers_the_escrow_outbox_of_a_four_process_localnet() {
         let mut w0 = w0.take().unwrap();
         std::thread::spawn(move || {
             let start = wall();
+            let mut at = None;
             while start.elapsed() < Duration::from_secs(40) {
                 let n = effects(&db).len() as u64;
                 if n >= RECORDS / 3 {
-                    let _ = w0.kill();
-                    let _ = w0.wait();
-                    return Some(n);
+                    at = Some(n);
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            let _ = w0.kill();
-            None
+            let _ = w0.kill(); // SIGKILL
+            let _ = w0.wait();
+            at
         })
     };
     let (ok, line, text) = run_relay(&relay_args(true));
