@@ -12,6 +12,10 @@
 //! ccron relay --nodes URL,... --key FILE --workers FILE --chain-id ID --dir DIR
 //! ```
 //!
+//! Exit codes ([`CliError::exit_code`]): 0 ok, 2 bad arguments or key file (or workers file),
+//! 3 unreachable, 4 nodes disagree, 5 not found, 6 timeout, 7 refused by the ledger, 8 the
+//! relay's state directory cannot be used ([`CliError::RelayState`]).
+//!
 //! Every command takes `--nodes` (the nodes' HTTP API base URLs), `--quorum` (default f+1 for
 //! the number of nodes given), `--timeout-ms` and `--json`. A `TARGET` is a schedule id
 //! (`42`), or a key (`key:nightly-report`, or any text that is not a number).
@@ -61,11 +65,17 @@ pub enum CliError {
     /// The ledger refused the mutation (its reply).
     #[error("refused: {0}")]
     Refused(String),
+    /// `ccron relay`'s own durable state cannot be used: its directory cannot be created, or
+    /// a file in it (request numbers, progress, dead letters, results journal) cannot be
+    /// opened, read or written, or fails its checksum. Nothing was lost: fix the directory
+    /// (or restore it) and start the relay again.
+    #[error("relay state: {0}")]
+    RelayState(String),
 }
 
 impl CliError {
     /// The process exit code: 2 arguments and key files, 3 unreachable, 4 disagreement,
-    /// 5 not found, 6 timeout, 7 refused by the ledger.
+    /// 5 not found, 6 timeout, 7 refused by the ledger, 8 the relay's state directory.
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Args(_) | CliError::KeyFile(_) => 2,
@@ -74,6 +84,7 @@ impl CliError {
             CliError::NotFound(_) => 5,
             CliError::Timeout(_) => 6,
             CliError::Refused(_) => 7,
+            CliError::RelayState(_) => 8,
         }
     }
 }
@@ -118,6 +129,13 @@ pub enum Command {
     #[command(subcommand)]
     Key(Key),
     /// Deliver the outbox to workers and submit their results back (runs until stopped).
+    #[command(
+        after_help = "Exit codes: 0 done (--until-progress reached, or --max-run-ms \
+        without --until-progress); 2 bad arguments, key file or workers file; 6 \
+        --until-progress not reached within --max-run-ms; 8 the relay's directory (--dir) or \
+        a file in it cannot be created, opened or read back (a damaged file is refused, never \
+        reset: restore it or start a new directory above the old request numbers)."
+    )]
     Relay(relay::RelayArgs),
 }
 

@@ -165,7 +165,10 @@ pub struct RelayRun {
 /// Opens the relay of `args` (its files, its clients).
 ///
 /// # Errors
-/// [`CliError`] for the arguments, key, workers file and relay directory.
+/// [`CliError::Args`] for the arguments and the workers file, [`CliError::KeyFile`] for the
+/// key, [`CliError::RelayState`] (exit code 8) when the relay directory or a file in it
+/// cannot be created, opened or read back (a damaged request-number reservation, progress
+/// file or results journal is refused, never reset).
 pub fn open(args: &RelayArgs, env: Env) -> Result<Relay<NodeSubmit>, CliError> {
     let key = crate::submit::read_key(&args.key)?;
     let workers = read_workers(&args.workers)?;
@@ -186,9 +189,9 @@ pub fn open(args: &RelayArgs, env: Env) -> Result<Relay<NodeSubmit>, CliError> {
     let mut dispatcher = DispatcherConfig::new(args.chain_id.as_bytes(), &args.key_id, workers);
     dispatcher.max_answer_bytes = dispatcher.max_answer_bytes.min(MAX_NODE_ANSWER_BYTES);
     std::fs::create_dir_all(&args.dir)
-        .map_err(|e| CliError::Args(format!("relay directory {}: {e}", args.dir.display())))?;
+        .map_err(|e| CliError::RelayState(format!("directory {}: {e}", args.dir.display())))?;
     let numbers = NumberFile::open(args.dir.join("request-numbers"))
-        .map_err(|e| CliError::Args(e.to_string()))?;
+        .map_err(|e| CliError::RelayState(e.to_string()))?;
     let mut api = NodeApiConfig::new(args.nodes.clone());
     api.quorum = quorum;
     api.timeout_ms = args.timeout_ms;
@@ -209,13 +212,15 @@ pub fn open(args: &RelayArgs, env: Env) -> Result<Relay<NodeSubmit>, CliError> {
     let start = tokio::time::Instant::now();
     let clock: ccron_http::deliver::Clock =
         Arc::new(move || i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX));
-    Relay::open(cfg, clock, submit).map_err(|e| CliError::Args(e.to_string()))
+    Relay::open(cfg, clock, submit)
+        .map_err(|e| CliError::RelayState(format!("{}: {e}", args.dir.display())))
 }
 
 /// Runs the relay of `args` until `--until-progress` or `--max-run-ms` (or forever).
 ///
 /// # Errors
-/// [`CliError`] when it cannot open, or its files fail (nothing is lost: a restart resumes).
+/// As [`open`]; [`CliError::RelayState`] when its files fail while it runs (nothing is lost:
+/// a restart resumes from the directory).
 pub async fn run_relay(args: &RelayArgs, env: Env) -> Result<RelayRun, CliError> {
     let mut relay = open(args, env)?;
     let start = tokio::time::Instant::now();
@@ -226,7 +231,7 @@ pub async fn run_relay(args: &RelayArgs, env: Env) -> Result<RelayRun, CliError>
         let stats = relay
             .step()
             .await
-            .map_err(|e| CliError::Unreachable(format!("relay: {e}")))?;
+            .map_err(|e| CliError::RelayState(format!("{}: {e}", args.dir.display())))?;
         let reached = args.until_progress.is_some_and(|n| {
             stats.progress >= n
                 && stats.pending_results == 0

@@ -452,3 +452,57 @@ async fn the_relay_refuses_bad_workers_files_and_keys() {
         assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
     }
 }
+
+/// The relay's own state failing to open is its own error (exit code 8), not an argument
+/// error: a relay directory that is a file, and a damaged request-number reservation.
+#[tokio::test]
+async fn the_relay_refuses_a_directory_it_cannot_use_with_its_own_exit_code() {
+    let dir = dir("state-bad");
+    let key = dir.join("k");
+    std::fs::write(&key, ccron_node::types::hex(&RELAY_SECRET)).unwrap();
+    let workers = dir.join("w");
+    std::fs::write(
+        &workers,
+        format!(
+            "http://127.0.0.1:1 {} {}\n",
+            ccron_node::types::hex(secret(0).expose()),
+            signer(0).public()
+        ),
+    )
+    .unwrap();
+    let args = |state: &std::path::Path| -> Vec<String> {
+        [
+            "relay",
+            "--nodes",
+            "http://127.0.0.1:1",
+            "--key",
+            key.to_str().unwrap(),
+            "--workers",
+            workers.to_str().unwrap(),
+            "--chain-id",
+            CHAIN,
+            "--dir",
+            state.to_str().unwrap(),
+            "--max-run-ms",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    // A file where the directory should be.
+    let file = dir.join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let e = ccron(&args(&file), 1).await.unwrap_err();
+    assert!(matches!(e, CliError::RelayState(_)), "{e:?}");
+    assert_eq!(e.exit_code(), 8, "{e}");
+    // A damaged request-number reservation is refused, never reset.
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("request-numbers"), b"damaged!!!!!").unwrap();
+    let e = ccron(&args(&state), 1).await.unwrap_err();
+    assert!(matches!(e, CliError::RelayState(_)), "{e:?}");
+    assert_eq!(e.exit_code(), 8, "{e}");
+    assert!(e.to_string().starts_with("relay state: "), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

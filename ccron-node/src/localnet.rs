@@ -301,6 +301,17 @@ fn quorum_read_outbox(home: &Path, n: usize) -> Result<u64, String> {
         use ccron::outbox::Jobs as _;
         let mut believed = 0u64;
         let mut from = 1u64;
+        // A consumer may have trimmed the outboxes (`ccron relay` reporting its progress):
+        // start at the oldest index f+1 nodes still hold.
+        if reader.refresh(from).await >= quorum {
+            let mut firsts: Vec<u64> = reader
+                .endpoints()
+                .iter()
+                .filter_map(|e| e.page().map(|p| p.first_index))
+                .collect();
+            firsts.sort_unstable();
+            from = firsts.get(quorum - 1).copied().unwrap_or(1).max(1);
+        }
         // Page through the outbox; each round asks every node from the first unread index.
         for _ in 0..64 {
             if reader.refresh(from).await < quorum {

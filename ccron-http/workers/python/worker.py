@@ -9,8 +9,8 @@ It speaks the worker protocol of docs/outbox.md ("The worker protocol") and noth
   the same transaction as the effect: a repeat is answered from memory, the same id with
   another record is 409, a delivery at or below the sender's acknowledged progress 410, one
   beyond the window 503; entries leave only when the sender's progress passes them;
-* performs the effect (here: handler "pay" records the payment in the database and answers
-  "paid <payload>"; any other handler is refused with 422);
+* performs the effect (here: handler "pay", or each handler named by --handler, records the
+  payment in the database and answers "paid <payload>"; any other handler is refused with 422);
 * signs each answer with ed25519 (ed25519.py): the root of a batch of one, its answer's leaf
   (the protocol's answer bytes hashed), so the ledger believes it when this worker's public
   key is registered for the handler;
@@ -131,9 +131,9 @@ class Refusal(Exception):
         self.status, self.name, self.why = status, name, why
 
 
-def effect(db, sender, id_text, handler, payload):
+def effect(db, sender, id_text, handler, payload, handlers=("pay",)):
     """The effect, inside the delivery's transaction: returns the answer or raises Refusal."""
-    if handler != "pay":
+    if handler not in handlers:
         raise Refusal(422, "rejected", "unknown handler " + handler)
     db.execute(
         "INSERT INTO effects (sender, id, handler, payload) VALUES (?, ?, ?, ?)",
@@ -152,6 +152,7 @@ class Worker:
                 raise SystemExit("--sender is KEY_ID:SECRET_HEX (16 to 64 bytes)")
             self.senders[key_id] = bytes.fromhex(secret)
         self.signer = ed25519.Signer(bytes.fromhex(args.seed_hex))
+        self.handlers = tuple(args.handler or ["pay"])
         self.db_path = args.db
         self.window = args.window
         self.max_skew_ms = args.max_skew_ms
@@ -268,7 +269,7 @@ class Worker:
         (count,) = db.execute("SELECT COUNT(*) FROM memory WHERE sender = ?", (sender,)).fetchone()
         if count >= self.window:
             raise Refusal(503, "memory-full", "window full")
-        answer = effect(db, sender, id_text, handler, payload)
+        answer = effect(db, sender, id_text, handler, payload, self.handlers)
         if len(answer) > self.max_answer_bytes:
             db.execute(
                 "INSERT INTO memory VALUES (?, ?, ?, ?, 1, x'', '', '')",
@@ -349,6 +350,7 @@ def main():
     ap.add_argument("--chain-hex", default="")
     ap.add_argument("--sender", action="append", default=[], help="KEY_ID:SECRET_HEX (repeatable)")
     ap.add_argument("--seed-hex", help="the worker's 32-byte ed25519 secret, hex")
+    ap.add_argument("--handler", action="append", default=[], help="a handler this worker performs (repeatable; default: pay)")
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--max-skew-ms", type=int, default=30_000)
     ap.add_argument("--max-answer-bytes", type=int, default=65_536)

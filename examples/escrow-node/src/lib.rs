@@ -8,10 +8,15 @@
 //! - **confirm** (`confirm <id>`) cancels the refund in the same request and queues the hold
 //!   for release.
 //! - A **cron entry in a time zone** releases the confirmed holds on Europe/London wall time
-//!   (`*/10 * * * * *` for the demo; a real ledger writes `0 17 * * MON-FRI`), one
+//!   ([`DEMO_TIMINGS`]: `*/10 * * * * *` for the demo; [`WEEKDAY_TIMINGS`]: `0 0 17 * * MON-FRI`
+//!   and a 48 h refund, as a real ledger writes them), one
 //!   `escrow-released` **outbox record** per release, several per run, into the ledger's one
 //!   outbox; a refund emits `escrow-refunded` into the same outbox.
 //! - A **periodic** entry, aligned to the epoch, accrues interest on the held funds.
+//! - The outbox's **consumer and workers** are named by the ledger's policy
+//!   ([`demo_policy`]: the relay's client id, the chain id, the two workers' answer keys for
+//!   both handlers); `ccron relay` delivers the records (`tests/relay_localnet.rs`). A real
+//!   ledger names its own keys; the demo's are fixed so its tests can play relay and workers.
 
 use std::collections::BTreeMap;
 
@@ -20,9 +25,9 @@ use ccron::host::{
     AppError, Application, BookConfig, ClientId, CronLedger, Digest32, Effects, ExecContext,
     LedgerScheduler,
 };
-use ccron::outbox::EmitBudget;
+use ccron::outbox::{EmitBudget, WorkerSigner};
 use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Target, Timing};
-use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
+use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic, Policy};
 use sha2::{Digest, Sha256};
 
 /// The component whose ticks run the tables and the book.
@@ -33,10 +38,63 @@ pub const SETTLE: u32 = 0;
 pub const ACCRUE: u32 = 1;
 /// The position the book's runs (refunds) are counted under.
 pub const REFUNDS: u32 = 9;
-/// A hold is refunded this long after it was placed unless confirmed (48 h in a real ledger).
+/// A hold is refunded this long after it was placed unless confirmed, in the demo (48 h in a
+/// real ledger: [`WEEKDAY_TIMINGS`]).
 pub const REFUND_AFTER_MS: i64 = 3_000;
+
+/// When the ledger releases and refunds (configuration, identical on every replica).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// The release's cron expression (seconds first), on Europe/London wall time.
+    pub release: &'static str,
+    /// A hold is refunded this long after it was placed unless confirmed.
+    pub refund_after_ms: i64,
+}
+
+/// The demo's timings: a release every 10 s of London wall time, a refund 3 s after a hold.
+pub const DEMO_TIMINGS: Timings = Timings {
+    release: "*/10 * * * * *",
+    refund_after_ms: REFUND_AFTER_MS,
+};
+
+/// The story's timings: a release at 17:00 London time on weekdays (16:00Z in summer time,
+/// 17:00Z in winter), a refund 48 h after an unconfirmed hold.
+pub const WEEKDAY_TIMINGS: Timings = Timings {
+    release: "0 0 17 * * MON-FRI",
+    refund_after_ms: 48 * 3_600_000,
+};
 /// Most releases one run of the release entry performs (the rest wait for the next run).
 pub const RELEASES_PER_RUN: usize = 16;
+
+/// The outbox record of a release (one per released hold).
+pub const RELEASED: &str = "escrow-released";
+/// The outbox record of a refund (one per refunded hold).
+pub const REFUNDED: &str = "escrow-refunded";
+/// The demo's chain id (the policy's; deliveries and answers are bound to it).
+pub const DEMO_CHAIN: &str = "escrow-demo";
+/// The demo relay's ed25519 secret (`ccron relay --key`): its node client id is the outbox
+/// consumer of [`demo_policy`]. Public on purpose: a demo key, never a real one.
+pub const DEMO_RELAY_SECRET: [u8; 32] = [0x5e; 32];
+/// The demo workers' answer-key seeds (ed25519 secrets), registered for both handlers.
+pub const DEMO_WORKER_SEEDS: [[u8; 32]; 2] = [[0x61; 32], [0x62; 32]];
+
+/// The demo's policy: [`DEMO_RELAY_SECRET`]'s client id may report results and progress,
+/// the chain is [`DEMO_CHAIN`], and answers signed by a [`DEMO_WORKER_SEEDS`] key are
+/// believed for [`RELEASED`] and [`REFUNDED`] records.
+pub fn demo_policy() -> Policy {
+    let relay = ccron_node::crypto::Signer::new(DEMO_RELAY_SECRET).public_key();
+    DEMO_WORKER_SEEDS.iter().fold(
+        Policy::default()
+            .with_outbox_consumer(ccron_node::request::client_id(&relay))
+            .with_chain_id(DEMO_CHAIN.as_bytes()),
+        |p, seed| {
+            p.with_worker_key(
+                WorkerSigner::from_seed(*seed).public(),
+                [RELEASED, REFUNDED],
+            )
+        },
+    )
+}
 
 /// The escrow's own state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,6 +111,9 @@ pub struct Escrow {
     pub settlements: u64,
     /// Interest accrued (periodic: one unit per open hold per run).
     pub accrued: u64,
+    /// Configuration, not state: the refund delay ([`Timings::refund_after_ms`]; not in the
+    /// snapshot, kept by `restore`).
+    pub refund_after_ms: i64,
 }
 
 /// The refund task's key and payload for hold `id` of `client`.
@@ -71,7 +132,7 @@ impl Escrow {
         }
         let mut payload = client.to_le_bytes().to_vec();
         payload.extend_from_slice(id.as_bytes());
-        let task = NewSchedule::new("refund", Timing::AfterMs(REFUND_AFTER_MS))
+        let task = NewSchedule::new("refund", Timing::AfterMs(self.refund_after_ms))
             .with_key(refund_key(client, id))
             .with_payload(payload);
         if let Err(e) = fx.schedule(ScheduleRequest::Upsert(task)) {
@@ -156,6 +217,7 @@ impl Application for Escrow {
             refunded: take_u64(r)?,
             settlements: take_u64(r)?,
             accrued: take_u64(r)?,
+            refund_after_ms: self.refund_after_ms,
             ..Escrow::default()
         };
         for map in [&mut next.holds, &mut next.confirmed] {
@@ -190,11 +252,17 @@ fn take_u64(r: &mut &[u8]) -> Result<u64, AppError> {
     ))
 }
 
-/// The escrow ledger: its state, cron table and schedule book, built identically on every
-/// replica and node, at every start.
+/// The escrow ledger under [`demo_policy`]: its state, cron table and schedule book, built
+/// identically on every replica and node, at every start.
 pub fn ledger() -> CronLedger<Escrow> {
+    ledger_with(demo_policy(), DEMO_TIMINGS)
+}
+
+/// The escrow ledger under `policy` (who consumes its outbox, which workers it believes) with
+/// `timings` (when it releases and refunds).
+pub fn ledger_with(policy: Policy, timings: Timings) -> CronLedger<Escrow> {
     let london = ZoneRules::from_iana("Europe/London").expect("the London zone is bundled");
-    let release = CronSchedule::parse_in("*/10 * * * * *", london).expect("a valid expression");
+    let release = CronSchedule::parse_in(timings.release, london).expect("a valid expression");
     // Page 0 is sim-bft's agreed-time page; the node's pages start at 0 too and leave it unused.
     let pages = PageAllocator::new(1, 63).allocate(2).expect("two pages");
     let mut table = CronTable::with_persistence(ESCROW, pages, 8);
@@ -209,10 +277,7 @@ pub fn ledger() -> CronLedger<Escrow> {
             .collect();
         for key in due {
             // The effect first: a release without its record never happens.
-            if ctx
-                .emit("escrow-released", key.1.clone().into_bytes())
-                .is_err()
-            {
+            if ctx.emit(RELEASED, key.1.clone().into_bytes()).is_err() {
                 break;
             }
             ctx.state.released += ctx.state.confirmed.remove(&key).unwrap_or_default();
@@ -232,7 +297,7 @@ pub fn ledger() -> CronLedger<Escrow> {
     let mut handlers = Handlers::<Escrow>::new();
     handlers.register("refund", |ctx| {
         if ctx.state.refund(ctx.payload).is_some() {
-            ctx.emit("escrow-refunded", ctx.payload.to_vec())?;
+            ctx.emit(REFUNDED, ctx.payload.to_vec())?;
         }
         Ok(())
     });
@@ -246,8 +311,12 @@ pub fn ledger() -> CronLedger<Escrow> {
         book_pages: 8,
         outbox_pages: 16,
     };
-    CronLedger::new(Escrow::default(), registry)
-        .with_scheduler(LedgerScheduler::new(book, handlers))
+    let state = Escrow {
+        refund_after_ms: timings.refund_after_ms,
+        ..Escrow::default()
+    };
+    CronLedger::new(state, registry)
+        .with_scheduler(LedgerScheduler::new(book, handlers).with_policy(policy))
         .with_table_emits(ESCROW, EmitBudget::new(RELEASES_PER_RUN, 4_096))
 }
 
