@@ -15,7 +15,7 @@
 //! - A **periodic** entry, aligned to the epoch, accrues interest on the held funds.
 //! - The outbox's **consumer and workers** are named by the ledger's policy
 //!   ([`demo_policy`]: the relay's client id, the chain id, the two workers' answer keys for
-//!   both handlers); `ccron relay` delivers the records (`tests/relay_localnet.rs`). A real
+//!   both handlers); `ccron relay` delivers the records (`tests/slow_relay_localnet.rs`). A real
 //!   ledger names its own keys; the demo's are fixed so its tests can play relay and workers.
 
 use std::collections::BTreeMap;

@@ -237,7 +237,7 @@ fn the_relay_delivers_the_escrow_outbox_of_a_four_process_localnet() {
     let diag = |what: &str, relay_outputs: &[String]| {
         format!(
             "{what}\nhome (kept): {}\nlocalnet: {localnet_cmd}\nrelay outputs:\n{}\nre-run: \
-             cargo test -p escrow-node --test relay_localnet -- --nocapture",
+             cargo test -p escrow-node --test slow_relay_localnet -- --nocapture",
             home.display(),
             relay_outputs.join("\n---\n")
         )
