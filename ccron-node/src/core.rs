@@ -83,6 +83,20 @@ pub enum NodeError {
     /// A decided value this node never saw.
     #[error("decided value {0} at height {1} is unknown to this node")]
     UnknownDecided(Hash32, u64),
+    /// The ledger stopped at a planned upgrade (`ccron::schedule::upgrade`) at `height`; the
+    /// process exits with the halt's code ([`crate::upgrade`]).
+    #[error("{halt} (at height {height}; snapshot for the next build: {saved:?})")]
+    Upgrade {
+        /// Why.
+        halt: ccron::schedule::UpgradeHalt,
+        /// The height whose execution stopped.
+        height: u64,
+        /// The height of the snapshot written for the next build ([`UpgradeHalt::Needed`]
+        /// only).
+        ///
+        /// [`UpgradeHalt::Needed`]: ccron::schedule::UpgradeHalt::Needed
+        saved: Option<u64>,
+    },
 }
 
 impl From<ReplayError> for NodeError {
@@ -226,6 +240,11 @@ pub struct NodeCore<A, C> {
     /// Heights whose value came through sync: their count and the highest one (two numbers,
     /// not a set growing with the chain; a height synced again is not counted twice).
     synced: (u64, u64),
+    /// The binary's ledger factory and the chain's setup (to rebuild the state below a
+    /// planned upgrade: [`NodeCore::stop_for_upgrade`]).
+    factory: Factory<A>,
+    spec: LedgerSpec,
+    setup: crate::ledger::LedgerSetup,
 }
 
 impl<A, C> std::fmt::Debug for NodeCore<A, C> {
@@ -269,11 +288,28 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         if let (Some(want), Some(have)) = (&genesis.setup_digest, probe.setup_digest())
             && *want != hex(&have)
         {
-            return Err(NodeError::Config(format!(
-                "this build's ledger setup digest {} differs from the genesis' {want}: \
-                 another ledger build or configuration (refusing to diverge)",
-                hex(&have)
-            )));
+            // A node that stopped for a named upgrade accepts the next build (whose own gate
+            // refuses to run anywhere but at the plan): `crate::upgrade`.
+            match crate::upgrade::read_upgrade_info(&opts.home, opts.index)
+                .map_err(NodeError::Config)?
+            {
+                Some(info) => tracing::info!(
+                    upgrade = %info.name,
+                    height = info.height,
+                    setup_digest = %hex(&have),
+                    genesis_setup_digest = %want,
+                    "a build for a planned upgrade: its setup digest differs from the genesis'"
+                ),
+                None => {
+                    return Err(NodeError::Config(format!(
+                        "this build's ledger setup digest {} differs from the genesis' {want}: \
+                         another ledger build or configuration (refusing to diverge; a node \
+                         that stopped for a planned upgrade records it in {})",
+                        hex(&have),
+                        crate::upgrade::UPGRADE_INFO_FILE
+                    )));
+                }
+            }
         }
         let setup = genesis.setup(&probe.tick_components());
         drop(probe);
@@ -338,6 +374,9 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             synced: (0, 0),
             reads: crate::read::NodeReads::new(outbox.replica()),
             outbox,
+            factory: factory.clone(),
+            spec,
+            setup,
         };
         node.status.restored_from_height = restored.height;
         node.status.snapshots_rejected = restored.rejected.len() as u64;
@@ -365,7 +404,10 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
                     expected: node.store.last_height(),
                 }));
             };
-            let out = node.ledger.execute(&d.block, &node.validators)?;
+            let out = match node.ledger.execute(&d.block, &node.validators) {
+                Ok(out) => out,
+                Err(e) => return Err(node.stop_for_upgrade(h, e)),
+            };
             node.after_execute(&d.block, &out);
             replayed += 1;
         }
@@ -655,7 +697,10 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             block: block.clone(),
             commit,
         })?;
-        let out = self.ledger.execute(&block, &self.validators)?;
+        let out = match self.ledger.execute(&block, &self.validators) {
+            Ok(out) => out,
+            Err(e) => return Err(self.stop_for_upgrade(height, e)),
+        };
         lock(&self.mempool).after_block_at(
             &block.requests,
             &self.ledger.last_requests,
@@ -679,6 +724,110 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             "decided"
         );
         Ok((block, out))
+    }
+
+    /// The error a failed execution of block `height` stops the node with. An upgrade stop
+    /// ([`crate::upgrade`]) becomes [`NodeError::Upgrade`]; at [`UpgradeHalt::Needed`] the
+    /// state below the plan is rebuilt on this build (newest snapshot + blocks up to
+    /// `height - 1`: the in-memory ledger is not used, the halted batch may have touched the
+    /// host's bookkeeping) and saved as a snapshot of `height - 1`, and `upgrade-info.json` is
+    /// written, so the next build starts exactly at the plan. A failure to save is logged and
+    /// leaves the node stopped with the same halt (the next build then finds an older
+    /// snapshot and refuses to run early: [`UpgradeHalt::Early`]).
+    ///
+    /// [`UpgradeHalt::Needed`]: ccron::schedule::UpgradeHalt::Needed
+    /// [`UpgradeHalt::Early`]: ccron::schedule::UpgradeHalt::Early
+    fn stop_for_upgrade(&mut self, height: u64, e: ccron::host::HostError) -> NodeError {
+        use ccron::schedule::UpgradeHalt;
+        let Some(halt) = crate::upgrade::halt_of_host_error(&e) else {
+            return NodeError::App(e);
+        };
+        tracing::error!(height, %halt, "the ledger stopped at a planned upgrade");
+        let UpgradeHalt::Needed(name) = &halt else {
+            return NodeError::Upgrade {
+                halt,
+                height,
+                saved: None,
+            };
+        };
+        let saved = match self.save_below(height) {
+            Ok(saved) => saved,
+            Err(err) => {
+                tracing::error!(height, error = %err, "no snapshot below the upgrade");
+                None
+            }
+        };
+        let info = crate::upgrade::UpgradeInfo {
+            name: name.clone(),
+            height,
+            snapshot_height: saved,
+            from_setup_digest: self
+                .ledger
+                .app()
+                .setup_digest()
+                .map(|d| crate::types::hex(&d)),
+        };
+        if let Err(err) = crate::upgrade::write_upgrade_info(&self.opts.home, self.opts.index, &info)
+        {
+            tracing::error!(error = %err, "upgrade-info.json not written");
+        }
+        tracing::error!(
+            upgrade = %name,
+            height,
+            snapshot = ?saved,
+            "stopping for an upgrade: restart this node on the build carrying it"
+        );
+        NodeError::Upgrade {
+            halt,
+            height,
+            saved,
+        }
+    }
+
+    /// Rebuilds the state after block `height - 1` on a fresh ledger and writes its snapshot;
+    /// the snapshot's height (`None` below height 2: genesis needs none).
+    fn save_below(&mut self, height: u64) -> Result<Option<u64>, NodeError> {
+        let below = height.saturating_sub(1);
+        if below == 0 {
+            return Ok(None);
+        }
+        let (factory, spec, setup) = (self.factory.clone(), self.spec.clone(), self.setup.clone());
+        let fresh = || -> LedgerHost<A> {
+            match factory(&spec) {
+                Ok(app) => LedgerHost::new(app, &setup),
+                Err(e) => panic_free_abort(&e),
+            }
+        };
+        let restored = self
+            .snapshots
+            .restore_latest(&self.store, &self.genesis.ledger, &fresh);
+        let from = restored.height.unwrap_or(0);
+        if from > below {
+            return Err(NodeError::Engine(format!(
+                "the newest snapshot ({from}) is above the upgrade's height {height}"
+            )));
+        }
+        let mut ledger = restored.ledger;
+        for h in from.saturating_add(1)..=below {
+            let Some(d) = self.store.get(h)? else {
+                return Err(NodeError::Store(StoreError::OutOfOrder {
+                    got: h,
+                    expected: below,
+                }));
+            };
+            ledger.execute(&d.block, &self.validators)?;
+        }
+        let Some(d) = self.store.get(below)? else {
+            return Err(NodeError::Store(StoreError::OutOfOrder {
+                got: below,
+                expected: below,
+            }));
+        };
+        let bytes = self
+            .snapshots
+            .write(below, d.commit.value_id(), &self.genesis.ledger, &ledger)?;
+        tracing::info!(height = below, bytes, "snapshot below the upgrade written");
+        Ok(Some(below))
     }
 
     /// Publishes the committed outbox, as of the last executed height, to the read endpoint.
