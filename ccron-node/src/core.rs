@@ -285,6 +285,9 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             validators: validators.count(),
         };
         let probe = factory(&spec).map_err(NodeError::Config)?;
+        // The snapshot an older build wrote below a planned upgrade, when this is the next
+        // build (its state digest differs from the recorded one by design).
+        let mut build_change_at = None;
         if let (Some(want), Some(have)) = (&genesis.setup_digest, probe.setup_digest())
             && *want != hex(&have)
         {
@@ -293,13 +296,18 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             match crate::upgrade::read_upgrade_info(&opts.home, opts.index)
                 .map_err(NodeError::Config)?
             {
-                Some(info) => tracing::info!(
-                    upgrade = %info.name,
-                    height = info.height,
-                    setup_digest = %hex(&have),
-                    genesis_setup_digest = %want,
-                    "a build for a planned upgrade: its setup digest differs from the genesis'"
-                ),
+                Some(info) => {
+                    tracing::info!(
+                        upgrade = %info.name,
+                        height = info.height,
+                        setup_digest = %hex(&have),
+                        genesis_setup_digest = %want,
+                        "a build for a planned upgrade: its setup digest differs from the genesis'"
+                    );
+                    if info.from_setup_digest.as_deref() != Some(hex(&have).as_str()) {
+                        build_change_at = info.snapshot_height;
+                    }
+                }
                 None => {
                     return Err(NodeError::Config(format!(
                         "this build's ledger setup digest {} differs from the genesis' {want}: \
@@ -317,7 +325,10 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         let store = BlockStore::open(&dir.join("blocks.log"))?;
         let tick_floor = crate::ticks::TickFloor::open(&dir.join("ticks.floor"))
             .map_err(|e| NodeError::Config(format!("tick floor: {e}")))?;
-        let snapshots = Snapshots::open(&dir.join("snapshots"))?;
+        let mut snapshots = Snapshots::open(&dir.join("snapshots"))?;
+        if let Some(h) = build_change_at {
+            snapshots.expect_build_change_at(h);
+        }
         let fresh = || -> LedgerHost<A> {
             // The factory succeeded once with this spec; it is deterministic setup code.
             match factory(&spec) {
@@ -384,7 +395,8 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         let from = restored.height.unwrap_or(0);
         if let Some(d) = node.store.get(from)? {
             // The state restored: the status (and digests.log) as after executing block `from`.
-            node.note_executed(from, d.block.agreed_time_ms);
+            let build_change = restored.height.is_some() && restored.height == build_change_at;
+            node.note_executed_at(from, d.block.agreed_time_ms, !build_change);
         }
         // The tick numbers decided blocks carried up to the restored snapshot (the blocks above
         // it feed the pool as they are re-executed): the kernel's replay floor.
@@ -767,7 +779,8 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
                 .setup_digest()
                 .map(|d| crate::types::hex(&d)),
         };
-        if let Err(err) = crate::upgrade::write_upgrade_info(&self.opts.home, self.opts.index, &info)
+        if let Err(err) =
+            crate::upgrade::write_upgrade_info(&self.opts.home, self.opts.index, &info)
         {
             tracing::error!(error = %err, "upgrade-info.json not written");
         }
@@ -823,9 +836,9 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
                 expected: below,
             }));
         };
-        let bytes = self
-            .snapshots
-            .write(below, d.commit.value_id(), &self.genesis.ledger, &ledger)?;
+        let bytes =
+            self.snapshots
+                .write(below, d.commit.value_id(), &self.genesis.ledger, &ledger)?;
         tracing::info!(height = below, bytes, "snapshot below the upgrade written");
         Ok(Some(below))
     }
@@ -849,6 +862,13 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
 
     /// The status (from the kernel's counters) and a `digests.log` line after `height`.
     fn note_executed(&mut self, height: u64, agreed_time_ms: i64) {
+        self.note_executed_at(height, agreed_time_ms, true);
+    }
+
+    /// [`Self::note_executed`]; `log`: append the height's line to `digests.log` (not for the
+    /// snapshot below an upgrade restored on the next build: its digest there is the next
+    /// build's, while the line the previous build wrote stays the agreed one).
+    fn note_executed_at(&mut self, height: u64, agreed_time_ms: i64, log: bool) {
         let digest = hex(&self.ledger.state_digest());
         let c = self.ledger.host().counters();
         self.status.last_height = height;
@@ -864,10 +884,11 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             .map(|i| c.ticks_by_sender.get(&i).copied().unwrap_or(0))
             .collect();
         use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.digests_path())
+        if log
+            && let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.digests_path())
             && let Err(e) = writeln!(
                 f,
                 "{height} {digest} {agreed_time_ms} {}",

@@ -48,9 +48,9 @@ pub mod results;
 pub mod snapshot;
 pub mod store;
 pub mod submit;
+pub mod supervise;
 mod ticks;
 pub mod types;
-pub mod supervise;
 pub mod upgrade;
 
 pub use crate::core::{Factory, LedgerSpec, NodeCore, NodeError, NodeOptions, ProposeError};

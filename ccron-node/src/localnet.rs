@@ -12,10 +12,10 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 use crate::core::{node_dir, now_ms};
-use crate::supervise::{Decision, Supervisor};
 use crate::hostile::ByzantineKind;
 use crate::load::LoadPayload;
 use crate::records::{Genesis, GenesisValidator, NodeStatus};
+use crate::supervise::{Decision, Supervisor};
 use crate::types::hex;
 
 /// What a localnet's genesis records of the ledger (the binary computes it from one instance of

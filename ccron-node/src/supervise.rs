@@ -161,10 +161,17 @@ impl Supervisor {
             Decision::Refuse(e)
         };
         let Some(upgrade) = self.upgrade.clone() else {
-            return refuse(SuperviseError::NoUpgradeBinary { node: i, code }, &mut self.errors);
+            return refuse(
+                SuperviseError::NoUpgradeBinary { node: i, code },
+                &mut self.errors,
+            );
         };
         if to_upgrade == node.on_upgrade_binary {
-            let binary = if node.on_upgrade_binary { "upgrade" } else { "previous" };
+            let binary = if node.on_upgrade_binary {
+                "upgrade"
+            } else {
+                "previous"
+            };
             return refuse(
                 SuperviseError::WrongBinary {
                     node: i,
@@ -250,7 +257,11 @@ mod tests {
         // The new build stopping with Needed again: it does not carry the plan either.
         assert!(matches!(
             s.on_exit(2, Some(10)),
-            Decision::Refuse(SuperviseError::WrongBinary { node: 2, code: 10, .. })
+            Decision::Refuse(SuperviseError::WrongBinary {
+                node: 2,
+                code: 10,
+                ..
+            })
         ));
         assert_eq!(s.restarts_by_reason()["upgrade_needed"], 1);
         assert_eq!(s.errors().len(), 1);

@@ -214,7 +214,10 @@ mod tests {
         };
         assert_eq!(code(UpgradeHalt::Needed("v2".into())), EXIT_UPGRADE_NEEDED);
         assert_eq!(code(UpgradeHalt::Early("v2".into())), EXIT_UPGRADE_EARLY);
-        assert_eq!(code(UpgradeHalt::Unknown("v2".into())), EXIT_UPGRADE_UNKNOWN);
+        assert_eq!(
+            code(UpgradeHalt::Unknown("v2".into())),
+            EXIT_UPGRADE_UNKNOWN
+        );
         assert_eq!(code(UpgradeHalt::Failed("v2".into())), 1);
         assert_eq!(exit_code_of(&NodeError::Config("x".into())), 1);
     }

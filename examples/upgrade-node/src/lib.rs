@@ -12,23 +12,23 @@
 //!   drops `legacy`, and carries migration `v2`, which re-targets pending reminders from
 //!   `remind` to `remind-v2` (`Scheduler::retarget_all`) and records where it ran.
 //!
-//! The load client's request 1 is the admin's `UpgradePlan { name: "v2", at }` (the admin is the
-//! load client of seed 1, [`admin`]), request 2 asks for a `legacy` run [`LEGACY_AFTER_SEQS`]
-//! heights later (after the switch: parked under build 2, never run nor consumed), every later
-//! request asks for a reminder.
+//! The load client's request [`PLAN_REQUEST`] is the admin's `UpgradePlan { name: "v2", at }`
+//! (the admin is the load client of seed 1, [`admin`]), request [`LEGACY_REQUEST`] asks for a
+//! `legacy` run [`LEGACY_AFTER_SEQS`] heights later (after the switch: parked under build 2,
+//! never run nor consumed), every other request asks for a reminder.
 
 use std::collections::BTreeMap;
 
 use ccron::CronTableRegistry;
+use ccron::Policy;
 use ccron::host::{
     AppError, Application, BookConfig, ClientId, CronLedger, Digest32, Effects, ExecContext,
     LedgerScheduler,
 };
 use ccron::schedule::{
-    Handlers, Limits, NewSchedule, ScheduleRequest, Timing, UpgradeAt, UpgradePlan,
-    UpgradeRequest, Upgrades, upgrade_request_payload,
+    Handlers, Limits, NewSchedule, ScheduleRequest, Timing, UpgradeAt, UpgradePlan, UpgradeRequest,
+    Upgrades, upgrade_request_payload,
 };
-use ccron::Policy;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -39,7 +39,7 @@ pub const REMINDERS: u32 = 9;
 /// A reminder is due this long after its request executed.
 pub const REMIND_AFTER_MS: i64 = 2_000;
 /// The `legacy` run is due this many heights after its request.
-pub const LEGACY_AFTER_SEQS: u64 = 400;
+pub const LEGACY_AFTER_SEQS: u64 = 200;
 /// The upgrade's name (the migration build 2 carries).
 pub const UPGRADE: &str = "v2";
 
@@ -178,8 +178,9 @@ impl Application for Shop {
                 self.requested.insert(n, ctx.seq);
                 s
             }
-            ["legacy"] => NewSchedule::new("legacy", Timing::AfterSeqs(LEGACY_AFTER_SEQS))
-                .with_key("legacy"),
+            ["legacy"] => {
+                NewSchedule::new("legacy", Timing::AfterSeqs(LEGACY_AFTER_SEQS)).with_key("legacy")
+            }
             _ => return b"err unknown request".to_vec(),
         };
         match fx.schedule(ScheduleRequest::Create(schedule)) {
@@ -240,8 +241,8 @@ fn remind(
 + Send
 + 'static {
     move |ctx| {
-        let (number, requested_seq) =
-            reminder_of(ctx.payload).ok_or_else(|| ccron::schedule::HandlerError::new(400, "bad payload"))?;
+        let (number, requested_seq) = reminder_of(ctx.payload)
+            .ok_or_else(|| ccron::schedule::HandlerError::new(400, "bad payload"))?;
         let run = Run {
             number,
             requested_seq,
@@ -299,14 +300,20 @@ pub fn plan_at() -> UpgradeAt {
 /// The plan's height without `UPGRADE_NODE_PLAN_HEIGHT`.
 pub const DEFAULT_PLAN_HEIGHT: u64 = 150;
 
+/// The load client's request that plans the upgrade (2 s into the run, at a request every
+/// 250 ms: the first requests may reach no node yet, which are still starting).
+pub const PLAN_REQUEST: u64 = 8;
+/// The load client's request that asks for the `legacy` run.
+pub const LEGACY_REQUEST: u64 = 9;
+
 /// The load client's request `k` (see the module docs); the plan is at `plan_at`.
 pub fn load_request(k: u64, plan_at: UpgradeAt) -> Vec<u8> {
     match k {
-        1 => upgrade_request_payload(&UpgradeRequest::Plan(UpgradePlan {
+        PLAN_REQUEST => upgrade_request_payload(&UpgradeRequest::Plan(UpgradePlan {
             name: UPGRADE.into(),
             at: plan_at,
         })),
-        2 => b"legacy".to_vec(),
+        LEGACY_REQUEST => b"legacy".to_vec(),
         _ => remind_request(k),
     }
 }
@@ -314,4 +321,55 @@ pub fn load_request(k: u64, plan_at: UpgradeAt) -> Vec<u8> {
 /// A request for reminder `k`.
 pub fn remind_request(k: u64) -> Vec<u8> {
     format!("remind {k}").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccron::host::ExecContext;
+
+    fn ctx(seq: u64) -> ExecContext {
+        ExecContext {
+            seq,
+            agreed_time_ms: Some(1_000 * seq as i64),
+        }
+    }
+
+    #[test]
+    fn only_the_admin_plans_and_build_1_stops_at_the_plan() {
+        let mut l = ledger(Build::V1);
+        let plan = load_request(PLAN_REQUEST, UpgradeAt::Height(5));
+        let other = l.execute(ctx(1), admin().wrapping_add(1), &plan);
+        assert!(
+            other.starts_with(b"err"),
+            "{}",
+            String::from_utf8_lossy(&other)
+        );
+        let ok = l.execute(ctx(1), admin(), &plan);
+        assert!(
+            ok.starts_with(b"ok planned"),
+            "{}",
+            String::from_utf8_lossy(&ok)
+        );
+        assert!(l.execute(ctx(4), 7, &remind_request(20)).starts_with(b"ok"));
+        let stopped = l.execute(ctx(5), 7, &remind_request(21));
+        assert!(stopped.starts_with(b"err halted"));
+        assert!(matches!(
+            l.upgrades().halt(),
+            Some(ccron::schedule::UpgradeHalt::Needed(n)) if n == UPGRADE
+        ));
+    }
+
+    #[test]
+    fn runs_parse_back() {
+        let r = Run {
+            number: 12,
+            requested_seq: 40,
+            handler: "remind-v2".into(),
+            seq: 77,
+            due_ms: 1_795_000_000_000,
+        };
+        assert_eq!(Run::parse(&r.payload()), Some(r));
+        assert_eq!(Run::parse("1 2 x"), None);
+    }
 }

@@ -18,10 +18,10 @@ use std::process::Command;
 
 use ccron::host::Application;
 use ccron_malachite::commit::MalachiteCommit;
+use ccron_node::LedgerHost;
 use ccron_node::records::Genesis;
 use ccron_node::snapshot::Snapshots;
 use ccron_node::store::BlockStore;
-use ccron_node::LedgerHost;
 use upgrade_node::{Build, Run, UPGRADE, ledger};
 
 const PLAN_HEIGHT: u64 = 150;
@@ -79,7 +79,10 @@ fn four_nodes_switch_builds_at_the_planned_height_and_no_reminder_is_lost_or_rep
     assert_eq!(report["violations"].as_array().unwrap().len(), 0);
 
     // Each node stopped once for the upgrade (exit 10) and was switched once.
-    assert_eq!(report["restarts_by_reason"]["upgrade_needed"], 4, "{report:#}");
+    assert_eq!(
+        report["restarts_by_reason"]["upgrade_needed"], 4,
+        "{report:#}"
+    );
     let sup = report["supervisor"]["nodes"].as_array().unwrap();
     assert_eq!(sup.len(), 4);
     for (i, n) in sup.iter().enumerate() {
