@@ -142,6 +142,7 @@ fn malachite_side(duration: Duration) -> Side {
         seed: 1,
         home: None,
         node_bin: env!("CARGO_BIN_EXE_ccron-malachite").into(),
+        upgrade_binary: None,
     };
     let report = run_localnet(&opts).unwrap_or_else(|e| panic!("localnet: {e}"));
     let _ = std::fs::remove_dir_all(&report.home);

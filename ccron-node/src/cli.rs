@@ -177,6 +177,11 @@ enum Cmd {
         /// Write the JSON report here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// The upgrade binary: a node that stops for a planned upgrade it does not carry
+        /// (exit 10) is restarted on it from its own directory, at most once per node
+        /// (docs/malachite.md, "Upgrading a live cluster").
+        #[arg(long)]
+        upgrade_binary: Option<PathBuf>,
     },
 }
 
@@ -270,7 +275,11 @@ impl<A: Application> NodeBinary<A> {
     }
 
     /// Parses the process's arguments and runs the subcommand. Exit codes: 0 success, 1 a
-    /// node that stops on an error or a localnet with violations, 2 bad arguments or I/O.
+    /// node that stops on an error or a localnet with violations, 2 bad arguments or I/O;
+    /// a node stopped at a planned upgrade exits with
+    /// [`EXIT_UPGRADE_NEEDED`](crate::upgrade::EXIT_UPGRADE_NEEDED) (10),
+    /// [`EXIT_UPGRADE_EARLY`](crate::upgrade::EXIT_UPGRADE_EARLY) (11) or
+    /// [`EXIT_UPGRADE_UNKNOWN`](crate::upgrade::EXIT_UPGRADE_UNKNOWN) (12).
     pub fn main(self) -> ExitCode {
         init_tracing();
         let cli = Cli::parse();
@@ -330,9 +339,11 @@ impl<A: Application> NodeBinary<A> {
                 match (self.run)(opts, self.factory.clone()) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
-                        tracing::error!(error = %e, "node stops");
+                        // An upgrade stop has its own code (`crate::upgrade`).
+                        let code = crate::upgrade::exit_code_of(&e);
+                        tracing::error!(error = %e, code, "node stops");
                         eprintln!("{} node: {e}", self.name);
-                        ExitCode::from(1)
+                        ExitCode::from(code)
                     }
                 }
             }
@@ -382,6 +393,7 @@ impl<A: Application> NodeBinary<A> {
                 seed,
                 home,
                 json,
+                upgrade_binary,
             } => {
                 let byzantine = match byzantine.as_deref().map(parse_target).transpose() {
                     Ok(b) => b,
@@ -432,6 +444,7 @@ impl<A: Application> NodeBinary<A> {
                     seed,
                     home,
                     node_bin,
+                    upgrade_binary,
                 };
                 report(&opts, json)
             }

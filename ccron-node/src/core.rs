@@ -83,6 +83,20 @@ pub enum NodeError {
     /// A decided value this node never saw.
     #[error("decided value {0} at height {1} is unknown to this node")]
     UnknownDecided(Hash32, u64),
+    /// The ledger stopped at a planned upgrade (`ccron::schedule::upgrade`) at `height`; the
+    /// process exits with the halt's code ([`crate::upgrade`]).
+    #[error("{halt} (at height {height}; snapshot for the next build: {saved:?})")]
+    Upgrade {
+        /// Why.
+        halt: ccron::schedule::UpgradeHalt,
+        /// The height whose execution stopped.
+        height: u64,
+        /// The height of the snapshot written for the next build ([`UpgradeHalt::Needed`]
+        /// only).
+        ///
+        /// [`UpgradeHalt::Needed`]: ccron::schedule::UpgradeHalt::Needed
+        saved: Option<u64>,
+    },
 }
 
 impl From<ReplayError> for NodeError {
@@ -226,6 +240,11 @@ pub struct NodeCore<A, C> {
     /// Heights whose value came through sync: their count and the highest one (two numbers,
     /// not a set growing with the chain; a height synced again is not counted twice).
     synced: (u64, u64),
+    /// The binary's ledger factory and the chain's setup (to rebuild the state below a
+    /// planned upgrade: [`NodeCore::stop_for_upgrade`]).
+    factory: Factory<A>,
+    spec: LedgerSpec,
+    setup: crate::ledger::LedgerSetup,
 }
 
 impl<A, C> std::fmt::Debug for NodeCore<A, C> {
@@ -266,14 +285,39 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             validators: validators.count(),
         };
         let probe = factory(&spec).map_err(NodeError::Config)?;
+        // The snapshot an older build wrote below a planned upgrade, when this is the next
+        // build (its state digest differs from the recorded one by design).
+        let mut build_change_at = None;
         if let (Some(want), Some(have)) = (&genesis.setup_digest, probe.setup_digest())
             && *want != hex(&have)
         {
-            return Err(NodeError::Config(format!(
-                "this build's ledger setup digest {} differs from the genesis' {want}: \
-                 another ledger build or configuration (refusing to diverge)",
-                hex(&have)
-            )));
+            // A node that stopped for a named upgrade accepts the next build (whose own gate
+            // refuses to run anywhere but at the plan): `crate::upgrade`.
+            match crate::upgrade::read_upgrade_info(&opts.home, opts.index)
+                .map_err(NodeError::Config)?
+            {
+                Some(info) => {
+                    tracing::info!(
+                        upgrade = %info.name,
+                        height = info.height,
+                        setup_digest = %hex(&have),
+                        genesis_setup_digest = %want,
+                        "a build for a planned upgrade: its setup digest differs from the genesis'"
+                    );
+                    if info.from_setup_digest.as_deref() != Some(hex(&have).as_str()) {
+                        build_change_at = info.snapshot_height;
+                    }
+                }
+                None => {
+                    return Err(NodeError::Config(format!(
+                        "this build's ledger setup digest {} differs from the genesis' {want}: \
+                         another ledger build or configuration (refusing to diverge; a node \
+                         that stopped for a planned upgrade records it in {})",
+                        hex(&have),
+                        crate::upgrade::UPGRADE_INFO_FILE
+                    )));
+                }
+            }
         }
         let setup = genesis.setup(&probe.tick_components());
         drop(probe);
@@ -281,7 +325,10 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         let store = BlockStore::open(&dir.join("blocks.log"))?;
         let tick_floor = crate::ticks::TickFloor::open(&dir.join("ticks.floor"))
             .map_err(|e| NodeError::Config(format!("tick floor: {e}")))?;
-        let snapshots = Snapshots::open(&dir.join("snapshots"))?;
+        let mut snapshots = Snapshots::open(&dir.join("snapshots"))?;
+        if let Some(h) = build_change_at {
+            snapshots.expect_build_change_at(h);
+        }
         let fresh = || -> LedgerHost<A> {
             // The factory succeeded once with this spec; it is deterministic setup code.
             match factory(&spec) {
@@ -338,6 +385,9 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             synced: (0, 0),
             reads: crate::read::NodeReads::new(outbox.replica()),
             outbox,
+            factory: factory.clone(),
+            spec,
+            setup,
         };
         node.status.restored_from_height = restored.height;
         node.status.snapshots_rejected = restored.rejected.len() as u64;
@@ -345,7 +395,8 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         let from = restored.height.unwrap_or(0);
         if let Some(d) = node.store.get(from)? {
             // The state restored: the status (and digests.log) as after executing block `from`.
-            node.note_executed(from, d.block.agreed_time_ms);
+            let build_change = restored.height.is_some() && restored.height == build_change_at;
+            node.note_executed_at(from, d.block.agreed_time_ms, !build_change);
         }
         // The tick numbers decided blocks carried up to the restored snapshot (the blocks above
         // it feed the pool as they are re-executed): the kernel's replay floor.
@@ -365,7 +416,10 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
                     expected: node.store.last_height(),
                 }));
             };
-            let out = node.ledger.execute(&d.block, &node.validators)?;
+            let out = match node.ledger.execute(&d.block, &node.validators) {
+                Ok(out) => out,
+                Err(e) => return Err(node.stop_for_upgrade(h, e)),
+            };
             node.after_execute(&d.block, &out);
             replayed += 1;
         }
@@ -655,7 +709,10 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             block: block.clone(),
             commit,
         })?;
-        let out = self.ledger.execute(&block, &self.validators)?;
+        let out = match self.ledger.execute(&block, &self.validators) {
+            Ok(out) => out,
+            Err(e) => return Err(self.stop_for_upgrade(height, e)),
+        };
         lock(&self.mempool).after_block_at(
             &block.requests,
             &self.ledger.last_requests,
@@ -681,6 +738,111 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         Ok((block, out))
     }
 
+    /// The error a failed execution of block `height` stops the node with. An upgrade stop
+    /// ([`crate::upgrade`]) becomes [`NodeError::Upgrade`]; at [`UpgradeHalt::Needed`] the
+    /// state below the plan is rebuilt on this build (newest snapshot + blocks up to
+    /// `height - 1`: the in-memory ledger is not used, the halted batch may have touched the
+    /// host's bookkeeping) and saved as a snapshot of `height - 1`, and `upgrade-info.json` is
+    /// written, so the next build starts exactly at the plan. A failure to save is logged and
+    /// leaves the node stopped with the same halt (the next build then finds an older
+    /// snapshot and refuses to run early: [`UpgradeHalt::Early`]).
+    ///
+    /// [`UpgradeHalt::Needed`]: ccron::schedule::UpgradeHalt::Needed
+    /// [`UpgradeHalt::Early`]: ccron::schedule::UpgradeHalt::Early
+    fn stop_for_upgrade(&mut self, height: u64, e: ccron::host::HostError) -> NodeError {
+        use ccron::schedule::UpgradeHalt;
+        let Some(halt) = crate::upgrade::halt_of_host_error(&e) else {
+            return NodeError::App(e);
+        };
+        tracing::error!(height, %halt, "the ledger stopped at a planned upgrade");
+        let UpgradeHalt::Needed(name) = &halt else {
+            return NodeError::Upgrade {
+                halt,
+                height,
+                saved: None,
+            };
+        };
+        let saved = match self.save_below(height) {
+            Ok(saved) => saved,
+            Err(err) => {
+                tracing::error!(height, error = %err, "no snapshot below the upgrade");
+                None
+            }
+        };
+        let info = crate::upgrade::UpgradeInfo {
+            name: name.clone(),
+            height,
+            snapshot_height: saved,
+            from_setup_digest: self
+                .ledger
+                .app()
+                .setup_digest()
+                .map(|d| crate::types::hex(&d)),
+        };
+        if let Err(err) =
+            crate::upgrade::write_upgrade_info(&self.opts.home, self.opts.index, &info)
+        {
+            tracing::error!(error = %err, "upgrade-info.json not written");
+        }
+        tracing::error!(
+            upgrade = %name,
+            height,
+            snapshot = ?saved,
+            "stopping for an upgrade: restart this node on the build carrying it"
+        );
+        NodeError::Upgrade {
+            halt,
+            height,
+            saved,
+        }
+    }
+
+    /// Rebuilds the state after block `height - 1` on a fresh ledger and writes its snapshot;
+    /// the snapshot's height (`None` below height 2: genesis needs none).
+    fn save_below(&mut self, height: u64) -> Result<Option<u64>, NodeError> {
+        let below = height.saturating_sub(1);
+        if below == 0 {
+            return Ok(None);
+        }
+        let (factory, spec, setup) = (self.factory.clone(), self.spec.clone(), self.setup.clone());
+        let fresh = || -> LedgerHost<A> {
+            match factory(&spec) {
+                Ok(app) => LedgerHost::new(app, &setup),
+                Err(e) => panic_free_abort(&e),
+            }
+        };
+        let restored = self
+            .snapshots
+            .restore_latest(&self.store, &self.genesis.ledger, &fresh);
+        let from = restored.height.unwrap_or(0);
+        if from > below {
+            return Err(NodeError::Engine(format!(
+                "the newest snapshot ({from}) is above the upgrade's height {height}"
+            )));
+        }
+        let mut ledger = restored.ledger;
+        for h in from.saturating_add(1)..=below {
+            let Some(d) = self.store.get(h)? else {
+                return Err(NodeError::Store(StoreError::OutOfOrder {
+                    got: h,
+                    expected: below,
+                }));
+            };
+            ledger.execute(&d.block, &self.validators)?;
+        }
+        let Some(d) = self.store.get(below)? else {
+            return Err(NodeError::Store(StoreError::OutOfOrder {
+                got: below,
+                expected: below,
+            }));
+        };
+        let bytes =
+            self.snapshots
+                .write(below, d.commit.value_id(), &self.genesis.ledger, &ledger)?;
+        tracing::info!(height = below, bytes, "snapshot below the upgrade written");
+        Ok(Some(below))
+    }
+
     /// Publishes the committed outbox, as of the last executed height, to the read endpoint.
     fn publish_outbox(&self) {
         if let Some(outbox) = self.ledger.app().outbox() {
@@ -700,6 +862,13 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
 
     /// The status (from the kernel's counters) and a `digests.log` line after `height`.
     fn note_executed(&mut self, height: u64, agreed_time_ms: i64) {
+        self.note_executed_at(height, agreed_time_ms, true);
+    }
+
+    /// [`Self::note_executed`]; `log`: append the height's line to `digests.log` (not for the
+    /// snapshot below an upgrade restored on the next build: its digest there is the next
+    /// build's, while the line the previous build wrote stays the agreed one).
+    fn note_executed_at(&mut self, height: u64, agreed_time_ms: i64, log: bool) {
         let digest = hex(&self.ledger.state_digest());
         let c = self.ledger.host().counters();
         self.status.last_height = height;
@@ -715,10 +884,11 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             .map(|i| c.ticks_by_sender.get(&i).copied().unwrap_or(0))
             .collect();
         use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.digests_path())
+        if log
+            && let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.digests_path())
             && let Err(e) = writeln!(
                 f,
                 "{height} {digest} {agreed_time_ms} {}",

@@ -20,7 +20,10 @@
 //! - [`read`], [`metrics`]: what a node publishes after every height for its schedule read
 //!   endpoints and its Prometheus `/metrics`;
 //! - [`localnet`], [`load`], [`cli`]: N processes on loopback with kills and restarts, a load
-//!   client, and the `init` / `localnet` subcommands any node binary gets.
+//!   client, and the `init` / `localnet` subcommands any node binary gets;
+//! - [`upgrade`], [`supervise`]: a node stopping at a planned upgrade (its snapshot below the
+//!   plan, `upgrade-info.json`, exit codes) and the localnet's supervisor restarting it on the
+//!   new build.
 //!
 //! An adapter for an engine (Malachite today) adds its context (its value, vote, proposal and
 //! signing types around these) and its loop; see `ccron-malachite`.
@@ -45,8 +48,10 @@ pub mod results;
 pub mod snapshot;
 pub mod store;
 pub mod submit;
+pub mod supervise;
 mod ticks;
 pub mod types;
+pub mod upgrade;
 
 pub use crate::core::{Factory, LedgerSpec, NodeCore, NodeError, NodeOptions, ProposeError};
 pub use crate::ledger::{LedgerHost, LedgerSetup};

@@ -15,6 +15,7 @@ use crate::core::{node_dir, now_ms};
 use crate::hostile::ByzantineKind;
 use crate::load::LoadPayload;
 use crate::records::{Genesis, GenesisValidator, NodeStatus};
+use crate::supervise::{Decision, Supervisor};
 use crate::types::hex;
 
 /// What a localnet's genesis records of the ledger (the binary computes it from one instance of
@@ -75,6 +76,9 @@ pub struct LocalnetOptions {
     pub home: Option<PathBuf>,
     /// The node binary (this executable by default).
     pub node_bin: PathBuf,
+    /// The upgrade binary: a node that stops for a planned upgrade is restarted on it from its
+    /// own directory ([`crate::supervise`]); `None`: such a node stays down.
+    pub upgrade_binary: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for LocalnetOptions {
@@ -94,6 +98,7 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("seed", &self.seed)
             .field("home", &self.home)
             .field("node_bin", &self.node_bin)
+            .field("upgrade_binary", &self.upgrade_binary)
             .finish()
     }
 }
@@ -280,11 +285,36 @@ pub struct Report {
     /// `GET /v1/requests/{client}/{number}`, believed where f+1 returned one identically.
     #[serde(default)]
     pub results: Option<crate::load::ResultsRead>,
+    /// Every restart by reason: `fault` (the mid-run SIGKILL's and `--faults`' restarts, also
+    /// counted in `restarts`) and the supervisor's (`upgrade_needed`, `upgrade_early`,
+    /// `upgrade_unknown`: [`crate::supervise`]).
+    #[serde(default)]
+    pub restarts_by_reason: BTreeMap<String, u32>,
+    /// What the supervisor saw and did per node (binary switches, restarts, exit codes) and its
+    /// refusals (also violations).
+    #[serde(default)]
+    pub supervisor: Option<SupervisorReport>,
+    /// With a ledger that has an outbox: the payloads (UTF-8, lossy) of the records counted in
+    /// `outbox_quorum_records`, in outbox order (at most [`MAX_REPORTED_PAYLOADS`]).
+    #[serde(default)]
+    pub outbox_quorum_payloads: Vec<String>,
+}
+
+/// Most outbox payloads a report lists.
+pub const MAX_REPORTED_PAYLOADS: usize = 10_000;
+
+/// The supervisor's part of the report ([`crate::supervise`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SupervisorReport {
+    /// Per node, by index.
+    pub nodes: Vec<crate::supervise::SupervisedNode>,
+    /// Its refusals to restart a node, in order.
+    pub errors: Vec<crate::supervise::SuperviseError>,
 }
 
 /// Reads the outbox from every node's read endpoint with quorum f+1 (n = 3f+1 or more) and
 /// returns how many records f+1 nodes returned identically, or why none could be read.
-fn quorum_read_outbox(home: &Path, n: usize) -> Result<u64, String> {
+fn quorum_read_outbox(home: &Path, n: usize) -> Result<(u64, Vec<String>), String> {
     let endpoints: Vec<String> = (0..n)
         .filter_map(|i| std::fs::read_to_string(crate::core::http_addr_path(home, i)).ok())
         .map(|a| format!("http://{}", a.trim()))
@@ -300,6 +330,7 @@ fn quorum_read_outbox(home: &Path, n: usize) -> Result<u64, String> {
                 .map_err(|e| e.to_string())?;
         use ccron::outbox::Jobs as _;
         let mut believed = 0u64;
+        let mut payloads = Vec::new();
         let mut from = 1u64;
         // A consumer may have trimmed the outboxes (`ccron relay` reporting its progress):
         // start at the oldest index f+1 nodes still hold.
@@ -322,7 +353,12 @@ fn quorum_read_outbox(home: &Path, n: usize) -> Result<u64, String> {
                 break;
             }
             let mut next = from;
-            while next <= head && reader.jobs().at_index(next).is_some() {
+            while next <= head
+                && let Some(record) = reader.jobs().at_index(next)
+            {
+                if payloads.len() < MAX_REPORTED_PAYLOADS {
+                    payloads.push(String::from_utf8_lossy(&record.payload).into_owned());
+                }
                 believed += 1;
                 next += 1;
             }
@@ -331,7 +367,7 @@ fn quorum_read_outbox(home: &Path, n: usize) -> Result<u64, String> {
             }
             from = next;
         }
-        Ok(believed)
+        Ok((believed, payloads))
     })
 }
 
@@ -423,17 +459,19 @@ pub fn init_home(
     Ok(genesis)
 }
 
+/// Starts node `i` on `bin` (the binary the supervisor runs it on: [`Supervisor::binary`]).
 fn spawn_node(
     opts: &LocalnetOptions,
     home: &Path,
     i: usize,
     byzantine_from_ms: i64,
+    bin: &Path,
 ) -> std::io::Result<Child> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(node_dir(home, i).join("node.log"))?;
-    let mut cmd = Command::new(&opts.node_bin);
+    let mut cmd = Command::new(bin);
     cmd.arg("node")
         .arg("--home")
         .arg(home)
@@ -652,7 +690,8 @@ fn fault_name(step: crate::faults::FaultStep) -> String {
     }
 }
 
-/// Applies one fault step to the children; `true` when it restarted a node.
+/// Applies one fault step to the children (a restart on the node's current binary); `true`
+/// when it restarted a node.
 fn apply_fault(
     opts: &LocalnetOptions,
     home: &Path,
@@ -660,6 +699,7 @@ fn apply_fault(
     pids: &mut Vec<u32>,
     step: crate::faults::FaultStep,
     byzantine_from_ms: i64,
+    supervisor: &Supervisor,
 ) -> std::io::Result<bool> {
     use crate::faults::{FaultKind as K, FaultStep as S};
     let signal = |c: &Child, sig: &str| {
@@ -680,7 +720,7 @@ fn apply_fault(
         }
         S::End(K::Kill, i) => {
             if children.0[i].is_none() {
-                let c = spawn_node(opts, home, i, byzantine_from_ms)?;
+                let c = spawn_node(opts, home, i, byzantine_from_ms, supervisor.binary(i))?;
                 pids.push(c.id());
                 children.0[i] = Some(c);
                 return Ok(true);
@@ -723,9 +763,10 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let byzantine_node = opts.byzantine.map(|(_, i)| i);
     let mut children = Children((0..n).map(|_| None).collect());
     let mut pids = Vec::new();
+    let mut supervisor = Supervisor::new(n, &opts.node_bin, opts.upgrade_binary.as_deref());
     for i in 0..n {
         if Some(i) != late {
-            let c = spawn_node(opts, &home, i, byzantine_from_ms)?;
+            let c = spawn_node(opts, &home, i, byzantine_from_ms, supervisor.binary(i))?;
             pids.push(c.id());
             children.0[i] = Some(c);
         }
@@ -762,6 +803,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
                 &mut pids,
                 step,
                 byzantine_from_ms,
+                &supervisor,
             )? {
                 restarts += 1;
             }
@@ -774,7 +816,13 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             killed = true;
         }
         if killed && restarts == 0 && t >= restart_at {
-            let c = spawn_node(opts, &home, victim, byzantine_from_ms)?;
+            let c = spawn_node(
+                opts,
+                &home,
+                victim,
+                byzantine_from_ms,
+                supervisor.binary(victim),
+            )?;
             pids.push(c.id());
             children.0[victim] = Some(c);
             restarts += 1;
@@ -783,20 +831,21 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             && !late_started
             && t >= late_at
         {
-            let c = spawn_node(opts, &home, l, byzantine_from_ms)?;
+            let c = spawn_node(opts, &home, l, byzantine_from_ms, supervisor.binary(l))?;
             pids.push(c.id());
             children.0[l] = Some(c);
             late_started = true;
         }
-        // A node that exits on its own is an error: record it.
-        for (i, slot) in children.0.iter_mut().enumerate() {
-            if let Some(c) = slot
-                && let Ok(Some(status)) = c.try_wait()
-            {
-                tracing::error!(node = i, %status, "node exited");
-                *slot = None;
-            }
-        }
+        // A node that exits on its own is an error (recorded), unless it stopped for an
+        // upgrade and the supervisor restarts it.
+        supervise_exits(
+            opts,
+            &home,
+            &mut children,
+            &mut pids,
+            &mut supervisor,
+            byzantine_from_ms,
+        )?;
     }
     // A fault still in progress ends before the nodes are judged.
     if let Some((kind, node)) = plan.as_ref().and_then(crate::faults::FaultPlan::current) {
@@ -813,6 +862,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             &mut pids,
             step,
             byzantine_from_ms,
+            &supervisor,
         )? {
             restarts += 1;
         }
@@ -919,18 +969,33 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             ));
         }
     }
+    let mut outbox_quorum_payloads = Vec::new();
     let outbox_quorum_records = match outbox_quorum_records {
         None => None,
-        Some(Ok(0)) => {
+        Some(Ok((0, _))) => {
             violations.push("no outbox record was returned identically by f+1 nodes".into());
             Some(0)
         }
-        Some(Ok(k)) => Some(k),
+        Some(Ok((k, payloads))) => {
+            outbox_quorum_payloads = payloads;
+            Some(k)
+        }
         Some(Err(e)) => {
             violations.push(format!("outbox quorum read failed: {e}"));
             None
         }
     };
+    for e in supervisor.errors() {
+        violations.push(format!("supervisor: {e}"));
+    }
+    let mut restarts_by_reason = supervisor.restarts_by_reason();
+    if restarts > 0 {
+        restarts_by_reason.insert("fault".into(), restarts);
+    }
+    let supervisor = opts.upgrade_binary.is_some().then(|| SupervisorReport {
+        nodes: supervisor.nodes().to_vec(),
+        errors: supervisor.errors().to_vec(),
+    });
     // Lateness on an honest node that ran the whole time (not the restarted victim, not the
     // late joiner).
     let restarted = (opts.kill_restart && Some(victim) != late).then_some(victim);
@@ -988,7 +1053,44 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         byzantine,
         longest_stall_ms,
         faults: fault_log,
+        restarts_by_reason,
+        supervisor,
+        outbox_quorum_payloads,
     })
+}
+
+/// Reaps the nodes that exited: one stopped for an upgrade is restarted where the supervisor
+/// says ([`Supervisor::on_exit`]); any other exit is recorded (an error event) and the node
+/// stays down.
+fn supervise_exits(
+    opts: &LocalnetOptions,
+    home: &Path,
+    children: &mut Children,
+    pids: &mut Vec<u32>,
+    supervisor: &mut Supervisor,
+    byzantine_from_ms: i64,
+) -> std::io::Result<()> {
+    for i in 0..children.0.len() {
+        let Some(c) = &mut children.0[i] else {
+            continue;
+        };
+        let Ok(Some(status)) = c.try_wait() else {
+            continue;
+        };
+        children.0[i] = None;
+        match supervisor.on_exit(i, status.code()) {
+            Decision::Restart { binary, reason } => {
+                tracing::info!(node = i, %status, reason = reason.name(), "node restarted by the supervisor");
+                let c = spawn_node(opts, home, i, byzantine_from_ms, &binary)?;
+                pids.push(c.id());
+                children.0[i] = Some(c);
+            }
+            Decision::NotMine | Decision::Refuse(_) => {
+                tracing::error!(node = i, %status, "node exited");
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
