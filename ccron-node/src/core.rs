@@ -25,7 +25,7 @@ use ccron::host::{Application, BlockOutcome, TickPool};
 use ccron::ticks::TickThrottle;
 
 use crate::api::{ApiState, lock};
-use crate::crypto::Signer;
+use crate::crypto::{Signer, SigningDomain};
 use crate::forward::{FORWARD_DEADLINE, Forwarder};
 use crate::ledger::{BlockRejection, LedgerHost, PrevCommit, agreed_time, validate_block};
 use crate::mempool::{Mempool, MempoolConfig};
@@ -192,6 +192,8 @@ pub fn genesis_validators(genesis: &Genesis) -> Result<Validators, NodeError> {
 pub struct NodeCore<A, C> {
     opts: NodeOptions,
     genesis: Genesis,
+    /// The chain's signing domain (from the genesis): every signature made or checked.
+    domain: SigningDomain,
     validators: Validators,
     me: Address,
     signer: Signer,
@@ -255,6 +257,9 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         if genesis.validators.is_empty() || opts.index >= genesis.validators.len() {
             return Err(NodeError::Config("no such validator index".into()));
         }
+        let domain = genesis
+            .domain()
+            .map_err(|e| NodeError::Config(format!("genesis.json: {e}")))?;
         let signer = Signer::new(read_secret(&opts.home, opts.index)?);
         let me = Address(signer.public_key());
         let validators = genesis_validators(&genesis)?;
@@ -314,6 +319,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             },
             opts,
             genesis,
+            domain,
             validators,
             me,
             signer,
@@ -442,6 +448,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             outbox: self.outbox.clone(),
             ticks: self.ticks.clone(),
             validators: self.validators.clone(),
+            domain: self.domain.clone(),
             ticks_invalid: self.ticks_invalid.clone(),
             results: self.results.clone(),
             reads: self.reads.clone(),
@@ -456,6 +463,11 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
     /// The genesis.
     pub fn genesis(&self) -> &Genesis {
         &self.genesis
+    }
+
+    /// The chain's signing domain (from the genesis).
+    pub fn domain(&self) -> &SigningDomain {
+        &self.domain
     }
 
     /// The validators.
@@ -613,6 +625,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             self.genesis.genesis_time_ms,
             now,
             &self.validators,
+            &self.domain,
             C::sample_message,
         )
     }
