@@ -1,13 +1,17 @@
 //! Mutations as signed requests: the operator's key signs a `ScheduleRequest` in the node's
 //! request format (`ccron_node::request`), the CLI submits it to every node (whichever proposes
 //! next has it; the pools dedupe by digest and execution by `(client, number)`), then reads the
-//! result back from every node until f+1 return it identically.
+//! result back from every node until f+1 return it identically. The request is signed for the
+//! nodes' chain: its signing domain ([`ccron_node::crypto::SigningDomain`]) is read from
+//! `GET /v1/chain` and believed when f+1 nodes answer it identically ([`chain_domain`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use ccron::schedule::ScheduleRequest;
+use ccron_node::api::ChainInfo;
+use ccron_node::crypto::SigningDomain;
 use ccron_node::request::{ClientRequest, client_id};
 use ccron_node::results::RequestResult;
 use ed25519_dalek::SigningKey;
@@ -37,6 +41,49 @@ pub fn read_key(path: &Path) -> Result<SigningKey, CliError> {
     Ok(SigningKey::from_bytes(&secret))
 }
 
+/// The nodes' signing domain: `GET /v1/chain` from every node, believed when `quorum` nodes
+/// answer it identically (a `404`, from a node built before the route, is domain 1).
+///
+/// # Errors
+/// [`CliError::Unreachable`] without such a quorum, [`CliError::Disagreement`] when two
+/// quorums name different chains, [`CliError::Args`] for a domain this build does not know.
+pub async fn chain_domain(
+    http: &Http,
+    nodes: &[String],
+    quorum: usize,
+) -> Result<SigningDomain, CliError> {
+    let mut seen: BTreeMap<(String, u32), usize> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for n in nodes {
+        let url = format!("{}/v1/chain", n.trim_end_matches('/'));
+        match http.send(Method::GET, &url, Vec::new()).await {
+            Ok((200, b)) => match serde_json::from_slice::<ChainInfo>(&b) {
+                Ok(c) => *seen.entry((c.chain_id, c.signing_domain)).or_default() += 1,
+                Err(e) => failures.push(format!("{n}: {e}")),
+            },
+            Ok((404, _)) => *seen.entry((String::new(), 1)).or_default() += 1,
+            Ok((code, _)) => failures.push(format!("{n}: status {code}")),
+            Err(e) => failures.push(format!("{n}: {e}")),
+        }
+    }
+    let mut agreed = seen.into_iter().filter(|(_, k)| *k >= quorum.max(1));
+    match (agreed.next(), agreed.next()) {
+        (Some(((chain_id, signing_domain), _)), None) => ChainInfo {
+            chain_id,
+            signing_domain,
+        }
+        .domain()
+        .map_err(|e| CliError::Args(format!("the nodes' signing domain: {e}"))),
+        (Some(_), Some(_)) => Err(CliError::Disagreement(
+            "two quorums of nodes name different chains".into(),
+        )),
+        (None, _) => Err(CliError::Unreachable(format!(
+            "fewer than {quorum} nodes agree on the chain: {}",
+            failures.join("; ")
+        ))),
+    }
+}
+
 /// What a submitted mutation came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -52,8 +99,9 @@ pub struct Outcome {
     pub agreeing: usize,
 }
 
-/// Signs `req` as request `number` of `key`'s client, submits it to every node and waits (at
-/// most `wait_ms`) until `quorum` nodes return its result identically.
+/// Signs `req` as request `number` of `key`'s client for the nodes' chain ([`chain_domain`]),
+/// submits it to every node and waits (at most `wait_ms`) until `quorum` nodes return its
+/// result identically.
 ///
 /// # Errors
 /// [`CliError::Unreachable`] when no node admitted it, [`CliError::Timeout`] when no quorum
@@ -68,14 +116,15 @@ pub async fn submit(
     wait_ms: u64,
 ) -> Result<Outcome, CliError> {
     let payload = ccron::codec::to_blob(req).map_err(|e| CliError::Args(e.to_string()))?;
+    let domain = chain_domain(http, nodes, quorum).await?;
     let signed = ClientRequest {
         client_key: key.verifying_key().to_bytes(),
         number,
         payload,
     }
-    .sign(key);
+    .sign(&domain, key);
     signed
-        .verify()
+        .verify(&domain)
         .map_err(|e| CliError::Args(format!("request: {e}")))?;
     let body = signed.encode();
     let client = client_id(&key.verifying_key().to_bytes());

@@ -2,7 +2,7 @@
 //! protocol", which specifies it for workers in any language).
 //!
 //! * `POST /ccron/v1/deliver`, body = the record's payload (`application/octet-stream`), headers
-//!   [`IDEMPOTENCY_KEY`] (the occurrence id, 42-character text form), [`HANDLER`],
+//!   [`IDEMPOTENCY_KEY`] (the chain and the occurrence id, [`idempotency_key`]), [`HANDLER`],
 //!   [`OUTBOX_INDEX`], [`ATTEMPT`], [`PROGRESS`] (the consumer's acknowledged progress), and the
 //!   authentication: [`CHAIN`], [`KEY_ID`], [`TIMESTAMP`], [`SIGNATURE`] (HMAC-SHA256 over
 //!   [`crate::auth::delivery_signing_bytes`]).
@@ -33,7 +33,8 @@ pub const DELIVER_PATH: &str = "/ccron/v1/deliver";
 pub const OUTBOX_PATH: &str = "/ccron/v1/outbox";
 /// Path of the health probe.
 pub const HEALTH_PATH: &str = "/ccron/v1/health";
-/// Header carrying the occurrence id.
+/// Header carrying the idempotency key: the chain id (lowercase hex), `:`, the occurrence id
+/// ([`idempotency_key`]).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Header carrying the record's handler.
 pub const HANDLER: &str = "ccron-handler";
@@ -71,3 +72,52 @@ pub const ERROR: &str = "ccron-error";
 pub const MAX_HANDLER_BYTES: usize = 256;
 /// Longest chain id (bytes).
 pub const MAX_CHAIN_ID_BYTES: usize = 64;
+
+/// The idempotency key of occurrence `id` of chain `chain_id`: the chain id in lowercase hex,
+/// `:`, the occurrence id's 42-character text form. It names the chain, so two chains' records
+/// with the same occurrence id never share a key (in a worker's memory or in any service the
+/// worker passes the key on to).
+pub fn idempotency_key(chain_id: &[u8], id: &ccron::outbox::OccurrenceId) -> String {
+    format!("{}:{id}", ccron::outbox::workers::to_hex(chain_id))
+}
+
+/// Parses an [`IDEMPOTENCY_KEY`] value: the chain part (hex, as sent) and the occurrence id. A
+/// bare occurrence id (a dispatcher built before keys named the chain) has no chain part.
+/// `None` when malformed (a chain part over [`MAX_CHAIN_ID_BYTES`] or not hex, a bad id).
+pub fn parse_idempotency_key(text: &str) -> Option<(Option<&str>, ccron::outbox::OccurrenceId)> {
+    match text.split_once(':') {
+        Some((chain, id)) => {
+            let ok = chain.len() <= 2 * MAX_CHAIN_ID_BYTES
+                && chain.len().is_multiple_of(2)
+                && chain.bytes().all(|b| b.is_ascii_hexdigit());
+            ok.then_some(())?;
+            Some((Some(chain), id.parse().ok()?))
+        }
+        None => Some((None, text.parse().ok()?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccron::outbox::OccurrenceId;
+
+    #[test]
+    fn idempotency_keys_name_the_chain() {
+        let id = OccurrenceId::new(1, 2, 3);
+        let a = idempotency_key(b"chain-a", &id);
+        let b = idempotency_key(b"chain-b", &id);
+        assert_ne!(a, b, "one occurrence id, two chains, two keys");
+        assert_eq!(a, format!("636861696e2d61:{id}"));
+        assert_eq!(
+            parse_idempotency_key(&a),
+            Some((Some("636861696e2d61"), id))
+        );
+        assert_eq!(parse_idempotency_key(&id.to_string()), Some((None, id)));
+        assert_eq!(parse_idempotency_key(&format!("zz:{id}")), None);
+        assert_eq!(parse_idempotency_key(&format!("abc:{id}")), None);
+        let long = "ab".repeat(MAX_CHAIN_ID_BYTES + 1);
+        assert_eq!(parse_idempotency_key(&format!("{long}:{id}")), None);
+        assert_eq!(parse_idempotency_key("636861696e2d61:nope"), None);
+    }
+}

@@ -700,7 +700,10 @@ impl Dispatcher {
         let timeout = Duration::from_millis(u64::try_from(policy.attempt_timeout_ms).unwrap_or(1));
         let payload_sha256 = sha256(&d.record.payload);
         let mut builder = Request::post(base)
-            .header(contract::IDEMPOTENCY_KEY, d.record.id.to_string())
+            .header(
+                contract::IDEMPOTENCY_KEY,
+                contract::idempotency_key(&self.cfg.chain_id, &d.record.id),
+            )
             .header(contract::HANDLER, d.record.handler.as_str())
             .header(contract::OUTBOX_INDEX, d.index)
             .header(contract::ATTEMPT, d.attempt)

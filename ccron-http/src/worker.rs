@@ -287,6 +287,9 @@ enum Decided {
 /// A parsed delivery's headers.
 struct Head<'a> {
     id: OccurrenceId,
+    /// The chain part of the idempotency key (hex; `None` from a dispatcher built before keys
+    /// named the chain).
+    key_chain: Option<&'a str>,
     handler: &'a str,
     index: u64,
     attempt: u32,
@@ -409,8 +412,8 @@ impl Worker {
     fn parse<'a>(headers: &'a HeaderMap) -> Result<Head<'a>, &'static str> {
         let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let number = |name: &str| text(name).and_then(|v| v.parse::<u64>().ok());
-        let id = text(contract::IDEMPOTENCY_KEY)
-            .and_then(|v| v.parse::<OccurrenceId>().ok())
+        let (key_chain, id) = text(contract::IDEMPOTENCY_KEY)
+            .and_then(contract::parse_idempotency_key)
             .ok_or("missing or malformed Idempotency-Key")?;
         let handler = text(contract::HANDLER)
             .filter(|h| !h.is_empty() && h.len() <= contract::MAX_HANDLER_BYTES)
@@ -424,6 +427,7 @@ impl Worker {
         let progress = number(contract::PROGRESS).ok_or("missing or malformed Ccron-Progress")?;
         Ok(Head {
             id,
+            key_chain,
             handler,
             index,
             attempt,
@@ -446,6 +450,9 @@ impl Worker {
         let chain = text(contract::CHAIN).ok_or("no Ccron-Chain")?;
         if chain.len() > 2 * contract::MAX_CHAIN_ID_BYTES
             || !chain.eq_ignore_ascii_case(&self.chain_hex)
+            || head
+                .key_chain
+                .is_some_and(|k| !k.eq_ignore_ascii_case(&self.chain_hex))
         {
             return Err("another chain".into());
         }

@@ -544,7 +544,12 @@ async fn fake_worker(kind: Fake) -> (std::net::SocketAddr, tokio::sync::oneshot:
     let handler = move |headers: HeaderMap, body: Bytes| async move {
         let text = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
         let index: u64 = text(contract::OUTBOX_INDEX).parse().unwrap_or(0);
-        let id: OccurrenceId = text(contract::IDEMPOTENCY_KEY).parse().unwrap();
+        let (chain, id) = contract::parse_idempotency_key(text(contract::IDEMPOTENCY_KEY)).unwrap();
+        assert_eq!(
+            chain,
+            Some(to_hex(CHAIN).as_str()),
+            "the key names the chain"
+        );
         let record = OutboxRecord::new(id, text(contract::HANDLER), body.to_vec());
         let answer = b"paid".to_vec();
         let mut proof = signer(0).sign(CHAIN, index, &record, &answer);

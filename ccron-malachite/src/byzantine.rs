@@ -138,6 +138,7 @@ impl Faulty {
 /// `part` re-signed over `block` (same height, round and valid round).
 fn resign(signer: &Ed25519Signer, part: &ProposalPart, block: ccron_node::Block) -> ProposalPart {
     let bytes = ProposalPart::signing_bytes(
+        signer.domain(),
         part.height,
         part.round,
         part.valid_round,
@@ -187,11 +188,12 @@ impl<A: Application> Strategy<A> for Faulty {
             // A tick of its own with a signature that is not its own: honest validators
             // refuse the block (`BadTickSignature`).
             let signer = state.core.signer().clone();
+            let domain = state.core.domain().clone();
             let component = state.core.tick_periods().keys().next().copied();
             return Ok(state
                 .propose_shaped(height, round, move |mut b| {
                     if let Some(c) = component {
-                        let mut t = TickTx::sign(c, u64::MAX / 2, &signer);
+                        let mut t = TickTx::sign(&domain, c, u64::MAX / 2, &signer);
                         t.signature.0[3] ^= 1;
                         b.ticks
                             .retain(|x| x.submitter != t.submitter || x.component != c);
@@ -244,6 +246,7 @@ impl<A: Application> Strategy<A> for Faulty {
                 .unwrap_or(0);
             match HostileClient::start(
                 targets,
+                state.core.domain().clone(),
                 state.core.signer().clone(),
                 component,
                 Duration::from_millis(100),
@@ -301,7 +304,14 @@ fn flood<A: Application>(state: &mut State<A>, cursor: &mut u32) -> Vec<Proposal
             if !(k == 0 && r.is_multiple_of(4)) {
                 block.agreed_time_ms = block.agreed_time_ms.saturating_add(i64::from(r) + 1);
             }
-            let bytes = ProposalPart::signing_bytes(height, round, Round::Nil, &me, &block);
+            let bytes = ProposalPart::signing_bytes(
+                signer.domain(),
+                height,
+                round,
+                Round::Nil,
+                &me,
+                &block,
+            );
             out.push(ProposalPart {
                 height,
                 round,
@@ -329,7 +339,7 @@ impl Signer<Ctx> for WithholdingSigner {
             return self.inner.sign_vote(vote).await;
         }
         let mut bytes = b"withheld".to_vec();
-        bytes.extend_from_slice(&vote.signing_bytes());
+        bytes.extend_from_slice(&vote.signing_bytes(self.inner.domain()));
         let sig: Sig = self.inner.sign_raw(&bytes);
         Ok(SignedMessage::new(vote, sig))
     }
@@ -371,7 +381,12 @@ mod tests {
             prev_id: Default::default(),
             samples: Vec::new(),
             agreed_time_ms: 10,
-            ticks: vec![TickTx::sign(1, 1, &signer)],
+            ticks: vec![TickTx::sign(
+                &ccron_node::crypto::SigningDomain::V1,
+                1,
+                1,
+                &signer,
+            )],
             requests: Vec::new(),
         };
         let other = other_value(&block, 3);

@@ -43,6 +43,7 @@ impl Commit for MalachiteCommit {
     }
 
     fn sample_message(
+        domain: &ccron_node::crypto::SigningDomain,
         height: u64,
         round: u32,
         id: &Hash32,
@@ -55,6 +56,6 @@ impl Commit for MalachiteCommit {
             *id,
             Address(validator.0),
         );
-        extension_signing_bytes(&scope, &ClockSample { time_ms })
+        extension_signing_bytes(domain, &scope, &ClockSample { time_ms })
     }
 }

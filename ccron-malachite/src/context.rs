@@ -1,6 +1,12 @@
 //! The Malachite `Context` of the adapter: heights, addresses, blocks, votes, proposals,
 //! proposal parts, the ed25519 signing scheme and the one codec (borsh) for everything the
 //! engine sends over the network, writes to its WAL or serves through sync.
+//!
+//! Every signature the engine makes or checks (votes, proposals, proposal parts, clock
+//! samples, validator proofs) covers the chain's signing domain
+//! ([`ccron_node::crypto::SigningDomain::message`], the genesis' chain id from version 2) over
+//! the fields below: [`Ed25519Signer`] and [`Ed25519Verifier`] carry the domain, so a vote or a
+//! part signed for one chain is refused, and counted, on another.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use borsh::{BorshDeserialize, BorshSerialize};
 use bytes::Bytes;
 pub use ccron_node::crypto::verify_raw;
+use ccron_node::crypto::{SignedKind, SigningDomain};
 pub use ccron_node::types::{Block, CarriedSample, Hash32, PubKey, Sig, TickTx};
 use malachitebft_core_types::{
     self as mct, NilOrVal, Round, SignedExtension, SignedMessage, SigningScheme, ValidatorProof,
@@ -242,15 +249,15 @@ pub struct Vote {
 }
 
 impl Vote {
-    /// The bytes signed: everything but the extension (signed separately).
-    pub fn signing_bytes(&self) -> Vec<u8> {
-        let mut out = b"ccron-vote".to_vec();
+    /// The bytes signed in `domain`: everything but the extension (signed separately).
+    pub fn signing_bytes(&self, domain: &SigningDomain) -> Vec<u8> {
+        let mut out = Vec::with_capacity(80);
         let _ = self.typ.serialize(&mut out);
         let _ = self.height.serialize(&mut out);
         let _ = self.round.serialize(&mut out);
         let _ = self.value.serialize(&mut out);
         let _ = self.validator.serialize(&mut out);
-        out
+        domain.message(SignedKind::Vote, &out)
     }
 }
 
@@ -355,21 +362,35 @@ pub struct ProposalPart {
 }
 
 impl ProposalPart {
-    /// The bytes the proposer signs.
+    /// The bytes the proposer signs in `domain`.
     pub fn signing_bytes(
+        domain: &SigningDomain,
         height: Height,
         round: Round,
         valid_round: Round,
         proposer: &Address,
         block: &Block,
     ) -> Vec<u8> {
-        let mut out = b"ccron-part".to_vec();
+        let mut out = Vec::with_capacity(90);
         let _ = height.serialize(&mut out);
         let _ = round.serialize(&mut out);
         let _ = valid_round.serialize(&mut out);
         let _ = proposer.serialize(&mut out);
         out.extend_from_slice(&block.id().0);
-        out
+        domain.message(SignedKind::ProposalPart, &out)
+    }
+
+    /// Whether the part's signature is its named proposer's, in `domain`.
+    pub fn verify(&self, domain: &SigningDomain) -> bool {
+        let bytes = Self::signing_bytes(
+            domain,
+            self.height,
+            self.round,
+            self.valid_round,
+            &self.proposer,
+            &self.block,
+        );
+        verify_raw(&PubKey(self.proposer.0), &bytes, &self.signature)
     }
 }
 
@@ -481,42 +502,65 @@ pub fn proposer_of(set: &ValidatorSet, height: Height, round: Round) -> &Validat
     set.validators.get(i as usize).unwrap_or(&NOBODY)
 }
 
-/// The bytes a vote extension signature covers.
-pub fn extension_signing_bytes(scope: &VoteExtensionScope<Ctx>, sample: &ClockSample) -> Vec<u8> {
-    let mut out = b"ccron-clock".to_vec();
+/// The bytes a vote extension (clock sample) signature covers in `domain`.
+pub fn extension_signing_bytes(
+    domain: &SigningDomain,
+    scope: &VoteExtensionScope<Ctx>,
+    sample: &ClockSample,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(90);
     let _ = scope.height.serialize(&mut out);
     let _ = scope.round.serialize(&mut out);
     let _ = scope.value_id.serialize(&mut out);
     let _ = scope.validator_address.serialize(&mut out);
     let _ = sample.serialize(&mut out);
-    out
+    domain.message(SignedKind::ClockSample, &out)
 }
 
-/// The validator's signer (the node's, [`ccron_node::crypto::Signer`]) as the engine's.
+/// The validator's signer (the node's, [`ccron_node::crypto::Signer`]) as the engine's, signing
+/// in its chain's domain.
 #[derive(Clone, Debug)]
-pub struct Ed25519Signer(pub ccron_node::crypto::Signer);
+pub struct Ed25519Signer {
+    signer: ccron_node::crypto::Signer,
+    domain: SigningDomain,
+}
 
 impl Ed25519Signer {
-    /// From a 32-byte secret.
-    pub fn new(secret: [u8; 32]) -> Self {
-        Ed25519Signer(ccron_node::crypto::Signer::new(secret))
+    /// From a 32-byte secret, signing in `domain`.
+    pub fn new(secret: [u8; 32], domain: SigningDomain) -> Self {
+        Self::of(ccron_node::crypto::Signer::new(secret), domain)
+    }
+
+    /// The node's `signer`, signing in `domain`.
+    pub fn of(signer: ccron_node::crypto::Signer, domain: SigningDomain) -> Self {
+        Ed25519Signer { signer, domain }
     }
 
     /// The public key.
     pub fn public_key(&self) -> [u8; 32] {
-        self.0.public_key()
+        self.signer.public_key()
     }
 
-    /// Signs raw bytes.
+    /// The node's signer.
+    pub fn node_signer(&self) -> &ccron_node::crypto::Signer {
+        &self.signer
+    }
+
+    /// The signing domain.
+    pub fn domain(&self) -> &SigningDomain {
+        &self.domain
+    }
+
+    /// Signs raw bytes (already in a domain: e.g. [`ProposalPart::signing_bytes`]).
     pub fn sign_raw(&self, bytes: &[u8]) -> Sig {
-        self.0.sign_raw(bytes)
+        self.signer.sign_raw(bytes)
     }
 }
 
 #[async_trait::async_trait]
 impl malachitebft_signing::Signer<Ctx> for Ed25519Signer {
     async fn sign_vote(&self, vote: Vote) -> Result<SignedMessage<Ctx, Vote>, SignError> {
-        let sig = self.sign_raw(&vote.signing_bytes());
+        let sig = self.sign_raw(&vote.signing_bytes(&self.domain));
         Ok(SignedMessage::new(vote, sig))
     }
 
@@ -524,7 +568,7 @@ impl malachitebft_signing::Signer<Ctx> for Ed25519Signer {
         &self,
         proposal: Proposal,
     ) -> Result<SignedMessage<Ctx, Proposal>, SignError> {
-        let sig = self.sign_raw(&proposal_signing_bytes(&proposal));
+        let sig = self.sign_raw(&proposal_signing_bytes(&self.domain, &proposal));
         Ok(SignedMessage::new(proposal, sig))
     }
 
@@ -533,7 +577,7 @@ impl malachitebft_signing::Signer<Ctx> for Ed25519Signer {
         scope: VoteExtensionScope<Ctx>,
         extension: ClockSample,
     ) -> Result<SignedMessage<Ctx, ClockSample>, SignError> {
-        let sig = self.sign_raw(&extension_signing_bytes(&scope, &extension));
+        let sig = self.sign_raw(&extension_signing_bytes(&self.domain, &scope, &extension));
         Ok(SignedMessage::new(extension, sig))
     }
 
@@ -543,19 +587,20 @@ impl malachitebft_signing::Signer<Ctx> for Ed25519Signer {
         peer_id: Vec<u8>,
     ) -> Result<ValidatorProof<Ctx>, SignError> {
         let bytes = ValidatorProof::<Ctx>::signing_bytes(&public_key, &peer_id);
-        let sig = self.sign_raw(&bytes);
+        let sig = self.sign_raw(&self.domain.message(SignedKind::ValidatorProof, &bytes));
         Ok(ValidatorProof::new(public_key, peer_id, sig))
     }
 }
 
-fn proposal_signing_bytes(p: &Proposal) -> Vec<u8> {
-    let mut out = b"ccron-proposal".to_vec();
+/// The bytes a proposal signature covers in `domain`.
+pub fn proposal_signing_bytes(domain: &SigningDomain, p: &Proposal) -> Vec<u8> {
+    let mut out = Vec::with_capacity(110);
     let _ = p.height.serialize(&mut out);
     let _ = p.round.serialize(&mut out);
     out.extend_from_slice(&p.value.0.id().0);
     let _ = p.pol_round.serialize(&mut out);
     let _ = p.proposer.serialize(&mut out);
-    out
+    domain.message(SignedKind::Proposal, &out)
 }
 
 /// Engine messages refused for a bad signature, counted by [`Ed25519Verifier`].
@@ -579,18 +624,29 @@ impl RefusedSignatures {
     }
 }
 
-/// Verifies everyone's signatures; each refusal is counted (when it has counters) and
-/// traced (the engine drops the message).
-#[derive(Clone, Debug, Default)]
+/// Verifies everyone's signatures in the chain's domain; each refusal (a bad signature, or
+/// one made for another chain) is counted (when it has counters) and traced (the engine drops
+/// the message).
+#[derive(Clone, Debug)]
 pub struct Ed25519Verifier {
     refused: Option<Arc<RefusedSignatures>>,
+    domain: SigningDomain,
 }
 
 impl Ed25519Verifier {
-    /// A verifier counting its refusals into `refused`.
-    pub fn counting(refused: Arc<RefusedSignatures>) -> Self {
+    /// A verifier of `domain`'s signatures, counting nothing.
+    pub fn new(domain: SigningDomain) -> Self {
+        Self {
+            refused: None,
+            domain,
+        }
+    }
+
+    /// A verifier of `domain`'s signatures counting its refusals into `refused`.
+    pub fn counting(refused: Arc<RefusedSignatures>, domain: SigningDomain) -> Self {
         Self {
             refused: Some(refused),
+            domain,
         }
     }
 
@@ -618,7 +674,7 @@ impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
         signature: &Sig,
         public_key: &PubKey,
     ) -> Result<VerificationResult, SignError> {
-        let ok = verify_raw(public_key, &vote.signing_bytes(), signature);
+        let ok = verify_raw(public_key, &vote.signing_bytes(&self.domain), signature);
         Ok(self.verdict(ok, "vote", |r| &r.votes))
     }
 
@@ -628,7 +684,11 @@ impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
         signature: &Sig,
         public_key: &PubKey,
     ) -> Result<VerificationResult, SignError> {
-        let ok = verify_raw(public_key, &proposal_signing_bytes(proposal), signature);
+        let ok = verify_raw(
+            public_key,
+            &proposal_signing_bytes(&self.domain, proposal),
+            signature,
+        );
         Ok(self.verdict(ok, "proposal", |r| &r.proposals))
     }
 
@@ -641,7 +701,7 @@ impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
     ) -> Result<VerificationResult, SignError> {
         let ok = verify_raw(
             public_key,
-            &extension_signing_bytes(scope, extension),
+            &extension_signing_bytes(&self.domain, scope, extension),
             signature,
         );
         Ok(self.verdict(ok, "extension", |r| &r.extensions))
@@ -651,8 +711,11 @@ impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
         &self,
         proof: &ValidatorProof<Ctx>,
     ) -> Result<VerificationResult, SignError> {
+        let message = self
+            .domain
+            .message(SignedKind::ValidatorProof, &proof.preimage());
         let ok = <[u8; 32]>::try_from(proof.public_key.as_slice())
-            .is_ok_and(|pk| verify_raw(&PubKey(pk), &proof.preimage(), &proof.signature));
+            .is_ok_and(|pk| verify_raw(&PubKey(pk), &message, &proof.signature));
         Ok(self.verdict(ok, "validator proof", |r| &r.proofs))
     }
 }

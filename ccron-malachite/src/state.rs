@@ -22,8 +22,8 @@ use malachitebft_app_channel::app::types::{LocallyProposedValue, ProposedValue};
 
 use crate::commit::MalachiteCommit;
 use crate::context::{
-    Address, Block, Ctx, Ed25519Signer, Ed25519Verifier, Height, ProposalPart, PubKey,
-    RefusedSignatures, ValidatorSet, Value, proposer_of, verify_raw,
+    Address, Block, Ctx, Ed25519Signer, Ed25519Verifier, Height, ProposalPart, RefusedSignatures,
+    ValidatorSet, Value, proposer_of,
 };
 
 /// Most decided values one sync answer carries.
@@ -109,7 +109,7 @@ impl<A: Application> State<A> {
         )?;
         let keys: Vec<[u8; 32]> = core.validators().addresses().iter().map(|a| a.0).collect();
         let vset = ValidatorSet::new(&keys);
-        let signer = Ed25519Signer(core.signer().clone());
+        let signer = Ed25519Signer::of(core.signer().clone(), core.domain().clone());
         let me = Address::from(core.me());
         let last = core.last_height();
         let mut my_parts = BTreeMap::new();
@@ -150,7 +150,13 @@ impl<A: Application> State<A> {
 
     /// The engine's verifier, counting into this node's status what it refuses.
     pub fn verifier(&self) -> Ed25519Verifier {
-        Ed25519Verifier::counting(self.refused.clone())
+        Ed25519Verifier::counting(self.refused.clone(), self.core.domain().clone())
+    }
+
+    /// The engine messages refused for a bad signature so far (votes, proposals, clock
+    /// samples, validator proofs; `status.json`'s `signatures_refused` at the next height).
+    pub fn signature_refusals(&self) -> ccron_node::records::SignatureRefusals {
+        self.refused.counts()
     }
 
     /// The parameters of every height (validators, timeouts, vote extensions required).
@@ -258,7 +264,14 @@ impl<A: Application> State<A> {
         valid_round: Round,
         block: ccron_node::types::Block,
     ) -> Result<ProposalPart, NodeError> {
-        let bytes = ProposalPart::signing_bytes(height, round, valid_round, &self.me, &block);
+        let bytes = ProposalPart::signing_bytes(
+            self.core.domain(),
+            height,
+            round,
+            valid_round,
+            &self.me,
+            &block,
+        );
         let part = ProposalPart {
             height,
             round,
@@ -339,18 +352,6 @@ impl<A: Application> State<A> {
         Restream::Unknown
     }
 
-    /// Whether a part's signature is its named proposer's.
-    fn signed(part: &ProposalPart) -> bool {
-        let bytes = ProposalPart::signing_bytes(
-            part.height,
-            part.round,
-            part.valid_round,
-            &part.proposer,
-            &part.block,
-        );
-        verify_raw(&PubKey(part.proposer.0), &bytes, &part.signature)
-    }
-
     /// Judges a part for the next height: the value for the engine, and the verdict the book
     /// keeps. A valid block, or one refused on this node's clock only, is persisted before the
     /// engine hears of it and remembered; a block invalid for a shared reason is neither.
@@ -390,9 +391,10 @@ impl<A: Application> State<A> {
     ) -> Result<Option<ProposedValue<Ctx>>, NodeError> {
         let from_proposer =
             proposer_of(&self.vset, part.height, part.round).address == part.proposer;
+        let domain = self.core.domain();
         if self
             .book
-            .admit(from, part, from_proposer, || Self::signed(part))
+            .admit(from, part, from_proposer, || part.verify(domain))
             .is_err()
         {
             return Ok(None);

@@ -389,7 +389,7 @@ fn adapter_block(b: &RecordedBatch, vs: &Validators) -> Block {
                     number: *number,
                     payload: payload.clone(),
                 }
-                .sign(&key)
+                .sign(&ccron_node::crypto::SigningDomain::V1, &key)
             })
             .collect(),
     }

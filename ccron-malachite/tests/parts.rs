@@ -13,6 +13,7 @@ use ccron_malachite::context::{
     Address, Block, Ed25519Signer, Hash32, Height, ProposalPart, proposer_of,
 };
 use ccron_malachite::state::{Restream, State};
+use ccron_node::crypto::SigningDomain;
 use ccron_node::localnet::{LedgerInit, init_home, localnet_secret};
 use ccron_node::{Factory, NodeOptions};
 use malachitebft_app_channel::app::types::core::{Round, Validity};
@@ -64,17 +65,17 @@ fn opts(home: &Path, index: usize) -> NodeOptions {
     }
 }
 
-/// Validator signers by address.
-fn signers() -> Vec<Ed25519Signer> {
+/// Validator signers by address, signing for the chain of `domain`.
+fn signers(domain: &SigningDomain) -> Vec<Ed25519Signer> {
     (0..N)
-        .map(|i| Ed25519Signer::new(localnet_secret(SEED, i)))
+        .map(|i| Ed25519Signer::new(localnet_secret(SEED, i), domain.clone()))
         .collect()
 }
 
-fn signer_of(addr: Address) -> Ed25519Signer {
-    signers()
+fn signer_of(domain: &SigningDomain, addr: Address) -> Ed25519Signer {
+    signers(domain)
         .into_iter()
-        .find(|s| Address(s.0.public_key()) == addr)
+        .find(|s| Address(s.public_key()) == addr)
         .unwrap()
 }
 
@@ -89,23 +90,38 @@ fn block(state: &State<Box<dyn Application>>, v: u64) -> Block {
         prev_id: Hash32::default(),
         samples: Vec::new(),
         agreed_time_ms: state.core.genesis().genesis_time_ms,
-        ticks: vec![ccron_node::TickTx::sign(component, v + 1, &signer)],
+        ticks: vec![ccron_node::TickTx::sign(
+            state.core.domain(),
+            component,
+            v + 1,
+            &signer,
+        )],
         requests: Vec::new(),
     }
 }
 
 /// The part the proposer of `(1, round)` signs for `block`.
 fn part(state: &State<Box<dyn Application>>, round: u32, block: Block) -> ProposalPart {
+    part_in(state.core.domain(), state, round, block)
+}
+
+/// [`part`] signed for the chain of `domain`.
+fn part_in(
+    domain: &SigningDomain,
+    state: &State<Box<dyn Application>>,
+    round: u32,
+    block: Block,
+) -> ProposalPart {
     let (height, round) = (Height(1), Round::new(round));
     let proposer = proposer_of(&state.vset, height, round).address;
     let valid_round = Round::Nil;
-    let bytes = ProposalPart::signing_bytes(height, round, valid_round, &proposer, &block);
+    let bytes = ProposalPart::signing_bytes(domain, height, round, valid_round, &proposer, &block);
     ProposalPart {
         height,
         round,
         valid_round,
         proposer,
-        signature: signer_of(proposer).sign_raw(&bytes),
+        signature: signer_of(domain, proposer).sign_raw(&bytes),
         block,
     }
 }
@@ -179,7 +195,7 @@ fn a_proposer_flooding_parts_across_rounds_costs_a_bounded_amount() {
     assert_eq!(node.book().counters().invalid, 1);
     // A stranger's forged parts: refused, then the peer is muted without verification.
     let mut forged = part(&node, r + 1, block(&node, 9));
-    forged.signature = signer_of(node.me()).sign_raw(b"not this");
+    forged.signature = signer_of(node.core.domain(), node.me()).sign_raw(b"not this");
     for _ in 0..100 {
         assert!(node.received_part(b"stranger", &forged).unwrap().is_none());
     }

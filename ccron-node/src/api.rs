@@ -8,6 +8,10 @@
 //!   admits it to its [`Mempool`]. Replies: `202` with the request digest (hex) when admitted,
 //!   `400` malformed / over a bound / bad signature, `409` already pending or already executed,
 //!   `429` client cap or pool full, `413` body over the limit; the body names the reason.
+//! - `GET /v1/chain`: the chain's id and signing domain version, JSON [`ChainInfo`]
+//!   (`{"chain_id": "...", "signing_domain": 2}`): what a client signs requests for. A request
+//!   or tick signed for another chain (or another domain version) is refused as a bad
+//!   signature.
 //! - `GET /v1/mempool`: the pool's counters (JSON).
 //! - `GET /v1/requests/{client}/{number}`: the result of request `number` of `client` (the
 //!   decimal `ClientId` of the client's key, [`crate::request::client_id`]): `200` with a JSON
@@ -53,6 +57,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use ccron::host::{ClientId, TickPool, TickRejection};
 
+use crate::crypto::SigningDomain;
 use crate::mempool::{Mempool, Rejection};
 use crate::request::{MAX_SIGNED_REQUEST_BYTES, SignedRequest};
 use crate::results::{RequestResult, RequestResults};
@@ -69,6 +74,8 @@ pub struct ApiState {
     pub ticks: Arc<Mutex<TickPool<TickTx>>>,
     /// The validator set (who may tick).
     pub validators: Validators,
+    /// The chain's signing domain: requests and ticks verify only if signed in it.
+    pub domain: SigningDomain,
     /// Tick submissions refused before the pool (malformed or a bad signature).
     pub ticks_invalid: Arc<AtomicU64>,
     /// The results of recently executed requests.
@@ -92,6 +99,7 @@ pub fn router(state: ApiState) -> Router {
     let schedules = ccron_http::schedule_router(Arc::new(state.reads.book.clone()));
     Router::new()
         .route("/v1/requests", post(submit))
+        .route("/v1/chain", get(chain))
         .route("/v1/mempool", get(counters))
         .route("/v1/requests/{client}/{number}", get(result))
         .route("/v1/ticks", post(submit_tick).get(tick_pool))
@@ -154,9 +162,44 @@ async fn metrics(State(state): State<ApiState>) -> axum::response::Response {
     }
 }
 
+/// What `GET /v1/chain` answers: the chain a client signs its requests for.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChainInfo {
+    /// The chain id (UTF-8; empty in signing domain 1).
+    pub chain_id: String,
+    /// The signing domain's version (1 or 2).
+    pub signing_domain: u32,
+}
+
+impl ChainInfo {
+    /// The info of `domain`.
+    pub fn of(domain: &SigningDomain) -> Self {
+        Self {
+            chain_id: String::from_utf8_lossy(domain.chain_id()).into_owned(),
+            signing_domain: domain.version(),
+        }
+    }
+
+    /// The signing domain it names.
+    ///
+    /// # Errors
+    /// An unknown version or a bad chain id.
+    pub fn domain(&self) -> Result<SigningDomain, crate::crypto::DomainError> {
+        SigningDomain::of_version(self.signing_domain, self.chain_id.as_bytes())
+    }
+}
+
+/// `GET /v1/chain`.
+async fn chain(State(state): State<ApiState>) -> (StatusCode, String) {
+    match serde_json::to_string(&ChainInfo::of(&state.domain)) {
+        Ok(s) => (StatusCode::OK, s),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
 /// `POST /v1/requests`.
 async fn submit(State(state): State<ApiState>, body: Bytes) -> (StatusCode, String) {
-    let request = match SignedRequest::decode_verified(&body) {
+    let request = match SignedRequest::decode_verified(&body, &state.domain) {
         Ok(r) => r,
         Err(e) => {
             lock(&state.mempool).count_invalid();
@@ -208,7 +251,7 @@ async fn result(
 
 /// `POST /v1/ticks`.
 async fn submit_tick(State(state): State<ApiState>, body: Bytes) -> (StatusCode, String) {
-    let Some(tick) = TickTx::decode(&body).filter(TickTx::verify) else {
+    let Some(tick) = TickTx::decode(&body).filter(|t| t.verify(&state.domain)) else {
         state.ticks_invalid.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             bytes = body.len(),

@@ -25,7 +25,7 @@ use ccron::host::{Application, BlockOutcome, TickPool};
 use ccron::ticks::TickThrottle;
 
 use crate::api::{ApiState, lock};
-use crate::crypto::Signer;
+use crate::crypto::{Signer, SigningDomain};
 use crate::forward::{FORWARD_DEADLINE, Forwarder};
 use crate::ledger::{BlockRejection, LedgerHost, PrevCommit, agreed_time, validate_block};
 use crate::mempool::{Mempool, MempoolConfig};
@@ -206,6 +206,8 @@ pub fn genesis_validators(genesis: &Genesis) -> Result<Validators, NodeError> {
 pub struct NodeCore<A, C> {
     opts: NodeOptions,
     genesis: Genesis,
+    /// The chain's signing domain (from the genesis): every signature made or checked.
+    domain: SigningDomain,
     validators: Validators,
     me: Address,
     signer: Signer,
@@ -274,6 +276,9 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         if genesis.validators.is_empty() || opts.index >= genesis.validators.len() {
             return Err(NodeError::Config("no such validator index".into()));
         }
+        let domain = genesis
+            .domain()
+            .map_err(|e| NodeError::Config(format!("genesis.json: {e}")))?;
         let signer = Signer::new(read_secret(&opts.home, opts.index)?);
         let me = Address(signer.public_key());
         let validators = genesis_validators(&genesis)?;
@@ -361,6 +366,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             },
             opts,
             genesis,
+            domain,
             validators,
             me,
             signer,
@@ -496,6 +502,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             outbox: self.outbox.clone(),
             ticks: self.ticks.clone(),
             validators: self.validators.clone(),
+            domain: self.domain.clone(),
             ticks_invalid: self.ticks_invalid.clone(),
             results: self.results.clone(),
             reads: self.reads.clone(),
@@ -510,6 +517,11 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
     /// The genesis.
     pub fn genesis(&self) -> &Genesis {
         &self.genesis
+    }
+
+    /// The chain's signing domain (from the genesis).
+    pub fn domain(&self) -> &SigningDomain {
+        &self.domain
     }
 
     /// The validators.
@@ -667,6 +679,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             self.genesis.genesis_time_ms,
             now,
             &self.validators,
+            &self.domain,
             C::sample_message,
         )
     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 
-use crate::crypto::Signer;
+use crate::crypto::{Signer, SigningDomain};
 use crate::request::{ClientRequest, MAX_SIGNED_REQUEST_BYTES};
 use crate::types::{Sig, TickTx};
 
@@ -138,11 +138,15 @@ pub enum Junk {
     GarbageRequest,
     /// A body over the endpoint's bound.
     OversizedRequest,
+    /// Its own tick, validly signed for another chain (same key, another chain id).
+    OtherChainTick,
+    /// A client request validly signed for another chain.
+    OtherChainRequest,
 }
 
 impl Junk {
     /// Every kind of junk, in the order posted.
-    pub const ALL: [Junk; 8] = [
+    pub const ALL: [Junk; 10] = [
         Junk::ForgedTick,
         Junk::UnknownComponent,
         Junk::StrangerTick,
@@ -151,6 +155,8 @@ impl Junk {
         Junk::ForgedRequest,
         Junk::GarbageRequest,
         Junk::OversizedRequest,
+        Junk::OtherChainTick,
+        Junk::OtherChainRequest,
     ];
 
     /// Its name in the stats.
@@ -164,30 +170,43 @@ impl Junk {
             Junk::ForgedRequest => "forged_request",
             Junk::GarbageRequest => "garbage_request",
             Junk::OversizedRequest => "oversized_request",
+            Junk::OtherChainTick => "other_chain_tick",
+            Junk::OtherChainRequest => "other_chain_request",
         }
     }
 
-    /// The path and body of junk number `k` of this kind from `signer`.
-    pub fn make(self, signer: &Signer, component: u32, k: u64) -> (&'static str, Vec<u8>) {
+    /// The path and body of junk number `k` of this kind from `signer`, for the chain of
+    /// signing domain `domain`.
+    pub fn make(
+        self,
+        domain: &SigningDomain,
+        signer: &Signer,
+        component: u32,
+        k: u64,
+    ) -> (&'static str, Vec<u8>) {
+        let other = other_chain(domain);
         match self {
             Junk::ForgedTick => {
-                let mut t = TickTx::sign(component, k.saturating_add(1 << 40), signer);
+                let mut t = TickTx::sign(domain, component, k.saturating_add(1 << 40), signer);
                 t.signature.0[7] ^= 0x20;
                 ("/v1/ticks", t.encode())
             }
             Junk::UnknownComponent => (
                 "/v1/ticks",
-                TickTx::sign(u32::MAX - 7, k.saturating_add(1), signer).encode(),
+                TickTx::sign(domain, u32::MAX - 7, k.saturating_add(1), signer).encode(),
             ),
             Junk::StrangerTick => {
                 let stranger = Signer::new([0x5a; 32]);
                 (
                     "/v1/ticks",
-                    TickTx::sign(component, k.saturating_add(1), &stranger).encode(),
+                    TickTx::sign(domain, component, k.saturating_add(1), &stranger).encode(),
                 )
             }
             // The same number every time: admitted once at most, then pending or stale.
-            Junk::ReplayedTick => ("/v1/ticks", TickTx::sign(component, 1, signer).encode()),
+            Junk::ReplayedTick => (
+                "/v1/ticks",
+                TickTx::sign(domain, component, 1, signer).encode(),
+            ),
             Junk::OversizedTick => ("/v1/ticks", vec![0xab; crate::types::MAX_TICK_BYTES * 4]),
             Junk::ForgedRequest => {
                 let key = SigningKey::from_bytes(&[0x3c; 32]);
@@ -196,14 +215,37 @@ impl Junk {
                     number: k.saturating_add(1),
                     payload: b"forged".to_vec(),
                 }
-                .sign(&key);
+                .sign(domain, &key);
                 r.signature = Sig([0x11; 64]);
+                ("/v1/requests", r.encode())
+            }
+            Junk::OtherChainTick => (
+                "/v1/ticks",
+                TickTx::sign(&other, component, k.saturating_add(1 << 41), signer).encode(),
+            ),
+            Junk::OtherChainRequest => {
+                let key = SigningKey::from_bytes(&[0x3d; 32]);
+                let r = ClientRequest {
+                    client_key: key.verifying_key().to_bytes(),
+                    number: k.saturating_add(1),
+                    payload: b"other chain".to_vec(),
+                }
+                .sign(&other, &key);
                 ("/v1/requests", r.encode())
             }
             Junk::GarbageRequest => ("/v1/requests", vec![0xff; 97]),
             Junk::OversizedRequest => ("/v1/requests", vec![0u8; MAX_SIGNED_REQUEST_BYTES * 3]),
         }
     }
+}
+
+/// A chain other than `domain`'s (version 2 with another chain id; for a version 1 chain a
+/// version 2 one).
+fn other_chain(domain: &SigningDomain) -> SigningDomain {
+    let mut id = domain.chain_id().to_vec();
+    id.truncate(crate::crypto::MAX_CHAIN_ID_BYTES - 6);
+    id.extend_from_slice(b"-other");
+    SigningDomain::chain(&id).unwrap_or(SigningDomain::V1)
 }
 
 /// What a [`HostileClient`] posted, and the answers: per junk kind, status code -> count
@@ -223,12 +265,14 @@ pub struct HostileClient {
 }
 
 impl HostileClient {
-    /// Starts posting to `targets` as `signer` (a validator's key), ticks for `component`.
+    /// Starts posting to `targets` as `signer` (a validator's key) of the chain of `domain`,
+    /// ticks for `component`.
     ///
     /// # Errors
     /// The thread could not be spawned.
     pub fn start(
         targets: Vec<SocketAddr>,
+        domain: SigningDomain,
         signer: Signer,
         component: u32,
         interval: Duration,
@@ -242,7 +286,7 @@ impl HostileClient {
                 let mut k = 0u64;
                 while !flag.load(Ordering::Relaxed) {
                     for junk in Junk::ALL {
-                        let (path, body) = junk.make(&signer, component, k);
+                        let (path, body) = junk.make(&domain, &signer, component, k);
                         for &t in &targets {
                             let code = crate::load::post(t, path, &body).map_or(0, |(c, _)| c);
                             *stats
@@ -301,12 +345,13 @@ mod tests {
     #[test]
     fn every_junk_is_refused_by_the_checks_a_node_makes() {
         let signer = Signer::new([9; 32]);
+        let d = SigningDomain::chain(b"hostile").unwrap();
         for junk in Junk::ALL {
-            let (path, body) = junk.make(&signer, 1, 3);
+            let (path, body) = junk.make(&d, &signer, 1, 3);
             match junk {
-                Junk::ForgedTick | Junk::OversizedTick => {
+                Junk::ForgedTick | Junk::OversizedTick | Junk::OtherChainTick => {
                     assert!(
-                        TickTx::decode(&body).filter(TickTx::verify).is_none(),
+                        TickTx::decode(&body).filter(|t| t.verify(&d)).is_none(),
                         "{junk:?}"
                     )
                 }
@@ -314,14 +359,17 @@ mod tests {
                     // Well signed: refused by the pool (unknown component, not a validator,
                     // stale or pending), not by the signature check.
                     assert!(
-                        TickTx::decode(&body).is_some_and(|t| t.verify()),
+                        TickTx::decode(&body).is_some_and(|t| t.verify(&d)),
                         "{junk:?}"
                     )
                 }
-                Junk::ForgedRequest | Junk::GarbageRequest | Junk::OversizedRequest => {
+                Junk::ForgedRequest
+                | Junk::GarbageRequest
+                | Junk::OversizedRequest
+                | Junk::OtherChainRequest => {
                     assert_eq!(path, "/v1/requests");
                     assert!(
-                        crate::request::SignedRequest::decode_verified(&body).is_err(),
+                        crate::request::SignedRequest::decode_verified(&body, &d).is_err(),
                         "{junk:?}"
                     )
                 }

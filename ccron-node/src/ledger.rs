@@ -19,7 +19,7 @@ use ccron::host::{
     TickGate, TimeRule, Tx,
 };
 
-use crate::crypto::Ed25519;
+use crate::crypto::{Ed25519, SigningDomain};
 use crate::request::{MAX_BLOCK_REQUEST_BYTES, MAX_BLOCK_REQUESTS, RequestError};
 use crate::types::{Address, Block, Hash32, Validators};
 
@@ -271,8 +271,14 @@ impl BlockRejection {
 
 /// The bytes a validator signs for its clock sample: the engine's vote-extension scope. Given
 /// by the engine adapter ([`crate::Commit::sample_message`]).
-pub type SampleMessage =
-    fn(height: u64, round: u32, id: &Hash32, validator: &Address, time_ms: i64) -> Vec<u8>;
+pub type SampleMessage = fn(
+    domain: &SigningDomain,
+    height: u64,
+    round: u32,
+    id: &Hash32,
+    validator: &Address,
+    time_ms: i64,
+) -> Vec<u8>;
 
 /// Checks a proposed block as the next one of `ledger`, at this validator's clock `now_ms`:
 ///
@@ -288,8 +294,12 @@ pub type SampleMessage =
 ///   `(client, number)` twice);
 /// - each request's own bounds.
 ///
+/// Every signature (samples, ticks, requests) is checked in the chain's signing `domain`: one
+/// made for another chain is a bad signature.
+///
 /// # Errors
 /// The first reason the block is invalid.
+#[allow(clippy::too_many_arguments)]
 pub fn validate_block<A: Application>(
     ledger: &LedgerHost<A>,
     block: &Block,
@@ -297,6 +307,7 @@ pub fn validate_block<A: Application>(
     genesis_ms: i64,
     now_ms: i64,
     validators: &Validators,
+    domain: &SigningDomain,
     sample_message: SampleMessage,
 ) -> Result<(), BlockRejection> {
     let bytes = block.encode().len();
@@ -331,6 +342,7 @@ pub fn validate_block<A: Application>(
                         signed: Signed {
                             key: &s.validator.0,
                             message: sample_message(
+                                domain,
                                 prev_height,
                                 block.prev_round,
                                 &block.prev_id,
@@ -362,6 +374,7 @@ pub fn validate_block<A: Application>(
                 signed: Signed {
                     key: &t.submitter.0,
                     message: crate::types::TickTx::signing_bytes(
+                        domain,
                         t.component,
                         &t.submitter,
                         t.number,
@@ -379,7 +392,7 @@ pub fn validate_block<A: Application>(
                 encoded_len: r.encoded_len(),
                 signed: Signed {
                     key: &r.request.client_key,
-                    message: r.request.signing_bytes(),
+                    message: r.request.signing_bytes(domain),
                     signature: &r.signature.0,
                 },
             })

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::core::http_addr_path;
+use crate::crypto::SigningDomain;
 use crate::request::{ClientRequest, SignedRequest};
 
 /// The payload of request number k of the load client whose ledger id is the first argument
@@ -96,14 +97,19 @@ pub fn client_key(seed: u64) -> SigningKey {
     SigningKey::from_bytes(&h)
 }
 
-/// Request `number` of `key`'s client with `payload`, signed.
-pub fn signed_request(key: &SigningKey, number: u64, payload: Vec<u8>) -> SignedRequest {
+/// Request `number` of `key`'s client with `payload`, signed for the chain of `domain`.
+pub fn signed_request(
+    domain: &SigningDomain,
+    key: &SigningKey,
+    number: u64,
+    payload: Vec<u8>,
+) -> SignedRequest {
     ClientRequest {
         client_key: key.verifying_key().to_bytes(),
         number,
         payload,
     }
-    .sign(key)
+    .sign(domain, key)
 }
 
 /// The largest response read back.
@@ -264,6 +270,17 @@ fn read_addr(home: &Path, i: usize) -> Option<SocketAddr> {
 }
 
 fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
+    // The chain the requests are signed for: the localnet's genesis.
+    let domain = match crate::core::read_genesis(&opts.home).and_then(|g| {
+        g.domain()
+            .map_err(|e| crate::core::NodeError::Config(e.to_string()))
+    }) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(error = %e, "load: no signing domain: nothing sent");
+            return LoadStats::default();
+        }
+    };
     let key = client_key(opts.seed);
     let client = crate::request::client_id(&key.verifying_key().to_bytes());
     let mut stats = LoadStats::default();
@@ -271,7 +288,8 @@ fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.interval);
         number += 1;
-        let request = signed_request(&key, number, (opts.payload)(client, number)).encode();
+        let request =
+            signed_request(&domain, &key, number, (opts.payload)(client, number)).encode();
         stats.orders += 1;
         let mut admitted = false;
         for i in 0..opts.nodes {

@@ -444,19 +444,40 @@ pub fn init_home(
         });
     }
     drop(listeners);
+    let genesis_time_ms = now_ms();
     let genesis = Genesis {
-        genesis_time_ms: now_ms(),
+        genesis_time_ms,
         validators,
         ledger: ledger.name.clone(),
         tick_periods: ledger.tick_periods.clone(),
         pages: ledger.pages,
         setup_digest: ledger.setup_digest.clone(),
+        // Signing domain 2: every signature names this chain (two homes of one seed share keys).
+        chain_id: format!("localnet-{seed}-{genesis_time_ms}-{}", chain_nonce()),
+        signing_domain: Some(2),
     };
     std::fs::write(
         home.join("genesis.json"),
         serde_json::to_vec_pretty(&genesis).map_err(std::io::Error::other)?,
     )?;
     Ok(genesis)
+}
+
+/// Eight hex digits telling apart two homes initialised in one millisecond (their chain ids):
+/// the clock, the process and a count within it.
+fn chain_nonce() -> String {
+    use sha2::Digest as _;
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let h = sha2::Sha256::new()
+        .chain_update(now_ms().to_le_bytes())
+        .chain_update(std::process::id().to_le_bytes())
+        .chain_update(
+            COUNT
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .to_le_bytes(),
+        )
+        .finalize();
+    hex(&h[..4])
 }
 
 /// Starts node `i` on `bin` (the binary the supervisor runs it on: [`Supervisor::binary`]).

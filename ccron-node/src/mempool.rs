@@ -365,7 +365,7 @@ mod tests {
             number,
             payload: payload.to_vec(),
         }
-        .sign(&key)
+        .sign(&crate::crypto::SigningDomain::V1, &key)
     }
 
     #[test]

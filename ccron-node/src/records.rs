@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::crypto::{DomainError, SigningDomain};
 use crate::ledger::{DEFAULT_PAGES, DEFAULT_TICK_PERIOD_MS, LedgerSetup};
 use crate::mempool::MempoolCounters;
 use ccron::host::TickPoolCounters;
@@ -33,6 +34,15 @@ pub struct Genesis {
     /// refuses to start (`None`: not recorded, nothing compared).
     #[serde(default)]
     pub setup_digest: Option<String>,
+    /// The chain id (UTF-8, at most [`crate::crypto::MAX_CHAIN_ID_BYTES`] bytes): named in
+    /// every signature of signing domain 2. Empty in a genesis written before it existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub chain_id: String,
+    /// The signing domain's version ([`crate::crypto::SigningDomain`]): `None` (a genesis
+    /// written before the field existed) is version 1, the domains without a chain id that the
+    /// stores of such chains hold signatures over; `init` writes 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_domain: Option<u32>,
 }
 
 fn default_pages() -> (usize, u32) {
@@ -40,6 +50,15 @@ fn default_pages() -> (usize, u32) {
 }
 
 impl Genesis {
+    /// The chain's signing domain: version [`Genesis::signing_domain`](Self::signing_domain) (1 when absent) over
+    /// [`Genesis::chain_id`].
+    ///
+    /// # Errors
+    /// An unknown version, or version 2 with an empty or oversized chain id.
+    pub fn domain(&self) -> Result<SigningDomain, DomainError> {
+        SigningDomain::of_version(self.signing_domain.unwrap_or(1), self.chain_id.as_bytes())
+    }
+
     /// The ledger setup every node derives from this genesis; `components` are the ledger's own
     /// ticking components, used at [`DEFAULT_TICK_PERIOD_MS`] when the genesis lists none.
     pub fn setup(&self, components: &[u32]) -> LedgerSetup {

@@ -2,8 +2,9 @@
 //! blocks and every validator re-verifies.
 //!
 //! A request is `(client key, request number, payload)`, signed by the client's ed25519 key over
-//! a domain-separated encoding ([`ClientRequest::signing_bytes`]): the domain tag, the key, the
-//! number (8 bytes LE), the payload's length (8 bytes LE) and the payload. The ledger sees the
+//! a domain-separated encoding ([`ClientRequest::signing_bytes`]): the chain's signing domain
+//! for requests ([`SigningDomain::message`]: the chain id in version 2), the key, the number
+//! (8 bytes LE), the payload's length (8 bytes LE) and the payload. The ledger sees the
 //! client as [`ClientId`] = the first 8 bytes (LE) of `SHA-256("ccron-malachite/client-id" ||
 //! key)` ([`client_id`]), and each `(client, number)` executes at most once
 //! ([`ccron::host::ExecutedRequests`]). Sizes are bounded everywhere: the payload by
@@ -15,11 +16,12 @@ use ccron::host::ClientId;
 use ed25519_dalek::{Signer as _, SigningKey};
 use sha2::{Digest, Sha256};
 
-use crate::crypto::verify_raw;
+use crate::crypto::{SignedKind, SigningDomain, verify_raw};
 use crate::types::{Hash32, PubKey, Sig};
 
-/// The domain tag every request signature covers (a request signature can never be taken for
-/// a vote, a proposal or a clock sample, whose tags differ).
+/// The domain tag request signatures covered in signing domain version 1
+/// ([`crate::crypto::SignedKind::v1_tag`]; a request signature can never be taken for a vote, a
+/// proposal or a clock sample, whose tags differ).
 pub const REQUEST_DOMAIN: &[u8] = b"ccron-malachite/client-request/v1";
 
 /// The largest request payload.
@@ -96,15 +98,14 @@ pub fn client_id(key: &[u8; 32]) -> ClientId {
 }
 
 impl ClientRequest {
-    /// The bytes the client signs.
-    pub fn signing_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(REQUEST_DOMAIN.len() + 48 + self.payload.len());
-        out.extend_from_slice(REQUEST_DOMAIN);
+    /// The bytes the client signs for chain `domain`.
+    pub fn signing_bytes(&self, domain: &SigningDomain) -> Vec<u8> {
+        let mut out = Vec::with_capacity(48 + self.payload.len());
         out.extend_from_slice(&self.client_key);
         out.extend_from_slice(&self.number.to_le_bytes());
         out.extend_from_slice(&(self.payload.len() as u64).to_le_bytes());
         out.extend_from_slice(&self.payload);
-        out
+        domain.message(SignedKind::Request, &out)
     }
 
     /// The ledger's id of the client ([`client_id`]).
@@ -112,9 +113,10 @@ impl ClientRequest {
         client_id(&self.client_key)
     }
 
-    /// Signs the request with `key` (whose public key must be `client_key` for it to verify).
-    pub fn sign(self, key: &SigningKey) -> SignedRequest {
-        let signature = Sig(key.sign(&self.signing_bytes()).to_bytes());
+    /// Signs the request for chain `domain` with `key` (whose public key must be `client_key`
+    /// for it to verify).
+    pub fn sign(self, domain: &SigningDomain, key: &SigningKey) -> SignedRequest {
+        let signature = Sig(key.sign(&self.signing_bytes(domain)).to_bytes());
         SignedRequest {
             request: self,
             signature,
@@ -138,15 +140,16 @@ impl SignedRequest {
         Ok(())
     }
 
-    /// Checks the bounds and the signature.
+    /// Checks the bounds and the signature (made for chain `domain`).
     ///
     /// # Errors
-    /// [`RequestError::PayloadTooLarge`] or [`RequestError::BadSignature`].
-    pub fn verify(&self) -> Result<(), RequestError> {
+    /// [`RequestError::PayloadTooLarge`] or [`RequestError::BadSignature`] (also a signature
+    /// made for another chain or signing domain).
+    pub fn verify(&self, domain: &SigningDomain) -> Result<(), RequestError> {
         self.check_bounds()?;
         if !verify_raw(
             &PubKey(self.request.client_key),
-            &self.request.signing_bytes(),
+            &self.request.signing_bytes(domain),
             &self.signature,
         ) {
             return Err(RequestError::BadSignature);
@@ -184,9 +187,9 @@ impl SignedRequest {
     ///
     /// # Errors
     /// The first failure.
-    pub fn decode_verified(bytes: &[u8]) -> Result<Self, RequestError> {
+    pub fn decode_verified(bytes: &[u8], domain: &SigningDomain) -> Result<Self, RequestError> {
         let r = Self::decode(bytes)?;
-        r.verify()?;
+        r.verify(domain)?;
         Ok(r)
     }
 
@@ -209,13 +212,17 @@ mod tests {
         SigningKey::from_bytes(&[i; 32])
     }
 
+    fn d() -> SigningDomain {
+        SigningDomain::chain(b"test-chain").unwrap()
+    }
+
     fn request(k: &SigningKey, number: u64, payload: &[u8]) -> SignedRequest {
         ClientRequest {
             client_key: k.verifying_key().to_bytes(),
             number,
             payload: payload.to_vec(),
         }
-        .sign(k)
+        .sign(&d(), k)
     }
 
     #[test]
@@ -223,7 +230,7 @@ mod tests {
         let r = request(&key(1), 7, b"hello");
         let bytes = r.encode();
         assert_eq!(bytes.len(), r.encoded_len());
-        let back = SignedRequest::decode_verified(&bytes).unwrap();
+        let back = SignedRequest::decode_verified(&bytes, &d()).unwrap();
         assert_eq!(back, r);
         assert_eq!(back.digest(), r.digest());
         assert_eq!(back.client(), client_id(&key(1).verifying_key().to_bytes()));
@@ -237,25 +244,25 @@ mod tests {
         // Any changed field breaks the signature.
         let mut other = r.clone();
         other.request.number = 2;
-        assert_eq!(other.verify(), Err(RequestError::BadSignature));
+        assert_eq!(other.verify(&d()), Err(RequestError::BadSignature));
         let mut other = r.clone();
         other.request.payload = b"paY".to_vec();
-        assert_eq!(other.verify(), Err(RequestError::BadSignature));
+        assert_eq!(other.verify(&d()), Err(RequestError::BadSignature));
         let mut other = r.clone();
         other.request.client_key = key(4).verifying_key().to_bytes();
-        assert_eq!(other.verify(), Err(RequestError::BadSignature));
+        assert_eq!(other.verify(&d()), Err(RequestError::BadSignature));
         // Signed by a key that is not the request's.
         let forged = ClientRequest {
             client_key: k.verifying_key().to_bytes(),
             number: 1,
             payload: b"pay".to_vec(),
         }
-        .sign(&key(5));
-        assert_eq!(forged.verify(), Err(RequestError::BadSignature));
+        .sign(&d(), &key(5));
+        assert_eq!(forged.verify(&d()), Err(RequestError::BadSignature));
         // Payload and encoding limits.
         let big = request(&k, 1, &vec![0; MAX_PAYLOAD_BYTES + 1]);
         assert!(matches!(
-            big.verify(),
+            big.verify(&d()),
             Err(RequestError::PayloadTooLarge { .. })
         ));
         assert!(matches!(
@@ -264,7 +271,7 @@ mod tests {
         ));
         let max = request(&k, 1, &vec![0; MAX_PAYLOAD_BYTES]);
         assert_eq!(max.encode().len(), MAX_SIGNED_REQUEST_BYTES);
-        assert!(SignedRequest::decode_verified(&max.encode()).is_ok());
+        assert!(SignedRequest::decode_verified(&max.encode(), &d()).is_ok());
         // Truncated, extended and garbage bytes.
         let bytes = r.encode();
         assert!(matches!(
@@ -287,9 +294,12 @@ mod tests {
             number: 1,
             payload: vec![2, 3],
         };
-        let b = a.signing_bytes();
+        let b = a.signing_bytes(&SigningDomain::V1);
         assert!(b.starts_with(REQUEST_DOMAIN));
         assert_eq!(b.len(), REQUEST_DOMAIN.len() + 32 + 8 + 8 + 2);
+        let v2 = a.signing_bytes(&d());
+        assert!(v2.starts_with(crate::crypto::SIGNING_DOMAIN_V2));
+        assert!(v2.ends_with(&b[REQUEST_DOMAIN.len()..]));
         assert_eq!(
             &b[REQUEST_DOMAIN.len() + 40..REQUEST_DOMAIN.len() + 48],
             &2u64.to_le_bytes()

@@ -607,7 +607,9 @@ mod tests {
             agreed_time_ms: GENESIS_MS + 250 * h as i64 + shift,
             ticks: components
                 .iter()
-                .map(|&component| TickTx::sign(component, h, &signer))
+                .map(|&component| {
+                    TickTx::sign(&crate::crypto::SigningDomain::V1, component, h, &signer)
+                })
                 .collect(),
             requests: Vec::new(),
         }

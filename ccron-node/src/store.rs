@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use borsh::{BorshDeserialize, BorshSerialize};
 
+use crate::crypto::{SignedKind, SigningDomain};
 use crate::types::{Address, Block, CarriedSample, Hash32};
 
 /// Largest record accepted when reading the store back.
@@ -35,8 +36,10 @@ pub trait Commit:
     /// The signed clock samples of the commit's precommits (the next block carries them).
     fn samples(&self) -> Vec<CarriedSample>;
     /// The bytes `validator` signed for its clock sample `time_ms` on a precommit of value `id`
-    /// in round `round` at `height` (the engine's vote-extension scope).
+    /// in round `round` at `height` (the engine's vote-extension scope), in the chain's signing
+    /// `domain`.
     fn sample_message(
+        domain: &SigningDomain,
         height: u64,
         round: u32,
         id: &Hash32,
@@ -46,7 +49,8 @@ pub trait Commit:
 }
 
 /// A commit record without an engine: height, round, value id and the carried samples, with
-/// the sample message `(domain, height, round, id, validator, time)` borsh-encoded. For tools and
+/// the sample message the signing domain's plain-sample tag followed by `(height, round, id,
+/// validator, time)` borsh-encoded. For tools and
 /// tests that drive a node's stores and ledger without consensus.
 #[derive(Clone, Debug, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
 pub struct PlainCommit {
@@ -85,8 +89,16 @@ impl Commit for PlainCommit {
     fn samples(&self) -> Vec<CarriedSample> {
         self.samples.clone()
     }
-    fn sample_message(height: u64, round: u32, id: &Hash32, v: &Address, t: i64) -> Vec<u8> {
-        borsh::to_vec(&(b"ccron-node/plain-sample", height, round, id, v, t)).unwrap_or_default()
+    fn sample_message(
+        domain: &SigningDomain,
+        height: u64,
+        round: u32,
+        id: &Hash32,
+        v: &Address,
+        t: i64,
+    ) -> Vec<u8> {
+        let fields = borsh::to_vec(&(height, round, id, v, t)).unwrap_or_default();
+        domain.message(SignedKind::PlainSample, &fields)
     }
 }
 

@@ -8,9 +8,12 @@
 //!
 //! - every exchange has a deadline ([`NodeApiConfig::timeout_ms`], connect to the last byte)
 //!   and reads at most [`NodeApiConfig::max_answer_bytes`] of an answer;
-//! - a request is signed in the node's format ([`crate::request`]), its payload checked
-//!   against [`MAX_PAYLOAD_BYTES`] before signing, and posted to **every** node (whichever
-//!   proposes next has it; the pools dedupe by digest, execution by `(client, number)`);
+//! - a request is signed in the node's format ([`crate::request`]) for the nodes' chain (its
+//!   signing domain: given with [`NodeSubmit::with_domain`], or read from `GET /v1/chain` and
+//!   believed when f+1 nodes answer it identically, [`NodeApi::domain_by_quorum`], so the
+//!   client works against chains of either domain version), its payload checked against
+//!   [`MAX_PAYLOAD_BYTES`] before signing, and posted to **every** node (whichever proposes
+//!   next has it; the pools dedupe by digest, execution by `(client, number)`);
 //! - a result is believed only when f+1 nodes return it identically ([`NodeApi::result_by_quorum`]);
 //! - pacing: at most [`NodeSubmitConfig::max_in_flight`] requests await execution, and never a
 //!   number more than [`REQUEST_WINDOW`] above the oldest of them (the ledger refuses a number
@@ -40,6 +43,8 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::api::ChainInfo;
+use crate::crypto::SigningDomain;
 use crate::request::{ClientRequest, MAX_PAYLOAD_BYTES, SignedRequest, client_id};
 use crate::results::RequestResult;
 
@@ -97,9 +102,12 @@ pub enum NodeApiError {
         /// The answer's first bytes.
         text: String,
     },
-    /// A `200` result that does not parse.
-    #[error("malformed result: {0}")]
+    /// A `200` answer that does not parse.
+    #[error("malformed answer: {0}")]
     Malformed(String),
+    /// Fewer than f+1 nodes gave one answer (or two answers had f+1 each).
+    #[error("no quorum: {0}")]
+    NoQuorum(String),
 }
 
 /// What one node said to `POST /v1/requests`.
@@ -276,6 +284,68 @@ impl NodeApi {
                 });
             }
         })
+    }
+
+    /// Reads `node`'s chain id and signing domain version (`GET /v1/chain`; a `404`, from a
+    /// node built before the route, is domain 1).
+    ///
+    /// # Errors
+    /// [`NodeApiError`] when the exchange failed, the status is not `200` or the answer does
+    /// not parse.
+    pub async fn chain(&self, node: &str) -> Result<ChainInfo, NodeApiError> {
+        let url = format!("{}/v1/chain", node.trim_end_matches('/'));
+        let (status, body) = self.exchange(Method::GET, &url, Vec::new()).await?;
+        if status == 404 {
+            // A node built before the route existed: its chain signs in domain 1.
+            return Ok(ChainInfo {
+                chain_id: String::new(),
+                signing_domain: 1,
+            });
+        }
+        if status != 200 {
+            return Err(NodeApiError::Unexpected {
+                status,
+                text: excerpt(&body),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| NodeApiError::Malformed(e.to_string()))
+    }
+
+    /// The nodes' signing domain, believed when f+1 (the configured quorum) answer it
+    /// identically.
+    ///
+    /// # Errors
+    /// [`NodeApiError::NoQuorum`] without f+1 identical answers (or with two such answers:
+    /// more than f faulty nodes), [`NodeApiError::Malformed`] for a domain this build does not
+    /// know.
+    pub async fn domain_by_quorum(&self) -> Result<SigningDomain, NodeApiError> {
+        let reads = self.cfg.nodes.iter().map(|n| self.chain(n));
+        let answers = futures_join_all(reads).await;
+        let mut seen: BTreeMap<(String, u32), usize> = BTreeMap::new();
+        let mut errors = Vec::new();
+        for a in answers {
+            match a {
+                Ok(c) => *seen.entry((c.chain_id, c.signing_domain)).or_insert(0) += 1,
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        let quorum = self.cfg.quorum.max(1);
+        let mut believed = seen.into_iter().filter(|(_, k)| *k >= quorum);
+        match (believed.next(), believed.next()) {
+            (Some(((chain_id, signing_domain), _)), None) => ChainInfo {
+                chain_id,
+                signing_domain,
+            }
+            .domain()
+            .map_err(|e| NodeApiError::Malformed(e.to_string())),
+            (Some(_), Some(_)) => Err(NodeApiError::NoQuorum(
+                "two quorums name different chains".into(),
+            )),
+            (None, _) => Err(NodeApiError::NoQuorum(format!(
+                "fewer than {quorum} nodes agree on the chain ({})",
+                errors.join("; ")
+            ))),
+        }
     }
 
     /// Posts `bytes` to every node, concurrently; each node's answer in node order.
@@ -502,6 +572,8 @@ struct Pending {
 pub struct NodeSubmit {
     api: NodeApi,
     key: SigningKey,
+    /// The nodes' signing domain (read by quorum before the first signature when not given).
+    domain: Option<SigningDomain>,
     client: ClientId,
     cfg: NodeSubmitConfig,
     next: u64,
@@ -524,6 +596,7 @@ impl NodeSubmit {
         Self {
             api,
             key,
+            domain: None,
             client,
             cfg: NodeSubmitConfig {
                 max_in_flight: cfg.max_in_flight.clamp(1, max),
@@ -543,6 +616,39 @@ impl NodeSubmit {
         self.next = self.next.max(file.reserved());
         self.numbers = Some(file);
         self
+    }
+
+    /// Signs for `domain` (the chain's, e.g. from `--chain-id`) instead of reading it from the
+    /// nodes before the first request.
+    pub fn with_domain(mut self, domain: SigningDomain) -> Self {
+        self.domain = Some(domain);
+        self
+    }
+
+    /// The signing domain requests are signed in: the given one, else the nodes' by quorum
+    /// (read once).
+    ///
+    /// # Errors
+    /// [`SubmitError::NotSent`] when no quorum of nodes names it (nothing signed).
+    pub async fn domain(&mut self) -> Result<SigningDomain, SubmitError> {
+        if let Some(d) = &self.domain {
+            return Ok(d.clone());
+        }
+        match self.api.domain_by_quorum().await {
+            Ok(d) => {
+                tracing::info!(
+                    version = d.version(),
+                    chain = %String::from_utf8_lossy(d.chain_id()),
+                    "signing domain read from the nodes"
+                );
+                self.domain = Some(d.clone());
+                Ok(d)
+            }
+            Err(e) => {
+                self.counters.not_sent += 1;
+                Err(SubmitError::NotSent(format!("chain unknown: {e}")))
+            }
+        }
     }
 
     /// The ledger's id of this client (what `Policy::outbox_consumer` names for a relay).
@@ -572,7 +678,11 @@ impl NodeSubmit {
 
     /// Signs `payload` under a new number, or finds the pending request of an equal payload;
     /// returns its number and encoded bytes.
-    fn request_for(&mut self, payload: Vec<u8>) -> Result<(u64, Vec<u8>), SubmitError> {
+    fn request_for(
+        &mut self,
+        domain: &SigningDomain,
+        payload: Vec<u8>,
+    ) -> Result<(u64, Vec<u8>), SubmitError> {
         if payload.len() > MAX_PAYLOAD_BYTES {
             self.counters.refused += 1;
             return Err(SubmitError::Refused(format!(
@@ -606,7 +716,7 @@ impl NodeSubmit {
             number,
             payload,
         }
-        .sign(&self.key);
+        .sign(domain, &self.key);
         let bytes = signed.encode();
         self.next = number.saturating_add(1);
         self.counters.signed += 1;
@@ -635,7 +745,8 @@ impl NodeSubmit {
     /// itself: over a bound, or every answering node refused it), [`SubmitError::NotSent`]
     /// (no node took it; it stays pending and goes out again under its number).
     pub async fn send(&mut self, payload: Vec<u8>) -> Result<u64, SubmitError> {
-        let (number, bytes) = self.request_for(payload)?;
+        let domain = self.domain().await?;
+        let (number, bytes) = self.request_for(&domain, payload)?;
         let answers = self.api.post_to_all(&bytes).await;
         let (mut held, mut stale, mut refused) = (0usize, 0usize, Vec::new());
         let mut other = Vec::new();

@@ -45,7 +45,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             }
         };
         self.set_tick_number(req_seq);
-        let tick = TickTx::sign(component, req_seq, self.signer());
+        let tick = TickTx::sign(self.domain(), component, req_seq, self.signer());
         let bytes = tick.encode();
         let me = Some(self.my_index());
         let admitted = lock(self.tick_pool()).admit(component, me, req_seq, tick);

@@ -10,7 +10,7 @@ use std::fmt;
 use borsh::{BorshDeserialize, BorshSerialize};
 use sha2::{Digest, Sha256};
 
-use crate::crypto::{Signer, verify_raw};
+use crate::crypto::{SignedKind, Signer, SigningDomain, verify_raw};
 use crate::request::SignedRequest;
 
 /// A validator address: its ed25519 public key.
@@ -147,7 +147,8 @@ pub struct CarriedSample {
     pub signature: Sig,
 }
 
-/// The domain tag of tick signatures.
+/// The domain tag of tick signatures in signing domain version 1
+/// ([`crate::crypto::SignedKind::v1_tag`]).
 pub const TICK_DOMAIN: &[u8] = b"ccron-malachite/tick/v1";
 
 /// The largest encoded tick transaction accepted from the network (4 + 32 + 8 + 64 bytes).
@@ -155,8 +156,9 @@ pub const MAX_TICK_BYTES: usize = 108;
 
 /// A tick transaction: a validator's request to evaluate one component's cron table.
 ///
-/// Signed with the submitter's validator key over [`TickTx::signing_bytes`] (domain
-/// [`TICK_DOMAIN`], the component, the submitter, the number), so any node can forward it and
+/// Signed with the submitter's validator key over [`TickTx::signing_bytes`] (the chain's
+/// [`SigningDomain`] for ticks, then the component, the submitter, the number), so any node
+/// of that chain can forward it and
 /// any proposer can carry it; the number increases per (submitter, component), and a block may
 /// not carry a number a decided block already carried (the kernel's tick gate).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
@@ -172,19 +174,25 @@ pub struct TickTx {
 }
 
 impl TickTx {
-    /// The bytes a submitter signs.
-    pub fn signing_bytes(component: u32, submitter: &Address, number: u64) -> Vec<u8> {
-        let mut b = TICK_DOMAIN.to_vec();
+    /// The bytes a submitter signs in `domain`.
+    pub fn signing_bytes(
+        domain: &SigningDomain,
+        component: u32,
+        submitter: &Address,
+        number: u64,
+    ) -> Vec<u8> {
+        let mut b = Vec::with_capacity(44);
         b.extend_from_slice(&component.to_le_bytes());
         b.extend_from_slice(&submitter.0);
         b.extend_from_slice(&number.to_le_bytes());
-        b
+        domain.message(SignedKind::Tick, &b)
     }
 
-    /// Tick `number` of `component`, signed by `signer` (the submitter).
-    pub fn sign(component: u32, number: u64, signer: &Signer) -> Self {
+    /// Tick `number` of `component`, signed by `signer` (the submitter) in `domain`.
+    pub fn sign(domain: &SigningDomain, component: u32, number: u64, signer: &Signer) -> Self {
         let submitter = Address(signer.public_key());
-        let signature = signer.sign_raw(&Self::signing_bytes(component, &submitter, number));
+        let signature =
+            signer.sign_raw(&Self::signing_bytes(domain, component, &submitter, number));
         TickTx {
             component,
             submitter,
@@ -193,11 +201,11 @@ impl TickTx {
         }
     }
 
-    /// Whether the signature is the submitter's.
-    pub fn verify(&self) -> bool {
+    /// Whether the signature is the submitter's, in `domain`.
+    pub fn verify(&self, domain: &SigningDomain) -> bool {
         verify_raw(
             &PubKey(self.submitter.0),
-            &Self::signing_bytes(self.component, &self.submitter, self.number),
+            &Self::signing_bytes(domain, self.component, &self.submitter, self.number),
             &self.signature,
         )
     }
@@ -296,15 +304,16 @@ mod tests {
     #[test]
     fn ticks_verify_only_unchanged_and_decode_with_a_limit() {
         let s = Signer::new([7; 32]);
-        let t = TickTx::sign(3, 9, &s);
-        assert!(t.verify());
+        let d = SigningDomain::chain(b"t").unwrap();
+        let t = TickTx::sign(&d, 3, 9, &s);
+        assert!(t.verify(&d));
         let bytes = t.encode();
         assert_eq!(bytes.len(), MAX_TICK_BYTES);
         assert_eq!(TickTx::decode(&bytes), Some(t.clone()));
         assert_eq!(TickTx::decode(&[bytes.clone(), vec![0]].concat()), None);
         let mut other = t.clone();
         other.number = 10;
-        assert!(!other.verify());
+        assert!(!other.verify(&d));
         assert_eq!(unhex32(&hex(&[5; 32])), Some([5; 32]));
         assert_eq!(unhex32("zz"), None);
     }

@@ -98,6 +98,7 @@ fn state(index: u64, l: &CronLedger<Counter>) -> ApiState {
         outbox: ccron_http::PublishedOutbox::new(index),
         ticks: Arc::new(Mutex::new(TickPool::new(4, [1]))),
         validators: Validators::new(&[[1; 32], [2; 32], [3; 32], [4; 32]]),
+        domain: ccron_node::crypto::SigningDomain::chain(b"test-chain").unwrap(),
         ticks_invalid: Arc::new(AtomicU64::new(0)),
         results: Arc::new(Mutex::new(RequestResults::default())),
         reads,

@@ -16,7 +16,7 @@ use ccron::host::{
 use ccron::schedule::ScheduleRequest;
 use ccron_ledgers::demo::{DemoTables, demo_ledger};
 use ccron_ledgers::orders::{SchedAppConfig, ScheduledLedger};
-use ccron_node::crypto::Signer;
+use ccron_node::crypto::{Signer, SigningDomain};
 use ccron_node::ledger::{
     BlockRejection, DEFAULT_PAGES, DEFAULT_TICK_PERIOD_MS, GENESIS_BOUND_MS, HARD_LIMIT_MS,
     LedgerHost, LedgerSetup, PrevCommit, agreed_time, validate_block,
@@ -27,6 +27,11 @@ use ccron_node::types::{Block, CarriedSample, Hash32, TickTx, Validators};
 use ed25519_dalek::SigningKey;
 
 const GENESIS_MS: i64 = 1_700_000_000_000;
+
+/// The chain every test block is signed for.
+fn dom() -> SigningDomain {
+    SigningDomain::chain(b"block-validity").unwrap()
+}
 const N: usize = 4;
 
 /// Four validators with fixed keys, in the set's (address) order.
@@ -58,7 +63,12 @@ fn samples(
                 validator,
                 time_ms,
                 signature: s.sign_raw(&PlainCommit::sample_message(
-                    height, round, &id, &validator, time_ms,
+                    &dom(),
+                    height,
+                    round,
+                    &id,
+                    &validator,
+                    time_ms,
                 )),
             }
         })
@@ -100,6 +110,17 @@ fn check<A: Application>(
     prev: Option<PrevCommit>,
     now: i64,
 ) -> Result<(), BlockRejection> {
+    check_in(&dom(), ledger, block, prev, now)
+}
+
+/// [`check`] by a validator of the chain of `domain`.
+fn check_in<A: Application>(
+    domain: &SigningDomain,
+    ledger: &LedgerHost<A>,
+    block: &Block,
+    prev: Option<PrevCommit>,
+    now: i64,
+) -> Result<(), BlockRejection> {
     let (vs, _) = validators();
     validate_block(
         ledger,
@@ -108,6 +129,7 @@ fn check<A: Application>(
         GENESIS_MS,
         now,
         &vs,
+        domain,
         PlainCommit::sample_message,
     )
 }
@@ -138,7 +160,7 @@ fn next_block<A: Application>(
     let ticks = components
         .iter()
         .enumerate()
-        .map(|(i, &c)| TickTx::sign(c, h, &signers[(h as usize / 2 + i) % N]))
+        .map(|(i, &c)| TickTx::sign(&dom(), c, h, &signers[(h as usize / 2 + i) % N]))
         .collect();
     Block {
         height: h,
@@ -282,7 +304,7 @@ fn order(n: u64) -> SignedRequest {
         )))
         .unwrap(),
     }
-    .sign(&key)
+    .sign(&dom(), &key)
 }
 
 #[test]
@@ -322,9 +344,12 @@ fn a_tick_from_a_non_validator_is_skipped_at_execution_and_refused_by_the_rule()
         agreed_time_ms: blocks[1].agreed_time_ms,
     };
     let mut third = next_block(&node, Some((prev, 2)), 250, &components, Vec::new());
-    third
-        .ticks
-        .push(TickTx::sign(components[0], 3, &Signer::new([0xAB; 32])));
+    third.ticks.push(TickTx::sign(
+        &dom(),
+        components[0],
+        3,
+        &Signer::new([0xAB; 32]),
+    ));
     assert!(matches!(
         check(&node, &third, Some(prev), third.agreed_time_ms),
         Err(BlockRejection::Invalid(Invalid::Tick {
@@ -399,6 +424,100 @@ fn a_lying_or_sample_omitting_proposer_is_rejected() {
             TimeError::OutOfBounds { .. }
         )))
     ));
+}
+
+/// `block`'s samples, ticks and requests signed again, by the same validators and client (key
+/// 9), for the chain of `domain`.
+fn resigned(block: &Block, domain: &SigningDomain) -> Block {
+    let (_, signers) = validators();
+    let by_key = |a: &ccron_node::Address| signers.iter().find(|s| s.public_key() == a.0).unwrap();
+    let mut b = block.clone();
+    for s in &mut b.samples {
+        let msg = PlainCommit::sample_message(
+            domain,
+            b.height - 1,
+            b.prev_round,
+            &b.prev_id,
+            &s.validator,
+            s.time_ms,
+        );
+        s.signature = by_key(&s.validator).sign_raw(&msg);
+    }
+    for t in &mut b.ticks {
+        *t = TickTx::sign(domain, t.component, t.number, by_key(&t.submitter));
+    }
+    for r in &mut b.requests {
+        *r = r
+            .request
+            .clone()
+            .sign(domain, &SigningKey::from_bytes(&[9; 32]));
+    }
+    b
+}
+
+/// Issue 23, item 6: no signing domain named the chain, so a clock sample, a tick or a client
+/// request signed for one chain verified on every other chain with the same keys. Each is now
+/// refused by a validator of another chain (and one signed in domain 1 by a chain of domain 2),
+/// with the typed reason the kernel counts.
+#[test]
+fn samples_ticks_and_requests_signed_for_another_chain_are_refused() {
+    let cfg = orders_config();
+    let mut node = orders_host();
+    let blocks = chain(&mut node, 2, 250, &[cfg.component], BTreeMap::new());
+    let prev = PrevCommit {
+        id: blocks[1].id(),
+        agreed_time_ms: blocks[1].agreed_time_ms,
+    };
+    let good = next_block(
+        &node,
+        Some((prev, 1)),
+        250,
+        &[cfg.component],
+        vec![order(1)],
+    );
+    let now = good.agreed_time_ms;
+    assert!(!good.samples.is_empty() && !good.ticks.is_empty() && !good.requests.is_empty());
+    assert_eq!(check(&node, &good, Some(prev), now), Ok(()));
+    let chain_b = SigningDomain::chain(b"another-chain").unwrap();
+    // The same block signed for chain B is valid on chain B, and only there.
+    let of_b = resigned(&good, &chain_b);
+    assert_eq!(check_in(&chain_b, &node, &of_b, Some(prev), now), Ok(()));
+    assert_eq!(
+        check_in(&chain_b, &node, &good, Some(prev), now),
+        Err(BlockRejection::Invalid(Invalid::BadSampleSignature {
+            index: 0
+        }))
+    );
+    for foreign in [chain_b, SigningDomain::V1] {
+        let other = resigned(&good, &foreign);
+        let mut sample = good.clone();
+        sample.samples[1] = other.samples[1].clone();
+        assert_eq!(
+            check(&node, &sample, Some(prev), now),
+            Err(BlockRejection::Invalid(Invalid::BadSampleSignature {
+                index: 1
+            })),
+            "{foreign:?}"
+        );
+        let mut tick = good.clone();
+        tick.ticks[0] = other.ticks[0].clone();
+        assert!(
+            matches!(
+                check(&node, &tick, Some(prev), now),
+                Err(BlockRejection::Invalid(Invalid::BadTickSignature { .. }))
+            ),
+            "{foreign:?}"
+        );
+        let mut request = good.clone();
+        request.requests[0] = other.requests[0].clone();
+        assert_eq!(
+            check(&node, &request, Some(prev), now),
+            Err(BlockRejection::Invalid(Invalid::BadRequestSignature {
+                index: 0
+            })),
+            "{foreign:?}"
+        );
+    }
 }
 
 /// Regression (issue 23, defect 1: a block was refused unless its `prev_round` equalled the
@@ -489,7 +608,7 @@ fn the_rule_refuses_forged_oversized_and_repeated_requests() {
         payload: b"other".to_vec(),
         ..order(1).request
     }
-    .sign(&SigningKey::from_bytes(&[9; 32]));
+    .sign(&dom(), &SigningKey::from_bytes(&[9; 32]));
     assert_eq!(
         judge(&with(vec![order(1), order(2), twin])),
         Err(BlockRejection::Invalid(Invalid::RepeatedRequest {
@@ -537,8 +656,8 @@ fn non_validator_duplicate_and_replayed_ticks_are_refused() {
                 1,
                 t0,
                 vec![
-                    TickTx::sign(c, 1, &signers[0]),
-                    TickTx::sign(c, 1, &outsider),
+                    TickTx::sign(&dom(), c, 1, &signers[0]),
+                    TickTx::sign(&dom(), c, 1, &outsider),
                 ],
             ),
             &vs,
@@ -551,7 +670,7 @@ fn non_validator_duplicate_and_replayed_ticks_are_refused() {
     );
     let out = host
         .execute(
-            &block(2, t0 + 150, vec![TickTx::sign(c, 2, &signers[0])]),
+            &block(2, t0 + 150, vec![TickTx::sign(&dom(), c, 2, &signers[0])]),
             &vs,
         )
         .unwrap();
@@ -564,7 +683,7 @@ fn non_validator_duplicate_and_replayed_ticks_are_refused() {
     );
     let out = host
         .execute(
-            &block(3, t0 + 900, vec![TickTx::sign(c, 2, &signers[0])]),
+            &block(3, t0 + 900, vec![TickTx::sign(&dom(), c, 2, &signers[0])]),
             &vs,
         )
         .unwrap();
@@ -586,12 +705,15 @@ fn non_validator_duplicate_and_replayed_ticks_are_refused() {
         pool.admit(t.component, vs.index_of(&t.submitter), t.number, t)
     };
     assert_eq!(
-        admit(&mut pool, TickTx::sign(c, 1, &outsider)),
+        admit(&mut pool, TickTx::sign(&dom(), c, 1, &outsider)),
         Err(TickRejection::NotAValidator)
     );
-    assert_eq!(admit(&mut pool, TickTx::sign(c, 5, &signers[1])), Ok(()));
+    assert_eq!(
+        admit(&mut pool, TickTx::sign(&dom(), c, 5, &signers[1])),
+        Ok(())
+    );
     assert!(matches!(
-        admit(&mut pool, TickTx::sign(c, 5, &signers[1])),
+        admit(&mut pool, TickTx::sign(&dom(), c, 5, &signers[1])),
         Err(TickRejection::AlreadyPending { pending: 5, .. })
     ));
     assert_eq!(pool.counters().not_a_validator, 1);
@@ -616,7 +738,7 @@ fn non_validator_duplicate_and_replayed_ticks_are_refused() {
             .unwrap()
     };
     let mut replayed = good.clone();
-    replayed.ticks[0] = TickTx::sign(c, 2, &signers[sender_of(&good.ticks[0])]);
+    replayed.ticks[0] = TickTx::sign(&dom(), c, 2, &signers[sender_of(&good.ticks[0])]);
     assert!(matches!(
         judge(&replayed),
         Err(BlockRejection::Invalid(Invalid::Tick {
@@ -635,6 +757,7 @@ fn non_validator_duplicate_and_replayed_ticks_are_refused() {
     let mut twice = good.clone();
     let again = twice.ticks[0].clone();
     twice.ticks.push(TickTx::sign(
+        &dom(),
         again.component,
         again.number + 1,
         &signers[sender_of(&again)],
@@ -652,11 +775,9 @@ fn a_block_over_the_size_bound_is_refused_before_any_signature() {
     let components = DemoTables::default().components();
     let node = demo_host();
     let mut big = next_block(&node, None, 250, &components, Vec::new());
-    let filler = big
-        .ticks
-        .first()
-        .cloned()
-        .unwrap_or_else(|| ccron_node::TickTx::sign(components[0], 1, &Signer::new([1; 32])));
+    let filler = big.ticks.first().cloned().unwrap_or_else(|| {
+        ccron_node::TickTx::sign(&dom(), components[0], 1, &Signer::new([1; 32]))
+    });
     while big.encode().len() <= ccron_node::ledger::MAX_BLOCK_BYTES {
         big.ticks.push(filler.clone());
     }

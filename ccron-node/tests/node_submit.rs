@@ -3,7 +3,9 @@
 //! its number and executes once; pacing refuses past the window without sending; an oversized
 //! payload, unreachable nodes and the ledger's refusals are typed errors and counters; a lying
 //! node is outvoted and two liars are a conflict; request numbers survive a restart through
-//! the number file, and a damaged one is refused.
+//! the number file, and a damaged one is refused; requests are signed for the chain the nodes
+//! name (`GET /v1/chain`, signing domain 1 or 2), and a request signed for another chain is
+//! refused.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -14,6 +16,7 @@ use std::time::Duration;
 use ccron::host::TickPool;
 use ccron_http::{PublishedOutbox, SubmitError};
 use ccron_node::api::{ApiState, lock, serve_with, server_config};
+use ccron_node::crypto::SigningDomain;
 use ccron_node::mempool::{Mempool, MempoolConfig};
 use ccron_node::read::NodeReads;
 use ccron_node::request::MAX_PAYLOAD_BYTES;
@@ -24,8 +27,13 @@ use ccron_node::submit::{
 use ccron_node::types::Validators;
 use ed25519_dalek::SigningKey;
 
-fn api(index: u64) -> ApiState {
+fn chain() -> SigningDomain {
+    SigningDomain::chain(b"node-submit").unwrap()
+}
+
+fn api(index: u64, domain: &SigningDomain) -> ApiState {
     ApiState {
+        domain: domain.clone(),
         mempool: Arc::new(Mutex::new(Mempool::new(
             MempoolConfig::default(),
             Default::default(),
@@ -48,7 +56,11 @@ struct Net {
 
 impl Net {
     async fn start() -> Self {
-        let nodes: Vec<ApiState> = (0..4).map(api).collect();
+        Self::of_chain(&chain()).await
+    }
+
+    async fn of_chain(domain: &SigningDomain) -> Self {
+        let nodes: Vec<ApiState> = (0..4).map(|i| api(i, domain)).collect();
         let mut urls = Vec::new();
         for n in &nodes {
             let a: SocketAddr =
@@ -169,7 +181,8 @@ async fn unreachable_nodes_leave_the_request_pending_under_its_number() {
         SigningKey::from_bytes(&[3; 32]),
         7,
         NodeSubmitConfig::default(),
-    );
+    )
+    .with_domain(chain());
     let e = c.send(b"x".to_vec()).await.unwrap_err();
     assert!(matches!(e, SubmitError::NotSent(_)), "{e}");
     assert_eq!(c.in_flight(), 1, "kept, never dropped");
@@ -177,6 +190,52 @@ async fn unreachable_nodes_leave_the_request_pending_under_its_number() {
     assert_eq!(c.counters().resent, 1, "the same number again");
     assert_eq!(c.counters().not_sent, 2);
     assert_eq!(c.next_number(), 8);
+}
+
+// Issue 23, item 6: requests carried no chain id. A client signs for the chain the nodes name
+// (domain 2 or, from nodes of an old chain, domain 1); one signed for another chain is refused
+// by every node, typed and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_signed_for_the_nodes_chain_and_another_chains_are_refused() {
+    for domain in [chain(), SigningDomain::V1] {
+        let mut net = Net::of_chain(&domain).await;
+        let mut c = net.client(NodeSubmitConfig::default());
+        assert_eq!(
+            c.domain().await.unwrap(),
+            domain,
+            "read from the nodes by quorum"
+        );
+        c.send(b"mine".to_vec()).await.unwrap();
+        assert_eq!(net.pooled(0), 1);
+        assert_eq!(net.block(b"ok", &[], b""), 1);
+    }
+    // Signed for chain B, sent to chain A's nodes: a bad signature, refused by every node.
+    let net = Net::start().await;
+    let chain_b = SigningDomain::chain(b"chain-b").unwrap();
+    for foreign in [chain_b, SigningDomain::V1] {
+        let mut c = net.client(NodeSubmitConfig::default()).with_domain(foreign);
+        let e = c.send(b"elsewhere".to_vec()).await.unwrap_err();
+        assert!(
+            matches!(&e, SubmitError::Refused(t) if t.contains("signature")),
+            "{e}"
+        );
+        assert_eq!(c.counters().refused, 1);
+    }
+    for n in &net.nodes {
+        assert_eq!(lock(&n.mempool).len(), 0);
+        assert_eq!(lock(&n.mempool).counters().rejected_invalid, 2, "counted");
+    }
+    // Two quorums naming different chains are no answer.
+    let mut urls = Net::start().await.urls[..2].to_vec();
+    urls.extend(
+        Net::of_chain(&SigningDomain::chain(b"chain-b").unwrap())
+            .await
+            .urls[..2]
+            .to_vec(),
+    );
+    let mut cfg = NodeApiConfig::new(urls);
+    cfg.quorum = 2;
+    assert!(NodeApi::new(cfg).domain_by_quorum().await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,4 +332,43 @@ fn request_numbers_survive_a_restart_and_a_damaged_file_is_refused() {
         Err(NumberFileError::Damaged(_))
     ));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Issue 23, item 6: ticks carried no chain id. A validator's tick signed for another chain (or
+// in signing domain 1) is refused at `POST /v1/ticks` of a chain-A node, typed (400) and counted
+// (`ticks_invalid`); the same tick signed for chain A is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_signed_for_another_chain_is_refused_at_the_endpoint() {
+    use ccron_node::crypto::Signer;
+    use ccron_node::types::TickTx;
+    let validator = Signer::new([7; 32]);
+    let mut state = api(0, &chain());
+    state.validators = Validators::new(&[validator.public_key(), [2; 32], [3; 32], [4; 32]]);
+    let addr = serve_with(
+        "127.0.0.1:0".parse().unwrap(),
+        state.clone(),
+        server_config(),
+    )
+    .await
+    .unwrap();
+    let post = |body: Vec<u8>| {
+        tokio::task::spawn_blocking(move || {
+            ccron_node::load::post(addr, "/v1/ticks", &body).unwrap().0
+        })
+    };
+    let chain_b = SigningDomain::chain(b"chain-b").unwrap();
+    for (k, foreign) in [chain_b, SigningDomain::V1].into_iter().enumerate() {
+        let tick = TickTx::sign(&foreign, 1, 5, &validator);
+        assert_eq!(post(tick.encode()).await.unwrap(), 400);
+        assert_eq!(
+            state
+                .ticks_invalid
+                .load(std::sync::atomic::Ordering::Relaxed),
+            k as u64 + 1
+        );
+    }
+    assert_eq!(lock(&state.ticks).len(), 0);
+    let tick = TickTx::sign(&chain(), 1, 5, &validator);
+    assert_eq!(post(tick.encode()).await.unwrap(), 202);
+    assert_eq!(lock(&state.ticks).len(), 1);
 }

@@ -199,9 +199,14 @@ class Worker:
         return status, headers, body
 
     def deliver_inner(self, h, payload, auth):
-        id_text = h.get("Idempotency-Key", "")
-        if not ID_TEXT.match(id_text):
+        key = h.get("Idempotency-Key", "")
+        # "<chain hex>:<occurrence id>"; a bare id from a dispatcher built before keys named
+        # the chain.
+        key_chain, _, id_text = key.rpartition(":")
+        if not ID_TEXT.match(id_text) or not re.match(r"^([0-9a-fA-F]{2}){0,64}$", key_chain):
             raise Refusal(400, "bad-request", "malformed Idempotency-Key")
+        if ":" in key and key_chain.lower() != self.chain.hex():
+            raise Refusal(401, "unauthenticated", "another chain")
         id_bytes = bytes.fromhex(id_text.replace("-", ""))
         id_text = id_text.lower()
         handler = h.get("Ccron-Handler", "")
