@@ -7,5 +7,5 @@ mod instants;
 mod nicknames;
 mod reference;
 mod schedule;
-mod zone_rules;
 mod time_ranges;
+mod zone_rules;

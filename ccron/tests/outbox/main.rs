@@ -2,8 +2,8 @@
 //! a ledger's table actions, handlers and state share. `cargo test -p ccron --test outbox MODULE::`
 //! runs one module.
 
-mod ledger_one_outbox;
 mod consumer;
 mod crash;
+mod ledger_one_outbox;
 mod log;
 mod results;

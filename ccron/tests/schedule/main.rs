@@ -3,14 +3,14 @@
 //! and upgrades. `cargo test -p ccron --test schedule MODULE::` runs one module.
 
 mod authz;
+mod book;
 mod book_fits;
 mod book_migrations;
 mod book_pages;
-mod limits_safety;
-mod quotas;
-mod book;
 mod counters;
 mod features;
 mod handlers;
+mod limits_safety;
 mod manual;
+mod quotas;
 mod upgrades;

@@ -2,9 +2,9 @@
 //! properties, pages and crashes at every write, layout migrations, the ticks generator.
 //! `cargo test -p ccron --test table MODULE::` runs one module.
 
-mod pages_crash;
 mod migrations;
 mod pages;
+mod pages_crash;
 mod props;
 mod reference;
 mod ticks_generator;

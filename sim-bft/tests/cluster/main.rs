@@ -5,12 +5,12 @@
 #[path = "../replica_support/mod.rs"]
 mod replica_support;
 
-mod host_equivalence;
-mod sched_cluster;
 mod cluster;
+mod host_equivalence;
 mod loss_liveness;
 mod regressions;
+mod sched_cluster;
 mod signatures;
 mod state_transfer_events;
-mod toy;
 mod timeline;
+mod toy;
