@@ -35,13 +35,6 @@ use crate::pages::{PageRange, ReservedPages};
 /// Encoded bytes of a segment's index, before its body.
 pub(crate) const SEGMENT_INDEX_BYTES: usize = 4;
 
-/// How many times faster than the even pace a paced fold goes ([`RecordLog`]'s fold share):
-/// the fold of a frozen log is done within the first quarter of the next active log. While a
-/// fold runs, the cron tables keep every changed position's value at the frozen log's end
-/// (`table_store.rs`); a fold that ends early keeps few of them, for a short time. Folding
-/// pages sooner rather than later writes no more pages in all.
-pub(crate) const FOLD_AHEAD: u64 = 4;
-
 /// How much of a log is committed: its pages and its segments (both counted from the log's
 /// first page, as the commit page records them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -389,8 +382,17 @@ impl RecordLog {
             self.roll(pages, inst, need, &mut stats)?;
         }
         if self.frozen.is_some() {
-            let share = self.fold_share(inst.record_pages(), need);
-            self.fold_step(pages, inst, share, &mut stats)?;
+            // The share: the frozen log's remaining pages in proportion to the room this save
+            // takes, so that the fold is done before the active log fills.
+            let remaining = inst.record_pages().saturating_sub(self.cursor);
+            let room = self.limit().saturating_sub(self.active.end()).max(1);
+            let share = if need >= room {
+                remaining
+            } else {
+                let share = u64::from(remaining) * u64::from(need);
+                u32::try_from(share.div_ceil(u64::from(room))).unwrap_or(u32::MAX)
+            };
+            self.fold_step(pages, inst, share.max(1), &mut stats)?;
         }
         let Some(log) = self.active.range(self.area) else {
             return Err(CodecError::TooLarge {
@@ -411,28 +413,6 @@ impl RecordLog {
         inst.commit(pages, self, CommitOf::This)?;
         stats.writes += 1;
         Ok(stats)
-    }
-
-    /// The record pages a save of `need` log pages folds while a frozen log is being folded
-    /// (`record_pages` in all): the frozen log's remaining pages in proportion to the room this
-    /// save takes (so that the fold is done before the active log fills), and at least
-    /// [`FOLD_AHEAD`] times the even share of every record page over the active log's span, so
-    /// that the fold is done within the first `1 / FOLD_AHEAD` of it. A function of the commit
-    /// page's fields and the save's size only: every replica, restarted or not, folds the same
-    /// pages in the same save.
-    fn fold_share(&self, record_pages: u32, need: u32) -> u32 {
-        let remaining = record_pages.saturating_sub(self.cursor);
-        let room = self.limit().saturating_sub(self.active.end()).max(1);
-        let just_in_time = if need >= room {
-            u64::from(remaining)
-        } else {
-            (u64::from(remaining) * u64::from(need)).div_ceil(u64::from(room))
-        };
-        let span = self.limit().saturating_sub(self.active.start).max(1);
-        let ahead =
-            (u64::from(record_pages) * u64::from(need) * FOLD_AHEAD).div_ceil(u64::from(span));
-        let share = just_in_time.max(ahead).min(u64::from(remaining));
-        u32::try_from(share).unwrap_or(u32::MAX).max(1)
     }
 
     /// Makes room for a save of `need` pages: freezes the active log and starts the other half
