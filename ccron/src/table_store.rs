@@ -36,12 +36,12 @@
 //! sure the newest layout 1 copy lies in the range's second half, beyond the log pages the
 //! full save writes: a crash at any page write reloads as the schedule before or after.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::codec::{self, BlobKind, CodecError, HEADER_BYTES};
 use crate::due::Due;
 use crate::pages::{PageId, PageRange, ReservedPages};
-use crate::periodic::{IntHash, NO_PAGE, PersistedSchedule, ScheduleChange};
+use crate::periodic::{NO_PAGE, PersistedSchedule, ScheduleChange};
 use crate::record_log::{
     self, CommitOf, FoldPoint, LogInstance, LogPos, LogSpan, ReadError, RecordLog, Stale,
 };
@@ -255,36 +255,117 @@ struct Legacy {
     schedule: PersistedSchedule,
 }
 
-/// Values of positions at some point (the frozen log's end, or the last commit): position ->
-/// (page, due) or none, with the positions that were on each page then.
-#[derive(Debug, Clone, Default)]
-struct Then {
-    by_position: HashMap<u32, Option<(u32, Due)>, IntHash>,
-    by_page: HashMap<u32, Vec<(u32, Due)>, IntHash>,
+/// The committed value (page, due) or none of every position one save changes, ascending
+/// position (a save's changes come one per position, ascending), with the positions that
+/// were on each page, grouped by page on first use (only a save that folds asks).
+#[derive(Debug, Default)]
+struct SaveThen {
+    by_position: Vec<(u32, Option<(u32, Due)>)>,
+    by_page: std::cell::OnceCell<Vec<(u32, u32, Due)>>,
 }
 
-impl Then {
-    /// Records `position`'s value unless it has one already.
-    fn keep_first(&mut self, position: u32, value: Option<(u32, Due)>) {
-        if let std::collections::hash_map::Entry::Vacant(e) = self.by_position.entry(position) {
-            e.insert(value);
-            if let Some((page, due)) = value {
-                self.by_page.entry(page).or_default().push((position, due));
-            }
+impl SaveThen {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            by_position: Vec::with_capacity(n),
+            by_page: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Records `position`'s committed value (positions come ascending).
+    fn push(&mut self, position: u32, value: Option<(u32, Due)>) {
+        self.by_position.push((position, value));
+    }
+
+    /// Makes the positions ascending and unique (the first value of each kept), in case the
+    /// changes did not come that way: O(n) when they did.
+    fn settle(&mut self) {
+        if !self.by_position.windows(2).all(|w| w[0].0 < w[1].0) {
+            self.by_position.sort_by_key(|r| r.0);
+            self.by_position.dedup_by_key(|r| r.0);
         }
     }
 
     fn get(&self, position: u32) -> Option<Option<(u32, Due)>> {
-        self.by_position.get(&position).copied()
+        self.by_position
+            .binary_search_by_key(&position, |r| r.0)
+            .ok()
+            .map(|i| self.by_position[i].1)
+    }
+
+    /// The (position, due) of the changed positions that were on `page`, ascending position.
+    fn on_page(&self, page: u32) -> impl Iterator<Item = (u32, Due)> + '_ {
+        let all = self.by_page.get_or_init(|| {
+            let mut v: Vec<(u32, u32, Due)> = self
+                .by_position
+                .iter()
+                .filter_map(|&(position, then)| then.map(|(p, due)| (p, position, due)))
+                .collect();
+            v.sort_unstable_by_key(|r| (r.0, r.1));
+            v
+        });
+        let from = all.partition_point(|r| r.0 < page);
+        all[from..]
+            .iter()
+            .take_while(move |r| r.0 == page)
+            .map(|&(_, position, due)| (position, due))
+    }
+}
+
+/// While a frozen log is being folded: which positions changed since the active log began
+/// (a bit per position), and the (position, due) of those that were on each record page at
+/// the frozen log's end (by page). Dense and without hashing: a save adds its changes in
+/// O(changes), a fold reads a page's in O(its records), the end of the fold clears it in
+/// O(positions / 64 + record pages).
+#[derive(Debug, Clone, Default)]
+struct FrozenEnd {
+    changed: Vec<u64>,
+    by_page: Vec<Vec<(u32, Due)>>,
+    any: bool,
+}
+
+impl FrozenEnd {
+    /// Records `position`'s value at the frozen log's end unless it has one already.
+    fn keep_first(&mut self, position: u32, value: Option<(u32, Due)>) {
+        let word = position as usize / 64;
+        let bit = 1u64 << (position % 64);
+        if self.changed.len() <= word {
+            self.changed.resize(word + 1, 0);
+        }
+        if self.changed[word] & bit != 0 {
+            return;
+        }
+        self.changed[word] |= bit;
+        self.any = true;
+        if let Some((page, due)) = value {
+            let page = page as usize;
+            if self.by_page.len() <= page {
+                self.by_page.resize_with(page + 1, Vec::new);
+            }
+            self.by_page[page].push((position, due));
+        }
+    }
+
+    /// Whether `position` changed since the active log began.
+    fn contains(&self, position: u32) -> bool {
+        self.changed
+            .get(position as usize / 64)
+            .is_some_and(|w| w & (1u64 << (position % 64)) != 0)
     }
 
     fn on_page(&self, page: u32) -> &[(u32, Due)] {
-        self.by_page.get(&page).map_or(&[], Vec::as_slice)
+        self.by_page.get(page as usize).map_or(&[], Vec::as_slice)
     }
 
     fn clear(&mut self) {
-        self.by_position.clear();
-        self.by_page.clear();
+        if !self.any {
+            return;
+        }
+        self.changed.fill(0);
+        for v in &mut self.by_page {
+            v.clear();
+        }
+        self.any = false;
     }
 }
 
@@ -296,9 +377,9 @@ pub(crate) struct TableStore {
     placement: Option<Placement>,
     /// The record log (log form), once loaded or saved.
     log: Option<RecordLog>,
-    /// While a frozen log is being folded: the frozen-end value of every position changed
-    /// since the active log began.
-    frozen_end: Then,
+    /// While a frozen log is being folded: the positions changed since the active log began,
+    /// with their frozen-end records by page.
+    frozen_end: FrozenEnd,
     /// A layout 1 schedule the next save migrates.
     legacy: Option<Legacy>,
 }
@@ -310,19 +391,15 @@ struct TableLog<'a> {
     placement: &'a Placement,
     next: &'a dyn Records,
     /// The committed value (page, due) of every position this save changes.
-    this_save: &'a Then,
-    frozen_end: &'a mut Then,
+    this_save: &'a SaveThen,
+    frozen_end: &'a mut FrozenEnd,
 }
 
 impl TableLog<'_> {
-    /// The value of `position` at `at`, when it changed since.
-    fn value_at(&self, position: u32, at: FoldPoint) -> Option<Option<(u32, Due)>> {
-        if at == FoldPoint::FrozenEnd
-            && let Some(v) = self.frozen_end.get(position)
-        {
-            return Some(v);
-        }
-        self.this_save.get(position)
+    /// Whether `position` changed since `at` (the frozen log's end, or the last commit).
+    fn changed_since(&self, position: u32, at: FoldPoint) -> bool {
+        (at == FoldPoint::FrozenEnd && self.frozen_end.contains(position))
+            || self.this_save.get(position).is_some()
     }
 }
 
@@ -354,7 +431,7 @@ impl LogInstance for TableLog<'_> {
         for id in self.placement.members(p) {
             let position = u32::try_from(*id).unwrap_or(u32::MAX);
             // A position changed since has its value then below, with the page it had.
-            if self.value_at(position, at).is_none()
+            if !self.changed_since(position, at)
                 && let Some(due) = self.next.get(position)
             {
                 records.push((position, due));
@@ -362,8 +439,8 @@ impl LogInstance for TableLog<'_> {
         }
         // Positions changed since that were on this page then.
         let frozen = at == FoldPoint::FrozenEnd;
-        for &(position, due) in self.this_save.on_page(p) {
-            if !frozen || self.frozen_end.get(position).is_none() {
+        for (position, due) in self.this_save.on_page(p) {
+            if !frozen || !self.frozen_end.contains(position) {
                 records.push((position, due));
             }
         }
@@ -425,7 +502,7 @@ impl TableStore {
         Self {
             placement: None,
             log: None,
-            frozen_end: Then::default(),
+            frozen_end: FrozenEnd::default(),
             legacy: None,
         }
     }
@@ -476,8 +553,7 @@ impl TableStore {
         }
         // Place the changed records (a record that stays keeps its page) and log them.
         let k = u32::try_from(per_record_page(page_size)).unwrap_or(u32::MAX);
-        let mut this_save = Then::default();
-        this_save.by_position.reserve(changed.len());
+        let mut this_save = SaveThen::with_capacity(changed.len());
         let placement = self.placement(page_size);
         let mut log: Vec<Change> = Vec::with_capacity(changed.len());
         // Records of neighbouring positions share pages: mark each page once per run.
@@ -489,7 +565,7 @@ impl TableStore {
                 Some(_) => placement.page_of(u64::from(position)),
                 None => None,
             };
-            this_save.keep_first(position, before_page.zip(c.before));
+            this_save.push(position, before_page.zip(c.before));
             let placed = match c.now {
                 None => {
                     placement.unplace(u64::from(position));
@@ -522,6 +598,7 @@ impl TableStore {
             log.push((position, placed));
         }
         placement.dirty_pages.clear();
+        this_save.settle();
         if migrating.is_some() {
             // A full save: every record, at the area's first page, the record pages stale.
             log = next

@@ -384,11 +384,17 @@ impl Placement {
     /// Records that `id` left the book (it stays marked, so the book is dirty; the log leaves
     /// out an id at or above [`Self::stored_below`], which never reached the pages).
     pub fn remove(&mut self, id: u64) {
-        if id < self.stored_below && self.loc.contains_key(&id) {
-            self.removed_stored = self.removed_stored.saturating_add(1);
-        }
         self.dirty_ids.insert(id);
-        self.unplace(id);
+        if !self.oversize.is_empty() {
+            self.oversize.remove(&id);
+        }
+        // One lookup of the location (a tick removes every one-shot it runs).
+        if let Some(page) = self.detach(id) {
+            if id < self.stored_below {
+                self.removed_stored = self.removed_stored.saturating_add(1);
+            }
+            self.dirty_pages.insert(page);
+        }
     }
 
     /// [`Self::remove`] without marking the id.

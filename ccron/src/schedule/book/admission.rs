@@ -802,7 +802,7 @@ impl Scheduler {
             self.crons.insert(id, c);
         }
         self.records
-            .insert(id, Record::new(stored, next, owner, policy));
+            .insert(id, Box::new(Record::new(stored, next, owner, policy)));
         self.usage.add(owner, bytes);
         self.reindex(id);
         self.touch(id);

@@ -45,6 +45,12 @@ impl Scheduler {
         let Some(keys) = self.records.get(&id).map(|r| Self::keys_of(id, r)) else {
             return;
         };
+        self.unindex_keys(keys);
+    }
+
+    /// Removes `keys` (a record's [`Self::keys_of`]) from the due index, for a record already
+    /// out of the book or about to change.
+    pub(super) fn unindex_keys(&mut self, keys: [Option<(u8, Due, u64)>; 3]) {
         for k in keys.into_iter().flatten() {
             if self.index.remove(&k)
                 && let Some(n) = self.levels.get_mut(&k.0)
@@ -108,31 +114,51 @@ impl Scheduler {
 
     /// Removes record `id` from the parked index (before its handler changes or it leaves).
     pub(super) fn unlink_parked(&mut self, id: u64) {
-        let Some(rec) = self.records.get(&id).filter(|r| r.parked) else {
+        if let Some(rec) = self.records.get(&id) {
+            Self::unlink_parked_of(&mut self.parked, id, rec);
+        }
+    }
+
+    /// [`Self::unlink_parked`] for record `rec` (id `id`), in the book or taken out of it.
+    pub(super) fn unlink_parked_of(
+        parked: &mut BTreeMap<String, BTreeSet<u64>>,
+        id: u64,
+        rec: &Record,
+    ) {
+        if !rec.parked {
             return;
-        };
-        if let Some(ids) = self.parked.get_mut(&rec.def.handler) {
+        }
+        if let Some(ids) = parked.get_mut(&rec.def.handler) {
             ids.remove(&id);
             if ids.is_empty() {
-                let name = rec.def.handler.clone();
-                self.parked.remove(&name);
+                parked.remove(&rec.def.handler);
             }
         }
     }
 
     /// Removes record `id` from the zone index (before its timing changes or it leaves).
     pub(super) fn unlink_zone(&mut self, id: u64) {
-        let Some(Timing::Cron {
+        if let Some(rec) = self.records.get(&id) {
+            Self::unlink_zone_of(&mut self.zoned, id, rec);
+        }
+    }
+
+    /// [`Self::unlink_zone`] for record `rec` (id `id`), in the book or taken out of it.
+    pub(super) fn unlink_zone_of(
+        zoned: &mut BTreeMap<String, BTreeSet<u64>>,
+        id: u64,
+        rec: &Record,
+    ) {
+        let Timing::Cron {
             zone: Some(zone), ..
-        }) = self.records.get(&id).map(|r| &r.def.timing)
+        } = &rec.def.timing
         else {
             return;
         };
-        if let Some(ids) = self.zoned.get_mut(zone) {
+        if let Some(ids) = zoned.get_mut(zone) {
             ids.remove(&id);
             if ids.is_empty() {
-                let zone = zone.clone();
-                self.zoned.remove(&zone);
+                zoned.remove(zone);
             }
         }
     }

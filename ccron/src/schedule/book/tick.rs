@@ -19,34 +19,37 @@ impl Scheduler {
     /// [`Timing::AtOrSeq`](super::Timing::AtOrSeq) schedule reached by both its keys is listed once, at the first.
     fn due_ids(&self, tick: &Tick, budget: usize) -> (Vec<u64>, bool) {
         let mut out = Vec::new();
-        let mut seen = BTreeSet::new();
         for &inv in self.levels.keys() {
-            let mut push = |range: std::collections::btree_set::Range<'_, (u8, Due, u64)>| {
-                for (_, _, id) in range {
-                    if seen.contains(id) {
-                        continue;
-                    }
-                    if out.len() == budget {
-                        return true;
-                    }
-                    seen.insert(*id);
-                    out.push(*id);
-                }
-                false
-            };
+            // A record has at most one time key ([`Self::keys_of`]) and all its keys at its own
+            // priority level: the time range lists distinct ids, and only sequence keys (an
+            // `AtOrSeq`'s, a manual run's) can name an id this level already listed. The set of
+            // listed ids is built only when a sequence key is reached.
+            let level_start = out.len();
             if let Some(now) = tick.agreed_time_ms {
                 let r = self
                     .index
                     .range((inv, Due::Time(TimeMs::MIN), 0)..=(inv, Due::Time(now), u64::MAX));
-                if push(r) {
-                    return (out, true);
+                for &(_, _, id) in r {
+                    if out.len() == budget {
+                        return (out, true);
+                    }
+                    out.push(id);
                 }
             }
             let r = self
                 .index
                 .range((inv, Due::Seq(0), 0)..=(inv, Due::Seq(tick.bft_sequence_num), u64::MAX));
-            if push(r) {
-                return (out, true);
+            let mut seen: Option<BTreeSet<u64>> = None;
+            for &(_, _, id) in r {
+                let seen = seen.get_or_insert_with(|| out[level_start..].iter().copied().collect());
+                if seen.contains(&id) {
+                    continue;
+                }
+                if out.len() == budget {
+                    return (out, true);
+                }
+                seen.insert(id);
+                out.push(id);
             }
         }
         (out, false)
@@ -101,6 +104,7 @@ impl Scheduler {
         }
         // Handlers may queue requests naming handlers; the set never changes during a tick.
         let names: BTreeSet<String> = handlers.map.keys().cloned().collect();
+        report.fired.reserve(ids.len());
         for id in ids {
             if left == 0 {
                 break;
@@ -228,6 +232,14 @@ impl Scheduler {
                 }
                 continue;
             }
+            if rec.owed.is_none() && rec.def.timing.is_one_shot() {
+                // The one-shot plan without the general plan's vector of runs.
+                let Some(due) = rec.next else { return };
+                let (run, note) = Self::plan_one_shot(id, rec, due, tick);
+                let first_run = rec.runs;
+                self.run_one_shot(id, run, note, first_run, left, &mut env);
+                return;
+            }
             let was_owed = rec.owed.is_some();
             let mut note = PlanNote::default();
             let (runs, next, owed_first) = match rec.owed {
@@ -252,35 +264,8 @@ impl Scheduler {
                 }
             };
             let first_run = rec.runs;
-            let one_shot = rec.def.timing.is_one_shot();
-            if one_shot {
-                // A one-shot leaves the book when its run starts (its key is free for the
-                // run's requests, as a spent schedule's); a failed run brings it back.
-                let Some(mut taken_rec) = self.take_record(id) else {
-                    return;
-                };
-                // Counted in the book's totals (the record has left the book; a failed run
-                // brings it back with its own counters).
-                self.count(id, note.counters());
-                let Some(&due) = runs.first() else {
-                    // Dropped by its misfire policy (an expired deadline): spent.
-                    env.report.skipped.push(id);
-                    return;
-                };
-                taken_rec.next = None;
-                taken_rec.owed = None;
-                taken_rec.runs = first_run.saturating_add(1);
-                *left -= 1;
-                let attempt =
-                    run_phase(self.component, &taken_rec, id, due, first_run, 1, &mut env);
-                let outcome = attempt.outcome;
-                let owner = taken_rec.owner;
-                if outcome.is_ok() {
-                    self.commit_attempt(attempt, id, due, first_run, 1, owner, &mut env);
-                } else {
-                    self.restore_record(id, taken_rec);
-                    self.fail_attempt(id, due, first_run, 1, outcome, &mut env);
-                }
+            if rec.def.timing.is_one_shot() {
+                self.run_one_shot(id, runs.first().copied(), note, first_run, left, &mut env);
                 return;
             }
             let handler_name = rec.def.handler.clone();
@@ -323,7 +308,7 @@ impl Scheduler {
                     self.fail_attempt(id, run_due, occurrence, 1, outcome, &mut env);
                     return;
                 }
-                self.commit_attempt(attempt, id, run_due, occurrence, 1, owner, &mut env);
+                self.commit_attempt(attempt, id, run_due, occurrence, 1, owner, true, &mut env);
                 // A run that cancelled, paused or replaced its own schedule ends its catch-up
                 // (runs still owed are dropped too).
                 if self
@@ -346,6 +331,47 @@ impl Scheduler {
             if !was_owed {
                 return;
             }
+        }
+    }
+
+    /// Runs one-shot `id` (due and planned: `run` its occurrence, `None` when its misfire
+    /// policy dropped it; `note` what the plan found; `first_run` its run count): the record
+    /// leaves the book as its run starts and comes back only when the run fails.
+    fn run_one_shot<S>(
+        &mut self,
+        id: u64,
+        run: Option<Due>,
+        note: PlanNote,
+        first_run: u64,
+        left: &mut usize,
+        env: &mut Env<'_, '_, S>,
+    ) {
+        // A one-shot leaves the book when its run starts (its key is free for the
+        // run's requests, as a spent schedule's); a failed run brings it back.
+        let Some(mut taken_rec) = self.take_record(id) else {
+            return;
+        };
+        // Counted in the book's totals only (the record has left the book; a failed
+        // run brings it back with its own counters): what `count` does for an absent
+        // id, without looking it up.
+        self.totals = self.totals.plus(note.counters());
+        let Some(due) = run else {
+            // Dropped by its misfire policy (an expired deadline): spent.
+            env.report.skipped.push(id);
+            return;
+        };
+        taken_rec.next = None;
+        taken_rec.owed = None;
+        taken_rec.runs = first_run.saturating_add(1);
+        *left -= 1;
+        let attempt = run_phase(self.component, &taken_rec, id, due, first_run, 1, env);
+        let outcome = attempt.outcome;
+        let owner = taken_rec.owner;
+        if outcome.is_ok() {
+            self.commit_attempt(attempt, id, due, first_run, 1, owner, false, env);
+        } else {
+            self.restore_record(id, taken_rec);
+            self.fail_attempt(id, due, first_run, 1, outcome, env);
         }
     }
 }
@@ -436,11 +462,12 @@ impl Scheduler {
             if outcome.is_ok() {
                 // Spent, unless it still keeps dead runs of its own.
                 let owner = rec.owner;
-                if !rec.dead.is_empty() {
+                let kept = !rec.dead.is_empty();
+                if kept {
                     self.restore_record(id, rec);
                     self.reindex(id);
                 }
-                self.commit_attempt(run, id, due, occurrence, attempt, owner, env);
+                self.commit_attempt(run, id, due, occurrence, attempt, owner, kept, env);
                 return true;
             }
             self.restore_record(id, rec);
@@ -460,7 +487,7 @@ impl Scheduler {
         if outcome.is_ok() {
             self.reindex(id);
             self.touch(id);
-            self.commit_attempt(run, id, due, occurrence, attempt, owner, env);
+            self.commit_attempt(run, id, due, occurrence, attempt, owner, true, env);
             return true;
         }
         self.fail_attempt(id, due, occurrence, attempt, outcome, env);
@@ -484,7 +511,7 @@ impl Scheduler {
         let outcome = run.outcome;
         if outcome.is_ok() {
             self.reindex(id);
-            self.commit_attempt(run, id, due, occurrence, 1, owner, env);
+            self.commit_attempt(run, id, due, occurrence, 1, owner, true, env);
             return true;
         }
         self.fail_attempt(id, due, occurrence, 1, outcome, env);
@@ -492,7 +519,9 @@ impl Scheduler {
     }
 
     /// Commits a successful attempt: appends its staged record, applies the requests it queued
-    /// (as the schedule's `owner`), reports it.
+    /// (as the schedule's `owner`), reports it. `kept`: whether the record may be in the book
+    /// (`false` for a one-shot that left it: its counters and history go with it, and the run
+    /// counts in the book's totals only, without a lookup).
     #[allow(clippy::too_many_arguments)]
     fn commit_attempt<S>(
         &mut self,
@@ -502,6 +531,7 @@ impl Scheduler {
         occurrence: u64,
         attempt: u32,
         owner: Principal,
+        kept: bool,
         env: &mut Env<'_, '_, S>,
     ) {
         if let Some(e) = run.emit_error {
@@ -511,13 +541,15 @@ impl Scheduler {
             tracing::warn!(id, occurrence, error = %e, "handler emit refused");
             env.report.errors.push(e);
         }
-        self.count(
-            id,
-            RunCounters {
-                fired: 1,
-                ..RunCounters::default()
-            },
-        );
+        let fired = RunCounters {
+            fired: 1,
+            ..RunCounters::default()
+        };
+        if kept {
+            self.count(id, fired);
+        } else {
+            self.totals = self.totals.plus(fired);
+        }
         let mut emitted = None;
         for record in run.staged {
             match env.outbox.append(record) {
@@ -535,18 +567,20 @@ impl Scheduler {
             }
         }
         // A one-shot has left the book, with its history: nothing to keep.
-        self.record_run(
-            id,
-            RunEntry {
-                due,
-                seq: env.tick.bft_sequence_num,
-                agreed_time_ms: env.tick.agreed_time_ms,
-                occurrence,
-                attempt,
-                outcome: RunOutcome::Ok,
-                emitted,
-            },
-        );
+        if kept {
+            self.record_run(
+                id,
+                RunEntry {
+                    due,
+                    seq: env.tick.bft_sequence_num,
+                    agreed_time_ms: env.tick.agreed_time_ms,
+                    occurrence,
+                    attempt,
+                    outcome: RunOutcome::Ok,
+                    emitted,
+                },
+            );
+        }
         env.report.fired.push(FireRecord {
             id,
             due,
@@ -620,24 +654,30 @@ impl Scheduler {
     }
 
     /// Takes record `id` out of the book (as `remove` does) and returns it.
-    fn take_record(&mut self, id: u64) -> Option<Record> {
-        self.unindex(id);
-        self.unlink_zone(id);
-        self.unlink_parked(id);
-        self.dead_ids.remove(&id);
+    /// One lookup in the records (the removal): the indexes are updated from the taken record.
+    fn take_record(&mut self, id: u64) -> Option<Box<Record>> {
         let rec = self.records.remove(&id)?;
+        self.unindex_keys(Self::keys_of(id, &rec));
+        Self::unlink_zone_of(&mut self.zoned, id, &rec);
+        Self::unlink_parked_of(&mut self.parked, id, &rec);
+        if !self.dead_ids.is_empty() {
+            self.dead_ids.remove(&id);
+        }
         self.usage
             .sub(rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
         if let Some(k) = &rec.def.key {
             self.keys.remove(k);
         }
-        self.crons.remove(&id);
-        self.touch(id);
+        if !self.crons.is_empty() {
+            self.crons.remove(&id);
+        }
+        // What `touch` does for a record that left the book.
+        self.placement.remove(id);
         Some(rec)
     }
 
     /// Puts back a record [`Self::take_record`] took (not indexed: the caller settles it).
-    fn restore_record(&mut self, id: u64, rec: Record) {
+    fn restore_record(&mut self, id: u64, rec: Box<Record>) {
         if let Some(k) = &rec.def.key {
             self.keys.insert(k.clone(), id);
         }

@@ -113,6 +113,43 @@ impl Scheduler {
         (runs, None)
     }
 
+    /// [`Self::plan`] for a one-shot record (`rec.def.timing.is_one_shot()`): its one run, or
+    /// `None` when its misfire deadline dropped it (without allocating: the tick's hot path).
+    pub(super) fn plan_one_shot(
+        id: u64,
+        rec: &Record,
+        due: Due,
+        tick: &Tick,
+    ) -> (Option<Due>, PlanNote) {
+        let now_ms = tick.agreed_time_ms;
+        // At time T or sequence S: the time trigger when reached (jitter included), else
+        // the sequence one (the record was taken because one of them is reached).
+        let due = match (&rec.def.timing, due) {
+            (Timing::AtOrSeq { seq, .. }, Due::Time(t)) => {
+                let at = t.saturating_add(jitter_offset_ms(id, rec.def.jitter_ms));
+                if now_ms.is_some_and(|now| now >= at) {
+                    due
+                } else {
+                    Due::Seq(*seq)
+                }
+            }
+            _ => due,
+        };
+        let run = match (rec.def.misfire, due, now_ms) {
+            (Misfire::ExpireAfter { deadline_ms }, Due::Time(t), Some(now))
+                if now.saturating_sub(t) > deadline_ms =>
+            {
+                None
+            }
+            _ => Some(due),
+        };
+        let note = PlanNote {
+            expired: run.is_none(),
+            ..PlanNote::default()
+        };
+        (run, note)
+    }
+
     /// The due points `id`'s next tick at `now` runs for, its next nominal point, and what the
     /// plan found (late, skipped, expired: the replicated counters, `counters.rs`).
     pub(super) fn plan(
@@ -124,32 +161,8 @@ impl Scheduler {
     ) -> (Vec<Due>, Option<Due>, PlanNote) {
         let now_ms = tick.agreed_time_ms;
         if rec.def.timing.is_one_shot() {
-            // At time T or sequence S: the time trigger when reached (jitter included), else
-            // the sequence one (the record was taken because one of them is reached).
-            let due = match (&rec.def.timing, due) {
-                (Timing::AtOrSeq { seq, .. }, Due::Time(t)) => {
-                    let at = t.saturating_add(jitter_offset_ms(id, rec.def.jitter_ms));
-                    if now_ms.is_some_and(|now| now >= at) {
-                        due
-                    } else {
-                        Due::Seq(*seq)
-                    }
-                }
-                _ => due,
-            };
-            let runs = match (rec.def.misfire, due, now_ms) {
-                (Misfire::ExpireAfter { deadline_ms }, Due::Time(t), Some(now))
-                    if now.saturating_sub(t) > deadline_ms =>
-                {
-                    Vec::new()
-                }
-                _ => vec![due],
-            };
-            let note = PlanNote {
-                expired: runs.is_empty(),
-                ..PlanNote::default()
-            };
-            return (runs, None, note);
+            let (run, note) = Self::plan_one_shot(id, rec, due, tick);
+            return (run.into_iter().collect(), None, note);
         }
         let (Due::Time(r1), Some(now)) = (due, now_ms) else {
             return (Vec::new(), rec.next, PlanNote::default());
