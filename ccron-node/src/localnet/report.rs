@@ -1,0 +1,217 @@
+//! The localnet's JSON report: per node, the Byzantine node's part, lateness, liveness and the
+//! supervisor's part (moved out of `localnet.rs` as is; re-exported there).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hostile::ByzantineKind;
+
+/// One node in the report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeReport {
+    /// Index.
+    pub id: usize,
+    /// PID of its last process.
+    pub pid: u32,
+    /// Whether it was honest.
+    pub honest: bool,
+    /// Last decided height.
+    pub last_executed_seq: u64,
+    /// State digest at that height.
+    pub state_digest: String,
+    /// Ticks executed.
+    pub ticks_executed: u64,
+    /// Ticks skipped by the host's tick gate or refused by the ledger.
+    #[serde(default)]
+    pub ticks_skipped: u64,
+    /// Actions fired.
+    pub fires: u64,
+    /// Proposals it rejected.
+    pub rejected_proposals: u64,
+    /// Heights it obtained through sync.
+    pub synced_heights: u64,
+    /// Agreed time of its last height (Unix ms).
+    pub agreed_time_ms: i64,
+    /// Ticks evaluated per submitter (validator index): ticks from every validator, not just
+    /// the proposers'.
+    #[serde(default)]
+    pub ticks_by_submitter: Vec<u64>,
+    /// Peak resident set of its last process (`VmHWM` of `/proc/<pid>/status`, KiB), read just
+    /// before the localnet stops it; 0 when unavailable (not Linux, or the process was gone).
+    #[serde(default)]
+    pub peak_rss_kb: u64,
+    /// The height of the snapshot its last process restored from at start (`None`: it
+    /// replayed its whole block store or started empty).
+    #[serde(default)]
+    pub restored_from_height: Option<u64>,
+    /// Blocks its last process re-executed at start (above the restored snapshot).
+    #[serde(default)]
+    pub replayed_blocks: u64,
+    /// Bytes of its state on disk at the end (block and part logs, snapshots, the engine's
+    /// WAL, tick floor: everything in its directory but the logs and reports).
+    #[serde(default)]
+    pub disk_bytes: u64,
+    /// Bytes of its log and report files at the end (`node.log`, `digests.log`, ...).
+    #[serde(default)]
+    pub log_bytes: u64,
+    /// What it refused, by reason ([`refusals`](super::refusals)): proposal parts, proposals, ticks, requests,
+    /// engine signatures; only non-zero counts.
+    #[serde(default)]
+    pub refusals: BTreeMap<String, u64>,
+    /// The height of its newest snapshot after the localnet stopped it (SIGTERM: a node writes
+    /// one of its last height before it exits).
+    #[serde(default)]
+    pub final_snapshot: Option<u64>,
+}
+
+/// A Byzantine run's verdict on the honest nodes (one honest node that ran the whole time,
+/// from its `digests.log`: the heights and agreed times it executed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ByzantineReport {
+    /// The kind.
+    pub kind: ByzantineKind,
+    /// The Byzantine node.
+    pub node: usize,
+    /// When the behaviour started (Unix ms).
+    pub from_ms: i64,
+    /// The honest node measured.
+    pub measured_node: usize,
+    /// Heights per second of agreed time before the fault (from height 2 to `from_ms`).
+    pub heights_per_sec_before: f64,
+    /// Heights per second of agreed time during the fault (from `from_ms` to the last height).
+    pub heights_per_sec_during: f64,
+    /// Heights decided during the fault.
+    pub heights_during: u64,
+    /// The longest time between two consecutive heights' agreed times during the fault (ms).
+    pub longest_stall_during_ms: i64,
+    /// The longest such time before it (ms).
+    pub longest_stall_before_ms: i64,
+}
+
+/// Lateness of the due periodic actions one node ran (ms, from its `fires.log`): each fire's
+/// agreed time minus its due instant, and the node's wall clock when it executed the block
+/// minus the due instant.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct Lateness {
+    /// The node measured (honest, never restarted).
+    pub node: usize,
+    /// Fires measured (actions with a time due, executed on decision).
+    pub fires: u64,
+    /// Median of agreed time minus due.
+    pub agreed_p50_ms: i64,
+    /// 99th percentile of agreed time minus due.
+    pub agreed_p99_ms: i64,
+    /// Largest agreed time minus due.
+    pub agreed_max_ms: i64,
+    /// Median of wall clock at execution minus due.
+    pub wall_p50_ms: i64,
+    /// 99th percentile of wall clock at execution minus due.
+    pub wall_p99_ms: i64,
+    /// Largest wall clock at execution minus due.
+    pub wall_max_ms: i64,
+}
+
+/// The `p` percentile (0..=1, nearest rank on the sorted samples; 0 when empty).
+pub fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p.clamp(0.0, 1.0)).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+impl Lateness {
+    /// Percentiles of `(agreed - due, wall - due)` samples.
+    pub fn from_samples(node: usize, samples: &[(i64, i64)]) -> Self {
+        let mut agreed: Vec<i64> = samples.iter().map(|s| s.0).collect();
+        let mut wall: Vec<i64> = samples.iter().map(|s| s.1).collect();
+        agreed.sort_unstable();
+        wall.sort_unstable();
+        Self {
+            node,
+            fires: samples.len() as u64,
+            agreed_p50_ms: percentile(&agreed, 0.5),
+            agreed_p99_ms: percentile(&agreed, 0.99),
+            agreed_max_ms: agreed.last().copied().unwrap_or(0),
+            wall_p50_ms: percentile(&wall, 0.5),
+            wall_p99_ms: percentile(&wall, 0.99),
+            wall_max_ms: wall.last().copied().unwrap_or(0),
+        }
+    }
+}
+
+/// The localnet report (the sim-bft report's fields where they apply, plus `restarts`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    /// The engine.
+    pub engine: String,
+    /// Nodes.
+    pub nodes: Vec<NodeReport>,
+    /// Whether every honest node has the same digest at every height they share.
+    pub honest_agree: bool,
+    /// Agreement or liveness violations found.
+    pub violations: Vec<String>,
+    /// Restarts performed (SIGKILL + restart from storage).
+    pub restarts: u32,
+    /// Distinct PIDs spawned.
+    pub pids: Vec<u32>,
+    /// Highest height decided by any honest node.
+    pub max_height: u64,
+    /// Heights per second (max_height / duration).
+    pub heights_per_sec: f64,
+    /// The config directory used.
+    pub home: String,
+    /// Ticks committed per second (executed + skipped by the gate, of the lateness node, or of
+    /// node 0 without one).
+    #[serde(default)]
+    pub committed_ticks_per_sec: f64,
+    /// Lateness of the due periodic actions on one honest node that was never restarted
+    /// (`None` when there is no such node or it kept no `fires.log`).
+    #[serde(default)]
+    pub lateness_ms: Option<Lateness>,
+    /// With a ledger that has an outbox (`orders`): the outbox records a consumer believed at
+    /// the end of the run, read over HTTP from every node's read endpoint and counted only where
+    /// f+1 nodes returned a record identically (`ccron_http::QuorumReader`); `None` without one.
+    #[serde(default)]
+    pub outbox_quorum_records: Option<u64>,
+    /// With `--byzantine`: the honest nodes' liveness before and during the fault.
+    #[serde(default)]
+    pub byzantine: Option<ByzantineReport>,
+    /// The longest time between two consecutive heights' agreed times on the measured node
+    /// (from height 2; ms).
+    #[serde(default)]
+    pub longest_stall_ms: i64,
+    /// With `--faults SEED`: every fault applied, `"<ms> <kill|pause|restart|continue> <node>"`.
+    #[serde(default)]
+    pub faults: Vec<String>,
+    /// With a load client: its results read back from every node's
+    /// `GET /v1/requests/{client}/{number}`, believed where f+1 returned one identically.
+    #[serde(default)]
+    pub results: Option<crate::load::ResultsRead>,
+    /// Every restart by reason: `fault` (the mid-run SIGKILL's and `--faults`' restarts, also
+    /// counted in `restarts`) and the supervisor's (`upgrade_needed`, `upgrade_early`,
+    /// `upgrade_unknown`: [`crate::supervise`]).
+    #[serde(default)]
+    pub restarts_by_reason: BTreeMap<String, u32>,
+    /// What the supervisor saw and did per node (binary switches, restarts, exit codes) and its
+    /// refusals (also violations).
+    #[serde(default)]
+    pub supervisor: Option<SupervisorReport>,
+    /// With a ledger that has an outbox: the payloads (UTF-8, lossy) of the records counted in
+    /// `outbox_quorum_records`, in outbox order (at most [`MAX_REPORTED_PAYLOADS`]).
+    #[serde(default)]
+    pub outbox_quorum_payloads: Vec<String>,
+}
+
+/// Most outbox payloads a report lists.
+pub const MAX_REPORTED_PAYLOADS: usize = 10_000;
+
+/// The supervisor's part of the report ([`crate::supervise`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SupervisorReport {
+    /// Per node, by index.
+    pub nodes: Vec<crate::supervise::SupervisedNode>,
+    /// Its refusals to restart a node, in order.
+    pub errors: Vec<crate::supervise::SuperviseError>,
+}
