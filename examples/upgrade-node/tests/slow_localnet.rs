@@ -85,6 +85,21 @@ fn four_nodes_switch_builds_at_the_planned_height_and_no_reminder_is_lost_or_rep
     );
     let sup = report["supervisor"]["nodes"].as_array().unwrap();
     assert_eq!(sup.len(), 4);
+    // The height every node switched at: the plan is reached at the first request or tick of
+    // the first block at or past its height (ccron::schedule::upgrade), so an empty block at
+    // PLAN_HEIGHT moves the switch to the next block that carries something; the same height
+    // on every node either way.
+    let switch = {
+        let info: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(home.join("node-0/upgrade-info.json")).unwrap())
+                .unwrap();
+        info["height"].as_u64().unwrap()
+    };
+    assert!(
+        (PLAN_HEIGHT..PLAN_HEIGHT + 20).contains(&switch),
+        "switched at {switch}, the plan is at {PLAN_HEIGHT}"
+    );
+    println!("every node switched at height {switch} (plan: {PLAN_HEIGHT})");
     for (i, n) in sup.iter().enumerate() {
         assert_eq!(n["switches"], 1, "node {i}: {n:#}");
         assert_eq!(n["on_upgrade_binary"], true, "node {i}");
@@ -95,12 +110,12 @@ fn four_nodes_switch_builds_at_the_planned_height_and_no_reminder_is_lost_or_rep
         )
         .unwrap();
         assert_eq!(info["name"], UPGRADE);
-        assert_eq!(info["height"], PLAN_HEIGHT, "node {i}: {info:#}");
-        assert_eq!(info["snapshot_height"], PLAN_HEIGHT - 1, "node {i}");
+        assert_eq!(info["height"], switch, "node {i}: {info:#}");
+        assert_eq!(info["snapshot_height"], switch - 1, "node {i}");
     }
     for n in report["nodes"].as_array().unwrap() {
         assert!(
-            n["last_executed_seq"].as_u64().unwrap() > PLAN_HEIGHT + 20,
+            n["last_executed_seq"].as_u64().unwrap() > switch + 20,
             "the chain went on after the switch: {n:#}"
         );
     }
@@ -124,7 +139,7 @@ fn four_nodes_switch_builds_at_the_planned_height_and_no_reminder_is_lost_or_rep
             "reminder {} ran twice",
             r.number
         );
-        let expect = if r.seq < PLAN_HEIGHT {
+        let expect = if r.seq < switch {
             "remind"
         } else {
             "remind-v2"
@@ -134,7 +149,7 @@ fn four_nodes_switch_builds_at_the_planned_height_and_no_reminder_is_lost_or_rep
     }
     let across = runs
         .iter()
-        .filter(|r| r.requested_seq < PLAN_HEIGHT && r.seq >= PLAN_HEIGHT)
+        .filter(|r| r.requested_seq < switch && r.seq >= switch)
         .count();
     assert!(across >= 1, "reminders pending across the switch: {across}");
     assert!(runs.iter().any(|r| r.handler == "remind"));
@@ -155,11 +170,11 @@ fn four_nodes_switch_builds_at_the_planned_height_and_no_reminder_is_lost_or_rep
         let shop = app.state();
         assert!(longest.starts_with(&shop.reminded), "node {i}");
         assert_eq!(shop.migrated, 1, "node {i}");
-        assert_eq!(shop.migrated_at, Some(PLAN_HEIGHT), "node {i}");
+        assert_eq!(shop.migrated_at, Some(switch), "node {i}");
         let up = app.upgrades().state();
         assert!(up.pending.is_none(), "node {i}");
         assert_eq!(up.applied.len(), 1, "node {i}");
-        assert_eq!(up.applied[0].seq, PLAN_HEIGHT, "node {i}");
+        assert_eq!(up.applied[0].seq, switch, "node {i}");
         assert_eq!(shop.legacy, 0, "node {i}");
         let book = app.scheduler().unwrap().book();
         assert_eq!(book.parked_count(), 1, "node {i}: the legacy run is parked");
