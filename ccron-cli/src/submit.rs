@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ccron::schedule::ScheduleRequest;
-use ccron_node::api::ChainInfo;
+use ccron_node::api::{ChainInfo, ChainQuorum};
 use ccron_node::crypto::SigningDomain;
 use ccron_node::request::{ClientRequest, client_id};
 use ccron_node::results::RequestResult;
@@ -52,33 +52,34 @@ pub async fn chain_domain(
     nodes: &[String],
     quorum: usize,
 ) -> Result<SigningDomain, CliError> {
-    let mut seen: BTreeMap<(String, u32), usize> = BTreeMap::new();
+    let mut infos = Vec::new();
     let mut failures = Vec::new();
     for n in nodes {
         let url = format!("{}/v1/chain", n.trim_end_matches('/'));
         match http.send(Method::GET, &url, Vec::new()).await {
             Ok((200, b)) => match serde_json::from_slice::<ChainInfo>(&b) {
-                Ok(c) => *seen.entry((c.chain_id, c.signing_domain)).or_default() += 1,
+                Ok(c) => infos.push(c),
                 Err(e) => failures.push(format!("{n}: {e}")),
             },
-            Ok((404, _)) => *seen.entry((String::new(), 1)).or_default() += 1,
+            // A node built before the route existed: its chain signs in domain 1.
+            Ok((404, _)) => infos.push(ChainInfo {
+                chain_id: String::new(),
+                signing_domain: 1,
+            }),
             Ok((code, _)) => failures.push(format!("{n}: status {code}")),
             Err(e) => failures.push(format!("{n}: {e}")),
         }
     }
-    let mut agreed = seen.into_iter().filter(|(_, k)| *k >= quorum.max(1));
-    match (agreed.next(), agreed.next()) {
-        (Some(((chain_id, signing_domain), _)), None) => ChainInfo {
-            chain_id,
-            signing_domain,
-        }
-        .domain()
-        .map_err(|e| CliError::Args(format!("the nodes' signing domain: {e}"))),
-        (Some(_), Some(_)) => Err(CliError::Disagreement(
+    match ChainInfo::believed(infos, quorum) {
+        ChainQuorum::Agreed(info) => info
+            .domain()
+            .map_err(|e| CliError::Args(format!("the nodes' signing domain: {e}"))),
+        ChainQuorum::Conflict => Err(CliError::Disagreement(
             "two quorums of nodes name different chains".into(),
         )),
-        (None, _) => Err(CliError::Unreachable(format!(
-            "fewer than {quorum} nodes agree on the chain: {}",
+        ChainQuorum::NoQuorum => Err(CliError::Unreachable(format!(
+            "fewer than {} nodes agree on the chain: {}",
+            quorum.max(1),
             failures.join("; ")
         ))),
     }

@@ -163,7 +163,7 @@ async fn metrics(State(state): State<ApiState>) -> axum::response::Response {
 }
 
 /// What `GET /v1/chain` answers: the chain a client signs its requests for.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct ChainInfo {
     /// The chain id (UTF-8; empty in signing domain 1).
     pub chain_id: String,
@@ -186,6 +186,36 @@ impl ChainInfo {
     /// An unknown version or a bad chain id.
     pub fn domain(&self) -> Result<SigningDomain, crate::crypto::DomainError> {
         SigningDomain::of_version(self.signing_domain, self.chain_id.as_bytes())
+    }
+}
+
+/// What a client believes of the nodes' `GET /v1/chain` answers (see [`ChainInfo::believed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainQuorum {
+    /// f+1 (the quorum) nodes named this chain, and no other chain had a quorum.
+    Agreed(ChainInfo),
+    /// Two quorums named different chains: more than f nodes are faulty.
+    Conflict,
+    /// No chain was named by a quorum.
+    NoQuorum,
+}
+
+impl ChainInfo {
+    /// The chain `quorum` (f+1; at least 1) of `answers` name identically, if exactly one
+    /// chain has such a quorum. Shared by the node client ([`crate::submit::NodeApi`]) and the
+    /// CLI, so both believe the same thing of the same answers.
+    pub fn believed(answers: impl IntoIterator<Item = ChainInfo>, quorum: usize) -> ChainQuorum {
+        let mut seen: std::collections::BTreeMap<ChainInfo, usize> =
+            std::collections::BTreeMap::new();
+        for a in answers {
+            *seen.entry(a).or_insert(0) += 1;
+        }
+        let mut agreed = seen.into_iter().filter(|(_, k)| *k >= quorum.max(1));
+        match (agreed.next(), agreed.next()) {
+            (Some((info, _)), None) => ChainQuorum::Agreed(info),
+            (Some(_), Some(_)) => ChainQuorum::Conflict,
+            (None, _) => ChainQuorum::NoQuorum,
+        }
     }
 }
 
@@ -321,4 +351,39 @@ pub async fn serve_with(
         }
     });
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ChainInfo, ChainQuorum};
+
+    fn info(chain: &str, version: u32) -> ChainInfo {
+        ChainInfo {
+            chain_id: chain.into(),
+            signing_domain: version,
+        }
+    }
+
+    #[test]
+    fn a_chain_is_believed_only_when_one_quorum_names_it() {
+        let a = info("a", 2);
+        // f = 1: two identical answers are believed, one liar outvoted.
+        assert_eq!(
+            ChainInfo::believed([a.clone(), a.clone(), info("b", 2), a.clone()], 2),
+            ChainQuorum::Agreed(a.clone())
+        );
+        // The same id under another version is another answer.
+        assert_eq!(
+            ChainInfo::believed([a.clone(), info("a", 1)], 2),
+            ChainQuorum::NoQuorum
+        );
+        // Two quorums: more than f faulty nodes.
+        assert_eq!(
+            ChainInfo::believed([a.clone(), a.clone(), info("b", 2), info("b", 2)], 2),
+            ChainQuorum::Conflict
+        );
+        assert_eq!(ChainInfo::believed([], 2), ChainQuorum::NoQuorum);
+        // A quorum of 0 is taken as 1.
+        assert_eq!(ChainInfo::believed([a.clone()], 0), ChainQuorum::Agreed(a));
+    }
 }

@@ -43,7 +43,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::api::ChainInfo;
+use crate::api::{ChainInfo, ChainQuorum};
 use crate::crypto::SigningDomain;
 use crate::request::{ClientRequest, MAX_PAYLOAD_BYTES, SignedRequest, client_id};
 use crate::results::RequestResult;
@@ -321,27 +321,23 @@ impl NodeApi {
     pub async fn domain_by_quorum(&self) -> Result<SigningDomain, NodeApiError> {
         let reads = self.cfg.nodes.iter().map(|n| self.chain(n));
         let answers = futures_join_all(reads).await;
-        let mut seen: BTreeMap<(String, u32), usize> = BTreeMap::new();
         let mut errors = Vec::new();
+        let mut infos = Vec::new();
         for a in answers {
             match a {
-                Ok(c) => *seen.entry((c.chain_id, c.signing_domain)).or_insert(0) += 1,
+                Ok(c) => infos.push(c),
                 Err(e) => errors.push(e.to_string()),
             }
         }
         let quorum = self.cfg.quorum.max(1);
-        let mut believed = seen.into_iter().filter(|(_, k)| *k >= quorum);
-        match (believed.next(), believed.next()) {
-            (Some(((chain_id, signing_domain), _)), None) => ChainInfo {
-                chain_id,
-                signing_domain,
-            }
-            .domain()
-            .map_err(|e| NodeApiError::Malformed(e.to_string())),
-            (Some(_), Some(_)) => Err(NodeApiError::NoQuorum(
+        match ChainInfo::believed(infos, quorum) {
+            ChainQuorum::Agreed(info) => info
+                .domain()
+                .map_err(|e| NodeApiError::Malformed(e.to_string())),
+            ChainQuorum::Conflict => Err(NodeApiError::NoQuorum(
                 "two quorums name different chains".into(),
             )),
-            (None, _) => Err(NodeApiError::NoQuorum(format!(
+            ChainQuorum::NoQuorum => Err(NodeApiError::NoQuorum(format!(
                 "fewer than {quorum} nodes agree on the chain ({})",
                 errors.join("; ")
             ))),
