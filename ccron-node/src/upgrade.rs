@@ -104,43 +104,11 @@ pub fn write_upgrade_info(home: &Path, index: usize, info: &UpgradeInfo) -> std:
     Ok(())
 }
 
-/// The upgrade stop an application error is, if it is one. The ledger reports an
-/// [`UpgradeHalt`] as [`AppError::Fatal`] with the halt's text; it is recognised only when the
-/// text is exactly what the halt displays (round trip), never by a loose match.
+/// The upgrade stop an application error is, if it is one: the ledger reports an
+/// [`UpgradeHalt`] as the typed [`AppError::Upgrade`]; any other error (a
+/// [`AppError::Fatal`] whose text reads like a halt included) is not one.
 pub fn halt_of_app_error(e: &AppError) -> Option<UpgradeHalt> {
-    let AppError::Fatal(text) = e else {
-        return None;
-    };
-    let quoted = |s: &str| -> Option<String> {
-        let inner = s.strip_prefix('"')?.strip_suffix('"')?;
-        Some(inner.replace("\\\"", "\"").replace("\\\\", "\\"))
-    };
-    let candidates = [
-        text.strip_prefix("upgrade ")
-            .and_then(|r| r.strip_suffix(" needed: this build does not carry it"))
-            .and_then(quoted)
-            .map(UpgradeHalt::Needed),
-        text.strip_prefix("upgrade ")
-            .and_then(|r| {
-                r.strip_suffix(
-                    " is carried by this build but not reached yet: run the previous build",
-                )
-            })
-            .and_then(quoted)
-            .map(UpgradeHalt::Early),
-        text.strip_prefix("the state was upgraded by ")
-            .and_then(|r| r.strip_suffix(", unknown to this build"))
-            .and_then(quoted)
-            .map(UpgradeHalt::Unknown),
-        text.strip_prefix("the migration of upgrade ")
-            .and_then(|r| r.strip_suffix(" failed"))
-            .and_then(quoted)
-            .map(UpgradeHalt::Failed),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|h| h.to_string() == *text)
+    e.upgrade_halt().cloned()
 }
 
 /// The upgrade stop a host error is, if it is one (a halted application).
@@ -169,7 +137,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_halt_round_trips_through_the_fatal_error_text() {
+    fn every_upgrade_error_is_its_halt() {
         for name in ["v2", "a\"b", "x\\y", "upgrade-7"] {
             for halt in [
                 UpgradeHalt::Needed(name.into()),
@@ -177,10 +145,12 @@ mod tests {
                 UpgradeHalt::Unknown(name.into()),
                 UpgradeHalt::Failed(name.into()),
             ] {
-                let e = AppError::Fatal(halt.to_string());
+                let e = AppError::Upgrade(halt.clone());
                 assert_eq!(halt_of_app_error(&e), Some(halt.clone()), "{e}");
                 let host = HostError::Halted(e);
-                assert_eq!(halt_of_host_error(&host), Some(halt));
+                assert_eq!(halt_of_host_error(&host), Some(halt.clone()));
+                // The text alone is not a halt: only the typed error is.
+                assert_eq!(halt_of_app_error(&AppError::Fatal(halt.to_string())), None);
             }
         }
     }

@@ -59,6 +59,21 @@ pub enum AppError {
     /// The replica stops (fail-stop, [`Application::halted`]).
     #[error("fatal: {0}")]
     Fatal(String),
+    /// The ledger stopped at an upgrade ([`crate::schedule::UpgradeHalt`]): fail-stop like
+    /// [`AppError::Fatal`] (the same text), typed so a host can tell an upgrade stop (restart on
+    /// another build) from a failure without reading the message.
+    #[error("fatal: {0}")]
+    Upgrade(crate::schedule::UpgradeHalt),
+}
+
+impl AppError {
+    /// The upgrade stop this error is, if it is one.
+    pub fn upgrade_halt(&self) -> Option<&crate::schedule::UpgradeHalt> {
+        match self {
+            Self::Upgrade(h) => Some(h),
+            _ => None,
+        }
+    }
 }
 
 /// Where a request executes.

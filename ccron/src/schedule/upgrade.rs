@@ -380,7 +380,7 @@ impl<S> Upgrades<S> {
     /// documentation). A stop is sticky: every later call fails the same way.
     ///
     /// # Errors
-    /// [`AppError::Fatal`] naming the [`UpgradeHalt`].
+    /// [`AppError::Upgrade`] naming the [`UpgradeHalt`].
     pub(crate) fn gate<P: ReservedPages>(
         &mut self,
         seq: u64,
@@ -395,7 +395,7 @@ impl<S> Upgrades<S> {
             }
         }
         match &self.halt {
-            Some(h) => Err(AppError::Fatal(h.to_string())),
+            Some(h) => Err(AppError::Upgrade(h.clone())),
             None => Ok(()),
         }
     }

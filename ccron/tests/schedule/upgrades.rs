@@ -163,7 +163,7 @@ fn an_old_build_stops_loudly_at_the_plan() {
     let mut l = v1_until_plan();
     let before = (l.digest(), l.snapshot());
     let err = tick(&mut l, 10).unwrap_err();
-    assert!(matches!(err, AppError::Fatal(_)), "{err}");
+    assert!(matches!(err, AppError::Upgrade(_)), "{err}");
     assert_eq!(l.upgrades().halt(), Some(&UpgradeHalt::Needed("v2".into())));
     assert!(l.halted().is_some());
     assert!(exec(&mut l, 11, 1, &create("remind", 20)).starts_with("err halted"));
