@@ -1,6 +1,6 @@
 //! Two builds of one ledger, for showing a planned upgrade on real processes
 //! (`docs/malachite.md`, "Upgrading a live cluster"; the simulated version is
-//! `tests/upgrade_handlers.rs`).
+//! `tests/e2e/upgrade_handlers.rs`).
 //!
 //! A reminder ledger: a client asks for a reminder ([`remind_request`]), the ledger schedules a
 //! one-shot [`REMIND_AFTER_MS`] ahead under the reminder handler of the build that executes

@@ -372,7 +372,7 @@ fn rotation_orders_f_plus_one_ticks_per_period() {
 }
 
 /// Long campaign: the reference-model check over many seeds with every fault at once.
-/// Run: `cargo test --release --test cluster_cron -- --ignored campaign`
+/// Run: `cargo test --release --test e2e cluster_cron:: -- --ignored campaign`
 #[test]
 #[ignore]
 fn campaign_fires_match_the_model_under_faults() {

@@ -3,7 +3,7 @@
 //! exactly once at the workers and every result applied exactly once on every replica. The
 //! consumer reads the cluster only through the replicas' HTTP read endpoints, one of which lies.
 
-#[path = "../examples/http_workers.rs"]
+#[path = "../../examples/http_workers.rs"]
 mod example;
 
 #[test]

@@ -4,7 +4,7 @@
 use sim_bft::ledgers::KvLedger;
 use sim_bft::sim::cluster::Cluster;
 
-mod support;
+use crate::support;
 use support::Loud;
 
 #[test]
