@@ -55,6 +55,22 @@ fn per_op_ns(d: Duration, ops: usize) -> f64 {
     d.as_nanos() as f64 / ops.max(1) as f64
 }
 
+const PAGE_SIZE: usize = 4096;
+
+/// The pages and the range the book of `n` tasks is saved into.
+fn book_pages(n: usize) -> (MemPages, PageRange) {
+    // Records are placed at their largest stored size (every field in its largest form: a next
+    // due point, owed runs, owner, version, run state, run history, counters, pending manual
+    // runs), well above the bytes a task is encoded to: sized at 1,024 bytes (unused record
+    // and log pages cost nothing in `MemPages`); the record pages are 15/32 of what the range
+    // keeps after its commit and zone pages (docs/scheduling.md).
+    let record_pages = (n * 1_024 / (PAGE_SIZE - 44)) as u32 + 16;
+    let num_pages = record_pages * 32 / 15 * 33 / 32 + 64;
+    let pages = MemPages::new(PAGE_SIZE, num_pages);
+    let range = PageRange::new(0, num_pages).expect("non-empty range");
+    (pages, range)
+}
+
 fn main() {
     let n: usize = std::env::var("CCRON_BENCH_N")
         .ok()
@@ -83,6 +99,35 @@ fn main() {
         }
     });
     assert_eq!(book.len(), n);
+
+    // `CCRON_BENCH_PROFILE=N`: after a full save, only N 1%-due ticks (each followed by a save,
+    // as below), printing the mean tick on CPU (for `perf record`), then exit.
+    if let Some(ticks) = std::env::var("CCRON_BENCH_PROFILE")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+    {
+        let (mut pages, range) = book_pages(n);
+        book.save_all(&mut pages, range)
+            .expect("the book fits its range");
+        let mut cpu = Duration::ZERO;
+        for s in 0..ticks.clamp(1, 100) {
+            let tick = Tick::new(1, 10 + s as u64, Some(BASE_MS + s * 1_000));
+            let a = on_cpu().unwrap_or_default();
+            black_box(
+                book.on_tick(&tick, &mut fired, &mut handlers, &mut outbox)
+                    .fired
+                    .len(),
+            );
+            cpu += on_cpu().unwrap_or_default().saturating_sub(a);
+            book.save(&mut pages, range)
+                .expect("the book fits its range");
+        }
+        println!(
+            "  tick, 1% due     {:>12.3} ms/tick on CPU over {ticks} ticks",
+            cpu.as_secs_f64() * 1e3 / ticks.clamp(1, 100) as f64
+        );
+        return;
+    }
 
     // Cancel 10^4 ids spread over the book (deterministic stride), then put as many back.
     let cancels = (n / 100).max(1);
@@ -136,16 +181,8 @@ fn main() {
 
     // Persist (the record log): the whole book once, then single changes, then the saves after
     // the 1% ticks below.
-    let page_size = 4096;
-    // Records are placed at their largest stored size (every field in its largest form: a next
-    // due point, owed runs, owner, version, run state, run history, counters, pending manual
-    // runs), well above the bytes a task is encoded to: sized at 1,024 bytes (unused record
-    // and log pages cost nothing in `MemPages`); the record pages are 15/32 of what the range
-    // keeps after its commit and zone pages (docs/scheduling.md).
-    let record_pages = (n * 1_024 / (page_size - 44)) as u32 + 16;
-    let num_pages = record_pages * 32 / 15 * 33 / 32 + 64;
-    let mut pages = MemPages::new(page_size, num_pages);
-    let range = PageRange::new(0, num_pages).expect("non-empty range");
+    let (mut pages, range) = book_pages(n);
+    let (page_size, num_pages) = (PAGE_SIZE, range.len());
     let (saved, d_save) = timed(|| book.save_all(&mut pages, range));
     saved.expect("the book fits its range");
     let full_pages = pages.snapshot().len();

@@ -242,6 +242,11 @@ pub(crate) trait Records {
     fn get(&self, position: u32) -> Option<Due>;
     /// Every record, ascending position.
     fn sorted(&self) -> Vec<(u32, Due)>;
+    /// The records of `positions`, in their order, appended to `out` (what [`Self::get`]
+    /// answers for each; an implementation may look them up in batches).
+    fn get_many(&self, positions: &[u32], out: &mut Vec<Option<Due>>) {
+        out.extend(positions.iter().map(|p| self.get(*p)));
+    }
 }
 
 /// A schedule of table layout 1 found at load: migrated by the next save.
@@ -427,16 +432,25 @@ impl LogInstance for TableLog<'_> {
         p: u32,
         at: FoldPoint,
     ) -> Result<Option<Vec<u8>>, TableError> {
-        let mut records: Vec<(u32, Due)> = Vec::new();
-        for id in self.placement.members(p) {
-            let position = u32::try_from(*id).unwrap_or(u32::MAX);
-            // A position changed since has its value then below, with the page it had.
-            if !self.changed_since(position, at)
-                && let Some(due) = self.next.get(position)
-            {
-                records.push((position, due));
-            }
-        }
+        // A position changed since has its value then below, with the page it had. The
+        // others are looked up in one batch (independent lookups overlap their cache misses).
+        let members = self.placement.members(p);
+        let mut positions: Vec<u32> = Vec::with_capacity(members.len());
+        positions.extend(
+            members
+                .iter()
+                .map(|id| u32::try_from(*id).unwrap_or(u32::MAX))
+                .filter(|position| !self.changed_since(*position, at)),
+        );
+        let mut dues = Vec::with_capacity(positions.len());
+        self.next.get_many(&positions, &mut dues);
+        let mut records: Vec<(u32, Due)> = Vec::with_capacity(members.len());
+        records.extend(
+            positions
+                .iter()
+                .zip(dues)
+                .filter_map(|(position, due)| Some((*position, due?))),
+        );
         // Positions changed since that were on this page then.
         let frozen = at == FoldPoint::FrozenEnd;
         for (position, due) in self.this_save.on_page(p) {
