@@ -310,6 +310,7 @@ fn open(home: &Path, index: usize) -> State<Box<dyn Application>> {
             byzantine: None,
             http: "127.0.0.1:0".parse().unwrap(),
             snapshot_every: 0,
+            retain_blocks: None,
         },
         &factory(),
     )
