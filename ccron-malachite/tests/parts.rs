@@ -98,6 +98,7 @@ fn block(state: &State<Box<dyn Application>>, v: u64) -> Block {
             &signer,
         )],
         requests: Vec::new(),
+        prev_state: Some(state.core.ledger().state_digest()),
     }
 }
 

@@ -685,6 +685,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
                 lock(&self.ticks).pending().cloned().collect()
             },
             requests: lock(&self.mempool).select(MAX_BLOCK_REQUESTS, MAX_BLOCK_REQUEST_BYTES),
+            prev_state: Some(self.ledger.state_digest()),
         };
         if !self.opts.lying_time {
             self.check(&block, now)

@@ -62,17 +62,17 @@ const HEADER_BYTES: usize = 8 + 4 + 8 + 32;
 
 /// The body of a snapshot file.
 #[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
-struct Body {
+pub(crate) struct Body {
     /// The height the state is after.
-    height: u64,
+    pub(crate) height: u64,
     /// The value id of the block at `height` (checked against the block store).
-    block_id: Hash32,
+    pub(crate) block_id: Hash32,
     /// The ledger's name (the genesis').
-    ledger: String,
+    pub(crate) ledger: String,
     /// [`LedgerHost::snapshot`].
-    host: Vec<u8>,
+    pub(crate) host: Vec<u8>,
     /// [`LedgerHost::state_digest`] at `height`: what the restored state must give.
-    state_digest: [u8; 32],
+    pub(crate) state_digest: [u8; 32],
 }
 
 /// Why a snapshot was not written or not used.
@@ -342,22 +342,7 @@ impl Snapshots {
         path: &Path,
         store: &BlockStore<C>,
     ) -> Result<Body, SnapshotError> {
-        let io = |source| SnapshotError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        let size = file.metadata().map_err(io)?.len();
-        if size > MAX_SNAPSHOT_BYTES {
-            return Err(SnapshotError::TooLarge {
-                path: path.to_path_buf(),
-                bytes: size,
-            });
-        }
-        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        file.take(MAX_SNAPSHOT_BYTES)
-            .read_to_end(&mut bytes)
-            .map_err(io)?;
+        let bytes = read_bounded(path)?;
         let body = decode_file(&bytes, path)?;
         let store_last = store.last_height();
         if body.height != named || body.height > store_last || body.height == 0 {
@@ -479,9 +464,30 @@ impl Snapshots {
     }
 }
 
+/// A snapshot file's bytes, its size checked against [`MAX_SNAPSHOT_BYTES`] before reading.
+pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, SnapshotError> {
+    let io = |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > MAX_SNAPSHOT_BYTES {
+        return Err(SnapshotError::TooLarge {
+            path: path.to_path_buf(),
+            bytes: size,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(MAX_SNAPSHOT_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    Ok(bytes)
+}
+
 /// Restores `body` into the fresh `ledger` and checks the result: the height and the state
 /// digest recorded.
-fn restore_body<A: Application>(
+pub(crate) fn restore_body<A: Application>(
     ledger: &mut LedgerHost<A>,
     body: Body,
     ledger_name: &str,
@@ -566,7 +572,7 @@ pub enum ReplayError {
 }
 
 /// A snapshot file's bytes.
-fn encode_file(body: &Body) -> std::io::Result<Vec<u8>> {
+pub(crate) fn encode_file(body: &Body) -> std::io::Result<Vec<u8>> {
     let payload = borsh::to_vec(body)?;
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     out.extend_from_slice(&SNAPSHOT_MAGIC);
@@ -578,7 +584,7 @@ fn encode_file(body: &Body) -> std::io::Result<Vec<u8>> {
 }
 
 /// Checks and decodes a snapshot file's bytes.
-fn decode_file(bytes: &[u8], path: &Path) -> Result<Body, SnapshotError> {
+pub(crate) fn decode_file(bytes: &[u8], path: &Path) -> Result<Body, SnapshotError> {
     let header = |reason: String| SnapshotError::BadHeader {
         path: path.to_path_buf(),
         reason,
@@ -682,6 +688,7 @@ mod tests {
                 })
                 .collect(),
             requests: Vec::new(),
+            prev_state: None,
         }
     }
 

@@ -476,6 +476,42 @@ impl<C: Commit> BlockStore<C> {
         self.install_pruned_copy(copy)
     }
 
+    /// Replaces the store at `path` by one whose base is `base` and whose only block is
+    /// `above` (height `base + 1`): a node catching up from a peer's snapshot of `base`
+    /// (`crate::catchup`). Crash-safe as a prune: the new file is written beside the store,
+    /// fsync'ed, renamed over it and the directory fsync'ed.
+    ///
+    /// # Errors
+    /// I/O errors; `above` not at `base + 1`.
+    pub fn replace_with_base(path: &Path, base: u64, above: &Decided<C>) -> Result<(), StoreError> {
+        let expected = base.saturating_add(1);
+        if above.height() != expected || above.block.height != expected {
+            return Err(StoreError::OutOfOrder {
+                got: above.height(),
+                expected,
+            });
+        }
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| StoreError::Io { path: p, source }
+        };
+        let mut bytes = encode_record(&base_payload(base)).map_err(io(path))?;
+        bytes.extend_from_slice(&encode_record(above).map_err(io(path))?);
+        let tmp = prune_tmp(path);
+        {
+            let mut out = File::create(&tmp).map_err(io(&tmp))?;
+            out.write_all(&bytes).map_err(io(&tmp))?;
+            out.sync_all().map_err(io(&tmp))?;
+        }
+        std::fs::rename(&tmp, path).map_err(io(path))?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io(dir))?;
+        }
+        Ok(())
+    }
+
     /// A prune's first step: the base record and the retained records copied to
     /// `blocks.log.prune`, fsync'ed. The store itself is untouched.
     fn write_pruned_copy(&self, keep_from: u64) -> Result<Option<PrunedCopy>, StoreError> {
@@ -988,6 +1024,7 @@ mod tests {
             agreed_time_ms: 1_000 * h as i64,
             ticks: Vec::new(),
             requests: Vec::new(),
+            prev_state: None,
         };
         Decided {
             commit: PlainCommit::of(&block),
