@@ -388,6 +388,7 @@ mod tests {
                 &signer,
             )],
             requests: Vec::new(),
+            prev_state: None,
         };
         let other = other_value(&block, 3);
         assert!(other.ticks.is_empty() && other.id() != block.id());

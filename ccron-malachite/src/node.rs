@@ -13,7 +13,7 @@ use malachitebft_app_channel::app::config::{
 use malachitebft_app_channel::app::engine::host::Next;
 use malachitebft_app_channel::app::streaming::StreamContent;
 use malachitebft_app_channel::app::types::Keypair;
-use malachitebft_app_channel::app::types::core::{Height as _, VoteExtensions};
+use malachitebft_app_channel::app::types::core::VoteExtensions;
 use malachitebft_app_channel::{
     AppMsg, Channels, ConsensusContext, NetworkContext, NetworkIdentity, NetworkRequest,
     RequestContext, Signer as _, SyncContext, WalContext,
@@ -334,7 +334,8 @@ async fn handle<A: Application>(
             }
         }
         AppMsg::GetHistoryMinHeight { reply } => {
-            let _ = reply.send(Height::INITIAL);
+            // The lowest height the block store holds: nothing below it is served (pruned).
+            let _ = reply.send(Height(node.core.history_min_height()));
         }
         AppMsg::ReceivedProposalPart {
             from, part, reply, ..

@@ -392,6 +392,8 @@ fn adapter_block(b: &RecordedBatch, vs: &Validators) -> Block {
                 .sign(&ccron_node::crypto::SigningDomain::V1, &key)
             })
             .collect(),
+        // Execution does not read it (checked where blocks are proposed).
+        prev_state: None,
     }
 }
 

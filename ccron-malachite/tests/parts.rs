@@ -62,6 +62,7 @@ fn opts(home: &Path, index: usize) -> NodeOptions {
         byzantine: None,
         http: "127.0.0.1:0".parse().unwrap(),
         snapshot_every: 0,
+        retain_blocks: None,
     }
 }
 
@@ -97,6 +98,7 @@ fn block(state: &State<Box<dyn Application>>, v: u64) -> Block {
             &signer,
         )],
         requests: Vec::new(),
+        prev_state: Some(state.core.ledger().state_digest()),
     }
 }
 

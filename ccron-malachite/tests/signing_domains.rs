@@ -89,6 +89,8 @@ fn fixture(domain: &SigningDomain) -> String {
         agreed_time_ms: 1_700_000_000_001,
         ticks: vec![ccron_node::TickTx::sign(domain, 5, 17, &node(1))],
         requests: vec![request],
+        // The first layout: the fixture's bytes were written before layout 2.
+        prev_state: None,
     };
     out.push_str(&format!("block {}\n", hexs(&block.encode())));
     let proposer = Address(signers[2].public_key());
@@ -310,6 +312,7 @@ fn open(home: &Path, index: usize) -> State<Box<dyn Application>> {
             byzantine: None,
             http: "127.0.0.1:0".parse().unwrap(),
             snapshot_every: 0,
+            retain_blocks: None,
         },
         &factory(),
     )

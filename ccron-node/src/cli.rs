@@ -114,6 +114,11 @@ enum Cmd {
         /// restart re-executes only the blocks above the newest one. 0: only at a clean stop.
         #[arg(long, default_value_t = crate::snapshot::DEFAULT_SNAPSHOT_EVERY)]
         snapshot_every: u64,
+        /// After each snapshot, prune the block store below the newest snapshot minus N heights
+        /// (never above the previous snapshot); absent: keep every block. A node whose peers
+        /// pruned catches up from a snapshot (docs/malachite.md, "Pruning").
+        #[arg(long)]
+        retain_blocks: Option<u64>,
     },
     /// Cut a node's `blocks.log` or `parts.log` at a damaged record the node refused (a copy of
     /// the whole file is kept as `FILE.corrupt-OFFSET`); the node then takes the later heights
@@ -316,6 +321,7 @@ impl<A: Application> NodeBinary<A> {
                 byzantine_from_ms,
                 http,
                 snapshot_every,
+                retain_blocks,
             } => {
                 let byzantine = match byzantine.map(|k| k.parse::<ByzantineKind>()).transpose() {
                     Ok(k) => k.map(|kind| Byzantine {
@@ -335,6 +341,7 @@ impl<A: Application> NodeBinary<A> {
                     byzantine,
                     http,
                     snapshot_every,
+                    retain_blocks,
                 };
                 match (self.run)(opts, self.factory.clone()) {
                     Ok(()) => ExitCode::SUCCESS,

@@ -80,6 +80,16 @@ pub enum NodeError {
     /// Engine failure.
     #[error("engine: {0}")]
     Engine(String),
+    /// The block store was pruned up to `base` and no snapshot at or above it is usable: the
+    /// blocks below are gone, so the state cannot be rebuilt from this node's disk.
+    #[error(
+        "blocks up to {base} were pruned and no valid snapshot at or above {base} remains \
+         (rebuild from a peer's snapshot)"
+    )]
+    Pruned {
+        /// The store's highest pruned height.
+        base: u64,
+    },
     /// A decided value this node never saw.
     #[error("decided value {0} at height {1} is unknown to this node")]
     UnknownDecided(Hash32, u64),
@@ -132,6 +142,9 @@ pub struct NodeOptions {
     /// Write a durable snapshot every this many heights (and at a clean stop); 0: only at a
     /// clean stop. See [`crate::snapshot`].
     pub snapshot_every: u64,
+    /// Prune the block store below the newest snapshot minus this many heights after each
+    /// snapshot (`Snapshots::prune_store`); `None`: keep every block.
+    pub retain_blocks: Option<u64>,
 }
 
 /// What the binary's ledger factory is told: the genesis' ledger name and the validators.
@@ -347,6 +360,14 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         // Restart: the newest valid snapshot, then the blocks above it (the state is a pure
         // function of the decided blocks); no usable snapshot: the whole chain.
         let restored = snapshots.restore_latest(&store, &genesis.ledger, &fresh);
+        if restored.height.is_none() && store.base() > 0 {
+            tracing::error!(
+                base = store.base(),
+                rejected = restored.rejected.len(),
+                "pruned store without a usable snapshot"
+            );
+            return Err(NodeError::Pruned { base: store.base() });
+        }
         let tick_pool = TickPool::new(validators.count(), setup.tick_periods.keys().copied());
         let forward_to: Vec<std::net::SocketAddr> = genesis
             .validators
@@ -396,6 +417,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             setup,
         };
         node.status.restored_from_height = restored.height;
+        node.status.store_first_height = node.store.first_height();
         node.status.snapshots_rejected = restored.rejected.len() as u64;
         node.trim_digests_log();
         let from = restored.height.unwrap_or(0);
@@ -663,6 +685,7 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
                 lock(&self.ticks).pending().cloned().collect()
             },
             requests: lock(&self.mempool).select(MAX_BLOCK_REQUESTS, MAX_BLOCK_REQUEST_BYTES),
+            prev_state: Some(self.ledger.state_digest()),
         };
         if !self.opts.lying_time {
             self.check(&block, now)
@@ -953,12 +976,35 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
                 self.status.snapshots_written += 1;
                 self.reads.snapshot_written(height, now_ms());
                 tracing::info!(height, bytes, "snapshot written");
+                self.prune();
             }
             Err(e) => {
                 self.status.snapshot_failures += 1;
                 tracing::error!(height, error = %e, "snapshot not written");
             }
         }
+    }
+
+    /// Prunes the block store below the snapshots (`--retain-blocks`; a failure is an error
+    /// event and a counter, the store is left whole).
+    fn prune(&mut self) {
+        if let Some(retain) = self.opts.retain_blocks {
+            match self.snapshots.prune_store(&mut self.store, retain) {
+                Ok(Some(p)) => self.status.pruned_heights += p.heights,
+                Ok(None) => {}
+                Err(e) => {
+                    self.status.prune_failures += 1;
+                    tracing::error!(error = %e, "block store not pruned");
+                }
+            }
+        }
+        self.status.store_first_height = self.store.first_height();
+    }
+
+    /// The lowest height this node serves from its block store (the engine's history
+    /// minimum).
+    pub fn history_min_height(&self) -> u64 {
+        self.store.first_height()
     }
 
     /// Appends one line per fire with a time due to `fires.log`: `height agreed_ms wall_ms

@@ -225,6 +225,11 @@ pub enum BlockRejection {
     /// The samples' scope is not the previous decided block, or a first block carries samples.
     #[error("samples scope does not match the previous decided block")]
     WrongScope,
+    /// The block does not carry the state digest after the previous height (this node's,
+    /// which every honest node shares): a quorum's commit of it would vouch for a wrong state
+    /// (`crate::catchup` checks snapshots against it).
+    #[error("the block's previous state digest is not the state after height h-1")]
+    WrongState,
     /// A request whose own bounds fail.
     #[error("request {index}: {reason}")]
     BadRequest {
@@ -245,6 +250,7 @@ impl BlockRejection {
         match self {
             BlockRejection::TooLarge { .. } => "too_large".into(),
             BlockRejection::WrongScope => "wrong_scope".into(),
+            BlockRejection::WrongState => "wrong_state".into(),
             BlockRejection::BadRequest { .. } => "bad_request".into(),
             BlockRejection::Invalid(inner) => {
                 let debug = format!("{inner:?}");
@@ -283,6 +289,8 @@ pub type SampleMessage = fn(
 /// Checks a proposed block as the next one of `ledger`, at this validator's clock `now_ms`:
 ///
 /// - its size: at most [`MAX_BLOCK_BYTES`] encoded (first, before any signature);
+/// - its `prev_state`: the state digest of `ledger` (the state after h-1), so that the
+///   quorum that commits the block vouches for it (`crate::catchup`);
 /// - the samples' scope: the block names the previous decided value (`prev_id`) and the round
 ///   of a commit of it (`prev_round`: any round, since honest nodes may hold commits of one
 ///   value from different rounds; the samples' signatures bind it);
@@ -316,6 +324,9 @@ pub fn validate_block<A: Application>(
             bytes,
             max: MAX_BLOCK_BYTES,
         });
+    }
+    if block.prev_state != Some(ledger.state_digest()) {
+        return Err(BlockRejection::WrongState);
     }
     let time = match prev {
         None => {

@@ -11,7 +11,9 @@
 //! - [`core`]: [`core::NodeCore`], the node itself (store, snapshots, mempool, tick pool, own
 //!   ticks, results, status), which an engine's loop calls to build, judge and decide blocks;
 //! - [`store`], [`snapshot`], [`records`]: the decided-block log (records of the engine's
-//!   [`store::Commit`]), durable snapshots, the genesis and status records;
+//!   [`store::Commit`], pruned below the snapshots), durable snapshots, the genesis and status
+//!   records; [`catchup`]: a node behind every peer's history rebuilt from a peer's snapshot,
+//!   checked against the state digest a committed block carries;
 //! - [`api`], [`forward`], [`mempool`], [`results`]: the HTTP API, own-tick forwarding with
 //!   deadlines, the bounded pool of verified requests, the results clients read;
 //! - [`proposals`]: the bounded book of undecided proposal parts an adapter admits into;
@@ -29,6 +31,7 @@
 //! signing types around these) and its loop; see `ccron-malachite`.
 
 pub mod api;
+pub mod catchup;
 pub mod cli;
 pub mod core;
 pub mod crypto;

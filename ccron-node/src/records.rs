@@ -180,6 +180,16 @@ pub struct NodeStatus {
     /// unaffected, a restart replays more blocks).
     #[serde(default)]
     pub snapshot_failures: u64,
+    /// The lowest height the block store holds (above the pruned ones; 1: nothing pruned):
+    /// the history minimum the node reports to the engine's sync.
+    #[serde(default)]
+    pub store_first_height: u64,
+    /// Heights this process pruned from the block store (`node --retain-blocks`).
+    #[serde(default)]
+    pub pruned_heights: u64,
+    /// Prunes that failed (each an error in the log; the store is left whole).
+    #[serde(default)]
+    pub prune_failures: u64,
     /// Proposals this node judged invalid, by reason ([`crate::ledger::BlockRejection::name`]).
     #[serde(default)]
     pub rejections_by_reason: std::collections::BTreeMap<String, u64>,

@@ -62,17 +62,17 @@ const HEADER_BYTES: usize = 8 + 4 + 8 + 32;
 
 /// The body of a snapshot file.
 #[derive(Debug, Clone, PartialEq, Eq, BorshSerialize, BorshDeserialize)]
-struct Body {
+pub(crate) struct Body {
     /// The height the state is after.
-    height: u64,
+    pub(crate) height: u64,
     /// The value id of the block at `height` (checked against the block store).
-    block_id: Hash32,
+    pub(crate) block_id: Hash32,
     /// The ledger's name (the genesis').
-    ledger: String,
+    pub(crate) ledger: String,
     /// [`LedgerHost::snapshot`].
-    host: Vec<u8>,
+    pub(crate) host: Vec<u8>,
     /// [`LedgerHost::state_digest`] at `height`: what the restored state must give.
-    state_digest: [u8; 32],
+    pub(crate) state_digest: [u8; 32],
 }
 
 /// Why a snapshot was not written or not used.
@@ -130,6 +130,17 @@ pub enum SnapshotError {
         named: u64,
         /// The block store's last height.
         store_last: u64,
+    },
+    /// The snapshot is below the block store's pruned base: the blocks between it and the
+    /// store's first height are gone, so it cannot be brought up to the store's last height.
+    #[error("snapshot {path}: height {height} is below the block store's first height {first}")]
+    BelowStore {
+        /// The file.
+        path: PathBuf,
+        /// The snapshot's height.
+        height: u64,
+        /// The block store's lowest height.
+        first: u64,
     },
     /// The block store's block at the snapshot's height is another block.
     #[error("snapshot {path}: block at height {height} is not the block store's")]
@@ -302,9 +313,17 @@ impl Snapshots {
             .and_then(|d| d.sync_all())
             .map_err(io(&self.dir))?;
         // The new snapshot is durable: a failure to delete an old one only costs disk space.
+        // Kept: the new one and the newest below it, [`KEEP_SNAPSHOTS`] in all. Any above it
+        // are ahead of the durable chain (a store cut by `repair-store` below them): they are
+        // refused at start, and kept they would count as the newest and push the new one out.
         match self.list() {
             Ok(all) => {
-                for (_, old) in all.into_iter().skip(KEEP_SNAPSHOTS) {
+                let (above, at_or_below): (Vec<_>, Vec<_>) =
+                    all.into_iter().partition(|(h, _)| *h > height);
+                for (_, old) in above
+                    .into_iter()
+                    .chain(at_or_below.into_iter().skip(KEEP_SNAPSHOTS))
+                {
                     if let Err(e) = std::fs::remove_file(&old) {
                         tracing::warn!(path = %old.display(), error = %e, "old snapshot not deleted");
                     }
@@ -323,22 +342,7 @@ impl Snapshots {
         path: &Path,
         store: &BlockStore<C>,
     ) -> Result<Body, SnapshotError> {
-        let io = |source| SnapshotError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        let size = file.metadata().map_err(io)?.len();
-        if size > MAX_SNAPSHOT_BYTES {
-            return Err(SnapshotError::TooLarge {
-                path: path.to_path_buf(),
-                bytes: size,
-            });
-        }
-        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        file.take(MAX_SNAPSHOT_BYTES)
-            .read_to_end(&mut bytes)
-            .map_err(io)?;
+        let bytes = read_bounded(path)?;
         let body = decode_file(&bytes, path)?;
         let store_last = store.last_height();
         if body.height != named || body.height > store_last || body.height == 0 {
@@ -349,14 +353,65 @@ impl Snapshots {
                 store_last,
             });
         }
-        let block = store.get(body.height)?;
-        if block.is_none_or(|d| d.commit.value_id() != body.block_id) {
+        if body.height < store.base() {
+            return Err(SnapshotError::BelowStore {
+                path: path.to_path_buf(),
+                height: body.height,
+                first: store.first_height(),
+            });
+        }
+        // The block at the snapshot's height, or at the pruned base the next block's link to
+        // it (its `prev_id`).
+        let same = if body.height == store.base() {
+            store
+                .get(body.height + 1)?
+                .is_some_and(|d| d.block.prev_id == body.block_id)
+        } else {
+            store
+                .get(body.height)?
+                .is_some_and(|d| d.commit.value_id() == body.block_id)
+        };
+        if !same {
             return Err(SnapshotError::OtherChain {
                 path: path.to_path_buf(),
                 height: body.height,
             });
         }
         Ok(body)
+    }
+
+    /// Prunes `store` below the snapshots on disk, keeping `retain` blocks below the newest
+    /// one (at or below the store's last height) and every block above the oldest kept one
+    /// (so that the previous snapshot stays restorable if the newest turns out corrupt):
+    /// the store's base becomes `min(newest - retain, oldest kept)`. It prunes only once the
+    /// records to drop take at least as many bytes as those kept, so each retained record is
+    /// copied at most about once per its own size dropped (amortised: the file stays under
+    /// about twice the retained blocks). `Ok(None)`: nothing pruned.
+    ///
+    /// # Errors
+    /// Listing the snapshots; the store's I/O errors (the store is then left whole).
+    pub fn prune_store<C: Commit>(
+        &self,
+        store: &mut BlockStore<C>,
+        retain: u64,
+    ) -> Result<Option<crate::store::Pruned>, SnapshotError> {
+        let kept: Vec<u64> = self
+            .list()?
+            .into_iter()
+            .map(|(h, _)| h)
+            .filter(|h| *h <= store.last_height())
+            .take(KEEP_SNAPSHOTS)
+            .collect();
+        let (Some(&newest), Some(&oldest)) = (kept.first(), kept.last()) else {
+            return Ok(None);
+        };
+        let base = newest.saturating_sub(retain).min(oldest);
+        let keep_from = base.saturating_add(1);
+        let drop = store.bytes_below(keep_from);
+        if keep_from <= store.first_height() || drop < store.bytes().saturating_sub(drop) {
+            return Ok(None);
+        }
+        Ok(store.prune_below(keep_from)?)
     }
 
     /// Restores a fresh host (`fresh()`) of ledger `ledger_name` from the newest snapshot that
@@ -409,9 +464,30 @@ impl Snapshots {
     }
 }
 
+/// A snapshot file's bytes, its size checked against [`MAX_SNAPSHOT_BYTES`] before reading.
+pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, SnapshotError> {
+    let io = |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > MAX_SNAPSHOT_BYTES {
+        return Err(SnapshotError::TooLarge {
+            path: path.to_path_buf(),
+            bytes: size,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(MAX_SNAPSHOT_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    Ok(bytes)
+}
+
 /// Restores `body` into the fresh `ledger` and checks the result: the height and the state
 /// digest recorded.
-fn restore_body<A: Application>(
+pub(crate) fn restore_body<A: Application>(
     ledger: &mut LedgerHost<A>,
     body: Body,
     ledger_name: &str,
@@ -496,7 +572,7 @@ pub enum ReplayError {
 }
 
 /// A snapshot file's bytes.
-fn encode_file(body: &Body) -> std::io::Result<Vec<u8>> {
+pub(crate) fn encode_file(body: &Body) -> std::io::Result<Vec<u8>> {
     let payload = borsh::to_vec(body)?;
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     out.extend_from_slice(&SNAPSHOT_MAGIC);
@@ -508,7 +584,7 @@ fn encode_file(body: &Body) -> std::io::Result<Vec<u8>> {
 }
 
 /// Checks and decodes a snapshot file's bytes.
-fn decode_file(bytes: &[u8], path: &Path) -> Result<Body, SnapshotError> {
+pub(crate) fn decode_file(bytes: &[u8], path: &Path) -> Result<Body, SnapshotError> {
     let header = |reason: String| SnapshotError::BadHeader {
         path: path.to_path_buf(),
         reason,
@@ -612,6 +688,7 @@ mod tests {
                 })
                 .collect(),
             requests: Vec::new(),
+            prev_state: None,
         }
     }
 
@@ -630,8 +707,12 @@ mod tests {
         let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
         let mut ledger = fresh();
         let components: Vec<u32> = DemoTables::default().components();
+        let mut prev_id = Hash32::default();
         for h in 1..=n {
-            let b = block(h, &components, &addrs, shift);
+            let mut b = block(h, &components, &addrs, shift);
+            // Linked as a chain is: each block names the previous one.
+            b.prev_id = prev_id;
+            prev_id = b.id();
             store.append(decided(b.clone())).unwrap();
             ledger.execute(&b, &set).unwrap();
             if h % every == 0 {
@@ -875,5 +956,114 @@ mod tests {
             decode_file(&good[..10], path),
             Err(SnapshotError::BadHeader { .. })
         ));
+    }
+
+    fn heights(dir: &Path) -> Vec<u64> {
+        let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
+        snaps.list().unwrap().iter().map(|k| k.0).collect()
+    }
+
+    #[test]
+    fn a_pruned_store_restarts_from_a_snapshot_at_or_above_its_base_only() {
+        let dir = scratch("pruned");
+        let (digest, fires) = run_chain(&dir, 70, 20, 0);
+        let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
+        let mut store = BlockStore::<PlainCommit>::open(&dir.join("blocks.log")).unwrap();
+        // Retain 10 below the newest (60): 50, but never above the previous snapshot (40).
+        let pruned = snaps.prune_store(&mut store, 10).unwrap().unwrap();
+        assert_eq!((pruned.heights, store.first_height()), (40, 41));
+        // Not again until the prefix to drop outweighs what is kept.
+        assert_eq!(snaps.prune_store(&mut store, 0).unwrap(), None);
+        drop(store);
+        let (r, run) = restart(&dir);
+        assert_eq!((r.height, run), (Some(60), 10));
+        assert_eq!(r.ledger.state_digest(), digest);
+        assert_eq!(r.ledger.host().counters().fires, fires);
+        // The newest corrupt: the one at the store's base, checked through block 41's link.
+        let newest = snaps.path(60);
+        let mut bytes = std::fs::read(&newest).unwrap();
+        let at = bytes.len() - 3;
+        bytes[at] ^= 1;
+        std::fs::write(&newest, &bytes).unwrap();
+        let (r, run) = restart(&dir);
+        assert_eq!((r.height, run), (Some(40), 30), "{:?}", r.rejected);
+        assert_eq!(r.ledger.state_digest(), digest);
+        // Pruned past it: neither is usable, and a full replay is impossible.
+        let mut store = BlockStore::<PlainCommit>::open(&dir.join("blocks.log")).unwrap();
+        store.prune_below(51).unwrap().unwrap();
+        drop(store);
+        let store = BlockStore::<PlainCommit>::open(&dir.join("blocks.log")).unwrap();
+        let r = snaps.restore_latest(&store, "demo", &fresh);
+        assert_eq!(r.height, None);
+        assert!(
+            matches!(
+                r.rejected[..],
+                [
+                    SnapshotError::Checksum { .. },
+                    SnapshotError::BelowStore {
+                        height: 40,
+                        first: 51,
+                        ..
+                    }
+                ]
+            ),
+            "{:?}",
+            r.rejected
+        );
+        assert_eq!(
+            store.base(),
+            50,
+            "the node refuses to start (NodeError::Pruned)"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // Issue 23, item 6: after the store was cut below the newest snapshots, the stale ones
+    // (ahead of the store) counted as the newest and each new snapshot deleted the previous
+    // good one, or itself.
+    #[test]
+    fn snapshot_retention_keeps_working_after_the_store_was_cut() {
+        let dir = scratch("retention");
+        run_chain(&dir, 70, 20, 0);
+        assert_eq!(heights(&dir), vec![60, 40]);
+        // The store cut at height 45 (`repair-store`): 60 is ahead of it.
+        let store = BlockStore::<PlainCommit>::open(&dir.join("blocks.log")).unwrap();
+        let after: u64 = (46..=70)
+            .map(|h| {
+                borsh::to_vec(&store.get(h).unwrap().unwrap())
+                    .unwrap()
+                    .len() as u64
+                    + 8
+            })
+            .sum();
+        let cut_at = store.bytes() - after;
+        drop(store);
+        crate::store::cut_record_file(&dir.join("blocks.log"), Some(cut_at)).unwrap();
+        let (mut r, run) = restart(&dir);
+        assert_eq!((r.height, run), (Some(40), 5));
+        let (set, addrs) = validators();
+        let components: Vec<u32> = DemoTables::default().components();
+        let snaps = Snapshots::open(&dir.join("snapshots")).unwrap();
+        let mut store = BlockStore::<PlainCommit>::open(&dir.join("blocks.log")).unwrap();
+        assert_eq!(store.last_height(), 45);
+        for h in 46..=50 {
+            let mut b = block(h, &components, &addrs, 0);
+            b.prev_id = store.last().unwrap().commit.value_id;
+            store.append(decided(b.clone())).unwrap();
+            r.ledger.execute(&b, &set).unwrap();
+            if h == 48 || h == 50 {
+                let id = store.last().unwrap().commit.value_id;
+                snaps.write(h, id, "demo", &r.ledger).unwrap();
+            }
+        }
+        assert_eq!(
+            heights(&dir),
+            vec![50, 48],
+            "the stale 60 is gone, the new ones kept"
+        );
+        let (r, run) = restart(&dir);
+        assert_eq!((r.height, run), (Some(50), 0));
+        assert!(r.rejected.is_empty(), "{:?}", r.rejected);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -8,6 +8,14 @@
 //! read on demand (the engine's sync requests for late joiners, the restart replay). The
 //! application state is restored from the newest valid snapshot (`crate::snapshot`) and the
 //! blocks above it are re-executed (the state is a pure function of the decided blocks).
+//!
+//! **Pruning.** [`BlockStore::prune_below`] drops the blocks below a height the snapshots cover:
+//! the retained records are copied behind a *base record* (its payload [`BASE_MAGIC`] and the
+//! highest pruned height) into `blocks.log.prune`, which is fsync'ed, renamed over `blocks.log`
+//! and the directory fsync'ed. A crash before the rename leaves the whole old file (the
+//! leftover copy is removed at the next open), after it the pruned one: either opens, and holds
+//! every decided height above the retained floor. The base record is checksummed like every
+//! other record: a byte flipped in it is [`StoreError::Corrupt`], never a different floor.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -20,6 +28,36 @@ use crate::types::{Address, Block, CarriedSample, Hash32};
 
 /// Largest record accepted when reading the store back.
 pub const MAX_RECORD_BYTES: usize = 4 * 1024 * 1024;
+
+/// The first 8 bytes of a pruned store's first record, whose payload is exactly these bytes
+/// and the highest pruned height (u64 LE): 16 bytes, which no decided block's record is (a
+/// block alone encodes to more).
+pub const BASE_MAGIC: [u8; 8] = *b"CCRBASE1";
+
+/// The base record's payload for `base` (the highest pruned height).
+fn base_payload(base: u64) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    p[..8].copy_from_slice(&BASE_MAGIC);
+    p[8..].copy_from_slice(&base.to_le_bytes());
+    p
+}
+
+/// The highest pruned height, when `payload` is a base record's.
+fn base_of(payload: &[u8]) -> Option<u64> {
+    let (magic, base) = (payload.get(..8)?, payload.get(8..)?);
+    if payload.len() != 16 || magic != BASE_MAGIC {
+        return None;
+    }
+    Some(u64::from_le_bytes(base.try_into().ok()?))
+}
+
+/// The copy a prune writes before renaming it over the store (removed at open when a crash
+/// left it behind).
+fn prune_tmp(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".prune");
+    PathBuf::from(name)
+}
 
 /// What an engine's commit of a height carries, stored with the block: the certificate and the
 /// signed clock samples of its precommits. The node needs only what this trait gives; the engine
@@ -241,7 +279,9 @@ pub fn scan_record(bytes: &[u8], off: usize) -> Scan<&[u8]> {
 pub struct BlockStore<C> {
     path: PathBuf,
     file: File,
-    /// `offsets[i]`: where the record of height `i + 1` starts.
+    /// The highest pruned height (0: nothing pruned); the records hold `base + 1 ..`.
+    base: u64,
+    /// `offsets[i]`: where the record of height `base + i + 1` starts.
     offsets: Vec<u64>,
     /// The last decision (the next height's samples, time and scope come from it).
     last: Option<Decided<C>>,
@@ -260,17 +300,28 @@ impl<C: Commit> BlockStore<C> {
             path: path.to_path_buf(),
             source,
         };
+        let tmp = prune_tmp(path);
+        if tmp.exists() {
+            // A prune that crashed before its rename: the store itself is the old, whole file.
+            tracing::warn!(path = %tmp.display(), "store: removing an unfinished prune's copy");
+            std::fs::remove_file(&tmp).map_err(io)?;
+        }
         let mut file = open_record_file(path)?;
         let len = file.metadata().map_err(io)?.len();
         let mut offsets: Vec<u64> = Vec::new();
         let mut last = None;
+        let mut base = 0u64;
         let mut off = 0u64;
         {
             let mut reader = std::io::BufReader::new(&file);
             loop {
                 match read_record_from(&mut reader, off, len).map_err(io)? {
+                    Scan::Record(payload, next) if off == 0 && base_of(&payload).is_some() => {
+                        base = base_of(&payload).unwrap_or(0);
+                        off = next;
+                    }
                     Scan::Record(payload, next) => {
-                        let expected = offsets.len() as u64 + 1;
+                        let expected = base + offsets.len() as u64 + 1;
                         let damage = match borsh::from_slice::<Decided<C>>(&payload) {
                             Ok(d) if d.height() == expected => {
                                 offsets.push(off);
@@ -307,6 +358,7 @@ impl<C: Commit> BlockStore<C> {
         Ok(BlockStore {
             path: path.to_path_buf(),
             file,
+            base,
             offsets,
             last,
             end: off,
@@ -315,7 +367,18 @@ impl<C: Commit> BlockStore<C> {
 
     /// The last decided height (0 if none).
     pub fn last_height(&self) -> u64 {
-        self.offsets.len() as u64
+        self.base + self.offsets.len() as u64
+    }
+
+    /// The lowest height the store holds (above the pruned ones): the node's history minimum
+    /// (1 when nothing was pruned).
+    pub fn first_height(&self) -> u64 {
+        self.base + 1
+    }
+
+    /// The highest pruned height (0: nothing pruned).
+    pub fn base(&self) -> u64 {
+        self.base
     }
 
     /// The last decision (kept in memory).
@@ -323,14 +386,14 @@ impl<C: Commit> BlockStore<C> {
         self.last.as_ref()
     }
 
-    /// The decision at `height` (`None` above the last height or at 0): the last one from
-    /// memory, any other read from the file (bounded by [`MAX_RECORD_BYTES`], checksum and
-    /// height checked).
+    /// The decision at `height` (`None` above the last height, at or below the pruned base,
+    /// or at 0): the last one from memory, any other read from the file (bounded by
+    /// [`MAX_RECORD_BYTES`], checksum and height checked).
     ///
     /// # Errors
     /// I/O errors; a record that no longer reads back (the file changed under the node).
     pub fn get(&self, height: u64) -> Result<Option<Decided<C>>, StoreError> {
-        if height == 0 || height > self.last_height() {
+        if height <= self.base || height > self.last_height() {
             return Ok(None);
         }
         if height == self.last_height() {
@@ -340,7 +403,7 @@ impl<C: Commit> BlockStore<C> {
             got: height,
             expected: self.last_height() + 1,
         };
-        let i = usize::try_from(height - 1).map_err(|_| missing())?;
+        let i = usize::try_from(height - self.base - 1).map_err(|_| missing())?;
         let off = *self.offsets.get(i).ok_or_else(missing)?;
         let d = self.read_at(off)?;
         if d.height() != height {
@@ -398,6 +461,180 @@ impl<C: Commit> BlockStore<C> {
         self.last = Some(d);
         Ok(())
     }
+
+    /// Drops the decided blocks below `keep_from` (clamped to the last height: the last block
+    /// is always kept), crash-safely (module docs): after it the store holds `keep_from ..=
+    /// last`. The caller keeps a durable snapshot at or above `keep_from - 1` (the state the
+    /// restart replays from). `Ok(None)`: nothing to drop.
+    ///
+    /// # Errors
+    /// I/O errors (the store is then left as it was, whole).
+    pub fn prune_below(&mut self, keep_from: u64) -> Result<Option<Pruned>, StoreError> {
+        let Some(copy) = self.write_pruned_copy(keep_from)? else {
+            return Ok(None);
+        };
+        self.install_pruned_copy(copy)
+    }
+
+    /// Replaces the store at `path` by one whose base is `base` and whose only block is
+    /// `above` (height `base + 1`): a node catching up from a peer's snapshot of `base`
+    /// (`crate::catchup`). Crash-safe as a prune: the new file is written beside the store,
+    /// fsync'ed, renamed over it and the directory fsync'ed.
+    ///
+    /// # Errors
+    /// I/O errors; `above` not at `base + 1`.
+    pub fn replace_with_base(path: &Path, base: u64, above: &Decided<C>) -> Result<(), StoreError> {
+        let expected = base.saturating_add(1);
+        if above.height() != expected || above.block.height != expected {
+            return Err(StoreError::OutOfOrder {
+                got: above.height(),
+                expected,
+            });
+        }
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| StoreError::Io { path: p, source }
+        };
+        let mut bytes = encode_record(&base_payload(base)).map_err(io(path))?;
+        bytes.extend_from_slice(&encode_record(above).map_err(io(path))?);
+        let tmp = prune_tmp(path);
+        {
+            let mut out = File::create(&tmp).map_err(io(&tmp))?;
+            out.write_all(&bytes).map_err(io(&tmp))?;
+            out.sync_all().map_err(io(&tmp))?;
+        }
+        std::fs::rename(&tmp, path).map_err(io(path))?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io(dir))?;
+        }
+        Ok(())
+    }
+
+    /// A prune's first step: the base record and the retained records copied to
+    /// `blocks.log.prune`, fsync'ed. The store itself is untouched.
+    fn write_pruned_copy(&self, keep_from: u64) -> Result<Option<PrunedCopy>, StoreError> {
+        let keep_from = keep_from.min(self.last_height());
+        if keep_from <= self.first_height() {
+            return Ok(None);
+        }
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| StoreError::Io { path: p, source }
+        };
+        let dropped = keep_from - self.first_height();
+        let i = usize::try_from(dropped).unwrap_or(usize::MAX);
+        let Some(&from_off) = self.offsets.get(i) else {
+            return Ok(None);
+        };
+        let base = keep_from - 1;
+        let marker = encode_record(&base_payload(base)).map_err(io(&self.path))?;
+        let tmp = prune_tmp(&self.path);
+        {
+            let mut out = File::create(&tmp).map_err(io(&tmp))?;
+            out.write_all(&marker).map_err(io(&tmp))?;
+            let mut src = File::open(&self.path).map_err(io(&self.path))?;
+            src.seek(SeekFrom::Start(from_off))
+                .map_err(io(&self.path))?;
+            let want = self.end - from_off;
+            let copied = std::io::copy(&mut (&mut src).take(want), &mut out).map_err(io(&tmp))?;
+            if copied != want {
+                return Err(StoreError::Io {
+                    path: self.path.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("{copied} of {want} retained bytes read"),
+                    ),
+                });
+            }
+            out.sync_all().map_err(io(&tmp))?;
+        }
+        Ok(Some(PrunedCopy {
+            tmp,
+            base,
+            from_off,
+            marker_len: marker.len() as u64,
+            dropped,
+        }))
+    }
+
+    /// A prune's second step: the copy renamed over the store, the directory fsync'ed, the
+    /// append handle and the index moved to the new file.
+    fn install_pruned_copy(&mut self, copy: PrunedCopy) -> Result<Option<Pruned>, StoreError> {
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| StoreError::Io { path: p, source }
+        };
+        std::fs::rename(&copy.tmp, &self.path).map_err(io(&self.path))?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io(dir))?;
+        }
+        let mut file = open_record_file(&self.path)?;
+        file.seek(SeekFrom::End(0)).map_err(io(&self.path))?;
+        self.file = file;
+        let bytes_dropped = copy.from_off - self.offsets.first().copied().unwrap_or(0);
+        let n = usize::try_from(copy.dropped).unwrap_or(usize::MAX);
+        self.offsets.drain(..n.min(self.offsets.len()));
+        for off in &mut self.offsets {
+            *off = *off - copy.from_off + copy.marker_len;
+        }
+        self.end = self.end - copy.from_off + copy.marker_len;
+        self.base = copy.base;
+        tracing::info!(
+            path = %self.path.display(),
+            base = self.base,
+            heights = copy.dropped,
+            bytes = bytes_dropped,
+            "store: pruned the blocks below the retained floor"
+        );
+        Ok(Some(Pruned {
+            heights: copy.dropped,
+            bytes: bytes_dropped,
+            first: self.first_height(),
+        }))
+    }
+
+    /// The bytes the records below `height` take (what pruning below it would free, but
+    /// the base record): 0 at or below the first height.
+    pub fn bytes_below(&self, height: u64) -> u64 {
+        let i = height.saturating_sub(self.first_height());
+        let i = usize::try_from(i).unwrap_or(usize::MAX);
+        match self.offsets.get(i) {
+            Some(&off) => off,
+            None if i > 0 => self.end,
+            None => 0,
+        }
+        .saturating_sub(self.offsets.first().copied().unwrap_or(0))
+    }
+
+    /// The file's size.
+    pub fn bytes(&self) -> u64 {
+        self.end
+    }
+}
+
+/// A prune's copy, written and fsync'ed, not yet renamed.
+#[derive(Debug)]
+struct PrunedCopy {
+    tmp: PathBuf,
+    base: u64,
+    from_off: u64,
+    marker_len: u64,
+    dropped: u64,
+}
+
+/// What [`BlockStore::prune_below`] dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    /// The heights dropped.
+    pub heights: u64,
+    /// Their bytes in the file.
+    pub bytes: u64,
+    /// The lowest height the store now holds.
+    pub first: u64,
 }
 
 /// A record header: (payload length, CRC-32).
@@ -787,6 +1024,7 @@ mod tests {
             agreed_time_ms: 1_000 * h as i64,
             ticks: Vec::new(),
             requests: Vec::new(),
+            prev_state: None,
         };
         Decided {
             commit: PlainCommit::of(&block),
@@ -996,6 +1234,122 @@ mod tests {
             Err(StoreError::MissingPartLog { .. })
         ));
         assert!(PartLog::<TestPart>::open_expecting(&path, false).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every height from `from` to `to` reads back as itself.
+    fn all_read(store: &BlockStore<TestCommit>, from: u64, to: u64) {
+        for h in from..=to {
+            let d = store
+                .get(h)
+                .unwrap()
+                .unwrap_or_else(|| panic!("height {h} missing"));
+            assert_eq!(d.block, decided(h).block);
+        }
+    }
+
+    #[test]
+    fn pruning_keeps_every_height_above_the_floor_across_reopens_and_appends() {
+        let dir = temp_dir("prune");
+        let path = dir.join("blocks.log");
+        store_of(&path, 30);
+        let mut store = BlockStore::<TestCommit>::open(&path).unwrap();
+        let before = store.bytes();
+        let pruned = store.prune_below(21).unwrap().unwrap();
+        assert_eq!(pruned.heights, 20);
+        assert_eq!(pruned.first, 21);
+        assert_eq!(store.first_height(), 21);
+        assert_eq!(store.last_height(), 30);
+        assert!(store.bytes() < before);
+        assert!(store.get(20).unwrap().is_none());
+        all_read(&store, 21, 30);
+        store.append(decided(31)).unwrap();
+        assert!(
+            store.prune_below(5).unwrap().is_none(),
+            "below the floor: nothing"
+        );
+        drop(store);
+        let mut store = BlockStore::<TestCommit>::open(&path).unwrap();
+        assert_eq!((store.first_height(), store.last_height()), (21, 31));
+        all_read(&store, 21, 31);
+        // A pruned store pruned again; the last block always stays.
+        store.prune_below(1_000).unwrap().unwrap();
+        assert_eq!((store.first_height(), store.last_height()), (31, 31));
+        store.append(decided(32)).unwrap();
+        drop(store);
+        let store = BlockStore::<TestCommit>::open(&path).unwrap();
+        assert_eq!((store.first_height(), store.last_height()), (31, 32));
+        all_read(&store, 31, 32);
+        assert!(!prune_tmp(&path).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // A crash at each step of a prune: the copy torn, the copy whole but not renamed, renamed
+    // before the node updated its index. Each reopens to a store holding every height above
+    // the floor (the old whole file, or the pruned one).
+    #[test]
+    fn a_crash_at_each_step_of_a_prune_leaves_a_store_that_opens_whole_above_the_floor() {
+        let dir = temp_dir("prune-crash");
+        let path = dir.join("blocks.log");
+        store_of(&path, 30);
+        let whole = std::fs::read(&path).unwrap();
+        for step in ["copy torn", "copy not renamed", "renamed"] {
+            std::fs::write(&path, &whole).unwrap();
+            let store = BlockStore::<TestCommit>::open(&path).unwrap();
+            let copy = store.write_pruned_copy(21).unwrap().unwrap();
+            match step {
+                "copy torn" => {
+                    let bytes = std::fs::read(&copy.tmp).unwrap();
+                    std::fs::write(&copy.tmp, &bytes[..bytes.len() / 2]).unwrap();
+                }
+                "copy not renamed" => {}
+                _ => std::fs::rename(&copy.tmp, &path).unwrap(),
+            }
+            drop(store); // the crash
+            let store = BlockStore::<TestCommit>::open(&path).unwrap();
+            assert!(
+                !prune_tmp(&path).exists(),
+                "{step}: the leftover copy is removed"
+            );
+            let first = if step == "renamed" { 21 } else { 1 };
+            assert_eq!(
+                (store.first_height(), store.last_height()),
+                (first, 30),
+                "{step}"
+            );
+            all_read(&store, first, 30);
+            if step != "renamed" {
+                assert_eq!(std::fs::read(&path).unwrap(), whole, "{step}: untouched");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_flipped_byte_in_a_pruned_store_is_refused_not_taken_for_another_floor() {
+        let dir = temp_dir("prune-flip");
+        let path = dir.join("blocks.log");
+        store_of(&path, 30);
+        let mut store = BlockStore::<TestCommit>::open(&path).unwrap();
+        store.prune_below(21).unwrap().unwrap();
+        let second = store.offsets[1];
+        drop(store);
+        let pruned = std::fs::read(&path).unwrap();
+        for (what, at, offset) in [
+            ("the base record's floor", 8 + 8, 0u64),
+            ("the base record's magic", 8 + 1, 0),
+            ("a retained record", second as usize + 20, second),
+        ] {
+            let mut bytes = pruned.clone();
+            bytes[at] ^= 0x04;
+            std::fs::write(&path, &bytes).unwrap();
+            let opened = BlockStore::<TestCommit>::open(&path);
+            assert!(
+                matches!(&opened, Err(StoreError::Corrupt { offset: o, .. }) if *o == offset),
+                "{what}: {opened:?}"
+            );
+            assert_eq!(std::fs::read(&path).unwrap(), bytes, "{what}: nothing cut");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

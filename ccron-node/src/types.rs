@@ -228,7 +228,14 @@ impl TickTx {
 pub const MAX_BLOCK_BYTES: usize = 256 * 1024;
 
 /// The value consensus decides: one block.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, BorshSerialize, BorshDeserialize)]
+///
+/// **Layouts.** A block with [`prev_state`](Block::prev_state) encodes as `u64::MAX` (a height
+/// no chain reaches), the layout version `2u8`, the fields in order, then the 32-byte state
+/// digest; a block without it (every block decided before layout 2) in the first layout: the
+/// fields in order, nothing before or after. Both decode, so a `blocks.log` written before
+/// layout 2 reads back unchanged and its blocks keep their value ids (the migration is the
+/// decoder).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Block {
     /// Its height.
     pub height: u64,
@@ -246,6 +253,66 @@ pub struct Block {
     /// Client requests, in execution order (bounded: [`crate::request::MAX_BLOCK_REQUESTS`],
     /// [`crate::request::MAX_BLOCK_REQUEST_BYTES`]).
     pub requests: Vec<SignedRequest>,
+    /// The state digest after block h-1 (`LedgerHost::state_digest`) that this block executes
+    /// on: what a quorum's commit of this block vouches for, so a snapshot of height h-1 can be
+    /// checked against it (`crate::catchup`). Required by the validity rule; `None` only in
+    /// blocks of the first layout, decided before it existed.
+    pub prev_state: Option<[u8; 32]>,
+}
+
+/// The first 8 bytes of a block of layout 2 (where the first layout has its height).
+const BLOCK_LAYOUT_2: u64 = u64::MAX;
+
+impl BorshSerialize for Block {
+    fn serialize<W: std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        if self.prev_state.is_some() {
+            BLOCK_LAYOUT_2.serialize(w)?;
+            2u8.serialize(w)?;
+        }
+        self.height.serialize(w)?;
+        self.prev_round.serialize(w)?;
+        self.prev_id.serialize(w)?;
+        self.samples.serialize(w)?;
+        self.agreed_time_ms.serialize(w)?;
+        self.ticks.serialize(w)?;
+        self.requests.serialize(w)?;
+        if let Some(state) = &self.prev_state {
+            state.serialize(w)?;
+        }
+        Ok(())
+    }
+}
+
+impl BorshDeserialize for Block {
+    fn deserialize_reader<R: std::io::Read>(r: &mut R) -> std::io::Result<Self> {
+        let first = u64::deserialize_reader(r)?;
+        let (layout_2, height) = if first == BLOCK_LAYOUT_2 {
+            let version = u8::deserialize_reader(r)?;
+            if version != 2 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("block layout {version} unknown"),
+                ));
+            }
+            (true, u64::deserialize_reader(r)?)
+        } else {
+            (false, first)
+        };
+        Ok(Block {
+            height,
+            prev_round: u32::deserialize_reader(r)?,
+            prev_id: Hash32::deserialize_reader(r)?,
+            samples: Vec::deserialize_reader(r)?,
+            agreed_time_ms: i64::deserialize_reader(r)?,
+            ticks: Vec::deserialize_reader(r)?,
+            requests: Vec::deserialize_reader(r)?,
+            prev_state: if layout_2 {
+                Some(<[u8; 32]>::deserialize_reader(r)?)
+            } else {
+                None
+            },
+        })
+    }
 }
 
 impl Block {
@@ -316,5 +383,43 @@ mod tests {
         assert!(!other.verify(&d));
         assert_eq!(unhex32(&hex(&[5; 32])), Some([5; 32]));
         assert_eq!(unhex32("zz"), None);
+    }
+
+    #[test]
+    fn both_block_layouts_round_trip_and_the_first_keeps_its_bytes() {
+        let first = Block {
+            height: 7,
+            prev_round: 1,
+            prev_id: Hash32([3; 32]),
+            samples: Vec::new(),
+            agreed_time_ms: 42,
+            ticks: Vec::new(),
+            requests: Vec::new(),
+            prev_state: None,
+        };
+        // The first layout's bytes, as the derived encoding wrote them before layout 2.
+        let old = borsh::to_vec(&(
+            7u64,
+            1u32,
+            Hash32([3; 32]),
+            Vec::<CarriedSample>::new(),
+            42i64,
+            Vec::<TickTx>::new(),
+            Vec::<SignedRequest>::new(),
+        ))
+        .unwrap();
+        assert_eq!(first.encode(), old);
+        assert_eq!(Block::decode(&old), Some(first.clone()));
+        let second = Block {
+            prev_state: Some([9; 32]),
+            ..first.clone()
+        };
+        let bytes = second.encode();
+        assert_eq!(bytes.len(), old.len() + 9 + 32);
+        assert_eq!(Block::decode(&bytes), Some(second.clone()));
+        assert_ne!(second.id(), first.id());
+        let mut unknown = bytes.clone();
+        unknown[8] = 3;
+        assert_eq!(Block::decode(&unknown), None);
     }
 }

@@ -170,6 +170,7 @@ fn next_block<A: Application>(
         agreed_time_ms: time,
         ticks,
         requests,
+        prev_state: Some(ledger.state_digest()),
     }
 }
 
@@ -417,6 +418,18 @@ fn a_lying_or_sample_omitting_proposer_is_rejected() {
         check(&node, &other_value, Some(prev), now),
         Err(BlockRejection::WrongScope)
     );
+    // The state digest a quorum's commit vouches for (snapshot catch-up): another one, or
+    // none (a block of the first layout), is refused.
+    for prev_state in [Some([7; 32]), None] {
+        let lying = Block {
+            prev_state,
+            ..good.clone()
+        };
+        assert_eq!(
+            check(&node, &lying, Some(prev), now),
+            Err(BlockRejection::WrongState)
+        );
+    }
     // The samples' median more than the hard limit ahead of this validator's clock.
     assert!(matches!(
         check(&node, &good, Some(prev), wall - HARD_LIMIT_MS - 10),
@@ -645,6 +658,7 @@ fn non_validator_duplicate_and_replayed_ticks_are_refused() {
         agreed_time_ms,
         ticks,
         requests: Vec::new(),
+        prev_state: None,
     };
     // Execution (the kernel's TickGate through `LedgerHost`): heights 1 and 2 in one 200 ms
     // period; a replayed number at height 3.
