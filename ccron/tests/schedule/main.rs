@@ -1,9 +1,10 @@
 //! The schedule book, one test binary: admission and authorization, quotas and limits, pages,
-//! migrations of every released layout, handlers (parked, failing, history), counters, manual runs
-//! and upgrades. `cargo test -p ccron --test schedule MODULE::` runs one module.
+//! migrations of every released layout, handlers (parked, failing, history), counters, manual runs,
+//! bounds and run limits, and upgrades. `cargo test -p ccron --test schedule MODULE::` runs one module.
 
 mod authz;
 mod book;
+mod bounds;
 mod book_fits;
 mod book_migrations;
 mod book_pages;

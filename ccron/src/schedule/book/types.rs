@@ -11,7 +11,8 @@ use crate::schedule::store::Layout;
 use crate::tick::TimeMs;
 
 use super::{
-    DeadRun, FailedRun, ManualRuns, PendingRetry, RunCounters, RunEntry, RunOutcome, RunPolicy,
+    Bounds, DeadRun, FailedRun, ManualRuns, PendingRetry, RetireReason, Retired, RunCounters,
+    RunEntry, RunOutcome, RunPolicy,
 };
 
 /// When a schedule fires.
@@ -344,6 +345,38 @@ pub enum ScheduleRequest {
         /// Its last instant (inclusive).
         to_ms: TimeMs,
     },
+    /// As [`ScheduleRequest::CreateWith`], with start and end bounds and a run limit
+    /// ([`Bounds`]; recurring schedules only). Bounds under which the schedule could never fire
+    /// are [`ScheduleError::NeverFires`]. Appended, so the others keep their encoding.
+    CreateBounded {
+        /// The schedule.
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+        /// Its bounds.
+        bounds: Bounds,
+    },
+    /// As [`ScheduleRequest::UpsertWith`], with bounds (which replace the holder's).
+    UpsertBounded {
+        /// The schedule (its key is required).
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+        /// Its bounds.
+        bounds: Bounds,
+    },
+    /// Sets the bounds of an existing recurring schedule (its owner or an admin, as a replace;
+    /// version + 1): its next point becomes the first occurrence within the new bounds at or
+    /// after its current one (for a retired schedule, strictly after the request's agreed
+    /// time), runs still owed from a catch-up are dropped, and a retired schedule is active
+    /// again. Bounds under which it could never fire again (its run counter at the limit, no
+    /// occurrence left before the end) are [`ScheduleError::NeverFires`]; nothing changes.
+    SetBounds {
+        /// The schedule.
+        target: Target,
+        /// Its new bounds ([`Bounds::NONE`] removes them).
+        bounds: Bounds,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -591,6 +624,11 @@ pub enum ScheduleError {
         /// What was asked.
         action: Action,
     },
+    /// The schedule could never fire (again) under the requested bounds or definition: no
+    /// occurrence lies before its end bound, or its run counter is at its run limit
+    /// ([`Bounds`]); nothing changed.
+    #[error("the schedule could never fire: {0}")]
+    NeverFires(RetireReason),
     /// The request would take `owner` past its quota ([`crate::authz::Quota`]); nothing
     /// changed.
     #[error("{owner} would hold {would} {kind}, its quota is {limit}")]
@@ -652,6 +690,10 @@ pub struct ScheduleInfo {
     /// Runs an operator asked for, pending ([`ScheduleRequest::TriggerNow`],
     /// [`ScheduleRequest::Backfill`]).
     pub manual: ManualRuns,
+    /// Its start and end bounds and run limit.
+    pub bounds: Bounds,
+    /// Set when it reached its end or its run limit: it fires no more regular runs.
+    pub retired: Option<Retired>,
 }
 
 /// One run of a handler in a tick (successful or not: see `outcome`).
