@@ -4,10 +4,10 @@
 
 mod authz;
 mod book;
-mod bounds;
 mod book_fits;
 mod book_migrations;
 mod book_pages;
+mod bounds;
 mod counters;
 mod features;
 mod handlers;

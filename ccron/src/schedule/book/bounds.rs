@@ -310,7 +310,10 @@ mod tests {
         });
         assert_eq!(crate::codec::encoded_len(&r).unwrap(), RETIRED_BYTES);
         let none: (Bounds, Option<Retired>) = (Bounds::NONE, None);
-        assert_eq!(crate::codec::encoded_len(&none).unwrap(), stored_bytes(true));
+        assert_eq!(
+            crate::codec::encoded_len(&none).unwrap(),
+            stored_bytes(true)
+        );
         assert_eq!(stored_bytes(false), BOUNDS_BYTES + RETIRED_BYTES);
     }
 
