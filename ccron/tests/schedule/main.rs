@@ -14,4 +14,5 @@ mod handlers;
 mod limits_safety;
 mod manual;
 mod quotas;
+mod slots;
 mod upgrades;

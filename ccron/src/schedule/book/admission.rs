@@ -308,6 +308,10 @@ impl Scheduler {
                     "guarded schedule change rejected: stale version"
                 );
             }
+            Err(e @ ScheduleError::SlotFull { .. }) => {
+                self.slot_refusals = self.slot_refusals.saturating_add(1);
+                tracing::info!(component = self.component, error = %e, "schedule refused: slot full");
+            }
             Err(e) => {
                 tracing::debug!(component = self.component, error = %e, "schedule request rejected");
             }
@@ -865,6 +869,7 @@ impl Scheduler {
         }
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
         let next = Self::bounded_first(&stored, next, cron.as_ref(), &bounds, 0, now_ms)?;
+        self.check_slot(self.next_id, next, stored.jitter_ms)?;
         let bytes = Self::quota_bytes(&stored)?;
         self.check_quota(&owner, 1, 0, bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {
@@ -924,6 +929,7 @@ impl Scheduler {
         };
         // A replace keeps the bounds (or takes new ones) and the run counter they limit.
         let next = Self::bounded_first(&stored, next, cron.as_ref(), &bounds, runs, now_ms)?;
+        self.check_slot(id, next, stored.jitter_ms)?;
         let new_bytes = Self::quota_bytes(&stored)?;
         self.check_quota(&owner, 0, old_bytes, new_bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {

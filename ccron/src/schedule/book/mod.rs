@@ -34,6 +34,7 @@ mod persist;
 mod preview;
 mod quota;
 mod runs;
+mod slots;
 mod tick;
 mod timing;
 mod types;
@@ -59,6 +60,7 @@ pub use runs::{
     AfterFailure, DeadRun, FailedRun, HISTORY_RUNS, MAX_ATTEMPTS, MAX_DEAD_RUNS,
     ONE_SHOT_HISTORY_RUNS, PendingRetry, RetryPolicy, RunEntry, RunOutcome, RunPolicy,
 };
+pub use slots::SlotCapacity;
 pub use types::{
     FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS,
     Misfire, NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
@@ -179,6 +181,9 @@ pub struct Scheduler {
     /// Emits refused to handlers ([`HandlerCtx::emit`]); an observation like
     /// `stale_rejections` (each is also in its tick's [`TickReport::errors`]).
     emit_failures: u64,
+    /// Requests refused with [`ScheduleError::SlotFull`]; an observation like
+    /// `stale_rejections`.
+    slot_refusals: u64,
     /// Encoded bytes of the installed zones (derived; what a save logs when they change,
     /// [`Limits::max_log_pages`]).
     zones_bytes: usize,
@@ -213,6 +218,7 @@ impl Scheduler {
             policy: Policy::default(),
             stale_rejections: 0,
             emit_failures: 0,
+            slot_refusals: 0,
             zones_bytes: 8,
             migration: None,
             emit_budget: None,

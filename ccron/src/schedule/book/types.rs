@@ -431,6 +431,10 @@ pub struct Limits {
     /// save: every record rewritten (ticks may touch any of them), every record stored at the
     /// last save and removed since named, the zones rewritten. `None`: checked only by the save.
     pub max_log_pages: Option<u32>,
+    /// Admission capacity per time slot ([`super::SlotCapacity`]): a new or replacing schedule
+    /// whose first due point falls in a full slot is [`ScheduleError::SlotFull`]. `None` (the
+    /// default): no capacity.
+    pub slot_capacity: Option<super::SlotCapacity>,
     /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
     /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
     /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
@@ -450,6 +454,7 @@ impl Default for Limits {
             max_record_pages: None,
             max_zones_bytes: None,
             max_log_pages: None,
+            slot_capacity: None,
             budget_per_tick: 10_000,
         }
     }
@@ -629,6 +634,17 @@ pub enum ScheduleError {
     /// ([`Bounds`]); nothing changed.
     #[error("the schedule could never fire: {0}")]
     NeverFires(RetireReason),
+    /// The schedule's first due point falls in a time slot already holding its capacity
+    /// ([`Limits::slot_capacity`]); nothing changed.
+    #[error("the slot of {slot_ms} ms from {slot_start_ms} holds {held} due points, its capacity")]
+    SlotFull {
+        /// The slot's first instant.
+        slot_start_ms: TimeMs,
+        /// Its width.
+        slot_ms: i64,
+        /// Due points it holds.
+        held: u64,
+    },
     /// The request would take `owner` past its quota ([`crate::authz::Quota`]); nothing
     /// changed.
     #[error("{owner} would hold {would} {kind}, its quota is {limit}")]
