@@ -19,8 +19,8 @@
 use bincode::config::{self, BigEndian, Configuration, Fixint, Limit};
 
 use super::{
-    DeadRun, HISTORY_RUNS, MAX_DEAD_RUNS, ManualRuns, NewSchedule, PendingRetry, RunCounters,
-    RunEntry, RunOutcome, RunPolicy, ScheduleInfo, Scheduler, Target, Timing,
+    Bounds, DeadRun, HISTORY_RUNS, MAX_DEAD_RUNS, ManualRuns, NewSchedule, PendingRetry, Retired,
+    RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleInfo, Scheduler, Target, Timing,
 };
 use crate::authz::Principal;
 use crate::due::Due;
@@ -30,8 +30,9 @@ use crate::tick::TimeMs;
 /// Version byte of the answer's wire format.
 ///
 /// 2: a description's counters and the book state carry the replicated run counters (book
-/// layout 7).
-pub const QUERY_FORMAT_VERSION: u8 = 2;
+/// layout 7). 3: a summary carries the retired state, a description the bounds, the counters
+/// retirements (book layout 8).
+pub const QUERY_FORMAT_VERSION: u8 = 3;
 
 /// Most summaries one list answer holds.
 pub const MAX_LIST_LIMIT: usize = 256;
@@ -135,6 +136,8 @@ pub struct ScheduleSummary {
     pub topic: Option<String>,
     /// Its record type.
     pub kind: Option<String>,
+    /// Set when it reached its end or run limit (book layout 8): why and when.
+    pub retired: Option<Retired>,
 }
 
 impl ScheduleSummary {
@@ -157,6 +160,7 @@ impl ScheduleSummary {
             priority: info.schedule.priority,
             topic: info.schedule.topic.clone(),
             kind: info.schedule.kind.clone(),
+            retired: info.retired,
         }
     }
 }
@@ -207,6 +211,8 @@ pub struct ScheduleCounters {
     pub skipped: u64,
     /// Plans whose deadline dropped the run ([`RunCounters::expired`]).
     pub expired: u64,
+    /// Retirements ([`RunCounters::retired`]).
+    pub retired: u64,
 }
 
 /// A describe answer.
@@ -230,6 +236,8 @@ pub struct ScheduleDetail {
     pub counters: ScheduleCounters,
     /// Runs an operator asked for, pending (trigger, backfill).
     pub manual: ManualRuns,
+    /// Its start and end bounds and run limit.
+    pub bounds: Bounds,
 }
 
 /// The book as a whole.
@@ -519,6 +527,7 @@ pub fn describe(book: &Scheduler, target: &Target, preview: usize) -> Option<Sch
             late: info.counters.late,
             skipped: info.counters.skipped,
             expired: info.counters.expired,
+            retired: info.counters.retired,
         },
         schedule: info.schedule,
         policy: info.policy,
@@ -527,6 +536,7 @@ pub fn describe(book: &Scheduler, target: &Target, preview: usize) -> Option<Sch
         history: info.history,
         upcoming,
         manual: info.manual,
+        bounds: info.bounds,
     })
 }
 

@@ -1,5 +1,5 @@
-//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6) loads and is migrated to
-//! layout 7 by the next save: crash-atomic at every page write, byte-identical on every
+//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7) loads and is migrated
+//! to layout 8 by the next save: crash-atomic at every page write, byte-identical on every
 //! replica. The pages are fixtures the old code wrote (`fixtures/README.md`).
 
 use ccron::outbox::{Outbox, OutboxLimits};
@@ -37,9 +37,11 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The book as the fixtures' `.expect` files print it (layout 6's with the run state).
+/// The book as the fixtures' `.expect` files print it (layout 6's with the run state, layout
+/// 7's with the run counters, the manual runs and the book's totals).
 fn describe(name: &str, book: &Scheduler) -> String {
-    let run_state = name.starts_with("book_v6");
+    let v7 = name.starts_with("book_v7");
+    let run_state = name.starts_with("book_v6") || v7;
     let mut out = String::new();
     for id in book.ids().collect::<Vec<_>>() {
         let i = book.get(id).unwrap();
@@ -71,11 +73,31 @@ fn describe(name: &str, book: &Scheduler) -> String {
             // The run state starts empty.
             assert!(!i.parked && i.retry.is_none() && i.dead.is_empty() && i.history.is_empty());
         }
-        // Layout 7's counters start at zero.
-        assert_eq!(i.counters, RunCounters::default());
-        out += "\n";
+        // Layout 8's bounds start empty, nothing retired.
+        assert!(i.bounds.is_none() && i.retired.is_none() && i.counters.retired == 0);
+        if v7 {
+            out += &format!("|{}|{:?}\n", counters(&i.counters), i.manual);
+        } else {
+            // Layout 7's counters start at zero.
+            assert_eq!(i.counters, RunCounters::default());
+            out += "\n";
+        }
+    }
+    if v7 {
+        assert_eq!(book.totals().retired, 0);
+        out += &format!("totals|{}\n", counters(&book.totals()));
+    } else {
+        assert_eq!(book.totals(), RunCounters::default());
     }
     out
+}
+
+/// Layout 7's counters as its code printed them (`Debug` before `retired` was added).
+fn counters(c: &RunCounters) -> String {
+    format!(
+        "RunCounters {{ fired: {}, failed: {}, late: {}, skipped: {}, expired: {} }}",
+        c.fired, c.failed, c.late, c.skipped, c.expired
+    )
 }
 
 fn limits() -> Limits {
@@ -93,7 +115,7 @@ fn load(pages: &MemPages) -> Result<Scheduler, ScheduleError> {
     Scheduler::load(7, limits(), pages, range())
 }
 
-const FIXTURES: [&str; 12] = [
+const FIXTURES: [&str; 15] = [
     "book_v2",
     "book_v2_crashed",
     "book_v3",
@@ -106,6 +128,9 @@ const FIXTURES: [&str; 12] = [
     "book_v6",
     "book_v6_stale",
     "book_v6_full_log",
+    "book_v7",
+    "book_v7_stale",
+    "book_v7_full_log",
 ];
 
 /// Each older layout loads as what the old code held (a journal in force replayed), and its
@@ -143,7 +168,7 @@ fn every_older_layout_loads_and_migrates_crash_atomically() {
             );
         }
         let migrated = load(&wa.inner).unwrap();
-        assert!(!migrated.migrating(), "{name}: layout 7 now");
+        assert!(!migrated.migrating(), "{name}: layout 8 now");
         assert_eq!(describe(name, &migrated), expect, "{name}: migrated");
         assert!(migrated == a);
         // A crash after each page write of the migration.

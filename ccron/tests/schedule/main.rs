@@ -1,16 +1,18 @@
 //! The schedule book, one test binary: admission and authorization, quotas and limits, pages,
-//! migrations of every released layout, handlers (parked, failing, history), counters, manual runs
-//! and upgrades. `cargo test -p ccron --test schedule MODULE::` runs one module.
+//! migrations of every released layout, handlers (parked, failing, history), counters, manual runs,
+//! bounds and run limits, and upgrades. `cargo test -p ccron --test schedule MODULE::` runs one module.
 
 mod authz;
 mod book;
 mod book_fits;
 mod book_migrations;
 mod book_pages;
+mod bounds;
 mod counters;
 mod features;
 mod handlers;
 mod limits_safety;
 mod manual;
 mod quotas;
+mod slots;
 mod upgrades;

@@ -2,7 +2,7 @@
 //! them (create, upsert, replace, pause, resume, cancel, zone installation).
 
 use super::{
-    Guarded, HISTORY_RUNS, Handlers, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
+    Bounds, Guarded, HISTORY_RUNS, Handlers, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
     MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ONE_SHOT_HISTORY_RUNS, Record, RunPolicy,
     ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
@@ -258,6 +258,7 @@ impl Scheduler {
             .saturating_add(RUN_STATE_BYTES)
             .saturating_add(super::counters::COUNTER_BYTES)
             .saturating_add(super::manual::MANUAL_BYTES)
+            .saturating_add(super::bounds::stored_bytes(def.timing.is_one_shot()))
             .saturating_add(dead * DEAD_RUN_BYTES)
             .saturating_add(history * RUN_ENTRY_BYTES))
     }
@@ -307,6 +308,10 @@ impl Scheduler {
                     "guarded schedule change rejected: stale version"
                 );
             }
+            Err(e @ ScheduleError::SlotFull { .. }) => {
+                self.slot_refusals = self.slot_refusals.saturating_add(1);
+                tracing::info!(component = self.component, error = %e, "schedule refused: slot full");
+            }
             Err(e) => {
                 tracing::debug!(component = self.component, error = %e, "schedule request rejected");
             }
@@ -331,20 +336,37 @@ impl Scheduler {
                 {
                     return Err(ScheduleError::KeyInUse(k.clone()));
                 }
-                self.insert_new(*by, def, RunPolicy::default(), handlers_ok, seq, now_ms)
-                    .map(Some)
+                self.insert_new(
+                    *by,
+                    def,
+                    RunPolicy::default(),
+                    Bounds::NONE,
+                    handlers_ok,
+                    seq,
+                    now_ms,
+                )
+                .map(Some)
             }
             ScheduleRequest::Upsert(def) => {
                 let key = def.key.clone().ok_or(ScheduleError::MissingKey)?;
                 match self.keys.get(&key).copied() {
                     Some(id) => {
                         self.authorize(by, Action::Replace, Some(id))?;
-                        self.replace(id, def, handlers_ok, seq, now_ms).map(Some)
+                        self.replace(id, def, None, handlers_ok, seq, now_ms)
+                            .map(Some)
                     }
                     None => {
                         self.authorize(by, Action::Create, None)?;
-                        self.insert_new(*by, def, RunPolicy::default(), handlers_ok, seq, now_ms)
-                            .map(Some)
+                        self.insert_new(
+                            *by,
+                            def,
+                            RunPolicy::default(),
+                            Bounds::NONE,
+                            handlers_ok,
+                            seq,
+                            now_ms,
+                        )
+                        .map(Some)
                     }
                 }
             }
@@ -361,7 +383,7 @@ impl Scheduler {
                                 actual,
                             });
                         }
-                        self.replace(id, schedule, handlers_ok, seq, now_ms)
+                        self.replace(id, schedule, None, handlers_ok, seq, now_ms)
                             .map(Some)
                     }
                     None => {
@@ -373,6 +395,7 @@ impl Scheduler {
                             *by,
                             schedule,
                             RunPolicy::default(),
+                            Bounds::NONE,
                             handlers_ok,
                             seq,
                             now_ms,
@@ -389,7 +412,7 @@ impl Scheduler {
                 {
                     return Err(ScheduleError::KeyInUse(k.clone()));
                 }
-                self.replace(id, schedule, handlers_ok, seq, now_ms)
+                self.replace(id, schedule, None, handlers_ok, seq, now_ms)
                     .map(Some)
             }
             ScheduleRequest::Pause(target) => {
@@ -470,8 +493,16 @@ impl Scheduler {
                 {
                     return Err(ScheduleError::KeyInUse(k.clone()));
                 }
-                self.insert_new(*by, schedule, policy, handlers_ok, seq, now_ms)
-                    .map(Some)
+                self.insert_new(
+                    *by,
+                    schedule,
+                    policy,
+                    Bounds::NONE,
+                    handlers_ok,
+                    seq,
+                    now_ms,
+                )
+                .map(Some)
             }
             ScheduleRequest::UpsertWith { schedule, policy } => {
                 let key = schedule.key.clone().ok_or(ScheduleError::MissingKey)?;
@@ -479,7 +510,7 @@ impl Scheduler {
                 match self.keys.get(&key).copied() {
                     Some(id) => {
                         self.authorize(by, Action::Replace, Some(id))?;
-                        self.replace(id, schedule, handlers_ok, seq, now_ms)?;
+                        self.replace(id, schedule, None, handlers_ok, seq, now_ms)?;
                         if let Some(r) = self.records.get_mut(&id) {
                             r.policy = policy;
                         }
@@ -488,10 +519,62 @@ impl Scheduler {
                     }
                     None => {
                         self.authorize(by, Action::Create, None)?;
-                        self.insert_new(*by, schedule, policy, handlers_ok, seq, now_ms)
+                        self.insert_new(
+                            *by,
+                            schedule,
+                            policy,
+                            Bounds::NONE,
+                            handlers_ok,
+                            seq,
+                            now_ms,
+                        )
+                        .map(Some)
+                    }
+                }
+            }
+            ScheduleRequest::CreateBounded {
+                schedule,
+                policy,
+                bounds,
+            } => {
+                self.authorize(by, Action::Create, None)?;
+                if let Some(k) = &schedule.key
+                    && self.keys.contains_key(k)
+                {
+                    return Err(ScheduleError::KeyInUse(k.clone()));
+                }
+                self.insert_new(*by, schedule, policy, bounds, handlers_ok, seq, now_ms)
+                    .map(Some)
+            }
+            ScheduleRequest::UpsertBounded {
+                schedule,
+                policy,
+                bounds,
+            } => {
+                let key = schedule.key.clone().ok_or(ScheduleError::MissingKey)?;
+                policy.retry.check()?;
+                match self.keys.get(&key).copied() {
+                    Some(id) => {
+                        self.authorize(by, Action::Replace, Some(id))?;
+                        self.replace(id, schedule, Some(bounds), handlers_ok, seq, now_ms)?;
+                        if let Some(r) = self.records.get_mut(&id) {
+                            r.policy = policy;
+                        }
+                        self.touch(id);
+                        Ok(Some(id))
+                    }
+                    None => {
+                        self.authorize(by, Action::Create, None)?;
+                        self.insert_new(*by, schedule, policy, bounds, handlers_ok, seq, now_ms)
                             .map(Some)
                     }
                 }
+            }
+            ScheduleRequest::SetBounds { target, bounds } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::Replace, Some(id))?;
+                self.set_bounds(id, bounds, now_ms)?;
+                Ok(Some(id))
             }
             ScheduleRequest::Redrive { target, occurrence } => {
                 let id = self.resolve(&target)?;
@@ -559,7 +642,7 @@ impl Scheduler {
                     self.placement.placed_bytes,
                     len,
                 )?;
-                self.install_zone(name, rules, now_ms)?;
+                self.install_zone(name, rules, seq, now_ms)?;
                 self.zones_bytes = len;
                 Ok(None)
             }
@@ -574,11 +657,13 @@ impl Scheduler {
     /// yet run, e.g. carried over by the budget) keeps that run: its new point is the first
     /// instant of the new rules at or after its old one. Owed catch-up runs stay owed (they were
     /// reached under the old rules). Every expression is re-parsed under the new rules first, so
-    /// a failure changes nothing.
+    /// a failure changes nothing. Within its bounds: a schedule left without an instant before
+    /// its end bound is retired; a retired one is left as it is.
     fn install_zone(
         &mut self,
         name: String,
         rules: ZoneRules,
+        seq: u64,
         now_ms: Option<TimeMs>,
     ) -> Result<(), ScheduleError> {
         let ids: Vec<u64> = self
@@ -588,8 +673,12 @@ impl Scheduler {
             .unwrap_or_default();
         let mut reparsed = Vec::with_capacity(ids.len());
         for id in ids {
-            let Some(Timing::Cron { expression, .. }) =
-                self.records.get(&id).map(|r| &r.def.timing)
+            // A retired schedule stays retired (new bounds revive it, not new rules).
+            let Some(Timing::Cron { expression, .. }) = self
+                .records
+                .get(&id)
+                .filter(|r| r.retired.is_none())
+                .map(|r| &r.def.timing)
             else {
                 continue;
             };
@@ -604,7 +693,10 @@ impl Scheduler {
                 // Past the horizon and no time to search from: stays so, with the new rules.
                 (_, None) => TimeMs::MAX,
             };
-            let next = cron.next_after(from_ms).map(Due::Time);
+            let bounds = self.records.get(&id).map(|r| r.bounds).unwrap_or_default();
+            let next = bounds
+                .occurrence_after(from_ms, |after| cron.next_after(after))
+                .map(Due::Time);
             self.unindex(id);
             if let Some(r) = self.records.get_mut(&id) {
                 r.next = next;
@@ -612,6 +704,8 @@ impl Scheduler {
             self.crons.insert(id, cron);
             self.reindex(id);
             self.touch(id);
+            // The new rules may leave no instant before its end bound.
+            self.retire_if_done(id, seq, now_ms);
         }
         self.zones.insert(name, rules);
         self.header_dirty = true;
@@ -761,6 +855,7 @@ impl Scheduler {
         owner: Principal,
         def: NewSchedule,
         policy: RunPolicy,
+        bounds: Bounds,
         handlers_ok: impl Fn(&str) -> bool,
         seq: u64,
         now_ms: Option<TimeMs>,
@@ -773,6 +868,8 @@ impl Scheduler {
             )));
         }
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
+        let next = Self::bounded_first(&stored, next, cron.as_ref(), &bounds, 0, now_ms)?;
+        self.check_slot(self.next_id, next, stored.jitter_ms)?;
         let bytes = Self::quota_bytes(&stored)?;
         self.check_quota(&owner, 1, 0, bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {
@@ -801,8 +898,9 @@ impl Scheduler {
         if let Some(c) = cron {
             self.crons.insert(id, c);
         }
-        self.records
-            .insert(id, Box::new(Record::new(stored, next, owner, policy)));
+        let mut rec = Record::new(stored, next, owner, policy);
+        rec.bounds = bounds;
+        self.records.insert(id, Box::new(rec));
         self.usage.add(owner, bytes);
         self.reindex(id);
         self.touch(id);
@@ -814,15 +912,24 @@ impl Scheduler {
         &mut self,
         id: u64,
         def: NewSchedule,
+        bounds: Option<Bounds>,
         handlers_ok: impl Fn(&str) -> bool,
         seq: u64,
         now_ms: Option<TimeMs>,
     ) -> Result<u64, ScheduleError> {
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
-        let (owner, old_bytes) = match self.records.get(&id) {
-            Some(r) => (r.owner, Self::quota_bytes(&r.def)?),
+        let (owner, old_bytes, bounds, runs) = match self.records.get(&id) {
+            Some(r) => (
+                r.owner,
+                Self::quota_bytes(&r.def)?,
+                bounds.unwrap_or(r.bounds),
+                r.runs,
+            ),
             None => return Err(ScheduleError::UnknownSchedule(target_of(id))),
         };
+        // A replace keeps the bounds (or takes new ones) and the run counter they limit.
+        let next = Self::bounded_first(&stored, next, cron.as_ref(), &bounds, runs, now_ms)?;
+        self.check_slot(id, next, stored.jitter_ms)?;
         let new_bytes = Self::quota_bytes(&stored)?;
         self.check_quota(&owner, 0, old_bytes, new_bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {
@@ -862,6 +969,8 @@ impl Scheduler {
         rec.def = stored;
         rec.next = next;
         rec.owed = None;
+        rec.bounds = bounds;
+        rec.retired = None;
         self.usage.resize(owner, old_bytes, new_bytes);
         // Like owed runs, a retry of the old definition's run is dropped, and so are its
         // pending manual runs (the last trigger's time stays: trigger ids never repeat).

@@ -1,4 +1,4 @@
-//! Replicated run counters (book layout 7): per schedule in its record, and for the whole book
+//! Replicated run counters (book layout 7; `retired` layout 8): per schedule in its record, and for the whole book
 //! in the commit page, so that every replica reports the same numbers at the same height (the
 //! node's `/metrics` exports the book's totals, `describe` a schedule's own).
 //!
@@ -9,9 +9,9 @@
 
 use super::{Misfire, Scheduler};
 
-/// Encoded bytes of [`RunCounters`] (five fixed-width `u64`s; checked against the codec in the
+/// Encoded bytes of [`RunCounters`] (six fixed-width `u64`s; checked against the codec in the
 /// tests): what a record's stored size bound adds for them.
-pub(super) const COUNTER_BYTES: usize = 5 * 8;
+pub(super) const COUNTER_BYTES: usize = 6 * 8;
 
 /// How a schedule's runs went: replicated counters (see the module documentation).
 ///
@@ -34,6 +34,9 @@ pub struct RunCounters {
     /// Plans in which [`Misfire::ExpireAfter`] ran nothing: even the latest reached occurrence
     /// was past its deadline (a one-shot's too).
     pub expired: u64,
+    /// Layout 8: retirements: the schedule reached its end bound or its run limit
+    /// ([`Bounds`](super::Bounds); at most 1 per schedule until new bounds revive it).
+    pub retired: u64,
 }
 
 impl RunCounters {
@@ -45,6 +48,7 @@ impl RunCounters {
             late: self.late.saturating_add(o.late),
             skipped: self.skipped.saturating_add(o.skipped),
             expired: self.expired.saturating_add(o.expired),
+            retired: self.retired.saturating_add(o.retired),
         }
     }
 }
@@ -116,6 +120,7 @@ mod tests {
             late: 2,
             skipped: 3,
             expired: 4,
+            retired: 5,
         };
         assert_eq!(crate::codec::encoded_len(&c).unwrap(), COUNTER_BYTES);
         assert_eq!(

@@ -220,6 +220,18 @@ impl Scheduler {
             if Self::is_spent(r) {
                 return Err(format!("one-shot schedule {id} has nothing left but stays"));
             }
+            // A retired schedule has no next point; a bounded one's next point is within them.
+            if r.retired.is_some() && r.next.is_some() {
+                return Err(format!("retired schedule {id} has a next point"));
+            }
+            if let Some(crate::due::Due::Time(t)) = r.next
+                && (r.bounds.starts_at_ms.is_some_and(|s| t < s)
+                    || r.bounds.ends_at_ms.is_some_and(|e| t > e))
+            {
+                return Err(format!(
+                    "schedule {id}'s next point {t} is outside its bounds"
+                ));
+            }
         }
         self.check_usage()
     }

@@ -1,5 +1,5 @@
 //! The schedule book layouts earlier releases wrote, read so that the next save migrates them
-//! to layout 7 (`persist.rs`). The types here are frozen copies of the old encodings: never
+//! to layout 8 (`persist.rs`). The types here are frozen copies of the old encodings: never
 //! change them (persisted bytes are forever).
 //!
 //! - Layouts 2, 3 and 4: a meta page, the zones part, a write-ahead journal in the log's place
@@ -8,8 +8,10 @@
 //! - Layout 5: the record log (commit page, log, record pages) with layout 4's records.
 //! - Layout 6: the record log with the log's start and the stale flag in the commit page, and
 //!   records carrying their run state (parked, run policy, pending retry, dead runs, history).
+//! - Layout 7: layout 6 with run counters per record and for the book in the commit page.
 //!
-//! Loading converts every record to layout 7 (the run counters at zero, and the run state
+//! Loading converts every record to layout 8 (no bounds, not retired; the run counters at zero
+//! below layout 7, kept from layout 7 with no retirements; and the run state
 //! empty below layout 6; a layout 2 record, which has no owner, is owned by the host, so only
 //! admins may change it; records without a version are at version 1). The migration is the next save, a *full save* (every record and the
 //! zones, the record pages marked stale) appended to the log area where nothing the old layout
@@ -23,7 +25,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::persist::{self, Committed};
 use super::{
-    DeadRun, Misfire, NewSchedule, PendingRetry, Record, RunEntry, RunPolicy, ScheduleError, Timing,
+    DeadRun, ManualRuns, Misfire, NewSchedule, PendingRetry, Record, RunCounters, RunEntry,
+    RunPolicy, ScheduleError, Timing,
 };
 use crate::authz::Principal;
 use crate::codec::{self, BlobKind, CodecError};
@@ -114,9 +117,52 @@ pub(super) struct RecordV6 {
     history: Vec<RunEntry>,
 }
 
+/// The run counters of layout 7 (layout 8 added retirements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(super) struct RunCountersV7 {
+    fired: u64,
+    failed: u64,
+    late: u64,
+    skipped: u64,
+    expired: u64,
+}
+
+impl RunCountersV7 {
+    fn upgrade(self) -> RunCounters {
+        RunCounters {
+            fired: self.fired,
+            failed: self.failed,
+            late: self.late,
+            skipped: self.skipped,
+            expired: self.expired,
+            retired: 0,
+        }
+    }
+}
+
+/// A record of layout 7 (layout 6's with run counters and pending manual runs; no bounds).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(super) struct RecordV7 {
+    def: NewSchedule,
+    paused: bool,
+    next: Option<Due>,
+    runs: u64,
+    owed: Option<(TimeMs, TimeMs)>,
+    owner: Principal,
+    version: u64,
+    parked: bool,
+    policy: RunPolicy,
+    retry: Option<PendingRetry>,
+    dead: Vec<DeadRun>,
+    dead_evicted: u64,
+    history: Vec<RunEntry>,
+    counters: RunCountersV7,
+    manual: ManualRuns,
+}
+
 /// An older layout's record.
 pub(super) trait OldRecord: Clone + bincode::Encode + bincode::Decode<()> {
-    /// The layout 7 record it becomes.
+    /// The layout 8 record it becomes.
     fn upgrade(self) -> Record;
 }
 
@@ -169,6 +215,22 @@ impl OldRecord for RecordV6 {
     }
 }
 
+impl OldRecord for RecordV7 {
+    fn upgrade(self) -> Record {
+        let state = (self.paused, self.next, self.runs, self.owed);
+        let mut r = record(self.def, state, self.owner, self.version);
+        r.parked = self.parked;
+        r.policy = self.policy;
+        r.retry = self.retry;
+        r.dead = self.dead;
+        r.dead_evicted = self.dead_evicted;
+        r.history = self.history;
+        r.counters = self.counters.upgrade();
+        r.manual = self.manual;
+        r
+    }
+}
+
 /// The meta page of layouts 2 to 4.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 struct Meta {
@@ -209,6 +271,21 @@ struct CommitV6 {
     stale: Stale,
 }
 
+/// The commit page of layout 7 (layout 8's counters count retirements too).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+struct CommitV7 {
+    version: u8,
+    component: ComponentId,
+    next_id: u64,
+    page_bytes: u64,
+    records: u64,
+    zones: u32,
+    zones_crc: u32,
+    log: LogSpan,
+    stale: Stale,
+    totals: RunCountersV7,
+}
+
 /// The head of one journal part: (version, part index, part count, CRC-32 of every part's
 /// body).
 type JournalHead = (u8, u32, u32, u32);
@@ -244,6 +321,8 @@ pub(crate) enum OldExtent {
     Log(LogPos),
     /// Layout 6: its committed log (from where it starts in the log area).
     LogV6(LogSpan),
+    /// Layout 7: its committed log (from where it starts in the log area).
+    LogV7(LogSpan),
     /// Layouts 2 to 4 (the version): the journal in force.
     Journal {
         /// The layout.
@@ -259,6 +338,8 @@ pub(super) struct Loaded {
     pub zones: Vec<ZoneRules>,
     pub records: BTreeMap<u64, Record>,
     pub old: OldExtent,
+    /// The book's run counters (zero below layout 7).
+    pub totals: RunCounters,
 }
 
 /// The journal stored in `layout`, or `None` when there is none or it is torn (a part fails the
@@ -436,6 +517,7 @@ fn load_journal_layout<R: OldRecord>(
             version,
             pages: journal_pages,
         },
+        totals: RunCounters::default(),
     }))
 }
 
@@ -527,26 +609,70 @@ fn load_v5(
         zones,
         records,
         old: OldExtent::Log(span.pos),
+        totals: RunCounters::default(),
     })
 }
 
-/// Reads a book of layout 6: the commit page, the committed log over the record pages (not
-/// read when stale: they hold the layout before, and the log holds every record).
-fn load_v6(
+/// What the commit pages of layouts 6 and 7 share (7 added the book's run counters).
+struct LoggedCommit {
+    component: ComponentId,
+    next_id: u64,
+    records: u64,
+    zones: u32,
+    zones_crc: u32,
+    log: LogSpan,
+    stale: Stale,
+    totals: RunCounters,
+}
+
+impl From<CommitV6> for LoggedCommit {
+    fn from(c: CommitV6) -> Self {
+        Self {
+            component: c.component,
+            next_id: c.next_id,
+            records: c.records,
+            zones: c.zones,
+            zones_crc: c.zones_crc,
+            log: c.log,
+            stale: c.stale,
+            totals: RunCounters::default(),
+        }
+    }
+}
+
+impl From<CommitV7> for LoggedCommit {
+    fn from(c: CommitV7) -> Self {
+        Self {
+            component: c.component,
+            next_id: c.next_id,
+            records: c.records,
+            zones: c.zones,
+            zones_crc: c.zones_crc,
+            log: c.log,
+            stale: c.stale,
+            totals: c.totals.upgrade(),
+        }
+    }
+}
+
+/// Reads a book of layout 6 or 7 (`R` its record): the commit page, the committed log over the
+/// record pages (not read when stale: they hold the layout before, and the log holds every
+/// record).
+fn load_logged<R: OldRecord>(
     pages: &dyn ReservedPages,
     layout: Layout,
-    blob: &[u8],
+    commit: LoggedCommit,
     component: ComponentId,
+    old: OldExtent,
 ) -> Result<Loaded, ScheduleError> {
     let corrupt = |m: String| ScheduleError::Corrupt(m);
-    let commit = codec::from_blob::<CommitV6>(blob)?;
     if commit.component != component {
         return Err(corrupt(format!("component {}", commit.component)));
     }
     if commit.log.end() > layout.log.len() || commit.stale == Stale::InFrozen {
         return Err(corrupt("a log the log area cannot hold".into()));
     }
-    let committed = persist::read_log::<RecordV6>(pages, layout, commit.log)?;
+    let committed = persist::read_log::<R>(pages, layout, commit.log)?;
     let zones = match &committed.zones {
         Some(z) => z.clone(),
         None => codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?
@@ -563,7 +689,7 @@ fn load_v6(
     } else {
         layout.record_pages
     };
-    let records = collect_records::<RecordV6>(
+    let records = collect_records::<R>(
         pages,
         layout,
         record_pages,
@@ -575,7 +701,8 @@ fn load_v6(
         next_id: commit.next_id,
         zones,
         records,
-        old: OldExtent::LogV6(commit.log),
+        old,
+        totals: commit.totals,
     })
 }
 
@@ -596,7 +723,28 @@ pub(super) fn load(
     };
     let loaded = match (version, blob) {
         (5, Some(b)) => Some(load_v5(pages, layout, b, component)?),
-        (6, Some(b)) => Some(load_v6(pages, layout, b, component)?),
+        (6, Some(b)) => {
+            let commit = codec::from_blob::<CommitV6>(b)?;
+            let old = OldExtent::LogV6(commit.log);
+            Some(load_logged::<RecordV6>(
+                pages,
+                layout,
+                commit.into(),
+                component,
+                old,
+            )?)
+        }
+        (7, Some(b)) => {
+            let commit = codec::from_blob::<CommitV7>(b)?;
+            let old = OldExtent::LogV7(commit.log);
+            Some(load_logged::<RecordV7>(
+                pages,
+                layout,
+                commit.into(),
+                component,
+                old,
+            )?)
+        }
         (2, _) => load_journal_layout::<RecordV2>(pages, layout, 2, component)?,
         (3, _) => load_journal_layout::<RecordV3>(pages, layout, 3, component)?,
         (4, _) => load_journal_layout::<RecordV4>(pages, layout, 4, component)?,
@@ -631,7 +779,7 @@ pub(super) fn prepare(
     let area = layout.log.len();
     let extent = match old {
         OldExtent::Log(pos) => pos.pages,
-        OldExtent::LogV6(span) => span.end(),
+        OldExtent::LogV6(span) | OldExtent::LogV7(span) => span.end(),
         OldExtent::Journal { pages, .. } => pages,
     };
     if extent.saturating_add(need) <= area {
@@ -639,7 +787,26 @@ pub(super) fn prepare(
     }
     match old {
         OldExtent::Log(pos) => fold_v5(pages, layout, component, pos)?,
-        OldExtent::LogV6(_) => fold_v6(pages, layout, component)?,
+        OldExtent::LogV6(_) => fold_logged::<RecordV6, CommitV6>(
+            pages,
+            layout,
+            component,
+            |c| (c.component, c.log, c.stale),
+            |c| {
+                c.log = LogSpan::default();
+                c.stale = Stale::No;
+            },
+        )?,
+        OldExtent::LogV7(_) => fold_logged::<RecordV7, CommitV7>(
+            pages,
+            layout,
+            component,
+            |c| (c.component, c.log, c.stale),
+            |c| {
+                c.log = LogSpan::default();
+                c.stale = Stale::No;
+            },
+        )?,
         OldExtent::Journal { version, pages: n } => {
             match version {
                 2 => complete_journal::<RecordV2>(pages, layout, version, component)?,
@@ -734,36 +901,37 @@ fn fold_v5(
     Ok(())
 }
 
-/// Folds a layout 6 book's committed log into its record pages and zones part, in layout 6's
-/// format (every record page rewritten, as layout 6's fold of a stale book did), and commits it
-/// with an empty log from the area's first page. A crash part-way reloads as the same book:
-/// until the commit page, the log is in force over pages that hold its records or the ones
-/// before.
-fn fold_v6(
+/// Folds a layout 6 or 7 book's committed log (`R` its record, `C` its commit page: `parts`
+/// reads its component, log and stale flag, `reset` empties its log) into its record pages and
+/// zones part, in that layout's format (every record page rewritten, as its fold of a stale book
+/// did), and commits it with an empty log from the area's first page. A crash part-way reloads
+/// as the same book: until the commit page, the log is in force over pages that hold its
+/// records or the ones before.
+fn fold_logged<R: OldRecord, C: bincode::Encode + bincode::Decode<()>>(
     pages: &mut dyn ReservedPages,
     layout: Layout,
     component: ComponentId,
+    parts: impl Fn(&C) -> (ComponentId, LogSpan, Stale),
+    reset: impl Fn(&mut C),
 ) -> Result<(), ScheduleError> {
     let Some(blob) = codec::load_blob(pages, layout.meta, BlobKind::ScheduleBook)? else {
         return Err(ScheduleError::Corrupt(
-            "a layout 6 log without a commit page".into(),
+            "a logged layout without a commit page".into(),
         ));
     };
-    let mut commit = codec::from_blob::<CommitV6>(&blob)?;
-    if commit.component != component {
-        return Err(ScheduleError::Corrupt(format!(
-            "component {}",
-            commit.component
-        )));
+    let mut commit = codec::from_blob::<C>(&blob)?;
+    let (found, log, stale) = parts(&commit);
+    if found != component {
+        return Err(ScheduleError::Corrupt(format!("component {found}")));
     }
-    let committed: Committed<RecordV6> = persist::read_log(pages, layout, commit.log)?;
-    let mut by_page: BTreeMap<u32, Vec<(u64, RecordV6)>> = BTreeMap::new();
+    let committed: Committed<R> = persist::read_log(pages, layout, log)?;
+    let mut by_page: BTreeMap<u32, Vec<(u64, R)>> = BTreeMap::new();
     for (id, placed) in &committed.named {
         if let Some((p, r)) = placed {
             by_page.entry(*p).or_default().push((*id, r.clone()));
         }
     }
-    let stale = commit.stale != Stale::No;
+    let stale = stale != Stale::No;
     for p in 0..layout.record_pages {
         let Some(part) = layout.record_page(p) else {
             continue;
@@ -774,8 +942,7 @@ fn fold_v6(
     if let Some(zones) = &committed.zones {
         codec::save(pages, layout.zones, BlobKind::ScheduleBook, zones)?;
     }
-    commit.log = LogSpan::default();
-    commit.stale = Stale::No;
+    reset(&mut commit);
     codec::save(pages, layout.meta, BlobKind::ScheduleBook, &commit)?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
 //! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
 //! jitter, payload, routing topic and type, pause flag, nominal next due point, run counter,
-//! owner, version, run state and replicated run counters), optionally under a unique client key. A due index ordered by (priority,
+//! owner, version, run state, replicated run counters, bounds and retired state), optionally under a unique client key. A due index ordered by (priority,
 //! due key, id) holds every active record (an `AtOrSeq` one under both its keys), so a tick
 //! visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
@@ -16,13 +16,15 @@
 //! Files. This module owns the state ([`Scheduler`] and its stored `Record`); the others add
 //! `impl Scheduler` blocks by concern: `types.rs` (the public vocabulary: timings, misfire
 //! policies, requests, limits, errors, views and reports), `handlers.rs` (registered handlers
-//! and a run's context), `counters.rs` (replicated run counters),
+//! and a run's context), `counters.rs` (replicated run counters), `bounds.rs` (start/end
+//! bounds, run limit, retirement),
 //! `manual.rs` (trigger-now and backfill runs), `timing.rs` (occurrences,
 //! jitter, the misfire plan), `index.rs` (due
 //! and zone index upkeep, invariant check), `admission.rs` (validating and applying requests),
 //! `tick.rs` (the budgeted tick), `preview.rs` (looks ahead) and `persist.rs` (save and load).
 
 mod admission;
+mod bounds;
 mod counters;
 mod handlers;
 mod index;
@@ -32,6 +34,7 @@ mod persist;
 mod preview;
 mod quota;
 mod runs;
+mod slots;
 mod tick;
 mod timing;
 mod types;
@@ -45,6 +48,7 @@ use crate::due::Due;
 use crate::tick::{ComponentId, TimeMs};
 
 pub(super) use admission::check_misfire;
+pub use bounds::{Bounds, RetireReason, Retired};
 pub use counters::RunCounters;
 pub use handlers::{
     EMIT_REFUSED_CODE, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Transactional,
@@ -56,6 +60,7 @@ pub use runs::{
     AfterFailure, DeadRun, FailedRun, HISTORY_RUNS, MAX_ATTEMPTS, MAX_DEAD_RUNS,
     ONE_SHOT_HISTORY_RUNS, PendingRetry, RetryPolicy, RunEntry, RunOutcome, RunPolicy,
 };
+pub use slots::SlotCapacity;
 pub use types::{
     FireRecord, Guarded, Limits, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS,
     Misfire, NewSchedule, ScheduleError, ScheduleInfo, ScheduleRequest, Target, TickReport, Timing,
@@ -103,6 +108,11 @@ struct Record {
     counters: RunCounters,
     /// Layout 7: runs an operator asked for, pending (`manual.rs`).
     manual: ManualRuns,
+    /// Layout 8: start and end bounds and a run limit (`bounds.rs`; recurring schedules only).
+    bounds: Bounds,
+    /// Layout 8: set when the schedule reached its end or its run limit: it is out of the due
+    /// index for good (until new bounds or a replace) and kept, with why and when.
+    retired: Option<Retired>,
 }
 
 impl Record {
@@ -124,6 +134,8 @@ impl Record {
             history: Vec::new(),
             counters: RunCounters::default(),
             manual: ManualRuns::default(),
+            bounds: Bounds::NONE,
+            retired: None,
         }
     }
 }
@@ -169,6 +181,9 @@ pub struct Scheduler {
     /// Emits refused to handlers ([`HandlerCtx::emit`]); an observation like
     /// `stale_rejections` (each is also in its tick's [`TickReport::errors`]).
     emit_failures: u64,
+    /// Requests refused with [`ScheduleError::SlotFull`]; an observation like
+    /// `stale_rejections`.
+    slot_refusals: u64,
     /// Encoded bytes of the installed zones (derived; what a save logs when they change,
     /// [`Limits::max_log_pages`]).
     zones_bytes: usize,
@@ -203,6 +218,7 @@ impl Scheduler {
             policy: Policy::default(),
             stale_rejections: 0,
             emit_failures: 0,
+            slot_refusals: 0,
             zones_bytes: 8,
             migration: None,
             emit_budget: None,
@@ -312,6 +328,8 @@ impl Scheduler {
             history: r.history.clone(),
             counters: r.counters,
             manual: r.manual,
+            bounds: r.bounds,
+            retired: r.retired,
         })
     }
 

@@ -38,7 +38,7 @@ struct Commit {
     /// Whether the record pages count for nothing yet (they hold an older layout's records;
     /// a migration's full save is in the log).
     stale: Stale,
-    /// Layout 7: the book's run counters (`Scheduler::totals`).
+    /// Layout 7: the book's run counters (`Scheduler::totals`; layout 8 counts retirements).
     totals: RunCounters,
 }
 
@@ -69,10 +69,11 @@ const SEGMENT_PAGES: usize = 16;
 /// journal; 6 = records carry their run state (parked, run policy, pending retry, dead runs,
 /// run history) and the commit page where the log starts and whether the record pages are
 /// stale; 7 = records carry their run counters and the commit page the book's
-/// (`counters.rs`). Layouts 2 to 6 load and are migrated by the next save (`legacy.rs`); layout 1 (16
+/// (`counters.rs`); 8 = records carry their bounds and retired state (`bounds.rs`) and the run
+/// counters count retirements. Layouts 2 to 7 load and are migrated by the next save (`legacy.rs`); layout 1 (16
 /// shard blobs over the whole range, superseded before layout 2 was released) is refused with
 /// [`ScheduleError::UnsupportedLayout`].
-pub(super) const WIRE_VERSION: u8 = 7;
+pub(super) const WIRE_VERSION: u8 = 8;
 
 /// The committed log, read back from the pages.
 pub(super) struct Committed<R> {
@@ -688,7 +689,7 @@ impl Scheduler {
     /// Reads the book stored in `range` (an empty book when nothing is stored): the commit
     /// page, the committed log (whose records and zones take priority) and the record pages,
     /// validating every record against `limits` and re-parsing every cron expression. A book
-    /// of an older layout (2 to 6) is read and converted; the next save migrates it (see
+    /// of an older layout (2 to 7) is read and converted; the next save migrates it (see
     /// `legacy.rs`). Handlers are not checked here: a record naming an unregistered handler
     /// is parked when it comes due. Costs one read of every page of the range but the log's
     /// uncommitted part.
@@ -864,6 +865,7 @@ impl Scheduler {
             ));
         }
         self.next_id = old.next_id;
+        self.totals = old.totals;
         self.header_dirty = true;
         self.migration = Some(old.old);
         Ok(())
@@ -915,6 +917,14 @@ impl Scheduler {
         rec.manual
             .check(!rec.def.timing.is_one_shot())
             .map_err(|e| format!("schedule {id}: {e}"))?;
+        rec.bounds
+            .check(!rec.def.timing.is_one_shot())
+            .map_err(|e| format!("schedule {id}: {e}"))?;
+        if rec.retired.is_some() && (rec.next.is_some() || rec.bounds.is_none()) {
+            return Err(format!(
+                "schedule {id}: retired with a next point or no bounds"
+            ));
+        }
         if Self::is_spent(&rec) {
             return Err(format!("one-shot schedule {id} has nothing left"));
         }

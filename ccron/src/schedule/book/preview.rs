@@ -97,6 +97,8 @@ impl Scheduler {
         };
         let mut out = Vec::new();
         let Some(first) = rec.next else { return out };
+        // No more than its run limit lets run.
+        let count = count.min(rec.bounds.runs_left(rec.runs));
         if count == 0 {
             return out;
         }
@@ -139,6 +141,7 @@ impl Scheduler {
                 continue;
             };
             let mut counted = 0;
+            let max_per_schedule = max_per_schedule.min(rec.bounds.runs_left(rec.runs));
             while counted < max_per_schedule {
                 let eff = at.saturating_add(jitter);
                 if eff >= to_ms {

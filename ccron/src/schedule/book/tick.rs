@@ -302,6 +302,8 @@ impl Scheduler {
             self.reindex(id);
             self.touch(id);
             self.count(id, note.counters());
+            // Its end or run limit reached: retired (its runs planned now still run).
+            self.retire_if_done(id, tick.bft_sequence_num, tick.agreed_time_ms);
             if runs.is_empty() {
                 env.report.skipped.push(id);
                 return;

@@ -1,6 +1,6 @@
 //! Occurrences of a schedule's timing: the next one after an instant, the latest reached, owed
 //! catch-up runs, the deterministic jitter offset, and the runs a tick plans under the misfire
-//! policy.
+//! policy, within the schedule's bounds and run limit (`bounds.rs`).
 
 use super::counters::PlanNote;
 use super::{Misfire, Record, Scheduler, Timing};
@@ -20,6 +20,20 @@ pub(super) fn jitter_offset_ms(id: u64, jitter_ms: u32) -> i64 {
     i64::try_from(z % (u64::from(jitter_ms) + 1)).unwrap_or(0)
 }
 
+/// The first point of the grid `start + k·period` (k >= 0) strictly after `after_ms`; checked
+/// throughout: admission bounds start and period (`MAX_INSTANT_MS`, `MAX_PERIOD_MS`), but a
+/// tick's time is any i64; past i64 there is no next point.
+pub(super) fn every_after(start: TimeMs, period_ms: i64, after_ms: TimeMs) -> Option<TimeMs> {
+    if after_ms < start {
+        return Some(start);
+    }
+    if period_ms <= 0 {
+        return None;
+    }
+    let k = after_ms.checked_sub(start)?.div_euclid(period_ms);
+    start.checked_add(k.checked_add(1)?.checked_mul(period_ms)?)
+}
+
 impl Scheduler {
     /// The first occurrence of `id`'s timing strictly after `after` (time timings only).
     pub(super) fn occurrence_after(
@@ -28,25 +42,19 @@ impl Scheduler {
         rec: &Record,
         after_ms: TimeMs,
     ) -> Option<TimeMs> {
+        // Within the record's start and end bounds (`bounds.rs`; none: unchanged).
+        rec.bounds
+            .occurrence_after(after_ms, |after| self.grid_after(id, rec, after))
+    }
+
+    /// The first occurrence of `id`'s timing strictly after `after_ms`, bounds aside.
+    fn grid_after(&self, id: u64, rec: &Record, after_ms: TimeMs) -> Option<TimeMs> {
         match &rec.def.timing {
             Timing::Cron { .. } => self.crons.get(&id)?.next_after(after_ms),
             Timing::Every {
                 period_ms,
                 start_ms,
-            } => {
-                let start = (*start_ms)?;
-                if after_ms < start {
-                    return Some(start);
-                }
-                // Checked throughout: admission bounds start and period
-                // (`MAX_INSTANT_MS`, `MAX_PERIOD_MS`), but a tick's time is any i64; past
-                // i64 the schedule has no next occurrence.
-                if *period_ms <= 0 {
-                    return None;
-                }
-                let k = after_ms.checked_sub(start)?.div_euclid(*period_ms);
-                start.checked_add(k.checked_add(1)?.checked_mul(*period_ms)?)
-            }
+            } => every_after((*start_ms)?, *period_ms, after_ms),
             _ => None,
         }
     }
@@ -64,6 +72,8 @@ impl Scheduler {
         count: usize,
     ) -> Vec<Due> {
         let count = count.max(1);
+        // Nothing after the end bound is an occurrence (r1, an occurrence, is within it).
+        let now = rec.bounds.ends_at_ms.map_or(now, |e| now.min(e).max(r1));
         let times = match &rec.def.timing {
             Timing::Every { period_ms, .. } if *period_ms > 0 && now >= r1 => {
                 let p = i128::from(*period_ms);
@@ -206,6 +216,22 @@ impl Scheduler {
                 (latest, last)
             }
         };
+        // The run limit keeps the latest runs that fit it (the catch-up rule: the most recent
+        // occurrences are the ones kept), and ends the schedule when reached.
+        let mut runs = runs;
+        let mut next = next;
+        if rec.bounds.max_runs.is_some() {
+            let left = rec.bounds.runs_left(rec.runs);
+            if runs.len() > left {
+                runs.drain(..runs.len() - left);
+            }
+            if rec
+                .bounds
+                .limit_reached(rec.runs.saturating_add(runs.len() as u64))
+            {
+                next = None;
+            }
+        }
         let ran: Vec<TimeMs> = runs.iter().filter_map(Due::time_ms).collect();
         let note = PlanNote::of(rec.def.misfire, r1, latest, &ran);
         (runs, next, note)

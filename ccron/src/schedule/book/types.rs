@@ -11,7 +11,8 @@ use crate::schedule::store::Layout;
 use crate::tick::TimeMs;
 
 use super::{
-    DeadRun, FailedRun, ManualRuns, PendingRetry, RunCounters, RunEntry, RunOutcome, RunPolicy,
+    Bounds, DeadRun, FailedRun, ManualRuns, PendingRetry, RetireReason, Retired, RunCounters,
+    RunEntry, RunOutcome, RunPolicy,
 };
 
 /// When a schedule fires.
@@ -344,6 +345,38 @@ pub enum ScheduleRequest {
         /// Its last instant (inclusive).
         to_ms: TimeMs,
     },
+    /// As [`ScheduleRequest::CreateWith`], with start and end bounds and a run limit
+    /// ([`Bounds`]; recurring schedules only). Bounds under which the schedule could never fire
+    /// are [`ScheduleError::NeverFires`]. Appended, so the others keep their encoding.
+    CreateBounded {
+        /// The schedule.
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+        /// Its bounds.
+        bounds: Bounds,
+    },
+    /// As [`ScheduleRequest::UpsertWith`], with bounds (which replace the holder's).
+    UpsertBounded {
+        /// The schedule (its key is required).
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+        /// Its bounds.
+        bounds: Bounds,
+    },
+    /// Sets the bounds of an existing recurring schedule (its owner or an admin, as a replace;
+    /// version + 1): its next point becomes the first occurrence within the new bounds at or
+    /// after its current one (for a retired schedule, strictly after the request's agreed
+    /// time), runs still owed from a catch-up are dropped, and a retired schedule is active
+    /// again. Bounds under which it could never fire again (its run counter at the limit, no
+    /// occurrence left before the end) are [`ScheduleError::NeverFires`]; nothing changes.
+    SetBounds {
+        /// The schedule.
+        target: Target,
+        /// Its new bounds ([`Bounds::NONE`] removes them).
+        bounds: Bounds,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -398,6 +431,10 @@ pub struct Limits {
     /// save: every record rewritten (ticks may touch any of them), every record stored at the
     /// last save and removed since named, the zones rewritten. `None`: checked only by the save.
     pub max_log_pages: Option<u32>,
+    /// Admission capacity per time slot ([`super::SlotCapacity`]): a new or replacing schedule
+    /// whose first due point falls in a full slot is [`ScheduleError::SlotFull`]. `None` (the
+    /// default): no capacity.
+    pub slot_capacity: Option<super::SlotCapacity>,
     /// The fire budget: most handler runs one tick causes (a fire-each catch-up of 10 runs costs
     /// 10), and most schedules it steps. What does not fit stays due and runs on later ticks,
     /// higher priority first, then earlier due point, then lower id; a schedule stopped in the
@@ -417,6 +454,7 @@ impl Default for Limits {
             max_record_pages: None,
             max_zones_bytes: None,
             max_log_pages: None,
+            slot_capacity: None,
             budget_per_tick: 10_000,
         }
     }
@@ -591,6 +629,22 @@ pub enum ScheduleError {
         /// What was asked.
         action: Action,
     },
+    /// The schedule could never fire (again) under the requested bounds or definition: no
+    /// occurrence lies before its end bound, or its run counter is at its run limit
+    /// ([`Bounds`]); nothing changed.
+    #[error("the schedule could never fire: {0}")]
+    NeverFires(RetireReason),
+    /// The schedule's first due point falls in a time slot already holding its capacity
+    /// ([`Limits::slot_capacity`]); nothing changed.
+    #[error("the slot of {slot_ms} ms from {slot_start_ms} holds {held} due points, its capacity")]
+    SlotFull {
+        /// The slot's first instant.
+        slot_start_ms: TimeMs,
+        /// Its width.
+        slot_ms: i64,
+        /// Due points it holds.
+        held: u64,
+    },
     /// The request would take `owner` past its quota ([`crate::authz::Quota`]); nothing
     /// changed.
     #[error("{owner} would hold {would} {kind}, its quota is {limit}")]
@@ -652,6 +706,10 @@ pub struct ScheduleInfo {
     /// Runs an operator asked for, pending ([`ScheduleRequest::TriggerNow`],
     /// [`ScheduleRequest::Backfill`]).
     pub manual: ManualRuns,
+    /// Its start and end bounds and run limit.
+    pub bounds: Bounds,
+    /// Set when it reached its end or its run limit: it fires no more regular runs.
+    pub retired: Option<Retired>,
 }
 
 /// One run of a handler in a tick (successful or not: see `outcome`).
