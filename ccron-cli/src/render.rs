@@ -332,6 +332,7 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
                         "late": d.counters.late,
                         "skipped": d.counters.skipped,
                         "expired": d.counters.expired,
+                        "retired": d.counters.retired,
                     }),
                 );
                 o.insert(
@@ -402,13 +403,14 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
             (
                 "counters",
                 format!(
-                    "runs {}, fired {} (failed {}), late {}, skipped {}, expired {}, recent ok {}, recent failed {}, dead {} (evicted {})",
+                    "runs {}, fired {} (failed {}), late {}, skipped {}, expired {}, retired {}, recent ok {}, recent failed {}, dead {} (evicted {})",
                     d.counters.runs,
                     d.counters.fired,
                     d.counters.failed,
                     d.counters.late,
                     d.counters.skipped,
                     d.counters.expired,
+                    d.counters.retired,
                     d.counters.recent_ok,
                     d.counters.recent_failed,
                     d.counters.dead_held,
@@ -508,6 +510,7 @@ pub fn cluster(
                 "late": b.totals.late,
                 "skipped": b.totals.skipped,
                 "expired": b.totals.expired,
+                "retired": b.totals.retired,
             })),
             "outbox": outbox.map(|o| json!({
                 "first_index": o.first_index,
@@ -527,7 +530,7 @@ pub fn cluster(
     let mut out = format!("at height {height} (believed by quorum)\n");
     match book {
         Some(b) => out.push_str(&format!(
-            "book:   component {}, {} schedules ({} paused, {} parked, {} retrying), {} dead runs, {} runs, earliest due {}\n        runs ever: fired {} (failed {}), late {}, skipped {}, expired {}\n",
+            "book:   component {}, {} schedules ({} paused, {} parked, {} retrying), {} dead runs, {} runs, earliest due {}\n        runs ever: fired {} (failed {}), late {}, skipped {}, expired {}, retired {}\n",
             b.component,
             b.schedules,
             b.paused,
@@ -540,7 +543,8 @@ pub fn cluster(
             b.totals.failed,
             b.totals.late,
             b.totals.skipped,
-            b.totals.expired
+            b.totals.expired,
+            b.totals.retired
         )),
         None => out.push_str("book:   none\n"),
     }

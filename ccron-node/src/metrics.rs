@@ -9,9 +9,9 @@
 //! - **Replicated** (read from the committed schedule book and outbox, so every honest node at
 //!   the same height reports the same numbers; `ccron_book_height` names that height):
 //!   schedules, paused, parked, dead runs, retries pending, the book's run counters
-//!   (`ccron_book_runs_total{event=fired|failed|late|skipped|expired}`, every schedule it ever
-//!   held), per-schedule runs, run counters (`ccron_schedule_events_total{event=…}`), dead runs
-//!   and recent failures (at most [`MAX_SCHEDULE_SERIES`] schedules, lowest ids, the rest
+//!   (`ccron_book_runs_total{event=fired|failed|late|skipped|expired|retired}`, every schedule
+//!   it ever held), per-schedule runs, run counters (`ccron_schedule_events_total{event=…}`),
+//!   dead runs and recent failures (at most [`MAX_SCHEDULE_SERIES`] schedules, lowest ids, the rest
 //!   counted in `ccron_schedule_series_dropped`), outbox depth, head, first index (the
 //!   consumer's progress), records with a result, refused results.
 //!
@@ -224,13 +224,14 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
 }
 
 /// The replicated run counters by event label.
-fn events(c: &ccron::schedule::RunCounters) -> [(&'static str, u64); 5] {
+fn events(c: &ccron::schedule::RunCounters) -> [(&'static str, u64); 6] {
     [
         ("fired", c.fired),
         ("failed", c.failed),
         ("late", c.late),
         ("skipped", c.skipped),
         ("expired", c.expired),
+        ("retired", c.retired),
     ]
 }
 
