@@ -17,7 +17,7 @@ use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
 use sha2::{Digest, Sha256};
 
 use super::cron_ledger::CronLedger;
-use super::kv::{KvLedger, KvOp};
+use super::kv::{KeySpace, KvLedger, KvOp};
 use ccron::host::Digest32;
 use ccron::host::app::{AppError, Application, ExecContext};
 use ccron::host::wire as codec;
@@ -123,9 +123,16 @@ struct DemoSnapshot {
 }
 
 impl DemoLedger {
-    /// An empty ledger.
+    /// An empty ledger, each client's keys its own ([`KeySpace::PerClient`]).
     pub fn new() -> Self {
+        Self::with_keys(KeySpace::PerClient)
+    }
+
+    /// An empty ledger whose keys are named in `keys` ([`KeySpace::Shared`]: the layout before
+    /// per-client keys, to replay logs recorded under it).
+    pub fn with_keys(keys: KeySpace) -> Self {
         Self {
+            kv: KvLedger::with_keys(keys),
             balance: 1_000_000,
             ..Self::default()
         }
@@ -170,14 +177,9 @@ impl DemoLedger {
             .filter(|(_, t)| **t < cutoff_ms)
             .map(|(k, _)| k.clone())
             .collect();
-        let ctx = ExecContext {
-            seq: 0,
-            agreed_time_ms: None,
-        };
         for k in &old {
             self.written_ms.remove(k);
-            self.kv
-                .execute(ctx, 0, &KvOp::Delete { key: k.clone() }.to_payload());
+            self.kv.delete(k);
         }
         old.len() as u64
     }
@@ -204,13 +206,14 @@ impl DemoLedger {
 impl Application for DemoLedger {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
         let result = self.kv.execute(ctx, client, payload);
+        // Write times by stored key: the client's own entry.
         match codec::decode::<KvOp>(payload, payload.len()) {
             Ok(KvOp::Put { key, .. }) => {
                 let t = ctx.agreed_time_ms.unwrap_or(Millis::MIN);
-                self.written_ms.insert(key, t);
+                self.written_ms.insert(self.kv.stored_key(client, &key), t);
             }
             Ok(KvOp::Delete { key }) => {
-                self.written_ms.remove(&key);
+                self.written_ms.remove(&self.kv.stored_key(client, &key));
             }
             _ => {}
         }
@@ -245,7 +248,7 @@ impl Application for DemoLedger {
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
         let s: DemoSnapshot = codec::decode(snapshot, snapshot.len())
             .map_err(|e| AppError::BadSnapshot(e.to_string()))?;
-        let mut kv = KvLedger::new();
+        let mut kv = KvLedger::with_keys(self.kv.keys());
         kv.restore(&s.kv)?;
         *self = Self {
             kv,

@@ -25,5 +25,5 @@ pub mod tick_counter;
 pub use ccron::host::{cron_ledger, scheduler};
 
 pub use ccron::host::{BookConfig, CronLedger, LedgerScheduler};
-pub use kv::{KvLedger, KvOp, kv_result};
+pub use kv::{KeySpace, KvLedger, KvOp, kv_result};
 pub use tick_counter::{TickCounter, TickRecord};

@@ -7,19 +7,30 @@
 //! With [`SchedAppConfig::puts_as_orders`], the simulator's stock client traffic (key-value
 //! `Put`s and `Delete`s) becomes order traffic: a `Put` of key `k` places (or re-places) order `k`
 //! and upserts its expiry task keyed `k`, a `Delete` pays it (cancels the task by key).
+//!
+//! # Keys are the client's own
+//!
+//! Under [`KeySpace::PerClient`] (the default) every name a client uses is in its own namespace,
+//! prefixed with its authenticated client id ([`own_key`]): the schedule keys and the payloads
+//! of the schedule requests it sends ([`own_request`]), hence the order names the handlers
+//! count. Two clients placing `order-7` place two orders, `1/order-7` and `2/order-7`; no client
+//! can take, cancel or count another's (a client naming `2/order-7` gets `1/2/order-7`). An
+//! admin addresses another client's schedule by id. [`KeySpace::Shared`] is the layout before
+//! (one namespace, each key owned by its first creator), kept to replay logs recorded under it;
+//! the two are told apart by the setup digest.
 
 use std::collections::BTreeMap;
 
 use ccron::codec;
 use ccron::outbox::Outbox;
 use ccron::schedule::{
-    Handlers, Limits, Misfire, NewSchedule, ScheduleRequest, Scheduler, Target, Timing,
+    Guarded, Handlers, Limits, Misfire, NewSchedule, ScheduleRequest, Scheduler, Target, Timing,
 };
 use ccron::{CronTableRegistry, MemPages, ReservedPages, Tick};
 use sha2::{Digest, Sha256};
 
 use super::cron_ledger::CronLedger;
-use super::kv::KvOp;
+use super::kv::{KeySpace, KvOp};
 use super::scheduler::{BookConfig, LedgerScheduler, ResultReaction};
 use ccron::host::ClientId;
 use ccron::host::Digest32;
@@ -49,6 +60,9 @@ pub struct SchedAppConfig {
     /// admin-only, so this also makes user client 0 the book's admin ([`ZONE_ADMIN`]): its
     /// installs reach admission (and its size check), the other clients' are denied.
     pub zone_installs: bool,
+    /// Whose names keys are ([`KeySpace::PerClient`] by default; see the module
+    /// documentation).
+    pub keys: KeySpace,
 }
 
 /// The user client that [`SchedAppConfig::zone_installs`] makes the book's admin.
@@ -80,7 +94,107 @@ impl Default for SchedAppConfig {
             expiry_ms: 3_000,
             puts_as_orders: false,
             zone_installs: false,
+            keys: KeySpace::PerClient,
         }
+    }
+}
+
+/// `key` in `client`'s namespace: `<client>/<key>`.
+pub fn own_key(client: ClientId, key: &str) -> String {
+    format!("{client}/{key}")
+}
+
+/// `payload` in `client`'s namespace: `<client>/` then the bytes.
+fn own_payload(client: ClientId, payload: &[u8]) -> Vec<u8> {
+    let mut p = format!("{client}/").into_bytes();
+    p.extend_from_slice(payload);
+    p
+}
+
+fn own_schedule(client: ClientId, mut s: NewSchedule) -> NewSchedule {
+    s.key = s.key.map(|k| own_key(client, &k));
+    s.payload = own_payload(client, &s.payload);
+    s
+}
+
+fn own_target(client: ClientId, t: Target) -> Target {
+    match t {
+        Target::Key(k) => Target::Key(own_key(client, &k)),
+        Target::Id(id) => Target::Id(id),
+    }
+}
+
+/// `request` with every key and schedule payload it names moved into `client`'s namespace
+/// ([`own_key`]): what a [`KeySpace::PerClient`] ledger applies for a client's request.
+/// Ids, zones and handler names are not names of a client.
+pub fn own_request(client: ClientId, request: ScheduleRequest) -> ScheduleRequest {
+    use ScheduleRequest as R;
+    let s = |x| own_schedule(client, x);
+    let t = |x| own_target(client, x);
+    match request {
+        R::Create(x) => R::Create(s(x)),
+        R::Upsert(x) => R::Upsert(s(x)),
+        R::Replace { target, schedule } => R::Replace {
+            target: t(target),
+            schedule: s(schedule),
+        },
+        R::Pause(x) => R::Pause(t(x)),
+        R::Resume(x) => R::Resume(t(x)),
+        R::Cancel(x) => R::Cancel(t(x)),
+        R::IfVersion {
+            target,
+            version,
+            change,
+        } => R::IfVersion {
+            target: t(target),
+            version,
+            change: match change {
+                Guarded::Replace(x) => Guarded::Replace(s(x)),
+                other => other,
+            },
+        },
+        R::InstallZone(z) => R::InstallZone(z),
+        R::UpsertIfVersion { schedule, version } => R::UpsertIfVersion {
+            schedule: s(schedule),
+            version,
+        },
+        R::Retarget {
+            from_handler,
+            to_handler,
+        } => R::Retarget {
+            from_handler,
+            to_handler,
+        },
+        R::SetRunPolicy { target, policy } => R::SetRunPolicy {
+            target: t(target),
+            policy,
+        },
+        R::CreateWith { schedule, policy } => R::CreateWith {
+            schedule: s(schedule),
+            policy,
+        },
+        R::UpsertWith { schedule, policy } => R::UpsertWith {
+            schedule: s(schedule),
+            policy,
+        },
+        R::Redrive { target, occurrence } => R::Redrive {
+            target: t(target),
+            occurrence,
+        },
+        R::Discard { target, occurrence } => R::Discard {
+            target: t(target),
+            occurrence,
+        },
+        R::TriggerNow(x) => R::TriggerNow(t(x)),
+        R::Backfill {
+            target,
+            from_ms,
+            to_ms,
+        } => R::Backfill {
+            target: t(target),
+            from_ms,
+            to_ms,
+        },
     }
 }
 
@@ -138,6 +252,7 @@ pub struct SchedState {
 /// [`OrderState`] whose schedule book holds the order-expiry tasks.
 pub struct ScheduledLedger {
     inner: CronLedger<OrderState>,
+    cfg: SchedAppConfig,
 }
 
 impl std::fmt::Debug for ScheduledLedger {
@@ -249,7 +364,8 @@ impl ScheduledLedger {
             outbox_pages: cfg.outbox_pages,
         };
         let mut book = LedgerScheduler::new(book_cfg, handlers);
-        if cfg.puts_as_orders {
+        // Per client, `execute` maps key-value traffic itself (it knows the client).
+        if cfg.puts_as_orders && cfg.keys == KeySpace::Shared {
             let expiry_ms = cfg.expiry_ms;
             let zones = cfg.zone_installs;
             book = book.with_translator(Box::new(move |payload| {
@@ -285,6 +401,38 @@ impl ScheduledLedger {
         Self {
             inner: CronLedger::new(OrderState::default(), CronTableRegistry::new())
                 .with_scheduler(book),
+            cfg,
+        }
+    }
+
+    /// What `client`'s `payload` asks of the book under [`KeySpace::PerClient`], with its names
+    /// in the client's namespace (see the module documentation), or `None` when it is not a
+    /// schedule request (nor, with [`SchedAppConfig::puts_as_orders`], a `Put` or `Delete`).
+    fn own_request_of(&self, client: ClientId, payload: &[u8]) -> Option<ScheduleRequest> {
+        if let Ok(req) = codec::from_blob::<ScheduleRequest>(payload) {
+            return Some(own_request(client, req));
+        }
+        if !self.cfg.puts_as_orders {
+            return None;
+        }
+        match wire::decode::<KvOp>(payload, payload.len()) {
+            Ok(KvOp::Put { key, .. })
+                if self.cfg.zone_installs && zone_install_of(&key).is_some() =>
+            {
+                zone_install_of(&key)
+            }
+            Ok(KvOp::Put { key, .. }) => {
+                let order = String::from_utf8_lossy(&key).into_owned();
+                let expiry = Self::expiry(&order, self.cfg.expiry_ms);
+                Some(ScheduleRequest::Upsert(own_schedule(client, expiry)))
+            }
+            Ok(KvOp::Delete { key }) => {
+                let order = String::from_utf8_lossy(&key).into_owned();
+                Some(ScheduleRequest::Cancel(Target::Key(own_key(
+                    client, &order,
+                ))))
+            }
+            _ => None,
         }
     }
 
@@ -331,6 +479,15 @@ impl ScheduledLedger {
 
 impl Application for ScheduledLedger {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
+        if self.cfg.keys == KeySpace::PerClient
+            && let Some(req) = self.own_request_of(client, payload)
+        {
+            return match Self::payload(&req) {
+                Ok(p) => self.inner.execute(ctx, client, &p),
+                // A request that decoded re-encodes (within the blob limit but for the prefix).
+                Err(e) => format!("err {e}").into_bytes(),
+            };
+        }
         self.inner.execute(ctx, client, payload)
     }
 
@@ -375,7 +532,17 @@ impl Application for ScheduledLedger {
     }
 
     fn setup_digest(&self) -> Option<Digest32> {
-        self.inner.setup_digest()
+        let inner = self.inner.setup_digest();
+        match self.cfg.keys {
+            // The layout before per-client keys keeps its digest.
+            KeySpace::Shared => inner,
+            KeySpace::PerClient => {
+                let mut h = Sha256::new();
+                h.update(b"orders-keys-per-client-v1");
+                h.update(inner.unwrap_or_default());
+                Some(h.finalize().into())
+            }
+        }
     }
 
     fn outbox(&self) -> Option<&ccron::outbox::Outbox> {
@@ -553,6 +720,57 @@ mod tests {
             .unwrap();
         assert_eq!(a.state().0.get("o").copied(), Some(expired + 1));
         assert_eq!(a.scheduler().unwrap().outbox().len() as u32, held - 10 + 1);
+    }
+
+    /// Issue 24: order keys were one namespace owned by each key's first creator, so any
+    /// client could take another's `order-<k>` (and count another's order through a payload).
+    /// Each client's names are now its own; the shared layout behaves as before.
+    #[test]
+    fn a_client_cannot_take_another_clients_order() {
+        let cfg = SchedAppConfig {
+            puts_as_orders: true,
+            expiry_ms: 1_000,
+            ..SchedAppConfig::default()
+        };
+        let mut l = ScheduledLedger::new(cfg);
+        let mut pages = MemPages::new(4_096, 1);
+        let put = |k: &str| {
+            KvOp::Put {
+                key: k.into(),
+                value: vec![],
+            }
+            .to_payload()
+        };
+        let ok = |r: Vec<u8>| assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
+        // Client 2 places order-7 first; client 1 still places its own.
+        ok(l.execute(ctx(1, 0), 2, &put("order-7")));
+        ok(l.execute(ctx(2, 0), 1, &put("order-7")));
+        // A raw request naming client 1's namespaced key stays in client 2's namespace.
+        let squat = ScheduleRequest::Create(ScheduledLedger::expiry("1/order-9", 1_000));
+        ok(l.execute(ctx(3, 0), 2, &req(&squat)));
+        ok(l.execute(ctx(4, 0), 1, &put("order-9")));
+        // Client 2 pays its order-7: client 1's still expires.
+        let pay = KvOp::Delete {
+            key: "order-7".into(),
+        }
+        .to_payload();
+        ok(l.execute(ctx(5, 0), 2, &pay));
+        l.on_tick(Tick::new(1, 6, Some(1_000)), &mut pages).unwrap();
+        let orders = &l.ledger().state().0;
+        assert_eq!(orders.get("1/order-7"), Some(&1));
+        assert_eq!(orders.get("2/order-7"), None);
+        assert_eq!(orders.get("1/order-9"), Some(&1));
+        assert_eq!(orders.get("2/1/order-9"), Some(&1));
+        // The shared layout (replaying older logs): the first creator holds the key.
+        let shared = SchedAppConfig {
+            keys: KeySpace::Shared,
+            ..cfg
+        };
+        let mut old = ScheduledLedger::new(shared);
+        ok(old.execute(ctx(1, 0), 2, &put("order-7")));
+        let denied = old.execute(ctx(2, 0), 1, &put("order-7"));
+        assert!(denied.starts_with(b"err client 1 may not"), "{denied:?}");
+        assert_ne!(old.setup_digest(), l.setup_digest());
     }
 
     #[test]
@@ -753,8 +971,9 @@ mod tests {
             b.on_tick(Tick::new(1, seq, Some(t)), &mut pages_b).unwrap();
             assert_eq!(a.digest(), b.digest());
         }
-        assert_eq!(a.ledger().state().0.get("o-1"), Some(&1));
-        assert_eq!(a.ledger().state().0.get("daily"), Some(&1));
+        // Client 0's names, in its namespace.
+        assert_eq!(a.ledger().state().0.get("0/o-1"), Some(&1));
+        assert_eq!(a.ledger().state().0.get("0/daily"), Some(&1));
     }
 
     /// Results back: an order is marked expired only when the payment service's answer comes

@@ -36,8 +36,15 @@
 //! schedule counted at its largest stored size), so one client cannot fill a shared book and
 //! refuse everyone after it; a request past its owner's quota is refused
 //! ([`crate::schedule::ScheduleError::QuotaExceeded`]), counted and traced, and changes
-//! nothing. The default policy has the default quota (1,000 schedules, 4 MiB); admins and the
-//! host have none.
+//! nothing. Likewise in the ledger's one outbox: at most `max_outbox_records` pending records
+//! of at most `max_outbox_bytes` bytes per owner (a record's owner is the owner of the
+//! schedule whose handler emitted it, or the client whose request emitted it; cron table
+//! records are the host's). The check sits before the run, like the outbox's capacity check:
+//! an owner's schedule waits, still due, while its owner cannot take a run's emit budget, and a
+//! request's emits are refused ([`crate::outbox::EmitError::QuotaExceeded`], voiding all the
+//! request's effects); counted ([`crate::outbox::Outbox::quota_refusals`]) and traced
+//! (`docs/outbox.md`, "Quotas"). The default policy has the default quota (1,000 schedules,
+//! 4 MiB; 1,024 pending outbox records, 4 MiB); admins and the host have none.
 //!
 //! [`Principal::Host`] may do all of it. A denied request is a typed error
 //! ([`crate::schedule::ScheduleError::Unauthorized`], [`crate::outbox::OutboxError::Unauthorized`])
@@ -116,8 +123,8 @@ impl fmt::Display for Action {
     }
 }
 
-/// Per-owner quotas of a schedule book (configuration, part of the [`Policy`]; see the module
-/// documentation).
+/// Per-owner quotas of a schedule book and its outbox (configuration, part of the [`Policy`];
+/// see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quota {
     /// Schedules one owner may hold.
@@ -125,6 +132,12 @@ pub struct Quota {
     /// Stored bytes one owner's schedules may take, each counted at its largest stored size
     /// (the bound the book's admission places it by).
     pub max_schedule_bytes: u64,
+    /// Outbox records one owner may have pending (appended and not yet trimmed): those its
+    /// schedules' handlers emitted and those its own requests emitted.
+    pub max_outbox_records: u64,
+    /// Bytes ([`OutboxRecord::size_bytes`](crate::outbox::OutboxRecord::size_bytes)) one
+    /// owner's pending outbox records may take.
+    pub max_outbox_bytes: u64,
 }
 
 impl Quota {
@@ -132,15 +145,43 @@ impl Quota {
     pub const UNLIMITED: Quota = Quota {
         max_schedules: u64::MAX,
         max_schedule_bytes: u64::MAX,
+        max_outbox_records: u64::MAX,
+        max_outbox_bytes: u64::MAX,
     };
+
+    /// The default outbox part: 1,024 pending records and 4 MiB per owner (a quarter of the
+    /// default outbox's 4,096 records and 16 MiB, so at least four owners always fit).
+    pub const DEFAULT_OUTBOX_RECORDS: u64 = 1_024;
+    /// See [`Quota::DEFAULT_OUTBOX_RECORDS`].
+    pub const DEFAULT_OUTBOX_BYTES: u64 = 4 << 20;
+
+    /// With `records` pending outbox records and `bytes` bytes per owner.
+    pub const fn with_outbox(mut self, records: u64, bytes: u64) -> Self {
+        self.max_outbox_records = records;
+        self.max_outbox_bytes = bytes;
+        self
+    }
+
+    /// The outbox part a policy digest leaves out: the one that comes with the schedule part
+    /// (unlimited with an unlimited schedule part, the default otherwise), so that the digests
+    /// of policies configured before outbox quotas existed do not change.
+    fn implied_outbox(&self) -> (u64, u64) {
+        if (self.max_schedules, self.max_schedule_bytes) == (u64::MAX, u64::MAX) {
+            (u64::MAX, u64::MAX)
+        } else {
+            (Self::DEFAULT_OUTBOX_RECORDS, Self::DEFAULT_OUTBOX_BYTES)
+        }
+    }
 }
 
 impl Default for Quota {
-    /// 1,000 schedules and 4 MiB per owner.
+    /// 1,000 schedules and 4 MiB per owner; 1,024 pending outbox records and 4 MiB.
     fn default() -> Self {
         Self {
             max_schedules: 1_000,
             max_schedule_bytes: 4 << 20,
+            max_outbox_records: Self::DEFAULT_OUTBOX_RECORDS,
+            max_outbox_bytes: Self::DEFAULT_OUTBOX_BYTES,
         }
     }
 }
@@ -153,6 +194,10 @@ pub enum QuotaKind {
     Schedules,
     /// Stored schedule bytes.
     ScheduleBytes,
+    /// Pending outbox records.
+    OutboxRecords,
+    /// Bytes of pending outbox records.
+    OutboxBytes,
 }
 
 impl fmt::Display for QuotaKind {
@@ -160,6 +205,8 @@ impl fmt::Display for QuotaKind {
         f.write_str(match self {
             Self::Schedules => "schedules",
             Self::ScheduleBytes => "stored schedule bytes",
+            Self::OutboxRecords => "pending outbox records",
+            Self::OutboxBytes => "bytes of pending outbox records",
         })
     }
 }
@@ -320,10 +367,19 @@ impl Policy {
         }
         // Added with quotas: hashed only when not unlimited (an unlimited policy keeps the
         // digest it always had; the default one, now with a quota, has a new one).
-        if self.quota != Quota::UNLIMITED {
+        let q = &self.quota;
+        if (q.max_schedules, q.max_schedule_bytes) != (u64::MAX, u64::MAX) {
             h.update(b"ccron-policy-quota-v1");
-            h.update(self.quota.max_schedules.to_le_bytes());
-            h.update(self.quota.max_schedule_bytes.to_le_bytes());
+            h.update(q.max_schedules.to_le_bytes());
+            h.update(q.max_schedule_bytes.to_le_bytes());
+        }
+        // Added with outbox quotas: hashed only when not the part implied by the schedule part
+        // (unlimited with unlimited, the default with any other), so every policy configured
+        // before keeps its digest; the encoding stays injective (absent means "implied").
+        if (q.max_outbox_records, q.max_outbox_bytes) != q.implied_outbox() {
+            h.update(b"ccron-policy-outbox-quota-v1");
+            h.update(q.max_outbox_records.to_le_bytes());
+            h.update(q.max_outbox_bytes.to_le_bytes());
         }
         h.finalize().into()
     }
@@ -390,12 +446,29 @@ mod tests {
             a.clone()
                 .with_worker_key(WorkerKey([2; 32]), ["h"])
                 .digest(),
+            a.clone()
+                .with_quota(Quota::UNLIMITED.with_outbox(5, u64::MAX))
+                .digest(),
+            a.clone()
+                .with_quota(Quota::UNLIMITED.with_outbox(u64::MAX, 5))
+                .digest(),
+            a.clone()
+                .with_quota(Quota::default().with_outbox(u64::MAX, u64::MAX))
+                .digest(),
+            a.clone()
+                .with_quota(Quota::default().with_outbox(5, Quota::DEFAULT_OUTBOX_BYTES))
+                .digest(),
         ];
         let distinct: BTreeSet<_> = digests.iter().collect();
         assert_eq!(distinct.len(), digests.len());
         assert_eq!(
             a.digest(),
             Policy::default().with_quota(Quota::UNLIMITED).digest()
+        );
+        // The default policy's digest did not change when outbox quotas were added.
+        assert_eq!(
+            hex(&Policy::default().digest()),
+            "f6decd065d2d53df0d8ea317451cb21abf91dfe86291ef0952ddd2b69f6a5416"
         );
         // The digest of a policy without worker keys or quota did not change when they were
         // added.

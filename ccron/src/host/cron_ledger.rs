@@ -156,7 +156,10 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
     /// The same ledger with its state's requests emitting into the one outbox
     /// ([`Effects::emit`]): each request reserves `budget` before it runs; with a full outbox
     /// its emits are refused ([`crate::outbox::EmitError::OutboxFull`], and with them every
-    /// effect of the request). Configuration (in the setup digest).
+    /// effect of the request), and likewise when the requesting client cannot take `budget`
+    /// within its outbox quota ([`crate::outbox::EmitError::QuotaExceeded`], the book's
+    /// [`crate::Policy::quota`]): the records a request emits are its client's. Configuration
+    /// (in the setup digest).
     pub fn with_request_emits(mut self, budget: EmitBudget) -> Self {
         self.request_emits = budget;
         self
@@ -267,11 +270,17 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
                 return book.execute(ctx, Principal::Client(client), req);
             }
             // The state's own request: its emits and schedule requests commit with it, all or
-            // nothing (`Effects`).
+            // nothing (`Effects`). Its records are the requesting client's, within its outbox
+            // quota: checked now, before it runs (a client at its quota gets its emits refused,
+            // and with them every effect of the request).
+            let owner = Principal::Client(client);
             let emits = if self.request_emits.records == 0 {
                 Emits::none()
             } else {
-                book.reserve(self.request_emits).unwrap_or_else(Emits::full)
+                match book.reserve(self.request_emits) {
+                    Some(e) => e.charged_to(book.outbox(), owner, book.policy().quota_for(&owner)),
+                    None => Emits::full(),
+                }
             };
             let state = &mut self.state;
             let (reply, voided) = book.run_request(ctx, Principal::Client(client), emits, |fx| {

@@ -96,10 +96,13 @@ impl<'a> Effects<'a> {
     /// [`Application::on_outbox_result`].
     ///
     /// Room: the ledger reserves its request budget (`CronLedger::with_request_emits`) before
-    /// the request runs; without one, or with a full outbox, the emit is refused.
+    /// the request runs; without one, with a full outbox, or with the requesting client at its
+    /// outbox quota (the record is the client's: [`crate::authz::Quota::max_outbox_records`]),
+    /// the emit is refused.
     ///
     /// # Errors
-    /// [`EmitError`]: nothing reserved, the outbox full, the budget spent, a record too large.
+    /// [`EmitError`]: nothing reserved, the outbox full, the client at its quota
+    /// ([`EmitError::QuotaExceeded`]), the budget spent, a record too large.
     /// The request's effects are then all dropped: return without changing the state.
     pub fn emit(
         &mut self,

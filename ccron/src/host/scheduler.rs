@@ -82,8 +82,9 @@ const OUTBOX_MAX_RECORDS: usize = 1_024;
 
 /// Encoded bytes per outbox record beyond its counted size: occurrence id (20), two length
 /// prefixes (16), the optional topic and type (a tag and a length prefix each, 18) and its
-/// result mark (8, `Outbox::accept_result`).
-const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 62;
+/// result mark (8, `Outbox::accept_result`) and its owner (12: the principal's tag and client id,
+/// outbox layout 5).
+const OUTBOX_RECORD_OVERHEAD_BYTES: usize = 74;
 
 /// An inconsistent [`BookConfig`] ([`BookConfig::validate`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -30,8 +30,16 @@
 //! handler run and a table pass wait (due, counted) while the outbox cannot take a whole
 //! budget, so no emit of a started run meets a full outbox. [`Emits`] stages what a run emits
 //! within what was reserved; [`Emits::commit`] appends it.
+//!
+//! # Quotas
+//!
+//! Every record is appended with its owner ([`Outbox::append_as`]): a state request's are the
+//! requesting client's ([`Emits::charged_to`], checked against the owner's [`Quota`] when the
+//! request reserves its budget: an owner that cannot take it gets every emit refused with
+//! [`EmitError::QuotaExceeded`]); a table pass's are the host's (exempt).
 
 use super::{OccurrenceId, Outbox, OutboxError, OutboxRecord};
+use crate::authz::{Principal, Quota, QuotaKind};
 use crate::tick::ComponentId;
 
 /// Bit position of the sub-index in [`OccurrenceId::entry`].
@@ -131,7 +139,7 @@ impl OccurrenceId {
 
 /// The room one run reserves in the outbox before it starts: at most `records` records of at
 /// most `bytes` bytes ([`OutboxRecord::size_bytes`]) in all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EmitBudget {
     /// Most records the run may emit (at most [`MAX_RECORDS_PER_RUN`]).
     pub records: usize,
@@ -184,6 +192,18 @@ pub enum EmitError {
         /// The schedule id or position.
         emitter: u64,
     },
+    /// The run's owner has its quota of pending outbox records or bytes
+    /// ([`Quota::max_outbox_records`], [`Quota::max_outbox_bytes`]): no room for the run's
+    /// budget until the consumer trims the owner's records ([`Outbox::owner_room`]).
+    #[error("{owner} is at its outbox quota of {limit} {kind}")]
+    QuotaExceeded {
+        /// The owner of the run.
+        owner: Principal,
+        /// What ran out.
+        kind: QuotaKind,
+        /// The quota.
+        limit: u64,
+    },
 }
 
 /// What a run (or a table pass, or a request) emits, staged within the room reserved for it
@@ -192,9 +212,14 @@ pub enum EmitError {
 pub struct Emits {
     /// Whether room was reserved at all ([`Emits::none`]: not).
     reserved: bool,
-    /// Room was asked for and the outbox had none ([`Emits::full`]).
-    full: bool,
+    /// Room was asked for and refused ([`Emits::full`], [`Emits::charged_to`]): every emit
+    /// is refused with this.
+    blocked: Option<EmitError>,
+    /// Who owns the records (`None`: the host).
+    owner: Option<Principal>,
     staged: Vec<OutboxRecord>,
+    /// What was reserved.
+    budget: EmitBudget,
     /// Records and bytes still reserved.
     records_left: usize,
     bytes_left: usize,
@@ -218,9 +243,30 @@ impl Emits {
     /// Room was asked for and the outbox had none: every emit is [`EmitError::OutboxFull`].
     pub fn full() -> Self {
         Self {
-            full: true,
+            blocked: Some(EmitError::OutboxFull),
             ..Self::default()
         }
+    }
+
+    /// The same reservation, its records owned by `owner` and checked against `owner`'s
+    /// `quota` now, before the run ([`Outbox::owner_room`]; `None`: no quota, for admins):
+    /// when the owner cannot take the reserved budget, every emit of the run is refused with
+    /// [`EmitError::QuotaExceeded`] (counted and traced by the outbox). A reservation that
+    /// was already refused stays so.
+    pub fn charged_to(mut self, outbox: &Outbox, owner: Principal, quota: Option<Quota>) -> Self {
+        self.owner = Some(owner);
+        if self.blocked.is_none()
+            && self.reserved
+            && let Err(e) = outbox.owner_room(self.budget, &owner, quota)
+        {
+            self.blocked = Some(e);
+        }
+        self
+    }
+
+    /// Who owns the staged records (the host unless [`Emits::charged_to`] said otherwise).
+    pub fn owner(&self) -> Principal {
+        self.owner.unwrap_or(Principal::Host)
     }
 
     /// Reserves `budget` in `outbox`, or `None` when the outbox cannot take it now
@@ -230,6 +276,7 @@ impl Emits {
             return None;
         }
         Some(Self {
+            budget,
             records_left: budget.records.min(MAX_RECORDS_PER_RUN),
             bytes_left: budget.bytes,
             max_record_bytes: outbox.limits().max_record_bytes,
@@ -278,8 +325,8 @@ impl Emits {
         id_of: impl FnOnce(usize) -> Result<OccurrenceId, EmitError>,
         record: impl FnOnce(OccurrenceId) -> OutboxRecord,
     ) -> Result<u64, EmitError> {
-        if self.full {
-            return Err(EmitError::OutboxFull);
+        if let Some(e) = &self.blocked {
+            return Err(e.clone());
         }
         if !self.reserved {
             return Err(EmitError::NotReserved);
@@ -340,9 +387,10 @@ impl Emits {
     /// # Errors
     /// The first append that failed (records before it are appended; the rest are dropped).
     pub fn commit(self, outbox: &mut Outbox) -> Result<Vec<u64>, OutboxError> {
+        let owner = self.owner();
         let mut indices = Vec::with_capacity(self.staged.len());
         for record in self.staged {
-            indices.push(outbox.append(record)?);
+            indices.push(outbox.append_as(record, owner)?);
         }
         Ok(indices)
     }
@@ -440,6 +488,57 @@ mod tests {
             .unwrap();
         assert!(Emits::reserve(&outbox, EmitBudget::new(2, 10)).is_none());
         assert_eq!(outbox.room_for_run(EmitBudget::NONE), usize::MAX);
+    }
+
+    #[test]
+    fn an_owner_at_its_quota_gets_every_emit_refused_and_others_do_not() {
+        let quota = Some(Quota::UNLIMITED.with_outbox(2, 1_000));
+        let (hog, other) = (Principal::Client(1), Principal::Client(2));
+        let mut outbox = Outbox::new(OutboxLimits::default());
+        let id = |sub| OccurrenceId::emitted(1, Origin::State, 0, 8, sub);
+        for _ in 0..2 {
+            let mut e = Emits::reserve(&outbox, EmitBudget::new(1, 10))
+                .unwrap()
+                .charged_to(&outbox, hog, quota);
+            e.stage(id, |i| OutboxRecord::new(i, "a", vec![0; 4]))
+                .unwrap();
+            e.commit(&mut outbox).unwrap();
+        }
+        assert_eq!(outbox.owner_usage(&hog), (2, 10));
+        assert_eq!(outbox.owner_of(1), Some(hog));
+        let mut e = Emits::reserve(&outbox, EmitBudget::new(1, 10))
+            .unwrap()
+            .charged_to(&outbox, hog, quota);
+        assert_eq!(
+            e.stage(id, |i| OutboxRecord::new(i, "a", vec![])),
+            Err(EmitError::QuotaExceeded {
+                owner: hog,
+                kind: QuotaKind::OutboxRecords,
+                limit: 2
+            })
+        );
+        assert_eq!(outbox.quota_refusals(), 1);
+        // Another owner, and an owner without quota (an admin, the host), are unaffected.
+        for (owner, quota) in [(other, quota), (hog, None)] {
+            let mut e = Emits::reserve(&outbox, EmitBudget::new(1, 10))
+                .unwrap()
+                .charged_to(&outbox, owner, quota);
+            assert!(e.stage(id, |i| OutboxRecord::new(i, "a", vec![])).is_ok());
+        }
+        // Bytes count too; trimming gives the owner its room back.
+        let bytes = Some(Quota::UNLIMITED.with_outbox(100, 12));
+        assert!(matches!(
+            outbox.owner_room(EmitBudget::new(1, 3), &hog, bytes),
+            Err(EmitError::QuotaExceeded {
+                kind: QuotaKind::OutboxBytes,
+                ..
+            })
+        ));
+        outbox.trim_below(2);
+        assert_eq!(outbox.owner_usage(&hog), (1, 5));
+        assert_eq!(outbox.owner_room(EmitBudget::new(1, 3), &hog, bytes), Ok(2));
+        outbox.trim_below(3);
+        assert_eq!(outbox.owner_usage(&hog), (0, 0));
     }
 
     #[test]

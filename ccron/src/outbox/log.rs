@@ -18,22 +18,34 @@
 //! answer only when signed by a worker key registered for the record's handler (the genesis
 //! [`Policy::worker_keys`] and the outbox's own [`WorkerRegistry`], changed by admins through
 //! [`Outbox::apply_worker_keys`]).
+//!
+//! Every held record has an owner ([`Outbox::owner_of`]): the owner of the schedule whose
+//! handler emitted it, the client whose request emitted it, or the host (cron table records,
+//! host appends). The outbox keeps each owner's pending records and bytes
+//! ([`Outbox::owner_usage`]) and answers how many runs an owner may still start within its
+//! [`Quota`] ([`Outbox::owner_room`]): the per-owner quota is checked before a run, like the
+//! capacity (`docs/outbox.md`, "Quotas").
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::codec::{self, CodecError};
+use super::emit::{EmitBudget, EmitError};
 use super::id::OccurrenceId;
 use super::result::{OutboxResult, ResultApplied, ResultOutcome};
 use super::workers::{self, Grant, WorkerKey, WorkerKeyRequest, WorkerKeysApplied, WorkerRegistry};
-use crate::authz::{Policy, Principal};
+use crate::authz::{Policy, Principal, Quota, QuotaKind};
 
-/// Version byte of [`Outbox::encode`]'s format and of the outbox's pages. 4: records carry a
-/// topic and a type, the outbox the indices of records that have a result and its worker
-/// registry. Layout 3 (the same without the registry) is still read: it loads with an empty
-/// registry, and the next save writes layout 4. Versions 1 and 2 are refused
-/// ([`CodecError::Version`]).
-const FORMAT_VERSION: u8 = 4;
+/// Version byte of [`Outbox::encode`]'s format and of the outbox's pages. 5: records carry a
+/// topic and a type, the outbox the indices of records that have a result, its worker
+/// registry and each held record's owner. Layouts 4 (without owners) and 3 (without owners
+/// and registry) are still read: their records load owned by the host (they were admitted
+/// before quotas), with an empty registry for layout 3, and the next save writes layout 5.
+/// Versions 1 and 2 are refused ([`CodecError::Version`]).
+const FORMAT_VERSION: u8 = 5;
+
+/// The layout before record owners ([`FORMAT_VERSION`]), migrated on load.
+const FORMAT_V4: u8 = 4;
 
 /// The layout before worker keys ([`FORMAT_VERSION`]), migrated on load.
 const FORMAT_V3: u8 = 3;
@@ -260,9 +272,17 @@ pub struct Outbox {
     /// Worker keys registered or revoked on top of the policy's genesis keys; its bytes count
     /// against `limits.max_total_bytes` with the records'.
     workers: WorkerRegistry,
+    /// The owner of each held record (`owners[i]` owns `records[i]`).
+    owners: VecDeque<Principal>,
+    /// Pending records and bytes per owner (derived from `owners` and `records`, rebuilt on
+    /// load; an owner with nothing pending has no entry).
+    usage: BTreeMap<Principal, (u64, u64)>,
     /// Results refused by [`Outbox::accept_result`] (observation only: not replicated state,
     /// not encoded, not compared).
     refused: AtomicU64,
+    /// Runs and requests refused or held back by an owner's quota ([`Outbox::owner_room`];
+    /// observation only, like `refused`).
+    quota_refusals: AtomicU64,
 }
 
 impl Clone for Outbox {
@@ -274,7 +294,10 @@ impl Clone for Outbox {
             total_bytes: self.total_bytes,
             results: self.results.clone(),
             workers: self.workers.clone(),
+            owners: self.owners.clone(),
+            usage: self.usage.clone(),
             refused: AtomicU64::new(self.refused.load(Ordering::Relaxed)),
+            quota_refusals: AtomicU64::new(self.quota_refusals.load(Ordering::Relaxed)),
         }
     }
 }
@@ -287,12 +310,13 @@ impl PartialEq for Outbox {
             && self.total_bytes == other.total_bytes
             && self.results == other.results
             && self.workers == other.workers
+            && self.owners == other.owners
     }
 }
 
 impl Eq for Outbox {}
 
-/// What [`Outbox::encode`] writes (layout 4): limits are configuration, not state, so they are
+/// What [`Outbox::encode`] writes (layout 5): limits are configuration, not state, so they are
 /// not encoded.
 #[derive(bincode::Encode, bincode::Decode)]
 struct Wire {
@@ -303,6 +327,32 @@ struct Wire {
     results: Vec<u64>,
     /// The worker registry, keys ascending.
     workers: Vec<(WorkerKey, Grant)>,
+    /// The owner of each record, in record order (as many as records).
+    owners: Vec<Principal>,
+}
+
+/// Layout 4: [`Wire`] without the owners. Read and migrated (every record the host's), never
+/// written.
+#[derive(bincode::Encode, bincode::Decode)]
+struct WireV4 {
+    version: u8,
+    first_index: u64,
+    records: Vec<OutboxRecord>,
+    results: Vec<u64>,
+    workers: Vec<(WorkerKey, Grant)>,
+}
+
+impl From<WireV4> for Wire {
+    fn from(v4: WireV4) -> Self {
+        Self {
+            version: v4.version,
+            owners: vec![Principal::Host; v4.records.len()],
+            first_index: v4.first_index,
+            records: v4.records,
+            results: v4.results,
+            workers: v4.workers,
+        }
+    }
 }
 
 /// Layout 3: [`Wire`] without the worker registry. Read and migrated, never written.
@@ -318,6 +368,7 @@ impl From<WireV3> for Wire {
     fn from(v3: WireV3) -> Self {
         Self {
             version: v3.version,
+            owners: vec![Principal::Host; v3.records.len()],
             first_index: v3.first_index,
             records: v3.records,
             results: v3.results,
@@ -326,10 +377,12 @@ impl From<WireV3> for Wire {
     }
 }
 
-/// Decodes either layout: the version byte (the first byte of both encodings) picks the shape.
+/// Decodes any readable layout: the version byte (the first byte of every encoding) picks the
+/// shape.
 fn decode_wire<E>(
     bytes: &[u8],
-    v4: impl Fn(&[u8]) -> Result<Wire, E>,
+    v5: impl Fn(&[u8]) -> Result<Wire, E>,
+    v4: impl Fn(&[u8]) -> Result<WireV4, E>,
     v3: impl Fn(&[u8]) -> Result<WireV3, E>,
 ) -> Result<Wire, OutboxError>
 where
@@ -337,10 +390,16 @@ where
 {
     match bytes.first() {
         Some(&FORMAT_V3) => {
-            tracing::info!("outbox layout 3 read: migrating to layout 4 (no worker keys)");
+            tracing::info!(
+                "outbox layout 3 read: migrating to layout 5 (no worker keys, records the host's)"
+            );
             Ok(v3(bytes)?.into())
         }
-        Some(&FORMAT_VERSION) | None => Ok(v4(bytes)?),
+        Some(&FORMAT_V4) => {
+            tracing::info!("outbox layout 4 read: migrating to layout 5 (records the host's)");
+            Ok(v4(bytes)?.into())
+        }
+        Some(&FORMAT_VERSION) | None => Ok(v5(bytes)?),
         Some(&found) => Err(CodecError::Version {
             found,
             expected: FORMAT_VERSION,
@@ -359,7 +418,10 @@ impl Outbox {
             total_bytes: 0,
             results: BTreeSet::new(),
             workers: WorkerRegistry::default(),
+            owners: VecDeque::new(),
+            usage: BTreeMap::new(),
             refused: AtomicU64::new(0),
+            quota_refusals: AtomicU64::new(0),
         }
     }
 
@@ -411,8 +473,103 @@ impl Outbox {
         slots.min(bytes).min(indices)
     }
 
-    /// Appends `record`, returning its index. On error the outbox is unchanged.
+    /// How many runs of `budget` `owner` may still start within `quota` (`None`: no quota,
+    /// for the host and admins: `usize::MAX`), counting its pending records and their bytes
+    /// ([`Outbox::owner_usage`]); `usize::MAX` for a budget of no records. The book asks this
+    /// before a handler run of `owner`'s schedule, a ledger before `owner`'s request runs
+    /// (`docs/outbox.md`, "Quotas"), as [`Outbox::room_for_run`] for the capacity.
+    ///
+    /// # Errors
+    /// [`EmitError::QuotaExceeded`] when not even one run fits: counted
+    /// ([`Outbox::quota_refusals`]) and traced.
+    pub fn owner_room(
+        &self,
+        budget: EmitBudget,
+        owner: &Principal,
+        quota: Option<Quota>,
+    ) -> Result<usize, EmitError> {
+        let Some(quota) = quota else {
+            return Ok(usize::MAX);
+        };
+        if budget.records == 0 {
+            return Ok(usize::MAX);
+        }
+        let (records, bytes) = self.owner_usage(owner);
+        let runs = |left: u64, per_run: usize| {
+            left.checked_div(per_run as u64)
+                .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
+        };
+        let by_records = runs(
+            quota.max_outbox_records.saturating_sub(records),
+            budget.records,
+        );
+        let by_bytes = runs(quota.max_outbox_bytes.saturating_sub(bytes), budget.bytes);
+        let room = by_records.min(by_bytes);
+        if room > 0 {
+            return Ok(room);
+        }
+        let (kind, limit, used) = if by_records == 0 {
+            (QuotaKind::OutboxRecords, quota.max_outbox_records, records)
+        } else {
+            (QuotaKind::OutboxBytes, quota.max_outbox_bytes, bytes)
+        };
+        self.quota_refusals.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%owner, %kind, limit, used, "outbox quota: no room for the owner's run");
+        Err(EmitError::QuotaExceeded {
+            owner: *owner,
+            kind,
+            limit,
+        })
+    }
+
+    /// Runs and requests refused or held back so far because their owner's outbox quota could
+    /// not take their budget ([`Outbox::owner_room`]; a counter for the replica's metrics, not
+    /// replicated state).
+    pub fn quota_refusals(&self) -> u64 {
+        self.quota_refusals.load(Ordering::Relaxed)
+    }
+
+    /// `owner`'s pending records and their bytes ([`OutboxRecord::size_bytes`]).
+    pub fn owner_usage(&self, owner: &Principal) -> (u64, u64) {
+        self.usage.get(owner).copied().unwrap_or((0, 0))
+    }
+
+    /// The owner of the held record at `index`.
+    pub fn owner_of(&self, index: u64) -> Option<Principal> {
+        let offset = index.checked_sub(self.first_index)?;
+        self.owners.get(usize::try_from(offset).ok()?).copied()
+    }
+
+    fn charge(&mut self, owner: Principal, size_bytes: usize) {
+        let u = self.usage.entry(owner).or_insert((0, 0));
+        u.0 = u.0.saturating_add(1);
+        u.1 = u.1.saturating_add(size_bytes as u64);
+    }
+
+    fn release(&mut self, owner: Principal, size_bytes: usize) {
+        if let Some(u) = self.usage.get_mut(&owner) {
+            u.0 = u.0.saturating_sub(1);
+            u.1 = u.1.saturating_sub(size_bytes as u64);
+            if u.0 == 0 {
+                self.usage.remove(&owner);
+            }
+        }
+    }
+
+    /// Appends `record` owned by the host, returning its index. On error the outbox is
+    /// unchanged.
     pub fn append(&mut self, record: OutboxRecord) -> Result<u64, OutboxError> {
+        self.append_as(record, Principal::Host)
+    }
+
+    /// Appends `record` owned by `owner`, returning its index. On error the outbox is
+    /// unchanged. The owner's quota is not checked here: it was, before the run that emitted
+    /// the record ([`Outbox::owner_room`]).
+    pub fn append_as(
+        &mut self,
+        record: OutboxRecord,
+        owner: Principal,
+    ) -> Result<u64, OutboxError> {
         let size_bytes = record.size_bytes();
         if size_bytes > self.limits.max_record_bytes {
             return Err(OutboxError::RecordTooLarge {
@@ -439,8 +596,10 @@ impl Outbox {
             return Err(OutboxError::IndexExhausted);
         }
         self.records.push_back(record);
+        self.owners.push_back(owner);
+        self.charge(owner, size_bytes);
         self.total_bytes = total_bytes;
-        tracing::trace!(index, "outbox append");
+        tracing::trace!(index, %owner, "outbox append");
         Ok(index)
     }
 
@@ -544,6 +703,9 @@ impl Outbox {
         while self.first_index < upto {
             if let Some(r) = self.records.pop_front() {
                 self.total_bytes = self.total_bytes.saturating_sub(r.size_bytes());
+                if let Some(owner) = self.owners.pop_front() {
+                    self.release(owner, r.size_bytes());
+                }
             }
             self.results.remove(&self.first_index);
             self.first_index += 1;
@@ -745,6 +907,7 @@ impl Outbox {
         let wire = decode_wire(
             &blob,
             crate::codec::from_blob::<Wire>,
+            crate::codec::from_blob::<WireV4>,
             crate::codec::from_blob::<WireV3>,
         )
         .inspect_err(|e| tracing::warn!(error = %e, "stored outbox rejected"))?;
@@ -758,19 +921,26 @@ impl Outbox {
             records: self.records.iter().cloned().collect(),
             results: self.results.iter().copied().collect(),
             workers: self.workers.to_wire(),
+            owners: self.owners.iter().copied().collect(),
         }
     }
 
-    /// Decodes bytes from [`encode`](Self::encode) (layout 4, or layout 3 migrated), checking
-    /// them against `limits`.
+    /// Decodes bytes from [`encode`](Self::encode) (layout 5, or layout 4 or 3 migrated),
+    /// checking them against `limits`.
     pub fn decode(bytes: &[u8], limits: OutboxLimits) -> Result<Self, OutboxError> {
-        let wire = decode_wire(bytes, codec::decode::<Wire>, codec::decode::<WireV3>)?;
+        let wire = decode_wire(
+            bytes,
+            codec::decode::<Wire>,
+            codec::decode::<WireV4>,
+            codec::decode::<WireV3>,
+        )?;
         Self::from_wire(wire, limits)
     }
 
     /// Checks a decoded outbox against its invariants and `limits`.
     fn from_wire(wire: Wire, limits: OutboxLimits) -> Result<Self, OutboxError> {
-        let migrated = wire.version == FORMAT_V3 && wire.workers.is_empty();
+        let migrated =
+            (wire.version == FORMAT_V3 && wire.workers.is_empty()) || wire.version == FORMAT_V4;
         if wire.version != FORMAT_VERSION && !migrated {
             return Err(CodecError::Version {
                 found: wire.version,
@@ -796,6 +966,13 @@ impl Outbox {
             .is_none()
         {
             return Err(OutboxError::Invalid("index range overflows".into()));
+        }
+        if wire.owners.len() != wire.records.len() {
+            return Err(OutboxError::Invalid(format!(
+                "{} owners for {} records",
+                wire.owners.len(),
+                wire.records.len()
+            )));
         }
         let mut total_bytes = 0usize;
         for r in &wire.records {
@@ -827,14 +1004,27 @@ impl Outbox {
                 "result marks out of order or outside the held records".into(),
             ));
         }
-        Ok(Self {
+        let mut ob = Self {
             limits,
             first_index: wire.first_index,
             records: wire.records.into(),
             total_bytes,
             results: wire.results.into_iter().collect(),
             workers,
+            owners: wire.owners.into(),
+            usage: BTreeMap::new(),
             refused: AtomicU64::new(0),
-        })
+            quota_refusals: AtomicU64::new(0),
+        };
+        let charges: Vec<(Principal, usize)> = ob
+            .owners
+            .iter()
+            .zip(&ob.records)
+            .map(|(o, r)| (*o, r.size_bytes()))
+            .collect();
+        for (owner, size_bytes) in charges {
+            ob.charge(owner, size_bytes);
+        }
+        Ok(ob)
     }
 }

@@ -444,7 +444,7 @@ mod tests {
             Outbox::decode(&encode(3, vec![]), OutboxLimits::default()).unwrap(),
             ob
         );
-        for old in [1, 2, 5, 255] {
+        for old in [1, 2, 6, 255] {
             assert!(matches!(
                 Outbox::decode(&encode(old, vec![]), OutboxLimits::default()),
                 Err(OutboxError::Codec(CodecError::Version { found, .. })) if found == old
@@ -456,8 +456,8 @@ mod tests {
                 Err(OutboxError::Invalid(_))
             ));
         }
-        // The current layout is 4.
-        assert_eq!(ob.encode().unwrap()[0], 4);
+        // The current layout is 5 (records carry their owner).
+        assert_eq!(ob.encode().unwrap()[0], 5);
     }
 
     #[test]

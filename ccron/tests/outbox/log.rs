@@ -257,6 +257,11 @@ mod in_pages {
             Outbox::load(&other, range(), OutboxLimits::default()),
             Err(OutboxError::Pages(PageCodecError::Decode(_)))
         ));
+        codec::save_blob(&mut other, range(), BlobKind::Outbox, b"\x05\x02garbage").unwrap();
+        assert!(matches!(
+            Outbox::load(&other, range(), OutboxLimits::default()),
+            Err(OutboxError::Pages(PageCodecError::Decode(_)))
+        ));
         codec::save_blob(&mut other, range(), BlobKind::Outbox, b"\x03\x02garbage").unwrap();
         assert!(matches!(
             Outbox::load(&other, range(), OutboxLimits::default()),
@@ -268,7 +273,7 @@ mod in_pages {
             Outbox::load(&other, range(), OutboxLimits::default()),
             Err(OutboxError::Codec(ccron::outbox::CodecError::Version {
                 found: 1,
-                expected: 4
+                expected: 5
             }))
         ));
     }

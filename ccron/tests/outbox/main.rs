@@ -6,4 +6,5 @@ mod consumer;
 mod crash;
 mod ledger_one_outbox;
 mod log;
+mod owners;
 mod results;

@@ -6,9 +6,9 @@
 //!   journal's "applied" mark; the consumer crashes before each durable step in turn (and, at a
 //!   journal append, also with that append torn), restarts from its files, and every record
 //!   ends with exactly one result applied and its effect performed once.
-//! * `layout_3_fixture_loads_and_saves_as_layout_4`: bytes written by the code before worker
-//!   keys (`tests/fixtures/outbox_v3.*.hex`, both the canonical encoding and the reserved page)
-//!   load with an empty registry and save as layout 4.
+//! * `layout_3_fixture_loads_and_saves_as_the_current_layout`: bytes written by the code before
+//!   worker keys (`tests/fixtures/outbox_v3.*.hex`, both the canonical encoding and the reserved
+//!   page) load with an empty registry and save as the current layout (5).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -42,7 +42,7 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 #[test]
-fn layout_3_fixture_loads_and_saves_as_layout_4() {
+fn layout_3_fixture_loads_and_saves_as_the_current_layout() {
     // What the fixture holds (written by the layout-3 code): records 2..=5 of component 7,
     // record 3 with a result, record 2 with a topic and a type.
     let mut expected = Outbox::new(OutboxLimits::default());
@@ -73,9 +73,12 @@ fn layout_3_fixture_loads_and_saves_as_layout_4() {
     assert_eq!(ob, expected);
     assert!(ob.workers().is_empty());
     assert!(ob.has_result(3) && !ob.has_result(4));
-    let v4 = ob.encode().unwrap();
-    assert_eq!(v4[0], 4);
-    assert_eq!(Outbox::decode(&v4, OutboxLimits::default()).unwrap(), ob);
+    let current = ob.encode().unwrap();
+    assert_eq!(current[0], 5, "saved as the current layout (5)");
+    assert_eq!(
+        Outbox::decode(&current, OutboxLimits::default()).unwrap(),
+        ob
+    );
 
     // The reserved page, as a layout-3 replica saved it.
     let range = PageRange::new(0, 2).unwrap();
@@ -89,7 +92,7 @@ fn layout_3_fixture_loads_and_saves_as_layout_4() {
     assert_ne!(
         pages.load(0).unwrap().unwrap().to_vec(),
         fixture("outbox_v3.page0.hex"),
-        "saved again, as layout 4"
+        "saved again, as the current layout"
     );
     assert_eq!(
         Outbox::load(&pages, range, OutboxLimits::default()).unwrap(),

@@ -96,6 +96,7 @@ fn the_quota_refuses_typed_counts_and_frees_on_cancel() {
     let policy = Policy::default().with_admin(9).with_quota(Quota {
         max_schedules: 2,
         max_schedule_bytes: u64::MAX,
+        ..Quota::default()
     });
     let mut b = book(policy);
     let me = Principal::Client(1);
@@ -147,6 +148,7 @@ fn the_bytes_quota_counts_replacements_and_survives_a_reload() {
     let policy = Policy::default().with_quota(Quota {
         max_schedules: 100,
         max_schedule_bytes: 2 * one + 50,
+        ..Quota::default()
     });
     let mut b = book(policy.clone());
     let me = Principal::Client(1);

@@ -110,7 +110,8 @@ fn delayed_tasks_fire_exactly_once_across_restart_and_state_transfer() {
         0,
         ScheduleRequest::Upsert(expiry("order-5", 12_000)),
     );
-    // Another client may not cancel client 0's order (issue 10): rejected, nothing changes.
+    // Another client cannot cancel client 0's order (issue 10; issue 24: its key names its own
+    // order, which does not exist): rejected, nothing changes.
     send(
         &mut h,
         1,
@@ -154,7 +155,8 @@ fn delayed_tasks_fire_exactly_once_across_restart_and_state_transfer() {
     assert!(
         replies
             .iter()
-            .any(|r| r.contains("client 1 may not cancel this schedule")),
+            // Keys are per client (issue 24): client 1's `order-4` is its own, and absent.
+            .any(|r| r.contains(r#"no schedule Key("1/order-4")"#)),
         "{replies:?}"
     );
 
@@ -180,7 +182,8 @@ fn delayed_tasks_fire_exactly_once_across_restart_and_state_transfer() {
     );
     let expected: Orders = [0, 1, 2, 4, 5, 6, 7]
         .into_iter()
-        .map(|k| (format!("order-{k}"), 1))
+        // Client 0's orders, in its namespace (issue 24).
+        .map(|k| (format!("0/order-{k}"), 1))
         .collect();
     let digest0 = h.replica(0).state_digest_now();
     for i in 0..7 {

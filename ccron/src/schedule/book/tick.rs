@@ -240,6 +240,14 @@ impl Scheduler {
                 env.report.outbox_full = true;
                 return;
             }
+            // Likewise within its owner's outbox quota: the schedule waits, still due, while
+            // its owner's pending records cannot take a run's budget (counted and traced by the
+            // outbox); other owners' schedules run as before.
+            let quota = self.policy.quota_for(&rec.owner);
+            let Ok(owner_room) = env.outbox.owner_room(budget, &rec.owner, quota) else {
+                return;
+            };
+            let room = room.min(owner_room);
             if let Some(retry) = rec.retry {
                 *left -= 1;
                 if !self.retry_attempt(id, retry, &mut env) {
@@ -577,7 +585,7 @@ impl Scheduler {
         }
         let mut emitted = None;
         for record in run.staged {
-            match env.outbox.append(record) {
+            match env.outbox.append_as(record, owner) {
                 Ok(index) => {
                     emitted.get_or_insert(index);
                 }
