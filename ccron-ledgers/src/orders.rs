@@ -195,6 +195,28 @@ pub fn own_request(client: ClientId, request: ScheduleRequest) -> ScheduleReques
             from_ms,
             to_ms,
         },
+        R::CreateBounded {
+            schedule,
+            policy,
+            bounds,
+        } => R::CreateBounded {
+            schedule: s(schedule),
+            policy,
+            bounds,
+        },
+        R::UpsertBounded {
+            schedule,
+            policy,
+            bounds,
+        } => R::UpsertBounded {
+            schedule: s(schedule),
+            policy,
+            bounds,
+        },
+        R::SetBounds { target, bounds } => R::SetBounds {
+            target: t(target),
+            bounds,
+        },
     }
 }
 
