@@ -17,17 +17,24 @@
 //! every decided height above the retained floor. The base record is checksummed like every
 //! other record: a byte flipped in it is [`StoreError::Corrupt`], never a different floor.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use borsh::{BorshDeserialize, BorshSerialize};
 
+mod parts;
+mod record;
+mod repair;
+
+pub use parts::{Part, PartLog};
+pub use record::{Damage, MAX_RECORD_BYTES, Scan, scan_record};
+pub use repair::{Cut, cut_record_file};
+
+use record::{append_synced, encode_record, open_record_file, read_record_from, split_header};
+
 use crate::crypto::{SignedKind, SigningDomain};
 use crate::types::{Address, Block, CarriedSample, Hash32};
-
-/// Largest record accepted when reading the store back.
-pub const MAX_RECORD_BYTES: usize = 4 * 1024 * 1024;
 
 /// The first 8 bytes of a pruned store's first record, whose payload is exactly these bytes
 /// and the highest pruned height (u64 LE): 16 bytes, which no decided block's record is (a
@@ -205,70 +212,6 @@ pub enum StoreError {
         /// The next height.
         expected: u64,
     },
-}
-
-/// What is wrong with a record that is not a torn tail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Damage {
-    /// Its length field is above [`MAX_RECORD_BYTES`] (no writer writes that).
-    #[error("length {0} above the record bound")]
-    Length(usize),
-    /// Its payload fails the CRC-32.
-    #[error("checksum mismatch")]
-    Checksum,
-    /// Its length runs past the end of the file, but a complete record follows within that
-    /// span: not a torn append (which leaves a prefix of one record), a damaged length.
-    #[error("length {0} runs past the end of the file over later records")]
-    Overrun(usize),
-    /// Its payload passes the checksum but does not decode.
-    #[error("payload does not decode")]
-    Decode,
-    /// It decodes to another height than the next one.
-    #[error("height {got}, expected {expected}")]
-    Height {
-        /// The record's height.
-        got: u64,
-        /// The next height.
-        expected: u64,
-    },
-}
-
-/// What the scan finds at an offset of a record file.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Scan<T> {
-    /// A record whose checksum holds: its payload and the next record's offset.
-    Record(T, u64),
-    /// The end of the file, or a torn last record: incomplete at the end of the file (a short
-    /// header, a payload running past the end) or nothing but zero bytes up to the end (an
-    /// extent a crash left unwritten). Only this is ever cut away.
-    Torn,
-    /// A damaged record that is not a torn tail.
-    Damaged(Damage),
-}
-
-/// Classifies the record at `off` in `bytes` (the whole file).
-pub fn scan_record(bytes: &[u8], off: usize) -> Scan<&[u8]> {
-    let rest = bytes.get(off..).unwrap_or_default();
-    if rest.iter().all(|&b| b == 0) {
-        return Scan::Torn;
-    }
-    let Some(header) = rest.get(..8) else {
-        return Scan::Torn;
-    };
-    let mut h = [0u8; 8];
-    h.copy_from_slice(header);
-    let (len, crc) = split_header(&h);
-    if len > MAX_RECORD_BYTES {
-        return Scan::Damaged(Damage::Length(len));
-    }
-    let Some(payload) = rest.get(8..8 + len) else {
-        return torn_unless_records_follow(rest, len);
-    };
-    if crc32fast::hash(payload) != crc {
-        return Scan::Damaged(Damage::Checksum);
-    }
-    Scan::Record(payload, (off + 8 + len) as u64)
 }
 
 /// The decided-block store: the record file plus an in-memory offset index (8 bytes per height)
@@ -637,16 +580,7 @@ pub struct Pruned {
     pub first: u64,
 }
 
-/// A record header: (payload length, CRC-32).
-fn split_header(header: &[u8; 8]) -> (usize, u32) {
-    let [a, b, c, d, e, f, g, h] = *header;
-    (
-        u32::from_le_bytes([a, b, c, d]) as usize,
-        u32::from_le_bytes([e, f, g, h]),
-    )
-}
-
-fn corrupt_at(path: &Path, offset: u64, reason: Damage) -> StoreError {
+pub(super) fn corrupt_at(path: &Path, offset: u64, reason: Damage) -> StoreError {
     tracing::error!(
         path = %path.display(),
         offset,
@@ -660,333 +594,11 @@ fn corrupt_at(path: &Path, offset: u64, reason: Damage) -> StoreError {
     }
 }
 
-/// [`scan_record`] for a reader positioned at `off` in a file of `len` bytes (the block
-/// store's start-up scan, which does not hold the file in memory). On anything but a good
-/// record it reads the rest of the file to tell a torn tail from damage.
-fn read_record_from(reader: &mut impl Read, off: u64, len: u64) -> std::io::Result<Scan<Vec<u8>>> {
-    let remaining = len.saturating_sub(off);
-    if remaining < 8 {
-        // A short header at the end of the file (or the end itself).
-        return Ok(Scan::Torn);
-    }
-    let mut header = [0u8; 8];
-    reader.read_exact(&mut header)?;
-    let (n, crc) = split_header(&header);
-    if header.iter().all(|&b| b == 0) {
-        // Zeros: torn only when they run to the end of the file.
-        let mut rest = Vec::new();
-        reader.take(remaining - 8).read_to_end(&mut rest)?;
-        return Ok(torn_or(&rest, Damage::Decode));
-    }
-    if n > MAX_RECORD_BYTES {
-        return Ok(Scan::Damaged(Damage::Length(n)));
-    }
-    if remaining - 8 < n as u64 {
-        // The payload runs past the end: a torn last record, unless complete records follow.
-        let mut rest = header.to_vec();
-        reader.take(remaining - 8).read_to_end(&mut rest)?;
-        return Ok(torn_unless_records_follow(&rest, n));
-    }
-    let mut payload = vec![0u8; n];
-    reader.read_exact(&mut payload)?;
-    if crc32fast::hash(&payload) != crc {
-        return Ok(Scan::Damaged(Damage::Checksum));
-    }
-    Ok(Scan::Record(payload, off + 8 + n as u64))
-}
-
-/// `rest` (a record claiming `len` bytes, to the end of the file, shorter than the claim):
-/// torn, unless a complete record (length within bounds and the file, good checksum) starts
-/// somewhere after its header: a torn append leaves the prefix of one record, so later records
-/// mean its length field is damaged. (`rest` is shorter than one record, at most
-/// [`MAX_RECORD_BYTES`] + 8 bytes.)
-fn torn_unless_records_follow<T>(rest: &[u8], len: usize) -> Scan<T> {
-    for i in 8..rest.len().saturating_sub(8) {
-        let Some(hb) = rest.get(i..i + 8) else {
-            break;
-        };
-        let mut h = [0u8; 8];
-        h.copy_from_slice(hb);
-        let (n, crc) = split_header(&h);
-        if n == 0 || n > MAX_RECORD_BYTES {
-            continue;
-        }
-        if let Some(payload) = rest.get(i + 8..i + 8 + n)
-            && crc32fast::hash(payload) == crc
-        {
-            return Scan::Damaged(Damage::Overrun(len));
-        }
-    }
-    Scan::Torn
-}
-
-/// Torn when `rest` (what follows, to the end of the file) is all zeros, else `damage`.
-fn torn_or<T>(rest: &[u8], damage: Damage) -> Scan<T> {
-    if rest.iter().all(|&b| b == 0) {
-        Scan::Torn
-    } else {
-        Scan::Damaged(damage)
-    }
-}
-
-/// The proposal parts this node has seen or made and told the engine about, not yet decided.
-///
-/// The engine's WAL keeps the proposed values it has seen, and replays them after a crash: the
-/// node must still know those blocks when they are decided, and must re-propose the very same
-/// block if it was the proposer (a different one would equivocate). Each part is appended and
-/// fsync'ed before the engine hears of it. The file is compacted when it grows.
-#[derive(Debug)]
-pub struct PartLog<P> {
-    path: PathBuf,
-    file: File,
-    parts: Vec<P>,
-    bytes: u64,
-}
-
-/// An engine's proposal part, as the part log keeps it.
-pub trait Part: BorshSerialize + BorshDeserialize + Clone + std::fmt::Debug {
-    /// The height it proposes for.
-    fn height(&self) -> u64;
-}
-
-/// Compact the part log past this size.
-const PART_LOG_COMPACT_BYTES: u64 = 1024 * 1024;
-
-impl<P: Part> PartLog<P> {
-    /// [`open`](Self::open) for a node that `ran_before` (its engine WAL exists): a missing log
-    /// is then refused ([`StoreError::MissingPartLog`]) instead of created empty, since a
-    /// restarted proposer that forgot its parts could sign a second block for a round.
-    ///
-    /// # Errors
-    /// As [`open`](Self::open), and the missing log.
-    pub fn open_expecting(path: &Path, ran_before: bool) -> Result<Self, StoreError> {
-        if ran_before && !path.exists() {
-            tracing::error!(path = %path.display(), "part log missing; the node stops");
-            return Err(StoreError::MissingPartLog {
-                path: path.to_path_buf(),
-            });
-        }
-        Self::open(path)
-    }
-
-    /// Opens (or creates) the log and reads it back: a torn last record (incomplete at the
-    /// end of the file) is cut; a damaged record anywhere else is refused.
-    ///
-    /// # Errors
-    /// I/O errors; [`StoreError::Corrupt`].
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let io = |source| StoreError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let (mut file, bytes) = open_and_read(path)?;
-        let mut parts = Vec::new();
-        let mut off = 0usize;
-        loop {
-            match scan_record(&bytes, off) {
-                Scan::Record(payload, next) => {
-                    // A record with a good checksum that does not decode is corruption, not a
-                    // torn tail: dropping it could make this node re-propose a different block.
-                    let part = borsh::from_slice::<P>(payload)
-                        .map_err(|_| corrupt_at(path, off as u64, Damage::Decode))?;
-                    parts.push(part);
-                    off = usize::try_from(next).unwrap_or(usize::MAX);
-                }
-                Scan::Torn => break,
-                Scan::Damaged(reason) => return Err(corrupt_at(path, off as u64, reason)),
-            }
-        }
-        if off < bytes.len() {
-            tracing::warn!(
-                path = %path.display(),
-                offset = off,
-                torn_bytes = bytes.len() - off,
-                "part log: truncating a torn last record (incomplete at the end of the file)"
-            );
-            file.set_len(off as u64).map_err(io)?;
-            file.sync_all().map_err(io)?;
-            file.seek(SeekFrom::End(0)).map_err(io)?;
-        }
-        Ok(PartLog {
-            path: path.to_path_buf(),
-            file,
-            parts,
-            bytes: off as u64,
-        })
-    }
-
-    /// The parts read back or appended, oldest first.
-    pub fn parts(&self) -> &[P] {
-        &self.parts
-    }
-
-    /// Appends a part and fsyncs it.
-    ///
-    /// # Errors
-    /// I/O errors.
-    pub fn append(&mut self, part: &P) -> Result<(), StoreError> {
-        let written = append_synced(&mut self.file, &self.path, part)?;
-        self.bytes += written;
-        self.parts.push(part.clone());
-        Ok(())
-    }
-
-    /// Forgets parts at or below `height` (decided), rewriting the file when it has grown.
-    ///
-    /// # Errors
-    /// I/O errors.
-    pub fn prune(&mut self, height: u64) -> Result<(), StoreError> {
-        self.parts.retain(|p| p.height() > height);
-        if self.bytes < PART_LOG_COMPACT_BYTES {
-            return Ok(());
-        }
-        let io = |source| StoreError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        let tmp = self.path.with_extension("tmp");
-        let mut out = Vec::new();
-        for p in &self.parts {
-            out.extend_from_slice(&encode_record(p).map_err(io)?);
-        }
-        {
-            let mut f = File::create(&tmp).map_err(io)?;
-            f.write_all(&out).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-        }
-        self.file = OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .map_err(io)?;
-        self.bytes = out.len() as u64;
-        Ok(())
-    }
-}
-
-/// What [`cut_record_file`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cut {
-    /// Where the file was cut (its first damaged record).
-    pub offset: u64,
-    /// The bytes cut away.
-    pub cut_bytes: u64,
-    /// The untouched copy of the whole file, kept next to it.
-    pub copy: PathBuf,
-}
-
-/// The operator's repair of a record file (`blocks.log` or `parts.log`) that a node refused
-/// with [`StoreError::Corrupt`]: copies the file whole to `FILE.corrupt-OFFSET`, then cuts it
-/// at `at` (the offset the node's error named) or, without it, at the first record that fails
-/// its length bound or checksum. `Ok(None)`: nothing to cut. The node then starts from the
-/// records before the cut and takes the later heights from its peers (value sync); the copy
-/// keeps the evidence.
-///
-/// # Errors
-/// I/O errors.
-pub fn cut_record_file(path: &Path, at: Option<u64>) -> Result<Option<Cut>, StoreError> {
-    let io = |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let bytes = std::fs::read(path).map_err(io)?;
-    let offset = match at {
-        Some(at) => at,
-        None => {
-            let mut off = 0usize;
-            loop {
-                match scan_record(&bytes, off) {
-                    Scan::Record(_, next) => off = usize::try_from(next).unwrap_or(usize::MAX),
-                    Scan::Torn => return Ok(None),
-                    Scan::Damaged(_) => break off as u64,
-                }
-            }
-        }
-    };
-    let len = bytes.len() as u64;
-    if offset >= len {
-        return Ok(None);
-    }
-    let copy = PathBuf::from(format!("{}.corrupt-{offset}", path.display()));
-    std::fs::write(&copy, &bytes).map_err(io)?;
-    File::open(&copy).and_then(|f| f.sync_all()).map_err(io)?;
-    let f = OpenOptions::new().write(true).open(path).map_err(io)?;
-    f.set_len(offset).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    tracing::warn!(path = %path.display(), offset, cut_bytes = len - offset, copy = %copy.display(), "record file cut at a damaged record");
-    Ok(Some(Cut {
-        offset,
-        cut_bytes: len - offset,
-        copy,
-    }))
-}
-
-/// Opens (or creates) a record file for appending and reads it whole.
-fn open_and_read(path: &Path) -> Result<(File, Vec<u8>), StoreError> {
-    let mut file = open_record_file(path)?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|source| StoreError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    Ok((file, bytes))
-}
-
-/// Opens (or creates) a record file to read it and append to it.
-fn open_record_file(path: &Path) -> Result<File, StoreError> {
-    OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(|source| StoreError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
-/// Appends `value` as one record and fsyncs it; the record's length in bytes.
-fn append_synced<T: BorshSerialize>(
-    file: &mut File,
-    path: &Path,
-    value: &T,
-) -> Result<u64, StoreError> {
-    let io = |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let rec = encode_record(value).map_err(io)?;
-    file.write_all(&rec).map_err(io)?;
-    file.sync_data().map_err(io)?;
-    Ok(rec.len() as u64)
-}
-
-/// One record: length, CRC-32 of the payload, payload. A payload above [`MAX_RECORD_BYTES`] is
-/// refused here: no reader accepts it ([`Damage::Length`]).
-fn encode_record<T: BorshSerialize>(value: &T) -> std::io::Result<Vec<u8>> {
-    let payload = borsh::to_vec(value)?;
-    if payload.len() > MAX_RECORD_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!(
-                "record of {} bytes exceeds MAX_RECORD_BYTES = {MAX_RECORD_BYTES}",
-                payload.len()
-            ),
-        ));
-    }
-    let mut rec = Vec::with_capacity(payload.len() + 8);
-    rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    rec.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    rec.extend_from_slice(&payload);
-    Ok(rec)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fs::OpenOptions;
+
+    use super::record::*;
     use super::*;
 
     #[test]
