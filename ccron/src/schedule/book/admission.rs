@@ -329,15 +329,9 @@ impl Scheduler {
         now_ms: Option<TimeMs>,
     ) -> Result<Option<u64>, ScheduleError> {
         match request {
-            ScheduleRequest::Create(def) => {
-                self.authorize(by, Action::Create, None)?;
-                if let Some(k) = &def.key
-                    && self.keys.contains_key(k)
-                {
-                    return Err(ScheduleError::KeyInUse(k.clone()));
-                }
-                self.insert_new(
-                    *by,
+            ScheduleRequest::Create(def) => self
+                .create(
+                    by,
                     def,
                     RunPolicy::default(),
                     Bounds::NONE,
@@ -345,31 +339,10 @@ impl Scheduler {
                     seq,
                     now_ms,
                 )
-                .map(Some)
-            }
-            ScheduleRequest::Upsert(def) => {
-                let key = def.key.clone().ok_or(ScheduleError::MissingKey)?;
-                match self.keys.get(&key).copied() {
-                    Some(id) => {
-                        self.authorize(by, Action::Replace, Some(id))?;
-                        self.replace(id, def, None, handlers_ok, seq, now_ms)
-                            .map(Some)
-                    }
-                    None => {
-                        self.authorize(by, Action::Create, None)?;
-                        self.insert_new(
-                            *by,
-                            def,
-                            RunPolicy::default(),
-                            Bounds::NONE,
-                            handlers_ok,
-                            seq,
-                            now_ms,
-                        )
-                        .map(Some)
-                    }
-                }
-            }
+                .map(Some),
+            ScheduleRequest::Upsert(def) => self
+                .upsert(by, def, None, None, handlers_ok, seq, now_ms)
+                .map(Some),
             ScheduleRequest::UpsertIfVersion { schedule, version } => {
                 let key = schedule.key.clone().ok_or(ScheduleError::MissingKey)?;
                 match self.keys.get(&key).copied() {
@@ -486,90 +459,34 @@ impl Scheduler {
                 self.touch(id);
                 Ok(Some(id))
             }
-            ScheduleRequest::CreateWith { schedule, policy } => {
-                self.authorize(by, Action::Create, None)?;
-                if let Some(k) = &schedule.key
-                    && self.keys.contains_key(k)
-                {
-                    return Err(ScheduleError::KeyInUse(k.clone()));
-                }
-                self.insert_new(
-                    *by,
-                    schedule,
-                    policy,
-                    Bounds::NONE,
-                    handlers_ok,
-                    seq,
-                    now_ms,
-                )
-                .map(Some)
-            }
-            ScheduleRequest::UpsertWith { schedule, policy } => {
-                let key = schedule.key.clone().ok_or(ScheduleError::MissingKey)?;
-                policy.retry.check()?;
-                match self.keys.get(&key).copied() {
-                    Some(id) => {
-                        self.authorize(by, Action::Replace, Some(id))?;
-                        self.replace(id, schedule, None, handlers_ok, seq, now_ms)?;
-                        if let Some(r) = self.records.get_mut(&id) {
-                            r.policy = policy;
-                        }
-                        self.touch(id);
-                        Ok(Some(id))
-                    }
-                    None => {
-                        self.authorize(by, Action::Create, None)?;
-                        self.insert_new(
-                            *by,
-                            schedule,
-                            policy,
-                            Bounds::NONE,
-                            handlers_ok,
-                            seq,
-                            now_ms,
-                        )
-                        .map(Some)
-                    }
-                }
-            }
+            ScheduleRequest::CreateWith { schedule, policy } => self
+                .create(by, schedule, policy, Bounds::NONE, handlers_ok, seq, now_ms)
+                .map(Some),
+            ScheduleRequest::UpsertWith { schedule, policy } => self
+                .upsert(by, schedule, Some(policy), None, handlers_ok, seq, now_ms)
+                .map(Some),
             ScheduleRequest::CreateBounded {
                 schedule,
                 policy,
                 bounds,
-            } => {
-                self.authorize(by, Action::Create, None)?;
-                if let Some(k) = &schedule.key
-                    && self.keys.contains_key(k)
-                {
-                    return Err(ScheduleError::KeyInUse(k.clone()));
-                }
-                self.insert_new(*by, schedule, policy, bounds, handlers_ok, seq, now_ms)
-                    .map(Some)
-            }
+            } => self
+                .create(by, schedule, policy, bounds, handlers_ok, seq, now_ms)
+                .map(Some),
             ScheduleRequest::UpsertBounded {
                 schedule,
                 policy,
                 bounds,
-            } => {
-                let key = schedule.key.clone().ok_or(ScheduleError::MissingKey)?;
-                policy.retry.check()?;
-                match self.keys.get(&key).copied() {
-                    Some(id) => {
-                        self.authorize(by, Action::Replace, Some(id))?;
-                        self.replace(id, schedule, Some(bounds), handlers_ok, seq, now_ms)?;
-                        if let Some(r) = self.records.get_mut(&id) {
-                            r.policy = policy;
-                        }
-                        self.touch(id);
-                        Ok(Some(id))
-                    }
-                    None => {
-                        self.authorize(by, Action::Create, None)?;
-                        self.insert_new(*by, schedule, policy, bounds, handlers_ok, seq, now_ms)
-                            .map(Some)
-                    }
-                }
-            }
+            } => self
+                .upsert(
+                    by,
+                    schedule,
+                    Some(policy),
+                    Some(bounds),
+                    handlers_ok,
+                    seq,
+                    now_ms,
+                )
+                .map(Some),
             ScheduleRequest::SetBounds { target, bounds } => {
                 let id = self.resolve(&target)?;
                 self.authorize(by, Action::Replace, Some(id))?;
@@ -847,6 +764,72 @@ impl Scheduler {
             self.retarget_one(id, to)?;
         }
         Ok(ids.len() as u64)
+    }
+
+    /// `Create`, `CreateWith`, `CreateBounded`: a new schedule (its key, if any, not in use).
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        &mut self,
+        by: &Principal,
+        def: NewSchedule,
+        policy: RunPolicy,
+        bounds: Bounds,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<u64, ScheduleError> {
+        self.authorize(by, Action::Create, None)?;
+        if let Some(k) = &def.key
+            && self.keys.contains_key(k)
+        {
+            return Err(ScheduleError::KeyInUse(k.clone()));
+        }
+        self.insert_new(*by, def, policy, bounds, handlers_ok, seq, now_ms)
+    }
+
+    /// `Upsert`, `UpsertWith`, `UpsertBounded`: replaces the schedule holding `def`'s key
+    /// (required), setting `policy` and `bounds` when given (else keeping the holder's), or
+    /// creates it (with `policy` and `bounds`, or the defaults).
+    #[allow(clippy::too_many_arguments)]
+    fn upsert(
+        &mut self,
+        by: &Principal,
+        def: NewSchedule,
+        policy: Option<RunPolicy>,
+        bounds: Option<Bounds>,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<u64, ScheduleError> {
+        let key = def.key.clone().ok_or(ScheduleError::MissingKey)?;
+        if let Some(p) = &policy {
+            p.retry.check()?;
+        }
+        match self.keys.get(&key).copied() {
+            Some(id) => {
+                self.authorize(by, Action::Replace, Some(id))?;
+                self.replace(id, def, bounds, handlers_ok, seq, now_ms)?;
+                if let Some(policy) = policy {
+                    if let Some(r) = self.records.get_mut(&id) {
+                        r.policy = policy;
+                    }
+                    self.touch(id);
+                }
+                Ok(id)
+            }
+            None => {
+                self.authorize(by, Action::Create, None)?;
+                self.insert_new(
+                    *by,
+                    def,
+                    policy.unwrap_or_default(),
+                    bounds.unwrap_or(Bounds::NONE),
+                    handlers_ok,
+                    seq,
+                    now_ms,
+                )
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
