@@ -38,6 +38,9 @@
 //! - `GET /v1/ticks`: this node's tick pool (node-local, JSON: pending ticks, counters by
 //!   refusal reason); not replicated, so not for quorum reads.
 //! - `GET /metrics`: Prometheus text ([`crate::metrics`]).
+//! - `GET /v1/catchup/history`, `GET /v1/catchup/offer`: this node's history and catch-up
+//!   offer, for a peer behind every history ([`crate::catchup::serve`]; merged by the engine
+//!   adapter, which feeds the [`crate::catchup::serve::OfferSlot`]: [`serve_router`]).
 //!
 //! [`serve`] runs the router behind ccron-http's bounded server ([`server_config`]: head and
 //! body deadlines, a body limit before reading, connection caps, per-peer rate limits): every
@@ -339,14 +342,26 @@ pub async fn serve_with(
     state: ApiState,
     cfg: ccron_http::ServerConfig,
 ) -> std::io::Result<std::net::SocketAddr> {
+    serve_router(addr, router(state), cfg).await
+}
+
+/// Serves `app` (the node's [`router`] merged with more routes, e.g. the catch-up routes)
+/// behind the bounded server with `cfg` ([`server_config`] for the node's own bounds);
+/// returns the bound address.
+///
+/// # Errors
+/// The bind failed, or `cfg` is invalid ([`std::io::ErrorKind::InvalidInput`]).
+pub async fn serve_router(
+    addr: std::net::SocketAddr,
+    app: Router,
+    cfg: ccron_http::ServerConfig,
+) -> std::io::Result<std::net::SocketAddr> {
     cfg.validate()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let listener = ccron_http::server::bind(addr)?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
-        if let Err(e) =
-            ccron_http::serve(listener, router(state), cfg, std::future::pending()).await
-        {
+        if let Err(e) = ccron_http::serve(listener, app, cfg, std::future::pending()).await {
             tracing::error!(error = %e, "HTTP server stopped");
         }
     });

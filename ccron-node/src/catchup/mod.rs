@@ -21,6 +21,19 @@
 //! the old node as it was), then the store is replaced by one whose base is `h` and whose only
 //! block is `h + 1` (a copy renamed over `blocks.log`, as a prune does). The next
 //! `NodeCore::open` restores the snapshot at the store's base and re-executes block `h + 1`.
+//!
+//! **The commit check is the engine's** ([`CommitVerifier`], injected: this crate knows no
+//! engine): on Malachite, the certificate's precommit signatures, each checked with
+//! `ccron::sig`'s one pinned rule in the chain's signing domain, by distinct validators of
+//! the genesis' set holding more than two thirds of the voting power.
+//!
+//! **Serving and fetching.** [`serve`]: the routes a node answers (`GET /v1/catchup/history`,
+//! `GET /v1/catchup/offer`), fed by the node's loop after each decided height; [`fetch`]: the
+//! bounded client and [`fetch::before_start`], the trigger an adapter runs before its engine
+//! starts.
+
+pub mod fetch;
+pub mod serve;
 
 use std::path::Path;
 
@@ -103,7 +116,7 @@ pub enum CatchUpError {
     },
     /// The block's commit does not verify (signatures, quorum, height).
     #[error("the block's commit does not verify: {0}")]
-    Commit(String),
+    Commit(#[from] CommitRefusal),
     /// The commit is for another value than the block.
     #[error("the commit is not the block's")]
     NotCommitted,
@@ -119,6 +132,69 @@ pub enum CatchUpError {
     Store(#[from] StoreError),
 }
 
+impl CatchUpError {
+    /// The refusal's kind, one word (the report's and the counters' key).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Fetch(_) => "fetch",
+            Self::TooLarge { .. } => "too_large",
+            Self::Decode(_) => "decode",
+            Self::Snapshot(_) => "snapshot",
+            Self::NotAbove { .. } => "not_above",
+            Self::NotAhead { .. } => "not_ahead",
+            Self::Commit(_) => "commit",
+            Self::NotCommitted => "not_committed",
+            Self::Link => "link",
+            Self::StateNotCommitted => "state_not_committed",
+            Self::Store(_) => "store",
+        }
+    }
+}
+
+/// Why an engine refused a commit certificate ([`CommitVerifier`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitRefusal {
+    /// A signer is not in the validator set.
+    #[error("signer {0} is not a validator")]
+    UnknownSigner(String),
+    /// A validator's signature appears twice.
+    #[error("validator {0} signed twice")]
+    DuplicateSigner(String),
+    /// A signature does not verify (for this height, round, value and chain).
+    #[error("the signature of {0} does not verify")]
+    BadSignature(String),
+    /// The distinct valid signers hold at most two thirds of the voting power.
+    #[error("{signed} of {total} voting power signed; more than two thirds are needed")]
+    NotEnoughPower {
+        /// The power that signed.
+        signed: u64,
+        /// The set's total.
+        total: u64,
+    },
+    /// Another reason (an engine's own).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The engine's check of a commit certificate: signatures of distinct validators of the
+/// chain's set, holding more than two thirds of the voting power, each on a precommit of the
+/// commit's (height, round, value) in the chain's signing domain. Implemented by the engine
+/// adapter (a closure works too).
+pub trait CommitVerifier<C>: Send + Sync {
+    /// `Ok` when `commit` is a valid commit certificate of this chain.
+    ///
+    /// # Errors
+    /// The first reason it is not.
+    fn verify_commit(&self, commit: &C) -> Result<(), CommitRefusal>;
+}
+
+impl<C, F: Fn(&C) -> Result<(), CommitRefusal> + Send + Sync> CommitVerifier<C> for F {
+    fn verify_commit(&self, commit: &C) -> Result<(), CommitRefusal> {
+        self(commit)
+    }
+}
+
 /// An offer that passed [`verify_offer`]: the restored state at `height` and the block above.
 #[derive(Debug)]
 pub struct Verified<A, C> {
@@ -131,8 +207,9 @@ pub struct Verified<A, C> {
 }
 
 /// Checks `offer` (module docs) for a node at height `have` of ledger `ledger_name`:
-/// `verify_commit` is the engine's check of a commit (signatures of a quorum of the
-/// validators, in the chain's signing domain); `fresh` builds the ledger to restore into.
+/// `verifier` is the engine's check of a commit (signatures of a quorum of the validators, in
+/// the chain's signing domain); `fresh` builds the ledger to restore into. The commit is
+/// checked before anything in the snapshot is believed.
 ///
 /// # Errors
 /// The first reason the offer is refused.
@@ -141,7 +218,7 @@ pub fn verify_offer<A: Application, C: Commit>(
     have: u64,
     ledger_name: &str,
     fresh: &dyn Fn() -> LedgerHost<A>,
-    verify_commit: &dyn Fn(&C) -> Result<(), String>,
+    verifier: &dyn CommitVerifier<C>,
 ) -> Result<Verified<A, C>, CatchUpError> {
     let from_peer = Path::new("(a peer's snapshot)");
     let body = crate::snapshot::decode_file(&offer.snapshot, from_peer)?;
@@ -158,7 +235,7 @@ pub fn verify_offer<A: Application, C: Commit>(
             above: above.height(),
         });
     }
-    verify_commit(&above.commit).map_err(CatchUpError::Commit)?;
+    verifier.verify_commit(&above.commit)?;
     if above.commit.value_id() != above.block.id() {
         return Err(CatchUpError::NotCommitted);
     }
@@ -189,13 +266,12 @@ pub fn first_good_offer<A: Application, C: Commit, P: std::fmt::Debug>(
     have: u64,
     ledger_name: &str,
     fresh: &dyn Fn() -> LedgerHost<A>,
-    verify_commit: &dyn Fn(&C) -> Result<(), String>,
+    verifier: &dyn CommitVerifier<C>,
 ) -> (Option<Verified<A, C>>, Refusals<P>) {
     let mut refused = Vec::new();
     for peer in peers {
-        let verdict = fetch(&peer)
-            .and_then(|bytes| Offer::<C>::decode(&bytes))
-            .and_then(|offer| verify_offer(offer, have, ledger_name, fresh, verify_commit));
+        let verdict =
+            fetch(&peer).and_then(|bytes| judge(&bytes, have, ledger_name, fresh, verifier));
         match verdict {
             Ok(v) => {
                 tracing::info!(
@@ -214,6 +290,21 @@ pub fn first_good_offer<A: Application, C: Commit, P: std::fmt::Debug>(
     (None, refused)
 }
 
+/// Decodes (bounded) and verifies one offer's bytes ([`Offer::decode`], [`verify_offer`]).
+///
+/// # Errors
+/// The first reason the offer is refused.
+pub fn judge<A: Application, C: Commit>(
+    bytes: &[u8],
+    have: u64,
+    ledger_name: &str,
+    fresh: &dyn Fn() -> LedgerHost<A>,
+    verifier: &dyn CommitVerifier<C>,
+) -> Result<Verified<A, C>, CatchUpError> {
+    let offer = Offer::<C>::decode(bytes)?;
+    verify_offer(offer, have, ledger_name, fresh, verifier)
+}
+
 /// What this node offers a peer that catches up: its newest snapshot (at or above the store's
 /// base) whose next block it holds, and that block. `None`: no such pair.
 ///
@@ -223,11 +314,27 @@ pub fn offer<C: Commit>(
     snapshots: &Snapshots,
     store: &BlockStore<C>,
 ) -> Result<Option<Offer<C>>, CatchUpError> {
+    offer_from(snapshots, store.base(), store.last_height(), |h| {
+        store.get(h).map_err(CatchUpError::from)
+    })
+}
+
+/// [`offer`] over any view of a store: its pruned `base`, its `last` height and a reader of
+/// the decided block at a height.
+///
+/// # Errors
+/// The reader's or the snapshot directory's errors.
+pub fn offer_from<C: Commit>(
+    snapshots: &Snapshots,
+    base: u64,
+    last: u64,
+    get: impl Fn(u64) -> Result<Option<Decided<C>>, CatchUpError>,
+) -> Result<Option<Offer<C>>, CatchUpError> {
     for (height, path) in snapshots.list()? {
-        if height < store.base() || height >= store.last_height() {
+        if height < base || height >= last {
             continue;
         }
-        let Some(above) = store.get(height + 1)? else {
+        let Some(above) = get(height + 1)? else {
             continue;
         };
         let snapshot = match crate::snapshot::read_bounded(&path) {
@@ -309,11 +416,14 @@ mod tests {
 
     /// The test's stand-in for an engine's commit check: round 0 is "signed by a quorum",
     /// any other round is a forgery.
-    fn verify_commit(c: &PlainCommit) -> Result<(), String> {
+    fn verify_commit(c: &PlainCommit) -> Result<(), CommitRefusal> {
         if c.round == 0 {
             Ok(())
         } else {
-            Err(format!("round {}: no quorum's signatures", c.round))
+            Err(CommitRefusal::NotEnoughPower {
+                signed: 0,
+                total: 4,
+            })
         }
     }
 
@@ -373,6 +483,75 @@ mod tests {
             snapshot: crate::snapshot::encode_file(&body).unwrap(),
             above: o.above.clone(),
         }
+    }
+
+    /// Steps 1 and 2 over real sockets: the honest node's slot served behind the node's
+    /// bounded server, fetched by the bounded client, verified; a peer offering a forged
+    /// commit and a peer not answering are refused on the way, each by its kind.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_served_offer_is_fetched_verified_and_a_lying_peer_refused() {
+        use fetch::{CatchUpReport, FetchConfig, PeerClient, first_verified};
+        let honest = scratch("served");
+        let digests = node(&honest, 70, 20, 0);
+        let snaps = Snapshots::open(&honest.join("snapshots")).unwrap();
+        let mut store = BlockStore::<PlainCommit>::open(&honest.join("blocks.log")).unwrap();
+        snaps.prune_store(&mut store, 0).unwrap().unwrap();
+        let slot = serve::OfferSlot::new();
+        // Block 61 decided after the snapshot at 60: the slot publishes the pair.
+        slot.after_decide(&snaps, store.base(), 61, |h| store.get(h).unwrap());
+        assert_eq!(slot.history().offer_height, Some(60));
+        slot.after_decide(&snaps, store.base(), 70, |h| store.get(h).unwrap());
+        assert_eq!(
+            slot.history(),
+            serve::HistoryInfo {
+                first_height: 41,
+                last_height: 70,
+                offer_height: Some(60)
+            }
+        );
+        // A liar: the honest offer with a forged commit (round 9), served the same way.
+        let liar = serve::OfferSlot::new();
+        liar.refresh(&snaps, store.base(), 70, |h| {
+            store.get(h).unwrap().map(|mut d| {
+                if h == 61 {
+                    d.commit.round = 9;
+                }
+                d
+            })
+        });
+        let cfg = crate::api::server_config();
+        let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let good = crate::api::serve_router(any, slot.router(), cfg)
+            .await
+            .unwrap();
+        let bad = crate::api::serve_router(any, liar.router(), cfg)
+            .await
+            .unwrap();
+        // A port nobody listens on.
+        let gone = {
+            let l = std::net::TcpListener::bind(any).unwrap();
+            l.local_addr().unwrap()
+        };
+        let client = PeerClient::new(FetchConfig::default());
+        assert_eq!(client.history(good).await.unwrap().first_height, 41);
+        let mut report = CatchUpReport::default();
+        let (from, v) = first_verified::<Demo, PlainCommit>(
+            &client,
+            &[gone, bad, good],
+            5,
+            "demo",
+            &fresh,
+            &verify_commit,
+            &mut report,
+        )
+        .await
+        .expect("the honest peer's offer");
+        assert_eq!((from, v.height), (good, 60));
+        assert_eq!(v.ledger.state_digest(), digests[60]);
+        let kinds: Vec<&str> = report.refusals.iter().map(|r| r.1.as_str()).collect();
+        assert_eq!(kinds, vec!["fetch", "commit"]);
+        assert_eq!(slot.counters().1, 1, "the honest offer was served once");
+        std::fs::remove_dir_all(honest).unwrap();
     }
 
     #[test]
