@@ -20,6 +20,7 @@ use malachitebft_app_channel::{
 };
 
 use crate::byzantine::Strategy;
+use crate::commit::{CertificateVerifier, MalachiteCommit};
 use crate::context::{BorshCodec, ClockSample, Ctx, Height, ProposalPart};
 use crate::state::{Restream, State};
 use crate::stream::{publish, publish_tagged};
@@ -110,6 +111,29 @@ pub async fn run_node<A: Application>(
     opts: NodeOptions,
     factory: Factory<A>,
 ) -> Result<(), NodeError> {
+    // Behind every peer's history (a wiped home, or a late joiner after the others pruned):
+    // a peer's snapshot, verified against the engine's commit certificate of the block above
+    // it, installed before anything opens the store; the engine syncs the blocks above it.
+    // Otherwise nothing changes (`ccron_node::catchup::fetch::before_start`).
+    let genesis = ccron_node::core::read_genesis(&opts.home)?;
+    let verifier = CertificateVerifier::of_genesis(&genesis)?;
+    let peers = ccron_node::catchup::fetch::genesis_peers(&genesis, opts.index);
+    if let Some(r) = ccron_node::catchup::fetch::before_start::<A, MalachiteCommit>(
+        &opts,
+        &factory,
+        &verifier,
+        &peers,
+        ccron_node::catchup::fetch::FetchConfig::default(),
+    )
+    .await?
+    {
+        tracing::info!(
+            installed = ?r.installed_height,
+            took_ms = r.took_ms,
+            refused = r.refusals.len(),
+            "caught up from a peer's snapshot"
+        );
+    }
     let mut node = State::open(opts.clone(), &factory)?;
     // The node's behaviour at its seams: honest, or a Byzantine strategy (`--byzantine`).
     let mut strategy = crate::byzantine::strategy::<A>(opts.byzantine);
@@ -143,7 +167,8 @@ pub async fn run_node<A: Application>(
         Some(port) if opts.http.port() == 0 => std::net::SocketAddr::new(opts.http.ip(), port),
         _ => opts.http,
     };
-    let bound = ccron_node::api::serve(http, node.core.api_state())
+    let routes = ccron_node::api::router(node.core.api_state()).merge(node.offers().router());
+    let bound = ccron_node::api::serve_router(http, routes, ccron_node::api::server_config())
         .await
         .map_err(|e| NodeError::Config(format!("HTTP listen on {http}: {e}")))?;
     std::fs::write(

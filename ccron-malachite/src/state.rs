@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use ccron::host::Application;
+use ccron_node::catchup::serve::OfferSlot;
 use ccron_node::proposals::{BookPart, PartLimits, ProposalBook, Verdict};
 use ccron_node::store::PartLog;
 use ccron_node::{Factory, NodeCore, NodeError, NodeOptions};
@@ -65,6 +66,11 @@ pub struct State<A> {
     book: ProposalBook<ProposalPart>,
     /// Engine messages the verifier refused (copied into the status at each decision).
     refused: Arc<RefusedSignatures>,
+    /// This node's history and catch-up offer, published after each decision for the
+    /// catch-up routes (`ccron_node::catchup::serve`).
+    offers: OfferSlot,
+    /// The node's snapshot directory (read to build the offer).
+    snapshots: ccron_node::snapshot::Snapshots,
 }
 
 impl BookPart for ProposalPart {
@@ -126,6 +132,14 @@ impl<A: Application> State<A> {
                 }
             }
         }
+        let snapshots = ccron_node::snapshot::Snapshots::open(&dir.join("snapshots"))?;
+        let offers = OfferSlot::new();
+        offers.refresh(
+            &snapshots,
+            core.history_min_height().saturating_sub(1),
+            last,
+            |h| core.decided(h),
+        );
         Ok(Self {
             core,
             vset,
@@ -135,7 +149,15 @@ impl<A: Application> State<A> {
             my_parts,
             book,
             refused: Arc::default(),
+            offers,
+            snapshots,
         })
+    }
+
+    /// This node's published history and catch-up offer (served by
+    /// [`OfferSlot::router`]).
+    pub fn offers(&self) -> &OfferSlot {
+        &self.offers
     }
 
     /// This node's address.
@@ -436,6 +458,13 @@ impl<A: Application> State<A> {
         })?;
         self.my_parts.retain(|(h, _), _| *h > height);
         self.parts.prune(height)?;
+        let core = &self.core;
+        self.offers.after_decide(
+            &self.snapshots,
+            core.history_min_height().saturating_sub(1),
+            height,
+            |h| core.decided(h),
+        );
         Ok(())
     }
 

@@ -53,6 +53,34 @@ fn localnet_with(
     ledger: &str,
     name: &str,
 ) -> (bool, Report, Vec<NodeStatus>, Vec<DigestLog>) {
+    let (ok, report, dir) = localnet_kept(args, ledger, name);
+    let statuses = (0..4)
+        .map(|i| {
+            let path = dir
+                .join("home")
+                .join(format!("node-{i}"))
+                .join("status.json");
+            serde_json::from_slice(&std::fs::read(path).expect("status written"))
+                .expect("status parses")
+        })
+        .collect();
+    let logs = (0..4)
+        .map(|i| {
+            read_digest_log(
+                &dir.join("home")
+                    .join(format!("node-{i}"))
+                    .join("digests.log"),
+            )
+        })
+        .collect();
+    if ok {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    (ok, report, statuses, logs)
+}
+
+/// Runs a localnet of `ledger` and keeps its directory (the caller removes it).
+fn localnet_kept(args: &[&str], ledger: &str, name: &str) -> (bool, Report, PathBuf) {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!(
         "ccron-malachite-test-{name}-{}",
@@ -73,30 +101,86 @@ fn localnet_with(
     let report: Report = serde_json::from_slice(&std::fs::read(&json).expect("report written"))
         .expect("report parses");
     println!("{}", String::from_utf8_lossy(&out.stdout));
-    let statuses = (0..4)
-        .map(|i| {
-            let path = dir
-                .join("home")
-                .join(format!("node-{i}"))
-                .join("status.json");
-            serde_json::from_slice(&std::fs::read(path).expect("status written"))
-                .expect("status parses")
-        })
+    (out.status.success(), report, dir)
+}
+
+// Issue 23, item 5: the three others prune their block stores below their snapshots
+// (`--retain-blocks 0`); the last node starts late, behind every peer's history, so the
+// engine's value sync could never serve it. It catches up from a peer's snapshot verified
+// against the commit certificate of the block above it, then syncs the blocks above: it never
+// holds a height below the snapshot, and it agrees with the others.
+#[test]
+fn a_late_joiner_after_the_others_pruned_catches_up_from_a_verified_snapshot() {
+    let (ok, r, dir) = localnet_kept(
+        &[
+            "--duration",
+            "60s",
+            "--late-join",
+            "--no-kill",
+            "--retain-blocks",
+            "0",
+        ],
+        "demo",
+        "catchup",
+    );
+    assert!(ok, "localnet failed: {r:?}");
+    assert!(r.honest_agree, "{r:?}");
+    let node = |i: usize| dir.join("home").join(format!("node-{i}"));
+    let status = |i: usize| -> NodeStatus {
+        serde_json::from_slice(&std::fs::read(node(i).join("status.json")).unwrap()).unwrap()
+    };
+    let peers_first: Vec<u64> = (0..3).map(|i| status(i).store_first_height).collect();
+    assert!(
+        peers_first.iter().all(|&f| f > 1),
+        "the peers pruned: {peers_first:?}"
+    );
+    let report: ccron_node::catchup::fetch::CatchUpReport = serde_json::from_slice(
+        &std::fs::read(node(3).join("catchup.json")).expect("node 3 caught up (catchup.json)"),
+    )
+    .unwrap();
+    let installed = report.installed_height.expect("a snapshot installed");
+    assert_eq!(report.have, 0, "node 3 started empty");
+    assert!(report.refusals.is_empty(), "{report:?}");
+    let late = status(3);
+    let log = read_digest_log(&node(3).join("digests.log"));
+    let lowest = *log.keys().next().expect("node 3 executed");
+    assert!(
+        lowest >= installed && late.store_first_height > installed,
+        "node 3 never held a height below the snapshot at {installed}: digests from {lowest}, \
+         store from {}",
+        late.store_first_height
+    );
+    assert!(
+        late.synced_heights <= late.last_height - installed,
+        "synced only above the snapshot: {} synced, {installed}..{}",
+        late.synced_heights,
+        late.last_height
+    );
+    // It agrees with the others at every height it shares with them, and kept up.
+    let others: Vec<DigestLog> = (0..3)
+        .map(|i| read_digest_log(&node(i).join("digests.log")))
         .collect();
-    let logs = (0..4)
-        .map(|i| {
-            read_digest_log(
-                &dir.join("home")
-                    .join(format!("node-{i}"))
-                    .join("digests.log"),
-            )
-        })
-        .collect();
-    let ok = out.status.success();
-    if ok {
-        let _ = std::fs::remove_dir_all(&dir);
+    let mut shared = 0;
+    for (h, (d, _)) in &log {
+        for o in &others {
+            if let Some((od, _)) = o.get(h) {
+                assert_eq!(d, od, "node 3 disagrees at height {h}");
+                shared += 1;
+            }
+        }
     }
-    (ok, report, statuses, logs)
+    let top = (0..3).map(|i| status(i).last_height).max().unwrap_or(0);
+    assert!(
+        shared > 0 && late.last_height + 20 >= top,
+        "node 3 at {} of {top}",
+        late.last_height
+    );
+    println!(
+        "catch-up: node 3 installed the snapshot at {installed} from {:?} in {} ms \
+         (peers' stores from {peers_first:?}); then synced {} heights to {} (peers at {top})",
+        report.from_peer, report.took_ms, late.synced_heights, late.last_height
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -187,6 +187,11 @@ enum Cmd {
         /// (docs/malachite.md, "Upgrading a live cluster").
         #[arg(long)]
         upgrade_binary: Option<PathBuf>,
+        /// Every node prunes its block store below its newest snapshot minus N heights
+        /// (`node --retain-blocks`); absent: no pruning. A late joiner then catches up from a
+        /// peer's snapshot (docs/malachite.md, "Catch-up from a peer's snapshot").
+        #[arg(long)]
+        retain_blocks: Option<u64>,
     },
 }
 
@@ -401,6 +406,7 @@ impl<A: Application> NodeBinary<A> {
                 home,
                 json,
                 upgrade_binary,
+                retain_blocks,
             } => {
                 let byzantine = match byzantine.as_deref().map(parse_target).transpose() {
                     Ok(b) => b,
@@ -452,6 +458,7 @@ impl<A: Application> NodeBinary<A> {
                     home,
                     node_bin,
                     upgrade_binary,
+                    retain_blocks,
                 };
                 report(&opts, json)
             }

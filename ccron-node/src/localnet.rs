@@ -81,6 +81,10 @@ pub struct LocalnetOptions {
     /// The upgrade binary: a node that stops for a planned upgrade is restarted on it from its
     /// own directory ([`crate::supervise`]); `None`: such a node stays down.
     pub upgrade_binary: Option<PathBuf>,
+    /// Every node prunes its block store below its newest snapshot minus this many heights
+    /// (`node --retain-blocks`); `None` (the default): no pruning. With a late joiner, it
+    /// catches up from a peer's snapshot ([`crate::catchup`]).
+    pub retain_blocks: Option<u64>,
 }
 
 impl std::fmt::Debug for LocalnetOptions {
@@ -101,6 +105,7 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("home", &self.home)
             .field("node_bin", &self.node_bin)
             .field("upgrade_binary", &self.upgrade_binary)
+            .field("retain_blocks", &self.retain_blocks)
             .finish()
     }
 }
@@ -309,6 +314,9 @@ fn spawn_node(
     }
     cmd.arg("--snapshot-every")
         .arg(LOCALNET_SNAPSHOT_EVERY.to_string());
+    if let Some(retain) = opts.retain_blocks {
+        cmd.arg("--retain-blocks").arg(retain.to_string());
+    }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
