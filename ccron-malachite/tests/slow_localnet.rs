@@ -111,74 +111,102 @@ fn localnet_kept(args: &[&str], ledger: &str, name: &str) -> (bool, Report, Path
 // holds a height below the snapshot, and it agrees with the others.
 #[test]
 fn a_late_joiner_after_the_others_pruned_catches_up_from_a_verified_snapshot() {
-    let (ok, r, dir) = localnet_kept(
-        &[
-            "--duration",
-            "60s",
-            "--late-join",
-            "--no-kill",
-            "--retain-blocks",
-            "0",
-        ],
-        "demo",
-        "catchup",
-    );
+    let args = [
+        "--duration",
+        "60s",
+        "--late-join",
+        "--no-kill",
+        "--retain-blocks",
+        "0",
+    ];
+    caught_up_from_a_snapshot(&args, "catchup", 3);
+}
+
+// The same for a node whose disk is lost: node 1 is SIGKILLed at 20 s and its home wiped
+// (all but its key); restarted at 30 s, empty, behind the others' pruned histories.
+#[test]
+fn a_wiped_node_catches_up_from_a_verified_snapshot_not_from_height_1() {
+    let args = [
+        "--duration",
+        "60s",
+        "--retain-blocks",
+        "0",
+        "--wipe-restarted",
+    ];
+    caught_up_from_a_snapshot(&args, "wiped", 1);
+}
+
+/// Runs the localnet with `args` and checks that node `late` started empty, installed a
+/// peer's verified snapshot, never held a height below it, synced only above it, agrees with
+/// the others at every shared height and kept up; prints the catch-up time.
+fn caught_up_from_a_snapshot(args: &[&str], name: &str, late: usize) {
+    let (ok, r, dir) = localnet_kept(args, "demo", name);
     assert!(ok, "localnet failed: {r:?}");
     assert!(r.honest_agree, "{r:?}");
     let node = |i: usize| dir.join("home").join(format!("node-{i}"));
     let status = |i: usize| -> NodeStatus {
         serde_json::from_slice(&std::fs::read(node(i).join("status.json")).unwrap()).unwrap()
     };
-    let peers_first: Vec<u64> = (0..3).map(|i| status(i).store_first_height).collect();
+    let peers: Vec<usize> = (0..4).filter(|&i| i != late).collect();
+    let peers_first: Vec<u64> = peers
+        .iter()
+        .map(|&i| status(i).store_first_height)
+        .collect();
     assert!(
         peers_first.iter().all(|&f| f > 1),
         "the peers pruned: {peers_first:?}"
     );
     let report: ccron_node::catchup::fetch::CatchUpReport = serde_json::from_slice(
-        &std::fs::read(node(3).join("catchup.json")).expect("node 3 caught up (catchup.json)"),
+        &std::fs::read(node(late).join("catchup.json")).expect("the node caught up (catchup.json)"),
     )
     .unwrap();
     let installed = report.installed_height.expect("a snapshot installed");
-    assert_eq!(report.have, 0, "node 3 started empty");
+    assert_eq!(report.have, 0, "the node started empty");
     assert!(report.refusals.is_empty(), "{report:?}");
-    let late = status(3);
-    let log = read_digest_log(&node(3).join("digests.log"));
-    let lowest = *log.keys().next().expect("node 3 executed");
+    let s = status(late);
+    let log = read_digest_log(&node(late).join("digests.log"));
+    let lowest = *log.keys().next().expect("the node executed");
     assert!(
-        lowest >= installed && late.store_first_height > installed,
-        "node 3 never held a height below the snapshot at {installed}: digests from {lowest}, \
-         store from {}",
-        late.store_first_height
+        lowest >= installed && s.store_first_height > installed,
+        "the node never held a height below the snapshot at {installed}: digests from \
+         {lowest}, store from {}",
+        s.store_first_height
     );
     assert!(
-        late.synced_heights <= late.last_height - installed,
+        s.synced_heights <= s.last_height - installed,
         "synced only above the snapshot: {} synced, {installed}..{}",
-        late.synced_heights,
-        late.last_height
+        s.synced_heights,
+        s.last_height
     );
     // It agrees with the others at every height it shares with them, and kept up.
-    let others: Vec<DigestLog> = (0..3)
-        .map(|i| read_digest_log(&node(i).join("digests.log")))
+    let others: Vec<DigestLog> = peers
+        .iter()
+        .map(|&i| read_digest_log(&node(i).join("digests.log")))
         .collect();
     let mut shared = 0;
     for (h, (d, _)) in &log {
         for o in &others {
             if let Some((od, _)) = o.get(h) {
-                assert_eq!(d, od, "node 3 disagrees at height {h}");
+                assert_eq!(d, od, "node {late} disagrees at height {h}");
                 shared += 1;
             }
         }
     }
-    let top = (0..3).map(|i| status(i).last_height).max().unwrap_or(0);
+    let top = peers
+        .iter()
+        .map(|&i| status(i).last_height)
+        .max()
+        .unwrap_or(0);
     assert!(
-        shared > 0 && late.last_height + 20 >= top,
-        "node 3 at {} of {top}",
-        late.last_height
+        shared > 0 && s.last_height + 20 >= top,
+        "node {late} at {} of {top}",
+        s.last_height
     );
     println!(
-        "catch-up: node 3 installed the snapshot at {installed} from {:?} in {} ms \
-         (peers' stores from {peers_first:?}); then synced {} heights to {} (peers at {top})",
-        report.from_peer, report.took_ms, late.synced_heights, late.last_height
+        "catch-up ({name}): node {late} installed the snapshot at {installed} from {:?} in {} \
+         ms (peers' stores now from {peers_first:?}); then synced {} heights to {} (peers at \
+         {top})",
+        report.from_peer, report.took_ms, s.synced_heights, s.last_height
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -192,6 +192,10 @@ enum Cmd {
         /// peer's snapshot (docs/malachite.md, "Catch-up from a peer's snapshot").
         #[arg(long)]
         retain_blocks: Option<u64>,
+        /// Wipe the killed node's home (all but its key) before it is restarted: it starts
+        /// empty and catches up from its peers.
+        #[arg(long)]
+        wipe_restarted: bool,
     },
 }
 
@@ -407,6 +411,7 @@ impl<A: Application> NodeBinary<A> {
                 json,
                 upgrade_binary,
                 retain_blocks,
+                wipe_restarted,
             } => {
                 let byzantine = match byzantine.as_deref().map(parse_target).transpose() {
                     Ok(b) => b,
@@ -459,6 +464,7 @@ impl<A: Application> NodeBinary<A> {
                     node_bin,
                     upgrade_binary,
                     retain_blocks,
+                    wipe_restarted,
                 };
                 report(&opts, json)
             }

@@ -85,6 +85,9 @@ pub struct LocalnetOptions {
     /// (`node --retain-blocks`); `None` (the default): no pruning. With a late joiner, it
     /// catches up from a peer's snapshot ([`crate::catchup`]).
     pub retain_blocks: Option<u64>,
+    /// The killed node's home is wiped (all but its key) before its restart: it starts empty
+    /// ([`wipe_node_dir`]).
+    pub wipe_restarted: bool,
 }
 
 impl std::fmt::Debug for LocalnetOptions {
@@ -106,6 +109,7 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("node_bin", &self.node_bin)
             .field("upgrade_binary", &self.upgrade_binary)
             .field("retain_blocks", &self.retain_blocks)
+            .field("wipe_restarted", &self.wipe_restarted)
             .finish()
     }
 }
@@ -321,6 +325,28 @@ fn spawn_node(
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .spawn()
+}
+
+/// Removes everything in node `i`'s directory but its key (`secret.key`) and its log
+/// (`node.log`): a node whose disk was lost, restarted with its identity.
+///
+/// # Errors
+/// I/O errors listing or removing.
+pub fn wipe_node_dir(home: &Path, i: usize) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(node_dir(home, i))? {
+        let path = entry?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if matches!(name.as_deref(), Some("secret.key" | "node.log")) {
+            continue;
+        }
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    tracing::info!(node = i, "node home wiped (key kept)");
+    Ok(())
 }
 
 /// Heights between two snapshots of a localnet node: short runs still restart their killed
@@ -640,6 +666,9 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             killed = true;
         }
         if killed && restarts == 0 && t >= restart_at {
+            if opts.wipe_restarted {
+                wipe_node_dir(&home, victim)?;
+            }
             let c = spawn_node(
                 opts,
                 &home,
