@@ -451,6 +451,7 @@ mod tests {
             first_height: first,
             last_height: first + 50,
             offer_height: offer,
+            ..HistoryInfo::default()
         })
     }
 

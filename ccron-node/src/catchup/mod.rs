@@ -506,7 +506,9 @@ mod tests {
             serve::HistoryInfo {
                 first_height: 41,
                 last_height: 70,
-                offer_height: Some(60)
+                offer_height: Some(60),
+                offers_served: 0,
+                offers_unpublished: 0,
             }
         );
         // A liar: the honest offer with a forged commit (round 9), served the same way.
@@ -551,6 +553,7 @@ mod tests {
         let kinds: Vec<&str> = report.refusals.iter().map(|r| r.1.as_str()).collect();
         assert_eq!(kinds, vec!["fetch", "commit"]);
         assert_eq!(slot.counters().1, 1, "the honest offer was served once");
+        assert_eq!(client.history(good).await.unwrap().offers_served, 1);
         std::fs::remove_dir_all(honest).unwrap();
     }
 

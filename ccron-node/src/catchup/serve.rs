@@ -7,7 +7,8 @@
 //! beyond a clone of shared bytes, behind the node's bounded server (`crate::api`: connection
 //! caps, deadlines, per-peer rate limits).
 //!
-//! - `GET /v1/catchup/history`: JSON [`HistoryInfo`].
+//! - `GET /v1/catchup/history`: JSON [`HistoryInfo`] (with the offers served and not
+//!   published: the slot's counters).
 //! - `GET /v1/catchup/offer`: the encoded offer (`application/octet-stream`, at most
 //!   [`super::MAX_OFFER_BYTES`]: a larger one is never published, it is counted and traced
 //!   instead), `404` when the node has none yet.
@@ -45,6 +46,12 @@ pub struct HistoryInfo {
     pub last_height: u64,
     /// The height of the snapshot it offers, if any.
     pub offer_height: Option<u64>,
+    /// Offers this node served so far (node-local).
+    #[serde(default)]
+    pub offers_served: u64,
+    /// Offers it could not publish (too large, or not read; each also a warning).
+    #[serde(default)]
+    pub offers_unpublished: u64,
 }
 
 #[derive(Debug, Default)]
@@ -69,9 +76,11 @@ impl OfferSlot {
         Self::default()
     }
 
-    /// The history published.
+    /// The history published, with the counters.
     pub fn history(&self) -> HistoryInfo {
-        crate::api::lock(&self.inner).history
+        let mut h = crate::api::lock(&self.inner).history;
+        (h.offers_unpublished, h.offers_served) = self.counters();
+        h
     }
 
     /// The offer's bytes published, if any.
