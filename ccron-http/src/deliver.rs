@@ -63,14 +63,16 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 mod answers;
+mod outcomes;
 
 use answers::AnswerCheck;
+pub use outcomes::{AttemptCounts, AttemptKind};
 pub use answers::{AnswerVerification, VerifiedRoots, parse_answer_path};
 
 use crate::auth::{self, DeliveryClaims, DeliverySecret};
 use crate::contract;
 use crate::pool::{
-    AssignError, AttemptOutcome, Pool, PoolConfig, PoolConfigError, Verdict, WorkerId,
+    AssignError, AttemptOutcome, Health, Pool, PoolConfig, PoolConfigError, Verdict, WorkerId,
 };
 
 /// A source of milliseconds (injected: tests and the bench use their own).
@@ -246,8 +248,13 @@ pub struct DispatchStats {
     pub retries: u64,
     /// Records given up (dead letters).
     pub given_up: u64,
-    /// Deliveries no worker could take.
+    /// Deliveries no worker could take because none was up (reported to the consumer as a
+    /// failed attempt: it retries after its backoff).
     pub no_worker: u64,
+    /// Deliveries that waited in the dispatcher for a free slot (a worker was up, every
+    /// healthy one was full): started, in index order, as soon as a slot freed, never failed
+    /// for it.
+    pub waited_for_room: u64,
     /// Attempts that timed out.
     pub timeouts: u64,
     /// Attempts that ended in a transport error.
@@ -265,6 +272,8 @@ pub struct DispatchStats {
     pub answers_too_large: u64,
     /// Ed25519 verifications made (answers of one signed batch share one).
     pub signature_checks: u64,
+    /// Attempts by how they ended (the worker's or the server's refusal reason).
+    pub outcomes: AttemptCounts,
 }
 
 /// What an attempt's response showed besides its outcome.
@@ -277,15 +286,17 @@ enum Note {
 
 struct Reply {
     outcome: AttemptOutcome,
+    kind: AttemptKind,
     replayed: bool,
     proof: Option<AnswerProof>,
     note: Option<Note>,
 }
 
 impl Reply {
-    fn plain(outcome: AttemptOutcome) -> Self {
+    fn plain(outcome: AttemptOutcome, kind: AttemptKind) -> Self {
         Self {
             outcome,
+            kind,
             replayed: false,
             proof: None,
             note: None,
@@ -330,6 +341,9 @@ pub struct Dispatcher {
     chain_id: Arc<[u8]>,
     chain_hex: hyper::header::HeaderValue,
     in_flight: BTreeMap<u64, InFlight>,
+    /// Deliveries waiting for a free slot at a healthy worker, by index, with when they began
+    /// to wait (at most the consumer's `max_processing`: each is a delivery it handed out).
+    waiting: BTreeMap<u64, (Delivery, TimeMs)>,
     stats: DispatchStats,
 }
 
@@ -461,6 +475,7 @@ impl Dispatcher {
             chain_id,
             chain_hex,
             in_flight: BTreeMap::new(),
+            waiting: BTreeMap::new(),
             stats: DispatchStats::default(),
         })
     }
@@ -513,6 +528,7 @@ impl Dispatcher {
         for w in self.pool.probes_due(now) {
             self.spawn_probe(w);
         }
+        self.start_waiting(consumer, sink, now)?;
         for d in consumer.poll(jobs, now)? {
             // The progress a worker may forget: persisted, so never re-delivered.
             let progress = consumer.persisted_progress();
@@ -537,7 +553,57 @@ impl Dispatcher {
         while let Ok(ev) = self.rx.try_recv() {
             self.apply(consumer, sink, ev)?;
         }
+        // The slots those completions freed go to the deliveries waiting for one, now.
+        let now = (self.clock)();
+        self.start_waiting(consumer, sink, now)?;
         Ok(())
+    }
+
+    /// Deliveries waiting for a free slot.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Starts the deliveries waiting for a slot, lowest index first, while the pool has room.
+    /// One that waited past the consumer's acknowledgement timeout is dropped: the consumer
+    /// has expired that attempt and hands the record out again (or dead-letters it).
+    fn start_waiting<P: ProgressStore, D: DeadLetterSink>(
+        &mut self,
+        consumer: &mut PersistentConsumer<P, D>,
+        sink: &mut impl ResultSink,
+        now: TimeMs,
+    ) -> Result<(), DeliverError> {
+        let ack_timeout_ms = consumer.consumer().config().ack_timeout_ms;
+        while let Some((&index, &(_, since))) = self.waiting.first_key_value() {
+            let expired = now.saturating_sub(since) >= ack_timeout_ms;
+            if !expired && !self.pool_has_room() {
+                break;
+            }
+            let Some((d, since)) = self.waiting.remove(&index) else {
+                break;
+            };
+            if expired {
+                self.pool.forget(index);
+                tracing::debug!(index, "delivery waited past the acknowledgement timeout");
+                continue;
+            }
+            let progress = consumer.persisted_progress();
+            self.start_from(consumer, sink, d, progress, now, Some(since))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a healthy worker has a free slot.
+    fn pool_has_room(&self) -> bool {
+        (0..self.cfg.pool.workers).any(|w| {
+            matches!(self.pool.health(w), Some(Health::Up { .. }))
+                && self.pool.in_flight(w) < self.cfg.pool.max_in_flight_per_worker
+        })
+    }
+
+    /// Whether any worker is up (full or not).
+    fn any_worker_up(&self) -> bool {
+        (0..self.cfg.pool.workers).any(|w| matches!(self.pool.health(w), Some(Health::Up { .. })))
     }
 
     fn start<P: ProgressStore, D: DeadLetterSink>(
@@ -547,6 +613,21 @@ impl Dispatcher {
         d: Delivery,
         progress: u64,
         now: TimeMs,
+    ) -> Result<(), DeliverError> {
+        // A newer attempt of a record that was waiting replaces it.
+        self.waiting.remove(&d.index);
+        self.start_from(consumer, sink, d, progress, now, None)
+    }
+
+    /// Assigns and sends `d`; `waiting_since`: it waited for a slot since then.
+    fn start_from<P: ProgressStore, D: DeadLetterSink>(
+        &mut self,
+        consumer: &mut PersistentConsumer<P, D>,
+        sink: &mut impl ResultSink,
+        d: Delivery,
+        progress: u64,
+        now: TimeMs,
+        waiting_since: Option<TimeMs>,
     ) -> Result<(), DeliverError> {
         let r = &d.record;
         match self
@@ -567,6 +648,14 @@ impl Dispatcher {
                 let reason = "time-to-run ran out before an attempt could start".to_string();
                 self.pool.forget(d.index);
                 self.give_up(consumer, sink, &d, reason, now)?;
+            }
+            Err(AssignError::NoWorker) if self.any_worker_up() => {
+                // Healthy workers, all full: wait for a slot here rather than fail the
+                // attempt (the consumer would back off, and hand out newer records instead).
+                if waiting_since.is_none() {
+                    self.stats.waited_for_room += 1;
+                }
+                self.waiting.insert(d.index, (d, waiting_since.unwrap_or(now)));
             }
             Err(e) => {
                 self.stats.no_worker += 1;
@@ -627,10 +716,12 @@ impl Dispatcher {
         };
         let Reply {
             outcome,
+            kind,
             replayed,
             proof,
             note,
         } = reply;
+        self.stats.outcomes.add(kind);
         let Some(flight) = self.in_flight.remove(&index) else {
             return Ok(());
         };
@@ -751,10 +842,13 @@ impl Dispatcher {
         self.tasks.spawn(
             async move {
                 let reply = match request {
-                    Err(e) => Reply::plain(AttemptOutcome::Rejected(format!("bad request: {e}"))),
+                    Err(e) => Reply::plain(
+                        AttemptOutcome::Rejected(format!("bad request: {e}")),
+                        AttemptKind::BadRequest,
+                    ),
                     Ok(req) => {
                         match tokio::time::timeout(timeout, post(&client, req, &check)).await {
-                            Err(_) => Reply::plain(AttemptOutcome::Timeout),
+                            Err(_) => Reply::plain(AttemptOutcome::Timeout, AttemptKind::Timeout),
                             Ok(r) => r,
                         }
                     }
@@ -805,10 +899,16 @@ async fn post(
 ) -> Reply {
     let resp = match client.request(req).await {
         Ok(r) => r,
-        Err(e) => return Reply::plain(AttemptOutcome::Transport(e.to_string())),
+        Err(e) => {
+            return Reply::plain(
+                AttemptOutcome::Transport(e.to_string()),
+                AttemptKind::Transport,
+            );
+        }
     };
     let status = resp.status();
     let headers = resp.headers().clone();
+    let kind = AttemptKind::of_response(status, &headers);
     let replayed = headers.contains_key(contract::REPLAYED);
     let refusal = headers
         .get(contract::ERROR)
@@ -822,19 +922,27 @@ async fn post(
         Err(e) if status.is_success() && e.is::<http_body_util::LengthLimitError>() => {
             return Reply {
                 note: Some(Note::AnswerTooLarge),
-                ..Reply::plain(AttemptOutcome::Rejected(format!(
-                    "answer longer than the ledger accepts ({} bytes)",
-                    check.max_answer_bytes
-                )))
+                ..Reply::plain(
+                    AttemptOutcome::Rejected(format!(
+                        "answer longer than the ledger accepts ({} bytes)",
+                        check.max_answer_bytes
+                    )),
+                    AttemptKind::AnswerTooLarge,
+                )
             };
         }
-        Err(e) => return Reply::plain(AttemptOutcome::Transport(format!("answer not read: {e}"))),
+        Err(e) => {
+            return Reply::plain(
+                AttemptOutcome::Transport(format!("answer not read: {e}")),
+                AttemptKind::Transport,
+            );
+        }
     };
     let bad = |why: String| {
         tracing::warn!(%why, %status, "response refused");
         Reply {
             note: Some(Note::BadAnswer),
-            ..Reply::plain(AttemptOutcome::Failed(why))
+            ..Reply::plain(AttemptOutcome::Failed(why), AttemptKind::BadAnswer)
         }
     };
     let proof = if status.is_success() {
@@ -868,7 +976,7 @@ async fn post(
     let AttemptOutcome::Done(body) = outcome else {
         return Reply {
             note,
-            ..Reply::plain(outcome)
+            ..Reply::plain(outcome, kind)
         };
     };
     if let Some(p) = &proof
@@ -878,6 +986,7 @@ async fn post(
     }
     Reply {
         outcome: AttemptOutcome::Done(body),
+        kind,
         replayed,
         proof,
         note,
