@@ -4,12 +4,20 @@
 //! 1. sends a probe (`GET` health, under the probe timeout) to every worker whose back-off ended;
 //! 2. polls the [`PersistentConsumer`] for deliveries (retries first, then new records, within
 //!    its in-flight and search-ahead bounds) and asks the pool for a worker for each; an
-//!    assignment becomes a spawned `POST` under the handler's attempt timeout; no worker (all
-//!    down or full) is reported to the consumer as a failed attempt, so it retries after its
-//!    backoff; a time-to-run that ran out gives the record up;
+//!    assignment becomes a spawned `POST` under the handler's attempt timeout. When every
+//!    healthy worker is full the delivery **waits here** for the next free slot (lowest index
+//!    first, started as soon as a completion frees one; at most the consumer's
+//!    `max_processing`), rather than failing: a failed attempt would be backed off by the
+//!    consumer, which meanwhile hands out newer records, so the oldest record, the one
+//!    progress waits on, would be served last. Only when no worker is up is the delivery
+//!    reported to the consumer as a failed attempt (it retries after its backoff); a
+//!    time-to-run that ran out gives the record up;
 //! 3. waits for the first completion (or the next timer, or `max_wait`), then applies every
 //!    completion that arrived: the pool's [`Verdict`] becomes the consumer's acknowledgement,
-//!    retry or dead letter.
+//!    retry or dead letter. A refusal with `Retry-After` (the bounded server's rate limit, a
+//!    worker's 503) pauses that worker until then ([`Pool::pause`]): it is sent nothing before
+//!    that time, and the record fails over. Every attempt is counted by how it ended
+//!    ([`DispatchStats::outcomes`], [`AttemptKind`]).
 //!
 //! Authentication: every delivery carries an HMAC-SHA256 under the secret the dispatcher shares
 //! with that worker ([`WorkerEndpoint::secret`], [`crate::auth`]), over the chain id, its key id,
@@ -72,7 +80,7 @@ pub use answers::{AnswerVerification, VerifiedRoots, parse_answer_path};
 use crate::auth::{self, DeliveryClaims, DeliverySecret};
 use crate::contract;
 use crate::pool::{
-    AssignError, AttemptOutcome, Health, Pool, PoolConfig, PoolConfigError, Verdict, WorkerId,
+    AssignError, AttemptOutcome, Pool, PoolConfig, PoolConfigError, Verdict, WorkerId,
 };
 
 /// A source of milliseconds (injected: tests and the bench use their own).
@@ -287,6 +295,8 @@ enum Note {
 struct Reply {
     outcome: AttemptOutcome,
     kind: AttemptKind,
+    /// The refusal's `Retry-After` (milliseconds).
+    retry_after_ms: Option<u64>,
     replayed: bool,
     proof: Option<AnswerProof>,
     note: Option<Note>,
@@ -297,6 +307,7 @@ impl Reply {
         Self {
             outcome,
             kind,
+            retry_after_ms: None,
             replayed: false,
             proof: None,
             note: None,
@@ -576,7 +587,7 @@ impl Dispatcher {
         let ack_timeout_ms = consumer.consumer().config().ack_timeout_ms;
         while let Some((&index, &(_, since))) = self.waiting.first_key_value() {
             let expired = now.saturating_sub(since) >= ack_timeout_ms;
-            if !expired && !self.pool_has_room() {
+            if !expired && !self.pool.has_room(now) {
                 break;
             }
             let Some((d, since)) = self.waiting.remove(&index) else {
@@ -589,22 +600,14 @@ impl Dispatcher {
             }
             let progress = consumer.persisted_progress();
             self.start_from(consumer, sink, d, progress, now, Some(since))?;
+            if self.waiting.contains_key(&index) {
+                // Waiting again (the room was not for its handler's workers): later.
+                break;
+            }
         }
         Ok(())
     }
 
-    /// Whether a healthy worker has a free slot.
-    fn pool_has_room(&self) -> bool {
-        (0..self.cfg.pool.workers).any(|w| {
-            matches!(self.pool.health(w), Some(Health::Up { .. }))
-                && self.pool.in_flight(w) < self.cfg.pool.max_in_flight_per_worker
-        })
-    }
-
-    /// Whether any worker is up (full or not).
-    fn any_worker_up(&self) -> bool {
-        (0..self.cfg.pool.workers).any(|w| matches!(self.pool.health(w), Some(Health::Up { .. })))
-    }
 
     fn start<P: ProgressStore, D: DeadLetterSink>(
         &mut self,
@@ -649,7 +652,7 @@ impl Dispatcher {
                 self.pool.forget(d.index);
                 self.give_up(consumer, sink, &d, reason, now)?;
             }
-            Err(AssignError::NoWorker) if self.any_worker_up() => {
+            Err(AssignError::NoWorker) if self.pool.any_up() => {
                 // Healthy workers, all full: wait for a slot here rather than fail the
                 // attempt (the consumer would back off, and hand out newer records instead).
                 if waiting_since.is_none() {
@@ -717,11 +720,18 @@ impl Dispatcher {
         let Reply {
             outcome,
             kind,
+            retry_after_ms,
             replayed,
             proof,
             note,
         } = reply;
         self.stats.outcomes.add(kind);
+        if let Some(ms) = retry_after_ms {
+            // "Not before then" from this worker (its rate limit, or its own 503): it gets
+            // nothing until that time; the record fails over to another worker meanwhile.
+            let ms = TimeMs::try_from(ms).unwrap_or(TimeMs::MAX);
+            self.pool.pause(worker, now.saturating_add(ms));
+        }
         let Some(flight) = self.in_flight.remove(&index) else {
             return Ok(());
         };
@@ -909,6 +919,9 @@ async fn post(
     let status = resp.status();
     let headers = resp.headers().clone();
     let kind = AttemptKind::of_response(status, &headers);
+    let retry_after_ms = (!status.is_success())
+        .then(|| outcomes::retry_after_ms(&headers))
+        .flatten();
     let replayed = headers.contains_key(contract::REPLAYED);
     let refusal = headers
         .get(contract::ERROR)
@@ -976,6 +989,7 @@ async fn post(
     let AttemptOutcome::Done(body) = outcome else {
         return Reply {
             note,
+            retry_after_ms,
             ..Reply::plain(outcome, kind)
         };
     };
@@ -987,6 +1001,7 @@ async fn post(
     Reply {
         outcome: AttemptOutcome::Done(body),
         kind,
+        retry_after_ms: None,
         replayed,
         proof,
         note,
