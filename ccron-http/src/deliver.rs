@@ -71,11 +71,13 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 mod answers;
+pub mod metrics;
 mod outcomes;
 
 use answers::AnswerCheck;
-pub use outcomes::{AttemptCounts, AttemptKind};
 pub use answers::{AnswerVerification, VerifiedRoots, parse_answer_path};
+pub use metrics::{DispatchFigures, DispatchMetrics, WorkerFigures, metrics_router, serve_metrics};
+pub use outcomes::{AttemptCounts, AttemptKind};
 
 use crate::auth::{self, DeliveryClaims, DeliverySecret};
 use crate::contract;
@@ -356,6 +358,8 @@ pub struct Dispatcher {
     /// to wait (at most the consumer's `max_processing`: each is a delivery it handed out).
     waiting: BTreeMap<u64, (Delivery, TimeMs)>,
     stats: DispatchStats,
+    /// The figures its metrics endpoint serves, refreshed at the end of every step.
+    metrics: DispatchMetrics,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -488,6 +492,7 @@ impl Dispatcher {
             in_flight: BTreeMap::new(),
             waiting: BTreeMap::new(),
             stats: DispatchStats::default(),
+            metrics: DispatchMetrics::default(),
         })
     }
 
@@ -517,6 +522,29 @@ impl Dispatcher {
     /// Attempts awaiting their answer.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+
+    /// Its figures for a metrics endpoint ([`metrics_router`], [`serve_metrics`]): a shared
+    /// handle, refreshed at the end of every [`step`](Self::step).
+    pub fn metrics(&self) -> DispatchMetrics {
+        self.metrics.clone()
+    }
+
+    fn publish_metrics(&self, progress: u64, head: u64) {
+        self.metrics.set(DispatchFigures {
+            stats: self.stats(),
+            pool: self.pool.stats(),
+            in_flight: self.in_flight.len() as u64,
+            waiting: self.waiting.len() as u64,
+            progress,
+            head,
+            workers: (0..self.cfg.pool.workers)
+                .map(|w| WorkerFigures {
+                    up: metrics::is_up(self.pool.health(w)),
+                    in_flight: self.pool.in_flight(w) as u64,
+                })
+                .collect(),
+        });
     }
 
     /// One round (see the module documentation): probes, new attempts, then completions that
@@ -567,6 +595,7 @@ impl Dispatcher {
         // The slots those completions freed go to the deliveries waiting for one, now.
         let now = (self.clock)();
         self.start_waiting(consumer, sink, now)?;
+        self.publish_metrics(consumer.persisted_progress(), jobs.head());
         Ok(())
     }
 
@@ -607,7 +636,6 @@ impl Dispatcher {
         }
         Ok(())
     }
-
 
     fn start<P: ProgressStore, D: DeadLetterSink>(
         &mut self,
@@ -658,7 +686,8 @@ impl Dispatcher {
                 if waiting_since.is_none() {
                     self.stats.waited_for_room += 1;
                 }
-                self.waiting.insert(d.index, (d, waiting_since.unwrap_or(now)));
+                self.waiting
+                    .insert(d.index, (d, waiting_since.unwrap_or(now)));
             }
             Err(e) => {
                 self.stats.no_worker += 1;
@@ -980,7 +1009,13 @@ async fn post(
     if final_status && !check.response_is_authentic(&headers, status, &body, proof.as_ref()) {
         return bad(format!("a {status} response without a valid response MAC"));
     }
-    let outcome = classify(status, body);
+    let outcome = match (classify(status, body), kind, retry_after_ms) {
+        // The bounded server's rate limit, with its wait: a pause, not a fault.
+        (AttemptOutcome::Failed(why), AttemptKind::RateLimited, Some(_)) => {
+            AttemptOutcome::Throttled(why)
+        }
+        (o, _, _) => o,
+    };
     let note = match (status, refusal.as_deref()) {
         (StatusCode::UNAUTHORIZED, _) => Some(Note::Unauthorized),
         (_, Some("answer-too-large")) => Some(Note::AnswerTooLarge),

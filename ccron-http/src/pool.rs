@@ -209,6 +209,10 @@ pub enum AttemptOutcome {
     Timeout,
     /// Connection refused, reset, or a malformed response.
     Transport(String),
+    /// 429 with a wait (`Retry-After`): the worker is alive and asks for a pause. Retried
+    /// (elsewhere) like a failure, but not counted against its health: the shell pauses the
+    /// worker until then ([`Pool::pause`]).
+    Throttled(String),
 }
 
 impl AttemptOutcome {
@@ -226,6 +230,7 @@ impl fmt::Display for AttemptOutcome {
             Self::Failed(r) => write!(f, "failed: {r}"),
             Self::Timeout => f.write_str("timed out"),
             Self::Transport(r) => write!(f, "transport error: {r}"),
+            Self::Throttled(r) => write!(f, "throttled: {r}"),
         }
     }
 }
@@ -536,6 +541,8 @@ impl Pool {
         // Health: a success or a rejection shows the worker is alive; a fault counts.
         if outcome.is_worker_fault() {
             self.worker_failed(w, now_ms);
+        } else if matches!(outcome, AttemptOutcome::Throttled(_)) {
+            // Alive, asking for a pause: neither a fault nor a success.
         } else if let Some(s) = self.workers.get_mut(w)
             && let Health::Up { failures } = &mut s.health
         {

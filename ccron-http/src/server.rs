@@ -17,7 +17,8 @@
 //!   handler never waits on a client.
 //! * **Handlers** get [`ServerConfig::request_timeout_ms`] (503 after it).
 //! * **Rate**: each peer has a token bucket of [`RateLimit::burst`] requests refilled at
-//!   [`RateLimit::per_second`]; an empty bucket answers 429 with `Retry-After`. The limit is
+//!   [`RateLimit::per_second`]; an empty bucket answers 429 with `Retry-After` (and the exact
+//!   wait in [`RETRY_AFTER_MS_HEADER`]). The limit is
 //!   for strangers: a handler that authenticated the request marks its response
 //!   [`Authenticated`] and the peer gets its token back, so a known sender (a worker's
 //!   dispatcher) is bounded by its own flow control, not throttled with strangers.
@@ -58,6 +59,10 @@ use tower_service::Service;
 
 /// Response header naming the refusal ([`Refusal::name`]).
 pub const REFUSAL_HEADER: &str = "ccron-refusal";
+
+/// Response header of a 429: the milliseconds until the peer's next token (`Retry-After` says
+/// the same in whole seconds, rounded up, which is far longer than a bucket needs to refill).
+pub const RETRY_AFTER_MS_HEADER: &str = "ccron-retry-after-ms";
 
 /// A response extension: the handler authenticated the request (a MAC or signature it
 /// checked), so the server returns the peer's rate token (see the module documentation).
@@ -666,7 +671,7 @@ async fn connection(
     }
 }
 
-fn refusal(r: Refusal, close: bool, retry_after_s: Option<u64>) -> Response<Body> {
+fn refusal(r: Refusal, close: bool, retry_after_ms: Option<u64>) -> Response<Body> {
     let mut resp = Response::new(Body::from(r.name()));
     *resp.status_mut() = r.status();
     let h = resp.headers_mut();
@@ -674,8 +679,12 @@ fn refusal(r: Refusal, close: bool, retry_after_s: Option<u64>) -> Response<Body
     if close {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    if let Some(s) = retry_after_s {
-        h.insert(header::RETRY_AFTER, HeaderValue::from(s));
+    if let Some(ms) = retry_after_ms {
+        h.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(ms.div_ceil(1_000).max(1)),
+        );
+        h.insert(RETRY_AFTER_MS_HEADER, HeaderValue::from(ms.max(1)));
     }
     resp
 }
@@ -691,7 +700,7 @@ async fn handle(req: Request<Incoming>, shared: &Shared, peer: SocketAddr) -> Re
         .take(key, Instant::now());
     if let Err(ms) = token {
         stats.refuse(Refusal::RateLimited, peer);
-        return refusal(Refusal::RateLimited, false, Some(ms.div_ceil(1_000).max(1)));
+        return refusal(Refusal::RateLimited, false, Some(ms));
     }
     let declared = req
         .headers()

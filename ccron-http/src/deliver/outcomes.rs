@@ -7,7 +7,7 @@ use hyper::header::HeaderMap;
 use hyper::{StatusCode, header};
 
 use crate::contract;
-use crate::server::REFUSAL_HEADER;
+use crate::server::{REFUSAL_HEADER, RETRY_AFTER_MS_HEADER};
 
 /// How one delivery attempt ended (the label of [`AttemptCounts`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -135,8 +135,16 @@ impl AttemptKind {
     }
 }
 
-/// The `Retry-After` of a refusal, in milliseconds (delta seconds only; at most an hour).
+/// The wait a refusal asks for, in milliseconds (at most an hour): the bounded server's
+/// [`RETRY_AFTER_MS_HEADER`] when present, else `Retry-After` (delta seconds only).
 pub fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
+    if let Some(ms) = headers
+        .get(RETRY_AFTER_MS_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        return Some(ms.min(3_600_000));
+    }
     let secs: u64 = headers
         .get(header::RETRY_AFTER)?
         .to_str()
@@ -249,6 +257,12 @@ mod tests {
             "delta seconds"
         );
         assert_eq!(retry_after_ms(&with("retry-after", "soon")), None);
-        assert_eq!(retry_after_ms(&with("retry-after", "99999999")), Some(3_600_000));
+        let mut both = with("retry-after", "1");
+        both.insert(RETRY_AFTER_MS_HEADER, "3".parse().unwrap());
+        assert_eq!(retry_after_ms(&both), Some(3), "the exact wait wins");
+        assert_eq!(
+            retry_after_ms(&with("retry-after", "99999999")),
+            Some(3_600_000)
+        );
     }
 }
