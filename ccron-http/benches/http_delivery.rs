@@ -110,8 +110,10 @@ struct Outcome {
     cpu_us: f64,
     /// Attempts by how they ended (the worker's or the server's refusal reason).
     outcomes: AttemptCounts,
-    /// Deliveries that found no worker with room (not attempts: the consumer retries them).
+    /// Deliveries that found no worker up (not attempts: the consumer retries them).
     no_worker: u64,
+    /// Deliveries that waited in the dispatcher for a free slot.
+    waited: u64,
 }
 
 async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcome {
@@ -250,6 +252,7 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcom
         cpu_us,
         outcomes: stats.outcomes,
         no_worker: stats.no_worker,
+        waited: stats.waited_for_room,
     }
 }
 
@@ -336,10 +339,11 @@ fn main() {
             );
             for (k, o) in runs.iter().enumerate() {
                 println!(
-                    "    run {}: attempts by outcome: {}; no worker with room {}",
+                    "    run {}: attempts by outcome: {}; no worker up {}, waited for a slot {}",
                     k + 1,
                     o.outcomes,
-                    o.no_worker
+                    o.no_worker,
+                    o.waited
                 );
             }
             summary[usize::from(auth)] = (rps, p99, cpu);
