@@ -8,7 +8,7 @@
 //! process-wide registry: two dispatchers in one process share nothing).
 //!
 //! Series (all prefixed `ccron_dispatch_`): attempts by outcome (`attempts_total{outcome}`,
-//! the [`AttemptKind`] names: the worker's or the bounded server's refusal reason, timeouts,
+//! the [`AttemptKind`](super::AttemptKind) names: the worker's or the bounded server's refusal reason, timeouts,
 //! transport errors, refused answers), records done, replayed, given up, retried, deliveries
 //! that found no worker up or waited for a free slot, sink failures, signature checks, probes,
 //! workers marked down and paused; gauges of attempts in flight and waiting, the consumer's
