@@ -31,6 +31,7 @@ use ccron::outbox::{
     Backoff, ConsumerConfig, DedupeLimits, Jobs, MemDeadLetters, MemProgressStore, OccurrenceId,
     Outbox, OutboxLimits, OutboxRecord, OutboxResult, PersistentConsumer,
 };
+use ccron_http::deliver::AttemptCounts;
 use ccron_http::{
     Dedupe, Dispatcher, DispatcherConfig, EffectError, ResultSink, ResultSinkError, Worker,
     WorkerConfig,
@@ -107,6 +108,12 @@ struct Outcome {
     per_check: f64,
     /// CPU time of the whole process (dispatcher and workers) per record, in microseconds.
     cpu_us: f64,
+    /// Attempts by how they ended (the worker's or the server's refusal reason).
+    outcomes: AttemptCounts,
+    /// Deliveries that found no worker up (not attempts: the consumer retries them).
+    no_worker: u64,
+    /// Deliveries that waited in the dispatcher for a free slot.
+    waited: u64,
 }
 
 async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcome {
@@ -243,6 +250,9 @@ async fn run(records: u64, flaky: bool, rate: Option<f64>, auth: bool) -> Outcom
         per_signature: signed as f64 / signatures.max(1) as f64,
         per_check: stats.done as f64 / stats.signature_checks.max(1) as f64,
         cpu_us,
+        outcomes: stats.outcomes,
+        no_worker: stats.no_worker,
+        waited: stats.waited_for_room,
     }
 }
 
@@ -327,6 +337,15 @@ fn main() {
                 mean(&|o| o.attempts as f64),
                 mean(&|o| o.retries as f64)
             );
+            for (k, o) in runs.iter().enumerate() {
+                println!(
+                    "    run {}: attempts by outcome: {}; no worker up {}, waited for a slot {}",
+                    k + 1,
+                    o.outcomes,
+                    o.no_worker,
+                    o.waited
+                );
+            }
             summary[usize::from(auth)] = (rps, p99, cpu);
         }
         figures.push((name, summary));

@@ -4,12 +4,20 @@
 //! 1. sends a probe (`GET` health, under the probe timeout) to every worker whose back-off ended;
 //! 2. polls the [`PersistentConsumer`] for deliveries (retries first, then new records, within
 //!    its in-flight and search-ahead bounds) and asks the pool for a worker for each; an
-//!    assignment becomes a spawned `POST` under the handler's attempt timeout; no worker (all
-//!    down or full) is reported to the consumer as a failed attempt, so it retries after its
-//!    backoff; a time-to-run that ran out gives the record up;
+//!    assignment becomes a spawned `POST` under the handler's attempt timeout. When every
+//!    healthy worker is full the delivery **waits here** for the next free slot (lowest index
+//!    first, started as soon as a completion frees one; at most the consumer's
+//!    `max_processing`), rather than failing: a failed attempt would be backed off by the
+//!    consumer, which meanwhile hands out newer records, so the oldest record, the one
+//!    progress waits on, would be served last. Only when no worker is up is the delivery
+//!    reported to the consumer as a failed attempt (it retries after its backoff); a
+//!    time-to-run that ran out gives the record up;
 //! 3. waits for the first completion (or the next timer, or `max_wait`), then applies every
 //!    completion that arrived: the pool's [`Verdict`] becomes the consumer's acknowledgement,
-//!    retry or dead letter.
+//!    retry or dead letter. A refusal with `Retry-After` (the bounded server's rate limit, a
+//!    worker's 503) pauses that worker until then ([`Pool::pause`]): it is sent nothing before
+//!    that time, and the record fails over. Every attempt is counted by how it ended
+//!    ([`DispatchStats::outcomes`], [`AttemptKind`]).
 //!
 //! Authentication: every delivery carries an HMAC-SHA256 under the secret the dispatcher shares
 //! with that worker ([`WorkerEndpoint::secret`], [`crate::auth`]), over the chain id, its key id,
@@ -63,9 +71,13 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 mod answers;
+pub mod metrics;
+mod outcomes;
 
 use answers::AnswerCheck;
 pub use answers::{AnswerVerification, VerifiedRoots, parse_answer_path};
+pub use metrics::{DispatchFigures, DispatchMetrics, WorkerFigures, metrics_router, serve_metrics};
+pub use outcomes::{AttemptCounts, AttemptKind};
 
 use crate::auth::{self, DeliveryClaims, DeliverySecret};
 use crate::contract;
@@ -246,8 +258,13 @@ pub struct DispatchStats {
     pub retries: u64,
     /// Records given up (dead letters).
     pub given_up: u64,
-    /// Deliveries no worker could take.
+    /// Deliveries no worker could take because none was up (reported to the consumer as a
+    /// failed attempt: it retries after its backoff).
     pub no_worker: u64,
+    /// Deliveries that waited in the dispatcher for a free slot (a worker was up, every
+    /// healthy one was full): started, in index order, as soon as a slot freed, never failed
+    /// for it.
+    pub waited_for_room: u64,
     /// Attempts that timed out.
     pub timeouts: u64,
     /// Attempts that ended in a transport error.
@@ -265,6 +282,8 @@ pub struct DispatchStats {
     pub answers_too_large: u64,
     /// Ed25519 verifications made (answers of one signed batch share one).
     pub signature_checks: u64,
+    /// Attempts by how they ended (the worker's or the server's refusal reason).
+    pub outcomes: AttemptCounts,
 }
 
 /// What an attempt's response showed besides its outcome.
@@ -277,15 +296,20 @@ enum Note {
 
 struct Reply {
     outcome: AttemptOutcome,
+    kind: AttemptKind,
+    /// The refusal's `Retry-After` (milliseconds).
+    retry_after_ms: Option<u64>,
     replayed: bool,
     proof: Option<AnswerProof>,
     note: Option<Note>,
 }
 
 impl Reply {
-    fn plain(outcome: AttemptOutcome) -> Self {
+    fn plain(outcome: AttemptOutcome, kind: AttemptKind) -> Self {
         Self {
             outcome,
+            kind,
+            retry_after_ms: None,
             replayed: false,
             proof: None,
             note: None,
@@ -330,7 +354,12 @@ pub struct Dispatcher {
     chain_id: Arc<[u8]>,
     chain_hex: hyper::header::HeaderValue,
     in_flight: BTreeMap<u64, InFlight>,
+    /// Deliveries waiting for a free slot at a healthy worker, by index, with when they began
+    /// to wait (at most the consumer's `max_processing`: each is a delivery it handed out).
+    waiting: BTreeMap<u64, (Delivery, TimeMs)>,
     stats: DispatchStats,
+    /// The figures its metrics endpoint serves, refreshed at the end of every step.
+    metrics: DispatchMetrics,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -461,7 +490,9 @@ impl Dispatcher {
             chain_id,
             chain_hex,
             in_flight: BTreeMap::new(),
+            waiting: BTreeMap::new(),
             stats: DispatchStats::default(),
+            metrics: DispatchMetrics::default(),
         })
     }
 
@@ -493,6 +524,29 @@ impl Dispatcher {
         self.in_flight.len()
     }
 
+    /// Its figures for a metrics endpoint ([`metrics_router`], [`serve_metrics`]): a shared
+    /// handle, refreshed at the end of every [`step`](Self::step).
+    pub fn metrics(&self) -> DispatchMetrics {
+        self.metrics.clone()
+    }
+
+    fn publish_metrics(&self, progress: u64, head: u64) {
+        self.metrics.set(DispatchFigures {
+            stats: self.stats(),
+            pool: self.pool.stats(),
+            in_flight: self.in_flight.len() as u64,
+            waiting: self.waiting.len() as u64,
+            progress,
+            head,
+            workers: (0..self.cfg.pool.workers)
+                .map(|w| WorkerFigures {
+                    up: metrics::is_up(self.pool.health(w)),
+                    in_flight: self.pool.in_flight(w) as u64,
+                })
+                .collect(),
+        });
+    }
+
     /// One round (see the module documentation): probes, new attempts, then completions that
     /// arrive within `max_wait` (or by the next timer).
     ///
@@ -513,6 +567,7 @@ impl Dispatcher {
         for w in self.pool.probes_due(now) {
             self.spawn_probe(w);
         }
+        self.start_waiting(consumer, sink, now)?;
         for d in consumer.poll(jobs, now)? {
             // The progress a worker may forget: persisted, so never re-delivered.
             let progress = consumer.persisted_progress();
@@ -537,6 +592,48 @@ impl Dispatcher {
         while let Ok(ev) = self.rx.try_recv() {
             self.apply(consumer, sink, ev)?;
         }
+        // The slots those completions freed go to the deliveries waiting for one, now.
+        let now = (self.clock)();
+        self.start_waiting(consumer, sink, now)?;
+        self.publish_metrics(consumer.persisted_progress(), jobs.head());
+        Ok(())
+    }
+
+    /// Deliveries waiting for a free slot.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Starts the deliveries waiting for a slot, lowest index first, while the pool has room.
+    /// One that waited past the consumer's acknowledgement timeout is dropped: the consumer
+    /// has expired that attempt and hands the record out again (or dead-letters it).
+    fn start_waiting<P: ProgressStore, D: DeadLetterSink>(
+        &mut self,
+        consumer: &mut PersistentConsumer<P, D>,
+        sink: &mut impl ResultSink,
+        now: TimeMs,
+    ) -> Result<(), DeliverError> {
+        let ack_timeout_ms = consumer.consumer().config().ack_timeout_ms;
+        while let Some((&index, &(_, since))) = self.waiting.first_key_value() {
+            let expired = now.saturating_sub(since) >= ack_timeout_ms;
+            if !expired && !self.pool.has_room(now) {
+                break;
+            }
+            let Some((d, since)) = self.waiting.remove(&index) else {
+                break;
+            };
+            if expired {
+                self.pool.forget(index);
+                tracing::debug!(index, "delivery waited past the acknowledgement timeout");
+                continue;
+            }
+            let progress = consumer.persisted_progress();
+            self.start_from(consumer, sink, d, progress, now, Some(since))?;
+            if self.waiting.contains_key(&index) {
+                // Waiting again (the room was not for its handler's workers): later.
+                break;
+            }
+        }
         Ok(())
     }
 
@@ -547,6 +644,21 @@ impl Dispatcher {
         d: Delivery,
         progress: u64,
         now: TimeMs,
+    ) -> Result<(), DeliverError> {
+        // A newer attempt of a record that was waiting replaces it.
+        self.waiting.remove(&d.index);
+        self.start_from(consumer, sink, d, progress, now, None)
+    }
+
+    /// Assigns and sends `d`; `waiting_since`: it waited for a slot since then.
+    fn start_from<P: ProgressStore, D: DeadLetterSink>(
+        &mut self,
+        consumer: &mut PersistentConsumer<P, D>,
+        sink: &mut impl ResultSink,
+        d: Delivery,
+        progress: u64,
+        now: TimeMs,
+        waiting_since: Option<TimeMs>,
     ) -> Result<(), DeliverError> {
         let r = &d.record;
         match self
@@ -567,6 +679,15 @@ impl Dispatcher {
                 let reason = "time-to-run ran out before an attempt could start".to_string();
                 self.pool.forget(d.index);
                 self.give_up(consumer, sink, &d, reason, now)?;
+            }
+            Err(AssignError::NoWorker) if self.pool.any_up() => {
+                // Healthy workers, all full: wait for a slot here rather than fail the
+                // attempt (the consumer would back off, and hand out newer records instead).
+                if waiting_since.is_none() {
+                    self.stats.waited_for_room += 1;
+                }
+                self.waiting
+                    .insert(d.index, (d, waiting_since.unwrap_or(now)));
             }
             Err(e) => {
                 self.stats.no_worker += 1;
@@ -627,10 +748,19 @@ impl Dispatcher {
         };
         let Reply {
             outcome,
+            kind,
+            retry_after_ms,
             replayed,
             proof,
             note,
         } = reply;
+        self.stats.outcomes.add(kind);
+        if let Some(ms) = retry_after_ms {
+            // "Not before then" from this worker (its rate limit, or its own 503): it gets
+            // nothing until that time; the record fails over to another worker meanwhile.
+            let ms = TimeMs::try_from(ms).unwrap_or(TimeMs::MAX);
+            self.pool.pause(worker, now.saturating_add(ms));
+        }
         let Some(flight) = self.in_flight.remove(&index) else {
             return Ok(());
         };
@@ -751,10 +881,13 @@ impl Dispatcher {
         self.tasks.spawn(
             async move {
                 let reply = match request {
-                    Err(e) => Reply::plain(AttemptOutcome::Rejected(format!("bad request: {e}"))),
+                    Err(e) => Reply::plain(
+                        AttemptOutcome::Rejected(format!("bad request: {e}")),
+                        AttemptKind::BadRequest,
+                    ),
                     Ok(req) => {
                         match tokio::time::timeout(timeout, post(&client, req, &check)).await {
-                            Err(_) => Reply::plain(AttemptOutcome::Timeout),
+                            Err(_) => Reply::plain(AttemptOutcome::Timeout, AttemptKind::Timeout),
                             Ok(r) => r,
                         }
                     }
@@ -805,10 +938,19 @@ async fn post(
 ) -> Reply {
     let resp = match client.request(req).await {
         Ok(r) => r,
-        Err(e) => return Reply::plain(AttemptOutcome::Transport(e.to_string())),
+        Err(e) => {
+            return Reply::plain(
+                AttemptOutcome::Transport(e.to_string()),
+                AttemptKind::Transport,
+            );
+        }
     };
     let status = resp.status();
     let headers = resp.headers().clone();
+    let kind = AttemptKind::of_response(status, &headers);
+    let retry_after_ms = (!status.is_success())
+        .then(|| outcomes::retry_after_ms(&headers))
+        .flatten();
     let replayed = headers.contains_key(contract::REPLAYED);
     let refusal = headers
         .get(contract::ERROR)
@@ -822,19 +964,27 @@ async fn post(
         Err(e) if status.is_success() && e.is::<http_body_util::LengthLimitError>() => {
             return Reply {
                 note: Some(Note::AnswerTooLarge),
-                ..Reply::plain(AttemptOutcome::Rejected(format!(
-                    "answer longer than the ledger accepts ({} bytes)",
-                    check.max_answer_bytes
-                )))
+                ..Reply::plain(
+                    AttemptOutcome::Rejected(format!(
+                        "answer longer than the ledger accepts ({} bytes)",
+                        check.max_answer_bytes
+                    )),
+                    AttemptKind::AnswerTooLarge,
+                )
             };
         }
-        Err(e) => return Reply::plain(AttemptOutcome::Transport(format!("answer not read: {e}"))),
+        Err(e) => {
+            return Reply::plain(
+                AttemptOutcome::Transport(format!("answer not read: {e}")),
+                AttemptKind::Transport,
+            );
+        }
     };
     let bad = |why: String| {
         tracing::warn!(%why, %status, "response refused");
         Reply {
             note: Some(Note::BadAnswer),
-            ..Reply::plain(AttemptOutcome::Failed(why))
+            ..Reply::plain(AttemptOutcome::Failed(why), AttemptKind::BadAnswer)
         }
     };
     let proof = if status.is_success() {
@@ -859,7 +1009,13 @@ async fn post(
     if final_status && !check.response_is_authentic(&headers, status, &body, proof.as_ref()) {
         return bad(format!("a {status} response without a valid response MAC"));
     }
-    let outcome = classify(status, body);
+    let outcome = match (classify(status, body), kind, retry_after_ms) {
+        // The bounded server's rate limit, with its wait: a pause, not a fault.
+        (AttemptOutcome::Failed(why), AttemptKind::RateLimited, Some(_)) => {
+            AttemptOutcome::Throttled(why)
+        }
+        (o, _, _) => o,
+    };
     let note = match (status, refusal.as_deref()) {
         (StatusCode::UNAUTHORIZED, _) => Some(Note::Unauthorized),
         (_, Some("answer-too-large")) => Some(Note::AnswerTooLarge),
@@ -868,7 +1024,8 @@ async fn post(
     let AttemptOutcome::Done(body) = outcome else {
         return Reply {
             note,
-            ..Reply::plain(outcome)
+            retry_after_ms,
+            ..Reply::plain(outcome, kind)
         };
     };
     if let Some(p) = &proof
@@ -878,6 +1035,8 @@ async fn post(
     }
     Reply {
         outcome: AttemptOutcome::Done(body),
+        kind,
+        retry_after_ms: None,
         replayed,
         proof,
         note,

@@ -8,7 +8,9 @@
 //!   [`PersistentConsumer`](ccron::outbox::PersistentConsumer) (progress, retries with backoff,
 //!   dead letters), POSTs each delivery with hyper under a timeout, probes workers that are
 //!   down, and hands back an [`OutboxResult`](ccron::outbox::OutboxResult) per finished record
-//!   (the answer or the dead letter) for the ledger ([`ccron::outbox::Outbox::accept_result`]).
+//!   (the answer or the dead letter) for the ledger ([`ccron::outbox::Outbox::accept_result`]);
+//!   its Prometheus text endpoint ([`deliver::metrics`], [`serve_metrics`]): attempts by
+//!   outcome, records done and given up, in flight, the consumer's progress, workers up.
 //! * [`worker`]: an axum worker: authenticates every delivery ([`auth`], HMAC-SHA256 with a
 //!   secret per worker), deduplicates on (sender, occurrence id) with ccron's
 //!   [`DedupeTable`](ccron::outbox::DedupeTable), signs its answers (ed25519) for the ledger.
@@ -39,7 +41,7 @@ pub mod worker;
 
 pub use auth::DeliverySecret;
 pub use deliver::{DeliverError, DispatchStats, Dispatcher, DispatcherConfig, WorkerEndpoint};
-pub use deliver::{ResultSink, ResultSinkError};
+pub use deliver::{DispatchMetrics, ResultSink, ResultSinkError, metrics_router, serve_metrics};
 pub use pool::{
     AssignError, Assignment, AttemptOutcome, HandlerPolicy, Health, HealthConfig, KeyOf, Pool,
     PoolConfig, PoolConfigError, PoolStats, Verdict, WorkerId,

@@ -209,6 +209,10 @@ pub enum AttemptOutcome {
     Timeout,
     /// Connection refused, reset, or a malformed response.
     Transport(String),
+    /// 429 with a wait (`Retry-After`): the worker is alive and asks for a pause. Retried
+    /// (elsewhere) like a failure, but not counted against its health: the shell pauses the
+    /// worker until then ([`Pool::pause`]).
+    Throttled(String),
 }
 
 impl AttemptOutcome {
@@ -226,6 +230,7 @@ impl fmt::Display for AttemptOutcome {
             Self::Failed(r) => write!(f, "failed: {r}"),
             Self::Timeout => f.write_str("timed out"),
             Self::Transport(r) => write!(f, "transport error: {r}"),
+            Self::Throttled(r) => write!(f, "throttled: {r}"),
         }
     }
 }
@@ -289,12 +294,16 @@ pub struct PoolStats {
     pub probes_ok: u64,
     /// Probes that failed.
     pub probes_failed: u64,
+    /// Pauses taken from a refusal's `Retry-After` ([`Pool::pause`]).
+    pub paused: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct WorkerState {
     health: Health,
     in_flight: usize,
+    /// Takes no attempt before this time (a refusal's `Retry-After`); 0: not paused.
+    paused_until: TimeMs,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -349,6 +358,7 @@ impl Pool {
             WorkerState {
                 health: Health::Up { failures: 0 },
                 in_flight: 0,
+                paused_until: 0,
             };
             cfg.workers
         ];
@@ -431,6 +441,7 @@ impl Pool {
                 let s = &self.workers[w];
                 matches!(s.health, Health::Up { .. })
                     && s.in_flight < self.cfg.max_in_flight_per_worker
+                    && s.paused_until <= now_ms
             })
             .collect();
         // Fail over: avoid the previous worker when another one is eligible.
@@ -530,6 +541,8 @@ impl Pool {
         // Health: a success or a rejection shows the worker is alive; a fault counts.
         if outcome.is_worker_fault() {
             self.worker_failed(w, now_ms);
+        } else if matches!(outcome, AttemptOutcome::Throttled(_)) {
+            // Alive, asking for a pause: neither a fault nor a success.
         } else if let Some(s) = self.workers.get_mut(w)
             && let Health::Up { failures } = &mut s.health
         {
@@ -616,6 +629,9 @@ impl Pool {
     pub fn probes_due(&mut self, now_ms: TimeMs) -> Vec<WorkerId> {
         let mut due = Vec::new();
         for (w, s) in self.workers.iter_mut().enumerate() {
+            if s.paused_until <= now_ms {
+                s.paused_until = 0;
+            }
             if let Health::Down { until_ms, downs } = s.health
                 && until_ms <= now_ms
             {
@@ -655,14 +671,46 @@ impl Pool {
         }
     }
 
-    /// The earliest time a probe becomes due, if any worker is down.
+    /// Worker `w` asked not to be sent anything before `until_ms` (a refusal's
+    /// `Retry-After`, e.g. its rate limit): it is skipped by assignments until then (its health
+    /// is unchanged; the record itself fails over). A later pause never shortens an earlier one.
+    pub fn pause(&mut self, w: WorkerId, until_ms: TimeMs) {
+        if let Some(s) = self.workers.get_mut(w) {
+            s.paused_until = s.paused_until.max(until_ms);
+            self.stats.paused += 1;
+            tracing::debug!(worker = w, until_ms, "worker paused (Retry-After)");
+        }
+    }
+
+    /// Whether some worker could take an attempt at `now_ms` (up, not paused, with room).
+    pub fn has_room(&self, now_ms: TimeMs) -> bool {
+        self.workers.iter().any(|s| {
+            matches!(s.health, Health::Up { .. })
+                && s.in_flight < self.cfg.max_in_flight_per_worker
+                && s.paused_until <= now_ms
+        })
+    }
+
+    /// Whether some worker is up (with room or not, paused or not).
+    pub fn any_up(&self) -> bool {
+        self.workers
+            .iter()
+            .any(|s| matches!(s.health, Health::Up { .. }))
+    }
+
+    /// The earliest time a probe becomes due (a worker is down) or a pause ends.
     pub fn next_wakeup_ms(&self) -> Option<TimeMs> {
         self.workers
             .iter()
-            .filter_map(|s| match s.health {
-                Health::Down { until_ms, .. } => Some(until_ms),
-                _ => None,
+            .flat_map(|s| {
+                let probe = match s.health {
+                    Health::Down { until_ms, .. } => Some(until_ms),
+                    _ => None,
+                };
+                let pause = (s.paused_until > 0).then_some(s.paused_until);
+                [probe, pause]
             })
+            .flatten()
             .min()
     }
 
@@ -713,6 +761,31 @@ mod tests {
             probe_timeout_ms: 50,
         };
         Pool::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn a_paused_worker_takes_nothing_until_its_retry_after_and_wakes_the_shell() {
+        let mut p = pool(2, Assignment::LeastLoaded);
+        p.pause(0, 100);
+        p.pause(0, 50); // a later, shorter pause never shortens it
+        assert_eq!(p.next_wakeup_ms(), Some(100));
+        for k in 0..4 {
+            assert_eq!(p.assign(k, &id(k), "h", b"", 10), Ok(1), "record {k}");
+        }
+        assert!(p.has_room(10) && p.any_up());
+        // Health is unchanged: paused, not down.
+        assert_eq!(p.health(0), Some(Health::Up { failures: 0 }));
+        assert_eq!(p.probes_due(100), Vec::<WorkerId>::new());
+        assert_eq!(p.next_wakeup_ms(), None);
+        assert_eq!(p.assign(9, &id(9), "h", b"", 100), Ok(0));
+        assert_eq!(p.stats().paused, 2);
+        p.check_invariants().unwrap();
+        // Full everywhere: no room, still up.
+        let mut q = pool(1, Assignment::LeastLoaded);
+        for k in 0..8 {
+            q.assign(k, &id(k), "h", b"", 0).unwrap();
+        }
+        assert!(!q.has_room(0) && q.any_up());
     }
 
     #[test]

@@ -102,6 +102,8 @@ struct Snap {
 pub struct PublishedBook {
     replica: u64,
     inner: Arc<Mutex<Option<Snap>>>,
+    /// The outbox's [`Outbox::quota_refusals`] at the last publish (replica-local).
+    quota_refusals: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PublishedBook {
@@ -110,7 +112,16 @@ impl PublishedBook {
         Self {
             replica,
             inner: Arc::default(),
+            quota_refusals: Arc::default(),
         }
+    }
+
+    /// Runs and requests the outbox refused or held back for their owner's quota, as of the
+    /// last publish ([`Outbox::quota_refusals`]: this replica's counter, not replicated state,
+    /// so it is read at every publish, digest changed or not).
+    pub fn quota_refusals(&self) -> u64 {
+        self.quota_refusals
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Publishes the state after executing height `at_height` whose application state digest
@@ -123,6 +134,10 @@ impl PublishedBook {
         at_height: u64,
         digest: [u8; 32],
     ) -> bool {
+        if let Some(o) = outbox {
+            self.quota_refusals
+                .store(o.quota_refusals(), std::sync::atomic::Ordering::Relaxed);
+        }
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = g.as_mut()
             && s.digest == digest

@@ -17,7 +17,11 @@
 //!   handler never waits on a client.
 //! * **Handlers** get [`ServerConfig::request_timeout_ms`] (503 after it).
 //! * **Rate**: each peer has a token bucket of [`RateLimit::burst`] requests refilled at
-//!   [`RateLimit::per_second`]; an empty bucket answers 429 with `Retry-After`.
+//!   [`RateLimit::per_second`]; an empty bucket answers 429 with `Retry-After` (and the exact
+//!   wait in [`RETRY_AFTER_MS_HEADER`]). The limit is
+//!   for strangers: a handler that authenticated the request marks its response
+//!   [`Authenticated`] and the peer gets its token back, so a known sender (a worker's
+//!   dispatcher) is bounded by its own flow control, not throttled with strangers.
 //! * **Age**: a connection is asked to close (graceful: the request in progress finishes) after
 //!   [`ServerConfig::max_connection_age_ms`], and dropped [`ServerConfig::shutdown_grace_ms`]
 //!   later: nothing, not even a client that never reads its response, holds a connection longer.
@@ -55,6 +59,16 @@ use tower_service::Service;
 
 /// Response header naming the refusal ([`Refusal::name`]).
 pub const REFUSAL_HEADER: &str = "ccron-refusal";
+
+/// Response header of a 429: the milliseconds until the peer's next token (`Retry-After` says
+/// the same in whole seconds, rounded up, which is far longer than a bucket needs to refill).
+pub const RETRY_AFTER_MS_HEADER: &str = "ccron-retry-after-ms";
+
+/// A response extension: the handler authenticated the request (a MAC or signature it
+/// checked), so the server returns the peer's rate token (see the module documentation).
+/// Set it only after a successful authentication: a stranger must not be able to earn it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Authenticated;
 
 /// A per-peer token bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +223,7 @@ pub struct ServerStats {
     aged_out: AtomicU64,
     dropped_after_grace: AtomicU64,
     accept_errors: AtomicU64,
+    refunded: AtomicU64,
 }
 
 /// A copy of a server's counters.
@@ -245,6 +260,8 @@ pub struct ServerCounters {
     pub dropped_after_grace: u64,
     /// Failed `accept` calls (e.g. out of file descriptors).
     pub accept_errors: u64,
+    /// Rate tokens given back for requests the handler authenticated ([`Authenticated`]).
+    pub authenticated: u64,
 }
 
 impl ServerStats {
@@ -267,6 +284,7 @@ impl ServerStats {
             aged_out: self.aged_out.load(Ordering::Relaxed),
             dropped_after_grace: self.dropped_after_grace.load(Ordering::Relaxed),
             accept_errors: self.accept_errors.load(Ordering::Relaxed),
+            authenticated: self.refunded.load(Ordering::Relaxed),
         }
     }
 
@@ -383,6 +401,14 @@ impl Peers {
     fn close(&mut self, key: PeerKey) {
         if let Some(s) = self.map.get_mut(&key) {
             s.connections = s.connections.saturating_sub(1);
+        }
+    }
+
+    /// Gives one request token back (up to a full bucket).
+    fn refund(&mut self, key: PeerKey) {
+        let full = self.full_bucket();
+        if let Some(s) = self.map.get_mut(&key) {
+            s.tokens_milli = s.tokens_milli.saturating_add(1_000).min(full);
         }
     }
 
@@ -645,7 +671,7 @@ async fn connection(
     }
 }
 
-fn refusal(r: Refusal, close: bool, retry_after_s: Option<u64>) -> Response<Body> {
+fn refusal(r: Refusal, close: bool, retry_after_ms: Option<u64>) -> Response<Body> {
     let mut resp = Response::new(Body::from(r.name()));
     *resp.status_mut() = r.status();
     let h = resp.headers_mut();
@@ -653,8 +679,12 @@ fn refusal(r: Refusal, close: bool, retry_after_s: Option<u64>) -> Response<Body
     if close {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    if let Some(s) = retry_after_s {
-        h.insert(header::RETRY_AFTER, HeaderValue::from(s));
+    if let Some(ms) = retry_after_ms {
+        h.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(ms.div_ceil(1_000).max(1)),
+        );
+        h.insert(RETRY_AFTER_MS_HEADER, HeaderValue::from(ms.max(1)));
     }
     resp
 }
@@ -670,7 +700,7 @@ async fn handle(req: Request<Incoming>, shared: &Shared, peer: SocketAddr) -> Re
         .take(key, Instant::now());
     if let Err(ms) = token {
         stats.refuse(Refusal::RateLimited, peer);
-        return refusal(Refusal::RateLimited, false, Some(ms.div_ceil(1_000).max(1)));
+        return refusal(Refusal::RateLimited, false, Some(ms));
     }
     let declared = req
         .headers()
@@ -712,7 +742,17 @@ async fn handle(req: Request<Incoming>, shared: &Shared, peer: SocketAddr) -> Re
     )
     .await
     {
-        Ok(Ok(resp)) => resp,
+        Ok(Ok(resp)) => {
+            if resp.extensions().get::<Authenticated>().is_some() {
+                stats.refunded.fetch_add(1, Ordering::Relaxed);
+                shared
+                    .peers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .refund(key);
+            }
+            resp
+        }
         Ok(Err(never)) => match never {},
         Err(_) => {
             stats.refuse(Refusal::RequestTimeout, peer);
@@ -753,6 +793,16 @@ mod tests {
         let now = Instant::now();
         p.open(a, now).unwrap();
         assert_eq!(p.open(a, now), Err(Refusal::PeerConnectionCap));
+        assert_eq!(p.take(a, now), Ok(()));
+        assert_eq!(p.take(a, now), Ok(()));
+        assert_eq!(p.take(a, now), Err(100));
+        // An authenticated request's token comes back (never above a full bucket).
+        p.refund(a);
+        assert_eq!(p.take(a, now), Ok(()));
+        assert_eq!(p.take(a, now), Err(100));
+        for _ in 0..5 {
+            p.refund(a);
+        }
         assert_eq!(p.take(a, now), Ok(()));
         assert_eq!(p.take(a, now), Ok(()));
         assert_eq!(p.take(a, now), Err(100));

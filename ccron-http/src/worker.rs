@@ -546,6 +546,10 @@ impl Worker {
         if reply.replayed {
             h.insert(contract::REPLAYED, HeaderValue::from_static("true"));
         }
+        if key.is_some() {
+            // Authenticated: the sender's rate token comes back (limits are for strangers).
+            resp.extensions_mut().insert(server::Authenticated);
+        }
         resp
     }
 

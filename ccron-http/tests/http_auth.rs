@@ -624,3 +624,50 @@ async fn responses_need_the_workers_mac_and_bad_signers_are_caught() {
         let _ = stop.send(());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_throttles_strangers_not_the_authenticated_sender() {
+    // A bucket of 3 requests, one more per second: far below what the consumer sends.
+    let mut cfg = worker_config(0);
+    cfg.server.rate = ccron_http::server::RateLimit {
+        per_second: 1,
+        burst: 3,
+    };
+    let w = Worker::new(
+        cfg,
+        Dedupe::new(DedupeLimits {
+            window: 64,
+            ..DedupeLimits::default()
+        }),
+        |_, _, payload| Ok(payload.to_vec()),
+    );
+    let r = Running::start(w.clone(), any_port()).unwrap();
+    let base = r.base();
+    // The authenticated sender, from the same address as the stranger below: 20 in a row.
+    for k in 1..=20 {
+        let ans = send(&base, &Post::real(k, "order")).await;
+        assert_eq!(ans.status, StatusCode::OK, "delivery {k}");
+    }
+    // A stranger (no MAC) spends the bucket and is throttled.
+    let mut statuses = Vec::new();
+    for k in 0..5 {
+        let stranger = Post {
+            secret: None,
+            ..Post::real(100 + k, "x")
+        };
+        statuses.push(send(&base, &stranger).await.status);
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::UNAUTHORIZED,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let s = w.server_stats().snapshot();
+    assert_eq!((s.authenticated, s.rate_limited), (20, 2), "{s:?}");
+    r.kill().await;
+}

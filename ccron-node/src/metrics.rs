@@ -5,7 +5,8 @@
 //! - **Node-local** (this process's view; nodes differ): heights, ticks evaluated and skipped
 //!   by the kernel, tick submissions refused by reason, fires, requests, mempool, the lateness
 //!   of fires (agreed time minus due, and wall clock at execution minus due, histograms per
-//!   component), snapshots and their age.
+//!   component), snapshots and their age, runs and requests the outbox refused or held back
+//!   for their owner's quota (`ccron_outbox_quota_refusals_total`).
 //! - **Replicated** (read from the committed schedule book and outbox, so every honest node at
 //!   the same height reports the same numbers; `ccron_book_height` names that height):
 //!   schedules, paused, parked, dead runs, retries pending, the book's run counters
@@ -217,6 +218,12 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
             now_ms.saturating_sub(at),
         );
     }
+    counter(
+        &mut r,
+        "outbox_quota_refusals",
+        "Runs and requests this replica's outbox refused or held back for their owner's quota",
+        state.reads.book.quota_refusals(),
+    );
     replicated(&mut r, state);
     let mut out = String::new();
     encode(&mut out, &r)?;
@@ -348,4 +355,72 @@ fn replicated(r: &mut Registry, state: &ApiState) {
         "Schedules without per-schedule series (over the cardinality bound)",
         sat(dropped),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::{Arc, Mutex};
+
+    use ccron::host::TickPool;
+    use ccron::outbox::{EmitBudget, Outbox, OutboxLimits};
+    use ccron::{Principal, Quota};
+
+    use super::*;
+    use crate::mempool::{Mempool, MempoolConfig};
+    use crate::read::NodeReads;
+    use crate::results::RequestResults;
+    use crate::types::Validators;
+
+    #[test]
+    fn the_outbox_quota_refusals_are_scraped() {
+        let reads = NodeReads::new(0);
+        let state = ApiState {
+            mempool: Arc::new(Mutex::new(Mempool::new(
+                MempoolConfig::default(),
+                Default::default(),
+            ))),
+            outbox: ccron_http::PublishedOutbox::new(0),
+            ticks: Arc::new(Mutex::new(TickPool::new(4, [1]))),
+            validators: Validators::new(&[[1; 32], [2; 32], [3; 32], [4; 32]]),
+            domain: crate::crypto::SigningDomain::chain(b"test-chain").unwrap(),
+            ticks_invalid: Arc::new(AtomicU64::new(0)),
+            results: Arc::new(Mutex::new(RequestResults::default())),
+            reads: reads.clone(),
+        };
+        let line = |text: &str| {
+            text.lines()
+                .find(|l| l.starts_with("ccron_outbox_quota_refusals_total "))
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            line(&render(&state, 0).unwrap()).as_deref(),
+            Some("ccron_outbox_quota_refusals_total 0")
+        );
+        // An owner with no outbox room left: each run refused is counted by the outbox.
+        let outbox = Outbox::new(OutboxLimits::default());
+        let full = Some(Quota::UNLIMITED.with_outbox(0, 0));
+        for _ in 0..2 {
+            assert!(
+                outbox
+                    .owner_room(EmitBudget::new(1, 10), &Principal::Client(1), full)
+                    .is_err()
+            );
+        }
+        reads.book.publish(None, Some(&outbox), 1, [1; 32]);
+        // Not replicated state: read again at a publish whose digest did not change.
+        assert!(
+            outbox
+                .owner_room(EmitBudget::new(1, 10), &Principal::Client(1), full)
+                .is_err()
+        );
+        reads.book.publish(None, Some(&outbox), 2, [1; 32]);
+        let text = render(&state, 0).unwrap();
+        assert_eq!(
+            line(&text).as_deref(),
+            Some("ccron_outbox_quota_refusals_total 3"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE ccron_outbox_quota_refusals counter"));
+    }
 }
