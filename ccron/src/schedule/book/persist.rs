@@ -524,7 +524,7 @@ impl Scheduler {
         let changes: Vec<(u64, Option<(u32, &Record)>)> = if all {
             self.records
                 .iter()
-                .filter_map(|(id, r)| Some((*id, Some((self.placement.page_of(*id)?, &*r)))))
+                .filter_map(|(id, r)| Some((*id, Some((self.placement.page_of(*id)?, r)))))
                 .collect()
         } else {
             // A removed id at or above `stored_below` was created since the last save and
@@ -540,7 +540,7 @@ impl Scheduler {
                     let placed = self
                         .records
                         .get(id)
-                        .and_then(|r| Some((self.placement.page_of(*id)?, &*r)));
+                        .and_then(|r| Some((self.placement.page_of(*id)?, r)));
                     (*id, placed)
                 })
                 .collect()

@@ -124,9 +124,7 @@ impl Records {
                     self.slab.push(Vec::with_capacity(SLAB_PAGE));
                 }
                 let pages = self.slab.len();
-                let Some(page) = self.slab.last_mut() else {
-                    return None;
-                };
+                let page = self.slab.last_mut()?;
                 let slot = (pages - 1) * SLAB_PAGE + page.len();
                 page.push(Some(entry));
                 // A slab of more than u32::MAX - 1 slots cannot be reached (limits bound the
@@ -278,11 +276,11 @@ mod tests {
                 prop_assert_eq!(ours.contains_key(&id), model.contains_key(&id));
             }
             prop_assert!(ours.iter().eq(model.iter()));
-            if let Some((&id, _)) = model.iter().next() {
-                if let (Some(a), Some(b)) = (ours.get_mut(&id), model.get_mut(&id)) {
-                    a.runs = 9;
-                    b.runs = 9;
-                }
+            if let Some((&id, _)) = model.iter().next()
+                && let (Some(a), Some(b)) = (ours.get_mut(&id), model.get_mut(&id))
+            {
+                a.runs = 9;
+                b.runs = 9;
             }
             prop_assert!(ours.values().eq(model.values()));
             prop_assert!(ours.keys().eq(model.keys()));
