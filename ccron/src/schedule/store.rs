@@ -133,6 +133,14 @@ impl FreeTree {
         self.tree = tree;
     }
 
+    /// Page `page`'s free bytes as the tree holds them (0 past its leaves); reads only.
+    pub fn peek(&self, page: u32) -> u32 {
+        self.tree
+            .get(self.leaves.saturating_add(page as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Sets page `page`'s free bytes.
     pub fn set(&mut self, page: u32, free: u32) {
         let page = page as usize;
@@ -174,6 +182,74 @@ impl FreeTree {
     }
 }
 
+/// A set of changed ids or pages, marked by appending (no tree walk per mark: a tick marks
+/// 10^4 records and pages) and sorted and deduplicated only when read, so it reads exactly as
+/// an ordered set of the same marks would. Duplicates are squeezed out whenever the marks
+/// outgrow twice what the last squeeze left, so memory stays within a constant factor of the
+/// set, whatever the number of marks between two saves.
+#[derive(Debug, Clone)]
+pub(crate) struct DirtySet<T> {
+    marks: Vec<T>,
+    /// How many leading marks are sorted and distinct.
+    sorted: usize,
+}
+
+impl<T> Default for DirtySet<T> {
+    fn default() -> Self {
+        Self {
+            marks: Vec::new(),
+            sorted: 0,
+        }
+    }
+}
+
+impl<T: Ord + Copy> DirtySet<T> {
+    /// Marks `v`.
+    pub fn insert(&mut self, v: T) {
+        // Marks in ascending order (ids due together are often ascending) stay sorted.
+        if self.sorted == self.marks.len() && self.marks.last().is_none_or(|&l| l < v) {
+            self.sorted += 1;
+        } else if self.marks.len() >= 2 * self.sorted + 1_024 {
+            self.squeeze();
+        }
+        self.marks.push(v);
+    }
+
+    /// Sorts and deduplicates the marks.
+    pub fn squeeze(&mut self) {
+        if self.sorted != self.marks.len() {
+            self.marks.sort_unstable();
+            self.marks.dedup();
+            self.sorted = self.marks.len();
+        }
+    }
+
+    /// Whether nothing is marked.
+    pub fn is_empty(&self) -> bool {
+        self.marks.is_empty()
+    }
+
+    /// The marked values, ascending and distinct (after [`Self::squeeze`]: the caller
+    /// squeezes first; unsqueezed marks are a defect, caught in debug builds).
+    pub fn sorted(&self) -> &[T] {
+        debug_assert_eq!(self.sorted, self.marks.len(), "read before a squeeze");
+        &self.marks
+    }
+
+    /// Clears the marks.
+    pub fn clear(&mut self) {
+        self.marks.clear();
+        self.sorted = 0;
+    }
+
+    /// The marked values, ascending and distinct; leaves the set empty.
+    pub fn take_sorted(&mut self) -> Vec<T> {
+        self.squeeze();
+        self.sorted = 0;
+        std::mem::take(&mut self.marks)
+    }
+}
+
 /// The persistence state of a book: which page holds each record, each page's members and fill,
 /// and what changed since the last save (all derived from the records; rebuilt at load).
 #[derive(Debug, Clone)]
@@ -182,15 +258,17 @@ pub(crate) struct Placement {
     /// Record id -> (page, encoded bytes of its `(id, record)` entry). Looked up only, never
     /// iterated (a fixed hasher: no randomness, and no order reaches anything).
     loc: HashMap<u64, (u32, u32), crate::periodic::IntHash>,
-    /// Each page's record ids, ascending.
+    /// Each page's record ids, ascending (kept only when `track_members`: the cron tables
+    /// read them; the book needs only whether a page holds records, `used > 0`).
     members: Vec<Vec<u64>>,
+    track_members: bool,
     /// Each page's used entry bytes.
     used: Vec<u32>,
     free: FreeTree,
     /// Records changed (created, updated, moved, removed) since the last save.
-    pub dirty_ids: BTreeSet<u64>,
+    pub dirty_ids: DirtySet<u64>,
     /// Pages whose content changed since the last save.
-    pub dirty_pages: BTreeSet<u32>,
+    pub dirty_pages: DirtySet<u32>,
     /// Records too large for any page (admission prevents them; a save reports them).
     pub oversize: BTreeSet<u64>,
     /// The book's committed log (after the last save, fold or load).
@@ -214,17 +292,29 @@ pub(crate) struct Placement {
 }
 
 impl Placement {
-    /// Empty, for pages of `page_bytes`.
+    /// Empty, for pages of `page_bytes`, keeping each page's members ([`Self::members`]).
     pub fn new(page_bytes: usize) -> Self {
+        Self::with_members(page_bytes, true)
+    }
+
+    /// Empty, for pages of `page_bytes`, without each page's member list ([`Self::members`]
+    /// is then always empty; [`Self::holds`] still answers): the book's placement, where a
+    /// tick removes 10^4 records and the lists cost a cache miss each.
+    pub fn without_members(page_bytes: usize) -> Self {
+        Self::with_members(page_bytes, false)
+    }
+
+    fn with_members(page_bytes: usize, track_members: bool) -> Self {
         let room = u32::try_from(record_room(page_bytes)).unwrap_or(u32::MAX);
         Self {
             room,
             loc: HashMap::default(),
             members: Vec::new(),
+            track_members,
             used: Vec::new(),
             free: FreeTree::new(room),
-            dirty_ids: BTreeSet::new(),
-            dirty_pages: BTreeSet::new(),
+            dirty_ids: DirtySet::default(),
+            dirty_pages: DirtySet::default(),
             oversize: BTreeSet::new(),
             log: LogSpan::default(),
             stale: Stale::No,
@@ -244,7 +334,12 @@ impl Placement {
 
     /// Pages that may hold records (one past the highest page ever used since load).
     pub fn pages_in_use(&self) -> u32 {
-        u32::try_from(self.members.len()).unwrap_or(u32::MAX)
+        u32::try_from(self.used.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether `page` holds records (every placed entry takes at least one byte).
+    pub fn holds(&self, page: u32) -> bool {
+        self.used.get(page as usize).is_some_and(|&u| u > 0)
     }
 
     /// How many records are placed.
@@ -268,18 +363,26 @@ impl Placement {
     }
 
     /// Reads what [`Self::remove`] of each of `ids` will touch (its location, its page's
-    /// member list and fill), changing nothing: one tight pass whose independent cache misses
-    /// overlap, ahead of the removals that would take them one by one. Returns how many of
-    /// `ids` are placed.
+    /// fill and free-tree leaf, its member list when kept), changing nothing: tight passes
+    /// whose independent cache misses overlap, ahead of the removals that would take them one
+    /// by one. Returns how many of `ids` are placed.
     pub fn warm(&self, ids: &[u64]) -> usize {
+        const GROUP: usize = 32;
         let mut placed = 0usize;
-        for id in ids {
-            if let Some(&(page, _)) = self.loc.get(id) {
+        for group in ids.chunks(GROUP) {
+            let mut pages = [u32::MAX; GROUP];
+            for (page, id) in pages.iter_mut().zip(group) {
+                if let Some(&(p, _)) = self.loc.get(id) {
+                    *page = p;
+                }
+            }
+            for &page in &pages {
                 let p = page as usize;
                 placed += usize::from(
                     self.members.get(p).and_then(|m| m.first()).is_some()
-                        && self.used.get(p).is_some(),
+                        || self.used.get(p).is_some(),
                 );
+                placed += self.free.peek(page) as usize;
             }
         }
         std::hint::black_box(placed)
@@ -287,8 +390,10 @@ impl Placement {
 
     fn ensure(&mut self, page: u32) {
         let page = page as usize;
-        if self.members.len() <= page {
-            self.members.resize_with(page + 1, Vec::new);
+        if self.used.len() <= page {
+            if self.track_members {
+                self.members.resize_with(page + 1, Vec::new);
+            }
             self.used.resize(page + 1, 0);
         }
     }
@@ -296,8 +401,10 @@ impl Placement {
     fn attach(&mut self, id: u64, page: u32, len: u32) {
         self.ensure(page);
         let p = page as usize;
-        if let Err(at) = self.members[p].binary_search(&id) {
-            self.members[p].insert(at, id);
+        if let Some(m) = self.members.get_mut(p)
+            && let Err(at) = m.binary_search(&id)
+        {
+            m.insert(at, id);
         }
         self.used[p] = self.used[p].saturating_add(len);
         self.free.set(page, self.room.saturating_sub(self.used[p]));
@@ -509,10 +616,7 @@ mod tests {
         assert_eq!(p.page_of(4), Some(0), "room freed on page 0 is reused");
         p.put(5, 101);
         assert!(p.oversize.contains(&5) && p.page_of(5).is_none());
-        assert_eq!(
-            p.dirty_pages.iter().copied().collect::<Vec<_>>(),
-            vec![0, 1, 2]
-        );
+        assert_eq!(p.dirty_pages.take_sorted(), vec![0, 1, 2]);
         assert!(Layout::of(PageRange::new(0, 3).unwrap()).is_none());
         let l = Layout::of(PageRange::new(10, 70).unwrap()).unwrap();
         assert_eq!((l.zones.len(), l.log.len(), l.record_pages), (2, 36, 31));

@@ -883,7 +883,7 @@ impl Scheduler {
         }
         let mut rec = Record::new(stored, next, owner, policy);
         rec.bounds = bounds;
-        self.records.insert(id, Box::new(rec));
+        self.records.insert(id, rec);
         self.usage.add(owner, bytes);
         self.reindex(id);
         self.touch(id);

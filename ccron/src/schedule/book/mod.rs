@@ -33,6 +33,7 @@ mod manual;
 mod persist;
 mod preview;
 mod quota;
+mod records;
 mod runs;
 mod slots;
 mod tick;
@@ -147,9 +148,8 @@ pub struct Scheduler {
     limits: Limits,
     next_id: u64,
     zones: BTreeMap<String, ZoneRules>,
-    // Boxed: the map's nodes stay small (a record is several hundred bytes), so a lookup or
-    // removal among 10^6 records touches few cache lines and moves no record bytes.
-    records: BTreeMap<u64, Box<Record>>,
+    /// The records by id (`records.rs`: a slab found through a table of id chunks).
+    records: records::Records,
     /// The book's run counters: every schedule's, those that left the book included
     /// (replicated, stored in the commit page; `counters.rs`).
     totals: RunCounters,
@@ -204,7 +204,7 @@ impl Scheduler {
             limits,
             next_id: 1,
             zones: BTreeMap::new(),
-            records: BTreeMap::new(),
+            records: records::Records::default(),
             totals: RunCounters::default(),
             keys: BTreeMap::new(),
             crons: BTreeMap::new(),
@@ -214,7 +214,7 @@ impl Scheduler {
             index: BTreeSet::new(),
             levels: BTreeMap::new(),
             header_dirty: false,
-            placement: Placement::new(limits.page_bytes),
+            placement: Placement::without_members(limits.page_bytes),
             policy: Policy::default(),
             stale_rejections: 0,
             emit_failures: 0,

@@ -494,13 +494,16 @@ impl Scheduler {
             .map(|(_, crc)| *crc)
             .or(self.placement.zones_crc)
             .unwrap_or(0);
+        // The change marks, sorted once (they read as ordered sets).
+        self.placement.dirty_pages.squeeze();
+        self.placement.dirty_ids.squeeze();
         let in_use: Vec<u32> = if all {
             (0..self.placement.pages_in_use()).collect()
         } else {
-            self.placement.dirty_pages.iter().copied().collect()
+            self.placement.dirty_pages.sorted().to_vec()
         };
         for &p in &in_use {
-            if p >= layout.record_pages && !self.placement.members(p).is_empty() {
+            if p >= layout.record_pages && self.placement.holds(p) {
                 return Err(ScheduleError::Limit(format!(
                     "the book needs more than the {} record pages of its range",
                     layout.record_pages
@@ -521,7 +524,7 @@ impl Scheduler {
         let changes: Vec<(u64, Option<(u32, &Record)>)> = if all {
             self.records
                 .iter()
-                .filter_map(|(id, r)| Some((*id, Some((self.placement.page_of(*id)?, &**r)))))
+                .filter_map(|(id, r)| Some((*id, Some((self.placement.page_of(*id)?, r)))))
                 .collect()
         } else {
             // A removed id at or above `stored_below` was created since the last save and
@@ -530,13 +533,14 @@ impl Scheduler {
             let stored_below = self.placement.stored_below;
             self.placement
                 .dirty_ids
+                .sorted()
                 .iter()
                 .filter(|id| **id < stored_below || self.records.contains_key(id))
                 .map(|id| {
                     let placed = self
                         .records
                         .get(id)
-                        .and_then(|r| Some((self.placement.page_of(*id)?, &**r)));
+                        .and_then(|r| Some((self.placement.page_of(*id)?, r)));
                     (*id, placed)
                 })
                 .collect()
@@ -640,7 +644,7 @@ impl Scheduler {
             self.placement.fold_all = true;
             self.placement.fold_pages.clear();
         } else {
-            let dirty = std::mem::take(&mut self.placement.dirty_pages);
+            let dirty = self.placement.dirty_pages.take_sorted();
             self.placement.fold_pages.extend(dirty);
         }
         self.placement.zones_crc = Some(zones_crc);
@@ -945,7 +949,7 @@ impl Scheduler {
         }
         let bytes = Self::quota_bytes(&rec.def).map_err(|e| format!("schedule {id}: {e}"))?;
         self.usage.add(rec.owner, bytes);
-        self.records.insert(id, Box::new(rec));
+        self.records.insert(id, rec);
         self.reindex(id);
         Ok(())
     }

@@ -410,7 +410,7 @@ impl Scheduler {
         if rec.dead.is_empty() {
             self.dead_ids.remove(&id);
         }
-        if self.records.get(&id).is_some_and(|r| Self::is_spent(r)) {
+        if self.records.get(&id).is_some_and(Self::is_spent) {
             self.remove(id);
         } else {
             self.touch(id);

@@ -135,15 +135,7 @@ impl Scheduler {
     /// placement), changing nothing: independent lookups in one tight pass overlap their cache
     /// misses, which the steps, one record at a time, would take one by one.
     fn warm(&self, ids: &[u64]) {
-        let mut seen = 0usize;
-        for id in ids {
-            if let Some(rec) = self.records.get(id) {
-                seen += usize::from(rec.paused)
-                    + usize::from(rec.def.handler.as_bytes().first().copied().unwrap_or(0))
-                    + usize::from(rec.next.is_some());
-            }
-        }
-        std::hint::black_box(seen);
+        std::hint::black_box(self.records.warm(ids));
         self.placement.warm(ids);
     }
 
@@ -688,7 +680,7 @@ impl Scheduler {
 
     /// Takes record `id` out of the book (as `remove` does) and returns it.
     /// One lookup in the records (the removal): the indexes are updated from the taken record.
-    fn take_record(&mut self, id: u64) -> Option<Box<Record>> {
+    fn take_record(&mut self, id: u64) -> Option<Record> {
         let rec = self.records.remove(&id)?;
         self.unindex_keys(Self::keys_of(id, &rec));
         Self::unlink_zone_of(&mut self.zoned, id, &rec);
@@ -710,7 +702,7 @@ impl Scheduler {
     }
 
     /// Puts back a record [`Self::take_record`] took (not indexed: the caller settles it).
-    fn restore_record(&mut self, id: u64, rec: Box<Record>) {
+    fn restore_record(&mut self, id: u64, rec: Record) {
         if let Some(k) = &rec.def.key {
             self.keys.insert(k.clone(), id);
         }
