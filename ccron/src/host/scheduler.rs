@@ -501,7 +501,10 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         match self.outbox.accept_result(&self.policy, &by, &result) {
             Ok(ResultApplied::Applied) => {
                 // Routed back to whoever emitted the record (its id's origin).
+                let mut settled = false;
                 if let Some(record) = self.outbox.get(result.index) {
+                    // The run awaiting it (overlap policies) has one result more.
+                    settled = self.book.settle(record.id);
                     match record.id.origin() {
                         Origin::Schedule => {
                             if let Some(react) = &self.reaction {
@@ -521,6 +524,9 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
                             );
                         }
                     }
+                }
+                if settled {
+                    self.persist();
                 }
                 self.save_outbox();
                 b"ok result applied".to_vec()
@@ -595,6 +601,8 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
         if self.fatal.is_some() {
             return b"err halted".to_vec();
         }
+        // Schedule records trimmed without a result settle their runs (overlap policies).
+        let unanswered = Scheduler::unanswered_up_to(&self.outbox, upto);
         let trimmed = match self.outbox.accept_progress(&self.policy, &by, upto) {
             Ok(n) => n,
             Err(e) => {
@@ -602,6 +610,13 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
                 return format!("err {e}").into_bytes();
             }
         };
+        let mut settled = false;
+        for id in unanswered {
+            settled |= self.book.settle(id);
+        }
+        if settled {
+            self.persist();
+        }
         if trimmed > 0 {
             self.save_outbox();
         }

@@ -1,10 +1,10 @@
-//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7) loads and is migrated
-//! to layout 8 by the next save: crash-atomic at every page write, byte-identical on every
+//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8) loads and is migrated
+//! to layout 9 by the next save: crash-atomic at every page write, byte-identical on every
 //! replica. The pages are fixtures the old code wrote (`fixtures/README.md`).
 
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{
-    Handlers, Limits, RunCounters, ScheduleError, ScheduleRequest, Scheduler, Target,
+    Handlers, Limits, OverlapState, RunCounters, ScheduleError, ScheduleRequest, Scheduler, Target,
 };
 use ccron::{MemPages, PageRange, Principal, ReservedPages, Tick};
 
@@ -40,6 +40,17 @@ fn hex(b: &[u8]) -> String {
 /// The book as the fixtures' `.expect` files print it (layout 6's with the run state, layout
 /// 7's with the run counters, the manual runs and the book's totals).
 fn describe(name: &str, book: &Scheduler) -> String {
+    for id in book.ids() {
+        // Layout 9's overlap state starts empty: `AllowAll`, nothing awaited or buffered.
+        assert_eq!(
+            book.get(id).unwrap().overlap,
+            OverlapState::default(),
+            "{name}"
+        );
+    }
+    if name.starts_with("book_v8") {
+        return describe_v8(book);
+    }
     let v7 = name.starts_with("book_v7");
     let run_state = name.starts_with("book_v6") || v7;
     let mut out = String::new();
@@ -115,7 +126,7 @@ fn load(pages: &MemPages) -> Result<Scheduler, ScheduleError> {
     Scheduler::load(7, limits(), pages, range())
 }
 
-const FIXTURES: [&str; 15] = [
+const FIXTURES: [&str; 18] = [
     "book_v2",
     "book_v2_crashed",
     "book_v3",
@@ -131,6 +142,9 @@ const FIXTURES: [&str; 15] = [
     "book_v7",
     "book_v7_stale",
     "book_v7_full_log",
+    "book_v8",
+    "book_v8_stale",
+    "book_v8_full_log",
 ];
 
 /// Each older layout loads as what the old code held (a journal in force replayed), and its
@@ -168,7 +182,7 @@ fn every_older_layout_loads_and_migrates_crash_atomically() {
             );
         }
         let migrated = load(&wa.inner).unwrap();
-        assert!(!migrated.migrating(), "{name}: layout 8 now");
+        assert!(!migrated.migrating(), "{name}: layout 9 now");
         assert_eq!(describe(name, &migrated), expect, "{name}: migrated");
         assert!(migrated == a);
         // A crash after each page write of the migration.
@@ -238,4 +252,47 @@ fn a_migrated_book_runs_saves_and_folds_on() {
         assert!(folded, "{name}: the log folded into the record pages");
         assert!(ran > 0, "{name}: schedules ran");
     }
+}
+
+/// A layout 8 book as the `book_v8*` fixtures' `.expect` files print it: layout 7's line with
+/// the bounds, the retired state and the retirements counted, then the book's totals.
+fn describe_v8(book: &Scheduler) -> String {
+    let mut out = String::new();
+    for id in book.ids().collect::<Vec<_>>() {
+        let i = book.get(id).unwrap();
+        let s = &i.schedule;
+        out += &format!(
+            "{id}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}",
+            s.key,
+            s.handler,
+            s.timing,
+            s.misfire,
+            s.priority,
+            s.jitter_ms,
+            hex(&s.payload),
+            s.topic,
+            s.kind,
+            i.paused,
+            i.next,
+            i.runs,
+            i.owed,
+            i.owner,
+            i.version
+        );
+        out += &format!(
+            "|{}|{:?}|{:?}|{:?}|{}|{:?}",
+            i.parked, i.policy, i.retry, i.dead, i.dead_evicted, i.history
+        );
+        out += &format!(
+            "|{}|retired {}|{:?}|{:?}|{:?}\n",
+            counters(&i.counters),
+            i.counters.retired,
+            i.manual,
+            i.bounds,
+            i.retired
+        );
+    }
+    let t = book.totals();
+    out += &format!("totals|{}|retired {}\n", counters(&t), t.retired);
+    out
 }

@@ -441,11 +441,11 @@ fn a_record_larger_than_a_page_is_refused_at_admission() {
         Err(ScheduleError::Limit(_))
     ));
     assert!(book.is_empty());
-    // (505: page and blob headers plus the record's other fields, its owner, version, topic
+    // (506: page and blob headers plus the record's other fields, its owner, version, topic
     // and type included, its run state at its largest (a retry pending, a dead run, two
-    // history entries), its run counters, its pending manual runs, and its bounds and retired
-    // state, empty on a one-shot.)
-    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 505]);
+    // history entries), its run counters, its pending manual runs, its bounds and retired
+    // state, empty on a one-shot, and its overlap state's tag, `None` on a one-shot.)
+    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 506]);
     book.apply(
         &Principal::Host,
         ScheduleRequest::Create(fits),

@@ -1,6 +1,6 @@
 //! The schedule book, one test binary: admission and authorization, quotas and limits, pages,
 //! migrations of every released layout, handlers (parked, failing, history), counters, manual runs,
-//! bounds and run limits, and upgrades. `cargo test -p ccron --test schedule MODULE::` runs one module.
+//! bounds and run limits, overlap policies, and upgrades. `cargo test -p ccron --test schedule MODULE::` runs one module.
 
 mod authz;
 mod book;
@@ -13,6 +13,7 @@ mod features;
 mod handlers;
 mod limits_safety;
 mod manual;
+mod overlap;
 mod quotas;
 mod slots;
 mod upgrades;

@@ -259,6 +259,7 @@ impl Scheduler {
             .saturating_add(super::counters::COUNTER_BYTES)
             .saturating_add(super::manual::MANUAL_BYTES)
             .saturating_add(super::bounds::stored_bytes(def.timing.is_one_shot()))
+            .saturating_add(super::overlap::stored_bytes(def.timing.is_one_shot()))
             .saturating_add(dead * DEAD_RUN_BYTES)
             .saturating_add(history * RUN_ENTRY_BYTES))
     }
@@ -487,6 +488,42 @@ impl Scheduler {
                     now_ms,
                 )
                 .map(Some),
+            ScheduleRequest::CreateOverlap {
+                schedule,
+                policy,
+                bounds,
+                overlap,
+            } => {
+                super::overlap::check_policy(overlap, schedule.timing.is_one_shot())?;
+                let id = self.create(by, schedule, policy, bounds, handlers_ok, seq, now_ms)?;
+                self.admit_overlap(id, overlap);
+                Ok(Some(id))
+            }
+            ScheduleRequest::UpsertOverlap {
+                schedule,
+                policy,
+                bounds,
+                overlap,
+            } => {
+                super::overlap::check_policy(overlap, schedule.timing.is_one_shot())?;
+                let id = self.upsert(
+                    by,
+                    schedule,
+                    Some(policy),
+                    Some(bounds),
+                    handlers_ok,
+                    seq,
+                    now_ms,
+                )?;
+                self.admit_overlap(id, overlap);
+                Ok(Some(id))
+            }
+            ScheduleRequest::SetOverlap { target, overlap } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::Replace, Some(id))?;
+                self.set_overlap(id, overlap)?;
+                Ok(Some(id))
+            }
             ScheduleRequest::SetBounds { target, bounds } => {
                 let id = self.resolve(&target)?;
                 self.authorize(by, Action::Replace, Some(id))?;
@@ -952,6 +989,13 @@ impl Scheduler {
         rec.def = stored;
         rec.next = next;
         rec.owed = None;
+        // Like owed runs, buffered occurrences of the old definition are dropped; a one-shot
+        // takes no overlap policy (it runs once).
+        if rec.def.timing.is_one_shot() {
+            rec.overlap = None;
+        } else if let Some(o) = &mut rec.overlap {
+            o.buffered.clear();
+        }
         rec.bounds = bounds;
         rec.retired = None;
         self.usage.resize(owner, old_bytes, new_bytes);

@@ -22,6 +22,12 @@ impl Scheduler {
         }
         // Manual runs (`manual.rs`) are due at once: any tick reaches sequence 0.
         let manual = rec.manual.pending().then_some((inv, Due::Seq(0), id));
+        if let Some(due) = super::overlap::buffered_key(rec.overlap()) {
+            // Buffered occurrences (`overlap.rs`) were reached when planned and waited for
+            // the previous run's result, which has arrived: due at once, ahead of owed runs
+            // and the next point (all later occurrences).
+            return [Some((inv, due, id)), manual, None];
+        }
         if let Some((owed_ms, _)) = rec.owed {
             // Owed runs were reached when planned: due at their nominal instant, without
             // jitter, so any later tick with time takes them (in the canonical order).

@@ -1,5 +1,5 @@
 //! The schedule book layouts earlier releases wrote, read so that the next save migrates them
-//! to layout 8 (`persist.rs`). The types here are frozen copies of the old encodings: never
+//! to layout 9 (`persist.rs`). The types here are frozen copies of the old encodings: never
 //! change them (persisted bytes are forever).
 //!
 //! - Layouts 2, 3 and 4: a meta page, the zones part, a write-ahead journal in the log's place
@@ -9,8 +9,11 @@
 //! - Layout 6: the record log with the log's start and the stale flag in the commit page, and
 //!   records carrying their run state (parked, run policy, pending retry, dead runs, history).
 //! - Layout 7: layout 6 with run counters per record and for the book in the commit page.
+//! - Layout 8: layout 7 with bounds and the retired state per record, retirements counted
+//!   (`legacy/v8.rs`).
 //!
-//! Loading converts every record to layout 8 (no bounds, not retired; the run counters at zero
+//! Loading converts every record to layout 9 (no overlap policy: [`Overlap::AllowAll`](super::Overlap::AllowAll),
+//! nothing awaited or buffered; no bounds below layout 8, not retired; the run counters at zero
 //! below layout 7, kept from layout 7 with no retirements; and the run state
 //! empty below layout 6; a layout 2 record, which has no owner, is owned by the host, so only
 //! admins may change it; records without a version are at version 1). The migration is the next save, a *full save* (every record and the
@@ -20,6 +23,8 @@
 //! has no room past them, the old layout's own save is completed first, in its own format (a
 //! journal replayed in place and zeroed, or a layout 5 or 6 log folded), which is what that
 //! layout did after a crash or a full log too.
+
+mod v8;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -323,6 +328,8 @@ pub(crate) enum OldExtent {
     LogV6(LogSpan),
     /// Layout 7: its committed log (from where it starts in the log area).
     LogV7(LogSpan),
+    /// Layout 8: its committed log (from where it starts in the log area).
+    LogV8(LogSpan),
     /// Layouts 2 to 4 (the version): the journal in force.
     Journal {
         /// The layout.
@@ -745,6 +752,17 @@ pub(super) fn load(
                 old,
             )?)
         }
+        (8, Some(b)) => {
+            let commit = codec::from_blob::<v8::CommitV8>(b)?;
+            let old = OldExtent::LogV8(commit.log);
+            Some(load_logged::<v8::RecordV8>(
+                pages,
+                layout,
+                commit.into(),
+                component,
+                old,
+            )?)
+        }
         (2, _) => load_journal_layout::<RecordV2>(pages, layout, 2, component)?,
         (3, _) => load_journal_layout::<RecordV3>(pages, layout, 3, component)?,
         (4, _) => load_journal_layout::<RecordV4>(pages, layout, 4, component)?,
@@ -779,7 +797,7 @@ pub(super) fn prepare(
     let area = layout.log.len();
     let extent = match old {
         OldExtent::Log(pos) => pos.pages,
-        OldExtent::LogV6(span) | OldExtent::LogV7(span) => span.end(),
+        OldExtent::LogV6(span) | OldExtent::LogV7(span) | OldExtent::LogV8(span) => span.end(),
         OldExtent::Journal { pages, .. } => pages,
     };
     if extent.saturating_add(need) <= area {
@@ -798,6 +816,16 @@ pub(super) fn prepare(
             },
         )?,
         OldExtent::LogV7(_) => fold_logged::<RecordV7, CommitV7>(
+            pages,
+            layout,
+            component,
+            |c| (c.component, c.log, c.stale),
+            |c| {
+                c.log = LogSpan::default();
+                c.stale = Stale::No;
+            },
+        )?,
+        OldExtent::LogV8(_) => fold_logged::<v8::RecordV8, v8::CommitV8>(
             pages,
             layout,
             component,

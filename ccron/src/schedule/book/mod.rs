@@ -3,7 +3,7 @@
 //! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
 //! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
 //! jitter, payload, routing topic and type, pause flag, nominal next due point, run counter,
-//! owner, version, run state, replicated run counters, bounds and retired state), optionally under a unique client key. A due index ordered by (priority,
+//! owner, version, run state, replicated run counters, bounds and retired state, overlap policy and state), optionally under a unique client key. A due index ordered by (priority,
 //! due key, id) holds every active record (an `AtOrSeq` one under both its keys), so a tick
 //! visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
@@ -17,7 +17,8 @@
 //! `impl Scheduler` blocks by concern: `types.rs` (the public vocabulary: timings, misfire
 //! policies, requests, limits, errors, views and reports), `handlers.rs` (registered handlers
 //! and a run's context), `counters.rs` (replicated run counters), `bounds.rs` (start/end
-//! bounds, run limit, retirement),
+//! bounds, run limit, retirement), `overlap.rs` (the overlap policy: what an occurrence does
+//! while the previous run has no result),
 //! `manual.rs` (trigger-now and backfill runs), `timing.rs` (occurrences,
 //! jitter, the misfire plan), `index.rs` (due
 //! and zone index upkeep, invariant check), `admission.rs` (validating and applying requests),
@@ -30,6 +31,7 @@ mod handlers;
 mod index;
 mod legacy;
 mod manual;
+mod overlap;
 mod persist;
 mod preview;
 mod quota;
@@ -56,6 +58,7 @@ pub use handlers::{
     manifest_digest,
 };
 pub use manual::{MAX_BACKFILL_RUNS, ManualRuns, is_manual, manual_occurrence};
+pub use overlap::{MAX_BUFFERED, Overlap, OverlapState};
 pub use preview::{NextRun, SlotLoad};
 pub use runs::{
     AfterFailure, DeadRun, FailedRun, HISTORY_RUNS, MAX_ATTEMPTS, MAX_DEAD_RUNS,
@@ -114,6 +117,10 @@ struct Record {
     /// Layout 8: set when the schedule reached its end or its run limit: it is out of the due
     /// index for good (until new bounds or a replace) and kept, with why and when.
     retired: Option<Retired>,
+    /// Layout 9: the overlap policy, the run it awaits and the occurrences it buffered
+    /// (`overlap.rs`; recurring schedules only); `None` until a policy is set: the default
+    /// state (`AllowAll`), one byte stored, so that records without one stay small.
+    overlap: Option<Box<OverlapState>>,
 }
 
 impl Record {
@@ -137,6 +144,7 @@ impl Record {
             manual: ManualRuns::default(),
             bounds: Bounds::NONE,
             retired: None,
+            overlap: None,
         }
     }
 }
@@ -330,6 +338,7 @@ impl Scheduler {
             manual: r.manual,
             bounds: r.bounds,
             retired: r.retired,
+            overlap: r.overlap().clone(),
         })
     }
 

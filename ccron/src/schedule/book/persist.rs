@@ -70,10 +70,11 @@ const SEGMENT_PAGES: usize = 16;
 /// run history) and the commit page where the log starts and whether the record pages are
 /// stale; 7 = records carry their run counters and the commit page the book's
 /// (`counters.rs`); 8 = records carry their bounds and retired state (`bounds.rs`) and the run
-/// counters count retirements. Layouts 2 to 7 load and are migrated by the next save (`legacy.rs`); layout 1 (16
+/// counters count retirements; 9 = records carry their overlap policy and state
+/// (`overlap.rs`). Layouts 2 to 8 load and are migrated by the next save (`legacy.rs`); layout 1 (16
 /// shard blobs over the whole range, superseded before layout 2 was released) is refused with
 /// [`ScheduleError::UnsupportedLayout`].
-pub(super) const WIRE_VERSION: u8 = 8;
+pub(super) const WIRE_VERSION: u8 = 9;
 
 /// The committed log, read back from the pages.
 pub(super) struct Committed<R> {
@@ -654,7 +655,7 @@ impl Scheduler {
         if migration.is_some() {
             tracing::info!(
                 component = self.component,
-                "schedule book migrated to layout 7"
+                "schedule book migrated to layout 9"
             );
             self.migration = None;
         }
@@ -922,6 +923,12 @@ impl Scheduler {
             .check(!rec.def.timing.is_one_shot())
             .map_err(|e| format!("schedule {id}: {e}"))?;
         rec.bounds
+            .check(!rec.def.timing.is_one_shot())
+            .map_err(|e| format!("schedule {id}: {e}"))?;
+        if rec.overlap.is_some() && rec.def.timing.is_one_shot() {
+            return Err(format!("schedule {id}: an overlap state on a one-shot"));
+        }
+        rec.overlap()
             .check(!rec.def.timing.is_one_shot())
             .map_err(|e| format!("schedule {id}: {e}"))?;
         if rec.retired.is_some() && (rec.next.is_some() || rec.bounds.is_none()) {

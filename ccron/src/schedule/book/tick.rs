@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::counters::PlanNote;
+use super::overlap::Diverted;
 use super::{
     FailedRun, FireRecord, HandlerCtx, Handlers, PendingRetry, Record, RunCounters, RunEntry,
     RunOutcome, ScheduleError, ScheduleRequest, Scheduler, TickReport,
@@ -255,6 +256,14 @@ impl Scheduler {
                 }
                 continue;
             }
+            if super::overlap::buffered_key(rec.overlap()).is_some() {
+                // The awaited run has its result: the oldest buffered occurrence runs.
+                *left -= 1;
+                if !self.buffered_attempt(id, &mut env) {
+                    return;
+                }
+                continue;
+            }
             if rec.owed.is_none() && rec.def.timing.is_one_shot() {
                 // The one-shot plan without the general plan's vector of runs.
                 let Some(due) = rec.next else { return };
@@ -315,6 +324,12 @@ impl Scheduler {
                 let Some(rec) = self.records.get(&id) else {
                     return;
                 };
+                if rec.overlap().blocks() {
+                    // The previous run has no result yet: the overlap policy decides (the
+                    // budget unit taken for it is not given back: a deterministic bound).
+                    self.divert_reported(id, run_due, occurrence, env.report);
+                    continue;
+                }
                 let attempt = run_phase(self.component, rec, id, run_due, occurrence, 1, &mut env);
                 let outcome = attempt.outcome;
                 if !outcome.is_ok() {
@@ -543,6 +558,46 @@ impl Scheduler {
         false
     }
 
+    /// Runs record `id`'s oldest buffered occurrence (`overlap.rs`: nothing awaited any
+    /// more): one attempt, settled like a regular run's. Returns whether it succeeded.
+    fn buffered_attempt<S>(&mut self, id: u64, env: &mut Env<'_, '_, S>) -> bool {
+        self.unindex(id);
+        let Some((due, occurrence)) = self.take_buffered(id) else {
+            self.reindex(id);
+            return false;
+        };
+        self.touch(id);
+        let Some(rec) = self.records.get(&id) else {
+            return false;
+        };
+        let owner = rec.owner;
+        let run = run_phase(self.component, rec, id, due, occurrence, 1, env);
+        let outcome = run.outcome;
+        if outcome.is_ok() {
+            self.reindex(id);
+            self.commit_attempt(run, id, due, occurrence, 1, owner, true, env);
+            return true;
+        }
+        self.fail_attempt(id, due, occurrence, 1, outcome, env);
+        false
+    }
+
+    /// [`Self::divert`], reported in `report`.
+    fn divert_reported(&mut self, id: u64, due: Due, occurrence: u64, report: &mut TickReport) {
+        match self.divert(id, due, occurrence) {
+            Diverted::Buffered => report.overlap_buffered.push((id, occurrence)),
+            Diverted::Skipped => report.overlap_skipped.push((id, occurrence)),
+            Diverted::Overflowed => {
+                report.overlap_skipped.push((id, occurrence));
+                report.errors.push(ScheduleError::BufferFull {
+                    id,
+                    occurrence,
+                    bound: super::MAX_BUFFERED,
+                });
+            }
+        }
+    }
+
     /// Commits a successful attempt: appends its staged record, applies the requests it queued
     /// (as the schedule's `owner`), reports it. `kept`: whether the record may be in the book
     /// (`false` for a one-shot that left it: its counters and history go with it, and the run
@@ -576,9 +631,11 @@ impl Scheduler {
             self.totals = self.totals.plus(fired);
         }
         let mut emitted = None;
+        let mut appended = 0u32;
         for record in run.staged {
             match env.outbox.append_as(record, owner) {
                 Ok(index) => {
+                    appended = appended.saturating_add(1);
                     emitted.get_or_insert(index);
                 }
                 Err(e) => {
@@ -605,6 +662,8 @@ impl Scheduler {
                     emitted,
                 },
             );
+            // Under a tracking overlap policy the schedule now awaits these records' results.
+            self.note_started(id, occurrence, appended);
         }
         env.report.fired.push(FireRecord {
             id,

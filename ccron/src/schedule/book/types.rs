@@ -377,6 +377,42 @@ pub enum ScheduleRequest {
         /// Its new bounds ([`Bounds::NONE`] removes them).
         bounds: Bounds,
     },
+    /// As [`ScheduleRequest::CreateBounded`], with an overlap policy ([`super::Overlap`];
+    /// recurring schedules only, [`ScheduleError::Invalid`] otherwise). Appended, so the
+    /// others keep their encoding.
+    CreateOverlap {
+        /// The schedule.
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+        /// Its bounds.
+        bounds: Bounds,
+        /// Its overlap policy.
+        overlap: super::Overlap,
+    },
+    /// As [`ScheduleRequest::UpsertBounded`], with an overlap policy (which replaces the
+    /// holder's; a replaced schedule keeps the run it awaits and drops its buffered
+    /// occurrences).
+    UpsertOverlap {
+        /// The schedule (its key is required).
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+        /// Its bounds.
+        bounds: Bounds,
+        /// Its overlap policy.
+        overlap: super::Overlap,
+    },
+    /// Sets the overlap policy of an existing recurring schedule (its owner or an admin, as a
+    /// replace; version + 1). Buffered occurrences beyond the new policy's bound are dropped
+    /// and counted as skipped; [`super::Overlap::AllowAll`] stops waiting (what was buffered
+    /// runs on the next tick).
+    SetOverlap {
+        /// The schedule.
+        target: Target,
+        /// Its new overlap policy.
+        overlap: super::Overlap,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -645,6 +681,18 @@ pub enum ScheduleError {
         /// Due points it holds.
         held: u64,
     },
+    /// A due occurrence of schedule `id` found its previous run without a result and its
+    /// [`super::Overlap::BufferAll`] buffer full ([`super::MAX_BUFFERED`]): it did not run
+    /// (counted in [`super::OverlapState::overflowed`] and as skipped).
+    #[error("schedule {id}: occurrence {occurrence} refused, its overlap buffer holds {bound}")]
+    BufferFull {
+        /// The schedule.
+        id: u64,
+        /// The refused occurrence's number.
+        occurrence: u64,
+        /// The buffer's bound.
+        bound: usize,
+    },
     /// The request would take `owner` past its quota ([`crate::authz::Quota`]); nothing
     /// changed.
     #[error("{owner} would hold {would} {kind}, its quota is {limit}")]
@@ -710,6 +758,9 @@ pub struct ScheduleInfo {
     pub bounds: Bounds,
     /// Set when it reached its end or its run limit: it fires no more regular runs.
     pub retired: Option<Retired>,
+    /// Its overlap policy, the run it awaits and the occurrences it buffered
+    /// ([`super::Overlap`]).
+    pub overlap: super::OverlapState,
 }
 
 /// One run of a handler in a tick (successful or not: see `outcome`).
@@ -748,6 +799,13 @@ pub struct TickReport {
     /// Runs that failed (an error or a caught panic), in execution order, with what happens
     /// next (a retry or a dead letter); each is in `fired` too.
     pub failed: Vec<FailedRun>,
-    /// Errors: requests emitted by handlers that were rejected, failed emits.
+    /// Errors: requests emitted by handlers that were rejected, failed emits, occurrences
+    /// refused by a full overlap buffer ([`ScheduleError::BufferFull`]).
     pub errors: Vec<ScheduleError>,
+    /// Occurrences the overlap policy did not run because the schedule's previous run has no
+    /// result yet: (schedule, occurrence number), skipped ([`super::Overlap::Skip`], or
+    /// beyond a buffer) or refused by a full buffer.
+    pub overlap_skipped: Vec<(u64, u64)>,
+    /// Occurrences the overlap policy buffered: (schedule, occurrence number).
+    pub overlap_buffered: Vec<(u64, u64)>,
 }

@@ -1,0 +1,495 @@
+//! The overlap policy (issue 27): what a due occurrence does while the schedule's previous run
+//! has no result yet. Unit tests per variant (skip, buffer one, buffer all with its bound,
+//! allow all), the requests that set it (authorized, recurring schedules only), runs that emit
+//! nothing or several records, and a proptest against a brute-force model over random grids,
+//! tick times and result arrival times, for every policy, with the book saved and reloaded
+//! along the way.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use ccron::outbox::{OccurrenceId, Outbox, OutboxLimits};
+use ccron::schedule::{
+    Bounds, Handlers, Limits, MAX_BUFFERED, Misfire, NewSchedule, Overlap, Policy, RunPolicy,
+    ScheduleError, ScheduleRequest, Scheduler, Target, TickReport, Timing,
+};
+use ccron::{Due, MemPages, PageRange, Principal, Tick};
+use proptest::prelude::*;
+
+/// The handler's state: what ran (occurrence, nominal due) and which occurrences emit nothing.
+#[derive(Default)]
+struct St {
+    ran: Vec<(u64, Due)>,
+    /// Occurrences `o` with `o % 5 == 3` emit nothing.
+    silent: bool,
+    /// Records each run emits.
+    records: usize,
+}
+
+fn handlers() -> Handlers<St> {
+    let mut h: Handlers<St> = Handlers::new();
+    assert!(h.register("job", |ctx| {
+        let occ = ctx.occurrence.occurrence;
+        ctx.state.ran.push((occ, ctx.due));
+        if ctx.state.silent && occ % 5 == 3 {
+            return;
+        }
+        for _ in 0..ctx.state.records.max(1) {
+            ctx.emit("effect", b"x".to_vec()).unwrap();
+        }
+    }));
+    h
+}
+
+fn every(period_ms: i64, start_ms: i64) -> NewSchedule {
+    NewSchedule::new(
+        "job",
+        Timing::Every {
+            period_ms,
+            start_ms: Some(start_ms),
+        },
+    )
+    .with_misfire(Misfire::FireEach { cap: 1_000 })
+}
+
+fn create(schedule: NewSchedule, overlap: Overlap) -> ScheduleRequest {
+    ScheduleRequest::CreateOverlap {
+        schedule,
+        policy: RunPolicy::default(),
+        bounds: Bounds::NONE,
+        overlap,
+    }
+}
+
+struct Rig {
+    book: Scheduler,
+    h: Handlers<St>,
+    st: St,
+    outbox: Outbox,
+    seq: u64,
+    /// Records without a result: (arrival time, id).
+    pending: BTreeMap<(i64, OccurrenceId), ()>,
+    /// Result delay per occurrence (indexed by occurrence modulo its length).
+    delays: Vec<i64>,
+    skipped: Vec<u64>,
+    buffered: Vec<u64>,
+    overflowed: Vec<u64>,
+}
+
+impl Rig {
+    fn new(delays: Vec<i64>) -> Self {
+        Self {
+            book: Scheduler::new(7, Limits::default())
+                .with_policy(Policy::default().with_admin(99)),
+            h: handlers(),
+            st: St::default(),
+            outbox: Outbox::new(OutboxLimits {
+                max_records: 1 << 20,
+                max_total_bytes: 1 << 30,
+                ..OutboxLimits::default()
+            }),
+            seq: 1,
+            pending: BTreeMap::new(),
+            delays,
+            skipped: Vec::new(),
+            buffered: Vec::new(),
+            overflowed: Vec::new(),
+        }
+    }
+
+    fn apply(&mut self, by: u64, req: ScheduleRequest) -> Result<Option<u64>, ScheduleError> {
+        self.seq += 1;
+        self.book
+            .apply(&Principal::Client(by), req, &self.h, self.seq, Some(0))
+    }
+
+    /// Results that arrived by `now` settle, then a tick at `now`; records the run emitted get
+    /// their arrival time.
+    fn tick(&mut self, now: i64) -> TickReport {
+        let arrived: Vec<(i64, OccurrenceId)> = self
+            .pending
+            .range(..(now + 1, OccurrenceId::new(0, 0, 0)))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in arrived {
+            self.pending.remove(&k);
+            self.book.settle(k.1);
+        }
+        self.seq += 1;
+        let head = self.outbox.next_index();
+        let report = self.book.on_tick(
+            &Tick::new(7, self.seq, Some(now)),
+            &mut self.st,
+            &mut self.h,
+            &mut self.outbox,
+        );
+        for (i, r) in self.outbox.iter() {
+            if i >= head {
+                let d = self.delays[(r.id.occurrence % self.delays.len() as u64) as usize];
+                self.pending.insert((now + d, r.id), ());
+            }
+        }
+        self.skipped
+            .extend(report.overlap_skipped.iter().map(|(_, o)| *o));
+        self.buffered
+            .extend(report.overlap_buffered.iter().map(|(_, o)| *o));
+        for e in &report.errors {
+            match e {
+                ScheduleError::BufferFull { occurrence, .. } => {
+                    // Reported among the occurrences not run, told apart here.
+                    self.overflowed.push(*occurrence);
+                    self.skipped.retain(|o| o != occurrence);
+                }
+                other => panic!("unexpected tick error {other}"),
+            }
+        }
+        report
+    }
+
+    /// Settles every record occurrence `occ` of schedule `id` emitted (its results arrive).
+    fn answer(&mut self, id: u64, occ: u64) {
+        let keys: Vec<(i64, OccurrenceId)> = self
+            .pending
+            .keys()
+            .filter(|(_, r)| r.emitter() == id && r.occurrence == occ)
+            .copied()
+            .collect();
+        for k in keys {
+            self.pending.remove(&k);
+            self.book.settle(k.1);
+        }
+    }
+
+    fn occurrences(&self) -> Vec<u64> {
+        self.st.ran.iter().map(|(o, _)| *o).collect()
+    }
+}
+
+#[test]
+fn skip_skips_while_the_previous_run_has_no_result() {
+    let mut rig = Rig::new(vec![i64::MAX / 4]);
+    let id = rig
+        .apply(1, create(every(100, 100), Overlap::Skip))
+        .unwrap()
+        .unwrap();
+    rig.tick(100);
+    assert_eq!(rig.occurrences(), vec![0]);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, Some((0, 1)));
+    let r = rig.tick(200);
+    assert_eq!(r.overlap_skipped, vec![(id, 1)]);
+    assert_eq!(rig.occurrences(), vec![0], "skipped");
+    let info = rig.book.get(id).unwrap();
+    assert_eq!((info.overlap.skipped, info.counters.skipped), (1, 1));
+    assert_eq!(rig.book.totals().skipped, 1);
+    rig.answer(id, 0);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, None);
+    rig.tick(300);
+    assert_eq!(rig.occurrences(), vec![0, 2]);
+    rig.book.check_invariants().unwrap();
+}
+
+#[test]
+fn buffer_one_keeps_one_and_runs_it_when_the_result_arrives() {
+    let mut rig = Rig::new(vec![i64::MAX / 4]);
+    let id = rig
+        .apply(1, create(every(100, 100), Overlap::BufferOne))
+        .unwrap()
+        .unwrap();
+    rig.tick(100);
+    let r = rig.tick(200);
+    assert_eq!(r.overlap_buffered, vec![(id, 1)]);
+    let r = rig.tick(300);
+    assert_eq!(r.overlap_skipped, vec![(id, 2)], "one is buffered already");
+    assert_eq!(rig.book.get(id).unwrap().overlap.buffered, vec![(200, 1)]);
+    // Nothing runs before the result.
+    rig.tick(310);
+    assert_eq!(rig.occurrences(), vec![0]);
+    rig.answer(id, 0);
+    rig.tick(320);
+    assert_eq!(rig.st.ran, vec![(0, Due::Time(100)), (1, Due::Time(200))]);
+    let info = rig.book.get(id).unwrap();
+    assert_eq!(
+        info.overlap.awaiting,
+        Some((1, 1)),
+        "the buffered run is awaited"
+    );
+    assert!(info.overlap.buffered.is_empty());
+    assert_eq!(info.next, Some(Due::Time(400)));
+    rig.book.check_invariants().unwrap();
+}
+
+#[test]
+fn buffer_all_is_bounded_with_a_typed_refusal() {
+    let mut rig = Rig::new(vec![i64::MAX / 4]);
+    let id = rig
+        .apply(1, create(every(10, 10), Overlap::BufferAll))
+        .unwrap()
+        .unwrap();
+    rig.tick(10);
+    let extra = 3u64;
+    let r = rig.tick(10 + 10 * (MAX_BUFFERED as i64 + extra as i64));
+    assert_eq!(r.overlap_buffered.len(), MAX_BUFFERED);
+    assert_eq!(r.overlap_skipped.len() as u64, extra);
+    assert_eq!(r.errors.len() as u64, extra);
+    assert!(matches!(
+        r.errors[0],
+        ScheduleError::BufferFull { id: i, occurrence: o, bound: MAX_BUFFERED } if i == id && o == 1 + MAX_BUFFERED as u64
+    ));
+    let info = rig.book.get(id).unwrap();
+    assert_eq!(
+        (info.overlap.overflowed, info.counters.skipped),
+        (extra, extra)
+    );
+    // Each result lets the next buffered occurrence run, in order.
+    for k in 0..MAX_BUFFERED as u64 {
+        rig.answer(id, k);
+        rig.tick(1_000 + k as i64);
+        assert_eq!(*rig.occurrences().last().unwrap(), k + 1);
+    }
+    rig.book.check_invariants().unwrap();
+}
+
+#[test]
+fn allow_all_runs_everything_and_tracks_nothing() {
+    let mut rig = Rig::new(vec![i64::MAX / 4]);
+    let id = rig
+        .apply(1, create(every(100, 100), Overlap::AllowAll))
+        .unwrap()
+        .unwrap();
+    let plain = rig
+        .apply(1, ScheduleRequest::Create(every(100, 100)))
+        .unwrap()
+        .unwrap();
+    for t in 1..=5 {
+        rig.tick(100 * t);
+    }
+    assert_eq!(rig.occurrences().len(), 10);
+    assert_eq!(
+        rig.book.get(id).unwrap().overlap,
+        rig.book.get(plain).unwrap().overlap
+    );
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, None);
+}
+
+#[test]
+fn a_run_without_records_has_its_result_and_several_records_all_count() {
+    let mut rig = Rig::new(vec![i64::MAX / 4]);
+    rig.st.silent = true;
+    rig.st.records = 2;
+    let id = rig
+        .apply(1, create(every(100, 100), Overlap::Skip))
+        .unwrap()
+        .unwrap();
+    rig.book = rig.book.clone().with_emit_budget(2, 1_000);
+    rig.tick(100);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, Some((0, 2)));
+    // One of its two records answered: still waiting.
+    let k = *rig.pending.keys().next().unwrap();
+    rig.pending.remove(&k);
+    assert!(rig.book.settle(k.1));
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, Some((0, 1)));
+    rig.tick(200);
+    assert_eq!(rig.skipped, vec![1]);
+    rig.answer(id, 0);
+    rig.tick(300);
+    rig.answer(id, 2);
+    // Occurrence 3 emits nothing: it has its result at once, 4 runs.
+    rig.tick(400);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, None);
+    rig.tick(500);
+    assert_eq!(rig.occurrences(), vec![0, 2, 3, 4]);
+    assert_eq!(rig.skipped, vec![1]);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, Some((4, 2)));
+    // A record of another emitter, or of an older run, settles nothing.
+    assert!(!rig.book.settle(OccurrenceId::new(7, id, 0)));
+    assert!(!rig.book.settle(OccurrenceId::new(8, id, 4)));
+}
+
+#[test]
+fn the_policy_is_set_by_its_owner_or_an_admin_on_recurring_schedules_only() {
+    let mut rig = Rig::new(vec![1]);
+    let id = rig
+        .apply(1, ScheduleRequest::Create(every(100, 100)))
+        .unwrap()
+        .unwrap();
+    let set = |overlap| ScheduleRequest::SetOverlap {
+        target: Target::Id(id),
+        overlap,
+    };
+    assert!(matches!(
+        rig.apply(2, set(Overlap::Skip)),
+        Err(ScheduleError::Unauthorized { .. })
+    ));
+    let v = rig.book.get(id).unwrap().version;
+    assert_eq!(rig.apply(1, set(Overlap::Skip)), Ok(Some(id)));
+    assert_eq!(rig.apply(99, set(Overlap::BufferOne)), Ok(Some(id)));
+    let info = rig.book.get(id).unwrap();
+    assert_eq!(
+        (info.overlap.policy, info.version),
+        (Overlap::BufferOne, v + 2)
+    );
+    let once = NewSchedule::new("job", Timing::At(Due::Time(50)));
+    assert!(matches!(
+        rig.apply(1, create(once.clone(), Overlap::Skip)),
+        Err(ScheduleError::Invalid(_))
+    ));
+    assert!(rig.apply(1, create(once, Overlap::AllowAll)).is_ok());
+    let upsert = ScheduleRequest::UpsertOverlap {
+        schedule: every(10, 10).with_key("k"),
+        policy: RunPolicy::default(),
+        bounds: Bounds::NONE,
+        overlap: Overlap::BufferAll,
+    };
+    let k = rig.apply(1, upsert.clone()).unwrap().unwrap();
+    assert_eq!(rig.book.get(k).unwrap().overlap.policy, Overlap::BufferAll);
+    assert!(matches!(
+        rig.apply(2, upsert),
+        Err(ScheduleError::Unauthorized { .. })
+    ));
+}
+
+#[test]
+fn switching_to_allow_all_releases_the_buffer_and_skip_drops_it() {
+    let mut rig = Rig::new(vec![i64::MAX / 4]);
+    let id = rig
+        .apply(1, create(every(10, 10), Overlap::BufferAll))
+        .unwrap()
+        .unwrap();
+    rig.tick(10);
+    rig.tick(40);
+    assert_eq!(rig.book.get(id).unwrap().overlap.buffered.len(), 3);
+    let set = |overlap| ScheduleRequest::SetOverlap {
+        target: Target::Id(id),
+        overlap,
+    };
+    rig.apply(1, set(Overlap::BufferOne)).unwrap();
+    let info = rig.book.get(id).unwrap();
+    assert_eq!((info.overlap.buffered.len(), info.overlap.skipped), (1, 2));
+    rig.apply(1, set(Overlap::AllowAll)).unwrap();
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, None);
+    rig.tick(41);
+    assert_eq!(rig.occurrences(), vec![0, 1]);
+    rig.book.check_invariants().unwrap();
+}
+
+/// What the model says happened: runs (occurrence, nominal time), skipped, buffered and
+/// refused occurrences.
+type Outcome = (Vec<(u64, i64)>, Vec<u64>, Vec<u64>, Vec<u64>);
+
+/// The brute-force model: the grid walked point by point at each tick, the previous run's
+/// result arrival compared with the tick's time.
+fn model(
+    policy: Overlap,
+    period: i64,
+    start: i64,
+    ticks: &[i64],
+    delays: &[i64],
+    silent: bool,
+) -> Outcome {
+    let (mut ran, mut skipped, mut buffered, mut overflowed) = (vec![], vec![], vec![], vec![]);
+    let mut next = start;
+    let mut n = 0u64;
+    let mut awaiting: Option<i64> = None;
+    let mut buffer: VecDeque<(i64, u64)> = VecDeque::new();
+    let bound = match policy {
+        Overlap::BufferOne => 1,
+        Overlap::BufferAll => MAX_BUFFERED,
+        _ => 0,
+    };
+    for &now in ticks {
+        if awaiting.is_some_and(|a| a <= now) {
+            awaiting = None;
+        }
+        let run = |occ: u64, due: i64, ran: &mut Vec<(u64, i64)>, awaiting: &mut Option<i64>| {
+            ran.push((occ, due));
+            let emits = !(silent && occ % 5 == 3);
+            if policy != Overlap::AllowAll && emits {
+                *awaiting = Some(now + delays[(occ % delays.len() as u64) as usize]);
+            }
+        };
+        while awaiting.is_none() {
+            let Some((due, occ)) = buffer.pop_front() else {
+                break;
+            };
+            run(occ, due, &mut ran, &mut awaiting);
+        }
+        while next <= now {
+            let occ = n;
+            n += 1;
+            if awaiting.is_some() {
+                if buffer.len() < bound {
+                    buffer.push_back((next, occ));
+                    buffered.push(occ);
+                } else if policy == Overlap::BufferAll {
+                    overflowed.push(occ);
+                } else {
+                    skipped.push(occ);
+                }
+            } else {
+                run(occ, next, &mut ran, &mut awaiting);
+            }
+            next += period;
+        }
+    }
+    (ran, skipped, buffered, overflowed)
+}
+
+fn policy() -> impl Strategy<Value = Overlap> {
+    prop_oneof![
+        Just(Overlap::AllowAll),
+        Just(Overlap::Skip),
+        Just(Overlap::BufferOne),
+        Just(Overlap::BufferAll),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Over random grids, tick times and result delays, the book runs, skips, buffers and
+    /// refuses exactly the occurrences the brute-force model does, for every policy; the book
+    /// reloads equal from its pages along the way (the overlap state is persisted).
+    #[test]
+    fn overlap_matches_the_brute_force_model(
+        policy in policy(),
+        period in 1i64..60,
+        start in 1i64..100,
+        steps in prop::collection::vec(0i64..120, 1..40),
+        delays in prop::collection::vec(0i64..300, 1..8),
+        silent in any::<bool>(),
+    ) {
+        let mut rig = Rig::new(delays.clone());
+        rig.st.silent = silent;
+        let id = rig.apply(1, create(every(period, start), policy)).unwrap().unwrap();
+        let mut ticks = Vec::new();
+        let mut now = 0;
+        for s in steps {
+            now += s;
+            ticks.push(now);
+        }
+        let range = PageRange::new(0, 32).unwrap();
+        let mut pages = MemPages::new(4_096, 32);
+        for (k, &t) in ticks.iter().enumerate() {
+            rig.tick(t);
+            if k % 4 == 0 {
+                rig.book.save(&mut pages, range).unwrap();
+                let again = Scheduler::load(7, Limits::default(), &pages, range).unwrap();
+                prop_assert!(again == rig.book, "reloads equal");
+            }
+        }
+        rig.book.check_invariants().unwrap();
+        let (ran, skipped, buffered, overflowed) = model(policy, period, start, &ticks, &delays, silent);
+        let got: Vec<(u64, i64)> = rig
+            .st
+            .ran
+            .iter()
+            .map(|(o, d)| (*o, match d { Due::Time(t) => *t, Due::Seq(_) => -1 }))
+            .collect();
+        prop_assert_eq!(got, ran);
+        prop_assert_eq!(&rig.skipped, &skipped);
+        prop_assert_eq!(&rig.buffered, &buffered);
+        prop_assert_eq!(&rig.overflowed, &overflowed);
+        let info = rig.book.get(id).unwrap();
+        prop_assert_eq!(info.overlap.skipped, skipped.len() as u64);
+        prop_assert_eq!(info.overlap.overflowed, overflowed.len() as u64);
+        prop_assert_eq!(info.counters.skipped, (skipped.len() + overflowed.len()) as u64);
+    }
+}
