@@ -458,7 +458,8 @@ proptest! {
     ) {
         let mut rig = Rig::new(delays.clone());
         rig.st.silent = silent;
-        let id = rig.apply(1, create(every(period, start), policy)).unwrap().unwrap();
+        // Created by an admin: no outbox quota holds its runs back (results trim nothing here).
+        let id = rig.apply(99, create(every(period, start), policy)).unwrap().unwrap();
         let mut ticks = Vec::new();
         let mut now = 0;
         for s in steps {
@@ -491,5 +492,128 @@ proptest! {
         prop_assert_eq!(info.overlap.skipped, skipped.len() as u64);
         prop_assert_eq!(info.overlap.overflowed, overflowed.len() as u64);
         prop_assert_eq!(info.counters.skipped, (skipped.len() + overflowed.len()) as u64);
+    }
+}
+
+/// Through the ledger (`CronLedger` with its `LedgerScheduler`): a worker's result applied by
+/// consensus, or the consumer's progress trimming a record unanswered, settles the awaited run
+/// (the host's hook); the book's pages, hence the digest, carry the state.
+mod through_the_ledger {
+    use ccron::host::scheduler::outbox_delivered_payload;
+    use ccron::host::{
+        AppError, Application, BookConfig, ClientId, CronLedger, Digest32, ExecContext,
+        LedgerScheduler,
+    };
+    use ccron::outbox::OutboxResult;
+    use ccron::schedule::{
+        Bounds, HandlerError, Handlers, Limits, Overlap, RunPolicy, ScheduleRequest,
+    };
+    use ccron::{CronTableRegistry, MemPages, Policy, Tick};
+
+    const CONSUMER: ClientId = 99;
+
+    #[derive(Debug, Default, Clone)]
+    struct Nil;
+
+    impl Application for Nil {
+        fn execute(&mut self, _: ExecContext, _: ClientId, _: &[u8]) -> Vec<u8> {
+            b"ok".to_vec()
+        }
+        fn digest(&self) -> Digest32 {
+            [0; 32]
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<(), AppError> {
+            Ok(())
+        }
+    }
+
+    fn ledger() -> CronLedger<Nil> {
+        let mut handlers = Handlers::<Nil>::new();
+        handlers.register("job", |ctx| {
+            ctx.emit("effect", b"x".to_vec())?;
+            Ok::<(), HandlerError>(())
+        });
+        let cfg = BookConfig {
+            component: 1,
+            position: 9,
+            limits: Limits::default(),
+            book_pages: 64,
+            outbox_pages: 4,
+        };
+        let book = LedgerScheduler::try_new(cfg, handlers)
+            .unwrap()
+            .with_policy(Policy::default().with_outbox_consumer(CONSUMER));
+        CronLedger::new(Nil, CronTableRegistry::new()).with_scheduler(book)
+    }
+
+    fn ctx(seq: u64, t: i64) -> ExecContext {
+        ExecContext {
+            seq,
+            agreed_time_ms: Some(t),
+        }
+    }
+
+    fn runs(l: &CronLedger<Nil>) -> Vec<u64> {
+        let s = l.scheduler().unwrap();
+        let mut v: Vec<u64> = s.outbox().iter().map(|(_, r)| r.id.occurrence).collect();
+        v.dedup();
+        v
+    }
+
+    #[test]
+    fn a_result_or_an_unanswered_trim_settles_the_awaited_run() {
+        let mut l = ledger();
+        let mut pages = MemPages::new(4_096, 2);
+        let req = ScheduleRequest::CreateOverlap {
+            schedule: super::every(100, 100),
+            policy: RunPolicy::default(),
+            bounds: Bounds::NONE,
+            overlap: Overlap::Skip,
+        };
+        let reply = l.execute(ctx(1, 0), 1, &ccron::codec::to_blob(&req).unwrap());
+        assert!(
+            reply.starts_with(b"ok"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+        l.on_tick(Tick::new(1, 2, Some(100)), &mut pages).unwrap();
+        l.on_tick(Tick::new(1, 3, Some(200)), &mut pages).unwrap();
+        assert_eq!(runs(&l), vec![0], "occurrence 1 skipped: no result yet");
+        let before = l.digest();
+        // The worker's answer for occurrence 0, applied through consensus.
+        let (index, id) = {
+            let s = l.scheduler().unwrap();
+            let (i, r) = s.outbox().iter().next().unwrap();
+            (i, r.id)
+        };
+        let p = OutboxResult::dead_letter(index, id, "done")
+            .to_payload()
+            .unwrap();
+        let reply = l.execute(ctx(4, 250), CONSUMER, &p);
+        assert!(reply.starts_with(b"ok result applied"));
+        assert_ne!(l.digest(), before, "the settled state is in the digest");
+        let book = l.scheduler().unwrap().book();
+        let sid = book.ids().next().unwrap();
+        assert_eq!(book.get(sid).unwrap().overlap.awaiting, None);
+        l.on_tick(Tick::new(1, 5, Some(300)), &mut pages).unwrap();
+        assert_eq!(runs(&l), vec![0, 2]);
+        // Occurrence 2's record trimmed by the consumer's progress without a result.
+        let head = l.scheduler().unwrap().outbox().head();
+        let reply = l.execute(ctx(6, 350), CONSUMER, &outbox_delivered_payload(head));
+        assert!(
+            reply.starts_with(b"ok trimmed"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+        let book = l.scheduler().unwrap().book();
+        assert_eq!(book.get(sid).unwrap().overlap.awaiting, None);
+        l.on_tick(Tick::new(1, 7, Some(400)), &mut pages).unwrap();
+        let s = l.scheduler().unwrap();
+        let last = s.outbox().iter().last().unwrap().1.id.occurrence;
+        assert_eq!(last, 3, "occurrence 3 ran");
+        assert_eq!(s.book().get(sid).unwrap().counters.skipped, 1);
     }
 }
