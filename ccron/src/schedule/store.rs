@@ -665,7 +665,10 @@ mod tests {
         assert_eq!(p.page_of(4), Some(0), "room freed on page 0 is reused");
         p.put(5, 101);
         assert!(p.oversize.contains(&5) && p.page_of(5).is_none());
-        assert_eq!(p.dirty_pages.take_sorted().collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(
+            p.dirty_pages.take_sorted().collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
         assert!(Layout::of(PageRange::new(0, 3).unwrap()).is_none());
         let l = Layout::of(PageRange::new(10, 70).unwrap()).unwrap();
         assert_eq!((l.zones.len(), l.log.len(), l.record_pages), (2, 36, 31));
