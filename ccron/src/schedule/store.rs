@@ -151,7 +151,13 @@ impl FreeTree {
         self.tree[i] = free;
         while i > 1 {
             i /= 2;
-            self.tree[i] = self.tree[2 * i].max(self.tree[2 * i + 1]);
+            let max = self.tree[2 * i].max(self.tree[2 * i + 1]);
+            // The ancestors above an unchanged node keep their values too (a tick freeing
+            // 10^4 records mostly stops a few levels up instead of walking to the root).
+            if self.tree[i] == max {
+                break;
+            }
+            self.tree[i] = max;
         }
     }
 
@@ -242,11 +248,13 @@ impl<T: Ord + Copy> DirtySet<T> {
         self.sorted = 0;
     }
 
-    /// The marked values, ascending and distinct; leaves the set empty.
-    pub fn take_sorted(&mut self) -> Vec<T> {
+    /// The marked values, ascending and distinct; leaves the set empty, keeping its buffer
+    /// (the next tick marks about as many again: regrowing it from nothing each time costs a
+    /// chain of reallocations inside the tick).
+    pub fn take_sorted(&mut self) -> std::vec::Drain<'_, T> {
         self.squeeze();
         self.sorted = 0;
-        std::mem::take(&mut self.marks)
+        self.marks.drain(..)
     }
 }
 
@@ -552,6 +560,47 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any sequence of page updates leaves the tree answering as a plain list of each
+        /// page's free bytes does (every node the max of its children, first fit the lowest
+        /// page with room), and the change marks, drained between rounds, read as an ordered
+        /// set of the same marks.
+        #[test]
+        fn free_tree_and_marks_behave_as_their_models(
+            rounds in prop::collection::vec(
+                prop::collection::vec((0u32..70, 0u32..=100), 0..60),
+                1..6,
+            ),
+        ) {
+            let mut tree = FreeTree::new(100);
+            let mut model: Vec<u32> = Vec::new();
+            let mut marks: DirtySet<u32> = DirtySet::default();
+            for round in rounds {
+                let mut marked = BTreeSet::new();
+                for (page, free) in round {
+                    tree.set(page, free);
+                    if model.len() <= page as usize {
+                        model.resize(page as usize + 1, 100);
+                    }
+                    model[page as usize] = free;
+                    marks.insert(page);
+                    marked.insert(page);
+                }
+                for i in 1..tree.leaves {
+                    prop_assert_eq!(tree.tree[i], tree.tree[2 * i].max(tree.tree[2 * i + 1]));
+                }
+                for need in [0, 1, 30, 50, 99, 100] {
+                    // Pages never set offer the whole room: the first past the model.
+                    let lowest = model.iter().position(|&f| f >= need).unwrap_or(model.len());
+                    prop_assert_eq!(tree.first_fit_within(need) as usize, lowest, "need {}", need);
+                }
+                prop_assert!(marks.take_sorted().eq(marked));
+                prop_assert!(marks.is_empty());
+            }
+        }
+    }
 
     #[test]
     fn first_fit_within_predicts_first_fit_without_growing() {
@@ -616,7 +665,10 @@ mod tests {
         assert_eq!(p.page_of(4), Some(0), "room freed on page 0 is reused");
         p.put(5, 101);
         assert!(p.oversize.contains(&5) && p.page_of(5).is_none());
-        assert_eq!(p.dirty_pages.take_sorted(), vec![0, 1, 2]);
+        assert_eq!(
+            p.dirty_pages.take_sorted().collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
         assert!(Layout::of(PageRange::new(0, 3).unwrap()).is_none());
         let l = Layout::of(PageRange::new(10, 70).unwrap()).unwrap();
         assert_eq!((l.zones.len(), l.log.len(), l.record_pages), (2, 36, 31));

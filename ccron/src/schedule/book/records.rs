@@ -193,14 +193,22 @@ impl Records {
     pub fn warm(&self, ids: &[u64]) -> usize {
         let mut seen = 0usize;
         for group in ids.chunks(WARM_GROUP) {
+            // The chunks first (a tree walk each, through nodes mostly in the cache), then
+            // their slots: loads of a short loop, many in flight at once.
+            let mut chunks: [Option<&Chunk>; WARM_GROUP] = [None; WARM_GROUP];
+            for (chunk, id) in chunks.iter_mut().zip(group) {
+                *chunk = self.table.get(&(id >> CHUNK_BITS)).map(|c| &**c);
+            }
             let mut slots = [NONE; WARM_GROUP];
-            for (slot, id) in slots.iter_mut().zip(group) {
-                *slot = self.slot_of(*id).unwrap_or(NONE);
+            for ((slot, chunk), id) in slots.iter_mut().zip(chunks).zip(group) {
+                if let Some(c) = chunk {
+                    *slot = c.slots[(*id as usize) & (CHUNK - 1)];
+                }
             }
             let mut names: [&[u8]; WARM_GROUP] = [&[]; WARM_GROUP];
             for (name, &slot) in names.iter_mut().zip(&slots) {
                 if let Some(e) = self.entry(slot) {
-                    seen += usize::from(e.rec.paused) + usize::from(e.rec.next.is_some());
+                    seen += lines_of(&e.rec);
                     *name = e.rec.def.handler.as_bytes();
                 }
             }
@@ -214,6 +222,46 @@ impl Records {
 
 /// Ids [`Records::warm`] reads per pass.
 const WARM_GROUP: usize = 32;
+
+/// Reads one scalar of each of `rec`'s fields, so that every cache line of the record is
+/// loaded (a record spans several: a step reads its priority, timing, due points, run state,
+/// owner and key, and a one-shot's run moves the whole record out of the slab); returns a
+/// value derived from them (for `black_box`). The loads are independent of each other, so
+/// their misses overlap.
+fn lines_of(rec: &Record) -> usize {
+    let d = &rec.def;
+    let flags = [
+        d.key.is_some(),
+        d.timing.is_one_shot(),
+        matches!(d.misfire, super::Misfire::Skip),
+        d.payload.is_empty(),
+        d.topic.is_some(),
+        d.kind.is_some(),
+        rec.paused,
+        rec.next.is_some(),
+        rec.owed.is_some(),
+        rec.parked,
+        rec.policy.pause_on_failure,
+        rec.retry.is_some(),
+        rec.dead.is_empty(),
+        rec.history.is_empty(),
+        rec.manual.pending(),
+        rec.bounds.max_runs.is_some(),
+        rec.retired.is_some(),
+        matches!(rec.owner, crate::authz::Principal::Host),
+    ];
+    let words = [
+        d.handler.len(),
+        usize::from(d.priority),
+        d.jitter_ms as usize,
+        rec.runs as usize,
+        rec.version as usize,
+        rec.dead_evicted as usize,
+        rec.counters.fired as usize,
+        rec.counters.expired as usize,
+    ];
+    flags.iter().map(|&f| usize::from(f)).sum::<usize>() + words.iter().sum::<usize>()
+}
 
 impl<'a> IntoIterator for &'a Records {
     type Item = (&'a u64, &'a Record);
