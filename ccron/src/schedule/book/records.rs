@@ -248,6 +248,7 @@ fn lines_of(rec: &Record) -> usize {
         rec.manual.pending(),
         rec.bounds.max_runs.is_some(),
         rec.retired.is_some(),
+        rec.overlap.is_some(),
         matches!(rec.owner, crate::authz::Principal::Host),
     ];
     let words = [
