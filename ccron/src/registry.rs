@@ -5,6 +5,7 @@
 //! creates no state: Concord created a table on any access, so a stray tick grew the state.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
@@ -47,6 +48,20 @@ pub struct CronTableRegistry<S> {
     /// the component's schedule book runs, part of the setup digest.
     handlers: BTreeMap<ComponentId, Vec<(String, u32)>>,
     unknown_ticks: u64,
+    /// Bumped by every change the tables' own generations ([`CronTable::generation`]) do not
+    /// show: a table registered, removed or lent out mutably, a handler set declared.
+    structure: u64,
+    /// The last [`Self::setup_digest`] and what it was computed from: hosts fold the setup
+    /// digest into the state digest after every block, and it changes only with the setup.
+    setup_cache: Mutex<Option<SetupCache>>,
+}
+
+/// A computed setup digest with the registry's structure counter and every table's
+/// generation at the time: still right while both are unchanged.
+struct SetupCache {
+    structure: u64,
+    tables: Vec<u64>,
+    digest: [u8; 32],
 }
 
 impl<S> Default for CronTableRegistry<S> {
@@ -72,7 +87,14 @@ impl<S> CronTableRegistry<S> {
             tables: BTreeMap::new(),
             handlers: BTreeMap::new(),
             unknown_ticks: 0,
+            structure: 0,
+            setup_cache: Mutex::new(None),
         }
+    }
+
+    /// Invalidates the setup digest's cache ([`Self::setup_digest`]).
+    fn touch(&mut self) {
+        self.structure = self.structure.wrapping_add(1);
     }
 
     /// Declares the handler set (names and versions, [`crate::schedule::Handlers::manifest`])
@@ -89,6 +111,7 @@ impl<S> CronTableRegistry<S> {
         set.sort();
         set.dedup_by(|a, b| a.0 == b.0);
         self.handlers.insert(component, set);
+        self.touch();
     }
 
     /// The handler set declared for `component` ([`Self::declare_handlers`]).
@@ -116,12 +139,14 @@ impl<S> CronTableRegistry<S> {
             }
         }
         self.tables.insert(component_id, table);
+        self.touch();
         Ok(())
     }
 
     /// Removes the table of `component` and returns it, calling no on_remove (its persisted
     /// schedule stays in the pages).
     pub fn disassociate(&mut self, component: ComponentId) -> Option<CronTable<S>> {
+        self.touch();
         self.tables.remove(&component)
     }
 
@@ -132,6 +157,8 @@ impl<S> CronTableRegistry<S> {
 
     /// The table of `component`, mutably.
     pub fn get_mut(&mut self, component: ComponentId) -> Option<&mut CronTable<S>> {
+        // The caller may replace the table itself, which its generation would not show.
+        self.touch();
         self.tables.get_mut(&component)
     }
 
@@ -219,6 +246,7 @@ impl<S> CronTableRegistry<S> {
     /// Reloads every table's schedule from the pages (after restart or state transfer).
     /// Stops at the first failing table and reports it.
     pub fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), RegistryError> {
+        self.touch();
         for (component_id, table) in &mut self.tables {
             table.reload(pages).map_err(|source| RegistryError::Table {
                 component_id: *component_id,
@@ -235,7 +263,36 @@ impl<S> CronTableRegistry<S> {
     /// contribute only their position. It also includes
     /// [`crate::determinism::environment_digest`] (tz data version, cron engine behaviour,
     /// codec bytes), so replicas built against drifting dependency versions differ here too.
+    ///
+    /// Computed once per setup: kept until a table gains or loses an entry
+    /// ([`CronTable::generation`]) or the registry changes (hosts call it after every block).
     pub fn setup_digest(&self) -> [u8; 32] {
+        // A poisoned lock only means a panic elsewhere while it was held; the cache is written
+        // whole, so what it holds is still a consistent (digest, key) pair.
+        let mut cache = self
+            .setup_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = cache.as_ref()
+            && c.structure == self.structure
+            && c.tables
+                .iter()
+                .copied()
+                .eq(self.tables.values().map(CronTable::generation))
+        {
+            return c.digest;
+        }
+        let digest = self.compute_setup_digest();
+        *cache = Some(SetupCache {
+            structure: self.structure,
+            tables: self.tables.values().map(CronTable::generation).collect(),
+            digest,
+        });
+        digest
+    }
+
+    /// [`Self::setup_digest`] computed afresh.
+    fn compute_setup_digest(&self) -> [u8; 32] {
         let mut h = Sha256::new();
         h.update(b"ENV");
         h.update(crate::determinism::environment_digest());
@@ -295,5 +352,66 @@ impl<S> CronTableRegistry<S> {
                 .map_err(|e| format!("component {component_id}: {e}"))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::CronEntry;
+    use crate::pages::MemPages;
+    use crate::periodic::Periodic;
+
+    /// The cached setup digest follows every change of the setup, including entries a pass's
+    /// actions add, replace and remove (which reach the table without the registry seeing
+    /// them): after each step it equals the digest computed afresh.
+    #[test]
+    fn the_cached_setup_digest_follows_changes_made_inside_a_pass() {
+        let mut r: CronTableRegistry<()> = CronTableRegistry::new();
+        let range = PageRange::new(0, 8).unwrap();
+        let mut t = CronTable::with_persistence(1, range, 16);
+        // Position 0 asks, on the ticks it sees, for the changes below.
+        t.add(CronEntry::new(
+            0,
+            |_| true,
+            |ctx| match ctx.tick.bft_sequence_num {
+                1 => ctx.request_add(CronEntry::periodic(
+                    5,
+                    Periodic::every_ms(1_000).unwrap(),
+                    |_| {},
+                )),
+                2 => ctx.request_replace(CronEntry::periodic(
+                    5,
+                    Periodic::every_ms(2_000).unwrap(),
+                    |_| {},
+                )),
+                3 => ctx.request_remove(5),
+                _ => {}
+            },
+        ))
+        .unwrap();
+        r.register(t).unwrap();
+        let mut pages = MemPages::new(4096, 8);
+        let mut seen = vec![r.setup_digest()];
+        for seq in 1..=4 {
+            r.evaluate(&Tick::new(1, seq, None), &mut (), &mut pages)
+                .unwrap();
+            let cached = r.setup_digest();
+            assert_eq!(cached, r.compute_setup_digest(), "after tick {seq}");
+            seen.push(cached);
+        }
+        // Added, replaced (another period), removed (back to the first setup), unchanged.
+        assert_ne!(seen[1], seen[0]);
+        assert_ne!(seen[2], seen[1]);
+        assert_eq!(seen[3], seen[0]);
+        assert_eq!(seen[4], seen[3]);
+        // Changes the tables' generations do not show.
+        r.declare_handlers(1, [("h".to_string(), 1)]);
+        assert_eq!(r.setup_digest(), r.compute_setup_digest());
+        assert_ne!(r.setup_digest(), seen[4]);
+        let table = r.disassociate(1).unwrap();
+        assert_eq!(r.setup_digest(), r.compute_setup_digest());
+        r.register(table).unwrap();
+        assert_eq!(r.setup_digest(), r.compute_setup_digest());
     }
 }

@@ -199,6 +199,8 @@ pub struct CronTable<S> {
     /// Scratch buffer for due candidates `(position, slot)`, kept to avoid an allocation per
     /// tick.
     scratch: Vec<(u32, u32)>,
+    /// Bumped by every entry added or removed ([`Self::generation`]).
+    generation: u64,
 }
 
 /// The table's records as a save reads them: the slab's next due points and the orphans.
@@ -422,7 +424,15 @@ impl<S> CronTable<S> {
             last_save: PersistStats::default(),
             scheduled_count: 0,
             scratch: Vec::new(),
+            generation: 0,
         }
+    }
+
+    /// A counter that changes whenever an entry is added, removed or replaced (directly or by
+    /// a pass's requested changes): what a cache of something derived from the entries (the
+    /// registry's setup digest) compares. It says nothing about the schedule's records.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// An empty table for `component_id` that persists its schedule in `range` and accepts at
@@ -595,6 +605,7 @@ impl<S> CronTable<S> {
     }
 
     fn insert_unchecked(&mut self, entry: CronEntry<S>) {
+        self.generation = self.generation.wrapping_add(1);
         let position = entry.position;
         let slot = match self.free_slots.pop() {
             Some(slot) => slot,
@@ -632,6 +643,7 @@ impl<S> CronTable<S> {
 
     fn take(&mut self, position: u32) -> Option<CronEntry<S>> {
         let slot = self.entries.remove(&position)?;
+        self.generation = self.generation.wrapping_add(1);
         self.slot_of.remove(&position);
         let Slot {
             mut entry,

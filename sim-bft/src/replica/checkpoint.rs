@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{debug, warn};
 
-use super::{Dest, KEY_CHECKPOINT, Replica, ReplicaError, Snapshot, StoredCheckpoint, log_key};
+use super::{Dest, KEY_CHECKPOINT, Replica, ReplicaError, Snapshot, log_key};
 use crate::crypto::{Digest32, SigBytes};
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Body, CheckpointProof, SigList, chunks, codec};
@@ -24,6 +24,14 @@ pub type ExecutionRejection = ccron::host::RequestRefusal;
 /// Bytes of a snapshot besides the kernel's snapshot and the reply records (sequence number,
 /// certificate seq, state digest, length prefixes).
 const SNAPSHOT_FRAME_BYTES: u64 = 256;
+
+/// [`StoredCheckpoint`] by reference: the same fields in the same order, so the same encoding
+/// (bincode writes a `Vec<u8>` and a `&[u8]` alike: length, then bytes).
+#[derive(bincode::Encode)]
+struct StoredCheckpointRef<'a> {
+    proof: &'a CheckpointProof,
+    snapshot: &'a [u8],
+}
 
 /// Checkpoints: the stable one, this replica's own not yet stable ones, and the votes.
 #[derive(Debug)]
@@ -160,9 +168,11 @@ impl Replica {
         };
         let proof = CheckpointProof { seq, digest, sigs };
         match self.checkpoints.own.get(&seq) {
-            Some((own, bytes)) if *own == digest => {
-                let bytes = bytes.clone();
-                self.make_stable(proof, bytes, out);
+            Some((own, _)) if *own == digest => {
+                // Moved, not copied: the stable checkpoint drops its own entry anyway.
+                if let Some((_, bytes)) = self.checkpoints.own.remove(&seq) {
+                    self.make_stable(proof, bytes, out);
+                }
             }
             Some(_) => {
                 warn!(
@@ -199,9 +209,11 @@ impl Replica {
         if seq <= self.checkpoints.stable.seq {
             return;
         }
-        let stored = StoredCheckpoint {
-            proof: proof.clone(),
-            snapshot: snapshot.clone(),
+        // Encoded from borrows: the same bytes as the owned [`StoredCheckpoint`] (checked by a
+        // test), without copying the snapshot first.
+        let stored = StoredCheckpointRef {
+            proof: &proof,
+            snapshot: &snapshot,
         };
         if let Ok(value) = codec::encode(&stored) {
             out.push(Output::Store {
@@ -258,5 +270,31 @@ impl Replica {
                     self.cfg.verify_cache.as_ref(),
                 )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::StoredCheckpoint;
+    use super::*;
+
+    #[test]
+    fn a_stored_checkpoint_by_reference_encodes_as_the_owned_one() {
+        let owned = StoredCheckpoint {
+            proof: CheckpointProof {
+                seq: 64,
+                digest: [7; 32],
+                sigs: vec![(0, [1; 64]), (2, [3; 64])],
+            },
+            snapshot: (0..=255u8).cycle().take(1_000).collect(),
+        };
+        let by_ref = StoredCheckpointRef {
+            proof: &owned.proof,
+            snapshot: &owned.snapshot,
+        };
+        assert_eq!(
+            codec::encode(&by_ref).unwrap(),
+            codec::encode(&owned).unwrap()
+        );
     }
 }
