@@ -118,15 +118,15 @@ pub async fn run_node<A: Application>(
     let genesis = ccron_node::core::read_genesis(&opts.home)?;
     let verifier = CertificateVerifier::of_genesis(&genesis)?;
     let peers = ccron_node::catchup::fetch::genesis_peers(&genesis, opts.index);
-    if let Some(r) = ccron_node::catchup::fetch::before_start::<A, MalachiteCommit>(
+    let caught_up = ccron_node::catchup::fetch::before_start::<A, MalachiteCommit>(
         &opts,
         &factory,
         &verifier,
         &peers,
         ccron_node::catchup::fetch::FetchConfig::default(),
     )
-    .await?
-    {
+    .await?;
+    if let Some(r) = &caught_up {
         tracing::info!(
             installed = ?r.installed_height,
             took_ms = r.took_ms,
@@ -135,6 +135,9 @@ pub async fn run_node<A: Application>(
         );
     }
     let mut node = State::open(opts.clone(), &factory)?;
+    if let Some(r) = &caught_up {
+        node.core.note_catch_up(r);
+    }
     // The node's behaviour at its seams: honest, or a Byzantine strategy (`--byzantine`).
     let mut strategy = crate::byzantine::strategy::<A>(opts.byzantine);
     let dir = ccron_node::core::node_dir(&opts.home, opts.index);
@@ -186,7 +189,7 @@ pub async fn run_node<A: Application>(
         ConsensusContext::new_validator(
             me,
             Box::new(node.verifier()),
-            strategy.engine_signer(node.signer().clone()),
+            strategy.engine_signer(node.engine_signer()),
         ),
         SyncContext::new(BorshCodec),
         RequestContext::new(100),
@@ -226,6 +229,7 @@ pub async fn run_node<A: Application>(
                 handle(&mut node, msg, &mut channels, strategy.as_mut(), &mut streams).await?;
             }
             _ = timer.tick() => {
+                node.refresh_signing_status();
                 let parts = strategy.on_timer(&mut node);
                 streams.publish_all(&mut channels, &parts).await;
                 if strategy.silenced() {

@@ -337,7 +337,10 @@ pub fn wipe_node_dir(home: &Path, i: usize) -> std::io::Result<()> {
     for entry in std::fs::read_dir(node_dir(home, i))? {
         let path = entry?.path();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        if matches!(name.as_deref(), Some("secret.key" | crate::signguard::SIGNING_STATE_FILE | "node.log")) {
+        if matches!(
+            name.as_deref(),
+            Some("secret.key" | crate::signguard::SIGNING_STATE_FILE | "node.log")
+        ) {
             continue;
         }
         if path.is_dir() {

@@ -250,18 +250,9 @@ impl SigningState {
         digest: &[u8; 32],
     ) -> Result<Check, SignRefusal> {
         let last = self.last.get(&kind);
-        if let Some(l) = last
-            && (l.height, l.round) == (height, round)
-        {
-            return if l.digest == *digest {
-                Ok(Check::Same)
-            } else {
-                Err(SignRefusal::Conflict {
-                    kind,
-                    height,
-                    round,
-                })
-            };
+        let at_last = last.is_some_and(|l| (l.height, l.round) == (height, round));
+        if at_last && last.is_some_and(|l| l.digest == *digest) {
+            return Ok(Check::Same);
         }
         if height <= self.floor {
             return Err(SignRefusal::BelowFloor {
@@ -269,6 +260,13 @@ impl SigningState {
                 height,
                 round,
                 floor: self.floor,
+            });
+        }
+        if at_last {
+            return Err(SignRefusal::Conflict {
+                kind,
+                height,
+                round,
             });
         }
         if let Some(l) = last
@@ -379,7 +377,10 @@ pub struct SignCounters {
 
 /// The temporary file a new state is written to before its rename.
 fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
     name.push(".tmp");
     path.with_file_name(name)
 }
@@ -510,27 +511,30 @@ impl SigningGuard {
         round: i64,
         digest: [u8; 32],
     ) -> Result<Check, SignRefusal> {
-        let outcome = self.state.check(kind, height, round, &digest).and_then(|c| {
-            if c == Check::New {
-                let mut next = self.state.clone();
-                next.last.insert(
-                    kind,
-                    LastSigned {
+        let outcome = self
+            .state
+            .check(kind, height, round, &digest)
+            .and_then(|c| {
+                if c == Check::New {
+                    let mut next = self.state.clone();
+                    next.last.insert(
+                        kind,
+                        LastSigned {
+                            height,
+                            round,
+                            digest,
+                        },
+                    );
+                    self.save(&next).map_err(|e| SignRefusal::NotSaved {
+                        kind,
                         height,
                         round,
-                        digest,
-                    },
-                );
-                self.save(&next).map_err(|e| SignRefusal::NotSaved {
-                    kind,
-                    height,
-                    round,
-                    reason: e.to_string(),
-                })?;
-                self.state = next;
-            }
-            Ok(c)
-        });
+                        reason: e.to_string(),
+                    })?;
+                    self.state = next;
+                }
+                Ok(c)
+            });
         match &outcome {
             Ok(Check::New) => self.counters.signed += 1,
             Ok(Check::Same) => self.counters.resigned += 1,
@@ -615,7 +619,10 @@ mod tests {
         );
         assert_eq!(g.sign(SignKind::Part, 3, 0, [7; 32]), Ok(Check::Same));
         let mut reopened = SigningGuard::open(&p, true).unwrap();
-        assert_eq!(reopened.sign(SignKind::Part, 3, 0, [7; 32]), Ok(Check::Same));
+        assert_eq!(
+            reopened.sign(SignKind::Part, 3, 0, [7; 32]),
+            Ok(Check::Same)
+        );
         assert!(reopened.sign(SignKind::Part, 3, 0, [8; 32]).is_err());
         assert_eq!(g.counters().resigned, 1);
         assert_eq!(g.counters().refused.get("conflict"), Some(&1));
