@@ -144,7 +144,6 @@ fn malachite_side(duration: Duration) -> Side {
         node_bin: env!("CARGO_BIN_EXE_ccron-malachite").into(),
         upgrade_binary: None,
         retain_blocks: None,
-        signing_state: None,
         wipe_restarted: false,
     };
     let report = run_localnet(&opts).unwrap_or_else(|e| panic!("localnet: {e}"));

@@ -233,8 +233,13 @@ fn caught_up_from_a_snapshot(args: &[&str], name: &str, late: usize, wiped: bool
     println!(
         "catch-up ({name}): node {late} installed the snapshot at {installed} from {:?} in {} \
          ms (peers' stores now from {peers_first:?}); then synced {} heights to {} (peers at \
-         {top})",
-        report.from_peer, report.took_ms, s.synced_heights, s.last_height
+         {top}); signing floor {}, {} signed by its guard since",
+        report.from_peer,
+        report.took_ms,
+        s.synced_heights,
+        s.last_height,
+        s.signing.floor,
+        s.signing.signed
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
