@@ -195,12 +195,14 @@ impl<A: Application> State<A> {
         &self.guard
     }
 
-    /// Copies the guard's counters into the status and writes it when they changed (the
-    /// engine signs on its own task; the loop calls this on its timer and at each decision).
+    /// Copies the guard's counters into the status (the engine signs on its own task; the
+    /// loop calls this on its timer), and writes the status at once when a refusal is new
+    /// (signatures made are written with the next decision).
     pub fn refresh_signing_status(&mut self) {
         let c = self.guard.counters();
-        if self.core.status().signing != c {
-            self.core.status_mut().signing = c;
+        let refused_changed = self.core.status().signing.refused != c.refused;
+        self.core.status_mut().signing = c;
+        if refused_changed {
             self.core.write_status();
         }
     }
