@@ -111,19 +111,23 @@ impl<A: Application> State<A> {
     /// # Errors
     /// The node's.
     pub fn open(opts: NodeOptions, factory: &Factory<A>) -> Result<Self, NodeError> {
-        let mut core = NodeCore::open(opts, factory)?;
-        let dir = ccron_node::core::node_dir(&core.options().home, core.options().index);
-        // A node that ran before (its engine WAL exists) must still have its part log: without
-        // it a restarted proposer could sign a second block for a round it proposed in.
+        let dir = ccron_node::core::node_dir(&opts.home, opts.index);
         let wal_present = dir.join("wal").exists();
-        let parts = PartLog::<ProposalPart>::open_expecting(&dir.join("parts.log"), wal_present)?;
         // What this key signed (kept beside it): without the WAL (a wiped home) nothing at or
         // below the highest height recorded is signed again, and a node that would start
-        // there refuses to (`SigningStateError::SignedAhead`).
-        let guard = ccron_node::signguard::SigningGuard::open(
-            &core.options().signing_state_path(),
-            wal_present,
-        )?;
+        // there refuses to, before it executes anything (`SigningStateError::SignedAhead`).
+        let guard =
+            ccron_node::signguard::SigningGuard::open(&opts.signing_state_path(), wal_present)?;
+        if guard.state().floor > 0 {
+            let last =
+                ccron_node::store::BlockStore::<MalachiteCommit>::open(&dir.join("blocks.log"))?
+                    .last_height();
+            guard.check_start(last + 1)?;
+        }
+        let mut core = NodeCore::open(opts, factory)?;
+        // A node that ran before (its engine WAL exists) must still have its part log: without
+        // it a restarted proposer could sign a second block for a round it proposed in.
+        let parts = PartLog::<ProposalPart>::open_expecting(&dir.join("parts.log"), wal_present)?;
         guard.check_start(core.last_height() + 1)?;
         core.status_mut().signing = guard.counters().clone();
         let guard = SharedGuard::new(guard);
