@@ -29,6 +29,7 @@ use malachitebft_signing::{Error as SignError, Signer};
 use crate::context::{
     ClockSample, Ctx, Ed25519Signer, Height, Proposal, ProposalPart, Sig, Vote, proposer_of,
 };
+use crate::guard::GuardedSigner;
 use crate::state::State;
 
 /// Most parts a flooding validator signs per timer tick (every 100 ms).
@@ -42,8 +43,9 @@ pub type Proposed = Option<(LocallyProposedValue<Ctx>, Vec<ProposalPart>)>;
 
 /// The node's behaviour at its seams (see the module documentation).
 pub trait Strategy<A: Application>: Send {
-    /// The signer the engine signs votes, proposals and clock samples with.
-    fn engine_signer(&self, honest: Ed25519Signer) -> Box<dyn Signer<Ctx>>;
+    /// The signer the engine signs votes, proposals and clock samples with (`honest`: the
+    /// node's key behind its signing guard).
+    fn engine_signer(&self, honest: GuardedSigner) -> Box<dyn Signer<Ctx>>;
 
     /// The value this node proposes at `(height, round)` and the parts it streams.
     ///
@@ -71,7 +73,7 @@ pub trait Strategy<A: Application>: Send {
 pub struct Honest;
 
 impl<A: Application> Strategy<A> for Honest {
-    fn engine_signer(&self, honest: Ed25519Signer) -> Box<dyn Signer<Ctx>> {
+    fn engine_signer(&self, honest: GuardedSigner) -> Box<dyn Signer<Ctx>> {
         Box::new(honest)
     }
 
@@ -167,7 +169,7 @@ fn other_value(block: &ccron_node::Block, quorum: usize) -> ccron_node::Block {
 }
 
 impl<A: Application> Strategy<A> for Faulty {
-    fn engine_signer(&self, honest: Ed25519Signer) -> Box<dyn Signer<Ctx>> {
+    fn engine_signer(&self, honest: GuardedSigner) -> Box<dyn Signer<Ctx>> {
         if self.spec.kind == ByzantineKind::Withhold {
             Box::new(WithholdingSigner {
                 inner: honest,
@@ -328,7 +330,7 @@ fn flood<A: Application>(state: &mut State<A>, cursor: &mut u32) -> Vec<Proposal
 /// The `withhold` validator's engine signer: from `from_ms` on, its votes are signed over
 /// other bytes, so every peer refuses them (counted as `signatures_refused.votes`).
 struct WithholdingSigner {
-    inner: Ed25519Signer,
+    inner: GuardedSigner,
     from_ms: i64,
 }
 
@@ -339,8 +341,8 @@ impl Signer<Ctx> for WithholdingSigner {
             return self.inner.sign_vote(vote).await;
         }
         let mut bytes = b"withheld".to_vec();
-        bytes.extend_from_slice(&vote.signing_bytes(self.inner.domain()));
-        let sig: Sig = self.inner.sign_raw(&bytes);
+        bytes.extend_from_slice(&vote.signing_bytes(self.inner.raw().domain()));
+        let sig: Sig = self.inner.raw().sign_raw(&bytes);
         Ok(SignedMessage::new(vote, sig))
     }
 

@@ -9,6 +9,9 @@
 //!   node stores with each block.
 //! - [`state`]: the adapter's state (the node's [`ccron_node::NodeCore`], proposal parts), one
 //!   method per engine request; [`stream`]: publishing parts.
+//! - [`guard`]: the engine's signer and the adapter's part signing behind the validator's
+//!   signing guard ([`ccron_node::signguard`]): never a second message for a signed
+//!   `(height, round)`.
 //! - [`node`]: one validator process: engine configuration and start, the app-message loop;
 //!   [`byzantine`]: the node's strategy at its seams (honest, or a Byzantine validator's).
 //! - [`cli`]: a node binary for any ledger in one call.
@@ -16,6 +19,7 @@
 pub mod byzantine;
 pub mod commit;
 pub mod context;
+pub mod guard;
 pub mod node;
 pub mod state;
 pub mod stream;

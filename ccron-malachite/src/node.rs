@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use ccron::host::Application;
+use ccron_node::signguard::SigningStateError;
 use ccron_node::{Factory, NodeError, NodeOptions};
 use malachitebft_app_channel::app::config::{
     ConsensusConfig, NodeConfig, P2pConfig, PubSubProtocol, ValuePayload, ValueSyncConfig,
@@ -24,6 +25,10 @@ use crate::commit::{CertificateVerifier, MalachiteCommit};
 use crate::context::{BorshCodec, ClockSample, Ctx, Height, ProposalPart};
 use crate::state::{Restream, State};
 use crate::stream::{publish, publish_tagged};
+
+/// Rounds (2 s apart) a wiped validator waits for a peer's snapshot above the heights it
+/// signed before it refuses to start (docs/malachite.md, "Signing guard").
+const FLOOR_WAIT_ROUNDS: u32 = 30;
 
 /// The engine configuration the adapter uses.
 #[derive(Debug, Clone)]
@@ -118,23 +123,48 @@ pub async fn run_node<A: Application>(
     let genesis = ccron_node::core::read_genesis(&opts.home)?;
     let verifier = CertificateVerifier::of_genesis(&genesis)?;
     let peers = ccron_node::catchup::fetch::genesis_peers(&genesis, opts.index);
-    if let Some(r) = ccron_node::catchup::fetch::before_start::<A, MalachiteCommit>(
-        &opts,
-        &factory,
-        &verifier,
-        &peers,
-        ccron_node::catchup::fetch::FetchConfig::default(),
-    )
-    .await?
-    {
-        tracing::info!(
-            installed = ?r.installed_height,
-            took_ms = r.took_ms,
-            refused = r.refusals.len(),
-            "caught up from a peer's snapshot"
-        );
-    }
-    let mut node = State::open(opts.clone(), &factory)?;
+    // A wiped validator whose signing state says it signed at the height it would start at
+    // (`SigningStateError::SignedAhead`) waits for a peer's snapshot above that height (the
+    // peers prune below their newest snapshot) and catches up again, at most
+    // `FLOOR_WAIT_ROUNDS` times, then refuses to start.
+    let mut refused = std::collections::BTreeMap::new();
+    let mut round = 0u32;
+    let mut node = loop {
+        let caught_up = ccron_node::catchup::fetch::before_start::<A, MalachiteCommit>(
+            &opts,
+            &factory,
+            &verifier,
+            &peers,
+            ccron_node::catchup::fetch::FetchConfig::default(),
+        )
+        .await?;
+        if let Some(r) = &caught_up {
+            tracing::info!(
+                installed = ?r.installed_height,
+                took_ms = r.took_ms,
+                refused = r.refusals.len(),
+                "caught up from a peer's snapshot"
+            );
+            for (k, n) in &r.refused_by_kind {
+                *refused.entry(k.clone()).or_insert(0u64) += n;
+            }
+        }
+        match State::open(opts.clone(), &factory) {
+            Err(NodeError::Signing(e @ SigningStateError::SignedAhead { .. }))
+                if round < FLOOR_WAIT_ROUNDS =>
+            {
+                round += 1;
+                tracing::warn!(round, error = %e, "waiting for a snapshot above the signed heights");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            other => break other?,
+        }
+    };
+    node.core
+        .note_catch_up(&ccron_node::catchup::fetch::CatchUpReport {
+            refused_by_kind: refused,
+            ..Default::default()
+        });
     // The node's behaviour at its seams: honest, or a Byzantine strategy (`--byzantine`).
     let mut strategy = crate::byzantine::strategy::<A>(opts.byzantine);
     let dir = ccron_node::core::node_dir(&opts.home, opts.index);
@@ -186,7 +216,7 @@ pub async fn run_node<A: Application>(
         ConsensusContext::new_validator(
             me,
             Box::new(node.verifier()),
-            strategy.engine_signer(node.signer().clone()),
+            strategy.engine_signer(node.engine_signer()),
         ),
         SyncContext::new(BorshCodec),
         RequestContext::new(100),
@@ -226,6 +256,7 @@ pub async fn run_node<A: Application>(
                 handle(&mut node, msg, &mut channels, strategy.as_mut(), &mut streams).await?;
             }
             _ = timer.tick() => {
+                node.refresh_signing_status();
                 let parts = strategy.on_timer(&mut node);
                 streams.publish_all(&mut channels, &parts).await;
                 if strategy.silenced() {

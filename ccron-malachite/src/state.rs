@@ -26,6 +26,7 @@ use crate::context::{
     Address, Block, Ctx, Ed25519Signer, Ed25519Verifier, Height, ProposalPart, RefusedSignatures,
     ValidatorSet, Value, proposer_of,
 };
+use crate::guard::{GuardedSigner, SharedGuard};
 
 /// Most decided values one sync answer carries.
 const MAX_SYNC_VALUES: usize = 50;
@@ -59,6 +60,9 @@ pub struct State<A> {
     pub vset: ValidatorSet,
     me: Address,
     signer: Ed25519Signer,
+    /// What this validator's key signed (beside the key): checked before every vote,
+    /// proposal and own part.
+    guard: SharedGuard,
     parts: PartLog<ProposalPart>,
     /// The parts this node proposed, by (height, round): never two blocks for one round.
     my_parts: BTreeMap<(u64, u32), ProposalPart>,
@@ -96,6 +100,8 @@ pub enum Restream {
     Unknown,
     /// This node already proposed another value in that round: it never signs a second one.
     Refused,
+    /// The signing guard refused the part (counted in `status.json` `signing`).
+    Guarded(ccron_node::signguard::SignRefusal),
 }
 
 impl<A: Application> State<A> {
@@ -105,14 +111,26 @@ impl<A: Application> State<A> {
     /// # Errors
     /// The node's.
     pub fn open(opts: NodeOptions, factory: &Factory<A>) -> Result<Self, NodeError> {
+        let dir = ccron_node::core::node_dir(&opts.home, opts.index);
+        let wal_present = dir.join("wal").exists();
+        // What this key signed (kept beside it): without the WAL (a wiped home) nothing at or
+        // below the highest height recorded is signed again, and a node that would start
+        // there refuses to, before it executes anything (`SigningStateError::SignedAhead`).
+        let guard =
+            ccron_node::signguard::SigningGuard::open(&opts.signing_state_path(), wal_present)?;
+        if guard.state().floor > 0 {
+            let last =
+                ccron_node::store::BlockStore::<MalachiteCommit>::open(&dir.join("blocks.log"))?
+                    .last_height();
+            guard.check_start(last + 1)?;
+        }
         let mut core = NodeCore::open(opts, factory)?;
-        let dir = ccron_node::core::node_dir(&core.options().home, core.options().index);
         // A node that ran before (its engine WAL exists) must still have its part log: without
         // it a restarted proposer could sign a second block for a round it proposed in.
-        let parts = PartLog::<ProposalPart>::open_expecting(
-            &dir.join("parts.log"),
-            dir.join("wal").exists(),
-        )?;
+        let parts = PartLog::<ProposalPart>::open_expecting(&dir.join("parts.log"), wal_present)?;
+        guard.check_start(core.last_height() + 1)?;
+        core.status_mut().signing = guard.counters().clone();
+        let guard = SharedGuard::new(guard);
         let keys: Vec<[u8; 32]> = core.validators().addresses().iter().map(|a| a.0).collect();
         let vset = ValidatorSet::new(&keys);
         let signer = Ed25519Signer::of(core.signer().clone(), core.domain().clone());
@@ -145,6 +163,7 @@ impl<A: Application> State<A> {
             vset,
             me,
             signer,
+            guard,
             parts,
             my_parts,
             book,
@@ -168,6 +187,28 @@ impl<A: Application> State<A> {
     /// The signer.
     pub fn signer(&self) -> &Ed25519Signer {
         &self.signer
+    }
+
+    /// The engine's signer: this node's key behind its signing guard.
+    pub fn engine_signer(&self) -> GuardedSigner {
+        GuardedSigner::new(self.signer.clone(), self.guard.clone())
+    }
+
+    /// The signing guard.
+    pub fn guard(&self) -> &SharedGuard {
+        &self.guard
+    }
+
+    /// Copies the guard's counters into the status (the engine signs on its own task; the
+    /// loop calls this on its timer), and writes the status at once when a refusal is new
+    /// (signatures made are written with the next decision).
+    pub fn refresh_signing_status(&mut self) {
+        let c = self.guard.counters();
+        let refused_changed = self.core.status().signing.refused != c.refused;
+        self.core.status_mut().signing = c;
+        if refused_changed {
+            self.core.write_status();
+        }
     }
 
     /// The engine's verifier, counting into this node's status what it refuses.
@@ -268,7 +309,16 @@ impl<A: Application> State<A> {
                         return Ok(None);
                     }
                 };
-                self.sign_own_part(height, round, Round::Nil, shape(block))?
+                match self.sign_own_part(height, round, Round::Nil, shape(block))? {
+                    Ok(p) => p,
+                    Err(_) => {
+                        // Refused by the signing guard (traced there): no value, the round
+                        // times out.
+                        self.core.status_mut().proposals_skipped += 1;
+                        self.refresh_signing_status();
+                        return Ok(None);
+                    }
+                }
             }
         };
         self.core.remember(part.block.clone());
@@ -276,16 +326,17 @@ impl<A: Application> State<A> {
         Ok(Some((value, part)))
     }
 
-    /// Signs this node's part for `(height, round)`, appends it to the part log (durable
-    /// before anyone sees it) and remembers it: the one way an own part is made, for a new
-    /// proposal and for a re-proposal alike.
+    /// Signs this node's part for `(height, round)` once the signing guard recorded it,
+    /// appends it to the part log (durable before anyone sees it) and remembers it: the one
+    /// way an own part is made, for a new proposal and for a re-proposal alike. `Ok(Err)`:
+    /// the guard refused (nothing signed).
     fn sign_own_part(
         &mut self,
         height: Height,
         round: Round,
         valid_round: Round,
         block: ccron_node::types::Block,
-    ) -> Result<ProposalPart, NodeError> {
+    ) -> Result<Result<ProposalPart, ccron_node::signguard::SignRefusal>, NodeError> {
         let bytes = ProposalPart::signing_bytes(
             self.core.domain(),
             height,
@@ -294,6 +345,14 @@ impl<A: Application> State<A> {
             &self.me,
             &block,
         );
+        if let Err(e) = self.guard.sign(
+            ccron_node::signguard::SignKind::Part,
+            height.0,
+            round,
+            &bytes,
+        ) {
+            return Ok(Err(e));
+        }
         let part = ProposalPart {
             height,
             round,
@@ -306,7 +365,7 @@ impl<A: Application> State<A> {
         let r = round.as_u32().unwrap_or(0);
         self.my_parts.insert((height.0, r), part.clone());
         self.book.keep_own(part.clone());
-        Ok(part)
+        Ok(Ok(part))
     }
 
     /// The engine's `RestreamProposal` (its contract: re-publish every part of the value):
@@ -348,8 +407,16 @@ impl<A: Application> State<A> {
             let Some(block) = self.core.undecided_block(&value_id).cloned() else {
                 return Ok(self.restream_unknown(height.0, r));
             };
-            let part = self.sign_own_part(height, round, valid_round, block)?;
-            return Ok(Restream::Publish(vec![part]));
+            return Ok(
+                match self.sign_own_part(height, round, valid_round, block)? {
+                    Ok(part) => Restream::Publish(vec![part]),
+                    Err(e) => {
+                        self.core.status_mut().restreams_refused += 1;
+                        self.refresh_signing_status();
+                        Restream::Guarded(e)
+                    }
+                },
+            );
         }
         let held = self.book.parts_of(height.0, &value_id);
         let of_round: Vec<ProposalPart> = held
@@ -452,6 +519,7 @@ impl<A: Application> State<A> {
         status.proposal_parts = self.book.counters().clone();
         status.proposal_parts_held = self.book.held();
         status.signatures_refused = self.refused.counts();
+        status.signing = self.guard.counters();
         self.core.decide(MalachiteCommit {
             certificate,
             extensions,

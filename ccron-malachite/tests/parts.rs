@@ -63,6 +63,7 @@ fn opts(home: &Path, index: usize) -> NodeOptions {
         http: "127.0.0.1:0".parse().unwrap(),
         snapshot_every: 0,
         retain_blocks: None,
+        signing_state: None,
     }
 }
 

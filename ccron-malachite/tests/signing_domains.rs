@@ -313,6 +313,7 @@ fn open(home: &Path, index: usize) -> State<Box<dyn Application>> {
             http: "127.0.0.1:0".parse().unwrap(),
             snapshot_every: 0,
             retain_blocks: None,
+            signing_state: None,
         },
         &factory(),
     )

@@ -119,11 +119,13 @@ fn a_late_joiner_after_the_others_pruned_catches_up_from_a_verified_snapshot() {
         "--retain-blocks",
         "0",
     ];
-    caught_up_from_a_snapshot(&args, "catchup", 3);
+    caught_up_from_a_snapshot(&args, "catchup", 3, false);
 }
 
 // The same for a node whose disk is lost: node 1 is SIGKILLed at 20 s and its home wiped
-// (all but its key); restarted at 30 s, empty, behind the others' pruned histories.
+// (all but its key and its signing state); restarted at 30 s, empty, behind the others' pruned
+// histories. Its signing state survived: nothing at or below the heights it signed before the
+// kill is signed again (the floor), and it signs above.
 #[test]
 fn a_wiped_node_catches_up_from_a_verified_snapshot_not_from_height_1() {
     let args = [
@@ -133,13 +135,14 @@ fn a_wiped_node_catches_up_from_a_verified_snapshot_not_from_height_1() {
         "0",
         "--wipe-restarted",
     ];
-    caught_up_from_a_snapshot(&args, "wiped", 1);
+    caught_up_from_a_snapshot(&args, "wiped", 1, true);
 }
 
 /// Runs the localnet with `args` and checks that node `late` started empty, installed a
 /// peer's verified snapshot, never held a height below it, synced only above it, agrees with
-/// the others at every shared height and kept up; prints the catch-up time.
-fn caught_up_from_a_snapshot(args: &[&str], name: &str, late: usize) {
+/// the others at every shared height and kept up; prints the catch-up time. `wiped`: the node
+/// ran before its home was wiped, and kept its signing state (`signing.state`).
+fn caught_up_from_a_snapshot(args: &[&str], name: &str, late: usize, wiped: bool) {
     let (ok, r, dir) = localnet_kept(args, "demo", name);
     assert!(ok, "localnet failed: {r:?}");
     assert!(r.honest_agree, "{r:?}");
@@ -161,9 +164,39 @@ fn caught_up_from_a_snapshot(args: &[&str], name: &str, late: usize) {
     )
     .unwrap();
     let installed = report.installed_height.expect("a snapshot installed");
-    assert_eq!(report.have, 0, "the node started empty");
+    // The node started empty (a wiped node that had to wait for a snapshot above the heights
+    // it signed installs again from the first snapshot's height: `have` is then that one's).
+    assert!(
+        report.have == 0 || wiped,
+        "the node started empty: {report:?}"
+    );
     assert!(report.refusals.is_empty(), "{report:?}");
     let s = status(late);
+    assert_eq!(
+        s.catchup_refused, report.refused_by_kind,
+        "status.json counts the refusals"
+    );
+    // The signing guard: the wiped node restarted with what its key signed before the wipe,
+    // so its floor is the highest height it signed then (below the snapshot it installed:
+    // it could start), and it signed again above it; no node's guard refused anything.
+    assert!(node(late).join("signing.state").exists());
+    if wiped {
+        assert!(
+            s.signing.floor > 0 && s.signing.floor <= installed + 1,
+            "floor {} of the wiped node (snapshot at {installed})",
+            s.signing.floor
+        );
+    } else {
+        assert_eq!(s.signing.floor, 0, "a late joiner never signed before");
+    }
+    assert!(s.signing.signed > 0, "{:?}", s.signing);
+    for i in 0..4 {
+        assert!(
+            status(i).signing.refused.is_empty(),
+            "node {i}: {:?}",
+            status(i).signing
+        );
+    }
     let log = read_digest_log(&node(late).join("digests.log"));
     let lowest = *log.keys().next().expect("the node executed");
     assert!(
@@ -205,8 +238,14 @@ fn caught_up_from_a_snapshot(args: &[&str], name: &str, late: usize) {
     println!(
         "catch-up ({name}): node {late} installed the snapshot at {installed} from {:?} in {} \
          ms (peers' stores now from {peers_first:?}); then synced {} heights to {} (peers at \
-         {top})",
-        report.from_peer, report.took_ms, s.synced_heights, s.last_height
+         {top}); signing floor {}, {} signed by its guard since (catch-up from height {})",
+        report.from_peer,
+        report.took_ms,
+        s.synced_heights,
+        s.last_height,
+        s.signing.floor,
+        s.signing.signed,
+        report.have
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -119,6 +119,12 @@ enum Cmd {
         /// pruned catches up from a snapshot (docs/malachite.md, "Pruning").
         #[arg(long)]
         retain_blocks: Option<u64>,
+        /// The validator's signing state (what its key signed: never a second message for a
+        /// height and round, nothing again at a height signed before a lost WAL). Keep it with
+        /// the key, outside the node's state; default: `node-I/signing.state`, beside
+        /// `secret.key` (docs/malachite.md, "Signing guard").
+        #[arg(long)]
+        signing_state: Option<PathBuf>,
     },
     /// Cut a node's `blocks.log` or `parts.log` at a damaged record the node refused (a copy of
     /// the whole file is kept as `FILE.corrupt-OFFSET`); the node then takes the later heights
@@ -192,7 +198,7 @@ enum Cmd {
         /// peer's snapshot (docs/malachite.md, "Catch-up from a peer's snapshot").
         #[arg(long)]
         retain_blocks: Option<u64>,
-        /// Wipe the killed node's home (all but its key) before it is restarted: it starts
+        /// Wipe the killed node's home (all but its key and signing state) before it is restarted: it starts
         /// empty and catches up from its peers.
         #[arg(long)]
         wipe_restarted: bool,
@@ -331,6 +337,7 @@ impl<A: Application> NodeBinary<A> {
                 http,
                 snapshot_every,
                 retain_blocks,
+                signing_state,
             } => {
                 let byzantine = match byzantine.map(|k| k.parse::<ByzantineKind>()).transpose() {
                     Ok(k) => k.map(|kind| Byzantine {
@@ -351,6 +358,7 @@ impl<A: Application> NodeBinary<A> {
                     http,
                     snapshot_every,
                     retain_blocks,
+                    signing_state,
                 };
                 match (self.run)(opts, self.factory.clone()) {
                     Ok(()) => ExitCode::SUCCESS,

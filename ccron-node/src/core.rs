@@ -107,6 +107,10 @@ pub enum NodeError {
         /// [`UpgradeHalt::Needed`]: ccron::schedule::UpgradeHalt::Needed
         saved: Option<u64>,
     },
+    /// The validator's signing state is unusable, or says it would sign again at heights it
+    /// signed before losing its WAL ([`crate::signguard`]).
+    #[error(transparent)]
+    Signing(#[from] crate::signguard::SigningStateError),
 }
 
 impl From<ReplayError> for NodeError {
@@ -145,6 +149,18 @@ pub struct NodeOptions {
     /// Prune the block store below the newest snapshot minus this many heights after each
     /// snapshot (`Snapshots::prune_store`); `None`: keep every block.
     pub retain_blocks: Option<u64>,
+    /// The validator's signing state ([`crate::signguard`]); `None`: beside its key,
+    /// [`crate::signguard::default_path`].
+    pub signing_state: Option<PathBuf>,
+}
+
+impl NodeOptions {
+    /// The signing state's path: the option's, else beside the key.
+    pub fn signing_state_path(&self) -> PathBuf {
+        self.signing_state
+            .clone()
+            .unwrap_or_else(|| crate::signguard::default_path(&self.home, self.index))
+    }
 }
 
 /// What the binary's ledger factory is told: the genesis' ledger name and the validators.
@@ -569,6 +585,14 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
     /// The status record.
     pub fn status(&self) -> &NodeStatus {
         &self.status
+    }
+
+    /// Records in the status what the catch-up before start refused (counts by kind) and
+    /// writes it: `status.json` `catchup_refused` and `/metrics`
+    /// `ccron_catchup_refused_total{kind}`.
+    pub fn note_catch_up(&mut self, report: &crate::catchup::fetch::CatchUpReport) {
+        self.status.count_catch_up(report);
+        self.write_status();
     }
 
     /// The status record, mutably (an adapter counts its own events in it).

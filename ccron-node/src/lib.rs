@@ -17,6 +17,8 @@
 //! - [`api`], [`forward`], [`mempool`], [`results`]: the HTTP API, own-tick forwarding with
 //!   deadlines, the bounded pool of verified requests, the results clients read;
 //! - [`proposals`]: the bounded book of undecided proposal parts an adapter admits into;
+//! - [`signguard`]: the validator's signing state beside its key, refusing a second message
+//!   for a `(height, round)` it signed (a wiped validator double-signing);
 //! - [`hostile`], [`faults`]: Byzantine validators' kinds for the localnet and a junk-posting
 //!   client; seeded process-level faults (SIGKILL + restart, SIGSTOP + SIGCONT);
 //! - [`read`], [`metrics`]: what a node publishes after every height for its schedule read
@@ -48,6 +50,7 @@ pub mod read;
 pub mod records;
 pub mod request;
 pub mod results;
+pub mod signguard;
 pub mod snapshot;
 pub mod store;
 pub mod submit;

@@ -327,8 +327,9 @@ fn spawn_node(
         .spawn()
 }
 
-/// Removes everything in node `i`'s directory but its key (`secret.key`) and its log
-/// (`node.log`): a node whose disk was lost, restarted with its identity.
+/// Removes everything in node `i`'s directory but its key (`secret.key`), its signing state
+/// kept beside it (`signing.state`, [`crate::signguard`]) and its log (`node.log`): a node whose
+/// state was lost, restarted with its identity and what its key signed.
 ///
 /// # Errors
 /// I/O errors listing or removing.
@@ -336,7 +337,10 @@ pub fn wipe_node_dir(home: &Path, i: usize) -> std::io::Result<()> {
     for entry in std::fs::read_dir(node_dir(home, i))? {
         let path = entry?.path();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        if matches!(name.as_deref(), Some("secret.key" | "node.log")) {
+        if matches!(
+            name.as_deref(),
+            Some("secret.key" | crate::signguard::SIGNING_STATE_FILE | "node.log")
+        ) {
             continue;
         }
         if path.is_dir() {

@@ -6,7 +6,9 @@
 //!   by the kernel, tick submissions refused by reason, fires, requests, mempool, the lateness
 //!   of fires (agreed time minus due, and wall clock at execution minus due, histograms per
 //!   component), snapshots and their age, runs and requests the outbox refused or held back
-//!   for their owner's quota (`ccron_outbox_quota_refusals_total`).
+//!   for their owner's quota (`ccron_outbox_quota_refusals_total`), the signing guard's
+//!   refusals by reason (`ccron_sign_refused_total{reason}`) and the catch-up offers refused
+//!   before start by kind (`ccron_catchup_refused_total{kind}`).
 //! - **Replicated** (read from the committed schedule book and outbox, so every honest node at
 //!   the same height reports the same numbers; `ccron_book_height` names that height):
 //!   schedules, paused, parked, dead runs, retries pending, the book's run counters
@@ -80,6 +82,23 @@ fn gauge(r: &mut Registry, name: &str, help: &str, v: i64) {
     let g: Gauge = Gauge::default();
     g.set(v);
     r.register(name, help, g);
+}
+
+/// A counter family with one series per `(label, count)` of `counts`.
+fn by_label(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+    counts: &std::collections::BTreeMap<String, u64>,
+) {
+    let family: Family<Labels, Counter> = Family::default();
+    for (k, v) in counts {
+        family
+            .get_or_create(&vec![(label.to_string(), k.clone())])
+            .inc_by(*v);
+    }
+    r.register(name, help, family);
 }
 
 fn sat(v: u64) -> i64 {
@@ -223,6 +242,26 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
         "outbox_quota_refusals",
         "Runs and requests this replica's outbox refused or held back for their owner's quota",
         state.reads.book.quota_refusals(),
+    );
+    by_label(
+        &mut r,
+        "sign_refused",
+        "Signatures the signing guard refused (a second message for a signed height and round, a lower one, one below the floor of a lost WAL, an unsaved state), by reason",
+        "reason",
+        &s.signing.refused,
+    );
+    counter(
+        &mut r,
+        "signed",
+        "Votes, proposals and parts the signing guard recorded, then signed",
+        s.signing.signed,
+    );
+    by_label(
+        &mut r,
+        "catchup_refused",
+        "Peers' catch-up offers refused before start, by kind",
+        "kind",
+        &s.catchup_refused,
     );
     replicated(&mut r, state);
     let mut out = String::new();
@@ -422,5 +461,44 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("# TYPE ccron_outbox_quota_refusals counter"));
+    }
+
+    #[test]
+    fn catch_up_and_signing_refusals_are_scraped_by_kind() {
+        let reads = NodeReads::new(0);
+        let state = ApiState {
+            mempool: Arc::new(Mutex::new(Mempool::new(
+                MempoolConfig::default(),
+                Default::default(),
+            ))),
+            outbox: ccron_http::PublishedOutbox::new(0),
+            ticks: Arc::new(Mutex::new(TickPool::new(4, [1]))),
+            validators: Validators::new(&[[1; 32], [2; 32], [3; 32], [4; 32]]),
+            domain: crate::crypto::SigningDomain::chain(b"test-chain").unwrap(),
+            ticks_invalid: Arc::new(AtomicU64::new(0)),
+            results: Arc::new(Mutex::new(RequestResults::default())),
+            reads: reads.clone(),
+        };
+        let text = render(&state, 0).unwrap();
+        assert!(!text.contains("ccron_catchup_refused_total{"), "{text}");
+        // What a node's status holds after a catch-up that refused two forged commits and a
+        // stale offer, and a guard that refused a conflicting vote.
+        let mut status = crate::records::NodeStatus::default();
+        let mut report = crate::catchup::fetch::CatchUpReport::default();
+        report.refused_by_kind.insert("commit".into(), 2);
+        report.refused_by_kind.insert("not_above".into(), 1);
+        status.count_catch_up(&report);
+        status.signing.refused.insert("conflict".into(), 1);
+        status.signing.signed = 7;
+        reads.set_status(&status);
+        let text = render(&state, 0).unwrap();
+        for line in [
+            "ccron_catchup_refused_total{kind=\"commit\"} 2",
+            "ccron_catchup_refused_total{kind=\"not_above\"} 1",
+            "ccron_sign_refused_total{reason=\"conflict\"} 1",
+            "ccron_signed_total 7",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
+        }
     }
 }

@@ -196,6 +196,24 @@ pub struct NodeStatus {
     /// Engine messages whose signature did not verify (the engine drops them).
     #[serde(default)]
     pub signatures_refused: SignatureRefusals,
+    /// The signing guard: messages signed, signed again identically, refused by reason, and
+    /// its floor ([`crate::signguard`]).
+    #[serde(default)]
+    pub signing: crate::signguard::SignCounters,
+    /// Peers' catch-up offers this process refused before it started, by
+    /// [`CatchUpError::kind`](crate::catchup::CatchUpError::kind) (also in `catchup.json`).
+    #[serde(default)]
+    pub catchup_refused: std::collections::BTreeMap<String, u64>,
+}
+
+impl NodeStatus {
+    /// Adds the catch-up's refused offers by kind to `catchup_refused`.
+    pub fn count_catch_up(&mut self, report: &crate::catchup::fetch::CatchUpReport) {
+        for (kind, n) in &report.refused_by_kind {
+            let c = self.catchup_refused.entry(kind.clone()).or_insert(0);
+            *c = c.saturating_add(*n);
+        }
+    }
 }
 
 /// Engine messages refused for a signature that does not verify, by kind (counted by the
