@@ -217,6 +217,32 @@ pub fn own_request(client: ClientId, request: ScheduleRequest) -> ScheduleReques
             target: t(target),
             bounds,
         },
+        R::CreateOverlap {
+            schedule,
+            policy,
+            bounds,
+            overlap,
+        } => R::CreateOverlap {
+            schedule: s(schedule),
+            policy,
+            bounds,
+            overlap,
+        },
+        R::UpsertOverlap {
+            schedule,
+            policy,
+            bounds,
+            overlap,
+        } => R::UpsertOverlap {
+            schedule: s(schedule),
+            policy,
+            bounds,
+            overlap,
+        },
+        R::SetOverlap { target, overlap } => R::SetOverlap {
+            target: t(target),
+            overlap,
+        },
     }
 }
 
