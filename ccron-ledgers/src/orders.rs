@@ -655,6 +655,54 @@ mod tests {
         )
     }
 
+    /// The overlap requests name a key (create, upsert) or a target (set): a client's are moved
+    /// into its namespace like every other request's, so no client can set another's policy.
+    #[test]
+    fn overlap_requests_are_moved_into_the_clients_namespace() {
+        use ccron::schedule::{Bounds, Overlap, RunPolicy};
+        let client: ClientId = 7;
+        let own = own_key(client, "o-1");
+        let schedule = || ScheduledLedger::expiry("o-1", 1_000);
+        let create = ScheduleRequest::CreateOverlap {
+            schedule: schedule(),
+            policy: RunPolicy::default(),
+            bounds: Bounds::default(),
+            overlap: Overlap::Skip,
+        };
+        let upsert = ScheduleRequest::UpsertOverlap {
+            schedule: schedule(),
+            policy: RunPolicy::default(),
+            bounds: Bounds::default(),
+            overlap: Overlap::BufferOne,
+        };
+        for r in [create, upsert] {
+            match own_request(client, r) {
+                ScheduleRequest::CreateOverlap {
+                    schedule, overlap, ..
+                }
+                | ScheduleRequest::UpsertOverlap {
+                    schedule, overlap, ..
+                } => {
+                    assert_eq!(schedule.key.as_deref(), Some(own.as_str()));
+                    assert!(schedule.payload.starts_with(b"7/"));
+                    assert_ne!(overlap, Overlap::AllowAll, "the policy is kept");
+                }
+                other => panic!("moved into another request: {other:?}"),
+            }
+        }
+        let set = ScheduleRequest::SetOverlap {
+            target: Target::Key("o-1".into()),
+            overlap: Overlap::Skip,
+        };
+        match own_request(client, set) {
+            ScheduleRequest::SetOverlap { target, overlap } => {
+                assert_eq!(target, Target::Key(own.clone()));
+                assert_eq!(overlap, Overlap::Skip);
+            }
+            other => panic!("moved into another request: {other:?}"),
+        }
+    }
+
     fn req(r: &ScheduleRequest) -> Vec<u8> {
         ScheduledLedger::payload(r).unwrap()
     }
