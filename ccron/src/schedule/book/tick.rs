@@ -537,32 +537,26 @@ impl Scheduler {
     /// Runs record `id`'s next manual run (a trigger, else the backfill's next occurrence;
     /// `manual.rs`): one attempt, settled like a regular run's. Returns whether it succeeded.
     fn manual_attempt<S>(&mut self, id: u64, env: &mut Env<'_, '_, S>) -> bool {
-        self.unindex(id);
-        let Some((due, occurrence)) = self.next_manual(id) else {
-            self.reindex(id);
-            return false;
-        };
-        self.touch(id);
-        let Some(rec) = self.records.get(&id) else {
-            return false;
-        };
-        let owner = rec.owner;
-        let run = run_phase(self.component, rec, id, due, occurrence, 1, env);
-        let outcome = run.outcome;
-        if outcome.is_ok() {
-            self.reindex(id);
-            self.commit_attempt(run, id, due, occurrence, 1, owner, true, env);
-            return true;
-        }
-        self.fail_attempt(id, due, occurrence, 1, outcome, env);
-        false
+        self.extra_attempt(id, env, Self::next_manual)
     }
 
     /// Runs record `id`'s oldest buffered occurrence (`overlap.rs`: nothing awaited any
     /// more): one attempt, settled like a regular run's. Returns whether it succeeded.
     fn buffered_attempt<S>(&mut self, id: u64, env: &mut Env<'_, '_, S>) -> bool {
+        self.extra_attempt(id, env, Self::take_buffered)
+    }
+
+    /// One attempt of the occurrence `take` yields for record `id` (a manual or a buffered
+    /// run, outside the regular phase): settled like a regular run's. Returns whether it
+    /// succeeded; with nothing to take, the record is reindexed unchanged.
+    fn extra_attempt<S>(
+        &mut self,
+        id: u64,
+        env: &mut Env<'_, '_, S>,
+        take: fn(&mut Self, u64) -> Option<(Due, u64)>,
+    ) -> bool {
         self.unindex(id);
-        let Some((due, occurrence)) = self.take_buffered(id) else {
+        let Some((due, occurrence)) = take(self, id) else {
             self.reindex(id);
             return false;
         };
