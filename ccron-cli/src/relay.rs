@@ -5,6 +5,7 @@
 //! ccron relay --nodes URL,... --key FILE --workers FILE --chain-id ID --dir DIR
 //!             [--key-id NAME] [--quorum N] [--resend-after-ms MS] [--timeout-ms MS]
 //!             [--keep-records] [--until-progress N] [--max-run-ms MS] [--json]
+//!             [--metrics-listen ADDR]
 //! ```
 //!
 //! It is [`ccron_http::Relay`] over [`ccron_node::submit::NodeSubmit`]: it reads the committed
@@ -22,6 +23,12 @@
 //! secret shared with that worker, 16 to 64 bytes, and the worker's answer key as registered
 //! in the ledger); `#` starts a comment. Secrets stay off the command line.
 //!
+//! With `--metrics-listen ADDR` it serves `GET /metrics` there (Prometheus text, behind the
+//! bounded server): the dispatcher's series (`ccron_dispatch_*`: attempts by outcome, records
+//! done and given up, workers up, the outbox behind the consumer) and the relay's
+//! (`ccron_relay_*`: progress and reported progress, results pending, sent and re-sent, submit
+//! failures by kind, failed quorum reads), as of its last round.
+//!
 //! Answers longer than [`ccron_node::submit::MAX_NODE_ANSWER_BYTES`] would make a result no
 //! node takes: the relay gives such a record up as a dead letter instead.
 
@@ -30,9 +37,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccron::outbox::{ConsumerConfig, WorkerKey};
+use ccron_http::relay::serve_relay_metrics;
 use ccron_http::{
     DeliverySecret, DispatcherConfig, ReadClientConfig, Relay, RelayConfig, RelayStats,
-    WorkerEndpoint,
+    ServerConfig, WorkerEndpoint,
 };
 use ccron_node::submit::{
     MAX_NODE_ANSWER_BYTES, NodeApi, NodeApiConfig, NodeSubmit, NodeSubmitConfig, NumberFile,
@@ -90,6 +98,9 @@ pub struct RelayArgs {
     /// Print the final counters as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Serve `GET /metrics` (Prometheus text) on this address, e.g. `127.0.0.1:9464`.
+    #[arg(long)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Parses a workers file's text (see the module documentation).
@@ -223,6 +234,24 @@ pub fn open(args: &RelayArgs, env: Env) -> Result<Relay<NodeSubmit>, CliError> {
 /// a restart resumes from the directory).
 pub async fn run_relay(args: &RelayArgs, env: Env) -> Result<RelayRun, CliError> {
     let mut relay = open(args, env)?;
+    // The endpoint stops with the run (the sender dropped on every return).
+    let (_stop_metrics, stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(addr) = args.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| CliError::Args(format!("--metrics-listen {addr}: {e}")))?;
+        let metrics = relay.metrics();
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(e) =
+                serve_relay_metrics(listener, metrics, ServerConfig::default(), shutdown).await
+            {
+                eprintln!("ccron relay: the metrics endpoint stopped: {e}");
+            }
+        });
+    }
     let start = tokio::time::Instant::now();
     let limit = args.max_run_ms.map(Duration::from_millis);
     let mut idle = Duration::from_millis(5);

@@ -311,6 +311,10 @@ async fn the_relay_binary_delivers_every_record_and_applies_every_result_once() 
         .map(|a| format!("http://{a}"))
         .collect::<Vec<_>>()
         .join(",");
+    let metrics_addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
     let args: Vec<String> = [
         "relay",
         "--nodes",
@@ -335,6 +339,23 @@ async fn the_relay_binary_delivers_every_record_and_applies_every_result_once() 
     .map(|s| s.to_string())
     .collect();
 
+    // `/metrics` scraped while the first run goes: the relay's progress, as the scrapes saw it,
+    // reaches the records and never goes back; the dispatcher's series are beside it.
+    let mut first_args = args.clone();
+    first_args.extend(["--metrics-listen".to_string(), metrics_addr.to_string()]);
+    let scraped: Arc<Mutex<Vec<String>>> = Arc::default();
+    let scraper = {
+        let scraped = scraped.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Some(text) = scrape(metrics_addr).await {
+                    scraped.lock().unwrap().push(text);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
     // Kill worker 0 once a third of the effects are performed.
     let killer = {
         let performed = performed.clone();
@@ -349,8 +370,30 @@ async fn the_relay_binary_delivers_every_record_and_applies_every_result_once() 
             }
         })
     };
-    let out = ccron(&args, 1_700_000_000_000).await.unwrap();
+    let out = ccron(&first_args, 1_700_000_000_000).await.unwrap();
     killer.await.unwrap();
+    scraper.abort();
+    {
+        let scraped = scraped.lock().unwrap();
+        let progress: Vec<u64> = scraped
+            .iter()
+            .filter_map(|t| series(t, "ccron_relay_progress"))
+            .collect();
+        assert!(!progress.is_empty(), "no scrape answered");
+        assert!(progress.windows(2).all(|w| w[0] <= w[1]), "{progress:?}");
+        assert!(
+            progress.iter().any(|p| *p > 0),
+            "a scrape during the run saw progress: {progress:?}"
+        );
+        let last = scraped.last().unwrap();
+        assert!(
+            series(last, "ccron_dispatch_records_done_total").is_some_and(|n| n > 0),
+            "{last}"
+        );
+        assert!(series(last, "ccron_relay_steps_total").is_some_and(|n| n > 0));
+    }
+    // The endpoint stopped with the run.
+    assert!(scrape(metrics_addr).await.is_none());
     let stats: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(stats["progress"], RECORDS, "{out}");
     assert_eq!(stats["pending_results"], 0, "{out}");
@@ -506,4 +549,27 @@ async fn the_relay_refuses_a_directory_it_cannot_use_with_its_own_exit_code() {
     assert_eq!(e.exit_code(), 8, "{e}");
     assert!(e.to_string().starts_with("relay state: "), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One `GET /metrics` over a raw HTTP/1.0 connection: the body, or `None` (refused, failed).
+async fn scrape(addr: SocketAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nhost: relay\r\n\r\n")
+        .await
+        .ok()?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8(buf).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+}
+
+/// The value of an unlabelled series in a Prometheus text exposition.
+fn series(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }

@@ -50,7 +50,10 @@ pub use read::{
     EndpointJobs, EndpointStats, OnChange, OutboxSource, PublishOutbox, PublishedOutbox,
     QuorumReader, ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
 };
-pub use relay::{Relay, RelayConfig, RelayError, RelayStats, Submit, SubmitError};
+pub use relay::{
+    Relay, RelayConfig, RelayError, RelayMetrics, RelayStats, Submit, SubmitError,
+    relay_metrics_router,
+};
 pub use schedule_read::{Believed, ScheduleReadConfig, ScheduleReadError, ScheduleReader};
 pub use schedules::{PublishBook, PublishedBook, ScheduleQuery, ScheduleSource, schedule_router};
 pub use server::{Server, ServerConfig, ServerCounters, ServerStats, serve};

@@ -32,6 +32,10 @@ use crate::deliver::{
 };
 use crate::read::{QuorumReader, ReadClientConfig, ReadError};
 
+pub mod metrics;
+
+pub use metrics::{RelayFigures, RelayMetrics, relay_metrics_router, serve_relay_metrics};
+
 /// Why a [`Submit`] did not send a payload. The relay counts and traces each one and sends
 /// the payload again later (its result stays journaled until f+1 replicas show it applied).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -199,6 +203,10 @@ pub struct Relay<S> {
     results: Results<S>,
     /// The last progress reported and when.
     reported: (u64, i64),
+    /// Steps completed.
+    steps: u64,
+    /// The figures the metrics endpoint shows, published at the end of every step.
+    metrics: RelayMetrics,
 }
 
 impl<S> std::fmt::Debug for Relay<S> {
@@ -235,15 +243,21 @@ impl<S: Submit> Relay<S> {
         };
         // Every result still pending is sent again at the first step.
         results.unsent = results.journal.pending().map(|r| r.index).collect();
-        Ok(Self {
+        let dispatcher = Dispatcher::new(cfg.dispatcher.clone(), clock)?;
+        let metrics = RelayMetrics::new(dispatcher.metrics());
+        let relay = Self {
             reader: QuorumReader::new(cfg.read.clone())?,
             results_reader: QuorumReader::new(cfg.read.clone())?,
-            dispatcher: Dispatcher::new(cfg.dispatcher.clone(), clock)?,
+            dispatcher,
             consumer,
             results,
             reported: (0, i64::MIN),
+            steps: 0,
+            metrics,
             cfg,
-        })
+        };
+        relay.publish();
+        Ok(relay)
     }
 
     /// One round: read new records by quorum, deliver, take results, submit them, mark those
@@ -298,7 +312,24 @@ impl<S: Submit> Relay<S> {
             }
         }
         self.report_progress().await;
+        self.steps += 1;
+        self.publish();
         Ok(self.stats())
+    }
+
+    /// Copies the counters into the metrics handle.
+    fn publish(&self) {
+        self.metrics.set(RelayFigures {
+            stats: self.stats(),
+            read_failures: self.read_failures(),
+            steps: self.steps,
+        });
+    }
+
+    /// The handle the metrics endpoint serves ([`relay_metrics_router`]): the relay's figures
+    /// as of its last step, beside its dispatcher's.
+    pub fn metrics(&self) -> RelayMetrics {
+        self.metrics.clone()
     }
 
     /// Reports the progress the ledger may trim to: the persisted progress, but never a record

@@ -84,8 +84,17 @@ impl DispatchMetrics {
     /// # Errors
     /// A formatting error of the encoder.
     pub fn render(&self) -> Result<String, std::fmt::Error> {
-        let f = self.figures();
         let mut r = Registry::with_prefix("ccron_dispatch");
+        self.register_into(&mut r);
+        let mut out = String::new();
+        encode(&mut out, &r)?;
+        Ok(out)
+    }
+
+    /// Registers the figures' series in `r` (a registry or a sub-registry with its own
+    /// prefix: the relay's endpoint shows them beside its own).
+    pub fn register_into(&self, r: &mut Registry) {
+        let f = self.figures();
         let attempts: Family<Labels, Counter> = Family::default();
         for (kind, n) in f.stats.outcomes.iter() {
             attempts
@@ -171,31 +180,31 @@ impl DispatchMetrics {
             r.register(name, help, g);
         };
         gauge(
-            &mut r,
+            r,
             "in_flight",
             "Attempts awaiting their answer",
             f.in_flight,
         );
         gauge(
-            &mut r,
+            r,
             "waiting",
             "Deliveries waiting for a free slot",
             f.waiting,
         );
         gauge(
-            &mut r,
+            r,
             "consumer_progress",
             "The consumer's persisted progress (every record up to it is finished)",
             f.progress,
         );
         gauge(
-            &mut r,
+            r,
             "outbox_head",
             "The last outbox record the dispatcher saw committed",
             f.head,
         );
         gauge(
-            &mut r,
+            r,
             "outbox_behind",
             "Committed records above the consumer's progress",
             f.head.saturating_sub(f.progress),
@@ -214,9 +223,6 @@ impl DispatchMetrics {
             up,
         );
         r.register("worker_in_flight", "Attempts in flight, per worker", busy);
-        let mut out = String::new();
-        encode(&mut out, &r)?;
-        Ok(out)
     }
 }
 
@@ -236,7 +242,13 @@ pub fn metrics_router(metrics: DispatchMetrics) -> Router {
 }
 
 async fn scrape(State(m): State<DispatchMetrics>) -> Response {
-    match m.render() {
+    text_response(m.render())
+}
+
+/// A rendered exposition as the endpoint's answer (its content type), or a 500 when the
+/// encoder failed (traced).
+pub(crate) fn text_response(rendered: Result<String, std::fmt::Error>) -> Response {
+    match rendered {
         Ok(text) => {
             let mut resp = text.into_response();
             resp.headers_mut().insert(
