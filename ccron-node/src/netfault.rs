@@ -469,7 +469,7 @@ async fn serve(
 
 /// Closes a socket with an RST.
 fn rst(s: tokio::net::TcpStream) {
-    let _ = s.set_linger(Some(Duration::ZERO));
+    let _ = s.set_zero_linger();
     drop(s);
 }
 
