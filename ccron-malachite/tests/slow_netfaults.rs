@@ -62,7 +62,10 @@ fn an_isolated_node_and_a_2_2_split_stall_safely_and_recover_after_the_heal() {
             );
         }
     }
-    assert!(net.counters.reset > 0 && net.counters.refused_while_cut > 0, "{net:?}");
+    assert!(
+        net.counters.reset > 0 && net.counters.refused_while_cut > 0,
+        "{net:?}"
+    );
     let window = |k: WindowKind| net.windows.iter().find(|w| w.kind == k).expect("window");
     let iso = window(WindowKind::Isolate);
     assert!(iso.heights_during > 0, "{iso:?}");
@@ -138,7 +141,10 @@ fn clock_jumps_per_process_keep_the_agreed_time_monotone_and_between_honest_cloc
         println!("node {} refusals {:?}", n.id, n.refusals);
     }
     assert!(ok && r.honest_agree, "{:?}", r.violations);
-    assert_eq!(c.events.len(), ClockPlan::new(seed, 4, duration).events.len());
+    assert_eq!(
+        c.events.len(),
+        ClockPlan::new(seed, 4, duration).events.len()
+    );
     assert_eq!(c.non_monotone, 0, "{c:?}");
     assert!(c.agreed_ahead_max_ms <= 1_000, "{c:?}");
     // The jumps reached the processes: a node set back refused blocks timed ahead of it.

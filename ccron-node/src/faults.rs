@@ -147,7 +147,11 @@ pub fn watch_clock_file(path: std::path::PathBuf) -> std::io::Result<()> {
                 if let Some(ms) = read(&path)
                     && ms != clock_offset_ms()
                 {
-                    tracing::warn!(from_ms = clock_offset_ms(), to_ms = ms, "clock fault: wall clock jumped");
+                    tracing::warn!(
+                        from_ms = clock_offset_ms(),
+                        to_ms = ms,
+                        "clock fault: wall clock jumped"
+                    );
                     CLOCK_OFFSET_MS.store(ms, Ordering::Relaxed);
                 }
             }
@@ -255,7 +259,10 @@ mod tests {
             let [(t0, n0, off), (t1, n1, back)] = pair else {
                 panic!("{p:?}")
             };
-            assert!(n0 == n1 && *n0 < 4 && *off != 0 && *back == 0 && t1 > t0, "{p:?}");
+            assert!(
+                n0 == n1 && *n0 < 4 && *off != 0 && *back == 0 && t1 > t0,
+                "{p:?}"
+            );
             assert!((1_000..=300_000).contains(&off.abs()), "{p:?}");
             assert!(*t0 <= d - Duration::from_secs(8), "{p:?}");
         }

@@ -372,9 +372,7 @@ pub fn read_block_ids(home: &Path, i: usize) -> BTreeMap<u64, String> {
         return out;
     };
     let mut off = 0usize;
-    while let crate::store::Scan::Record(payload, next) =
-        crate::store::scan_record(&bytes, off)
-    {
+    while let crate::store::Scan::Record(payload, next) = crate::store::scan_record(&bytes, off) {
         if let Ok(block) = crate::types::Block::deserialize(&mut &payload[..]) {
             out.insert(block.height, hex(&block.id().0));
         }

@@ -834,7 +834,10 @@ mod tests {
         assert!(v.iter().any(|v| v.contains("without a quorum")), "{v:?}");
         let stuck: Vec<(u64, Vec<u64>)> = (0..=50u64).map(|k| (k * 100, vec![5; 4])).collect();
         let (_, v) = judge_windows(&ws, &stuck);
-        assert!(v.iter().any(|v| v.contains("nothing decided after")), "{v:?}");
+        assert!(
+            v.iter().any(|v| v.contains("nothing decided after")),
+            "{v:?}"
+        );
         assert!(v.iter().any(|v| v.contains("Isolate window")), "{v:?}");
     }
 
@@ -876,7 +879,11 @@ mod tests {
         let mut buf = [0u8; 4];
         c.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"ping");
-        assert!(t0.elapsed() >= Duration::from_millis(150), "{:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() >= Duration::from_millis(150),
+            "{:?}",
+            t0.elapsed()
+        );
         // A cut resets the connection, and a new one is reset at once.
         net.apply(&NetAction::Isolate(1));
         std::thread::sleep(Duration::from_millis(100));
