@@ -68,14 +68,26 @@ fn config(genesis: &ccron_node::records::Genesis, index: usize) -> Result<Config
     p2p.listen_addr = format!("/ip4/127.0.0.1/tcp/{port}")
         .parse()
         .map_err(|e| NodeError::Config(format!("listen addr: {e}")))?;
-    for (i, v) in genesis.validators.iter().enumerate() {
-        if i != index {
-            p2p.persistent_peers.push(
-                format!("/ip4/127.0.0.1/tcp/{}", v.port)
-                    .parse()
-                    .map_err(|e| NodeError::Config(format!("peer addr: {e}")))?,
-            );
+    // Localnet fault injection (`node --fault-peers-file`): dial the localnet's proxies
+    // instead of the genesis' ports (`ccron_node::netfault`).
+    let peers: Vec<String> = match ccron_node::netfault::peer_override() {
+        Some(o) => {
+            tracing::warn!(peers = ?o.0, "peer addresses overridden (localnet network faults)");
+            o.0.clone()
         }
+        None => genesis
+            .validators
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != index)
+            .map(|(_, v)| format!("/ip4/127.0.0.1/tcp/{}", v.port))
+            .collect(),
+    };
+    for addr in peers {
+        p2p.persistent_peers.push(
+            addr.parse()
+                .map_err(|e| NodeError::Config(format!("peer addr {addr}: {e}")))?,
+        );
     }
     p2p.protocol = PubSubProtocol::Broadcast;
     Ok(Config {

@@ -125,6 +125,15 @@ enum Cmd {
         /// `secret.key` (docs/malachite.md, "Signing guard").
         #[arg(long)]
         signing_state: Option<PathBuf>,
+        /// Localnet fault injection: add the offset (ms) this file holds, re-read every 50 ms,
+        /// to every wall-clock read (a clock jump; docs/malachite.md, "Process-level faults").
+        #[arg(long)]
+        fault_clock_file: Option<PathBuf>,
+        /// Localnet fault injection: dial the peers at these multiaddrs (one a line) instead of
+        /// the genesis' ports (the localnet's fault proxies; docs/malachite.md, "Network
+        /// faults").
+        #[arg(long)]
+        fault_peers_file: Option<PathBuf>,
     },
     /// Cut a node's `blocks.log` or `parts.log` at a damaged record the node refused (a copy of
     /// the whole file is kept as `FILE.corrupt-OFFSET`); the node then takes the later heights
@@ -179,6 +188,19 @@ enum Cmd {
         /// random nodes at random points, one at a time (use with --no-kill).
         #[arg(long)]
         faults: Option<u64>,
+        /// With --faults: the plan also SIGKILLs every node at once and restarts them all from
+        /// their storage (the report compares their decided blocks before and after).
+        #[arg(long)]
+        kill_all: bool,
+        /// Network faults from this seed: a loopback proxy per directed link between the
+        /// nodes' consensus transports, with delays, stalls, resets, one node isolated, then a
+        /// 2|2 split, each healed (docs/malachite.md, "Network faults").
+        #[arg(long)]
+        net_faults: Option<u64>,
+        /// Clock jumps from this seed: one node's wall clock at a time jumps forward or back
+        /// by seconds to minutes, then back (docs/malachite.md, "Process-level faults").
+        #[arg(long)]
+        clock_faults: Option<u64>,
         /// Key seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -338,7 +360,21 @@ impl<A: Application> NodeBinary<A> {
                 snapshot_every,
                 retain_blocks,
                 signing_state,
+                fault_clock_file,
+                fault_peers_file,
             } => {
+                if let Some(path) = fault_clock_file
+                    && let Err(e) = crate::faults::watch_clock_file(path)
+                {
+                    eprintln!("{} node: --fault-clock-file: {e}", self.name);
+                    return ExitCode::from(2);
+                }
+                if let Some(path) = fault_peers_file
+                    && let Err(e) = crate::netfault::install_peer_override(&path)
+                {
+                    eprintln!("{} node: --fault-peers-file: {e}", self.name);
+                    return ExitCode::from(2);
+                }
                 let byzantine = match byzantine.map(|k| k.parse::<ByzantineKind>()).transpose() {
                     Ok(k) => k.map(|kind| Byzantine {
                         kind,
@@ -414,6 +450,9 @@ impl<A: Application> NodeBinary<A> {
                 no_kill,
                 byzantine,
                 faults,
+                kill_all,
+                net_faults,
+                clock_faults,
                 seed,
                 home,
                 json,
@@ -467,6 +506,9 @@ impl<A: Application> NodeBinary<A> {
                     kill_restart: !no_kill,
                     byzantine,
                     faults,
+                    kill_all,
+                    net_faults,
+                    clock_faults,
                     seed,
                     home,
                     node_bin,
@@ -511,6 +553,40 @@ fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
     }
     if !report.faults.is_empty() {
         println!("faults {}", report.faults.join(", "));
+    }
+    if let Some(net) = &report.net_faults {
+        println!("net faults {}", net.events.join(", "));
+        for w in &net.windows {
+            println!(
+                "net window {:?} {:?} {}-{} ms: heights during {}, longest stall {} ms, resumed after {:?} ms, all caught up after {:?} ms",
+                w.kind,
+                w.nodes,
+                w.start_ms,
+                w.end_ms,
+                w.heights_during,
+                w.longest_stall_during_ms,
+                w.resumed_after_ms,
+                w.caught_up_after_ms
+            );
+        }
+    }
+    if let Some(k) = &report.kill_all {
+        println!(
+            "kill-all {} times: {} decided blocks compared before/after, {} lost, {} changed",
+            k.kill_alls, k.blocks_compared, k.lost, k.changed
+        );
+    }
+    if let Some(c) = &report.clock_faults {
+        println!(
+            "clock jumps {}: agreed time ahead of the localnet's clock at most {} ms, behind at most {} ms, non-monotone heights {}",
+            c.events.join(", "),
+            c.agreed_ahead_max_ms,
+            c.agreed_behind_max_ms,
+            c.non_monotone
+        );
+    }
+    if !report.replay.is_empty() {
+        println!("replay: {}", report.replay);
     }
     println!(
         "honest_agree {} restarts {} max_height {} ({:.1} heights/s) violations {:?}",

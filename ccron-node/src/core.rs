@@ -185,7 +185,8 @@ pub fn node_dir(home: &Path, index: usize) -> PathBuf {
     home.join(format!("node-{index}"))
 }
 
-/// Wall clock, Unix ms.
+/// Wall clock, Unix ms, plus the clock offset a localnet clock fault injects
+/// ([`crate::faults::clock_offset_ms`]: always 0 unless `node --fault-clock-file` is given).
 // The node is the process boundary where wall-clock time enters (clock samples, ticks).
 #[allow(clippy::disallowed_methods)]
 pub fn now_ms() -> i64 {
@@ -193,6 +194,7 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+        .saturating_add(crate::faults::clock_offset_ms())
 }
 
 /// Reads `home/genesis.json`.

@@ -1,10 +1,19 @@
 //! Process-level faults for the localnet, from a seed: SIGKILL at a random instant (then a
 //! restart from the node's storage), SIGSTOP (a paused node) then SIGCONT, one node at a time
-//! (at most f = 1 faulty with 4 validators), at random points of the run. The plan is a pure
-//! function of the seed and the instants the localnet polls at; the localnet applies it to its
-//! child processes and reports every event, so a failing seed is replayed with the same
-//! command (`localnet --faults SEED`).
+//! (at most f = 1 faulty with 4 validators), at random points of the run; with
+//! [`FaultPlan::with_kill_all`], also every node SIGKILLed at once and all restarted from their
+//! storage. The plan is a pure function of the seed and the instants the localnet polls at; the
+//! localnet applies it to its child processes and reports every event, so a failing seed is
+//! replayed with the same command (`localnet --faults SEED [--kill-all]`).
+//!
+//! Clock jumps per process ([`ClockPlan`], `localnet --clock-faults SEED`): the localnet writes
+//! a node's clock offset into its `fault.clock` file, and a node started with
+//! `node --fault-clock-file` (localnet fault injection only) adds it to every wall-clock read
+//! ([`crate::core::now_ms`]: its clock samples, its proposal checks, its tick turns), as a
+//! stepped system clock would; its monotonic timers (the engine's timeouts, the ticks
+//! generator) are untouched, as they are by a real step of the wall clock.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 /// What happens to a node.
@@ -14,6 +23,9 @@ pub enum FaultKind {
     Kill,
     /// SIGSTOP now, SIGCONT when it ends.
     Pause,
+    /// Every node SIGKILLed now, all restarted from storage when it ends (the step's node is
+    /// 0 and means nothing).
+    KillAll,
 }
 
 /// One step of the plan the localnet acts on.
@@ -34,6 +46,7 @@ pub struct FaultPlan {
     last_start: Duration,
     next_start: Duration,
     current: Option<(FaultKind, usize, Duration)>,
+    kill_all: bool,
 }
 
 impl FaultPlan {
@@ -46,9 +59,17 @@ impl FaultPlan {
             last_start: duration.saturating_sub(Duration::from_secs(5)),
             next_start: Duration::ZERO,
             current: None,
+            kill_all: false,
         };
         plan.next_start = Duration::from_millis(2_000 + plan.below(2_000));
         plan
+    }
+
+    /// The same plan with every-node kills among the kinds (a third of the faults; the seed's
+    /// plan without them is unchanged).
+    pub fn with_kill_all(mut self) -> Self {
+        self.kill_all = true;
+        self
     }
 
     /// splitmix64.
@@ -78,11 +99,12 @@ impl FaultPlan {
             return None;
         }
         let node = self.below(self.nodes as u64) as usize;
-        let kind = if self.below(2) == 0 {
-            FaultKind::Kill
-        } else {
-            FaultKind::Pause
+        let kind = match self.below(if self.kill_all { 3 } else { 2 }) {
+            0 => FaultKind::Kill,
+            1 => FaultKind::Pause,
+            _ => FaultKind::KillAll,
         };
+        let node = if kind == FaultKind::KillAll { 0 } else { node };
         let hold = Duration::from_millis(300 + self.below(2_700));
         self.current = Some((kind, node, t + hold));
         Some(FaultStep::Start(kind, node))
@@ -91,6 +113,86 @@ impl FaultPlan {
     /// The fault in progress, if any (the localnet ends it before collecting).
     pub fn current(&self) -> Option<(FaultKind, usize)> {
         self.current.map(|(k, n, _)| (k, n))
+    }
+}
+
+/// The clock offset this process adds to its wall clock (ms; 0 unless a clock fault file is
+/// watched).
+static CLOCK_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
+
+/// The clock offset in force (ms), added by [`crate::core::now_ms`].
+pub fn clock_offset_ms() -> i64 {
+    CLOCK_OFFSET_MS.load(Ordering::Relaxed)
+}
+
+/// Watches `path` (`node --fault-clock-file`, written by the localnet): every 50 ms its content,
+/// a signed number of milliseconds, becomes this process's clock offset. Each change is a
+/// warning in the log; an unreadable or malformed file leaves the offset as it was.
+///
+/// # Errors
+/// The watcher thread cannot be spawned.
+pub fn watch_clock_file(path: std::path::PathBuf) -> std::io::Result<()> {
+    let read = |p: &std::path::Path| -> Option<i64> {
+        std::fs::read_to_string(p).ok()?.trim().parse().ok()
+    };
+    if let Some(ms) = read(&path) {
+        CLOCK_OFFSET_MS.store(ms, Ordering::Relaxed);
+    }
+    tracing::warn!(path = %path.display(), offset_ms = clock_offset_ms(), "clock fault injection on (localnet)");
+    std::thread::Builder::new()
+        .name("fault-clock".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(50));
+                if let Some(ms) = read(&path)
+                    && ms != clock_offset_ms()
+                {
+                    tracing::warn!(
+                        from_ms = clock_offset_ms(),
+                        to_ms = ms,
+                        "clock fault: wall clock jumped"
+                    );
+                    CLOCK_OFFSET_MS.store(ms, Ordering::Relaxed);
+                }
+            }
+        })
+        .map(|_| ())
+}
+
+/// A seeded plan of clock jumps: from 2 s on, one node at a time, a random node's wall clock
+/// jumps forward or backward by 1-9 s, 10-59 s or 1-5 min, stays there 2-6 s, then jumps back
+/// (0.5-3 s between two jumps; none starts in the last 8 s). A pure function of the seed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockPlan {
+    /// `(instant, node, offset ms)`: from this instant the node's clock reads `offset` ms off.
+    pub events: Vec<(Duration, usize, i64)>,
+}
+
+impl ClockPlan {
+    /// The plan of `seed` over `nodes` nodes for a run of `duration`.
+    pub fn new(seed: u64, nodes: usize, duration: Duration) -> Self {
+        let mut rng = FaultPlan::new(seed ^ 0x636c_6f63_6b5f_6a6d, nodes, duration);
+        let last = duration.saturating_sub(Duration::from_secs(8));
+        let mut t = Duration::from_millis(2_000);
+        let mut events = Vec::new();
+        while t <= last {
+            let node = rng.below(nodes.max(1) as u64) as usize;
+            let magnitude = match rng.below(3) {
+                0 => 1_000 + rng.below(8_000),
+                1 => 10_000 + rng.below(49_000),
+                _ => 60_000 + rng.below(240_000),
+            } as i64;
+            let offset = if rng.below(2) == 0 {
+                magnitude
+            } else {
+                -magnitude
+            };
+            events.push((t, node, offset));
+            t += Duration::from_millis(2_000 + rng.below(4_000));
+            events.push((t, node, 0));
+            t += Duration::from_millis(500 + rng.below(2_500));
+        }
+        Self { events }
     }
 }
 
@@ -124,5 +226,52 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn kill_all_steps_come_only_when_asked_and_leave_other_seeds_alone() {
+        let all = |seed| {
+            let mut p = FaultPlan::new(seed, 4, Duration::from_secs(30)).with_kill_all();
+            (0..300u64)
+                .filter_map(|k| p.step(Duration::from_millis(k * 100)))
+                .collect::<Vec<_>>()
+        };
+        assert!(steps(7).iter().all(|(_, s)| !matches!(
+            s,
+            FaultStep::Start(FaultKind::KillAll, _) | FaultStep::End(FaultKind::KillAll, _)
+        )));
+        let kill_alls = (0..20u64)
+            .flat_map(all)
+            .filter(|s| *s == FaultStep::Start(FaultKind::KillAll, 0))
+            .count();
+        assert!(kill_alls >= 10, "{kill_alls}");
+        assert_eq!(all(3), all(3));
+    }
+
+    #[test]
+    fn a_clock_plan_jumps_one_node_at_a_time_both_ways_and_back() {
+        let d = Duration::from_secs(40);
+        let p = ClockPlan::new(5, 4, d);
+        assert_eq!(p, ClockPlan::new(5, 4, d));
+        assert_ne!(p, ClockPlan::new(6, 4, d));
+        assert!(p.events.len() >= 6, "{p:?}");
+        for pair in p.events.chunks(2) {
+            let [(t0, n0, off), (t1, n1, back)] = pair else {
+                panic!("{p:?}")
+            };
+            assert!(
+                n0 == n1 && *n0 < 4 && *off != 0 && *back == 0 && t1 > t0,
+                "{p:?}"
+            );
+            assert!((1_000..=300_000).contains(&off.abs()), "{p:?}");
+            assert!(*t0 <= d - Duration::from_secs(8), "{p:?}");
+        }
+        let jumps: Vec<i64> = (0..30u64)
+            .flat_map(|s| ClockPlan::new(s, 4, d).events)
+            .map(|e| e.2)
+            .filter(|&o| o != 0)
+            .collect();
+        assert!(jumps.iter().any(|&o| o > 60_000) && jumps.iter().any(|&o| o < -60_000));
+        assert!(jumps.iter().any(|&o| o.abs() < 10_000));
     }
 }

@@ -20,7 +20,9 @@
 //! - [`signguard`]: the validator's signing state beside its key, refusing a second message
 //!   for a `(height, round)` it signed (a wiped validator double-signing);
 //! - [`hostile`], [`faults`]: Byzantine validators' kinds for the localnet and a junk-posting
-//!   client; seeded process-level faults (SIGKILL + restart, SIGSTOP + SIGCONT);
+//!   client; seeded process-level faults (SIGKILL + restart, SIGSTOP + SIGCONT, every node
+//!   killed at once, clock jumps); [`netfault`]: network faults between the localnet's
+//!   processes (a loopback proxy per link: delay, stalls, resets, partitions);
 //! - [`read`], [`metrics`]: what a node publishes after every height for its schedule read
 //!   endpoints and its Prometheus `/metrics`;
 //! - [`localnet`], [`load`], [`cli`]: N processes on loopback with kills and restarts, a load
@@ -45,6 +47,7 @@ pub mod load;
 pub mod localnet;
 pub mod mempool;
 pub mod metrics;
+pub mod netfault;
 pub mod proposals;
 pub mod read;
 pub mod records;

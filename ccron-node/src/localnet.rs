@@ -72,6 +72,15 @@ pub struct LocalnetOptions {
     /// Process-level faults from this seed ([`crate::faults::FaultPlan`]: SIGKILL + restart,
     /// SIGSTOP + SIGCONT, one node at a time, at random points).
     pub faults: Option<u64>,
+    /// With `faults`: the plan also kills every node at once and restarts them all
+    /// ([`crate::faults::FaultPlan::with_kill_all`]); the report compares their decided blocks
+    /// before and after ([`KillAllReport`]).
+    pub kill_all: bool,
+    /// Network faults from this seed ([`crate::netfault`]: a proxy per directed link, delays,
+    /// stalls, resets, an isolation and a 2|2 split, each healed).
+    pub net_faults: Option<u64>,
+    /// Clock jumps from this seed ([`crate::faults::ClockPlan`]).
+    pub clock_faults: Option<u64>,
     /// Key seed.
     pub seed: u64,
     /// Where to put the config directories (a fresh temporary directory if None).
@@ -104,6 +113,9 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("kill_restart", &self.kill_restart)
             .field("byzantine", &self.byzantine)
             .field("faults", &self.faults)
+            .field("kill_all", &self.kill_all)
+            .field("net_faults", &self.net_faults)
+            .field("clock_faults", &self.clock_faults)
             .field("seed", &self.seed)
             .field("home", &self.home)
             .field("node_bin", &self.node_bin)
@@ -321,10 +333,55 @@ fn spawn_node(
     if let Some(retain) = opts.retain_blocks {
         cmd.arg("--retain-blocks").arg(retain.to_string());
     }
+    if opts.net_faults.is_some() {
+        cmd.arg("--fault-peers-file")
+            .arg(node_dir(home, i).join(FAULT_PEERS_FILE));
+    }
+    if opts.clock_faults.is_some() {
+        cmd.arg("--fault-clock-file")
+            .arg(node_dir(home, i).join(FAULT_CLOCK_FILE));
+    }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .spawn()
+}
+
+/// The file in a node's directory naming the proxies it dials (`node --fault-peers-file`).
+pub const FAULT_PEERS_FILE: &str = "fault-peers";
+
+/// The file in a node's directory holding its clock offset (`node --fault-clock-file`).
+pub const FAULT_CLOCK_FILE: &str = "fault.clock";
+
+/// Writes node `i`'s clock offset (a temporary file renamed over the old one).
+fn write_clock_offset(home: &Path, i: usize, offset_ms: i64) -> std::io::Result<()> {
+    let dir = node_dir(home, i);
+    let tmp = dir.join("fault.clock.tmp");
+    std::fs::write(&tmp, offset_ms.to_string())?;
+    std::fs::rename(tmp, dir.join(FAULT_CLOCK_FILE))
+}
+
+/// `(height, value id)` of every block in node `i`'s `blocks.log` (read without opening the
+/// store: the records' checksums checked, a block's id from its encoding; a base record, a
+/// damaged or torn record ends nothing but is skipped or stops the read). The localnet reads it
+/// only while the node is stopped.
+pub fn read_block_ids(home: &Path, i: usize) -> BTreeMap<u64, String> {
+    use borsh::BorshDeserialize as _;
+    let mut out = BTreeMap::new();
+    let Ok(bytes) = std::fs::read(node_dir(home, i).join("blocks.log")) else {
+        return out;
+    };
+    let mut off = 0usize;
+    while let crate::store::Scan::Record(payload, next) = crate::store::scan_record(&bytes, off) {
+        if let Ok(block) = crate::types::Block::deserialize(&mut &payload[..]) {
+            out.insert(block.height, hex(&block.id().0));
+        }
+        let Ok(next) = usize::try_from(next) else {
+            break;
+        };
+        off = next;
+    }
+    out
 }
 
 /// Removes everything in node `i`'s directory but its key (`secret.key`), its signing state
@@ -541,11 +598,13 @@ fn fault_name(step: crate::faults::FaultStep) -> String {
         S::End(K::Kill, i) => format!("restart {i}"),
         S::Start(K::Pause, i) => format!("pause {i}"),
         S::End(K::Pause, i) => format!("continue {i}"),
+        S::Start(K::KillAll, _) => "kill all".to_string(),
+        S::End(K::KillAll, _) => "restart all".to_string(),
     }
 }
 
-/// Applies one fault step to the children (a restart on the node's current binary); `true`
-/// when it restarted a node.
+/// Applies one fault step to the children (a restart on the node's current binary); the
+/// number of nodes it restarted.
 fn apply_fault(
     opts: &LocalnetOptions,
     home: &Path,
@@ -554,7 +613,7 @@ fn apply_fault(
     step: crate::faults::FaultStep,
     byzantine_from_ms: i64,
     supervisor: &Supervisor,
-) -> std::io::Result<bool> {
+) -> std::io::Result<u32> {
     use crate::faults::{FaultKind as K, FaultStep as S};
     let signal = |c: &Child, sig: &str| {
         let status = Command::new("kill")
@@ -577,8 +636,28 @@ fn apply_fault(
                 let c = spawn_node(opts, home, i, byzantine_from_ms, supervisor.binary(i))?;
                 pids.push(c.id());
                 children.0[i] = Some(c);
-                return Ok(true);
+                return Ok(1);
             }
+        }
+        S::Start(K::KillAll, _) => {
+            for slot in &mut children.0 {
+                if let Some(mut c) = slot.take() {
+                    let _ = c.kill(); // SIGKILL
+                    let _ = c.wait();
+                }
+            }
+        }
+        S::End(K::KillAll, _) => {
+            let mut restarted = 0;
+            for i in 0..children.0.len() {
+                if children.0[i].is_none() {
+                    let c = spawn_node(opts, home, i, byzantine_from_ms, supervisor.binary(i))?;
+                    pids.push(c.id());
+                    children.0[i] = Some(c);
+                    restarted += 1;
+                }
+            }
+            return Ok(restarted);
         }
         S::Start(K::Pause, i) => {
             if let Some(c) = &children.0[i] {
@@ -591,7 +670,7 @@ fn apply_fault(
             }
         }
     }
-    Ok(false)
+    Ok(0)
 }
 
 /// Runs a localnet and returns its report.
@@ -609,8 +688,45 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             now_ms()
         )),
     };
-    init_home(&home, opts.nodes, opts.seed, &opts.ledger)?;
+    let genesis = init_home(&home, opts.nodes, opts.seed, &opts.ledger)?;
     let n = opts.nodes;
+    // Network faults: a proxy per directed link, each node dialing its proxies.
+    let net = match opts.net_faults {
+        Some(_) => {
+            let ports: Vec<u16> = genesis.validators.iter().map(|v| v.port).collect();
+            let net = crate::netfault::NetFaults::start(&ports)?;
+            for i in 0..n {
+                std::fs::write(
+                    node_dir(&home, i).join(FAULT_PEERS_FILE),
+                    net.peers_of(i).join("\n"),
+                )?;
+            }
+            Some(net)
+        }
+        None => None,
+    };
+    let net_plan = opts
+        .net_faults
+        .map(|seed| crate::netfault::NetPlan::new(seed, n, opts.duration));
+    let mut net_next = 0usize;
+    let mut net_log: Vec<String> = Vec::new();
+    if opts.clock_faults.is_some() {
+        for i in 0..n {
+            write_clock_offset(&home, i, 0)?;
+        }
+    }
+    let clock_plan = opts
+        .clock_faults
+        .map(|seed| crate::faults::ClockPlan::new(seed, n, opts.duration));
+    let mut clock_next = 0usize;
+    let mut clock_log: Vec<String> = Vec::new();
+    // The heights every node holds at each poll (and the agreed time against this clock).
+    let traced = net.is_some() || clock_plan.is_some();
+    let mut trace: Vec<(u64, Vec<u64>)> = Vec::new();
+    let (mut ahead_max, mut behind_max) = (i64::MIN, 0i64);
+    // Every node's decided blocks at each kill of every node.
+    let mut before_kill_all: Vec<BTreeMap<u64, String>> = vec![BTreeMap::new(); n];
+    let mut kill_all = KillAllReport::default();
     let late = if opts.late_join { Some(n - 1) } else { None };
     let byzantine_from_ms =
         now_ms().saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
@@ -641,16 +757,21 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let mut restarts = 0u32;
     let mut killed = false;
     let mut late_started = false;
-    let mut plan = opts
-        .faults
-        .map(|seed| crate::faults::FaultPlan::new(seed, n, opts.duration));
+    let mut plan = opts.faults.map(|seed| {
+        let plan = crate::faults::FaultPlan::new(seed, n, opts.duration);
+        if opts.kill_all {
+            plan.with_kill_all()
+        } else {
+            plan
+        }
+    });
     let mut fault_log = Vec::new();
     while start.elapsed() < opts.duration {
         std::thread::sleep(Duration::from_millis(100));
         let t = start.elapsed();
         if let Some(step) = plan.as_mut().and_then(|p| p.step(t)) {
             fault_log.push(format!("{} {}", t.as_millis(), fault_name(step)));
-            if apply_fault(
+            restarts += apply_fault(
                 opts,
                 &home,
                 &mut children,
@@ -658,9 +779,53 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
                 step,
                 byzantine_from_ms,
                 &supervisor,
-            )? {
-                restarts += 1;
+            )?;
+            if step == crate::faults::FaultStep::Start(crate::faults::FaultKind::KillAll, 0) {
+                // Every node is down: what their stores hold now was decided and must stay.
+                kill_all.kill_alls += 1;
+                for (i, before) in before_kill_all.iter_mut().enumerate() {
+                    let now = read_block_ids(&home, i);
+                    kill_all.height_at_kill = kill_all
+                        .height_at_kill
+                        .max(now.keys().next_back().copied().unwrap_or(0));
+                    compare_blocks(before, &now, opts.retain_blocks.is_some(), &mut kill_all);
+                    before.extend(now);
+                }
             }
+        }
+        if let (Some(net), Some(p)) = (&net, &net_plan) {
+            while let Some((at, action)) = p.events.get(net_next)
+                && *at <= t
+            {
+                net.apply(action);
+                net_log.push(format!("{} {action}", t.as_millis()));
+                tracing::info!(%action, "net fault");
+                net_next += 1;
+            }
+        }
+        if let Some(p) = &clock_plan {
+            while let Some(&(at, node, offset)) = p.events.get(clock_next)
+                && at <= t
+            {
+                write_clock_offset(&home, node, offset)?;
+                clock_log.push(format!("{} node {node} offset {offset}", t.as_millis()));
+                clock_next += 1;
+            }
+        }
+        if traced {
+            let wall = now_ms();
+            let mut heights = Vec::with_capacity(n);
+            for i in 0..n {
+                let s = read_status(&home, i);
+                let prev = trace.last().map_or(0, |(_, hs)| hs[i]);
+                heights.push(s.last_height.max(prev));
+                if s.last_height > 1 {
+                    let d = s.agreed_time_ms.saturating_sub(wall);
+                    ahead_max = ahead_max.max(d);
+                    behind_max = behind_max.max(d.saturating_neg());
+                }
+            }
+            trace.push((u64::try_from(t.as_millis()).unwrap_or(u64::MAX), heights));
         }
         if opts.kill_restart && !killed && t >= kill_at && Some(victim) != late {
             if let Some(mut c) = children.0[victim].take() {
@@ -712,7 +877,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             start.elapsed().as_millis(),
             fault_name(step)
         ));
-        if apply_fault(
+        restarts += apply_fault(
             opts,
             &home,
             &mut children,
@@ -720,9 +885,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             step,
             byzantine_from_ms,
             &supervisor,
-        )? {
-            restarts += 1;
-        }
+        )?;
     }
     let alive: Vec<bool> = children.0.iter().map(|c| c.is_some()).collect();
     // Peak memory of every live process, read before they are stopped.
@@ -737,8 +900,44 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     // The consumer's view: read the committed outbox over HTTP while the nodes still run.
     let outbox_quorum_records = opts.ledger.has_outbox.then(|| quorum_read_outbox(&home, n));
     drop(children);
+    let net_counters = net.map(|net| {
+        let c = net.counters();
+        net.stop();
+        c
+    });
 
     let mut violations = Vec::new();
+    let kill_all = opts.kill_all.then(|| {
+        for (i, before) in before_kill_all.iter().enumerate() {
+            let after = read_block_ids(&home, i);
+            compare_blocks(before, &after, opts.retain_blocks.is_some(), &mut kill_all);
+            kill_all.heights_after = kill_all.heights_after.max(
+                after
+                    .keys()
+                    .next_back()
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(kill_all.height_at_kill),
+            );
+        }
+        kill_all.nodes_disagree = disagreeing_heights(&home, n);
+        if kill_all.lost > 0 || kill_all.changed > 0 {
+            violations.push(format!(
+                "kill-all: {} decided blocks lost, {} changed",
+                kill_all.lost, kill_all.changed
+            ));
+        }
+        if kill_all.nodes_disagree > 0 {
+            violations.push(format!(
+                "kill-all: nodes' stores hold different blocks at {} heights",
+                kill_all.nodes_disagree
+            ));
+        }
+        if kill_all.kill_alls > 0 && kill_all.heights_after == 0 {
+            violations.push("kill-all: nothing decided after every node restarted".into());
+        }
+        kill_all
+    });
     if let Some(l) = load {
         tracing::info!(?l, "load");
         if l.admitted == 0 {
@@ -801,7 +1000,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .map(|&i| nodes[i].last_executed_seq)
         .max()
         .unwrap_or(0);
-    if opts.faults.is_some() {
+    if opts.faults.is_some() || opts.net_faults.is_some() || opts.clock_faults.is_some() {
         for nr in &nodes {
             if nr.last_executed_seq.saturating_mul(2) < max_height {
                 violations.push(format!(
@@ -890,6 +1089,45 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             b.node, b.kind
         ));
     }
+    let net_faults = net_plan.map(|p| {
+        let (windows, v) = crate::netfault::judge_windows(&p.windows, &trace);
+        violations.extend(v);
+        NetFaultReport {
+            seed: opts.net_faults.unwrap_or(0),
+            events: net_log,
+            windows,
+            counters: net_counters.unwrap_or_default(),
+        }
+    });
+    let clock_faults = opts.clock_faults.map(|seed| {
+        let mut non_monotone = 0u64;
+        for i in 0..n {
+            let agreed = read_agreed(&home, i);
+            for ((h0, t0), (h1, t1)) in agreed.iter().zip(agreed.iter().skip(1)) {
+                if *h1 == h0 + 1 && t1 <= t0 {
+                    non_monotone += 1;
+                    violations.push(format!(
+                        "node {i}: agreed time of height {h1} ({t1}) not above height {h0}'s ({t0})"
+                    ));
+                }
+            }
+        }
+        let ahead = ahead_max.max(0);
+        if ahead > CLOCK_AHEAD_BOUND_MS {
+            violations.push(format!(
+                "agreed time {ahead} ms ahead of the honest clock (bound {CLOCK_AHEAD_BOUND_MS} ms)"
+            ));
+        }
+        ClockFaultReport {
+            seed,
+            events: clock_log,
+            agreed_ahead_max_ms: ahead,
+            agreed_behind_max_ms: behind_max,
+            non_monotone,
+            rejected_proposals: nodes.iter().map(|r| r.rejected_proposals).collect(),
+        }
+    });
+    let replay = replay_command(opts);
     let ticks_node = &nodes[measured.unwrap_or(0)];
     let committed_ticks_per_sec = (ticks_node.ticks_executed + ticks_node.ticks_skipped) as f64
         / opts.duration.as_secs_f64().max(0.001);
@@ -913,7 +1151,90 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         restarts_by_reason,
         supervisor,
         outbox_quorum_payloads,
+        net_faults,
+        kill_all,
+        clock_faults,
+        replay,
     })
+}
+
+/// How far the agreed time may be ahead of the localnet's own clock (which no fault moves)
+/// when it reads a node's status: the median of at least 2f+1 signed samples, at most f of
+/// them jumped, lies between two honest clocks, so only the reading's own latency is left.
+pub const CLOCK_AHEAD_BOUND_MS: i64 = 1_000;
+
+/// Compares one node's decided blocks at a kill (`before`) with what it holds later
+/// (`after`): a height missing (unless `pruned` and below the first height kept) is lost, a
+/// different id changed.
+fn compare_blocks(
+    before: &BTreeMap<u64, String>,
+    after: &BTreeMap<u64, String>,
+    pruned: bool,
+    r: &mut KillAllReport,
+) {
+    let floor = if pruned {
+        after.keys().next().copied().unwrap_or(0)
+    } else {
+        0
+    };
+    for (h, id) in before.range(floor..) {
+        r.blocks_compared += 1;
+        match after.get(h) {
+            None => r.lost += 1,
+            Some(other) if other != id => r.changed += 1,
+            Some(_) => {}
+        }
+    }
+}
+
+/// Heights at which two nodes' `blocks.log` hold different blocks (read after the stop).
+fn disagreeing_heights(home: &Path, n: usize) -> u64 {
+    let mut first: BTreeMap<u64, String> = BTreeMap::new();
+    let mut bad = std::collections::BTreeSet::new();
+    for i in 0..n {
+        for (h, id) in read_block_ids(home, i) {
+            match first.get(&h) {
+                Some(other) if *other != id => {
+                    bad.insert(h);
+                }
+                Some(_) => {}
+                None => {
+                    first.insert(h, id);
+                }
+            }
+        }
+    }
+    bad.len() as u64
+}
+
+/// The command that replays a run's seeded faults (empty without any).
+fn replay_command(opts: &LocalnetOptions) -> String {
+    if opts.faults.is_none() && opts.net_faults.is_none() && opts.clock_faults.is_none() {
+        return String::new();
+    }
+    let mut cmd = format!(
+        "localnet --nodes {} --ledger {} --duration {}ms --seed {}",
+        opts.nodes,
+        opts.ledger.name,
+        opts.duration.as_millis(),
+        opts.seed
+    );
+    if !opts.kill_restart {
+        cmd.push_str(" --no-kill");
+    }
+    if let Some(s) = opts.faults {
+        cmd.push_str(&format!(" --faults {s}"));
+        if opts.kill_all {
+            cmd.push_str(" --kill-all");
+        }
+    }
+    if let Some(s) = opts.net_faults {
+        cmd.push_str(&format!(" --net-faults {s}"));
+    }
+    if let Some(s) = opts.clock_faults {
+        cmd.push_str(&format!(" --clock-faults {s}"));
+    }
+    cmd
 }
 
 /// Reaps the nodes that exited: one stopped for an upgrade is restarted where the supervisor

@@ -202,6 +202,75 @@ pub struct Report {
     /// `outbox_quorum_records`, in outbox order (at most [`MAX_REPORTED_PAYLOADS`]).
     #[serde(default)]
     pub outbox_quorum_payloads: Vec<String>,
+    /// With `--net-faults SEED`: the network faults applied and each window judged.
+    #[serde(default)]
+    pub net_faults: Option<NetFaultReport>,
+    /// With `--faults SEED --kill-all`: every decided block before each kill of every node,
+    /// compared with the nodes' stores at the end.
+    #[serde(default)]
+    pub kill_all: Option<KillAllReport>,
+    /// With `--clock-faults SEED`: the clock jumps and the agreed time against the localnet's
+    /// own clock.
+    #[serde(default)]
+    pub clock_faults: Option<ClockFaultReport>,
+    /// The command that replays this run's faults (empty without seeded faults).
+    #[serde(default)]
+    pub replay: String,
+}
+
+/// The network faults' part of the report ([`crate::netfault`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NetFaultReport {
+    /// The seed.
+    pub seed: u64,
+    /// Every action applied, `"<ms> <action>"`.
+    pub events: Vec<String>,
+    /// The judged windows (noise, isolation, split).
+    pub windows: Vec<crate::netfault::NetWindow>,
+    /// What the proxies did.
+    pub counters: crate::netfault::NetCounters,
+}
+
+/// Every node killed at once ([`crate::faults::FaultKind::KillAll`]): what each node's
+/// `blocks.log` held right after each kill (all nodes down), against what it holds at the end.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct KillAllReport {
+    /// Kills of every node.
+    pub kill_alls: u32,
+    /// The highest height any node held at the last kill.
+    pub height_at_kill: u64,
+    /// (node, height) pairs compared.
+    pub blocks_compared: u64,
+    /// Decided blocks held at a kill and missing at the end (a violation each).
+    pub lost: u64,
+    /// Decided blocks whose value id changed (a violation each).
+    pub changed: u64,
+    /// Heights at which two nodes' stores hold different blocks (a violation each).
+    pub nodes_disagree: u64,
+    /// Heights decided after the last restart of every node (by the highest node).
+    pub heights_after: u64,
+}
+
+/// The clock jumps' part of the report ([`crate::faults::ClockPlan`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct ClockFaultReport {
+    /// The seed.
+    pub seed: u64,
+    /// Every jump, `"<ms> node <i> offset <ms>"`.
+    pub events: Vec<String>,
+    /// The largest amount by which a node's last agreed time was ahead of the localnet's
+    /// (unjumped) clock when it read the node's status (ms; the median of at least 2f+1
+    /// samples lies between two honest clocks, so this stays near 0).
+    pub agreed_ahead_max_ms: i64,
+    /// The largest amount by which it was behind (ms; the time since the samples of the
+    /// previous height, so stalls show here).
+    pub agreed_behind_max_ms: i64,
+    /// Heights whose agreed time was not above the previous height's on some node (from its
+    /// `digests.log`; a violation each).
+    pub non_monotone: u64,
+    /// Proposals refused per node over the run (a node whose clock is behind refuses blocks
+    /// timed ahead of it: `TimeOutOfBounds`).
+    pub rejected_proposals: Vec<u64>,
 }
 
 /// Most outbox payloads a report lists.

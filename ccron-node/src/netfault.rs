@@ -1,0 +1,906 @@
+//! Network faults between localnet processes: a loopback TCP proxy per directed link, between
+//! the validators' consensus transports (libp2p over TCP), driven by a seeded plan.
+//!
+//! **Where it sits.** For every ordered pair `(i, j)` the localnet binds a proxy on
+//! `127.0.0.1` that forwards to validator `j`'s genesis port; node `i` is started with
+//! `node --fault-peers-file` naming, for each other validator, the proxy of `(i, j)` instead of
+//! the genesis port ([`PeerOverride`]). Every consensus connection node `i` dials to `j` therefore
+//! passes through proxy `(i, j)`; libp2p keeps using a connection both ways, so the proxy judges
+//! each byte by its direction: bytes from the dialer travel on link `i -> j`, the answers on
+//! link `j -> i`. The nodes' HTTP endpoints (tick forwarding, catch-up, the load client) are not
+//! proxied: a partition here cuts consensus and value sync, not the side channel of ticks.
+//!
+//! **What a fault is** ([`LinkTable`]):
+//! - *delay*: each chunk read on a directed link is written `delay` later (order kept);
+//! - *stall*: a directed link holds its bytes until the stall ends, then delivers them in order.
+//!   TCP cannot lose one packet without breaking its stream, so this is what loss looks like to
+//!   the nodes under TCP: a burst lost and retransmitted arrives late, in order;
+//! - *reset*: every connection between two nodes is closed with an RST (`SO_LINGER` 0): what was
+//!   in flight is lost, which is what message loss is at the application level; libp2p redials;
+//! - *cut* (partitions): the connections across the cut are reset and new ones accepted and
+//!   reset at once until the cut heals ([`NetAction::Isolate`], [`NetAction::Split`],
+//!   [`NetAction::Heal`]).
+//!
+//! **The plan** ([`NetPlan`]) is a pure function of its seed, the number of nodes and the run's
+//! duration (splitmix64, as [`crate::faults::FaultPlan`]): random per-link delays, stalls and
+//! resets in the first 30% of the run, then one node isolated for 15%, a pause of 10%, a 2|2
+//! split (two halves of the validators, at random) for 15%, and the last 30% healed to recover.
+//! `localnet --net-faults SEED` applies it and the report judges each window from the heights
+//! the nodes reached ([`judge_windows`]); the same command replays a run.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// A peer-address override for a node (`node --fault-peers-file`): one multiaddr per line,
+/// the addresses this node dials instead of the genesis ports (localnet fault injection only;
+/// without the flag the node dials the genesis' ports).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerOverride(pub Vec<String>);
+
+static PEER_OVERRIDE: std::sync::OnceLock<PeerOverride> = std::sync::OnceLock::new();
+
+/// Reads a peers file and installs it as this process's peer override.
+///
+/// # Errors
+/// The file cannot be read, is empty, or an override is installed already.
+pub fn install_peer_override(path: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("fault peers file {}: {e}", path.display()))?;
+    let addrs: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("fault peers file {}: empty", path.display()));
+    }
+    PEER_OVERRIDE
+        .set(PeerOverride(addrs))
+        .map_err(|_| "a peer override is installed already".to_string())
+}
+
+/// The peer override of this process, if `node --fault-peers-file` installed one.
+pub fn peer_override() -> Option<&'static PeerOverride> {
+    PEER_OVERRIDE.get()
+}
+
+/// One action of a network fault plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NetAction {
+    /// Bytes on the directed link `from -> to` are written `ms` after they are read.
+    Delay {
+        /// Sender.
+        from: usize,
+        /// Receiver.
+        to: usize,
+        /// Latency added (ms).
+        ms: u64,
+    },
+    /// Every delay back to zero.
+    ClearDelays,
+    /// The directed link `from -> to` holds its bytes for `ms`, then delivers them in order.
+    Stall {
+        /// Sender.
+        from: usize,
+        /// Receiver.
+        to: usize,
+        /// How long (ms).
+        ms: u64,
+    },
+    /// Every connection between `a` and `b` is reset (RST); new ones are accepted.
+    Reset {
+        /// One node.
+        a: usize,
+        /// The other.
+        b: usize,
+    },
+    /// Every link of `node` cut (both directions, existing connections reset).
+    Isolate(usize),
+    /// The validators in `side` cut from the others.
+    Split(Vec<usize>),
+    /// Every cut healed.
+    Heal,
+}
+
+impl std::fmt::Display for NetAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Delay { from, to, ms } => write!(f, "delay {from}->{to} {ms}ms"),
+            Self::ClearDelays => write!(f, "clear-delays"),
+            Self::Stall { from, to, ms } => write!(f, "stall {from}->{to} {ms}ms"),
+            Self::Reset { a, b } => write!(f, "reset {a}-{b}"),
+            Self::Isolate(i) => write!(f, "isolate {i}"),
+            Self::Split(side) => {
+                let s: Vec<String> = side.iter().map(ToString::to_string).collect();
+                write!(f, "split {}|rest", s.join(","))
+            }
+            Self::Heal => write!(f, "heal"),
+        }
+    }
+}
+
+/// A seeded network fault plan: actions at instants of the run (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetPlan {
+    /// `(instant, action)`, in instant order.
+    pub events: Vec<(Duration, NetAction)>,
+    /// The judged windows: `(kind, nodes, start, end)` ([`judge_windows`]).
+    pub windows: Vec<PlannedWindow>,
+}
+
+/// A window of the plan the report judges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedWindow {
+    /// `noise`, `isolate` or `split`.
+    pub kind: WindowKind,
+    /// The isolated node, or the nodes of one side of a split (empty for noise).
+    pub nodes: Vec<usize>,
+    /// Start (from the run's start).
+    pub start: Duration,
+    /// End (healed).
+    pub end: Duration,
+}
+
+/// What a judged window holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowKind {
+    /// Delays, stalls and resets on random links: the chain must keep deciding.
+    Noise,
+    /// One node cut off: the others (a quorum of 3 of 4) must keep deciding; the isolated node
+    /// must catch up after the heal.
+    Isolate,
+    /// Two halves: no quorum on either side, so no height may be decided during it (beyond one
+    /// already voted), and deciding must resume after the heal.
+    Split,
+}
+
+/// splitmix64 over a seed.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+impl NetPlan {
+    /// The plan of `seed` over `nodes` nodes for a run of `duration` (see the module
+    /// documentation).
+    pub fn new(seed: u64, nodes: usize, duration: Duration) -> Self {
+        let n = nodes.max(2);
+        let mut rng = Rng(seed ^ 0x6e65_745f_6661_756c);
+        let ms = |f: f64| Duration::from_millis((duration.as_millis() as f64 * f) as u64);
+        let (noise_end, iso_end, split_start, split_end) = (ms(0.3), ms(0.45), ms(0.55), ms(0.7));
+        let mut events = Vec::new();
+        let mut t = Duration::from_millis(2_000);
+        while t < noise_end {
+            let from = rng.below(n as u64) as usize;
+            let to = (from + 1 + rng.below(n as u64 - 1) as usize) % n;
+            let action = match rng.below(3) {
+                0 => NetAction::Delay {
+                    from,
+                    to,
+                    ms: 20 + rng.below(180),
+                },
+                1 => NetAction::Stall {
+                    from,
+                    to,
+                    ms: 200 + rng.below(1_800),
+                },
+                _ => NetAction::Reset { a: from, b: to },
+            };
+            events.push((t, action));
+            t += Duration::from_millis(400 + rng.below(1_200));
+        }
+        events.push((noise_end, NetAction::ClearDelays));
+        let isolated = rng.below(n as u64) as usize;
+        events.push((noise_end, NetAction::Isolate(isolated)));
+        events.push((iso_end, NetAction::Heal));
+        // A random half of the validators (node 0 always named on its side: the split of
+        // {a, b} | {c, d} is the same as {c, d} | {a, b}).
+        let mut others: Vec<usize> = (1..n).collect();
+        let mut side = vec![0usize];
+        while side.len() < n / 2 {
+            let k = rng.below(others.len() as u64) as usize;
+            side.push(others.remove(k));
+        }
+        side.sort_unstable();
+        events.push((split_start, NetAction::Split(side.clone())));
+        events.push((split_end, NetAction::Heal));
+        let windows = vec![
+            PlannedWindow {
+                kind: WindowKind::Noise,
+                nodes: Vec::new(),
+                start: Duration::from_millis(2_000).min(noise_end),
+                end: noise_end,
+            },
+            PlannedWindow {
+                kind: WindowKind::Isolate,
+                nodes: vec![isolated],
+                start: noise_end,
+                end: iso_end,
+            },
+            PlannedWindow {
+                kind: WindowKind::Split,
+                nodes: side,
+                start: split_start,
+                end: split_end,
+            },
+        ];
+        Self { events, windows }
+    }
+}
+
+/// The faults on every link, shared by the proxies (indices `from * n + to`).
+#[derive(Debug)]
+pub struct LinkTable {
+    n: usize,
+    delay_ms: Vec<u64>,
+    stall_until: Vec<Option<Instant>>,
+    /// Per unordered pair (`min * n + max`): bumped to close every connection of the pair.
+    epoch: Vec<u64>,
+    /// Per unordered pair: cut (partitioned).
+    cut: Vec<bool>,
+    /// What the proxies did.
+    pub counters: NetCounters,
+}
+
+/// What the proxies did (in the report).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetCounters {
+    /// Connections accepted and forwarded.
+    pub connections: u64,
+    /// Connections accepted during a cut and reset at once.
+    pub refused_while_cut: u64,
+    /// Connections closed by a reset or a cut.
+    pub reset: u64,
+    /// Connections whose target could not be reached (the node down).
+    pub target_unreachable: u64,
+    /// Bytes forwarded, per directed link `from -> to` (`"0->1"`).
+    pub bytes: std::collections::BTreeMap<String, u64>,
+}
+
+/// What a pump may do with a chunk now.
+#[derive(Debug, PartialEq, Eq)]
+enum Gate {
+    Open,
+    Stalled,
+    Closed,
+}
+
+impl LinkTable {
+    /// A table of `n` nodes without faults.
+    pub fn new(n: usize) -> Self {
+        Self {
+            n,
+            delay_ms: vec![0; n * n],
+            stall_until: vec![None; n * n],
+            epoch: vec![0; n * n],
+            cut: vec![false; n * n],
+            counters: NetCounters::default(),
+        }
+    }
+
+    fn pair(&self, a: usize, b: usize) -> usize {
+        a.min(b) * self.n + a.max(b)
+    }
+
+    fn reset_pair(&mut self, a: usize, b: usize) {
+        let p = self.pair(a, b);
+        self.epoch[p] = self.epoch[p].wrapping_add(1);
+    }
+
+    fn set_cut(&mut self, a: usize, b: usize, cut: bool) {
+        let p = self.pair(a, b);
+        if cut && !self.cut[p] {
+            self.epoch[p] = self.epoch[p].wrapping_add(1);
+        }
+        self.cut[p] = cut;
+    }
+
+    /// Applies one action at `now`.
+    pub fn apply(&mut self, action: &NetAction, now: Instant) {
+        let n = self.n;
+        let ok = |i: usize| i < n;
+        match *action {
+            NetAction::Delay { from, to, ms } if ok(from) && ok(to) => {
+                self.delay_ms[from * n + to] = ms;
+            }
+            NetAction::ClearDelays => self.delay_ms.iter_mut().for_each(|d| *d = 0),
+            NetAction::Stall { from, to, ms } if ok(from) && ok(to) => {
+                self.stall_until[from * n + to] = Some(now + Duration::from_millis(ms));
+            }
+            NetAction::Reset { a, b } if ok(a) && ok(b) => self.reset_pair(a, b),
+            NetAction::Isolate(i) if ok(i) => {
+                for j in (0..n).filter(|&j| j != i) {
+                    self.set_cut(i, j, true);
+                }
+            }
+            NetAction::Split(ref side) => {
+                for a in 0..n {
+                    for b in a + 1..n {
+                        if side.contains(&a) != side.contains(&b) {
+                            self.set_cut(a, b, true);
+                        }
+                    }
+                }
+            }
+            NetAction::Heal => {
+                for a in 0..n {
+                    for b in a + 1..n {
+                        self.set_cut(a, b, false);
+                    }
+                }
+            }
+            _ => tracing::warn!(%action, "net fault names a node outside the localnet; ignored"),
+        }
+    }
+
+    fn delay(&self, from: usize, to: usize) -> Duration {
+        Duration::from_millis(self.delay_ms[from * self.n + to])
+    }
+
+    fn gate(&self, from: usize, to: usize, epoch: u64, now: Instant) -> Gate {
+        let p = self.pair(from, to);
+        if self.epoch[p] != epoch || self.cut[p] {
+            return Gate::Closed;
+        }
+        match self.stall_until[from * self.n + to] {
+            Some(until) if now < until => Gate::Stalled,
+            _ => Gate::Open,
+        }
+    }
+}
+
+fn lock(t: &Mutex<LinkTable>) -> std::sync::MutexGuard<'_, LinkTable> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The proxies of a localnet: one listener per directed link, on a runtime of their own.
+pub struct NetFaults {
+    rt: tokio::runtime::Runtime,
+    table: Arc<Mutex<LinkTable>>,
+    /// `ports[i][j]`: the proxy node `i` dials to reach `j` (0 on the diagonal).
+    ports: Vec<Vec<u16>>,
+}
+
+impl std::fmt::Debug for NetFaults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetFaults")
+            .field("ports", &self.ports)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NetFaults {
+    /// Binds a proxy for every directed link between the validators listening on `targets`
+    /// (their genesis ports) and starts forwarding.
+    ///
+    /// # Errors
+    /// The runtime or a listener cannot be created.
+    pub fn start(targets: &[u16]) -> std::io::Result<Self> {
+        let n = targets.len();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("netfault")
+            .enable_all()
+            .build()?;
+        let table = Arc::new(Mutex::new(LinkTable::new(n)));
+        let mut ports = vec![vec![0u16; n]; n];
+        for (i, row) in ports.iter_mut().enumerate() {
+            for (j, port) in row.iter_mut().enumerate() {
+                if i == j {
+                    continue;
+                }
+                let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+                *port = listener.local_addr()?.port();
+                rt.spawn(serve(listener, i, j, targets[j], table.clone()));
+            }
+        }
+        Ok(Self { rt, table, ports })
+    }
+
+    /// The addresses node `i` dials (every other validator's proxy, in genesis order), one
+    /// multiaddr each: the content of its `--fault-peers-file`.
+    pub fn peers_of(&self, i: usize) -> Vec<String> {
+        (0..self.ports.len())
+            .filter(|&j| j != i)
+            .map(|j| format!("/ip4/127.0.0.1/tcp/{}", self.ports[i][j]))
+            .collect()
+    }
+
+    /// Applies one action now.
+    // The localnet is the process boundary: its proxies run on the real clock.
+    #[allow(clippy::disallowed_methods)]
+    pub fn apply(&self, action: &NetAction) {
+        lock(&self.table).apply(action, Instant::now());
+    }
+
+    /// What the proxies did so far.
+    pub fn counters(&self) -> NetCounters {
+        lock(&self.table).counters.clone()
+    }
+
+    /// Stops every proxy (connections dropped).
+    pub fn stop(self) {
+        self.rt.shutdown_background();
+    }
+}
+
+/// Accepts connections for link `from -> to` and forwards each to `target`.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    from: usize,
+    to: usize,
+    target: u16,
+    table: Arc<Mutex<LinkTable>>,
+) {
+    loop {
+        let Ok((inbound, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let epoch = {
+            let mut t = lock(&table);
+            let p = t.pair(from, to);
+            if t.cut[p] {
+                t.counters.refused_while_cut += 1;
+                drop(t);
+                rst(inbound);
+                continue;
+            }
+            t.epoch[p]
+        };
+        tokio::spawn(connection(inbound, from, to, target, epoch, table.clone()));
+    }
+}
+
+/// Closes a socket with an RST.
+fn rst(s: tokio::net::TcpStream) {
+    let _ = s.set_zero_linger();
+    drop(s);
+}
+
+/// One proxied connection: two pumps (dialer -> target on `from -> to`, answers on `to ->
+/// from`), until both ends close (each direction half-closed in turn) or the pair's epoch
+/// changes (a reset or a cut: both sockets closed with an RST).
+async fn connection(
+    mut inbound: tokio::net::TcpStream,
+    from: usize,
+    to: usize,
+    target: u16,
+    epoch: u64,
+    table: Arc<Mutex<LinkTable>>,
+) {
+    let mut outbound = match tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
+        Ok(s) => s,
+        Err(_) => {
+            lock(&table).counters.target_unreachable += 1;
+            rst(inbound);
+            return;
+        }
+    };
+    lock(&table).counters.connections += 1;
+    let _ = inbound.set_nodelay(true);
+    let _ = outbound.set_nodelay(true);
+    let closed = {
+        let (in_r, in_w) = inbound.split();
+        let (out_r, out_w) = outbound.split();
+        let both = async {
+            tokio::join!(
+                pump(in_r, out_w, from, to, epoch, &table),
+                pump(out_r, in_w, to, from, epoch, &table)
+            )
+        };
+        let watch = async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if lock(&table).gate(from, to, epoch, Instant::now()) == Gate::Closed {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            _ = both => false,
+            () = watch => true,
+        }
+    };
+    if closed {
+        lock(&table).counters.reset += 1;
+        rst(inbound);
+        rst(outbound);
+    }
+}
+
+/// Forwards `r` to `w` on link `from -> to`: each chunk written no earlier than its read
+/// instant plus the link's delay, in order, held while the link is stalled; at the reader's
+/// end `w` is shut down (a half close). A closed gate (reset, cut) parks it: the caller's watch
+/// closes the connection.
+async fn pump(
+    mut r: tokio::net::tcp::ReadHalf<'_>,
+    mut w: tokio::net::tcp::WriteHalf<'_>,
+    from: usize,
+    to: usize,
+    epoch: u64,
+    table: &Mutex<LinkTable>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Bounded: a stalled link stops reading after 64 chunks (TCP back-pressure to the sender).
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(tokio::time::Instant, Vec<u8>)>(64);
+    let key = format!("{from}->{to}");
+    let reader = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match r.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let delay = lock(table).delay(from, to);
+            let due = tokio::time::Instant::now() + delay;
+            if tx.send((due, buf[..n].to_vec())).await.is_err() {
+                break;
+            }
+        }
+    };
+    let writer = async move {
+        let mut last = tokio::time::Instant::now();
+        while let Some((due, chunk)) = rx.recv().await {
+            let due = due.max(last);
+            last = due;
+            tokio::time::sleep_until(due).await;
+            loop {
+                let gate = lock(table).gate(from, to, epoch, Instant::now());
+                match gate {
+                    Gate::Open => break,
+                    Gate::Stalled => tokio::time::sleep(Duration::from_millis(10)).await,
+                    Gate::Closed => std::future::pending::<()>().await,
+                }
+            }
+            if w.write_all(&chunk).await.is_err() {
+                break;
+            }
+            *lock(table).counters.bytes.entry(key.clone()).or_default() += chunk.len() as u64;
+        }
+        let _ = w.shutdown().await;
+    };
+    tokio::join!(reader, writer);
+}
+
+/// One judged window in the report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NetWindow {
+    /// What it held.
+    pub kind: WindowKind,
+    /// The isolated node, or one side of the split.
+    pub nodes: Vec<usize>,
+    /// Start and end (ms from the run's start).
+    pub start_ms: u64,
+    /// End (healed).
+    pub end_ms: u64,
+    /// Heights the chain (the highest node) gained during the window.
+    pub heights_during: u64,
+    /// The longest time the highest node's height stood still during the window (ms, at the
+    /// localnet's 100 ms polls).
+    pub longest_stall_during_ms: u64,
+    /// From the heal to the next height decided by any node (ms); `None`: none until the end.
+    pub resumed_after_ms: Option<u64>,
+    /// From the heal to every node holding the height the highest had at the heal (ms); `None`:
+    /// not by the end (the isolated node's catch-up, for an isolation).
+    pub caught_up_after_ms: Option<u64>,
+    /// Heights the nodes kept in the window (isolate: the others' gain; the isolated node's
+    /// gain is in `isolated_gained`).
+    pub isolated_gained: Option<u64>,
+}
+
+/// The heights every node held at each localnet poll: `(ms from start, height per node)`.
+pub type Trace = [(u64, Vec<u64>)];
+
+/// Judges each planned window from the trace: progress, the longest stall, resumption and
+/// catch-up after the heal; the second value is the violations found (an isolation during which
+/// the others decided nothing, a split during which more than one height was decided, a split
+/// after which nothing was decided again, a node that did not catch up by the end).
+pub fn judge_windows(windows: &[PlannedWindow], trace: &Trace) -> (Vec<NetWindow>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut violations = Vec::new();
+    let top = |hs: &Vec<u64>| hs.iter().copied().max().unwrap_or(0);
+    for w in windows {
+        let (start, end) = (w.start.as_millis() as u64, w.end.as_millis() as u64);
+        let inside: Vec<&(u64, Vec<u64>)> = trace
+            .iter()
+            .filter(|(t, _)| *t >= start && *t <= end)
+            .collect();
+        let (Some(first), Some(last)) = (inside.first(), inside.last()) else {
+            continue;
+        };
+        let others_gain = |a: &Vec<u64>, b: &Vec<u64>| {
+            (0..a.len().min(b.len()))
+                .filter(|i| !(w.kind == WindowKind::Isolate && w.nodes.contains(i)))
+                .map(|i| b[i].saturating_sub(a[i]))
+                .max()
+                .unwrap_or(0)
+        };
+        let heights_during = others_gain(&first.1, &last.1);
+        let mut stall = 0u64;
+        let mut since = first.0;
+        let mut h = top(&first.1);
+        for (t, hs) in &inside {
+            if top(hs) > h {
+                h = top(hs);
+                since = *t;
+            }
+            stall = stall.max(t - since);
+        }
+        let at_heal = top(&last.1);
+        let after: Vec<&(u64, Vec<u64>)> = trace.iter().filter(|(t, _)| *t > end).collect();
+        let resumed_after_ms = after
+            .iter()
+            .find(|(_, hs)| top(hs) > at_heal)
+            .map(|(t, _)| t - end);
+        let caught_up_after_ms = after
+            .iter()
+            .find(|(_, hs)| hs.iter().all(|&x| x >= at_heal))
+            .map(|(t, _)| t - end);
+        let isolated_gained = (w.kind == WindowKind::Isolate).then(|| {
+            w.nodes
+                .iter()
+                .map(|&i| {
+                    last.1
+                        .get(i)
+                        .copied()
+                        .unwrap_or(0)
+                        .saturating_sub(first.1.get(i).copied().unwrap_or(0))
+                })
+                .max()
+                .unwrap_or(0)
+        });
+        match w.kind {
+            WindowKind::Noise | WindowKind::Isolate if heights_during == 0 => violations.push(
+                format!("net {:?} window {start}-{end} ms: nothing decided", w.kind),
+            ),
+            WindowKind::Split if heights_during > 1 => violations.push(format!(
+                "net split window {start}-{end} ms: {heights_during} heights decided without a quorum on either side"
+            )),
+            _ => {}
+        }
+        if w.kind == WindowKind::Split && resumed_after_ms.is_none() {
+            violations.push(format!(
+                "net split healed at {end} ms: nothing decided after it"
+            ));
+        }
+        if caught_up_after_ms.is_none() {
+            violations.push(format!(
+                "net {:?} healed at {end} ms: not every node reached height {at_heal} by the end",
+                w.kind
+            ));
+        }
+        out.push(NetWindow {
+            kind: w.kind,
+            nodes: w.nodes.clone(),
+            start_ms: start,
+            end_ms: end,
+            heights_during,
+            longest_stall_during_ms: stall,
+            resumed_after_ms,
+            caught_up_after_ms,
+            isolated_gained,
+        });
+    }
+    (out, violations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_is_a_function_of_its_seed_with_an_isolation_and_a_split() {
+        let d = Duration::from_secs(40);
+        let a = NetPlan::new(7, 4, d);
+        assert_eq!(a, NetPlan::new(7, 4, d));
+        assert_ne!(a.events, NetPlan::new(8, 4, d).events);
+        let kinds: Vec<WindowKind> = a.windows.iter().map(|w| w.kind).collect();
+        assert_eq!(
+            kinds,
+            [WindowKind::Noise, WindowKind::Isolate, WindowKind::Split]
+        );
+        assert!(a.events.windows(2).all(|w| w[0].0 <= w[1].0), "{a:?}");
+        let split = &a.windows[2];
+        assert_eq!(split.nodes.len(), 2);
+        assert!(split.nodes.contains(&0));
+        // Every cut is healed, the last with 30% of the run left.
+        let heals: Vec<Duration> = a
+            .events
+            .iter()
+            .filter(|(_, e)| *e == NetAction::Heal)
+            .map(|(t, _)| *t)
+            .collect();
+        assert_eq!(heals.len(), 2);
+        assert!(heals[1] <= d * 7 / 10);
+        for s in 0..50 {
+            let p = NetPlan::new(s, 4, d);
+            assert!(p.events.len() > 5, "{p:?}");
+            for (_, e) in &p.events {
+                if let NetAction::Delay { from, to, .. }
+                | NetAction::Stall { from, to, .. }
+                | NetAction::Reset { a: from, b: to } = e
+                {
+                    assert!(from != to && *from < 4 && *to < 4, "{e:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_table_cuts_splits_heals_and_stalls_by_direction() {
+        let now = Instant::now();
+        let mut t = LinkTable::new(4);
+        let e = |t: &LinkTable, a, b| t.epoch[t.pair(a, b)];
+        t.apply(&NetAction::Split(vec![0, 2]), now);
+        for (a, b, cut) in [(0, 2, false), (1, 3, false), (0, 1, true), (2, 3, true)] {
+            assert_eq!(t.cut[t.pair(a, b)], cut, "{a}-{b}");
+            assert_eq!(t.gate(a, b, 0, now) == Gate::Closed, cut, "{a}-{b}");
+            assert_eq!(t.gate(b, a, 0, now) == Gate::Closed, cut, "{b}-{a}");
+        }
+        t.apply(&NetAction::Heal, now);
+        // A healed pair is open to new connections; the old ones were closed (epoch moved).
+        assert_eq!(t.gate(0, 1, e(&t, 0, 1), now), Gate::Open);
+        assert_eq!(t.gate(0, 1, 0, now), Gate::Closed);
+        assert_eq!(t.gate(0, 2, 0, now), Gate::Open);
+        t.apply(&NetAction::Isolate(3), now);
+        assert!((0..3).all(|i| t.cut[t.pair(i, 3)]));
+        assert!(!t.cut[t.pair(0, 1)]);
+        t.apply(&NetAction::Heal, now);
+        t.apply(
+            &NetAction::Stall {
+                from: 1,
+                to: 2,
+                ms: 500,
+            },
+            now,
+        );
+        assert_eq!(t.gate(1, 2, e(&t, 1, 2), now), Gate::Stalled);
+        assert_eq!(t.gate(2, 1, e(&t, 1, 2), now), Gate::Open);
+        assert_eq!(
+            t.gate(1, 2, e(&t, 1, 2), now + Duration::from_millis(501)),
+            Gate::Open
+        );
+        t.apply(
+            &NetAction::Delay {
+                from: 2,
+                to: 0,
+                ms: 90,
+            },
+            now,
+        );
+        assert_eq!(t.delay(2, 0), Duration::from_millis(90));
+        assert_eq!(t.delay(0, 2), Duration::ZERO);
+        t.apply(&NetAction::ClearDelays, now);
+        assert_eq!(t.delay(2, 0), Duration::ZERO);
+        let before = e(&t, 3, 0);
+        t.apply(&NetAction::Reset { a: 3, b: 0 }, now);
+        assert_eq!(e(&t, 0, 3), before + 1);
+    }
+
+    fn window(kind: WindowKind, nodes: Vec<usize>, s: u64, e: u64) -> PlannedWindow {
+        PlannedWindow {
+            kind,
+            nodes,
+            start: Duration::from_millis(s),
+            end: Duration::from_millis(e),
+        }
+    }
+
+    #[test]
+    fn windows_are_judged_from_the_heights_trace() {
+        // Node 3 isolated 1,000-2,000 (the others go on), a split 3,000-4,000 (nothing), all
+        // at 30 by 4,600.
+        let mut trace = Vec::new();
+        for t in (0..=5_000u64).step_by(100) {
+            let h = match t {
+                0..=2_000 => 10 + t / 100,
+                2_001..=4_300 => 30,
+                _ => 30 + (t - 4_300) / 100,
+            };
+            let h3 = if (1_000..2_400).contains(&t) { 20 } else { h };
+            trace.push((t, vec![h, h, h, h3]));
+        }
+        let ws = [
+            window(WindowKind::Isolate, vec![3], 1_000, 2_000),
+            window(WindowKind::Split, vec![0, 1], 3_000, 4_000),
+        ];
+        let (judged, violations) = judge_windows(&ws, &trace);
+        assert!(violations.is_empty(), "{violations:?}");
+        assert_eq!(judged[0].heights_during, 10);
+        assert_eq!(judged[0].isolated_gained, Some(0));
+        assert_eq!(judged[0].caught_up_after_ms, Some(400));
+        assert_eq!(judged[1].heights_during, 0);
+        assert_eq!(judged[1].longest_stall_during_ms, 1_000);
+        assert_eq!(judged[1].resumed_after_ms, Some(400));
+        // A split that decides is a violation; so is one that never resumes.
+        let moving: Vec<(u64, Vec<u64>)> = (0..=50u64).map(|k| (k * 100, vec![k; 4])).collect();
+        let (_, v) = judge_windows(&ws[1..], &moving);
+        assert!(v.iter().any(|v| v.contains("without a quorum")), "{v:?}");
+        let stuck: Vec<(u64, Vec<u64>)> = (0..=50u64).map(|k| (k * 100, vec![5; 4])).collect();
+        let (_, v) = judge_windows(&ws, &stuck);
+        assert!(
+            v.iter().any(|v| v.contains("nothing decided after")),
+            "{v:?}"
+        );
+        assert!(v.iter().any(|v| v.contains("Isolate window")), "{v:?}");
+    }
+
+    #[test]
+    fn bytes_pass_through_a_proxy_delayed_and_stop_at_a_cut() {
+        use std::io::{Read, Write};
+        // Node 1's "transport": an echo server.
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = server.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for s in server.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut s = s;
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf) {
+                        if n == 0 || s.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let net = NetFaults::start(&[1, port]).unwrap();
+        let proxy: u16 = net.peers_of(0)[0]
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        net.apply(&NetAction::Delay {
+            from: 0,
+            to: 1,
+            ms: 150,
+        });
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", proxy)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let t0 = Instant::now();
+        c.write_all(b"ping").unwrap();
+        let mut buf = [0u8; 4];
+        c.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"ping");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(150),
+            "{:?}",
+            t0.elapsed()
+        );
+        // A cut resets the connection, and a new one is reset at once.
+        net.apply(&NetAction::Isolate(1));
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = c.write_all(b"more");
+        let mut rest = Vec::new();
+        assert!(
+            matches!(c.read_to_end(&mut rest), Err(_) | Ok(0)),
+            "{rest:?}"
+        );
+        let mut d = std::net::TcpStream::connect(("127.0.0.1", proxy)).unwrap();
+        d.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = d.write_all(b"x");
+        assert!(matches!(d.read(&mut buf), Err(_) | Ok(0)));
+        let c = net.counters();
+        assert_eq!(c.connections, 1);
+        assert!(c.refused_while_cut >= 1 && c.reset >= 1, "{c:?}");
+        assert_eq!(c.bytes.get("0->1"), Some(&4));
+        net.stop();
+    }
+}
