@@ -171,7 +171,10 @@ pub async fn run_node<A: Application>(
     let catchup = running::Shared::new(node.core.last_height(), running::restarts_from_env());
     node.refresh_catch_up_status(&catchup);
     let (catchup_tx, mut catchup_rx) = tokio::sync::mpsc::channel(1);
-    tokio::spawn(running::watch(
+    if !running::enabled_from_env() {
+        tracing::warn!("catch-up while running is off ({})", running::RUNNING_ENV);
+    } else {
+        tokio::spawn(running::watch(
         catchup.clone(),
         peers.clone(),
         std::sync::Arc::new(ccron_node::catchup::fetch::Restorer::of(
@@ -181,6 +184,7 @@ pub async fn run_node<A: Application>(
         running::RunningConfig::default(),
         catchup_tx,
     ));
+    }
     // The node's behaviour at its seams: honest, or a Byzantine strategy (`--byzantine`).
     let mut strategy = crate::byzantine::strategy::<A>(opts.byzantine);
     let dir = ccron_node::core::node_dir(&opts.home, opts.index);

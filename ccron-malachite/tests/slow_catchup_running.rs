@@ -4,7 +4,9 @@
 //! (SIGCONT). The engine's value sync can never serve it again; nobody restarts it from
 //! outside. It must notice (`ccron_node::catchup::running`), catch up from a peer's snapshot
 //! verified against the commit certificate of the block above it, and decide with the
-//! others again, agreeing with them at every height they share.
+//! others again, agreeing with them at every height they share. With the catch-up off
+//! (`CCRON_RUNNING_CATCHUP=off`, inherited by the nodes) the test fails: node 2 stays at
+//! the height it stopped at.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -117,7 +119,7 @@ fn a_paused_node_behind_every_pruned_history_catches_up_while_running() {
     })
     .expect("node 2 decides 20 heights");
     signal("STOP", pid);
-    // Its height as it stopped (its loop is stopped too: status.json no longer changes).
+    // Its height as it stopped (status.json is written at each decision).
     std::thread::sleep(Duration::from_millis(300));
     let stopped_at = status(&node(PAUSED)).unwrap().last_height;
     // The others run on until each one's store starts above node 2's next height (pruned),
@@ -128,7 +130,7 @@ fn a_paused_node_behind_every_pruned_history_catches_up_while_running() {
             .iter()
             .map(|&i| status(&node(i)).map_or(0, |s| s.store_first_height))
             .collect();
-        (paused.elapsed() >= Duration::from_secs(15) && firsts.iter().all(|&f| f > stopped_at + 1))
+        (paused.elapsed() >= Duration::from_secs(15) && firsts.iter().all(|&f| f > stopped_at + 2))
             .then_some(firsts)
     });
     signal("CONT", pid);
@@ -152,7 +154,11 @@ fn a_paused_node_behind_every_pruned_history_catches_up_while_running() {
     .unwrap();
     assert_eq!(report.trigger.as_deref(), Some("running"), "{report:?}");
     let reason = report.reason.expect("the trigger's reason");
-    assert_eq!(reason.have, stopped_at, "{report:?}");
+    // (A decision under way when it stopped may complete as it continues: one height more.)
+    assert!(
+        reason.have == stopped_at || reason.have == stopped_at + 1,
+        "stopped at {stopped_at}: {report:?}"
+    );
     assert!(reason.lowest_first > stopped_at + 1, "{reason:?}");
     let installed = report.installed_height.expect("a snapshot installed");
     assert!(installed > stopped_at, "{report:?}");

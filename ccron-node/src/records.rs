@@ -200,7 +200,7 @@ pub struct NodeStatus {
     /// its floor ([`crate::signguard`]).
     #[serde(default)]
     pub signing: crate::signguard::SignCounters,
-    /// Peers' catch-up offers this process refused before it started, by
+    /// Peers' catch-up offers this process refused (before it started, or while running), by
     /// [`CatchUpError::kind`](crate::catchup::CatchUpError::kind) (also in `catchup.json`).
     #[serde(default)]
     pub catchup_refused: std::collections::BTreeMap<String, u64>,

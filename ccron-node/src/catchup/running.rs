@@ -152,6 +152,28 @@ pub struct RunningCounters {
     pub last_installed: Option<u64>,
 }
 
+impl RunningCounters {
+    /// The counts by name (`/metrics` `ccron_catchup_running_total{event}`).
+    pub fn by_event(&self) -> std::collections::BTreeMap<String, u64> {
+        [
+            ("checks", self.checks),
+            ("no_peer", self.no_peer),
+            ("peer_holds_next", self.peer_holds_next),
+            ("behind", self.behind),
+            ("behind_no_offer", self.behind_no_offer),
+            ("triggered", self.triggered),
+            ("no_verified_offer", self.no_verified_offer),
+            ("stale", self.stale),
+            ("installed", self.installed),
+            ("install_failures", self.install_failures),
+            ("restarts", self.restarts),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
 /// The running detection (module docs), sans-IO.
 #[derive(Debug, Clone)]
 pub struct Detector {
@@ -297,11 +319,21 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner().clone())
     }
 
-    /// Changes the counters.
-    pub fn count(&self, f: impl FnOnce(&mut RunningCounters)) {
+    /// Changes the counters (under their lock).
+    pub fn count<T>(&self, f: impl FnOnce(&mut RunningCounters) -> T) -> T {
         let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut c);
+        f(&mut c)
     }
+}
+
+/// The environment variable that turns the running catch-up off (`off` or `0`): the node
+/// then stalls behind every peer's history until it is restarted, as before (for an operator
+/// who wants that, and to show what the catch-up does).
+pub const RUNNING_ENV: &str = "CCRON_RUNNING_CATCHUP";
+
+/// Whether the running catch-up is on ([`RUNNING_ENV`] is not `off` or `0`).
+pub fn enabled_from_env() -> bool {
+    !matches!(std::env::var(RUNNING_ENV).as_deref(), Ok("off" | "0"))
 }
 
 /// The number of self-restarts recorded in this process's environment ([`RESTARTS_ENV`]).
@@ -345,9 +377,8 @@ pub async fn watch<A, C, V>(
         let answers = super::fetch::histories(&client, &peers).await;
         // The height may have moved while the peers answered.
         detector.observe(shared.height.load(Ordering::Relaxed), now());
-        let mut counters = shared.counters();
-        let (check, fire) = detector.on_answers(&answers, now(), &mut counters);
-        shared.count(|c| *c = counters);
+        let t = now();
+        let (check, fire) = shared.count(|c| detector.on_answers(&answers, t, c));
         match &check {
             Check::Behind(b, _) | Check::BehindNoOffer(b) => {
                 tracing::warn!(
