@@ -573,7 +573,8 @@ mod tests {
         let mut store = BlockStore::<PlainCommit>::open(&honest.join("blocks.log")).unwrap();
         snaps.prune_store(&mut store, 0).unwrap().unwrap();
         let slot = serve::OfferSlot::new();
-        slot.after_decide(&snaps, store.base(), 70, |h| store.get(h).unwrap());
+        slot.refresh(&snaps, store.base(), 70, |h| store.get(h).unwrap());
+        assert_eq!(slot.history().offer_height, Some(60));
         let liar = serve::OfferSlot::new();
         liar.refresh(&snaps, store.base(), 70, |h| {
             store.get(h).unwrap().map(|mut d| {
