@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use ccron::host::Application;
+use ccron_node::catchup::running;
 use ccron_node::signguard::SigningStateError;
 use ccron_node::{Factory, NodeError, NodeOptions};
 use malachitebft_app_channel::app::config::{
@@ -177,6 +178,25 @@ pub async fn run_node<A: Application>(
             refused_by_kind: refused,
             ..Default::default()
         });
+    // Catch-up while running (`ccron_node::catchup::running`): once this node stalls, a
+    // watcher asks the peers' histories; a verified offer comes back to this loop.
+    let catchup = running::Shared::new(node.core.last_height(), running::restarts_from_env());
+    node.refresh_catch_up_status(&catchup);
+    let (catchup_tx, mut catchup_rx) = tokio::sync::mpsc::channel(1);
+    if !running::enabled_from_env() {
+        tracing::warn!("catch-up while running is off ({})", running::RUNNING_ENV);
+    } else {
+        tokio::spawn(running::watch(
+        catchup.clone(),
+        peers.clone(),
+        std::sync::Arc::new(ccron_node::catchup::fetch::Restorer::of(
+            &genesis, &factory,
+        )?),
+        std::sync::Arc::new(verifier.clone()),
+        running::RunningConfig::default(),
+        catchup_tx,
+    ));
+    }
     // The node's behaviour at its seams: honest, or a Byzantine strategy (`--byzantine`).
     let mut strategy = crate::byzantine::strategy::<A>(opts.byzantine);
     let dir = ccron_node::core::node_dir(&opts.home, opts.index);
@@ -266,9 +286,21 @@ pub async fn run_node<A: Application>(
                     node.core.on_local_tick(t.component);
                 }
                 handle(&mut node, msg, &mut channels, strategy.as_mut(), &mut streams).await?;
+                catchup.height.store(node.core.last_height(), std::sync::atomic::Ordering::Relaxed);
+            }
+            Some(event) = catchup_rx.recv() => {
+                if let Some(restarts) = node.caught_up_while_running(event, &catchup) {
+                    // Malachite 0.8.2 starts a height only in answer to `ConsensusReady` or
+                    // `Finalized`: the process restarts itself (same PID) into the installed
+                    // snapshot, and its engine starts above it.
+                    tracing::warn!(restarts, "catch-up (running): restarting this process");
+                    let e = running::restart_self(restarts);
+                    return Err(NodeError::Engine(format!("catch-up restart failed: {e}")));
+                }
             }
             _ = timer.tick() => {
                 node.refresh_signing_status();
+                node.refresh_catch_up_status(&catchup);
                 let parts = strategy.on_timer(&mut node);
                 streams.publish_all(&mut channels, &parts).await;
                 if strategy.silenced() {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use ccron::host::Application;
+use ccron_node::catchup::running;
 use ccron_node::catchup::serve::OfferSlot;
 use ccron_node::proposals::{BookPart, PartLimits, ProposalBook, Verdict};
 use ccron_node::store::PartLog;
@@ -534,6 +535,53 @@ impl<A: Application> State<A> {
             |h| core.decided(h),
         );
         Ok(())
+    }
+
+    /// What the running catch-up's watcher found (`ccron_node::catchup::running`): refusals
+    /// are counted into the status (`catchup_refused`); a verified offer is installed unless
+    /// this node reached its height meanwhile. `Some(n)`: installed, the caller restarts the
+    /// process into it (`running::restart_self(n)`, `n` the restarts so far, this one
+    /// included). An install that fails is an error event and a counter; the node carries
+    /// on (its old store is whole) and the watcher asks again later.
+    pub fn caught_up_while_running(
+        &mut self,
+        event: running::Event<A, MalachiteCommit>,
+        shared: &running::Shared,
+    ) -> Option<u64> {
+        let found = match event {
+            running::Event::Refused(report) => {
+                self.core.note_catch_up(&report);
+                self.refresh_catch_up_status(shared);
+                return None;
+            }
+            running::Event::Found(found) => *found,
+        };
+        self.core.status_mut().count_catch_up(&found.report);
+        let dir = ccron_node::core::node_dir(&self.core.options().home, self.core.options().index);
+        let ledger = self.core.genesis().ledger.clone();
+        let outcome = running::install_found(&dir, &ledger, self.core.last_height(), found, shared);
+        let restart = match outcome {
+            Ok(running::Outcome::Installed { .. }) => Some(shared.counters().restarts.saturating_add(1)),
+            Ok(running::Outcome::Stale { .. }) => None,
+            Err(e) => {
+                shared.count(|c| c.install_failures = c.install_failures.saturating_add(1));
+                tracing::error!(error = %e, "catch-up (running): the verified offer was not installed");
+                None
+            }
+        };
+        self.refresh_catch_up_status(shared);
+        self.core.write_status();
+        restart
+    }
+
+    /// Copies the running catch-up's counters into the status, and writes the status when
+    /// they changed (the loop calls this on its timer: a stalled node decides nothing).
+    pub fn refresh_catch_up_status(&mut self, shared: &running::Shared) {
+        let c = shared.counters();
+        if self.core.status().catchup_running != c {
+            self.core.status_mut().catchup_running = c;
+            self.core.write_status();
+        }
     }
 
     /// Decided values for the engine's sync (at most 50 per answer).

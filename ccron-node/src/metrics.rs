@@ -7,8 +7,9 @@
 //!   of fires (agreed time minus due, and wall clock at execution minus due, histograms per
 //!   component), snapshots and their age, runs and requests the outbox refused or held back
 //!   for their owner's quota (`ccron_outbox_quota_refusals_total`), the signing guard's
-//!   refusals by reason (`ccron_sign_refused_total{reason}`) and the catch-up offers refused
-//!   before start by kind (`ccron_catchup_refused_total{kind}`).
+//!   refusals by reason (`ccron_sign_refused_total{reason}`), the catch-up offers refused
+//!   by kind (`ccron_catchup_refused_total{kind}`) and the catch-up while running's checks,
+//!   triggers, installs and self-restarts (`ccron_catchup_running_total{event}`).
 //! - **Replicated** (read from the committed schedule book and outbox, so every honest node at
 //!   the same height reports the same numbers; `ccron_book_height` names that height):
 //!   schedules, paused, parked, dead runs, retries pending, the book's run counters
@@ -259,9 +260,16 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
     by_label(
         &mut r,
         "catchup_refused",
-        "Peers' catch-up offers refused before start, by kind",
+        "Peers' catch-up offers refused (before start or while running), by kind",
         "kind",
         &s.catchup_refused,
+    );
+    by_label(
+        &mut r,
+        "catchup_running",
+        "Catch-up while running: stalled checks by outcome, triggers, installs, self-restarts",
+        "event",
+        &s.catchup_running.by_event(),
     );
     replicated(&mut r, state);
     let mut out = String::new();
@@ -490,6 +498,8 @@ mod tests {
         status.count_catch_up(&report);
         status.signing.refused.insert("conflict".into(), 1);
         status.signing.signed = 7;
+        status.catchup_running.triggered = 1;
+        status.catchup_running.restarts = 1;
         reads.set_status(&status);
         let text = render(&state, 0).unwrap();
         for line in [
@@ -497,6 +507,9 @@ mod tests {
             "ccron_catchup_refused_total{kind=\"not_above\"} 1",
             "ccron_sign_refused_total{reason=\"conflict\"} 1",
             "ccron_signed_total 7",
+            "ccron_catchup_running_total{event=\"triggered\"} 1",
+            "ccron_catchup_running_total{event=\"restarts\"} 1",
+            "ccron_catchup_running_total{event=\"installed\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
         }

@@ -200,10 +200,15 @@ pub struct NodeStatus {
     /// its floor ([`crate::signguard`]).
     #[serde(default)]
     pub signing: crate::signguard::SignCounters,
-    /// Peers' catch-up offers this process refused before it started, by
+    /// Peers' catch-up offers this process refused (before it started, or while running), by
     /// [`CatchUpError::kind`](crate::catchup::CatchUpError::kind) (also in `catchup.json`).
     #[serde(default)]
     pub catchup_refused: std::collections::BTreeMap<String, u64>,
+    /// The catch-up of a node that fell behind every peer's history while running: checks
+    /// by outcome, triggers, installs, self-restarts and the last reason
+    /// ([`crate::catchup::running`]).
+    #[serde(default)]
+    pub catchup_running: crate::catchup::running::RunningCounters,
 }
 
 impl NodeStatus {

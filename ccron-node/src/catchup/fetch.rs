@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -236,6 +237,14 @@ pub struct CatchUpReport {
     pub rounds: u32,
     /// Milliseconds from the first question to the installed offer.
     pub took_ms: u64,
+    /// What started this catch-up: `null` before the engine started
+    /// ([`before_start`]), `"running"` for a node that fell behind while running
+    /// ([`super::running`]).
+    #[serde(default)]
+    pub trigger: Option<String>,
+    /// Why a running node caught up ([`super::running::Behind`]).
+    #[serde(default)]
+    pub reason: Option<super::running::Behind>,
 }
 
 impl CatchUpReport {
@@ -257,7 +266,7 @@ pub async fn first_verified<A: Application, C: Commit>(
     peers: &[SocketAddr],
     have: u64,
     ledger_name: &str,
-    fresh: &dyn Fn() -> LedgerHost<A>,
+    fresh: &(dyn Fn() -> LedgerHost<A> + Sync),
     verifier: &dyn CommitVerifier<C>,
     report: &mut CatchUpReport,
 ) -> Option<(SocketAddr, Verified<A, C>)> {
@@ -277,8 +286,8 @@ pub async fn first_verified<A: Application, C: Commit>(
     None
 }
 
-/// Every peer's history, asked at once (each under its deadline).
-async fn histories(
+/// Every peer's history, asked at once (each under its deadline), in `peers`' order.
+pub async fn histories(
     client: &PeerClient,
     peers: &[SocketAddr],
 ) -> Vec<(SocketAddr, Result<HistoryInfo, CatchUpError>)> {
@@ -295,6 +304,65 @@ async fn histories(
     }
     out.sort_by_key(|(i, _, _)| *i);
     out.into_iter().map(|(_, p, a)| (p, a)).collect()
+}
+
+/// A fresh ledger of the chain's setup, at height 0 (what an offer is restored into).
+pub type FreshLedger<A> = Arc<dyn Fn() -> LedgerHost<A> + Send + Sync>;
+
+/// What verifying an offer needs besides the offer: the chain's ledger name and a fresh
+/// ledger of the chain's setup to restore into.
+pub struct Restorer<A> {
+    ledger: String,
+    fresh: FreshLedger<A>,
+}
+
+impl<A> std::fmt::Debug for Restorer<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Restorer")
+            .field("ledger", &self.ledger)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Application> Restorer<A> {
+    /// A restorer of ledger `ledger` building fresh ledgers with `fresh`.
+    pub fn new(ledger: impl Into<String>, fresh: FreshLedger<A>) -> Self {
+        Self {
+            ledger: ledger.into(),
+            fresh,
+        }
+    }
+
+    /// The restorer of `genesis`' chain with the binary's `factory`: builds one ledger to
+    /// learn its ticking components (the chain's setup). The factory succeeded once with the
+    /// same arguments: a later failure stops the node loudly (not deterministic).
+    ///
+    /// # Errors
+    /// [`NodeError::Config`] when the factory fails.
+    pub fn of(genesis: &crate::records::Genesis, factory: &Factory<A>) -> Result<Self, NodeError> {
+        let spec = LedgerSpec {
+            name: genesis.ledger.clone(),
+            validators: u32::try_from(genesis.validators.len()).unwrap_or(u32::MAX),
+        };
+        let probe = factory(&spec).map_err(NodeError::Config)?;
+        let setup = genesis.setup(&probe.tick_components());
+        let factory = factory.clone();
+        let fresh: FreshLedger<A> = Arc::new(move || match factory(&spec) {
+            Ok(app) => LedgerHost::new(app, &setup),
+            Err(e) => factory_failed(&e),
+        });
+        Ok(Self::new(genesis.ledger.clone(), fresh))
+    }
+
+    /// The chain's ledger name.
+    pub fn ledger(&self) -> &str {
+        &self.ledger
+    }
+
+    /// A fresh ledger at height 0.
+    pub fn fresh(&self) -> LedgerHost<A> {
+        (self.fresh)()
+    }
 }
 
 /// The other validators' HTTP endpoints in the genesis (loopback, as the localnet runs them).
@@ -338,11 +406,7 @@ pub async fn before_start<A: Application, C: Commit>(
         have,
         ..CatchUpReport::default()
     };
-    let spec = LedgerSpec {
-        name: genesis.ledger.clone(),
-        validators: u32::try_from(genesis.validators.len()).unwrap_or(u32::MAX),
-    };
-    let mut setup = None;
+    let mut restorer = None;
     for round in 1..=cfg.rounds.max(1) {
         report.rounds = round;
         let answers = histories(&client, peers).await;
@@ -366,19 +430,13 @@ pub async fn before_start<A: Application, C: Commit>(
             offering = candidates.len(),
             "catch-up: this node is behind every peer's history"
         );
-        if setup.is_none() {
-            let probe = factory(&spec).map_err(NodeError::Config)?;
-            setup = Some(genesis.setup(&probe.tick_components()));
+        if restorer.is_none() {
+            restorer = Some(Restorer::of(&genesis, factory)?);
         }
-        let Some(setup) = setup.as_ref() else {
+        let Some(restorer) = restorer.as_ref() else {
             continue;
         };
-        let fresh = || -> LedgerHost<A> {
-            match factory(&spec) {
-                Ok(app) => LedgerHost::new(app, setup),
-                Err(e) => factory_failed(&e),
-            }
-        };
+        let fresh = || restorer.fresh();
         if let Some((peer, verified)) = first_verified(
             &client,
             &candidates,
@@ -418,7 +476,8 @@ pub async fn before_start<A: Application, C: Commit>(
     )))
 }
 
-fn write_report(dir: &Path, report: &CatchUpReport) {
+/// Writes `report` to `dir/catchup.json` (a failure is a warning: it is a report, not state).
+pub fn write_report(dir: &Path, report: &CatchUpReport) {
     let written = serde_json::to_vec_pretty(report)
         .map_err(std::io::Error::other)
         .and_then(|b| std::fs::write(dir.join("catchup.json"), b));

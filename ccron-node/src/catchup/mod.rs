@@ -30,9 +30,11 @@
 //! **Serving and fetching.** [`serve`]: the routes a node answers (`GET /v1/catchup/history`,
 //! `GET /v1/catchup/offer`), fed by the node's loop after each decided height; [`fetch`]: the
 //! bounded client and [`fetch::before_start`], the trigger an adapter runs before its engine
-//! starts.
+//! starts; [`running`]: the same catch-up for a node that falls behind every peer's history
+//! while its engine runs (detection, then a verified offer handed to the node's loop).
 
 pub mod fetch;
+pub mod running;
 pub mod serve;
 
 use std::path::Path;
@@ -555,6 +557,130 @@ mod tests {
         assert_eq!(slot.counters().1, 1, "the honest offer was served once");
         assert_eq!(client.history(good).await.unwrap().offers_served, 1);
         std::fs::remove_dir_all(honest).unwrap();
+    }
+
+    /// Catch-up while running ([`running`]), over real sockets: a node stalled at height 5
+    /// while its peers pruned above it is detected after the confirmations, a lying peer's
+    /// offer is refused by kind, the honest one verified and handed over; the loop installs
+    /// it (the next open restores the peer's state), and a second one at or below the height
+    /// the node reached meanwhile is not installed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_node_behind_every_history_is_detected_and_installs_a_verified_offer() {
+        use running::{Event, Outcome, RunningConfig, Shared, install_found, watch};
+        let honest = scratch("running-honest");
+        let digests = node(&honest, 70, 20, 0);
+        let snaps = Snapshots::open(&honest.join("snapshots")).unwrap();
+        let mut store = BlockStore::<PlainCommit>::open(&honest.join("blocks.log")).unwrap();
+        snaps.prune_store(&mut store, 0).unwrap().unwrap();
+        let slot = serve::OfferSlot::new();
+        slot.refresh(&snaps, store.base(), 70, |h| store.get(h).unwrap());
+        assert_eq!(slot.history().offer_height, Some(60));
+        let liar = serve::OfferSlot::new();
+        liar.refresh(&snaps, store.base(), 70, |h| {
+            store.get(h).unwrap().map(|mut d| {
+                if h == 61 {
+                    d.commit.round = 9;
+                }
+                d
+            })
+        });
+        let cfg = crate::api::server_config();
+        let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let good = crate::api::serve_router(any, slot.router(), cfg)
+            .await
+            .unwrap();
+        let bad = crate::api::serve_router(any, liar.router(), cfg)
+            .await
+            .unwrap();
+        // The stalled node, at height 5 of the chain.
+        let late = scratch("running-late");
+        node(&late, 5, 1_000, 0);
+        let shared = Shared::new(5, 0);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let run = RunningConfig {
+            stall_after: std::time::Duration::from_millis(300),
+            check_every: std::time::Duration::from_millis(100),
+            confirm: 3,
+            ..RunningConfig::default()
+        };
+        let restorer = fetch::Restorer::<Demo>::new("demo", std::sync::Arc::new(fresh));
+        // The liar first (the two offer the same height: address order decides).
+        let peers = if bad < good {
+            vec![bad, good]
+        } else {
+            vec![good, bad]
+        };
+        let watcher = tokio::spawn(watch(
+            shared.clone(),
+            peers,
+            std::sync::Arc::new(restorer),
+            std::sync::Arc::new(verify_commit),
+            run,
+            tx,
+        ));
+        let event = tokio::time::timeout(std::time::Duration::from_secs(20), rx.recv())
+            .await
+            .expect("detected within 20 s")
+            .expect("an event");
+        let Event::Found(found) = event else {
+            panic!("expected a verified offer");
+        };
+        let c = shared.counters();
+        assert!(c.checks >= 3 && c.behind >= 3 && c.triggered == 1, "{c:?}");
+        assert_eq!(found.reason.have, 5);
+        assert_eq!(found.reason.lowest_first, 41);
+        assert!(found.reason.stalled_ms >= 300, "{:?}", found.reason);
+        assert_eq!(found.verified.height, 60);
+        assert_eq!(found.verified.ledger.state_digest(), digests[60]);
+        assert_eq!(found.report.trigger.as_deref(), Some("running"));
+        if bad < good {
+            assert_eq!(found.report.refused_by_kind.get("commit"), Some(&1));
+        }
+        // The node reached height 60 meanwhile: not installed.
+        let (ev_again, _) = {
+            // The watcher keeps watching; the next trigger comes after three more checks.
+            let e = tokio::time::timeout(std::time::Duration::from_secs(20), rx.recv())
+                .await
+                .expect("a second trigger")
+                .expect("an event");
+            (e, ())
+        };
+        let Event::Found(again) = ev_again else {
+            panic!("expected a verified offer again");
+        };
+        assert_eq!(
+            install_found(&late, "demo", 60, *again, &shared).unwrap(),
+            Outcome::Stale {
+                height: 60,
+                have: 60
+            }
+        );
+        // Installed by the loop: the store's base is the snapshot, the report says why.
+        assert_eq!(
+            install_found(&late, "demo", 5, *found, &shared).unwrap(),
+            Outcome::Installed { height: 60 }
+        );
+        let c = shared.counters();
+        assert_eq!((c.installed, c.stale, c.last_installed), (1, 1, Some(60)));
+        let report: fetch::CatchUpReport =
+            serde_json::from_slice(&std::fs::read(late.join("catchup.json")).unwrap()).unwrap();
+        assert_eq!(report.trigger.as_deref(), Some("running"));
+        assert_eq!(report.reason.map(|r| r.have), Some(5));
+        assert_eq!(report.installed_height, Some(60));
+        let store = BlockStore::<PlainCommit>::open(&late.join("blocks.log")).unwrap();
+        assert_eq!((store.first_height(), store.last_height()), (61, 61));
+        let mut r = Snapshots::open(&late.join("snapshots"))
+            .unwrap()
+            .restore_latest(&store, "demo", &fresh);
+        assert_eq!(r.height, Some(60), "{:?}", r.rejected);
+        crate::snapshot::replay_above(&store, &mut r.ledger, &validators(), 60, |_, _, _| {})
+            .unwrap();
+        assert_eq!(r.ledger.state_digest(), digests[61]);
+        drop(rx);
+        watcher.await.unwrap();
+        for d in [honest, late] {
+            std::fs::remove_dir_all(d).unwrap();
+        }
     }
 
     #[test]
