@@ -418,8 +418,7 @@ impl Placement {
         for &page in pages {
             let p = page as usize;
             placed += usize::from(
-                self.members.get(p).and_then(|m| m.first()).is_some()
-                    || self.used.get(p).is_some(),
+                self.members.get(p).and_then(|m| m.first()).is_some() || self.used.get(p).is_some(),
             );
             placed += self.free.peek(page) as usize;
         }
@@ -553,13 +552,7 @@ impl Placement {
 
     /// Whether record `id` (located through `loc`), grown or shrunk to `need` bytes, stays on
     /// its page or lands on one below `max_pages` (nothing changes).
-    pub fn can_hold_in(
-        &self,
-        loc: &impl Locations,
-        id: u64,
-        need: usize,
-        max_pages: u32,
-    ) -> bool {
+    pub fn can_hold_in(&self, loc: &impl Locations, id: u64, need: usize, max_pages: u32) -> bool {
         if let Some((page, old_len)) = loc.loc(id)
             && let Ok(need32) = u32::try_from(need)
         {

@@ -750,7 +750,9 @@ impl Scheduler {
             )));
         }
         if let Some(max_pages) = self.limits.max_record_pages
-            && !self.placement.can_hold_in(&self.records, id, need, max_pages)
+            && !self
+                .placement
+                .can_hold_in(&self.records, id, need, max_pages)
         {
             return Err(ScheduleError::Limit(format!(
                 "schedule {id} re-targeted does not fit the book's {max_pages} record pages"
@@ -959,7 +961,10 @@ impl Scheduler {
         self.check_quota(&owner, 0, old_bytes, new_bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {
             let need = Self::entry_bound(&stored)?;
-            if !self.placement.can_hold_in(&self.records, id, need, max_pages) {
+            if !self
+                .placement
+                .can_hold_in(&self.records, id, need, max_pages)
+            {
                 return Err(ScheduleError::Limit(format!(
                     "the replacement does not fit the book's {max_pages} record pages"
                 )));

@@ -144,7 +144,8 @@ mod tests {
                     period_ms: p,
                     start_ms: Some(s),
                 }),
-                (any::<i64>(), any::<u64>()).prop_map(|(at_ms, seq)| Timing::AtOrSeq { at_ms, seq }),
+                (any::<i64>(), any::<u64>())
+                    .prop_map(|(at_ms, seq)| Timing::AtOrSeq { at_ms, seq }),
                 ("[0-9 */,-]{1,20}", proptest::option::of("[A-Za-z/_]{1,20}"))
                     .prop_map(|(expression, zone)| Timing::Cron { expression, zone }),
             ],
@@ -159,7 +160,11 @@ mod tests {
                 |(key, handler, timing, priority, jitter_ms, payload, topic, kind, skip)| {
                     let mut s = NewSchedule::new(handler, timing)
                         .with_priority(priority)
-                        .with_misfire(if skip { Misfire::Skip } else { Misfire::default() });
+                        .with_misfire(if skip {
+                            Misfire::Skip
+                        } else {
+                            Misfire::default()
+                        });
                     s.key = key;
                     s.jitter_ms = jitter_ms;
                     s.payload = payload;

@@ -204,7 +204,10 @@ impl Scheduler {
         let mut parked: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
         for (&id, r) in &self.records {
             if r.parked {
-                parked.entry(r.def.handler.to_string()).or_default().insert(id);
+                parked
+                    .entry(r.def.handler.to_string())
+                    .or_default()
+                    .insert(id);
             }
         }
         if parked != self.parked {

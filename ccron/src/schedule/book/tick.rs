@@ -138,7 +138,11 @@ impl Scheduler {
     fn warm(&self, ids: &[u64]) {
         let mut pages = [u32::MAX; WARM_CHUNK];
         let seen = self.records.warm(ids, &mut pages);
-        std::hint::black_box(seen + self.placement.warm_pages(&pages[..ids.len().min(WARM_CHUNK)]));
+        std::hint::black_box(
+            seen + self
+                .placement
+                .warm_pages(&pages[..ids.len().min(WARM_CHUNK)]),
+        );
     }
 
     /// Unparks every parked schedule whose handler is registered (a build carrying it ticks):
@@ -756,9 +760,16 @@ impl Scheduler {
     /// Removes record `id` from the book as [`Self::take_record`] does, dropping it where it
     /// is held (nothing copied out); returns its owner.
     fn drop_record(&mut self, id: u64) -> Option<Principal> {
-        let rec = self.records.get(&id)?;
+        let (rec, at) = self.records.get_placed(id)?;
         let keys = Self::keys_of(id, rec);
-        let (owner, bytes) = (rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
+        // A placed record takes its quota bytes on its page (both are `entry_bound`, which
+        // `touch` placed it at): no re-measuring of the definition per run.
+        let bytes = match at {
+            Some((_, len)) => u64::from(len),
+            None => Self::quota_bytes(&rec.def).unwrap_or(0),
+        };
+        debug_assert_eq!(bytes, Self::quota_bytes(&rec.def).unwrap_or(0));
+        let owner = rec.owner;
         Self::unlink_zone_of(&mut self.zoned, id, rec);
         Self::unlink_parked_of(&mut self.parked, id, rec);
         if let Some(k) = &rec.def.key {
