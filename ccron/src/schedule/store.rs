@@ -258,14 +258,49 @@ impl<T: Ord + Copy> DirtySet<T> {
     }
 }
 
+/// Where each placed record is: id -> (page, encoded bytes of its entry). A [`Placement`] keeps
+/// its own map (the cron tables) or is handed its caller's through the `*_in` methods (the
+/// book keeps each record's location next to the record, read with it: no map probe per
+/// change). Local memory only: never iterated, so no order reaches anything.
+pub(crate) trait Locations {
+    /// Record `id`'s location, if placed.
+    fn loc(&self, id: u64) -> Option<(u32, u32)>;
+    /// Sets (`Some`) or clears (`None`) record `id`'s location; called only for ids the
+    /// caller holds.
+    fn set_loc(&mut self, id: u64, at: Option<(u32, u32)>);
+}
+
+/// A placement's own locations (a fixed hasher: no randomness).
+type LocMap = HashMap<u64, (u32, u32), crate::periodic::IntHash>;
+
+impl Locations for LocMap {
+    fn loc(&self, id: u64) -> Option<(u32, u32)> {
+        self.get(&id).copied()
+    }
+
+    fn set_loc(&mut self, id: u64, at: Option<(u32, u32)>) {
+        match at {
+            Some(at) => {
+                self.insert(id, at);
+            }
+            None => {
+                self.remove(&id);
+            }
+        }
+    }
+}
+
 /// The persistence state of a book: which page holds each record, each page's members and fill,
 /// and what changed since the last save (all derived from the records; rebuilt at load).
 #[derive(Debug, Clone)]
 pub(crate) struct Placement {
     room: u32,
-    /// Record id -> (page, encoded bytes of its `(id, record)` entry). Looked up only, never
-    /// iterated (a fixed hasher: no randomness, and no order reaches anything).
-    loc: HashMap<u64, (u32, u32), crate::periodic::IntHash>,
+    /// Record id -> (page, encoded bytes of its `(id, record)` entry), when the placement keeps
+    /// them itself (empty when its caller keeps them: the `*_in` methods). Looked up only,
+    /// never iterated (a fixed hasher: no randomness, and no order reaches anything).
+    loc: LocMap,
+    /// How many records are placed.
+    placed: usize,
     /// Each page's record ids, ascending (kept only when `track_members`: the cron tables
     /// read them; the book needs only whether a page holds records, `used > 0`).
     members: Vec<Vec<u64>>,
@@ -317,6 +352,7 @@ impl Placement {
         Self {
             room,
             loc: HashMap::default(),
+            placed: 0,
             members: Vec::new(),
             track_members,
             used: Vec::new(),
@@ -352,7 +388,15 @@ impl Placement {
 
     /// How many records are placed.
     pub fn records(&self) -> usize {
-        self.loc.len()
+        self.placed
+    }
+
+    /// Runs `f` on this placement with its own locations (the methods without `_in`).
+    fn own<R>(&mut self, f: impl FnOnce(&mut Self, &mut LocMap) -> R) -> R {
+        let mut loc = std::mem::take(&mut self.loc);
+        let out = f(self, &mut loc);
+        self.loc = loc;
+        out
     }
 
     /// The ids on `page`, ascending.
@@ -360,40 +404,25 @@ impl Placement {
         self.members.get(page as usize).map_or(&[], Vec::as_slice)
     }
 
-    /// The encoded bytes of record `id`'s entry (0 when it is not placed).
-    pub fn len_of(&self, id: u64) -> u32 {
-        self.loc.get(&id).map_or(0, |&(_, len)| len)
-    }
-
     /// The page of record `id`.
     pub fn page_of(&self, id: u64) -> Option<u32> {
-        self.loc.get(&id).map(|&(p, _)| p)
+        self.loc.loc(id).map(|(p, _)| p)
     }
 
-    /// Reads what [`Self::remove`] of each of `ids` will touch (its location, its page's
-    /// fill and free-tree leaf, its member list when kept), changing nothing: tight passes
-    /// whose independent cache misses overlap, ahead of the removals that would take them one
-    /// by one. Returns how many of `ids` are placed.
-    pub fn warm(&self, ids: &[u64]) -> usize {
-        const GROUP: usize = 32;
+    /// Reads what removing records on `pages` (`u32::MAX`: not placed) will touch (each
+    /// page's fill and free-tree leaf, its member list when kept), changing nothing: a tight
+    /// pass whose independent cache misses overlap, ahead of the removals that would take
+    /// them one by one. Returns a value derived from what was read (for `black_box`).
+    pub fn warm_pages(&self, pages: &[u32]) -> usize {
         let mut placed = 0usize;
-        for group in ids.chunks(GROUP) {
-            let mut pages = [u32::MAX; GROUP];
-            for (page, id) in pages.iter_mut().zip(group) {
-                if let Some(&(p, _)) = self.loc.get(id) {
-                    *page = p;
-                }
-            }
-            for &page in &pages {
-                let p = page as usize;
-                placed += usize::from(
-                    self.members.get(p).and_then(|m| m.first()).is_some()
-                        || self.used.get(p).is_some(),
-                );
-                placed += self.free.peek(page) as usize;
-            }
+        for &page in pages {
+            let p = page as usize;
+            placed += usize::from(
+                self.members.get(p).and_then(|m| m.first()).is_some() || self.used.get(p).is_some(),
+            );
+            placed += self.free.peek(page) as usize;
         }
-        std::hint::black_box(placed)
+        placed
     }
 
     fn ensure(&mut self, page: u32) {
@@ -406,7 +435,8 @@ impl Placement {
         }
     }
 
-    fn attach(&mut self, id: u64, page: u32, len: u32) {
+    /// Places record `id` (not placed) on `page`.
+    fn attach(&mut self, loc: &mut impl Locations, id: u64, page: u32, len: u32) {
         self.ensure(page);
         let p = page as usize;
         if let Some(m) = self.members.get_mut(p)
@@ -417,11 +447,20 @@ impl Placement {
         self.used[p] = self.used[p].saturating_add(len);
         self.free.set(page, self.room.saturating_sub(self.used[p]));
         self.placed_bytes = self.placed_bytes.saturating_add(u64::from(len));
-        self.loc.insert(id, (page, len));
+        self.placed += 1;
+        loc.set_loc(id, Some((page, len)));
     }
 
-    fn detach(&mut self, id: u64) -> Option<u32> {
-        let (page, len) = self.loc.remove(&id)?;
+    fn detach(&mut self, loc: &mut impl Locations, id: u64) -> Option<u32> {
+        let at = loc.loc(id)?;
+        loc.set_loc(id, None);
+        Some(self.detach_at(id, at))
+    }
+
+    /// Frees record `id`'s room at `(page, len)` (its location, which the caller clears);
+    /// returns the page.
+    fn detach_at(&mut self, id: u64, (page, len): (u32, u32)) -> u32 {
+        self.placed = self.placed.saturating_sub(1);
         self.placed_bytes = self.placed_bytes.saturating_sub(u64::from(len));
         let p = page as usize;
         if let Some(m) = self.members.get_mut(p)
@@ -434,25 +473,37 @@ impl Placement {
             let free = self.room.saturating_sub(*u);
             self.free.set(page, free);
         }
-        Some(page)
+        page
     }
 
     /// Records that `id`'s entry now takes `len` bytes: it stays on its page when it fits,
     /// otherwise it goes to the lowest page with room. Marks what changed.
+    #[cfg(test)]
     pub fn put(&mut self, id: u64, len: usize) {
-        self.dirty_ids.insert(id);
-        self.place(id, len);
+        self.own(|p, loc| p.put_in(loc, id, len));
     }
 
-    /// [`Self::put`] without marking the id (the cron tables keep their own change list);
+    /// Records that `id` (located through `loc`) now takes `len` bytes: it stays on its page
+    /// when it fits, otherwise it goes to the lowest page with room. Marks what changed.
+    pub fn put_in(&mut self, loc: &mut impl Locations, id: u64, len: usize) {
+        self.dirty_ids.insert(id);
+        self.place_in(loc, id, len);
+    }
+
+    /// [`Self::put_in`] without marking the id (the cron tables keep their own change list);
     /// returns the record's page, `None` when it is larger than a page (then it is in
     /// `oversize`).
     pub fn place(&mut self, id: u64, len: usize) -> Option<u32> {
+        self.own(|p, loc| p.place_in(loc, id, len))
+    }
+
+    /// [`Self::place`] with the caller's locations.
+    pub fn place_in(&mut self, loc: &mut impl Locations, id: u64, len: usize) -> Option<u32> {
         let Ok(len) = u32::try_from(len).map(|l| l.min(u32::MAX - 1)) else {
             return None;
         };
         if len > self.room {
-            if let Some(old) = self.detach(id) {
+            if let Some(old) = self.detach(loc, id) {
                 self.dirty_pages.insert(old);
             }
             self.oversize.insert(id);
@@ -461,13 +512,12 @@ impl Placement {
         if !self.oversize.is_empty() {
             self.oversize.remove(&id);
         }
-        if let Some(at) = self.loc.get_mut(&id) {
-            let (page, old_len) = *at;
+        if let Some((page, old_len)) = loc.loc(id) {
             self.dirty_pages.insert(page);
             let used = self.used.get(page as usize).copied().unwrap_or(0);
             if used - old_len + len <= self.room {
-                *at = (page, len);
                 if old_len != len {
+                    loc.set_loc(id, Some((page, len)));
                     self.placed_bytes = self
                         .placed_bytes
                         .saturating_sub(u64::from(old_len))
@@ -478,10 +528,10 @@ impl Placement {
                 }
                 return Some(page);
             }
-            self.detach(id);
+            self.detach(loc, id);
         }
         let page = self.free.first_fit(len);
-        self.attach(id, page, len);
+        self.attach(loc, id, page, len);
         self.dirty_pages.insert(page);
         Some(page)
     }
@@ -500,10 +550,10 @@ impl Placement {
         need <= self.room && self.free.first_fit_within(need) < max_pages
     }
 
-    /// Whether record `id`, grown or shrunk to `need` bytes, stays on its page or lands on one
-    /// below `max_pages` (nothing changes).
-    pub fn can_hold(&self, id: u64, need: usize, max_pages: u32) -> bool {
-        if let Some(&(page, old_len)) = self.loc.get(&id)
+    /// Whether record `id` (located through `loc`), grown or shrunk to `need` bytes, stays on
+    /// its page or lands on one below `max_pages` (nothing changes).
+    pub fn can_hold_in(&self, loc: &impl Locations, id: u64, need: usize, max_pages: u32) -> bool {
+        if let Some((page, old_len)) = loc.loc(id)
             && let Ok(need32) = u32::try_from(need)
         {
             let used = self.used.get(page as usize).copied().unwrap_or(0);
@@ -514,15 +564,24 @@ impl Placement {
         self.can_place(need, max_pages)
     }
 
-    /// Records that `id` left the book (it stays marked, so the book is dirty; the log leaves
-    /// out an id at or above [`Self::stored_below`], which never reached the pages).
+    /// Records that `id` left the book (see [`Self::remove_at`]).
+    #[cfg(test)]
     pub fn remove(&mut self, id: u64) {
+        let at = self.loc.remove(&id);
+        self.remove_at(id, at);
+    }
+
+    /// Records that `id` left the book from `at` (its location, `None` when not placed; the
+    /// caller keeps locations and drops this one with the record). It stays marked, so the
+    /// book is dirty; the log leaves out an id at or above [`Self::stored_below`], which never
+    /// reached the pages.
+    pub fn remove_at(&mut self, id: u64, at: Option<(u32, u32)>) {
         self.dirty_ids.insert(id);
         if !self.oversize.is_empty() {
             self.oversize.remove(&id);
         }
-        // One lookup of the location (a tick removes every one-shot it runs).
-        if let Some(page) = self.detach(id) {
+        if let Some(at) = at {
+            let page = self.detach_at(id, at);
             if id < self.stored_below {
                 self.removed_stored = self.removed_stored.saturating_add(1);
             }
@@ -533,19 +592,33 @@ impl Placement {
     /// [`Self::remove`] without marking the id.
     pub fn unplace(&mut self, id: u64) {
         self.oversize.remove(&id);
-        if let Some(page) = self.detach(id) {
+        if let Some(page) = self.own(|p, loc| p.detach(loc, id)) {
             self.dirty_pages.insert(page);
         }
     }
 
     /// Places a record read from page `page` at load (nothing becomes dirty).
     pub fn load(&mut self, id: u64, page: u32, len: usize) -> Result<(), String> {
+        self.own(|p, loc| p.load_in(loc, id, page, len))
+    }
+
+    /// [`Self::load`] with the caller's locations.
+    pub fn load_in(
+        &mut self,
+        loc: &mut impl Locations,
+        id: u64,
+        page: u32,
+        len: usize,
+    ) -> Result<(), String> {
         let len = u32::try_from(len).map_err(|_| format!("record {id} too large"))?;
         let used = self.used.get(page as usize).copied().unwrap_or(0);
         if used.saturating_add(len) > self.room {
             return Err(format!("page {page} holds more than its room"));
         }
-        self.attach(id, page, len);
+        if loc.loc(id).is_some() {
+            return Err(format!("record {id} placed twice"));
+        }
+        self.attach(loc, id, page, len);
         Ok(())
     }
 

@@ -11,6 +11,7 @@ mod bounds;
 mod counters;
 mod features;
 mod handlers;
+mod layout_pin;
 mod limits_safety;
 mod manual;
 mod overlap;

@@ -6,6 +6,9 @@ use super::{
     MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ONE_SHOT_HISTORY_RUNS, Record, RunPolicy,
     ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
+use std::sync::Arc;
+
+use super::def::{Def, Stored};
 use crate::authz::{Action, Principal};
 use crate::codec;
 use crate::cron::{CronSchedule, ZoneRules};
@@ -237,7 +240,7 @@ impl Scheduler {
     /// due point and owed runs, the largest forms its fixed-size fields take (`Record`'s fields
     /// in order), plus the run state at its largest ([`RUN_STATE_BYTES`]: a retry pending and
     /// every dead run the record may keep).
-    pub(super) fn entry_bound(def: &NewSchedule) -> Result<usize, ScheduleError> {
+    pub(super) fn entry_bound(def: &impl Stored) -> Result<usize, ScheduleError> {
         let owed: Option<(TimeMs, TimeMs)> = Some((0, 0));
         let core = codec::encoded_len(&(
             0u64,
@@ -249,7 +252,8 @@ impl Scheduler {
             Principal::Client(u64::MAX),
             0u64,
         ))?;
-        let (dead, history) = if def.timing.is_one_shot() {
+        let one_shot = def.timing().is_one_shot();
+        let (dead, history) = if one_shot {
             (1, ONE_SHOT_HISTORY_RUNS)
         } else {
             (MAX_DEAD_RUNS, HISTORY_RUNS)
@@ -258,8 +262,8 @@ impl Scheduler {
             .saturating_add(RUN_STATE_BYTES)
             .saturating_add(super::counters::COUNTER_BYTES)
             .saturating_add(super::manual::MANUAL_BYTES)
-            .saturating_add(super::bounds::stored_bytes(def.timing.is_one_shot()))
-            .saturating_add(super::overlap::stored_bytes(def.timing.is_one_shot()))
+            .saturating_add(super::bounds::stored_bytes(one_shot))
+            .saturating_add(super::overlap::stored_bytes(one_shot))
             .saturating_add(dead * DEAD_RUN_BYTES)
             .saturating_add(history * RUN_ENTRY_BYTES))
     }
@@ -734,7 +738,7 @@ impl Scheduler {
             return Err(ScheduleError::UnknownSchedule(target_of(id)));
         };
         let mut def = rec.def.clone();
-        def.handler = to.to_owned();
+        def.handler = Arc::from(to);
         let need = Self::entry_bound(&def)?;
         // The owner's usage follows the new size (a handler name within `max_name_bytes`; not
         // checked against the quota: re-targeting keeps a schedule, it does not add one).
@@ -746,13 +750,15 @@ impl Scheduler {
             )));
         }
         if let Some(max_pages) = self.limits.max_record_pages
-            && !self.placement.can_hold(id, need, max_pages)
+            && !self
+                .placement
+                .can_hold_in(&self.records, id, need, max_pages)
         {
             return Err(ScheduleError::Limit(format!(
                 "schedule {id} re-targeted does not fit the book's {max_pages} record pages"
             )));
         }
-        let old = u64::from(self.placement.len_of(id));
+        let old = self.placed_len(id);
         self.check_log(
             self.placement.records() as u64,
             self.placement
@@ -763,8 +769,9 @@ impl Scheduler {
         )?;
         self.unindex(id);
         self.unlink_parked(id);
+        let to = self.names.intern(to);
         if let Some(r) = self.records.get_mut(&id) {
-            r.def.handler = to.to_owned();
+            r.def.handler = to;
             r.parked = false;
             r.version = r.version.saturating_add(1);
         }
@@ -794,7 +801,7 @@ impl Scheduler {
         let ids: Vec<u64> = self
             .records
             .iter()
-            .filter(|(_, r)| r.def.handler == from)
+            .filter(|(_, r)| &*r.def.handler == from)
             .map(|(id, _)| *id)
             .collect();
         for &id in &ids {
@@ -918,7 +925,7 @@ impl Scheduler {
         if let Some(c) = cron {
             self.crons.insert(id, c);
         }
-        let mut rec = Record::new(stored, next, owner, policy);
+        let mut rec = Record::new(Def::new(stored, &mut self.names), next, owner, policy);
         rec.bounds = bounds;
         self.records.insert(id, rec);
         self.usage.add(owner, bytes);
@@ -954,7 +961,10 @@ impl Scheduler {
         self.check_quota(&owner, 0, old_bytes, new_bytes)?;
         if let Some(max_pages) = self.limits.max_record_pages {
             let need = Self::entry_bound(&stored)?;
-            if !self.placement.can_hold(id, need, max_pages) {
+            if !self
+                .placement
+                .can_hold_in(&self.records, id, need, max_pages)
+            {
                 return Err(ScheduleError::Limit(format!(
                     "the replacement does not fit the book's {max_pages} record pages"
                 )));
@@ -962,7 +972,7 @@ impl Scheduler {
         }
         if self.limits.max_log_pages.is_some() {
             let need = Self::entry_bound(&stored)? as u64;
-            let old = u64::from(self.placement.len_of(id));
+            let old = self.placed_len(id);
             self.check_log(
                 self.placement.records() as u64,
                 self.placement
@@ -986,7 +996,7 @@ impl Scheduler {
         if let Some(k) = &stored.key {
             self.keys.insert(k.clone(), id);
         }
-        rec.def = stored;
+        rec.def = Def::new(stored, &mut self.names);
         rec.next = next;
         rec.owed = None;
         // Like owed runs, buffered occurrences of the old definition are dropped; a one-shot
@@ -1021,15 +1031,20 @@ impl Scheduler {
         self.unlink_zone(id);
         self.unlink_parked(id);
         self.dead_ids.remove(&id);
-        if let Some(rec) = self.records.remove(&id) {
-            self.usage
-                .sub(rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
-            if let Some(k) = rec.def.key {
-                self.keys.remove(&k);
+        let at = match self.records.remove_placed(id) {
+            Some((rec, at)) => {
+                self.usage
+                    .sub(rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
+                if let Some(k) = rec.def.key {
+                    self.keys.remove(&k);
+                }
+                at
             }
-        }
+            None => None,
+        };
         self.crons.remove(&id);
-        self.touch(id);
+        // What `touch` does for a record that left the book (its location left with it).
+        self.placement.remove_at(id, at);
     }
 }
 

@@ -101,7 +101,7 @@ impl Scheduler {
         };
         rec.parked = true;
         self.parked
-            .entry(rec.def.handler.clone())
+            .entry(rec.def.handler.to_string())
             .or_default()
             .insert(id);
         self.touch(id);
@@ -134,10 +134,10 @@ impl Scheduler {
         if !rec.parked {
             return;
         }
-        if let Some(ids) = parked.get_mut(&rec.def.handler) {
+        if let Some(ids) = parked.get_mut(&*rec.def.handler) {
             ids.remove(&id);
             if ids.is_empty() {
-                parked.remove(&rec.def.handler);
+                parked.remove(&*rec.def.handler);
             }
         }
     }
@@ -204,7 +204,10 @@ impl Scheduler {
         let mut parked: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
         for (&id, r) in &self.records {
             if r.parked {
-                parked.entry(r.def.handler.clone()).or_default().insert(id);
+                parked
+                    .entry(r.def.handler.to_string())
+                    .or_default()
+                    .insert(id);
             }
         }
         if parked != self.parked {

@@ -177,6 +177,8 @@ fn record(
     owner: Principal,
     version: u64,
 ) -> Record {
+    // Its handler name is shared with the book's others when it is loaded (`load_record`).
+    let def = super::def::Def::new(def, &mut super::def::HandlerNames::default());
     let mut r = Record::new(def, next, owner, RunPolicy::default());
     r.paused = paused;
     r.runs = runs;
@@ -1083,7 +1085,7 @@ mod tests {
                 let v3 = RecordV3 {
                     def: NewScheduleV2 {
                         key: r.def.key.clone(),
-                        handler: r.def.handler.clone(),
+                        handler: r.def.handler.to_string(),
                         timing: r.def.timing.clone(),
                         misfire: r.def.misfire,
                         priority: r.def.priority,

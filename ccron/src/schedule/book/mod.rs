@@ -27,6 +27,7 @@
 mod admission;
 mod bounds;
 mod counters;
+mod def;
 mod handlers;
 mod index;
 mod legacy;
@@ -43,6 +44,8 @@ mod timing;
 mod types;
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use def::{Def, HandlerNames};
 
 use super::store::Placement;
 use crate::authz::{Policy, Principal};
@@ -74,7 +77,9 @@ pub use types::{
 /// A stored schedule (normalised: relative timings resolved).
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 struct Record {
-    def: NewSchedule,
+    /// The definition, as requested but its handler name shared (`def.rs`; stored as the
+    /// [`NewSchedule`] it was admitted as).
+    def: Def,
     paused: bool,
     /// The nominal next occurrence (before jitter); `None` for a cron schedule past its horizon.
     next: Option<Due>,
@@ -125,7 +130,7 @@ struct Record {
 
 impl Record {
     /// A new record as admission creates it.
-    fn new(def: NewSchedule, next: Option<Due>, owner: Principal, policy: RunPolicy) -> Self {
+    fn new(def: Def, next: Option<Due>, owner: Principal, policy: RunPolicy) -> Self {
         Self {
             def,
             paused: false,
@@ -202,6 +207,8 @@ pub struct Scheduler {
     emit_budget: Option<crate::outbox::EmitBudget>,
     /// Schedules and bytes per owner (derived, rebuilt on load) for the policy's quotas.
     usage: quota::OwnerUsage,
+    /// The handler names the records share (`def.rs`; local memory, not stored).
+    names: HandlerNames,
 }
 
 impl Scheduler {
@@ -231,6 +238,7 @@ impl Scheduler {
             migration: None,
             emit_budget: None,
             usage: quota::OwnerUsage::default(),
+            names: HandlerNames::default(),
         }
     }
 
@@ -321,7 +329,7 @@ impl Scheduler {
     pub fn get(&self, id: u64) -> Option<ScheduleInfo> {
         self.records.get(&id).map(|r| ScheduleInfo {
             id,
-            schedule: r.def.clone(),
+            schedule: r.def.to_schedule(),
             paused: r.paused,
             next: r.next,
             runs: r.runs,

@@ -14,7 +14,7 @@ use crate::pages::{PageRange, ReservedPages};
 use crate::record_log::{
     self, CommitOf, FoldPoint, LogInstance, LogPos, LogSpan, ReadError, RecordLog, Stale,
 };
-use crate::schedule::store::Layout;
+use crate::schedule::store::{Layout, Locations};
 use crate::tick::ComponentId;
 
 /// What the commit page holds (see [`store`](crate::schedule::store) for the layout). Its
@@ -385,10 +385,17 @@ impl Scheduler {
                 // Encoding to a size counter cannot fail for an admitted record; an error makes
                 // it oversize, which the next save reports.
                 let len = Self::entry_bound(&rec.def).unwrap_or(usize::MAX);
-                self.placement.put(id, len);
+                self.placement.put_in(&mut self.records, id, len);
             }
-            None => self.placement.remove(id),
+            // Every path taking a record out frees its place with it (`remove_at`, the
+            // location kept with the record); marked as changed all the same.
+            None => self.placement.remove_at(id, None),
         }
+    }
+
+    /// The entry bytes record `id` is placed at (0 when it is not placed).
+    pub(super) fn placed_len(&self, id: u64) -> u64 {
+        self.records.loc(id).map_or(0, |(_, len)| u64::from(len))
     }
 
     /// The layout of `range` in `pages`, after checking that the store has the range and pages
@@ -522,30 +529,40 @@ impl Scheduler {
                 .into());
             }
         }
-        let changes: Vec<(u64, Option<(u32, &Record)>)> = if all {
-            self.records
-                .iter()
-                .filter_map(|(id, r)| Some((*id, Some((self.placement.page_of(*id)?, r)))))
-                .collect()
+        // Each change with its entry bytes (for the segment estimates below).
+        let mut lens: Vec<u32> = Vec::new();
+        let mut changes: Vec<(u64, Option<(u32, &Record)>)> = Vec::new();
+        fn push<'r>(
+            changes: &mut Vec<(u64, Option<(u32, &'r Record)>)>,
+            lens: &mut Vec<u32>,
+            id: u64,
+            placed: Option<(&'r Record, Option<(u32, u32)>)>,
+        ) {
+            let (change, len) = match placed {
+                Some((r, Some((page, len)))) => (Some((page, r)), len),
+                _ => (None, 0),
+            };
+            changes.push((id, change));
+            lens.push(len);
+        }
+        if all {
+            for (id, r, at) in self.records.iter_placed() {
+                if at.is_some() {
+                    push(&mut changes, &mut lens, id, Some((r, at)));
+                }
+            }
         } else {
             // A removed id at or above `stored_below` was created since the last save and
             // never reached the pages: naming it would only grow the log (without bound under
             // create-and-cancel churn between two saves), so it is left out.
             let stored_below = self.placement.stored_below;
-            self.placement
-                .dirty_ids
-                .sorted()
-                .iter()
-                .filter(|id| **id < stored_below || self.records.contains_key(id))
-                .map(|id| {
-                    let placed = self
-                        .records
-                        .get(id)
-                        .and_then(|r| Some((self.placement.page_of(*id)?, r)));
-                    (*id, placed)
-                })
-                .collect()
-        };
+            for &id in self.placement.dirty_ids.sorted() {
+                let placed = self.records.get_placed(id);
+                if id < stored_below || placed.is_some() {
+                    push(&mut changes, &mut lens, id, placed);
+                }
+            }
+        }
         let zones_in_log = zones_blob.as_ref().map(|_| &zone_list);
         // The save's segments, of about SEGMENT_PAGES pages of changes each; the first also
         // carries the zones and the full flag.
@@ -553,8 +570,8 @@ impl Scheduler {
         let part_bytes = (per_page * SEGMENT_PAGES).min(codec::MAX_BLOB_BYTES / 2);
         let mut bounds = vec![0usize];
         let mut acc = 0usize;
-        for (i, (id, change)) in changes.iter().enumerate() {
-            let est = 9 + change.map_or(0, |_| 4 + self.placement.len_of(*id) as usize);
+        for (i, ((_, change), len)) in changes.iter().zip(&lens).enumerate() {
+            let est = 9 + change.map_or(0, |_| 4 + *len as usize);
             if acc + est > part_bytes && bounds.last().is_some_and(|&b| b < i) {
                 bounds.push(i);
                 acc = 0;
@@ -652,6 +669,8 @@ impl Scheduler {
         self.placement.stored_below = self.next_id;
         self.placement.saved();
         self.header_dirty = false;
+        // Names no record holds any more (re-targeted, cancelled) are forgotten.
+        self.names.prune();
         if migration.is_some() {
             tracing::info!(
                 component = self.component,
@@ -808,7 +827,9 @@ impl Scheduler {
                 // Placed at its largest size, as `touch` does.
                 let placed = Self::entry_bound(&rec.def)?;
                 book.load_record(id, rec).map_err(corrupt)?;
-                book.placement.load(id, p, placed).map_err(corrupt)?;
+                book.placement
+                    .load_in(&mut book.records, id, p, placed)
+                    .map_err(corrupt)?;
             }
         }
         for (id, placed) in committed.named {
@@ -826,7 +847,9 @@ impl Scheduler {
             }
             let len = Self::entry_bound(&rec.def)?;
             book.load_record(id, rec).map_err(corrupt)?;
-            book.placement.load(id, p, len).map_err(corrupt)?;
+            book.placement
+                .load_in(&mut book.records, id, p, len)
+                .map_err(corrupt)?;
         }
         if book.records.len() as u64 != commit.records {
             return Err(corrupt(format!(
@@ -876,7 +899,7 @@ impl Scheduler {
         Ok(())
     }
 
-    fn load_record(&mut self, id: u64, rec: Record) -> Result<(), String> {
+    fn load_record(&mut self, id: u64, mut rec: Record) -> Result<(), String> {
         if self.records.contains_key(&id) {
             return Err(format!("schedule id {id} stored twice"));
         }
@@ -895,7 +918,7 @@ impl Scheduler {
         }
         // Re-admit the stored definition (validation only: the stored next point is kept).
         let (_, _, cron) = self
-            .admit(&rec.def, |_| true, 0, Some(0))
+            .admit(&rec.def.to_schedule(), |_| true, 0, Some(0))
             .map_err(|e| format!("schedule {id}: {e}"))?;
         // Owed catch-up runs exist only for time-keyed recurring schedules, first <= last.
         if let Some((first_ms, last_ms)) = rec.owed
@@ -947,7 +970,7 @@ impl Scheduler {
         }
         if rec.parked {
             self.parked
-                .entry(rec.def.handler.clone())
+                .entry(rec.def.handler.to_string())
                 .or_default()
                 .insert(id);
         }
@@ -956,6 +979,8 @@ impl Scheduler {
         }
         let bytes = Self::quota_bytes(&rec.def).map_err(|e| format!("schedule {id}: {e}"))?;
         self.usage.add(rec.owner, bytes);
+        // Its handler name shared with the book's other records naming it (`def.rs`).
+        rec.def.handler = self.names.intern(&rec.def.handler);
         self.records.insert(id, rec);
         self.reindex(id);
         Ok(())

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use super::{ScheduleError, Scheduler};
 use crate::authz::{Principal, QuotaKind};
-use crate::schedule::NewSchedule;
 
 /// Schedules and stored bytes (each schedule at its largest, [`Scheduler::entry_bound`]) per
 /// owner: derived state, equal on every replica holding the same records.
@@ -47,7 +46,7 @@ impl OwnerUsage {
 
 impl Scheduler {
     /// The stored bytes `def` counts for in its owner's quota.
-    pub(super) fn quota_bytes(def: &NewSchedule) -> Result<u64, ScheduleError> {
+    pub(super) fn quota_bytes(def: &impl super::def::Stored) -> Result<u64, ScheduleError> {
         Ok(Self::entry_bound(def)? as u64)
     }
 

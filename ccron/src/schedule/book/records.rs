@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 
 use super::Record;
+use crate::schedule::store::Locations;
 
 /// Ids per chunk of the id table (a power of two).
 const CHUNK: usize = 64;
@@ -36,10 +37,12 @@ struct Chunk {
     live: u32,
 }
 
-/// One slab entry: a record and its id.
+/// One slab entry: a record, its id, and where the book's placement put it (its record page
+/// and entry bytes: [`Locations`], kept here so that a change finds it with the record).
 #[derive(Debug, Clone)]
 struct Slot {
     id: u64,
+    at: Option<(u32, u32)>,
     rec: Record,
 }
 
@@ -111,7 +114,7 @@ impl Records {
         {
             return Some(std::mem::replace(&mut e.rec, rec));
         }
-        let entry = Slot { id, rec };
+        let entry = Slot { id, at: None, rec };
         let slot = match self.free.pop() {
             Some(slot) => {
                 if let Some(e) = self.entry_mut(slot) {
@@ -144,11 +147,50 @@ impl Records {
         None
     }
 
-    /// Takes record `id` out.
-    pub fn remove(&mut self, id: &u64) -> Option<Record> {
-        let key = *id >> CHUNK_BITS;
+    /// Takes record `id` out, with its location ([`Locations`]).
+    pub fn remove_placed(&mut self, id: u64) -> Option<(Record, Option<(u32, u32)>)> {
+        let slot = self.unlink(id)?;
+        let taken = self.entry_mut(slot).and_then(Option::take)?;
+        self.free.push(slot);
+        self.len -= 1;
+        Some((taken.rec, taken.at))
+    }
+
+    /// Drops record `id` where it is held (as [`Self::remove_placed`], without moving it out);
+    /// returns its location ([`Locations`]) when it was held.
+    pub fn delete(&mut self, id: u64) -> Option<Option<(u32, u32)>> {
+        let slot = self.unlink(id)?;
+        let e = self.entry_mut(slot)?;
+        let at = e.as_ref()?.at;
+        *e = None;
+        self.free.push(slot);
+        self.len -= 1;
+        Some(at)
+    }
+
+    /// Record `id` and its location ([`Locations`]).
+    pub fn get_placed(&self, id: u64) -> Option<(&Record, Option<(u32, u32)>)> {
+        let e = self.entry(self.slot_of(id)?)?;
+        Some((&e.rec, e.at))
+    }
+
+    /// Every `(id, record, location)`, ascending by id.
+    pub fn iter_placed(&self) -> impl Iterator<Item = (u64, &Record, Option<(u32, u32)>)> + '_ {
+        self.table.values().flat_map(move |chunk| {
+            chunk
+                .slots
+                .iter()
+                .filter(|&&s| s != NONE)
+                .filter_map(move |&s| self.entry(s).map(|e| (e.id, &e.rec, e.at)))
+        })
+    }
+
+    /// Clears id `id`'s place in its chunk (dropping the chunk when it empties); returns the
+    /// slot it named.
+    fn unlink(&mut self, id: u64) -> Option<u32> {
+        let key = id >> CHUNK_BITS;
         let chunk = self.table.get_mut(&key)?;
-        let at = (*id as usize) & (CHUNK - 1);
+        let at = (id as usize) & (CHUNK - 1);
         let slot = chunk.slots[at];
         if slot == NONE {
             return None;
@@ -158,10 +200,7 @@ impl Records {
         if chunk.live == 0 {
             self.table.remove(&key);
         }
-        let taken = self.entry_mut(slot).and_then(Option::take)?;
-        self.free.push(slot);
-        self.len -= 1;
-        Some(taken.rec)
+        Some(slot)
     }
 
     /// Every `(id, record)`, ascending by id.
@@ -190,9 +229,12 @@ impl Records {
     /// returns a value derived from what was read (for `black_box`). Each step is one pass
     /// over all of `ids`: the reads of a pass do not depend on each other, so their cache
     /// misses overlap instead of following each other along each record's chain.
-    pub fn warm(&self, ids: &[u64]) -> usize {
+    ///
+    /// `pages` gets each record's page (`u32::MAX` when it is not placed), for the
+    /// placement's own read-ahead ([`Placement::warm_pages`](crate::schedule::store::Placement::warm_pages)).
+    pub fn warm(&self, ids: &[u64], pages: &mut [u32]) -> usize {
         let mut seen = 0usize;
-        for group in ids.chunks(WARM_GROUP) {
+        for (group, pages) in ids.chunks(WARM_GROUP).zip(pages.chunks_mut(WARM_GROUP)) {
             // The chunks first (a tree walk each, through nodes mostly in the cache), then
             // their slots: loads of a short loop, many in flight at once.
             let mut chunks: [Option<&Chunk>; WARM_GROUP] = [None; WARM_GROUP];
@@ -206,10 +248,14 @@ impl Records {
                 }
             }
             let mut names: [&[u8]; WARM_GROUP] = [&[]; WARM_GROUP];
-            for (name, &slot) in names.iter_mut().zip(&slots) {
+            for ((name, &slot), page) in names.iter_mut().zip(&slots).zip(pages.iter_mut()) {
+                *page = u32::MAX;
                 if let Some(e) = self.entry(slot) {
                     seen += lines_of(&e.rec);
                     *name = e.rec.def.handler.as_bytes();
+                    if let Some((p, _)) = e.at {
+                        *page = p;
+                    }
                 }
             }
             for name in names {
@@ -217,6 +263,20 @@ impl Records {
             }
         }
         seen
+    }
+}
+
+impl Locations for Records {
+    fn loc(&self, id: u64) -> Option<(u32, u32)> {
+        self.entry(self.slot_of(id)?)?.at
+    }
+
+    fn set_loc(&mut self, id: u64, at: Option<(u32, u32)>) {
+        if let Some(slot) = self.slot_of(id)
+            && let Some(Some(e)) = self.entry_mut(slot)
+        {
+            e.at = at;
+        }
     }
 }
 
@@ -297,7 +357,10 @@ mod tests {
 
     fn rec(tag: u64) -> Record {
         Record::new(
-            NewSchedule::new("h", Timing::At(Due::Time(tag as i64))),
+            super::super::Def::new(
+                NewSchedule::new("h", Timing::At(Due::Time(tag as i64))),
+                &mut super::super::HandlerNames::default(),
+            ),
             Some(Due::Time(tag as i64)),
             Principal::Host,
             RunPolicy::default(),
@@ -305,33 +368,62 @@ mod tests {
     }
 
     proptest! {
-        /// Any sequence of inserts and removals leaves the same records, in the same order,
-        /// as an ordered map given the same sequence.
+        /// Any sequence of inserts, removals and location changes leaves the same records and
+        /// locations, in the same order, as an ordered map of (record, location) given the
+        /// same sequence.
         #[test]
-        fn behaves_as_an_ordered_map(ops in prop::collection::vec((any::<bool>(), 0u64..400), 0..600)) {
+        fn behaves_as_an_ordered_map(ops in prop::collection::vec((0u8..4, 0u64..400), 0..600)) {
             let mut ours = Records::default();
-            let mut model: BTreeMap<u64, Record> = BTreeMap::new();
-            for (k, (insert, id)) in ops.into_iter().enumerate() {
+            let mut model: BTreeMap<u64, (Record, Option<(u32, u32)>)> = BTreeMap::new();
+            for (k, (op, id)) in ops.into_iter().enumerate() {
                 // Spread ids over several chunks, some far apart.
                 let id = if id % 7 == 0 { id << 20 } else { id };
-                if insert {
-                    let r = rec(k as u64);
-                    prop_assert_eq!(ours.insert(id, r.clone()), model.insert(id, r));
-                } else {
-                    prop_assert_eq!(ours.remove(&id), model.remove(&id));
+                match op {
+                    0 => {
+                        let r = rec(k as u64);
+                        // A replaced record keeps its location.
+                        let old = match model.get_mut(&id) {
+                            Some(e) => Some(std::mem::replace(&mut e.0, r.clone())),
+                            None => {
+                                model.insert(id, (r.clone(), None));
+                                None
+                            }
+                        };
+                        prop_assert_eq!(ours.insert(id, r), old);
+                    }
+                    1 => prop_assert_eq!(ours.remove_placed(id), model.remove(&id)),
+                    2 => prop_assert_eq!(ours.delete(id), model.remove(&id).map(|(_, at)| at)),
+                    _ => {
+                        let at = (k % 3 != 0).then_some((k as u32, id as u32));
+                        ours.set_loc(id, at);
+                        if let Some(e) = model.get_mut(&id) {
+                            e.1 = at;
+                        }
+                    }
                 }
                 prop_assert_eq!(ours.len(), model.len());
-                prop_assert_eq!(ours.get(&id), model.get(&id));
+                prop_assert_eq!(ours.get(&id), model.get(&id).map(|e| &e.0));
+                prop_assert_eq!(ours.loc(id), model.get(&id).and_then(|e| e.1));
+                prop_assert_eq!(ours.get_placed(id), model.get(&id).map(|e| (&e.0, e.1)));
                 prop_assert_eq!(ours.contains_key(&id), model.contains_key(&id));
             }
-            prop_assert!(ours.iter().eq(model.iter()));
+            prop_assert!(ours.iter().eq(model.iter().map(|(id, e)| (id, &e.0))));
+            prop_assert!(ours.iter_placed().eq(model.iter().map(|(id, e)| (*id, &e.0, e.1))));
+            // The read-ahead reports each record's page.
+            let ids: Vec<u64> = model.keys().copied().chain([u64::MAX]).collect();
+            let mut pages = vec![0; ids.len()];
+            ours.warm(&ids, &mut pages);
+            for (id, page) in ids.iter().zip(&pages) {
+                let want = model.get(id).and_then(|e| e.1).map_or(u32::MAX, |(p, _)| p);
+                prop_assert_eq!(*page, want);
+            }
             if let Some((&id, _)) = model.iter().next()
                 && let (Some(a), Some(b)) = (ours.get_mut(&id), model.get_mut(&id))
             {
                 a.runs = 9;
-                b.runs = 9;
+                b.0.runs = 9;
             }
-            prop_assert!(ours.values().eq(model.values()));
+            prop_assert!(ours.values().eq(model.values().map(|e| &e.0)));
             prop_assert!(ours.keys().eq(model.keys()));
             prop_assert_eq!(ours.clone(), ours);
         }

@@ -136,8 +136,13 @@ impl Scheduler {
     /// placement), changing nothing: independent lookups in one tight pass overlap their cache
     /// misses, which the steps, one record at a time, would take one by one.
     fn warm(&self, ids: &[u64]) {
-        std::hint::black_box(self.records.warm(ids));
-        self.placement.warm(ids);
+        let mut pages = [u32::MAX; WARM_CHUNK];
+        let seen = self.records.warm(ids, &mut pages);
+        std::hint::black_box(
+            seen + self
+                .placement
+                .warm_pages(&pages[..ids.len().min(WARM_CHUNK)]),
+        );
     }
 
     /// Unparks every parked schedule whose handler is registered (a build carrying it ticks):
@@ -214,7 +219,7 @@ impl Scheduler {
                 return;
             }
             // Checked before anything moves: a missing handler never consumes a run.
-            if !names.contains(&rec.def.handler) {
+            if !names.contains(&*rec.def.handler) {
                 tracing::warn!(
                     component = self.component,
                     id,
@@ -376,7 +381,12 @@ impl Scheduler {
 
     /// Runs one-shot `id` (due and planned: `run` its occurrence, `None` when its misfire
     /// policy dropped it; `note` what the plan found; `first_run` its run count): the record
-    /// leaves the book as its run starts and comes back only when the run fails.
+    /// leaves the book with its run and comes back only when the run fails.
+    ///
+    /// The handler runs on the record where it is held (a run sees nothing of the book: its
+    /// requests are applied after it, and a failed run's record is put back as if it had
+    /// left): a successful run's record is then dropped in place instead of being moved out
+    /// first (a copy of the whole record per run).
     fn run_one_shot<S>(
         &mut self,
         id: u64,
@@ -386,32 +396,38 @@ impl Scheduler {
         left: &mut usize,
         env: &mut Env<'_, '_, S>,
     ) {
-        // A one-shot leaves the book when its run starts (its key is free for the
-        // run's requests, as a spent schedule's); a failed run brings it back.
-        let Some(mut taken_rec) = self.take_record(id) else {
-            return;
-        };
-        // Counted in the book's totals only (the record has left the book; a failed
-        // run brings it back with its own counters): what `count` does for an absent
-        // id, without looking it up.
+        // Counted in the book's totals only (the record leaves the book; a failed run brings
+        // it back with its own counters): what `count` does for an absent id, without
+        // looking it up.
         self.totals = self.totals.plus(note.counters());
         let Some(due) = run else {
             // Dropped by its misfire policy (an expired deadline): spent.
+            self.drop_record(id);
             env.report.skipped.push(id);
             return;
         };
-        taken_rec.next = None;
-        taken_rec.owed = None;
-        taken_rec.runs = first_run.saturating_add(1);
+        let Some(rec) = self.records.get(&id) else {
+            return;
+        };
         *left -= 1;
-        let attempt = run_phase(self.component, &taken_rec, id, due, first_run, 1, env);
-        let outcome = attempt.outcome;
-        let owner = taken_rec.owner;
-        if outcome.is_ok() {
+        let attempt = run_phase(self.component, rec, id, due, first_run, 1, env);
+        if attempt.outcome.is_ok() {
+            // The one-shot leaves the book (its key is free for the run's requests, as a
+            // spent schedule's).
+            let Some(owner) = self.drop_record(id) else {
+                return;
+            };
             self.commit_attempt(attempt, id, due, first_run, 1, owner, false, env);
         } else {
+            // As if it had left with its run: taken out, then put back with the run counted.
+            let Some(mut taken_rec) = self.take_record(id) else {
+                return;
+            };
+            taken_rec.next = None;
+            taken_rec.owed = None;
+            taken_rec.runs = first_run.saturating_add(1);
             self.restore_record(id, taken_rec);
-            self.fail_attempt(id, due, first_run, 1, outcome, env);
+            self.fail_attempt(id, due, first_run, 1, attempt.outcome, env);
         }
     }
 }
@@ -734,24 +750,62 @@ impl Scheduler {
     /// Takes record `id` out of the book (as `remove` does) and returns it.
     /// One lookup in the records (the removal): the indexes are updated from the taken record.
     fn take_record(&mut self, id: u64) -> Option<Record> {
-        let rec = self.records.remove(&id)?;
-        self.unindex_keys(Self::keys_of(id, &rec));
-        Self::unlink_zone_of(&mut self.zoned, id, &rec);
-        Self::unlink_parked_of(&mut self.parked, id, &rec);
-        if !self.dead_ids.is_empty() {
-            self.dead_ids.remove(&id);
+        let (rec, at) = self.records.remove_placed(id)?;
+        self.unlink_record(id, &rec);
+        // What `touch` does for a record that left the book.
+        self.placement.remove_at(id, at);
+        Some(rec)
+    }
+
+    /// Removes record `id` from the book as [`Self::take_record`] does, dropping it where it
+    /// is held (nothing copied out); returns its owner.
+    fn drop_record(&mut self, id: u64) -> Option<Principal> {
+        let (rec, at) = self.records.get_placed(id)?;
+        let keys = Self::keys_of(id, rec);
+        // A placed record takes its quota bytes on its page (both are `entry_bound`, which
+        // `touch` placed it at): no re-measuring of the definition per run.
+        let bytes = match at {
+            Some((_, len)) => u64::from(len),
+            None => Self::quota_bytes(&rec.def).unwrap_or(0),
+        };
+        debug_assert_eq!(bytes, Self::quota_bytes(&rec.def).unwrap_or(0));
+        let owner = rec.owner;
+        Self::unlink_zone_of(&mut self.zoned, id, rec);
+        Self::unlink_parked_of(&mut self.parked, id, rec);
+        if let Some(k) = &rec.def.key {
+            self.keys.remove(k);
         }
+        self.unindex_keys(keys);
+        self.usage.sub(owner, bytes);
+        self.unlink_indexes(id);
+        let at = self.records.delete(id)?;
+        // What `touch` does for a record that left the book.
+        self.placement.remove_at(id, at);
+        Some(owner)
+    }
+
+    /// Unlinks record `rec` (id `id`, taken out of the book) from every index but the records.
+    fn unlink_record(&mut self, id: u64, rec: &Record) {
+        self.unindex_keys(Self::keys_of(id, rec));
+        Self::unlink_zone_of(&mut self.zoned, id, rec);
+        Self::unlink_parked_of(&mut self.parked, id, rec);
         self.usage
             .sub(rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
         if let Some(k) = &rec.def.key {
             self.keys.remove(k);
         }
+        self.unlink_indexes(id);
+    }
+
+    /// What [`Self::unlink_record`] does that needs only the id: the dead-letter and cron
+    /// indexes.
+    fn unlink_indexes(&mut self, id: u64) {
+        if !self.dead_ids.is_empty() {
+            self.dead_ids.remove(&id);
+        }
         if !self.crons.is_empty() {
             self.crons.remove(&id);
         }
-        // What `touch` does for a record that left the book.
-        self.placement.remove(id);
-        Some(rec)
     }
 
     /// Puts back a record [`Self::take_record`] took (not indexed: the caller settles it).
