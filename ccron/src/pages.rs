@@ -229,6 +229,28 @@ pub trait ReservedPages {
         }
         Ok(())
     }
+
+    /// SHA-256 over the non-empty pages in ascending id order (id as 4 little-endian bytes,
+    /// length as 8, then the bytes): the pages' part of a host's state digest, computed after
+    /// every block. The default loads every id; a store that knows which pages it holds
+    /// overrides it to visit only those ([`MemPages`]), with the same bytes.
+    ///
+    /// Every byte is hashed every time: the digest is one SHA-256 stream in page order, and a
+    /// replica rewrites its agreed-time page (the first) at every block, so no prefix of the
+    /// stream repeats between two blocks.
+    fn digest(&self) -> Result<[u8; 32], PagesError> {
+        let mut h = Sha256::new();
+        for id in 0..self.num_pages() {
+            if let Some(data) = self.load(id)?
+                && !data.is_empty()
+            {
+                h.update(id.to_le_bytes());
+                h.update((data.len() as u64).to_le_bytes());
+                h.update(data);
+            }
+        }
+        Ok(h.finalize().into())
+    }
 }
 
 /// An in-memory [`ReservedPages`], as a host that checkpoints its own state would keep them.
@@ -272,7 +294,8 @@ impl MemPages {
         Ok(())
     }
 
-    /// SHA-256 over the non-empty pages in ascending id order (id, length, bytes).
+    /// SHA-256 over the non-empty pages in ascending id order (id, length, bytes): the same
+    /// bytes as [`ReservedPages::digest`], which this store implements with it.
     pub fn digest(&self) -> [u8; 32] {
         let mut h = Sha256::new();
         for (id, data) in &self.pages {
@@ -320,6 +343,11 @@ impl ReservedPages for MemPages {
         self.check(id, 0)?;
         self.pages.remove(&id);
         Ok(())
+    }
+
+    /// Visits only the pages it holds (no load of each of the `num_pages` ids).
+    fn digest(&self) -> Result<[u8; 32], PagesError> {
+        Ok(MemPages::digest(self))
     }
 }
 
@@ -422,5 +450,30 @@ mod tests {
         assert_ne!(p.digest(), before);
         p.restore(&snap).unwrap();
         assert_eq!(p.digest(), before);
+    }
+
+    /// `MemPages`' digest (its own pages only) is the trait's default walk over every id, byte
+    /// for byte, whatever was written, overwritten or zeroed (`CrashAfter` keeps the default).
+    #[test]
+    fn mem_pages_digest_is_the_default_walk() {
+        let mut mem = MemPages::new(64, 16);
+        let mut walk = CrashAfter::new(MemPages::new(64, 16), usize::MAX);
+        let empty = Sha256::new().finalize();
+        assert_eq!(ReservedPages::digest(&mem), Ok(empty.into()));
+        for step in 0u32..200 {
+            let id = step.wrapping_mul(7) % 16;
+            let len = (step.wrapping_mul(13) % 70).min(64) as usize;
+            let data: Vec<u8> = (0..len).map(|i| (i as u32 ^ step) as u8).collect();
+            if step % 5 == 0 {
+                mem.zero(id).unwrap();
+                walk.zero(id).unwrap();
+            } else {
+                mem.save(id, &data).unwrap();
+                walk.save(id, &data).unwrap();
+            }
+            let got = ReservedPages::digest(&mem).unwrap();
+            assert_eq!(got, ReservedPages::digest(&walk).unwrap(), "step {step}");
+            assert_eq!(got, mem.digest(), "step {step}");
+        }
     }
 }

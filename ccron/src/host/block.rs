@@ -369,19 +369,9 @@ pub fn run_tick(
 }
 
 /// SHA-256 over the non-empty pages in ascending id order (id, length, bytes): for
-/// [`MemPages`] the same as [`MemPages::digest`], for any store.
+/// [`MemPages`] the same as [`MemPages::digest`], for any store ([`ReservedPages::digest`]).
 pub fn pages_digest(pages: &dyn ReservedPages) -> Result<Digest32, PagesError> {
-    let mut h = Sha256::new();
-    for id in 0..pages.num_pages() {
-        if let Some(data) = pages.load(id)?
-            && !data.is_empty()
-        {
-            h.update(id.to_le_bytes());
-            h.update((data.len() as u64).to_le_bytes());
-            h.update(data);
-        }
-    }
-    Ok(h.finalize().into())
+    pages.digest()
 }
 
 /// A ledger driven block by block: the one executor every engine drives (sim-bft's replicas

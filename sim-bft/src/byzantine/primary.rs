@@ -66,7 +66,7 @@ impl Strategy for ReproposeCommitted {
             .iter()
             .rev()
             .filter(|(_, e)| e.view == view && e.committed)
-            .filter_map(|(s, e)| e.batch.clone().map(|b| (*s, b)))
+            .filter_map(|(s, e)| e.batch.as_deref().map(|b| (*s, b.clone())))
             .filter(|(_, b)| !b.null)
             .take(REPROPOSE_ROUND.min(REPROPOSE_MAX - sent))
             .collect();

@@ -221,8 +221,9 @@ impl Replica {
             self.clients
                 .mark_proposed(r.request.client, r.request.req_seq, seq);
         }
+        let batch = std::sync::Arc::new(batch);
         if e.proof.as_ref().is_some_and(|p| p.digest == want) && e.proof_batch.is_none() {
-            e.proof_batch = Some(batch.clone());
+            e.proof_batch = Some(std::sync::Arc::clone(&batch));
         }
         e.batch = Some(batch);
         self.store_entry(seq, out);

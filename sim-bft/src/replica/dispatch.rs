@@ -113,18 +113,12 @@ impl Replica {
         }
         match body {
             Body::PrePrepare { view, seq, batch } => {
-                if self.defer_by_view(
-                    now,
-                    from,
-                    view,
-                    &msg,
-                    Body::PrePrepare {
-                        view,
-                        seq,
-                        batch: batch.clone(),
-                    },
-                    out,
-                ) {
+                // The current view's pre-prepare is handled at once; any other goes to
+                // `defer_by_view` whole (no copy of the batch on the common path).
+                if view != self.view || self.in_view_change {
+                    let body = Body::PrePrepare { view, seq, batch };
+                    let deferred = self.defer_by_view(now, from, view, &msg, body, out);
+                    debug_assert!(deferred, "defer_by_view keeps every other view's message");
                     return;
                 }
                 self.on_pre_prepare(now, from, seq, batch, out)
@@ -607,7 +601,7 @@ impl Replica {
                 Some(Body::Committed {
                     view,
                     seq,
-                    batch: batch.clone(),
+                    batch: Batch::clone(batch),
                     commits,
                 })
             })
@@ -692,7 +686,7 @@ impl Replica {
             return;
         }
         e.digest = Some(digest);
-        e.batch = Some(batch);
+        e.batch = Some(std::sync::Arc::new(batch));
         e.committed = true;
         e.cert = Some((view, commits.clone()));
         self.metrics.inc("committed_certs_applied");

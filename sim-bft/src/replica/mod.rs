@@ -38,6 +38,7 @@ mod time_service;
 mod view_change;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use bincode::{Decode, Encode};
 use ccron::MemPages;
@@ -151,7 +152,9 @@ type CommitCert = (u64, Vec<(NodeId, Millis, SigBytes)>);
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Entry {
     pub(crate) view: u64,
-    pub(crate) batch: Option<Batch>,
+    /// The batch at this seq in `view`. Shared (`Arc`), not copied, with `proof_batch` when
+    /// both are the same batch, and with the pre-prepare it arrived in.
+    pub(crate) batch: Option<Arc<Batch>>,
     pub(crate) digest: Option<Digest32>,
     /// False when the time check failed: the replica keeps the batch but withholds its votes.
     vote_ok: bool,
@@ -163,8 +166,9 @@ pub(crate) struct Entry {
     /// The highest-view prepared certificate this replica holds for the seq (survives views).
     pub(crate) proof: Option<PreparedProof>,
     /// The batch `proof` names (by digest), when this replica holds it: what it serves to a
-    /// peer that fetches it after a view change ([`Body::BatchFetch`]).
-    pub(crate) proof_batch: Option<Batch>,
+    /// peer that fetches it after a view change ([`Body::BatchFetch`]). Usually the same
+    /// allocation as `batch` (prepared in this view).
+    pub(crate) proof_batch: Option<Arc<Batch>>,
     /// The commit certificate (its view and 2f+1 signed commits) this entry committed by,
     /// when it committed by a received [`Body::Committed`] rather than by collected votes:
     /// kept so that this replica can forward it to a peer that lacks the seq (else, when the

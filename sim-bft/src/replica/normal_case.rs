@@ -5,6 +5,8 @@
 //! batch's time, and votes. An entry prepares with 2f matching prepares from backups and
 //! commits with 2f+1 matching commits, whose signed clocks become a time certificate.
 
+use std::sync::Arc;
+
 use tracing::{debug, warn};
 
 use super::{CommitVote, Dest, Entry, Replica, TimeMode};
@@ -59,11 +61,12 @@ impl Replica {
             return;
         };
         let view = self.view;
+        let batch = Arc::new(batch);
         let entry = self.log.entry(seq).or_default();
         *entry = Entry {
             view,
             digest: Some(digest),
-            batch: Some(batch.clone()),
+            batch: Some(Arc::clone(&batch)),
             vote_ok: true,
             proof: entry.proof.take(),
             proof_batch: entry.proof_batch.take(),
@@ -79,7 +82,17 @@ impl Replica {
             requests = ?batch.requests.iter().map(|r| (r.request.client, r.request.req_seq)).collect::<Vec<_>>(),
             "proposed"
         );
-        self.send(Body::PrePrepare { view, seq, batch }, Dest::All, out);
+        // The wire message owns its batch: one copy, for the encoding (the log keeps the
+        // shared one).
+        self.send(
+            Body::PrePrepare {
+                view,
+                seq,
+                batch: Batch::clone(&batch),
+            },
+            Dest::All,
+            out,
+        );
     }
 
     pub(super) fn on_pre_prepare(
@@ -163,7 +176,7 @@ impl Replica {
         }
         entry.view = view;
         entry.digest = Some(digest);
-        entry.batch = Some(batch);
+        entry.batch = Some(Arc::new(batch));
         entry.vote_ok = vote_ok;
         self.store_entry(seq, out);
         out.push(Output::Sync);

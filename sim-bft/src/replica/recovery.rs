@@ -91,12 +91,13 @@ impl Replica {
             let entry = r.log.entry(e.seq).or_default();
             entry.view = e.view;
             entry.digest = Some(digest);
+            let batch = std::sync::Arc::new(e.batch);
             entry.proof_batch = match (&e.proof, e.proof_batch) {
-                (_, Some(b)) => Some(b),
-                (Some(p), None) if p.digest == digest => Some(e.batch.clone()),
+                (_, Some(b)) => Some(std::sync::Arc::new(b)),
+                (Some(p), None) if p.digest == digest => Some(std::sync::Arc::clone(&batch)),
                 _ => None,
             };
-            entry.batch = Some(e.batch);
+            entry.batch = Some(batch);
             entry.proof = e.proof;
             entry.committed = e.committed;
             entry.vote_ok = e.vote_ok;
@@ -200,7 +201,7 @@ impl Replica {
                 proof: e.proof.as_ref(),
                 // Stored apart only when it is not the entry's own batch.
                 proof_batch: match (&e.proof, &e.proof_batch) {
-                    (Some(p), Some(b)) if e.digest != Some(p.digest) => Some(b),
+                    (Some(p), Some(b)) if e.digest != Some(p.digest) => Some(&**b),
                     _ => None,
                 },
                 committed: e.committed,

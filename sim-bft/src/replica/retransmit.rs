@@ -286,7 +286,7 @@ impl Replica {
                     resend.push(Body::Committed {
                         view: cert_view,
                         seq: h.seq,
-                        batch: batch.clone(),
+                        batch: Batch::clone(batch),
                         commits,
                     });
                 } else {
@@ -302,7 +302,7 @@ impl Replica {
                     resend.push(Body::PrePrepare {
                         view,
                         seq: h.seq,
-                        batch: batch.clone(),
+                        batch: Batch::clone(batch),
                     });
                 } else {
                     held += 1;

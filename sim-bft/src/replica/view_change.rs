@@ -527,7 +527,7 @@ impl Replica {
             // The batch itself: a null batch, or the one this replica holds with that digest
             // (as its entry or as its prepared certificate's); else it is fetched by digest.
             let batch = if digest == null_digest {
-                Some(Batch::null())
+                Some(std::sync::Arc::new(Batch::null()))
             } else if prev.digest == Some(digest) && prev.batch.is_some() {
                 prev.batch.take()
             } else if prev.proof.as_ref().is_some_and(|p| p.digest == digest) {
