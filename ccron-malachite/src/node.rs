@@ -187,15 +187,15 @@ pub async fn run_node<A: Application>(
         tracing::warn!("catch-up while running is off ({})", running::RUNNING_ENV);
     } else {
         tokio::spawn(running::watch(
-        catchup.clone(),
-        peers.clone(),
-        std::sync::Arc::new(ccron_node::catchup::fetch::Restorer::of(
-            &genesis, &factory,
-        )?),
-        std::sync::Arc::new(verifier.clone()),
-        running::RunningConfig::default(),
-        catchup_tx,
-    ));
+            catchup.clone(),
+            peers.clone(),
+            std::sync::Arc::new(ccron_node::catchup::fetch::Restorer::of(
+                &genesis, &factory,
+            )?),
+            std::sync::Arc::new(verifier.clone()),
+            running::RunningConfig::default(),
+            catchup_tx,
+        ));
     }
     // The node's behaviour at its seams: honest, or a Byzantine strategy (`--byzantine`).
     let mut strategy = crate::byzantine::strategy::<A>(opts.byzantine);

@@ -561,7 +561,9 @@ impl<A: Application> State<A> {
         let ledger = self.core.genesis().ledger.clone();
         let outcome = running::install_found(&dir, &ledger, self.core.last_height(), found, shared);
         let restart = match outcome {
-            Ok(running::Outcome::Installed { .. }) => Some(shared.counters().restarts.saturating_add(1)),
+            Ok(running::Outcome::Installed { .. }) => {
+                Some(shared.counters().restarts.saturating_add(1))
+            }
             Ok(running::Outcome::Stale { .. }) => None,
             Err(e) => {
                 shared.count(|c| c.install_failures = c.install_failures.saturating_add(1));
