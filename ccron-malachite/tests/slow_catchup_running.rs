@@ -98,7 +98,7 @@ fn a_paused_node_behind_every_pruned_history_catches_up_while_running() {
     std::fs::create_dir_all(&dir).unwrap();
     let home = dir.join("home");
     let json = dir.join("report.json");
-    let mut localnet = Command::new(env!("CARGO_BIN_EXE_ccron-malachite"))
+    let localnet = Command::new(env!("CARGO_BIN_EXE_ccron-malachite"))
         .arg("localnet")
         .args(["--nodes", "4", "--ledger", "demo", "--home"])
         .arg(&home)

@@ -476,6 +476,9 @@ fn rst(s: tokio::net::TcpStream) {
 /// One proxied connection: two pumps (dialer -> target on `from -> to`, answers on `to ->
 /// from`), until both ends close (each direction half-closed in turn) or the pair's epoch
 /// changes (a reset or a cut: both sockets closed with an RST).
+// The proxy is a process boundary of the localnet (real sockets, real delays): wall-clock
+// time enters here, as it does in `core::now_ms`; the plan itself stays a pure function.
+#[allow(clippy::disallowed_methods)]
 async fn connection(
     mut inbound: tokio::net::TcpStream,
     from: usize,
@@ -528,6 +531,9 @@ async fn connection(
 /// instant plus the link's delay, in order, held while the link is stalled; at the reader's
 /// end `w` is shut down (a half close). A closed gate (reset, cut) parks it: the caller's watch
 /// closes the connection.
+// The proxy is a process boundary of the localnet (real sockets, real delays): wall-clock
+// time enters here, as it does in `core::now_ms`; the plan itself stays a pure function.
+#[allow(clippy::disallowed_methods)]
 async fn pump(
     mut r: tokio::net::tcp::ReadHalf<'_>,
     mut w: tokio::net::tcp::WriteHalf<'_>,
@@ -701,6 +707,8 @@ pub fn judge_windows(windows: &[PlannedWindow], trace: &Trace) -> (Vec<NetWindow
 }
 
 #[cfg(test)]
+// The proxy tests time real sockets.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 
