@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccron::outbox::{ConsumerConfig, WorkerKey};
-use ccron_http::relay::serve_relay_metrics;
+use ccron_http::serve_metrics;
 use ccron_http::{
     DeliverySecret, DispatcherConfig, ReadClientConfig, Relay, RelayConfig, RelayStats,
     ServerConfig, WorkerEndpoint,
@@ -246,7 +246,7 @@ pub async fn run_relay(args: &RelayArgs, env: Env) -> Result<RelayRun, CliError>
                 let _ = stopped.await;
             };
             if let Err(e) =
-                serve_relay_metrics(listener, metrics, ServerConfig::default(), shutdown).await
+                serve_metrics(listener, metrics, ServerConfig::default(), shutdown).await
             {
                 eprintln!("ccron relay: the metrics endpoint stopped: {e}");
             }

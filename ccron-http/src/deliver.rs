@@ -77,7 +77,9 @@ mod outcomes;
 
 use answers::AnswerCheck;
 pub use answers::{AnswerVerification, VerifiedRoots, parse_answer_path};
-pub use metrics::{DispatchFigures, DispatchMetrics, WorkerFigures, metrics_router, serve_metrics};
+pub use metrics::{
+    DispatchFigures, DispatchMetrics, RenderMetrics, WorkerFigures, metrics_router, serve_metrics,
+};
 pub use outcomes::{AttemptCounts, AttemptKind};
 
 use crate::auth::{self, DeliveryClaims, DeliverySecret};

@@ -41,7 +41,9 @@ pub mod worker;
 
 pub use auth::DeliverySecret;
 pub use deliver::{DeliverError, DispatchStats, Dispatcher, DispatcherConfig, WorkerEndpoint};
-pub use deliver::{DispatchMetrics, ResultSink, ResultSinkError, metrics_router, serve_metrics};
+pub use deliver::{
+    DispatchMetrics, RenderMetrics, ResultSink, ResultSinkError, metrics_router, serve_metrics,
+};
 pub use pool::{
     AssignError, Assignment, AttemptOutcome, HandlerPolicy, Health, HealthConfig, KeyOf, Pool,
     PoolConfig, PoolConfigError, PoolStats, Verdict, WorkerId,
@@ -50,10 +52,7 @@ pub use read::{
     EndpointJobs, EndpointStats, OnChange, OutboxSource, PublishOutbox, PublishedOutbox,
     QuorumReader, ReadClientConfig, ReadError, ReadServerConfig, read_router, serve_reads,
 };
-pub use relay::{
-    Relay, RelayConfig, RelayError, RelayMetrics, RelayStats, Submit, SubmitError,
-    relay_metrics_router,
-};
+pub use relay::{Relay, RelayConfig, RelayError, RelayMetrics, RelayStats, Submit, SubmitError};
 pub use schedule_read::{Believed, ScheduleReadConfig, ScheduleReadError, ScheduleReader};
 pub use schedules::{PublishBook, PublishedBook, ScheduleQuery, ScheduleSource, schedule_router};
 pub use server::{Server, ServerConfig, ServerCounters, ServerStats, serve};

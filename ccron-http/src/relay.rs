@@ -34,7 +34,7 @@ use crate::read::{QuorumReader, ReadClientConfig, ReadError};
 
 pub mod metrics;
 
-pub use metrics::{RelayFigures, RelayMetrics, relay_metrics_router, serve_relay_metrics};
+pub use metrics::{RelayFigures, RelayMetrics};
 
 /// Why a [`Submit`] did not send a payload. The relay counts and traces each one and sends
 /// the payload again later (its result stays journaled until f+1 replicas show it applied).
@@ -326,7 +326,7 @@ impl<S: Submit> Relay<S> {
         });
     }
 
-    /// The handle the metrics endpoint serves ([`relay_metrics_router`]): the relay's figures
+    /// The handle the metrics endpoint serves ([`crate::metrics_router`], [`crate::serve_metrics`]): the relay's figures
     /// as of its last step, beside its dispatcher's.
     pub fn metrics(&self) -> RelayMetrics {
         self.metrics.clone()

@@ -233,21 +233,37 @@ pub(super) fn is_up(h: Option<Health>) -> bool {
     matches!(h, Some(Health::Up { .. }))
 }
 
-/// The router of the metrics endpoint: `GET` [`METRICS_PATH`]. Serve it with
-/// [`serve_metrics`] (or [`crate::server::serve`]): the bounds live there.
-pub fn metrics_router(metrics: DispatchMetrics) -> Router {
+/// Figures a metrics endpoint serves: a cheap-to-clone handle rendering the Prometheus text
+/// format ([`DispatchMetrics`], [`crate::relay::RelayMetrics`]).
+pub trait RenderMetrics: Clone + Send + Sync + 'static {
+    /// The exposition now.
+    ///
+    /// # Errors
+    /// A formatting error of the encoder.
+    fn render(&self) -> Result<String, std::fmt::Error>;
+}
+
+impl RenderMetrics for DispatchMetrics {
+    fn render(&self) -> Result<String, std::fmt::Error> {
+        DispatchMetrics::render(self)
+    }
+}
+
+/// The router of a metrics endpoint: `GET` [`METRICS_PATH`] answers `metrics`' exposition.
+/// Serve it with [`serve_metrics`] (or [`crate::server::serve`]): the bounds live there.
+pub fn metrics_router<M: RenderMetrics>(metrics: M) -> Router {
     Router::new()
-        .route(METRICS_PATH, get(scrape))
+        .route(METRICS_PATH, get(scrape::<M>))
         .with_state(metrics)
 }
 
-async fn scrape(State(m): State<DispatchMetrics>) -> Response {
+async fn scrape<M: RenderMetrics>(State(m): State<M>) -> Response {
     text_response(m.render())
 }
 
 /// A rendered exposition as the endpoint's answer (its content type), or a 500 when the
 /// encoder failed (traced).
-pub(crate) fn text_response(rendered: Result<String, std::fmt::Error>) -> Response {
+fn text_response(rendered: Result<String, std::fmt::Error>) -> Response {
     match rendered {
         Ok(text) => {
             let mut resp = text.into_response();
@@ -269,9 +285,9 @@ pub(crate) fn text_response(rendered: Result<String, std::fmt::Error>) -> Respon
 ///
 /// # Errors
 /// The server's I/O error; an invalid `cfg` ([`std::io::ErrorKind::InvalidInput`]).
-pub async fn serve_metrics(
+pub async fn serve_metrics<M: RenderMetrics>(
     listener: tokio::net::TcpListener,
-    metrics: DispatchMetrics,
+    metrics: M,
     cfg: ServerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {

@@ -9,10 +9,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use axum::Router;
-use axum::extract::State;
-use axum::response::Response;
-use axum::routing::get;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -21,8 +17,7 @@ use prometheus_client::registry::Registry;
 
 use super::RelayStats;
 use crate::deliver::DispatchMetrics;
-use crate::deliver::metrics::{METRICS_PATH, text_response};
-use crate::server::ServerConfig;
+use crate::deliver::metrics::RenderMetrics;
 
 /// What the relay knew at the end of its last step.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -143,29 +138,10 @@ impl RelayMetrics {
     }
 }
 
-/// The router of the relay's metrics endpoint: `GET` [`METRICS_PATH`].
-pub fn relay_metrics_router(metrics: RelayMetrics) -> Router {
-    Router::new()
-        .route(METRICS_PATH, get(scrape))
-        .with_state(metrics)
-}
-
-async fn scrape(State(m): State<RelayMetrics>) -> Response {
-    text_response(m.render())
-}
-
-/// Serves `metrics` on `listener` behind the bounded server with `cfg` until `shutdown`
-/// completes.
-///
-/// # Errors
-/// The server's I/O error; an invalid `cfg` ([`std::io::ErrorKind::InvalidInput`]).
-pub async fn serve_relay_metrics(
-    listener: tokio::net::TcpListener,
-    metrics: RelayMetrics,
-    cfg: ServerConfig,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    crate::server::serve(listener, relay_metrics_router(metrics), cfg, shutdown).await
+impl RenderMetrics for RelayMetrics {
+    fn render(&self) -> Result<String, std::fmt::Error> {
+        RelayMetrics::render(self)
+    }
 }
 
 #[cfg(test)]
