@@ -73,15 +73,21 @@ fn unix_ms() -> i64 {
     .unwrap()
 }
 
-/// What one replica's ledger showed: its release fires (due, agreed time) and the latest
-/// state, outbox and digest.
+/// What one replica's ledger showed: its release fires (due, agreed time), the latest state,
+/// and its digest after each sequence number (the last [`DIGESTS_KEPT`]). The replicas keep
+/// running while the test compares them, so digests are compared at one sequence number that
+/// every replica has finished, never "the latest" (a replica one block ahead has another
+/// agreed-time page).
 #[derive(Default)]
 struct Seen {
     releases: Vec<(i64, i64)>,
     state: Option<Escrow>,
-    digest: Option<Digest32>,
+    digests: BTreeMap<u64, Digest32>,
     now_ms: i64,
 }
+
+/// How many sequence numbers' digests a replica keeps for the comparison.
+const DIGESTS_KEPT: usize = 4_096;
 
 /// The escrow ledger seen through a time-lapse clock: agreed time `t` (Unix ms of the
 /// replicas' real clocks) becomes `start_ms + (t - origin_ms) * SPEED`. Every method forwards.
@@ -108,10 +114,13 @@ impl TimeLapse {
         }
     }
 
-    fn observe(&self) {
+    fn observe(&self, seq: u64) {
         let mut s = self.seen.lock().unwrap();
         s.state = Some(self.inner.state().clone());
-        s.digest = Some(self.inner.digest());
+        s.digests.insert(seq, self.inner.digest());
+        while s.digests.len() > DIGESTS_KEPT {
+            s.digests.pop_first();
+        }
     }
 }
 
@@ -119,7 +128,7 @@ impl Application for TimeLapse {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
         let ctx = self.ctx(ctx);
         let out = self.inner.execute(ctx, client, payload);
-        self.observe();
+        self.observe(ctx.seq);
         out
     }
     fn execute_with(
@@ -131,7 +140,7 @@ impl Application for TimeLapse {
     ) -> Vec<u8> {
         let ctx = self.ctx(ctx);
         let out = self.inner.execute_with(ctx, client, payload, fx);
-        self.observe();
+        self.observe(ctx.seq);
         out
     }
     fn on_outbox_result(&mut self, record: &OutboxRecord, outcome: &ResultOutcome) {
@@ -162,7 +171,7 @@ impl Application for TimeLapse {
             }
         }
         self.notes.extend(notes);
-        self.observe();
+        self.observe(tick.bft_sequence_num);
         r
     }
     fn reload(&mut self, pages: &dyn ReservedPages) -> Result<(), AppError> {
@@ -449,11 +458,32 @@ async fn the_weekday_release_crosses_the_uk_clock_change_and_every_record_is_del
 
     // The replicas agree; every hold was released or refunded.
     let s0 = seen[0].lock().unwrap().state.clone().unwrap();
-    let d0 = seen[0].lock().unwrap().digest;
     for s in &seen[1..] {
-        let s = s.lock().unwrap();
-        assert_eq!(s.state.as_ref(), Some(&s0));
-        assert_eq!(s.digest, d0);
+        assert_eq!(s.lock().unwrap().state.as_ref(), Some(&s0));
+    }
+    // Digests at the latest sequence number every replica has finished (one below the lowest
+    // replica's newest, which it may still be executing) and every replica recorded.
+    let digests: Vec<BTreeMap<u64, Digest32>> = seen
+        .iter()
+        .map(|s| s.lock().unwrap().digests.clone())
+        .collect();
+    let finished = digests
+        .iter()
+        .map(|d| d.keys().next_back().copied().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let common = digests[0]
+        .range(..finished)
+        .rev()
+        .map(|(seq, _)| *seq)
+        .find(|seq| digests.iter().all(|d| d.contains_key(seq)))
+        .expect("a sequence number every replica finished and recorded");
+    for (i, d) in digests.iter().enumerate() {
+        assert_eq!(
+            d.get(&common),
+            digests[0].get(&common),
+            "replica {i} at seq {common}"
+        );
     }
     assert!(s0.holds.is_empty() && s0.confirmed.is_empty(), "{s0:?}");
     assert_eq!(s0.settlements, 2, "{s0:?}");
