@@ -41,6 +41,41 @@ fn localnet(args: &[&str], name: &str) -> (bool, Report, PathBuf) {
     (out.status.success(), report, dir)
 }
 
+/// What a run's report says, for a failed assertion: the violations, every node's height and
+/// restart, liveness, the fault log and the kill-all comparison (the home is kept).
+fn diagnose(r: &Report) -> String {
+    let nodes: Vec<String> = r
+        .nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "node {}: height {} pid {} restored from {:?} replayed {} synced {} refusals {:?}",
+                n.id,
+                n.last_executed_seq,
+                n.pid,
+                n.restored_from_height,
+                n.replayed_blocks,
+                n.synced_heights,
+                n.refusals
+            )
+        })
+        .collect();
+    format!(
+        "violations: {:?}\nhonest_agree: {}\nmax height {}, longest stall {} ms, restarts {}\n{}\n\
+         kill-all: {:?}\nfaults: {:?}\nhome (kept): {}\nreplay: {}",
+        r.violations,
+        r.honest_agree,
+        r.max_height,
+        r.longest_stall_ms,
+        r.restarts,
+        nodes.join("\n"),
+        r.kill_all,
+        r.faults,
+        r.home,
+        r.replay
+    )
+}
+
 // One node isolated (3 of 4 are a quorum: the others decide on, the isolated node catches up
 // after the heal), then a 2|2 split (no quorum on either side: nothing decided, and deciding
 // resumes after the heal), after delays, stalls and resets on random links; all through the
@@ -51,7 +86,7 @@ fn an_isolated_node_and_a_2_2_split_stall_safely_and_recover_after_the_heal() {
     let net = r.net_faults.as_ref().expect("net fault report");
     println!("{:#?}", net.windows);
     println!("{:?}", net.counters);
-    assert!(ok && r.honest_agree, "{:?}", r.violations);
+    assert!(ok && r.honest_agree, "{}", diagnose(&r));
     // Every directed link carried consensus bytes: the nodes dialed the proxies.
     for a in 0..4 {
         for b in (0..4).filter(|&b| b != a) {
@@ -88,10 +123,11 @@ fn an_isolated_node_and_a_2_2_split_stall_safely_and_recover_after_the_heal() {
 
 // Every node SIGKILLed at once (mid-append, mid-snapshot: wherever they were), all restarted
 // from their storage: no decided block lost or changed (each node's blocks.log before the kill
-// against after the run, by value id), the nodes' stores equal, and the chain resumes.
+// against after the run, by value id), the nodes' stores equal, and the chain resumes within
+// the bound counted from the last restart (`KILL_ALL_RESUME_BOUND`; the localnet runs past its
+// duration until then: judged at the end of the run, a restart 2-5 s before it failed under
+// load, the flake of the first integration).
 #[test]
-#[ignore = "flaky: failed 1 of 3 runs at its first integration (ok && honest_agree), cause not \
-            found yet; run with --ignored (issue 23)"]
 fn every_node_killed_at_once_restarts_from_storage_without_losing_a_decided_block() {
     let duration = Duration::from_secs(30);
     // The first seed whose plan kills every node at once at least once.
@@ -111,12 +147,14 @@ fn every_node_killed_at_once_restarts_from_storage_without_losing_a_decided_bloc
     );
     let k = r.kill_all.clone().expect("kill-all report");
     println!("{k:?} faults {:?}", r.faults);
-    assert!(ok && r.honest_agree, "{:?}", r.violations);
-    assert!(k.kill_alls >= 1 && k.height_at_kill > 0, "{k:?}");
-    assert!(k.blocks_compared >= k.height_at_kill, "{k:?}");
-    assert_eq!((k.lost, k.changed, k.nodes_disagree), (0, 0, 0), "{k:?}");
-    assert!(k.heights_after > 0, "{k:?}");
-    assert!(r.restarts >= 4, "{:?}", r.faults);
+    assert!(ok && r.honest_agree, "{}", diagnose(&r));
+    let why = diagnose(&r);
+    assert!(k.kill_alls >= 1 && k.height_at_kill > 0, "{why}");
+    assert!(k.blocks_compared >= k.height_at_kill, "{why}");
+    assert_eq!((k.lost, k.changed, k.nodes_disagree), (0, 0, 0), "{why}");
+    assert!(k.heights_after > 0, "{why}");
+    assert!(k.resumed_after_ms.is_some_and(|ms| ms < 20_000), "{why}");
+    assert!(r.restarts >= 4, "{why}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -142,7 +180,7 @@ fn clock_jumps_per_process_keep_the_agreed_time_monotone_and_between_honest_cloc
     for n in &r.nodes {
         println!("node {} refusals {:?}", n.id, n.refusals);
     }
-    assert!(ok && r.honest_agree, "{:?}", r.violations);
+    assert!(ok && r.honest_agree, "{}", diagnose(&r));
     assert_eq!(
         c.events.len(),
         ClockPlan::new(seed, 4, duration).events.len()

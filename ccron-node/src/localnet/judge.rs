@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -333,4 +334,111 @@ pub(super) fn disagreeing_heights(home: &Path, n: usize) -> u64 {
         }
     }
     bad.len() as u64
+}
+
+/// How long after the last restart of every node (`--kill-all`) the chain must decide a new
+/// height. A restart costs a process start (opening the store, replaying above the snapshot,
+/// the engine's peers reconnecting) and usually a round: a proposal made before the kill is
+/// not streamed again, so the round times out (seconds on a loaded machine). The bound is
+/// counted from the restart, and the localnet runs past its duration until it is met or over.
+pub const KILL_ALL_RESUME_BOUND: Duration = Duration::from_secs(20);
+
+/// Milliseconds of `d`, saturating.
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The highest last height in the nodes' `status.json`.
+pub(super) fn top_height(home: &Path, n: usize) -> u64 {
+    (0..n)
+        .map(|i| read_status(home, i).last_height)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Whether the chain decided again after the last restart of every node, from the
+/// localnet's polls (pure: the caller passes its run's milliseconds and the top height).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResumeWatch {
+    /// The last restart of every node, and the highest height held at the kill before it.
+    restarted: Option<(u64, u64)>,
+    /// Milliseconds from that restart to the first poll above the height.
+    resumed_after_ms: Option<u64>,
+}
+
+impl ResumeWatch {
+    /// Every node restarted at `at_ms`; `height_at_kill` was the highest height held when
+    /// they were killed. Forgets an earlier resumption.
+    pub fn restarted(&mut self, at_ms: u64, height_at_kill: u64) {
+        self.restarted = Some((at_ms, height_at_kill));
+        self.resumed_after_ms = None;
+    }
+
+    /// Whether a restart waits for its first new height.
+    pub fn pending(&self) -> bool {
+        self.restarted.is_some() && self.resumed_after_ms.is_none()
+    }
+
+    /// A poll at `at_ms` found `top` the highest height any node holds.
+    pub fn observe(&mut self, at_ms: u64, top: u64) {
+        if let Some((restarted, floor)) = self.restarted
+            && self.resumed_after_ms.is_none()
+            && top > floor
+        {
+            self.resumed_after_ms = Some(at_ms.saturating_sub(restarted));
+        }
+    }
+
+    /// Whether the localnet should keep polling at `at_ms` (a restart pending, less than
+    /// `bound_ms` ago).
+    pub fn waiting(&self, at_ms: u64, bound_ms: u64) -> bool {
+        self.pending()
+            && self
+                .restarted
+                .is_some_and(|(r, _)| at_ms < r.saturating_add(bound_ms))
+    }
+
+    /// Milliseconds from the last restart to the first new height (`None`: not yet).
+    pub fn resumed_after_ms(&self) -> Option<u64> {
+        self.resumed_after_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kill-all test's flake (issue 23): every node restarted 0.6 s before the end of the
+    /// run; the first new height comes 2.5 s after the restart (a process start and a round
+    /// timeout). Judged at the end of the run it looked like "nothing decided"; the watch
+    /// keeps the run going until the bound from the restart.
+    #[test]
+    fn a_restart_of_every_node_just_before_the_end_is_judged_from_the_restart() {
+        let (end, bound) = (30_000u64, millis(KILL_ALL_RESUME_BOUND));
+        let mut w = ResumeWatch::default();
+        assert!(
+            !w.pending() && !w.waiting(end, bound),
+            "no kill-all: no wait"
+        );
+        w.restarted(29_400, 44);
+        // Polls until the end of the run: the restarted nodes hold the height at the kill.
+        for t in (29_400..end).step_by(100) {
+            w.observe(t, 44);
+        }
+        assert_eq!(w.resumed_after_ms(), None);
+        assert!(w.waiting(end, bound), "the run goes on past its end");
+        w.observe(31_900, 45);
+        assert_eq!(w.resumed_after_ms(), Some(2_500));
+        assert!(!w.waiting(32_000, bound));
+        // A chain that never decides again: the wait ends at the bound, unresumed.
+        let mut stuck = ResumeWatch::default();
+        stuck.restarted(29_400, 44);
+        assert!(stuck.waiting(29_400 + bound - 1, bound));
+        assert!(!stuck.waiting(29_400 + bound, bound));
+        assert_eq!(stuck.resumed_after_ms(), None);
+        // A later kill-all forgets an earlier resumption.
+        w.restarted(40_000, 50);
+        w.observe(40_100, 50);
+        assert!(w.pending());
+    }
 }

@@ -20,10 +20,12 @@ mod report;
 mod spawn;
 
 use faults::{apply_fault, fault_name};
-pub use judge::{CLOCK_AHEAD_BOUND_MS, liveness, peak_rss_kb, read_block_ids, refusals};
+pub use judge::{
+    CLOCK_AHEAD_BOUND_MS, KILL_ALL_RESUME_BOUND, liveness, peak_rss_kb, read_block_ids, refusals,
+};
 use judge::{
-    compare_blocks, disagreeing_heights, disk_usage, newest_snapshot, quorum_read_outbox,
-    read_agreed, read_digests, read_fires, read_status,
+    ResumeWatch, compare_blocks, disagreeing_heights, disk_usage, millis, newest_snapshot,
+    quorum_read_outbox, read_agreed, read_digests, read_fires, read_status, top_height,
 };
 use spawn::{Children, spawn_node, supervise_exits, write_clock_offset};
 pub use spawn::{
@@ -192,6 +194,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     // Every node's decided blocks at each kill of every node.
     let mut before_kill_all: Vec<BTreeMap<u64, String>> = vec![BTreeMap::new(); n];
     let mut kill_all = KillAllReport::default();
+    // Whether (and how soon) the chain decides again after the last restart of every node.
+    let mut resume = ResumeWatch::default();
     let late = if opts.late_join { Some(n - 1) } else { None };
     let byzantine_from_ms =
         now_ms().saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
@@ -257,6 +261,12 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
                     before.extend(now);
                 }
             }
+            if step == crate::faults::FaultStep::End(crate::faults::FaultKind::KillAll, 0) {
+                resume.restarted(millis(t), kill_all.height_at_kill);
+            }
+        }
+        if resume.pending() {
+            resume.observe(millis(t), top_height(&home, n));
         }
         if let (Some(net), Some(p)) = (&net, &net_plan) {
             while let Some((at, action)) = p.events.get(net_next)
@@ -351,7 +361,21 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             byzantine_from_ms,
             &supervisor,
         )?;
+        if step == crate::faults::FaultStep::End(crate::faults::FaultKind::KillAll, 0) {
+            resume.restarted(millis(start.elapsed()), kill_all.height_at_kill);
+        }
     }
+    // After a restart of every node the chain must decide again within a bound counted from
+    // that restart, not from the end of the run: the plan may restart them a second before
+    // the end, and a restart costs a process start and a round (the run goes on, bounded).
+    let bound = millis(KILL_ALL_RESUME_BOUND);
+    let end = millis(start.elapsed());
+    while resume.waiting(millis(start.elapsed()), bound) {
+        std::thread::sleep(Duration::from_millis(100));
+        resume.observe(millis(start.elapsed()), top_height(&home, n));
+    }
+    kill_all.resumed_after_ms = resume.resumed_after_ms();
+    kill_all.waited_past_end_ms = millis(start.elapsed()).saturating_sub(end);
     let alive: Vec<bool> = children.0.iter().map(|c| c.is_some()).collect();
     // Peak memory of every live process, read before they are stopped.
     let peaks: Vec<u64> = children
@@ -398,8 +422,11 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
                 kill_all.nodes_disagree
             ));
         }
-        if kill_all.kill_alls > 0 && kill_all.heights_after == 0 {
-            violations.push("kill-all: nothing decided after every node restarted".into());
+        if kill_all.kill_alls > 0 && kill_all.resumed_after_ms.is_none() {
+            violations.push(format!(
+                "kill-all: nothing decided within {} ms after every node restarted",
+                KILL_ALL_RESUME_BOUND.as_millis()
+            ));
         }
         kill_all
     });
