@@ -33,9 +33,12 @@
 //! starts; [`running`]: the same catch-up for a node that falls behind every peer's history
 //! while its engine runs (detection, then a verified offer handed to the node's loop).
 
+pub mod backoff;
 pub mod fetch;
 pub mod running;
 pub mod serve;
+#[cfg(test)]
+pub(crate) mod testkit;
 
 use std::path::Path;
 
@@ -88,6 +91,15 @@ pub enum CatchUpError {
     /// The peer did not answer in time, or with an error.
     #[error("fetch: {0}")]
     Fetch(String),
+    /// The peer answered `429` or `5xx`, or is still backed off after such an answer
+    /// ([`backoff`]): not asked before `retry_in_ms`.
+    #[error("peer busy (status {status}); not asked again for {retry_in_ms} ms")]
+    Busy {
+        /// Its (last) status.
+        status: u16,
+        /// Milliseconds before it is asked again.
+        retry_in_ms: u64,
+    },
     /// Larger than [`MAX_OFFER_BYTES`].
     #[error("offer of {bytes} bytes, above the bound {MAX_OFFER_BYTES}")]
     TooLarge {
@@ -139,6 +151,7 @@ impl CatchUpError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Fetch(_) => "fetch",
+            Self::Busy { .. } => "busy",
             Self::TooLarge { .. } => "too_large",
             Self::Decode(_) => "decode",
             Self::Snapshot(_) => "snapshot",
