@@ -4,76 +4,22 @@
 //! (`--clock-faults`). Each test runs one 4-validator localnet (one at a time: a lock) and
 //! judges its JSON report; a failure prints the report's replay command.
 
+mod support;
+
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use ccron_node::faults::{ClockPlan, FaultKind, FaultPlan, FaultStep};
 use ccron_node::localnet::Report;
 use ccron_node::netfault::WindowKind;
+use support::diagnose;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Runs a demo localnet with `args`; returns its exit status, report and home.
+/// Runs a demo localnet (`--no-kill`) with `args`; returns its exit status, report and home.
 fn localnet(args: &[&str], name: &str) -> (bool, Report, PathBuf) {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!(
-        "ccron-malachite-netfaults-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ccron-malachite"))
-        .arg("localnet")
-        .args(["--nodes", "4", "--ledger", "demo", "--no-kill", "--home"])
-        .arg(dir.join("home"))
-        .arg("--json")
-        .arg(&json)
-        .args(args)
-        .output()
-        .expect("localnet runs");
-    println!("{}", String::from_utf8_lossy(&out.stdout));
-    let report: Report = serde_json::from_slice(&std::fs::read(&json).expect("report written"))
-        .expect("report parses");
+    let args: Vec<&str> = ["--no-kill"].iter().chain(args).copied().collect();
+    let (ok, report, dir) = support::run_localnet("netfaults", name, "demo", &args);
     println!("replay: {}", report.replay);
-    (out.status.success(), report, dir)
-}
-
-/// What a run's report says, for a failed assertion: the violations, every node's height and
-/// restart, liveness, the fault log and the kill-all comparison (the home is kept).
-fn diagnose(r: &Report) -> String {
-    let nodes: Vec<String> = r
-        .nodes
-        .iter()
-        .map(|n| {
-            format!(
-                "node {}: height {} pid {} restored from {:?} replayed {} synced {} refusals {:?}",
-                n.id,
-                n.last_executed_seq,
-                n.pid,
-                n.restored_from_height,
-                n.replayed_blocks,
-                n.synced_heights,
-                n.refusals
-            )
-        })
-        .collect();
-    format!(
-        "violations: {:?}\nhonest_agree: {}\nmax height {}, longest stall {} ms, restarts {}\n{}\n\
-         kill-all: {:?}\nfaults: {:?}\nhome (kept): {}\nreplay: {}",
-        r.violations,
-        r.honest_agree,
-        r.max_height,
-        r.longest_stall_ms,
-        r.restarts,
-        nodes.join("\n"),
-        r.kill_all,
-        r.faults,
-        r.home,
-        r.replay
-    )
+    (ok, report, dir)
 }
 
 // One node isolated (3 of 4 are a quorum: the others decide on, the isolated node catches up

@@ -285,6 +285,22 @@ pub struct CatchUpReport {
 }
 
 impl CatchUpReport {
+    /// The report of a node at `have` whose peers answered `answers`.
+    pub fn asked(have: u64, answers: &[(SocketAddr, Result<HistoryInfo, CatchUpError>)]) -> Self {
+        Self {
+            have,
+            peers_first_height: first_heights(answers),
+            ..Self::default()
+        }
+    }
+
+    /// `peer`'s offer at `height` verified, `took_ms` after the first question.
+    pub fn verified(&mut self, peer: SocketAddr, height: u64, took_ms: u64) {
+        self.installed_height = Some(height);
+        self.from_peer = Some(peer.to_string());
+        self.took_ms = took_ms;
+    }
+
     fn refused(&mut self, peer: SocketAddr, e: &CatchUpError) {
         tracing::warn!(%peer, kind = e.kind(), error = %e, "catch-up: a peer's offer refused");
         *self
@@ -321,6 +337,32 @@ pub async fn first_verified<A: Application, C: Commit>(
         }
     }
     None
+}
+
+/// The peers' first heights as they answered (`None`: no answer), for the report.
+pub fn first_heights(
+    answers: &[(SocketAddr, Result<HistoryInfo, CatchUpError>)],
+) -> BTreeMap<String, Option<u64>> {
+    answers
+        .iter()
+        .map(|(p, a)| (p.to_string(), a.as_ref().ok().map(|h| h.first_height)))
+        .collect()
+}
+
+/// Installs a verified offer in node directory `dir` ([`install`], crash-safe), then writes
+/// its report beside it (`catchup.json`).
+///
+/// # Errors
+/// The install's I/O errors (the old store is then intact).
+pub fn install_reported<A: Application, C: Commit>(
+    dir: &Path,
+    ledger: &str,
+    verified: &Verified<A, C>,
+    report: &CatchUpReport,
+) -> Result<(), CatchUpError> {
+    install(dir, ledger, verified)?;
+    write_report(dir, report);
+    Ok(())
 }
 
 /// Every peer's history, asked at once (each under its deadline), in `peers`' order.
@@ -447,10 +489,7 @@ pub async fn before_start<A: Application, C: Commit>(
     for round in 1..=cfg.rounds.max(1) {
         report.rounds = round;
         let answers = histories(&client, peers).await;
-        report.peers_first_height = answers
-            .iter()
-            .map(|(p, a)| (p.to_string(), a.as_ref().ok().map(|h| h.first_height)))
-            .collect();
+        report.peers_first_height = first_heights(&answers);
         let candidates = match plan(have, &answers) {
             Plan::NoPeer | Plan::Sync { .. } if round == 1 => return Ok(None),
             Plan::NoPeer | Plan::Sync { .. } => {
@@ -485,13 +524,11 @@ pub async fn before_start<A: Application, C: Commit>(
         )
         .await
         {
-            install(&dir, &genesis.ledger, &verified).map_err(|e| {
+            let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            report.verified(peer, verified.height, took_ms);
+            install_reported(&dir, &genesis.ledger, &verified, &report).map_err(|e| {
                 NodeError::Config(format!("catch-up: installing the verified offer: {e}"))
             })?;
-            report.installed_height = Some(verified.height);
-            report.from_peer = Some(peer.to_string());
-            report.took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            write_report(&dir, &report);
             tracing::info!(
                 height = verified.height,
                 %peer,

@@ -399,14 +399,9 @@ pub async fn watch<A, C, V>(
         };
         tracing::warn!(%reason, peers = candidates.len(), "catch-up (running): triggered");
         let mut report = CatchUpReport {
-            have: reason.have,
-            peers_first_height: answers
-                .iter()
-                .map(|(p, a)| (p.to_string(), a.as_ref().ok().map(|h| h.first_height)))
-                .collect(),
             rounds: 1,
             trigger: Some("running".into()),
-            ..CatchUpReport::default()
+            ..CatchUpReport::asked(reason.have, &answers)
         };
         let started = now();
         let fresh = || restorer.fresh();
@@ -420,11 +415,11 @@ pub async fn watch<A, C, V>(
             &mut report,
         )
         .await;
-        report.took_ms = now().saturating_sub(started);
+        let took_ms = now().saturating_sub(started);
+        report.took_ms = took_ms;
         let event = match found {
             Some((peer, verified)) => {
-                report.from_peer = Some(peer.to_string());
-                report.installed_height = Some(verified.height);
+                report.verified(peer, verified.height, took_ms);
                 Event::Found(Box::new(Found {
                     reason,
                     verified,
@@ -486,10 +481,9 @@ pub fn install_found<A: Application, C: Commit>(
         );
         return Ok(Outcome::Stale { height, have });
     }
-    super::install(dir, ledger, &found.verified)?;
     let mut report = found.report;
     report.reason = Some(found.reason);
-    super::fetch::write_report(dir, &report);
+    super::fetch::install_reported(dir, ledger, &found.verified, &report)?;
     shared.count(|c| {
         c.installed = c.installed.saturating_add(1);
         c.last_installed = Some(height);
