@@ -736,14 +736,7 @@ mod tests {
         let before = g.state().clone();
         // A save that wrote its temporary file (whole, or half) and crashed before the rename.
         let mut next = before.clone();
-        next.last.insert(
-            SignKind::Precommit,
-            LastSigned {
-                height: 5,
-                round: 0,
-                digest: [2; 32],
-            },
-        );
+        next.record(SignKind::Precommit, 5, 0, [2; 32]);
         let bytes = next.encode();
         for torn in [&bytes[..], &bytes[..bytes.len() / 2]] {
             write_tmp(&p, torn).unwrap();
