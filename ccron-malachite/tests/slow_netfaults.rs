@@ -74,11 +74,6 @@ fn an_isolated_node_and_a_2_2_split_stall_safely_and_recover_after_the_heal() {
 // duration until then: judged at the end of the run, a restart 2-5 s before it could fail
 // under load).
 #[test]
-#[ignore = "fails when a node killed in round 1+ of a height restarts: the engine's WAL replay \
-            re-signs its round-0 prevote and the signing guard, which keeps only the last \
-            (height, round) per kind, refuses it as lower; the engine then hangs and the node \
-            exits (seen in the first integration's kept home; docs/malachite.md, Not done yet; \
-            issue 23); run with --ignored"]
 fn every_node_killed_at_once_restarts_from_storage_without_losing_a_decided_block() {
     let duration = Duration::from_secs(30);
     // The first seed whose plan kills every node at once at least once.
