@@ -8,6 +8,8 @@
 //! (`CCRON_RUNNING_CATCHUP=off`, inherited by the nodes) the test fails: node 2 stays at
 //! the height it stopped at.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -90,24 +92,16 @@ fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
 #[allow(clippy::disallowed_methods)] // the test's own wall clock: how long the node is paused
 fn a_paused_node_behind_every_pruned_history_catches_up_while_running() {
     const PAUSED: usize = 2;
-    let dir: PathBuf = std::env::temp_dir().join(format!(
-        "ccron-malachite-test-running-catchup-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir: PathBuf = support::scratch("test", "running-catchup");
     let home = dir.join("home");
-    let json = dir.join("report.json");
-    let localnet = Command::new(env!("CARGO_BIN_EXE_ccron-malachite"))
-        .arg("localnet")
-        .args(["--nodes", "4", "--ledger", "demo", "--home"])
-        .arg(&home)
-        .arg("--json")
-        .arg(&json)
-        .args(["--duration", "60s", "--no-kill", "--retain-blocks", "0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("localnet runs");
+    let localnet = support::localnet_command(
+        &dir,
+        "demo",
+        &["--duration", "60s", "--no-kill", "--retain-blocks", "0"],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("localnet runs");
     let node = |i: usize| home.join(format!("node-{i}"));
     let others = [0usize, 1, 3];
 
@@ -138,8 +132,7 @@ fn a_paused_node_behind_every_pruned_history_catches_up_while_running() {
     let firsts = pruned.expect("the others pruned node 2's next height");
     let out = localnet.wait_with_output().expect("localnet finishes");
     println!("{}", String::from_utf8_lossy(&out.stdout));
-    let r: Report = serde_json::from_slice(&std::fs::read(&json).expect("report written"))
-        .expect("report parses");
+    let r: Report = support::read_report(&dir);
     assert!(out.status.success(), "localnet failed: {r:?}");
     assert!(r.honest_agree, "{:?}", r.violations);
     // The same process all along (it restarted itself in place: same PID), no restart from

@@ -2,15 +2,13 @@
 //! validator processes (the localnet kills its children on every exit path, and nodes exit when
 //! the localnet process is gone). The tests run one at a time (a lock) to keep 2 cores usable.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::Mutex;
 
 use ccron_node::localnet::Report;
 use ccron_node::records::NodeStatus;
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn localnet(args: &[&str], name: &str) -> (bool, Report) {
     let (ok, report, _, _) = localnet_with(args, "demo", name);
@@ -81,27 +79,7 @@ fn localnet_with(
 
 /// Runs a localnet of `ledger` and keeps its directory (the caller removes it).
 fn localnet_kept(args: &[&str], ledger: &str, name: &str) -> (bool, Report, PathBuf) {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!(
-        "ccron-malachite-test-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    let json: PathBuf = dir.join("report.json");
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ccron-malachite"))
-        .arg("localnet")
-        .args(["--nodes", "4", "--ledger", ledger, "--home"])
-        .arg(dir.join("home"))
-        .arg("--json")
-        .arg(&json)
-        .args(args)
-        .output()
-        .expect("localnet runs");
-    let report: Report = serde_json::from_slice(&std::fs::read(&json).expect("report written"))
-        .expect("report parses");
-    println!("{}", String::from_utf8_lossy(&out.stdout));
-    (out.status.success(), report, dir)
+    support::run_localnet("test", name, ledger, args)
 }
 
 // Issue 23, item 5: the three others prune their block stores below their snapshots

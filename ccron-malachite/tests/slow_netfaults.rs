@@ -4,41 +4,22 @@
 //! (`--clock-faults`). Each test runs one 4-validator localnet (one at a time: a lock) and
 //! judges its JSON report; a failure prints the report's replay command.
 
+mod support;
+
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use ccron_node::faults::{ClockPlan, FaultKind, FaultPlan, FaultStep};
 use ccron_node::localnet::Report;
 use ccron_node::netfault::WindowKind;
+use support::diagnose;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Runs a demo localnet with `args`; returns its exit status, report and home.
+/// Runs a demo localnet (`--no-kill`) with `args`; returns its exit status, report and home.
 fn localnet(args: &[&str], name: &str) -> (bool, Report, PathBuf) {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!(
-        "ccron-malachite-netfaults-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ccron-malachite"))
-        .arg("localnet")
-        .args(["--nodes", "4", "--ledger", "demo", "--no-kill", "--home"])
-        .arg(dir.join("home"))
-        .arg("--json")
-        .arg(&json)
-        .args(args)
-        .output()
-        .expect("localnet runs");
-    println!("{}", String::from_utf8_lossy(&out.stdout));
-    let report: Report = serde_json::from_slice(&std::fs::read(&json).expect("report written"))
-        .expect("report parses");
+    let args: Vec<&str> = ["--no-kill"].iter().chain(args).copied().collect();
+    let (ok, report, dir) = support::run_localnet("netfaults", name, "demo", &args);
     println!("replay: {}", report.replay);
-    (out.status.success(), report, dir)
+    (ok, report, dir)
 }
 
 // One node isolated (3 of 4 are a quorum: the others decide on, the isolated node catches up
@@ -51,7 +32,7 @@ fn an_isolated_node_and_a_2_2_split_stall_safely_and_recover_after_the_heal() {
     let net = r.net_faults.as_ref().expect("net fault report");
     println!("{:#?}", net.windows);
     println!("{:?}", net.counters);
-    assert!(ok && r.honest_agree, "{:?}", r.violations);
+    assert!(ok && r.honest_agree, "{}", diagnose(&r));
     // Every directed link carried consensus bytes: the nodes dialed the proxies.
     for a in 0..4 {
         for b in (0..4).filter(|&b| b != a) {
@@ -88,10 +69,11 @@ fn an_isolated_node_and_a_2_2_split_stall_safely_and_recover_after_the_heal() {
 
 // Every node SIGKILLed at once (mid-append, mid-snapshot: wherever they were), all restarted
 // from their storage: no decided block lost or changed (each node's blocks.log before the kill
-// against after the run, by value id), the nodes' stores equal, and the chain resumes.
+// against after the run, by value id), the nodes' stores equal, and the chain resumes within
+// the bound counted from the last restart (`KILL_ALL_RESUME_BOUND`; the localnet runs past its
+// duration until then: judged at the end of the run, a restart 2-5 s before it could fail
+// under load).
 #[test]
-#[ignore = "flaky: failed 1 of 3 runs at its first integration (ok && honest_agree), cause not \
-            found yet; run with --ignored (issue 23)"]
 fn every_node_killed_at_once_restarts_from_storage_without_losing_a_decided_block() {
     let duration = Duration::from_secs(30);
     // The first seed whose plan kills every node at once at least once.
@@ -111,12 +93,14 @@ fn every_node_killed_at_once_restarts_from_storage_without_losing_a_decided_bloc
     );
     let k = r.kill_all.clone().expect("kill-all report");
     println!("{k:?} faults {:?}", r.faults);
-    assert!(ok && r.honest_agree, "{:?}", r.violations);
-    assert!(k.kill_alls >= 1 && k.height_at_kill > 0, "{k:?}");
-    assert!(k.blocks_compared >= k.height_at_kill, "{k:?}");
-    assert_eq!((k.lost, k.changed, k.nodes_disagree), (0, 0, 0), "{k:?}");
-    assert!(k.heights_after > 0, "{k:?}");
-    assert!(r.restarts >= 4, "{:?}", r.faults);
+    assert!(ok && r.honest_agree, "{}", diagnose(&r));
+    let why = diagnose(&r);
+    assert!(k.kill_alls >= 1 && k.height_at_kill > 0, "{why}");
+    assert!(k.blocks_compared >= k.height_at_kill, "{why}");
+    assert_eq!((k.lost, k.changed, k.nodes_disagree), (0, 0, 0), "{why}");
+    assert!(k.heights_after > 0, "{why}");
+    assert!(k.resumed_after_ms.is_some_and(|ms| ms < 20_000), "{why}");
+    assert!(r.restarts >= 4, "{why}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -142,7 +126,7 @@ fn clock_jumps_per_process_keep_the_agreed_time_monotone_and_between_honest_cloc
     for n in &r.nodes {
         println!("node {} refusals {:?}", n.id, n.refusals);
     }
-    assert!(ok && r.honest_agree, "{:?}", r.violations);
+    assert!(ok && r.honest_agree, "{}", diagnose(&r));
     assert_eq!(
         c.events.len(),
         ClockPlan::new(seed, 4, duration).events.len()

@@ -1,13 +1,19 @@
 //! The validator's signing guard (Tendermint's `priv_validator_state`, engine-free): a small
 //! file kept beside the validator's key, outside the node's home, recording per kind of signed
-//! message (proposal, proposal part, prevote, precommit) the highest `(height, round)` this key
-//! signed and the digest of what it signed there. Before any signature of those kinds the
-//! adapter asks [`SigningGuard::sign`]:
+//! message (proposal, proposal part, prevote, precommit) the highest height this key signed at
+//! and, at that height, the digest of what it signed in each round (the last
+//! [`MAX_ROUNDS_KEPT`] rounds). Before any signature of those kinds the adapter asks
+//! [`SigningGuard::sign`]:
 //!
-//! - below the kind's last `(height, round)`: refused ([`SignRefusal::Lower`]);
-//! - at the same `(height, round)` with another digest: refused ([`SignRefusal::Conflict`]);
-//! - the identical message again: allowed ([`Check::Same`]; the signature is deterministic,
-//!   so the same bytes go out);
+//! - a message already signed, byte for byte (same height, round and digest), again: allowed
+//!   ([`Check::Same`]; the signature is deterministic, so the same bytes go out). This is
+//!   what an engine's WAL replay after a crash asks for: a node that signed a round-0 prevote,
+//!   then a round-1 prevote at the same height, and crashed, replays the round-0 one first.
+//!   Refusing it halted the node at every restart (Malachite 0.8.2 treats a refused signature
+//!   as fatal): found by the localnet's kill-all test;
+//! - below the kind's last `(height, round)` and not signed before: refused
+//!   ([`SignRefusal::Lower`]);
+//! - at a signed `(height, round)` with another digest: refused ([`SignRefusal::Conflict`]);
 //! - above: the new record is written durably (temporary file, fsync, rename, directory
 //!   fsync) **before** the signature is made ([`Check::New`]).
 //!
@@ -40,11 +46,18 @@ pub fn default_path(home: &Path, index: usize) -> PathBuf {
 }
 
 const MAGIC: &[u8; 8] = b"CCRSIGN\0";
-const VERSION: u8 = 1;
-/// Bytes of one record: kind, height, round, digest.
-const RECORD_BYTES: usize = 1 + 8 + 8 + 32;
-/// The largest file the guard reads (far above the 4 records it writes).
-pub const MAX_STATE_BYTES: u64 = 4096;
+/// The file's layout: 2 keeps every round's digest at the kind's height; 1 (read, migrated)
+/// kept only the last `(height, round)`.
+const VERSION: u8 = 2;
+/// Bytes of one layout-1 record: kind, height, round, digest.
+const V1_RECORD_BYTES: usize = 1 + 8 + 8 + 32;
+/// Bytes of one round in layout 2: round, digest.
+const ROUND_BYTES: usize = 8 + 32;
+/// Rounds kept per kind at its height: a re-sign of an older round there is refused as
+/// [`SignRefusal::Lower`] (loud, never an equivocation).
+pub const MAX_ROUNDS_KEPT: usize = 32;
+/// The largest file the guard reads (above the 4 kinds x [`MAX_ROUNDS_KEPT`] rounds it writes).
+pub const MAX_STATE_BYTES: u64 = 16 * 1024;
 
 /// A kind of signed message the guard orders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -99,15 +112,21 @@ impl std::fmt::Display for SignKind {
     }
 }
 
-/// The last message of one kind this key signed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What this key signed of one kind at the highest height it signed that kind at.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LastSigned {
-    /// Its height.
+    /// The height.
     pub height: u64,
-    /// Its round.
-    pub round: i64,
-    /// SHA-256 of its signing bytes.
-    pub digest: [u8; 32],
+    /// Per round signed at `height` (the last [`MAX_ROUNDS_KEPT`], never empty): SHA-256 of
+    /// the message's signing bytes.
+    pub rounds: BTreeMap<i64, [u8; 32]>,
+}
+
+impl LastSigned {
+    /// The highest round signed at [`height`](Self::height).
+    pub fn round(&self) -> i64 {
+        self.rounds.keys().next_back().copied().unwrap_or(i64::MIN)
+    }
 }
 
 /// What a validator key signed (the file's content).
@@ -116,7 +135,7 @@ pub struct SigningState {
     /// Nothing at or below this height is signed (raised to the highest recorded height when
     /// the node starts without its WAL; 0: none).
     pub floor: u64,
-    /// The last signed message per kind.
+    /// Per kind, what was signed at its highest height.
     pub last: BTreeMap<SignKind, LastSigned>,
 }
 
@@ -250,8 +269,10 @@ impl SigningState {
         digest: &[u8; 32],
     ) -> Result<Check, SignRefusal> {
         let last = self.last.get(&kind);
-        let at_last = last.is_some_and(|l| (l.height, l.round) == (height, round));
-        if at_last && last.is_some_and(|l| l.digest == *digest) {
+        let signed = last
+            .filter(|l| l.height == height)
+            .and_then(|l| l.rounds.get(&round));
+        if signed == Some(digest) {
             return Ok(Check::Same);
         }
         if height <= self.floor {
@@ -262,7 +283,7 @@ impl SigningState {
                 floor: self.floor,
             });
         }
-        if at_last {
+        if signed.is_some() {
             return Err(SignRefusal::Conflict {
                 kind,
                 height,
@@ -270,17 +291,35 @@ impl SigningState {
             });
         }
         if let Some(l) = last
-            && (height, round) < (l.height, l.round)
+            && (height, round) < (l.height, l.round())
         {
             return Err(SignRefusal::Lower {
                 kind,
                 height,
                 round,
                 last_height: l.height,
-                last_round: l.round,
+                last_round: l.round(),
             });
         }
         Ok(Check::New)
+    }
+
+    /// Records a message [`check`](Self::check) found [`Check::New`]: a new height replaces
+    /// the kind's rounds, a higher round at the same height joins them (the oldest beyond
+    /// [`MAX_ROUNDS_KEPT`] forgotten).
+    fn record(&mut self, kind: SignKind, height: u64, round: i64, digest: [u8; 32]) {
+        let entry = self.last.entry(kind).or_insert_with(|| LastSigned {
+            height,
+            rounds: BTreeMap::new(),
+        });
+        if entry.height != height {
+            entry.height = height;
+            entry.rounds.clear();
+        }
+        entry.rounds.insert(round, digest);
+        while entry.rounds.len() > MAX_ROUNDS_KEPT {
+            entry.rounds.pop_first();
+        }
     }
 
     /// The highest height recorded (0: none).
@@ -288,10 +327,10 @@ impl SigningState {
         self.last.values().map(|l| l.height).max().unwrap_or(0)
     }
 
-    /// The file's bytes: magic, version, floor, record count, records (kind, height, round,
-    /// digest), SHA-256 of all before it.
+    /// The file's bytes (layout 2): magic, version, floor, kind count, per kind (kind,
+    /// height, round count, per round (round, digest)), SHA-256 of all before it.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64 + RECORD_BYTES * self.last.len());
+        let mut out = Vec::with_capacity(64 + (10 + ROUND_BYTES) * self.last.len());
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
         out.extend_from_slice(&self.floor.to_le_bytes());
@@ -299,15 +338,19 @@ impl SigningState {
         for (k, l) in &self.last {
             out.push(k.code());
             out.extend_from_slice(&l.height.to_le_bytes());
-            out.extend_from_slice(&l.round.to_le_bytes());
-            out.extend_from_slice(&l.digest);
+            out.push(u8::try_from(l.rounds.len()).unwrap_or(u8::MAX));
+            for (round, digest) in &l.rounds {
+                out.extend_from_slice(&round.to_le_bytes());
+                out.extend_from_slice(digest);
+            }
         }
         let sum = Sha256::digest(&out);
         out.extend_from_slice(&sum);
         out
     }
 
-    /// Decodes [`encode`](Self::encode)'s bytes; `Err` names what failed.
+    /// Decodes [`encode`](Self::encode)'s bytes, and layout 1's (each kind's one round); `Err` names
+    /// what failed.
     ///
     /// # Errors
     /// A bad magic, version, length, checksum or record.
@@ -323,40 +366,66 @@ impl SigningState {
         if &body[..MAGIC.len()] != MAGIC {
             return Err("bad magic".into());
         }
-        if body[MAGIC.len()] != VERSION {
-            return Err(format!("unknown version {}", body[MAGIC.len()]));
+        let version = body[MAGIC.len()];
+        if version != 1 && version != VERSION {
+            return Err(format!("unknown version {version}"));
         }
-        let u64_at = |at: usize| -> u64 {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&body[at..at + 8]);
-            u64::from_le_bytes(b)
+        let u64_at = |at: usize| -> Result<u64, String> {
+            let b = body
+                .get(at..at + 8)
+                .ok_or_else(|| format!("truncated at byte {at}"))?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            Ok(u64::from_le_bytes(a))
         };
-        let floor = u64_at(MAGIC.len() + 1);
+        let byte_at = |at: usize| {
+            body.get(at)
+                .copied()
+                .ok_or(format!("truncated at byte {at}"))
+        };
+        let digest_at = |at: usize| -> Result<[u8; 32], String> {
+            let b = body
+                .get(at..at + 32)
+                .ok_or_else(|| format!("truncated at byte {at}"))?;
+            let mut d = [0u8; 32];
+            d.copy_from_slice(b);
+            Ok(d)
+        };
+        let floor = u64_at(MAGIC.len() + 1)?;
         let count = usize::from(body[head - 1]);
-        if body.len() != head + count * RECORD_BYTES {
-            return Err(format!("length {} for {count} records", body.len()));
-        }
         let mut last = BTreeMap::new();
-        for i in 0..count {
-            let at = head + i * RECORD_BYTES;
-            let kind = SignKind::of_code(body[at]).ok_or(format!("unknown kind {}", body[at]))?;
-            let height = u64_at(at + 1);
-            let round = i64::from_le_bytes(u64_at(at + 9).to_le_bytes());
-            let mut digest = [0u8; 32];
-            digest.copy_from_slice(&body[at + 17..at + 49]);
-            if last
-                .insert(
-                    kind,
-                    LastSigned {
-                        height,
-                        round,
-                        digest,
-                    },
-                )
-                .is_some()
-            {
+        let mut at = head;
+        for _ in 0..count {
+            let code = byte_at(at)?;
+            let kind = SignKind::of_code(code).ok_or(format!("unknown kind {code}"))?;
+            let height = u64_at(at + 1)?;
+            let mut rounds = BTreeMap::new();
+            if version == 1 {
+                // Layout 1 (migrated): one round per kind.
+                let round = i64::from_le_bytes(u64_at(at + 9)?.to_le_bytes());
+                rounds.insert(round, digest_at(at + 17)?);
+                at += V1_RECORD_BYTES;
+            } else {
+                let n = usize::from(byte_at(at + 9)?);
+                if n == 0 || n > MAX_ROUNDS_KEPT {
+                    return Err(format!("kind {kind}: {n} rounds"));
+                }
+                at += 10;
+                for _ in 0..n {
+                    let round = i64::from_le_bytes(u64_at(at)?.to_le_bytes());
+                    if rounds.keys().next_back().is_some_and(|r| *r >= round) {
+                        return Err(format!("kind {kind}: rounds out of order"));
+                    }
+                    rounds.insert(round, digest_at(at + 8)?);
+                    at += ROUND_BYTES;
+                }
+            }
+            if last.insert(kind, LastSigned { height, rounds }).is_some() {
                 return Err(format!("kind {kind} twice"));
             }
+        }
+        if at != body.len() {
+            return Err(format!("length {} for {count} kinds", body.len()));
         }
         Ok(Self { floor, last })
     }
@@ -517,14 +586,7 @@ impl SigningGuard {
             .and_then(|c| {
                 if c == Check::New {
                     let mut next = self.state.clone();
-                    next.last.insert(
-                        kind,
-                        LastSigned {
-                            height,
-                            round,
-                            digest,
-                        },
-                    );
+                    next.record(kind, height, round, digest);
                     self.save(&next).map_err(|e| SignRefusal::NotSaved {
                         kind,
                         height,
@@ -674,14 +736,7 @@ mod tests {
         let before = g.state().clone();
         // A save that wrote its temporary file (whole, or half) and crashed before the rename.
         let mut next = before.clone();
-        next.last.insert(
-            SignKind::Precommit,
-            LastSigned {
-                height: 5,
-                round: 0,
-                digest: [2; 32],
-            },
-        );
+        next.record(SignKind::Precommit, 5, 0, [2; 32]);
         let bytes = next.encode();
         for torn in [&bytes[..], &bytes[..bytes.len() / 2]] {
             write_tmp(&p, torn).unwrap();
@@ -755,5 +810,137 @@ mod tests {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         assert_eq!(g.sign(SignKind::Prevote, 1, 0, [2; 32]), Ok(Check::New));
         assert_eq!(g.counters().refused.get("not_saved"), Some(&1));
+    }
+
+    /// The localnet's kill-all failure (issue 23): a node signs a round-0 prevote, times out,
+    /// signs a round-1 prevote at the same height and is killed; at restart the engine's WAL
+    /// replays the round-0 prevote first. The identical message is allowed again (the same
+    /// signature bytes); another value at round 0, or a round never signed, still is not.
+    #[test]
+    fn a_wal_replay_of_an_earlier_round_at_the_same_height_is_signed_again() {
+        let p = dir("replay").join(SIGNING_STATE_FILE);
+        let mut g = SigningGuard::open(&p, true).unwrap();
+        assert_eq!(g.sign(SignKind::Prevote, 292, 0, [1; 32]), Ok(Check::New));
+        assert_eq!(g.sign(SignKind::Prevote, 292, 2, [2; 32]), Ok(Check::New));
+        drop(g);
+        let mut g = SigningGuard::open(&p, true).unwrap();
+        assert_eq!(g.sign(SignKind::Prevote, 292, 0, [1; 32]), Ok(Check::Same));
+        assert_eq!(g.sign(SignKind::Prevote, 292, 2, [2; 32]), Ok(Check::Same));
+        assert_eq!(
+            g.sign(SignKind::Prevote, 292, 0, [9; 32]),
+            Err(SignRefusal::Conflict {
+                kind: SignKind::Prevote,
+                height: 292,
+                round: 0
+            })
+        );
+        assert!(matches!(
+            g.sign(SignKind::Prevote, 292, 1, [1; 32]),
+            Err(SignRefusal::Lower { last_round: 2, .. })
+        ));
+        // A new height forgets the old one's rounds: its messages are refused as lower.
+        assert_eq!(g.sign(SignKind::Prevote, 293, 0, [3; 32]), Ok(Check::New));
+        assert!(matches!(
+            g.sign(SignKind::Prevote, 292, 0, [1; 32]),
+            Err(SignRefusal::Lower { .. })
+        ));
+        assert_eq!(g.counters().resigned, 2);
+    }
+
+    #[test]
+    fn only_the_last_rounds_are_kept_and_the_file_stays_bounded() {
+        let p = dir("rounds").join(SIGNING_STATE_FILE);
+        let mut g = SigningGuard::open(&p, true).unwrap();
+        for kind in SignKind::ALL {
+            for round in 0..(MAX_ROUNDS_KEPT as i64 + 5) {
+                assert_eq!(g.sign(kind, 40, round, [round as u8; 32]), Ok(Check::New));
+            }
+        }
+        let bytes = std::fs::read(&p).unwrap();
+        assert!(bytes.len() as u64 <= MAX_STATE_BYTES, "{}", bytes.len());
+        let rounds = &g.state().last[&SignKind::Precommit].rounds;
+        assert_eq!(rounds.len(), MAX_ROUNDS_KEPT);
+        assert_eq!(rounds.keys().next(), Some(&5));
+        // The forgotten rounds are refused (loudly), the kept ones re-signed.
+        assert!(matches!(
+            g.sign(SignKind::Precommit, 40, 4, [4; 32]),
+            Err(SignRefusal::Lower { .. })
+        ));
+        assert_eq!(g.sign(SignKind::Precommit, 40, 5, [5; 32]), Ok(Check::Same));
+        assert_eq!(SigningState::decode(&bytes).unwrap(), *g.state());
+    }
+
+    /// A layout-1 file (the last `(height, round)` per kind, written by builds before layout 2)
+    /// is read as each kind's one round and rewritten in layout 2 at the next signature.
+    #[test]
+    fn a_layout_1_file_is_migrated() {
+        // Layout 1: floor 7; Part at (292, 1) digest 0xab..; Prevote at (291, 0) digest 0xcd...
+        const V1: &str = "4343525349474e00010700000000000000020224010000000000000100000000000000\
+                          abababababababababababababababababababababababababababababababab0323\
+                          010000000000000000000000000000cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd\
+                          cdcdcdcdcdcdcdcdcdcdcdcdcdcd0e55476b652fdb0c221f7446f204b6eca4b4d6\
+                          97678b82c85e9cfb1a180412d4";
+        let bytes: Vec<u8> = (0..V1.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&V1[i..i + 2], 16).unwrap())
+            .collect();
+        let state = SigningState::decode(&bytes).unwrap();
+        assert_eq!(state.floor, 7);
+        assert_eq!(state.last[&SignKind::Part].height, 292);
+        assert_eq!(
+            state.last[&SignKind::Part].rounds,
+            BTreeMap::from([(1, [0xab; 32])])
+        );
+        assert_eq!(
+            state.last[&SignKind::Prevote].rounds,
+            BTreeMap::from([(0, [0xcd; 32])])
+        );
+        let p = dir("v1").join(SIGNING_STATE_FILE);
+        std::fs::write(&p, &bytes).unwrap();
+        let mut g = SigningGuard::open(&p, true).unwrap();
+        assert_eq!(g.sign(SignKind::Part, 292, 1, [0xab; 32]), Ok(Check::Same));
+        assert!(g.sign(SignKind::Part, 292, 0, [0xab; 32]).is_err());
+        assert_eq!(g.sign(SignKind::Part, 292, 2, [0xef; 32]), Ok(Check::New));
+        let written = std::fs::read(&p).unwrap();
+        assert_eq!(written[MAGIC.len()], VERSION);
+        let again = SigningState::decode(&written).unwrap();
+        assert_eq!(
+            again.last[&SignKind::Part].rounds,
+            BTreeMap::from([(1, [0xab; 32]), (2, [0xef; 32])])
+        );
+        assert_eq!(
+            again.last[&SignKind::Prevote],
+            state.last[&SignKind::Prevote]
+        );
+    }
+
+    #[test]
+    fn layout_2_records_out_of_bounds_are_refused() {
+        let mut st = SigningState::default();
+        st.record(SignKind::Prevote, 3, 0, [1; 32]);
+        st.record(SignKind::Prevote, 3, 1, [2; 32]);
+        let good = st.encode();
+        assert_eq!(SigningState::decode(&good).unwrap(), st);
+        let reseal = |mut body: Vec<u8>| {
+            body.truncate(body.len() - 32);
+            let sum = Sha256::digest(&body);
+            body.extend_from_slice(&sum);
+            body
+        };
+        let rounds_at = MAGIC.len() + 1 + 8 + 1 + 1 + 8;
+        // Zero rounds, too many rounds, rounds out of order, a truncated record.
+        let mut zero = good.clone();
+        zero[rounds_at] = 0;
+        assert!(SigningState::decode(&reseal(zero)).is_err());
+        let mut many = good.clone();
+        many[rounds_at] = (MAX_ROUNDS_KEPT + 1) as u8;
+        assert!(SigningState::decode(&reseal(many)).is_err());
+        let mut swapped = good.clone();
+        let first = rounds_at + 1;
+        swapped[first..first + 8].copy_from_slice(&5i64.to_le_bytes());
+        assert!(SigningState::decode(&reseal(swapped)).is_err());
+        let mut short = good.clone();
+        short.truncate(good.len() - 33);
+        assert!(SigningState::decode(&reseal(short)).is_err());
     }
 }

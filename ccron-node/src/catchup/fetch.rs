@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,6 +34,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 
+use super::backoff::{Backoff, is_busy, retry_after};
 use super::serve::{HISTORY_ROUTE, HistoryInfo, OFFER_ROUTE};
 use super::{CatchUpError, CommitVerifier, MAX_OFFER_BYTES, Verified, install, judge};
 use crate::core::{Factory, LedgerSpec, NodeError, NodeOptions, node_dir, read_genesis};
@@ -73,6 +74,10 @@ impl Default for FetchConfig {
 pub struct PeerClient {
     client: Client<HttpConnector, Empty<Bytes>>,
     cfg: FetchConfig,
+    /// Peers that answered busy or failing, not asked again before their pause ends.
+    backoff: Arc<Mutex<Backoff>>,
+    /// The origin of the backoff's milliseconds.
+    origin: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for PeerClient {
@@ -94,10 +99,22 @@ impl PeerClient {
                 .pool_max_idle_per_host(0)
                 .build(c),
             cfg,
+            backoff: Arc::new(Mutex::new(Backoff::default())),
+            origin: tokio::time::Instant::now(),
         }
     }
 
-    /// `GET route` of `peer`: a `200` body of at most `limit` bytes within `deadline`.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
+        self.backoff.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `GET route` of `peer`: a `200` body of at most `limit` bytes within `deadline`. A
+    /// peer backed off ([`super::backoff`]) is refused without asking; a `429` or `5xx`
+    /// answer backs it off; a `200` forgets it.
     async fn get(
         &self,
         peer: SocketAddr,
@@ -105,6 +122,12 @@ impl PeerClient {
         limit: usize,
         deadline: Duration,
     ) -> Result<Bytes, CatchUpError> {
+        if let Err((status, retry_in_ms)) = self.backoff().check(peer, self.now_ms()) {
+            return Err(CatchUpError::Busy {
+                status,
+                retry_in_ms,
+            });
+        }
         let req = hyper::Request::get(format!("http://{peer}{route}"))
             .body(Empty::new())
             .map_err(|e| CatchUpError::Fetch(e.to_string()))?;
@@ -115,6 +138,20 @@ impl PeerClient {
                 .await
                 .map_err(|e| CatchUpError::Fetch(format!("{peer}{route}: {e}")))?;
             let code = resp.status().as_u16();
+            if is_busy(code) {
+                let wait = retry_after(resp.headers());
+                let pause = self.backoff().busy(peer, code, wait, self.now_ms());
+                let retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+                tracing::warn!(%peer, route, status = code, retry_in_ms,
+                    "catch-up: a peer answered busy; backing off");
+                return Err(CatchUpError::Busy {
+                    status: code,
+                    retry_in_ms,
+                });
+            }
+            if code == 200 {
+                self.backoff().ok(peer);
+            }
             if code != 200 {
                 return Err(CatchUpError::Fetch(format!("{peer}{route}: status {code}")));
             }
@@ -248,6 +285,22 @@ pub struct CatchUpReport {
 }
 
 impl CatchUpReport {
+    /// The report of a node at `have` whose peers answered `answers`.
+    pub fn asked(have: u64, answers: &[(SocketAddr, Result<HistoryInfo, CatchUpError>)]) -> Self {
+        Self {
+            have,
+            peers_first_height: first_heights(answers),
+            ..Self::default()
+        }
+    }
+
+    /// `peer`'s offer at `height` verified, `took_ms` after the first question.
+    pub fn verified(&mut self, peer: SocketAddr, height: u64, took_ms: u64) {
+        self.installed_height = Some(height);
+        self.from_peer = Some(peer.to_string());
+        self.took_ms = took_ms;
+    }
+
     fn refused(&mut self, peer: SocketAddr, e: &CatchUpError) {
         tracing::warn!(%peer, kind = e.kind(), error = %e, "catch-up: a peer's offer refused");
         *self
@@ -284,6 +337,32 @@ pub async fn first_verified<A: Application, C: Commit>(
         }
     }
     None
+}
+
+/// The peers' first heights as they answered (`None`: no answer), for the report.
+pub fn first_heights(
+    answers: &[(SocketAddr, Result<HistoryInfo, CatchUpError>)],
+) -> BTreeMap<String, Option<u64>> {
+    answers
+        .iter()
+        .map(|(p, a)| (p.to_string(), a.as_ref().ok().map(|h| h.first_height)))
+        .collect()
+}
+
+/// Installs a verified offer in node directory `dir` ([`install`], crash-safe), then writes
+/// its report beside it (`catchup.json`).
+///
+/// # Errors
+/// The install's I/O errors (the old store is then intact).
+pub fn install_reported<A: Application, C: Commit>(
+    dir: &Path,
+    ledger: &str,
+    verified: &Verified<A, C>,
+    report: &CatchUpReport,
+) -> Result<(), CatchUpError> {
+    install(dir, ledger, verified)?;
+    write_report(dir, report);
+    Ok(())
 }
 
 /// Every peer's history, asked at once (each under its deadline), in `peers`' order.
@@ -410,10 +489,7 @@ pub async fn before_start<A: Application, C: Commit>(
     for round in 1..=cfg.rounds.max(1) {
         report.rounds = round;
         let answers = histories(&client, peers).await;
-        report.peers_first_height = answers
-            .iter()
-            .map(|(p, a)| (p.to_string(), a.as_ref().ok().map(|h| h.first_height)))
-            .collect();
+        report.peers_first_height = first_heights(&answers);
         let candidates = match plan(have, &answers) {
             Plan::NoPeer | Plan::Sync { .. } if round == 1 => return Ok(None),
             Plan::NoPeer | Plan::Sync { .. } => {
@@ -448,13 +524,11 @@ pub async fn before_start<A: Application, C: Commit>(
         )
         .await
         {
-            install(&dir, &genesis.ledger, &verified).map_err(|e| {
+            let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            report.verified(peer, verified.height, took_ms);
+            install_reported(&dir, &genesis.ledger, &verified, &report).map_err(|e| {
                 NodeError::Config(format!("catch-up: installing the verified offer: {e}"))
             })?;
-            report.installed_height = Some(verified.height);
-            report.from_peer = Some(peer.to_string());
-            report.took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            write_report(&dir, &report);
             tracing::info!(
                 height = verified.height,
                 %peer,
@@ -500,19 +574,7 @@ fn factory_failed(reason: &str) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn peer(i: u8) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, i], 1))
-    }
-
-    fn h(first: u64, offer: Option<u64>) -> Result<HistoryInfo, CatchUpError> {
-        Ok(HistoryInfo {
-            first_height: first,
-            last_height: first + 50,
-            offer_height: offer,
-            ..HistoryInfo::default()
-        })
-    }
+    use crate::catchup::testkit::{answering, h, peer};
 
     #[test]
     fn a_node_catches_up_only_when_below_every_reachable_history() {
@@ -546,37 +608,6 @@ mod tests {
         );
     }
 
-    /// A peer answering `head` then `body` (at `drip` per byte when set), to every connection.
-    async fn raw_peer(head: &'static str, body: Vec<u8>, drip: Option<Duration>) -> SocketAddr {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = l.accept().await {
-                let body = body.clone();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4_096];
-                    let _ = s.read(&mut buf).await;
-                    let _ = s.write_all(head.as_bytes()).await;
-                    match drip {
-                        Some(d) => {
-                            for b in body {
-                                if s.write_all(&[b]).await.is_err() {
-                                    return;
-                                }
-                                tokio::time::sleep(d).await;
-                            }
-                        }
-                        None => {
-                            let _ = s.write_all(&body).await;
-                        }
-                    }
-                });
-            }
-        });
-        addr
-    }
-
     #[tokio::test]
     async fn a_slow_oversized_or_failing_peer_costs_its_deadline_and_is_refused_by_kind() {
         let cfg = FetchConfig {
@@ -586,14 +617,14 @@ mod tests {
         };
         let client = PeerClient::new(cfg);
         // Drips a valid history, a byte every 50 ms: past the deadline.
-        let slow = raw_peer(
+        let slow = answering(
             "HTTP/1.1 200 OK\r\ncontent-length: 60\r\n\r\n",
             br#"{"first_height":1,"last_height":2,"offer_height":null}      "#.to_vec(),
             Some(Duration::from_millis(50)),
         )
         .await;
         // Declares a body above the bound: refused before reading it.
-        let declared = raw_peer(
+        let declared = answering(
             "HTTP/1.1 200 OK\r\ncontent-length: 999999999999\r\n\r\n",
             Vec::new(),
             None,
@@ -601,19 +632,19 @@ mod tests {
         .await;
         // Chunked, no length, more than the bound.
         let chunk = format!("{:x}\r\n{}\r\n", 5_000, "x".repeat(5_000));
-        let endless = raw_peer(
+        let endless = answering(
             "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
             chunk.into_bytes(),
             None,
         )
         .await;
-        let missing = raw_peer(
+        let missing = answering(
             "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
             Vec::new(),
             None,
         )
         .await;
-        let junk = raw_peer(
+        let junk = answering(
             "HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n",
             b"{x}".to_vec(),
             None,

@@ -33,9 +33,12 @@
 //! starts; [`running`]: the same catch-up for a node that falls behind every peer's history
 //! while its engine runs (detection, then a verified offer handed to the node's loop).
 
+pub mod backoff;
 pub mod fetch;
 pub mod running;
 pub mod serve;
+#[cfg(test)]
+pub(crate) mod testkit;
 
 use std::path::Path;
 
@@ -88,6 +91,15 @@ pub enum CatchUpError {
     /// The peer did not answer in time, or with an error.
     #[error("fetch: {0}")]
     Fetch(String),
+    /// The peer answered `429` or `5xx`, or is still backed off after such an answer
+    /// ([`backoff`]): not asked before `retry_in_ms`.
+    #[error("peer busy (status {status}); not asked again for {retry_in_ms} ms")]
+    Busy {
+        /// Its (last) status.
+        status: u16,
+        /// Milliseconds before it is asked again.
+        retry_in_ms: u64,
+    },
     /// Larger than [`MAX_OFFER_BYTES`].
     #[error("offer of {bytes} bytes, above the bound {MAX_OFFER_BYTES}")]
     TooLarge {
@@ -139,6 +151,7 @@ impl CatchUpError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Fetch(_) => "fetch",
+            Self::Busy { .. } => "busy",
             Self::TooLarge { .. } => "too_large",
             Self::Decode(_) => "decode",
             Self::Snapshot(_) => "snapshot",
@@ -487,17 +500,51 @@ mod tests {
         }
     }
 
+    /// A peer of the chain pruned below its newest snapshot (70 heights, a snapshot every 20:
+    /// its history from 41, its offer at 60) in scratch directory `name`: the directory, the
+    /// state digests, its snapshots and store, and a liar's slot serving the same offer with a
+    /// forged commit (round 9).
+    fn pruned_peer_and_liar(
+        name: &str,
+    ) -> (
+        PathBuf,
+        Vec<[u8; 32]>,
+        Snapshots,
+        BlockStore<PlainCommit>,
+        serve::OfferSlot,
+    ) {
+        let honest = scratch(name);
+        let digests = node(&honest, 70, 20, 0);
+        let snaps = Snapshots::open(&honest.join("snapshots")).unwrap();
+        let mut store = BlockStore::<PlainCommit>::open(&honest.join("blocks.log")).unwrap();
+        snaps.prune_store(&mut store, 0).unwrap().unwrap();
+        let liar = serve::OfferSlot::new();
+        liar.refresh(&snaps, store.base(), 70, |h| {
+            store.get(h).unwrap().map(|mut d| {
+                if h == 61 {
+                    d.commit.round = 9;
+                }
+                d
+            })
+        });
+        (honest, digests, snaps, store, liar)
+    }
+
+    /// `slot`'s routes behind the node's bounded server on loopback; its address.
+    async fn serve(slot: &serve::OfferSlot) -> std::net::SocketAddr {
+        let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        crate::api::serve_router(any, slot.router(), crate::api::server_config())
+            .await
+            .unwrap()
+    }
+
     /// Steps 1 and 2 over real sockets: the honest node's slot served behind the node's
     /// bounded server, fetched by the bounded client, verified; a peer offering a forged
     /// commit and a peer not answering are refused on the way, each by its kind.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_served_offer_is_fetched_verified_and_a_lying_peer_refused() {
         use fetch::{CatchUpReport, FetchConfig, PeerClient, first_verified};
-        let honest = scratch("served");
-        let digests = node(&honest, 70, 20, 0);
-        let snaps = Snapshots::open(&honest.join("snapshots")).unwrap();
-        let mut store = BlockStore::<PlainCommit>::open(&honest.join("blocks.log")).unwrap();
-        snaps.prune_store(&mut store, 0).unwrap().unwrap();
+        let (honest, digests, snaps, store, liar) = pruned_peer_and_liar("served");
         let slot = serve::OfferSlot::new();
         // Block 61 decided after the snapshot at 60: the slot publishes the pair.
         slot.after_decide(&snaps, store.base(), 61, |h| store.get(h).unwrap());
@@ -513,24 +560,8 @@ mod tests {
                 offers_unpublished: 0,
             }
         );
-        // A liar: the honest offer with a forged commit (round 9), served the same way.
-        let liar = serve::OfferSlot::new();
-        liar.refresh(&snaps, store.base(), 70, |h| {
-            store.get(h).unwrap().map(|mut d| {
-                if h == 61 {
-                    d.commit.round = 9;
-                }
-                d
-            })
-        });
-        let cfg = crate::api::server_config();
+        let (good, bad) = (serve(&slot).await, serve(&liar).await);
         let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let good = crate::api::serve_router(any, slot.router(), cfg)
-            .await
-            .unwrap();
-        let bad = crate::api::serve_router(any, liar.router(), cfg)
-            .await
-            .unwrap();
         // A port nobody listens on.
         let gone = {
             let l = std::net::TcpListener::bind(any).unwrap();
@@ -567,31 +598,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stalled_node_behind_every_history_is_detected_and_installs_a_verified_offer() {
         use running::{Event, Outcome, RunningConfig, Shared, install_found, watch};
-        let honest = scratch("running-honest");
-        let digests = node(&honest, 70, 20, 0);
-        let snaps = Snapshots::open(&honest.join("snapshots")).unwrap();
-        let mut store = BlockStore::<PlainCommit>::open(&honest.join("blocks.log")).unwrap();
-        snaps.prune_store(&mut store, 0).unwrap().unwrap();
+        let (honest, digests, snaps, store, liar) = pruned_peer_and_liar("running-honest");
         let slot = serve::OfferSlot::new();
         slot.refresh(&snaps, store.base(), 70, |h| store.get(h).unwrap());
         assert_eq!(slot.history().offer_height, Some(60));
-        let liar = serve::OfferSlot::new();
-        liar.refresh(&snaps, store.base(), 70, |h| {
-            store.get(h).unwrap().map(|mut d| {
-                if h == 61 {
-                    d.commit.round = 9;
-                }
-                d
-            })
-        });
-        let cfg = crate::api::server_config();
-        let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let good = crate::api::serve_router(any, slot.router(), cfg)
-            .await
-            .unwrap();
-        let bad = crate::api::serve_router(any, liar.router(), cfg)
-            .await
-            .unwrap();
+        let (good, bad) = (serve(&slot).await, serve(&liar).await);
         // The stalled node, at height 5 of the chain.
         let late = scratch("running-late");
         node(&late, 5, 1_000, 0);

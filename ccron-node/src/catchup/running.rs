@@ -399,14 +399,9 @@ pub async fn watch<A, C, V>(
         };
         tracing::warn!(%reason, peers = candidates.len(), "catch-up (running): triggered");
         let mut report = CatchUpReport {
-            have: reason.have,
-            peers_first_height: answers
-                .iter()
-                .map(|(p, a)| (p.to_string(), a.as_ref().ok().map(|h| h.first_height)))
-                .collect(),
             rounds: 1,
             trigger: Some("running".into()),
-            ..CatchUpReport::default()
+            ..CatchUpReport::asked(reason.have, &answers)
         };
         let started = now();
         let fresh = || restorer.fresh();
@@ -420,11 +415,11 @@ pub async fn watch<A, C, V>(
             &mut report,
         )
         .await;
-        report.took_ms = now().saturating_sub(started);
+        let took_ms = now().saturating_sub(started);
+        report.took_ms = took_ms;
         let event = match found {
             Some((peer, verified)) => {
-                report.from_peer = Some(peer.to_string());
-                report.installed_height = Some(verified.height);
+                report.verified(peer, verified.height, took_ms);
                 Event::Found(Box::new(Found {
                     reason,
                     verified,
@@ -486,10 +481,9 @@ pub fn install_found<A: Application, C: Commit>(
         );
         return Ok(Outcome::Stale { height, have });
     }
-    super::install(dir, ledger, &found.verified)?;
     let mut report = found.report;
     report.reason = Some(found.reason);
-    super::fetch::write_report(dir, &report);
+    super::fetch::install_reported(dir, ledger, &found.verified, &report)?;
     shared.count(|c| {
         c.installed = c.installed.saturating_add(1);
         c.last_installed = Some(height);
@@ -527,19 +521,13 @@ pub fn restart_self(restarts: u64) -> std::io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::PlainCommit;
+    use ccron::host::CronLedger;
+    use ccron_ledgers::demo::DemoLedger;
 
-    fn peer(i: u8) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, i], 1))
-    }
+    use crate::catchup::testkit::{Raw, h, peer, raw_peer};
 
-    fn h(first: u64, offer: Option<u64>) -> Result<HistoryInfo, CatchUpError> {
-        Ok(HistoryInfo {
-            first_height: first,
-            last_height: first + 50,
-            offer_height: offer,
-            ..HistoryInfo::default()
-        })
-    }
+    type Demo = CronLedger<DemoLedger>;
 
     fn cfg() -> RunningConfig {
         RunningConfig {
@@ -613,5 +601,98 @@ mod tests {
         }
         assert_eq!((c.no_peer, c.behind_no_offer, c.peer_holds_next), (5, 5, 1));
         assert_eq!(c.triggered, 1);
+    }
+
+    /// The running watcher's reads of its peers are bounded: a peer dripping its answer costs
+    /// one deadline per check (the checks go on), one answering without end is cut at the
+    /// size bound, and one answering `429` is asked again only after its pause, not at every
+    /// check. Each assertion fails without its bound (no deadline: the drip's connection
+    /// lives on and the checks stop; no size bound: megabytes per connection; no backoff:
+    /// the busy peer asked at every check).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_watchers_peer_reads_are_deadlined_bounded_and_back_off_a_busy_peer() {
+        // A valid head, then the body a byte every 100 ms.
+        let (drip, dripped) = raw_peer(Raw::Answer {
+            head: "HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n",
+            body: vec![b' '; 1_000],
+            drip: Some(Duration::from_millis(100)),
+        })
+        .await;
+        // A chunked body of 64 KiB chunks without end.
+        let (endless, flooded) = raw_peer(Raw::Endless {
+            head: "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+            chunk: format!("{:x}\r\n{}\r\n", 65_536, "x".repeat(65_536)).into_bytes(),
+        })
+        .await;
+        // 429, asking for a 1 s pause.
+        let (busy, asked) = raw_peer(Raw::Answer {
+            head: "HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n",
+            body: Vec::new(),
+            drip: None,
+        })
+        .await;
+        let cfg = RunningConfig {
+            stall_after: Duration::ZERO,
+            check_every: Duration::from_millis(50),
+            confirm: 3,
+            fetch: FetchConfig {
+                history_deadline: Duration::from_millis(400),
+                offer_deadline: Duration::from_millis(400),
+                ..FetchConfig::default()
+            },
+        };
+        let shared = Shared::new(5, 0);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Event<Demo, PlainCommit>>(1);
+        let restorer = Restorer::<Demo>::new(
+            "demo",
+            Arc::new(|| -> crate::ledger::LedgerHost<Demo> { unreachable!("nothing verified") }),
+        );
+        fn any_commit(_: &PlainCommit) -> Result<(), super::super::CommitRefusal> {
+            Ok(())
+        }
+        let watcher = tokio::spawn(watch(
+            shared.clone(),
+            vec![drip, endless, busy],
+            Arc::new(restorer),
+            Arc::new(any_commit),
+            cfg,
+            tx,
+        ));
+        // 3 s of checks: no peer ever answers, so nothing is found.
+        let got = tokio::time::timeout(Duration::from_secs(3), rx.recv()).await;
+        assert!(got.is_err(), "no event expected");
+        drop(rx);
+        watcher.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let c = shared.counters();
+        // Each check costs at most the deadline: at least 4 in 3 s, none answered.
+        assert!(c.checks >= 4, "{c:?}");
+        assert_eq!(c.no_peer, c.checks, "{c:?}");
+        // The drip: every connection cut at the deadline (plus a drip step).
+        let drip_ms = dripped.max_ms.load(Ordering::Relaxed);
+        assert!(drip_ms <= 1_500, "a dripping connection lived {drip_ms} ms");
+        assert_eq!(
+            dripped.open.load(Ordering::Relaxed),
+            0,
+            "a dripping connection lives on"
+        );
+        assert!(dripped.connections.load(Ordering::Relaxed) >= 4);
+        // The endless answer: cut at the 4 KiB bound (plus the sockets' buffers).
+        let flood = flooded.max_bytes.load(Ordering::Relaxed);
+        assert!(flood < 16 << 20, "{flood} bytes written on one connection");
+        // The busy peer: asked at the first check, then after 1 s, then 2 s: not at every
+        // check.
+        let busy_asks = asked.connections.load(Ordering::Relaxed);
+        println!(
+            "checks {}, drip: {} connections, longest {drip_ms} ms; endless: at most {flood} \
+             bytes on one connection; busy: asked {busy_asks} times",
+            c.checks,
+            dripped.connections.load(Ordering::Relaxed)
+        );
+        assert!(
+            busy_asks <= 3 && busy_asks < c.checks,
+            "{busy_asks} of {} checks",
+            c.checks
+        );
     }
 }

@@ -249,6 +249,14 @@ pub struct KillAllReport {
     pub nodes_disagree: u64,
     /// Heights decided after the last restart of every node (by the highest node).
     pub heights_after: u64,
+    /// Milliseconds from the last restart of every node to the first poll at which a node
+    /// held a height above `height_at_kill` (`None`: not within
+    /// [`KILL_ALL_RESUME_BOUND`](super::KILL_ALL_RESUME_BOUND), a violation).
+    #[serde(default)]
+    pub resumed_after_ms: Option<u64>,
+    /// How long the localnet ran past its duration waiting for that (ms).
+    #[serde(default)]
+    pub waited_past_end_ms: u64,
 }
 
 /// The clock jumps' part of the report ([`crate::faults::ClockPlan`]).

@@ -2,11 +2,9 @@
 //! joiner or a lying proposer, and a JSON report. Every child is killed on every exit path (a
 //! guard's Drop), and nodes exit on their own when the localnet process disappears.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use std::collections::BTreeMap;
@@ -14,11 +12,25 @@ use std::collections::BTreeMap;
 use crate::core::{node_dir, now_ms};
 use crate::hostile::ByzantineKind;
 use crate::load::LoadPayload;
-use crate::records::{Genesis, GenesisValidator, NodeStatus};
-use crate::supervise::{Decision, Supervisor};
-use crate::types::hex;
+use crate::supervise::Supervisor;
 
+mod faults;
+mod judge;
 mod report;
+mod spawn;
+
+use faults::{apply_fault, fault_name};
+pub use judge::{
+    CLOCK_AHEAD_BOUND_MS, KILL_ALL_RESUME_BOUND, liveness, peak_rss_kb, read_block_ids, refusals,
+};
+use judge::{
+    ResumeWatch, compare_blocks, disagreeing_heights, disk_usage, millis, newest_snapshot,
+    quorum_read_outbox, read_agreed, read_digests, read_fires, read_status, top_height,
+};
+use spawn::{Children, spawn_node, supervise_exits, write_clock_offset};
+pub use spawn::{
+    FAULT_CLOCK_FILE, FAULT_PEERS_FILE, LOCALNET_SNAPSHOT_EVERY, init_home, wipe_node_dir,
+};
 
 /// What a localnet's genesis records of the ledger (the binary computes it from one instance of
 /// its ledger: [`crate::cli`]).
@@ -128,551 +140,6 @@ impl std::fmt::Debug for LocalnetOptions {
 
 pub use report::*;
 
-/// Reads the outbox from every node's read endpoint with quorum f+1 (n = 3f+1 or more) and
-/// returns how many records f+1 nodes returned identically, or why none could be read.
-fn quorum_read_outbox(home: &Path, n: usize) -> Result<(u64, Vec<String>), String> {
-    let endpoints: Vec<String> = (0..n)
-        .filter_map(|i| std::fs::read_to_string(crate::core::http_addr_path(home, i)).ok())
-        .map(|a| format!("http://{}", a.trim()))
-        .collect();
-    let quorum = (n.saturating_sub(1) / 3) + 1;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
-    rt.block_on(async move {
-        let mut reader =
-            ccron_http::QuorumReader::new(ccron_http::ReadClientConfig::new(endpoints, quorum))
-                .map_err(|e| e.to_string())?;
-        use ccron::outbox::Jobs as _;
-        let mut believed = 0u64;
-        let mut payloads = Vec::new();
-        let mut from = 1u64;
-        // A consumer may have trimmed the outboxes (`ccron relay` reporting its progress):
-        // start at the oldest index f+1 nodes still hold.
-        if reader.refresh(from).await >= quorum {
-            let mut firsts: Vec<u64> = reader
-                .endpoints()
-                .iter()
-                .filter_map(|e| e.page().map(|p| p.first_index))
-                .collect();
-            firsts.sort_unstable();
-            from = firsts.get(quorum - 1).copied().unwrap_or(1).max(1);
-        }
-        // Page through the outbox; each round asks every node from the first unread index.
-        for _ in 0..64 {
-            if reader.refresh(from).await < quorum {
-                return Err(format!("fewer than {quorum} nodes answered"));
-            }
-            let head = reader.jobs().head();
-            if head < from {
-                break;
-            }
-            let mut next = from;
-            while next <= head
-                && let Some(record) = reader.jobs().at_index(next)
-            {
-                if payloads.len() < MAX_REPORTED_PAYLOADS {
-                    payloads.push(String::from_utf8_lossy(&record.payload).into_owned());
-                }
-                believed += 1;
-                next += 1;
-            }
-            if next == from {
-                break;
-            }
-            from = next;
-        }
-        Ok((believed, payloads))
-    })
-}
-
-struct Children(Vec<Option<Child>>);
-
-impl Drop for Children {
-    /// SIGTERM to every child (a node writes a snapshot of its last height and exits), up to
-    /// 5 s for all of them to exit, then SIGKILL to any left.
-    // The localnet is the process boundary: it reads the real clock for the deadline.
-    #[allow(clippy::disallowed_methods)]
-    fn drop(&mut self) {
-        for c in self.0.iter_mut().flatten() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(c.id().to_string())
-                .status();
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        for c in self.0.iter_mut().flatten() {
-            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// The height of the newest snapshot in node `i`'s `snapshots/` (`snapshot-H.bin`).
-fn newest_snapshot(home: &Path, i: usize) -> Option<u64> {
-    std::fs::read_dir(node_dir(home, i).join("snapshots"))
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("snapshot-")?
-                .strip_suffix(".bin")?
-                .parse::<u64>()
-                .ok()
-        })
-        .max()
-}
-
-/// Writes keys and genesis for `n` nodes of `ledger`, with free loopback ports.
-///
-/// # Errors
-/// I/O errors.
-pub fn init_home(
-    home: &Path,
-    n: usize,
-    seed: u64,
-    ledger: &LedgerInit,
-) -> std::io::Result<Genesis> {
-    std::fs::create_dir_all(home)?;
-    let mut validators = Vec::new();
-    let mut listeners = Vec::new();
-    for i in 0..n {
-        let secret = localnet_secret(seed, i);
-        let public = crate::crypto::Signer::new(secret).public_key();
-        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let port = l.local_addr()?.port();
-        listeners.push(l);
-        let h = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let http_port = h.local_addr()?.port();
-        listeners.push(h);
-        let dir = node_dir(home, i);
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("secret.key"), hex(&secret))?;
-        validators.push(GenesisValidator {
-            public_key: hex(&public),
-            port,
-            http_port: Some(http_port),
-        });
-    }
-    drop(listeners);
-    let genesis_time_ms = now_ms();
-    let genesis = Genesis {
-        genesis_time_ms,
-        validators,
-        ledger: ledger.name.clone(),
-        tick_periods: ledger.tick_periods.clone(),
-        pages: ledger.pages,
-        setup_digest: ledger.setup_digest.clone(),
-        // Signing domain 2: every signature names this chain (two homes of one seed share keys).
-        chain_id: format!("localnet-{seed}-{genesis_time_ms}-{}", chain_nonce()),
-        signing_domain: Some(2),
-    };
-    std::fs::write(
-        home.join("genesis.json"),
-        serde_json::to_vec_pretty(&genesis).map_err(std::io::Error::other)?,
-    )?;
-    Ok(genesis)
-}
-
-/// Eight hex digits telling apart two homes initialised in one millisecond (their chain ids):
-/// the clock, the process and a count within it.
-fn chain_nonce() -> String {
-    use sha2::Digest as _;
-    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let h = sha2::Sha256::new()
-        .chain_update(now_ms().to_le_bytes())
-        .chain_update(std::process::id().to_le_bytes())
-        .chain_update(
-            COUNT
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                .to_le_bytes(),
-        )
-        .finalize();
-    hex(&h[..4])
-}
-
-/// Starts node `i` on `bin` (the binary the supervisor runs it on: [`Supervisor::binary`]).
-fn spawn_node(
-    opts: &LocalnetOptions,
-    home: &Path,
-    i: usize,
-    byzantine_from_ms: i64,
-    bin: &Path,
-) -> std::io::Result<Child> {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(node_dir(home, i).join("node.log"))?;
-    let mut cmd = Command::new(bin);
-    cmd.arg("node")
-        .arg("--home")
-        .arg(home)
-        .arg("--index")
-        .arg(i.to_string());
-    if opts.lying_time && i == 0 {
-        cmd.arg("--lying-time");
-    }
-    if opts.omit_ticks && i == 0 {
-        cmd.arg("--omit-ticks");
-    }
-    if let Some((kind, node)) = opts.byzantine
-        && node == i
-    {
-        cmd.arg("--byzantine")
-            .arg(kind.name())
-            .arg("--byzantine-from-ms")
-            .arg(byzantine_from_ms.to_string());
-    }
-    cmd.arg("--snapshot-every")
-        .arg(LOCALNET_SNAPSHOT_EVERY.to_string());
-    if let Some(retain) = opts.retain_blocks {
-        cmd.arg("--retain-blocks").arg(retain.to_string());
-    }
-    if opts.net_faults.is_some() {
-        cmd.arg("--fault-peers-file")
-            .arg(node_dir(home, i).join(FAULT_PEERS_FILE));
-    }
-    if opts.clock_faults.is_some() {
-        cmd.arg("--fault-clock-file")
-            .arg(node_dir(home, i).join(FAULT_CLOCK_FILE));
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .spawn()
-}
-
-/// The file in a node's directory naming the proxies it dials (`node --fault-peers-file`).
-pub const FAULT_PEERS_FILE: &str = "fault-peers";
-
-/// The file in a node's directory holding its clock offset (`node --fault-clock-file`).
-pub const FAULT_CLOCK_FILE: &str = "fault.clock";
-
-/// Writes node `i`'s clock offset (a temporary file renamed over the old one).
-fn write_clock_offset(home: &Path, i: usize, offset_ms: i64) -> std::io::Result<()> {
-    let dir = node_dir(home, i);
-    let tmp = dir.join("fault.clock.tmp");
-    std::fs::write(&tmp, offset_ms.to_string())?;
-    std::fs::rename(tmp, dir.join(FAULT_CLOCK_FILE))
-}
-
-/// `(height, value id)` of every block in node `i`'s `blocks.log` (read without opening the
-/// store: the records' checksums checked, a block's id from its encoding; a base record, a
-/// damaged or torn record ends nothing but is skipped or stops the read). The localnet reads it
-/// only while the node is stopped.
-pub fn read_block_ids(home: &Path, i: usize) -> BTreeMap<u64, String> {
-    use borsh::BorshDeserialize as _;
-    let mut out = BTreeMap::new();
-    let Ok(bytes) = std::fs::read(node_dir(home, i).join("blocks.log")) else {
-        return out;
-    };
-    let mut off = 0usize;
-    while let crate::store::Scan::Record(payload, next) = crate::store::scan_record(&bytes, off) {
-        if let Ok(block) = crate::types::Block::deserialize(&mut &payload[..]) {
-            out.insert(block.height, hex(&block.id().0));
-        }
-        let Ok(next) = usize::try_from(next) else {
-            break;
-        };
-        off = next;
-    }
-    out
-}
-
-/// Removes everything in node `i`'s directory but its key (`secret.key`), its signing state
-/// kept beside it (`signing.state`, [`crate::signguard`]) and its log (`node.log`): a node whose
-/// state was lost, restarted with its identity and what its key signed.
-///
-/// # Errors
-/// I/O errors listing or removing.
-pub fn wipe_node_dir(home: &Path, i: usize) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(node_dir(home, i))? {
-        let path = entry?.path();
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        if matches!(
-            name.as_deref(),
-            Some("secret.key" | crate::signguard::SIGNING_STATE_FILE | "node.log")
-        ) {
-            continue;
-        }
-        if path.is_dir() {
-            std::fs::remove_dir_all(&path)?;
-        } else {
-            std::fs::remove_file(&path)?;
-        }
-    }
-    tracing::info!(node = i, "node home wiped (key kept)");
-    Ok(())
-}
-
-/// Heights between two snapshots of a localnet node: short runs still restart their killed
-/// node from a snapshot (the node's own default is
-/// [`DEFAULT_SNAPSHOT_EVERY`](crate::snapshot::DEFAULT_SNAPSHOT_EVERY)).
-pub const LOCALNET_SNAPSHOT_EVERY: u64 = 25;
-
-/// `VmHWM` of process `pid` (KiB), if readable.
-pub fn peak_rss_kb(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
-/// `(agreed - due, wall - due)` of every fire in node `i`'s `fires.log`.
-fn read_fires(home: &Path, i: usize) -> Vec<(i64, i64)> {
-    let text = std::fs::read_to_string(node_dir(home, i).join("fires.log")).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let v: Vec<i64> = line
-                .split_whitespace()
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .ok()?;
-            let [_, agreed, wall, _, _, due] = v[..] else {
-                return None;
-            };
-            Some((agreed.saturating_sub(due), wall.saturating_sub(due)))
-        })
-        .collect()
-}
-
-fn read_status(home: &Path, i: usize) -> NodeStatus {
-    std::fs::read(node_dir(home, i).join("status.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
-}
-
-/// (height -> digest) of a node, from its digests log; inconsistent repeats are violations.
-fn read_digests(
-    home: &Path,
-    i: usize,
-    violations: &mut Vec<String>,
-) -> std::collections::BTreeMap<u64, String> {
-    let mut out = std::collections::BTreeMap::new();
-    let text = std::fs::read_to_string(node_dir(home, i).join("digests.log")).unwrap_or_default();
-    for line in text.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(h), Some(d)) = (it.next(), it.next()) else {
-            continue;
-        };
-        let Ok(h) = h.parse::<u64>() else { continue };
-        if let Some(prev) = out.insert(h, d.to_string())
-            && prev != d
-        {
-            violations.push(format!("node {i} has two digests at height {h}"));
-        }
-    }
-    out
-}
-
-/// (height, agreed time) of every height node `i` executed, from its `digests.log` (the last
-/// line of a height wins; a restarted node repeats heights).
-fn read_agreed(home: &Path, i: usize) -> BTreeMap<u64, i64> {
-    let text = std::fs::read_to_string(node_dir(home, i).join("digests.log")).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let mut it = line.split_whitespace();
-            let h = it.next()?.parse().ok()?;
-            let t = it.nth(1)?.parse().ok()?;
-            Some((h, t))
-        })
-        .collect()
-}
-
-/// Liveness of one node around `from_ms`: (heights/s before, heights/s during, heights during,
-/// longest stall before, longest stall during), from its heights' agreed times (height 2 on:
-/// height 1 is stamped with the genesis time).
-pub fn liveness(agreed: &BTreeMap<u64, i64>, from_ms: i64) -> (f64, f64, u64, i64, i64) {
-    let times: Vec<i64> = agreed.range(2..).map(|(_, &t)| t).collect();
-    let (Some(&first), Some(&last)) = (times.first(), times.last()) else {
-        return (0.0, 0.0, 0, 0, 0);
-    };
-    let before = times.iter().filter(|&&t| t < from_ms).count();
-    let during = times.len() - before;
-    let rate = |k: usize, ms: i64| {
-        if ms <= 0 {
-            0.0
-        } else {
-            k as f64 * 1_000.0 / ms as f64
-        }
-    };
-    let (mut stall_before, mut stall_during) = (0i64, 0i64);
-    for w in times.windows(2) {
-        let gap = w[1].saturating_sub(w[0]);
-        if w[1] < from_ms {
-            stall_before = stall_before.max(gap);
-        } else {
-            stall_during = stall_during.max(gap);
-        }
-    }
-    (
-        rate(before, from_ms.min(last).saturating_sub(first)),
-        rate(during, last.saturating_sub(from_ms)),
-        during as u64,
-        stall_before,
-        stall_during,
-    )
-}
-
-/// Files of a node directory that are logs and reports, not state.
-const LOG_FILES: [&str; 6] = [
-    "node.log",
-    "digests.log",
-    "fires.log",
-    "status.json",
-    "http.addr",
-    "secret.key",
-];
-
-/// (state bytes, log bytes) under node `i`'s directory.
-fn disk_usage(home: &Path, i: usize) -> (u64, u64) {
-    fn walk(dir: &Path, top: bool, out: &mut (u64, u64)) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let Ok(meta) = e.metadata() else { continue };
-            if meta.is_dir() {
-                walk(&e.path(), false, out);
-            } else if top && LOG_FILES.iter().any(|f| e.file_name() == *f) {
-                out.1 += meta.len();
-            } else {
-                out.0 += meta.len();
-            }
-        }
-    }
-    let mut out = (0, 0);
-    walk(&node_dir(home, i), true, &mut out);
-    out
-}
-
-/// What a node refused, by reason, from its status: proposal parts (`part.*`: every counter
-/// but `accepted`), proposals (`block.*`), ticks (`tick.*`), client requests (`request.*`) and
-/// engine messages with a bad signature (`signature.*`); only non-zero counts.
-pub fn refusals(s: &NodeStatus) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    let mut take = |prefix: &str, v: serde_json::Value, keep: &dyn Fn(&str) -> bool| {
-        if let serde_json::Value::Object(m) = v {
-            for (k, v) in m {
-                if let Some(n) = v.as_u64()
-                    && n > 0
-                    && keep(&k)
-                {
-                    out.insert(format!("{prefix}.{k}"), n);
-                }
-            }
-        }
-    };
-    fn json<T: Serialize>(v: &T) -> serde_json::Value {
-        serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
-    }
-    take("part", json(&s.proposal_parts), &|k| k != "accepted");
-    take("tick", json(&s.tick_pool), &|k| {
-        matches!(
-            k,
-            "invalid" | "not_a_validator" | "unknown_component" | "already_pending" | "stale"
-        )
-    });
-    take("request", json(&s.mempool), &|k| k.starts_with("rejected_"));
-    take("signature", json(&s.signatures_refused), &|_| true);
-    for (k, &n) in &s.rejections_by_reason {
-        if n > 0 {
-            out.insert(format!("block.{k}"), n);
-        }
-    }
-    out
-}
-
-/// `kill 2`, `restart 2`, `pause 1`, `continue 1`.
-fn fault_name(step: crate::faults::FaultStep) -> String {
-    use crate::faults::{FaultKind as K, FaultStep as S};
-    match step {
-        S::Start(K::Kill, i) => format!("kill {i}"),
-        S::End(K::Kill, i) => format!("restart {i}"),
-        S::Start(K::Pause, i) => format!("pause {i}"),
-        S::End(K::Pause, i) => format!("continue {i}"),
-        S::Start(K::KillAll, _) => "kill all".to_string(),
-        S::End(K::KillAll, _) => "restart all".to_string(),
-    }
-}
-
-/// Applies one fault step to the children (a restart on the node's current binary); the
-/// number of nodes it restarted.
-fn apply_fault(
-    opts: &LocalnetOptions,
-    home: &Path,
-    children: &mut Children,
-    pids: &mut Vec<u32>,
-    step: crate::faults::FaultStep,
-    byzantine_from_ms: i64,
-    supervisor: &Supervisor,
-) -> std::io::Result<u32> {
-    use crate::faults::{FaultKind as K, FaultStep as S};
-    let signal = |c: &Child, sig: &str| {
-        let status = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(c.id().to_string())
-            .status();
-        if !status.is_ok_and(|s| s.success()) {
-            tracing::error!(pid = c.id(), sig, "could not signal a node");
-        }
-    };
-    match step {
-        S::Start(K::Kill, i) => {
-            if let Some(mut c) = children.0[i].take() {
-                let _ = c.kill(); // SIGKILL
-                let _ = c.wait();
-            }
-        }
-        S::End(K::Kill, i) => {
-            if children.0[i].is_none() {
-                let c = spawn_node(opts, home, i, byzantine_from_ms, supervisor.binary(i))?;
-                pids.push(c.id());
-                children.0[i] = Some(c);
-                return Ok(1);
-            }
-        }
-        S::Start(K::KillAll, _) => {
-            for slot in &mut children.0 {
-                if let Some(mut c) = slot.take() {
-                    let _ = c.kill(); // SIGKILL
-                    let _ = c.wait();
-                }
-            }
-        }
-        S::End(K::KillAll, _) => {
-            let mut restarted = 0;
-            for i in 0..children.0.len() {
-                if children.0[i].is_none() {
-                    let c = spawn_node(opts, home, i, byzantine_from_ms, supervisor.binary(i))?;
-                    pids.push(c.id());
-                    children.0[i] = Some(c);
-                    restarted += 1;
-                }
-            }
-            return Ok(restarted);
-        }
-        S::Start(K::Pause, i) => {
-            if let Some(c) = &children.0[i] {
-                signal(c, "STOP");
-            }
-        }
-        S::End(K::Pause, i) => {
-            if let Some(c) = &children.0[i] {
-                signal(c, "CONT");
-            }
-        }
-    }
-    Ok(0)
-}
-
 /// Runs a localnet and returns its report.
 ///
 /// # Errors
@@ -727,6 +194,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     // Every node's decided blocks at each kill of every node.
     let mut before_kill_all: Vec<BTreeMap<u64, String>> = vec![BTreeMap::new(); n];
     let mut kill_all = KillAllReport::default();
+    // Whether (and how soon) the chain decides again after the last restart of every node.
+    let mut resume = ResumeWatch::default();
     let late = if opts.late_join { Some(n - 1) } else { None };
     let byzantine_from_ms =
         now_ms().saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
@@ -792,6 +261,12 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
                     before.extend(now);
                 }
             }
+            if step == crate::faults::FaultStep::End(crate::faults::FaultKind::KillAll, 0) {
+                resume.restarted(millis(t), kill_all.height_at_kill);
+            }
+        }
+        if resume.pending() {
+            resume.observe(millis(t), top_height(&home, n));
         }
         if let (Some(net), Some(p)) = (&net, &net_plan) {
             while let Some((at, action)) = p.events.get(net_next)
@@ -886,7 +361,21 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             byzantine_from_ms,
             &supervisor,
         )?;
+        if step == crate::faults::FaultStep::End(crate::faults::FaultKind::KillAll, 0) {
+            resume.restarted(millis(start.elapsed()), kill_all.height_at_kill);
+        }
     }
+    // After a restart of every node the chain must decide again within a bound counted from
+    // that restart, not from the end of the run: the plan may restart them a second before
+    // the end, and a restart costs a process start and a round (the run goes on, bounded).
+    let bound = millis(KILL_ALL_RESUME_BOUND);
+    let end = millis(start.elapsed());
+    while resume.waiting(millis(start.elapsed()), bound) {
+        std::thread::sleep(Duration::from_millis(100));
+        resume.observe(millis(start.elapsed()), top_height(&home, n));
+    }
+    kill_all.resumed_after_ms = resume.resumed_after_ms();
+    kill_all.waited_past_end_ms = millis(start.elapsed()).saturating_sub(end);
     let alive: Vec<bool> = children.0.iter().map(|c| c.is_some()).collect();
     // Peak memory of every live process, read before they are stopped.
     let peaks: Vec<u64> = children
@@ -933,8 +422,11 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
                 kill_all.nodes_disagree
             ));
         }
-        if kill_all.kill_alls > 0 && kill_all.heights_after == 0 {
-            violations.push("kill-all: nothing decided after every node restarted".into());
+        if kill_all.kill_alls > 0 && kill_all.resumed_after_ms.is_none() {
+            violations.push(format!(
+                "kill-all: nothing decided within {} ms after every node restarted",
+                KILL_ALL_RESUME_BOUND.as_millis()
+            ));
         }
         kill_all
     });
@@ -1158,55 +650,6 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     })
 }
 
-/// How far the agreed time may be ahead of the localnet's own clock (which no fault moves)
-/// when it reads a node's status: the median of at least 2f+1 signed samples, at most f of
-/// them jumped, lies between two honest clocks, so only the reading's own latency is left.
-pub const CLOCK_AHEAD_BOUND_MS: i64 = 1_000;
-
-/// Compares one node's decided blocks at a kill (`before`) with what it holds later
-/// (`after`): a height missing (unless `pruned` and below the first height kept) is lost, a
-/// different id changed.
-fn compare_blocks(
-    before: &BTreeMap<u64, String>,
-    after: &BTreeMap<u64, String>,
-    pruned: bool,
-    r: &mut KillAllReport,
-) {
-    let floor = if pruned {
-        after.keys().next().copied().unwrap_or(0)
-    } else {
-        0
-    };
-    for (h, id) in before.range(floor..) {
-        r.blocks_compared += 1;
-        match after.get(h) {
-            None => r.lost += 1,
-            Some(other) if other != id => r.changed += 1,
-            Some(_) => {}
-        }
-    }
-}
-
-/// Heights at which two nodes' `blocks.log` hold different blocks (read after the stop).
-fn disagreeing_heights(home: &Path, n: usize) -> u64 {
-    let mut first: BTreeMap<u64, String> = BTreeMap::new();
-    let mut bad = std::collections::BTreeSet::new();
-    for i in 0..n {
-        for (h, id) in read_block_ids(home, i) {
-            match first.get(&h) {
-                Some(other) if *other != id => {
-                    bad.insert(h);
-                }
-                Some(_) => {}
-                None => {
-                    first.insert(h, id);
-                }
-            }
-        }
-    }
-    bad.len() as u64
-}
-
 /// The command that replays a run's seeded faults (empty without any).
 fn replay_command(opts: &LocalnetOptions) -> String {
     if opts.faults.is_none() && opts.net_faults.is_none() && opts.clock_faults.is_none() {
@@ -1237,43 +680,10 @@ fn replay_command(opts: &LocalnetOptions) -> String {
     cmd
 }
 
-/// Reaps the nodes that exited: one stopped for an upgrade is restarted where the supervisor
-/// says ([`Supervisor::on_exit`]); any other exit is recorded (an error event) and the node
-/// stays down.
-fn supervise_exits(
-    opts: &LocalnetOptions,
-    home: &Path,
-    children: &mut Children,
-    pids: &mut Vec<u32>,
-    supervisor: &mut Supervisor,
-    byzantine_from_ms: i64,
-) -> std::io::Result<()> {
-    for i in 0..children.0.len() {
-        let Some(c) = &mut children.0[i] else {
-            continue;
-        };
-        let Ok(Some(status)) = c.try_wait() else {
-            continue;
-        };
-        children.0[i] = None;
-        match supervisor.on_exit(i, status.code()) {
-            Decision::Restart { binary, reason } => {
-                tracing::info!(node = i, %status, reason = reason.name(), "node restarted by the supervisor");
-                let c = spawn_node(opts, home, i, byzantine_from_ms, &binary)?;
-                pids.push(c.id());
-                children.0[i] = Some(c);
-            }
-            Decision::NotMine | Decision::Refuse(_) => {
-                tracing::error!(node = i, %status, "node exited");
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::NodeStatus;
 
     #[test]
     fn lateness_percentiles_of_samples() {
