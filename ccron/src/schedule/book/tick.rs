@@ -111,13 +111,14 @@ impl Scheduler {
         let names: BTreeSet<String> = handlers.map.keys().cloned().collect();
         report.fired.reserve(ids.len());
         'ids: for chunk in ids.chunks(WARM_CHUNK) {
-            self.warm(chunk);
-            for &id in chunk {
+            let slots = self.warm(chunk);
+            for (&id, &slot) in chunk.iter().zip(&slots) {
                 if left == 0 {
                     break 'ids;
                 }
                 self.step_schedule(
                     id,
+                    slot,
                     tick,
                     &mut left,
                     &names,
@@ -134,15 +135,19 @@ impl Scheduler {
 
     /// Reads what stepping each of `ids` first touches (its record and handler name, its
     /// placement), changing nothing: independent lookups in one tight pass overlap their cache
-    /// misses, which the steps, one record at a time, would take one by one.
-    fn warm(&self, ids: &[u64]) {
+    /// misses, which the steps, one record at a time, would take one by one. Returns each
+    /// id's slot in the records (a hint: [`Records::locate`](super::records::Records::locate)),
+    /// so that its step does not search the chunk table again.
+    fn warm(&self, ids: &[u64]) -> [u32; WARM_CHUNK] {
         let mut pages = [u32::MAX; WARM_CHUNK];
-        let seen = self.records.warm(ids, &mut pages);
+        let mut slots = [super::records::NONE; WARM_CHUNK];
+        let seen = self.records.warm(ids, &mut pages, &mut slots);
         std::hint::black_box(
             seen + self
                 .placement
                 .warm_pages(&pages[..ids.len().min(WARM_CHUNK)]),
         );
+        slots
     }
 
     /// Unparks every parked schedule whose handler is registered (a build carrying it ticks):
@@ -181,11 +186,13 @@ impl Scheduler {
     /// reached too, a fresh plan. A schedule whose handler this build does not register is
     /// parked instead: nothing is consumed. A failed run is settled by the schedule's run
     /// policy (a retry, or a dead letter); the rest of a catch-up it cut short stays owed,
-    /// behind the retry.
+    /// behind the retry. `slot`: where the records hold it, as the read-ahead found it (a
+    /// checked hint: [`Records::locate`](super::records::Records::locate)).
     #[allow(clippy::too_many_arguments)]
     fn step_schedule<S>(
         &mut self,
         id: u64,
+        slot: u32,
         tick: &Tick,
         left: &mut usize,
         names: &BTreeSet<String>,
@@ -208,7 +215,7 @@ impl Scheduler {
         };
         loop {
             // A handler earlier in this tick may have cancelled, paused or moved it.
-            let Some(rec) = self.records.get(&id) else {
+            let Some(rec) = self.records.get_at(id, slot) else {
                 return;
             };
             let taken = Self::keys_of(id, rec)
@@ -274,7 +281,7 @@ impl Scheduler {
                 let Some(due) = rec.next else { return };
                 let (run, note) = Self::plan_one_shot(id, rec, due, tick);
                 let first_run = rec.runs;
-                self.run_one_shot(id, run, note, first_run, left, &mut env);
+                self.run_one_shot(id, slot, run, note, first_run, left, &mut env);
                 return;
             }
             let was_owed = rec.owed.is_some();
@@ -302,7 +309,8 @@ impl Scheduler {
             };
             let first_run = rec.runs;
             if rec.def.timing.is_one_shot() {
-                self.run_one_shot(id, runs.first().copied(), note, first_run, left, &mut env);
+                let run = runs.first().copied();
+                self.run_one_shot(id, slot, run, note, first_run, left, &mut env);
                 return;
             }
             let handler_name = rec.def.handler.clone();
@@ -386,10 +394,13 @@ impl Scheduler {
     /// The handler runs on the record where it is held (a run sees nothing of the book: its
     /// requests are applied after it, and a failed run's record is put back as if it had
     /// left): a successful run's record is then dropped in place instead of being moved out
-    /// first (a copy of the whole record per run).
+    /// first (a copy of the whole record per run). `slot`: its slot hint, as in
+    /// [`Self::step_schedule`].
+    #[allow(clippy::too_many_arguments)]
     fn run_one_shot<S>(
         &mut self,
         id: u64,
+        slot: u32,
         run: Option<Due>,
         note: PlanNote,
         first_run: u64,
@@ -402,11 +413,11 @@ impl Scheduler {
         self.totals = self.totals.plus(note.counters());
         let Some(due) = run else {
             // Dropped by its misfire policy (an expired deadline): spent.
-            self.drop_record(id);
+            self.drop_record(id, slot);
             env.report.skipped.push(id);
             return;
         };
-        let Some(rec) = self.records.get(&id) else {
+        let Some(rec) = self.records.get_at(id, slot) else {
             return;
         };
         *left -= 1;
@@ -414,7 +425,7 @@ impl Scheduler {
         if attempt.outcome.is_ok() {
             // The one-shot leaves the book (its key is free for the run's requests, as a
             // spent schedule's).
-            let Some(owner) = self.drop_record(id) else {
+            let Some(owner) = self.drop_record(id, slot) else {
                 return;
             };
             self.commit_attempt(attempt, id, due, first_run, 1, owner, false, env);
@@ -758,9 +769,11 @@ impl Scheduler {
     }
 
     /// Removes record `id` from the book as [`Self::take_record`] does, dropping it where it
-    /// is held (nothing copied out); returns its owner.
-    fn drop_record(&mut self, id: u64) -> Option<Principal> {
-        let (rec, at) = self.records.get_placed(id)?;
+    /// is held (nothing copied out), found through `slot` (a checked hint:
+    /// [`Records::locate`](super::records::Records::locate)); returns its owner.
+    fn drop_record(&mut self, id: u64, slot: u32) -> Option<Principal> {
+        let slot = self.records.locate(id, slot)?;
+        let (rec, at) = self.records.get_placed_at(id, slot)?;
         let keys = Self::keys_of(id, rec);
         // A placed record takes its quota bytes on its page (both are `entry_bound`, which
         // `touch` placed it at): no re-measuring of the definition per run.
@@ -778,7 +791,7 @@ impl Scheduler {
         self.unindex_keys(keys);
         self.usage.sub(owner, bytes);
         self.unlink_indexes(id);
-        let at = self.records.delete(id)?;
+        let at = self.records.delete_at(id, slot)?;
         // What `touch` does for a record that left the book.
         self.placement.remove_at(id, at);
         Some(owner)
