@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::counters::PlanNote;
+use super::due::DueKey;
 use super::overlap::Diverted;
 use super::{
     FailedRun, FireRecord, HandlerCtx, Handlers, PendingRetry, Record, RunCounters, RunEntry,
@@ -22,9 +23,12 @@ impl Scheduler {
     /// Up to `budget` due schedule ids in canonical order: priority (high first), then due
     /// key (time keys before sequence keys), then id. Also whether more were due. A
     /// [`Timing::AtOrSeq`](super::Timing::AtOrSeq) schedule reached by both its keys is listed once, at the first.
-    fn due_ids(&self, tick: &Tick, budget: usize) -> (Vec<u64>, bool) {
+    /// Last, the last entry listed from the index's front (the first level's time keys):
+    /// every entry up to it is listed ([`DueIndex::take_front`](super::due::DueIndex::take_front)).
+    fn due_ids(&self, tick: &Tick, budget: usize) -> (Vec<u64>, bool, Option<DueKey>) {
         let mut out = Vec::new();
-        for &inv in self.levels.keys() {
+        let mut front = None;
+        for (level, &inv) in self.levels.keys().enumerate() {
             // A record has at most one time key ([`Self::keys_of`]) and all its keys at its own
             // priority level: the time range lists distinct ids, and only sequence keys (an
             // `AtOrSeq`'s, a manual run's) can name an id this level already listed. The set of
@@ -34,11 +38,14 @@ impl Scheduler {
                 let r = self
                     .index
                     .range((inv, Due::Time(TimeMs::MIN), 0)..=(inv, Due::Time(now), u64::MAX));
-                for &(_, _, id) in r {
+                for key in r {
                     if out.len() == budget {
-                        return (out, true);
+                        return (out, true, front);
                     }
-                    out.push(id);
+                    out.push(key.2);
+                    if level == 0 {
+                        front = Some(*key);
+                    }
                 }
             }
             let r = self
@@ -51,13 +58,13 @@ impl Scheduler {
                     continue;
                 }
                 if out.len() == budget {
-                    return (out, true);
+                    return (out, true, front);
                 }
                 seen.insert(id);
                 out.push(id);
             }
         }
-        (out, false)
+        (out, false, front)
     }
 
     /// The largest record one handler run may emit ([`HandlerCtx::emit`] refuses larger ones):
@@ -101,7 +108,7 @@ impl Scheduler {
         }
         // A zero budget would starve every schedule forever: treat it as 1.
         let mut left = self.limits.budget_per_tick.max(1);
-        let (ids, _) = self.due_ids(tick, left);
+        let (ids, _, front) = self.due_ids(tick, left);
         if ids.is_empty() {
             // Nothing due, nothing ran: nothing can be left over (the idle tick's only cost is
             // the due index probe).
@@ -110,6 +117,11 @@ impl Scheduler {
         // Handlers may queue requests naming handlers; the set never changes during a tick.
         let names: BTreeSet<String> = handlers.map.keys().cloned().collect();
         report.fired.reserve(ids.len());
+        // The listed entries at the index's front leave its tree at once; the runs remove
+        // them from there (a flag each) instead of from the tree one by one.
+        if let Some(last) = front {
+            self.index.take_front(&last);
+        }
         'ids: for chunk in ids.chunks(WARM_CHUNK) {
             let slots = self.warm(chunk);
             for (&id, &slot) in chunk.iter().zip(&slots) {
@@ -129,6 +141,8 @@ impl Scheduler {
                 );
             }
         }
+        // What no run removed (held back by the budget or the outbox, or due again).
+        self.index.put_back();
         report.carried_over = !self.due_ids(tick, 1).0.is_empty();
         report
     }
