@@ -10,6 +10,10 @@
 //! whose slot numbers lead to the record in the slab. A removal clears a slot and keeps the
 //! slab entry for the next insert: nothing is freed per record.
 //!
+//! Locality. New records are appended to one of [`BUCKETS`] streams of slab pages chosen by
+//! their due second, so that the records a tick runs together sit together in memory (a few
+//! dense runs instead of one record per 4 KiB page; see [`Records::bucket`]).
+//!
 //! Determinism. Slots are local memory addresses: they never reach replicated state. Every
 //! iteration is in ascending id order (the chunk map is a `BTreeMap`, a chunk's ids are
 //! ascending), as with the ordered map this replaces.
@@ -27,6 +31,9 @@ const CHUNK_BITS: u32 = CHUNK.trailing_zeros();
 const SLAB_PAGE: usize = 1024;
 /// Bits of a slot selecting its place within its slab page.
 const SLAB_BITS: u32 = SLAB_PAGE.trailing_zeros();
+/// Streams of slab pages new records are appended to, by their due second
+/// ([`Records::bucket`]).
+const BUCKETS: usize = 128;
 /// An absent id in a chunk; as a hint ([`Records::locate`]), no slot.
 pub(super) const NONE: u32 = u32::MAX;
 
@@ -62,6 +69,9 @@ pub(super) struct Records {
     slab: Vec<Vec<Option<Slot>>>,
     /// Free slots, reused last freed first (still warm in the cache).
     free: Vec<u32>,
+    /// The slab page each bucket appends new records to ([`Self::bucket`]; `NONE`: none
+    /// yet; empty until the first append).
+    open: Vec<u32>,
     len: usize,
 }
 
@@ -176,18 +186,7 @@ impl Records {
                 }
                 slot
             }
-            None => {
-                if self.slab.last().is_none_or(|p| p.len() == SLAB_PAGE) {
-                    self.slab.push(Vec::with_capacity(SLAB_PAGE));
-                }
-                let pages = self.slab.len();
-                let page = self.slab.last_mut()?;
-                let slot = (pages - 1) * SLAB_PAGE + page.len();
-                page.push(Some(entry));
-                // A slab of more than u32::MAX - 1 slots cannot be reached (limits bound the
-                // records far below); saturating keeps `NONE` out of reach.
-                u32::try_from(slot).unwrap_or(NONE - 1)
-            }
+            None => self.append(entry)?,
         };
         if let Some(c) = self.chunks.get_mut(chunk as usize) {
             c.slots[(id as usize) & (CHUNK - 1)] = slot;
@@ -195,6 +194,48 @@ impl Records {
         }
         self.len += 1;
         None
+    }
+
+    /// Which stream of slab pages a new record is appended to: its due second (a time
+    /// point's, else a sequence point's) modulo [`BUCKETS`]. Records due together are then
+    /// mostly on the same few slab pages, in id order, instead of one per 4 KiB page: the
+    /// tick that runs them reads a few dense runs of memory (fewer TLB and cache misses).
+    /// Local memory only: a slot never reaches replicated state.
+    fn bucket(rec: &Record) -> usize {
+        let n = match rec.next {
+            Some(crate::due::Due::Time(t)) => t.div_euclid(1_000).rem_euclid(BUCKETS as i64) as u64,
+            Some(crate::due::Due::Seq(s)) => s,
+            None => 0,
+        };
+        (n % BUCKETS as u64) as usize
+    }
+
+    /// Appends `entry` to the slab page of its bucket ([`Self::bucket`]), opening a new page
+    /// when that one is full; returns its slot.
+    fn append(&mut self, entry: Slot) -> Option<u32> {
+        if self.open.is_empty() {
+            self.open = vec![NONE; BUCKETS];
+        }
+        let bucket = Self::bucket(&entry.rec);
+        let open = self.open.get(bucket).copied().unwrap_or(NONE);
+        let page = match self.slab.get(open as usize) {
+            Some(p) if p.len() < SLAB_PAGE => open as usize,
+            _ => {
+                self.slab.push(Vec::with_capacity(SLAB_PAGE));
+                let page = self.slab.len() - 1;
+                if let Some(o) = self.open.get_mut(bucket) {
+                    // Slab pages past u32::MAX cannot be reached (see below).
+                    *o = u32::try_from(page).unwrap_or(NONE);
+                }
+                page
+            }
+        };
+        let held = self.slab.get_mut(page)?;
+        let slot = page * SLAB_PAGE + held.len();
+        held.push(Some(entry));
+        // A slab of more than u32::MAX - 1 slots cannot be reached (limits bound the records
+        // far below); saturating keeps `NONE` out of reach.
+        Some(u32::try_from(slot).unwrap_or(NONE - 1))
     }
 
     /// Takes record `id` out, with its location ([`Locations`]).
