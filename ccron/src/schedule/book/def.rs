@@ -35,46 +35,41 @@ pub(super) struct Def {
     pub kind: Option<String>,
 }
 
+/// Builds a `$to` ([`Def`] or [`NewSchedule`]) from `$from` (the other one): the handler
+/// name made by `$handler` from the source's, every other field moved (`move`) or cloned
+/// (`clone`). The two types have the same fields, listed here once for both conversions.
+macro_rules! convert {
+    ($from:expr => $to:ident, $handler:expr, $mode:ident) => {{
+        let from = $from;
+        $to {
+            handler: $handler(&from.handler),
+            key: convert!(@$mode from.key),
+            timing: convert!(@$mode from.timing),
+            misfire: from.misfire,
+            priority: from.priority,
+            jitter_ms: from.jitter_ms,
+            payload: convert!(@$mode from.payload),
+            topic: convert!(@$mode from.topic),
+            kind: convert!(@$mode from.kind),
+        }
+    }};
+    (@move $field:expr) => {
+        $field
+    };
+    (@clone $field:expr) => {
+        $field.clone()
+    };
+}
+
 impl Def {
     /// `def` stored, its handler name taken from `names`.
     pub fn new(def: NewSchedule, names: &mut HandlerNames) -> Self {
-        let NewSchedule {
-            key,
-            handler,
-            timing,
-            misfire,
-            priority,
-            jitter_ms,
-            payload,
-            topic,
-            kind,
-        } = def;
-        Self {
-            key,
-            handler: names.intern(&handler),
-            timing,
-            misfire,
-            priority,
-            jitter_ms,
-            payload,
-            topic,
-            kind,
-        }
+        convert!(def => Self, |h: &String| names.intern(h), move)
     }
 
     /// The definition as requested (a copy).
     pub fn to_schedule(&self) -> NewSchedule {
-        NewSchedule {
-            key: self.key.clone(),
-            handler: self.handler.to_string(),
-            timing: self.timing.clone(),
-            misfire: self.misfire,
-            priority: self.priority,
-            jitter_ms: self.jitter_ms,
-            payload: self.payload.clone(),
-            topic: self.topic.clone(),
-            kind: self.kind.clone(),
-        }
+        convert!(self => NewSchedule, |h: &Arc<str>| h.to_string(), clone)
     }
 }
 

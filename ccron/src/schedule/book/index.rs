@@ -177,7 +177,7 @@ impl Scheduler {
             .flat_map(|(&id, r)| Self::keys_of(id, r))
             .flatten()
             .collect();
-        if expected != self.index {
+        if !expected.iter().eq(self.index.iter()) {
             return Err("due index differs from the records".into());
         }
         let total: usize = self.levels.values().sum();

@@ -28,6 +28,7 @@ mod admission;
 mod bounds;
 mod counters;
 mod def;
+mod due;
 mod handlers;
 mod index;
 mod legacy;
@@ -178,8 +179,9 @@ pub struct Scheduler {
     parked: BTreeMap<String, BTreeSet<u64>>,
     /// Ids of the records holding dead runs (derived, rebuilt on load).
     dead_ids: BTreeSet<u64>,
-    /// (255 - priority, due key, id) of every active record with a next due point.
-    index: BTreeSet<(u8, Due, u64)>,
+    /// (255 - priority, due key, id) of every active record with a next due point
+    /// (`due.rs`: an ordered set whose front a tick takes off at once).
+    index: due::DueIndex,
     /// Active index entries per inverted priority (a tick probes only levels in use).
     levels: BTreeMap<u8, usize>,
     /// Whether the header (next id, zones) changed since the last save or load.
@@ -226,7 +228,7 @@ impl Scheduler {
             zoned: BTreeMap::new(),
             parked: BTreeMap::new(),
             dead_ids: BTreeSet::new(),
-            index: BTreeSet::new(),
+            index: due::DueIndex::default(),
             levels: BTreeMap::new(),
             header_dirty: false,
             placement: Placement::without_members(limits.page_bytes),

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::counters::PlanNote;
+use super::due::DueKey;
 use super::overlap::Diverted;
 use super::{
     FailedRun, FireRecord, HandlerCtx, Handlers, PendingRetry, Record, RunCounters, RunEntry,
@@ -22,9 +23,12 @@ impl Scheduler {
     /// Up to `budget` due schedule ids in canonical order: priority (high first), then due
     /// key (time keys before sequence keys), then id. Also whether more were due. A
     /// [`Timing::AtOrSeq`](super::Timing::AtOrSeq) schedule reached by both its keys is listed once, at the first.
-    fn due_ids(&self, tick: &Tick, budget: usize) -> (Vec<u64>, bool) {
+    /// Last, the last entry listed from the index's front (the first level's time keys):
+    /// every entry up to it is listed ([`DueIndex::take_front`](super::due::DueIndex::take_front)).
+    fn due_ids(&self, tick: &Tick, budget: usize) -> (Vec<u64>, bool, Option<DueKey>) {
         let mut out = Vec::new();
-        for &inv in self.levels.keys() {
+        let mut front = None;
+        for (level, &inv) in self.levels.keys().enumerate() {
             // A record has at most one time key ([`Self::keys_of`]) and all its keys at its own
             // priority level: the time range lists distinct ids, and only sequence keys (an
             // `AtOrSeq`'s, a manual run's) can name an id this level already listed. The set of
@@ -34,11 +38,14 @@ impl Scheduler {
                 let r = self
                     .index
                     .range((inv, Due::Time(TimeMs::MIN), 0)..=(inv, Due::Time(now), u64::MAX));
-                for &(_, _, id) in r {
+                for key in r {
                     if out.len() == budget {
-                        return (out, true);
+                        return (out, true, front);
                     }
-                    out.push(id);
+                    out.push(key.2);
+                    if level == 0 {
+                        front = Some(*key);
+                    }
                 }
             }
             let r = self
@@ -51,13 +58,13 @@ impl Scheduler {
                     continue;
                 }
                 if out.len() == budget {
-                    return (out, true);
+                    return (out, true, front);
                 }
                 seen.insert(id);
                 out.push(id);
             }
         }
-        (out, false)
+        (out, false, front)
     }
 
     /// The largest record one handler run may emit ([`HandlerCtx::emit`] refuses larger ones):
@@ -101,7 +108,7 @@ impl Scheduler {
         }
         // A zero budget would starve every schedule forever: treat it as 1.
         let mut left = self.limits.budget_per_tick.max(1);
-        let (ids, _) = self.due_ids(tick, left);
+        let (ids, _, front) = self.due_ids(tick, left);
         if ids.is_empty() {
             // Nothing due, nothing ran: nothing can be left over (the idle tick's only cost is
             // the due index probe).
@@ -110,14 +117,20 @@ impl Scheduler {
         // Handlers may queue requests naming handlers; the set never changes during a tick.
         let names: BTreeSet<String> = handlers.map.keys().cloned().collect();
         report.fired.reserve(ids.len());
+        // The listed entries at the index's front leave its tree at once; the runs remove
+        // them from there (a flag each) instead of from the tree one by one.
+        if let Some(last) = front {
+            self.index.take_front(&last);
+        }
         'ids: for chunk in ids.chunks(WARM_CHUNK) {
-            self.warm(chunk);
-            for &id in chunk {
+            let slots = self.warm(chunk);
+            for (&id, &slot) in chunk.iter().zip(&slots) {
                 if left == 0 {
                     break 'ids;
                 }
                 self.step_schedule(
                     id,
+                    slot,
                     tick,
                     &mut left,
                     &names,
@@ -128,21 +141,27 @@ impl Scheduler {
                 );
             }
         }
+        // What no run removed (held back by the budget or the outbox, or due again).
+        self.index.put_back();
         report.carried_over = !self.due_ids(tick, 1).0.is_empty();
         report
     }
 
     /// Reads what stepping each of `ids` first touches (its record and handler name, its
     /// placement), changing nothing: independent lookups in one tight pass overlap their cache
-    /// misses, which the steps, one record at a time, would take one by one.
-    fn warm(&self, ids: &[u64]) {
+    /// misses, which the steps, one record at a time, would take one by one. Returns each
+    /// id's slot in the records (a hint: [`Records::locate`](super::records::Records::locate)),
+    /// so that its step does not search the chunk table again.
+    fn warm(&self, ids: &[u64]) -> [u32; WARM_CHUNK] {
         let mut pages = [u32::MAX; WARM_CHUNK];
-        let seen = self.records.warm(ids, &mut pages);
+        let mut slots = [super::records::NONE; WARM_CHUNK];
+        let seen = self.records.warm(ids, &mut pages, &mut slots);
         std::hint::black_box(
             seen + self
                 .placement
                 .warm_pages(&pages[..ids.len().min(WARM_CHUNK)]),
         );
+        slots
     }
 
     /// Unparks every parked schedule whose handler is registered (a build carrying it ticks):
@@ -181,11 +200,13 @@ impl Scheduler {
     /// reached too, a fresh plan. A schedule whose handler this build does not register is
     /// parked instead: nothing is consumed. A failed run is settled by the schedule's run
     /// policy (a retry, or a dead letter); the rest of a catch-up it cut short stays owed,
-    /// behind the retry.
+    /// behind the retry. `slot`: where the records hold it, as the read-ahead found it (a
+    /// checked hint: [`Records::locate`](super::records::Records::locate)).
     #[allow(clippy::too_many_arguments)]
     fn step_schedule<S>(
         &mut self,
         id: u64,
+        slot: u32,
         tick: &Tick,
         left: &mut usize,
         names: &BTreeSet<String>,
@@ -208,7 +229,7 @@ impl Scheduler {
         };
         loop {
             // A handler earlier in this tick may have cancelled, paused or moved it.
-            let Some(rec) = self.records.get(&id) else {
+            let Some(rec) = self.records.get_at(id, slot) else {
                 return;
             };
             let taken = Self::keys_of(id, rec)
@@ -274,7 +295,7 @@ impl Scheduler {
                 let Some(due) = rec.next else { return };
                 let (run, note) = Self::plan_one_shot(id, rec, due, tick);
                 let first_run = rec.runs;
-                self.run_one_shot(id, run, note, first_run, left, &mut env);
+                self.run_one_shot(id, slot, run, note, first_run, left, &mut env);
                 return;
             }
             let was_owed = rec.owed.is_some();
@@ -302,7 +323,8 @@ impl Scheduler {
             };
             let first_run = rec.runs;
             if rec.def.timing.is_one_shot() {
-                self.run_one_shot(id, runs.first().copied(), note, first_run, left, &mut env);
+                let run = runs.first().copied();
+                self.run_one_shot(id, slot, run, note, first_run, left, &mut env);
                 return;
             }
             let handler_name = rec.def.handler.clone();
@@ -386,10 +408,13 @@ impl Scheduler {
     /// The handler runs on the record where it is held (a run sees nothing of the book: its
     /// requests are applied after it, and a failed run's record is put back as if it had
     /// left): a successful run's record is then dropped in place instead of being moved out
-    /// first (a copy of the whole record per run).
+    /// first (a copy of the whole record per run). `slot`: its slot hint, as in
+    /// [`Self::step_schedule`].
+    #[allow(clippy::too_many_arguments)]
     fn run_one_shot<S>(
         &mut self,
         id: u64,
+        slot: u32,
         run: Option<Due>,
         note: PlanNote,
         first_run: u64,
@@ -402,11 +427,11 @@ impl Scheduler {
         self.totals = self.totals.plus(note.counters());
         let Some(due) = run else {
             // Dropped by its misfire policy (an expired deadline): spent.
-            self.drop_record(id);
+            self.drop_record(id, slot);
             env.report.skipped.push(id);
             return;
         };
-        let Some(rec) = self.records.get(&id) else {
+        let Some(rec) = self.records.get_at(id, slot) else {
             return;
         };
         *left -= 1;
@@ -414,7 +439,7 @@ impl Scheduler {
         if attempt.outcome.is_ok() {
             // The one-shot leaves the book (its key is free for the run's requests, as a
             // spent schedule's).
-            let Some(owner) = self.drop_record(id) else {
+            let Some(owner) = self.drop_record(id, slot) else {
                 return;
             };
             self.commit_attempt(attempt, id, due, first_run, 1, owner, false, env);
@@ -758,9 +783,11 @@ impl Scheduler {
     }
 
     /// Removes record `id` from the book as [`Self::take_record`] does, dropping it where it
-    /// is held (nothing copied out); returns its owner.
-    fn drop_record(&mut self, id: u64) -> Option<Principal> {
-        let (rec, at) = self.records.get_placed(id)?;
+    /// is held (nothing copied out), found through `slot` (a checked hint:
+    /// [`Records::locate`](super::records::Records::locate)); returns its owner.
+    fn drop_record(&mut self, id: u64, slot: u32) -> Option<Principal> {
+        let slot = self.records.locate(id, slot)?;
+        let (rec, at) = self.records.get_placed_at(id, slot)?;
         let keys = Self::keys_of(id, rec);
         // A placed record takes its quota bytes on its page (both are `entry_bound`, which
         // `touch` placed it at): no re-measuring of the definition per run.
@@ -778,7 +805,7 @@ impl Scheduler {
         self.unindex_keys(keys);
         self.usage.sub(owner, bytes);
         self.unlink_indexes(id);
-        let at = self.records.delete(id)?;
+        let at = self.records.delete_at(id, slot)?;
         // What `touch` does for a record that left the book.
         self.placement.remove_at(id, at);
         Some(owner)
