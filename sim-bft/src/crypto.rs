@@ -20,6 +20,20 @@
 //! [`SigningKey`] and [`VerifyKey`] carry their scheme, so the replica's protocol code signs
 //! with [`sign`] and checks with [`verify`] / [`verify_many`] the same way under both.
 //!
+//! # Digests
+//!
+//! The protocol's digests follow the same choice ([`Signatures::digest`],
+//! [`Signatures::hasher`]), again with one protocol code path for both: batch digests (what
+//! the votes are about), request memo keys, reply entries, checkpoint chunk digests and the
+//! simulator's trace hash are SHA-256 under ed25519 and unkeyed BLAKE3 (256-bit output) under
+//! `sim`. BLAKE3 costs a fraction of SHA-256 where SHA-256 runs in software (no SHA
+//! extensions) and has the same collision and preimage resistance for what the protocol uses
+//! a digest for; under `sim` a run proves nothing about SHA-256 itself (the exact bytes an
+//! ed25519 run's digests commit to, test vectors, interoperability with the Malachite
+//! adapter's SHA-256 digests): the ed25519 runs keep covering it. The state digest the host
+//! computes (`ccron::host`, the ledger's own digest) is the ledger's, not the protocol's, and
+//! stays SHA-256 under both.
+//!
 //! # The ed25519 memo (speed only)
 //!
 //! Under ed25519, verification may be memoised through a [`VerifyCache`]. This is safe because
@@ -71,6 +85,96 @@ pub fn sha256(bytes: &[u8]) -> Digest32 {
     Sha256::digest(bytes).into()
 }
 
+/// An incremental 256-bit hash under one scheme's digest ([`Signatures::hasher`]): SHA-256
+/// under ed25519, BLAKE3 under `sim`. Digests of the same bytes differ between the schemes;
+/// within one scheme how the bytes are split between [`Self::update`] calls never matters.
+#[derive(Clone)]
+pub enum Hasher {
+    /// SHA-256 (the ed25519 scheme's digest).
+    Sha256(Sha256),
+    /// BLAKE3, unkeyed, 256-bit output (the `sim` scheme's digest). Boxed: its chunk stack
+    /// is ~1.9 KB.
+    Blake3(Box<blake3::Hasher>),
+}
+
+impl Hasher {
+    /// Feeds `bytes`.
+    pub fn update(&mut self, bytes: impl AsRef<[u8]>) {
+        match self {
+            Self::Sha256(h) => h.update(bytes),
+            Self::Blake3(h) => {
+                h.update(bytes.as_ref());
+            }
+        }
+    }
+
+    /// The digest of everything fed.
+    pub fn finalize(self) -> Digest32 {
+        match self {
+            Self::Sha256(h) => h.finalize().into(),
+            Self::Blake3(h) => h.finalize().into(),
+        }
+    }
+}
+
+/// A [`Hasher`] fed through a buffer: many small updates (the simulator's trace hash feeds
+/// each delivered input in pieces of a few bytes) reach the hash function as large ones, where
+/// BLAKE3 hashes many 1 KiB chunks at once with its SIMD code. The digest is the hasher's over
+/// the same bytes, whatever the buffering.
+#[derive(Debug, Clone)]
+pub struct BufferedHasher {
+    hasher: Hasher,
+    buf: Vec<u8>,
+}
+
+/// The bytes a [`BufferedHasher`] gathers before it hashes them (a multiple of BLAKE3's chunk
+/// size, and enough for its widest SIMD code).
+const HASH_BUFFER: usize = 64 * 1024;
+
+impl BufferedHasher {
+    /// A buffered `hasher`.
+    pub fn new(hasher: Hasher) -> Self {
+        Self {
+            hasher,
+            buf: Vec::with_capacity(HASH_BUFFER),
+        }
+    }
+
+    /// Feeds `bytes`.
+    #[inline]
+    pub fn update(&mut self, bytes: impl AsRef<[u8]>) {
+        let bytes = bytes.as_ref();
+        if self.buf.len() + bytes.len() > HASH_BUFFER {
+            self.flush();
+            if bytes.len() >= HASH_BUFFER {
+                self.hasher.update(bytes);
+                return;
+            }
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    fn flush(&mut self) {
+        self.hasher.update(&self.buf);
+        self.buf.clear();
+    }
+
+    /// The digest of everything fed.
+    pub fn finalize(mut self) -> Digest32 {
+        self.flush();
+        self.hasher.finalize()
+    }
+}
+
+impl fmt::Debug for Hasher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Sha256(_) => "Hasher::Sha256",
+            Self::Blake3(_) => "Hasher::Blake3",
+        })
+    }
+}
+
 /// The signature scheme a cluster runs (`sim-bft run --signatures`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -89,6 +193,23 @@ impl Signatures {
     pub const NAMES: &'static str = "ed25519, sim";
     /// Both schemes.
     pub const ALL: [Signatures; 2] = [Signatures::Ed25519, Signatures::Sim];
+
+    /// A fresh incremental hasher of this scheme's digest: SHA-256 under ed25519, BLAKE3
+    /// under `sim` (see the module docs, "Digests").
+    pub fn hasher(self) -> Hasher {
+        match self {
+            Self::Ed25519 => Hasher::Sha256(Sha256::new()),
+            Self::Sim => Hasher::Blake3(Box::default()),
+        }
+    }
+
+    /// This scheme's digest of `bytes` ([`Self::hasher`] in one call).
+    pub fn digest(self, bytes: &[u8]) -> Digest32 {
+        match self {
+            Self::Ed25519 => sha256(bytes),
+            Self::Sim => blake3::hash(bytes).into(),
+        }
+    }
 }
 
 impl FromStr for Signatures {
@@ -168,6 +289,14 @@ pub enum VerifyKey {
 }
 
 impl VerifyKey {
+    /// The scheme this key verifies under.
+    pub fn scheme(&self) -> Signatures {
+        match self {
+            Self::Ed25519(_) => Signatures::Ed25519,
+            Self::Sim(_) => Signatures::Sim,
+        }
+    }
+
     /// The 32-byte public key naming the signer.
     pub fn public_key(&self) -> ccron::sig::PublicKey {
         match self {

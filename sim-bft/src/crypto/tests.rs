@@ -242,3 +242,138 @@ fn verify_accepts_good_rejects_bad_and_cache_is_sound() {
     assert_eq!(internal_client_owner(internal_client_id(3)), Some(3));
     assert_eq!(internal_client_owner(9), None);
 }
+
+/// The `sim` scheme's two promises, through the protocol's own wire path (issue 28's mutation
+/// check): a Byzantine replica holding only its own keys (replica 1's signing key, the
+/// keyring every replica holds, and every message it has seen) cannot make a message, a
+/// request or a reply that verifies as another signer's; and any changed byte of a genuine
+/// signed message fails verification. Breaking `Sim::verify` (comparing part of the tag, or
+/// always accepting) or the key derivation (tags independent of the secret) fails this test.
+#[test]
+fn a_byzantine_replica_cannot_tag_for_another_sim_key() {
+    use crate::protocol::{
+        Body, Payload, Request, RequestKind, SignedMsg, SignedRequest, Wire, codec,
+    };
+    let (seed, scheme) = (9, Signatures::Sim);
+    let ring = Keyring::new(scheme, seed, 4, 2);
+    let mine = replica_key(scheme, seed, 1);
+    let victim = replica_key(scheme, seed, 2);
+    let body = |seq: u64| Body::Prepare {
+        view: 0,
+        seq,
+        digest: [seq as u8; 32],
+    };
+    // A genuine message of replica 2 that the Byzantine replica saw, and its own messages.
+    let genuine = SignedMsg::sign(
+        &victim,
+        &Payload {
+            from: 2,
+            body: body(5),
+        },
+    )
+    .unwrap();
+    assert_eq!(genuine.open(&ring, 1 << 20, None).unwrap().from, 2);
+    let own = SignedMsg::sign(
+        &mine,
+        &Payload {
+            from: 1,
+            body: body(5),
+        },
+    )
+    .unwrap();
+    assert!(own.open(&ring, 1 << 20, None).is_ok());
+
+    // 1. Its own key, another sender named: refused for every other replica.
+    for from in [0, 2, 3] {
+        let forged = SignedMsg::sign(
+            &mine,
+            &Payload {
+                from,
+                body: body(6),
+            },
+        )
+        .unwrap();
+        assert!(
+            forged.open(&ring, 1 << 20, None).is_err(),
+            "own key claiming replica {from}"
+        );
+    }
+    // 2. Replica 2's tag moved onto another message (another seq, another sender).
+    for payload in [
+        Payload {
+            from: 2,
+            body: body(6),
+        },
+        Payload {
+            from: 1,
+            body: body(5),
+        },
+    ] {
+        let spliced = SignedMsg {
+            payload: codec::encode(&payload).unwrap(),
+            sig: genuine.sig,
+        };
+        assert!(spliced.open(&ring, 1 << 20, None).is_err(), "{payload:?}");
+    }
+    // 3. Guessing: its own tag of the same bytes, and tags made from its own tags (the halves
+    //    swapped, shifted, xored with the victim's tag of another message).
+    let other = SignedMsg::sign(
+        &victim,
+        &Payload {
+            from: 2,
+            body: body(7),
+        },
+    )
+    .unwrap();
+    let target = codec::encode(&Payload {
+        from: 2,
+        body: body(8),
+    })
+    .unwrap();
+    let mine_tag = sign(&mine, &target);
+    let mut guesses = vec![mine_tag, genuine.sig, other.sig];
+    let mut swapped = mine_tag;
+    swapped.rotate_left(16);
+    guesses.push(swapped);
+    let mut xored = genuine.sig;
+    xored
+        .iter_mut()
+        .zip(other.sig)
+        .zip(mine_tag)
+        .for_each(|((a, b), c)| *a ^= b ^ c);
+    guesses.push(xored);
+    for (i, sig) in guesses.iter().enumerate() {
+        let m = SignedMsg {
+            payload: target.clone(),
+            sig: *sig,
+        };
+        assert!(m.open(&ring, 1 << 20, None).is_err(), "guess {i}");
+    }
+    // 4. A request in a user client's name, and in replica 2's internal client's name.
+    for client in [0, internal_client_id(2)] {
+        let request = Request {
+            client,
+            req_seq: 1,
+            kind: RequestKind::Write,
+            payload: b"steal".to_vec(),
+        };
+        let forged = SignedRequest::sign(&mine, request).unwrap();
+        assert!(!forged.verify(&ring, None), "client {client}");
+    }
+    // 5. Any changed byte of replica 2's wire message: a flipped bit anywhere (payload or tag)
+    //    either does not decode or does not open; nothing else is accepted as replica 2's.
+    let wire = codec::encode(&Wire::Signed(genuine.clone())).unwrap();
+    for i in 0..wire.len() {
+        for bit in [0x01u8, 0x80] {
+            let mut bad = wire.clone();
+            bad[i] ^= bit;
+            if let Ok(Wire::Signed(m)) = codec::decode::<Wire>(&bad, 1 << 20) {
+                assert!(
+                    m.open(&ring, 1 << 20, None).is_err(),
+                    "byte {i} bit {bit:#x} of {}: a changed message accepted",
+                    wire.len()
+                );
+            }
+        }
+    }
+}

@@ -14,7 +14,8 @@
 //! transfer costs about the state that changed since the peer's last one, not the whole
 //! snapshot (the LBFS / rsync idea; PBFT's partition tree has the same aim).
 //!
-//! **Digests.** Leaves are `H(0x00 || chunk)`; the list root is
+//! **Digests.** `H` is the run's scheme digest ([`Signatures::digest`]: SHA-256 under ed25519,
+//! BLAKE3 under `sim`). Leaves are `H(0x00 || chunk)`; the list root is
 //! `H(0x03 || count || leaf_0 || … || leaf_{count-1})`; the checkpoint digest is
 //! `H(0x02 || total_len || chunk_bytes || root)` (little-endian u64s). An empty snapshot has
 //! one empty chunk. A [`crate::protocol::Body::StateMeta`] carries the leaves (at most
@@ -23,9 +24,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use sha2::{Digest, Sha256};
-
-use crate::crypto::Digest32;
+use crate::crypto::{Digest32, Signatures};
 
 /// The gear table: 256 pseudo-random words from a fixed seed (splitmix64), the same on every
 /// replica and in every build.
@@ -101,38 +100,52 @@ pub fn boundaries(bytes: &[u8], chunk_bytes: usize) -> Vec<Range<usize>> {
 }
 
 /// The leaf digest of one chunk.
-pub fn leaf(data: &[u8]) -> Digest32 {
-    let mut h = Sha256::new();
+pub fn leaf(scheme: Signatures, data: &[u8]) -> Digest32 {
+    let mut h = scheme.hasher();
     h.update([0u8]);
     h.update(data);
-    h.finalize().into()
+    h.finalize()
 }
 
 /// The root over a list of leaves.
-pub fn list_root(leaves: &[Digest32]) -> Digest32 {
-    let mut h = Sha256::new();
+pub fn list_root(scheme: Signatures, leaves: &[Digest32]) -> Digest32 {
+    let mut h = scheme.hasher();
     h.update([3u8]);
     h.update((leaves.len() as u64).to_le_bytes());
     for l in leaves {
         h.update(l);
     }
-    h.finalize().into()
+    h.finalize()
 }
 
 /// The checkpoint digest of a snapshot of `total_len` bytes cut (under `chunk_bytes`) into
 /// chunks whose leaves are `leaves`.
-pub fn digest_from_leaves(total_len: u64, chunk_bytes: usize, leaves: &[Digest32]) -> Digest32 {
-    let mut h = Sha256::new();
+pub fn digest_from_leaves(
+    scheme: Signatures,
+    total_len: u64,
+    chunk_bytes: usize,
+    leaves: &[Digest32],
+) -> Digest32 {
+    let mut h = scheme.hasher();
     h.update([2u8]);
     h.update(total_len.to_le_bytes());
     h.update((chunk_bytes as u64).to_le_bytes());
-    h.update(list_root(leaves));
-    h.finalize().into()
+    h.update(list_root(scheme, leaves));
+    h.finalize()
 }
 
 /// Whether `data` is chunk `index` of the list `leaves` (and no longer than a chunk may be).
-pub fn verify_chunk(leaves: &[Digest32], chunk_bytes: usize, index: u32, data: &[u8]) -> bool {
-    data.len() <= chunk_bytes.max(1) && leaves.get(index as usize).is_some_and(|l| *l == leaf(data))
+pub fn verify_chunk(
+    scheme: Signatures,
+    leaves: &[Digest32],
+    chunk_bytes: usize,
+    index: u32,
+    data: &[u8],
+) -> bool {
+    data.len() <= chunk_bytes.max(1)
+        && leaves
+            .get(index as usize)
+            .is_some_and(|l| *l == leaf(scheme, data))
 }
 
 /// A snapshot's chunk list (kept by a source while it serves the snapshot, computed by a
@@ -143,21 +156,23 @@ pub struct ChunkList {
     leaves: Vec<Digest32>,
     total_len: u64,
     chunk_bytes: usize,
+    scheme: Signatures,
 }
 
 impl ChunkList {
-    /// Cuts `bytes` and digests every chunk.
-    pub fn new(bytes: &[u8], chunk_bytes: usize) -> Self {
+    /// Cuts `bytes` and digests every chunk under `scheme`'s digest.
+    pub fn new(scheme: Signatures, bytes: &[u8], chunk_bytes: usize) -> Self {
         let bounds = boundaries(bytes, chunk_bytes);
         let leaves = bounds
             .iter()
-            .map(|r| leaf(bytes.get(r.clone()).unwrap_or_default()))
+            .map(|r| leaf(scheme, bytes.get(r.clone()).unwrap_or_default()))
             .collect();
         Self {
             bounds,
             leaves,
             total_len: bytes.len() as u64,
             chunk_bytes,
+            scheme,
         }
     }
 
@@ -173,7 +188,7 @@ impl ChunkList {
 
     /// The checkpoint digest.
     pub fn digest(&self) -> Digest32 {
-        digest_from_leaves(self.total_len, self.chunk_bytes, &self.leaves)
+        digest_from_leaves(self.scheme, self.total_len, self.chunk_bytes, &self.leaves)
     }
 
     /// Chunk `index` of `bytes` (the bytes this list was built from).
@@ -193,14 +208,17 @@ impl ChunkList {
     }
 }
 
-/// The checkpoint digest of `bytes` under `chunk_bytes`.
-pub fn snapshot_digest(bytes: &[u8], chunk_bytes: usize) -> Digest32 {
-    ChunkList::new(bytes, chunk_bytes).digest()
+/// The checkpoint digest of `bytes` under `chunk_bytes` and `scheme`'s digest.
+pub fn snapshot_digest(scheme: Signatures, bytes: &[u8], chunk_bytes: usize) -> Digest32 {
+    ChunkList::new(scheme, bytes, chunk_bytes).digest()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scheme of these tests' digests (the cutting does not depend on it).
+    const S: Signatures = Signatures::Ed25519;
     use proptest::prelude::*;
 
     fn noise(len: usize, seed: u64) -> Vec<u8> {
@@ -222,11 +240,11 @@ mod tests {
             pick in any::<prop::sample::Index>(), bit in 0u8..8,
         ) {
             let bytes = noise(len, seed);
-            let list = ChunkList::new(&bytes, chunk);
-            prop_assert_eq!(list.digest(), snapshot_digest(&bytes, chunk));
+            let list = ChunkList::new(S, &bytes, chunk);
+            prop_assert_eq!(list.digest(), snapshot_digest(S, &bytes, chunk));
             prop_assert_eq!(
                 list.digest(),
-                digest_from_leaves(len as u64, chunk, list.leaves())
+                digest_from_leaves(S, len as u64, chunk, list.leaves())
             );
             prop_assert!(list.leaves().len() <= max_chunks(len, chunk));
             let mut joined = Vec::new();
@@ -237,7 +255,7 @@ mod tests {
                 if i + 1 < n {
                     prop_assert!(part.len() >= min_chunk(chunk).min(chunk));
                 }
-                prop_assert!(verify_chunk(list.leaves(), chunk, i, part));
+                prop_assert!(verify_chunk(S, list.leaves(), chunk, i, part));
                 joined.extend_from_slice(part);
             }
             prop_assert_eq!(&joined, &bytes);
@@ -245,7 +263,7 @@ mod tests {
             let mut bad = list.chunk(&bytes, i).unwrap().to_vec();
             if let Some(b) = bad.first_mut() {
                 *b ^= 1 << bit;
-                prop_assert!(!verify_chunk(list.leaves(), chunk, i, &bad));
+                prop_assert!(!verify_chunk(S, list.leaves(), chunk, i, &bad));
             }
         }
 
@@ -268,12 +286,12 @@ mod tests {
             let mut new = old[..at].to_vec();
             new.extend(noise(ins, seed ^ 1));
             new.extend_from_slice(&old[at..]);
-            let have = ChunkList::new(&old, chunk);
+            let have = ChunkList::new(S, &old, chunk);
             let have = have.by_leaf(&old);
-            let want = ChunkList::new(&new, chunk);
+            let want = ChunkList::new(S, &new, chunk);
             let missing: usize = (0..want.count())
                 .map(|i| want.chunk(&new, i).unwrap())
-                .filter(|c| !have.contains_key(&leaf(c)))
+                .filter(|c| !have.contains_key(&leaf(S, c)))
                 .map(<[u8]>::len)
                 .sum();
             prop_assert!(missing <= ins + 8 * chunk, "{missing} bytes to fetch for {ins} inserted");
@@ -284,22 +302,22 @@ mod tests {
     fn digest_commits_to_length_chunk_size_and_content() {
         let bytes = noise(10_000, 7);
         assert_ne!(
-            snapshot_digest(&bytes, 1_000),
-            snapshot_digest(&bytes, 2_000)
+            snapshot_digest(S, &bytes, 1_000),
+            snapshot_digest(S, &bytes, 2_000)
         );
         assert_ne!(
-            snapshot_digest(&bytes, 1_000),
-            snapshot_digest(&bytes[..9_999], 1_000)
+            snapshot_digest(S, &bytes, 1_000),
+            snapshot_digest(S, &bytes[..9_999], 1_000)
         );
-        assert_eq!(ChunkList::new(&[], 64).count(), 1);
-        assert!(!verify_chunk(&[], 64, 0, &[]));
+        assert_eq!(ChunkList::new(S, &[], 64).count(), 1);
+        assert!(!verify_chunk(S, &[], 64, 0, &[]));
         // A chunk presented at another index does not verify.
-        let list = ChunkList::new(&bytes, 1_000);
+        let list = ChunkList::new(S, &bytes, 1_000);
         let c0 = list.chunk(&bytes, 0).unwrap();
-        assert!(!verify_chunk(list.leaves(), 1_000, 1, c0));
+        assert!(!verify_chunk(S, list.leaves(), 1_000, 1, c0));
         // Long runs of one byte (no natural cut) are cut at the chunk size.
         let flat = vec![0u8; 10_000];
-        let list = ChunkList::new(&flat, 1_000);
+        let list = ChunkList::new(S, &flat, 1_000);
         assert!(list.count() >= 10);
     }
 
@@ -310,7 +328,7 @@ mod tests {
         let x = GEAR.iter().fold(0u64, |a, g| a.rotate_left(5) ^ g);
         let bytes = noise(200_000, 42);
         let cuts: Vec<usize> = boundaries(&bytes, 4_096).iter().map(|r| r.end).collect();
-        let d = snapshot_digest(&bytes, 4_096);
+        let d = snapshot_digest(S, &bytes, 4_096);
         assert_eq!(x, FINGERPRINT);
         assert_eq!(&cuts[..4], FIRST_CUTS);
         assert_eq!(&d[..4], DIGEST_HEAD);

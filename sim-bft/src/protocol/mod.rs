@@ -9,7 +9,7 @@
 pub mod chunks;
 pub mod codec;
 
-use crate::crypto::{self, Digest32, Keyring, SigBytes, SigningKey, VerifyCache};
+use crate::crypto::{self, Digest32, Keyring, SigBytes, Signatures, SigningKey, VerifyCache};
 use crate::node::{ClientId, Millis, NodeId};
 use bincode::{Decode, Encode};
 pub use codec::CodecError;
@@ -165,9 +165,10 @@ impl Batch {
         }
     }
 
-    /// SHA-256 of the canonical encoding: the batch digest that the votes are about.
-    pub fn digest(&self) -> Result<Digest32, CodecError> {
-        Ok(crypto::sha256(&codec::encode(self)?))
+    /// The digest of the canonical encoding under `scheme` ([`Signatures::digest`]: SHA-256
+    /// under ed25519): the batch digest that the votes are about.
+    pub fn digest(&self, scheme: Signatures) -> Result<Digest32, CodecError> {
+        Ok(scheme.digest(&codec::encode(self)?))
     }
 }
 
@@ -559,28 +560,26 @@ pub struct ReplyHeader {
     pub replica: NodeId,
     /// Batch sequence number.
     pub seq: u64,
-    /// SHA-256 over the concatenated entries.
+    /// The scheme's digest ([`entries_digest`]) over the concatenated entries.
     pub entries_digest: Digest32,
 }
 
-/// The digest identifying one reply inside its batch's reply list.
-pub fn reply_entry(client: ClientId, req_seq: u64, result: &[u8]) -> Digest32 {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
+/// The digest identifying one reply inside its batch's reply list, under `scheme`'s digest.
+pub fn reply_entry(scheme: Signatures, client: ClientId, req_seq: u64, result: &[u8]) -> Digest32 {
+    let mut h = scheme.hasher();
     h.update(client.to_le_bytes());
     h.update(req_seq.to_le_bytes());
     h.update(result);
-    h.finalize().into()
+    h.finalize()
 }
 
-/// SHA-256 over concatenated reply entries.
-pub fn entries_digest(entries: &[Digest32]) -> Digest32 {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
+/// The digest (under `scheme`) over concatenated reply entries.
+pub fn entries_digest(scheme: Signatures, entries: &[Digest32]) -> Digest32 {
+    let mut h = scheme.hasher();
     for e in entries {
         h.update(e);
     }
-    h.finalize().into()
+    h.finalize()
 }
 
 /// A reply with the replica's signature over the [`ReplyHeader`] of its batch.
@@ -600,15 +599,16 @@ impl SignedReply {
         let key = ring
             .replica(r.replica)
             .ok_or(OpenError::UnknownSender(r.replica))?;
+        let scheme = key.scheme();
         if r.batch_entries.get(r.index as usize)
-            != Some(&reply_entry(r.client, r.req_seq, &r.result))
+            != Some(&reply_entry(scheme, r.client, r.req_seq, &r.result))
         {
             return Err(OpenError::BadSignature);
         }
         let header = ReplyHeader {
             replica: r.replica,
             seq: r.seq,
-            entries_digest: entries_digest(&r.batch_entries),
+            entries_digest: entries_digest(scheme, &r.batch_entries),
         };
         let bytes = codec::encode(&header)?;
         if !crypto::verify(key, &bytes, &signed.sig, None) {

@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use ccron::host::{TickAuthority, period_index};
 use ccron::ticks::{TickDecision, TickThrottle};
-use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use super::clients::Admission;
@@ -69,14 +68,14 @@ impl VerifiedRequests {
 }
 
 impl Replica {
-    /// The canonical bytes a request's signature covers and its verification memo key.
-    fn request_memo(r: &SignedRequest) -> Option<(Vec<u8>, Digest32)> {
+    /// The canonical bytes a request's signature covers and its verification memo key (the
+    /// scheme's digest of both).
+    fn request_memo(&self, r: &SignedRequest) -> Option<(Vec<u8>, Digest32)> {
         let bytes = codec::encode(&r.request).ok()?;
-        let mut h = Sha256::new();
+        let mut h = self.cfg.signatures.hasher();
         h.update(&bytes);
         h.update(r.sig);
-        let memo: Digest32 = h.finalize().into();
-        Some((bytes, memo))
+        Some((bytes, h.finalize()))
     }
 
     /// Checks the signatures of many requests in one batch equation ([`crypto::verify_many`])
@@ -101,7 +100,7 @@ impl Replica {
             {
                 continue;
             }
-            if let Some((bytes, memo)) = Self::request_memo(r)
+            if let Some((bytes, memo)) = self.request_memo(r)
                 && !self.verified.contains(&memo)
                 && self.ring.client(r.request.client).is_some()
             {
@@ -179,7 +178,7 @@ impl Replica {
         {
             return Ok(());
         }
-        let Some((bytes, memo)) = Self::request_memo(r) else {
+        let Some((bytes, memo)) = self.request_memo(r) else {
             return Err("drop_invalid_request");
         };
         if self.verified.contains(&memo) {

@@ -195,7 +195,7 @@ impl Replica {
             return self.drop_msg("drop_unwanted_batch", Some(from));
         };
         let want = *want;
-        match batch.digest() {
+        match batch.digest(self.cfg.signatures) {
             Ok(d) if d == want => {}
             _ => {
                 warn!(

@@ -81,7 +81,10 @@ impl Replica {
             state_digest: self.last_state_digest,
         };
         let bytes = codec::encode(&snap).map_err(|e| ReplicaError::Storage(e.to_string()))?;
-        Ok((chunks::snapshot_digest(&bytes, self.cfg.chunk_bytes), bytes))
+        Ok((
+            chunks::snapshot_digest(self.cfg.signatures, &bytes, self.cfg.chunk_bytes),
+            bytes,
+        ))
     }
     pub(super) fn take_checkpoint(&mut self, now: Millis, seq: u64, out: &mut Vec<Output>) {
         let Ok((digest, bytes)) = self.make_snapshot() else {

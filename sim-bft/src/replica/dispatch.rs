@@ -646,7 +646,7 @@ impl Replica {
         if seq <= self.checkpoints.stable.seq {
             return self.drop_msg("drop_out_of_window", Some(from));
         }
-        let Ok(digest) = batch.digest() else {
+        let Ok(digest) = batch.digest(self.cfg.signatures) else {
             return self.drop_msg("drop_malformed", Some(from));
         };
         let mut seen = BTreeSet::new();

@@ -324,12 +324,12 @@ impl Replica {
         }
         let entries: Vec<Digest32> = replies
             .iter()
-            .map(|(c, r, res)| crate::protocol::reply_entry(*c, *r, res))
+            .map(|(c, r, res)| crate::protocol::reply_entry(self.cfg.signatures, *c, *r, res))
             .collect();
         let header = crate::protocol::ReplyHeader {
             replica: self.cfg.id,
             seq,
-            entries_digest: crate::protocol::entries_digest(&entries),
+            entries_digest: crate::protocol::entries_digest(self.cfg.signatures, &entries),
         };
         let Ok(bytes) = codec::encode(&header) else {
             return;

@@ -766,6 +766,7 @@ impl Replica {
             return Ok(());
         }
         if crate::protocol::chunks::snapshot_digest(
+            self.cfg.signatures,
             &self.checkpoints.stable_snapshot,
             self.cfg.chunk_bytes,
         ) != self.checkpoints.stable.digest
@@ -777,7 +778,7 @@ impl Replica {
                 return fail(format!("entry {s} committed without a batch"));
             }
             if let (Some(b), Some(d)) = (&e.batch, e.digest)
-                && b.digest().ok() != Some(d)
+                && b.digest(self.cfg.signatures).ok() != Some(d)
             {
                 return fail(format!("entry {s} digest does not match its batch"));
             }

@@ -56,7 +56,7 @@ impl Replica {
     }
 
     fn propose(&mut self, seq: u64, batch: Batch, out: &mut Vec<Output>) {
-        let Ok(digest) = batch.digest() else {
+        let Ok(digest) = batch.digest(self.cfg.signatures) else {
             self.metrics.inc("encode_error");
             return;
         };
@@ -116,7 +116,7 @@ impl Replica {
         if batch.null || batch.requests.is_empty() || batch.requests.len() > self.cfg.batch_max {
             return self.drop_msg("drop_invalid_batch", Some(from));
         }
-        let Ok(digest) = batch.digest() else {
+        let Ok(digest) = batch.digest(self.cfg.signatures) else {
             return self.drop_msg("drop_malformed", Some(from));
         };
         if let Some(e) = self.log.get(&seq)

@@ -58,8 +58,11 @@ impl Replica {
         if let Some(bytes) = stored.get(KEY_CHECKPOINT) {
             let ck: StoredCheckpoint = codec::decode(bytes, limit)
                 .map_err(|e| ReplicaError::Storage(format!("checkpoint: {e}")))?;
-            if crate::protocol::chunks::snapshot_digest(&ck.snapshot, r.cfg.chunk_bytes)
-                != ck.proof.digest
+            if crate::protocol::chunks::snapshot_digest(
+                r.cfg.signatures,
+                &ck.snapshot,
+                r.cfg.chunk_bytes,
+            ) != ck.proof.digest
             {
                 return Err(ReplicaError::Storage("checkpoint digest mismatch".into()));
             }
@@ -86,7 +89,7 @@ impl Replica {
             }
             let digest = e
                 .batch
-                .digest()
+                .digest(r.cfg.signatures)
                 .map_err(|e| ReplicaError::Storage(format!("log entry: {e}")))?;
             let entry = r.log.entry(e.seq).or_default();
             entry.view = e.view;

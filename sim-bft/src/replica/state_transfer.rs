@@ -24,7 +24,7 @@ use ccron::ReservedPages;
 use tracing::{info, warn};
 
 use super::{Dest, KEY_CHECKPOINT, Replica, Snapshot, StoredCheckpoint, TimeRecord};
-use crate::crypto::Digest32;
+use crate::crypto::{Digest32, Signatures};
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::chunks::{self, ChunkList};
 use crate::protocol::{Body, CheckpointProof, codec};
@@ -59,10 +59,10 @@ pub(super) struct Transfer {
 impl Transfer {
     /// The verified chunks (and earlier carry) by leaf, for the transfer that replaces this
     /// one.
-    fn into_carry(self) -> HashMap<Digest32, Vec<u8>> {
+    fn into_carry(self, scheme: Signatures) -> HashMap<Digest32, Vec<u8>> {
         let mut carry = self.carry;
         for data in self.chunks.into_values() {
-            carry.insert(chunks::leaf(&data), data);
+            carry.insert(chunks::leaf(scheme, &data), data);
         }
         carry
     }
@@ -401,11 +401,12 @@ impl Replica {
             self.metrics.add("state_chunks_kept_on_rotation", kept);
         }
         if let Some(proof) = restart {
+            let scheme = self.cfg.signatures;
             let carry = self
                 .state_transfer
                 .transfer
                 .take()
-                .map(Transfer::into_carry);
+                .map(|t| t.into_carry(scheme));
             self.start_transfer(now, proof, out);
             if let (Some(t), Some(carry)) = (&mut self.state_transfer.transfer, carry) {
                 t.carry = carry;
@@ -480,7 +481,11 @@ impl Replica {
                 {
                     self.state_transfer.serving.tree = Some((
                         self.checkpoints.stable.digest,
-                        ChunkList::new(&self.checkpoints.stable_snapshot, chunk_bytes),
+                        ChunkList::new(
+                            self.cfg.signatures,
+                            &self.checkpoints.stable_snapshot,
+                            chunk_bytes,
+                        ),
                         false,
                     ));
                 }
@@ -520,7 +525,7 @@ impl Replica {
                     .is_none_or(|(od, _)| od != d)
                 {
                     self.state_transfer.serving.own_tree =
-                        Some((*d, ChunkList::new(b, chunk_bytes)));
+                        Some((*d, ChunkList::new(self.cfg.signatures, b, chunk_bytes)));
                 }
                 let Some((_, own_tree)) = &self.state_transfer.serving.own_tree else {
                     return;
@@ -643,12 +648,13 @@ impl Replica {
         if !t.sources.contains(&from) {
             return self.drop_msg("drop_unexpected_state", Some(from));
         }
-        let sane = usize::try_from(total_len).is_ok_and(|l| {
-            l <= self.cfg.max_snapshot_bytes
-                && !leaves.is_empty()
-                && leaves.len() <= chunks::max_chunks(l, chunk_bytes)
-        }) && chunks::digest_from_leaves(total_len, chunk_bytes, &leaves)
-            == proof.digest;
+        let sane =
+            usize::try_from(total_len).is_ok_and(|l| {
+                l <= self.cfg.max_snapshot_bytes
+                    && !leaves.is_empty()
+                    && leaves.len() <= chunks::max_chunks(l, chunk_bytes)
+            }) && chunks::digest_from_leaves(self.cfg.signatures, total_len, chunk_bytes, &leaves)
+                == proof.digest;
         let valid = sane
             && if proof.seq == t.target.seq {
                 proof.digest == t.target.digest
@@ -723,7 +729,11 @@ impl Replica {
         let stable = match &self.state_transfer.serving.tree {
             Some((d, list, _)) if *d == self.checkpoints.stable.digest => list,
             _ => {
-                built = ChunkList::new(&self.checkpoints.stable_snapshot, chunk_bytes);
+                built = ChunkList::new(
+                    self.cfg.signatures,
+                    &self.checkpoints.stable_snapshot,
+                    chunk_bytes,
+                );
                 &built
             }
         };
@@ -733,7 +743,7 @@ impl Replica {
             .own
             .values()
             .next_back()
-            .map(|(_, b)| (ChunkList::new(b, chunk_bytes), b));
+            .map(|(_, b)| (ChunkList::new(self.cfg.signatures, b, chunk_bytes), b));
         if let Some((list, b)) = &own {
             have.extend(list.by_leaf(b));
         }
@@ -774,7 +784,7 @@ impl Replica {
             self.metrics.inc("late_state_chunk");
             return;
         }
-        if !chunks::verify_chunk(&meta.leaves, chunk_bytes, index, &data) {
+        if !chunks::verify_chunk(self.cfg.signatures, &meta.leaves, chunk_bytes, index, &data) {
             warn!(
                 replica = self.cfg.id,
                 from, seq, index, "state chunk fails its digest"

@@ -502,7 +502,7 @@ impl Replica {
         let is_primary = self.primary_of(view) == self.cfg.id;
         let quorum = self.quorum();
         let mut to_vote: Vec<(u64, Digest32)> = Vec::new();
-        let Ok(null_digest) = Batch::null().digest() else {
+        let Ok(null_digest) = Batch::null().digest(self.cfg.signatures) else {
             return;
         };
         for seq in (min_s + 1)..=max_s {

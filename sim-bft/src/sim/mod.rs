@@ -36,7 +36,6 @@ use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use ccron::ticks::TickTimers;
-use sha2::{Digest, Sha256};
 
 pub use checker::{Checker, TimeBounds, Violation, ViolationKind};
 pub use config::{
@@ -260,7 +259,8 @@ pub struct Simulator<H: Harness> {
     point_rng: SimRng,
     blocked: BTreeMap<(NodeId, NodeId), u32>,
     checker: Checker,
-    trace: Sha256,
+    /// The trace hash (the scheme's digest, [`Signatures::hasher`]) over every input.
+    trace: crate::crypto::BufferedHasher,
     healed: bool,
     /// The starvation checker's watched requests (see [`starvation`]).
     starvation: starvation::StarvationWatch,
@@ -364,7 +364,7 @@ impl<H: Harness> Simulator<H> {
                 checker.node_failure(0, i as NodeId, format!("boot: {cause}"));
             }
         }
-        let mut trace = Sha256::new();
+        let mut trace = crate::crypto::BufferedHasher::new(cfg.signatures.hasher());
         trace.update(b"sim-bft trace v1");
         trace.update(cfg.seed.to_le_bytes());
         let mut sim = Self {
@@ -1167,7 +1167,7 @@ impl<H: Harness> Simulator<H> {
             violations: self.checker.violations().to_vec(),
             dropped_violations: self.checker.dropped_violations(),
             heal_seq: self.checker.heal_seq().unwrap_or(0),
-            trace_hash: trace.finalize().into(),
+            trace_hash: trace.finalize(),
             config: self.cfg,
             params: self.params,
             nodes,

@@ -122,7 +122,8 @@ pub struct SimOutcome {
     pub dropped_violations: u64,
     /// True when no two honest replicas disagreed on a batch or state digest.
     pub honest_agree: bool,
-    /// SHA-256 over every processed event and executed batch.
+    /// The scheme's digest (SHA-256 under ed25519, BLAKE3 under `sim`) over every processed
+    /// event and executed batch.
     pub trace_hash: [u8; 32],
     /// Counters.
     pub stats: SimStats,

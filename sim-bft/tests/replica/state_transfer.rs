@@ -6,7 +6,7 @@
 use crate::replica_support;
 
 use replica_support::{Chaos, Harness, SEED};
-use sim_bft::crypto::{Digest32, replica_signing_key};
+use sim_bft::crypto::{Digest32, Signatures, replica_signing_key};
 use sim_bft::node::{Input, NodeId};
 use sim_bft::protocol::chunks::{digest_from_leaves, max_chunks, verify_chunk};
 use sim_bft::protocol::{Body, Payload, SignedMsg, Wire, codec};
@@ -117,15 +117,30 @@ fn one_state_request_costs_a_bounded_number_of_bytes_and_peers_are_rate_limited(
     );
     assert!((bytes as u64) < total_len / 2);
     // The certified digest commits to the chunk list, and every chunk verifies against it.
-    assert_eq!(digest_from_leaves(total_len, CHUNK, &leaves), proof.digest);
+    assert_eq!(
+        digest_from_leaves(Signatures::Ed25519, total_len, CHUNK, &leaves),
+        proof.digest
+    );
     for b in &bodies[1..] {
         let Body::StateChunk { index, data, .. } = b else {
             panic!("unexpected {b:?}");
         };
-        assert!(verify_chunk(&leaves, CHUNK, *index, data));
+        assert!(verify_chunk(
+            Signatures::Ed25519,
+            &leaves,
+            CHUNK,
+            *index,
+            data
+        ));
         let mut bad = data.clone();
         bad[0] ^= 1;
-        assert!(!verify_chunk(&leaves, CHUNK, *index, &bad));
+        assert!(!verify_chunk(
+            Signatures::Ed25519,
+            &leaves,
+            CHUNK,
+            *index,
+            &bad
+        ));
     }
     // A flood of requests within one interval is served at most 12 chunks in all.
     let mut served = chunks_in(&bodies);

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use sim_bft::crypto::{Digest32, client_signing_key, replica_signing_key};
+use sim_bft::crypto::{Digest32, Signatures, client_signing_key, replica_signing_key};
 use sim_bft::ledgers::{KvLedger, KvOp, TickCounter};
 use sim_bft::node::{Executed, Input, Millis, Node, NodeId, Output};
 use sim_bft::protocol::{
@@ -152,7 +152,7 @@ fn prepare_sig(from: NodeId, view: u64, seq: u64, digest: Digest32) -> [u8; 64] 
 /// other replicas (`primary` proposes).
 fn order(rig: &mut Rig, view: u64, seq: u64, batch: &Batch) {
     let primary = (view % 4) as NodeId;
-    let digest = batch.digest().unwrap();
+    let digest = batch.digest(Signatures::Ed25519).unwrap();
     let me = rig.id;
     rig.peer(
         primary,
@@ -187,7 +187,7 @@ fn order(rig: &mut Rig, view: u64, seq: u64, batch: &Batch) {
 fn restart_in_a_view_change_never_executes_a_batch_that_did_not_commit() {
     let mut rig = Rig::new(3);
     let b = batch(0, 2, "committed");
-    let db = b.digest().unwrap();
+    let db = b.digest(Signatures::Ed25519).unwrap();
     // Seq 2 commits in view 0 at replica 3 (the others prepared and committed it too).
     order(&mut rig, 0, 2, &b);
     assert!(rig.executed.is_empty(), "seq 1 is missing");
@@ -225,7 +225,7 @@ fn restart_in_a_view_change_never_executes_a_batch_that_did_not_commit() {
     // View 1's primary (replica 1, Byzantine) pre-prepares another batch at seq 2 without a
     // new-view. Then seq 1 commits (a commit certificate from a peer that executed it).
     let other = batch(1, 2, "never committed");
-    let dother = other.digest().unwrap();
+    let dother = other.digest(Signatures::Ed25519).unwrap();
     rig.peer(
         1,
         Body::PrePrepare {
@@ -235,7 +235,7 @@ fn restart_in_a_view_change_never_executes_a_batch_that_did_not_commit() {
         },
     );
     let null = Batch::null();
-    let dnull = null.digest().unwrap();
+    let dnull = null.digest(Signatures::Ed25519).unwrap();
     let commits = [0, 1, 2]
         .into_iter()
         .map(|n| {
@@ -499,7 +499,7 @@ fn crashes_at_view_changes_with_a_reproposing_primary_are_safe_and_live() {
 fn a_batch_ordered_by_digest_is_fetched_verified_and_executed() {
     let mut rig = Rig::new(3);
     let b = batch(0, 1, "prepared elsewhere");
-    let db = b.digest().unwrap();
+    let db = b.digest(Signatures::Ed25519).unwrap();
     let proof = PreparedProof {
         view: 0,
         seq: 1,
