@@ -95,7 +95,7 @@ impl Recorder {
             return;
         };
         if let Body::PrePrepare { batch, .. } = p.body
-            && let Ok(d) = batch.digest()
+            && let Ok(d) = batch.digest(sim_bft::crypto::Signatures::default())
         {
             self.batches.insert(d, batch);
         }
