@@ -18,7 +18,9 @@
 //!   by id mod 16, a change rewriting its whole shard; a 1% tick dirtied all 16), printed as
 //!   ratios.
 //!
-//! Run: `cargo bench -p ccron --bench delay` (about a minute; `CCRON_BENCH_N=100000` for 10^5).
+//! Run: `cargo bench -p ccron --bench delay` (about a minute; `CCRON_BENCH_N=100000` for 10^5;
+//! `CCRON_BENCH_ROLLBACK=1`: a fallible handler in a set with a clone rollback, issue 26's case;
+//! `CCRON_BENCH_PROFILE=N`: only N 1%-due ticks after the insert, for a profiler).
 
 use ccron::Principal;
 use std::hint::black_box;
@@ -26,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use ccron::codec::{self, BlobKind};
 use ccron::outbox::{Outbox, OutboxLimits};
-use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Scheduler, Target, Timing};
+use ccron::schedule::{
+    HandlerError, Handlers, Limits, NewSchedule, ScheduleRequest, Scheduler, Target, Timing,
+};
 use ccron::{Due, MemPages, PageRange, Tick};
 
 const BASE_MS: i64 = 1_000_000_000;
@@ -81,8 +85,21 @@ fn main() {
         budget_per_tick: n,
         ..Limits::default()
     };
-    let mut handlers: Handlers<u64> = Handlers::new();
-    handlers.register("expire", |ctx| *ctx.state += 1);
+    // `CCRON_BENCH_ROLLBACK=1`: issue 26's case, a fallible handler (it returns a `Result`;
+    // every run succeeds) in a set with a rollback (a clone of the state before each run).
+    let rollback = std::env::var_os("CCRON_BENCH_ROLLBACK").is_some();
+    let mut handlers: Handlers<u64> = if rollback {
+        let mut h = Handlers::new().with_clone_rollback();
+        h.register("expire", |ctx| -> Result<(), HandlerError> {
+            *ctx.state += 1;
+            Ok(())
+        });
+        h
+    } else {
+        let mut h = Handlers::new();
+        h.register("expire", |ctx| *ctx.state += 1);
+        h
+    };
     let mut book = Scheduler::new(1, limits);
     let mut outbox = Outbox::new(OutboxLimits::default());
     let mut fired = 0u64;
