@@ -352,14 +352,14 @@ impl Records {
             .zip(pages.chunks_mut(WARM_GROUP))
             .zip(slots.chunks_mut(WARM_GROUP))
         {
-            // The chunks first (a tree walk each, through nodes mostly in the cache), then
-            // their slots: loads of a short loop, many in flight at once.
+            // The chunks first (one walk along the chunk table: [`ChunkWalk`]), then their
+            // slots: loads of a short loop, many in flight at once.
             let mut chunks: [Option<&Chunk>; WARM_GROUP] = [None; WARM_GROUP];
+            let mut walk = ChunkWalk::new(&self.table);
             for (chunk, id) in chunks.iter_mut().zip(group) {
-                *chunk = self
-                    .table
-                    .get(&(id >> CHUNK_BITS))
-                    .and_then(|&c| self.chunks.get(c as usize));
+                *chunk = walk
+                    .find(id >> CHUNK_BITS)
+                    .and_then(|c| self.chunks.get(c as usize));
             }
             for ((slot, chunk), id) in slots.iter_mut().zip(chunks).zip(group) {
                 *slot = chunk.map_or(NONE, |c| c.slots[(*id as usize) & (CHUNK - 1)]);
@@ -399,6 +399,64 @@ impl Locations for Records {
 
 /// Ids [`Records::warm`] reads per pass.
 const WARM_GROUP: usize = 32;
+
+/// Steps [`ChunkWalk::find`] takes along the chunk table before it searches instead.
+const WALK_STEPS: usize = 8;
+
+/// Lookups of chunk numbers in the chunk table, for numbers mostly ascending and close
+/// together (a tick's due ids at one due point are ascending): each lookup continues from the
+/// previous one along the table's order, a few steps of an iterator, instead of a search from
+/// the root (a third of the read-ahead's instructions before). A number lower than the
+/// previous one, or farther than [`WALK_STEPS`] entries ahead, is searched for. Every answer
+/// is the table's own (`table.get`).
+struct ChunkWalk<'a> {
+    table: &'a BTreeMap<u64, u32>,
+    /// The table from the last number looked up on (none before the first lookup).
+    at: Option<std::iter::Peekable<std::collections::btree_map::Range<'a, u64, u32>>>,
+    /// The last number looked up.
+    last: u64,
+}
+
+impl<'a> ChunkWalk<'a> {
+    fn new(table: &'a BTreeMap<u64, u32>) -> Self {
+        Self {
+            table,
+            at: None,
+            last: 0,
+        }
+    }
+
+    /// What the table holds for chunk number `c`.
+    fn find(&mut self, c: u64) -> Option<u32> {
+        if c >= self.last
+            && let Some(at) = &mut self.at
+        {
+            for _ in 0..WALK_STEPS {
+                match at.peek().map(|&(&k, &v)| (k, v)) {
+                    Some((k, _)) if k < c => {
+                        at.next();
+                    }
+                    Some((k, v)) if k == c => {
+                        self.last = c;
+                        return Some(v);
+                    }
+                    _ => {
+                        self.last = c;
+                        return None;
+                    }
+                }
+            }
+        }
+        let mut at = self.table.range(c..).peekable();
+        let found = match at.peek().map(|&(&k, &v)| (k, v)) {
+            Some((k, v)) if k == c => Some(v),
+            _ => None,
+        };
+        self.at = Some(at);
+        self.last = c;
+        found
+    }
+}
 
 /// Reads one scalar of each of `rec`'s fields, so that every cache line of the record is
 /// loaded (a record spans several: a step reads its priority, timing, due points, run state,
@@ -575,6 +633,51 @@ mod tests {
             prop_assert!(ours.values().eq(model.values().map(|e| &e.0)));
             prop_assert!(ours.keys().eq(model.keys()));
             prop_assert_eq!(ours.clone(), ours);
+        }
+
+        /// The read-ahead's chunk walk answers every lookup as the table does, whatever the
+        /// order of the numbers (ascending runs close together, far jumps, going back).
+        #[test]
+        fn a_chunk_walk_answers_as_the_table(
+            table in prop::collection::btree_map(0u64..300, any::<u32>(), 0..120),
+            steps in prop::collection::vec((0u8..4, 0u64..40), 0..200),
+        ) {
+            let mut walk = ChunkWalk::new(&table);
+            let mut c = 0u64;
+            for (how, by) in steps {
+                c = match how {
+                    0 | 1 => c + by % 4,
+                    2 => c + by * 8,
+                    _ => c.saturating_sub(by),
+                };
+                prop_assert_eq!(walk.find(c), table.get(&c).copied(), "chunk {}", c);
+            }
+        }
+
+        /// The read-ahead reports each id's slot, for ids in any order (repeated, absent,
+        /// ascending as a tick's): the slot that holds it, or none.
+        #[test]
+        fn the_read_ahead_finds_every_slot(
+            ids in prop::collection::btree_set(0u64..5_000, 0..300),
+            asks in prop::collection::vec(0u64..5_200, 0..64),
+            ascending in any::<bool>(),
+        ) {
+            let mut ours = Records::default();
+            for &id in &ids {
+                ours.insert(id, rec(id));
+            }
+            let mut asks = asks;
+            if ascending {
+                asks.sort_unstable();
+            }
+            let mut pages = vec![0; asks.len()];
+            let mut slots = vec![0; asks.len()];
+            ours.warm(&asks, &mut pages, &mut slots);
+            for (id, slot) in asks.iter().zip(&slots) {
+                let want = ours.locate(*id, NONE).unwrap_or(NONE);
+                prop_assert_eq!(*slot, want);
+                prop_assert_eq!(want != NONE, ids.contains(id));
+            }
         }
     }
 }
