@@ -406,7 +406,7 @@ const WALK_STEPS: usize = 8;
 /// Lookups of chunk numbers in the chunk table, for numbers mostly ascending and close
 /// together (a tick's due ids at one due point are ascending): each lookup continues from the
 /// previous one along the table's order, a few steps of an iterator, instead of a search from
-/// the root (a third of the read-ahead's instructions before). A number lower than the
+/// the root (~40% of the read-ahead's instructions before). A number lower than the
 /// previous one, or farther than [`WALK_STEPS`] entries ahead, is searched for. Every answer
 /// is the table's own (`table.get`).
 struct ChunkWalk<'a> {
