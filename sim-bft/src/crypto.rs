@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex};
 
 pub use ccron::sig::{Ed25519, SignatureScheme};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
+use ccron::sha256::Sha256;
 pub use sim_scheme::{Sim, SimSigningKey, SimVerifyingKey};
 
 use crate::node::{ClientId, NodeId};
@@ -90,7 +90,7 @@ pub fn sha256(bytes: &[u8]) -> Digest32 {
 /// within one scheme how the bytes are split between [`Self::update`] calls never matters.
 #[derive(Clone)]
 pub enum Hasher {
-    /// SHA-256 (the ed25519 scheme's digest).
+    /// SHA-256 (the ed25519 scheme's digest; [`ccron::sha256`], the same bytes as `sha2`).
     Sha256(Sha256),
     /// BLAKE3, unkeyed, 256-bit output (the `sim` scheme's digest). Boxed: its chunk stack
     /// is ~1.9 KB.
