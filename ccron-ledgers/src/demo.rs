@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 
 use bincode::{Decode, Encode};
+use ccron::sha256::Sha256;
 use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
-use sha2::{Digest, Sha256};
 
 use super::cron_ledger::CronLedger;
 use super::kv::{KeySpace, KvLedger, KvOp};

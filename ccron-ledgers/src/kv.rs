@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use bincode::{Decode, Encode};
-use sha2::{Digest, Sha256};
+use ccron::sha256::Sha256;
 
 use ccron::host::ClientId;
 use ccron::host::Digest32;

@@ -5,6 +5,10 @@
 //! Each durable backend is measured twice: one `save` per page, and `save_batch` of 16 pages
 //! (how `codec::save_blob` writes a multi-page blob), with the ratio in the same run.
 //!
+//! Then the pages' digest (`MemPages::digest`, taken after every block), as sim-bft's replicas
+//! hold them (a 20-byte time page and two small schedule pages), through `ccron::sha256` and
+//! the same bytes through `sha2`, with the ratio in the same run.
+//!
 //! Run: `cargo bench -p ccron --features redb --bench pages` (without the feature only
 //! `FilePages` and `MemPages` are measured). Pages of 4 KiB over a store of 256 pages, written
 //! round robin; the directory is under the system's temp dir.
@@ -57,6 +61,42 @@ fn batch_rate(name: &str, pages: &mut dyn ReservedPages, writes: u32, batch: u32
     per_s
 }
 
+/// The pages' digest as `MemPages` computes it (id, length, bytes of each non-empty page, in
+/// id order), through the `sha2` crate: the reference the faster `ccron::sha256` must equal.
+fn sha2_pages_digest(pages: &[(u32, Vec<u8>)]) -> [u8; 32] {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for (id, data) in pages {
+        h.update(id.to_le_bytes());
+        h.update((data.len() as u64).to_le_bytes());
+        h.update(data);
+    }
+    h.finalize().into()
+}
+
+/// Digests per second of `pages` through `MemPages::digest` and through `sha2` (over the same
+/// pages, taken out once), alternated in five rounds; returns (ours, sha2).
+#[allow(clippy::disallowed_methods)]
+fn digest_rates(pages: &MemPages, n: u32) -> (f64, f64) {
+    let snapshot = pages.snapshot();
+    assert_eq!(pages.digest(), sha2_pages_digest(&snapshot), "same bytes");
+    let (mut ours, mut reference) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..5 {
+        let start = Instant::now();
+        for _ in 0..n {
+            black_box(black_box(pages).digest());
+        }
+        ours += start.elapsed();
+        let start = Instant::now();
+        for _ in 0..n {
+            black_box(sha2_pages_digest(black_box(&snapshot)));
+        }
+        reference += start.elapsed();
+    }
+    let per_s = |d: Duration| f64::from(n * 5) / d.max(Duration::from_nanos(1)).as_secs_f64();
+    (per_s(ours), per_s(reference))
+}
+
 fn main() {
     let dir = std::env::temp_dir().join(format!("ccron-bench-pages-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -94,4 +134,19 @@ fn main() {
         mem_rate / file_rate
     );
     let _ = std::fs::remove_dir_all(&dir);
+
+    let mut small = MemPages::new(PAGE, PAGES);
+    small.save(0, &[3; 20]).expect("time page");
+    small.save(1, &[5; 90]).expect("schedule page");
+    small.save(3, &[7; 90]).expect("schedule page");
+    let (ours, reference) = digest_rates(&small, 200_000);
+    println!(
+        "pages digest (3 pages, 200 B): ccron::sha256 {ours:.0}/s, sha2 {reference:.0}/s: {:.2}x",
+        ours / reference
+    );
+    let (ours, reference) = digest_rates(&mem, 20);
+    println!(
+        "pages digest ({PAGES} pages of 4 KiB): ccron::sha256 {ours:.0}/s, sha2 {reference:.0}/s: {:.2}x",
+        ours / reference
+    );
 }

@@ -23,7 +23,7 @@
 
 use std::sync::OnceLock;
 
-use sha2::{Digest as _, Sha256};
+use crate::sha256::Sha256;
 
 use crate::cron::{CronSchedule, ZoneRules};
 

@@ -93,6 +93,7 @@ mod record_log;
 pub mod redb_pages;
 pub mod registry;
 pub mod schedule;
+pub mod sha256;
 pub mod sig;
 pub mod table;
 mod table_store;

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
+use crate::sha256::Sha256;
 
 /// Index of a reserved page.
 pub type PageId = u32;

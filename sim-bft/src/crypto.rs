@@ -51,9 +51,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
+use ccron::sha256::Sha256;
 pub use ccron::sig::{Ed25519, SignatureScheme};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 pub use sim_scheme::{Sim, SimSigningKey, SimVerifyingKey};
 
 use crate::node::{ClientId, NodeId};
@@ -88,9 +88,12 @@ pub fn sha256(bytes: &[u8]) -> Digest32 {
 /// An incremental 256-bit hash under one scheme's digest ([`Signatures::hasher`]): SHA-256
 /// under ed25519, BLAKE3 under `sim`. Digests of the same bytes differ between the schemes;
 /// within one scheme how the bytes are split between [`Self::update`] calls never matters.
+// A hasher lives on the stack of the function that digests (or once, in the simulator's trace
+// hash): ~0.5 KB for SHA-256's buffer is cheaper there than an allocation per digest.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum Hasher {
-    /// SHA-256 (the ed25519 scheme's digest).
+    /// SHA-256 (the ed25519 scheme's digest; [`ccron::sha256`], the same bytes as `sha2`).
     Sha256(Sha256),
     /// BLAKE3, unkeyed, 256-bit output (the `sim` scheme's digest). Boxed: its chunk stack
     /// is ~1.9 KB.

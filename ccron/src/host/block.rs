@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
+use crate::sha256::Sha256;
 
 use super::app::{AppError, Application, ClientId, Digest32, ExecContext, FireNote, Millis};
 use super::requests::{DuplicateRequest, ExecutedRequests};

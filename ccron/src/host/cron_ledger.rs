@@ -7,10 +7,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::sha256::Sha256;
 use crate::{
     CronTableRegistry, MemPages, Principal, RegistryError, ReservedPages, TableError, Tick,
 };
-use sha2::{Digest, Sha256};
 
 use super::app::Digest32;
 use super::app::{AppError, Application, ExecContext};

@@ -59,7 +59,7 @@
 
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
+use crate::sha256::Sha256;
 
 use super::app::{ClientId, Digest32, Millis};
 use super::wire::{self, WireError};

@@ -30,8 +30,8 @@
 
 use std::hash::Hasher as _;
 
+use ccron::sha256::Sha256;
 use ccron::sig::{PublicKey, SignatureScheme};
-use sha2::{Digest as _, Sha256};
 use siphasher::sip128::{Hasher128 as _, SipHasher24};
 
 use super::{Digest32, SigBytes};
