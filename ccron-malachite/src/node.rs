@@ -135,6 +135,25 @@ pub async fn run_node<A: Application>(
     // Otherwise nothing changes (`ccron_node::catchup::fetch::before_start`).
     let genesis = ccron_node::core::read_genesis(&opts.home)?;
     let verifier = CertificateVerifier::of_genesis(&genesis)?;
+    // A byte changed on disk in `blocks.log` or `parts.log` (`StoreError::Corrupt`): the
+    // whole file kept aside, the records before the damage kept, the heights after it taken
+    // from the peers (value sync, or a verified snapshot below): `ccron_node::store::recover_at_start`.
+    let home_dir = ccron_node::core::node_dir(&opts.home, opts.index);
+    if ccron_node::store::recovery_enabled_from_env() {
+        let recovered =
+            ccron_node::store::recover_at_start::<MalachiteCommit, ProposalPart>(&home_dir)?;
+        if !recovered.is_empty() {
+            tracing::error!(
+                files = recovered.len(),
+                "store: corrupt data refused and kept aside; recovering the rest from the peers"
+            );
+        }
+    } else {
+        tracing::warn!(
+            "store recovery at start is off ({})",
+            ccron_node::store::RECOVERY_ENV
+        );
+    }
     let peers = ccron_node::catchup::fetch::genesis_peers(&genesis, opts.index);
     // A wiped validator whose signing state says it signed at the height it would start at
     // (`SigningStateError::SignedAhead`) waits for a peer's snapshot above that height (the
@@ -173,6 +192,7 @@ pub async fn run_node<A: Application>(
             other => break other?,
         }
     };
+    node.core.status_mut().store_recovery = ccron_node::store::recorded_recoveries(&home_dir);
     node.core
         .note_catch_up(&ccron_node::catchup::fetch::CatchUpReport {
             refused_by_kind: refused,

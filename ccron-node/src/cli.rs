@@ -201,6 +201,12 @@ enum Cmd {
         /// by seconds to minutes, then back (docs/malachite.md, "Process-level faults").
         #[arg(long)]
         clock_faults: Option<u64>,
+        /// Disk faults from this seed: a node SIGKILLed, one bit flipped in the middle of its
+        /// blocks.log, parts.log or newest snapshot, the node restarted; it must refuse the
+        /// damage, keep the file aside and recover from its peers (docs/malachite.md,
+        /// "Process-level faults"). Use with --no-kill.
+        #[arg(long)]
+        disk_faults: Option<u64>,
         /// Key seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -453,6 +459,7 @@ impl<A: Application> NodeBinary<A> {
                 kill_all,
                 net_faults,
                 clock_faults,
+                disk_faults,
                 seed,
                 home,
                 json,
@@ -509,6 +516,7 @@ impl<A: Application> NodeBinary<A> {
                     kill_all,
                     net_faults,
                     clock_faults,
+                    disk_faults,
                     seed,
                     home,
                     node_bin,
@@ -583,6 +591,30 @@ fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
             c.agreed_ahead_max_ms,
             c.agreed_behind_max_ms,
             c.non_monotone
+        );
+    }
+    if let Some(d) = &report.disk_faults {
+        for f in &d.flips {
+            println!(
+                "disk flip at {} ms: node {} {}@{} (height {}): detected {} kept as {:?}, resumed after {:?} ms",
+                f.at_ms,
+                f.node,
+                f.file,
+                f.offset,
+                f.height_at_flip,
+                f.detected,
+                f.kept_as,
+                f.resumed_after_ms
+            );
+        }
+        println!(
+            "disk faults: {} flips, {} decided blocks compared before/after, {} lost, {} changed, {} undetected, {} not resumed",
+            d.flips.len(),
+            d.blocks_compared,
+            d.lost,
+            d.changed,
+            d.undetected,
+            d.not_resumed
         );
     }
     if !report.replay.is_empty() {

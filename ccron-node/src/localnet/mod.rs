@@ -14,11 +14,13 @@ use crate::hostile::ByzantineKind;
 use crate::load::LoadPayload;
 use crate::supervise::Supervisor;
 
+mod disk;
 mod faults;
 mod judge;
 mod report;
 mod spawn;
 
+pub use disk::{DISK_RESUME_BOUND, DiskFaultReport, DiskFlip};
 use faults::{apply_fault, fault_name};
 pub use judge::{
     CLOCK_AHEAD_BOUND_MS, KILL_ALL_RESUME_BOUND, liveness, peak_rss_kb, read_block_ids, refusals,
@@ -93,6 +95,10 @@ pub struct LocalnetOptions {
     pub net_faults: Option<u64>,
     /// Clock jumps from this seed ([`crate::faults::ClockPlan`]).
     pub clock_faults: Option<u64>,
+    /// Disk faults from this seed ([`crate::faults::DiskPlan`]: a node SIGKILLed, a bit
+    /// flipped in its `blocks.log`, `parts.log` or newest snapshot, the node restarted; the
+    /// report's [`DiskFaultReport`]).
+    pub disk_faults: Option<u64>,
     /// Key seed.
     pub seed: u64,
     /// Where to put the config directories (a fresh temporary directory if None).
@@ -128,6 +134,7 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("kill_all", &self.kill_all)
             .field("net_faults", &self.net_faults)
             .field("clock_faults", &self.clock_faults)
+            .field("disk_faults", &self.disk_faults)
             .field("seed", &self.seed)
             .field("home", &self.home)
             .field("node_bin", &self.node_bin)
@@ -235,9 +242,25 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         }
     });
     let mut fault_log = Vec::new();
+    let mut disk = opts
+        .disk_faults
+        .map(|seed| disk::DiskFaults::new(seed, n, opts.duration));
     while start.elapsed() < opts.duration {
         std::thread::sleep(Duration::from_millis(100));
         let t = start.elapsed();
+        if let Some(d) = disk.as_mut() {
+            restarts += d.step(
+                t,
+                opts,
+                &home,
+                &mut children,
+                &mut pids,
+                byzantine_from_ms,
+                &supervisor,
+                &mut fault_log,
+            )?;
+            d.observe(t, &home);
+        }
         if let Some(step) = plan.as_mut().and_then(|p| p.step(t)) {
             fault_log.push(format!("{} {}", t.as_millis(), fault_name(step)));
             restarts += apply_fault(
@@ -368,11 +391,28 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     // After a restart of every node the chain must decide again within a bound counted from
     // that restart, not from the end of the run: the plan may restart them a second before
     // the end, and a restart costs a process start and a round (the run goes on, bounded).
+    if let Some(d) = disk.as_mut() {
+        restarts += d.end(
+            start.elapsed(),
+            opts,
+            &home,
+            &mut children,
+            &mut pids,
+            byzantine_from_ms,
+            &supervisor,
+        )?;
+    }
     let bound = millis(KILL_ALL_RESUME_BOUND);
     let end = millis(start.elapsed());
-    while resume.waiting(millis(start.elapsed()), bound) {
+    // A node restarted after a disk fault is judged from its restart too.
+    while resume.waiting(millis(start.elapsed()), bound)
+        || disk.as_ref().is_some_and(|d| d.waiting(start.elapsed()))
+    {
         std::thread::sleep(Duration::from_millis(100));
         resume.observe(millis(start.elapsed()), top_height(&home, n));
+        if let Some(d) = disk.as_mut() {
+            d.observe(start.elapsed(), &home);
+        }
     }
     kill_all.resumed_after_ms = resume.resumed_after_ms();
     kill_all.waited_past_end_ms = millis(start.elapsed()).saturating_sub(end);
@@ -396,6 +436,11 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     });
 
     let mut violations = Vec::new();
+    let disk_faults = disk.map(|d| {
+        let (r, v) = d.finish(&home, opts.retain_blocks.is_some());
+        violations.extend(v);
+        r
+    });
     let kill_all = opts.kill_all.then(|| {
         for (i, before) in before_kill_all.iter().enumerate() {
             let after = read_block_ids(&home, i);
@@ -492,7 +537,11 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .map(|&i| nodes[i].last_executed_seq)
         .max()
         .unwrap_or(0);
-    if opts.faults.is_some() || opts.net_faults.is_some() || opts.clock_faults.is_some() {
+    if opts.faults.is_some()
+        || opts.net_faults.is_some()
+        || opts.clock_faults.is_some()
+        || opts.disk_faults.is_some()
+    {
         for nr in &nodes {
             if nr.last_executed_seq.saturating_mul(2) < max_height {
                 violations.push(format!(
@@ -646,13 +695,18 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         net_faults,
         kill_all,
         clock_faults,
+        disk_faults,
         replay,
     })
 }
 
 /// The command that replays a run's seeded faults (empty without any).
 fn replay_command(opts: &LocalnetOptions) -> String {
-    if opts.faults.is_none() && opts.net_faults.is_none() && opts.clock_faults.is_none() {
+    if opts.faults.is_none()
+        && opts.net_faults.is_none()
+        && opts.clock_faults.is_none()
+        && opts.disk_faults.is_none()
+    {
         return String::new();
     }
     let mut cmd = format!(
@@ -676,6 +730,9 @@ fn replay_command(opts: &LocalnetOptions) -> String {
     }
     if let Some(s) = opts.clock_faults {
         cmd.push_str(&format!(" --clock-faults {s}"));
+    }
+    if let Some(s) = opts.disk_faults {
+        cmd.push_str(&format!(" --disk-faults {s}"));
     }
     cmd
 }

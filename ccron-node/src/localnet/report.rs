@@ -213,6 +213,11 @@ pub struct Report {
     /// own clock.
     #[serde(default)]
     pub clock_faults: Option<ClockFaultReport>,
+    /// With `--disk-faults SEED`: every bit flipped in a node's files, whether the node
+    /// recorded it and resumed, and the blocks held before each flip compared with its store
+    /// at the end.
+    #[serde(default)]
+    pub disk_faults: Option<super::DiskFaultReport>,
     /// The command that replays this run's faults (empty without seeded faults).
     #[serde(default)]
     pub replay: String,
