@@ -502,6 +502,7 @@ impl Snapshots {
             kept_bytes: 0,
             cut_bytes: std::fs::metadata(&kept).map_or(0, |m| m.len()),
             last_height_kept: None,
+            refill_to: None,
             at_ms: crate::core::now_ms(),
         };
         tracing::error!(file = %q.file, kept_as = %q.kept_as, reason = %q.reason, "snapshot: corrupt file kept aside; an older snapshot (or the blocks) restores the state");

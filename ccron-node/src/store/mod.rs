@@ -32,7 +32,7 @@ pub use parts::{Part, PartLog};
 pub use record::{Damage, MAX_RECORD_BYTES, Scan, scan_record};
 pub use recover::{
     Quarantined, RECOVERY_ENV, RECOVERY_FILE, enabled_from_env as recovery_enabled_from_env,
-    note as note_recovery, recorded as recorded_recoveries, recover_at_start,
+    note as note_recovery, recorded as recorded_recoveries, recover_at_start, refill_target,
 };
 pub use repair::{Cut, cut_record_file};
 

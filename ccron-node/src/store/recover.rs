@@ -5,8 +5,10 @@
 //! [`recover_at_start`]): each record file is opened as the node would open it; on `Corrupt` at
 //! offset `O` the whole file is **kept** as `FILE.corrupt-O` (fsync'ed; a second damage gets
 //! `FILE.corrupt-O-1`, ...: never overwritten, never deleted), then the records before `O` (each
-//! already checked by the open that refused the file) are written to `FILE.recover`, fsync'ed
-//! and renamed over `FILE`, the directory fsync'ed. A crash at any step leaves either the
+//! already checked by the open that refused the file) are written to `FILE.recover` — for
+//! `parts.log` followed by the checked records after the damaged one (its parts need not be
+//! contiguous; the newest, of the height in progress, are at the end) —, fsync'ed and renamed
+//! over `FILE`, the directory fsync'ed. A crash at any step leaves either the
 //! damaged file (refused and recovered again at the next start) or the cut one. Every recovery
 //! is an error event (`store: corrupt file kept aside and cut`), an entry of
 //! `node-I/store-recovery.json` ([`RECOVERY_FILE`], every recovery of this home) and of
@@ -17,9 +19,10 @@
 //! verified against its commit certificate; a node behind every peer's pruned history first
 //! installs a peer's verified snapshot (`crate::catchup`). Nothing decided is dropped silently:
 //! the kept copy holds every byte the node had, and the refused heights are decided again only
-//! as the chain decided them. A cut `parts.log` loses parts of undecided heights only: the
-//! engine's WAL and the peers re-send theirs, and the signing guard (`crate::signguard`) refuses
-//! a second, different part for a round this node proposed in. Corrupt snapshots are kept the
+//! as the chain decided them. A recovered `parts.log` loses the damaged record only; the signing
+//! guard (`crate::signguard`) refuses a second, different part for a round this node proposed
+//! in. If that record was a part of the height in progress that the engine's WAL decides at
+//! the restart, the node stops loudly (`decided value … is unknown`), as before: not handled. Corrupt snapshots are kept the
 //! same way by `crate::snapshot` (renamed `….bin.corrupt`, the previous one restored).
 //!
 //! `CCRON_STORE_RECOVERY=off` ([`RECOVERY_ENV`]) turns this off: the node then refuses to start
@@ -31,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::record::{Scan, scan_record};
 use super::{BlockStore, Commit, Part, PartLog, StoreError};
 
 /// The node-local record of every recovery of this home (`node-I/store-recovery.json`).
@@ -55,13 +59,20 @@ pub struct Quarantined {
     pub reason: String,
     /// The kept copy, relative to the node directory.
     pub kept_as: String,
-    /// Bytes of the file before the damage that the node kept using.
+    /// Bytes of the file the node kept using: the records before the damage (and, for
+    /// `parts.log`, the checked records after the damaged one).
     pub kept_bytes: u64,
-    /// Bytes from the damaged record to the end (in the kept copy only).
+    /// Bytes dropped (in the kept copy only): the damaged record, and for `blocks.log`
+    /// everything after it (the heights after it come from the peers, in order).
     pub cut_bytes: u64,
     /// For `blocks.log`: the last height the cut store holds (the engine syncs the rest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_height_kept: Option<u64>,
+    /// For `blocks.log`: the last height the file held (the last checked record after the
+    /// damaged one, or the damaged record's height): the node takes the heights up to it from
+    /// its peers before its engine starts (`crate::catchup::blocks::refill`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refill_to: Option<u64>,
     /// Wall-clock milliseconds of the recovery.
     pub at_ms: i64,
 }
@@ -81,11 +92,17 @@ pub fn enabled_from_env() -> bool {
 pub fn recover_at_start<C: Commit, P: Part>(dir: &Path) -> Result<Vec<Quarantined>, StoreError> {
     let mut out = Vec::new();
     let blocks = dir.join("blocks.log");
-    out.extend(recover_file(dir, &blocks, |p| {
+    let mut cut = recover_file(dir, &blocks, false, |p| {
         BlockStore::<C>::open(p).map(|s| Some(s.last_height()))
-    })?);
+    })?;
+    let kept_last = cut.last().and_then(|q| q.last_height_kept).unwrap_or(0);
+    for q in &mut cut {
+        q.last_height_kept = Some(kept_last);
+        q.refill_to = Some(held_until::<C>(&dir.join(&q.kept_as), q.offset).max(kept_last + 1));
+    }
+    out.extend(cut);
     let parts = dir.join("parts.log");
-    out.extend(recover_file(dir, &parts, |p| {
+    out.extend(recover_file(dir, &parts, true, |p| {
         PartLog::<P>::open(p).map(|_| None)
     })?);
     for q in &out {
@@ -99,6 +116,7 @@ pub fn recover_at_start<C: Commit, P: Part>(dir: &Path) -> Result<Vec<Quarantine
 fn recover_file(
     dir: &Path,
     path: &Path,
+    salvage: bool,
     open: impl Fn(&Path) -> Result<Option<u64>, StoreError>,
 ) -> Result<Vec<Quarantined>, StoreError> {
     let mut out: Vec<Quarantined> = Vec::new();
@@ -117,12 +135,59 @@ fn recover_file(
                 let StoreError::Corrupt { offset, .. } = e else {
                     return Err(e);
                 };
-                out.push(keep_and_cut(dir, path, offset, &e.to_string())?);
+                out.push(keep_and_cut(dir, path, offset, salvage, &e.to_string())?);
             }
             Err(e) => return Err(e),
         }
     }
     Ok(out)
+}
+
+/// The last height a kept `blocks.log` copy holds after its damaged record at `damaged` (the
+/// last checked record that decodes; 0 when none).
+fn held_until<C: Commit>(copy: &Path, damaged: u64) -> u64 {
+    let Ok(bytes) = std::fs::read(copy) else {
+        return 0;
+    };
+    let Some(mut off) = resume_after(&bytes, usize::try_from(damaged).unwrap_or(usize::MAX))
+    else {
+        return 0;
+    };
+    let mut last = 0;
+    while let Scan::Record(payload, next) = scan_record(&bytes, off) {
+        if let Ok(d) = borsh::from_slice::<super::Decided<C>>(payload) {
+            last = d.height();
+        }
+        match usize::try_from(next) {
+            Ok(n) if n > off => off = n,
+            _ => break,
+        }
+    }
+    last
+}
+
+/// The height node directory `dir`'s block store must be brought back to from the peers
+/// before its engine starts (`crate::catchup::blocks::refill`): the highest `refill_to` of its
+/// recorded `blocks.log` recoveries, when its store is below it (also after a crash during an
+/// earlier refill). `None`: nothing to refill.
+///
+/// # Errors
+/// The store's.
+pub fn refill_target<C: Commit>(dir: &Path) -> Result<Option<u64>, StoreError> {
+    let want = recorded(dir)
+        .iter()
+        .filter(|q| q.file == "blocks.log")
+        .filter_map(|q| q.refill_to)
+        .max();
+    let Some(want) = want else {
+        return Ok(None);
+    };
+    let path = dir.join("blocks.log");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let last = BlockStore::<C>::open(&path)?.last_height();
+    Ok((last < want).then_some(want))
 }
 
 /// The first free name `FILE.corrupt-OFFSET[-N]` next to `path`.
@@ -145,12 +210,56 @@ fn relative(dir: &Path, path: &Path) -> String {
         .to_string()
 }
 
+/// Bytes of checksums a salvage may compute looking for the record after a damaged length.
+const SALVAGE_BUDGET_BYTES: usize = 64 << 20;
+
+/// Whether the records from `at` chain to the end of `bytes` (at least one, each checked).
+fn chains_to_end(bytes: &[u8], at: usize, budget: &mut usize) -> bool {
+    let mut off = at;
+    let mut records = 0u32;
+    loop {
+        match scan_record(bytes, off) {
+            Scan::Record(payload, next) => {
+                *budget = budget.saturating_sub(payload.len() + 8);
+                records += 1;
+                match usize::try_from(next) {
+                    Ok(n) if n > off => off = n,
+                    _ => return false,
+                }
+            }
+            Scan::Torn => return records > 0 && off >= bytes.len(),
+            Scan::Damaged(_) => return false,
+        }
+        if *budget == 0 {
+            return false;
+        }
+    }
+}
+
+/// Where the records after the damaged one at `damaged` start again, for a file whose
+/// records need not be contiguous heights (`parts.log`): the end of the damaged record when
+/// its length field is intact (a payload or checksum flip), else the first later offset from
+/// which checked records chain to the end of the file (a bounded search). `None`: nothing
+/// after it verifies.
+fn resume_after(bytes: &[u8], damaged: usize) -> Option<usize> {
+    let mut budget = SALVAGE_BUDGET_BYTES;
+    let header = bytes.get(damaged..damaged + 8)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let natural = damaged.saturating_add(8).saturating_add(len);
+    if natural < bytes.len() && chains_to_end(bytes, natural, &mut budget) {
+        return Some(natural);
+    }
+    (damaged + 1..bytes.len()).find(|&r| budget > 0 && chains_to_end(bytes, r, &mut budget))
+}
+
 /// Keeps the whole of `path` as `FILE.corrupt-OFFSET` and replaces `path` by its bytes before
-/// `offset` (temporary file, fsync, rename, directory fsync).
+/// `offset` (temporary file, fsync, rename, directory fsync), followed, when `salvage`, by the
+/// checked records after the damaged one ([`resume_after`]).
 fn keep_and_cut(
     dir: &Path,
     path: &Path,
     offset: u64,
+    salvage: bool,
     reason: &str,
 ) -> Result<Quarantined, StoreError> {
     let io = |p: &Path| {
@@ -167,10 +276,16 @@ fn keep_and_cut(
         f.write_all(&bytes).map_err(io(&kept))?;
         f.sync_all().map_err(io(&kept))?;
     }
+    let tail = if salvage {
+        resume_after(&bytes, cut).map_or(&[][..], |r| &bytes[r..])
+    } else {
+        &[][..]
+    };
     let tmp = PathBuf::from(format!("{}.recover", path.display()));
     {
         let mut f = File::create(&tmp).map_err(io(&tmp))?;
         f.write_all(&bytes[..cut]).map_err(io(&tmp))?;
+        f.write_all(tail).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
     }
     std::fs::rename(&tmp, path).map_err(io(path))?;
@@ -184,9 +299,10 @@ fn keep_and_cut(
         offset,
         reason: reason.to_string(),
         kept_as: relative(dir, &kept),
-        kept_bytes: cut as u64,
-        cut_bytes: (bytes.len() - cut) as u64,
+        kept_bytes: (cut + tail.len()) as u64,
+        cut_bytes: (bytes.len() - cut - tail.len()) as u64,
         last_height_kept: None,
+        refill_to: None,
         at_ms: crate::core::now_ms(),
     };
     tracing::error!(
@@ -367,10 +483,25 @@ mod tests {
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].file, "parts.log");
         assert_eq!(std::fs::read(dir.join(&got[0].kept_as)).unwrap(), damaged);
+        // Only the damaged record is dropped: the parts after it (the heights in progress
+        // are the newest) are kept.
         let log = PartLog::<TestPart>::open(&path).unwrap();
         let kept: Vec<u64> = log.parts().iter().map(|p| p.0).collect();
-        assert!(!kept.is_empty() && kept.len() < 20, "{kept:?}");
-        assert_eq!(kept, (1..=kept.len() as u64).collect::<Vec<_>>());
+        assert_eq!(kept.len(), 19, "{kept:?}");
+        assert!(kept.contains(&1) && kept.contains(&20), "{kept:?}");
+        drop(log);
+        // A flipped length field: the records after it are found again by their checksums.
+        let len = std::fs::metadata(&path).unwrap().len() as usize;
+        let rec = len / 19;
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[rec * 9 + 1] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        let got = recover_at_start::<PlainCommit, TestPart>(&dir).unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        let log = PartLog::<TestPart>::open(&path).unwrap();
+        let kept: Vec<u64> = log.parts().iter().map(|p| p.0).collect();
+        assert_eq!(kept.len(), 18, "{kept:?}");
+        assert!(kept.contains(&20), "{kept:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
