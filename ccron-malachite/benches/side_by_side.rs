@@ -143,6 +143,7 @@ fn malachite_side(duration: Duration) -> Side {
         net_faults: None,
         clock_faults: None,
         disk_faults: None,
+        byzantine_subset: None,
         seed: 1,
         home: None,
         node_bin: env!("CARGO_BIN_EXE_ccron-malachite").into(),

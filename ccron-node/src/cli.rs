@@ -207,6 +207,12 @@ enum Cmd {
         /// "Process-level faults"). Use with --no-kill.
         #[arg(long)]
         disk_faults: Option<u64>,
+        /// The Byzantine node (--byzantine's, else node 0) delivers its proposal parts and
+        /// votes only to these peers (comma-separated indices, e.g. `1,2`: f+1 honest nodes)
+        /// from a third of the run on: its links to the others are cut at loopback proxies
+        /// (docs/malachite.md, "Byzantine validators as processes").
+        #[arg(long)]
+        byzantine_subset: Option<String>,
         /// Key seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -460,6 +466,7 @@ impl<A: Application> NodeBinary<A> {
                 net_faults,
                 clock_faults,
                 disk_faults,
+                byzantine_subset,
                 seed,
                 home,
                 json,
@@ -478,6 +485,17 @@ impl<A: Application> NodeBinary<A> {
                     eprintln!("localnet: --byzantine names a node index not below --nodes");
                     return ExitCode::from(2);
                 }
+                let byzantine_subset = match byzantine_subset
+                    .as_deref()
+                    .map(|s| parse_subset(s, nodes, byzantine.map_or(0, |(_, i)| i)))
+                    .transpose()
+                {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("localnet: --byzantine-subset: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
                 let Some(duration) = parse_duration(&duration) else {
                     eprintln!("localnet: bad --duration '{duration}'");
                     return ExitCode::from(2);
@@ -517,6 +535,7 @@ impl<A: Application> NodeBinary<A> {
                     net_faults,
                     clock_faults,
                     disk_faults,
+                    byzantine_subset,
                     seed,
                     home,
                     node_bin,
@@ -528,6 +547,21 @@ impl<A: Application> NodeBinary<A> {
             }
         }
     }
+}
+
+/// `--byzantine-subset`: distinct peer indices below `nodes`, none the sender's.
+fn parse_subset(s: &str, nodes: usize, sender: usize) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let i: usize = part.parse().map_err(|_| format!("'{part}' is not a node index"))?;
+        if i >= nodes || i == sender || out.contains(&i) {
+            return Err(format!(
+                "{i}: a peer index below {nodes}, not the sender {sender}, once"
+            ));
+        }
+        out.push(i);
+    }
+    Ok(out)
 }
 
 fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
@@ -615,6 +649,21 @@ fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
             d.changed,
             d.undetected,
             d.not_resumed
+        );
+    }
+    if let Some(s) = &report.subset {
+        println!(
+            "byzantine subset: node {} delivered only to {:?} (withheld from {:?}, ending at heights {:?} of {}): {:.1} -> {:.1} heights/s, {} heights during, longest stall before {} ms, during {} ms",
+            s.node,
+            s.delivers_to,
+            s.withheld_from,
+            s.withheld_heights,
+            s.top_height,
+            s.heights_per_sec_before,
+            s.heights_per_sec_during,
+            s.heights_during,
+            s.longest_stall_before_ms,
+            s.longest_stall_during_ms
         );
     }
     if !report.replay.is_empty() {
