@@ -13,8 +13,15 @@ use support::diagnose;
 fn judge(ok: bool, r: &Report) {
     let s = r.subset.as_ref().expect("subset report");
     println!("{s:#?}");
-    assert!(ok && r.honest_agree && r.violations.is_empty(), "{}", diagnose(r));
-    assert_eq!((s.node, &s.delivers_to, &s.withheld_from), (0, &vec![1, 2], &vec![3]));
+    assert!(
+        ok && r.honest_agree && r.violations.is_empty(),
+        "{}",
+        diagnose(r)
+    );
+    assert_eq!(
+        (s.node, &s.delivers_to, &s.withheld_from),
+        (0, &vec![1, 2], &vec![3])
+    );
     assert!(
         r.faults.iter().any(|f| f.ends_with("withhold 0->3")),
         "{:?}",
@@ -35,7 +42,13 @@ fn a_proposer_delivering_to_f_plus_1_honest_nodes_only_does_not_stop_the_chain()
         "subset",
         "honest-code",
         "demo",
-        &["--no-kill", "--duration", "18s", "--byzantine-subset", "1,2"],
+        &[
+            "--no-kill",
+            "--duration",
+            "18s",
+            "--byzantine-subset",
+            "1,2",
+        ],
     );
     judge(ok, &r);
     let _ = std::fs::remove_dir_all(dir);

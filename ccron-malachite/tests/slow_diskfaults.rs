@@ -24,7 +24,11 @@ fn seed() -> u64 {
             let has = |k| p.events.iter().any(|e| e.file == k);
             has(DiskFile::Parts)
                 && has(DiskFile::Snapshot)
-                && p.events.iter().filter(|e| e.file == DiskFile::Blocks).count() >= 2
+                && p.events
+                    .iter()
+                    .filter(|e| e.file == DiskFile::Blocks)
+                    .count()
+                    >= 2
         })
         .expect("a seed flipping every kind of file")
 }
@@ -53,7 +57,11 @@ fn a_flipped_bit_in_a_nodes_files_is_refused_kept_and_recovered_from_peers_witho
     let (ok, r, dir) = run("recover", false);
     let d = r.disk_faults.as_ref().expect("disk fault report");
     println!("{d:#?}");
-    assert!(ok && r.honest_agree && r.violations.is_empty(), "{}", diagnose(&r));
+    assert!(
+        ok && r.honest_agree && r.violations.is_empty(),
+        "{}",
+        diagnose(&r)
+    );
     assert!(d.flips.len() >= 4, "{d:?}");
     let home = dir.join("home");
     for f in &d.flips {
@@ -85,7 +93,10 @@ fn a_flipped_bit_in_a_nodes_files_is_refused_kept_and_recovered_from_peers_witho
     }
     // Nothing decided before a flip was lost or changed.
     assert!(d.blocks_compared > 100, "{d:?}");
-    assert_eq!((d.lost, d.changed, d.undetected, d.not_resumed), (0, 0, 0, 0));
+    assert_eq!(
+        (d.lost, d.changed, d.undetected, d.not_resumed),
+        (0, 0, 0, 0)
+    );
     let top = r.nodes.iter().map(|n| n.last_executed_seq).max().unwrap();
     for n in &r.nodes {
         assert!(n.last_executed_seq + 20 >= top, "{}", diagnose(&r));

@@ -487,6 +487,11 @@ fn byzantine_bad_ticks_and_requests_are_refused_by_reason() {
 ///
 /// `CCRON_CAMPAIGN_SEEDS=1-200 CCRON_CAMPAIGN_DURATION=12s cargo test -p
 /// ccron-malachite --test slow_localnet fault_campaign -- --ignored --nocapture`
+///
+/// `CCRON_CAMPAIGN_KINDS` (comma-separated, default `faults`) chooses the seeded fault layers
+/// each run applies, all from the run's seed: `faults` (`--faults`), `kill-all` (`--faults
+/// --kill-all`), `net` (`--net-faults`), `clock` (`--clock-faults`), `disk` (`--disk-faults`);
+/// a failing run prints `REPLAY` with the report's replay command (every layer and seed).
 #[test]
 #[ignore = "a campaign of localnet runs: minutes"]
 fn fault_campaign() {
@@ -499,14 +504,35 @@ fn fault_campaign() {
             (s, s)
         });
     let duration = std::env::var("CCRON_CAMPAIGN_DURATION").unwrap_or_else(|_| "12s".into());
+    let kinds = std::env::var("CCRON_CAMPAIGN_KINDS").unwrap_or_else(|_| "faults".into());
     let mut failed = Vec::new();
     let mut faults = 0usize;
     for seed in lo..=hi {
         let seed_s = seed.to_string();
-        let (ok, r) = localnet(
-            &["--duration", &duration, "--no-kill", "--faults", &seed_s],
-            &format!("campaign-{seed}"),
-        );
+        let mut args = vec!["--duration", &duration, "--no-kill"];
+        let kinds: Vec<&str> = kinds.split(',').map(str::trim).collect();
+        if let Some(other) = kinds
+            .iter()
+            .find(|k| !["faults", "kill-all", "net", "clock", "disk"].contains(k))
+        {
+            panic!("CCRON_CAMPAIGN_KINDS: unknown kind {other}");
+        }
+        if kinds.contains(&"faults") || kinds.contains(&"kill-all") {
+            args.extend(["--faults", &seed_s]);
+        }
+        if kinds.contains(&"kill-all") {
+            args.push("--kill-all");
+        }
+        for (kind, flag) in [
+            ("net", "--net-faults"),
+            ("clock", "--clock-faults"),
+            ("disk", "--disk-faults"),
+        ] {
+            if kinds.contains(&kind) {
+                args.extend([flag, &seed_s]);
+            }
+        }
+        let (ok, r) = localnet(&args, &format!("campaign-{seed}"));
         faults += r.faults.len();
         let heights: Vec<u64> = r.nodes.iter().map(|n| n.last_executed_seq).collect();
         println!(
@@ -519,7 +545,8 @@ fn fault_campaign() {
         );
         if !ok || !r.honest_agree {
             println!(
-                "REPLAY seed {seed}: cargo run -p ccron-malachite -- localnet --nodes 4 --ledger demo --duration {duration} --no-kill --faults {seed}"
+                "REPLAY seed {seed}: cargo run -p ccron-malachite -- {}",
+                r.replay
             );
             failed.push(seed);
         }

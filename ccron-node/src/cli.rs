@@ -553,7 +553,9 @@ impl<A: Application> NodeBinary<A> {
 fn parse_subset(s: &str, nodes: usize, sender: usize) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let i: usize = part.parse().map_err(|_| format!("'{part}' is not a node index"))?;
+        let i: usize = part
+            .parse()
+            .map_err(|_| format!("'{part}' is not a node index"))?;
         if i >= nodes || i == sender || out.contains(&i) {
             return Err(format!(
                 "{i}: a peer index below {nodes}, not the sender {sender}, once"

@@ -197,7 +197,9 @@ impl ClockPlan {
 }
 
 /// The file a disk fault flips a byte in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum DiskFile {
     /// `blocks.log`: the decided blocks.
@@ -281,9 +283,17 @@ impl DiskPlan {
 ///
 /// # Errors
 /// I/O errors reading or writing the file.
-pub fn flip_bit(path: &std::path::Path, position_ppm: u64, bit: u8) -> std::io::Result<Option<u64>> {
+pub fn flip_bit(
+    path: &std::path::Path,
+    position_ppm: u64,
+    bit: u8,
+) -> std::io::Result<Option<u64>> {
     use std::io::{Read as _, Seek as _, Write as _};
-    let Ok(mut f) = std::fs::OpenOptions::new().read(true).write(true).open(path) else {
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    else {
         return Ok(None);
     };
     let len = f.metadata()?.len();

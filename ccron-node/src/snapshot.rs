@@ -839,7 +839,10 @@ mod tests {
         assert!(!newest.exists());
         let recorded = crate::store::recorded_recoveries(&dir);
         assert_eq!(recorded.len(), 1, "{recorded:?}");
-        assert!(recorded[0].file.starts_with("snapshots/snapshot-"), "{recorded:?}");
+        assert!(
+            recorded[0].file.starts_with("snapshots/snapshot-"),
+            "{recorded:?}"
+        );
         assert!(recorded[0].reason.contains("checksum"), "{recorded:?}");
         // The previous one cut short too (a file system that lost its tail): full replay.
         let older = snaps.path(20);

@@ -28,7 +28,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
-
 use super::fetch::PeerClient;
 use super::{CatchUpError, CommitVerifier};
 use crate::store::{BASE_MAGIC, BlockStore, Commit, Decided, MAX_RECORD_BYTES, StoreError};
@@ -261,13 +260,19 @@ pub async fn refill<C: Commit>(
     }
     report.reached = store.last_height();
     if report.reached < want {
-        tracing::error!(?report, "store refill: the heights the node held were not recovered from any peer");
+        tracing::error!(
+            ?report,
+            "store refill: the heights the node held were not recovered from any peer"
+        );
         return Err(StoreError::OutOfOrder {
             got: report.reached,
             expected: want,
         });
     }
-    tracing::warn!(?report, "store refill: the heights after the damaged record recovered from the peers, each verified");
+    tracing::warn!(
+        ?report,
+        "store refill: the heights after the damaged record recovered from the peers, each verified"
+    );
     Ok(report)
 }
 
@@ -336,7 +341,9 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
-            axum::serve(listener, router::<PlainCommit>(path)).await.unwrap();
+            axum::serve(listener, router::<PlainCommit>(path))
+                .await
+                .unwrap();
         });
         addr
     }
@@ -360,15 +367,20 @@ mod tests {
         let mid = bytes.len() / 2;
         bytes[mid] ^= 0x04;
         std::fs::write(&path, &bytes).unwrap();
-        let rec = crate::store::recover_at_start::<PlainCommit, TestPart>(&dir)
-            .unwrap();
+        let rec = crate::store::recover_at_start::<PlainCommit, TestPart>(&dir).unwrap();
         assert_eq!(rec.len(), 1, "{rec:?}");
         assert_eq!(rec[0].refill_to, Some(120), "{rec:?}");
-        assert_eq!(crate::store::refill_target::<PlainCommit>(&dir).unwrap(), Some(120));
-        let cut = BlockStore::<PlainCommit>::open(&path).unwrap().last_height();
+        assert_eq!(
+            crate::store::refill_target::<PlainCommit>(&dir).unwrap(),
+            Some(120)
+        );
+        let cut = BlockStore::<PlainCommit>::open(&path)
+            .unwrap()
+            .last_height();
         assert!(cut < 120);
         // The served answer: at most MAX_BLOCKS_PER_ANSWER records from the height asked.
-        let served = read_blocks::<PlainCommit>(&honest.join("blocks.log"), 10, 64, 1 << 20).unwrap();
+        let served =
+            read_blocks::<PlainCommit>(&honest.join("blocks.log"), 10, 64, 1 << 20).unwrap();
         assert_eq!(served.len(), 64);
         assert_eq!((served[0].height(), served[63].height()), (10, 73));
         let peers = vec![
@@ -389,14 +401,24 @@ mod tests {
         .unwrap();
         assert_eq!((r.from_height, r.reached), (cut, 120), "{r:?}");
         assert_eq!(r.refused_by_kind.get("commit"), Some(&1), "{r:?}");
-        assert_eq!(r.blocks_by_peer.get(&peers[1].to_string()), Some(&(120 - cut)));
+        assert_eq!(
+            r.blocks_by_peer.get(&peers[1].to_string()),
+            Some(&(120 - cut))
+        );
         let s = BlockStore::<PlainCommit>::open(&path).unwrap();
         assert_eq!(s.last_height(), 120);
         for (h, id) in ids.iter().enumerate().skip(1) {
-            assert_eq!(s.get(h as u64).unwrap().unwrap().block.id(), *id, "height {h}");
+            assert_eq!(
+                s.get(h as u64).unwrap().unwrap().block.id(),
+                *id,
+                "height {h}"
+            );
         }
         // Nothing left to refill.
-        assert_eq!(crate::store::refill_target::<PlainCommit>(&dir).unwrap(), None);
+        assert_eq!(
+            crate::store::refill_target::<PlainCommit>(&dir).unwrap(),
+            None
+        );
         // With only the liar, the heights are not recovered: refused to start.
         drop(s);
         std::fs::copy(dir.join(&rec[0].kept_as), &path).unwrap();
@@ -411,7 +433,10 @@ mod tests {
             Duration::from_millis(10),
         )
         .await;
-        assert!(matches!(only_liar, Err(StoreError::OutOfOrder { .. })), "{only_liar:?}");
+        assert!(
+            matches!(only_liar, Err(StoreError::OutOfOrder { .. })),
+            "{only_liar:?}"
+        );
         for d in [dir, honest, liar] {
             std::fs::remove_dir_all(d).unwrap();
         }

@@ -139,7 +139,8 @@ impl DiskFaults {
         if let Some((i, at)) = self.down
             && t >= at
         {
-            restarted += self.restart(t, opts, home, children, pids, byzantine_from_ms, supervisor)?;
+            restarted +=
+                self.restart(t, opts, home, children, pids, byzantine_from_ms, supervisor)?;
             log.push(format!("{} restart {i} (disk)", t.as_millis()));
             self.down = None;
         }

@@ -149,8 +149,7 @@ fn held_until<C: Commit>(copy: &Path, damaged: u64) -> u64 {
     let Ok(bytes) = std::fs::read(copy) else {
         return 0;
     };
-    let Some(mut off) = resume_after(&bytes, usize::try_from(damaged).unwrap_or(usize::MAX))
-    else {
+    let Some(mut off) = resume_after(&bytes, usize::try_from(damaged).unwrap_or(usize::MAX)) else {
         return 0;
     };
     let mut last = 0;
@@ -204,10 +203,7 @@ fn kept_name(path: &Path, offset: u64) -> PathBuf {
 
 /// `path` relative to `dir` (as a display string; the whole path when it is not below it).
 fn relative(dir: &Path, path: &Path) -> String {
-    path.strip_prefix(dir)
-        .unwrap_or(path)
-        .display()
-        .to_string()
+    path.strip_prefix(dir).unwrap_or(path).display().to_string()
 }
 
 /// Bytes of checksums a salvage may compute looking for the record after a damaged length.
