@@ -710,4 +710,14 @@ mod tests {
         assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
         assert_eq!(parse_duration("x"), None);
     }
+
+    #[test]
+    fn a_byzantine_subset_names_distinct_peers_other_than_the_sender() {
+        assert_eq!(parse_subset("1,2", 4, 0), Ok(vec![1, 2]));
+        assert_eq!(parse_subset(" 3 ", 4, 1), Ok(vec![3]));
+        assert_eq!(parse_subset("", 4, 0), Ok(vec![]));
+        for bad in ["0,1", "4", "1,1", "x"] {
+            assert!(parse_subset(bad, 4, 0).is_err(), "{bad}");
+        }
+    }
 }
