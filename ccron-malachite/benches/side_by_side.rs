@@ -142,6 +142,8 @@ fn malachite_side(duration: Duration) -> Side {
         kill_all: false,
         net_faults: None,
         clock_faults: None,
+        disk_faults: None,
+        byzantine_subset: None,
         seed: 1,
         home: None,
         node_bin: env!("CARGO_BIN_EXE_ccron-malachite").into(),

@@ -31,6 +31,10 @@ use crate::stream::{publish, publish_tagged};
 /// signed before it refuses to start (docs/malachite.md, "Signing guard").
 const FLOOR_WAIT_ROUNDS: u32 = 30;
 
+/// Rounds (1 s apart) a node whose corrupt `blocks.log` was cut asks its peers for the heights
+/// it held before it refuses to start.
+const REFILL_ROUNDS: u32 = 30;
+
 /// The engine configuration the adapter uses.
 #[derive(Debug, Clone)]
 struct Config {
@@ -135,7 +139,47 @@ pub async fn run_node<A: Application>(
     // Otherwise nothing changes (`ccron_node::catchup::fetch::before_start`).
     let genesis = ccron_node::core::read_genesis(&opts.home)?;
     let verifier = CertificateVerifier::of_genesis(&genesis)?;
+    // A byte changed on disk in `blocks.log` or `parts.log` (`StoreError::Corrupt`): the
+    // whole file kept aside, the records before the damage kept, the heights after it taken
+    // from the peers (value sync, or a verified snapshot below): `ccron_node::store::recover_at_start`.
+    let home_dir = ccron_node::core::node_dir(&opts.home, opts.index);
+    if ccron_node::store::recovery_enabled_from_env() {
+        let recovered =
+            ccron_node::store::recover_at_start::<MalachiteCommit, ProposalPart>(&home_dir)?;
+        if !recovered.is_empty() {
+            tracing::error!(
+                files = recovered.len(),
+                "store: corrupt data refused and kept aside; recovering the rest from the peers"
+            );
+        }
+    } else {
+        tracing::warn!(
+            "store recovery at start is off ({})",
+            ccron_node::store::RECOVERY_ENV
+        );
+    }
     let peers = ccron_node::catchup::fetch::genesis_peers(&genesis, opts.index);
+    // A store cut at a damaged record (above, or at an earlier start that crashed before this
+    // step): the heights it held come back from the peers, each block verified against its
+    // commit certificate, before the engine starts where this node was (its WAL and signing
+    // guard are there): `ccron_node::catchup::blocks`.
+    if ccron_node::store::recovery_enabled_from_env()
+        && let Some(want) = ccron_node::store::refill_target::<MalachiteCommit>(&home_dir)?
+    {
+        let client = ccron_node::catchup::fetch::PeerClient::new(
+            ccron_node::catchup::fetch::FetchConfig::default(),
+        );
+        ccron_node::catchup::blocks::refill::<MalachiteCommit>(
+            &home_dir.join("blocks.log"),
+            &peers,
+            &client,
+            &verifier,
+            want,
+            REFILL_ROUNDS,
+            Duration::from_secs(1),
+        )
+        .await?;
+    }
     // A wiped validator whose signing state says it signed at the height it would start at
     // (`SigningStateError::SignedAhead`) waits for a peer's snapshot above that height (the
     // peers prune below their newest snapshot) and catches up again, at most
@@ -173,6 +217,7 @@ pub async fn run_node<A: Application>(
             other => break other?,
         }
     };
+    node.core.status_mut().store_recovery = ccron_node::store::recorded_recoveries(&home_dir);
     node.core
         .note_catch_up(&ccron_node::catchup::fetch::CatchUpReport {
             refused_by_kind: refused,
@@ -229,7 +274,11 @@ pub async fn run_node<A: Application>(
         Some(port) if opts.http.port() == 0 => std::net::SocketAddr::new(opts.http.ip(), port),
         _ => opts.http,
     };
-    let routes = ccron_node::api::router(node.core.api_state()).merge(node.offers().router());
+    let routes = ccron_node::api::router(node.core.api_state())
+        .merge(node.offers().router())
+        .merge(ccron_node::catchup::blocks::router::<MalachiteCommit>(
+            dir.join("blocks.log"),
+        ));
     let bound = ccron_node::api::serve_router(http, routes, ccron_node::api::server_config())
         .await
         .map_err(|e| NodeError::Config(format!("HTTP listen on {http}: {e}")))?;

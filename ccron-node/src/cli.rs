@@ -201,6 +201,18 @@ enum Cmd {
         /// by seconds to minutes, then back (docs/malachite.md, "Process-level faults").
         #[arg(long)]
         clock_faults: Option<u64>,
+        /// Disk faults from this seed: a node SIGKILLed, one bit flipped in the middle of its
+        /// blocks.log, parts.log or newest snapshot, the node restarted; it must refuse the
+        /// damage, keep the file aside and recover from its peers (docs/malachite.md,
+        /// "Process-level faults"). Use with --no-kill.
+        #[arg(long)]
+        disk_faults: Option<u64>,
+        /// The Byzantine node (--byzantine's, else node 0) delivers its proposal parts and
+        /// votes only to these peers (comma-separated indices, e.g. `1,2`: f+1 honest nodes)
+        /// from a third of the run on: its links to the others are cut at loopback proxies
+        /// (docs/malachite.md, "Byzantine validators as processes").
+        #[arg(long)]
+        byzantine_subset: Option<String>,
         /// Key seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -453,6 +465,8 @@ impl<A: Application> NodeBinary<A> {
                 kill_all,
                 net_faults,
                 clock_faults,
+                disk_faults,
+                byzantine_subset,
                 seed,
                 home,
                 json,
@@ -471,6 +485,17 @@ impl<A: Application> NodeBinary<A> {
                     eprintln!("localnet: --byzantine names a node index not below --nodes");
                     return ExitCode::from(2);
                 }
+                let byzantine_subset = match byzantine_subset
+                    .as_deref()
+                    .map(|s| parse_subset(s, nodes, byzantine.map_or(0, |(_, i)| i)))
+                    .transpose()
+                {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("localnet: --byzantine-subset: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
                 let Some(duration) = parse_duration(&duration) else {
                     eprintln!("localnet: bad --duration '{duration}'");
                     return ExitCode::from(2);
@@ -509,6 +534,8 @@ impl<A: Application> NodeBinary<A> {
                     kill_all,
                     net_faults,
                     clock_faults,
+                    disk_faults,
+                    byzantine_subset,
                     seed,
                     home,
                     node_bin,
@@ -520,6 +547,23 @@ impl<A: Application> NodeBinary<A> {
             }
         }
     }
+}
+
+/// `--byzantine-subset`: distinct peer indices below `nodes`, none the sender's.
+fn parse_subset(s: &str, nodes: usize, sender: usize) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let i: usize = part
+            .parse()
+            .map_err(|_| format!("'{part}' is not a node index"))?;
+        if i >= nodes || i == sender || out.contains(&i) {
+            return Err(format!(
+                "{i}: a peer index below {nodes}, not the sender {sender}, once"
+            ));
+        }
+        out.push(i);
+    }
+    Ok(out)
 }
 
 fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
@@ -585,6 +629,45 @@ fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
             c.non_monotone
         );
     }
+    if let Some(d) = &report.disk_faults {
+        for f in &d.flips {
+            println!(
+                "disk flip at {} ms: node {} {}@{} (height {}): detected {} kept as {:?}, resumed after {:?} ms",
+                f.at_ms,
+                f.node,
+                f.file,
+                f.offset,
+                f.height_at_flip,
+                f.detected,
+                f.kept_as,
+                f.resumed_after_ms
+            );
+        }
+        println!(
+            "disk faults: {} flips, {} decided blocks compared before/after, {} lost, {} changed, {} undetected, {} not resumed",
+            d.flips.len(),
+            d.blocks_compared,
+            d.lost,
+            d.changed,
+            d.undetected,
+            d.not_resumed
+        );
+    }
+    if let Some(s) = &report.subset {
+        println!(
+            "byzantine subset: node {} delivered only to {:?} (withheld from {:?}, ending at heights {:?} of {}): {:.1} -> {:.1} heights/s, {} heights during, longest stall before {} ms, during {} ms",
+            s.node,
+            s.delivers_to,
+            s.withheld_from,
+            s.withheld_heights,
+            s.top_height,
+            s.heights_per_sec_before,
+            s.heights_per_sec_during,
+            s.heights_during,
+            s.longest_stall_before_ms,
+            s.longest_stall_during_ms
+        );
+    }
     if !report.replay.is_empty() {
         println!("replay: {}", report.replay);
     }
@@ -626,5 +709,15 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
         assert_eq!(parse_duration("x"), None);
+    }
+
+    #[test]
+    fn a_byzantine_subset_names_distinct_peers_other_than_the_sender() {
+        assert_eq!(parse_subset("1,2", 4, 0), Ok(vec![1, 2]));
+        assert_eq!(parse_subset(" 3 ", 4, 1), Ok(vec![3]));
+        assert_eq!(parse_subset("", 4, 0), Ok(vec![]));
+        for bad in ["0,1", "4", "1,1", "x"] {
+            assert!(parse_subset(bad, 4, 0).is_err(), "{bad}");
+        }
     }
 }

@@ -196,9 +196,159 @@ impl ClockPlan {
     }
 }
 
+/// The file a disk fault flips a byte in.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskFile {
+    /// `blocks.log`: the decided blocks.
+    Blocks,
+    /// `parts.log`: the proposal parts not yet decided.
+    Parts,
+    /// The node's newest snapshot file.
+    Snapshot,
+}
+
+impl DiskFile {
+    /// Its name in the report and in `store-recovery.json` (`snapshot` for any snapshot file).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Blocks => "blocks.log",
+            Self::Parts => "parts.log",
+            Self::Snapshot => "snapshot",
+        }
+    }
+}
+
+/// One disk fault: at `at`, node `node` is SIGKILLed, one bit (`bit`) of one byte of `file` is
+/// flipped at `position` millionths of the file's length (always in its middle half:
+/// 250,000-749,999), and the node is restarted from its storage `down` later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskFault {
+    /// When (from the run's start).
+    pub at: Duration,
+    /// The node.
+    pub node: usize,
+    /// The file.
+    pub file: DiskFile,
+    /// Where in the file, in millionths of its length.
+    pub position_ppm: u64,
+    /// The bit flipped (0-7).
+    pub bit: u8,
+    /// How long the node stays down.
+    pub down: Duration,
+}
+
+/// A seeded plan of byte flips in the nodes' files (`localnet --disk-faults SEED`): from 3 s
+/// on, every 3-6 s, a random node stopped (SIGKILL), one bit flipped in the middle half of its
+/// `blocks.log`, `parts.log` or newest snapshot, and the node restarted 0.3-1.5 s later; none
+/// in the last 8 s. A pure function of the seed, the number of nodes and the duration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskPlan {
+    /// The faults, in instant order.
+    pub events: Vec<DiskFault>,
+}
+
+impl DiskPlan {
+    /// The plan of `seed` over `nodes` nodes for a run of `duration`.
+    pub fn new(seed: u64, nodes: usize, duration: Duration) -> Self {
+        let mut rng = FaultPlan::new(seed ^ 0x6469_736b_5f66_6c69, nodes, duration);
+        let last = duration.saturating_sub(Duration::from_secs(8));
+        let mut t = Duration::from_millis(3_000 + rng.below(1_000));
+        let mut events = Vec::new();
+        while t <= last {
+            let node = rng.below(nodes.max(1) as u64) as usize;
+            let file = match rng.below(3) {
+                0 => DiskFile::Blocks,
+                1 => DiskFile::Parts,
+                _ => DiskFile::Snapshot,
+            };
+            events.push(DiskFault {
+                at: t,
+                node,
+                file,
+                position_ppm: 250_000 + rng.below(500_000),
+                bit: rng.below(8) as u8,
+                down: Duration::from_millis(300 + rng.below(1_200)),
+            });
+            t += Duration::from_millis(3_000 + rng.below(3_000));
+        }
+        Self { events }
+    }
+}
+
+/// Flips bit `bit` of the byte at `position_ppm` millionths of `path`'s length (in place, then
+/// fsync'ed). The offset flipped; `None` when the file is absent or shorter than 64 bytes.
+///
+/// # Errors
+/// I/O errors reading or writing the file.
+pub fn flip_bit(
+    path: &std::path::Path,
+    position_ppm: u64,
+    bit: u8,
+) -> std::io::Result<Option<u64>> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    else {
+        return Ok(None);
+    };
+    let len = f.metadata()?.len();
+    if len < 64 {
+        return Ok(None);
+    }
+    let offset = (u128::from(len) * u128::from(position_ppm.min(999_999)) / 1_000_000) as u64;
+    let mut b = [0u8; 1];
+    f.seek(std::io::SeekFrom::Start(offset))?;
+    f.read_exact(&mut b)?;
+    b[0] ^= 1u8 << (bit % 8);
+    f.seek(std::io::SeekFrom::Start(offset))?;
+    f.write_all(&b)?;
+    f.sync_all()?;
+    Ok(Some(offset))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_plan_is_a_function_of_its_seed_and_flips_the_middle_of_each_file_kind() {
+        let d = Duration::from_secs(40);
+        let p = DiskPlan::new(3, 4, d);
+        assert_eq!(p, DiskPlan::new(3, 4, d));
+        assert_ne!(p, DiskPlan::new(4, 4, d));
+        assert!(p.events.len() >= 5, "{p:?}");
+        for pair in p.events.windows(2) {
+            assert!(pair[1].at >= pair[0].at + Duration::from_secs(3), "{p:?}");
+            assert!(pair[0].at + pair[0].down < pair[1].at, "{p:?}");
+        }
+        for e in &p.events {
+            assert!(e.node < 4 && e.bit < 8 && e.at <= d - Duration::from_secs(8));
+            assert!((250_000..750_000).contains(&e.position_ppm));
+        }
+        let kinds: std::collections::BTreeSet<DiskFile> = (0..10u64)
+            .flat_map(|s| DiskPlan::new(s, 4, d).events)
+            .map(|e| e.file)
+            .collect();
+        assert_eq!(kinds.len(), 3);
+        // The flip changes exactly one bit, in the middle half.
+        let path = std::env::temp_dir().join(format!("ccron-flip-{}", std::process::id()));
+        let before: Vec<u8> = (0..200u8).collect();
+        std::fs::write(&path, &before).unwrap();
+        assert_eq!(flip_bit(&path, 500_000, 3).unwrap(), Some(100));
+        let after = std::fs::read(&path).unwrap();
+        let diff: Vec<usize> = (0..200).filter(|&i| before[i] != after[i]).collect();
+        assert_eq!(diff, vec![100]);
+        assert_eq!(after[100], before[100] ^ 8);
+        std::fs::write(&path, [0u8; 10]).unwrap();
+        assert_eq!(flip_bit(&path, 500_000, 3).unwrap(), None);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(flip_bit(&path, 500_000, 3).unwrap(), None);
+    }
 
     fn steps(seed: u64) -> Vec<(u64, FaultStep)> {
         let mut p = FaultPlan::new(seed, 4, Duration::from_secs(30));

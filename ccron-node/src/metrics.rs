@@ -9,7 +9,8 @@
 //!   for their owner's quota (`ccron_outbox_quota_refusals_total`), the signing guard's
 //!   refusals by reason (`ccron_sign_refused_total{reason}`), the catch-up offers refused
 //!   by kind (`ccron_catchup_refused_total{kind}`) and the catch-up while running's checks,
-//!   triggers, installs and self-restarts (`ccron_catchup_running_total{event}`).
+//!   triggers, installs and self-restarts (`ccron_catchup_running_total{event}`), the corrupt
+//!   store files this home recovered from (`ccron_store_recovered_total{file}`).
 //! - **Replicated** (read from the committed schedule book and outbox, so every honest node at
 //!   the same height reports the same numbers; `ccron_book_height` names that height):
 //!   schedules, paused, parked, dead runs, retries pending, the book's run counters
@@ -271,6 +272,22 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
         "event",
         &s.catchup_running.by_event(),
     );
+    let mut recovered = std::collections::BTreeMap::new();
+    for q in &s.store_recovery {
+        let file = if q.file.starts_with("snapshots") {
+            "snapshot"
+        } else {
+            q.file.as_str()
+        };
+        *recovered.entry(file.to_string()).or_insert(0u64) += 1;
+    }
+    by_label(
+        &mut r,
+        "store_recovered",
+        "Corrupt store files refused, kept aside and recovered from (this home), by file",
+        "file",
+        &recovered,
+    );
     replicated(&mut r, state);
     let mut out = String::new();
     encode(&mut out, &r)?;
@@ -500,6 +517,12 @@ mod tests {
         status.signing.signed = 7;
         status.catchup_running.triggered = 1;
         status.catchup_running.restarts = 1;
+        for file in ["blocks.log", "snapshots/snapshot-00000000000000000025.bin"] {
+            status.store_recovery.push(crate::store::Quarantined {
+                file: file.into(),
+                ..Default::default()
+            });
+        }
         reads.set_status(&status);
         let text = render(&state, 0).unwrap();
         for line in [
@@ -510,6 +533,8 @@ mod tests {
             "ccron_catchup_running_total{event=\"triggered\"} 1",
             "ccron_catchup_running_total{event=\"restarts\"} 1",
             "ccron_catchup_running_total{event=\"installed\"} 0",
+            "ccron_store_recovered_total{file=\"blocks.log\"} 1",
+            "ccron_store_recovered_total{file=\"snapshot\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
         }

@@ -101,6 +101,16 @@ pub enum NetAction {
     Isolate(usize),
     /// The validators in `side` cut from the others.
     Split(Vec<usize>),
+    /// Every link between `from` and each node of `to` cut (both directions: a byte stream
+    /// with one direction held is closed by its peer's keep-alive, so a one-way cut is a cut):
+    /// a Byzantine `from` delivering its proposal parts and votes only to the nodes not in
+    /// `to` (`localnet --byzantine-subset`). Healed by [`NetAction::Heal`].
+    Withhold {
+        /// The Byzantine sender.
+        from: usize,
+        /// The nodes it withholds from.
+        to: Vec<usize>,
+    },
     /// Every cut healed.
     Heal,
 }
@@ -116,6 +126,10 @@ impl std::fmt::Display for NetAction {
             Self::Split(side) => {
                 let s: Vec<String> = side.iter().map(ToString::to_string).collect();
                 write!(f, "split {}|rest", s.join(","))
+            }
+            Self::Withhold { from, to } => {
+                let s: Vec<String> = to.iter().map(ToString::to_string).collect();
+                write!(f, "withhold {from}->{}", s.join(","))
             }
             Self::Heal => write!(f, "heal"),
         }
@@ -335,6 +349,11 @@ impl LinkTable {
                             self.set_cut(a, b, true);
                         }
                     }
+                }
+            }
+            NetAction::Withhold { from, ref to } if ok(from) => {
+                for &j in to.iter().filter(|&&j| ok(j) && j != from) {
+                    self.set_cut(from, j, true);
                 }
             }
             NetAction::Heal => {
@@ -799,6 +818,30 @@ mod tests {
         let before = e(&t, 3, 0);
         t.apply(&NetAction::Reset { a: 3, b: 0 }, now);
         assert_eq!(e(&t, 0, 3), before + 1);
+        // A Byzantine 0 delivering to 1 and 2 only: its links to 3 cut, no other.
+        t.apply(
+            &NetAction::Withhold {
+                from: 0,
+                to: vec![3],
+            },
+            now,
+        );
+        for a in 0..4 {
+            for b in (a + 1)..4 {
+                assert_eq!(t.cut[t.pair(a, b)], (a, b) == (0, 3), "{a}-{b}");
+            }
+        }
+        assert_eq!(t.gate(0, 3, e(&t, 0, 3), now), Gate::Closed);
+        assert_eq!(t.gate(3, 0, e(&t, 0, 3), now), Gate::Closed);
+        assert_eq!(t.gate(0, 1, e(&t, 0, 1), now), Gate::Open);
+        assert_eq!(
+            NetAction::Withhold {
+                from: 0,
+                to: vec![2, 3]
+            }
+            .to_string(),
+            "withhold 0->2,3"
+        );
     }
 
     fn window(kind: WindowKind, nodes: Vec<usize>, s: u64, e: u64) -> PlannedWindow {

@@ -209,6 +209,11 @@ pub struct NodeStatus {
     /// ([`crate::catchup::running`]).
     #[serde(default)]
     pub catchup_running: crate::catchup::running::RunningCounters,
+    /// Every corrupt store file this home refused and recovered from (kept aside, cut, the
+    /// rest taken from the peers: [`crate::store::recover_at_start`]; also in
+    /// `store-recovery.json`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub store_recovery: Vec<crate::store::Quarantined>,
 }
 
 impl NodeStatus {

@@ -452,6 +452,7 @@ impl Snapshots {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "snapshot rejected; trying an older one");
+                    self.keep_corrupt(&path, &e);
                     rejected.push(e);
                 }
             }
@@ -461,6 +462,51 @@ impl Snapshots {
             height: None,
             rejected,
         }
+    }
+}
+
+impl Snapshots {
+    /// A snapshot refused because its bytes changed on disk (too large, bad header, checksum,
+    /// decode) is kept aside as `….bin.corrupt[-N]` (never deleted, no longer listed: the
+    /// retention of newer snapshots does not remove it), an error event and an entry of the
+    /// node's `store-recovery.json` (`crate::store::recover_at_start`, docs/malachite.md). A
+    /// snapshot refused for any other reason (ahead of a cut store, another chain) stays.
+    fn keep_corrupt(&self, path: &Path, e: &SnapshotError) {
+        if !matches!(
+            e,
+            SnapshotError::TooLarge { .. }
+                | SnapshotError::BadHeader { .. }
+                | SnapshotError::Checksum { .. }
+                | SnapshotError::Decode { .. }
+        ) {
+            return;
+        }
+        let base = format!("{}.corrupt", path.display());
+        let mut kept = PathBuf::from(&base);
+        let mut k = 1u32;
+        while kept.exists() {
+            kept = PathBuf::from(format!("{base}-{k}"));
+            k = k.saturating_add(1);
+        }
+        if let Err(err) = std::fs::rename(path, &kept) {
+            tracing::warn!(error = %err, path = %path.display(), "corrupt snapshot not renamed");
+            return;
+        }
+        let node_dir = self.dir.parent().unwrap_or(&self.dir);
+        let rel = |p: &Path| p.strip_prefix(node_dir).unwrap_or(p).display().to_string();
+        let q = crate::store::Quarantined {
+            file: rel(path),
+            offset: 0,
+            reason: e.to_string(),
+            kept_as: rel(&kept),
+            kept_bytes: 0,
+            cut_bytes: std::fs::metadata(&kept).map_or(0, |m| m.len()),
+            last_height_kept: None,
+            refill_to: None,
+            at_ms: crate::core::now_ms(),
+        };
+        tracing::error!(file = %q.file, kept_as = %q.kept_as, reason = %q.reason, "snapshot: corrupt file kept aside; an older snapshot (or the blocks) restores the state");
+        crate::store::note_recovery(node_dir, &q);
     }
 }
 
@@ -787,6 +833,17 @@ mod tests {
             r.rejected
         );
         assert_eq!(r.ledger.state_digest(), digest);
+        // Kept aside, byte for byte, no longer listed (retention never deletes it), recorded.
+        let kept = newest.with_extension("bin.corrupt");
+        assert_eq!(std::fs::read(&kept).unwrap(), bytes);
+        assert!(!newest.exists());
+        let recorded = crate::store::recorded_recoveries(&dir);
+        assert_eq!(recorded.len(), 1, "{recorded:?}");
+        assert!(
+            recorded[0].file.starts_with("snapshots/snapshot-"),
+            "{recorded:?}"
+        );
+        assert!(recorded[0].reason.contains("checksum"), "{recorded:?}");
         // The previous one cut short too (a file system that lost its tail): full replay.
         let older = snaps.path(20);
         let bytes = std::fs::read(&older).unwrap();
@@ -795,17 +852,13 @@ mod tests {
         assert_eq!(r.height, None);
         assert_eq!(run, 50);
         assert!(
-            matches!(
-                r.rejected[..],
-                [
-                    SnapshotError::Checksum { .. },
-                    SnapshotError::BadHeader { .. }
-                ]
-            ),
+            matches!(r.rejected[..], [SnapshotError::BadHeader { .. }]),
             "{:?}",
             r.rejected
         );
         assert_eq!(r.ledger.state_digest(), digest);
+        assert!(older.with_extension("bin.corrupt").exists());
+        assert_eq!(crate::store::recorded_recoveries(&dir).len(), 2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -998,14 +1051,11 @@ mod tests {
         assert!(
             matches!(
                 r.rejected[..],
-                [
-                    SnapshotError::Checksum { .. },
-                    SnapshotError::BelowStore {
-                        height: 40,
-                        first: 51,
-                        ..
-                    }
-                ]
+                [SnapshotError::BelowStore {
+                    height: 40,
+                    first: 51,
+                    ..
+                }]
             ),
             "{:?}",
             r.rejected

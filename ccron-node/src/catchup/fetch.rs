@@ -203,6 +203,23 @@ impl PeerClient {
         serde_json::from_slice(&body).map_err(|e| CatchUpError::Decode(e.to_string()))
     }
 
+    /// Up to [`super::blocks::MAX_BLOCKS_PER_ANSWER`] of `peer`'s decided blocks from height
+    /// `from`, as bytes (at most [`super::blocks::MAX_BLOCKS_BYTES`]; decoded and verified by
+    /// [`super::blocks::refill`]), within the offer deadline.
+    ///
+    /// # Errors
+    /// [`CatchUpError::Fetch`], [`CatchUpError::TooLarge`], [`CatchUpError::Busy`].
+    pub async fn blocks(&self, peer: SocketAddr, from: u64) -> Result<Bytes, CatchUpError> {
+        let route = format!("{}?from={from}", super::blocks::BLOCKS_ROUTE);
+        self.get(
+            peer,
+            &route,
+            super::blocks::MAX_BLOCKS_BYTES,
+            self.cfg.offer_deadline,
+        )
+        .await
+    }
+
     /// `peer`'s offer, as bytes (at most [`MAX_OFFER_BYTES`]; decoded by [`judge`]).
     ///
     /// # Errors

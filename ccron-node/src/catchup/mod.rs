@@ -34,6 +34,7 @@
 //! while its engine runs (detection, then a verified offer handed to the node's loop).
 
 pub mod backoff;
+pub mod blocks;
 pub mod fetch;
 pub mod running;
 pub mod serve;

@@ -14,11 +14,17 @@ use crate::hostile::ByzantineKind;
 use crate::load::LoadPayload;
 use crate::supervise::Supervisor;
 
+mod disk;
 mod faults;
 mod judge;
 mod report;
 mod spawn;
 
+pub use disk::{DISK_RESUME_BOUND, DiskFaultReport, DiskFlip};
+
+/// The longest gap between two heights (agreed times, on an honest node that ran the whole
+/// time) a `--byzantine-subset` run may show while the attack lasts: a few rounds' timeouts.
+pub const SUBSET_STALL_BOUND_MS: i64 = 8_000;
 use faults::{apply_fault, fault_name};
 pub use judge::{
     CLOCK_AHEAD_BOUND_MS, KILL_ALL_RESUME_BOUND, liveness, peak_rss_kb, read_block_ids, refusals,
@@ -93,6 +99,15 @@ pub struct LocalnetOptions {
     pub net_faults: Option<u64>,
     /// Clock jumps from this seed ([`crate::faults::ClockPlan`]).
     pub clock_faults: Option<u64>,
+    /// The Byzantine node (`byzantine`'s, else node 0) delivers its consensus messages
+    /// (proposal parts, votes, sync) only to these peers from a third of the run on: its links
+    /// to the others are cut at the proxies ([`crate::netfault::NetAction::Withhold`]). The
+    /// report's [`SubsetReport`].
+    pub byzantine_subset: Option<Vec<usize>>,
+    /// Disk faults from this seed ([`crate::faults::DiskPlan`]: a node SIGKILLed, a bit
+    /// flipped in its `blocks.log`, `parts.log` or newest snapshot, the node restarted; the
+    /// report's [`DiskFaultReport`]).
+    pub disk_faults: Option<u64>,
     /// Key seed.
     pub seed: u64,
     /// Where to put the config directories (a fresh temporary directory if None).
@@ -128,6 +143,8 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("kill_all", &self.kill_all)
             .field("net_faults", &self.net_faults)
             .field("clock_faults", &self.clock_faults)
+            .field("disk_faults", &self.disk_faults)
+            .field("byzantine_subset", &self.byzantine_subset)
             .field("seed", &self.seed)
             .field("home", &self.home)
             .field("node_bin", &self.node_bin)
@@ -158,8 +175,9 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let genesis = init_home(&home, opts.nodes, opts.seed, &opts.ledger)?;
     let n = opts.nodes;
     // Network faults: a proxy per directed link, each node dialing its proxies.
-    let net = match opts.net_faults {
-        Some(_) => {
+    let proxied = opts.net_faults.is_some() || opts.byzantine_subset.is_some();
+    let net = match proxied {
+        true => {
             let ports: Vec<u16> = genesis.validators.iter().map(|v| v.port).collect();
             let net = crate::netfault::NetFaults::start(&ports)?;
             for i in 0..n {
@@ -170,8 +188,16 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             }
             Some(net)
         }
-        None => None,
+        false => None,
     };
+    // The subset attack: who withholds from whom, applied at a third of the run.
+    let subset_sender = opts.byzantine.map_or(0, |(_, i)| i);
+    let withheld_from: Vec<usize> = opts.byzantine_subset.as_ref().map_or(Vec::new(), |s| {
+        (0..n)
+            .filter(|&j| j != subset_sender && !s.contains(&j))
+            .collect()
+    });
+    let mut subset_applied: Option<u64> = None;
     let net_plan = opts
         .net_faults
         .map(|seed| crate::netfault::NetPlan::new(seed, n, opts.duration));
@@ -218,6 +244,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         None => None,
     };
     let start = Instant::now();
+    // The run's start on the wall clock (the agreed times the liveness figures use).
+    let wall_start = now_ms();
     // Kill the node after the liar (or node 1) and, if there is a late joiner, not that one.
     let victim = 1usize.min(n - 1);
     let kill_at = opts.duration / 3;
@@ -235,9 +263,25 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         }
     });
     let mut fault_log = Vec::new();
+    let mut disk = opts
+        .disk_faults
+        .map(|seed| disk::DiskFaults::new(seed, n, opts.duration));
     while start.elapsed() < opts.duration {
         std::thread::sleep(Duration::from_millis(100));
         let t = start.elapsed();
+        if let Some(d) = disk.as_mut() {
+            restarts += d.step(
+                t,
+                opts,
+                &home,
+                &mut children,
+                &mut pids,
+                byzantine_from_ms,
+                &supervisor,
+                &mut fault_log,
+            )?;
+            d.observe(t, &home);
+        }
         if let Some(step) = plan.as_mut().and_then(|p| p.step(t)) {
             fault_log.push(format!("{} {}", t.as_millis(), fault_name(step)));
             restarts += apply_fault(
@@ -267,6 +311,20 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         }
         if resume.pending() {
             resume.observe(millis(t), top_height(&home, n));
+        }
+        if let Some(net) = &net
+            && opts.byzantine_subset.is_some()
+            && subset_applied.is_none()
+            && t >= opts.duration / 3
+        {
+            let action = crate::netfault::NetAction::Withhold {
+                from: subset_sender,
+                to: withheld_from.clone(),
+            };
+            net.apply(&action);
+            tracing::info!(%action, "byzantine subset");
+            fault_log.push(format!("{} {action}", t.as_millis()));
+            subset_applied = Some(millis(t));
         }
         if let (Some(net), Some(p)) = (&net, &net_plan) {
             while let Some((at, action)) = p.events.get(net_next)
@@ -368,11 +426,28 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     // After a restart of every node the chain must decide again within a bound counted from
     // that restart, not from the end of the run: the plan may restart them a second before
     // the end, and a restart costs a process start and a round (the run goes on, bounded).
+    if let Some(d) = disk.as_mut() {
+        restarts += d.end(
+            start.elapsed(),
+            opts,
+            &home,
+            &mut children,
+            &mut pids,
+            byzantine_from_ms,
+            &supervisor,
+        )?;
+    }
     let bound = millis(KILL_ALL_RESUME_BOUND);
     let end = millis(start.elapsed());
-    while resume.waiting(millis(start.elapsed()), bound) {
+    // A node restarted after a disk fault is judged from its restart too.
+    while resume.waiting(millis(start.elapsed()), bound)
+        || disk.as_ref().is_some_and(|d| d.waiting(start.elapsed()))
+    {
         std::thread::sleep(Duration::from_millis(100));
         resume.observe(millis(start.elapsed()), top_height(&home, n));
+        if let Some(d) = disk.as_mut() {
+            d.observe(start.elapsed(), &home);
+        }
     }
     kill_all.resumed_after_ms = resume.resumed_after_ms();
     kill_all.waited_past_end_ms = millis(start.elapsed()).saturating_sub(end);
@@ -396,6 +471,11 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     });
 
     let mut violations = Vec::new();
+    let disk_faults = disk.map(|d| {
+        let (r, v) = d.finish(&home, opts.retain_blocks.is_some());
+        violations.extend(v);
+        r
+    });
     let kill_all = opts.kill_all.then(|| {
         for (i, before) in before_kill_all.iter().enumerate() {
             let after = read_block_ids(&home, i);
@@ -492,7 +572,11 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .map(|&i| nodes[i].last_executed_seq)
         .max()
         .unwrap_or(0);
-    if opts.faults.is_some() || opts.net_faults.is_some() || opts.clock_faults.is_some() {
+    if opts.faults.is_some()
+        || opts.net_faults.is_some()
+        || opts.clock_faults.is_some()
+        || opts.disk_faults.is_some()
+    {
         for nr in &nodes {
             if nr.last_executed_seq.saturating_mul(2) < max_height {
                 violations.push(format!(
@@ -581,6 +665,45 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             b.node, b.kind
         ));
     }
+    let subset = opts.byzantine_subset.as_ref().zip(measured).map(|(s, m)| {
+        let from_ms = subset_applied
+            .and_then(|a| i64::try_from(a).ok())
+            .map_or(i64::MAX, |a| wall_start.saturating_add(a));
+        let (before, during, heights_during, stall_before, stall_during) =
+            liveness(&agreed, from_ms);
+        let top = nodes.iter().map(|r| r.last_executed_seq).max().unwrap_or(0);
+        SubsetReport {
+            node: subset_sender,
+            delivers_to: s.clone(),
+            withheld_from: withheld_from.clone(),
+            from_ms,
+            measured_node: m,
+            heights_per_sec_before: before,
+            heights_per_sec_during: during,
+            heights_during,
+            longest_stall_before_ms: stall_before,
+            longest_stall_during_ms: stall_during,
+            withheld_heights: withheld_from
+                .iter()
+                .map(|&j| nodes[j].last_executed_seq)
+                .collect(),
+            top_height: top,
+        }
+    });
+    if let Some(s) = &subset {
+        if s.heights_during == 0 {
+            violations.push(format!(
+                "honest nodes decided nothing while node {} delivered only to {:?}",
+                s.node, s.delivers_to
+            ));
+        }
+        if s.longest_stall_during_ms > SUBSET_STALL_BOUND_MS {
+            violations.push(format!(
+                "a stall of {} ms while node {} delivered only to {:?} (bound {SUBSET_STALL_BOUND_MS} ms)",
+                s.longest_stall_during_ms, s.node, s.delivers_to
+            ));
+        }
+    }
     let net_faults = net_plan.map(|p| {
         let (windows, v) = crate::netfault::judge_windows(&p.windows, &trace);
         violations.extend(v);
@@ -646,13 +769,19 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         net_faults,
         kill_all,
         clock_faults,
+        disk_faults,
+        subset,
         replay,
     })
 }
 
 /// The command that replays a run's seeded faults (empty without any).
 fn replay_command(opts: &LocalnetOptions) -> String {
-    if opts.faults.is_none() && opts.net_faults.is_none() && opts.clock_faults.is_none() {
+    if opts.faults.is_none()
+        && opts.net_faults.is_none()
+        && opts.clock_faults.is_none()
+        && opts.disk_faults.is_none()
+    {
         return String::new();
     }
     let mut cmd = format!(
@@ -676,6 +805,9 @@ fn replay_command(opts: &LocalnetOptions) -> String {
     }
     if let Some(s) = opts.clock_faults {
         cmd.push_str(&format!(" --clock-faults {s}"));
+    }
+    if let Some(s) = opts.disk_faults {
+        cmd.push_str(&format!(" --disk-faults {s}"));
     }
     cmd
 }

@@ -89,6 +89,37 @@ pub struct ByzantineReport {
     pub longest_stall_before_ms: i64,
 }
 
+/// A `--byzantine-subset` run's verdict: the Byzantine node's consensus messages reached only
+/// `delivers_to` from `from_ms` on; the chain's liveness on an honest node that ran the whole
+/// time (from its `digests.log`), and where the nodes it withheld from ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SubsetReport {
+    /// The Byzantine node.
+    pub node: usize,
+    /// The peers it delivered to.
+    pub delivers_to: Vec<usize>,
+    /// The peers it withheld from (its links to them cut).
+    pub withheld_from: Vec<usize>,
+    /// When the links were cut (Unix ms).
+    pub from_ms: i64,
+    /// The honest node measured.
+    pub measured_node: usize,
+    /// Heights per second of agreed time before.
+    pub heights_per_sec_before: f64,
+    /// Heights per second of agreed time during.
+    pub heights_per_sec_during: f64,
+    /// Heights decided during.
+    pub heights_during: u64,
+    /// The longest time between two consecutive heights' agreed times before (ms).
+    pub longest_stall_before_ms: i64,
+    /// The longest such time during (ms).
+    pub longest_stall_during_ms: i64,
+    /// The last height of each node it withheld from (in `withheld_from`'s order).
+    pub withheld_heights: Vec<u64>,
+    /// The highest last height of any node.
+    pub top_height: u64,
+}
+
 /// Lateness of the due periodic actions one node ran (ms, from its `fires.log`): each fire's
 /// agreed time minus its due instant, and the node's wall clock when it executed the block
 /// minus the due instant.
@@ -213,6 +244,14 @@ pub struct Report {
     /// own clock.
     #[serde(default)]
     pub clock_faults: Option<ClockFaultReport>,
+    /// With `--disk-faults SEED`: every bit flipped in a node's files, whether the node
+    /// recorded it and resumed, and the blocks held before each flip compared with its store
+    /// at the end.
+    #[serde(default)]
+    pub disk_faults: Option<super::DiskFaultReport>,
+    /// With `--byzantine-subset`: the liveness while the Byzantine node delivered to a subset.
+    #[serde(default)]
+    pub subset: Option<SubsetReport>,
     /// The command that replays this run's faults (empty without seeded faults).
     #[serde(default)]
     pub replay: String,

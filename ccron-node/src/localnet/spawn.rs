@@ -142,7 +142,7 @@ pub(super) fn spawn_node(
     if let Some(retain) = opts.retain_blocks {
         cmd.arg("--retain-blocks").arg(retain.to_string());
     }
-    if opts.net_faults.is_some() {
+    if opts.net_faults.is_some() || opts.byzantine_subset.is_some() {
         cmd.arg("--fault-peers-file")
             .arg(node_dir(home, i).join(FAULT_PEERS_FILE));
     }

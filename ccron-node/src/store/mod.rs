@@ -25,10 +25,15 @@ use borsh::{BorshDeserialize, BorshSerialize};
 
 mod parts;
 mod record;
+mod recover;
 mod repair;
 
 pub use parts::{Part, PartLog};
 pub use record::{Damage, MAX_RECORD_BYTES, Scan, scan_record};
+pub use recover::{
+    Quarantined, RECOVERY_ENV, RECOVERY_FILE, enabled_from_env as recovery_enabled_from_env,
+    note as note_recovery, recorded as recorded_recoveries, recover_at_start, refill_target,
+};
 pub use repair::{Cut, cut_record_file};
 
 use record::{append_synced, encode_record, open_record_file, read_record_from, split_header};
