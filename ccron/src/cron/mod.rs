@@ -44,6 +44,7 @@
 //! # }
 //! ```
 
+mod calendar;
 mod zone;
 mod zoned;
 
@@ -52,6 +53,10 @@ use core::cell::Cell;
 use croner::parser::{CronParser, Seconds, Year};
 use serde::{Deserialize, Serialize};
 
+pub use calendar::{
+    Exclusion, ExclusionCalendar, MAX_CALENDAR_NAME_LEN, MAX_DAYS_PER_SKIP, MAX_EXCLUDED_SKIPS,
+    MAX_EXCLUSIONS,
+};
 pub use zone::{
     LocalResolution, MAX_OFFSET_S, MAX_TRANSITIONS, MAX_ZONE_NAME_LEN, RULES_HORIZON_S,
     RULES_START_S, ZoneRules, ZoneTransition,
@@ -163,6 +168,30 @@ pub enum CronError {
     TooManyInstants {
         /// The limit.
         max: usize,
+    },
+    /// An exclusion calendar violates a structural constraint ([`ExclusionCalendar::new`]).
+    #[error("invalid exclusion calendar: {reason}")]
+    InvalidCalendar {
+        /// The violated constraint.
+        reason: String,
+    },
+    /// A search under an exclusion calendar made [`MAX_EXCLUDED_SKIPS`] skips without finding
+    /// its answer; every replica stops at the same skip.
+    #[error("search for {expression:?} under calendar {calendar:?} ran out of its skip budget")]
+    CalendarBudgetExhausted {
+        /// The expression searched.
+        expression: String,
+        /// The calendar's name.
+        calendar: String,
+    },
+    /// The calendar excludes every fire instant of the expression once its dates and spans are
+    /// past ([`ExclusionCalendar::check_fires`]): the schedule could never fire again.
+    #[error("cron expression {expression:?} never fires under calendar {calendar:?}")]
+    ExcludedForever {
+        /// The expression.
+        expression: String,
+        /// The calendar's name.
+        calendar: String,
     },
 }
 
