@@ -96,7 +96,8 @@ pub enum Exclusion {
 ///
 /// Stored form (serde and bincode): the name and the exclusions; decoding re-validates, so a
 /// calendar that exists is always valid.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "CalendarData", into = "CalendarData")]
 pub struct ExclusionCalendar {
     name: String,
     exclusions: Vec<Exclusion>,
@@ -453,45 +454,16 @@ impl TryFrom<CalendarData> for ExclusionCalendar {
     }
 }
 
-impl Serialize for ExclusionCalendar {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        CalendarData {
-            name: self.name.clone(),
-            exclusions: self.exclusions.clone(),
+impl From<ExclusionCalendar> for CalendarData {
+    fn from(calendar: ExclusionCalendar) -> Self {
+        Self {
+            name: calendar.name,
+            exclusions: calendar.exclusions,
         }
-        .serialize(serializer)
     }
 }
 
-impl<'de> Deserialize<'de> for ExclusionCalendar {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let data = CalendarData::deserialize(deserializer)?;
-        Self::try_from(data).map_err(serde::de::Error::custom)
-    }
-}
-
-impl bincode::Encode for ExclusionCalendar {
-    fn encode<E: bincode::enc::Encoder>(
-        &self,
-        encoder: &mut E,
-    ) -> Result<(), bincode::error::EncodeError> {
-        // Same field order as `CalendarData`, so both shapes share one encoding.
-        self.name.encode(encoder)?;
-        self.exclusions.encode(encoder)
-    }
-}
-
-impl<Context> bincode::Decode<Context> for ExclusionCalendar {
-    fn decode<D: bincode::de::Decoder<Context = Context>>(
-        decoder: &mut D,
-    ) -> Result<Self, bincode::error::DecodeError> {
-        let data = CalendarData::decode(decoder)?;
-        ExclusionCalendar::try_from(data)
-            .map_err(|e| bincode::error::DecodeError::OtherString(e.to_string()))
-    }
-}
-
-bincode::impl_borrow_decode!(ExclusionCalendar);
+validated_codec!(ExclusionCalendar, CalendarData { name, exclusions });
 
 impl CronSchedule {
     /// The first fire instant strictly after `after_ms` that `calendar` allows (`None` past the
