@@ -36,6 +36,7 @@ pub struct CronRule {
     after_ms: Option<TimeMs>,
     misfire: Misfire,
     calendar: Option<Arc<ExclusionCalendar>>,
+    until_ms: Option<TimeMs>,
 }
 
 impl CronRule {
@@ -46,7 +47,31 @@ impl CronRule {
             after_ms: None,
             misfire: Misfire::FireOnce,
             calendar: None,
+            until_ms: None,
         }
+    }
+
+    /// Ends the rule: no instant after `until_ms` exists for it (Temporal's `end_at`). Once
+    /// its last instant ran, the entry's stored next instant is the end of time
+    /// ([`crate::CronTable::next_due`] shows `Due::Time(TimeMs::MAX)`): it stays in the table,
+    /// idle, until the ledger removes it. Enters the fingerprint.
+    ///
+    /// # Errors
+    /// [`ScheduleError::Invalid`] when `until_ms` is at or before the rule's start
+    /// ([`CronRule::starting_after`]): a rule that could never fire.
+    pub fn until(mut self, until_ms: TimeMs) -> Result<Self, ScheduleError> {
+        if self.after_ms.is_some_and(|after| until_ms <= after) {
+            return Err(ScheduleError::Invalid(format!(
+                "cron rule ends at {until_ms}, at or before its start"
+            )));
+        }
+        self.until_ms = Some(until_ms);
+        Ok(self)
+    }
+
+    /// The end bound, if any.
+    pub fn until_ms(&self) -> Option<TimeMs> {
+        self.until_ms
     }
 
     /// Skips the instants `calendar` excludes (holidays, weekdays, freeze windows; local dates
@@ -105,6 +130,13 @@ impl CronRule {
     }
 
     fn next_after(&self, time_ms: TimeMs) -> Due {
+        match self.next_in_bounds(time_ms) {
+            Due::Time(t) if self.until_ms.is_some_and(|until| t > until) => Self::never(),
+            due => due,
+        }
+    }
+
+    fn next_in_bounds(&self, time_ms: TimeMs) -> Due {
         let Some(calendar) = &self.calendar else {
             return self
                 .schedule
@@ -124,6 +156,9 @@ impl CronRule {
 
     /// The latest `count` instants the rule runs in `(after_ms, through_ms]`, ascending.
     fn latest_in(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Vec<TimeMs> {
+        let through_ms = self
+            .until_ms
+            .map_or(through_ms, |until| through_ms.min(until));
         let Some(calendar) = &self.calendar else {
             return self.schedule.latest_in(after_ms, through_ms, count);
         };
@@ -225,9 +260,13 @@ impl Schedule for CronRule {
                 v.extend_from_slice(&deadline_ms.to_le_bytes());
             }
         }
-        // No calendar adds nothing, as above.
+        // No calendar and no end add nothing, as above.
         if let Some(calendar) = &self.calendar {
             v.extend_from_slice(&calendar.fingerprint());
+        }
+        if let Some(until) = self.until_ms {
+            v.extend_from_slice(b"until");
+            v.extend_from_slice(&until.to_le_bytes());
         }
         v
     }
@@ -329,6 +368,45 @@ mod tests {
         assert!(matches!(
             CronRule::new(only_xmas).excluding(cal()),
             Err(ScheduleError::Cron(CronError::ExcludedForever { .. }))
+        ));
+    }
+
+    #[test]
+    fn an_ended_rule_runs_through_its_last_instant_then_idles() {
+        let rule = CronRule::new(CronSchedule::parse("* * * * *").unwrap())
+            .until(180_000)
+            .unwrap();
+        let mut runs = Vec::new();
+        let next = rule.step(None, &t(90_000), &mut runs);
+        assert_eq!(next, Some(Due::Time(120_000)));
+        let next = rule.step(next, &t(150_000), &mut runs);
+        assert_eq!(next, Some(Due::Time(180_000)));
+        // A late tick after the end runs the last instant (not one past the end), then idles.
+        let next = rule.step(next, &t(400_000), &mut runs);
+        assert_eq!(runs, [Due::Time(120_000), Due::Time(180_000)]);
+        assert_eq!(next, Some(CronRule::never()));
+        assert_eq!(rule.step(next, &t(10_000_000), &mut runs), None);
+        // Fire-each after the end: only instants up to the end.
+        let each = CronRule::new(CronSchedule::parse("* * * * *").unwrap())
+            .with_misfire(Misfire::FireEach { cap: 10 })
+            .unwrap()
+            .until(180_000)
+            .unwrap();
+        let mut runs = Vec::new();
+        each.step(Some(Due::Time(60_000)), &t(600_000), &mut runs);
+        assert_eq!(
+            runs,
+            [Due::Time(60_000), Due::Time(120_000), Due::Time(180_000)]
+        );
+        assert_ne!(
+            rule.fingerprint(),
+            CronRule::new(CronSchedule::parse("* * * * *").unwrap()).fingerprint()
+        );
+        assert!(matches!(
+            CronRule::new(CronSchedule::parse("* * * * *").unwrap())
+                .starting_after(500)
+                .until(500),
+            Err(ScheduleError::Invalid(_))
         ));
     }
 }
