@@ -44,6 +44,37 @@
 //! # }
 //! ```
 
+/// bincode for a validated type stored as its plain `Data` shape (serde goes through the same
+/// shape with `#[serde(try_from, into)]`): encoding writes the listed fields in the shape's
+/// order, decoding reads the shape and re-validates it through `TryFrom<Data>`, so a stored
+/// value that fails validation is a decode error, never a value.
+macro_rules! validated_codec {
+    ($ty:ident, $data:ident { $($field:ident),+ }) => {
+        impl bincode::Encode for $ty {
+            fn encode<E: bincode::enc::Encoder>(
+                &self,
+                encoder: &mut E,
+            ) -> Result<(), bincode::error::EncodeError> {
+                $(bincode::Encode::encode(&self.$field, encoder)?;)+
+                Ok(())
+            }
+        }
+
+        impl<Context> bincode::Decode<Context> for $ty {
+            fn decode<D: bincode::de::Decoder<Context = Context>>(
+                decoder: &mut D,
+            ) -> Result<Self, bincode::error::DecodeError> {
+                let data = <$data as bincode::Decode<Context>>::decode(decoder)?;
+                $ty::try_from(data)
+                    .map_err(|e| bincode::error::DecodeError::OtherString(e.to_string()))
+            }
+        }
+
+        bincode::impl_borrow_decode!($ty);
+    };
+}
+
+mod calendar;
 mod zone;
 mod zoned;
 
@@ -52,6 +83,10 @@ use core::cell::Cell;
 use croner::parser::{CronParser, Seconds, Year};
 use serde::{Deserialize, Serialize};
 
+pub use calendar::{
+    Exclusion, ExclusionCalendar, MAX_CALENDAR_NAME_LEN, MAX_DAYS_PER_SKIP, MAX_EXCLUDED_SKIPS,
+    MAX_EXCLUSIONS,
+};
 pub use zone::{
     LocalResolution, MAX_OFFSET_S, MAX_TRANSITIONS, MAX_ZONE_NAME_LEN, RULES_HORIZON_S,
     RULES_START_S, ZoneRules, ZoneTransition,
@@ -164,6 +199,30 @@ pub enum CronError {
         /// The limit.
         max: usize,
     },
+    /// An exclusion calendar violates a structural constraint ([`ExclusionCalendar::new`]).
+    #[error("invalid exclusion calendar: {reason}")]
+    InvalidCalendar {
+        /// The violated constraint.
+        reason: String,
+    },
+    /// A search under an exclusion calendar made [`MAX_EXCLUDED_SKIPS`] skips without finding
+    /// its answer; every replica stops at the same skip.
+    #[error("search for {expression:?} under calendar {calendar:?} ran out of its skip budget")]
+    CalendarBudgetExhausted {
+        /// The expression searched.
+        expression: String,
+        /// The calendar's name.
+        calendar: String,
+    },
+    /// The calendar excludes every fire instant of the expression once its dates and spans are
+    /// past ([`ExclusionCalendar::check_fires`]): the schedule could never fire again.
+    #[error("cron expression {expression:?} never fires under calendar {calendar:?}")]
+    ExcludedForever {
+        /// The expression.
+        expression: String,
+        /// The calendar's name.
+        calendar: String,
+    },
 }
 
 /// Most instants [`CronSchedule::instants_between`] returns.
@@ -173,7 +232,8 @@ pub const MAX_INSTANTS_BETWEEN: usize = 100_000;
 ///
 /// Stored form (serde and bincode): the expression text and the zone rules; decoding re-parses
 /// and re-validates, so a schedule that exists is always valid.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(try_from = "CronScheduleData", into = "CronScheduleData")]
 pub struct CronSchedule {
     expression: String,
     zone: ZoneRules,
@@ -770,44 +830,7 @@ impl From<CronSchedule> for CronScheduleData {
     }
 }
 
-impl Serialize for CronSchedule {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        CronScheduleData {
-            expression: self.expression.clone(),
-            zone: self.zone.clone(),
-        }
-        .serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for CronSchedule {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let data = CronScheduleData::deserialize(deserializer)?;
-        Self::try_from(data).map_err(serde::de::Error::custom)
-    }
-}
-
-impl bincode::Encode for CronSchedule {
-    fn encode<E: bincode::enc::Encoder>(
-        &self,
-        encoder: &mut E,
-    ) -> Result<(), bincode::error::EncodeError> {
-        // Same field order as `CronScheduleData`.
-        self.expression.encode(encoder)?;
-        self.zone.encode(encoder)
-    }
-}
-
-impl<Context> bincode::Decode<Context> for CronSchedule {
-    fn decode<D: bincode::de::Decoder<Context = Context>>(
-        decoder: &mut D,
-    ) -> Result<Self, bincode::error::DecodeError> {
-        let data = CronScheduleData::decode(decoder)?;
-        Self::try_from(data).map_err(|e| bincode::error::DecodeError::OtherString(e.to_string()))
-    }
-}
-
-bincode::impl_borrow_decode!(CronSchedule);
+validated_codec!(CronSchedule, CronScheduleData { expression, zone });
 
 /// A search ran out of its budget (internal; [`CronError::SearchBudgetExhausted`] outside).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -307,29 +307,14 @@ impl From<ZoneRules> for ZoneRulesData {
     }
 }
 
-impl bincode::Encode for ZoneRules {
-    fn encode<E: bincode::enc::Encoder>(
-        &self,
-        encoder: &mut E,
-    ) -> Result<(), bincode::error::EncodeError> {
-        // Same field order as `ZoneRulesData`, so both shapes share one encoding.
-        self.name.encode(encoder)?;
-        self.initial_offset_s.encode(encoder)?;
-        self.transitions.encode(encoder)
+validated_codec!(
+    ZoneRules,
+    ZoneRulesData {
+        name,
+        initial_offset_s,
+        transitions
     }
-}
-
-impl<Context> bincode::Decode<Context> for ZoneRules {
-    fn decode<D: bincode::de::Decoder<Context = Context>>(
-        decoder: &mut D,
-    ) -> Result<Self, bincode::error::DecodeError> {
-        let data = ZoneRulesData::decode(decoder)?;
-        ZoneRules::try_from(data)
-            .map_err(|e| bincode::error::DecodeError::OtherString(e.to_string()))
-    }
-}
-
-bincode::impl_borrow_decode!(ZoneRules);
+);
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,9 @@
 //! [`CronRule`]: a cron expression as a known [`Schedule`] of the table's due index.
 
 use super::book::{Misfire, ScheduleError};
-use crate::cron::CronSchedule;
+use std::sync::Arc;
+
+use crate::cron::{CronError, CronSchedule, ExclusionCalendar};
 use crate::due::{Due, Schedule};
 use crate::tick::{Tick, TimeMs};
 
@@ -21,6 +23,10 @@ use crate::tick::{Tick, TimeMs};
 ///   rules as the book's schedules, found by the same backward search (never a walk over every
 ///   missed instant).
 /// - Ticks without agreed time never run nor move a cron rule.
+/// - With an exclusion calendar ([`CronRule::excluding`]), only the instants it allows exist
+///   for the rule: the stored next instant is the first allowed one, and a late tick's
+///   misfire policy chooses among the allowed instants it reached (an excluded instant is
+///   skipped, never postponed).
 ///
 /// The stored instant lives in the table's due index and page range like a periodic entry's, so
 /// an idle tick costs no cron search at all.
@@ -29,6 +35,8 @@ pub struct CronRule {
     schedule: CronSchedule,
     after_ms: Option<TimeMs>,
     misfire: Misfire,
+    calendar: Option<Arc<ExclusionCalendar>>,
+    until_ms: Option<TimeMs>,
 }
 
 impl CronRule {
@@ -38,7 +46,52 @@ impl CronRule {
             schedule,
             after_ms: None,
             misfire: Misfire::FireOnce,
+            calendar: None,
+            until_ms: None,
         }
+    }
+
+    /// Ends the rule: no instant after `until_ms` exists for it (Temporal's `end_at`). Once
+    /// its last instant ran, the entry's stored next instant is the end of time
+    /// ([`crate::CronTable::next_due`] shows `Due::Time(TimeMs::MAX)`): it stays in the table,
+    /// idle, until the ledger removes it. Enters the fingerprint.
+    ///
+    /// # Errors
+    /// [`ScheduleError::Invalid`] when `until_ms` is at or before the rule's start
+    /// ([`CronRule::starting_after`]): a rule that could never fire.
+    pub fn until(mut self, until_ms: TimeMs) -> Result<Self, ScheduleError> {
+        if self.after_ms.is_some_and(|after| until_ms <= after) {
+            return Err(ScheduleError::Invalid(format!(
+                "cron rule ends at {until_ms}, at or before its start"
+            )));
+        }
+        self.until_ms = Some(until_ms);
+        Ok(self)
+    }
+
+    /// The end bound, if any.
+    pub fn until_ms(&self) -> Option<TimeMs> {
+        self.until_ms
+    }
+
+    /// Skips the instants `calendar` excludes (holidays, weekdays, freeze windows; local dates
+    /// are read in the schedule's zone). The calendar enters the rule's fingerprint, so the
+    /// registry's setup digest tells replicas with different calendars apart.
+    ///
+    /// # Errors
+    /// [`ScheduleError::Cron`] with [`CronError::ExcludedForever`] when the calendar keeps the
+    /// schedule from ever firing once its dates and spans are past (or
+    /// [`CronError::CalendarBudgetExhausted`] when that search spends its budget): such a rule
+    /// is refused here rather than found silent on some later tick.
+    pub fn excluding(mut self, calendar: ExclusionCalendar) -> Result<Self, ScheduleError> {
+        calendar.check_fires(&self.schedule)?;
+        self.calendar = Some(Arc::new(calendar));
+        Ok(self)
+    }
+
+    /// The exclusion calendar, if any.
+    pub fn calendar(&self) -> Option<&ExclusionCalendar> {
+        self.calendar.as_deref()
     }
 
     /// With `misfire` deciding what a late tick runs (the default is [`Misfire::FireOnce`]).
@@ -77,9 +130,48 @@ impl CronRule {
     }
 
     fn next_after(&self, time_ms: TimeMs) -> Due {
+        match self.next_in_bounds(time_ms) {
+            Due::Time(t) if self.until_ms.is_some_and(|until| t > until) => Self::never(),
+            due => due,
+        }
+    }
+
+    fn next_in_bounds(&self, time_ms: TimeMs) -> Due {
+        let Some(calendar) = &self.calendar else {
+            return self
+                .schedule
+                .next_after(time_ms)
+                .map_or_else(Self::never, Due::Time);
+        };
+        match self.schedule.try_next_allowed_after(time_ms, calendar) {
+            Ok(next) => next.map_or_else(Self::never, Due::Time),
+            Err(error) => {
+                // The same outcome on every replica (a counted budget), as a plain search that
+                // spends its budget: the rule stops, loudly.
+                Self::stopped(&error);
+                Self::never()
+            }
+        }
+    }
+
+    /// The latest `count` instants the rule runs in `(after_ms, through_ms]`, ascending.
+    fn latest_in(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Vec<TimeMs> {
+        let through_ms = self
+            .until_ms
+            .map_or(through_ms, |until| through_ms.min(until));
+        let Some(calendar) = &self.calendar else {
+            return self.schedule.latest_in(after_ms, through_ms, count);
+        };
         self.schedule
-            .next_after(time_ms)
-            .map_or_else(Self::never, Due::Time)
+            .try_latest_allowed_in(after_ms, through_ms, count, calendar)
+            .unwrap_or_else(|error| {
+                Self::stopped(&error);
+                Vec::new()
+            })
+    }
+
+    fn stopped(error: &CronError) {
+        tracing::warn!(%error, "cron rule: search under its exclusion calendar stopped");
     }
 }
 
@@ -102,12 +194,15 @@ impl Schedule for CronRule {
                 Some(self.next_after(now_ms))
             }
             Due::Time(due_ms) if due_ms <= now_ms && due_ms != TimeMs::MAX => {
-                // The stored instant is reached, so the latest reached instants include one.
+                // The stored instant is reached, so the latest reached instants include one
+                // (unless a new build's calendar excludes the instant an older one stored).
+                let due_excluded = self
+                    .calendar
+                    .as_ref()
+                    .is_some_and(|c| c.excludes(due_ms, self.schedule.zone()));
                 let latest = |count: usize| {
-                    let mut found =
-                        self.schedule
-                            .latest_in(due_ms.saturating_sub(1), now_ms, count);
-                    if found.is_empty() {
+                    let mut found = self.latest_in(due_ms.saturating_sub(1), now_ms, count);
+                    if found.is_empty() && !due_excluded {
                         found.push(due_ms);
                     }
                     found
@@ -117,7 +212,9 @@ impl Schedule for CronRule {
                     Misfire::FireOnce => runs.extend(latest(1).into_iter().map(Due::Time)),
                     Misfire::Skip => {
                         // On time: the stored instant is the only one reached.
-                        if self.next_after(due_ms).time_ms().is_none_or(|t| t > now_ms) {
+                        if !due_excluded
+                            && self.next_after(due_ms).time_ms().is_none_or(|t| t > now_ms)
+                        {
                             runs.push(Due::Time(due_ms));
                         }
                     }
@@ -162,6 +259,14 @@ impl Schedule for CronRule {
                 v.extend_from_slice(b"expire");
                 v.extend_from_slice(&deadline_ms.to_le_bytes());
             }
+        }
+        // No calendar and no end add nothing, as above.
+        if let Some(calendar) = &self.calendar {
+            v.extend_from_slice(&calendar.fingerprint());
+        }
+        if let Some(until) = self.until_ms {
+            v.extend_from_slice(b"until");
+            v.extend_from_slice(&until.to_le_bytes());
         }
         v
     }
@@ -208,5 +313,100 @@ mod tests {
             rule.fingerprint(),
             CronRule::new(CronSchedule::parse("0 * * * *").unwrap()).fingerprint()
         );
+    }
+
+    #[test]
+    fn a_calendar_skips_excluded_instants_in_every_step() {
+        use crate::cron::{Exclusion, parse_rfc3339_ms as at};
+        let at = |s: &str| at(s).unwrap();
+        let cal = || {
+            ExclusionCalendar::new(
+                "xmas",
+                vec![
+                    Exclusion::Annual { month: 12, day: 24 },
+                    Exclusion::Annual { month: 12, day: 25 },
+                ],
+            )
+            .unwrap()
+        };
+        let daily = || CronSchedule::parse("0 9 * * *").unwrap();
+        let rule = CronRule::new(daily()).excluding(cal()).unwrap();
+        let mut runs = Vec::new();
+        // Armed on the 23rd after 09:00: the next allowed instant is the 26th.
+        let next = rule.step(None, &t(at("2026-12-23T10:00:00Z")), &mut runs);
+        assert_eq!(next, Some(Due::Time(at("2026-12-26T09:00:00Z"))));
+        // A tick long after (the 27th, 10:00): fire-once runs the latest *allowed* instant.
+        let next = rule.step(next, &t(at("2026-12-27T10:00:00Z")), &mut runs);
+        assert_eq!(runs, [Due::Time(at("2026-12-27T09:00:00Z"))]);
+        assert_eq!(next, Some(Due::Time(at("2026-12-28T09:00:00Z"))));
+        // Catch-up with fire-each over the holidays runs only allowed instants.
+        let each = CronRule::new(daily())
+            .with_misfire(Misfire::FireEach { cap: 10 })
+            .unwrap()
+            .excluding(cal())
+            .unwrap();
+        let mut runs = Vec::new();
+        let stored = Some(Due::Time(at("2026-12-23T09:00:00Z")));
+        each.step(stored, &t(at("2026-12-26T12:00:00Z")), &mut runs);
+        assert_eq!(
+            runs,
+            [
+                Due::Time(at("2026-12-23T09:00:00Z")),
+                Due::Time(at("2026-12-26T09:00:00Z"))
+            ]
+        );
+        // A stored instant a new build's calendar excludes does not run.
+        let mut runs = Vec::new();
+        let stored = Some(Due::Time(at("2026-12-24T09:00:00Z")));
+        let next = rule.step(stored, &t(at("2026-12-24T09:00:30Z")), &mut runs);
+        assert!(runs.is_empty(), "{runs:?}");
+        assert_eq!(next, Some(Due::Time(at("2026-12-26T09:00:00Z"))));
+        // The calendar is in the fingerprint.
+        assert_ne!(rule.fingerprint(), CronRule::new(daily()).fingerprint());
+        // A calendar that silences the rule forever is refused.
+        let only_xmas = CronSchedule::parse("0 9 25 12 *").unwrap();
+        assert!(matches!(
+            CronRule::new(only_xmas).excluding(cal()),
+            Err(ScheduleError::Cron(CronError::ExcludedForever { .. }))
+        ));
+    }
+
+    #[test]
+    fn an_ended_rule_runs_through_its_last_instant_then_idles() {
+        let rule = CronRule::new(CronSchedule::parse("* * * * *").unwrap())
+            .until(180_000)
+            .unwrap();
+        let mut runs = Vec::new();
+        let next = rule.step(None, &t(90_000), &mut runs);
+        assert_eq!(next, Some(Due::Time(120_000)));
+        let next = rule.step(next, &t(150_000), &mut runs);
+        assert_eq!(next, Some(Due::Time(180_000)));
+        // A late tick after the end runs the last instant (not one past the end), then idles.
+        let next = rule.step(next, &t(400_000), &mut runs);
+        assert_eq!(runs, [Due::Time(120_000), Due::Time(180_000)]);
+        assert_eq!(next, Some(CronRule::never()));
+        assert_eq!(rule.step(next, &t(10_000_000), &mut runs), None);
+        // Fire-each after the end: only instants up to the end.
+        let each = CronRule::new(CronSchedule::parse("* * * * *").unwrap())
+            .with_misfire(Misfire::FireEach { cap: 10 })
+            .unwrap()
+            .until(180_000)
+            .unwrap();
+        let mut runs = Vec::new();
+        each.step(Some(Due::Time(60_000)), &t(600_000), &mut runs);
+        assert_eq!(
+            runs,
+            [Due::Time(60_000), Due::Time(120_000), Due::Time(180_000)]
+        );
+        assert_ne!(
+            rule.fingerprint(),
+            CronRule::new(CronSchedule::parse("* * * * *").unwrap()).fingerprint()
+        );
+        assert!(matches!(
+            CronRule::new(CronSchedule::parse("* * * * *").unwrap())
+                .starting_after(500)
+                .until(500),
+            Err(ScheduleError::Invalid(_))
+        ));
     }
 }
