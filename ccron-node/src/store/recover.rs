@@ -87,7 +87,7 @@ pub fn enabled_from_env() -> bool {
 /// this call recovered (empty: both files open as they are, or are absent).
 ///
 /// # Errors
-/// I/O errors; a file still corrupt after [`MAX_CUTS_PER_START`] cuts; any other error the
+/// I/O errors; a file still corrupt after `MAX_CUTS_PER_START` (8) cuts; any other error the
 /// open gives (returned as is: the node refuses to start).
 pub fn recover_at_start<C: Commit, P: Part>(dir: &Path) -> Result<Vec<Quarantined>, StoreError> {
     let mut out = Vec::new();

@@ -285,6 +285,10 @@ mod tests {
                 for &k in round {
                     prop_assert_eq!(ours.insert(k), model.insert(k));
                 }
+                // The first round always holds keys; every one may have left in it.
+                if model.is_empty() {
+                    continue;
+                }
                 let Some(&last) = model.iter().nth(cut.index(model.len())) else {
                     continue;
                 };
