@@ -170,9 +170,7 @@ fn main() {
             // Log pages: all but the paced fold's record pages and the commit page.
             appended += s.writes.saturating_sub(s.paced_pages + 1);
         }
-        println!(
-            "{n:>9} | warm-up: {warm} indexed ticks, until the log has gone through its area"
-        );
+        println!("{n:>9} | warm-up: {warm} indexed ticks, until the log has gone through its area");
         let b_idle = b.tick_idle(false);
         assert_eq!(b_idle, 0, "idle tick fires nothing");
         if let Some(ticks) = profile_ticks {
