@@ -15,10 +15,11 @@ use std::collections::BTreeSet;
 
 use ccron::cron::CronSchedule;
 use ccron::entry::{Diversion, EntryDiverted, EntryEnd, EntryRetired, PendingResults};
-use ccron::outbox::{EmitBudget, Emits, Outbox, OutboxLimits};
+use ccron::outbox::{EmitBudget, Emits, Outbox, OutboxLimits, OutboxResult, ResultOutcome};
 use ccron::schedule::{CronRule, Misfire, Overlap, RetireReason, ScheduleError};
 use ccron::{
-    CronEntry, CronTable, CronTableRegistry, Due, MemPages, PageRange, TableError, Tick, TimeMs,
+    CronEntry, CronTable, CronTableRegistry, Due, MemPages, PageRange, Policy, Principal,
+    TableError, Tick, TimeMs,
 };
 use proptest::prelude::*;
 
@@ -267,6 +268,27 @@ impl Host {
         let head = self.outbox.next_index();
         self.outbox.trim_below(head);
     }
+
+    /// Results are applied through consensus for every held record (kept, not trimmed):
+    /// answers and dead letters alike settle them.
+    fn answer_all(&mut self) {
+        let held: Vec<(u64, ccron::outbox::OccurrenceId)> =
+            self.outbox.iter().map(|(i, r)| (i, r.id)).collect();
+        for (index, id) in held {
+            let outcome = if index % 2 == 0 {
+                ResultOutcome::Answer(b"ok".to_vec())
+            } else {
+                ResultOutcome::DeadLetter("gave up".into())
+            };
+            self.outbox
+                .accept_result(
+                    &Policy::default(),
+                    &Principal::Host,
+                    &OutboxResult::unsigned(index, id, outcome),
+                )
+                .unwrap();
+        }
+    }
 }
 
 /// Whether the action emits a record for the run at `due` (some runs emit nothing and have
@@ -290,8 +312,9 @@ struct OverlapCase {
     expr: u8,
     misfire: u8,
     overlap: u8,
-    /// (gap before the tick, whether the consumer settles everything after it).
-    ticks: Vec<(i64, bool)>,
+    /// (gap before the tick, what settles after it: 0 nothing, 1 the consumer trims every
+    /// record, 2 results are applied for every record).
+    ticks: Vec<(i64, u8)>,
 }
 
 fn overlap(code: u8) -> Overlap {
@@ -312,7 +335,7 @@ proptest! {
         any::<u8>(),
         any::<u8>(),
         any::<u8>(),
-        prop::collection::vec((prop_oneof![4 => 0i64..4 * MIN, 1 => 0i64..3 * 3_600_000], any::<bool>()), 1..50),
+        prop::collection::vec((prop_oneof![4 => 0i64..4 * MIN, 1 => 0i64..3 * 3_600_000], 0u8..3), 1..50),
     ).prop_map(|(expr, misfire, overlap, ticks)| OverlapCase { expr, misfire, overlap, ticks })) {
         let (expr, matches) = expression(case.expr);
         let misfire = misfire(case.misfire);
@@ -372,10 +395,12 @@ proptest! {
             let got: Vec<i64> = outcome.fired.iter().map(|f| f.due.unwrap().time_ms().unwrap()).collect();
             prop_assert_eq!(&got, &want_fired, "tick {} at {}", seq, now);
             prop_assert_eq!(&outcome.diverted, &want_diverted, "tick {} at {}", seq, now);
-            if *settle {
-                host.settle_all();
-                pending = 0;
+            match settle {
+                1 => host.settle_all(),
+                2 => host.answer_all(),
+                _ => continue,
             }
+            pending = 0;
         }
         let c = t.policy_counters();
         prop_assert_eq!(c.retired, 0);
@@ -530,6 +555,29 @@ fn the_outbox_view_reads_table_records_without_a_result() {
     let mut after = BTreeSet::new();
     host.outbox.awaiting(C, &mut after);
     assert!(after.is_empty());
+}
+
+/// When the run limit's last instant is the end itself, the limit is what retires it.
+#[test]
+fn a_limit_ending_on_the_end_retires_for_the_limit() {
+    let rule = CronRule::new(CronSchedule::parse("0 * * * *").unwrap())
+        .starting_after(0)
+        .until(7_200_000)
+        .unwrap()
+        .with_max_runs(2)
+        .unwrap();
+    assert_eq!(rule.last_ms(), Some(7_200_000));
+    assert_eq!(rule.end_reason(), EntryEnd::RunLimit);
+    let longer = CronRule::new(CronSchedule::parse("0 * * * *").unwrap())
+        .starting_after(0)
+        .until(7_200_000)
+        .unwrap()
+        .with_max_runs(3)
+        .unwrap();
+    assert_eq!(longer.end_reason(), EntryEnd::Ended);
+    let unbounded = CronRule::new(CronSchedule::parse("0 * * * *").unwrap());
+    assert_eq!(unbounded.end_reason(), EntryEnd::Stopped);
+    assert_eq!(unbounded.last_ms(), None);
 }
 
 /// An end passed before the first tick retires the entry on its first step, with the typed
