@@ -63,7 +63,7 @@ impl CronRule {
     /// The largest run limit a cron rule takes ([`CronRule::with_max_runs`]): the limit is
     /// turned into the instant of its last run when the rule is built, by a walk over that
     /// many instants, so it is bounded like every search.
-    pub const MAX_RUNS: u64 = 100_000;
+    pub const MAX_RUNS: u64 = 10_000;
 
     /// A rule running on `schedule`, armed by the first tick with time.
     pub fn new(schedule: CronSchedule) -> Self {
@@ -519,6 +519,72 @@ mod tests {
             CronRule::new(only_xmas).excluding(cal()),
             Err(ScheduleError::Cron(CronError::ExcludedForever { .. }))
         ));
+    }
+
+    #[test]
+    fn a_run_limit_counts_allowed_instants_from_the_start_in_any_order() {
+        use crate::cron::{Exclusion, parse_rfc3339_ms as at};
+        let at = |s: &str| at(s).unwrap();
+        let cal = || {
+            ExclusionCalendar::new(
+                "xmas",
+                vec![
+                    Exclusion::Annual { month: 12, day: 24 },
+                    Exclusion::Annual { month: 12, day: 25 },
+                ],
+            )
+            .unwrap()
+        };
+        let daily = || CronRule::new(CronSchedule::parse("0 9 * * *").unwrap());
+        let start = at("2026-12-23T00:00:00Z");
+        // The 23rd, the 26th, the 27th: the holidays are not instants of the rule.
+        let want = Some(at("2026-12-27T09:00:00Z"));
+        let before = daily()
+            .excluding(cal())
+            .unwrap()
+            .starting_after(start)
+            .with_max_runs(3)
+            .unwrap();
+        let after = daily()
+            .starting_after(start)
+            .with_max_runs(3)
+            .unwrap()
+            .excluding(cal())
+            .unwrap();
+        assert_eq!(before.last_ms(), want);
+        assert_eq!(after.last_ms(), want);
+        assert_eq!(before.fingerprint(), after.fingerprint());
+        // Moving the start counts the limit again from it.
+        let moved = after.clone().starting_after(at("2026-12-26T10:00:00Z"));
+        assert_eq!(moved.last_ms(), Some(at("2026-12-29T09:00:00Z")));
+        // The step after the last instant stores "never" and says why.
+        let mut runs = Vec::new();
+        let next = after.step(None, &t(at("2026-12-28T00:00:00Z")), &mut runs);
+        assert_eq!(runs, [Due::Time(at("2026-12-27T09:00:00Z"))]);
+        assert_eq!(next, Some(CronRule::never()));
+        assert_eq!(after.retirement(next), Some(EntryEnd::RunLimit));
+        assert_eq!(after.retirement(Some(Due::Time(0))), None);
+        assert_ne!(
+            after.fingerprint(),
+            daily()
+                .starting_after(start)
+                .excluding(cal())
+                .unwrap()
+                .fingerprint()
+        );
+    }
+
+    /// The largest limit is a bounded walk at admission (every minute for ~7 days).
+    #[test]
+    fn the_largest_run_limit_is_a_bounded_walk() {
+        let started = std::time::Instant::now();
+        let rule = CronRule::new(CronSchedule::parse("* * * * *").unwrap())
+            .starting_after(0)
+            .with_max_runs(CronRule::MAX_RUNS)
+            .unwrap();
+        let took = started.elapsed();
+        assert_eq!(rule.last_ms(), Some(CronRule::MAX_RUNS as i64 * 60_000));
+        eprintln!("with_max_runs(MAX_RUNS) walked in {took:?}");
     }
 
     #[test]
