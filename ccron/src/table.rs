@@ -1206,6 +1206,7 @@ impl<S> CronTable<S> {
         if self.slot_of.len() != self.entries.len() {
             return Err("lookup map holds positions without an entry".into());
         }
+        self.check_policies()?;
         if self.custom.len() + scheduled as usize != self.entries.len() {
             return Err("custom set holds positions without an entry".into());
         }

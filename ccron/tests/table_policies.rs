@@ -522,6 +522,31 @@ fn a_tracking_entry_without_an_outbox_view_is_reported() {
         }]
     );
     assert_eq!(t.policy_counters().unviewed, 1);
+    // Replacing and removing tracking entries keeps the table's count of them right.
+    let rule = || CronRule::new(CronSchedule::parse("* * * * *").unwrap()).starting_after(0);
+    t.replace(
+        CronEntry::scheduled(POS, rule(), recorder())
+            .with_overlap(Overlap::BufferOne)
+            .unwrap(),
+    )
+    .unwrap();
+    t.check_invariants().unwrap();
+    t.replace(CronEntry::scheduled(POS, rule(), recorder()))
+        .unwrap();
+    t.check_invariants().unwrap();
+    t.add(
+        CronEntry::scheduled(POS + 1, rule(), recorder())
+            .with_overlap(Overlap::Skip)
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(t.remove(POS + 1));
+    t.check_invariants().unwrap();
+    // Without tracking entries a pass needs no view.
+    let outcome = t
+        .evaluate(&Tick::new(C, 2, Some(120_000)), &mut ran, &mut p)
+        .unwrap();
+    assert!(outcome.errors.is_empty());
 }
 
 /// The outbox view reads results too, not only trims: a record with a result applied is

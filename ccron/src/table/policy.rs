@@ -179,3 +179,31 @@ impl<S> Pass<'_, '_, S> {
 
 /// The point a retiring step stores.
 pub(super) const NEVER: Due = Due::Time(TimeMs::MAX);
+
+impl<S> super::CronTable<S> {
+    /// `Err` when the count of entries with a tracking overlap policy is off, or a pass left
+    /// state behind (for [`super::CronTable::check_invariants`]).
+    pub(super) fn check_policies(&self) -> Result<(), String> {
+        let tracking = self
+            .entries
+            .values()
+            .filter_map(|&slot| self.slots.get(slot as usize)?.as_ref())
+            .filter(|s| s.entry.overlap.tracks())
+            .count();
+        if tracking != self.policies.tracking as usize {
+            return Err(format!(
+                "{tracking} entries with an overlap policy, count says {}",
+                self.policies.tracking
+            ));
+        }
+        let p = &self.policies;
+        if !(p.emitted.is_empty()
+            && p.unviewed.is_empty()
+            && p.retired.is_empty()
+            && p.diverted.is_empty())
+        {
+            return Err("a pass left policy state behind".into());
+        }
+        Ok(())
+    }
+}
