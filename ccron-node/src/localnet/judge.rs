@@ -123,6 +123,14 @@ pub fn peak_rss_kb(pid: u32) -> Option<u64> {
 
 /// `(agreed - due, wall - due)` of every fire in node `i`'s `fires.log`.
 pub(super) fn read_fires(home: &Path, i: usize) -> Vec<(i64, i64)> {
+    read_fires_due(home, i)
+        .into_iter()
+        .map(|(_, agreed, wall)| (agreed, wall))
+        .collect()
+}
+
+/// `(due, agreed - due, wall - due)` of every fire in node `i`'s `fires.log`.
+pub(super) fn read_fires_due(home: &Path, i: usize) -> Vec<(i64, i64, i64)> {
     let text = std::fs::read_to_string(node_dir(home, i).join("fires.log")).unwrap_or_default();
     text.lines()
         .filter_map(|line| {
@@ -134,9 +142,34 @@ pub(super) fn read_fires(home: &Path, i: usize) -> Vec<(i64, i64)> {
             let [_, agreed, wall, _, _, due] = v[..] else {
                 return None;
             };
-            Some((agreed.saturating_sub(due), wall.saturating_sub(due)))
+            Some((due, agreed.saturating_sub(due), wall.saturating_sub(due)))
         })
         .collect()
+}
+
+/// The votes node `observer` verified between its status `from` and its status `to`, per voter
+/// in node-index order (`voters`: each node's hex public key, the genesis' order); a counter
+/// that went down (a restarted process) counts from 0.
+pub(super) fn votes_between(
+    observer: usize,
+    voters: &[String],
+    from: &NodeStatus,
+    to: &NodeStatus,
+) -> super::VotesDuring {
+    let tally = |s: &NodeStatus, key: &str| s.votes_verified.get(key).copied().unwrap_or_default();
+    super::VotesDuring {
+        node: observer,
+        from_height: from.last_height,
+        to_height: to.last_height,
+        by_voter: voters
+            .iter()
+            .map(|k| {
+                let (a, b) = (tally(from, k).votes(), tally(to, k).votes());
+                if b >= a { b - a } else { b }
+            })
+            .collect(),
+        last_height_by_voter: voters.iter().map(|k| tally(to, k).last_height).collect(),
+    }
 }
 
 pub(super) fn read_status(home: &Path, i: usize) -> NodeStatus {

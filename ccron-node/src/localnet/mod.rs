@@ -17,10 +17,15 @@ use crate::supervise::Supervisor;
 mod disk;
 mod faults;
 mod judge;
+mod measure;
 mod report;
 mod spawn;
 
 pub use disk::{DISK_RESUME_BOUND, DiskFaultReport, DiskFlip};
+pub use measure::{
+    MeasureReport, MeasureRow, MeasureRun, default_measure_home, measure_byzantine,
+    parse_measure_runs,
+};
 
 /// The longest gap between two heights (agreed times, on an honest node that ran the whole
 /// time) a `--byzantine-subset` run may show while the attack lasts: a few rounds' timeouts.
@@ -31,7 +36,8 @@ pub use judge::{
 };
 use judge::{
     ResumeWatch, compare_blocks, disagreeing_heights, disk_usage, millis, newest_snapshot,
-    quorum_read_outbox, read_agreed, read_digests, read_fires, read_status, top_height,
+    quorum_read_outbox, read_agreed, read_digests, read_fires, read_fires_due, read_status,
+    top_height, votes_between,
 };
 use spawn::{Children, spawn_node, supervise_exits, write_clock_offset};
 pub use spawn::{
@@ -226,6 +232,14 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let byzantine_from_ms =
         now_ms().saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
     let byzantine_node = opts.byzantine.map(|(_, i)| i);
+    // Each honest node's first status written at a height timed at or after the fault's start:
+    // the votes it verifies from then on were all signed during the fault.
+    let voters: Vec<String> = genesis
+        .validators
+        .iter()
+        .map(|v| v.public_key.clone())
+        .collect();
+    let mut votes_from: Vec<Option<crate::records::NodeStatus>> = vec![None; n];
     let mut children = Children((0..n).map(|_| None).collect());
     let mut pids = Vec::new();
     let mut supervisor = Supervisor::new(n, &opts.node_bin, opts.upgrade_binary.as_deref());
@@ -311,6 +325,16 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         }
         if resume.pending() {
             resume.observe(millis(t), top_height(&home, n));
+        }
+        if opts.byzantine.is_some() && now_ms() >= byzantine_from_ms {
+            for (i, from) in votes_from.iter_mut().enumerate() {
+                if from.is_none() && Some(i) != byzantine_node {
+                    let s = read_status(&home, i);
+                    if s.last_height > 1 && s.agreed_time_ms >= byzantine_from_ms {
+                        *from = Some(s);
+                    }
+                }
+            }
         }
         if let Some(net) = &net
             && opts.byzantine_subset.is_some()
@@ -642,9 +666,33 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let agreed = measured.map(|i| read_agreed(&home, i)).unwrap_or_default();
     let (_, _, _, stall_all, stall_rest) = liveness(&agreed, i64::MAX);
     let longest_stall_ms = stall_all.max(stall_rest);
+    let window = measured.map(|m| {
+        let (_, during, heights, _, stall) = liveness(&agreed, byzantine_from_ms);
+        let samples: Vec<(i64, i64)> = read_fires_due(&home, m)
+            .into_iter()
+            .filter(|&(due, _, _)| due >= byzantine_from_ms)
+            .map(|(_, agreed, wall)| (agreed, wall))
+            .collect();
+        WindowReport {
+            node: m,
+            from_ms: byzantine_from_ms,
+            heights_per_sec: during,
+            heights,
+            longest_stall_ms: stall,
+            lateness: Lateness::from_samples(m, &samples),
+        }
+    });
     let byzantine = opts.byzantine.zip(measured).map(|((kind, node), m)| {
         let (before, during, heights_during, stall_before, stall_during) =
             liveness(&agreed, byzantine_from_ms);
+        let votes_during = honest
+            .iter()
+            .filter(|&&i| Some(i) != restarted && Some(i) != late)
+            .filter_map(|&i| {
+                let from = votes_from[i].as_ref()?;
+                Some(votes_between(i, &voters, from, &read_status(&home, i)))
+            })
+            .collect();
         ByzantineReport {
             kind,
             node,
@@ -655,6 +703,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             heights_during,
             longest_stall_during_ms: stall_during,
             longest_stall_before_ms: stall_before,
+            votes_during,
         }
     });
     if let Some(b) = &byzantine
@@ -664,6 +713,27 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             "honest nodes decided nothing while node {} was Byzantine ({})",
             b.node, b.kind
         ));
+    }
+    // A validator withholding its votes: no honest node may have verified one of them during
+    // the fault, and at least one honest node's count must exist to say so.
+    if let Some(b) = &byzantine
+        && b.kind == ByzantineKind::WithholdVotes
+    {
+        if b.votes_during.is_empty() {
+            violations.push(format!(
+                "no honest node's votes could be counted while node {} withheld its votes",
+                b.node
+            ));
+        }
+        for v in &b.votes_during {
+            let k = v.by_voter.get(b.node).copied().unwrap_or(0);
+            if k > 0 {
+                violations.push(format!(
+                    "node {} verified {k} votes of node {} while it withheld them (heights {}-{})",
+                    v.node, b.node, v.from_height, v.to_height
+                ));
+            }
+        }
     }
     let subset = opts.byzantine_subset.as_ref().zip(measured).map(|(s, m)| {
         let from_ms = subset_applied
@@ -771,6 +841,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         clock_faults,
         disk_faults,
         subset,
+        window,
         replay,
     })
 }
