@@ -62,7 +62,11 @@ fn a_validator_withholding_its_votes_does_not_stop_the_honest_two_thirds() {
     );
     judge(ok, &r);
     // Node 0 stayed otherwise honest: it kept deciding with the others (it hears their votes).
-    assert!(r.nodes[0].last_executed_seq + 10 >= r.max_height, "{}", diagnose(r));
+    assert!(
+        r.nodes[0].last_executed_seq + 10 >= r.max_height,
+        "{}",
+        diagnose(&r)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
