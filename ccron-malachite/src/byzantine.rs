@@ -464,7 +464,10 @@ impl Codec<SignedConsensusMsg<Ctx>> for NetCodec {
         if let SignedConsensusMsg::Vote(v) = msg
             && self.withheld() == Some(v.message.validator)
         {
-            tracing::debug!(height = v.message.height.0, "withhold-votes: own vote kept back");
+            tracing::debug!(
+                height = v.message.height.0,
+                "withhold-votes: own vote kept back"
+            );
             return Err(CodecError::Withheld("own vote"));
         }
         BorshCodec.encode(msg)
@@ -547,7 +550,10 @@ mod tests {
         let own = SignedConsensusMsg::Vote(vote(me, 5));
         let other = SignedConsensusMsg::Vote(vote(peer, 5));
         assert!(matches!(on.encode(&own), Err(CodecError::Withheld(_))));
-        assert_eq!(on.encode(&other).unwrap(), BorshCodec.encode(&other).unwrap());
+        assert_eq!(
+            on.encode(&other).unwrap(),
+            BorshCodec.encode(&other).unwrap()
+        );
         assert!(matches!(
             on.encode(&LivenessMsg::Vote(vote(me, 5))),
             Err(CodecError::Withheld(_))

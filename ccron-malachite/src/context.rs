@@ -647,9 +647,7 @@ impl VerifiedVotes {
     }
 
     /// The counts now, by the voter's hex public key.
-    pub fn counts(
-        &self,
-    ) -> std::collections::BTreeMap<String, ccron_node::records::VoteTally> {
+    pub fn counts(&self) -> std::collections::BTreeMap<String, ccron_node::records::VoteTally> {
         self.by_voter
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

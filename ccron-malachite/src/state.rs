@@ -25,8 +25,7 @@ use malachitebft_app_channel::app::types::{LocallyProposedValue, ProposedValue};
 use crate::commit::MalachiteCommit;
 use crate::context::{
     Address, Block, Ctx, Ed25519Signer, Ed25519Verifier, Height, ProposalPart, RefusedSignatures,
-    VerifiedVotes,
-    ValidatorSet, Value, proposer_of,
+    ValidatorSet, Value, VerifiedVotes, proposer_of,
 };
 use crate::guard::{GuardedSigner, SharedGuard};
 

@@ -37,7 +37,11 @@ fn judge(ok: bool, r: &Report) {
     assert_eq!(b.votes_during.len(), 3, "{b:?}");
     for v in &b.votes_during {
         assert!(v.to_height >= v.from_height + 5, "{v:?}");
-        assert_eq!(v.by_voter[0], 0, "node 0's votes reached node {}: {v:?}", v.node);
+        assert_eq!(
+            v.by_voter[0], 0,
+            "node 0's votes reached node {}: {v:?}",
+            v.node
+        );
         for peer in (1..4).filter(|&p| p != v.node) {
             assert!(v.by_voter[peer] > 0, "no vote of node {peer}: {v:?}");
         }

@@ -616,7 +616,10 @@ fn measure(mut opts: LocalnetOptions, list: &str, json: Option<PathBuf>) -> Exit
     );
     print!("{}", m.table());
     for r in m.rows.iter().filter(|r| !r.clean) {
-        println!("{}: violations {:?} (home {})", r.run.name, r.violations, r.home);
+        println!(
+            "{}: violations {:?} (home {})",
+            r.run.name, r.violations, r.home
+        );
     }
     if m.clean() {
         ExitCode::SUCCESS

@@ -171,7 +171,10 @@ pub fn measure_byzantine(
         o.kill_restart = false;
         o.byzantine = run.kind.map(|k| (k, 0));
         o.byzantine_subset = run.subset.then(|| (1..=f + 1).collect());
-        o.home = opts.home.as_ref().map(|h| h.join(run.name.replace('+', "-")));
+        o.home = opts
+            .home
+            .as_ref()
+            .map(|h| h.join(run.name.replace('+', "-")));
         tracing::info!(run = %run.name, "measure-byzantine: starting");
         let r = run_localnet(&o)?;
         let first = rows.is_empty();
@@ -200,9 +203,8 @@ impl MeasureReport {
         );
         let fmt = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{x:.2}"));
         for r in &self.rows {
-            let (hs, h, stall, fires, ap, wp) = r.window.map_or(
-                ("n/a".into(), 0, 0, 0, 0, 0),
-                |w| {
+            let (hs, h, stall, fires, ap, wp) =
+                r.window.map_or(("n/a".into(), 0, 0, 0, 0, 0), |w| {
                     (
                         format!("{:.1}", w.heights_per_sec),
                         w.heights,
@@ -211,8 +213,7 @@ impl MeasureReport {
                         w.lateness.agreed_p99_ms,
                         w.lateness.wall_p99_ms,
                     )
-                },
-            );
+                });
             let baseline = r.run.kind.is_none() && !r.run.subset;
             out.push_str(&format!(
                 "| `{}` | {hs} | {h} | {stall} | {fires} | {ap} | {wp} | {} | {} | {} | {} | {} |\n",
