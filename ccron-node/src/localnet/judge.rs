@@ -440,6 +440,48 @@ impl ResumeWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::VoteTally;
+
+    #[test]
+    fn votes_during_are_counted_per_voter_between_two_statuses() {
+        let voters = vec!["aa".to_string(), "bb".to_string(), "cc".to_string()];
+        let tally = |prevotes, precommits, last_height| VoteTally {
+            prevotes,
+            precommits,
+            last_height,
+        };
+        let from = NodeStatus {
+            last_height: 10,
+            votes_verified: [
+                ("aa".to_string(), tally(9, 9, 9)),
+                ("bb".to_string(), tally(10, 10, 10)),
+                ("cc".to_string(), tally(50, 50, 10)),
+            ]
+            .into(),
+            ..NodeStatus::default()
+        };
+        let to = NodeStatus {
+            last_height: 20,
+            votes_verified: [
+                ("aa".to_string(), tally(9, 9, 9)),
+                ("bb".to_string(), tally(20, 21, 20)),
+                // A restarted process counts from 0 again: its count is taken whole.
+                ("cc".to_string(), tally(3, 4, 20)),
+            ]
+            .into(),
+            ..NodeStatus::default()
+        };
+        let v = votes_between(2, &voters, &from, &to);
+        assert_eq!((v.node, v.from_height, v.to_height), (2, 10, 20));
+        assert_eq!(v.by_voter, vec![0, 21, 7]);
+        assert_eq!(v.last_height_by_voter, vec![9, 20, 20]);
+        // A voter the node never heard from counts 0.
+        let none = votes_between(2, &["dd".to_string()], &from, &to);
+        assert_eq!(
+            (none.by_voter, none.last_height_by_voter),
+            (vec![0], vec![0])
+        );
+    }
 
     /// The kill-all test's flake (issue 23): every node restarted 0.6 s before the end of the
     /// run; the first new height comes 2.5 s after the restart (a process start and a round

@@ -714,26 +714,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             b.node, b.kind
         ));
     }
-    // A validator withholding its votes: no honest node may have verified one of them during
-    // the fault, and at least one honest node's count must exist to say so.
-    if let Some(b) = &byzantine
-        && b.kind == ByzantineKind::WithholdVotes
-    {
-        if b.votes_during.is_empty() {
-            violations.push(format!(
-                "no honest node's votes could be counted while node {} withheld its votes",
-                b.node
-            ));
-        }
-        for v in &b.votes_during {
-            let k = v.by_voter.get(b.node).copied().unwrap_or(0);
-            if k > 0 {
-                violations.push(format!(
-                    "node {} verified {k} votes of node {} while it withheld them (heights {}-{})",
-                    v.node, b.node, v.from_height, v.to_height
-                ));
-            }
-        }
+    if let Some(b) = &byzantine {
+        violations.extend(withheld_vote_violations(b));
     }
     let subset = opts.byzantine_subset.as_ref().zip(measured).map(|(s, m)| {
         let from_ms = subset_applied
@@ -846,6 +828,31 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     })
 }
 
+/// A validator withholding its votes (`withhold-votes`): a violation for each honest node that
+/// verified one of them during the fault, and one when no honest node could be counted.
+pub fn withheld_vote_violations(b: &ByzantineReport) -> Vec<String> {
+    let mut out = Vec::new();
+    if b.kind != ByzantineKind::WithholdVotes {
+        return out;
+    }
+    if b.votes_during.is_empty() {
+        out.push(format!(
+            "no honest node's votes could be counted while node {} withheld its votes",
+            b.node
+        ));
+    }
+    for v in &b.votes_during {
+        let k = v.by_voter.get(b.node).copied().unwrap_or(0);
+        if k > 0 {
+            out.push(format!(
+                "node {} verified {k} votes of node {} while it withheld them (heights {}-{})",
+                v.node, b.node, v.from_height, v.to_height
+            ));
+        }
+    }
+    out
+}
+
 /// The command that replays a run's seeded faults (empty without any).
 fn replay_command(opts: &LocalnetOptions) -> String {
     if opts.faults.is_none()
@@ -887,6 +894,44 @@ fn replay_command(opts: &LocalnetOptions) -> String {
 mod tests {
     use super::*;
     use crate::records::NodeStatus;
+
+    #[test]
+    fn a_vote_of_the_withholding_node_seen_during_the_fault_is_a_violation() {
+        let votes = |node, by_voter: Vec<u64>| VotesDuring {
+            node,
+            from_height: 10,
+            to_height: 30,
+            last_height_by_voter: by_voter.iter().map(|_| 30).collect(),
+            by_voter,
+        };
+        let mut b = ByzantineReport {
+            kind: ByzantineKind::WithholdVotes,
+            node: 0,
+            from_ms: 0,
+            measured_node: 1,
+            heights_per_sec_before: 10.0,
+            heights_per_sec_during: 10.0,
+            heights_during: 20,
+            longest_stall_during_ms: 100,
+            longest_stall_before_ms: 100,
+            votes_during: vec![votes(1, vec![0, 40, 40, 40]), votes(2, vec![0, 40, 40, 40])],
+        };
+        assert!(withheld_vote_violations(&b).is_empty());
+        b.votes_during[1].by_voter[0] = 3;
+        let v = withheld_vote_violations(&b);
+        assert_eq!(v.len(), 1);
+        assert!(
+            v[0].starts_with("node 2 verified 3 votes of node 0"),
+            "{v:?}"
+        );
+        // Nothing counted: no verdict is a violation too.
+        b.votes_during.clear();
+        assert_eq!(withheld_vote_violations(&b).len(), 1);
+        // Another kind's votes are not judged.
+        b.kind = ByzantineKind::Withhold;
+        b.votes_during = vec![votes(1, vec![9, 40, 40, 40])];
+        assert!(withheld_vote_violations(&b).is_empty());
+    }
 
     #[test]
     fn lateness_percentiles_of_samples() {
