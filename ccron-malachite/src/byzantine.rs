@@ -505,6 +505,7 @@ impl Codec<msync::Response<Ctx>> for NetCodec {
     }
 }
 
+/// The unfiltered length: at most a few signatures more than a withholding node's answer.
 impl HasEncodedLen<msync::Response<Ctx>> for NetCodec {
     fn encoded_len(&self, msg: &msync::Response<Ctx>) -> Result<usize, CodecError> {
         BorshCodec.encoded_len(msg)
