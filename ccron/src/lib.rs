@@ -100,7 +100,7 @@ mod table_store;
 pub mod tick;
 pub mod ticks;
 
-pub use authz::{Policy, Principal, Quota, QuotaKind};
+pub use authz::{ClientId, Policy, Principal, Quota, QuotaKind};
 pub use codec::CodecError;
 pub use due::{Due, EverySeq, Schedule};
 pub use entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};

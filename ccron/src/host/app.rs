@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 
 use crate::{PageRange, ReservedPages, Tick};
 
-/// A client's id as the engine authenticated it (the requester of a transaction).
-pub type ClientId = u64;
+/// A client's id as the engine authenticated it (the requester of a transaction): 256 bits,
+/// see [`crate::authz::ClientId`].
+pub use crate::authz::ClientId;
 
 /// Milliseconds since the Unix epoch (agreed time and clock readings).
 pub type Millis = i64;

@@ -416,15 +416,20 @@ impl<A, P> std::fmt::Debug for BlockHost<A, P> {
     }
 }
 
-/// The layout version of [`BlockHost::snapshot`]'s bytes: 3, the executed requests in their
-/// layout 4 (watermarks, no global floor). [`BlockHost::restore`] also reads layout 2 and
-/// migrates its executed requests ([`ExecutedRequests::decode_legacy`]).
-pub const HOST_SNAPSHOT_VERSION: u32 = 3;
+/// The layout version of [`BlockHost::snapshot`]'s bytes: 4, the executed requests in their
+/// layout 5 (256-bit client ids, legacy watermarks). [`BlockHost::restore`] also reads layout 3
+/// (executed requests of layout 4, 64-bit ids: [`ExecutedRequests::decode_v4`]) and layout 2
+/// (executed requests of layout 3: [`ExecutedRequests::decode_legacy`]) and migrates them.
+pub const HOST_SNAPSHOT_VERSION: u32 = 4;
 
-/// The previous layout [`BlockHost::restore`] still reads (executed requests of layout 3).
+/// The layout before 256-bit client ids [`BlockHost::restore`] still reads (executed requests
+/// of layout 4).
+const HOST_SNAPSHOT_V3: u32 = 3;
+
+/// The oldest layout [`BlockHost::restore`] still reads (executed requests of layout 3).
 const HOST_SNAPSHOT_LEGACY: u32 = 2;
 
-/// The body of a host snapshot (layouts 2 and 3): application snapshot, non-empty pages, last
+/// The body of a host snapshot (layouts 2 to 4): application snapshot, non-empty pages, last
 /// height, last agreed time, coalescer entries, tick floor entries, executed requests,
 /// counters.
 type SnapshotBody = (
@@ -575,7 +580,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         }
         if let Err(e) = self.budget.check(payload.len()) {
             self.counters.requests_refused += 1;
-            tracing::warn!(height = ctx.seq, client, reason = %e, "request refused");
+            tracing::warn!(height = ctx.seq, client = %client.short(), reason = %e, "request refused");
             return TxResult::Refused(e);
         }
         let reply = self.app.execute(ctx, client, payload);
@@ -710,9 +715,9 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         let bad = |e: String| HostError::BadSnapshot(e);
         let (version, body, (base, growth)): SnapshotFile =
             wire::decode(snapshot, wire::ABSOLUTE_LIMIT_BYTES).map_err(|e| bad(e.to_string()))?;
-        if version != HOST_SNAPSHOT_VERSION && version != HOST_SNAPSHOT_LEGACY {
+        if !(HOST_SNAPSHOT_LEGACY..=HOST_SNAPSHOT_VERSION).contains(&version) {
             return Err(bad(format!(
-                "host snapshot layout {version}, this build reads {HOST_SNAPSHOT_LEGACY} and {HOST_SNAPSHOT_VERSION}"
+                "host snapshot layout {version}, this build reads {HOST_SNAPSHOT_LEGACY} to {HOST_SNAPSHOT_VERSION}"
             )));
         }
         let (app, pages, height, agreed, evals, floor, executed, counters): SnapshotBody =
@@ -723,10 +728,12 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         {
             return Err(bad("pages do not fit the store".into()));
         }
-        let requests = if version == HOST_SNAPSHOT_LEGACY {
-            ExecutedRequests::decode_legacy(&executed, wire::ABSOLUTE_LIMIT_BYTES)
-        } else {
-            ExecutedRequests::decode(&executed, wire::ABSOLUTE_LIMIT_BYTES)
+        let requests = match version {
+            HOST_SNAPSHOT_LEGACY => {
+                ExecutedRequests::decode_legacy(&executed, wire::ABSOLUTE_LIMIT_BYTES)
+            }
+            HOST_SNAPSHOT_V3 => ExecutedRequests::decode_v4(&executed, wire::ABSOLUTE_LIMIT_BYTES),
+            _ => ExecutedRequests::decode(&executed, wire::ABSOLUTE_LIMIT_BYTES),
         }
         .map_err(|e| bad(e.to_string()))?;
         if requests.max_clients() != self.requests.max_clients() {
@@ -876,7 +883,7 @@ mod tests {
 
     fn put(number: u64) -> Tx {
         Tx::Request {
-            client: 7,
+            client: crate::authz::ClientId::from_index(7),
             number,
             payload: b"x".to_vec(),
         }
@@ -945,7 +952,7 @@ mod tests {
                 stale(4),
                 TxResult::Reply(Vec::new()),
                 TxResult::Duplicate(DuplicateRequest::Executed {
-                    client: 7,
+                    client: crate::authz::ClientId::from_index(7),
                     number: 3
                 }),
             ]
@@ -1038,7 +1045,7 @@ mod tests {
         h.checkpoint().unwrap();
         assert_eq!(h.budget().base, base);
         let req = |number| Tx::Request {
-            client: 3,
+            client: crate::authz::ClientId::from_index(3),
             number,
             payload: vec![b'k'; 8],
         };
@@ -1088,7 +1095,7 @@ mod tests {
                 proptest::collection::vec(any::<u8>(), 0..4)
             )
                 .prop_map(|(client, number, payload)| Tx::Request {
-                    client,
+                    client: crate::authz::ClientId::from_index(client),
                     number,
                     payload
                 }),
