@@ -115,9 +115,9 @@ fn layout_4_fixture_loads_and_saves_as_layout_5() {
     assert_eq!(ob.owner_usage(&Principal::Host), (5, 5 * 18 + 14));
     assert!(ob.has_result(3) && !ob.has_result(4));
     assert_eq!(ob.workers().len(), 1);
-    let v5 = ob.encode().unwrap();
-    assert_eq!(v5[0], 5);
-    assert_eq!(Outbox::decode(&v5, OutboxLimits::default()).unwrap(), ob);
+    let v6 = ob.encode().unwrap();
+    assert_eq!(v6[0], 6, "saved as the current layout (6: 256-bit client ids)");
+    assert_eq!(Outbox::decode(&v6, OutboxLimits::default()).unwrap(), ob);
 
     // The reserved page, as a layout-4 replica saved it.
     let range = PageRange::new(0, 2).unwrap();
@@ -130,18 +130,18 @@ fn layout_4_fixture_loads_and_saves_as_layout_5() {
     // A client's record after the migration is charged to it, and survives a save and load.
     let id = OccurrenceId::new(7, 9, 9);
     let index = loaded
-        .append_as(OutboxRecord::new(id, "h", vec![0; 3]), Principal::Client(4))
+        .append_as(OutboxRecord::new(id, "h", vec![0; 3]), Principal::Client(ccron::ClientId([4; 32])))
         .unwrap();
     loaded.save(&mut pages, range).unwrap();
     assert_ne!(
         pages.load(0).unwrap().unwrap().to_vec(),
         fixture("outbox_v4.page0.hex"),
-        "saved again, as layout 5"
+        "saved again, as layout 6"
     );
     let again = Outbox::load(&pages, range, OutboxLimits::default()).unwrap();
     assert_eq!(again, loaded);
-    assert_eq!(again.owner_of(index), Some(Principal::Client(4)));
-    assert_eq!(again.owner_usage(&Principal::Client(4)), (1, 4));
+    assert_eq!(again.owner_of(index), Some(Principal::Client(ccron::ClientId([4; 32]))));
+    assert_eq!(again.owner_usage(&Principal::Client(ccron::ClientId([4; 32]))), (1, 4));
 }
 
 #[test]
@@ -149,16 +149,16 @@ fn a_layout_5_outbox_with_owners_out_of_step_is_refused() {
     let mut ob = Outbox::new(OutboxLimits::default());
     ob.append_as(
         OutboxRecord::new(OccurrenceId::new(1, 1, 1), "h", vec![]),
-        Principal::Client(1),
+        Principal::Client(ccron::ClientId([1; 32])),
     )
     .unwrap();
     let mut bytes = ob.encode().unwrap();
-    // The owners vector is last (fixed-width big-endian): its length 1, then the owner's tag 1
-    // and id 1. Drop the owner and make the length 0.
+    // The owners vector is last (fixed-width big-endian): its length 1, then the owner's tag 2
+    // (`Principal::Client`) and its 32-byte id. Drop the owner and make the length 0.
     let tail = [
         &1u64.to_be_bytes()[..],
-        &1u32.to_be_bytes(),
-        &1u64.to_be_bytes(),
+        &2u32.to_be_bytes(),
+        ccron::ClientId([1; 32]).as_bytes(),
     ]
     .concat();
     assert!(bytes.ends_with(&tail));
@@ -174,9 +174,9 @@ fn a_layout_5_outbox_with_owners_out_of_step_is_refused() {
 // emits unchanged.
 
 const C: u32 = 1;
-const CONSUMER: ClientId = 99;
-const HOG: ClientId = 66;
-const HONEST: [ClientId; 3] = [1, 2, 3];
+const CONSUMER: ClientId = ccron::ClientId([99; 32]);
+const HOG: ClientId = ccron::ClientId([66; 32]);
+const HONEST: [ClientId; 3] = [ccron::ClientId([1; 32]), ccron::ClientId([2; 32]), ccron::ClientId([3; 32])];
 /// Recurring schedules the hog holds: alone they would fill the outbox between two trims.
 const HOG_SCHEDULES: u32 = 60;
 
@@ -200,11 +200,11 @@ impl Application for St {
         let text = String::from_utf8_lossy(payload).to_string();
         let reply = match text.split_whitespace().collect::<Vec<_>>()[..] {
             ["ping", n] => fx
-                .emit("ping", format!("{client}-{n}").into_bytes())
+                .emit("ping", format!("{}-{n}", client.short()).into_bytes())
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
             ["sched", name] => {
-                let name = format!("{client}-{name}");
+                let name = format!("{}-{name}", client.short());
                 let every = Timing::Every {
                     period_ms: 1_000,
                     start_ms: None,
