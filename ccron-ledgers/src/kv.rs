@@ -137,11 +137,11 @@ impl KvLedger {
         self.keys
     }
 
-    /// Where `client`'s `key` is stored: under [`KeySpace::PerClient`], the client id (8 bytes,
-    /// big-endian) followed by the key; under [`KeySpace::Shared`], the key.
+    /// Where `client`'s `key` is stored: under [`KeySpace::PerClient`], the client id (32
+    /// bytes, [`ClientId`]) followed by the key; under [`KeySpace::Shared`], the key.
     pub fn stored_key(&self, client: ClientId, key: &[u8]) -> Vec<u8> {
         match self.keys {
-            KeySpace::PerClient => [&client.to_be_bytes()[..], key].concat(),
+            KeySpace::PerClient => [&client.as_bytes()[..], key].concat(),
             KeySpace::Shared => key.to_vec(),
         }
     }

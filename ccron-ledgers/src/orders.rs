@@ -295,7 +295,7 @@ impl ScheduledLedger {
             None => (ccron::Policy::default(), None),
         };
         if cfg.zone_installs {
-            policy = policy.with_admin(ZONE_ADMIN);
+            policy = policy.with_admin(ccron::ClientId::from_index(ZONE_ADMIN));
         }
         if let Some(reaction) = reaction {
             book = book.with_result_reaction(reaction);

@@ -69,7 +69,8 @@ use crate::outbox::WorkerKey;
 /// [`Principal::LegacyClient`] and legacy request watermarks, matched by
 /// [`ClientId::legacy_prefix`].
 ///
-/// `Display` is the full lowercase hex; [`ClientId::short`] the first 8 bytes' hex, for logs.
+/// `Display` (and serde) is the full lowercase hex; [`ClientId::short`] the first 8 bytes' hex,
+/// for logs. Persisted through the one codec ([`crate::codec`]) as its 32 bytes.
 #[derive(
     Clone,
     Copy,
@@ -81,11 +82,23 @@ use crate::outbox::WorkerKey;
     Default,
     bincode::Encode,
     bincode::Decode,
-    serde::Serialize,
-    serde::Deserialize,
 )]
-#[serde(transparent)]
 pub struct ClientId(pub [u8; 32]);
+
+impl serde::Serialize for ClientId {
+    /// As its `Display`: 64 hex digits.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ClientId {
+    /// From 64 hex digits.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 impl ClientId {
     /// The largest id (all bytes `0xff`): the largest encoded form a bound must cover.

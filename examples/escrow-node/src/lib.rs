@@ -130,7 +130,7 @@ impl Escrow {
         if amount == 0 || self.holds.contains_key(&key) || self.confirmed.contains_key(&key) {
             return b"err bad or repeated hold".to_vec();
         }
-        let mut payload = client.to_le_bytes().to_vec();
+        let mut payload = client.as_bytes().to_vec();
         payload.extend_from_slice(id.as_bytes());
         let task = NewSchedule::new("refund", Timing::AfterMs(self.refund_after_ms))
             .with_key(refund_key(client, id))
@@ -158,8 +158,8 @@ impl Escrow {
 
     /// The refund task's payload: the hold's owner and id.
     fn refund(&mut self, payload: &[u8]) -> Option<u64> {
-        let (owner, id) = payload.split_at_checked(8)?;
-        let owner = u64::from_le_bytes(owner.try_into().ok()?);
+        let (owner, id) = payload.split_at_checked(32)?;
+        let owner = ClientId(owner.try_into().ok()?);
         let amount = self
             .holds
             .remove(&(owner, std::str::from_utf8(id).ok()?.to_string()))?;
@@ -201,7 +201,7 @@ impl Application for Escrow {
         for map in [&self.holds, &self.confirmed] {
             out.extend_from_slice(&(map.len() as u64).to_le_bytes());
             for ((client, id), amount) in map {
-                out.extend_from_slice(&client.to_le_bytes());
+                out.extend_from_slice(client.as_bytes());
                 out.extend_from_slice(&(id.len() as u64).to_le_bytes());
                 out.extend_from_slice(id.as_bytes());
                 out.extend_from_slice(&amount.to_le_bytes());
@@ -222,7 +222,7 @@ impl Application for Escrow {
         };
         for map in [&mut next.holds, &mut next.confirmed] {
             for _ in 0..take_u64(r)? {
-                let client = take_u64(r)?;
+                let client = ClientId(take(r, 32)?.try_into().map_err(|_| bad())?);
                 let len = usize::try_from(take_u64(r)?).map_err(|_| bad())?;
                 let id = String::from_utf8(take(r, len.min(65))?.to_vec()).map_err(|_| bad())?;
                 map.insert((client, id), take_u64(r)?);
