@@ -109,3 +109,77 @@ fn other_layouts_are_refused() {
         ));
     }
 }
+
+/// Host snapshot layout 3 (executed requests of layout 4, 64-bit client ids), written by the
+/// code of `be3a95a` (`tests/fixtures/host_v3.snapshot.hex`, see the fixtures' README): bound
+/// 2; client 1 executed 1-3 and client 2 10, 11 and 13, then clients 3 (number 5) and 4
+/// (number 40) evicted them to watermarks 3 and 13.
+const FIXTURE_V3: &str = include_str!("../../tests/fixtures/host_v3.snapshot.hex");
+
+/// Restored, every old client is a legacy watermark at its highest number: a client whose
+/// 256-bit id starts with an old id can replay nothing at or below it, runs the numbers above,
+/// and its own entry then marks everything below the legacy floor executed; another client
+/// is unaffected. Snapshotted again as layout 4, it reads back equal.
+#[test]
+fn a_layout_3_snapshot_restores_with_legacy_watermarks() {
+    let mut h = host();
+    h.restore(&unhex(FIXTURE_V3)).unwrap();
+    assert_eq!(h.last_height(), 4);
+    let r = h.requests();
+    assert_eq!(
+        (r.floor(), r.clients(), r.evicted(), r.watermarks(), r.legacy_watermarks()),
+        (0, 0, 2, 0, 4)
+    );
+    let other = crate::authz::ClientId::from_index(9);
+    let txs = vec![
+        req(1, 3),
+        req(1, 4),
+        req(2, 12),
+        req(2, 14),
+        req(3, 5),
+        req(4, 41), // evicts client 1 (the least recently executed) to its watermark 4
+        req(4, 39),
+        req(1, 4),
+        Tx::Request {
+            client: other,
+            number: 1,
+            payload: b"k9=1".to_vec(),
+        },
+    ];
+    let o = h
+        .execute_block(&Block {
+            height: 5,
+            agreed_time_ms: Some(5_500),
+            txs,
+        })
+        .unwrap();
+    let below = |client: u64, number, floor| {
+        TxResult::Duplicate(DuplicateRequest::BelowFloor {
+            client: id(client),
+            number,
+            floor,
+        })
+    };
+    let ran = |r: &TxResult| matches!(r, TxResult::Reply(_));
+    assert_eq!(o.results[0], below(1, 3, 4));
+    assert!(ran(&o.results[1]));
+    assert_eq!(o.results[2], below(2, 12, 14));
+    assert!(ran(&o.results[3]));
+    assert_eq!(o.results[4], below(3, 5, 6));
+    assert!(ran(&o.results[5]));
+    assert_eq!(
+        o.results[6],
+        TxResult::Duplicate(DuplicateRequest::Executed {
+            client: id(4),
+            number: 39
+        })
+    );
+    assert_eq!(o.results[7], below(1, 4, 5));
+    assert!(ran(&o.results[8]));
+    let snap = h.snapshot().unwrap();
+    assert_eq!(snap[..4], 4u32.to_le_bytes(), "written as layout 4");
+    let mut back = host();
+    back.restore(&snap).unwrap();
+    assert_eq!(back.digest(), h.digest());
+    assert_eq!(back.requests().legacy_watermarks(), 4);
+}
