@@ -148,9 +148,10 @@ fn layout_4_fixture_loads_and_saves_as_layout_5() {
     assert_eq!(again.owner_usage(&Principal::Client(ccron::ClientId([4; 32]))), (1, 4));
 }
 
-/// What the layout-5 fixture holds, as this build reads it: records 2..=6 of component 7
-/// (record 3 with a result, record 4 with a topic and a type), owned by the host (2), main's
-/// client 5 (3, 4), client 6 (5) and client `u64::MAX` (6), now legacy owners; one worker key.
+/// What the layout-5 fixture holds, as this build reads it: records 3..=7 (indices) of
+/// component 7 (record 3 with a result, record 5 with a topic and a type), owned by the host
+/// (3), main's client 5 (4, 5), client 6 (6) and client `u64::MAX` (7), now legacy owners; one
+/// worker key.
 /// Written by main's code (be3a95a) from the same content with `Principal::Client(n)` owners
 /// (a throwaway generator, not kept).
 fn layout_5_content() -> Outbox {
@@ -207,9 +208,9 @@ fn layout_5_fixture_loads_with_legacy_owners_and_saves_as_layout_6() {
     assert_eq!(v5[0], 5, "the fixture is layout 5");
     let ob = Outbox::decode(&v5, OutboxLimits::default()).unwrap();
     assert_eq!(ob, expected);
-    assert_eq!(ob.owner_of(2), Some(Principal::Host));
-    assert_eq!(ob.owner_of(3), Some(Principal::LegacyClient(5)));
-    assert_eq!(ob.owner_of(6), Some(Principal::LegacyClient(u64::MAX)));
+    assert_eq!(ob.owner_of(3), Some(Principal::Host));
+    assert_eq!(ob.owner_of(4), Some(Principal::LegacyClient(5)));
+    assert_eq!(ob.owner_of(7), Some(Principal::LegacyClient(u64::MAX)));
     assert_eq!(ob.owner_usage(&Principal::LegacyClient(5)).0, 2);
     assert_eq!(ob.owner_usage(&Principal::LegacyClient(6)).0, 1);
     assert!(ob.has_result(3) && !ob.has_result(4));
@@ -224,7 +225,7 @@ fn layout_5_fixture_loads_with_legacy_owners_and_saves_as_layout_6() {
         .unwrap();
     let mut loaded = Outbox::load(&pages, range, OutboxLimits::default()).unwrap();
     assert_eq!(loaded, expected);
-    loaded.trim_below(4);
+    loaded.trim_below(5);
     loaded.save(&mut pages, range).unwrap();
     let again = Outbox::load(&pages, range, OutboxLimits::default()).unwrap();
     assert_eq!(again, loaded);
