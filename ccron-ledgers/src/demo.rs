@@ -320,6 +320,11 @@ pub fn demo_ledger(tables: &DemoTables) -> Result<CronLedger<DemoLedger>, DemoEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn c(n: u64) -> ClientId {
+        ClientId::from_index(n)
+    }
+
     use ccron::{MemPages, Tick};
 
     #[test]
@@ -369,8 +374,8 @@ mod tests {
             seq: 1,
             agreed_time_ms: Some(t),
         };
-        l.execute(ctx(1_000), 0, &put("a"));
-        l.execute(ctx(5_000), 0, &put("b"));
+        l.execute(ctx(1_000), c(0), &put("a"));
+        l.execute(ctx(5_000), c(0), &put("b"));
         // First ticks run both actions at once (the grid starts at the first tick).
         l.on_tick(Tick::new(PRUNE_COMPONENT, 2, Some(6_000)), &mut pages)
             .unwrap();

@@ -402,7 +402,10 @@ mod tests {
         assert_eq!(back, l);
         assert_eq!(back.digest(), l.digest());
         // A put moves the entry under the full id (answering the old value); a delete removes.
-        assert_eq!(l.execute(CTX, c(1), &put("k", "new")), b"\x00one-k".to_vec());
+        assert_eq!(
+            l.execute(CTX, c(1), &put("k", "new")),
+            b"\x00one-k".to_vec()
+        );
         assert_eq!((l.len(), l.legacy_entries()), (1, 2));
         assert_eq!(l.get(&l.stored_key(c(1), b"k")), Some(&b"new"[..]));
         assert_eq!(l.execute(CTX, c(1), &get("k")), b"\x00new".to_vec());
@@ -439,7 +442,10 @@ mod tests {
         let mut l = KvLedger::new();
         let get = KvOp::Get { key: "k".into() }.to_payload();
         let del = KvOp::Delete { key: "k".into() }.to_payload();
-        assert_eq!(l.execute(CTX, c(1), &put("k", "mine")), vec![kv_result::NONE]);
+        assert_eq!(
+            l.execute(CTX, c(1), &put("k", "mine")),
+            vec![kv_result::NONE]
+        );
         // Another client's put, get and delete of the same name address its own entry.
         assert_eq!(l.execute(CTX, c(2), &get), vec![kv_result::NONE]);
         assert_eq!(
@@ -481,7 +487,10 @@ mod tests {
         let del = KvOp::Delete { key: "x".into() }.to_payload();
         a.execute(CTX, c(0), &del);
         assert_ne!(a.digest(), b.digest());
-        assert_eq!(a.execute(CTX, c(0), b"\xff\xff"), vec![kv_result::MALFORMED]);
+        assert_eq!(
+            a.execute(CTX, c(0), b"\xff\xff"),
+            vec![kv_result::MALFORMED]
+        );
         let mut c = KvLedger::new();
         c.restore(&b.snapshot()).unwrap();
         assert_eq!(c, b);

@@ -462,6 +462,11 @@ impl Application for ScheduledLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn c(n: u64) -> ClientId {
+        ClientId::from_index(n)
+    }
+
     use crate::scheduler::{outbox_delivered_of, outbox_delivered_payload};
     use ccron::PageRange;
     use ccron::cron::ZoneRules;
@@ -469,9 +474,9 @@ mod tests {
 
     const BOOK: u32 = 3;
     /// The outbox consumer's client id in the test ledgers.
-    const CONSUMER: u64 = 42;
+    const CONSUMER: ClientId = ClientId([42; 32]);
     /// An admin's client id in the test ledgers.
-    const ADMIN: u64 = 77;
+    const ADMIN: ClientId = ClientId([77; 32]);
 
     fn ctx(seq: u64, t: i64) -> ExecContext {
         ExecContext {
@@ -532,7 +537,7 @@ mod tests {
         let mut a = ledger();
         let mut pages = MemPages::new(4_096, 4);
         let every = every_ms(1_000).with_payload(b"o".to_vec());
-        a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every)));
+        a.execute(ctx(1, 0), c(0), &req(&ScheduleRequest::Create(every)));
         for (seq, t) in (2..7).zip((0..5).map(|s| s * 1_000)) {
             a.on_tick(Tick::new(BOOK, seq, Some(t)), &mut pages)
                 .unwrap();
@@ -545,7 +550,7 @@ mod tests {
         // A stranger's progress report, and the consumer's past the head, are rejected and
         // trim nothing (issue 10: any client could drop every undelivered effect).
         let digest = a.digest();
-        let denied = a.execute(ctx(8, 5_000), 0, &outbox_delivered_payload(u64::MAX));
+        let denied = a.execute(ctx(8, 5_000), c(0), &outbox_delivered_payload(u64::MAX));
         assert!(
             String::from_utf8_lossy(&denied).contains("may not report outbox progress"),
             "{}",
@@ -601,7 +606,7 @@ mod tests {
         let mut a = ledger();
         let mut pages = MemPages::new(4_096, 4);
         let every = every_ms(1_000).with_payload(b"o".to_vec());
-        a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every)));
+        a.execute(ctx(1, 0), c(0), &req(&ScheduleRequest::Create(every)));
         let max_records = a.scheduler().unwrap().outbox().limits().max_records as u32;
         let ticks = max_records + 20;
         for (seq, t) in (2..).zip((0..ticks).map(|s| i64::from(s) * 1_000)) {
@@ -648,33 +653,38 @@ mod tests {
         };
         let ok = |r: Vec<u8>| assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
         // Client 2 places order-7 first; client 1 still places its own.
-        ok(l.execute(ctx(1, 0), 2, &put("order-7")));
-        ok(l.execute(ctx(2, 0), 1, &put("order-7")));
-        // A raw request naming client 1's namespaced key stays in client 2's namespace.
-        let squat = ScheduleRequest::Create(ScheduledLedger::expiry("1/order-9", 1_000));
-        ok(l.execute(ctx(3, 0), 2, &req(&squat)));
-        ok(l.execute(ctx(4, 0), 1, &put("order-9")));
+        ok(l.execute(ctx(1, 0), c(2), &put("order-7")));
+        ok(l.execute(ctx(2, 0), c(1), &put("order-7")));
+        // A raw request naming client 1's namespaced key would stay in client 2's namespace;
+        // with 256-bit ids (64 hex digits) the two prefixes leave no room under the 128-byte
+        // name limit, so it is refused.
+        let squat =
+            ScheduleRequest::Create(ScheduledLedger::expiry(&format!("{}/order-9", c(1)), 1_000));
+        let refused = l.execute(ctx(3, 0), c(2), &req(&squat));
+        assert!(refused.starts_with(b"err limit exceeded"), "{refused:?}");
+        ok(l.execute(ctx(4, 0), c(1), &put("order-9")));
         // Client 2 pays its order-7: client 1's still expires.
         let pay = KvOp::Delete {
             key: "order-7".into(),
         }
         .to_payload();
-        ok(l.execute(ctx(5, 0), 2, &pay));
+        ok(l.execute(ctx(5, 0), c(2), &pay));
         l.on_tick(Tick::new(1, 6, Some(1_000)), &mut pages).unwrap();
         let orders = &l.ledger().state().0;
-        assert_eq!(orders.get("1/order-7"), Some(&1));
-        assert_eq!(orders.get("2/order-7"), None);
-        assert_eq!(orders.get("1/order-9"), Some(&1));
-        assert_eq!(orders.get("2/1/order-9"), Some(&1));
+        assert_eq!(orders.get(format!("{}/order-7", c(1)).as_str()), Some(&1));
+        assert_eq!(orders.get(format!("{}/order-7", c(2)).as_str()), None);
+        assert_eq!(orders.get(format!("{}/order-9", c(1)).as_str()), Some(&1));
+        assert_eq!(orders.len(), 2, "only client 1's order-7 and order-9");
         // The shared layout (replaying older logs): the first creator holds the key.
         let shared = SchedAppConfig {
             keys: KeySpace::Shared,
             ..cfg
         };
         let mut old = ScheduledLedger::new(shared);
-        ok(old.execute(ctx(1, 0), 2, &put("order-7")));
-        let denied = old.execute(ctx(2, 0), 1, &put("order-7"));
-        assert!(denied.starts_with(b"err client 1 may not"), "{denied:?}");
+        ok(old.execute(ctx(1, 0), c(2), &put("order-7")));
+        let denied = old.execute(ctx(2, 0), c(1), &put("order-7"));
+        let want = format!("err client {} may not", c(1).short());
+        assert!(denied.starts_with(want.as_bytes()), "{denied:?}");
         assert_ne!(old.setup_digest(), l.setup_digest());
     }
 
@@ -684,7 +694,11 @@ mod tests {
         let mut pages = MemPages::new(4_096, 4);
         let expiry = ScheduledLedger::expiry("o0", 1_000);
         assert_eq!(
-            a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Upsert(expiry.clone()))),
+            a.execute(
+                ctx(1, 0),
+                c(0),
+                &req(&ScheduleRequest::Upsert(expiry.clone()))
+            ),
             b"ok 1"
         );
         let later = ScheduledLedger::expiry("o0", 1_000_000);
@@ -700,9 +714,9 @@ mod tests {
         ];
         let digest = a.digest();
         for (seq, attack) in (2..).zip(&attacks) {
-            let reply = String::from_utf8(a.execute(ctx(seq, 10), 1, &req(attack))).unwrap();
+            let reply = String::from_utf8(a.execute(ctx(seq, 10), c(1), &req(attack))).unwrap();
             assert!(
-                reply.starts_with("err client 1 may not"),
+                reply.starts_with(&format!("err client {} may not", c(1).short())),
                 "{attack:?}: {reply}"
             );
             assert_eq!(a.digest(), digest, "{attack:?} changed the ledger");
@@ -713,11 +727,11 @@ mod tests {
         assert_eq!(a.state().0.get("o0"), Some(&1), "the expiry fired");
 
         // Its owner and an admin may change it.
-        a.execute(ctx(11, 1_000), 0, &req(&ScheduleRequest::Upsert(expiry)));
+        a.execute(ctx(11, 1_000), c(0), &req(&ScheduleRequest::Upsert(expiry)));
         assert_eq!(
             a.execute(
                 ctx(12, 1_000),
-                0,
+                c(0),
                 &req(&ScheduleRequest::Pause(Target::Key("o0".into())))
             ),
             b"ok 2"
@@ -739,16 +753,16 @@ mod tests {
         let mut pages = MemPages::new(4_096, 4);
         let every = every_ms(2_000).with_key("o").with_payload(b"o".to_vec());
         assert_eq!(
-            a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every))),
+            a.execute(ctx(1, 0), c(0), &req(&ScheduleRequest::Create(every))),
             b"ok 1"
         );
         assert!(
-            String::from_utf8_lossy(&a.execute(ctx(2, 0), 0, b"junk")).starts_with("err"),
+            String::from_utf8_lossy(&a.execute(ctx(2, 0), c(0), b"junk")).starts_with("err"),
             "other payloads go to the state"
         );
         let rejected = a.execute(
             ctx(3, 0),
-            0,
+            c(0),
             &req(&ScheduleRequest::Create(NewSchedule::new(
                 "nope",
                 Timing::AfterMs(1),
@@ -774,7 +788,7 @@ mod tests {
         // snapshot plus the replica's pages) continues identically.
         a.execute(
             ctx(8, 3_000),
-            0,
+            c(0),
             &req(&ScheduleRequest::Pause(Target::Key("o".into()))),
         );
         let mut b = ledger();
@@ -792,7 +806,7 @@ mod tests {
         let step = |l: &mut CronLedger<OrderState>, p: &mut MemPages| {
             l.execute(
                 ctx(9, 4_000),
-                0,
+                c(0),
                 &req(&ScheduleRequest::Resume(Target::Key("o".into()))),
             );
             l.on_tick(Tick::new(1, 10, Some(6_000)), p).unwrap();
@@ -807,8 +821,8 @@ mod tests {
         // Zones are data too: installed by a request, of an admin only.
         let z = ScheduleRequest::InstallZone(ZoneRules::fixed("Z", 3_600).unwrap());
         assert_eq!(
-            a.execute(ctx(11, 6_000), 0, &req(&z)),
-            b"err client 0 may not install zone rules"
+            a.execute(ctx(11, 6_000), c(0), &req(&z)),
+            format!("err client {} may not install zone rules", c(0).short()).into_bytes()
         );
         assert_eq!(a.execute(ctx(11, 6_000), ADMIN, &req(&z)), b"ok 0");
         // A corrupt snapshot changes nothing.
@@ -837,8 +851,11 @@ mod tests {
             ))
             .unwrap()
         };
-        assert_eq!(a.execute(ctx(1, 0), 0, &install("Europe/Berlin")), b"ok 0");
-        let r = a.execute(ctx(2, 0), 0, &install("America/New_York"));
+        assert_eq!(
+            a.execute(ctx(1, 0), c(0), &install("Europe/Berlin")),
+            b"ok 0"
+        );
+        let r = a.execute(ctx(2, 0), c(0), &install("America/New_York"));
         let r = String::from_utf8(r).unwrap();
         assert!(r.starts_with("err limit exceeded: the zones"), "{r}");
         let berlin = NewSchedule::new(
@@ -858,7 +875,7 @@ mod tests {
         {
             let r = a.execute(
                 ctx(3 + seq as u64, 0),
-                0,
+                c(0),
                 &ScheduledLedger::payload(&request).unwrap(),
             );
             assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
@@ -877,8 +894,14 @@ mod tests {
             assert_eq!(a.digest(), b.digest());
         }
         // Client 0's names, in its namespace.
-        assert_eq!(a.ledger().state().0.get("0/o-1"), Some(&1));
-        assert_eq!(a.ledger().state().0.get("0/daily"), Some(&1));
+        assert_eq!(
+            a.ledger().state().0.get(format!("{}/o-1", c(0)).as_str()),
+            Some(&1)
+        );
+        assert_eq!(
+            a.ledger().state().0.get(format!("{}/daily", c(0)).as_str()),
+            Some(&1)
+        );
     }
 
     /// Results back: an order is marked expired only when the payment service's answer comes
@@ -898,7 +921,7 @@ mod tests {
         for (seq, order) in [(1, "o-1"), (2, "o-2")] {
             let r = a.execute(
                 ctx(seq, 0),
-                0,
+                c(0),
                 &req(&ScheduleRequest::Upsert(ScheduledLedger::expiry(
                     order, 1_000,
                 ))),
@@ -933,7 +956,7 @@ mod tests {
             String::from_utf8(l.execute(ctx(seq, 2_000), client, p)).unwrap()
         };
 
-        let r = reply(&mut a, 4, 0, &result(1, confirmed()));
+        let r = reply(&mut a, 4, c(0), &result(1, confirmed()));
         assert!(r.contains("may not report outbox results"), "{r}");
         assert!(a.ledger().state().0.is_empty());
         assert_eq!(a.ledger().scheduler().unwrap().denied(), 1);
@@ -1035,8 +1058,14 @@ mod durable_book {
                 o, 2_000,
             )))
             .unwrap();
-            assert!(a.execute(ctx, 5, &req).starts_with(b"ok"));
-            assert!(mem.execute(ctx, 5, &req).starts_with(b"ok"));
+            assert!(
+                a.execute(ctx, ClientId::from_index(5), &req)
+                    .starts_with(b"ok")
+            );
+            assert!(
+                mem.execute(ctx, ClientId::from_index(5), &req)
+                    .starts_with(b"ok")
+            );
         }
         assert_eq!(a.digest(), mem.digest(), "same book whatever the store");
         drop(a);

@@ -72,16 +72,7 @@ use crate::outbox::WorkerKey;
 /// `Display` (and serde) is the full lowercase hex; [`ClientId::short`] the first 8 bytes' hex,
 /// for logs. Persisted through the one codec ([`crate::codec`]) as its 32 bytes.
 #[derive(
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    bincode::Encode,
-    bincode::Decode,
+    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, bincode::Encode, bincode::Decode,
 )]
 pub struct ClientId(pub [u8; 32]);
 
@@ -111,7 +102,13 @@ impl ClientId {
 
     /// The id of a client holding `key` under `domain`: `SHA-256(domain || key)`.
     pub fn of_key(domain: &[u8], key: &[u8]) -> Self {
-        Self(Sha256::new().chain_update(domain).chain_update(key).finalize().into())
+        Self(
+            Sha256::new()
+                .chain_update(domain)
+                .chain_update(key)
+                .finalize()
+                .into(),
+        )
     }
 
     /// A deterministic id for test and simulated client number `n`
@@ -661,7 +658,9 @@ mod tests {
 
     #[test]
     fn only_admins_manage_worker_keys() {
-        let p = Policy::default().with_admin(c(9)).with_outbox_consumer(c(7));
+        let p = Policy::default()
+            .with_admin(c(9))
+            .with_outbox_consumer(c(7));
         assert!(p.may_manage_workers(&Principal::Client(c(9))));
         assert!(p.may_manage_workers(&Principal::Host));
         assert!(!p.may_manage_workers(&Principal::Client(c(7))));
@@ -724,7 +723,10 @@ mod tests {
         for (old, new) in [
             (PrincipalV1::Host, Principal::Host),
             (PrincipalV1::Client(5), Principal::LegacyClient(5)),
-            (PrincipalV1::Client(u64::MAX), Principal::LegacyClient(u64::MAX)),
+            (
+                PrincipalV1::Client(u64::MAX),
+                Principal::LegacyClient(u64::MAX),
+            ),
         ] {
             let bytes = bincode::encode_to_vec(old, cfg).unwrap();
             let (read, _): (Principal, usize) = bincode::decode_from_slice(&bytes, cfg).unwrap();

@@ -161,7 +161,7 @@ mod tests {
     #[test]
     fn overlap_requests_are_moved_into_the_clients_namespace() {
         use ccron::schedule::{Bounds, Overlap, RunPolicy};
-        let client: ClientId = 7;
+        let client = ClientId::from_index(7);
         let own = own_key(client, "o-1");
         let schedule = || ScheduledLedger::expiry("o-1", 1_000);
         let create = ScheduleRequest::CreateOverlap {
@@ -185,7 +185,11 @@ mod tests {
                     schedule, overlap, ..
                 } => {
                     assert_eq!(schedule.key.as_deref(), Some(own.as_str()));
-                    assert!(schedule.payload.starts_with(b"7/"));
+                    assert!(
+                        schedule
+                            .payload
+                            .starts_with(format!("{client}/").as_bytes())
+                    );
                     assert_ne!(overlap, Overlap::AllowAll, "the policy is kept");
                 }
                 other => panic!("moved into another request: {other:?}"),

@@ -608,7 +608,9 @@ impl ExecutedRequests {
         let mut last = None;
         for (old, w) in legacy {
             if last.is_some_and(|l| l >= old) {
-                return Err(bad(format!("legacy watermark of client {old} out of order")));
+                return Err(bad(format!(
+                    "legacy watermark of client {old} out of order"
+                )));
             }
             last = Some(old);
             self.legacy.insert(old, w);
@@ -880,7 +882,10 @@ mod tests {
         e.admit(c(2), 20, None).unwrap();
         e.admit(c(2), 21, None).unwrap();
         e.admit(c(3), 5, None).unwrap(); // evicts client 1 (watermark 10)
-        assert_eq!((e.clients(), e.watermarks(), e.next_fresh(c(1))), (2, 1, 11));
+        assert_eq!(
+            (e.clients(), e.watermarks(), e.next_fresh(c(1))),
+            (2, 1, 11)
+        );
         for n in [1, 9, 10] {
             assert_eq!(
                 e.admit(c(1), n, None),
@@ -1022,7 +1027,10 @@ mod tests {
         e.admit(with_prefix(3, 0), 31, None).unwrap();
         e.admit(with_prefix(5, 0), 21 + 1_000, None).unwrap();
         e.admit(with_prefix(6, 0), 21 + 1_000, None).unwrap();
-        assert_eq!((e.floor(), e.watermarks(), e.legacy_watermarks()), (21, 1, 2));
+        assert_eq!(
+            (e.floor(), e.watermarks(), e.legacy_watermarks()),
+            (21, 1, 2)
+        );
         assert!(e.check(with_prefix(3, 7), 30, None).is_err());
         let bad: Legacy = ((2, 21, 4, 1), vec![(1, 11, [1, 0, 0, 0], 3, 22)]);
         assert!(ExecutedRequests::decode_legacy(&wire::encode(&bad).unwrap(), 1_000).is_err());
@@ -1059,7 +1067,11 @@ mod tests {
         let again = ExecutedRequests::decode(&e.encode().unwrap(), 10_000).unwrap();
         assert_eq!(again, e);
         // Bad layout 4 bytes are refused.
-        let both: EncodedV4 = ((2, 0, 9, 0, 0), vec![(7, 40, [1, 0, 0, 0], 9)], vec![(7, 1)]);
+        let both: EncodedV4 = (
+            (2, 0, 9, 0, 0),
+            vec![(7, 40, [1, 0, 0, 0], 9)],
+            vec![(7, 1)],
+        );
         assert!(ExecutedRequests::decode_v4(&wire::encode(&both).unwrap(), 1_000).is_err());
         let over: EncodedV4 = (
             (1, 0, 9, 0, 0),

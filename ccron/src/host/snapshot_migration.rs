@@ -51,7 +51,13 @@ fn a_layout_2_snapshot_restores_with_its_floors_migrated() {
     let r = h.requests();
     // 64-bit ids: clients 2 and 4 are legacy watermarks at their highest (13, 40).
     assert_eq!(
-        (r.floor(), r.clients(), r.evicted(), r.watermarks(), r.legacy_watermarks()),
+        (
+            r.floor(),
+            r.clients(),
+            r.evicted(),
+            r.watermarks(),
+            r.legacy_watermarks()
+        ),
         (6, 0, 2, 0, 2)
     );
     let txs = vec![
@@ -127,7 +133,13 @@ fn a_layout_3_snapshot_restores_with_legacy_watermarks() {
     assert_eq!(h.last_height(), 4);
     let r = h.requests();
     assert_eq!(
-        (r.floor(), r.clients(), r.evicted(), r.watermarks(), r.legacy_watermarks()),
+        (
+            r.floor(),
+            r.clients(),
+            r.evicted(),
+            r.watermarks(),
+            r.legacy_watermarks()
+        ),
         (0, 0, 2, 0, 4)
     );
     let other = crate::authz::ClientId::from_index(9);

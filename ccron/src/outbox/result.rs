@@ -240,7 +240,11 @@ mod tests {
         let mut ob = outbox(3);
         let r2 = answer(&ob, 2);
         assert_eq!(
-            ob.accept_result(&policy, &Principal::Client(crate::authz::ClientId::from_index(6)), &r2),
+            ob.accept_result(
+                &policy,
+                &Principal::Client(crate::authz::ClientId::from_index(6)),
+                &r2
+            ),
             Err(OutboxError::ResultUnauthorized {
                 by: Principal::Client(crate::authz::ClientId::from_index(6))
             })
@@ -395,8 +399,12 @@ mod tests {
             ob.apply_worker_keys(&policy, &consumer, &register),
             Err(OutboxError::WorkerKeysUnauthorized { by: consumer })
         );
-        ob.apply_worker_keys(&policy, &Principal::Client(crate::authz::ClientId::from_index(1)), &register)
-            .unwrap();
+        ob.apply_worker_keys(
+            &policy,
+            &Principal::Client(crate::authz::ClientId::from_index(1)),
+            &register,
+        )
+        .unwrap();
         let back = Outbox::decode(&ob.encode().unwrap(), OutboxLimits::default()).unwrap();
         assert_eq!(back, ob);
         assert_eq!(back.workers().len(), 1);
@@ -566,7 +574,11 @@ mod tests {
             worker().sign(CHAIN, 1, &record, &over),
         );
         assert!(matches!(
-            ob.accept_result(&policy, &Principal::Client(crate::authz::ClientId::from_index(5)), &r),
+            ob.accept_result(
+                &policy,
+                &Principal::Client(crate::authz::ClientId::from_index(5)),
+                &r
+            ),
             Err(OutboxError::ResultTooLarge { .. })
         ));
         let fits = vec![0; limit];
@@ -577,7 +589,11 @@ mod tests {
             worker().sign(CHAIN, 1, &record, &fits),
         );
         assert_eq!(
-            ob.accept_result(&policy, &Principal::Client(crate::authz::ClientId::from_index(5)), &r),
+            ob.accept_result(
+                &policy,
+                &Principal::Client(crate::authz::ClientId::from_index(5)),
+                &r
+            ),
             Ok(ResultApplied::Applied)
         );
     }

@@ -120,7 +120,10 @@ fn layout_4_fixture_loads_and_saves_as_layout_5() {
     assert!(ob.has_result(3) && !ob.has_result(4));
     assert_eq!(ob.workers().len(), 1);
     let v6 = ob.encode().unwrap();
-    assert_eq!(v6[0], 6, "saved as the current layout (6: 256-bit client ids)");
+    assert_eq!(
+        v6[0], 6,
+        "saved as the current layout (6: 256-bit client ids)"
+    );
     assert_eq!(Outbox::decode(&v6, OutboxLimits::default()).unwrap(), ob);
 
     // The reserved page, as a layout-4 replica saved it.
@@ -134,7 +137,10 @@ fn layout_4_fixture_loads_and_saves_as_layout_5() {
     // A client's record after the migration is charged to it, and survives a save and load.
     let id = OccurrenceId::new(7, 9, 9);
     let index = loaded
-        .append_as(OutboxRecord::new(id, "h", vec![0; 3]), Principal::Client(ccron::ClientId([4; 32])))
+        .append_as(
+            OutboxRecord::new(id, "h", vec![0; 3]),
+            Principal::Client(ccron::ClientId([4; 32])),
+        )
         .unwrap();
     loaded.save(&mut pages, range).unwrap();
     assert_ne!(
@@ -144,8 +150,14 @@ fn layout_4_fixture_loads_and_saves_as_layout_5() {
     );
     let again = Outbox::load(&pages, range, OutboxLimits::default()).unwrap();
     assert_eq!(again, loaded);
-    assert_eq!(again.owner_of(index), Some(Principal::Client(ccron::ClientId([4; 32]))));
-    assert_eq!(again.owner_usage(&Principal::Client(ccron::ClientId([4; 32]))), (1, 4));
+    assert_eq!(
+        again.owner_of(index),
+        Some(Principal::Client(ccron::ClientId([4; 32])))
+    );
+    assert_eq!(
+        again.owner_usage(&Principal::Client(ccron::ClientId([4; 32]))),
+        (1, 4)
+    );
 }
 
 /// What the layout-5 fixture holds, as this build reads it: records 3..=7 (indices) of
@@ -264,7 +276,11 @@ fn a_layout_6_outbox_with_owners_out_of_step_is_refused() {
 const C: u32 = 1;
 const CONSUMER: ClientId = ccron::ClientId([99; 32]);
 const HOG: ClientId = ccron::ClientId([66; 32]);
-const HONEST: [ClientId; 3] = [ccron::ClientId([1; 32]), ccron::ClientId([2; 32]), ccron::ClientId([3; 32])];
+const HONEST: [ClientId; 3] = [
+    ccron::ClientId([1; 32]),
+    ccron::ClientId([2; 32]),
+    ccron::ClientId([3; 32]),
+];
 /// Recurring schedules the hog holds: alone they would fill the outbox between two trims.
 const HOG_SCHEDULES: u32 = 60;
 

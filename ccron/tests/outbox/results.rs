@@ -156,10 +156,11 @@ impl World {
 
     /// The ledger executes a result request from the consumer.
     fn submit(&mut self, r: &OutboxResult) {
-        match self
-            .ledger
-            .accept_result(&self.policy, &Principal::Client(ccron::ClientId::from_index(CONSUMER)), r)
-        {
+        match self.ledger.accept_result(
+            &self.policy,
+            &Principal::Client(ccron::ClientId::from_index(CONSUMER)),
+            r,
+        ) {
             Ok(ResultApplied::Applied) => *self.reactions.entry(r.index).or_default() += 1,
             Ok(_) => {}
             Err(e) => panic!("the ledger refused a result: {e}"),

@@ -484,9 +484,13 @@ mod failing {
             now: i64,
         ) -> Result<Option<u64>, ScheduleError> {
             self.seq += 1;
-            let out = self
-                .book
-                .apply(&Principal::Client(ccron::ClientId([1; 32])), r, &self.h, self.seq, Some(now));
+            let out = self.book.apply(
+                &Principal::Client(ccron::ClientId([1; 32])),
+                r,
+                &self.h,
+                self.seq,
+                Some(now),
+            );
             self.book.check_invariants().unwrap();
             out
         }

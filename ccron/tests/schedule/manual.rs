@@ -72,8 +72,13 @@ impl Rig {
         now: i64,
     ) -> Result<Option<u64>, ScheduleError> {
         self.seq += 1;
-        self.book
-            .apply(&Principal::Client(ccron::ClientId::from_index(by)), req, &self.h, self.seq, Some(now))
+        self.book.apply(
+            &Principal::Client(ccron::ClientId::from_index(by)),
+            req,
+            &self.h,
+            self.seq,
+            Some(now),
+        )
     }
 
     fn tick(&mut self, now: i64) {

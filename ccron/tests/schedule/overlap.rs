@@ -98,8 +98,13 @@ impl Rig {
 
     fn apply(&mut self, by: u64, req: ScheduleRequest) -> Result<Option<u64>, ScheduleError> {
         self.seq += 1;
-        self.book
-            .apply(&Principal::Client(ccron::ClientId([by as u8; 32])), req, &self.h, self.seq, Some(0))
+        self.book.apply(
+            &Principal::Client(ccron::ClientId([by as u8; 32])),
+            req,
+            &self.h,
+            self.seq,
+            Some(0),
+        )
     }
 
     /// Results that arrived by `now` settle, then a tick at `now`; records the run emitted get
@@ -573,7 +578,11 @@ mod through_the_ledger {
             bounds: Bounds::NONE,
             overlap: Overlap::Skip,
         };
-        let reply = l.execute(ctx(1, 0), ccron::ClientId([1; 32]), &ccron::codec::to_blob(&req).unwrap());
+        let reply = l.execute(
+            ctx(1, 0),
+            ccron::ClientId([1; 32]),
+            &ccron::codec::to_blob(&req).unwrap(),
+        );
         assert!(
             reply.starts_with(b"ok"),
             "{}",

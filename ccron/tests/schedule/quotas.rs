@@ -93,11 +93,13 @@ fn a_client_at_its_quota_leaves_every_other_clients_admission_unchanged() {
 #[test]
 fn the_quota_refuses_typed_counts_and_frees_on_cancel() {
     let h = handlers();
-    let policy = Policy::default().with_admin(ccron::ClientId::from_index(9)).with_quota(Quota {
-        max_schedules: 2,
-        max_schedule_bytes: u64::MAX,
-        ..Quota::default()
-    });
+    let policy = Policy::default()
+        .with_admin(ccron::ClientId::from_index(9))
+        .with_quota(Quota {
+            max_schedules: 2,
+            max_schedule_bytes: u64::MAX,
+            ..Quota::default()
+        });
     let mut b = book(policy);
     let me = Principal::Client(ccron::ClientId::from_index(1));
     b.apply(&me, every("a", 1), &h, 1, Some(NOW)).unwrap();
@@ -117,7 +119,10 @@ fn the_quota_refuses_typed_counts_and_frees_on_cancel() {
     assert_eq!(b.quota_refusals(), 1);
     assert_eq!(b.owner_usage(&me).0, 2);
     // Admins and the host have no quota.
-    for by in [Principal::Client(ccron::ClientId::from_index(9)), Principal::Host] {
+    for by in [
+        Principal::Client(ccron::ClientId::from_index(9)),
+        Principal::Host,
+    ] {
         for k in 0..3 {
             b.apply(&by, every(&format!("{by}-{k}"), 1), &h, 1, Some(NOW))
                 .unwrap();
@@ -141,9 +146,16 @@ fn the_bytes_quota_counts_replacements_and_survives_a_reload() {
     let h = handlers();
     let one = {
         let mut b = book(Policy::default().with_quota(Quota::UNLIMITED));
-        b.apply(&Principal::Client(ccron::ClientId::from_index(1)), every("a", 10), &h, 1, Some(NOW))
-            .unwrap();
-        b.owner_usage(&Principal::Client(ccron::ClientId::from_index(1))).1
+        b.apply(
+            &Principal::Client(ccron::ClientId::from_index(1)),
+            every("a", 10),
+            &h,
+            1,
+            Some(NOW),
+        )
+        .unwrap();
+        b.owner_usage(&Principal::Client(ccron::ClientId::from_index(1)))
+            .1
     };
     let policy = Policy::default().with_quota(Quota {
         max_schedules: 100,

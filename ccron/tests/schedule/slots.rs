@@ -87,7 +87,13 @@ fn a_client_filling_a_slot_is_refused_and_others_are_unchanged() {
         Ok(Some(1))
     ));
     let elsewhere = b
-        .apply(&Principal::Client(ccron::ClientId::from_index(10)), at(5), &h, 1, Some(0))
+        .apply(
+            &Principal::Client(ccron::ClientId::from_index(10)),
+            at(5),
+            &h,
+            1,
+            Some(0),
+        )
         .unwrap()
         .unwrap();
     let into_full = ScheduleRequest::Replace {
@@ -95,7 +101,13 @@ fn a_client_filling_a_slot_is_refused_and_others_are_unchanged() {
         schedule: NewSchedule::new("h", Timing::At(Due::Time(61_000))),
     };
     assert!(matches!(
-        b.apply(&Principal::Client(ccron::ClientId::from_index(10)), into_full, &h, 1, Some(0)),
+        b.apply(
+            &Principal::Client(ccron::ClientId::from_index(10)),
+            into_full,
+            &h,
+            1,
+            Some(0)
+        ),
         Err(ScheduleError::SlotFull { .. })
     ));
     b.check_invariants().unwrap();

@@ -209,7 +209,10 @@ impl Escrow {
     fn legacy_refund_target(payload: &[u8]) -> Option<(ClientId, String)> {
         let (owner, id) = payload.split_at_checked(8)?;
         let owner = u64::from_le_bytes(owner.try_into().ok()?);
-        Some((legacy_holder(owner), std::str::from_utf8(id).ok()?.to_string()))
+        Some((
+            legacy_holder(owner),
+            std::str::from_utf8(id).ok()?.to_string(),
+        ))
     }
 }
 
@@ -425,8 +428,14 @@ mod tests {
             (70, 5, 3, 11)
         );
         assert_eq!(e.holds.len(), 2);
-        assert_eq!(e.holds.get(&(legacy_holder(old(1)), "h1".into())), Some(&100));
-        assert_eq!(e.holds.get(&(legacy_holder(old(2)), "h2".into())), Some(&200));
+        assert_eq!(
+            e.holds.get(&(legacy_holder(old(1)), "h1".into())),
+            Some(&100)
+        );
+        assert_eq!(
+            e.holds.get(&(legacy_holder(old(2)), "h2".into())),
+            Some(&200)
+        );
         assert_eq!(e.confirmed.len(), 1);
         assert_eq!(
             e.confirmed.get(&(legacy_holder(old(1)), "c1".into())),

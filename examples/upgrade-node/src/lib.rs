@@ -351,7 +351,10 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&ok)
         );
-        assert!(l.execute(ctx(4), ccron::ClientId::from_index(7), &remind_request(20)).starts_with(b"ok"));
+        assert!(
+            l.execute(ctx(4), ccron::ClientId::from_index(7), &remind_request(20))
+                .starts_with(b"ok")
+        );
         let stopped = l.execute(ctx(5), ccron::ClientId::from_index(7), &remind_request(21));
         assert!(stopped.starts_with(b"err halted"));
         assert!(matches!(
