@@ -616,7 +616,11 @@ mod tests {
         }
         assert_eq!(parse_principal("host"), Ok(Principal::Host));
         let id = ClientId::from_index(5);
-        for p in [Principal::Host, Principal::Client(id), Principal::LegacyClient(5)] {
+        for p in [
+            Principal::Host,
+            Principal::Client(id),
+            Principal::LegacyClient(5),
+        ] {
             assert_eq!(parse_principal(&principal_param(&p)), Ok(p));
         }
         assert_eq!(parse_principal(&id.to_string()), Ok(Principal::Client(id)));

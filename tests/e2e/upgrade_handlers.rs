@@ -29,10 +29,10 @@ use ccron::schedule::{
 };
 use ccron::{CronTableRegistry, ReservedPages, Tick};
 use serde::{Deserialize, Serialize};
+use sim_bft::app::ClientId;
 use sim_bft::app::{AppError, Application, ExecContext, FireNote};
 use sim_bft::crypto::{Digest32, sha256};
 use sim_bft::ledgers::{BookConfig, CronLedger, LedgerScheduler};
-use sim_bft::app::ClientId;
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{SimRng, Workload};
 
