@@ -38,8 +38,7 @@ use ccron::host::ClientId;
 use ccron::host::Digest32;
 use ccron::host::app::{AppError, Application, ExecContext};
 use ccron::host::wire;
-use namespace::own_schedule;
-pub use namespace::{own_key, own_request};
+pub use namespace::{legacy_key, own_key, own_request, own_request_in};
 
 /// The handler every replica registers.
 pub const EXPIRE_ORDER: &str = "expire-order";
@@ -314,8 +313,12 @@ impl ScheduledLedger {
     /// in the client's namespace (see the module documentation), or `None` when it is not a
     /// schedule request (nor, with [`SchedAppConfig::puts_as_orders`], a `Put` or `Delete`).
     fn own_request_of(&self, client: ClientId, payload: &[u8]) -> Option<ScheduleRequest> {
+        // A name the client has only under its 64-bit id (a book migrated from layout 9) is
+        // resolved there (see `namespace`).
+        let book = self.inner.scheduler().map(|s| s.book());
+        let exists = |key: &str| book.is_some_and(|b| b.id_of(key).is_some());
         if let Ok(req) = codec::from_blob::<ScheduleRequest>(payload) {
-            return Some(own_request(client, req));
+            return Some(own_request_in(client, req, &exists));
         }
         if !self.cfg.puts_as_orders {
             return None;
@@ -329,13 +332,19 @@ impl ScheduledLedger {
             Ok(KvOp::Put { key, .. }) => {
                 let order = String::from_utf8_lossy(&key).into_owned();
                 let expiry = Self::expiry(&order, self.cfg.expiry_ms);
-                Some(ScheduleRequest::Upsert(own_schedule(client, expiry)))
+                Some(own_request_in(
+                    client,
+                    ScheduleRequest::Upsert(expiry),
+                    &exists,
+                ))
             }
             Ok(KvOp::Delete { key }) => {
                 let order = String::from_utf8_lossy(&key).into_owned();
-                Some(ScheduleRequest::Cancel(Target::Key(own_key(
-                    client, &order,
-                ))))
+                Some(own_request_in(
+                    client,
+                    ScheduleRequest::Cancel(Target::Key(order)),
+                    &exists,
+                ))
             }
             _ => None,
         }
@@ -686,6 +695,85 @@ mod tests {
         let want = format!("err client {} may not", c(1).short());
         assert!(denied.starts_with(want.as_bytes()), "{denied:?}");
         assert_ne!(old.setup_digest(), l.setup_digest());
+    }
+
+    /// Issue 24 (256-bit ids): a book migrated from layout 9 keeps a client's schedules under
+    /// `<64-bit id>/<key>`. Paying such an order (a `Delete`) cancels that expiry, and placing it
+    /// again (a `Put`) changes it instead of adding a second expiry under the full id. Without
+    /// the legacy resolution the paid order would still expire. Another client cannot reach it;
+    /// a fresh name is the full id's.
+    #[test]
+    fn a_name_from_before_256_bit_ids_is_still_the_clients() {
+        let shared = SchedAppConfig {
+            puts_as_orders: true,
+            expiry_ms: 1_000,
+            keys: KeySpace::Shared,
+            ..SchedAppConfig::default()
+        };
+        let put = |k: &str| {
+            KvOp::Put {
+                key: k.into(),
+                value: vec![],
+            }
+            .to_payload()
+        };
+        let del = |k: &str| KvOp::Delete { key: k.into() }.to_payload();
+        let ok = |r: Vec<u8>| assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
+        // What layout 9 stored for client 1's order-1 and order-2: the key and payload under
+        // its 64-bit id, written here through the shared layout (no prefix added).
+        let mut old = ScheduledLedger::new(shared);
+        let legacy1 = legacy_key(c(1), "order-1");
+        let legacy2 = legacy_key(c(1), "order-2");
+        assert_eq!(legacy1, format!("{}/order-1", c(1).legacy_prefix()));
+        ok(old.execute(ctx(1, 0), c(1), &put(&legacy1)));
+        ok(old.execute(ctx(2, 0), c(1), &put(&legacy2)));
+        let snapshot = old.snapshot();
+        let per_client = SchedAppConfig {
+            keys: KeySpace::PerClient,
+            ..shared
+        };
+        let mut l = ScheduledLedger::new(per_client);
+        l.restore(&snapshot).unwrap();
+        let book = |l: &ScheduledLedger| l.ledger().scheduler().unwrap().book().clone();
+        assert_eq!(book(&l).len(), 2);
+        // Re-placing order-1 changes its expiry; no second one appears under the full id.
+        ok(l.execute(ctx(3, 0), c(1), &put("order-1")));
+        assert_eq!(
+            book(&l).len(),
+            2,
+            "the legacy expiry was changed, not doubled"
+        );
+        assert!(book(&l).id_of(&own_key(c(1), "order-1")).is_none());
+        // Another client's order-1 is its own.
+        ok(l.execute(ctx(4, 0), c(2), &put("order-1")));
+        assert!(book(&l).id_of(&own_key(c(2), "order-1")).is_some());
+        assert!(book(&l).id_of(&legacy1).is_some());
+        // Client 2 paying its order-1 leaves client 1's; client 1 pays order-1.
+        ok(l.execute(ctx(5, 0), c(2), &del("order-1")));
+        assert!(book(&l).id_of(&legacy1).is_some());
+        ok(l.execute(ctx(6, 0), c(1), &del("order-1")));
+        assert!(
+            book(&l).id_of(&legacy1).is_none(),
+            "the paid legacy order is cancelled"
+        );
+        // A fresh name (order-3) is the full id's; order-1 placed again now is too.
+        ok(l.execute(ctx(7, 0), c(1), &put("order-3")));
+        assert!(book(&l).id_of(&own_key(c(1), "order-3")).is_some());
+        ok(l.execute(ctx(8, 0), c(1), &put("order-1")));
+        assert!(book(&l).id_of(&own_key(c(1), "order-1")).is_some());
+        // The expiries fire: the unpaid legacy order-2 under its old name, the paid one never.
+        let mut pages = MemPages::new(4_096, 1);
+        l.on_tick(Tick::new(1, 9, Some(1_000_000)), &mut pages)
+            .unwrap();
+        let orders = &l.ledger().state().0;
+        assert_eq!(orders.get(legacy2.as_str()), Some(&1));
+        assert_eq!(
+            orders.get(legacy1.as_str()),
+            None,
+            "a paid order never expires"
+        );
+        assert_eq!(orders.get(own_key(c(1), "order-1").as_str()), Some(&1));
+        assert_eq!(orders.get(own_key(c(1), "order-3").as_str()), Some(&1));
     }
 
     #[test]
