@@ -289,6 +289,11 @@ struct Pass<'a, 'p, S> {
     runs: Vec<Due>,
     /// The outbox room reserved for this pass, if any ([`CronTable::evaluate_emitting`]).
     emits: Option<&'a mut crate::outbox::Emits>,
+    /// Whether the due index handed the pass its indexed entries ([`DueIndex::take_due`]:
+    /// each is out of the index, so it is indexed again without the index first looking up
+    /// where it sat, a cache miss per entry) or the pass asks every entry in place (the
+    /// linear reference).
+    taken: bool,
 }
 
 impl<S> Pass<'_, '_, S> {
@@ -357,7 +362,11 @@ impl<S> Pass<'_, '_, S> {
         self.runs.clear();
         let old_key = schedule.due_key(stored);
         let Some(next) = schedule.step(stored, self.tick, &mut self.runs) else {
-            self.index.restore(slot_id, position, old_key);
+            if self.taken {
+                self.index.insert(slot_id, position, old_key);
+            } else {
+                self.index.restore(slot_id, position, old_key);
+            }
             return None;
         };
         debug_assert!(
@@ -371,7 +380,11 @@ impl<S> Pass<'_, '_, S> {
             !next.reached_by(self.tick) || next == Due::Time(TimeMs::MAX),
             "schedule {schedule:?} at {position} is due again at the same tick"
         );
-        self.index.move_key(slot_id, position, old_key, next);
+        if self.taken {
+            self.index.insert(slot_id, position, next);
+        } else {
+            self.index.move_key(slot_id, position, old_key, next);
+        }
         Some(next)
     }
 
@@ -734,6 +747,7 @@ impl<S> CronTable<S> {
             fired: &mut fired,
             runs: Vec::new(),
             emits,
+            taken: true,
         };
         for chunk in candidates.chunks(WARM_CHUNK) {
             // One tight pass reading each candidate's slot first: the cache misses of these
@@ -784,6 +798,7 @@ impl<S> CronTable<S> {
             fired: &mut fired,
             runs: Vec::new(),
             emits: None,
+            taken: false,
         };
         for &slot in self.entries.values() {
             if let Some(Some(s)) = self.slots.get_mut(slot as usize) {

@@ -267,19 +267,42 @@ struct Legacy {
 struct SaveThen {
     by_position: Vec<(u32, Option<(u32, Due)>)>,
     by_page: std::cell::OnceCell<Vec<(u32, u32, Due)>>,
+    /// A bit per position this save changes ([`Self::contains`] in O(1): a paced fold asks it
+    /// of every record of the pages it rewrites). Kept by the store between saves, all clear.
+    marks: Vec<u64>,
+    /// How many positions this save gives a record that had none and takes the record of,
+    /// from the changes themselves (`None` when the changes were not one per position, or a
+    /// position's record was not found: then [`TableLog::commit`] looks the records up).
+    added_removed: Option<(u64, u64)>,
 }
 
 impl SaveThen {
-    fn with_capacity(n: usize) -> Self {
+    /// Room for `n` changes, with the store's all-clear bitmap `marks`.
+    fn with_capacity(n: usize, marks: Vec<u64>) -> Self {
         Self {
             by_position: Vec::with_capacity(n),
             by_page: std::cell::OnceCell::new(),
+            marks,
+            added_removed: Some((0, 0)),
         }
     }
 
-    /// Records `position`'s committed value (positions come ascending).
-    fn push(&mut self, position: u32, value: Option<(u32, Due)>) {
+    /// Records `position`'s committed value (positions come ascending) and whether it has a
+    /// record after this save.
+    fn push(&mut self, position: u32, value: Option<(u32, Due)>, now: bool) {
         self.by_position.push((position, value));
+        let word = position as usize / 64;
+        if self.marks.len() <= word {
+            self.marks.resize(word + 1, 0);
+        }
+        self.marks[word] |= 1u64 << (position % 64);
+        if let Some((added, removed)) = &mut self.added_removed {
+            match (value.is_some(), now) {
+                (false, true) => *added += 1,
+                (true, false) => *removed += 1,
+                _ => {}
+            }
+        }
     }
 
     /// Makes the positions ascending and unique (the first value of each kept), in case the
@@ -288,24 +311,37 @@ impl SaveThen {
         if !self.by_position.windows(2).all(|w| w[0].0 < w[1].0) {
             self.by_position.sort_by_key(|r| r.0);
             self.by_position.dedup_by_key(|r| r.0);
+            // The counts of the pushes may count a position twice.
+            self.added_removed = None;
         }
     }
 
-    fn get(&self, position: u32) -> Option<Option<(u32, Due)>> {
-        self.by_position
-            .binary_search_by_key(&position, |r| r.0)
-            .ok()
-            .map(|i| self.by_position[i].1)
+    /// Whether this save changes `position`.
+    fn contains(&self, position: u32) -> bool {
+        self.marks
+            .get(position as usize / 64)
+            .is_some_and(|w| w & (1u64 << (position % 64)) != 0)
+    }
+
+    /// Clears the bits of this save's positions and hands the bitmap back (O(changes)).
+    fn into_marks(mut self) -> Vec<u64> {
+        for &(position, _) in &self.by_position {
+            if let Some(w) = self.marks.get_mut(position as usize / 64) {
+                *w = 0;
+            }
+        }
+        self.marks
     }
 
     /// The (position, due) of the changed positions that were on `page`, ascending position.
     fn on_page(&self, page: u32) -> impl Iterator<Item = (u32, Due)> + '_ {
         let all = self.by_page.get_or_init(|| {
-            let mut v: Vec<(u32, u32, Due)> = self
-                .by_position
-                .iter()
-                .filter_map(|&(position, then)| then.map(|(p, due)| (p, position, due)))
-                .collect();
+            let mut v: Vec<(u32, u32, Due)> = Vec::with_capacity(self.by_position.len());
+            v.extend(
+                self.by_position
+                    .iter()
+                    .filter_map(|&(position, then)| then.map(|(p, due)| (p, position, due))),
+            );
             v.sort_unstable_by_key(|r| (r.0, r.1));
             v
         });
@@ -387,6 +423,8 @@ pub(crate) struct TableStore {
     frozen_end: FrozenEnd,
     /// A layout 1 schedule the next save migrates.
     legacy: Option<Legacy>,
+    /// A bit per position, all clear between saves: a save marks the positions it changes.
+    save_marks: Vec<u64>,
 }
 
 /// The table's view of one save, the record log's instance.
@@ -404,7 +442,7 @@ impl TableLog<'_> {
     /// Whether `position` changed since `at` (the frozen log's end, or the last commit).
     fn changed_since(&self, position: u32, at: FoldPoint) -> bool {
         (at == FoldPoint::FrozenEnd && self.frozen_end.contains(position))
-            || self.this_save.get(position).is_some()
+            || self.this_save.contains(position)
     }
 }
 
@@ -483,15 +521,20 @@ impl LogInstance for TableLog<'_> {
             CommitOf::This => now,
             // A fold's commit in the middle of the save describes the committed schedule:
             // undo this save's changes to the count.
+            // The changes say which positions gained or lost a record (counted as the save
+            // took them, no lookup per change); otherwise each is looked up.
             CommitOf::Previous => {
-                let (mut added, mut removed) = (0u64, 0u64);
-                for (position, then) in &self.this_save.by_position {
-                    match (then.is_some(), self.next.get(*position).is_some()) {
-                        (false, true) => added += 1,
-                        (true, false) => removed += 1,
-                        _ => {}
+                let (added, removed) = self.this_save.added_removed.unwrap_or_else(|| {
+                    let (mut added, mut removed) = (0u64, 0u64);
+                    for (position, then) in &self.this_save.by_position {
+                        match (then.is_some(), self.next.get(*position).is_some()) {
+                            (false, true) => added += 1,
+                            (true, false) => removed += 1,
+                            _ => {}
+                        }
                     }
-                }
+                    (added, removed)
+                });
                 now.saturating_sub(added).saturating_add(removed)
             }
         };
@@ -518,6 +561,7 @@ impl TableStore {
             log: None,
             frozen_end: FrozenEnd::default(),
             legacy: None,
+            save_marks: Vec::new(),
         }
     }
 
@@ -567,7 +611,8 @@ impl TableStore {
         }
         // Place the changed records (a record that stays keeps its page) and log them.
         let k = u32::try_from(per_record_page(page_size)).unwrap_or(u32::MAX);
-        let mut this_save = SaveThen::with_capacity(changed.len());
+        let mut this_save =
+            SaveThen::with_capacity(changed.len(), std::mem::take(&mut self.save_marks));
         let placement = self.placement(page_size);
         let mut log: Vec<Change> = Vec::with_capacity(changed.len());
         // Records of neighbouring positions share pages: mark each page once per run.
@@ -579,7 +624,8 @@ impl TableStore {
                 Some(_) => placement.page_of(u64::from(position)),
                 None => None,
             };
-            this_save.push(position, before_page.zip(c.before));
+            debug_assert_eq!(c.now, next.get(position), "change of {position}");
+            this_save.push(position, before_page.zip(c.before), c.now.is_some());
             let placed = match c.now {
                 None => {
                     placement.unplace(u64::from(position));
@@ -670,10 +716,11 @@ impl TableStore {
         if frozen {
             // The values at the frozen log's end of the positions this save changed (unless
             // an earlier save since the freeze already recorded them).
-            for (position, v) in this_save.by_position {
+            for &(position, v) in &this_save.by_position {
                 self.frozen_end.keep_first(position, v);
             }
         }
+        self.save_marks = this_save.into_marks();
         Ok(stats)
     }
 

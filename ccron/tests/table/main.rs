@@ -2,6 +2,7 @@
 //! properties, pages and crashes at every write, layout migrations, the ticks generator.
 //! `cargo test -p ccron --test table MODULE::` runs one module.
 
+mod layout_pin;
 mod migrations;
 mod pages;
 mod pages_crash;
