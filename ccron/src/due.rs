@@ -74,6 +74,15 @@ pub trait Schedule: Send + fmt::Debug + 'static {
 
     /// Bytes identifying the schedule's parameters (for the registry's setup digest).
     fn fingerprint(&self) -> Vec<u8>;
+
+    /// Why an entry whose stored next due point is `stored` can never run again, or `None`
+    /// while it can (the default: a schedule without an end). The table reports the step that
+    /// stores such a point as a retirement ([`crate::entry::EntryRetired`]); a pure function
+    /// of the schedule and `stored`, like the others.
+    fn retirement(&self, stored: Option<Due>) -> Option<crate::entry::EntryEnd> {
+        let _ = stored;
+        None
+    }
 }
 
 /// Runs every `every` sequence numbers: at once on the first tick (time not needed), then on the

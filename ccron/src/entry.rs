@@ -15,12 +15,106 @@
 //! pass, in request order, so a pass always runs over one fixed set of entries and every replica
 //! applies the same changes in the same order.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::due::{Due, Schedule};
 use crate::pages::ReservedPages;
 use crate::periodic::Periodic;
+use crate::schedule::{Overlap, ScheduleError};
 use crate::tick::{ComponentId, Tick, TimeMs};
+
+/// Why a table entry can never run again ([`EntryRetired`], [`Schedule::retirement`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EntryEnd {
+    /// Its end ([`CronRule::until`](crate::schedule::CronRule::until)) passed.
+    Ended,
+    /// Its run limit ([`CronRule::with_max_runs`](crate::schedule::CronRule::with_max_runs))
+    /// is reached.
+    RunLimit,
+    /// No bound ends it, but its search found no further instant (the cron search horizon,
+    /// or an exclusion calendar search that spent its budget, traced when it did).
+    Stopped,
+}
+
+impl fmt::Display for EntryEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EntryEnd::Ended => "its end passed",
+            EntryEnd::RunLimit => "its run limit is reached",
+            EntryEnd::Stopped => "its schedule has no further instant",
+        })
+    }
+}
+
+/// A table entry retired by a tick: the step that stored "never again" as its next due point
+/// ([`TickOutcome::retired`](crate::TickOutcome::retired)). The same on every replica (a
+/// function of the committed tick, the stored point and the rule). The entry stays in the
+/// table, idle; [`CronTable::retired_entries`](crate::CronTable::retired_entries) lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryRetired {
+    /// The entry's position.
+    pub position: u32,
+    /// Why it can never run again.
+    pub end: EntryEnd,
+    /// The sequence number of the tick that retired it.
+    pub seq: u64,
+    /// That tick's agreed time.
+    pub at_ms: Option<TimeMs>,
+}
+
+/// What a table entry's overlap policy did instead of a run ([`EntryDiverted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Diversion {
+    /// A planned run was skipped ([`Overlap::Skip`], or a run after the first of one step
+    /// under [`Overlap::BufferOne`]).
+    Skipped,
+    /// The due entry was held, not stepped ([`Overlap::BufferOne`]): its due occurrences wait,
+    /// and the first tick after the result steps it as a late tick.
+    Held,
+}
+
+/// A run (or a step) a table entry's overlap policy kept from happening because the entry's
+/// previous run has no result yet ([`TickOutcome::diverted`](crate::TickOutcome::diverted)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryDiverted {
+    /// The entry's position.
+    pub position: u32,
+    /// The due point of the skipped run, or the stored due point of the held entry.
+    pub due: Due,
+    /// What the policy did.
+    pub what: Diversion,
+}
+
+/// Which table entries of a component await a result: their runs emitted outbox records
+/// ([`ActionCtx::emit`]) that have no result yet. The host passes its outbox
+/// ([`CronTable::evaluate_with_results`](crate::CronTable::evaluate_with_results)), which
+/// implements it; the answer must be a function of replicated state.
+pub trait PendingResults {
+    /// Adds to `out` the position of every entry of `component`'s table that has an emitted
+    /// record without a result.
+    fn awaiting(&self, component: ComponentId, out: &mut BTreeSet<u32>);
+}
+
+/// "No result yet", exactly as the book's overlap reads it: a record a table entry emitted is
+/// awaited until its result is applied through consensus or the consumer's progress trims it
+/// (no result can arrive for it any more). O(held records).
+impl PendingResults for crate::outbox::Outbox {
+    fn awaiting(&self, component: ComponentId, out: &mut BTreeSet<u32>) {
+        for (index, record) in self.iter() {
+            let id = record.id;
+            if id.component == component
+                && id.origin() == crate::outbox::Origin::Table
+                && !self.has_result(index)
+                && let Ok(position) = u32::try_from(id.emitter())
+            {
+                out.insert(position);
+            }
+        }
+    }
+}
 
 /// What a rule sees: the tick, the entry's position, and shared access to state and pages.
 pub struct RuleCtx<'a, S> {
@@ -231,6 +325,8 @@ pub struct CronEntry<S> {
     pub(crate) action: ActionFn<S>,
     pub(crate) schedule_next: Option<ActionFn<S>>,
     pub(crate) on_remove: Option<OnRemoveFn>,
+    /// What a due run does while the entry's previous run has no result yet.
+    pub(crate) overlap: Overlap,
 }
 
 impl<S> fmt::Debug for CronEntry<S> {
@@ -240,6 +336,7 @@ impl<S> fmt::Debug for CronEntry<S> {
             .field("rule", &self.rule)
             .field("schedule_next", &self.schedule_next.is_some())
             .field("on_remove", &self.on_remove.is_some())
+            .field("overlap", &self.overlap)
             .finish()
     }
 }
@@ -257,6 +354,7 @@ impl<S> CronEntry<S> {
             action: Box::new(action),
             schedule_next: None,
             on_remove: None,
+            overlap: Overlap::AllowAll,
         }
     }
 
@@ -276,6 +374,7 @@ impl<S> CronEntry<S> {
             action: Box::new(action),
             schedule_next: None,
             on_remove: None,
+            overlap: Overlap::AllowAll,
         }
     }
 
@@ -293,6 +392,7 @@ impl<S> CronEntry<S> {
             action: Box::new(action),
             schedule_next: None,
             on_remove: None,
+            overlap: Overlap::AllowAll,
         }
     }
 
@@ -306,6 +406,49 @@ impl<S> CronEntry<S> {
         action: impl FnMut(&mut ActionCtx<'_, S>) + Send + 'static,
     ) -> Self {
         Self::scheduled(position, crate::schedule::CronRule::new(schedule), action)
+    }
+
+    /// With the overlap policy `overlap` (the book's [`Overlap`], one policy type for every
+    /// schedule kind): what a due run of this indexed entry does while its previous run has
+    /// no result yet, i.e. records it emitted ([`ActionCtx::emit`]) have neither a result
+    /// applied nor been trimmed by the consumer. The default, [`Overlap::AllowAll`], runs it.
+    ///
+    /// - [`Overlap::Skip`]: the run is skipped, reported
+    ///   ([`TickOutcome::diverted`](crate::TickOutcome::diverted)), counted and traced; the
+    ///   schedule moves on as usual.
+    /// - [`Overlap::BufferOne`]: the due entry is *held*: not stepped, its stored due point
+    ///   kept, so its due occurrences wait as one. The first tick after the result steps it as
+    ///   a late tick: its misfire policy picks what runs (the default, fire-once, the latest
+    ///   reached instant); a second run that step plans after a first that emitted is skipped.
+    ///
+    /// "No result yet" is read from the host's outbox
+    /// ([`CronTable::evaluate_with_results`](crate::CronTable::evaluate_with_results)) and from
+    /// the runs of the same pass. Enters the registry's setup digest.
+    ///
+    /// # Errors
+    /// [`ScheduleError::Invalid`] for an entry with a user rule (it has no occurrences to
+    /// wait), and for [`Overlap::BufferAll`]: its buffer of occurrences needs persisted state
+    /// the table's pages (one next due point per entry) do not hold.
+    pub fn with_overlap(mut self, overlap: Overlap) -> Result<Self, ScheduleError> {
+        if overlap.tracks() && self.rule.schedule().is_none() {
+            return Err(ScheduleError::Invalid(
+                "an overlap policy applies to indexed table entries only".into(),
+            ));
+        }
+        if overlap == Overlap::BufferAll {
+            return Err(ScheduleError::Invalid(
+                "BufferAll is not offered on table entries: its buffer needs persisted state; \
+                 use BufferOne or a schedule of the book"
+                    .into(),
+            ));
+        }
+        self.overlap = overlap;
+        Ok(self)
+    }
+
+    /// The overlap policy ([`CronEntry::with_overlap`]).
+    pub fn overlap(&self) -> Overlap {
+        self.overlap
     }
 
     /// Adds a schedule-next callback, called before the action whenever the rule holds.

@@ -9,7 +9,9 @@ use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
+use crate::entry::CronEntry;
 use crate::pages::{PageRange, ReservedPages};
+use crate::schedule::Overlap;
 use crate::table::{CronTable, TableError, TickOutcome};
 use crate::tick::{ComponentId, Tick};
 
@@ -39,6 +41,16 @@ pub enum RegistryError {
         /// What failed.
         source: TableError,
     },
+}
+
+/// The byte a table entry's overlap policy adds to the setup digest (fixed forever).
+fn overlap_code(overlap: Overlap) -> u8 {
+    match overlap {
+        Overlap::AllowAll => 0,
+        Overlap::Skip => 1,
+        Overlap::BufferOne => 2,
+        Overlap::BufferAll => 3,
+    }
 }
 
 /// All cron tables of a replica, by component id.
@@ -226,6 +238,24 @@ impl<S> CronTableRegistry<S> {
             })
     }
 
+    /// [`Self::evaluate_emitting`] with the entries' overlap policies reading "no result yet"
+    /// from `results`, the host's outbox ([`CronTable::evaluate_with_results`]).
+    pub fn evaluate_with_results(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        pages: &mut dyn ReservedPages,
+        emits: Option<&mut crate::outbox::Emits>,
+        results: &dyn crate::entry::PendingResults,
+    ) -> Result<TickOutcome, RegistryError> {
+        self.table_for(tick)?
+            .evaluate_with_results(tick, state, pages, emits, results)
+            .map_err(|source| RegistryError::Table {
+                component_id: tick.component_id,
+                source,
+            })
+    }
+
     /// Dispatches a committed tick with the linear-scan reference evaluation
     /// ([`CronTable::evaluate_linear`]): same outcome as [`evaluate`](Self::evaluate), O(n) per
     /// tick. For cross-checking runs (a simulator mode) and baselines, not for production.
@@ -307,7 +337,8 @@ impl<S> CronTableRegistry<S> {
             for position in table.positions() {
                 h.update(b"E");
                 h.update(position.to_le_bytes());
-                match table.get(position).and_then(|e| e.rule().schedule()) {
+                let entry = table.get(position);
+                match entry.and_then(|e| e.rule().schedule()) {
                     Some(schedule) => {
                         let fingerprint = schedule.fingerprint();
                         h.update(b"S");
@@ -315,6 +346,11 @@ impl<S> CronTableRegistry<S> {
                         h.update(&fingerprint);
                     }
                     None => h.update(b"C"),
+                }
+                // Only a policy other than the default: existing setups keep their digest.
+                if let Some(overlap) = entry.map(CronEntry::overlap).filter(|o| o.tracks()) {
+                    h.update(b"O");
+                    h.update([overlap_code(overlap)]);
                 }
             }
         }
@@ -358,7 +394,6 @@ impl<S> CronTableRegistry<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::CronEntry;
     use crate::pages::MemPages;
     use crate::periodic::Periodic;
 

@@ -11,6 +11,8 @@
 //! the reference model and benchmark baseline. A fire touches its slot, appends to a bucket
 //! and to the change list: no ordered-map or hash-map operation per fired entry.
 
+mod policy;
+
 use std::collections::{BTreeMap, HashMap};
 
 use crate::codec::{self, CodecError};
@@ -21,6 +23,8 @@ use crate::pages::{PageRange, ReservedPages};
 use crate::periodic::{IntHash, NO_PAGE, ScheduleChange, ScheduleStore};
 use crate::table_store::{self, Records, TableStore};
 use crate::tick::{ComponentId, Tick, TimeMs};
+
+pub use policy::PolicyCounters;
 
 /// Errors of a cron table.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -107,6 +111,18 @@ pub enum TableError {
     /// layout 1 schedules load, and the next save migrates them.
     #[error("the pages hold a schedule in table layout 1 that cannot be migrated in place")]
     OldLayout,
+    /// An entry with a tracking overlap policy ([`CronEntry::with_overlap`]) was due in a pass
+    /// given no outbox to read results from ([`CronTable::evaluate_emitting`] rather than
+    /// [`CronTable::evaluate_with_results`]): it ran as under `AllowAll`.
+    #[error(
+        "entry {position} of component {component_id} has an overlap policy but the pass had no outbox view"
+    )]
+    NoResultView {
+        /// The table's component.
+        component_id: ComponentId,
+        /// The entry.
+        position: u32,
+    },
     /// The commit page names a table layout version this build does not know.
     #[error("the pages hold table layout {found}, this build reads layouts 1 to 3")]
     UnsupportedLayout {
@@ -155,6 +171,12 @@ pub struct TickOutcome {
     pub errors: Vec<TableError>,
     /// Whether the schedule was written to the pages at the end of the pass.
     pub persisted: bool,
+    /// Entries this tick retired: their next due point is now "never"
+    /// ([`crate::entry::EntryRetired`]).
+    pub retired: Vec<crate::entry::EntryRetired>,
+    /// Runs and steps overlap policies kept from happening
+    /// ([`crate::entry::EntryDiverted`]).
+    pub diverted: Vec<crate::entry::EntryDiverted>,
 }
 
 /// Due candidates a tick reads ahead of running them (their slots' cache misses overlap):
@@ -201,6 +223,8 @@ pub struct CronTable<S> {
     scratch: Vec<(u32, u32)>,
     /// Bumped by every entry added or removed ([`Self::generation`]).
     generation: u64,
+    /// Overlap and retirement state of the pass, and their counters.
+    policies: policy::Policies,
 }
 
 /// The table's records as a save reads them: the slab's next due points and the orphans.
@@ -294,6 +318,8 @@ struct Pass<'a, 'p, S> {
     /// where it sat, a cache miss per entry) or the pass asks every entry in place (the
     /// linear reference).
     taken: bool,
+    /// Overlap and retirement state of the pass.
+    policy: &'a mut policy::Policies,
 }
 
 impl<S> Pass<'_, '_, S> {
@@ -317,6 +343,10 @@ impl<S> Pass<'_, '_, S> {
             }
             Rule::Periodic(_) | Rule::Scheduled(_) => {
                 let stored = slot.next;
+                let tracks = entry.overlap.tracks();
+                if tracks && self.hold(slot_id, entry, stored) {
+                    return;
+                }
                 // Built-in periodic schedules are stepped without a virtual call.
                 let next = match &entry.rule {
                     Rule::Periodic(p) => self.step(p, slot_id, position, stored),
@@ -326,6 +356,9 @@ impl<S> Pass<'_, '_, S> {
                 let Some(next) = next else {
                     return;
                 };
+                if next == policy::NEVER && stored != Some(next) {
+                    self.retiring(&slot.entry, next);
+                }
                 // The built-in schedule-next: record the new due point before the action runs.
                 slot.next = Some(next);
                 if stored.is_none() {
@@ -341,7 +374,11 @@ impl<S> Pass<'_, '_, S> {
                 });
                 let runs = std::mem::take(&mut self.runs);
                 for due in &runs {
-                    self.fire(&mut slot.entry, Some(*due));
+                    if tracks {
+                        self.fire_tracked(&mut slot.entry, *due);
+                    } else {
+                        self.fire(&mut slot.entry, Some(*due));
+                    }
                 }
                 self.runs = runs;
             }
@@ -438,6 +475,7 @@ impl<S> CronTable<S> {
             scheduled_count: 0,
             scratch: Vec::new(),
             generation: 0,
+            policies: policy::Policies::default(),
         }
     }
 
@@ -634,6 +672,7 @@ impl<S> CronTable<S> {
             }
             Some(schedule) => {
                 self.scheduled_count += 1;
+                self.policies.tracking += u32::from(entry.overlap.tracks());
                 // The orphan record of this position, if any, is the entry's now.
                 next = self.schedule.orphans.remove(&position);
                 if next.is_some() {
@@ -673,6 +712,7 @@ impl<S> CronTable<S> {
             }
             Some(_) => {
                 self.scheduled_count -= 1;
+                self.policies.tracking -= u32::from(entry.overlap.tracks());
                 self.index.remove(slot);
                 // Removing an entry removes only its own record.
                 if let Some(old) = next {
@@ -748,6 +788,7 @@ impl<S> CronTable<S> {
             runs: Vec::new(),
             emits,
             taken: true,
+            policy: &mut self.policies,
         };
         for chunk in candidates.chunks(WARM_CHUNK) {
             // One tight pass reading each candidate's slot first: the cache misses of these
@@ -799,6 +840,7 @@ impl<S> CronTable<S> {
             runs: Vec::new(),
             emits: None,
             taken: false,
+            policy: &mut self.policies,
         };
         for &slot in self.entries.values() {
             if let Some(Some(s)) = self.slots.get_mut(slot as usize) {
@@ -806,6 +848,58 @@ impl<S> CronTable<S> {
             }
         }
         Ok(self.finish_pass(changes, fired, pages))
+    }
+
+    /// [`CronTable::evaluate_emitting`] with the entries' overlap policies reading "no result
+    /// yet" from `results` (the host's outbox, [`crate::entry::PendingResults`]): the
+    /// evaluation for tables with entries under [`CronEntry::with_overlap`]. The read costs
+    /// O(held records) per tick, only when the table has such an entry.
+    pub fn evaluate_with_results(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        pages: &mut dyn ReservedPages,
+        emits: Option<&mut crate::outbox::Emits>,
+        results: &dyn crate::entry::PendingResults,
+    ) -> Result<TickOutcome, TableError> {
+        self.policies.read(self.component_id, results);
+        let outcome = self.evaluate_emitting(tick, state, pages, emits);
+        self.policies.forget();
+        outcome
+    }
+
+    /// [`CronTable::evaluate_linear`] with an outbox view, as
+    /// [`CronTable::evaluate_with_results`] (the reference model of the property tests).
+    pub fn evaluate_linear_with_results(
+        &mut self,
+        tick: &Tick,
+        state: &mut S,
+        pages: &mut dyn ReservedPages,
+        results: &dyn crate::entry::PendingResults,
+    ) -> Result<TickOutcome, TableError> {
+        self.policies.read(self.component_id, results);
+        let outcome = self.evaluate_linear(tick, state, pages);
+        self.policies.forget();
+        outcome
+    }
+
+    /// The entries that can never run again, ascending position, with why: derived from each
+    /// indexed entry's stored next due point and its schedule ([`crate::Schedule::retirement`]),
+    /// so every replica, and a restarted one, lists the same. O(entries).
+    pub fn retired_entries(&self) -> Vec<(u32, crate::entry::EntryEnd)> {
+        self.entries
+            .iter()
+            .filter_map(|(position, &slot)| {
+                let s = self.slots.get(slot as usize)?.as_ref()?;
+                let end = s.entry.rule.schedule()?.retirement(s.next)?;
+                Some((*position, end))
+            })
+            .collect()
+    }
+
+    /// What the table's policies did since it was built (this process's count).
+    pub fn policy_counters(&self) -> PolicyCounters {
+        self.policies.counters
     }
 
     fn check_component(&self, tick: &Tick) -> Result<(), TableError> {
@@ -833,6 +927,7 @@ impl<S> CronTable<S> {
             fired,
             ..TickOutcome::default()
         };
+        self.policies.finish(self.component_id, &mut outcome);
         for change in changes {
             let result = match change {
                 TableChange::Add(e) => self.add(e),
@@ -1126,6 +1221,7 @@ impl<S> CronTable<S> {
         if self.slot_of.len() != self.entries.len() {
             return Err("lookup map holds positions without an entry".into());
         }
+        self.check_policies()?;
         if self.custom.len() + scheduled as usize != self.entries.len() {
             return Err("custom set holds positions without an entry".into());
         }

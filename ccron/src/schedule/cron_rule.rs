@@ -1,10 +1,11 @@
 //! [`CronRule`]: a cron expression as a known [`Schedule`] of the table's due index.
 
-use super::book::{Misfire, ScheduleError};
+use super::book::{Misfire, RetireReason, ScheduleError};
 use std::sync::Arc;
 
 use crate::cron::{CronError, CronSchedule, ExclusionCalendar};
 use crate::due::{Due, Schedule};
+use crate::entry::EntryEnd;
 use crate::tick::{Tick, TimeMs};
 
 /// A cron expression as an indexed table rule.
@@ -28,6 +29,16 @@ use crate::tick::{Tick, TimeMs};
 ///   misfire policy chooses among the allowed instants it reached (an excluded instant is
 ///   skipped, never postponed).
 ///
+/// - With an end ([`CronRule::until`]) or a run limit ([`CronRule::with_max_runs`]), the rule
+///   has a last instant. Once it ran (or was passed), the stored next instant is the end of
+///   time and the entry is *retired*: the step that stores it reports a typed
+///   [`EntryRetired`](crate::entry::EntryRetired) in the tick's outcome
+///   ([`TickOutcome::retired`](crate::TickOutcome::retired)), counted and traced, and
+///   [`CronTable::retired_entries`](crate::CronTable::retired_entries) lists it with its
+///   [`EntryEnd`] from then on (derived from the stored instant and the rule: nothing more is
+///   persisted). It stays in the table, idle, until the ledger removes or replaces it. A rule
+///   that could never fire is refused when it is built ([`ScheduleError::NeverFires`]).
+///
 /// The stored instant lives in the table's due index and page range like a periodic entry's, so
 /// an idle tick costs no cron search at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,9 +48,23 @@ pub struct CronRule {
     misfire: Misfire,
     calendar: Option<Arc<ExclusionCalendar>>,
     until_ms: Option<TimeMs>,
+    run_limit: Option<RunLimit>,
+}
+
+/// A run limit as the rule's last instant (see [`CronRule::with_max_runs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunLimit {
+    runs: u64,
+    /// The `runs`-th instant after the start (`TimeMs::MAX`: the schedule has fewer).
+    last_ms: TimeMs,
 }
 
 impl CronRule {
+    /// The largest run limit a cron rule takes ([`CronRule::with_max_runs`]): the limit is
+    /// turned into the instant of its last run when the rule is built, by a walk over that
+    /// many instants, so it is bounded like every search.
+    pub const MAX_RUNS: u64 = 10_000;
+
     /// A rule running on `schedule`, armed by the first tick with time.
     pub fn new(schedule: CronSchedule) -> Self {
         Self {
@@ -48,6 +73,7 @@ impl CronRule {
             misfire: Misfire::FireOnce,
             calendar: None,
             until_ms: None,
+            run_limit: None,
         }
     }
 
@@ -58,7 +84,8 @@ impl CronRule {
     ///
     /// # Errors
     /// [`ScheduleError::Invalid`] when `until_ms` is at or before the rule's start
-    /// ([`CronRule::starting_after`]): a rule that could never fire.
+    /// ([`CronRule::starting_after`]); [`ScheduleError::NeverFires`] when the rule's first
+    /// instant after its start lies after `until_ms`: a rule that could never fire.
     pub fn until(mut self, until_ms: TimeMs) -> Result<Self, ScheduleError> {
         if self.after_ms.is_some_and(|after| until_ms <= after) {
             return Err(ScheduleError::Invalid(format!(
@@ -66,7 +93,103 @@ impl CronRule {
             )));
         }
         self.until_ms = Some(until_ms);
+        self.check_fires()?;
         Ok(self)
+    }
+
+    /// Limits the rule to its first `runs` instants after its start ([`CronRule::starting_after`],
+    /// which must be set first): an occurrence limit, the table's `max_runs`. The limit is
+    /// turned into the instant of the last of them here, so the table stores nothing more
+    /// than the next instant (its page layout is unchanged) and every replica retires the
+    /// entry at the same point. Every instant of the rule counts, run or not: one a late
+    /// tick's misfire policy passed over, or one its overlap policy skipped, counts as the
+    /// book's planned occurrences do. Only instants the rule has count: an exclusion calendar's
+    /// (set before or after) are not among them. Enters the fingerprint.
+    ///
+    /// # Errors
+    /// [`ScheduleError::Invalid`] for `runs` outside `1..=`[`CronRule::MAX_RUNS`] or a rule without
+    /// a start (a rule armed by its first tick has no instant to count from that the
+    /// definition knows); [`ScheduleError::Cron`] when the walk to the last instant spends a
+    /// search budget.
+    pub fn with_max_runs(mut self, runs: u64) -> Result<Self, ScheduleError> {
+        if !(1..=Self::MAX_RUNS).contains(&runs) {
+            return Err(ScheduleError::Invalid(format!(
+                "a cron rule's run limit of {runs} is outside 1..={}",
+                Self::MAX_RUNS
+            )));
+        }
+        let Some(after_ms) = self.after_ms else {
+            return Err(ScheduleError::Invalid(
+                "a cron rule's run limit counts instants from its start: set starting_after first"
+                    .into(),
+            ));
+        };
+        let last_ms = self.nth_instant(after_ms, runs)?;
+        self.run_limit = Some(RunLimit { runs, last_ms });
+        self.check_fires()?;
+        Ok(self)
+    }
+
+    /// The run limit, if any ([`CronRule::with_max_runs`]).
+    pub fn max_runs(&self) -> Option<u64> {
+        self.run_limit.map(|l| l.runs)
+    }
+
+    /// The rule's last instant as its end and run limit bound it (`None`: unbounded). For a
+    /// run limit it is the instant of the last counted run (`TimeMs::MAX` when the schedule
+    /// has fewer instants).
+    pub fn last_ms(&self) -> Option<TimeMs> {
+        match (self.until_ms, self.run_limit) {
+            (Some(u), Some(l)) => Some(u.min(l.last_ms)),
+            (u, l) => u.or(l.map(|l| l.last_ms)),
+        }
+    }
+
+    /// Why an entry of this rule whose stored next instant is the end of time never runs
+    /// again: the end passed, the run limit is reached, or (neither bounding it) its search
+    /// stopped (the horizon, or a calendar search that spent its budget; traced when it did).
+    pub fn end_reason(&self) -> EntryEnd {
+        match (self.until_ms, self.run_limit) {
+            (until, Some(l))
+                if l.last_ms != TimeMs::MAX && until.is_none_or(|u| l.last_ms <= u) =>
+            {
+                EntryEnd::RunLimit
+            }
+            (Some(_), _) => EntryEnd::Ended,
+            _ => EntryEnd::Stopped,
+        }
+    }
+
+    /// The `n`-th instant strictly after `after_ms` (calendar applied, no end), `TimeMs::MAX`
+    /// when there are fewer.
+    fn nth_instant(&self, after_ms: TimeMs, n: u64) -> Result<TimeMs, ScheduleError> {
+        let mut t = after_ms;
+        for _ in 0..n {
+            let next = match &self.calendar {
+                None => self.schedule.try_next_after(t)?,
+                Some(c) => self.schedule.try_next_allowed_after(t, c)?,
+            };
+            match next {
+                Some(next) => t = next,
+                None => return Ok(TimeMs::MAX),
+            }
+        }
+        Ok(t)
+    }
+
+    /// `Err(NeverFires)` when the rule has a start and its first instant after it lies beyond
+    /// its last instant ([`CronRule::last_ms`]).
+    fn check_fires(&self) -> Result<(), ScheduleError> {
+        let (Some(after), Some(last)) = (self.after_ms, self.last_ms()) else {
+            return Ok(());
+        };
+        if let Due::Time(first) = self.next_in_bounds(after)
+            && first != TimeMs::MAX
+            && first > last
+        {
+            return Err(ScheduleError::NeverFires(RetireReason::Ended));
+        }
+        Ok(())
     }
 
     /// The end bound, if any.
@@ -83,9 +206,16 @@ impl CronRule {
     /// schedule from ever firing once its dates and spans are past (or
     /// [`CronError::CalendarBudgetExhausted`] when that search spends its budget): such a rule
     /// is refused here rather than found silent on some later tick.
+    ///
+    /// With a run limit set before, the limit is counted again over the allowed instants.
     pub fn excluding(mut self, calendar: ExclusionCalendar) -> Result<Self, ScheduleError> {
         calendar.check_fires(&self.schedule)?;
         self.calendar = Some(Arc::new(calendar));
+        if let (Some(after), Some(limit)) = (self.after_ms, self.run_limit) {
+            let last_ms = self.nth_instant(after, limit.runs)?;
+            self.run_limit = Some(RunLimit { last_ms, ..limit });
+        }
+        self.check_fires()?;
         Ok(self)
     }
 
@@ -114,8 +244,20 @@ impl CronRule {
 
     /// Arms at the first instant strictly after `after_ms` instead of after the first tick: the
     /// first run is due then even if the first tick comes later (replicas agree either way).
+    ///
+    /// Set it before a run limit ([`CronRule::with_max_runs`] counts from it); moving the
+    /// start of a rule with a limit counts the limit again from the new start (a walk that
+    /// spends its search budget leaves the rule with no instant left: it retires at once,
+    /// traced).
     pub fn starting_after(mut self, after_ms: TimeMs) -> Self {
         self.after_ms = Some(after_ms);
+        if let Some(limit) = self.run_limit {
+            let last_ms = self.nth_instant(after_ms, limit.runs).unwrap_or_else(|error| {
+                tracing::warn!(%error, "cron rule: its run limit could not be counted from its new start");
+                after_ms
+            });
+            self.run_limit = Some(RunLimit { last_ms, ..limit });
+        }
         self
     }
 
@@ -131,7 +273,7 @@ impl CronRule {
 
     fn next_after(&self, time_ms: TimeMs) -> Due {
         match self.next_in_bounds(time_ms) {
-            Due::Time(t) if self.until_ms.is_some_and(|until| t > until) => Self::never(),
+            Due::Time(t) if self.last_ms().is_some_and(|last| t > last) => Self::never(),
             due => due,
         }
     }
@@ -157,8 +299,8 @@ impl CronRule {
     /// The latest `count` instants the rule runs in `(after_ms, through_ms]`, ascending.
     fn latest_in(&self, after_ms: TimeMs, through_ms: TimeMs, count: usize) -> Vec<TimeMs> {
         let through_ms = self
-            .until_ms
-            .map_or(through_ms, |until| through_ms.min(until));
+            .last_ms()
+            .map_or(through_ms, |last| through_ms.min(last));
         let Some(calendar) = &self.calendar else {
             return self.schedule.latest_in(after_ms, through_ms, count);
         };
@@ -268,7 +410,15 @@ impl Schedule for CronRule {
             v.extend_from_slice(b"until");
             v.extend_from_slice(&until.to_le_bytes());
         }
+        if let Some(limit) = self.run_limit {
+            v.extend_from_slice(b"runs");
+            v.extend_from_slice(&limit.runs.to_le_bytes());
+        }
         v
+    }
+
+    fn retirement(&self, stored: Option<Due>) -> Option<EntryEnd> {
+        (stored == Some(Self::never())).then(|| self.end_reason())
     }
 }
 
@@ -369,6 +519,69 @@ mod tests {
             CronRule::new(only_xmas).excluding(cal()),
             Err(ScheduleError::Cron(CronError::ExcludedForever { .. }))
         ));
+    }
+
+    #[test]
+    fn a_run_limit_counts_allowed_instants_from_the_start_in_any_order() {
+        use crate::cron::{Exclusion, parse_rfc3339_ms as at};
+        let at = |s: &str| at(s).unwrap();
+        let cal = || {
+            ExclusionCalendar::new(
+                "xmas",
+                vec![
+                    Exclusion::Annual { month: 12, day: 24 },
+                    Exclusion::Annual { month: 12, day: 25 },
+                ],
+            )
+            .unwrap()
+        };
+        let daily = || CronRule::new(CronSchedule::parse("0 9 * * *").unwrap());
+        let start = at("2026-12-23T00:00:00Z");
+        // The 23rd, the 26th, the 27th: the holidays are not instants of the rule.
+        let want = Some(at("2026-12-27T09:00:00Z"));
+        let before = daily()
+            .excluding(cal())
+            .unwrap()
+            .starting_after(start)
+            .with_max_runs(3)
+            .unwrap();
+        let after = daily()
+            .starting_after(start)
+            .with_max_runs(3)
+            .unwrap()
+            .excluding(cal())
+            .unwrap();
+        assert_eq!(before.last_ms(), want);
+        assert_eq!(after.last_ms(), want);
+        assert_eq!(before.fingerprint(), after.fingerprint());
+        // Moving the start counts the limit again from it.
+        let moved = after.clone().starting_after(at("2026-12-26T10:00:00Z"));
+        assert_eq!(moved.last_ms(), Some(at("2026-12-29T09:00:00Z")));
+        // The step after the last instant stores "never" and says why.
+        let mut runs = Vec::new();
+        let next = after.step(None, &t(at("2026-12-28T00:00:00Z")), &mut runs);
+        assert_eq!(runs, [Due::Time(at("2026-12-27T09:00:00Z"))]);
+        assert_eq!(next, Some(CronRule::never()));
+        assert_eq!(after.retirement(next), Some(EntryEnd::RunLimit));
+        assert_eq!(after.retirement(Some(Due::Time(0))), None);
+        assert_ne!(
+            after.fingerprint(),
+            daily()
+                .starting_after(start)
+                .excluding(cal())
+                .unwrap()
+                .fingerprint()
+        );
+    }
+
+    /// The largest limit is a bounded walk at admission (every minute for ~7 days).
+    #[test]
+    fn the_largest_run_limit_is_a_bounded_walk() {
+        let rule = CronRule::new(CronSchedule::parse("* * * * *").unwrap())
+            .starting_after(0)
+            .with_max_runs(CronRule::MAX_RUNS)
+            .unwrap();
+        assert_eq!(rule.last_ms(), Some(CronRule::MAX_RUNS as i64 * 60_000));
     }
 
     #[test]
