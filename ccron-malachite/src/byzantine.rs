@@ -13,6 +13,12 @@
 //!   its proposals or restreams (the engine's signed proposal still goes out, without its
 //!   value): with Broadcast pub-sub the engine gives the application no per-peer send, so the
 //!   subset it withholds from is every peer;
+//! - `withhold-votes`: signs its prevotes and precommits as an honest node does (behind its
+//!   signing guard) and never publishes them: the network codec ([`NetCodec`]) refuses to
+//!   encode its own votes, vote rebroadcasts and round or polka certificates carrying its own
+//!   vote (the engine logs the refusal and sends nothing), and strips its own signatures from
+//!   the commit certificates of its sync answers; otherwise honest (it proposes and streams
+//!   its parts);
 //! - `silent`: stops its engine (the process and its HTTP endpoint live on);
 //! - `bad-ticks`: posts junk ticks and requests to the other validators' endpoints
 //!   ([`ccron_node::hostile::HostileClient`]) and proposes blocks carrying a forged tick.
@@ -26,8 +32,15 @@ use malachitebft_app_channel::app::types::LocallyProposedValue;
 use malachitebft_core_types::{Round, SignedMessage, ValidatorProof, VoteExtensionScope};
 use malachitebft_signing::{Error as SignError, Signer};
 
+use bytes::Bytes;
+use malachitebft_app_channel::app::types::codec::{Codec, HasEncodedLen};
+use malachitebft_app_channel::app::types::streaming::StreamMessage;
+use malachitebft_app_channel::app::types::sync as msync;
+use malachitebft_core_consensus::{LivenessMsg, SignedConsensusMsg};
+
 use crate::context::{
-    ClockSample, Ctx, Ed25519Signer, Height, Proposal, ProposalPart, Sig, Vote, proposer_of,
+    Address, BorshCodec, ClockSample, CodecError, Ctx, Ed25519Signer, Height, Proposal,
+    ProposalPart, Sig, Vote, proposer_of,
 };
 use crate::guard::GuardedSigner;
 use crate::state::State;
@@ -370,9 +383,245 @@ impl Signer<Ctx> for WithholdingSigner {
     }
 }
 
+/// The engine's network codec: [`BorshCodec`] for every message, on every node. A
+/// `withhold-votes` validator's ([`NetCodec::of`]) keeps its own votes back from its start
+/// time on: it refuses to encode a vote of its own (the engine's `PublishConsensusMsg` and
+/// the liveness rebroadcast: the network actor logs the error and publishes nothing) and a
+/// polka or round certificate holding one, and encodes its sync answers without its own
+/// commit signatures. Decoding is never changed, and the engine's WAL keeps its own codec:
+/// the node records and counts its votes as an honest one does.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetCodec {
+    withhold: Option<(Address, i64)>,
+}
+
+impl NetCodec {
+    /// The codec of a node at `me` with strategy `byzantine`: withholding for
+    /// `withhold-votes`, else plain.
+    pub fn of(byzantine: Option<Byzantine>, me: Address) -> Self {
+        Self {
+            withhold: byzantine
+                .filter(|b| b.kind == ByzantineKind::WithholdVotes)
+                .map(|b| (me, b.from_ms)),
+        }
+    }
+
+    /// The voter whose votes are kept back now, if any.
+    fn withheld(&self) -> Option<Address> {
+        self.withhold
+            .filter(|&(_, from)| ccron_node::core::now_ms() >= from)
+            .map(|(me, _)| me)
+    }
+
+    /// Whether `msg` is to be kept back: a vote of the withheld voter, or a certificate
+    /// holding one.
+    fn keeps_back_liveness(&self, msg: &LivenessMsg<Ctx>) -> bool {
+        let Some(me) = self.withheld() else {
+            return false;
+        };
+        match msg {
+            LivenessMsg::Vote(v) => v.message.validator == me,
+            LivenessMsg::PolkaCertificate(c) => c.polka_signatures.iter().any(|s| s.address == me),
+            LivenessMsg::SkipRoundCertificate(c) => {
+                c.round_signatures.iter().any(|s| s.address == me)
+            }
+        }
+    }
+}
+
+macro_rules! plain_net_codec {
+    ($($t:ty),* $(,)?) => {$(
+        impl Codec<$t> for NetCodec {
+            type Error = CodecError;
+
+            fn decode(&self, bytes: Bytes) -> Result<$t, CodecError> {
+                BorshCodec.decode(bytes)
+            }
+
+            fn encode(&self, msg: &$t) -> Result<Bytes, CodecError> {
+                BorshCodec.encode(msg)
+            }
+        }
+    )*};
+}
+
+plain_net_codec!(
+    ProposalPart,
+    StreamMessage<ProposalPart>,
+    ValidatorProof<Ctx>,
+    msync::Status<Ctx>,
+    msync::Request<Ctx>,
+);
+
+impl Codec<SignedConsensusMsg<Ctx>> for NetCodec {
+    type Error = CodecError;
+
+    fn decode(&self, bytes: Bytes) -> Result<SignedConsensusMsg<Ctx>, CodecError> {
+        BorshCodec.decode(bytes)
+    }
+
+    fn encode(&self, msg: &SignedConsensusMsg<Ctx>) -> Result<Bytes, CodecError> {
+        if let SignedConsensusMsg::Vote(v) = msg
+            && self.withheld() == Some(v.message.validator)
+        {
+            tracing::debug!(
+                height = v.message.height.0,
+                "withhold-votes: own vote kept back"
+            );
+            return Err(CodecError::Withheld("own vote"));
+        }
+        BorshCodec.encode(msg)
+    }
+}
+
+impl Codec<LivenessMsg<Ctx>> for NetCodec {
+    type Error = CodecError;
+
+    fn decode(&self, bytes: Bytes) -> Result<LivenessMsg<Ctx>, CodecError> {
+        BorshCodec.decode(bytes)
+    }
+
+    fn encode(&self, msg: &LivenessMsg<Ctx>) -> Result<Bytes, CodecError> {
+        if self.keeps_back_liveness(msg) {
+            tracing::debug!("withhold-votes: own vote or certificate kept back");
+            return Err(CodecError::Withheld("own vote in a liveness message"));
+        }
+        BorshCodec.encode(msg)
+    }
+}
+
+impl Codec<msync::Response<Ctx>> for NetCodec {
+    type Error = CodecError;
+
+    fn decode(&self, bytes: Bytes) -> Result<msync::Response<Ctx>, CodecError> {
+        BorshCodec.decode(bytes)
+    }
+
+    fn encode(&self, msg: &msync::Response<Ctx>) -> Result<Bytes, CodecError> {
+        match self.withheld() {
+            Some(me) => crate::context::encode_response_without(msg, &me),
+            None => BorshCodec.encode(msg),
+        }
+    }
+}
+
+/// The unfiltered length: at most a few signatures more than a withholding node's answer.
+impl HasEncodedLen<msync::Response<Ctx>> for NetCodec {
+    fn encoded_len(&self, msg: &msync::Response<Ctx>) -> Result<usize, CodecError> {
+        BorshCodec.encoded_len(msg)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use malachitebft_core_types::{
+        ExtendedCommitCertificate, ExtendedCommitSignature, NilOrVal, PolkaCertificate,
+        PolkaSignature, VoteType,
+    };
+
+    fn vote(by: Address, height: u64) -> SignedMessage<Ctx, Vote> {
+        SignedMessage::new(
+            Vote {
+                typ: VoteType::Prevote,
+                height: Height(height),
+                round: Round::new(0),
+                value: NilOrVal::Nil,
+                validator: by,
+                extension: None,
+            },
+            Sig([7; 64]),
+        )
+    }
+
+    fn withholding(me: Address, from_ms: i64) -> NetCodec {
+        NetCodec::of(
+            Some(Byzantine {
+                kind: ByzantineKind::WithholdVotes,
+                from_ms,
+            }),
+            me,
+        )
+    }
+
+    #[test]
+    fn a_vote_withholding_codec_keeps_back_its_own_votes_only_and_only_from_its_start() {
+        let (me, peer) = (Address([1; 32]), Address([2; 32]));
+        let on = withholding(me, 0);
+        let own = SignedConsensusMsg::Vote(vote(me, 5));
+        let other = SignedConsensusMsg::Vote(vote(peer, 5));
+        assert!(matches!(on.encode(&own), Err(CodecError::Withheld(_))));
+        assert_eq!(
+            on.encode(&other).unwrap(),
+            BorshCodec.encode(&other).unwrap()
+        );
+        assert!(matches!(
+            on.encode(&LivenessMsg::Vote(vote(me, 5))),
+            Err(CodecError::Withheld(_))
+        ));
+        assert!(on.encode(&LivenessMsg::Vote(vote(peer, 5))).is_ok());
+        let polka = |by: Vec<Address>| {
+            LivenessMsg::PolkaCertificate(PolkaCertificate {
+                height: Height(5),
+                round: Round::new(0),
+                value_id: ccron_node::Hash32([3; 32]),
+                polka_signatures: by
+                    .into_iter()
+                    .map(|a| PolkaSignature::new(a, Sig([9; 64])))
+                    .collect(),
+            })
+        };
+        assert!(on.encode(&polka(vec![peer, me])).is_err());
+        assert!(on.encode(&polka(vec![peer])).is_ok());
+        // Decoding is untouched.
+        let bytes = BorshCodec.encode(&own).unwrap();
+        assert_eq!(
+            Codec::<SignedConsensusMsg<Ctx>>::decode(&on, bytes).unwrap(),
+            own
+        );
+        // Before its start time, and for any other kind or an honest node: plain.
+        let later = withholding(me, i64::MAX);
+        assert!(later.encode(&own).is_ok());
+        let flood = NetCodec::of(
+            Some(Byzantine {
+                kind: ByzantineKind::Flood,
+                from_ms: 0,
+            }),
+            me,
+        );
+        assert!(flood.encode(&own).is_ok());
+        assert!(NetCodec::default().encode(&own).is_ok());
+    }
+
+    #[test]
+    fn a_vote_withholding_codec_answers_sync_without_its_own_commit_signatures() {
+        let (me, peer) = (Address([1; 32]), Address([2; 32]));
+        let cert = ExtendedCommitCertificate {
+            height: Height(4),
+            round: Round::new(0),
+            value_id: ccron_node::Hash32([3; 32]),
+            commit_signatures: [me, peer]
+                .into_iter()
+                .map(|a| ExtendedCommitSignature::new(a, Sig([9; 64]), None))
+                .collect(),
+        };
+        let response = msync::Response::ValueResponse(malachitebft_sync::ValueResponse::new(
+            Height(4),
+            vec![msync::RawDecidedValue::new(Bytes::from_static(b"v"), cert)],
+        ));
+        let signers = |codec: &NetCodec| -> Vec<Address> {
+            let bytes = codec.encode(&response).unwrap();
+            let msync::Response::ValueResponse(r) = BorshCodec.decode(bytes).unwrap();
+            r.values[0]
+                .certificate
+                .commit_signatures
+                .iter()
+                .map(|c| c.address)
+                .collect()
+        };
+        assert_eq!(signers(&withholding(me, 0)), vec![peer]);
+        assert_eq!(signers(&NetCodec::default()), vec![me, peer]);
+    }
 
     #[test]
     fn the_second_value_differs_from_the_first() {

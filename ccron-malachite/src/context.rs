@@ -624,12 +624,46 @@ impl RefusedSignatures {
     }
 }
 
+/// Engine votes whose signature verified, per voter, counted by [`Ed25519Verifier`]
+/// (`status.json`'s `votes_verified`): what reached this node of each validator's votes.
+#[derive(Debug, Default)]
+pub struct VerifiedVotes {
+    by_voter: std::sync::Mutex<std::collections::BTreeMap<Address, ccron_node::records::VoteTally>>,
+}
+
+impl VerifiedVotes {
+    /// Counts one verified vote.
+    fn count(&self, vote: &Vote) {
+        let mut m = self
+            .by_voter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let t = m.entry(vote.validator).or_default();
+        match vote.typ {
+            VoteType::Prevote => t.prevotes = t.prevotes.saturating_add(1),
+            VoteType::Precommit => t.precommits = t.precommits.saturating_add(1),
+        }
+        t.last_height = t.last_height.max(vote.height.0);
+    }
+
+    /// The counts now, by the voter's hex public key.
+    pub fn counts(&self) -> std::collections::BTreeMap<String, ccron_node::records::VoteTally> {
+        self.by_voter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(a, t)| (ccron_node::types::hex(&a.0), *t))
+            .collect()
+    }
+}
+
 /// Verifies everyone's signatures in the chain's domain; each refusal (a bad signature, or
 /// one made for another chain) is counted (when it has counters) and traced (the engine drops
-/// the message).
+/// the message), and each verified vote is counted by voter (when it has counters).
 #[derive(Clone, Debug)]
 pub struct Ed25519Verifier {
     refused: Option<Arc<RefusedSignatures>>,
+    verified: Option<Arc<VerifiedVotes>>,
     domain: SigningDomain,
 }
 
@@ -638,14 +672,21 @@ impl Ed25519Verifier {
     pub fn new(domain: SigningDomain) -> Self {
         Self {
             refused: None,
+            verified: None,
             domain,
         }
     }
 
-    /// A verifier of `domain`'s signatures counting its refusals into `refused`.
-    pub fn counting(refused: Arc<RefusedSignatures>, domain: SigningDomain) -> Self {
+    /// A verifier of `domain`'s signatures counting its refusals into `refused` and the votes
+    /// it verified into `verified`.
+    pub fn counting(
+        refused: Arc<RefusedSignatures>,
+        verified: Arc<VerifiedVotes>,
+        domain: SigningDomain,
+    ) -> Self {
         Self {
             refused: Some(refused),
+            verified: Some(verified),
             domain,
         }
     }
@@ -675,6 +716,9 @@ impl malachitebft_signing::Verifier<Ctx> for Ed25519Verifier {
         public_key: &PubKey,
     ) -> Result<VerificationResult, SignError> {
         let ok = verify_raw(public_key, &vote.signing_bytes(&self.domain), signature);
+        if ok && let Some(v) = &self.verified {
+            v.count(vote);
+        }
         Ok(self.verdict(ok, "vote", |r| &r.votes))
     }
 
@@ -736,6 +780,10 @@ pub enum CodecError {
     /// Encoding failed.
     #[error("encode: {0}")]
     Encode(String),
+    /// A Byzantine validator's network codec kept this message back (`withhold-votes`:
+    /// `crate::byzantine::NetCodec`); the engine logs it and publishes nothing.
+    #[error("withheld: {0}")]
+    Withheld(&'static str),
 }
 
 /// The one codec for the engine: borsh for every type (network, WAL, sync).
@@ -875,6 +923,19 @@ impl Codec<msync::Response<Ctx>> for BorshCodec {
     fn encode(&self, msg: &msync::Response<Ctx>) -> Result<Bytes, CodecError> {
         borsh_encode(&to_wire(msg))
     }
+}
+
+/// A sync response encoded without the commit signatures of `skip` (a vote-withholding
+/// validator's answers carry no vote of its own).
+pub(crate) fn encode_response_without(
+    msg: &msync::Response<Ctx>,
+    skip: &Address,
+) -> Result<Bytes, CodecError> {
+    let mut w = to_wire(msg);
+    for v in &mut w.values {
+        v.signatures.retain(|c| c.address != *skip);
+    }
+    borsh_encode(&w)
 }
 
 impl HasEncodedLen<msync::Response<Ctx>> for BorshCodec {

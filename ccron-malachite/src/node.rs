@@ -293,7 +293,10 @@ pub async fn run_node<A: Application>(
         Ctx,
         config,
         WalContext::new(dir.join("wal"), BorshCodec),
-        NetworkContext::new(identity, BorshCodec),
+        NetworkContext::new(
+            identity,
+            crate::byzantine::NetCodec::of(opts.byzantine, node.me()),
+        ),
         ConsensusContext::new_validator(
             me,
             Box::new(node.verifier()),

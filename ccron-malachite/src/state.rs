@@ -25,7 +25,7 @@ use malachitebft_app_channel::app::types::{LocallyProposedValue, ProposedValue};
 use crate::commit::MalachiteCommit;
 use crate::context::{
     Address, Block, Ctx, Ed25519Signer, Ed25519Verifier, Height, ProposalPart, RefusedSignatures,
-    ValidatorSet, Value, proposer_of,
+    ValidatorSet, Value, VerifiedVotes, proposer_of,
 };
 use crate::guard::{GuardedSigner, SharedGuard};
 
@@ -71,6 +71,9 @@ pub struct State<A> {
     book: ProposalBook<ProposalPart>,
     /// Engine messages the verifier refused (copied into the status at each decision).
     refused: Arc<RefusedSignatures>,
+    /// Engine votes the verifier accepted, per voter (copied into the status at each
+    /// decision).
+    verified: Arc<VerifiedVotes>,
     /// This node's history and catch-up offer, published after each decision for the
     /// catch-up routes (`ccron_node::catchup::serve`).
     offers: OfferSlot,
@@ -169,6 +172,7 @@ impl<A: Application> State<A> {
             my_parts,
             book,
             refused: Arc::default(),
+            verified: Arc::default(),
             offers,
             snapshots,
         })
@@ -214,7 +218,11 @@ impl<A: Application> State<A> {
 
     /// The engine's verifier, counting into this node's status what it refuses.
     pub fn verifier(&self) -> Ed25519Verifier {
-        Ed25519Verifier::counting(self.refused.clone(), self.core.domain().clone())
+        Ed25519Verifier::counting(
+            self.refused.clone(),
+            self.verified.clone(),
+            self.core.domain().clone(),
+        )
     }
 
     /// The engine messages refused for a bad signature so far (votes, proposals, clock
@@ -520,6 +528,7 @@ impl<A: Application> State<A> {
         status.proposal_parts = self.book.counters().clone();
         status.proposal_parts_held = self.book.held();
         status.signatures_refused = self.refused.counts();
+        status.votes_verified = self.verified.counts();
         status.signing = self.guard.counters();
         self.core.decide(MalachiteCommit {
             certificate,

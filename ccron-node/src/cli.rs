@@ -100,7 +100,7 @@ enum Cmd {
         #[arg(long)]
         omit_ticks: bool,
         /// Run as a Byzantine validator of this kind (`equivocate`, `flood`, `withhold`,
-        /// `silent`, `bad-ticks`; for the localnet's attacks).
+        /// `withhold-votes`, `silent`, `bad-ticks`; for the localnet's attacks).
         #[arg(long)]
         byzantine: Option<String>,
         /// From when the Byzantine behaviour is on (Unix ms; honest before). Default: at once.
@@ -181,7 +181,8 @@ enum Cmd {
         #[arg(long)]
         no_kill: bool,
         /// Run node INDEX (default 0) as a Byzantine validator of KIND from a third of the run
-        /// on: `equivocate`, `flood`, `withhold`, `silent` or `bad-ticks` (`KIND[@INDEX]`).
+        /// on: `equivocate`, `flood`, `withhold`, `withhold-votes`, `silent` or `bad-ticks`
+        /// (`KIND[@INDEX]`).
         #[arg(long)]
         byzantine: Option<String>,
         /// Process-level faults from this seed: SIGKILL + restart and SIGSTOP + SIGCONT of
@@ -236,6 +237,14 @@ enum Cmd {
         /// empty and catches up from its peers.
         #[arg(long)]
         wipe_restarted: bool,
+        /// A measurement instead of one run: the honest localnet, then each listed run
+        /// (comma-separated `KIND`, `subset`, `KIND+subset`, or `all`), node 0 Byzantine from
+        /// a third of the run on, all with these options and length, one after the other;
+        /// prints heights/s and the lateness p99s of the fault's window with their ratios to
+        /// the honest run (docs/malachite.md, "Byzantine validators as processes"). `--json`
+        /// gets the table's JSON; each run's home is `<home>/<run>`.
+        #[arg(long)]
+        measure_byzantine: Option<String>,
     },
 }
 
@@ -473,6 +482,7 @@ impl<A: Application> NodeBinary<A> {
                 upgrade_binary,
                 retain_blocks,
                 wipe_restarted,
+                measure_byzantine,
             } => {
                 let byzantine = match byzantine.as_deref().map(parse_target).transpose() {
                     Ok(b) => b,
@@ -543,7 +553,10 @@ impl<A: Application> NodeBinary<A> {
                     retain_blocks,
                     wipe_restarted,
                 };
-                report(&opts, json)
+                match measure_byzantine {
+                    Some(list) => measure(opts, &list, json),
+                    None => report(&opts, json),
+                }
             }
         }
     }
@@ -564,6 +577,55 @@ fn parse_subset(s: &str, nodes: usize, sender: usize) -> Result<Vec<usize>, Stri
         out.push(i);
     }
     Ok(out)
+}
+
+/// `localnet --measure-byzantine LIST`: the honest run and each listed one, the table printed
+/// (and written as JSON); exit 1 when a run had a violation or disagreed.
+fn measure(mut opts: LocalnetOptions, list: &str, json: Option<PathBuf>) -> ExitCode {
+    let runs = match crate::localnet::parse_measure_runs(list) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("localnet: --measure-byzantine: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let home = opts
+        .home
+        .take()
+        .unwrap_or_else(crate::localnet::default_measure_home);
+    opts.home = Some(home.clone());
+    let m = match crate::localnet::measure_byzantine(&opts, &runs) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("localnet: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(path) = json
+        && let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap_or_default())
+    {
+        eprintln!("localnet: writing {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    println!(
+        "measure-byzantine: {} nodes, {} ledger, {} ms per run, fault window from a third of each run; homes under {}",
+        m.nodes,
+        m.ledger,
+        m.duration_ms,
+        home.display()
+    );
+    print!("{}", m.table());
+    for r in m.rows.iter().filter(|r| !r.clean) {
+        println!(
+            "{}: violations {:?} (home {})",
+            r.run.name, r.violations, r.home
+        );
+    }
+    if m.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
@@ -597,6 +659,36 @@ fn report(opts: &LocalnetOptions, json: Option<PathBuf>) -> ExitCode {
     }
     if !report.faults.is_empty() {
         println!("faults {}", report.faults.join(", "));
+    }
+    if let Some(b) = &report.byzantine {
+        println!(
+            "byzantine {} at node {}: {:.1} -> {:.1} heights/s, {} heights during, longest stall before {} ms, during {} ms",
+            b.kind,
+            b.node,
+            b.heights_per_sec_before,
+            b.heights_per_sec_during,
+            b.heights_during,
+            b.longest_stall_before_ms,
+            b.longest_stall_during_ms
+        );
+        for v in &b.votes_during {
+            println!(
+                "  node {} verified during heights {}-{} votes by voter {:?} (last vote heights {:?})",
+                v.node, v.from_height, v.to_height, v.by_voter, v.last_height_by_voter
+            );
+        }
+    }
+    if let Some(w) = &report.window {
+        println!(
+            "window from D/3 on node {}: {:.1} heights/s, {} heights, longest stall {} ms, {} fires due, agreed-due p99 {} ms, wall-due p99 {} ms",
+            w.node,
+            w.heights_per_sec,
+            w.heights,
+            w.longest_stall_ms,
+            w.lateness.fires,
+            w.lateness.agreed_p99_ms,
+            w.lateness.wall_p99_ms
+        );
     }
     if let Some(net) = &report.net_faults {
         println!("net faults {}", net.events.join(", "));

@@ -36,6 +36,11 @@ pub enum ByzantineKind {
     /// Withholds its votes (each signed over other bytes, so no peer counts it) and never
     /// streams its proposal parts.
     Withhold,
+    /// Never publishes its prevotes and precommits (signed as usual, then kept back: no
+    /// vote, vote rebroadcast or certificate carrying its own vote leaves the node, and its
+    /// sync answers carry no signature of its own); otherwise honest: it proposes and streams
+    /// its parts when it is proposer.
+    WithholdVotes,
     /// Stops its engine: the process lives on, silent.
     Silent,
     /// Posts forged, replayed, unknown-component, stranger and oversized ticks and forged,
@@ -46,10 +51,11 @@ pub enum ByzantineKind {
 
 impl ByzantineKind {
     /// Every kind, in order.
-    pub const ALL: [ByzantineKind; 5] = [
+    pub const ALL: [ByzantineKind; 6] = [
         ByzantineKind::Equivocate,
         ByzantineKind::Flood,
         ByzantineKind::Withhold,
+        ByzantineKind::WithholdVotes,
         ByzantineKind::Silent,
         ByzantineKind::BadTicks,
     ];
@@ -60,6 +66,7 @@ impl ByzantineKind {
             ByzantineKind::Equivocate => "equivocate",
             ByzantineKind::Flood => "flood",
             ByzantineKind::Withhold => "withhold",
+            ByzantineKind::WithholdVotes => "withhold-votes",
             ByzantineKind::Silent => "silent",
             ByzantineKind::BadTicks => "bad-ticks",
         }
@@ -334,6 +341,10 @@ mod tests {
         assert_eq!(
             parse_target("bad-ticks@2"),
             Ok((ByzantineKind::BadTicks, 2))
+        );
+        assert_eq!(
+            parse_target("withhold-votes@3"),
+            Ok((ByzantineKind::WithholdVotes, 3))
         );
         assert!(parse_target("nope").is_err());
         assert!(parse_target("silent@x").is_err());

@@ -196,6 +196,12 @@ pub struct NodeStatus {
     /// Engine messages whose signature did not verify (the engine drops them).
     #[serde(default)]
     pub signatures_refused: SignatureRefusals,
+    /// Engine votes whose signature verified, per voter (hex public key): what reached this
+    /// node of each validator's votes (consensus messages, vote rebroadcasts, certificates in
+    /// sync answers; a vote is verified once). The localnet's judge of a validator that
+    /// withholds its votes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub votes_verified: BTreeMap<String, VoteTally>,
     /// The signing guard: messages signed, signed again identically, refused by reason, and
     /// its floor ([`crate::signguard`]).
     #[serde(default)]
@@ -238,6 +244,24 @@ pub struct SignatureRefusals {
     pub extensions: u64,
     /// Validator proofs (a peer's binding of its network identity to a validator key).
     pub proofs: u64,
+}
+
+/// One voter's votes a node verified ([`NodeStatus::votes_verified`]).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VoteTally {
+    /// Prevotes.
+    pub prevotes: u64,
+    /// Precommits.
+    pub precommits: u64,
+    /// The highest height of any of them.
+    pub last_height: u64,
+}
+
+impl VoteTally {
+    /// Prevotes and precommits.
+    pub fn votes(&self) -> u64 {
+        self.prevotes.saturating_add(self.precommits)
+    }
 }
 
 /// The tick pool's counters ([`TickPoolCounters`], flattened: the JSON keys are the counters'

@@ -123,6 +123,14 @@ pub fn peak_rss_kb(pid: u32) -> Option<u64> {
 
 /// `(agreed - due, wall - due)` of every fire in node `i`'s `fires.log`.
 pub(super) fn read_fires(home: &Path, i: usize) -> Vec<(i64, i64)> {
+    read_fires_due(home, i)
+        .into_iter()
+        .map(|(_, agreed, wall)| (agreed, wall))
+        .collect()
+}
+
+/// `(due, agreed - due, wall - due)` of every fire in node `i`'s `fires.log`.
+pub(super) fn read_fires_due(home: &Path, i: usize) -> Vec<(i64, i64, i64)> {
     let text = std::fs::read_to_string(node_dir(home, i).join("fires.log")).unwrap_or_default();
     text.lines()
         .filter_map(|line| {
@@ -134,9 +142,34 @@ pub(super) fn read_fires(home: &Path, i: usize) -> Vec<(i64, i64)> {
             let [_, agreed, wall, _, _, due] = v[..] else {
                 return None;
             };
-            Some((agreed.saturating_sub(due), wall.saturating_sub(due)))
+            Some((due, agreed.saturating_sub(due), wall.saturating_sub(due)))
         })
         .collect()
+}
+
+/// The votes node `observer` verified between its status `from` and its status `to`, per voter
+/// in node-index order (`voters`: each node's hex public key, the genesis' order); a counter
+/// that went down (a restarted process) counts from 0.
+pub(super) fn votes_between(
+    observer: usize,
+    voters: &[String],
+    from: &NodeStatus,
+    to: &NodeStatus,
+) -> super::VotesDuring {
+    let tally = |s: &NodeStatus, key: &str| s.votes_verified.get(key).copied().unwrap_or_default();
+    super::VotesDuring {
+        node: observer,
+        from_height: from.last_height,
+        to_height: to.last_height,
+        by_voter: voters
+            .iter()
+            .map(|k| {
+                let (a, b) = (tally(from, k).votes(), tally(to, k).votes());
+                if b >= a { b - a } else { b }
+            })
+            .collect(),
+        last_height_by_voter: voters.iter().map(|k| tally(to, k).last_height).collect(),
+    }
 }
 
 pub(super) fn read_status(home: &Path, i: usize) -> NodeStatus {
@@ -407,6 +440,48 @@ impl ResumeWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::VoteTally;
+
+    #[test]
+    fn votes_during_are_counted_per_voter_between_two_statuses() {
+        let voters = vec!["aa".to_string(), "bb".to_string(), "cc".to_string()];
+        let tally = |prevotes, precommits, last_height| VoteTally {
+            prevotes,
+            precommits,
+            last_height,
+        };
+        let from = NodeStatus {
+            last_height: 10,
+            votes_verified: [
+                ("aa".to_string(), tally(9, 9, 9)),
+                ("bb".to_string(), tally(10, 10, 10)),
+                ("cc".to_string(), tally(50, 50, 10)),
+            ]
+            .into(),
+            ..NodeStatus::default()
+        };
+        let to = NodeStatus {
+            last_height: 20,
+            votes_verified: [
+                ("aa".to_string(), tally(9, 9, 9)),
+                ("bb".to_string(), tally(20, 21, 20)),
+                // A restarted process counts from 0 again: its count is taken whole.
+                ("cc".to_string(), tally(3, 4, 20)),
+            ]
+            .into(),
+            ..NodeStatus::default()
+        };
+        let v = votes_between(2, &voters, &from, &to);
+        assert_eq!((v.node, v.from_height, v.to_height), (2, 10, 20));
+        assert_eq!(v.by_voter, vec![0, 21, 7]);
+        assert_eq!(v.last_height_by_voter, vec![9, 20, 20]);
+        // A voter the node never heard from counts 0.
+        let none = votes_between(2, &["dd".to_string()], &from, &to);
+        assert_eq!(
+            (none.by_voter, none.last_height_by_voter),
+            (vec![0], vec![0])
+        );
+    }
 
     /// The kill-all test's flake (issue 23): every node restarted 0.6 s before the end of the
     /// run; the first new height comes 2.5 s after the restart (a process start and a round

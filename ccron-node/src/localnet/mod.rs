@@ -17,10 +17,15 @@ use crate::supervise::Supervisor;
 mod disk;
 mod faults;
 mod judge;
+mod measure;
 mod report;
 mod spawn;
 
 pub use disk::{DISK_RESUME_BOUND, DiskFaultReport, DiskFlip};
+pub use measure::{
+    MeasureReport, MeasureRow, MeasureRun, default_measure_home, measure_byzantine,
+    parse_measure_runs,
+};
 
 /// The longest gap between two heights (agreed times, on an honest node that ran the whole
 /// time) a `--byzantine-subset` run may show while the attack lasts: a few rounds' timeouts.
@@ -31,7 +36,8 @@ pub use judge::{
 };
 use judge::{
     ResumeWatch, compare_blocks, disagreeing_heights, disk_usage, millis, newest_snapshot,
-    quorum_read_outbox, read_agreed, read_digests, read_fires, read_status, top_height,
+    quorum_read_outbox, read_agreed, read_digests, read_fires, read_fires_due, read_status,
+    top_height, votes_between,
 };
 use spawn::{Children, spawn_node, supervise_exits, write_clock_offset};
 pub use spawn::{
@@ -226,6 +232,14 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let byzantine_from_ms =
         now_ms().saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
     let byzantine_node = opts.byzantine.map(|(_, i)| i);
+    // Each honest node's first status written at a height timed at or after the fault's start:
+    // the votes it verifies from then on were all signed during the fault.
+    let voters: Vec<String> = genesis
+        .validators
+        .iter()
+        .map(|v| v.public_key.clone())
+        .collect();
+    let mut votes_from: Vec<Option<crate::records::NodeStatus>> = vec![None; n];
     let mut children = Children((0..n).map(|_| None).collect());
     let mut pids = Vec::new();
     let mut supervisor = Supervisor::new(n, &opts.node_bin, opts.upgrade_binary.as_deref());
@@ -311,6 +325,16 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         }
         if resume.pending() {
             resume.observe(millis(t), top_height(&home, n));
+        }
+        if opts.byzantine.is_some() && now_ms() >= byzantine_from_ms {
+            for (i, from) in votes_from.iter_mut().enumerate() {
+                if from.is_none() && Some(i) != byzantine_node {
+                    let s = read_status(&home, i);
+                    if s.last_height > 1 && s.agreed_time_ms >= byzantine_from_ms {
+                        *from = Some(s);
+                    }
+                }
+            }
         }
         if let Some(net) = &net
             && opts.byzantine_subset.is_some()
@@ -642,9 +666,33 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let agreed = measured.map(|i| read_agreed(&home, i)).unwrap_or_default();
     let (_, _, _, stall_all, stall_rest) = liveness(&agreed, i64::MAX);
     let longest_stall_ms = stall_all.max(stall_rest);
+    let window = measured.map(|m| {
+        let (_, during, heights, _, stall) = liveness(&agreed, byzantine_from_ms);
+        let samples: Vec<(i64, i64)> = read_fires_due(&home, m)
+            .into_iter()
+            .filter(|&(due, _, _)| due >= byzantine_from_ms)
+            .map(|(_, agreed, wall)| (agreed, wall))
+            .collect();
+        WindowReport {
+            node: m,
+            from_ms: byzantine_from_ms,
+            heights_per_sec: during,
+            heights,
+            longest_stall_ms: stall,
+            lateness: Lateness::from_samples(m, &samples),
+        }
+    });
     let byzantine = opts.byzantine.zip(measured).map(|((kind, node), m)| {
         let (before, during, heights_during, stall_before, stall_during) =
             liveness(&agreed, byzantine_from_ms);
+        let votes_during = honest
+            .iter()
+            .filter(|&&i| Some(i) != restarted && Some(i) != late)
+            .filter_map(|&i| {
+                let from = votes_from[i].as_ref()?;
+                Some(votes_between(i, &voters, from, &read_status(&home, i)))
+            })
+            .collect();
         ByzantineReport {
             kind,
             node,
@@ -655,6 +703,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             heights_during,
             longest_stall_during_ms: stall_during,
             longest_stall_before_ms: stall_before,
+            votes_during,
         }
     });
     if let Some(b) = &byzantine
@@ -664,6 +713,9 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             "honest nodes decided nothing while node {} was Byzantine ({})",
             b.node, b.kind
         ));
+    }
+    if let Some(b) = &byzantine {
+        violations.extend(withheld_vote_violations(b));
     }
     let subset = opts.byzantine_subset.as_ref().zip(measured).map(|(s, m)| {
         let from_ms = subset_applied
@@ -771,8 +823,34 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         clock_faults,
         disk_faults,
         subset,
+        window,
         replay,
     })
+}
+
+/// A validator withholding its votes (`withhold-votes`): a violation for each honest node that
+/// verified one of them during the fault, and one when no honest node could be counted.
+pub fn withheld_vote_violations(b: &ByzantineReport) -> Vec<String> {
+    let mut out = Vec::new();
+    if b.kind != ByzantineKind::WithholdVotes {
+        return out;
+    }
+    if b.votes_during.is_empty() {
+        out.push(format!(
+            "no honest node's votes could be counted while node {} withheld its votes",
+            b.node
+        ));
+    }
+    for v in &b.votes_during {
+        let k = v.by_voter.get(b.node).copied().unwrap_or(0);
+        if k > 0 {
+            out.push(format!(
+                "node {} verified {k} votes of node {} while it withheld them (heights {}-{})",
+                v.node, b.node, v.from_height, v.to_height
+            ));
+        }
+    }
+    out
 }
 
 /// The command that replays a run's seeded faults (empty without any).
@@ -816,6 +894,44 @@ fn replay_command(opts: &LocalnetOptions) -> String {
 mod tests {
     use super::*;
     use crate::records::NodeStatus;
+
+    #[test]
+    fn a_vote_of_the_withholding_node_seen_during_the_fault_is_a_violation() {
+        let votes = |node, by_voter: Vec<u64>| VotesDuring {
+            node,
+            from_height: 10,
+            to_height: 30,
+            last_height_by_voter: by_voter.iter().map(|_| 30).collect(),
+            by_voter,
+        };
+        let mut b = ByzantineReport {
+            kind: ByzantineKind::WithholdVotes,
+            node: 0,
+            from_ms: 0,
+            measured_node: 1,
+            heights_per_sec_before: 10.0,
+            heights_per_sec_during: 10.0,
+            heights_during: 20,
+            longest_stall_during_ms: 100,
+            longest_stall_before_ms: 100,
+            votes_during: vec![votes(1, vec![0, 40, 40, 40]), votes(2, vec![0, 40, 40, 40])],
+        };
+        assert!(withheld_vote_violations(&b).is_empty());
+        b.votes_during[1].by_voter[0] = 3;
+        let v = withheld_vote_violations(&b);
+        assert_eq!(v.len(), 1);
+        assert!(
+            v[0].starts_with("node 2 verified 3 votes of node 0"),
+            "{v:?}"
+        );
+        // Nothing counted: no verdict is a violation too.
+        b.votes_during.clear();
+        assert_eq!(withheld_vote_violations(&b).len(), 1);
+        // Another kind's votes are not judged.
+        b.kind = ByzantineKind::Withhold;
+        b.votes_during = vec![votes(1, vec![9, 40, 40, 40])];
+        assert!(withheld_vote_violations(&b).is_empty());
+    }
 
     #[test]
     fn lateness_percentiles_of_samples() {

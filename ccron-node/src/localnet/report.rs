@@ -87,6 +87,47 @@ pub struct ByzantineReport {
     pub longest_stall_during_ms: i64,
     /// The longest such time before it (ms).
     pub longest_stall_before_ms: i64,
+    /// Per honest node that ran the whole time, the votes it verified during the fault, by
+    /// voter: from its first status written at a height whose agreed time is at or after
+    /// `from_ms` (every vote counted after it was signed after `from_ms`) to its last.
+    #[serde(default)]
+    pub votes_during: Vec<VotesDuring>,
+}
+
+/// The votes one honest node verified during a Byzantine run's fault
+/// ([`ByzantineReport::votes_during`]; from its `status.json`'s `votes_verified`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VotesDuring {
+    /// The honest node.
+    pub node: usize,
+    /// The height of its status the count starts from.
+    pub from_height: u64,
+    /// Its last height.
+    pub to_height: u64,
+    /// Votes (prevotes and precommits) it verified in between, per voter by node index.
+    pub by_voter: Vec<u64>,
+    /// The highest height of a vote of each voter it verified (over the whole run).
+    pub last_height_by_voter: Vec<u64>,
+}
+
+/// The run's last two thirds (from D/3, when a `--byzantine` node turns faulty and a
+/// `--byzantine-subset` cut is applied) on the measured node, for every run: an honest run's
+/// is the baseline a Byzantine run of the same length is compared with (`localnet
+/// --measure-byzantine`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct WindowReport {
+    /// The measured node.
+    pub node: usize,
+    /// The window's start (Unix ms).
+    pub from_ms: i64,
+    /// Heights per second of agreed time in the window.
+    pub heights_per_sec: f64,
+    /// Heights decided in it.
+    pub heights: u64,
+    /// The longest gap between consecutive heights' agreed times in it (ms).
+    pub longest_stall_ms: i64,
+    /// Lateness of the fires due in it (due at or after `from_ms`).
+    pub lateness: Lateness,
 }
 
 /// A `--byzantine-subset` run's verdict: the Byzantine node's consensus messages reached only
@@ -252,6 +293,10 @@ pub struct Report {
     /// With `--byzantine-subset`: the liveness while the Byzantine node delivered to a subset.
     #[serde(default)]
     pub subset: Option<SubsetReport>,
+    /// Liveness and lateness in the run's last two thirds on the measured node (`None`: no
+    /// honest node ran the whole time).
+    #[serde(default)]
+    pub window: Option<WindowReport>,
     /// The command that replays this run's faults (empty without seeded faults).
     #[serde(default)]
     pub replay: String,
