@@ -424,10 +424,22 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
                 None => {}
             }
         }
-        match self
-            .registry
-            .evaluate_emitting(&tick, &mut self.state, pages, emits.as_mut())
-        {
+        // With a book, a table entry's overlap policy reads "has its previous run a result
+        // yet" from the book's outbox; without one there is no outbox to read, and an entry
+        // with a tracking policy is reported (`TableError::NoResultView`).
+        let evaluated = match self.scheduler.as_ref() {
+            Some(book) => self.registry.evaluate_with_results(
+                &tick,
+                &mut self.state,
+                pages,
+                emits.as_mut(),
+                book.outbox(),
+            ),
+            None => self
+                .registry
+                .evaluate_emitting(&tick, &mut self.state, pages, emits.as_mut()),
+        };
+        match evaluated {
             Ok(outcome) => {
                 if let (Some(e), Some(book)) = (emits, self.scheduler.as_mut())
                     && let Err(fatal) = book.commit_emits(e)

@@ -370,3 +370,63 @@ fn a_full_outbox_refuses_a_request_whole_and_holds_a_table_pass_back() {
     assert_eq!(l.state().refunded, held as u64);
     assert_eq!(l.fires().get(&(C, 0)), Some(&1));
 }
+
+/// Issue 27: a cron table entry's overlap policy reads "the previous run has no result yet"
+/// from the ledger's one outbox. Under `Skip` the entry's run while its record awaits a result
+/// is skipped; once the consumer's result is applied through consensus, it runs again.
+#[test]
+fn a_table_entrys_overlap_reads_the_ledgers_outbox() {
+    use ccron::schedule::Overlap;
+    let mut table =
+        CronTable::with_persistence(C, PageAllocator::new(0, 2).allocate(2).unwrap(), 4);
+    table
+        .add(
+            CronEntry::<Esc>::periodic(0, Periodic::every_ms(1_000).unwrap(), |ctx| {
+                let _ = ctx.emit("ping", b"p".to_vec());
+            })
+            .with_overlap(Overlap::Skip)
+            .unwrap(),
+        )
+        .unwrap();
+    let mut registry = CronTableRegistry::new();
+    registry.register(table).unwrap();
+    let cfg = BookConfig {
+        component: C,
+        position: 9,
+        limits: Limits::default(),
+        book_pages: 64,
+        outbox_pages: 4,
+    };
+    let book = LedgerScheduler::try_new(cfg, Handlers::<Esc>::new())
+        .unwrap()
+        .with_policy(Policy::default().with_outbox_consumer(CONSUMER));
+    let mut l = CronLedger::new(Esc::default(), registry)
+        .with_scheduler(book)
+        .with_table_emits(C, EmitBudget::new(1, 128));
+    let mut pages = MemPages::new(4_096, 2);
+    let records = |l: &CronLedger<Esc>| l.scheduler().unwrap().outbox().len();
+    l.on_tick(Tick::new(C, 1, Some(1_000)), &mut pages).unwrap();
+    assert_eq!(records(&l), 1, "the first run emits");
+    l.on_tick(Tick::new(C, 2, Some(2_000)), &mut pages).unwrap();
+    assert_eq!(
+        records(&l),
+        1,
+        "skipped: the first run's record has no result"
+    );
+    let (i, id) = {
+        let (i, r) = l.scheduler().unwrap().outbox().iter().last().unwrap();
+        (i, r.id)
+    };
+    let p = OutboxResult::dead_letter(i, id, "gave up")
+        .to_payload()
+        .unwrap();
+    let reply = l.execute(ctx(3, 2_500), CONSUMER, &p);
+    assert!(
+        reply.starts_with(b"ok result applied"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    l.on_tick(Tick::new(C, 4, Some(3_000)), &mut pages).unwrap();
+    assert_eq!(records(&l), 2, "the result is in: the entry runs again");
+    assert!(l.halted().is_none());
+}
