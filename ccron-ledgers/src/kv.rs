@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use bincode::{Decode, Encode};
 use ccron::sha256::Sha256;
+use ccron::state_hash::{StateHash, StateHasher};
 
 use ccron::host::ClientId;
 use ccron::host::Digest32;
@@ -212,7 +213,11 @@ impl Application for KvLedger {
     }
 
     fn digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
+        self.digest_in(StateHash::Sha256)
+    }
+
+    fn digest_in(&self, hash: StateHash) -> Digest32 {
+        let mut h = StateHasher::new(hash);
         h.update(match self.keys {
             KeySpace::Shared => &b"kv-ledger"[..],
             KeySpace::PerClient => b"kv-ledger per-client",

@@ -59,8 +59,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::sha256::Sha256;
-
 use super::app::{ClientId, Digest32, Millis};
 use super::wire::{self, WireError};
 
@@ -470,7 +468,12 @@ impl ExecutedRequests {
     /// SHA-256 over the layout, bound, base, clock, evictions, refusals, the entries and the
     /// watermarks in client order (equal on validators that executed the same requests).
     pub fn digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
+        self.digest_in(crate::state_hash::StateHash::Sha256)
+    }
+
+    /// [`Self::digest`]'s stream under the host's hash function `hash`.
+    pub fn digest_in(&self, hash: crate::state_hash::StateHash) -> Digest32 {
+        let mut h = crate::state_hash::StateHasher::new(hash);
         h.update(b"ccron-executed-requests/v4");
         for v in [
             self.max_clients as u64,
