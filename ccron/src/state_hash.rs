@@ -36,8 +36,9 @@ const BLAKE3_BUFFER: usize = 2048;
 #[derive(Clone)]
 pub struct StateHasher(Inner);
 
-// A hasher lives on the stack of the digest that uses it; the BLAKE3 variant's buffer is what
-// makes it large, and it is what saves the per-call cost of many small pieces.
+// A hasher lives on the stack of the digest that uses it (the SHA-256 variant's buffer inline,
+// as `ccron::sha256` has it; the BLAKE3 variant's on the heap, so that neither scheme's hasher
+// is as large as the other's buffer when it is made, moved and finalized).
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 enum Inner {
@@ -49,55 +50,45 @@ enum Inner {
 /// [`blake3::hash`]; the incremental hasher (boxed: ~1.9 KB) is made only beyond that.
 #[derive(Clone)]
 struct Blake3Buffered {
-    buf: [u8; BLAKE3_BUFFER],
-    len: usize,
+    /// Never longer than [`BLAKE3_BUFFER`] (allocated with that capacity).
+    buf: Vec<u8>,
     hasher: Option<Box<blake3::Hasher>>,
 }
 
 impl Blake3Buffered {
     fn new() -> Self {
         Self {
-            buf: [0; BLAKE3_BUFFER],
-            len: 0,
+            buf: Vec::with_capacity(BLAKE3_BUFFER),
             hasher: None,
         }
     }
 
     #[inline]
     fn update(&mut self, data: &[u8]) {
-        match self.buf.get_mut(self.len..self.len + data.len()) {
-            Some(room) => {
-                room.copy_from_slice(data);
-                self.len += data.len();
-            }
-            None => self.update_slow(data),
+        if self.buf.len() + data.len() <= BLAKE3_BUFFER {
+            self.buf.extend_from_slice(data);
+        } else {
+            self.update_slow(data);
         }
     }
 
     #[inline(never)]
     fn update_slow(&mut self, data: &[u8]) {
         let hasher = self.hasher.get_or_insert_with(Box::default);
-        if let Some(pending) = self.buf.get(..self.len) {
-            hasher.update(pending);
-        }
-        self.len = 0;
-        match self.buf.get_mut(..data.len()) {
-            Some(room) if data.len() < BLAKE3_BUFFER => {
-                room.copy_from_slice(data);
-                self.len = data.len();
-            }
-            _ => {
-                hasher.update(data);
-            }
+        hasher.update(&self.buf);
+        self.buf.clear();
+        if data.len() < BLAKE3_BUFFER {
+            self.buf.extend_from_slice(data);
+        } else {
+            hasher.update(data);
         }
     }
 
-    fn finalize(mut self) -> [u8; 32] {
-        let pending = self.buf.get(..self.len).unwrap_or_default();
+    fn finalize(&mut self) -> [u8; 32] {
         match self.hasher.as_mut() {
-            None => blake3::hash(pending).into(),
+            None => blake3::hash(&self.buf).into(),
             Some(h) => {
-                h.update(pending);
+                h.update(&self.buf);
                 h.finalize().into()
             }
         }
@@ -142,7 +133,7 @@ impl StateHasher {
     pub fn finalize(self) -> [u8; 32] {
         match self.0 {
             Inner::Sha256(h) => h.finalize().into(),
-            Inner::Blake3(h) => h.finalize(),
+            Inner::Blake3(mut h) => h.finalize(),
         }
     }
 
