@@ -243,7 +243,7 @@ impl Application for DemoLedger {
         }
         h.update((self.actions.len() as u64).to_le_bytes());
         h.update(self.actions_chain);
-        h.finalize().into()
+        h.finalize()
     }
 
     fn snapshot(&self) -> Vec<u8> {

@@ -226,7 +226,7 @@ impl Application for KvLedger {
         for limb in self.sum {
             h.update(limb.to_le_bytes());
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     fn snapshot(&self) -> Vec<u8> {

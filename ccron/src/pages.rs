@@ -255,7 +255,7 @@ pub trait ReservedPages {
                 h.update(data);
             }
         }
-        Ok(h.finalize().into())
+        Ok(h.finalize())
     }
 }
 
@@ -314,7 +314,7 @@ impl MemPages {
             h.update((data.len() as u64).to_le_bytes());
             h.update(data);
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     fn check(&self, id: PageId, len: usize) -> Result<(), PagesError> {

@@ -714,7 +714,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
             h.update(s.to_le_bytes());
             h.update(n.to_le_bytes());
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     fn snapshot_body(&self) -> Result<Vec<u8>, HostError> {

@@ -322,7 +322,7 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             h.update(b"upgrades");
             h.update(self.upgrades.state().digest());
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     fn snapshot(&self) -> Vec<u8> {

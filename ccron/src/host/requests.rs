@@ -498,7 +498,7 @@ impl ExecutedRequests {
             h.update(client.to_le_bytes());
             h.update(w.to_le_bytes());
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     /// The canonical encoding ([`wire`]) for snapshots, layout [`EXECUTED_REQUESTS_LAYOUT`].
