@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 use bincode::{Decode, Encode};
 use ccron::sha256::Sha256;
+use ccron::state_hash::{StateHash, StateHasher};
 
 use ccron::host::ClientId;
 use ccron::host::Digest32;
@@ -278,7 +279,11 @@ impl Application for KvLedger {
     }
 
     fn digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
+        self.digest_in(StateHash::Sha256)
+    }
+
+    fn digest_in(&self, hash: StateHash) -> Digest32 {
+        let mut h = StateHasher::new(hash);
         h.update(match self.keys {
             KeySpace::Shared => &b"kv-ledger"[..],
             KeySpace::PerClient => b"kv-ledger per-client",
@@ -292,7 +297,7 @@ impl Application for KvLedger {
         for limb in self.sum {
             h.update(limb.to_le_bytes());
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     /// Layout 2 ([`KV_SNAPSHOT_MARK`], entries, legacy entries).

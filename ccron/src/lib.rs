@@ -95,6 +95,7 @@ pub mod registry;
 pub mod schedule;
 pub mod sha256;
 pub mod sig;
+pub mod state_hash;
 pub mod table;
 mod table_store;
 pub mod tick;

@@ -69,8 +69,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::sha256::Sha256;
-
 use super::app::{ClientId, Digest32, Millis};
 use super::wire::{self, WireError};
 
@@ -511,7 +509,12 @@ impl ExecutedRequests {
     /// watermarks in client order, and the legacy watermarks (equal on validators that
     /// executed the same requests).
     pub fn digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
+        self.digest_in(crate::state_hash::StateHash::Sha256)
+    }
+
+    /// [`Self::digest`]'s stream under the host's hash function `hash`.
+    pub fn digest_in(&self, hash: crate::state_hash::StateHash) -> Digest32 {
+        let mut h = crate::state_hash::StateHasher::new(hash);
         h.update(b"ccron-executed-requests/v5");
         for v in [
             self.max_clients as u64,
@@ -541,7 +544,7 @@ impl ExecutedRequests {
             h.update(old.to_le_bytes());
             h.update(w.to_le_bytes());
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     /// The canonical encoding ([`wire`]) for snapshots, layout [`EXECUTED_REQUESTS_LAYOUT`].
