@@ -224,7 +224,7 @@ async fn run_async(opts: &Options) -> Result<Report, String> {
 async fn run_in(opts: &Options, dir: &std::path::Path, guard: Instant) -> Result<Report, String> {
     // The ledger's policy: the consumer, the chain, and the three payment workers' keys.
     let policy = support::with_workers(
-        ccron::Policy::default().with_outbox_consumer(CONSUMER),
+        ccron::Policy::default().with_outbox_consumer(sim_bft::node::ledger_client(CONSUMER)),
         3,
         &[SHOP_CANCEL],
     );

@@ -15,10 +15,10 @@ use ccron::cron::{CronSchedule, ZoneRules};
 use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Timing};
 use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
 use serde::{Deserialize, Serialize};
+use sim_bft::app::ClientId;
 use sim_bft::app::{AppError, Application, ExecContext};
 use sim_bft::crypto::{Digest32, sha256};
 use sim_bft::ledgers::{BookConfig, CronLedger, LedgerScheduler};
-use sim_bft::node::ClientId;
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{SimRng, Workload};
 

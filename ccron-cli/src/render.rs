@@ -74,6 +74,7 @@ fn principal(p: &Principal) -> String {
     match p {
         Principal::Host => "host".into(),
         Principal::Client(c) => format!("client:{c}"),
+        Principal::LegacyClient(n) => format!("legacy:{n}"),
     }
 }
 

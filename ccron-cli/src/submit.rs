@@ -88,8 +88,8 @@ pub async fn chain_domain(
 /// What a submitted mutation came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// The client id the ledger saw.
-    pub client: u64,
+    /// The client id the ledger saw (256 bits).
+    pub client: ccron::ClientId,
     /// The request number.
     pub number: u64,
     /// The height that executed it.

@@ -36,7 +36,7 @@ const CHAIN: &str = "escrow-test-chain";
 const KEY_ID: &str = "ccron-relay";
 const RELAY_SECRET: [u8; 32] = [7; 32];
 /// The ledger's admin, whose requests release escrows (executed by the block task).
-const ADMIN: ClientId = 1;
+const ADMIN: ClientId = ccron::ClientId([1; 32]);
 
 /// The escrow state: a release emits one "escrow-released" record; each record's result
 /// comes back once.

@@ -7,7 +7,7 @@
 //!
 //! - [`SCHEDULES_PATH`]`?owner=&component=&handler=&topic=&paused=&parked=&after=&limit=`: a
 //!   [`ScheduleList`](ccron::schedule::query::ScheduleList) (every parameter optional; `owner`
-//!   is `host` or `client:N`; `after` is the previous page's cursor; text values
+//!   is `host`, `client:HEX` (64 hex digits) or `legacy:N`; `after` is the previous page's cursor; text values
 //!   percent-encoded).
 //! - [`SCHEDULE_PATH`]`?id=N` or `?key=K`, optionally `&preview=N`: a description
 //!   (`Describe(None)` when no schedule has that id or key, so that readers agree on absence
@@ -382,15 +382,22 @@ fn boolean(k: &str, v: &str) -> Result<bool, String> {
     }
 }
 
-/// Parses `host` or `client:N` (or a bare client id).
+/// Parses `host`, `client:HEX` (or a bare client id: 64 hex digits, a 256-bit
+/// [`ClientId`]) or `legacy:N` (an owner migrated from a 64-bit id).
 pub fn parse_principal(v: &str) -> Result<Principal, String> {
     if v == "host" {
         return Ok(Principal::Host);
     }
+    if let Some(n) = v.strip_prefix("legacy:") {
+        return n
+            .parse()
+            .map(Principal::LegacyClient)
+            .map_err(|_| format!("owner {v:?}: legacy:N takes a 64-bit number"));
+    }
     let n = v.strip_prefix("client:").unwrap_or(v);
-    n.parse()
+    n.parse::<ClientId>()
         .map(Principal::Client)
-        .map_err(|_| format!("owner {v:?}: host or client:N"))
+        .map_err(|_| format!("owner {v:?}: host, client:HEX (64 hex digits) or legacy:N"))
 }
 
 /// Renders a principal as [`parse_principal`] reads it.
@@ -398,6 +405,7 @@ pub fn principal_param(p: &Principal) -> String {
     match p {
         Principal::Host => "host".into(),
         Principal::Client(id) => format!("client:{id}"),
+        Principal::LegacyClient(n) => format!("legacy:{n}"),
     }
 }
 
@@ -574,7 +582,7 @@ mod tests {
     fn queries_round_trip_and_are_parsed_strictly() {
         let f = ScheduleFilter {
             component: Some(3),
-            owner: Some(Principal::Client(9)),
+            owner: Some(Principal::Client(ClientId::from_index(9))),
             handler: Some("a b&c=d%".into()),
             topic: Some("billing".into()),
             paused: Some(true),
@@ -607,7 +615,16 @@ mod tests {
             assert!(parse_describe(Some(bad)).is_err(), "{bad}");
         }
         assert_eq!(parse_principal("host"), Ok(Principal::Host));
-        assert_eq!(parse_principal("client:5"), Ok(Principal::Client(5)));
-        assert_eq!(parse_principal("5"), Ok(Principal::Client(5)));
+        let id = ClientId::from_index(5);
+        for p in [
+            Principal::Host,
+            Principal::Client(id),
+            Principal::LegacyClient(5),
+        ] {
+            assert_eq!(parse_principal(&principal_param(&p)), Ok(p));
+        }
+        assert_eq!(parse_principal(&id.to_string()), Ok(Principal::Client(id)));
+        assert!(parse_principal("client:5").is_err(), "64-bit ids are gone");
+        assert!(parse_principal("legacy:x").is_err());
     }
 }

@@ -369,10 +369,11 @@ impl ResultSink for Ledger {
         if matches!(r.outcome, ResultOutcome::Answer(_)) && r.proof.is_none() {
             self.answers_without_proof += 1;
         }
-        match self
-            .outbox
-            .accept_result(&self.policy, &Principal::Client(9), &r)
-        {
+        match self.outbox.accept_result(
+            &self.policy,
+            &Principal::Client(ccron::ClientId::from_index(9)),
+            &r,
+        ) {
             Ok(ResultApplied::Applied) => {
                 self.applied.insert(r.index, r.outcome);
                 Ok(())
@@ -429,7 +430,11 @@ fn ledger(records: u64) -> Ledger {
     }
     Ledger {
         outbox,
-        policy: support::with_workers(Policy::default().with_outbox_consumer(9), 1, &["pay"]),
+        policy: support::with_workers(
+            Policy::default().with_outbox_consumer(ccron::ClientId::from_index(9)),
+            1,
+            &["pay"],
+        ),
         applied: BTreeMap::new(),
         answers_without_proof: 0,
     }

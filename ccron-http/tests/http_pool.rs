@@ -31,7 +31,8 @@ fn wall() -> Instant {
 }
 
 const RECORDS: u64 = 240;
-const CONSUMER: u64 = 9;
+/// The outbox consumer (a stand-in id: no key behind it).
+const CONSUMER: ccron::ClientId = ccron::ClientId::from_bytes([9; 32]);
 
 /// The ledger stand-in: applies results through `Outbox::accept_result`, counting.
 struct Ledger {

@@ -20,7 +20,8 @@ use ccron_http::{Dedupe, DispatcherConfig, Relay, RelayConfig, Submit, SubmitErr
 use support::{CHAIN, KEY_ID, Running, any_port, endpoint, with_workers, worker_config};
 use tokio::net::TcpListener;
 
-const CONSUMER: u64 = 7;
+/// The outbox consumer (a stand-in id: no key behind it).
+const CONSUMER: ccron::ClientId = ccron::ClientId::from_bytes([7; 32]);
 const RECORDS: u64 = 40;
 
 /// A stand-in ledger: its outbox, published to its replicas' read endpoints after each change.

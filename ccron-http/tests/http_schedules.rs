@@ -32,7 +32,7 @@ fn book(n: u64) -> Scheduler {
         )
         .with_key(format!("order-{i}"));
         b.apply(
-            &Principal::Client(i),
+            &Principal::Client(ccron::ClientId::from_index(i)),
             ScheduleRequest::Create(s),
             &h,
             1,
@@ -54,7 +54,7 @@ impl ScheduleSource for Liar {
         match &mut a.body {
             QueryBody::List(l) => {
                 for s in &mut l.items {
-                    s.owner = Principal::Client(666);
+                    s.owner = Principal::Client(ccron::ClientId::from_index(666));
                     s.paused = true;
                 }
             }
@@ -114,7 +114,10 @@ async fn one_lying_node_is_outvoted() {
     };
     assert_eq!(l.items.len(), 5);
     assert!(l.items.iter().all(|s| !s.paused));
-    assert_eq!(l.items[2].owner, Principal::Client(2));
+    assert_eq!(
+        l.items[2].owner,
+        Principal::Client(ccron::ClientId::from_index(2))
+    );
 
     // The liar cannot deny a schedule either.
     let got = r
@@ -133,7 +136,7 @@ async fn one_lying_node_is_outvoted() {
     // A filter travels intact: only client 1's schedule.
     let got = r
         .read(&ScheduleQuery::List(ScheduleFilter {
-            owner: Some(Principal::Client(1)),
+            owner: Some(Principal::Client(ccron::ClientId::from_index(1))),
             ..Default::default()
         }))
         .await
@@ -236,7 +239,10 @@ fn the_publish_book_wrapper_tracks_the_ledger() {
         seq: 5,
         agreed_time_ms: Some(10),
     };
-    assert!(app.execute(ctx, 1, &payload).starts_with(b"ok"));
+    assert!(
+        app.execute(ctx, ClientId::from_index(1), &payload)
+            .starts_with(b"ok")
+    );
     let a = out.answer(&ScheduleQuery::Book).unwrap();
     assert_eq!(a.at_height, 5);
     assert!(matches!(a.body, QueryBody::Book(b) if b.schedules == 1 && b.runs == 0));

@@ -29,7 +29,8 @@ use ccron_http::{
 };
 
 const RECORDS: u64 = 40;
-const CONSUMER: u64 = 9;
+/// The outbox consumer (a stand-in id: no key behind it).
+const CONSUMER: ccron::ClientId = ccron::ClientId::from_bytes([9; 32]);
 const CHAIN: &[u8] = b"python-chain";
 
 /// The wall clock of this test shell.

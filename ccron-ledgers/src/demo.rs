@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use bincode::{Decode, Encode};
 use ccron::sha256::Sha256;
+use ccron::state_hash::{StateHash, StateHasher};
 use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
 
 use super::cron_ledger::CronLedger;
@@ -224,9 +225,13 @@ impl Application for DemoLedger {
     /// write times (bounded by the live keys), the counters, and the action chain (which
     /// commits to every action run, hence to the kept list) instead of the encoded state.
     fn digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
+        self.digest_in(StateHash::Sha256)
+    }
+
+    fn digest_in(&self, hash: StateHash) -> Digest32 {
+        let mut h = StateHasher::new(hash);
         h.update(b"demo-ledger v2");
-        h.update(self.kv.digest());
+        h.update(self.kv.digest_in(hash));
         h.update((self.written_ms.len() as u64).to_le_bytes());
         for (k, t) in &self.written_ms {
             h.update((k.len() as u64).to_le_bytes());
@@ -238,7 +243,7 @@ impl Application for DemoLedger {
         }
         h.update((self.actions.len() as u64).to_le_bytes());
         h.update(self.actions_chain);
-        h.finalize().into()
+        h.finalize()
     }
 
     fn snapshot(&self) -> Vec<u8> {
@@ -320,6 +325,11 @@ pub fn demo_ledger(tables: &DemoTables) -> Result<CronLedger<DemoLedger>, DemoEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn c(n: u64) -> ClientId {
+        ClientId::from_index(n)
+    }
+
     use ccron::{MemPages, Tick};
 
     #[test]
@@ -369,8 +379,8 @@ mod tests {
             seq: 1,
             agreed_time_ms: Some(t),
         };
-        l.execute(ctx(1_000), 0, &put("a"));
-        l.execute(ctx(5_000), 0, &put("b"));
+        l.execute(ctx(1_000), c(0), &put("a"));
+        l.execute(ctx(5_000), c(0), &put("b"));
         // First ticks run both actions at once (the grid starts at the first tick).
         l.on_tick(Tick::new(PRUNE_COMPONENT, 2, Some(6_000)), &mut pages)
             .unwrap();

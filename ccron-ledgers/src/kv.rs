@@ -7,11 +7,21 @@
 //! and no client can read, overwrite or delete another's. [`KeySpace::Shared`] (one namespace
 //! for everyone, the layout before) is kept to replay logs recorded under it; the digest tells
 //! the two apart.
+//!
+//! **256-bit client ids.** Per-client keys were prefixed by the 64-bit client id (8 bytes,
+//! big-endian) before client ids became 256 bits ([`ClientId`]). A snapshot of that layout
+//! (layout 1: the entries alone) restores its entries as **legacy entries**, kept apart from
+//! the others: a client reaches the legacy entry `legacy_prefix (8 bytes BE) || key` of its
+//! own key when it has no entry under its full id ([`ClientId::legacy_prefix`], the old id of
+//! the same key), and its next `Put` or `Delete` of that key moves it under its full id (the
+//! `Put`) or removes it. Snapshots are written in layout 2 ([`KV_SNAPSHOT_MARK`], entries,
+//! legacy entries).
 
 use std::collections::BTreeMap;
 
 use bincode::{Decode, Encode};
 use ccron::sha256::Sha256;
+use ccron::state_hash::{StateHash, StateHasher};
 
 use ccron::host::ClientId;
 use ccron::host::Digest32;
@@ -79,6 +89,9 @@ pub enum KeySpace {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KvLedger {
     entries: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Per-client entries of a layout-1 snapshot, stored under the 64-bit id (the module
+    /// documentation); never added to, emptied as their clients write.
+    legacy: BTreeMap<Vec<u8>, Vec<u8>>,
     sum: [u64; 4],
     keys: KeySpace,
 }
@@ -97,6 +110,18 @@ fn entry_hash(key: &[u8], value: &[u8]) -> [u64; 4] {
     }
     limbs
 }
+
+/// [`entry_hash`] of a legacy entry (domain-separated from the others).
+fn legacy_hash(key: &[u8], value: &[u8]) -> [u64; 4] {
+    entry_hash(&[b"legacy/".as_slice(), key].concat(), value)
+}
+
+/// The first 8 bytes of a snapshot of layout 2 and later: `u64::MAX`, which no layout-1
+/// snapshot starts with (there it is the entry count, bounded by the snapshot's length).
+pub const KV_SNAPSHOT_MARK: u64 = u64::MAX;
+
+/// A snapshot of layout 2: [`KV_SNAPSHOT_MARK`], the entries, the legacy entries.
+type SnapshotV2 = (u64, Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>);
 
 fn add256(a: &mut [u64; 4], b: [u64; 4]) {
     let mut carry = false;
@@ -137,11 +162,11 @@ impl KvLedger {
         self.keys
     }
 
-    /// Where `client`'s `key` is stored: under [`KeySpace::PerClient`], the client id (8 bytes,
-    /// big-endian) followed by the key; under [`KeySpace::Shared`], the key.
+    /// Where `client`'s `key` is stored: under [`KeySpace::PerClient`], the client id (32
+    /// bytes, [`ClientId`]) followed by the key; under [`KeySpace::Shared`], the key.
     pub fn stored_key(&self, client: ClientId, key: &[u8]) -> Vec<u8> {
         match self.keys {
-            KeySpace::PerClient => [&client.to_be_bytes()[..], key].concat(),
+            KeySpace::PerClient => [&client.as_bytes()[..], key].concat(),
             KeySpace::Shared => key.to_vec(),
         }
     }
@@ -151,9 +176,39 @@ impl KvLedger {
         self.entries.get(stored).map(Vec::as_slice)
     }
 
-    /// The value of `client`'s `key`.
+    /// The value of `client`'s `key`: under its full id, else its legacy entry (the module
+    /// documentation).
     pub fn get_of(&self, client: ClientId, key: &[u8]) -> Option<&[u8]> {
-        self.get(&self.stored_key(client, key))
+        self.get(&self.stored_key(client, key)).or_else(|| {
+            self.legacy_key(client, key)
+                .and_then(|k| self.legacy.get(&k).map(Vec::as_slice))
+        })
+    }
+
+    /// Where `client`'s `key` was stored before 256-bit ids, under [`KeySpace::PerClient`]:
+    /// the 64-bit id (8 bytes, big-endian) followed by the key (`None` under
+    /// [`KeySpace::Shared`]).
+    pub fn legacy_key(&self, client: ClientId, key: &[u8]) -> Option<Vec<u8>> {
+        match self.keys {
+            KeySpace::PerClient => Some([&client.legacy_prefix().to_be_bytes()[..], key].concat()),
+            KeySpace::Shared => None,
+        }
+    }
+
+    /// Entries restored from a layout-1 snapshot that no client has moved yet.
+    pub fn legacy_entries(&self) -> usize {
+        self.legacy.len()
+    }
+
+    /// Removes `client`'s legacy entry of `key`, if it has one and no entry under its full id.
+    fn take_legacy(&mut self, client: ClientId, key: &[u8]) -> Option<Vec<u8>> {
+        if self.legacy.is_empty() || self.entries.contains_key(&self.stored_key(client, key)) {
+            return None;
+        }
+        let k = self.legacy_key(client, key)?;
+        let old = self.legacy.remove(&k)?;
+        sub256(&mut self.sum, legacy_hash(&k, &old));
+        Some(old)
     }
 
     /// Number of entries.
@@ -175,13 +230,22 @@ impl KvLedger {
         old
     }
 
-    /// Removes the entry stored under `key` ([`KvLedger::stored_key`]), returning its value.
+    /// Removes the entry stored under `key` ([`KvLedger::stored_key`], or a legacy entry's
+    /// [`KvLedger::legacy_key`] when no entry is), returning its value.
     pub(crate) fn delete(&mut self, key: &[u8]) -> Option<Vec<u8>> {
-        let old = self.entries.remove(key);
-        if let Some(old) = &old {
-            sub256(&mut self.sum, entry_hash(key, old));
+        if let Some(old) = self.remove_entry(key) {
+            return Some(old);
         }
-        old
+        let old = self.legacy.remove(key)?;
+        sub256(&mut self.sum, legacy_hash(key, &old));
+        Some(old)
+    }
+
+    /// Removes the entry stored under `key` (not a legacy entry), returning its value.
+    fn remove_entry(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        let old = self.entries.remove(key)?;
+        sub256(&mut self.sum, entry_hash(key, &old));
+        Some(old)
     }
 }
 
@@ -199,43 +263,86 @@ impl Application for KvLedger {
     fn execute(&mut self, _ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
         match codec::decode::<KvOp>(payload, payload.len()) {
             Ok(KvOp::Put { key, value }) => {
-                let key = self.stored_key(client, &key);
-                result(self.put(key, value))
+                // A legacy entry of the key moves under the full id (its value replaced).
+                let legacy = self.take_legacy(client, &key);
+                let stored = self.stored_key(client, &key);
+                result(self.put(stored, value).or(legacy))
             }
             Ok(KvOp::Get { key }) => result(self.get_of(client, &key).map(<[u8]>::to_vec)),
             Ok(KvOp::Delete { key }) => {
-                let key = self.stored_key(client, &key);
-                result(self.delete(&key))
+                let legacy = self.take_legacy(client, &key);
+                let stored = self.stored_key(client, &key);
+                result(self.remove_entry(&stored).or(legacy))
             }
             Err(_) => vec![kv_result::MALFORMED],
         }
     }
 
     fn digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
+        self.digest_in(StateHash::Sha256)
+    }
+
+    fn digest_in(&self, hash: StateHash) -> Digest32 {
+        let mut h = StateHasher::new(hash);
         h.update(match self.keys {
             KeySpace::Shared => &b"kv-ledger"[..],
             KeySpace::PerClient => b"kv-ledger per-client",
         });
         h.update((self.entries.len() as u64).to_le_bytes());
+        if !self.legacy.is_empty() {
+            // Only with legacy entries: a ledger without any digests as before.
+            h.update(b"legacy");
+            h.update((self.legacy.len() as u64).to_le_bytes());
+        }
         for limb in self.sum {
             h.update(limb.to_le_bytes());
         }
-        h.finalize().into()
+        h.finalize()
     }
 
+    /// Layout 2 ([`KV_SNAPSHOT_MARK`], entries, legacy entries).
     fn snapshot(&self) -> Vec<u8> {
-        let entries: Vec<(&Vec<u8>, &Vec<u8>)> = self.entries.iter().collect();
-        codec::encode(&entries).unwrap_or_default()
+        let all = |m: &BTreeMap<Vec<u8>, Vec<u8>>| -> Vec<(Vec<u8>, Vec<u8>)> {
+            m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let snap: SnapshotV2 = (KV_SNAPSHOT_MARK, all(&self.entries), all(&self.legacy));
+        codec::encode(&snap).unwrap_or_default()
     }
 
+    /// Layout 2, or layout 1 (the entries alone, written before 256-bit client ids): its
+    /// entries become legacy entries under [`KeySpace::PerClient`] (the module
+    /// documentation), and stay as they are under [`KeySpace::Shared`].
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = codec::decode(snapshot, snapshot.len())
-            .map_err(|e| AppError::BadSnapshot(e.to_string()))?;
+        let bad = |e: codec::WireError| AppError::BadSnapshot(e.to_string());
+        let v2 = snapshot.get(..8) == Some(&KV_SNAPSHOT_MARK.to_le_bytes()[..]);
+        let (entries, legacy) = if v2 {
+            let (_, entries, legacy): SnapshotV2 =
+                codec::decode(snapshot, snapshot.len()).map_err(bad)?;
+            (entries, legacy)
+        } else {
+            let entries: Vec<(Vec<u8>, Vec<u8>)> =
+                codec::decode(snapshot, snapshot.len()).map_err(bad)?;
+            match self.keys {
+                KeySpace::PerClient => {
+                    tracing::info!(
+                        entries = entries.len(),
+                        "kv ledger snapshot of layout 1 (64-bit client ids): entries kept as legacy entries"
+                    );
+                    (Vec::new(), entries)
+                }
+                KeySpace::Shared => (entries, Vec::new()),
+            }
+        };
         let mut fresh = KvLedger::with_keys(self.keys);
         for (k, v) in entries {
             if fresh.put(k, v).is_some() {
                 return Err(AppError::BadSnapshot("duplicate key".into()));
+            }
+        }
+        for (k, v) in legacy {
+            add256(&mut fresh.sum, legacy_hash(&k, &v));
+            if fresh.legacy.insert(k, v).is_some() {
+                return Err(AppError::BadSnapshot("duplicate legacy key".into()));
             }
         }
         *self = fresh;
@@ -252,6 +359,79 @@ mod tests {
         agreed_time_ms: None,
     };
 
+    fn c(n: u64) -> ClientId {
+        ClientId::from_index(n)
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s = s.trim();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// A snapshot main's code wrote (be3a95a, before 256-bit client ids): per-client keys
+    /// under 64-bit ids, `ClientId::from_index(n).legacy_prefix()` for clients 1 and 2 (client
+    /// 1 put `k` = `one-k` and `x` = `one-x`, client 2 `k` = `two-k`).
+    const KV_V1: &str = include_str!("../tests/fixtures/kv_v1.snapshot.hex");
+
+    fn get(k: &str) -> Vec<u8> {
+        KvOp::Get { key: k.into() }.to_payload()
+    }
+
+    fn del(k: &str) -> Vec<u8> {
+        KvOp::Delete { key: k.into() }.to_payload()
+    }
+
+    /// Entries of a layout-1 snapshot stay reachable by their clients under 256-bit ids (by
+    /// the old id's 8 bytes, which start each client's full id), move under the full id on a
+    /// `Put`, go on a `Delete`, and survive a layout-2 snapshot; nobody else reaches them.
+    #[test]
+    fn a_layout_1_snapshot_keeps_every_clients_entries_reachable() {
+        let mut l = KvLedger::new();
+        l.restore(&unhex(KV_V1)).unwrap();
+        assert_eq!((l.len(), l.legacy_entries()), (0, 3));
+        assert_eq!(l.get_of(c(1), b"k"), Some(&b"one-k"[..]));
+        assert_eq!(l.get_of(c(1), b"x"), Some(&b"one-x"[..]));
+        assert_eq!(l.get_of(c(2), b"k"), Some(&b"two-k"[..]));
+        assert_eq!(l.execute(CTX, c(1), &get("k")), b"\x00one-k".to_vec());
+        // Another client, and one sharing 7 of the 8 bytes, reach nothing.
+        assert_eq!(l.execute(CTX, c(3), &get("k")), vec![kv_result::NONE]);
+        let mut near = c(1);
+        near.0[7] ^= 1;
+        assert_eq!(l.get_of(near, b"k"), None);
+        // A layout-2 snapshot keeps them apart, and restores equal.
+        let mut back = KvLedger::new();
+        back.restore(&l.snapshot()).unwrap();
+        assert_eq!(back, l);
+        assert_eq!(back.digest(), l.digest());
+        // A put moves the entry under the full id (answering the old value); a delete removes.
+        assert_eq!(
+            l.execute(CTX, c(1), &put("k", "new")),
+            b"\x00one-k".to_vec()
+        );
+        assert_eq!((l.len(), l.legacy_entries()), (1, 2));
+        assert_eq!(l.get(&l.stored_key(c(1), b"k")), Some(&b"new"[..]));
+        assert_eq!(l.execute(CTX, c(1), &get("k")), b"\x00new".to_vec());
+        assert_eq!(l.execute(CTX, c(2), &del("k")), b"\x00two-k".to_vec());
+        assert_eq!(l.execute(CTX, c(2), &get("k")), vec![kv_result::NONE]);
+        assert_eq!((l.len(), l.legacy_entries()), (1, 1));
+        // The digest tracks the legacy entries: equal states digest equal, whatever the path.
+        let mut other = KvLedger::new();
+        other.restore(&unhex(KV_V1)).unwrap();
+        other.execute(CTX, c(2), &del("k"));
+        other.execute(CTX, c(1), &put("k", "new"));
+        assert_eq!(other, l);
+        assert_eq!(other.digest(), l.digest());
+        assert_ne!(other.digest(), back.digest());
+        // Under the shared key space (replays of older logs) a layout-1 snapshot's entries are
+        // plain entries, as they were.
+        let mut shared = KvLedger::with_keys(KeySpace::Shared);
+        shared.restore(&unhex(KV_V1)).unwrap();
+        assert_eq!((shared.len(), shared.legacy_entries()), (3, 0));
+    }
+
     fn put(k: &str, v: &str) -> Vec<u8> {
         KvOp::Put {
             key: k.into(),
@@ -267,26 +447,29 @@ mod tests {
         let mut l = KvLedger::new();
         let get = KvOp::Get { key: "k".into() }.to_payload();
         let del = KvOp::Delete { key: "k".into() }.to_payload();
-        assert_eq!(l.execute(CTX, 1, &put("k", "mine")), vec![kv_result::NONE]);
-        // Another client's put, get and delete of the same name address its own entry.
-        assert_eq!(l.execute(CTX, 2, &get), vec![kv_result::NONE]);
         assert_eq!(
-            l.execute(CTX, 2, &put("k", "theirs")),
+            l.execute(CTX, c(1), &put("k", "mine")),
             vec![kv_result::NONE]
         );
-        assert_eq!(l.execute(CTX, 2, &del), b"\x00theirs".to_vec());
-        assert_eq!(l.execute(CTX, 2, &del), vec![kv_result::NONE]);
-        assert_eq!(l.execute(CTX, 1, &get), b"\x00mine".to_vec());
-        assert_eq!(l.get_of(1, b"k"), Some(&b"mine"[..]));
+        // Another client's put, get and delete of the same name address its own entry.
+        assert_eq!(l.execute(CTX, c(2), &get), vec![kv_result::NONE]);
+        assert_eq!(
+            l.execute(CTX, c(2), &put("k", "theirs")),
+            vec![kv_result::NONE]
+        );
+        assert_eq!(l.execute(CTX, c(2), &del), b"\x00theirs".to_vec());
+        assert_eq!(l.execute(CTX, c(2), &del), vec![kv_result::NONE]);
+        assert_eq!(l.execute(CTX, c(1), &get), b"\x00mine".to_vec());
+        assert_eq!(l.get_of(c(1), b"k"), Some(&b"mine"[..]));
         assert_eq!(l.len(), 1);
         // The shared layout (replays of older logs) behaves as it did, and digests apart.
         let mut shared = KvLedger::with_keys(KeySpace::Shared);
-        shared.execute(CTX, 1, &put("k", "mine"));
-        assert_eq!(shared.execute(CTX, 2, &del), b"\x00mine".to_vec());
+        shared.execute(CTX, c(1), &put("k", "mine"));
+        assert_eq!(shared.execute(CTX, c(2), &del), b"\x00mine".to_vec());
         assert!(shared.is_empty());
         let (mut a, mut b) = (KvLedger::new(), KvLedger::with_keys(KeySpace::Shared));
         assert_ne!(a.digest(), b.digest());
-        a.execute(CTX, 1, &put("k", "v"));
+        a.execute(CTX, c(1), &put("k", "v"));
         let mut c = KvLedger::new();
         c.restore(&a.snapshot()).unwrap();
         assert_eq!(c, a);
@@ -298,18 +481,21 @@ mod tests {
     fn kv_digest_is_order_independent_and_tracks_state() {
         let mut a = KvLedger::new();
         let mut b = KvLedger::new();
-        a.execute(CTX, 0, &put("x", "1"));
-        a.execute(CTX, 0, &put("y", "2"));
-        b.execute(CTX, 0, &put("y", "2"));
+        a.execute(CTX, c(0), &put("x", "1"));
+        a.execute(CTX, c(0), &put("y", "2"));
+        b.execute(CTX, c(0), &put("y", "2"));
         assert_ne!(a.digest(), b.digest());
-        b.execute(CTX, 0, &put("x", "0"));
+        b.execute(CTX, c(0), &put("x", "0"));
         assert_ne!(a.digest(), b.digest());
-        assert_eq!(b.execute(CTX, 0, &put("x", "1")), b"\x000".to_vec());
+        assert_eq!(b.execute(CTX, c(0), &put("x", "1")), b"\x000".to_vec());
         assert_eq!(a.digest(), b.digest());
         let del = KvOp::Delete { key: "x".into() }.to_payload();
-        a.execute(CTX, 0, &del);
+        a.execute(CTX, c(0), &del);
         assert_ne!(a.digest(), b.digest());
-        assert_eq!(a.execute(CTX, 0, b"\xff\xff"), vec![kv_result::MALFORMED]);
+        assert_eq!(
+            a.execute(CTX, c(0), b"\xff\xff"),
+            vec![kv_result::MALFORMED]
+        );
         let mut c = KvLedger::new();
         c.restore(&b.snapshot()).unwrap();
         assert_eq!(c, b);

@@ -38,8 +38,7 @@ use ccron::host::ClientId;
 use ccron::host::Digest32;
 use ccron::host::app::{AppError, Application, ExecContext};
 use ccron::host::wire;
-use namespace::own_schedule;
-pub use namespace::{own_key, own_request};
+pub use namespace::{legacy_key, own_key, own_request, own_request_in};
 
 /// The handler every replica registers.
 pub const EXPIRE_ORDER: &str = "expire-order";
@@ -295,7 +294,7 @@ impl ScheduledLedger {
             None => (ccron::Policy::default(), None),
         };
         if cfg.zone_installs {
-            policy = policy.with_admin(ZONE_ADMIN);
+            policy = policy.with_admin(ccron::ClientId::from_index(ZONE_ADMIN));
         }
         if let Some(reaction) = reaction {
             book = book.with_result_reaction(reaction);
@@ -314,8 +313,12 @@ impl ScheduledLedger {
     /// in the client's namespace (see the module documentation), or `None` when it is not a
     /// schedule request (nor, with [`SchedAppConfig::puts_as_orders`], a `Put` or `Delete`).
     fn own_request_of(&self, client: ClientId, payload: &[u8]) -> Option<ScheduleRequest> {
+        // A name the client has only under its 64-bit id (a book migrated from layout 9) is
+        // resolved there (see `namespace`).
+        let book = self.inner.scheduler().map(|s| s.book());
+        let exists = |key: &str| book.is_some_and(|b| b.id_of(key).is_some());
         if let Ok(req) = codec::from_blob::<ScheduleRequest>(payload) {
-            return Some(own_request(client, req));
+            return Some(own_request_in(client, req, &exists));
         }
         if !self.cfg.puts_as_orders {
             return None;
@@ -329,13 +332,19 @@ impl ScheduledLedger {
             Ok(KvOp::Put { key, .. }) => {
                 let order = String::from_utf8_lossy(&key).into_owned();
                 let expiry = Self::expiry(&order, self.cfg.expiry_ms);
-                Some(ScheduleRequest::Upsert(own_schedule(client, expiry)))
+                Some(own_request_in(
+                    client,
+                    ScheduleRequest::Upsert(expiry),
+                    &exists,
+                ))
             }
             Ok(KvOp::Delete { key }) => {
                 let order = String::from_utf8_lossy(&key).into_owned();
-                Some(ScheduleRequest::Cancel(Target::Key(own_key(
-                    client, &order,
-                ))))
+                Some(own_request_in(
+                    client,
+                    ScheduleRequest::Cancel(Target::Key(order)),
+                    &exists,
+                ))
             }
             _ => None,
         }
@@ -462,6 +471,11 @@ impl Application for ScheduledLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn c(n: u64) -> ClientId {
+        ClientId::from_index(n)
+    }
+
     use crate::scheduler::{outbox_delivered_of, outbox_delivered_payload};
     use ccron::PageRange;
     use ccron::cron::ZoneRules;
@@ -469,9 +483,9 @@ mod tests {
 
     const BOOK: u32 = 3;
     /// The outbox consumer's client id in the test ledgers.
-    const CONSUMER: u64 = 42;
+    const CONSUMER: ClientId = ClientId([42; 32]);
     /// An admin's client id in the test ledgers.
-    const ADMIN: u64 = 77;
+    const ADMIN: ClientId = ClientId([77; 32]);
 
     fn ctx(seq: u64, t: i64) -> ExecContext {
         ExecContext {
@@ -532,7 +546,7 @@ mod tests {
         let mut a = ledger();
         let mut pages = MemPages::new(4_096, 4);
         let every = every_ms(1_000).with_payload(b"o".to_vec());
-        a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every)));
+        a.execute(ctx(1, 0), c(0), &req(&ScheduleRequest::Create(every)));
         for (seq, t) in (2..7).zip((0..5).map(|s| s * 1_000)) {
             a.on_tick(Tick::new(BOOK, seq, Some(t)), &mut pages)
                 .unwrap();
@@ -545,7 +559,7 @@ mod tests {
         // A stranger's progress report, and the consumer's past the head, are rejected and
         // trim nothing (issue 10: any client could drop every undelivered effect).
         let digest = a.digest();
-        let denied = a.execute(ctx(8, 5_000), 0, &outbox_delivered_payload(u64::MAX));
+        let denied = a.execute(ctx(8, 5_000), c(0), &outbox_delivered_payload(u64::MAX));
         assert!(
             String::from_utf8_lossy(&denied).contains("may not report outbox progress"),
             "{}",
@@ -601,7 +615,7 @@ mod tests {
         let mut a = ledger();
         let mut pages = MemPages::new(4_096, 4);
         let every = every_ms(1_000).with_payload(b"o".to_vec());
-        a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every)));
+        a.execute(ctx(1, 0), c(0), &req(&ScheduleRequest::Create(every)));
         let max_records = a.scheduler().unwrap().outbox().limits().max_records as u32;
         let ticks = max_records + 20;
         for (seq, t) in (2..).zip((0..ticks).map(|s| i64::from(s) * 1_000)) {
@@ -648,34 +662,118 @@ mod tests {
         };
         let ok = |r: Vec<u8>| assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
         // Client 2 places order-7 first; client 1 still places its own.
-        ok(l.execute(ctx(1, 0), 2, &put("order-7")));
-        ok(l.execute(ctx(2, 0), 1, &put("order-7")));
-        // A raw request naming client 1's namespaced key stays in client 2's namespace.
-        let squat = ScheduleRequest::Create(ScheduledLedger::expiry("1/order-9", 1_000));
-        ok(l.execute(ctx(3, 0), 2, &req(&squat)));
-        ok(l.execute(ctx(4, 0), 1, &put("order-9")));
+        ok(l.execute(ctx(1, 0), c(2), &put("order-7")));
+        ok(l.execute(ctx(2, 0), c(1), &put("order-7")));
+        // A raw request naming client 1's namespaced key would stay in client 2's namespace;
+        // with 256-bit ids (64 hex digits) the two prefixes leave no room under the 128-byte
+        // name limit, so it is refused.
+        let squat =
+            ScheduleRequest::Create(ScheduledLedger::expiry(&format!("{}/order-9", c(1)), 1_000));
+        let refused = l.execute(ctx(3, 0), c(2), &req(&squat));
+        assert!(refused.starts_with(b"err limit exceeded"), "{refused:?}");
+        ok(l.execute(ctx(4, 0), c(1), &put("order-9")));
         // Client 2 pays its order-7: client 1's still expires.
         let pay = KvOp::Delete {
             key: "order-7".into(),
         }
         .to_payload();
-        ok(l.execute(ctx(5, 0), 2, &pay));
+        ok(l.execute(ctx(5, 0), c(2), &pay));
         l.on_tick(Tick::new(1, 6, Some(1_000)), &mut pages).unwrap();
         let orders = &l.ledger().state().0;
-        assert_eq!(orders.get("1/order-7"), Some(&1));
-        assert_eq!(orders.get("2/order-7"), None);
-        assert_eq!(orders.get("1/order-9"), Some(&1));
-        assert_eq!(orders.get("2/1/order-9"), Some(&1));
+        assert_eq!(orders.get(format!("{}/order-7", c(1)).as_str()), Some(&1));
+        assert_eq!(orders.get(format!("{}/order-7", c(2)).as_str()), None);
+        assert_eq!(orders.get(format!("{}/order-9", c(1)).as_str()), Some(&1));
+        assert_eq!(orders.len(), 2, "only client 1's order-7 and order-9");
         // The shared layout (replaying older logs): the first creator holds the key.
         let shared = SchedAppConfig {
             keys: KeySpace::Shared,
             ..cfg
         };
         let mut old = ScheduledLedger::new(shared);
-        ok(old.execute(ctx(1, 0), 2, &put("order-7")));
-        let denied = old.execute(ctx(2, 0), 1, &put("order-7"));
-        assert!(denied.starts_with(b"err client 1 may not"), "{denied:?}");
+        ok(old.execute(ctx(1, 0), c(2), &put("order-7")));
+        let denied = old.execute(ctx(2, 0), c(1), &put("order-7"));
+        let want = format!("err client {} may not", c(1).short());
+        assert!(denied.starts_with(want.as_bytes()), "{denied:?}");
         assert_ne!(old.setup_digest(), l.setup_digest());
+    }
+
+    /// Issue 24 (256-bit ids): a book migrated from layout 9 keeps a client's schedules under
+    /// `<64-bit id>/<key>`. Paying such an order (a `Delete`) cancels that expiry, and placing it
+    /// again (a `Put`) changes it instead of adding a second expiry under the full id. Without
+    /// the legacy resolution the paid order would still expire. Another client cannot reach it;
+    /// a fresh name is the full id's.
+    #[test]
+    fn a_name_from_before_256_bit_ids_is_still_the_clients() {
+        let shared = SchedAppConfig {
+            puts_as_orders: true,
+            expiry_ms: 1_000,
+            keys: KeySpace::Shared,
+            ..SchedAppConfig::default()
+        };
+        let put = |k: &str| {
+            KvOp::Put {
+                key: k.into(),
+                value: vec![],
+            }
+            .to_payload()
+        };
+        let del = |k: &str| KvOp::Delete { key: k.into() }.to_payload();
+        let ok = |r: Vec<u8>| assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
+        // What layout 9 stored for client 1's order-1 and order-2: the key and payload under
+        // its 64-bit id, written here through the shared layout (no prefix added).
+        let mut old = ScheduledLedger::new(shared);
+        let legacy1 = legacy_key(c(1), "order-1");
+        let legacy2 = legacy_key(c(1), "order-2");
+        assert_eq!(legacy1, format!("{}/order-1", c(1).legacy_prefix()));
+        ok(old.execute(ctx(1, 0), c(1), &put(&legacy1)));
+        ok(old.execute(ctx(2, 0), c(1), &put(&legacy2)));
+        let snapshot = old.snapshot();
+        let per_client = SchedAppConfig {
+            keys: KeySpace::PerClient,
+            ..shared
+        };
+        let mut l = ScheduledLedger::new(per_client);
+        l.restore(&snapshot).unwrap();
+        let book = |l: &ScheduledLedger| l.ledger().scheduler().unwrap().book().clone();
+        assert_eq!(book(&l).len(), 2);
+        // Re-placing order-1 changes its expiry; no second one appears under the full id.
+        ok(l.execute(ctx(3, 0), c(1), &put("order-1")));
+        assert_eq!(
+            book(&l).len(),
+            2,
+            "the legacy expiry was changed, not doubled"
+        );
+        assert!(book(&l).id_of(&own_key(c(1), "order-1")).is_none());
+        // Another client's order-1 is its own.
+        ok(l.execute(ctx(4, 0), c(2), &put("order-1")));
+        assert!(book(&l).id_of(&own_key(c(2), "order-1")).is_some());
+        assert!(book(&l).id_of(&legacy1).is_some());
+        // Client 2 paying its order-1 leaves client 1's; client 1 pays order-1.
+        ok(l.execute(ctx(5, 0), c(2), &del("order-1")));
+        assert!(book(&l).id_of(&legacy1).is_some());
+        ok(l.execute(ctx(6, 0), c(1), &del("order-1")));
+        assert!(
+            book(&l).id_of(&legacy1).is_none(),
+            "the paid legacy order is cancelled"
+        );
+        // A fresh name (order-3) is the full id's; order-1 placed again now is too.
+        ok(l.execute(ctx(7, 0), c(1), &put("order-3")));
+        assert!(book(&l).id_of(&own_key(c(1), "order-3")).is_some());
+        ok(l.execute(ctx(8, 0), c(1), &put("order-1")));
+        assert!(book(&l).id_of(&own_key(c(1), "order-1")).is_some());
+        // The expiries fire: the unpaid legacy order-2 under its old name, the paid one never.
+        let mut pages = MemPages::new(4_096, 1);
+        l.on_tick(Tick::new(1, 9, Some(1_000_000)), &mut pages)
+            .unwrap();
+        let orders = &l.ledger().state().0;
+        assert_eq!(orders.get(legacy2.as_str()), Some(&1));
+        assert_eq!(
+            orders.get(legacy1.as_str()),
+            None,
+            "a paid order never expires"
+        );
+        assert_eq!(orders.get(own_key(c(1), "order-1").as_str()), Some(&1));
+        assert_eq!(orders.get(own_key(c(1), "order-3").as_str()), Some(&1));
     }
 
     #[test]
@@ -684,7 +782,11 @@ mod tests {
         let mut pages = MemPages::new(4_096, 4);
         let expiry = ScheduledLedger::expiry("o0", 1_000);
         assert_eq!(
-            a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Upsert(expiry.clone()))),
+            a.execute(
+                ctx(1, 0),
+                c(0),
+                &req(&ScheduleRequest::Upsert(expiry.clone()))
+            ),
             b"ok 1"
         );
         let later = ScheduledLedger::expiry("o0", 1_000_000);
@@ -700,9 +802,9 @@ mod tests {
         ];
         let digest = a.digest();
         for (seq, attack) in (2..).zip(&attacks) {
-            let reply = String::from_utf8(a.execute(ctx(seq, 10), 1, &req(attack))).unwrap();
+            let reply = String::from_utf8(a.execute(ctx(seq, 10), c(1), &req(attack))).unwrap();
             assert!(
-                reply.starts_with("err client 1 may not"),
+                reply.starts_with(&format!("err client {} may not", c(1).short())),
                 "{attack:?}: {reply}"
             );
             assert_eq!(a.digest(), digest, "{attack:?} changed the ledger");
@@ -713,11 +815,11 @@ mod tests {
         assert_eq!(a.state().0.get("o0"), Some(&1), "the expiry fired");
 
         // Its owner and an admin may change it.
-        a.execute(ctx(11, 1_000), 0, &req(&ScheduleRequest::Upsert(expiry)));
+        a.execute(ctx(11, 1_000), c(0), &req(&ScheduleRequest::Upsert(expiry)));
         assert_eq!(
             a.execute(
                 ctx(12, 1_000),
-                0,
+                c(0),
                 &req(&ScheduleRequest::Pause(Target::Key("o0".into())))
             ),
             b"ok 2"
@@ -739,16 +841,16 @@ mod tests {
         let mut pages = MemPages::new(4_096, 4);
         let every = every_ms(2_000).with_key("o").with_payload(b"o".to_vec());
         assert_eq!(
-            a.execute(ctx(1, 0), 0, &req(&ScheduleRequest::Create(every))),
+            a.execute(ctx(1, 0), c(0), &req(&ScheduleRequest::Create(every))),
             b"ok 1"
         );
         assert!(
-            String::from_utf8_lossy(&a.execute(ctx(2, 0), 0, b"junk")).starts_with("err"),
+            String::from_utf8_lossy(&a.execute(ctx(2, 0), c(0), b"junk")).starts_with("err"),
             "other payloads go to the state"
         );
         let rejected = a.execute(
             ctx(3, 0),
-            0,
+            c(0),
             &req(&ScheduleRequest::Create(NewSchedule::new(
                 "nope",
                 Timing::AfterMs(1),
@@ -774,7 +876,7 @@ mod tests {
         // snapshot plus the replica's pages) continues identically.
         a.execute(
             ctx(8, 3_000),
-            0,
+            c(0),
             &req(&ScheduleRequest::Pause(Target::Key("o".into()))),
         );
         let mut b = ledger();
@@ -792,7 +894,7 @@ mod tests {
         let step = |l: &mut CronLedger<OrderState>, p: &mut MemPages| {
             l.execute(
                 ctx(9, 4_000),
-                0,
+                c(0),
                 &req(&ScheduleRequest::Resume(Target::Key("o".into()))),
             );
             l.on_tick(Tick::new(1, 10, Some(6_000)), p).unwrap();
@@ -807,8 +909,8 @@ mod tests {
         // Zones are data too: installed by a request, of an admin only.
         let z = ScheduleRequest::InstallZone(ZoneRules::fixed("Z", 3_600).unwrap());
         assert_eq!(
-            a.execute(ctx(11, 6_000), 0, &req(&z)),
-            b"err client 0 may not install zone rules"
+            a.execute(ctx(11, 6_000), c(0), &req(&z)),
+            format!("err client {} may not install zone rules", c(0).short()).into_bytes()
         );
         assert_eq!(a.execute(ctx(11, 6_000), ADMIN, &req(&z)), b"ok 0");
         // A corrupt snapshot changes nothing.
@@ -837,8 +939,11 @@ mod tests {
             ))
             .unwrap()
         };
-        assert_eq!(a.execute(ctx(1, 0), 0, &install("Europe/Berlin")), b"ok 0");
-        let r = a.execute(ctx(2, 0), 0, &install("America/New_York"));
+        assert_eq!(
+            a.execute(ctx(1, 0), c(0), &install("Europe/Berlin")),
+            b"ok 0"
+        );
+        let r = a.execute(ctx(2, 0), c(0), &install("America/New_York"));
         let r = String::from_utf8(r).unwrap();
         assert!(r.starts_with("err limit exceeded: the zones"), "{r}");
         let berlin = NewSchedule::new(
@@ -858,7 +963,7 @@ mod tests {
         {
             let r = a.execute(
                 ctx(3 + seq as u64, 0),
-                0,
+                c(0),
                 &ScheduledLedger::payload(&request).unwrap(),
             );
             assert!(r.starts_with(b"ok "), "{}", String::from_utf8_lossy(&r));
@@ -877,8 +982,14 @@ mod tests {
             assert_eq!(a.digest(), b.digest());
         }
         // Client 0's names, in its namespace.
-        assert_eq!(a.ledger().state().0.get("0/o-1"), Some(&1));
-        assert_eq!(a.ledger().state().0.get("0/daily"), Some(&1));
+        assert_eq!(
+            a.ledger().state().0.get(format!("{}/o-1", c(0)).as_str()),
+            Some(&1)
+        );
+        assert_eq!(
+            a.ledger().state().0.get(format!("{}/daily", c(0)).as_str()),
+            Some(&1)
+        );
     }
 
     /// Results back: an order is marked expired only when the payment service's answer comes
@@ -898,7 +1009,7 @@ mod tests {
         for (seq, order) in [(1, "o-1"), (2, "o-2")] {
             let r = a.execute(
                 ctx(seq, 0),
-                0,
+                c(0),
                 &req(&ScheduleRequest::Upsert(ScheduledLedger::expiry(
                     order, 1_000,
                 ))),
@@ -933,7 +1044,7 @@ mod tests {
             String::from_utf8(l.execute(ctx(seq, 2_000), client, p)).unwrap()
         };
 
-        let r = reply(&mut a, 4, 0, &result(1, confirmed()));
+        let r = reply(&mut a, 4, c(0), &result(1, confirmed()));
         assert!(r.contains("may not report outbox results"), "{r}");
         assert!(a.ledger().state().0.is_empty());
         assert_eq!(a.ledger().scheduler().unwrap().denied(), 1);
@@ -1035,8 +1146,14 @@ mod durable_book {
                 o, 2_000,
             )))
             .unwrap();
-            assert!(a.execute(ctx, 5, &req).starts_with(b"ok"));
-            assert!(mem.execute(ctx, 5, &req).starts_with(b"ok"));
+            assert!(
+                a.execute(ctx, ClientId::from_index(5), &req)
+                    .starts_with(b"ok")
+            );
+            assert!(
+                mem.execute(ctx, ClientId::from_index(5), &req)
+                    .starts_with(b"ok")
+            );
         }
         assert_eq!(a.digest(), mem.digest(), "same book whatever the store");
         drop(a);

@@ -351,10 +351,12 @@ fn client_key(client: u64) -> SigningKey {
 }
 
 /// The sim-bft client id of a replayed request (by its key).
-fn sim_client(r: &SignedRequest) -> u64 {
-    (0..64u64)
-        .find(|&c| client_key(c).verifying_key().to_bytes() == r.request.client_key)
-        .unwrap_or(u64::MAX)
+fn sim_client(r: &SignedRequest) -> ccron::ClientId {
+    sim_bft::node::ledger_client(
+        (0..64u64)
+            .find(|&c| client_key(c).verifying_key().to_bytes() == r.request.client_key)
+            .unwrap_or(u64::MAX),
+    )
 }
 
 /// The recorded batch as the node's block (no samples: execution does not read them; the block

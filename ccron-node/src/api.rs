@@ -245,7 +245,7 @@ async fn submit(State(state): State<ApiState>, body: Bytes) -> (StatusCode, Stri
     let result = lock(&state.mempool).insert(request);
     match result {
         Ok(digest) => {
-            tracing::debug!(client, number, "client request admitted");
+            tracing::debug!(client = %client.short(), number, "client request admitted");
             (StatusCode::ACCEPTED, hex(&digest.0))
         }
         Err(e) => {
@@ -254,7 +254,7 @@ async fn submit(State(state): State<ApiState>, body: Bytes) -> (StatusCode, Stri
                 Rejection::OutOfWindow(_) => StatusCode::UNPROCESSABLE_ENTITY,
                 _ => StatusCode::TOO_MANY_REQUESTS,
             };
-            tracing::info!(client, number, reason = %e, "client request not admitted");
+            tracing::info!(client = %client.short(), number, reason = %e, "client request not admitted");
             (code, e.to_string())
         }
     }

@@ -467,7 +467,11 @@ mod tests {
         for _ in 0..2 {
             assert!(
                 outbox
-                    .owner_room(EmitBudget::new(1, 10), &Principal::Client(1), full)
+                    .owner_room(
+                        EmitBudget::new(1, 10),
+                        &Principal::Client(ccron::ClientId::from_index(1)),
+                        full
+                    )
                     .is_err()
             );
         }
@@ -475,7 +479,11 @@ mod tests {
         // Not replicated state: read again at a publish whose digest did not change.
         assert!(
             outbox
-                .owner_room(EmitBudget::new(1, 10), &Principal::Client(1), full)
+                .owner_room(
+                    EmitBudget::new(1, 10),
+                    &Principal::Client(ccron::ClientId::from_index(1)),
+                    full
+                )
                 .is_err()
         );
         reads.book.publish(None, Some(&outbox), 2, [1; 32]);

@@ -5,8 +5,8 @@
 //! a domain-separated encoding ([`ClientRequest::signing_bytes`]): the chain's signing domain
 //! for requests ([`SigningDomain::message`]: the chain id in version 2), the key, the number
 //! (8 bytes LE), the payload's length (8 bytes LE) and the payload. The ledger sees the
-//! client as [`ClientId`] = the first 8 bytes (LE) of `SHA-256("ccron-malachite/client-id" ||
-//! key)` ([`client_id`]), and each `(client, number)` executes at most once
+//! client as [`ClientId`] = `SHA-256("ccron-malachite/client-id" || key)`, all 32 bytes
+//! ([`client_id`]), and each `(client, number)` executes at most once
 //! ([`ccron::host::ExecutedRequests`]). Sizes are bounded everywhere: the payload by
 //! [`MAX_PAYLOAD_BYTES`], an encoded request by [`MAX_SIGNED_REQUEST_BYTES`] (checked before
 //! decoding), and a block's requests by [`MAX_BLOCK_REQUESTS`] and [`MAX_BLOCK_REQUEST_BYTES`].
@@ -85,16 +85,12 @@ pub enum RequestError {
     BadSignature,
 }
 
-/// The ledger's id of the client holding `key` (the first 8 bytes, LE, of a domain-separated
-/// SHA-256 of the key: equal on every validator).
+/// The ledger's id of the client holding `key`: the whole domain-separated SHA-256 of the key
+/// (256 bits, equal on every validator). Before 256-bit ids it was the first 8 bytes of the
+/// same hash, little-endian: [`ClientId::legacy_prefix`] of this id, by which owners and
+/// request history migrated from that time are still matched.
 pub fn client_id(key: &[u8; 32]) -> ClientId {
-    let h = Sha256::new()
-        .chain_update(b"ccron-malachite/client-id")
-        .chain_update(key)
-        .finalize();
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&h[..8]);
-    u64::from_le_bytes(b)
+    ClientId::of_key(b"ccron-malachite/client-id", key)
 }
 
 impl ClientRequest {

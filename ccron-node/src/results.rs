@@ -107,23 +107,27 @@ impl RequestResults {
 mod tests {
     use super::*;
 
+    fn c(n: u64) -> ClientId {
+        ClientId::from_index(n)
+    }
+
     #[test]
     fn keeps_the_most_recent_results_in_execution_order() {
         let mut r = RequestResults::new(2);
-        r.record(7, 1, 10, b"ok 1");
-        r.record(7, 1, 11, b"ok again");
+        r.record(c(7), 1, 10, b"ok 1");
+        r.record(c(7), 1, 11, b"ok again");
         assert_eq!(
-            r.get(7, 1).map(|x| (x.height, x.result.as_str())),
+            r.get(c(7), 1).map(|x| (x.height, x.result.as_str())),
             Some((10, "ok 1"))
         );
-        r.record(8, 1, 12, b"err no");
-        r.record(7, 2, 12, b"ok 2");
+        r.record(c(8), 1, 12, b"err no");
+        r.record(c(7), 2, 12, b"ok 2");
         assert_eq!((r.len(), r.evicted), (2, 1));
-        assert!(r.get(7, 1).is_none(), "the oldest left first");
+        assert!(r.get(c(7), 1).is_none(), "the oldest left first");
         assert_eq!(
-            r.get(8, 1).map(|x| x.result_hex.as_str()),
+            r.get(c(8), 1).map(|x| x.result_hex.as_str()),
             Some("657272206e6f")
         );
-        assert_eq!(r.get(7, 2).map(|x| x.number), Some(2));
+        assert_eq!(r.get(c(7), 2).map(|x| x.number), Some(2));
     }
 }

@@ -767,7 +767,7 @@ impl NodeSubmit {
             self.counters.stale += 1;
             self.forget(number);
             tracing::warn!(
-                client = self.client,
+                client = %self.client.short(),
                 number,
                 "request number stale: renumbered"
             );
@@ -800,7 +800,7 @@ impl NodeSubmit {
                     } else {
                         self.counters.executed_err += 1;
                         tracing::warn!(
-                            client = self.client,
+                            client = %self.client.short(),
                             number,
                             reply = %r.result,
                             "the ledger refused a request"
@@ -816,7 +816,7 @@ impl NodeSubmit {
                 Believed::Conflict => {
                     self.counters.conflicts += 1;
                     tracing::error!(
-                        client = self.client,
+                        client = %self.client.short(),
                         number,
                         "two quorums of nodes returned different results"
                     );

@@ -69,7 +69,7 @@ fn ledger() -> CronLedger<Counter> {
             seq: 1,
             agreed_time_ms: Some(100),
         };
-        let reply = l.execute(ctx, 7, &payload);
+        let reply = l.execute(ctx, ccron::ClientId::from_index(7), &payload);
         assert!(
             reply.starts_with(b"ok"),
             "{}",

@@ -57,22 +57,186 @@ use sha2::{Digest, Sha256};
 
 use crate::outbox::WorkerKey;
 
+/// A client's identity as the engine authenticated it: 32 bytes, the SHA-256 of the client's
+/// public key (each engine hashes its own domain tag and the key: ccron-node
+/// `SHA-256("ccron-malachite/client-id" || key)`; sim-bft a deterministic id per client).
+///
+/// A 256-bit hash rather than the key itself: one fixed width (32 bytes, `Copy`, fixed-size in
+/// every encoding) whatever the signature scheme and its key length, and no way to name a
+/// principal that is not the hash of some key without breaking SHA-256; 128-bit collision
+/// strength where the 64-bit ids before it (layouts up to book 9, outbox 5, executed requests
+/// 4) fell to about 2^47 key generations against 10^5 clients. Those old ids live on only as
+/// [`Principal::LegacyClient`] and legacy request watermarks, matched by
+/// [`ClientId::legacy_prefix`].
+///
+/// `Display` (and serde) is the full lowercase hex; [`ClientId::short`] the first 8 bytes' hex,
+/// for logs. Persisted through the one codec ([`crate::codec`]) as its 32 bytes.
+#[derive(
+    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, bincode::Encode, bincode::Decode,
+)]
+pub struct ClientId(pub [u8; 32]);
+
+impl serde::Serialize for ClientId {
+    /// As its `Display`: 64 hex digits.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ClientId {
+    /// From 64 hex digits.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl ClientId {
+    /// The largest id (all bytes `0xff`): the largest encoded form a bound must cover.
+    pub const MAX: ClientId = ClientId([0xff; 32]);
+
+    /// The id of these 32 bytes.
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The id of a client holding `key` under `domain`: `SHA-256(domain || key)`.
+    pub fn of_key(domain: &[u8], key: &[u8]) -> Self {
+        Self(
+            Sha256::new()
+                .chain_update(domain)
+                .chain_update(key)
+                .finalize()
+                .into(),
+        )
+    }
+
+    /// A deterministic id for test and simulated client number `n`
+    /// (`SHA-256("ccron/client-index" || n as 8 bytes LE)`): distinct for distinct `n`, and
+    /// not related to any key. Engines that authenticate clients by key use
+    /// [`ClientId::of_key`].
+    pub fn from_index(n: u64) -> Self {
+        Self::of_key(b"ccron/client-index", &n.to_le_bytes())
+    }
+
+    /// Its 32 bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The 64-bit id the same key had before ids were 256 bits: the first 8 bytes,
+    /// little-endian (what ccron-node's `client_id` returned). A legacy owner or watermark is
+    /// matched by it ([`Principal::LegacyClient`]).
+    pub fn legacy_prefix(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[..8]);
+        u64::from_le_bytes(b)
+    }
+
+    /// The first 8 bytes in hex, for logs.
+    pub fn short(&self) -> String {
+        hex(&self.0[..8])
+    }
+}
+
+impl fmt::Display for ClientId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex(&self.0))
+    }
+}
+
+impl fmt::Debug for ClientId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClientId({})", self.short())
+    }
+}
+
+impl std::str::FromStr for ClientId {
+    type Err = String;
+
+    /// 64 hex digits.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.len() != 64 || !s.is_ascii() {
+            return Err(format!("a client id is 64 hex digits, got {s:?}"));
+        }
+        let mut out = [0u8; 32];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
+                .map_err(|e| format!("a client id is 64 hex digits: {e}"))?;
+        }
+        Ok(Self(out))
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    use fmt::Write as _;
+    let mut s = String::with_capacity(2 * b.len());
+    for x in b {
+        let _ = write!(s, "{x:02x}");
+    }
+    s
+}
+
 /// On whose behalf a request runs (see the module documentation).
+///
+/// The variant order is part of every persisted layout holding a principal (bincode's variant
+/// index): `Host` is 0 and `LegacyClient` 1, exactly the encoding of the 64-bit `Client(u64)`
+/// of the layouts before 256-bit ids ([`PrincipalV1`]), so old bytes read as the legacy form.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, bincode::Encode, bincode::Decode,
 )]
 pub enum Principal {
     /// The host itself, on configuration identical on every replica: always authorized.
     Host,
-    /// An authenticated client, by its id.
-    Client(u64),
+    /// A client named by the 64-bit id of the layouts before 256-bit ids (an owner migrated
+    /// from book layout 9 or outbox layout 5 and before). It carries only the old 64-bit
+    /// strength: an authenticated client whose [`ClientId::legacy_prefix`] equals it may
+    /// mutate what it owns (so rightful owners keep access across the upgrade; the book then
+    /// re-owns the schedule to the full id), but it is never an admin or the outbox consumer,
+    /// and no request ever runs as it (only a legacy-owned schedule's handler does).
+    LegacyClient(u64),
+    /// An authenticated client, by its 256-bit id.
+    Client(ClientId),
+}
+
+impl Principal {
+    /// Whether `self`, a legacy owner, is claimed by the authenticated `by`: `by` is a client
+    /// whose id starts with the legacy id ([`ClientId::legacy_prefix`]).
+    pub fn legacy_matches(&self, by: &Principal) -> bool {
+        match (self, by) {
+            (Principal::LegacyClient(old), Principal::Client(id)) => id.legacy_prefix() == *old,
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Host => f.write_str("host"),
-            Self::Client(id) => write!(f, "client {id}"),
+            Self::LegacyClient(id) => write!(f, "legacy client {id}"),
+            Self::Client(id) => write!(f, "client {}", id.short()),
+        }
+    }
+}
+
+/// The principal of the layouts before 256-bit ids (book layouts 3 to 9, outbox layout 5):
+/// a frozen copy of its encoding, read by their migrations, never written. Its clients
+/// become [`Principal::LegacyClient`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum PrincipalV1 {
+    /// The host.
+    Host,
+    /// A client by its 64-bit id.
+    Client(u64),
+}
+
+impl From<PrincipalV1> for Principal {
+    fn from(p: PrincipalV1) -> Self {
+        match p {
+            PrincipalV1::Host => Principal::Host,
+            PrincipalV1::Client(id) => Principal::LegacyClient(id),
         }
     }
 }
@@ -216,9 +380,9 @@ impl fmt::Display for QuotaKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// Clients that may mutate every schedule and install zones.
-    pub admins: BTreeSet<u64>,
+    pub admins: BTreeSet<ClientId>,
     /// The client whose outbox progress reports are accepted (`None`: only the host's).
-    pub outbox_consumer: Option<u64>,
+    pub outbox_consumer: Option<ClientId>,
     /// Whether any client may create schedules (otherwise only admins).
     pub anyone_may_create: bool,
     /// The chain every worker answer is bound to (signed over; empty by default). Workers and
@@ -250,7 +414,7 @@ impl Default for Policy {
 
 impl Policy {
     /// With `client` as an admin.
-    pub fn with_admin(mut self, client: u64) -> Self {
+    pub fn with_admin(mut self, client: ClientId) -> Self {
         self.admins.insert(client);
         self
     }
@@ -267,7 +431,7 @@ impl Policy {
     }
 
     /// With `client` as the outbox consumer.
-    pub fn with_outbox_consumer(mut self, client: u64) -> Self {
+    pub fn with_outbox_consumer(mut self, client: ClientId) -> Self {
         self.outbox_consumer = Some(client);
         self
     }
@@ -307,6 +471,8 @@ impl Policy {
         match by {
             Principal::Host => true,
             Principal::Client(id) => self.admins.contains(id),
+            // Only the old 64-bit strength: never an admin (module documentation).
+            Principal::LegacyClient(_) => false,
         }
     }
 
@@ -315,9 +481,10 @@ impl Policy {
         self.anyone_may_create || self.is_admin(by)
     }
 
-    /// Whether `by` may change or remove a schedule owned by `owner`.
+    /// Whether `by` may change or remove a schedule owned by `owner`: its owner, an admin, or
+    /// for a legacy owner ([`Principal::LegacyClient`]) a client whose id starts with it.
     pub fn may_mutate(&self, by: &Principal, owner: &Principal) -> bool {
-        by == owner || self.is_admin(by)
+        by == owner || owner.legacy_matches(by) || self.is_admin(by)
     }
 
     /// Whether `by` may install or replace zone rules.
@@ -330,6 +497,7 @@ impl Policy {
         match by {
             Principal::Host => true,
             Principal::Client(id) => self.outbox_consumer == Some(*id),
+            Principal::LegacyClient(_) => false,
         }
     }
 
@@ -338,14 +506,16 @@ impl Policy {
         let mut h = Sha256::new();
         h.update(b"ccron-policy-v1");
         h.update((self.admins.len() as u64).to_le_bytes());
+        // 256-bit ids: 32 bytes each (the digest of a policy with 64-bit admins or consumer
+        // hashed 8; one without either is unchanged).
         for a in &self.admins {
-            h.update(a.to_le_bytes());
+            h.update(a.0);
         }
         match self.outbox_consumer {
             None => h.update([0]),
             Some(c) => {
                 h.update([1]);
-                h.update(c.to_le_bytes());
+                h.update(c.0);
             }
         }
         h.update([u8::from(self.anyone_may_create)]);
@@ -389,16 +559,20 @@ impl Policy {
 mod tests {
     use super::*;
 
+    fn c(n: u64) -> ClientId {
+        ClientId::from_index(n)
+    }
+
     #[test]
     fn policy_decides_by_role() {
         let p = Policy::default()
-            .with_admin(9)
-            .with_outbox_consumer(7)
+            .with_admin(c(9))
+            .with_outbox_consumer(c(7))
             .with_anyone_may_create(false);
         let (owner, stranger, admin) = (
-            Principal::Client(1),
-            Principal::Client(2),
-            Principal::Client(9),
+            Principal::Client(c(1)),
+            Principal::Client(c(2)),
+            Principal::Client(c(9)),
         );
         assert!(p.may_mutate(&owner, &owner));
         assert!(!p.may_mutate(&stranger, &owner));
@@ -410,9 +584,9 @@ mod tests {
         assert!(Policy::default().may_create(&owner));
         assert!(!p.may_install_zone(&owner));
         assert!(p.may_install_zone(&admin));
-        assert!(p.may_report_progress(&Principal::Client(7)));
+        assert!(p.may_report_progress(&Principal::Client(c(7))));
         assert!(!p.may_report_progress(&admin));
-        assert!(!Policy::default().may_report_progress(&Principal::Client(0)));
+        assert!(!Policy::default().may_report_progress(&Principal::Client(c(0))));
         assert_eq!(Policy::default().quota_for(&owner), Some(Quota::default()));
         assert_eq!(p.quota_for(&admin), None);
         assert_eq!(p.quota_for(&Principal::Host), None);
@@ -431,10 +605,10 @@ mod tests {
                 })
                 .digest(),
             a.digest(),
-            a.clone().with_admin(1).digest(),
-            a.clone().with_outbox_consumer(1).digest(),
+            a.clone().with_admin(c(1)).digest(),
+            a.clone().with_outbox_consumer(c(1)).digest(),
             a.clone().with_anyone_may_create(false).digest(),
-            a.clone().with_outbox_consumer(0).digest(),
+            a.clone().with_outbox_consumer(c(0)).digest(),
             a.clone().with_chain_id(b"a".to_vec()).digest(),
             a.clone().with_chain_id(b"b".to_vec()).digest(),
             a.clone()
@@ -484,13 +658,87 @@ mod tests {
 
     #[test]
     fn only_admins_manage_worker_keys() {
-        let p = Policy::default().with_admin(9).with_outbox_consumer(7);
-        assert!(p.may_manage_workers(&Principal::Client(9)));
+        let p = Policy::default()
+            .with_admin(c(9))
+            .with_outbox_consumer(c(7));
+        assert!(p.may_manage_workers(&Principal::Client(c(9))));
         assert!(p.may_manage_workers(&Principal::Host));
-        assert!(!p.may_manage_workers(&Principal::Client(7)));
+        assert!(!p.may_manage_workers(&Principal::Client(c(7))));
         let p = p
             .with_worker_key(WorkerKey([3; 32]), ["a"])
             .with_worker_key(WorkerKey([3; 32]), ["b"]);
         assert_eq!(p.worker_keys[&WorkerKey([3; 32])].len(), 2);
+    }
+
+    /// Two ids sharing their first 8 bytes (the whole of a 64-bit id before) are distinct
+    /// principals: neither may mutate the other's schedules, and only one is an admin.
+    #[test]
+    fn ids_sharing_eight_bytes_are_distinct_principals() {
+        let mut a = [7u8; 32];
+        let mut b = a;
+        a[31] = 1;
+        b[8] = 2;
+        let (a, b) = (ClientId(a), ClientId(b));
+        assert_eq!(a.legacy_prefix(), b.legacy_prefix());
+        assert_ne!(a, b);
+        let (pa, pb) = (Principal::Client(a), Principal::Client(b));
+        let p = Policy::default().with_admin(a).with_outbox_consumer(a);
+        assert!(!p.may_mutate(&pb, &pa));
+        assert!(p.may_mutate(&pa, &pb), "a is an admin");
+        assert!(!Policy::default().may_mutate(&pa, &pb));
+        assert!(!p.is_admin(&pb));
+        assert!(!p.may_report_progress(&pb));
+        assert!(p.may_report_progress(&pa));
+    }
+
+    /// A legacy owner is claimed by every client whose id starts with it, and by no other:
+    /// not by an id equal in 7 of the 8 bytes, not by a legacy principal itself; a legacy
+    /// principal is never an admin or the consumer.
+    #[test]
+    fn a_legacy_owner_is_matched_only_by_its_prefix() {
+        let full = ClientId::from_index(42);
+        let legacy = Principal::LegacyClient(full.legacy_prefix());
+        let p = Policy::default();
+        assert!(p.may_mutate(&Principal::Client(full), &legacy));
+        let mut same_prefix = full;
+        same_prefix.0[20] ^= 0xff;
+        assert!(p.may_mutate(&Principal::Client(same_prefix), &legacy));
+        for byte in 0..8 {
+            let mut other = full;
+            other.0[byte] ^= 1;
+            assert!(!p.may_mutate(&Principal::Client(other), &legacy), "{byte}");
+        }
+        assert!(!p.may_mutate(&legacy, &Principal::Client(full)));
+        assert!(!p.may_mutate(&Principal::LegacyClient(0), &legacy));
+        let p = p.with_admin(full).with_outbox_consumer(full);
+        assert!(!p.is_admin(&legacy));
+        assert!(!p.may_report_progress(&legacy));
+    }
+
+    /// The bytes of the 64-bit principal (`PrincipalV1`) read as the legacy form, and the
+    /// legacy prefix is the old id's derivation (the first 8 bytes, little-endian).
+    #[test]
+    fn old_principal_bytes_read_as_legacy() {
+        let cfg = bincode::config::standard().with_fixed_int_encoding();
+        for (old, new) in [
+            (PrincipalV1::Host, Principal::Host),
+            (PrincipalV1::Client(5), Principal::LegacyClient(5)),
+            (
+                PrincipalV1::Client(u64::MAX),
+                Principal::LegacyClient(u64::MAX),
+            ),
+        ] {
+            let bytes = bincode::encode_to_vec(old, cfg).unwrap();
+            let (read, _): (Principal, usize) = bincode::decode_from_slice(&bytes, cfg).unwrap();
+            assert_eq!(read, new);
+            assert_eq!(Principal::from(old), new);
+        }
+        let mut id = [0u8; 32];
+        id[..8].copy_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(ClientId(id).legacy_prefix(), 0x0102_0304_0506_0708);
+        let shown = ClientId(id).to_string();
+        assert_eq!(shown.len(), 64);
+        assert_eq!(shown.parse::<ClientId>().unwrap(), ClientId(id));
+        assert_eq!(ClientId(id).short(), "0807060504030201");
     }
 }

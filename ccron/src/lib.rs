@@ -95,12 +95,13 @@ pub mod registry;
 pub mod schedule;
 pub mod sha256;
 pub mod sig;
+pub mod state_hash;
 pub mod table;
 mod table_store;
 pub mod tick;
 pub mod ticks;
 
-pub use authz::{Policy, Principal, Quota, QuotaKind};
+pub use authz::{ClientId, Policy, Principal, Quota, QuotaKind};
 pub use codec::CodecError;
 pub use due::{Due, EverySeq, Schedule};
 pub use entry::{ActionCtx, CronEntry, Rule, RuleCtx, TableChange};

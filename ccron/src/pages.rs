@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::sha256::Sha256;
+use crate::state_hash::{StateHash, StateHasher};
 
 /// Index of a reserved page.
 pub type PageId = u32;
@@ -239,7 +239,13 @@ pub trait ReservedPages {
     /// replica rewrites its agreed-time page (the first) at every block, so no prefix of the
     /// stream repeats between two blocks.
     fn digest(&self) -> Result<[u8; 32], PagesError> {
-        let mut h = Sha256::new();
+        self.digest_in(StateHash::Sha256)
+    }
+
+    /// The same stream as [`Self::digest`] under the hash function `hash` (a host's
+    /// [`StateHash`]); `digest_in(StateHash::Sha256)` is [`Self::digest`].
+    fn digest_in(&self, hash: StateHash) -> Result<[u8; 32], PagesError> {
+        let mut h = StateHasher::new(hash);
         for id in 0..self.num_pages() {
             if let Some(data) = self.load(id)?
                 && !data.is_empty()
@@ -249,7 +255,7 @@ pub trait ReservedPages {
                 h.update(data);
             }
         }
-        Ok(h.finalize().into())
+        Ok(h.finalize())
     }
 }
 
@@ -297,13 +303,18 @@ impl MemPages {
     /// SHA-256 over the non-empty pages in ascending id order (id, length, bytes): the same
     /// bytes as [`ReservedPages::digest`], which this store implements with it.
     pub fn digest(&self) -> [u8; 32] {
-        let mut h = Sha256::new();
+        self.digest_in(StateHash::Sha256)
+    }
+
+    /// [`MemPages::digest`]'s stream under the hash function `hash`.
+    pub fn digest_in(&self, hash: StateHash) -> [u8; 32] {
+        let mut h = StateHasher::new(hash);
         for (id, data) in &self.pages {
             h.update(id.to_le_bytes());
             h.update((data.len() as u64).to_le_bytes());
             h.update(data);
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     fn check(&self, id: PageId, len: usize) -> Result<(), PagesError> {
@@ -348,6 +359,10 @@ impl ReservedPages for MemPages {
     /// Visits only the pages it holds (no load of each of the `num_pages` ids).
     fn digest(&self) -> Result<[u8; 32], PagesError> {
         Ok(MemPages::digest(self))
+    }
+
+    fn digest_in(&self, hash: StateHash) -> Result<[u8; 32], PagesError> {
+        Ok(MemPages::digest_in(self, hash))
     }
 }
 
@@ -458,7 +473,7 @@ mod tests {
     fn mem_pages_digest_is_the_default_walk() {
         let mut mem = MemPages::new(64, 16);
         let mut walk = CrashAfter::new(MemPages::new(64, 16), usize::MAX);
-        let empty = Sha256::new().finalize();
+        let empty = crate::sha256::Sha256::new().finalize();
         assert_eq!(ReservedPages::digest(&mem), Ok(empty.into()));
         for step in 0u32..200 {
             let id = step.wrapping_mul(7) % 16;
@@ -473,6 +488,13 @@ mod tests {
             }
             let got = ReservedPages::digest(&mem).unwrap();
             assert_eq!(got, ReservedPages::digest(&walk).unwrap(), "step {step}");
+            let blake = ReservedPages::digest_in(&mem, StateHash::Blake3).unwrap();
+            assert_eq!(
+                blake,
+                ReservedPages::digest_in(&walk, StateHash::Blake3).unwrap(),
+                "step {step}"
+            );
+            assert_ne!(blake, got);
             assert_eq!(got, mem.digest(), "step {step}");
         }
     }

@@ -17,12 +17,12 @@
 
 use std::collections::BTreeMap;
 
-use ccron::{CronEntry, CronTable, CronTableRegistry, Periodic};
+use ccron::{ClientId, CronEntry, CronTable, CronTableRegistry, Periodic};
 use sha2::{Digest, Sha256};
 use sim_bft::app::{AppError, Application, ExecContext};
 use sim_bft::crypto::Digest32;
 use sim_bft::ledgers::CronLedger;
-use sim_bft::node::{ClientId, Millis};
+use sim_bft::node::Millis;
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{ByzantineKind, FaultConfig, SimConfig};
 

@@ -30,9 +30,12 @@
 //! extensions) and has the same collision and preimage resistance for what the protocol uses
 //! a digest for; under `sim` a run proves nothing about SHA-256 itself (the exact bytes an
 //! ed25519 run's digests commit to, test vectors, interoperability with the Malachite
-//! adapter's SHA-256 digests): the ed25519 runs keep covering it. The state digest the host
-//! computes (`ccron::host`, the ledger's own digest) is the ledger's, not the protocol's, and
-//! stays SHA-256 under both.
+//! adapter's SHA-256 digests): the ed25519 runs keep covering it. The replicated state's digest
+//! (`ccron::host::BlockHost::digest`, reported after every batch and compared by the
+//! checkers) follows too ([`Signatures::state_hash`]): the same byte streams, every part of it
+//! (the ledger's digest, the pages, the exactly-once table, the host's fields) hashed with
+//! SHA-256 under ed25519, byte for byte what other engines compute, and with BLAKE3 under
+//! `sim`; a `sim` run's state digests are compared only with other `sim` replicas'.
 //!
 //! # The ed25519 memo (speed only)
 //!
@@ -203,6 +206,17 @@ impl Signatures {
         match self {
             Self::Ed25519 => Hasher::Sha256(Sha256::new()),
             Self::Sim => Hasher::Blake3(Box::default()),
+        }
+    }
+
+    /// The hash function of the replicated state's digest
+    /// ([`ccron::host::BlockHost::with_state_hash`]) under this scheme: SHA-256 under
+    /// ed25519 (the bytes every engine compares and the Malachite adapter records), BLAKE3
+    /// under `sim` (see the module docs, "Digests").
+    pub fn state_hash(self) -> ccron::state_hash::StateHash {
+        match self {
+            Self::Ed25519 => ccron::state_hash::StateHash::Sha256,
+            Self::Sim => ccron::state_hash::StateHash::Blake3,
         }
     }
 

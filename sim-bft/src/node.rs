@@ -9,8 +9,17 @@
 /// Index of a replica, `0..n`.
 pub type NodeId = u32;
 
-/// Identifies a client (user clients and each replica's internal client).
+/// Identifies a client (user clients and each replica's internal client) on the simulated
+/// network: its index, by which its key is found. The ledger names it by a 256-bit id
+/// ([`ledger_client`]).
 pub type ClientId = u64;
+
+/// The 256-bit id the ledger (`ccron::host`) sees for simulated client `client`: the
+/// deterministic [`ccron::ClientId::from_index`] of its index (a client is authenticated by its
+/// index's key, so its index names it; the id is the same on every replica and run).
+pub fn ledger_client(client: ClientId) -> ccron::ClientId {
+    ccron::ClientId::from_index(client)
+}
 
 /// A reading of a local clock, in milliseconds since the Unix epoch.
 pub type Millis = i64;

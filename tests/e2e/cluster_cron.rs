@@ -11,10 +11,11 @@ use std::collections::BTreeMap;
 
 use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
 use serde::{Deserialize, Serialize};
+use sim_bft::app::ClientId;
 use sim_bft::app::{AppError, Application, ExecContext};
 use sim_bft::crypto::{Digest32, sha256};
 use sim_bft::ledgers::CronLedger;
-use sim_bft::node::{ClientId, NodeId};
+use sim_bft::node::NodeId;
 use sim_bft::sim::cluster::{Cluster, ClusterHarness};
 use sim_bft::sim::{ByzantineKind, FaultConfig, Simulator};
 

@@ -14,11 +14,11 @@ use ccron::cron::ZoneRules;
 use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Target, Timing};
 use ccron::{CronTableRegistry, Principal};
 use serde::{Deserialize, Serialize};
+use sim_bft::app::ClientId;
 use sim_bft::app::{AppError, Application, ExecContext};
 use sim_bft::crypto::{Digest32, sha256};
 use sim_bft::ledgers::scheduler::outbox_delivered_payload;
 use sim_bft::ledgers::{BookConfig, CronLedger, LedgerScheduler};
-use sim_bft::node::ClientId;
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{FaultConfig, SimRng, ViolationKind, Workload};
 
@@ -179,7 +179,10 @@ fn a_hostile_client_changes_nothing_of_the_others() {
                         .filter_map(|id| book.book().get(id))
                         .find(|i| i.schedule.key.as_deref() == Some(key.as_str()));
                     let info = info.unwrap_or_else(|| panic!("replica {replica}: {key} gone"));
-                    assert_eq!(info.owner, Principal::Client(client));
+                    assert_eq!(
+                        info.owner,
+                        Principal::Client(sim_bft::node::ledger_client(client))
+                    );
                     assert!(!info.paused, "replica {replica}: {key} paused");
                     assert_eq!(info.schedule.handler, "ping");
                     assert!(matches!(

@@ -5,10 +5,10 @@
 
 use ccron::schedule::{Handlers, Limits};
 use ccron::{CronEntry, CronTable, CronTableRegistry, PageRange, Periodic};
+use sim_bft::app::ClientId;
 use sim_bft::app::{AppError, Application, ExecContext};
 use sim_bft::crypto::{Digest32, sha256};
 use sim_bft::ledgers::{BookConfig, CronLedger, KvLedger, LedgerScheduler};
-use sim_bft::node::ClientId;
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{ConfigError, FaultConfig, ViolationKind};
 

@@ -29,10 +29,10 @@ use ccron::schedule::{
 };
 use ccron::{CronTableRegistry, ReservedPages, Tick};
 use serde::{Deserialize, Serialize};
+use sim_bft::app::ClientId;
 use sim_bft::app::{AppError, Application, ExecContext, FireNote};
 use sim_bft::crypto::{Digest32, sha256};
 use sim_bft::ledgers::{BookConfig, CronLedger, LedgerScheduler};
-use sim_bft::node::ClientId;
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{SimRng, Workload};
 
@@ -75,7 +75,7 @@ impl Application for Shop {
 }
 
 fn policy() -> Policy {
-    Policy::default().with_admin(u64::from(ADMIN))
+    Policy::default().with_admin(sim_bft::node::ledger_client(u64::from(ADMIN)))
 }
 
 fn book() -> BookConfig {

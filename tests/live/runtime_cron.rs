@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
+use sim_bft::app::ClientId;
 use sim_bft::app::{AppError, Application, ExecContext};
 use sim_bft::crypto::{Digest32, sha256};
 use sim_bft::ledgers::CronLedger;
-use sim_bft::node::ClientId;
 use sim_bft::replica::{Replica, ReplicaConfig};
 use sim_bft::runtime::{RuntimeConfig, ThreadedCluster, wall_clock_ms};
 

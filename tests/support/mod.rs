@@ -1,9 +1,8 @@
 //! Test ledgers shared by the root crate's integration tests (`mod support;` in each).
 
-use sim_bft::app::{AppError, Application, ExecContext};
+use sim_bft::app::{AppError, Application, ClientId, ExecContext};
 use sim_bft::crypto::Digest32;
 use sim_bft::ledgers::KvLedger;
-use sim_bft::node::ClientId;
 
 /// A key-value ledger that logs every request it executes, as a user's own code would.
 #[derive(Default)]
@@ -11,7 +10,7 @@ pub struct Loud(pub KvLedger);
 
 impl Application for Loud {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
-        tracing::info!(seq = ctx.seq, client, "user request executed");
+        tracing::info!(seq = ctx.seq, client = %client.short(), "user request executed");
         self.0.execute(ctx, client, payload)
     }
     fn digest(&self) -> Digest32 {

@@ -1,5 +1,13 @@
 //! Client namespaces of the orders ledger ([`super::KeySpace::PerClient`]): every key, target
 //! and payload a client's schedule request names, moved under its authenticated client id.
+//!
+//! # Names from before 256-bit ids
+//! Until book layout 10 a client's id was the 64-bit [`ClientId::legacy_prefix`] of today's, and
+//! its names were stored as `<decimal 64-bit id>/<key>`. A migrated book keeps those schedules
+//! (owned by the legacy principal). [`own_request_in`] resolves a name the client has only under
+//! its legacy prefix there, so a paid order still cancels its old expiry and an upsert changes
+//! it instead of adding a second one; a name that exists under the full id, or nowhere, is the
+//! full id's.
 
 use ccron::host::ClientId;
 use ccron::schedule::{Guarded, NewSchedule, ScheduleRequest, Target};
@@ -9,33 +17,78 @@ pub fn own_key(client: ClientId, key: &str) -> String {
     format!("{client}/{key}")
 }
 
-/// `payload` in `client`'s namespace: `<client>/` then the bytes.
-fn own_payload(client: ClientId, payload: &[u8]) -> Vec<u8> {
-    let mut p = format!("{client}/").into_bytes();
-    p.extend_from_slice(payload);
-    p
+/// `key` in `client`'s legacy namespace (before 256-bit ids): `<legacy prefix>/<key>`, the
+/// prefix in decimal as the 64-bit id was written.
+pub fn legacy_key(client: ClientId, key: &str) -> String {
+    format!("{}/{key}", client.legacy_prefix())
 }
 
-pub(super) fn own_schedule(client: ClientId, mut s: NewSchedule) -> NewSchedule {
-    s.key = s.key.map(|k| own_key(client, &k));
-    s.payload = own_payload(client, &s.payload);
-    s
+/// Where one client's names go: its full id's namespace, or for a name that exists only in its
+/// legacy namespace, that one (see the module documentation).
+struct Space<'a> {
+    client: ClientId,
+    exists: &'a dyn Fn(&str) -> bool,
 }
 
-fn own_target(client: ClientId, t: Target) -> Target {
-    match t {
-        Target::Key(k) => Target::Key(own_key(client, &k)),
-        Target::Id(id) => Target::Id(id),
+impl Space<'_> {
+    /// The namespace prefix (with its `/`) `key` is stored under.
+    fn prefix(&self, key: &str) -> String {
+        let own = own_key(self.client, key);
+        if !(self.exists)(&own) && (self.exists)(&legacy_key(self.client, key)) {
+            format!("{}/", self.client.legacy_prefix())
+        } else {
+            format!("{}/", self.client)
+        }
     }
+
+    fn key(&self, key: &str) -> String {
+        let mut k = self.prefix(key);
+        k.push_str(key);
+        k
+    }
+
+    /// The schedule with its key and payload in one namespace: its key's (a schedule without
+    /// a key: the full id's).
+    fn schedule(&self, mut s: NewSchedule) -> NewSchedule {
+        let prefix = match &s.key {
+            Some(k) => self.prefix(k),
+            None => format!("{}/", self.client),
+        };
+        s.key = s.key.map(|k| format!("{prefix}{k}"));
+        let mut p = prefix.into_bytes();
+        p.extend_from_slice(&s.payload);
+        s.payload = p;
+        s
+    }
+
+    fn target(&self, t: Target) -> Target {
+        match t {
+            Target::Key(k) => Target::Key(self.key(&k)),
+            Target::Id(id) => Target::Id(id),
+        }
+    }
+}
+
+/// `request` with every key and schedule payload it names moved into `client`'s namespace,
+/// as [`own_request_in`] with no legacy names.
+pub fn own_request(client: ClientId, request: ScheduleRequest) -> ScheduleRequest {
+    own_request_in(client, request, &|_| false)
 }
 
 /// `request` with every key and schedule payload it names moved into `client`'s namespace
 /// ([`own_key`]): what a [`KeySpace::PerClient`](super::KeySpace::PerClient) ledger applies for a client's request.
-/// Ids, zones and handler names are not names of a client.
-pub fn own_request(client: ClientId, request: ScheduleRequest) -> ScheduleRequest {
+/// A name for which `exists` (is a schedule key in the book) holds only under the client's
+/// [`legacy_key`] is moved there instead (see the module documentation). Ids, zones and
+/// handler names are not names of a client.
+pub fn own_request_in(
+    client: ClientId,
+    request: ScheduleRequest,
+    exists: &dyn Fn(&str) -> bool,
+) -> ScheduleRequest {
     use ScheduleRequest as R;
-    let s = |x| own_schedule(client, x);
-    let t = |x| own_target(client, x);
+    let space = Space { client, exists };
+    let s = |x| space.schedule(x);
+    let t = |x| space.target(x);
     match request {
         R::Create(x) => R::Create(s(x)),
         R::Upsert(x) => R::Upsert(s(x)),
@@ -161,7 +214,7 @@ mod tests {
     #[test]
     fn overlap_requests_are_moved_into_the_clients_namespace() {
         use ccron::schedule::{Bounds, Overlap, RunPolicy};
-        let client: ClientId = 7;
+        let client = ClientId::from_index(7);
         let own = own_key(client, "o-1");
         let schedule = || ScheduledLedger::expiry("o-1", 1_000);
         let create = ScheduleRequest::CreateOverlap {
@@ -185,7 +238,11 @@ mod tests {
                     schedule, overlap, ..
                 } => {
                     assert_eq!(schedule.key.as_deref(), Some(own.as_str()));
-                    assert!(schedule.payload.starts_with(b"7/"));
+                    assert!(
+                        schedule
+                            .payload
+                            .starts_with(format!("{client}/").as_bytes())
+                    );
                     assert_ne!(overlap, Overlap::AllowAll, "the policy is kept");
                 }
                 other => panic!("moved into another request: {other:?}"),

@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 
 use crate::{PageRange, ReservedPages, Tick};
 
-/// A client's id as the engine authenticated it (the requester of a transaction).
-pub type ClientId = u64;
+/// A client's id as the engine authenticated it (the requester of a transaction): 256 bits,
+/// see [`crate::authz::ClientId`].
+pub use crate::authz::ClientId;
 
 /// Milliseconds since the Unix epoch (agreed time and clock readings).
 pub type Millis = i64;
@@ -136,7 +137,19 @@ pub trait Application: Send + std::any::Any {
     /// ledger's action chain does), or a digest cached and invalidated on change. Equal states
     /// must give equal digests, and states that differ should differ in digest. Checkpoints do
     /// not use it: they hash [`Application::snapshot`], once per checkpoint interval.
+    ///
+    /// A host keeps it between blocks that neither executed a request nor evaluated a tick
+    /// ([`crate::host::BlockHost::digest`]): it must change only through this trait's `&mut`
+    /// methods (or the host's `app_mut`), never through shared interior mutability.
     fn digest(&self) -> Digest32;
+    /// [`Self::digest`]'s byte stream under the host's hash function
+    /// ([`crate::state_hash::StateHash`]); `digest_in(StateHash::Sha256)` must be
+    /// [`Self::digest`]. Default: [`Self::digest`] under every function (correct; override it
+    /// to hash with `hash`, as `CronLedger` and the ledgers of `ccron-ledgers` do).
+    fn digest_in(&self, hash: crate::state_hash::StateHash) -> Digest32 {
+        let _ = hash;
+        self.digest()
+    }
     /// Canonical encoding of the whole state.
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot; on error the state is unchanged.
@@ -245,6 +258,10 @@ impl Application for Box<dyn Application> {
         (**self).digest()
     }
 
+    fn digest_in(&self, hash: crate::state_hash::StateHash) -> Digest32 {
+        (**self).digest_in(hash)
+    }
+
     fn snapshot(&self) -> Vec<u8> {
         (**self).snapshot()
     }
@@ -314,6 +331,10 @@ impl Application for WithTicks {
 
     fn digest(&self) -> Digest32 {
         self.app.digest()
+    }
+
+    fn digest_in(&self, hash: crate::state_hash::StateHash) -> Digest32 {
+        self.app.digest_in(hash)
     }
 
     fn snapshot(&self) -> Vec<u8> {

@@ -11,7 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::sha256::Sha256;
+use crate::state_hash::{StateHash, StateHasher};
+
+use super::digest_cache::PartDigests;
 
 use super::app::{AppError, Application, ClientId, Digest32, ExecContext, FireNote, Millis};
 use super::requests::{DuplicateRequest, ExecutedRequests};
@@ -401,6 +403,8 @@ pub struct BlockHost<A, P = MemPages> {
     last_height: u64,
     last_agreed_ms: Option<Millis>,
     halted: Option<AppError>,
+    /// The hash function of the digest and the part digests kept between blocks.
+    parts: PartDigests,
 }
 
 impl<A, P> std::fmt::Debug for BlockHost<A, P> {
@@ -416,15 +420,20 @@ impl<A, P> std::fmt::Debug for BlockHost<A, P> {
     }
 }
 
-/// The layout version of [`BlockHost::snapshot`]'s bytes: 3, the executed requests in their
-/// layout 4 (watermarks, no global floor). [`BlockHost::restore`] also reads layout 2 and
-/// migrates its executed requests ([`ExecutedRequests::decode_legacy`]).
-pub const HOST_SNAPSHOT_VERSION: u32 = 3;
+/// The layout version of [`BlockHost::snapshot`]'s bytes: 4, the executed requests in their
+/// layout 5 (256-bit client ids, legacy watermarks). [`BlockHost::restore`] also reads layout 3
+/// (executed requests of layout 4, 64-bit ids: [`ExecutedRequests::decode_v4`]) and layout 2
+/// (executed requests of layout 3: [`ExecutedRequests::decode_legacy`]) and migrates them.
+pub const HOST_SNAPSHOT_VERSION: u32 = 4;
 
-/// The previous layout [`BlockHost::restore`] still reads (executed requests of layout 3).
+/// The layout before 256-bit client ids [`BlockHost::restore`] still reads (executed requests
+/// of layout 4).
+const HOST_SNAPSHOT_V3: u32 = 3;
+
+/// The oldest layout [`BlockHost::restore`] still reads (executed requests of layout 3).
 const HOST_SNAPSHOT_LEGACY: u32 = 2;
 
-/// The body of a host snapshot (layouts 2 and 3): application snapshot, non-empty pages, last
+/// The body of a host snapshot (layouts 2 to 4): application snapshot, non-empty pages, last
 /// height, last agreed time, coalescer entries, tick floor entries, executed requests,
 /// counters.
 type SnapshotBody = (
@@ -459,7 +468,21 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
             last_height: 0,
             last_agreed_ms: None,
             halted: None,
+            parts: PartDigests::default(),
         }
+    }
+
+    /// The same host taking its [`digest`](Self::digest) (every part of it) with the hash
+    /// function `hash` (default [`StateHash::Sha256`], the digest every engine compares and
+    /// records; every validator must use the same).
+    pub fn with_state_hash(mut self, hash: StateHash) -> Self {
+        self.parts = PartDigests::new(hash);
+        self
+    }
+
+    /// The hash function of [`Self::digest`].
+    pub fn state_hash(&self) -> StateHash {
+        self.parts.hash
     }
 
     /// The same host with the agreed-time rule `rule` (every validator must use the same).
@@ -488,11 +511,13 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
     /// [`ExecutedRequests::with_max_clients`]); every validator must use the same bound.
     pub fn with_requests(mut self, requests: ExecutedRequests) -> Self {
         self.requests = requests;
+        self.parts.requests_changed();
         self
     }
 
     /// Reloads what the application caches from the pages (after a restart from storage).
     pub fn reload(&mut self) -> Result<(), AppError> {
+        self.parts.app_changed();
         self.app.reload(&self.pages)
     }
 
@@ -551,6 +576,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         if let Some(e) = &self.halted {
             return Err(HostError::Halted(e.clone()));
         }
+        self.refresh_parts();
         Ok(BlockOutcome {
             height: block.height,
             results,
@@ -568,6 +594,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
     ) -> TxResult {
         // The number is consumed whether the request runs or is refused: either is its
         // replicated outcome.
+        self.parts.requests_changed();
         if let Err(e) = self.requests.admit(client, number, ctx.agreed_time_ms) {
             self.counters.requests_duplicate += 1;
             tracing::debug!(height = ctx.seq, reason = %e, "ordered request not executed");
@@ -575,9 +602,10 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         }
         if let Err(e) = self.budget.check(payload.len()) {
             self.counters.requests_refused += 1;
-            tracing::warn!(height = ctx.seq, client, reason = %e, "request refused");
+            tracing::warn!(height = ctx.seq, client = %client.short(), reason = %e, "request refused");
             return TxResult::Refused(e);
         }
+        self.parts.app_changed();
         let reply = self.app.execute(ctx, client, payload);
         self.budget.grow(payload.len(), reply.len());
         self.counters.requests_executed += 1;
@@ -605,6 +633,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
                 self.counters.ticks_evaluated += 1;
                 *self.counters.ticks_by_sender.entry(sender).or_insert(0) += 1;
                 let tick = Tick::new(component, block.height, block.agreed_time_ms);
+                self.parts.app_changed();
                 match run_tick(&mut self.app, &mut self.pages, tick, fires) {
                     Ok(()) => TxResult::TickEvaluated,
                     Err(e) => {
@@ -622,11 +651,48 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
     /// counters. Equal on every honest validator after the same blocks, on every engine. (The
     /// state budget is not in it: a checkpoint changes it without a block, and what it decides,
     /// a refusal, shows in the counters.)
+    ///
+    /// The application's and the exactly-once table's digests are kept from the last block
+    /// when it did not change them (`digest_cache`), and every part is taken with the host's
+    /// hash function ([`Self::with_state_hash`]).
     pub fn digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
+        self.digest_of(
+            self.parts.hash,
+            self.parts.app(|hash| self.app.digest_in(hash)),
+            self.parts.requests(|hash| self.requests.digest_in(hash)),
+        )
+    }
+
+    /// [`Self::digest`] with every part computed now, nothing kept (what the kept parts must
+    /// always equal).
+    pub fn digest_from_scratch(&self) -> Digest32 {
+        self.digest_with(self.parts.hash)
+    }
+
+    /// The digest [`Self::digest`] would be under the hash function `hash`, computed now (e.g.
+    /// the SHA-256 digest of a host that runs BLAKE3, to compare its state with another
+    /// engine's or another scheme's run).
+    pub fn digest_with(&self, hash: StateHash) -> Digest32 {
+        self.digest_of(
+            hash,
+            self.app.digest_in(hash),
+            self.requests.digest_in(hash),
+        )
+    }
+
+    /// Recomputes the part digests a block's changes dropped.
+    fn refresh_parts(&mut self) {
+        let (app, requests) = (&self.app, &self.requests);
+        self.parts
+            .refresh(|hash| app.digest_in(hash), |hash| requests.digest_in(hash));
+    }
+
+    /// The host's digest over the application's and the exactly-once table's part digests.
+    fn digest_of(&self, hash: StateHash, app: Digest32, requests: Digest32) -> Digest32 {
+        let mut h = StateHasher::new(hash);
         h.update(b"ccron-host-state/v2");
-        h.update(self.app.digest());
-        match pages_digest(&self.pages) {
+        h.update(app);
+        match self.pages.digest_in(hash) {
             Ok(d) => h.update(d),
             // A store that cannot read its own pages: the digest says so (never equal to a
             // healthy validator's).
@@ -644,7 +710,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
             h.update(s.to_le_bytes());
             h.update(n.to_le_bytes());
         }
-        h.update(self.requests.digest());
+        h.update(requests);
         let (counters, by_sender) = self.counters.encoded();
         for v in counters {
             h.update(v.to_le_bytes());
@@ -653,7 +719,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
             h.update(s.to_le_bytes());
             h.update(n.to_le_bytes());
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     fn snapshot_body(&self) -> Result<Vec<u8>, HostError> {
@@ -707,12 +773,13 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
     /// refuses a write halts the host. A snapshot of another layout is refused
     /// ([`HostError::BadSnapshot`]).
     pub fn restore(&mut self, snapshot: &[u8]) -> Result<(), HostError> {
+        self.parts.all_changed();
         let bad = |e: String| HostError::BadSnapshot(e);
         let (version, body, (base, growth)): SnapshotFile =
             wire::decode(snapshot, wire::ABSOLUTE_LIMIT_BYTES).map_err(|e| bad(e.to_string()))?;
-        if version != HOST_SNAPSHOT_VERSION && version != HOST_SNAPSHOT_LEGACY {
+        if !(HOST_SNAPSHOT_LEGACY..=HOST_SNAPSHOT_VERSION).contains(&version) {
             return Err(bad(format!(
-                "host snapshot layout {version}, this build reads {HOST_SNAPSHOT_LEGACY} and {HOST_SNAPSHOT_VERSION}"
+                "host snapshot layout {version}, this build reads {HOST_SNAPSHOT_LEGACY} to {HOST_SNAPSHOT_VERSION}"
             )));
         }
         let (app, pages, height, agreed, evals, floor, executed, counters): SnapshotBody =
@@ -723,10 +790,12 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
         {
             return Err(bad("pages do not fit the store".into()));
         }
-        let requests = if version == HOST_SNAPSHOT_LEGACY {
-            ExecutedRequests::decode_legacy(&executed, wire::ABSOLUTE_LIMIT_BYTES)
-        } else {
-            ExecutedRequests::decode(&executed, wire::ABSOLUTE_LIMIT_BYTES)
+        let requests = match version {
+            HOST_SNAPSHOT_LEGACY => {
+                ExecutedRequests::decode_legacy(&executed, wire::ABSOLUTE_LIMIT_BYTES)
+            }
+            HOST_SNAPSHOT_V3 => ExecutedRequests::decode_v4(&executed, wire::ABSOLUTE_LIMIT_BYTES),
+            _ => ExecutedRequests::decode(&executed, wire::ABSOLUTE_LIMIT_BYTES),
         }
         .map_err(|e| bad(e.to_string()))?;
         if requests.max_clients() != self.requests.max_clients() {
@@ -778,6 +847,7 @@ impl<A: Application, P: ReservedPages> BlockHost<A, P> {
     /// The application, mutably (for an engine's own setup outside execution: never to change
     /// replicated state).
     pub fn app_mut(&mut self) -> &mut A {
+        self.parts.app_changed();
         &mut self.app
     }
 
@@ -876,7 +946,7 @@ mod tests {
 
     fn put(number: u64) -> Tx {
         Tx::Request {
-            client: 7,
+            client: crate::authz::ClientId::from_index(7),
             number,
             payload: b"x".to_vec(),
         }
@@ -945,7 +1015,7 @@ mod tests {
                 stale(4),
                 TxResult::Reply(Vec::new()),
                 TxResult::Duplicate(DuplicateRequest::Executed {
-                    client: 7,
+                    client: crate::authz::ClientId::from_index(7),
                     number: 3
                 }),
             ]
@@ -1038,7 +1108,7 @@ mod tests {
         h.checkpoint().unwrap();
         assert_eq!(h.budget().base, base);
         let req = |number| Tx::Request {
-            client: 3,
+            client: crate::authz::ClientId::from_index(3),
             number,
             payload: vec![b'k'; 8],
         };
@@ -1088,7 +1158,7 @@ mod tests {
                 proptest::collection::vec(any::<u8>(), 0..4)
             )
                 .prop_map(|(client, number, payload)| Tx::Request {
-                    client,
+                    client: crate::authz::ClientId::from_index(client),
                     number,
                     payload
                 }),
@@ -1134,6 +1204,91 @@ mod tests {
             prop_assert_eq!(&od[..], &oa[k..]);
             prop_assert_eq!(d.digest(), a.digest());
             prop_assert_eq!(d.app().fires(), a.app().fires());
+        }
+    }
+
+    /// What a host may go through between two digests.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A block `dt` ms after the last one.
+        Block(i64, Vec<Tx>),
+        /// A restore from the snapshot taken before the op at this index (or at genesis).
+        Restore(proptest::sample::Index),
+        Reload,
+        /// A request run straight through `app_mut` (an engine's setup).
+        AppMut,
+    }
+
+    fn arb_op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0i64..3_000, proptest::collection::vec(arb_tx(), 0..6))
+                .prop_map(|(dt, txs)| Op::Block(dt, txs)),
+            1 => any::<proptest::sample::Index>().prop_map(Op::Restore),
+            1 => Just(Op::Reload),
+            1 => Just(Op::AppMut),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// The kept part digests are never stale: after any sequence of blocks, restores,
+        /// reloads and `app_mut` changes, under both hash functions, the digest equals the one
+        /// computed from scratch, and after every block the outcome reports it.
+        #[test]
+        fn kept_part_digests_equal_a_fresh_computation(
+            ops in proptest::collection::vec(arb_op(), 1..40),
+            blake in any::<bool>(),
+        ) {
+            let hash = if blake { StateHash::Blake3 } else { StateHash::Sha256 };
+            let mut h = host().with_state_hash(hash);
+            prop_assert_eq!(h.state_hash(), hash);
+            let mut snapshots = vec![h.snapshot().unwrap()];
+            let mut t = 0i64;
+            for op in ops {
+                match op {
+                    Op::Block(dt, txs) => {
+                        t += dt;
+                        let block = Block { height: h.last_height() + 1, agreed_time_ms: Some(t), txs };
+                        let o = h.execute_block(&block).unwrap();
+                        prop_assert_eq!(o.digest, h.digest_from_scratch());
+                    }
+                    Op::Restore(i) => {
+                        let snap = &snapshots[i.index(snapshots.len())];
+                        h.restore(snap).unwrap();
+                        t = h.last_agreed_ms().unwrap_or(0);
+                    }
+                    Op::Reload => h.reload().unwrap(),
+                    Op::AppMut => {
+                        let ctx = ExecContext { seq: 0, agreed_time_ms: None };
+                        let _ = h.app_mut().execute(ctx, Default::default(), b"y");
+                    }
+                }
+                prop_assert_eq!(h.digest(), h.digest_from_scratch());
+                snapshots.push(h.snapshot().unwrap());
+            }
+        }
+    }
+
+    /// The digest under SHA-256 is the one a host without a chosen hash function reports, and
+    /// BLAKE3's differs from it.
+    #[test]
+    fn the_default_state_hash_is_sha256() {
+        let mut a = host();
+        let mut b = host().with_state_hash(StateHash::Sha256);
+        let mut c = host().with_state_hash(StateHash::Blake3);
+        assert_eq!(a.state_hash(), StateHash::Sha256);
+        for block in blocks() {
+            let (oa, ob, oc) = (
+                a.execute_block(&block).unwrap(),
+                b.execute_block(&block).unwrap(),
+                c.execute_block(&block).unwrap(),
+            );
+            assert_eq!(oa, ob);
+            assert_ne!(oa.digest, oc.digest);
+            assert_eq!(oa.results, oc.results);
+            assert_eq!(c.digest_with(StateHash::Sha256), oa.digest);
+            assert_eq!(a.digest_with(StateHash::Blake3), oc.digest);
         }
     }
 

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::sha256::Sha256;
+use crate::state_hash::{StateHash, StateHasher};
 use crate::{
     CronTableRegistry, MemPages, Principal, RegistryError, ReservedPages, TableError, Tick,
 };
@@ -296,12 +296,16 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
     }
 
     fn digest(&self) -> Digest32 {
+        self.digest_in(StateHash::Sha256)
+    }
+
+    fn digest_in(&self, hash: StateHash) -> Digest32 {
         // The replica's state digest adds the reserved pages (the persisted schedules); the
         // setup digest makes replicas that registered different tables visibly diverge; the
         // book (pages and outbox) is part of the ledger's own state.
-        let mut h = Sha256::new();
+        let mut h = StateHasher::new(hash);
         h.update(b"cron-ledger");
-        h.update(self.state.digest());
+        h.update(self.state.digest_in(hash));
         h.update(self.registry.setup_digest());
         for ((c, p), n) in &self.fires {
             h.update(c.to_le_bytes());
@@ -318,7 +322,7 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             h.update(b"upgrades");
             h.update(self.upgrades.state().digest());
         }
-        h.finalize().into()
+        h.finalize()
     }
 
     fn snapshot(&self) -> Vec<u8> {
@@ -528,7 +532,7 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
     }
 
     fn setup_digest(&self) -> Option<Digest32> {
-        let mut h = Sha256::new();
+        let mut h = crate::sha256::Sha256::new();
         h.update(b"cron-ledger-setup");
         h.update(self.registry.setup_digest());
         if let Some(book) = &self.scheduler {
@@ -599,7 +603,7 @@ pub(crate) mod tests {
             Vec::new()
         }
         fn digest(&self) -> Digest32 {
-            Sha256::digest(self.0.to_le_bytes()).into()
+            crate::sha256::Sha256::digest(self.0.to_le_bytes()).into()
         }
         fn snapshot(&self) -> Vec<u8> {
             self.0.to_le_bytes().to_vec()

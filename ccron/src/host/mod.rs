@@ -30,6 +30,7 @@
 pub mod app;
 pub mod block;
 pub mod cron_ledger;
+mod digest_cache;
 pub mod effects;
 pub mod requests;
 pub mod scheduler;

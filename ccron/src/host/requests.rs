@@ -46,6 +46,16 @@
 //! ([`super::REQUEST_OVERHEAD_BYTES`]) the host's state budget reserves; an evicted entry
 //! shrinks from 56 bytes to 16.
 //!
+//! **256-bit client ids (layout 5).** Clients are named by their 32-byte [`ClientId`]. Tables
+//! of layouts 4 and before named them by 64-bit ids, which cannot be widened: their migration
+//! ([`ExecutedRequests::decode_v4`], [`ExecutedRequests::decode_legacy`]) turns every old entry
+//! and watermark into a **legacy watermark** (the old id and its highest executed number; the
+//! numbers of an entry's window it had not used are given up, as on eviction), frozen. A client
+//! without entry or watermark of its own whose id starts with a legacy id
+//! ([`ClientId::legacy_prefix`]) has that watermark as its floor, so no request its key signed
+//! before the upgrade can execute again after it. Another key sharing the 8 bytes only raises
+//! its own floor. Legacy watermarks are never removed (one per client of the old table).
+//!
 //! **Layout.** Tables encoded before layout 4 (host snapshot layout 2) kept a global floor and
 //! a floor per entry; [`ExecutedRequests::decode_legacy`] migrates them: each entry's floor
 //! becomes executed marks in its window, and the old global floor stays as the **base**, the
@@ -58,8 +68,6 @@
 //! ([`ExecutedRequests::encode`] / [`ExecutedRequests::decode`]).
 
 use std::collections::BTreeMap;
-
-use crate::sha256::Sha256;
 
 use super::app::{ClientId, Digest32, Millis};
 use super::wire::{self, WireError};
@@ -77,9 +85,10 @@ pub const AHEAD_WINDOW: u64 = 1 << 16;
 /// numbering from their wall clock (milliseconds or microseconds) stay under it.
 pub const CLOCK_SLACK_US: u64 = 3_600_000_000;
 
-/// The layout of [`ExecutedRequests::encode`] (4: watermarks and base; 3 and before: a global
-/// floor, read by [`ExecutedRequests::decode_legacy`]).
-pub const EXECUTED_REQUESTS_LAYOUT: u32 = 4;
+/// The layout of [`ExecutedRequests::encode`] (5: 256-bit client ids and legacy watermarks;
+/// 4: 64-bit ids, watermarks and base, read by [`ExecutedRequests::decode_v4`]; 3 and before: a
+/// global floor, read by [`ExecutedRequests::decode_legacy`]).
+pub const EXECUTED_REQUESTS_LAYOUT: u32 = 5;
 
 /// The executed numbers of a client's window: bit `i` set means number `highest - i` executed
 /// (bit 0 is `highest` itself). [`REQUEST_WINDOW`] bits.
@@ -204,12 +213,21 @@ struct Entry {
 }
 
 /// An entry as encoded: client, highest, mask words, last execution.
-type EncodedEntry = (u64, u64, [u64; 4], u64);
+type EncodedEntry = (ClientId, u64, [u64; 4], u64);
 
-/// Layout 4: (bound, base, clock, evictions, refused ahead), entries, watermarks.
+/// Layout 5: (bound, base, clock, evictions, refused ahead), entries, watermarks, legacy
+/// watermarks (64-bit id, highest).
 type Encoded = (
     (u64, u64, u64, u64, u64),
     Vec<EncodedEntry>,
+    Vec<(ClientId, u64)>,
+    Vec<(u64, u64)>,
+);
+
+/// Layout 4 (frozen): as layout 5 with 64-bit client ids and no legacy watermarks.
+type EncodedV4 = (
+    (u64, u64, u64, u64, u64),
+    Vec<(u64, u64, [u64; 4], u64)>,
     Vec<(u64, u64)>,
 );
 
@@ -227,6 +245,9 @@ pub struct ExecutedRequests {
     /// The lowest number of a client without entry or watermark (0; a migrated table's old
     /// floor, frozen).
     base: u64,
+    /// Clients of a table migrated from 64-bit ids (layout 4 and before): the highest number
+    /// each executed, by its old id; frozen (the module documentation).
+    legacy: BTreeMap<u64, u64>,
     max_clients: usize,
     /// Clients evicted so far.
     evicted: u64,
@@ -265,6 +286,7 @@ impl ExecutedRequests {
             clock: 0,
             watermarks: BTreeMap::new(),
             base: 0,
+            legacy: BTreeMap::new(),
             max_clients: max_clients.max(1),
             evicted: 0,
             refused_ahead: 0,
@@ -276,9 +298,9 @@ impl ExecutedRequests {
     /// below the base) plus [`AHEAD_WINDOW`], and the agreed time in microseconds plus
     /// [`CLOCK_SLACK_US`]. Saturating.
     pub fn ceiling(&self, client: ClientId, now_ms: Option<Millis>) -> u64 {
-        let by_history = match (self.clients.get(&client), self.watermarks.get(&client)) {
+        let by_history = match (self.clients.get(&client), self.watermark(client)) {
             (Some(e), _) => e.highest.saturating_add(AHEAD_WINDOW),
-            (None, Some(&w)) => w.saturating_add(AHEAD_WINDOW),
+            (None, Some(w)) => w.saturating_add(AHEAD_WINDOW),
             (None, None) => self.base.saturating_add(AHEAD_WINDOW - 1),
         };
         by_history.max(clock_ceiling(now_ms))
@@ -288,9 +310,9 @@ impl ExecutedRequests {
     /// executed number (or its watermark), or the base for a client never seen. Saturating (a
     /// client at `u64::MAX` has none left).
     pub fn next_fresh(&self, client: ClientId) -> u64 {
-        match (self.clients.get(&client), self.watermarks.get(&client)) {
+        match (self.clients.get(&client), self.watermark(client)) {
             (Some(e), _) => e.highest.saturating_add(1),
-            (None, Some(&w)) => w.saturating_add(1),
+            (None, Some(w)) => w.saturating_add(1),
             (None, None) => self.base,
         }
     }
@@ -312,8 +334,8 @@ impl ExecutedRequests {
             });
         }
         let Some(e) = self.clients.get(&client) else {
-            let below = match self.watermarks.get(&client) {
-                Some(&w) => number <= w,
+            let below = match self.watermark(client) {
+                Some(w) => number <= w,
                 None => number < self.base,
             };
             if below {
@@ -344,6 +366,14 @@ impl ExecutedRequests {
         Ok(())
     }
 
+    /// The watermark of a client without a full entry: its own (it was evicted), or the legacy
+    /// watermark of its old 64-bit id (the larger when both).
+    fn watermark(&self, client: ClientId) -> Option<u64> {
+        let own = self.watermarks.get(&client).copied();
+        let legacy = self.legacy.get(&client.legacy_prefix()).copied();
+        own.max(legacy)
+    }
+
     /// Whether `(client, number)` can never execute again: it executed, or it is below its
     /// client's window or floor (a number above the ceiling is not settled: it may fit later,
     /// once the client's earlier numbers executed or time passed).
@@ -370,7 +400,7 @@ impl ExecutedRequests {
             if let DuplicateRequest::AheadOfWindow { ceiling, .. } = e {
                 self.refused_ahead = self.refused_ahead.saturating_add(1);
                 tracing::warn!(
-                    client,
+                    client = %client.short(),
                     number,
                     ceiling,
                     "request number above its client's ceiling: refused"
@@ -423,7 +453,7 @@ impl ExecutedRequests {
             self.watermarks.insert(client, e.highest);
             self.evicted = self.evicted.saturating_add(1);
             tracing::debug!(
-                client,
+                client = %client.short(),
                 watermark = e.highest,
                 "executed-requests table full: least recently executed client evicted to its watermark"
             );
@@ -438,6 +468,11 @@ impl ExecutedRequests {
     /// Evicted clients holding a watermark.
     pub fn watermarks(&self) -> usize {
         self.watermarks.len()
+    }
+
+    /// Legacy watermarks: clients of a table migrated from 64-bit ids (module documentation).
+    pub fn legacy_watermarks(&self) -> usize {
+        self.legacy.len()
     }
 
     /// The bound of full entries.
@@ -464,14 +499,23 @@ impl ExecutedRequests {
 
     /// Whether nothing executed yet.
     pub fn is_empty(&self) -> bool {
-        self.clients.is_empty() && self.watermarks.is_empty() && self.evicted == 0
+        self.clients.is_empty()
+            && self.watermarks.is_empty()
+            && self.legacy.is_empty()
+            && self.evicted == 0
     }
 
     /// SHA-256 over the layout, bound, base, clock, evictions, refusals, the entries and the
-    /// watermarks in client order (equal on validators that executed the same requests).
+    /// watermarks in client order, and the legacy watermarks (equal on validators that
+    /// executed the same requests).
     pub fn digest(&self) -> Digest32 {
-        let mut h = Sha256::new();
-        h.update(b"ccron-executed-requests/v4");
+        self.digest_in(crate::state_hash::StateHash::Sha256)
+    }
+
+    /// [`Self::digest`]'s stream under the host's hash function `hash`.
+    pub fn digest_in(&self, hash: crate::state_hash::StateHash) -> Digest32 {
+        let mut h = crate::state_hash::StateHasher::new(hash);
+        h.update(b"ccron-executed-requests/v5");
         for v in [
             self.max_clients as u64,
             self.base,
@@ -483,7 +527,7 @@ impl ExecutedRequests {
         }
         h.update((self.clients.len() as u64).to_le_bytes());
         for (client, e) in &self.clients {
-            h.update(client.to_le_bytes());
+            h.update(client.0);
             h.update(e.highest.to_le_bytes());
             for w in e.mask.0 {
                 h.update(w.to_le_bytes());
@@ -492,10 +536,15 @@ impl ExecutedRequests {
         }
         h.update((self.watermarks.len() as u64).to_le_bytes());
         for (client, w) in &self.watermarks {
-            h.update(client.to_le_bytes());
+            h.update(client.0);
             h.update(w.to_le_bytes());
         }
-        h.finalize().into()
+        h.update((self.legacy.len() as u64).to_le_bytes());
+        for (old, w) in &self.legacy {
+            h.update(old.to_le_bytes());
+            h.update(w.to_le_bytes());
+        }
+        h.finalize()
     }
 
     /// The canonical encoding ([`wire`]) for snapshots, layout [`EXECUTED_REQUESTS_LAYOUT`].
@@ -508,7 +557,9 @@ impl ExecutedRequests {
             .iter()
             .map(|(c, e)| (*c, e.highest, e.mask.0, e.last_used))
             .collect();
-        let watermarks: Vec<(u64, u64)> = self.watermarks.iter().map(|(c, w)| (*c, *w)).collect();
+        let watermarks: Vec<(ClientId, u64)> =
+            self.watermarks.iter().map(|(c, w)| (*c, *w)).collect();
+        let legacy: Vec<(u64, u64)> = self.legacy.iter().map(|(c, w)| (*c, *w)).collect();
         let encoded: Encoded = (
             (
                 self.max_clients as u64,
@@ -519,6 +570,7 @@ impl ExecutedRequests {
             ),
             entries,
             watermarks,
+            legacy,
         );
         wire::encode(&encoded)
     }
@@ -531,7 +583,7 @@ impl ExecutedRequests {
     /// # Errors
     /// [`WireError`] for malformed bytes or entries.
     pub fn decode(bytes: &[u8], limit_bytes: usize) -> Result<Self, WireError> {
-        let ((max_clients, base, clock, evicted, refused_ahead), entries, watermarks): Encoded =
+        let ((max_clients, base, clock, evicted, refused_ahead), entries, watermarks, legacy): Encoded =
             wire::decode(bytes, limit_bytes)?;
         let mut out = Self::empty_decoded(max_clients, clock, entries.len())?;
         out.base = base;
@@ -550,13 +602,62 @@ impl ExecutedRequests {
             last = Some(client);
             out.watermarks.insert(client, w);
         }
+        out.set_legacy(legacy)?;
+        Ok(out)
+    }
+
+    /// Installs legacy watermarks, ascending by old id.
+    fn set_legacy(&mut self, legacy: Vec<(u64, u64)>) -> Result<(), WireError> {
+        let mut last = None;
+        for (old, w) in legacy {
+            if last.is_some_and(|l| l >= old) {
+                return Err(bad(format!(
+                    "legacy watermark of client {old} out of order"
+                )));
+            }
+            last = Some(old);
+            self.legacy.insert(old, w);
+        }
+        Ok(())
+    }
+
+    /// Decodes a table of layout 4 (64-bit client ids) and migrates it: every entry (its
+    /// highest number) and every watermark becomes a legacy watermark of its old id (the
+    /// module documentation); no entries or watermarks of 256-bit ids; bound, base, clock and
+    /// counters kept.
+    ///
+    /// # Errors
+    /// [`WireError`] for malformed bytes, more entries than the bound, clients out of order
+    /// or repeated.
+    pub fn decode_v4(bytes: &[u8], limit_bytes: usize) -> Result<Self, WireError> {
+        let ((max_clients, base, clock, evicted, refused_ahead), entries, watermarks): EncodedV4 =
+            wire::decode(bytes, limit_bytes)?;
+        let mut out = Self::empty_decoded(max_clients, clock, entries.len())?;
+        out.base = base;
+        out.evicted = evicted;
+        out.refused_ahead = refused_ahead;
+        let mut legacy: Vec<(u64, u64)> = entries
+            .iter()
+            .map(|(c, highest, _, _)| (*c, *highest))
+            .chain(watermarks)
+            .collect();
+        legacy.sort_unstable();
+        if legacy.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(bad("a client with both an entry and a watermark".into()));
+        }
+        out.set_legacy(legacy)?;
+        tracing::info!(
+            legacy = out.legacy.len(),
+            "executed requests of layout 4 (64-bit client ids) migrated to legacy watermarks"
+        );
         Ok(out)
     }
 
     /// Decodes a table of layout 3 (host snapshot layout 2: a global floor raised by evictions
-    /// and a floor per entry) and migrates it: each entry's floor becomes executed marks in its
-    /// window (the numbers it refused stay refused), the global floor becomes the frozen base
-    /// (every client evicted before the migration is below it), no watermarks, no refusals.
+    /// and a floor per entry, 64-bit client ids) and migrates it: each entry becomes a legacy
+    /// watermark at its highest number (every number at or below it refused, its entry floor
+    /// included), the global floor becomes the frozen base (every client evicted before the
+    /// migration is below it), no entries of 256-bit ids, no refusals.
     ///
     /// # Errors
     /// [`WireError`] for malformed bytes or entries (as [`decode`](Self::decode), and an entry
@@ -568,21 +669,23 @@ impl ExecutedRequests {
         let mut out = Self::empty_decoded(max_clients, clock, entries.len())?;
         out.base = floor;
         out.evicted = evicted;
+        let mut legacy = Vec::with_capacity(entries.len());
         for (client, highest, mask, last_used, entry_floor) in entries {
             if entry_floor > floor {
                 return Err(bad(format!(
                     "entry floor {entry_floor} of client {client} above the floor {floor}"
                 )));
             }
-            let mut mask = Mask(mask);
-            let below = Mask::marking_below(highest, entry_floor);
-            if mask.get(0) {
-                for (w, b) in mask.0.iter_mut().zip(below.0) {
-                    *w |= b;
-                }
+            if !Mask(mask).get(0) || last_used == 0 || last_used > clock {
+                return Err(bad(format!(
+                    "entry of client {client} without its highest number or with a bad execution time"
+                )));
             }
-            out.insert_decoded(client, highest, mask, last_used)?;
+            // 64-bit ids (layout 5 names clients by 256 bits): the entry's highest number
+            // becomes its legacy watermark (its window's unused numbers are given up).
+            legacy.push((client, highest));
         }
+        out.set_legacy(legacy)?;
         Ok(out)
     }
 
@@ -643,54 +746,61 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
+    /// Client `n`: an id ordered like `n` (its last 8 bytes, big-endian), legacy prefix 0.
+    fn c(n: u64) -> ClientId {
+        let mut b = [0u8; 32];
+        b[24..].copy_from_slice(&n.to_be_bytes());
+        ClientId(b)
+    }
+
     #[test]
     fn each_number_executes_once_in_any_order_inside_the_window() {
         let mut e = ExecutedRequests::new();
-        assert_eq!(e.admit(7, 5, None), Ok(()));
+        assert_eq!(e.admit(c(7), 5, None), Ok(()));
         assert_eq!(
-            e.admit(7, 5, None),
+            e.admit(c(7), 5, None),
             Err(DuplicateRequest::Executed {
-                client: 7,
+                client: c(7),
                 number: 5
             })
         );
-        assert_eq!(e.admit(7, 3, None), Ok(()));
-        assert_eq!(e.admit(7, 9, None), Ok(()));
+        assert_eq!(e.admit(c(7), 3, None), Ok(()));
+        assert_eq!(e.admit(c(7), 9, None), Ok(()));
         assert_eq!(
-            e.check(7, 3, None),
+            e.check(c(7), 3, None),
             Err(DuplicateRequest::Executed {
-                client: 7,
+                client: c(7),
                 number: 3
             })
         );
-        assert_eq!(e.admit(7, 4, None), Ok(()));
+        assert_eq!(e.admit(c(7), 4, None), Ok(()));
         assert_eq!(
-            e.admit(8, 5, None),
+            e.admit(c(8), 5, None),
             Ok(()),
             "another client has its own numbers"
         );
-        assert_eq!(e.admit(7, 9 + REQUEST_WINDOW, None), Ok(()));
+        assert_eq!(e.admit(c(7), 9 + REQUEST_WINDOW, None), Ok(()));
         assert_eq!(
-            e.admit(7, 9, None),
+            e.admit(c(7), 9, None),
             Err(DuplicateRequest::TooOld {
-                client: 7,
+                client: c(7),
                 number: 9,
                 highest: 9 + REQUEST_WINDOW
             })
         );
         assert_eq!(
-            e.admit(7, 10, None),
+            e.admit(c(7), 10, None),
             Ok(()),
             "the lowest number inside the window"
         );
         assert_eq!(
-            e.admit(7, 10, None),
+            e.admit(c(7), 10, None),
             Err(DuplicateRequest::Executed {
-                client: 7,
+                client: c(7),
                 number: 10
             })
         );
-        assert!(e.settled(7, 10) && e.settled(7, 9) && !e.settled(7, 11));
+        assert!(e.settled(c(7), 10) && e.settled(c(7), 9) && !e.settled(c(7), 11));
         assert_eq!(e.clients(), 2);
     }
 
@@ -698,13 +808,13 @@ mod tests {
     fn numbers_above_the_ceiling_are_refused_counted_and_change_nothing() {
         let mut e = ExecutedRequests::new();
         // A client never seen: numbers below AHEAD_WINDOW (base 0).
-        let first = e.ceiling(1, None);
+        let first = e.ceiling(c(1), None);
         assert_eq!(first, AHEAD_WINDOW - 1);
         for n in [u64::MAX, u64::MAX - 1, AHEAD_WINDOW] {
             assert_eq!(
-                e.admit(1, n, None),
+                e.admit(c(1), n, None),
                 Err(DuplicateRequest::AheadOfWindow {
-                    client: 1,
+                    client: c(1),
                     number: n,
                     ceiling: first
                 })
@@ -712,31 +822,31 @@ mod tests {
         }
         assert_eq!((e.refused_ahead(), e.clients()), (3, 0));
         assert!(
-            !e.settled(1, u64::MAX),
+            !e.settled(c(1), u64::MAX),
             "ahead is not settled: it may fit later"
         );
-        assert_eq!(e.admit(1, AHEAD_WINDOW - 1, None), Ok(()));
+        assert_eq!(e.admit(c(1), AHEAD_WINDOW - 1, None), Ok(()));
         // Above its highest: AHEAD_WINDOW more.
-        assert_eq!(e.ceiling(1, None), 2 * AHEAD_WINDOW - 1);
-        assert!(e.admit(1, 2 * AHEAD_WINDOW, None).is_err());
-        assert_eq!(e.admit(1, 2 * AHEAD_WINDOW - 1, None), Ok(()));
+        assert_eq!(e.ceiling(c(1), None), 2 * AHEAD_WINDOW - 1);
+        assert!(e.admit(c(1), 2 * AHEAD_WINDOW, None).is_err());
+        assert_eq!(e.admit(c(1), 2 * AHEAD_WINDOW - 1, None), Ok(()));
         assert_eq!(e.refused_ahead(), 4);
         // A clock-numbered client (Unix ms or µs) fits under the agreed time's bound.
         let now: Millis = 1_800_000_000_000;
         let micros = now as u64 * 1_000;
-        assert_eq!(e.ceiling(2, Some(now)), micros + CLOCK_SLACK_US);
-        assert_eq!(e.admit(2, now as u64, Some(now)), Ok(()));
-        assert_eq!(e.admit(3, micros + 5, Some(now)), Ok(()));
+        assert_eq!(e.ceiling(c(2), Some(now)), micros + CLOCK_SLACK_US);
+        assert_eq!(e.admit(c(2), now as u64, Some(now)), Ok(()));
+        assert_eq!(e.admit(c(3), micros + 5, Some(now)), Ok(()));
         assert_eq!(
-            e.admit(2, now as u64 + 86_400_000, Some(now + 86_400_000)),
+            e.admit(c(2), now as u64 + 86_400_000, Some(now + 86_400_000)),
             Ok(())
         );
         assert!(matches!(
-            e.admit(4, micros + CLOCK_SLACK_US + 1, Some(now)),
+            e.admit(c(4), micros + CLOCK_SLACK_US + 1, Some(now)),
             Err(DuplicateRequest::AheadOfWindow { .. })
         ));
         // Without time (or before the epoch), only the history bound.
-        assert_eq!(e.ceiling(9, Some(-5)), AHEAD_WINDOW - 1);
+        assert_eq!(e.ceiling(c(9), Some(-5)), AHEAD_WINDOW - 1);
         let bytes = e.encode().unwrap();
         let back = ExecutedRequests::decode(&bytes, bytes.len()).unwrap();
         assert_eq!((back.refused_ahead(), back.digest()), (5, e.digest()));
@@ -749,58 +859,61 @@ mod tests {
     fn an_evicted_hostile_client_raises_nobody_elses_floor() {
         let now = Some(0x7fff_ffff_ffff_ffff);
         let mut e = ExecutedRequests::with_max_clients(2);
-        assert_eq!(e.admit(666, u64::MAX - 1, now), Ok(()));
-        assert_eq!(e.admit(1, 1, now), Ok(()));
-        assert_eq!(e.admit(2, 1, now), Ok(()), "evicts the hostile client");
+        assert_eq!(e.admit(c(666), u64::MAX - 1, now), Ok(()));
+        assert_eq!(e.admit(c(1), 1, now), Ok(()));
+        assert_eq!(e.admit(c(2), 1, now), Ok(()), "evicts the hostile client");
         assert_eq!((e.evicted(), e.watermarks(), e.floor()), (1, 1, 0));
-        for c in 3..50 {
+        for k in 3..50 {
             for n in 1..4 {
-                assert_eq!(e.admit(c, n, now), Ok(()), "client {c} number {n}");
+                assert_eq!(e.admit(c(k), n, now), Ok(()), "client {k} number {n}");
             }
         }
         // The hostile client itself: at most u64::MAX, once.
         assert!(matches!(
-            e.admit(666, u64::MAX - 1, now),
+            e.admit(c(666), u64::MAX - 1, now),
             Err(DuplicateRequest::BelowFloor { .. })
         ));
-        assert_eq!(e.admit(666, u64::MAX, now), Ok(()));
-        assert!(e.admit(666, u64::MAX, now).is_err());
+        assert_eq!(e.admit(c(666), u64::MAX, now), Ok(()));
+        assert!(e.admit(c(666), u64::MAX, now).is_err());
     }
 
     #[test]
     fn an_evicted_client_comes_back_above_its_watermark_only() {
         let mut e = ExecutedRequests::with_max_clients(2);
-        e.admit(1, 10, None).unwrap();
-        e.admit(1, 8, None).unwrap(); // 9 never executed
-        e.admit(2, 20, None).unwrap();
-        e.admit(2, 21, None).unwrap();
-        e.admit(3, 5, None).unwrap(); // evicts client 1 (watermark 10)
-        assert_eq!((e.clients(), e.watermarks(), e.next_fresh(1)), (2, 1, 11));
+        e.admit(c(1), 10, None).unwrap();
+        e.admit(c(1), 8, None).unwrap(); // 9 never executed
+        e.admit(c(2), 20, None).unwrap();
+        e.admit(c(2), 21, None).unwrap();
+        e.admit(c(3), 5, None).unwrap(); // evicts client 1 (watermark 10)
+        assert_eq!(
+            (e.clients(), e.watermarks(), e.next_fresh(c(1))),
+            (2, 1, 11)
+        );
         for n in [1, 9, 10] {
             assert_eq!(
-                e.admit(1, n, None),
+                e.admit(c(1), n, None),
                 Err(DuplicateRequest::BelowFloor {
-                    client: 1,
+                    client: c(1),
                     number: n,
                     floor: 11
                 })
             );
         }
         // New clients are not affected: they start wherever they like below the ceiling.
-        assert_eq!(e.check(4, 0, None), Ok(()));
-        assert_eq!(e.admit(1, 12, None), Ok(()), "back: evicts client 2");
-        assert_eq!(e.next_fresh(2), 22);
+        assert_eq!(e.check(c(4), 0, None), Ok(()));
+        assert_eq!(e.admit(c(1), 12, None), Ok(()), "back: evicts client 2");
+        assert_eq!(e.next_fresh(c(2)), 22);
         // Back in the table, its window still refuses everything up to the watermark.
         for n in [8, 9, 10] {
             assert_eq!(
-                e.admit(1, n, None),
+                e.admit(c(1), n, None),
                 Err(DuplicateRequest::Executed {
-                    client: 1,
+                    client: c(1),
                     number: n
                 })
             );
         }
-        assert_eq!(e.admit(1, 11, None), Ok(()));
+        assert_eq!(e.admit(c(1), 11, None), Ok(()));
         let bytes = e.encode().unwrap();
         let back = ExecutedRequests::decode(&bytes, bytes.len()).unwrap();
         assert_eq!(back, e);
@@ -810,8 +923,8 @@ mod tests {
     #[test]
     fn encoding_round_trips_and_refuses_bad_entries() {
         let mut e = ExecutedRequests::with_max_clients(3);
-        for (c, n) in [(1, 3), (1, 1), (2, 100), (9, 0), (4, 7)] {
-            e.admit(c, n, None).unwrap();
+        for (k, n) in [(1, 3), (1, 1), (2, 100), (9, 0), (4, 7)] {
+            e.admit(c(k), n, None).unwrap();
         }
         let bytes = e.encode().unwrap();
         let back = ExecutedRequests::decode(&bytes, bytes.len()).unwrap();
@@ -820,40 +933,61 @@ mod tests {
         assert_ne!(ExecutedRequests::new().digest(), e.digest());
         assert!(ExecutedRequests::decode(&bytes, bytes.len() - 1).is_err());
         let head = (10u64, 0u64, 5u64, 0u64, 0u64);
-        let enc = |entries: Vec<EncodedEntry>, marks: Vec<(u64, u64)>| {
-            let v: Encoded = (head, entries, marks);
+        let enc = |entries: Vec<(u64, u64, [u64; 4], u64)>,
+                   marks: Vec<(u64, u64)>,
+                   legacy: Vec<(u64, u64)>| {
+            let entries = entries
+                .into_iter()
+                .map(|(k, h, m, u)| (c(k), h, m, u))
+                .collect();
+            let marks = marks.into_iter().map(|(k, w)| (c(k), w)).collect();
+            let v: Encoded = (head, entries, marks, legacy);
             wire::encode(&v).unwrap()
         };
         let one = [1u64, 0, 0, 0];
         let cases = [
-            (vec![(2, 1, one, 1), (1, 1, one, 2)], vec![]),
-            (vec![(2, 1, [2, 0, 0, 0], 1)], vec![]),
-            (vec![(1, 1, one, 1), (2, 1, one, 1)], vec![]),
-            (vec![(1, 1, one, 6)], vec![]),
-            (vec![(1, 1, one, 1)], vec![(1, 5)]),
-            (vec![], vec![(3, 5), (2, 5)]),
+            (vec![(2, 1, one, 1), (1, 1, one, 2)], vec![], vec![]),
+            (vec![(2, 1, [2, 0, 0, 0], 1)], vec![], vec![]),
+            (vec![(1, 1, one, 1), (2, 1, one, 1)], vec![], vec![]),
+            (vec![(1, 1, one, 6)], vec![], vec![]),
+            (vec![(1, 1, one, 1)], vec![(1, 5)], vec![]),
+            (vec![], vec![(3, 5), (2, 5)], vec![]),
+            (vec![], vec![], vec![(3, 5), (2, 5)]),
+            (vec![], vec![], vec![(3, 5), (3, 6)]),
         ];
-        for (entries, marks) in cases {
-            assert!(ExecutedRequests::decode(&enc(entries, marks), 1_000).is_err());
+        for (entries, marks, legacy) in cases {
+            assert!(ExecutedRequests::decode(&enc(entries, marks, legacy), 1_000).is_err());
         }
         let over: Encoded = (
             (1, 0, 5, 0, 0),
-            vec![(1, 1, one, 1), (2, 1, one, 2)],
+            vec![(c(1), 1, one, 1), (c(2), 1, one, 2)],
+            vec![],
             vec![],
         );
         assert!(ExecutedRequests::decode(&wire::encode(&over).unwrap(), 1_000).is_err());
-        let ok = enc(vec![(1, 1, one, 1), (2, 1, one, 2)], vec![(3, 9)]);
+        let ok = enc(
+            vec![(1, 1, one, 1), (2, 1, one, 2)],
+            vec![(3, 9)],
+            vec![(7, 4)],
+        );
         let ok = ExecutedRequests::decode(&ok, 1_000).unwrap();
         assert_eq!(
-            (ok.clients(), ok.watermarks(), ok.next_fresh(3)),
+            (ok.clients(), ok.watermarks(), ok.next_fresh(c(3))),
             (2, 1, 10)
         );
+    }
+
+    /// A client whose id starts with the 64-bit id `old` (its legacy prefix), `tail` after.
+    fn with_prefix(old: u64, tail: u8) -> ClientId {
+        let mut b = [tail; 32];
+        b[..8].copy_from_slice(&old.to_le_bytes());
+        ClientId(b)
     }
 
     #[test]
     fn a_layout_3_table_migrates_its_floors() {
         // Layout 3: floor 21 (client 2 evicted at 20), client 3 entered at floor 21 and executed
-        // 30 and 25; client 1 entered at floor 0 and executed 11.
+        // 30 and 25; client 1 entered at floor 0 and executed 11 (64-bit ids).
         type Legacy = ((u64, u64, u64, u64), Vec<(u64, u64, [u64; 4], u64, u64)>);
         let m30 = {
             let mut m = Mask::default();
@@ -867,22 +1001,87 @@ mod tests {
         );
         let bytes = wire::encode(&legacy).unwrap();
         let mut e = ExecutedRequests::decode_legacy(&bytes, bytes.len()).unwrap();
-        assert_eq!((e.floor(), e.clients(), e.evicted()), (21, 2, 1));
-        // The old entry floor of client 3 is kept as executed marks.
-        assert!(e.check(3, 20, None).is_err());
-        assert_eq!(e.check(3, 21, None), Ok(()));
-        assert!(e.check(3, 25, None).is_err());
-        assert_eq!(e.check(1, 10, None), Ok(()));
+        assert_eq!(
+            (e.floor(), e.clients(), e.evicted(), e.legacy_watermarks()),
+            (21, 0, 1, 2)
+        );
+        // Clients 1 and 3 (by every full id starting with their old id) keep their old
+        // history as a watermark at their highest number.
+        for tail in [0, 0xee] {
+            let three = with_prefix(3, tail);
+            assert!(matches!(
+                e.check(three, 30, None),
+                Err(DuplicateRequest::BelowFloor { floor: 31, .. })
+            ));
+            assert!(e.check(three, 21, None).is_err());
+            assert_eq!(e.check(three, 31, None), Ok(()));
+            assert!(e.check(with_prefix(1, tail), 11, None).is_err());
+            assert_eq!(e.check(with_prefix(1, tail), 12, None), Ok(()));
+        }
         // Client 2 (evicted before the migration) cannot replay: the base is its old floor.
         assert!(matches!(
-            e.check(2, 20, None),
+            e.check(with_prefix(2, 0), 20, None),
             Err(DuplicateRequest::BelowFloor { floor: 21, .. })
         ));
-        // Evictions from now on leave the base where it is.
-        e.admit(5, 21 + 1_000, None).unwrap();
-        assert_eq!((e.floor(), e.watermarks()), (21, 1));
+        // A key not starting with an old id is a new client at the base.
+        assert_eq!(e.check(with_prefix(4, 0), 21, None), Ok(()));
+        // Evictions from now on leave the base where it is; a legacy watermark stays after its
+        // client executed (no replay of its old numbers, whoever shares its prefix).
+        e.admit(with_prefix(3, 0), 31, None).unwrap();
+        e.admit(with_prefix(5, 0), 21 + 1_000, None).unwrap();
+        e.admit(with_prefix(6, 0), 21 + 1_000, None).unwrap();
+        assert_eq!(
+            (e.floor(), e.watermarks(), e.legacy_watermarks()),
+            (21, 1, 2)
+        );
+        assert!(e.check(with_prefix(3, 7), 30, None).is_err());
         let bad: Legacy = ((2, 21, 4, 1), vec![(1, 11, [1, 0, 0, 0], 3, 22)]);
         assert!(ExecutedRequests::decode_legacy(&wire::encode(&bad).unwrap(), 1_000).is_err());
+    }
+
+    /// Layout 4 (64-bit ids, entries and watermarks) migrates to legacy watermarks: a client
+    /// starting with an old id cannot replay anything it executed before, another is new.
+    #[test]
+    fn a_layout_4_table_migrates_to_legacy_watermarks() {
+        let v4: EncodedV4 = (
+            (2, 0, 9, 1, 3),
+            vec![(7, 40, [1, 0, 0, 0], 9), (9, 12, [3, 0, 0, 0], 8)],
+            vec![(8, 100)],
+        );
+        let bytes = wire::encode(&v4).unwrap();
+        let e = ExecutedRequests::decode_v4(&bytes, bytes.len()).unwrap();
+        assert_eq!(
+            (e.clients(), e.watermarks(), e.legacy_watermarks()),
+            (0, 0, 3)
+        );
+        assert_eq!((e.evicted(), e.refused_ahead(), e.max_clients()), (1, 3, 2));
+        for (old, highest) in [(7, 40), (8, 100), (9, 12)] {
+            let id = with_prefix(old, 0x5a);
+            assert!(e.settled(id, highest), "{old}");
+            assert_eq!(e.next_fresh(id), highest + 1);
+            // The same 8 bytes under another id: bound too (only its own floor is raised).
+            assert_eq!(e.next_fresh(with_prefix(old, 1)), highest + 1);
+            // One byte of the 8 differs: a new client.
+            let mut other = id;
+            other.0[7] ^= 0x80;
+            assert_eq!(e.next_fresh(other), 0);
+        }
+        // It re-encodes in layout 5 and reads back.
+        let again = ExecutedRequests::decode(&e.encode().unwrap(), 10_000).unwrap();
+        assert_eq!(again, e);
+        // Bad layout 4 bytes are refused.
+        let both: EncodedV4 = (
+            (2, 0, 9, 0, 0),
+            vec![(7, 40, [1, 0, 0, 0], 9)],
+            vec![(7, 1)],
+        );
+        assert!(ExecutedRequests::decode_v4(&wire::encode(&both).unwrap(), 1_000).is_err());
+        let over: EncodedV4 = (
+            (1, 0, 9, 0, 0),
+            vec![(7, 40, [1, 0, 0, 0], 9), (9, 12, [3, 0, 0, 0], 8)],
+            vec![],
+        );
+        assert!(ExecutedRequests::decode_v4(&wire::encode(&over).unwrap(), 1_000).is_err());
     }
 
     /// A simple model of the table: every number each client executed, its highest, the full
@@ -978,7 +1177,7 @@ mod tests {
                     (client, number)
                 };
                 let ok = model.admits(client, number);
-                let got = e.admit(client, number, now);
+                let got = e.admit(c(client), number, now);
                 prop_assert_eq!(got.is_ok(), ok, "{} {}: {:?}", client, number, got);
                 if client == 0 {
                     prop_assert!(got.is_ok(), "the honest client refused: {:?}", got);
@@ -1009,7 +1208,7 @@ mod tests {
                 let in_window = highest
                     .get(&client)
                     .is_none_or(|&h| number > h || h - number < REQUEST_WINDOW);
-                let got = e.admit(client, number, None);
+                let got = e.admit(c(client), number, None);
                 prop_assert_eq!(got.is_ok(), fresh && in_window, "{} {}: {:?}", client, number, got);
                 if got.is_ok() {
                     done.insert((client, number));

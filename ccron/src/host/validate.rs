@@ -404,7 +404,7 @@ mod tests {
 
     fn request(client: u64, number: u64, len: usize) -> RequestClaim<'static> {
         RequestClaim {
-            client,
+            client: crate::authz::ClientId::from_index(client),
             number,
             encoded_len: len,
             signed: signed(&KEYS[0], vec![7; len]),

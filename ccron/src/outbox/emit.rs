@@ -493,7 +493,10 @@ mod tests {
     #[test]
     fn an_owner_at_its_quota_gets_every_emit_refused_and_others_do_not() {
         let quota = Some(Quota::UNLIMITED.with_outbox(2, 1_000));
-        let (hog, other) = (Principal::Client(1), Principal::Client(2));
+        let (hog, other) = (
+            Principal::Client(crate::authz::ClientId::from_index(1)),
+            Principal::Client(crate::authz::ClientId::from_index(2)),
+        );
         let mut outbox = Outbox::new(OutboxLimits::default());
         let id = |sub| OccurrenceId::emitted(1, Origin::State, 0, 8, sub);
         for _ in 0..2 {

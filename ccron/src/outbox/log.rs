@@ -34,15 +34,21 @@ use super::emit::{EmitBudget, EmitError};
 use super::id::OccurrenceId;
 use super::result::{OutboxResult, ResultApplied, ResultOutcome};
 use super::workers::{self, Grant, WorkerKey, WorkerKeyRequest, WorkerKeysApplied, WorkerRegistry};
-use crate::authz::{Policy, Principal, Quota, QuotaKind};
+use crate::authz::{Policy, Principal, PrincipalV1, Quota, QuotaKind};
 
 /// Version byte of [`Outbox::encode`]'s format and of the outbox's pages. 5: records carry a
 /// topic and a type, the outbox the indices of records that have a result, its worker
 /// registry and each held record's owner. Layouts 4 (without owners) and 3 (without owners
 /// and registry) are still read: their records load owned by the host (they were admitted
-/// before quotas), with an empty registry for layout 3, and the next save writes layout 5.
-/// Versions 1 and 2 are refused ([`CodecError::Version`]).
-const FORMAT_VERSION: u8 = 5;
+/// before quotas), with an empty registry for layout 3, and the next save writes the current
+/// layout. 6: layout 5 with owners named by 256-bit client ids ([`crate::authz::ClientId`]);
+/// layout 5 is read and its client owners become [`Principal::LegacyClient`] (their quota
+/// usage is counted under the legacy owner until its records are trimmed). Versions 1 and 2
+/// are refused ([`CodecError::Version`]).
+const FORMAT_VERSION: u8 = 6;
+
+/// The layout before 256-bit client ids ([`FORMAT_VERSION`]), migrated on load.
+const FORMAT_V5: u8 = 5;
 
 /// The layout before record owners ([`FORMAT_VERSION`]), migrated on load.
 const FORMAT_V4: u8 = 4;
@@ -331,6 +337,31 @@ struct Wire {
     owners: Vec<Principal>,
 }
 
+/// Layout 5 (frozen): [`Wire`] with owners named by 64-bit ids. Read and migrated (client
+/// owners become [`Principal::LegacyClient`]), never written.
+#[derive(bincode::Encode, bincode::Decode)]
+struct WireV5 {
+    version: u8,
+    first_index: u64,
+    records: Vec<OutboxRecord>,
+    results: Vec<u64>,
+    workers: Vec<(WorkerKey, Grant)>,
+    owners: Vec<PrincipalV1>,
+}
+
+impl From<WireV5> for Wire {
+    fn from(v5: WireV5) -> Self {
+        Self {
+            version: v5.version,
+            first_index: v5.first_index,
+            records: v5.records,
+            results: v5.results,
+            workers: v5.workers,
+            owners: v5.owners.into_iter().map(Principal::from).collect(),
+        }
+    }
+}
+
 /// Layout 4: [`Wire`] without the owners. Read and migrated (every record the host's), never
 /// written.
 #[derive(bincode::Encode, bincode::Decode)]
@@ -381,7 +412,8 @@ impl From<WireV3> for Wire {
 /// shape.
 fn decode_wire<E>(
     bytes: &[u8],
-    v5: impl Fn(&[u8]) -> Result<Wire, E>,
+    v6: impl Fn(&[u8]) -> Result<Wire, E>,
+    v5: impl Fn(&[u8]) -> Result<WireV5, E>,
     v4: impl Fn(&[u8]) -> Result<WireV4, E>,
     v3: impl Fn(&[u8]) -> Result<WireV3, E>,
 ) -> Result<Wire, OutboxError>
@@ -391,15 +423,21 @@ where
     match bytes.first() {
         Some(&FORMAT_V3) => {
             tracing::info!(
-                "outbox layout 3 read: migrating to layout 5 (no worker keys, records the host's)"
+                "outbox layout 3 read: migrating to layout 6 (no worker keys, records the host's)"
             );
             Ok(v3(bytes)?.into())
         }
         Some(&FORMAT_V4) => {
-            tracing::info!("outbox layout 4 read: migrating to layout 5 (records the host's)");
+            tracing::info!("outbox layout 4 read: migrating to layout 6 (records the host's)");
             Ok(v4(bytes)?.into())
         }
-        Some(&FORMAT_VERSION) | None => Ok(v5(bytes)?),
+        Some(&FORMAT_V5) => {
+            tracing::info!(
+                "outbox layout 5 read: migrating to layout 6 (client owners of 64-bit ids become legacy owners)"
+            );
+            Ok(v5(bytes)?.into())
+        }
+        Some(&FORMAT_VERSION) | None => Ok(v6(bytes)?),
         Some(&found) => Err(CodecError::Version {
             found,
             expected: FORMAT_VERSION,
@@ -907,6 +945,7 @@ impl Outbox {
         let wire = decode_wire(
             &blob,
             crate::codec::from_blob::<Wire>,
+            crate::codec::from_blob::<WireV5>,
             crate::codec::from_blob::<WireV4>,
             crate::codec::from_blob::<WireV3>,
         )
@@ -925,12 +964,13 @@ impl Outbox {
         }
     }
 
-    /// Decodes bytes from [`encode`](Self::encode) (layout 5, or layout 4 or 3 migrated),
+    /// Decodes bytes from [`encode`](Self::encode) (layout 6, or layout 5, 4 or 3 migrated),
     /// checking them against `limits`.
     pub fn decode(bytes: &[u8], limits: OutboxLimits) -> Result<Self, OutboxError> {
         let wire = decode_wire(
             bytes,
             codec::decode::<Wire>,
+            codec::decode::<WireV5>,
             codec::decode::<WireV4>,
             codec::decode::<WireV3>,
         )?;
@@ -939,8 +979,9 @@ impl Outbox {
 
     /// Checks a decoded outbox against its invariants and `limits`.
     fn from_wire(wire: Wire, limits: OutboxLimits) -> Result<Self, OutboxError> {
-        let migrated =
-            (wire.version == FORMAT_V3 && wire.workers.is_empty()) || wire.version == FORMAT_V4;
+        let migrated = (wire.version == FORMAT_V3 && wire.workers.is_empty())
+            || wire.version == FORMAT_V4
+            || wire.version == FORMAT_V5;
         if wire.version != FORMAT_VERSION && !migrated {
             return Err(CodecError::Version {
                 found: wire.version,

@@ -222,7 +222,7 @@ mod tests {
 
     fn policy() -> Policy {
         Policy::default()
-            .with_outbox_consumer(5)
+            .with_outbox_consumer(crate::authz::ClientId::from_index(5))
             .with_chain_id(CHAIN)
             .with_worker_key(worker().public(), ["h"])
     }
@@ -236,13 +236,17 @@ mod tests {
     #[test]
     fn a_result_applies_once_and_its_mark_survives_encoding_until_trimmed() {
         let policy = policy();
-        let consumer = Principal::Client(5);
+        let consumer = Principal::Client(crate::authz::ClientId::from_index(5));
         let mut ob = outbox(3);
         let r2 = answer(&ob, 2);
         assert_eq!(
-            ob.accept_result(&policy, &Principal::Client(6), &r2),
+            ob.accept_result(
+                &policy,
+                &Principal::Client(crate::authz::ClientId::from_index(6)),
+                &r2
+            ),
             Err(OutboxError::ResultUnauthorized {
-                by: Principal::Client(6)
+                by: Principal::Client(crate::authz::ClientId::from_index(6))
             })
         );
         assert_eq!(ob.refused_results(), 1);
@@ -310,7 +314,7 @@ mod tests {
     #[test]
     fn answers_need_a_registered_worker_signature() {
         let policy = policy();
-        let consumer = Principal::Client(5);
+        let consumer = Principal::Client(crate::authz::ClientId::from_index(5));
         let mut ob = outbox(3);
         let id = ob.get(1).unwrap().id;
         let check = |ob: &mut Outbox, r: &OutboxResult| ob.accept_result(&policy, &consumer, r);
@@ -352,7 +356,7 @@ mod tests {
         }
         // A worker registered for another handler only.
         let other_handler = Policy::default()
-            .with_outbox_consumer(5)
+            .with_outbox_consumer(crate::authz::ClientId::from_index(5))
             .with_chain_id(CHAIN)
             .with_worker_key(worker().public(), ["mail"]);
         let good = OutboxResult::answer(1, id, b"ok".to_vec(), proof);
@@ -377,10 +381,10 @@ mod tests {
     #[test]
     fn registered_and_revoked_keys_decide_and_are_replicated_state() {
         let policy = Policy::default()
-            .with_admin(1)
-            .with_outbox_consumer(5)
+            .with_admin(crate::authz::ClientId::from_index(1))
+            .with_outbox_consumer(crate::authz::ClientId::from_index(5))
             .with_chain_id(CHAIN);
-        let consumer = Principal::Client(5);
+        let consumer = Principal::Client(crate::authz::ClientId::from_index(5));
         let mut ob = outbox(3);
         let r2 = answer(&ob, 2);
         assert!(matches!(
@@ -395,8 +399,12 @@ mod tests {
             ob.apply_worker_keys(&policy, &consumer, &register),
             Err(OutboxError::WorkerKeysUnauthorized { by: consumer })
         );
-        ob.apply_worker_keys(&policy, &Principal::Client(1), &register)
-            .unwrap();
+        ob.apply_worker_keys(
+            &policy,
+            &Principal::Client(crate::authz::ClientId::from_index(1)),
+            &register,
+        )
+        .unwrap();
         let back = Outbox::decode(&ob.encode().unwrap(), OutboxLimits::default()).unwrap();
         assert_eq!(back, ob);
         assert_eq!(back.workers().len(), 1);
@@ -406,7 +414,7 @@ mod tests {
         );
         ob.apply_worker_keys(
             &policy,
-            &Principal::Client(1),
+            &Principal::Client(crate::authz::ClientId::from_index(1)),
             &WorkerKeyRequest::Revoke {
                 key: worker().public(),
             },
@@ -444,7 +452,7 @@ mod tests {
             Outbox::decode(&encode(3, vec![]), OutboxLimits::default()).unwrap(),
             ob
         );
-        for old in [1, 2, 6, 255] {
+        for old in [1, 2, 7, 255] {
             assert!(matches!(
                 Outbox::decode(&encode(old, vec![]), OutboxLimits::default()),
                 Err(OutboxError::Codec(CodecError::Version { found, .. })) if found == old
@@ -456,8 +464,8 @@ mod tests {
                 Err(OutboxError::Invalid(_))
             ));
         }
-        // The current layout is 5 (records carry their owner).
-        assert_eq!(ob.encode().unwrap()[0], 5);
+        // The current layout is 6 (records carry their owner, by a 256-bit client id).
+        assert_eq!(ob.encode().unwrap()[0], 6);
     }
 
     #[test]
@@ -566,7 +574,11 @@ mod tests {
             worker().sign(CHAIN, 1, &record, &over),
         );
         assert!(matches!(
-            ob.accept_result(&policy, &Principal::Client(5), &r),
+            ob.accept_result(
+                &policy,
+                &Principal::Client(crate::authz::ClientId::from_index(5)),
+                &r
+            ),
             Err(OutboxError::ResultTooLarge { .. })
         ));
         let fits = vec![0; limit];
@@ -577,7 +589,11 @@ mod tests {
             worker().sign(CHAIN, 1, &record, &fits),
         );
         assert_eq!(
-            ob.accept_result(&policy, &Principal::Client(5), &r),
+            ob.accept_result(
+                &policy,
+                &Principal::Client(crate::authz::ClientId::from_index(5)),
+                &r
+            ),
             Ok(ResultApplied::Applied)
         );
     }

@@ -613,12 +613,12 @@ mod tests {
             if i % 3 == 0 {
                 s = s.with_topic("billing");
             }
-            let by = Principal::Client(i % 2);
+            let by = Principal::Client(crate::authz::ClientId::from_index(i % 2));
             b.apply(&by, ScheduleRequest::Create(s), &h, 2, Some(1_000))
                 .unwrap();
         }
         b.apply(
-            &Principal::Client(1),
+            &Principal::Client(crate::authz::ClientId::from_index(1)),
             ScheduleRequest::Pause(Target::Key("k3".into())),
             &h,
             3,
@@ -649,7 +649,7 @@ mod tests {
         );
         assert_eq!(
             f(ScheduleFilter {
-                owner: Some(Principal::Client(1)),
+                owner: Some(Principal::Client(crate::authz::ClientId::from_index(1))),
                 ..Default::default()
             }),
             5
@@ -820,7 +820,7 @@ mod tests {
                 if *topic > 0 {
                     s = s.with_topic(format!("t{topic}"));
                 }
-                let by = Principal::Client(*owner);
+                let by = Principal::Client(crate::authz::ClientId::from_index(*owner));
                 let id = b.apply(&by, ScheduleRequest::Create(s), &h, 1, Some(0)).unwrap().unwrap();
                 if *paused {
                     b.apply(&by, ScheduleRequest::Pause(Target::Id(id)), &h, 1, Some(0)).unwrap();
@@ -828,7 +828,7 @@ mod tests {
             }
             let filter = ScheduleFilter {
                 handler: f_handler.map(|x| format!("h{x}")),
-                owner: f_owner.map(Principal::Client),
+                owner: f_owner.map(|o| Principal::Client(crate::authz::ClientId::from_index(o))),
                 topic: f_topic.map(|x| format!("t{x}")),
                 paused: f_paused,
                 limit: page,
@@ -839,7 +839,7 @@ mod tests {
                 .filter(|&id| {
                     let i = b.get(id).unwrap();
                     f_handler.is_none_or(|x| i.schedule.handler == format!("h{x}"))
-                        && f_owner.is_none_or(|o| i.owner == Principal::Client(o))
+                        && f_owner.is_none_or(|o| i.owner == Principal::Client(crate::authz::ClientId::from_index(o)))
                         && f_topic.is_none_or(|t| i.schedule.topic == Some(format!("t{t}")))
                         && f_paused.is_none_or(|p| i.paused == p)
                 })

@@ -18,7 +18,7 @@ use ccron::{
 };
 
 const C: u32 = 1;
-const CONSUMER: ClientId = 99;
+const CONSUMER: ClientId = ccron::ClientId([99; 32]);
 
 /// Holds by id; the refund task and the `held` record commit with the hold.
 #[derive(Debug, Default, Clone)]
@@ -31,7 +31,7 @@ struct Esc {
 fn refund_task(client: ClientId, id: &str) -> ScheduleRequest {
     ScheduleRequest::Upsert(
         NewSchedule::new("refund", Timing::AfterMs(500))
-            .with_key(format!("refund-{client}-{id}"))
+            .with_key(format!("refund-{}-{id}", client.short()))
             .with_payload(id.as_bytes().to_vec()),
     )
 }
@@ -176,8 +176,14 @@ fn every_emitter_writes_the_one_outbox_and_gets_its_results_back() {
     let seen = Seen::default();
     let mut l = ledger(4, &seen);
     let mut pages = MemPages::new(4_096, 2);
-    assert_eq!(l.execute(ctx(1, 0), 1, b"hold a 5"), b"ok");
-    assert_eq!(l.execute(ctx(2, 0), 1, b"hold b 7"), b"ok");
+    assert_eq!(
+        l.execute(ctx(1, 0), ccron::ClientId([1; 32]), b"hold a 5"),
+        b"ok"
+    );
+    assert_eq!(
+        l.execute(ctx(2, 0), ccron::ClientId([1; 32]), b"hold b 7"),
+        b"ok"
+    );
     let book = l.scheduler().unwrap();
     assert_eq!(
         book.book().len(),
@@ -217,7 +223,10 @@ fn every_emitter_writes_the_one_outbox_and_gets_its_results_back() {
     assert_eq!(l.state().refunded, 12);
 
     // Another hold; the table's next run emits for it.
-    assert_eq!(l.execute(ctx(4, 1_600), 1, b"hold c 1"), b"ok");
+    assert_eq!(
+        l.execute(ctx(4, 1_600), ccron::ClientId([1; 32]), b"hold c 1"),
+        b"ok"
+    );
     l.on_tick(Tick::new(C, 5, Some(2_000)), &mut pages).unwrap();
     let outbox = l.scheduler().unwrap().outbox();
     let (_, last) = outbox.iter().last().unwrap();
@@ -265,7 +274,7 @@ fn a_request_changes_the_state_and_the_book_all_or_nothing() {
     let seen = Seen::default();
     let mut l = ledger(4, &seen);
     let before = l.digest();
-    let reply = l.execute(ctx(1, 0), 1, b"two x");
+    let reply = l.execute(ctx(1, 0), ccron::ClientId([1; 32]), b"two x");
     assert!(
         reply.starts_with(b"err unknown handler"),
         "{}",
@@ -279,8 +288,12 @@ fn a_request_changes_the_state_and_the_book_all_or_nothing() {
     assert_eq!(l.digest(), before);
 
     // Authorized as the requesting client: client 2 cannot cancel client 1's refund.
-    assert_eq!(l.execute(ctx(2, 0), 1, b"hold a 5"), b"ok");
-    let reply = l.execute(ctx(3, 0), 2, b"steal 1 a");
+    assert_eq!(
+        l.execute(ctx(2, 0), ccron::ClientId([1; 32]), b"hold a 5"),
+        b"ok"
+    );
+    let steal = format!("steal {} a", ccron::ClientId([1; 32]).short());
+    let reply = l.execute(ctx(3, 0), ccron::ClientId([2; 32]), steal.as_bytes());
     assert!(
         reply.starts_with(b"err"),
         "{}",
@@ -289,7 +302,10 @@ fn a_request_changes_the_state_and_the_book_all_or_nothing() {
     assert_eq!(l.scheduler().unwrap().book().len(), 1);
     assert!(l.state().holds.contains_key("a"));
     // Its owner may.
-    assert_eq!(l.execute(ctx(4, 0), 1, b"steal 1 a"), b"ok");
+    assert_eq!(
+        l.execute(ctx(4, 0), ccron::ClientId([1; 32]), steal.as_bytes()),
+        b"ok"
+    );
     assert_eq!(l.scheduler().unwrap().book().len(), 0);
 }
 
@@ -303,7 +319,11 @@ fn a_full_outbox_refuses_a_request_whole_and_holds_a_table_pass_back() {
     let mut held = 0;
     loop {
         seq += 1;
-        let reply = l.execute(ctx(seq, 0), 1, format!("hold h{seq} 1").as_bytes());
+        let reply = l.execute(
+            ctx(seq, 0),
+            ccron::ClientId([1; 32]),
+            format!("hold h{seq} 1").as_bytes(),
+        );
         if reply != b"ok" {
             let text = String::from_utf8_lossy(&reply).to_string();
             assert!(text.contains(&EmitError::OutboxFull.to_string()), "{text}");

@@ -273,7 +273,7 @@ mod in_pages {
             Outbox::load(&other, range(), OutboxLimits::default()),
             Err(OutboxError::Codec(ccron::outbox::CodecError::Version {
                 found: 1,
-                expected: 5
+                expected: 6
             }))
         ));
     }

@@ -1,8 +1,12 @@
-//! Per-owner outbox quotas, and the outbox's layout 4 (before owners) still loads.
+//! Per-owner outbox quotas, and the outbox's layouts 4 (before owners) and 5 (64-bit owners)
+//! still load.
 //!
 //! * `layout_4_fixture_loads_and_saves_as_layout_5`: bytes written by the code before record
 //!   owners (`tests/fixtures/outbox_v4.*.hex`, the canonical encoding and the reserved page)
-//!   load with every record owned by the host (exempt from quotas) and save as layout 5.
+//!   load with every record owned by the host (exempt from quotas) and save as the current
+//!   layout (6).
+//! * `layout_5_fixture_loads_with_legacy_owners_and_saves_as_layout_6`: bytes main's code
+//!   wrote (`tests/fixtures/outbox_v5.*.hex`) load with their client owners as legacy owners.
 //! * `write_layout_4_fixture` (ignored): how the fixture was written, by the layout-4 code.
 //! * `a_client_at_its_outbox_quota_leaves_every_other_clients_emits_unchanged`: a hog with
 //!   sixty emitting schedules and twenty emitting requests a step beside three honest clients;
@@ -115,9 +119,12 @@ fn layout_4_fixture_loads_and_saves_as_layout_5() {
     assert_eq!(ob.owner_usage(&Principal::Host), (5, 5 * 18 + 14));
     assert!(ob.has_result(3) && !ob.has_result(4));
     assert_eq!(ob.workers().len(), 1);
-    let v5 = ob.encode().unwrap();
-    assert_eq!(v5[0], 5);
-    assert_eq!(Outbox::decode(&v5, OutboxLimits::default()).unwrap(), ob);
+    let v6 = ob.encode().unwrap();
+    assert_eq!(
+        v6[0], 6,
+        "saved as the current layout (6: 256-bit client ids)"
+    );
+    assert_eq!(Outbox::decode(&v6, OutboxLimits::default()).unwrap(), ob);
 
     // The reserved page, as a layout-4 replica saved it.
     let range = PageRange::new(0, 2).unwrap();
@@ -130,35 +137,128 @@ fn layout_4_fixture_loads_and_saves_as_layout_5() {
     // A client's record after the migration is charged to it, and survives a save and load.
     let id = OccurrenceId::new(7, 9, 9);
     let index = loaded
-        .append_as(OutboxRecord::new(id, "h", vec![0; 3]), Principal::Client(4))
+        .append_as(
+            OutboxRecord::new(id, "h", vec![0; 3]),
+            Principal::Client(ccron::ClientId([4; 32])),
+        )
         .unwrap();
     loaded.save(&mut pages, range).unwrap();
     assert_ne!(
         pages.load(0).unwrap().unwrap().to_vec(),
         fixture("outbox_v4.page0.hex"),
-        "saved again, as layout 5"
+        "saved again, as layout 6"
     );
     let again = Outbox::load(&pages, range, OutboxLimits::default()).unwrap();
     assert_eq!(again, loaded);
-    assert_eq!(again.owner_of(index), Some(Principal::Client(4)));
-    assert_eq!(again.owner_usage(&Principal::Client(4)), (1, 4));
+    assert_eq!(
+        again.owner_of(index),
+        Some(Principal::Client(ccron::ClientId([4; 32])))
+    );
+    assert_eq!(
+        again.owner_usage(&Principal::Client(ccron::ClientId([4; 32]))),
+        (1, 4)
+    );
+}
+
+/// What the layout-5 fixture holds, as this build reads it: records 3..=7 (indices) of
+/// component 7 (record 3 with a result, record 5 with a topic and a type), owned by the host
+/// (3), main's client 5 (4, 5), client 6 (6) and client `u64::MAX` (7), now legacy owners; one
+/// worker key.
+/// Written by main's code (be3a95a) from the same content with `Principal::Client(n)` owners
+/// (a throwaway generator, not kept).
+fn layout_5_content() -> Outbox {
+    let mut ob = Outbox::new(OutboxLimits::default());
+    let owners = [
+        Principal::Host,
+        Principal::Host,
+        Principal::Host,
+        Principal::LegacyClient(5),
+        Principal::LegacyClient(5),
+        Principal::LegacyClient(6),
+        Principal::LegacyClient(u64::MAX),
+    ];
+    for (k, owner) in owners.into_iter().enumerate() {
+        let k = k as u64;
+        let mut r = OutboxRecord::new(
+            OccurrenceId::new(7, 0x0102_0304_0506_0708, k),
+            "shop.cancel",
+            format!("order-{k}").into_bytes(),
+        );
+        if k == 4 {
+            r = r.with_topic("payments").with_kind("cancel");
+        }
+        ob.append_as(r, owner).unwrap();
+    }
+    ob.trim_below(2);
+    let r3 = OutboxResult::unsigned(
+        3,
+        ob.get(3).unwrap().id,
+        ResultOutcome::Answer(b"confirmed".to_vec()),
+    );
+    ob.accept_result(&Policy::default(), &Principal::Host, &r3)
+        .unwrap();
+    let key: WorkerKey = WorkerSigner::from_seed([4; 32]).public();
+    ob.apply_worker_keys(
+        &Policy::default(),
+        &Principal::Host,
+        &WorkerKeyRequest::Register {
+            key,
+            handlers: vec!["shop.cancel".into()],
+        },
+    )
+    .unwrap();
+    ob
+}
+
+/// Outbox layout 5 (owners named by 64-bit ids), bytes main's code wrote: the encoding and the
+/// reserved page load with each client owner a legacy owner (its quota usage counted under it),
+/// and save as layout 6, which reloads equal.
+#[test]
+fn layout_5_fixture_loads_with_legacy_owners_and_saves_as_layout_6() {
+    let expected = layout_5_content();
+    let v5 = fixture("outbox_v5.encoded.hex");
+    assert_eq!(v5[0], 5, "the fixture is layout 5");
+    let ob = Outbox::decode(&v5, OutboxLimits::default()).unwrap();
+    assert_eq!(ob, expected);
+    assert_eq!(ob.owner_of(3), Some(Principal::Host));
+    assert_eq!(ob.owner_of(4), Some(Principal::LegacyClient(5)));
+    assert_eq!(ob.owner_of(7), Some(Principal::LegacyClient(u64::MAX)));
+    assert_eq!(ob.owner_usage(&Principal::LegacyClient(5)).0, 2);
+    assert_eq!(ob.owner_usage(&Principal::LegacyClient(6)).0, 1);
+    assert!(ob.has_result(3) && !ob.has_result(4));
+    let v6 = ob.encode().unwrap();
+    assert_eq!(v6[0], 6);
+    assert_eq!(Outbox::decode(&v6, OutboxLimits::default()).unwrap(), ob);
+
+    let range = PageRange::new(0, 2).unwrap();
+    let mut pages = MemPages::new(4096, 2);
+    pages
+        .restore(&[(0, fixture("outbox_v5.page0.hex"))])
+        .unwrap();
+    let mut loaded = Outbox::load(&pages, range, OutboxLimits::default()).unwrap();
+    assert_eq!(loaded, expected);
+    loaded.trim_below(5);
+    loaded.save(&mut pages, range).unwrap();
+    let again = Outbox::load(&pages, range, OutboxLimits::default()).unwrap();
+    assert_eq!(again, loaded);
+    assert_eq!(again.owner_usage(&Principal::LegacyClient(5)).0, 1);
 }
 
 #[test]
-fn a_layout_5_outbox_with_owners_out_of_step_is_refused() {
+fn a_layout_6_outbox_with_owners_out_of_step_is_refused() {
     let mut ob = Outbox::new(OutboxLimits::default());
     ob.append_as(
         OutboxRecord::new(OccurrenceId::new(1, 1, 1), "h", vec![]),
-        Principal::Client(1),
+        Principal::Client(ccron::ClientId([1; 32])),
     )
     .unwrap();
     let mut bytes = ob.encode().unwrap();
-    // The owners vector is last (fixed-width big-endian): its length 1, then the owner's tag 1
-    // and id 1. Drop the owner and make the length 0.
+    // The owners vector is last (fixed-width big-endian): its length 1, then the owner's tag 2
+    // (`Principal::Client`) and its 32-byte id. Drop the owner and make the length 0.
     let tail = [
         &1u64.to_be_bytes()[..],
-        &1u32.to_be_bytes(),
-        &1u64.to_be_bytes(),
+        &2u32.to_be_bytes(),
+        ccron::ClientId([1; 32]).as_bytes(),
     ]
     .concat();
     assert!(bytes.ends_with(&tail));
@@ -174,9 +274,13 @@ fn a_layout_5_outbox_with_owners_out_of_step_is_refused() {
 // emits unchanged.
 
 const C: u32 = 1;
-const CONSUMER: ClientId = 99;
-const HOG: ClientId = 66;
-const HONEST: [ClientId; 3] = [1, 2, 3];
+const CONSUMER: ClientId = ccron::ClientId([99; 32]);
+const HOG: ClientId = ccron::ClientId([66; 32]);
+const HONEST: [ClientId; 3] = [
+    ccron::ClientId([1; 32]),
+    ccron::ClientId([2; 32]),
+    ccron::ClientId([3; 32]),
+];
 /// Recurring schedules the hog holds: alone they would fill the outbox between two trims.
 const HOG_SCHEDULES: u32 = 60;
 
@@ -200,11 +304,11 @@ impl Application for St {
         let text = String::from_utf8_lossy(payload).to_string();
         let reply = match text.split_whitespace().collect::<Vec<_>>()[..] {
             ["ping", n] => fx
-                .emit("ping", format!("{client}-{n}").into_bytes())
+                .emit("ping", format!("{}-{n}", client.short()).into_bytes())
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
             ["sched", name] => {
-                let name = format!("{client}-{name}");
+                let name = format!("{}-{name}", client.short());
                 let every = Timing::Every {
                     period_ms: 1_000,
                     start_ms: None,

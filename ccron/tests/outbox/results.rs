@@ -74,7 +74,7 @@ fn layout_3_fixture_loads_and_saves_as_the_current_layout() {
     assert!(ob.workers().is_empty());
     assert!(ob.has_result(3) && !ob.has_result(4));
     let current = ob.encode().unwrap();
-    assert_eq!(current[0], 5, "saved as the current layout (5)");
+    assert_eq!(current[0], 6, "saved as the current layout (6)");
     assert_eq!(
         Outbox::decode(&current, OutboxLimits::default()).unwrap(),
         ob
@@ -144,7 +144,7 @@ impl World {
             dir,
             ledger,
             policy: Policy::default()
-                .with_outbox_consumer(CONSUMER)
+                .with_outbox_consumer(ccron::ClientId::from_index(CONSUMER))
                 .with_chain_id(CHAIN)
                 .with_worker_key(signer.public(), ["pay"]),
             reactions: BTreeMap::new(),
@@ -156,10 +156,11 @@ impl World {
 
     /// The ledger executes a result request from the consumer.
     fn submit(&mut self, r: &OutboxResult) {
-        match self
-            .ledger
-            .accept_result(&self.policy, &Principal::Client(CONSUMER), r)
-        {
+        match self.ledger.accept_result(
+            &self.policy,
+            &Principal::Client(ccron::ClientId::from_index(CONSUMER)),
+            r,
+        ) {
             Ok(ResultApplied::Applied) => *self.reactions.entry(r.index).or_default() += 1,
             Ok(_) => {}
             Err(e) => panic!("the ledger refused a result: {e}"),

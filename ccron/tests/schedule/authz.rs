@@ -21,22 +21,22 @@ fn outbox_with(n: u64) -> Outbox {
 
 #[test]
 fn outbox_progress_only_from_the_consumer_and_never_past_the_head() {
-    let policy = Policy::default().with_outbox_consumer(CONSUMER);
+    let policy = Policy::default().with_outbox_consumer(ccron::ClientId::from_index(CONSUMER));
     let mut o = outbox_with(5);
     let before = o.encode().unwrap();
     // A stranger, an admin that is not the consumer, and the consumer past the head: rejected,
     // nothing trimmed.
-    let stranger = Principal::Client(1);
+    let stranger = Principal::Client(ccron::ClientId([1; 32]));
     assert_eq!(
         o.accept_progress(&policy, &stranger, 3),
         Err(OutboxError::Unauthorized { by: stranger })
     );
-    let admin_policy = policy.clone().with_admin(1);
+    let admin_policy = policy.clone().with_admin(ccron::ClientId([1; 32]));
     assert_eq!(
         o.accept_progress(&admin_policy, &stranger, 3),
         Err(OutboxError::Unauthorized { by: stranger })
     );
-    let consumer = Principal::Client(CONSUMER);
+    let consumer = Principal::Client(ccron::ClientId::from_index(CONSUMER));
     for upto in [6, 1_000, u64::MAX] {
         assert_eq!(
             o.accept_progress(&policy, &consumer, upto),
@@ -78,9 +78,9 @@ mod book {
     };
     use ccron::{MemPages, PageRange, Policy, Principal, Tick};
 
-    const OWNER: Principal = Principal::Client(1);
-    const STRANGER: Principal = Principal::Client(2);
-    const ADMIN: Principal = Principal::Client(9);
+    const OWNER: Principal = Principal::Client(ccron::ClientId([1; 32]));
+    const STRANGER: Principal = Principal::Client(ccron::ClientId([2; 32]));
+    const ADMIN: Principal = Principal::Client(ccron::ClientId([9; 32]));
 
     /// Handler `tamper` cancels the schedule keyed by its payload (as its schedule's owner).
     fn handlers() -> Handlers<Vec<u64>> {
@@ -94,7 +94,7 @@ mod book {
     }
 
     fn policy() -> Policy {
-        Policy::default().with_admin(9)
+        Policy::default().with_admin(ccron::ClientId([9; 32]))
     }
 
     fn every(key: &str) -> NewSchedule {

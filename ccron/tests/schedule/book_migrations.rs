@@ -1,12 +1,12 @@
-//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8) loads and is migrated
-//! to layout 9 by the next save: crash-atomic at every page write, byte-identical on every
+//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8, 9) loads and is
+//! migrated to layout 10 by the next save: crash-atomic at every page write, byte-identical on every
 //! replica. The pages are fixtures the old code wrote (`fixtures/README.md`).
 
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{
     Handlers, Limits, OverlapState, RunCounters, ScheduleError, ScheduleRequest, Scheduler, Target,
 };
-use ccron::{MemPages, PageRange, Principal, ReservedPages, Tick};
+use ccron::{ClientId, MemPages, PageRange, Principal, ReservedPages, Tick};
 
 type Crashing = ccron::pages::CrashAfter<MemPages>;
 
@@ -40,6 +40,9 @@ fn hex(b: &[u8]) -> String {
 /// The book as the fixtures' `.expect` files print it (layout 6's with the run state, layout
 /// 7's with the run counters, the manual runs and the book's totals).
 fn describe(name: &str, book: &Scheduler) -> String {
+    if name.starts_with("book_v9") {
+        return describe_v9(book);
+    }
     for id in book.ids() {
         // Layout 9's overlap state starts empty: `AllowAll`, nothing awaited or buffered.
         assert_eq!(
@@ -72,7 +75,7 @@ fn describe(name: &str, book: &Scheduler) -> String {
             i.next,
             i.runs,
             i.owed,
-            i.owner,
+            Legacy(i.owner),
             i.version
         );
         if run_state {
@@ -126,7 +129,7 @@ fn load(pages: &MemPages) -> Result<Scheduler, ScheduleError> {
     Scheduler::load(7, limits(), pages, range())
 }
 
-const FIXTURES: [&str; 18] = [
+const FIXTURES: [&str; 20] = [
     "book_v2",
     "book_v2_crashed",
     "book_v3",
@@ -145,6 +148,8 @@ const FIXTURES: [&str; 18] = [
     "book_v8",
     "book_v8_stale",
     "book_v8_full_log",
+    "book_v9",
+    "book_v9_full_log",
 ];
 
 /// Each older layout loads as what the old code held (a journal in force replayed), and its
@@ -182,7 +187,7 @@ fn every_older_layout_loads_and_migrates_crash_atomically() {
             );
         }
         let migrated = load(&wa.inner).unwrap();
-        assert!(!migrated.migrating(), "{name}: layout 9 now");
+        assert!(!migrated.migrating(), "{name}: layout 10 now");
         assert_eq!(describe(name, &migrated), expect, "{name}: migrated");
         assert!(migrated == a);
         // A crash after each page write of the migration.
@@ -276,7 +281,7 @@ fn describe_v8(book: &Scheduler) -> String {
             i.next,
             i.runs,
             i.owed,
-            i.owner,
+            Legacy(i.owner),
             i.version
         );
         out += &format!(
@@ -295,4 +300,85 @@ fn describe_v8(book: &Scheduler) -> String {
     let t = book.totals();
     out += &format!("totals|{}|retired {}\n", counters(&t), t.retired);
     out
+}
+
+/// A layout 9 book as the `book_v9*` fixtures' `.expect` files print it: layout 8's line with
+/// the overlap state (policy, awaited run, buffered occurrences, counts) appended.
+fn describe_v9(book: &Scheduler) -> String {
+    let v8 = describe_v8(book);
+    let mut out = String::new();
+    let mut ids = book.ids();
+    for line in v8.lines() {
+        if line.starts_with("totals|") {
+            out += line;
+        } else {
+            let id = ids.next().unwrap();
+            out += &format!("{line}|{:?}", book.get(id).unwrap().overlap);
+        }
+        out += "\n";
+    }
+    out
+}
+
+/// A legacy owner of the `book_v9` fixture (client 5 of main's 64-bit ids, owner of the
+/// schedules keyed `v9-skip` and `v9-one`) is claimed by a 256-bit id starting with it: it may
+/// pause its schedule, which is then re-owned to the full id (and its quota usage with it);
+/// an id equal in 7 of the 8 bytes, or another client, may not.
+#[test]
+fn a_legacy_owner_of_layout_9_is_claimed_by_its_prefix_and_reowned() {
+    let (pages, _) = fixture("book_v9");
+    let mut book = load(&pages).unwrap();
+    let h: Handlers<u64> = Handlers::new();
+    let id_of = |book: &Scheduler, key: &str| {
+        book.ids()
+            .find(|id| book.get(*id).unwrap().schedule.key.as_deref() == Some(key))
+            .unwrap()
+    };
+    let (skip, one) = (id_of(&book, "v9-skip"), id_of(&book, "v9-one"));
+    assert_eq!(book.get(skip).unwrap().owner, Principal::LegacyClient(5));
+    let full = {
+        let mut b = [0x5a; 32];
+        b[..8].copy_from_slice(&5u64.to_le_bytes());
+        ClientId(b)
+    };
+    let mut near = full;
+    near.0[7] ^= 0x80;
+    let pause = |t| ScheduleRequest::Pause(Target::Id(t));
+    for stranger in [near, ClientId::from_index(5)] {
+        assert!(matches!(
+            book.apply(&Principal::Client(stranger), pause(skip), &h, 900, Some(0)),
+            Err(ScheduleError::Unauthorized { .. })
+        ));
+    }
+    assert_eq!(
+        book.apply(&Principal::Client(full), pause(skip), &h, 901, Some(0)),
+        Ok(Some(skip))
+    );
+    assert_eq!(book.get(skip).unwrap().owner, Principal::Client(full));
+    assert!(book.get(skip).unwrap().paused);
+    // The other schedule of the same legacy owner stays legacy until its own change.
+    assert_eq!(book.get(one).unwrap().owner, Principal::LegacyClient(5));
+    book.check_invariants().unwrap();
+    // Saved as layout 10 and reloaded: the full owner persists.
+    let mut pages = pages;
+    book.save(&mut pages, range()).unwrap();
+    let again = load(&pages).unwrap();
+    assert!(!again.migrating());
+    assert_eq!(again.get(skip).unwrap().owner, Principal::Client(full));
+    assert_eq!(again.get(one).unwrap().owner, Principal::LegacyClient(5));
+}
+
+/// An owner as the fixtures' `.expect` files print it: the old code printed a 64-bit client
+/// owner as `Client(n)`; migrated, it is the legacy owner `LegacyClient(n)` (asserted here:
+/// no other client form can come out of an old layout).
+struct Legacy(Principal);
+
+impl std::fmt::Debug for Legacy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Principal::LegacyClient(n) => write!(f, "Client({n})"),
+            Principal::Host => write!(f, "Host"),
+            Principal::Client(id) => panic!("an old layout's owner read as a 256-bit id {id}"),
+        }
+    }
 }

@@ -441,11 +441,12 @@ fn a_record_larger_than_a_page_is_refused_at_admission() {
         Err(ScheduleError::Limit(_))
     ));
     assert!(book.is_empty());
-    // (506: page and blob headers plus the record's other fields, its owner, version, topic
+    // (530: page and blob headers plus the record's other fields, its owner (a 256-bit client
+    // id at its largest, book layout 10), version, topic
     // and type included, its run state at its largest (a retry pending, a dead run, two
     // history entries), its run counters, its pending manual runs, its bounds and retired
     // state, empty on a one-shot, and its overlap state's tag, `None` on a one-shot.)
-    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 506]);
+    let fits = NewSchedule::new("run", Timing::At(Due::Seq(5))).with_payload(vec![0; PAGE - 530]);
     book.apply(
         &Principal::Host,
         ScheduleRequest::Create(fits),

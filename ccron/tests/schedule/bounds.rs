@@ -205,7 +205,7 @@ proptest! {
 fn never_firing_bounds_are_refused_and_change_nothing() {
     let h = handlers();
     let mut book = Scheduler::new_in(1, Limits::default(), range());
-    let c = Principal::Client(1);
+    let c = Principal::Client(ccron::ClientId::from_index(1));
     // The grid 1000 + k·100 has no point in [0, 999].
     let ended = bounded(every(100, 1_000), Bounds::NONE.ending_at(999));
     let cron = bounded(
@@ -267,7 +267,7 @@ fn never_firing_bounds_are_refused_and_change_nothing() {
 #[test]
 fn retired_schedules_are_kept_counted_and_revived() {
     let mut h = handlers();
-    let c = Principal::Client(1);
+    let c = Principal::Client(ccron::ClientId::from_index(1));
     let mut book = Scheduler::new_in(1, Limits::default(), range());
     let limited = book
         .apply(
@@ -348,7 +348,7 @@ fn retired_schedules_are_kept_counted_and_revived() {
     );
     assert!(r.fired.is_empty());
     // A stranger may not set bounds; a limit at the run counter is refused.
-    let stranger = Principal::Client(2);
+    let stranger = Principal::Client(ccron::ClientId::from_index(2));
     let set = |b: Bounds| ScheduleRequest::SetBounds {
         target: Target::Id(limited),
         bounds: b,

@@ -86,7 +86,7 @@ proptest! {
         for (start, period, m) in &schedules {
             let def = NewSchedule::new("ok", Timing::Every { period_ms: *period, start_ms: Some(*start) })
                 .with_misfire(*m);
-            ids.push(book.apply(&Principal::Client(1), ScheduleRequest::Create(def), &h, 1, Some(0)).unwrap().unwrap());
+            ids.push(book.apply(&Principal::Client(ccron::ClientId::from_index(1)), ScheduleRequest::Create(def), &h, 1, Some(0)).unwrap().unwrap());
         }
         let mut now = 0;
         let mut ticks = Vec::new();
@@ -117,7 +117,7 @@ proptest! {
 fn failures_retries_and_one_shots_are_counted() {
     let mut book = Scheduler::new(7, Limits::default());
     let mut h = handlers();
-    let by = Principal::Client(1);
+    let by = Principal::Client(ccron::ClientId::from_index(1));
     let failing = book
         .apply(
             &by,

@@ -157,8 +157,8 @@ fn authorization_comes_before_the_version_check() {
     let policy = Policy::default().with_anyone_may_create(true);
     let mut book = Scheduler::new(1, Limits::default()).with_policy(policy);
     let h = handlers();
-    let owner = Principal::Client(1);
-    let stranger = Principal::Client(2);
+    let owner = Principal::Client(ccron::ClientId::from_index(1));
+    let stranger = Principal::Client(ccron::ClientId::from_index(2));
     let id = book
         .apply(
             &owner,
@@ -584,12 +584,12 @@ fn upsert_with_an_expected_version_creates_replaces_or_is_a_typed_rejection() {
     );
     assert_eq!(book, before);
     // Authorization comes first: a stranger gets Unauthorized, not the version.
-    let stranger = Principal::Client(77);
+    let stranger = Principal::Client(ccron::ClientId::from_index(77));
     let policy = Policy::default().with_anyone_may_create(true);
     let mut owned = Scheduler::new(1, Limits::default()).with_policy(policy);
     owned
         .apply(
-            &Principal::Client(1),
+            &Principal::Client(ccron::ClientId::from_index(1)),
             upsert_if(k(), 0),
             &handlers(),
             1,

@@ -121,9 +121,9 @@ mod parked {
     };
     use ccron::{Due, MemPages, PageRange, Policy, Principal, Tick};
 
-    const OWNER: Principal = Principal::Client(1);
-    const STRANGER: Principal = Principal::Client(2);
-    const ADMIN: Principal = Principal::Client(9);
+    const OWNER: Principal = Principal::Client(ccron::ClientId([1; 32]));
+    const STRANGER: Principal = Principal::Client(ccron::ClientId([2; 32]));
+    const ADMIN: Principal = Principal::Client(ccron::ClientId([9; 32]));
 
     /// A build registering `names`; each run logs `(handler, id, due)`.
     fn build(names: &[&'static str]) -> Handlers<Vec<(&'static str, u64, Due)>> {
@@ -175,7 +175,7 @@ mod parked {
     }
 
     fn policy() -> Policy {
-        Policy::default().with_admin(9)
+        Policy::default().with_admin(ccron::ClientId([9; 32]))
     }
 
     fn load(pages: &MemPages) -> Scheduler {
@@ -286,14 +286,14 @@ mod parked {
         );
         assert_eq!(
             book.apply(
-                &Principal::Client(5),
+                &Principal::Client(ccron::ClientId([5; 32])),
                 retarget("expire-order"),
                 &h,
                 11,
                 Some(6_000)
             ),
             Err(ScheduleError::Unauthorized {
-                by: Principal::Client(5),
+                by: Principal::Client(ccron::ClientId([5; 32])),
                 action: Action::Retarget
             })
         );
@@ -484,9 +484,13 @@ mod failing {
             now: i64,
         ) -> Result<Option<u64>, ScheduleError> {
             self.seq += 1;
-            let out = self
-                .book
-                .apply(&Principal::Client(1), r, &self.h, self.seq, Some(now));
+            let out = self.book.apply(
+                &Principal::Client(ccron::ClientId([1; 32])),
+                r,
+                &self.h,
+                self.seq,
+                Some(now),
+            );
             self.book.check_invariants().unwrap();
             out
         }
@@ -620,7 +624,7 @@ mod failing {
         r.seq += 1;
         assert!(matches!(
             r.book.apply(
-                &Principal::Client(2),
+                &Principal::Client(ccron::ClientId([2; 32])),
                 redrive.clone(),
                 &r.h,
                 r.seq,
@@ -993,13 +997,13 @@ mod history {
         let mut with_gone = ledger(LedgerScheduler::new(cfg(), older));
         for l in [&mut a, &mut with_gone] {
             assert!(
-                l.execute(ctx, 5, &create("flaky", retry))
+                l.execute(ctx, ccron::ClientId([5; 32]), &create("flaky", retry))
                     .starts_with(b"ok")
             );
         }
         assert!(
             with_gone
-                .execute(ctx, 5, &create("gone", retry))
+                .execute(ctx, ccron::ClientId([5; 32]), &create("gone", retry))
                 .starts_with(b"ok")
         );
         // Restore the two schedules into this build: "gone" parks at its first tick.

@@ -202,5 +202,9 @@ fn stored_bytes_are_main_s() {
     assert_eq!(got, PINNED);
 }
 
-/// The digest the workload gives on main (5949860).
-const PINNED: &str = "6d897c51bb910ba424e08a3872da62d2c06304562c3f1466898c444e8009fad4";
+/// The digest the workload gives. Main's code (5949860 to 49a8a00) gave
+/// `6d897c51bb910ba424e08a3872da62d2c06304562c3f1466898c444e8009fad4`; updated once, on
+/// purpose, by book layout 10 (owners named by 256-bit client ids): the commit page's version
+/// byte is 10 and a record's largest form, by which admission places it, is 24 bytes larger,
+/// so records sit on other pages. Nothing else may move it.
+const PINNED: &str = "1d08de4c9671498c8d0e106415ebb50123f03c303423c36936f08224198f45ae";

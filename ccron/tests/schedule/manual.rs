@@ -49,7 +49,7 @@ struct Rig {
 
 impl Rig {
     fn new(budget: usize) -> Self {
-        let policy = Policy::default().with_admin(99);
+        let policy = Policy::default().with_admin(ccron::ClientId::from_index(99));
         Self {
             book: Scheduler::new(
                 7,
@@ -72,8 +72,13 @@ impl Rig {
         now: i64,
     ) -> Result<Option<u64>, ScheduleError> {
         self.seq += 1;
-        self.book
-            .apply(&Principal::Client(by), req, &self.h, self.seq, Some(now))
+        self.book.apply(
+            &Principal::Client(ccron::ClientId::from_index(by)),
+            req,
+            &self.h,
+            self.seq,
+            Some(now),
+        )
     }
 
     fn tick(&mut self, now: i64) {

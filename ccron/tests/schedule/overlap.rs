@@ -79,7 +79,7 @@ impl Rig {
     fn new(delays: Vec<i64>) -> Self {
         Self {
             book: Scheduler::new(7, Limits::default())
-                .with_policy(Policy::default().with_admin(99)),
+                .with_policy(Policy::default().with_admin(ccron::ClientId([99; 32]))),
             h: handlers(),
             st: St::default(),
             outbox: Outbox::new(OutboxLimits {
@@ -98,8 +98,13 @@ impl Rig {
 
     fn apply(&mut self, by: u64, req: ScheduleRequest) -> Result<Option<u64>, ScheduleError> {
         self.seq += 1;
-        self.book
-            .apply(&Principal::Client(by), req, &self.h, self.seq, Some(0))
+        self.book.apply(
+            &Principal::Client(ccron::ClientId([by as u8; 32])),
+            req,
+            &self.h,
+            self.seq,
+            Some(0),
+        )
     }
 
     /// Results that arrived by `now` settle, then a tick at `now`; records the run emitted get
@@ -510,7 +515,7 @@ mod through_the_ledger {
     };
     use ccron::{CronTableRegistry, MemPages, Policy, Tick};
 
-    const CONSUMER: ClientId = 99;
+    const CONSUMER: ClientId = ccron::ClientId([99; 32]);
 
     #[derive(Debug, Default, Clone)]
     struct Nil;
@@ -573,7 +578,11 @@ mod through_the_ledger {
             bounds: Bounds::NONE,
             overlap: Overlap::Skip,
         };
-        let reply = l.execute(ctx(1, 0), 1, &ccron::codec::to_blob(&req).unwrap());
+        let reply = l.execute(
+            ctx(1, 0),
+            ccron::ClientId([1; 32]),
+            &ccron::codec::to_blob(&req).unwrap(),
+        );
         assert!(
             reply.starts_with(b"ok"),
             "{}",

@@ -53,7 +53,7 @@ fn honest_replies(policy: &Policy, hostile: bool) -> Vec<Result<Option<u64>, Sch
         if hostile {
             for k in 0..10 {
                 let _ = b.apply(
-                    &Principal::Client(666),
+                    &Principal::Client(ccron::ClientId::from_index(666)),
                     every(&format!("x{round}-{k}"), 10),
                     &h,
                     round,
@@ -63,7 +63,7 @@ fn honest_replies(policy: &Policy, hostile: bool) -> Vec<Result<Option<u64>, Sch
         }
         for client in 1..=3u64 {
             let r = b.apply(
-                &Principal::Client(client),
+                &Principal::Client(ccron::ClientId::from_index(client)),
                 every(&format!("c{client}-{round}"), 10),
                 &h,
                 round,
@@ -93,13 +93,15 @@ fn a_client_at_its_quota_leaves_every_other_clients_admission_unchanged() {
 #[test]
 fn the_quota_refuses_typed_counts_and_frees_on_cancel() {
     let h = handlers();
-    let policy = Policy::default().with_admin(9).with_quota(Quota {
-        max_schedules: 2,
-        max_schedule_bytes: u64::MAX,
-        ..Quota::default()
-    });
+    let policy = Policy::default()
+        .with_admin(ccron::ClientId::from_index(9))
+        .with_quota(Quota {
+            max_schedules: 2,
+            max_schedule_bytes: u64::MAX,
+            ..Quota::default()
+        });
     let mut b = book(policy);
-    let me = Principal::Client(1);
+    let me = Principal::Client(ccron::ClientId::from_index(1));
     b.apply(&me, every("a", 1), &h, 1, Some(NOW)).unwrap();
     b.apply(&me, every("b", 1), &h, 1, Some(NOW)).unwrap();
     let before = b.clone();
@@ -117,7 +119,10 @@ fn the_quota_refuses_typed_counts_and_frees_on_cancel() {
     assert_eq!(b.quota_refusals(), 1);
     assert_eq!(b.owner_usage(&me).0, 2);
     // Admins and the host have no quota.
-    for by in [Principal::Client(9), Principal::Host] {
+    for by in [
+        Principal::Client(ccron::ClientId::from_index(9)),
+        Principal::Host,
+    ] {
         for k in 0..3 {
             b.apply(&by, every(&format!("{by}-{k}"), 1), &h, 1, Some(NOW))
                 .unwrap();
@@ -141,9 +146,16 @@ fn the_bytes_quota_counts_replacements_and_survives_a_reload() {
     let h = handlers();
     let one = {
         let mut b = book(Policy::default().with_quota(Quota::UNLIMITED));
-        b.apply(&Principal::Client(1), every("a", 10), &h, 1, Some(NOW))
-            .unwrap();
-        b.owner_usage(&Principal::Client(1)).1
+        b.apply(
+            &Principal::Client(ccron::ClientId::from_index(1)),
+            every("a", 10),
+            &h,
+            1,
+            Some(NOW),
+        )
+        .unwrap();
+        b.owner_usage(&Principal::Client(ccron::ClientId::from_index(1)))
+            .1
     };
     let policy = Policy::default().with_quota(Quota {
         max_schedules: 100,
@@ -151,7 +163,7 @@ fn the_bytes_quota_counts_replacements_and_survives_a_reload() {
         ..Quota::default()
     });
     let mut b = book(policy.clone());
-    let me = Principal::Client(1);
+    let me = Principal::Client(ccron::ClientId::from_index(1));
     b.apply(&me, every("a", 10), &h, 1, Some(NOW)).unwrap();
     b.apply(&me, every("b", 10), &h, 1, Some(NOW)).unwrap();
     assert!(matches!(
@@ -197,7 +209,7 @@ fn the_default_policy_has_a_per_owner_quota() {
     assert!(Quota::default().max_schedules <= 1_000);
     let h = handlers();
     let mut b = book(Policy::default());
-    let me = Principal::Client(5);
+    let me = Principal::Client(ccron::ClientId::from_index(5));
     let mut refused = None;
     for k in 0..=Quota::default().max_schedules {
         if let Err(e) = b.apply(&me, every(&format!("k{k}"), 0), &h, 1, Some(NOW)) {

@@ -36,7 +36,7 @@ fn honest(book: &mut Scheduler, h: &Handlers<u64>) -> Vec<Result<Option<u64>, Sc
         .map(|i| {
             let minute = [0, 2, 3, 4][i];
             book.apply(
-                &Principal::Client(10 + i as u64),
+                &Principal::Client(ccron::ClientId::from_index(10 + i as u64)),
                 at(minute * 60_000 + 5),
                 h,
                 1,
@@ -56,7 +56,7 @@ fn a_client_filling_a_slot_is_refused_and_others_are_unchanged() {
     assert!(baseline.iter().all(|r| r.is_ok()));
     // The hostile client floods slot 1 (60 s to 120 s): three fit, the rest are refused.
     let mut b = book();
-    let hostile = Principal::Client(666);
+    let hostile = Principal::Client(ccron::ClientId::from_index(666));
     for i in 0..3 {
         b.apply(&hostile, at(60_000 + i), &h, 1, Some(0)).unwrap();
     }
@@ -87,7 +87,13 @@ fn a_client_filling_a_slot_is_refused_and_others_are_unchanged() {
         Ok(Some(1))
     ));
     let elsewhere = b
-        .apply(&Principal::Client(10), at(5), &h, 1, Some(0))
+        .apply(
+            &Principal::Client(ccron::ClientId::from_index(10)),
+            at(5),
+            &h,
+            1,
+            Some(0),
+        )
         .unwrap()
         .unwrap();
     let into_full = ScheduleRequest::Replace {
@@ -95,7 +101,13 @@ fn a_client_filling_a_slot_is_refused_and_others_are_unchanged() {
         schedule: NewSchedule::new("h", Timing::At(Due::Time(61_000))),
     };
     assert!(matches!(
-        b.apply(&Principal::Client(10), into_full, &h, 1, Some(0)),
+        b.apply(
+            &Principal::Client(ccron::ClientId::from_index(10)),
+            into_full,
+            &h,
+            1,
+            Some(0)
+        ),
         Err(ScheduleError::SlotFull { .. })
     ));
     b.check_invariants().unwrap();

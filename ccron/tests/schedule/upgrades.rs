@@ -79,7 +79,7 @@ fn handlers(names: &[&'static str]) -> Handlers<Shop> {
 }
 
 fn policy() -> Policy {
-    Policy::default().with_admin(ADMIN)
+    Policy::default().with_admin(ccron::ClientId::from_index(ADMIN))
 }
 
 /// Build 1: handlers "remind" and "legacy"; carries no migration.
@@ -114,7 +114,7 @@ fn exec(l: &mut CronLedger<Shop>, seq: u64, client: u64, payload: &[u8]) -> Stri
         seq,
         agreed_time_ms: Some(seq as i64 * 1_000),
     };
-    String::from_utf8(l.execute(ctx, client, payload)).unwrap()
+    String::from_utf8(l.execute(ctx, ccron::ClientId::from_index(client), payload)).unwrap()
 }
 
 fn tick(l: &mut CronLedger<Shop>, seq: u64) -> Result<(), AppError> {

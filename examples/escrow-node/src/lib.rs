@@ -17,6 +17,14 @@
 //!   ([`demo_policy`]: the relay's client id, the chain id, the two workers' answer keys for
 //!   both handlers); `ccron relay` delivers the records (`tests/slow_relay_localnet.rs`). A real
 //!   ledger names its own keys; the demo's are fixed so its tests can play relay and workers.
+//!
+//! **256-bit client ids.** Holds were keyed by 64-bit client ids before client ids became 256
+//! bits. A snapshot of that layout (layout 1) restores each such hold under
+//! [`legacy_holder`]`(old id)` (the old id and 24 zero bytes, which no client's id, a SHA-256,
+//! is); a client confirms a legacy hold of its own when its id starts with the old id
+//! ([`ClientId::legacy_prefix`]), and a refund task scheduled before the upgrade (its payload
+//! the 8-byte old id and the hold's id) still refunds it. Snapshots are written in layout 2
+//! ([`SNAPSHOT_MARK`] first).
 
 use std::collections::BTreeMap;
 
@@ -121,16 +129,33 @@ fn refund_key(client: ClientId, id: &str) -> String {
     format!("refund-{client}-{id}")
 }
 
+/// The first 8 bytes of an escrow snapshot of layout 2: `u64::MAX`, where a layout-1
+/// snapshot has its released funds (never that much: the sum would have overflowed).
+pub const SNAPSHOT_MARK: u64 = u64::MAX;
+
+/// Where a hold of the client named by the 64-bit id `old` (layout 1) is kept: the old id (8
+/// bytes LE) followed by 24 zero bytes.
+pub fn legacy_holder(old: u64) -> ClientId {
+    let mut b = [0u8; 32];
+    b[..8].copy_from_slice(&old.to_le_bytes());
+    ClientId(b)
+}
+
 impl Escrow {
     fn hold(&mut self, client: ClientId, id: &str, amount: &str, fx: &mut Effects<'_>) -> Vec<u8> {
         let (Ok(amount), true) = (amount.parse::<u64>(), (1..=64).contains(&id.len())) else {
             return b"err bad hold".to_vec();
         };
         let key = (client, id.to_string());
-        if amount == 0 || self.holds.contains_key(&key) || self.confirmed.contains_key(&key) {
+        let legacy = (legacy_holder(client.legacy_prefix()), id.to_string());
+        if amount == 0
+            || self.holds.contains_key(&key)
+            || self.confirmed.contains_key(&key)
+            || self.holds.contains_key(&legacy)
+        {
             return b"err bad or repeated hold".to_vec();
         }
-        let mut payload = client.to_le_bytes().to_vec();
+        let mut payload = client.as_bytes().to_vec();
         payload.extend_from_slice(id.as_bytes());
         let task = NewSchedule::new("refund", Timing::AfterMs(self.refund_after_ms))
             .with_key(refund_key(client, id))
@@ -144,27 +169,50 @@ impl Escrow {
 
     fn confirm(&mut self, client: ClientId, id: &str, fx: &mut Effects<'_>) -> Vec<u8> {
         let key = (client, id.to_string());
-        if !self.holds.contains_key(&key) {
-            return b"err no such hold".to_vec();
-        }
-        let cancel = ScheduleRequest::Cancel(Target::Key(refund_key(client, id)));
-        if let Err(e) = fx.schedule(cancel) {
+        // The client's own hold, else a legacy hold of its old id (its refund task keyed by
+        // the old id's decimal form, owned by the legacy owner the client matches).
+        let (held, task) = if self.holds.contains_key(&key) {
+            (key.clone(), refund_key(client, id))
+        } else {
+            let old = client.legacy_prefix();
+            let legacy = (legacy_holder(old), id.to_string());
+            if !self.holds.contains_key(&legacy) {
+                return b"err no such hold".to_vec();
+            }
+            (legacy, format!("refund-{old}-{id}"))
+        };
+        if let Err(e) = fx.schedule(ScheduleRequest::Cancel(Target::Key(task))) {
             return format!("err {e}").into_bytes();
         }
-        let amount = self.holds.remove(&key).unwrap_or_default();
+        let amount = self.holds.remove(&held).unwrap_or_default();
         self.confirmed.insert(key, amount);
         b"ok confirmed".to_vec()
     }
 
-    /// The refund task's payload: the hold's owner and id.
+    /// The refund task's payload: the hold's owner (32 bytes) and id; or, for a task scheduled
+    /// before 256-bit ids, the owner's 64-bit id (8 bytes LE) and the hold's id.
     fn refund(&mut self, payload: &[u8]) -> Option<u64> {
-        let (owner, id) = payload.split_at_checked(8)?;
-        let owner = u64::from_le_bytes(owner.try_into().ok()?);
-        let amount = self
-            .holds
-            .remove(&(owner, std::str::from_utf8(id).ok()?.to_string()))?;
+        let key = Self::refund_target(payload)
+            .filter(|k| self.holds.contains_key(k))
+            .or_else(|| Self::legacy_refund_target(payload))?;
+        let amount = self.holds.remove(&key)?;
         self.refunded += amount;
         Some(amount)
+    }
+
+    fn refund_target(payload: &[u8]) -> Option<(ClientId, String)> {
+        let (owner, id) = payload.split_at_checked(32)?;
+        let owner = ClientId(owner.try_into().ok()?);
+        Some((owner, std::str::from_utf8(id).ok()?.to_string()))
+    }
+
+    fn legacy_refund_target(payload: &[u8]) -> Option<(ClientId, String)> {
+        let (owner, id) = payload.split_at_checked(8)?;
+        let owner = u64::from_le_bytes(owner.try_into().ok()?);
+        Some((
+            legacy_holder(owner),
+            std::str::from_utf8(id).ok()?.to_string(),
+        ))
     }
 }
 
@@ -193,15 +241,17 @@ impl Application for Escrow {
         Sha256::digest(self.snapshot()).into()
     }
 
+    /// Layout 2: [`SNAPSHOT_MARK`], the counters, the holds and the confirmed holds (32-byte
+    /// ids).
     fn snapshot(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut out = SNAPSHOT_MARK.to_le_bytes().to_vec();
         for v in [self.released, self.refunded, self.settlements, self.accrued] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         for map in [&self.holds, &self.confirmed] {
             out.extend_from_slice(&(map.len() as u64).to_le_bytes());
             for ((client, id), amount) in map {
-                out.extend_from_slice(&client.to_le_bytes());
+                out.extend_from_slice(client.as_bytes());
                 out.extend_from_slice(&(id.len() as u64).to_le_bytes());
                 out.extend_from_slice(id.as_bytes());
                 out.extend_from_slice(&amount.to_le_bytes());
@@ -210,8 +260,14 @@ impl Application for Escrow {
         out
     }
 
+    /// Layout 2, or layout 1 (no mark, 8-byte client ids: each hold kept under
+    /// [`legacy_holder`]).
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
         let r = &mut &snapshot[..];
+        let v2 = r.get(..8) == Some(&SNAPSHOT_MARK.to_le_bytes()[..]);
+        if v2 {
+            take_u64(r)?;
+        }
         let mut next = Escrow {
             released: take_u64(r)?,
             refunded: take_u64(r)?,
@@ -222,7 +278,11 @@ impl Application for Escrow {
         };
         for map in [&mut next.holds, &mut next.confirmed] {
             for _ in 0..take_u64(r)? {
-                let client = take_u64(r)?;
+                let client = if v2 {
+                    ClientId(take(r, 32)?.try_into().map_err(|_| bad())?)
+                } else {
+                    legacy_holder(take_u64(r)?)
+                };
                 let len = usize::try_from(take_u64(r)?).map_err(|_| bad())?;
                 let id = String::from_utf8(take(r, len.min(65))?.to_vec()).map_err(|_| bad())?;
                 map.insert((client, id), take_u64(r)?);
@@ -327,5 +387,96 @@ pub fn demo_request(_client: ClientId, k: u64) -> Vec<u8> {
         format!("confirm h{}", k - 1).into_bytes()
     } else {
         format!("hold h{k} {k}").into_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccron::host::ExecContext;
+    use ccron::{MemPages, Tick};
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s = s.trim();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The escrow state main's code (`be3a95a`, 64-bit client ids) snapshotted: counters 70,
+    /// 5, 3, 11; holds `h1` (100) of client 1 and `h2` (200) of client 2, `c1` (30) of client 1
+    /// confirmed; client `n` being `ClientId::from_index(n).legacy_prefix()`.
+    const STATE_V1: &str = include_str!("../tests/fixtures/escrow_v1.snapshot.hex");
+
+    /// The whole escrow ledger main's code snapshotted after client 1 held `h1` (100) and `c1`
+    /// (30), client 2 held `h2` (200) and client 1 confirmed `c1` (requests at agreed times
+    /// 1,000,001 to 1,000,004 ms): state, book (layout 9, the refund tasks owned by 64-bit
+    /// client ids, their payloads the 8-byte id and the hold's id), outbox.
+    const LEDGER_V1: &str = include_str!("../tests/fixtures/escrow_v1.ledger.hex");
+
+    fn old(n: u64) -> u64 {
+        ClientId::from_index(n).legacy_prefix()
+    }
+
+    #[test]
+    fn a_layout_1_state_restores_its_holds_under_legacy_holders() {
+        let mut e = Escrow::default();
+        e.restore(&unhex(STATE_V1)).unwrap();
+        assert_eq!(
+            (e.released, e.refunded, e.settlements, e.accrued),
+            (70, 5, 3, 11)
+        );
+        assert_eq!(e.holds.len(), 2);
+        assert_eq!(
+            e.holds.get(&(legacy_holder(old(1)), "h1".into())),
+            Some(&100)
+        );
+        assert_eq!(
+            e.holds.get(&(legacy_holder(old(2)), "h2".into())),
+            Some(&200)
+        );
+        assert_eq!(e.confirmed.len(), 1);
+        assert_eq!(
+            e.confirmed.get(&(legacy_holder(old(1)), "c1".into())),
+            Some(&30)
+        );
+        // Layout 2 from now on, read back equal.
+        let snap = e.snapshot();
+        assert_eq!(snap[..8], SNAPSHOT_MARK.to_le_bytes());
+        let mut back = Escrow::default();
+        back.restore(&snap).unwrap();
+        assert_eq!(back, e);
+    }
+
+    /// Main's whole ledger restored: the client whose 256-bit id starts with client 1's old id
+    /// confirms its legacy hold (cancelling the refund task main's code scheduled, owned by the
+    /// legacy owner); an id differing in one of those 8 bytes cannot; client 2's refund task
+    /// (its 8-byte payload) still refunds `h2` when due.
+    #[test]
+    fn a_layout_1_ledger_confirms_and_refunds_its_legacy_holds() {
+        let mut l = ledger();
+        l.restore(&unhex(LEDGER_V1)).unwrap();
+        assert_eq!(l.state().holds.len(), 2);
+        let one = ClientId::from_index(1);
+        let mut near = one;
+        near.0[3] ^= 1;
+        let ctx = |seq| ExecContext {
+            seq,
+            agreed_time_ms: Some(1_000_010),
+        };
+        assert_eq!(l.execute(ctx(10), near, b"confirm h1"), b"err no such hold");
+        assert_eq!(l.execute(ctx(11), one, b"confirm h1"), b"ok confirmed");
+        assert_eq!(l.state().confirmed.get(&(one, "h1".into())), Some(&100));
+        assert_eq!(l.state().holds.len(), 1);
+        let mut pages = MemPages::new(4_096, 64);
+        l.on_tick(
+            Tick::new(ESCROW, 12, Some(1_000_004 + REFUND_AFTER_MS + 1_000)),
+            &mut pages,
+        )
+        .unwrap();
+        let s = l.state();
+        assert!(s.holds.is_empty(), "{s:?}");
+        assert_eq!(s.refunded, 200, "h2 refunded, h1 (confirmed) not");
     }
 }

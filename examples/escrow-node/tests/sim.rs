@@ -12,7 +12,7 @@ struct Client(u64);
 
 impl Workload for Client {
     fn payload(&mut self, number: u64, _rng: &mut SimRng) -> Vec<u8> {
-        escrow_node::demo_request(self.0, number + 1)
+        escrow_node::demo_request(ccron::ClientId::from_index(self.0), number + 1)
     }
 }
 

@@ -42,8 +42,10 @@ use sim_bft::runtime::{ClusterSubmit, RuntimeConfig, ThreadedCluster};
 
 const N: u32 = 4;
 const KEY_SEED: u64 = 7;
-const HOLDER: ClientId = 0;
-const CONSUMER: ClientId = 1;
+/// The holder's and the consumer's simulated client indices (sim-bft's keys); the ledger names
+/// them by `sim_bft::node::ledger_client` of these.
+const HOLDER: u64 = 0;
+const CONSUMER: u64 = 1;
 const TICK_MS: u64 = 50;
 /// Simulated ms per real ms.
 const SPEED: i64 = 10_000;
@@ -257,7 +259,7 @@ async fn the_weekday_release_crosses_the_uk_clock_change_and_every_record_is_del
     let (start_ms, end_ms) = (START_MS, END_MS);
     let policy = (0..2).fold(
         Policy::default()
-            .with_outbox_consumer(CONSUMER)
+            .with_outbox_consumer(sim_bft::node::ledger_client(CONSUMER))
             .with_chain_id(CHAIN),
         |p, i| p.with_worker_key(signer(i).public(), [RELEASED, REFUNDED]),
     );
@@ -301,7 +303,7 @@ async fn the_weekday_release_crosses_the_uk_clock_change_and_every_record_is_del
     let holder = client_signing_key(KEY_SEED, HOLDER);
     let submit_batch = |from: u64| {
         for k in from..from + BATCH {
-            let payload = escrow_node::demo_request(HOLDER, k);
+            let payload = escrow_node::demo_request(sim_bft::node::ledger_client(HOLDER), k);
             let bytes = client_request_bytes(&holder, HOLDER, k, payload).unwrap();
             cluster.submit(&bytes).unwrap();
         }

@@ -339,7 +339,7 @@ mod tests {
     fn only_the_admin_plans_and_build_1_stops_at_the_plan() {
         let mut l = ledger(Build::V1);
         let plan = load_request(PLAN_REQUEST, UpgradeAt::Height(5));
-        let other = l.execute(ctx(1), admin().wrapping_add(1), &plan);
+        let other = l.execute(ctx(1), ccron::ClientId::from_index(1), &plan);
         assert!(
             other.starts_with(b"err"),
             "{}",
@@ -351,8 +351,11 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&ok)
         );
-        assert!(l.execute(ctx(4), 7, &remind_request(20)).starts_with(b"ok"));
-        let stopped = l.execute(ctx(5), 7, &remind_request(21));
+        assert!(
+            l.execute(ctx(4), ccron::ClientId::from_index(7), &remind_request(20))
+                .starts_with(b"ok")
+        );
+        let stopped = l.execute(ctx(5), ccron::ClientId::from_index(7), &remind_request(21));
         assert!(stopped.starts_with(b"err halted"));
         assert!(matches!(
             l.upgrades().halt(),

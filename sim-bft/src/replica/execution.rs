@@ -116,7 +116,7 @@ impl Replica {
                         self.clients.remove(client, req_seq);
                     } else {
                         txs.push(Tx::Request {
-                            client,
+                            client: crate::node::ledger_client(client),
                             number: req_seq,
                             payload: r.request.payload.clone(),
                         });
@@ -246,7 +246,10 @@ impl Replica {
             return true;
         }
         match r.request.kind {
-            RequestKind::Write => self.host.requests().settled(client, req_seq),
+            RequestKind::Write => self
+                .host
+                .requests()
+                .settled(crate::node::ledger_client(client), req_seq),
             RequestKind::Tick => {
                 let component = <[u8; 4]>::try_from(r.request.payload.as_slice())
                     .ok()

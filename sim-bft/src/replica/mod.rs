@@ -357,7 +357,8 @@ impl Replica {
             MemPages::new(cfg.page_size, cfg.num_pages),
             TickGate::new(cfg.n, cfg.tick_components.clone()),
         )
-        .with_time_rule(time_rule(&cfg));
+        .with_time_rule(time_rule(&cfg))
+        .with_state_hash(cfg.signatures.state_hash());
         let clients = ClientsManager::new(cfg.max_pending, cfg.max_pending_per_client)
             .with_byte_caps(cfg.max_pending_bytes, cfg.max_pending_bytes_per_client)
             .with_internal_cap(cfg.tick_components.len());

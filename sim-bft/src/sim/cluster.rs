@@ -536,6 +536,11 @@ impl Harness for ClusterHarness {
             .map(|r| (r.last_executed(), r.state_digest_now()))
     }
 
+    fn state_sha256(&self, node: &SimReplica) -> Option<[u8; 32]> {
+        node.replica()
+            .map(|r| r.host().digest_with(ccron::state_hash::StateHash::Sha256))
+    }
+
     fn check(&self, node: &SimReplica) -> Result<(), String> {
         match node.replica() {
             Some(r) => r.check_invariants().map_err(|e| e.to_string()),

@@ -85,6 +85,13 @@ pub trait Harness {
         None
     }
 
+    /// The node's state digest now under SHA-256, whatever hash function its scheme's state
+    /// digest uses: what runs of one configuration under the two signature schemes can
+    /// compare. `None` (the default, or a node that is down): not known.
+    fn state_sha256(&self, _node: &Self::Node) -> Option<[u8; 32]> {
+        None
+    }
+
     /// Checks `node`'s internal invariants (called after every step of an honest node).
     fn check(&self, _node: &Self::Node) -> Result<(), String> {
         Ok(())
@@ -1117,6 +1124,11 @@ impl<H: Harness> Simulator<H> {
             .enumerate()
             .map(|(i, s)| {
                 let status = s.node.as_ref().and_then(|n| self.harness.status(n));
+                let state_sha256 = s
+                    .node
+                    .as_ref()
+                    .and_then(|n| self.harness.state_sha256(n))
+                    .unwrap_or([0; 32]);
                 let (last_executed_seq, state_digest) = match status {
                     Some((seq, d)) if seq >= s.last_seq => (seq, d),
                     _ => (s.last_seq, s.state_digest),
@@ -1126,6 +1138,7 @@ impl<H: Harness> Simulator<H> {
                     honest: s.role == Role::Honest,
                     last_executed_seq,
                     state_digest,
+                    state_sha256,
                     batches_executed: s.batches,
                     batches_reexecuted: s.reexecuted,
                     ticks_executed: s.ticks,

@@ -87,8 +87,12 @@ pub struct NodeSummary {
     pub honest: bool,
     /// Highest sequence number it executed (0 if none).
     pub last_executed_seq: u64,
-    /// Its state digest after that batch (zeros if none).
+    /// Its state digest after that batch (zeros if none), under its scheme's hash function
+    /// ([`Signatures::state_hash`](crate::crypto::Signatures::state_hash)).
     pub state_digest: [u8; 32],
+    /// Its state digest at the end of the run under SHA-256 whatever the scheme (zeros when it
+    /// is down at the end): equal between runs of one configuration under the two schemes.
+    pub state_sha256: [u8; 32],
     /// Batches it executed for the first time: each sequence number at most once (the
     /// re-executions after a restart are in `batches_reexecuted`).
     pub batches_executed: u64,

@@ -78,7 +78,7 @@ fn equivalent<A: Application + 'static>(make: impl Fn() -> A, periods: &[(u32, u
                 let number = client_numbers.entry(client).or_insert(0);
                 *number += 1;
                 Tx::Request {
-                    client,
+                    client: sim_bft::node::ledger_client(client),
                     number: *number,
                     payload,
                 }
@@ -226,7 +226,12 @@ fn a_replica_whose_table_schedule_cannot_be_saved_halts_loudly() {
 struct Undeclared(sim_bft::ledgers::CronLedger<sim_bft::ledgers::KvLedger>);
 
 impl Application for Undeclared {
-    fn execute(&mut self, ctx: ccron::host::ExecContext, client: u64, payload: &[u8]) -> Vec<u8> {
+    fn execute(
+        &mut self,
+        ctx: ccron::host::ExecContext,
+        client: ccron::ClientId,
+        payload: &[u8],
+    ) -> Vec<u8> {
         self.0.execute(ctx, client, payload)
     }
     fn digest(&self) -> ccron::host::Digest32 {

@@ -12,8 +12,8 @@ use crate::replica_support;
 
 use ccron::schedule::{NewSchedule, ScheduleRequest, Scheduler, Target, Timing};
 use replica_support::Harness;
-use sim_bft::ledgers::orders::{Orders, SchedAppConfig, ScheduledLedger};
-use sim_bft::node::{ClientId, Input};
+use sim_bft::ledgers::orders::{Orders, SchedAppConfig, ScheduledLedger, own_key};
+use sim_bft::node::{ClientId, Input, ledger_client};
 use sim_bft::replica::Replica;
 use sim_bft::sim::cluster::Cluster;
 use sim_bft::sim::{FaultConfig, TimeServiceMode};
@@ -156,7 +156,10 @@ fn delayed_tasks_fire_exactly_once_across_restart_and_state_transfer() {
         replies
             .iter()
             // Keys are per client (issue 24): client 1's `order-4` is its own, and absent.
-            .any(|r| r.contains(r#"no schedule Key("1/order-4")"#)),
+            .any(|r| r.contains(&format!(
+                "no schedule Key({:?})",
+                own_key(ledger_client(1), "order-4")
+            ))),
         "{replies:?}"
     );
 
@@ -183,7 +186,7 @@ fn delayed_tasks_fire_exactly_once_across_restart_and_state_transfer() {
     let expected: Orders = [0, 1, 2, 4, 5, 6, 7]
         .into_iter()
         // Client 0's orders, in its namespace (issue 24).
-        .map(|k| (format!("0/order-{k}"), 1))
+        .map(|k| (own_key(ledger_client(0), &format!("order-{k}")), 1))
         .collect();
     let digest0 = h.replica(0).state_digest_now();
     for i in 0..7 {

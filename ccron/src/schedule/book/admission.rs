@@ -249,7 +249,7 @@ impl Scheduler {
             Some(Due::Seq(0)),
             0u64,
             owed,
-            Principal::Client(u64::MAX),
+            Principal::Client(crate::authz::ClientId::MAX),
             0u64,
         ))?;
         let one_shot = def.timing().is_one_shot();
@@ -295,6 +295,9 @@ impl Scheduler {
         now_ms: Option<TimeMs>,
     ) -> Result<Option<u64>, ScheduleError> {
         let result = self.apply_with(by, request, |h| handlers.contains(h), seq, now_ms);
+        if let Ok(Some(id)) = result {
+            self.reown_legacy(by, id);
+        }
         match &result {
             Err(e @ ScheduleError::Unauthorized { .. }) => {
                 tracing::warn!(component = self.component, error = %e, "schedule request denied");
@@ -323,6 +326,32 @@ impl Scheduler {
             Ok(_) => {}
         }
         result
+    }
+
+    /// After `by` changed schedule `id`: a schedule owned by a legacy principal that `by`
+    /// claims ([`Principal::legacy_matches`]) becomes `by`'s, with its quota usage (no quota
+    /// check: the same holder), so the legacy 64-bit match is needed once per schedule.
+    fn reown_legacy(&mut self, by: &Principal, id: u64) {
+        let Some(rec) = self.records.get(&id) else {
+            return;
+        };
+        if !rec.owner.legacy_matches(by) {
+            return;
+        }
+        let (old, bytes) = (rec.owner, Self::quota_bytes(&rec.def).unwrap_or(0));
+        if let Some(r) = self.records.get_mut(&id) {
+            r.owner = *by;
+        }
+        self.usage.sub(old, bytes);
+        self.usage.add(*by, bytes);
+        self.touch(id);
+        tracing::info!(
+            component = self.component,
+            id,
+            from = %old,
+            to = %by,
+            "schedule of a legacy owner re-owned to its full client id"
+        );
     }
 
     pub(super) fn apply_with(

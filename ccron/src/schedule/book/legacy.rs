@@ -1,5 +1,5 @@
 //! The schedule book layouts earlier releases wrote, read so that the next save migrates them
-//! to layout 9 (`persist.rs`). The types here are frozen copies of the old encodings: never
+//! to layout 10 (`persist.rs`). The types here are frozen copies of the old encodings: never
 //! change them (persisted bytes are forever).
 //!
 //! - Layouts 2, 3 and 4: a meta page, the zones part, a write-ahead journal in the log's place
@@ -11,8 +11,14 @@
 //! - Layout 7: layout 6 with run counters per record and for the book in the commit page.
 //! - Layout 8: layout 7 with bounds and the retired state per record, retirements counted
 //!   (`legacy/v8.rs`).
+//! - Layout 9: layout 8 with the overlap policy and state per record (`legacy/v9.rs`).
 //!
-//! Loading converts every record to layout 9 (no overlap policy: [`Overlap::AllowAll`](super::Overlap::AllowAll),
+//! Every layout from 3 to 9 names a client owner by a 64-bit id ([`PrincipalV1`]); layout 10
+//! by a 256-bit one. An old client owner becomes [`Principal::LegacyClient`]: matched by an
+//! authenticated client whose id starts with it (only the old 64-bit strength), re-owned to
+//! that client's full id by its next mutation of the schedule (`crate::authz`).
+//!
+//! Loading converts every record to layout 10 (no overlap policy: [`Overlap::AllowAll`](super::Overlap::AllowAll),
 //! nothing awaited or buffered; no bounds below layout 8, not retired; the run counters at zero
 //! below layout 7, kept from layout 7 with no retirements; and the run state
 //! empty below layout 6; a layout 2 record, which has no owner, is owned by the host, so only
@@ -25,6 +31,7 @@
 //! layout did after a crash or a full log too.
 
 mod v8;
+mod v9;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,7 +40,7 @@ use super::{
     DeadRun, ManualRuns, Misfire, NewSchedule, PendingRetry, Record, RunCounters, RunEntry,
     RunPolicy, ScheduleError, Timing,
 };
-use crate::authz::Principal;
+use crate::authz::{Principal, PrincipalV1};
 use crate::codec::{self, BlobKind, CodecError};
 use crate::cron::ZoneRules;
 use crate::due::Due;
@@ -88,7 +95,7 @@ pub(super) struct RecordV3 {
     next: Option<Due>,
     runs: u64,
     owed: Option<(TimeMs, TimeMs)>,
-    owner: Principal,
+    owner: PrincipalV1,
 }
 
 /// A record of layouts 4 and 5 (with version, topic and type).
@@ -99,7 +106,7 @@ pub(super) struct RecordV4 {
     next: Option<Due>,
     runs: u64,
     owed: Option<(TimeMs, TimeMs)>,
-    owner: Principal,
+    owner: PrincipalV1,
     version: u64,
 }
 
@@ -112,7 +119,7 @@ pub(super) struct RecordV6 {
     next: Option<Due>,
     runs: u64,
     owed: Option<(TimeMs, TimeMs)>,
-    owner: Principal,
+    owner: PrincipalV1,
     version: u64,
     parked: bool,
     policy: RunPolicy,
@@ -153,7 +160,7 @@ pub(super) struct RecordV7 {
     next: Option<Due>,
     runs: u64,
     owed: Option<(TimeMs, TimeMs)>,
-    owner: Principal,
+    owner: PrincipalV1,
     version: u64,
     parked: bool,
     policy: RunPolicy,
@@ -197,21 +204,21 @@ impl OldRecord for RecordV2 {
 impl OldRecord for RecordV3 {
     fn upgrade(self) -> Record {
         let state = (self.paused, self.next, self.runs, self.owed);
-        record(self.def.upgrade(), state, self.owner, 1)
+        record(self.def.upgrade(), state, self.owner.into(), 1)
     }
 }
 
 impl OldRecord for RecordV4 {
     fn upgrade(self) -> Record {
         let state = (self.paused, self.next, self.runs, self.owed);
-        record(self.def, state, self.owner, self.version)
+        record(self.def, state, self.owner.into(), self.version)
     }
 }
 
 impl OldRecord for RecordV6 {
     fn upgrade(self) -> Record {
         let state = (self.paused, self.next, self.runs, self.owed);
-        let mut r = record(self.def, state, self.owner, self.version);
+        let mut r = record(self.def, state, self.owner.into(), self.version);
         r.parked = self.parked;
         r.policy = self.policy;
         r.retry = self.retry;
@@ -225,7 +232,7 @@ impl OldRecord for RecordV6 {
 impl OldRecord for RecordV7 {
     fn upgrade(self) -> Record {
         let state = (self.paused, self.next, self.runs, self.owed);
-        let mut r = record(self.def, state, self.owner, self.version);
+        let mut r = record(self.def, state, self.owner.into(), self.version);
         r.parked = self.parked;
         r.policy = self.policy;
         r.retry = self.retry;
@@ -332,6 +339,8 @@ pub(crate) enum OldExtent {
     LogV7(LogSpan),
     /// Layout 8: its committed log (from where it starts in the log area).
     LogV8(LogSpan),
+    /// Layout 9: its committed log (from where it starts in the log area).
+    LogV9(LogSpan),
     /// Layouts 2 to 4 (the version): the journal in force.
     Journal {
         /// The layout.
@@ -765,6 +774,17 @@ pub(super) fn load(
                 old,
             )?)
         }
+        (9, Some(b)) => {
+            let commit = codec::from_blob::<v9::CommitV9>(b)?;
+            let old = OldExtent::LogV9(commit.log);
+            Some(load_logged::<v9::RecordV9>(
+                pages,
+                layout,
+                commit.into(),
+                component,
+                old,
+            )?)
+        }
         (2, _) => load_journal_layout::<RecordV2>(pages, layout, 2, component)?,
         (3, _) => load_journal_layout::<RecordV3>(pages, layout, 3, component)?,
         (4, _) => load_journal_layout::<RecordV4>(pages, layout, 4, component)?,
@@ -799,7 +819,10 @@ pub(super) fn prepare(
     let area = layout.log.len();
     let extent = match old {
         OldExtent::Log(pos) => pos.pages,
-        OldExtent::LogV6(span) | OldExtent::LogV7(span) | OldExtent::LogV8(span) => span.end(),
+        OldExtent::LogV6(span)
+        | OldExtent::LogV7(span)
+        | OldExtent::LogV8(span)
+        | OldExtent::LogV9(span) => span.end(),
         OldExtent::Journal { pages, .. } => pages,
     };
     if extent.saturating_add(need) <= area {
@@ -828,6 +851,16 @@ pub(super) fn prepare(
             },
         )?,
         OldExtent::LogV8(_) => fold_logged::<v8::RecordV8, v8::CommitV8>(
+            pages,
+            layout,
+            component,
+            |c| (c.component, c.log, c.stale),
+            |c| {
+                c.log = LogSpan::default();
+                c.stale = Stale::No;
+            },
+        )?,
+        OldExtent::LogV9(_) => fold_logged::<v9::RecordV9, v9::CommitV9>(
             pages,
             layout,
             component,
@@ -1042,9 +1075,9 @@ mod tests {
                     runs,
                     owed: (recurring && runs % 3 == 0).then_some((5, 9)),
                     owner: if owner == 0 {
-                        Principal::Host
+                        PrincipalV1::Host
                     } else {
-                        Principal::Client(owner)
+                        PrincipalV1::Client(owner)
                     },
                     version,
                 }
@@ -1176,7 +1209,7 @@ mod tests {
                 }
                 prop_assert_eq!(&info.schedule, &want.def);
                 prop_assert_eq!((info.paused, info.next, info.runs, info.owed, info.owner, info.version),
-                    (want.paused, want.next, want.runs, want.owed, want.owner, want.version));
+                    (want.paused, want.next, want.runs, want.owed, want.owner.into(), want.version));
             }
             book.save(&mut pages, range).unwrap();
             prop_assert!(!book.is_dirty());

@@ -71,10 +71,13 @@ const SEGMENT_PAGES: usize = 16;
 /// stale; 7 = records carry their run counters and the commit page the book's
 /// (`counters.rs`); 8 = records carry their bounds and retired state (`bounds.rs`) and the run
 /// counters count retirements; 9 = records carry their overlap policy and state
-/// (`overlap.rs`). Layouts 2 to 8 load and are migrated by the next save (`legacy.rs`); layout 1 (16
+/// (`overlap.rs`); 10 = records name a client owner by its 256-bit id
+/// ([`crate::authz::ClientId`]; an owner migrated from a 64-bit id is
+/// [`crate::authz::Principal::LegacyClient`]), so a record's largest form grows by 24 bytes.
+/// Layouts 2 to 9 load and are migrated by the next save (`legacy.rs`); layout 1 (16
 /// shard blobs over the whole range, superseded before layout 2 was released) is refused with
 /// [`ScheduleError::UnsupportedLayout`].
-pub(super) const WIRE_VERSION: u8 = 9;
+pub(super) const WIRE_VERSION: u8 = 10;
 
 /// The committed log, read back from the pages.
 pub(super) struct Committed<R> {
@@ -713,7 +716,7 @@ impl Scheduler {
     /// Reads the book stored in `range` (an empty book when nothing is stored): the commit
     /// page, the committed log (whose records and zones take priority) and the record pages,
     /// validating every record against `limits` and re-parsing every cron expression. A book
-    /// of an older layout (2 to 7) is read and converted; the next save migrates it (see
+    /// of an older layout (2 to 9) is read and converted; the next save migrates it (see
     /// `legacy.rs`). Handlers are not checked here: a record naming an unregistered handler
     /// is parked when it comes due. Costs one read of every page of the range but the log's
     /// uncommitted part.

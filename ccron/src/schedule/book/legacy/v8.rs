@@ -3,7 +3,7 @@
 //! encodings: never change them (persisted bytes are forever).
 
 use super::{LoggedCommit, OldRecord, record};
-use crate::authz::Principal;
+use crate::authz::PrincipalV1;
 use crate::due::Due;
 use crate::record_log::{LogSpan, Stale};
 use crate::schedule::book::{
@@ -24,7 +24,7 @@ pub(super) struct RunCountersV8 {
 }
 
 impl RunCountersV8 {
-    fn upgrade(self) -> RunCounters {
+    pub(super) fn upgrade(self) -> RunCounters {
         RunCounters {
             fired: self.fired,
             failed: self.failed,
@@ -44,7 +44,7 @@ pub(super) struct RecordV8 {
     next: Option<Due>,
     runs: u64,
     owed: Option<(TimeMs, TimeMs)>,
-    owner: Principal,
+    owner: PrincipalV1,
     version: u64,
     parked: bool,
     policy: RunPolicy,
@@ -61,7 +61,7 @@ pub(super) struct RecordV8 {
 impl OldRecord for RecordV8 {
     fn upgrade(self) -> Record {
         let state = (self.paused, self.next, self.runs, self.owed);
-        let mut r = record(self.def, state, self.owner, self.version);
+        let mut r = record(self.def, state, self.owner.into(), self.version);
         r.parked = self.parked;
         r.policy = self.policy;
         r.retry = self.retry;
