@@ -368,7 +368,7 @@ pub fn ledger_with(policy: Policy, timings: Timings) -> CronLedger<Escrow> {
             max_payload_bytes: 128,
             ..Limits::default()
         },
-        book_pages: 8,
+        book_pages: 16,
         outbox_pages: 16,
     };
     let state = Escrow {
@@ -447,6 +447,33 @@ mod tests {
         let mut back = Escrow::default();
         back.restore(&snap).unwrap();
         assert_eq!(back, e);
+    }
+
+    /// The weekday story keeps two batches of holds pending at once (each hold's refund task
+    /// waits 48 h): the book must hold at least 24 with 256-bit owners and keys, and refuse
+    /// the one past its capacity with a typed error. With 8 book pages it held 12 (the 13th
+    /// hold refused, "the book's 2 record pages are full"), found by `tests/slow_relay_dst.rs`.
+    #[test]
+    fn the_weekday_book_holds_two_batches_of_pending_refunds() {
+        let mut l = ledger_with(demo_policy(), WEEKDAY_TIMINGS);
+        let client = ClientId::from_index(0);
+        let mut refusal = None;
+        for k in 1..=200u64 {
+            let ctx = ExecContext {
+                seq: k,
+                agreed_time_ms: Some(1_000_000),
+            };
+            let out = l.execute(ctx, client, format!("hold h{k} {k}").as_bytes());
+            if out != b"ok held" {
+                refusal = Some(String::from_utf8_lossy(&out).into_owned());
+                break;
+            }
+        }
+        let held = l.state().holds.len();
+        assert!(held >= 24, "held {held}, then {refusal:?}");
+        let refusal = refusal.expect("a book of 16 pages fills before 200 holds");
+        assert!(refusal.contains("record pages are full"), "{refusal}");
+        assert_eq!(l.schedule_book().map(|b| b.len()), Some(held));
     }
 
     /// Main's whole ledger restored: the client whose 256-bit id starts with client 1's old id
