@@ -230,12 +230,7 @@ impl<S> CronTableRegistry<S> {
         pages: &mut dyn ReservedPages,
         emits: Option<&mut crate::outbox::Emits>,
     ) -> Result<TickOutcome, RegistryError> {
-        self.table_for(tick)?
-            .evaluate_emitting(tick, state, pages, emits)
-            .map_err(|source| RegistryError::Table {
-                component_id: tick.component_id,
-                source,
-            })
+        self.run_table(tick, |t| t.evaluate_emitting(tick, state, pages, emits))
     }
 
     /// [`Self::evaluate_emitting`] with the entries' overlap policies reading "no result yet"
@@ -248,12 +243,9 @@ impl<S> CronTableRegistry<S> {
         emits: Option<&mut crate::outbox::Emits>,
         results: &dyn crate::entry::PendingResults,
     ) -> Result<TickOutcome, RegistryError> {
-        self.table_for(tick)?
-            .evaluate_with_results(tick, state, pages, emits, results)
-            .map_err(|source| RegistryError::Table {
-                component_id: tick.component_id,
-                source,
-            })
+        self.run_table(tick, |t| {
+            t.evaluate_with_results(tick, state, pages, emits, results)
+        })
     }
 
     /// Dispatches a committed tick with the linear-scan reference evaluation
@@ -265,12 +257,19 @@ impl<S> CronTableRegistry<S> {
         state: &mut S,
         pages: &mut dyn ReservedPages,
     ) -> Result<TickOutcome, RegistryError> {
-        self.table_for(tick)?
-            .evaluate_linear(tick, state, pages)
-            .map_err(|source| RegistryError::Table {
-                component_id: tick.component_id,
-                source,
-            })
+        self.run_table(tick, |t| t.evaluate_linear(tick, state, pages))
+    }
+
+    /// Runs `pass` on the table of `tick`'s component, naming the component in its error.
+    fn run_table(
+        &mut self,
+        tick: &Tick,
+        pass: impl FnOnce(&mut CronTable<S>) -> Result<TickOutcome, crate::table::TableError>,
+    ) -> Result<TickOutcome, RegistryError> {
+        pass(self.table_for(tick)?).map_err(|source| RegistryError::Table {
+            component_id: tick.component_id,
+            source,
+        })
     }
 
     /// Reloads every table's schedule from the pages (after restart or state transfer).
