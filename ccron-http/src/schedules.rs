@@ -263,6 +263,28 @@ impl<A: Application> Application for PublishBook<A> {
     fn digest(&self) -> Digest32 {
         self.inner.digest()
     }
+    fn digest_in(&self, hash: ccron::state_hash::StateHash) -> Digest32 {
+        self.inner.digest_in(hash)
+    }
+    fn execute_with(
+        &mut self,
+        ctx: ExecContext,
+        client: ClientId,
+        payload: &[u8],
+        fx: &mut ccron::host::Effects<'_>,
+    ) -> Vec<u8> {
+        let r = self.inner.execute_with(ctx, client, payload, fx);
+        self.at_seq = self.at_seq.max(ctx.seq);
+        self.publish();
+        r
+    }
+    fn on_outbox_result(
+        &mut self,
+        record: &ccron::outbox::OutboxRecord,
+        outcome: &ccron::outbox::ResultOutcome,
+    ) {
+        self.inner.on_outbox_result(record, outcome);
+    }
     fn snapshot(&self) -> Vec<u8> {
         self.inner.snapshot()
     }

@@ -242,3 +242,75 @@ async fn the_server_clamps_pages_and_refuses_bad_queries() {
         Err(ReadError::Quorum(_))
     ));
 }
+
+/// An application whose methods say which of them ran.
+#[derive(Default)]
+struct Marker {
+    results: u32,
+}
+
+impl ccron::host::Application for Marker {
+    fn execute(
+        &mut self,
+        _: ccron::host::ExecContext,
+        _: ccron::host::ClientId,
+        _: &[u8],
+    ) -> Vec<u8> {
+        b"plain".to_vec()
+    }
+    fn execute_with(
+        &mut self,
+        _: ccron::host::ExecContext,
+        _: ccron::host::ClientId,
+        _: &[u8],
+        _: &mut ccron::host::Effects<'_>,
+    ) -> Vec<u8> {
+        b"with effects".to_vec()
+    }
+    fn on_outbox_result(&mut self, _: &OutboxRecord, _: &ResultOutcome) {
+        self.results += 1;
+    }
+    fn digest(&self) -> ccron::host::Digest32 {
+        [1; 32]
+    }
+    fn digest_in(&self, hash: ccron::state_hash::StateHash) -> ccron::host::Digest32 {
+        match hash {
+            ccron::state_hash::StateHash::Sha256 => [1; 32],
+            ccron::state_hash::StateHash::Blake3 => [2; 32],
+        }
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn restore(&mut self, _: &[u8]) -> Result<(), ccron::host::AppError> {
+        Ok(())
+    }
+}
+
+/// The publishing wrappers forward every method with a default: a wrapper that fell back to
+/// the default would drop a request's effects (`execute_with`), a result (`on_outbox_result`),
+/// or hash the state with SHA-256 where the host asked for BLAKE3 (`digest_in`).
+#[test]
+fn the_publishing_wrappers_forward_effects_results_and_the_hash_function() {
+    use ccron::host::{Application, ClientId, Effects, ExecContext};
+    use ccron::state_hash::StateHash;
+    use ccron_http::{PublishBook, PublishOutbox, PublishedBook};
+    let ctx = ExecContext {
+        seq: 7,
+        agreed_time_ms: Some(1),
+    };
+    let client = ClientId::from_index(1);
+    let record = OutboxRecord::new(OccurrenceId::new(1, 0, 0), "pay", "x");
+    let answer = ResultOutcome::Answer(b"ok".to_vec());
+    let mut o = PublishOutbox::new(Marker::default(), |_| None, PublishedOutbox::new(0));
+    let mut b = PublishBook::new(Marker::default(), PublishedBook::new(0));
+    let apps: [&mut dyn Application; 2] = [&mut o, &mut b];
+    for app in apps {
+        let out = app.execute_with(ctx, client, b"x", &mut Effects::none());
+        assert_eq!(out, b"with effects");
+        assert_eq!(app.digest_in(StateHash::Blake3), [2; 32]);
+        assert_eq!(app.digest_in(StateHash::Sha256), app.digest());
+        app.on_outbox_result(&record, &answer);
+    }
+    assert_eq!((o.inner().results, b.inner().results), (1, 1));
+}
