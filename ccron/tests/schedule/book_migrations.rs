@@ -262,12 +262,17 @@ fn a_migrated_book_runs_saves_and_folds_on() {
 /// A layout 8 book as the `book_v8*` fixtures' `.expect` files print it: layout 7's line with
 /// the bounds, the retired state and the retirements counted, then the book's totals.
 fn describe_v8(book: &Scheduler) -> String {
+    describe_v8_owners(book, |o| format!("{:?}", Legacy(o)))
+}
+
+/// [`describe_v8`] with owners printed by `owner`.
+fn describe_v8_owners(book: &Scheduler, owner: impl Fn(Principal) -> String) -> String {
     let mut out = String::new();
     for id in book.ids().collect::<Vec<_>>() {
         let i = book.get(id).unwrap();
         let s = &i.schedule;
         out += &format!(
-            "{id}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}",
+            "{id}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}|{}|{:?}|{}|{}",
             s.key,
             s.handler,
             s.timing,
@@ -281,7 +286,7 @@ fn describe_v8(book: &Scheduler) -> String {
             i.next,
             i.runs,
             i.owed,
-            Legacy(i.owner),
+            owner(i.owner),
             i.version
         );
         out += &format!(
@@ -305,7 +310,17 @@ fn describe_v8(book: &Scheduler) -> String {
 /// A layout 9 book as the `book_v9*` fixtures' `.expect` files print it: layout 8's line with
 /// the overlap state (policy, awaited run, buffered occurrences, counts) appended.
 fn describe_v9(book: &Scheduler) -> String {
-    let v8 = describe_v8(book);
+    describe_v9_from(book, describe_v8(book))
+}
+
+/// A layout 10 book as the `book_v10*` fixtures' `.expect` files print it: layout 9's line
+/// with every owner printed as it is (`LegacyClient(n)`, `Client(hex)`, `Host`).
+fn describe_v10(book: &Scheduler) -> String {
+    describe_v9_from(book, describe_v8_owners(book, |o| format!("{o:?}")))
+}
+
+/// Layout 8's lines `v8` of `book` with the overlap state appended.
+fn describe_v9_from(book: &Scheduler, v8: String) -> String {
     let mut out = String::new();
     let mut ids = book.ids();
     for line in v8.lines() {
@@ -381,4 +396,125 @@ impl std::fmt::Debug for Legacy {
             Principal::Client(id) => panic!("an old layout's owner read as a 256-bit id {id}"),
         }
     }
+}
+
+/// Throwaway generator of the `book_v10` fixture (run once on the commit that released layout
+/// 10, before layout 11; removed by the next commit): `book_v9` migrated and saved as layout
+/// 10, a second zone, three schedules of 256-bit owners (a zoned cron schedule with an overlap
+/// policy, bounds and a pending trigger; a bounded periodic one with a run limit; a one-shot),
+/// ticked 6 times, saved after each.
+#[test]
+#[ignore]
+fn write_layout_10_fixture() {
+    use ccron::cron::ZoneRules;
+    use ccron::schedule::{Bounds, NewSchedule, Overlap, RunPolicy, Timing};
+    let (mut pages, _) = fixture("book_v9");
+    let mut book = load(&pages).unwrap();
+    book.save(&mut pages, range()).unwrap();
+    let mut h: Handlers<u64> = Handlers::new();
+    h.register("expire", |ctx| *ctx.state += 1);
+    h.register("report", |ctx| *ctx.state += 1);
+    h.register("flaky", |ctx| *ctx.state += 1);
+    let alice = Principal::Client(ClientId([0xa1; 32]));
+    let bob = Principal::Client(ClientId::from_index(0x0102_0304_0506_0708));
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::InstallZone(ZoneRules::fixed("Y", 19_800).unwrap()),
+        &h,
+        500,
+        Some(58_000),
+    )
+    .unwrap();
+    let cron = NewSchedule::new(
+        "report",
+        Timing::Cron {
+            expression: "* * * * *".into(),
+            zone: Some("Y".into()),
+        },
+    )
+    .with_key("v10-cron")
+    .with_topic("v10");
+    let cron_id = book
+        .apply(
+            &alice,
+            ScheduleRequest::CreateOverlap {
+                schedule: cron,
+                policy: RunPolicy::default(),
+                bounds: Bounds {
+                    starts_at_ms: None,
+                    ends_at_ms: Some(3_600_000),
+                    max_runs: None,
+                },
+                overlap: Overlap::BufferOne,
+            },
+            &h,
+            501,
+            Some(58_000),
+        )
+        .unwrap()
+        .unwrap();
+    book.apply(
+        &bob,
+        ScheduleRequest::CreateBounded {
+            schedule: NewSchedule::new(
+                "flaky",
+                Timing::Every {
+                    period_ms: 20_000,
+                    start_ms: Some(60_000),
+                },
+            )
+            .with_key("v10-every")
+            .with_payload(vec![1, 2, 3]),
+            policy: RunPolicy::default(),
+            bounds: Bounds {
+                starts_at_ms: None,
+                ends_at_ms: None,
+                max_runs: Some(5),
+            },
+        },
+        &h,
+        502,
+        Some(58_000),
+    )
+    .unwrap();
+    book.apply(
+        &bob,
+        ScheduleRequest::Create(
+            NewSchedule::new("expire", Timing::At(ccron::Due::Time(400_000))).with_key("v10-one"),
+        ),
+        &h,
+        503,
+        Some(58_000),
+    )
+    .unwrap();
+    book.save(&mut pages, range()).unwrap();
+    for k in 0..6u64 {
+        let mut outbox = Outbox::new(OutboxLimits::default());
+        book.on_tick(
+            &Tick::new(7, 510 + k, Some(60_000 + 30_000 * k as i64)),
+            &mut 0u64,
+            &mut h,
+            &mut outbox,
+        );
+        if k == 2 {
+            book.apply(
+                &alice,
+                ScheduleRequest::TriggerNow(Target::Id(cron_id)),
+                &h,
+                520,
+                Some(130_000),
+            )
+            .unwrap();
+        }
+        book.save(&mut pages, range()).unwrap();
+    }
+    let again = load(&pages).unwrap();
+    assert!(again == book && !again.migrating());
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+    let mut text = format!("{} {}\n", pages.page_size(), pages.num_pages());
+    for (id, bytes) in pages.snapshot() {
+        text += &format!("{id} {}\n", hex(&bytes));
+    }
+    std::fs::write(format!("{dir}book_v10.pages"), text).unwrap();
+    std::fs::write(format!("{dir}book_v10.expect"), describe_v10(&again)).unwrap();
 }
