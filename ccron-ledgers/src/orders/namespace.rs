@@ -78,8 +78,8 @@ pub fn own_request(client: ClientId, request: ScheduleRequest) -> ScheduleReques
 /// `request` with every key and schedule payload it names moved into `client`'s namespace
 /// ([`own_key`]): what a [`KeySpace::PerClient`](super::KeySpace::PerClient) ledger applies for a client's request.
 /// A name for which `exists` (is a schedule key in the book) holds only under the client's
-/// [`legacy_key`] is moved there instead (see the module documentation). Ids, zones and
-/// handler names are not names of a client.
+/// [`legacy_key`] is moved there instead (see the module documentation). Ids, zones,
+/// exclusion calendars and handler names are not names of a client.
 pub fn own_request_in(
     client: ClientId,
     request: ScheduleRequest,
@@ -200,6 +200,25 @@ pub fn own_request_in(
         R::SetOverlap { target, overlap } => R::SetOverlap {
             target: t(target),
             overlap,
+        },
+        // Calendars, like zones, are not names of a client.
+        R::InstallCalendar(c) => R::InstallCalendar(c),
+        R::SetCalendar { target, calendar } => R::SetCalendar {
+            target: t(target),
+            calendar,
+        },
+        R::CreateExcluding {
+            schedule,
+            policy,
+            bounds,
+            overlap,
+            calendar,
+        } => R::CreateExcluding {
+            schedule: s(schedule),
+            policy,
+            bounds,
+            overlap,
+            calendar,
         },
     }
 }

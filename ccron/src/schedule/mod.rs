@@ -34,7 +34,7 @@ pub use book::{
     AfterFailure, Bounds, DeadRun, EMIT_REFUSED_CODE, FailedRun, FireRecord, Guarded, HISTORY_RUNS,
     HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Limits, MAX_ATTEMPTS,
     MAX_BACKFILL_RUNS, MAX_BUFFERED, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
-    MAX_PERIOD_MS, MIN_INSTANT_MS, ManualRuns, Misfire, NewSchedule, NextRun,
+    MAX_PERIOD_MS, MIN_INSTANT_MS, ManualRuns, MAX_BOOK_CALENDARS, Misfire, NewSchedule, NextRun,
     ONE_SHOT_HISTORY_RUNS, Overlap, OverlapState, PendingRetry, RetireReason, Retired, RetryPolicy,
     RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleError, ScheduleInfo, ScheduleRequest,
     Scheduler, SlotCapacity, SlotLoad, Target, TickReport, Timing, Transactional, is_manual,

@@ -1,5 +1,5 @@
-//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8, 9) loads and is
-//! migrated to layout 10 by the next save: crash-atomic at every page write, byte-identical on every
+//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8, 9, 10) loads and is
+//! migrated to layout 11 by the next save: crash-atomic at every page write, byte-identical on every
 //! replica. The pages are fixtures the old code wrote (`fixtures/README.md`).
 
 use ccron::outbox::{Outbox, OutboxLimits};
@@ -40,6 +40,14 @@ fn hex(b: &[u8]) -> String {
 /// The book as the fixtures' `.expect` files print it (layout 6's with the run state, layout
 /// 7's with the run counters, the manual runs and the book's totals).
 fn describe(name: &str, book: &Scheduler) -> String {
+    for id in book.ids() {
+        // Layout 11's exclusion calendars: none below it.
+        assert_eq!(book.get(id).unwrap().calendar, None, "{name}");
+    }
+    assert_eq!(book.calendar_names().count(), 0, "{name}");
+    if name.starts_with("book_v10") {
+        return describe_v10(book);
+    }
     if name.starts_with("book_v9") {
         return describe_v9(book);
     }
@@ -129,7 +137,7 @@ fn load(pages: &MemPages) -> Result<Scheduler, ScheduleError> {
     Scheduler::load(7, limits(), pages, range())
 }
 
-const FIXTURES: [&str; 20] = [
+const FIXTURES: [&str; 21] = [
     "book_v2",
     "book_v2_crashed",
     "book_v3",
@@ -150,6 +158,7 @@ const FIXTURES: [&str; 20] = [
     "book_v8_full_log",
     "book_v9",
     "book_v9_full_log",
+    "book_v10",
 ];
 
 /// Each older layout loads as what the old code held (a journal in force replayed), and its
@@ -187,7 +196,7 @@ fn every_older_layout_loads_and_migrates_crash_atomically() {
             );
         }
         let migrated = load(&wa.inner).unwrap();
-        assert!(!migrated.migrating(), "{name}: layout 10 now");
+        assert!(!migrated.migrating(), "{name}: layout 11 now");
         assert_eq!(describe(name, &migrated), expect, "{name}: migrated");
         assert!(migrated == a);
         // A crash after each page write of the migration.
@@ -398,123 +407,54 @@ impl std::fmt::Debug for Legacy {
     }
 }
 
-/// Throwaway generator of the `book_v10` fixture (run once on the commit that released layout
-/// 10, before layout 11; removed by the next commit): `book_v9` migrated and saved as layout
-/// 10, a second zone, three schedules of 256-bit owners (a zoned cron schedule with an overlap
-/// policy, bounds and a pending trigger; a bounded periodic one with a run limit; a one-shot),
-/// ticked 6 times, saved after each.
+/// The `book_v10` fixture (written by layout 10's code, `fixtures/README.md`) migrated to
+/// layout 11: its zoned cron schedule (256-bit owner, overlap `BufferOne`, an end bound, a
+/// pending trigger) takes an exclusion calendar; saved, reloaded, it keeps it, and the rest of
+/// the book is as layout 10 held it.
 #[test]
-#[ignore]
-fn write_layout_10_fixture() {
-    use ccron::cron::ZoneRules;
-    use ccron::schedule::{Bounds, NewSchedule, Overlap, RunPolicy, Timing};
-    let (mut pages, _) = fixture("book_v9");
+fn a_layout_10_book_takes_exclusion_calendars_once_migrated() {
+    use ccron::cron::{Exclusion, ExclusionCalendar};
+    let (mut pages, expect) = fixture("book_v10");
     let mut book = load(&pages).unwrap();
+    assert!(book.migrating());
     book.save(&mut pages, range()).unwrap();
-    let mut h: Handlers<u64> = Handlers::new();
-    h.register("expire", |ctx| *ctx.state += 1);
-    h.register("report", |ctx| *ctx.state += 1);
-    h.register("flaky", |ctx| *ctx.state += 1);
-    let alice = Principal::Client(ClientId([0xa1; 32]));
-    let bob = Principal::Client(ClientId::from_index(0x0102_0304_0506_0708));
-    book.apply(
-        &Principal::Host,
-        ScheduleRequest::InstallZone(ZoneRules::fixed("Y", 19_800).unwrap()),
-        &h,
-        500,
-        Some(58_000),
-    )
-    .unwrap();
-    let cron = NewSchedule::new(
-        "report",
-        Timing::Cron {
-            expression: "* * * * *".into(),
-            zone: Some("Y".into()),
-        },
-    )
-    .with_key("v10-cron")
-    .with_topic("v10");
-    let cron_id = book
-        .apply(
-            &alice,
-            ScheduleRequest::CreateOverlap {
-                schedule: cron,
-                policy: RunPolicy::default(),
-                bounds: Bounds {
-                    starts_at_ms: None,
-                    ends_at_ms: Some(3_600_000),
-                    max_runs: None,
-                },
-                overlap: Overlap::BufferOne,
-            },
-            &h,
-            501,
-            Some(58_000),
-        )
-        .unwrap()
+    let h: Handlers<u64> = Handlers::new();
+    let id = book.id_of("v10-cron").unwrap();
+    let owner = book.get(id).unwrap().owner;
+    assert_eq!(owner, Principal::Client(ClientId([0xa1; 32])));
+    let cal = ExclusionCalendar::new("ny", vec![Exclusion::Annual { month: 7, day: 4 }]).unwrap();
+    book.apply(&Principal::Host, ScheduleRequest::InstallCalendar(cal.clone()), &h, 900, Some(200_000))
         .unwrap();
-    book.apply(
-        &bob,
-        ScheduleRequest::CreateBounded {
-            schedule: NewSchedule::new(
-                "flaky",
-                Timing::Every {
-                    period_ms: 20_000,
-                    start_ms: Some(60_000),
-                },
-            )
-            .with_key("v10-every")
-            .with_payload(vec![1, 2, 3]),
-            policy: RunPolicy::default(),
-            bounds: Bounds {
-                starts_at_ms: None,
-                ends_at_ms: None,
-                max_runs: Some(5),
-            },
-        },
-        &h,
-        502,
-        Some(58_000),
-    )
-    .unwrap();
-    book.apply(
-        &bob,
-        ScheduleRequest::Create(
-            NewSchedule::new("expire", Timing::At(ccron::Due::Time(400_000))).with_key("v10-one"),
-        ),
-        &h,
-        503,
-        Some(58_000),
-    )
-    .unwrap();
+    let set = ScheduleRequest::SetCalendar {
+        target: Target::Id(id),
+        calendar: Some("ny".into()),
+    };
+    book.apply(&owner, set, &h, 901, Some(200_000)).unwrap();
     book.save(&mut pages, range()).unwrap();
-    for k in 0..6u64 {
-        let mut outbox = Outbox::new(OutboxLimits::default());
-        book.on_tick(
-            &Tick::new(7, 510 + k, Some(60_000 + 30_000 * k as i64)),
-            &mut 0u64,
-            &mut h,
-            &mut outbox,
-        );
-        if k == 2 {
-            book.apply(
-                &alice,
-                ScheduleRequest::TriggerNow(Target::Id(cron_id)),
-                &h,
-                520,
-                Some(130_000),
-            )
-            .unwrap();
-        }
-        book.save(&mut pages, range()).unwrap();
-    }
     let again = load(&pages).unwrap();
     assert!(again == book && !again.migrating());
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
-    let mut text = format!("{} {}\n", pages.page_size(), pages.num_pages());
-    for (id, bytes) in pages.snapshot() {
-        text += &format!("{id} {}\n", hex(&bytes));
+    assert_eq!(again.get(id).unwrap().calendar.as_deref(), Some("ny"));
+    assert_eq!(again.calendar("ny"), Some(&cal));
+    again.check_invariants().unwrap();
+    // Everything else as layout 10 held it, but the schedule's version (one SetCalendar).
+    let mut back = again.clone();
+    let clear = ScheduleRequest::SetCalendar {
+        target: Target::Id(id),
+        calendar: None,
+    };
+    back.apply(&owner, clear, &h, 902, Some(200_000)).unwrap();
+    let text = describe_v10(&back);
+    let v = back.get(id).unwrap().version;
+    let line = |t: &str, v: u64| {
+        t.lines()
+            .find(|l| l.starts_with(&format!("{id}|")))
+            .unwrap()
+            .replace(&format!("|{v}|false|"), "|V|false|")
+    };
+    assert_eq!(line(&text, v), line(&expect, v - 2));
+    for (got, want) in text.lines().zip(expect.lines()) {
+        if !got.starts_with(&format!("{id}|")) {
+            assert_eq!(got, want);
+        }
     }
-    std::fs::write(format!("{dir}book_v10.pages"), text).unwrap();
-    std::fs::write(format!("{dir}book_v10.expect"), describe_v10(&again)).unwrap();
 }
