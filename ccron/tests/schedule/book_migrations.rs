@@ -423,8 +423,14 @@ fn a_layout_10_book_takes_exclusion_calendars_once_migrated() {
     let owner = book.get(id).unwrap().owner;
     assert_eq!(owner, Principal::Client(ClientId([0xa1; 32])));
     let cal = ExclusionCalendar::new("ny", vec![Exclusion::Annual { month: 7, day: 4 }]).unwrap();
-    book.apply(&Principal::Host, ScheduleRequest::InstallCalendar(cal.clone()), &h, 900, Some(200_000))
-        .unwrap();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::InstallCalendar(cal.clone()),
+        &h,
+        900,
+        Some(200_000),
+    )
+    .unwrap();
     let set = ScheduleRequest::SetCalendar {
         target: Target::Id(id),
         calendar: Some("ny".into()),

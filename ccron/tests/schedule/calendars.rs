@@ -60,7 +60,12 @@ fn run(book: &mut Scheduler, times: &[TimeMs], seq0: u64) -> Vec<TimeMs> {
     let mut ran = Vec::new();
     for (k, &t) in times.iter().enumerate() {
         let mut outbox = Outbox::new(OutboxLimits::default());
-        let report = book.on_tick(&Tick::new(1, seq0 + k as u64, Some(t)), &mut 0, &mut h, &mut outbox);
+        let report = book.on_tick(
+            &Tick::new(1, seq0 + k as u64, Some(t)),
+            &mut 0,
+            &mut h,
+            &mut outbox,
+        );
         ran.extend(report.fired.iter().filter_map(|f| f.due.time_ms()));
     }
     ran
@@ -73,12 +78,31 @@ fn a_holiday_is_skipped_in_the_schedules_zone() {
     let h = handlers();
     let mut book = Scheduler::new_in(1, Limits::default(), range());
     let host = Principal::Host;
-    book.apply(&host, ScheduleRequest::InstallZone(ZoneRules::fixed("Y", 19_800).unwrap()), &h, 1, Some(0))
-        .unwrap();
-    book.apply(&host, ScheduleRequest::InstallCalendar(xmas()), &h, 2, Some(0)).unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::InstallZone(ZoneRules::fixed("Y", 19_800).unwrap()),
+        &h,
+        1,
+        Some(0),
+    )
+    .unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::InstallCalendar(xmas()),
+        &h,
+        2,
+        Some(0),
+    )
+    .unwrap();
     let admitted = at("2026-12-23T00:00:00Z");
     let id = book
-        .apply(&host, excluding(cron("0 1 * * *", Some("Y")), "xmas"), &h, 3, Some(admitted))
+        .apply(
+            &host,
+            excluding(cron("0 1 * * *", Some("Y")), "xmas"),
+            &h,
+            3,
+            Some(admitted),
+        )
         .unwrap()
         .unwrap();
     assert_eq!(book.get(id).unwrap().calendar.as_deref(), Some("xmas"));
@@ -112,8 +136,11 @@ fn calendars_are_installed_by_admins_within_count_and_bytes() {
     assert!(book.calendar("xmas").is_none());
     let admin = Principal::Client(admin);
     for k in 0..MAX_BOOK_CALENDARS {
-        let c = ExclusionCalendar::new(&format!("c{k:02}"), vec![Exclusion::Annual { month: 1, day: 1 }])
-            .unwrap();
+        let c = ExclusionCalendar::new(
+            &format!("c{k:02}"),
+            vec![Exclusion::Annual { month: 1, day: 1 }],
+        )
+        .unwrap();
         book.apply(&admin, install(c), &h, 2, Some(0)).unwrap();
     }
     let before = book.clone();
@@ -125,7 +152,8 @@ fn calendars_are_installed_by_admins_within_count_and_bytes() {
     assert_eq!(book.calendar_refusals(), 1);
     // Replacing an installed one is no new calendar.
     let c00 = ExclusionCalendar::new("c00", vec![Exclusion::Annual { month: 2, day: 2 }]).unwrap();
-    book.apply(&admin, install(c00.clone()), &h, 4, Some(0)).unwrap();
+    book.apply(&admin, install(c00.clone()), &h, 4, Some(0))
+        .unwrap();
     assert_eq!(book.calendar("c00"), Some(&c00));
     assert_eq!(book.calendar_names().count(), MAX_BOOK_CALENDARS);
 
@@ -135,9 +163,17 @@ fn calendars_are_installed_by_admins_within_count_and_bytes() {
         ..Limits::default()
     };
     let mut small = Scheduler::new(1, limits);
-    small.apply(&Principal::Host, install(xmas()), &h, 1, Some(0)).unwrap();
+    small
+        .apply(&Principal::Host, install(xmas()), &h, 1, Some(0))
+        .unwrap();
     let dates: Vec<Exclusion> = (1..=3)
-        .flat_map(|month| (1..=28).map(move |day| Exclusion::Date { year: 2027, month, day }))
+        .flat_map(|month| {
+            (1..=28).map(move |day| Exclusion::Date {
+                year: 2027,
+                month,
+                day,
+            })
+        })
         .collect();
     let big = ExclusionCalendar::new("big", dates).unwrap();
     assert!(matches!(
@@ -156,16 +192,43 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
     let h = handlers();
     let host = Principal::Host;
     let mut book = Scheduler::new_in(1, Limits::default(), range());
-    let weekdays = ExclusionCalendar::new("weekdays", vec![Exclusion::Weekdays { mask: 0x3e }]).unwrap();
-    book.apply(&host, ScheduleRequest::InstallCalendar(weekdays.clone()), &h, 1, Some(0)).unwrap();
+    let weekdays =
+        ExclusionCalendar::new("weekdays", vec![Exclusion::Weekdays { mask: 0x3e }]).unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::InstallCalendar(weekdays.clone()),
+        &h,
+        1,
+        Some(0),
+    )
+    .unwrap();
     let now = at("2026-06-01T00:00:00Z");
     assert_eq!(
-        book.apply(&host, excluding(cron("0 9 * * *", None), "nope"), &h, 2, Some(now)),
+        book.apply(
+            &host,
+            excluding(cron("0 9 * * *", None), "nope"),
+            &h,
+            2,
+            Some(now)
+        ),
         Err(ScheduleError::UnknownCalendar("nope".into()))
     );
     // Christmas at 09:00 under a calendar excluding Christmas.
-    book.apply(&host, ScheduleRequest::InstallCalendar(xmas()), &h, 1, Some(0)).unwrap();
-    let never = book.apply(&host, excluding(cron("0 9 25 12 *", None), "xmas"), &h, 3, Some(now));
+    book.apply(
+        &host,
+        ScheduleRequest::InstallCalendar(xmas()),
+        &h,
+        1,
+        Some(0),
+    )
+    .unwrap();
+    let never = book.apply(
+        &host,
+        excluding(cron("0 9 25 12 *", None), "xmas"),
+        &h,
+        3,
+        Some(now),
+    );
     let table = CronRule::new(CronSchedule::parse("0 9 25 12 *").unwrap()).excluding(xmas());
     assert!(matches!(
         never,
@@ -174,19 +237,49 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
     assert_eq!(never.unwrap_err(), table.unwrap_err());
     // Monday to Friday at 09:00 under a calendar excluding Monday to Friday: its search
     // spends the skip budget (a week per skip) before the horizon; refused the same way.
-    let weekly = book.apply(&host, excluding(cron("0 9 * * 1-5", None), "weekdays"), &h, 3, Some(now));
+    let weekly = book.apply(
+        &host,
+        excluding(cron("0 9 * * 1-5", None), "weekdays"),
+        &h,
+        3,
+        Some(now),
+    );
     let table = CronRule::new(CronSchedule::parse("0 9 * * 1-5").unwrap()).excluding(weekdays);
     assert!(matches!(weekly, Err(ScheduleError::Cron(_))), "{weekly:?}");
     assert_eq!(weekly.unwrap_err(), table.unwrap_err());
     assert!(book.is_empty());
-    let periodic = NewSchedule::new("h", Timing::Every { period_ms: 1_000, start_ms: Some(0) });
+    let periodic = NewSchedule::new(
+        "h",
+        Timing::Every {
+            period_ms: 1_000,
+            start_ms: Some(0),
+        },
+    );
     assert!(matches!(
-        book.apply(&host, excluding(periodic.clone(), "weekdays"), &h, 4, Some(now)),
+        book.apply(
+            &host,
+            excluding(periodic.clone(), "weekdays"),
+            &h,
+            4,
+            Some(now)
+        ),
         Err(ScheduleError::Invalid(_))
     ));
     // SetCalendar on existing schedules: the same refusals, nothing changes.
-    let daily = book.apply(&host, ScheduleRequest::Create(cron("0 9 25 12 *", None)), &h, 5, Some(now)).unwrap().unwrap();
-    let every = book.apply(&host, ScheduleRequest::Create(periodic), &h, 6, Some(now)).unwrap().unwrap();
+    let daily = book
+        .apply(
+            &host,
+            ScheduleRequest::Create(cron("0 9 25 12 *", None)),
+            &h,
+            5,
+            Some(now),
+        )
+        .unwrap()
+        .unwrap();
+    let every = book
+        .apply(&host, ScheduleRequest::Create(periodic), &h, 6, Some(now))
+        .unwrap()
+        .unwrap();
     let set = |id, name: &str| ScheduleRequest::SetCalendar {
         target: Target::Id(id),
         calendar: Some(name.into()),
@@ -211,12 +304,23 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
     let dec = ExclusionCalendar::new(
         "dec",
         vec![
-            Exclusion::Date { year: 2026, month: 12, day: 24 },
+            Exclusion::Date {
+                year: 2026,
+                month: 12,
+                day: 24,
+            },
             Exclusion::Annual { month: 12, day: 25 },
         ],
     )
     .unwrap();
-    book.apply(&host, ScheduleRequest::InstallCalendar(dec), &h, 10, Some(now)).unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::InstallCalendar(dec),
+        &h,
+        10,
+        Some(now),
+    )
+    .unwrap();
     let req = ScheduleRequest::CreateExcluding {
         schedule: cron("0 9 24,25 12 *", None),
         policy: RunPolicy::default(),
@@ -226,7 +330,9 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
     };
     assert_eq!(
         book.apply(&host, req, &h, 11, Some(now)),
-        Err(ScheduleError::NeverFires(ccron::schedule::RetireReason::Ended))
+        Err(ScheduleError::NeverFires(
+            ccron::schedule::RetireReason::Ended
+        ))
     );
 }
 
@@ -239,29 +345,85 @@ fn replacing_a_calendar_re_evaluates_its_schedules_and_everything_persists() {
     let host = Principal::Host;
     let mut book = Scheduler::new_in(1, Limits::default(), range());
     let none = ExclusionCalendar::new("cal", vec![Exclusion::Annual { month: 1, day: 1 }]).unwrap();
-    book.apply(&host, ScheduleRequest::InstallCalendar(none), &h, 1, Some(0)).unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::InstallCalendar(none),
+        &h,
+        1,
+        Some(0),
+    )
+    .unwrap();
     let now = at("2026-06-01T00:00:00Z");
     let id = book
-        .apply(&host, excluding(cron("0 9 * * *", None), "cal"), &h, 2, Some(now))
+        .apply(
+            &host,
+            excluding(cron("0 9 * * *", None), "cal"),
+            &h,
+            2,
+            Some(now),
+        )
         .unwrap()
         .unwrap();
-    assert_eq!(book.get(id).unwrap().next, Some(Due::Time(at("2026-06-01T09:00:00Z"))));
+    assert_eq!(
+        book.get(id).unwrap().next,
+        Some(Due::Time(at("2026-06-01T09:00:00Z")))
+    );
     // June 1st excluded now: the next point moves to June 2nd.
-    let june = ExclusionCalendar::new("cal", vec![Exclusion::Date { year: 2026, month: 6, day: 1 }]).unwrap();
-    book.apply(&host, ScheduleRequest::InstallCalendar(june), &h, 3, Some(now)).unwrap();
-    assert_eq!(book.get(id).unwrap().next, Some(Due::Time(at("2026-06-02T09:00:00Z"))));
+    let june = ExclusionCalendar::new(
+        "cal",
+        vec![Exclusion::Date {
+            year: 2026,
+            month: 6,
+            day: 1,
+        }],
+    )
+    .unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::InstallCalendar(june),
+        &h,
+        3,
+        Some(now),
+    )
+    .unwrap();
+    assert_eq!(
+        book.get(id).unwrap().next,
+        Some(Due::Time(at("2026-06-02T09:00:00Z")))
+    );
     // A calendar excluding Christmas still lets the daily schedule fire, but not one firing
     // on Christmas only: its install is refused.
-    let silence = ExclusionCalendar::new("cal", vec![Exclusion::Annual { month: 12, day: 25 }]).unwrap();
+    let silence =
+        ExclusionCalendar::new("cal", vec![Exclusion::Annual { month: 12, day: 25 }]).unwrap();
     let sat = book
-        .apply(&host, ScheduleRequest::Create(cron("0 9 25 12 *", None)), &h, 4, Some(now))
+        .apply(
+            &host,
+            ScheduleRequest::Create(cron("0 9 25 12 *", None)),
+            &h,
+            4,
+            Some(now),
+        )
         .unwrap()
         .unwrap();
-    book.apply(&host, ScheduleRequest::SetCalendar { target: Target::Id(sat), calendar: Some("cal".into()) }, &h, 5, Some(now))
-        .unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::SetCalendar {
+            target: Target::Id(sat),
+            calendar: Some("cal".into()),
+        },
+        &h,
+        5,
+        Some(now),
+    )
+    .unwrap();
     let before = book.clone();
     assert!(matches!(
-        book.apply(&host, ScheduleRequest::InstallCalendar(silence), &h, 6, Some(now)),
+        book.apply(
+            &host,
+            ScheduleRequest::InstallCalendar(silence),
+            &h,
+            6,
+            Some(now)
+        ),
         Err(ScheduleError::Cron(CronError::ExcludedForever { .. }))
     ));
     assert!(book == before);
@@ -275,10 +437,22 @@ fn replacing_a_calendar_re_evaluates_its_schedules_and_everything_persists() {
     again.check_invariants().unwrap();
     // Removing the name: from its next point on, every instant again.
     let mut book = again;
-    book.apply(&host, ScheduleRequest::SetCalendar { target: Target::Id(id), calendar: None }, &h, 7, Some(now))
-        .unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::SetCalendar {
+            target: Target::Id(id),
+            calendar: None,
+        },
+        &h,
+        7,
+        Some(now),
+    )
+    .unwrap();
     assert_eq!(book.get(id).unwrap().calendar, None);
-    assert_eq!(book.get(id).unwrap().next, Some(Due::Time(at("2026-06-02T09:00:00Z"))));
+    assert_eq!(
+        book.get(id).unwrap().next,
+        Some(Due::Time(at("2026-06-02T09:00:00Z")))
+    );
     // Version 1 at creation, 2 after the SetCalendar (a calendar install changes no version,
     // as a zone install does not).
     assert_eq!(book.get(id).unwrap().version, 2);
@@ -299,7 +473,20 @@ fn civil(mut days: i64) -> (i64, u8, u8) {
         days -= len;
         year += 1;
     }
-    let lens = [31, if leap(year) { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let lens = [
+        31,
+        if leap(year) { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
     let mut month = 0;
     while days >= lens[month] {
         days -= lens[month];
@@ -316,7 +503,11 @@ fn model_excludes(exclusions: &[Exclusion], t: TimeMs, zone: &ZoneRules) -> bool
     let (year, month, day) = civil(days);
     let weekday = (days + 4).rem_euclid(7) as u8; // 1970-01-01 was a Thursday
     exclusions.iter().any(|e| match *e {
-        Exclusion::Date { year: y, month: m, day: d } => i64::from(y) == year && m == month && d == day,
+        Exclusion::Date {
+            year: y,
+            month: m,
+            day: d,
+        } => i64::from(y) == year && m == month && d == day,
         Exclusion::Annual { month: m, day: d } => m == month && d == day,
         Exclusion::Weekdays { mask } => mask & (1 << weekday) != 0,
         Exclusion::Span { from_ms, until_ms } => from_ms <= t && t < until_ms,
@@ -326,20 +517,33 @@ fn model_excludes(exclusions: &[Exclusion], t: TimeMs, zone: &ZoneRules) -> bool
 const BASE_MS: TimeMs = 1_798_761_600_000; // 2027-01-01T00:00:00Z
 const DAY_MS: i64 = 86_400_000;
 
-const EXPRESSIONS: &[&str] = &["0 */5 * * *", "30 9 * * 1-5", "30 2 * * *", "*/45 * * * *", "0 12 1,15 * *"];
+const EXPRESSIONS: &[&str] = &[
+    "0 */5 * * *",
+    "30 9 * * 1-5",
+    "30 2 * * *",
+    "*/45 * * * *",
+    "0 12 1,15 * *",
+];
 
 fn zones() -> Vec<(Option<&'static str>, ZoneRules)> {
     vec![
         (None, ZoneRules::utc()),
         (Some("X+0530"), ZoneRules::fixed("X+0530", 19_800).unwrap()),
         (Some("X-1100"), ZoneRules::fixed("X-1100", -39_600).unwrap()),
-        (Some("Europe/Berlin"), ZoneRules::from_iana("Europe/Berlin").unwrap()),
+        (
+            Some("Europe/Berlin"),
+            ZoneRules::from_iana("Europe/Berlin").unwrap(),
+        ),
     ]
 }
 
 fn exclusion() -> impl Strategy<Value = Exclusion> {
     prop_oneof![
-        (2027..=2027i32, 1..=3u8, 1..=28u8).prop_map(|(year, month, day)| Exclusion::Date { year, month, day }),
+        (2027..=2027i32, 1..=3u8, 1..=28u8).prop_map(|(year, month, day)| Exclusion::Date {
+            year,
+            month,
+            day
+        }),
         (1..=3u8, 1..=29u8).prop_map(|(month, day)| Exclusion::Annual { month, day }),
         (1..=0x7eu8).prop_map(|mask| Exclusion::Weekdays { mask }),
         (0..60 * DAY_MS, 1..5 * DAY_MS).prop_map(|(from, len)| Exclusion::Span {

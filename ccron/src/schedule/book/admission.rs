@@ -687,7 +687,10 @@ impl Scheduler {
     /// instant of the new rules at or after its old one. Owed catch-up runs stay owed (they were
     /// reached under the old rules). Every expression is re-parsed under the new rules first, so
     /// a failure changes nothing. Within its bounds: a schedule left without an instant before
-    /// its end bound is retired; a retired one is left as it is.
+    /// its end bound is retired; a retired one is left as it is. A schedule naming an
+    /// exclusion calendar (`calendars.rs`) keeps to its allowed instants, read in the new
+    /// rules' local days; one the calendar would then keep from ever firing refuses the
+    /// install ([`crate::cron::CronError::ExcludedForever`]).
     fn install_zone(
         &mut self,
         name: String,

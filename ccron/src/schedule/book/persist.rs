@@ -821,7 +821,11 @@ impl Scheduler {
         }
         for c in calendars {
             let name = c.name().to_owned();
-            if book.calendars.insert(name, std::sync::Arc::new(c)).is_some() {
+            if book
+                .calendars
+                .insert(name, std::sync::Arc::new(c))
+                .is_some()
+            {
                 return Err(corrupt("a calendar stored twice".into()));
             }
         }
