@@ -297,9 +297,19 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
         book.apply(&host, set(daily, "nope"), &h, 9, Some(now)),
         Err(ScheduleError::UnknownCalendar("nope".into()))
     );
+    // Removing a calendar from a schedule of another kind is refused too (found by
+    // `book_fits`: a one-shot's next point recomputed by it was lost).
+    let clear = ScheduleRequest::SetCalendar {
+        target: Target::Id(every),
+        calendar: None,
+    };
+    assert!(matches!(
+        book.apply(&host, clear, &h, 9, Some(now)),
+        Err(ScheduleError::Invalid(_))
+    ));
     assert!(book == before);
-    // Seven calendar requests refused: four creates and three SetCalendar.
-    assert_eq!(book.calendar_refusals(), 7);
+    // Eight calendar requests refused: four creates and four SetCalendar.
+    assert_eq!(book.calendar_refusals(), 8);
     // Within an end bound: no allowed occurrence before it is NeverFires.
     let dec = ExclusionCalendar::new(
         "dec",

@@ -244,8 +244,9 @@ impl Scheduler {
     /// name (new bounds revive it).
     ///
     /// # Errors
-    /// [`ScheduleError::UnknownCalendar`], [`ScheduleError::Invalid`] (not a cron schedule),
-    /// [`ScheduleError::Cron`] ([`CronError::ExcludedForever`]: it could never fire again),
+    /// [`ScheduleError::UnknownCalendar`], [`ScheduleError::Invalid`] (not a cron schedule,
+    /// also for `None`), [`ScheduleError::Cron`] ([`CronError::ExcludedForever`]: it could
+    /// never fire again),
     /// [`ScheduleError::NeverFires`] (no allowed occurrence before its end bound),
     /// [`ScheduleError::NeedsTime`]. Nothing changes.
     pub(super) fn set_calendar(
@@ -257,6 +258,13 @@ impl Scheduler {
         let Some(rec) = self.records.get(&id) else {
             return Err(ScheduleError::UnknownSchedule(super::Target::Id(id)));
         };
+        // Only a cron schedule takes a calendar, or has one to remove (a one-shot or periodic
+        // schedule's next point is not recomputed here: `None` would spend a one-shot).
+        if !matches!(rec.def.timing, Timing::Cron { .. }) {
+            return Err(ScheduleError::Invalid(
+                "an exclusion calendar applies to cron schedules only".into(),
+            ));
+        }
         if let Some(name) = &calendar {
             self.calendar_for(name, &rec.def.timing, self.crons.get(&id))?;
         }
