@@ -308,8 +308,31 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
         Err(ScheduleError::Invalid(_))
     ));
     assert!(book == before);
-    // Eight calendar requests refused: four creates and four SetCalendar.
-    assert_eq!(book.calendar_refusals(), 8);
+    let once = NewSchedule::new("h", Timing::At(Due::Time(now + 1_000)));
+    let once = book
+        .apply(&host, ScheduleRequest::Create(once), &h, 9, Some(now))
+        .unwrap()
+        .unwrap();
+    let clear = ScheduleRequest::SetCalendar {
+        target: Target::Id(once),
+        calendar: None,
+    };
+    assert!(matches!(
+        book.apply(&host, clear, &h, 9, Some(now)),
+        Err(ScheduleError::Invalid(_))
+    ));
+    assert_eq!(book.get(once).unwrap().next, Some(Due::Time(now + 1_000)));
+    book.check_invariants().unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::Cancel(Target::Id(once)),
+        &h,
+        9,
+        Some(now),
+    )
+    .unwrap();
+    // Nine calendar requests refused: four creates and five SetCalendar.
+    assert_eq!(book.calendar_refusals(), 9);
     // Within an end bound: no allowed occurrence before it is NeverFires.
     let dec = ExclusionCalendar::new(
         "dec",
