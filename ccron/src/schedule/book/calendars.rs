@@ -23,6 +23,8 @@
 
 use std::sync::Arc;
 
+#[cfg(doc)]
+use super::ScheduleRequest;
 use super::{Record, ScheduleError, Scheduler, Timing};
 use crate::codec;
 use crate::cron::{CronError, CronSchedule, ExclusionCalendar, ZoneRules};
