@@ -78,8 +78,8 @@ pub fn own_request(client: ClientId, request: ScheduleRequest) -> ScheduleReques
 /// `request` with every key and schedule payload it names moved into `client`'s namespace
 /// ([`own_key`]): what a [`KeySpace::PerClient`](super::KeySpace::PerClient) ledger applies for a client's request.
 /// A name for which `exists` (is a schedule key in the book) holds only under the client's
-/// [`legacy_key`] is moved there instead (see the module documentation). Ids, zones and
-/// handler names are not names of a client.
+/// [`legacy_key`] is moved there instead (see the module documentation). Ids, zones,
+/// exclusion calendars and handler names are not names of a client.
 pub fn own_request_in(
     client: ClientId,
     request: ScheduleRequest,
@@ -201,6 +201,25 @@ pub fn own_request_in(
             target: t(target),
             overlap,
         },
+        // Calendars, like zones, are not names of a client.
+        R::InstallCalendar(c) => R::InstallCalendar(c),
+        R::SetCalendar { target, calendar } => R::SetCalendar {
+            target: t(target),
+            calendar,
+        },
+        R::CreateExcluding {
+            schedule,
+            policy,
+            bounds,
+            overlap,
+            calendar,
+        } => R::CreateExcluding {
+            schedule: s(schedule),
+            policy,
+            bounds,
+            overlap,
+            calendar,
+        },
     }
 }
 
@@ -208,6 +227,43 @@ pub fn own_request_in(
 mod tests {
     use super::*;
     use crate::orders::ScheduledLedger;
+
+    /// The exclusion calendar requests that name a schedule (set, create) are moved into the
+    /// client's namespace, so no client can name a calendar for another's schedule; the
+    /// calendar's own name (shared data, like a zone's) is not moved.
+    #[test]
+    fn calendar_requests_are_moved_into_the_clients_namespace() {
+        use ccron::schedule::{Bounds, Overlap, RunPolicy};
+        let client = ClientId::from_index(7);
+        let own = own_key(client, "o-1");
+        let set = ScheduleRequest::SetCalendar {
+            target: Target::Key("o-1".into()),
+            calendar: Some("xmas".into()),
+        };
+        match own_request(client, set) {
+            ScheduleRequest::SetCalendar { target, calendar } => {
+                assert_eq!(target, Target::Key(own.clone()));
+                assert_eq!(calendar.as_deref(), Some("xmas"));
+            }
+            other => panic!("moved into another request: {other:?}"),
+        }
+        let create = ScheduleRequest::CreateExcluding {
+            schedule: ScheduledLedger::expiry("o-1", 1_000),
+            policy: RunPolicy::default(),
+            bounds: Bounds::NONE,
+            overlap: Overlap::AllowAll,
+            calendar: "xmas".into(),
+        };
+        match own_request(client, create) {
+            ScheduleRequest::CreateExcluding {
+                schedule, calendar, ..
+            } => {
+                assert_eq!(schedule.key.as_deref(), Some(own.as_str()));
+                assert_eq!(calendar, "xmas");
+            }
+            other => panic!("moved into another request: {other:?}"),
+        }
+    }
 
     /// The overlap requests name a key (create, upsert) or a target (set): a client's are moved
     /// into its namespace like every other request's, so no client can set another's policy.

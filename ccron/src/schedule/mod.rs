@@ -18,7 +18,11 @@
 //! [`ScheduleError::StaleVersion`]), an
 //! optional routing topic and type carried into the outbox records its runs emit, and may fire
 //! "at time T or sequence S, whichever comes first" ([`Timing::AtOrSeq`]). Cron table entries
-//! take the book's misfire policies ([`CronRule::with_misfire`]).
+//! take the book's misfire policies ([`CronRule::with_misfire`]). Both take exclusion
+//! calendars ([`crate::cron::ExclusionCalendar`]): a table entry through
+//! [`CronRule::excluding`], a book's cron schedule by naming a calendar installed in the book
+//! as shared data, like zones ([`ScheduleRequest::InstallCalendar`],
+//! [`ScheduleRequest::SetCalendar`]).
 //!
 //! See `docs/scheduling.md` for the semantics (misfire policies, budget, priorities, jitter,
 //! pause and resume, versions, topics, the time-or-sequence trigger) and `docs/benchmarks.md` ("delayed tasks") for costs.
@@ -33,8 +37,8 @@ pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
     AfterFailure, Bounds, DeadRun, EMIT_REFUSED_CODE, FailedRun, FireRecord, Guarded, HISTORY_RUNS,
     HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Limits, MAX_ATTEMPTS,
-    MAX_BACKFILL_RUNS, MAX_BUFFERED, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
-    MAX_PERIOD_MS, MIN_INSTANT_MS, ManualRuns, Misfire, NewSchedule, NextRun,
+    MAX_BACKFILL_RUNS, MAX_BOOK_CALENDARS, MAX_BUFFERED, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP,
+    MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, ManualRuns, Misfire, NewSchedule, NextRun,
     ONE_SHOT_HISTORY_RUNS, Overlap, OverlapState, PendingRetry, RetireReason, Retired, RetryPolicy,
     RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleError, ScheduleInfo, ScheduleRequest,
     Scheduler, SlotCapacity, SlotLoad, Target, TickReport, Timing, Transactional, is_manual,

@@ -308,6 +308,30 @@ mod props {
                 };
                 Op::Request(ScheduleRequest::InstallZone(rules))
             }),
+            // Book layout 11's exclusion calendars: installs (small and large, so that the
+            // zones part fills), names set and removed, creates naming one.
+            1 => (0u8..3, 0usize..200).prop_map(|(c, n)| {
+                let mut ex = vec![ccron::cron::Exclusion::Annual { month: 12, day: 25 }];
+                ex.extend((0..n).map(|k| ccron::cron::Exclusion::Span {
+                    from_ms: 10_000 * k as i64,
+                    until_ms: 10_000 * k as i64 + 1_000,
+                }));
+                let cal = ccron::cron::ExclusionCalendar::new(&format!("cal{c}"), ex).unwrap();
+                Op::Request(ScheduleRequest::InstallCalendar(cal))
+            }),
+            1 => (target(), proptest::option::of(0u8..4)).prop_map(|(target, c)| {
+                let calendar = c.map(|c| format!("cal{c}"));
+                Op::Request(ScheduleRequest::SetCalendar { target, calendar })
+            }),
+            1 => (schedule(), 0u8..4).prop_map(|(schedule, c)| {
+                Op::Request(ScheduleRequest::CreateExcluding {
+                    schedule,
+                    policy: Default::default(),
+                    bounds: ccron::schedule::Bounds::NONE,
+                    overlap: Default::default(),
+                    calendar: format!("cal{c}"),
+                })
+            }),
             4 => prop_oneof![0i64..2_000, 0i64..400_000].prop_map(Op::Tick),
             3 => Just(Op::Save),
             1 => (0u64..4).prop_map(Op::Trim),

@@ -1,5 +1,5 @@
-//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8, 9) loads and is
-//! migrated to layout 10 by the next save: crash-atomic at every page write, byte-identical on every
+//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8, 9, 10) loads and is
+//! migrated to layout 11 by the next save: crash-atomic at every page write, byte-identical on every
 //! replica. The pages are fixtures the old code wrote (`fixtures/README.md`).
 
 use ccron::outbox::{Outbox, OutboxLimits};
@@ -40,6 +40,14 @@ fn hex(b: &[u8]) -> String {
 /// The book as the fixtures' `.expect` files print it (layout 6's with the run state, layout
 /// 7's with the run counters, the manual runs and the book's totals).
 fn describe(name: &str, book: &Scheduler) -> String {
+    for id in book.ids() {
+        // Layout 11's exclusion calendars: none below it.
+        assert_eq!(book.get(id).unwrap().calendar, None, "{name}");
+    }
+    assert_eq!(book.calendar_names().count(), 0, "{name}");
+    if name.starts_with("book_v10") {
+        return describe_v10(book);
+    }
     if name.starts_with("book_v9") {
         return describe_v9(book);
     }
@@ -129,7 +137,7 @@ fn load(pages: &MemPages) -> Result<Scheduler, ScheduleError> {
     Scheduler::load(7, limits(), pages, range())
 }
 
-const FIXTURES: [&str; 20] = [
+const FIXTURES: [&str; 21] = [
     "book_v2",
     "book_v2_crashed",
     "book_v3",
@@ -150,6 +158,7 @@ const FIXTURES: [&str; 20] = [
     "book_v8_full_log",
     "book_v9",
     "book_v9_full_log",
+    "book_v10",
 ];
 
 /// Each older layout loads as what the old code held (a journal in force replayed), and its
@@ -187,7 +196,7 @@ fn every_older_layout_loads_and_migrates_crash_atomically() {
             );
         }
         let migrated = load(&wa.inner).unwrap();
-        assert!(!migrated.migrating(), "{name}: layout 10 now");
+        assert!(!migrated.migrating(), "{name}: layout 11 now");
         assert_eq!(describe(name, &migrated), expect, "{name}: migrated");
         assert!(migrated == a);
         // A crash after each page write of the migration.
@@ -262,12 +271,17 @@ fn a_migrated_book_runs_saves_and_folds_on() {
 /// A layout 8 book as the `book_v8*` fixtures' `.expect` files print it: layout 7's line with
 /// the bounds, the retired state and the retirements counted, then the book's totals.
 fn describe_v8(book: &Scheduler) -> String {
+    describe_v8_owners(book, |o| format!("{:?}", Legacy(o)))
+}
+
+/// [`describe_v8`] with owners printed by `owner`.
+fn describe_v8_owners(book: &Scheduler, owner: impl Fn(Principal) -> String) -> String {
     let mut out = String::new();
     for id in book.ids().collect::<Vec<_>>() {
         let i = book.get(id).unwrap();
         let s = &i.schedule;
         out += &format!(
-            "{id}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}",
+            "{id}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}|{}|{:?}|{}|{}",
             s.key,
             s.handler,
             s.timing,
@@ -281,7 +295,7 @@ fn describe_v8(book: &Scheduler) -> String {
             i.next,
             i.runs,
             i.owed,
-            Legacy(i.owner),
+            owner(i.owner),
             i.version
         );
         out += &format!(
@@ -305,7 +319,17 @@ fn describe_v8(book: &Scheduler) -> String {
 /// A layout 9 book as the `book_v9*` fixtures' `.expect` files print it: layout 8's line with
 /// the overlap state (policy, awaited run, buffered occurrences, counts) appended.
 fn describe_v9(book: &Scheduler) -> String {
-    let v8 = describe_v8(book);
+    describe_v9_from(book, describe_v8(book))
+}
+
+/// A layout 10 book as the `book_v10*` fixtures' `.expect` files print it: layout 9's line
+/// with every owner printed as it is (`LegacyClient(n)`, `Client(hex)`, `Host`).
+fn describe_v10(book: &Scheduler) -> String {
+    describe_v9_from(book, describe_v8_owners(book, |o| format!("{o:?}")))
+}
+
+/// Layout 8's lines `v8` of `book` with the overlap state appended.
+fn describe_v9_from(book: &Scheduler, v8: String) -> String {
     let mut out = String::new();
     let mut ids = book.ids();
     for line in v8.lines() {
@@ -379,6 +403,64 @@ impl std::fmt::Debug for Legacy {
             Principal::LegacyClient(n) => write!(f, "Client({n})"),
             Principal::Host => write!(f, "Host"),
             Principal::Client(id) => panic!("an old layout's owner read as a 256-bit id {id}"),
+        }
+    }
+}
+
+/// The `book_v10` fixture (written by layout 10's code, `fixtures/README.md`) migrated to
+/// layout 11: its zoned cron schedule (256-bit owner, overlap `BufferOne`, an end bound, a
+/// pending trigger) takes an exclusion calendar; saved, reloaded, it keeps it, and the rest of
+/// the book is as layout 10 held it.
+#[test]
+fn a_layout_10_book_takes_exclusion_calendars_once_migrated() {
+    use ccron::cron::{Exclusion, ExclusionCalendar};
+    let (mut pages, expect) = fixture("book_v10");
+    let mut book = load(&pages).unwrap();
+    assert!(book.migrating());
+    book.save(&mut pages, range()).unwrap();
+    let h: Handlers<u64> = Handlers::new();
+    let id = book.id_of("v10-cron").unwrap();
+    let owner = book.get(id).unwrap().owner;
+    assert_eq!(owner, Principal::Client(ClientId([0xa1; 32])));
+    let cal = ExclusionCalendar::new("ny", vec![Exclusion::Annual { month: 7, day: 4 }]).unwrap();
+    book.apply(
+        &Principal::Host,
+        ScheduleRequest::InstallCalendar(cal.clone()),
+        &h,
+        900,
+        Some(200_000),
+    )
+    .unwrap();
+    let set = ScheduleRequest::SetCalendar {
+        target: Target::Id(id),
+        calendar: Some("ny".into()),
+    };
+    book.apply(&owner, set, &h, 901, Some(200_000)).unwrap();
+    book.save(&mut pages, range()).unwrap();
+    let again = load(&pages).unwrap();
+    assert!(again == book && !again.migrating());
+    assert_eq!(again.get(id).unwrap().calendar.as_deref(), Some("ny"));
+    assert_eq!(again.calendar("ny"), Some(&cal));
+    again.check_invariants().unwrap();
+    // Everything else as layout 10 held it, but the schedule's version (one SetCalendar).
+    let mut back = again.clone();
+    let clear = ScheduleRequest::SetCalendar {
+        target: Target::Id(id),
+        calendar: None,
+    };
+    back.apply(&owner, clear, &h, 902, Some(200_000)).unwrap();
+    let text = describe_v10(&back);
+    let v = back.get(id).unwrap().version;
+    let line = |t: &str, v: u64| {
+        t.lines()
+            .find(|l| l.starts_with(&format!("{id}|")))
+            .unwrap()
+            .replace(&format!("|{v}|false|"), "|V|false|")
+    };
+    assert_eq!(line(&text, v), line(&expect, v - 2));
+    for (got, want) in text.lines().zip(expect.lines()) {
+        if !got.starts_with(&format!("{id}|")) {
+            assert_eq!(got, want);
         }
     }
 }

@@ -8,6 +8,7 @@ mod book_fits;
 mod book_migrations;
 mod book_pages;
 mod bounds;
+mod calendars;
 mod counters;
 mod features;
 mod handlers;

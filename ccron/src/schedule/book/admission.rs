@@ -264,6 +264,12 @@ impl Scheduler {
             .saturating_add(super::manual::MANUAL_BYTES)
             .saturating_add(super::bounds::stored_bytes(one_shot))
             .saturating_add(super::overlap::stored_bytes(one_shot))
+            // Layout 11: the exclusion calendar's name (cron schedules only; one tag else).
+            .saturating_add(if matches!(def.timing(), Timing::Cron { .. }) {
+                super::calendars::CALENDAR_REF_BYTES
+            } else {
+                1
+            })
             .saturating_add(dead * DEAD_RUN_BYTES)
             .saturating_add(history * RUN_ENTRY_BYTES))
     }
@@ -403,6 +409,7 @@ impl Scheduler {
                             schedule,
                             RunPolicy::default(),
                             Bounds::NONE,
+                            None,
                             handlers_ok,
                             seq,
                             now_ms,
@@ -597,6 +604,49 @@ impl Scheduler {
             } => self
                 .retarget(by, &from_handler, &to_handler, handlers_ok)
                 .map(Some),
+            ScheduleRequest::InstallCalendar(calendar) => {
+                self.authorize(by, Action::InstallZone, None)?;
+                self.install_calendar(calendar, seq, now_ms)
+                    .map_err(|e| self.refuse_calendar(e))?;
+                Ok(None)
+            }
+            ScheduleRequest::SetCalendar { target, calendar } => {
+                let id = self.resolve(&target)?;
+                self.authorize(by, Action::Replace, Some(id))?;
+                self.set_calendar(id, calendar, now_ms)
+                    .map_err(|e| self.refuse_calendar(e))?;
+                Ok(Some(id))
+            }
+            ScheduleRequest::CreateExcluding {
+                schedule,
+                policy,
+                bounds,
+                overlap,
+                calendar,
+            } => {
+                let created = super::overlap::check_policy(overlap, schedule.timing.is_one_shot())
+                    .and_then(|()| {
+                        self.authorize(by, Action::Create, None)?;
+                        if let Some(k) = &schedule.key
+                            && self.keys.contains_key(k)
+                        {
+                            return Err(ScheduleError::KeyInUse(k.clone()));
+                        }
+                        self.insert_new(
+                            *by,
+                            schedule,
+                            policy,
+                            bounds,
+                            Some(calendar),
+                            handlers_ok,
+                            seq,
+                            now_ms,
+                        )
+                    });
+                let id = created.map_err(|e| self.refuse_calendar(e))?;
+                self.admit_overlap(id, overlap);
+                Ok(Some(id))
+            }
             ScheduleRequest::InstallZone(rules) => {
                 self.authorize(by, Action::InstallZone, None)?;
                 let name = rules.name().to_owned();
@@ -606,22 +656,14 @@ impl Scheduler {
                         self.limits.max_zones
                     )));
                 }
-                // The exact bytes the next save writes to the zones part (the same encoding,
-                // zones ascending by name).
-                let mut zones: Vec<&ZoneRules> = self
-                    .zones
-                    .iter()
-                    .filter(|(n, _)| **n != name)
-                    .map(|(_, z)| z)
-                    .collect();
-                let at = self.zones.range(..name.clone()).count();
-                zones.insert(at, &rules);
-                let len = codec::encoded_len(&zones)?;
+                // The exact bytes the next save writes to the zones part (the same encoding:
+                // zones ascending by name, then the calendars).
+                let len = self.shared_len(Some(&rules), None)?;
                 if let Some(max) = self.limits.max_zones_bytes
                     && len > max
                 {
                     return Err(ScheduleError::Limit(format!(
-                        "the zones would take {len} bytes, the book's zones part holds {max}"
+                        "the zones and calendars would take {len} bytes, the book's zones part holds {max}"
                     )));
                 }
                 self.check_log(
@@ -645,7 +687,10 @@ impl Scheduler {
     /// instant of the new rules at or after its old one. Owed catch-up runs stay owed (they were
     /// reached under the old rules). Every expression is re-parsed under the new rules first, so
     /// a failure changes nothing. Within its bounds: a schedule left without an instant before
-    /// its end bound is retired; a retired one is left as it is.
+    /// its end bound is retired; a retired one is left as it is. A schedule naming an
+    /// exclusion calendar (`calendars.rs`) keeps to its allowed instants, read in the new
+    /// rules' local days; one the calendar would then keep from ever firing refuses the
+    /// install ([`crate::cron::CronError::ExcludedForever`]).
     fn install_zone(
         &mut self,
         name: String,
@@ -669,7 +714,12 @@ impl Scheduler {
             else {
                 continue;
             };
-            reparsed.push((id, CronSchedule::parse_in(expression, rules.clone())?));
+            let cron = CronSchedule::parse_in(expression, rules.clone())?;
+            // Local days move with the zone: the schedule's calendar must still let it fire.
+            if let Some(calendar) = self.records.get(&id).and_then(|r| self.calendar_of(r)) {
+                calendar.check_fires(&cron)?;
+            }
+            reparsed.push((id, cron));
         }
         for (id, cron) in reparsed {
             let old = self.records.get(&id).and_then(|r| r.next);
@@ -681,8 +731,11 @@ impl Scheduler {
                 (_, None) => TimeMs::MAX,
             };
             let bounds = self.records.get(&id).map(|r| r.bounds).unwrap_or_default();
+            let calendar = self.records.get(&id).and_then(|r| self.calendar_of(r));
             let next = bounds
-                .occurrence_after(from_ms, |after| cron.next_after(after))
+                .occurrence_after(from_ms, |after| {
+                    super::calendars::allowed_after(&cron, calendar, after)
+                })
                 .map(Due::Time);
             self.unindex(id);
             if let Some(r) = self.records.get_mut(&id) {
@@ -857,7 +910,7 @@ impl Scheduler {
         {
             return Err(ScheduleError::KeyInUse(k.clone()));
         }
-        self.insert_new(*by, def, policy, bounds, handlers_ok, seq, now_ms)
+        self.insert_new(*by, def, policy, bounds, None, handlers_ok, seq, now_ms)
     }
 
     /// `Upsert`, `UpsertWith`, `UpsertBounded`: replaces the schedule holding `def`'s key
@@ -897,6 +950,7 @@ impl Scheduler {
                     def,
                     policy.unwrap_or_default(),
                     bounds.unwrap_or(Bounds::NONE),
+                    None,
                     handlers_ok,
                     seq,
                     now_ms,
@@ -905,6 +959,8 @@ impl Scheduler {
         }
     }
 
+    /// A new schedule owned by `owner`, naming exclusion calendar `calendar` when given
+    /// (`calendars.rs`: checked before anything changes).
     #[allow(clippy::too_many_arguments)]
     fn insert_new(
         &mut self,
@@ -912,6 +968,7 @@ impl Scheduler {
         def: NewSchedule,
         policy: RunPolicy,
         bounds: Bounds,
+        calendar: Option<String>,
         handlers_ok: impl Fn(&str) -> bool,
         seq: u64,
         now_ms: Option<TimeMs>,
@@ -924,7 +981,19 @@ impl Scheduler {
             )));
         }
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
-        let next = Self::bounded_first(&stored, next, cron.as_ref(), &bounds, 0, now_ms)?;
+        let cal = match &calendar {
+            Some(name) => Some(self.calendar_for(name, &stored.timing, cron.as_ref())?),
+            None => None,
+        };
+        let next = Self::bounded_first(
+            &stored,
+            next,
+            cron.as_ref(),
+            cal.as_deref(),
+            &bounds,
+            0,
+            now_ms,
+        )?;
         self.check_slot(self.next_id, next, stored.jitter_ms)?;
         let bytes = Self::quota_bytes(&stored)?;
         self.check_quota(&owner, 1, 0, bytes)?;
@@ -956,6 +1025,7 @@ impl Scheduler {
         }
         let mut rec = Record::new(Def::new(stored, &mut self.names), next, owner, policy);
         rec.bounds = bounds;
+        rec.calendar = calendar;
         self.records.insert(id, rec);
         self.usage.add(owner, bytes);
         self.reindex(id);
@@ -974,17 +1044,33 @@ impl Scheduler {
         now_ms: Option<TimeMs>,
     ) -> Result<u64, ScheduleError> {
         let (stored, next, cron) = self.admit(&def, handlers_ok, seq, now_ms)?;
-        let (owner, old_bytes, bounds, runs) = match self.records.get(&id) {
+        let (owner, old_bytes, bounds, runs, calendar) = match self.records.get(&id) {
             Some(r) => (
                 r.owner,
                 Self::quota_bytes(&r.def)?,
                 bounds.unwrap_or(r.bounds),
                 r.runs,
+                r.calendar.clone(),
             ),
             None => return Err(ScheduleError::UnknownSchedule(target_of(id))),
         };
+        // A replace keeps the exclusion calendar: the new definition must be a cron schedule
+        // the calendar lets fire (`calendars.rs`; name none first to replace it by another
+        // kind).
+        let cal = match &calendar {
+            Some(name) => Some(self.calendar_for(name, &stored.timing, cron.as_ref())?),
+            None => None,
+        };
         // A replace keeps the bounds (or takes new ones) and the run counter they limit.
-        let next = Self::bounded_first(&stored, next, cron.as_ref(), &bounds, runs, now_ms)?;
+        let next = Self::bounded_first(
+            &stored,
+            next,
+            cron.as_ref(),
+            cal.as_deref(),
+            &bounds,
+            runs,
+            now_ms,
+        )?;
         self.check_slot(id, next, stored.jitter_ms)?;
         let new_bytes = Self::quota_bytes(&stored)?;
         self.check_quota(&owner, 0, old_bytes, new_bytes)?;

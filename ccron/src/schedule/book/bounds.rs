@@ -175,7 +175,9 @@ pub struct Retired {
 
 impl Scheduler {
     /// The first due point of a schedule admitted with `bounds` (`stored` its normalised
-    /// definition, `next` its unbounded first point, `cron` its parsed expression, `runs` its
+    /// definition, `next` its unbounded first point, `cron` its parsed expression and
+    /// `calendar` the exclusion calendar it names (its first point is then the first allowed
+    /// instant after admission, bounds or none), `runs` its
     /// run counter: 0 for a new one, kept by a replace). A one-shot, or no bounds: `next`.
     ///
     /// # Errors
@@ -186,12 +188,13 @@ impl Scheduler {
         stored: &NewSchedule,
         next: Option<Due>,
         cron: Option<&CronSchedule>,
+        calendar: Option<&crate::cron::ExclusionCalendar>,
         bounds: &Bounds,
         runs: u64,
         now_ms: Option<TimeMs>,
     ) -> Result<Option<Due>, ScheduleError> {
         bounds.check(!stored.timing.is_one_shot())?;
-        if bounds.is_none() {
+        if bounds.is_none() && calendar.is_none() {
             return Ok(next);
         }
         if bounds.limit_reached(runs) {
@@ -209,7 +212,9 @@ impl Scheduler {
             }),
             (Timing::Cron { .. }, Some(cron)) => {
                 let now = now_ms.ok_or(ScheduleError::NeedsTime)?;
-                bounds.occurrence_after(now, |after| cron.next_after(after))
+                bounds.occurrence_after(now, |after| {
+                    super::calendars::allowed_after(cron, calendar, after)
+                })
             }
             _ => None,
         };

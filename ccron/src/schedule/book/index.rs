@@ -201,6 +201,16 @@ impl Scheduler {
         if zoned != self.zoned {
             return Err("zone index differs from the records".into());
         }
+        for (&id, r) in &self.records {
+            if let Some(name) = &r.calendar
+                && (!self.calendars.contains_key(name)
+                    || !matches!(r.def.timing, Timing::Cron { .. }))
+            {
+                return Err(format!(
+                    "schedule {id} names calendar {name:?}, not installed or not a cron schedule"
+                ));
+            }
+        }
         let mut parked: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
         for (&id, r) in &self.records {
             if r.parked {

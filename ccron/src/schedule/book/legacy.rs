@@ -1,5 +1,5 @@
 //! The schedule book layouts earlier releases wrote, read so that the next save migrates them
-//! to layout 10 (`persist.rs`). The types here are frozen copies of the old encodings: never
+//! to layout 11 (`persist.rs`). The types here are frozen copies of the old encodings: never
 //! change them (persisted bytes are forever).
 //!
 //! - Layouts 2, 3 and 4: a meta page, the zones part, a write-ahead journal in the log's place
@@ -12,13 +12,15 @@
 //! - Layout 8: layout 7 with bounds and the retired state per record, retirements counted
 //!   (`legacy/v8.rs`).
 //! - Layout 9: layout 8 with the overlap policy and state per record (`legacy/v9.rs`).
+//! - Layout 10: layout 9 with 256-bit client owners (`legacy/v10.rs`); layout 11 adds the
+//!   exclusion calendar a record names and the calendars in the zones part.
 //!
 //! Every layout from 3 to 9 names a client owner by a 64-bit id ([`PrincipalV1`]); layout 10
 //! by a 256-bit one. An old client owner becomes [`Principal::LegacyClient`]: matched by an
 //! authenticated client whose id starts with it (only the old 64-bit strength), re-owned to
 //! that client's full id by its next mutation of the schedule (`crate::authz`).
 //!
-//! Loading converts every record to layout 10 (no overlap policy: [`Overlap::AllowAll`](super::Overlap::AllowAll),
+//! Loading converts every record to layout 11 (no exclusion calendar, and none installed; no overlap policy: [`Overlap::AllowAll`](super::Overlap::AllowAll),
 //! nothing awaited or buffered; no bounds below layout 8, not retired; the run counters at zero
 //! below layout 7, kept from layout 7 with no retirements; and the run state
 //! empty below layout 6; a layout 2 record, which has no owner, is owned by the host, so only
@@ -30,6 +32,7 @@
 //! journal replayed in place and zeroed, or a layout 5 or 6 log folded), which is what that
 //! layout did after a crash or a full log too.
 
+mod v10;
 mod v8;
 mod v9;
 
@@ -341,6 +344,8 @@ pub(crate) enum OldExtent {
     LogV8(LogSpan),
     /// Layout 9: its committed log (from where it starts in the log area).
     LogV9(LogSpan),
+    /// Layout 10: its committed log (from where it starts in the log area).
+    LogV10(LogSpan),
     /// Layouts 2 to 4 (the version): the journal in force.
     Journal {
         /// The layout.
@@ -603,7 +608,7 @@ fn load_v5(
             segments: commit.log_segments,
         },
     };
-    let committed = persist::read_log::<RecordV4>(pages, layout, span)?;
+    let committed = persist::read_log::<RecordV4, Vec<ZoneRules>>(pages, layout, span)?;
     let zones = match &committed.zones {
         Some(z) => z.clone(),
         None => codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?
@@ -690,7 +695,7 @@ fn load_logged<R: OldRecord>(
     if commit.log.end() > layout.log.len() || commit.stale == Stale::InFrozen {
         return Err(corrupt("a log the log area cannot hold".into()));
     }
-    let committed = persist::read_log::<R>(pages, layout, commit.log)?;
+    let committed = persist::read_log::<R, Vec<ZoneRules>>(pages, layout, commit.log)?;
     let zones = match &committed.zones {
         Some(z) => z.clone(),
         None => codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?
@@ -785,6 +790,17 @@ pub(super) fn load(
                 old,
             )?)
         }
+        (10, Some(b)) => {
+            let commit = codec::from_blob::<v10::CommitV10>(b)?;
+            let old = OldExtent::LogV10(commit.log);
+            Some(load_logged::<v10::RecordV10>(
+                pages,
+                layout,
+                commit.into(),
+                component,
+                old,
+            )?)
+        }
         (2, _) => load_journal_layout::<RecordV2>(pages, layout, 2, component)?,
         (3, _) => load_journal_layout::<RecordV3>(pages, layout, 3, component)?,
         (4, _) => load_journal_layout::<RecordV4>(pages, layout, 4, component)?,
@@ -822,7 +838,8 @@ pub(super) fn prepare(
         OldExtent::LogV6(span)
         | OldExtent::LogV7(span)
         | OldExtent::LogV8(span)
-        | OldExtent::LogV9(span) => span.end(),
+        | OldExtent::LogV9(span)
+        | OldExtent::LogV10(span) => span.end(),
         OldExtent::Journal { pages, .. } => pages,
     };
     if extent.saturating_add(need) <= area {
@@ -861,6 +878,16 @@ pub(super) fn prepare(
             },
         )?,
         OldExtent::LogV9(_) => fold_logged::<v9::RecordV9, v9::CommitV9>(
+            pages,
+            layout,
+            component,
+            |c| (c.component, c.log, c.stale),
+            |c| {
+                c.log = LogSpan::default();
+                c.stale = Stale::No;
+            },
+        )?,
+        OldExtent::LogV10(_) => fold_logged::<v10::RecordV10, v10::CommitV10>(
             pages,
             layout,
             component,

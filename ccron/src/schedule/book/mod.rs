@@ -3,7 +3,8 @@
 //! Layout. The book maps a schedule id (a `u64` assigned densely by the book, so every replica
 //! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
 //! jitter, payload, routing topic and type, pause flag, nominal next due point, run counter,
-//! owner, version, run state, replicated run counters, bounds and retired state, overlap policy and state), optionally under a unique client key. A due index ordered by (priority,
+//! owner, version, run state, replicated run counters, bounds and retired state, overlap policy
+//! and state, the exclusion calendar it names), optionally under a unique client key. A due index ordered by (priority,
 //! due key, id) holds every active record (an `AtOrSeq` one under both its keys), so a tick
 //! visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
@@ -17,7 +18,8 @@
 //! `impl Scheduler` blocks by concern: `types.rs` (the public vocabulary: timings, misfire
 //! policies, requests, limits, errors, views and reports), `handlers.rs` (registered handlers
 //! and a run's context), `counters.rs` (replicated run counters), `bounds.rs` (start/end
-//! bounds, run limit, retirement), `overlap.rs` (the overlap policy: what an occurrence does
+//! bounds, run limit, retirement), `calendars.rs` (exclusion calendars installed as shared
+//! data and named by cron schedules), `overlap.rs` (the overlap policy: what an occurrence does
 //! while the previous run has no result),
 //! `manual.rs` (trigger-now and backfill runs), `timing.rs` (occurrences,
 //! jitter, the misfire plan), `index.rs` (due
@@ -26,6 +28,7 @@
 
 mod admission;
 mod bounds;
+mod calendars;
 mod counters;
 mod def;
 mod due;
@@ -50,12 +53,13 @@ use def::{Def, HandlerNames};
 
 use super::store::Placement;
 use crate::authz::{Policy, Principal};
-use crate::cron::{CronSchedule, ZoneRules};
+use crate::cron::{CronSchedule, ExclusionCalendar, ZoneRules};
 use crate::due::Due;
 use crate::tick::{ComponentId, TimeMs};
 
 pub(super) use admission::check_misfire;
 pub use bounds::{Bounds, RetireReason, Retired};
+pub use calendars::MAX_BOOK_CALENDARS;
 pub use counters::RunCounters;
 pub use handlers::{
     EMIT_REFUSED_CODE, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Transactional,
@@ -127,6 +131,9 @@ struct Record {
     /// (`overlap.rs`; recurring schedules only); `None` until a policy is set: the default
     /// state (`AllowAll`), one byte stored, so that records without one stay small.
     overlap: Option<Box<OverlapState>>,
+    /// Layout 11: the exclusion calendar it names (`calendars.rs`; cron schedules only):
+    /// its occurrences are the fire instants the calendar allows.
+    calendar: Option<String>,
 }
 
 impl Record {
@@ -151,6 +158,7 @@ impl Record {
             bounds: Bounds::NONE,
             retired: None,
             overlap: None,
+            calendar: None,
         }
     }
 }
@@ -162,6 +170,9 @@ pub struct Scheduler {
     limits: Limits,
     next_id: u64,
     zones: BTreeMap<String, ZoneRules>,
+    /// Layout 11: the exclusion calendars schedules may name, by name (`calendars.rs`;
+    /// stored with the zones).
+    calendars: BTreeMap<String, std::sync::Arc<ExclusionCalendar>>,
     /// The records by id (`records.rs`: a slab found through a table of id chunks).
     records: records::Records,
     /// The book's run counters: every schedule's, those that left the book included
@@ -199,8 +210,11 @@ pub struct Scheduler {
     /// Requests refused with [`ScheduleError::SlotFull`]; an observation like
     /// `stale_rejections`.
     slot_refusals: u64,
-    /// Encoded bytes of the installed zones (derived; what a save logs when they change,
-    /// [`Limits::max_log_pages`]).
+    /// Requests refused because of a calendar (`calendars.rs`); an observation like
+    /// `stale_rejections`.
+    calendar_refusals: u64,
+    /// Encoded bytes of the installed zones and calendars (derived; what a save logs when
+    /// they change, [`Limits::max_log_pages`]).
     zones_bytes: usize,
     /// The book was loaded from an older layout: the next save migrates it (a full save).
     migration: Option<legacy::OldExtent>,
@@ -221,6 +235,7 @@ impl Scheduler {
             limits,
             next_id: 1,
             zones: BTreeMap::new(),
+            calendars: BTreeMap::new(),
             records: records::Records::default(),
             totals: RunCounters::default(),
             keys: BTreeMap::new(),
@@ -236,7 +251,9 @@ impl Scheduler {
             stale_rejections: 0,
             emit_failures: 0,
             slot_refusals: 0,
-            zones_bytes: 8,
+            calendar_refusals: 0,
+            // Two empty vectors (zones, calendars): their lengths.
+            zones_bytes: 16,
             migration: None,
             emit_budget: None,
             usage: quota::OwnerUsage::default(),
@@ -349,6 +366,7 @@ impl Scheduler {
             bounds: r.bounds,
             retired: r.retired,
             overlap: r.overlap().clone(),
+            calendar: r.calendar.clone(),
         })
     }
 
@@ -381,6 +399,7 @@ impl PartialEq for Scheduler {
         self.component == other.component
             && self.next_id == other.next_id
             && self.zones == other.zones
+            && self.calendars == other.calendars
             && self.records == other.records
             && self.totals == other.totals
     }

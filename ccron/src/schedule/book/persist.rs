@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::legacy;
 use super::{Limits, Record, RunCounters, ScheduleError, Scheduler, Timing};
 use crate::codec::{self, BlobKind, CodecError};
-use crate::cron::ZoneRules;
+use crate::cron::{ExclusionCalendar, ZoneRules};
 use crate::pages::{PageRange, ReservedPages};
 use crate::record_log::{
     self, CommitOf, FoldPoint, LogInstance, LogPos, LogSpan, ReadError, RecordLog, Stale,
@@ -40,7 +40,15 @@ struct Commit {
     stale: Stale,
     /// Layout 7: the book's run counters (`Scheduler::totals`; layout 8 counts retirements).
     totals: RunCounters,
+    /// Layout 11: how many exclusion calendars the zones part holds after the zones (its CRC
+    /// is `zones_crc`, over both).
+    calendars: u32,
 }
+
+/// What the zones part (and a log segment changing it) holds from layout 11 on: the zones,
+/// ascending by name, then the exclusion calendars, ascending by name (`calendars.rs`).
+/// Layouts 2 to 10 hold the zones only (`Vec<ZoneRules>`).
+pub(super) type Shared = (Vec<ZoneRules>, Vec<ExclusionCalendar>);
 
 /// A record page's blob: its page number (within the record pages) and its records, ascending
 /// by id (written from references, read as [`PageBlob`]; the bytes are the same).
@@ -52,7 +60,7 @@ pub(super) type Change<R> = (u64, Option<(u32, R)>);
 
 /// The body of one log segment: (a full save: nothing logged or stored before it counts; the
 /// zones, when this save changed them (first segment of a save only); the changes).
-pub(super) type Segment<R> = (bool, Option<Vec<ZoneRules>>, Vec<Change<R>>);
+pub(super) type Segment<R, Z = Vec<ZoneRules>> = (bool, Option<Z>, Vec<Change<R>>);
 
 /// Encoded bytes of a segment besides its changes and zones: index (4), full flag (1), zones'
 /// option tag (1), vector length (8).
@@ -73,25 +81,28 @@ const SEGMENT_PAGES: usize = 16;
 /// counters count retirements; 9 = records carry their overlap policy and state
 /// (`overlap.rs`); 10 = records name a client owner by its 256-bit id
 /// ([`crate::authz::ClientId`]; an owner migrated from a 64-bit id is
-/// [`crate::authz::Principal::LegacyClient`]), so a record's largest form grows by 24 bytes.
-/// Layouts 2 to 9 load and are migrated by the next save (`legacy.rs`); layout 1 (16
+/// [`crate::authz::Principal::LegacyClient`]), so a record's largest form grows by 24 bytes;
+/// 11 = a cron record may name an exclusion calendar (`calendars.rs`; its largest form grows
+/// by the name's 73 bytes), and the zones part holds the book's calendars after its zones
+/// ([`Shared`]), counted in the commit page.
+/// Layouts 2 to 10 load and are migrated by the next save (`legacy.rs`); layout 1 (16
 /// shard blobs over the whole range, superseded before layout 2 was released) is refused with
 /// [`ScheduleError::UnsupportedLayout`].
-pub(super) const WIRE_VERSION: u8 = 10;
+pub(super) const WIRE_VERSION: u8 = 11;
 
-/// The committed log, read back from the pages.
-pub(super) struct Committed<R> {
+/// The committed log, read back from the pages (`Z`: what the zones part holds in its layout).
+pub(super) struct Committed<R, Z = Vec<ZoneRules>> {
     /// A full save is in the log: the record pages and the zones part count for nothing.
     pub full: bool,
-    /// The zones of the latest segment carrying them.
-    pub zones: Option<Vec<ZoneRules>>,
+    /// The zones (and, from layout 11, calendars) of the latest segment carrying them.
+    pub zones: Option<Z>,
     /// The latest image of each record the log names (`None`: removed).
     pub named: BTreeMap<u64, Option<(u32, R)>>,
     /// The record pages the log places records on.
     pub placed_on: BTreeSet<u32>,
 }
 
-impl<R> Default for Committed<R> {
+impl<R, Z> Default for Committed<R, Z> {
     fn default() -> Self {
         Self {
             full: false,
@@ -103,16 +114,16 @@ impl<R> Default for Committed<R> {
 }
 
 /// The committed log `at` (starting `start` pages into the log area) of `layout`, read back.
-pub(super) fn read_log<R: bincode::Decode<()>>(
+pub(super) fn read_log<R: bincode::Decode<()>, Z: bincode::Decode<()>>(
     pages: &dyn ReservedPages,
     layout: Layout,
     span: LogSpan,
-) -> Result<Committed<R>, ScheduleError> {
+) -> Result<Committed<R, Z>, ScheduleError> {
     let mut c = Committed::default();
     let log = span
         .range(layout.log)
         .ok_or_else(|| ScheduleError::Corrupt("the log starts past the log area".into()))?;
-    record_log::read::<Segment<R>>(
+    record_log::read::<Segment<R, Z>>(
         pages,
         log,
         span.pos,
@@ -162,10 +173,10 @@ pub(super) fn read_page<R: bincode::Decode<()>>(
 
 /// The folded content of record page `p`: the stored page (unless the log holds a full save or
 /// the pages are stale) minus every record the log names, plus the log's records placed on it.
-pub(super) fn folded_page<R: bincode::Decode<()> + bincode::Encode>(
+pub(super) fn folded_page<R: bincode::Decode<()> + bincode::Encode, Z>(
     pages: &dyn ReservedPages,
     layout: Layout,
-    committed: &Committed<R>,
+    committed: &Committed<R, Z>,
     by_page: &BTreeMap<u32, Vec<(u64, R)>>,
     stale: bool,
     p: u32,
@@ -253,7 +264,7 @@ struct BookLog<'a> {
     /// Whether a fold rewrites every record page.
     fold_all: bool,
     /// The committed log, read when a fold starts.
-    committed: Option<Committed<Record>>,
+    committed: Option<Committed<Record, Shared>>,
     /// Its records by page.
     by_page: BTreeMap<u32, Vec<(u64, Record)>>,
 }
@@ -274,7 +285,7 @@ impl LogInstance for BookLog<'_> {
         pages: &dyn ReservedPages,
         log: &RecordLog,
     ) -> Result<Vec<u32>, ScheduleError> {
-        let committed = read_log::<Record>(pages, self.layout, log.active)?;
+        let committed = read_log::<Record, Shared>(pages, self.layout, log.active)?;
         let every = self.fold_all || committed.full || log.stale != Stale::No;
         let list: Vec<u32> = if every {
             (0..self.layout.record_pages).collect()
@@ -490,9 +501,14 @@ impl Scheduler {
             )));
         }
         let page_size = pages.page_size();
-        // Zones change only through requests that mark the header; re-encode them only then.
-        let zone_list: Vec<&ZoneRules> = self.zones.values().collect();
-        let zones_count = u32::try_from(zone_list.len()).unwrap_or(u32::MAX);
+        // Zones and calendars change only through requests that mark the header; re-encode
+        // them only then. Layout 11's zones part: the zones, then the calendars ([`Shared`]).
+        let zone_list: (Vec<&ZoneRules>, Vec<&ExclusionCalendar>) = (
+            self.zones.values().collect(),
+            self.calendars.values().map(|c| &**c).collect(),
+        );
+        let zones_count = u32::try_from(zone_list.0.len()).unwrap_or(u32::MAX);
+        let calendars_count = u32::try_from(zone_list.1.len()).unwrap_or(u32::MAX);
         let zones_blob = if all || self.header_dirty || self.placement.zones_crc.is_none() {
             let blob = codec::to_blob(&zone_list)?;
             let crc = crc32fast::hash(&blob);
@@ -648,6 +664,7 @@ impl Scheduler {
                 log: LogSpan::default(),
                 stale: Stale::No,
                 totals: self.totals,
+                calendars: calendars_count,
             },
             fold_pages: &self.placement.fold_pages,
             fold_all: all || self.placement.fold_all,
@@ -677,7 +694,8 @@ impl Scheduler {
         if migration.is_some() {
             tracing::info!(
                 component = self.component,
-                "schedule book migrated to layout 9"
+                layout = WIRE_VERSION,
+                "schedule book migrated"
             );
             self.migration = None;
         }
@@ -779,22 +797,37 @@ impl Scheduler {
             return Err(corrupt("a log the log area cannot hold".into()));
         }
         let stale = commit.stale != Stale::No;
-        let committed = read_log::<Record>(pages, layout, commit.log)?;
+        if commit.calendars as usize > super::MAX_BOOK_CALENDARS {
+            return Err(corrupt("more calendars than the limit".into()));
+        }
+        let committed = read_log::<Record, Shared>(pages, layout, commit.log)?;
         // The zones part is read only when the log carries no zones: a fold rewrites it while
-        // the log's copy is in force.
-        let zones = match &committed.zones {
+        // the log's copy is in force. Decoding re-validates every zone and calendar.
+        let shared = match &committed.zones {
             Some(z) => z.clone(),
-            None => codec::load::<Vec<ZoneRules>>(pages, layout.zones, BlobKind::ScheduleBook)?
+            None => codec::load::<Shared>(pages, layout.zones, BlobKind::ScheduleBook)?
                 .ok_or_else(|| corrupt("the zones part is empty".into()))?,
         };
-        if zones.len() != commit.zones as usize
-            || crc32fast::hash(&codec::to_blob(&zones)?) != commit.zones_crc
+        if shared.0.len() != commit.zones as usize
+            || shared.1.len() != commit.calendars as usize
+            || crc32fast::hash(&codec::to_blob(&shared)?) != commit.zones_crc
         {
             return Err(corrupt("zones differ from the commit page".into()));
         }
-        book.zones_bytes = codec::encoded_len(&zones)?;
+        book.zones_bytes = codec::encoded_len(&shared)?;
+        let (zones, calendars) = shared;
         for z in zones {
             book.zones.insert(z.name().to_owned(), z);
+        }
+        for c in calendars {
+            let name = c.name().to_owned();
+            if book
+                .calendars
+                .insert(name, std::sync::Arc::new(c))
+                .is_some()
+            {
+                return Err(corrupt("a calendar stored twice".into()));
+            }
         }
         book.placement.zones_crc = Some(commit.zones_crc);
         let room = book.placement.room() as usize;
@@ -877,7 +910,10 @@ impl Scheduler {
     /// Installs a book read from an older layout: its records placed afresh (the next save
     /// logs them all, the record pages stale), validated like any loaded record.
     fn install_legacy(&mut self, old: legacy::Loaded, layout: Layout) -> Result<(), String> {
-        self.zones_bytes = codec::encoded_len(&old.zones).map_err(|e| e.to_string())?;
+        // Older layouts hold no calendars: the zones part becomes (zones, no calendars).
+        let no_calendars: Vec<ExclusionCalendar> = Vec::new();
+        self.zones_bytes =
+            codec::encoded_len(&(&old.zones, no_calendars)).map_err(|e| e.to_string())?;
         for z in old.zones {
             self.zones.insert(z.name().to_owned(), z);
         }
@@ -934,6 +970,11 @@ impl Scheduler {
             && self.keys.insert(k.clone(), id).is_some()
         {
             return Err(format!("key {k:?} held twice"));
+        }
+        // Layout 11: a calendar named is installed, on a cron schedule that it lets fire.
+        if let Some(name) = &rec.calendar {
+            self.calendar_for(name, &rec.def.timing, cron.as_ref())
+                .map_err(|e| format!("schedule {id}: {e}"))?;
         }
         if let Some(c) = cron {
             self.crons.insert(id, c);

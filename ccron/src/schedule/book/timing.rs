@@ -1,6 +1,7 @@
 //! Occurrences of a schedule's timing: the next one after an instant, the latest reached, owed
 //! catch-up runs, the deterministic jitter offset, and the runs a tick plans under the misfire
-//! policy, within the schedule's bounds and run limit (`bounds.rs`).
+//! policy, within the schedule's bounds and run limit (`bounds.rs`) and among the instants its
+//! exclusion calendar allows (`calendars.rs`).
 
 use super::counters::PlanNote;
 use super::{Misfire, Record, Scheduler, Timing};
@@ -50,7 +51,12 @@ impl Scheduler {
     /// The first occurrence of `id`'s timing strictly after `after_ms`, bounds aside.
     fn grid_after(&self, id: u64, rec: &Record, after_ms: TimeMs) -> Option<TimeMs> {
         match &rec.def.timing {
-            Timing::Cron { .. } => self.crons.get(&id)?.next_after(after_ms),
+            // Only the instants its exclusion calendar allows (`calendars.rs`).
+            Timing::Cron { .. } => super::calendars::allowed_after(
+                self.crons.get(&id)?,
+                self.calendar_of(rec),
+                after_ms,
+            ),
             Timing::Every {
                 period_ms,
                 start_ms,
@@ -88,7 +94,15 @@ impl Scheduler {
             Timing::Cron { .. } => self
                 .crons
                 .get(&id)
-                .map(|c| c.latest_in(r1.saturating_sub(1), now, count))
+                .map(|c| {
+                    super::calendars::allowed_latest(
+                        c,
+                        self.calendar_of(rec),
+                        r1.saturating_sub(1),
+                        now,
+                        count,
+                    )
+                })
                 .unwrap_or_default(),
             _ => Vec::new(),
         };

@@ -3,7 +3,7 @@
 
 use crate::authz::{Action, Principal};
 use crate::codec::CodecError;
-use crate::cron::{CronError, ZoneRules};
+use crate::cron::{CronError, ExclusionCalendar, ZoneRules};
 use crate::due::Due;
 use crate::outbox::OutboxError;
 use crate::pages::PageRange;
@@ -413,6 +413,43 @@ pub enum ScheduleRequest {
         /// Its new overlap policy.
         overlap: super::Overlap,
     },
+    /// Installs (or replaces) an exclusion calendar cron schedules may name (book layout 11;
+    /// the same authorization as [`ScheduleRequest::InstallZone`]: an admin,
+    /// [`Action::InstallZone`]). Stored with the zones: at most
+    /// [`super::MAX_BOOK_CALENDARS`], and within [`Limits::max_zones_bytes`] together with
+    /// them ([`ScheduleError::Limit`]). Replacing a calendar re-evaluates the schedules naming
+    /// it (as a zone install does); one the new calendar would keep from ever firing refuses
+    /// the install ([`ScheduleError::Cron`] with [`CronError::ExcludedForever`]). Nothing
+    /// changes on error. Appended, so the others keep their encoding.
+    InstallCalendar(ExclusionCalendar),
+    /// Names an installed exclusion calendar for an existing cron schedule, or none (its
+    /// owner or an admin, as a replace; version + 1): from its current next point on, its
+    /// occurrences are the fire instants the calendar allows (`docs/scheduling.md`,
+    /// "Exclusion calendars"); owed catch-up runs are dropped. An unknown calendar is
+    /// [`ScheduleError::UnknownCalendar`]; a periodic or one-shot schedule
+    /// [`ScheduleError::Invalid`]; one the calendar keeps from ever firing again
+    /// [`ScheduleError::Cron`] ([`CronError::ExcludedForever`]) or, within its end bound,
+    /// [`ScheduleError::NeverFires`]. Nothing changes on error.
+    SetCalendar {
+        /// The schedule.
+        target: Target,
+        /// The calendar's name, or `None` to remove it.
+        calendar: Option<String>,
+    },
+    /// As [`ScheduleRequest::CreateOverlap`], with an exclusion calendar from the first
+    /// occurrence on (a cron schedule only; refused as [`ScheduleRequest::SetCalendar`] is).
+    CreateExcluding {
+        /// The schedule.
+        schedule: NewSchedule,
+        /// Its run policy.
+        policy: RunPolicy,
+        /// Its bounds.
+        bounds: Bounds,
+        /// Its overlap policy.
+        overlap: super::Overlap,
+        /// The installed calendar it names.
+        calendar: String,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -454,8 +491,8 @@ pub struct Limits {
     /// checked only by the save.
     pub max_record_pages: Option<u32>,
     /// The capacity in bytes of the zones part of the range the book is saved into
-    /// ([`Limits::for_range`]); when set, an `InstallZone` after which the encoded zones would
-    /// not fit is rejected at admission ([`ScheduleError::Limit`], nothing changes) instead of
+    /// ([`Limits::for_range`]), which holds the zones and the exclusion calendars; when set, an
+    /// `InstallZone` or `InstallCalendar` after which they would not fit is rejected at admission ([`ScheduleError::Limit`], nothing changes) instead of
     /// failing every later save. `None`: checked only by the save.
     pub max_zones_bytes: Option<usize>,
     /// The log pages of the range the book is saved into ([`Limits::for_range`]; called
@@ -565,6 +602,10 @@ pub enum ScheduleError {
     /// A cron schedule names a zone not installed in the book.
     #[error("zone {0:?} is not installed")]
     UnknownZone(String),
+    /// A request names an exclusion calendar not installed in the book
+    /// ([`ScheduleRequest::InstallCalendar`]); nothing changed.
+    #[error("exclusion calendar {0:?} is not installed")]
+    UnknownCalendar(String),
     /// A period or delay is not positive, or a misfire parameter is out of range.
     #[error("invalid schedule: {0}")]
     Invalid(String),
@@ -761,6 +802,8 @@ pub struct ScheduleInfo {
     /// Its overlap policy, the run it awaits and the occurrences it buffered
     /// ([`super::Overlap`]).
     pub overlap: super::OverlapState,
+    /// The exclusion calendar it names ([`ScheduleRequest::SetCalendar`]), if any.
+    pub calendar: Option<String>,
 }
 
 /// One run of a handler in a tick (successful or not: see `outcome`).

@@ -1,0 +1,301 @@
+//! Exclusion calendars of the book's schedules (book layout 11): calendars installed in the
+//! book as shared data, like zones ([`ScheduleRequest::InstallCalendar`]), and named by
+//! recurring cron schedules ([`ScheduleRequest::SetCalendar`],
+//! [`ScheduleRequest::CreateExcluding`]).
+//!
+//! The calendar is the cron tables' [`ExclusionCalendar`] with the same semantics as a table
+//! entry's ([`CronRule::excluding`](crate::schedule::CronRule::excluding)): local dates,
+//! yearly dates and weekdays are read in the *schedule's* zone, spans are UTC instants; an
+//! excluded instant is skipped, never postponed (the schedule's occurrences are the allowed
+//! fire instants of its expression, [`CronSchedule::try_next_allowed_after`]); a late tick's
+//! misfire policy chooses among the allowed instants it reached
+//! ([`CronSchedule::try_latest_allowed_in`]); a schedule the calendar keeps from ever firing
+//! again is refused at admission ([`ExclusionCalendar::check_fires`]:
+//! [`ScheduleError::Cron`] with [`CronError::ExcludedForever`]). A search that spends its
+//! skip budget stops the schedule (no next point, traced), the same on every replica, as a
+//! table rule's does.
+//!
+//! Calendars are stored with the zones in the zones part of the book's range (and in the
+//! log's segments that change them): [`MAX_BOOK_CALENDARS`] at most, and together with the
+//! zones within [`Limits::max_zones_bytes`](super::Limits::max_zones_bytes); an install
+//! beyond either is [`ScheduleError::Limit`], nothing changes. Only cron schedules take a
+//! calendar (a periodic grid or a one-shot naming one is [`ScheduleError::Invalid`]).
+
+use std::sync::Arc;
+
+#[cfg(doc)]
+use super::ScheduleRequest;
+use super::{Record, ScheduleError, Scheduler, Timing};
+use crate::codec;
+use crate::cron::{CronError, CronSchedule, ExclusionCalendar, ZoneRules};
+use crate::due::Due;
+use crate::tick::TimeMs;
+
+/// Most exclusion calendars one book holds.
+pub const MAX_BOOK_CALENDARS: usize = 64;
+
+/// Encoded bytes of a record's calendar name at its largest (an option tag, a length and
+/// [`crate::cron::MAX_CALENDAR_NAME_LEN`] bytes): what placement adds to every recurring
+/// record, so that naming a calendar never moves a record off its page.
+pub(super) const CALENDAR_REF_BYTES: usize = 1 + 8 + crate::cron::MAX_CALENDAR_NAME_LEN;
+
+/// The first fire instant of `cron` strictly after `after_ms` that `calendar` allows (every
+/// fire instant without a calendar). A search that spends its skip budget gives `None` (the
+/// schedule stops, as a table rule does), traced.
+pub(super) fn allowed_after(
+    cron: &CronSchedule,
+    calendar: Option<&ExclusionCalendar>,
+    after_ms: TimeMs,
+) -> Option<TimeMs> {
+    let Some(calendar) = calendar else {
+        return cron.next_after(after_ms);
+    };
+    cron.try_next_allowed_after(after_ms, calendar)
+        .unwrap_or_else(|error| {
+            stopped(&error);
+            None
+        })
+}
+
+/// The latest `count` allowed fire instants of `cron` in `(after_ms, through_ms]`, ascending.
+pub(super) fn allowed_latest(
+    cron: &CronSchedule,
+    calendar: Option<&ExclusionCalendar>,
+    after_ms: TimeMs,
+    through_ms: TimeMs,
+    count: usize,
+) -> Vec<TimeMs> {
+    let Some(calendar) = calendar else {
+        return cron.latest_in(after_ms, through_ms, count);
+    };
+    cron.try_latest_allowed_in(after_ms, through_ms, count, calendar)
+        .unwrap_or_else(|error| {
+            stopped(&error);
+            Vec::new()
+        })
+}
+
+fn stopped(error: &CronError) {
+    tracing::warn!(%error, "schedule book: a search under an exclusion calendar stopped");
+}
+
+impl Scheduler {
+    /// The exclusion calendar installed under `name` (read-only).
+    pub fn calendar(&self, name: &str) -> Option<&ExclusionCalendar> {
+        self.calendars.get(name).map(|c| &**c)
+    }
+
+    /// The installed calendars' names, ascending.
+    pub fn calendar_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.calendars.keys().map(String::as_str)
+    }
+
+    /// Requests refused because of a calendar ([`ScheduleRequest::InstallCalendar`],
+    /// [`ScheduleRequest::SetCalendar`], [`ScheduleRequest::CreateExcluding`]: any error) since this book was created or loaded: an observation for the
+    /// host's metrics, like [`Scheduler::stale_rejections`] (not stored, not compared).
+    pub fn calendar_refusals(&self) -> u64 {
+        self.calendar_refusals
+    }
+
+    /// The calendar record `rec` names (installed: admission and load check it).
+    pub(super) fn calendar_of(&self, rec: &Record) -> Option<&ExclusionCalendar> {
+        rec.calendar
+            .as_deref()
+            .and_then(|n| self.calendars.get(n))
+            .map(|c| &**c)
+    }
+
+    /// The calendar named `name`, installed, for a schedule of `timing` parsed as `cron`:
+    /// checked the way a table rule's is ([`ExclusionCalendar::check_fires`]).
+    ///
+    /// # Errors
+    /// [`ScheduleError::UnknownCalendar`], [`ScheduleError::Invalid`] (not a cron timing),
+    /// [`ScheduleError::Cron`] ([`CronError::ExcludedForever`], or a search budget spent).
+    pub(super) fn calendar_for(
+        &self,
+        name: &str,
+        timing: &Timing,
+        cron: Option<&CronSchedule>,
+    ) -> Result<Arc<ExclusionCalendar>, ScheduleError> {
+        let calendar = self
+            .calendars
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ScheduleError::UnknownCalendar(name.to_owned()))?;
+        let (Timing::Cron { .. }, Some(cron)) = (timing, cron) else {
+            return Err(ScheduleError::Invalid(
+                "an exclusion calendar applies to cron schedules only".into(),
+            ));
+        };
+        calendar.check_fires(cron)?;
+        Ok(calendar)
+    }
+
+    /// Counts and traces a request refused because of a calendar; returns the error.
+    pub(super) fn refuse_calendar(&mut self, error: ScheduleError) -> ScheduleError {
+        self.calendar_refusals = self.calendar_refusals.saturating_add(1);
+        tracing::warn!(component = self.component, %error, "schedule book: calendar request refused");
+        error
+    }
+
+    /// Encoded bytes of the zones part with `zone` and `calendar` installed in place of their
+    /// names' (the zones ascending by name, then the calendars ascending by name: what a save
+    /// writes).
+    pub(super) fn shared_len(
+        &self,
+        zone: Option<&ZoneRules>,
+        calendar: Option<&ExclusionCalendar>,
+    ) -> Result<usize, ScheduleError> {
+        let mut zones: Vec<&ZoneRules> = self
+            .zones
+            .iter()
+            .filter(|(n, _)| zone.is_none_or(|z| z.name() != n.as_str()))
+            .map(|(_, z)| z)
+            .collect();
+        if let Some(z) = zone {
+            let at = zones.partition_point(|o| o.name() < z.name());
+            zones.insert(at, z);
+        }
+        let mut calendars: Vec<&ExclusionCalendar> = self
+            .calendars
+            .iter()
+            .filter(|(n, _)| calendar.is_none_or(|c| c.name() != n.as_str()))
+            .map(|(_, c)| &**c)
+            .collect();
+        if let Some(c) = calendar {
+            let at = calendars.partition_point(|o| o.name() < c.name());
+            calendars.insert(at, c);
+        }
+        Ok(codec::encoded_len(&(zones, calendars))?)
+    }
+
+    /// [`ScheduleRequest::InstallCalendar`] (the caller authorized it): installs `calendar`
+    /// (or replaces the one of its name) and re-evaluates the schedules naming it, as
+    /// [`ScheduleRequest::InstallZone`] does for a zone's: a schedule's next point becomes the
+    /// first allowed instant after the request's agreed time, or at or after its old point when
+    /// that was already reached. Every schedule naming it is checked first
+    /// ([`ExclusionCalendar::check_fires`]): one the new calendar would keep from ever firing
+    /// refuses the install, nothing changes. A scan of the book (calendar installs are rare
+    /// administrative requests).
+    pub(super) fn install_calendar(
+        &mut self,
+        calendar: ExclusionCalendar,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<(), ScheduleError> {
+        let name = calendar.name().to_owned();
+        if !self.calendars.contains_key(&name) && self.calendars.len() >= MAX_BOOK_CALENDARS {
+            return Err(ScheduleError::Limit(format!(
+                "at most {MAX_BOOK_CALENDARS} exclusion calendars"
+            )));
+        }
+        let len = self.shared_len(None, Some(&calendar))?;
+        if let Some(max) = self.limits.max_zones_bytes
+            && len > max
+        {
+            return Err(ScheduleError::Limit(format!(
+                "the zones and calendars would take {len} bytes, the book's zones part holds {max}"
+            )));
+        }
+        self.check_log(
+            self.placement.records() as u64,
+            self.placement.placed_bytes,
+            len,
+        )?;
+        let naming: Vec<u64> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.calendar.as_deref() == Some(name.as_str()))
+            .map(|(id, _)| *id)
+            .collect();
+        for &id in &naming {
+            if let Some(cron) = self.crons.get(&id) {
+                calendar.check_fires(cron)?;
+            }
+        }
+        self.calendars.insert(name, Arc::new(calendar));
+        self.zones_bytes = len;
+        self.header_dirty = true;
+        for id in naming {
+            let Some(rec) = self.records.get(&id).filter(|r| r.retired.is_none()) else {
+                continue;
+            };
+            let from_ms = match (rec.next, now_ms) {
+                (Some(Due::Time(t)), Some(now)) => t.saturating_sub(1).min(now),
+                (Some(Due::Time(t)), None) => t.saturating_sub(1),
+                (_, Some(now)) => now,
+                (_, None) => continue,
+            };
+            let next = self.occurrence_after(id, rec, from_ms).map(Due::Time);
+            self.unindex(id);
+            if let Some(r) = self.records.get_mut(&id) {
+                r.next = next;
+            }
+            self.reindex(id);
+            self.touch(id);
+            self.retire_if_done(id, seq, now_ms);
+        }
+        Ok(())
+    }
+
+    /// [`ScheduleRequest::SetCalendar`] on schedule `id` (the caller resolved and authorized
+    /// it): names `calendar` (or none). Its next point becomes the first allowed occurrence
+    /// within its bounds at or after its current one (strictly after the request's agreed time
+    /// when it has none); runs still owed from a catch-up are dropped (as
+    /// [`ScheduleRequest::SetBounds`] does); version + 1. A retired schedule only records the
+    /// name (new bounds revive it).
+    ///
+    /// # Errors
+    /// [`ScheduleError::UnknownCalendar`], [`ScheduleError::Invalid`] (not a cron schedule,
+    /// also for `None`), [`ScheduleError::Cron`] ([`CronError::ExcludedForever`]: it could
+    /// never fire again),
+    /// [`ScheduleError::NeverFires`] (no allowed occurrence before its end bound),
+    /// [`ScheduleError::NeedsTime`]. Nothing changes.
+    pub(super) fn set_calendar(
+        &mut self,
+        id: u64,
+        calendar: Option<String>,
+        now_ms: Option<TimeMs>,
+    ) -> Result<(), ScheduleError> {
+        let Some(rec) = self.records.get(&id) else {
+            return Err(ScheduleError::UnknownSchedule(super::Target::Id(id)));
+        };
+        // Only a cron schedule takes a calendar, or has one to remove (a one-shot or periodic
+        // schedule's next point is not recomputed here: `None` would spend a one-shot).
+        if !matches!(rec.def.timing, Timing::Cron { .. }) {
+            return Err(ScheduleError::Invalid(
+                "an exclusion calendar applies to cron schedules only".into(),
+            ));
+        }
+        if let Some(name) = &calendar {
+            self.calendar_for(name, &rec.def.timing, self.crons.get(&id))?;
+        }
+        let mut probe = rec.clone();
+        probe.calendar = calendar.clone();
+        let next = if rec.retired.is_some() {
+            rec.next
+        } else {
+            let from = match rec.next {
+                Some(Due::Time(t)) => t.saturating_sub(1),
+                _ => now_ms.ok_or(ScheduleError::NeedsTime)?,
+            };
+            let next = self.occurrence_after(id, &probe, from);
+            if next.is_none() && rec.bounds.ends_at_ms.is_some() {
+                return Err(ScheduleError::NeverFires(super::RetireReason::Ended));
+            }
+            next.map(Due::Time)
+        };
+        self.unindex(id);
+        if let Some(r) = self.records.get_mut(&id) {
+            if r.retired.is_none() {
+                r.next = next;
+                r.owed = None;
+            }
+            r.calendar = calendar;
+            r.version = r.version.saturating_add(1);
+        }
+        self.reindex(id);
+        self.touch(id);
+        Ok(())
+    }
+}
