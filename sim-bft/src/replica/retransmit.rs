@@ -132,11 +132,7 @@ impl Replica {
         let Some((lo, hi)) = self.uncommitted_range() else {
             return false;
         };
-        let committed = self
-            .log
-            .range(lo..=hi)
-            .filter(|(_, e)| e.committed)
-            .count() as u64;
+        let committed = self.log.range(lo..=hi).filter(|(_, e)| e.committed).count() as u64;
         committed < hi - lo + 1
     }
 
