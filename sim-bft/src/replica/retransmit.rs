@@ -101,23 +101,44 @@ pub(super) struct RetransmitState {
 
 impl Replica {
     /// Arms the retransmission timer when there is uncommitted work above the last executed
-    /// sequence number and the timer is not armed yet.
+    /// sequence number and the timer is not armed yet; disarms it when there is none any more.
+    ///
+    /// Disarming is what keeps an idle replica asleep: the timer is armed by every PBFT
+    /// instance (its pre-prepare is uncommitted for a few ms) and, left armed, fired one
+    /// retransmission interval later into a replica with nothing to retransmit — one wasted
+    /// wake-up per instance per replica, 12 of the ~123 events per simulated second of the
+    /// long-horizon workload (docs/benchmarks-sim-bft.md). A timer that fires finding nothing
+    /// uncommitted does nothing but forget `prev`, which disarming does too, so no message
+    /// changes: a stuck sequence number is still reported between one and two intervals after
+    /// the timer was armed for it.
     pub(super) fn arm_retransmit(&mut self, now: Millis) {
         let interval = self.cfg.retransmit_interval_ms;
-        if interval <= 0 || self.retransmit.deadline.is_some() {
+        if interval <= 0 {
             return;
         }
-        if self.uncommitted_seqs().is_empty() {
+        if !self.any_uncommitted() {
+            self.retransmit.deadline = None;
             self.retransmit.prev.clear();
             return;
         }
-        self.retransmit.deadline = Some(now.saturating_add(interval));
+        if self.retransmit.deadline.is_none() {
+            self.retransmit.deadline = Some(now.saturating_add(interval));
+        }
     }
 
-    /// Sequence numbers above the last executed one, up to the highest this replica knows of
-    /// (and at most the high watermark), that are not committed here: the lowest
-    /// [`MAX_HAVE_SEQS`] of them.
-    fn uncommitted_seqs(&self) -> Vec<u64> {
+    /// Whether [`Self::uncommitted_seqs`] is non-empty, without building it (called after
+    /// every input).
+    fn any_uncommitted(&self) -> bool {
+        let Some((lo, hi)) = self.uncommitted_range() else {
+            return false;
+        };
+        let committed = self.log.range(lo..=hi).filter(|(_, e)| e.committed).count() as u64;
+        committed < hi - lo + 1
+    }
+
+    /// The sequence numbers [`Self::uncommitted_seqs`] looks at: above the last executed one,
+    /// up to the highest this replica knows of (and at most the high watermark).
+    fn uncommitted_range(&self) -> Option<(u64, u64)> {
         let heard = if self.retransmit.heard_top.0 == self.view && !self.in_view_change {
             self.retransmit.heard_top.1
         } else {
@@ -125,13 +146,20 @@ impl Replica {
         };
         let top = self.log.last_key_value().map_or(0, |(s, _)| *s).max(heard);
         if top == 0 {
-            return Vec::new();
+            return None;
         }
         let lo = self.last_executed.saturating_add(1);
         let hi = top.min(self.high_watermark());
-        if hi < lo {
+        (hi >= lo).then_some((lo, hi))
+    }
+
+    /// Sequence numbers above the last executed one, up to the highest this replica knows of
+    /// (and at most the high watermark), that are not committed here: the lowest
+    /// [`MAX_HAVE_SEQS`] of them.
+    fn uncommitted_seqs(&self) -> Vec<u64> {
+        let Some((lo, hi)) = self.uncommitted_range() else {
             return Vec::new();
-        }
+        };
         (lo..=hi)
             .filter(|s| !self.log.get(s).is_some_and(|e| e.committed))
             .take(MAX_HAVE_SEQS)

@@ -459,8 +459,10 @@ fn crashes_at_view_changes_with_a_reproposing_primary_are_safe_and_live() {
     // Seeds whose runs do crash at a view change (1, 4 and 2 crash points). Seed 0 had crash
     // points until batch-carrying Have answers got a per-(peer, seq) backoff, and seed 7 until
     // a full window asks for checkpoint votes at once (session 9): their runs need fewer view
-    // changes now.
-    for seed in [3, 5, 8] {
+    // changes now. Seed 8 (2 crash points) had none once the retransmission timer was
+    // disarmed when nothing is uncommitted (issue 28: the Have rounds shift under loss); seed
+    // 9 has 2 (13 of seeds 0-24 crash at a view change, 12 before).
+    for seed in [3, 5, 9] {
         let cfg = SimConfig {
             seed,
             replicas: 4,
