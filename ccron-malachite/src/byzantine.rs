@@ -40,7 +40,7 @@ use malachitebft_core_consensus::{LivenessMsg, SignedConsensusMsg};
 
 use crate::context::{
     Address, BorshCodec, ClockSample, CodecError, Ctx, Ed25519Signer, Height, Proposal,
-    ProposalPart, Sig, Vote, proposer_of,
+    ProposalPart, Sig, Vote,
 };
 use crate::guard::GuardedSigner;
 use crate::state::State;
@@ -309,7 +309,7 @@ fn flood<A: Application>(state: &mut State<A>, cursor: &mut u32) -> Vec<Proposal
         *cursor = (*cursor + 1) % FLOOD_ROUNDS;
         for (k, &h) in heights.iter().enumerate() {
             let (height, round) = (Height(h), Round::new(r));
-            if proposer_of(&state.vset, height, round).address != me {
+            if state.proposer(height, round) != me {
                 continue;
             }
             let mut block = ccron_node::Block {

@@ -180,11 +180,15 @@ impl mct::Validator<Ctx> for Validator {
     }
 }
 
-/// The validator set, ordered by address (the genesis order).
+/// The validator set, ordered by address (the genesis order), as the application passes it to
+/// the engine for one height: with that height's round-0 proposer when proposer reputation
+/// chose one ([`crate::reputation`], [`ValidatorSet::for_height`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidatorSet {
     /// The validators.
     pub validators: Vec<Validator>,
+    /// `(height, index)`: the round-0 proposer of `height` is `validators[index]`.
+    round0: Option<(Height, usize)>,
 }
 
 impl ValidatorSet {
@@ -198,7 +202,33 @@ impl ValidatorSet {
             })
             .collect();
         validators.sort_by_key(|v| v.address);
-        ValidatorSet { validators }
+        ValidatorSet {
+            validators,
+            round0: None,
+        }
+    }
+
+    /// This set for `height`, whose round-0 proposer is `validators[index]` (an index out of
+    /// range is ignored: plain rotation).
+    pub fn for_height(&self, height: Height, index: usize) -> Self {
+        ValidatorSet {
+            validators: self.validators.clone(),
+            round0: (index < self.validators.len()).then_some((height, index)),
+        }
+    }
+
+    /// The proposer of `(height, round)`, what the engine asks
+    /// (`Context::select_proposer`): the round-0 proposer this set carries for its height,
+    /// else plain rotation ([`proposer_of`]; every round `>= 1`, and any other height).
+    pub fn proposer(&self, height: Height, round: Round) -> &Validator {
+        if let Some((h, i)) = self.round0
+            && h == height
+            && round == Round::new(0)
+            && let Some(v) = self.validators.get(i)
+        {
+            return v;
+        }
+        proposer_of(self, height, round)
     }
 
     /// The engine's commit quorum with equal power: more than two thirds,
@@ -433,7 +463,7 @@ impl mct::Context for Ctx {
         height: Height,
         round: Round,
     ) -> &'a Validator {
-        proposer_of(validator_set, height, round)
+        validator_set.proposer(height, round)
     }
 
     fn new_proposal(
@@ -494,7 +524,8 @@ static NOBODY: Validator = Validator {
     public_key: PubKey([0; 32]),
 };
 
-/// Round-robin proposer: (height - 1 + round) mod n over the address-ordered set.
+/// Plain round-robin proposer: (height - 1 + round) mod n over the address-ordered set (the
+/// engine's choice for every round >= 1; round 0 may differ, [`ValidatorSet::proposer`]).
 pub fn proposer_of(set: &ValidatorSet, height: Height, round: Round) -> &Validator {
     let n = set.validators.len().max(1) as u64;
     let r = round.as_u32().map_or(0, u64::from);

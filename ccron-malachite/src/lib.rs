@@ -14,6 +14,8 @@
 //!   `(height, round)`.
 //! - [`node`]: one validator process: engine configuration and start, the app-message loop;
 //!   [`byzantine`]: the node's strategy at its seams (honest, or a Byzantine validator's).
+//! - [`reputation`]: who proposes round 0 (a validator whose round 0 failed is skipped for a
+//!   bounded number of heights), from the decided blocks only.
 //! - [`cli`]: a node binary for any ledger in one call.
 
 pub mod byzantine;
@@ -21,6 +23,7 @@ pub mod commit;
 pub mod context;
 pub mod guard;
 pub mod node;
+pub mod reputation;
 pub mod state;
 pub mod stream;
 

@@ -433,7 +433,7 @@ async fn handle<A: Application>(
             }
             let start = node.start_height();
             tracing::info!(%start, "consensus ready");
-            if reply.send((start, node.params())).is_err() {
+            if reply.send((start, node.params(start))).is_err() {
                 return Err(NodeError::Engine("ConsensusReady reply dropped".into()));
             }
         }
@@ -511,7 +511,7 @@ async fn handle<A: Application>(
             certificate, reply, ..
         } => {
             let next = Height(certificate.height.0 + 1);
-            let _ = reply.send(Next::Start(next, node.params()));
+            let _ = reply.send(Next::Start(next, node.params(next)));
         }
         AppMsg::GetDecidedValues { range, reply } => {
             let _ = reply.send(node.decided_values(range));

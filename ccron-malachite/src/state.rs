@@ -28,6 +28,7 @@ use crate::context::{
     ValidatorSet, Value, VerifiedVotes, proposer_of,
 };
 use crate::guard::{GuardedSigner, SharedGuard};
+use crate::reputation::{LAG, Outcomes, WINDOW};
 
 /// Most decided values one sync answer carries.
 const MAX_SYNC_VALUES: usize = 50;
@@ -79,6 +80,9 @@ pub struct State<A> {
     offers: OfferSlot,
     /// The node's snapshot directory (read to build the offer).
     snapshots: ccron_node::snapshot::Snapshots,
+    /// The failed rounds 0 read from the decided blocks: who proposes round 0
+    /// ([`crate::reputation`]).
+    outcomes: Outcomes,
 }
 
 impl BookPart for ProposalPart {
@@ -155,6 +159,14 @@ impl<A: Application> State<A> {
             }
         }
         let snapshots = ccron_node::snapshot::Snapshots::open(&dir.join("snapshots"))?;
+        let outcomes = read_outcomes(&core);
+        if !outcomes.complete_for(last + 1) {
+            tracing::warn!(
+                height = last + 1,
+                "proposer reputation: the decided blocks of its window are not all here \
+                 (restored or pruned); unknown rounds 0 count as not failed"
+            );
+        }
         let offers = OfferSlot::new();
         offers.refresh(
             &snapshots,
@@ -175,7 +187,28 @@ impl<A: Application> State<A> {
             verified: Arc::default(),
             offers,
             snapshots,
+            outcomes,
         })
+    }
+
+    /// The proposer of `(height, round)`: the round-0 proposer by reputation
+    /// ([`crate::reputation`], from this node's decided blocks: the same on every node that
+    /// holds them, for any height up to three above the last decided one), plain rotation for
+    /// rounds `>= 1`. What the engine is told at each height ([`params`](Self::params)) and
+    /// what parts are checked against.
+    pub fn proposer(&self, height: Height, round: Round) -> Address {
+        if round == Round::new(0) {
+            let i = self.outcomes.round0(self.vset.validators.len(), height.0);
+            if let Some(v) = self.vset.validators.get(i) {
+                return v.address;
+            }
+        }
+        proposer_of(&self.vset, height, round).address
+    }
+
+    /// The failed rounds 0 this node read from its decided blocks.
+    pub fn outcomes(&self) -> &Outcomes {
+        &self.outcomes
     }
 
     /// This node's published history and catch-up offer (served by
@@ -231,9 +264,21 @@ impl<A: Application> State<A> {
         self.refused.counts()
     }
 
-    /// The parameters of every height (validators, timeouts, vote extensions required).
-    pub fn params(&self) -> HeightParams<Ctx> {
-        HeightParams::new(self.vset.clone(), timeouts(), None)
+    /// The parameters of `height` (validators with the height's round-0 proposer, timeouts,
+    /// vote extensions required): the engine starts a height only with them
+    /// (`ConsensusReady`, `Finalized`).
+    pub fn params(&self, height: Height) -> HeightParams<Ctx> {
+        let i = self.outcomes.round0(self.vset.validators.len(), height.0);
+        let plain = crate::reputation::plain_index(self.vset.validators.len(), height.0);
+        if i != plain {
+            tracing::info!(
+                height = height.0,
+                plain = plain,
+                proposer = i,
+                "proposer reputation: round 0 skips a validator whose round 0 failed"
+            );
+        }
+        HeightParams::new(self.vset.for_height(height, i), timeouts(), None)
             .with_vote_extension_policy(VoteExtensionPolicy::Required)
     }
 
@@ -487,8 +532,7 @@ impl<A: Application> State<A> {
         from: &[u8],
         part: &ProposalPart,
     ) -> Result<Option<ProposedValue<Ctx>>, NodeError> {
-        let from_proposer =
-            proposer_of(&self.vset, part.height, part.round).address == part.proposer;
+        let from_proposer = self.proposer(part.height, part.round) == part.proposer;
         let domain = self.core.domain();
         if self
             .book
@@ -534,6 +578,9 @@ impl<A: Application> State<A> {
             certificate,
             extensions,
         })?;
+        if let Some(d) = self.core.decided(height) {
+            self.outcomes.record(height, d.block.prev_round);
+        }
         self.my_parts.retain(|(h, _), _| *h > height);
         self.parts.prune(height)?;
         let core = &self.core;
@@ -644,4 +691,21 @@ impl<A: Application> State<A> {
             _ => SyncedValueOutcome::PeerFault,
         }
     }
+}
+
+/// The outcomes of the heights the next windows read, from the node's decided blocks (those it
+/// holds: after a restore or pruning, fewer).
+fn read_outcomes<A: Application>(core: &NodeCore<A, MalachiteCommit>) -> Outcomes {
+    let mut out = Outcomes::default();
+    let last = core.last_height();
+    let from = last
+        .saturating_sub(WINDOW + LAG)
+        .max(core.history_min_height())
+        .max(1);
+    for h in from..=last {
+        if let Some(d) = core.decided(h) {
+            out.record(h, d.block.prev_round);
+        }
+    }
+    out
 }

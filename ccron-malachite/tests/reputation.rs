@@ -1,0 +1,367 @@
+//! Proposer reputation (`ccron_malachite::reputation`): the round-0 proposer is a pure
+//! function of the decided history, the same on every node that holds the window's blocks;
+//! nobody is excluded forever; an honest cluster keeps plain rotation; a validator whose round
+//! 0 keeps failing loses few rounds. And the engine is told exactly what the node checks parts
+//! against (`State::params`, `State::proposer`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ccron::host::Application;
+use ccron_ledgers::demo::{DemoTables, demo_ledger};
+use ccron_malachite::context::{Ctx, Height, ValidatorSet, proposer_of};
+use ccron_malachite::reputation::{
+    BASE_SKIP, LAG, MAX_SKIP, Outcomes, WINDOW, amnesty_period, plain_index, round0_index,
+    skip_for, window,
+};
+use ccron_malachite::state::State;
+use ccron_node::localnet::{LedgerInit, init_home};
+use ccron_node::{Factory, NodeOptions};
+use malachitebft_core_types::{Context as _, Round};
+use proptest::prelude::*;
+
+/// `failed(j)` from a bit vector (index `j`; beyond it, not failed).
+fn from_bits(bits: &[bool]) -> impl Fn(u64) -> bool + '_ {
+    move |j| bits.get(j as usize).copied().unwrap_or(false)
+}
+
+/// A node's outcomes after deciding blocks `from..=last` of a chain whose round 0 of height
+/// `j` failed iff `bits[j]` (block `j + 1`'s `prev_round` is then 1 or more).
+fn node_outcomes(bits: &[bool], from: u64, last: u64, round: u32) -> Outcomes {
+    let mut o = Outcomes::default();
+    for h in from.max(1)..=last {
+        let failed = bits.get((h - 1) as usize).copied().unwrap_or(false) && h >= 2;
+        o.record(h, if failed { round } else { 0 });
+    }
+    o
+}
+
+fn keys(n: usize) -> Vec<[u8; 32]> {
+    (0..n)
+        .map(|i| {
+            let mut k = [0u8; 32];
+            k[0] = i as u8;
+            k[1] = 0xa5;
+            k
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Two nodes that decided different stretches of the same chain (one from genesis, one
+    /// restored with only the window's blocks, each up to any of the three heights below `h`)
+    /// pick the same round-0 proposer at `h`, the rule's on the whole history; the engine's
+    /// `select_proposer` on the set carrying it names it at round 0 and plain rotation at every
+    /// other round and height.
+    #[test]
+    fn all_nodes_with_the_same_decided_history_pick_the_same_proposer(
+        n in 1usize..=10,
+        bits in proptest::collection::vec(proptest::bool::weighted(0.2), 1..1400),
+        h in 1u64..1500,
+        ahead_a in 0u64..3,
+        ahead_b in 0u64..3,
+        round in 1u32..5,
+    ) {
+        // A node at height `next` (decided `next - 1`) judges parts up to `next + 2`: it
+        // answers for `h` when it decided `h - 3`, `h - 2` or `h - 1`.
+        let last_a = h.saturating_sub(3) + ahead_a;
+        let last_b = h.saturating_sub(3) + ahead_b;
+        let from_b = window(h).start().saturating_add(1);
+        let a = node_outcomes(&bits, 1, last_a, round);
+        let b = node_outcomes(&bits, from_b, last_b, round);
+        let rule = round0_index(n, h, from_bits(&bits));
+        prop_assert_eq!(a.round0(n, h), rule);
+        prop_assert_eq!(b.round0(n, h), rule);
+        prop_assert!(b.complete_for(h) || h <= LAG);
+        let set = ValidatorSet::new(&keys(n)).for_height(Height(h), rule);
+        let ctx = Ctx;
+        prop_assert_eq!(
+            ctx.select_proposer(&set, Height(h), Round::new(0)).address,
+            set.validators[rule].address
+        );
+        for r in 1..(2 * n as u32 + 1) {
+            // Rounds >= 1: plain rotation, whatever the record.
+            prop_assert_eq!(
+                ctx.select_proposer(&set, Height(h), Round::new(r)).address,
+                proposer_of(&set, Height(h), Round::new(r)).address
+            );
+        }
+        // Another height than the set's: plain rotation.
+        prop_assert_eq!(
+            ctx.select_proposer(&set, Height(h + 1), Round::new(0)).address,
+            proposer_of(&set, Height(h + 1), Round::new(0)).address
+        );
+    }
+
+    /// Whatever the history (every round 0 failing included), every validator is round-0
+    /// proposer at least once in any `amnesty_period(n)` consecutive heights.
+    #[test]
+    fn no_validator_is_excluded_forever(
+        n in 1usize..=10,
+        density in 0.0f64..=1.0,
+        seed in any::<u64>(),
+    ) {
+        let mut x = seed | 1;
+        let bits: Vec<bool> = (0..2000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 1000) as f64 / 1000.0 < density
+            })
+            .collect();
+        let period = amnesty_period(n);
+        let mut last_turn = vec![0u64; n];
+        for h in 1..2000u64 {
+            let p = round0_index(n, h, from_bits(&bits));
+            prop_assert!(p < n);
+            last_turn[p] = h;
+            for (v, &t) in last_turn.iter().enumerate() {
+                prop_assert!(
+                    h - t < period,
+                    "validator {} had no round 0 from {} to {} (period {})", v, t, h, period
+                );
+            }
+        }
+    }
+
+    /// No failed round 0 anywhere (an honest cluster): plain rotation at every height.
+    #[test]
+    fn an_honest_cluster_keeps_plain_rotation(n in 1usize..=16, h in 1u64..100_000) {
+        prop_assert_eq!(round0_index(n, h, |_| false), plain_index(n, h));
+        let set = ValidatorSet::new(&keys(n));
+        prop_assert_eq!(
+            set.for_height(Height(h), plain_index(n, h)).proposer(Height(h), Round::new(0)).address,
+            proposer_of(&set, Height(h), Round::new(0)).address
+        );
+    }
+
+    /// Every round 0 failing: plain rotation (everyone skipped, nobody preferred).
+    #[test]
+    fn all_validators_failing_degrades_to_plain_rotation(n in 1usize..=10, h in 1u64..5000) {
+        prop_assert_eq!(round0_index(n, h, |_| true), plain_index(n, h));
+    }
+
+    /// Only outcomes inside the window count: changing any outcome outside it changes nothing.
+    #[test]
+    fn only_the_window_counts(
+        n in 2usize..=7,
+        h in 1u64..1200,
+        bits in proptest::collection::vec(proptest::bool::weighted(0.3), 1200),
+        flip in 0usize..1200,
+    ) {
+        let w = window(h);
+        prop_assume!(!w.contains(&(flip as u64)));
+        let mut other = bits.clone();
+        other[flip] = !other[flip];
+        prop_assert_eq!(round0_index(n, h, from_bits(&bits)), round0_index(n, h, from_bits(&other)));
+    }
+}
+
+/// One failed round 0 at node 0's slot (height 1 of 4 validators): node 0 is skipped at its
+/// slots while `h - 1 <= BASE_SKIP`, node 1 (next in rotation) proposes instead; others keep
+/// their slots; afterwards plain again.
+#[test]
+fn one_failure_skips_its_slot_owner_for_base_skip_heights() {
+    let n = 4;
+    let failed = |j: u64| j == 1;
+    for h in 1..200u64 {
+        let p = round0_index(n, h, failed);
+        let plain = plain_index(n, h);
+        let skipped = plain == 0 && h > LAG && h - 1 <= BASE_SKIP;
+        let want = if skipped { 1 } else { plain };
+        assert_eq!(p, want, "height {h}");
+    }
+    assert_eq!(skip_for(1), BASE_SKIP);
+    assert_eq!(skip_for(2), 2 * BASE_SKIP);
+    assert_eq!(skip_for(40), MAX_SKIP);
+    assert!(amnesty_period(4) >= 4 * MAX_SKIP && amnesty_period(4).is_multiple_of(4));
+    const { assert!(MAX_SKIP < WINDOW) };
+}
+
+/// A validator whose every own round 0 fails (silent, equivocating, invalid blocks), the others
+/// honest: over 4,000 heights of 4 validators plain rotation loses 1,000 rounds; the rule loses
+/// one per skip (doubling up to `MAX_SKIP`) and amnesty slot: at most 4000 / MAX_SKIP + 12 +
+/// 4000 / amnesty_period.
+#[test]
+fn a_validator_that_always_fails_loses_few_rounds() {
+    for n in [4usize, 7, 10] {
+        let heights = 4000u64;
+        let mut bits = vec![false; heights as usize + 1];
+        let mut lost = 0u64;
+        for h in 1..heights {
+            let p = round0_index(n, h, from_bits(&bits));
+            if p == 0 {
+                // Its round 0 fails: block h + 1 carries prev_round 1.
+                bits[h as usize] = true;
+                lost += 1;
+            }
+        }
+        let bound = heights / MAX_SKIP + 12 + heights / amnesty_period(n);
+        assert!(
+            lost <= bound,
+            "n = {n}: lost {lost} rounds 0 (bound {bound}, plain {})",
+            heights / n as u64
+        );
+        assert!(lost >= 2, "it is retried");
+    }
+}
+
+/// `Outcomes` keeps what the windows need and no more: recording 100,000 heights holds at most
+/// about a window's failed heights.
+#[test]
+fn outcomes_stay_bounded() {
+    let mut o = Outcomes::default();
+    for h in 1..100_000u64 {
+        o.record(h, u32::from(h % 3 == 0));
+        assert!(o.complete_for(h + 1), "height {h}");
+    }
+    let held = (1..100_000u64).filter(|j| o.failed(*j)).count() as u64;
+    assert!(held <= WINDOW + 2 * LAG, "{held} held");
+    // The newest are there.
+    assert!(o.failed(99_998));
+}
+
+fn factory() -> Factory<Box<dyn Application>> {
+    Arc::new(|_spec| {
+        Ok(
+            Box::new(demo_ledger(&DemoTables::default()).map_err(|e| e.to_string())?)
+                as Box<dyn Application>,
+        )
+    })
+}
+
+fn home(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ccron-reputation-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let app = demo_ledger(&DemoTables::default()).unwrap();
+    let init = LedgerInit {
+        name: "demo".into(),
+        tick_periods: app
+            .tick_components()
+            .into_iter()
+            .map(|c| (c, 200))
+            .collect(),
+        pages: ccron_node::ledger::DEFAULT_PAGES,
+        setup_digest: None,
+        has_outbox: false,
+    };
+    init_home(&dir, 4, 7, &init).unwrap();
+    dir
+}
+
+fn open(home: &Path, index: usize) -> State<Box<dyn Application>> {
+    let opts = NodeOptions {
+        home: home.to_path_buf(),
+        index,
+        lying_time: false,
+        omit_ticks: false,
+        byzantine: None,
+        http: "127.0.0.1:0".parse().unwrap(),
+        snapshot_every: 0,
+        retain_blocks: None,
+        signing_state: None,
+    };
+    State::open(opts, &factory()).unwrap()
+}
+
+/// The engine is told (the validator set in `State::params`) the proposer the node checks
+/// parts against (`State::proposer`), for every round of the next heights.
+#[test]
+fn the_engine_and_the_part_check_name_the_same_proposer() {
+    let dir = home("same");
+    let node = open(&dir, 1);
+    let ctx = Ctx;
+    for h in 1..=3u64 {
+        let params = node.params(Height(h));
+        for r in 0..8u32 {
+            let round = Round::new(r);
+            assert_eq!(
+                ctx.select_proposer(&params.validator_set, Height(h), round)
+                    .address,
+                node.proposer(Height(h), round),
+                "height {h} round {r}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A node reopened on a chain whose round 0 failed at index 0's slots (heights 1 and 5: blocks
+/// 2 and 6 carry `prev_round` 1) reads it from its blocks: at height 13, index 0's slot, round 0
+/// goes to index 1; the engine is told the same (`State::params`); rounds >= 1 and the next
+/// heights stay plain rotation.
+#[test]
+fn a_reopened_node_reads_failed_rounds_from_its_decided_blocks() {
+    use ccron_malachite::commit::MalachiteCommit;
+    use ccron_node::store::{BlockStore, Decided};
+    use malachitebft_core_types::CommitCertificate;
+
+    let dir = home("reopen");
+    let node_dir = ccron_node::core::node_dir(&dir, 1);
+    {
+        let mut store = BlockStore::<MalachiteCommit>::open(&node_dir.join("blocks.log")).unwrap();
+        let genesis_ms = 1_700_000_000_000i64;
+        for h in 1..=12u64 {
+            let block = ccron_node::types::Block {
+                height: h,
+                prev_round: u32::from(h == 2 || h == 6),
+                prev_id: ccron_node::types::Hash32([0; 32]),
+                samples: Vec::new(),
+                agreed_time_ms: genesis_ms + 100 * h as i64,
+                ticks: Vec::new(),
+                requests: Vec::new(),
+                prev_state: None,
+            };
+            let commit = MalachiteCommit {
+                certificate: CommitCertificate {
+                    height: Height(h),
+                    round: Round::new(u32::from(h == 1 || h == 5)),
+                    value_id: block.id(),
+                    commit_signatures: Vec::new(),
+                },
+                extensions: Vec::new(),
+            };
+            store.append(Decided { block, commit }).unwrap();
+        }
+    }
+    let node = open(&dir, 1);
+    assert_eq!(node.core.last_height(), 12);
+    assert!(node.outcomes().failed(1) && node.outcomes().failed(5));
+    assert!(!node.outcomes().failed(2) && !node.outcomes().failed(9));
+    let set = &node.vset;
+    let ctx = Ctx;
+    let params = node.params(Height(13));
+    assert_eq!(plain_index(4, 13), 0);
+    assert_eq!(
+        node.proposer(Height(13), Round::new(0)),
+        set.validators[1].address
+    );
+    assert_eq!(
+        ctx.select_proposer(&params.validator_set, Height(13), Round::new(0))
+            .address,
+        set.validators[1].address
+    );
+    for r in 1..8u32 {
+        let round = Round::new(r);
+        assert_eq!(
+            node.proposer(Height(13), round),
+            proposer_of(set, Height(13), round).address
+        );
+        assert_eq!(
+            ctx.select_proposer(&params.validator_set, Height(13), round)
+                .address,
+            proposer_of(set, Height(13), round).address
+        );
+    }
+    // Heights 14 and 15 (parts judged ahead): their slot owners never failed.
+    for h in 14..=15u64 {
+        assert_eq!(
+            node.proposer(Height(h), Round::new(0)),
+            proposer_of(set, Height(h), Round::new(0)).address
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
