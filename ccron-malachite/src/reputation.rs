@@ -180,7 +180,14 @@ impl Outcomes {
     }
 
     /// The round-0 proposer's index at height `h` among `n` ([`round0_index`]).
+    ///
+    /// Any `h` (it comes from the network: a part's height): the window of a height up to
+    /// [`LAG`] is empty (`1..=0`), which `BTreeSet::range` would panic on, so it is never asked.
     pub fn round0(&self, n: usize, h: u64) -> usize {
-        round0_of_failed(n, h, self.failed.range(window(h)).copied())
+        let w = window(h);
+        if w.is_empty() {
+            return round0_of_failed(n, h, std::iter::empty());
+        }
+        round0_of_failed(n, h, self.failed.range(w).copied())
     }
 }

@@ -163,6 +163,32 @@ proptest! {
 /// One failed round 0 at node 0's slot (height 1 of 4 validators): node 0 is skipped at its
 /// slots while `h - 1 <= BASE_SKIP`, node 1 (next in rotation) proposes instead; others keep
 /// their slots; afterwards plain again.
+/// A part's height comes from the network: every height, the first ones (whose window is
+/// empty) and the largest included, gets an answer, never a panic. Found by the late joiner of
+/// `slow_localnet` (a part of a height up to `LAG` reached the honest nodes while it synced from
+/// height 1): `BTreeSet::range(1..=0)` panicked
+/// in every honest node's part check and the three of them exited.
+#[test]
+fn every_height_from_the_network_gets_a_round0_proposer() {
+    let mut o = Outcomes::default();
+    for h in 0..=LAG + 2 {
+        assert_eq!(
+            o.round0(4, h),
+            plain_index(4, h),
+            "empty history, height {h}"
+        );
+    }
+    for height in 1..=40u64 {
+        o.record(height, u32::from(height % 3 == 0));
+    }
+    for h in (0..=LAG + 2).chain([u64::MAX - 1, u64::MAX]) {
+        assert!(o.round0(4, h) < 4, "height {h}");
+    }
+    for h in 0..=LAG {
+        assert_eq!(o.round0(4, h), plain_index(4, h), "height {h}");
+    }
+}
+
 #[test]
 fn one_failure_skips_its_slot_owner_for_base_skip_heights() {
     let n = 4;
