@@ -4,17 +4,17 @@
 //! restarted proposer that must re-propose the very block it signed, or refuse to start
 //! (defect 4).
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use ccron::host::Application;
-use ccron_ledgers::demo::{DemoTables, demo_ledger};
 use ccron_malachite::context::{
     Address, Block, Ed25519Signer, Hash32, Height, ProposalPart, proposer_of,
 };
 use ccron_malachite::state::{Restream, State};
 use ccron_node::crypto::SigningDomain;
-use ccron_node::localnet::{LedgerInit, init_home, localnet_secret};
+use ccron_node::localnet::localnet_secret;
 use ccron_node::{Factory, NodeOptions};
 use malachitebft_app_channel::app::types::core::{Round, Validity};
 
@@ -22,31 +22,11 @@ const SEED: u64 = 7;
 const N: usize = 4;
 
 fn factory() -> Factory<Box<dyn Application>> {
-    Arc::new(|_spec| {
-        Ok(
-            Box::new(demo_ledger(&DemoTables::default()).map_err(|e| e.to_string())?)
-                as Box<dyn Application>,
-        )
-    })
+    support::demo_factory()
 }
 
 fn home(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ccron-parts-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let app = demo_ledger(&DemoTables::default()).unwrap();
-    let init = LedgerInit {
-        name: "demo".into(),
-        tick_periods: app
-            .tick_components()
-            .into_iter()
-            .map(|c| (c, 200))
-            .collect(),
-        pages: ccron_node::ledger::DEFAULT_PAGES,
-        setup_digest: None,
-        has_outbox: false,
-    };
-    init_home(&dir, N, SEED, &init).unwrap();
-    dir
+    support::demo_home("parts", name, N, SEED)
 }
 
 fn open(home: &Path, index: usize) -> State<Box<dyn Application>> {

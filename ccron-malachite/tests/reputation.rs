@@ -4,18 +4,17 @@
 //! 0 keeps failing loses few rounds. And the engine is told exactly what the node checks parts
 //! against (`State::params`, `State::proposer`).
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use ccron::host::Application;
-use ccron_ledgers::demo::{DemoTables, demo_ledger};
 use ccron_malachite::context::{Ctx, Height, ValidatorSet, proposer_of};
 use ccron_malachite::reputation::{
     BASE_SKIP, LAG, MAX_SKIP, Outcomes, WINDOW, amnesty_period, plain_index, round0_index,
     skip_for, window,
 };
 use ccron_malachite::state::State;
-use ccron_node::localnet::{LedgerInit, init_home};
 use ccron_node::{Factory, NodeOptions};
 use malachitebft_core_types::{Context as _, Round};
 use proptest::prelude::*;
@@ -251,31 +250,11 @@ fn outcomes_stay_bounded() {
 }
 
 fn factory() -> Factory<Box<dyn Application>> {
-    Arc::new(|_spec| {
-        Ok(
-            Box::new(demo_ledger(&DemoTables::default()).map_err(|e| e.to_string())?)
-                as Box<dyn Application>,
-        )
-    })
+    support::demo_factory()
 }
 
 fn home(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ccron-reputation-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let app = demo_ledger(&DemoTables::default()).unwrap();
-    let init = LedgerInit {
-        name: "demo".into(),
-        tick_periods: app
-            .tick_components()
-            .into_iter()
-            .map(|c| (c, 200))
-            .collect(),
-        pages: ccron_node::ledger::DEFAULT_PAGES,
-        setup_digest: None,
-        has_outbox: false,
-    };
-    init_home(&dir, 4, 7, &init).unwrap();
-    dir
+    support::demo_home("reputation", name, 4, 7)
 }
 
 fn open(home: &Path, index: usize) -> State<Box<dyn Application>> {

@@ -5,18 +5,18 @@
 //! bytes are exactly what 8855341 signed (`fixtures/signing_domain_v1.txt`, written by that
 //! build), so its stores still replay and verify.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use ccron::host::Application;
-use ccron_ledgers::demo::{DemoTables, demo_ledger};
 use ccron_malachite::context::{
     Address, Block, ClockSample, Ctx, Ed25519Signer, Ed25519Verifier, Hash32, Height, Proposal,
     ProposalPart, Sig, Value, Vote, extension_signing_bytes, proposer_of,
 };
 use ccron_malachite::state::State;
 use ccron_node::crypto::SigningDomain;
-use ccron_node::localnet::{LedgerInit, init_home, localnet_secret};
+use ccron_node::localnet::localnet_secret;
 use ccron_node::request::ClientRequest;
 use ccron_node::{Factory, NodeOptions};
 use malachitebft_app_channel::app::types::core::{NilOrVal, Round, VoteExtensionScope, VoteType};
@@ -264,32 +264,11 @@ fn domain_1_signs_exactly_what_the_build_before_it_signed() {
 }
 
 fn factory() -> Factory<Box<dyn Application>> {
-    Arc::new(|_spec| {
-        Ok(
-            Box::new(demo_ledger(&DemoTables::default()).map_err(|e| e.to_string())?)
-                as Box<dyn Application>,
-        )
-    })
+    support::demo_factory()
 }
 
-/// A fresh 4-node home of [`SEED`] (the same keys every time; a new chain id each time).
 fn home(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ccron-domains-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let app = demo_ledger(&DemoTables::default()).unwrap();
-    let init = LedgerInit {
-        name: "demo".into(),
-        tick_periods: app
-            .tick_components()
-            .into_iter()
-            .map(|c| (c, 200))
-            .collect(),
-        pages: ccron_node::ledger::DEFAULT_PAGES,
-        setup_digest: None,
-        has_outbox: false,
-    };
-    init_home(&dir, 4, SEED, &init).unwrap();
-    dir
+    support::demo_home("domains", name, 4, SEED)
 }
 
 /// Rewrites `home`'s genesis as the build before signing domains wrote it: no `chain_id`, no

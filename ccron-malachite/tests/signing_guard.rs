@@ -5,14 +5,14 @@
 //! proposal or part at a height it signed before; the attack it stops is shown with the state
 //! removed too.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use ccron::host::Application;
-use ccron_ledgers::demo::{DemoTables, demo_ledger};
 use ccron_malachite::context::{Ctx, Hash32, Height, Vote, proposer_of};
 use ccron_malachite::state::State;
-use ccron_node::localnet::{LedgerInit, init_home, wipe_node_dir};
+use ccron_node::localnet::wipe_node_dir;
 use ccron_node::signguard::{SignRefusal, SigningStateError};
 use ccron_node::{Factory, NodeError, NodeOptions};
 use malachitebft_core_types::{NilOrVal, Round, VoteType};
@@ -21,31 +21,11 @@ use malachitebft_signing::Signer;
 const SEED: u64 = 11;
 
 fn factory() -> Factory<Box<dyn Application>> {
-    Arc::new(|_spec| {
-        Ok(
-            Box::new(demo_ledger(&DemoTables::default()).map_err(|e| e.to_string())?)
-                as Box<dyn Application>,
-        )
-    })
+    support::demo_factory()
 }
 
 fn home(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ccron-guard-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let app = demo_ledger(&DemoTables::default()).unwrap();
-    let init = LedgerInit {
-        name: "demo".into(),
-        tick_periods: app
-            .tick_components()
-            .into_iter()
-            .map(|c| (c, 200))
-            .collect(),
-        pages: ccron_node::ledger::DEFAULT_PAGES,
-        setup_digest: None,
-        has_outbox: false,
-    };
-    init_home(&dir, 4, SEED, &init).unwrap();
-    dir
+    support::demo_home("guard", name, 4, SEED)
 }
 
 fn opts(home: &Path) -> NodeOptions {

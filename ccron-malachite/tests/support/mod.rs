@@ -96,3 +96,37 @@ pub fn diagnose(r: &Report) -> String {
         r.replay
     )
 }
+
+/// The demo ledger as a node's application factory (the in-process `State` tests).
+pub fn demo_factory() -> ccron_node::Factory<Box<dyn ccron::host::Application>> {
+    std::sync::Arc::new(|_spec| {
+        Ok(Box::new(
+            ccron_ledgers::demo::demo_ledger(&ccron_ledgers::demo::DemoTables::default())
+                .map_err(|e| e.to_string())?,
+        ) as Box<dyn ccron::host::Application>)
+    })
+}
+
+/// A fresh localnet home (`ccron-<prefix>-<name>-<pid>` under the temporary directory, emptied
+/// first) of `n` validators with key seed `seed`, for the demo ledger with every tick
+/// component at 200 ms: what the in-process `State` tests open nodes from.
+pub fn demo_home(prefix: &str, name: &str, n: usize, seed: u64) -> PathBuf {
+    use ccron::host::Application as _;
+    let dir = std::env::temp_dir().join(format!("ccron-{prefix}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let app =
+        ccron_ledgers::demo::demo_ledger(&ccron_ledgers::demo::DemoTables::default()).unwrap();
+    let init = ccron_node::localnet::LedgerInit {
+        name: "demo".into(),
+        tick_periods: app
+            .tick_components()
+            .into_iter()
+            .map(|c| (c, 200))
+            .collect(),
+        pages: ccron_node::ledger::DEFAULT_PAGES,
+        setup_digest: None,
+        has_outbox: false,
+    };
+    ccron_node::localnet::init_home(&dir, n, seed, &init).unwrap();
+    dir
+}
