@@ -58,6 +58,8 @@ pub mod snapshot;
 pub mod store;
 pub mod submit;
 pub mod supervise;
+#[cfg(test)]
+mod testutil;
 mod ticks;
 pub mod types;
 pub mod upgrade;

@@ -700,11 +700,7 @@ mod tests {
 
     /// A fresh scratch directory for one test.
     fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("ccron-snapshot-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        crate::testutil::scratch("snapshot", name)
     }
 
     fn validators() -> (Validators, Vec<Address>) {

@@ -293,23 +293,11 @@ mod tests {
     }
 
     fn block(h: u64, prev_id: Hash32) -> Block {
-        Block {
-            height: h,
-            prev_round: 0,
-            prev_id,
-            samples: Vec::new(),
-            agreed_time_ms: 1_700_000_000_000 + 250 * h as i64,
-            ticks: Vec::new(),
-            requests: Vec::new(),
-            prev_state: None,
-        }
+        crate::testutil::empty_block(h, prev_id)
     }
 
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("ccron-refill-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        crate::testutil::scratch("refill", name)
     }
 
     /// `n` linked blocks in `path`, committed in round `round` (round 0 "verifies").

@@ -344,23 +344,11 @@ mod tests {
     use crate::types::{Block, Hash32};
 
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("ccron-recover-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        crate::testutil::scratch("recover", name)
     }
 
     fn block(h: u64, prev_id: Hash32) -> Block {
-        Block {
-            height: h,
-            prev_round: 0,
-            prev_id,
-            samples: Vec::new(),
-            agreed_time_ms: 1_700_000_000_000 + 250 * h as i64,
-            ticks: Vec::new(),
-            requests: Vec::new(),
-            prev_state: None,
-        }
+        crate::testutil::empty_block(h, prev_id)
     }
 
     #[derive(Clone, Debug, borsh::BorshSerialize, borsh::BorshDeserialize, PartialEq)]
