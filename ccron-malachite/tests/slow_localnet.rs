@@ -7,7 +7,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use ccron_node::localnet::Report;
+use ccron_node::localnet::{Report, SUBSET_STALL_BOUND_MS};
 use ccron_node::records::NodeStatus;
 
 fn localnet(args: &[&str], name: &str) -> (bool, Report) {
@@ -480,6 +480,51 @@ fn byzantine_bad_ticks_and_requests_are_refused_by_reason() {
     assert!(refused(&r, "block.BadTickSignature") > 0, "{r:?}");
 }
 
+/// The Byzantine kinds the campaign's `byzantine` layer rotates through.
+const CAMPAIGN_BYZANTINE: [&str; 6] = [
+    "equivocate",
+    "flood",
+    "withhold",
+    "withhold-votes",
+    "silent",
+    "bad-ticks",
+];
+
+/// splitmix64 of `seed`: the campaign's Byzantine choices, independent of which layer the
+/// rotation gives a seed (a plain `seed mod 6` would meet only odd seeds in a 2-layer
+/// rotation).
+fn campaign_mix(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The `byzantine` layer's `--byzantine KIND@NODE` for `seed`: a kind and a node drawn from
+/// [`campaign_mix`] of the seed.
+fn campaign_byzantine(seed: u64) -> String {
+    let m = campaign_mix(seed);
+    let kind = CAMPAIGN_BYZANTINE[(m % 6) as usize];
+    format!("{kind}@{}", (m >> 8) % 4)
+}
+
+/// The `subset` layer for `seed`: the sender's `KIND@NODE` (`honest-code` is node 0, honest
+/// code whose links to one peer are cut; `equivocate` and `withhold-votes` add a Byzantine kind)
+/// and the two honest peers it still delivers to (`--byzantine-subset`), so it reaches f + 1
+/// honest nodes only.
+fn campaign_subset(seed: u64) -> (String, String) {
+    let m = campaign_mix(seed);
+    let kind = ["honest-code", "equivocate", "withhold-votes"][(m % 3) as usize];
+    // Without `--byzantine` the localnet's subset sender is node 0.
+    let node = if kind == "honest-code" {
+        0
+    } else {
+        (m >> 8) % 4
+    };
+    let delivers_to = format!("{},{}", (node + 1) % 4, (node + 2) % 4);
+    (format!("{kind}@{node}"), delivers_to)
+}
+
 /// The seeded process-fault campaign (ignored: minutes). Each seed runs a 4-node localnet
 /// with `--no-kill --faults SEED` (SIGKILL + restart and SIGSTOP + SIGCONT of random nodes at
 /// random points, one at a time) and must end with every node alive, the honest digests equal
@@ -491,7 +536,10 @@ fn byzantine_bad_ticks_and_requests_are_refused_by_reason() {
 /// `CCRON_CAMPAIGN_KINDS` (comma-separated, default `faults`) lists the seeded fault layers the
 /// campaign rotates through, one per run (seed `lo + k` runs the `k`-th modulo their number),
 /// from the run's seed: `faults` (`--faults`), `kill-all` (`--faults --kill-all`), `net`
-/// (`--net-faults`), `clock` (`--clock-faults`), `disk` (`--disk-faults`). One per run: each
+/// (`--net-faults`), `clock` (`--clock-faults`), `disk` (`--disk-faults`), and the Byzantine
+/// validators as processes: `byzantine` (`--byzantine KIND@NODE`, [`campaign_byzantine`]) and
+/// `subset` (`--byzantine-subset`, [`campaign_subset`]), whose longest stall while the
+/// behaviour lasts must stay under `SUBSET_STALL_BOUND_MS`. One per run: each
 /// plan keeps at most f = 1 node faulty at a time, two layers together do not (a disk fault's
 /// restart during a net isolation leaves 2 of 4 out: nothing can be decided, and the judge says
 /// so). A failing run prints `REPLAY` with the report's replay command.
@@ -512,6 +560,7 @@ fn fault_campaign() {
     let mut faults = 0usize;
     for seed in lo..=hi {
         let seed_s = seed.to_string();
+        let (mut byz, mut subset) = (String::new(), String::new());
         let mut args = vec!["--duration", &duration, "--no-kill"];
         let all: Vec<&str> = kinds.split(',').map(str::trim).collect();
         let k = usize::try_from(seed - lo).unwrap_or(0) % all.len();
@@ -522,20 +571,45 @@ fn fault_campaign() {
             "net" => args.extend(["--net-faults", &seed_s]),
             "clock" => args.extend(["--clock-faults", &seed_s]),
             "disk" => args.extend(["--disk-faults", &seed_s]),
+            "byzantine" => {
+                byz = campaign_byzantine(seed);
+                args.extend(["--byzantine", &byz]);
+            }
+            "subset" => {
+                let (b, delivers_to) = campaign_subset(seed);
+                (byz, subset) = (b, delivers_to);
+                if !byz.starts_with("honest-code") {
+                    args.extend(["--byzantine", &byz]);
+                }
+                args.extend(["--byzantine-subset", &subset]);
+            }
             other => panic!("CCRON_CAMPAIGN_KINDS: unknown kind {other}"),
         }
         let (ok, r) = localnet(&args, &format!("campaign-{seed}"));
         faults += r.faults.len();
         let heights: Vec<u64> = r.nodes.iter().map(|n| n.last_executed_seq).collect();
+        // A Byzantine run's stall while the behaviour lasts, bounded like a subset's (a few
+        // rounds' timeouts); the subset report's own bound is a violation already.
+        let stall_during = r
+            .byzantine
+            .as_ref()
+            .map(|b| b.longest_stall_during_ms)
+            .or(r.subset.as_ref().map(|s| s.longest_stall_during_ms));
+        let stalled = stall_during.is_some_and(|ms| ms > SUBSET_STALL_BOUND_MS);
         println!(
-            "seed {seed} ({kind}): ok {ok} max_height {} heights {heights:?} restarts {} longest stall {} ms faults [{}] violations {:?}",
+            "seed {seed} ({kind}{}): ok {ok} max_height {} heights {heights:?} restarts {} longest stall {} ms (during the behaviour {stall_during:?} ms) faults [{}] violations {:?}",
+            if byz.is_empty() {
+                String::new()
+            } else {
+                format!(" {byz} {subset}")
+            },
             r.max_height,
             r.restarts,
             r.longest_stall_ms,
             r.faults.join(", "),
             r.violations
         );
-        if !ok || !r.honest_agree {
+        if !ok || !r.honest_agree || stalled {
             println!(
                 "REPLAY seed {seed}: cargo run -p ccron-malachite -- {}",
                 r.replay
