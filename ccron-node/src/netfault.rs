@@ -649,14 +649,18 @@ pub fn judge_windows(windows: &[PlannedWindow], trace: &Trace) -> (Vec<NetWindow
         let (Some(first), Some(last)) = (inside.first(), inside.last()) else {
             continue;
         };
-        let others_gain = |a: &Vec<u64>, b: &Vec<u64>| {
-            (0..a.len().min(b.len()))
+        // Heights decided in the window: the rise of the highest height the others hold (an
+        // isolated node's own are not counted). Not a node's own gain: a node behind the top
+        // that takes decided heights from a peer (value sync after an earlier fault) decides
+        // nothing new, and during a split it may do so from a peer on its side.
+        let others_top = |hs: &Vec<u64>| {
+            (0..hs.len())
                 .filter(|i| !(w.kind == WindowKind::Isolate && w.nodes.contains(i)))
-                .map(|i| b[i].saturating_sub(a[i]))
+                .map(|i| hs[i])
                 .max()
                 .unwrap_or(0)
         };
-        let heights_during = others_gain(&first.1, &last.1);
+        let heights_during = others_top(&last.1).saturating_sub(others_top(&first.1));
         let mut stall = 0u64;
         let mut since = first.0;
         let mut h = top(&first.1);
@@ -890,6 +894,42 @@ mod tests {
             "{v:?}"
         );
         assert!(v.iter().any(|v| v.contains("Isolate window")), "{v:?}");
+    }
+
+    /// Campaign seed 15 (12 s runs, 2026-11-28): node 0, isolated from 3.6 to 5.4 s, was still
+    /// redialling its peers when the 2|2 split began at 6.6 s and took 17 decided heights from
+    /// node 1 (its side) by value sync during the split, while the top height stood still. The
+    /// judge counted that node's gain as 17 heights "decided without a quorum"; only a rise of
+    /// the top is a decision.
+    #[test]
+    fn a_node_catching_up_during_a_split_is_not_a_decision() {
+        let mut trace = Vec::new();
+        for t in (3_000..=6_000u64).step_by(100) {
+            // Nodes 1-3 stand at 56 through the split; node 0 syncs 39 -> 56 inside it,
+            // and the chain resumes after the heal at 4,000.
+            let top = if t <= 4_300 {
+                56
+            } else {
+                56 + (t - 4_300) / 100
+            };
+            let h0 = if t < 3_400 {
+                39
+            } else {
+                top.min(39 + (t - 3_300) / 10)
+            };
+            trace.push((t, vec![h0, top, top, top]));
+        }
+        let ws = [window(WindowKind::Split, vec![0, 1], 3_000, 4_000)];
+        let (judged, violations) = judge_windows(&ws, &trace);
+        assert!(violations.is_empty(), "{violations:?}");
+        assert_eq!(judged[0].heights_during, 0);
+        // The same trace with the top rising inside the split still is a violation.
+        let rising: Vec<(u64, Vec<u64>)> = trace
+            .iter()
+            .map(|(t, hs)| (*t, hs.iter().map(|h| h + t / 100).collect()))
+            .collect();
+        let (_, v) = judge_windows(&ws, &rising);
+        assert!(v.iter().any(|v| v.contains("without a quorum")), "{v:?}");
     }
 
     #[test]

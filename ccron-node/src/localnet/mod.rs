@@ -2,7 +2,7 @@
 //! joiner or a lying proposer, and a JSON report. Every child is killed on every exit path (a
 //! guard's Drop), and nodes exit on their own when the localnet process disappears.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -209,6 +209,17 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .map(|seed| crate::netfault::NetPlan::new(seed, n, opts.duration));
     let mut net_next = 0usize;
     let mut net_log: Vec<String> = Vec::new();
+    // The net plan's 2|2 split heals at `split_end`: the chain must decide again after it, and
+    // a heal late in a short run may leave too little of it to see that (reconnections wait
+    // for the engine's redial, rounds for their grown timeouts), so the run polls on past its
+    // end until the chain decides again, bounded by `KILL_ALL_RESUME_BOUND` from the heal.
+    let split_end = net_plan.as_ref().and_then(|p| {
+        p.windows
+            .iter()
+            .find(|w| w.kind == crate::netfault::WindowKind::Split)
+            .map(|w| w.end)
+    });
+    let mut split_resume = ResumeWatch::default();
     if opts.clock_faults.is_some() {
         for i in 0..n {
             write_clock_offset(&home, i, 0)?;
@@ -370,19 +381,22 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             }
         }
         if traced {
-            let wall = now_ms();
-            let mut heights = Vec::with_capacity(n);
-            for i in 0..n {
-                let s = read_status(&home, i);
-                let prev = trace.last().map_or(0, |(_, hs)| hs[i]);
-                heights.push(s.last_height.max(prev));
-                if s.last_height > 1 {
-                    let d = s.agreed_time_ms.saturating_sub(wall);
-                    ahead_max = ahead_max.max(d);
-                    behind_max = behind_max.max(d.saturating_neg());
-                }
-            }
-            trace.push((u64::try_from(t.as_millis()).unwrap_or(u64::MAX), heights));
+            poll_trace(&home, n, t, &mut trace, &mut ahead_max, &mut behind_max);
+        }
+        if let Some(end) = split_end
+            && !split_resume.pending()
+            && split_resume.resumed_after_ms().is_none()
+            && t >= end
+        {
+            let top = trace
+                .last()
+                .map_or(0, |(_, hs)| hs.iter().copied().max().unwrap_or(0));
+            split_resume.restarted(millis(end), top);
+        }
+        if split_resume.pending()
+            && let Some((at, hs)) = trace.last()
+        {
+            split_resume.observe(*at, hs.iter().copied().max().unwrap_or(0));
         }
         if opts.kill_restart && !killed && t >= kill_at && Some(victim) != late {
             if let Some(mut c) = children.0[victim].take() {
@@ -463,12 +477,19 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     }
     let bound = millis(KILL_ALL_RESUME_BOUND);
     let end = millis(start.elapsed());
-    // A node restarted after a disk fault is judged from its restart too.
+    // A node restarted after a disk fault is judged from its restart too, and a healed split
+    // from its heal (polled into the trace, which judges it).
     while resume.waiting(millis(start.elapsed()), bound)
         || disk.as_ref().is_some_and(|d| d.waiting(start.elapsed()))
+        || split_resume.waiting(millis(start.elapsed()), bound)
     {
         std::thread::sleep(Duration::from_millis(100));
         resume.observe(millis(start.elapsed()), top_height(&home, n));
+        if split_resume.pending() {
+            let t = start.elapsed();
+            poll_trace(&home, n, t, &mut trace, &mut ahead_max, &mut behind_max);
+            split_resume.observe(millis(t), top_height(&home, n));
+        }
         if let Some(d) = disk.as_mut() {
             d.observe(start.elapsed(), &home);
         }
@@ -854,6 +875,31 @@ pub fn withheld_vote_violations(b: &ByzantineReport) -> Vec<String> {
 }
 
 /// The command that replays a run's seeded faults (empty without any).
+/// One poll of every node's height into `trace` (at `t` from the run's start; a node's height
+/// never goes down in it), and of how far the agreed time is ahead of or behind this clock.
+fn poll_trace(
+    home: &Path,
+    n: usize,
+    t: Duration,
+    trace: &mut Vec<(u64, Vec<u64>)>,
+    ahead_max: &mut i64,
+    behind_max: &mut i64,
+) {
+    let wall = now_ms();
+    let mut heights = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = read_status(home, i);
+        let prev = trace.last().map_or(0, |(_, hs)| hs[i]);
+        heights.push(s.last_height.max(prev));
+        if s.last_height > 1 {
+            let d = s.agreed_time_ms.saturating_sub(wall);
+            *ahead_max = (*ahead_max).max(d);
+            *behind_max = (*behind_max).max(d.saturating_neg());
+        }
+    }
+    trace.push((u64::try_from(t.as_millis()).unwrap_or(u64::MAX), heights));
+}
+
 fn replay_command(opts: &LocalnetOptions) -> String {
     if opts.faults.is_none()
         && opts.net_faults.is_none()
