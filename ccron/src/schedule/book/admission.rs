@@ -1,5 +1,6 @@
 //! Admission: validating requests against the limits and registered handlers, and applying
-//! them (create, upsert, replace, pause, resume, cancel, zone installation).
+//! them (create, upsert, replace, pause, resume, cancel, zone installation); the calendar
+//! requests are admitted in `calendars.rs`, operator runs in `manual.rs`.
 
 use super::{
     Bounds, Guarded, HISTORY_RUNS, Handlers, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
@@ -88,7 +89,7 @@ fn check_route(what: &str, value: Option<&str>, max: usize) -> Result<(), Schedu
 }
 
 impl Scheduler {
-    fn resolve(&self, target: &Target) -> Result<u64, ScheduleError> {
+    pub(super) fn resolve(&self, target: &Target) -> Result<u64, ScheduleError> {
         let id = match target {
             Target::Id(id) => Some(*id).filter(|id| self.records.contains_key(id)),
             Target::Key(k) => self.keys.get(k).copied(),
@@ -98,7 +99,7 @@ impl Scheduler {
 
     /// Whether the policy lets `by` do `action` to schedule `id` (its owner or an admin), or
     /// create one (`id` = `None`); a typed error otherwise.
-    fn authorize(
+    pub(super) fn authorize(
         &self,
         by: &Principal,
         action: Action,
@@ -605,17 +606,10 @@ impl Scheduler {
                 .retarget(by, &from_handler, &to_handler, handlers_ok)
                 .map(Some),
             ScheduleRequest::InstallCalendar(calendar) => {
-                self.authorize(by, Action::InstallZone, None)?;
-                self.install_calendar(calendar, seq, now_ms)
-                    .map_err(|e| self.refuse_calendar(e))?;
-                Ok(None)
+                self.admit_install_calendar(by, calendar, seq, now_ms)
             }
             ScheduleRequest::SetCalendar { target, calendar } => {
-                let id = self.resolve(&target)?;
-                self.authorize(by, Action::Replace, Some(id))?;
-                self.set_calendar(id, calendar, now_ms)
-                    .map_err(|e| self.refuse_calendar(e))?;
-                Ok(Some(id))
+                self.admit_set_calendar(by, &target, calendar, now_ms)
             }
             ScheduleRequest::CreateExcluding {
                 schedule,
@@ -623,30 +617,17 @@ impl Scheduler {
                 bounds,
                 overlap,
                 calendar,
-            } => {
-                let created = super::overlap::check_policy(overlap, schedule.timing.is_one_shot())
-                    .and_then(|()| {
-                        self.authorize(by, Action::Create, None)?;
-                        if let Some(k) = &schedule.key
-                            && self.keys.contains_key(k)
-                        {
-                            return Err(ScheduleError::KeyInUse(k.clone()));
-                        }
-                        self.insert_new(
-                            *by,
-                            schedule,
-                            policy,
-                            bounds,
-                            Some(calendar),
-                            handlers_ok,
-                            seq,
-                            now_ms,
-                        )
-                    });
-                let id = created.map_err(|e| self.refuse_calendar(e))?;
-                self.admit_overlap(id, overlap);
-                Ok(Some(id))
-            }
+            } => self.create_excluding(
+                by,
+                schedule,
+                policy,
+                bounds,
+                overlap,
+                calendar,
+                handlers_ok,
+                seq,
+                now_ms,
+            ),
             ScheduleRequest::InstallZone(rules) => {
                 self.authorize(by, Action::InstallZone, None)?;
                 let name = rules.name().to_owned();
@@ -962,7 +943,7 @@ impl Scheduler {
     /// A new schedule owned by `owner`, naming exclusion calendar `calendar` when given
     /// (`calendars.rs`: checked before anything changes).
     #[allow(clippy::too_many_arguments)]
-    fn insert_new(
+    pub(super) fn insert_new(
         &mut self,
         owner: Principal,
         def: NewSchedule,

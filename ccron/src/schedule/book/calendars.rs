@@ -25,7 +25,10 @@ use std::sync::Arc;
 
 #[cfg(doc)]
 use super::ScheduleRequest;
-use super::{Record, ScheduleError, Scheduler, Timing};
+use super::{
+    Bounds, NewSchedule, Overlap, Record, RunPolicy, ScheduleError, Scheduler, Target, Timing,
+};
+use crate::authz::{Action, Principal};
 use crate::codec;
 use crate::cron::{CronError, CronSchedule, ExclusionCalendar, ZoneRules};
 use crate::due::Due;
@@ -167,6 +170,77 @@ impl Scheduler {
             calendars.insert(at, c);
         }
         Ok(codec::encoded_len(&(zones, calendars))?)
+    }
+
+    /// [`ScheduleRequest::InstallCalendar`] from `by` (admins only, as for zones): see
+    /// [`Self::install_calendar`]; a refusal is counted and traced.
+    pub(super) fn admit_install_calendar(
+        &mut self,
+        by: &Principal,
+        calendar: ExclusionCalendar,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        self.authorize(by, Action::InstallZone, None)?;
+        self.install_calendar(calendar, seq, now_ms)
+            .map_err(|e| self.refuse_calendar(e))?;
+        Ok(None)
+    }
+
+    /// [`ScheduleRequest::SetCalendar`] from `by` on `target` (its owner or an admin): see
+    /// [`Self::set_calendar`]; a refusal is counted and traced.
+    pub(super) fn admit_set_calendar(
+        &mut self,
+        by: &Principal,
+        target: &Target,
+        calendar: Option<String>,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        let id = self.resolve(target)?;
+        self.authorize(by, Action::Replace, Some(id))?;
+        self.set_calendar(id, calendar, now_ms)
+            .map_err(|e| self.refuse_calendar(e))?;
+        Ok(Some(id))
+    }
+
+    /// [`ScheduleRequest::CreateExcluding`] from `by`: a new schedule (its key, if any, not in
+    /// use) naming `calendar`, with its run policy, bounds and overlap policy; a refusal is
+    /// counted and traced.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_excluding(
+        &mut self,
+        by: &Principal,
+        schedule: NewSchedule,
+        policy: RunPolicy,
+        bounds: Bounds,
+        overlap: Overlap,
+        calendar: String,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        let created = super::overlap::check_policy(overlap, schedule.timing.is_one_shot())
+            .and_then(|()| {
+                self.authorize(by, Action::Create, None)?;
+                if let Some(k) = &schedule.key
+                    && self.keys.contains_key(k)
+                {
+                    return Err(ScheduleError::KeyInUse(k.clone()));
+                }
+                self.insert_new(
+                    *by,
+                    schedule,
+                    policy,
+                    bounds,
+                    Some(calendar),
+                    handlers_ok,
+                    seq,
+                    now_ms,
+                )
+            });
+        let id = created.map_err(|e| self.refuse_calendar(e))?;
+        self.admit_overlap(id, overlap);
+        Ok(Some(id))
     }
 
     /// [`ScheduleRequest::InstallCalendar`] (the caller authorized it): installs `calendar`
