@@ -4,8 +4,8 @@
 
 use super::{
     Bounds, Guarded, HISTORY_RUNS, Handlers, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
-    MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ONE_SHOT_HISTORY_RUNS, Record, RunPolicy,
-    ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
+    MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ONE_SHOT_HISTORY_RUNS, Overlap, Record,
+    RunPolicy, ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
 use std::sync::Arc;
 
@@ -265,12 +265,15 @@ impl Scheduler {
             .saturating_add(super::manual::MANUAL_BYTES)
             .saturating_add(super::bounds::stored_bytes(one_shot))
             .saturating_add(super::overlap::stored_bytes(one_shot))
-            // Layout 11: the exclusion calendar's name (cron schedules only; one tag else).
-            .saturating_add(if matches!(def.timing(), Timing::Cron { .. }) {
-                super::calendars::CALENDAR_REF_BYTES
-            } else {
+            // Layout 11: the exclusion calendar's name (one tag for a one-shot; reserved for
+            // every recurring schedule from layout 12, periodic ones included).
+            .saturating_add(if one_shot {
                 1
+            } else {
+                super::calendars::CALENDAR_REF_BYTES
             })
+            // Layout 12: the backfills' overlap policy and awaited run (recurring only).
+            .saturating_add(super::manual::backfill_overlap_bytes(one_shot))
             .saturating_add(dead * DEAD_RUN_BYTES)
             .saturating_add(history * RUN_ENTRY_BYTES))
     }
@@ -587,12 +590,13 @@ impl Scheduler {
                 target,
                 from_ms,
                 to_ms,
-            } => {
-                let id = self.resolve(&target)?;
-                self.authorize(by, Action::Trigger, Some(id))?;
-                self.backfill(id, from_ms, to_ms, now_ms)?;
-                Ok(Some(id))
-            }
+            } => self.admit_backfill(by, &target, (from_ms, to_ms), Overlap::AllowAll, now_ms),
+            ScheduleRequest::BackfillWith {
+                target,
+                from_ms,
+                to_ms,
+                overlap,
+            } => self.admit_backfill(by, &target, (from_ms, to_ms), overlap, now_ms),
             ScheduleRequest::Discard { target, occurrence } => {
                 let id = self.resolve(&target)?;
                 self.authorize(by, Action::DeadLetter, Some(id))?;
@@ -1099,6 +1103,7 @@ impl Scheduler {
         // takes no overlap policy (it runs once).
         if rec.def.timing.is_one_shot() {
             rec.overlap = None;
+            rec.backfill_overlap = None;
         } else if let Some(o) = &mut rec.overlap {
             o.buffered.clear();
         }

@@ -450,6 +450,20 @@ pub enum ScheduleRequest {
         /// The installed calendar it names.
         calendar: String,
     },
+    /// As [`ScheduleRequest::Backfill`], the backfill's occurrences under their own overlap
+    /// policy (book layout 12; `manual.rs`, "Backfill overlap"): what each does while the
+    /// backfill's previous run has no result yet ([`super::Overlap::AllowAll`] is the plain
+    /// request). Appended, so the others keep their encoding.
+    BackfillWith {
+        /// The schedule.
+        target: Target,
+        /// The window's first instant.
+        from_ms: TimeMs,
+        /// Its last instant (inclusive).
+        to_ms: TimeMs,
+        /// The backfill's overlap policy.
+        overlap: super::Overlap,
+    },
 }
 
 /// A change [`ScheduleRequest::IfVersion`] makes when the version matches (the same effect
@@ -804,6 +818,9 @@ pub struct ScheduleInfo {
     pub overlap: super::OverlapState,
     /// The exclusion calendar it names ([`ScheduleRequest::SetCalendar`]), if any.
     pub calendar: Option<String>,
+    /// Its backfills' overlap policy and the backfill run it awaits
+    /// ([`ScheduleRequest::BackfillWith`]; the default for a plain backfill).
+    pub backfill_overlap: super::BackfillOverlap,
 }
 
 /// One run of a handler in a tick (successful or not: see `outcome`).
