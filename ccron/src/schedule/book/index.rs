@@ -204,11 +204,10 @@ impl Scheduler {
         }
         for (&id, r) in &self.records {
             if let Some(name) = &r.calendar
-                && (!self.calendars.contains_key(name)
-                    || !matches!(r.def.timing, Timing::Cron { .. }))
+                && (!self.calendars.contains_key(name) || r.def.timing.is_one_shot())
             {
                 return Err(format!(
-                    "schedule {id} names calendar {name:?}, not installed or not a cron schedule"
+                    "schedule {id} names calendar {name:?}, not installed or not a recurring schedule"
                 ));
             }
         }
