@@ -220,6 +220,17 @@ pub fn own_request_in(
             overlap,
             calendar,
         },
+        R::BackfillWith {
+            target,
+            from_ms,
+            to_ms,
+            overlap,
+        } => R::BackfillWith {
+            target: t(target),
+            from_ms,
+            to_ms,
+            overlap,
+        },
     }
 }
 
@@ -312,6 +323,33 @@ mod tests {
             ScheduleRequest::SetOverlap { target, overlap } => {
                 assert_eq!(target, Target::Key(own.clone()));
                 assert_eq!(overlap, Overlap::Skip);
+            }
+            other => panic!("moved into another request: {other:?}"),
+        }
+    }
+
+    /// A backfill under its own overlap policy names a target: a client's is moved into its
+    /// namespace, so no client can backfill another's schedule.
+    #[test]
+    fn backfill_with_is_moved_into_the_clients_namespace() {
+        use ccron::schedule::Overlap;
+        let client = ClientId::from_index(7);
+        let own = own_key(client, "o-1");
+        let req = ScheduleRequest::BackfillWith {
+            target: Target::Key("o-1".into()),
+            from_ms: 5,
+            to_ms: 9,
+            overlap: Overlap::BufferAll,
+        };
+        match own_request(client, req) {
+            ScheduleRequest::BackfillWith {
+                target,
+                from_ms,
+                to_ms,
+                overlap,
+            } => {
+                assert_eq!(target, Target::Key(own));
+                assert_eq!((from_ms, to_ms, overlap), (5, 9, Overlap::BufferAll));
             }
             other => panic!("moved into another request: {other:?}"),
         }

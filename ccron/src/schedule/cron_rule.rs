@@ -465,20 +465,24 @@ mod tests {
         );
     }
 
+    /// December 24th and 25th, every year: the calendar the calendar tests share (D1).
+    fn xmas() -> ExclusionCalendar {
+        use crate::cron::Exclusion;
+        ExclusionCalendar::new(
+            "xmas",
+            vec![
+                Exclusion::Annual { month: 12, day: 24 },
+                Exclusion::Annual { month: 12, day: 25 },
+            ],
+        )
+        .unwrap()
+    }
+
     #[test]
     fn a_calendar_skips_excluded_instants_in_every_step() {
-        use crate::cron::{Exclusion, parse_rfc3339_ms as at};
+        use crate::cron::parse_rfc3339_ms as at;
         let at = |s: &str| at(s).unwrap();
-        let cal = || {
-            ExclusionCalendar::new(
-                "xmas",
-                vec![
-                    Exclusion::Annual { month: 12, day: 24 },
-                    Exclusion::Annual { month: 12, day: 25 },
-                ],
-            )
-            .unwrap()
-        };
+        let cal = xmas;
         let daily = || CronSchedule::parse("0 9 * * *").unwrap();
         let rule = CronRule::new(daily()).excluding(cal()).unwrap();
         let mut runs = Vec::new();
@@ -523,18 +527,9 @@ mod tests {
 
     #[test]
     fn a_run_limit_counts_allowed_instants_from_the_start_in_any_order() {
-        use crate::cron::{Exclusion, parse_rfc3339_ms as at};
+        use crate::cron::parse_rfc3339_ms as at;
         let at = |s: &str| at(s).unwrap();
-        let cal = || {
-            ExclusionCalendar::new(
-                "xmas",
-                vec![
-                    Exclusion::Annual { month: 12, day: 24 },
-                    Exclusion::Annual { month: 12, day: 25 },
-                ],
-            )
-            .unwrap()
-        };
+        let cal = xmas;
         let daily = || CronRule::new(CronSchedule::parse("0 9 * * *").unwrap());
         let start = at("2026-12-23T00:00:00Z");
         // The 23rd, the 26th, the 27th: the holidays are not instants of the rule.

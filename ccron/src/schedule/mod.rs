@@ -35,14 +35,14 @@ pub mod upgrade;
 
 pub use crate::authz::{Action, Policy, Principal};
 pub use book::{
-    AfterFailure, Bounds, DeadRun, EMIT_REFUSED_CODE, FailedRun, FireRecord, Guarded, HISTORY_RUNS,
-    HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Limits, MAX_ATTEMPTS,
-    MAX_BACKFILL_RUNS, MAX_BOOK_CALENDARS, MAX_BUFFERED, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP,
-    MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, ManualRuns, Misfire, NewSchedule, NextRun,
-    ONE_SHOT_HISTORY_RUNS, Overlap, OverlapState, PendingRetry, RetireReason, Retired, RetryPolicy,
-    RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleError, ScheduleInfo, ScheduleRequest,
-    Scheduler, SlotCapacity, SlotLoad, Target, TickReport, Timing, Transactional, is_manual,
-    manifest_digest, manual_occurrence, record_pages_of,
+    AfterFailure, BackfillOverlap, Bounds, DeadRun, EMIT_REFUSED_CODE, FailedRun, FireRecord,
+    Guarded, HISTORY_RUNS, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Limits,
+    MAX_ATTEMPTS, MAX_BACKFILL_RUNS, MAX_BOOK_CALENDARS, MAX_BUFFERED, MAX_DEAD_RUNS,
+    MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, ManualRuns, Misfire,
+    NewSchedule, NextRun, ONE_SHOT_HISTORY_RUNS, Overlap, OverlapState, PendingRetry, RetireReason,
+    Retired, RetryPolicy, RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleError,
+    ScheduleInfo, ScheduleRequest, Scheduler, SlotCapacity, SlotLoad, Target, TickReport, Timing,
+    Transactional, is_manual, manifest_digest, manual_occurrence, record_pages_of,
 };
 pub use cron_rule::CronRule;
 pub use upgrade::{

@@ -1,10 +1,11 @@
-//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8, 9, 10) loads and is
-//! migrated to layout 11 by the next save: crash-atomic at every page write, byte-identical on every
+//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8, 9, 10, 11) loads and
+//! is migrated to layout 12 by the next save: crash-atomic at every page write, byte-identical on every
 //! replica. The pages are fixtures the old code wrote (`fixtures/README.md`).
 
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{
-    Handlers, Limits, OverlapState, RunCounters, ScheduleError, ScheduleRequest, Scheduler, Target,
+    BackfillOverlap, Handlers, Limits, OverlapState, RunCounters, ScheduleError, ScheduleRequest,
+    Scheduler, Target,
 };
 use ccron::{ClientId, MemPages, PageRange, Principal, ReservedPages, Tick};
 
@@ -40,6 +41,17 @@ fn hex(b: &[u8]) -> String {
 /// The book as the fixtures' `.expect` files print it (layout 6's with the run state, layout
 /// 7's with the run counters, the manual runs and the book's totals).
 fn describe(name: &str, book: &Scheduler) -> String {
+    for id in book.ids() {
+        // Layout 12's backfill overlap policies: none below it (plain backfills).
+        assert_eq!(
+            book.get(id).unwrap().backfill_overlap,
+            BackfillOverlap::default(),
+            "{name}"
+        );
+    }
+    if name.starts_with("book_v11") {
+        return describe_v11(book);
+    }
     for id in book.ids() {
         // Layout 11's exclusion calendars: none below it.
         assert_eq!(book.get(id).unwrap().calendar, None, "{name}");
@@ -137,7 +149,7 @@ fn load(pages: &MemPages) -> Result<Scheduler, ScheduleError> {
     Scheduler::load(7, limits(), pages, range())
 }
 
-const FIXTURES: [&str; 21] = [
+const FIXTURES: [&str; 22] = [
     "book_v2",
     "book_v2_crashed",
     "book_v3",
@@ -159,6 +171,7 @@ const FIXTURES: [&str; 21] = [
     "book_v9",
     "book_v9_full_log",
     "book_v10",
+    "book_v11",
 ];
 
 /// Each older layout loads as what the old code held (a journal in force replayed), and its
@@ -196,7 +209,7 @@ fn every_older_layout_loads_and_migrates_crash_atomically() {
             );
         }
         let migrated = load(&wa.inner).unwrap();
-        assert!(!migrated.migrating(), "{name}: layout 11 now");
+        assert!(!migrated.migrating(), "{name}: layout 12 now");
         assert_eq!(describe(name, &migrated), expect, "{name}: migrated");
         assert!(migrated == a);
         // A crash after each page write of the migration.
@@ -463,4 +476,100 @@ fn a_layout_10_book_takes_exclusion_calendars_once_migrated() {
             assert_eq!(got, want);
         }
     }
+}
+
+/// A layout 11 book as the `book_v11*` fixtures' `.expect` files print it: layout 10's line
+/// with the exclusion calendar it names appended, then a line per installed calendar (its
+/// name and exclusions).
+fn describe_v11(book: &Scheduler) -> String {
+    let mut out = String::new();
+    let mut ids = book.ids();
+    for line in describe_v10(book).lines() {
+        if line.starts_with("totals|") {
+            out += line;
+        } else {
+            let id = ids.next().unwrap();
+            out += &format!("{line}|{:?}", book.get(id).unwrap().calendar);
+        }
+        out += "\n";
+    }
+    for name in book.calendar_names() {
+        let c = book.calendar(name).unwrap();
+        out += &format!("calendar|{name}|{:?}\n", c.exclusions());
+    }
+    out
+}
+
+/// The `book_v11` fixture (written by layout 11's code, `fixtures/README.md`) migrated to
+/// layout 12: its periodic schedule takes a backfill under its own overlap policy, whose run
+/// awaits its result; saved, reloaded, the state is kept (and the calendars of layout 11 with
+/// it), and the rest of the book is as layout 11 held it.
+#[test]
+fn a_layout_11_book_takes_backfill_overlap_once_migrated() {
+    use ccron::schedule::{Overlap, manual_occurrence};
+    let (mut pages, expect) = fixture("book_v11");
+    let mut book = load(&pages).unwrap();
+    assert!(book.migrating());
+    assert_eq!(describe_v11(&book), expect);
+    book.save(&mut pages, range()).unwrap();
+    let mut h: Handlers<u64> = Handlers::new();
+    for name in ["expire", "report", "notify", "flaky"] {
+        h.register(name, |ctx| {
+            ctx.emit("v12", b"v12".to_vec()).unwrap();
+        });
+    }
+    let id = book.id_of("v10-every").unwrap();
+    let owner = book.get(id).unwrap().owner;
+    let mut outbox = Outbox::new(OutboxLimits {
+        max_records: 1 << 16,
+        max_total_bytes: 1 << 26,
+        ..OutboxLimits::default()
+    });
+    let (mut now, mut seq) = (400_000, 900);
+    // The fixture's pending backfill runs out first (plain: nothing awaited).
+    while book.get(id).unwrap().manual.backfill.is_some() {
+        assert!(seq < 2_000, "the backfill ran out");
+        (now, seq) = (now + 1, seq + 1);
+        book.on_tick(
+            &Tick::new(7, seq, Some(now)),
+            &mut 0u64,
+            &mut h,
+            &mut outbox,
+        );
+    }
+    assert_eq!(
+        book.get(id).unwrap().backfill_overlap,
+        BackfillOverlap::default()
+    );
+    let req = ScheduleRequest::BackfillWith {
+        target: Target::Id(id),
+        from_ms: 60_000,
+        to_ms: 100_000,
+        overlap: Overlap::BufferAll,
+    };
+    book.apply(&owner, req, &h, seq, Some(now)).unwrap();
+    while book.get(id).unwrap().backfill_overlap.awaiting.is_none() {
+        assert!(seq < 3_000, "the backfill ran");
+        (now, seq) = (now + 1, seq + 1);
+        book.on_tick(
+            &Tick::new(7, seq, Some(now)),
+            &mut 0u64,
+            &mut h,
+            &mut outbox,
+        );
+    }
+    let awaited = BackfillOverlap {
+        policy: Overlap::BufferAll,
+        awaiting: Some((manual_occurrence(60_000, false), 1)),
+    };
+    assert_eq!(book.get(id).unwrap().backfill_overlap, awaited);
+    book.save(&mut pages, range()).unwrap();
+    let again = load(&pages).unwrap();
+    assert!(again == book && !again.migrating());
+    assert_eq!(again.get(id).unwrap().backfill_overlap, awaited);
+    assert_eq!(again.calendar_names().collect::<Vec<_>>(), vec!["hol"]);
+    again.check_invariants().unwrap();
+    // Its other occurrences wait for that result (BufferAll).
+    let m = again.get(id).unwrap().manual;
+    assert_eq!((m.backfill, m.backfill_left), (Some((80_000, 100_000)), 2));
 }

@@ -3,7 +3,8 @@
 //! skipping the occurrences they exclude in the schedule's zone, with the cron tables'
 //! semantics (the same [`ExclusionCalendar`], the same admission refusal as
 //! [`CronRule::excluding`]); ticks against a brute-force model that judges every fire instant
-//! by its local date; persisted and reloaded.
+//! by its local date; persisted and reloaded. From layout 12 periodic grids too (dates in
+//! UTC), against the same model.
 
 use ccron::cron::{
     CronError, CronSchedule, Exclusion, ExclusionCalendar, ZoneRules, parse_rfc3339_ms,
@@ -184,8 +185,8 @@ fn calendars_are_installed_by_admins_within_count_and_bytes() {
     assert_eq!(small.calendar_refusals(), 1);
 }
 
-/// Naming calendars: an unknown one, a periodic schedule, and a calendar that keeps the
-/// schedule from ever firing are refused typed, as a cron table entry's calendar is
+/// Naming calendars: an unknown one, and a calendar that keeps the schedule (cron, or a
+/// periodic grid) from ever firing are refused typed, as a cron table entry's calendar is
 /// ([`CronRule::excluding`] refuses the same pair with the same error).
 #[test]
 fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
@@ -248,10 +249,13 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
     assert!(matches!(weekly, Err(ScheduleError::Cron(_))), "{weekly:?}");
     assert_eq!(weekly.unwrap_err(), table.unwrap_err());
     assert!(book.is_empty());
+    // A weekly grid on Thursdays (1970-01-01 was one) under the same calendar: its search
+    // spends the skip budget (a week per skip); refused the same way (layout 12: periodic
+    // schedules take calendars).
     let periodic = NewSchedule::new(
         "h",
         Timing::Every {
-            period_ms: 1_000,
+            period_ms: 7 * DAY_MS,
             start_ms: Some(0),
         },
     );
@@ -263,7 +267,9 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
             4,
             Some(now)
         ),
-        Err(ScheduleError::Invalid(_))
+        Err(ScheduleError::Cron(
+            CronError::CalendarBudgetExhausted { .. }
+        ))
     ));
     // SetCalendar on existing schedules: the same refusals, nothing changes.
     let daily = book
@@ -291,23 +297,22 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
     ));
     assert!(matches!(
         book.apply(&host, set(every, "weekdays"), &h, 8, Some(now)),
-        Err(ScheduleError::Invalid(_))
+        Err(ScheduleError::Cron(
+            CronError::CalendarBudgetExhausted { .. }
+        ))
     ));
     assert_eq!(
         book.apply(&host, set(daily, "nope"), &h, 9, Some(now)),
         Err(ScheduleError::UnknownCalendar("nope".into()))
     );
-    // Removing a calendar from a schedule of another kind is refused too (found by
-    // `book_fits`: a one-shot's next point recomputed by it was lost).
+    assert!(book == before);
+    // Removing no calendar from a periodic schedule is admitted (layout 12); from a one-shot
+    // it is refused (found by `book_fits`: a one-shot's next point recomputed by it was lost).
     let clear = ScheduleRequest::SetCalendar {
         target: Target::Id(every),
         calendar: None,
     };
-    assert!(matches!(
-        book.apply(&host, clear, &h, 9, Some(now)),
-        Err(ScheduleError::Invalid(_))
-    ));
-    assert!(book == before);
+    book.apply(&host, clear, &h, 9, Some(now)).unwrap();
     let once = NewSchedule::new("h", Timing::At(Due::Time(now + 1_000)));
     let once = book
         .apply(&host, ScheduleRequest::Create(once), &h, 9, Some(now))
@@ -331,8 +336,8 @@ fn schedules_that_could_never_fire_are_refused_as_table_entries_are() {
         Some(now),
     )
     .unwrap();
-    // Nine calendar requests refused: four creates and five SetCalendar.
-    assert_eq!(book.calendar_refusals(), 9);
+    // Eight calendar requests refused: four creates and four SetCalendar.
+    assert_eq!(book.calendar_refusals(), 8);
     // Within an end bound: no allowed occurrence before it is NeverFires.
     let dec = ExclusionCalendar::new(
         "dec",
@@ -672,6 +677,190 @@ proptest! {
             let ran: Vec<TimeMs> = report.fired.iter().filter_map(|f| f.due.time_ms()).collect();
             prop_assert_eq!(&ran, &want, "tick {} at {}", k, now);
             // The next point is the model's first eligible instant after the tick.
+            if let Some(&next) = eligible.iter().find(|&&t| t > now) {
+                prop_assert_eq!(book.get(id).unwrap().next, Some(Due::Time(next)));
+            }
+            if k == reload_at {
+                book.save(&mut pages, range()).unwrap();
+                let again = Scheduler::load(1, Limits::default(), &pages, range()).unwrap();
+                prop_assert!(again == book);
+                book = again;
+            }
+        }
+        book.check_invariants().map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Every 12 hours from 2026-12-24T00:00Z under Christmas (read in UTC: a grid has no zone):
+/// the two points of December 25th are skipped, never postponed (the next is December 26th,
+/// 00:00, on the grid); a late tick's `FireOnce` runs the latest allowed point it reached;
+/// a `FireEach` catch-up runs only allowed points; the calendar persists with the schedule.
+#[test]
+fn a_periodic_grid_skips_its_excluded_points() {
+    let h = handlers();
+    let host = Principal::Host;
+    let start = at("2026-12-24T00:00:00Z");
+    let grid = |misfire| {
+        NewSchedule::new(
+            "h",
+            Timing::Every {
+                period_ms: DAY_MS / 2,
+                start_ms: Some(start),
+            },
+        )
+        .with_misfire(misfire)
+    };
+    for (misfire, ticks, want) in [
+        // On time: the excluded points' ticks run nothing.
+        (
+            Misfire::FireOnce,
+            vec![
+                "2026-12-24T00:00:00Z",
+                "2026-12-24T12:00:00Z",
+                "2026-12-25T00:00:00Z",
+                "2026-12-25T12:00:00Z",
+                "2026-12-26T00:00:00Z",
+            ],
+            vec![
+                "2026-12-24T00:00:00Z",
+                "2026-12-24T12:00:00Z",
+                "2026-12-26T00:00:00Z",
+            ],
+        ),
+        (
+            Misfire::FireOnce,
+            vec![
+                "2026-12-24T00:00:00Z",
+                "2026-12-25T18:00:00Z",
+                "2026-12-26T01:00:00Z",
+            ],
+            vec![
+                "2026-12-24T00:00:00Z",
+                "2026-12-24T12:00:00Z",
+                "2026-12-26T00:00:00Z",
+            ],
+        ),
+        (
+            Misfire::FireEach { cap: 10 },
+            vec!["2026-12-26T13:00:00Z"],
+            vec![
+                "2026-12-24T00:00:00Z",
+                "2026-12-24T12:00:00Z",
+                "2026-12-26T00:00:00Z",
+                "2026-12-26T12:00:00Z",
+            ],
+        ),
+    ] {
+        let mut book = Scheduler::new_in(1, Limits::default(), range());
+        book.apply(
+            &host,
+            ScheduleRequest::InstallCalendar(xmas()),
+            &h,
+            1,
+            Some(0),
+        )
+        .unwrap();
+        let id = book
+            .apply(
+                &host,
+                excluding(grid(misfire), "xmas"),
+                &h,
+                2,
+                Some(start - 1),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(book.get(id).unwrap().calendar.as_deref(), Some("xmas"));
+        let times: Vec<TimeMs> = ticks.iter().map(|t| at(t)).collect();
+        let ran = run(&mut book, &times, 10);
+        let want: Vec<TimeMs> = want.iter().map(|t| at(t)).collect();
+        assert_eq!(ran, want, "{misfire:?}");
+        let mut pages = MemPages::new(4_096, 64);
+        book.save(&mut pages, range()).unwrap();
+        let again = Scheduler::load(1, Limits::default(), &pages, range()).unwrap();
+        assert!(again == book);
+        book.check_invariants().unwrap();
+    }
+}
+
+/// Periods the periodic proptest draws: hours, days, a week, and ones that drift across days.
+const PERIODS: &[i64] = &[
+    3_600_000,
+    5 * 3_600_000,
+    DAY_MS,
+    2 * DAY_MS + 3_600_000,
+    7 * DAY_MS,
+    45 * 60_000,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Random calendars, grids and misfire policies over random tick sequences, saved and
+    /// reloaded at a random tick: every tick runs exactly the model's grid points, the model
+    /// judging each point by its UTC date and weekday computed by plain arithmetic; the next
+    /// point is the model's first allowed one. A refused grid (it could never fire) has no
+    /// allowed point in the model's horizon either.
+    #[test]
+    fn calendared_periodic_grids_match_the_brute_force_model(
+        exclusions in proptest::collection::vec(exclusion(), 0..8),
+        period in 0..PERIODS.len(),
+        start_off in 1i64..(3 * DAY_MS),
+        misfire in misfire(),
+        steps in proptest::collection::vec(0i64..(40 * 3_600_000), 1..30),
+        reload_at in 0usize..30,
+    ) {
+        let Ok(calendar) = ExclusionCalendar::new("model", exclusions.clone()) else {
+            return Ok(());
+        };
+        let (period, start) = (PERIODS[period], BASE_MS + start_off);
+        let utc = ZoneRules::utc();
+        let h = handlers();
+        let host = Principal::Host;
+        let mut book = Scheduler::new_in(1, Limits::default(), range());
+        book.apply(&host, ScheduleRequest::InstallCalendar(calendar), &h, 2, Some(0)).unwrap();
+        let schedule = NewSchedule::new(
+            "h",
+            Timing::Every { period_ms: period, start_ms: Some(start) },
+        )
+        .with_misfire(misfire);
+        let horizon = BASE_MS + steps.iter().sum::<i64>();
+        let eligible: Vec<TimeMs> = (0..)
+            .map(|k| start + k * period)
+            .take_while(|&t| t <= horizon.max(start + 400 * DAY_MS))
+            .filter(|&t| !model_excludes(&exclusions, t, &utc))
+            .collect();
+        let id = match book.apply(&host, excluding(schedule, "model"), &h, 3, Some(BASE_MS)) {
+            Ok(Some(id)) => id,
+            Err(ScheduleError::Cron(_)) => {
+                prop_assert!(eligible.is_empty(), "refused, the model allows {:?}", eligible.first());
+                return Ok(());
+            }
+            other => return Err(TestCaseError::fail(format!("{other:?}"))),
+        };
+        let mut prev = BASE_MS;
+        let mut now = BASE_MS;
+        let mut pages = MemPages::new(4_096, 64);
+        let mut hh = handlers();
+        for (k, step) in steps.iter().enumerate() {
+            now += step;
+            let reached: Vec<TimeMs> = eligible.iter().copied().filter(|&t| t > prev && t <= now).collect();
+            let n = reached.len();
+            let want: Vec<TimeMs> = match misfire {
+                _ if n == 0 => Vec::new(),
+                Misfire::FireOnce => vec![reached[n - 1]],
+                Misfire::Skip if n == 1 => reached.clone(),
+                Misfire::Skip => Vec::new(),
+                Misfire::FireEach { cap } => reached[n.saturating_sub(cap as usize)..].to_vec(),
+                _ => unreachable!(),
+            };
+            if n > 0 {
+                prev = now;
+            }
+            let mut outbox = Outbox::new(OutboxLimits::default());
+            let report = book.on_tick(&Tick::new(1, 10 + k as u64, Some(now)), &mut 0, &mut hh, &mut outbox);
+            let ran: Vec<TimeMs> = report.fired.iter().filter_map(|f| f.due.time_ms()).collect();
+            prop_assert_eq!(&ran, &want, "tick {} at {}", k, now);
             if let Some(&next) = eligible.iter().find(|&&t| t > now) {
                 prop_assert_eq!(book.get(id).unwrap().next, Some(Due::Time(next)));
             }

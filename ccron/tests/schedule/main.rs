@@ -3,6 +3,7 @@
 //! bounds and run limits, overlap policies, and upgrades. `cargo test -p ccron --test schedule MODULE::` runs one module.
 
 mod authz;
+mod backfill_overlap;
 mod book;
 mod book_fits;
 mod book_migrations;

@@ -1,10 +1,11 @@
 //! Admission: validating requests against the limits and registered handlers, and applying
-//! them (create, upsert, replace, pause, resume, cancel, zone installation).
+//! them (create, upsert, replace, pause, resume, cancel, zone installation); the calendar
+//! requests are admitted in `calendars.rs`, operator runs in `manual.rs`.
 
 use super::{
     Bounds, Guarded, HISTORY_RUNS, Handlers, MAX_DEAD_RUNS, MAX_FIRE_EACH_CAP, MAX_INSTANT_MS,
-    MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ONE_SHOT_HISTORY_RUNS, Record, RunPolicy,
-    ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
+    MAX_PERIOD_MS, MIN_INSTANT_MS, Misfire, NewSchedule, ONE_SHOT_HISTORY_RUNS, Overlap, Record,
+    RunPolicy, ScheduleError, ScheduleRequest, Scheduler, Target, Timing,
 };
 use std::sync::Arc;
 
@@ -88,7 +89,7 @@ fn check_route(what: &str, value: Option<&str>, max: usize) -> Result<(), Schedu
 }
 
 impl Scheduler {
-    fn resolve(&self, target: &Target) -> Result<u64, ScheduleError> {
+    pub(super) fn resolve(&self, target: &Target) -> Result<u64, ScheduleError> {
         let id = match target {
             Target::Id(id) => Some(*id).filter(|id| self.records.contains_key(id)),
             Target::Key(k) => self.keys.get(k).copied(),
@@ -98,7 +99,7 @@ impl Scheduler {
 
     /// Whether the policy lets `by` do `action` to schedule `id` (its owner or an admin), or
     /// create one (`id` = `None`); a typed error otherwise.
-    fn authorize(
+    pub(super) fn authorize(
         &self,
         by: &Principal,
         action: Action,
@@ -264,12 +265,15 @@ impl Scheduler {
             .saturating_add(super::manual::MANUAL_BYTES)
             .saturating_add(super::bounds::stored_bytes(one_shot))
             .saturating_add(super::overlap::stored_bytes(one_shot))
-            // Layout 11: the exclusion calendar's name (cron schedules only; one tag else).
-            .saturating_add(if matches!(def.timing(), Timing::Cron { .. }) {
-                super::calendars::CALENDAR_REF_BYTES
-            } else {
+            // Layout 11: the exclusion calendar's name (one tag for a one-shot; reserved for
+            // every recurring schedule from layout 12, periodic ones included).
+            .saturating_add(if one_shot {
                 1
+            } else {
+                super::calendars::CALENDAR_REF_BYTES
             })
+            // Layout 12: the backfills' overlap policy and awaited run (recurring only).
+            .saturating_add(super::manual::backfill_overlap_bytes(one_shot))
             .saturating_add(dead * DEAD_RUN_BYTES)
             .saturating_add(history * RUN_ENTRY_BYTES))
     }
@@ -586,12 +590,13 @@ impl Scheduler {
                 target,
                 from_ms,
                 to_ms,
-            } => {
-                let id = self.resolve(&target)?;
-                self.authorize(by, Action::Trigger, Some(id))?;
-                self.backfill(id, from_ms, to_ms, now_ms)?;
-                Ok(Some(id))
-            }
+            } => self.admit_backfill(by, &target, (from_ms, to_ms), Overlap::AllowAll, now_ms),
+            ScheduleRequest::BackfillWith {
+                target,
+                from_ms,
+                to_ms,
+                overlap,
+            } => self.admit_backfill(by, &target, (from_ms, to_ms), overlap, now_ms),
             ScheduleRequest::Discard { target, occurrence } => {
                 let id = self.resolve(&target)?;
                 self.authorize(by, Action::DeadLetter, Some(id))?;
@@ -605,17 +610,10 @@ impl Scheduler {
                 .retarget(by, &from_handler, &to_handler, handlers_ok)
                 .map(Some),
             ScheduleRequest::InstallCalendar(calendar) => {
-                self.authorize(by, Action::InstallZone, None)?;
-                self.install_calendar(calendar, seq, now_ms)
-                    .map_err(|e| self.refuse_calendar(e))?;
-                Ok(None)
+                self.admit_install_calendar(by, calendar, seq, now_ms)
             }
             ScheduleRequest::SetCalendar { target, calendar } => {
-                let id = self.resolve(&target)?;
-                self.authorize(by, Action::Replace, Some(id))?;
-                self.set_calendar(id, calendar, now_ms)
-                    .map_err(|e| self.refuse_calendar(e))?;
-                Ok(Some(id))
+                self.admit_set_calendar(by, &target, calendar, now_ms)
             }
             ScheduleRequest::CreateExcluding {
                 schedule,
@@ -623,30 +621,17 @@ impl Scheduler {
                 bounds,
                 overlap,
                 calendar,
-            } => {
-                let created = super::overlap::check_policy(overlap, schedule.timing.is_one_shot())
-                    .and_then(|()| {
-                        self.authorize(by, Action::Create, None)?;
-                        if let Some(k) = &schedule.key
-                            && self.keys.contains_key(k)
-                        {
-                            return Err(ScheduleError::KeyInUse(k.clone()));
-                        }
-                        self.insert_new(
-                            *by,
-                            schedule,
-                            policy,
-                            bounds,
-                            Some(calendar),
-                            handlers_ok,
-                            seq,
-                            now_ms,
-                        )
-                    });
-                let id = created.map_err(|e| self.refuse_calendar(e))?;
-                self.admit_overlap(id, overlap);
-                Ok(Some(id))
-            }
+            } => self.create_excluding(
+                by,
+                schedule,
+                policy,
+                bounds,
+                overlap,
+                calendar,
+                handlers_ok,
+                seq,
+                now_ms,
+            ),
             ScheduleRequest::InstallZone(rules) => {
                 self.authorize(by, Action::InstallZone, None)?;
                 let name = rules.name().to_owned();
@@ -962,7 +947,7 @@ impl Scheduler {
     /// A new schedule owned by `owner`, naming exclusion calendar `calendar` when given
     /// (`calendars.rs`: checked before anything changes).
     #[allow(clippy::too_many_arguments)]
-    fn insert_new(
+    pub(super) fn insert_new(
         &mut self,
         owner: Principal,
         def: NewSchedule,
@@ -1118,6 +1103,7 @@ impl Scheduler {
         // takes no overlap policy (it runs once).
         if rec.def.timing.is_one_shot() {
             rec.overlap = None;
+            rec.backfill_overlap = None;
         } else if let Some(o) = &mut rec.overlap {
             o.buffered.clear();
         }

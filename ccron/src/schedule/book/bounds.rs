@@ -208,7 +208,7 @@ impl Scheduler {
                 },
                 _,
             ) => bounds.occurrence_after(start.saturating_sub(1), |after| {
-                super::timing::every_after(*start, *period_ms, after)
+                super::calendars::grid_allowed_after(*start, *period_ms, calendar, after)
             }),
             (Timing::Cron { .. }, Some(cron)) => {
                 let now = now_ms.ok_or(ScheduleError::NeedsTime)?;

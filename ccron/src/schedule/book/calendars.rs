@@ -18,16 +18,31 @@
 //! Calendars are stored with the zones in the zones part of the book's range (and in the
 //! log's segments that change them): [`MAX_BOOK_CALENDARS`] at most, and together with the
 //! zones within [`Limits::max_zones_bytes`](super::Limits::max_zones_bytes); an install
-//! beyond either is [`ScheduleError::Limit`], nothing changes. Only cron schedules take a
-//! calendar (a periodic grid or a one-shot naming one is [`ScheduleError::Invalid`]).
+//! beyond either is [`ScheduleError::Limit`], nothing changes. Recurring schedules take a
+//! calendar (a one-shot naming one is [`ScheduleError::Invalid`]).
+//!
+//! Periodic schedules (book layout 12 reserves the name's bytes for them): one grid for all,
+//! the same rule as cron. The occurrences of `Every { period_ms, start_ms }` under a calendar
+//! are the grid points `start + k·period` the calendar allows; an excluded point is skipped,
+//! never postponed (the grid's phase never moves), and a late tick's misfire policy chooses
+//! among the allowed points it reached. A grid has no zone: local dates, yearly dates and
+//! weekdays are read in UTC, spans are UTC instants as for cron. A grid the calendar keeps
+//! from ever firing is refused ([`CronError::ExcludedForever`], or the search's
+//! [`CronError::CalendarBudgetExhausted`]): past 4000-01-03 only the yearly dates and weekdays
+//! apply, which repeat every 400 years (146,097 days, whole weeks), so a grid with an allowed
+//! point past it has allowed points forever ([`check_grid_fires`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 #[cfg(doc)]
 use super::ScheduleRequest;
-use super::{Record, ScheduleError, Scheduler, Timing};
+use super::timing::every_after;
+use super::{
+    Bounds, NewSchedule, Overlap, Record, RunPolicy, ScheduleError, Scheduler, Target, Timing,
+};
+use crate::authz::{Action, Principal};
 use crate::codec;
-use crate::cron::{CronError, CronSchedule, ExclusionCalendar, ZoneRules};
+use crate::cron::{CronError, CronSchedule, ExclusionCalendar, MAX_EXCLUDED_SKIPS, ZoneRules};
 use crate::due::Due;
 use crate::tick::TimeMs;
 
@@ -75,6 +90,153 @@ pub(super) fn allowed_latest(
         })
 }
 
+/// `Ok` when a schedule of `timing` (parsed as `cron`) still fires under `calendar`.
+///
+/// # Errors
+/// [`ScheduleError::Invalid`] for a one-shot timing, [`ScheduleError::Cron`] otherwise.
+fn check_fires(
+    calendar: &ExclusionCalendar,
+    timing: &Timing,
+    cron: Option<&CronSchedule>,
+) -> Result<(), ScheduleError> {
+    match (timing, cron) {
+        (Timing::Cron { .. }, Some(cron)) => Ok(calendar.check_fires(cron)?),
+        (
+            Timing::Every {
+                period_ms,
+                start_ms: Some(start),
+            },
+            _,
+        ) => Ok(check_grid_fires(*start, *period_ms, calendar)?),
+        _ => Err(ScheduleError::Invalid(
+            "an exclusion calendar applies to recurring schedules only (cron or periodic)".into(),
+        )),
+    }
+}
+
+/// The zone a periodic schedule's calendar reads local dates in: UTC (a grid has no zone).
+fn utc() -> &'static ZoneRules {
+    static UTC: OnceLock<ZoneRules> = OnceLock::new();
+    UTC.get_or_init(ZoneRules::utc)
+}
+
+/// 4000-01-03T00:00:00Z: past it no date or span of any calendar applies (dates are years
+/// 1900..=3999, spans end by 4000-01-01; two days' margin), only yearly dates and weekdays.
+const REPEATING_FROM_MS: TimeMs = 64_060_761_600_000;
+
+fn grid_name(start: TimeMs, period_ms: i64) -> String {
+    format!("every {period_ms} ms from {start} ms")
+}
+
+/// The first point of the grid `start + k·period` (k >= 0) strictly after `after_ms` that
+/// `calendar` allows (local dates in UTC; every point without a calendar). A search that
+/// spends its skip budget gives `None` (the schedule stops, as a cron schedule's does), traced.
+pub(super) fn grid_allowed_after(
+    start: TimeMs,
+    period_ms: i64,
+    calendar: Option<&ExclusionCalendar>,
+    after_ms: TimeMs,
+) -> Option<TimeMs> {
+    let Some(calendar) = calendar else {
+        return every_after(start, period_ms, after_ms);
+    };
+    try_grid_after(start, period_ms, calendar, after_ms).unwrap_or_else(|error| {
+        stopped(&error);
+        None
+    })
+}
+
+/// [`grid_allowed_after`] with a calendar: excluded stretches are skipped whole, at most
+/// [`MAX_EXCLUDED_SKIPS`] of them.
+fn try_grid_after(
+    start: TimeMs,
+    period_ms: i64,
+    calendar: &ExclusionCalendar,
+    after_ms: TimeMs,
+) -> Result<Option<TimeMs>, CronError> {
+    let mut from_ms = after_ms;
+    for _ in 0..MAX_EXCLUDED_SKIPS {
+        let Some(t) = every_after(start, period_ms, from_ms) else {
+            return Ok(None);
+        };
+        match calendar.excluded_until(t, utc()) {
+            None => return Ok(Some(t)),
+            // The first point at or after the end of the excluded stretch.
+            Some(end_ms) => from_ms = end_ms.saturating_sub(1),
+        }
+    }
+    Err(CronError::CalendarBudgetExhausted {
+        expression: grid_name(start, period_ms),
+        calendar: calendar.name().to_owned(),
+    })
+}
+
+/// The latest `count` points of the grid `start + k·period` in `(after_ms, through_ms]` that
+/// `calendar` allows, ascending (fewer when the interval holds fewer; none when the search
+/// spends its skip budget, traced). O(count + skips), never a walk over every point.
+pub(super) fn grid_allowed_latest(
+    start: TimeMs,
+    period_ms: i64,
+    calendar: &ExclusionCalendar,
+    after_ms: TimeMs,
+    through_ms: TimeMs,
+    count: usize,
+) -> Vec<TimeMs> {
+    let mut found_desc = Vec::new();
+    let mut upper_ms = through_ms;
+    let mut skips = 0u32;
+    while found_desc.len() < count && upper_ms > after_ms && upper_ms >= start && period_ms > 0 {
+        let Some(k) = upper_ms.checked_sub(start).map(|d| d.div_euclid(period_ms)) else {
+            break;
+        };
+        // k·period <= upper - start: no overflow.
+        let t = start.saturating_add(k.saturating_mul(period_ms));
+        if t <= after_ms {
+            break;
+        }
+        match calendar.excluded_since(t, utc()) {
+            None => {
+                found_desc.push(t);
+                upper_ms = t.saturating_sub(1);
+            }
+            Some(since_ms) => {
+                skips += 1;
+                if skips > MAX_EXCLUDED_SKIPS {
+                    stopped(&CronError::CalendarBudgetExhausted {
+                        expression: grid_name(start, period_ms),
+                        calendar: calendar.name().to_owned(),
+                    });
+                    return Vec::new();
+                }
+                upper_ms = since_ms.saturating_sub(1);
+            }
+        }
+    }
+    found_desc.reverse();
+    found_desc
+}
+
+/// Checks, at admission, that the grid `start + k·period` still fires under `calendar` (see
+/// the module documentation: a point allowed past 4000-01-03 has allowed points forever).
+///
+/// # Errors
+/// [`CronError::ExcludedForever`] when no point is allowed past it;
+/// [`CronError::CalendarBudgetExhausted`] when the search spends its budget (refused too: it
+/// would stop on some tick).
+pub(super) fn check_grid_fires(
+    start: TimeMs,
+    period_ms: i64,
+    calendar: &ExclusionCalendar,
+) -> Result<(), CronError> {
+    match try_grid_after(start, period_ms, calendar, REPEATING_FROM_MS)? {
+        Some(_) => Ok(()),
+        None => Err(CronError::ExcludedForever {
+            expression: grid_name(start, period_ms),
+            calendar: calendar.name().to_owned(),
+        }),
+    }
+}
+
 fn stopped(error: &CronError) {
     tracing::warn!(%error, "schedule book: a search under an exclusion calendar stopped");
 }
@@ -106,10 +268,11 @@ impl Scheduler {
     }
 
     /// The calendar named `name`, installed, for a schedule of `timing` parsed as `cron`:
-    /// checked the way a table rule's is ([`ExclusionCalendar::check_fires`]).
+    /// checked the way a table rule's is ([`ExclusionCalendar::check_fires`]; a periodic
+    /// grid by [`check_grid_fires`]).
     ///
     /// # Errors
-    /// [`ScheduleError::UnknownCalendar`], [`ScheduleError::Invalid`] (not a cron timing),
+    /// [`ScheduleError::UnknownCalendar`], [`ScheduleError::Invalid`] (a one-shot timing),
     /// [`ScheduleError::Cron`] ([`CronError::ExcludedForever`], or a search budget spent).
     pub(super) fn calendar_for(
         &self,
@@ -122,12 +285,7 @@ impl Scheduler {
             .get(name)
             .cloned()
             .ok_or_else(|| ScheduleError::UnknownCalendar(name.to_owned()))?;
-        let (Timing::Cron { .. }, Some(cron)) = (timing, cron) else {
-            return Err(ScheduleError::Invalid(
-                "an exclusion calendar applies to cron schedules only".into(),
-            ));
-        };
-        calendar.check_fires(cron)?;
+        check_fires(&calendar, timing, cron)?;
         Ok(calendar)
     }
 
@@ -167,6 +325,77 @@ impl Scheduler {
             calendars.insert(at, c);
         }
         Ok(codec::encoded_len(&(zones, calendars))?)
+    }
+
+    /// [`ScheduleRequest::InstallCalendar`] from `by` (admins only, as for zones): see
+    /// [`Self::install_calendar`]; a refusal is counted and traced.
+    pub(super) fn admit_install_calendar(
+        &mut self,
+        by: &Principal,
+        calendar: ExclusionCalendar,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        self.authorize(by, Action::InstallZone, None)?;
+        self.install_calendar(calendar, seq, now_ms)
+            .map_err(|e| self.refuse_calendar(e))?;
+        Ok(None)
+    }
+
+    /// [`ScheduleRequest::SetCalendar`] from `by` on `target` (its owner or an admin): see
+    /// [`Self::set_calendar`]; a refusal is counted and traced.
+    pub(super) fn admit_set_calendar(
+        &mut self,
+        by: &Principal,
+        target: &Target,
+        calendar: Option<String>,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        let id = self.resolve(target)?;
+        self.authorize(by, Action::Replace, Some(id))?;
+        self.set_calendar(id, calendar, now_ms)
+            .map_err(|e| self.refuse_calendar(e))?;
+        Ok(Some(id))
+    }
+
+    /// [`ScheduleRequest::CreateExcluding`] from `by`: a new schedule (its key, if any, not in
+    /// use) naming `calendar`, with its run policy, bounds and overlap policy; a refusal is
+    /// counted and traced.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_excluding(
+        &mut self,
+        by: &Principal,
+        schedule: NewSchedule,
+        policy: RunPolicy,
+        bounds: Bounds,
+        overlap: Overlap,
+        calendar: String,
+        handlers_ok: impl Fn(&str) -> bool,
+        seq: u64,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        let created = super::overlap::check_policy(overlap, schedule.timing.is_one_shot())
+            .and_then(|()| {
+                self.authorize(by, Action::Create, None)?;
+                if let Some(k) = &schedule.key
+                    && self.keys.contains_key(k)
+                {
+                    return Err(ScheduleError::KeyInUse(k.clone()));
+                }
+                self.insert_new(
+                    *by,
+                    schedule,
+                    policy,
+                    bounds,
+                    Some(calendar),
+                    handlers_ok,
+                    seq,
+                    now_ms,
+                )
+            });
+        let id = created.map_err(|e| self.refuse_calendar(e))?;
+        self.admit_overlap(id, overlap);
+        Ok(Some(id))
     }
 
     /// [`ScheduleRequest::InstallCalendar`] (the caller authorized it): installs `calendar`
@@ -209,8 +438,8 @@ impl Scheduler {
             .map(|(id, _)| *id)
             .collect();
         for &id in &naming {
-            if let Some(cron) = self.crons.get(&id) {
-                calendar.check_fires(cron)?;
+            if let Some(r) = self.records.get(&id) {
+                check_fires(&calendar, &r.def.timing, self.crons.get(&id))?;
             }
         }
         self.calendars.insert(name, Arc::new(calendar));
@@ -260,11 +489,12 @@ impl Scheduler {
         let Some(rec) = self.records.get(&id) else {
             return Err(ScheduleError::UnknownSchedule(super::Target::Id(id)));
         };
-        // Only a cron schedule takes a calendar, or has one to remove (a one-shot or periodic
-        // schedule's next point is not recomputed here: `None` would spend a one-shot).
-        if !matches!(rec.def.timing, Timing::Cron { .. }) {
+        // Only a recurring schedule takes a calendar, or has one to remove (a one-shot's next
+        // point is not recomputed here: `None` would spend it).
+        if rec.def.timing.is_one_shot() {
             return Err(ScheduleError::Invalid(
-                "an exclusion calendar applies to cron schedules only".into(),
+                "an exclusion calendar applies to recurring schedules only (cron or periodic)"
+                    .into(),
             ));
         }
         if let Some(name) = &calendar {

@@ -20,8 +20,9 @@ impl Scheduler {
             // A pending retry comes first: owed runs and the next occurrence wait for it.
             return [Some((inv, retry.at, id)), None, None];
         }
-        // Manual runs (`manual.rs`) are due at once: any tick reaches sequence 0.
-        let manual = rec.manual.pending().then_some((inv, Due::Seq(0), id));
+        // Manual runs (`manual.rs`) are due at once: any tick reaches sequence 0 (a backfill
+        // waiting for its previous run's result under its overlap policy is not due).
+        let manual = super::manual::manual_due(rec).then_some((inv, Due::Seq(0), id));
         if let Some(due) = super::overlap::buffered_key(rec.overlap()) {
             // Buffered occurrences (`overlap.rs`) were reached when planned and waited for
             // the previous run's result, which has arrived: due at once, ahead of owed runs
@@ -203,11 +204,10 @@ impl Scheduler {
         }
         for (&id, r) in &self.records {
             if let Some(name) = &r.calendar
-                && (!self.calendars.contains_key(name)
-                    || !matches!(r.def.timing, Timing::Cron { .. }))
+                && (!self.calendars.contains_key(name) || r.def.timing.is_one_shot())
             {
                 return Err(format!(
-                    "schedule {id} names calendar {name:?}, not installed or not a cron schedule"
+                    "schedule {id} names calendar {name:?}, not installed or not a recurring schedule"
                 ));
             }
         }

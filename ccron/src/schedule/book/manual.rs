@@ -18,10 +18,40 @@
 //! dead-lettered by the schedule's run policy like a regular one (same occurrence id). Manual
 //! runs wait while the schedule is paused or parked. They do not change the run counter or the
 //! regular phase.
+//!
+//! Backfill overlap (book layout 12, [`ScheduleRequest::BackfillWith`]: Temporal's backfill
+//! `overlap_policy`). A backfill's occurrences are one stream beside the regular runs, with
+//! its own overlap policy ([`BackfillOverlap`]) keyed on the same "no result yet" as the
+//! regular runs' (`overlap.rs`: a run that emitted outbox records awaits their results,
+//! settled through consensus by [`Scheduler::settle`]; a run that emitted nothing has its
+//! result at once). The occurrences of the window were all due when the backfill was
+//! admitted, so when a backfill run starts awaiting, the policy decides for every occurrence
+//! the backfill still holds, at once:
+//!
+//! | policy | the backfill's remaining occurrences |
+//! |---|---|
+//! | [`Overlap::AllowAll`] (plain [`ScheduleRequest::Backfill`], the only behaviour before layout 12) | run back to back, within the fire budget; nothing is tracked |
+//! | [`Overlap::Skip`] | are skipped |
+//! | [`Overlap::BufferOne`] | the next one waits for the result, the others are skipped |
+//! | [`Overlap::BufferAll`] | wait, and run one at a time, each after the previous one's result (at most [`MAX_BACKFILL_RUNS`], bounded at admission: no overflow) |
+//!
+//! Skipped occurrences are counted in the schedule's [`RunCounters::skipped`](super::RunCounters::skipped)
+//! and traced. A waiting backfill is out of the due index until the result arrives. The
+//! regular runs and the backfill do not wait for each other (each stream awaits its own
+//! previous run); a trigger neither waits nor is waited for. A new backfill's policy replaces
+//! the previous one's; a run it still awaits stays awaited under a tracking policy.
+//!
+//! Refusals ([`ScheduleError::Invalid`], [`ScheduleError::Limit`],
+//! [`ScheduleError::ManualRunPending`], [`ScheduleError::NeedsTime`], an unknown or
+//! unauthorized target) are typed, counted ([`Scheduler::backfill_refusals`]) and traced.
 
-use super::{Record, ScheduleError, Scheduler, Timing};
+use super::{Overlap, Record, RunCounters, ScheduleError, Scheduler, Target, Timing};
+use crate::authz::{Action, Principal};
 use crate::due::Due;
 use crate::tick::TimeMs;
+
+#[cfg(doc)]
+use super::ScheduleRequest;
 
 /// Most occurrences one [`ScheduleRequest::Backfill`](super::ScheduleRequest::Backfill) may
 /// run; a window holding more is refused ([`ScheduleError::Limit`]): split it.
@@ -92,11 +122,204 @@ impl ManualRuns {
     }
 }
 
+/// The overlap policy of a schedule's backfills and the backfill run it awaits (replicated,
+/// persisted with its record from layout 12; see the module documentation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct BackfillOverlap {
+    /// The policy of the latest backfill admitted with one ([`Overlap::AllowAll`] when none).
+    pub policy: Overlap,
+    /// The backfill run the backfill waits for: its occurrence number and how many of the
+    /// records it emitted have no result yet (at least 1).
+    pub awaiting: Option<(u64, u32)>,
+}
+
+impl BackfillOverlap {
+    /// Whether the backfill's next occurrence must wait for a result now.
+    pub fn blocks(&self) -> bool {
+        self.policy.tracks() && self.awaiting.is_some()
+    }
+
+    /// `Ok` when the stored fields are consistent (checked at load; `recurring`: the
+    /// schedule's timing recurs).
+    pub(super) fn check(&self, recurring: bool) -> Result<(), String> {
+        if !recurring {
+            return Err("a backfill overlap policy on a one-shot schedule".into());
+        }
+        if !self.policy.tracks() {
+            return Err("a stored backfill overlap policy AllowAll".into());
+        }
+        match self.awaiting {
+            Some((_, 0)) => Err("a backfill awaiting a run with no records".into()),
+            Some((occ, _)) if is_manual(occ) != Some(false) => {
+                Err("a backfill awaiting a run that is not a backfill's".into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Encoded bytes of a [`BackfillOverlap`] (checked against the codec in the tests).
+pub(super) const BACKFILL_OVERLAP_BYTES: usize = 4 + 1 + 8 + 4;
+
+/// Encoded bytes of a record's backfill overlap at their largest: the option's tag, and for a
+/// recurring schedule the state (a one-shot's is always `None`).
+pub(super) fn backfill_overlap_bytes(one_shot: bool) -> usize {
+    if one_shot {
+        1
+    } else {
+        1 + BACKFILL_OVERLAP_BYTES
+    }
+}
+
+/// Whether record `rec` has a manual run that may start now: a trigger, or a backfill not
+/// waiting for its previous run's result (the due index holds it at sequence 0 then).
+pub(super) fn manual_due(rec: &Record) -> bool {
+    rec.manual.trigger.is_some()
+        || (rec.manual.backfill.is_some() && !rec.backfill_overlap.is_some_and(|b| b.blocks()))
+}
+
 fn recurring(rec: &Record) -> bool {
     matches!(rec.def.timing, Timing::Every { .. } | Timing::Cron { .. })
 }
 
 impl Scheduler {
+    /// Backfill requests refused ([`ScheduleRequest::Backfill`],
+    /// [`ScheduleRequest::BackfillWith`]: any error) since this book was created or loaded:
+    /// an observation for the host's metrics, not replicated state.
+    pub fn backfill_refusals(&self) -> u64 {
+        self.backfill_refusals
+    }
+
+    /// [`ScheduleRequest::Backfill`] (`overlap` [`Overlap::AllowAll`]) and
+    /// [`ScheduleRequest::BackfillWith`] from `by` on `target` (its owner or an admin,
+    /// [`Action::Trigger`]): the window `(from_ms, to_ms)` under the backfill's overlap
+    /// policy. A refusal is counted and traced; nothing changes then.
+    pub(super) fn admit_backfill(
+        &mut self,
+        by: &Principal,
+        target: &Target,
+        (from_ms, to_ms): (TimeMs, TimeMs),
+        overlap: Overlap,
+        now_ms: Option<TimeMs>,
+    ) -> Result<Option<u64>, ScheduleError> {
+        let admitted = self.resolve(target).and_then(|id| {
+            self.authorize(by, Action::Trigger, Some(id))?;
+            self.backfill(id, from_ms, to_ms, now_ms)?;
+            Ok(id)
+        });
+        match admitted {
+            Ok(id) => {
+                self.set_backfill_overlap(id, overlap);
+                Ok(Some(id))
+            }
+            Err(error) => {
+                self.backfill_refusals = self.backfill_refusals.saturating_add(1);
+                tracing::info!(
+                    component = self.component,
+                    %error,
+                    ?overlap,
+                    "schedule book: backfill refused"
+                );
+                Err(error)
+            }
+        }
+    }
+
+    /// Sets the overlap policy of record `id`'s backfill, just admitted: `AllowAll` stores
+    /// none (nothing tracked); a tracking policy keeps the backfill run still awaited.
+    fn set_backfill_overlap(&mut self, id: u64, policy: Overlap) {
+        self.unindex(id);
+        if let Some(r) = self.records.get_mut(&id) {
+            r.backfill_overlap = policy.tracks().then(|| BackfillOverlap {
+                policy,
+                awaiting: r.backfill_overlap.and_then(|b| b.awaiting),
+            });
+        }
+        self.reindex(id);
+        self.touch(id);
+    }
+
+    /// A run of backfill occurrence `occurrence` of record `id` committed, appending `records`
+    /// outbox records: under a tracking backfill policy the backfill now awaits them, and the
+    /// policy decides at once for its remaining occurrences (see the module documentation).
+    pub(super) fn backfill_started(&mut self, id: u64, occurrence: u64, records: u32) {
+        let Some(policy) = self
+            .records
+            .get(&id)
+            .and_then(|r| r.backfill_overlap)
+            .map(|b| b.policy)
+            .filter(|p| p.tracks())
+        else {
+            return;
+        };
+        if records == 0 {
+            return;
+        }
+        self.unindex(id);
+        let mut dropped = 0u64;
+        if let Some(r) = self.records.get_mut(&id) {
+            r.backfill_overlap = Some(BackfillOverlap {
+                policy,
+                awaiting: Some((occurrence, records)),
+            });
+            let left = r.manual.backfill_left;
+            match (policy, r.manual.backfill) {
+                (Overlap::Skip, Some(_)) => {
+                    dropped = u64::from(left);
+                    r.manual.backfill = None;
+                    r.manual.backfill_left = 0;
+                }
+                (Overlap::BufferOne, Some((next, _))) if left > 1 => {
+                    dropped = u64::from(left - 1);
+                    r.manual.backfill = Some((next, next));
+                    r.manual.backfill_left = 1;
+                }
+                _ => {}
+            }
+        }
+        if dropped > 0 {
+            tracing::info!(
+                component = self.component,
+                id,
+                awaited = occurrence,
+                dropped,
+                ?policy,
+                "backfill overlap: occurrences skipped, the previous backfill run has no result yet"
+            );
+            self.count(
+                id,
+                RunCounters {
+                    skipped: dropped,
+                    ..RunCounters::default()
+                },
+            );
+        }
+        self.reindex(id);
+        self.touch(id);
+    }
+
+    /// One record of backfill run `occurrence` of record `id` settled (`overlap.rs`,
+    /// [`Scheduler::settle`]): when it is the last one the backfill awaits, its next
+    /// occurrence is due again. Returns whether the book changed.
+    pub(super) fn settle_backfill(&mut self, id: u64, occurrence: u64) -> bool {
+        let Some(b) = self.records.get(&id).and_then(|r| r.backfill_overlap) else {
+            return false;
+        };
+        let Some((occ, pending)) = b.awaiting.filter(|(occ, _)| *occ == occurrence) else {
+            return false;
+        };
+        self.unindex(id);
+        if let Some(r) = self.records.get_mut(&id) {
+            r.backfill_overlap = Some(BackfillOverlap {
+                awaiting: pending.checked_sub(1).filter(|n| *n > 0).map(|n| (occ, n)),
+                ..b
+            });
+        }
+        self.reindex(id);
+        self.touch(id);
+        true
+    }
+
     /// [`ScheduleRequest::TriggerNow`](super::ScheduleRequest::TriggerNow) on `id` (resolved
     /// and authorized) at agreed time `now_ms`.
     pub(super) fn trigger_now(
@@ -208,6 +431,10 @@ impl Scheduler {
             }
             return Some((Due::Time(t), manual_occurrence(t, true)));
         }
+        if !manual_due(rec) {
+            // The backfill waits for its previous run's result.
+            return None;
+        }
         let (next, last) = rec.manual.backfill?;
         let left = rec.manual.backfill_left.saturating_sub(1);
         let following = self
@@ -245,5 +472,26 @@ mod tests {
         assert_eq!(crate::codec::encoded_len(&full).unwrap(), MANUAL_BYTES);
         assert!(full.check(true).is_ok());
         assert!(full.check(false).is_err());
+        let awaiting = BackfillOverlap {
+            policy: Overlap::BufferAll,
+            awaiting: Some((manual_occurrence(t, false), u32::MAX)),
+        };
+        assert_eq!(
+            crate::codec::encoded_len(&Some(awaiting)).unwrap(),
+            backfill_overlap_bytes(false)
+        );
+        assert_eq!(
+            crate::codec::encoded_len(&None::<BackfillOverlap>).unwrap(),
+            backfill_overlap_bytes(true)
+        );
+        assert!(awaiting.check(true).is_ok() && awaiting.blocks());
+        assert!(awaiting.check(false).is_err());
+        let trigger_awaited = BackfillOverlap {
+            awaiting: Some((manual_occurrence(t, true), 1)),
+            ..awaiting
+        };
+        assert!(trigger_awaited.check(true).is_err());
+        let allow = BackfillOverlap::default();
+        assert!(allow.check(true).is_err() && !allow.blocks());
     }
 }

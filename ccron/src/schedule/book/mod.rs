@@ -4,7 +4,7 @@
 //! assigns the same one) to a record (handler name, [`Timing`], [`Misfire`] policy, priority,
 //! jitter, payload, routing topic and type, pause flag, nominal next due point, run counter,
 //! owner, version, run state, replicated run counters, bounds and retired state, overlap policy
-//! and state, the exclusion calendar it names), optionally under a unique client key. A due index ordered by (priority,
+//! and state, the exclusion calendar it names, its backfills' overlap policy), optionally under a unique client key. A due index ordered by (priority,
 //! due key, id) holds every active record (an `AtOrSeq` one under both its keys), so a tick
 //! visits only what is due: O(fired · log n), plus one range probe per priority level in
 //! use, whatever the number of schedules.
@@ -65,7 +65,7 @@ pub use handlers::{
     EMIT_REFUSED_CODE, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Transactional,
     manifest_digest,
 };
-pub use manual::{MAX_BACKFILL_RUNS, ManualRuns, is_manual, manual_occurrence};
+pub use manual::{BackfillOverlap, MAX_BACKFILL_RUNS, ManualRuns, is_manual, manual_occurrence};
 pub use overlap::{MAX_BUFFERED, Overlap, OverlapState};
 pub use preview::{NextRun, SlotLoad};
 pub use runs::{
@@ -134,6 +134,10 @@ struct Record {
     /// Layout 11: the exclusion calendar it names (`calendars.rs`; cron schedules only):
     /// its occurrences are the fire instants the calendar allows.
     calendar: Option<String>,
+    /// Layout 12: the overlap policy of its backfills and the backfill run it awaits
+    /// (`manual.rs`; recurring schedules only); `None` for [`Overlap::AllowAll`], the
+    /// backfills' behaviour before layout 12 (one byte stored).
+    backfill_overlap: Option<BackfillOverlap>,
 }
 
 impl Record {
@@ -159,6 +163,7 @@ impl Record {
             retired: None,
             overlap: None,
             calendar: None,
+            backfill_overlap: None,
         }
     }
 }
@@ -170,6 +175,8 @@ pub struct Scheduler {
     limits: Limits,
     next_id: u64,
     zones: BTreeMap<String, ZoneRules>,
+    /// Backfill requests refused since this book was created or loaded (`manual.rs`).
+    backfill_refusals: u64,
     /// Layout 11: the exclusion calendars schedules may name, by name (`calendars.rs`;
     /// stored with the zones).
     calendars: BTreeMap<String, std::sync::Arc<ExclusionCalendar>>,
@@ -252,6 +259,7 @@ impl Scheduler {
             emit_failures: 0,
             slot_refusals: 0,
             calendar_refusals: 0,
+            backfill_refusals: 0,
             // Two empty vectors (zones, calendars): their lengths.
             zones_bytes: 16,
             migration: None,
@@ -367,6 +375,7 @@ impl Scheduler {
             retired: r.retired,
             overlap: r.overlap().clone(),
             calendar: r.calendar.clone(),
+            backfill_overlap: r.backfill_overlap.unwrap_or_default(),
         })
     }
 

@@ -31,7 +31,9 @@
 //! the canonical order and within the fire budget, ahead of the schedule's next regular
 //! point; it is awaited in turn.
 //!
-//! Manual runs (`manual.rs`: trigger-now, backfill) neither wait nor are waited for.
+//! Manual runs (`manual.rs`: trigger-now, backfill) neither wait for the regular runs nor are
+//! waited for by them; a backfill's runs wait for each other under the backfill's own policy
+//! (`manual.rs`, "Backfill overlap", layout 12).
 //! `CancelOther` is not offered: the outbox cannot withdraw a record deterministically (its
 //! delivery happens outside consensus: a replica cannot know whether a worker holds it), so
 //! "cancel the running one" could only be a request to the worker, which is the handler's to
@@ -232,7 +234,14 @@ impl Scheduler {
     /// outbox records: under a tracking policy the schedule now awaits them (nothing when it
     /// appended none: the run has its result).
     pub(super) fn note_started(&mut self, id: u64, occurrence: u64, records: u32) {
-        if records == 0 || super::is_manual(occurrence).is_some() {
+        match super::is_manual(occurrence) {
+            // A backfill's run: its own policy (`manual.rs`).
+            Some(false) => return self.backfill_started(id, occurrence, records),
+            // A trigger neither waits nor is waited for.
+            Some(true) => return,
+            None => {}
+        }
+        if records == 0 {
             return;
         }
         let Some(r) = self.records.get_mut(&id) else {
@@ -262,6 +271,9 @@ impl Scheduler {
             return false;
         }
         let id = record.emitter();
+        if super::is_manual(record.occurrence) == Some(false) {
+            return self.settle_backfill(id, record.occurrence);
+        }
         let Some(r) = self.records.get(&id) else {
             return false;
         };

@@ -84,11 +84,13 @@ const SEGMENT_PAGES: usize = 16;
 /// [`crate::authz::Principal::LegacyClient`]), so a record's largest form grows by 24 bytes;
 /// 11 = a cron record may name an exclusion calendar (`calendars.rs`; its largest form grows
 /// by the name's 73 bytes), and the zones part holds the book's calendars after its zones
-/// ([`Shared`]), counted in the commit page.
-/// Layouts 2 to 10 load and are migrated by the next save (`legacy.rs`); layout 1 (16
+/// ([`Shared`]), counted in the commit page; 12 = a recurring record carries the overlap policy
+/// of its backfills and the backfill run it awaits (`manual.rs`; its largest form grows by 18
+/// bytes).
+/// Layouts 2 to 11 load and are migrated by the next save (`legacy.rs`); layout 1 (16
 /// shard blobs over the whole range, superseded before layout 2 was released) is refused with
 /// [`ScheduleError::UnsupportedLayout`].
-pub(super) const WIRE_VERSION: u8 = 11;
+pub(super) const WIRE_VERSION: u8 = 12;
 
 /// The committed log, read back from the pages (`Z`: what the zones part holds in its layout).
 pub(super) struct Committed<R, Z = Vec<ZoneRules>> {
@@ -910,12 +912,25 @@ impl Scheduler {
     /// Installs a book read from an older layout: its records placed afresh (the next save
     /// logs them all, the record pages stale), validated like any loaded record.
     fn install_legacy(&mut self, old: legacy::Loaded, layout: Layout) -> Result<(), String> {
-        // Older layouts hold no calendars: the zones part becomes (zones, no calendars).
-        let no_calendars: Vec<ExclusionCalendar> = Vec::new();
+        // The zones part becomes (zones, calendars): no calendars below layout 11.
         self.zones_bytes =
-            codec::encoded_len(&(&old.zones, no_calendars)).map_err(|e| e.to_string())?;
+            codec::encoded_len(&(&old.zones, &old.calendars)).map_err(|e| e.to_string())?;
         for z in old.zones {
             self.zones.insert(z.name().to_owned(), z);
+        }
+        // Installed before the records that name them (`load_record` checks the names).
+        if old.calendars.len() > super::MAX_BOOK_CALENDARS {
+            return Err("more calendars than the limit".into());
+        }
+        for c in old.calendars {
+            let name = c.name().to_owned();
+            if self
+                .calendars
+                .insert(name, std::sync::Arc::new(c))
+                .is_some()
+            {
+                return Err("a calendar stored twice".into());
+            }
         }
         for (id, rec) in old.records {
             self.load_record(id, rec)?;
@@ -998,6 +1013,11 @@ impl Scheduler {
         rec.overlap()
             .check(!rec.def.timing.is_one_shot())
             .map_err(|e| format!("schedule {id}: {e}"))?;
+        // Layout 12: the backfills' overlap policy (recurring schedules only).
+        if let Some(b) = &rec.backfill_overlap {
+            b.check(!rec.def.timing.is_one_shot())
+                .map_err(|e| format!("schedule {id}: {e}"))?;
+        }
         if rec.retired.is_some() && (rec.next.is_some() || rec.bounds.is_none()) {
             return Err(format!(
                 "schedule {id}: retired with a next point or no bounds"

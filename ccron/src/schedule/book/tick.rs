@@ -275,7 +275,7 @@ impl Scheduler {
                 // Succeeded: owed runs or the next occurrence may be due too.
                 continue;
             }
-            if rec.manual.pending() {
+            if super::manual::manual_due(rec) {
                 *left -= 1;
                 if !self.manual_attempt(id, &mut env) {
                     return;

@@ -60,7 +60,12 @@ impl Scheduler {
             Timing::Every {
                 period_ms,
                 start_ms,
-            } => every_after((*start_ms)?, *period_ms, after_ms),
+            } => super::calendars::grid_allowed_after(
+                (*start_ms)?,
+                *period_ms,
+                self.calendar_of(rec),
+                after_ms,
+            ),
             _ => None,
         }
     }
@@ -81,6 +86,23 @@ impl Scheduler {
         // Nothing after the end bound is an occurrence (r1, an occurrence, is within it).
         let now = rec.bounds.ends_at_ms.map_or(now, |e| now.min(e).max(r1));
         let times = match &rec.def.timing {
+            // Under an exclusion calendar: the latest allowed points (`calendars.rs`).
+            Timing::Every {
+                period_ms,
+                start_ms,
+            } if self.calendar_of(rec).is_some() => self
+                .calendar_of(rec)
+                .map(|c| {
+                    super::calendars::grid_allowed_latest(
+                        start_ms.unwrap_or(r1),
+                        *period_ms,
+                        c,
+                        r1.saturating_sub(1),
+                        now,
+                        count,
+                    )
+                })
+                .unwrap_or_default(),
             Timing::Every { period_ms, .. } if *period_ms > 0 && now >= r1 => {
                 let p = i128::from(*period_ms);
                 let reached = (i128::from(now) - i128::from(r1)) / p + 1;

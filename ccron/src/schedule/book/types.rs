@@ -413,7 +413,7 @@ pub enum ScheduleRequest {
         /// Its new overlap policy.
         overlap: super::Overlap,
     },
-    /// Installs (or replaces) an exclusion calendar cron schedules may name (book layout 11;
+    /// Installs (or replaces) an exclusion calendar recurring schedules may name (book layout 11;
     /// the same authorization as [`ScheduleRequest::InstallZone`]: an admin,
     /// [`Action::InstallZone`]). Stored with the zones: at most
     /// [`super::MAX_BOOK_CALENDARS`], and within [`Limits::max_zones_bytes`] together with
@@ -422,11 +422,12 @@ pub enum ScheduleRequest {
     /// the install ([`ScheduleError::Cron`] with [`CronError::ExcludedForever`]). Nothing
     /// changes on error. Appended, so the others keep their encoding.
     InstallCalendar(ExclusionCalendar),
-    /// Names an installed exclusion calendar for an existing cron schedule, or none (its
+    /// Names an installed exclusion calendar for an existing recurring schedule (cron, or
+    /// periodic from layout 12: its grid points the calendar allows, dates read in UTC), or none (its
     /// owner or an admin, as a replace; version + 1): from its current next point on, its
     /// occurrences are the fire instants the calendar allows (`docs/scheduling.md`,
     /// "Exclusion calendars"); owed catch-up runs are dropped. An unknown calendar is
-    /// [`ScheduleError::UnknownCalendar`]; a periodic or one-shot schedule
+    /// [`ScheduleError::UnknownCalendar`]; a one-shot schedule
     /// [`ScheduleError::Invalid`]; one the calendar keeps from ever firing again
     /// [`ScheduleError::Cron`] ([`CronError::ExcludedForever`]) or, within its end bound,
     /// [`ScheduleError::NeverFires`]. Nothing changes on error.
@@ -437,7 +438,7 @@ pub enum ScheduleRequest {
         calendar: Option<String>,
     },
     /// As [`ScheduleRequest::CreateOverlap`], with an exclusion calendar from the first
-    /// occurrence on (a cron schedule only; refused as [`ScheduleRequest::SetCalendar`] is).
+    /// occurrence on (a recurring schedule only; refused as [`ScheduleRequest::SetCalendar`] is).
     CreateExcluding {
         /// The schedule.
         schedule: NewSchedule,
@@ -449,6 +450,20 @@ pub enum ScheduleRequest {
         overlap: super::Overlap,
         /// The installed calendar it names.
         calendar: String,
+    },
+    /// As [`ScheduleRequest::Backfill`], the backfill's occurrences under their own overlap
+    /// policy (book layout 12; `manual.rs`, "Backfill overlap"): what each does while the
+    /// backfill's previous run has no result yet ([`super::Overlap::AllowAll`] is the plain
+    /// request). Appended, so the others keep their encoding.
+    BackfillWith {
+        /// The schedule.
+        target: Target,
+        /// The window's first instant.
+        from_ms: TimeMs,
+        /// Its last instant (inclusive).
+        to_ms: TimeMs,
+        /// The backfill's overlap policy.
+        overlap: super::Overlap,
     },
 }
 
@@ -804,6 +819,9 @@ pub struct ScheduleInfo {
     pub overlap: super::OverlapState,
     /// The exclusion calendar it names ([`ScheduleRequest::SetCalendar`]), if any.
     pub calendar: Option<String>,
+    /// Its backfills' overlap policy and the backfill run it awaits
+    /// ([`ScheduleRequest::BackfillWith`]; the default for a plain backfill).
+    pub backfill_overlap: super::BackfillOverlap,
 }
 
 /// One run of a handler in a tick (successful or not: see `outcome`).
