@@ -163,7 +163,7 @@ mod tests {
         // User clients, internal clients, and ids that share memo slots, asked in an order
         // that evicts and re-reads every slot: the memo must never answer another client's id.
         let mut ids: Vec<ClientId> = (0..300).collect();
-        ids.extend((0..16).map(|r| crate::crypto::internal_client_id(r)));
+        ids.extend((0..16).map(crate::crypto::internal_client_id));
         ids.extend([u64::MAX, u64::MAX - 1, 1 << 32, (1 << 32) + 64, 1 << 63]);
         let slot0: Vec<ClientId> = (0..10_000u64)
             .filter(|c| ledger_client_slot(*c) == 0)
