@@ -1,6 +1,6 @@
 //! sim-bft throughput benchmark (a plain bench binary; prints figures against their targets).
 //!
-//! Run: `cargo bench -p sim-bft --bench sim_throughput`
+//! Run: `cargo bench -p sim-bft --bench sim_throughput` (`-- tick-only`: part 3 alone)
 //!
 //! 1. Committed client-signed requests per second of wall time, n = 4, batching on (the clients'
 //!    signing is inside the measured time).
@@ -66,9 +66,60 @@ fn mean_batch(o: &SimOutcome) -> f64 {
 }
 
 fn main() {
-    // Cargo passes `--bench`; any other argument filters nothing here.
+    // Cargo passes `--bench`; `tick-only` runs part 3 alone.
+    let tick_only = std::env::args().any(|a| a == "tick-only");
     println!("sim-bft throughput (n = 4, release build)");
 
+    if !tick_only {
+        requests_and_ticks();
+    }
+
+    // 3. Simulation speed, tick-only workload: one component ticking every second for 1 hour,
+    //    every replica's tick timer on the same second boundaries (as cron-aligned timers are),
+    //    so the primary batches the replicas' ticks of one second together. Under both
+    //    signature schemes (issue 28's target, >= 10,000x, is for `sim`).
+    for signatures in Signatures::ALL {
+        let simulated_ms = 3_600_000;
+        let cpu0 = cpu_seconds();
+        let (o, wall) = timed(|| {
+            let mut cfg = bench_cluster(3)
+                .duration_ms(simulated_ms, 10_000)
+                .clients(0, 0)
+                .ticks(vec![1], 1_000)
+                .signatures(signatures)
+                .config()
+                .clone();
+            cfg.tick_spread_ms = Some(0);
+            Cluster::from_config(cfg)
+                .build_with(|c| c.batch_delay_ms = 10)
+                .map(|s| s.run())
+                .unwrap_or_else(|e| panic!("bench config: {e}"))
+        });
+        let cpu = cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
+        check(&o);
+        let simulated_s = o.end_ms as f64 / 1_000.0;
+        let ratio = simulated_s / wall.as_secs_f64();
+        println!(
+            "simulation speed, tick-only, {signatures} signatures: {} s simulated in {:.2} s wall \
+             = {:.0}x real time (baseline: real time = 1x; target >= 1,000x, with sim signatures \
+             >= 10,000x; {} ticks executed per replica)",
+            o.end_ms / 1_000,
+            wall.as_secs_f64(),
+            ratio,
+            min_ticks(&o)
+        );
+        if let Some(cpu) = cpu {
+            println!(
+                "  CPU time {cpu:.2} s = {:.0}x real time per CPU second",
+                simulated_s / cpu.max(1e-9)
+            );
+        }
+    }
+}
+
+/// Parts 1 and 2: committed client-signed requests and internal requests per second of wall
+/// time.
+fn requests_and_ticks() {
     // 1. Client-signed requests: 32 clients, one request each per simulated ms (32k/s offered).
     let (o, wall) = timed(|| {
         bench_cluster(1)
@@ -126,47 +177,5 @@ fn main() {
             ticks as f64 / wall.as_secs_f64(),
             mean_batch(&o)
         );
-    }
-
-    // 3. Simulation speed, tick-only workload: one component ticking every second for 1 hour,
-    //    every replica's tick timer on the same second boundaries (as cron-aligned timers are),
-    //    so the primary batches the replicas' ticks of one second together. Under both
-    //    signature schemes (issue 28's target, >= 10,000x, is for `sim`).
-    for signatures in Signatures::ALL {
-        let simulated_ms = 3_600_000;
-        let cpu0 = cpu_seconds();
-        let (o, wall) = timed(|| {
-            let mut cfg = bench_cluster(3)
-                .duration_ms(simulated_ms, 10_000)
-                .clients(0, 0)
-                .ticks(vec![1], 1_000)
-                .signatures(signatures)
-                .config()
-                .clone();
-            cfg.tick_spread_ms = Some(0);
-            Cluster::from_config(cfg)
-                .build_with(|c| c.batch_delay_ms = 10)
-                .map(|s| s.run())
-                .unwrap_or_else(|e| panic!("bench config: {e}"))
-        });
-        let cpu = cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
-        check(&o);
-        let simulated_s = o.end_ms as f64 / 1_000.0;
-        let ratio = simulated_s / wall.as_secs_f64();
-        println!(
-            "simulation speed, tick-only, {signatures} signatures: {} s simulated in {:.2} s wall \
-             = {:.0}x real time (baseline: real time = 1x; target >= 1,000x, with sim signatures \
-             >= 10,000x; {} ticks executed per replica)",
-            o.end_ms / 1_000,
-            wall.as_secs_f64(),
-            ratio,
-            min_ticks(&o)
-        );
-        if let Some(cpu) = cpu {
-            println!(
-                "  CPU time {cpu:.2} s = {:.0}x real time per CPU second",
-                simulated_s / cpu.max(1e-9)
-            );
-        }
     }
 }
