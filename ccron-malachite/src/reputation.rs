@@ -54,6 +54,41 @@
 //! proposal, sync's value), with the validator set the application passed for that height
 //! (`HeightParams` in the `ConsensusReady` and `Finalized` replies): the adapter passes the
 //! set with this height's round-0 proposer in it ([`crate::context::ValidatorSet::proposer`]).
+//!
+//! ## A cheaper retry: short round-0 timeouts ([`Round0::timeouts`])
+//!
+//! Skipping removes most failed rounds, not their price: a validator with a failed record
+//! still proposes round 0 at its retries (its skip ran out, its amnesty slot, everybody
+//! skipped), and a retry that fails again costs the normal propose timeout plus vote timeouts
+//! (1 s + 0.5 s, more when it equivocates) before round 1. At such a *retry height* (the
+//! round-0 proposer's record in the window is not empty: [`Round0::record`]) the height's
+//! [`HeightParams`](malachitebft_app_channel::app::engine::host::HeightParams) carry
+//! [`retry_timeouts`]: round 0 waits [`RETRY_PROPOSE`] for the proposal and [`RETRY_VOTE`]
+//! for each vote step; every round `>= 1` waits as long as normally at round 1 and grows at
+//! least as fast after. A height whose round-0 proposer has a clean record keeps the normal
+//! timeouts: an honest cluster never sees the short ones. Like the proposer, the choice is a
+//! pure function of the decided blocks (the same record), but nothing depends on nodes
+//! agreeing on it.
+//!
+//! - **Safety does not depend on timeouts**: Tendermint's agreement and validity hold in an
+//!   asynchronous network, where any message may arrive after any timeout; a timeout only
+//!   makes a node prevote or precommit nil or move to the next round, and which of those it
+//!   does, when, is a case the proof already covers (a node whose timeouts differ from its
+//!   peers', e.g. one restored without the window's blocks, is such a case).
+//! - **Liveness holds**: after GST a height decides at the first round whose proposer is
+//!   honest and whose timeouts exceed the network's delay. Rounds `>= 1` keep plain rotation
+//!   and timeouts at least the normal ones, growing with the round (up to the engine's cap of
+//!   `max_timeout`, above any delay the normal timeouts assume), so the argument for the
+//!   normal timeouts holds from round 1 on; only round 0 of a retry height is shorter.
+//! - **What it costs an honest, slow validator**: a retry it cannot complete in
+//!   [`RETRY_PROPOSE`] counts as failed again (its skip doubles, up to [`MAX_SKIP`]); it
+//!   still proposes at every round `>= 1` of plain rotation and at its amnesty slots.
+//!   [`RETRY_PROPOSE`] is well above a loopback or LAN round (tens of ms); a network whose
+//!   proposals take longer should raise it.
+
+use std::time::Duration;
+
+use malachitebft_app_channel::app::types::core::LinearTimeouts;
 
 /// Heights a validator is skipped after its first failed round 0 (doubling with each further
 /// one in the window).
@@ -108,9 +143,75 @@ pub fn round0_index(n: usize, h: u64, failed: impl Fn(u64) -> bool) -> usize {
 /// [`round0_index`] given the failed heights themselves (those outside [`window`]`(h)` are
 /// ignored).
 pub fn round0_of_failed(n: usize, h: u64, failed: impl IntoIterator<Item = u64>) -> usize {
+    round0_pick(n, h, failed).index
+}
+
+/// Height `h`'s round 0: who proposes it and that validator's record in the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Round0 {
+    /// The round-0 proposer's index in the address-ordered set ([`round0_index`]).
+    pub index: usize,
+    /// Its failed rounds 0 in [`window`]`(h)`: `0` for a clean record. Above 0 the height is a
+    /// *retry* (its skip ran out, its amnesty slot, or everybody is skipped): round 0 gets the
+    /// short timeouts ([`Round0::timeouts`]).
+    pub record: u64,
+}
+
+impl Round0 {
+    /// Whether round 0 of this height is a retry of a validator with a failed record.
+    pub fn is_retry(&self) -> bool {
+        self.record > 0
+    }
+
+    /// The engine's timeouts for this height: `normal`, or at a retry the same with a short
+    /// round 0 ([`retry_timeouts`]).
+    pub fn timeouts(&self, normal: LinearTimeouts) -> LinearTimeouts {
+        if self.is_retry() {
+            retry_timeouts(normal)
+        } else {
+            normal
+        }
+    }
+}
+
+/// Round 0's propose timeout at a retry height (the normal one: 1 s).
+pub const RETRY_PROPOSE: Duration = Duration::from_millis(200);
+
+/// Round 0's prevote and precommit timeouts at a retry height (normally 500 ms each).
+pub const RETRY_VOTE: Duration = Duration::from_millis(100);
+
+/// The timeouts of a retry height: round 0's propose, prevote and precommit timeouts are
+/// [`RETRY_PROPOSE`] and [`RETRY_VOTE`] (never above `normal`'s), and every round `r >= 1`
+/// waits exactly as long as `normal` at round 1 and at least as long as `normal` after
+/// (each delta is raised by what round 0 lost: `base' + delta' = base + delta`). The cap and
+/// the rebroadcast base are `normal`'s (the engine grows the rebroadcast wait by the sum of the
+/// deltas: at least as long as normally from round 1 on).
+pub fn retry_timeouts(normal: LinearTimeouts) -> LinearTimeouts {
+    // Round 0 at `short` (never above the base), round 1 where it was.
+    let cut = |base: Duration, delta: Duration, short: Duration| {
+        let b = short.min(base);
+        (b, delta.saturating_add(base.saturating_sub(b)))
+    };
+    let (propose, propose_delta) = cut(normal.propose, normal.propose_delta, RETRY_PROPOSE);
+    let (prevote, prevote_delta) = cut(normal.prevote, normal.prevote_delta, RETRY_VOTE);
+    let (precommit, precommit_delta) = cut(normal.precommit, normal.precommit_delta, RETRY_VOTE);
+    LinearTimeouts {
+        propose,
+        propose_delta,
+        prevote,
+        prevote_delta,
+        precommit,
+        precommit_delta,
+        ..normal
+    }
+}
+
+/// [`round0_of_failed`] with the chosen validator's record ([`Round0`]).
+pub fn round0_pick(n: usize, h: u64, failed: impl IntoIterator<Item = u64>) -> Round0 {
     let plain = plain_index(n, h);
+    let clean = |index| Round0 { index, record: 0 };
     if n <= 1 || h <= LAG {
-        return plain;
+        return clean(plain);
     }
     let nn = n as u64;
     // Per validator: failed rounds 0 at its slots in the window, and the latest.
@@ -123,17 +224,21 @@ pub fn round0_of_failed(n: usize, h: u64, failed: impl IntoIterator<Item = u64>)
         last[v] = last[v].max(j);
     }
     let amnesty = (h - 1) % amnesty_period(n) < nn;
+    let pick = |index: usize| Round0 {
+        index,
+        record: count[index],
+    };
     for k in 0..n {
         let c = (plain + k) % n;
         if k == 0 && amnesty {
-            return c;
+            return pick(c);
         }
         let skipped = count[c] > 0 && h - last[c] <= skip_for(count[c]);
         if !skipped {
-            return c;
+            return pick(c);
         }
     }
-    plain
+    pick(plain)
 }
 
 /// The failed rounds 0 a node knows, read from its decided blocks: heights `j` whose block
@@ -184,10 +289,16 @@ impl Outcomes {
     /// Any `h` (it comes from the network: a part's height): the window of a height up to
     /// [`LAG`] is empty (`1..=0`), which `BTreeSet::range` would panic on, so it is never asked.
     pub fn round0(&self, n: usize, h: u64) -> usize {
+        self.round0_pick(n, h).index
+    }
+
+    /// [`round0`](Self::round0) with the chosen validator's record ([`round0_pick`]): what
+    /// height `h`'s parameters are made of (its proposer and its timeouts).
+    pub fn round0_pick(&self, n: usize, h: u64) -> Round0 {
         let w = window(h);
         if w.is_empty() {
-            return round0_of_failed(n, h, std::iter::empty());
+            return round0_pick(n, h, std::iter::empty());
         }
-        round0_of_failed(n, h, self.failed.range(w).copied())
+        round0_pick(n, h, self.failed.range(w).copied())
     }
 }

@@ -267,19 +267,38 @@ impl<A: Application> State<A> {
     /// The parameters of `height` (validators with the height's round-0 proposer, timeouts,
     /// vote extensions required): the engine starts a height only with them
     /// (`ConsensusReady`, `Finalized`).
+    ///
+    /// The timeouts are [`timeouts`], except at a retry height (the round-0 proposer has a
+    /// failed round 0 in the reputation window): round 0 is short there
+    /// ([`crate::reputation::Round0::timeouts`]).
     pub fn params(&self, height: Height) -> HeightParams<Ctx> {
-        let i = self.outcomes.round0(self.vset.validators.len(), height.0);
+        let pick = self
+            .outcomes
+            .round0_pick(self.vset.validators.len(), height.0);
         let plain = crate::reputation::plain_index(self.vset.validators.len(), height.0);
-        if i != plain {
+        if pick.index != plain {
             tracing::info!(
                 height = height.0,
                 plain = plain,
-                proposer = i,
+                proposer = pick.index,
                 "proposer reputation: round 0 skips a validator whose round 0 failed"
             );
         }
-        HeightParams::new(self.vset.for_height(height, i), timeouts(), None)
-            .with_vote_extension_policy(VoteExtensionPolicy::Required)
+        if pick.is_retry() {
+            tracing::info!(
+                height = height.0,
+                proposer = pick.index,
+                failed = pick.record,
+                "proposer reputation: round 0 retries a validator whose round 0 failed, \
+                 with short timeouts"
+            );
+        }
+        HeightParams::new(
+            self.vset.for_height(height, pick.index),
+            pick.timeouts(timeouts()),
+            None,
+        )
+        .with_vote_extension_policy(VoteExtensionPolicy::Required)
     }
 
     /// The height the engine starts at.

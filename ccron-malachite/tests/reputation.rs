@@ -10,14 +10,35 @@ use std::path::{Path, PathBuf};
 
 use ccron::host::Application;
 use ccron_malachite::context::{Ctx, Height, ValidatorSet, proposer_of};
+use std::time::Duration;
+
 use ccron_malachite::reputation::{
-    BASE_SKIP, LAG, MAX_SKIP, Outcomes, WINDOW, amnesty_period, plain_index, round0_index,
-    skip_for, window,
+    BASE_SKIP, LAG, MAX_SKIP, Outcomes, RETRY_PROPOSE, RETRY_VOTE, WINDOW, amnesty_period,
+    plain_index, retry_timeouts, round0_index, round0_pick, skip_for, window,
 };
-use ccron_malachite::state::State;
+use ccron_malachite::state::{State, timeouts};
 use ccron_node::{Factory, NodeOptions};
-use malachitebft_core_types::{Context as _, Round};
+use malachitebft_core_types::{Context as _, LinearTimeouts, Round, Timeout};
 use proptest::prelude::*;
+
+/// The engine's wait for `kind` at round `r` under `t` (`LinearTimeouts::duration_for`, what
+/// the engine calls when it schedules a timeout).
+fn wait(t: &LinearTimeouts, kind: fn(Round) -> Timeout, r: u32) -> Duration {
+    t.duration_for(kind(Round::new(r)))
+}
+
+/// What a failed round 0 whose proposer sent nothing costs before round 1: the propose
+/// timeout, then (nil prevotes and precommits from a quorum) the precommit timeout.
+fn silent_round0_cost(t: &LinearTimeouts) -> Duration {
+    wait(t, Timeout::propose, 0) + wait(t, Timeout::precommit, 0)
+}
+
+/// The failed heights of `bits` in `window(h)` at `v`'s slots.
+fn record_of(n: usize, h: u64, v: usize, bits: &[bool]) -> u64 {
+    window(h)
+        .filter(|j| bits.get(*j as usize).copied().unwrap_or(false) && plain_index(n, *j) == v)
+        .count() as u64
+}
 
 /// `failed(j)` from a bit vector (index `j`; beyond it, not failed).
 fn from_bits(bits: &[bool]) -> impl Fn(u64) -> bool + '_ {
@@ -73,6 +94,10 @@ proptest! {
         let rule = round0_index(n, h, from_bits(&bits));
         prop_assert_eq!(a.round0(n, h), rule);
         prop_assert_eq!(b.round0(n, h), rule);
+        // The height's timeouts too (not needed for safety, but the same on every node).
+        let pick = round0_pick(n, h, window(h).filter(|j| from_bits(&bits)(*j)));
+        prop_assert_eq!(a.round0_pick(n, h), pick);
+        prop_assert_eq!(b.round0_pick(n, h), pick);
         prop_assert!(b.complete_for(h) || h <= LAG);
         let set = ValidatorSet::new(&keys(n)).for_height(Height(h), rule);
         let ctx = Ctx;
@@ -130,6 +155,10 @@ proptest! {
     #[test]
     fn an_honest_cluster_keeps_plain_rotation(n in 1usize..=16, h in 1u64..100_000) {
         prop_assert_eq!(round0_index(n, h, |_| false), plain_index(n, h));
+        // And the normal timeouts: an honest cluster never sees the short ones.
+        let pick = round0_pick(n, h, std::iter::empty());
+        prop_assert!(!pick.is_retry());
+        prop_assert_eq!(pick.timeouts(timeouts()), timeouts());
         let set = ValidatorSet::new(&keys(n));
         prop_assert_eq!(
             set.for_height(Height(h), plain_index(n, h)).proposer(Height(h), Round::new(0)).address,
@@ -141,6 +170,79 @@ proptest! {
     #[test]
     fn all_validators_failing_degrades_to_plain_rotation(n in 1usize..=10, h in 1u64..5000) {
         prop_assert_eq!(round0_index(n, h, |_| true), plain_index(n, h));
+    }
+
+    /// A height's round 0 is short exactly when its round-0 proposer has a failed round 0 in
+    /// the window (a retry: its skip ran out, its amnesty slot, or everybody skipped); the
+    /// record is that validator's failed rounds 0 in the window, and a clean record keeps the
+    /// normal timeouts.
+    #[test]
+    fn retries_and_only_retries_get_short_round0_timeouts(
+        n in 1usize..=10,
+        h in 1u64..1500,
+        bits in proptest::collection::vec(proptest::bool::weighted(0.1), 1..1500),
+    ) {
+        let pick = round0_pick(n, h, window(h).filter(|j| from_bits(&bits)(*j)));
+        prop_assert_eq!(pick.index, round0_index(n, h, from_bits(&bits)));
+        let want = if n <= 1 || h <= LAG { 0 } else { record_of(n, h, pick.index, &bits) };
+        prop_assert_eq!(pick.record, want);
+        let t = pick.timeouts(timeouts());
+        if pick.is_retry() {
+            prop_assert_eq!(t, retry_timeouts(timeouts()));
+            prop_assert!(silent_round0_cost(&t) < silent_round0_cost(&timeouts()));
+        } else {
+            prop_assert_eq!(t, timeouts());
+        }
+    }
+
+    /// The retry timeouts of any normal ones: round 0's propose, prevote and precommit waits
+    /// are the short ones (never above normal), round 1 waits exactly as normally, every later
+    /// round at least as long as normally, and they grow with the round (liveness: the rounds
+    /// after the short one are those of the normal timeouts or longer). Rebroadcast: normal at
+    /// round 0, at least normal after; the cap unchanged.
+    #[test]
+    fn retry_timeouts_are_short_at_round_0_only(
+        base in proptest::array::uniform3(0u64..5_000),
+        delta in proptest::array::uniform3(0u64..2_000),
+        max_s in 1u64..120,
+        rounds in 1u32..200,
+    ) {
+        let ms = Duration::from_millis;
+        let normal = LinearTimeouts {
+            propose: ms(base[0]),
+            propose_delta: ms(delta[0]),
+            prevote: ms(base[1]),
+            prevote_delta: ms(delta[1]),
+            precommit: ms(base[2]),
+            precommit_delta: ms(delta[2]),
+            rebroadcast: ms(base[0] + base[1] + base[2]),
+            max_timeout: Duration::from_secs(max_s),
+        };
+        let retry = retry_timeouts(normal);
+        let kinds: [(fn(Round) -> Timeout, Duration); 3] = [
+            (Timeout::propose, RETRY_PROPOSE),
+            (Timeout::prevote, RETRY_VOTE),
+            (Timeout::precommit, RETRY_VOTE),
+        ];
+        for (kind, short) in kinds {
+            prop_assert_eq!(wait(&retry, kind, 0), short.min(wait(&normal, kind, 0)));
+            prop_assert_eq!(wait(&retry, kind, 1), wait(&normal, kind, 1));
+            for r in 1..=rounds {
+                prop_assert!(wait(&retry, kind, r) >= wait(&normal, kind, r), "round {}", r);
+                prop_assert!(wait(&retry, kind, r) >= wait(&retry, kind, r - 1), "round {}", r);
+            }
+        }
+        // Rebroadcast: normal's at round 0, at least normal's after (it grows by the deltas).
+        prop_assert_eq!(
+            wait(&retry, Timeout::rebroadcast, 0),
+            wait(&normal, Timeout::rebroadcast, 0)
+        );
+        for r in 1..=rounds {
+            prop_assert!(
+                wait(&retry, Timeout::rebroadcast, r) >= wait(&normal, Timeout::rebroadcast, r)
+            );
+        }
+        prop_assert_eq!(retry.max_timeout, normal.max_timeout);
     }
 
     /// Only outcomes inside the window count: changing any outcome outside it changes nothing.
@@ -231,6 +333,38 @@ fn a_validator_that_always_fails_loses_few_rounds() {
             heights / n as u64
         );
         assert!(lost >= 2, "it is retried");
+    }
+}
+
+/// What a validator whose every round 0 fails (silent: nothing proposed) costs in waiting,
+/// over 4,000 heights of `n` validators: its first failure the normal round 0 (propose 1 s +
+/// precommit 0.5 s, nothing had recorded it yet), every later one a retry's short round 0
+/// (`RETRY_PROPOSE + RETRY_VOTE`); without the short retry rounds each would cost the normal
+/// 1.5 s.
+#[test]
+fn a_failing_validator_s_retries_cost_short_rounds() {
+    let normal = silent_round0_cost(&timeouts());
+    let short = silent_round0_cost(&retry_timeouts(timeouts()));
+    assert_eq!(normal, Duration::from_millis(1_500));
+    assert_eq!(short, RETRY_PROPOSE + RETRY_VOTE);
+    for n in [4usize, 7, 10] {
+        let heights = 4000u64;
+        let mut bits = vec![false; heights as usize + 1];
+        let mut lost = 0u32;
+        let mut waited = Duration::ZERO;
+        for h in 1..heights {
+            let pick = round0_pick(n, h, window(h).filter(|j| bits[*j as usize]));
+            if pick.index == 0 {
+                bits[h as usize] = true;
+                let cost = silent_round0_cost(&pick.timeouts(timeouts()));
+                let want = if lost == 0 { normal } else { short };
+                assert_eq!(cost, want, "n = {n}, height {h}, failure {lost}");
+                lost += 1;
+                waited += cost;
+            }
+        }
+        assert!(lost >= 2, "it is retried");
+        assert_eq!(waited, normal + short * (lost - 1), "n = {n}");
     }
 }
 
@@ -367,6 +501,81 @@ fn a_reopened_node_reads_failed_rounds_from_its_decided_blocks() {
             node.proposer(Height(h), Round::new(0)),
             proposer_of(set, Height(h), Round::new(0)).address
         );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A node reopened on a chain whose round 0 failed at index 0's slots (heights 1 and 5) tells
+/// the engine short round-0 timeouts exactly at index 0's retry: at height 69 (its slot, 64
+/// heights after its second failure) it is still skipped, index 1 proposes with the normal
+/// timeouts; at height 73 (its next slot) its skip has run out, it proposes round 0 with the
+/// retry timeouts; the heights between keep the normal ones.
+#[test]
+fn a_reopened_node_gives_the_engine_short_round0_timeouts_at_a_retry() {
+    use ccron_malachite::commit::MalachiteCommit;
+    use ccron_node::store::{BlockStore, Decided};
+    use malachitebft_core_types::CommitCertificate;
+
+    let dir = home("retry");
+    let node_dir = ccron_node::core::node_dir(&dir, 1);
+    {
+        let mut store = BlockStore::<MalachiteCommit>::open(&node_dir.join("blocks.log")).unwrap();
+        let genesis_ms = 1_700_000_000_000i64;
+        for h in 1..=72u64 {
+            let block = ccron_node::types::Block {
+                height: h,
+                prev_round: u32::from(h == 2 || h == 6),
+                prev_id: ccron_node::types::Hash32([0; 32]),
+                samples: Vec::new(),
+                agreed_time_ms: genesis_ms + 100 * h as i64,
+                ticks: Vec::new(),
+                requests: Vec::new(),
+                prev_state: None,
+            };
+            let commit = MalachiteCommit {
+                certificate: CommitCertificate {
+                    height: Height(h),
+                    round: Round::new(u32::from(h == 1 || h == 5)),
+                    value_id: block.id(),
+                    commit_signatures: Vec::new(),
+                },
+                extensions: Vec::new(),
+            };
+            store.append(Decided { block, commit }).unwrap();
+        }
+    }
+    let node = open(&dir, 1);
+    assert_eq!(node.core.last_height(), 72);
+    let set = &node.vset;
+    let ctx = Ctx;
+    let normal = timeouts();
+    let proposer0 = |h: u64| {
+        ctx.select_proposer(
+            &node.params(Height(h)).validator_set,
+            Height(h),
+            Round::new(0),
+        )
+        .address
+    };
+    // Height 69: index 0's slot, still skipped (69 - 5 = 64 = skip_for(2)): normal timeouts.
+    assert_eq!(plain_index(4, 69), 0);
+    assert_eq!(proposer0(69), set.validators[1].address);
+    assert_eq!(node.params(Height(69)).timeouts, normal);
+    // Heights 70-72: clean slot owners, normal timeouts.
+    for h in 70..=72u64 {
+        assert_eq!(node.params(Height(h)).timeouts, normal, "height {h}");
+    }
+    // Height 73: index 0's retry, round 0 short, later rounds as normal or longer.
+    assert_eq!(plain_index(4, 73), 0);
+    assert_eq!(proposer0(73), set.validators[0].address);
+    let t = node.params(Height(73)).timeouts;
+    assert_eq!(wait(&t, Timeout::propose, 0), RETRY_PROPOSE);
+    assert_eq!(wait(&t, Timeout::prevote, 0), RETRY_VOTE);
+    assert_eq!(wait(&t, Timeout::precommit, 0), RETRY_VOTE);
+    assert_eq!(wait(&normal, Timeout::propose, 0), Duration::from_secs(1));
+    for r in 1..20u32 {
+        assert!(wait(&t, Timeout::propose, r) >= wait(&normal, Timeout::propose, r));
+        assert!(wait(&t, Timeout::precommit, r) >= wait(&normal, Timeout::precommit, r));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
