@@ -67,6 +67,8 @@ fn keys(n: usize) -> Vec<[u8; 32]> {
         .collect()
 }
 
+/// A timeout kind's constructor (`Timeout::propose`, ...).
+type TimeoutOf = fn(Round) -> Timeout;
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -219,7 +221,7 @@ proptest! {
             max_timeout: Duration::from_secs(max_s),
         };
         let retry = retry_timeouts(normal);
-        let kinds: [(fn(Round) -> Timeout, Duration); 3] = [
+        let kinds: [(TimeoutOf, Duration); 3] = [
             (Timeout::propose, RETRY_PROPOSE),
             (Timeout::prevote, RETRY_VOTE),
             (Timeout::precommit, RETRY_VOTE),
