@@ -430,22 +430,19 @@ fn the_engine_and_the_part_check_name_the_same_proposer() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A node reopened on a chain whose round 0 failed at index 0's slots (heights 1 and 5: blocks
-/// 2 and 6 carry `prev_round` 1) reads it from its blocks: at height 13, index 0's slot, round 0
-/// goes to index 1; the engine is told the same (`State::params`); rounds >= 1 and the next
-/// heights stay plain rotation.
-#[test]
-fn a_reopened_node_reads_failed_rounds_from_its_decided_blocks() {
+/// Node 1's home `name` with `top` decided blocks whose round 0 failed at heights 1 and 5
+/// (index 0's slots): their commits are of round 1, and blocks 2 and 6 carry `prev_round` 1.
+fn chain_failing_at_1_and_5(name: &str, top: u64) -> PathBuf {
     use ccron_malachite::commit::MalachiteCommit;
     use ccron_node::store::{BlockStore, Decided};
     use malachitebft_core_types::CommitCertificate;
 
-    let dir = home("reopen");
+    let dir = home(name);
     let node_dir = ccron_node::core::node_dir(&dir, 1);
     {
         let mut store = BlockStore::<MalachiteCommit>::open(&node_dir.join("blocks.log")).unwrap();
         let genesis_ms = 1_700_000_000_000i64;
-        for h in 1..=12u64 {
+        for h in 1..=top {
             let block = ccron_node::types::Block {
                 height: h,
                 prev_round: u32::from(h == 2 || h == 6),
@@ -468,6 +465,16 @@ fn a_reopened_node_reads_failed_rounds_from_its_decided_blocks() {
             store.append(Decided { block, commit }).unwrap();
         }
     }
+    dir
+}
+
+/// A node reopened on a chain whose round 0 failed at index 0's slots (heights 1 and 5: blocks
+/// 2 and 6 carry `prev_round` 1) reads it from its blocks: at height 13, index 0's slot, round 0
+/// goes to index 1; the engine is told the same (`State::params`); rounds >= 1 and the next
+/// heights stay plain rotation.
+#[test]
+fn a_reopened_node_reads_failed_rounds_from_its_decided_blocks() {
+    let dir = chain_failing_at_1_and_5("reopen", 12);
     let node = open(&dir, 1);
     assert_eq!(node.core.last_height(), 12);
     assert!(node.outcomes().failed(1) && node.outcomes().failed(5));
@@ -514,38 +521,7 @@ fn a_reopened_node_reads_failed_rounds_from_its_decided_blocks() {
 /// retry timeouts; the heights between keep the normal ones.
 #[test]
 fn a_reopened_node_gives_the_engine_short_round0_timeouts_at_a_retry() {
-    use ccron_malachite::commit::MalachiteCommit;
-    use ccron_node::store::{BlockStore, Decided};
-    use malachitebft_core_types::CommitCertificate;
-
-    let dir = home("retry");
-    let node_dir = ccron_node::core::node_dir(&dir, 1);
-    {
-        let mut store = BlockStore::<MalachiteCommit>::open(&node_dir.join("blocks.log")).unwrap();
-        let genesis_ms = 1_700_000_000_000i64;
-        for h in 1..=72u64 {
-            let block = ccron_node::types::Block {
-                height: h,
-                prev_round: u32::from(h == 2 || h == 6),
-                prev_id: ccron_node::types::Hash32([0; 32]),
-                samples: Vec::new(),
-                agreed_time_ms: genesis_ms + 100 * h as i64,
-                ticks: Vec::new(),
-                requests: Vec::new(),
-                prev_state: None,
-            };
-            let commit = MalachiteCommit {
-                certificate: CommitCertificate {
-                    height: Height(h),
-                    round: Round::new(u32::from(h == 1 || h == 5)),
-                    value_id: block.id(),
-                    commit_signatures: Vec::new(),
-                },
-                extensions: Vec::new(),
-            };
-            store.append(Decided { block, commit }).unwrap();
-        }
-    }
+    let dir = chain_failing_at_1_and_5("retry", 72);
     let node = open(&dir, 1);
     assert_eq!(node.core.last_height(), 72);
     let set = &node.vset;
