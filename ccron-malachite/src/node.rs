@@ -61,6 +61,24 @@ impl NodeConfig for Config {
     }
 }
 
+/// Refuses to start when the consensus port cannot be bound. The engine's libp2p swarm only
+/// logs a failed listen ("Error listening on ...") and runs on, unreachable by its peers: a
+/// validator that never decides and says so nowhere its operator or supervisor looks (campaign
+/// seed 69, 2026-11-28: its port taken by another process). Binding it first (and releasing it
+/// at once for the engine, which binds it next) turns that into a loud exit.
+///
+/// # Errors
+/// [`NodeError::Config`] naming the port and the cause.
+pub fn probe_consensus_port(port: u16) -> Result<(), NodeError> {
+    std::net::TcpListener::bind(("127.0.0.1", port))
+        .map(drop)
+        .map_err(|e| {
+            NodeError::Config(format!(
+                "consensus port 127.0.0.1:{port} cannot be bound (taken by another process?): {e}"
+            ))
+        })
+}
+
 /// The engine's configuration for validator `index` of `genesis`: libp2p on 127.0.0.1 with the
 /// genesis' ports, Broadcast pub-sub, proposal-and-parts, value sync.
 fn config(genesis: &ccron_node::records::Genesis, index: usize) -> Result<Config, NodeError> {
@@ -246,6 +264,7 @@ pub async fn run_node<A: Application>(
     let mut strategy = crate::byzantine::strategy::<A>(opts.byzantine);
     let dir = ccron_node::core::node_dir(&opts.home, opts.index);
     let config = config(node.core.genesis(), opts.index)?;
+    probe_consensus_port(node.core.genesis().validators[opts.index].port)?;
 
     // The libp2p identity is derived from the validator key (one key per validator).
     let secret = ccron_node::core::read_secret(&opts.home, opts.index)?;
@@ -527,4 +546,22 @@ async fn handle<A: Application>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_consensus_port_stops_the_node_loudly() {
+        let taken = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let err = probe_consensus_port(port).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!("127.0.0.1:{port}")),
+            "{err}"
+        );
+        drop(taken);
+        probe_consensus_port(port).unwrap();
+    }
 }
