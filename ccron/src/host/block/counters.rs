@@ -22,7 +22,7 @@ pub struct HostCounters {
     pub requests_executed: u64,
     /// Ordered requests not run because their `(client, number)` already executed.
     pub requests_duplicate: u64,
-    /// Ordered requests refused without running ([`RequestRefusal`]).
+    /// Ordered requests refused without running ([`RequestRefusal`](super::RequestRefusal)).
     pub requests_refused: u64,
 }
 

@@ -67,7 +67,7 @@ impl ExecutedRequests {
         h.finalize()
     }
 
-    /// The canonical encoding ([`wire`]) for snapshots, layout [`EXECUTED_REQUESTS_LAYOUT`].
+    /// The canonical encoding ([`wire`]) for snapshots, layout [`EXECUTED_REQUESTS_LAYOUT`](super::EXECUTED_REQUESTS_LAYOUT).
     ///
     /// # Errors
     /// [`WireError::Encode`] (never for this type in practice).
