@@ -15,6 +15,8 @@ use ccron::schedule::{
 use ccron::{Due, MemPages, PageRange, Principal, Tick};
 use proptest::prelude::*;
 
+use crate::overlap::policy;
+
 /// The handler's state: what ran (occurrence, nominal due).
 #[derive(Default)]
 struct St {
@@ -415,15 +417,6 @@ fn model(
         }
     }
     (ran, skipped)
-}
-
-fn policy() -> impl Strategy<Value = Overlap> {
-    prop_oneof![
-        Just(Overlap::AllowAll),
-        Just(Overlap::Skip),
-        Just(Overlap::BufferOne),
-        Just(Overlap::BufferAll),
-    ]
 }
 
 proptest! {

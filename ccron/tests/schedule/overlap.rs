@@ -438,7 +438,8 @@ fn model(
     (ran, skipped, buffered, overflowed)
 }
 
-fn policy() -> impl Strategy<Value = Overlap> {
+/// Any of the four overlap policies (also the backfill tests' strategy).
+pub(crate) fn policy() -> impl Strategy<Value = Overlap> {
     prop_oneof![
         Just(Overlap::AllowAll),
         Just(Overlap::Skip),
