@@ -252,8 +252,9 @@ pub fn liveness(agreed: &BTreeMap<u64, i64>, from_ms: i64) -> (f64, f64, u64, i6
 }
 
 /// Files of a node directory that are logs and reports, not state.
-pub(super) const LOG_FILES: [&str; 6] = [
+pub(super) const LOG_FILES: [&str; 7] = [
     "node.log",
+    "node.log.1",
     "digests.log",
     "fires.log",
     "status.json",

@@ -17,7 +17,9 @@ use crate::supervise::Supervisor;
 mod disk;
 mod faults;
 mod judge;
+pub mod logsink;
 mod measure;
+pub mod ports;
 mod report;
 mod spawn;
 
@@ -39,7 +41,7 @@ use judge::{
     quorum_read_outbox, read_agreed, read_digests, read_fires, read_fires_due, read_status,
     top_height, votes_between,
 };
-use spawn::{Children, spawn_node, supervise_exits, write_clock_offset};
+use spawn::{Children, init_home_reserved, spawn_node, supervise_exits, write_clock_offset};
 pub use spawn::{
     FAULT_CLOCK_FILE, FAULT_PEERS_FILE, LOCALNET_SNAPSHOT_EVERY, init_home, wipe_node_dir,
 };
@@ -178,7 +180,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             now_ms()
         )),
     };
-    let genesis = init_home(&home, opts.nodes, opts.seed, &opts.ledger)?;
+    // The genesis's ports stay held until the nodes are spawned ([`ports`]).
+    let (genesis, reserved) = init_home_reserved(&home, opts.nodes, opts.seed, &opts.ledger)?;
     let n = opts.nodes;
     // Network faults: a proxy per directed link, each node dialing its proxies.
     let proxied = opts.net_faults.is_some() || opts.byzantine_subset.is_some();
@@ -254,6 +257,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let mut children = Children((0..n).map(|_| None).collect());
     let mut pids = Vec::new();
     let mut supervisor = Supervisor::new(n, &opts.node_bin, opts.upgrade_binary.as_deref());
+    drop(reserved);
     for i in 0..n {
         if Some(i) != late {
             let c = spawn_node(opts, &home, i, byzantine_from_ms, supervisor.binary(i))?;

@@ -10,6 +10,8 @@ use crate::records::{Genesis, GenesisValidator};
 use crate::supervise::{Decision, Supervisor};
 use crate::types::hex;
 
+use super::logsink::{NODE_LOG, NODE_LOG_OLD};
+use super::ports::{PORT_FLOOR, Reserved, ephemeral_floor, port_draws, reserve_port};
 use super::{LedgerInit, LocalnetOptions, localnet_secret};
 
 pub(super) struct Children(pub(super) Vec<Option<Child>>);
@@ -37,26 +39,40 @@ impl Drop for Children {
     }
 }
 
-/// Writes keys and genesis for `n` nodes of `ledger`, with free loopback ports.
+/// Writes keys and genesis for `n` nodes of `ledger`, with free loopback ports drawn below the
+/// kernel's ephemeral range ([`super::ports`]).
 ///
 /// # Errors
-/// I/O errors.
+/// I/O errors; no free port.
 pub fn init_home(
     home: &Path,
     n: usize,
     seed: u64,
     ledger: &LedgerInit,
 ) -> std::io::Result<Genesis> {
+    init_home_reserved(home, n, seed, ledger).map(|(g, _)| g)
+}
+
+/// [`init_home`], returning the listeners holding the genesis's ports: the caller drops them
+/// right before spawning the nodes.
+pub(super) fn init_home_reserved(
+    home: &Path,
+    n: usize,
+    seed: u64,
+    ledger: &LedgerInit,
+) -> std::io::Result<(Genesis, Reserved)> {
     std::fs::create_dir_all(home)?;
     let mut validators = Vec::new();
     let mut listeners = Vec::new();
+    let mut draw = port_draws();
+    let ceiling = ephemeral_floor();
     for i in 0..n {
         let secret = localnet_secret(seed, i);
         let public = crate::crypto::Signer::new(secret).public_key();
-        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let l = reserve_port(&mut draw, PORT_FLOOR, ceiling)?;
         let port = l.local_addr()?.port();
         listeners.push(l);
-        let h = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let h = reserve_port(&mut draw, PORT_FLOOR, ceiling)?;
         let http_port = h.local_addr()?.port();
         listeners.push(h);
         let dir = node_dir(home, i);
@@ -68,7 +84,6 @@ pub fn init_home(
             http_port: Some(http_port),
         });
     }
-    drop(listeners);
     let genesis_time_ms = now_ms();
     let genesis = Genesis {
         genesis_time_ms,
@@ -85,7 +100,7 @@ pub fn init_home(
         home.join("genesis.json"),
         serde_json::to_vec_pretty(&genesis).map_err(std::io::Error::other)?,
     )?;
-    Ok(genesis)
+    Ok((genesis, Reserved { _held: listeners }))
 }
 
 /// Eight hex digits telling apart two homes initialised in one millisecond (their chain ids):
@@ -113,10 +128,6 @@ pub(super) fn spawn_node(
     byzantine_from_ms: i64,
     bin: &Path,
 ) -> std::io::Result<Child> {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(node_dir(home, i).join("node.log"))?;
     let mut cmd = Command::new(bin);
     cmd.arg("node")
         .arg("--home")
@@ -150,10 +161,24 @@ pub(super) fn spawn_node(
         cmd.arg("--fault-clock-file")
             .arg(node_dir(home, i).join(FAULT_CLOCK_FILE));
     }
-    cmd.stdin(Stdio::null())
+    let mut child = cmd
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .spawn()
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Its log, bounded ([`super::logsink`]); the copy ends when the process exits.
+    if let Some(stderr) = child.stderr.take()
+        && let Err(e) = super::logsink::start(
+            stderr,
+            node_dir(home, i).join(NODE_LOG),
+            format!("node-{i}-log"),
+        )
+    {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    Ok(child)
 }
 
 /// The file in a node's directory naming the proxies it dials (`node --fault-peers-file`).
@@ -171,7 +196,7 @@ pub(super) fn write_clock_offset(home: &Path, i: usize, offset_ms: i64) -> std::
 }
 
 /// Removes everything in node `i`'s directory but its key (`secret.key`), its signing state
-/// kept beside it (`signing.state`, [`crate::signguard`]) and its log (`node.log`): a node whose
+/// kept beside it (`signing.state`, [`crate::signguard`]) and its logs (`node.log`, `node.log.1`): a node whose
 /// state was lost, restarted with its identity and what its key signed.
 ///
 /// # Errors
@@ -182,7 +207,7 @@ pub fn wipe_node_dir(home: &Path, i: usize) -> std::io::Result<()> {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         if matches!(
             name.as_deref(),
-            Some("secret.key" | crate::signguard::SIGNING_STATE_FILE | "node.log")
+            Some("secret.key" | crate::signguard::SIGNING_STATE_FILE | NODE_LOG | NODE_LOG_OLD)
         ) {
             continue;
         }
