@@ -21,7 +21,13 @@
 //!   its parts);
 //! - `silent`: stops its engine (the process and its HTTP endpoint live on);
 //! - `bad-ticks`: posts junk ticks and requests to the other validators' endpoints
-//!   ([`ccron_node::hostile::HostileClient`]) and proposes blocks carrying a forged tick.
+//!   ([`ccron_node::hostile::HostileClient`]) and proposes blocks carrying a forged tick;
+//! - `forge-samples`: as proposer, carries h-1's clock samples forged ([`forge_samples`]): one
+//!   signature changed, or fewer than a quorum, alternately;
+//! - `oversized`: as proposer, signs and streams blocks padded past the block bound
+//!   ([`oversize`]);
+//! - `slow-http`: its endpoint answers late and drips ([`ccron_node::slow_http`], a layer over
+//!   the node's routes); its engine is honest.
 
 use std::time::Duration;
 
@@ -132,6 +138,8 @@ pub struct Faulty {
     hostile: Option<HostileClient>,
     /// Whether the engine was stopped (`silent`).
     silent: bool,
+    /// Proposals forged so far (`forge-samples` alternates its two forgeries).
+    forged: u64,
 }
 
 impl Faulty {
@@ -142,6 +150,7 @@ impl Faulty {
             flood_round: 0,
             hostile: None,
             silent: false,
+            forged: 0,
         }
     }
 
@@ -181,6 +190,38 @@ fn other_value(block: &ccron_node::Block, quorum: usize) -> ccron_node::Block {
     b
 }
 
+/// `block` with h-1's samples forged: fewer than `quorum` of them (`short`), else the first
+/// one's signature changed (a block without samples, height 1's, is left as it is). Honest
+/// validators refuse it (`TooFewSamples`, `BadSampleSignature`).
+pub fn forge_samples(
+    mut block: ccron_node::Block,
+    quorum: usize,
+    short: bool,
+) -> ccron_node::Block {
+    if short {
+        block.samples.truncate(quorum.saturating_sub(1));
+    } else if let Some(s) = block.samples.first_mut() {
+        s.signature.0[5] ^= 0x20;
+    }
+    block
+}
+
+/// `block` padded with a junk request to [`ccron_node::hostile::OVERSIZED_BLOCK_BYTES`]
+/// encoded: over the block bound, under the engine's pub-sub limit. Honest validators refuse
+/// it for its size (`too_large`) before any signature in it.
+pub fn oversize(mut block: ccron_node::Block) -> ccron_node::Block {
+    let pad = ccron_node::hostile::OVERSIZED_BLOCK_BYTES.saturating_sub(block.encode().len());
+    block.requests.push(ccron_node::request::SignedRequest {
+        request: ccron_node::request::ClientRequest {
+            client_key: [0x5a; 32],
+            number: block.height,
+            payload: vec![0x5a; pad],
+        },
+        signature: ccron_node::types::Sig([0; 64]),
+    });
+    block
+}
+
 impl<A: Application> Strategy<A> for Faulty {
     fn engine_signer(&self, honest: GuardedSigner) -> Box<dyn Signer<Ctx>> {
         if self.spec.kind == ByzantineKind::Withhold {
@@ -216,6 +257,21 @@ impl<A: Application> Strategy<A> for Faulty {
                     }
                     b
                 })?
+                .map(|(value, part)| (value, vec![part])));
+        }
+        if self.on(ByzantineKind::ForgeSamples) {
+            let quorum = state.core.validators().quorum();
+            // Alternating per proposal (its turns come at heights of one parity: the
+            // reputation's skips are even).
+            let short = self.forged % 2 == 1;
+            self.forged = self.forged.saturating_add(1);
+            return Ok(state
+                .propose_shaped(height, round, move |b| forge_samples(b, quorum, short))?
+                .map(|(value, part)| (value, vec![part])));
+        }
+        if self.on(ByzantineKind::Oversized) {
+            return Ok(state
+                .propose_shaped(height, round, oversize)?
                 .map(|(value, part)| (value, vec![part])));
         }
         let Some((value, part)) = state.propose(height, round)? else {
@@ -646,5 +702,58 @@ mod tests {
         let again = other_value(&other, 3);
         assert_eq!(again.agreed_time_ms, 11);
         assert_ne!(again.id(), other.id());
+    }
+
+    fn block_with_samples(n: u8) -> ccron_node::Block {
+        ccron_node::Block {
+            height: 9,
+            prev_round: 0,
+            prev_id: ccron_node::types::Hash32::default(),
+            samples: (0..n)
+                .map(|i| ccron_node::types::CarriedSample {
+                    validator: ccron_node::Address([i; 32]),
+                    time_ms: 1_700_000_000_000 + i64::from(i),
+                    signature: Sig([i; 64]),
+                })
+                .collect(),
+            agreed_time_ms: 1_700_000_000_001,
+            ticks: Vec::new(),
+            requests: Vec::new(),
+            prev_state: Some([3; 32]),
+        }
+    }
+
+    #[test]
+    fn forged_samples_are_one_changed_signature_or_fewer_than_a_quorum() {
+        let b = block_with_samples(4);
+        let flipped = forge_samples(b.clone(), 3, false);
+        assert_eq!(flipped.samples.len(), 4);
+        assert_ne!(flipped.samples[0].signature, b.samples[0].signature);
+        assert_eq!(flipped.samples[1..], b.samples[1..]);
+        let short = forge_samples(b.clone(), 3, true);
+        assert_eq!(short.samples, b.samples[..2]);
+        // Everything else unchanged; a block without samples stays as it is.
+        assert_eq!(
+            (short.agreed_time_ms, short.height),
+            (b.agreed_time_ms, b.height)
+        );
+        let none = block_with_samples(0);
+        assert_eq!(forge_samples(none.clone(), 3, false), none);
+    }
+
+    #[test]
+    fn an_oversized_block_is_over_the_bound_and_under_the_pubsub_limit() {
+        let b = oversize(block_with_samples(4));
+        let len = b.encode().len();
+        assert!(len > ccron_node::ledger::MAX_BLOCK_BYTES, "{len}");
+        assert!(
+            (ccron_node::hostile::OVERSIZED_BLOCK_BYTES
+                ..ccron_node::hostile::OVERSIZED_BLOCK_BYTES + 256)
+                .contains(&len),
+            "{len}"
+        );
+        // The engine's pub-sub limit (malachitebft-config's default `pubsub_max_size`).
+        assert!(len < 4 << 20, "{len}");
+        assert_eq!(b.samples, block_with_samples(4).samples);
     }
 }

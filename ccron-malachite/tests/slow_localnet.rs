@@ -381,9 +381,15 @@ fn lying_proposer_is_rejected() {
 /// kill): the honest three keep deciding during the fault, agree, stay bounded in memory and
 /// disk; returns the report for the kind's own checks.
 fn byzantine_run(kind: &str) -> Report {
+    byzantine_run_statuses(kind).0
+}
+
+/// [`byzantine_run`], with each node's final `status.json`.
+fn byzantine_run_statuses(kind: &str) -> (Report, Vec<NodeStatus>) {
     let name = format!("byz-{kind}");
-    let (ok, r) = localnet(
+    let (ok, r, statuses, _) = localnet_with(
         &["--duration", "18s", "--no-kill", "--byzantine", kind],
+        "demo",
         &name,
     );
     assert!(ok, "localnet failed: {r:?}");
@@ -417,7 +423,7 @@ fn byzantine_run(kind: &str) -> Report {
         assert!(n.disk_bytes < 64 << 20, "{r:?}");
         assert!(n.log_bytes < 64 << 20, "{r:?}");
     }
-    r
+    (r, statuses)
 }
 
 /// The sum over the honest nodes of refusal counter `key`.
@@ -480,14 +486,48 @@ fn byzantine_bad_ticks_and_requests_are_refused_by_reason() {
     assert!(refused(&r, "block.BadTickSignature") > 0, "{r:?}");
 }
 
+#[test]
+fn byzantine_forged_clock_samples_are_refused() {
+    let r = byzantine_run("forge-samples");
+    // Its first forgery changes a signature; the next one carries fewer samples than a
+    // quorum (the time rule's refusal), when it gets a second turn.
+    assert!(refused(&r, "block.BadSampleSignature") > 0, "{r:?}");
+}
+
+#[test]
+fn byzantine_oversized_blocks_are_refused_for_their_size() {
+    let r = byzantine_run("oversized");
+    assert!(refused(&r, "block.too_large") > 0, "{r:?}");
+    // Refused blocks are not kept: the honest nodes' disks stay far below one per turn.
+    for n in &r.nodes[1..] {
+        assert!(n.disk_bytes < 16 << 20, "{r:?}");
+    }
+}
+
+#[test]
+fn byzantine_slow_endpoint_does_not_stall_the_honest_forwarders() {
+    let (r, statuses) = byzantine_run_statuses("slow-http");
+    // The honest nodes' posts to the dripping endpoint ended at their deadline (or were
+    // skipped while one was in flight), and they kept forwarding to each other.
+    for (i, s) in statuses.iter().enumerate().skip(1) {
+        let f = &s.tick_pool.forward;
+        assert!(f.timed_out > 0, "node {i}: {f:?}");
+        assert!(f.delivered > f.timed_out, "node {i}: {f:?}");
+    }
+    let _ = r;
+}
+
 /// The Byzantine kinds the campaign's `byzantine` layer rotates through.
-const CAMPAIGN_BYZANTINE: [&str; 6] = [
+const CAMPAIGN_BYZANTINE: [&str; 9] = [
     "equivocate",
     "flood",
     "withhold",
     "withhold-votes",
     "silent",
     "bad-ticks",
+    "forge-samples",
+    "oversized",
+    "slow-http",
 ];
 
 /// splitmix64 of `seed`: the campaign's Byzantine choices, independent of which layer the
@@ -504,7 +544,7 @@ fn campaign_mix(seed: u64) -> u64 {
 /// [`campaign_mix`] of the seed.
 fn campaign_byzantine(seed: u64) -> String {
     let m = campaign_mix(seed);
-    let kind = CAMPAIGN_BYZANTINE[(m % 6) as usize];
+    let kind = CAMPAIGN_BYZANTINE[(m % CAMPAIGN_BYZANTINE.len() as u64) as usize];
     format!("{kind}@{}", (m >> 8) % 4)
 }
 

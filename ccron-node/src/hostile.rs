@@ -47,17 +47,36 @@ pub enum ByzantineKind {
     /// garbage and oversized client requests to every other validator's endpoint, and
     /// proposes blocks carrying a forged tick.
     BadTicks,
+    /// As proposer, carries forged clock samples: one sample's signature changed or fewer
+    /// samples than a quorum, alternately.
+    ForgeSamples,
+    /// As proposer, signs and streams blocks over the block bound
+    /// ([`crate::ledger::MAX_BLOCK_BYTES`]: a junk request pads them to
+    /// [`OVERSIZED_BLOCK_BYTES`]), below the engine's pub-sub limit so they reach every peer.
+    Oversized,
+    /// Its HTTP endpoint answers slowly: each answer starts after
+    /// [`crate::slow_http::FIRST_BYTE_DELAY`] and drips one byte per
+    /// [`crate::slow_http::DRIP_INTERVAL`] (the ticks other validators forward to it, catch-up
+    /// and read requests); otherwise honest.
+    SlowHttp,
 }
+
+/// The encoded size an `oversized` validator pads its blocks to: twice the block bound, half
+/// the engine's 4 MiB pub-sub limit.
+pub const OVERSIZED_BLOCK_BYTES: usize = 2 * crate::ledger::MAX_BLOCK_BYTES;
 
 impl ByzantineKind {
     /// Every kind, in order.
-    pub const ALL: [ByzantineKind; 6] = [
+    pub const ALL: [ByzantineKind; 9] = [
         ByzantineKind::Equivocate,
         ByzantineKind::Flood,
         ByzantineKind::Withhold,
         ByzantineKind::WithholdVotes,
         ByzantineKind::Silent,
         ByzantineKind::BadTicks,
+        ByzantineKind::ForgeSamples,
+        ByzantineKind::Oversized,
+        ByzantineKind::SlowHttp,
     ];
 
     /// Its name on the command line.
@@ -69,6 +88,9 @@ impl ByzantineKind {
             ByzantineKind::WithholdVotes => "withhold-votes",
             ByzantineKind::Silent => "silent",
             ByzantineKind::BadTicks => "bad-ticks",
+            ByzantineKind::ForgeSamples => "forge-samples",
+            ByzantineKind::Oversized => "oversized",
+            ByzantineKind::SlowHttp => "slow-http",
         }
     }
 }

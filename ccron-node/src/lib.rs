@@ -54,6 +54,7 @@ pub mod records;
 pub mod request;
 pub mod results;
 pub mod signguard;
+pub mod slow_http;
 pub mod snapshot;
 pub mod store;
 pub mod submit;
