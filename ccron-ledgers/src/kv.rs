@@ -20,13 +20,14 @@
 use std::collections::BTreeMap;
 
 use bincode::{Decode, Encode};
-use ccron::sha256::Sha256;
 use ccron::state_hash::{StateHash, StateHasher};
 
 use ccron::host::ClientId;
 use ccron::host::Digest32;
 use ccron::host::app::{AppError, Application, ExecContext};
 use ccron::host::wire as codec;
+
+use crate::multiset::MultisetSum;
 
 /// An operation of the [`KvLedger`] (the payload of a user request, encoded with the codec).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -92,27 +93,16 @@ pub struct KvLedger {
     /// Per-client entries of a layout-1 snapshot, stored under the 64-bit id (the module
     /// documentation); never added to, emptied as their clients write.
     legacy: BTreeMap<Vec<u8>, Vec<u8>>,
-    sum: [u64; 4],
+    sum: MultisetSum,
     keys: KeySpace,
 }
 
-fn entry_hash(key: &[u8], value: &[u8]) -> [u64; 4] {
-    let mut h = Sha256::new();
-    h.update((key.len() as u64).to_le_bytes());
-    h.update(key);
-    h.update(value);
-    let d: [u8; 32] = h.finalize().into();
-    let mut limbs = [0u64; 4];
-    for (i, limb) in limbs.iter_mut().enumerate() {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&d[i * 8..i * 8 + 8]);
-        *limb = u64::from_le_bytes(b);
-    }
-    limbs
+fn entry_hash(key: &[u8], value: &[u8]) -> MultisetSum {
+    MultisetSum::leaf(&[&(key.len() as u64).to_le_bytes(), key, value])
 }
 
 /// [`entry_hash`] of a legacy entry (domain-separated from the others).
-fn legacy_hash(key: &[u8], value: &[u8]) -> [u64; 4] {
+fn legacy_hash(key: &[u8], value: &[u8]) -> MultisetSum {
     entry_hash(&[b"legacy/".as_slice(), key].concat(), value)
 }
 
@@ -122,26 +112,6 @@ pub const KV_SNAPSHOT_MARK: u64 = u64::MAX;
 
 /// A snapshot of layout 2: [`KV_SNAPSHOT_MARK`], the entries, the legacy entries.
 type SnapshotV2 = (u64, Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>);
-
-fn add256(a: &mut [u64; 4], b: [u64; 4]) {
-    let mut carry = false;
-    for i in 0..4 {
-        let (s1, c1) = a[i].overflowing_add(b[i]);
-        let (s2, c2) = s1.overflowing_add(u64::from(carry));
-        a[i] = s2;
-        carry = c1 || c2;
-    }
-}
-
-fn sub256(a: &mut [u64; 4], b: [u64; 4]) {
-    let mut borrow = false;
-    for i in 0..4 {
-        let (s1, c1) = a[i].overflowing_sub(b[i]);
-        let (s2, c2) = s1.overflowing_sub(u64::from(borrow));
-        a[i] = s2;
-        borrow = c1 || c2;
-    }
-}
 
 impl KvLedger {
     /// An empty ledger, each client's keys its own ([`KeySpace::PerClient`]).
@@ -207,8 +177,38 @@ impl KvLedger {
         }
         let k = self.legacy_key(client, key)?;
         let old = self.legacy.remove(&k)?;
-        sub256(&mut self.sum, legacy_hash(&k, &old));
+        self.sum.sub(legacy_hash(&k, &old));
         Some(old)
+    }
+
+    /// The multiset sum of its entries' leaves (and its legacy entries', domain-separated), as
+    /// kept through every change ([`crate::multiset`]).
+    pub fn sum(&self) -> MultisetSum {
+        self.sum
+    }
+
+    /// [`KvLedger::sum`] recomputed from scratch over the entries: what the kept sum must
+    /// always equal.
+    pub fn sum_from_scratch(&self) -> MultisetSum {
+        let entries = self.entries.iter().map(|(k, v)| entry_hash(k, v));
+        let legacy = self.legacy.iter().map(|(k, v)| legacy_hash(k, v));
+        MultisetSum::of(entries.chain(legacy))
+    }
+
+    /// Appends the ledger's state to another ledger's digest stream as fixed-width fields,
+    /// with `sum` standing for the entries ([`KvLedger::sum`], or
+    /// [`KvLedger::sum_from_scratch`]): the key space (one byte: 0 per-client, 1 shared), the
+    /// entry count and the legacy entry count (8 bytes each, little-endian), the sum (32
+    /// bytes). 49 bytes, whatever the state: the demo ledger's digest takes them instead of
+    /// hashing [`Application::digest_in`] separately.
+    pub(crate) fn digest_fields(&self, h: &mut StateHasher, sum: MultisetSum) {
+        h.update([match self.keys {
+            KeySpace::PerClient => 0u8,
+            KeySpace::Shared => 1,
+        }]);
+        h.update((self.entries.len() as u64).to_le_bytes());
+        h.update((self.legacy.len() as u64).to_le_bytes());
+        h.update(sum.to_bytes());
     }
 
     /// Number of entries.
@@ -222,10 +222,10 @@ impl KvLedger {
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Option<Vec<u8>> {
-        add256(&mut self.sum, entry_hash(&key, &value));
+        self.sum.add(entry_hash(&key, &value));
         let old = self.entries.insert(key.clone(), value);
         if let Some(old) = &old {
-            sub256(&mut self.sum, entry_hash(&key, old));
+            self.sum.sub(entry_hash(&key, old));
         }
         old
     }
@@ -237,14 +237,14 @@ impl KvLedger {
             return Some(old);
         }
         let old = self.legacy.remove(key)?;
-        sub256(&mut self.sum, legacy_hash(key, &old));
+        self.sum.sub(legacy_hash(key, &old));
         Some(old)
     }
 
     /// Removes the entry stored under `key` (not a legacy entry), returning its value.
     fn remove_entry(&mut self, key: &[u8]) -> Option<Vec<u8>> {
         let old = self.entries.remove(key)?;
-        sub256(&mut self.sum, entry_hash(key, &old));
+        self.sum.sub(entry_hash(key, &old));
         Some(old)
     }
 }
@@ -294,9 +294,7 @@ impl Application for KvLedger {
             h.update(b"legacy");
             h.update((self.legacy.len() as u64).to_le_bytes());
         }
-        for limb in self.sum {
-            h.update(limb.to_le_bytes());
-        }
+        h.update(self.sum.to_bytes());
         h.finalize()
     }
 
@@ -340,7 +338,7 @@ impl Application for KvLedger {
             }
         }
         for (k, v) in legacy {
-            add256(&mut fresh.sum, legacy_hash(&k, &v));
+            fresh.sum.add(legacy_hash(&k, &v));
             if fresh.legacy.insert(k, v).is_some() {
                 return Err(AppError::BadSnapshot("duplicate legacy key".into()));
             }
