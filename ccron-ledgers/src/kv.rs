@@ -89,12 +89,21 @@ pub enum KeySpace {
 /// divergence and corruption, not for adversarially chosen multisets of many entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KvLedger {
-    entries: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Each entry's value with its leaf in `sum` (kept, so that removing or replacing the entry
+    /// hashes nothing).
+    entries: BTreeMap<Vec<u8>, Entry>,
     /// Per-client entries of a layout-1 snapshot, stored under the 64-bit id (the module
     /// documentation); never added to, emptied as their clients write.
     legacy: BTreeMap<Vec<u8>, Vec<u8>>,
     sum: MultisetSum,
     keys: KeySpace,
+}
+
+/// A value and its leaf ([`entry_hash`] of its key and the value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    value: Vec<u8>,
+    leaf: MultisetSum,
 }
 
 fn entry_hash(key: &[u8], value: &[u8]) -> MultisetSum {
@@ -143,7 +152,7 @@ impl KvLedger {
 
     /// The value stored under `stored` ([`KvLedger::stored_key`]).
     pub fn get(&self, stored: &[u8]) -> Option<&[u8]> {
-        self.entries.get(stored).map(Vec::as_slice)
+        self.entries.get(stored).map(|e| e.value.as_slice())
     }
 
     /// The value of `client`'s `key`: under its full id, else its legacy entry (the module
@@ -190,7 +199,7 @@ impl KvLedger {
     /// [`KvLedger::sum`] recomputed from scratch over the entries: what the kept sum must
     /// always equal.
     pub fn sum_from_scratch(&self) -> MultisetSum {
-        let entries = self.entries.iter().map(|(k, v)| entry_hash(k, v));
+        let entries = self.entries.iter().map(|(k, e)| entry_hash(k, &e.value));
         let legacy = self.legacy.iter().map(|(k, v)| legacy_hash(k, v));
         MultisetSum::of(entries.chain(legacy))
     }
@@ -222,12 +231,11 @@ impl KvLedger {
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Option<Vec<u8>> {
-        self.sum.add(entry_hash(&key, &value));
-        let old = self.entries.insert(key.clone(), value);
-        if let Some(old) = &old {
-            self.sum.sub(entry_hash(&key, old));
-        }
-        old
+        let leaf = entry_hash(&key, &value);
+        self.sum.add(leaf);
+        let old = self.entries.insert(key, Entry { value, leaf })?;
+        self.sum.sub(old.leaf);
+        Some(old.value)
     }
 
     /// Removes the entry stored under `key` ([`KvLedger::stored_key`], or a legacy entry's
@@ -244,8 +252,8 @@ impl KvLedger {
     /// Removes the entry stored under `key` (not a legacy entry), returning its value.
     fn remove_entry(&mut self, key: &[u8]) -> Option<Vec<u8>> {
         let old = self.entries.remove(key)?;
-        self.sum.sub(entry_hash(key, &old));
-        Some(old)
+        self.sum.sub(old.leaf);
+        Some(old.value)
     }
 }
 
@@ -300,10 +308,17 @@ impl Application for KvLedger {
 
     /// Layout 2 ([`KV_SNAPSHOT_MARK`], entries, legacy entries).
     fn snapshot(&self) -> Vec<u8> {
-        let all = |m: &BTreeMap<Vec<u8>, Vec<u8>>| -> Vec<(Vec<u8>, Vec<u8>)> {
-            m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-        };
-        let snap: SnapshotV2 = (KV_SNAPSHOT_MARK, all(&self.entries), all(&self.legacy));
+        let entries = self
+            .entries
+            .iter()
+            .map(|(k, e)| (k.clone(), e.value.clone()))
+            .collect();
+        let legacy = self
+            .legacy
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let snap: SnapshotV2 = (KV_SNAPSHOT_MARK, entries, legacy);
         codec::encode(&snap).unwrap_or_default()
     }
 
@@ -473,6 +488,39 @@ mod tests {
         assert_eq!(c, a);
         b.restore(&a.snapshot()).unwrap();
         assert_eq!(b.keys(), KeySpace::Shared);
+    }
+
+    proptest::proptest! {
+        /// After any sequence of puts, deletes and gets (from a layout-1 snapshot's legacy
+        /// entries or from empty, under either key space), the kept sum equals the sum
+        /// recomputed from the entries, and a restored copy (sum recomputed on load) digests
+        /// equal.
+        #[test]
+        fn the_kept_sum_is_the_from_scratch_sum(
+            legacy in proptest::bool::ANY,
+            shared in proptest::bool::ANY,
+            ops in proptest::collection::vec((0u8..3, 0u64..4, 0u8..6, 0u8..4), 0..50),
+        ) {
+            let keys = if shared { KeySpace::Shared } else { KeySpace::PerClient };
+            let mut l = KvLedger::with_keys(keys);
+            if legacy {
+                l.restore(&unhex(KV_V1)).unwrap();
+            }
+            for (op, client, key, value) in ops {
+                let k = if key < 2 { "k".to_string() } else { format!("k{key}") };
+                let payload = match op {
+                    0 => put(&k, &format!("v{value}")),
+                    1 => del(&k),
+                    _ => get(&k),
+                };
+                l.execute(CTX, c(client), &payload);
+                proptest::prop_assert_eq!(l.sum(), l.sum_from_scratch());
+            }
+            let mut back = KvLedger::with_keys(keys);
+            back.restore(&l.snapshot()).unwrap();
+            proptest::prop_assert_eq!(&back, &l);
+            proptest::prop_assert_eq!(back.digest(), l.digest());
+        }
     }
 
     #[test]
