@@ -11,10 +11,11 @@
 //! operation sequences.
 //!
 //! **What makes it a sound state digest here.**
-//! - Each leaf is SHA-256 over a **domain-separated, length-prefixed** encoding of its entry
-//!   (a tag naming the map and its version, the key's length, the key, the value's fixed-width
-//!   or trailing encoding), so no two distinct entries of one map, and no entry of two
-//!   different maps, hash the same input: a collision of leaves is a SHA-256 collision. (The
+//! - Each leaf is SHA-256 over a **domain-separated, unambiguous** encoding of its entry (a
+//!   tag naming the map and its version, then the entry with every field's length known:
+//!   length-prefixed, or fixed-width and last, e.g. the demo's key followed by its 8-byte
+//!   time), so no two distinct entries of one map, and no entry of two different maps, hash
+//!   the same input: a collision of leaves is a SHA-256 collision. (The
 //!   key-value ledger's entry leaves, older than this module, carry no tag: the key's length,
 //!   the key, the value; they are kept for its digest's bytes and are separated by being the
 //!   only untagged leaves, each map's sum hashed as a field of its own.)
@@ -45,7 +46,7 @@ impl MultisetSum {
     pub const EMPTY: Self = Self([0; 4]);
 
     /// The leaf of one entry: SHA-256 over `parts` concatenated (the caller's encoding,
-    /// domain-separated and length-prefixed, as the module documentation requires), read as a
+    /// domain-separated and unambiguous, as the module documentation requires), read as a
     /// little-endian 256-bit number.
     pub fn leaf(parts: &[&[u8]]) -> Self {
         let mut h = Sha256::new();
