@@ -18,7 +18,7 @@ use ccron::state_hash::{StateHash, StateHasher};
 use ccron::{CronEntry, CronTable, CronTableRegistry, PageAllocator, Periodic};
 
 use super::cron_ledger::CronLedger;
-use super::kv::{KeySpace, KvLedger, KvOp};
+use super::kv::{KeySpace, KvLedger, KvOp, kv_result};
 use super::multiset::MultisetSum;
 use ccron::host::Digest32;
 use ccron::host::app::{AppError, Application, ExecContext};
@@ -297,19 +297,20 @@ impl DemoLedger {
 
 impl Application for DemoLedger {
     fn execute(&mut self, ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
-        let result = self.kv.execute(ctx, client, payload);
+        // Decoded once: the write times here, the entries by the key-value part.
+        let Ok(op) = codec::decode::<KvOp>(payload, payload.len()) else {
+            return vec![kv_result::MALFORMED];
+        };
         // Write times by stored key: the client's own entry.
-        match codec::decode::<KvOp>(payload, payload.len()) {
-            Ok(KvOp::Put { key, .. }) => {
+        match &op {
+            KvOp::Put { key, .. } => {
                 let t = ctx.agreed_time_ms.unwrap_or(Millis::MIN);
-                self.set_written(self.kv.stored_key(client, &key), t);
+                self.set_written(self.kv.stored_key(client, key), t);
             }
-            Ok(KvOp::Delete { key }) => {
-                self.forget_written(&self.kv.stored_key(client, &key));
-            }
-            _ => {}
+            KvOp::Delete { key } => self.forget_written(&self.kv.stored_key(client, key)),
+            KvOp::Get { .. } => {}
         }
-        result
+        self.kv.apply(client, op)
     }
 
     /// O(1): the key-value part's and the write times' kept multiset sums (the type's

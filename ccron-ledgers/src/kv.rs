@@ -220,6 +220,25 @@ impl KvLedger {
         h.update(sum.to_bytes());
     }
 
+    /// Runs `client`'s decoded operation (what [`Application::execute`] does once the payload
+    /// decoded): the result bytes.
+    pub(crate) fn apply(&mut self, client: ClientId, op: KvOp) -> Vec<u8> {
+        match op {
+            KvOp::Put { key, value } => {
+                // A legacy entry of the key moves under the full id (its value replaced).
+                let legacy = self.take_legacy(client, &key);
+                let stored = self.stored_key(client, &key);
+                result(self.put(stored, value).or(legacy))
+            }
+            KvOp::Get { key } => result(self.get_of(client, &key).map(<[u8]>::to_vec)),
+            KvOp::Delete { key } => {
+                let legacy = self.take_legacy(client, &key);
+                let stored = self.stored_key(client, &key);
+                result(self.remove_entry(&stored).or(legacy))
+            }
+        }
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -270,18 +289,7 @@ fn result(v: Option<Vec<u8>>) -> Vec<u8> {
 impl Application for KvLedger {
     fn execute(&mut self, _ctx: ExecContext, client: ClientId, payload: &[u8]) -> Vec<u8> {
         match codec::decode::<KvOp>(payload, payload.len()) {
-            Ok(KvOp::Put { key, value }) => {
-                // A legacy entry of the key moves under the full id (its value replaced).
-                let legacy = self.take_legacy(client, &key);
-                let stored = self.stored_key(client, &key);
-                result(self.put(stored, value).or(legacy))
-            }
-            Ok(KvOp::Get { key }) => result(self.get_of(client, &key).map(<[u8]>::to_vec)),
-            Ok(KvOp::Delete { key }) => {
-                let legacy = self.take_legacy(client, &key);
-                let stored = self.stored_key(client, &key);
-                result(self.remove_entry(&stored).or(legacy))
-            }
+            Ok(op) => self.apply(client, op),
             Err(_) => vec![kv_result::MALFORMED],
         }
     }
