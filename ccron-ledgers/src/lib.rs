@@ -9,6 +9,8 @@
 //!   engine runs the same code).
 //! - [`kv`]: [`KvLedger`], a key-value ledger whose digest covers its whole state, and its
 //!   request payload [`KvOp`].
+//! - [`multiset`]: [`multiset::MultisetSum`], the additive multiset hash the key-value and demo
+//!   ledgers keep their digests with (a block costs O(its changes)), and why it is sound here.
 //! - [`tick_counter`]: [`TickCounter`], a [`ccron::host::TickExecutor`] recording every tick in
 //!   the reserved pages (so that checkpoints and state transfer visibly carry pages).
 //! - [`demo`]: the demo ledger with ccron tables (sim-bft's `--ledger demo`, the top-level
@@ -19,6 +21,7 @@
 
 pub mod demo;
 pub mod kv;
+pub mod multiset;
 pub mod orders;
 pub mod tick_counter;
 
