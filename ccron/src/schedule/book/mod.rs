@@ -23,7 +23,7 @@
 //! while the previous run has no result),
 //! `manual.rs` (trigger-now and backfill runs), `timing.rs` (occurrences,
 //! jitter, the misfire plan), `index.rs` (due
-//! and zone index upkeep, invariant check), `admission.rs` (validating and applying requests),
+//! and zone index upkeep, invariant check), `admission/` (validating and applying requests),
 //! `tick.rs` (the budgeted tick), `preview.rs` (looks ahead) and `persist.rs` (save and load).
 
 mod admission;
