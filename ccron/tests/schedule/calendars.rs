@@ -874,3 +874,71 @@ proptest! {
         book.check_invariants().map_err(TestCaseError::fail)?;
     }
 }
+
+/// A periodic schedule without an anchored start (`Every { start_ms: None }`: its grid starts
+/// at the request's agreed time) takes a calendar like an anchored one: created naming it, or
+/// given one later; without an agreed time it is refused `NeedsTime` (the grid has no
+/// origin yet), never as "not a recurring schedule".
+#[test]
+fn an_unanchored_periodic_grid_takes_a_calendar() {
+    let h = handlers();
+    let host = Principal::Host;
+    let now = at("2026-12-24T06:00:00Z");
+    let grid = NewSchedule::new(
+        "h",
+        Timing::Every {
+            period_ms: DAY_MS / 2,
+            start_ms: None,
+        },
+    );
+    let mut book = Scheduler::new_in(1, Limits::default(), range());
+    book.apply(
+        &host,
+        ScheduleRequest::InstallCalendar(xmas()),
+        &h,
+        1,
+        Some(0),
+    )
+    .unwrap();
+    let before = book.clone();
+    assert_eq!(
+        book.apply(&host, excluding(grid.clone(), "xmas"), &h, 2, None),
+        Err(ScheduleError::NeedsTime)
+    );
+    assert!(book == before);
+    let id = book
+        .apply(&host, excluding(grid.clone(), "xmas"), &h, 2, Some(now))
+        .unwrap()
+        .unwrap();
+    let info = book.get(id).unwrap();
+    assert_eq!(info.calendar.as_deref(), Some("xmas"));
+    assert_eq!(
+        info.schedule.timing,
+        Timing::Every {
+            period_ms: DAY_MS / 2,
+            start_ms: Some(now)
+        }
+    );
+    // The grid from `now`, Christmas (UTC) skipped.
+    let ticks: Vec<TimeMs> = (0..5).map(|k| now + k * DAY_MS / 2).collect();
+    let ran = run(&mut book, &ticks, 10);
+    assert_eq!(ran, vec![now, now + DAY_MS / 2, now + 2 * DAY_MS]);
+    // SetCalendar on an unanchored grid created without one.
+    let plain = book
+        .apply(&host, ScheduleRequest::Create(grid), &h, 20, Some(now))
+        .unwrap()
+        .unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::SetCalendar {
+            target: Target::Id(plain),
+            calendar: Some("xmas".into()),
+        },
+        &h,
+        21,
+        Some(now),
+    )
+    .unwrap();
+    assert_eq!(book.get(plain).unwrap().calendar.as_deref(), Some("xmas"));
+    book.check_invariants().unwrap();
+}
