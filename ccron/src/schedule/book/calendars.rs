@@ -140,7 +140,7 @@ fn grid_name(start: TimeMs, period_ms: i64) -> String {
 /// The first point of the grid `start + k·period` (k >= 0) strictly after `after_ms` that
 /// `calendar` allows (local dates in UTC; every point without a calendar). A search that
 /// spends its skip budget gives `None` (the schedule stops, as a cron schedule's does), traced.
-pub(super) fn grid_allowed_after(
+pub(crate) fn grid_allowed_after(
     start: TimeMs,
     period_ms: i64,
     calendar: Option<&ExclusionCalendar>,
@@ -183,7 +183,7 @@ fn try_grid_after(
 /// The latest `count` points of the grid `start + k·period` in `(after_ms, through_ms]` that
 /// `calendar` allows, ascending (fewer when the interval holds fewer; none when the search
 /// spends its skip budget, traced). O(count + skips), never a walk over every point.
-pub(super) fn grid_allowed_latest(
+pub(crate) fn grid_allowed_latest(
     start: TimeMs,
     period_ms: i64,
     calendar: &ExclusionCalendar,
@@ -232,7 +232,7 @@ pub(super) fn grid_allowed_latest(
 /// [`CronError::ExcludedForever`] when no point is allowed past it;
 /// [`CronError::CalendarBudgetExhausted`] when the search spends its budget (refused too: it
 /// would stop on some tick).
-pub(super) fn check_grid_fires(
+pub(crate) fn check_grid_fires(
     start: TimeMs,
     period_ms: i64,
     calendar: &ExclusionCalendar,
