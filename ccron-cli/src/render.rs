@@ -682,7 +682,8 @@ mod tests {
                 overlap: Overlap::Skip,
             },
         ] {
-            b.apply(&Principal::Host, req, &h, 1, Some(3 * 86_400_000)).unwrap();
+            b.apply(&Principal::Host, req, &h, 1, Some(3 * 86_400_000))
+                .unwrap();
         }
         describe(&b, &Target::Id(id), 2).unwrap()
     }

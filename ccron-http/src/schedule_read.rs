@@ -507,7 +507,8 @@ mod tests {
                 overlap: Overlap::BufferAll,
             },
         ] {
-            b.apply(&Principal::Host, req, &h, 1, Some(3 * 86_400_000)).unwrap();
+            b.apply(&Principal::Host, req, &h, 1, Some(3 * 86_400_000))
+                .unwrap();
         }
         let d = ccron::schedule::query::describe(&b, &Target::Id(1), 2).unwrap();
         assert!(d.policies.is_some());

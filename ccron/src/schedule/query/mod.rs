@@ -1085,10 +1085,10 @@ mod tests {
             body: QueryBody::Describe(Some(Box::new(d))),
         };
         let old = QueryAnswer::decode(&new.encode_format3().unwrap()).unwrap();
-        let mut only_new = vec![new.clone(), new.clone()];
+        let mut only_new = [new.clone(), new.clone()];
         assert!(!to_common_format(only_new.iter_mut()));
         assert!(only_new.iter().all(|a| *a == new));
-        let mut mixed = vec![new.clone(), old.clone(), new.clone()];
+        let mut mixed = [new.clone(), old.clone(), new.clone()];
         assert!(to_common_format(mixed.iter_mut()));
         assert!(mixed.iter().all(|a| *a == old), "{mixed:?}");
         assert_eq!(mixed[0].body.encode().unwrap(), old.body.encode().unwrap());
