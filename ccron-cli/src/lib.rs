@@ -35,7 +35,7 @@ pub mod submit;
 use std::path::PathBuf;
 
 use ccron::schedule::query::{QueryBody, ScheduleFilter};
-use ccron::schedule::{ScheduleRequest, Target};
+use ccron::schedule::{Overlap, ScheduleRequest, Target};
 use ccron_http::{ScheduleQuery, ScheduleReadConfig, ScheduleReadError, ScheduleReader};
 use clap::{Args, Parser, Subcommand};
 use hyper::Method;
@@ -307,7 +307,59 @@ pub enum Schedules {
         /// Its last instant (inclusive): RFC 3339 or Unix ms.
         #[arg(long)]
         to: String,
+        /// The backfill's own overlap policy: what each of its runs does while the backfill's
+        /// previous run has no result yet (sends `BackfillWith`; without it, the plain
+        /// `Backfill`, which runs them regardless: `allow-all`).
+        #[arg(long, value_enum)]
+        overlap: Option<OverlapArg>,
     },
+}
+
+/// An overlap policy on the command line (`ccron::schedule::Overlap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OverlapArg {
+    /// Skip a run while the previous one has no result.
+    Skip,
+    /// Keep one run buffered, skip the rest.
+    BufferOne,
+    /// Buffer runs (bounded), run them in order.
+    BufferAll,
+    /// Run regardless (runs may overlap).
+    AllowAll,
+}
+
+impl From<OverlapArg> for Overlap {
+    fn from(o: OverlapArg) -> Self {
+        match o {
+            OverlapArg::Skip => Overlap::Skip,
+            OverlapArg::BufferOne => Overlap::BufferOne,
+            OverlapArg::BufferAll => Overlap::BufferAll,
+            OverlapArg::AllowAll => Overlap::AllowAll,
+        }
+    }
+}
+
+/// The request `ccron schedules backfill` sends: `BackfillWith` when an overlap policy is
+/// given, the plain `Backfill` otherwise.
+pub fn backfill_request(
+    target: Target,
+    from_ms: i64,
+    to_ms: i64,
+    overlap: Option<OverlapArg>,
+) -> ScheduleRequest {
+    match overlap {
+        Some(o) => ScheduleRequest::BackfillWith {
+            target,
+            from_ms,
+            to_ms,
+            overlap: o.into(),
+        },
+        None => ScheduleRequest::Backfill {
+            target,
+            from_ms,
+            to_ms,
+        },
+    }
 }
 
 /// `ccron cluster ...`.
@@ -518,12 +570,14 @@ async fn schedules(s: Schedules, env: Env) -> Result<String, CliError> {
             target,
             from,
             to,
+            overlap,
         } => {
-            let req = ScheduleRequest::Backfill {
-                target: parse_target(&target),
-                from_ms: parse_instant(&from)?,
-                to_ms: parse_instant(&to)?,
-            };
+            let req = backfill_request(
+                parse_target(&target),
+                parse_instant(&from)?,
+                parse_instant(&to)?,
+                overlap,
+            );
             mutate(&common, &signed, req, env).await
         }
     }

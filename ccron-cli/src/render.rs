@@ -2,9 +2,10 @@
 
 use ccron::Due;
 use ccron::schedule::query::{
-    BookState, OutboxState, ScheduleDetail, ScheduleList, ScheduleSummary, Upcoming,
+    BookState, OutboxState, ScheduleDetail, ScheduleList, SchedulePolicies, ScheduleSummary,
+    Upcoming,
 };
-use ccron::schedule::{Misfire, Principal, RunEntry, RunOutcome, Timing};
+use ccron::schedule::{Misfire, Overlap, Principal, RunEntry, RunOutcome, Timing};
 use serde_json::{Value, json};
 
 /// `2026-11-27T01:02:03.004Z` for a Unix-ms instant (the raw number when out of range).
@@ -107,6 +108,34 @@ fn outcome(o: &RunOutcome) -> String {
         RunOutcome::Ok => "ok".into(),
         RunOutcome::Failed { code } => format!("failed({code})"),
         RunOutcome::Panicked => "panicked".into(),
+    }
+}
+
+/// An overlap policy as the CLI names it (`--overlap`): `allow-all`, `skip`, `buffer-one`,
+/// `buffer-all`.
+pub fn overlap(o: Overlap) -> &'static str {
+    match o {
+        Overlap::AllowAll => "allow-all",
+        Overlap::Skip => "skip",
+        Overlap::BufferOne => "buffer-one",
+        Overlap::BufferAll => "buffer-all",
+    }
+}
+
+/// What a description says when its node answered query format 3 (no policies).
+const NOT_REPORTED: &str = "not reported (a node answered query format 3)";
+
+fn policies_json(p: Option<&SchedulePolicies>) -> Value {
+    match p {
+        None => Value::Null,
+        Some(p) => json!({
+            "calendar": p.calendar,
+            "overlap": overlap(p.overlap),
+            "awaiting": p.awaiting,
+            "buffered": p.buffered,
+            "backfill_overlap": p.backfill_overlap.map(overlap),
+            "backfill_awaiting": p.backfill_awaiting,
+        }),
     }
 }
 
@@ -343,8 +372,11 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
                         "backfill_next_ms": d.manual.backfill.map(|b| b.0),
                         "backfill_last_ms": d.manual.backfill.map(|b| b.1),
                         "backfill_left": d.manual.backfill_left,
+                        "backfill_overlap": d.policies.as_ref().and_then(|p| p.backfill_overlap.map(overlap)),
                     }),
                 );
+                // `null` when the answer was format 3 (not reported).
+                o.insert("policies".into(), policies_json(d.policies.as_ref()));
             }
             if view != View::History {
                 o.insert("upcoming".into(), json!(upcoming_json(&d.upcoming)));
@@ -422,6 +454,26 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
         for (k, v) in kv {
             out.push_str(&format!("  {k:<9} {v}\n"));
         }
+        match &d.policies {
+            Some(p) => {
+                out.push_str(&format!(
+                    "  calendar  {}\n",
+                    p.calendar.as_deref().unwrap_or("-")
+                ));
+                let mut o = overlap(p.overlap).to_string();
+                if let Some(occ) = p.awaiting {
+                    o.push_str(&format!(", awaiting occurrence {occ}"));
+                }
+                if p.buffered > 0 {
+                    o.push_str(&format!(", {} buffered", p.buffered));
+                }
+                out.push_str(&format!("  overlap   {o}\n"));
+            }
+            None => {
+                out.push_str(&format!("  calendar  {NOT_REPORTED}\n"));
+                out.push_str(&format!("  overlap   {NOT_REPORTED}\n"));
+            }
+        }
         if let Some((a, b)) = s.owed {
             out.push_str(&format!("  owed      {} .. {}\n", utc(a), utc(b)));
         }
@@ -429,8 +481,18 @@ pub fn detail(height: u64, d: &ScheduleDetail, view: View, as_json: bool) -> Str
             out.push_str(&format!("  trigger   pending, nominal {}\n", utc(t)));
         }
         if let Some((next, last)) = d.manual.backfill {
+            let policy = match &d.policies {
+                Some(p) => {
+                    let mut o = p.backfill_overlap.map_or("allow-all", overlap).to_string();
+                    if let Some(occ) = p.backfill_awaiting {
+                        o.push_str(&format!(", awaiting occurrence {occ}"));
+                    }
+                    o
+                }
+                None => NOT_REPORTED.to_string(),
+            };
             out.push_str(&format!(
-                "  backfill  {} runs left, next {} .. {}\n",
+                "  backfill  {} runs left, next {} .. {}, overlap {policy}\n",
                 d.manual.backfill_left,
                 utc(next),
                 utc(last)
@@ -578,4 +640,92 @@ pub fn cluster(
         out.push_str(&format!("  {l}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccron::schedule::query::describe;
+    use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Scheduler, Target};
+
+    /// Schedule 1 (cron) names calendar "weekends", overlap `BufferOne`, and has a backfill
+    /// pending under `Skip`; schedule 2 has none of them.
+    fn detail_of(id: u64) -> ScheduleDetail {
+        let mut h: Handlers<u64> = Handlers::new();
+        assert!(h.register("a", |ctx| *ctx.state += 1));
+        let mut b = Scheduler::new(1, Limits::default());
+        let cron = || Timing::Cron {
+            expression: "0 9 * * *".into(),
+            zone: None,
+        };
+        let cal = ccron::cron::ExclusionCalendar::new(
+            "weekends",
+            vec![ccron::cron::Exclusion::Weekdays { mask: 0b100_0001 }],
+        )
+        .unwrap();
+        for req in [
+            ScheduleRequest::InstallCalendar(cal),
+            ScheduleRequest::Create(NewSchedule::new("a", cron())),
+            ScheduleRequest::Create(NewSchedule::new("a", cron())),
+            ScheduleRequest::SetCalendar {
+                target: Target::Id(1),
+                calendar: Some("weekends".into()),
+            },
+            ScheduleRequest::SetOverlap {
+                target: Target::Id(1),
+                overlap: Overlap::BufferOne,
+            },
+            ScheduleRequest::BackfillWith {
+                target: Target::Id(1),
+                from_ms: 0,
+                to_ms: 86_400_000,
+                overlap: Overlap::Skip,
+            },
+        ] {
+            b.apply(&Principal::Host, req, &h, 1, Some(3 * 86_400_000))
+                .unwrap();
+        }
+        describe(&b, &Target::Id(id), 2).unwrap()
+    }
+
+    #[test]
+    fn describe_shows_the_calendar_and_the_overlap_policies() {
+        let d = detail_of(1);
+        let text = detail(7, &d, View::Describe, false);
+        assert!(text.contains("  calendar  weekends\n"), "{text}");
+        assert!(text.contains("  overlap   buffer-one\n"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("  backfill ") && l.ends_with(", overlap skip")),
+            "{text}"
+        );
+        let v: Value = serde_json::from_str(&detail(7, &d, View::Describe, true)).unwrap();
+        assert_eq!(v["policies"]["calendar"], "weekends");
+        assert_eq!(v["policies"]["overlap"], "buffer-one");
+        assert_eq!(v["policies"]["backfill_overlap"], "skip");
+        assert_eq!(v["manual"]["backfill_overlap"], "skip");
+        // No calendar, the default overlap, no backfill.
+        let d = detail_of(2);
+        let text = detail(7, &d, View::Describe, false);
+        assert!(text.contains("  calendar  -\n"), "{text}");
+        assert!(text.contains("  overlap   allow-all\n"), "{text}");
+        assert!(!text.contains("backfill"), "{text}");
+        let v: Value = serde_json::from_str(&detail(7, &d, View::Describe, true)).unwrap();
+        assert_eq!(v["policies"]["calendar"], Value::Null);
+        assert_eq!(v["policies"]["backfill_overlap"], Value::Null);
+        // An answer of query format 3: said to be not reported, never shown as "none".
+        let mut d = detail_of(1);
+        d.policies = None;
+        let text = detail(7, &d, View::Describe, false);
+        assert!(
+            text.contains(&format!("  calendar  {NOT_REPORTED}\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("overlap {NOT_REPORTED}\n")),
+            "{text}"
+        );
+        let v: Value = serde_json::from_str(&detail(7, &d, View::Describe, true)).unwrap();
+        assert_eq!(v["policies"], Value::Null);
+    }
 }

@@ -293,6 +293,80 @@ async fn reads_outvote_a_liar_and_mutations_are_signed_requests() {
         paused.contains("job-2") && paused.contains("paused"),
         "{paused}"
     );
+    // Backfill job-0's past two minutes under its own overlap policy (`BackfillWith`): the
+    // describe answer (query format 4) shows the pending backfill's policy.
+    let out = ccron(&[
+        "schedules",
+        "backfill",
+        "key:job-0",
+        "--from",
+        "0",
+        "--to",
+        "1970-01-01T00:01:00Z",
+        "--overlap",
+        "buffer-one",
+        "--key-file",
+        key,
+        "--number",
+        "3",
+        "--nodes",
+        &all,
+    ])
+    .await
+    .unwrap();
+    assert!(out.starts_with("ok"), "{out}");
+    let mut described = String::new();
+    for _ in 0..50 {
+        described = ccron(&["schedules", "describe", "key:job-0", "--nodes", &all])
+            .await
+            .unwrap();
+        if described.contains("backfill") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        described
+            .lines()
+            .any(|l| l.starts_with("  backfill  2 runs left") && l.ends_with("overlap buffer-one")),
+        "{described}"
+    );
+    assert!(described.contains("  calendar  -\n"), "{described}");
+    let v: serde_json::Value = serde_json::from_str(
+        &ccron(&[
+            "schedules",
+            "describe",
+            "key:job-0",
+            "--nodes",
+            &all,
+            "--json",
+        ])
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v["policies"]["backfill_overlap"], "buffer-one");
+    assert_eq!(v["policies"]["overlap"], "allow-all");
+    // An unknown policy is a usage error.
+    let e = ccron(&[
+        "schedules",
+        "backfill",
+        "1",
+        "--from",
+        "0",
+        "--to",
+        "1",
+        "--overlap",
+        "sometimes",
+        "--key-file",
+        key,
+        "--nodes",
+        &all,
+    ])
+    .await
+    .unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+
     // The ledger's refusal is a typed error (exit 7).
     let e = ccron(&[
         "schedules",

@@ -178,6 +178,11 @@ pub fn decide(
     outcomes: Vec<(String, Result<QueryAnswer, String>)>,
     quorum: usize,
 ) -> Result<Believed, ScheduleReadError> {
+    let mut outcomes = outcomes;
+    // Nodes of two answer formats (a rolling upgrade) are compared on what both say.
+    ccron::schedule::query::to_common_format(
+        outcomes.iter_mut().filter_map(|(_, o)| o.as_mut().ok()),
+    );
     let asked = outcomes.len();
     let mut answers = Vec::with_capacity(asked);
     // (height, body bytes) -> (body, endpoints)
@@ -468,5 +473,103 @@ mod tests {
         assert_eq!(ScheduleReadConfig::quorum_of(4), 2);
         assert_eq!(ScheduleReadConfig::quorum_of(7), 3);
         assert_eq!(ScheduleReadConfig::quorum_of(1), 1);
+    }
+
+    /// A description of a schedule with a calendar and overlap policies (query format 4).
+    fn described() -> QueryBody {
+        use ccron::schedule::{
+            Handlers, Limits, NewSchedule, Overlap, Principal, ScheduleRequest, Scheduler, Target,
+            Timing,
+        };
+        let mut h: Handlers<u64> = Handlers::new();
+        assert!(h.register("a", |ctx| *ctx.state += 1));
+        let mut b = Scheduler::new(1, Limits::default());
+        let cron = Timing::Cron {
+            expression: "0 9 * * *".into(),
+            zone: None,
+        };
+        let cal = ccron::cron::ExclusionCalendar::new(
+            "weekends",
+            vec![ccron::cron::Exclusion::Weekdays { mask: 0b100_0001 }],
+        )
+        .unwrap();
+        for req in [
+            ScheduleRequest::InstallCalendar(cal),
+            ScheduleRequest::Create(NewSchedule::new("a", cron)),
+            ScheduleRequest::SetCalendar {
+                target: Target::Id(1),
+                calendar: Some("weekends".into()),
+            },
+            ScheduleRequest::BackfillWith {
+                target: Target::Id(1),
+                from_ms: 0,
+                to_ms: 86_400_000,
+                overlap: Overlap::BufferAll,
+            },
+        ] {
+            b.apply(&Principal::Host, req, &h, 1, Some(3 * 86_400_000))
+                .unwrap();
+        }
+        let d = ccron::schedule::query::describe(&b, &Target::Id(1), 2).unwrap();
+        assert!(d.policies.is_some());
+        QueryBody::Describe(Some(Box::new(d)))
+    }
+
+    /// The reader believes format-4 descriptions with their policies; in a rolling upgrade
+    /// (two nodes answering format 3, two format 4, one height) it believes what both formats
+    /// say instead of reporting a conflict; a liar's forged policies are outvoted.
+    #[test]
+    fn format4_descriptions_and_a_rolling_upgrade_are_read() {
+        let new = described();
+        let old = QueryAnswer::decode(
+            &QueryAnswer {
+                replica: 0,
+                at_height: 5,
+                body: new.clone(),
+            }
+            .encode_format3()
+            .unwrap(),
+        )
+        .unwrap()
+        .body;
+        assert!(old.lacks_policies() && !new.lacks_policies());
+        let b = decide(
+            o(vec![
+                at(5, new.clone()),
+                at(5, new.clone()),
+                at(5, new.clone()),
+            ]),
+            2,
+        )
+        .unwrap();
+        assert_eq!(b.body, new);
+        let b = decide(
+            o(vec![
+                at(5, new.clone()),
+                at(5, old.clone()),
+                at(5, new.clone()),
+                at(5, old.clone()),
+            ]),
+            2,
+        )
+        .unwrap();
+        assert_eq!((b.body, b.agreeing.len()), (old, 4));
+        let QueryBody::Describe(Some(mut forged)) = new.clone() else {
+            unreachable!()
+        };
+        if let Some(p) = forged.policies.as_mut() {
+            p.calendar = None;
+        }
+        let b = decide(
+            o(vec![
+                at(5, new.clone()),
+                at(5, QueryBody::Describe(Some(forged))),
+                at(5, new.clone()),
+                at(5, new.clone()),
+            ]),
+            2,
+        )
+        .unwrap();
+        assert_eq!((b.body, b.agreeing.len()), (new, 3));
     }
 }

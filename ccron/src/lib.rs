@@ -109,7 +109,7 @@ pub use file_pages::FilePages;
 pub use pages::{
     DirEntryProblem, MemPages, PageAllocator, PageId, PageRange, PagesError, ReservedPages,
 };
-pub use periodic::{MisfirePolicy, Periodic, PeriodicError};
+pub use periodic::{ExcludingPeriodic, MisfirePolicy, Periodic, PeriodicError};
 pub use registry::{CronTableRegistry, RegistryError};
 pub use table::{CronTable, Fired, PersistStats, Persistence, TableError, TickOutcome};
 pub use tick::{ComponentId, Tick, TimeMs};

@@ -17,8 +17,12 @@
 use std::collections::BTreeMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroU32;
+use std::sync::Arc;
 
+use crate::cron::{CronError, ExclusionCalendar};
 use crate::due::{Due, Schedule};
+use crate::entry::EntryEnd;
+use crate::schedule::{check_grid_fires, grid_allowed_after, grid_allowed_latest};
 use crate::tick::{ComponentId, Tick, TimeMs};
 
 /// What a late tick does with the occurrences it missed.
@@ -55,6 +59,22 @@ pub enum PeriodicError {
         /// The rejected period.
         period_ms: i64,
     },
+    /// An exclusion calendar on a grid whose origin is its first tick
+    /// ([`Periodic::excluding`]): which points the calendar lets fire depends on the grid's
+    /// phase, unknown until then.
+    #[error(
+        "an exclusion calendar needs the grid's origin before the first tick: give the periodic \
+         schedule a start (starting_at) or align it to the epoch (aligned)"
+    )]
+    CalendarNeedsOrigin,
+    /// An exclusion calendar with [`MisfirePolicy::FromTickTime`], whose runs follow tick times
+    /// instead of a grid: there are no grid points to skip.
+    #[error("an exclusion calendar skips grid points: FromTickTime has no grid")]
+    CalendarWithTickTime,
+    /// The calendar keeps the grid from ever firing ([`CronError::ExcludedForever`]), or that
+    /// search spent its budget ([`CronError::CalendarBudgetExhausted`]).
+    #[error("{0}")]
+    Calendar(CronError),
 }
 
 /// The schedule of a periodic entry: period, misfire policy and optional first due time.
@@ -257,6 +277,147 @@ impl Schedule for Periodic {
             v.extend_from_slice(b"aligned");
         }
         v
+    }
+}
+
+/// A periodic schedule under an exclusion calendar ([`Periodic::excluding`]): the grid of its
+/// [`Periodic`], the points `calendar` excludes skipped (never postponed), with the book's
+/// periodic-grid semantics (`Timing::Every` naming a calendar; `docs/scheduling.md`,
+/// "Exclusion calendars"): its occurrences are the allowed grid points, local dates read in
+/// UTC (a grid has no zone); a late tick's misfire policy picks among the allowed points it
+/// reached. Use it through [`CronEntry::scheduled`](crate::CronEntry::scheduled): its stored
+/// next due point is persisted as a periodic entry's is (an allowed grid point, or
+/// `TimeMs::MAX` once its search stopped), so the table's layout is unchanged; the calendar
+/// enters its fingerprint (the registry's setup digest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExcludingPeriodic {
+    periodic: Periodic,
+    calendar: Arc<ExclusionCalendar>,
+}
+
+impl Periodic {
+    /// The same grid skipping the points `calendar` excludes (see [`ExcludingPeriodic`]).
+    ///
+    /// # Errors
+    /// [`PeriodicError::CalendarNeedsOrigin`] for a grid whose origin is the first tick (give
+    /// it [`Periodic::starting_at`] or [`Periodic::aligned`]: which points a calendar lets
+    /// fire depends on the grid's phase, checked here); [`PeriodicError::CalendarWithTickTime`]
+    /// for [`MisfirePolicy::FromTickTime`] (no grid to skip points of);
+    /// [`PeriodicError::Calendar`] with [`CronError::ExcludedForever`] when the calendar keeps
+    /// the grid from ever firing (or [`CronError::CalendarBudgetExhausted`] when that search
+    /// spends its budget), as the book refuses such a schedule.
+    pub fn excluding(
+        self,
+        calendar: ExclusionCalendar,
+    ) -> Result<ExcludingPeriodic, PeriodicError> {
+        if self.misfire == MisfirePolicy::FromTickTime {
+            return Err(PeriodicError::CalendarWithTickTime);
+        }
+        let origin = self.origin().ok_or(PeriodicError::CalendarNeedsOrigin)?;
+        check_grid_fires(origin, self.period_ms, &calendar).map_err(PeriodicError::Calendar)?;
+        Ok(ExcludingPeriodic {
+            periodic: self,
+            calendar: Arc::new(calendar),
+        })
+    }
+
+    /// The grid's origin when known before the first tick: its start, or the epoch when
+    /// aligned.
+    fn origin(&self) -> Option<TimeMs> {
+        match (self.start_ms, self.aligned) {
+            (Some(start), _) => Some(start),
+            (None, true) => Some(0),
+            (None, false) => None,
+        }
+    }
+}
+
+impl ExcludingPeriodic {
+    /// The grid.
+    pub fn periodic(&self) -> &Periodic {
+        &self.periodic
+    }
+
+    /// The exclusion calendar.
+    pub fn calendar(&self) -> &ExclusionCalendar {
+        &self.calendar
+    }
+
+    /// What a tick at agreed time `now_ms` runs (pushed onto `runs`, ascending) and the new
+    /// stored next due point, given the stored one; `None` when not due.
+    pub fn step_at(
+        &self,
+        stored_next_ms: Option<TimeMs>,
+        now_ms: TimeMs,
+        runs: &mut Vec<TimeMs>,
+    ) -> Option<TimeMs> {
+        let p = self.periodic.period_ms;
+        let cal = &*self.calendar;
+        let due = match stored_next_ms {
+            Some(due) => due,
+            None => {
+                // Never ran: the first allowed grid point at or after its start, or (aligned)
+                // at or after this tick, as the plain grid's first point.
+                let origin = self.periodic.origin()?;
+                let from = if self.periodic.start_ms.is_some() {
+                    origin
+                } else {
+                    now_ms
+                };
+                let first = grid_allowed_after(origin, p, Some(cal), from.saturating_sub(1))
+                    .unwrap_or(TimeMs::MAX);
+                if first > now_ms {
+                    return Some(first);
+                }
+                first
+            }
+        };
+        if now_ms < due || due == TimeMs::MAX {
+            return None;
+        }
+        // The allowed grid points reached, latest last (a stored point a newer calendar
+        // excludes is not among them).
+        let want = match self.periodic.misfire {
+            MisfirePolicy::FireOnce | MisfirePolicy::FromTickTime => 1,
+            MisfirePolicy::SkipMissed => 2,
+            MisfirePolicy::FireEach { cap } => usize::try_from(cap.get()).unwrap_or(usize::MAX),
+        };
+        let reached = grid_allowed_latest(due, p, cal, due.saturating_sub(1), now_ms, want);
+        match self.periodic.misfire {
+            // On time: exactly one allowed point reached.
+            MisfirePolicy::SkipMissed if reached.len() != 1 => {}
+            MisfirePolicy::FireOnce | MisfirePolicy::FromTickTime => {
+                runs.extend(reached.last().copied());
+            }
+            _ => runs.extend(reached),
+        }
+        Some(grid_allowed_after(due, p, Some(cal), now_ms).unwrap_or(TimeMs::MAX))
+    }
+}
+
+impl Schedule for ExcludingPeriodic {
+    fn due_key(&self, stored: Option<Due>) -> Due {
+        self.periodic.due_key(stored)
+    }
+
+    fn step(&self, stored: Option<Due>, tick: &Tick, runs: &mut Vec<Due>) -> Option<Due> {
+        let now_ms = tick.agreed_time_ms?;
+        let mut at = Vec::new();
+        let next = self.step_at(stored.and_then(|d| d.time_ms()), now_ms, &mut at)?;
+        runs.extend(at.into_iter().map(Due::Time));
+        Some(Due::Time(next))
+    }
+
+    fn fingerprint(&self) -> Vec<u8> {
+        let mut v = self.periodic.fingerprint();
+        v.extend_from_slice(b"excluding");
+        v.extend_from_slice(&self.calendar.fingerprint());
+        v
+    }
+
+    fn retirement(&self, stored: Option<Due>) -> Option<EntryEnd> {
+        // Its search found no further allowed point (spent its budget, traced).
+        (stored == Some(Due::Time(TimeMs::MAX))).then_some(EntryEnd::Stopped)
     }
 }
 

@@ -44,6 +44,7 @@ pub use book::{
     ScheduleInfo, ScheduleRequest, Scheduler, SlotCapacity, SlotLoad, Target, TickReport, Timing,
     Transactional, is_manual, manifest_digest, manual_occurrence, record_pages_of,
 };
+pub(crate) use book::{check_grid_fires, grid_allowed_after, grid_allowed_latest};
 pub use cron_rule::CronRule;
 pub use upgrade::{
     MigrationCtx, UpgradeAt, UpgradeHalt, UpgradePlan, UpgradeRequest, UpgradeState, Upgrades,

@@ -27,7 +27,7 @@ fn range() -> PageRange {
     PageRange::new(0, 64).unwrap()
 }
 
-fn at(s: &str) -> TimeMs {
+pub(crate) fn at(s: &str) -> TimeMs {
     parse_rfc3339_ms(s).unwrap()
 }
 
@@ -51,7 +51,7 @@ fn excluding(schedule: NewSchedule, calendar: &str) -> ScheduleRequest {
     }
 }
 
-fn xmas() -> ExclusionCalendar {
+pub(crate) fn xmas() -> ExclusionCalendar {
     ExclusionCalendar::new("xmas", vec![Exclusion::Annual { month: 12, day: 25 }]).unwrap()
 }
 
@@ -535,7 +535,7 @@ fn civil(mut days: i64) -> (i64, u8, u8) {
 
 /// Whether the model's calendar excludes `t` for a schedule in `zone`: its local date and
 /// weekday from the zone's offset, each exclusion checked in turn.
-fn model_excludes(exclusions: &[Exclusion], t: TimeMs, zone: &ZoneRules) -> bool {
+pub(crate) fn model_excludes(exclusions: &[Exclusion], t: TimeMs, zone: &ZoneRules) -> bool {
     let local_s = t.div_euclid(1_000) + i64::from(zone.offset_at(t.div_euclid(1_000)));
     let days = local_s.div_euclid(86_400);
     let (year, month, day) = civil(days);
@@ -552,8 +552,8 @@ fn model_excludes(exclusions: &[Exclusion], t: TimeMs, zone: &ZoneRules) -> bool
     })
 }
 
-const BASE_MS: TimeMs = 1_798_761_600_000; // 2027-01-01T00:00:00Z
-const DAY_MS: i64 = 86_400_000;
+pub(crate) const BASE_MS: TimeMs = 1_798_761_600_000; // 2027-01-01T00:00:00Z
+pub(crate) const DAY_MS: i64 = 86_400_000;
 
 const EXPRESSIONS: &[&str] = &[
     "0 */5 * * *",
@@ -575,7 +575,7 @@ fn zones() -> Vec<(Option<&'static str>, ZoneRules)> {
     ]
 }
 
-fn exclusion() -> impl Strategy<Value = Exclusion> {
+pub(crate) fn exclusion() -> impl Strategy<Value = Exclusion> {
     prop_oneof![
         (2027..=2027i32, 1..=3u8, 1..=28u8).prop_map(|(year, month, day)| Exclusion::Date {
             year,
@@ -591,7 +591,7 @@ fn exclusion() -> impl Strategy<Value = Exclusion> {
     ]
 }
 
-fn misfire() -> impl Strategy<Value = Misfire> {
+pub(crate) fn misfire() -> impl Strategy<Value = Misfire> {
     prop_oneof![
         Just(Misfire::FireOnce),
         Just(Misfire::Skip),
@@ -784,7 +784,7 @@ fn a_periodic_grid_skips_its_excluded_points() {
 }
 
 /// Periods the periodic proptest draws: hours, days, a week, and ones that drift across days.
-const PERIODS: &[i64] = &[
+pub(crate) const PERIODS: &[i64] = &[
     3_600_000,
     5 * 3_600_000,
     DAY_MS,
@@ -873,4 +873,72 @@ proptest! {
         }
         book.check_invariants().map_err(TestCaseError::fail)?;
     }
+}
+
+/// A periodic schedule without an anchored start (`Every { start_ms: None }`: its grid starts
+/// at the request's agreed time) takes a calendar like an anchored one: created naming it, or
+/// given one later; without an agreed time it is refused `NeedsTime` (the grid has no
+/// origin yet), never as "not a recurring schedule".
+#[test]
+fn an_unanchored_periodic_grid_takes_a_calendar() {
+    let h = handlers();
+    let host = Principal::Host;
+    let now = at("2026-12-24T06:00:00Z");
+    let grid = NewSchedule::new(
+        "h",
+        Timing::Every {
+            period_ms: DAY_MS / 2,
+            start_ms: None,
+        },
+    );
+    let mut book = Scheduler::new_in(1, Limits::default(), range());
+    book.apply(
+        &host,
+        ScheduleRequest::InstallCalendar(xmas()),
+        &h,
+        1,
+        Some(0),
+    )
+    .unwrap();
+    let before = book.clone();
+    assert_eq!(
+        book.apply(&host, excluding(grid.clone(), "xmas"), &h, 2, None),
+        Err(ScheduleError::NeedsTime)
+    );
+    assert!(book == before);
+    let id = book
+        .apply(&host, excluding(grid.clone(), "xmas"), &h, 2, Some(now))
+        .unwrap()
+        .unwrap();
+    let info = book.get(id).unwrap();
+    assert_eq!(info.calendar.as_deref(), Some("xmas"));
+    assert_eq!(
+        info.schedule.timing,
+        Timing::Every {
+            period_ms: DAY_MS / 2,
+            start_ms: Some(now)
+        }
+    );
+    // The grid from `now`, Christmas (UTC) skipped.
+    let ticks: Vec<TimeMs> = (0..5).map(|k| now + k * DAY_MS / 2).collect();
+    let ran = run(&mut book, &ticks, 10);
+    assert_eq!(ran, vec![now, now + DAY_MS / 2, now + 2 * DAY_MS]);
+    // SetCalendar on an unanchored grid created without one.
+    let plain = book
+        .apply(&host, ScheduleRequest::Create(grid), &h, 20, Some(now))
+        .unwrap()
+        .unwrap();
+    book.apply(
+        &host,
+        ScheduleRequest::SetCalendar {
+            target: Target::Id(plain),
+            calendar: Some("xmas".into()),
+        },
+        &h,
+        21,
+        Some(now),
+    )
+    .unwrap();
+    assert_eq!(book.get(plain).unwrap().calendar.as_deref(), Some("xmas"));
+    book.check_invariants().unwrap();
 }

@@ -19,4 +19,5 @@ mod manual;
 mod overlap;
 mod quotas;
 mod slots;
+mod table_calendars;
 mod upgrades;

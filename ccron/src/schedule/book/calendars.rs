@@ -93,7 +93,10 @@ pub(super) fn allowed_latest(
 /// `Ok` when a schedule of `timing` (parsed as `cron`) still fires under `calendar`.
 ///
 /// # Errors
-/// [`ScheduleError::Invalid`] for a one-shot timing, [`ScheduleError::Cron`] otherwise.
+/// [`ScheduleError::Cron`] when it never would; [`ScheduleError::NeedsTime`] for a periodic
+/// grid without its origin (`Every { start_ms: None }` before admission fixed it at the
+/// agreed time: which points a calendar allows depends on the grid's phase);
+/// [`ScheduleError::Invalid`] for a one-shot timing, and for a cron timing not parsed.
 fn check_fires(
     calendar: &ExclusionCalendar,
     timing: &Timing,
@@ -101,6 +104,9 @@ fn check_fires(
 ) -> Result<(), ScheduleError> {
     match (timing, cron) {
         (Timing::Cron { .. }, Some(cron)) => Ok(calendar.check_fires(cron)?),
+        (Timing::Cron { .. }, None) => Err(ScheduleError::Invalid(
+            "a cron schedule's expression must be parsed before its calendar is checked".into(),
+        )),
         (
             Timing::Every {
                 period_ms,
@@ -108,6 +114,9 @@ fn check_fires(
             },
             _,
         ) => Ok(check_grid_fires(*start, *period_ms, calendar)?),
+        // A recurring schedule whose grid has no origin yet: not a one-shot, so never the
+        // "recurring schedules only" refusal; its origin is the admission's agreed time.
+        (Timing::Every { start_ms: None, .. }, _) => Err(ScheduleError::NeedsTime),
         _ => Err(ScheduleError::Invalid(
             "an exclusion calendar applies to recurring schedules only (cron or periodic)".into(),
         )),
@@ -131,7 +140,7 @@ fn grid_name(start: TimeMs, period_ms: i64) -> String {
 /// The first point of the grid `start + k·period` (k >= 0) strictly after `after_ms` that
 /// `calendar` allows (local dates in UTC; every point without a calendar). A search that
 /// spends its skip budget gives `None` (the schedule stops, as a cron schedule's does), traced.
-pub(super) fn grid_allowed_after(
+pub(crate) fn grid_allowed_after(
     start: TimeMs,
     period_ms: i64,
     calendar: Option<&ExclusionCalendar>,
@@ -174,7 +183,7 @@ fn try_grid_after(
 /// The latest `count` points of the grid `start + k·period` in `(after_ms, through_ms]` that
 /// `calendar` allows, ascending (fewer when the interval holds fewer; none when the search
 /// spends its skip budget, traced). O(count + skips), never a walk over every point.
-pub(super) fn grid_allowed_latest(
+pub(crate) fn grid_allowed_latest(
     start: TimeMs,
     period_ms: i64,
     calendar: &ExclusionCalendar,
@@ -223,7 +232,7 @@ pub(super) fn grid_allowed_latest(
 /// [`CronError::ExcludedForever`] when no point is allowed past it;
 /// [`CronError::CalendarBudgetExhausted`] when the search spends its budget (refused too: it
 /// would stop on some tick).
-pub(super) fn check_grid_fires(
+pub(crate) fn check_grid_fires(
     start: TimeMs,
     period_ms: i64,
     calendar: &ExclusionCalendar,
@@ -527,5 +536,48 @@ impl Scheduler {
         self.reindex(id);
         self.touch(id);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::due::Due;
+
+    /// Each timing a calendar cannot be checked against is refused for its own reason: an
+    /// unanchored grid needs the admission's time (never "recurring schedules only"), a
+    /// one-shot is not recurring.
+    #[test]
+    fn calendar_checks_name_the_real_cause() {
+        let cal = ExclusionCalendar::new(
+            "xmas",
+            vec![crate::cron::Exclusion::Annual { month: 12, day: 25 }],
+        )
+        .unwrap();
+        let unanchored = Timing::Every {
+            period_ms: 60_000,
+            start_ms: None,
+        };
+        assert_eq!(
+            check_fires(&cal, &unanchored, None),
+            Err(ScheduleError::NeedsTime)
+        );
+        let anchored = Timing::Every {
+            period_ms: 60_000,
+            start_ms: Some(0),
+        };
+        assert_eq!(check_fires(&cal, &anchored, None), Ok(()));
+        assert!(matches!(
+            check_fires(&cal, &Timing::At(Due::Time(5)), None),
+            Err(ScheduleError::Invalid(m)) if m.contains("recurring schedules only")
+        ));
+        let cron = Timing::Cron {
+            expression: "0 9 * * *".into(),
+            zone: None,
+        };
+        assert!(matches!(
+            check_fires(&cal, &cron, None),
+            Err(ScheduleError::Invalid(m)) if m.contains("parsed")
+        ));
     }
 }

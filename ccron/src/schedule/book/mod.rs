@@ -23,7 +23,7 @@
 //! while the previous run has no result),
 //! `manual.rs` (trigger-now and backfill runs), `timing.rs` (occurrences,
 //! jitter, the misfire plan), `index.rs` (due
-//! and zone index upkeep, invariant check), `admission.rs` (validating and applying requests),
+//! and zone index upkeep, invariant check), `admission/` (validating and applying requests),
 //! `tick.rs` (the budgeted tick), `preview.rs` (looks ahead) and `persist.rs` (save and load).
 
 mod admission;
@@ -60,6 +60,9 @@ use crate::tick::{ComponentId, TimeMs};
 pub(super) use admission::check_misfire;
 pub use bounds::{Bounds, RetireReason, Retired};
 pub use calendars::MAX_BOOK_CALENDARS;
+// The book's periodic-grid semantics under a calendar, shared with the tables' periodic
+// entries (`crate::periodic::ExcludingPeriodic`).
+pub(crate) use calendars::{check_grid_fires, grid_allowed_after, grid_allowed_latest};
 pub use counters::RunCounters;
 pub use handlers::{
     EMIT_REFUSED_CODE, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Transactional,

@@ -15,12 +15,22 @@
 //! fixed-width big-endian integers and a hard limit of [`MAX_ANSWER_BYTES`]; the decoder
 //! refuses trailing bytes, unknown versions and every over-bound collection (a typed
 //! [`QueryError`], never a panic).
+//!
+//! Formats: this build answers format [`QUERY_FORMAT_VERSION`] (4) and reads 4 and 3 (`v3.rs`,
+//! frozen), so an upgraded client reads a cluster in a rolling upgrade: a format-3 description
+//! decodes with [`ScheduleDetail::policies`] `None` (not reported), and [`to_common_format`]
+//! brings a mixed set of answers to what both formats say before a reader compares them. A
+//! client built for format 3 refuses a format-4 answer ([`QueryError::Version`]): against
+//! upgraded nodes it reads nothing (each node's answer a failure, the read `Unreachable`)
+//! until it is upgraded too; upgrade clients first.
+
+mod v3;
 
 use bincode::config::{self, BigEndian, Configuration, Fixint, Limit};
 
 use super::{
-    Bounds, DeadRun, HISTORY_RUNS, MAX_DEAD_RUNS, ManualRuns, NewSchedule, PendingRetry, Retired,
-    RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleInfo, Scheduler, Target, Timing,
+    Bounds, DeadRun, HISTORY_RUNS, MAX_DEAD_RUNS, ManualRuns, NewSchedule, Overlap, PendingRetry,
+    Retired, RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleInfo, Scheduler, Target, Timing,
 };
 use crate::authz::Principal;
 use crate::due::Due;
@@ -31,8 +41,13 @@ use crate::tick::TimeMs;
 ///
 /// 2: a description's counters and the book state carry the replicated run counters (book
 /// layout 7). 3: a summary carries the retired state, a description the bounds, the counters
-/// retirements (book layout 8).
-pub const QUERY_FORMAT_VERSION: u8 = 3;
+/// retirements (book layout 8). 4: a description carries the schedule's policies
+/// ([`SchedulePolicies`]: its exclusion calendar, its overlap policy and state, its pending
+/// backfill's overlap policy; book layouts 9, 11, 12); format 3 is still read.
+pub const QUERY_FORMAT_VERSION: u8 = 4;
+
+/// The oldest format this build reads ([`QueryAnswer::decode`]).
+pub const OLDEST_READ_FORMAT: u8 = v3::FORMAT_V3;
 
 /// Most summaries one list answer holds.
 pub const MAX_LIST_LIMIT: usize = 256;
@@ -238,6 +253,52 @@ pub struct ScheduleDetail {
     pub manual: ManualRuns,
     /// Its start and end bounds and run limit.
     pub bounds: Bounds,
+    /// Its exclusion calendar and overlap policies (format 4). `None` only in an answer
+    /// decoded from format 3 (a node built before format 4 does not report them); [`describe`]
+    /// always sets it.
+    pub policies: Option<SchedulePolicies>,
+}
+
+/// A schedule's exclusion calendar and overlap policies, as a description reports them
+/// (format 4).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct SchedulePolicies {
+    /// The installed exclusion calendar it names, if any
+    /// ([`ScheduleRequest::SetCalendar`](super::ScheduleRequest::SetCalendar)).
+    pub calendar: Option<String>,
+    /// Its overlap policy ([`Overlap`]; [`Overlap::AllowAll`] for a one-shot).
+    pub overlap: Overlap,
+    /// The occurrence whose result its overlap policy awaits, if any.
+    pub awaiting: Option<u64>,
+    /// Occurrences its overlap policy holds buffered.
+    pub buffered: u32,
+    /// The overlap policy of its pending backfill
+    /// ([`ScheduleRequest::BackfillWith`](super::ScheduleRequest::BackfillWith);
+    /// [`Overlap::AllowAll`] for a plain backfill); `None` when no backfill is pending.
+    pub backfill_overlap: Option<Overlap>,
+    /// The backfill occurrence whose result the pending backfill awaits, if any.
+    pub backfill_awaiting: Option<u64>,
+}
+
+impl SchedulePolicies {
+    /// The policies of `info`.
+    pub fn of(info: &ScheduleInfo) -> Self {
+        let backfill = info.manual.backfill.is_some();
+        Self {
+            calendar: info.calendar.clone(),
+            overlap: info.overlap.policy,
+            awaiting: info.overlap.awaiting.map(|(occurrence, _)| occurrence),
+            buffered: u32::try_from(info.overlap.buffered.len()).unwrap_or(u32::MAX),
+            backfill_overlap: backfill.then_some(info.backfill_overlap.policy),
+            backfill_awaiting: if backfill {
+                info.backfill_overlap
+                    .awaiting
+                    .map(|(occurrence, _)| occurrence)
+            } else {
+                None
+            },
+        }
+    }
 }
 
 /// The book as a whole.
@@ -405,7 +466,8 @@ impl QueryAnswer {
         Ok(bytes)
     }
 
-    /// Decodes and checks an answer (see the module documentation).
+    /// Decodes and checks an answer of format [`QUERY_FORMAT_VERSION`] or
+    /// [`OLDEST_READ_FORMAT`] (see the module documentation).
     ///
     /// # Errors
     /// [`QueryError`].
@@ -416,24 +478,107 @@ impl QueryAnswer {
                 max: MAX_ANSWER_BYTES,
             });
         }
-        let (w, used): (Wire, usize) = bincode::decode_from_slice(bytes, cfg())
-            .map_err(|e| QueryError::Codec(e.to_string()))?;
-        if used != bytes.len() {
-            return Err(QueryError::Trailing(bytes.len() - used));
-        }
-        if w.version != QUERY_FORMAT_VERSION {
-            return Err(QueryError::Version {
-                found: w.version,
-                expected: QUERY_FORMAT_VERSION,
+        // The version is the first byte (a fixed-width u8): it picks the layout of the rest.
+        let answer = match bytes.first() {
+            Some(&QUERY_FORMAT_VERSION) => {
+                let w: Wire = decode_all(bytes)?;
+                Self {
+                    replica: w.replica,
+                    at_height: w.at_height,
+                    body: w.body,
+                }
+            }
+            Some(&v3::FORMAT_V3) => {
+                let w: v3::WireV3 = decode_all(bytes)?;
+                Self {
+                    replica: w.replica,
+                    at_height: w.at_height,
+                    body: w.body.into(),
+                }
+            }
+            Some(&found) => {
+                return Err(QueryError::Version {
+                    found,
+                    expected: QUERY_FORMAT_VERSION,
+                });
+            }
+            None => return Err(QueryError::Codec("no version byte".into())),
+        };
+        answer.body.check_bounds()?;
+        Ok(answer)
+    }
+
+    /// This answer as a format-3 node would have given it, encoded (tests of readers that
+    /// meet old nodes).
+    ///
+    /// # Errors
+    /// As [`Self::encode`].
+    pub fn encode_format3(&self) -> Result<Vec<u8>, QueryError> {
+        let bytes = bincode::encode_to_vec(
+            v3::WireV3 {
+                version: v3::FORMAT_V3,
+                replica: self.replica,
+                at_height: self.at_height,
+                body: self.body.clone().into(),
+            },
+            cfg(),
+        )
+        .map_err(|e| QueryError::Codec(e.to_string()))?;
+        if bytes.len() > MAX_ANSWER_BYTES {
+            return Err(QueryError::TooLarge {
+                len: bytes.len(),
+                max: MAX_ANSWER_BYTES,
             });
         }
-        w.body.check_bounds()?;
-        Ok(Self {
-            replica: w.replica,
-            at_height: w.at_height,
-            body: w.body,
-        })
+        Ok(bytes)
     }
+}
+
+/// Decodes all of `bytes` as a `T` (trailing bytes refused).
+fn decode_all<T: bincode::Decode<()>>(bytes: &[u8]) -> Result<T, QueryError> {
+    let (w, used): (T, usize) =
+        bincode::decode_from_slice(bytes, cfg()).map_err(|e| QueryError::Codec(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(QueryError::Trailing(bytes.len() - used));
+    }
+    Ok(w)
+}
+
+impl QueryBody {
+    /// Whether this is a description without the format-4 policies (decoded from format 3).
+    pub fn lacks_policies(&self) -> bool {
+        matches!(self, QueryBody::Describe(Some(d)) if d.policies.is_none())
+    }
+
+    /// The body as format 3 says it: a description's policies dropped, every other body as it
+    /// is.
+    pub fn without_policies(self) -> Self {
+        match self {
+            QueryBody::Describe(Some(mut d)) => {
+                d.policies = None;
+                QueryBody::Describe(Some(d))
+            }
+            other => other,
+        }
+    }
+}
+
+/// Brings answers of mixed formats to what all of them say, before a reader compares them:
+/// when any description lacks the format-4 policies (a node of format 3 answered), every
+/// description's policies are dropped, so honest nodes of both formats at one height answer
+/// identical bodies (otherwise a rolling upgrade would split them into two groups, a false
+/// conflict). Returns whether it dropped them. A lying node answering format 3 can so hide a
+/// schedule's policies from the reader (shown as not reported), never forge them.
+pub fn to_common_format<'a>(answers: impl IntoIterator<Item = &'a mut QueryAnswer>) -> bool {
+    let mut answers: Vec<&'a mut QueryAnswer> = answers.into_iter().collect();
+    let mixed = answers.iter().any(|a| a.body.lacks_policies());
+    if mixed {
+        for a in &mut answers {
+            let body = std::mem::replace(&mut a.body, QueryBody::Outbox(None));
+            a.body = body.without_policies();
+        }
+    }
+    mixed
 }
 
 /// The schedules of `book` passing `filter`, ascending id, from its cursor on, at most its
@@ -514,6 +659,7 @@ pub fn describe(book: &Scheduler, target: &Target, preview: usize) -> Option<Sch
         .iter()
         .filter(|r| matches!(r.outcome, RunOutcome::Failed { .. } | RunOutcome::Panicked))
         .count() as u64;
+    let policies = SchedulePolicies::of(&info);
     Some(ScheduleDetail {
         summary: ScheduleSummary::of(&info),
         counters: ScheduleCounters {
@@ -535,6 +681,7 @@ pub fn describe(book: &Scheduler, target: &Target, preview: usize) -> Option<Sch
         dead: info.dead,
         history: info.history,
         upcoming,
+        policies: Some(policies),
         manual: info.manual,
         bounds: info.bounds,
     })
@@ -792,6 +939,159 @@ mod tests {
             QueryAnswer::decode(&vec![0u8; MAX_ANSWER_BYTES + 1]),
             Err(QueryError::TooLarge { .. })
         ));
+    }
+
+    /// A book whose schedule "k1" (cron, id 2) names a calendar, buffers one overlapping
+    /// occurrence and has a backfill pending under `Skip`.
+    fn book_with_policies() -> Scheduler {
+        let (mut b, h) = book();
+        let host = Principal::Host;
+        let cal = crate::cron::ExclusionCalendar::new(
+            "weekends",
+            vec![crate::cron::Exclusion::Weekdays { mask: 0b100_0001 }],
+        )
+        .unwrap();
+        let mut apply = |req| b.apply(&host, req, &h, 4, Some(3_000)).unwrap();
+        apply(ScheduleRequest::InstallCalendar(cal));
+        apply(ScheduleRequest::SetCalendar {
+            target: Target::Key("k1".into()),
+            calendar: Some("weekends".into()),
+        });
+        apply(ScheduleRequest::SetOverlap {
+            target: Target::Key("k1".into()),
+            overlap: Overlap::BufferOne,
+        });
+        apply(ScheduleRequest::BackfillWith {
+            target: Target::Key("k1".into()),
+            from_ms: 0,
+            to_ms: 2_000,
+            overlap: Overlap::Skip,
+        });
+        b
+    }
+
+    #[test]
+    fn descriptions_carry_the_calendar_and_overlap_policies() {
+        let b = book_with_policies();
+        let d = describe(&b, &Target::Key("k1".into()), 3).unwrap();
+        assert_eq!(
+            d.policies,
+            Some(SchedulePolicies {
+                calendar: Some("weekends".into()),
+                overlap: Overlap::BufferOne,
+                awaiting: None,
+                buffered: 0,
+                backfill_overlap: Some(Overlap::Skip),
+                backfill_awaiting: None,
+            })
+        );
+        assert!(d.manual.backfill.is_some());
+        // No backfill pending, no calendar: the defaults.
+        let p = describe(&b, &Target::Key("k0".into()), 3).unwrap();
+        assert_eq!(
+            p.policies,
+            Some(SchedulePolicies {
+                calendar: None,
+                overlap: Overlap::AllowAll,
+                awaiting: None,
+                buffered: 0,
+                backfill_overlap: None,
+                backfill_awaiting: None,
+            })
+        );
+        // Round trip in format 4, the policies included.
+        let a = QueryAnswer {
+            replica: 1,
+            at_height: 9,
+            body: QueryBody::Describe(Some(Box::new(d))),
+        };
+        let bytes = a.encode().unwrap();
+        assert_eq!(bytes[0], 4);
+        assert_eq!(QueryAnswer::decode(&bytes).unwrap(), a);
+    }
+
+    /// A format-3 answer (a node built before format 4) still decodes: the same answer, a
+    /// description's policies `None`; other bodies unchanged byte for byte.
+    #[test]
+    fn format3_answers_decode_without_policies() {
+        let b = book_with_policies();
+        let d = describe(&b, &Target::Key("k1".into()), 3).unwrap();
+        let bodies = [
+            QueryBody::Describe(Some(Box::new(d))),
+            QueryBody::Describe(None),
+            QueryBody::List(list(&b, &ScheduleFilter::default())),
+            QueryBody::Book(book_state(&b)),
+            QueryBody::Outbox(None),
+        ];
+        for body in bodies {
+            let a = QueryAnswer {
+                replica: 2,
+                at_height: 5,
+                body,
+            };
+            let old = a.encode_format3().unwrap();
+            assert_eq!(old[0], OLDEST_READ_FORMAT);
+            let back = QueryAnswer::decode(&old).unwrap();
+            let want = QueryAnswer {
+                body: a.body.clone().without_policies(),
+                ..a.clone()
+            };
+            assert_eq!(back, want);
+            assert_eq!(
+                back.body.lacks_policies(),
+                matches!(a.body, QueryBody::Describe(Some(_)))
+            );
+            // Only a description's bytes differ between the formats.
+            let new = a.encode().unwrap();
+            assert_eq!(
+                new[1..] == old[1..],
+                !matches!(a.body, QueryBody::Describe(Some(_)))
+            );
+            for cut in [0, 1, old.len() / 2, old.len() - 1] {
+                assert!(QueryAnswer::decode(&old[..cut]).is_err(), "cut {cut}");
+            }
+            let mut long = old.clone();
+            long.push(0);
+            assert_eq!(QueryAnswer::decode(&long), Err(QueryError::Trailing(1)));
+        }
+        for v in [0u8, 1, 2, 5, 255] {
+            let mut other = QueryAnswer {
+                replica: 0,
+                at_height: 1,
+                body: QueryBody::Outbox(None),
+            }
+            .encode()
+            .unwrap();
+            other[0] = v;
+            assert_eq!(
+                QueryAnswer::decode(&other),
+                Err(QueryError::Version {
+                    found: v,
+                    expected: QUERY_FORMAT_VERSION
+                })
+            );
+        }
+    }
+
+    /// Answers of both formats from honest nodes at one height become identical bodies; a
+    /// set of format-4 answers is left as it is.
+    #[test]
+    fn mixed_formats_meet_at_the_common_one() {
+        let b = book_with_policies();
+        let d = describe(&b, &Target::Key("k1".into()), 3).unwrap();
+        let new = QueryAnswer {
+            replica: 0,
+            at_height: 7,
+            body: QueryBody::Describe(Some(Box::new(d))),
+        };
+        let old = QueryAnswer::decode(&new.encode_format3().unwrap()).unwrap();
+        let mut only_new = [new.clone(), new.clone()];
+        assert!(!to_common_format(only_new.iter_mut()));
+        assert!(only_new.iter().all(|a| *a == new));
+        let mut mixed = [new.clone(), old.clone(), new.clone()];
+        assert!(to_common_format(mixed.iter_mut()));
+        assert!(mixed.iter().all(|a| *a == old), "{mixed:?}");
+        assert_eq!(mixed[0].body.encode().unwrap(), old.body.encode().unwrap());
     }
 
     proptest::proptest! {

@@ -1,0 +1,105 @@
+//! Query answer format 3, frozen: what nodes built before format 4 answer. A format-4 reader
+//! decodes it ([`super::QueryAnswer::decode`]) so that a client upgraded before the nodes still
+//! reads a cluster in a rolling upgrade; a format-3 description becomes a format-4 one whose
+//! [`super::ScheduleDetail::policies`] is `None` ("not reported"). Never encoded by this build
+//! outside tests.
+
+use super::{
+    BookState, Bounds, DeadRun, ManualRuns, NewSchedule, OutboxState, PendingRetry, QueryBody,
+    RunEntry, RunPolicy, ScheduleCounters, ScheduleDetail, ScheduleList, Upcoming,
+};
+
+/// Version byte of format 3.
+pub(super) const FORMAT_V3: u8 = 3;
+
+/// A format-3 description: [`ScheduleDetail`] without its policies.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(super) struct DetailV3 {
+    pub(super) summary: super::ScheduleSummary,
+    pub(super) schedule: NewSchedule,
+    pub(super) policy: RunPolicy,
+    pub(super) retry: Option<PendingRetry>,
+    pub(super) dead: Vec<DeadRun>,
+    pub(super) history: Vec<RunEntry>,
+    pub(super) upcoming: Vec<Upcoming>,
+    pub(super) counters: ScheduleCounters,
+    pub(super) manual: ManualRuns,
+    pub(super) bounds: Bounds,
+}
+
+/// A format-3 body: [`QueryBody`] with [`DetailV3`] descriptions (the other bodies did not
+/// change).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(super) enum BodyV3 {
+    List(ScheduleList),
+    Describe(Option<Box<DetailV3>>),
+    Book(BookState),
+    Outbox(Option<OutboxState>),
+}
+
+/// A format-3 answer on the wire.
+#[derive(bincode::Encode, bincode::Decode)]
+pub(super) struct WireV3 {
+    pub(super) version: u8,
+    pub(super) replica: u64,
+    pub(super) at_height: u64,
+    pub(super) body: BodyV3,
+}
+
+impl From<DetailV3> for ScheduleDetail {
+    fn from(d: DetailV3) -> Self {
+        ScheduleDetail {
+            summary: d.summary,
+            schedule: d.schedule,
+            policy: d.policy,
+            retry: d.retry,
+            dead: d.dead,
+            history: d.history,
+            upcoming: d.upcoming,
+            counters: d.counters,
+            manual: d.manual,
+            bounds: d.bounds,
+            policies: None,
+        }
+    }
+}
+
+impl From<ScheduleDetail> for DetailV3 {
+    /// The projection a format-3 node would have answered (the policies dropped).
+    fn from(d: ScheduleDetail) -> Self {
+        DetailV3 {
+            summary: d.summary,
+            schedule: d.schedule,
+            policy: d.policy,
+            retry: d.retry,
+            dead: d.dead,
+            history: d.history,
+            upcoming: d.upcoming,
+            counters: d.counters,
+            manual: d.manual,
+            bounds: d.bounds,
+        }
+    }
+}
+
+impl From<BodyV3> for QueryBody {
+    fn from(b: BodyV3) -> Self {
+        match b {
+            BodyV3::List(l) => QueryBody::List(l),
+            BodyV3::Describe(d) => QueryBody::Describe(d.map(|d| Box::new((*d).into()))),
+            BodyV3::Book(s) => QueryBody::Book(s),
+            BodyV3::Outbox(o) => QueryBody::Outbox(o),
+        }
+    }
+}
+
+impl From<QueryBody> for BodyV3 {
+    fn from(b: QueryBody) -> Self {
+        match b {
+            QueryBody::List(l) => BodyV3::List(l),
+            QueryBody::Describe(d) => BodyV3::Describe(d.map(|d| Box::new((*d).into()))),
+            QueryBody::Book(s) => BodyV3::Book(s),
+            QueryBody::Outbox(o) => BodyV3::Outbox(o),
+        }
+    }
+}
