@@ -314,7 +314,10 @@ mod tests {
         assert_eq!(t.precommit, VOTE_FLOOR);
         let n = timeouts();
         assert_eq!(t.propose + t.propose_delta, n.propose + n.propose_delta);
-        assert_eq!(t.precommit + t.precommit_delta, n.precommit + n.precommit_delta);
+        assert_eq!(
+            t.precommit + t.precommit_delta,
+            n.precommit + n.precommit_delta
+        );
         // Slower arrivals: 2 * 300 + 50.
         let mut b = Arrivals::default();
         for i in 0..3 {
@@ -375,7 +378,11 @@ mod tests {
         assert_eq!(w.arrived(5, 0, 1_042), Some(ms(42)));
         assert_eq!(w.arrived(5, 0, 1_050), None, "once");
         w.started(5, 1, 2_000);
-        assert_eq!(w.arrived(5, 0, 2_010), None, "still once after round 1 started");
+        assert_eq!(
+            w.arrived(5, 0, 2_010),
+            None,
+            "still once after round 1 started"
+        );
         w.started(6, 0, 3_000);
         assert_eq!(w.arrived(6, 0, 2_990), Some(ms(0)), "held early: 0");
     }

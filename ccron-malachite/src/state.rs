@@ -320,7 +320,7 @@ impl<A: Application> State<A> {
             );
         }
         HeightParams::new(self.vset.for_height(height, pick.index), t, None)
-        .with_vote_extension_policy(VoteExtensionPolicy::Required)
+            .with_vote_extension_policy(VoteExtensionPolicy::Required)
     }
 
     /// Round `round` of `height` started at `now_ms` (the loop's monotonic clock, in ms):

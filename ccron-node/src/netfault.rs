@@ -1033,7 +1033,10 @@ mod tests {
                         );
                     }
                     assert!(noise.end <= iso.start && iso.end < split.start, "{p:?}");
-                    assert!(split.end + Duration::from_millis(1_000) <= d, "{d:?}: {split:?}");
+                    assert!(
+                        split.end + Duration::from_millis(1_000) <= d,
+                        "{d:?}: {split:?}"
+                    );
                     assert!(p.events.iter().all(|(t, _)| *t < d), "{d:?}");
                 }
             }
