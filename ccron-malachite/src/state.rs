@@ -310,7 +310,7 @@ impl<A: Application> State<A> {
             vote_ms = t.precommit.as_millis() as u64,
             "round 0 timeouts"
         );
-        if height.0 % 64 == 0 {
+        if height.0.is_multiple_of(64) {
             tracing::info!(
                 height = height.0,
                 propose_ms = t.propose.as_millis() as u64,

@@ -625,8 +625,14 @@ fn a_node_that_saw_fast_proposals_gives_the_engine_a_short_round0_at_every_heigh
     let mine = node.vset.validators.iter().position(|v| v.address == me);
     let p90s = node.arrivals().p90s();
     assert_eq!(p90s.len(), 3, "{p90s:?}");
-    assert!(p90s.iter().all(|(i, p)| Some(*i) != mine && *p == 30), "{p90s:?}");
-    assert!(p90s.iter().all(|(i, _)| node.arrivals().of(*i).count() >= MIN_SAMPLES));
+    assert!(
+        p90s.iter().all(|(i, p)| Some(*i) != mine && *p == 30),
+        "{p90s:?}"
+    );
+    assert!(
+        p90s.iter()
+            .all(|(i, _)| node.arrivals().of(*i).count() >= MIN_SAMPLES)
+    );
     for h in 341..=344u64 {
         let t = node.params(Height(h)).timeouts;
         assert_eq!(wait(&t, Timeout::propose, 0), FLOOR, "height {h}");
@@ -648,7 +654,12 @@ fn a_node_that_saw_fast_proposals_gives_the_engine_a_short_round0_at_every_heigh
         .find(|h| node.proposer(Height(*h), Round::new(0)) != me)
         .unwrap();
     let p = node.proposer(Height(h), Round::new(0));
-    let pi = node.vset.validators.iter().position(|v| v.address == p).unwrap();
+    let pi = node
+        .vset
+        .validators
+        .iter()
+        .position(|v| v.address == p)
+        .unwrap();
     let early = round0_value(h, p, Validity::Valid);
     let before = node.arrivals().of(pi).count();
     node.note_round_started(Height(h), Round::new(0), std::slice::from_ref(&early), t);
