@@ -15,7 +15,8 @@
 //! - [`node`]: one validator process: engine configuration and start, the app-message loop;
 //!   [`byzantine`]: the node's strategy at its seams (honest, or a Byzantine validator's).
 //! - [`reputation`]: who proposes round 0 (a validator whose round 0 failed is skipped for a
-//!   bounded number of heights), from the decided blocks only.
+//!   bounded number of heights), from the decided blocks only; [`round0`]: round 0's
+//!   timeouts adapted to the proposal arrivals this node observed (a cheap failed round 0).
 //! - [`cli`]: a node binary for any ledger in one call.
 
 pub mod byzantine;
@@ -24,6 +25,7 @@ pub mod context;
 pub mod guard;
 pub mod node;
 pub mod reputation;
+pub mod round0;
 pub mod state;
 pub mod stream;
 

@@ -432,6 +432,16 @@ impl Streams {
     }
 }
 
+/// Milliseconds on this process's monotonic clock (from its first call): what round-0
+/// proposal arrivals are measured with ([`crate::round0`]). The loop's one reading of a
+/// monotonic clock; the protocol code gets the value injected.
+#[allow(clippy::disallowed_methods)]
+fn mono_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Answers one application message of the engine.
 async fn handle<A: Application>(
     node: &mut State<A>,
@@ -465,6 +475,7 @@ async fn handle<A: Application>(
             ..
         } => {
             let seen = node.started_round(height, round)?;
+            node.note_round_started(height, round, &seen, mono_ms());
             let _ = reply_value.send(seen);
         }
         AppMsg::GetValue {
@@ -517,6 +528,9 @@ async fn handle<A: Application>(
                 StreamContent::Data(p) => node.received_part(&from.to_bytes(), p)?,
                 _ => None,
             };
+            if let Some(v) = &value {
+                node.note_proposal(v, mono_ms());
+            }
             let _ = reply.send(value);
         }
         AppMsg::Decided {

@@ -66,7 +66,8 @@
 //! [`retry_timeouts`]: round 0 waits [`RETRY_PROPOSE`] for the proposal and [`RETRY_VOTE`]
 //! for each vote step; every round `>= 1` waits as long as normally at round 1 and grows at
 //! least as fast after. A height whose round-0 proposer has a clean record keeps the normal
-//! timeouts: an honest cluster never sees the short ones. Like the proposer, the choice is a
+//! timeouts as far as this rule goes (an honest cluster never sees the retry ones; the
+//! node's observed arrivals may still shorten round 0, [`crate::round0`]). Like the proposer, the choice is a
 //! pure function of the decided blocks (the same record), but nothing depends on nodes
 //! agreeing on it.
 //!
@@ -85,6 +86,10 @@
 //!   still proposes at every round `>= 1` of plain rotation and at its amnesty slots.
 //!   [`RETRY_PROPOSE`] is well above a loopback or LAN round (tens of ms); a network whose
 //!   proposals take longer should raise it.
+//!
+//! Every height, retry or not, also gets a round 0 as short as this node's observed proposal
+//! arrivals allow ([`crate::round0`]): the first failure of a proposer, which no decided block
+//! records yet, is cheap too. A retry's round 0 is the shorter of the two.
 
 use std::time::Duration;
 
@@ -163,8 +168,9 @@ impl Round0 {
         self.record > 0
     }
 
-    /// The engine's timeouts for this height: `normal`, or at a retry the same with a short
-    /// round 0 ([`retry_timeouts`]).
+    /// This rule's timeouts for the height: `normal`, or at a retry the same with a short
+    /// round 0 ([`retry_timeouts`]). What the engine gets also depends on the node's observed
+    /// arrivals ([`crate::round0::height_timeouts`]; without any, exactly these).
     pub fn timeouts(&self, normal: LinearTimeouts) -> LinearTimeouts {
         if self.is_retry() {
             retry_timeouts(normal)
@@ -187,23 +193,7 @@ pub const RETRY_VOTE: Duration = Duration::from_millis(100);
 /// the rebroadcast base are `normal`'s (the engine grows the rebroadcast wait by the sum of the
 /// deltas: at least as long as normally from round 1 on).
 pub fn retry_timeouts(normal: LinearTimeouts) -> LinearTimeouts {
-    // Round 0 at `short` (never above the base), round 1 where it was.
-    let cut = |base: Duration, delta: Duration, short: Duration| {
-        let b = short.min(base);
-        (b, delta.saturating_add(base.saturating_sub(b)))
-    };
-    let (propose, propose_delta) = cut(normal.propose, normal.propose_delta, RETRY_PROPOSE);
-    let (prevote, prevote_delta) = cut(normal.prevote, normal.prevote_delta, RETRY_VOTE);
-    let (precommit, precommit_delta) = cut(normal.precommit, normal.precommit_delta, RETRY_VOTE);
-    LinearTimeouts {
-        propose,
-        propose_delta,
-        prevote,
-        prevote_delta,
-        precommit,
-        precommit_delta,
-        ..normal
-    }
+    crate::round0::short_round0(normal, RETRY_PROPOSE, RETRY_VOTE, RETRY_VOTE)
 }
 
 /// [`round0_of_failed`] with the chosen validator's record ([`Round0`]).

@@ -29,6 +29,7 @@ use crate::context::{
 };
 use crate::guard::{GuardedSigner, SharedGuard};
 use crate::reputation::{LAG, Outcomes, WINDOW};
+use crate::round0::{ArrivalWatch, Arrivals};
 
 /// Most decided values one sync answer carries.
 const MAX_SYNC_VALUES: usize = 50;
@@ -83,6 +84,11 @@ pub struct State<A> {
     /// The failed rounds 0 read from the decided blocks: who proposes round 0
     /// ([`crate::reputation`]).
     outcomes: Outcomes,
+    /// The round-0 proposal arrivals this node observed: how short its round 0 is
+    /// ([`crate::round0`]).
+    arrivals: Arrivals,
+    /// When the current height's round 0 started (the loop's monotonic clock).
+    watch: ArrivalWatch,
 }
 
 impl BookPart for ProposalPart {
@@ -188,6 +194,8 @@ impl<A: Application> State<A> {
             offers,
             snapshots,
             outcomes,
+            arrivals: Arrivals::default(),
+            watch: ArrivalWatch::default(),
         })
     }
 
@@ -268,9 +276,10 @@ impl<A: Application> State<A> {
     /// vote extensions required): the engine starts a height only with them
     /// (`ConsensusReady`, `Finalized`).
     ///
-    /// The timeouts are [`timeouts`], except at a retry height (the round-0 proposer has a
-    /// failed round 0 in the reputation window): round 0 is short there
-    /// ([`crate::reputation::Round0::timeouts`]).
+    /// The timeouts are [`timeouts`] with round 0 as short as this node's observed proposal
+    /// arrivals allow ([`crate::round0::height_timeouts`]; without observations, the normal
+    /// ones), and at a retry height (the round-0 proposer has a failed round 0 in the
+    /// reputation window) at most the retry ones ([`crate::reputation::retry_timeouts`]).
     pub fn params(&self, height: Height) -> HeightParams<Ctx> {
         let pick = self
             .outcomes
@@ -293,12 +302,72 @@ impl<A: Application> State<A> {
                  with short timeouts"
             );
         }
-        HeightParams::new(
-            self.vset.for_height(height, pick.index),
-            pick.timeouts(timeouts()),
-            None,
-        )
-        .with_vote_extension_policy(VoteExtensionPolicy::Required)
+        let n = self.vset.validators.len();
+        let t = crate::round0::height_timeouts(timeouts(), n, pick, &self.arrivals);
+        tracing::debug!(
+            height = height.0,
+            propose_ms = t.propose.as_millis() as u64,
+            vote_ms = t.precommit.as_millis() as u64,
+            "round 0 timeouts"
+        );
+        if height.0.is_multiple_of(64) {
+            tracing::info!(
+                height = height.0,
+                propose_ms = t.propose.as_millis() as u64,
+                vote_ms = t.precommit.as_millis() as u64,
+                p90s_ms = ?self.arrivals.p90s(),
+                "round 0 timeouts from observed proposal arrivals"
+            );
+        }
+        HeightParams::new(self.vset.for_height(height, pick.index), t, None)
+            .with_vote_extension_policy(VoteExtensionPolicy::Required)
+    }
+
+    /// Round `round` of `height` started at `now_ms` (the loop's monotonic clock, in ms):
+    /// the start a round-0 proposal's arrival is measured from ([`crate::round0`]). `seen` is
+    /// what [`started_round`](Self::started_round) returned: a round-0 proposal already held
+    /// arrived before the round (latency 0).
+    pub fn note_round_started(
+        &mut self,
+        height: Height,
+        round: Round,
+        seen: &[ProposedValue<Ctx>],
+        now_ms: u64,
+    ) {
+        self.watch
+            .started(height.0, round.as_u32().unwrap_or(u32::MAX), now_ms);
+        for v in seen {
+            self.note_proposal(v, now_ms);
+        }
+    }
+
+    /// A proposal `value` reached the engine at `now_ms`: if it is round 0's, valid, from the
+    /// height's round-0 proposer (not this node) and the first of the height, its arrival is
+    /// observed ([`Arrivals::observe`]).
+    pub fn note_proposal(&mut self, value: &ProposedValue<Ctx>, now_ms: u64) {
+        if value.validity != Validity::Valid
+            || value.round != Round::new(0)
+            || value.proposer == self.me
+            || value.proposer != self.proposer(value.height, value.round)
+        {
+            return;
+        }
+        let Some(index) = self
+            .vset
+            .validators
+            .iter()
+            .position(|v| v.address == value.proposer)
+        else {
+            return;
+        };
+        if let Some(latency) = self.watch.arrived(value.height.0, 0, now_ms) {
+            self.arrivals.observe(index, latency);
+        }
+    }
+
+    /// The round-0 proposal arrivals this node observed.
+    pub fn arrivals(&self) -> &Arrivals {
+        &self.arrivals
     }
 
     /// The height the engine starts at.

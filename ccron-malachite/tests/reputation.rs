@@ -557,3 +557,170 @@ fn a_reopened_node_gives_the_engine_short_round0_timeouts_at_a_retry() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A round-0 proposal of `proposer` at `height` (a block with nothing in it).
+fn round0_value(
+    height: u64,
+    proposer: ccron_malachite::context::Address,
+    validity: malachitebft_app_channel::app::types::core::Validity,
+) -> malachitebft_app_channel::app::types::ProposedValue<Ctx> {
+    let block = ccron_node::types::Block {
+        height,
+        prev_round: 0,
+        prev_id: ccron_node::types::Hash32([0; 32]),
+        samples: Vec::new(),
+        agreed_time_ms: 1_700_000_000_000,
+        ticks: Vec::new(),
+        requests: Vec::new(),
+        prev_state: None,
+    };
+    malachitebft_app_channel::app::types::ProposedValue {
+        height: Height(height),
+        round: Round::new(0),
+        valid_round: Round::Nil,
+        proposer,
+        value: ccron_malachite::context::Value(block),
+        validity,
+    }
+}
+
+/// Round 0 is cheap at every height once the node has observed its peers' proposals
+/// arriving (`ccron_malachite::round0`), not only at reputation retries: a node reopened on
+/// a clean chain gives the engine the normal timeouts until it has measured enough arrivals,
+/// then a round 0 at the floor (arrivals of 30 ms: 2 * 30 + 50 < 150 ms) whose failure with a
+/// silent proposer costs 250 ms instead of 1.5 s, and rounds >= 1 as normally. Proposals that
+/// are not the round-0 proposer's, invalid, or this node's own are not arrivals.
+#[test]
+fn a_node_that_saw_fast_proposals_gives_the_engine_a_short_round0_at_every_height() {
+    use ccron_malachite::round0::{FLOOR, MIN_SAMPLES, VOTE_FLOOR};
+    use malachitebft_app_channel::app::types::core::Validity;
+
+    let dir = chain_failing_at_1_and_5("fast", 300);
+    let mut node = open(&dir, 1);
+    let normal = timeouts();
+    // Height 302: its slot owner (index 1) has a clean record (index 0's failures at 1 and 5
+    // make 301, 305, ... retries): no arrivals yet, the normal timeouts.
+    assert_eq!(plain_index(4, 302), 1);
+    assert_eq!(node.params(Height(302)).timeouts, normal);
+    let me = node.me();
+    let mut t = 1_000_000u64;
+    for h in 301..=340u64 {
+        let p = node.proposer(Height(h), Round::new(0));
+        node.note_round_started(Height(h), Round::new(0), &[], t);
+        // Noise first: another validator's value, an invalid one, round 1's.
+        let other = node
+            .vset
+            .validators
+            .iter()
+            .map(|v| v.address)
+            .find(|a| *a != p && *a != me)
+            .unwrap();
+        node.note_proposal(&round0_value(h, other, Validity::Valid), t + 1);
+        node.note_proposal(&round0_value(h, p, Validity::Invalid), t + 2);
+        node.note_proposal(&round0_value(h, p, Validity::Valid), t + 30);
+        node.note_proposal(&round0_value(h, p, Validity::Valid), t + 900);
+        t += 100;
+    }
+    // Each of the 3 other validators: 10 arrivals of 30 ms (this node's own slots: none).
+    let mine = node.vset.validators.iter().position(|v| v.address == me);
+    let p90s = node.arrivals().p90s();
+    assert_eq!(p90s.len(), 3, "{p90s:?}");
+    assert!(
+        p90s.iter().all(|(i, p)| Some(*i) != mine && *p == 30),
+        "{p90s:?}"
+    );
+    assert!(
+        p90s.iter()
+            .all(|(i, _)| node.arrivals().of(*i).count() >= MIN_SAMPLES)
+    );
+    for h in 341..=344u64 {
+        let t = node.params(Height(h)).timeouts;
+        assert_eq!(wait(&t, Timeout::propose, 0), FLOOR, "height {h}");
+        assert_eq!(wait(&t, Timeout::prevote, 0), VOTE_FLOOR);
+        assert_eq!(wait(&t, Timeout::precommit, 0), VOTE_FLOOR);
+        assert!(silent_round0_cost(&t) <= Duration::from_millis(250));
+        for r in 1..20u32 {
+            for kind in [Timeout::propose, Timeout::prevote, Timeout::precommit] {
+                let (short, n) = (wait(&t, kind, r), wait(&normal, kind, r));
+                assert!(short >= n, "height {h} round {r}");
+                if r == 1 {
+                    assert_eq!(short, n);
+                }
+            }
+        }
+    }
+    // A proposal that came before the round started (held early) is an arrival of 0 ms.
+    let h = (341..=344u64)
+        .find(|h| node.proposer(Height(*h), Round::new(0)) != me)
+        .unwrap();
+    let p = node.proposer(Height(h), Round::new(0));
+    let pi = node
+        .vset
+        .validators
+        .iter()
+        .position(|v| v.address == p)
+        .unwrap();
+    let early = round0_value(h, p, Validity::Valid);
+    let before = node.arrivals().of(pi).count();
+    node.note_round_started(Height(h), Round::new(0), std::slice::from_ref(&early), t);
+    assert_eq!(node.arrivals().of(pi).count(), before + 1);
+    assert_eq!(node.arrivals().of(pi).last(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The network layer of the localnet campaign judges its windows against one failed round at
+/// this adapter's normal timeouts (`ccron_node::netfault::FAILED_ROUND`): it must not be
+/// shorter than round 0's propose, prevote and precommit timeouts together.
+#[test]
+fn the_net_judge_knows_what_a_failed_round_costs_here() {
+    let t = timeouts();
+    let failed = wait(&t, Timeout::propose, 0)
+        + wait(&t, Timeout::prevote, 0)
+        + wait(&t, Timeout::precommit, 0);
+    assert!(ccron_node::netfault::FAILED_ROUND >= failed, "{failed:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// One Byzantine proposer (any arrivals: streaming at once or just before everyone's
+    /// timeout) among 4 moves the estimate only within the honest proposers' p90s, and the
+    /// round-0 timeout is never below what the honest proposers' p90 arrivals need (the
+    /// lowest of them, with margin) nor above the normal one.
+    #[test]
+    fn one_byzantine_proposer_cannot_move_the_round0_timeout_out_of_the_honest_range(
+        honest in proptest::collection::vec(proptest::collection::vec(0u64..2_000, 4..40), 3),
+        byz in proptest::collection::vec(0u64..5_000, 0..40),
+        byz_index in 0usize..4,
+    ) {
+        use ccron_malachite::round0::{Arrivals, FLOOR, p90};
+        let mut a = Arrivals::default();
+        let mut honest_p90 = Vec::new();
+        let mut k = 0;
+        for i in 0..4 {
+            if i == byz_index {
+                for s in &byz {
+                    a.observe(i, Duration::from_millis(*s));
+                }
+            } else {
+                let samples = &honest[k];
+                k += 1;
+                let kept = &samples[samples.len().saturating_sub(ccron_malachite::round0::PER_PROPOSER)..];
+                honest_p90.push(p90(kept.iter().copied()).unwrap());
+                for s in samples {
+                    a.observe(i, Duration::from_millis(*s));
+                }
+            }
+        }
+        let est = a.estimate(4).unwrap();
+        let lo = *honest_p90.iter().min().unwrap();
+        let hi = *honest_p90.iter().max().unwrap();
+        prop_assert!(est >= Duration::from_millis(lo) && est <= Duration::from_millis(hi),
+            "{est:?} not in {lo}..={hi}");
+        let normal = Duration::from_secs(1);
+        let t = a.propose_timeout(4, normal);
+        prop_assert!(t <= normal);
+        prop_assert!(t >= Duration::from_millis(lo).min(normal));
+        prop_assert!(t >= FLOOR);
+    }
+}

@@ -5,7 +5,9 @@
 //! failed turn and retries it after 32, 64, 128, 256 heights: few failed rounds 0 over the
 //! fault. A count, not a timing: on the parent it is about one height in four. And the
 //! retries are cheap (short round-0 timeouts, `Round0::timeouts`): most of them cost under
-//! 1.2 s of agreed time, where a failed round 0 with the normal timeouts costs 1.5 s or more.
+//! 1.2 s of agreed time, where a failed round 0 with the normal timeouts costs 1.5 s or more;
+//! so is the first failure (round 0 short at every height from the observed proposal
+//! arrivals, `ccron_malachite::round0`), while honest proposers' rounds 0 rarely fail.
 
 mod support;
 
@@ -86,6 +88,27 @@ fn a_silent_validator_loses_few_rounds_zero_once_skipped() {
         cost(first)
     );
     assert!(!retries.is_empty(), "no retry of node 0 in {failed:?}");
+    // The first failure too is cheap: every height's round 0 is as short as the arrivals
+    // each node observed allow (`ccron_malachite::round0`), and by the fault (a third of
+    // the run, 100+ heights) every node has measured its peers. With round-0 timeouts only at
+    // retries it cost the normal 1.5 s or more.
+    assert!(
+        cost(first) < 1_200,
+        "node 0's first failed round 0 (height {first}) cost {} ms",
+        cost(first)
+    );
+    // And an honest proposal still wins round 0: failed rounds 0 whose proposer was an
+    // honest node (not node 0) are rare, before and during the fault (a few under load).
+    let honest_failed: Vec<u64> = failed
+        .iter()
+        .copied()
+        .filter(|j| *j > 8 && picks[(*j - 1) as usize].index != 0)
+        .collect();
+    assert!(
+        (honest_failed.len() as u64) * 20 <= last,
+        "{} honest rounds 0 failed in {last} heights: {honest_failed:?}",
+        honest_failed.len()
+    );
     let short = retries.iter().filter(|(_, ms)| *ms < 1_200).count();
     assert!(
         short * 2 > retries.len(),
