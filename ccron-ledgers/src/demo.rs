@@ -419,6 +419,23 @@ mod tests {
     use ccron::{MemPages, Tick};
     use proptest::prelude::*;
 
+    /// A put of `k` (value `v`): a client request's payload.
+    fn put(k: &str) -> Vec<u8> {
+        KvOp::Put {
+            key: k.into(),
+            value: b"v".to_vec(),
+        }
+        .to_payload()
+    }
+
+    /// A request's execution context at agreed time `t`.
+    fn ctx(t: i64) -> ExecContext {
+        ExecContext {
+            seq: 1,
+            agreed_time_ms: Some(t),
+        }
+    }
+
     /// One step of a random history of the demo ledger (requests and ticks as replicas run
     /// them, and the snapshot round trip a state transfer makes).
     #[derive(Debug, Clone)]
@@ -535,17 +552,6 @@ mod tests {
     #[test]
     fn the_digest_of_a_fixed_state_is_pinned() {
         let mut l = DemoLedger::new();
-        let put = |k: &str| {
-            KvOp::Put {
-                key: k.into(),
-                value: b"v".to_vec(),
-            }
-            .to_payload()
-        };
-        let ctx = |t| ExecContext {
-            seq: 1,
-            agreed_time_ms: Some(t),
-        };
         l.execute(ctx(1_000), c(0), &put("a"));
         l.execute(ctx(2_000), c(1), &put("b"));
         l.contract_calls += 1;
@@ -602,17 +608,6 @@ mod tests {
     fn prune_and_contract_actions_change_the_ledger() {
         let mut l = demo_ledger(&DemoTables::default()).unwrap();
         let mut pages = MemPages::new(4096, 16);
-        let put = |k: &str| {
-            KvOp::Put {
-                key: k.into(),
-                value: b"v".to_vec(),
-            }
-            .to_payload()
-        };
-        let ctx = |t| ExecContext {
-            seq: 1,
-            agreed_time_ms: Some(t),
-        };
         l.execute(ctx(1_000), c(0), &put("a"));
         l.execute(ctx(5_000), c(0), &put("b"));
         // First ticks run both actions at once (the grid starts at the first tick).
