@@ -305,6 +305,31 @@ impl Scheduler {
         error
     }
 
+    /// [`shared_len`](Self::shared_len), refused when the zones part would exceed
+    /// [`Limits::max_zones_bytes`](super::Limits::max_zones_bytes) or the next save would not
+    /// fit the book's log ([`check_log`](Self::check_log)): the check a zone's and a
+    /// calendar's install share.
+    pub(super) fn shared_fits(
+        &self,
+        zone: Option<&ZoneRules>,
+        calendar: Option<&ExclusionCalendar>,
+    ) -> Result<usize, ScheduleError> {
+        let len = self.shared_len(zone, calendar)?;
+        if let Some(max) = self.limits.max_zones_bytes
+            && len > max
+        {
+            return Err(ScheduleError::Limit(format!(
+                "the zones and calendars would take {len} bytes, the book's zones part holds {max}"
+            )));
+        }
+        self.check_log(
+            self.placement.records() as u64,
+            self.placement.placed_bytes,
+            len,
+        )?;
+        Ok(len)
+    }
+
     /// Encoded bytes of the zones part with `zone` and `calendar` installed in place of their
     /// names' (the zones ascending by name, then the calendars ascending by name: what a save
     /// writes).
@@ -427,19 +452,7 @@ impl Scheduler {
                 "at most {MAX_BOOK_CALENDARS} exclusion calendars"
             )));
         }
-        let len = self.shared_len(None, Some(&calendar))?;
-        if let Some(max) = self.limits.max_zones_bytes
-            && len > max
-        {
-            return Err(ScheduleError::Limit(format!(
-                "the zones and calendars would take {len} bytes, the book's zones part holds {max}"
-            )));
-        }
-        self.check_log(
-            self.placement.records() as u64,
-            self.placement.placed_bytes,
-            len,
-        )?;
+        let len = self.shared_fits(None, Some(&calendar))?;
         let naming: Vec<u64> = self
             .records
             .iter()

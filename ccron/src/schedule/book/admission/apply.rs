@@ -375,19 +375,7 @@ impl Scheduler {
                 }
                 // The exact bytes the next save writes to the zones part (the same encoding:
                 // zones ascending by name, then the calendars).
-                let len = self.shared_len(Some(&rules), None)?;
-                if let Some(max) = self.limits.max_zones_bytes
-                    && len > max
-                {
-                    return Err(ScheduleError::Limit(format!(
-                        "the zones and calendars would take {len} bytes, the book's zones part holds {max}"
-                    )));
-                }
-                self.check_log(
-                    self.placement.records() as u64,
-                    self.placement.placed_bytes,
-                    len,
-                )?;
+                let len = self.shared_fits(Some(&rules), None)?;
                 self.install_zone(name, rules, seq, now_ms)?;
                 self.zones_bytes = len;
                 Ok(None)
