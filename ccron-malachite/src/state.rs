@@ -11,7 +11,7 @@ use bytes::Bytes;
 use ccron::host::Application;
 use ccron_node::catchup::running;
 use ccron_node::catchup::serve::OfferSlot;
-use ccron_node::proposals::{BookPart, PartLimits, ProposalBook, Verdict};
+use ccron_node::proposals::{Admitted, BookPart, PartLimits, ProposalBook, Verdict};
 use ccron_node::store::PartLog;
 use ccron_node::{Factory, NodeCore, NodeError, NodeOptions};
 use malachitebft_app_channel::app::engine::host::{HeightParams, SyncedValueOutcome};
@@ -387,6 +387,7 @@ impl<A: Application> State<A> {
     ) -> Result<Vec<ProposedValue<Ctx>>, NodeError> {
         let r = round.as_u32().unwrap_or(0);
         self.book.started_round(height.0, r);
+        self.admit_released();
         let mut seen = Vec::new();
         if let Some(p) = self.my_parts.get(&(height.0, r)) {
             seen.push(ProposedValue {
@@ -622,12 +623,14 @@ impl<A: Application> State<A> {
     ) -> Result<Option<ProposedValue<Ctx>>, NodeError> {
         let from_proposer = self.proposer(part.height, part.round) == part.proposer;
         let domain = self.core.domain();
-        if self
+        match self
             .book
             .admit(from, part, from_proposer, || part.verify(domain))
-            .is_err()
         {
-            return Ok(None);
+            Ok(Admitted::Judge) => {}
+            // A far height's part (unverified): handed back by the book when its height
+            // comes within reach (`admit_released`).
+            Ok(Admitted::Parked) | Err(_) => return Ok(None),
         }
         if part.height.0 == self.core.last_height() + 1 {
             let (value, verdict) = self.judge(part)?;
@@ -637,6 +640,24 @@ impl<A: Application> State<A> {
         // Early: this node has not finished the previous height. Judged when it starts.
         self.book.keep(from, part.clone(), Verdict::Pending);
         Ok(None)
+    }
+
+    /// Parked parts whose height came within reach (the book's `take_released`), admitted
+    /// again now that their round's proposer is known, and kept to be judged when their height
+    /// starts (`started_round`): a node that reached the tip by value sync has the next
+    /// heights' values and decides them with the others.
+    fn admit_released(&mut self) {
+        for (from, part) in self.book.take_released() {
+            let from_proposer = self.proposer(part.height, part.round) == part.proposer;
+            let domain = self.core.domain();
+            if self
+                .book
+                .admit(&from, &part, from_proposer, || part.verify(domain))
+                == Ok(Admitted::Judge)
+            {
+                self.book.keep(&from, part, Verdict::Pending);
+            }
+        }
     }
 
     /// The part book (counters, held parts).
@@ -669,6 +690,8 @@ impl<A: Application> State<A> {
         if let Some(d) = self.core.decided(height) {
             self.outcomes.record(height, d.block.prev_round);
         }
+        // After the outcome: the released parts' proposers may depend on it.
+        self.admit_released();
         self.my_parts.retain(|(h, _), _| *h > height);
         self.parts.prune(height)?;
         let core = &self.core;

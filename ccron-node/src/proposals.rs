@@ -6,7 +6,12 @@
 //! Before this book every one was verified (hundreds of signatures each), fsync'ed, kept and
 //! written to the status. Now, in order, cheapest first:
 //!
-//! 1. the height must be the next one or at most [`PartLimits::max_heights_ahead`] above it;
+//! 1. the height must be the next one or at most [`PartLimits::max_heights_ahead`] above it
+//!    (a part up to [`PartLimits::max_far_heights_ahead`] above it is *parked* unverified,
+//!    bounded per peer and in all, and admitted again from step 2 when the node's height
+//!    comes within reach: a node that follows the chain by value sync a few heights behind
+//!    the tip still has the next heights' values when sync brings it there, and decides them
+//!    with the others instead of following by sync for ever);
 //! 2. the round at most [`PartLimits::max_rounds_ahead`] above the node's current round
 //!    (rounds only advance with an honest node's timeout or f+1 votes, so this bounds the
 //!    rounds a proposer can fill);
@@ -57,6 +62,16 @@ pub struct PartLimits {
     pub max_bad_per_peer: u32,
     /// Peers tracked per height (beyond it, new peers share one budget).
     pub max_peers: usize,
+    /// Heights above the next one whose parts are parked unverified (those above
+    /// `max_heights_ahead`, up to this); at most the engine's buffer of future heights
+    /// (Malachite's `queue_capacity`, 10), whose votes the node needs with them.
+    pub max_far_heights_ahead: u64,
+    /// Parked parts held at once.
+    pub max_far_parts: usize,
+    /// Parked parts one delivering peer may hold (so one peer cannot take the others' room).
+    pub max_far_per_peer: usize,
+    /// Bytes of parked parts held at once.
+    pub max_far_bytes: usize,
 }
 
 impl Default for PartLimits {
@@ -68,6 +83,10 @@ impl Default for PartLimits {
             max_bytes: 32 * 1024 * 1024,
             max_bad_per_peer: 16,
             max_peers: 1_024,
+            max_far_heights_ahead: 9,
+            max_far_parts: 64,
+            max_far_per_peer: 16,
+            max_far_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -121,6 +140,20 @@ pub enum PartRefusal {
     /// The book is full (count or bytes).
     #[error("part book full")]
     Full,
+    /// A part for a far height (see [`PartLimits::max_far_heights_ahead`]) finds the parked
+    /// parts full (in all, in bytes, or the delivering peer's share).
+    #[error("parked parts full")]
+    FarFull,
+}
+
+/// What [`ProposalBook::admit`] did with a part it did not refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// Taken: the caller judges it and calls [`ProposalBook::keep`].
+    Judge,
+    /// Parked unverified for a far height; [`ProposalBook::take_released`] hands it back when
+    /// the node's height comes within reach, to be admitted again.
+    Parked,
 }
 
 /// What the book counts (the node's `status.json` `proposal_parts`).
@@ -148,6 +181,15 @@ pub struct PartCounters {
     pub equivocation: u64,
     /// Refused: book full.
     pub full: u64,
+    /// Parked for a far height (not verified yet).
+    #[serde(default)]
+    pub parked: u64,
+    /// Refused: parked parts full.
+    #[serde(default)]
+    pub far_full: u64,
+    /// Parked parts handed back for admission when their height came within reach.
+    #[serde(default)]
+    pub released: u64,
 }
 
 /// What the caller judged a taken part's block to be.
@@ -197,6 +239,11 @@ pub struct ProposalBook<P> {
     bad: HashMap<Vec<u8>, u32>,
     equivocations: Vec<Equivocation>,
     counters: PartCounters,
+    /// Parked parts (far heights), each with the peer that delivered it.
+    far: Vec<(Vec<u8>, P)>,
+    far_bytes: usize,
+    /// Parked parts whose height came within reach, for [`Self::take_released`].
+    released: Vec<(Vec<u8>, P)>,
 }
 
 impl<P: BookPart> ProposalBook<P> {
@@ -211,7 +258,22 @@ impl<P: BookPart> ProposalBook<P> {
             bad: HashMap::new(),
             equivocations: Vec::new(),
             counters: PartCounters::default(),
+            far: Vec::new(),
+            far_bytes: 0,
+            released: Vec::new(),
         }
+    }
+
+    /// Parked parts (far heights) held, and their bytes.
+    pub fn parked(&self) -> (usize, usize) {
+        (self.far.len(), self.far_bytes)
+    }
+
+    /// The parked parts whose height came within reach of the next height (or which are for
+    /// it), each with its delivering peer, for the caller to [`admit`](Self::admit) again (the
+    /// proposer of their round is known now); parts for decided heights were dropped.
+    pub fn take_released(&mut self) -> Vec<(Vec<u8>, P)> {
+        std::mem::take(&mut self.released)
     }
 
     /// The counters.
@@ -260,6 +322,48 @@ impl<P: BookPart> ProposalBook<P> {
         self.entries = keep;
         self.bad.clear();
         self.equivocations.retain(|e| e.height >= next);
+        let reach = next.saturating_add(self.limits.max_heights_ahead);
+        let mut still = Vec::with_capacity(self.far.len());
+        for (from, part) in std::mem::take(&mut self.far) {
+            let h = part.height();
+            if h > reach {
+                still.push((from, part));
+                continue;
+            }
+            self.far_bytes = self.far_bytes.saturating_sub(part.size());
+            if h >= next {
+                self.counters.released += 1;
+                self.released.push((from, part));
+            }
+        }
+        self.far = still;
+        self.released.retain(|(_, p)| p.height() >= next);
+    }
+
+    /// Parks a part for a far height (checked: height, round, muted peer).
+    fn park(&mut self, from: &[u8], part: &P) -> Result<Admitted, PartRefusal> {
+        if self.far.iter().any(|(_, held)| held == part)
+            || self.released.iter().any(|(_, held)| held == part)
+        {
+            return Err(self.refuse(from, PartRefusal::Duplicate, false));
+        }
+        let of_peer = self.far.iter().filter(|(f, _)| f == from).count();
+        if self.far.len() >= self.limits.max_far_parts
+            || of_peer >= self.limits.max_far_per_peer
+            || self.far_bytes.saturating_add(part.size()) > self.limits.max_far_bytes
+        {
+            return Err(self.refuse(from, PartRefusal::FarFull, false));
+        }
+        self.counters.parked += 1;
+        self.far_bytes = self.far_bytes.saturating_add(part.size());
+        self.far.push((from.to_vec(), part.clone()));
+        tracing::trace!(
+            height = part.height(),
+            round = part.round(),
+            next = self.next,
+            "proposal part parked for a far height"
+        );
+        Ok(Admitted::Parked)
     }
 
     fn refuse(&mut self, from: &[u8], why: PartRefusal, blame: bool) -> PartRefusal {
@@ -274,6 +378,7 @@ impl<P: BookPart> ProposalBook<P> {
             PartRefusal::Duplicate => c.duplicate += 1,
             PartRefusal::Equivocation { .. } => c.equivocation += 1,
             PartRefusal::Full => c.full += 1,
+            PartRefusal::FarFull => c.far_full += 1,
         }
         if blame {
             self.blame(from);
@@ -309,8 +414,10 @@ impl<P: BookPart> ProposalBook<P> {
     /// Admits `part` delivered by peer `from` (any bytes naming it), cheapest checks first;
     /// `from_proposer` tells whether its signer is the proposer of its round, `verify` checks
     /// its signature (called at most once, only for a part that would be taken or that
-    /// conflicts with the one held). `Ok(())`: the caller judges it (at the next height) and
-    /// calls [`keep`](Self::keep).
+    /// conflicts with the one held). `Ok(Admitted::Judge)`: the caller judges it (at the next height) and
+    /// calls [`keep`](Self::keep). `Ok(Admitted::Parked)`: a far height's part, parked
+    /// unverified (`from_proposer` and `verify` not used), handed back by
+    /// [`take_released`](Self::take_released).
     ///
     /// # Errors
     /// Why it is not taken (counted and traced).
@@ -320,12 +427,13 @@ impl<P: BookPart> ProposalBook<P> {
         part: &P,
         from_proposer: bool,
         verify: impl FnOnce() -> bool,
-    ) -> Result<(), PartRefusal> {
+    ) -> Result<Admitted, PartRefusal> {
         let (height, round) = (part.height(), part.round());
         if height < self.next {
             return Err(self.refuse(from, PartRefusal::StaleHeight { height }, false));
         }
-        if height > self.next.saturating_add(self.limits.max_heights_ahead) {
+        let far = height > self.next.saturating_add(self.limits.max_heights_ahead);
+        if height > self.next.saturating_add(self.limits.max_far_heights_ahead) {
             let why = PartRefusal::HeightTooFar {
                 height,
                 next: self.next,
@@ -339,6 +447,9 @@ impl<P: BookPart> ProposalBook<P> {
         }
         if self.muted(from) {
             return Err(self.refuse(from, PartRefusal::PeerMuted, false));
+        }
+        if far {
+            return self.park(from, part);
         }
         if !from_proposer {
             return Err(self.refuse(from, PartRefusal::NotProposer, true));
@@ -387,7 +498,7 @@ impl<P: BookPart> ProposalBook<P> {
         if !verify() {
             return Err(self.refuse(from, PartRefusal::BadSignature, true));
         }
-        Ok(())
+        Ok(Admitted::Judge)
     }
 
     /// Keeps an admitted part with the caller's verdict: an [`Verdict::Invalid`] block as a
@@ -521,7 +632,10 @@ mod tests {
             verified.set(verified.get() + 1);
             true
         };
-        assert_eq!(book.admit(b"a", &p(5, 0, 1), true, verify), Ok(()));
+        assert_eq!(
+            book.admit(b"a", &p(5, 0, 1), true, verify),
+            Ok(Admitted::Judge)
+        );
         assert!(book.keep(b"a", p(5, 0, 1), Verdict::Valid));
         // The same part again: no signature check.
         for _ in 0..100 {
@@ -570,7 +684,7 @@ mod tests {
         assert_eq!(book.counters().round_too_far, (10_000 - rounds as u64) * 3);
         // One verification per kept part and per equivocating one.
         assert_eq!(verified as usize, rounds * 3);
-        for h in [9, 13, u64::MAX] {
+        for h in [9, 10 + limits.max_far_heights_ahead + 1, u64::MAX] {
             assert!(book.admit(b"x", &p(h, 0, 1), true, || true).is_err());
         }
         assert_eq!(book.counters().stale_height, 1);
@@ -593,7 +707,10 @@ mod tests {
             100 - u64::from(limits.max_bad_per_peer)
         );
         // Another peer is not muted by it.
-        assert_eq!(book.admit(b"honest", &p(11, 0, 9), true, || true), Ok(()));
+        assert_eq!(
+            book.admit(b"honest", &p(11, 0, 9), true, || true),
+            Ok(Admitted::Judge)
+        );
         // Count and bytes are bounded.
         let mut small = ProposalBook::new(
             PartLimits {
@@ -613,13 +730,138 @@ mod tests {
         // Deciding frees everything below.
         book.advance(11);
         assert!(book.get(10, 0).is_none());
-        assert_eq!(book.admit(b"stranger", &p(11, 1, 7), true, || true), Ok(()));
+        assert_eq!(
+            book.admit(b"stranger", &p(11, 1, 7), true, || true),
+            Ok(Admitted::Judge)
+        );
+    }
+
+    // CI stop 40: a late joiner following the chain by value sync ~12 heights behind the tip
+    // refused every part above next + 2 (`height_too_far` 397), so whenever sync brought it to
+    // the tip it had no value for the next heights and fell behind again: it never decided with
+    // the others. Far heights' parts are parked unverified, bounded, and admitted again when
+    // their height comes within reach.
+    #[test]
+    fn far_heights_parts_are_parked_bounded_and_released_within_reach() {
+        let limits = PartLimits::default();
+        let mut book = ProposalBook::new(limits, 100);
+        let far = 100 + limits.max_far_heights_ahead;
+        let mut checks = 0;
+        // Parked without any verification or proposer check.
+        assert_eq!(
+            book.admit(b"honest", &p(far, 0, 1), false, || {
+                checks += 1;
+                false
+            }),
+            Ok(Admitted::Parked)
+        );
+        assert_eq!(checks, 0);
+        assert_eq!(
+            book.admit(b"honest", &p(far, 0, 1), true, || true),
+            Err(PartRefusal::Duplicate)
+        );
+        assert_eq!(
+            book.admit(b"honest", &p(far + 1, 0, 1), true, || true),
+            Err(PartRefusal::HeightTooFar {
+                height: far + 1,
+                next: 100
+            })
+        );
+        assert_eq!(
+            book.admit(
+                b"honest",
+                &p(far, limits.max_rounds_ahead + 1, 1),
+                true,
+                || true
+            ),
+            Err(PartRefusal::RoundTooFar {
+                round: limits.max_rounds_ahead + 1,
+                current: 0
+            })
+        );
+        // One peer floods: its share is bounded, another peer still parks.
+        for r in 0..=limits.max_rounds_ahead {
+            for h in 103..=far {
+                let _ = book.admit(b"byz", &p(h, r, 9), true, || true);
+            }
+        }
+        assert_eq!(book.parked().0, 1 + limits.max_far_per_peer);
+        assert!(book.counters().far_full > 0);
+        assert_eq!(
+            book.admit(b"other", &p(103, 0, 1), true, || true),
+            Ok(Admitted::Parked)
+        );
+        assert_eq!(
+            book.parked(),
+            (
+                2 + limits.max_far_per_peer,
+                (2 + limits.max_far_per_peer) * 1_000
+            )
+        );
+        assert!(book.take_released().is_empty());
+        // Sync decides up to 100 + 2: heights 103..=105 come within reach (103 is the next).
+        book.advance(103);
+        let released = book.take_released();
+        assert!(!released.is_empty());
+        assert!(
+            released
+                .iter()
+                .all(|(_, p)| (103..=105).contains(&p.height()))
+        );
+        assert!(
+            released
+                .iter()
+                .any(|(f, p)| f == b"other" && p.height() == 103)
+        );
+        assert_eq!(book.counters().released, released.len() as u64);
+        assert!(book.take_released().is_empty(), "handed back once");
+        // Admitted again, now as near parts (verified, proposer checked).
+        for (from, part) in released {
+            if book.admit(&from, &part, part.v == 1, || true) == Ok(Admitted::Judge) {
+                book.keep(&from, part, Verdict::Pending);
+            }
+        }
+        assert_eq!(book.get(103, 0).map(|(p, _)| p.v), Some(1));
+        // The rest stays parked until its height is near; decided heights' parts are dropped.
+        let (left, _) = book.parked();
+        assert!(left > 0 && left < 2 + limits.max_far_per_peer);
+        book.advance(far + 10);
+        assert_eq!(book.parked(), (0, 0));
+        assert!(book.take_released().is_empty());
+    }
+
+    #[test]
+    fn parked_parts_are_bounded_in_all_and_in_bytes() {
+        let limits = PartLimits {
+            max_far_parts: 3,
+            max_far_per_peer: 100,
+            ..PartLimits::default()
+        };
+        let mut book = ProposalBook::new(limits, 1);
+        for (i, from) in [&b"a"[..], b"b", b"c", b"d"].into_iter().enumerate() {
+            let got = book.admit(from, &p(5, 0, i as u8), true, || true);
+            assert_eq!(got.is_ok(), i < 3, "{i}: {got:?}");
+        }
+        assert_eq!(book.counters().far_full, 1);
+        let bytes = PartLimits {
+            max_far_bytes: 2_500,
+            ..PartLimits::default()
+        };
+        let mut book = ProposalBook::new(bytes, 1);
+        for v in 0..3u8 {
+            let _ = book.admit(b"a", &p(5, u32::from(v), v), true, || true);
+        }
+        assert_eq!(book.parked(), (2, 2_000));
+        assert_eq!(book.counters().parked, 2);
     }
 
     #[test]
     fn an_invalid_block_is_a_marker_without_bytes() {
         let mut book = ProposalBook::new(PartLimits::default(), 1);
-        assert_eq!(book.admit(b"a", &p(1, 0, 1), true, || true), Ok(()));
+        assert_eq!(
+            book.admit(b"a", &p(1, 0, 1), true, || true),
+            Ok(Admitted::Judge)
+        );
         assert!(!book.keep(b"a", p(1, 0, 1), Verdict::Invalid));
         assert_eq!(book.held(), (0, 0));
         assert_eq!(book.counters().invalid, 1);
@@ -628,7 +870,10 @@ mod tests {
             Err(PartRefusal::Duplicate)
         );
         // A clock-only refusal is kept whole (a quorum may still decide it).
-        assert_eq!(book.admit(b"a", &p(1, 1, 2), true, || true), Ok(()));
+        assert_eq!(
+            book.admit(b"a", &p(1, 1, 2), true, || true),
+            Ok(Admitted::Judge)
+        );
         assert!(book.keep(b"a", p(1, 1, 2), Verdict::ClockRefused));
         assert_eq!(book.held(), (1, 1_000));
     }

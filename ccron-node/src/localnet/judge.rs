@@ -285,7 +285,7 @@ pub(super) fn disk_usage(home: &Path, i: usize) -> (u64, u64) {
 }
 
 /// What a node refused, by reason, from its status: proposal parts (`part.*`: every counter
-/// but `accepted`), proposals (`block.*`), ticks (`tick.*`), client requests (`request.*`) and
+/// but `accepted`, `parked` and `released`, which count parts taken), proposals (`block.*`), ticks (`tick.*`), client requests (`request.*`) and
 /// engine messages with a bad signature (`signature.*`); only non-zero counts.
 pub fn refusals(s: &NodeStatus) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
@@ -304,7 +304,9 @@ pub fn refusals(s: &NodeStatus) -> BTreeMap<String, u64> {
     fn json<T: Serialize>(v: &T) -> serde_json::Value {
         serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
     }
-    take("part", json(&s.proposal_parts), &|k| k != "accepted");
+    take("part", json(&s.proposal_parts), &|k| {
+        !matches!(k, "accepted" | "parked" | "released")
+    });
     take("tick", json(&s.tick_pool), &|k| {
         matches!(
             k,

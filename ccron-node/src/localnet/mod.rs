@@ -1039,6 +1039,9 @@ mod tests {
         let mut s = NodeStatus::default();
         s.proposal_parts.accepted = 9;
         s.proposal_parts.equivocation = 2;
+        s.proposal_parts.parked = 8;
+        s.proposal_parts.released = 8;
+        s.proposal_parts.far_full = 1;
         s.tick_pool.invalid = 3;
         s.tick_pool.own_sent = 7;
         s.mempool.rejected_invalid = 4;
@@ -1048,6 +1051,7 @@ mod tests {
         let r = refusals(&s);
         let want: BTreeMap<String, u64> = [
             ("part.equivocation", 2),
+            ("part.far_full", 1),
             ("tick.invalid", 3),
             ("request.rejected_invalid", 4),
             ("signature.votes", 6),
