@@ -285,8 +285,11 @@ pub(super) fn disk_usage(home: &Path, i: usize) -> (u64, u64) {
 }
 
 /// What a node refused, by reason, from its status: proposal parts (`part.*`: every counter
-/// but `accepted`, `parked` and `released`, which count parts taken), proposals (`block.*`), ticks (`tick.*`), client requests (`request.*`) and
-/// engine messages with a bad signature (`signature.*`); only non-zero counts.
+/// but `accepted`, `parked` and `released`, which count parts taken), proposals (`block.*`),
+/// ticks (`tick.*`), client requests (`request.*`), engine messages with a bad signature
+/// (`signature.*`) and its own ticks' forwarding to the other validators that did not deliver
+/// (`forward.*`: `refused`, `failed`, `timed_out`, `skipped_busy`,
+/// [`crate::forward::ForwardCounters`]); only non-zero counts.
 pub fn refusals(s: &NodeStatus) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     let mut take = |prefix: &str, v: serde_json::Value, keep: &dyn Fn(&str) -> bool| {
@@ -315,6 +318,7 @@ pub fn refusals(s: &NodeStatus) -> BTreeMap<String, u64> {
     });
     take("request", json(&s.mempool), &|k| k.starts_with("rejected_"));
     take("signature", json(&s.signatures_refused), &|_| true);
+    take("forward", json(&s.tick_pool.forward), &|k| k != "delivered");
     for (k, &n) in &s.rejections_by_reason {
         if n > 0 {
             out.insert(format!("block.{k}"), n);

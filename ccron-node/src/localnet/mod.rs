@@ -1048,6 +1048,15 @@ mod tests {
         s.mempool.accepted = 5;
         s.signatures_refused.votes = 6;
         s.rejections_by_reason.insert("BadTickSignature".into(), 1);
+        // Own ticks' forwarding: what did not deliver, by outcome; delivered posts are not
+        // refusals, and zero counts are left out.
+        s.tick_pool.forward = crate::forward::ForwardCounters {
+            delivered: 40,
+            refused: 1,
+            failed: 8,
+            timed_out: 0,
+            skipped_busy: 5,
+        };
         let r = refusals(&s);
         let want: BTreeMap<String, u64> = [
             ("part.equivocation", 2),
@@ -1056,6 +1065,9 @@ mod tests {
             ("request.rejected_invalid", 4),
             ("signature.votes", 6),
             ("block.BadTickSignature", 1),
+            ("forward.refused", 1),
+            ("forward.failed", 8),
+            ("forward.skipped_busy", 5),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

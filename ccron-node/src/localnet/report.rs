@@ -56,7 +56,7 @@ pub struct NodeReport {
     #[serde(default)]
     pub log_bytes: u64,
     /// What it refused, by reason ([`refusals`](super::refusals)): proposal parts, proposals, ticks, requests,
-    /// engine signatures; only non-zero counts.
+    /// engine signatures, own ticks' forwards that did not deliver; only non-zero counts.
     #[serde(default)]
     pub refusals: BTreeMap<String, u64>,
     /// The height of its newest snapshot after the localnet stopped it (SIGTERM: a node writes
