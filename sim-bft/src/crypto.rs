@@ -98,9 +98,13 @@ pub fn sha256(bytes: &[u8]) -> Digest32 {
 pub enum Hasher {
     /// SHA-256 (the ed25519 scheme's digest; [`ccron::sha256`], the same bytes as `sha2`).
     Sha256(Sha256),
-    /// BLAKE3, unkeyed, 256-bit output (the `sim` scheme's digest). Boxed: its chunk stack
-    /// is ~1.9 KB.
-    Blake3(Box<blake3::Hasher>),
+    /// BLAKE3, unkeyed, 256-bit output (the `sim` scheme's digest), through ccron's
+    /// [`StateHasher`](ccron::state_hash::StateHasher): the input is gathered in a buffer
+    /// reused from one hasher to the next and hashed in one [`blake3::hash`] call up to 2 KiB
+    /// (most protocol digests: memo keys, reply entries), incrementally beyond; the digest is
+    /// BLAKE3's of the whole input either way. No allocation per digest (a boxed
+    /// `blake3::Hasher`, ~1.9 KB, was one per memo key).
+    Blake3(ccron::state_hash::StateHasher),
 }
 
 impl Hasher {
@@ -108,9 +112,7 @@ impl Hasher {
     pub fn update(&mut self, bytes: impl AsRef<[u8]>) {
         match self {
             Self::Sha256(h) => h.update(bytes),
-            Self::Blake3(h) => {
-                h.update(bytes.as_ref());
-            }
+            Self::Blake3(h) => h.update(bytes),
         }
     }
 
@@ -118,7 +120,7 @@ impl Hasher {
     pub fn finalize(self) -> Digest32 {
         match self {
             Self::Sha256(h) => h.finalize().into(),
-            Self::Blake3(h) => h.finalize().into(),
+            Self::Blake3(h) => h.finalize(),
         }
     }
 }
@@ -205,7 +207,9 @@ impl Signatures {
     pub fn hasher(self) -> Hasher {
         match self {
             Self::Ed25519 => Hasher::Sha256(Sha256::new()),
-            Self::Sim => Hasher::Blake3(Box::default()),
+            Self::Sim => Hasher::Blake3(ccron::state_hash::StateHasher::new(
+                ccron::state_hash::StateHash::Blake3,
+            )),
         }
     }
 

@@ -308,9 +308,13 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
         h.update(self.state.digest_in(hash));
         h.update(self.registry.setup_digest());
         for ((c, p), n) in &self.fires {
-            h.update(c.to_le_bytes());
-            h.update(p.to_le_bytes());
-            h.update(n.to_le_bytes());
+            // One update per entry (taken after every block): the same bytes as component,
+            // position and count fed one by one.
+            let mut e = [0u8; 16];
+            e[..4].copy_from_slice(&c.to_le_bytes());
+            e[4..8].copy_from_slice(&p.to_le_bytes());
+            e[8..].copy_from_slice(&n.to_le_bytes());
+            h.update(e);
         }
         if let Some(book) = &self.scheduler {
             h.update(b"schedule-book");
@@ -652,5 +656,38 @@ pub(crate) mod tests {
         assert!(matches!(err, Err(AppError::Fatal(_))), "{err:?}");
         assert!(matches!(l.halted(), Some(AppError::Fatal(_))));
         assert_eq!(l.table_errors(), 1);
+    }
+
+    /// The ledger's digest is its stream fed field by field, as before its fire counts were
+    /// gathered one update per entry (the bytes must not change), under both hash functions.
+    #[test]
+    fn digest_is_the_field_by_field_stream() {
+        let reference = |l: &CronLedger<KvLedger>, hash: StateHash| {
+            let mut h = StateHasher::new(hash);
+            h.update(b"cron-ledger");
+            h.update(l.state.digest_in(hash));
+            h.update(l.registry.setup_digest());
+            for ((c, p), n) in &l.fires {
+                h.update(c.to_le_bytes());
+                h.update(p.to_le_bytes());
+                h.update(n.to_le_bytes());
+            }
+            assert!(l.scheduler.is_none() && l.upgrades.state().is_empty());
+            h.finalize()
+        };
+        let mut l = ledger();
+        let mut pages = MemPages::new(4_096, 2);
+        for t in 1..=4 {
+            for hash in [StateHash::Sha256, StateHash::Blake3] {
+                assert_eq!(l.digest_in(hash), reference(&l, hash), "tick {t}");
+            }
+            l.on_tick(Tick::new(1, t, Some(1_000 * t as i64)), &mut pages)
+                .unwrap();
+            l.fires.insert((t as u32 + 1, 7), 0x0102_0304_0506_0708 * t);
+        }
+        assert!(l.fires.len() > 2);
+        for hash in [StateHash::Sha256, StateHash::Blake3] {
+            assert_eq!(l.digest_in(hash), reference(&l, hash));
+        }
     }
 }

@@ -377,3 +377,80 @@ fn a_byzantine_replica_cannot_tag_for_another_sim_key() {
         }
     }
 }
+
+/// Published BLAKE3 digests (the BLAKE3 repository's `test_vectors.json`: input byte `i` is
+/// `i % 251`, the first 32 bytes of `hash`), on both sides of the 2 KiB edge where the `sim`
+/// hasher stops gathering and hashes incrementally.
+const BLAKE3_VECTORS: [(usize, &str); 4] = [
+    (
+        1_023,
+        "10108970eeda3eb932baac1428c7a2163b0e924c9a9e25b35bba72b28f70bd11",
+    ),
+    (
+        2_048,
+        "e776b6028c7cd22a4d0ba182a8bf62205d2ef576467e838ed6f2529b85fba24a",
+    ),
+    (
+        2_049,
+        "5f4d72f40d7a5f82b15ca2b2e44b1de3c2ef86c426c95c1af0b6879522563030",
+    ),
+    (
+        4_097,
+        "9b4052b38f1c5fc8b1f9ff7ac7b27cd242487b3d890d15c96a1c25b8aa0fb995",
+    ),
+];
+
+fn hex(d: Digest32) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `sim` scheme's hasher gives BLAKE3's published digests whole, byte by byte and through
+/// the trace hash's buffer.
+#[test]
+fn the_sim_hasher_is_blake3() {
+    for (n, want) in BLAKE3_VECTORS {
+        let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        assert_eq!(hex(Signatures::Sim.digest(&data)), want, "{n}");
+        let mut whole = Signatures::Sim.hasher();
+        whole.update(&data);
+        assert_eq!(hex(whole.finalize()), want, "{n} whole");
+        let mut bytes = Signatures::Sim.hasher();
+        for b in &data {
+            bytes.update([*b]);
+        }
+        assert_eq!(hex(bytes.finalize()), want, "{n} byte by byte");
+        let mut buffered = BufferedHasher::new(Signatures::Sim.hasher());
+        for piece in data.chunks(97) {
+            buffered.update(piece);
+        }
+        assert_eq!(hex(buffered.finalize()), want, "{n} buffered");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Under both schemes, however the input is cut (across the `sim` hasher's 2 KiB edge and
+    /// the trace buffer's 64 KiB one), a hasher's digest is the scheme's one-call digest.
+    #[test]
+    fn hashers_digest_the_whole_input_however_it_is_cut(
+        len in prop_oneof![0usize..5_000, 60_000usize..140_000],
+        cuts in proptest::collection::vec(any::<usize>(), 0..24),
+        seed in any::<u8>(),
+    ) {
+        let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % (len + 1)).collect();
+        at.extend([0, len]);
+        at.sort_unstable();
+        for scheme in Signatures::ALL {
+            let mut h = scheme.hasher();
+            let mut b = BufferedHasher::new(scheme.hasher());
+            for w in at.windows(2) {
+                h.update(&data[w[0]..w[1]]);
+                b.update(&data[w[0]..w[1]]);
+            }
+            prop_assert_eq!(h.finalize(), scheme.digest(&data));
+            prop_assert_eq!(b.finalize(), scheme.digest(&data));
+        }
+    }
+}

@@ -30,17 +30,24 @@ impl HostCounters {
     /// The counters as one flat tuple list (the canonical encoding's order).
     pub(super) fn encoded(&self) -> CountersWire {
         (
-            [
-                self.ticks_evaluated,
-                self.ticks_skipped,
-                self.ticks_failed,
-                self.fires,
-                self.requests_executed,
-                self.requests_duplicate,
-                self.requests_refused,
-            ],
+            self.scalars(),
             self.ticks_by_sender.iter().map(|(s, n)| (*s, *n)).collect(),
         )
+    }
+
+    /// The scalar counters in the canonical encoding's order (the first part of
+    /// [`Self::encoded`]; the state digest reads them without the encoding's allocation).
+    #[inline]
+    pub(super) fn scalars(&self) -> [u64; 7] {
+        [
+            self.ticks_evaluated,
+            self.ticks_skipped,
+            self.ticks_failed,
+            self.fires,
+            self.requests_executed,
+            self.requests_duplicate,
+            self.requests_refused,
+        ]
     }
 
     pub(super) fn from_encoded((v, by_sender): CountersWire) -> Self {
