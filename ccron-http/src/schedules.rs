@@ -293,7 +293,10 @@ pub fn answer_with(
 /// that does not publish by itself (sim-bft's threaded runtime) serves [`schedule_router`]
 /// without knowing the application. Replicated behaviour is the inner application's,
 /// unchanged; each publish costs one [`Application::digest`] (cheap by contract) and a clone of
-/// the book when the digest changed.
+/// the book (and a gathering of the table entries) when the digest changed. The tables' stored
+/// next due points live in the host's pages, outside [`Application::digest`]: a tick that only
+/// moves an entry without running it (a cron rule arming) shows in the published entries with
+/// the next change of the digest (a node publishes on its state digest, pages included).
 pub struct PublishBook<A> {
     inner: A,
     out: PublishedBook,

@@ -147,7 +147,7 @@ pub struct EntrySummary {
     pub on_remove: bool,
     /// Its next due point: the one its table stores, or (never stored) the first one its
     /// rule knows before any tick (a start); `None` for a rule of user code and for a rule
-    /// armed by its first tick with agreed time.
+    /// due at (or armed by) its first tick.
     pub next: Option<Due>,
     /// Whether its table stores a next due point for it (it was stepped at least once).
     pub stored: bool,
@@ -281,8 +281,8 @@ pub fn table_entries<S>(
             let next = match (schedule, stored) {
                 (Some(_), Some(d)) => Some(d),
                 (Some(s), None) => match s.due_key(None) {
-                    // Due on the first tick with agreed time: not known before it.
-                    Due::Time(TimeMs::MIN) => None,
+                    // Due on the first tick (with agreed time): not known before it.
+                    Due::Time(TimeMs::MIN) | Due::Seq(0) => None,
                     d => Some(d),
                 },
                 (None, _) => None,
@@ -587,7 +587,11 @@ mod tests {
         assert_eq!(next(&e, 1, 0), (None, false));
         assert_eq!(next(&e, 1, 1), (Some(Due::Time(1_000)), false));
         assert_eq!(next(&e, 1, 3), (Some(Due::Time(7 * 3_600_000)), false));
-        assert_eq!(next(&e, 1, 4), (Some(Due::Seq(0)), false));
+        assert_eq!(
+            next(&e, 1, 4),
+            (None, false),
+            "due at its first tick, whichever"
+        );
         assert_eq!(next(&e, 1, 5), (None, false));
         assert!(e.summaries().iter().all(|s| s.retired.is_none()));
         // A tick at 12 days steps them: stored points from then on; the cron rule's end
@@ -599,6 +603,13 @@ mod tests {
         assert_eq!(next(&e, 1, 1), (Some(Due::Time(12 * DAY + 1_000)), true));
         assert_eq!(next(&e, 1, 5), (Some(Due::Time(12 * DAY + 1_000)), true));
         assert_eq!(next(&e, 1, 4), (Some(Due::Seq(8)), true));
+        let seq: Vec<Due> = describe_entry(&e, 1, 4, 3)
+            .unwrap()
+            .upcoming
+            .iter()
+            .map(|u| u.due)
+            .collect();
+        assert_eq!(seq, [Due::Seq(8), Due::Seq(13), Due::Seq(18)]);
         assert_eq!(
             next(&e, 1, 3),
             (Some(Due::Time(TimeMs::MAX)), true),
@@ -626,11 +637,9 @@ mod tests {
         let want: Vec<i64> = (0..10).map(|d| d * DAY + 7 * 3_600_000).collect();
         assert_eq!(times(&cron), want);
         assert!(cron.upcoming.iter().all(|u| u.utc_offset_s == 7_200));
-        // Sequence numbers.
-        let seq: Vec<Due> = up(1, 4, 3).upcoming.iter().map(|u| u.due).collect();
-        assert_eq!(seq, [Due::Seq(0), Due::Seq(5), Due::Seq(10)]);
-        // Code, a rule armed by its first tick, a foreign schedule: not computable.
-        for p in [0, 5, 6] {
+        // Code, rules due at or armed by their first tick, a foreign schedule: not
+        // computable.
+        for p in [0, 4, 5, 6] {
             let d = up(1, p, 3);
             assert!(!d.computable && d.upcoming.is_empty(), "position {p}");
         }
