@@ -3,7 +3,8 @@
 //! ```text
 //! ccron schedules list     --nodes URL,... [--owner client:N] [--handler H] [--topic T]
 //!                          [--paused true|false] [--parked true|false] [--after ID] [--limit N]
-//! ccron schedules describe TARGET [--preview N]
+//!                          [--kind book|entry] [--entries-from C:P]
+//! ccron schedules describe TARGET [--preview N]      (TARGET: ID, key:NAME or entry:C:P)
 //! ccron schedules preview  TARGET [--count N]
 //! ccron schedules history  TARGET
 //! ccron schedules pause|resume|cancel TARGET --key-file PATH [--number N] [--wait-ms MS]
@@ -18,7 +19,8 @@
 //!
 //! Every command takes `--nodes` (the nodes' HTTP API base URLs), `--quorum` (default f+1 for
 //! the number of nodes given), `--timeout-ms` and `--json`. A `TARGET` is a schedule id
-//! (`42`), or a key (`key:nightly-report`, or any text that is not a number).
+//! (`42`), or a key (`key:nightly-report`, or any text that is not a number); `describe` and
+//! `preview` also take a cron table entry, `entry:C:P` (component C, position P).
 //!
 //! Reads go to every node and are believed only when `quorum` nodes return the same answer at
 //! the same height ([`ccron_http::ScheduleReader`]): one lying node is outvoted; nodes that do
@@ -34,7 +36,7 @@ pub mod submit;
 
 use std::path::PathBuf;
 
-use ccron::schedule::query::{QueryBody, ScheduleFilter};
+use ccron::schedule::query::{EntryDetail, ListKind, QueryBody, ScheduleFilter};
 use ccron::schedule::{Overlap, ScheduleRequest, Target};
 use ccron_http::{ScheduleQuery, ScheduleReadConfig, ScheduleReadError, ScheduleReader};
 use clap::{Args, Parser, Subcommand};
@@ -213,27 +215,34 @@ pub enum Schedules {
         /// Only ids above this one (the cursor a previous page printed).
         #[arg(long, default_value_t = 0)]
         after: u64,
-        /// Most schedules (at most 256).
+        /// Most schedules and table entries (at most 256).
         #[arg(long, default_value_t = 0)]
         limit: usize,
+        /// Only the book's schedules (book) or only the cron table entries (entry).
+        #[arg(long, value_enum)]
+        kind: Option<KindArg>,
+        /// Continue the table entries at COMPONENT:POSITION (the cursor a previous page
+        /// printed; skips the book's schedules).
+        #[arg(long)]
+        entries_from: Option<String>,
     },
-    /// Everything about one schedule.
+    /// Everything about one schedule (or cron table entry).
     Describe {
         /// Nodes and output.
         #[command(flatten)]
         common: Common,
-        /// Id, or key (key:NAME).
+        /// Id, key (key:NAME), or a cron table entry (entry:COMPONENT:POSITION).
         target: String,
         /// Upcoming instants shown.
         #[arg(long, default_value_t = 5)]
         preview: usize,
     },
-    /// The next instants of one schedule, in its zone.
+    /// The next instants of one schedule (or cron table entry), in its zone.
     Preview {
         /// Nodes and output.
         #[command(flatten)]
         common: Common,
-        /// Id, or key (key:NAME).
+        /// Id, key (key:NAME), or a cron table entry (entry:COMPONENT:POSITION).
         target: String,
         /// How many (at most 32).
         #[arg(long, default_value_t = 10)]
@@ -315,6 +324,24 @@ pub enum Schedules {
     },
 }
 
+/// Which kind of schedule `schedules list` shows (`ccron::schedule::query::ListKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KindArg {
+    /// The book's schedules.
+    Book,
+    /// The cron table entries.
+    Entry,
+}
+
+impl From<KindArg> for ListKind {
+    fn from(k: KindArg) -> Self {
+        match k {
+            KindArg::Book => ListKind::Book,
+            KindArg::Entry => ListKind::Entry,
+        }
+    }
+}
+
 /// An overlap policy on the command line (`ccron::schedule::Overlap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OverlapArg {
@@ -390,6 +417,20 @@ pub enum Key {
     },
 }
 
+/// Parses a cron table entry `TARGET` (`entry:COMPONENT:POSITION`): `None` when `s` does not
+/// name one.
+///
+/// # Errors
+/// [`CliError::Args`] for `entry:` followed by anything but two numbers.
+pub fn parse_entry_target(s: &str) -> Result<Option<(u32, u32)>, CliError> {
+    let Some(rest) = s.strip_prefix("entry:") else {
+        return Ok(None);
+    };
+    let c = ccron_http::schedules::parse_cursor(rest)
+        .map_err(|e| CliError::Args(format!("{s:?}: {e}")))?;
+    Ok(Some((c.component, c.position)))
+}
+
 /// Parses a `TARGET`: a number is an id, `key:NAME` or any other text a key.
 pub fn parse_target(s: &str) -> Target {
     if let Some(k) = s.strip_prefix("key:") {
@@ -456,6 +497,42 @@ async fn describe_read(
     }
 }
 
+async fn entry_read(
+    common: &Common,
+    (component, position): (u32, u32),
+    preview: usize,
+) -> Result<(u64, Box<EntryDetail>), CliError> {
+    let got = match common
+        .reader()?
+        .read(&ScheduleQuery::DescribeEntry {
+            component,
+            position,
+            preview,
+        })
+        .await
+    {
+        Ok(got) => got,
+        Err(ScheduleReadError::Unreachable { ref answers, .. }) if no_book(answers) => {
+            return Err(CliError::NotFound(
+                "the nodes serve no cron table entries (404: their ledger keeps neither a book \
+                 nor tables, or they answer query format 4 or older)"
+                    .into(),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match got.body {
+        QueryBody::Entry(Some(d)) => Ok((got.at_height, d)),
+        QueryBody::Entry(None) => Err(CliError::NotFound(format!(
+            "no cron table entry at component {component} position {position} at height {}",
+            got.at_height
+        ))),
+        _ => Err(CliError::Disagreement(
+            "the nodes answered another query".into(),
+        )),
+    }
+}
+
 async fn schedules(s: Schedules, env: Env) -> Result<String, CliError> {
     use render::View;
     match s {
@@ -469,7 +546,13 @@ async fn schedules(s: Schedules, env: Env) -> Result<String, CliError> {
             parked,
             after,
             limit,
+            kind,
+            entries_from,
         } => {
+            let entries_from = entries_from
+                .map(|c| ccron_http::schedules::parse_cursor(&c))
+                .transpose()
+                .map_err(|e| CliError::Args(format!("--entries-from: {e}")))?;
             let owner = owner
                 .map(|o| ccron_http::schedules::parse_principal(&o))
                 .transpose()
@@ -483,6 +566,8 @@ async fn schedules(s: Schedules, env: Env) -> Result<String, CliError> {
                 parked,
                 after,
                 limit,
+                kind: kind.map(ListKind::from),
+                entries_from,
             };
             let got = common.reader()?.read(&ScheduleQuery::List(filter)).await?;
             match got.body {
@@ -497,6 +582,10 @@ async fn schedules(s: Schedules, env: Env) -> Result<String, CliError> {
             target,
             preview,
         } => {
+            if let Some(e) = parse_entry_target(&target)? {
+                let (h, d) = entry_read(&common, e, preview).await?;
+                return Ok(render::entry_detail(h, &d, View::Describe, common.json));
+            }
             let (h, d) = describe_read(&common, &target, preview).await?;
             Ok(render::detail(h, &d, View::Describe, common.json))
         }
@@ -505,10 +594,20 @@ async fn schedules(s: Schedules, env: Env) -> Result<String, CliError> {
             target,
             count,
         } => {
+            if let Some(e) = parse_entry_target(&target)? {
+                let (h, d) = entry_read(&common, e, count).await?;
+                return Ok(render::entry_detail(h, &d, View::Preview, common.json));
+            }
             let (h, d) = describe_read(&common, &target, count).await?;
             Ok(render::detail(h, &d, View::Preview, common.json))
         }
         Schedules::History { common, target } => {
+            if parse_entry_target(&target)?.is_some() {
+                return Err(CliError::Args(
+                    "a cron table entry keeps no run history: `describe` shows its fire count"
+                        .into(),
+                ));
+            }
             let (h, d) = describe_read(&common, &target, 0).await?;
             Ok(render::detail(h, &d, View::History, common.json))
         }

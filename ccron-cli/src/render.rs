@@ -2,8 +2,8 @@
 
 use ccron::Due;
 use ccron::schedule::query::{
-    BookState, OutboxState, ScheduleDetail, ScheduleList, SchedulePolicies, ScheduleSummary,
-    Upcoming,
+    BookState, EntryDetail, EntryMisfire, EntryPage, EntryRetirement, EntryRule, EntrySummary,
+    OutboxState, ScheduleDetail, ScheduleList, SchedulePolicies, ScheduleSummary, Upcoming,
 };
 use ccron::schedule::{Misfire, Overlap, Principal, RunEntry, RunOutcome, Timing};
 use serde_json::{Value, json};
@@ -202,7 +202,175 @@ fn summary_json(s: &ScheduleSummary) -> Value {
     })
 }
 
-/// A list.
+/// What a list says of the table entries when its node answered query format 4 or older.
+const ENTRIES_NOT_REPORTED: &str = "not reported (a node answered query format 4 or older)";
+
+/// What the CLI calls a cron table entry (the `kind` of a listed or described entry).
+pub const TABLE_ENTRY: &str = "table entry";
+
+/// A table entry's name on the command line: `entry:C:P`.
+pub fn entry_name(e: &EntrySummary) -> String {
+    format!("entry:{}:{}", e.component, e.position)
+}
+
+fn entry_misfire(m: EntryMisfire) -> String {
+    match m {
+        EntryMisfire::FireOnce => "fire-once".into(),
+        EntryMisfire::SkipMissed => "skip-missed".into(),
+        EntryMisfire::FireEach { cap } => format!("fire-each(cap {cap})"),
+        EntryMisfire::FromTickTime => "from-tick-time".into(),
+    }
+}
+
+/// A table entry's rule, short: what it can say of it (`opaque rule` for code).
+pub fn entry_rule(r: &EntryRule) -> String {
+    match r {
+        EntryRule::Opaque => "opaque rule (code)".into(),
+        EntryRule::OpaqueSchedule => "opaque schedule".into(),
+        EntryRule::Periodic {
+            period_ms,
+            start_ms,
+            aligned,
+            misfire: m,
+            calendar,
+        } => {
+            let mut t = format!("every {period_ms}ms");
+            if let Some(s) = start_ms {
+                t.push_str(&format!(" from {}", utc(*s)));
+            } else if *aligned {
+                t.push_str(" aligned");
+            }
+            if *m != EntryMisfire::FireOnce {
+                t.push_str(&format!(", misfire {}", entry_misfire(*m)));
+            }
+            if let Some(c) = calendar {
+                t.push_str(&format!(", except calendar {c}"));
+            }
+            t
+        }
+        EntryRule::Cron {
+            expression,
+            zone,
+            after_ms,
+            misfire: m,
+            calendar,
+            until_ms,
+            max_runs,
+        } => {
+            let mut t = format!("cron \"{expression}\" {zone}");
+            if let Some(a) = after_ms {
+                t.push_str(&format!(" after {}", utc(*a)));
+            }
+            if *m != Misfire::FireOnce {
+                t.push_str(&format!(", misfire {}", misfire(m)));
+            }
+            if let Some(c) = calendar {
+                t.push_str(&format!(", except calendar {c}"));
+            }
+            if let Some(u) = until_ms {
+                t.push_str(&format!(", until {}", utc(*u)));
+            }
+            if let Some(n) = max_runs {
+                t.push_str(&format!(", at most {n} runs"));
+            }
+            t
+        }
+        EntryRule::EverySeq { every } => format!("every {every} seqs"),
+    }
+}
+
+fn entry_rule_json(r: &EntryRule) -> Value {
+    match r {
+        EntryRule::Opaque => json!({"type": "opaque rule"}),
+        EntryRule::OpaqueSchedule => json!({"type": "opaque schedule"}),
+        EntryRule::Periodic {
+            period_ms,
+            start_ms,
+            aligned,
+            misfire: m,
+            calendar,
+        } => json!({
+            "type": "periodic",
+            "period_ms": period_ms,
+            "start_ms": start_ms,
+            "aligned": aligned,
+            "misfire": entry_misfire(*m),
+            "calendar": calendar,
+        }),
+        EntryRule::Cron {
+            expression,
+            zone,
+            after_ms,
+            misfire: m,
+            calendar,
+            until_ms,
+            max_runs,
+        } => json!({
+            "type": "cron",
+            "expression": expression,
+            "zone": zone,
+            "after_ms": after_ms,
+            "misfire": misfire(m),
+            "calendar": calendar,
+            "until_ms": until_ms,
+            "max_runs": max_runs,
+        }),
+        EntryRule::EverySeq { every } => json!({"type": "every-seq", "every": every}),
+    }
+}
+
+fn retirement(r: EntryRetirement) -> &'static str {
+    match r {
+        EntryRetirement::Ended => "retired: its end passed",
+        EntryRetirement::RunLimit => "retired: its run limit is reached",
+        EntryRetirement::Stopped => "retired: its schedule has no further instant",
+    }
+}
+
+fn entry_state(e: &EntrySummary) -> String {
+    let mut parts = Vec::new();
+    match e.retired {
+        Some(r) => parts.push(retirement(r).to_string()),
+        None => parts.push("active".to_string()),
+    }
+    if e.awaiting {
+        parts.push("awaiting a result".to_string());
+    }
+    parts.join(", ")
+}
+
+fn entry_json(e: &EntrySummary) -> Value {
+    json!({
+        "kind": TABLE_ENTRY,
+        "name": entry_name(e),
+        "component": e.component,
+        "position": e.position,
+        "rule": entry_rule_json(&e.rule),
+        "rule_text": entry_rule(&e.rule),
+        "overlap": overlap(e.overlap),
+        "schedule_next": e.schedule_next,
+        "on_remove": e.on_remove,
+        "next": e.next.as_ref().map(due_json),
+        "stored": e.stored,
+        "retired": e.retired.map(retirement),
+        "fired": e.fired,
+        "awaiting": e.awaiting,
+        "state": entry_state(e),
+    })
+}
+
+fn entries_json(p: Option<&EntryPage>) -> Value {
+    match p {
+        None => Value::Null,
+        Some(p) => json!({
+            "matched": p.matched,
+            "next": p.next.map(|c| format!("{}:{}", c.component, c.position)),
+            "items": p.items.iter().map(entry_json).collect::<Vec<_>>(),
+        }),
+    }
+}
+
+/// A list: the book's schedules, then the cron table entries (query format 5).
 pub fn list(height: u64, l: &ScheduleList, as_json: bool) -> String {
     if as_json {
         return json!({
@@ -211,6 +379,8 @@ pub fn list(height: u64, l: &ScheduleList, as_json: bool) -> String {
             "matched": l.matched,
             "next_after": l.next_after,
             "items": l.items.iter().map(summary_json).collect::<Vec<_>>(),
+            // `null` when a node answered query format 4 or older (not reported).
+            "entries": entries_json(l.entries.as_ref()),
         })
         .to_string();
     }
@@ -247,6 +417,114 @@ pub fn list(height: u64, l: &ScheduleList, as_json: bool) -> String {
         out.push_str(&format!(" (more: --after {a})"));
     }
     out.push('\n');
+    match &l.entries {
+        None => out.push_str(&format!("table entries: {ENTRIES_NOT_REPORTED}\n")),
+        Some(p) if p.matched == 0 => {}
+        Some(p) => {
+            if !p.items.is_empty() {
+                let rows: Vec<Vec<String>> = p
+                    .items
+                    .iter()
+                    .map(|e| {
+                        vec![
+                            entry_name(e),
+                            TABLE_ENTRY.to_string(),
+                            entry_rule(&e.rule),
+                            e.next.as_ref().map_or("-".into(), due),
+                            e.fired.to_string(),
+                            entry_state(e),
+                            overlap(e.overlap).to_string(),
+                        ]
+                    })
+                    .collect();
+                out.push_str(&table(
+                    &["ENTRY", "KIND", "RULE", "NEXT", "FIRED", "STATE", "OVERLAP"],
+                    &rows,
+                ));
+            }
+            out.push_str(&format!(
+                "{} of {} table entries matching",
+                p.items.len(),
+                p.matched
+            ));
+            if let Some(c) = p.next {
+                out.push_str(&format!(
+                    " (more: --entries-from {}:{})",
+                    c.component, c.position
+                ));
+            } else if l.next_after.is_some() {
+                out.push_str(" (after the schedules: --after)");
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A table entry's description (or its preview part).
+pub fn entry_detail(height: u64, d: &EntryDetail, view: View, as_json: bool) -> String {
+    let e = &d.summary;
+    if as_json {
+        let mut v = json!({"at_height": height, "kind": TABLE_ENTRY, "name": entry_name(e)});
+        if let Some(o) = v.as_object_mut() {
+            if view == View::Describe {
+                o.insert("entry".into(), entry_json(e));
+            }
+            o.insert("upcoming".into(), json!(upcoming_json(&d.upcoming)));
+            o.insert("upcoming_computable".into(), json!(d.computable));
+        }
+        return v.to_string();
+    }
+    let mut out = format!(
+        "{TABLE_ENTRY} {} (component {}, position {}) at height {height}\n",
+        entry_name(e),
+        e.component,
+        e.position
+    );
+    if view == View::Describe {
+        let mut callbacks = Vec::new();
+        if e.schedule_next {
+            callbacks.push("schedule-next");
+        }
+        if e.on_remove {
+            callbacks.push("on-remove");
+        }
+        let kv = [
+            ("kind", TABLE_ENTRY.to_string()),
+            ("rule", entry_rule(&e.rule)),
+            ("overlap", overlap(e.overlap).to_string()),
+            ("state", entry_state(e)),
+            (
+                "next",
+                match (&e.next, e.stored) {
+                    (Some(n), true) => due(n),
+                    (Some(n), false) => format!("{} (its start; never stepped)", due(n)),
+                    (None, _) if matches!(e.rule, EntryRule::Opaque) => {
+                        "- (its rule is asked on every tick)".into()
+                    }
+                    (None, _) => "- (armed by its first tick with agreed time)".into(),
+                },
+            ),
+            ("fired", e.fired.to_string()),
+            (
+                "callbacks",
+                if callbacks.is_empty() {
+                    "-".into()
+                } else {
+                    callbacks.join(", ")
+                },
+            ),
+        ];
+        for (k, v) in kv {
+            out.push_str(&format!("  {k:<9} {v}\n"));
+        }
+    }
+    out.push_str("upcoming:\n");
+    if d.computable {
+        out.push_str(&upcoming_lines(&d.upcoming));
+    } else {
+        out.push_str("  (not computable: its rule is code, or it is armed by its first tick)\n");
+    }
     out
 }
 

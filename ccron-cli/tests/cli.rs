@@ -1,8 +1,9 @@
 //! The `ccron` CLI against four in-process node APIs (the node's real router behind the bounded
 //! server) whose requests a small executor loop runs on a real `CronLedger` with a schedule
 //! book, one block at a time. One node lies (it publishes a doctored book at the honest
-//! height): reads by quorum outvote it; mutations are signed requests whose result is read
-//! back by quorum; unreachable and disagreeing nodes are typed errors with their exit codes.
+//! height, with a doctored cron table): reads by quorum outvote it, for the book's schedules
+//! and the table entries alike; mutations are signed requests whose result is read back by
+//! quorum; unreachable and disagreeing nodes are typed errors with their exit codes.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use ccron::host::app::{AppError, Application, ClientId, Digest32, ExecContext};
 use ccron::host::{BookConfig, CronLedger, LedgerScheduler, TickPool};
 use ccron::schedule::{Handlers, Limits, NewSchedule, ScheduleRequest, Target, Timing};
-use ccron::{CronTableRegistry, MemPages, Tick};
+use ccron::{CronEntry, CronTable, CronTableRegistry, MemPages, PageRange, Periodic, Tick};
 use ccron_cli::{Cli, CliError, Env, run};
 use ccron_node::api::{ApiState, lock, serve_with, server_config};
 use ccron_node::mempool::{Mempool, MempoolConfig};
@@ -51,7 +52,35 @@ fn operator() -> ClientId {
     ccron_node::request::client_id(&key.verifying_key().to_bytes())
 }
 
+/// Component 2's cron table: a periodic entry, a cron entry on `expression` (overlap skip) and
+/// a rule of code.
+fn table(expression: &str) -> CronTableRegistry<Counter> {
+    let mut t = CronTable::with_persistence(2, PageRange::new(0, 8).unwrap(), 8);
+    let every = Periodic::every_ms(60_000).unwrap().starting_at(0);
+    t.add(CronEntry::<Counter>::periodic(0, every, |ctx| {
+        ctx.state.0 += 1
+    }))
+    .unwrap();
+    let rule =
+        ccron::schedule::CronRule::new(ccron::cron::CronSchedule::parse(expression).unwrap())
+            .starting_after(0);
+    t.add(
+        CronEntry::scheduled(1, rule, |_| {})
+            .with_overlap(ccron::schedule::Overlap::Skip)
+            .unwrap(),
+    )
+    .unwrap();
+    t.add(CronEntry::new(2, |_| false, |_| {})).unwrap();
+    let mut r = CronTableRegistry::new();
+    r.register(t).unwrap();
+    r
+}
+
 fn ledger(schedules: usize) -> CronLedger<Counter> {
+    ledger_with(schedules, "0 9 * * 1-5")
+}
+
+fn ledger_with(schedules: usize, expression: &str) -> CronLedger<Counter> {
     let mut h: Handlers<Counter> = Handlers::new();
     assert!(h.register("count", |ctx| ctx.state.0 += 1));
     let cfg = BookConfig {
@@ -61,7 +90,7 @@ fn ledger(schedules: usize) -> CronLedger<Counter> {
         book_pages: 16,
         outbox_pages: 2,
     };
-    let mut l = CronLedger::new(Counter::default(), CronTableRegistry::new())
+    let mut l = CronLedger::new(Counter::default(), table(expression))
         .with_scheduler(LedgerScheduler::new(cfg, h));
     for i in 0..schedules {
         let timing = if i == 1 {
@@ -83,8 +112,10 @@ fn ledger(schedules: usize) -> CronLedger<Counter> {
         };
         assert!(l.execute(ctx, operator(), &payload).starts_with(b"ok"));
     }
-    let mut pages = MemPages::new(4096, 0);
+    let mut pages = MemPages::new(4096, 8);
     l.on_tick(Tick::new(1, 2, Some(61_000)), &mut pages)
+        .unwrap();
+    l.on_tick(Tick::new(2, 2, Some(61_000)), &mut pages)
         .unwrap();
     l
 }
@@ -109,8 +140,9 @@ fn api(index: u64) -> ApiState {
 async fn cluster() -> Vec<SocketAddr> {
     let nodes: Vec<ApiState> = (0..4).map(api).collect();
     let mut honest = ledger(3);
-    // The liar's book: a schedule nobody created, and job-0 missing.
-    let mut liar = ledger(4);
+    // The liar's book: a schedule nobody created, and job-0 missing; its table's cron entry
+    // another expression.
+    let mut liar = ledger_with(4, "0 10 * * *");
     let payload =
         ccron::codec::to_blob(&ScheduleRequest::Cancel(Target::Key("job-0".into()))).unwrap();
     let ctx = ExecContext {
@@ -224,6 +256,133 @@ async fn reads_outvote_a_liar_and_mutations_are_signed_requests() {
     .unwrap();
     assert_eq!(json["items"].as_array().unwrap().len(), 3);
     assert_eq!(json["at_height"], 2);
+
+    // The cron table's entries, after the schedules (query format 5); the liar's doctored
+    // cron entry is outvoted.
+    assert!(out.contains("3 of 3 table entries matching"), "{out}");
+    let row = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or("")
+            .to_string()
+    };
+    let periodic = row("entry:2:0 ");
+    assert!(
+        periodic.contains("table entry")
+            && periodic.contains("every 60000ms from 1970-01-01T00:00:00.000Z")
+            && periodic.contains("1970-01-01T00:02:00.000Z"),
+        "{out}"
+    );
+    let cron = row("entry:2:1 ");
+    assert!(
+        cron.contains("cron \"0 9 * * 1-5\" UTC") && cron.contains("skip"),
+        "{out}"
+    );
+    assert!(row("entry:2:2 ").contains("opaque rule (code)"), "{out}");
+    let entries = json["entries"]["items"].as_array().unwrap();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(entries[0]["kind"], "table entry");
+    assert_eq!(entries[0]["fired"], 1);
+    assert_eq!(entries[1]["rule"]["expression"], "0 9 * * 1-5");
+    assert_eq!(entries[1]["overlap"], "skip");
+    assert_eq!(entries[2]["rule"]["type"], "opaque rule");
+    let only = ccron(&[
+        "schedules",
+        "list",
+        "--kind",
+        "entry",
+        "--limit",
+        "2",
+        "--nodes",
+        &all,
+    ])
+    .await
+    .unwrap();
+    assert!(!only.contains("job-0"), "{only}");
+    assert!(
+        only.contains("2 of 3 table entries matching (more: --entries-from 2:2)"),
+        "{only}"
+    );
+    let rest = ccron(&[
+        "schedules",
+        "list",
+        "--kind",
+        "entry",
+        "--entries-from",
+        "2:2",
+        "--nodes",
+        &all,
+    ])
+    .await
+    .unwrap();
+    assert!(
+        rest.contains("entry:2:2 ") && !rest.contains("entry:2:1 "),
+        "{rest}"
+    );
+    // Describe and preview an entry: its rule, its next instants (weekdays at 09:00 UTC).
+    let out = ccron(&["schedules", "describe", "entry:2:1", "--nodes", &all])
+        .await
+        .unwrap();
+    assert!(out.contains("  kind      table entry\n"), "{out}");
+    assert!(
+        out.contains("  rule      cron \"0 9 * * 1-5\" UTC after"),
+        "{out}"
+    );
+    assert!(out.contains("  overlap   skip\n"), "{out}");
+    assert!(out.contains("  1970-01-01T09:00:00.000Z"), "{out}");
+    let p: serde_json::Value = serde_json::from_str(
+        &ccron(&[
+            "schedules",
+            "preview",
+            "entry:2:1",
+            "--count",
+            "3",
+            "--nodes",
+            &all,
+            "--json",
+        ])
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let days: Vec<&str> = p["upcoming"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["utc"].as_str().unwrap())
+        .collect();
+    // 1970-01-01 is a Thursday: Thursday, Friday, then Monday.
+    assert_eq!(
+        days,
+        [
+            "1970-01-01T09:00:00.000Z",
+            "1970-01-02T09:00:00.000Z",
+            "1970-01-05T09:00:00.000Z"
+        ]
+    );
+    let v: serde_json::Value = serde_json::from_str(
+        &ccron(&[
+            "schedules",
+            "describe",
+            "entry:2:2",
+            "--nodes",
+            &all,
+            "--json",
+        ])
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v["entry"]["rule"]["type"], "opaque rule");
+    assert_eq!(v["upcoming_computable"], false);
+    let e = ccron(&["schedules", "describe", "entry:2:9", "--nodes", &all])
+        .await
+        .unwrap_err();
+    assert_eq!(e.exit_code(), 5, "{e}");
+    let e = ccron(&["schedules", "describe", "entry:x", "--nodes", &all])
+        .await
+        .unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
 
     // Describe, preview, history.
     let out = ccron(&["schedules", "describe", "key:job-1", "--nodes", &all])

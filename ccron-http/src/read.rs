@@ -376,6 +376,9 @@ impl<A: Application> Application for PublishOutbox<A> {
     fn schedule_book(&self) -> Option<&ccron::schedule::Scheduler> {
         self.inner.schedule_book()
     }
+    fn table_entries(&self) -> Option<ccron::schedule::query::TableEntries> {
+        self.inner.table_entries()
+    }
     // A wrapper forwards every method: a default here would hide the ledger's tick
     // components, setup digest or outbox from the host.
     fn tick_components(&self) -> Vec<u32> {

@@ -572,4 +572,107 @@ mod tests {
         .unwrap();
         assert_eq!((b.body, b.agreeing.len()), (new, 3));
     }
+
+    /// A table entry described and a list with entries (query format 5), from a ledger
+    /// with one cron table.
+    fn entry_bodies() -> (QueryBody, QueryBody) {
+        use ccron::schedule::query::{ScheduleFilter, describe_entry, list_all, table_entries};
+        use ccron::{CronEntry, CronTable, CronTableRegistry, PageRange, Periodic};
+        let mut t = CronTable::with_persistence(3, PageRange::new(0, 8).unwrap(), 8);
+        let every = Periodic::every_ms(60_000).unwrap().starting_at(0);
+        t.add(CronEntry::<()>::periodic(4, every, |_| {})).unwrap();
+        t.add(CronEntry::new(5, |_| true, |_| {})).unwrap();
+        let mut r = CronTableRegistry::new();
+        r.register(t).unwrap();
+        let fires = std::collections::BTreeMap::from([((3, 4), 7)]);
+        let e = table_entries(&r, &fires, None);
+        let d = describe_entry(&e, 3, 4, 3).unwrap();
+        assert_eq!(d.upcoming.len(), 3);
+        let l = list_all(None, Some(&e), &ScheduleFilter::default());
+        (QueryBody::Entry(Some(Box::new(d))), QueryBody::List(l))
+    }
+
+    /// One node lying about a table entry (its fire count, its rule's period, or its absence)
+    /// is outvoted; a list of format 5 and lists of format 4 in a rolling upgrade make one
+    /// quorum on the schedules both formats report.
+    #[test]
+    fn a_liar_about_a_table_entry_is_outvoted() {
+        let (entry, list) = entry_bodies();
+        let QueryBody::Entry(Some(honest)) = entry.clone() else {
+            unreachable!()
+        };
+        let mut more_fires = honest.clone();
+        more_fires.summary.fired += 1;
+        let mut other_rule = honest.clone();
+        if let ccron::schedule::query::EntryRule::Periodic { period_ms, .. } =
+            &mut other_rule.summary.rule
+        {
+            *period_ms = 1_000;
+        }
+        for lie in [
+            QueryBody::Entry(Some(more_fires)),
+            QueryBody::Entry(Some(other_rule)),
+            QueryBody::Entry(None),
+        ] {
+            assert_ne!(lie, entry);
+            let b = decide(
+                o(vec![
+                    at(5, entry.clone()),
+                    at(5, lie.clone()),
+                    at(5, entry.clone()),
+                    at(5, entry.clone()),
+                ]),
+                2,
+            )
+            .unwrap();
+            assert_eq!(
+                (b.body, b.agreeing),
+                (entry.clone(), vec!["n0".into(), "n2".into(), "n3".into()])
+            );
+            // With only one honest node beside it, nobody is believed.
+            let e = decide(o(vec![at(5, entry.clone()), at(5, lie)]), 2);
+            assert!(matches!(e, Err(ScheduleReadError::Disagreement { .. })));
+        }
+        // A liar listing a doctored entry.
+        let QueryBody::List(mut doctored) = list.clone() else {
+            unreachable!()
+        };
+        if let Some(p) = doctored.entries.as_mut() {
+            p.items[0].fired = 0;
+        }
+        let b = decide(
+            o(vec![
+                at(5, list.clone()),
+                at(5, list.clone()),
+                at(5, QueryBody::List(doctored)),
+            ]),
+            2,
+        )
+        .unwrap();
+        assert_eq!(b.body, list);
+        // Rolling upgrade: two nodes answer format 4 (no entries), two format 5.
+        let old = QueryAnswer::decode(
+            &QueryAnswer {
+                replica: 0,
+                at_height: 5,
+                body: list.clone(),
+            }
+            .encode_format4()
+            .unwrap(),
+        )
+        .unwrap()
+        .body;
+        assert!(old.lacks_entries() && !list.lacks_entries());
+        let b = decide(
+            o(vec![
+                at(5, list.clone()),
+                at(5, old.clone()),
+                at(5, list.clone()),
+                at(5, old.clone()),
+            ]),
+            2,
+        )
+        .unwrap();
+        assert_eq!((b.body, b.agreeing.len()), (old, 4));
+    }
 }

@@ -12,12 +12,18 @@
 //! - [`SCHEDULE_PATH`]`?id=N` or `?key=K`, optionally `&preview=N`: a description
 //!   (`Describe(None)` when no schedule has that id or key, so that readers agree on absence
 //!   too).
+//!   A list holds the ledger's cron table entries after the book's schedules (query format 5):
+//!   `kind=book|entry` keeps one kind, `entries_from=C:P` continues the entries at component
+//!   `C`, position `P` (a previous page's cursor).
+//! - [`ENTRY_PATH`]`?component=C&position=P`, optionally `&preview=N`: a cron table entry
+//!   described ([`EntryDetail`](ccron::schedule::query::EntryDetail); `Entry(None)` when there
+//!   is no such entry).
 //! - [`BOOK_PATH`]: the book as a whole ([`BookState`](ccron::schedule::query::BookState)).
 //! - [`OUTBOX_STATE_PATH`]: the committed outbox's depth and the consumer's progress.
 //!
 //! `400` for a malformed query (unknown or repeated parameter, a bad number, over 1 KiB), `503`
 //! while nothing is published, `404` from [`SCHEDULES_PATH`] and friends when the application
-//! keeps no book. Reads only; anyone who reaches the endpoint may read (put it behind the
+//! keeps no book (from the list and [`ENTRY_PATH`] only when it keeps no cron table either). Reads only; anyone who reaches the endpoint may read (put it behind the
 //! network's access control if the schedules are secret). Mount it in a bounded server
 //! ([`crate::server::serve`]).
 //!
@@ -36,7 +42,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use ccron::host::app::{AppError, Application, ClientId, Digest32, ExecContext, FireNote};
 use ccron::outbox::Outbox;
-use ccron::schedule::query::{self, OutboxState, QueryAnswer, QueryBody, ScheduleFilter};
+use ccron::schedule::query::{
+    self, EntryCursor, ListKind, OutboxState, QueryAnswer, QueryBody, ScheduleFilter, TableEntries,
+};
 use ccron::schedule::{Principal, Scheduler, Target};
 use ccron::{PageRange, ReservedPages, Tick};
 
@@ -48,6 +56,8 @@ pub const SCHEDULE_PATH: &str = "/ccron/v1/schedule";
 pub const BOOK_PATH: &str = "/ccron/v1/book";
 /// Path of the outbox state query.
 pub const OUTBOX_STATE_PATH: &str = "/ccron/v1/outbox/state";
+/// Path of the table entry query (query format 5).
+pub const ENTRY_PATH: &str = "/ccron/v1/entry";
 
 /// Longest query string accepted.
 pub const MAX_QUERY_BYTES: usize = 1024;
@@ -68,6 +78,15 @@ pub enum ScheduleQuery {
     Book,
     /// The outbox's depth.
     Outbox,
+    /// Describe a cron table entry with its next `preview` instants (query format 5).
+    DescribeEntry {
+        /// Its table's component.
+        component: u32,
+        /// Its position.
+        position: u32,
+        /// How many upcoming instants (clamped to `query::MAX_PREVIEW`).
+        preview: usize,
+    },
 }
 
 /// Why a source cannot answer.
@@ -92,6 +111,7 @@ pub trait ScheduleSource: Send + Sync + 'static {
 struct Snap {
     book: Option<Arc<Scheduler>>,
     outbox: Option<OutboxState>,
+    entries: Option<Arc<TableEntries>>,
     at_height: u64,
     digest: [u8; 32],
 }
@@ -134,6 +154,19 @@ impl PublishedBook {
         at_height: u64,
         digest: [u8; 32],
     ) -> bool {
+        self.publish_with_entries(book, outbox, || None, at_height, digest)
+    }
+
+    /// [`Self::publish`] with the application's cron table entries
+    /// ([`Application::table_entries`]), gathered (O(entries)) only when the digest changed.
+    pub fn publish_with_entries(
+        &self,
+        book: Option<&Scheduler>,
+        outbox: Option<&Outbox>,
+        entries: impl FnOnce() -> Option<TableEntries>,
+        at_height: u64,
+        digest: [u8; 32],
+    ) -> bool {
         if let Some(o) = outbox {
             self.quota_refusals
                 .store(o.quota_refusals(), std::sync::atomic::Ordering::Relaxed);
@@ -148,6 +181,7 @@ impl PublishedBook {
         *g = Some(Snap {
             book: book.map(|b| Arc::new(b.clone())),
             outbox: outbox.map(query::outbox_state),
+            entries: entries().map(Arc::new),
             at_height,
             digest,
         });
@@ -175,6 +209,12 @@ impl PublishedBook {
         g.as_ref().map(|s| (s.book.clone(), s.outbox, s.at_height))
     }
 
+    /// The last published cron table entries, if the application has tables.
+    pub fn entries(&self) -> Option<Arc<TableEntries>> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref()?.entries.clone()
+    }
+
     /// The height of the last publish.
     pub fn at_height(&self) -> Option<u64> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -184,17 +224,14 @@ impl PublishedBook {
 
 impl ScheduleSource for PublishedBook {
     fn answer(&self, q: &ScheduleQuery) -> Result<QueryAnswer, Unanswerable> {
-        let (book, outbox, at_height) = {
+        let (book, outbox, entries, at_height) = {
             let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             let s = g.as_ref().ok_or(Unanswerable::NotYet)?;
-            (s.book.clone(), s.outbox, s.at_height)
+            (s.book.clone(), s.outbox, s.entries.clone(), s.at_height)
         };
         let body = match q {
             ScheduleQuery::Outbox => QueryBody::Outbox(outbox),
-            other => {
-                let book = book.ok_or(Unanswerable::NoBook)?;
-                answer_book(&book, other)
-            }
+            other => answer_with(book.as_deref(), entries.as_deref(), other)?,
         };
         Ok(QueryAnswer {
             replica: self.replica,
@@ -204,16 +241,51 @@ impl ScheduleSource for PublishedBook {
     }
 }
 
-/// The body `book` answers to a book query (`Outbox` answers `Outbox(None)`).
+/// The body `book` answers to a book query (`Outbox` answers `Outbox(None)`), for a ledger
+/// without cron tables.
 pub fn answer_book(book: &Scheduler, q: &ScheduleQuery) -> QueryBody {
-    match q {
-        ScheduleQuery::List(f) => QueryBody::List(query::list(book, f)),
-        ScheduleQuery::Describe { target, preview } => {
-            QueryBody::Describe(query::describe(book, target, *preview).map(Box::new))
+    answer_with(Some(book), None, q).unwrap_or(QueryBody::Outbox(None))
+}
+
+/// The body a ledger with `book` and cron table `entries` answers to `q` (`Outbox` answers
+/// `Outbox(None)`): a list and an entry's description need one of them, the book's queries
+/// the book.
+///
+/// # Errors
+/// [`Unanswerable::NoBook`] when the query needs what the ledger does not keep.
+pub fn answer_with(
+    book: Option<&Scheduler>,
+    entries: Option<&TableEntries>,
+    q: &ScheduleQuery,
+) -> Result<QueryBody, Unanswerable> {
+    let no_book = Unanswerable::NoBook;
+    Ok(match q {
+        ScheduleQuery::List(f) => {
+            if book.is_none() && entries.is_none() {
+                return Err(no_book);
+            }
+            QueryBody::List(query::list_all(book, entries, f))
         }
-        ScheduleQuery::Book => QueryBody::Book(query::book_state(book)),
+        ScheduleQuery::Describe { target, preview } => QueryBody::Describe(
+            query::describe(book.ok_or(no_book)?, target, *preview).map(Box::new),
+        ),
+        ScheduleQuery::Book => QueryBody::Book(query::book_state(book.ok_or(no_book)?)),
         ScheduleQuery::Outbox => QueryBody::Outbox(None),
-    }
+        ScheduleQuery::DescribeEntry {
+            component,
+            position,
+            preview,
+        } => {
+            if book.is_none() && entries.is_none() {
+                return Err(no_book);
+            }
+            QueryBody::Entry(
+                entries
+                    .and_then(|e| query::describe_entry(e, *component, *position, *preview))
+                    .map(Box::new),
+            )
+        }
+    })
 }
 
 /// An [`Application`] wrapper that publishes the inner application's book and outbox state
@@ -221,7 +293,10 @@ pub fn answer_book(book: &Scheduler, q: &ScheduleQuery) -> QueryBody {
 /// that does not publish by itself (sim-bft's threaded runtime) serves [`schedule_router`]
 /// without knowing the application. Replicated behaviour is the inner application's,
 /// unchanged; each publish costs one [`Application::digest`] (cheap by contract) and a clone of
-/// the book when the digest changed.
+/// the book (and a gathering of the table entries) when the digest changed. The tables' stored
+/// next due points live in the host's pages, outside [`Application::digest`]: a tick that only
+/// moves an entry without running it (a cron rule arming) shows in the published entries with
+/// the next change of the digest (a node publishes on its state digest, pages included).
 pub struct PublishBook<A> {
     inner: A,
     out: PublishedBook,
@@ -244,9 +319,10 @@ impl<A: Application> PublishBook<A> {
     }
 
     fn publish(&self) {
-        self.out.publish(
+        self.out.publish_with_entries(
             self.inner.schedule_book(),
             self.inner.outbox(),
+            || self.inner.table_entries(),
             self.at_seq,
             self.inner.digest(),
         );
@@ -324,6 +400,9 @@ impl<A: Application> Application for PublishBook<A> {
     }
     fn schedule_book(&self) -> Option<&Scheduler> {
         self.inner.schedule_book()
+    }
+    fn table_entries(&self) -> Option<TableEntries> {
+        self.inner.table_entries()
     }
     fn page_ranges(&self) -> Vec<PageRange> {
         self.inner.page_ranges()
@@ -447,6 +526,14 @@ pub fn parse_list(q: Option<&str>) -> Result<ScheduleFilter, String> {
             "parked" => f.parked = Some(boolean(&k, &v)?),
             "after" => f.after = num(&k, &v)?,
             "limit" => f.limit = num(&k, &v)?,
+            "kind" => {
+                f.kind = Some(match v.as_str() {
+                    "book" => ListKind::Book,
+                    "entry" => ListKind::Entry,
+                    _ => return Err("kind: book or entry".into()),
+                })
+            }
+            "entries_from" => f.entries_from = Some(parse_cursor(&v)?),
             _ => return Err(format!("unknown parameter {k}")),
         }
     }
@@ -480,7 +567,56 @@ pub fn list_query(f: &ScheduleFilter) -> String {
     if f.limit > 0 {
         parts.push(format!("limit={}", f.limit));
     }
+    // Only when set: a node of query format 4 refuses parameters it does not know.
+    match f.kind {
+        Some(ListKind::Book) => parts.push("kind=book".into()),
+        Some(ListKind::Entry) => parts.push("kind=entry".into()),
+        None => {}
+    }
+    if let Some(c) = f.entries_from {
+        parts.push(format!("entries_from={}", cursor_param(c)));
+    }
     parts.join("&")
+}
+
+/// Parses a table entry cursor `C:P` (component, position).
+///
+/// # Errors
+/// A message when it is not two numbers joined by `:`.
+pub fn parse_cursor(v: &str) -> Result<EntryCursor, String> {
+    let (c, p) = v
+        .split_once(':')
+        .ok_or("a table entry is COMPONENT:POSITION")?;
+    Ok(EntryCursor {
+        component: num("component", c)?,
+        position: num("position", p)?,
+    })
+}
+
+/// Renders a table entry cursor as [`parse_cursor`] reads it.
+pub fn cursor_param(c: EntryCursor) -> String {
+    format!("{}:{}", c.component, c.position)
+}
+
+/// Parses an entry describe query string (`component=C&position=P[&preview=N]`).
+///
+/// # Errors
+/// A message naming the bad parameter.
+pub fn parse_entry(q: Option<&str>) -> Result<(u32, u32, usize), String> {
+    let (mut component, mut position, mut preview) = (None, None, 0usize);
+    for (k, v) in pairs(q)? {
+        match k.as_str() {
+            "component" => component = Some(num(&k, &v)?),
+            "position" => position = Some(num(&k, &v)?),
+            "preview" => preview = num(&k, &v)?,
+            _ => return Err(format!("unknown parameter {k}")),
+        }
+    }
+    Ok((
+        component.ok_or("missing component")?,
+        position.ok_or("missing position")?,
+        preview,
+    ))
 }
 
 /// Parses a describe query string.
@@ -520,6 +656,11 @@ pub fn path_of(q: &ScheduleQuery) -> String {
         }
         ScheduleQuery::Book => BOOK_PATH.to_string(),
         ScheduleQuery::Outbox => OUTBOX_STATE_PATH.to_string(),
+        ScheduleQuery::DescribeEntry {
+            component,
+            position,
+            preview,
+        } => format!("{ENTRY_PATH}?component={component}&position={position}&preview={preview}"),
     }
 }
 
@@ -568,6 +709,19 @@ async fn describe_handler(State(src): State<Src>, RawQuery(q): RawQuery) -> Resp
     )
 }
 
+async fn entry_handler(State(src): State<Src>, RawQuery(q): RawQuery) -> Response {
+    respond(
+        &src,
+        parse_entry(q.as_deref()).map(|(component, position, preview)| {
+            ScheduleQuery::DescribeEntry {
+                component,
+                position,
+                preview,
+            }
+        }),
+    )
+}
+
 async fn book_handler(State(src): State<Src>, RawQuery(q): RawQuery) -> Response {
     let q = match pairs(q.as_deref()) {
         Ok(p) if p.is_empty() => Ok(ScheduleQuery::Book),
@@ -591,6 +745,7 @@ pub fn schedule_router(source: Arc<dyn ScheduleSource>) -> Router {
     Router::new()
         .route(SCHEDULES_PATH, get(list_handler))
         .route(SCHEDULE_PATH, get(describe_handler))
+        .route(ENTRY_PATH, get(entry_handler))
         .route(BOOK_PATH, get(book_handler))
         .route(OUTBOX_STATE_PATH, get(outbox_handler))
         .with_state(source)
@@ -611,8 +766,37 @@ mod tests {
             parked: Some(false),
             after: 17,
             limit: 5,
+            kind: Some(ListKind::Entry),
+            entries_from: Some(EntryCursor {
+                component: 4,
+                position: 9,
+            }),
         };
         assert_eq!(parse_list(Some(&list_query(&f))), Ok(f));
+        for kind in [None, Some(ListKind::Book)] {
+            let f = ScheduleFilter {
+                kind,
+                ..ScheduleFilter::default()
+            };
+            assert_eq!(parse_list(Some(&list_query(&f))), Ok(f));
+        }
+        // A filter of format 4's parameters renders none of format 5's (old nodes refuse
+        // unknown parameters).
+        assert_eq!(list_query(&ScheduleFilter::default()), "");
+        assert_eq!(
+            parse_entry(Some("component=3&position=7&preview=2")),
+            Ok((3, 7, 2))
+        );
+        for bad in [
+            "",
+            "component=3",
+            "position=7",
+            "component=x&position=1",
+            "component=1&position=2&z=1",
+            "component=1&component=2&position=1",
+        ] {
+            assert!(parse_entry(Some(bad)).is_err(), "{bad}");
+        }
         assert_eq!(parse_list(None), Ok(ScheduleFilter::default()));
         for t in [Target::Id(4), Target::Key("k/é?&=".into())] {
             assert_eq!(
@@ -629,6 +813,9 @@ mod tests {
             "handler",
             "handler=%zz",
             "handler=%ff",
+            "kind=other",
+            "entries_from=3",
+            "entries_from=a:1",
         ] {
             assert!(parse_list(Some(bad)).is_err(), "{bad}");
         }

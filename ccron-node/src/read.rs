@@ -39,11 +39,16 @@ impl NodeReads {
         }
     }
 
-    /// Publishes `app`'s book and outbox state after executing `height` (state digest
-    /// `digest`).
+    /// Publishes `app`'s book, outbox state and cron table entries after executing `height`
+    /// (state digest `digest`).
     pub fn publish<A: Application>(&self, app: &A, height: u64, digest: Digest32) {
-        self.book
-            .publish(app.schedule_book(), app.outbox(), height, digest);
+        self.book.publish_with_entries(
+            app.schedule_book(),
+            app.outbox(),
+            || app.table_entries(),
+            height,
+            digest,
+        );
     }
 
     /// Records the lateness of the fires of a decided block: agreed time minus due, and the

@@ -83,6 +83,27 @@ pub trait Schedule: Send + fmt::Debug + 'static {
         let _ = stored;
         None
     }
+
+    /// The schedule's parameters as the read API reports them
+    /// ([`crate::schedule::query::EntryRule`]); `None` (the default): it cannot be described
+    /// (reported as an opaque schedule).
+    fn describe(&self) -> Option<crate::schedule::query::EntryRule> {
+        None
+    }
+
+    /// A copy of the schedule, for the read API's preview of a table entry's upcoming
+    /// instants ([`crate::schedule::query::describe_entry`]); `None` (the default): not
+    /// computable. A copy must step exactly as the original.
+    fn clone_schedule(&self) -> Option<Box<dyn Schedule>> {
+        None
+    }
+
+    /// The UTC offset, seconds, of the schedule's zone at `time_ms` (for previews shown in
+    /// local time); 0 (the default) for schedules without a zone.
+    fn utc_offset_s(&self, time_ms: TimeMs) -> i32 {
+        let _ = time_ms;
+        0
+    }
 }
 
 /// Runs every `every` sequence numbers: at once on the first tick (time not needed), then on the
@@ -135,6 +156,16 @@ impl Schedule for EverySeq {
         let mut v = b"every-seq".to_vec();
         v.extend_from_slice(&self.every.get().to_le_bytes());
         v
+    }
+
+    fn describe(&self) -> Option<crate::schedule::query::EntryRule> {
+        Some(crate::schedule::query::EntryRule::EverySeq {
+            every: self.every.get(),
+        })
+    }
+
+    fn clone_schedule(&self) -> Option<Box<dyn Schedule>> {
+        Some(Box::new(*self))
     }
 }
 

@@ -278,6 +278,27 @@ impl Schedule for Periodic {
         }
         v
     }
+
+    fn describe(&self) -> Option<crate::schedule::query::EntryRule> {
+        Some(self.described(None))
+    }
+
+    fn clone_schedule(&self) -> Option<Box<dyn Schedule>> {
+        Some(Box::new(*self))
+    }
+}
+
+impl Periodic {
+    /// The read API's description, with the name of the exclusion calendar, if any.
+    fn described(&self, calendar: Option<String>) -> crate::schedule::query::EntryRule {
+        crate::schedule::query::EntryRule::Periodic {
+            period_ms: self.period_ms,
+            start_ms: self.start_ms,
+            aligned: self.aligned,
+            misfire: self.misfire.into(),
+            calendar,
+        }
+    }
 }
 
 /// A periodic schedule under an exclusion calendar ([`Periodic::excluding`]): the grid of its
@@ -418,6 +439,17 @@ impl Schedule for ExcludingPeriodic {
     fn retirement(&self, stored: Option<Due>) -> Option<EntryEnd> {
         // Its search found no further allowed point (spent its budget, traced).
         (stored == Some(Due::Time(TimeMs::MAX))).then_some(EntryEnd::Stopped)
+    }
+
+    fn describe(&self) -> Option<crate::schedule::query::EntryRule> {
+        Some(
+            self.periodic
+                .described(Some(self.calendar.name().to_string())),
+        )
+    }
+
+    fn clone_schedule(&self) -> Option<Box<dyn Schedule>> {
+        Some(Box::new(self.clone()))
     }
 }
 

@@ -219,6 +219,14 @@ pub trait Application: Send + std::any::Any {
         None
     }
 
+    /// The entries of the application's cron tables, gathered for the read API
+    /// ([`crate::schedule::query::table_entries`]: rules, stored next due points, replicated
+    /// fire counts), if it has tables. A host calls it when it publishes a changed state (an
+    /// engine serves them next to the book's schedules). Default: none.
+    fn table_entries(&self) -> Option<crate::schedule::query::TableEntries> {
+        None
+    }
+
     /// The reserved pages this application writes from [`Self::on_tick`] (the ranges its cron
     /// tables and tick executors were given). A host that keeps data of its own in the same
     /// store (sim-bft keeps the agreed time in `ReplicaConfig::time_page`) refuses an overlap
@@ -309,6 +317,10 @@ impl Application for Box<dyn Application> {
     fn schedule_book(&self) -> Option<&crate::schedule::Scheduler> {
         (**self).schedule_book()
     }
+
+    fn table_entries(&self) -> Option<crate::schedule::query::TableEntries> {
+        (**self).table_entries()
+    }
 }
 
 /// An [`Application`] for user requests joined with a separate [`TickExecutor`] for ticks.
@@ -382,6 +394,10 @@ impl Application for WithTicks {
 
     fn schedule_book(&self) -> Option<&crate::schedule::Scheduler> {
         self.app.schedule_book()
+    }
+
+    fn table_entries(&self) -> Option<crate::schedule::query::TableEntries> {
+        self.app.table_entries()
     }
 }
 

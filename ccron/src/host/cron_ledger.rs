@@ -578,6 +578,23 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
         self.scheduler.as_ref().map(|s| s.book())
     }
 
+    /// The registry's entries with this ledger's replicated fire counts and its outbox's
+    /// awaited records; `None` when no table is registered.
+    fn table_entries(&self) -> Option<crate::schedule::query::TableEntries> {
+        if self.registry.is_empty() {
+            return None;
+        }
+        let outbox = self
+            .scheduler
+            .as_ref()
+            .map(|s| s.outbox() as &dyn crate::entry::PendingResults);
+        Some(crate::schedule::query::table_entries(
+            &self.registry,
+            &self.fires,
+            outbox,
+        ))
+    }
+
     fn page_ranges(&self) -> Vec<crate::PageRange> {
         // The book and its outbox live in the scheduler's own store, not the host's pages.
         let mut ranges = self.registry.page_ranges();

@@ -420,6 +420,26 @@ impl Schedule for CronRule {
     fn retirement(&self, stored: Option<Due>) -> Option<EntryEnd> {
         (stored == Some(Self::never())).then(|| self.end_reason())
     }
+
+    fn describe(&self) -> Option<crate::schedule::query::EntryRule> {
+        Some(crate::schedule::query::EntryRule::Cron {
+            expression: self.schedule.expression().to_string(),
+            zone: self.schedule.zone().name().to_string(),
+            after_ms: self.after_ms,
+            misfire: self.misfire,
+            calendar: self.calendar.as_ref().map(|c| c.name().to_string()),
+            until_ms: self.until_ms,
+            max_runs: self.max_runs(),
+        })
+    }
+
+    fn clone_schedule(&self) -> Option<Box<dyn Schedule>> {
+        Some(Box::new(self.clone()))
+    }
+
+    fn utc_offset_s(&self, time_ms: TimeMs) -> i32 {
+        self.schedule.zone().offset_at(time_ms.div_euclid(1000))
+    }
 }
 
 #[cfg(test)]

@@ -16,15 +16,27 @@
 //! refuses trailing bytes, unknown versions and every over-bound collection (a typed
 //! [`QueryError`], never a panic).
 //!
-//! Formats: this build answers format [`QUERY_FORMAT_VERSION`] (4) and reads 4 and 3 (`v3.rs`,
-//! frozen), so an upgraded client reads a cluster in a rolling upgrade: a format-3 description
-//! decodes with [`ScheduleDetail::policies`] `None` (not reported), and [`to_common_format`]
-//! brings a mixed set of answers to what both formats say before a reader compares them. A
-//! client built for format 3 refuses a format-4 answer ([`QueryError::Version`]): against
-//! upgraded nodes it reads nothing (each node's answer a failure, the read `Unreachable`)
-//! until it is upgraded too; upgrade clients first.
+//! Cron table entries (format 5, `entries.rs`): a list carries the ledger's table entries
+//! after the book's schedules ([`ScheduleList::entries`]), [`describe_entry`] one entry with its
+//! upcoming instants ([`QueryBody::Entry`]).
+//!
+//! Formats: this build answers format [`QUERY_FORMAT_VERSION`] (5) and reads 5, 4 and 3
+//! (`v4.rs`, `v3.rs`, frozen), so an upgraded client reads a cluster in a rolling upgrade: a
+//! format-4 list decodes with [`ScheduleList::entries`] `None` (not reported), a format-3
+//! description with [`ScheduleDetail::policies`] `None`, and [`to_common_format`] brings a
+//! mixed set of answers to what all their formats say before a reader compares them. A client
+//! built for an older format refuses a newer answer ([`QueryError::Version`]): against upgraded
+//! nodes it reads nothing (each node's answer a failure, the read `Unreachable`) until it is
+//! upgraded too; upgrade clients first.
 
+mod entries;
 mod v3;
+mod v4;
+
+pub use entries::{
+    EntryCursor, EntryDetail, EntryMisfire, EntryPage, EntryRetirement, EntryRule, EntrySummary,
+    TableEntries, describe_entry, table_entries, upcoming_of,
+};
 
 use bincode::config::{self, BigEndian, Configuration, Fixint, Limit};
 
@@ -43,8 +55,10 @@ use crate::tick::TimeMs;
 /// layout 7). 3: a summary carries the retired state, a description the bounds, the counters
 /// retirements (book layout 8). 4: a description carries the schedule's policies
 /// ([`SchedulePolicies`]: its exclusion calendar, its overlap policy and state, its pending
-/// backfill's overlap policy; book layouts 9, 11, 12); format 3 is still read.
-pub const QUERY_FORMAT_VERSION: u8 = 4;
+/// backfill's overlap policy; book layouts 9, 11, 12). 5: a list carries the cron table
+/// entries ([`ScheduleList::entries`]), [`QueryBody::Entry`] describes one; formats 4 and 3
+/// are still read.
+pub const QUERY_FORMAT_VERSION: u8 = 5;
 
 /// The oldest format this build reads ([`QueryAnswer::decode`]).
 pub const OLDEST_READ_FORMAT: u8 = v3::FORMAT_V3;
@@ -87,8 +101,23 @@ pub struct ScheduleFilter {
     pub parked: Option<bool>,
     /// Only ids above this one (the cursor of a previous answer, [`ScheduleList::next_after`]).
     pub after: u64,
-    /// Most summaries wanted (0 or above [`MAX_LIST_LIMIT`]: [`MAX_LIST_LIMIT`]).
+    /// Most summaries wanted (0 or above [`MAX_LIST_LIMIT`]: [`MAX_LIST_LIMIT`]), schedules
+    /// and table entries together.
     pub limit: usize,
+    /// Only schedules of the book, or only table entries (format 5; `None`: both).
+    pub kind: Option<ListKind>,
+    /// Past the book's schedules: only table entries from this one on (the cursor of a
+    /// previous answer, [`EntryPage::next`]; format 5).
+    pub entries_from: Option<EntryCursor>,
+}
+
+/// Which kind of schedule a list holds ([`ScheduleFilter::kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// The book's schedules.
+    Book,
+    /// The cron tables' entries.
+    Entry,
 }
 
 impl ScheduleFilter {
@@ -105,6 +134,19 @@ impl ScheduleFilter {
                 .is_none_or(|t| Some(t) == info.schedule.topic.as_ref())
             && self.paused.is_none_or(|p| p == info.paused)
             && self.parked.is_none_or(|p| p == info.parked)
+    }
+
+    /// Whether table entry `e` passes the filter (the cursors and limit aside). An entry has
+    /// no owner, handler or topic (it is code), so a filter naming one leaves it out; it is
+    /// never paused nor parked.
+    pub fn matches_entry(&self, e: &EntrySummary) -> bool {
+        self.kind != Some(ListKind::Book)
+            && self.component.is_none_or(|c| c == e.component)
+            && self.owner.is_none()
+            && self.handler.is_none()
+            && self.topic.is_none()
+            && self.paused.is_none_or(|p| !p)
+            && self.parked.is_none_or(|p| !p)
     }
 
     fn effective_limit(&self) -> usize {
@@ -189,8 +231,13 @@ pub struct ScheduleList {
     pub matched: u64,
     /// The matching schedules in this page, ascending id.
     pub items: Vec<ScheduleSummary>,
-    /// Where the next page starts (its [`ScheduleFilter::after`]), when more match.
+    /// Where the next page starts (its [`ScheduleFilter::after`]), when more schedules match.
     pub next_after: Option<u64>,
+    /// The matching cron table entries (format 5), listed after the schedules: a page whose
+    /// schedules end with room left holds entries from the first (or from
+    /// [`ScheduleFilter::entries_from`]). `None` only in an answer decoded from format 4 or
+    /// 3 (a node built before format 5 does not report them); [`list_all`] always sets it.
+    pub entries: Option<EntryPage>,
 }
 
 /// One upcoming run instant, with the UTC offset of the schedule's zone at that instant.
@@ -353,6 +400,8 @@ pub enum QueryBody {
     Book(BookState),
     /// The outbox (`None`: the application keeps none).
     Outbox(Option<OutboxState>),
+    /// A table entry described (`None`: no such entry; format 5).
+    Entry(Option<Box<EntryDetail>>),
 }
 
 /// A replica's answer: who answered, the height its state is at, and the body.
@@ -430,12 +479,22 @@ impl QueryBody {
             }
         };
         match self {
-            QueryBody::List(l) => over("list items", l.items.len(), MAX_LIST_LIMIT),
+            QueryBody::List(l) => {
+                over("list items", l.items.len(), MAX_LIST_LIMIT)?;
+                let entries = l.entries.as_ref().map_or(0, |e| e.items.len());
+                over("list entries", entries, MAX_LIST_LIMIT)?;
+                over(
+                    "list items and entries",
+                    l.items.len() + entries,
+                    MAX_LIST_LIMIT,
+                )
+            }
             QueryBody::Describe(Some(d)) => {
                 over("history", d.history.len(), HISTORY_RUNS)?;
                 over("dead runs", d.dead.len(), MAX_DEAD_RUNS)?;
                 over("upcoming", d.upcoming.len(), MAX_PREVIEW)
             }
+            QueryBody::Entry(Some(d)) => over("upcoming", d.upcoming.len(), MAX_PREVIEW),
             _ => Ok(()),
         }
     }
@@ -488,6 +547,14 @@ impl QueryAnswer {
                     body: w.body,
                 }
             }
+            Some(&v4::FORMAT_V4) => {
+                let w: v4::WireV4 = decode_all(bytes)?;
+                Self {
+                    replica: w.replica,
+                    at_height: w.at_height,
+                    body: w.body.into(),
+                }
+            }
             Some(&v3::FORMAT_V3) => {
                 let w: v3::WireV3 = decode_all(bytes)?;
                 Self {
@@ -512,26 +579,50 @@ impl QueryAnswer {
     /// meet old nodes).
     ///
     /// # Errors
-    /// As [`Self::encode`].
+    /// As [`Self::encode`]; [`QueryError::Codec`] for a table entry's description (format 3
+    /// has none).
     pub fn encode_format3(&self) -> Result<Vec<u8>, QueryError> {
-        let bytes = bincode::encode_to_vec(
+        let body = v3::BodyV3::try_from(self.body.clone())?;
+        bounded(bincode::encode_to_vec(
             v3::WireV3 {
                 version: v3::FORMAT_V3,
                 replica: self.replica,
                 at_height: self.at_height,
-                body: self.body.clone().into(),
+                body,
             },
             cfg(),
-        )
-        .map_err(|e| QueryError::Codec(e.to_string()))?;
-        if bytes.len() > MAX_ANSWER_BYTES {
-            return Err(QueryError::TooLarge {
-                len: bytes.len(),
-                max: MAX_ANSWER_BYTES,
-            });
-        }
-        Ok(bytes)
+        ))
     }
+
+    /// This answer as a format-4 node would have given it, encoded (tests of readers that
+    /// meet old nodes).
+    ///
+    /// # Errors
+    /// As [`Self::encode_format3`].
+    pub fn encode_format4(&self) -> Result<Vec<u8>, QueryError> {
+        let body = v4::BodyV4::try_from(self.body.clone())?;
+        bounded(bincode::encode_to_vec(
+            v4::WireV4 {
+                version: v4::FORMAT_V4,
+                replica: self.replica,
+                at_height: self.at_height,
+                body,
+            },
+            cfg(),
+        ))
+    }
+}
+
+/// An encoding's bytes, refused over [`MAX_ANSWER_BYTES`].
+fn bounded(encoded: Result<Vec<u8>, bincode::error::EncodeError>) -> Result<Vec<u8>, QueryError> {
+    let bytes = encoded.map_err(|e| QueryError::Codec(e.to_string()))?;
+    if bytes.len() > MAX_ANSWER_BYTES {
+        return Err(QueryError::TooLarge {
+            len: bytes.len(),
+            max: MAX_ANSWER_BYTES,
+        });
+    }
+    Ok(bytes)
 }
 
 /// Decodes all of `bytes` as a `T` (trailing bytes refused).
@@ -550,6 +641,24 @@ impl QueryBody {
         matches!(self, QueryBody::Describe(Some(d)) if d.policies.is_none())
     }
 
+    /// Whether this is a list without the format-5 table entries (decoded from format 4 or
+    /// 3).
+    pub fn lacks_entries(&self) -> bool {
+        matches!(self, QueryBody::List(l) if l.entries.is_none())
+    }
+
+    /// The body as format 4 says it: a list's table entries dropped, every other body as it
+    /// is.
+    pub fn without_entries(self) -> Self {
+        match self {
+            QueryBody::List(mut l) => {
+                l.entries = None;
+                QueryBody::List(l)
+            }
+            other => other,
+        }
+    }
+
     /// The body as format 3 says it: a description's policies dropped, every other body as it
     /// is.
     pub fn without_policies(self) -> Self {
@@ -565,57 +674,127 @@ impl QueryBody {
 
 /// Brings answers of mixed formats to what all of them say, before a reader compares them:
 /// when any description lacks the format-4 policies (a node of format 3 answered), every
-/// description's policies are dropped, so honest nodes of both formats at one height answer
-/// identical bodies (otherwise a rolling upgrade would split them into two groups, a false
-/// conflict). Returns whether it dropped them. A lying node answering format 3 can so hide a
-/// schedule's policies from the reader (shown as not reported), never forge them.
+/// description's policies are dropped; when any list lacks the format-5 table entries (a node
+/// of format 4 or 3), every list's entries are dropped. So honest nodes of different formats
+/// at one height answer identical bodies (otherwise a rolling upgrade would split them into
+/// groups, a false conflict): a format-5 list lists the book's schedules exactly as format 4
+/// does, its entries only after them. Returns whether it dropped anything. A lying node
+/// answering an older format can so hide a schedule's policies or the table entries from the
+/// reader (shown as not reported), never forge them.
 pub fn to_common_format<'a>(answers: impl IntoIterator<Item = &'a mut QueryAnswer>) -> bool {
     let mut answers: Vec<&'a mut QueryAnswer> = answers.into_iter().collect();
-    let mixed = answers.iter().any(|a| a.body.lacks_policies());
-    if mixed {
+    let no_policies = answers.iter().any(|a| a.body.lacks_policies());
+    let no_entries = answers.iter().any(|a| a.body.lacks_entries());
+    if no_policies || no_entries {
         for a in &mut answers {
-            let body = std::mem::replace(&mut a.body, QueryBody::Outbox(None));
-            a.body = body.without_policies();
+            let mut body = std::mem::replace(&mut a.body, QueryBody::Outbox(None));
+            if no_policies {
+                body = body.without_policies();
+            }
+            if no_entries {
+                body = body.without_entries();
+            }
+            a.body = body;
         }
     }
-    mixed
+    no_policies || no_entries
 }
 
 /// The schedules of `book` passing `filter`, ascending id, from its cursor on, at most its
-/// limit and about [`LIST_BYTE_BUDGET`] bytes. Costs O(schedules) (every record is matched).
+/// limit and about [`LIST_BYTE_BUDGET`] bytes, for a ledger without cron tables (its
+/// [`ScheduleList::entries`] an empty page). Costs O(schedules) (every record is matched).
 pub fn list(book: &Scheduler, filter: &ScheduleFilter) -> ScheduleList {
+    list_all(Some(book), None, filter)
+}
+
+/// The schedules of `book` and then the table entries of `entries` passing `filter`, each
+/// from its cursor on, at most its limit and about [`LIST_BYTE_BUDGET`] bytes together.
+/// Schedules come first (ascending id), so the schedules of a page are exactly what format 4
+/// lists; entries (ascending component and position) fill a page whose schedules ended with
+/// room left. `book` `None`: a ledger without a book (component 0, no schedules). Costs
+/// O(schedules + entries).
+pub fn list_all(
+    book: Option<&Scheduler>,
+    entries: Option<&TableEntries>,
+    filter: &ScheduleFilter,
+) -> ScheduleList {
     let mut out = ScheduleList {
-        component: book.component(),
+        component: book.map_or(0, Scheduler::component),
         matched: 0,
         items: Vec::new(),
         next_after: None,
+        entries: Some(EntryPage::default()),
     };
-    if filter.component.is_some_and(|c| c != book.component()) {
-        return out;
-    }
     let limit = filter.effective_limit();
     let mut bytes = 0usize;
-    let mut full = false;
-    for id in book.ids().filter(|&id| id > filter.after) {
-        let Some(info) = book.get(id) else { continue };
-        if !filter.matches(&info) {
+    let size_of = |v: &dyn EncodedSize| v.size();
+    if let Some(book) = book
+        && filter.entries_from.is_none()
+        && filter.kind != Some(ListKind::Entry)
+        && filter.component.is_none_or(|c| c == book.component())
+    {
+        let mut full = false;
+        for id in book.ids().filter(|&id| id > filter.after) {
+            let Some(info) = book.get(id) else { continue };
+            if !filter.matches(&info) {
+                continue;
+            }
+            out.matched += 1;
+            if full {
+                continue;
+            }
+            let summary = ScheduleSummary::of(&info);
+            let size = size_of(&summary);
+            if out.items.len() >= limit
+                || (!out.items.is_empty() && bytes.saturating_add(size) > LIST_BYTE_BUDGET)
+            {
+                full = true;
+                out.next_after = out.items.last().map(|s| s.id);
+                continue;
+            }
+            bytes = bytes.saturating_add(size);
+            out.items.push(summary);
+        }
+    }
+    let (Some(entries), Some(page)) = (entries, out.entries.as_mut()) else {
+        return out;
+    };
+    // A page full of schedules lists no entry (the next page may); it still counts them.
+    let mut full = out.next_after.is_some();
+    for e in entries.summaries() {
+        let at = EntryCursor {
+            component: e.component,
+            position: e.position,
+        };
+        if filter.entries_from.is_some_and(|from| at < from) || !filter.matches_entry(e) {
             continue;
         }
-        out.matched += 1;
+        page.matched += 1;
         if full {
             continue;
         }
-        let summary = ScheduleSummary::of(&info);
-        let size = bincode::encode_to_vec(&summary, cfg()).map_or(usize::MAX, |b| b.len());
-        if out.items.len() >= limit || (!out.items.is_empty() && bytes + size > LIST_BYTE_BUDGET) {
+        let size = size_of(e);
+        let listed = out.items.len() + page.items.len();
+        if listed >= limit || (listed > 0 && bytes.saturating_add(size) > LIST_BYTE_BUDGET) {
             full = true;
-            out.next_after = out.items.last().map(|s| s.id);
+            page.next = Some(at);
             continue;
         }
         bytes = bytes.saturating_add(size);
-        out.items.push(summary);
+        page.items.push(e.clone());
     }
     out
+}
+
+/// The encoded size of a list item (for the list's byte budget).
+trait EncodedSize {
+    fn size(&self) -> usize;
+}
+
+impl<T: bincode::Encode> EncodedSize for T {
+    fn size(&self) -> usize {
+        bincode::encode_to_vec(self, cfg()).map_or(usize::MAX, |b| b.len())
+    }
 }
 
 /// Resolves `target` to a schedule id of `book`.
@@ -1006,12 +1185,13 @@ mod tests {
             body: QueryBody::Describe(Some(Box::new(d))),
         };
         let bytes = a.encode().unwrap();
-        assert_eq!(bytes[0], 4);
+        assert_eq!(bytes[0], QUERY_FORMAT_VERSION);
         assert_eq!(QueryAnswer::decode(&bytes).unwrap(), a);
     }
 
     /// A format-3 answer (a node built before format 4) still decodes: the same answer, a
-    /// description's policies `None`; other bodies unchanged byte for byte.
+    /// description's policies `None`, a list's entries `None`; other bodies unchanged byte
+    /// for byte.
     #[test]
     fn format3_answers_decode_without_policies() {
         let b = book_with_policies();
@@ -1033,7 +1213,7 @@ mod tests {
             assert_eq!(old[0], OLDEST_READ_FORMAT);
             let back = QueryAnswer::decode(&old).unwrap();
             let want = QueryAnswer {
-                body: a.body.clone().without_policies(),
+                body: a.body.clone().without_policies().without_entries(),
                 ..a.clone()
             };
             assert_eq!(back, want);
@@ -1041,11 +1221,15 @@ mod tests {
                 back.body.lacks_policies(),
                 matches!(a.body, QueryBody::Describe(Some(_)))
             );
-            // Only a description's bytes differ between the formats.
+            assert_eq!(
+                back.body.lacks_entries(),
+                matches!(a.body, QueryBody::List(_))
+            );
+            // Only a description's and a list's bytes differ between the formats.
             let new = a.encode().unwrap();
             assert_eq!(
                 new[1..] == old[1..],
-                !matches!(a.body, QueryBody::Describe(Some(_)))
+                !matches!(a.body, QueryBody::Describe(Some(_)) | QueryBody::List(_))
             );
             for cut in [0, 1, old.len() / 2, old.len() - 1] {
                 assert!(QueryAnswer::decode(&old[..cut]).is_err(), "cut {cut}");
@@ -1054,7 +1238,7 @@ mod tests {
             long.push(0);
             assert_eq!(QueryAnswer::decode(&long), Err(QueryError::Trailing(1)));
         }
-        for v in [0u8, 1, 2, 5, 255] {
+        for v in [0u8, 1, 2, 6, 255] {
             let mut other = QueryAnswer {
                 replica: 0,
                 at_height: 1,
@@ -1092,6 +1276,313 @@ mod tests {
         assert!(to_common_format(mixed.iter_mut()));
         assert!(mixed.iter().all(|a| *a == old), "{mixed:?}");
         assert_eq!(mixed[0].body.encode().unwrap(), old.body.encode().unwrap());
+    }
+
+    /// Table entries: components 7 (the book's) and 9, three and two entries.
+    fn entries() -> TableEntries {
+        use crate::pages::PageRange;
+        use crate::{CronEntry, CronTable, CronTableRegistry, Periodic};
+        let mut r: CronTableRegistry<()> = CronTableRegistry::new();
+        for (c, first, n) in [(7u32, 0u32, 3u32), (9, 8, 2)] {
+            let mut t = CronTable::with_persistence(c, PageRange::new(first, 8).unwrap(), 8);
+            for p in 0..n {
+                let every = Periodic::every_ms(1_000 * i64::from(p + 1))
+                    .unwrap()
+                    .starting_at(0);
+                t.add(CronEntry::periodic(p * 10, every, |_| {})).unwrap();
+            }
+            r.register(t).unwrap();
+        }
+        let fires = std::collections::BTreeMap::from([((9, 10), 3)]);
+        table_entries(&r, &fires, None)
+    }
+
+    #[test]
+    fn lists_carry_the_table_entries_after_the_schedules() {
+        let (b, _) = book();
+        let e = entries();
+        let l = |f: ScheduleFilter| list_all(Some(&b), Some(&e), &f);
+        let counts = |l: &ScheduleList| {
+            let p = l.entries.as_ref().unwrap();
+            (l.items.len(), p.items.len(), p.matched)
+        };
+        let all = l(ScheduleFilter::default());
+        assert_eq!(counts(&all), (10, 5, 5));
+        let names: Vec<(u32, u32)> = all
+            .entries
+            .as_ref()
+            .unwrap()
+            .items
+            .iter()
+            .map(|e| (e.component, e.position))
+            .collect();
+        assert_eq!(names, [(7, 0), (7, 10), (7, 20), (9, 0), (9, 10)]);
+        assert_eq!(all.entries.as_ref().unwrap().items[4].fired, 3);
+        let f = |f: ScheduleFilter| counts(&l(f));
+        // Entries have no owner, handler or topic: a filter naming one leaves them out.
+        let owner = Some(Principal::Client(crate::authz::ClientId::from_index(1)));
+        assert_eq!(
+            f(ScheduleFilter {
+                owner,
+                ..Default::default()
+            }),
+            (5, 0, 0)
+        );
+        assert_eq!(
+            f(ScheduleFilter {
+                handler: Some("a".into()),
+                ..Default::default()
+            }),
+            (6, 0, 0)
+        );
+        assert_eq!(
+            f(ScheduleFilter {
+                topic: Some("billing".into()),
+                ..Default::default()
+            }),
+            (4, 0, 0)
+        );
+        // Never paused nor parked.
+        assert_eq!(
+            f(ScheduleFilter {
+                paused: Some(true),
+                ..Default::default()
+            }),
+            (1, 0, 0)
+        );
+        assert_eq!(
+            f(ScheduleFilter {
+                paused: Some(false),
+                ..Default::default()
+            }),
+            (9, 5, 5)
+        );
+        assert_eq!(
+            f(ScheduleFilter {
+                parked: Some(false),
+                ..Default::default()
+            }),
+            (10, 5, 5)
+        );
+        // The component: the book's, or another table's.
+        assert_eq!(
+            f(ScheduleFilter {
+                component: Some(7),
+                ..Default::default()
+            }),
+            (10, 3, 3)
+        );
+        assert_eq!(
+            f(ScheduleFilter {
+                component: Some(9),
+                ..Default::default()
+            }),
+            (0, 2, 2)
+        );
+        // One kind.
+        assert_eq!(
+            f(ScheduleFilter {
+                kind: Some(ListKind::Book),
+                ..Default::default()
+            }),
+            (10, 0, 0)
+        );
+        assert_eq!(
+            f(ScheduleFilter {
+                kind: Some(ListKind::Entry),
+                ..Default::default()
+            }),
+            (0, 5, 5)
+        );
+        // A page full of schedules lists no entry but counts them; the entries' cursor.
+        let p = l(ScheduleFilter {
+            limit: 4,
+            ..Default::default()
+        });
+        assert_eq!(
+            (counts(&p), p.next_after, p.entries.as_ref().unwrap().next),
+            ((4, 0, 5), Some(4), None)
+        );
+        let p = l(ScheduleFilter {
+            after: 8,
+            limit: 4,
+            ..Default::default()
+        });
+        let cursor = EntryCursor {
+            component: 7,
+            position: 20,
+        };
+        assert_eq!(
+            (counts(&p), p.next_after, p.entries.as_ref().unwrap().next),
+            ((2, 2, 5), None, Some(cursor))
+        );
+        let p = l(ScheduleFilter {
+            entries_from: Some(cursor),
+            limit: 4,
+            ..Default::default()
+        });
+        assert_eq!(
+            (counts(&p), p.matched, p.entries.as_ref().unwrap().next),
+            ((0, 3, 3), 0, None)
+        );
+        // A ledger without a book lists its entries (component 0); one without tables an
+        // empty page.
+        let nb = list_all(None, Some(&e), &ScheduleFilter::default());
+        assert_eq!((nb.component, counts(&nb)), (0, (0, 5, 5)));
+        assert_eq!(counts(&list(&b, &ScheduleFilter::default())), (10, 0, 0));
+    }
+
+    /// Follows a list's cursors from the first page to the last: every schedule id and
+    /// entry listed, and the pages' sizes.
+    fn page_through(
+        b: &Scheduler,
+        e: &TableEntries,
+        filter: &ScheduleFilter,
+    ) -> (Vec<u64>, Vec<(u32, u32)>, Vec<usize>) {
+        let (mut ids, mut names, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut f = filter.clone();
+        for _ in 0..100 {
+            let l = list_all(Some(b), Some(e), &f);
+            let page = l.entries.unwrap();
+            ids.extend(l.items.iter().map(|s| s.id));
+            names.extend(page.items.iter().map(|e| (e.component, e.position)));
+            sizes.push(l.items.len() + page.items.len());
+            if let Some(a) = l.next_after {
+                f.after = a;
+            } else if let Some(c) = page.next {
+                f.entries_from = Some(c);
+            } else {
+                break;
+            }
+        }
+        (ids, names, sizes)
+    }
+
+    #[test]
+    fn paging_lists_every_schedule_then_every_entry_once() {
+        let (b, _) = book();
+        let e = entries();
+        let all_names: Vec<(u32, u32)> = e
+            .summaries()
+            .iter()
+            .map(|s| (s.component, s.position))
+            .collect();
+        let all_ids: Vec<u64> = b.ids().collect();
+        for limit in 1..=16 {
+            let (ids, names, sizes) = page_through(
+                &b,
+                &e,
+                &ScheduleFilter {
+                    limit,
+                    ..Default::default()
+                },
+            );
+            assert_eq!(ids, all_ids, "limit {limit}");
+            assert_eq!(names, all_names, "limit {limit}");
+            assert!(
+                sizes.iter().all(|&n| n <= limit && n > 0),
+                "limit {limit}: {sizes:?}"
+            );
+            let f = ScheduleFilter {
+                limit,
+                component: Some(9),
+                ..Default::default()
+            };
+            assert_eq!(page_through(&b, &e, &f).1, [(9, 0), (9, 10)]);
+        }
+    }
+
+    #[test]
+    fn format5_answers_carry_entries_and_format4_answers_decode_without() {
+        let (b, _) = book();
+        let e = entries();
+        let list5 = list_all(Some(&b), Some(&e), &ScheduleFilter::default());
+        let detail = describe_entry(&e, 9, 10, 3).unwrap();
+        assert_eq!(detail.upcoming.len(), 3);
+        let bodies = [
+            QueryBody::List(list5.clone()),
+            QueryBody::Entry(Some(Box::new(detail))),
+            QueryBody::Entry(None),
+        ];
+        for body in bodies {
+            let a = QueryAnswer {
+                replica: 1,
+                at_height: 3,
+                body,
+            };
+            let bytes = a.encode().unwrap();
+            assert_eq!(bytes[0], 5);
+            assert_eq!(QueryAnswer::decode(&bytes).unwrap(), a);
+            for cut in [1, bytes.len() / 2, bytes.len() - 1] {
+                assert!(QueryAnswer::decode(&bytes[..cut]).is_err(), "cut {cut}");
+            }
+            // Formats 4 and 3 have no entry descriptions; their lists no entries.
+            match &a.body {
+                QueryBody::Entry(_) => {
+                    assert!(a.encode_format4().is_err());
+                    assert!(a.encode_format3().is_err());
+                }
+                _ => {
+                    let old = a.encode_format4().unwrap();
+                    assert_eq!(old[0], 4);
+                    let back = QueryAnswer::decode(&old).unwrap();
+                    assert!(back.body.lacks_entries());
+                    assert_eq!(back.body, a.body.clone().without_entries());
+                }
+            }
+        }
+        // Over-bound entries are refused on decode.
+        let mut l = list5;
+        let page = l.entries.as_mut().unwrap();
+        let one = page.items[0].clone();
+        page.items = vec![one; MAX_LIST_LIMIT - 9];
+        let a = QueryAnswer {
+            replica: 0,
+            at_height: 1,
+            body: QueryBody::List(l),
+        };
+        assert!(matches!(
+            QueryAnswer::decode(&a.encode().unwrap()),
+            Err(QueryError::OverBound {
+                what: "list items and entries",
+                ..
+            })
+        ));
+    }
+
+    /// A format-5 list and a format-4 one from honest nodes at one height meet at format 4:
+    /// the schedules of a page are the same in both formats, whatever the page size.
+    #[test]
+    fn mixed_list_formats_meet_at_format4() {
+        let (b, _) = book();
+        let e = entries();
+        for limit in [0, 3, 10, 12] {
+            let f = ScheduleFilter {
+                limit,
+                ..Default::default()
+            };
+            let new = QueryAnswer {
+                replica: 0,
+                at_height: 2,
+                body: QueryBody::List(list_all(Some(&b), Some(&e), &f)),
+            };
+            // What a format-4 node (which lists no entries) answers.
+            let old4 = QueryAnswer::decode(
+                &QueryAnswer {
+                    body: QueryBody::List(list(&b, &f)),
+                    ..new.clone()
+                }
+                .encode_format4()
+                .unwrap(),
+            )
+            .unwrap();
+            let mut mixed = [new.clone(), old4.clone(), new.clone()];
+            assert!(to_common_format(mixed.iter_mut()));
+            assert!(mixed.iter().all(|a| *a == old4), "limit {limit}: {mixed:?}");
+            let mut only_new = [new.clone(), new.clone()];
+            assert!(!to_common_format(only_new.iter_mut()));
+            assert!(only_new.iter().all(|a| *a == new));
+        }
     }
 
     proptest::proptest! {

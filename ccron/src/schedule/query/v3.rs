@@ -4,9 +4,10 @@
 //! [`super::ScheduleDetail::policies`] is `None` ("not reported"). Never encoded by this build
 //! outside tests.
 
+use super::v4::{BodyV4, ListV4};
 use super::{
     BookState, Bounds, DeadRun, ManualRuns, NewSchedule, OutboxState, PendingRetry, QueryBody,
-    RunEntry, RunPolicy, ScheduleCounters, ScheduleDetail, ScheduleList, Upcoming,
+    QueryError, RunEntry, RunPolicy, ScheduleCounters, ScheduleDetail, Upcoming,
 };
 
 /// Version byte of format 3.
@@ -27,11 +28,11 @@ pub(super) struct DetailV3 {
     pub(super) bounds: Bounds,
 }
 
-/// A format-3 body: [`QueryBody`] with [`DetailV3`] descriptions (the other bodies did not
-/// change).
+/// A format-3 body: format 4's ([`BodyV4`]) with [`DetailV3`] descriptions (the other bodies
+/// did not change).
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub(super) enum BodyV3 {
-    List(ScheduleList),
+    List(ListV4),
     Describe(Option<Box<DetailV3>>),
     Book(BookState),
     Outbox(Option<OutboxState>),
@@ -85,7 +86,7 @@ impl From<ScheduleDetail> for DetailV3 {
 impl From<BodyV3> for QueryBody {
     fn from(b: BodyV3) -> Self {
         match b {
-            BodyV3::List(l) => QueryBody::List(l),
+            BodyV3::List(l) => QueryBody::List(l.into()),
             BodyV3::Describe(d) => QueryBody::Describe(d.map(|d| Box::new((*d).into()))),
             BodyV3::Book(s) => QueryBody::Book(s),
             BodyV3::Outbox(o) => QueryBody::Outbox(o),
@@ -93,13 +94,15 @@ impl From<BodyV3> for QueryBody {
     }
 }
 
-impl From<QueryBody> for BodyV3 {
-    fn from(b: QueryBody) -> Self {
-        match b {
-            QueryBody::List(l) => BodyV3::List(l),
-            QueryBody::Describe(d) => BodyV3::Describe(d.map(|d| Box::new((*d).into()))),
-            QueryBody::Book(s) => BodyV3::Book(s),
-            QueryBody::Outbox(o) => BodyV3::Outbox(o),
-        }
+impl TryFrom<QueryBody> for BodyV3 {
+    type Error = QueryError;
+
+    fn try_from(b: QueryBody) -> Result<Self, QueryError> {
+        Ok(match BodyV4::try_from(b)? {
+            BodyV4::List(l) => BodyV3::List(l),
+            BodyV4::Describe(d) => BodyV3::Describe(d.map(|d| Box::new((*d).into()))),
+            BodyV4::Book(s) => BodyV3::Book(s),
+            BodyV4::Outbox(o) => BodyV3::Outbox(o),
+        })
     }
 }
