@@ -466,6 +466,10 @@ impl Application for ScheduledLedger {
     fn schedule_book(&self) -> Option<&ccron::schedule::Scheduler> {
         self.inner.schedule_book()
     }
+
+    fn table_entries(&self) -> Option<ccron::schedule::query::TableEntries> {
+        self.inner.table_entries()
+    }
 }
 
 #[cfg(test)]
