@@ -8,7 +8,7 @@
 //!
 //! 1. the height must be the next one or at most [`PartLimits::max_heights_ahead`] above it
 //!    (a part up to [`PartLimits::max_far_heights_ahead`] above it is *parked* unverified,
-//!    bounded per peer and in all, and admitted again from step 2 when the node's height
+//!    bounded in count and bytes per peer and in all, and admitted again from step 2 when the node's height
 //!    comes within reach: a node that follows the chain by value sync a few heights behind
 //!    the tip still has the next heights' values when sync brings it there, and decides them
 //!    with the others instead of following by sync for ever);
@@ -72,6 +72,9 @@ pub struct PartLimits {
     pub max_far_per_peer: usize,
     /// Bytes of parked parts held at once.
     pub max_far_bytes: usize,
+    /// Bytes of parked parts one delivering peer may hold (parked parts are not checked for
+    /// size yet: without it one peer's few oversized parts would take everyone's room).
+    pub max_far_bytes_per_peer: usize,
 }
 
 impl Default for PartLimits {
@@ -87,6 +90,7 @@ impl Default for PartLimits {
             max_far_parts: 64,
             max_far_per_peer: 16,
             max_far_bytes: 8 * 1024 * 1024,
+            max_far_bytes_per_peer: 2 * 1024 * 1024,
         }
     }
 }
@@ -347,9 +351,16 @@ impl<P: BookPart> ProposalBook<P> {
         {
             return Err(self.refuse(from, PartRefusal::Duplicate, false));
         }
-        let of_peer = self.far.iter().filter(|(f, _)| f == from).count();
+        let (of_peer, peer_bytes) = self
+            .far
+            .iter()
+            .filter(|(f, _)| f == from)
+            .fold((0usize, 0usize), |(n, b), (_, p)| {
+                (n + 1, b.saturating_add(p.size()))
+            });
         if self.far.len() >= self.limits.max_far_parts
             || of_peer >= self.limits.max_far_per_peer
+            || peer_bytes.saturating_add(part.size()) > self.limits.max_far_bytes_per_peer
             || self.far_bytes.saturating_add(part.size()) > self.limits.max_far_bytes
         {
             return Err(self.refuse(from, PartRefusal::FarFull, false));
@@ -853,6 +864,20 @@ mod tests {
         }
         assert_eq!(book.parked(), (2, 2_000));
         assert_eq!(book.counters().parked, 2);
+        // One peer's share of the bytes: its parts stop at it, another peer still parks.
+        let share = PartLimits {
+            max_far_bytes_per_peer: 2_500,
+            ..PartLimits::default()
+        };
+        let mut book = ProposalBook::new(share, 1);
+        for r in 0..5u32 {
+            let _ = book.admit(b"big", &p(5, r, 1), true, || true);
+        }
+        assert_eq!(book.parked(), (2, 2_000));
+        assert_eq!(
+            book.admit(b"other", &p(5, 0, 2), true, || true),
+            Ok(Admitted::Parked)
+        );
     }
 
     #[test]
