@@ -558,7 +558,7 @@ async fn handle<A: Application>(
             value_bytes,
             reply,
         } => {
-            let _ = reply.send(node.synced(height, round, proposer, &value_bytes));
+            let _ = reply.send(node.synced(height, round, proposer, &value_bytes)?);
         }
     }
     Ok(())

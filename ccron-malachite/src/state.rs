@@ -12,7 +12,7 @@ use ccron::host::Application;
 use ccron_node::catchup::running;
 use ccron_node::catchup::serve::OfferSlot;
 use ccron_node::proposals::{Admitted, BookPart, PartLimits, ProposalBook, Verdict};
-use ccron_node::store::PartLog;
+use ccron_node::store::{PartLog, SYNCED_LOG, SyncedBlock};
 use ccron_node::{Factory, NodeCore, NodeError, NodeOptions};
 use malachitebft_app_channel::app::engine::host::{HeightParams, SyncedValueOutcome};
 use malachitebft_app_channel::app::types::core::{
@@ -67,6 +67,10 @@ pub struct State<A> {
     /// proposal and own part.
     guard: SharedGuard,
     parts: PartLog<ProposalPart>,
+    /// The blocks value sync handed this node, not yet decided: durable before the engine
+    /// hears the verdict (`ccron_node::store::SyncedBlock`), so a decision the engine's WAL
+    /// replays after a crash finds its block.
+    synced: PartLog<SyncedBlock>,
     /// The parts this node proposed, by (height, round): never two blocks for one round.
     my_parts: BTreeMap<(u64, u32), ProposalPart>,
     /// Every part held for undecided heights (own and others'), with the flood limits.
@@ -119,8 +123,9 @@ pub enum Restream {
 }
 
 impl<A: Application> State<A> {
-    /// Opens the node (`NodeCore::open`) and its part log: the undecided blocks it had seen or
-    /// proposed are remembered again (the engine's WAL replays them).
+    /// Opens the node (`NodeCore::open`), its part log and its synced-value log: the undecided
+    /// blocks it had seen, proposed or taken by value sync are remembered again (the engine's
+    /// WAL replays them).
     ///
     /// # Errors
     /// The node's.
@@ -142,6 +147,9 @@ impl<A: Application> State<A> {
         // A node that ran before (its engine WAL exists) must still have its part log: without
         // it a restarted proposer could sign a second block for a round it proposed in.
         let parts = PartLog::<ProposalPart>::open_expecting(&dir.join("parts.log"), wal_present)?;
+        // Absent in a home from before it existed: created empty (no synced value was ever
+        // kept then).
+        let synced = PartLog::<SyncedBlock>::open(&dir.join(SYNCED_LOG))?;
         guard.check_start(core.last_height() + 1)?;
         core.status_mut().signing = guard.counters().clone();
         let guard = SharedGuard::new(guard);
@@ -162,6 +170,11 @@ impl<A: Application> State<A> {
                     // Persisted only once judged valid or refused on the local clock only.
                     book.keep(b"", p.clone(), Verdict::Valid);
                 }
+            }
+        }
+        for s in synced.parts() {
+            if s.block.height > last {
+                core.remember(s.block.clone());
             }
         }
         let snapshots = ccron_node::snapshot::Snapshots::open(&dir.join("snapshots"))?;
@@ -187,6 +200,7 @@ impl<A: Application> State<A> {
             signer,
             guard,
             parts,
+            synced,
             my_parts,
             book,
             refused: Arc::default(),
@@ -694,6 +708,7 @@ impl<A: Application> State<A> {
         self.admit_released();
         self.my_parts.retain(|(h, _), _| *h > height);
         self.parts.prune(height)?;
+        self.synced.prune(height)?;
         let core = &self.core;
         self.offers.after_decide(
             &self.snapshots,
@@ -778,29 +793,43 @@ impl<A: Application> State<A> {
         out
     }
 
-    /// A value the engine's sync fetched for `height`, to remember until it is decided.
+    /// A value the engine's sync fetched for `height`: appended to the synced-value log and
+    /// fsync'ed (unless this node already holds the block), then remembered until it is
+    /// decided, and only then the verdict. Bytes that do not decode to a block of `height` are
+    /// the peer's fault; a block this node cannot keep (its undecided blocks at their bound) is
+    /// a local, transient refusal (counted, `undecided_refused`): the engine asks again.
+    ///
+    /// # Errors
+    /// The synced-value log failing (the node stops: a verdict on a block it could lose at a
+    /// crash would leave a decision its WAL replays with no block).
     pub fn synced(
         &mut self,
         height: Height,
         round: Round,
         proposer: Address,
         value_bytes: &[u8],
-    ) -> SyncedValueOutcome<Ctx> {
-        match Block::decode(value_bytes) {
-            Some(block) if block.height == height.0 => {
-                self.core.remember(block.clone());
-                self.core.note_synced(height.0);
-                SyncedValueOutcome::Verdict(ProposedValue {
-                    height,
-                    round,
-                    valid_round: Round::Nil,
-                    proposer,
-                    value: Value(block),
-                    validity: Validity::Valid,
-                })
+    ) -> Result<SyncedValueOutcome<Ctx>, NodeError> {
+        let block = match Block::decode(value_bytes) {
+            Some(block) if block.height == height.0 => block,
+            _ => return Ok(SyncedValueOutcome::PeerFault),
+        };
+        if !self.core.knows(&block.id()) {
+            if !self.core.remember(block.clone()) {
+                return Ok(SyncedValueOutcome::LocalTransientError);
             }
-            _ => SyncedValueOutcome::PeerFault,
+            self.synced.append(&SyncedBlock {
+                block: block.clone(),
+            })?;
         }
+        self.core.note_synced(height.0);
+        Ok(SyncedValueOutcome::Verdict(ProposedValue {
+            height,
+            round,
+            valid_round: Round::Nil,
+            proposer,
+            value: Value(block),
+            validity: Validity::Valid,
+        }))
     }
 }
 

@@ -2,7 +2,8 @@
 //! a flood of signed parts across rounds and values (issue 23, defect 2), `RestreamProposal`
 //! for another proposer's value and for a re-proposal at a new round (defect 3), and a
 //! restarted proposer that must re-propose the very block it signed, or refuse to start
-//! (defect 4).
+//! (defect 4); a block taken by value sync that the engine decides after a crash (its WAL
+//! replays the decision) is still known at the restart.
 
 mod support;
 
@@ -310,5 +311,79 @@ fn a_restarted_proposer_never_signs_a_second_block_for_a_round() {
     std::fs::remove_file(&path).unwrap();
     let err = State::open(opts(&home, 0), &factory()).err().unwrap();
     assert!(err.to_string().contains("missing"), "{err}");
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+/// The defect found at the 2026-11-29 integration (`slow_netfaults` kill-all, node 1 stopped for
+/// ever): a block taken by value sync was only remembered in memory; the engine wrote the
+/// synced value's decision to its WAL, the process was killed before the block was stored, and
+/// every restart replayed the decision onto a block the node no longer knew (`decided value …
+/// is unknown to this node`). Now the synced block is durable before the verdict, read back at
+/// start, and dropped from the log once decided.
+#[test]
+fn a_synced_block_decided_after_a_crash_is_still_known_at_the_restart() {
+    use ccron_malachite::commit::MalachiteCommit;
+    use malachitebft_app_channel::app::engine::host::SyncedValueOutcome;
+    use malachitebft_core_types::CommitCertificate;
+
+    let home = home("synced");
+    let mut node = open(&home, 1);
+    let b = block(&node, 0);
+    let proposer = proposer_of(&node.vset, Height(1), Round::new(0)).address;
+    // Bytes of another height, and bytes that are no block: the peer's fault, nothing kept.
+    let mut other = b.clone();
+    other.height = 2;
+    for bad in [other.encode(), vec![1, 2, 3]] {
+        let out = node
+            .synced(Height(1), Round::new(0), proposer, &bad)
+            .unwrap();
+        assert!(matches!(out, SyncedValueOutcome::PeerFault), "{out:?}");
+    }
+    let out = node
+        .synced(Height(1), Round::new(0), proposer, &b.encode())
+        .unwrap();
+    let SyncedValueOutcome::Verdict(value) = out else {
+        panic!("no verdict: {out:?}");
+    };
+    assert_eq!(value.validity, Validity::Valid);
+    assert_eq!(value.value.0, b);
+    // The same value again (the engine re-requests): one record, not two.
+    node.synced(Height(1), Round::new(0), proposer, &b.encode())
+        .unwrap();
+    let dir = ccron_node::core::node_dir(&home, 1);
+    let log = |dir: &Path| {
+        ccron_node::store::PartLog::<ccron_node::store::SyncedBlock>::open(
+            &dir.join(ccron_node::store::SYNCED_LOG),
+        )
+        .unwrap()
+        .parts()
+        .to_vec()
+    };
+    // Killed before the decision reached the store; the engine's WAL exists and replays it.
+    drop(node);
+    std::fs::create_dir_all(dir.join("wal")).unwrap();
+    let mut node = open(&home, 1);
+    assert_eq!(node.core.last_height(), 0);
+    let commit = MalachiteCommit {
+        certificate: CommitCertificate {
+            height: Height(1),
+            round: Round::new(0),
+            value_id: b.id(),
+            commit_signatures: Vec::new(),
+        },
+        extensions: Vec::new(),
+    };
+    node.decided(commit.certificate, commit.extensions).unwrap();
+    assert_eq!(node.core.last_height(), 1);
+    assert_eq!(node.core.decided(1).unwrap().block, b);
+    drop(node);
+    // The value synced twice is one record.
+    assert_eq!(log(&dir).len(), 1);
+    // Decided: the log no longer brings it back (pruned in memory; the file is compacted when
+    // it grows), and a reopened node does not remember a decided height's block.
+    let node = open(&home, 1);
+    assert_eq!(node.core.last_height(), 1);
+    assert!(!node.core.knows(&b.id()));
+    drop(node);
     std::fs::remove_dir_all(&home).unwrap();
 }

@@ -27,6 +27,7 @@ mod parts;
 mod record;
 mod recover;
 mod repair;
+mod synced;
 
 pub use parts::{Part, PartLog};
 pub use record::{Damage, MAX_RECORD_BYTES, Scan, scan_record};
@@ -35,6 +36,7 @@ pub use recover::{
     note as note_recovery, recorded as recorded_recoveries, recover_at_start, refill_target,
 };
 pub use repair::{Cut, cut_record_file};
+pub use synced::{SYNCED_LOG, SyncedBlock};
 
 use record::{append_synced, encode_record, open_record_file, read_record_from, split_header};
 

@@ -1,12 +1,13 @@
 //! Recovery at start from a store file a node refused as corrupt ([`StoreError::Corrupt`]: a
-//! byte changed on disk in the middle of `blocks.log` or `parts.log`), without an operator.
+//! byte changed on disk in the middle of `blocks.log`, `parts.log` or `synced.log`), without an
+//! operator.
 //!
 //! What it does (the node's start, before anything else opens the store,
 //! [`recover_at_start`]): each record file is opened as the node would open it; on `Corrupt` at
 //! offset `O` the whole file is **kept** as `FILE.corrupt-O` (fsync'ed; a second damage gets
 //! `FILE.corrupt-O-1`, ...: never overwritten, never deleted), then the records before `O` (each
 //! already checked by the open that refused the file) are written to `FILE.recover` — for
-//! `parts.log` followed by the checked records after the damaged one (its parts need not be
+//! `parts.log` and `synced.log` followed by the checked records after the damaged one (its parts need not be
 //! contiguous; the newest, of the height in progress, are at the end) —, fsync'ed and renamed
 //! over `FILE`, the directory fsync'ed. A crash at any step leaves either the
 //! damaged file (refused and recovered again at the next start) or the cut one. Every recovery
@@ -82,8 +83,8 @@ pub fn enabled_from_env() -> bool {
     std::env::var(RECOVERY_ENV).map_or(true, |v| v != "off")
 }
 
-/// Recovers node directory `dir`'s `blocks.log` (records of commit type `C`) and `parts.log`
-/// (parts of type `P`) when the node would refuse them as corrupt (module docs). Returns what
+/// Recovers node directory `dir`'s `blocks.log` (records of commit type `C`), `parts.log`
+/// (parts of type `P`) and `synced.log` ([`super::SyncedBlock`]) when the node would refuse them as corrupt (module docs). Returns what
 /// this call recovered (empty: both files open as they are, or are absent).
 ///
 /// # Errors
@@ -104,6 +105,11 @@ pub fn recover_at_start<C: Commit, P: Part>(dir: &Path) -> Result<Vec<Quarantine
     let parts = dir.join("parts.log");
     out.extend(recover_file(dir, &parts, true, |p| {
         PartLog::<P>::open(p).map(|_| None)
+    })?);
+    // The synced-value log is salvaged like the part log (its records need not be contiguous).
+    let synced = dir.join(super::SYNCED_LOG);
+    out.extend(recover_file(dir, &synced, true, |p| {
+        PartLog::<super::SyncedBlock>::open(p).map(|_| None)
     })?);
     for q in &out {
         note(dir, q);
@@ -215,6 +221,9 @@ fn chains_to_end(bytes: &[u8], at: usize, budget: &mut usize) -> bool {
     let mut records = 0u32;
     loop {
         match scan_record(bytes, off) {
+            // Eight zero bytes read as a record of no payload (CRC-32 of nothing is 0): inside a
+            // damaged record's payload that is no record boundary (no record is empty).
+            Scan::Record([], _) => return false,
             Scan::Record(payload, next) => {
                 *budget = budget.saturating_sub(payload.len() + 8);
                 records += 1;
@@ -486,6 +495,41 @@ mod tests {
         let kept: Vec<u64> = log.parts().iter().map(|p| p.0).collect();
         assert_eq!(kept.len(), 18, "{kept:?}");
         assert!(kept.contains(&20), "{kept:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `synced.log` is salvaged as `parts.log` is: a flipped byte drops the damaged record
+    /// only, the whole file kept aside. The flip here lands in a record's length field, and
+    /// the damaged payload ends in eight zero bytes: the salvage once took them for an empty
+    /// record (CRC-32 of nothing is 0), kept them, and the next open cut the file a second
+    /// time (two recoveries for one flip).
+    #[test]
+    fn a_flipped_byte_in_synced_log_drops_only_the_damaged_record() {
+        use crate::store::{SYNCED_LOG, SyncedBlock};
+        let dir = scratch("synced");
+        let path = dir.join(SYNCED_LOG);
+        let mut log = PartLog::<SyncedBlock>::open(&path).unwrap();
+        for h in 1..=12 {
+            log.append(&SyncedBlock {
+                block: block(h, Hash32::default()),
+            })
+            .unwrap();
+        }
+        drop(log);
+        let len = std::fs::metadata(&path).unwrap().len() as usize;
+        let damaged = flip(&path, len / 2);
+        assert!(matches!(
+            PartLog::<SyncedBlock>::open(&path),
+            Err(StoreError::Corrupt { .. })
+        ));
+        let got = recover_at_start::<PlainCommit, TestPart>(&dir).unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].file, SYNCED_LOG);
+        assert_eq!(std::fs::read(dir.join(&got[0].kept_as)).unwrap(), damaged);
+        let log = PartLog::<SyncedBlock>::open(&path).unwrap();
+        let kept: Vec<u64> = log.parts().iter().map(|p| p.block.height).collect();
+        assert_eq!(kept.len(), 11, "{kept:?}");
+        assert!(kept.contains(&1) && kept.contains(&12), "{kept:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
