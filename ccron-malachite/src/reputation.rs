@@ -189,9 +189,9 @@ pub const RETRY_VOTE: Duration = Duration::from_millis(100);
 /// The timeouts of a retry height: round 0's propose, prevote and precommit timeouts are
 /// [`RETRY_PROPOSE`] and [`RETRY_VOTE`] (never above `normal`'s), and every round `r >= 1`
 /// waits exactly as long as `normal` at round 1 and at least as long as `normal` after
-/// (each delta is raised by what round 0 lost: `base' + delta' = base + delta`). The cap and
-/// the rebroadcast base are `normal`'s (the engine grows the rebroadcast wait by the sum of the
-/// deltas: at least as long as normally from round 1 on).
+/// (each delta is raised by what round 0 lost: `base' + delta' = base + delta`). The cap is
+/// `normal`'s; the rebroadcast wait is round 0's short length at round 0, `normal`'s at round 1
+/// and at least `normal`'s after ([`crate::round0::short_round0`]).
 pub fn retry_timeouts(normal: LinearTimeouts) -> LinearTimeouts {
     crate::round0::short_round0(normal, RETRY_PROPOSE, RETRY_VOTE, RETRY_VOTE)
 }

@@ -177,9 +177,14 @@ pub fn vote_timeout(propose: Duration, normal: Duration) -> Duration {
 /// `normal` with round 0's propose, prevote and precommit timeouts at most `propose`,
 /// `prevote` and `precommit`, and every round `r >= 1` waiting exactly as long as `normal`
 /// at round 1 and at least as long as `normal` after (each delta is raised by what round 0
-/// lost: `base' + delta' = base + delta`). The cap and the rebroadcast base are `normal`'s
-/// (the engine grows the rebroadcast wait by the sum of the deltas: at least as long as
-/// normally from round 1 on). With every short value at or above `normal`'s: `normal`.
+/// lost: `base' + delta' = base + delta`). The cap is `normal`'s. The rebroadcast base is
+/// lowered by what round 0 lost (no lower than the short round 0's length, no higher than
+/// `normal`'s): the engine grows the rebroadcast wait by the sum of the deltas, which round 0's
+/// loss raised, so round 1 rebroadcasts exactly when it normally does and every later round
+/// no earlier, and round 0 rebroadcasts after its own, short, length (a vote lost in a
+/// reconnect gap at round 1 is sent again after the normal wait, not the normal wait plus what
+/// round 0 saved: issue 23's net seeds, docs/malachite.md). With every short value at or above
+/// `normal`'s: `normal`.
 pub fn short_round0(
     normal: LinearTimeouts,
     propose: Duration,
@@ -193,6 +198,21 @@ pub fn short_round0(
     let (propose, propose_delta) = cut(normal.propose, normal.propose_delta, propose);
     let (prevote, prevote_delta) = cut(normal.prevote, normal.prevote_delta, prevote);
     let (precommit, precommit_delta) = cut(normal.precommit, normal.precommit_delta, precommit);
+    let lost = [
+        (normal.propose, propose),
+        (normal.prevote, prevote),
+        (normal.precommit, precommit),
+    ]
+    .iter()
+    .fold(Duration::ZERO, |acc, (n, s)| {
+        acc.saturating_add(n.saturating_sub(*s))
+    });
+    let round0 = propose.saturating_add(prevote).saturating_add(precommit);
+    let rebroadcast = normal
+        .rebroadcast
+        .saturating_sub(lost)
+        .max(round0)
+        .min(normal.rebroadcast);
     LinearTimeouts {
         propose,
         propose_delta,
@@ -200,6 +220,7 @@ pub fn short_round0(
         prevote_delta,
         precommit,
         precommit_delta,
+        rebroadcast,
         ..normal
     }
 }
@@ -318,6 +339,16 @@ mod tests {
             t.precommit + t.precommit_delta,
             n.precommit + n.precommit_delta
         );
+        // Rebroadcast: after round 0's short length at round 0, as normally at round 1 (it was
+        // 2 s + what round 0 saved, 4.35 s at a retry height: net seed 186's stalled round 1).
+        let rebroadcast = |t: &LinearTimeouts, r: u32| {
+            t.duration_for(malachitebft_core_types::Timeout::rebroadcast(
+                malachitebft_core_types::Round::new(r),
+            ))
+        };
+        assert_eq!(rebroadcast(&t, 0), FLOOR + VOTE_FLOOR + VOTE_FLOOR);
+        assert_eq!(rebroadcast(&t, 1), rebroadcast(&n, 1));
+        assert!(rebroadcast(&t, 2) >= rebroadcast(&n, 2));
         // Slower arrivals: 2 * 300 + 50.
         let mut b = Arrivals::default();
         for i in 0..3 {
