@@ -130,6 +130,7 @@ fn malachite_side(duration: Duration) -> Side {
             pages: ccron_node::ledger::DEFAULT_PAGES,
             setup_digest: None,
             has_outbox: false,
+            has_book: false,
         },
         load: None,
         engine: ccron_malachite::ENGINE.into(),

@@ -300,6 +300,7 @@ pub async fn run_node<A: Application>(
         ));
     // A `slow-http` Byzantine node answers late and drips; every other node unchanged.
     let routes = ccron_node::slow_http::layer(routes, opts.byzantine);
+    let routes = ccron_node::lie_reads::layer(routes, opts.byzantine);
     let bound = ccron_node::api::serve_router(http, routes, ccron_node::api::server_config())
         .await
         .map_err(|e| NodeError::Config(format!("HTTP listen on {http}: {e}")))?;

@@ -280,6 +280,43 @@ fn orders_placed_through_the_endpoint_expire_on_every_node() {
         believed > 0 && believed <= r.nodes.iter().map(|n| n.fires).max().unwrap_or(0),
         "outbox records believed by quorum: {believed}, fires per node from {least_fires}: {r:?}"
     );
+    // An operator's reader (the `ccron` CLI's) believed the schedule list, and no honest node
+    // answered it otherwise at the believed height.
+    let reads = r.schedule_reads.expect("the orders ledger has a book");
+    assert!(reads.believed > 0, "{reads:?}");
+    assert!(reads.differed.iter().all(|&d| d == 0), "{reads:?}");
+}
+
+/// Issue 27's check on real processes: node 3 lies in every schedule read answer (`lie-reads`:
+/// well formed, at its true height, a doctored body); an operator's reader that believes f+1
+/// identical answers (`ccron_http::ScheduleReader`, as the `ccron` CLI reads) still believes the
+/// honest nodes' list, never the liar's.
+#[test]
+fn byzantine_lying_read_endpoint_is_outvoted() {
+    let (ok, r, _, _) = localnet_with(
+        &[
+            "--duration",
+            "18s",
+            "--no-kill",
+            "--byzantine",
+            "lie-reads@3",
+        ],
+        "orders",
+        "lie-reads",
+    );
+    assert!(ok, "localnet failed: {r:?}");
+    assert!(r.honest_agree, "{r:?}");
+    let reads = r.schedule_reads.expect("the orders ledger has a book");
+    println!("lie-reads: {reads:?}");
+    assert!(reads.believed * 2 > reads.reads, "{reads:?}");
+    // The liar's answer was never the believed one, and it was seen answering otherwise at
+    // the believed height; every honest node's answer was believed at least once.
+    assert_eq!(reads.agreed[3], 0, "{reads:?}");
+    assert!(reads.differed[3] > 0, "{reads:?}");
+    for i in 0..3 {
+        assert!(reads.agreed[i] > 0, "node {i}: {reads:?}");
+        assert_eq!(reads.differed[i], 0, "node {i}: {reads:?}");
+    }
 }
 
 #[test]

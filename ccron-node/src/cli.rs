@@ -334,6 +334,7 @@ impl<A: Application> NodeBinary<A> {
             pages,
             setup_digest: app.setup_digest().map(|d| hex(&d)),
             has_outbox: app.outbox().is_some(),
+            has_book: app.schedule_book().is_some(),
         })
     }
 

@@ -59,6 +59,12 @@ pub enum ByzantineKind {
     /// [`crate::slow_http::DRIP_INTERVAL`] (the ticks other validators forward to it, catch-up
     /// and read requests); otherwise honest.
     SlowHttp,
+    /// Its schedule read endpoints lie ([`crate::lie_reads`]): each answer is well formed, at
+    /// its true height, with a doctored body (a list hides its last schedule and claims more
+    /// matches, a description or a table entry is denied); otherwise honest. A reader
+    /// believing f+1 identical answers (`ccron_http::ScheduleReader`, the `ccron` CLI)
+    /// outvotes it.
+    LieReads,
 }
 
 /// The encoded size an `oversized` validator pads its blocks to: twice the block bound, half
@@ -67,7 +73,7 @@ pub const OVERSIZED_BLOCK_BYTES: usize = 2 * crate::ledger::MAX_BLOCK_BYTES;
 
 impl ByzantineKind {
     /// Every kind, in order.
-    pub const ALL: [ByzantineKind; 9] = [
+    pub const ALL: [ByzantineKind; 10] = [
         ByzantineKind::Equivocate,
         ByzantineKind::Flood,
         ByzantineKind::Withhold,
@@ -77,6 +83,7 @@ impl ByzantineKind {
         ByzantineKind::ForgeSamples,
         ByzantineKind::Oversized,
         ByzantineKind::SlowHttp,
+        ByzantineKind::LieReads,
     ];
 
     /// Its name on the command line.
@@ -91,6 +98,7 @@ impl ByzantineKind {
             ByzantineKind::ForgeSamples => "forge-samples",
             ByzantineKind::Oversized => "oversized",
             ByzantineKind::SlowHttp => "slow-http",
+            ByzantineKind::LieReads => "lie-reads",
         }
     }
 }

@@ -43,6 +43,7 @@ pub mod faults;
 pub mod forward;
 pub mod hostile;
 pub mod ledger;
+pub mod lie_reads;
 pub mod load;
 pub mod localnet;
 pub mod mempool;

@@ -126,6 +126,7 @@ pub fn demo_home(prefix: &str, name: &str, n: usize, seed: u64) -> PathBuf {
         pages: ccron_node::ledger::DEFAULT_PAGES,
         setup_digest: None,
         has_outbox: false,
+        has_book: false,
     };
     ccron_node::localnet::init_home(&dir, n, seed, &init).unwrap();
     dir

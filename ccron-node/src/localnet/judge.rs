@@ -1,6 +1,6 @@
 //! Judging a localnet from what its nodes wrote: blocks, digests, agreed times, fires and
 //! status; liveness, disk and memory, refusals by reason, block comparisons across a kill of
-//! every node, the outbox read by quorum.
+//! every node, the outbox and the schedule list read by quorum.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +13,109 @@ use crate::records::NodeStatus;
 use crate::types::hex;
 
 use super::{KillAllReport, MAX_REPORTED_PAYLOADS};
+
+/// What an operator's reader saw of the schedule list at the end of a run: each read asks every
+/// node (`ccron_http::ScheduleReader`, as the `ccron` CLI does) and believes an answer only
+/// when f+1 nodes returned it identically at one height.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ScheduleReads {
+    /// Reads made.
+    pub reads: u32,
+    /// Reads that believed an answer.
+    pub believed: u32,
+    /// Why the other reads believed nothing (the reader's typed error, as text).
+    pub errors: Vec<String>,
+    /// Per node: reads in which its answer was the believed one.
+    pub agreed: Vec<u32>,
+    /// Per node: reads in which it answered at the believed height with another answer (a
+    /// node that lies; an honest node a height apart answers at another height).
+    pub differed: Vec<u32>,
+    /// The last believed answer's height.
+    pub last_height: Option<u64>,
+    /// How many schedules the last believed list says match (all pages).
+    pub last_matched: Option<u64>,
+}
+
+/// Reads the schedule list `reads` times, `pause` apart, from every node's read endpoint with
+/// quorum f+1 ([`ScheduleReads`]).
+///
+/// # Errors
+/// No tokio runtime.
+pub(super) fn quorum_read_schedules(
+    home: &Path,
+    n: usize,
+    reads: u32,
+    pause: Duration,
+) -> Result<ScheduleReads, String> {
+    let endpoints: Vec<String> = (0..n)
+        .map(|i| {
+            std::fs::read_to_string(crate::core::http_addr_path(home, i))
+                .map(|a| format!("http://{}", a.trim()))
+                .unwrap_or_else(|_| format!("http://node-{i}.unknown:1"))
+        })
+        .collect();
+    let quorum = ccron_http::ScheduleReadConfig::quorum_of(n);
+    let mut cfg = ccron_http::ScheduleReadConfig::new(endpoints.clone(), quorum);
+    cfg.attempts = 3;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    rt.block_on(async move {
+        let reader = ccron_http::ScheduleReader::new(cfg).map_err(|e| e.to_string())?;
+        let index = |e: &str| endpoints.iter().position(|x| x == e);
+        let mut out = ScheduleReads {
+            agreed: vec![0; n],
+            differed: vec![0; n],
+            ..ScheduleReads::default()
+        };
+        let query =
+            ccron_http::ScheduleQuery::List(ccron::schedule::query::ScheduleFilter::default());
+        for k in 0..reads {
+            if k > 0 {
+                tokio::time::sleep(pause).await;
+            }
+            out.reads += 1;
+            let b = match reader.read(&query).await {
+                Ok(b) => b,
+                Err(e) => {
+                    out.errors.push(e.to_string());
+                    continue;
+                }
+            };
+            out.believed += 1;
+            out.last_height = Some(b.at_height);
+            if let ccron::schedule::query::QueryBody::List(l) = &b.body {
+                out.last_matched = Some(l.matched);
+            }
+            for e in &b.agreeing {
+                if let Some(i) = index(e) {
+                    out.agreed[i] += 1;
+                }
+            }
+            let believed_digest = b.answers.iter().find_map(|a| match a {
+                ccron_http::schedule_read::NodeAnswer::Answered {
+                    endpoint, digest, ..
+                } if b.agreeing.contains(endpoint) => Some(digest.clone()),
+                _ => None,
+            });
+            for a in &b.answers {
+                if let ccron_http::schedule_read::NodeAnswer::Answered {
+                    endpoint,
+                    at_height,
+                    digest,
+                } = a
+                    && *at_height == b.at_height
+                    && Some(digest) != believed_digest.as_ref()
+                    && let Some(i) = index(endpoint)
+                {
+                    out.differed[i] += 1;
+                }
+            }
+        }
+        Ok(out)
+    })
+}
 
 /// Reads the outbox from every node's read endpoint with quorum f+1 (n = 3f+1 or more) and
 /// returns how many records f+1 nodes returned identically, or why none could be read.

@@ -34,7 +34,8 @@ pub use measure::{
 pub const SUBSET_STALL_BOUND_MS: i64 = 8_000;
 use faults::{apply_fault, fault_name};
 pub use judge::{
-    CLOCK_AHEAD_BOUND_MS, KILL_ALL_RESUME_BOUND, liveness, peak_rss_kb, read_block_ids, refusals,
+    CLOCK_AHEAD_BOUND_MS, KILL_ALL_RESUME_BOUND, ScheduleReads, liveness, peak_rss_kb,
+    read_block_ids, refusals,
 };
 use judge::{
     ResumeWatch, compare_blocks, disagreeing_heights, disk_usage, millis, newest_snapshot,
@@ -60,6 +61,9 @@ pub struct LedgerInit {
     pub setup_digest: Option<String>,
     /// Whether the ledger keeps an outbox (the localnet then reads it back by quorum).
     pub has_outbox: bool,
+    /// Whether the ledger keeps a schedule book (the localnet then reads its schedule list by
+    /// quorum, as an operator's `ccron` CLI does).
+    pub has_book: bool,
 }
 
 /// A deterministic secret for localnet node `index` (from a seed): reproducible test networks.
@@ -512,6 +516,11 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let results = load.map(|l| crate::load::read_results(&home, n, opts.seed, l.orders));
     // The consumer's view: read the committed outbox over HTTP while the nodes still run.
     let outbox_quorum_records = opts.ledger.has_outbox.then(|| quorum_read_outbox(&home, n));
+    // The operator's view: the schedule list read by quorum, ten times 200 ms apart.
+    let schedule_reads = opts
+        .ledger
+        .has_book
+        .then(|| judge::quorum_read_schedules(&home, n, 10, Duration::from_millis(200)));
     drop(children);
     let net_counters = net.map(|net| {
         let c = net.counters();
@@ -664,6 +673,31 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         Some(Err(e)) => {
             violations.push(format!("outbox quorum read failed: {e}"));
             None
+        }
+    };
+    let schedule_reads = match schedule_reads {
+        None => None,
+        Some(Err(e)) => {
+            violations.push(format!("schedule quorum read failed: {e}"));
+            None
+        }
+        Some(Ok(r)) => {
+            if r.believed == 0 {
+                violations.push(format!(
+                    "no schedule list answer was returned identically by f+1 nodes in {} reads: {:?}",
+                    r.reads, r.errors
+                ));
+            }
+            for (i, d) in r.differed.iter().enumerate() {
+                if *d > 0 && Some(i) != byzantine_node {
+                    violations.push(format!(
+                        "node {i} answered the schedule list otherwise than f+1 nodes at the same \
+                         height ({d} of {} reads)",
+                        r.reads
+                    ));
+                }
+            }
+            Some(r)
         }
     };
     for e in supervisor.errors() {
@@ -836,6 +870,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         committed_ticks_per_sec,
         lateness_ms,
         outbox_quorum_records,
+        schedule_reads,
         results,
         byzantine,
         longest_stall_ms,

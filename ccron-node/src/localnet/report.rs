@@ -247,6 +247,12 @@ pub struct Report {
     /// f+1 nodes returned a record identically (`ccron_http::QuorumReader`); `None` without one.
     #[serde(default)]
     pub outbox_quorum_records: Option<u64>,
+    /// With a ledger that has a schedule book (`orders`): the schedule list read at the end of
+    /// the run by an operator's reader that believes f+1 identical answers (the `ccron` CLI's
+    /// `ScheduleReader`), per node how often it agreed or answered otherwise at the believed
+    /// height (a `lie-reads` node); `None` without a book.
+    #[serde(default)]
+    pub schedule_reads: Option<super::ScheduleReads>,
     /// With `--byzantine`: the honest nodes' liveness before and during the fault.
     #[serde(default)]
     pub byzantine: Option<ByzantineReport>,
