@@ -285,6 +285,12 @@ fn orders_placed_through_the_endpoint_expire_on_every_node() {
     let reads = r.schedule_reads.expect("the orders ledger has a book");
     assert!(reads.believed > 0, "{reads:?}");
     assert!(reads.differed.iter().all(|&d| d == 0), "{reads:?}");
+    // Every node's `/metrics`: the replicated figures (schedules, run counters, outbox depth and
+    // progress) equal between any two nodes scraped at the same book height.
+    let m = r.metrics_scrapes.expect("the orders ledger has a book");
+    println!("metrics: {m:?}");
+    assert!(m.compared > 0 && m.series_compared > 0, "{m:?}");
+    assert_eq!(m.mismatched, 0, "{m:?}");
 }
 
 /// Issue 27's check on real processes: node 3 lies in every schedule read answer (`lie-reads`:

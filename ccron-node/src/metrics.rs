@@ -12,7 +12,8 @@
 //!   triggers, installs and self-restarts (`ccron_catchup_running_total{event}`), the corrupt
 //!   store files this home recovered from (`ccron_store_recovered_total{file}`).
 //! - **Replicated** (read from the committed schedule book and outbox, so every honest node at
-//!   the same height reports the same numbers; `ccron_book_height` names that height):
+//!   the same height reports the same numbers; `ccron_book_height` names that height; each
+//!   one's help text starts with [`REPLICATED_HELP`], so a scrape says which they are):
 //!   schedules, paused, parked, dead runs, retries pending, the book's run counters
 //!   (`ccron_book_runs_total{event=fired|failed|late|skipped|expired|retired}`, every schedule
 //!   it ever held), per-schedule runs, run counters (`ccron_schedule_events_total{event=…}`),
@@ -72,6 +73,45 @@ impl Default for Lateness {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The start of a replicated figure's help text (`# HELP ccron_x [replicated] ...`): a reader of
+/// the scrape tells the figures every honest node at the same `ccron_book_height` reports
+/// equally from the node-local ones by it ([`replicated_samples`]).
+pub const REPLICATED_HELP: &str = "[replicated] ";
+
+/// The replicated samples of a scrape (metrics whose help starts with [`REPLICATED_HELP`]):
+/// `ccron_book_height`'s value, and every other replicated sample line as `series -> value`
+/// (`series` is the sample's name with its labels, as scraped). Lines it does not understand
+/// are skipped.
+pub fn replicated_samples(text: &str) -> (Option<u64>, std::collections::BTreeMap<String, String>) {
+    let mut names = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ")
+            && let Some((name, help)) = rest.split_once(' ')
+            && help.starts_with(REPLICATED_HELP)
+        {
+            names.insert(name.to_string());
+        }
+    }
+    let mut height = None;
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = series.split('{').next().unwrap_or(series);
+        let base = name.strip_suffix("_total").unwrap_or(name);
+        if !names.contains(name) && !names.contains(base) {
+            continue;
+        }
+        if name == "ccron_book_height" {
+            height = value.parse().ok();
+        } else {
+            out.insert(series.to_string(), value.to_string());
+        }
+    }
+    (height, out)
 }
 
 fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
@@ -314,33 +354,38 @@ fn replicated(r: &mut Registry, state: &ApiState) {
     gauge(
         r,
         "book_height",
-        "Height the replicated figures were read at",
+        "[replicated] Height the replicated figures were read at",
         sat(h),
     );
     if let Some(o) = outbox {
-        gauge(r, "outbox_depth", "Outbox records held", sat(o.held));
+        gauge(
+            r,
+            "outbox_depth",
+            "[replicated] Outbox records held",
+            sat(o.held),
+        );
         gauge(
             r,
             "outbox_head",
-            "Index of the last outbox record",
+            "[replicated] Index of the last outbox record",
             sat(o.head),
         );
         gauge(
             r,
             "outbox_first_index",
-            "Oldest outbox record held (the consumer acknowledged all below)",
+            "[replicated] Oldest outbox record held (the consumer acknowledged all below)",
             sat(o.first_index),
         );
         gauge(
             r,
             "outbox_with_result",
-            "Held outbox records with a result",
+            "[replicated] Held outbox records with a result",
             sat(o.with_result),
         );
         counter(
             r,
             "outbox_refused_results",
-            "Outbox results refused",
+            "[replicated] Outbox results refused",
             o.refused_results,
         );
     }
@@ -348,14 +393,34 @@ fn replicated(r: &mut Registry, state: &ApiState) {
         return;
     };
     let b = ccron::schedule::query::book_state(&book);
-    gauge(r, "schedules", "Schedules in the book", sat(b.schedules));
-    gauge(r, "schedules_paused", "Paused schedules", sat(b.paused));
-    gauge(r, "schedules_parked", "Parked schedules", sat(b.parked));
-    gauge(r, "dead_runs", "Dead-lettered runs held", sat(b.dead_runs));
+    gauge(
+        r,
+        "schedules",
+        "[replicated] Schedules in the book",
+        sat(b.schedules),
+    );
+    gauge(
+        r,
+        "schedules_paused",
+        "[replicated] Paused schedules",
+        sat(b.paused),
+    );
+    gauge(
+        r,
+        "schedules_parked",
+        "[replicated] Parked schedules",
+        sat(b.parked),
+    );
+    gauge(
+        r,
+        "dead_runs",
+        "[replicated] Dead-lettered runs held",
+        sat(b.dead_runs),
+    );
     gauge(
         r,
         "retries_pending",
-        "Schedules with a retry pending",
+        "[replicated] Schedules with a retry pending",
         sat(b.retries_pending),
     );
     let totals: Family<Labels, Counter> = Family::default();
@@ -366,7 +431,7 @@ fn replicated(r: &mut Registry, state: &ApiState) {
     }
     r.register(
         "book_runs",
-        "The book's replicated run counters, by event (every schedule it ever held)",
+        "[replicated] The book's replicated run counters, by event (every schedule it ever held)",
         totals,
     );
     let runs: Family<Labels, Counter> = Family::default();
@@ -396,27 +461,35 @@ fn replicated(r: &mut Registry, state: &ApiState) {
         let f = info.history.iter().filter(|e| !e.outcome.is_ok()).count();
         failed.get_or_create(&l).set(f as i64);
     }
-    r.register("schedule_runs", "Occurrences run, per schedule", runs);
+    r.register(
+        "schedule_runs",
+        "[replicated] Occurrences run, per schedule",
+        runs,
+    );
     r.register(
         "schedule_events",
-        "Replicated run counters, per schedule and event",
+        "[replicated] Replicated run counters, per schedule and event",
         per_event,
     );
-    r.register("schedule_dead_runs", "Dead runs held, per schedule", dead);
+    r.register(
+        "schedule_dead_runs",
+        "[replicated] Dead runs held, per schedule",
+        dead,
+    );
     r.register(
         "schedule_dead_evicted",
-        "Dead runs evicted, per schedule",
+        "[replicated] Dead runs evicted, per schedule",
         evicted,
     );
     r.register(
         "schedule_recent_failed",
-        "Failed runs among the recent history, per schedule",
+        "[replicated] Failed runs among the recent history, per schedule",
         failed,
     );
     gauge(
         r,
         "schedule_series_dropped",
-        "Schedules without per-schedule series (over the cardinality bound)",
+        "[replicated] Schedules without per-schedule series (over the cardinality bound)",
         sat(dropped),
     );
 }
@@ -435,6 +508,69 @@ mod tests {
     use crate::read::NodeReads;
     use crate::results::RequestResults;
     use crate::types::Validators;
+
+    /// Every figure `replicated` registers is marked replicated in its help, and the scrape's
+    /// reader finds exactly those (a new replicated figure without the marker fails here).
+    #[test]
+    fn the_replicated_figures_are_marked_and_read_back() {
+        let reads = NodeReads::new(0);
+        let state = ApiState {
+            mempool: Arc::new(Mutex::new(Mempool::new(
+                MempoolConfig::default(),
+                Default::default(),
+            ))),
+            outbox: ccron_http::PublishedOutbox::new(0),
+            ticks: Arc::new(Mutex::new(TickPool::new(4, [1]))),
+            validators: Validators::new(&[[1; 32], [2; 32], [3; 32], [4; 32]]),
+            domain: crate::crypto::SigningDomain::chain(b"test-chain").unwrap(),
+            ticks_invalid: Arc::new(AtomicU64::new(0)),
+            results: Arc::new(Mutex::new(RequestResults::default())),
+            reads: reads.clone(),
+        };
+        let outbox = Outbox::new(OutboxLimits::default());
+        let book = ccron::schedule::Scheduler::new(1, ccron::schedule::Limits::default());
+        reads.book.publish(Some(&book), Some(&outbox), 7, [1; 32]);
+        // The names `replicated` registers, rendered alone.
+        let mut alone = Registry::with_prefix("ccron");
+        replicated(&mut alone, &state);
+        let mut text = String::new();
+        encode(&mut text, &alone).unwrap();
+        let registered: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# HELP "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        assert!(registered.len() >= 10, "{text}");
+        for l in text.lines().filter(|l| l.starts_with("# HELP ")) {
+            let help = l.splitn(4, ' ').nth(3).unwrap_or_default();
+            assert!(help.starts_with(REPLICATED_HELP), "not marked: {l}");
+        }
+        // The whole scrape: the reader finds the replicated samples and the height only.
+        let full = render(&state, 0).unwrap();
+        let (height, samples) = replicated_samples(&full);
+        assert_eq!(height, Some(7));
+        assert!(samples.contains_key("ccron_schedules"), "{samples:?}");
+        assert!(samples.contains_key("ccron_outbox_depth"), "{samples:?}");
+        assert!(
+            !samples.keys().any(|k| k.starts_with("ccron_height")),
+            "{samples:?}"
+        );
+        assert!(
+            !samples.keys().any(|k| k.starts_with("ccron_mempool")),
+            "{samples:?}"
+        );
+        let names: std::collections::BTreeSet<&str> = samples
+            .keys()
+            .map(|k| k.split('{').next().unwrap())
+            .map(|k| k.strip_suffix("_total").unwrap_or(k))
+            .chain(["ccron_book_height"])
+            .collect();
+        for name in &registered {
+            if !name.starts_with("ccron_schedule_") || *name == "ccron_schedule_series_dropped" {
+                assert!(names.contains(name), "{name} not read back: {samples:?}");
+            }
+        }
+    }
 
     #[test]
     fn the_outbox_quota_refusals_are_scraped() {

@@ -117,6 +117,126 @@ pub(super) fn quorum_read_schedules(
     })
 }
 
+/// The replicated `/metrics` figures compared across nodes at the end of a run (the figures a
+/// node marks replicated, `crate::metrics::REPLICATED_HELP`): every honest node at the same
+/// `ccron_book_height` must report them equally.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct MetricsScrapes {
+    /// Rounds made (every node scraped once per round, at the same time).
+    pub rounds: u32,
+    /// Scrapes that answered with a book height.
+    pub scraped: u32,
+    /// Pairs of nodes compared (same round, same `ccron_book_height`).
+    pub compared: u32,
+    /// Replicated series compared over those pairs.
+    pub series_compared: u64,
+    /// Pairs whose replicated figures differed (the first 8 described).
+    pub mismatches: Vec<String>,
+    /// Pairs that differed.
+    pub mismatched: u32,
+}
+
+/// Most bytes of one scrape read.
+const MAX_SCRAPE_BYTES: u64 = 8 << 20;
+
+/// `GET /metrics` of the node at `addr`: the body of a 200 answer (2 s deadlines per read and
+/// write, at most [`MAX_SCRAPE_BYTES`]).
+fn scrape(addr: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let sock: std::net::SocketAddr = addr.trim().parse().map_err(|e| format!("{addr}: {e}"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(1))
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let deadline = Some(Duration::from_secs(2));
+    s.set_read_timeout(deadline).map_err(|e| e.to_string())?;
+    s.set_write_timeout(deadline).map_err(|e| e.to_string())?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localnet\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let mut raw = Vec::new();
+    s.take(MAX_SCRAPE_BYTES)
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{addr}: no HTTP answer"))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!(
+            "{addr}: {}",
+            head.lines().next().unwrap_or_default()
+        ));
+    }
+    Ok(body.to_string())
+}
+
+/// Scrapes every node's `/metrics` `rounds` times, `pause` apart (the nodes of a round at the
+/// same time), and compares the replicated figures of every two nodes that answered at the same
+/// `ccron_book_height` ([`MetricsScrapes`]); node `skip` (a Byzantine one) is not compared.
+pub(super) fn scrape_replicated_metrics(
+    home: &Path,
+    n: usize,
+    rounds: u32,
+    pause: Duration,
+    skip: Option<usize>,
+) -> MetricsScrapes {
+    let addrs: Vec<Option<String>> = (0..n)
+        .map(|i| std::fs::read_to_string(crate::core::http_addr_path(home, i)).ok())
+        .collect();
+    let mut out = MetricsScrapes::default();
+    for k in 0..rounds {
+        if k > 0 {
+            std::thread::sleep(pause);
+        }
+        out.rounds += 1;
+        let got: Vec<Option<(u64, BTreeMap<String, String>)>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = addrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    sc.spawn(move || {
+                        let a = a.as_ref().filter(|_| Some(i) != skip)?;
+                        let (h, samples) = crate::metrics::replicated_samples(&scrape(a).ok()?);
+                        Some((h?, samples))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().ok().flatten())
+                .collect()
+        });
+        out.scraped += got.iter().filter(|g| g.is_some()).count() as u32;
+        for i in 0..n {
+            for j in i + 1..n {
+                let (Some((hi, a)), Some((hj, b))) = (&got[i], &got[j]) else {
+                    continue;
+                };
+                if hi != hj {
+                    continue;
+                }
+                out.compared += 1;
+                out.series_compared += a.len().max(b.len()) as u64;
+                if a != b {
+                    out.mismatched += 1;
+                    if out.mismatches.len() < 8 {
+                        let diff: Vec<String> = a
+                            .keys()
+                            .chain(b.keys())
+                            .filter(|k| a.get(*k) != b.get(*k))
+                            .take(4)
+                            .map(|k| format!("{k}: {:?} vs {:?}", a.get(k), b.get(k)))
+                            .collect();
+                        out.mismatches.push(format!(
+                            "nodes {i} and {j} at book height {hi}: {}",
+                            diff.join("; ")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Reads the outbox from every node's read endpoint with quorum f+1 (n = 3f+1 or more) and
 /// returns how many records f+1 nodes returned identically, or why none could be read.
 pub(super) fn quorum_read_outbox(home: &Path, n: usize) -> Result<(u64, Vec<String>), String> {

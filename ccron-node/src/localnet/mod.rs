@@ -34,8 +34,8 @@ pub use measure::{
 pub const SUBSET_STALL_BOUND_MS: i64 = 8_000;
 use faults::{apply_fault, fault_name};
 pub use judge::{
-    CLOCK_AHEAD_BOUND_MS, KILL_ALL_RESUME_BOUND, ScheduleReads, liveness, peak_rss_kb,
-    read_block_ids, refusals,
+    CLOCK_AHEAD_BOUND_MS, KILL_ALL_RESUME_BOUND, MetricsScrapes, ScheduleReads, liveness,
+    peak_rss_kb, read_block_ids, refusals,
 };
 use judge::{
     ResumeWatch, compare_blocks, disagreeing_heights, disk_usage, millis, newest_snapshot,
@@ -516,6 +516,10 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let results = load.map(|l| crate::load::read_results(&home, n, opts.seed, l.orders));
     // The consumer's view: read the committed outbox over HTTP while the nodes still run.
     let outbox_quorum_records = opts.ledger.has_outbox.then(|| quorum_read_outbox(&home, n));
+    // The replicated `/metrics` figures, equal on every honest node at the same book height.
+    let metrics_scrapes = (opts.ledger.has_book || opts.ledger.has_outbox).then(|| {
+        judge::scrape_replicated_metrics(&home, n, 10, Duration::from_millis(200), byzantine_node)
+    });
     // The operator's view: the schedule list read by quorum, ten times 200 ms apart.
     let schedule_reads = opts
         .ledger
@@ -675,6 +679,17 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             None
         }
     };
+    if let Some(m) = &metrics_scrapes {
+        if m.compared == 0 {
+            violations.push(format!(
+                "no two nodes' /metrics were scraped at the same book height in {} rounds",
+                m.rounds
+            ));
+        }
+        for d in &m.mismatches {
+            violations.push(format!("replicated /metrics figures differ: {d}"));
+        }
+    }
     let schedule_reads = match schedule_reads {
         None => None,
         Some(Err(e)) => {
@@ -871,6 +886,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         lateness_ms,
         outbox_quorum_records,
         schedule_reads,
+        metrics_scrapes,
         results,
         byzantine,
         longest_stall_ms,

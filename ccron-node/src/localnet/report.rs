@@ -253,6 +253,11 @@ pub struct Report {
     /// height (a `lie-reads` node); `None` without a book.
     #[serde(default)]
     pub schedule_reads: Option<super::ScheduleReads>,
+    /// With a ledger that has a schedule book or an outbox: the replicated `/metrics` figures
+    /// scraped from every node at the end of the run and compared between nodes at the same
+    /// `ccron_book_height` (a difference is a violation).
+    #[serde(default)]
+    pub metrics_scrapes: Option<super::MetricsScrapes>,
     /// With `--byzantine`: the honest nodes' liveness before and during the fault.
     #[serde(default)]
     pub byzantine: Option<ByzantineReport>,
