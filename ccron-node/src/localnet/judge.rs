@@ -16,7 +16,8 @@ use super::{KillAllReport, MAX_REPORTED_PAYLOADS};
 
 /// What an operator's reader saw of the schedule list at the end of a run: each read asks every
 /// node (`ccron_http::ScheduleReader`, as the `ccron` CLI does) and believes an answer only
-/// when f+1 nodes returned it identically at one height.
+/// when f+1 nodes returned it identically at one height; after a list holding schedules, the
+/// first one is described the same way (`ccron schedules describe`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ScheduleReads {
     /// Reads made.
@@ -34,6 +35,11 @@ pub struct ScheduleReads {
     pub last_height: Option<u64>,
     /// How many schedules the last believed list says match (all pages).
     pub last_matched: Option<u64>,
+    /// After a believed list holding schedules: descriptions of its first schedule believed
+    /// (f+1 identical answers) with the schedule in them.
+    pub described: u32,
+    /// ... believed without it (the schedule ended between the two reads).
+    pub described_gone: u32,
 }
 
 /// Reads the schedule list `reads` times, `pause` apart, from every node's read endpoint with
@@ -85,8 +91,25 @@ pub(super) fn quorum_read_schedules(
             };
             out.believed += 1;
             out.last_height = Some(b.at_height);
-            if let ccron::schedule::query::QueryBody::List(l) = &b.body {
-                out.last_matched = Some(l.matched);
+            let first = match &b.body {
+                ccron::schedule::query::QueryBody::List(l) => {
+                    out.last_matched = Some(l.matched);
+                    l.items.first().map(|s| s.id)
+                }
+                _ => None,
+            };
+            if let Some(id) = first {
+                let describe = ccron_http::ScheduleQuery::Describe {
+                    target: ccron::schedule::Target::Id(id),
+                    preview: 3,
+                };
+                match reader.read(&describe).await {
+                    Ok(d) => match d.body {
+                        ccron::schedule::query::QueryBody::Describe(Some(_)) => out.described += 1,
+                        _ => out.described_gone += 1,
+                    },
+                    Err(e) => out.errors.push(format!("describe {id}: {e}")),
+                }
             }
             for e in &b.agreeing {
                 if let Some(i) = index(e) {
