@@ -49,9 +49,7 @@ use tracing::{debug, warn};
 use crate::app::{Application, TickExecutor, WithTicks};
 use crate::crypto::{self, Digest32, Keyring, SigBytes, SigningKey};
 use crate::node::{Input, Millis, Node, NodeId, Output};
-use crate::protocol::{
-    Batch, Body, CheckpointProof, Payload, PreparedProof, SignedMsg, Wire, codec,
-};
+use crate::protocol::{Batch, Body, CheckpointProof, Payload, PreparedProof, sign_wire};
 pub use checkpoint::{ExecutionRejection, STATE_FULL_RESULT};
 use clients::{ClientRecord, ClientsManager};
 pub use config::{Byzantine, ConfigError, ReplicaConfig, TickSenders, TimeConfig, TimeMode};
@@ -655,19 +653,12 @@ impl Replica {
             from: self.cfg.id,
             body,
         };
-        let msg = match SignedMsg::sign_vouched(&self.key, &payload, self.cfg.verify_cache.as_ref())
-        {
-            Ok(m) => m,
+        // The wire bytes in one buffer (`protocol::sign_wire`: the same bytes as encoding
+        // `Wire::Signed` of a signed `SignedMsg`, without encoding the payload twice).
+        let (bytes, sig) = match sign_wire(&self.key, &payload, self.cfg.verify_cache.as_ref()) {
+            Ok(signed) => signed,
             Err(e) => {
                 warn!(replica = self.cfg.id, error = %e, "cannot encode own message");
-                self.metrics.inc("encode_error");
-                return None;
-            }
-        };
-        let sig = msg.sig;
-        let bytes = match codec::encode(&Wire::Signed(msg)) {
-            Ok(b) => b,
-            Err(_) => {
                 self.metrics.inc("encode_error");
                 return None;
             }
