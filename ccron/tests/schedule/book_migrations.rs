@@ -573,3 +573,119 @@ fn a_layout_11_book_takes_backfill_overlap_once_migrated() {
     let m = again.get(id).unwrap().manual;
     assert_eq!((m.backfill, m.backfill_left), (Some((80_000, 100_000)), 2));
 }
+
+/// A layout 12 book as the `book_v12*` fixtures' `.expect` files print it: layout 11's line
+/// with the overlap policy of the record's backfills (and the backfill run it awaits)
+/// appended; the totals and calendar lines as layout 11's.
+fn describe_v12(book: &Scheduler) -> String {
+    let mut out = String::new();
+    let mut ids = book.ids();
+    for line in describe_v11(book).lines() {
+        if line.starts_with("totals|") || line.starts_with("calendar|") {
+            out += line;
+        } else {
+            let id = ids.next().unwrap();
+            out += &format!("{line}|{:?}", book.get(id).unwrap().backfill_overlap);
+        }
+        out += "\n";
+    }
+    out
+}
+
+/// Throwaway generator of the `book_v12` fixture (run once on the code of layout 12, before
+/// layout 13; removed by the next commit): `book_v11` migrated and saved as layout 12, its
+/// pending plain backfill run out, a backfill of `v10-every` under `BufferAll` (its first run
+/// awaiting its result), a backfill of `v10-cron` under `Skip`, and three refused requests
+/// (a calendar that is not installed, a backfill of a one-shot, a backfill of an unknown
+/// key: layout 12 counts them per process only), ticked at a budget of one run per tick,
+/// saved after each.
+#[test]
+#[ignore]
+fn write_layout_12_fixture() {
+    use ccron::schedule::Overlap;
+    let (mut pages, _) = fixture("book_v11");
+    let mut book = load(&pages).unwrap();
+    book.save(&mut pages, range()).unwrap();
+    let mut h: Handlers<u64> = Handlers::new();
+    for name in ["expire", "report", "notify", "flaky"] {
+        h.register(name, |ctx| {
+            *ctx.state += 1;
+            ctx.emit("v12", b"v12".to_vec()).unwrap();
+        });
+    }
+    let every = book.id_of("v10-every").unwrap();
+    let cron = book.id_of("v10-cron").unwrap();
+    let one = book.id_of("v10-one").unwrap();
+    let bob = book.get(every).unwrap().owner;
+    let alice = book.get(cron).unwrap().owner;
+    let mut outbox = Outbox::new(OutboxLimits {
+        max_records: 1 << 16,
+        max_total_bytes: 1 << 26,
+        ..OutboxLimits::default()
+    });
+    let (mut now, mut seq) = (400_000i64, 900u64);
+    let mut tick = |book: &mut Scheduler, pages: &mut MemPages, now: &mut i64, seq: &mut u64| {
+        (*now, *seq) = (*now + 1, *seq + 1);
+        book.on_tick(&Tick::new(7, *seq, Some(*now)), &mut 0u64, &mut h, &mut outbox);
+        book.save(pages, range()).unwrap();
+    };
+    while book.get(every).unwrap().manual.backfill.is_some() {
+        assert!(seq < 2_000, "the backfill ran out");
+        tick(&mut book, &mut pages, &mut now, &mut seq);
+    }
+    let h2: Handlers<u64> = {
+        let mut h2 = Handlers::new();
+        for name in ["expire", "report", "notify", "flaky"] {
+            h2.register(name, |_| {});
+        }
+        h2
+    };
+    let req = ScheduleRequest::BackfillWith {
+        target: Target::Id(every),
+        from_ms: 60_000,
+        to_ms: 100_000,
+        overlap: Overlap::BufferAll,
+    };
+    book.apply(&bob, req, &h2, seq, Some(now)).unwrap();
+    let req = ScheduleRequest::BackfillWith {
+        target: Target::Id(cron),
+        from_ms: 60_000,
+        to_ms: 240_000,
+        overlap: Overlap::Skip,
+    };
+    book.apply(&alice, req, &h2, seq, Some(now)).unwrap();
+    let refused = [
+        ScheduleRequest::SetCalendar {
+            target: Target::Id(cron),
+            calendar: Some("none".into()),
+        },
+        ScheduleRequest::Backfill {
+            target: Target::Id(one),
+            from_ms: 0,
+            to_ms: 1_000,
+        },
+        ScheduleRequest::Backfill {
+            target: Target::Key("no-such-key".into()),
+            from_ms: 0,
+            to_ms: 1_000,
+        },
+    ];
+    for req in refused {
+        assert!(book.apply(&Principal::Host, req, &h2, seq, Some(now)).is_err());
+    }
+    assert_eq!((book.calendar_refusals(), book.backfill_refusals()), (1, 2));
+    book.save(&mut pages, range()).unwrap();
+    for _ in 0..4 {
+        tick(&mut book, &mut pages, &mut now, &mut seq);
+    }
+    assert!(book.get(every).unwrap().backfill_overlap.awaiting.is_some());
+    let again = load(&pages).unwrap();
+    assert!(again == book && !again.migrating());
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+    let mut text = format!("{} {}\n", pages.page_size(), pages.num_pages());
+    for (id, bytes) in pages.snapshot() {
+        text += &format!("{id} {}\n", hex(&bytes));
+    }
+    std::fs::write(format!("{dir}book_v12.pages"), text).unwrap();
+    std::fs::write(format!("{dir}book_v12.expect"), describe_v12(&again)).unwrap();
+}
