@@ -852,6 +852,12 @@ pub fn cluster(
                 "skipped": b.totals.skipped,
                 "expired": b.totals.expired,
                 "retired": b.totals.retired,
+                // Query format 6; null when a node of an older format answered.
+                "refusals": b.refusals.map(|r| json!({
+                    "slot_full": r.slot_full,
+                    "calendar": r.calendar,
+                    "backfill": r.backfill,
+                })),
             })),
             "outbox": outbox.map(|o| json!({
                 "first_index": o.first_index,
@@ -888,6 +894,18 @@ pub fn cluster(
             b.totals.retired
         )),
         None => out.push_str("book:   none\n"),
+    }
+    if let Some(b) = book {
+        out.push_str(&match b.refusals {
+            Some(r) => format!(
+                "        refused ever: slot full {}, calendar {}, backfill {}\n",
+                r.slot_full, r.calendar, r.backfill
+            ),
+            None => {
+                "        refused ever: not reported (a node answered query format 5 or older)\n"
+                    .into()
+            }
+        });
     }
     match outbox {
         Some(o) => out.push_str(&format!(

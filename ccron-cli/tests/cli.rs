@@ -551,6 +551,11 @@ async fn reads_outvote_a_liar_and_mutations_are_signed_requests() {
         .await
         .unwrap();
     assert!(s.contains("3 schedules (1 paused"), "{s}");
+    // The book's replicated refusals (query format 6): none refused by the book here.
+    assert!(
+        s.contains("refused ever: slot full 0, calendar 0, backfill 0"),
+        "{s}"
+    );
     assert!(s.contains("tick pools (node-local)"), "{s}");
 
     // Disagreement: an honest node and the liar, quorum 2.

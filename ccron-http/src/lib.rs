@@ -29,6 +29,7 @@
 //! See `docs/outbox.md` ("HTTP workers") for the model and the figures.
 
 pub mod auth;
+pub mod book_metrics;
 pub mod contract;
 pub mod deliver;
 pub mod pool;
@@ -40,6 +41,7 @@ pub mod server;
 pub mod worker;
 
 pub use auth::DeliverySecret;
+pub use book_metrics::{register_book_counters, register_refusals};
 pub use deliver::{DeliverError, DispatchStats, Dispatcher, DispatcherConfig, WorkerEndpoint};
 pub use deliver::{
     DispatchMetrics, RenderMetrics, ResultSink, ResultSinkError, metrics_router, serve_metrics,

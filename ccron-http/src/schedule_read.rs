@@ -675,4 +675,63 @@ mod tests {
         .unwrap();
         assert_eq!((b.body, b.agreeing.len()), (old, 4));
     }
+
+    /// One node lying about the book's refusals (query format 6) is outvoted; with only one
+    /// honest node beside it nobody is believed; nodes of format 5 (no refusals) and 6 in a
+    /// rolling upgrade make one quorum on what both report.
+    #[test]
+    fn a_liar_about_refusals_is_outvoted() {
+        use ccron::schedule::RefusalCounters;
+        let state = |slot_full| {
+            QueryBody::Book(BookState {
+                schedules: 3,
+                refusals: Some(RefusalCounters {
+                    slot_full,
+                    calendar: 1,
+                    backfill: 2,
+                }),
+                ..BookState::default()
+            })
+        };
+        let (honest, lie) = (state(4), state(0));
+        let b = decide(
+            o(vec![
+                at(5, honest.clone()),
+                at(5, lie.clone()),
+                at(5, honest.clone()),
+                at(5, honest.clone()),
+            ]),
+            2,
+        )
+        .unwrap();
+        assert_eq!(
+            (b.body, b.agreeing),
+            (honest.clone(), vec!["n0".into(), "n2".into(), "n3".into()])
+        );
+        let e = decide(o(vec![at(5, honest.clone()), at(5, lie)]), 2);
+        assert!(matches!(e, Err(ScheduleReadError::Disagreement { .. })));
+        let old = QueryAnswer::decode(
+            &QueryAnswer {
+                replica: 0,
+                at_height: 5,
+                body: honest.clone(),
+            }
+            .encode_format5()
+            .unwrap(),
+        )
+        .unwrap()
+        .body;
+        assert!(old.lacks_refusals() && !honest.lacks_refusals());
+        let b = decide(
+            o(vec![
+                at(5, honest.clone()),
+                at(5, old.clone()),
+                at(5, honest.clone()),
+                at(5, old.clone()),
+            ]),
+            2,
+        )
+        .unwrap();
+        assert_eq!((b.body, b.agreeing.len()), (old, 4));
+    }
 }

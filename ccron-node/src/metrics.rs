@@ -77,8 +77,9 @@ impl Default for Lateness {
 
 /// The start of a replicated figure's help text (`# HELP ccron_x [replicated] ...`): a reader of
 /// the scrape tells the figures every honest node at the same `ccron_book_height` reports
-/// equally from the node-local ones by it ([`replicated_samples`]).
-pub const REPLICATED_HELP: &str = "[replicated] ";
+/// equally from the node-local ones by it ([`replicated_samples`]); shared with
+/// `ccron_http::book_metrics`.
+pub use ccron_http::book_metrics::REPLICATED_HELP;
 
 /// The replicated samples of a scrape (metrics whose help starts with [`REPLICATED_HELP`]):
 /// `ccron_book_height`'s value, and every other replicated sample line as `series -> value`
@@ -423,17 +424,8 @@ fn replicated(r: &mut Registry, state: &ApiState) {
         "[replicated] Schedules with a retry pending",
         sat(b.retries_pending),
     );
-    let totals: Family<Labels, Counter> = Family::default();
-    for (event, v) in events(&b.totals) {
-        totals
-            .get_or_create(&vec![("event".into(), event.into())])
-            .inc_by(v);
-    }
-    r.register(
-        "book_runs",
-        "[replicated] The book's replicated run counters, by event (every schedule it ever held)",
-        totals,
-    );
+    // `book_runs{event}` and `book_refusals{reason}` (book layout 13), as every host renders them.
+    ccron_http::register_book_counters(r, &b);
     let runs: Family<Labels, Counter> = Family::default();
     let per_event: Family<Labels, Counter> = Family::default();
     let dead: Family<Labels, Gauge> = Family::default();

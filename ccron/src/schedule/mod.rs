@@ -39,10 +39,11 @@ pub use book::{
     Guarded, HISTORY_RUNS, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Limits,
     MAX_ATTEMPTS, MAX_BACKFILL_RUNS, MAX_BOOK_CALENDARS, MAX_BUFFERED, MAX_DEAD_RUNS,
     MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, ManualRuns, Misfire,
-    NewSchedule, NextRun, ONE_SHOT_HISTORY_RUNS, Overlap, OverlapState, PendingRetry, RetireReason,
-    Retired, RetryPolicy, RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleError,
-    ScheduleInfo, ScheduleRequest, Scheduler, SlotCapacity, SlotLoad, Target, TickReport, Timing,
-    Transactional, is_manual, manifest_digest, manual_occurrence, record_pages_of,
+    NewSchedule, NextRun, ONE_SHOT_HISTORY_RUNS, Overlap, OverlapState, PendingRetry,
+    RefusalCounters, RetireReason, Retired, RetryPolicy, RunCounters, RunEntry, RunOutcome,
+    RunPolicy, ScheduleError, ScheduleInfo, ScheduleRequest, Scheduler, SlotCapacity, SlotLoad,
+    Target, TickReport, Timing, Transactional, is_manual, manifest_digest, manual_occurrence,
+    record_pages_of,
 };
 pub(crate) use book::{check_grid_fires, grid_allowed_after, grid_allowed_latest};
 pub use cron_rule::CronRule;

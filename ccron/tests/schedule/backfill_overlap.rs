@@ -349,7 +349,10 @@ fn refusals_are_typed_and_counted() {
             "case {k}: {e}"
         );
         assert_eq!(rig.book.backfill_refusals(), k as u64 + 1);
-        assert!(rig.book == before, "case {k}: nothing changed");
+        assert!(
+            rig.book.eq_but_refusals(&before),
+            "case {k}: nothing changed"
+        );
     }
     rig.apply(ADMIN, backfill(id, 100, 200, Overlap::Skip), 300)
         .unwrap();

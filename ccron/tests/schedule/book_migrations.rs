@@ -1,11 +1,11 @@
-//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8, 9, 10, 11) loads and
-//! is migrated to layout 12 by the next save: crash-atomic at every page write, byte-identical on every
+//! Every schedule book layout earlier releases wrote (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12) loads
+//! and is migrated to layout 13 by the next save: crash-atomic at every page write, byte-identical on every
 //! replica. The pages are fixtures the old code wrote (`fixtures/README.md`).
 
 use ccron::outbox::{Outbox, OutboxLimits};
 use ccron::schedule::{
-    BackfillOverlap, Handlers, Limits, OverlapState, RunCounters, ScheduleError, ScheduleRequest,
-    Scheduler, Target,
+    BackfillOverlap, Handlers, Limits, OverlapState, RefusalCounters, RunCounters, ScheduleError,
+    ScheduleRequest, Scheduler, Target,
 };
 use ccron::{ClientId, MemPages, PageRange, Principal, ReservedPages, Tick};
 
@@ -41,6 +41,11 @@ fn hex(b: &[u8]) -> String {
 /// The book as the fixtures' `.expect` files print it (layout 6's with the run state, layout
 /// 7's with the run counters, the manual runs and the book's totals).
 fn describe(name: &str, book: &Scheduler) -> String {
+    // Layout 13's refusal counters: none stored below it (they start at zero).
+    assert_eq!(book.refusals(), RefusalCounters::default(), "{name}");
+    if name.starts_with("book_v12") {
+        return describe_v12(book);
+    }
     for id in book.ids() {
         // Layout 12's backfill overlap policies: none below it (plain backfills).
         assert_eq!(
@@ -149,7 +154,7 @@ fn load(pages: &MemPages) -> Result<Scheduler, ScheduleError> {
     Scheduler::load(7, limits(), pages, range())
 }
 
-const FIXTURES: [&str; 22] = [
+const FIXTURES: [&str; 23] = [
     "book_v2",
     "book_v2_crashed",
     "book_v3",
@@ -172,6 +177,7 @@ const FIXTURES: [&str; 22] = [
     "book_v9_full_log",
     "book_v10",
     "book_v11",
+    "book_v12",
 ];
 
 /// Each older layout loads as what the old code held (a journal in force replayed), and its
@@ -209,7 +215,7 @@ fn every_older_layout_loads_and_migrates_crash_atomically() {
             );
         }
         let migrated = load(&wa.inner).unwrap();
-        assert!(!migrated.migrating(), "{name}: layout 12 now");
+        assert!(!migrated.migrating(), "{name}: layout 13 now");
         assert_eq!(describe(name, &migrated), expect, "{name}: migrated");
         assert!(migrated == a);
         // A crash after each page write of the migration.
@@ -572,4 +578,76 @@ fn a_layout_11_book_takes_backfill_overlap_once_migrated() {
     // Its other occurrences wait for that result (BufferAll).
     let m = again.get(id).unwrap().manual;
     assert_eq!((m.backfill, m.backfill_left), (Some((80_000, 100_000)), 2));
+}
+
+/// A layout 12 book as the `book_v12*` fixtures' `.expect` files print it: layout 11's line
+/// with the overlap policy of the record's backfills (and the backfill run it awaits)
+/// appended; the totals and calendar lines as layout 11's.
+fn describe_v12(book: &Scheduler) -> String {
+    let mut out = String::new();
+    let mut ids = book.ids();
+    for line in describe_v11(book).lines() {
+        if line.starts_with("totals|") || line.starts_with("calendar|") {
+            out += line;
+        } else {
+            let id = ids.next().unwrap();
+            out += &format!("{line}|{:?}", book.get(id).unwrap().backfill_overlap);
+        }
+        out += "\n";
+    }
+    out
+}
+
+/// The `book_v12` fixture (written by layout 12's code, `fixtures/README.md`) migrated to
+/// layout 13: the refusals layout 12 counted per process (one calendar, two backfills before
+/// the fixture's last save) are not in its pages, so the migrated book starts them at zero;
+/// refusals from then on are saved with the commit page and survive a reload. A flipped
+/// byte of its commit page is refused loudly (a codec error), as any layout's.
+#[test]
+fn a_layout_12_book_counts_refusals_once_migrated() {
+    let (mut pages, expect) = fixture("book_v12");
+    let mut flipped = pages.clone();
+    let mut commit = flipped.load(0).unwrap().unwrap().to_vec();
+    let last = commit.len() - 1;
+    commit[last] ^= 0x01;
+    flipped.save(0, &commit).unwrap();
+    assert!(matches!(load(&flipped), Err(ScheduleError::Codec(_))));
+    let mut book = load(&pages).unwrap();
+    assert!(book.migrating());
+    assert_eq!(describe_v12(&book), expect);
+    assert_eq!(book.refusals(), RefusalCounters::default());
+    book.save(&mut pages, range()).unwrap();
+    let h: Handlers<u64> = Handlers::new();
+    let cron = book.id_of("v10-cron").unwrap();
+    let one = book.id_of("v10-one").unwrap();
+    for req in [
+        ScheduleRequest::SetCalendar {
+            target: Target::Id(cron),
+            calendar: Some("none".into()),
+        },
+        ScheduleRequest::Backfill {
+            target: Target::Id(one),
+            from_ms: 0,
+            to_ms: 1_000,
+        },
+    ] {
+        assert!(
+            book.apply(&Principal::Host, req, &h, 2_000, Some(500_000))
+                .is_err()
+        );
+    }
+    let counted = RefusalCounters {
+        slot_full: 0,
+        calendar: 1,
+        backfill: 1,
+    };
+    assert_eq!(book.refusals(), counted);
+    book.save(&mut pages, range()).unwrap();
+    let again = load(&pages).unwrap();
+    assert!(!again.migrating());
+    assert_eq!(again.refusals(), counted);
+    assert!(again == book);
+    // Refusals change nothing else: the book is the fixture's.
+    assert_eq!(describe_v12(&again), expect);
+    again.check_invariants().unwrap();
 }

@@ -18,6 +18,7 @@ mod limits_safety;
 mod manual;
 mod overlap;
 mod quotas;
+mod refusals;
 mod slots;
 mod table_calendars;
 mod upgrades;

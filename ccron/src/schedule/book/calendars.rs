@@ -262,10 +262,11 @@ impl Scheduler {
     }
 
     /// Requests refused because of a calendar ([`ScheduleRequest::InstallCalendar`],
-    /// [`ScheduleRequest::SetCalendar`], [`ScheduleRequest::CreateExcluding`]: any error) since this book was created or loaded: an observation for the
-    /// host's metrics, like [`Scheduler::stale_rejections`] (not stored, not compared).
+    /// [`ScheduleRequest::SetCalendar`], [`ScheduleRequest::CreateExcluding`]: any error): the
+    /// replicated [`RefusalCounters::calendar`](super::RefusalCounters::calendar) (book layout
+    /// 13; stored, so a restart keeps it).
     pub fn calendar_refusals(&self) -> u64 {
-        self.calendar_refusals
+        self.refusals.calendar
     }
 
     /// The calendar record `rec` names (installed: admission and load check it).
@@ -300,7 +301,7 @@ impl Scheduler {
 
     /// Counts and traces a request refused because of a calendar; returns the error.
     pub(super) fn refuse_calendar(&mut self, error: ScheduleError) -> ScheduleError {
-        self.calendar_refusals = self.calendar_refusals.saturating_add(1);
+        self.refuse(|r| &mut r.calendar);
         tracing::warn!(component = self.component, %error, "schedule book: calendar request refused");
         error
     }

@@ -6,6 +6,9 @@
 //! book, in the digest (the pages are) and in state transfer. They only grow (saturating): the
 //! book's totals keep counting runs of schedules that left the book, which is what a Prometheus
 //! counter must do.
+//!
+//! Layout 13 adds the book's admission refusals ([`RefusalCounters`]: slot full, calendar,
+//! backfill) to the commit page, counted the same way (executed requests only).
 
 use super::{Misfire, Scheduler};
 
@@ -50,6 +53,41 @@ impl RunCounters {
             expired: self.expired.saturating_add(o.expired),
             retired: self.retired.saturating_add(o.retired),
         }
+    }
+}
+
+/// Admission refusals of the whole book (layout 13, in the commit page after the
+/// calendars): replicated like [`RunCounters`], so every replica reports the same numbers at
+/// the same height and a restart does not reset them. Counted only for executed requests
+/// (`Scheduler::apply`, and the requests a handler run issues for calendars and backfills):
+/// their outcome is a function of the committed log. They only grow (saturating).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct RefusalCounters {
+    /// Requests [`Scheduler::apply`] refused with
+    /// [`ScheduleError::SlotFull`](super::ScheduleError::SlotFull) (admission capacity per
+    /// time slot, `slots.rs`).
+    pub slot_full: u64,
+    /// Requests refused because of an exclusion calendar
+    /// ([`ScheduleRequest::InstallCalendar`](super::ScheduleRequest::InstallCalendar),
+    /// [`ScheduleRequest::SetCalendar`](super::ScheduleRequest::SetCalendar),
+    /// [`ScheduleRequest::CreateExcluding`](super::ScheduleRequest::CreateExcluding): any
+    /// error; `calendars.rs`).
+    pub calendar: u64,
+    /// Backfill requests refused ([`ScheduleRequest::Backfill`](super::ScheduleRequest::Backfill),
+    /// [`ScheduleRequest::BackfillWith`](super::ScheduleRequest::BackfillWith): any error;
+    /// `manual.rs`).
+    pub backfill: u64,
+}
+
+impl RefusalCounters {
+    /// The counters by reason label, as `/metrics` exports them
+    /// (`ccron_book_refusals_total{reason}`): `slot_full`, `calendar`, `backfill`.
+    pub fn by_reason(&self) -> [(&'static str, u64); 3] {
+        [
+            ("slot_full", self.slot_full),
+            ("calendar", self.calendar),
+            ("backfill", self.backfill),
+        ]
     }
 }
 
@@ -105,6 +143,20 @@ impl Scheduler {
     /// the commit page; runs of schedules that left the book stay counted).
     pub fn totals(&self) -> RunCounters {
         self.totals
+    }
+
+    /// The book's admission refusals (replicated, stored in the commit page from layout 13: a
+    /// restart keeps them; a book migrated from an older layout starts them at zero).
+    pub fn refusals(&self) -> RefusalCounters {
+        self.refusals
+    }
+
+    /// Counts one refusal in the counter `which` picks (saturating) and marks the commit page
+    /// for the next save. Called only for executed requests (see [`RefusalCounters`]).
+    pub(super) fn refuse(&mut self, which: impl FnOnce(&mut RefusalCounters) -> &mut u64) {
+        let c = which(&mut self.refusals);
+        *c = c.saturating_add(1);
+        self.refusals_dirty = true;
     }
 }
 

@@ -1,5 +1,5 @@
 //! The schedule book layouts earlier releases wrote, read so that the next save migrates them
-//! to layout 12 (`persist.rs`). The types here are frozen copies of the old encodings: never
+//! to layout 13 (`persist.rs`). The types here are frozen copies of the old encodings: never
 //! change them (persisted bytes are forever).
 //!
 //! - Layouts 2, 3 and 4: a meta page, the zones part, a write-ahead journal in the log's place
@@ -14,14 +14,18 @@
 //! - Layout 9: layout 8 with the overlap policy and state per record (`legacy/v9.rs`).
 //! - Layout 10: layout 9 with 256-bit client owners (`legacy/v10.rs`).
 //! - Layout 11: layout 10 with the exclusion calendar a record names and the calendars in the
-//!   zones part (`legacy/v11.rs`); layout 12 adds the overlap policy of a record's backfills.
+//!   zones part (`legacy/v11.rs`).
+//! - Layout 12: layout 11 with the overlap policy of a record's backfills (`legacy/v12.rs`: its
+//!   records are layout 13's; its commit page lacks the book's admission refusal counters,
+//!   which a migrated book starts at zero).
 //!
 //! Every layout from 3 to 9 names a client owner by a 64-bit id ([`PrincipalV1`]); layout 10
 //! by a 256-bit one. An old client owner becomes [`Principal::LegacyClient`]: matched by an
 //! authenticated client whose id starts with it (only the old 64-bit strength), re-owned to
 //! that client's full id by its next mutation of the schedule (`crate::authz`).
 //!
-//! Loading converts every record to layout 12 (no backfill overlap policy: plain backfills;
+//! Loading converts every record to layout 13 (the book's refusal counters at zero; below
+//! layout 12 no backfill overlap policy: plain backfills;
 //! below layout 11 no exclusion calendar, and none installed; no overlap policy: [`Overlap::AllowAll`](super::Overlap::AllowAll),
 //! nothing awaited or buffered; no bounds below layout 8, not retired; the run counters at zero
 //! below layout 7, kept from layout 7 with no retirements; and the run state
@@ -36,6 +40,7 @@
 
 mod v10;
 mod v11;
+mod v12;
 mod v8;
 mod v9;
 
@@ -351,6 +356,8 @@ pub(crate) enum OldExtent {
     LogV10(LogSpan),
     /// Layout 11: its committed log (from where it starts in the log area).
     LogV11(LogSpan),
+    /// Layout 12: its committed log (from where it starts in the log area).
+    LogV12(LogSpan),
     /// Layouts 2 to 4 (the version): the journal in force.
     Journal {
         /// The layout.
@@ -860,6 +867,21 @@ pub(super) fn load(
                 old,
             )?)
         }
+        (12, Some(b)) => {
+            // Layout 12's records and zones part are layout 13's; its commit page has no
+            // refusal counters (they start at zero).
+            let commit = codec::from_blob::<v12::CommitV12>(b)?;
+            let old = OldExtent::LogV12(commit.log);
+            let calendars = commit.calendars;
+            Some(load_logged::<Record, persist::Shared>(
+                pages,
+                layout,
+                commit.into(),
+                calendars,
+                component,
+                old,
+            )?)
+        }
         (2, _) => load_journal_layout::<RecordV2>(pages, layout, 2, component)?,
         (3, _) => load_journal_layout::<RecordV3>(pages, layout, 3, component)?,
         (4, _) => load_journal_layout::<RecordV4>(pages, layout, 4, component)?,
@@ -899,7 +921,8 @@ pub(super) fn prepare(
         | OldExtent::LogV8(span)
         | OldExtent::LogV9(span)
         | OldExtent::LogV10(span)
-        | OldExtent::LogV11(span) => span.end(),
+        | OldExtent::LogV11(span)
+        | OldExtent::LogV12(span) => span.end(),
         OldExtent::Journal { pages, .. } => pages,
     };
     if extent.saturating_add(need) <= area {
@@ -958,6 +981,16 @@ pub(super) fn prepare(
             },
         )?,
         OldExtent::LogV11(_) => fold_logged::<v11::RecordV11, v11::CommitV11, persist::Shared>(
+            pages,
+            layout,
+            component,
+            |c| (c.component, c.log, c.stale),
+            |c| {
+                c.log = LogSpan::default();
+                c.stale = Stale::No;
+            },
+        )?,
+        OldExtent::LogV12(_) => fold_logged::<Record, v12::CommitV12, persist::Shared>(
             pages,
             layout,
             component,
@@ -1061,7 +1094,7 @@ fn fold_v5(
     Ok(())
 }
 
-/// Folds a layout 6 to 11 book's committed log (`R` its record, `C` its commit page, `Z` its
+/// Folds a layout 6 to 12 book's committed log (`R` its record, `C` its commit page, `Z` its
 /// zones part: `parts`
 /// reads its component, log and stale flag, `reset` empties its log) into its record pages and
 /// zones part, in that layout's format (every record page rewritten, as its fold of a stale book

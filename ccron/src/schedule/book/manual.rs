@@ -184,10 +184,11 @@ fn recurring(rec: &Record) -> bool {
 
 impl Scheduler {
     /// Backfill requests refused ([`ScheduleRequest::Backfill`],
-    /// [`ScheduleRequest::BackfillWith`]: any error) since this book was created or loaded:
-    /// an observation for the host's metrics, not replicated state.
+    /// [`ScheduleRequest::BackfillWith`]: any error): the replicated
+    /// [`RefusalCounters::backfill`](super::RefusalCounters::backfill) (book layout 13; stored,
+    /// so a restart keeps it).
     pub fn backfill_refusals(&self) -> u64 {
-        self.backfill_refusals
+        self.refusals.backfill
     }
 
     /// [`ScheduleRequest::Backfill`] (`overlap` [`Overlap::AllowAll`]) and
@@ -213,7 +214,7 @@ impl Scheduler {
                 Ok(Some(id))
             }
             Err(error) => {
-                self.backfill_refusals = self.backfill_refusals.saturating_add(1);
+                self.refuse(|r| &mut r.backfill);
                 tracing::info!(
                     component = self.component,
                     %error,

@@ -63,7 +63,7 @@ pub use calendars::MAX_BOOK_CALENDARS;
 // The book's periodic-grid semantics under a calendar, shared with the tables' periodic
 // entries (`crate::periodic::ExcludingPeriodic`).
 pub(crate) use calendars::{check_grid_fires, grid_allowed_after, grid_allowed_latest};
-pub use counters::RunCounters;
+pub use counters::{RefusalCounters, RunCounters};
 pub use handlers::{
     EMIT_REFUSED_CODE, HandlerCtx, HandlerError, HandlerFn, Handlers, IntoRunResult, Transactional,
     manifest_digest,
@@ -178,8 +178,6 @@ pub struct Scheduler {
     limits: Limits,
     next_id: u64,
     zones: BTreeMap<String, ZoneRules>,
-    /// Backfill requests refused since this book was created or loaded (`manual.rs`).
-    backfill_refusals: u64,
     /// Layout 11: the exclusion calendars schedules may name, by name (`calendars.rs`;
     /// stored with the zones).
     calendars: BTreeMap<String, std::sync::Arc<ExclusionCalendar>>,
@@ -217,12 +215,12 @@ pub struct Scheduler {
     /// Emits refused to handlers ([`HandlerCtx::emit`]); an observation like
     /// `stale_rejections` (each is also in its tick's [`TickReport::errors`]).
     emit_failures: u64,
-    /// Requests refused with [`ScheduleError::SlotFull`]; an observation like
-    /// `stale_rejections`.
-    slot_refusals: u64,
-    /// Requests refused because of a calendar (`calendars.rs`); an observation like
-    /// `stale_rejections`.
-    calendar_refusals: u64,
+    /// Layout 13: the book's admission refusals (replicated, stored in the commit page;
+    /// `counters.rs`).
+    refusals: RefusalCounters,
+    /// Whether `refusals` changed since the last save or load (the next save writes the
+    /// commit page even when nothing else changed).
+    refusals_dirty: bool,
     /// Encoded bytes of the installed zones and calendars (derived; what a save logs when
     /// they change, [`Limits::max_log_pages`]).
     zones_bytes: usize,
@@ -260,9 +258,8 @@ impl Scheduler {
             policy: Policy::default(),
             stale_rejections: 0,
             emit_failures: 0,
-            slot_refusals: 0,
-            calendar_refusals: 0,
-            backfill_refusals: 0,
+            refusals: RefusalCounters::default(),
+            refusals_dirty: false,
             // Two empty vectors (zones, calendars): their lengths.
             zones_bytes: 16,
             migration: None,
@@ -342,7 +339,10 @@ impl Scheduler {
     /// Whether the next [`Scheduler::save`] has something to write: the book changed since the
     /// last save or load.
     pub fn is_dirty(&self) -> bool {
-        self.header_dirty || !self.placement.dirty_ids.is_empty() || self.migration.is_some()
+        self.header_dirty
+            || self.refusals_dirty
+            || !self.placement.dirty_ids.is_empty()
+            || self.migration.is_some()
     }
 
     /// Whether the book was loaded from an older stored layout that its next save migrates.
@@ -406,6 +406,20 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// Whether `other` holds the same book but for its refusal counters: what a refused
+    /// request leaves as it was (it counts itself in [`Scheduler::refusals`], layout 13, and
+    /// changes nothing else).
+    pub fn eq_but_refusals(&self, other: &Self) -> bool {
+        self.component == other.component
+            && self.next_id == other.next_id
+            && self.zones == other.zones
+            && self.calendars == other.calendars
+            && self.records == other.records
+            && self.totals == other.totals
+    }
+}
+
 impl PartialEq for Scheduler {
     fn eq(&self, other: &Self) -> bool {
         self.component == other.component
@@ -414,5 +428,6 @@ impl PartialEq for Scheduler {
             && self.calendars == other.calendars
             && self.records == other.records
             && self.totals == other.totals
+            && self.refusals == other.refusals
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::legacy;
-use super::{Limits, Record, RunCounters, ScheduleError, Scheduler, Timing};
+use super::{Limits, Record, RefusalCounters, RunCounters, ScheduleError, Scheduler, Timing};
 use crate::codec::{self, BlobKind, CodecError};
 use crate::cron::{ExclusionCalendar, ZoneRules};
 use crate::pages::{PageRange, ReservedPages};
@@ -43,6 +43,8 @@ struct Commit {
     /// Layout 11: how many exclusion calendars the zones part holds after the zones (its CRC
     /// is `zones_crc`, over both).
     calendars: u32,
+    /// Layout 13: the book's admission refusals (`Scheduler::refusals`).
+    refusals: RefusalCounters,
 }
 
 /// What the zones part (and a log segment changing it) holds from layout 11 on: the zones,
@@ -86,11 +88,12 @@ const SEGMENT_PAGES: usize = 16;
 /// by the name's 73 bytes), and the zones part holds the book's calendars after its zones
 /// ([`Shared`]), counted in the commit page; 12 = a recurring record carries the overlap policy
 /// of its backfills and the backfill run it awaits (`manual.rs`; its largest form grows by 18
-/// bytes).
-/// Layouts 2 to 11 load and are migrated by the next save (`legacy.rs`); layout 1 (16
+/// bytes); 13 = the commit page counts the book's admission refusals ([`RefusalCounters`],
+/// after the calendars; records unchanged).
+/// Layouts 2 to 12 load and are migrated by the next save (`legacy.rs`); layout 1 (16
 /// shard blobs over the whole range, superseded before layout 2 was released) is refused with
 /// [`ScheduleError::UnsupportedLayout`].
-pub(super) const WIRE_VERSION: u8 = 12;
+pub(super) const WIRE_VERSION: u8 = 13;
 
 /// The committed log, read back from the pages (`Z`: what the zones part holds in its layout).
 pub(super) struct Committed<R, Z = Vec<ZoneRules>> {
@@ -667,6 +670,7 @@ impl Scheduler {
                 stale: Stale::No,
                 totals: self.totals,
                 calendars: calendars_count,
+                refusals: self.refusals,
             },
             fold_pages: &self.placement.fold_pages,
             fold_all: all || self.placement.fold_all,
@@ -691,6 +695,7 @@ impl Scheduler {
         self.placement.stored_below = self.next_id;
         self.placement.saved();
         self.header_dirty = false;
+        self.refusals_dirty = false;
         // Names no record holds any more (re-targeted, cancelled) are forgotten.
         self.names.prune();
         if migration.is_some() {
@@ -736,7 +741,7 @@ impl Scheduler {
     /// Reads the book stored in `range` (an empty book when nothing is stored): the commit
     /// page, the committed log (whose records and zones take priority) and the record pages,
     /// validating every record against `limits` and re-parsing every cron expression. A book
-    /// of an older layout (2 to 9) is read and converted; the next save migrates it (see
+    /// of an older layout (2 to 12) is read and converted; the next save migrates it (see
     /// `legacy.rs`). Handlers are not checked here: a record naming an unregistered handler
     /// is parked when it comes due. Costs one read of every page of the range but the log's
     /// uncommitted part.
@@ -898,6 +903,7 @@ impl Scheduler {
         }
         book.next_id = commit.next_id;
         book.totals = commit.totals;
+        book.refusals = commit.refusals;
         book.placement.stored_below = commit.next_id;
         book.placement.log = commit.log;
         book.placement.stale = commit.stale;

@@ -65,9 +65,10 @@ impl Scheduler {
         Ok(())
     }
 
-    /// How many requests [`Scheduler::apply`] refused with [`ScheduleError::SlotFull`] since
-    /// this book was created or loaded (a metric for the host; not replicated state).
+    /// How many requests [`Scheduler::apply`] refused with [`ScheduleError::SlotFull`]: the
+    /// replicated [`RefusalCounters::slot_full`](super::RefusalCounters::slot_full) (book
+    /// layout 13; stored, so a restart keeps it).
     pub fn slot_refusals(&self) -> u64 {
-        self.slot_refusals
+        self.refusals.slot_full
     }
 }

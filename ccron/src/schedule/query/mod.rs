@@ -20,9 +20,10 @@
 //! after the book's schedules ([`ScheduleList::entries`]), [`describe_entry`] one entry with its
 //! upcoming instants ([`QueryBody::Entry`]).
 //!
-//! Formats: this build answers format [`QUERY_FORMAT_VERSION`] (5) and reads 5, 4 and 3
-//! (`v4.rs`, `v3.rs`, frozen), so an upgraded client reads a cluster in a rolling upgrade: a
-//! format-4 list decodes with [`ScheduleList::entries`] `None` (not reported), a format-3
+//! Formats: this build answers format [`QUERY_FORMAT_VERSION`] (6) and reads 6, 5, 4 and 3
+//! (`v5.rs`, `v4.rs`, `v3.rs`, frozen), so an upgraded client reads a cluster in a rolling
+//! upgrade: a format-5 book state decodes with [`BookState::refusals`] `None` (not reported), a
+//! format-4 list with [`ScheduleList::entries`] `None`, a format-3
 //! description with [`ScheduleDetail::policies`] `None`, and [`to_common_format`] brings a
 //! mixed set of answers to what all their formats say before a reader compares them. A client
 //! built for an older format refuses a newer answer ([`QueryError::Version`]): against upgraded
@@ -32,6 +33,7 @@
 mod entries;
 mod v3;
 mod v4;
+mod v5;
 
 pub use entries::{
     EntryCursor, EntryDetail, EntryMisfire, EntryPage, EntryRetirement, EntryRule, EntrySummary,
@@ -42,7 +44,8 @@ use bincode::config::{self, BigEndian, Configuration, Fixint, Limit};
 
 use super::{
     Bounds, DeadRun, HISTORY_RUNS, MAX_DEAD_RUNS, ManualRuns, NewSchedule, Overlap, PendingRetry,
-    Retired, RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleInfo, Scheduler, Target, Timing,
+    RefusalCounters, Retired, RunCounters, RunEntry, RunOutcome, RunPolicy, ScheduleInfo,
+    Scheduler, Target, Timing,
 };
 use crate::authz::Principal;
 use crate::due::Due;
@@ -56,9 +59,10 @@ use crate::tick::TimeMs;
 /// retirements (book layout 8). 4: a description carries the schedule's policies
 /// ([`SchedulePolicies`]: its exclusion calendar, its overlap policy and state, its pending
 /// backfill's overlap policy; book layouts 9, 11, 12). 5: a list carries the cron table
-/// entries ([`ScheduleList::entries`]), [`QueryBody::Entry`] describes one; formats 4 and 3
-/// are still read.
-pub const QUERY_FORMAT_VERSION: u8 = 5;
+/// entries ([`ScheduleList::entries`]), [`QueryBody::Entry`] describes one. 6: the book state
+/// carries the book's replicated admission refusals ([`BookState::refusals`], book layout 13);
+/// formats 5, 4 and 3 are still read.
+pub const QUERY_FORMAT_VERSION: u8 = 6;
 
 /// The oldest format this build reads ([`QueryAnswer::decode`]).
 pub const OLDEST_READ_FORMAT: u8 = v3::FORMAT_V3;
@@ -370,6 +374,10 @@ pub struct BookState {
     /// The book's replicated run counters, every schedule it ever held
     /// ([`Scheduler::totals`]).
     pub totals: RunCounters,
+    /// The book's replicated admission refusals ([`Scheduler::refusals`], format 6). `None`
+    /// only in an answer decoded from format 5, 4 or 3 (a node built before format 6 does not
+    /// report them); [`book_state`] always sets it.
+    pub refusals: Option<RefusalCounters>,
 }
 
 /// The committed outbox: depth and the consumer's progress.
@@ -547,6 +555,14 @@ impl QueryAnswer {
                     body: w.body,
                 }
             }
+            Some(&v5::FORMAT_V5) => {
+                let w: v5::WireV5 = decode_all(bytes)?;
+                Self {
+                    replica: w.replica,
+                    at_height: w.at_height,
+                    body: w.body.into(),
+                }
+            }
             Some(&v4::FORMAT_V4) => {
                 let w: v4::WireV4 = decode_all(bytes)?;
                 Self {
@@ -589,6 +605,23 @@ impl QueryAnswer {
                 replica: self.replica,
                 at_height: self.at_height,
                 body,
+            },
+            cfg(),
+        ))
+    }
+
+    /// This answer as a format-5 node would have given it, encoded (tests of readers that
+    /// meet old nodes).
+    ///
+    /// # Errors
+    /// As [`Self::encode`].
+    pub fn encode_format5(&self) -> Result<Vec<u8>, QueryError> {
+        bounded(bincode::encode_to_vec(
+            v5::WireV5 {
+                version: v5::FORMAT_V5,
+                replica: self.replica,
+                at_height: self.at_height,
+                body: self.body.clone().into(),
             },
             cfg(),
         ))
@@ -647,6 +680,24 @@ impl QueryBody {
         matches!(self, QueryBody::List(l) if l.entries.is_none())
     }
 
+    /// Whether this is a book state without the format-6 refusal counters (decoded from
+    /// format 5, 4 or 3).
+    pub fn lacks_refusals(&self) -> bool {
+        matches!(self, QueryBody::Book(s) if s.refusals.is_none())
+    }
+
+    /// The body as format 5 says it: a book state's refusal counters dropped, every other
+    /// body as it is.
+    pub fn without_refusals(self) -> Self {
+        match self {
+            QueryBody::Book(mut s) => {
+                s.refusals = None;
+                QueryBody::Book(s)
+            }
+            other => other,
+        }
+    }
+
     /// The body as format 4 says it: a list's table entries dropped, every other body as it
     /// is.
     pub fn without_entries(self) -> Self {
@@ -678,14 +729,17 @@ impl QueryBody {
 /// of format 4 or 3), every list's entries are dropped. So honest nodes of different formats
 /// at one height answer identical bodies (otherwise a rolling upgrade would split them into
 /// groups, a false conflict): a format-5 list lists the book's schedules exactly as format 4
-/// does, its entries only after them. Returns whether it dropped anything. A lying node
-/// answering an older format can so hide a schedule's policies or the table entries from the
-/// reader (shown as not reported), never forge them.
+/// does, its entries only after them. When any book state lacks the format-6 refusal
+/// counters (a node of format 5 or older), every book state's are dropped. Returns whether it
+/// dropped anything. A lying node answering an older format can so hide a schedule's
+/// policies, the table entries or the book's refusals from the reader (shown as not
+/// reported), never forge them.
 pub fn to_common_format<'a>(answers: impl IntoIterator<Item = &'a mut QueryAnswer>) -> bool {
     let mut answers: Vec<&'a mut QueryAnswer> = answers.into_iter().collect();
     let no_policies = answers.iter().any(|a| a.body.lacks_policies());
     let no_entries = answers.iter().any(|a| a.body.lacks_entries());
-    if no_policies || no_entries {
+    let no_refusals = answers.iter().any(|a| a.body.lacks_refusals());
+    if no_policies || no_entries || no_refusals {
         for a in &mut answers {
             let mut body = std::mem::replace(&mut a.body, QueryBody::Outbox(None));
             if no_policies {
@@ -694,10 +748,13 @@ pub fn to_common_format<'a>(answers: impl IntoIterator<Item = &'a mut QueryAnswe
             if no_entries {
                 body = body.without_entries();
             }
+            if no_refusals {
+                body = body.without_refusals();
+            }
             a.body = body;
         }
     }
-    no_policies || no_entries
+    no_policies || no_entries || no_refusals
 }
 
 /// The schedules of `book` passing `filter`, ascending id, from its cursor on, at most its
@@ -875,6 +932,7 @@ pub fn book_state(book: &Scheduler) -> BookState {
         dead_runs: book.dead_count() as u64,
         earliest_due_ms: book.earliest_due_ms(),
         totals: book.totals(),
+        refusals: Some(book.refusals()),
         ..BookState::default()
     };
     for id in book.ids() {

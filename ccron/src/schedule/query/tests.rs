@@ -311,7 +311,12 @@ fn format3_answers_decode_without_policies() {
         assert_eq!(old[0], OLDEST_READ_FORMAT);
         let back = QueryAnswer::decode(&old).unwrap();
         let want = QueryAnswer {
-            body: a.body.clone().without_policies().without_entries(),
+            body: a
+                .body
+                .clone()
+                .without_policies()
+                .without_entries()
+                .without_refusals(),
             ..a.clone()
         };
         assert_eq!(back, want);
@@ -323,11 +328,14 @@ fn format3_answers_decode_without_policies() {
             back.body.lacks_entries(),
             matches!(a.body, QueryBody::List(_))
         );
-        // Only a description's and a list's bytes differ between the formats.
+        // Only a description's, a list's and a book state's bytes differ between the formats.
         let new = a.encode().unwrap();
         assert_eq!(
             new[1..] == old[1..],
-            !matches!(a.body, QueryBody::Describe(Some(_)) | QueryBody::List(_))
+            !matches!(
+                a.body,
+                QueryBody::Describe(Some(_)) | QueryBody::List(_) | QueryBody::Book(_)
+            )
         );
         for cut in [0, 1, old.len() / 2, old.len() - 1] {
             assert!(QueryAnswer::decode(&old[..cut]).is_err(), "cut {cut}");
@@ -336,7 +344,7 @@ fn format3_answers_decode_without_policies() {
         long.push(0);
         assert_eq!(QueryAnswer::decode(&long), Err(QueryError::Trailing(1)));
     }
-    for v in [0u8, 1, 2, 6, 255] {
+    for v in [0u8, 1, 2, 7, 255] {
         let mut other = QueryAnswer {
             replica: 0,
             at_height: 1,
@@ -609,7 +617,12 @@ fn format5_answers_carry_entries_and_format4_answers_decode_without() {
             body,
         };
         let bytes = a.encode().unwrap();
-        assert_eq!(bytes[0], 5);
+        assert_eq!(bytes[0], QUERY_FORMAT_VERSION);
+        // Format 5 said the same of lists and entries.
+        assert_eq!(
+            QueryAnswer::decode(&a.encode_format5().unwrap()).unwrap(),
+            a
+        );
         assert_eq!(QueryAnswer::decode(&bytes).unwrap(), a);
         for cut in [1, bytes.len() / 2, bytes.len() - 1] {
             assert!(QueryAnswer::decode(&bytes[..cut]).is_err(), "cut {cut}");
@@ -751,4 +764,57 @@ proptest::proptest! {
         }
         proptest::prop_assert_eq!(got, want);
     }
+}
+
+/// Format 6: the book state carries the book's replicated refusals; a book state of format
+/// 5, 4 or 3 decodes without them (not reported), and answers of mixed formats meet at what
+/// all of them say.
+#[test]
+fn format6_book_states_carry_refusals_and_older_formats_decode_without() {
+    let (mut b, h) = book();
+    for req in [
+        ScheduleRequest::Backfill {
+            target: Target::Key("no-such-key".into()),
+            from_ms: 0,
+            to_ms: 1,
+        },
+        ScheduleRequest::SetCalendar {
+            target: Target::Id(2),
+            calendar: Some("none".into()),
+        },
+    ] {
+        assert!(b.apply(&Principal::Host, req, &h, 9, Some(0)).is_err());
+    }
+    let s = book_state(&b);
+    let counted = crate::schedule::RefusalCounters {
+        slot_full: 0,
+        calendar: 1,
+        backfill: 1,
+    };
+    assert_eq!(s.refusals, Some(counted));
+    let a = QueryAnswer {
+        replica: 1,
+        at_height: 4,
+        body: QueryBody::Book(s),
+    };
+    let bytes = a.encode().unwrap();
+    assert_eq!(bytes[0], QUERY_FORMAT_VERSION);
+    assert_eq!(QueryAnswer::decode(&bytes).unwrap(), a);
+    let olds = [
+        a.encode_format5().unwrap(),
+        a.encode_format4().unwrap(),
+        a.encode_format3().unwrap(),
+    ];
+    for (old, version) in olds.iter().zip([5u8, 4, 3]) {
+        assert_eq!(old[0], version);
+        let back = QueryAnswer::decode(old).unwrap();
+        assert!(back.body.lacks_refusals() && !a.body.lacks_refusals());
+        assert_eq!(back.body, a.body.clone().without_refusals());
+    }
+    let old5 = QueryAnswer::decode(&olds[0]).unwrap();
+    let mut mixed = [a.clone(), old5.clone(), a.clone()];
+    assert!(to_common_format(mixed.iter_mut()));
+    assert!(mixed.iter().all(|x| *x == old5));
+    let mut only_new = [a.clone(), a.clone()];
+    assert!(!to_common_format(only_new.iter_mut()));
 }

@@ -5,9 +5,10 @@
 //! outside tests.
 
 use super::v4::{BodyV4, ListV4};
+use super::v5::BookStateV5;
 use super::{
-    BookState, Bounds, DeadRun, ManualRuns, NewSchedule, OutboxState, PendingRetry, QueryBody,
-    QueryError, RunEntry, RunPolicy, ScheduleCounters, ScheduleDetail, Upcoming,
+    Bounds, DeadRun, ManualRuns, NewSchedule, OutboxState, PendingRetry, QueryBody, QueryError,
+    RunEntry, RunPolicy, ScheduleCounters, ScheduleDetail, Upcoming,
 };
 
 /// Version byte of format 3.
@@ -34,7 +35,7 @@ pub(super) struct DetailV3 {
 pub(super) enum BodyV3 {
     List(ListV4),
     Describe(Option<Box<DetailV3>>),
-    Book(BookState),
+    Book(BookStateV5),
     Outbox(Option<OutboxState>),
 }
 
@@ -88,7 +89,7 @@ impl From<BodyV3> for QueryBody {
         match b {
             BodyV3::List(l) => QueryBody::List(l.into()),
             BodyV3::Describe(d) => QueryBody::Describe(d.map(|d| Box::new((*d).into()))),
-            BodyV3::Book(s) => QueryBody::Book(s),
+            BodyV3::Book(s) => QueryBody::Book(s.into()),
             BodyV3::Outbox(o) => QueryBody::Outbox(o),
         }
     }

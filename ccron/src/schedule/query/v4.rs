@@ -1,10 +1,12 @@
 //! Query answer format 4, frozen: what nodes built before format 5 answer. A format-5 reader
 //! decodes it ([`super::QueryAnswer::decode`]) so that a client upgraded before the nodes still
 //! reads a cluster in a rolling upgrade: a format-4 list becomes a format-5 one whose
-//! [`super::ScheduleList::entries`] is `None` ("not reported"). Format 3 shares its list
-//! ([`ListV4`]). Never encoded by this build outside tests.
+//! [`super::ScheduleList::entries`] is `None` ("not reported"), and its book state (format 5's,
+//! [`BookStateV5`]) one whose [`super::BookState::refusals`] is `None`. Format 3 shares its
+//! list ([`ListV4`]). Never encoded by this build outside tests.
 
-use super::{BookState, OutboxState, QueryBody, QueryError, ScheduleDetail, ScheduleList};
+use super::v5::BookStateV5;
+use super::{OutboxState, QueryBody, QueryError, ScheduleDetail, ScheduleList};
 
 /// Version byte of format 4.
 pub(super) const FORMAT_V4: u8 = 4;
@@ -23,7 +25,7 @@ pub(super) struct ListV4 {
 pub(super) enum BodyV4 {
     List(ListV4),
     Describe(Option<Box<ScheduleDetail>>),
-    Book(BookState),
+    Book(BookStateV5),
     Outbox(Option<OutboxState>),
 }
 
@@ -65,7 +67,7 @@ impl From<BodyV4> for QueryBody {
         match b {
             BodyV4::List(l) => QueryBody::List(l.into()),
             BodyV4::Describe(d) => QueryBody::Describe(d),
-            BodyV4::Book(s) => QueryBody::Book(s),
+            BodyV4::Book(s) => QueryBody::Book(s.into()),
             BodyV4::Outbox(o) => QueryBody::Outbox(o),
         }
     }
@@ -78,7 +80,7 @@ impl TryFrom<QueryBody> for BodyV4 {
         Ok(match b {
             QueryBody::List(l) => BodyV4::List(l.into()),
             QueryBody::Describe(d) => BodyV4::Describe(d),
-            QueryBody::Book(s) => BodyV4::Book(s),
+            QueryBody::Book(s) => BodyV4::Book(s.into()),
             QueryBody::Outbox(o) => BodyV4::Outbox(o),
             QueryBody::Entry(_) => {
                 return Err(QueryError::Codec(

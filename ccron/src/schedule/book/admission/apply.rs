@@ -59,7 +59,7 @@ impl Scheduler {
                 );
             }
             Err(e @ ScheduleError::SlotFull { .. }) => {
-                self.slot_refusals = self.slot_refusals.saturating_add(1);
+                self.refuse(|r| &mut r.slot_full);
                 tracing::info!(component = self.component, error = %e, "schedule refused: slot full");
             }
             Err(e) => {
