@@ -330,7 +330,7 @@ impl std::fmt::Debug for Replica {
     }
 }
 
-/// Most requests one [`Wire::Requests`] bundle may carry (a longer one is dropped unread).
+/// Most requests one [`Wire::Requests`](crate::protocol::Wire::Requests) bundle may carry (a longer one is dropped unread).
 pub const MAX_BUNDLE_REQUESTS: usize = 4_096;
 
 impl Replica {
