@@ -10,8 +10,10 @@ mod support;
 use ccron_node::localnet::{Report, SUBSET_STALL_BOUND_MS};
 use support::diagnose;
 
-/// `needs_sync`: whether node 0's own proposals are decided without node 3 (then node 3 must
-/// take them through value sync).
+/// `needs_sync`: whether the cut must show as value sync (the honest-code sender: its links to
+/// node 3 are cut both ways, and Malachite's Broadcast relays nothing, so node 0 never gets
+/// node 3's proposals and node 3 never gets node 0's: whichever of the two falls behind takes
+/// those heights through value sync).
 fn judge(ok: bool, r: &Report, needs_sync: bool) {
     let s = r.subset.as_ref().expect("subset report");
     println!("{s:#?}");
@@ -35,9 +37,16 @@ fn judge(ok: bool, r: &Report, needs_sync: bool) {
     // The withheld-from node kept up.
     assert!(s.withheld_heights[0] + 10 >= s.top_height, "{s:?}");
     if needs_sync {
-        // The cut really held: heights where node 0's proposal reached only the others were
-        // decided without node 3 and taken through value sync.
-        assert!(r.nodes[3].synced_heights > 0, "{}", diagnose(r));
+        // The cut really held: one side of it took heights through value sync. Node 3, when
+        // node 0's proposals were decided without it; or node 0, when it fell behind on the
+        // heights node 3 proposed and then lost its own turns to proposer reputation (CI
+        // 2026-11-29: node 0 synced 223 of 482 heights, node 3 none). A cut that did not hold
+        // leaves both at 0, as the nodes it does not touch (1 and 2) are.
+        assert!(
+            r.nodes[3].synced_heights + r.nodes[0].synced_heights > 0,
+            "{}",
+            diagnose(r)
+        );
     }
 }
 
