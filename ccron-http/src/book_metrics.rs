@@ -32,8 +32,9 @@ use crate::schedules::PublishedBook;
 
 type Labels = Vec<(String, String)>;
 
-/// The run counters by `event` label.
-fn events(c: &RunCounters) -> [(&'static str, u64); 6] {
+/// The run counters by `event` label (the values of `book_runs{event}`; a node's per-schedule
+/// series use the same labels).
+pub fn events(c: &RunCounters) -> [(&'static str, u64); 6] {
     [
         ("fired", c.fired),
         ("failed", c.failed),

@@ -335,18 +335,6 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
     Ok(out)
 }
 
-/// The replicated run counters by event label.
-fn events(c: &ccron::schedule::RunCounters) -> [(&'static str, u64); 6] {
-    [
-        ("fired", c.fired),
-        ("failed", c.failed),
-        ("late", c.late),
-        ("skipped", c.skipped),
-        ("expired", c.expired),
-        ("retired", c.retired),
-    ]
-}
-
 /// The replicated figures (see the module documentation).
 fn replicated(r: &mut Registry, state: &ApiState) {
     let Some((book, outbox, h)) = state.reads.book.snapshot() else {
@@ -443,7 +431,7 @@ fn replicated(r: &mut Registry, state: &ApiState) {
             ("handler".to_string(), info.schedule.handler.clone()),
         ];
         runs.get_or_create(&l).inc_by(info.runs);
-        for (event, v) in events(&info.counters) {
+        for (event, v) in ccron_http::book_metrics::events(&info.counters) {
             let mut le = l.clone();
             le.push(("event".to_string(), event.to_string()));
             per_event.get_or_create(&le).inc_by(v);
@@ -501,12 +489,9 @@ mod tests {
     use crate::results::RequestResults;
     use crate::types::Validators;
 
-    /// Every figure `replicated` registers is marked replicated in its help, and the scrape's
-    /// reader finds exactly those (a new replicated figure without the marker fails here).
-    #[test]
-    fn the_replicated_figures_are_marked_and_read_back() {
-        let reads = NodeReads::new(0);
-        let state = ApiState {
+    /// A node's API state around `reads` (nothing else published).
+    fn state_of(reads: &NodeReads) -> ApiState {
+        ApiState {
             mempool: Arc::new(Mutex::new(Mempool::new(
                 MempoolConfig::default(),
                 Default::default(),
@@ -518,7 +503,15 @@ mod tests {
             ticks_invalid: Arc::new(AtomicU64::new(0)),
             results: Arc::new(Mutex::new(RequestResults::default())),
             reads: reads.clone(),
-        };
+        }
+    }
+
+    /// Every figure `replicated` registers is marked replicated in its help, and the scrape's
+    /// reader finds exactly those (a new replicated figure without the marker fails here).
+    #[test]
+    fn the_replicated_figures_are_marked_and_read_back() {
+        let reads = NodeReads::new(0);
+        let state = state_of(&reads);
         let outbox = Outbox::new(OutboxLimits::default());
         let book = ccron::schedule::Scheduler::new(1, ccron::schedule::Limits::default());
         reads.book.publish(Some(&book), Some(&outbox), 7, [1; 32]);
@@ -567,19 +560,7 @@ mod tests {
     #[test]
     fn the_outbox_quota_refusals_are_scraped() {
         let reads = NodeReads::new(0);
-        let state = ApiState {
-            mempool: Arc::new(Mutex::new(Mempool::new(
-                MempoolConfig::default(),
-                Default::default(),
-            ))),
-            outbox: ccron_http::PublishedOutbox::new(0),
-            ticks: Arc::new(Mutex::new(TickPool::new(4, [1]))),
-            validators: Validators::new(&[[1; 32], [2; 32], [3; 32], [4; 32]]),
-            domain: crate::crypto::SigningDomain::chain(b"test-chain").unwrap(),
-            ticks_invalid: Arc::new(AtomicU64::new(0)),
-            results: Arc::new(Mutex::new(RequestResults::default())),
-            reads: reads.clone(),
-        };
+        let state = state_of(&reads);
         let line = |text: &str| {
             text.lines()
                 .find(|l| l.starts_with("ccron_outbox_quota_refusals_total "))
@@ -627,19 +608,7 @@ mod tests {
     #[test]
     fn catch_up_and_signing_refusals_are_scraped_by_kind() {
         let reads = NodeReads::new(0);
-        let state = ApiState {
-            mempool: Arc::new(Mutex::new(Mempool::new(
-                MempoolConfig::default(),
-                Default::default(),
-            ))),
-            outbox: ccron_http::PublishedOutbox::new(0),
-            ticks: Arc::new(Mutex::new(TickPool::new(4, [1]))),
-            validators: Validators::new(&[[1; 32], [2; 32], [3; 32], [4; 32]]),
-            domain: crate::crypto::SigningDomain::chain(b"test-chain").unwrap(),
-            ticks_invalid: Arc::new(AtomicU64::new(0)),
-            results: Arc::new(Mutex::new(RequestResults::default())),
-            reads: reads.clone(),
-        };
+        let state = state_of(&reads);
         let text = render(&state, 0).unwrap();
         assert!(!text.contains("ccron_catchup_refused_total{"), "{text}");
         // What a node's status holds after a catch-up that refused two forged commits and a
