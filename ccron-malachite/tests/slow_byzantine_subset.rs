@@ -34,8 +34,16 @@ fn judge(ok: bool, r: &Report, needs_sync: bool) {
     // The chain kept deciding, its longest stall bounded (and reported).
     assert!(s.heights_during >= 5, "{s:?}");
     assert!(s.longest_stall_during_ms < SUBSET_STALL_BOUND_MS, "{s:?}");
-    // The withheld-from node kept up.
-    assert!(s.withheld_heights[0] + 10 >= s.top_height, "{s:?}");
+    // The withheld-from node kept up: within 10 heights of the top, plus the heights of one
+    // value-sync status interval (500 ms: a node following some heights by sync learns its
+    // peers' heights that often). Its last height is read when the run stops: a node that
+    // synced to 434 at 53.85 s and decided nothing more before the stop at 54.21 s ended 11
+    // behind a chain at 30 heights/s (2026-11-29, 1 of 6 runs), within that interval.
+    let sync_interval_heights = (s.heights_per_sec_during * 0.5).ceil() as u64;
+    assert!(
+        s.withheld_heights[0] + 10 + sync_interval_heights >= s.top_height,
+        "{s:?}"
+    );
     if needs_sync {
         // The cut really held: one side of it took heights through value sync. Node 3, when
         // node 0's proposals were decided without it; or node 0, when it fell behind on the
