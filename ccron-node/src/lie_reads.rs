@@ -19,11 +19,12 @@ use ccron::schedule::query::{MAX_ANSWER_BYTES, QueryAnswer, QueryBody};
 use crate::hostile::{Byzantine, ByzantineKind};
 
 /// The paths whose answers are schedule query answers.
-const READ_PATHS: [&str; 4] = [
+const READ_PATHS: [&str; 5] = [
     ccron_http::schedules::SCHEDULES_PATH,
     ccron_http::schedules::SCHEDULE_PATH,
     ccron_http::schedules::ENTRY_PATH,
     ccron_http::schedules::BOOK_PATH,
+    ccron_http::schedules::OUTBOX_STATE_PATH,
 ];
 
 /// `routes`, lying in their schedule read answers from `byzantine`'s start time when its kind

@@ -57,7 +57,9 @@ pub(super) fn quorum_read_schedules(
         .map(|i| {
             std::fs::read_to_string(crate::core::http_addr_path(home, i))
                 .map(|a| format!("http://{}", a.trim()))
-                .unwrap_or_else(|_| format!("http://node-{i}.unknown:1"))
+                // A node that never wrote its address: a closed loopback port of its own (the
+                // endpoints stay distinct and the read fails at once, with no name lookup).
+                .unwrap_or_else(|_| format!("http://127.0.0.1:{}", i + 1))
         })
         .collect();
     let quorum = ccron_http::ScheduleReadConfig::quorum_of(n);
