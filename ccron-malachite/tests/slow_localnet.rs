@@ -572,8 +572,10 @@ fn byzantine_slow_endpoint_does_not_stall_the_honest_forwarders() {
     let _ = r;
 }
 
-/// The Byzantine kinds the campaign's `byzantine` layer rotates through.
-const CAMPAIGN_BYZANTINE: [&str; 9] = [
+/// The Byzantine kinds the campaign's `byzantine` layer rotates through. `lie-reads` runs on
+/// the `orders` ledger (a schedule book for its reads to lie about; [`campaign_ledger`]), the
+/// others on `demo`.
+const CAMPAIGN_BYZANTINE: [&str; 10] = [
     "equivocate",
     "flood",
     "withhold",
@@ -583,7 +585,20 @@ const CAMPAIGN_BYZANTINE: [&str; 9] = [
     "forge-samples",
     "oversized",
     "slow-http",
+    "lie-reads",
 ];
+
+/// The ledger a campaign run with `--byzantine` `byz` (`KIND@NODE`, or empty) runs: `orders`
+/// for `lie-reads` (the end-of-run quorum reads of its schedule book must outvote the liar:
+/// the report's `schedule_reads`, a violation when no read is believed or an honest node
+/// answers otherwise at the believed height), `demo` for every other run.
+fn campaign_ledger(byz: &str) -> &'static str {
+    if byz.starts_with("lie-reads@") {
+        "orders"
+    } else {
+        "demo"
+    }
+}
 
 /// splitmix64 of `seed`: the campaign's Byzantine choices, independent of which layer the
 /// rotation gives a seed (a plain `seed mod 6` would meet only odd seeds in a 2-layer
@@ -680,7 +695,8 @@ fn fault_campaign() {
             }
             other => panic!("CCRON_CAMPAIGN_KINDS: unknown kind {other}"),
         }
-        let (ok, r) = localnet(&args, &format!("campaign-{seed}"));
+        let ledger = campaign_ledger(&byz);
+        let (ok, r, _, _) = localnet_with(&args, ledger, &format!("campaign-{seed}"));
         faults += r.faults.len();
         let heights: Vec<u64> = r.nodes.iter().map(|n| n.last_executed_seq).collect();
         // A Byzantine run's stall while the behaviour lasts, bounded like a subset's (a few
@@ -692,7 +708,7 @@ fn fault_campaign() {
             .or(r.subset.as_ref().map(|s| s.longest_stall_during_ms));
         let stalled = stall_during.is_some_and(|ms| ms > SUBSET_STALL_BOUND_MS);
         println!(
-            "seed {seed} ({kind}{}): ok {ok} max_height {} heights {heights:?} restarts {} longest stall {} ms (during the behaviour {stall_during:?} ms) faults [{}] violations {:?}",
+            "seed {seed} ({kind}{}, {ledger}): ok {ok} max_height {} heights {heights:?} restarts {} longest stall {} ms (during the behaviour {stall_during:?} ms) faults [{}] violations {:?}",
             if byz.is_empty() {
                 String::new()
             } else {

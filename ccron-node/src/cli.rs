@@ -100,7 +100,8 @@ enum Cmd {
         #[arg(long)]
         omit_ticks: bool,
         /// Run as a Byzantine validator of this kind (`equivocate`, `flood`, `withhold`,
-        /// `withhold-votes`, `silent`, `bad-ticks`; for the localnet's attacks).
+        /// `withhold-votes`, `silent`, `bad-ticks`, `forge-samples`, `oversized`, `slow-http`,
+        /// `lie-reads`; for the localnet's attacks).
         #[arg(long)]
         byzantine: Option<String>,
         /// From when the Byzantine behaviour is on (Unix ms; honest before). Default: at once.
@@ -181,8 +182,9 @@ enum Cmd {
         #[arg(long)]
         no_kill: bool,
         /// Run node INDEX (default 0) as a Byzantine validator of KIND from a third of the run
-        /// on: `equivocate`, `flood`, `withhold`, `withhold-votes`, `silent` or `bad-ticks`
-        /// (`KIND[@INDEX]`).
+        /// on: `equivocate`, `flood`, `withhold`, `withhold-votes`, `silent`, `bad-ticks`,
+        /// `forge-samples`, `oversized`, `slow-http` or `lie-reads` (`KIND[@INDEX]`;
+        /// docs/malachite.md, "Byzantine validators as processes").
         #[arg(long)]
         byzantine: Option<String>,
         /// Process-level faults from this seed: SIGKILL + restart and SIGSTOP + SIGCONT of
@@ -814,5 +816,112 @@ mod tests {
         for bad in ["0,1", "4", "1,1", "x"] {
             assert!(parse_subset(bad, 4, 0).is_err(), "{bad}");
         }
+    }
+
+    /// The localnet's replay line parses back into the same run: every option that shapes it,
+    /// the adversary of a Byzantine or subset run included (a failing campaign run of those
+    /// layers once printed an empty replay).
+    #[test]
+    fn a_localnet_replay_line_parses_back_into_the_same_run() {
+        use crate::localnet::{LedgerInit, LocalnetOptions, replay_command};
+        let opts = LocalnetOptions {
+            nodes: 4,
+            duration: Duration::from_millis(12_000),
+            ledger: LedgerInit {
+                name: "orders".into(),
+                tick_periods: [(1, 250), (2, 250)].into_iter().collect(),
+                pages: (4096, 16),
+                setup_digest: None,
+                has_outbox: true,
+                has_book: true,
+            },
+            load: None,
+            engine: "malachite".into(),
+            late_join: true,
+            lying_time: false,
+            omit_ticks: true,
+            kill_restart: false,
+            byzantine: Some((ByzantineKind::LieReads, 3)),
+            faults: Some(7),
+            kill_all: true,
+            net_faults: None,
+            clock_faults: Some(9),
+            disk_faults: None,
+            byzantine_subset: Some(vec![0, 1]),
+            seed: 42,
+            home: None,
+            node_bin: PathBuf::from("/nonexistent"),
+            upgrade_binary: None,
+            retain_blocks: Some(64),
+            wipe_restarted: true,
+        };
+        let line = replay_command(&opts);
+        let args = std::iter::once("ccron-malachite").chain(line.split_whitespace());
+        let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let Cmd::Localnet {
+            nodes,
+            duration,
+            ledger,
+            tick_period_ms,
+            late_join,
+            lying_time,
+            omit_ticks,
+            no_kill,
+            byzantine,
+            faults,
+            kill_all,
+            net_faults,
+            clock_faults,
+            disk_faults,
+            byzantine_subset,
+            seed,
+            retain_blocks,
+            wipe_restarted,
+            ..
+        } = cli.cmd
+        else {
+            panic!("{line}: not a localnet command");
+        };
+        assert_eq!(nodes, 4);
+        assert_eq!(parse_duration(&duration), Some(opts.duration));
+        assert_eq!(ledger.as_deref(), Some("orders"));
+        assert_eq!(tick_period_ms, 250);
+        assert!(late_join && omit_ticks && no_kill && kill_all && wipe_restarted && !lying_time);
+        let byzantine = byzantine.expect("the adversary is in the replay line");
+        assert_eq!(parse_target(&byzantine), Ok((ByzantineKind::LieReads, 3)));
+        assert_eq!(
+            byzantine_subset.map(|s| parse_subset(&s, 4, 3)),
+            Some(Ok(vec![0, 1]))
+        );
+        assert_eq!(
+            (faults, net_faults, clock_faults, disk_faults),
+            (Some(7), None, Some(9), None)
+        );
+        assert_eq!((seed, retain_blocks), (42, Some(64)));
+
+        // An honest run's line is a plain localnet (the default tick period is not written).
+        let honest = LocalnetOptions {
+            ledger: LedgerInit {
+                tick_periods: [(1, crate::ledger::DEFAULT_TICK_PERIOD_MS)]
+                    .into_iter()
+                    .collect(),
+                ..opts.ledger.clone()
+            },
+            late_join: false,
+            omit_ticks: false,
+            kill_restart: true,
+            byzantine: None,
+            faults: None,
+            kill_all: false,
+            clock_faults: None,
+            byzantine_subset: None,
+            retain_blocks: None,
+            wipe_restarted: false,
+            ..opts
+        };
+        assert_eq!(
+            replay_command(&honest),
+            "localnet --nodes 4 --ledger orders --duration 12000ms --seed 42"
+        );
     }
 }

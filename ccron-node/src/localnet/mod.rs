@@ -955,14 +955,14 @@ fn poll_trace(
     trace.push((u64::try_from(t.as_millis()).unwrap_or(u64::MAX), heights));
 }
 
-fn replay_command(opts: &LocalnetOptions) -> String {
-    if opts.faults.is_none()
-        && opts.net_faults.is_none()
-        && opts.clock_faults.is_none()
-        && opts.disk_faults.is_none()
-    {
-        return String::new();
-    }
+/// The `localnet` command line that runs this run again: every option that shapes it (the
+/// node count, ledger, length, key seed, tick period, the mid-run kill or its absence, the
+/// adversary: `--byzantine KIND@I`, `--byzantine-subset`, the seeded fault layers, a late
+/// joiner, a lying or tick-omitting proposer, pruning, a wiped restart, an upgrade binary).
+/// Never empty: a Byzantine or subset run that fails must print how to run it again as much as
+/// a seeded fault run. (Wall-clock timing is not replayed: the same command meets the same
+/// adversary and the same fault plan, not the same interleaving.)
+pub(crate) fn replay_command(opts: &LocalnetOptions) -> String {
     let mut cmd = format!(
         "localnet --nodes {} --ledger {} --duration {}ms --seed {}",
         opts.nodes,
@@ -970,8 +970,22 @@ fn replay_command(opts: &LocalnetOptions) -> String {
         opts.duration.as_millis(),
         opts.seed
     );
+    let mut periods = opts.ledger.tick_periods.values();
+    if let Some(&p) = periods.next()
+        && p != crate::ledger::DEFAULT_TICK_PERIOD_MS
+        && periods.all(|&q| q == p)
+    {
+        cmd.push_str(&format!(" --tick-period-ms {p}"));
+    }
     if !opts.kill_restart {
         cmd.push_str(" --no-kill");
+    }
+    if let Some((kind, i)) = opts.byzantine {
+        cmd.push_str(&format!(" --byzantine {}@{i}", kind.name()));
+    }
+    if let Some(subset) = &opts.byzantine_subset {
+        let list: Vec<String> = subset.iter().map(usize::to_string).collect();
+        cmd.push_str(&format!(" --byzantine-subset {}", list.join(",")));
     }
     if let Some(s) = opts.faults {
         cmd.push_str(&format!(" --faults {s}"));
@@ -987,6 +1001,24 @@ fn replay_command(opts: &LocalnetOptions) -> String {
     }
     if let Some(s) = opts.disk_faults {
         cmd.push_str(&format!(" --disk-faults {s}"));
+    }
+    if opts.late_join {
+        cmd.push_str(" --late-join");
+    }
+    if opts.lying_time {
+        cmd.push_str(" --lying-time");
+    }
+    if opts.omit_ticks {
+        cmd.push_str(" --omit-ticks");
+    }
+    if let Some(n) = opts.retain_blocks {
+        cmd.push_str(&format!(" --retain-blocks {n}"));
+    }
+    if opts.wipe_restarted {
+        cmd.push_str(" --wipe-restarted");
+    }
+    if let Some(b) = &opts.upgrade_binary {
+        cmd.push_str(&format!(" --upgrade-binary {}", b.display()));
     }
     cmd
 }

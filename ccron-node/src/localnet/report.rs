@@ -308,7 +308,9 @@ pub struct Report {
     /// honest node ran the whole time).
     #[serde(default)]
     pub window: Option<WindowReport>,
-    /// The command that replays this run's faults (empty without seeded faults).
+    /// The `localnet` command line that runs this run again: its options, its adversary and its
+    /// seeded fault plans (empty in reports written before 2026-11-29 by runs without seeded
+    /// faults).
     #[serde(default)]
     pub replay: String,
 }
