@@ -128,17 +128,72 @@ pub fn post(addr: SocketAddr, path: &str, body: &[u8]) -> std::io::Result<(u16, 
     exchange(addr, head.as_bytes(), body)
 }
 
-/// Sends one request (`head`, then `body`) on a fresh connection with 1 s timeouts and reads the
-/// response (at most `MAX_RESPONSE_BYTES`): its status code and whole text.
+/// How long one exchange may take in all (connect, send, the whole response): an endpoint
+/// that answers slowly, or drips its answer a byte at a time (`--byzantine slow-http`), costs
+/// the client this much and no more. Per-read timeouts alone do not bound a drip.
+pub const EXCHANGE_DEADLINE: Duration = Duration::from_millis(1_500);
+
+/// Sends one request (`head`, then `body`) on a fresh connection and reads the response (at
+/// most `MAX_RESPONSE_BYTES`), all within [`EXCHANGE_DEADLINE`]: its status code and whole text.
 fn exchange(addr: SocketAddr, head: &[u8], body: &[u8]) -> std::io::Result<(u16, String)> {
-    let timeout = Duration::from_millis(1_000);
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
+    exchange_within(addr, head, body, EXCHANGE_DEADLINE)
+}
+
+/// [`exchange`] with the deadline `limit` for the whole exchange: every read waits at most
+/// what is left of it, and an answer not complete by then is a `TimedOut` error.
+fn exchange_within(
+    addr: SocketAddr,
+    head: &[u8],
+    body: &[u8],
+    limit: Duration,
+) -> std::io::Result<(u16, String)> {
+    // The localnet's client is a test driver on the wall clock (not replicated state).
+    #[allow(clippy::disallowed_methods)]
+    let start = std::time::Instant::now();
+    let left = || {
+        let left = limit.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no whole answer within {} ms", limit.as_millis()),
+            ))
+        } else {
+            Ok(left)
+        }
+    };
+    let mut s = TcpStream::connect_timeout(&addr, left()?)?;
+    s.set_write_timeout(Some(left()?))?;
     s.write_all(head)?;
     s.write_all(body)?;
-    let mut text = String::new();
-    s.take(MAX_RESPONSE_BYTES).read_to_string(&mut text)?;
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        s.set_read_timeout(Some(left()?))?;
+        let room = usize::try_from(MAX_RESPONSE_BYTES)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(raw.len());
+        if room == 0 {
+            break;
+        }
+        let want = room.min(chunk.len());
+        match s.read(&mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(k) => raw.extend_from_slice(&chunk[..k]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                // The read's wait ran out: the deadline (checked by `left`) or a spurious
+                // wake-up; loop to tell which.
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let text = String::from_utf8(raw)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "answer not UTF-8"))?;
     let code = text
         .split_whitespace()
         .nth(1)
@@ -177,23 +232,59 @@ pub struct ResultsRead {
     pub conflicting: u64,
 }
 
+/// Consecutive failed reads after which [`read_results`] stops asking a node (it is down, or
+/// answers too slowly to wait for: each failure costs up to [`EXCHANGE_DEADLINE`]).
+const READ_GIVE_UP_AFTER: u32 = 3;
+
 /// Reads the result of each of the load client's requests `1..=orders` back from every node
 /// (`GET /v1/requests/{client}/{number}`) and believes a result when f+1 nodes (n = 3f+1 or
 /// more) return it identically.
+///
+/// Each node is read on its own thread, and a node that fails [`READ_GIVE_UP_AFTER`] reads in
+/// a row is asked no more: one slow or dead endpoint costs the reader a few deadlines, not one
+/// per request, and never delays the other nodes' answers.
 pub fn read_results(home: &Path, nodes: usize, seed: u64, orders: u64) -> ResultsRead {
     let key = client_key(seed);
     let client = crate::request::client_id(&key.verifying_key().to_bytes());
     let quorum = nodes.saturating_sub(1) / 3 + 1;
     let addrs: Vec<Option<SocketAddr>> = (0..nodes).map(|i| read_addr(home, i)).collect();
+    // Per node, per request number: 200 and its body, 202 (pending), or nothing.
+    let answers: Vec<Vec<Option<(u16, String)>>> = std::thread::scope(|scope| {
+        let readers: Vec<_> = addrs
+            .iter()
+            .map(|addr| {
+                let client = &client;
+                scope.spawn(move || {
+                    let mut out = Vec::new();
+                    let mut failures = 0u32;
+                    for number in 1..=orders {
+                        let answer = match addr {
+                            Some(a) if failures < READ_GIVE_UP_AFTER => {
+                                get(*a, &format!("/v1/requests/{client}/{number}")).ok()
+                            }
+                            _ => None,
+                        };
+                        failures = if answer.is_some() { 0 } else { failures + 1 };
+                        out.push(answer);
+                    }
+                    out
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap_or_default())
+            .collect()
+    });
     let mut out = ResultsRead::default();
-    for number in 1..=orders {
+    for k in 0..usize::try_from(orders).unwrap_or(usize::MAX) {
         out.asked += 1;
-        let mut bodies: std::collections::BTreeMap<String, usize> = Default::default();
+        let mut bodies: std::collections::BTreeMap<&str, usize> = Default::default();
         let mut pending = false;
-        for addr in addrs.iter().flatten() {
-            match get(*addr, &format!("/v1/requests/{client}/{number}")) {
-                Ok((200, body)) => *bodies.entry(body).or_default() += 1,
-                Ok((202, _)) => pending = true,
+        for node in &answers {
+            match node.get(k) {
+                Some(Some((200, body))) => *bodies.entry(body.as_str()).or_default() += 1,
+                Some(Some((202, _))) => pending = true,
                 _ => {}
             }
         }
@@ -211,6 +302,9 @@ pub fn read_results(home: &Path, nodes: usize, seed: u64, orders: u64) -> Result
             }
             None if pending => out.pending += 1,
             None => {}
+        }
+        if out.asked == orders {
+            break;
         }
     }
     out
@@ -291,21 +385,38 @@ fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
         let request =
             signed_request(&domain, &key, number, (opts.payload)(client, number)).encode();
         stats.orders += 1;
+        // Every node at once, each post on its own thread: one node that answers slowly (or
+        // drips its answer) delays this order by at most `EXCHANGE_DEADLINE`, and the others'
+        // posts not at all.
+        let outcomes: Vec<Option<std::io::Result<(u16, String)>>> = std::thread::scope(|scope| {
+            let posts: Vec<_> = (0..opts.nodes)
+                .map(|i| {
+                    // Re-read every time: a restarted node listens on a new port.
+                    let addr = read_addr(&opts.home, i);
+                    let request = &request;
+                    scope.spawn(move || addr.map(|a| post(a, "/v1/requests", request)))
+                })
+                .collect();
+            posts
+                .into_iter()
+                .map(|p| {
+                    p.join().unwrap_or_else(|_| {
+                        Some(Err(std::io::Error::other("the posting thread panicked")))
+                    })
+                })
+                .collect()
+        });
         let mut admitted = false;
-        for i in 0..opts.nodes {
+        for (i, outcome) in outcomes.into_iter().enumerate() {
             stats.submissions += 1;
-            // Re-read every time: a restarted node listens on a new port.
-            let Some(addr) = read_addr(&opts.home, i) else {
-                stats.unreachable += 1;
-                continue;
-            };
-            match post(addr, "/v1/requests", &request) {
-                Ok((202, _)) => admitted = true,
-                Ok((code, text)) => {
+            match outcome {
+                None => stats.unreachable += 1,
+                Some(Ok((202, _))) => admitted = true,
+                Some(Ok((code, text))) => {
                     stats.refused += 1;
                     tracing::debug!(node = i, code, response = %text.lines().last().unwrap_or(""), "request refused");
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     stats.unreachable += 1;
                     tracing::debug!(node = i, error = %e, "node unreachable");
                 }
@@ -316,4 +427,62 @@ fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
         }
     }
     stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// An endpoint that drips its answer one byte every 100 ms (as `--byzantine slow-http`
+    /// does): the exchange ends at its deadline with `TimedOut`, not when the drip ends.
+    #[test]
+    fn a_dripping_endpoint_costs_the_deadline_not_the_drip() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            // 60 bytes at 100 ms each: 6 s to the end of the answer.
+            for b in b"HTTP/1.1 202 Accepted\r\nContent-Length: 24\r\n\r\nqueued for the next block"
+                .iter()
+                .take(60)
+            {
+                if s.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let start = tokio::time::Instant::now();
+        let limit = Duration::from_millis(700);
+        let err = exchange_within(addr, b"GET / HTTP/1.1\r\n\r\n", &[], limit)
+            .expect_err("a drip must not complete within the deadline");
+        let took = start.elapsed();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(took >= limit, "{took:?}");
+        assert!(
+            took < Duration::from_millis(2_500),
+            "{took:?}: bounded by the deadline"
+        );
+        server.join().unwrap();
+    }
+
+    /// A whole answer within the deadline is read to its end.
+    #[test]
+    fn a_prompt_answer_is_read_whole() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+                .unwrap();
+        });
+        let (code, body) = get(addr, "/x").unwrap();
+        assert_eq!((code, body.as_str()), (200, "hello"));
+        server.join().unwrap();
+    }
 }
