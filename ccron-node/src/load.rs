@@ -83,9 +83,18 @@ pub struct LoadStats {
     /// Submissions a node refused (a status other than 202; `409` when another copy is already
     /// pending or executed is normal).
     pub refused: u64,
-    /// Submissions that failed to connect or read (a node down or restarting).
+    /// Submissions that failed to connect or read (a node down or restarting, or one that did
+    /// not answer within [`EXCHANGE_DEADLINE`]).
     pub unreachable: u64,
+    /// Submissions not made because that node's queue was full: its earlier posts were still
+    /// waiting on it (at most [`NODE_QUEUE`] wait per node).
+    #[serde(default)]
+    pub skipped_busy: u64,
 }
+
+/// Requests waiting to be posted to one node: a node slower than the client's pace fills its
+/// queue and misses requests (counted, `LoadStats::skipped_busy`); the others are not held.
+pub const NODE_QUEUE: usize = 4;
 
 /// The signing key of the load client of `seed`.
 pub fn client_key(seed: u64) -> SigningKey {
@@ -378,55 +387,93 @@ fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
     let key = client_key(opts.seed);
     let client = crate::request::client_id(&key.verifying_key().to_bytes());
     let mut stats = LoadStats::default();
+    // One poster per node with a bounded queue: the client signs at its own pace and a node
+    // that answers slowly (or drips its answer) delays only its own posts. Each poster reports
+    // (request number, node, outcome); `admitted` is counted per request at the end.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, usize, Outcome)>();
+    let (queues, posters): (Vec<_>, Vec<_>) = (0..opts.nodes)
+        .map(|i| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Arc<Vec<u8>>)>(NODE_QUEUE);
+            let home = opts.home.clone();
+            let done = done_tx.clone();
+            let poster = std::thread::Builder::new()
+                .name(format!("load-post-{i}"))
+                .spawn(move || {
+                    for (number, request) in rx {
+                        // Re-read every time: a restarted node listens on a new port.
+                        let outcome = match read_addr(&home, i) {
+                            None => Outcome::Unreachable("no address".into()),
+                            Some(addr) => match post(addr, "/v1/requests", &request) {
+                                Ok((202, _)) => Outcome::Admitted,
+                                Ok((code, text)) => Outcome::Refused(
+                                    code,
+                                    text.lines().last().unwrap_or("").to_string(),
+                                ),
+                                Err(e) => Outcome::Unreachable(e.to_string()),
+                            },
+                        };
+                        if done.send((number, i, outcome)).is_err() {
+                            return;
+                        }
+                    }
+                });
+            if let Err(e) = &poster {
+                tracing::error!(node = i, error = %e, "load: no poster thread: nothing posted to this node");
+            }
+            (tx, poster)
+        })
+        .unzip();
+    drop(done_tx);
     let mut number = 0u64;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.interval);
         number += 1;
-        let request =
-            signed_request(&domain, &key, number, (opts.payload)(client, number)).encode();
+        let request = Arc::new(
+            signed_request(&domain, &key, number, (opts.payload)(client, number)).encode(),
+        );
         stats.orders += 1;
-        // Every node at once, each post on its own thread: one node that answers slowly (or
-        // drips its answer) delays this order by at most `EXCHANGE_DEADLINE`, and the others'
-        // posts not at all.
-        let outcomes: Vec<Option<std::io::Result<(u16, String)>>> = std::thread::scope(|scope| {
-            let posts: Vec<_> = (0..opts.nodes)
-                .map(|i| {
-                    // Re-read every time: a restarted node listens on a new port.
-                    let addr = read_addr(&opts.home, i);
-                    let request = &request;
-                    scope.spawn(move || addr.map(|a| post(a, "/v1/requests", request)))
-                })
-                .collect();
-            posts
-                .into_iter()
-                .map(|p| {
-                    p.join().unwrap_or_else(|_| {
-                        Some(Err(std::io::Error::other("the posting thread panicked")))
-                    })
-                })
-                .collect()
-        });
-        let mut admitted = false;
-        for (i, outcome) in outcomes.into_iter().enumerate() {
+        for (i, queue) in queues.iter().enumerate() {
             stats.submissions += 1;
-            match outcome {
-                None => stats.unreachable += 1,
-                Some(Ok((202, _))) => admitted = true,
-                Some(Ok((code, text))) => {
-                    stats.refused += 1;
-                    tracing::debug!(node = i, code, response = %text.lines().last().unwrap_or(""), "request refused");
-                }
-                Some(Err(e)) => {
-                    stats.unreachable += 1;
-                    tracing::debug!(node = i, error = %e, "node unreachable");
-                }
+            if queue.try_send((number, Arc::clone(&request))).is_err() {
+                stats.skipped_busy += 1;
+                tracing::debug!(
+                    node = i,
+                    number,
+                    "load: node's queue full: request not posted to it"
+                );
             }
         }
-        if admitted {
-            stats.admitted += 1;
+    }
+    // Stop: the posters finish what is queued (each post bounded by its deadline).
+    drop(queues);
+    for p in posters.into_iter().flatten() {
+        let _ = p.join();
+    }
+    let mut admitted = std::collections::BTreeSet::new();
+    for (number, i, outcome) in done_rx.try_iter() {
+        match outcome {
+            Outcome::Admitted => {
+                admitted.insert(number);
+            }
+            Outcome::Refused(code, last) => {
+                stats.refused += 1;
+                tracing::debug!(node = i, number, code, response = %last, "request refused");
+            }
+            Outcome::Unreachable(e) => {
+                stats.unreachable += 1;
+                tracing::debug!(node = i, number, error = %e, "node unreachable");
+            }
         }
     }
+    stats.admitted = admitted.len() as u64;
     stats
+}
+
+/// What one post of the load client gave.
+enum Outcome {
+    Admitted,
+    Refused(u16, String),
+    Unreachable(String),
 }
 
 #[cfg(test)]

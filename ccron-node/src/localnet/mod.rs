@@ -504,6 +504,10 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     }
     kill_all.resumed_after_ms = resume.resumed_after_ms();
     kill_all.waited_past_end_ms = millis(start.elapsed()).saturating_sub(end);
+    // The run ends here; what follows (the client's and operator's end-of-run reads) keeps the
+    // nodes running for a while, at a pace set by how fast they answer (seconds against a
+    // `slow-http` node), so the judged window and the Byzantine figures stop at this instant.
+    let run_end_ms = now_ms();
     let alive: Vec<bool> = children.0.iter().map(|c| c.is_some()).collect();
     // Peak memory of every live process, read before they are stopped.
     let peaks: Vec<u64> = children
@@ -737,14 +741,19 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         let samples = read_fires(&home, i);
         (!samples.is_empty()).then(|| Lateness::from_samples(i, &samples))
     });
-    let agreed = measured.map(|i| read_agreed(&home, i)).unwrap_or_default();
+    let agreed: BTreeMap<u64, i64> = measured
+        .map(|i| read_agreed(&home, i))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&(_, t)| t <= run_end_ms)
+        .collect();
     let (_, _, _, stall_all, stall_rest) = liveness(&agreed, i64::MAX);
     let longest_stall_ms = stall_all.max(stall_rest);
     let window = measured.map(|m| {
         let (_, during, heights, _, stall) = liveness(&agreed, byzantine_from_ms);
         let samples: Vec<(i64, i64)> = read_fires_due(&home, m)
             .into_iter()
-            .filter(|&(due, _, _)| due >= byzantine_from_ms)
+            .filter(|&(due, _, _)| due >= byzantine_from_ms && due <= run_end_ms)
             .map(|(_, agreed, wall)| (agreed, wall))
             .collect();
         WindowReport {
