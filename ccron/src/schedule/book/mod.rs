@@ -69,7 +69,7 @@ pub use handlers::{
     manifest_digest,
 };
 pub use manual::{BackfillOverlap, MAX_BACKFILL_RUNS, ManualRuns, is_manual, manual_occurrence};
-pub use overlap::{MAX_BUFFERED, Overlap, OverlapState};
+pub use overlap::{MAX_BUFFERED, Overlap, OverlapState, Settled};
 pub use preview::{NextRun, SlotLoad};
 pub use runs::{
     AfterFailure, DeadRun, FailedRun, HISTORY_RUNS, MAX_ATTEMPTS, MAX_DEAD_RUNS,
