@@ -726,13 +726,17 @@ impl Scheduler {
         });
         for req in run.requests {
             let names = env.names;
-            if let Err(e) = self.apply_with(
+            let result = self.apply_with(
                 &owner,
                 req,
                 |h| names.contains(h),
                 env.tick.bft_sequence_num,
                 env.tick.agreed_time_ms,
-            ) {
+            );
+            // Counted as an applied request's outcome is (a `SlotFull` refusal in the
+            // replicated refusal counters).
+            self.note_outcome(&result, Some(id));
+            if let Err(e) = result {
                 env.report.errors.push(e);
             }
         }
