@@ -112,13 +112,15 @@ fn outcome(o: &RunOutcome) -> String {
 }
 
 /// An overlap policy as the CLI names it (`--overlap`): `allow-all`, `skip`, `buffer-one`,
-/// `buffer-all`.
+/// `buffer-all`; `cancel-other` (shown by `describe`; `--overlap` takes only a backfill's
+/// policies, and a backfill refuses it).
 pub fn overlap(o: Overlap) -> &'static str {
     match o {
         Overlap::AllowAll => "allow-all",
         Overlap::Skip => "skip",
         Overlap::BufferOne => "buffer-one",
         Overlap::BufferAll => "buffer-all",
+        Overlap::CancelOther => "cancel-other",
     }
 }
 

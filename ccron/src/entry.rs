@@ -428,7 +428,10 @@ impl<S> CronEntry<S> {
     /// # Errors
     /// [`ScheduleError::Invalid`] for an entry with a user rule (it has no occurrences to
     /// wait), and for [`Overlap::BufferAll`]: its buffer of occurrences needs persisted state
-    /// the table's pages (one next due point per entry) do not hold.
+    /// the table's pages (one next due point per entry) do not hold. [`Overlap::CancelOther`]
+    /// is refused too: a pass reads only *which* entries await a result
+    /// ([`PendingResults`]), not which run the records belong to, so it cannot tell a
+    /// cancelled run's records from the new run's (the book's schedules offer it).
     pub fn with_overlap(mut self, overlap: Overlap) -> Result<Self, ScheduleError> {
         if overlap.tracks() && self.rule.schedule().is_none() {
             return Err(ScheduleError::Invalid(
@@ -439,6 +442,13 @@ impl<S> CronEntry<S> {
             return Err(ScheduleError::Invalid(
                 "BufferAll is not offered on table entries: its buffer needs persisted state; \
                  use BufferOne or a schedule of the book"
+                    .into(),
+            ));
+        }
+        if overlap == Overlap::CancelOther {
+            return Err(ScheduleError::Invalid(
+                "CancelOther is not offered on table entries (yet): use Skip, BufferOne or a \
+                 schedule of the book"
                     .into(),
             ));
         }

@@ -50,6 +50,8 @@ fn overlap_code(overlap: Overlap) -> u8 {
         Overlap::Skip => 1,
         Overlap::BufferOne => 2,
         Overlap::BufferAll => 3,
+        // Refused on table entries (`CronEntry::with_overlap`); its code is fixed all the same.
+        Overlap::CancelOther => 4,
     }
 }
 

@@ -41,9 +41,9 @@ pub use book::{
     MAX_FIRE_EACH_CAP, MAX_INSTANT_MS, MAX_PERIOD_MS, MIN_INSTANT_MS, ManualRuns, Misfire,
     NewSchedule, NextRun, ONE_SHOT_HISTORY_RUNS, Overlap, OverlapState, PendingRetry,
     RefusalCounters, RetireReason, Retired, RetryPolicy, RunCounters, RunEntry, RunOutcome,
-    RunPolicy, ScheduleError, ScheduleInfo, ScheduleRequest, Scheduler, SlotCapacity, SlotLoad,
-    Target, TickReport, Timing, Transactional, is_manual, manifest_digest, manual_occurrence,
-    record_pages_of,
+    RunPolicy, ScheduleError, ScheduleInfo, ScheduleRequest, Scheduler, Settled, SlotCapacity,
+    SlotLoad, Target, TickReport, Timing, Transactional, is_manual, manifest_digest,
+    manual_occurrence, record_pages_of,
 };
 pub(crate) use book::{check_grid_fires, grid_allowed_after, grid_allowed_latest};
 pub use cron_rule::CronRule;

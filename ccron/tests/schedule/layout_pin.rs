@@ -169,7 +169,12 @@ fn run() -> String {
             &mut h
         };
         let report = book.on_tick(&tick, &mut state, set, &mut outbox);
-        digest.update(format!("{report:?}").as_bytes());
+        // The report's `overlap_cancelled` (added with `Overlap::CancelOther`, after layout 13:
+        // no stored byte) is always empty here, no schedule of the workload having an overlap
+        // policy; left out of its text so that the pin still says the pages are layout 13's.
+        assert!(report.overlap_cancelled.is_empty());
+        let text = format!("{report:?}").replace(", overlap_cancelled: []", "");
+        digest.update(text.as_bytes());
         book.check_invariants().unwrap();
         if rng.next(9) == 0 {
             book.save_all(&mut pages, range()).unwrap();

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use ccron::outbox::{OccurrenceId, Outbox, OutboxLimits};
 use ccron::schedule::{
     Bounds, Handlers, Limits, MAX_BUFFERED, Misfire, NewSchedule, Overlap, Policy, RunPolicy,
-    ScheduleError, ScheduleRequest, Scheduler, Target, TickReport, Timing,
+    ScheduleError, ScheduleRequest, Scheduler, Settled, Target, TickReport, Timing,
 };
 use ccron::{Due, MemPages, PageRange, Principal, Tick};
 use proptest::prelude::*;
@@ -73,6 +73,10 @@ struct Rig {
     skipped: Vec<u64>,
     buffered: Vec<u64>,
     overflowed: Vec<u64>,
+    /// Runs `CancelOther` cancelled: (cancelled occurrence, the occurrence run instead).
+    cancelled: Vec<(u64, u64)>,
+    /// Late results of cancelled runs settled (each answered `OfUnawaitedRun`).
+    late_of_cancelled: usize,
 }
 
 impl Rig {
@@ -93,6 +97,8 @@ impl Rig {
             skipped: Vec::new(),
             buffered: Vec::new(),
             overflowed: Vec::new(),
+            cancelled: Vec::new(),
+            late_of_cancelled: 0,
         }
     }
 
@@ -117,7 +123,7 @@ impl Rig {
             .collect();
         for k in arrived {
             self.pending.remove(&k);
-            self.book.settle(k.1);
+            self.settle(k.1);
         }
         self.seq += 1;
         let head = self.outbox.next_index();
@@ -137,6 +143,8 @@ impl Rig {
             .extend(report.overlap_skipped.iter().map(|(_, o)| *o));
         self.buffered
             .extend(report.overlap_buffered.iter().map(|(_, o)| *o));
+        self.cancelled
+            .extend(report.overlap_cancelled.iter().map(|(_, c, o)| (*c, *o)));
         for e in &report.errors {
             match e {
                 ScheduleError::BufferFull { occurrence, .. } => {
@@ -150,18 +158,36 @@ impl Rig {
         report
     }
 
+    /// Settles `record`; a record of a cancelled run must change nothing.
+    fn settle(&mut self, record: OccurrenceId) -> Settled {
+        let before = self.book.clone();
+        let settled = self.book.settle_detail(record);
+        if self.cancelled.iter().any(|(c, _)| *c == record.occurrence) {
+            assert_eq!(settled, Settled::OfUnawaitedRun, "{record}");
+            assert!(
+                self.book == before,
+                "a cancelled run's result changes nothing"
+            );
+            self.late_of_cancelled += 1;
+        }
+        assert_eq!(settled.changed(), self.book != before, "{settled:?}");
+        settled
+    }
+
     /// Settles every record occurrence `occ` of schedule `id` emitted (its results arrive).
-    fn answer(&mut self, id: u64, occ: u64) {
+    fn answer(&mut self, id: u64, occ: u64) -> Vec<Settled> {
         let keys: Vec<(i64, OccurrenceId)> = self
             .pending
             .keys()
             .filter(|(_, r)| r.emitter() == id && r.occurrence == occ)
             .copied()
             .collect();
+        let mut out = Vec::new();
         for k in keys {
             self.pending.remove(&k);
-            self.book.settle(k.1);
+            out.push(self.settle(k.1));
         }
+        out
     }
 
     fn occurrences(&self) -> Vec<u64> {
@@ -276,6 +302,116 @@ fn allow_all_runs_everything_and_tracks_nothing() {
 }
 
 #[test]
+fn cancel_other_cancels_the_awaited_run_and_ignores_its_late_result() {
+    let mut rig = Rig::new(vec![i64::MAX / 4]);
+    let id = rig
+        .apply(1, create(every(100, 100), Overlap::CancelOther))
+        .unwrap()
+        .unwrap();
+    rig.tick(100);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, Some((0, 1)));
+    let r = rig.tick(200);
+    assert_eq!(r.overlap_cancelled, vec![(id, 0, 1)]);
+    assert!(r.overlap_skipped.is_empty() && r.overlap_buffered.is_empty());
+    assert_eq!(rig.occurrences(), vec![0, 1], "the new occurrence runs");
+    let info = rig.book.get(id).unwrap();
+    assert_eq!(
+        info.overlap.awaiting,
+        Some((1, 1)),
+        "the new run is awaited"
+    );
+    assert_eq!(
+        (
+            info.overlap.overflowed,
+            info.overlap.skipped,
+            info.counters.skipped
+        ),
+        (1, 0, 0),
+        "one cancellation, nothing skipped"
+    );
+    // The cancelled run's late result: recognised, frees nothing.
+    assert_eq!(rig.answer(id, 0), vec![Settled::OfUnawaitedRun]);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, Some((1, 1)));
+    // The same book saved and reloaded reads the late result the same way.
+    let range = PageRange::new(0, 32).unwrap();
+    let mut pages = MemPages::new(4_096, 32);
+    rig.book.save(&mut pages, range).unwrap();
+    let again = Scheduler::load(7, Limits::default(), &pages, range).unwrap();
+    assert!(again == rig.book, "reloads equal");
+    // The new run's own result releases it: the next occurrence runs without a cancellation.
+    assert_eq!(rig.answer(id, 1), vec![Settled::Released]);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, None);
+    let r = rig.tick(300);
+    assert!(r.overlap_cancelled.is_empty());
+    assert_eq!(rig.occurrences(), vec![0, 1, 2]);
+    assert_eq!(rig.book.get(id).unwrap().overlap.overflowed, 1);
+    rig.book.check_invariants().unwrap();
+}
+
+#[test]
+fn cancel_other_cancels_a_partly_answered_run_once() {
+    let mut rig = Rig::new(vec![i64::MAX / 4]);
+    rig.st.records = 2;
+    let id = rig
+        .apply(1, create(every(100, 100), Overlap::CancelOther))
+        .unwrap()
+        .unwrap();
+    rig.book = rig.book.clone().with_emit_budget(2, 1_000);
+    rig.tick(100);
+    let first = *rig.pending.keys().next().unwrap();
+    rig.pending.remove(&first);
+    assert_eq!(rig.settle(first.1), Settled::Pending);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, Some((0, 1)));
+    // Two occurrences due in one tick: 1 cancels 0, then 2 cancels 1.
+    let r = rig.tick(300);
+    assert_eq!(r.overlap_cancelled, vec![(id, 0, 1), (id, 1, 2)]);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, Some((2, 2)));
+    // Every late record of the cancelled runs (one of 0, two of 1) settles nothing.
+    assert_eq!(rig.answer(id, 0), vec![Settled::OfUnawaitedRun]);
+    assert_eq!(rig.answer(id, 1), vec![Settled::OfUnawaitedRun; 2]);
+    assert_eq!(rig.book.get(id).unwrap().overlap.awaiting, Some((2, 2)));
+    assert_eq!(rig.book.get(id).unwrap().overlap.overflowed, 2);
+    assert_eq!(rig.late_of_cancelled, 3);
+    rig.book.check_invariants().unwrap();
+}
+
+#[test]
+fn cancel_other_is_refused_for_one_shots_backfills_and_table_entries() {
+    let mut rig = Rig::new(vec![1]);
+    let once = NewSchedule::new("job", Timing::At(Due::Time(50)));
+    assert!(matches!(
+        rig.apply(1, create(once, Overlap::CancelOther)),
+        Err(ScheduleError::Invalid(_))
+    ));
+    let id = rig
+        .apply(1, create(every(100, 100), Overlap::CancelOther))
+        .unwrap()
+        .unwrap();
+    let before = rig.book.refusals().backfill;
+    let backfill = ScheduleRequest::BackfillWith {
+        target: Target::Id(id),
+        from_ms: 100,
+        to_ms: 300,
+        overlap: Overlap::CancelOther,
+    };
+    assert!(matches!(
+        rig.apply(1, backfill),
+        Err(ScheduleError::Invalid(_))
+    ));
+    assert_eq!(rig.book.refusals().backfill, before + 1, "counted");
+    assert!(rig.book.get(id).unwrap().manual.backfill.is_none());
+    let entry = ccron::CronEntry::<()>::cron(
+        0,
+        ccron::cron::CronSchedule::parse("* * * * *").unwrap(),
+        |_| {},
+    );
+    assert!(matches!(
+        entry.with_overlap(Overlap::CancelOther),
+        Err(ScheduleError::Invalid(_))
+    ));
+}
+
+#[test]
 fn a_run_without_records_has_its_result_and_several_records_all_count() {
     let mut rig = Rig::new(vec![i64::MAX / 4]);
     rig.st.silent = true;
@@ -378,7 +514,13 @@ fn switching_to_allow_all_releases_the_buffer_and_skip_drops_it() {
 
 /// What the model says happened: runs (occurrence, nominal time), skipped, buffered and
 /// refused occurrences.
-type Outcome = (Vec<(u64, i64)>, Vec<u64>, Vec<u64>, Vec<u64>);
+type Outcome = (
+    Vec<(u64, i64)>,
+    Vec<u64>,
+    Vec<u64>,
+    Vec<u64>,
+    Vec<(u64, u64)>,
+);
 
 /// The brute-force model: the grid walked point by point at each tick, the previous run's
 /// result arrival compared with the tick's time.
@@ -391,9 +533,11 @@ fn model(
     silent: bool,
 ) -> Outcome {
     let (mut ran, mut skipped, mut buffered, mut overflowed) = (vec![], vec![], vec![], vec![]);
+    let mut cancelled = vec![];
     let mut next = start;
     let mut n = 0u64;
-    let mut awaiting: Option<i64> = None;
+    // The awaited run: its result's arrival time and its occurrence.
+    let mut awaiting: Option<(i64, u64)> = None;
     let mut buffer: VecDeque<(i64, u64)> = VecDeque::new();
     let bound = match policy {
         Overlap::BufferOne => 1,
@@ -401,16 +545,17 @@ fn model(
         _ => 0,
     };
     for &now in ticks {
-        if awaiting.is_some_and(|a| a <= now) {
+        if awaiting.is_some_and(|(a, _)| a <= now) {
             awaiting = None;
         }
-        let run = |occ: u64, due: i64, ran: &mut Vec<(u64, i64)>, awaiting: &mut Option<i64>| {
-            ran.push((occ, due));
-            let emits = !(silent && occ % 5 == 3);
-            if policy != Overlap::AllowAll && emits {
-                *awaiting = Some(now + delays[(occ % delays.len() as u64) as usize]);
-            }
-        };
+        let run =
+            |occ: u64, due: i64, ran: &mut Vec<(u64, i64)>, awaiting: &mut Option<(i64, u64)>| {
+                ran.push((occ, due));
+                let emits = !(silent && occ % 5 == 3);
+                if policy != Overlap::AllowAll && emits {
+                    *awaiting = Some((now + delays[(occ % delays.len() as u64) as usize], occ));
+                }
+            };
         while awaiting.is_none() {
             let Some((due, occ)) = buffer.pop_front() else {
                 break;
@@ -420,7 +565,12 @@ fn model(
         while next <= now {
             let occ = n;
             n += 1;
-            if awaiting.is_some() {
+            if policy == Overlap::CancelOther
+                && let Some((_, previous)) = awaiting.take()
+            {
+                cancelled.push((previous, occ));
+                run(occ, next, &mut ran, &mut awaiting);
+            } else if awaiting.is_some() {
                 if buffer.len() < bound {
                     buffer.push_back((next, occ));
                     buffered.push(occ);
@@ -435,10 +585,15 @@ fn model(
             next += period;
         }
     }
-    (ran, skipped, buffered, overflowed)
+    (ran, skipped, buffered, overflowed, cancelled)
 }
 
-/// Any of the four overlap policies (also the backfill tests' strategy).
+/// Any overlap policy of regular runs: the backfill tests' four and `CancelOther`.
+fn regular_policy() -> impl Strategy<Value = Overlap> {
+    prop_oneof![policy(), Just(Overlap::CancelOther)]
+}
+
+/// Any of the four overlap policies a backfill takes (also the backfill tests' strategy).
 pub(crate) fn policy() -> impl Strategy<Value = Overlap> {
     prop_oneof![
         Just(Overlap::AllowAll),
@@ -455,7 +610,7 @@ proptest! {
     /// reloads equal from its pages along the way (the overlap state is persisted).
     #[test]
     fn overlap_matches_the_brute_force_model(
-        policy in policy(),
+        policy in regular_policy(),
         period in 1i64..60,
         start in 1i64..100,
         steps in prop::collection::vec(0i64..120, 1..40),
@@ -483,7 +638,8 @@ proptest! {
             }
         }
         rig.book.check_invariants().unwrap();
-        let (ran, skipped, buffered, overflowed) = model(policy, period, start, &ticks, &delays, silent);
+        let (ran, skipped, buffered, overflowed, cancelled) =
+            model(policy, period, start, &ticks, &delays, silent);
         let got: Vec<(u64, i64)> = rig
             .st
             .ran
@@ -496,7 +652,8 @@ proptest! {
         prop_assert_eq!(&rig.overflowed, &overflowed);
         let info = rig.book.get(id).unwrap();
         prop_assert_eq!(info.overlap.skipped, skipped.len() as u64);
-        prop_assert_eq!(info.overlap.overflowed, overflowed.len() as u64);
+        prop_assert_eq!(&rig.cancelled, &cancelled);
+        prop_assert_eq!(info.overlap.overflowed, (overflowed.len() + cancelled.len()) as u64);
         prop_assert_eq!(info.counters.skipped, (skipped.len() + overflowed.len()) as u64);
     }
 }

@@ -173,3 +173,75 @@ fn a_flipped_commit_page_byte_is_refused() {
         );
     }
 }
+
+/// A request a handler run issues (`HandlerCtx::request`) and admission refuses `SlotFull` is
+/// counted in the same replicated counter as one `Scheduler::apply` refuses (before, only
+/// `apply` counted it): two replicas count it alike, the save after the tick writes it, a
+/// reload keeps it. A handler request that is admitted counts nothing.
+#[test]
+fn a_handler_run_s_slot_full_request_is_counted() {
+    use ccron::Tick;
+    use ccron::outbox::{Outbox, OutboxLimits};
+
+    fn spawner() -> Handlers<u64> {
+        let mut h = handlers();
+        h.register("spawn", |ctx| {
+            *ctx.state += 1;
+            // Slot 1 ([60 s, 120 s)) is full; slot 3 is not.
+            for t in [60_003, 200_000] {
+                ctx.request(ScheduleRequest::Create(NewSchedule::new(
+                    "h",
+                    Timing::At(Due::Time(t)),
+                )));
+            }
+        });
+        h
+    }
+    let mut h = spawner();
+    let create = |t: i64, handler: &str| {
+        ScheduleRequest::Create(NewSchedule::new(handler, Timing::At(Due::Time(t))))
+    };
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let mut pages = MemPages::new(4_096, 64);
+        let mut book = Scheduler::new_in(1, limits(), range());
+        for (k, req) in [
+            create(60_001, "h"),
+            create(60_002, "h"),
+            create(10, "spawn"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            book.apply(&Principal::Host, req, &h, k as u64 + 1, Some(0))
+                .unwrap();
+        }
+        book.save(&mut pages, range()).unwrap();
+        assert_eq!(book.refusals(), RefusalCounters::default());
+        let mut state = 0u64;
+        let mut outbox = Outbox::new(OutboxLimits::default());
+        let report = book.on_tick(&Tick::new(1, 10, Some(10)), &mut state, &mut h, &mut outbox);
+        assert_eq!(state, 1, "the spawner ran");
+        assert!(
+            matches!(report.errors.as_slice(), [ScheduleError::SlotFull { .. }]),
+            "{:?}",
+            report.errors
+        );
+        assert_eq!(book.len(), 3, "the admitted request created its schedule");
+        assert_eq!(
+            book.refusals(),
+            RefusalCounters {
+                slot_full: 1,
+                ..RefusalCounters::default()
+            }
+        );
+        assert_eq!(book.slot_refusals(), 1);
+        book.save(&mut pages, range()).unwrap();
+        let again = load(&pages);
+        assert_eq!(again.refusals().slot_full, 1, "a restart keeps it");
+        assert!(again == book);
+        replicas.push((book, pages));
+    }
+    assert!(replicas[0].0 == replicas[1].0);
+    assert!(replicas[0].1.snapshot() == replicas[1].1.snapshot());
+}

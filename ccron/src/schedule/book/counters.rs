@@ -59,13 +59,14 @@ impl RunCounters {
 /// Admission refusals of the whole book (layout 13, in the commit page after the
 /// calendars): replicated like [`RunCounters`], so every replica reports the same numbers at
 /// the same height and a restart does not reset them. Counted only for executed requests
-/// (`Scheduler::apply`, and the requests a handler run issues for calendars and backfills):
+/// (`Scheduler::apply`, and the requests a handler run issues):
 /// their outcome is a function of the committed log. They only grow (saturating).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub struct RefusalCounters {
-    /// Requests [`Scheduler::apply`] refused with
+    /// Requests refused with
     /// [`ScheduleError::SlotFull`](super::ScheduleError::SlotFull) (admission capacity per
-    /// time slot, `slots.rs`).
+    /// time slot, `slots.rs`): applied by [`Scheduler::apply`] or issued by a handler run
+    /// (both are executed requests).
     pub slot_full: u64,
     /// Requests refused because of an exclusion calendar
     /// ([`ScheduleRequest::InstallCalendar`](super::ScheduleRequest::InstallCalendar),

@@ -34,6 +34,7 @@
 //! | [`Overlap::Skip`] | are skipped |
 //! | [`Overlap::BufferOne`] | the next one waits for the result, the others are skipped |
 //! | [`Overlap::BufferAll`] | wait, and run one at a time, each after the previous one's result (at most [`MAX_BACKFILL_RUNS`], bounded at admission: no overflow) |
+//! | [`Overlap::CancelOther`] | refused at admission ([`ScheduleError::Invalid`], counted as a backfill refusal): each backfill occurrence is work asked for, none supersedes another |
 //!
 //! Skipped occurrences are counted in the schedule's [`RunCounters::skipped`](super::RunCounters::skipped)
 //! and traced. A waiting backfill is out of the due index until the result arrives. The
@@ -204,6 +205,14 @@ impl Scheduler {
         now_ms: Option<TimeMs>,
     ) -> Result<Option<u64>, ScheduleError> {
         let admitted = self.resolve(target).and_then(|id| {
+            if overlap == Overlap::CancelOther {
+                // A backfill's runs are a bounded window of past occurrences: each is the
+                // work asked for, none supersedes the one before it.
+                return Err(ScheduleError::Invalid(
+                    "CancelOther is not offered for backfills: use Skip, BufferOne or BufferAll"
+                        .into(),
+                ));
+            }
             self.authorize(by, Action::Trigger, Some(id))?;
             self.backfill(id, from_ms, to_ms, now_ms)?;
             Ok(id)

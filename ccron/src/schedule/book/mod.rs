@@ -69,7 +69,7 @@ pub use handlers::{
     manifest_digest,
 };
 pub use manual::{BackfillOverlap, MAX_BACKFILL_RUNS, ManualRuns, is_manual, manual_occurrence};
-pub use overlap::{MAX_BUFFERED, Overlap, OverlapState};
+pub use overlap::{MAX_BUFFERED, Overlap, OverlapState, Settled};
 pub use preview::{NextRun, SlotLoad};
 pub use runs::{
     AfterFailure, DeadRun, FailedRun, HISTORY_RUNS, MAX_ATTEMPTS, MAX_DEAD_RUNS,
@@ -209,7 +209,8 @@ pub struct Scheduler {
     placement: Placement,
     /// Who may change what (configuration, like `limits`; not stored).
     policy: Policy,
-    /// Guarded requests rejected for a stale version by [`Scheduler::apply`] (an observation
+    /// Guarded requests rejected for a stale version, applied by [`Scheduler::apply`] or
+    /// issued by a handler run (an observation
     /// for the host's metrics: not stored, not compared).
     stale_rejections: u64,
     /// Emits refused to handlers ([`HandlerCtx::emit`]); an observation like
@@ -307,7 +308,7 @@ impl Scheduler {
     }
 
     /// How many [`ScheduleRequest::IfVersion`] and [`ScheduleRequest::UpsertIfVersion`]
-    /// requests [`Scheduler::apply`] rejected with
+    /// requests [`Scheduler::apply`] (or a handler run's request) rejected with
     /// [`ScheduleError::StaleVersion`] since this book was created or loaded (a metric for the
     /// host; not replicated state: not stored, not part of equality).
     pub fn stale_rejections(&self) -> u64 {

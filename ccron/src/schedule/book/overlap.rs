@@ -23,6 +23,7 @@
 //! | [`Overlap::Skip`] | is skipped: counted ([`OverlapState::skipped`], [`RunCounters::skipped`](super::RunCounters::skipped)), reported ([`TickReport::overlap_skipped`](super::TickReport::overlap_skipped)) and traced |
 //! | [`Overlap::BufferOne`] | is buffered when nothing is ([`OverlapState::buffered`]), else skipped as above |
 //! | [`Overlap::BufferAll`] | is buffered, up to [`MAX_BUFFERED`]; beyond it, refused: a typed [`ScheduleError::BufferFull`](super::ScheduleError::BufferFull) in the tick's errors, counted ([`OverlapState::overflowed`]) and traced |
+//! | [`Overlap::CancelOther`] | runs, and the awaited run is *cancelled*: reported ([`TickReport::overlap_cancelled`](super::TickReport::overlap_cancelled)), counted ([`OverlapState::overflowed`], which counts cancellations under this policy) and traced; the schedule awaits the new run instead |
 //!
 //! A buffered occurrence keeps its nominal time and its occurrence number (given by the plan,
 //! as for every planned run: a skipped occurrence's number is not reused, and every planned
@@ -34,10 +35,22 @@
 //! Manual runs (`manual.rs`: trigger-now, backfill) neither wait for the regular runs nor are
 //! waited for by them; a backfill's runs wait for each other under the backfill's own policy
 //! (`manual.rs`, "Backfill overlap", layout 12).
-//! `CancelOther` is not offered: the outbox cannot withdraw a record deterministically (its
-//! delivery happens outside consensus: a replica cannot know whether a worker holds it), so
-//! "cancel the running one" could only be a request to the worker, which is the handler's to
-//! emit.
+//!
+//! What a cancellation is (Temporal's `CANCEL_OTHER`). The cancellation is replicated state:
+//! the schedule stops awaiting the cancelled run (its occurrence number leaves
+//! [`OverlapState::awaiting`]), so the slot is free for the new run, which is awaited in turn
+//! when it emits. Results come back by occurrence id: a late result of the cancelled run names
+//! the cancelled occurrence, not the awaited one, so [`Scheduler::settle_detail`] answers
+//! [`Settled::OfUnawaitedRun`] and changes nothing (it neither counts as the new run's result
+//! nor frees the slot again). Its records stay in the outbox: the outbox cannot withdraw a
+//! record deterministically (its delivery happens outside consensus: a replica cannot know
+//! whether a worker holds it). So a worker sees no cancel record: the cancelled run's records
+//! are delivered, retried and dead-lettered as any other, and their results are applied to the
+//! outbox as usual. A worker that must stop the cancelled work reads it from the book
+//! (`describe`: the awaited occurrence moved on, the cancel count grew) or from a record the
+//! new run's handler emits (its handler knows its occurrence number; the previous one is
+//! `occurrence - 1` or older). Nothing is stored per cancelled run (no layout change: layout
+//! 13's records carry the policy and the count); a result recognised as not awaited is traced.
 
 use super::{RunCounters, ScheduleError, Scheduler};
 use crate::due::Due;
@@ -63,13 +76,19 @@ pub enum Overlap {
     /// Keep up to [`MAX_BUFFERED`] occurrences buffered, run them in order, each after the
     /// previous one's result; beyond the bound, refused with a typed, counted error.
     BufferAll,
+    /// Cancel the previous run and run this one (Temporal's `CANCEL_OTHER`): the schedule stops
+    /// awaiting the previous run's records (their late results settle nothing), the
+    /// cancellation is reported, counted and traced, and the new occurrence is awaited in turn.
+    /// Appended last: its encoding (variant 4) leaves the other variants' bytes as they were.
+    /// Book schedules only (not backfills, not table entries).
+    CancelOther,
 }
 
 impl Overlap {
     /// How many occurrences the policy keeps buffered.
     pub fn buffer_bound(self) -> usize {
         match self {
-            Overlap::AllowAll | Overlap::Skip => 0,
+            Overlap::AllowAll | Overlap::Skip | Overlap::CancelOther => 0,
             Overlap::BufferOne => 1,
             Overlap::BufferAll => MAX_BUFFERED,
         }
@@ -93,8 +112,39 @@ pub struct OverlapState {
     pub buffered: Vec<(TimeMs, u64)>,
     /// Occurrences the policy skipped.
     pub skipped: u64,
-    /// Occurrences [`Overlap::BufferAll`] refused because its buffer was full.
+    /// Occurrences [`Overlap::BufferAll`] refused because its buffer was full, and runs
+    /// [`Overlap::CancelOther`] cancelled: what the policy displaced beyond what it holds (one
+    /// stored counter for both, layout 13: a schedule moved from one of these policies to the
+    /// other keeps one sum; the tick reports tell them apart).
     pub overflowed: u64,
+}
+
+/// What a settled record did to its schedule's overlap state ([`Scheduler::settle_detail`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Not a record this book tracks: another origin or component, an unknown schedule, or a
+    /// schedule that awaits nothing and tracks no result.
+    Untracked,
+    /// One record of the awaited run settled; others of it have no result yet.
+    Pending,
+    /// The awaited run's last record settled: the schedule awaits nothing now.
+    Released,
+    /// A record of a regular run the schedule does not await (a run
+    /// [`Overlap::CancelOther`] cancelled, or one that ran before its policy tracked
+    /// results): changes nothing (traced).
+    OfUnawaitedRun,
+    /// A record of a backfill run (`manual.rs`): `true` when it changed the book.
+    Backfill(bool),
+}
+
+impl Settled {
+    /// Whether the book changed (the host saves it then).
+    pub fn changed(self) -> bool {
+        matches!(
+            self,
+            Settled::Pending | Settled::Released | Settled::Backfill(true)
+        )
+    }
 }
 
 /// Encoded bytes of an [`OverlapState`] at its largest (checked against the codec in the
@@ -163,12 +213,16 @@ pub(super) fn buffered_key(o: &OverlapState) -> Option<Due> {
     o.buffered.first().map(|&(t, _)| Due::Time(t))
 }
 
-/// What the policy did with an occurrence that could not run.
+/// What the policy did with an occurrence that could not run as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Diverted {
     Skipped,
     Buffered,
     Overflowed,
+    /// [`Overlap::CancelOther`]: run `previous` is cancelled, the occurrence runs.
+    Cancelled {
+        previous: u64,
+    },
 }
 
 impl Scheduler {
@@ -179,6 +233,11 @@ impl Scheduler {
         let Some(r) = self.records.get_mut(&id) else {
             return Diverted::Skipped;
         };
+        if r.overlap().policy == Overlap::CancelOther
+            && let Some((previous, pending)) = r.overlap().awaiting
+        {
+            return self.cancel_awaited(id, occurrence, previous, pending);
+        }
         let o = r.overlap_mut();
         let policy = o.policy;
         let what = match due {
@@ -225,9 +284,40 @@ impl Scheduler {
                     },
                 );
             }
+            // Returned above.
+            Diverted::Cancelled { .. } => {}
         }
         self.touch(id);
         what
+    }
+
+    /// [`Overlap::CancelOther`]: record `id` stops awaiting run `previous` (`pending` of its
+    /// records without a result), counted and traced; occurrence `occurrence` runs.
+    fn cancel_awaited(
+        &mut self,
+        id: u64,
+        occurrence: u64,
+        previous: u64,
+        pending: u32,
+    ) -> Diverted {
+        // Its keys depend on what it awaits when something is buffered.
+        self.unindex(id);
+        if let Some(r) = self.records.get_mut(&id) {
+            let o = r.overlap_mut();
+            o.awaiting = None;
+            o.overflowed = o.overflowed.saturating_add(1);
+        }
+        self.reindex(id);
+        self.touch(id);
+        tracing::info!(
+            component = self.component,
+            id,
+            occurrence,
+            previous,
+            pending,
+            "overlap: the previous run has no result yet: cancelled, the occurrence runs"
+        );
+        Diverted::Cancelled { previous }
     }
 
     /// A run of regular occurrence `occurrence` of record `id` committed, appending `records`
@@ -267,22 +357,46 @@ impl Scheduler {
     /// the committed request; call it once per record (the outbox applies one result per
     /// record, and a trimmed record never gets one).
     pub fn settle(&mut self, record: OccurrenceId) -> bool {
+        self.settle_detail(record).changed()
+    }
+
+    /// [`Scheduler::settle`], telling what the record was ([`Settled`]): in particular a late
+    /// result of a run [`Overlap::CancelOther`] cancelled is [`Settled::OfUnawaitedRun`] and
+    /// changes nothing.
+    pub fn settle_detail(&mut self, record: OccurrenceId) -> Settled {
         if record.origin() != Origin::Schedule || record.component != self.component {
-            return false;
+            return Settled::Untracked;
         }
         let id = record.emitter();
         if super::is_manual(record.occurrence) == Some(false) {
-            return self.settle_backfill(id, record.occurrence);
+            return Settled::Backfill(self.settle_backfill(id, record.occurrence));
         }
         let Some(r) = self.records.get(&id) else {
-            return false;
+            return Settled::Untracked;
         };
-        let Some((occ, pending)) = r.overlap().awaiting else {
-            return false;
+        let o = r.overlap();
+        let (occ, pending) = match o.awaiting {
+            Some((occ, pending)) if occ == record.occurrence => (occ, pending),
+            awaited => {
+                // A regular run of a tracking schedule that has run but is not awaited: under
+                // CancelOther, a run it cancelled.
+                if o.policy.tracks()
+                    && super::is_manual(record.occurrence).is_none()
+                    && record.occurrence < r.runs
+                {
+                    tracing::debug!(
+                        component = self.component,
+                        id,
+                        occurrence = record.occurrence,
+                        awaited = ?awaited.map(|(occ, _)| occ),
+                        policy = ?o.policy,
+                        "overlap: a result of a run not awaited (cancelled or untracked): ignored"
+                    );
+                    return Settled::OfUnawaitedRun;
+                }
+                return Settled::Untracked;
+            }
         };
-        if occ != record.occurrence {
-            return false;
-        }
         self.unindex(id);
         if let Some(r) = self.records.get_mut(&id) {
             r.overlap_mut().awaiting = pending.checked_sub(1).filter(|n| *n > 0).map(|n| (occ, n));
@@ -296,9 +410,17 @@ impl Scheduler {
                 );
             }
         }
+        let released = self
+            .records
+            .get(&id)
+            .is_some_and(|r| r.overlap().awaiting.is_none());
         self.reindex(id);
         self.touch(id);
-        true
+        if released {
+            Settled::Released
+        } else {
+            Settled::Pending
+        }
     }
 
     /// The schedule records of `outbox` at or below `upto` without a result: what the

@@ -65,7 +65,8 @@ impl Scheduler {
         Ok(())
     }
 
-    /// How many requests [`Scheduler::apply`] refused with [`ScheduleError::SlotFull`]: the
+    /// How many requests [`Scheduler::apply`] and handler runs' requests were refused with
+    /// [`ScheduleError::SlotFull`]: the
     /// replicated [`RefusalCounters::slot_full`](super::RefusalCounters::slot_full) (book
     /// layout 13; stored, so a restart keeps it).
     pub fn slot_refusals(&self) -> u64 {

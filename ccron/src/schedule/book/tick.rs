@@ -351,12 +351,17 @@ impl Scheduler {
                 let Some(rec) = self.records.get(&id) else {
                     return;
                 };
-                if rec.overlap().blocks() {
-                    // The previous run has no result yet: the overlap policy decides (the
-                    // budget unit taken for it is not given back: a deterministic bound).
-                    self.divert_reported(id, run_due, occurrence, env.report);
+                // The previous run has no result yet: the overlap policy decides (the budget
+                // unit taken for it is not given back: a deterministic bound). Only
+                // `CancelOther` lets the occurrence run (the previous run cancelled).
+                if rec.overlap().blocks()
+                    && !self.divert_reported(id, run_due, occurrence, env.report)
+                {
                     continue;
                 }
+                let Some(rec) = self.records.get(&id) else {
+                    return;
+                };
                 let attempt = run_phase(self.component, rec, id, run_due, occurrence, 1, &mut env);
                 let outcome = attempt.outcome;
                 if !outcome.is_ok() {
@@ -617,11 +622,22 @@ impl Scheduler {
         false
     }
 
-    /// [`Self::divert`], reported in `report`.
-    fn divert_reported(&mut self, id: u64, due: Due, occurrence: u64, report: &mut TickReport) {
+    /// [`Self::divert`], reported in `report`. Returns whether the occurrence runs (the
+    /// previous run cancelled).
+    fn divert_reported(
+        &mut self,
+        id: u64,
+        due: Due,
+        occurrence: u64,
+        report: &mut TickReport,
+    ) -> bool {
         match self.divert(id, due, occurrence) {
             Diverted::Buffered => report.overlap_buffered.push((id, occurrence)),
             Diverted::Skipped => report.overlap_skipped.push((id, occurrence)),
+            Diverted::Cancelled { previous } => {
+                report.overlap_cancelled.push((id, previous, occurrence));
+                return true;
+            }
             Diverted::Overflowed => {
                 report.overlap_skipped.push((id, occurrence));
                 report.errors.push(ScheduleError::BufferFull {
@@ -631,6 +647,7 @@ impl Scheduler {
                 });
             }
         }
+        false
     }
 
     /// Commits a successful attempt: appends its staged record, applies the requests it queued
@@ -709,13 +726,17 @@ impl Scheduler {
         });
         for req in run.requests {
             let names = env.names;
-            if let Err(e) = self.apply_with(
+            let result = self.apply_with(
                 &owner,
                 req,
                 |h| names.contains(h),
                 env.tick.bft_sequence_num,
                 env.tick.agreed_time_ms,
-            ) {
+            );
+            // Counted as an applied request's outcome is (a `SlotFull` refusal in the
+            // replicated refusal counters).
+            self.note_outcome(&result, Some(id));
+            if let Err(e) = result {
                 env.report.errors.push(e);
             }
         }

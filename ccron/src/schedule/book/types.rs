@@ -869,4 +869,9 @@ pub struct TickReport {
     pub overlap_skipped: Vec<(u64, u64)>,
     /// Occurrences the overlap policy buffered: (schedule, occurrence number).
     pub overlap_buffered: Vec<(u64, u64)>,
+    /// Runs [`super::Overlap::CancelOther`] cancelled, in execution order: (schedule, the
+    /// cancelled run's occurrence number, the occurrence that runs instead). The schedule no
+    /// longer awaits the cancelled run's records: their late results settle nothing
+    /// ([`super::Settled::OfUnawaitedRun`]).
+    pub overlap_cancelled: Vec<(u64, u64, u64)>,
 }

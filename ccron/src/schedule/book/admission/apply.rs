@@ -40,9 +40,24 @@ impl Scheduler {
         if let Ok(Some(id)) = result {
             self.reown_legacy(by, id);
         }
-        match &result {
+        self.note_outcome(&result, None);
+        result
+    }
+
+    /// Counts and traces the outcome of an executed request: one [`Scheduler::apply`] applied
+    /// (`run` `None`), or one a handler run of schedule `run` issued
+    /// ([`HandlerCtx::request`](super::super::HandlerCtx::request), applied after the run).
+    /// Both are executed requests, so a [`ScheduleError::SlotFull`] is counted in the
+    /// replicated [`RefusalCounters::slot_full`](super::super::RefusalCounters::slot_full)
+    /// either way (calendar and backfill refusals are counted where they are decided).
+    pub(in crate::schedule::book) fn note_outcome(
+        &mut self,
+        result: &Result<Option<u64>, ScheduleError>,
+        run: Option<u64>,
+    ) {
+        match result {
             Err(e @ ScheduleError::Unauthorized { .. }) => {
-                tracing::warn!(component = self.component, error = %e, "schedule request denied");
+                tracing::warn!(component = self.component, ?run, error = %e, "schedule request denied");
             }
             Err(ScheduleError::StaleVersion {
                 id,
@@ -52,6 +67,7 @@ impl Scheduler {
                 self.stale_rejections = self.stale_rejections.saturating_add(1);
                 tracing::info!(
                     component = self.component,
+                    ?run,
                     id,
                     expected,
                     actual,
@@ -60,14 +76,13 @@ impl Scheduler {
             }
             Err(e @ ScheduleError::SlotFull { .. }) => {
                 self.refuse(|r| &mut r.slot_full);
-                tracing::info!(component = self.component, error = %e, "schedule refused: slot full");
+                tracing::info!(component = self.component, ?run, error = %e, "schedule refused: slot full");
             }
             Err(e) => {
-                tracing::debug!(component = self.component, error = %e, "schedule request rejected");
+                tracing::debug!(component = self.component, ?run, error = %e, "schedule request rejected");
             }
             Ok(_) => {}
         }
-        result
     }
 
     /// After `by` changed schedule `id`: a schedule owned by a legacy principal that `by`
