@@ -29,7 +29,13 @@ impl Replica {
             let (Some(batch), Some(digest)) = (e.batch.clone(), e.digest) else {
                 break;
             };
-            self.execute(now, seq, &batch, digest, out);
+            // The batch's size from its kept encoding (`batch_bytes`) when there is one: the
+            // same number as sizing it again.
+            let batch_bytes = self
+                .batch_bytes
+                .get(&batch)
+                .map_or_else(|| batch.wire_bytes(), |b| b.len() as u64);
+            self.execute(now, seq, &batch, digest, batch_bytes, out);
             // A batch may execute without this replica having proposed or accepted it (a
             // commit certificate from a later view, after a restart into a stale view): a
             // primary must never propose again at a seq that already executed.
@@ -53,6 +59,7 @@ impl Replica {
         seq: u64,
         batch: &Batch,
         digest: Digest32,
+        batch_bytes: u64,
         out: &mut Vec<Output>,
     ) {
         let agreed = self.agreed_time(batch);
@@ -213,7 +220,6 @@ impl Replica {
         }
         self.drop_settled_pending(&batch.requests);
         self.send_replies(seq, replies, out);
-        let batch_bytes = batch.wire_bytes();
         self.earn_repeat_credit(batch_bytes);
         self.last_executed = seq;
         self.last_state_digest = state_digest.unwrap_or_else(|| self.state_digest());

@@ -21,6 +21,7 @@
 //! `view_change` and `state_transfer`.
 
 mod admission;
+mod batch_bytes;
 mod batch_fetch;
 mod checkpoint;
 pub mod clients;
@@ -129,7 +130,9 @@ pub const KEY_LOG_PREFIX: &[u8] = b"log/";
 pub const KEY_INTERNAL_REQ: &[u8] = b"ireq";
 
 fn log_key(seq: u64) -> Vec<u8> {
-    let mut k = KEY_LOG_PREFIX.to_vec();
+    // One allocation of the final size (not the prefix's, grown for the number).
+    let mut k = Vec::with_capacity(KEY_LOG_PREFIX.len() + 8);
+    k.extend_from_slice(KEY_LOG_PREFIX);
     k.extend_from_slice(&seq.to_be_bytes());
     k
 }
@@ -316,6 +319,9 @@ pub struct Replica {
     checkpoints: checkpoint::Checkpoints,
     /// State transfer, as a receiver and as a source (`state_transfer`).
     state_transfer: state_transfer::StateTransferState,
+    /// The encodings of the log's recent batches, so that one batch is encoded once for its
+    /// digest, its stored log entries and its size (`batch_bytes`).
+    batch_bytes: batch_bytes::BatchBytes,
 }
 
 impl std::fmt::Debug for Replica {
@@ -449,6 +455,7 @@ impl Replica {
                 req_reserved: 0,
             },
             strategy: crate::byzantine::strategy(&cfg),
+            batch_bytes: batch_bytes::BatchBytes::default(),
             cfg,
         };
         r.last_state_digest = r.state_digest();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tracing::{debug, warn};
 
-use super::{CommitVote, Dest, Entry, Replica, TimeMode};
+use super::{CommitVote, Dest, Entry, Replica, TimeMode, batch_bytes};
 use crate::crypto::{Digest32, SigBytes};
 use crate::node::{Millis, NodeId, Output};
 use crate::protocol::{Batch, Body, ClockSample, PreparedProof, SigList, TimeCert};
@@ -56,12 +56,14 @@ impl Replica {
     }
 
     fn propose(&mut self, seq: u64, batch: Batch, out: &mut Vec<Output>) {
-        let Ok(digest) = batch.digest(self.cfg.signatures) else {
+        // Encoded once: for the digest, then kept for the stored log entries.
+        let Ok((digest, bytes)) = batch_bytes::digest_and_bytes(&batch, self.cfg.signatures) else {
             self.metrics.inc("encode_error");
             return;
         };
         let view = self.view;
         let batch = Arc::new(batch);
+        self.batch_bytes.keep(&batch, bytes);
         let entry = self.log.entry(seq).or_default();
         *entry = Entry {
             view,
@@ -116,7 +118,7 @@ impl Replica {
         if batch.null || batch.requests.is_empty() || batch.requests.len() > self.cfg.batch_max {
             return self.drop_msg("drop_invalid_batch", Some(from));
         }
-        let Ok(digest) = batch.digest(self.cfg.signatures) else {
+        let Ok((digest, bytes)) = batch_bytes::digest_and_bytes(&batch, self.cfg.signatures) else {
             return self.drop_msg("drop_malformed", Some(from));
         };
         if let Some(e) = self.log.get(&seq)
@@ -176,8 +178,10 @@ impl Replica {
         }
         entry.view = view;
         entry.digest = Some(digest);
-        entry.batch = Some(Arc::new(batch));
+        let batch = Arc::new(batch);
+        entry.batch = Some(Arc::clone(&batch));
         entry.vote_ok = vote_ok;
+        self.batch_bytes.keep(&batch, bytes);
         self.store_entry(seq, out);
         out.push(Output::Sync);
         if vote_ok

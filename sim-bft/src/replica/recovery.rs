@@ -15,6 +15,7 @@ use crate::node::Output;
 
 /// How many internal request numbers one durable reservation covers.
 pub(super) const INTERNAL_REQ_BLOCK: u64 = 64;
+use super::batch_bytes::BatchRef;
 use crate::protocol::{Batch, PreparedProof, codec};
 
 /// [`StoredEntry`] by reference: the same fields in the same order, so the same encoding
@@ -23,7 +24,7 @@ use crate::protocol::{Batch, PreparedProof, codec};
 struct StoredEntryRef<'a> {
     view: u64,
     seq: u64,
-    batch: &'a Batch,
+    batch: BatchRef<'a>,
     proof: Option<&'a PreparedProof>,
     proof_batch: Option<&'a Batch>,
     committed: bool,
@@ -191,16 +192,22 @@ impl Replica {
         }
     }
 
-    pub(super) fn store_entry(&self, seq: u64, out: &mut Vec<Output>) {
+    pub(super) fn store_entry(&mut self, seq: u64, out: &mut Vec<Output>) {
         if let Some(e) = self.log.get(&seq)
             && let Some(batch) = &e.batch
         {
+            // The batch's kept encoding (`batch_bytes`): taken for its digest, and written again
+            // by each store of the entry (accepted, prepared, committed).
+            let batch_bytes = self.batch_bytes.encoding(batch).ok();
             // Encoded from borrows: the same bytes as the owned `StoredEntry`, without copying
             // the batches first.
             let stored = StoredEntryRef {
                 view: e.view,
                 seq,
-                batch,
+                batch: match &batch_bytes {
+                    Some(bytes) => BatchRef::Encoded(bytes),
+                    None => BatchRef::Value(batch),
+                },
                 proof: e.proof.as_ref(),
                 // Stored apart only when it is not the entry's own batch.
                 proof_batch: match (&e.proof, &e.proof_batch) {
@@ -281,19 +288,25 @@ mod tests {
                 committed: true,
                 vote_ok: false,
             };
-            let by_ref = StoredEntryRef {
-                view: 3,
-                seq: 7,
-                batch: &owned.batch,
-                proof: owned.proof.as_ref(),
-                proof_batch: owned.proof_batch.as_ref(),
-                committed: true,
-                vote_ok: false,
-            };
-            assert_eq!(
-                codec::encode(&by_ref).unwrap(),
-                codec::encode(&owned).unwrap()
-            );
+            let batch_bytes = codec::encode(&owned.batch).unwrap();
+            for batch in [
+                BatchRef::Value(&owned.batch),
+                BatchRef::Encoded(&batch_bytes),
+            ] {
+                let by_ref = StoredEntryRef {
+                    view: 3,
+                    seq: 7,
+                    batch,
+                    proof: owned.proof.as_ref(),
+                    proof_batch: owned.proof_batch.as_ref(),
+                    committed: true,
+                    vote_ok: false,
+                };
+                assert_eq!(
+                    codec::encode(&by_ref).unwrap(),
+                    codec::encode(&owned).unwrap()
+                );
+            }
         }
     }
 }
