@@ -481,27 +481,40 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
-    /// An endpoint that drips its answer one byte every 100 ms (as `--byzantine slow-http`
-    /// does): the exchange ends at its deadline with `TimedOut`, not when the drip ends.
-    #[test]
-    fn a_dripping_endpoint_costs_the_deadline_not_the_drip() {
+    /// An endpoint that reads one request and writes `answer`, one byte every `drip` when
+    /// given (as `--byzantine slow-http` does), else at once; stops when the client hangs up.
+    fn serve_once(
+        answer: &'static [u8],
+        drip: Option<Duration>,
+    ) -> (SocketAddr, std::thread::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
             let mut buf = [0u8; 1024];
             let _ = s.read(&mut buf);
-            // 60 bytes at 100 ms each: 6 s to the end of the answer.
-            for b in b"HTTP/1.1 202 Accepted\r\nContent-Length: 24\r\n\r\nqueued for the next block"
-                .iter()
-                .take(60)
-            {
+            let Some(every) = drip else {
+                s.write_all(answer).unwrap();
+                return;
+            };
+            for b in answer {
                 if s.write_all(&[*b]).is_err() {
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(every);
             }
         });
+        (addr, server)
+    }
+
+    /// An endpoint that drips its answer one byte every 100 ms: the exchange ends at its
+    /// deadline with `TimedOut`, not when the drip ends (about 6 s later).
+    #[test]
+    fn a_dripping_endpoint_costs_the_deadline_not_the_drip() {
+        let (addr, server) = serve_once(
+            b"HTTP/1.1 202 Accepted\r\nContent-Length: 24\r\n\r\nqueued for the next block",
+            Some(Duration::from_millis(100)),
+        );
         let start = tokio::time::Instant::now();
         let limit = Duration::from_millis(700);
         let err = exchange_within(addr, b"GET / HTTP/1.1\r\n\r\n", &[], limit)
@@ -519,15 +532,7 @@ mod tests {
     /// A whole answer within the deadline is read to its end.
     #[test]
     fn a_prompt_answer_is_read_whole() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 1024];
-            let _ = s.read(&mut buf);
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
-                .unwrap();
-        });
+        let (addr, server) = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", None);
         let (code, body) = get(addr, "/x").unwrap();
         assert_eq!((code, body.as_str()), (200, "hello"));
         server.join().unwrap();
