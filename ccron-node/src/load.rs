@@ -243,7 +243,7 @@ pub struct ResultsRead {
 
 /// Consecutive failed reads after which [`read_results`] stops asking a node (it is down, or
 /// answers too slowly to wait for: each failure costs up to [`EXCHANGE_DEADLINE`]).
-const READ_GIVE_UP_AFTER: u32 = 3;
+pub const READ_GIVE_UP_AFTER: u32 = 3;
 
 /// Reads the result of each of the load client's requests `1..=orders` back from every node
 /// (`GET /v1/requests/{client}/{number}`) and believes a result when f+1 nodes (n = 3f+1 or
