@@ -312,9 +312,6 @@ pub fn read_results(home: &Path, nodes: usize, seed: u64, orders: u64) -> Result
             None if pending => out.pending += 1,
             None => {}
         }
-        if out.asked == orders {
-            break;
-        }
     }
     out
 }
