@@ -135,6 +135,7 @@ fn malachite_side(duration: Duration) -> Side {
         load: None,
         engine: ccron_malachite::ENGINE.into(),
         late_join: false,
+        late_join_at_height: None,
         lying_time: false,
         omit_ticks: false,
         kill_restart: false,

@@ -86,13 +86,15 @@ fn localnet_kept(args: &[&str], ledger: &str, name: &str) -> (bool, Report, Path
 // (`--retain-blocks 0`); the last node starts late, behind every peer's history, so the
 // engine's value sync could never serve it. It catches up from a peer's snapshot verified
 // against the commit certificate of the block above it, then syncs the blocks above: it never
-// holds a height below the snapshot, and it agrees with the others.
+// holds a height below the snapshot, and it agrees with the others. It starts once the others
+// reach height 300 (`--late-join-at-height`), and the report times its catch-up.
 #[test]
 fn a_late_joiner_after_the_others_pruned_catches_up_from_a_verified_snapshot() {
     let args = [
         "--duration",
         "60s",
-        "--late-join",
+        "--late-join-at-height",
+        "300",
         "--no-kill",
         "--retain-blocks",
         "0",
@@ -142,6 +144,22 @@ fn caught_up_from_a_snapshot(args: &[&str], name: &str, late: usize, wiped: bool
     )
     .unwrap();
     let installed = report.installed_height.expect("a snapshot installed");
+    // The report's timing of a late joiner: started at the height asked, caught up, from the
+    // snapshot `catchup.json` names, behind pruned peers.
+    if let Some(lj) = &r.late_join {
+        assert_eq!(lj.node, late);
+        assert!(lj.started_at_height >= 300, "{lj:?}");
+        assert!(
+            lj.caught_up_after_ms.is_some(),
+            "caught up within the run: {lj:?}"
+        );
+        assert!(lj.caught_up_at_height >= lj.started_at_height, "{lj:?}");
+        assert_eq!(lj.installed_height, Some(installed));
+        assert_eq!(lj.install_took_ms, Some(report.took_ms));
+        assert!(lj.snapshot_bytes > 0 && lj.peers_first_height > 1, "{lj:?}");
+    } else {
+        assert!(wiped, "a late joiner's run reports it: {r:?}");
+    }
     // The node started empty (a wiped node that had to wait for a snapshot above the heights
     // it signed installs again from the first snapshot's height: `have` is then that one's).
     assert!(

@@ -172,6 +172,11 @@ enum Cmd {
         /// Start the last node late; it catches up through the engine's sync.
         #[arg(long)]
         late_join: bool,
+        /// Start the last node once the others reach this height (implies --late-join), time
+        /// its catch-up (the report's `late_join`) and end the run a few seconds after it
+        /// (--duration stays the cap). With --retain-blocks it catches up from a peer's snapshot.
+        #[arg(long)]
+        late_join_at_height: Option<u64>,
         /// Node 0 proposes lying agreed times.
         #[arg(long)]
         lying_time: bool,
@@ -469,6 +474,7 @@ impl<A: Application> NodeBinary<A> {
                 ledger,
                 tick_period_ms,
                 late_join,
+                late_join_at_height,
                 lying_time,
                 omit_ticks,
                 no_kill,
@@ -539,6 +545,7 @@ impl<A: Application> NodeBinary<A> {
                     ledger: init,
                     engine: self.engine.clone(),
                     late_join,
+                    late_join_at_height,
                     lying_time,
                     omit_ticks,
                     kill_restart: !no_kill,
@@ -838,6 +845,7 @@ mod tests {
             load: None,
             engine: "malachite".into(),
             late_join: true,
+            late_join_at_height: Some(400),
             lying_time: false,
             omit_ticks: true,
             kill_restart: false,
@@ -864,6 +872,7 @@ mod tests {
             ledger,
             tick_period_ms,
             late_join,
+            late_join_at_height,
             lying_time,
             omit_ticks,
             no_kill,
@@ -898,6 +907,7 @@ mod tests {
             (Some(7), None, Some(9), None)
         );
         assert_eq!((seed, retain_blocks), (42, Some(64)));
+        assert_eq!(late_join_at_height, Some(400));
 
         // An honest run's line is a plain localnet (the default tick period is not written).
         let honest = LocalnetOptions {
@@ -908,6 +918,7 @@ mod tests {
                 ..opts.ledger.clone()
             },
             late_join: false,
+            late_join_at_height: None,
             omit_ticks: false,
             kill_restart: true,
             byzantine: None,

@@ -17,6 +17,7 @@ use crate::supervise::Supervisor;
 mod disk;
 mod faults;
 mod judge;
+mod latejoin;
 pub mod logsink;
 mod measure;
 pub mod ports;
@@ -90,6 +91,10 @@ pub struct LocalnetOptions {
     pub engine: String,
     /// Start the last node late (it catches up through the engine's sync).
     pub late_join: bool,
+    /// With `late_join`: start the late node once the others reach this height (instead of
+    /// at two fifths of the run), and end the run a few seconds after it caught up (the
+    /// duration stays the cap); the report's [`LateJoinReport`] times its catch-up.
+    pub late_join_at_height: Option<u64>,
     /// Make node 0 propose lying agreed times.
     pub lying_time: bool,
     /// Make node 0 propose blocks without ticks (it stays honest otherwise: its blocks are
@@ -147,6 +152,7 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("load", &self.load.is_some())
             .field("engine", &self.engine)
             .field("late_join", &self.late_join)
+            .field("late_join_at_height", &self.late_join_at_height)
             .field("lying_time", &self.lying_time)
             .field("omit_ticks", &self.omit_ticks)
             .field("kill_restart", &self.kill_restart)
@@ -167,6 +173,7 @@ impl std::fmt::Debug for LocalnetOptions {
     }
 }
 
+pub use latejoin::{CAUGHT_UP_WITHIN, LATE_JOIN_TAIL_MS, LateJoinReport};
 pub use report::*;
 
 /// Runs a localnet and returns its report.
@@ -246,7 +253,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let mut kill_all = KillAllReport::default();
     // Whether (and how soon) the chain decides again after the last restart of every node.
     let mut resume = ResumeWatch::default();
-    let late = if opts.late_join { Some(n - 1) } else { None };
+    let late = (opts.late_join || opts.late_join_at_height.is_some()).then_some(n - 1);
+    let mut late_watch = latejoin::LateJoinWatch::default();
     let byzantine_from_ms =
         now_ms().saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
     let byzantine_node = opts.byzantine.map(|(_, i)| i);
@@ -428,14 +436,38 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             children.0[victim] = Some(c);
             restarts += 1;
         }
-        if let Some(l) = late
-            && !late_started
-            && t >= late_at
-        {
-            let c = spawn_node(opts, &home, l, byzantine_from_ms, supervisor.binary(l))?;
-            pids.push(c.id());
-            children.0[l] = Some(c);
-            late_started = true;
+        if let Some(l) = late {
+            // The others' top height (polled only while it matters).
+            let others = || {
+                (0..n)
+                    .filter(|&i| i != l)
+                    .map(|i| read_status(&home, i).last_height)
+                    .max()
+                    .unwrap_or(0)
+            };
+            if !late_started {
+                let due = match opts.late_join_at_height {
+                    Some(h) => others() >= h,
+                    None => t >= late_at,
+                };
+                if due {
+                    late_watch.started(millis(t), others());
+                    let c = spawn_node(opts, &home, l, byzantine_from_ms, supervisor.binary(l))?;
+                    pids.push(c.id());
+                    children.0[l] = Some(c);
+                    late_started = true;
+                }
+            } else if late_watch.pending() {
+                late_watch.observe(millis(t), read_status(&home, l).last_height, others());
+            }
+            // Timed from a height: the run ends a little after the catch-up.
+            if opts.late_join_at_height.is_some()
+                && late_watch
+                    .caught_up_for(millis(t))
+                    .is_some_and(|after| after >= LATE_JOIN_TAIL_MS)
+            {
+                break;
+            }
         }
         // A node that exits on its own is an error (recorded), unless it stopped for an
         // upgrade and the supervisor restarts it.
@@ -448,6 +480,9 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             byzantine_from_ms,
         )?;
     }
+    // How long the run ran (shorter than its duration when it ended after a late joiner's
+    // catch-up): the per-second figures divide by it.
+    let ran = start.elapsed().min(opts.duration);
     // A fault still in progress ends before the nodes are judged.
     if let Some((kind, node)) = plan.as_ref().and_then(crate::faults::FaultPlan::current) {
         let step = crate::faults::FaultStep::End(kind, node);
@@ -878,9 +913,39 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         }
     });
     let replay = replay_command(opts);
+    let late_join = late.filter(|_| late_started).map(|l| {
+        let mut r = late_watch.report(l);
+        if let Ok(b) = std::fs::read(node_dir(&home, l).join("catchup.json"))
+            && let Ok(c) = serde_json::from_slice::<crate::catchup::fetch::CatchUpReport>(&b)
+        {
+            r.installed_height = c.installed_height;
+            r.install_took_ms = c.installed_height.map(|_| c.took_ms);
+        }
+        // The installed snapshot itself is gone by now (a node keeps its two newest).
+        r.snapshot_bytes = std::fs::read_dir(node_dir(&home, l).join("snapshots"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".bin"))
+            .max_by_key(|e| e.file_name())
+            .and_then(|e| e.metadata().ok())
+            .map_or(0, |m| m.len());
+        r.peers_first_height = (0..n)
+            .filter(|&i| i != l)
+            .map(|i| read_status(&home, i).store_first_height)
+            .min()
+            .unwrap_or(0);
+        if opts.late_join_at_height.is_some() && r.caught_up_after_ms.is_none() {
+            violations.push(format!(
+                "the late node {l} (started at height {}) did not catch up within the run",
+                r.started_at_height
+            ));
+        }
+        r
+    });
     let ticks_node = &nodes[measured.unwrap_or(0)];
     let committed_ticks_per_sec = (ticks_node.ticks_executed + ticks_node.ticks_skipped) as f64
-        / opts.duration.as_secs_f64().max(0.001);
+        / ran.as_secs_f64().max(0.001);
     Ok(Report {
         engine: opts.engine.clone(),
         nodes,
@@ -889,7 +954,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         restarts,
         pids,
         max_height,
-        heights_per_sec: max_height as f64 / opts.duration.as_secs_f64().max(0.001),
+        heights_per_sec: max_height as f64 / ran.as_secs_f64().max(0.001),
         home: home.display().to_string(),
         committed_ticks_per_sec,
         lateness_ms,
@@ -909,6 +974,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         disk_faults,
         subset,
         window,
+        late_join,
         replay,
     })
 }
@@ -1013,6 +1079,9 @@ pub(crate) fn replay_command(opts: &LocalnetOptions) -> String {
     }
     if opts.late_join {
         cmd.push_str(" --late-join");
+    }
+    if let Some(h) = opts.late_join_at_height {
+        cmd.push_str(&format!(" --late-join-at-height {h}"));
     }
     if opts.lying_time {
         cmd.push_str(" --lying-time");

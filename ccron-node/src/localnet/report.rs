@@ -308,6 +308,10 @@ pub struct Report {
     /// honest node ran the whole time).
     #[serde(default)]
     pub window: Option<WindowReport>,
+    /// With `--late-join` or `--late-join-at-height`: when the late node started and how long
+    /// it took to hold the others' height (`None` without a late joiner).
+    #[serde(default)]
+    pub late_join: Option<super::LateJoinReport>,
     /// The `localnet` command line that runs this run again: its options, its adversary and its
     /// seeded fault plans (empty in reports written before 2026-11-29 by runs without seeded
     /// faults).
