@@ -784,16 +784,23 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .collect();
     let (_, _, _, stall_all, stall_rest) = liveness(&agreed, i64::MAX);
     let longest_stall_ms = stall_all.max(stall_rest);
+    // The judged window is the run's last two thirds: of the time it ran when it ended early
+    // (after a late joiner's catch-up), else from where a Byzantine node starts.
+    let window_from_ms = if ran < opts.duration {
+        wall_start.saturating_add(i64::try_from((ran / 3).as_millis()).unwrap_or(i64::MAX))
+    } else {
+        byzantine_from_ms
+    };
     let window = measured.map(|m| {
-        let (_, during, heights, _, stall) = liveness(&agreed, byzantine_from_ms);
+        let (_, during, heights, _, stall) = liveness(&agreed, window_from_ms);
         let samples: Vec<(i64, i64)> = read_fires_due(&home, m)
             .into_iter()
-            .filter(|&(due, _, _)| due >= byzantine_from_ms && due <= run_end_ms)
+            .filter(|&(due, _, _)| due >= window_from_ms && due <= run_end_ms)
             .map(|(_, agreed, wall)| (agreed, wall))
             .collect();
         WindowReport {
             node: m,
-            from_ms: byzantine_from_ms,
+            from_ms: window_from_ms,
             heights_per_sec: during,
             heights,
             longest_stall_ms: stall,

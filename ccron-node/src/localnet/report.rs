@@ -111,7 +111,8 @@ pub struct VotesDuring {
 }
 
 /// The run's last two thirds (from D/3, when a `--byzantine` node turns faulty and a
-/// `--byzantine-subset` cut is applied) on the measured node, for every run: an honest run's
+/// `--byzantine-subset` cut is applied; of the time run when a `--late-join-at-height` run
+/// ended early) on the measured node, for every run: an honest run's
 /// is the baseline a Byzantine run of the same length is compared with (`localnet
 /// --measure-byzantine`).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
