@@ -207,6 +207,9 @@ fn summary_json(s: &ScheduleSummary) -> Value {
 /// What a list says of the table entries when its node answered query format 4 or older.
 const ENTRIES_NOT_REPORTED: &str = "not reported (a node answered query format 4 or older)";
 
+/// What a table entry's overlap counts show when a node of format 6 or older answered.
+const COUNTS_NOT_REPORTED: &str = "not reported (a node answered query format 6 or older)";
+
 /// What the CLI calls a cron table entry (the `kind` of a listed or described entry).
 pub const TABLE_ENTRY: &str = "table entry";
 
@@ -356,6 +359,9 @@ fn entry_json(e: &EntrySummary) -> Value {
         "stored": e.stored,
         "retired": e.retired.map(retirement),
         "fired": e.fired,
+        // Query format 7; null when a node of an older format answered.
+        "skipped": e.overlap_counts.map(|c| c.skipped),
+        "held": e.overlap_counts.map(|c| c.held),
         "awaiting": e.awaiting,
         "state": entry_state(e),
     })
@@ -508,6 +514,13 @@ pub fn entry_detail(height: u64, d: &EntryDetail, view: View, as_json: bool) -> 
                 },
             ),
             ("fired", e.fired.to_string()),
+            (
+                "diverted",
+                match e.overlap_counts {
+                    Some(c) => format!("skipped {}, held {}", c.skipped, c.held),
+                    None => COUNTS_NOT_REPORTED.to_string(),
+                },
+            ),
             (
                 "callbacks",
                 if callbacks.is_empty() {

@@ -283,6 +283,11 @@ async fn reads_outvote_a_liar_and_mutations_are_signed_requests() {
     assert_eq!(entries.len(), 3);
     assert_eq!(entries[0]["kind"], "table entry");
     assert_eq!(entries[0]["fired"], 1);
+    // Its replicated overlap counts (query format 7): nothing diverted here.
+    assert_eq!(
+        (&entries[0]["skipped"], &entries[0]["held"]),
+        (&0.into(), &0.into())
+    );
     assert_eq!(entries[1]["rule"]["expression"], "0 9 * * 1-5");
     assert_eq!(entries[1]["overlap"], "skip");
     assert_eq!(entries[2]["rule"]["type"], "opaque rule");

@@ -13,13 +13,21 @@
 //!   refusals ([`RefusalCounters`], book layout 13): stored in the book's commit page, so a
 //!   restart does not reset them.
 //!
+//! - `ccron_table_entry_events_total{component,position,event=fired|skipped|held}`: each cron
+//!   table entry's replicated counts (`CronLedger`'s: runs of its action, runs its overlap
+//!   policy skipped, passes it held the entry; query format 7's
+//!   [`EntrySummary::overlap_counts`](ccron::schedule::query::EntrySummary::overlap_counts)),
+//!   at most [`MAX_ENTRY_SERIES`] entries (lowest component and position), the rest counted in
+//!   `ccron_table_entry_series_dropped`.
+//!
 //! [`register_book_counters`] adds the two counter families to a registry (a node's endpoint
-//! registers them next to its own figures); [`PublishedBook`] renders the three series for a
+//! registers them next to its own figures), [`register_entry_counts`] the table entries';
+//! [`PublishedBook`] renders these series for a
 //! host that publishes its book with [`PublishBook`](crate::PublishBook), served by
 //! [`metrics_router`](crate::metrics_router) behind the bounded server
 //! ([`serve_metrics`](crate::serve_metrics)).
 
-use ccron::schedule::query::{self, BookState};
+use ccron::schedule::query::{self, BookState, TableEntries};
 use ccron::schedule::{RefusalCounters, RunCounters};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -84,12 +92,56 @@ pub fn register_refusals(r: &mut Registry, refusals: &RefusalCounters) {
     );
 }
 
+/// Most table entries exported with per-entry series (cardinality bound).
+pub const MAX_ENTRY_SERIES: usize = 1_000;
+
+/// Registers `table_entry_events{component,position,event}` and
+/// `table_entry_series_dropped` for `entries` (see the module documentation). An entry of an
+/// answer that does not report overlap counts (decoded from query format 6) exports none:
+/// only its `fired` sample.
+pub fn register_entry_counts(r: &mut Registry, entries: &TableEntries) {
+    let events: Family<Labels, Counter> = Family::default();
+    let mut dropped = 0u64;
+    for (i, e) in entries.summaries().iter().enumerate() {
+        if i >= MAX_ENTRY_SERIES {
+            dropped += 1;
+            continue;
+        }
+        let mut values = vec![("fired", e.fired)];
+        if let Some(c) = e.overlap_counts {
+            values.extend([("skipped", c.skipped), ("held", c.held)]);
+        }
+        for (event, v) in values {
+            events
+                .get_or_create(&vec![
+                    ("component".to_owned(), e.component.to_string()),
+                    ("position".to_owned(), e.position.to_string()),
+                    ("event".to_owned(), event.to_owned()),
+                ])
+                .inc_by(v);
+        }
+    }
+    r.register(
+        "table_entry_events",
+        "[replicated] Replicated counts per cron table entry, by event (fired, skipped and held by its overlap policy)",
+        events,
+    );
+    let g: Gauge = Gauge::default();
+    g.set(i64::try_from(dropped).unwrap_or(i64::MAX));
+    r.register(
+        "table_entry_series_dropped",
+        "[replicated] Table entries without per-entry series (over the cardinality bound)",
+        g,
+    );
+}
+
 impl RenderMetrics for PublishedBook {
-    /// The book's replicated series as of the last publish (none before the first publish,
-    /// only the height when the application keeps no book).
+    /// The book's and the table entries' replicated series as of the last publish (none
+    /// before the first publish, only the height when the application keeps neither).
     fn render(&self) -> Result<String, std::fmt::Error> {
         let mut r = Registry::with_prefix("ccron");
-        if let Some((book, _, height)) = self.snapshot() {
+        if let Some(s) = self.snapshot_with_entries() {
+            let (book, height) = (s.book, s.at_height);
             let g: Gauge = Gauge::default();
             g.set(i64::try_from(height).unwrap_or(i64::MAX));
             r.register(
@@ -99,6 +151,9 @@ impl RenderMetrics for PublishedBook {
             );
             if let Some(book) = book {
                 register_book_counters(&mut r, &query::book_state(&book));
+            }
+            if let Some(entries) = s.entries {
+                register_entry_counts(&mut r, &entries);
             }
         }
         let mut out = String::new();

@@ -41,7 +41,7 @@ pub mod server;
 pub mod worker;
 
 pub use auth::DeliverySecret;
-pub use book_metrics::{register_book_counters, register_refusals};
+pub use book_metrics::{register_book_counters, register_entry_counts, register_refusals};
 pub use deliver::{DeliverError, DispatchStats, Dispatcher, DispatcherConfig, WorkerEndpoint};
 pub use deliver::{
     DispatchMetrics, RenderMetrics, ResultSink, ResultSinkError, metrics_router, serve_metrics,
@@ -56,6 +56,8 @@ pub use read::{
 };
 pub use relay::{Relay, RelayConfig, RelayError, RelayMetrics, RelayStats, Submit, SubmitError};
 pub use schedule_read::{Believed, ScheduleReadConfig, ScheduleReadError, ScheduleReader};
-pub use schedules::{PublishBook, PublishedBook, ScheduleQuery, ScheduleSource, schedule_router};
+pub use schedules::{
+    PublishBook, PublishedBook, PublishedState, ScheduleQuery, ScheduleSource, schedule_router,
+};
 pub use server::{Server, ServerConfig, ServerCounters, ServerStats, serve};
 pub use worker::{Dedupe, EffectError, Worker, WorkerConfig};

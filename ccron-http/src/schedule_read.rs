@@ -573,8 +573,8 @@ mod tests {
         assert_eq!((b.body, b.agreeing.len()), (new, 3));
     }
 
-    /// A table entry described and a list with entries (query format 5), from a ledger
-    /// with one cron table.
+    /// A table entry described and a list with entries (query format 7: with overlap counts),
+    /// from a ledger with one cron table.
     fn entry_bodies() -> (QueryBody, QueryBody) {
         use ccron::schedule::query::{ScheduleFilter, describe_entry, list_all, table_entries};
         use ccron::{CronEntry, CronTable, CronTableRegistry, PageRange, Periodic};
@@ -584,8 +584,17 @@ mod tests {
         t.add(CronEntry::new(5, |_| true, |_| {})).unwrap();
         let mut r = CronTableRegistry::new();
         r.register(t).unwrap();
-        let fires = std::collections::BTreeMap::from([((3, 4), 7)]);
-        let e = table_entries(&r, &fires, None);
+        let counts = std::collections::BTreeMap::from([(
+            (3, 4),
+            ccron::schedule::query::EntryCounts {
+                fired: 7,
+                overlap: ccron::schedule::query::EntryOverlapCounts {
+                    skipped: 2,
+                    held: 1,
+                },
+            },
+        )]);
+        let e = table_entries(&r, &counts, None);
         let d = describe_entry(&e, 3, 4, 3).unwrap();
         assert_eq!(d.upcoming.len(), 3);
         let l = list_all(None, Some(&e), &ScheduleFilter::default());
@@ -674,6 +683,71 @@ mod tests {
         )
         .unwrap();
         assert_eq!((b.body, b.agreeing.len()), (old, 4));
+    }
+
+    /// One node lying about a table entry's overlap counts (query format 7) is outvoted; with
+    /// only one honest node beside it nobody is believed; nodes of format 6 (no counts) and 7
+    /// in a rolling upgrade make one quorum on what both report.
+    #[test]
+    fn a_liar_about_an_entrys_overlap_counts_is_outvoted() {
+        let (entry, list) = entry_bodies();
+        for honest in [entry, list] {
+            assert!(!honest.lacks_entry_counts());
+            let mut lie = honest.clone();
+            match &mut lie {
+                QueryBody::Entry(Some(d)) => {
+                    d.summary.overlap_counts.as_mut().unwrap().skipped += 1;
+                }
+                QueryBody::List(l) => {
+                    l.entries.as_mut().unwrap().items[0]
+                        .overlap_counts
+                        .as_mut()
+                        .unwrap()
+                        .held += 1;
+                }
+                _ => unreachable!(),
+            }
+            let b = decide(
+                o(vec![
+                    at(5, honest.clone()),
+                    at(5, lie.clone()),
+                    at(5, honest.clone()),
+                    at(5, honest.clone()),
+                ]),
+                2,
+            )
+            .unwrap();
+            assert_eq!(
+                (b.body, b.agreeing),
+                (honest.clone(), vec!["n0".into(), "n2".into(), "n3".into()])
+            );
+            let e = decide(o(vec![at(5, honest.clone()), at(5, lie)]), 2);
+            assert!(matches!(e, Err(ScheduleReadError::Disagreement { .. })));
+            let old = QueryAnswer::decode(
+                &QueryAnswer {
+                    replica: 0,
+                    at_height: 5,
+                    body: honest.clone(),
+                }
+                .encode_format6()
+                .unwrap(),
+            )
+            .unwrap()
+            .body;
+            assert!(old.lacks_entry_counts());
+            assert_eq!(old, honest.clone().without_entry_counts());
+            let b = decide(
+                o(vec![
+                    at(5, honest.clone()),
+                    at(5, old.clone()),
+                    at(5, honest.clone()),
+                    at(5, old.clone()),
+                ]),
+                2,
+            )
+            .unwrap();
+            assert_eq!((b.body, b.agreeing.len()), (old, 4));
+        }
     }
 
     /// One node lying about the book's refusals (query format 6) is outvoted; with only one

@@ -116,6 +116,19 @@ struct Snap {
     digest: [u8; 32],
 }
 
+/// One publish of a [`PublishedBook`] in one piece ([`PublishedBook::snapshot_with_entries`]).
+#[derive(Debug, Clone)]
+pub struct PublishedState {
+    /// The book, if the application keeps one.
+    pub book: Option<Arc<Scheduler>>,
+    /// The outbox's state, if the application keeps one.
+    pub outbox: Option<OutboxState>,
+    /// The cron table entries, if the application has tables.
+    pub entries: Option<Arc<TableEntries>>,
+    /// The height they were read at.
+    pub at_height: u64,
+}
+
 /// A replica's last committed book and outbox state, shared between its executing thread
 /// (which [`publish`](Self::publish)es) and its read endpoint (a [`ScheduleSource`]).
 #[derive(Debug, Clone)]
@@ -207,6 +220,18 @@ impl PublishedBook {
     pub fn snapshot(&self) -> Option<(Option<Arc<Scheduler>>, Option<OutboxState>, u64)> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.as_ref().map(|s| (s.book.clone(), s.outbox, s.at_height))
+    }
+
+    /// [`Self::snapshot`] with the cron table entries of the same publish (if the
+    /// application has tables).
+    pub fn snapshot_with_entries(&self) -> Option<PublishedState> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|s| PublishedState {
+            book: s.book.clone(),
+            outbox: s.outbox,
+            entries: s.entries.clone(),
+            at_height: s.at_height,
+        })
     }
 
     /// The last published cron table entries, if the application has tables.

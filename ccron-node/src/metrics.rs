@@ -19,7 +19,9 @@
 //!   it ever held), per-schedule runs, run counters (`ccron_schedule_events_total{event=…}`),
 //!   dead runs and recent failures (at most [`MAX_SCHEDULE_SERIES`] schedules, lowest ids, the rest
 //!   counted in `ccron_schedule_series_dropped`), outbox depth, head, first index (the
-//!   consumer's progress), records with a result, refused results.
+//!   consumer's progress), records with a result, refused results, and each cron table entry's
+//!   runs, overlap skips and holds (`ccron_table_entry_events_total{component,position,event}`,
+//!   `ccron_http::register_entry_counts`).
 //!
 //! The registry is built per scrape from the shared state (no process-wide registry: several
 //! nodes in one process share nothing); only the lateness histograms accumulate.
@@ -337,9 +339,14 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
 
 /// The replicated figures (see the module documentation).
 fn replicated(r: &mut Registry, state: &ApiState) {
-    let Some((book, outbox, h)) = state.reads.book.snapshot() else {
+    let Some(published) = state.reads.book.snapshot_with_entries() else {
         return;
     };
+    let (book, outbox, h) = (published.book, published.outbox, published.at_height);
+    // Each table entry's replicated counts (query format 7), as every host renders them.
+    if let Some(entries) = &published.entries {
+        ccron_http::register_entry_counts(r, entries);
+    }
     gauge(
         r,
         "book_height",
@@ -555,6 +562,53 @@ mod tests {
                 assert!(names.contains(name), "{name} not read back: {samples:?}");
             }
         }
+    }
+
+    /// Each cron table entry's replicated counts (query format 7) are scraped by event and
+    /// read back as replicated figures.
+    #[test]
+    fn table_entry_counts_are_scraped() {
+        use ccron::schedule::query::{EntryCounts, EntryOverlapCounts, table_entries};
+        use ccron::{CronEntry, CronTable, CronTableRegistry, PageRange, Periodic};
+        let reads = NodeReads::new(0);
+        let state = state_of(&reads);
+        let mut t = CronTable::with_persistence(3, PageRange::new(0, 8).unwrap(), 8);
+        let every = Periodic::every_ms(60_000).unwrap();
+        t.add(CronEntry::<()>::periodic(4, every, |_| {})).unwrap();
+        let mut registry = CronTableRegistry::new();
+        registry.register(t).unwrap();
+        let counts = std::collections::BTreeMap::from([(
+            (3, 4),
+            EntryCounts {
+                fired: 5,
+                overlap: EntryOverlapCounts {
+                    skipped: 2,
+                    held: 1,
+                },
+            },
+        )]);
+        let entries = || Some(table_entries(&registry, &counts, None));
+        reads
+            .book
+            .publish_with_entries(None, None, entries, 9, [2; 32]);
+        let text = render(&state, 0).unwrap();
+        for line in [
+            "ccron_book_height 9",
+            "ccron_table_entry_events_total{component=\"3\",position=\"4\",event=\"fired\"} 5",
+            "ccron_table_entry_events_total{component=\"3\",position=\"4\",event=\"skipped\"} 2",
+            "ccron_table_entry_events_total{component=\"3\",position=\"4\",event=\"held\"} 1",
+            "ccron_table_entry_series_dropped 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
+        }
+        let (height, samples) = replicated_samples(&text);
+        assert_eq!(height, Some(9));
+        assert!(
+            samples
+                .keys()
+                .any(|k| k.starts_with("ccron_table_entry_events")),
+            "{samples:?}"
+        );
     }
 
     #[test]

@@ -18,8 +18,31 @@ use super::app::{ClientId, FireNote};
 use super::effects::Effects;
 use super::scheduler::{BookWire, LedgerScheduler};
 use super::wire as codec;
+use crate::entry::Diversion;
 use crate::outbox::{EmitBudget, Emits};
+use crate::schedule::query::{EntryCounts, EntryOverlapCounts};
 use crate::schedule::upgrade::{UpgradeState, Upgrades, upgrade_request_of};
+
+/// The first 8 bytes of a [`CronLedger`] snapshot in its counted form (`"ccLedgr2"`): one
+/// that carries table entries' overlap counts. Every older form starts with the length of the
+/// state's snapshot, a `u64` at most [`codec::ABSOLUTE_LIMIT_BYTES`], never this value, so the
+/// forms cannot be mistaken for each other.
+pub const COUNTED_SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"ccLedgr2");
+
+/// The version of the counted form's body ([`COUNTED_SNAPSHOT_MAGIC`]).
+pub const COUNTED_SNAPSHOT_VERSION: u32 = 2;
+
+/// The counted form's body: the state's snapshot; per `(component, position)` the fires, the
+/// overlap skips and holds; the book (when the ledger has one); the upgrade state.
+type CountedBody = (
+    Vec<u8>,
+    Vec<(u32, u32, u64, u64, u64)>,
+    Option<super::scheduler::BookWire>,
+    UpgradeState,
+);
+
+/// The counted form: magic, version, body, SHA-256 of the body.
+type CountedFile = (u64, u32, Vec<u8>, [u8; 32]);
 
 /// A ledger with cron tables: state `S` (an [`Application`] for user requests) plus a
 /// [`CronTableRegistry`] over `S`, whose actions therefore change the ledger's own state.
@@ -43,7 +66,9 @@ pub struct CronLedger<S, P = MemPages> {
     state: S,
     registry: CronTableRegistry<S>,
     scheduler: Option<LedgerScheduler<S, P>>,
-    fires: BTreeMap<(u32, u32), u64>,
+    /// Per `(component, position)`: runs, and what the entry's overlap policy diverted
+    /// (replicated: in the digest and the snapshot).
+    counts: BTreeMap<(u32, u32), EntryCounts>,
     /// Notes of the actions run since the replica last took them (observation only: neither
     /// digested nor snapshotted); at most [`MAX_FIRE_NOTES`], the rest counted.
     notes: Vec<FireNote>,
@@ -70,7 +95,7 @@ impl<S, P> std::fmt::Debug for CronLedger<S, P> {
         f.debug_struct("CronLedger")
             .field("registry", &self.registry)
             .field("scheduler", &self.scheduler)
-            .field("fires", &self.fires)
+            .field("counts", &self.counts)
             .field("unknown_component_ticks", &self.unknown_component_ticks)
             .finish_non_exhaustive()
     }
@@ -83,7 +108,7 @@ impl<S: Application> CronLedger<S> {
             state,
             registry,
             scheduler: None,
-            fires: BTreeMap::new(),
+            counts: BTreeMap::new(),
             notes: Vec::new(),
             notes_dropped: 0,
             unknown_component_ticks: 0,
@@ -118,7 +143,7 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
             state: self.state,
             registry: self.registry,
             scheduler: Some(scheduler),
-            fires: self.fires,
+            counts: self.counts,
             notes: self.notes,
             notes_dropped: self.notes_dropped,
             unknown_component_ticks: self.unknown_component_ticks,
@@ -212,6 +237,20 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
         &mut self.registry
     }
 
+    /// The replicated counts of every table entry (and of the book, under its position) that
+    /// ran or was diverted: runs, overlap skips and holds, by `(component, position)`.
+    pub fn entry_counts(&self) -> &BTreeMap<(u32, u32), EntryCounts> {
+        &self.counts
+    }
+
+    /// Whether any entry's overlap policy diverted something (the snapshot takes its counted
+    /// form then, and the digest covers the overlap counts).
+    fn has_overlap_counts(&self) -> bool {
+        self.counts
+            .values()
+            .any(|c| c.overlap != EntryOverlapCounts::default())
+    }
+
     /// Ticks rejected because their component has no table.
     pub fn unknown_component_ticks(&self) -> u64 {
         self.unknown_component_ticks
@@ -234,6 +273,76 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
             self.notes_dropped = self.notes_dropped.saturating_add(1);
             tracing::debug!(component = n.component, "fire note dropped: buffer full");
         }
+    }
+}
+
+impl<S: Application, P: ReservedPages + Send + 'static> CronLedger<S, P> {
+    /// The snapshot in its counted form ([`COUNTED_SNAPSHOT_MAGIC`]).
+    fn counted_snapshot(&self) -> Result<Vec<u8>, codec::WireError> {
+        let rows: Vec<(u32, u32, u64, u64, u64)> = self
+            .counts
+            .iter()
+            .map(|((c, p), n)| (*c, *p, n.fired, n.overlap.skipped, n.overlap.held))
+            .collect();
+        // Encoded as a `CountedBody` (the upgrade state by reference: the same bytes).
+        let body = codec::encode(&(
+            self.state.snapshot(),
+            rows,
+            self.scheduler.as_ref().map(LedgerScheduler::to_wire),
+            self.upgrades.state(),
+        ))?;
+        let sum: [u8; 32] = crate::sha256::Sha256::digest(&body).into();
+        let file: CountedFile = (COUNTED_SNAPSHOT_MAGIC, COUNTED_SNAPSHOT_VERSION, body, sum);
+        codec::encode(&file)
+    }
+
+    /// [`Application::restore`] of a snapshot in the counted form: its checksum and version
+    /// checked, every part decoded and validated, before anything changes. A body failing its
+    /// checksum is refused loudly (an error event and [`AppError::BadSnapshot`]).
+    fn restore_counted(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
+        let bad = |e: String| AppError::BadSnapshot(e);
+        let (_, version, body, sum): CountedFile = codec::decode(snapshot, snapshot.len())
+            .map_err(|e| bad(format!("counted ledger snapshot: {e}")))?;
+        if version != COUNTED_SNAPSHOT_VERSION {
+            return Err(bad(format!(
+                "counted ledger snapshot version {version}, this build reads {COUNTED_SNAPSHOT_VERSION}"
+            )));
+        }
+        let actual: [u8; 32] = crate::sha256::Sha256::digest(&body).into();
+        if actual != sum {
+            tracing::error!(
+                bytes = snapshot.len(),
+                "cron ledger snapshot refused: its body fails its checksum"
+            );
+            return Err(bad("counted ledger snapshot: checksum mismatch".into()));
+        }
+        let (state, rows, wire, up): CountedBody =
+            codec::decode(&body, body.len()).map_err(|e| bad(e.to_string()))?;
+        let book = match (&self.scheduler, wire) {
+            (Some(sched), Some(wire)) => {
+                Some(LedgerScheduler::<S, P>::decode_wire(sched.config(), wire)?)
+            }
+            (None, None) => None,
+            (Some(_), None) => return Err(bad("snapshot without the ledger's book".into())),
+            (None, Some(_)) => return Err(bad("snapshot with a book this ledger lacks".into())),
+        };
+        let mut counts = BTreeMap::new();
+        for (c, p, fired, skipped, held) in rows {
+            let n = EntryCounts {
+                fired,
+                overlap: EntryOverlapCounts { skipped, held },
+            };
+            if counts.insert((c, p), n).is_some() {
+                return Err(bad(format!("entry ({c}, {p}) counted twice")));
+            }
+        }
+        self.state.restore(&state)?;
+        self.upgrades.set_state(up);
+        self.counts = counts;
+        if let (Some(sched), Some(parts)) = (&mut self.scheduler, book) {
+            sched.install(parts)?;
+        }
+        Ok(())
     }
 }
 
@@ -307,14 +416,30 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
         h.update(b"cron-ledger");
         h.update(self.state.digest_in(hash));
         h.update(self.registry.setup_digest());
-        for ((c, p), n) in &self.fires {
+        for ((c, p), n) in &self.counts {
             // One update per entry (taken after every block): the same bytes as component,
             // position and count fed one by one.
             let mut e = [0u8; 16];
             e[..4].copy_from_slice(&c.to_le_bytes());
             e[4..8].copy_from_slice(&p.to_le_bytes());
-            e[8..].copy_from_slice(&n.to_le_bytes());
+            e[8..].copy_from_slice(&n.fired.to_le_bytes());
             h.update(e);
+        }
+        // Only once an overlap policy diverted something: a ledger whose entries never were
+        // keeps its digest (and its snapshot form).
+        if self.has_overlap_counts() {
+            h.update(b"table-entry-overlap");
+            for ((c, p), n) in &self.counts {
+                if n.overlap == EntryOverlapCounts::default() {
+                    continue;
+                }
+                let mut e = [0u8; 24];
+                e[..4].copy_from_slice(&c.to_le_bytes());
+                e[4..8].copy_from_slice(&p.to_le_bytes());
+                e[8..16].copy_from_slice(&n.overlap.skipped.to_le_bytes());
+                e[16..].copy_from_slice(&n.overlap.held.to_le_bytes());
+                h.update(e);
+            }
         }
         if let Some(book) = &self.scheduler {
             h.update(b"schedule-book");
@@ -330,8 +455,14 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        let fires: Vec<(u32, u32, u64)> =
-            self.fires.iter().map(|((c, p), n)| (*c, *p, *n)).collect();
+        if self.has_overlap_counts() {
+            return self.counted_snapshot().unwrap_or_default();
+        }
+        let fires: Vec<(u32, u32, u64)> = self
+            .counts
+            .iter()
+            .map(|((c, p), n)| (*c, *p, n.fired))
+            .collect();
         // Without a book the snapshot keeps its original two-part form; the upgrade state is a
         // last part, present once something was planned (older snapshots restore as before).
         let up = self.upgrades.state();
@@ -348,6 +479,9 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), AppError> {
         let bad = |e: String| AppError::BadSnapshot(e);
+        if snapshot.get(..8) == Some(&COUNTED_SNAPSHOT_MAGIC.to_le_bytes()[..]) {
+            return self.restore_counted(snapshot);
+        }
         // Decode and validate everything before changing anything.
         type Fires = Vec<(u32, u32, u64)>;
         let len = snapshot.len();
@@ -379,7 +513,10 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             };
         self.state.restore(&state)?;
         self.upgrades.set_state(up);
-        self.fires = fires.into_iter().map(|(c, p, n)| ((c, p), n)).collect();
+        self.counts = fires
+            .into_iter()
+            .map(|(c, p, n)| ((c, p), EntryCounts::from(n)))
+            .collect();
         if let (Some(sched), Some(parts)) = (&mut self.scheduler, book) {
             sched.install(parts)?;
         }
@@ -395,7 +532,8 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             let fired = book.on_tick(&tick, &mut self.state);
             let key = (tick.component_id, book.config().position);
             if !fired.is_empty() {
-                *self.fires.entry(key).or_insert(0) += fired.len() as u64;
+                let n = &mut self.counts.entry(key).or_default().fired;
+                *n = n.saturating_add(fired.len() as u64);
             }
             for f in fired {
                 self.note(FireNote {
@@ -455,11 +593,24 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
                     self.halted.get_or_insert(fatal.clone());
                     return Err(fatal);
                 }
+                for d in &outcome.diverted {
+                    let o = &mut self
+                        .counts
+                        .entry((tick.component_id, d.position))
+                        .or_default()
+                        .overlap;
+                    match d.what {
+                        Diversion::Skipped => o.skipped = o.skipped.saturating_add(1),
+                        Diversion::Held => o.held = o.held.saturating_add(1),
+                    }
+                }
                 for f in &outcome.fired {
-                    *self
-                        .fires
+                    let n = &mut self
+                        .counts
                         .entry((tick.component_id, f.position))
-                        .or_insert(0) += 1;
+                        .or_default()
+                        .fired;
+                    *n = n.saturating_add(1);
                     self.note(FireNote {
                         component: tick.component_id,
                         position: f.position,
@@ -513,7 +664,7 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
     }
 
     fn fires(&self) -> BTreeMap<(u32, u32), u64> {
-        self.fires.clone()
+        self.counts.iter().map(|(k, n)| (*k, n.fired)).collect()
     }
 
     fn halted(&self) -> Option<&AppError> {
@@ -578,8 +729,8 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
         self.scheduler.as_ref().map(|s| s.book())
     }
 
-    /// The registry's entries with this ledger's replicated fire counts and its outbox's
-    /// awaited records; `None` when no table is registered.
+    /// The registry's entries with this ledger's replicated fire and overlap counts and its
+    /// outbox's awaited records; `None` when no table is registered.
     fn table_entries(&self) -> Option<crate::schedule::query::TableEntries> {
         if self.registry.is_empty() {
             return None;
@@ -590,7 +741,7 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             .map(|s| s.outbox() as &dyn crate::entry::PendingResults);
         Some(crate::schedule::query::table_entries(
             &self.registry,
-            &self.fires,
+            &self.counts,
             outbox,
         ))
     }
@@ -606,6 +757,8 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::outbox::EmitBudget;
+    use crate::schedule::Overlap;
     use crate::{CronEntry, CronTable, PageAllocator, Periodic};
 
     /// A minimal ledger state: counts its requests.
@@ -654,6 +807,217 @@ pub(crate) mod tests {
         CronLedger::new(KvLedger::new(), registry)
     }
 
+    /// A ledger with the table of [`ledger`] (component 1) and a book on component 2 (one
+    /// schedule every second, created by client 5): the fixture's kind of ledger.
+    fn book_ledger() -> CronLedger<KvLedger> {
+        let cfg = crate::host::BookConfig {
+            component: 2,
+            position: 0,
+            limits: crate::schedule::Limits::default(),
+            book_pages: 16,
+            outbox_pages: 2,
+        };
+        let mut h: crate::schedule::Handlers<KvLedger> = crate::schedule::Handlers::new();
+        assert!(h.register("job", |ctx| ctx.state.0 += 10));
+        ledger().with_scheduler(LedgerScheduler::new(cfg, h))
+    }
+
+    /// Drives `l` as the fixture was driven: the schedule created, then ticks of both
+    /// components at 1 s .. 3 s (and a request of the state).
+    fn drive(l: &mut CronLedger<KvLedger>) {
+        let mut pages = MemPages::new(4_096, 2);
+        if l.scheduler.is_some() {
+            let create = crate::codec::to_blob(&crate::schedule::ScheduleRequest::Create(
+                crate::schedule::NewSchedule::new(
+                    "job",
+                    crate::schedule::Timing::Every {
+                        period_ms: 1_000,
+                        start_ms: Some(1_000),
+                    },
+                ),
+            ))
+            .unwrap();
+            let ctx = ExecContext {
+                seq: 1,
+                agreed_time_ms: Some(0),
+            };
+            assert!(
+                l.execute(ctx, ClientId([5; 32]), &create)
+                    .starts_with(b"ok")
+            );
+        }
+        for (seq, t) in [(2u64, 1_000i64), (3, 2_000), (4, 3_000)] {
+            l.on_tick(Tick::new(1, seq, Some(t)), &mut pages).unwrap();
+            if l.scheduler.is_some() {
+                l.on_tick(Tick::new(2, seq, Some(t)), &mut pages).unwrap();
+            }
+        }
+        let ctx = ExecContext {
+            seq: 5,
+            agreed_time_ms: Some(3_500),
+        };
+        l.execute(ctx, ClientId([6; 32]), b"kv");
+    }
+
+    /// A ledger with a book on component 1 (position 9: the outbox its entries emit into) and
+    /// a table on component 1 whose entry 0 emits a record every second under `overlap`.
+    fn overlap_ledger(overlap: Overlap) -> CronLedger<KvLedger> {
+        let mut registry = CronTableRegistry::new();
+        let range = PageAllocator::new(0, 2).allocate(2).unwrap();
+        let mut table = CronTable::with_persistence(1, range, 4);
+        let entry = CronEntry::<KvLedger>::periodic(0, Periodic::every_ms(1_000).unwrap(), |ctx| {
+            let _ = ctx.emit("ping", b"p".to_vec());
+        });
+        table.add(entry.with_overlap(overlap).unwrap()).unwrap();
+        registry.register(table).unwrap();
+        let cfg = crate::host::BookConfig {
+            component: 1,
+            position: 9,
+            limits: crate::schedule::Limits::default(),
+            book_pages: 16,
+            outbox_pages: 2,
+        };
+        CronLedger::new(KvLedger::new(), registry)
+            .with_scheduler(LedgerScheduler::new(cfg, crate::schedule::Handlers::new()))
+            .with_table_emits(1, EmitBudget::new(1, 128))
+    }
+
+    /// Ticks of component 1 at 1 s, 2 s and 3 s: the first run's record never gets a result.
+    fn tick_three(l: &mut CronLedger<KvLedger>) {
+        let mut pages = MemPages::new(4_096, 2);
+        for (seq, t) in [(1u64, 1_000i64), (2, 2_000), (3, 3_000)] {
+            l.on_tick(Tick::new(1, seq, Some(t)), &mut pages).unwrap();
+        }
+    }
+
+    /// Issue 27: a table entry's overlap skips and holds are replicated counts of the ledger,
+    /// next to its fire count: the numbers the table counts per process, in the read API, in
+    /// the digest, and carried by the snapshot (counted form) into a restored replica.
+    #[test]
+    fn overlap_skips_and_holds_are_replicated_and_survive_a_snapshot() {
+        for (overlap, skipped, held) in [(Overlap::Skip, 2, 0), (Overlap::BufferOne, 0, 2)] {
+            let mut l = overlap_ledger(overlap);
+            tick_three(&mut l);
+            let want = EntryCounts {
+                fired: 1,
+                overlap: EntryOverlapCounts { skipped, held },
+            };
+            assert_eq!(l.entry_counts().get(&(1, 0)), Some(&want), "{overlap:?}");
+            assert_eq!(l.fires().get(&(1, 0)), Some(&1));
+            // What the table counted in this process (which never restarted).
+            let pc = l.registry().get(1).unwrap().policy_counters();
+            assert_eq!((pc.skipped, pc.held), (skipped, held), "{overlap:?}");
+            let entries = l.table_entries().unwrap();
+            assert_eq!(entries.summaries()[0].overlap_counts, Some(want.overlap));
+            assert_eq!(entries.summaries()[0].fired, 1);
+            let snap = l.snapshot();
+            assert_eq!(snap[..8], COUNTED_SNAPSHOT_MAGIC.to_le_bytes());
+            // State transfer: a fresh replica restored from it holds the same counts.
+            let mut r = overlap_ledger(overlap);
+            r.restore(&snap).unwrap();
+            assert_eq!(r.entry_counts(), l.entry_counts());
+            assert_eq!(r.digest(), l.digest());
+            assert_eq!(r.snapshot(), snap);
+            // The counts are digested: the same ledger without them digests otherwise, and
+            // snapshots in the old form.
+            let mut uncounted = overlap_ledger(overlap);
+            uncounted.restore(&snap).unwrap();
+            uncounted.counts.get_mut(&(1, 0)).unwrap().overlap = EntryOverlapCounts::default();
+            assert_ne!(uncounted.digest(), l.digest(), "{overlap:?}");
+            assert_ne!(
+                uncounted.snapshot()[..8],
+                COUNTED_SNAPSHOT_MAGIC.to_le_bytes()
+            );
+        }
+    }
+
+    /// A counted snapshot whose body or checksum was altered, of another version, or cut
+    /// short, is refused loudly (`BadSnapshot`) and changes nothing.
+    #[test]
+    fn a_damaged_counted_snapshot_is_refused_and_changes_nothing() {
+        let mut l = overlap_ledger(Overlap::Skip);
+        tick_three(&mut l);
+        let snap = l.snapshot();
+        let fresh = overlap_ledger(Overlap::Skip).digest();
+        let refused = |bytes: &[u8], what: &str| {
+            let mut r = overlap_ledger(Overlap::Skip);
+            let e = r.restore(bytes).unwrap_err();
+            assert!(
+                matches!(&e, AppError::BadSnapshot(m) if m.contains(what)),
+                "{what}: {e:?}"
+            );
+            assert_eq!(r.digest(), fresh, "{what}: nothing changed");
+            assert!(r.entry_counts().is_empty());
+        };
+        // Magic (8), version (4), body length (8), body, checksum (32).
+        let n = snap.len();
+        for at in [20, n / 2, n - 33, n - 1] {
+            let mut bad = snap.clone();
+            bad[at] ^= 0x10;
+            refused(&bad, "checksum mismatch");
+        }
+        let (magic, _, body, sum): CountedFile = codec::decode(&snap, n).unwrap();
+        let other = codec::encode(&(magic, COUNTED_SNAPSHOT_VERSION + 1, body, sum)).unwrap();
+        refused(&other, "version 3");
+        refused(&snap[..n - 1], "counted ledger snapshot");
+        // A counted snapshot of a ledger with a book, into one without.
+        let mut bookless = ledger();
+        let e = bookless.restore(&snap).unwrap_err();
+        assert!(
+            matches!(&e, AppError::BadSnapshot(m) if m.contains("book")),
+            "{e:?}"
+        );
+    }
+
+    /// Hex of `b`.
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s = s.trim();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Snapshots of [`ledger`] and [`book_ledger`] driven by [`drive`], written by the code of
+    /// `e056996` (before the overlap counts), and their digests then.
+    const V1_TABLE: &str = include_str!("../../tests/fixtures/ledger_v1_table.snapshot.hex");
+    const V1_BOOK: &str = include_str!("../../tests/fixtures/ledger_v1_book.snapshot.hex");
+    const V1_TABLE_DIGEST: &str =
+        "1a759caa2396efd4e0d85c0c30d869d13730ecec1f4202c5b67be1645d19572a";
+    const V1_BOOK_DIGEST: &str = "0dd8cbab80f13f8b062817782ef2d33364b28f94a7471c0662432cbb307d18c6";
+
+    /// Persisted bytes are forever: a snapshot in the form before the overlap counts restores
+    /// to the digest it had, with zero overlap counts, and a ledger nothing diverted still
+    /// writes exactly those bytes and that digest (so no pinned digest moves).
+    #[test]
+    fn snapshots_written_before_the_overlap_counts_restore() {
+        let cases = [
+            (V1_TABLE, ledger(), ledger(), V1_TABLE_DIGEST, 1usize),
+            (V1_BOOK, book_ledger(), book_ledger(), V1_BOOK_DIGEST, 2),
+        ];
+        for (fixture, mut restored, mut driven, digest, fired) in cases {
+            let bytes = unhex(fixture);
+            restored.restore(&bytes).unwrap();
+            assert_eq!(hex(&restored.digest()), digest);
+            assert_eq!(restored.fires().len(), fired);
+            assert!(restored.fires().values().all(|&n| n == 3));
+            assert!(
+                restored
+                    .entry_counts()
+                    .values()
+                    .all(|c| c.overlap == EntryOverlapCounts::default())
+            );
+            assert_eq!(restored.snapshot(), bytes, "written back in the same form");
+            drive(&mut driven);
+            assert_eq!(hex(&driven.digest()), digest);
+            assert_eq!(driven.snapshot(), bytes);
+        }
+    }
+
     /// Regression (issue 10): a failed write of a table's schedule during a tick was only
     /// logged, so the pages (snapshot, digest) fell behind the memory. It is now fatal: the
     /// tick fails with `AppError::Fatal` and the ledger reports itself halted.
@@ -684,10 +1048,10 @@ pub(crate) mod tests {
             h.update(b"cron-ledger");
             h.update(l.state.digest_in(hash));
             h.update(l.registry.setup_digest());
-            for ((c, p), n) in &l.fires {
+            for ((c, p), n) in &l.counts {
                 h.update(c.to_le_bytes());
                 h.update(p.to_le_bytes());
-                h.update(n.to_le_bytes());
+                h.update(n.fired.to_le_bytes());
             }
             assert!(l.scheduler.is_none() && l.upgrades.state().is_empty());
             h.finalize()
@@ -700,9 +1064,10 @@ pub(crate) mod tests {
             }
             l.on_tick(Tick::new(1, t, Some(1_000 * t as i64)), &mut pages)
                 .unwrap();
-            l.fires.insert((t as u32 + 1, 7), 0x0102_0304_0506_0708 * t);
+            l.counts
+                .insert((t as u32 + 1, 7), (0x0102_0304_0506_0708 * t).into());
         }
-        assert!(l.fires.len() > 2);
+        assert!(l.counts.len() > 2);
         for hash in [StateHash::Sha256, StateHash::Blake3] {
             assert_eq!(l.digest_in(hash), reference(&l, hash));
         }

@@ -17,7 +17,9 @@ use crate::schedule::Overlap;
 use crate::tick::{ComponentId, TimeMs};
 
 /// What a table's policies did, counted since the table was built (process-local, like the
-/// registry's unknown ticks; the replicated record of each event is in the ticks' outcomes).
+/// registry's unknown ticks; the replicated record of each event is in the ticks' outcomes,
+/// from which `CronLedger` keeps each entry's skips and holds as replicated counts:
+/// `CronLedger::entry_counts`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PolicyCounters {
     /// Entries retired ([`TickOutcome::retired`]).

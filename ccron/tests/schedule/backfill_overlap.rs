@@ -333,6 +333,9 @@ fn refusals_are_typed_and_counted() {
         (ADMIN, backfill(id, 110, 150, Overlap::Skip), 300),
         // Another client's schedule.
         (5, backfill(id, 100, 200, Overlap::Skip), 300),
+        // Another client's schedule, asking a policy no backfill takes: authorization is
+        // checked first (`Unauthorized`, not `Invalid`).
+        (5, backfill(id, 100, 200, Overlap::CancelOther), 300),
         // An unknown schedule.
         (ADMIN, backfill(77, 100, 200, Overlap::Skip), 300),
     ];
@@ -343,8 +346,8 @@ fn refusals_are_typed_and_counted() {
             matches!(
                 (k, &e),
                 (0..=2, ScheduleError::Invalid(_))
-                    | (3, ScheduleError::Unauthorized { .. })
-                    | (4, ScheduleError::UnknownSchedule(_))
+                    | (3..=4, ScheduleError::Unauthorized { .. })
+                    | (5, ScheduleError::UnknownSchedule(_))
             ),
             "case {k}: {e}"
         );
@@ -360,7 +363,7 @@ fn refusals_are_typed_and_counted() {
         .apply(ADMIN, backfill(id, 100, 200, Overlap::BufferAll), 300)
         .unwrap_err();
     assert!(matches!(e, ScheduleError::ManualRunPending(i) if i == id));
-    assert_eq!(rig.book.backfill_refusals(), 6);
+    assert_eq!(rig.book.backfill_refusals(), 7);
     let e = rig
         .book
         .apply(
@@ -376,7 +379,7 @@ fn refusals_are_typed_and_counted() {
         )
         .unwrap_err();
     assert!(matches!(e, ScheduleError::NeedsTime));
-    assert_eq!(rig.book.backfill_refusals(), 7, "the plain request too");
+    assert_eq!(rig.book.backfill_refusals(), 8, "the plain request too");
 }
 
 /// The brute-force model: the backfill's window occurrences (nominal times), run at each tick

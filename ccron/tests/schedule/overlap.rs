@@ -512,6 +512,63 @@ fn switching_to_allow_all_releases_the_buffer_and_skip_drops_it() {
     rig.book.check_invariants().unwrap();
 }
 
+/// An upsert of a keyed schedule (`UpsertOverlap`, or a plain `Upsert` that keeps the policy)
+/// replaces its definition: the occurrences its policy buffered under the old definition are
+/// dropped (like owed runs, uncounted), the run it awaits stays awaited, and after that run's
+/// result none of them runs. Checks the claim that `admit_overlap` leaves them buffered: it
+/// only sets the policy, but the replace it follows (`lifecycle.rs`) already dropped them.
+#[test]
+fn an_upsert_drops_buffered_occurrences_and_keeps_the_awaited_run() {
+    let mut rig = Rig::new(vec![i64::MAX / 4]);
+    let upsert = |schedule: NewSchedule, overlap| ScheduleRequest::UpsertOverlap {
+        schedule: schedule.with_key("k"),
+        policy: RunPolicy::default(),
+        bounds: Bounds::NONE,
+        overlap,
+    };
+    let id = rig
+        .apply(1, upsert(every(10, 10), Overlap::BufferAll))
+        .unwrap()
+        .unwrap();
+    rig.tick(10);
+    rig.tick(40);
+    assert_eq!(rig.book.get(id).unwrap().overlap.buffered.len(), 3);
+    // The same key, a new grid, the same policy.
+    assert_eq!(
+        rig.apply(1, upsert(every(1_000, 1_000), Overlap::BufferAll)),
+        Ok(Some(id))
+    );
+    let o = rig.book.get(id).unwrap().overlap;
+    assert_eq!(o.policy, Overlap::BufferAll);
+    assert!(o.buffered.is_empty(), "dropped: {:?}", o.buffered);
+    assert_eq!(o.awaiting, Some((0, 1)), "the awaited run stays awaited");
+    assert_eq!(
+        o.skipped, 0,
+        "dropped like owed runs, not counted as skipped"
+    );
+    rig.book.check_invariants().unwrap();
+    rig.answer(id, 0);
+    rig.tick(41);
+    assert_eq!(rig.occurrences(), vec![0], "no dropped occurrence runs");
+    // A plain upsert keeps the policy and drops what it buffered as well.
+    rig.tick(1_000);
+    rig.tick(3_000);
+    assert_eq!(rig.book.get(id).unwrap().overlap.buffered.len(), 2);
+    rig.apply(
+        1,
+        ScheduleRequest::Upsert(every(100_000, 100_000).with_key("k")),
+    )
+    .unwrap();
+    let o = rig.book.get(id).unwrap().overlap;
+    assert_eq!(o.policy, Overlap::BufferAll);
+    assert!(o.buffered.is_empty(), "dropped: {:?}", o.buffered);
+    let awaited = o.awaiting.map(|(occ, _)| occ).unwrap();
+    rig.answer(id, awaited);
+    rig.tick(3_001);
+    assert_eq!(rig.occurrences(), vec![0, awaited]);
+    rig.book.check_invariants().unwrap();
+}
+
 /// What the model says happened: runs (occurrence, nominal time), skipped, buffered and
 /// refused occurrences.
 type Outcome = (

@@ -205,6 +205,9 @@ impl Scheduler {
         now_ms: Option<TimeMs>,
     ) -> Result<Option<u64>, ScheduleError> {
         let admitted = self.resolve(target).and_then(|id| {
+            // Who may change what is checked before anything else: an unauthorized caller
+            // learns nothing about the request's other faults.
+            self.authorize(by, Action::Trigger, Some(id))?;
             if overlap == Overlap::CancelOther {
                 // A backfill's runs are a bounded window of past occurrences: each is the
                 // work asked for, none supersedes the one before it.
@@ -213,7 +216,6 @@ impl Scheduler {
                         .into(),
                 ));
             }
-            self.authorize(by, Action::Trigger, Some(id))?;
             self.backfill(id, from_ms, to_ms, now_ms)?;
             Ok(id)
         });

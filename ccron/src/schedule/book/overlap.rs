@@ -491,7 +491,10 @@ impl Scheduler {
 
     /// Sets the overlap policy of schedule `id`, just created or upserted (the request's
     /// policy was checked: [`check_policy`]); a replaced schedule keeps the run it awaits
-    /// unless the policy no longer tracks.
+    /// unless the policy no longer tracks. Only the policy: an upsert's replace
+    /// (`admission/lifecycle.rs`) already dropped the occurrences buffered under the old
+    /// definition, uncounted like its owed runs, so nothing is buffered here (checked by
+    /// `ccron/tests/schedule/overlap.rs`, `an_upsert_drops_buffered_occurrences_...`).
     pub(super) fn admit_overlap(&mut self, id: u64, policy: Overlap) {
         self.unindex(id);
         if let Some(r) = self.records.get_mut(&id) {

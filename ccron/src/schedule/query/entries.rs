@@ -9,8 +9,10 @@
 //! [`Schedule::describe`]) and a copy of every indexed rule that can be copied
 //! ([`Schedule::clone_schedule`]) for the upcoming instants of [`describe_entry`]. Everything
 //! an answer carries is a function of replicated state and the setup, so honest replicas at one
-//! height answer byte-identically (the quorum reader compares bytes). Counters a table keeps
-//! per process ([`crate::PolicyCounters`]: overlap skips and holds) are not in an answer.
+//! height answer byte-identically (the quorum reader compares bytes). Format 7 adds each
+//! entry's overlap counts ([`EntrySummary::overlap_counts`]: runs its policy skipped, passes
+//! it held the entry), `CronLedger`'s replicated counts next to its fire count; the counters a
+//! table keeps per process ([`crate::PolicyCounters`]) are not in an answer.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -158,6 +160,43 @@ pub struct EntrySummary {
     /// Whether a record it emitted has no result yet (its overlap policy's "previous run has
     /// no result yet", read from the outbox).
     pub awaiting: bool,
+    /// What its overlap policy kept from happening (replicated: `CronLedger`'s counts; format
+    /// 7). `None` only in an answer decoded from format 6 or 5 (a node built before format 7
+    /// does not report them); [`table_entries`] always sets it.
+    pub overlap_counts: Option<EntryOverlapCounts>,
+}
+
+/// A table entry's replicated overlap counts (format 7): computed in execution from each
+/// pass's [`crate::TickOutcome::diverted`], so every honest replica at one height holds the
+/// same numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, bincode::Encode, bincode::Decode)]
+pub struct EntryOverlapCounts {
+    /// Planned runs its overlap policy skipped ([`crate::entry::Diversion::Skipped`]).
+    pub skipped: u64,
+    /// Passes that held it, due, while its previous run had no result yet
+    /// ([`crate::entry::Diversion::Held`], [`Overlap::BufferOne`]: one per pass, so a hold
+    /// that lasts several ticks counts each).
+    pub held: u64,
+}
+
+/// What a ledger counts per table entry (`(component, position)`), all replicated: the runs of
+/// its action and what its overlap policy diverted. A bare fire count converts with zero
+/// overlap counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct EntryCounts {
+    /// Times its action ran.
+    pub fired: u64,
+    /// Its overlap counts.
+    pub overlap: EntryOverlapCounts,
+}
+
+impl From<u64> for EntryCounts {
+    fn from(fired: u64) -> Self {
+        EntryCounts {
+            fired,
+            overlap: EntryOverlapCounts::default(),
+        }
+    }
 }
 
 /// A page of table entries in a list answer (format 5).
@@ -255,12 +294,13 @@ fn rule_of<S>(rule: &Rule<S>) -> EntryRule {
 }
 
 /// Gathers every entry of `registry` for the read API: its rule described, its stored next
-/// due point, its retirement, its fire count from `fires` (`(component, position)` -> runs,
-/// the ledger's replicated counts) and whether it awaits a result in `results` (the ledger's
-/// outbox; `None`: no outbox, nothing awaited). O(entries + outbox records per component).
-pub fn table_entries<S>(
+/// due point, its retirement, its counts from `counts` (`(component, position)` -> the
+/// ledger's replicated [`EntryCounts`], or a bare fire count) and whether it awaits a result
+/// in `results` (the ledger's outbox; `None`: no outbox, nothing awaited). O(entries + outbox
+/// records per component).
+pub fn table_entries<S, C: Copy + Into<EntryCounts>>(
     registry: &CronTableRegistry<S>,
-    fires: &BTreeMap<(u32, u32), u64>,
+    counts: &BTreeMap<(u32, u32), C>,
     results: Option<&dyn PendingResults>,
 ) -> TableEntries {
     let mut out = Vec::new();
@@ -287,6 +327,9 @@ pub fn table_entries<S>(
                 },
                 (None, _) => None,
             };
+            let counts: EntryCounts = counts
+                .get(&(component, position))
+                .map_or_else(EntryCounts::default, |&c| c.into());
             let summary = EntrySummary {
                 component,
                 position,
@@ -299,8 +342,9 @@ pub fn table_entries<S>(
                 retired: schedule
                     .and_then(|s| s.retirement(stored))
                     .map(EntryRetirement::from),
-                fired: fires.get(&(component, position)).copied().unwrap_or(0),
+                fired: counts.fired,
                 awaiting: awaiting.contains(&position),
+                overlap_counts: Some(counts.overlap),
             };
             out.push(Gathered {
                 summary,
@@ -573,7 +617,7 @@ mod tests {
         // (2, 7) names no entry.
         assert_eq!(awaiting, [(1, 3)]);
         // Without an outbox nothing awaits.
-        let none = table_entries(&registry(), &BTreeMap::new(), None);
+        let none = table_entries(&registry(), &BTreeMap::<(u32, u32), u64>::new(), None);
         assert!(none.summaries().iter().all(|s| !s.awaiting && s.fired == 0));
     }
 

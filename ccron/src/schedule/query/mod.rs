@@ -20,9 +20,10 @@
 //! after the book's schedules ([`ScheduleList::entries`]), [`describe_entry`] one entry with its
 //! upcoming instants ([`QueryBody::Entry`]).
 //!
-//! Formats: this build answers format [`QUERY_FORMAT_VERSION`] (6) and reads 6, 5, 4 and 3
-//! (`v5.rs`, `v4.rs`, `v3.rs`, frozen), so an upgraded client reads a cluster in a rolling
-//! upgrade: a format-5 book state decodes with [`BookState::refusals`] `None` (not reported), a
+//! Formats: this build answers format [`QUERY_FORMAT_VERSION`] (7) and reads 7, 6, 5, 4 and 3
+//! (`v6.rs`, `v5.rs`, `v4.rs`, `v3.rs`, frozen), so an upgraded client reads a cluster in a
+//! rolling upgrade: a format-6 table entry decodes with [`EntrySummary::overlap_counts`] `None`
+//! (not reported), a format-5 book state with [`BookState::refusals`] `None`, a
 //! format-4 list with [`ScheduleList::entries`] `None`, a format-3
 //! description with [`ScheduleDetail::policies`] `None`, and [`to_common_format`] brings a
 //! mixed set of answers to what all their formats say before a reader compares them. A client
@@ -34,10 +35,12 @@ mod entries;
 mod v3;
 mod v4;
 mod v5;
+mod v6;
 
 pub use entries::{
-    EntryCursor, EntryDetail, EntryMisfire, EntryPage, EntryRetirement, EntryRule, EntrySummary,
-    TableEntries, describe_entry, table_entries, upcoming_of,
+    EntryCounts, EntryCursor, EntryDetail, EntryMisfire, EntryOverlapCounts, EntryPage,
+    EntryRetirement, EntryRule, EntrySummary, TableEntries, describe_entry, table_entries,
+    upcoming_of,
 };
 
 use bincode::config::{self, BigEndian, Configuration, Fixint, Limit};
@@ -60,9 +63,10 @@ use crate::tick::TimeMs;
 /// ([`SchedulePolicies`]: its exclusion calendar, its overlap policy and state, its pending
 /// backfill's overlap policy; book layouts 9, 11, 12). 5: a list carries the cron table
 /// entries ([`ScheduleList::entries`]), [`QueryBody::Entry`] describes one. 6: the book state
-/// carries the book's replicated admission refusals ([`BookState::refusals`], book layout 13);
-/// formats 5, 4 and 3 are still read.
-pub const QUERY_FORMAT_VERSION: u8 = 6;
+/// carries the book's replicated admission refusals ([`BookState::refusals`], book layout 13).
+/// 7: a table entry carries its replicated overlap counts ([`EntrySummary::overlap_counts`]);
+/// formats 6, 5, 4 and 3 are still read.
+pub const QUERY_FORMAT_VERSION: u8 = 7;
 
 /// The oldest format this build reads ([`QueryAnswer::decode`]).
 pub const OLDEST_READ_FORMAT: u8 = v3::FORMAT_V3;
@@ -555,6 +559,14 @@ impl QueryAnswer {
                     body: w.body,
                 }
             }
+            Some(&v6::FORMAT_V6) => {
+                let w: v6::WireV6 = decode_all(bytes)?;
+                Self {
+                    replica: w.replica,
+                    at_height: w.at_height,
+                    body: w.body.into(),
+                }
+            }
             Some(&v5::FORMAT_V5) => {
                 let w: v5::WireV5 = decode_all(bytes)?;
                 Self {
@@ -605,6 +617,23 @@ impl QueryAnswer {
                 replica: self.replica,
                 at_height: self.at_height,
                 body,
+            },
+            cfg(),
+        ))
+    }
+
+    /// This answer as a format-6 node would have given it, encoded (tests of readers that
+    /// meet old nodes).
+    ///
+    /// # Errors
+    /// As [`Self::encode`].
+    pub fn encode_format6(&self) -> Result<Vec<u8>, QueryError> {
+        bounded(bincode::encode_to_vec(
+            v6::WireV6 {
+                version: v6::FORMAT_V6,
+                replica: self.replica,
+                at_height: self.at_height,
+                body: self.body.clone().into(),
             },
             cfg(),
         ))
@@ -686,6 +715,39 @@ impl QueryBody {
         matches!(self, QueryBody::Book(s) if s.refusals.is_none())
     }
 
+    /// Whether this holds a table entry without the format-7 overlap counts (decoded from
+    /// format 6 or 5).
+    pub fn lacks_entry_counts(&self) -> bool {
+        match self {
+            QueryBody::List(l) => l
+                .entries
+                .as_ref()
+                .is_some_and(|p| p.items.iter().any(|e| e.overlap_counts.is_none())),
+            QueryBody::Entry(Some(d)) => d.summary.overlap_counts.is_none(),
+            _ => false,
+        }
+    }
+
+    /// The body as format 6 says it: every table entry's overlap counts dropped, every other
+    /// body as it is.
+    pub fn without_entry_counts(self) -> Self {
+        match self {
+            QueryBody::List(mut l) => {
+                if let Some(p) = &mut l.entries {
+                    for e in &mut p.items {
+                        e.overlap_counts = None;
+                    }
+                }
+                QueryBody::List(l)
+            }
+            QueryBody::Entry(Some(mut d)) => {
+                d.summary.overlap_counts = None;
+                QueryBody::Entry(Some(d))
+            }
+            other => other,
+        }
+    }
+
     /// The body as format 5 says it: a book state's refusal counters dropped, every other
     /// body as it is.
     pub fn without_refusals(self) -> Self {
@@ -730,16 +792,19 @@ impl QueryBody {
 /// at one height answer identical bodies (otherwise a rolling upgrade would split them into
 /// groups, a false conflict): a format-5 list lists the book's schedules exactly as format 4
 /// does, its entries only after them. When any book state lacks the format-6 refusal
-/// counters (a node of format 5 or older), every book state's are dropped. Returns whether it
-/// dropped anything. A lying node answering an older format can so hide a schedule's
-/// policies, the table entries or the book's refusals from the reader (shown as not
-/// reported), never forge them.
+/// counters (a node of format 5 or older), every book state's are dropped; when any table entry
+/// lacks the format-7 overlap counts (a node of format 6 or 5), every entry's are dropped.
+/// Returns whether it dropped anything. A lying node answering an older format can so hide a
+/// schedule's policies, the table entries, the book's refusals or the entries' overlap counts
+/// from the reader (shown as not reported), never forge them.
 pub fn to_common_format<'a>(answers: impl IntoIterator<Item = &'a mut QueryAnswer>) -> bool {
     let mut answers: Vec<&'a mut QueryAnswer> = answers.into_iter().collect();
     let no_policies = answers.iter().any(|a| a.body.lacks_policies());
     let no_entries = answers.iter().any(|a| a.body.lacks_entries());
     let no_refusals = answers.iter().any(|a| a.body.lacks_refusals());
-    if no_policies || no_entries || no_refusals {
+    let no_counts = answers.iter().any(|a| a.body.lacks_entry_counts());
+    let dropping = no_policies || no_entries || no_refusals || no_counts;
+    if dropping {
         for a in &mut answers {
             let mut body = std::mem::replace(&mut a.body, QueryBody::Outbox(None));
             if no_policies {
@@ -751,10 +816,13 @@ pub fn to_common_format<'a>(answers: impl IntoIterator<Item = &'a mut QueryAnswe
             if no_refusals {
                 body = body.without_refusals();
             }
+            if no_counts {
+                body = body.without_entry_counts();
+            }
             a.body = body;
         }
     }
-    no_policies || no_entries || no_refusals
+    dropping
 }
 
 /// The schedules of `book` passing `filter`, ascending id, from its cursor on, at most its

@@ -344,7 +344,7 @@ fn format3_answers_decode_without_policies() {
         long.push(0);
         assert_eq!(QueryAnswer::decode(&long), Err(QueryError::Trailing(1)));
     }
-    for v in [0u8, 1, 2, 7, 255] {
+    for v in [0u8, 1, 2, 8, 255] {
         let mut other = QueryAnswer {
             replica: 0,
             at_height: 1,
@@ -618,11 +618,16 @@ fn format5_answers_carry_entries_and_format4_answers_decode_without() {
         };
         let bytes = a.encode().unwrap();
         assert_eq!(bytes[0], QUERY_FORMAT_VERSION);
-        // Format 5 said the same of lists and entries.
-        assert_eq!(
-            QueryAnswer::decode(&a.encode_format5().unwrap()).unwrap(),
-            a
-        );
+        // Formats 6 and 5 said the same of lists and entries, but for the overlap counts
+        // (format 7).
+        for old in [a.encode_format6().unwrap(), a.encode_format5().unwrap()] {
+            let back = QueryAnswer::decode(&old).unwrap();
+            assert_eq!(back.body, a.body.clone().without_entry_counts());
+            assert_eq!(
+                back.body.lacks_entry_counts(),
+                !matches!(a.body, QueryBody::Entry(None))
+            );
+        }
         assert_eq!(QueryAnswer::decode(&bytes).unwrap(), a);
         for cut in [1, bytes.len() / 2, bytes.len() - 1] {
             assert!(QueryAnswer::decode(&bytes[..cut]).is_err(), "cut {cut}");
@@ -659,6 +664,76 @@ fn format5_answers_carry_entries_and_format4_answers_decode_without() {
             ..
         })
     ));
+}
+
+/// Format 7: a table entry carries its overlap counts; a format-6 answer decodes without
+/// them (not reported), and a mixed set meets at what both formats say.
+#[test]
+fn format7_entries_carry_overlap_counts_and_format6_answers_decode_without() {
+    use crate::pages::PageRange;
+    use crate::{CronEntry, CronTable, CronTableRegistry, Periodic};
+    let mut r: CronTableRegistry<()> = CronTableRegistry::new();
+    let mut t = CronTable::with_persistence(4, PageRange::new(0, 8).unwrap(), 8);
+    let every = Periodic::every_ms(1_000).unwrap();
+    t.add(CronEntry::periodic(1, every, |_| {})).unwrap();
+    t.add(CronEntry::new(2, |_| true, |_| {})).unwrap();
+    r.register(t).unwrap();
+    let counts = std::collections::BTreeMap::from([(
+        (4, 1),
+        EntryCounts {
+            fired: 6,
+            overlap: EntryOverlapCounts {
+                skipped: 4,
+                held: 1,
+            },
+        },
+    )]);
+    let e = table_entries(&r, &counts, None);
+    let s = e.summaries();
+    assert_eq!(
+        (
+            s[0].fired,
+            s[0].overlap_counts,
+            s[1].fired,
+            s[1].overlap_counts
+        ),
+        (
+            6,
+            Some(EntryOverlapCounts {
+                skipped: 4,
+                held: 1
+            }),
+            0,
+            Some(EntryOverlapCounts::default())
+        )
+    );
+    let list = list_all(None, Some(&e), &ScheduleFilter::default());
+    for body in [
+        QueryBody::List(list),
+        QueryBody::Entry(describe_entry(&e, 4, 1, 2).map(Box::new)),
+    ] {
+        let a = QueryAnswer {
+            replica: 2,
+            at_height: 8,
+            body,
+        };
+        let bytes = a.encode().unwrap();
+        assert_eq!(bytes[0], 7);
+        assert_eq!(QueryAnswer::decode(&bytes).unwrap(), a);
+        let old6 = a.encode_format6().unwrap();
+        assert_eq!(old6[0], 6);
+        let back = QueryAnswer::decode(&old6).unwrap();
+        assert!(back.body.lacks_entry_counts() && !a.body.lacks_entry_counts());
+        assert_eq!(back.body, a.body.clone().without_entry_counts());
+        // Format 6 is format 7 without the counts, byte for byte.
+        assert!(old6.len() < bytes.len());
+        let mut mixed = [a.clone(), back.clone(), a.clone()];
+        assert!(to_common_format(mixed.iter_mut()));
+        assert!(mixed.iter().all(|x| *x == back), "{mixed:?}");
+        let mut only_new = [a.clone(), a.clone()];
+        assert!(!to_common_format(only_new.iter_mut()));
+        assert!(only_new.iter().all(|x| *x == a));
+    }
 }
 
 /// A format-5 list and a format-4 one from honest nodes at one height meet at format 4:

@@ -2,11 +2,12 @@
 //! decodes it ([`super::QueryAnswer::decode`]) so that a client upgraded before the nodes still
 //! reads a cluster in a rolling upgrade: a format-5 book state becomes a format-6 one whose
 //! [`super::BookState::refusals`] is `None` ("not reported"). Formats 4 and 3 share its book
-//! state ([`BookStateV5`]). Never encoded by this build outside tests.
+//! state ([`BookStateV5`]); its lists and table entry descriptions are format 6's
+//! ([`ListV6`], [`EntryDetailV6`]: no overlap counts). Never encoded by this build outside
+//! tests.
 
-use super::{
-    BookState, EntryDetail, OutboxState, QueryBody, RunCounters, ScheduleDetail, ScheduleList,
-};
+use super::v6::{EntryDetailV6, ListV6};
+use super::{BookState, OutboxState, QueryBody, RunCounters, ScheduleDetail};
 use crate::tick::TimeMs;
 
 /// Version byte of format 5.
@@ -29,11 +30,11 @@ pub(super) struct BookStateV5 {
 /// A format-5 body: [`QueryBody`] with [`BookStateV5`] book states.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub(super) enum BodyV5 {
-    List(ScheduleList),
+    List(ListV6),
     Describe(Option<Box<ScheduleDetail>>),
     Book(BookStateV5),
     Outbox(Option<OutboxState>),
-    Entry(Option<Box<EntryDetail>>),
+    Entry(Option<Box<EntryDetailV6>>),
 }
 
 /// A format-5 answer on the wire.
@@ -82,11 +83,11 @@ impl From<BookState> for BookStateV5 {
 impl From<BodyV5> for QueryBody {
     fn from(b: BodyV5) -> Self {
         match b {
-            BodyV5::List(l) => QueryBody::List(l),
+            BodyV5::List(l) => QueryBody::List(l.into()),
             BodyV5::Describe(d) => QueryBody::Describe(d),
             BodyV5::Book(s) => QueryBody::Book(s.into()),
             BodyV5::Outbox(o) => QueryBody::Outbox(o),
-            BodyV5::Entry(e) => QueryBody::Entry(e),
+            BodyV5::Entry(e) => QueryBody::Entry(e.map(|d| Box::new((*d).into()))),
         }
     }
 }
@@ -94,11 +95,11 @@ impl From<BodyV5> for QueryBody {
 impl From<QueryBody> for BodyV5 {
     fn from(b: QueryBody) -> Self {
         match b {
-            QueryBody::List(l) => BodyV5::List(l),
+            QueryBody::List(l) => BodyV5::List(l.into()),
             QueryBody::Describe(d) => BodyV5::Describe(d),
             QueryBody::Book(s) => BodyV5::Book(s.into()),
             QueryBody::Outbox(o) => BodyV5::Outbox(o),
-            QueryBody::Entry(e) => BodyV5::Entry(e),
+            QueryBody::Entry(e) => BodyV5::Entry(e.map(|d| Box::new((*d).into()))),
         }
     }
 }
