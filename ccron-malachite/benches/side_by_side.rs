@@ -152,6 +152,7 @@ fn malachite_side(duration: Duration) -> Side {
         upgrade_binary: None,
         retain_blocks: None,
         wipe_restarted: false,
+        scale: Default::default(),
     };
     let report = run_localnet(&opts).unwrap_or_else(|e| panic!("localnet: {e}"));
     let _ = std::fs::remove_dir_all(&report.home);

@@ -47,6 +47,7 @@ pub struct NodeBinary<A> {
     factory: Factory<A>,
     default_ledger: String,
     load: Option<LoadFor>,
+    preload: Option<LoadFor>,
 }
 
 impl<A> std::fmt::Debug for NodeBinary<A> {
@@ -252,6 +253,23 @@ enum Cmd {
         /// gets the table's JSON; each run's home is `<home>/<run>`.
         #[arg(long)]
         measure_byzantine: Option<String>,
+        /// The load clients' rate, signed requests/s (spread over clients of at most 25/s
+        /// each, each with its own key; docs/malachite.md, "Scale").
+        #[arg(long, default_value_t = crate::load::DEFAULT_LOAD_RATE)]
+        load_rate: u32,
+        /// Place N long-lived schedules (the binary's preload, through clients of at most the
+        /// book's per-owner quota each) before the run's clock starts; the window starts a
+        /// third of the run after they are in the book. The ledger needs the room (e.g.
+        /// `--ledger orders:book-pages=P`).
+        #[arg(long, default_value_t = 0)]
+        preload: u64,
+        /// A measurement instead of one run: the empty ledger without load, the empty ledger
+        /// at `--load-rate`, and the ledger with N schedules preloaded at `--load-rate`, all of
+        /// this length; prints heights/s and the lateness p99s of each window with their
+        /// ratios to the empty ledger's at the same rate (docs/malachite.md, "Scale").
+        /// `--json` gets the table's JSON; each run's home is `<home>/<run>`.
+        #[arg(long)]
+        measure_scale: Option<u64>,
     },
 }
 
@@ -289,6 +307,7 @@ impl<A: Application> NodeBinary<A> {
             factory: Arc::new(factory),
             default_ledger: "ledger".to_string(),
             load: None,
+            preload: None,
         }
     }
 
@@ -304,6 +323,16 @@ impl<A: Application> NodeBinary<A> {
         load: impl Fn(&str) -> Option<LoadPayload> + Send + Sync + 'static,
     ) -> Self {
         self.load = Some(Arc::new(load));
+        self
+    }
+
+    /// What a localnet's `--preload N` places, by ledger name: the payload of request k of a
+    /// preload client, one long-lived schedule each (none: the ledger has no preload).
+    pub fn preload(
+        mut self,
+        preload: impl Fn(&str) -> Option<LoadPayload> + Send + Sync + 'static,
+    ) -> Self {
+        self.preload = Some(Arc::new(preload));
         self
     }
 
@@ -492,6 +521,9 @@ impl<A: Application> NodeBinary<A> {
                 retain_blocks,
                 wipe_restarted,
                 measure_byzantine,
+                load_rate,
+                preload,
+                measure_scale,
             } => {
                 let byzantine = match byzantine.as_deref().map(parse_target).transpose() {
                     Ok(b) => b,
@@ -521,6 +553,16 @@ impl<A: Application> NodeBinary<A> {
                 };
                 if nodes < 4 {
                     eprintln!("localnet: at least 4 nodes (3f+1 with f >= 1)");
+                    return ExitCode::from(2);
+                }
+                if let Err(e) = check_scale(
+                    load_rate,
+                    preload,
+                    measure_scale,
+                    &byzantine,
+                    measure_byzantine.is_some(),
+                ) {
+                    eprintln!("localnet: {e}");
                     return ExitCode::from(2);
                 }
                 let name = ledger.unwrap_or_else(|| self.default_ledger.clone());
@@ -562,13 +604,110 @@ impl<A: Application> NodeBinary<A> {
                     upgrade_binary,
                     retain_blocks,
                     wipe_restarted,
+                    scale: crate::localnet::ScaleOptions {
+                        load_rate,
+                        preload,
+                        preload_payload: self.preload.as_ref().and_then(|l| l(&name)),
+                    },
                 };
-                match measure_byzantine {
-                    Some(list) => measure(opts, &list, json),
-                    None => report(&opts, json),
+                match (measure_byzantine, measure_scale) {
+                    (Some(list), _) => measure(opts, &list, json),
+                    (None, Some(schedules)) => measure_scale_cmd(opts, schedules, json),
+                    (None, None) => report(&opts, json),
                 }
             }
         }
+    }
+}
+
+/// The scale options' consistency: a rate of at least 1 request/s, and no preload or scale
+/// measurement with a Byzantine node (the preload moves the run's window, which a Byzantine
+/// node's start is not told) or with `--measure-byzantine`.
+fn check_scale(
+    load_rate: u32,
+    preload: u64,
+    measure_scale: Option<u64>,
+    byzantine: &Option<(ByzantineKind, usize)>,
+    measure_byzantine: bool,
+) -> Result<(), String> {
+    if load_rate == 0 {
+        return Err("--load-rate is at least 1 request/s".into());
+    }
+    if (preload > 0 || measure_scale.is_some()) && byzantine.is_some() {
+        return Err("--preload and --measure-scale run without --byzantine".into());
+    }
+    if measure_scale.is_some() && (measure_byzantine || preload > 0) {
+        return Err(
+            "--measure-scale runs alone (not with --measure-byzantine or --preload: it sets the preload)"
+                .into(),
+        );
+    }
+    if measure_scale == Some(0) {
+        return Err("--measure-scale needs at least 1 schedule".into());
+    }
+    Ok(())
+}
+
+/// `localnet --measure-scale N`: the three runs, the table printed (and written as JSON); exit
+/// 1 when a run had a violation or disagreed.
+fn measure_scale_cmd(mut opts: LocalnetOptions, schedules: u64, json: Option<PathBuf>) -> ExitCode {
+    let home = opts.home.take().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!(
+            "ccron-measure-scale-{}-{}",
+            std::process::id(),
+            crate::core::now_ms()
+        ))
+    });
+    opts.home = Some(home.clone());
+    let m = match crate::localnet::measure_scale(&opts, schedules) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("localnet: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(path) = json
+        && let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap_or_default())
+    {
+        eprintln!("localnet: writing {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    println!(
+        "measure-scale: {} nodes, {} ledger, {} ms per run, {} requests/s, {} schedules preloaded; window from a third of each run; homes under {}",
+        m.nodes,
+        m.ledger,
+        m.duration_ms,
+        m.load_rate,
+        m.schedules,
+        home.display()
+    );
+    print!("{}", m.table());
+    for r in &m.rows {
+        if let Some(p) = &r.preload_report {
+            println!(
+                "{} preload: {}",
+                r.name,
+                serde_json::to_string(p).unwrap_or_default()
+            );
+        }
+        if let Some(l) = &r.load {
+            println!(
+                "{} load: {}",
+                r.name,
+                serde_json::to_string(l).unwrap_or_default()
+            );
+        }
+        if !r.clean {
+            println!(
+                "{}: violations {:?} (home {})",
+                r.name, r.violations, r.home
+            );
+        }
+    }
+    if m.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 
@@ -825,6 +964,54 @@ mod tests {
         }
     }
 
+    #[test]
+    fn scale_options_are_checked_together() {
+        let byz = Some((ByzantineKind::Flood, 0));
+        assert_eq!(check_scale(4, 0, None, &None, false), Ok(()));
+        assert_eq!(check_scale(100, 100_000, None, &None, false), Ok(()));
+        assert_eq!(check_scale(100, 0, Some(1_000), &None, false), Ok(()));
+        assert!(check_scale(0, 0, None, &None, false).is_err(), "rate 0");
+        assert!(
+            check_scale(4, 10, None, &byz, false).is_err(),
+            "preload + byzantine"
+        );
+        assert!(check_scale(4, 0, Some(10), &byz, false).is_err());
+        assert!(
+            check_scale(4, 0, Some(10), &None, true).is_err(),
+            "two measurements"
+        );
+        assert!(
+            check_scale(4, 10, Some(10), &None, false).is_err(),
+            "measure sets the preload"
+        );
+        assert!(check_scale(4, 0, Some(0), &None, false).is_err());
+        // The options parse, with their defaults.
+        let cli = Cli::try_parse_from([
+            "x",
+            "localnet",
+            "--load-rate",
+            "100",
+            "--measure-scale",
+            "10000",
+        ])
+        .unwrap();
+        let Cmd::Localnet {
+            load_rate,
+            preload,
+            measure_scale,
+            ..
+        } = cli.cmd
+        else {
+            panic!("not a localnet command");
+        };
+        assert_eq!((load_rate, preload, measure_scale), (100, 0, Some(10_000)));
+        let Cmd::Localnet { load_rate, .. } = Cli::try_parse_from(["x", "localnet"]).unwrap().cmd
+        else {
+            panic!("not a localnet command");
+        };
+        assert_eq!(load_rate, crate::load::DEFAULT_LOAD_RATE);
+    }
+
     /// The localnet's replay line parses back into the same run: every option that shapes it,
     /// the adversary of a Byzantine or subset run included (a failing campaign run of those
     /// layers once printed an empty replay).
@@ -862,6 +1049,11 @@ mod tests {
             upgrade_binary: None,
             retain_blocks: Some(64),
             wipe_restarted: true,
+            scale: crate::localnet::ScaleOptions {
+                load_rate: 100,
+                preload: 100_000,
+                preload_payload: None,
+            },
         };
         let line = replay_command(&opts);
         let args = std::iter::once("ccron-malachite").chain(line.split_whitespace());
@@ -886,6 +1078,8 @@ mod tests {
             seed,
             retain_blocks,
             wipe_restarted,
+            load_rate,
+            preload,
             ..
         } = cli.cmd
         else {
@@ -908,6 +1102,7 @@ mod tests {
         );
         assert_eq!((seed, retain_blocks), (42, Some(64)));
         assert_eq!(late_join_at_height, Some(400));
+        assert_eq!((load_rate, preload), (100, 100_000));
 
         // An honest run's line is a plain localnet (the default tick period is not written).
         let honest = LocalnetOptions {
@@ -928,6 +1123,7 @@ mod tests {
             byzantine_subset: None,
             retain_blocks: None,
             wipe_restarted: false,
+            scale: crate::localnet::ScaleOptions::default(),
             ..opts
         };
         assert_eq!(

@@ -1,12 +1,18 @@
-//! The localnet's load generator: one client that submits requests through the nodes' client
+//! The localnet's load generator: clients that submit requests through the nodes' client
 //! endpoints while the network runs (the binary gives the payload of each request number, e.g.
 //! the orders ledger's "place order k").
 //!
-//! Every `interval` it signs request number k with the payload the binary's function gives for
-//! k, and submits it to **every** node's `POST /v1/requests` (the address each node wrote to
-//! `node-I/http.addr`): whichever validator proposes next has it, a node that is down or
-//! restarting misses nothing, and the pools (by digest) and execution (by `(client, number)`)
-//! make it execute once.
+//! Every `interval` each client signs its request number k with the payload the binary's
+//! function gives for k, and submits it to **every** node's `POST /v1/requests` (the address
+//! each node wrote to `node-I/http.addr`): whichever validator proposes next has it, a node that
+//! is down or restarting misses nothing, and the pools (by digest) and execution (by `(client,
+//! number)`) make it execute once.
+//!
+//! The default is one client at 4 requests/s ([`LoadOptions::localnet`]). A higher rate
+//! ([`LoadOptions::at_rate`], `localnet --load-rate N`) is spread over
+//! [`clients_for_rate`] clients of at most [`MAX_CLIENT_RATE`] requests/s each, each with its
+//! own key ([`client_seed`]) and its own posters, started a fraction of an interval apart: one
+//! signer and one poster per node would be paced by the slowest post.
 //!
 //! The HTTP client is a minimal blocking HTTP/1.1 POST over a loopback `TcpStream` with
 //! timeouts and a bounded response read: the localnet is synchronous and this is a test
@@ -39,10 +45,12 @@ pub struct LoadOptions {
     pub home: PathBuf,
     /// Number of nodes.
     pub nodes: usize,
-    /// Seed of the client's key.
+    /// Seed of the first client's key (client c's is [`client_seed`]`(seed, c)`).
     pub seed: u64,
-    /// Time between two requests.
+    /// Time between two requests of one client.
     pub interval: Duration,
+    /// How many clients sign and post (each at one request per `interval`).
+    pub clients: usize,
     /// The payload of each request number.
     pub payload: LoadPayload,
 }
@@ -54,21 +62,73 @@ impl std::fmt::Debug for LoadOptions {
             .field("nodes", &self.nodes)
             .field("seed", &self.seed)
             .field("interval", &self.interval)
+            .field("clients", &self.clients)
             .finish_non_exhaustive()
     }
 }
 
 impl LoadOptions {
-    /// The localnet's load: a request every 250 ms with `payload`.
+    /// The localnet's load: one client, a request every 250 ms with `payload`
+    /// ([`DEFAULT_LOAD_RATE`]).
     pub fn localnet(home: &Path, nodes: usize, seed: u64, payload: LoadPayload) -> Self {
+        Self::at_rate(home, nodes, seed, DEFAULT_LOAD_RATE, payload)
+    }
+
+    /// `rate` requests/s (at least 1) with `payload`, over [`clients_for_rate`] clients each
+    /// at [`client_interval`].
+    pub fn at_rate(home: &Path, nodes: usize, seed: u64, rate: u32, payload: LoadPayload) -> Self {
+        let clients = clients_for_rate(rate);
         Self {
             home: home.to_path_buf(),
             nodes,
             seed,
-            interval: Duration::from_millis(250),
+            interval: client_interval(rate, clients),
+            clients,
             payload,
         }
     }
+}
+
+/// The localnet's default load: 4 requests/s, one client.
+pub const DEFAULT_LOAD_RATE: u32 = 4;
+
+/// The most requests/s one load client signs: a higher rate is spread over more clients
+/// ([`clients_for_rate`]), so that one client's posts to a node (one poster thread per node,
+/// one post at a time) have at least 40 ms each.
+pub const MAX_CLIENT_RATE: u32 = 25;
+
+/// How many clients carry `rate` requests/s: `ceil(rate / MAX_CLIENT_RATE)`, at least 1.
+pub fn clients_for_rate(rate: u32) -> usize {
+    usize::try_from(rate.max(1).div_ceil(MAX_CLIENT_RATE)).unwrap_or(usize::MAX)
+}
+
+/// The time between two requests of one of `clients` clients carrying `rate` requests/s
+/// together: `clients / rate` seconds (rate at least 1).
+pub fn client_interval(rate: u32, clients: usize) -> Duration {
+    let clients = u64::try_from(clients.max(1)).unwrap_or(u64::MAX);
+    Duration::from_nanos(1_000_000_000u64.saturating_mul(clients) / u64::from(rate.max(1)))
+}
+
+/// The key seed of load client `c` of a localnet with key seed `seed`: client 0's is `seed`
+/// itself (the one-client load keeps its key), client c's `seed + c * 2^32`.
+pub fn client_seed(seed: u64, c: usize) -> u64 {
+    seed.wrapping_add(u64::try_from(c).unwrap_or(u64::MAX).wrapping_shl(32))
+}
+
+/// Where a client's pacer stands at `now` (time since the client started) when its next
+/// request was due at `next`: how long to wait, how many whole slots it fell behind (not
+/// signed: counted, [`LoadStats::skipped_pace`]), and the due point after the one it signs now.
+/// A client less than one `interval` late signs at once and keeps its grid (no drift); one
+/// more late skips the slots it missed instead of bursting to catch up.
+pub fn pace(next: Duration, now: Duration, interval: Duration) -> (Duration, u64, Duration) {
+    let interval = interval.max(Duration::from_micros(1));
+    if now <= next {
+        return (next - now, 0, next + interval);
+    }
+    let late = now - next;
+    let behind = u64::try_from(late.as_nanos() / interval.as_nanos()).unwrap_or(u64::MAX);
+    let skipped_to = next + interval.saturating_mul(u32::try_from(behind).unwrap_or(u32::MAX));
+    (Duration::ZERO, behind, skipped_to + interval)
 }
 
 /// What the load generator did.
@@ -90,6 +150,25 @@ pub struct LoadStats {
     /// waiting on it (at most [`NODE_QUEUE`] wait per node).
     #[serde(default)]
     pub skipped_busy: u64,
+    /// Requests not signed because the client fell a whole interval or more behind its pace
+    /// (the machine too busy to sign and queue at the rate asked; [`pace`]).
+    #[serde(default)]
+    pub skipped_pace: u64,
+}
+
+impl LoadStats {
+    /// The sum of two clients' figures.
+    pub fn add(self, o: Self) -> Self {
+        Self {
+            orders: self.orders.saturating_add(o.orders),
+            admitted: self.admitted.saturating_add(o.admitted),
+            submissions: self.submissions.saturating_add(o.submissions),
+            refused: self.refused.saturating_add(o.refused),
+            unreachable: self.unreachable.saturating_add(o.unreachable),
+            skipped_busy: self.skipped_busy.saturating_add(o.skipped_busy),
+            skipped_pace: self.skipped_pace.saturating_add(o.skipped_pace),
+        }
+    }
 }
 
 /// Requests waiting to be posted to one node: a node slower than the client's pace fills its
@@ -241,6 +320,34 @@ pub struct ResultsRead {
     pub conflicting: u64,
 }
 
+impl ResultsRead {
+    /// The sum of two clients' reads.
+    pub fn add(self, o: Self) -> Self {
+        Self {
+            asked: self.asked.saturating_add(o.asked),
+            believed: self.believed.saturating_add(o.believed),
+            believed_ok: self.believed_ok.saturating_add(o.believed_ok),
+            pending: self.pending.saturating_add(o.pending),
+            conflicting: self.conflicting.saturating_add(o.conflicting),
+        }
+    }
+}
+
+/// [`read_results`] for every load client: client c (key seed [`client_seed`]`(seed, c)`)
+/// signed `orders[c]` requests; the figures summed.
+pub fn read_results_of_clients(
+    home: &Path,
+    nodes: usize,
+    seed: u64,
+    orders: &[u64],
+) -> ResultsRead {
+    orders
+        .iter()
+        .enumerate()
+        .map(|(c, &k)| read_results(home, nodes, client_seed(seed, c), k))
+        .fold(ResultsRead::default(), ResultsRead::add)
+}
+
 /// Consecutive failed reads after which [`read_results`] stops asking a node (it is down, or
 /// answers too slowly to wait for: each failure costs up to [`EXCHANGE_DEADLINE`]).
 pub const READ_GIVE_UP_AFTER: u32 = 3;
@@ -316,10 +423,11 @@ pub fn read_results(home: &Path, nodes: usize, seed: u64, orders: u64) -> Result
     out
 }
 
-/// A running load generator (a thread); stopped by [`LoadGenerator::stop`] or on drop.
+/// A running load generator (a thread per client); stopped by [`LoadGenerator::stop`] or on
+/// drop.
 pub struct LoadGenerator {
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<LoadStats>>,
+    handles: Vec<JoinHandle<LoadStats>>,
 }
 
 impl std::fmt::Debug for LoadGenerator {
@@ -329,29 +437,45 @@ impl std::fmt::Debug for LoadGenerator {
 }
 
 impl LoadGenerator {
-    /// Starts placing orders.
+    /// Starts placing orders: `opts.clients` clients, client c starting `c / clients` of an
+    /// interval after client 0.
     ///
     /// # Errors
-    /// The thread could not be spawned.
+    /// A thread could not be spawned (the clients already started are stopped).
     pub fn start(opts: LoadOptions) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("ccron-load".into())
-            .spawn(move || run(&opts, &flag))?;
-        Ok(Self {
-            stop,
-            handle: Some(handle),
-        })
+        let mut generator = Self {
+            stop: stop.clone(),
+            handles: Vec::new(),
+        };
+        let clients = opts.clients.max(1);
+        let opts = Arc::new(opts);
+        for c in 0..clients {
+            let flag = stop.clone();
+            let o = Arc::clone(&opts);
+            let offset = o.interval.mul_f64(c as f64 / clients as f64);
+            let handle = std::thread::Builder::new()
+                .name(format!("ccron-load-{c}"))
+                .spawn(move || run(&o, c, offset, &flag))?;
+            generator.handles.push(handle);
+        }
+        Ok(generator)
     }
 
-    /// Stops it and returns what it did.
-    pub fn stop(mut self) -> LoadStats {
+    /// Stops it and returns what each client did (client c at index c).
+    pub fn stop_each(mut self) -> Vec<LoadStats> {
         self.stop.store(true, Ordering::Relaxed);
-        self.handle
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default()
+        std::mem::take(&mut self.handles)
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    }
+
+    /// Stops it and returns what its clients did together.
+    pub fn stop(self) -> LoadStats {
+        self.stop_each()
+            .into_iter()
+            .fold(LoadStats::default(), LoadStats::add)
     }
 }
 
@@ -369,7 +493,9 @@ fn read_addr(home: &Path, i: usize) -> Option<SocketAddr> {
         .ok()
 }
 
-fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
+/// Load client `c`: signs at its pace (its first request `offset` after it starts, then every
+/// `opts.interval`) until `stop`.
+fn run(opts: &LoadOptions, c: usize, offset: Duration, stop: &AtomicBool) -> LoadStats {
     // The chain the requests are signed for: the localnet's genesis.
     let domain = match crate::core::read_genesis(&opts.home).and_then(|g| {
         g.domain()
@@ -381,7 +507,7 @@ fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
             return LoadStats::default();
         }
     };
-    let key = client_key(opts.seed);
+    let key = client_key(client_seed(opts.seed, c));
     let client = crate::request::client_id(&key.verifying_key().to_bytes());
     let mut stats = LoadStats::default();
     // One poster per node with a bounded queue: the client signs at its own pace and a node
@@ -394,7 +520,7 @@ fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
             let home = opts.home.clone();
             let done = done_tx.clone();
             let poster = std::thread::Builder::new()
-                .name(format!("load-post-{i}"))
+                .name(format!("load-{c}-post-{i}"))
                 .spawn(move || {
                     for (number, request) in rx {
                         // Re-read every time: a restarted node listens on a new port.
@@ -422,8 +548,20 @@ fn run(opts: &LoadOptions, stop: &AtomicBool) -> LoadStats {
         .unzip();
     drop(done_tx);
     let mut number = 0u64;
+    // The client's pace on the wall clock (a test driver, not replicated state).
+    #[allow(clippy::disallowed_methods)]
+    let started = std::time::Instant::now();
+    let mut next = offset + opts.interval;
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(opts.interval);
+        let (wait, skipped, after) = pace(next, started.elapsed(), opts.interval);
+        next = after;
+        stats.skipped_pace += skipped;
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
         number += 1;
         let request = Arc::new(
             signed_request(&domain, &key, number, (opts.payload)(client, number)).encode(),
@@ -524,6 +662,81 @@ mod tests {
             "{took:?}: bounded by the deadline"
         );
         server.join().unwrap();
+    }
+
+    /// The default load is one client at 4/s (a request every 250 ms, client 0's key is the
+    /// seed's); 100/s is four clients of 25/s, each a request every 40 ms.
+    #[test]
+    fn a_rate_is_spread_over_clients_of_at_most_25_per_second() {
+        assert_eq!(clients_for_rate(DEFAULT_LOAD_RATE), 1);
+        assert_eq!(
+            client_interval(DEFAULT_LOAD_RATE, 1),
+            Duration::from_millis(250)
+        );
+        let home = Path::new("/nonexistent");
+        let payload: LoadPayload = Arc::new(|_, _| Vec::new());
+        let default = LoadOptions::localnet(home, 4, 9, payload.clone());
+        assert_eq!(
+            (default.clients, default.interval),
+            (1, Duration::from_millis(250))
+        );
+        let fast = LoadOptions::at_rate(home, 4, 9, 100, payload);
+        assert_eq!(
+            (fast.clients, fast.interval),
+            (4, Duration::from_millis(40))
+        );
+        assert_eq!(clients_for_rate(25), 1);
+        assert_eq!(clients_for_rate(26), 2);
+        assert_eq!(clients_for_rate(0), 1);
+        // 90/s over 4 clients: 44.4 ms each, 90 requests a second together.
+        assert_eq!(client_interval(90, 4), Duration::from_nanos(44_444_444));
+        assert_eq!(client_interval(0, 1), Duration::from_secs(1));
+        assert_eq!(client_seed(9, 0), 9);
+        let seeds: std::collections::BTreeSet<u64> = (0..16).map(|c| client_seed(9, c)).collect();
+        assert_eq!(seeds.len(), 16, "every client has its own key");
+    }
+
+    /// The pacer keeps its grid when on time or less than an interval late, and skips (counts)
+    /// whole intervals it fell behind instead of bursting.
+    #[test]
+    fn the_pacer_keeps_its_grid_and_skips_what_it_fell_behind() {
+        let ms = Duration::from_millis;
+        // Early: wait for the due point; the next is one interval on.
+        assert_eq!(pace(ms(40), ms(10), ms(40)), (ms(30), 0, ms(80)));
+        assert_eq!(pace(ms(40), ms(40), ms(40)), (ms(0), 0, ms(80)));
+        // Late by less than an interval: sign now, keep the grid.
+        assert_eq!(pace(ms(40), ms(79), ms(40)), (ms(0), 0, ms(80)));
+        // Late by 2.5 intervals: two slots skipped, sign for the third, next on the grid.
+        assert_eq!(pace(ms(40), ms(140), ms(40)), (ms(0), 2, ms(160)));
+        // A zero interval does not divide by zero.
+        assert_eq!(pace(ms(5), ms(5), Duration::ZERO).1, 0);
+    }
+
+    #[test]
+    fn client_figures_add_up() {
+        let a = LoadStats {
+            orders: 3,
+            admitted: 2,
+            submissions: 12,
+            refused: 1,
+            unreachable: 1,
+            skipped_busy: 2,
+            skipped_pace: 1,
+        };
+        let b = a.add(a);
+        assert_eq!((b.orders, b.admitted, b.submissions), (6, 4, 24));
+        assert_eq!(
+            (b.refused, b.unreachable, b.skipped_busy, b.skipped_pace),
+            (2, 2, 4, 2)
+        );
+        let r = ResultsRead {
+            asked: 5,
+            believed: 4,
+            believed_ok: 3,
+            pending: 1,
+            conflicting: 0,
+        };
+        assert_eq!(r.add(r).believed_ok, 6);
     }
 
     /// A whole answer within the deadline is read to its end.

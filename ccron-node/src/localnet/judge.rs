@@ -166,7 +166,7 @@ const MAX_SCRAPE_BYTES: u64 = 8 << 20;
 
 /// `GET /metrics` of the node at `addr`: the body of a 200 answer (2 s deadlines per read and
 /// write, at most [`MAX_SCRAPE_BYTES`]).
-fn scrape(addr: &str) -> Result<String, String> {
+pub(super) fn scrape(addr: &str) -> Result<String, String> {
     use std::io::{Read, Write};
     let sock: std::net::SocketAddr = addr.trim().parse().map_err(|e| format!("{addr}: {e}"))?;
     let mut s = std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(1))

@@ -125,16 +125,38 @@ fn p99_ratio(a: i64, b: i64) -> Option<f64> {
     ratio(a.max(1) as f64, b.max(1) as f64)
 }
 
-fn row(run: MeasureRun, r: &Report, honest: Option<&WindowReport>) -> MeasureRow {
-    let window = r.window;
-    let (heights_ratio, agreed_p99_ratio, wall_p99_ratio) = match (window, honest) {
+/// A window's heights/s, agreed-minus-due p99 and wall-minus-due p99 as ratios to a
+/// baseline window's (each `None` without both windows or a positive baseline).
+pub(super) fn ratios(
+    window: Option<WindowReport>,
+    base: Option<&WindowReport>,
+) -> (Option<f64>, Option<f64>, Option<f64>) {
+    match (window, base) {
         (Some(w), Some(h)) => (
             ratio(w.heights_per_sec, h.heights_per_sec),
             p99_ratio(w.lateness.agreed_p99_ms, h.lateness.agreed_p99_ms),
             p99_ratio(w.lateness.wall_p99_ms, h.lateness.wall_p99_ms),
         ),
         _ => (None, None, None),
-    };
+    }
+}
+
+/// A window's table cells: heights/s, heights, fires, agreed-due p99, wall-due p99.
+pub(super) fn window_cells(window: Option<WindowReport>) -> (String, u64, u64, i64, i64) {
+    window.map_or(("n/a".into(), 0, 0, 0, 0), |w| {
+        (
+            format!("{:.1}", w.heights_per_sec),
+            w.heights,
+            w.lateness.fires,
+            w.lateness.agreed_p99_ms,
+            w.lateness.wall_p99_ms,
+        )
+    })
+}
+
+fn row(run: MeasureRun, r: &Report, honest: Option<&WindowReport>) -> MeasureRow {
+    let window = r.window;
+    let (heights_ratio, agreed_p99_ratio, wall_p99_ratio) = ratios(window, honest);
     let within_2x = heights_ratio.is_some_and(|x| x >= 0.5)
         && agreed_p99_ratio.is_some_and(|x| x <= 2.0)
         && wall_p99_ratio.is_some_and(|x| x <= 2.0);

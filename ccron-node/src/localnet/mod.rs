@@ -22,12 +22,17 @@ pub mod logsink;
 mod measure;
 pub mod ports;
 mod report;
+mod scale;
 mod spawn;
 
 pub use disk::{DISK_RESUME_BOUND, DiskFaultReport, DiskFlip};
 pub use measure::{
     MeasureReport, MeasureRow, MeasureRun, default_measure_home, measure_byzantine,
     parse_measure_runs,
+};
+pub use scale::{
+    PreloadReport, ScaleOptions, ScaleReport, ScaleRow, book_schedules, measure_scale,
+    newest_snapshot_bytes,
 };
 
 /// The longest gap between two heights (agreed times, on an honest node that ran the whole
@@ -141,6 +146,8 @@ pub struct LocalnetOptions {
     /// The killed node's home is wiped (all but its key) before its restart: it starts empty
     /// ([`wipe_node_dir`]).
     pub wipe_restarted: bool,
+    /// The load's rate and a preload of schedules before the run ([`scale`]).
+    pub scale: ScaleOptions,
 }
 
 impl std::fmt::Debug for LocalnetOptions {
@@ -169,6 +176,7 @@ impl std::fmt::Debug for LocalnetOptions {
             .field("upgrade_binary", &self.upgrade_binary)
             .field("retain_blocks", &self.retain_blocks)
             .field("wipe_restarted", &self.wipe_restarted)
+            .field("scale", &self.scale)
             .finish()
     }
 }
@@ -255,7 +263,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let mut resume = ResumeWatch::default();
     let late = (opts.late_join || opts.late_join_at_height.is_some()).then_some(n - 1);
     let mut late_watch = latejoin::LateJoinWatch::default();
-    let byzantine_from_ms =
+    let mut byzantine_from_ms =
         now_ms().saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
     let byzantine_node = opts.byzantine.map(|(_, i)| i);
     // Each honest node's first status written at a height timed at or after the fault's start:
@@ -277,10 +285,24 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
             children.0[i] = Some(c);
         }
     }
-    // A load client submits requests through the nodes' endpoints (`crate::load`).
+    // A preload fills the book before the run's clock starts, and the window starts a third
+    // of the run after it (`scale`; a preload run has no Byzantine node the old start was
+    // given to).
+    let preload = scale::preload(opts, &home)?;
+    if preload.is_some() {
+        byzantine_from_ms = now_ms()
+            .saturating_add(i64::try_from((opts.duration / 3).as_millis()).unwrap_or(i64::MAX));
+    }
+    // Load clients submit requests through the nodes' endpoints (`crate::load`).
     let load = match &opts.load {
         Some(payload) => Some(crate::load::LoadGenerator::start(
-            crate::load::LoadOptions::localnet(&home, n, opts.seed, payload.clone()),
+            crate::load::LoadOptions::at_rate(
+                &home,
+                n,
+                opts.seed,
+                opts.scale.load_rate,
+                payload.clone(),
+            ),
         )?),
         None => None,
     };
@@ -550,9 +572,18 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         .iter()
         .map(|c| c.as_ref().and_then(|c| peak_rss_kb(c.id())).unwrap_or(0))
         .collect();
-    let load = load.map(crate::load::LoadGenerator::stop);
-    // The client's view: its requests' results, read back from every node (f+1 identical).
-    let results = load.map(|l| crate::load::read_results(&home, n, opts.seed, l.orders));
+    let load_each = load.map(crate::load::LoadGenerator::stop_each);
+    // The clients' view: their requests' results, read back from every node (f+1 identical).
+    let results = load_each.as_ref().map(|each| {
+        let orders: Vec<u64> = each.iter().map(|l| l.orders).collect();
+        crate::load::read_results_of_clients(&home, n, opts.seed, &orders)
+    });
+    let load = load_each.map(|each| {
+        each.into_iter().fold(
+            crate::load::LoadStats::default(),
+            crate::load::LoadStats::add,
+        )
+    });
     // The consumer's view: read the committed outbox over HTTP while the nodes still run.
     let outbox_quorum_records = opts.ledger.has_outbox.then(|| quorum_read_outbox(&home, n));
     // The replicated `/metrics` figures, equal on every honest node at the same book height.
@@ -983,6 +1014,8 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
         window,
         late_join,
         replay,
+        preload,
+        load,
     })
 }
 
@@ -1104,6 +1137,12 @@ pub(crate) fn replay_command(opts: &LocalnetOptions) -> String {
     }
     if let Some(b) = &opts.upgrade_binary {
         cmd.push_str(&format!(" --upgrade-binary {}", b.display()));
+    }
+    if opts.scale.load_rate != crate::load::DEFAULT_LOAD_RATE {
+        cmd.push_str(&format!(" --load-rate {}", opts.scale.load_rate));
+    }
+    if opts.scale.preload > 0 {
+        cmd.push_str(&format!(" --preload {}", opts.scale.preload));
     }
     cmd
 }

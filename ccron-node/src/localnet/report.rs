@@ -318,6 +318,12 @@ pub struct Report {
     /// faults).
     #[serde(default)]
     pub replay: String,
+    /// With `--preload N`: what placing the schedules before the run did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preload: Option<super::PreloadReport>,
+    /// With a load: what its clients did (their figures summed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<crate::load::LoadStats>,
 }
 
 /// The network faults' part of the report ([`crate::netfault`]).
