@@ -158,7 +158,7 @@ pub struct LoadStats {
 
 impl LoadStats {
     /// The sum of two clients' figures.
-    pub fn add(self, o: Self) -> Self {
+    pub fn plus(self, o: Self) -> Self {
         Self {
             orders: self.orders.saturating_add(o.orders),
             admitted: self.admitted.saturating_add(o.admitted),
@@ -322,7 +322,7 @@ pub struct ResultsRead {
 
 impl ResultsRead {
     /// The sum of two clients' reads.
-    pub fn add(self, o: Self) -> Self {
+    pub fn plus(self, o: Self) -> Self {
         Self {
             asked: self.asked.saturating_add(o.asked),
             believed: self.believed.saturating_add(o.believed),
@@ -345,7 +345,7 @@ pub fn read_results_of_clients(
         .iter()
         .enumerate()
         .map(|(c, &k)| read_results(home, nodes, client_seed(seed, c), k))
-        .fold(ResultsRead::default(), ResultsRead::add)
+        .fold(ResultsRead::default(), ResultsRead::plus)
 }
 
 /// Consecutive failed reads after which [`read_results`] stops asking a node (it is down, or
@@ -475,7 +475,7 @@ impl LoadGenerator {
     pub fn stop(self) -> LoadStats {
         self.stop_each()
             .into_iter()
-            .fold(LoadStats::default(), LoadStats::add)
+            .fold(LoadStats::default(), LoadStats::plus)
     }
 }
 
@@ -723,7 +723,7 @@ mod tests {
             skipped_busy: 2,
             skipped_pace: 1,
         };
-        let b = a.add(a);
+        let b = a.plus(a);
         assert_eq!((b.orders, b.admitted, b.submissions), (6, 4, 24));
         assert_eq!(
             (b.refused, b.unreachable, b.skipped_busy, b.skipped_pace),
@@ -736,7 +736,7 @@ mod tests {
             pending: 1,
             conflicting: 0,
         };
-        assert_eq!(r.add(r).believed_ok, 6);
+        assert_eq!(r.plus(r).believed_ok, 6);
     }
 
     /// A whole answer within the deadline is read to its end.

@@ -581,7 +581,7 @@ pub fn run_localnet(opts: &LocalnetOptions) -> std::io::Result<Report> {
     let load = load_each.map(|each| {
         each.into_iter().fold(
             crate::load::LoadStats::default(),
-            crate::load::LoadStats::add,
+            crate::load::LoadStats::plus,
         )
     });
     // The consumer's view: read the committed outbox over HTTP while the nodes still run.

@@ -618,6 +618,7 @@ mod tests {
             load: load.then(|| Arc::new(|_, _| Vec::new()) as LoadPayload),
             engine: "e".into(),
             late_join: false,
+            late_join_at_height: None,
             lying_time: false,
             omit_ticks: false,
             kill_restart: false,
