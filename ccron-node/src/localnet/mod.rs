@@ -146,7 +146,7 @@ pub struct LocalnetOptions {
     /// The killed node's home is wiped (all but its key) before its restart: it starts empty
     /// ([`wipe_node_dir`]).
     pub wipe_restarted: bool,
-    /// The load's rate and a preload of schedules before the run ([`scale`]).
+    /// The load's rate and a preload of schedules before the run (`localnet::scale`).
     pub scale: ScaleOptions,
 }
 

@@ -36,7 +36,7 @@ use crate::load::{
 pub struct ScaleOptions {
     /// The load's requests/s (with a load; [`DEFAULT_LOAD_RATE`] by default).
     pub load_rate: u32,
-    /// Schedules placed before the run's clock starts ([`preload`]); 0: none.
+    /// Schedules placed before the run's clock starts (`scale::preload`); 0: none.
     pub preload: u64,
     /// The payload of preload request k of a client (the binary's; needed when `preload` > 0).
     pub preload_payload: Option<LoadPayload>,
@@ -119,7 +119,7 @@ pub struct PreloadReport {
     pub refused: BTreeMap<String, u64>,
     /// Posts tried again after a `429` or an unreachable node.
     pub retries: u64,
-    /// Requests given up after [`PRELOAD_ATTEMPTS`] posts.
+    /// Requests given up after `PRELOAD_ATTEMPTS` posts.
     pub given_up: u64,
     /// The book's schedules (`ccron_schedules` on node 0's `/metrics`) when the preload ended.
     pub schedules_seen: Option<u64>,
