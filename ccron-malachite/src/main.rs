@@ -127,8 +127,9 @@ mod tests {
             }
         );
         assert_eq!(orders_config(Some(99)).book_pages, 99);
-        // A bigger book is another ledger (setup digest), so genesis tells them apart.
-        let digest = |n| ledger(n).unwrap().setup_digest();
-        assert_ne!(digest("orders"), digest("orders:book-pages=64"));
+        // The book's size is not in the ledger's setup digest: every node reads it from the
+        // ledger name its genesis records (`orders:book-pages=P`), so replicas of one genesis
+        // cannot differ in it; both names build a ledger.
+        assert!(ledger("orders").is_ok() && ledger("orders:book-pages=64").is_ok());
     }
 }
