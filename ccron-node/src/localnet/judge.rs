@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::core::node_dir;
+use crate::core::{node_dir, now_ms};
 use crate::records::NodeStatus;
 use crate::types::hex;
 
@@ -690,6 +690,31 @@ impl ResumeWatch {
     pub fn resumed_after_ms(&self) -> Option<u64> {
         self.resumed_after_ms
     }
+}
+
+/// One poll of every node's height into `trace` (at `t` from the run's start; a node's height
+/// never goes down in it), and of how far the agreed time is ahead of or behind this clock.
+pub(super) fn poll_trace(
+    home: &Path,
+    n: usize,
+    t: Duration,
+    trace: &mut Vec<(u64, Vec<u64>)>,
+    ahead_max: &mut i64,
+    behind_max: &mut i64,
+) {
+    let wall = now_ms();
+    let mut heights = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = read_status(home, i);
+        let prev = trace.last().map_or(0, |(_, hs)| hs[i]);
+        heights.push(s.last_height.max(prev));
+        if s.last_height > 1 {
+            let d = s.agreed_time_ms.saturating_sub(wall);
+            *ahead_max = (*ahead_max).max(d);
+            *behind_max = (*behind_max).max(d.saturating_neg());
+        }
+    }
+    trace.push((u64::try_from(t.as_millis()).unwrap_or(u64::MAX), heights));
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! joiner or a lying proposer, and a JSON report. Every child is killed on every exit path (a
 //! guard's Drop), and nodes exit on their own when the localnet process disappears.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -21,6 +21,7 @@ mod latejoin;
 pub mod logsink;
 mod measure;
 pub mod ports;
+mod replay;
 mod report;
 mod scale;
 mod spawn;
@@ -45,8 +46,8 @@ pub use judge::{
 };
 use judge::{
     ResumeWatch, compare_blocks, disagreeing_heights, disk_usage, millis, newest_snapshot,
-    quorum_read_outbox, read_agreed, read_digests, read_fires, read_fires_due, read_status,
-    top_height, votes_between,
+    poll_trace, quorum_read_outbox, read_agreed, read_digests, read_fires, read_fires_due,
+    read_status, top_height, votes_between,
 };
 use spawn::{Children, init_home_reserved, spawn_node, supervise_exits, write_clock_offset};
 pub use spawn::{
@@ -182,6 +183,7 @@ impl std::fmt::Debug for LocalnetOptions {
 }
 
 pub use latejoin::{CAUGHT_UP_WITHIN, LATE_JOIN_TAIL_MS, LateJoinReport};
+pub(crate) use replay::replay_command;
 pub use report::*;
 
 /// Runs a localnet and returns its report.
@@ -1042,109 +1044,6 @@ pub fn withheld_vote_violations(b: &ByzantineReport) -> Vec<String> {
         }
     }
     out
-}
-
-/// The command that replays a run's seeded faults (empty without any).
-/// One poll of every node's height into `trace` (at `t` from the run's start; a node's height
-/// never goes down in it), and of how far the agreed time is ahead of or behind this clock.
-fn poll_trace(
-    home: &Path,
-    n: usize,
-    t: Duration,
-    trace: &mut Vec<(u64, Vec<u64>)>,
-    ahead_max: &mut i64,
-    behind_max: &mut i64,
-) {
-    let wall = now_ms();
-    let mut heights = Vec::with_capacity(n);
-    for i in 0..n {
-        let s = read_status(home, i);
-        let prev = trace.last().map_or(0, |(_, hs)| hs[i]);
-        heights.push(s.last_height.max(prev));
-        if s.last_height > 1 {
-            let d = s.agreed_time_ms.saturating_sub(wall);
-            *ahead_max = (*ahead_max).max(d);
-            *behind_max = (*behind_max).max(d.saturating_neg());
-        }
-    }
-    trace.push((u64::try_from(t.as_millis()).unwrap_or(u64::MAX), heights));
-}
-
-/// The `localnet` command line that runs this run again: every option that shapes it (the
-/// node count, ledger, length, key seed, tick period, the mid-run kill or its absence, the
-/// adversary: `--byzantine KIND@I`, `--byzantine-subset`, the seeded fault layers, a late
-/// joiner, a lying or tick-omitting proposer, pruning, a wiped restart, an upgrade binary).
-/// Never empty: a Byzantine or subset run that fails must print how to run it again as much as
-/// a seeded fault run. (Wall-clock timing is not replayed: the same command meets the same
-/// adversary and the same fault plan, not the same interleaving.)
-pub(crate) fn replay_command(opts: &LocalnetOptions) -> String {
-    let mut cmd = format!(
-        "localnet --nodes {} --ledger {} --duration {}ms --seed {}",
-        opts.nodes,
-        opts.ledger.name,
-        opts.duration.as_millis(),
-        opts.seed
-    );
-    let mut periods = opts.ledger.tick_periods.values();
-    if let Some(&p) = periods.next()
-        && p != crate::ledger::DEFAULT_TICK_PERIOD_MS
-        && periods.all(|&q| q == p)
-    {
-        cmd.push_str(&format!(" --tick-period-ms {p}"));
-    }
-    if !opts.kill_restart {
-        cmd.push_str(" --no-kill");
-    }
-    if let Some((kind, i)) = opts.byzantine {
-        cmd.push_str(&format!(" --byzantine {}@{i}", kind.name()));
-    }
-    if let Some(subset) = &opts.byzantine_subset {
-        let list: Vec<String> = subset.iter().map(usize::to_string).collect();
-        cmd.push_str(&format!(" --byzantine-subset {}", list.join(",")));
-    }
-    if let Some(s) = opts.faults {
-        cmd.push_str(&format!(" --faults {s}"));
-        if opts.kill_all {
-            cmd.push_str(" --kill-all");
-        }
-    }
-    if let Some(s) = opts.net_faults {
-        cmd.push_str(&format!(" --net-faults {s}"));
-    }
-    if let Some(s) = opts.clock_faults {
-        cmd.push_str(&format!(" --clock-faults {s}"));
-    }
-    if let Some(s) = opts.disk_faults {
-        cmd.push_str(&format!(" --disk-faults {s}"));
-    }
-    if opts.late_join {
-        cmd.push_str(" --late-join");
-    }
-    if let Some(h) = opts.late_join_at_height {
-        cmd.push_str(&format!(" --late-join-at-height {h}"));
-    }
-    if opts.lying_time {
-        cmd.push_str(" --lying-time");
-    }
-    if opts.omit_ticks {
-        cmd.push_str(" --omit-ticks");
-    }
-    if let Some(n) = opts.retain_blocks {
-        cmd.push_str(&format!(" --retain-blocks {n}"));
-    }
-    if opts.wipe_restarted {
-        cmd.push_str(" --wipe-restarted");
-    }
-    if let Some(b) = &opts.upgrade_binary {
-        cmd.push_str(&format!(" --upgrade-binary {}", b.display()));
-    }
-    if opts.scale.load_rate != crate::load::DEFAULT_LOAD_RATE {
-        cmd.push_str(&format!(" --load-rate {}", opts.scale.load_rate));
-    }
-    if opts.scale.preload > 0 {
-        cmd.push_str(&format!(" --preload {}", opts.scale.preload));
-    }
-    cmd
 }
 
 #[cfg(test)]
