@@ -270,6 +270,9 @@ pub struct NodeCore<A, C> {
     /// The book, status and observations the read endpoints and `/metrics` serve.
     reads: crate::read::NodeReads,
     status: NodeStatus,
+    /// `digests.log` and `fires.log`: bounded diagnostic logs ([`crate::linelog`]).
+    digests_log: crate::linelog::LineLog,
+    fires_log: crate::linelog::LineLog,
     /// Heights whose value came through sync: their count and the highest one (two numbers,
     /// not a set growing with the chain; a height synced again is not counted twice).
     synced: (u64, u64),
@@ -397,7 +400,18 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
             .collect();
         let outbox =
             ccron_http::PublishedOutbox::new(u64::try_from(opts.index).unwrap_or(u64::MAX));
+        let dir = node_dir(&opts.home, opts.index);
+        // Opening them cuts a torn last line (a kill mid-write). `digests.log` keeps the lines
+        // of the previous process: the heights the restored snapshot covers are not
+        // re-executed; the replayed heights are appended again and must repeat the same
+        // digests, which the localnet checks.
+        let digests_log =
+            crate::linelog::LineLog::new(dir.join("digests.log"), crate::linelog::DIAG_LOG_CAP);
+        let fires_log =
+            crate::linelog::LineLog::new(dir.join("fires.log"), crate::linelog::DIAG_LOG_CAP);
         let mut node = NodeCore {
+            digests_log,
+            fires_log,
             status: NodeStatus {
                 id: opts.index,
                 pid: std::process::id(),
@@ -437,7 +451,6 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         node.status.restored_from_height = restored.height;
         node.status.store_first_height = node.store.first_height();
         node.status.snapshots_rejected = restored.rejected.len() as u64;
-        node.trim_digests_log();
         let from = restored.height.unwrap_or(0);
         if let Some(d) = node.store.get(from)? {
             // The state restored: the status (and digests.log) as after executing block `from`.
@@ -945,46 +958,22 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
         self.status.ticks_by_submitter = (0..self.validators.count())
             .map(|i| c.ticks_by_sender.get(&i).copied().unwrap_or(0))
             .collect();
-        use std::io::Write;
-        if log
-            && let Ok(mut f) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(self.digests_path())
-            && let Err(e) = writeln!(
-                f,
-                "{height} {digest} {agreed_time_ms} {}",
+        if log {
+            let line = format!(
+                "{height} {digest} {agreed_time_ms} {}\n",
                 c.requests_executed
-            )
-        {
-            tracing::warn!(error = %e, "could not append to digests.log");
+            );
+            // Counted and traced by the log itself; a diagnostic, not state.
+            let _ = self.digests_log.append(line.as_bytes());
+            self.note_log_stats();
         }
     }
 
-    fn digests_path(&self) -> PathBuf {
-        node_dir(&self.opts.home, self.opts.index).join("digests.log")
-    }
-
-    /// At start, `digests.log` keeps the lines of the previous process (the heights the
-    /// restored snapshot covers are not re-executed; the replayed heights are appended again
-    /// and must repeat the same digests, which the localnet checks); a torn last line (a kill
-    /// mid-write) is cut.
-    fn trim_digests_log(&self) {
-        let path = self.digests_path();
-        let Ok(text) = std::fs::read(&path) else {
-            return;
-        };
-        if text.is_empty() || text.ends_with(b"\n") {
-            return;
-        }
-        let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        if let Err(e) = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.set_len(keep as u64))
-        {
-            tracing::warn!(error = %e, "could not trim digests.log");
-        }
+    /// The diagnostic logs' figures into the status.
+    fn note_log_stats(&mut self) {
+        let s = self.digests_log.stats().plus(self.fires_log.stats());
+        self.status.diag_log_rotations = s.rotations;
+        self.status.diag_log_failures = s.failures;
     }
 
     /// Writes a snapshot of the state after the last executed height (a failure is an error
@@ -1035,30 +1024,25 @@ impl<A: Application, C: Commit> NodeCore<A, C> {
 
     /// Appends one line per fire with a time due to `fires.log`: `height agreed_ms wall_ms
     /// component position due_ms`, for the localnet report's lateness figures.
-    fn log_fires(&self, block: &Block, out: &BlockOutcome) {
-        use std::io::Write;
+    fn log_fires(&mut self, block: &Block, out: &BlockOutcome) {
+        use std::fmt::Write;
         let wall = now_ms();
         let mut lines = String::new();
         for f in &out.fires {
             if let Some(ccron::Due::Time(due)) = f.due {
-                lines.push_str(&format!(
-                    "{} {} {wall} {} {} {due}\n",
+                let _ = writeln!(
+                    lines,
+                    "{} {} {wall} {} {} {due}",
                     block.height, block.agreed_time_ms, f.component, f.position
-                ));
+                );
             }
         }
         if lines.is_empty() {
             return;
         }
-        let path = node_dir(&self.opts.home, self.opts.index).join("fires.log");
-        if let Err(e) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut f| f.write_all(lines.as_bytes()))
-        {
-            tracing::warn!(error = %e, "could not append to fires.log");
-        }
+        // Counted and traced by the log itself; a diagnostic, not state.
+        let _ = self.fires_log.append(lines.as_bytes());
+        self.note_log_stats();
     }
 
     /// Writes `status.json` (temporary file, rename).

@@ -10,6 +10,7 @@
 //!   [`ccron::host::Application`], and the block validity rule;
 //! - [`core`]: [`core::NodeCore`], the node itself (store, snapshots, mempool, tick pool, own
 //!   ticks, results, status), which an engine's loop calls to build, judge and decide blocks;
+//! - [`linelog`]: the node's bounded diagnostic logs (`digests.log`, `fires.log`);
 //! - [`store`], [`snapshot`], [`records`]: the decided-block log (records of the engine's
 //!   [`store::Commit`], pruned below the snapshots), durable snapshots, the genesis and status
 //!   records; [`catchup`]: a node behind every peer's history rebuilt from a peer's snapshot,
@@ -44,6 +45,7 @@ pub mod forward;
 pub mod hostile;
 pub mod ledger;
 pub mod lie_reads;
+pub mod linelog;
 pub mod load;
 pub mod localnet;
 pub mod mempool;

@@ -268,6 +268,12 @@ pub fn render(state: &ApiState, now_ms: i64) -> Result<String, std::fmt::Error> 
         "Snapshots that failed",
         s.snapshot_failures,
     );
+    counter(
+        &mut r,
+        "diag_log_failures",
+        "Appends, rotations and trims of digests.log and fires.log that failed",
+        s.diag_log_failures,
+    );
     if let Some((h, at)) = state.reads.last_snapshot() {
         gauge(
             &mut r,

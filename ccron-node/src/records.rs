@@ -190,6 +190,13 @@ pub struct NodeStatus {
     /// Prunes that failed (each an error in the log; the store is left whole).
     #[serde(default)]
     pub prune_failures: u64,
+    /// Rotations of `digests.log` and `fires.log` by this process ([`crate::linelog`]).
+    #[serde(default)]
+    pub diag_log_rotations: u64,
+    /// Appends, rotations and trims of `digests.log` and `fires.log` that failed (each an error
+    /// in the log; diagnostics, not state).
+    #[serde(default)]
+    pub diag_log_failures: u64,
     /// Proposals this node judged invalid, by reason ([`crate::ledger::BlockRejection::name`]).
     #[serde(default)]
     pub rejections_by_reason: std::collections::BTreeMap<String, u64>,

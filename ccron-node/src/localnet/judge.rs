@@ -379,7 +379,7 @@ pub(super) fn read_fires(home: &Path, i: usize) -> Vec<(i64, i64)> {
 
 /// `(due, agreed - due, wall - due)` of every fire in node `i`'s `fires.log`.
 pub(super) fn read_fires_due(home: &Path, i: usize) -> Vec<(i64, i64, i64)> {
-    let text = std::fs::read_to_string(node_dir(home, i).join("fires.log")).unwrap_or_default();
+    let text = crate::linelog::read_generations(&node_dir(home, i).join("fires.log"));
     text.lines()
         .filter_map(|line| {
             let v: Vec<i64> = line
@@ -434,7 +434,7 @@ pub(super) fn read_digests(
     violations: &mut Vec<String>,
 ) -> std::collections::BTreeMap<u64, String> {
     let mut out = std::collections::BTreeMap::new();
-    let text = std::fs::read_to_string(node_dir(home, i).join("digests.log")).unwrap_or_default();
+    let text = crate::linelog::read_generations(&node_dir(home, i).join("digests.log"));
     for line in text.lines() {
         let mut it = line.split_whitespace();
         let (Some(h), Some(d)) = (it.next(), it.next()) else {
@@ -453,7 +453,7 @@ pub(super) fn read_digests(
 /// (height, agreed time) of every height node `i` executed, from its `digests.log` (the last
 /// line of a height wins; a restarted node repeats heights).
 pub(super) fn read_agreed(home: &Path, i: usize) -> BTreeMap<u64, i64> {
-    let text = std::fs::read_to_string(node_dir(home, i).join("digests.log")).unwrap_or_default();
+    let text = crate::linelog::read_generations(&node_dir(home, i).join("digests.log"));
     text.lines()
         .filter_map(|line| {
             let mut it = line.split_whitespace();
@@ -500,11 +500,13 @@ pub fn liveness(agreed: &BTreeMap<u64, i64>, from_ms: i64) -> (f64, f64, u64, i6
 }
 
 /// Files of a node directory that are logs and reports, not state.
-pub(super) const LOG_FILES: [&str; 7] = [
+pub(super) const LOG_FILES: [&str; 9] = [
     "node.log",
     "node.log.1",
     "digests.log",
+    "digests.log.1",
     "fires.log",
+    "fires.log.1",
     "status.json",
     "http.addr",
     "secret.key",
@@ -761,6 +763,27 @@ mod tests {
             (none.by_voter, none.last_height_by_voter),
             (vec![0], vec![0])
         );
+    }
+
+    /// A node's digests are read from both generations of its rotated `digests.log`: a
+    /// rotation must not hide heights from the agreement check.
+    #[test]
+    fn digests_and_agreed_times_are_read_across_a_rotation() {
+        let home = std::env::temp_dir().join(format!("ccron-judge-rot-{}", std::process::id()));
+        let dir = node_dir(&home, 0);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("digests.log.1"), "1 aa 100 0\n2 bb 200 0\n").unwrap();
+        std::fs::write(dir.join("digests.log"), "3 cc 300 0\n2 bd 210 0\n").unwrap();
+        let mut violations = Vec::new();
+        let d = read_digests(&home, 0, &mut violations);
+        assert_eq!(d.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(
+            violations,
+            vec!["node 0 has two digests at height 2".to_string()],
+            "a repeat across the generations is compared"
+        );
+        assert_eq!(read_agreed(&home, 0).get(&1), Some(&100));
+        let _ = std::fs::remove_dir_all(&home);
     }
 
     /// The kill-all test's flake (issue 23): every node restarted 0.6 s before the end of the
