@@ -444,7 +444,8 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
         if let Some(book) = &self.scheduler {
             h.update(b"schedule-book");
             h.update(book.policy().digest());
-            h.update(codec::encode(&book.to_wire()).unwrap_or_default());
+            // The encoded wire form's bytes, streamed (no copy of the book per height).
+            book.hash_wire_into(&mut h);
         }
         // Only once something was planned: a ledger without upgrades keeps its digest.
         if !self.upgrades.state().is_empty() {
