@@ -33,7 +33,7 @@ pub struct SinkStats {
 /// Copies `from` into `path`, appending, rotating to `path.1` (replacing it) at the first line
 /// end once the file holds `cap` bytes: a file holds at most `cap` bytes plus one line.
 pub fn copy_rotating(mut from: impl Read, path: &Path, cap: u64) -> SinkStats {
-    let old = rotated(path);
+    let old = crate::linelog::rotated(path);
     let mut stats = SinkStats::default();
     let mut file = open(path);
     let mut size = file
@@ -92,12 +92,6 @@ pub fn copy_rotating(mut from: impl Read, path: &Path, cap: u64) -> SinkStats {
         tracing::error!(log = %path.display(), dropped = stats.dropped, "node log bytes dropped");
     }
     stats
-}
-
-fn rotated(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".1");
-    path.with_file_name(name)
 }
 
 fn open(path: &Path) -> Option<File> {
