@@ -27,8 +27,8 @@ use crate::periodic::{IntHash, NO_PAGE, ScheduleChange, ScheduleStore};
 use crate::table_store::{self, Records, TableStore};
 use crate::tick::{ComponentId, Tick, TimeMs};
 
-use pass::Pass;
 pub use cancel::{CancelledRuns, EntryCancels, MarkedOutbox};
+use pass::Pass;
 pub use policy::PolicyCounters;
 
 /// Errors of a cron table.

@@ -450,10 +450,7 @@ fn admission_refuses_what_never_fires_or_cannot_be_offered() {
         Err(ScheduleError::Invalid(_))
     ));
     assert_eq!(
-        cron()
-            .with_overlap(Overlap::CancelOther)
-            .unwrap()
-            .overlap(),
+        cron().with_overlap(Overlap::CancelOther).unwrap().overlap(),
         Overlap::CancelOther
     );
     assert!(matches!(
@@ -1042,10 +1039,16 @@ fn a_cancelled_runs_late_result_neither_releases_nor_reopens() {
     assert_eq!(o.diverted, [cancelled(4, f + 3)]);
     // D's result: the entry awaits nothing, though B's record f+2 has no result.
     answer(&mut host, f + 3);
-    assert!(awaited(&cancels, &host).is_empty(), "a cancelled run is not awaited");
+    assert!(
+        awaited(&cancels, &host).is_empty(),
+        "a cancelled run is not awaited"
+    );
     // B's late result does not reopen the await.
     answer(&mut host, f + 2);
-    assert!(awaited(&cancels, &host).is_empty(), "a late result never reopens");
+    assert!(
+        awaited(&cancels, &host).is_empty(),
+        "a late result never reopens"
+    );
     // Minute 5 runs with nothing to cancel.
     let o = tick(&mut t, &mut host, &mut cancels, 5);
     assert_eq!((o.fired.len(), o.diverted.len()), (1, 0));

@@ -1154,7 +1154,10 @@ pub(crate) mod tests {
         assert_eq!(hex(&restored.digest()), V2_SKIP_DIGEST);
         assert!(restored.entry_cancels().is_empty());
         assert_eq!(
-            restored.entry_counts().get(&(1, 0)).map(|c| c.overlap.skipped),
+            restored
+                .entry_counts()
+                .get(&(1, 0))
+                .map(|c| c.overlap.skipped),
             Some(2)
         );
         assert_eq!(restored.snapshot(), bytes, "written back in the same form");
@@ -1249,7 +1252,10 @@ pub(crate) mod tests {
         // A's late result: applied, B still awaited.
         assert!(answer(&mut l, 10, f).starts_with(b"ok result applied"));
         assert_eq!(l.late_cancelled_results(), 1);
-        assert!(awaiting(&l), "a cancelled run's result does not release the new run");
+        assert!(
+            awaiting(&l),
+            "a cancelled run's result does not release the new run"
+        );
         // So run C cancels B (record f + 2) rather than running unannounced.
         tick(&mut l, 3);
         assert_eq!(cancels(&l).map(|c| (c.cancelled, c.mark)), Some((2, f + 2)));
@@ -1299,8 +1305,8 @@ pub(crate) mod tests {
         assert_eq!(cancels.len(), 1);
         let fresh = cancel_ledger(1).digest();
         let with = |c: Vec<(u32, u32, u64, u64)>| {
-            let body = codec::encode(&(state.clone(), rows.clone(), book.clone(), up.clone(), c))
-                .unwrap();
+            let body =
+                codec::encode(&(state.clone(), rows.clone(), book.clone(), up.clone(), c)).unwrap();
             let sum: [u8; 32] = crate::sha256::Sha256::digest(&body).into();
             codec::encode(&(magic, version, body, sum)).unwrap()
         };
