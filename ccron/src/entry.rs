@@ -64,7 +64,8 @@ pub struct EntryRetired {
     pub at_ms: Option<TimeMs>,
 }
 
-/// What a table entry's overlap policy did instead of a run ([`EntryDiverted`]).
+/// What a table entry's overlap policy did because its previous run has no result yet
+/// ([`EntryDiverted`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Diversion {
@@ -74,28 +75,54 @@ pub enum Diversion {
     /// The due entry was held, not stepped ([`Overlap::BufferOne`]): its due occurrences wait,
     /// and the first tick after the result steps it as a late tick.
     Held,
+    /// The previous run was cancelled ([`Overlap::CancelOther`]) and the planned run ran in
+    /// its place: every record the entry emitted at an outbox index below `mark` (the index
+    /// the new run's first record got, or would have got had it emitted) is no longer
+    /// awaited. The host keeps the mark ([`CancelledRuns`]) and reads results through it
+    /// ([`CancelledRuns::view`]), so the entry awaits the new run only.
+    Cancelled {
+        /// The entry's records below this outbox index belong to cancelled runs.
+        mark: u64,
+    },
 }
 
-/// A run (or a step) a table entry's overlap policy kept from happening because the entry's
-/// previous run has no result yet ([`TickOutcome::diverted`](crate::TickOutcome::diverted)).
+/// What a table entry's overlap policy did to a run (or a step) because the entry's previous
+/// run has no result yet ([`TickOutcome::diverted`](crate::TickOutcome::diverted)): kept it
+/// from happening ([`Diversion::Skipped`], [`Diversion::Held`]), or ran it and cancelled the
+/// previous run ([`Diversion::Cancelled`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryDiverted {
     /// The entry's position.
     pub position: u32,
-    /// The due point of the skipped run, or the stored due point of the held entry.
+    /// The due point of the skipped run, the stored due point of the held entry, or the due
+    /// point of the run that ran in the cancelled run's place.
     pub due: Due,
     /// What the policy did.
     pub what: Diversion,
 }
 
+pub use crate::table::{CancelledRuns, EntryCancels, MarkedOutbox};
+
 /// Which table entries of a component await a result: their runs emitted outbox records
 /// ([`ActionCtx::emit`]) that have no result yet. The host passes its outbox
 /// ([`CronTable::evaluate_with_results`](crate::CronTable::evaluate_with_results)), which
 /// implements it; the answer must be a function of replicated state.
+///
+/// Entries under [`Overlap::CancelOther`] need a view that knows which runs were cancelled:
+/// the host's [`CancelledRuns`] over its outbox ([`CancelledRuns::view`]).
 pub trait PendingResults {
     /// Adds to `out` the position of every entry of `component`'s table that has an emitted
-    /// record without a result.
+    /// record without a result (of a run nothing cancelled).
     fn awaiting(&self, component: ComponentId, out: &mut BTreeSet<u32>);
+
+    /// The outbox index the next appended record gets: the mark a cancellation
+    /// ([`Diversion::Cancelled`]) takes when the pass has no emits of its own. `None` (the
+    /// default) for a view that does not know indices: a pass cannot cancel through it, and
+    /// an entry under [`Overlap::CancelOther`] whose previous run awaits runs as under
+    /// [`Overlap::AllowAll`], reported ([`TableError::NoResultView`](crate::TableError::NoResultView)).
+    fn append_index(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// "No result yet", exactly as the book's overlap reads it: a record a table entry emitted is
@@ -113,6 +140,10 @@ impl PendingResults for crate::outbox::Outbox {
                 out.insert(position);
             }
         }
+    }
+
+    fn append_index(&self) -> Option<u64> {
+        Some(self.next_index())
     }
 }
 
@@ -421,6 +452,16 @@ impl<S> CronEntry<S> {
     ///   a late tick: its misfire policy picks what runs (the default, fire-once, the latest
     ///   reached instant); a second run that step plans after a first that emitted is skipped.
     ///
+    /// - [`Overlap::CancelOther`]: the run runs, and the previous run is *cancelled*: its
+    ///   records stop being awaited, so the entry awaits the new run only (when it emits). The
+    ///   cancellation is reported ([`Diversion::Cancelled`], with the outbox index below which
+    ///   the entry's records belong to cancelled runs), counted and traced; the host keeps
+    ///   that mark as replicated state and reads results through it ([`CancelledRuns`]:
+    ///   `CronLedger` does, and counts each entry's cancellations). A cancelled run's records
+    ///   stay in the outbox and are delivered; a late result for one is applied as any other
+    ///   and changes nothing for the entry (it neither releases the new run nor makes the
+    ///   entry await again).
+    ///
     /// "No result yet" is read from the host's outbox
     /// ([`CronTable::evaluate_with_results`](crate::CronTable::evaluate_with_results)) and from
     /// the runs of the same pass. Enters the registry's setup digest.
@@ -428,10 +469,7 @@ impl<S> CronEntry<S> {
     /// # Errors
     /// [`ScheduleError::Invalid`] for an entry with a user rule (it has no occurrences to
     /// wait), and for [`Overlap::BufferAll`]: its buffer of occurrences needs persisted state
-    /// the table's pages (one next due point per entry) do not hold. [`Overlap::CancelOther`]
-    /// is refused too: a pass reads only *which* entries await a result
-    /// ([`PendingResults`]), not which run the records belong to, so it cannot tell a
-    /// cancelled run's records from the new run's (the book's schedules offer it).
+    /// the table's pages (one next due point per entry) do not hold.
     pub fn with_overlap(mut self, overlap: Overlap) -> Result<Self, ScheduleError> {
         if overlap.tracks() && self.rule.schedule().is_none() {
             return Err(ScheduleError::Invalid(
@@ -442,13 +480,6 @@ impl<S> CronEntry<S> {
             return Err(ScheduleError::Invalid(
                 "BufferAll is not offered on table entries: its buffer needs persisted state; \
                  use BufferOne or a schedule of the book"
-                    .into(),
-            ));
-        }
-        if overlap == Overlap::CancelOther {
-            return Err(ScheduleError::Invalid(
-                "CancelOther is not offered on table entries (yet): use Skip, BufferOne or a \
-                 schedule of the book"
                     .into(),
             ));
         }

@@ -11,6 +11,7 @@
 //! the reference model and benchmark baseline. A fire touches its slot, appends to a bucket
 //! and to the change list: no ordered-map or hash-map operation per fired entry.
 
+mod cancel;
 mod pass;
 mod persist;
 mod policy;
@@ -26,6 +27,7 @@ use crate::periodic::{IntHash, NO_PAGE, ScheduleChange, ScheduleStore};
 use crate::table_store::{self, Records, TableStore};
 use crate::tick::{ComponentId, Tick, TimeMs};
 
+pub use cancel::{CancelledRuns, EntryCancels, MarkedOutbox};
 use pass::Pass;
 pub use policy::PolicyCounters;
 
@@ -116,7 +118,10 @@ pub enum TableError {
     OldLayout,
     /// An entry with a tracking overlap policy ([`CronEntry::with_overlap`]) was due in a pass
     /// given no outbox to read results from ([`CronTable::evaluate_emitting`] rather than
-    /// [`CronTable::evaluate_with_results`]): it ran as under `AllowAll`.
+    /// [`CronTable::evaluate_with_results`]), or an entry under `CancelOther` had to cancel
+    /// through a view that knows no outbox index
+    /// ([`PendingResults::append_index`](crate::entry::PendingResults::append_index)): it ran
+    /// as under `AllowAll`.
     #[error(
         "entry {position} of component {component_id} has an overlap policy but the pass had no outbox view"
     )]

@@ -408,6 +408,11 @@ proptest! {
     }
 }
 
+/// An entry with a user rule (no occurrences to cancel).
+fn custom_cancel() -> CronEntry<()> {
+    CronEntry::<()>::new(1, |_| true, |_| {})
+}
+
 #[test]
 fn admission_refuses_what_never_fires_or_cannot_be_offered() {
     let hourly = || CronRule::new(CronSchedule::parse("0 * * * *").unwrap());
@@ -442,6 +447,14 @@ fn admission_refuses_what_never_fires_or_cannot_be_offered() {
     let cron = || CronEntry::<()>::cron(1, CronSchedule::parse("* * * * *").unwrap(), |_| {});
     assert!(matches!(
         cron().with_overlap(Overlap::BufferAll),
+        Err(ScheduleError::Invalid(_))
+    ));
+    assert_eq!(
+        cron().with_overlap(Overlap::CancelOther).unwrap().overlap(),
+        Overlap::CancelOther
+    );
+    assert!(matches!(
+        custom_cancel().with_overlap(Overlap::CancelOther),
         Err(ScheduleError::Invalid(_))
     ));
     assert_eq!(
@@ -481,7 +494,12 @@ fn the_policies_enter_the_setup_digest() {
             .with_overlap(Overlap::BufferOne)
             .unwrap(),
     );
-    let all = [plain, limited, limited4, skip, one];
+    let cancel = digest(
+        CronEntry::scheduled(1, rule(), |_| {})
+            .with_overlap(Overlap::CancelOther)
+            .unwrap(),
+    );
+    let all = [plain, limited, limited4, skip, one, cancel];
     for (i, a) in all.iter().enumerate() {
         for b in &all[i + 1..] {
             assert_ne!(a, b);
@@ -642,6 +660,11 @@ impl PendingResults for View {
             out.extend(self.0.iter().copied());
         }
     }
+
+    /// An outbox that never held a record (`CancelOther` marks at 0).
+    fn append_index(&self) -> Option<u64> {
+        Some(0)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -690,8 +713,12 @@ fn entry_of(position: u32, spec: &EntrySpec) -> Option<CronEntry<Vec<(u32, Due)>
     if let Some(o) = spec.until_offset {
         rule = rule.until(spec.start.unwrap_or(0) + o).ok()?;
     }
+    let policy = match spec.overlap % 4 {
+        3 => Overlap::CancelOther,
+        code => overlap(code),
+    };
     CronEntry::scheduled(position, rule, recorder())
-        .with_overlap(overlap(spec.overlap))
+        .with_overlap(policy)
         .ok()
 }
 
@@ -741,4 +768,296 @@ proptest! {
         prop_assert_eq!(si, sl);
         prop_assert_eq!(indexed.retired_entries(), linear.retired_entries());
     }
+}
+
+/// How many records the action emits for the run at `due` (0, 1 or 2: some runs have their
+/// result at once, some are answered in parts).
+fn records_for(due: i64) -> usize {
+    ((due / MIN) % 3) as usize
+}
+
+fn multi_emitter() -> impl FnMut(&mut ccron::ActionCtx<'_, Vec<(u32, Due)>>) + Send + 'static {
+    |ctx| {
+        let due = ctx.due.unwrap();
+        ctx.state.push((ctx.position, due));
+        for _ in 0..records_for(due.time_ms().unwrap()) {
+            ctx.emit("job", b"x".to_vec()).unwrap();
+        }
+    }
+}
+
+/// One record in the model: its outbox index, when its result arrives, whether it has one.
+#[derive(Debug, Clone)]
+struct ModelRecord {
+    index: u64,
+    arrival: i64,
+    settled: bool,
+}
+
+/// The brute-force model of a table entry under a tracking policy with results arriving at
+/// given times: which records await (those without a result at or above the entry's mark).
+#[derive(Debug, Default)]
+struct Awaits {
+    records: Vec<ModelRecord>,
+    /// The outbox index the next record gets.
+    next_index: u64,
+    /// Records below it belong to cancelled runs.
+    mark: u64,
+}
+
+impl Awaits {
+    fn awaiting(&self) -> bool {
+        self.records
+            .iter()
+            .any(|r| !r.settled && r.index >= self.mark)
+    }
+}
+
+/// `(result delays by minute, …)`: the delay of a record's result is
+/// `delays[(due minute) % len]`; a delay at or past `NEVER` never arrives.
+const NEVER: i64 = 1 << 40;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// `CancelOther` (and, against the same model, `Skip` and `AllowAll`) on a table entry over
+    /// random cron rules, misfire policies, tick times and result arrival times: the runs,
+    /// the skips, the cancellations with their marks, the set of entries awaiting a result
+    /// after every tick (through the host's `CancelledRuns` view of the real outbox) and the
+    /// counters match the brute-force model. A late result of a cancelled run (applied to
+    /// the outbox as any other) never changes what the entry awaits. The table is rebuilt
+    /// from its pages at a random tick (nothing else of a cancellation lives in the table).
+    #[test]
+    fn cancel_other_matches_the_model(
+        expr in any::<u8>(),
+        misfire_code in any::<u8>(),
+        policy in prop_oneof![Just(Overlap::CancelOther), Just(Overlap::Skip), Just(Overlap::AllowAll)],
+        ticks in prop::collection::vec((prop_oneof![4 => 0i64..4 * MIN, 1 => 0i64..2 * 3_600_000], 0u8..12), 1..50),
+        delays in prop::collection::vec(prop_oneof![4 => 0i64..6 * MIN, 1 => Just(NEVER)], 1..6),
+        restart_at in any::<prop::sample::Index>(),
+    ) {
+        let (expr, matches) = expression(expr);
+        let misfire = misfire(misfire_code);
+        let horizon: i64 = ticks.iter().map(|t| t.0).sum::<i64>() + 1;
+        let mut model = Model { instants: instants(matches, 0, horizon + 30 * 24 * 3_600_000), next: 0 };
+        let rule = || CronRule::new(CronSchedule::parse(expr).unwrap())
+            .starting_after(0)
+            .with_misfire(misfire)
+            .unwrap();
+        let build = || {
+            let mut t = table();
+            t.add(CronEntry::scheduled(POS, rule(), multi_emitter()).with_overlap(policy).unwrap()).unwrap();
+            t
+        };
+        let mut t = build();
+        let mut p = pages();
+        let mut host = Host::new();
+        let mut cancels = ccron::entry::CancelledRuns::new();
+        let mut m = Awaits { next_index: host.outbox.next_index(), ..Awaits::default() };
+        let (mut want_skipped, mut want_cancelled, mut late_of_cancelled) = (0u64, 0u64, 0usize);
+        let mut ran = Vec::new();
+        let mut counted = (0u64, 0u64);
+        let restart = restart_at.index(ticks.len());
+        let mut now = 0;
+        let awaited = |cancels: &ccron::entry::CancelledRuns, outbox: &Outbox| {
+            let mut set = BTreeSet::new();
+            cancels.view(outbox).awaiting(C, &mut set);
+            set
+        };
+        for (i, (gap, trim)) in ticks.iter().enumerate() {
+            now += gap;
+            let seq = i as u64 + 1;
+            // Results that arrived by now are applied (in index order), or the consumer's
+            // progress trims every record (no result can come for them any more).
+            if *trim == 0 {
+                host.settle_all();
+                for r in &mut m.records {
+                    r.settled = true;
+                }
+            } else {
+                for r in m.records.iter_mut().filter(|r| !r.settled && r.arrival <= now) {
+                    let before = awaited(&cancels, &host.outbox);
+                    let id = host.outbox.get(r.index).unwrap().id;
+                    host.outbox
+                        .accept_result(
+                            &Policy::default(),
+                            &Principal::Host,
+                            &OutboxResult::unsigned(r.index, id, ResultOutcome::Answer(b"ok".to_vec())),
+                        )
+                        .unwrap();
+                    r.settled = true;
+                    if r.index < m.mark {
+                        // A late result of a cancelled run: applied, and nothing changes
+                        // for the entry (it neither releases the new run nor awaits again).
+                        prop_assert!(cancels.covers(r.index, &id));
+                        prop_assert_eq!(awaited(&cancels, &host.outbox), before, "late result of record {}", r.index);
+                        late_of_cancelled += 1;
+                    } else {
+                        prop_assert!(!cancels.covers(r.index, &id));
+                    }
+                }
+            }
+            // The model.
+            let mut want_fired = Vec::new();
+            let mut want_diverted = Vec::new();
+            let mut blocked = policy.tracks() && m.awaiting();
+            if let Some((runs, _)) = model.step(misfire, now) {
+                for r in runs {
+                    let due = Due::Time(r);
+                    if blocked && policy == Overlap::Skip {
+                        want_diverted.push(EntryDiverted { position: POS, due, what: Diversion::Skipped });
+                        want_skipped += 1;
+                        continue;
+                    }
+                    if blocked {
+                        want_diverted.push(EntryDiverted { position: POS, due, what: Diversion::Cancelled { mark: m.next_index } });
+                        m.mark = m.next_index;
+                        want_cancelled += 1;
+                        blocked = false;
+                    }
+                    want_fired.push(r);
+                    let delay = delays[((r / MIN) as usize) % delays.len()];
+                    for _ in 0..records_for(r) {
+                        m.records.push(ModelRecord { index: m.next_index, arrival: now.saturating_add(delay), settled: false });
+                        m.next_index += 1;
+                        blocked = policy.tracks();
+                    }
+                }
+            }
+            // The table.
+            let tick = Tick::new(C, seq, Some(now));
+            let mut emits = host.emits();
+            let outcome = t
+                .evaluate_with_results(&tick, &mut ran, &mut p, Some(&mut emits), &cancels.view(&host.outbox))
+                .unwrap();
+            emits.commit(&mut host.outbox).unwrap();
+            cancels.note(C, &outcome.diverted);
+            prop_assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+            let got: Vec<i64> = outcome.fired.iter().map(|f| f.due.unwrap().time_ms().unwrap()).collect();
+            prop_assert_eq!(&got, &want_fired, "tick {} at {}", seq, now);
+            prop_assert_eq!(&outcome.diverted, &want_diverted, "tick {} at {}", seq, now);
+            prop_assert_eq!(host.outbox.next_index(), m.next_index);
+            // What the entry awaits after the tick: the latest run's records only.
+            let want_awaited: BTreeSet<u32> = if m.awaiting() { BTreeSet::from([POS]) } else { BTreeSet::new() };
+            prop_assert_eq!(awaited(&cancels, &host.outbox), want_awaited, "tick {} at {}", seq, now);
+            if i == restart {
+                // Counters are per process: the restarted table counts from zero.
+                let c = t.policy_counters();
+                counted = (counted.0 + c.skipped, counted.1 + c.cancelled);
+                t = build();
+                t.reload(&p).unwrap();
+            }
+        }
+        let c = t.policy_counters();
+        prop_assert_eq!((counted.0 + c.skipped, counted.1 + c.cancelled), (want_skipped, want_cancelled));
+        prop_assert_eq!(c.unviewed, 0);
+        let cancels_of_entry = cancels.get(C, POS).map_or(0, |e| e.cancelled);
+        prop_assert_eq!(cancels_of_entry, want_cancelled);
+        prop_assert_eq!(cancels.get(C, POS).map_or(0, |e| e.mark), m.mark);
+        if policy != Overlap::CancelOther {
+            prop_assert!(cancels.is_empty());
+            prop_assert_eq!(late_of_cancelled, 0);
+        }
+    }
+}
+
+/// Regression: a cancelled run's late result is applied but does not release the run that
+/// cancelled it, and the cancelled run's records, left without a result, do not keep the entry
+/// awaiting once the new run has its result (the previous view read only *which* entries had
+/// a record without a result, so it could not tell them apart).
+#[test]
+fn a_cancelled_runs_late_result_neither_releases_nor_reopens() {
+    let mut t = table();
+    let rule = CronRule::new(CronSchedule::parse("* * * * *").unwrap()).starting_after(0);
+    t.add(
+        CronEntry::scheduled(POS, rule, multi_emitter())
+            .with_overlap(Overlap::CancelOther)
+            .unwrap(),
+    )
+    .unwrap();
+    let mut p = pages();
+    let mut host = Host::new();
+    let mut cancels = ccron::entry::CancelledRuns::new();
+    let mut ran = Vec::new();
+    let mut tick = |t: &mut CronTable<_>,
+                    host: &mut Host,
+                    cancels: &mut ccron::entry::CancelledRuns,
+                    minute: i64| {
+        let mut emits = host.emits();
+        let outcome = t
+            .evaluate_with_results(
+                &Tick::new(C, minute as u64, Some(minute * MIN)),
+                &mut ran,
+                &mut p,
+                Some(&mut emits),
+                &cancels.view(&host.outbox),
+            )
+            .unwrap();
+        emits.commit(&mut host.outbox).unwrap();
+        cancels.note(C, &outcome.diverted);
+        outcome
+    };
+    let awaited = |cancels: &ccron::entry::CancelledRuns, host: &Host| {
+        let mut set = BTreeSet::new();
+        cancels.view(&host.outbox).awaiting(C, &mut set);
+        set
+    };
+    let answer = |host: &mut Host, index: u64| {
+        let id = host.outbox.get(index).unwrap().id;
+        host.outbox
+            .accept_result(
+                &Policy::default(),
+                &Principal::Host,
+                &OutboxResult::unsigned(index, id, ResultOutcome::Answer(b"ok".to_vec())),
+            )
+            .unwrap();
+    };
+    // Records per run: minute % 3 (minute 1: one, 2: two, 4: one, 5: two).
+    let f = host.outbox.next_index();
+    // Minute 1: run A emits record f, no result.
+    let o = tick(&mut t, &mut host, &mut cancels, 1);
+    assert_eq!((o.fired.len(), o.diverted.len()), (1, 0));
+    // Minute 2: A is cancelled, run B emits records f+1 and f+2.
+    let o = tick(&mut t, &mut host, &mut cancels, 2);
+    assert_eq!(o.fired.len(), 1);
+    let cancelled = |minute: i64, mark: u64| EntryDiverted {
+        position: POS,
+        due: Due::Time(minute * MIN),
+        what: Diversion::Cancelled { mark },
+    };
+    assert_eq!(o.diverted, [cancelled(2, f + 1)]);
+    // A's late result is applied: B still awaits.
+    answer(&mut host, f);
+    assert!(cancels.covers(f, &host.outbox.get(f).unwrap().id));
+    assert_eq!(awaited(&cancels, &host), BTreeSet::from([POS]));
+    // B answered in part: still awaited.
+    answer(&mut host, f + 1);
+    assert_eq!(awaited(&cancels, &host), BTreeSet::from([POS]));
+    // Minute 4 finds B awaited: B is cancelled (not released by A's result), run D emits f+3.
+    let o = tick(&mut t, &mut host, &mut cancels, 4);
+    assert_eq!(o.fired.len(), 1);
+    assert_eq!(o.diverted, [cancelled(4, f + 3)]);
+    // D's result: the entry awaits nothing, though B's record f+2 has no result.
+    answer(&mut host, f + 3);
+    assert!(
+        awaited(&cancels, &host).is_empty(),
+        "a cancelled run is not awaited"
+    );
+    // B's late result does not reopen the await.
+    answer(&mut host, f + 2);
+    assert!(
+        awaited(&cancels, &host).is_empty(),
+        "a late result never reopens"
+    );
+    // Minute 5 runs with nothing to cancel.
+    let o = tick(&mut t, &mut host, &mut cancels, 5);
+    assert_eq!((o.fired.len(), o.diverted.len()), (1, 0));
+    assert_eq!(
+        cancels.get(C, POS),
+        Some(ccron::entry::EntryCancels {
+            cancelled: 2,
+            mark: f + 3
+        })
+    );
+    assert_eq!(t.policy_counters().cancelled, 2);
 }

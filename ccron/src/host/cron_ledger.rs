@@ -18,7 +18,7 @@ use super::app::{ClientId, FireNote};
 use super::effects::Effects;
 use super::scheduler::{BookWire, LedgerScheduler};
 use super::wire as codec;
-use crate::entry::Diversion;
+use crate::entry::{CancelledRuns, Diversion, EntryCancels, PendingResults};
 use crate::outbox::{EmitBudget, Emits};
 use crate::schedule::query::{EntryCounts, EntryOverlapCounts};
 use crate::schedule::upgrade::{UpgradeState, Upgrades, upgrade_request_of};
@@ -32,6 +32,12 @@ pub const COUNTED_SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"ccLedgr2");
 /// The version of the counted form's body ([`COUNTED_SNAPSHOT_MAGIC`]).
 pub const COUNTED_SNAPSHOT_VERSION: u32 = 2;
 
+/// The version of the counted form's body that also carries table entries' cancellations
+/// ([`CancelledRuns`], `Overlap::CancelOther`). Written only by a ledger where a table entry
+/// cancelled a run: every other ledger keeps writing [`COUNTED_SNAPSHOT_VERSION`]'s bytes (or
+/// an older form), so no pinned digest or snapshot moves.
+pub const CANCELS_SNAPSHOT_VERSION: u32 = 3;
+
 /// The counted form's body: the state's snapshot; per `(component, position)` the fires, the
 /// overlap skips and holds; the book (when the ledger has one); the upgrade state.
 type CountedBody = (
@@ -39,6 +45,16 @@ type CountedBody = (
     Vec<(u32, u32, u64, u64, u64)>,
     Option<super::scheduler::BookWire>,
     UpgradeState,
+);
+
+/// The body of version 3 ([`CANCELS_SNAPSHOT_VERSION`]): version 2's parts, then per
+/// `(component, position)` that cancelled a run the runs cancelled and the mark.
+type CancelsBody = (
+    Vec<u8>,
+    Vec<(u32, u32, u64, u64, u64)>,
+    Option<super::scheduler::BookWire>,
+    UpgradeState,
+    Vec<(u32, u32, u64, u64)>,
 );
 
 /// The counted form: magic, version, body, SHA-256 of the body.
@@ -69,6 +85,12 @@ pub struct CronLedger<S, P = MemPages> {
     /// Per `(component, position)`: runs, and what the entry's overlap policy diverted
     /// (replicated: in the digest and the snapshot).
     counts: BTreeMap<(u32, u32), EntryCounts>,
+    /// Per `(component, position)` under `Overlap::CancelOther`: the runs it cancelled and
+    /// the outbox index below which its records are not awaited (replicated: in the digest and
+    /// the snapshot; the view its table passes read results through).
+    cancels: CancelledRuns,
+    /// Results applied to records of cancelled table runs (a metric: they change nothing).
+    late_cancelled_results: u64,
     /// Notes of the actions run since the replica last took them (observation only: neither
     /// digested nor snapshotted); at most [`MAX_FIRE_NOTES`], the rest counted.
     notes: Vec<FireNote>,
@@ -96,6 +118,7 @@ impl<S, P> std::fmt::Debug for CronLedger<S, P> {
             .field("registry", &self.registry)
             .field("scheduler", &self.scheduler)
             .field("counts", &self.counts)
+            .field("cancels", &self.cancels)
             .field("unknown_component_ticks", &self.unknown_component_ticks)
             .finish_non_exhaustive()
     }
@@ -109,6 +132,8 @@ impl<S: Application> CronLedger<S> {
             registry,
             scheduler: None,
             counts: BTreeMap::new(),
+            cancels: CancelledRuns::new(),
+            late_cancelled_results: 0,
             notes: Vec::new(),
             notes_dropped: 0,
             unknown_component_ticks: 0,
@@ -144,6 +169,8 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
             registry: self.registry,
             scheduler: Some(scheduler),
             counts: self.counts,
+            cancels: self.cancels,
+            late_cancelled_results: self.late_cancelled_results,
             notes: self.notes,
             notes_dropped: self.notes_dropped,
             unknown_component_ticks: self.unknown_component_ticks,
@@ -243,8 +270,21 @@ impl<S: Application, P: ReservedPages> CronLedger<S, P> {
         &self.counts
     }
 
-    /// Whether any entry's overlap policy diverted something (the snapshot takes its counted
-    /// form then, and the digest covers the overlap counts).
+    /// The replicated cancellations of table entries under `Overlap::CancelOther`: per
+    /// `(component, position)` the runs it cancelled and the mark below which its records are
+    /// not awaited ([`CancelledRuns`]). Empty while no run was cancelled.
+    pub fn entry_cancels(&self) -> &CancelledRuns {
+        &self.cancels
+    }
+
+    /// Results applied so far to records of table runs a cancellation left (each changed
+    /// nothing for its entry; traced): a metric of this replica.
+    pub fn late_cancelled_results(&self) -> u64 {
+        self.late_cancelled_results
+    }
+
+    /// Whether any entry's overlap policy skipped or held something (the snapshot takes its
+    /// counted form then, and the digest covers the overlap counts).
     fn has_overlap_counts(&self) -> bool {
         self.counts
             .values()
@@ -284,15 +324,33 @@ impl<S: Application, P: ReservedPages + Send + 'static> CronLedger<S, P> {
             .iter()
             .map(|((c, p), n)| (*c, *p, n.fired, n.overlap.skipped, n.overlap.held))
             .collect();
-        // Encoded as a `CountedBody` (the upgrade state by reference: the same bytes).
-        let body = codec::encode(&(
-            self.state.snapshot(),
-            rows,
-            self.scheduler.as_ref().map(LedgerScheduler::to_wire),
-            self.upgrades.state(),
-        ))?;
+        // Encoded as a `CountedBody` (the upgrade state by reference: the same bytes), or as a
+        // `CancelsBody` once a table entry cancelled a run.
+        let (version, body) = if self.cancels.is_empty() {
+            let body = codec::encode(&(
+                self.state.snapshot(),
+                rows,
+                self.scheduler.as_ref().map(LedgerScheduler::to_wire),
+                self.upgrades.state(),
+            ))?;
+            (COUNTED_SNAPSHOT_VERSION, body)
+        } else {
+            let cancels: Vec<(u32, u32, u64, u64)> = self
+                .cancels
+                .iter()
+                .map(|((c, p), e)| (c, p, e.cancelled, e.mark))
+                .collect();
+            let body = codec::encode(&(
+                self.state.snapshot(),
+                rows,
+                self.scheduler.as_ref().map(LedgerScheduler::to_wire),
+                self.upgrades.state(),
+                cancels,
+            ))?;
+            (CANCELS_SNAPSHOT_VERSION, body)
+        };
         let sum: [u8; 32] = crate::sha256::Sha256::digest(&body).into();
-        let file: CountedFile = (COUNTED_SNAPSHOT_MAGIC, COUNTED_SNAPSHOT_VERSION, body, sum);
+        let file: CountedFile = (COUNTED_SNAPSHOT_MAGIC, version, body, sum);
         codec::encode(&file)
     }
 
@@ -303,9 +361,10 @@ impl<S: Application, P: ReservedPages + Send + 'static> CronLedger<S, P> {
         let bad = |e: String| AppError::BadSnapshot(e);
         let (_, version, body, sum): CountedFile = codec::decode(snapshot, snapshot.len())
             .map_err(|e| bad(format!("counted ledger snapshot: {e}")))?;
-        if version != COUNTED_SNAPSHOT_VERSION {
+        if version != COUNTED_SNAPSHOT_VERSION && version != CANCELS_SNAPSHOT_VERSION {
             return Err(bad(format!(
-                "counted ledger snapshot version {version}, this build reads {COUNTED_SNAPSHOT_VERSION}"
+                "counted ledger snapshot version {version}, this build reads \
+                 {COUNTED_SNAPSHOT_VERSION} and {CANCELS_SNAPSHOT_VERSION}"
             )));
         }
         let actual: [u8; 32] = crate::sha256::Sha256::digest(&body).into();
@@ -316,8 +375,21 @@ impl<S: Application, P: ReservedPages + Send + 'static> CronLedger<S, P> {
             );
             return Err(bad("counted ledger snapshot: checksum mismatch".into()));
         }
-        let (state, rows, wire, up): CountedBody =
-            codec::decode(&body, body.len()).map_err(|e| bad(e.to_string()))?;
+        let (state, rows, wire, up, cancel_rows) = if version == COUNTED_SNAPSHOT_VERSION {
+            let (state, rows, wire, up): CountedBody =
+                codec::decode(&body, body.len()).map_err(|e| bad(e.to_string()))?;
+            (state, rows, wire, up, Vec::new())
+        } else {
+            let parts: CancelsBody =
+                codec::decode(&body, body.len()).map_err(|e| bad(e.to_string()))?;
+            // A body of this version holds a cancellation (one state, one form).
+            if parts.4.is_empty() {
+                return Err(bad(format!(
+                    "counted ledger snapshot version {version} without cancellations"
+                )));
+            }
+            parts
+        };
         let book = match (&self.scheduler, wire) {
             (Some(sched), Some(wire)) => {
                 Some(LedgerScheduler::<S, P>::decode_wire(sched.config(), wire)?)
@@ -336,9 +408,18 @@ impl<S: Application, P: ReservedPages + Send + 'static> CronLedger<S, P> {
                 return Err(bad(format!("entry ({c}, {p}) counted twice")));
             }
         }
+        let mut cancels = CancelledRuns::new();
+        for (c, p, cancelled, mark) in cancel_rows {
+            if !cancels.insert(c, p, EntryCancels { cancelled, mark }) {
+                return Err(bad(format!(
+                    "entry ({c}, {p}): cancellations listed twice or none"
+                )));
+            }
+        }
         self.state.restore(&state)?;
         self.upgrades.set_state(up);
         self.counts = counts;
+        self.cancels = cancels;
         if let (Some(sched), Some(parts)) = (&mut self.scheduler, book) {
             sched.install(parts)?;
         }
@@ -368,12 +449,30 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
                 return book.trim_outbox(Principal::Client(client), upto);
             }
             if let Some(result) = crate::outbox::OutboxResult::from_payload(payload) {
-                return book.apply_result(
+                // A result for a record of a table run a cancellation left is applied to the
+                // outbox as any other; it changes nothing for its entry (below the mark).
+                let cancelled = result
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| Some((r.index, book.outbox().get(r.index)?.id)))
+                    .filter(|(index, id)| self.cancels.covers(*index, id));
+                let reply = book.apply_result(
                     &mut self.state,
                     Principal::Client(client),
                     result,
                     |s, record, outcome| s.on_outbox_result(record, outcome),
                 );
+                if let Some((index, id)) = cancelled
+                    && reply.starts_with(b"ok result applied")
+                {
+                    self.late_cancelled_results = self.late_cancelled_results.saturating_add(1);
+                    tracing::debug!(
+                        index,
+                        %id,
+                        "outbox result of a cancelled table run: applied, awaited by nothing"
+                    );
+                }
+                return reply;
             }
             if let Some(req) = book.request_of(payload) {
                 return book.execute(ctx, Principal::Client(client), req);
@@ -441,6 +540,18 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
                 h.update(e);
             }
         }
+        // Only once an entry cancelled a run (`Overlap::CancelOther`).
+        if !self.cancels.is_empty() {
+            h.update(b"table-entry-cancel");
+            for ((c, p), n) in self.cancels.iter() {
+                let mut e = [0u8; 24];
+                e[..4].copy_from_slice(&c.to_le_bytes());
+                e[4..8].copy_from_slice(&p.to_le_bytes());
+                e[8..16].copy_from_slice(&n.cancelled.to_le_bytes());
+                e[16..].copy_from_slice(&n.mark.to_le_bytes());
+                h.update(e);
+            }
+        }
         if let Some(book) = &self.scheduler {
             h.update(b"schedule-book");
             h.update(book.policy().digest());
@@ -456,7 +567,7 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        if self.has_overlap_counts() {
+        if self.has_overlap_counts() || !self.cancels.is_empty() {
             return self.counted_snapshot().unwrap_or_default();
         }
         let fires: Vec<(u32, u32, u64)> = self
@@ -518,6 +629,7 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             .into_iter()
             .map(|(c, p, n)| ((c, p), EntryCounts::from(n)))
             .collect();
+        self.cancels = CancelledRuns::new();
         if let (Some(sched), Some(parts)) = (&mut self.scheduler, book) {
             sched.install(parts)?;
         }
@@ -572,15 +684,16 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
             }
         }
         // With a book, a table entry's overlap policy reads "has its previous run a result
-        // yet" from the book's outbox; without one there is no outbox to read, and an entry
-        // with a tracking policy is reported (`TableError::NoResultView`).
+        // yet" from the book's outbox, through the entries' cancellations (`CancelOther`);
+        // without one there is no outbox to read, and an entry with a tracking policy is
+        // reported (`TableError::NoResultView`).
         let evaluated = match self.scheduler.as_ref() {
             Some(book) => self.registry.evaluate_with_results(
                 &tick,
                 &mut self.state,
                 pages,
                 emits.as_mut(),
-                book.outbox(),
+                &self.cancels.view(book.outbox()),
             ),
             None => self
                 .registry
@@ -603,8 +716,11 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
                     match d.what {
                         Diversion::Skipped => o.skipped = o.skipped.saturating_add(1),
                         Diversion::Held => o.held = o.held.saturating_add(1),
+                        // Kept with its mark below.
+                        Diversion::Cancelled { .. } => {}
                     }
                 }
+                self.cancels.note(tick.component_id, &outcome.diverted);
                 for f in &outcome.fired {
                     let n = &mut self
                         .counts
@@ -736,14 +852,15 @@ impl<S: Application, P: ReservedPages + Send + 'static> Application for CronLedg
         if self.registry.is_empty() {
             return None;
         }
-        let outbox = self
+        // Read through the cancellations: a cancelled run's records are not awaited.
+        let view = self
             .scheduler
             .as_ref()
-            .map(|s| s.outbox() as &dyn crate::entry::PendingResults);
+            .map(|s| self.cancels.view(s.outbox()));
         Some(crate::schedule::query::table_entries(
             &self.registry,
             &self.counts,
-            outbox,
+            view.as_ref().map(|v| v as &dyn PendingResults),
         ))
     }
 
@@ -958,8 +1075,8 @@ pub(crate) mod tests {
             refused(&bad, "checksum mismatch");
         }
         let (magic, _, body, sum): CountedFile = codec::decode(&snap, n).unwrap();
-        let other = codec::encode(&(magic, COUNTED_SNAPSHOT_VERSION + 1, body, sum)).unwrap();
-        refused(&other, "version 3");
+        let other = codec::encode(&(magic, CANCELS_SNAPSHOT_VERSION + 1, body, sum)).unwrap();
+        refused(&other, "version 4");
         refused(&snap[..n - 1], "counted ledger snapshot");
         // A counted snapshot of a ledger with a book, into one without.
         let mut bookless = ledger();
@@ -1016,6 +1133,198 @@ pub(crate) mod tests {
             drive(&mut driven);
             assert_eq!(hex(&driven.digest()), digest);
             assert_eq!(driven.snapshot(), bytes);
+        }
+    }
+
+    /// A counted snapshot (version 2, skips and holds) of [`overlap_ledger`] (`Skip`) driven
+    /// by [`tick_three`], written by the code of `88094a8` (before table entries' cancellations),
+    /// and the digests then of that ledger and of the `BufferOne` one driven alike.
+    const V2_COUNTED: &str = include_str!("../../tests/fixtures/ledger_v2_counted.snapshot.hex");
+    const V2_SKIP_DIGEST: &str = "be237e0425ca61d7fbb46752a7119a0496743197b9c58e615950d6a196939b4e";
+    const V2_BUFFER_ONE_DIGEST: &str =
+        "53ca9b2321caf657049cb0f17fa0848245c0b7b4c44c927c7f1f2c44c2d63e73";
+
+    /// Persisted bytes are forever: a counted snapshot written before the cancellations
+    /// restores to the digest it had, with no cancellation, and is written back byte for byte;
+    /// ledgers whose entries skip or hold (and never cancel) still digest as they did.
+    #[test]
+    fn counted_snapshots_written_before_the_cancellations_restore() {
+        let bytes = unhex(V2_COUNTED);
+        let mut restored = overlap_ledger(Overlap::Skip);
+        restored.restore(&bytes).unwrap();
+        assert_eq!(hex(&restored.digest()), V2_SKIP_DIGEST);
+        assert!(restored.entry_cancels().is_empty());
+        assert_eq!(
+            restored
+                .entry_counts()
+                .get(&(1, 0))
+                .map(|c| c.overlap.skipped),
+            Some(2)
+        );
+        assert_eq!(restored.snapshot(), bytes, "written back in the same form");
+        for (overlap, digest) in [
+            (Overlap::Skip, V2_SKIP_DIGEST),
+            (Overlap::BufferOne, V2_BUFFER_ONE_DIGEST),
+        ] {
+            let mut driven = overlap_ledger(overlap);
+            tick_three(&mut driven);
+            assert_eq!(hex(&driven.digest()), digest, "{overlap:?}");
+            if overlap == Overlap::Skip {
+                assert_eq!(driven.snapshot(), bytes);
+            }
+        }
+    }
+
+    const CONSUMER: super::super::app::ClientId = super::super::app::ClientId([42; 32]);
+
+    /// [`overlap_ledger`] under `CancelOther`, whose book takes results from [`CONSUMER`]; the
+    /// entry emits `records` records per run.
+    fn cancel_ledger(records: usize) -> CronLedger<KvLedger> {
+        let mut registry = CronTableRegistry::new();
+        let range = PageAllocator::new(0, 2).allocate(2).unwrap();
+        let mut table = CronTable::with_persistence(1, range, 4);
+        let entry =
+            CronEntry::<KvLedger>::periodic(0, Periodic::every_ms(1_000).unwrap(), move |ctx| {
+                for _ in 0..records {
+                    let _ = ctx.emit("ping", b"p".to_vec());
+                }
+            });
+        table
+            .add(entry.with_overlap(Overlap::CancelOther).unwrap())
+            .unwrap();
+        registry.register(table).unwrap();
+        let cfg = crate::host::BookConfig {
+            component: 1,
+            position: 9,
+            limits: crate::schedule::Limits::default(),
+            book_pages: 16,
+            outbox_pages: 2,
+        };
+        let book = LedgerScheduler::new(cfg, crate::schedule::Handlers::new())
+            .with_policy(crate::Policy::default().with_outbox_consumer(CONSUMER));
+        CronLedger::new(KvLedger::new(), registry)
+            .with_scheduler(book)
+            .with_table_emits(1, EmitBudget::new(4, 512))
+    }
+
+    /// The consumer's dead letter for outbox record `index`, through consensus.
+    fn answer(l: &mut CronLedger<KvLedger>, seq: u64, index: u64) -> Vec<u8> {
+        let id = l.outbox().unwrap().get(index).unwrap().id;
+        let p = crate::outbox::OutboxResult::dead_letter(index, id, "done")
+            .to_payload()
+            .unwrap();
+        let ctx = ExecContext {
+            seq,
+            agreed_time_ms: Some(0),
+        };
+        l.execute(ctx, CONSUMER, &p)
+    }
+
+    fn awaiting(l: &CronLedger<KvLedger>) -> bool {
+        l.table_entries().unwrap().summaries()[0].awaiting
+    }
+
+    /// Regression (issue 27, `CancelOther` on table entries): through the ledger, a cancelled
+    /// run's late result is applied but neither releases the run that cancelled it nor, after
+    /// that run's own results, makes the entry await again; the cancellations are replicated
+    /// (digest, snapshot form version 3, restored equal).
+    #[test]
+    fn a_cancelled_table_runs_late_result_neither_releases_nor_reopens() {
+        let mut l = cancel_ledger(1);
+        let mut pages = MemPages::new(4_096, 2);
+        let f = l.outbox().unwrap().next_index();
+        let mut tick = |l: &mut CronLedger<KvLedger>, seq: u64| {
+            l.on_tick(Tick::new(1, seq, Some(seq as i64 * 1_000)), &mut pages)
+                .unwrap();
+        };
+        // Run A (record f), then run B cancels it (record f + 1).
+        tick(&mut l, 1);
+        let plain = l.digest();
+        tick(&mut l, 2);
+        let cancels = |l: &CronLedger<KvLedger>| l.entry_cancels().get(1, 0);
+        assert_eq!(
+            cancels(&l),
+            Some(EntryCancels {
+                cancelled: 1,
+                mark: f + 1
+            })
+        );
+        assert!(awaiting(&l));
+        // A's late result: applied, B still awaited.
+        assert!(answer(&mut l, 10, f).starts_with(b"ok result applied"));
+        assert_eq!(l.late_cancelled_results(), 1);
+        assert!(
+            awaiting(&l),
+            "a cancelled run's result does not release the new run"
+        );
+        // So run C cancels B (record f + 2) rather than running unannounced.
+        tick(&mut l, 3);
+        assert_eq!(cancels(&l).map(|c| (c.cancelled, c.mark)), Some((2, f + 2)));
+        // C's result: nothing awaited, though B's record has none; B's late result then
+        // reopens nothing, and run D runs with nothing to cancel.
+        assert!(answer(&mut l, 11, f + 2).starts_with(b"ok result applied"));
+        assert!(!awaiting(&l), "a cancelled run is not awaited");
+        assert!(answer(&mut l, 12, f + 1).starts_with(b"ok result applied"));
+        assert!(!awaiting(&l), "a late result never reopens the await");
+        assert_eq!(l.late_cancelled_results(), 2);
+        tick(&mut l, 4);
+        assert_eq!(cancels(&l).map(|c| c.cancelled), Some(2));
+        assert_eq!(l.fires().get(&(1, 0)), Some(&4));
+        assert_eq!(l.registry().get(1).unwrap().policy_counters().cancelled, 2);
+        // Replicated: the snapshot takes version 3 and restores equal.
+        let snap = l.snapshot();
+        assert_eq!(snap[..8], COUNTED_SNAPSHOT_MAGIC.to_le_bytes());
+        let (_, version, _, _): CountedFile = codec::decode(&snap, snap.len()).unwrap();
+        assert_eq!(version, CANCELS_SNAPSHOT_VERSION);
+        let mut r = cancel_ledger(1);
+        r.restore(&snap).unwrap();
+        assert_eq!(r.entry_cancels(), l.entry_cancels());
+        assert_eq!(r.digest(), l.digest());
+        assert_eq!(r.snapshot(), snap);
+        // The cancellations are digested.
+        let mut uncancelled = cancel_ledger(1);
+        uncancelled.restore(&snap).unwrap();
+        uncancelled.cancels = CancelledRuns::new();
+        assert_ne!(uncancelled.digest(), l.digest());
+        assert_ne!(plain, l.digest());
+    }
+
+    /// A version 3 body whose cancellations repeat an entry, count none, or are missing is
+    /// refused and changes nothing.
+    #[test]
+    fn a_bad_cancellations_body_is_refused() {
+        let mut l = cancel_ledger(1);
+        let mut pages = MemPages::new(4_096, 2);
+        for seq in 1..=3 {
+            l.on_tick(Tick::new(1, seq, Some(seq as i64 * 1_000)), &mut pages)
+                .unwrap();
+        }
+        let snap = l.snapshot();
+        let (magic, version, body, _): CountedFile = codec::decode(&snap, snap.len()).unwrap();
+        let (state, rows, book, up, cancels): CancelsBody =
+            codec::decode(&body, body.len()).unwrap();
+        assert_eq!(cancels.len(), 1);
+        let fresh = cancel_ledger(1).digest();
+        let with = |c: Vec<(u32, u32, u64, u64)>| {
+            let body =
+                codec::encode(&(state.clone(), rows.clone(), book.clone(), up.clone(), c)).unwrap();
+            let sum: [u8; 32] = crate::sha256::Sha256::digest(&body).into();
+            codec::encode(&(magic, version, body, sum)).unwrap()
+        };
+        let twice = vec![cancels[0], cancels[0]];
+        let none = vec![(1, 0, 0, 5)];
+        for (bytes, what) in [
+            (with(twice), "listed twice"),
+            (with(none), "listed twice or none"),
+            (with(Vec::new()), "without cancellations"),
+        ] {
+            let mut r = cancel_ledger(1);
+            let e = r.restore(&bytes).unwrap_err();
+            assert!(
+                matches!(&e, AppError::BadSnapshot(m) if m.contains(what)),
+                "{what}: {e:?}"
+            );
+            assert_eq!(r.digest(), fresh, "{what}: nothing changed");
         }
     }
 

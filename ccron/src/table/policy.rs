@@ -6,7 +6,9 @@
 //! Nothing here is persisted. "No result yet" is read from the host's outbox for each pass
 //! ([`PendingResults`]), and a retirement is the stored next due point "never" read with the
 //! entry's rule: both are derived from replicated state, so the table's page layout is the
-//! one it was.
+//! one it was. A cancellation ([`Overlap::CancelOther`]) is reported with its mark
+//! ([`Diversion::Cancelled`]); the host keeps the marks ([`crate::entry::CancelledRuns`])
+//! and its view applies them to the next passes.
 
 use std::collections::BTreeSet;
 
@@ -19,7 +21,7 @@ use crate::tick::{ComponentId, TimeMs};
 /// What a table's policies did, counted since the table was built (process-local, like the
 /// registry's unknown ticks; the replicated record of each event is in the ticks' outcomes,
 /// from which `CronLedger` keeps each entry's skips and holds as replicated counts:
-/// `CronLedger::entry_counts`).
+/// `CronLedger::entry_counts`, and its cancellations: `CronLedger::entry_cancels`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PolicyCounters {
     /// Entries retired ([`TickOutcome::retired`]).
@@ -28,6 +30,8 @@ pub struct PolicyCounters {
     pub skipped: u64,
     /// Steps [`Overlap::BufferOne`] held.
     pub held: u64,
+    /// Runs [`Overlap::CancelOther`] cancelled.
+    pub cancelled: u64,
     /// Passes that met a tracking entry without an outbox view ([`TableError::NoResultView`]).
     pub unviewed: u64,
 }
@@ -38,6 +42,8 @@ pub(super) struct Policies {
     /// Positions awaiting a result, read from the host's outbox for this pass (`None`: the
     /// pass was given no view).
     awaiting: Option<BTreeSet<u32>>,
+    /// The index the host's outbox gives its next record, read with `awaiting`.
+    append_index: Option<u64>,
     /// Positions whose run in this pass emitted records (awaited from then on).
     emitted: BTreeSet<u32>,
     /// Tracking entries due in this pass without a view.
@@ -58,11 +64,13 @@ impl Policies {
             results.awaiting(component, &mut set);
         }
         self.awaiting = Some(set);
+        self.append_index = results.append_index();
     }
 
     /// Forgets the view read for the pass.
     pub(super) fn forget(&mut self) {
         self.awaiting = None;
+        self.append_index = None;
     }
 
     /// Moves the pass's events into `outcome` and clears the pass's state.
@@ -120,13 +128,17 @@ impl<S> Pass<'_, '_, S> {
         true
     }
 
-    /// Runs the entry at due point `due` under its tracking overlap policy: skipped while it
-    /// awaits a result; otherwise run, and awaited for the rest of the pass when it emitted.
+    /// Runs the entry at due point `due` under its tracking overlap policy: while it awaits a
+    /// result, skipped, or under [`Overlap::CancelOther`] run with the awaited run cancelled;
+    /// otherwise run. Awaited for the rest of the pass when the run emitted.
     pub(super) fn fire_tracked(&mut self, entry: &mut CronEntry<S>, due: Due) {
         let position = entry.position;
         if self.awaits(position) {
-            self.divert(position, due, Diversion::Skipped);
-            return;
+            if entry.overlap != Overlap::CancelOther {
+                self.divert(position, due, Diversion::Skipped);
+                return;
+            }
+            self.cancel(position, due);
         }
         self.fire(entry, Some(due));
         if self.emits.as_deref().is_some_and(|e| e.run_records() > 0) {
@@ -134,20 +146,51 @@ impl<S> Pass<'_, '_, S> {
         }
     }
 
+    /// [`Overlap::CancelOther`]: the awaited run(s) of the entry at `position` are cancelled
+    /// before the run at `due`: the entry awaits nothing for the rest of the pass (the new run
+    /// is awaited when it emits), and the cancellation is reported with its mark, the index
+    /// the new run's first record gets (after every record staged so far in this pass).
+    /// Without an index to mark (a view that knows none, no emits) nothing can be cancelled:
+    /// the run runs as under [`Overlap::AllowAll`], reported ([`TableError::NoResultView`]).
+    fn cancel(&mut self, position: u32, due: Due) {
+        let staged = self.emits.as_deref().map(crate::outbox::Emits::next_index);
+        let Some(mark) = staged.max(self.policy.append_index) else {
+            self.policy.unviewed.insert(position);
+            return;
+        };
+        self.policy.emitted.remove(&position);
+        if let Some(set) = self.policy.awaiting.as_mut() {
+            set.remove(&position);
+        }
+        self.divert(position, due, Diversion::Cancelled { mark });
+    }
+
     fn divert(&mut self, position: u32, due: Due, what: Diversion) {
         let c = &mut self.policy.counters;
         match what {
             Diversion::Skipped => c.skipped = c.skipped.saturating_add(1),
             Diversion::Held => c.held = c.held.saturating_add(1),
+            Diversion::Cancelled { .. } => c.cancelled = c.cancelled.saturating_add(1),
         }
-        tracing::info!(
-            component_id = self.component_id,
-            position,
-            ?due,
-            ?what,
-            seq = self.tick.bft_sequence_num,
-            "table entry overlap: the previous run has no result yet"
-        );
+        if let Diversion::Cancelled { mark } = what {
+            tracing::info!(
+                component_id = self.component_id,
+                position,
+                ?due,
+                mark,
+                seq = self.tick.bft_sequence_num,
+                "table entry overlap: the previous run has no result yet: cancelled, the run runs"
+            );
+        } else {
+            tracing::info!(
+                component_id = self.component_id,
+                position,
+                ?due,
+                ?what,
+                seq = self.tick.bft_sequence_num,
+                "table entry overlap: the previous run has no result yet"
+            );
+        }
         self.policy.diverted.push(EntryDiverted {
             position,
             due,
