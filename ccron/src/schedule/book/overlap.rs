@@ -80,7 +80,8 @@ pub enum Overlap {
     /// awaiting the previous run's records (their late results settle nothing), the
     /// cancellation is reported, counted and traced, and the new occurrence is awaited in turn.
     /// Appended last: its encoding (variant 4) leaves the other variants' bytes as they were.
-    /// Book schedules only (not backfills, not table entries).
+    /// Book schedules and cron table entries (`CronEntry::with_overlap`: the host keeps a
+    /// table entry's cancellations, `entry::CancelledRuns`); not backfills.
     CancelOther,
 }
 
