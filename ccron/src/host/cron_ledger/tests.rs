@@ -106,12 +106,27 @@ fn drive(l: &mut CronLedger<KvLedger>) {
 /// A ledger with a book on component 1 (position 9: the outbox its entries emit into) and
 /// a table on component 1 whose entry 0 emits a record every second under `overlap`.
 fn overlap_ledger(overlap: Overlap) -> CronLedger<KvLedger> {
+    emitting_ledger(overlap, 1, EmitBudget::new(1, 128), None)
+}
+
+/// A ledger whose one table entry (component 1, every 1 s, under `overlap`) emits `records`
+/// records per run within `budget`, beside a book (component 1, position 9) whose outbox it
+/// shares, taking results from `consumer` when given.
+fn emitting_ledger(
+    overlap: Overlap,
+    records: usize,
+    budget: EmitBudget,
+    consumer: Option<ClientId>,
+) -> CronLedger<KvLedger> {
     let mut registry = CronTableRegistry::new();
     let range = PageAllocator::new(0, 2).allocate(2).unwrap();
     let mut table = CronTable::with_persistence(1, range, 4);
-    let entry = CronEntry::<KvLedger>::periodic(0, Periodic::every_ms(1_000).unwrap(), |ctx| {
-        let _ = ctx.emit("ping", b"p".to_vec());
-    });
+    let entry =
+        CronEntry::<KvLedger>::periodic(0, Periodic::every_ms(1_000).unwrap(), move |ctx| {
+            for _ in 0..records {
+                let _ = ctx.emit("ping", b"p".to_vec());
+            }
+        });
     table.add(entry.with_overlap(overlap).unwrap()).unwrap();
     registry.register(table).unwrap();
     let cfg = crate::host::BookConfig {
@@ -121,9 +136,13 @@ fn overlap_ledger(overlap: Overlap) -> CronLedger<KvLedger> {
         book_pages: 16,
         outbox_pages: 2,
     };
+    let mut book = LedgerScheduler::new(cfg, crate::schedule::Handlers::new());
+    if let Some(c) = consumer {
+        book = book.with_policy(crate::Policy::default().with_outbox_consumer(c));
+    }
     CronLedger::new(KvLedger::new(), registry)
-        .with_scheduler(LedgerScheduler::new(cfg, crate::schedule::Handlers::new()))
-        .with_table_emits(1, EmitBudget::new(1, 128))
+        .with_scheduler(book)
+        .with_table_emits(1, budget)
 }
 
 /// Ticks of component 1 at 1 s, 2 s and 3 s: the first run's record never gets a result.
@@ -305,31 +324,12 @@ const CONSUMER: super::super::app::ClientId = super::super::app::ClientId([42; 3
 /// [`overlap_ledger`] under `CancelOther`, whose book takes results from [`CONSUMER`]; the
 /// entry emits `records` records per run.
 fn cancel_ledger(records: usize) -> CronLedger<KvLedger> {
-    let mut registry = CronTableRegistry::new();
-    let range = PageAllocator::new(0, 2).allocate(2).unwrap();
-    let mut table = CronTable::with_persistence(1, range, 4);
-    let entry =
-        CronEntry::<KvLedger>::periodic(0, Periodic::every_ms(1_000).unwrap(), move |ctx| {
-            for _ in 0..records {
-                let _ = ctx.emit("ping", b"p".to_vec());
-            }
-        });
-    table
-        .add(entry.with_overlap(Overlap::CancelOther).unwrap())
-        .unwrap();
-    registry.register(table).unwrap();
-    let cfg = crate::host::BookConfig {
-        component: 1,
-        position: 9,
-        limits: crate::schedule::Limits::default(),
-        book_pages: 16,
-        outbox_pages: 2,
-    };
-    let book = LedgerScheduler::new(cfg, crate::schedule::Handlers::new())
-        .with_policy(crate::Policy::default().with_outbox_consumer(CONSUMER));
-    CronLedger::new(KvLedger::new(), registry)
-        .with_scheduler(book)
-        .with_table_emits(1, EmitBudget::new(4, 512))
+    emitting_ledger(
+        Overlap::CancelOther,
+        records,
+        EmitBudget::new(4, 512),
+        Some(CONSUMER),
+    )
 }
 
 /// The consumer's dead letter for outbox record `index`, through consensus.
