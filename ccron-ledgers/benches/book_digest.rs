@@ -38,8 +38,9 @@ fn mean<T>(reps: u32, mut f: impl FnMut() -> T) -> Duration {
     start.elapsed() / reps.max(1)
 }
 
-/// An `orders` ledger holding `n` hour-long expiries (pages: ~2.7 of these schedules fit a
-/// 4 KiB page; room for twice that), and how many were admitted.
+/// An `orders` ledger holding `n` hour-long expiries and how many were admitted. Pages:
+/// `n/2 + 64`, room to spare (the wire form holds ~9 of these schedules a 4 KiB page, but the
+/// book's record log needs room beyond what it holds: a 512-page book refused at ~1,390).
 fn ledger_with(n: u64) -> (ScheduledLedger, u64, u32) {
     let pages = u32::try_from(n / 2 + 64).unwrap_or(u32::MAX);
     let cfg = SchedAppConfig {

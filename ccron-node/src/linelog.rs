@@ -81,11 +81,6 @@ impl LineLog {
         log
     }
 
-    /// The log's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// What the log did.
     pub fn stats(&self) -> LineLogStats {
         self.stats

@@ -714,10 +714,19 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
 
     /// The book's part of the ledger snapshot: its pages (book and outbox).
     pub(crate) fn to_wire(&self) -> BookWire {
-        let mut wire = Vec::new();
+        self.held_pages()
+            .into_iter()
+            .map(|(id, data)| (id, data.to_vec()))
+            .collect()
+    }
+
+    /// The book's and the outbox's non-empty pages, ascending: what the wire form and the
+    /// digest's book part carry.
+    fn held_pages(&self) -> Vec<(u32, &[u8])> {
+        let mut held = Vec::new();
         for id in 0..self.cfg.total_pages() {
             match self.pages.load(id) {
-                Ok(Some(data)) if !data.is_empty() => wire.push((id, data.to_vec())),
+                Ok(Some(data)) if !data.is_empty() => held.push((id, data)),
                 Ok(_) => {}
                 // Unreachable for pages the book saved (a store's read failure): the snapshot
                 // then lacks the page and a replica restored from it would see its digest
@@ -725,7 +734,7 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
                 Err(e) => tracing::error!(page = id, error = %e, "schedule book page unreadable"),
             }
         }
-        wire
+        held
     }
 
     /// Feeds `h` exactly the bytes of `codec::encode(&self.to_wire())` (the state digest's
@@ -734,15 +743,7 @@ impl<S, P: ReservedPages> LedgerScheduler<S, P> {
     /// width, little endian). The digest is taken after every height, and the wire form is two
     /// copies of every page of the book (issue 23's scale: a book of 10^4 schedules is ~15 MB).
     pub(crate) fn hash_wire_into(&self, h: &mut crate::state_hash::StateHasher) {
-        let mut held: Vec<(u32, &[u8])> = Vec::new();
-        for id in 0..self.cfg.total_pages() {
-            match self.pages.load(id) {
-                Ok(Some(data)) if !data.is_empty() => held.push((id, data)),
-                Ok(_) => {}
-                // As in `to_wire`: traced, and the page left out of both alike.
-                Err(e) => tracing::error!(page = id, error = %e, "schedule book page unreadable"),
-            }
-        }
+        let held = self.held_pages();
         h.update((held.len() as u64).to_le_bytes());
         for (id, data) in held {
             h.update(id.to_le_bytes());
